@@ -698,10 +698,20 @@ def decision_changes(run: RunData) -> list:
     return changed
 
 
-def decision_differences(base: dict, new: dict, count: int) -> list:
-    """Return the prompt ids whose decisions are not the same answered decision on both sides."""
-    return [i for i in range(count)
-            if base.get(i) is None or new.get(i) is None or base[i] != new[i]]
+class Agreement(NamedTuple):
+    compared: int  # inputs measured on both sides
+    differ: list  # their ids whose decisions are not the same answered decision
+
+
+def decision_agreement(base: dict, new: dict) -> Agreement:
+    """Return how the decisions of two runs agree over the inputs both measured.
+
+    A failed request has no decision, so it never agrees: a gate must not pass an input
+    that one side could not route.
+    """
+    both = sorted(set(base) & set(new))
+    return Agreement(len(both), [i for i in both
+                                 if base[i] is None or new[i] is None or base[i] != new[i]])
 
 
 # --- HTTP client ---
@@ -1358,12 +1368,12 @@ def judge_rounds(runs: dict, base: str, new: str, tolerance_pct: float,
             new_values = [runs[r][new].passes[name].summary[metric] for r in used]
             rows.append(_row(name, metric, base_values, new_values, tolerance_pct))
     agreement = []
-    count = runs[used[0]][base].corpus_count
     for number in runs:
-        differ = decision_differences(reference_decisions(runs[number][base]),
-                                      reference_decisions(runs[number][new]), count)
-        agreement.append({"round": number, "agree": count - len(differ), "total": count,
-                          "differ": differ, "used": number in used})
+        agree = decision_agreement(reference_decisions(runs[number][base]),
+                                   reference_decisions(runs[number][new]))
+        agreement.append({"round": number, "agree": agree.compared - len(agree.differ),
+                          "total": agree.compared, "differ": agree.differ,
+                          "used": number in used})
     return {"base": base, "new": new, "used": used, "left_out": left_out, "rows": rows,
             "agreement": agreement, "tolerance_pct": tolerance_pct}
 
@@ -1480,12 +1490,13 @@ def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
                      ""])
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
-    count = a.corpus_count
-    differ = decision_differences(reference_decisions(a), reference_decisions(b), count)
-    lines += ["", f"decisions: {count - len(differ)}/{count} inputs agree "
-                  f"(sequential pass)"]
     da, db = reference_decisions(a), reference_decisions(b)
-    for prompt_id in differ:
+    agree = decision_agreement(da, db)
+    unmeasured = len(set(da) ^ set(db))
+    lines += ["", f"decisions: {agree.compared - len(agree.differ)}/{agree.compared} inputs "
+                  f"agree (sequential pass)"
+              + (f"; {unmeasured} inputs measured on one side only" if unmeasured else "")]
+    for prompt_id in agree.differ:
         snippet = ""
         if prompts_text and prompt_id in prompts_text:
             snippet = " " + json.dumps(prompts_text[prompt_id][:60], ensure_ascii=False)
@@ -1789,9 +1800,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     texts = corpus_texts(args.corpus) if args.corpus else None
     for line in format_compare(a, b, markdown=args.format == "markdown", prompts_text=texts):
         print(line)
-    differ = decision_differences(reference_decisions(a), reference_decisions(b),
-                                  a.corpus_count)
-    return EXIT_GATE if differ and args.fail_on_decision_change else EXIT_OK
+    agree = decision_agreement(reference_decisions(a), reference_decisions(b))
+    return EXIT_GATE if agree.differ and args.fail_on_decision_change else EXIT_OK
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
