@@ -1369,11 +1369,13 @@ def judge_rounds(runs: dict, base: str, new: str, tolerance_pct: float,
             rows.append(_row(name, metric, base_values, new_values, tolerance_pct))
     agreement = []
     for number in runs:
-        agree = decision_agreement(reference_decisions(runs[number][base]),
-                                   reference_decisions(runs[number][new]))
+        base_decisions = reference_decisions(runs[number][base])
+        new_decisions = reference_decisions(runs[number][new])
+        agree = decision_agreement(base_decisions, new_decisions)
         agreement.append({"round": number, "agree": agree.compared - len(agree.differ),
-                          "total": agree.compared, "differ": agree.differ,
-                          "used": number in used})
+                          "total": agree.compared, "used": number in used,
+                          "differ": [{"id": i, "base": base_decisions[i],
+                                      "new": new_decisions[i]} for i in agree.differ]})
     return {"base": base, "new": new, "used": used, "left_out": left_out, "rows": rows,
             "agreement": agreement, "tolerance_pct": tolerance_pct}
 
@@ -1407,6 +1409,14 @@ def rounds_exit_code(report: dict, strict: bool) -> int:
 
 
 # --- rendering ---
+
+def metric_title(metric: str) -> str:
+    return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
 
 def fmt_value(value: Optional[float]) -> str:
     """Return a figure with about three significant digits, or n/a."""
@@ -1468,8 +1478,13 @@ def format_run_summary(passes: list) -> list:
 def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
                    prompts_text: Optional[dict] = None) -> list:
     """Return the lines of the side-by-side comparison of two runs."""
-    lines = [f"A: {a.path} ({a.label or 'no label'})", f"B: {b.path} ({b.label or 'no label'})",
-             ""]
+    lines = [f"A: {a.path} ({a.label or 'no label'})", f"B: {b.path} ({b.label or 'no label'})"]
+    if a.corpus_sha256 == b.corpus_sha256:
+        lines.append(f"corpus: {a.corpus_sha256[:12]} ({a.corpus_count} prompts)")
+    else:
+        lines.append(f"warning: different corpora: A {a.corpus_sha256[:12]}, "
+                     f"B {b.corpus_sha256[:12]}")
+    lines.append("")
     rows = []
     for name, pa in a.passes.items():
         pb = b.passes.get(name)
@@ -1486,8 +1501,7 @@ def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
             rows.append([pass_title(name) if metric == "p50_ms" else "", title, fmt_value(va),
                          fmt_value(vb), diff, ratio])
         ea, eb = sum(pa.summary["errors"].values()), sum(pb.summary["errors"].values())
-        rows.append(["", "errors", str(ea), str(eb), fmt_signed(eb - ea) if eb != ea else "0",
-                     ""])
+        rows.append(["", "errors", str(ea), str(eb), f"{eb - ea:+d}" if eb != ea else "0", ""])
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -1532,7 +1546,7 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
         speedup = "n/a" if row.speedup is None else (
             f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]")
         table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
-                      row.metric.replace("_ms", "").replace("req_per_s", "req/s"),
+                      metric_title(row.metric),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval, speedup,
                       f"{row.worse_rounds}/{row.rounds}", row.verdict])
     lines += render_table(["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
@@ -1542,14 +1556,15 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
         lines.append("")
         header = ["pass", "metric"] + [f"r{n} {base} / {new}" for n in used]
         per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "",
-                r.metric.replace("_ms", "").replace("req_per_s", "req/s")]
+                metric_title(r.metric)]
                + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
                for r in rows]
         lines += render_table(header, per, markdown=markdown, right=[False, False])
     lines.append("")
     for item in report["agreement"]:
         note = "" if item["used"] else " (round left out)"
-        listed = ", ".join(f"#{i}" for i in item["differ"][:10])
+        listed = ", ".join(f"#{d['id']} {d['base'] or '(no decision)'} -> "
+                           f"{d['new'] or '(no decision)'}" for d in item["differ"][:10])
         more = ", ..." if len(item["differ"]) > 10 else ""
         lines.append(f"decisions r{item['round']}: {item['agree']}/{item['total']} agree{note}"
                      + (f"; differ: {listed}{more}" if item["differ"] else ""))
@@ -1572,9 +1587,9 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
 
 def verdict_line(report: dict) -> str:
     """Return the one-line gate verdict of a rounds report."""
-    failures = [f"regression in {pass_title(r.pass_name)} {r.metric}"
+    failures = [f"regression in {pass_title(r.pass_name)} {metric_title(r.metric)}"
                 for r in report["rows"] if r.verdict == "regression"]
-    failures += [f"decisions differ in r{a['round']} ({a['total'] - a['agree']} inputs)"
+    failures += [f"decisions differ in r{a['round']} ({plural(a['total'] - a['agree'], 'input')})"
                  for a in report["agreement"] if a["used"] and a["agree"] < a["total"]]
     if failures:
         return "verdict: FAIL: " + "; ".join(failures)
@@ -1667,6 +1682,7 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
                 return
             with rng_lock:
                 pause = (delay_ms + rng.uniform(0, jitter_ms)) / 1000
+                self.server.served += 1
             if serial:
                 with busy:  # one request at a time, like a single GPU process
                     time.sleep(pause)
@@ -1680,6 +1696,7 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
     class Server(http.server.ThreadingHTTPServer):
         daemon_threads = True
         request_queue_size = 128
+        served = 0  # preview requests answered or being answered
 
     server = Server((host, port), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -1962,6 +1979,15 @@ def label_text(text: str) -> str:
     return text
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default in the help only where there is one to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line: router-latency: error: ..."""
 
@@ -1970,7 +1996,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = HelpFormatter
     parser = Parser(prog="router-latency", description=__doc__.split("\n\n")[1],
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="exit codes: 0 ok, 1 gate failed, 2 bad input, 3 inconclusive "
@@ -2005,7 +2031,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per request")
     p.add_argument("--warmup", type=non_negative_int, default=20,
                    help="warm-up requests, not recorded")
-    p.add_argument("--concurrency", type=concurrency_list, default=(1, 4, 16),
+    p.add_argument("--concurrency", type=concurrency_list, default="1,4,16",
                    help="passes, each sending the corpus once (1 = sequential)")
     p.add_argument("--decision-path", action="append",
                    help="dotted path to the decision in the response (repeatable, joined by |); "
@@ -2064,8 +2090,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jitter-ms", type=non_negative_float, default=0.0,
                    help="extra uniform random time per request, up to this")
     p.add_argument("--serial", action="store_true", help="one request at a time, like one GPU")
-    p.add_argument("--decisions", type=decision_names, default=("math", "code", "general",
-                                                                 "pii_block"),
+    p.add_argument("--decisions", type=decision_names, default="math,code,general,pii_block",
                    help="decision names, picked by a hash of the prompt")
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
     p.add_argument("--url-file", help="write the server's URL here once it listens")

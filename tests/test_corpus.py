@@ -1,0 +1,159 @@
+"""corpus: extraction from nested E2E data, order, boundary cases, stable bytes."""
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import router_latency as rl
+
+
+def write(path, document):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document), encoding="utf-8")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    data = tmp_path / "repo" / "e2e" / "testcases" / "testdata"
+    write(data / "b_cases.json", [
+        {"description": "not a prompt", "query": "What is 2+2?"},
+        {"question": "Explain DNS", "expected": {"prompt": "nested prompt"}},
+        {"original_question": "What is X?", "similar_questions": ["Define X", 7, "What is X?"]},
+    ])
+    write(data / "a_cases.json", {"test_cases": [
+        {"input": {"query": "What is 2+2?"}},
+        {"messages": [{"role": "system", "content": "system text"},
+                      {"role": "user", "content": "plain user text"},
+                      {"role": "assistant", "content": "assistant text"},
+                      {"role": "user", "content": [{"type": "text", "text": "part one"},
+                                                   {"type": "image_url", "image_url": {}},
+                                                   {"type": "text", "text": "part two"}]}]},
+        {"query": ""},
+        {"custom": "custom key text"},
+    ]})
+    write(data / "sub" / "c_cases.json", [{"prompt": "deep file"}])
+    write(tmp_path / "repo" / "e2e" / "other" / "ignored.json", [{"query": "not testdata"}])
+    (data / "notes.txt").write_text("query: not json data")
+    return tmp_path / "repo"
+
+
+def test_extract_prompts_walks_every_key_in_document_order():
+    document = {"a": [{"query": "q1", "x": {"question": "q2"}}],
+                "similar_questions": ["s1", {"prompt": "p1"}, "s2"],
+                "messages": [{"role": "user", "content": "m1"}], "description": "no"}
+    assert list(rl.extract_prompts(document)) == ["q1", "q2", "s1", "s2", "p1", "m1"]
+
+
+def test_corpus_distinct_prompts_in_sorted_path_order(repo, tmp_path, cli):
+    out = tmp_path / "corpus.json"
+    result = cli("corpus", "--repo", repo, "--out", out, "--no-boundary")
+    assert result.code == 0 and result.err == ""
+    corpus = json.loads(out.read_text())
+    assert corpus["schema"] == "router-latency/corpus/1"
+    assert [(p["text"], p["source"]) for p in corpus["prompts"]] == [
+        ("What is 2+2?", "e2e/testcases/testdata/a_cases.json"),
+        ("plain user text", "e2e/testcases/testdata/a_cases.json"),
+        ("part one", "e2e/testcases/testdata/a_cases.json"),
+        ("part two", "e2e/testcases/testdata/a_cases.json"),
+        ("Explain DNS", "e2e/testcases/testdata/b_cases.json"),
+        ("nested prompt", "e2e/testcases/testdata/b_cases.json"),
+        ("What is X?", "e2e/testcases/testdata/b_cases.json"),
+        ("Define X", "e2e/testcases/testdata/b_cases.json"),
+        ("deep file", "e2e/testcases/testdata/sub/c_cases.json"),
+    ]
+    assert [p["id"] for p in corpus["prompts"]] == list(range(9))
+    assert corpus["files"] == {"e2e/testcases/testdata/a_cases.json": 4,
+                               "e2e/testcases/testdata/b_cases.json": 6,
+                               "e2e/testcases/testdata/sub/c_cases.json": 1}
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert result.out.splitlines()[-1] == f"{digest}  {out}"
+    assert result.out.splitlines()[0] == \
+        "corpus: 9 prompts (9 distinct from 3 files, 0 boundary cases)"
+
+
+def test_corpus_key_and_glob_options(repo, tmp_path, cli):
+    out = tmp_path / "corpus.json"
+    assert cli("corpus", "--repo", repo, "--out", out, "--no-boundary", "--key", "custom",
+               "--glob", "e2e/testcases/testdata/a_*.json").code == 0
+    texts = [p["text"] for p in json.loads(out.read_text())["prompts"]]
+    assert texts == ["What is 2+2?", "plain user text", "part one", "part two",
+                     "custom key text"]
+
+
+def test_corpus_appends_boundary_cases_once(repo, tmp_path, cli):
+    boundary = tmp_path / "boundary.json"
+    boundary.write_text(json.dumps({"cases": [
+        {"name": "dup", "text": "Explain DNS"}, {"name": "long", "text": "word ", "repeat": 3},
+        {"name": "ctrl", "text": "a\u0000b\u0007"}]}))
+    out = tmp_path / "corpus.json"
+    assert cli("corpus", "--repo", repo, "--out", out, "--boundary", boundary).code == 0
+    prompts = json.loads(out.read_text())["prompts"]
+    assert [(p["text"], p["source"]) for p in prompts[-2:]] == [
+        ("word word word ", "boundary:long"), ("a\u0000b\u0007", "boundary:ctrl")]
+    assert sum(p["text"] == "Explain DNS" for p in prompts) == 1
+
+
+def test_shipped_boundary_cases_cover_the_listed_kinds():
+    cases = dict(rl.load_boundary_cases(rl.default_boundary_file()))
+    assert len(cases["one_character"]) == 1
+    assert cases["whitespace_only"].strip() == ""
+    assert 7500 <= len(cases["long_8000_words"].split()) <= 8500
+    assert any(ord(c) < 32 and c not in "\n\t" for c in cases["control_characters"])
+    assert cases["many_lines"].count("\n") >= 100
+    for name in ("cjk", "emoji", "right_to_left", "code", "json_inside", "pii_like",
+                 "jailbreak_like"):
+        assert cases[name].strip(), name
+
+
+def test_corpus_bytes_are_identical_across_runs_and_locations(repo, tmp_path, cli):
+    first, second = tmp_path / "one.json", tmp_path / "two.json"
+    assert cli("corpus", "--repo", repo, "--out", first).code == 0
+    copy = tmp_path / "elsewhere"
+    subprocess.run(["cp", "-r", str(repo), str(copy)], check=True)
+    os.chdir(tmp_path)
+    assert cli("corpus", "--repo", "repo", "--out", second).code == 0
+    assert cli("corpus", "--repo", "repo", "--out", first).code == 0  # same relative input
+    assert first.read_bytes() == second.read_bytes()
+    assert json.loads(first.read_text())["source"]["repo"] == "repo"
+
+
+def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli):
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "data"]):
+        subprocess.run(["git", "-C", str(repo), *command], check=True, env=env)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "corpus.json"
+    assert cli("corpus", "--repo", repo, "--out", out).code == 0
+    assert json.loads(out.read_text())["source"]["commit"] == head
+    subprocess.run(["git", "-C", str(repo), "pack-refs", "--all"], check=True)
+    assert rl.git_commit(Path(repo)) == head
+
+
+def test_corpus_does_not_follow_links_out_of_the_repo(repo, tmp_path, cli):
+    outside = tmp_path / "outside"
+    write(outside / "secret.json", [{"query": "outside text"}])
+    data = repo / "e2e" / "testcases" / "testdata"
+    (data / "linked_dir").symlink_to(outside, target_is_directory=True)
+    (data / "linked.json").symlink_to(outside / "secret.json")
+    out = tmp_path / "corpus.json"
+    result = cli("corpus", "--repo", repo, "--out", out, "--no-boundary")
+    assert result.code == 0
+    assert "outside text" not in out.read_text()
+    assert "skipped e2e/testcases/testdata/linked.json: a link that leaves the repo" in result.err
+
+
+def test_corpus_skips_files_over_the_size_limit(repo, tmp_path, cli, monkeypatch):
+    monkeypatch.setattr(rl, "MAX_CORPUS_FILE_BYTES", 100)
+    big = repo / "e2e" / "testcases" / "testdata" / "big.json"
+    write(big, [{"query": "x" * 200}])
+    out = tmp_path / "corpus.json"
+    result = cli("corpus", "--repo", repo, "--out", out, "--no-boundary")
+    assert result.code == 0
+    assert "skipped e2e/testcases/testdata/big.json: larger than" in result.err
+    assert "x" * 200 not in out.read_text()

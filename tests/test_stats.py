@@ -1,0 +1,112 @@
+"""Known-answer tests of the statistics: published tables and worked examples."""
+
+import math
+
+import pytest
+
+import router_latency as rl
+
+# Two-sided 95% critical values of Student's t as printed in standard tables
+# (e.g. NIST/SEMATECH e-Handbook of Statistical Methods, table 1.3.6.7.2).
+PUBLISHED_T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365,
+               8: 2.306, 9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 25: 2.060, 29: 2.045,
+               30: 2.042, 40: 2.021, 50: 2.009, 60: 2.000, 80: 1.990, 100: 1.984,
+               120: 1.980, 1000: 1.962}
+
+
+@pytest.mark.parametrize("df,expected", sorted(PUBLISHED_T.items()))
+def test_t_quantile_matches_published_table(df, expected):
+    tolerance = 0.0005 if df <= 30 else 0.002
+    assert abs(rl.t_quantile(df) - expected) <= tolerance
+
+
+def test_t_quantile_tends_to_the_normal_quantile_and_decreases():
+    values = [rl.t_quantile(df) for df in range(1, 2000)]
+    assert all(a > b for a, b in zip(values, values[1:]))
+    assert abs(rl.t_quantile(10 ** 7) - 1.959964) < 1e-5
+
+
+@pytest.mark.parametrize("df", [0, -1, 1.5, True, "3"])
+def test_t_quantile_rejects_invalid_degrees_of_freedom(df):
+    with pytest.raises(rl.RouterLatencyError):
+        rl.t_quantile(df)
+
+
+def test_paired_interval_student_sleep_data():
+    # Cushny and Peebles' sleep data, Student (1908); R's t.test(group2, group1,
+    # paired = TRUE) prints mean difference 1.58, 95% CI 0.7001142 2.4598858.
+    group1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+    group2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+    interval = rl.paired_interval(group1, group2)
+    assert interval.df == 9
+    assert interval.mean == pytest.approx(1.58, abs=1e-12)
+    assert interval.low == pytest.approx(0.7001142, abs=2e-6)
+    assert interval.high == pytest.approx(2.4598858, abs=2e-6)
+
+
+def test_paired_interval_worked_by_hand():
+    # differences -5, -4, -3: mean -4, s = 1, t(2) = 4.302653, half width 4.302653 / sqrt(3)
+    interval = rl.paired_interval([10, 10, 10], [5, 6, 7])
+    half = 4.302653 / math.sqrt(3)
+    assert interval == pytest.approx(rl.Interval(-4.0, -4.0 - half, -4.0 + half, 2))
+
+
+def test_paired_interval_with_identical_differences_is_a_point():
+    assert rl.paired_interval([1.0, 2.0], [3.0, 4.0]) == (2.0, 2.0, 2.0, 1)
+
+
+def test_paired_interval_needs_two_pairs_of_equal_length():
+    with pytest.raises(rl.RouterLatencyError):
+        rl.paired_interval([1.0], [2.0])
+    with pytest.raises(rl.RouterLatencyError):
+        rl.paired_interval([1.0, 2.0], [2.0])
+
+
+def test_ratio_interval_is_exp_of_the_log_interval():
+    base, new = [10.0, 10.0, 10.0], [5.0, 10.0, 20.0]
+    logs = [math.log(0.5), 0.0, math.log(2.0)]  # mean 0, s = ln 2
+    half = 4.302653 * math.log(2.0) / math.sqrt(3)
+    ratio = rl.ratio_interval(base, new)
+    assert ratio.mean == pytest.approx(1.0)
+    assert ratio.low == pytest.approx(math.exp(-half), rel=1e-6)
+    assert ratio.high == pytest.approx(math.exp(half), rel=1e-6)
+    assert sum(logs) == pytest.approx(0.0)
+
+
+def test_ratio_interval_refuses_non_positive_values():
+    with pytest.raises(rl.RouterLatencyError):
+        rl.ratio_interval([1.0, 0.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("values,q,expected", [
+    ([1, 2, 3, 4], 50, 2.5),          # numpy.percentile([1, 2, 3, 4], 50)
+    ([1, 2, 3, 4], 95, 3.85),         # h = 3 * 0.95 = 2.85 -> 3 + 0.85 * (4 - 3)
+    ([15, 20, 35, 40, 50], 40, 29),   # h = 1.6 -> 20 + 0.6 * 15
+    ([40, 15, 50, 35, 20], 40, 29),   # order of the input does not matter
+    ([7.5], 99, 7.5),
+    ([3, 1, 2], 0, 1),
+    ([3, 1, 2], 100, 3),
+])
+def test_percentile_linear_interpolation(values, q, expected):
+    assert rl.percentile(values, q) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("values,q", [([], 50), ([1.0], -1), ([1.0], 101)])
+def test_percentile_rejects_bad_input(values, q):
+    with pytest.raises(rl.RouterLatencyError):
+        rl.percentile(values, q)
+
+
+def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
+    requests = [{"latency_ms": v, "error": None} for v in (1.0, 2.0, 3.0, 4.0)]
+    requests.append({"latency_ms": 900.0, "error": "timeout"})
+    requests.append({"latency_ms": 0.5, "error": "http_5xx"})
+    summary = rl.pass_summary(requests, wall_s=2.0)
+    assert summary == {"requests": 6, "ok": 4, "errors": {"http_5xx": 1, "timeout": 1},
+                       "p50_ms": 2.5, "p95_ms": 3.85, "p99_ms": 3.97, "mean_ms": 2.5,
+                       "min_ms": 1.0, "max_ms": 4.0, "req_per_s": 2.0, "wall_s": 2.0}
+
+
+def test_pass_summary_of_only_failures_has_no_percentiles():
+    summary = rl.pass_summary([{"latency_ms": 1.0, "error": "connect"}], wall_s=0.5)
+    assert summary["ok"] == 0 and summary["p50_ms"] is None and summary["req_per_s"] == 0.0
