@@ -66,7 +66,7 @@ DEFAULT_DECISION_PATHS = (
     "decision_result.decision_name|routing_decision|decision",  # first present wins
     "selected_model?",  # appended when present
 )
-ERROR_KINDS = ("timeout", "connect", "reset", "http_3xx", "http_4xx", "http_5xx",
+ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
                "bad_json", "no_decision", "too_large")
 PERCENTILE_METHOD = ("linear interpolation between closest ranks "
                      "(Hyndman-Fan R7, numpy's default)")
@@ -669,8 +669,9 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
         decision, error = request.get("decision"), request.get("error")
         if decision is not None and not isinstance(decision, str):
             raise RouterLatencyError("expected a string or null", f"{at}.decision")
-        if error is not None and not isinstance(error, str):
-            raise RouterLatencyError("expected a string or null", f"{at}.error")
+        if error is not None and error not in ERROR_KINDS:
+            raise RouterLatencyError(f"expected null or one of {', '.join(ERROR_KINDS)}",
+                                     f"{at}.error")
         decisions[prompt_id] = decision if error is None else None
     return PassData(pass_name(concurrency), concurrency, False, summary, decisions)
 
@@ -726,10 +727,11 @@ class Endpoint(NamedTuple):
 
 
 class RequestFailed(Exception):
-    def __init__(self, kind: str, status: Optional[int] = None):
+    def __init__(self, kind: str, status: Optional[int] = None, detail: str = ""):
         super().__init__(kind)
         self.kind = kind
         self.status = status
+        self.detail = detail
 
 
 def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH) -> Endpoint:
@@ -817,6 +819,10 @@ class Connection:
         except socket.timeout:
             sock.close()
             raise RequestFailed("timeout") from None
+        except ssl.SSLError as exc:
+            sock.close()
+            raise RequestFailed("tls", detail=getattr(exc, "verify_message", None)
+                                or exc.reason or str(exc)) from None
         except OSError:
             sock.close()
             raise RequestFailed("connect") from None
@@ -1162,6 +1168,9 @@ def probe_router(settings: RunSettings, payload: bytes) -> tuple:
         status, _ = connection.exchange(payload)
         return 200 <= status < 300, f"{endpoint.path} answered HTTP {status}"
     except RequestFailed as failure:
+        if failure.kind == "tls":
+            return False, (f"TLS failed: {failure.detail} (--insecure skips the certificate "
+                           f"check)")
         return False, {"connect": "connection refused", "timeout": "no answer in time"}.get(
             failure.kind, f"connection {failure.kind}")
     finally:
@@ -1185,9 +1194,9 @@ def wait_until_ready(settings: RunSettings, payload: bytes, stop: threading.Even
         waited = clock() - started
         if stop.is_set() or waited >= limit:
             if settings.wait_ready is None:
+                hint = "" if "TLS" in what else " (--wait-ready SECONDS waits for a starting router)"
                 raise RouterLatencyError(
-                    f"router not reachable at {settings.endpoint.shown}: {what} "
-                    f"(--wait-ready SECONDS waits for a starting router)", "--url")
+                    f"router not reachable at {settings.endpoint.shown}: {what}{hint}", "--url")
             raise RouterLatencyError(f"router not ready after {limit:g} s: {what}", "--url")
         time.sleep(min(0.25, max(limit - waited, 0.01)))
 
@@ -1778,13 +1787,26 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
     complete = not stop.is_set() and len(passes) == len(settings.concurrency)
     document = run_document(settings, args.label, args.corpus, corpus_sha, prompts, started,
                             warmup, passes, complete, ready_after, args.max_errors)
-    write_atomic(args.out, dump_json(document))
+    data = dump_json(document)
+    try:
+        write_atomic(args.out, data)
+        write_failure = None
+    except RouterLatencyError as exc:
+        write_failure = f"{exc}; {rescue_copy(data, args.out)}"
     if not args.quiet:
         print(f"run {args.label}: {len(prompts)} prompts, corpus {corpus_sha[:12]}, "
               f"{settings.endpoint.shown}")
         for line in format_run_summary(passes):
             print(line)
-        print(f"wrote {args.out}" + ("" if complete else " (incomplete: interrupted)"))
+        if write_failure is None:
+            print(f"wrote {args.out}" + ("" if complete else " (incomplete: interrupted)"))
+    not_found = sum(r["status"] == 404 for p in passes for r in p["requests"])
+    if not_found:
+        stderr_line(f"{not_found} requests answered 404 Not Found at {settings.endpoint.shown}: "
+                    f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
+    if write_failure is not None:
+        print(f"router-latency: error: {write_failure}", file=sys.stderr)
+        return EXIT_USAGE
     if caught:
         return EXIT_SIGNAL[caught[0]]
     failed = sum(sum(p["summary"]["errors"].values()) for p in passes if not p["discarded"])
@@ -1793,6 +1815,17 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
             stderr_line(f"{failed} requests failed (--max-errors {args.max_errors})")
         return EXIT_GATE
     return EXIT_OK
+
+
+def rescue_copy(data: bytes, out: str) -> str:
+    """Save measurements that could not be written where asked; return where they went."""
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return f"the measurements were saved to {path}"
+    except OSError as exc:
+        return f"the measurements could not be saved anywhere ({exc.strerror or exc})"
 
 
 def corpus_texts(path: str) -> Optional[dict]:
