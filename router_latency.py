@@ -1800,8 +1800,9 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
             print(line)
         if write_failure is None:
             print(f"wrote {args.out}" + ("" if complete else " (incomplete: interrupted)"))
-    not_found = sum(r["status"] == 404 for p in passes for r in p["requests"])
-    if not_found:
+    statuses = [r["status"] for p in passes for r in p["requests"]]
+    not_found = statuses.count(404)
+    if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
         stderr_line(f"{not_found} requests answered 404 Not Found at {settings.endpoint.shown}: "
                     f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
     if write_failure is not None:
