@@ -1194,7 +1194,7 @@ def wait_until_ready(settings: RunSettings, payload: bytes, stop: threading.Even
         waited = clock() - started
         if stop.is_set() or waited >= limit:
             if settings.wait_ready is None:
-                hint = "" if "TLS" in what else " (--wait-ready SECONDS waits for a starting router)"
+                hint = "" if "TLS" in what else "; --wait-ready SECONDS waits for a starting router"
                 raise RouterLatencyError(
                     f"router not reachable at {settings.endpoint.shown}: {what}{hint}", "--url")
             raise RouterLatencyError(f"router not ready after {limit:g} s: {what}", "--url")
@@ -1867,7 +1867,10 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     if len(shas) > 1:
         first, second = list(shas.values())[:2]
         raise RouterLatencyError(f"files of different corpora: {first} and {second}", args.dir)
-    report = judge_rounds(runs, args.base, args.new, args.tolerance, args.allow_incomplete)
+    try:
+        report = judge_rounds(runs, args.base, args.new, args.tolerance, args.allow_incomplete)
+    except RouterLatencyError as exc:
+        raise RouterLatencyError(str(exc), exc.where or args.dir) from None
     code = rounds_exit_code(report, args.strict)
     if args.format == "json":
         print(json.dumps(rounds_json(report, runs, code), indent=1, allow_nan=False))

@@ -143,7 +143,7 @@ def test_rounds_error_rows_of_bad_folders(tmp_path, cli):
     make_run(tmp_path / "r1-gpu.json")
     single = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
     assert single.code == 2
-    assert single.err == "router-latency: error: need at least 2 usable rounds, have 1\n"
+    assert single.err == f"router-latency: error: need at least 2 usable rounds, have 1 ({tmp_path})\n"
     make_run(tmp_path / "r2-cpu.json")
     missing = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
     assert missing.code == 2 and missing.err == (
