@@ -32,11 +32,13 @@ import platform
 import queue
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -72,6 +74,7 @@ PERCENTILE_METHOD = ("linear interpolation between closest ranks "
                      "(Hyndman-Fan R7, numpy's default)")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
+DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")
@@ -134,6 +137,19 @@ class Prompt(NamedTuple):
     source: str
 
 
+class PassEnvironment(NamedTuple):
+    """What a pass recorded of its surroundings, as rounds reports it."""
+    load_min: Optional[float] = None
+    load_max: Optional[float] = None
+    peak_load: Optional[float] = None  # over every attempt, discarded ones included
+    discarded_attempts: int = 0
+    driver_cpu_s: Optional[float] = None
+    wall_s: Optional[float] = None
+    router_cpus: Optional[str] = None
+    gpu_mib: tuple = ()  # total used MiB over devices, before and after
+    faults: Optional[float] = None  # sum of increases of restart/fault series; None: not read
+
+
 class PassData(NamedTuple):
     """One pass of a loaded run file, as compare and rounds use it."""
     name: str
@@ -141,6 +157,7 @@ class PassData(NamedTuple):
     discarded: bool
     summary: Optional[dict]
     decisions: dict  # prompt id -> decision string, or None for a failed request
+    environment: PassEnvironment = PassEnvironment()
 
 
 class RunData(NamedTuple):
@@ -152,6 +169,8 @@ class RunData(NamedTuple):
     started_utc: str
     insecure: bool
     passes: dict  # pass name -> PassData, in file order
+    started_unix: Optional[float] = None
+    max_load: Optional[float] = None
 
 
 class Row(NamedTuple):
@@ -620,9 +639,59 @@ def load_run(path: str) -> RunData:
                                      f"{path}: passes[{i}]")
         passes[item.name] = item
     label = document.get("label")
+    started_unix = _number(document.get("started_unix"), f"{path}: started_unix",
+                           nullable=True)
+    settings = document.get("settings")
+    max_load = _number(settings.get("max_load"), f"{path}: settings.max_load", nullable=True) \
+        if isinstance(settings, dict) else None
     return RunData(str(path), label if isinstance(label, str) else "", document["complete"],
                    corpus["sha256"], count, str(document.get("started_utc", "")),
-                   document.get("insecure") is True, passes)
+                   document.get("insecure") is True, passes, started_unix, max_load)
+
+
+def _pass_environment(raw: dict, where: str) -> PassEnvironment:
+    """Return the environment a pass recorded; fields a file lacks are None."""
+    def load_of(record: Any, at: str) -> tuple:
+        load = record.get("load") if isinstance(record, dict) else None
+        if not isinstance(load, dict):
+            return None, None
+        values = [_number(load.get(k), f"{at}.load.{k}", nullable=True)
+                  for k in ("min", "max", "start", "end")]
+        known = [v for v in values if v is not None]
+        return (min(known), max(known)) if known else (None, None)
+
+    load_min, load_max = load_of(raw, where)
+    attempts = raw.get("discarded_attempts") or []
+    if not isinstance(attempts, list):
+        raise RouterLatencyError("expected a list", f"{where}.discarded_attempts")
+    peaks = [load_of(a, f"{where}.discarded_attempts[{i}]")[1] for i, a in enumerate(attempts)]
+    peaks = [p for p in (load_max, *peaks) if p is not None]
+    environment = raw.get("environment")
+    environment = environment if isinstance(environment, dict) else {}
+    cpus = environment.get("router_cpus")
+    gpu_mib = []
+    gpu = environment.get("gpu")
+    if isinstance(gpu, dict):
+        for moment in ("before", "after"):
+            reading = gpu.get(moment)
+            used = reading.get("used_mib") if isinstance(reading, dict) else None
+            if isinstance(used, dict) and used:
+                gpu_mib.append(math.fsum(_number(v, f"{where}.environment.gpu.{moment}")
+                                         for v in used.values()))
+    faults = None
+    metrics = environment.get("metrics")
+    if isinstance(metrics, dict) and isinstance(metrics.get("deltas"), dict):
+        deltas = metrics["deltas"]
+        for series, delta in deltas.items():
+            if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+                raise RouterLatencyError("expected a number",
+                                         f"{where}.environment.metrics.deltas.{series}")
+        faults = math.fsum(max(d, 0.0) for d in deltas.values())
+    summary = raw.get("summary") if isinstance(raw.get("summary"), dict) else {}
+    return PassEnvironment(
+        load_min, load_max, max(peaks) if peaks else None, len(attempts),
+        _number(raw.get("driver_cpu_s"), f"{where}.driver_cpu_s", nullable=True),
+        summary.get("wall_s"), cpus if isinstance(cpus, str) else None, tuple(gpu_mib), faults)
 
 
 def _load_pass(raw: Any, count: int, where: str) -> PassData:
@@ -636,7 +705,8 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
         raise RouterLatencyError("expected true or false", f"{where}.discarded")
     summary = raw.get("summary")
     if discarded:
-        return PassData(pass_name(concurrency), concurrency, True, None, {})
+        return PassData(pass_name(concurrency), concurrency, True, None, {},
+                        _pass_environment(raw, where))
     if not isinstance(summary, dict):
         raise RouterLatencyError("expected an object", f"{where}.summary")
     for key in ("requests", "ok"):
@@ -673,7 +743,8 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
             raise RouterLatencyError(f"expected null or one of {', '.join(ERROR_KINDS)}",
                                      f"{at}.error")
         decisions[prompt_id] = decision if error is None else None
-    return PassData(pass_name(concurrency), concurrency, False, summary, decisions)
+    return PassData(pass_name(concurrency), concurrency, False, summary, decisions,
+                    _pass_environment(raw, where))
 
 
 def reference_decisions(run: RunData) -> dict:
@@ -715,6 +786,105 @@ def decision_agreement(base: dict, new: dict) -> Agreement:
                                  if base[i] is None or new[i] is None or base[i] != new[i]])
 
 
+# --- parsing tool output ---
+
+PROMETHEUS_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def parse_prometheus(text: str) -> dict:
+    """Return {series: value} of a Prometheus text exposition (format 0.0.4).
+
+    The series is the metric name with its labels as they stand, sorted by label name, so the
+    same series scraped twice has the same key. Comments and malformed lines are skipped.
+    """
+    samples = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = PROMETHEUS_NAME.match(line)
+        if not match:
+            continue
+        name, rest = match.group(), line[match.end():]
+        labels = ""
+        if rest.startswith("{"):
+            end = _label_block_end(rest)
+            if end < 0:
+                continue
+            pairs = re.findall(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"',
+                               rest[1:end])
+            labels = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(pairs)) + "}"
+            rest = rest[end + 1:]
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        samples[name + labels] = value
+    return samples
+
+
+def _label_block_end(text: str) -> int:
+    """Return the index of the brace closing a label block, skipping quoted values; -1 if none."""
+    quoted = escaped = False
+    for i, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif char == "\\" and quoted:
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == "}" and not quoted:
+            return i
+    return -1
+
+
+def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> dict:
+    """Return after - before of the series whose name matches a pattern (a new series from 0)."""
+    deltas = {}
+    for series, value in sorted(after.items()):
+        name = series.split("{", 1)[0]
+        if any(p.search(name) for p in patterns) and math.isfinite(value):
+            previous = before.get(series, 0.0)
+            if math.isfinite(previous):
+                deltas[series] = value - previous
+    return deltas
+
+
+def parse_rocm_smi(text: str) -> dict:
+    """Return {device: used VRAM MiB} from `rocm-smi --showmeminfo vram --json`."""
+    start = text.find("{")  # rocm-smi may print warnings before the JSON
+    if start < 0:
+        raise ValueError("no JSON in rocm-smi output")
+    document = json.loads(text[start:])
+    used = {}
+    for device, fields in document.items():
+        if isinstance(fields, dict) and "VRAM Total Used Memory (B)" in fields:
+            used[device] = round(int(str(fields["VRAM Total Used Memory (B)"])) / 2 ** 20, 1)
+    if not used:
+        raise ValueError("no 'VRAM Total Used Memory (B)' in rocm-smi output")
+    return used
+
+
+def parse_nvidia_smi(text: str) -> dict:
+    """Return {device: used memory MiB} from `nvidia-smi --query-gpu=index,memory.used
+    --format=csv,noheader,nounits` (lines like '0, 1234'; '[N/A]' is left out)."""
+    used = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 2 or not fields[0]:
+            continue
+        try:
+            used[f"gpu{int(fields[0])}"] = float(fields[1])
+        except ValueError:
+            continue
+    if not used and text.strip() and "N/A" not in text and "Not Supported" not in text:
+        raise ValueError("unexpected nvidia-smi output")
+    return used
+
+
 # --- HTTP client ---
 
 class Endpoint(NamedTuple):
@@ -734,19 +904,20 @@ class RequestFailed(Exception):
         self.detail = detail
 
 
-def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH) -> Endpoint:
+def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
+                   option: str = "--url") -> Endpoint:
     """Return the endpoint of a router URL; a base URL gets the preview path appended."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise RouterLatencyError(f"not a valid URL: {exc}", "--url") from None
+        raise RouterLatencyError(f"not a valid URL: {exc}", option) from None
     if parts.scheme not in ("http", "https"):
         raise RouterLatencyError(
             "the URL must start with http:// or https://" if not parts.scheme
-            else f"scheme {parts.scheme}:// is not supported, use http:// or https://", "--url")
+            else f"scheme {parts.scheme}:// is not supported, use http:// or https://", option)
     if not parts.hostname:
-        raise RouterLatencyError("the URL has no host", "--url")
+        raise RouterLatencyError("the URL has no host", option)
     port = port or (443 if parts.scheme == "https" else 80)
     path = parts.path if parts.path not in ("", "/") else default_path
     if parts.query:
@@ -987,6 +1158,175 @@ def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
     return (decision, None) if decision is not None else (None, "no_decision")
 
 
+# --- environment captures ---
+
+GPU_COMMANDS = {
+    "rocm": ("rocm-smi", ["rocm-smi", "--showmeminfo", "vram", "--json"], parse_rocm_smi),
+    "nvidia": ("nvidia-smi", ["nvidia-smi", "--query-gpu=index,memory.used",
+                              "--format=csv,noheader,nounits"], parse_nvidia_smi),
+}
+PROBE_OUTPUT_BYTES = 4096
+DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
+
+
+class CaptureSettings(NamedTuple):
+    probes: tuple = ()  # (name, shell command) pairs
+    probe_timeout: float = 10.0
+    gpu: Optional[str] = None  # a key of GPU_COMMANDS, or None
+    metrics: Optional[Endpoint] = None
+    metric_patterns: tuple = ()
+    router_pid: Optional[int] = None
+    router_cgroup: Optional[str] = None
+
+
+def resolve_gpu(choice: str) -> Optional[str]:
+    """Return the GPU tool to read: the one asked for, or the first found on PATH for auto."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return choice
+    for key, (tool, _, _) in GPU_COMMANDS.items():
+        if shutil.which(tool):
+            return key
+    return None
+
+
+def gpu_memory(key: str, timeout: float) -> dict:
+    """Return {"used_mib": {device: MiB}} from the GPU tool, or {"error": why}."""
+    tool, command, parse = GPU_COMMANDS[key]
+    if not shutil.which(tool):
+        return {"error": f"{tool} not found"}
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{tool}: {exc.__class__.__name__}"}
+    if done.returncode != 0:
+        return {"error": f"{tool} exited {done.returncode}"}
+    try:
+        return {"used_mib": parse(done.stdout.decode("utf-8", "replace"))}
+    except (ValueError, TypeError, AttributeError) as exc:
+        return {"error": f"{tool}: {exc}"}
+
+
+def run_probe(command: str, timeout: float) -> dict:
+    """Return exit code, the first 4 KB of stdout and the seconds of one probe command."""
+    started = time.monotonic()
+    # its own session, so that a timeout ends the whole pipeline, not just the shell
+    process = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+        code, timed_out = process.returncode, False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        output, _ = process.communicate()
+        code, timed_out = None, True
+    return {"exit": code, "timed_out": timed_out,
+            "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def router_cpus(capture: CaptureSettings) -> Optional[str]:
+    """Return the router's effective CPU list, as the kernel writes it ('0-15'), or None."""
+    try:
+        if capture.router_cgroup:
+            folder = Path(capture.router_cgroup)
+            for name in ("cpuset.cpus.effective", "cpuset.effective_cpus", "cpuset.cpus"):
+                if (folder / name).is_file():
+                    return (folder / name).read_text().strip()
+            return None
+        if capture.router_pid:
+            for line in Path(f"/proc/{capture.router_pid}/status").read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
+    """Return {"samples": {...}} of one Prometheus scrape, or {"error": why}."""
+    connection = Connection(endpoint, timeout, ssl.create_default_context()
+                            if endpoint.scheme == "https" else None)
+    try:
+        status, body = connection.exchange(encode_request(endpoint, "GET", b"", ()))
+    except RequestFailed as failure:
+        return {"error": failure.kind}
+    finally:
+        connection.close()
+    if status != 200:
+        return {"error": f"HTTP {status}"}
+    return {"samples": parse_prometheus(body.decode("utf-8", "replace"))}
+
+
+def capture_snapshot(capture: CaptureSettings) -> dict:
+    """Return the probes, GPU memory, metrics and router CPU set at one moment."""
+    return {
+        "probes": {name: run_probe(command, capture.probe_timeout)
+                   for name, command in capture.probes},
+        "gpu": gpu_memory(capture.gpu, capture.probe_timeout) if capture.gpu else None,
+        "metrics": scrape_metrics(capture.metrics, capture.probe_timeout)
+        if capture.metrics else None,
+        "router_cpus": router_cpus(capture),
+    }
+
+
+def environment_record(capture: CaptureSettings, before: dict, after: dict) -> dict:
+    """Return what a pass records of its environment from the snapshots around it."""
+    record = {"router_cpus": after["router_cpus"] or before["router_cpus"]}
+    if capture.probes:
+        record["probes"] = {"before": before["probes"], "after": after["probes"]}
+    if capture.gpu:
+        record["gpu"] = {"tool": GPU_COMMANDS[capture.gpu][0], "before": before["gpu"],
+                         "after": after["gpu"]}
+    if capture.metrics:
+        errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
+        record["metrics"] = {"error": errors[0]} if errors else {
+            "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
+                                    capture.metric_patterns)}
+    return record
+
+
+class LoadSampler:
+    """Reads the 1-minute load average at the start, once a second, and at the end."""
+
+    def __init__(self, loadavg_file: Optional[str], interval: float = 1.0):
+        self.loadavg_file = loadavg_file
+        self.interval = interval
+        self.samples: list = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.done.wait(self.interval):
+            self.samples.append(read_load(self.loadavg_file))
+
+    def start(self) -> "LoadSampler":
+        self.samples.append(read_load(self.loadavg_file))
+        self.thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self.done.set()
+        self.thread.join()
+        start = self.samples[0]
+        self.samples.append(read_load(self.loadavg_file))
+        known = [x for x in self.samples if x is not None]
+        return {"start": start, "end": self.samples[-1], "min": min(known, default=None),
+                "max": max(known, default=None), "samples": len(self.samples)}
+
+
+def driver_cpu_seconds() -> float:
+    """Return the user and system CPU seconds of this process and its finished children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 # --- measuring ---
 
 class RunSettings(NamedTuple):
@@ -1003,6 +1343,7 @@ class RunSettings(NamedTuple):
     loadavg_file: Optional[str]
     insecure: bool
     wait_ready: Optional[float]
+    capture: CaptureSettings = CaptureSettings()
 
 
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
@@ -1219,15 +1560,25 @@ def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading
         name = pass_name(concurrency)
         attempts = []
         for attempt in range(settings.load_retries + 1):
-            load_start = read_load(settings.loadavg_file)
-            started_utc = utc_now()
+            before = capture_snapshot(settings.capture)
+            started_utc, started_unix = utc_now(), time.time()
+            sampler = LoadSampler(settings.loadavg_file).start()
+            cpu_before = driver_cpu_seconds()
             requests, wall_s = measure_pass(settings, payloads, concurrency, stop, progress,
                                             pass_title(name))
-            load_end = read_load(settings.loadavg_file)
-            loads = [x for x in (load_start, load_end) if x is not None]
-            record = {"started_utc": started_utc,
-                      "load": {"start": load_start, "end": load_end},
+            driver_cpu_s = driver_cpu_seconds() - cpu_before
+            load = sampler.stop()
+            after = capture_snapshot(settings.capture)
+            loads = [x for x in (load["start"], load["end"]) if x is not None]
+            record = {"started_utc": started_utc, "started_unix": round(started_unix, 3),
+                      "load": load, "driver_cpu_s": round(driver_cpu_s, 3),
+                      "environment": environment_record(settings.capture, before, after),
                       "summary": pass_summary(requests, wall_s), "requests": requests}
+            # below a second, thread start-up dominates the share: no warning
+            if wall_s >= 1.0 and driver_cpu_s / wall_s > DRIVER_BUSY:
+                notify(f"{pass_title(name)}: the driver kept a core "
+                       f"{100 * driver_cpu_s / wall_s:.0f}% busy; the driver, not the router, "
+                       f"may be the limit")
             too_loaded = bool(loads) and max(loads) > settings.max_load
             if too_loaded and not stop.is_set():
                 attempts.append(record)
@@ -1242,9 +1593,12 @@ def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading
                            "discarded_attempts": attempts})
             break
         else:
+            last = attempts[-1]
             passes.append({"name": name, "concurrency": concurrency, "discarded": True,
-                           "interrupted": False, "started_utc": attempts[-1]["started_utc"],
-                           "load": attempts[-1]["load"], "summary": None, "requests": [],
+                           "interrupted": False, "started_utc": last["started_utc"],
+                           "started_unix": last["started_unix"], "load": last["load"],
+                           "driver_cpu_s": last["driver_cpu_s"],
+                           "environment": last["environment"], "summary": None, "requests": [],
                            "discarded_attempts": attempts})
     return passes
 
@@ -1261,7 +1615,8 @@ def cpu_affinity() -> Optional[list]:
 
 
 def run_document(settings: RunSettings, label: str, corpus_path: str, corpus_sha: str,
-                 prompts: Sequence[Prompt], started: str, warmup: dict, passes: list,
+                 prompts: Sequence[Prompt], started: str, started_unix: float, warmup: dict,
+                 passes: list,
                  complete: bool, ready_after_s: Optional[float], max_errors: int) -> dict:
     """Return the run file's document."""
     return {
@@ -1272,12 +1627,20 @@ def run_document(settings: RunSettings, label: str, corpus_path: str, corpus_sha
         "python": platform.python_version(),
         "host": socket.gethostname(),
         "started_utc": started,
+        "started_unix": started_unix,
         "ended_utc": utc_now(),
         "url": settings.endpoint.shown,
         "model": settings.model,
         "header_names": [name for name, _ in settings.headers],
         "insecure": settings.insecure,
         "driver": {"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
+        "router": {"pid": settings.capture.router_pid, "cgroup": settings.capture.router_cgroup},
+        "captures": {
+            "probes": [name for name, _ in settings.capture.probes],
+            "gpu": GPU_COMMANDS[settings.capture.gpu][0] if settings.capture.gpu else None,
+            "metrics_url": settings.capture.metrics.shown if settings.capture.metrics else None,
+            "metric_patterns": [p.pattern for p in settings.capture.metric_patterns],
+        },
         "corpus": {"path": corpus_path, "sha256": corpus_sha, "count": len(prompts)},
         "settings": {
             "warmup": settings.warmup, "concurrency": list(settings.concurrency),
@@ -1386,7 +1749,80 @@ def judge_rounds(runs: dict, base: str, new: str, tolerance_pct: float,
                           "differ": [{"id": i, "base": base_decisions[i],
                                       "new": new_decisions[i]} for i in agree.differ]})
     return {"base": base, "new": new, "used": used, "left_out": left_out, "rows": rows,
-            "agreement": agreement, "tolerance_pct": tolerance_pct}
+            "agreement": agreement, "tolerance_pct": tolerance_pct,
+            "environment": environment_rows(runs, base, new),
+            "order": order_balance(runs, base, new, rows, used)}
+
+
+def environment_rows(runs: dict, base: str, new: str) -> list:
+    """Return one row per round and side: load, CPU set, GPU memory, faults, driver CPU, flags."""
+    rows = []
+    for number, sides in runs.items():
+        for side in (base, new):
+            run = sides[side]
+            envs = [p.environment for p in run.passes.values()]
+            lows = [e.load_min for e in envs if e.load_min is not None]
+            highs = [e.load_max for e in envs if e.load_max is not None]
+            peaks = [e.peak_load for e in envs if e.peak_load is not None]
+            cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
+            gpu = [v for e in envs for v in e.gpu_mib]
+            faults = [e.faults for e in envs if e.faults is not None]
+            cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
+            walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
+            rows.append({
+                "round": number, "side": side,
+                "load_min": min(lows) if lows else None, "load_max": max(highs) if highs else None,
+                "router_cpus": " ".join(cpus) if cpus else None,
+                "gpu_mib_min": min(gpu) if gpu else None, "gpu_mib_max": max(gpu) if gpu else None,
+                "faults": math.fsum(faults) if faults else None,
+                "discarded_attempts": sum(e.discarded_attempts for e in envs),
+                "driver_cpu_s": round(math.fsum(cpu_s), 3) if cpu_s else None,
+                "driver_cpu_pct": round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
+                if walls and math.fsum(walls) > 0 else None,
+                "above_load_limit": bool(peaks) and run.max_load is not None
+                and max(peaks) > run.max_load,
+                "max_load": run.max_load, "flags": []})
+    for side in (base, new):
+        seen = [r["router_cpus"] for r in rows if r["side"] == side and r["router_cpus"]]
+        usual = max(set(seen), key=seen.count) if seen else None
+        for row in rows:
+            if row["side"] == side and row["router_cpus"] and row["router_cpus"] != usual:
+                row["flags"].append(f"cpuset differs (usually {usual})")
+    for row in rows:
+        if row["faults"]:
+            row["flags"].append("restart/fault")
+        if row["above_load_limit"]:
+            row["flags"].append(f"load above {row['max_load']:g}")
+        if row["discarded_attempts"]:
+            row["flags"].append("discarded attempts")
+    return rows
+
+
+def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> dict:
+    """Return which side started first in each round and the paired p50 difference by order."""
+    first = {}
+    for number, sides in runs.items():
+        b, n = sides[base], sides[new]
+        if b.started_unix is not None and n.started_unix is not None:
+            keys = (b.started_unix, n.started_unix)
+        else:
+            keys = (b.started_utc, n.started_utc) if b.started_utc and n.started_utc else (0, 0)
+        first[number] = None if keys[0] == keys[1] else base if keys[0] < keys[1] else new
+    base_first = [r for r in used if first[r] == base]
+    new_first = [r for r in used if first[r] == new]
+    effects = []
+    for row in rows:
+        if row.metric != "p50_ms":
+            continue
+        diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
+        mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
+                for key, group in (("base_first", base_first), ("new_first", new_first))}
+        effects.append({"pass": row.pass_name, **mean})
+    unknown = [r for r in used if first[r] is None]
+    return {"first": {f"r{k}": v for k, v in first.items()}, "base_first": base_first,
+            "new_first": new_first, "unknown": unknown,
+            "balanced": not unknown and abs(len(base_first) - len(new_first)) <= 1,
+            "p50_difference_by_order": effects}
 
 
 def _row(name: str, metric: str, base_values: list, new_values: list,
@@ -1583,6 +2019,8 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
                   for s in (base, new)]
         error_parts.append(f"r{number} {counts[0]}/{counts[1]}")
     lines.append(f"errors ({base}/{new}): " + ", ".join(error_parts))
+    lines += [""] + format_environment(report, markdown=markdown) + [""]
+    lines += format_order(report)
     for item in report["left_out"]:
         lines.append(f"left out: r{item['round']}: {item['why']}")
     insecure = sorted({Path(run.path).name for sides in runs.values() for run in sides.values()
@@ -1591,6 +2029,51 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
                      f"{', '.join(insecure)}")
     lines.append(verdict_line(report))
+    return lines
+
+
+def format_environment(report: dict, *, markdown: bool = False) -> list:
+    """Return the lines of the per-round environment table."""
+    def span(low: Optional[float], high: Optional[float]) -> str:
+        if low is None:
+            return "n/a"
+        return fmt_value(low) if fmt_value(low) == fmt_value(high) else \
+            f"{fmt_value(low)}-{fmt_value(high)}"
+
+    table = []
+    for row in report["environment"]:
+        cpu = "n/a" if row["driver_cpu_s"] is None else (
+            f"{row['driver_cpu_s']:.2f} s" + (f" ({row['driver_cpu_pct']:.0f}%)"
+                                             if row["driver_cpu_pct"] is not None else ""))
+        table.append([f"r{row['round']}", row["side"], span(row["load_min"], row["load_max"]),
+                      row["router_cpus"] or "n/a", span(row["gpu_mib_min"], row["gpu_mib_max"]),
+                      "n/a" if row["faults"] is None else f"{row['faults']:g}",
+                      str(row["discarded_attempts"]), cpu, ", ".join(row["flags"]) or "-"])
+    return render_table(["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
+                         "discarded", "driver cpu", "flags"], table, markdown=markdown,
+                        right=[False, False, True, False, True, True, True, True, False])
+
+
+def format_order(report: dict) -> list:
+    """Return the lines on start order balance and its effect on p50."""
+    order, base, new = report["order"], report["base"], report["new"]
+    rounds = ", ".join
+
+    def names(group: list) -> str:
+        return rounds(f"r{n}" for n in group) or "none"
+
+    lines = [f"order: {base} first in {names(order['base_first'])}; {new} first in "
+             f"{names(order['new_first'])}" + (f"; unknown in {names(order['unknown'])}"
+                                               if order["unknown"] else "")
+             + ("; balanced" if order["balanced"] else "")]
+    if not order["balanced"]:
+        lines.append(f"warning: start order unbalanced: rounds should alternate which side "
+                     f"starts first")
+    effects = [f"{pass_title(e['pass'])} {fmt_value(e['base_first'])} / "
+               f"{fmt_value(e['new_first'])}" for e in order["p50_difference_by_order"]]
+    if order["base_first"] and order["new_first"] and effects:
+        lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
+                     + "; ".join(effects))
     return lines
 
 
@@ -1622,7 +2105,8 @@ def rounds_json(report: dict, runs: dict, exit_code: int) -> dict:
     return {"schema": ROUNDS_SCHEMA, "base": report["base"], "new": report["new"],
             "tolerance_pct": report["tolerance_pct"], "used": report["used"],
             "left_out": report["left_out"], "files": files, "rows": rows,
-            "agreement": report["agreement"], "verdict": verdict_line(report),
+            "agreement": report["agreement"], "environment": report["environment"],
+            "order": report["order"], "verdict": verdict_line(report),
             "exit_code": exit_code}
 
 
@@ -1673,6 +2157,16 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
         def do_GET(self) -> None:
             if self.path == "/health":
                 self.answer(200, {"status": "ok"})
+            elif self.path == "/metrics":
+                text = ("# HELP router_requests_total Preview requests served.\n"
+                        "# TYPE router_requests_total counter\n"
+                        f"router_requests_total{{endpoint=\"preview\"}} {self.server.served}\n"
+                        "# TYPE router_restarts_total counter\n"
+                        "router_restarts_total 0\n"
+                        "# TYPE router_classifier_errors_total counter\n"
+                        "router_classifier_errors_total{signal=\"domain\"} 0\n").encode()
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4"
+                                 b"\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text))
             else:
                 self.answer(404, {"error": f"no route {self.path}"})
 
@@ -1752,11 +2246,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     prompts, corpus_sha = load_corpus(args.corpus)
     endpoint = parse_endpoint(args.url)
+    metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
+                             option="--metrics-url") if args.metrics_url else None
+    if args.router_cgroup and not Path(args.router_cgroup).is_dir():
+        raise RouterLatencyError("not a cgroup folder", "--router-cgroup")
+    if args.router_pid and not Path(f"/proc/{args.router_pid}").exists():
+        raise RouterLatencyError(f"no process {args.router_pid}", "--router-pid")
+    capture = CaptureSettings(tuple(args.probe), args.probe_timeout, resolve_gpu(args.gpu),
+                              metrics, tuple(args.metric or [re.compile(DEFAULT_METRIC_PATTERN)]),
+                              args.router_pid, args.router_cgroup)
     settings = RunSettings(endpoint, tuple(args.header), args.model, args.timeout, args.warmup,
                            tuple(args.concurrency), tuple(args.decision_path or
                                                           DEFAULT_DECISION_PATHS),
                            args.max_load, args.load_retries, args.load_pause, args.loadavg_file,
-                           args.insecure, args.wait_ready)
+                           args.insecure, args.wait_ready, capture)
     stop = threading.Event()
     caught: list = []
 
@@ -1777,7 +2280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list,
                   corpus_sha: str, stop: threading.Event, caught: list) -> int:
-    started = utc_now()
+    started, started_unix = utc_now(), round(time.time(), 3)
     ready_after = wait_until_ready(settings, encode_prompts(settings, ["hello"])[0], stop)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     notify = (lambda m: None) if args.quiet else stderr_line
@@ -1786,7 +2289,7 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
     passes = run_passes(settings, payloads, stop, progress, notify)
     complete = not stop.is_set() and len(passes) == len(settings.concurrency)
     document = run_document(settings, args.label, args.corpus, corpus_sha, prompts, started,
-                            warmup, passes, complete, ready_after, args.max_errors)
+                            started_unix, warmup, passes, complete, ready_after, args.max_errors)
     data = dump_json(document)
     try:
         write_atomic(args.out, data)
@@ -1920,6 +2423,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                  "gpu": {"delay_ms": 1.5, "jitter_ms": 0.5}}
         print(f"demo: two simulated routers, serial like one GPU process each: cpu 3 ms + up to "
               f"1 ms jitter, gpu 1.5 ms + up to 0.5 ms; {args.rounds} rounds in {work}")
+        print("(the simulated routers run inside the driver's process here, so 'router cpus' "
+              "and 'driver cpu' are that process's)")
         code = main(["corpus", "--repo", str(repo), "--out", corpus_path])
         if code:
             return code
@@ -1931,7 +2436,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 try:
                     code = main(["run", "--url", router.url, "--corpus", corpus_path,
                                  "--out", str(work / f"r{number}-{side}.json"), "--label", side,
-                                 "--quiet", "--load-pause", "1"])
+                                 "--quiet", "--load-pause", "1", "--metrics-url", router.url,
+                                 "--router-pid", str(os.getpid())])
                 finally:
                     router.stop()
                 if code:
@@ -1982,6 +2488,27 @@ def concurrency_list(text: str) -> tuple:
             raise argparse.ArgumentTypeError(f"concurrency {int(part)} given twice")
         levels.append(int(part))
     return tuple(levels)
+
+
+def positive_int(text: str) -> int:
+    if not re.fullmatch(r"\d+", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def probe_spec(text: str) -> tuple:
+    name, sep, command = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not command.strip():
+        raise argparse.ArgumentTypeError("expected NAME=COMMAND, NAME of letters, digits, "
+                                         "'.', '_' or '-'")
+    return name, command
+
+
+def metric_pattern(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
 
 
 def side_name(text: str) -> str:
@@ -2087,6 +2614,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wait up to this long for the router to answer before starting")
     p.add_argument("--insecure", action="store_true",
                    help="do not verify HTTPS certificates (recorded in the file)")
+    p.add_argument("--probe", action="append", default=[], type=probe_spec,
+                   metavar="NAME=COMMAND",
+                   help="shell command run before and after each pass; exit code and the first "
+                        "4 KB of stdout are stored (repeatable)")
+    p.add_argument("--probe-timeout", type=positive_float, default=10.0,
+                   help="seconds a probe, GPU tool or metrics scrape may take")
+    p.add_argument("--gpu", choices=("auto", "rocm", "nvidia", "none"), default="auto",
+                   help="record used GPU memory before and after each pass with rocm-smi or "
+                        "nvidia-smi (auto: whichever is on PATH)")
+    router = p.add_mutually_exclusive_group()
+    router.add_argument("--router-pid", type=positive_int,
+                        help="record this process's effective CPU set")
+    router.add_argument("--router-cgroup", metavar="PATH",
+                        help="record the cgroup's cpuset.cpus.effective")
+    p.add_argument("--metrics-url", help="router's Prometheus endpoint, scraped before and "
+                                         "after each pass; a URL without a path gets /metrics")
+    p.add_argument("--metric", action="append", type=metric_pattern, metavar="REGEX",
+                   help="keep series whose name matches (repeatable; default: names "
+                        f"matching {DEFAULT_METRIC_PATTERN})")
     p.add_argument("--force", action="store_true", help="overwrite an existing run file")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_run)

@@ -20,7 +20,10 @@
 #     --new-stop 'docker rm -f "router-$SIDE"' \
 #     -- --concurrency 1,4,16
 #
-# Everything after `--` goes to each `router-latency run`. Set DRIVER_CPUS (for example 30-31)
+# Everything after `--` goes to each `router-latency run`, with ROUND and SIDE in its
+# environment, so a probe can name the side's container:
+#   -- --probe cpuset='docker exec "router-$SIDE" cat /sys/fs/cgroup/cpuset.cpus.effective'
+# Set DRIVER_CPUS (for example 30-31)
 # to pin the driver with taskset to cores the routers do not use. --dry-run prints the schedule
 # and runs nothing. Only the start and stop commands given are run; nothing else is evaluated.
 set -euo pipefail
@@ -39,6 +42,7 @@ declare -A start_cmd=([base]="" [new]="")
 declare -A stop_cmd=([base]="" [new]="")
 declare -A url=([base]="" [new]="")
 declare -A url_file=([base]="" [new]="")
+declare -A metrics_url=([base]="" [new]="")
 run_args=()
 
 usage() {
@@ -53,6 +57,8 @@ Options:
   --base-stop CMD, --new-stop CMD     stop it (also run when the script fails)
   --base-url URL, --new-url URL       where the side answers
   --base-url-file F, --new-url-file F read the URL from F once the side started
+  --base-metrics-url U, --new-metrics-url U  scrape the side's Prometheus metrics around
+                          each pass (run --metrics-url)
   --wait-ready SECONDS    how long a started router may take to answer (default 300)
   --tolerance PCT         passed to `rounds` (default 5)
   --tool PATH             router_latency.py to use (default: the one beside rounds/)
@@ -73,6 +79,7 @@ while [ $# -gt 0 ]; do
     --base-stop|--new-stop) side=${1#--}; stop_cmd[${side%-stop}]=${2?}; shift 2 ;;
     --base-url|--new-url) side=${1#--}; url[${side%-url}]=${2?}; shift 2 ;;
     --base-url-file|--new-url-file) side=${1#--}; url_file[${side%-url-file}]=${2?}; shift 2 ;;
+    --base-metrics-url|--new-metrics-url) side=${1#--}; metrics_url[${side%-metrics-url}]=${2?}; shift 2 ;;
     --wait-ready) wait_ready=${2?}; shift 2 ;;
     --tolerance) tolerance=${2?}; shift 2 ;;
     --tool) tool=${2?}; shift 2 ;;
@@ -106,13 +113,16 @@ fi
 order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
 
 if [ "$dry_run" -eq 1 ]; then
+  shown_args=""
+  if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
   for ((r = 1; r <= rounds; r++)); do
     for role in $(order_of "$r"); do
       side=${name[$role]}
       printf 'round %d %s: start: %s\n' "$r" "$side" "${start_cmd[$role]}"
-      printf 'round %d %s: run: %s run --url %s --corpus %s --out %s --label %s --wait-ready %s %s\n' \
-        "$r" "$side" "${driver[*]}" "${url[$role]:-<from ${url_file[$role]}>}" "$corpus" \
-        "$dir/r$r-$side.json" "$side" "$wait_ready" "${run_args[*]:-}"
+      printf 'round %d %s: run: ROUND=%d SIDE=%s %s run --url %s --corpus %s --out %s --label %s --wait-ready %s%s %s\n' \
+        "$r" "$side" "$r" "$side" "${driver[*]}" "${url[$role]:-<from ${url_file[$role]}>}" \
+        "$corpus" "$dir/r$r-$side.json" "$side" "$wait_ready" \
+        "${metrics_url[$role]:+ --metrics-url ${metrics_url[$role]}}" "$shown_args"
       printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]}"
     done
   done
@@ -155,9 +165,13 @@ for ((r = 1; r <= rounds; r++)); do
       [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
       target=$(head -n 1 -- "${url_file[$role]}")
     fi
+    side_args=()
+    if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
     code=0
-    "${driver[@]}" run --url "$target" --corpus "$corpus" --out "$dir/r$r-$side.json" \
-      --label "$side" --wait-ready "$wait_ready" --quiet ${run_args[@]+"${run_args[@]}"} || code=$?
+    # ROUND and SIDE reach the probes (run --probe), which run through the shell
+    ROUND=$r SIDE=$side "${driver[@]}" run --url "$target" --corpus "$corpus" \
+      --out "$dir/r$r-$side.json" --label "$side" --wait-ready "$wait_ready" --quiet \
+      ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} || code=$?
     stop_side "$role"
     case "$code" in
       0) ;;

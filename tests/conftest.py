@@ -59,10 +59,12 @@ def write_corpus(path, texts):
 
 
 def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=None,
-             complete=True, discarded=(), errors=None, started="2026-01-01T00:00:00Z"):
+             complete=True, discarded=(), errors=None, started="2026-01-01T00:00:00Z",
+             started_unix=None, environment=None, load=None, driver_cpu_s=None):
     """Write a valid run file with given summary figures.
 
-    passes: {concurrency: (p50, p95, p99, req_per_s)}; decisions: list per prompt id.
+    passes: {concurrency: (p50, p95, p99, req_per_s)}; decisions: list per prompt id;
+    environment, load, driver_cpu_s: recorded as is in every pass.
     """
     passes = passes or {1: (10.0, 12.0, 13.0, 100.0)}
     decisions = decisions or ["d"] * count
@@ -83,12 +85,17 @@ def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=N
         summary = {"requests": count, "ok": count - failed, "errors": kinds, "p50_ms": p50,
                    "p95_ms": p95, "p99_ms": p99, "mean_ms": p50, "min_ms": p50,
                    "max_ms": p99, "req_per_s": rps, "wall_s": count / rps}
-        items.append({"name": rl.pass_name(concurrency), "concurrency": concurrency,
-                      "discarded": False, "summary": summary, "requests": requests})
+        item = {"name": rl.pass_name(concurrency), "concurrency": concurrency,
+                "discarded": False, "summary": summary, "requests": requests}
+        for key, value in (("environment", environment), ("load", load),
+                           ("driver_cpu_s", driver_cpu_s)):
+            if value is not None:
+                item[key] = value
+        items.append(item)
     document = {"schema": rl.RUN_SCHEMA, "label": label, "complete": complete,
-                "started_utc": started, "corpus": {"path": "c.json", "sha256": sha,
-                                                   "count": count},
-                "passes": items}
+                "started_utc": started, "started_unix": started_unix,
+                "settings": {"max_load": 120.0},
+                "corpus": {"path": "c.json", "sha256": sha, "count": count}, "passes": items}
     Path(path).write_text(json.dumps(document), encoding="utf-8")
     return str(path)
 

@@ -14,11 +14,22 @@ NEW = [(5, 20.5, 40, 99), (6, 21, 41, 101), (7, 20, 42, 100)]
 
 
 def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100)):
+    """Three rounds; cpu starts first in r1 and r3, gpu in r2. r2's cpu router had other cores,
+    r2's gpu side ran above the load limit, r3's gpu router restarted once."""
     for number, figures in enumerate(NEW, 1):
-        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base})
+        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
+                 started_unix=1000.0 * number,
+                 environment={"router_cpus": "0-7" if number == 2 else "0-15"},
+                 load={"start": 0.5, "end": 1.5, "min": 0.5, "max": 1.5}, driver_cpu_s=0.015)
         decisions = ["d", "d", "e"] if number == differ_in_round else None
+        environment = {"router_cpus": "16-31",
+                       "gpu": {"tool": "rocm-smi", "before": {"used_mib": {"card0": 1024.0}},
+                               "after": {"used_mib": {"card0": 1100.0}}},
+                       "metrics": {"deltas": {"router_restarts_total": float(number == 3)}}}
         make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: figures},
-                 decisions=decisions)
+                 decisions=decisions, started_unix=1000.0 * number + (-500 if number == 2 else 500),
+                 environment=environment, driver_cpu_s=0.015,
+                 load={"start": 1.0, "end": 130.0 if number == 2 else 2.0})
 
 
 def test_rounds_table_reads_like_the_published_record(tmp_path, cli):
@@ -46,6 +57,17 @@ speedup: base/new for latency, new/base for req/s; tolerance 5% of the base medi
         decisions r2: 2/3 agree; differ: #2 d -> e
         decisions r3: 3/3 agree
         errors (cpu/gpu): r1 0/0, r2 0/0, r3 0/0
+
+        round  side        load  router cpus      gpu MiB  restarts/faults  discarded    driver cpu  flags
+        r1     cpu   0.500-1.50  0-15                 n/a              n/a          0  0.01 s (50%)  -
+        r1     gpu    1.00-2.00  16-31        1,024-1,100                0          0  0.01 s (50%)  -
+        r2     cpu   0.500-1.50  0-7                  n/a              n/a          0  0.01 s (50%)  cpuset differs (usually 0-15)
+        r2     gpu     1.00-130  16-31        1,024-1,100                0          0  0.01 s (50%)  load above 120
+        r3     cpu   0.500-1.50  0-15                 n/a              n/a          0  0.01 s (50%)  -
+        r3     gpu    1.00-2.00  16-31        1,024-1,100                1          0  0.01 s (50%)  restart/fault
+
+        order: cpu first in r1, r3; gpu first in r2; balanced
+        mean p50 gpu - cpu when cpu / gpu started first: Sequential -4.00 / -4.00
         verdict: FAIL: regression in Sequential p99; decisions differ in r2 (1 input)
         """)
     assert result.code == 1
@@ -167,3 +189,30 @@ def test_rounds_agreement_counts_failed_requests_as_disagreeing(tmp_path, cli):
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
     assert "decisions r2: 2/3 agree; differ: #2 d -> (no decision)" in result.out
     assert result.code == 1
+
+
+def test_rounds_warns_when_the_start_order_is_unbalanced(tmp_path, cli):
+    for number in (1, 2, 3):
+        make_run(tmp_path / f"r{number}-cpu.json", started_unix=100.0 * number)
+        make_run(tmp_path / f"r{number}-gpu.json", started_unix=100.0 * number + 50)
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                 "json")
+    order = json.loads(result.out)["order"]
+    assert order["base_first"] == [1, 2, 3] and order["new_first"] == []
+    assert order["balanced"] is False
+    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
+    assert "order: cpu first in r1, r2, r3; gpu first in none" in text
+    assert "warning: start order unbalanced: rounds should alternate which side starts first" \
+        in text
+
+
+def test_rounds_json_carries_the_environment(tmp_path, cli):
+    three_rounds(tmp_path)
+    report = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                            "--format", "json").out)
+    rows = {(r["round"], r["side"]): r for r in report["environment"]}
+    assert rows[(2, "cpu")]["flags"] == ["cpuset differs (usually 0-15)"]
+    assert rows[(3, "gpu")]["faults"] == 1.0
+    assert rows[(1, "gpu")]["gpu_mib_min"] == 1024.0 and rows[(1, "gpu")]["gpu_mib_max"] == 1100.0
+    assert rows[(2, "gpu")]["above_load_limit"] is True
+    assert report["order"]["first"] == {"r1": "cpu", "r2": "gpu", "r3": "cpu"}

@@ -139,7 +139,9 @@ def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
     for item in document["passes"]:
         assert item["discarded"] is True and item["summary"] is None
         assert len(item["discarded_attempts"]) == 2
-        assert item["discarded_attempts"][0]["load"] == {"start": 150.0, "end": 150.0}
+        assert item["discarded_attempts"][0]["load"] == {"start": 150.0, "end": 150.0,
+                                                         "min": 150.0, "max": 150.0,
+                                                         "samples": 2}
         assert item["discarded_attempts"][0]["summary"]["ok"] == 3
     assert "Sequential: load 150.0 above 120, timings discarded (attempt 1 of 2)" in result.err
     assert "Sequential  discarded: load above the limit" in result.out
@@ -156,7 +158,8 @@ def test_run_keeps_a_pass_that_ran_under_the_limit(simulator, tmp_path, cli):
     assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                "--concurrency", "1", "--loadavg-file", load, "--quiet").code == 0
     item = json.loads(out.read_text())["passes"][0]
-    assert item["discarded"] is False and item["load"] == {"start": 12.5, "end": 12.5}
+    assert item["discarded"] is False
+    assert item["load"] == {"start": 12.5, "end": 12.5, "min": 12.5, "max": 12.5, "samples": 2}
     assert item["discarded_attempts"] == []
 
 
