@@ -41,7 +41,8 @@ def driver_args(tmp_path, corpus, *extra):
             "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"),
             "--new", "gpu", "--new-start", simulate_command(tmp_path, "gpu", 0.5),
             "--new-stop", stop, "--new-url-file", str(tmp_path / "gpu.url"),
-            *extra, "--", "--concurrency", "1,2", "--warmup", "2"]
+            *extra, "--", "--concurrency", "1,2", "--warmup", "2",
+            "--probe", "side=echo $SIDE $ROUND"]
 
 
 def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
@@ -56,6 +57,8 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     assert result.stderr.splitlines() == ["round 1/2: cpu", "round 1/2: gpu", "round 2/2: gpu",
                                           "round 2/2: cpu"]
     assert result.stdout.startswith("rounds: 2 used (r1, r2); base cpu, new gpu")
+    probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
+    assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
     assert result.stdout.splitlines()[-1].startswith("verdict: PASS")
 
 
@@ -87,3 +90,12 @@ def test_driver_rejects_bad_options(tmp_path):
         command[index + 1] = args[1]
         result = subprocess.run(command, capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr
+
+
+def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
+    result = subprocess.run(driver_args(tmp_path, "c.json", "--dry-run"), capture_output=True,
+                            text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
+                                                        "DRIVER_CPUS": "1"})
+    runs = [line for line in result.stdout.splitlines() if ": run: " in line]
+    assert len(runs) == 4 and all(" taskset -c 1 " in line for line in runs)
+    assert "--probe side=echo\\ \\$SIDE\\ \\$ROUND" in runs[0]
