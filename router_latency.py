@@ -33,6 +33,7 @@ import queue
 import random
 import re
 import resource
+import selectors
 import shutil
 import signal
 import socket
@@ -547,15 +548,17 @@ def check_schema(document: Any, expected: str, path: str) -> None:
         raise RouterLatencyError(f"schema is {schema!r}, expected {expected!r}", f"{path}: schema")
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write data to path through a temporary file in the same folder, fsync and rename."""
+def write_atomic(path: str, data) -> None:
+    """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
+    same folder, fsync and rename."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for chunk in ([data] if isinstance(data, bytes) else data):
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp_name, target)
@@ -600,6 +603,40 @@ def dump_json(document: Any) -> bytes:
     """Return the bytes a result document is written as."""
     return (json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n") \
         .encode("utf-8", "surrogatepass")
+
+
+def dump_run(document: dict) -> Iterator[bytes]:
+    """Yield the bytes of a run file: indented, but one line per request record.
+
+    json's indenting encoder is written in Python and builds millions of small strings for a
+    100,000-request run; records encoded one by one with the C encoder, and yielded a thousand
+    at a time, keep memory and time proportional to the records themselves.
+    """
+    record_lists: list = []
+    token = os.urandom(8).hex()  # no string a router or a user wrote can look like it
+
+    def hollow(item: dict) -> dict:
+        record_lists.append(item["requests"])
+        return {**item, "requests": f"\x00{token} {len(record_lists) - 1}\x00"}
+
+    shell = dict(document)
+    shell["passes"] = [
+        {**hollow(p), "discarded_attempts": [hollow(a) for a in p.get("discarded_attempts", [])]}
+        for p in document["passes"]]
+    text = json.dumps(shell, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    for i, part in enumerate(re.split(rf'"\\u0000{token} (\d+)\\u0000"', text)):
+        if i % 2 == 0:
+            yield part.encode("utf-8", "surrogatepass")
+            continue
+        records = record_lists[int(part)]
+        if not records:
+            yield b"[]"
+            continue
+        for start in range(0, len(records), 1000):
+            lines = ",\n".join(encode(r) for r in records[start:start + 1000])
+            yield (("[\n" if start == 0 else ",\n") + lines).encode("utf-8", "surrogatepass")
+        yield b"\n]"
 
 
 # --- run files ---
@@ -964,8 +1001,145 @@ def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequen
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body
 
 
+class ResponseReader:
+    """Incremental parser of one HTTP/1.x response: feed it bytes until it says complete.
+
+    Shared by the blocking Connection and the event loop of a pass, so that both read every
+    framing the same way: Content-Length, chunked, or to the close of the connection.
+    """
+
+    __slots__ = ("buffer", "status", "keep_open", "body", "_length", "_chunks", "_mode")
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.status: Optional[int] = None
+        self.keep_open = True
+        self.body = b""
+        self._length = 0
+        self._chunks: list = []
+        self._mode = "head"  # head, length, chunked, close, done
+
+    def feed(self, data: bytes) -> bool:
+        """Take received bytes; return True once the response is complete."""
+        self.buffer += data
+        if self._mode == "head":
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buffer) > 65536:
+                    raise RequestFailed("reset")  # no server sends such a head
+                return False
+            self._parse_head(bytes(self.buffer[:end]))
+            del self.buffer[:end + 4]
+        if self._mode == "length":
+            if len(self.buffer) >= self._length:
+                self.body = bytes(self.buffer[:self._length])
+                self._mode = "done"
+        elif self._mode == "chunked":
+            self._parse_chunks()
+        elif self._mode == "close" and len(self.buffer) > MAX_BODY_BYTES:
+            raise RequestFailed("too_large", self.status)
+        return self._mode == "done"
+
+    def eof(self) -> bool:
+        """The server closed the connection; return True when that ends the response."""
+        if self._mode == "close":
+            self.body = bytes(self.buffer)
+            self._mode = "done"
+            self.keep_open = False
+            return True
+        if self._mode == "done":
+            return True
+        raise RequestFailed("reset")  # closed before the response was whole
+
+    def _parse_head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise RequestFailed("reset")
+        self.status = int(parts[1])
+        length = chunked = None
+        connection = b""
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    raise RequestFailed("reset") from None
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                connection = value.strip().lower()
+        self.keep_open = (parts[0] == b"HTTP/1.1" and b"close" not in connection) or \
+            (parts[0] == b"HTTP/1.0" and b"keep-alive" in connection)
+        if 100 <= self.status < 200 or self.status in (204, 304):
+            self._mode = "done"
+        elif chunked:
+            self._mode = "chunked"
+        elif length is not None:
+            if length > MAX_BODY_BYTES:
+                raise RequestFailed("too_large", self.status)
+            self._length, self._mode = length, "length"
+        else:
+            self._mode, self.keep_open = "close", False
+
+    def _parse_chunks(self) -> None:
+        while True:
+            end = self.buffer.find(b"\r\n")
+            if end < 0:
+                return
+            if self._length == -1:  # after the last chunk: trailers up to an empty line
+                if end == 0:
+                    self.body = b"".join(self._chunks)
+                    self._mode = "done"
+                    return
+                del self.buffer[:end + 2]
+                continue
+            try:
+                size = int(bytes(self.buffer[:end]).split(b";")[0].strip(), 16)
+            except ValueError:
+                raise RequestFailed("reset") from None
+            if size == 0:
+                self._length = -1
+                del self.buffer[:end + 2]
+                continue
+            if len(self.buffer) < end + 2 + size + 2:
+                return
+            self._chunks.append(bytes(self.buffer[end + 2:end + 2 + size]))
+            if sum(map(len, self._chunks)) > MAX_BODY_BYTES:
+                raise RequestFailed("too_large", self.status)
+            del self.buffer[:end + 2 + size + 2]
+
+
+def open_socket(endpoint: Endpoint, timeout: float,
+                ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
+    """Return a connected socket (TLS-wrapped for https); raise RequestFailed."""
+    try:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    except socket.timeout:
+        raise RequestFailed("timeout") from None
+    except OSError:
+        raise RequestFailed("connect") from None
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname=endpoint.host)
+    except socket.timeout:
+        sock.close()
+        raise RequestFailed("timeout") from None
+    except ssl.SSLError as exc:
+        sock.close()
+        raise RequestFailed("tls", detail=getattr(exc, "verify_message", None)
+                            or exc.reason or str(exc)) from None
+    except OSError:
+        sock.close()
+        raise RequestFailed("connect") from None
+    return sock
+
+
 class Connection:
-    """One persistent HTTP/1.1 connection, reopened after an error or a close."""
+    """One persistent blocking HTTP/1.1 connection, reopened after an error or a close."""
 
     def __init__(self, endpoint: Endpoint, timeout: float,
                  ssl_context: Optional[ssl.SSLContext] = None):
@@ -973,51 +1147,38 @@ class Connection:
         self.timeout = timeout
         self.ssl_context = ssl_context
         self.sock: Optional[socket.socket] = None
-        self.reader = None
 
     def connect(self) -> None:
-        try:
-            sock = socket.create_connection((self.endpoint.host, self.endpoint.port),
-                                            timeout=self.timeout)
-        except socket.timeout:
-            raise RequestFailed("timeout") from None
-        except OSError:
-            raise RequestFailed("connect") from None
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.ssl_context is not None:
-                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.endpoint.host)
-        except socket.timeout:
-            sock.close()
-            raise RequestFailed("timeout") from None
-        except ssl.SSLError as exc:
-            sock.close()
-            raise RequestFailed("tls", detail=getattr(exc, "verify_message", None)
-                                or exc.reason or str(exc)) from None
-        except OSError:
-            sock.close()
-            raise RequestFailed("connect") from None
-        self.sock = sock
-        self.reader = sock.makefile("rb", buffering=65536)
+        self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context)
 
     def close(self) -> None:
         if self.sock is not None:
             try:
-                self.reader.close()
                 self.sock.close()
             except OSError:
                 pass
-        self.sock = self.reader = None
+        self.sock = None
 
     def exchange(self, payload: bytes) -> tuple:
         """Return (status, body) of one request; raise RequestFailed with its kind."""
         if self.sock is None:
             self.connect()
         deadline = time.monotonic() + self.timeout
+        reader = ResponseReader()
         try:
             self.sock.settimeout(self.timeout)
             self.sock.sendall(payload)
-            status, body, keep_open = self._read_response(deadline)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RequestFailed("timeout")
+                self.sock.settimeout(left)
+                data = self.sock.recv(262144)
+                if not data:
+                    reader.eof()
+                    break
+                if reader.feed(data):
+                    break
         except RequestFailed:
             self.close()
             raise
@@ -1027,95 +1188,9 @@ class Connection:
         except (OSError, ValueError):
             self.close()
             raise RequestFailed("reset") from None
-        if not keep_open:
+        if not reader.keep_open:
             self.close()
-        return status, body
-
-    def _remaining(self, deadline: float) -> None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise RequestFailed("timeout")
-        self.sock.settimeout(left)
-
-    def _readline(self, deadline: float) -> bytes:
-        self._remaining(deadline)
-        line = self.reader.readline(65537)
-        if not line.endswith(b"\n"):
-            raise RequestFailed("reset")  # closed, or a line no server sends
-        return line
-
-    def _read_exact(self, n: int, deadline: float) -> bytes:
-        chunks, left = [], n
-        while left > 0:
-            self._remaining(deadline)
-            chunk = self.reader.read1(min(left, 65536))
-            if not chunk:
-                raise RequestFailed("reset")  # body shorter than announced
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
-    def _read_response(self, deadline: float) -> tuple:
-        status_line = self._readline(deadline)
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise RequestFailed("reset")
-        version, status = parts[0], int(parts[1])
-        headers = {}
-        for _ in range(200):
-            line = self._readline(deadline)
-            if line in (b"\r\n", b"\n"):
-                break
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        else:
-            raise RequestFailed("reset")
-        connection = headers.get("connection", "").lower()
-        keep_open = (version == b"HTTP/1.1" and "close" not in connection) or \
-            (version == b"HTTP/1.0" and "keep-alive" in connection)
-        if 100 <= status < 200 or status in (204, 304):
-            return status, b"", keep_open
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return status, self._read_chunked(deadline, status), keep_open
-        if "content-length" in headers:
-            try:
-                length = int(headers["content-length"])
-            except ValueError:
-                raise RequestFailed("reset") from None
-            if length > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", status)
-            return status, self._read_exact(length, deadline), keep_open
-        return status, self._read_to_close(deadline, status), False
-
-    def _read_chunked(self, deadline: float, status: int) -> bytes:
-        chunks, total = [], 0
-        while True:
-            size_line = self._readline(deadline).split(b";")[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                raise RequestFailed("reset") from None
-            if size == 0:
-                while self._readline(deadline) not in (b"\r\n", b"\n"):
-                    pass  # trailers
-                return b"".join(chunks)
-            total += size
-            if total > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", status)
-            chunks.append(self._read_exact(size, deadline))
-            self._readline(deadline)
-
-    def _read_to_close(self, deadline: float, status: int) -> bytes:
-        chunks, total = [], 0
-        while True:
-            self._remaining(deadline)
-            chunk = self.reader.read1(65536)
-            if not chunk:
-                return b"".join(chunks)
-            total += len(chunk)
-            if total > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", status)
-            chunks.append(chunk)
+        return reader.status, reader.body
 
 
 def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
@@ -1405,73 +1480,250 @@ class Progress:
             self.thread = None
 
 
-def measure_pass(settings: RunSettings, payloads: Sequence[bytes], concurrency: int,
-                 stop: threading.Event, progress: Progress, title: str) -> tuple:
-    """Send every payload once over concurrency connections; return (requests, wall_s)."""
-    jobs: queue.SimpleQueue = queue.SimpleQueue()
-    for index in range(len(payloads)):
-        jobs.put(index)
-    results: list = []
-    gate = threading.Barrier(concurrency + 1)
-    context = make_ssl_context(settings)
+class _Slot:
+    """One connection of a pass and the request it carries."""
 
-    def worker() -> None:
-        connection = Connection(settings.endpoint, settings.timeout, context)
-        try:
-            connection.connect()  # outside the timed region: latency excludes the handshake
-        except RequestFailed:
-            pass  # the first request reconnects and records why it failed
-        try:
-            gate.wait()
-        except threading.BrokenBarrierError:
-            connection.close()
-            return
+    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending")
+
+    def __init__(self) -> None:
+        self.sock: Optional[socket.socket] = None
+        self.reader: Optional[ResponseReader] = None
+        self.index = self.scheduled = self.started = self.deadline = 0
+        self.pending: Optional[memoryview] = None
+
+
+class PassLoop:
+    """Sends one pass from a single thread: non-blocking sockets on one selector.
+
+    No request waits for another thread to take the interpreter lock before its time is
+    stamped, and the end time of every response completed in one wake-up is the moment the
+    selector returned: when the bytes were already there. Closed loop: `concurrency`
+    connections, each sending its next request when the previous one is answered. Open loop:
+    `schedule` gives each request's send time (ns from the start); requests wait for a free
+    connection (up to `concurrency` of them), and their latency counts from the schedule.
+    """
+
+    def __init__(self, settings: RunSettings, payloads: Sequence[bytes], stop: threading.Event,
+                 concurrency: int, schedule: Optional[Sequence[int]] = None):
+        self.settings = settings
+        self.payloads = payloads
+        self.stop = stop
+        self.concurrency = concurrency
+        self.schedule = schedule
+        self.context = make_ssl_context(settings)
+        self.selector = selectors.DefaultSelector()
+        self.results: list = []  # (index, scheduled, started, ended, status, body, error)
+        self.bodies: dict = {}  # identical bodies kept once
+        self.next_index = 0
+        self.timeout_ns = int(settings.timeout * 1e9)
+        self.busy: set = set()
+        self.idle: list = []
+
+    # connections
+
+    def _open(self, slot: _Slot) -> None:
+        slot.sock = open_socket(self.settings.endpoint, self.settings.timeout, self.context)
+        slot.sock.setblocking(False)
+        self.selector.register(slot.sock, selectors.EVENT_READ, slot)
+
+    def _close(self, slot: _Slot) -> None:
+        if slot.sock is not None:
+            try:
+                self.selector.unregister(slot.sock)
+            except (KeyError, ValueError):
+                pass
+            try:
+                slot.sock.close()
+            except OSError:
+                pass
+            slot.sock = None
+
+    # requests
+
+    def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None) -> None:
+        self.results.append((slot.index, slot.scheduled, slot.started, now, status, b"", kind))
+        self._close(slot)
+        self._release(slot)
+
+    def _release(self, slot: _Slot) -> None:
+        self.busy.discard(slot)
+        self.idle.append(slot)
+
+    def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
+        """Send request `index` on slot; a failure is recorded and frees the slot again."""
         perf = time.perf_counter_ns
-        record = results.append
-        while not stop.is_set():
+        slot.index, slot.scheduled = index, scheduled
+        self.busy.add(slot)
+        if self.idle and self.idle[-1] is slot:
+            self.idle.pop()
+        if slot.sock is None:
+            slot.started = perf()
             try:
-                index = jobs.get_nowait()
-            except queue.Empty:
-                break
-            started = perf()
-            try:
-                status, body = connection.exchange(payloads[index])
-                error = None
+                self._open(slot)  # a reconnect is part of this request's latency
             except RequestFailed as failure:
-                status, body, error = failure.status, b"", failure.kind
-            record((index, started, perf(), status, body, error))
-        connection.close()
+                self._fail(slot, failure.kind, perf())
+                return
+        else:
+            slot.started = perf()
+        slot.deadline = slot.started + self.timeout_ns
+        slot.reader = ResponseReader()
+        payload = self.payloads[index]
+        try:
+            sent = slot.sock.send(payload)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            sent = 0
+        except OSError:
+            self._fail(slot, "reset", perf())
+            return
+        if sent < len(payload):
+            slot.pending = memoryview(payload)[sent:]
+            self.selector.modify(slot.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, slot)
+        else:
+            slot.pending = None
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    progress.start(title, len(payloads), lambda: len(results))
+    def _write_more(self, slot: _Slot, now: int) -> None:
+        try:
+            sent = slot.sock.send(slot.pending)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return
+        except OSError:
+            self._fail(slot, "reset", now)
+            return
+        slot.pending = slot.pending[sent:] if sent < len(slot.pending) else None
+        if slot.pending is None:
+            self.selector.modify(slot.sock, selectors.EVENT_READ, slot)
+
+    def _read(self, slot: _Slot, now: int) -> None:
+        sock, reader = slot.sock, slot.reader
+        try:
+            while True:
+                try:
+                    data = sock.recv(262144)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return
+                complete = reader.feed(data) if data else reader.eof()
+                if complete or not data:
+                    break
+                if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
+                    return
+        except RequestFailed as failure:
+            self._fail(slot, failure.kind, now, failure.status)
+            return
+        except OSError:
+            self._fail(slot, "reset", now)
+            return
+        body = self.bodies.setdefault(reader.body, reader.body)
+        self.results.append((slot.index, slot.scheduled, slot.started, now, reader.status, body,
+                             None))
+        if not reader.keep_open:
+            self._close(slot)
+        self._release(slot)
+
+    # the loop
+
+    def run(self) -> list:
+        """Send every payload once; return the raw results."""
+        perf = time.perf_counter_ns
+        slots = [_Slot() for _ in range(self.concurrency)]
+        opened = slots if self.schedule is None else slots[:min(4, len(slots))]
+        for slot in opened:
+            try:
+                self._open(slot)  # before the pass: latency excludes the first handshake
+            except RequestFailed:
+                pass  # the first request on it reconnects and records why it failed
+        self.idle = list(reversed(slots))
+        total = len(self.payloads)
+        origin = perf()
+        while True:
+            now = perf()
+            self._start_due(now, origin, total)
+            if not self.busy:
+                if self.next_index >= total or self.stop.is_set():
+                    break
+                wait = self._wait_for_schedule(now, origin)
+            else:
+                nearest = min(slot.deadline for slot in self.busy)
+                wait = max(nearest - now, 0) / 1e9
+                if self.schedule is not None and self.next_index < total and self.idle:
+                    wait = min(wait, self._wait_for_schedule(now, origin))
+            events = self.selector.select(wait)
+            now = perf()
+            for key, mask in events:
+                slot = key.data
+                if slot not in self.busy:
+                    continue
+                if mask & selectors.EVENT_WRITE and slot.pending is not None:
+                    self._write_more(slot, now)
+                if mask & selectors.EVENT_READ and slot in self.busy:
+                    self._read(slot, now)
+            for slot in [s for s in self.busy if s.deadline <= now]:
+                self._fail(slot, "timeout", now)
+        for slot in slots:
+            self._close(slot)
+        self.selector.close()
+        return self.results
+
+    def _wait_for_schedule(self, now: int, origin: int) -> float:
+        if self.schedule is None or self.next_index >= len(self.schedule):
+            return 0.0
+        return max(origin + self.schedule[self.next_index] - now, 0) / 1e9
+
+    def _start_due(self, now: int, origin: int, total: int) -> None:
+        """Send what is due: closed loop, a request per free connection; open loop, every
+        request whose time has come while a connection is free."""
+        while self.idle and self.next_index < total and not self.stop.is_set():
+            if self.schedule is None:
+                scheduled = now
+            else:
+                scheduled = origin + self.schedule[self.next_index]
+                if scheduled > now:
+                    return
+            index = self.next_index
+            self.next_index += 1
+            self._send(self.idle[-1], index, scheduled)
+            now = time.perf_counter_ns()
+
+
+def measure_pass(settings: RunSettings, payloads: Sequence[bytes], concurrency: int,
+                 stop: threading.Event, progress: Progress, title: str,
+                 schedule: Optional[Sequence[int]] = None) -> tuple:
+    """Send every payload once; return (request records, wall seconds)."""
+    loop = PassLoop(settings, payloads, stop, concurrency, schedule)
+    progress.start(title, len(payloads), lambda: len(loop.results))
     try:
-        gate.wait()
-    except threading.BrokenBarrierError:
-        pass
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)  # short joins keep the main thread free to take signals
-    progress.end()
-    return records_of(results, settings.decision_paths)
+        results = loop.run()
+    finally:
+        progress.end()
+    return records_of(results, settings.decision_paths, open_loop=schedule is not None)
 
 
-def records_of(results: list, paths: Sequence[str]) -> tuple:
-    """Return (request records in send order, wall seconds) of a pass's raw results."""
+def records_of(results: list, paths: Sequence[str], *, open_loop: bool = False) -> tuple:
+    """Return (request records in send order, wall seconds) of a pass's raw results.
+
+    Decisions are read here, after the pass, once per distinct body.
+    """
     if not results:
         return [], 0.0
     results.sort(key=lambda r: r[1])
-    first = results[0][1]
-    last = max(r[2] for r in results)
+    first = min(r[2] for r in results)
+    last = max(r[3] for r in results)
+    classified: dict = {}
     requests = []
-    for index, started, ended, status, body, error in results:
+    for position, (index, scheduled, started, ended, status, body, error) in enumerate(results):
+        results[position] = None  # free each raw result once its record exists
         decision = None
         if error is None:
-            decision, error = classify(status, body, paths)
-        requests.append({"id": index, "start_ms": round((started - first) / 1e6, 4),
-                         "latency_ms": round((ended - started) / 1e6, 4), "status": status,
-                         "decision": decision, "error": error})
+            key = (status, body)
+            if key not in classified:
+                classified[key] = classify(status, body, paths)
+            decision, error = classified[key]
+        record = {"id": index, "start_ms": round((started - first) / 1e6, 4),
+                  "latency_ms": round((ended - (scheduled if open_loop else started)) / 1e6, 4),
+                  "status": status, "decision": decision, "error": error}
+        if open_loop:
+            record["service_ms"] = round((ended - started) / 1e6, 4)
+            record["behind_ms"] = round((started - scheduled) / 1e6, 4)
+        requests.append(record)
     return requests, (last - first) / 1e9
 
 
@@ -2290,12 +2542,11 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
     complete = not stop.is_set() and len(passes) == len(settings.concurrency)
     document = run_document(settings, args.label, args.corpus, corpus_sha, prompts, started,
                             started_unix, warmup, passes, complete, ready_after, args.max_errors)
-    data = dump_json(document)
     try:
-        write_atomic(args.out, data)
+        write_atomic(args.out, dump_run(document))
         write_failure = None
     except RouterLatencyError as exc:
-        write_failure = f"{exc}; {rescue_copy(data, args.out)}"
+        write_failure = f"{exc}; {rescue_copy(dump_run(document), args.out)}"
     if not args.quiet:
         print(f"run {args.label}: {len(prompts)} prompts, corpus {corpus_sha[:12]}, "
               f"{settings.endpoint.shown}")
@@ -2321,12 +2572,13 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
     return EXIT_OK
 
 
-def rescue_copy(data: bytes, out: str) -> str:
+def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
     """Save measurements that could not be written where asked; return where they went."""
     try:
         fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            for chunk in chunks:
+                handle.write(chunk)
         return f"the measurements were saved to {path}"
     except OSError as exc:
         return f"the measurements could not be saved anywhere ({exc.strerror or exc})"

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""The driver's own cost: router_latency.py run against wrk on the same loopback endpoints.
+
+Starts two targets on 127.0.0.1:
+  null   nginx (Debian nginx-light) answering every preview with `return 200` and a fixed
+         decision JSON: what is left is the client's and the loopback's cost;
+  sim2   router_latency.py simulate with a fixed 2 ms delay.
+Then, interleaved over --reps repetitions, measures each target with wrk (a C load generator,
+POST with a Lua body, percentiles from its HdrHistogram) and with `router_latency.py run` at
+concurrency 1, 4 and 16, and ends with one 100,000-request run for the driver's peak RSS.
+
+    python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
+
+Prints medians over the repetitions: p50 and p99 of each, the driver's overhead (its p50 minus
+wrk's), the highest req/s at concurrency 16, the driver's CPU seconds per 1,000 requests, and
+the peak RSS. Installs nginx-light and wrk with apt-get when they are missing (as root). Not a
+test: it prints figures and asserts nothing.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "router_latency.py"
+sys.path.insert(0, str(ROOT))
+
+import router_latency as rl  # noqa: E402
+
+PROMPT = "What is the derivative of x squared?"
+BODY = json.dumps({"model": "MoM", "messages": [{"role": "user", "content": PROMPT}]})
+DECISION = '{"decision_result":{"decision_name":"math"},"selected_model":"qwen3"}'
+LEVELS = (1, 4, 16)
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = %s
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "WRKJSON {\\"p50_us\\":%%d,\\"p99_us\\":%%d,\\"requests\\":%%d,\\"duration_us\\":%%d,\\"errors\\":%%d}\\n",
+    latency:percentile(50), latency:percentile(99), summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {work};
+  server {{
+    listen 127.0.0.1:{port};
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    location / {{
+      default_type application/json;
+      return 200 '{decision}';
+    }}
+  }}
+}}
+"""
+
+
+def ensure_tools() -> None:
+    missing = [name for name in ("nginx", "wrk") if not shutil.which(name)]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"needs {' and '.join(missing)}: apt-get install nginx-light wrk")
+    print(f"installing {', '.join(missing)} with apt-get ...", flush=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light", "wrk"], check=True,
+                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+                   stdout=subprocess.DEVNULL)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port}")
+
+
+def start_nginx(work: Path) -> tuple:
+    port = free_port()
+    conf = work / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(work=work, port=port, decision=DECISION))
+    process = subprocess.Popen(["nginx", "-p", str(work), "-c", str(conf), "-e",
+                                str(work / "nginx-error.log")], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    wait_for_port(port)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def start_simulator(work: Path) -> tuple:
+    url_file = work / "sim.url"
+    process = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
+                                "--delay-ms", "2", "--url-file", str(url_file)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not url_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process, url_file.read_text().strip()
+
+
+def write_corpus(path: Path, count: int) -> None:
+    prompts = [{"id": i, "text": PROMPT, "source": "bench"} for i in range(count)]
+    path.write_bytes(rl.corpus_bytes({"schema": rl.CORPUS_SCHEMA, "source": {}, "files": {},
+                                      "prompts": prompts}))
+
+
+def wrk(url: str, script: Path, concurrency: int, seconds: float) -> dict:
+    threads = min(2, concurrency)
+    done = subprocess.run(["wrk", "-t", str(threads), "-c", str(concurrency), "-d",
+                           f"{seconds:g}s", "-s", str(script), url + rl.PREVIEW_PATH],
+                          capture_output=True, text=True, timeout=seconds + 30)
+    line = next(l for l in done.stdout.splitlines() if l.startswith("WRKJSON "))
+    figures = json.loads(line[len("WRKJSON "):])
+    return {"p50_ms": figures["p50_us"] / 1000, "p99_ms": figures["p99_us"] / 1000,
+            "req_per_s": figures["requests"] / (figures["duration_us"] / 1e6),
+            "errors": figures["errors"]}
+
+
+def driver(url: str, corpus: Path, out: Path, levels=LEVELS) -> tuple:
+    """Run the driver once; return (run document, peak RSS in MiB of that process)."""
+    if out.exists():
+        out.unlink()
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", url, "--corpus",
+                                str(corpus), "--out", str(out), "--label", "bench",
+                                "--concurrency", ",".join(map(str, levels)), "--warmup", "200",
+                                "--quiet", "--gpu", "none"])
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode not in (0, 1):
+        raise SystemExit(f"router_latency.py run exited {process.returncode}")
+    return json.loads(out.read_text()), usage.ru_maxrss / 1024
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--skip-rss", action="store_true", help="skip the 100,000-request run")
+    args = parser.parse_args()
+    ensure_tools()
+    work = Path(tempfile.mkdtemp(prefix="router-latency-bench-"))
+    script = work / "post.lua"
+    script.write_text(WRK_SCRIPT % json.dumps(BODY))
+    corpora = {"null": (work / "null.json", 4000), "sim2": (work / "sim2.json", 1000)}
+    for path, count in corpora.values():
+        write_corpus(path, count)
+    nginx, null_url = start_nginx(work)
+    simulator, sim_url = start_simulator(work)
+    targets = {"null": null_url, "sim2": sim_url}
+    results = {(t, c, tool): [] for t in targets for c in LEVELS for tool in ("wrk", "driver")}
+    cpu = {(t, c): [] for t in targets for c in LEVELS}
+    started = time.monotonic()
+    try:
+        for rep in range(args.reps):
+            for target, url in targets.items():
+                wrk(url, script, 16, 1)  # warm the target
+                for level in LEVELS:
+                    results[(target, level, "wrk")].append(wrk(url, script, level, 2))
+                document, _ = driver(url, corpora[target][0], work / "run.json")
+                for item in document["passes"]:
+                    summary = item["summary"]
+                    results[(target, item["concurrency"], "driver")].append(summary)
+                    cpu[(target, item["concurrency"])].append(
+                        1000 * item["driver_cpu_s"] / summary["requests"])
+            print(f"repetition {rep + 1}/{args.reps} done ({time.monotonic() - started:.0f} s)",
+                  flush=True)
+        peak = None
+        if not args.skip_rss:
+            write_corpus(work / "100k.json", 100_000)
+            _, peak = driver(null_url, work / "100k.json", work / "run-100k.json", levels=(16,))
+    finally:
+        nginx.terminate()
+        simulator.terminate()
+        nginx.wait(10)
+        simulator.wait(10)
+
+    def median(key, field):
+        return statistics.median(r[field] for r in results[key])
+
+    print()
+    print(f"{time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
+          f"{platform.python_implementation()} {platform.python_version()}, "
+          f"{args.reps} repetitions, medians; latency in ms")
+    rows = []
+    for target in targets:
+        for level in LEVELS:
+            w, d = (target, level, "wrk"), (target, level, "driver")
+            rows.append([target, str(level), f"{median(w, 'p50_ms'):.3f}",
+                         f"{median(d, 'p50_ms'):.3f}",
+                         f"{median(d, 'p50_ms') - median(w, 'p50_ms'):+.3f}",
+                         f"{100 * (median(d, 'p50_ms') / median(w, 'p50_ms') - 1):+.1f}%",
+                         f"{median(w, 'p99_ms'):.3f}", f"{median(d, 'p99_ms'):.3f}",
+                         f"{median(w, 'req_per_s'):,.0f}", f"{median(d, 'req_per_s'):,.0f}",
+                         f"{statistics.median(cpu[(target, level)]):.3f}"])
+    for line in rl.render_table(["target", "conc", "wrk p50", "driver p50", "overhead",
+                                 "", "wrk p99", "driver p99", "wrk req/s", "driver req/s",
+                                 "driver cpu s/1k"], rows, right=[False]):
+        print(line)
+    if peak is not None:
+        print(f"driver peak RSS, 100,000 requests at concurrency 16 on null: {peak:.0f} MiB")
+    print(f"took {time.monotonic() - started:.0f} s")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
