@@ -24,7 +24,6 @@ import argparse
 import base64
 import hashlib
 import http
-import http.server
 import json
 import math
 import os
@@ -2364,102 +2363,141 @@ def rounds_json(report: dict, runs: dict, exit_code: int) -> dict:
 
 # --- simulated router ---
 
-class SimulatedRouter(NamedTuple):
-    server: http.server.ThreadingHTTPServer
-    thread: threading.Thread
-    url: str
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
 def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     """Return the simulated decision for a prompt: a stable hash of its text picks one."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     return decisions[int.from_bytes(digest[:4], "big") % len(decisions)]
 
 
+class SimulatedRouter:
+    """A routing-preview server on its own threads: one per connection, as lean as a Python
+    server can be, so that on a 2-core machine it leaves the driver and the kernel their share.
+
+    Each preview waits the delay plus a uniform jitter (time.sleep, nanosecond clock); with
+    `serial`, one request at a time, like a single GPU process. GET /health and GET /metrics
+    (Prometheus text) answer at once.
+    """
+
+    def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
+                 serial: bool, decisions: Sequence[str], seed: int):
+        self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+        self.serial = serial
+        self.decisions = tuple(decisions)
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()  # the jitter generator and the counter
+        self.busy = threading.Lock()  # --serial
+        self.served = 0  # preview requests answered or being answered
+        self.connections: set = set()
+        self.stopping = threading.Event()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.listener = socket.create_server((host, port), family=family, backlog=256)
+        bound_host, bound_port = self.listener.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.url = f"http://{shown}:{bound_port}"
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(5)
+        with self.lock:
+            for connection in list(self.connections):
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self.lock:
+                self.connections.add(connection)
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        reader = connection.makefile("rb", buffering=65536)
+        try:
+            while not self.stopping.is_set():
+                line = reader.readline(65537)
+                if not line:
+                    return
+                method, path = (line.split(b" ") + [b"", b""])[:2]
+                length = 0
+                while True:
+                    header = reader.readline(65537)
+                    if header in (b"\r\n", b"\n", b""):
+                        break
+                    if header[:15].lower() == b"content-length:":
+                        length = int(header[15:])
+                body = reader.read(length) if length else b""
+                connection.sendall(self._answer(method, path, body))
+        except (OSError, ValueError):
+            return
+        finally:
+            with self.lock:
+                self.connections.discard(connection)
+            reader.close()
+            connection.close()
+
+    def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
+        """Return the whole response in one buffer: head and body in two writes would meet
+        Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
+        if method == b"GET" and path == b"/health":
+            return _http_response(200, b'{"status": "ok"}')
+        if method == b"GET" and path == b"/metrics":
+            return _http_response(200, (
+                "# HELP router_requests_total Preview requests served.\n"
+                "# TYPE router_requests_total counter\n"
+                f'router_requests_total{{endpoint="preview"}} {self.served}\n'
+                "# TYPE router_restarts_total counter\n"
+                "router_restarts_total 0\n"
+                "# TYPE router_classifier_errors_total counter\n"
+                'router_classifier_errors_total{signal="domain"} 0\n').encode(),
+                "text/plain; version=0.0.4")
+        if method != b"POST" or path != PREVIEW_PATH.encode():
+            return _http_response(404, b'{"error": "no such route"}')
+        try:
+            request = json.loads(body)
+            text = next(m["content"] for m in request["messages"] if m["role"] == "user")
+            text = text if isinstance(text, str) else json.dumps(text)
+        except (ValueError, KeyError, TypeError, StopIteration):
+            return _http_response(400, b'{"error": "expected messages with a user message"}')
+        with self.lock:
+            pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
+            self.served += 1
+        if self.serial:
+            with self.busy:
+                time.sleep(pause)
+        elif pause:
+            time.sleep(pause)
+        decision = simulated_decision(text, self.decisions)
+        return _http_response(200, json.dumps(
+            {"decision_result": {"decision_name": decision},
+             "selected_model": f"model-{decision}", "routing_decision": decision}).encode())
+
+
+def _http_response(status: int, body: bytes, content_type: str = "application/json") -> bytes:
+    return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode("latin-1") + body
+
+
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0) -> SimulatedRouter:
-    """Start a simulated routing-preview server in a thread; return it with its URL."""
-    busy = threading.Lock()
-    rng = random.Random(seed)
-    rng_lock = threading.Lock()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def answer(self, status: int, document: dict) -> None:
-            # one write for head and body: two small writes would meet Nagle's algorithm
-            # and the client's delayed ACK, adding 40 ms that no real router has
-            body = json.dumps(document).encode()
-            reason = http.HTTPStatus(status).phrase
-            head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
-            self.wfile.write(head + body)
-
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                self.answer(200, {"status": "ok"})
-            elif self.path == "/metrics":
-                text = ("# HELP router_requests_total Preview requests served.\n"
-                        "# TYPE router_requests_total counter\n"
-                        f"router_requests_total{{endpoint=\"preview\"}} {self.server.served}\n"
-                        "# TYPE router_restarts_total counter\n"
-                        "router_restarts_total 0\n"
-                        "# TYPE router_classifier_errors_total counter\n"
-                        "router_classifier_errors_total{signal=\"domain\"} 0\n").encode()
-                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4"
-                                 b"\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text))
-            else:
-                self.answer(404, {"error": f"no route {self.path}"})
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
-            if self.path != PREVIEW_PATH:
-                self.answer(404, {"error": f"no route {self.path}"})
-                return
-            try:
-                request = json.loads(raw)
-                text = next(m["content"] for m in request["messages"] if m["role"] == "user")
-                text = text if isinstance(text, str) else json.dumps(text)
-            except (ValueError, KeyError, TypeError, StopIteration):
-                self.answer(400, {"error": "expected messages with a user message"})
-                return
-            with rng_lock:
-                pause = (delay_ms + rng.uniform(0, jitter_ms)) / 1000
-                self.server.served += 1
-            if serial:
-                with busy:  # one request at a time, like a single GPU process
-                    time.sleep(pause)
-            else:
-                time.sleep(pause)
-            decision = simulated_decision(text, decisions)
-            self.answer(200, {"decision_result": {"decision_name": decision},
-                              "selected_model": f"model-{decision}",
-                              "routing_decision": decision})
-
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 128
-        served = 0  # preview requests answered or being answered
-
-    server = Server((host, port), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                              daemon=True)
-    thread.start()
-    bound_host, bound_port = server.server_address[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    return SimulatedRouter(server, thread, f"http://{shown}:{bound_port}")
+    """Start a simulated routing-preview server on its own threads; return it."""
+    return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
+                           decisions=decisions, seed=seed)
 
 
 # --- command handlers ---

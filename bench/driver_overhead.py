@@ -11,7 +11,9 @@ concurrency 1, 4 and 16, and ends with one 100,000-request run for the driver's 
 
     python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
 
-Prints medians over the repetitions: p50 and p99 of each, the driver's overhead (its p50 minus
+Like the published method, the load generators run on other cores than the server: on a
+machine of N >= 2 cores the targets are pinned to the last core and wrk and the driver to the
+others (--no-pin shares all cores). Prints medians over the repetitions: p50 and p99 of each, the driver's overhead (its p50 minus
 wrk's), the highest req/s at concurrency 16, the driver's CPU seconds per 1,000 requests, and
 the peak RSS. Installs nginx-light and wrk with apt-get when they are missing (as root). Not a
 test: it prints figures and asserts nothing.
@@ -44,6 +46,8 @@ WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.body = %s
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["User-Agent"] = %s
+wrk.headers["Accept"] = "application/json"
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -72,6 +76,16 @@ http {{
   }}
 }}
 """
+
+
+CPUS = sorted(os.sched_getaffinity(0))
+SERVER_CPUS = {CPUS[-1]} if len(CPUS) >= 2 else set(CPUS)
+CLIENT_CPUS = set(CPUS[:-1]) if len(CPUS) >= 2 else set(CPUS)
+
+
+def pinned(cpus: set):
+    """Return a preexec_fn that pins the child process to cpus."""
+    return lambda: os.sched_setaffinity(0, cpus)
 
 
 def ensure_tools() -> None:
@@ -109,7 +123,7 @@ def start_nginx(work: Path) -> tuple:
     conf.write_text(NGINX_CONF.format(work=work, port=port, decision=DECISION))
     process = subprocess.Popen(["nginx", "-p", str(work), "-c", str(conf), "-e",
                                 str(work / "nginx-error.log")], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, preexec_fn=pinned(SERVER_CPUS))
     wait_for_port(port)
     return process, f"http://127.0.0.1:{port}"
 
@@ -118,7 +132,8 @@ def start_simulator(work: Path) -> tuple:
     url_file = work / "sim.url"
     process = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
                                 "--delay-ms", "2", "--url-file", str(url_file)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               preexec_fn=pinned(SERVER_CPUS))
     deadline = time.monotonic() + 10
     while not url_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -132,10 +147,11 @@ def write_corpus(path: Path, count: int) -> None:
 
 
 def wrk(url: str, script: Path, concurrency: int, seconds: float) -> dict:
-    threads = min(2, concurrency)
+    threads = min(len(CLIENT_CPUS), concurrency)
     done = subprocess.run(["wrk", "-t", str(threads), "-c", str(concurrency), "-d",
                            f"{seconds:g}s", "-s", str(script), url + rl.PREVIEW_PATH],
-                          capture_output=True, text=True, timeout=seconds + 30)
+                          capture_output=True, text=True, timeout=seconds + 30,
+                          preexec_fn=pinned(CLIENT_CPUS))
     line = next(l for l in done.stdout.splitlines() if l.startswith("WRKJSON "))
     figures = json.loads(line[len("WRKJSON "):])
     return {"p50_ms": figures["p50_us"] / 1000, "p99_ms": figures["p99_us"] / 1000,
@@ -150,7 +166,7 @@ def driver(url: str, corpus: Path, out: Path, levels=LEVELS) -> tuple:
     process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", url, "--corpus",
                                 str(corpus), "--out", str(out), "--label", "bench",
                                 "--concurrency", ",".join(map(str, levels)), "--warmup", "200",
-                                "--quiet", "--gpu", "none"])
+                                "--quiet", "--gpu", "none"], preexec_fn=pinned(CLIENT_CPUS))
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode not in (0, 1):
@@ -162,11 +178,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--skip-rss", action="store_true", help="skip the 100,000-request run")
+    parser.add_argument("--no-pin", action="store_true", help="let everything share all cores")
     args = parser.parse_args()
+    if args.no_pin:
+        SERVER_CPUS.update(CPUS)
+        CLIENT_CPUS.update(CPUS)
     ensure_tools()
     work = Path(tempfile.mkdtemp(prefix="router-latency-bench-"))
     script = work / "post.lua"
-    script.write_text(WRK_SCRIPT % json.dumps(BODY))
+    # the same request bytes as the driver's: body, and headers but for their order
+    script.write_text(WRK_SCRIPT % (json.dumps(BODY), json.dumps(f"router-latency/{rl.__version__}")))
     corpora = {"null": (work / "null.json", 4000), "sim2": (work / "sim2.json", 1000)}
     for path, count in corpora.values():
         write_corpus(path, count)
@@ -206,7 +227,8 @@ def main() -> int:
     print()
     print(f"{time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
           f"{platform.python_implementation()} {platform.python_version()}, "
-          f"{args.reps} repetitions, medians; latency in ms")
+          f"{args.reps} repetitions, medians; latency in ms; targets on cores "
+          f"{sorted(SERVER_CPUS)}, wrk and driver on {sorted(CLIENT_CPUS)}")
     rows = []
     for target in targets:
         for level in LEVELS:

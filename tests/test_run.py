@@ -218,7 +218,7 @@ def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, co
                                 "--warmup", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     deadline = time.monotonic() + 20
-    while router.server.served < 5 and process.poll() is None and time.monotonic() < deadline:
+    while router.served < 5 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=30)
