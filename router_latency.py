@@ -28,10 +28,10 @@ import json
 import math
 import os
 import platform
-import queue
 import random
 import re
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -75,6 +75,7 @@ PERCENTILE_METHOD = ("linear interpolation between closest ranks "
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
+FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")
@@ -158,6 +159,12 @@ class PassData(NamedTuple):
     summary: Optional[dict]
     decisions: dict  # prompt id -> decision string, or None for a failed request
     environment: PassEnvironment = PassEnvironment()
+    rate: Optional[float] = None  # open loop: requests per second
+
+    @property
+    def order(self) -> tuple:
+        """Closed-loop passes by concurrency, then open-loop passes by rate."""
+        return (self.rate is not None, self.rate or self.concurrency)
 
 
 class RunData(NamedTuple):
@@ -171,6 +178,7 @@ class RunData(NamedTuple):
     passes: dict  # pass name -> PassData, in file order
     started_unix: Optional[float] = None
     max_load: Optional[float] = None
+    floor_spread_ms: Optional[float] = None  # the driver's own p90 - p10 on loopback
 
 
 class Row(NamedTuple):
@@ -266,17 +274,43 @@ def pass_summary(requests: Sequence[dict], wall_s: float) -> dict:
     summary["max_ms"] = round(max(latencies), 4) if latencies else None
     summary["req_per_s"] = round(len(latencies) / wall_s, 2) if wall_s > 0 else None
     summary["wall_s"] = round(wall_s, 6)
+    if requests and "service_ms" in requests[0]:  # open loop: latency counts from the schedule
+        service = [r["service_ms"] for r in requests if r["error"] is None]
+        for q in (50, 95, 99):
+            summary[f"service_p{q}_ms"] = round(percentile(service, q), 4) if service else None
+        behind = [r["behind_ms"] for r in requests]
+        summary["behind_p99_ms"] = round(percentile(behind, 99), 4)
     return summary
 
 
-def pass_name(concurrency: int) -> str:
-    """Return the name a pass is stored and matched under."""
+def pass_name(concurrency: int, rate: Optional[float] = None) -> str:
+    """Return the name a pass is stored and matched under: sequential, c4, c16, r100."""
+    if rate is not None:
+        return f"r{rate:g}"
     return "sequential" if concurrency == 1 else f"c{concurrency}"
 
 
 def pass_title(name: str) -> str:
     """Return how a pass is shown in tables."""
+    if name.startswith("r"):
+        return f"Rate {name[1:]}/s"
     return "Sequential" if name == "sequential" else f"Conc {name[1:]}"
+
+
+def arrival_schedule(count: int, rate: float, arrival: str, seed: int) -> list:
+    """Return the send times (ns from the pass's start) of an open-loop pass.
+
+    constant: evenly spaced at 1/rate; poisson: exponential gaps of mean 1/rate from a
+    generator seeded with `seed`, so the same seed gives the same schedule on every run.
+    """
+    if arrival == "constant":
+        return [round(i * 1e9 / rate) for i in range(count)]
+    rng = random.Random(seed)
+    times, clock = [], 0.0
+    for _ in range(count):
+        times.append(round(clock * 1e9))
+        clock += rng.expovariate(rate)
+    return times
 
 
 # --- corpus ---
@@ -671,7 +705,7 @@ def load_run(path: str) -> RunData:
     for i, raw in enumerate(raw_passes):
         item = _load_pass(raw, count, f"{path}: passes[{i}]")
         if item.name in passes:
-            raise RouterLatencyError(f"a second pass at concurrency {item.concurrency}",
+            raise RouterLatencyError(f"a second {pass_title(item.name)} pass",
                                      f"{path}: passes[{i}]")
         passes[item.name] = item
     label = document.get("label")
@@ -680,9 +714,12 @@ def load_run(path: str) -> RunData:
     settings = document.get("settings")
     max_load = _number(settings.get("max_load"), f"{path}: settings.max_load", nullable=True) \
         if isinstance(settings, dict) else None
+    floor = document.get("floor")
+    spread = _number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True) \
+        if isinstance(floor, dict) else None
     return RunData(str(path), label if isinstance(label, str) else "", document["complete"],
                    corpus["sha256"], count, str(document.get("started_utc", "")),
-                   document.get("insecure") is True, passes, started_unix, max_load)
+                   document.get("insecure") is True, passes, started_unix, max_load, spread)
 
 
 def _pass_environment(raw: dict, where: str) -> PassEnvironment:
@@ -739,10 +776,11 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
     discarded = raw.get("discarded")
     if not isinstance(discarded, bool):
         raise RouterLatencyError("expected true or false", f"{where}.discarded")
+    rate = _number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True)
+    name = pass_name(concurrency, rate)
     summary = raw.get("summary")
     if discarded:
-        return PassData(pass_name(concurrency), concurrency, True, None, {},
-                        _pass_environment(raw, where))
+        return PassData(name, concurrency, True, None, {}, _pass_environment(raw, where), rate)
     if not isinstance(summary, dict):
         raise RouterLatencyError("expected an object", f"{where}.summary")
     for key in ("requests", "ok"):
@@ -779,8 +817,8 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
             raise RouterLatencyError(f"expected null or one of {', '.join(ERROR_KINDS)}",
                                      f"{at}.error")
         decisions[prompt_id] = decision if error is None else None
-    return PassData(pass_name(concurrency), concurrency, False, summary, decisions,
-                    _pass_environment(raw, where))
+    return PassData(name, concurrency, False, summary, decisions, _pass_environment(raw, where),
+                    rate)
 
 
 def reference_decisions(run: RunData) -> dict:
@@ -1418,6 +1456,23 @@ class RunSettings(NamedTuple):
     insecure: bool
     wait_ready: Optional[float]
     capture: CaptureSettings = CaptureSettings()
+    rates: tuple = ()  # open-loop passes, requests per second
+    arrival: str = "constant"
+    seed: int = 0
+    connections: int = 64  # the most connections an open-loop pass opens
+
+
+class PassPlan(NamedTuple):
+    name: str
+    concurrency: int  # closed loop: connections; open loop: the most connections
+    rate: Optional[float]
+
+
+def pass_plans(settings: RunSettings) -> list:
+    """Return the passes of a run: the concurrency levels, then the rates."""
+    return [PassPlan(pass_name(c), c, None) for c in settings.concurrency] + \
+        [PassPlan(pass_name(settings.connections, r), settings.connections, r)
+         for r in settings.rates]
 
 
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
@@ -1645,10 +1700,9 @@ class PassLoop:
                 wait = max(nearest - now, 0) / 1e9
                 if self.schedule is not None and self.next_index < total and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
-            events = self.selector.select(wait)
+            events = self._poll(wait)
             now = perf()
-            for key, mask in events:
-                slot = key.data
+            for slot, mask in events:
                 if slot not in self.busy:
                     continue
                 if mask & selectors.EVENT_WRITE and slot.pending is not None:
@@ -1661,6 +1715,34 @@ class PassLoop:
             self._close(slot)
         self.selector.close()
         return self.results
+
+    def _poll(self, wait: float) -> list:
+        """Return (slot, mask) of the ready connections, waiting at most `wait` seconds.
+
+        epoll waits in whole milliseconds, rounded up, and was seen here to overshoot a 9 ms
+        wait by 1.4 ms: a scheduled send would leave late. So epoll waits until 2.5 ms before a
+        send is due, select() (microseconds, ~0.1 ms late) until 0.2 ms before, and the rest is
+        polled without sleeping.
+        """
+        if self.schedule is not None and wait > 0.003:
+            wait -= 0.0025
+        elif self.schedule is not None and wait > 0:
+            wait = wait - 0.0002 if wait > 0.0004 else 0.0
+            readable = [s.sock for s in self.busy if s.sock is not None]
+            writable = [s.sock for s in self.busy if s.sock is not None and s.pending is not None]
+            try:
+                ready_r, ready_w, _ = select.select(readable, writable, [], wait)
+            except ValueError:  # a descriptor beyond select()'s reach: fall back to epoll
+                pass
+            else:
+                by_sock = {s.sock: s for s in self.busy if s.sock is not None}
+                masks: dict = {}
+                for sock in ready_r:
+                    masks[by_sock[sock]] = selectors.EVENT_READ
+                for sock in ready_w:
+                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | selectors.EVENT_WRITE
+                return list(masks.items())
+        return [(key.data, mask) for key, mask in self.selector.select(wait)]
 
     def _wait_for_schedule(self, now: int, origin: int) -> float:
         if self.schedule is None or self.next_index >= len(self.schedule):
@@ -1724,6 +1806,95 @@ def records_of(results: list, paths: Sequence[str], *, open_loop: bool = False) 
             record["behind_ms"] = round((started - scheduled) / 1e6, 4)
         requests.append(record)
     return requests, (last - first) / 1e9
+
+
+class LoopbackResponder:
+    """A fixed preview answer on 127.0.0.1, port 0, from a thread of this process: what is
+    left of a request's latency against it is the driver's own work and the loopback's."""
+
+    BODY = b'{"decision_result": {"decision_name": "floor"}}'
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(BODY), BODY)
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self.listener.accept()
+        except OSError:
+            return
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buffer = b""
+        with connection:
+            while True:
+                try:
+                    data = connection.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buffer += data
+                while True:
+                    end = buffer.find(b"\r\n\r\n")
+                    if end < 0:
+                        break
+                    length = 0
+                    for line in buffer[:end].split(b"\r\n"):
+                        if line[:15].lower() == b"content-length:":
+                            length = int(line[15:])
+                    if len(buffer) < end + 4 + length:
+                        break
+                    buffer = buffer[end + 4 + length:]
+                    connection.sendall(self.ANSWER)
+
+    def close(self) -> None:
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(5)
+
+
+def timer_resolution_ns() -> int:
+    """Return the smallest step seen between two readings of perf_counter_ns."""
+    smallest = None
+    previous = time.perf_counter_ns()
+    for _ in range(2000):
+        now = time.perf_counter_ns()
+        if now > previous and (smallest is None or now - previous < smallest):
+            smallest = now - previous
+        previous = now
+    return smallest or 0
+
+
+def measure_floor(settings: RunSettings, requests: int = FLOOR_REQUESTS) -> dict:
+    """Return the driver's floor: latency percentiles of requests to an in-process loopback
+    responder through the same event loop as every pass, and the timer's resolution."""
+    responder = LoopbackResponder()
+    try:
+        endpoint = parse_endpoint(f"http://127.0.0.1:{responder.port}")
+        floor_settings = settings._replace(endpoint=endpoint, insecure=False, timeout=5.0)
+        payload = encode_request(endpoint, "POST", json.dumps(
+            {"model": settings.model, "messages": [{"role": "user", "content": "floor"}]})
+            .encode(), ())
+        results = PassLoop(floor_settings, [payload] * requests, threading.Event(), 1).run()
+    finally:
+        responder.close()
+    latencies = [(r[3] - r[2]) / 1e6 for r in results if r[6] is None]
+    floor = {"requests": requests, "ok": len(latencies),
+             "timer_resolution_ns": timer_resolution_ns(),
+             "clock_resolution_ns": round(time.get_clock_info("perf_counter").resolution * 1e9)}
+    if latencies:
+        for q in (10, 50, 90, 99):
+            floor[f"p{q}_ms"] = round(percentile(latencies, q), 4)
+        # the spread a p50 difference must clear before this driver can resolve it
+        floor["spread_ms"] = round(floor["p90_ms"] - floor["p10_ms"], 4)
+    return floor
 
 
 def warm_up(settings: RunSettings, payloads: Sequence[bytes], stop: threading.Event) -> dict:
@@ -1805,10 +1976,11 @@ def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading
                sleep: Callable[[float], None] = time.sleep) -> list:
     """Measure every pass with the load guard; return the pass records for the run file."""
     passes = []
-    for concurrency in settings.concurrency:
+    for name, concurrency, rate in pass_plans(settings):
         if stop.is_set():
             break
-        name = pass_name(concurrency)
+        schedule = None if rate is None else arrival_schedule(len(payloads), rate,
+                                                              settings.arrival, settings.seed)
         attempts = []
         for attempt in range(settings.load_retries + 1):
             before = capture_snapshot(settings.capture)
@@ -1816,16 +1988,23 @@ def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading
             sampler = LoadSampler(settings.loadavg_file).start()
             cpu_before = driver_cpu_seconds()
             requests, wall_s = measure_pass(settings, payloads, concurrency, stop, progress,
-                                            pass_title(name))
+                                            pass_title(name), schedule)
             driver_cpu_s = driver_cpu_seconds() - cpu_before
             load = sampler.stop()
             after = capture_snapshot(settings.capture)
             loads = [x for x in (load["start"], load["end"]) if x is not None]
-            record = {"started_utc": started_utc, "started_unix": round(started_unix, 3),
+            record = {"rate": rate, "arrival": settings.arrival if rate else None,
+                      "started_utc": started_utc, "started_unix": round(started_unix, 3),
                       "load": load, "driver_cpu_s": round(driver_cpu_s, 3),
                       "environment": environment_record(settings.capture, before, after),
                       "summary": pass_summary(requests, wall_s), "requests": requests}
             # below a second, thread start-up dominates the share: no warning
+            behind = record["summary"].get("behind_p99_ms")
+            if behind is not None and behind > 1.0:
+                notify(f"{pass_title(name)}: the driver fell behind its schedule by "
+                       f"{behind:.1f} ms at p99 (all {concurrency} connections busy, or the "
+                       f"driver too slow); latencies count from the schedule, as a user "
+                       f"waiting would see them")
             if wall_s >= 1.0 and driver_cpu_s / wall_s > DRIVER_BUSY:
                 notify(f"{pass_title(name)}: the driver kept a core "
                        f"{100 * driver_cpu_s / wall_s:.0f}% busy; the driver, not the router, "
@@ -1845,7 +2024,8 @@ def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading
             break
         else:
             last = attempts[-1]
-            passes.append({"name": name, "concurrency": concurrency, "discarded": True,
+            passes.append({"name": name, "concurrency": concurrency, "rate": rate,
+                           "arrival": last["arrival"], "discarded": True,
                            "interrupted": False, "started_utc": last["started_utc"],
                            "started_unix": last["started_unix"], "load": last["load"],
                            "driver_cpu_s": last["driver_cpu_s"],
@@ -1868,7 +2048,8 @@ def cpu_affinity() -> Optional[list]:
 def run_document(settings: RunSettings, label: str, corpus_path: str, corpus_sha: str,
                  prompts: Sequence[Prompt], started: str, started_unix: float, warmup: dict,
                  passes: list,
-                 complete: bool, ready_after_s: Optional[float], max_errors: int) -> dict:
+                 complete: bool, ready_after_s: Optional[float], max_errors: int,
+                 floor: dict) -> dict:
     """Return the run file's document."""
     return {
         "schema": RUN_SCHEMA,
@@ -1895,6 +2076,8 @@ def run_document(settings: RunSettings, label: str, corpus_path: str, corpus_sha
         "corpus": {"path": corpus_path, "sha256": corpus_sha, "count": len(prompts)},
         "settings": {
             "warmup": settings.warmup, "concurrency": list(settings.concurrency),
+            "rates": list(settings.rates), "arrival": settings.arrival, "seed": settings.seed,
+            "connections": settings.connections,
             "timeout_s": settings.timeout, "decision_paths": list(settings.decision_paths),
             "max_load": settings.max_load, "load_retries": settings.load_retries,
             "load_pause_s": settings.load_pause, "max_errors": max_errors,
@@ -1904,6 +2087,7 @@ def run_document(settings: RunSettings, label: str, corpus_path: str, corpus_sha
                        "byte of the body read, on a connection opened before the pass",
         },
         "ready_after_s": ready_after_s,
+        "floor": floor,
         "warmup": warmup,
         "passes": passes,
     }
@@ -1983,7 +2167,7 @@ def judge_rounds(runs: dict, base: str, new: str, tolerance_pct: float,
         raise RouterLatencyError(f"need at least 2 usable rounds, have {len(used)}{why}")
     names = [n for n in runs[used[0]][base].passes
              if all(n in runs[r][s].passes for r in used for s in (base, new))]
-    names.sort(key=lambda n: runs[used[0]][base].passes[n].concurrency)
+    names.sort(key=lambda n: runs[used[0]][base].passes[n].order)
     rows = []
     for name in names:
         for metric in METRICS:
@@ -2200,6 +2384,10 @@ def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
         rows.append(["", "errors", str(ea), str(eb), f"{eb - ea:+d}" if eb != ea else "0", ""])
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
+    lines += floor_warnings([(pass_title(name), pa.summary["p50_ms"], b.passes[name].summary["p50_ms"])
+                             for name, pa in a.passes.items()
+                             if name in b.passes and not pa.discarded
+                             and not b.passes[name].discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
     agree = decision_agreement(da, db)
     unmeasured = len(set(da) ^ set(db))
@@ -2270,6 +2458,9 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
                   for s in (base, new)]
         error_parts.append(f"r{number} {counts[0]}/{counts[1]}")
     lines.append(f"errors ({base}/{new}): " + ", ".join(error_parts))
+    lines += floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean) for r in rows
+                             if r.metric == "p50_ms"],
+                            [run for n in used for run in runs[n].values()])
     lines += [""] + format_environment(report, markdown=markdown) + [""]
     lines += format_order(report)
     for item in report["left_out"]:
@@ -2281,6 +2472,22 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
                      f"{', '.join(insecure)}")
     lines.append(verdict_line(report))
     return lines
+
+
+def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunData]) -> list:
+    """Return a warning for each p50 difference smaller than the driver's floor spread.
+
+    p50s: (title, base p50, new p50); the spread is the largest any of the runs measured.
+    """
+    spreads = [r.floor_spread_ms for r in runs if r.floor_spread_ms is not None]
+    if not spreads:
+        return []
+    spread = max(spreads)
+    return [f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, less than the "
+            f"driver's own spread on loopback ({fmt_value(spread)} ms, p90 - p10): below what "
+            f"this driver resolves"
+            for title, base, new in p50s
+            if base is not None and new is not None and abs(new - base) < spread]
 
 
 def format_environment(report: dict, *, markdown: bool = False) -> list:
@@ -2318,8 +2525,8 @@ def format_order(report: dict) -> list:
                                                if order["unknown"] else "")
              + ("; balanced" if order["balanced"] else "")]
     if not order["balanced"]:
-        lines.append(f"warning: start order unbalanced: rounds should alternate which side "
-                     f"starts first")
+        lines.append("warning: start order unbalanced: rounds should alternate which side "
+                     "starts first")
     effects = [f"{pass_title(e['pass'])} {fmt_value(e['base_first'])} / "
                f"{fmt_value(e['new_first'])}" for e in order["p50_difference_by_order"]]
     if order["base_first"] and order["new_first"] and effects:
@@ -2545,11 +2752,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     capture = CaptureSettings(tuple(args.probe), args.probe_timeout, resolve_gpu(args.gpu),
                               metrics, tuple(args.metric or [re.compile(DEFAULT_METRIC_PATTERN)]),
                               args.router_pid, args.router_cgroup)
+    concurrency = args.concurrency or (() if args.rate else (1, 4, 16))
     settings = RunSettings(endpoint, tuple(args.header), args.model, args.timeout, args.warmup,
-                           tuple(args.concurrency), tuple(args.decision_path or
-                                                          DEFAULT_DECISION_PATHS),
+                           tuple(concurrency), tuple(args.decision_path or
+                                                     DEFAULT_DECISION_PATHS),
                            args.max_load, args.load_retries, args.load_pause, args.loadavg_file,
-                           args.insecure, args.wait_ready, capture)
+                           args.insecure, args.wait_ready, capture, tuple(args.rate),
+                           args.arrival, args.seed, args.connections)
     stop = threading.Event()
     caught: list = []
 
@@ -2571,15 +2780,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list,
                   corpus_sha: str, stop: threading.Event, caught: list) -> int:
     started, started_unix = utc_now(), round(time.time(), 3)
+    floor = measure_floor(settings)
     ready_after = wait_until_ready(settings, encode_prompts(settings, ["hello"])[0], stop)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     notify = (lambda m: None) if args.quiet else stderr_line
     payloads = encode_prompts(settings, [p.text for p in prompts])
     warmup = warm_up(settings, payloads, stop)
     passes = run_passes(settings, payloads, stop, progress, notify)
-    complete = not stop.is_set() and len(passes) == len(settings.concurrency)
+    complete = not stop.is_set() and len(passes) == len(pass_plans(settings))
     document = run_document(settings, args.label, args.corpus, corpus_sha, prompts, started,
-                            started_unix, warmup, passes, complete, ready_after, args.max_errors)
+                            started_unix, warmup, passes, complete, ready_after, args.max_errors,
+                            floor)
     try:
         write_atomic(args.out, dump_run(document))
         write_failure = None
@@ -2801,6 +3012,22 @@ def metric_pattern(text: str) -> re.Pattern:
         raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
 
 
+def rate_list(text: str) -> tuple:
+    rates = []
+    for part in text.split(","):
+        try:
+            rate = float(part)
+        except ValueError:
+            rate = float("nan")
+        if not math.isfinite(rate) or not 0 < rate <= 1_000_000:
+            raise argparse.ArgumentTypeError(
+                f"expected requests per second above 0 separated by commas, got {text!r}")
+        if rate in rates:
+            raise argparse.ArgumentTypeError(f"rate {part} given twice")
+        rates.append(rate)
+    return tuple(rates)
+
+
 def side_name(text: str) -> str:
     if not SIDE_PATTERN.match(text) or ".." in text:
         raise argparse.ArgumentTypeError(
@@ -2885,8 +3112,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per request")
     p.add_argument("--warmup", type=non_negative_int, default=20,
                    help="warm-up requests, not recorded")
-    p.add_argument("--concurrency", type=concurrency_list, default="1,4,16",
-                   help="passes, each sending the corpus once (1 = sequential)")
+    p.add_argument("--concurrency", type=concurrency_list,
+                   help="closed-loop passes, each sending the corpus once (1 = sequential); "
+                        "default 1,4,16, none when --rate is given")
+    p.add_argument("--rate", type=rate_list, default=(),
+                   help="open-loop passes at these requests per second, each sending the corpus "
+                        "once on a schedule; latency counts from the scheduled time")
+    p.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
+                   help="spacing of the scheduled sends of --rate passes")
+    p.add_argument("--seed", type=int, default=0, help="seed of the poisson schedule")
+    p.add_argument("--connections", type=positive_int, default=64,
+                   help="the most connections a --rate pass opens")
     p.add_argument("--decision-path", action="append",
                    help="dotted path to the decision in the response (repeatable, joined by |); "
                         "default decision_result.decision_name|routing_decision|decision "
