@@ -198,11 +198,16 @@ class Row(NamedTuple):
     new_values: tuple
 
 
+def is_whole(value: Any, minimum: int = 0) -> bool:
+    """Return True for an int (not a bool) of at least minimum."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 # --- statistics ---
 
 def t_quantile(df: int) -> float:
     """Return the two-sided 95% Student-t quantile for df degrees of freedom."""
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+    if not is_whole(df, 1):
         raise RouterLatencyError(f"degrees of freedom must be a whole number >= 1, got {df!r}")
     if df <= len(T_TABLE_95):
         return T_TABLE_95[df - 1]
@@ -456,7 +461,7 @@ def load_boundary_cases(path: Path) -> list:
                 or not isinstance(case.get("text"), str):
             raise RouterLatencyError("each case needs a string 'name' and 'text'", where)
         repeat = case.get("repeat", 1)
-        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 100000:
+        if not is_whole(repeat, 1) or repeat > 100000:
             raise RouterLatencyError("'repeat' must be a whole number from 1 to 100000", where)
         cases.append((case["name"], case["text"] * repeat))
     return cases
@@ -694,7 +699,7 @@ def load_run(path: str) -> RunData:
             or not re.fullmatch(r"[0-9a-f]{64}", corpus["sha256"]):
         raise RouterLatencyError("expected corpus.sha256, 64 hex digits", f"{path}: corpus")
     count = corpus.get("count")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_whole(count, 1):
         raise RouterLatencyError("expected a whole number >= 1", f"{path}: corpus.count")
     if not isinstance(document.get("complete"), bool):
         raise RouterLatencyError("expected true or false", f"{path}: complete")
@@ -771,7 +776,7 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
     if not isinstance(raw, dict):
         raise RouterLatencyError("expected an object", where)
     concurrency = raw.get("concurrency")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+    if not is_whole(concurrency, 1):
         raise RouterLatencyError("expected a whole number >= 1", f"{where}.concurrency")
     discarded = raw.get("discarded")
     if not isinstance(discarded, bool):
@@ -785,15 +790,14 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
         raise RouterLatencyError("expected an object", f"{where}.summary")
     for key in ("requests", "ok"):
         value = summary.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not is_whole(value):
             raise RouterLatencyError("expected a whole number >= 0", f"{where}.summary.{key}")
     for key in ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "min_ms", "max_ms", "req_per_s"):
         _number(summary.get(key), f"{where}.summary.{key}", nullable=True)
     if summary["ok"] > 0 and summary.get("p50_ms") is None:
         raise RouterLatencyError("missing although requests succeeded", f"{where}.summary.p50_ms")
     errors = summary.get("errors")
-    if not isinstance(errors, dict) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in errors.values()):
+    if not isinstance(errors, dict) or not all(is_whole(v) for v in errors.values()):
         raise RouterLatencyError("expected an object of counts", f"{where}.summary.errors")
     if summary["ok"] + sum(errors.values()) != summary["requests"]:
         raise RouterLatencyError("ok + errors does not add up to requests", f"{where}.summary")
@@ -806,8 +810,7 @@ def _load_pass(raw: Any, count: int, where: str) -> PassData:
         if not isinstance(request, dict):
             raise RouterLatencyError("expected an object", at)
         prompt_id = request.get("id")
-        if isinstance(prompt_id, bool) or not isinstance(prompt_id, int) \
-                or not 0 <= prompt_id < count:
+        if not is_whole(prompt_id) or prompt_id >= count:
             raise RouterLatencyError(f"expected a prompt id from 0 to {count - 1}", f"{at}.id")
         _number(request.get("latency_ms"), f"{at}.latency_ms", nullable=True)
         decision, error = request.get("decision"), request.get("error")
@@ -2002,8 +2005,8 @@ def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading
             behind = record["summary"].get("behind_p99_ms")
             if behind is not None and behind > 1.0:
                 notify(f"{pass_title(name)}: the driver fell behind its schedule by "
-                       f"{behind:.1f} ms at p99 (all {concurrency} connections busy, or the "
-                       f"driver too slow); latencies count from the schedule, as a user "
+                       f"{behind:.1f} ms at p99 (its {plural(concurrency, 'connection')} busy, "
+                       f"or the driver too slow); latencies count from the schedule, as a user "
                        f"waiting would see them")
             if wall_s >= 1.0 and driver_cpu_s / wall_s > DRIVER_BUSY:
                 notify(f"{pass_title(name)}: the driver kept a core "

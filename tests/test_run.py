@@ -1,6 +1,8 @@
 """run: the real CLI against loopback servers."""
 
+import io
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -229,3 +231,32 @@ def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, co
     assert first["interrupted"] is True
     assert 0 < first["summary"]["requests"] < 200
     assert "(incomplete: interrupted)" in stdout
+
+
+class TerminalStream(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
+    router = simulator(delay_ms=1)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(40)])
+    terminal = TerminalStream()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+                    str(tmp_path / "a.json"), "--label", "x", "--concurrency", "1",
+                    "--warmup", "0"]) == 0
+    assert re.search(r"\rSequential: 40/40 +[\d,]+ req/s \n", terminal.getvalue())
+    quiet = TerminalStream()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+                    str(tmp_path / "b.json"), "--label", "x", "--concurrency", "1",
+                    "--warmup", "0", "--quiet"]) == 0
+    assert quiet.getvalue() == ""
+    piped = io.StringIO()  # not a terminal: no progress line
+    monkeypatch.setattr(sys, "stderr", piped)
+    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+                    str(tmp_path / "c.json"), "--label", "x", "--concurrency", "1",
+                    "--warmup", "0"]) == 0
+    assert piped.getvalue() == ""
