@@ -227,7 +227,10 @@ def mean_interval(values: Sequence[float]) -> Interval:
     if n < 2:
         raise RouterLatencyError(f"an interval needs at least 2 values, got {n}")
     mean = math.fsum(values) / n
-    half = t_quantile(n - 1) * statistics.stdev(values) / math.sqrt(n)
+    # two passes with compensated sums; statistics.stdev of Python 3.9 fails an internal
+    # assertion on some tiny spreads
+    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(n - 1) * spread / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n - 1)
 
 
@@ -990,8 +993,9 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     except ValueError as exc:
         raise RouterLatencyError(f"not a valid URL: {exc}", option) from None
     if parts.scheme not in ("http", "https"):
+        # 'router:8801' parses as scheme 'router': without '://' there is no scheme at all
         raise RouterLatencyError(
-            "the URL must start with http:// or https://" if not parts.scheme
+            "the URL must start with http:// or https://" if "://" not in url
             else f"scheme {parts.scheme}:// is not supported, use http:// or https://", option)
     if not parts.hostname:
         raise RouterLatencyError("the URL has no host", option)

@@ -119,6 +119,7 @@ def test_truncated_run_file(tmp_path, cli):
 
 @pytest.mark.parametrize("url,message", [
     ("127.0.0.1:8801", "the URL must start with http:// or https://"),
+    ("router:8801", "the URL must start with http:// or https://"),
     ("file:///etc/passwd", "scheme file:// is not supported"),
     ("ftp://127.0.0.1/", "scheme ftp:// is not supported"),
     ("http://", "the URL has no host"),
