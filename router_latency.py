@@ -1962,7 +1962,9 @@ def wait_until_ready(settings: RunSettings, payload: bytes, stop: threading.Even
         if ready:
             return round(clock() - started, 3) if settings.wait_ready is not None else None
         waited = clock() - started
-        if stop.is_set() or waited >= limit:
+        if stop.is_set():
+            return None
+        if waited >= limit:
             if settings.wait_ready is None:
                 hint = "" if "TLS" in what else "; --wait-ready SECONDS waits for a starting router"
                 raise RouterLatencyError(
@@ -1978,66 +1980,75 @@ def encode_prompts(settings: RunSettings, texts: Sequence[str]) -> list:
             "ascii"), settings.headers) for text in texts]
 
 
+def measure_attempt(settings: RunSettings, payloads: Sequence[bytes], plan: PassPlan,
+                    stop: threading.Event, progress: Progress) -> dict:
+    """Measure one attempt at a pass with what surrounds it; return its record."""
+    schedule = None if plan.rate is None else arrival_schedule(
+        len(payloads), plan.rate, settings.arrival, settings.seed)
+    before = capture_snapshot(settings.capture)
+    started_utc, started_unix = utc_now(), time.time()
+    sampler = LoadSampler(settings.loadavg_file).start()
+    cpu_before = driver_cpu_seconds()
+    requests, wall_s = measure_pass(settings, payloads, plan.concurrency, stop, progress,
+                                    pass_title(plan.name), schedule)
+    driver_cpu_s = driver_cpu_seconds() - cpu_before
+    load = sampler.stop()
+    after = capture_snapshot(settings.capture)
+    return {"rate": plan.rate, "arrival": settings.arrival if plan.rate else None,
+            "started_utc": started_utc, "started_unix": round(started_unix, 3),
+            "load": load, "driver_cpu_s": round(driver_cpu_s, 3),
+            "environment": environment_record(settings.capture, before, after),
+            "summary": pass_summary(requests, wall_s), "requests": requests}
+
+
+def attempt_warnings(record: dict, plan: PassPlan) -> list:
+    """Return what the user must hear about one attempt: a driver behind or too busy."""
+    warnings = []
+    title, summary = pass_title(plan.name), record["summary"]
+    behind = summary.get("behind_p99_ms")
+    if behind is not None and behind > 1.0:
+        warnings.append(f"{title}: the driver fell behind its schedule by {behind:.1f} ms at "
+                        f"p99 (its {plural(plan.concurrency, 'connection')} busy, or the driver "
+                        f"too slow); latencies count from the schedule, as a user waiting would "
+                        f"see them")
+    wall_s, cpu_s = summary["wall_s"], record["driver_cpu_s"]
+    # below a second, thread start-up dominates the share: no warning
+    if wall_s >= 1.0 and cpu_s / wall_s > DRIVER_BUSY:
+        warnings.append(f"{title}: the driver kept a core {100 * cpu_s / wall_s:.0f}% busy; the "
+                        f"driver, not the router, may be the limit")
+    return warnings
+
+
 def run_passes(settings: RunSettings, payloads: Sequence[bytes], stop: threading.Event,
                progress: Progress, notify: Callable[[str], None],
                sleep: Callable[[float], None] = time.sleep) -> list:
     """Measure every pass with the load guard; return the pass records for the run file."""
     passes = []
-    for name, concurrency, rate in pass_plans(settings):
+    for plan in pass_plans(settings):
         if stop.is_set():
             break
-        schedule = None if rate is None else arrival_schedule(len(payloads), rate,
-                                                              settings.arrival, settings.seed)
+        head = {"name": plan.name, "concurrency": plan.concurrency}
         attempts = []
         for attempt in range(settings.load_retries + 1):
-            before = capture_snapshot(settings.capture)
-            started_utc, started_unix = utc_now(), time.time()
-            sampler = LoadSampler(settings.loadavg_file).start()
-            cpu_before = driver_cpu_seconds()
-            requests, wall_s = measure_pass(settings, payloads, concurrency, stop, progress,
-                                            pass_title(name), schedule)
-            driver_cpu_s = driver_cpu_seconds() - cpu_before
-            load = sampler.stop()
-            after = capture_snapshot(settings.capture)
-            loads = [x for x in (load["start"], load["end"]) if x is not None]
-            record = {"rate": rate, "arrival": settings.arrival if rate else None,
-                      "started_utc": started_utc, "started_unix": round(started_unix, 3),
-                      "load": load, "driver_cpu_s": round(driver_cpu_s, 3),
-                      "environment": environment_record(settings.capture, before, after),
-                      "summary": pass_summary(requests, wall_s), "requests": requests}
-            # below a second, thread start-up dominates the share: no warning
-            behind = record["summary"].get("behind_p99_ms")
-            if behind is not None and behind > 1.0:
-                notify(f"{pass_title(name)}: the driver fell behind its schedule by "
-                       f"{behind:.1f} ms at p99 (its {plural(concurrency, 'connection')} busy, "
-                       f"or the driver too slow); latencies count from the schedule, as a user "
-                       f"waiting would see them")
-            if wall_s >= 1.0 and driver_cpu_s / wall_s > DRIVER_BUSY:
-                notify(f"{pass_title(name)}: the driver kept a core "
-                       f"{100 * driver_cpu_s / wall_s:.0f}% busy; the driver, not the router, "
-                       f"may be the limit")
-            too_loaded = bool(loads) and max(loads) > settings.max_load
-            if too_loaded and not stop.is_set():
+            record = measure_attempt(settings, payloads, plan, stop, progress)
+            for warning in attempt_warnings(record, plan):
+                notify(warning)
+            loads = [x for x in (record["load"]["start"], record["load"]["end"]) if x is not None]
+            if loads and max(loads) > settings.max_load and not stop.is_set():
                 attempts.append(record)
-                notify(f"{pass_title(name)}: load {max(loads):.1f} above {settings.max_load:g}, "
-                       f"timings discarded (attempt {attempt + 1} of "
+                notify(f"{pass_title(plan.name)}: load {max(loads):.1f} above "
+                       f"{settings.max_load:g}, timings discarded (attempt {attempt + 1} of "
                        f"{settings.load_retries + 1})")
                 if attempt < settings.load_retries:
                     sleep(settings.load_pause)
                 continue
-            passes.append({"name": name, "concurrency": concurrency, "discarded": False,
-                           "interrupted": stop.is_set(), **record,
+            passes.append({**head, "discarded": False, "interrupted": stop.is_set(), **record,
                            "discarded_attempts": attempts})
             break
-        else:
-            last = attempts[-1]
-            passes.append({"name": name, "concurrency": concurrency, "rate": rate,
-                           "arrival": last["arrival"], "discarded": True,
-                           "interrupted": False, "started_utc": last["started_utc"],
-                           "started_unix": last["started_unix"], "load": last["load"],
-                           "driver_cpu_s": last["driver_cpu_s"],
-                           "environment": last["environment"], "summary": None, "requests": [],
-                           "discarded_attempts": attempts})
+        else:  # never under the limit: the last attempt's surroundings, no statistics
+            passes.append({**head, "discarded": True, "interrupted": False,
+                           **{k: v for k, v in attempts[-1].items() if k != "requests"},
+                           "summary": None, "requests": [], "discarded_attempts": attempts})
     return passes
 
 
@@ -2746,9 +2757,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    check_writable_target(args.out, args.force)
-    prompts, corpus_sha = load_corpus(args.corpus)
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """Return the settings of a run from its arguments, checked."""
     endpoint = parse_endpoint(args.url)
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
                              option="--metrics-url") if args.metrics_url else None
@@ -2760,12 +2770,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                               metrics, tuple(args.metric or [re.compile(DEFAULT_METRIC_PATTERN)]),
                               args.router_pid, args.router_cgroup)
     concurrency = args.concurrency or (() if args.rate else (1, 4, 16))
-    settings = RunSettings(endpoint, tuple(args.header), args.model, args.timeout, args.warmup,
-                           tuple(concurrency), tuple(args.decision_path or
-                                                     DEFAULT_DECISION_PATHS),
-                           args.max_load, args.load_retries, args.load_pause, args.loadavg_file,
-                           args.insecure, args.wait_ready, capture, tuple(args.rate),
-                           args.arrival, args.seed, args.connections)
+    return RunSettings(endpoint, tuple(args.header), args.model, args.timeout, args.warmup,
+                       tuple(concurrency), tuple(args.decision_path or DEFAULT_DECISION_PATHS),
+                       args.max_load, args.load_retries, args.load_pause, args.loadavg_file,
+                       args.insecure, args.wait_ready, capture, tuple(args.rate), args.arrival,
+                       args.seed, args.connections)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    check_writable_target(args.out, args.force)
+    prompts, corpus_sha = load_corpus(args.corpus)
+    settings = run_settings(args)
     stop = threading.Event()
     caught: list = []
 
@@ -2789,6 +2804,9 @@ def _run_measured(args: argparse.Namespace, settings: RunSettings, prompts: list
     started, started_unix = utc_now(), round(time.time(), 3)
     floor = measure_floor(settings)
     ready_after = wait_until_ready(settings, encode_prompts(settings, ["hello"])[0], stop)
+    if caught:
+        stderr_line("interrupted before anything was measured; nothing written")
+        return EXIT_SIGNAL[caught[0]]
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     notify = (lambda m: None) if args.quiet else stderr_line
     payloads = encode_prompts(settings, [p.text for p in prompts])

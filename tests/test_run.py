@@ -260,3 +260,21 @@ def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
                     str(tmp_path / "c.json"), "--label", "x", "--concurrency", "1",
                     "--warmup", "0"]) == 0
     assert piped.getvalue() == ""
+
+
+def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url",
+                                f"http://127.0.0.1:{port}", "--corpus", corpus, "--out",
+                                str(out), "--label", "x", "--wait-ready", "30"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert not out.exists()
