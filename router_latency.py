@@ -1905,24 +1905,12 @@ def measure_floor(settings: RunSettings, requests: int = FLOOR_REQUESTS) -> dict
 
 
 def warm_up(settings: RunSettings, payloads: Sequence[bytes], stop: threading.Event) -> dict:
-    """Send the warm-up requests, cycling the corpus; return their counts only."""
-    connection = Connection(settings.endpoint, settings.timeout, make_ssl_context(settings))
-    counts = {"requests": 0, "ok": 0, "errors": {}}
-    for i in range(settings.warmup):
-        if stop.is_set():
-            break
-        counts["requests"] += 1
-        try:
-            status, body = connection.exchange(payloads[i % len(payloads)])
-            _, error = classify(status, body, settings.decision_paths)
-        except RequestFailed as failure:
-            error = failure.kind
-        if error is None:
-            counts["ok"] += 1
-        else:
-            counts["errors"][error] = counts["errors"].get(error, 0) + 1
-    connection.close()
-    return counts
+    """Send the warm-up requests, cycling the corpus, through the loop of the passes; return
+    their counts only."""
+    cycled = [payloads[i % len(payloads)] for i in range(settings.warmup)]
+    requests, _ = records_of(PassLoop(settings, cycled, stop, 1).run(), settings.decision_paths)
+    summary = pass_summary(requests, 0.0)
+    return {key: summary[key] for key in ("requests", "ok", "errors")}
 
 
 def probe_router(settings: RunSettings, payload: bytes) -> tuple:
