@@ -126,17 +126,23 @@ def test_run_decision_path_option(fault_server, simulator, tmp_path, cli):
     assert decision.startswith("model-")
 
 
-def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
-    router = simulator(delay_ms=0)
+def run_under_load(cli, router, tmp_path, load_line, *extra):
+    """Run three prompts with the load average read from a file holding load_line."""
     corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:3])
     load = tmp_path / "loadavg"
-    load.write_text("150.00 90.00 80.00 3/200 1234\n")
+    load.write_text(load_line)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
-                 "--concurrency", "1,4", "--loadavg-file", load, "--load-retries", "1",
-                 "--load-pause", "0", "--warmup", "0")
+                 "--loadavg-file", load, "--warmup", "0", *extra)
+    return result, json.loads(out.read_text()), out
+
+
+def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
+    result, document, out = run_under_load(cli, simulator(delay_ms=0), tmp_path,
+                                           "150.00 90.00 80.00 3/200 1234\n",
+                                           "--concurrency", "1,4", "--load-retries", "1",
+                                           "--load-pause", "0")
     assert result.code == 0
-    document = json.loads(out.read_text())
     for item in document["passes"]:
         assert item["discarded"] is True and item["summary"] is None
         assert len(item["discarded_attempts"]) == 2
@@ -151,14 +157,10 @@ def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
 
 
 def test_run_keeps_a_pass_that_ran_under_the_limit(simulator, tmp_path, cli):
-    router = simulator(delay_ms=0)
-    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:2])
-    load = tmp_path / "loadavg"
-    load.write_text("12.5 1 1 1/1 1\n")
-    out = tmp_path / "run.json"
-    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
-               "--concurrency", "1", "--loadavg-file", load, "--quiet").code == 0
-    item = json.loads(out.read_text())["passes"][0]
+    result, document, _ = run_under_load(cli, simulator(delay_ms=0), tmp_path,
+                                         "12.5 1 1 1/1 1\n", "--concurrency", "1", "--quiet")
+    assert result.code == 0
+    item = document["passes"][0]
     assert item["discarded"] is False
     assert item["load"] == {"start": 12.5, "end": 12.5, "min": 12.5, "max": 12.5, "samples": 2}
     assert item["discarded_attempts"] == []
