@@ -192,11 +192,15 @@ def test_run_waits_for_a_router_that_starts_late(tmp_path, cli):
     assert json.loads(out.read_text())["ready_after_s"] >= 0.3
 
 
+def closed_port():
+    """Return a loopback port that nothing listens on (bound once, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def test_run_says_when_no_router_answers(tmp_path, cli):
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = closed_port()
     corpus = write_corpus(tmp_path / "corpus.json", ["fine"])
     out = tmp_path / "run.json"
     result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out", out,
@@ -265,10 +269,7 @@ def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
 
 
 def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = closed_port()
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     out = tmp_path / "run.json"
     process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url",
