@@ -14,8 +14,9 @@ concurrency 1, 4 and 16, and ends with one 100,000-request run for the driver's 
 Like the published method, the load generators run on other cores than the server: on a
 machine of N >= 2 cores the targets are pinned to the last core and wrk and the driver to the
 others (--no-pin shares all cores). Prints medians over the repetitions: p50 and p99 of each, the driver's overhead (its p50 minus
-wrk's), the highest req/s at concurrency 16, the driver's CPU seconds per 1,000 requests, and
-the peak RSS. Installs nginx-light and wrk with apt-get when they are missing (as root). Not a
+wrk's), the highest req/s at concurrency 16, the driver's CPU seconds per 1,000 requests, how late
+open-loop sends leave their schedule at 100, 1,000 and 5,000 requests per second, and the peak
+RSS. Installs nginx-light and wrk with apt-get when they are missing (as root). Not a
 test: it prints figures and asserts nothing.
 """
 
@@ -211,6 +212,21 @@ def main() -> int:
                         1000 * item["driver_cpu_s"] / summary["requests"])
             print(f"repetition {rep + 1}/{args.reps} done ({time.monotonic() - started:.0f} s)",
                   flush=True)
+        open_loop = []
+        for rate in (100, 1000, 5000):
+            out, corpus = work / "rate.json", work / f"rate-{rate}.json"
+            write_corpus(corpus, min(4000, rate * 3))  # about 3 seconds a rate
+            if out.exists():
+                out.unlink()
+            subprocess.run([sys.executable, str(TOOL), "run", "--url", null_url, "--corpus",
+                            str(corpus), "--out", str(out), "--label", "rate",
+                            "--rate", str(rate), "--arrival", "poisson", "--quiet", "--gpu",
+                            "none", "--warmup", "200"], preexec_fn=pinned(CLIENT_CPUS),
+                           check=False)
+            item = json.loads(out.read_text())["passes"][0]
+            behind = sorted(r["behind_ms"] for r in item["requests"])
+            open_loop.append((rate, rl.percentile(behind, 50), item["summary"]["behind_p99_ms"],
+                              item["summary"]["p50_ms"], item["summary"]["service_p50_ms"]))
         peak = None
         if not args.skip_rss:
             write_corpus(work / "100k.json", 100_000)
@@ -243,6 +259,13 @@ def main() -> int:
     for line in rl.render_table(["target", "conc", "wrk p50", "driver p50", "overhead",
                                  "", "wrk p99", "driver p99", "wrk req/s", "driver req/s",
                                  "driver cpu s/1k"], rows, right=[False]):
+        print(line)
+    print()
+    print("open loop on null, poisson arrivals (ms): how late sends left their schedule")
+    for line in rl.render_table(["rate/s", "behind p50", "behind p99", "latency p50",
+                                 "service p50"],
+                                [[f"{rate:,}", f"{b50:.4f}", f"{b99:.4f}", f"{l50:.4f}",
+                                  f"{s50:.4f}"] for rate, b50, b99, l50, s50 in open_loop]):
         print(line)
     if peak is not None:
         print(f"driver peak RSS, 100,000 requests at concurrency 16 on null: {peak:.0f} MiB")
