@@ -228,3 +228,8 @@ def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"router-latency: error: no such file ({tmp_path / 'a.json'})\n"
     assert result.stdout == ""
+
+
+def test_version(cli, capsys):
+    result = cli("--version")
+    assert result.code == 0 and result.out == f"router-latency {rl.__version__}\n"

@@ -99,3 +99,16 @@ def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
     runs = [line for line in result.stdout.splitlines() if ": run: " in line]
     assert len(runs) == 4 and all(" taskset -c 1 " in line for line in runs)
     assert "--probe side=echo\\ \\$SIDE\\ \\$ROUND" in runs[0]
+
+
+def test_driver_runs_nothing_but_the_commands_given(tmp_path):
+    # a corpus path and a URL that a careless script would evaluate, in the folder it runs in
+    corpus = str(tmp_path / "c$(touch evaluated).json")
+    write_corpus(corpus, ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-url-file")] = "--base-url"
+    command[command.index("--base-url") + 1] = "http://127.0.0.1:1/`touch evaluated`"
+    command[command.index("--wait-ready") + 1] = "1"  # nothing listens there: fail soon
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 2
+    assert not (tmp_path / "evaluated").exists()
