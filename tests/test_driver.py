@@ -173,3 +173,17 @@ def test_compare_and_rounds_warn_below_the_floor(tmp_path, cli):
     assert "warning: Sequential p50 differs by 0.011 ms, less than the driver's own spread" in out
     far = with_floor(make_run(tmp_path / "far.json", passes={1: (2.0, 2, 3, 100)}), 0.02)
     assert "warning" not in cli("compare", a, far).out
+
+
+def test_prompts_larger_than_a_socket_buffer_are_sent_whole(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    big = "word " * 800_000  # 4 MB: the send cannot finish in one call
+    corpus = write_corpus(tmp_path / "corpus.json", [big, "small", big + "!"])
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--concurrency", "1,2", "--warmup", "0", "--quiet").code == 0
+    for item in json.loads(out.read_text())["passes"]:
+        assert item["summary"]["ok"] == 3
+        decisions = {r["id"]: r["decision"] for r in item["requests"]}
+        expected = rl.simulated_decision(big, ("math", "code", "general", "pii_block"))
+        assert decisions[0] == f"{expected}|model-{expected}"
