@@ -76,6 +76,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
+STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")
@@ -1695,9 +1696,14 @@ class PassLoop:
         self.idle = list(reversed(slots))
         total = len(self.payloads)
         origin = perf()
+        grace_end = None  # after an interrupt, requests in flight get this long to finish
         while True:
             now = perf()
             self._start_due(now, origin, total)
+            if self.stop.is_set() and grace_end is None:
+                grace_end = now + STOP_GRACE_NS
+                for slot in self.busy:
+                    slot.deadline = min(slot.deadline, grace_end)
             if not self.busy:
                 if self.next_index >= total or self.stop.is_set():
                     break
@@ -1707,7 +1713,9 @@ class PassLoop:
                 wait = max(nearest - now, 0) / 1e9
                 if self.schedule is not None and self.next_index < total and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
-            events = self._poll(wait)
+            # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
+            # see whether the user asked to stop
+            events = self._poll(min(wait, 0.1))
             now = perf()
             for slot, mask in events:
                 if slot not in self.busy:
@@ -1717,7 +1725,11 @@ class PassLoop:
                 if mask & selectors.EVENT_READ and slot in self.busy:
                     self._read(slot, now)
             for slot in [s for s in self.busy if s.deadline <= now]:
-                self._fail(slot, "timeout", now)
+                if grace_end is not None and now >= grace_end:
+                    self._close(slot)  # cut off by the interrupt: not measured, not recorded
+                    self._release(slot)
+                else:
+                    self._fail(slot, "timeout", now)
         for slot in slots:
             self._close(slot)
         self.selector.close()

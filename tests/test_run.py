@@ -281,3 +281,21 @@ def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130 and "Traceback" not in stderr
     assert not out.exists()
+
+
+def test_interrupt_does_not_wait_for_a_slow_router(simulator, tmp_path):
+    router = simulator(delay_ms=20_000)  # every answer would take 20 s
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+                                "--corpus", corpus, "--out", str(out), "--label", "x",
+                                "--warmup", "0", "--concurrency", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while router.served < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=15)  # far less than the 20 s answers
+    assert process.returncode == 130, stderr
+    item = json.loads(out.read_text())["passes"][0]
+    assert item["interrupted"] is True and item["summary"]["requests"] == 0
