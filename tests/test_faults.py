@@ -60,9 +60,9 @@ class RestartingRouter:
             threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
 
     def serve(self, connection):
-        connection.settimeout(5)
-        reader = connection.makefile("rb")
         try:
+            connection.settimeout(5)  # may already be closed by a 'die' on another thread
+            reader = connection.makefile("rb")
             while True:
                 line = reader.readline()
                 if not line:
