@@ -3198,12 +3198,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=("text", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "markdown"), default="text",
+                   help="output format")
     p.set_defaults(func=cmd_compare)
 
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=formatter,
-                            epilog="example: rounds --dir results --base cpu --new rocm")
+                            epilog="example: rounds --dir results --base cpu --new rocm\n"
+                                   "exit: 0 pass, 1 a regression or a changed decision, 2 bad "
+                                   "input, 3 inconclusive rows with --strict")
     p.add_argument("--dir", required=True, help="folder of r<N>-<side>.json files")
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
@@ -3212,7 +3215,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 3 when any row is inconclusive")
     p.add_argument("--per-round", action="store_true", help="add each round's values")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="output format")
     p.set_defaults(func=cmd_rounds)
 
     p = commands.add_parser("simulate", help="serve a simulated routing preview",
