@@ -3204,9 +3204,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=formatter,
-                            epilog="example: rounds --dir results --base cpu --new rocm\n"
-                                   "exit: 0 pass, 1 a regression or a changed decision, 2 bad "
-                                   "input, 3 inconclusive rows with --strict")
+                            epilog="example: rounds --dir results --base cpu --new rocm. "
+                                   "Exit codes: 0 pass, 1 a regression or a changed decision, "
+                                   "2 bad input, 3 inconclusive rows with --strict.")
     p.add_argument("--dir", required=True, help="folder of r<N>-<side>.json files")
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
