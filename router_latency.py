@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import collections
 import hashlib
 import http
 import json
@@ -250,34 +251,49 @@ def ratio_interval(base: Sequence[float], new: Sequence[float]) -> Interval:
     return Interval(math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.df)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Return the q-th percentile (0 <= q <= 100) of values.
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list:
+    """Return the qs-th percentiles (each 0 <= q <= 100) of values, sorting them once.
 
     Linear interpolation between closest ranks (R7): it is numpy's default, so figures can be
     checked with numpy.percentile, and it is continuous in q, unlike nearest-rank.
     """
     if not values:
         raise RouterLatencyError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise RouterLatencyError(f"percentile q must be within 0..100, got {q}")
     ordered = sorted(values)
-    h = (len(ordered) - 1) * q / 100
-    low = math.floor(h)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (h - low) * (ordered[high] - ordered[low])
+    found = []
+    for q in qs:
+        if not 0 <= q <= 100:
+            raise RouterLatencyError(f"percentile q must be within 0..100, got {q}")
+        h = (len(ordered) - 1) * q / 100
+        low = math.floor(h)
+        high = min(low + 1, len(ordered) - 1)
+        found.append(ordered[low] + (h - low) * (ordered[high] - ordered[low]))
+    return found
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Return the q-th percentile (0 <= q <= 100) of values (see percentiles)."""
+    return percentiles(values, [q])[0]
+
+
+def rounded_percentiles(values: Sequence[float], qs: Sequence[float], prefix: str) -> dict:
+    """Return {prefix + 'p50_ms': ...} for each q, rounded to 0.1 us; None for no values."""
+    found = percentiles(values, qs) if values else [None] * len(qs)
+    return {f"{prefix}p{q}_ms": None if v is None else round(v, 4) for q, v in zip(qs, found)}
+
+
+def count_outcomes(requests: Sequence[dict]) -> dict:
+    """Return requests, ok and the count of each error kind of a list of request records."""
+    errors = collections.Counter(r["error"] for r in requests if r["error"] is not None)
+    return {"requests": len(requests), "ok": len(requests) - sum(errors.values()),
+            "errors": dict(sorted(errors.items()))}
 
 
 def pass_summary(requests: Sequence[dict], wall_s: float) -> dict:
     """Return the summary of one pass: counts, error kinds, percentiles and throughput."""
     latencies = [r["latency_ms"] for r in requests if r["error"] is None]
-    errors: dict = {}
-    for r in requests:
-        if r["error"] is not None:
-            errors[r["error"]] = errors.get(r["error"], 0) + 1
-    summary = {"requests": len(requests), "ok": len(latencies),
-               "errors": dict(sorted(errors.items()))}
-    for q in (50, 95, 99):
-        summary[f"p{q}_ms"] = round(percentile(latencies, q), 4) if latencies else None
+    summary = count_outcomes(requests)
+    summary.update(rounded_percentiles(latencies, (50, 95, 99), ""))
     summary["mean_ms"] = round(math.fsum(latencies) / len(latencies), 4) if latencies else None
     summary["min_ms"] = round(min(latencies), 4) if latencies else None
     summary["max_ms"] = round(max(latencies), 4) if latencies else None
@@ -285,10 +301,8 @@ def pass_summary(requests: Sequence[dict], wall_s: float) -> dict:
     summary["wall_s"] = round(wall_s, 6)
     if requests and "service_ms" in requests[0]:  # open loop: latency counts from the schedule
         service = [r["service_ms"] for r in requests if r["error"] is None]
-        for q in (50, 95, 99):
-            summary[f"service_p{q}_ms"] = round(percentile(service, q), 4) if service else None
-        behind = [r["behind_ms"] for r in requests]
-        summary["behind_p99_ms"] = round(percentile(behind, 99), 4)
+        summary.update(rounded_percentiles(service, (50, 95, 99), "service_"))
+        summary["behind_p99_ms"] = round(percentile([r["behind_ms"] for r in requests], 99), 4)
     return summary
 
 
@@ -1921,8 +1935,7 @@ def warm_up(settings: RunSettings, payloads: Sequence[bytes], stop: threading.Ev
     their counts only."""
     cycled = [payloads[i % len(payloads)] for i in range(settings.warmup)]
     requests, _ = records_of(PassLoop(settings, cycled, stop, 1).run(), settings.decision_paths)
-    summary = pass_summary(requests, 0.0)
-    return {key: summary[key] for key in ("requests", "ok", "errors")}
+    return count_outcomes(requests)
 
 
 def probe_router(settings: RunSettings, payload: bytes) -> tuple:
@@ -2746,9 +2759,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     print(f"corpus: {len(corpus['prompts'])} prompts ({source['from_repo']} distinct from "
           f"{len(corpus['files'])} files, {source['boundary_cases']} boundary cases)")
     print(f"repo: {args.repo}" + (f" at {source['commit']}" if source["commit"] else ""))
-    new_per_file: dict = {}
-    for prompt in corpus["prompts"]:
-        new_per_file[prompt["source"]] = new_per_file.get(prompt["source"], 0) + 1
+    new_per_file = collections.Counter(prompt["source"] for prompt in corpus["prompts"])
     rows = [[path, str(found), str(new_per_file.get(path, 0))]
             for path, found in corpus["files"].items()]
     for line in render_table(["file", "prompts", "new"], rows, right=[False]):
