@@ -1171,6 +1171,17 @@ class ResponseReader:
             del self.buffer[:end + 2 + size + 2]
 
 
+def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.SSLContext]:
+    """Return a TLS context verifying certificates (unless insecure); None for plain http."""
+    if endpoint.scheme != "https":
+        return None
+    context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def open_socket(endpoint: Endpoint, timeout: float,
                 ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
     """Return a connected socket (TLS-wrapped for https); raise RequestFailed."""
@@ -1207,9 +1218,6 @@ class Connection:
         self.ssl_context = ssl_context
         self.sock: Optional[socket.socket] = None
 
-    def connect(self) -> None:
-        self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context)
-
     def close(self) -> None:
         if self.sock is not None:
             try:
@@ -1221,7 +1229,7 @@ class Connection:
     def exchange(self, payload: bytes) -> tuple:
         """Return (status, body) of one request; raise RequestFailed with its kind."""
         if self.sock is None:
-            self.connect()
+            self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context)
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
@@ -1384,8 +1392,7 @@ def router_cpus(capture: CaptureSettings) -> Optional[str]:
 
 def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
     """Return {"samples": {...}} of one Prometheus scrape, or {"error": why}."""
-    connection = Connection(endpoint, timeout, ssl.create_default_context()
-                            if endpoint.scheme == "https" else None)
+    connection = Connection(endpoint, timeout, tls_context(endpoint))
     try:
         status, body = connection.exchange(encode_request(endpoint, "GET", b"", ()))
     except RequestFailed as failure:
@@ -1455,10 +1462,9 @@ class LoadSampler:
 
 
 def driver_cpu_seconds() -> float:
-    """Return the user and system CPU seconds of this process and its finished children."""
+    """Return the user and system CPU seconds of this process, all its threads."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime
 
 
 # --- measuring ---
@@ -1508,16 +1514,6 @@ def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
         return None
-
-
-def make_ssl_context(settings: RunSettings) -> Optional[ssl.SSLContext]:
-    if settings.endpoint.scheme != "https":
-        return None
-    context = ssl.create_default_context()
-    if settings.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 class Progress:
@@ -1586,7 +1582,7 @@ class PassLoop:
         self.stop = stop
         self.concurrency = concurrency
         self.schedule = schedule
-        self.context = make_ssl_context(settings)
+        self.context = tls_context(settings.endpoint, insecure=settings.insecure)
         self.selector = selectors.DefaultSelector()
         self.results: list = []  # (index, scheduled, started, ended, status, body, error)
         self.bodies: dict = {}  # identical bodies kept once
@@ -1626,21 +1622,17 @@ class PassLoop:
         self.idle.append(slot)
 
     def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
-        """Send request `index` on slot; a failure is recorded and frees the slot again."""
+        """Send request `index` on an idle slot; a failure is recorded and frees it again."""
         perf = time.perf_counter_ns
         slot.index, slot.scheduled = index, scheduled
         self.busy.add(slot)
-        if self.idle and self.idle[-1] is slot:
-            self.idle.pop()
+        slot.started = perf()
         if slot.sock is None:
-            slot.started = perf()
             try:
                 self._open(slot)  # a reconnect is part of this request's latency
             except RequestFailed as failure:
                 self._fail(slot, failure.kind, perf())
                 return
-        else:
-            slot.started = perf()
         slot.deadline = slot.started + self.timeout_ns
         slot.reader = ResponseReader()
         payload = self.payloads[index]
@@ -1794,7 +1786,7 @@ class PassLoop:
                     return
             index = self.next_index
             self.next_index += 1
-            self._send(self.idle[-1], index, scheduled)
+            self._send(self.idle.pop(), index, scheduled)
             now = time.perf_counter_ns()
 
 
@@ -1910,21 +1902,21 @@ def measure_floor(settings: RunSettings, requests: int = FLOOR_REQUESTS) -> dict
     responder through the same event loop as every pass, and the timer's resolution."""
     responder = LoopbackResponder()
     try:
-        endpoint = parse_endpoint(f"http://127.0.0.1:{responder.port}")
-        floor_settings = settings._replace(endpoint=endpoint, insecure=False, timeout=5.0)
-        payload = encode_request(endpoint, "POST", json.dumps(
-            {"model": settings.model, "messages": [{"role": "user", "content": "floor"}]})
-            .encode(), ())
-        results = PassLoop(floor_settings, [payload] * requests, threading.Event(), 1).run()
+        # the user's headers stay with the router; the responder's body has the default path
+        floor_settings = settings._replace(
+            endpoint=parse_endpoint(f"http://127.0.0.1:{responder.port}"), headers=(),
+            insecure=False, timeout=5.0, decision_paths=DEFAULT_DECISION_PATHS)
+        payloads = encode_prompts(floor_settings, ["floor"]) * requests
+        records, _ = records_of(PassLoop(floor_settings, payloads, threading.Event(), 1).run(),
+                                floor_settings.decision_paths)
     finally:
         responder.close()
-    latencies = [(r[3] - r[2]) / 1e6 for r in results if r[6] is None]
+    latencies = [r["latency_ms"] for r in records if r["error"] is None]
     floor = {"requests": requests, "ok": len(latencies),
              "timer_resolution_ns": timer_resolution_ns(),
              "clock_resolution_ns": round(time.get_clock_info("perf_counter").resolution * 1e9)}
     if latencies:
-        for q in (10, 50, 90, 99):
-            floor[f"p{q}_ms"] = round(percentile(latencies, q), 4)
+        floor.update(rounded_percentiles(latencies, (10, 50, 90, 99), ""))
         # the spread a p50 difference must clear before this driver can resolve it
         floor["spread_ms"] = round(floor["p90_ms"] - floor["p10_ms"], 4)
     return floor
@@ -1942,13 +1934,13 @@ def probe_router(settings: RunSettings, payload: bytes) -> tuple:
     """Return (ok, what happened) of one readiness check: GET /health, else one preview."""
     endpoint = settings.endpoint
     health = endpoint._replace(path="/health")
-    connection = Connection(health, min(settings.timeout, 5.0), make_ssl_context(settings))
+    connection = Connection(health, min(settings.timeout, 5.0),
+                            tls_context(endpoint, insecure=settings.insecure))
     try:
         status, _ = connection.exchange(encode_request(health, "GET", b"", settings.headers))
         if 200 <= status < 300:
             return True, f"GET /health answered {status}"
-        connection.endpoint = endpoint
-        status, _ = connection.exchange(payload)
+        status, _ = connection.exchange(payload)  # same host and port, the preview's path
         return 200 <= status < 300, f"{endpoint.path} answered HTTP {status}"
     except RequestFailed as failure:
         if failure.kind == "tls":
@@ -2114,8 +2106,9 @@ def run_document(settings: RunSettings, label: str, corpus_path: str, corpus_sha
             "load_pause_s": settings.load_pause, "max_errors": max_errors,
             "wait_ready_s": settings.wait_ready,
             "percentile_method": PERCENTILE_METHOD,
-            "latency": "client side, perf_counter_ns from the first byte sent to the last "
-                       "byte of the body read, on a connection opened before the pass",
+            "latency": "client side, perf_counter_ns from just before the request is sent "
+                       "(open loop: from its scheduled time) to the wake-up of the event loop "
+                       "that completed the response, on a connection opened before the pass",
         },
         "ready_after_s": ready_after_s,
         "floor": floor,
