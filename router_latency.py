@@ -2161,10 +2161,15 @@ def usable_reason(run: RunData, allow_incomplete: bool) -> Optional[str]:
     return None
 
 
+def worse_sign(metric: str) -> int:
+    """Return +1 where a larger value is worse (latency), -1 where it is better (req/s)."""
+    return -1 if metric == "req_per_s" else 1
+
+
 def verdict_of(metric: str, diff: Interval, base_median: float, tolerance_pct: float) -> str:
     """Return regression, better, same or inconclusive for one row's interval of new - base."""
     tolerance = tolerance_pct / 100 * abs(base_median)
-    sign = -1 if metric == "req_per_s" else 1  # worse is up for latency, down for throughput
+    sign = worse_sign(metric)
     low, high = sorted((sign * diff.low, sign * diff.high))
     if low > tolerance:
         return "regression"
@@ -2295,8 +2300,7 @@ def _row(name: str, metric: str, base_values: list, new_values: list,
             speedup, low, high = new_median / base_median, ratio.low, ratio.high
         else:
             speedup, low, high = base_median / new_median, 1 / ratio.high, 1 / ratio.low
-    worse = sum((n < b) if metric == "req_per_s" else (n > b)
-                for b, n in zip(base_values, new_values))
+    worse = sum(worse_sign(metric) * (n - b) > 0 for b, n in zip(base_values, new_values))
     return Row(name, metric, base_median, new_median, diff, speedup, low, high, worse,
                len(base_values), verdict_of(metric, diff, base_median, tolerance_pct),
                tuple(base_values), tuple(new_values))
@@ -2320,6 +2324,10 @@ def metric_title(metric: str) -> str:
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def shown_decision(decision: Optional[str]) -> str:
+    return decision or "(no decision)"
 
 
 def fmt_value(value: Optional[float]) -> str:
@@ -2390,10 +2398,8 @@ def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
                      f"B {b.corpus_sha256[:12]}")
     lines.append("")
     rows = []
-    for name, pa in a.passes.items():
-        pb = b.passes.get(name)
-        if pb is None:
-            continue
+    paired = [(name, pa, b.passes[name]) for name, pa in a.passes.items() if name in b.passes]
+    for name, pa, pb in paired:
         if pa.discarded or pb.discarded:
             rows.append([pass_title(name), "discarded", "", "", "", ""])
             continue
@@ -2408,10 +2414,9 @@ def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
         rows.append(["", "errors", str(ea), str(eb), f"{eb - ea:+d}" if eb != ea else "0", ""])
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
-    lines += floor_warnings([(pass_title(name), pa.summary["p50_ms"], b.passes[name].summary["p50_ms"])
-                             for name, pa in a.passes.items()
-                             if name in b.passes and not pa.discarded
-                             and not b.passes[name].discarded], [a, b])
+    lines += floor_warnings([(pass_title(name), pa.summary["p50_ms"], pb.summary["p50_ms"])
+                             for name, pa, pb in paired if not (pa.discarded or pb.discarded)],
+                            [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
     agree = decision_agreement(da, db)
     unmeasured = len(set(da) ^ set(db))
@@ -2422,8 +2427,8 @@ def format_compare(a: RunData, b: RunData, *, markdown: bool = False,
         snippet = ""
         if prompts_text and prompt_id in prompts_text:
             snippet = " " + json.dumps(prompts_text[prompt_id][:60], ensure_ascii=False)
-        lines.append(f"  #{prompt_id}{snippet}: {da.get(prompt_id) or '(no decision)'} -> "
-                     f"{db.get(prompt_id) or '(no decision)'}")
+        lines.append(f"  #{prompt_id}{snippet}: {shown_decision(da[prompt_id])} -> "
+                     f"{shown_decision(db[prompt_id])}")
     for tag, run in (("A", a), ("B", b)):
         changed = decision_changes(run)
         lines.append(f"{tag} consistency: {len(changed)} inputs changed decision between passes"
@@ -2471,8 +2476,8 @@ def format_rounds(report: dict, runs: dict, *, markdown: bool = False,
     lines.append("")
     for item in report["agreement"]:
         note = "" if item["used"] else " (round left out)"
-        listed = ", ".join(f"#{d['id']} {d['base'] or '(no decision)'} -> "
-                           f"{d['new'] or '(no decision)'}" for d in item["differ"][:10])
+        listed = ", ".join(f"#{d['id']} {shown_decision(d['base'])} -> "
+                           f"{shown_decision(d['new'])}" for d in item["differ"][:10])
         more = ", ..." if len(item["differ"]) > 10 else ""
         lines.append(f"decisions r{item['round']}: {item['agree']}/{item['total']} agree{note}"
                      + (f"; differ: {listed}{more}" if item["differ"] else ""))
