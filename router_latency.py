@@ -2867,15 +2867,6 @@ def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
         return f"the measurements could not be saved anywhere ({exc.strerror or exc})"
 
 
-def corpus_texts(path: str) -> Optional[dict]:
-    """Return {id: text} of a corpus file when it can be read, else None."""
-    try:
-        prompts, _ = load_corpus(path)
-    except RouterLatencyError:
-        return None
-    return {p.id: p.text for p in prompts}
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     a, b = load_run(args.a), load_run(args.b)
     for run in (a, b):
@@ -2886,7 +2877,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise RouterLatencyError(
             f"the runs used different corpora ({a.corpus_sha256[:12]} and "
             f"{b.corpus_sha256[:12]}); --allow-corpus-mismatch compares them anyway", args.b)
-    texts = corpus_texts(args.corpus) if args.corpus else None
+    texts = None
+    if args.corpus:
+        # a bad or different corpus must not put the wrong text beside an input
+        prompts, sha = load_corpus(args.corpus)
+        if sha != a.corpus_sha256:
+            raise RouterLatencyError(f"not the corpus of the runs (sha256 {sha[:12]}, the runs "
+                                     f"used {a.corpus_sha256[:12]})", args.corpus)
+        texts = {p.id: p.text for p in prompts}
     for line in format_compare(a, b, markdown=args.format == "markdown", prompts_text=texts):
         print(line)
     agree = decision_agreement(reference_decisions(a), reference_decisions(b))
