@@ -2954,8 +2954,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         corpus_path = str(work / "corpus.json")
         sides = {"cpu": {"delay_ms": 3.0, "jitter_ms": 1.0},
                  "gpu": {"delay_ms": 1.5, "jitter_ms": 0.5}}
-        print(f"demo: two simulated routers, serial like one GPU process each: cpu 3 ms + up to "
-              f"1 ms jitter, gpu 1.5 ms + up to 0.5 ms; {args.rounds} rounds in {work}")
+        profiles = ", ".join(f"{side} {p['delay_ms']:g} ms + up to {p['jitter_ms']:g} ms jitter"
+                             for side, p in sides.items())
+        print(f"demo: two simulated routers, serial like one GPU process each: {profiles}; "
+              f"{args.rounds} rounds in {work}")
         print("(the simulated routers run inside the driver's process here, so 'router cpus' "
               "and 'driver cpu' are that process's)")
         code = main(["corpus", "--repo", str(repo), "--out", corpus_path])
