@@ -104,7 +104,7 @@ def test_rate_pass_records_schedule_lag_and_service_time(simulator, tmp_path, cl
     lines = result.out.splitlines()
     assert [line.split()[0:2] for line in lines[2:4]] == [["Rate", "400/s"], ["Rate", "1000/s"]]
     run = rl.load_run(str(out))
-    assert list(run.passes) == ["r400", "r1000"] and run.passes["r400"].rate == 400.0
+    assert [p.name for p in run.passes] == ["r400", "r1000"] and run.passes[0].rate == 400.0
 
 
 def test_open_loop_counts_the_wait_a_stalled_router_causes(simulator, tmp_path, cli):

@@ -96,28 +96,3 @@ def test_percentile_is_monotone_in_q_and_within_the_data(values, q1, q2):
     low_q, high_q = sorted((q1, q2))
     low, high = rl.percentile(values, low_q), rl.percentile(values, high_q)
     assert min(values) <= low <= high <= max(values)
-
-
-REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
-                    st.one_of(st.none(), st.sampled_from(rl.ERROR_KINDS)),
-                    st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])))
-
-
-@SETTINGS
-@given(st.lists(REQUEST, min_size=1, max_size=30), st.floats(min_value=1e-3, max_value=100))
-def test_run_files_round_trip(tmp_path_factory, requests, wall_s):
-    records = [{"id": i, "start_ms": 0.0, "latency_ms": round(latency, 4),
-                "status": None if error else 200, "decision": None if error else decision,
-                "error": error} for i, (latency, error, decision) in enumerate(requests)]
-    summary = rl.pass_summary(records, wall_s)
-    document = {"schema": rl.RUN_SCHEMA, "label": "x", "complete": True,
-                "corpus": {"sha256": "0" * 64, "count": len(records)},
-                "passes": [{"name": "sequential", "concurrency": 1, "discarded": False,
-                            "summary": summary, "requests": records}]}
-    path = tmp_path_factory.mktemp("run") / "run.json"
-    rl.write_atomic(str(path), rl.dump_json(document))
-    run = rl.load_run(str(path))
-    loaded = run.passes["sequential"]
-    assert loaded.summary == summary
-    assert loaded.decisions == {r["id"]: r["decision"] for r in records}
-    assert run.corpus_count == len(records) and run.complete is True

@@ -51,7 +51,7 @@ def test_run_records_every_request_of_every_pass(simulator, tmp_path, cli):
                                 "p99_ms", "mean_ms", "req/s", "wall_s"]
     assert [line.split()[0] for line in lines[2:5]] == ["Sequential", "Conc", "Conc"]
     assert lines[-1] == f"wrote {out}"
-    assert rl.load_run(str(out)).passes["c16"].summary["ok"] == len(TEXTS)
+    assert rl.load_run(str(out)).pass_named("c16").summary.ok == len(TEXTS)
 
 
 def test_run_keeps_header_values_and_url_credentials_out_of_everything(simulator, tmp_path,
@@ -153,7 +153,7 @@ def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
     assert "Sequential: load 150.0 above 120, timings discarded (attempt 1 of 2)" in result.err
     assert "Sequential  discarded: load above the limit" in result.out
     run = rl.load_run(str(out))
-    assert all(p.discarded for p in run.passes.values())
+    assert all(p.discarded for p in run.passes)
 
 
 def test_run_keeps_a_pass_that_ran_under_the_limit(simulator, tmp_path, cli):

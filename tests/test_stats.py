@@ -95,18 +95,3 @@ def test_percentile_linear_interpolation(values, q, expected):
 def test_percentile_rejects_bad_input(values, q):
     with pytest.raises(rl.RouterLatencyError):
         rl.percentile(values, q)
-
-
-def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
-    requests = [{"latency_ms": v, "error": None} for v in (1.0, 2.0, 3.0, 4.0)]
-    requests.append({"latency_ms": 900.0, "error": "timeout"})
-    requests.append({"latency_ms": 0.5, "error": "http_5xx"})
-    summary = rl.pass_summary(requests, wall_s=2.0)
-    assert summary == {"requests": 6, "ok": 4, "errors": {"http_5xx": 1, "timeout": 1},
-                       "p50_ms": 2.5, "p95_ms": 3.85, "p99_ms": 3.97, "mean_ms": 2.5,
-                       "min_ms": 1.0, "max_ms": 4.0, "req_per_s": 2.0, "wall_s": 2.0}
-
-
-def test_pass_summary_of_only_failures_has_no_percentiles():
-    summary = rl.pass_summary([{"latency_ms": 1.0, "error": "connect"}], wall_s=0.5)
-    assert summary["ok"] == 0 and summary["p50_ms"] is None and summary["req_per_s"] == 0.0
