@@ -61,43 +61,44 @@ def write_corpus(path, texts):
 def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=None,
              complete=True, discarded=(), errors=None, started="2026-01-01T00:00:00Z",
              started_unix=None, environment=None, load=None, driver_cpu_s=None):
-    """Write a valid run file with given summary figures.
+    """Write a valid run file with given summary figures, through the tool's own writer.
 
     passes: {concurrency: (p50, p95, p99, req_per_s)}; decisions: list per prompt id;
-    environment, load, driver_cpu_s: recorded as is in every pass.
+    errors: {kind: count}, given to the last requests of each pass; environment, load,
+    driver_cpu_s: recorded as is in every measured pass. The figures are taken as given, not
+    computed from the requests; the counts follow from the requests.
     """
     passes = passes or {1: (10.0, 12.0, 13.0, 100.0)}
     decisions = decisions or ["d"] * count
-    items = []
+    records = []
     for concurrency, (p50, p95, p99, rps) in passes.items():
+        name = rl.pass_name(concurrency)
         if concurrency in discarded:
-            items.append({"name": rl.pass_name(concurrency), "concurrency": concurrency,
-                          "discarded": True, "summary": None, "requests": [],
-                          "load": {"start": 150.0, "end": 150.0}, "discarded_attempts": []})
+            attempt = rl.Attempt(None, None, started, started_unix,
+                                 {"start": 150.0, "end": 150.0}, None, {}, None, ())
+            records.append(rl.PassRecord(name, concurrency, True, False, attempt))
             continue
-        kinds = dict(errors or {})
-        requests = [{"id": i, "latency_ms": p50, "status": 200, "decision": d, "error": None}
-                    for i, d in enumerate(decisions)]
-        failed = sum(kinds.values())
-        for request, kind in zip(requests[len(requests) - failed:],
-                                 [k for k, n in kinds.items() for _ in range(n)]):
-            request.update(status=500, decision=None, error=kind)
-        summary = {"requests": count, "ok": count - failed, "errors": kinds, "p50_ms": p50,
-                   "p95_ms": p95, "p99_ms": p99, "mean_ms": p50, "min_ms": p50,
-                   "max_ms": p99, "req_per_s": rps, "wall_s": count / rps}
-        item = {"name": rl.pass_name(concurrency), "concurrency": concurrency,
-                "discarded": False, "summary": summary, "requests": requests}
-        for key, value in (("environment", environment), ("load", load),
-                           ("driver_cpu_s", driver_cpu_s)):
-            if value is not None:
-                item[key] = value
-        items.append(item)
-    document = {"schema": rl.RUN_SCHEMA, "label": label, "complete": complete,
-                "started_utc": started, "started_unix": started_unix,
-                "settings": {"max_load": 120.0},
-                "corpus": {"path": "c.json", "sha256": sha, "count": count}, "passes": items}
-    Path(path).write_text(json.dumps(document), encoding="utf-8")
+        attempt = rl.Attempt(None, None, started, started_unix, load or {}, driver_cpu_s,
+                             environment or {}, None, failed_last(decisions, p50, errors))
+        summary = rl.PassSummary(**rl.count_outcomes(attempt.requests), p50_ms=p50,
+                                 p95_ms=p95, p99_ms=p99, mean_ms=p50, min_ms=p50, max_ms=p99,
+                                 req_per_s=rps, wall_s=count / rps)
+        records.append(rl.PassRecord(name, concurrency, False, False,
+                                     attempt._replace(summary=summary)))
+    run = rl.RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
+                     tuple(records), started_utc=started, started_unix=started_unix,
+                     settings={"max_load": 120.0})
+    rl.write_atomic(str(path), rl.dump_run(run))
     return str(path)
+
+
+def failed_last(decisions, latency_ms, errors):
+    """Return one request per decision, the last ones failed with the given error kinds."""
+    kinds = [kind for kind, n in (errors or {}).items() for _ in range(n)]
+    ok = len(decisions) - len(kinds)
+    return tuple(rl.Request(i, None, latency_ms, 200, d, None) if i < ok
+                 else rl.Request(i, None, latency_ms, 500, None, kinds[i - ok])
+                 for i, d in enumerate(decisions))
 
 
 class FaultServer(socketserver.ThreadingTCPServer):
