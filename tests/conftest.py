@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -17,6 +18,10 @@ sys.path.insert(0, str(ROOT))
 import router_latency as rl  # noqa: E402
 
 TOOL = ROOT / "router_latency.py"
+
+# the property tests (hypothesis) of test_stats.py and test_corpus.py; no deadline, since
+# a loaded machine is slow without the code being wrong
+SETTINGS = settings(max_examples=150, deadline=None)
 
 
 class Result(NamedTuple):
