@@ -106,6 +106,40 @@ def failed_last(decisions, latency_ms, errors):
                  for i, d in enumerate(decisions))
 
 
+def assert_one_line_error(result, *fragments):
+    """Assert exit 2 and one error line on stderr, no traceback, holding every fragment."""
+    assert result.code == 2, result
+    assert result.err.startswith("router-latency: error: "), result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    for fragment in fragments:
+        assert fragment in result.err, (fragment, result.err)
+
+
+# files no reader accepts: name -> (content, or None for no file, "<dir>" for a folder;
+# what the error says)
+BAD_FILES = {
+    "missing": (None, "no such file"),
+    "folder": ("<dir>", "is a folder, not a file"),
+    "empty": (b"", "the file is empty"),
+    "invalid": (b'{"schema": ', "invalid JSON at line 1 column 12"),
+    "not_utf8": (b'{"a": "\xff\xfe"}', "not UTF-8"),
+    "nan": (b'{"schema": NaN}', "NaN is not valid JSON"),
+    "wrong_schema": (b'{"schema": "something/else"}', "schema is 'something/else'"),
+    "array": (b"[1, 2]", "expected a router-latency/"),
+}
+
+
+def bad_file(tmp_path, kind):
+    """Create the BAD_FILES entry kind in tmp_path; return its path."""
+    path = tmp_path / f"{kind}.json"
+    content = BAD_FILES[kind][0]
+    if content == "<dir>":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    return path
+
+
 class FaultServer(socketserver.ThreadingTCPServer):
     """A loopback HTTP server whose answer each prompt picks: 'status:503', 'sleep:0.5',
     'notjson', 'nodecision', 'reset', 'short', 'chunked', 'http10', 'huge', 'redirect'.

@@ -8,15 +8,7 @@ import sys
 import pytest
 
 import router_latency as rl
-from conftest import TOOL, make_run, write_corpus
-
-
-def assert_one_line_error(result, *fragments):
-    assert result.code == 2, result
-    assert result.err.startswith("router-latency: error: "), result.err
-    assert result.err.count("\n") == 1 and "Traceback" not in result.err
-    for fragment in fragments:
-        assert fragment in result.err, (fragment, result.err)
+from conftest import BAD_FILES, TOOL, assert_one_line_error, bad_file, write_corpus
 
 
 @pytest.fixture
@@ -24,26 +16,7 @@ def corpus(tmp_path):
     return write_corpus(tmp_path / "corpus.json", ["hello"])
 
 
-BAD_FILES = {
-    "missing": (None, "no such file"),
-    "folder": ("<dir>", "is a folder, not a file"),
-    "empty": (b"", "the file is empty"),
-    "invalid": (b'{"schema": ', "invalid JSON at line 1 column 12"),
-    "not_utf8": (b'{"a": "\xff\xfe"}', "not UTF-8"),
-    "nan": (b'{"schema": NaN}', "NaN is not valid JSON"),
-    "wrong_schema": (b'{"schema": "something/else"}', "schema is 'something/else'"),
-    "array": (b"[1, 2]", "expected a router-latency/"),
-}
 
-
-def bad_file(tmp_path, kind):
-    path = tmp_path / f"{kind}.json"
-    content = BAD_FILES[kind][0]
-    if content == "<dir>":
-        path.mkdir()
-    elif content is not None:
-        path.write_bytes(content)
-    return path
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
@@ -54,13 +27,6 @@ def test_run_rejects_bad_corpus_files(tmp_path, cli, kind):
                  "--label", "x")
     assert_one_line_error(result, str(path), BAD_FILES[kind][1])
     assert not out.exists()
-
-
-@pytest.mark.parametrize("kind", sorted(BAD_FILES))
-def test_compare_rejects_bad_run_files(tmp_path, cli, kind):
-    good = make_run(tmp_path / "good.json")
-    path = bad_file(tmp_path, kind)
-    assert_one_line_error(cli("compare", good, path), str(path), BAD_FILES[kind][1])
 
 
 @pytest.mark.parametrize("prompts,field,message", [
@@ -77,44 +43,10 @@ def test_run_rejects_corpus_contents(tmp_path, cli, prompts, field, message):
     assert_one_line_error(result, f"{path}: {field}", message)
 
 
-def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps({"schema": "router-latency/run/2"}))
-    result = cli("compare", path, path)
-    assert_one_line_error(result, "schema router-latency/run/2 is newer than this tool reads")
 
 
-@pytest.mark.parametrize("edit,field,message", [
-    (lambda d: d["passes"][0]["requests"][0].update(latency_ms="12"),
-     "passes[0].requests[0].latency_ms", "expected a finite number"),
-    (lambda d: d["passes"][0]["requests"][0].update(latency_ms=-1),
-     "passes[0].requests[0].latency_ms", "expected a number >= 0"),
-    (lambda d: d["passes"][0]["summary"].update(p50_ms="fast"),
-     "passes[0].summary.p50_ms", "expected a finite number"),
-    (lambda d: d["passes"][0]["requests"][0].update(id=99),
-     "passes[0].requests[0].id", "expected a prompt id from 0 to 2"),
-    (lambda d: d["passes"][0].update(concurrency=0), "passes[0].concurrency",
-     "expected a whole number >= 1"),
-    (lambda d: d["passes"][0]["summary"].update(ok=1), "passes[0].summary",
-     "ok + errors does not add up to requests"),
-    (lambda d: d["corpus"].update(sha256="xyz"), "corpus", "expected corpus.sha256"),
-    (lambda d: d.pop("complete"), "complete", "expected true or false"),
-    (lambda d: d.update(passes={}), "passes", "expected a list"),
-])
-def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
-    good = make_run(tmp_path / "good.json")
-    document = json.loads(open(good).read())
-    edit(document)
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(document))
-    assert_one_line_error(cli("compare", good, bad), f"{bad}: {field}", message)
 
 
-def test_truncated_run_file(tmp_path, cli):
-    good = make_run(tmp_path / "good.json")
-    truncated = tmp_path / "r1-gpu.json"
-    truncated.write_bytes(open(good, "rb").read()[:-40])
-    assert_one_line_error(cli("compare", good, truncated), str(truncated), "invalid JSON")
 
 
 @pytest.mark.parametrize("url,message", [

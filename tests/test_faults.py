@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import router_latency as rl
-from conftest import make_run, write_corpus
+from conftest import write_corpus
 
 DATA = Path(__file__).resolve().parent / "data"
 OK_BODY = json.dumps({"decision_result": {"decision_name": "ok"}}).encode()
@@ -281,12 +281,3 @@ def test_write_atomic_on_a_read_only_folder(tmp_path, monkeypatch):
     with pytest.raises(rl.RouterLatencyError, match="cannot write: Read-only file system"):
         rl.write_atomic(str(target), b"new")
     assert target.read_text() == "old"
-
-
-def test_rounds_refuses_an_unknown_error_kind(tmp_path, cli):
-    path = make_run(tmp_path / "r1-cpu.json", errors={"timeout": 1})
-    document = json.loads(Path(path).read_text())
-    document["passes"][0]["requests"][-1]["error"] = "gremlins"
-    Path(path).write_text(json.dumps(document))
-    result = cli("compare", path, path)
-    assert result.code == 2 and "passes[0].requests[2].error" in result.err

@@ -1,11 +1,14 @@
-"""The run file: its writer and reader round-trip byte for byte, and the reader names what it
-rejects."""
+"""run file: the records and their summary figures, the writer and reader round-tripping byte
+for byte, and the reader refusing bad files with one line naming the file and field."""
 
 import json
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import rl
+import router_latency as rl
+from conftest import BAD_FILES, assert_one_line_error, bad_file, make_run
 
 TEXT = st.text(min_size=0, max_size=20)
 REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
@@ -71,3 +74,59 @@ def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
 def test_pass_summary_of_only_failures_has_no_percentiles():
     summary = rl.pass_summary([rl.Request(0, 0.0, 1.0, None, None, "connect")], wall_s=0.5)
     assert summary.ok == 0 and summary.p50_ms is None and summary.req_per_s == 0.0
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_compare_rejects_bad_run_files(tmp_path, cli, kind):
+    good = make_run(tmp_path / "good.json")
+    path = bad_file(tmp_path, kind)
+    assert_one_line_error(cli("compare", good, path), str(path), BAD_FILES[kind][1])
+
+
+def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"schema": "router-latency/run/2"}))
+    result = cli("compare", path, path)
+    assert_one_line_error(result, "schema router-latency/run/2 is newer than this tool reads")
+
+
+@pytest.mark.parametrize("edit,field,message", [
+    (lambda d: d["passes"][0]["requests"][0].update(latency_ms="12"),
+     "passes[0].requests[0].latency_ms", "expected a finite number"),
+    (lambda d: d["passes"][0]["requests"][0].update(latency_ms=-1),
+     "passes[0].requests[0].latency_ms", "expected a number >= 0"),
+    (lambda d: d["passes"][0]["summary"].update(p50_ms="fast"),
+     "passes[0].summary.p50_ms", "expected a finite number"),
+    (lambda d: d["passes"][0]["requests"][0].update(id=99),
+     "passes[0].requests[0].id", "expected a prompt id from 0 to 2"),
+    (lambda d: d["passes"][0].update(concurrency=0), "passes[0].concurrency",
+     "expected a whole number >= 1"),
+    (lambda d: d["passes"][0]["summary"].update(ok=1), "passes[0].summary",
+     "ok + errors does not add up to requests"),
+    (lambda d: d["corpus"].update(sha256="xyz"), "corpus", "expected corpus.sha256"),
+    (lambda d: d.pop("complete"), "complete", "expected true or false"),
+    (lambda d: d.update(passes={}), "passes", "expected a list"),
+])
+def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
+    good = make_run(tmp_path / "good.json")
+    document = json.loads(open(good).read())
+    edit(document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", good, bad), f"{bad}: {field}", message)
+
+
+def test_truncated_run_file(tmp_path, cli):
+    good = make_run(tmp_path / "good.json")
+    truncated = tmp_path / "r1-gpu.json"
+    truncated.write_bytes(open(good, "rb").read()[:-40])
+    assert_one_line_error(cli("compare", good, truncated), str(truncated), "invalid JSON")
+
+
+def test_rounds_refuses_an_unknown_error_kind(tmp_path, cli):
+    path = make_run(tmp_path / "r1-cpu.json", errors={"timeout": 1})
+    document = json.loads(Path(path).read_text())
+    document["passes"][0]["requests"][-1]["error"] = "gremlins"
+    Path(path).write_text(json.dumps(document))
+    result = cli("compare", path, path)
+    assert result.code == 2 and "passes[0].requests[2].error" in result.err
