@@ -16,9 +16,6 @@ def corpus(tmp_path):
     return write_corpus(tmp_path / "corpus.json", ["hello"])
 
 
-
-
-
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_run_rejects_bad_corpus_files(tmp_path, cli, kind):
     path = bad_file(tmp_path, kind)
@@ -41,12 +38,6 @@ def test_run_rejects_corpus_contents(tmp_path, cli, prompts, field, message):
     result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", path, "--out",
                  tmp_path / "o.json", "--label", "x")
     assert_one_line_error(result, f"{path}: {field}", message)
-
-
-
-
-
-
 
 
 @pytest.mark.parametrize("url,message", [
