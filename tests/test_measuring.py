@@ -1,0 +1,795 @@
+"""measuring: `run` against real loopback routers (the simulator, a fault server, a router
+that restarts, a TLS router): every request recorded and classified, passes discarded under
+load, interrupts, open-loop passes, the driver's floor, faults of the router and of the disk."""
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import socketserver
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+import router_latency as rl
+from conftest import TOOL, make_run, write_corpus
+
+TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]
+DATA = Path(__file__).resolve().parent / "data"
+OK_BODY = json.dumps({"decision_result": {"decision_name": "ok"}}).encode()
+
+
+class FaultServer(socketserver.ThreadingTCPServer):
+    """A loopback HTTP server whose answer each prompt picks: 'status:503', 'sleep:0.5',
+    'notjson', 'nodecision', 'reset', 'short', 'chunked', 'http10', 'huge', 'redirect'.
+    Any other prompt gets a normal preview answer with the decision 'ok'."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port=0):
+        super().__init__(("127.0.0.1", port), FaultHandler)
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def handle_error(self, request, client_address):
+        pass  # a client that went away mid-answer is what several faults are about
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class FaultHandler(socketserver.StreamRequestHandler):
+    def handle(self):
+        self.connection.settimeout(5)
+        while True:
+            try:
+                head = self.read_head()
+            except (OSError, ValueError):
+                return
+            if head is None:
+                return
+            method, path, headers = head
+            body = self.rfile.read(int(headers.get("content-length", 0)))
+            with self.server.lock:
+                self.server.requests += 1
+            prompt = ""
+            if method == "POST":
+                try:
+                    prompt = json.loads(body)["messages"][0]["content"]
+                except (ValueError, KeyError, IndexError, TypeError):
+                    prompt = ""
+            if not self.answer(method, path, prompt):
+                return
+
+    def read_head(self):
+        line = self.rfile.readline(65537)
+        if not line:
+            return None
+        method, path, _ = line.decode("latin-1").split(" ", 2)
+        headers = {}
+        for _ in range(100):
+            line = self.rfile.readline(65537)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return method, path, headers
+
+    def send(self, status, body, extra=""):
+        head = (f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n{extra}\r\n")
+        self.wfile.write(head.encode("latin-1") + body)
+
+    def answer(self, method, path, prompt):
+        """Answer one request; return False to close the connection."""
+        ok = json.dumps({"decision_result": {"decision_name": "ok"}}).encode()
+        if method == "GET":
+            self.send(200 if path == "/health" else 404, b"{}")
+            return True
+        if path != rl.PREVIEW_PATH:
+            self.send(404, b'{"error": "not found"}')
+            return True
+        kind, _, arg = prompt.partition(":")
+        if kind == "status":
+            self.send(int(arg), b'{"error": "injected"}',
+                      "Location: /elsewhere\r\n" if arg.startswith("3") else "")
+        elif kind == "sleep":
+            time.sleep(float(arg))
+            try:
+                self.send(200, ok)
+            except OSError:
+                return False
+        elif kind == "notjson":
+            self.send(200, b"<html>oops</html>")
+        elif kind == "nodecision":
+            self.send(200, b'{"selected_model": null}')
+        elif kind == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            return False
+        elif kind == "short":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"decision")
+            return False
+        elif kind == "chunked":
+            parts = [ok[:5], ok[5:]]
+            data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(
+                b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+            self.wfile.write(data)
+        elif kind == "http10":
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + ok)
+            return False
+        elif kind == "huge":
+            self.send(200, b" " * (rl.MAX_BODY_BYTES + 10))
+        else:
+            self.send(200, ok)
+        return True
+
+
+@pytest.fixture
+def fault_server():
+    server = FaultServer()
+    server.thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_run_records_every_request_of_every_pass(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0.2)
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS)
+    out = tmp_path / "r1-cpu.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "cpu",
+                 "--warmup", "3")
+    assert result.code == 0 and result.err == ""
+    document = json.loads(out.read_text())
+    assert document["schema"] == "router-latency/run/1"
+    assert document["complete"] is True and document["label"] == "cpu"
+    assert document["url"] == router.url + "/api/v1/routing/preview"
+    assert document["corpus"]["count"] == len(TEXTS)
+    assert document["warmup"] == {"requests": 3, "ok": 3, "errors": {}}
+    assert [p["concurrency"] for p in document["passes"]] == [1, 4, 16]
+    decisions = {i: rl.simulated_decision(t, ("math", "code", "general", "pii_block"))
+                 for i, t in enumerate(TEXTS)}
+    for item in document["passes"]:
+        assert item["discarded"] is False
+        assert sorted(r["id"] for r in item["requests"]) == list(range(len(TEXTS)))
+        for request in item["requests"]:
+            d = decisions[request["id"]]
+            assert request["decision"] == f"{d}|model-{d}"
+            assert request["status"] == 200 and request["error"] is None
+            assert request["latency_ms"] > 0
+        summary = item["summary"]
+        assert summary["requests"] == summary["ok"] == len(TEXTS)
+        assert summary["p50_ms"] == pytest.approx(
+            rl.percentile([r["latency_ms"] for r in item["requests"]], 50), abs=1e-3)
+    lines = result.out.splitlines()
+    assert lines[1].split() == ["pass", "requests", "ok", "errors", "p50_ms", "p95_ms",
+                                "p99_ms", "mean_ms", "req/s", "wall_s"]
+    assert [line.split()[0] for line in lines[2:5]] == ["Sequential", "Conc", "Conc"]
+    assert lines[-1] == f"wrote {out}"
+    assert rl.load_run(str(out)).pass_named("c16").summary.ok == len(TEXTS)
+
+
+def test_run_keeps_header_values_and_url_credentials_out_of_everything(simulator, tmp_path,
+                                                                       cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:2])
+    out = tmp_path / "run.json"
+    url = router.url.replace("http://", "http://alice:s3cretpw@")
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--header", "X-Api-Key: topsecretvalue", "--concurrency", "1", "--warmup", "0")
+    assert result.code == 0
+    text = out.read_text() + result.out + result.err
+    assert "topsecretvalue" not in text and "s3cretpw" not in text and "alice" not in text
+    assert json.loads(out.read_text())["header_names"] == ["X-Api-Key"]
+
+
+def test_run_refuses_to_overwrite_without_force(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:1])
+    out = tmp_path / "run.json"
+    out.write_text("precious")
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x")
+    assert result.code == 2
+    assert result.err == f"router-latency: error: exists; pass --force to overwrite it ({out})\n"
+    assert out.read_text() == "precious"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--force", "--quiet").code == 0
+    assert json.loads(out.read_text())["complete"] is True
+
+
+def test_run_classifies_every_failure_and_accounts_for_it(fault_server, tmp_path, cli):
+    texts = ["fine", "status:500", "status:503", "status:404", "status:302", "notjson",
+             "nodecision", "reset", "short", "chunked", "http10", "sleep:1.5", "huge", "fine 2"]
+    corpus = write_corpus(tmp_path / "corpus.json", texts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out, "--label",
+                 "x", "--concurrency", "1,4", "--timeout", "0.5", "--warmup", "0")
+    assert result.code == 1
+    document = json.loads(out.read_text())
+    expected = {"fine": None, "status:500": "http_5xx", "status:503": "http_5xx",
+                "status:404": "http_4xx", "status:302": "http_3xx", "notjson": "bad_json",
+                "nodecision": "no_decision", "reset": "reset", "short": "reset",
+                "chunked": None, "http10": None, "sleep:1.5": "timeout", "huge": "too_large",
+                "fine 2": None}
+    for item in document["passes"]:
+        errors = {texts[r["id"]]: r["error"] for r in item["requests"]}
+        assert errors == expected
+        summary = item["summary"]
+        assert summary["requests"] == len(texts)
+        assert summary["ok"] + sum(summary["errors"].values()) == summary["requests"]
+        assert summary["ok"] == 4
+    assert "errors in Sequential: bad_json 1, http_3xx 1, http_4xx 1, http_5xx 2, no_decision 1" \
+           ", reset 2, timeout 1, too_large 1" in result.out
+    assert result.err == "router-latency: 20 requests failed (--max-errors 0)\n"
+
+
+def test_run_max_errors_allows_failures(fault_server, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["fine", "status:500"])
+    args = ["run", "--url", fault_server.url, "--corpus", corpus, "--label", "x",
+            "--concurrency", "1,2", "--warmup", "0", "--quiet"]
+    assert cli(*args, "--out", tmp_path / "a.json", "--max-errors", "2").code == 0
+    assert cli(*args, "--out", tmp_path / "b.json", "--max-errors", "1").code == 1
+
+
+def test_run_decision_path_option(fault_server, simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["What is 2+2?"])
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--decision-path", "selected_model", "--concurrency", "1", "--quiet").code == 0
+    decision = json.loads(out.read_text())["passes"][0]["requests"][0]["decision"]
+    assert decision.startswith("model-")
+
+
+def run_under_load(cli, router, tmp_path, load_line, *extra):
+    """Run three prompts with the load average read from a file holding load_line."""
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:3])
+    load = tmp_path / "loadavg"
+    load.write_text(load_line)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--loadavg-file", load, "--warmup", "0", *extra)
+    return result, json.loads(out.read_text()), out
+
+
+def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
+    result, document, out = run_under_load(cli, simulator(delay_ms=0), tmp_path,
+                                           "150.00 90.00 80.00 3/200 1234\n",
+                                           "--concurrency", "1,4", "--load-retries", "1",
+                                           "--load-pause", "0")
+    assert result.code == 0
+    for item in document["passes"]:
+        assert item["discarded"] is True and item["summary"] is None
+        assert len(item["discarded_attempts"]) == 2
+        assert item["discarded_attempts"][0]["load"] == {"start": 150.0, "end": 150.0,
+                                                         "min": 150.0, "max": 150.0,
+                                                         "samples": 2}
+        assert item["discarded_attempts"][0]["summary"]["ok"] == 3
+    assert "Sequential: load 150.0 above 120, timings discarded (attempt 1 of 2)" in result.err
+    assert "Sequential  discarded: load above the limit" in result.out
+    run = rl.load_run(str(out))
+    assert all(p.discarded for p in run.passes)
+
+
+def test_run_keeps_a_pass_that_ran_under_the_limit(simulator, tmp_path, cli):
+    result, document, _ = run_under_load(cli, simulator(delay_ms=0), tmp_path,
+                                         "12.5 1 1 1/1 1\n", "--concurrency", "1", "--quiet")
+    assert result.code == 0
+    item = document["passes"][0]
+    assert item["discarded"] is False
+    assert item["load"] == {"start": 12.5, "end": 12.5, "min": 12.5, "max": 12.5, "samples": 2}
+    assert item["discarded_attempts"] == []
+
+
+def test_run_waits_for_a_router_that_starts_late(tmp_path, cli):
+    server = FaultServer()
+    port = server.server_address[1]
+    server.server_close()  # the port is free again until the "router" starts on it
+    corpus = write_corpus(tmp_path / "corpus.json", ["fine"])
+    out = tmp_path / "run.json"
+    started = []
+
+    def start_later():
+        time.sleep(0.5)
+        late = FaultServer(port)
+        started.append(late)
+        late.serve_forever(poll_interval=0.05)
+
+    threading.Thread(target=start_later, daemon=True).start()
+    try:
+        result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out",
+                     out, "--label", "x", "--concurrency", "1", "--wait-ready", "10", "--quiet")
+    finally:
+        for late in started:
+            late.shutdown()
+            late.server_close()
+    assert result.code == 0
+    assert json.loads(out.read_text())["ready_after_s"] >= 0.3
+
+
+def closed_port():
+    """Return a loopback port that nothing listens on (bound once, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_run_says_when_no_router_answers(tmp_path, cli):
+    port = closed_port()
+    corpus = write_corpus(tmp_path / "corpus.json", ["fine"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out", out,
+                 "--label", "x")
+    assert result.code == 2
+    assert result.err.startswith(f"router-latency: error: router not reachable at "
+                                 f"http://127.0.0.1:{port}/api/v1/routing/preview: connection "
+                                 f"refused")
+    assert not out.exists()
+    result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out", out,
+                 "--label", "x", "--wait-ready", "0.3")
+    assert result.code == 2 and "router not ready after 0.3 s" in result.err
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, code):
+    router = simulator(delay_ms=20)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(200)])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+                                "--corpus", corpus, "--out", str(out), "--label", "x",
+                                "--warmup", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 20
+    while router.served < 5 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == code, stderr
+    assert "Traceback" not in stderr
+    document = json.loads(out.read_text())
+    assert document["complete"] is False
+    first = document["passes"][0]
+    assert first["interrupted"] is True
+    assert 0 < first["summary"]["requests"] < 200
+    assert "(incomplete: interrupted)" in stdout
+
+
+class TerminalStream(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
+    router = simulator(delay_ms=1)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(40)])
+    terminal = TerminalStream()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+                    str(tmp_path / "a.json"), "--label", "x", "--concurrency", "1",
+                    "--warmup", "0"]) == 0
+    assert re.search(r"\rSequential: 40/40 +[\d,]+ req/s \n", terminal.getvalue())
+    quiet = TerminalStream()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+                    str(tmp_path / "b.json"), "--label", "x", "--concurrency", "1",
+                    "--warmup", "0", "--quiet"]) == 0
+    assert quiet.getvalue() == ""
+    piped = io.StringIO()  # not a terminal: no progress line
+    monkeypatch.setattr(sys, "stderr", piped)
+    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+                    str(tmp_path / "c.json"), "--label", "x", "--concurrency", "1",
+                    "--warmup", "0"]) == 0
+    assert piped.getvalue() == ""
+
+
+def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
+    port = closed_port()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url",
+                                f"http://127.0.0.1:{port}", "--corpus", corpus, "--out",
+                                str(out), "--label", "x", "--wait-ready", "30"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert not out.exists()
+
+
+def test_interrupt_does_not_wait_for_a_slow_router(simulator, tmp_path):
+    router = simulator(delay_ms=20_000)  # every answer would take 20 s
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+                                "--corpus", corpus, "--out", str(out), "--label", "x",
+                                "--warmup", "0", "--concurrency", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while router.served < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=15)  # far less than the 20 s answers
+    assert process.returncode == 130, stderr
+    item = json.loads(out.read_text())["passes"][0]
+    assert item["interrupted"] is True and item["summary"]["requests"] == 0
+
+
+def test_arrival_schedules():
+    assert rl.arrival_schedule(4, 100, "constant", 0) == [0, 10_000_000, 20_000_000, 30_000_000]
+    poisson = rl.arrival_schedule(20_000, 500, "poisson", 7)
+    assert poisson == rl.arrival_schedule(20_000, 500, "poisson", 7)
+    assert poisson != rl.arrival_schedule(20_000, 500, "poisson", 8)
+    gaps = [b - a for a, b in zip(poisson, poisson[1:])]
+    assert all(g >= 0 for g in gaps)
+    assert sum(gaps) / len(gaps) == pytest.approx(2_000_000, rel=0.03)  # mean 1/rate
+
+
+def test_rate_pass_records_schedule_lag_and_service_time(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(20)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--rate", "400,1000", "--arrival", "poisson", "--seed", "3", "--warmup", "0")
+    assert result.code == 0
+    document = json.loads(out.read_text())
+    assert [(p["name"], p["rate"], p["arrival"]) for p in document["passes"]] == [
+        ("r400", 400.0, "poisson"), ("r1000", 1000.0, "poisson")]
+    assert document["settings"]["concurrency"] == [] and document["settings"]["seed"] == 3
+    for item in document["passes"]:
+        assert sorted(r["id"] for r in item["requests"]) == list(range(20))
+        for r in item["requests"]:
+            assert r["behind_ms"] >= 0 and r["service_ms"] > 0
+            assert r["latency_ms"] == pytest.approx(r["behind_ms"] + r["service_ms"], abs=2e-4)
+        assert set(item["summary"]) >= {"service_p50_ms", "service_p99_ms", "behind_p99_ms"}
+    lines = result.out.splitlines()
+    assert [line.split()[0:2] for line in lines[2:4]] == [["Rate", "400/s"], ["Rate", "1000/s"]]
+    run = rl.load_run(str(out))
+    assert [p.name for p in run.passes] == ["r400", "r1000"] and run.passes[0].rate == 400.0
+
+
+def test_open_loop_counts_the_wait_a_stalled_router_causes(simulator, tmp_path, cli):
+    # One connection to a router that takes 20 ms, asked for a request every 5 ms: a closed
+    # loop would report 20 ms for each; from the schedule, later requests wait ever longer.
+    router = simulator(delay_ms=20, serial=True)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(6)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--rate", "200", "--connections", "1", "--warmup", "0")
+    requests = sorted(json.loads(out.read_text())["passes"][0]["requests"], key=lambda r: r["id"])
+    last = requests[-1]
+    assert last["behind_ms"] > 40  # scheduled at 25 ms, sent after five 20 ms answers
+    assert last["latency_ms"] > last["service_ms"] + 40
+    assert re.search(r"Rate 200/s: the driver fell behind its schedule by [\d.]+ ms at p99",
+                     result.err)
+
+
+def test_rate_and_concurrency_passes_together_and_compared(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c"])
+    for name in ("a", "b"):
+        assert cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / f"{name}.json",
+                   "--label", name, "--concurrency", "1", "--rate", "500", "--quiet").code == 0
+    out = cli("compare", tmp_path / "a.json", tmp_path / "b.json").out
+    assert "Sequential  p50 ms" in out and "Rate 500/s  p50 ms" in out
+
+
+def test_bad_rate_options(tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    for value in ("0", "-5", "abc", "nan", "100,100"):
+        result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                     tmp_path / "o.json", "--label", "x", "--rate", value)
+        assert result.code == 2 and "--rate" in result.err
+
+
+def test_every_run_records_the_driver_floor(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--concurrency", "1", "--quiet").code == 0
+    floor = json.loads(out.read_text())["floor"]
+    assert floor["requests"] == floor["ok"] == rl.FLOOR_REQUESTS
+    assert 0 < floor["p10_ms"] <= floor["p50_ms"] <= floor["p90_ms"] <= floor["p99_ms"]
+    assert floor["spread_ms"] == pytest.approx(floor["p90_ms"] - floor["p10_ms"], abs=2e-4)
+    assert floor["timer_resolution_ns"] > 0
+
+
+def with_floor(path, spread):
+    document = json.loads(open(path).read())
+    document["floor"] = {"spread_ms": spread}
+    open(path, "w").write(json.dumps(document))
+    return path
+
+
+def test_compare_and_rounds_warn_below_the_floor(tmp_path, cli):
+    a = with_floor(make_run(tmp_path / "r1-cpu.json", passes={1: (1.000, 2, 3, 100)}), 0.02)
+    b = with_floor(make_run(tmp_path / "r1-gpu.json", passes={1: (1.010, 2, 3, 100)}), 0.01)
+    assert ("warning: Sequential p50 differs by 0.010 ms, less than the driver's own spread on "
+            "loopback (0.020 ms, p90 - p10): below what this driver resolves") in cli(
+                "compare", a, b).out
+    with_floor(make_run(tmp_path / "r2-cpu.json", passes={1: (1.000, 2, 3, 100)}), 0.02)
+    with_floor(make_run(tmp_path / "r2-gpu.json", passes={1: (1.012, 2, 3, 100)}), 0.02)
+    out = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
+    assert "warning: Sequential p50 differs by 0.011 ms, less than the driver's own spread" in out
+    far = with_floor(make_run(tmp_path / "far.json", passes={1: (2.0, 2, 3, 100)}), 0.02)
+    assert "warning" not in cli("compare", a, far).out
+
+
+class RestartingRouter:
+    """A loopback router that, on the prompt 'die', resets every connection as a crashed and
+    restarted router process would, its port staying open (as a container's published port
+    does); on 'die forever' it also closes the port."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.connections = set()
+        self.stopped = threading.Event()
+        self.listener = self.listen(0)
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self.accept_loop, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def listen(self, port):
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(64)
+        listener.settimeout(0.05)
+        return listener
+
+    def accept_loop(self):
+        deadline = time.monotonic() + 60
+        while not self.stopped.is_set() and time.monotonic() < deadline:
+            listener = self.listener
+            if listener is None:
+                time.sleep(0.01)
+                continue
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                continue
+            with self.lock:
+                self.connections.add(connection)
+            threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
+
+    def serve(self, connection):
+        try:
+            connection.settimeout(5)  # may already be closed by a 'die' on another thread
+            reader = connection.makefile("rb")
+            while True:
+                line = reader.readline()
+                if not line:
+                    return
+                length = 0
+                while True:
+                    header = reader.readline()
+                    if header in (b"\r\n", b""):
+                        break
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                body = reader.read(length)
+                prompt = json.loads(body)["messages"][0]["content"] if length else ""
+                if prompt.startswith("die"):
+                    self.die(forever=prompt == "die forever")
+                    return
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+                                   % (len(OK_BODY), OK_BODY))
+        except (OSError, ValueError):
+            return
+
+    def die(self, forever):
+        with self.lock:
+            if forever:  # the port first, so that no reconnect slips in before it closes
+                listener, self.listener = self.listener, None
+                listener.shutdown(socket.SHUT_RDWR)  # closes the port even while accept() waits
+                listener.close()
+            for connection in self.connections:
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                try:
+                    connection.close()
+                except OSError:
+                    pass
+            self.connections.clear()
+
+    def stop(self):
+        self.stopped.set()
+        self.thread.join(2)
+        if self.listener is not None:
+            self.listener.close()
+
+
+@pytest.fixture
+def restarting_router():
+    routers = []
+
+    def start(**options):
+        routers.append(RestartingRouter(**options))
+        return routers[-1]
+
+    yield start
+    for router in routers:
+        router.stop()
+
+
+def test_router_restarting_mid_pass_later_requests_succeed_on_new_connections(
+        restarting_router, tmp_path, cli):
+    router = restarting_router()
+    texts = [f"prompt {i}" for i in range(10)] + ["die"] + [f"later {i}" for i in range(30)]
+    corpus = write_corpus(tmp_path / "corpus.json", texts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1,4", "--warmup", "0")
+    assert result.code == 1 and "Traceback" not in result.err
+    for item in json.loads(out.read_text())["passes"]:
+        by_text = {texts[r["id"]]: r for r in item["requests"]}
+        summary = item["summary"]
+        assert summary["requests"] == len(texts)
+        assert summary["ok"] + sum(summary["errors"].values()) == len(texts)
+        assert by_text["die"]["error"] == "reset"
+        # the dying request, and at most one on each other worker's dead connection
+        assert summary["errors"]["reset"] <= item["concurrency"]
+        assert set(summary["errors"]) == {"reset"}
+        # after the restart every worker reconnected: the last prompts all succeeded
+        assert all(by_text[f"later {i}"]["error"] is None for i in range(20, 30))
+    assert "errors in Sequential: reset 1" in result.out
+
+
+def test_router_dying_for_good_fails_the_rest_of_the_pass_but_keeps_the_file(
+        restarting_router, tmp_path, cli):
+    router = restarting_router()
+    texts = ["one", "two", "die forever", "three", "four"]
+    corpus = write_corpus(tmp_path / "corpus.json", texts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0")
+    assert result.code == 1
+    item = json.loads(out.read_text())["passes"][0]
+    assert [r["error"] for r in item["requests"]] == [None, None, "reset", "connect", "connect"]
+    assert item["summary"]["errors"] == {"connect": 2, "reset": 1}
+    assert "errors in Sequential: connect 2, reset 1" in result.out
+
+
+def test_wrong_path_says_which_url_was_used(fault_server, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["hello"])
+    url = fault_server.url + "/api/v1/route/preview"
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "run.json",
+                 "--label", "x", "--concurrency", "1", "--warmup", "0")
+    assert result.code == 1
+    assert (f"router-latency: 1 requests answered 404 Not Found at {url}: is the path right? "
+            f"(a URL without a path gets /api/v1/routing/preview)") in result.err
+
+
+class TLSRouter(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class TLSHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(OK_BODY)))
+        self.end_headers()
+        self.wfile.write(OK_BODY)
+
+
+@pytest.fixture
+def tls_router():
+    server = TLSRouter(("127.0.0.1", 0), TLSHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(DATA / "localhost.crt", DATA / "localhost.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_certificates_are_verified_by_default(tls_router, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["hello"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", tls_router, "--corpus", corpus, "--out", out, "--label", "x")
+    assert result.code == 2 and not out.exists()
+    assert "TLS failed: self-signed certificate" in result.err or \
+        "TLS failed: self signed certificate" in result.err
+    assert "--insecure skips the certificate check" in result.err
+
+
+def test_insecure_is_recorded_and_rounds_says_so(tls_router, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(DATA / "localhost.crt"))
+    corpus = write_corpus(tmp_path / "corpus.json", ["hello", "world"])
+    for number in (1, 2):
+        for side in ("cpu", "gpu"):
+            out = tmp_path / f"r{number}-{side}.json"
+            extra = ["--insecure"] if side == "gpu" else []
+            assert cli("run", "--url", tls_router, "--corpus", corpus, "--out", out, "--label",
+                       side, "--concurrency", "1", "--warmup", "0", "--quiet", *extra).code == 0
+    assert json.loads((tmp_path / "r1-gpu.json").read_text())["insecure"] is True
+    assert json.loads((tmp_path / "r1-cpu.json").read_text())["insecure"] is False
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    assert ("warning: TLS certificates were not verified (--insecure) in r1-gpu.json, "
+            "r2-gpu.json") in result.out
+
+
+def test_https_run_with_a_trusted_certificate(tls_router, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(DATA / "localhost.crt"))
+    corpus = write_corpus(tmp_path / "corpus.json", ["hello"])
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", tls_router, "--corpus", corpus, "--out", out, "--label", "x",
+               "--concurrency", "1", "--quiet").code == 0
+    assert json.loads(out.read_text())["passes"][0]["summary"]["ok"] == 1
+
+
+def test_a_full_disk_leaves_the_previous_file_and_rescues_the_measurements(
+        simulator, tmp_path, cli, monkeypatch):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["hello"])
+    out = tmp_path / "run.json"
+    out.write_text("previous run")
+    rescue_dir = tmp_path / "rescue"
+    rescue_dir.mkdir()
+    monkeypatch.setattr(rl.tempfile, "tempdir", str(rescue_dir))
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        if os.path.dirname(os.readlink(f"/proc/self/fd/{fd}")) == str(tmp_path):
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(rl.os, "fsync", full_disk)
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--force")
+    assert result.code == 2
+    assert out.read_text() == "previous run"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".run.json")] == []
+    rescued = list(rescue_dir.glob("router-latency-run-*.json"))
+    assert len(rescued) == 1
+    assert json.loads(rescued[0].read_text())["passes"][0]["summary"]["ok"] == 1
+    assert result.err.splitlines()[-1] == (
+        f"router-latency: error: cannot write: No space left on device; any previous file is "
+        f"untouched ({out}); the measurements were saved to {rescued[0]}")
+
+
+def test_write_atomic_on_a_read_only_folder(tmp_path, monkeypatch):
+    target = tmp_path / "file.json"
+    target.write_text("old")
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(rl.tempfile, "mkstemp", read_only)
+    with pytest.raises(rl.RouterLatencyError, match="cannot write: Read-only file system"):
+        rl.write_atomic(str(target), b"new")
+    assert target.read_text() == "old"
