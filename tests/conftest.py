@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: simulated routers on port 0, the CLI called in-process, corpus
-and run files written by the tool's own writers, and the bad-file table several files use."""
+and run files written by the tool's own writers, and what several test files use: the bad-file
+table, two compared runs, a folder of three rounds."""
 
 import sys
 from pathlib import Path
@@ -100,6 +101,44 @@ def failed_last(decisions, latency_ms, errors):
     return tuple(rl.Request(i, None, latency_ms, 200, d, None) if i < ok
                  else rl.Request(i, None, latency_ms, 500, None, kinds[i - ok])
                  for i, d in enumerate(decisions))
+
+
+def two_runs(folder, sha="a" * 64, b_sha=None, **b_options):
+    """Write a.json (cpu) and b.json (rocm), sequential and Conc 4 passes with known figures;
+    B's last request timed out. b_options go to B's make_run."""
+    a = make_run(folder / "a.json", label="cpu",
+                 passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
+                 decisions=["x", "y", "z"], sha=sha)
+    b_options["sha"] = b_sha or sha
+    b = make_run(folder / "b.json", label="rocm",
+                 passes={1: (4, 8, 9, 250), 4: (5, 9, 12, 700)},
+                 decisions=["x", "y", "w"], errors={"timeout": 1}, **b_options)
+    return a, b
+
+
+# new p50 5, 6, 7 against base 10: differences -5, -4, -3 (mean -4, s 1, t(2) 4.302653);
+# ln(new/base) of 0.5, 0.6, 0.7 gives the speedup interval [1.11, 2.56] worked by hand.
+NEW = [(5, 20.5, 40, 99), (6, 21, 41, 101), (7, 20, 42, 100)]
+
+
+def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100)):
+    """Three rounds; cpu starts first in r1 and r3, gpu in r2. r2's cpu router had other cores,
+    r2's gpu side ran above the load limit, r3's gpu router restarted once."""
+    for number, figures in enumerate(NEW, 1):
+        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
+                 started_unix=1000.0 * number,
+                 environment={"router_cpus": "0-7" if number == 2 else "0-15"},
+                 load={"start": 0.5, "end": 1.5, "min": 0.5, "max": 1.5}, driver_cpu_s=0.015)
+        decisions = ["d", "d", "e"] if number == differ_in_round else None
+        environment = {"router_cpus": "16-31",
+                       "gpu": {"tool": "rocm-smi", "before": {"used_mib": {"card0": 1024.0}},
+                               "after": {"used_mib": {"card0": 1100.0}}},
+                       "metrics": {"deltas": {"router_restarts_total": float(number == 3)}}}
+        make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: figures},
+                 decisions=decisions,
+                 started_unix=1000.0 * number + (-500 if number == 2 else 500),
+                 environment=environment, driver_cpu_s=0.015,
+                 load={"start": 1.0, "end": 130.0 if number == 2 else 2.0})
 
 
 def assert_one_line_error(result, *fragments):

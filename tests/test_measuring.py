@@ -482,8 +482,9 @@ def test_rate_and_concurrency_passes_together_and_compared(simulator, tmp_path, 
     router = simulator(delay_ms=0)
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c"])
     for name in ("a", "b"):
-        assert cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / f"{name}.json",
-                   "--label", name, "--concurrency", "1", "--rate", "500", "--quiet").code == 0
+        assert cli("run", "--url", router.url, "--corpus", corpus, "--out",
+                   tmp_path / f"{name}.json", "--label", name, "--concurrency", "1", "--rate",
+                   "500", "--quiet").code == 0
     out = cli("compare", tmp_path / "a.json", tmp_path / "b.json").out
     assert "Sequential  p50 ms" in out and "Rate 500/s  p50 ms" in out
 
