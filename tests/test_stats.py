@@ -2,6 +2,7 @@
 published tables and worked examples, and properties (hypothesis) of intervals and percentiles."""
 
 import math
+import statistics
 
 import pytest
 from hypothesis import given, strategies as st
@@ -66,14 +67,17 @@ def test_paired_interval_needs_two_pairs_of_equal_length():
 
 
 def test_ratio_interval_is_exp_of_the_log_interval():
-    base, new = [10.0, 10.0, 10.0], [5.0, 10.0, 20.0]
-    logs = [math.log(0.5), 0.0, math.log(2.0)]  # mean 0, s = ln 2
-    half = 4.302653 * math.log(2.0) / math.sqrt(3)
-    ratio = rl.ratio_interval(base, new)
-    assert ratio.mean == pytest.approx(1.0)
-    assert ratio.low == pytest.approx(math.exp(-half), rel=1e-6)
-    assert ratio.high == pytest.approx(math.exp(half), rel=1e-6)
-    assert sum(logs) == pytest.approx(0.0)
+    # worked by hand: ratios 0.5, 1, 2 have logs -ln 2, 0, ln 2 (mean 0, s = ln 2), so the
+    # interval is 2 ** (-+ t(2) / sqrt 3) with t(2) = 4.302653: [0.178731, 5.594999]
+    even = rl.ratio_interval([10.0, 10.0, 10.0], [5.0, 10.0, 20.0])
+    assert even == pytest.approx(rl.Interval(1.0, 0.178731, 5.594999, 2), rel=1e-6)
+    # uneven ratios: exp of the Student t interval of the logs, computed here
+    base, new = [10.0, 8.0, 12.0, 9.0], [5.0, 6.0, 7.0, 4.5]
+    logs = [math.log(n / b) for b, n in zip(base, new)]
+    mean, spread = statistics.fmean(logs), statistics.stdev(logs)
+    half = 3.182446 * spread / math.sqrt(len(logs))  # t(3), 97.5%: R's qt(0.975, 3)
+    expected = rl.Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), 3)
+    assert rl.ratio_interval(base, new) == pytest.approx(expected, rel=1e-6)
 
 
 def test_ratio_interval_refuses_non_positive_values():
