@@ -38,13 +38,13 @@ def test_compare_refuses_incomplete_runs_unless_allowed(tmp_path, cli):
 def test_compare_reports_a_runs_own_inconsistency(tmp_path, cli):
     a = make_run(tmp_path / "a.json", passes={1: (1, 1, 1, 1)}, decisions=["x", "y", "z"])
     b = make_run(tmp_path / "b.json", passes={1: (1, 1, 1, 1)}, decisions=["x", "y", "z"])
-    import json
-    document = json.loads(open(b).read())
-    extra = json.loads(json.dumps(document["passes"][0]))
-    extra.update(name="c4", concurrency=4)
-    extra["requests"][1]["decision"] = "other"
-    document["passes"].append(extra)
-    open(b, "w").write(json.dumps(document))
+    run = rl.load_run(b)
+    sequential = run.passes[0]
+    requests = list(sequential.requests)
+    requests[1] = requests[1]._replace(decision="other")
+    extra = sequential._replace(name="c4", concurrency=4,
+                                attempt=sequential.attempt._replace(requests=tuple(requests)))
+    rl.write_atomic(b, rl.dump_run(run._replace(passes=(sequential, extra))))
     out = cli("compare", a, b).out
     assert "B consistency: 1 inputs changed decision between passes (#1)" in out
 

@@ -511,9 +511,9 @@ def test_every_run_records_the_driver_floor(simulator, tmp_path, cli):
 
 
 def with_floor(path, spread):
-    document = json.loads(open(path).read())
-    document["floor"] = {"spread_ms": spread}
-    open(path, "w").write(json.dumps(document))
+    """Give a run file the driver's floor spread (p90 - p10), through the tool's writer."""
+    run = rl.load_run(path)
+    rl.write_atomic(path, rl.dump_run(run._replace(floor={"spread_ms": spread})))
     return path
 
 
