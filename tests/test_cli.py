@@ -227,6 +227,19 @@ def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
     assert not (tmp_path / "results").exists() and not (tmp_path / "log").exists()
 
 
+def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
+    command = driver_args(tmp_path, str(tmp_path / "corpus.json"), "--dry-run")
+    command[command.index("--rounds") + 1] = "4"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    printed = {}
+    for line in result.stdout.splitlines():
+        if ": start: " in line:
+            _, number, side = line.split(":")[0].split()
+            printed.setdefault(int(number), []).append(side)
+    assert printed == {n: rl.start_order(n, ["cpu", "gpu"]) for n in range(1, 5)}
+
+
 def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
     result = subprocess.run(driver_args(tmp_path, str(tmp_path / "missing.json")),
                             capture_output=True, text=True, timeout=60)
