@@ -51,7 +51,8 @@ speedup: base/new for latency, new/base for req/s; tolerance 5% of the base medi
 
         pass        metric   cpu   gpu     gpu - cpu [95% CI]    speedup [95% CI]  worse  verdict
         Sequential  p50     10.0  6.00   -4.00 [-6.48, -1.52]  1.67x [1.11, 2.56]    0/3  better
-                    p95     20.0  20.5  +0.500 [-0.742, 1.74]  0.98x [0.92, 1.04]    2/3  inconclusive
+                    p95     20.0  20.5  +0.500 [-0.742, 1.74]  0.98x [0.92, 1.04]    2/3  \
+inconclusive
                     p99     30.0  41.0     +11.0 [8.52, 13.5]  0.73x [0.69, 0.78]    3/3  regression
                     req/s    100   100    0.000 [-2.48, 2.48]  1.00x [0.98, 1.03]    1/3  same
 
@@ -66,13 +67,20 @@ speedup: base/new for latency, new/base for req/s; tolerance 5% of the base medi
         decisions r3: 3/3 agree
         errors (cpu/gpu): r1 0/0, r2 0/0, r3 0/0
 
-        round  side        load  router cpus      gpu MiB  restarts/faults  discarded    driver cpu  flags
-        r1     cpu   0.500-1.50  0-15                 n/a              n/a          0  0.01 s (50%)  -
-        r1     gpu    1.00-2.00  16-31        1,024-1,100                0          0  0.01 s (50%)  -
-        r2     cpu   0.500-1.50  0-7                  n/a              n/a          0  0.01 s (50%)  cpuset differs (usually 0-15)
-        r2     gpu     1.00-130  16-31        1,024-1,100                0          0  0.01 s (50%)  load above 120
-        r3     cpu   0.500-1.50  0-15                 n/a              n/a          0  0.01 s (50%)  -
-        r3     gpu    1.00-2.00  16-31        1,024-1,100                1          0  0.01 s (50%)  restart/fault
+        round  side        load  router cpus      gpu MiB  restarts/faults  discarded    \
+driver cpu  flags
+        r1     cpu   0.500-1.50  0-15                 n/a              n/a          0  \
+0.01 s (50%)  -
+        r1     gpu    1.00-2.00  16-31        1,024-1,100                0          0  \
+0.01 s (50%)  -
+        r2     cpu   0.500-1.50  0-7                  n/a              n/a          0  \
+0.01 s (50%)  cpuset differs (usually 0-15)
+        r2     gpu     1.00-130  16-31        1,024-1,100                0          0  \
+0.01 s (50%)  load above 120
+        r3     cpu   0.500-1.50  0-15                 n/a              n/a          0  \
+0.01 s (50%)  -
+        r3     gpu    1.00-2.00  16-31        1,024-1,100                1          0  \
+0.01 s (50%)  restart/fault
 
         order: cpu first in r1, r3; gpu first in r2; balanced
         mean p50 gpu - cpu when cpu / gpu started first: Sequential -4.00 / -4.00
