@@ -5,7 +5,7 @@ Measures a router's /api/v1/routing/preview endpoint with a fixed prompt corpus,
 runs, and judges interleaved rounds of two configurations with paired Student-t intervals.
 
     router-latency corpus --repo ../semantic-router --out corpus.json
-    router-latency run --url http://127.0.0.1:8801 --corpus corpus.json --out r1-cpu.json --label cpu
+    router-latency run --url http://127.0.0.1:8801 --corpus corpus.json --out r1.json --label cpu
     router-latency compare r1-cpu.json r1-rocm.json
     router-latency rounds --dir results --base cpu --new rocm
     router-latency simulate --port 8801
@@ -39,10 +39,12 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import functools
 import hashlib
 import http
 import json
 import math
+import operator
 import os
 import platform
 import random
@@ -100,7 +102,13 @@ FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before ever
 STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
-METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")
+METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
+ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
+DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool")
+MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
+OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
+GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -216,6 +224,16 @@ def t_quantile(df: int) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
 
 
+def sample_spread(values: Sequence[float]) -> float:
+    """Return the sample standard deviation of values (n - 1), 0 when they are all equal."""
+    if len(set(values)) < 2:
+        return 0.0
+    mean = math.fsum(values) / len(values)
+    # two passes with compensated sums; statistics.stdev of Python 3.9 fails an internal
+    # assertion on some tiny spreads
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
 def mean_interval(values: Sequence[float]) -> Interval:
     """Return the mean of values with its two-sided 95% Student-t interval."""
     n = len(values)
@@ -273,6 +291,839 @@ def rounded_percentiles(values: Sequence[float], qs: Sequence[float], prefix: st
     """Return {prefix + 'p50_ms': ...} for each q, rounded to 0.1 us; None for no values."""
     found = percentiles(values, qs) if values else [None] * len(qs)
     return {f"{prefix}p{q}_ms": None if v is None else round(v, 4) for q, v in zip(qs, found)}
+
+
+# The gate's tests: distributions, power, Holm, outliers, crossover order effect.
+
+class OrderEffect(NamedTuple):
+    """Crossover period (order) effect on the log scale, with its t interval."""
+    estimate: float
+    low: float
+    high: float
+    df: int
+    p_value: float
+
+
+# input checks:
+
+_SQRT2 = math.sqrt(2.0)
+_SQRT2PI = math.sqrt(2.0 * math.pi)
+
+
+def _real(value, name: str) -> float:
+    """Return value as a float, refusing bools, NaN and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RouterLatencyError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if math.isnan(value):
+        raise RouterLatencyError(f"{name} must not be NaN")
+    return value
+
+
+def _finite(value, name: str) -> float:
+    """Return value as a finite float."""
+    value = _real(value, name)
+    if math.isinf(value):
+        raise RouterLatencyError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def _probability(value, name: str, *, closed: bool = False) -> float:
+    """Return value as a float in (0, 1), or in [0, 1] when closed."""
+    value = _real(value, name)
+    if not (0.0 <= value <= 1.0 if closed else 0.0 < value < 1.0):
+        interval = "[0, 1]" if closed else "(0, 1)"
+        raise RouterLatencyError(f"{name} must lie in {interval}, got {value!r}")
+    return value
+
+
+def _df(value) -> float:
+    """Return degrees of freedom as a positive float (math.inf allowed)."""
+    value = _real(value, "df")
+    if value <= 0:
+        raise RouterLatencyError(f"df must be positive, got {value!r}")
+    return value
+
+
+def _whole(value, name: str, minimum: int) -> int:
+    """Return value as an int of at least minimum, refusing bools and floats."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise RouterLatencyError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def _series(values, name: str, minimum: int) -> list:
+    """Return values as a list of finite floats, at least minimum of them."""
+    if isinstance(values, (str, bytes)):
+        raise RouterLatencyError(f"{name} must be a sequence of numbers")
+    try:
+        items = list(values)
+    except TypeError:
+        raise RouterLatencyError(f"{name} must be a sequence of numbers") from None
+    if len(items) < minimum:
+        raise RouterLatencyError(f"{name} needs at least {minimum} values, got {len(items)}")
+    return [_finite(v, f"{name}[{i}]") for i, v in enumerate(items)]
+
+
+def _mean_ss(values: Sequence[float]) -> tuple:
+    """Return the mean and the sum of squared deviations about it."""
+    mean = math.fsum(values) / len(values)
+    # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads
+    # of log ratios near 0
+    return mean, math.fsum((v - mean) ** 2 for v in values)
+
+
+# normal distribution:
+
+def normal_cdf(x: float) -> float:
+    """Return the standard normal distribution function Phi(x)."""
+    x = _real(x, "x")
+    # erfc rather than 1 + erf: in the lower tail 1 + erf(x) cancels to 0 long before Phi
+    # underflows, while erfc keeps full relative accuracy there
+    return 0.5 * math.erfc(-x / _SQRT2)
+
+
+# Acklam's rational approximation of the normal quantile (relative error < 1.15e-9),
+# brought to full double precision by one Halley step on erfc.
+_ACKLAM_A = (-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+             1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00)
+_ACKLAM_B = (-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+             6.680131188771972e+01, -1.328068155288572e+01)
+_ACKLAM_C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+             -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00)
+_ACKLAM_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+             3.754408661907416e+00)
+_ACKLAM_LOW = 0.02425
+
+
+def normal_ppf(p: float) -> float:
+    """Return the standard normal quantile z with Phi(z) = p, for 0 < p < 1.
+
+    Acklam's rational approximation refined by one Halley step; the result agrees with
+    scipy.stats.norm.ppf to about 1e-15 relative.
+    """
+    p = _probability(p, "p")
+    if p > 0.5:
+        # by symmetry, from the lower tail: 1 - p is exact for p >= 0.5 (Sterbenz), while
+        # refining in the upper tail would lose the small 1 - Phi(x) to cancellation
+        return -normal_ppf(1.0 - p)
+    if p < _ACKLAM_LOW:
+        q = math.sqrt(-2.0 * math.log(p))
+        c, d = _ACKLAM_C, _ACKLAM_D
+        x = ((((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5])
+             / ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1.0))
+    else:
+        q = p - 0.5
+        r = q * q
+        a, b = _ACKLAM_A, _ACKLAM_B
+        x = ((((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q
+             / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0))
+    # exp(x*x/2) overflows below p ~ 1e-308; there the approximation stands unrefined
+    if x * x / 2.0 < 700.0:
+        e = 0.5 * math.erfc(-x / _SQRT2) - p
+        u = e * _SQRT2PI * math.exp(x * x / 2.0)
+        x -= u / (1.0 + x * u / 2.0)
+    return x
+
+
+# Student t distribution:
+
+_FLOAT_MAX = 1.7976931348623157e308
+_CF_EPS = 1e-15
+_CF_TINY = 1e-300
+_CF_MAXIT = 10000
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Return the continued fraction of the incomplete beta function (modified Lentz).
+
+    As Numerical Recipes' betacf: I_x(a, b) = front * betacf(a, b, x) / a, converging fast
+    for x < (a + 1) / (a + b + 2).
+    """
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c = 1.0
+    d = 1.0 - qab * x / qap
+    if abs(d) < _CF_TINY:
+        d = _CF_TINY  # Lentz: a zero denominator is replaced by a tiny one, not divided by
+    d = 1.0 / d
+    h = d
+    for m in range(1, _CF_MAXIT + 1):
+        m2 = 2 * m
+        # even step of the fraction
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        if abs(d) < _CF_TINY:
+            d = _CF_TINY
+        c = 1.0 + aa / c
+        if abs(c) < _CF_TINY:
+            c = _CF_TINY
+        d = 1.0 / d
+        h *= d * c
+        # odd step
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        if abs(d) < _CF_TINY:
+            d = _CF_TINY
+        c = 1.0 + aa / c
+        if abs(c) < _CF_TINY:
+            c = _CF_TINY
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < _CF_EPS:
+            return h
+    # the fraction needs O(sqrt(max(a, b))) terms; not converging means absurd arguments
+    raise RouterLatencyError(
+        f"incomplete beta continued fraction did not converge (a={a}, b={b}, x={x})")
+
+
+def _betainc(a: float, b: float, x: float, y: float, log_x: float, log_y: float) -> float:
+    """Return the regularized incomplete beta function I_x(a, b), where y = 1 - x.
+
+    The caller passes y and both logarithms computed without cancellation, so the prefactor
+    x^a y^b / B(a, b) keeps its relative accuracy even when x is near 0 or 1.
+    """
+    if x <= 0.0 and log_x == -math.inf:
+        return 0.0
+    if y <= 0.0 and log_y == -math.inf:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * log_x + b * log_y)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    # beyond the switch point the fraction for the complement converges instead
+    return 1.0 - math.exp(log_front) * _betacf(b, a, y) / b
+
+
+def _log1p_t2_over_df(t: float, df: float) -> float:
+    """Return ln(1 + t^2 / df) without overflowing for huge t."""
+    root_df = math.sqrt(df)
+    t = abs(t)
+    if t > root_df:
+        # t / sqrt(df) itself can overflow when df < 1, so the logarithms are split
+        return 2.0 * math.log(t) - math.log(df) + math.log1p((root_df / t) ** 2)
+    return math.log1p((t / root_df) ** 2)
+
+
+def _t_tail(t: float, df: float) -> float:
+    """Return P(T <= -|t|) for Student t with df degrees of freedom."""
+    # P(T <= -|t|) = I_x(df/2, 1/2) / 2 with x = df / (df + t^2); x and 1 - x are formed
+    # from whichever ratio is small, so neither suffers cancellation
+    t = abs(t)
+    if t == 0.0:
+        return 0.5
+    if math.isinf(t):
+        return 0.0
+    log_y_over_x = 2.0 * math.log(t) - math.log(df)  # ln(t^2 / df)
+    log1p_term = _log1p_t2_over_df(t, df)
+    log_x = -log1p_term
+    log_y = log_y_over_x - log1p_term
+    x, y = math.exp(log_x), math.exp(log_y)
+    return 0.5 * _betainc(df / 2.0, 0.5, x, y, log_x, log_y)
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Return the Student t distribution function P(T <= t) with df degrees of freedom.
+
+    Through the regularized incomplete beta function, P(T <= -|t|) = I_x(df/2, 1/2) / 2 with
+    x = df / (df + t^2), evaluated by Lentz's continued fraction. df may be any positive real;
+    math.inf gives the normal distribution. The lower tail keeps its relative accuracy, so
+    use t_cdf(-t, df) for an upper tail rather than 1 - t_cdf(t, df). Agrees with scipy to
+    about 1e-12 relative for df 1..200.
+    """
+    t = _real(t, "t")
+    df = _df(df)
+    if math.isinf(df):
+        return normal_cdf(t)
+    tail = _t_tail(t, df)
+    return tail if t <= 0 else 1.0 - tail
+
+
+def _t_log_pdf(t: float, df: float) -> float:
+    """Return the logarithm of the Student t density at t with df degrees of freedom."""
+    # in logs: far in the tails of small df the density underflows while F does not
+    log_norm = math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return log_norm - (df + 1.0) / 2.0 * _log1p_t2_over_df(t, df)
+
+
+@functools.lru_cache(maxsize=4096)  # the gate asks for the same few quantiles again
+def t_ppf(p: float, df: float) -> float:
+    """Return the Student t quantile t with P(T <= t) = p, for 0 < p < 1.
+
+    Closed forms for df 1 and 2; otherwise Newton's method on ln P(T <= t), started from the
+    Cornish-Fisher expansion (capped by a tail bound) and safeguarded by bisection inside a
+    bracket; a quantile beyond the float range (fractional df, tiny p) is -inf or inf. Agrees with
+    scipy.stats.t.ppf to about 1e-12 relative for df 1..200 and p in [1e-6, 1 - 1e-6].
+    """
+    p = _probability(p, "p")
+    df = _df(df)
+    if math.isinf(df):
+        return normal_ppf(p)
+    # solve in the lower tail, where q = min(p, 1 - p) is exact and P(T <= t) keeps its
+    # relative accuracy, then mirror
+    q = min(p, 1.0 - p)
+    sign = -1.0 if p < 0.5 else 1.0
+    if q == 0.5:
+        return 0.0
+    if df == 1.0:
+        # Cauchy: -cot(pi q); tan(pi (q - 1/2)) would lose digits next to its pole
+        return sign * (1.0 / math.tan(math.pi * q))
+    if df == 2.0:
+        return sign * ((1.0 - 2.0 * q) / math.sqrt(2.0 * q * (1.0 - q)))
+    return sign * -_t_lower_quantile(q, df)
+
+
+def _t_lower_quantile(q: float, df: float) -> float:
+    """Return the t < 0 with P(T <= t) = q, for 0 < q < 1/2 and df > 0."""
+    # Cornish-Fisher start; |t| exceeds |z| for every df, so z caps the start from the right
+    z = normal_ppf(q)
+    g1 = (z ** 3 + z) / 4
+    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
+    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
+    t = min(z + g1 / df + g2 / df ** 2 + g3 / df ** 3, z)
+    # in the far tail F(t) < K |t|^-df, so solving K |t|^-df = q gives a start beyond the
+    # root; it stops Cornish-Fisher, which is poor for small df there, from overshooting
+    # further, and spares Newton a long crawl out from a start far inside
+    # (the bound follows from 1 + s^2/df > s^2/df under the tail integral)
+    log_k = (math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(math.pi)
+             + (df / 2.0 - 1.0) * math.log(df))
+    log_far = (log_k - math.log(q)) / df
+    if log_far < 709.0:
+        t = max(t, -math.exp(log_far))
+    elif _t_tail(-_FLOAT_MAX, df) > q:
+        return -math.inf  # fractional df: the quantile lies beyond the largest float
+    log_q = math.log(q)
+    lo, hi = -math.inf, 0.0  # P(T <= lo) <= q <= P(T <= hi)
+    for _ in range(200):
+        f = _t_tail(t, df)
+        if f > q:
+            hi = t
+        elif f < q:
+            lo = t
+        else:
+            return t
+        # Newton on g(t) = ln F(t) - ln q, whose slope is pdf / F: in the heavy tails ln F
+        # is close to linear in ln|t|, far straighter than F itself, so the steps stay
+        # sensible from a poor start; bisection takes over when a step leaves the bracket
+        log_ratio = math.log(f) - _t_log_pdf(t, df) if f > 0.0 else math.inf
+        if log_ratio < 709.0:
+            candidate = t - (math.log(f) - log_q) * math.exp(log_ratio)
+        else:
+            candidate = math.nan  # F underflowed, or the step overflows: no slope to follow
+        # F itself is good to about 1e-14 relative, so a smaller step is noise (and may
+        # round onto the bracket's edge)
+        if abs(candidate - t) <= 1e-14 * abs(t):
+            return candidate
+        if not lo < candidate < hi:
+            candidate = 0.5 * (lo + hi) if lo > -math.inf else 2.0 * t
+            if hi - lo <= 1e-14 * abs(hi):
+                return candidate
+        if math.isinf(candidate):
+            return candidate  # the quantile lies beyond the largest float
+        t = candidate
+    return t
+
+
+# power:
+
+def detectable_change(spread: float, n: int, *, alpha: float = 0.05, power: float = 0.8,
+                      sided: int = 2) -> float:
+    """Return the smallest true mean shift a t test on n rounds detects with the given power.
+
+    In the units of spread, the sample standard deviation of the per-round log ratios d_i.
+    Uses the standard approximation
+
+        mde = (t_{1 - alpha/sided, n-1} + t_{power, n-1}) * spread / sqrt(n),
+
+    which treats the test statistic under the alternative as a shifted central t. The exact
+    value solves the noncentral-t power equation; against it (alpha 0.05 two-sided, power
+    0.8) the approximation is optimistic for tiny n, 5.1% too small at n = 3, 2.2% at 4,
+    1.2% at 5, under 0.3% from n = 8 on, and within 0.02% from n = 15.
+    """
+    spread = _finite(spread, "spread")
+    if spread < 0:
+        raise RouterLatencyError(f"spread must be >= 0, got {spread!r}")
+    n = _whole(n, "n", 2)
+    alpha = _probability(alpha, "alpha")
+    power = _probability(power, "power")
+    if sided not in (1, 2):
+        raise RouterLatencyError(f"sided must be 1 or 2, got {sided!r}")
+    df = n - 1
+    factor = t_ppf(1.0 - alpha / sided, df) + t_ppf(power, df)
+    return factor * spread / math.sqrt(n)
+
+
+def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: float = 0.8,
+                  sided: int = 2, max_rounds: int = 1000) -> Optional[int]:
+    """Return the smallest n >= 3 whose detectable_change is at most target, or None.
+
+    None when even max_rounds rounds are not enough. spread and target are in the same units
+    (log ratios: ln(1 + tolerance) for a tolerance). Zero spread needs the minimum, 3.
+    """
+    spread = _finite(spread, "spread")
+    if spread < 0:
+        raise RouterLatencyError(f"spread must be >= 0, got {spread!r}")
+    target = _finite(target, "target")
+    if target <= 0:
+        raise RouterLatencyError(f"target must be > 0, got {target!r}")
+    alpha = _probability(alpha, "alpha")
+    power = _probability(power, "power")
+    if sided not in (1, 2):
+        raise RouterLatencyError(f"sided must be 1 or 2, got {sided!r}")
+    max_rounds = _whole(max_rounds, "max_rounds", 3)
+    start = 3
+    if power >= 0.5:
+        # t quantiles above 1/2 exceed the normal ones, so the normal-theory n is a lower
+        # bound: scanning up from it takes a few steps instead of hundreds
+        z = normal_ppf(1.0 - alpha / sided) + normal_ppf(power)
+        bound = (z * spread / target) ** 2
+        if bound > max_rounds:
+            return None
+        start = max(3, int(bound))
+    for n in range(start, max_rounds + 1):
+        if detectable_change(spread, n, alpha=alpha, power=power, sided=sided) <= target:
+            return n
+    return None
+
+
+# tests:
+
+def holm(p_values: Sequence[float], alpha: float = 0.05) -> list:
+    """Return, in input order, whether Holm's step-down procedure rejects each hypothesis.
+
+    The sorted p-values p_(1) <= ... <= p_(m) are compared with alpha / (m - j + 1); the first
+    one above its threshold stops the procedure and keeps it and every larger one. Rejection
+    is p <= threshold, as statsmodels' multipletests. Controls the family-wise error rate at
+    alpha under any dependence between the tests.
+    """
+    ps = _series(p_values, "p_values", 0)
+    for i, p in enumerate(ps):
+        if not 0.0 <= p <= 1.0:
+            raise RouterLatencyError(f"p_values[{i}] must lie in [0, 1], got {p!r}")
+    alpha = _probability(alpha, "alpha")
+    m = len(ps)
+    rejected = [False] * m
+    # stable sort: tied p-values keep their input order, which only matters for the report
+    for rank, index in enumerate(sorted(range(m), key=ps.__getitem__)):
+        if ps[index] > alpha / (m - rank):
+            break
+        rejected[index] = True
+    return rejected
+
+
+_ALTERNATIVES = ("greater", "less", "two-sided")
+
+
+def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "greater") -> float:
+    """Return the p-value of the one-sample t test of mean(values) against mu.
+
+    alternative 'greater' tests mean > mu (for sign-adjusted log ratios: worse), 'less'
+    mean < mu, 'two-sided' mean != mu. Needs n >= 2. When all values are equal the spread is
+    zero and t is undefined: the p-value is then 0 if the mean lies strictly on the side of
+    the alternative (any side for two-sided), and 1 otherwise, including mean == mu; no
+    evidence is claimed without a difference.
+    """
+    xs = _series(values, "values", 2)
+    mu = _finite(mu, "mu")
+    if alternative not in _ALTERNATIVES:
+        raise RouterLatencyError(f"alternative must be one of {', '.join(_ALTERNATIVES)}, "
+                         f"got {alternative!r}")
+    n = len(xs)
+    if min(xs) == max(xs):
+        # judged on the values themselves: a computed spread of identical values can come
+        # out as a rounding residue instead of 0 and give an absurd t
+        diff = xs[0] - mu
+        if alternative == "greater":
+            return 0.0 if diff > 0 else 1.0
+        if alternative == "less":
+            return 0.0 if diff < 0 else 1.0
+        return 0.0 if diff != 0 else 1.0
+    mean, ss = _mean_ss(xs)
+    t = (mean - mu) / math.sqrt(ss / (n - 1) / n)
+    df = n - 1
+    if alternative == "greater":
+        return t_cdf(-t, df)
+    if alternative == "less":
+        return t_cdf(t, df)
+    return min(1.0, 2.0 * t_cdf(-abs(t), df))
+
+
+# rows:
+
+def _rows(rows, minimum_length: int) -> list:
+    """Return rows as a list of equal-length lists of finite floats."""
+    if isinstance(rows, (str, bytes)):
+        raise RouterLatencyError("rows must be a sequence of sequences of numbers")
+    try:
+        rows = list(rows)
+    except TypeError:
+        raise RouterLatencyError("rows must be a sequence of sequences of numbers") from None
+    if not rows:
+        raise RouterLatencyError("rows must hold at least one row")
+    checked = [_series(row, f"rows[{i}]", minimum_length) for i, row in enumerate(rows)]
+    lengths = {len(row) for row in checked}
+    if len(lengths) != 1:
+        raise RouterLatencyError(f"rows differ in length: {sorted(lengths)}")
+    return checked
+
+
+def composite_log_ratios(rows: Sequence[Sequence[float]]) -> list:
+    """Return the composite series: for each round, the mean of the rows' log ratios.
+
+    rows holds one list of per-round d_i per row, all of the same length n; the result has n
+    values. Averaging within a round keeps the pairing, so the composite's t interval
+    accounts for the correlation between rows that a pooled test would miss.
+    """
+    checked = _rows(rows, 1)
+    k = len(checked)
+    return [math.fsum(column) / k for column in zip(*checked)]
+
+
+def effective_rows(rows: Sequence[Sequence[float]]) -> float:
+    """Return the effective number of independent rows, a float in [1, k] for k rows.
+
+    From the correlation matrix R of the rows' per-round d_i: n_eff = (sum of eigenvalues)^2
+    / (sum of squared eigenvalues) = k^2 / sum_ij r_ij^2, since trace R = k and trace R^2 is
+    the sum of squared entries. Identical (or perfectly anti-correlated) rows give 1,
+    uncorrelated rows give k. A row with zero variance carries no correlation: its r with
+    every other row counts as 0 and with itself as 1.
+
+    Caveats: with n rounds n_eff cannot exceed n - 1 (the rank of R), and sample correlations
+    of truly independent rows are not 0 but have E[r^2] = 1/(n - 1), so for few rounds the
+    figure is biased low (about k / (1 + (k - 1) / (n - 1)) for independent rows).
+    """
+    checked = _rows(rows, 2)
+    k = len(checked)
+    centred, norms = [], []
+    for row in checked:
+        mean, ss = _mean_ss(row)
+        centred.append([v - mean for v in row])
+        norms.append(math.sqrt(ss))
+    squares = [1.0] * k  # the diagonal, r_ii = 1 even for a constant row
+    for i in range(k):
+        for j in range(i + 1, k):
+            if norms[i] == 0.0 or norms[j] == 0.0:
+                continue
+            r = math.fsum(a * b for a, b in zip(centred[i], centred[j])) / (norms[i] * norms[j])
+            r = max(-1.0, min(1.0, r))
+            squares.append(2.0 * r * r)  # r_ij and r_ji
+    n_eff = k * k / math.fsum(squares)
+    # rounding can push the ratio a hair outside its mathematical range
+    return max(1.0, min(float(k), n_eff))
+
+
+_MAD_Z = 0.6745  # Phi^-1(3/4): MAD / 0.6745 estimates sigma for normal data
+_MEANAD_SCALE = math.sqrt(math.pi / 2.0)  # 1.2533: mean absolute deviation * this ~ sigma
+_TIE_RELATIVE = 1e-9
+
+
+def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list:
+    """Return the indices of values whose modified z-score exceeds threshold.
+
+    Iglewicz and Hoaglin's modified z-score, M_i = 0.6745 |x_i - median| / MAD, with MAD the
+    median absolute deviation from the median; 3.5 is their recommended cut. Fewer than 3
+    values give [].
+
+    Deviations within 1e-9 of the largest |x| count as 0, so rounding residue of equal
+    values is neither a scale nor an outlier. When MAD is 0 (more than half the values tie
+    at the median) the score falls back to the mean absolute deviation from the median,
+    M_i = |x_i - median| / (1.2533 * MeanAD), the usual substitute (1.2533 = sqrt(pi/2)
+    makes both estimate sigma for normal data). A single differing value among n then
+    scores n / 1.2533, so it is flagged from n = 5 on: in a handful of rounds one odd value
+    among identical ones is not evidence of anything. All values equal give [].
+    """
+    xs = _series(values, "values", 0)
+    threshold = _finite(threshold, "threshold")
+    if threshold <= 0:
+        raise RouterLatencyError(f"threshold must be > 0, got {threshold!r}")
+    if len(xs) < 3:
+        return []
+    centre = statistics.median(xs)
+    tie = _TIE_RELATIVE * max(abs(v) for v in xs)
+    deviations = [abs(v - centre) for v in xs]
+    deviations = [0.0 if d <= tie else d for d in deviations]
+    mad = statistics.median(deviations)
+    if mad > 0:
+        scale = mad / _MAD_Z
+    else:
+        mean_ad = math.fsum(deviations) / len(deviations)
+        if mean_ad == 0:
+            return []
+        scale = _MEANAD_SCALE * mean_ad
+    return [i for i, d in enumerate(deviations) if d / scale > threshold]
+
+
+def order_effect(d_base_first: Sequence[float], d_new_first: Sequence[float], *,
+                 confidence: float = 0.95) -> Optional[OrderEffect]:
+    """Return the crossover order (period) effect with its pooled t interval, or None.
+
+    A 2-period, 2-sequence crossover: each round runs base and new back to back, in either
+    order. Model the per-round log ratio as d = tau + pi * s + e, with tau the treatment
+    effect, s = +1 when base ran first (new in the second slot) and s = -1 when new ran
+    first, and pi the order effect: the log-scale penalty of running second (warm caches
+    give a negative pi, thermal throttling or leaks a positive one). The group means estimate
+    tau + pi and tau - pi, so
+
+        pi_hat = (mean(d_base_first) - mean(d_new_first)) / 2,
+        tau_hat = (mean(d_base_first) + mean(d_new_first)) / 2,
+
+    the halving coming from s moving by 2 between the groups. tau_hat is the treatment
+    estimate free of pi even for unequal groups. The interval is the pooled two-sample t
+    interval (equal variances, no Welch correction) with df = n1 + n2 - 2 and standard error
+    s_p * sqrt(1/n1 + 1/n2) / 2; p_value is two-sided for pi = 0. Zero pooled spread gives a
+    point interval and p 0 (estimate != 0) or 1. None when a group is empty or df < 1.
+    """
+    first = _series(d_base_first, "d_base_first", 0)
+    second = _series(d_new_first, "d_new_first", 0)
+    confidence = _probability(confidence, "confidence")
+    n1, n2 = len(first), len(second)
+    df = n1 + n2 - 2
+    if n1 == 0 or n2 == 0 or df < 1:
+        return None
+    mean1, ss1 = _mean_ss(first)
+    mean2, ss2 = _mean_ss(second)
+    estimate = (mean1 - mean2) / 2.0
+    pooled_var = (ss1 + ss2) / df
+    se = math.sqrt(pooled_var * (1.0 / n1 + 1.0 / n2)) / 2.0
+    if se == 0.0:
+        return OrderEffect(estimate, estimate, estimate, df, 0.0 if estimate != 0 else 1.0)
+    half = t_ppf(0.5 + confidence / 2.0, df) * se
+    p_value = min(1.0, 2.0 * t_cdf(-abs(estimate) / se, df))
+    return OrderEffect(estimate, estimate - half, estimate + half, df, p_value)
+
+
+class Boundary(NamedTuple):
+    """One look of a group-sequential design."""
+    n: int  # rounds at this look
+    information: float  # information fraction n / max_rounds
+    spent_alpha: float  # cumulative alpha spent up to and including this look
+    nominal_alpha: float  # level of the ordinary t test to use at this look
+    critical_t: float  # |t| above which that test rejects (sided as the design)
+
+
+# group-sequential design:
+
+_SPENDING_KINDS = ("obrien-fleming", "pocock")
+
+
+def _looks(looks, max_rounds) -> tuple:
+    """Return looks as a list of strictly increasing round counts >= 2, and max_rounds.
+
+    max_rounds None means the last look; a look beyond max_rounds is refused.
+    """
+    if isinstance(looks, (str, bytes)):
+        raise RouterLatencyError("looks must be a sequence of whole numbers")
+    try:
+        looks = list(looks)
+    except TypeError:
+        raise RouterLatencyError("looks must be a sequence of whole numbers") from None
+    if not looks:
+        raise RouterLatencyError("looks must hold at least one look")
+    for i, n in enumerate(looks):
+        _whole(n, f"looks[{i}]", 2)  # a t test needs 2 rounds
+        if i and n <= looks[i - 1]:
+            raise RouterLatencyError(f"looks must be strictly increasing, got {looks!r}")
+    if max_rounds is None:
+        max_rounds = looks[-1]
+    max_rounds = _whole(max_rounds, "max_rounds", 2)
+    if looks[-1] > max_rounds:
+        raise RouterLatencyError(f"the last look ({looks[-1]}) exceeds max_rounds ({max_rounds})")
+    return looks, max_rounds
+
+
+def spending_alpha(information_fraction: float, alpha: float = 0.05, *,
+                   kind: str = "obrien-fleming", sided: int = 2) -> float:
+    """Return the cumulative type-I error spent at the given information fraction.
+
+    Lan-DeMets spending functions on t in [0, 1], both 0 at t = 0 and alpha at t = 1:
+    'obrien-fleming' (O'Brien-Fleming-type) alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))
+    for a two-sided design and 1 - Phi(z_{1-alpha} / sqrt(t)) for a one-sided one, spending
+    almost nothing early; 'pocock' (Pocock-type) alpha(t) = alpha ln(1 + (e - 1) t), spending
+    evenly on the log scale, for either sidedness.
+    """
+    t = _probability(information_fraction, "information_fraction", closed=True)
+    alpha = _probability(alpha, "alpha")
+    if kind not in _SPENDING_KINDS:
+        raise RouterLatencyError(f"kind must be one of {', '.join(_SPENDING_KINDS)}, got {kind!r}")
+    if sided not in (1, 2):
+        raise RouterLatencyError(f"sided must be 1 or 2, got {sided!r}")
+    if t == 0.0:
+        return 0.0
+    if kind == "pocock":
+        return alpha * math.log1p((math.e - 1.0) * t)
+    z = normal_ppf(1.0 - alpha / sided)
+    # Phi of the negated argument: 1 - Phi(z / sqrt(t)) would cancel for small t
+    return sided * normal_cdf(-z / math.sqrt(t))
+
+
+_GS_WIDTH = 8.0
+_GS_STEPS_PER_SD = 8
+_GS_BISECTIONS = 200  # a cap only: the bracket is narrow and halves to 1e-10 in ~35 steps
+# An increment below this is finer than the grid's truncation error can resolve; such a look
+# gets the conservative end of its bracket instead (it is a p level under 1e-12 either way)
+_GS_TINY_INCREMENT = 1e-12
+
+
+def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
+    """Return the z boundaries c_k that spend exactly spent[k] - spent[k-1] at look k.
+
+    times are increasing information fractions in (0, 1], spent the spending function at
+    them. Under H0 with independent increments, P(Z_1 < c_1, ..., Z_{k-1} < c_{k-1},
+    Z_k >= c_k) equals the increment; math.inf marks a look whose increment is 0.
+    """
+    sds = [math.sqrt(times[0])] + [math.sqrt(b - a) for a, b in zip(times, times[1:])]
+    wanted = [min(a, b) / _GS_STEPS_PER_SD for a, b in zip(sds, sds[1:])]
+    # every step is the finest one times a power of 2: consecutive grids then share a lattice
+    # up to a shift, so the transition kernel between them is a function of the lag alone and
+    # takes O(m) exponentials instead of O(m^2); a step at most halves what accuracy needs,
+    # while one step for all would let a single close pair of looks refine every grid
+    finest = min(wanted, default=1.0)
+    steps = [finest * 2.0 ** math.floor(math.log2(w / finest) + 1e-9) for w in wanted]
+    bounds = []
+    top, m, step = 0.0, 0, 1.0  # the previous grid's points are top - (m - i) * step
+    weighted: list = []  # Simpson weight times sub-density at those points
+    spent_before = 0.0
+    for k, (t, sd) in enumerate(zip(times, sds)):
+        target = spent[k] - spent_before
+        spent_before = spent[k]
+        root_t = math.sqrt(t)
+        if target <= 0.0:
+            c = math.inf  # nothing to spend: the look cannot reject
+        elif k == 0 or target < _GS_TINY_INCREMENT:
+            # exact at the first look; for a tiny increment the conservative bracket end
+            c = -normal_ppf(target)
+        else:
+            c = _gs_solve(target, -normal_ppf(spent[k]), -normal_ppf(target), root_t, sd,
+                          top, m, step, weighted)
+        bounds.append(c)
+        if k + 1 == len(times):
+            break
+        # the sub-density of W_k on its continuation region, for the next look
+        new_step = steps[k]
+        new_top = min(c, _GS_WIDTH) * root_t
+        # (at least one panel: only an alpha within 1e-15 of 1 puts c below the grid)
+        new_m = max(2, math.ceil((new_top + _GS_WIDTH * root_t) / new_step))
+        new_m += new_m % 2  # Simpson needs an even number of intervals
+        if k == 0:
+            density = [math.exp(-0.5 * ((new_top - (new_m - j) * new_step) / root_t) ** 2)
+                       / (_SQRT2PI * root_t) for j in range(new_m + 1)]
+        else:
+            density = _gs_propagate(top, m, step, weighted, new_top, new_m, new_step, sd)
+        third = new_step / 3.0
+        weights = [2.0 * third if j % 2 == 0 else 4.0 * third for j in range(new_m + 1)]
+        weights[0] = weights[-1] = third
+        weighted = [w * f for w, f in zip(weights, density)]
+        top, m, step = new_top, new_m, new_step
+    return bounds
+
+
+def _gs_solve(target: float, low: float, high: float, root_t: float, sd: float,
+              top: float, m: int, step: float, weighted: Sequence[float]) -> float:
+    """Return the c in [low, high] with P(continue so far, Z_k >= c) = target, by bisection.
+
+    The crossing probability is the previous look's weighted sub-density integrated against
+    the upper tail of the increment, N(0, sd^2), beyond c sqrt(t_k) = c root_t.
+    """
+    # the bracket is exact: P(Z_k >= c) - P(rejected before) <= crossing <= P(Z_k >= c), so
+    # c lies between the quantiles of the cumulative and of the incremental alpha
+    scale = 1.0 / (sd * _SQRT2)
+    # points more than _GS_WIDTH sd of the increment below the bracket add nothing
+    first = max(0, math.ceil(m - (top - low * root_t + _GS_WIDTH * sd) / step))
+    points = [top - (m - i) * step for i in range(first, m + 1)]
+    masses = weighted[first:]
+    for _ in range(_GS_BISECTIONS):
+        mid = 0.5 * (low + high)
+        edge = mid * root_t
+        crossing = 0.5 * sum(g * math.erfc((edge - s) * scale) for g, s in zip(masses, points))
+        if crossing > target:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-10 * max(1.0, abs(mid)):
+            break
+    return 0.5 * (low + high)
+
+
+def _gs_propagate(top: float, m: int, step: float, weighted: Sequence[float],
+                  new_top: float, new_m: int, new_step: float, sd: float) -> list:
+    """Return the sub-density of the score at the next grid's points.
+
+    It is the previous grid's weighted sub-density pushed through the normal transition
+    kernel N(0, sd^2) of the increment. One step divides the other by a power of 2.
+    """
+    fine = min(step, new_step)
+    ratio, new_ratio = round(step / fine), round(new_step / fine)
+    # x_j - s_i = shift + lag * fine with the whole-number lag
+    # (m - i) * ratio - (new_m - j) * new_ratio, so the kernel is tabulated once per lag
+    shift = new_top - top
+    reach = _GS_WIDTH * sd
+    lag_low = math.ceil((-reach - shift) / fine)
+    lag_high = math.floor((reach - shift) / fine)
+    half_precision = 0.5 / (sd * sd)
+    # from the highest lag down, so that increasing i, whose lag falls by ratio, walks
+    # forward through the table
+    kernel = [math.exp(-half_precision * (shift + lag * fine) ** 2)
+              for lag in range(lag_high, lag_low - 1, -1)]
+    norm = 1.0 / (_SQRT2PI * sd)
+    density = []
+    for j in range(new_m + 1):
+        base = m * ratio - (new_m - j) * new_ratio  # the lag at i = 0
+        low = max(0, -((lag_high - base) // ratio))  # ceil((base - lag_high) / ratio)
+        high = min(m, (base - lag_low) // ratio)
+        if low > high:
+            density.append(0.0)
+            continue
+        first = lag_high - base + low * ratio  # the table index of i = low
+        density.append(norm * sum(map(operator.mul, weighted[low:high + 1],
+                                      kernel[first:first + (high - low) * ratio + 1:ratio])))
+    return density
+
+
+def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float, *,
+                            kind: str = "obrien-fleming") -> list:
+    """Return a Boundary per look of an exact one-sided group-sequential design.
+
+    The test rejects only for "worse" (a large positive t). Information fractions are
+    t_k = n_k / max_rounds. The z boundaries c_k of the cumulative z statistic, a Brownian
+    motion with independent increments under H0, solve
+
+        P(Z_1 < c_1, ..., Z_{k-1} < c_{k-1}, Z_k >= c_k) = alpha(t_k) - alpha(t_{k-1}),
+
+    by the recursive numerical integration of Armitage, McPherson and Rowe (Jennison and
+    Turnbull, Group Sequential Methods, ch. 19): the sub-density of the score on a Simpson
+    grid cut at 8 sd, carried from look to look by the normal transition kernel, with each
+    c_k found by bisection. Spending functions (Lan-DeMets, one-sided level alpha):
+    'obrien-fleming' alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)), as gsDesign's sfLDOF and
+    rpact's asOF, and 'pocock' alpha(t) = alpha ln(1 + (e - 1) t).
+
+    Each Boundary holds spent_alpha = alpha(t_k), nominal_alpha = p_k = 1 - Phi(c_k), the
+    exact level of a z test at look k, and critical_t = t_{1-p_k, n_k-1}: the t test at the
+    same nominal level, the usual approximation when the spread is estimated; reject at look
+    k when t > critical_t. A look whose increment is 0 gets p_k 0 and critical_t inf. Unlike
+    sequential_boundaries, which tests each look at its whole increment (a union bound), this
+    spends alpha(t_K) exactly for z tests; for t tests it is an approximation, not a bound,
+    and with few rounds it runs over: for looks at n = 3..10 of 10 and normal data, the
+    false-rejection rate is about 0.029 for alpha 0.025 and 0.057 for 0.05 (O'Brien-Fleming
+    type; Pocock type slightly more), against 0.025 and 0.050 for the z boundaries.
+    """
+    max_rounds = _whole(max_rounds, "max_rounds", 2)  # required: no default to the last look
+    looks, max_rounds = _looks(looks, max_rounds)
+    alpha = _probability(alpha, "alpha")
+    if kind not in _SPENDING_KINDS:
+        raise RouterLatencyError(f"kind must be one of {', '.join(_SPENDING_KINDS)}, got {kind!r}")
+    times = [n / max_rounds for n in looks]
+    # spending_alpha's two-sided O'Brien-Fleming form at level alpha is the Lan-DeMets
+    # one-sided function of the group-sequential literature (its sided=1 form,
+    # 1 - Phi(z_{1-alpha} / sqrt(t)), is a different function that spends more early);
+    # Pocock-type spending does not depend on the sidedness
+    spent = [spending_alpha(t, alpha, kind=kind, sided=2) for t in times]
+    boundaries = []
+    for n, t, cumulative, c in zip(looks, times, spent, _gs_z_boundaries(times, spent)):
+        nominal = normal_cdf(-c)  # Phi(-c) rather than 1 - Phi(c): c is often 3 or more
+        # from the lower tail: 1 - nominal rounds away the small early levels
+        critical = -t_ppf(nominal, n - 1) if nominal > 0 else math.inf
+        boundaries.append(Boundary(n, t, cumulative, nominal, critical))
+    return boundaries
 
 
 # --- files ---
@@ -787,16 +1638,46 @@ class Attempt(NamedTuple):
         if not isinstance(requests, list):
             raise RouterLatencyError("expected a list", f"{where}.requests")
         arrival = raw.get("arrival")
-        return cls(checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
-                   arrival if isinstance(arrival, str) else None,
-                   str(raw.get("started_utc", "")),
-                   checked_number(raw.get("started_unix"), f"{where}.started_unix",
-                                  nullable=True),
-                   load, checked_number(raw.get("driver_cpu_s"), f"{where}.driver_cpu_s",
-                                        nullable=True),
-                   environment, summary,
-                   tuple(Request.from_json(r, f"{where}.requests[{j}]", count)
-                         for j, r in enumerate(requests)))
+        attempt = cls(
+            checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
+            arrival if isinstance(arrival, str) else None, str(raw.get("started_utc", "")),
+            checked_number(raw.get("started_unix"), f"{where}.started_unix", nullable=True),
+            load, checked_number(raw.get("driver_cpu_s"), f"{where}.driver_cpu_s",
+                                 nullable=True),
+            environment, summary,
+            tuple(Request.from_json(r, f"{where}.requests[{j}]", count)
+                  for j, r in enumerate(requests)))
+        if summary is not None:
+            _check_agrees(attempt, where)
+        return attempt
+
+
+def _check_agrees(attempt: Attempt, where: str) -> None:
+    """Raise unless an attempt's records are unique and its summary is what they give: a
+    file edited by hand, emptied or copied together must not be judged."""
+    seen: set = set()
+    for j, request in enumerate(attempt.requests):
+        if request.id in seen:
+            raise RouterLatencyError(f"prompt {request.id} measured twice in one pass",
+                                     f"{where}.requests[{j}].id")
+        seen.add(request.id)
+    summary = attempt.summary
+    expected = pass_summary(attempt.requests, summary.wall_s)
+    for field in ("requests", "ok", "errors"):
+        if getattr(summary, field) != getattr(expected, field):
+            raise RouterLatencyError(
+                f"the summary says {getattr(summary, field)!r}, its records give "
+                f"{getattr(expected, field)!r}", f"{where}.summary.{field}")
+    for field in PassSummary._fields[3:]:
+        found, wanted = getattr(summary, field), getattr(expected, field)
+        if field == "wall_s" or (found is None and wanted is None):
+            continue
+        # req/s comes from wall_s, which the file keeps to 1 us: allow what that rounding moves
+        slack = 0.006 + abs(wanted or 0) * 6e-7 / max(summary.wall_s, 1e-9) \
+            if field == "req_per_s" else 1e-3 + 1e-6 * abs(wanted or 0)
+        if found is None or wanted is None or abs(found - wanted) > slack:
+            raise RouterLatencyError(f"the summary says {found!r}, its records give {wanted!r}",
+                                     f"{where}.summary.{field}")
 
 
 def _check_environment(environment: dict, where: str) -> None:
@@ -1013,7 +1894,8 @@ class RunFile(NamedTuple):
             tuple(names) if isinstance(names, list) else (), document.get("insecure") is True,
             checked_object(document, "tool", f"{path}: ") or cls._field_defaults["tool"],
             text["python"], text["host"], checked_object(document, "driver", f"{path}: "),
-            checked_object(document, "router", f"{path}: "), checked_object(document, "captures", f"{path}: "),
+            checked_object(document, "router", f"{path}: "),
+            checked_object(document, "captures", f"{path}: "),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
             floor, checked_object(document, "warmup", f"{path}: "), str(path))
@@ -2361,20 +3243,6 @@ def worse_sign(metric: str) -> int:
     return -1 if metric == "req_per_s" else 1
 
 
-def verdict_of(metric: str, diff: Interval, base_median: float, tolerance_pct: float) -> str:
-    """Return regression, better, same or inconclusive for one row's interval of new - base."""
-    tolerance = tolerance_pct / 100 * abs(base_median)
-    sign = worse_sign(metric)
-    low, high = sorted((sign * diff.low, sign * diff.high))
-    if low > tolerance:
-        return "regression"
-    if high < 0:
-        return "better"
-    if -tolerance <= low and high <= tolerance:
-        return "same"
-    return "inconclusive"
-
-
 def reference_decisions(run: RunFile) -> dict:
     """Return the decision per prompt id from the sequential pass (else the first measured)."""
     measured = [p for p in run.passes if not p.discarded]
@@ -2420,6 +3288,7 @@ class DecisionChange(NamedTuple):
     base: Optional[str]
     new: Optional[str]
     text: Optional[str] = None  # the prompt, where the corpus was given
+    pass_name: Optional[str] = None  # the first pass where it differs
 
 
 def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
@@ -2529,154 +3398,446 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
     return list(sides[shift:]) + list(sides[:shift])
 
 
-def usable_reason(run: RunFile, allow_incomplete: bool) -> Optional[str]:
-    """Return why a round's run cannot be used, or None."""
+class GateSettings(NamedTuple):
+    """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
+    tolerance_pct: float = 5.0  # a change within this percentage is 'same'
+    gate: tuple = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
+    strict: bool = False  # an underpowered inconclusive gated row makes the result inconclusive
+    max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
+    allow_incomplete: bool = False
+    allow_mismatch: tuple = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
+    alpha: float = GATE_ALPHA  # family-wise false-fail rate
+
+    @property
+    def tolerance_log(self) -> float:
+        return math.log1p(self.tolerance_pct / 100)
+
+    @property
+    def target_pct(self) -> float:
+        """The change a gated row should be able to detect (--max-mde)."""
+        if self.max_mde_pct is not None:
+            return self.max_mde_pct
+        return 2 * self.tolerance_pct if self.tolerance_pct > 0 else 10.0
+
+    def gates(self, pass_name_: str, metric: str) -> bool:
+        return metric in self.gate or f"{pass_name_}:{metric}" in self.gate
+
+
+def run_signature(run: RunFile) -> dict:
+    """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name."""
+    settings = run.settings
+    version = str(run.tool.get("version", ""))
+    return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
+            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order)),
+            "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
+            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
+
+
+def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
+    """Raise unless every file's label is its side and the runs were measured alike; return
+    notes on the differences allowed with --allow-mismatch."""
+    for number, sides in runs.items():
+        for side, run in sides.items():
+            if run.label != side:
+                raise RouterLatencyError(
+                    f"the run's label is {run.label!r}, but the file name says side {side!r}: "
+                    f"a copied or renamed file?", f"{run.path}: label")
+    reference = runs[min(runs)][base]
+    expected = run_signature(reference)
+    differences: dict = {}
+    for sides in runs.values():
+        for run in sides.values():
+            for field, value in run_signature(run).items():
+                if value != expected[field]:
+                    differences.setdefault(field, []).append(
+                        f"{Path(run.path).name} {value!r}")
+    refused = [f"{field}: {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} "
+               f"(r{min(runs)}-{base}.json {expected[field]!r})"
+               for field, found in differences.items() if field not in allow_mismatch]
+    if refused:
+        raise RouterLatencyError(
+            "the runs were not measured alike: " + "; ".join(refused)
+            + " (--allow-mismatch FIELD accepts a difference on purpose)",
+            str(Path(reference.path).parent))
+    return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
+            f"(r{min(runs)}-{base}.json {expected[field]!r})"
+            for field, found in differences.items()]
+
+
+def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
+    """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
-        return "incomplete run (--allow-incomplete uses it)"
-    for item in run.passes:
-        if item.discarded:
-            return f"{pass_title(item.name)} pass discarded (load above the limit)"
-        if item.summary.ok == 0:
-            return f"{pass_title(item.name)} pass had no successful request"
+        return "incomplete run, interrupted (--allow-incomplete uses it)", None
     if not run.passes:
-        return "no passes"
-    return None
+        return "no passes", None
+    for item in run.passes:
+        if not item.discarded and item.summary.ok == 0:
+            return f"{pass_title(item.name)} pass had no successful request", None
+    for item in run.passes:
+        environment = item.environment
+        if item.discarded:
+            return None, f"{pass_title(item.name)} pass discarded (load above the limit)"
+        if run.max_load is not None and environment.load_max is not None \
+                and environment.load_max > run.max_load:
+            return None, (f"load reached {environment.load_max:g} during the "
+                          f"{pass_title(item.name)} pass (limit {run.max_load:g})")
+        if environment.faults:
+            return None, (f"restarts or device faults ({environment.faults:g}) during the "
+                          f"{pass_title(item.name)} pass")
+    return None, None
 
 
 class Row(NamedTuple):
     """One pass and metric of the rounds table."""
     pass_name: str
     metric: str
-    base_median: float
-    new_median: float
-    diff: Interval
-    speedup: Optional[float]
-    speedup_low: Optional[float]
-    speedup_high: Optional[float]
+    gated: bool
+    base_median: float  # descriptive
+    new_median: float  # descriptive
+    diff: Interval  # mean paired difference new - base, in the metric's unit
+    log_ratio: Interval  # mean of ln(new / base) over rounds, 95% t interval
+    speedup: float  # geometric mean: base/new for latency, new/base for req/s
+    speedup_low: float
+    speedup_high: float
     worse_rounds: int
     rounds: int
-    verdict: str
+    p_value: float  # one-sided: worse than the tolerance
+    detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
+    rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
+    verdict: str  # regression, worse, better, same or inconclusive
     base_values: tuple
     new_values: tuple
 
+    @property
+    def change_pct(self) -> float:
+        """The geometric-mean change in the worse direction, in percent."""
+        return 100 * (math.exp(worse_sign(self.metric) * self.log_ratio.mean) - 1)
+
+    @property
+    def worse_series(self) -> list:
+        sign = worse_sign(self.metric)
+        return [sign * math.log(n / b) for b, n in zip(self.base_values, self.new_values)]
+
 
 def row_of(name: str, metric: str, base_values: list, new_values: list,
-           tolerance_pct: float) -> Row:
-    """Return one row of the rounds table from the per-round values of both sides."""
-    diff = paired_interval(base_values, new_values)
-    base_median, new_median = statistics.median(base_values), statistics.median(new_values)
-    speedup = low = high = None
-    if all(v is not None and v > 0 for v in (*base_values, *new_values)):
-        ratio = ratio_interval(base_values, new_values)
-        if metric == "req_per_s":
-            speedup, low, high = new_median / base_median, ratio.low, ratio.high
-        else:
-            speedup, low, high = base_median / new_median, 1 / ratio.high, 1 / ratio.low
-    worse = sum(worse_sign(metric) * (n - b) > 0 for b, n in zip(base_values, new_values))
-    return Row(name, metric, base_median, new_median, diff, speedup, low, high, worse,
-               len(base_values), verdict_of(metric, diff, base_median, tolerance_pct),
+           settings: GateSettings) -> Row:
+    """Return one row of the rounds table: one estimator, the geometric mean of the
+    per-round ratios, with its t interval on the log ratios; its verdict before the gate."""
+    if any(v is None or v <= 0 for v in (*base_values, *new_values)):
+        raise RouterLatencyError(f"{pass_title(name)} {metric_title(metric)}: a round has no "
+                                 f"positive value")
+    logs = [math.log(n / b) for b, n in zip(base_values, new_values)]
+    log_ratio = mean_interval(logs)
+    sign = worse_sign(metric)
+    worse = [sign * v for v in logs]
+    tolerance = settings.tolerance_log
+    low, high = sorted((sign * log_ratio.low, sign * log_ratio.high))
+    if high < 0:
+        verdict = "better"
+    elif -tolerance <= low and high <= tolerance:
+        verdict = "same"
+    elif low > tolerance:
+        verdict = "worse"
+    else:
+        verdict = "inconclusive"
+    spread = sample_spread(logs)
+    level = settings.alpha / 2
+    detectable = tolerance + detectable_change(spread, len(logs), alpha=level, sided=1)
+    room = math.log1p(settings.target_pct / 100) - tolerance
+    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
+                           alpha=level, sided=1)
+    faster = -sign  # speedup: base/new for latency, new/base for req/s
+    bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
+    return Row(name, metric, settings.gates(name, metric),
+               statistics.median(base_values), statistics.median(new_values),
+               paired_interval(base_values, new_values), log_ratio,
+               math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
+               sum(v > 0 for v in worse), len(logs),
+               t_test_p(worse, mu=tolerance, alternative="greater"),
+               100 * math.expm1(detectable) if spread > 0 else None, needed, verdict,
                tuple(base_values), tuple(new_values))
+
+
+class GateTest(NamedTuple):
+    """The family-wise test of the gated rows: their per-round mean and Holm across them."""
+    rows: int  # gated rows
+    effective_rows: float  # independent rows their correlation is worth
+    composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
+    composite_p: Optional[float]
+    level: float  # one-sided level of each of the two tests
+    regressions: tuple  # (pass, metric) Holm rejects
+
+
+def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
+    """Return the gate's test: a composite one-sided t test on the mean of the gated rows'
+    per-round log ratios at `level`, and Holm across the gated rows at `level`.
+
+    The rows of a round move together (a slow round is slow everywhere), so a correction
+    made for independent tests alone would throw away the power the shared signal gives;
+    the composite test is one test, so it needs no correction, and Holm names the rows.
+    """
+    gated = [r for r in rows if r.gated]
+    if not gated:
+        return GateTest(0, 0.0, None, None, level, ())
+    series = [r.worse_series for r in gated]
+    composite = [math.fsum(values) / len(values) for values in zip(*series)]
+    rejected = holm([r.p_value for r in gated], level)
+    return GateTest(
+        len(gated), effective_rows(series) if len(gated) > 1 else 1.0,
+        mean_interval(composite),
+        t_test_p(composite, mu=settings.tolerance_log, alternative="greater"), level,
+        tuple((r.pass_name, r.metric) for r, hit in zip(gated, rejected) if hit))
 
 
 class RoundAgreement(NamedTuple):
     round: int
-    agree: int
+    agree: int  # inputs with the same decision on both sides in every pass
     total: int  # inputs measured on both sides
     used: bool  # the round is among those judged
-    differ: tuple  # DecisionChange
+    differ: tuple  # DecisionChange, the first pass where each differs
+
+
+def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
+                    used: bool) -> RoundAgreement:
+    """Return how the decisions of one round's two sides agree, pass by pass."""
+    differ: dict = {}
+    measured: set = set()
+    for item in base_run.passes:
+        other = new_run.pass_named(item.name)
+        if other is None or item.discarded or other.discarded:
+            continue
+        base_decisions, new_decisions = item.decisions, other.decisions
+        agreement = decision_agreement(base_decisions, new_decisions)
+        measured.update(set(base_decisions) & set(new_decisions))
+        for i in agreement.differ:
+            differ.setdefault(i, DecisionChange(i, base_decisions[i], new_decisions[i],
+                                                pass_name=item.name))
+    return RoundAgreement(number, len(measured) - len(differ), len(measured), used,
+                          tuple(differ[i] for i in sorted(differ)))
+
+
+class PassErrors(NamedTuple):
+    pass_name: str
+    counts: tuple  # (round, base's failed requests, new's), every round measuring the pass
+
+
+def pass_errors(runs: dict, base: str, new: str) -> list:
+    """Return the failed requests of each side, pass by pass and round by round."""
+    found: dict = {}
+    for number, sides in runs.items():
+        for item in sides[base].passes:
+            other = sides[new].pass_named(item.name)
+            if other is None or item.discarded or other.discarded:
+                continue
+            found.setdefault(item.name, []).append(
+                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
+    order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
+    return [PassErrors(name, tuple(counts))
+            for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
 
 
 class RoundsReport(NamedTuple):
     """The judged rounds: everything any renderer shows, and the gate's outcome."""
     base: str
     new: str
-    tolerance_pct: float
+    settings: GateSettings
     corpus_sha256: str
     corpus_count: int
     files: dict  # "r<N>" -> {side: path}
     used: tuple  # round numbers judged
-    left_out: tuple  # {"round", "why"}
-    rows: tuple  # Row
+    left_out: tuple  # {"round", "why"}: rounds not judged
+    rows: tuple  # Row, empty when fewer than MIN_ROUNDS rounds could be used
+    test: Optional[GateTest]
     agreement: tuple  # RoundAgreement, every round
-    errors: tuple  # (round, base's failed requests, new's), used rounds
-    warnings: tuple  # p50 differences below the driver's floor
+    errors: tuple  # PassErrors
+    warnings: tuple  # what the reader must know before trusting the verdict
+    notes: tuple  # differences allowed with --allow-mismatch
     environment: tuple  # one dict per round and side
     order: dict
+    order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
+    outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
+    without_outliers: Optional[str]  # the verdict without them, where it differs
     insecure_files: tuple  # files measured without TLS verification
+    look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
-    reasons: tuple  # why it failed
-    inconclusive: int  # rows whose interval straddles the tolerance
+    reasons: tuple  # why it failed or is inconclusive
     exit_code: int
 
 
-def gate_outcome(rows: Sequence[Row], agreement: Sequence[RoundAgreement],
-                 strict: bool) -> tuple:
-    """Return (status, reasons, inconclusive rows, exit code): the gate's one rule."""
-    reasons = [f"regression in {pass_title(r.pass_name)} {metric_title(r.metric)}"
-               for r in rows if r.verdict == "regression"]
-    reasons += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
-                for a in agreement if a.used and a.agree < a.total]
-    unsure = sum(r.verdict == "inconclusive" for r in rows)
-    if reasons:
-        return "fail", tuple(reasons), unsure, EXIT_GATE
-    if strict and unsure:
-        return "inconclusive", (), unsure, EXIT_INCONCLUSIVE
-    return "pass", (), unsure, EXIT_OK
+def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
+                 doubts: Sequence[str], settings: GateSettings, look: Optional[tuple]) -> tuple:
+    """Return (status, reasons, exit code): the gate's one rule.
 
-
-def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
-                    used: bool) -> RoundAgreement:
-    """Return how the decisions of one round's two sides agree."""
-    base_decisions, new_decisions = reference_decisions(base_run), reference_decisions(new_run)
-    agree = decision_agreement(base_decisions, new_decisions)
-    return RoundAgreement(number, agree.compared - len(agree.differ), agree.compared, used,
-                          tuple(DecisionChange(i, base_decisions[i], new_decisions[i])
-                                for i in agree.differ))
-
-
-def judge_rounds(runs: dict, base: str, new: str, tolerance_pct: float, *,
-                 allow_incomplete: bool = False, strict: bool = False) -> RoundsReport:
-    """Return the rounds report: rows with medians, paired intervals, speedups and verdicts.
-
-    runs: {round number: {side: RunFile}}.
+    fail: a new side failed, erred beyond the base, changed a decision, or the gate's test
+    rejects; inconclusive: doubts (a failing base side, too few usable rounds), --strict with
+    an underpowered gated row, or a group-sequential look that has not decided yet; else pass.
     """
-    used, left_out = [], []
-    for number, sides in runs.items():
-        reasons = [f"{Path(sides[s].path).name}: {r}" for s in (base, new)
-                   if (r := usable_reason(sides[s], allow_incomplete)) is not None]
-        if reasons:
-            left_out.append({"round": number, "why": "; ".join(reasons)})
-        else:
-            used.append(number)
-    if len(used) < 2:
-        why = "".join(f"; r{x['round']} left out: {x['why']}" for x in left_out)
-        raise RouterLatencyError(f"need at least 2 usable rounds, have {len(used)}{why}")
+    reasons = list(failures)
+    if test is not None:
+        reasons += [f"regression in {pass_title(p)} {metric_title(m)}"
+                    for p, m in test.regressions]
+        if test.composite_p is not None and test.composite_p < test.level:
+            reasons.append(f"the {test.rows} gated rows together are "
+                           f"{100 * math.expm1(test.composite.mean):+.1f}% "
+                           f"[{100 * math.expm1(test.composite.low):+.1f}%, "
+                           f"{100 * math.expm1(test.composite.high):+.1f}%] slower")
+    if reasons:
+        return "fail", tuple(reasons), EXIT_GATE
+    doubts = list(doubts)
+    undecided = [r for r in rows if r.gated and r.verdict not in ("better", "same")]
+    if look is not None and look[0] < look[1] and undecided:
+        doubts.append(f"not decided after {look[0]} of at most {look[1]} rounds: "
+                      f"{plural(len(undecided), 'gated row')} open")
+    if settings.strict:
+        doubts += [f"{pass_title(r.pass_name)} {metric_title(r.metric)} inconclusive and could "
+                   f"only detect {detectable_text(r)} (--max-mde {settings.target_pct:g})"
+                   for r in undecided if r.verdict == "inconclusive"
+                   and (r.detectable_pct is None or r.detectable_pct > settings.target_pct)]
+    if doubts:
+        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
+    return "pass", (), EXIT_OK
+
+
+def detectable_text(row: Row) -> str:
+    return "any change" if row.detectable_pct is None else f">= {row.detectable_pct:.0f}%"
+
+
+def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                settings: GateSettings) -> list:
+    """Return the rows of the passes every used round measured on both sides."""
     first = runs[used[0]][base]
-    names = [p.name for p in first.passes
+    names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
              if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
-    names.sort(key=lambda n: first.pass_named(n).order)
     rows = []
     for name in names:
-        for metric in METRICS:
+        for metric in ROW_METRICS:
             base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
             new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
-            rows.append(row_of(name, metric, base_values, new_values, tolerance_pct))
+            rows.append(row_of(name, metric, base_values, new_values, settings))
+    return rows
+
+
+def look_level(settings: GateSettings, rounds: int) -> tuple:
+    """Return (one-sided level of each of the gate's two tests, the look or None)."""
+    half = settings.alpha / 2
+    if settings.sequential_max is None:
+        return half, None
+    look = (rounds, max(settings.sequential_max, rounds))
+    levels = group_sequential_levels(range(MIN_ROUNDS, look[1] + 1), look[1], half)
+    return next(b.nominal_alpha for b in levels if b.n == rounds), look
+
+
+def judge_rounds(runs: dict, base: str, new: str,
+                 settings: GateSettings = GateSettings()) -> RoundsReport:
+    """Return the rounds report: input checks, rows with their one estimator and power, the
+    gate's family-wise test, decisions and errors of every pass, order and outliers.
+
+    runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
+    be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
+    """
+    if len(runs) < MIN_ROUNDS:
+        raise RouterLatencyError(
+            f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
+            f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
+            f"gating on")
+    notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    used, left_out, failures, doubts = [], [], [], []
+    for number, sides in runs.items():
+        (base_failed, base_flag), (new_failed, new_flag) = (
+            side_problems(sides[s], settings.allow_incomplete) for s in (base, new))
+        why = [f"{Path(sides[s].path).name}: {w}" for s, w in
+               ((base, base_failed), (new, new_failed), (base, base_flag), (new, new_flag)) if w]
+        if new_failed:
+            failures.append(f"the {new} side failed in r{number} ({new_failed})")
+        if base_failed:
+            doubts.append(f"the {base} side failed in r{number} ({base_failed})")
+        if why:
+            left_out.append({"round": number, "why": "; ".join(why)})
+        else:
+            used.append(number)
+    errors = pass_errors(runs, base, new)
+    failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
+                 f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
+                 for e in errors if any(w > b for _, b, w in e.counts)]
     agreement = [round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs]
-    errors = [(n, *(sum(sum(p.summary.errors.values()) for p in runs[n][s].passes)
-                    for s in (base, new))) for n in used]
-    warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean) for r in rows
-                               if r.metric == "p50_ms"],
-                              [run for n in used for run in runs[n].values()])
+    failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
+                 for a in agreement if a.used and a.agree < a.total]
+    rows: list = []
+    test = look = None
+    if len(used) < MIN_ROUNDS:
+        doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
+    else:
+        level, look = look_level(settings, len(used))
+        rows = judged_rows(runs, base, new, used, settings)
+        test = gate_test(rows, settings, level)
+        rows = [r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
+                else r for r in rows]
+    status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
+    first = runs[min(runs)][base]
+    effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
+                                                   status)
     insecure = sorted({Path(run.path).name for sides in runs.values()
                        for run in sides.values() if run.insecure})
-    status, reasons, unsure, code = gate_outcome(rows, agreement, strict)
     return RoundsReport(
-        base, new, tolerance_pct, first.corpus_sha256, first.corpus_count,
+        base, new, settings, first.corpus_sha256, first.corpus_count,
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
-        tuple(used), tuple(left_out), tuple(rows), tuple(agreement), tuple(errors),
-        tuple(warnings), tuple(environment_rows(runs, base, new)),
-        order_balance(runs, base, new, rows, used), tuple(insecure), status, reasons, unsure,
-        code)
+        tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
+        tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
+        tuple(environment_rows(runs, base, new)), order_balance(runs, base, new, rows, used),
+        effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code)
+
+
+def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
+                       rows: Sequence[Row], settings: GateSettings, status: str) -> tuple:
+    """Return (the crossover order effect, outlier rounds, the verdict without them where it
+    differs), all on the per-round mean of the gated rows' worse-direction log ratios."""
+    gated = [r.worse_series for r in rows if r.gated]
+    if not gated:
+        return None, [], None
+    composite = dict(zip(used, (math.fsum(v) / len(v) for v in zip(*gated))))
+    first = order_balance(runs, base, new, rows, used)
+    effect = order_effect([composite[n] for n in first["base_first"]],
+                          [composite[n] for n in first["new_first"]]) \
+        if first["base_first"] and first["new_first"] and len(used) > 2 else None
+    outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
+        if len(used) >= OUTLIER_MIN_ROUNDS else []
+    without = None
+    kept = {n: runs[n] for n in runs if n not in outliers}
+    if outliers and len([n for n in used if n not in outliers]) >= MIN_ROUNDS:
+        again = judge_rounds(kept, base, new, settings)
+        if again.status != status:
+            without = f"{again.status.upper()}" + (f": {'; '.join(again.reasons)}"
+                                                  if again.reasons else "")
+    return effect, outliers, without
+
+
+def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
+                    test: Optional[GateTest], effect: Optional[OrderEffect],
+                    settings: GateSettings) -> list:
+    """Return what the reader must know before trusting the verdict."""
+    warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
+                               for r in rows if r.metric == "p50_ms"],
+                              [run for n in used for run in runs[n].values()])
+    for row in rows:
+        title = f"{pass_title(row.pass_name)} {metric_title(row.metric)}"
+        if row.gated and row.verdict == "worse":
+            warnings.append(f"warning: {title} is worse by its own 95% interval, but not "
+                            f"after the correction for {test.rows} gated rows")
+        if row.gated and row.verdict == "inconclusive":
+            needed = "more than 1,000" if row.rounds_needed is None else \
+                f"about {row.rounds_needed}"
+            warnings.append(f"warning: {title} inconclusive: could only detect "
+                            f"{detectable_text(row)}; {needed} rounds would be needed for "
+                            f"{settings.target_pct:g}%")
+    if effect is not None and effect.p_value < 0.05:
+        warnings.append(
+            f"warning: order effect: the side started second ran "
+            f"{100 * math.expm1(effect.estimate):+.1f}% [{100 * math.expm1(effect.low):+.1f}%, "
+            f"{100 * math.expm1(effect.high):+.1f}%] slower (crossover estimate on the gated "
+            f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
+            f"order")
+    return warnings
 
 
 def environment_rows(runs: dict, base: str, new: str) -> list:
@@ -2838,7 +3999,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
                   per_round: bool = False) -> list:
     """Return the lines of the rounds report as text or Markdown."""
     lines = format_rounds_table(report, markdown=markdown)
-    if per_round:
+    if per_round and report.rows:
         lines += [""] + format_per_round(report, markdown=markdown)
     lines += [""] + format_agreement(report)
     lines += report.warnings
@@ -2846,6 +4007,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     lines += format_order(report)
     for item in report.left_out:
         lines.append(f"left out: r{item['round']}: {item['why']}")
+    lines += report.notes
     if report.insecure_files:
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
                      f"{', '.join(report.insecure_files)}")
@@ -2854,30 +4016,50 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
 
 
 def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the heading and the table of rows of a rounds report."""
-    base, new, used = report.base, report.new, report.used
-    lines = [
-        f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used)}); base {base}, new {new}; "
-        f"corpus {report.corpus_sha256[:12]} ({report.corpus_count} prompts)",
-        f"medians over rounds; new - base: mean of paired differences, 95% Student t, "
-        f"df {len(used) - 1}; speedup: base/new for latency, new/base for req/s; tolerance "
-        f"{report.tolerance_pct:g}% of the base median",
-        "",
-    ]
+    """Return the heading, the table of rows and the gate's test of a rounds report."""
+    base, new, used, settings = report.base, report.new, report.used, report.settings
+    lines = [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
+             f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
+             f"({report.corpus_count} prompts)"]
+    if not report.rows:
+        return lines
+    test = report.test
+    lines += [
+        f"speedup: geometric mean of the per-round ratios (base/new for latency, new/base for "
+        f"req/s) with a 95% Student t interval on their logs, df {len(used) - 1}; new - base: "
+        f"mean paired difference; medians over rounds, descriptive; tolerance "
+        f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
+        f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
+        f"{test.effective_rows:.1f} independent; one-sided tests at {100 * test.level:.3g}% each "
+        f"on their per-round mean and by Holm across them (family-wise "
+        f"{100 * 2 * test.level:.3g}%)", ""]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                     f"{fmt_value(row.diff.high)}]")
-        speedup = "n/a" if row.speedup is None else (
-            f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]")
+        speedup = f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]"
         table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
-                      metric_title(row.metric),
+                      metric_title(row.metric) + ("*" if row.gated else ""),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval, speedup,
-                      f"{row.worse_rounds}/{row.rounds}", row.verdict])
-    return lines + render_table(
+                      f"{row.worse_rounds}/{row.rounds}", detectable_text(row), row.verdict])
+    lines += render_table(
         ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]", "speedup [95% CI]",
-         "worse", "verdict"], table, markdown=markdown,
-        right=[False, False, True, True, True, True, True, False])
+         "worse", "detects", "verdict"], table, markdown=markdown,
+        right=[False, False, True, True, True, True, True, True, False])
+    if test.composite is not None:
+        lines += ["", f"gated rows together: {100 * math.expm1(test.composite.mean):+.1f}% "
+                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
+                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided "
+                      f"p {test.composite_p:.3g}"]
+    return lines
+
+
+def gate_text(settings: GateSettings) -> str:
+    """Return which rows the gate judges, in words."""
+    every = [metric_title(g) for g in settings.gate if ":" not in g]
+    named = [f"{pass_title(g.split(':')[0])} {metric_title(g.split(':')[1])}"
+             for g in settings.gate if ":" in g]
+    return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
 
 
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
@@ -2890,17 +4072,19 @@ def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
 
 
 def format_agreement(report: RoundsReport) -> list:
-    """Return the decision agreement of each round and the failed requests of each side."""
+    """Return the decision agreement of each round and each pass's failed requests."""
     lines = []
     for item in report.agreement:
         note = "" if item.used else " (round left out)"
         listed = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
                            for d in item.differ[:10])
         more = ", ..." if len(item.differ) > 10 else ""
-        lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree{note}"
-                     + (f"; differ: {listed}{more}" if item.differ else ""))
-    lines.append(f"errors ({report.base}/{report.new}): "
-                 + ", ".join(f"r{n} {b}/{w}" for n, b, w in report.errors))
+        lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
+                     f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
+    for item in report.errors:
+        lines.append(f"errors {pass_title(item.pass_name)} ({report.base}/{report.new}): "
+                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts))
     return lines
 
 
@@ -2927,7 +4111,7 @@ def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
 
 
 def format_order(report: RoundsReport) -> list:
-    """Return the lines on start order balance and its effect on p50."""
+    """Return the lines on start order balance, its effect, and outlier rounds."""
     order, base, new = report.order, report.base, report.new
 
     def names(group: list) -> str:
@@ -2945,42 +4129,102 @@ def format_order(report: RoundsReport) -> list:
     if order["base_first"] and order["new_first"] and effects:
         lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
                      + "; ".join(effects))
+    effect = report.order_effect
+    if effect is not None:
+        lines.append(f"order effect (crossover, gated rows): running second costs "
+                     f"{100 * math.expm1(effect.estimate):+.1f}% "
+                     f"[{100 * math.expm1(effect.low):+.1f}%, "
+                     f"{100 * math.expm1(effect.high):+.1f}%]")
+    if report.outliers:
+        lines.append(f"outlier rounds (median/MAD of the gated rows' mean): "
+                     f"{names(report.outliers)}"
+                     + (f"; without them the verdict would be {report.without_outliers}"
+                        if report.without_outliers else "; the verdict is the same without them"))
     return lines
 
 
 def verdict_line(report: RoundsReport) -> str:
     """Return the one-line gate verdict of a rounds report."""
-    if report.status == "fail":
-        return "verdict: FAIL: " + "; ".join(report.reasons)
-    return "verdict: PASS" + (f" ({report.inconclusive} inconclusive rows)"
-                              if report.inconclusive else "")
+    look = f" (round {report.look[0]} of at most {report.look[1]})" if report.look else ""
+    if report.status != "pass":
+        return f"verdict: {report.status.upper()}{look}: " + "; ".join(report.reasons)
+    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
+    return f"verdict: PASS{look}" + (f" ({unsure} inconclusive gated rows)" if unsure else "")
 
 
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
-    rows = [{"pass": row.pass_name, "metric": row.metric,
+    rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
              "base_median": row.base_median, "new_median": row.new_median,
              "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
                       "df": row.diff.df, "confidence": 0.95},
+             "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
              "speedup": row.speedup, "speedup_low": row.speedup_low,
              "speedup_high": row.speedup_high, "worse_rounds": row.worse_rounds,
-             "rounds": row.rounds, "verdict": row.verdict,
-             "base_values": list(row.base_values), "new_values": list(row.new_values)}
+             "rounds": row.rounds, "p_value": row.p_value,
+             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
+             "verdict": row.verdict, "base_values": list(row.base_values),
+             "new_values": list(row.new_values)}
             for row in report.rows]
     agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
-                  "differ": [{"id": d.id, "base": d.base, "new": d.new} for d in a.differ]}
+                  "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
+                             for d in a.differ]}
                  for a in report.agreement]
+    test = report.test
+    settings = report.settings
     return {"schema": ROUNDS_SCHEMA, "base": report.base, "new": report.new,
-            "tolerance_pct": report.tolerance_pct,
+            "settings": {**settings._asdict(), "gate": list(settings.gate),
+                         "allow_mismatch": list(settings.allow_mismatch),
+                         "target_pct": settings.target_pct},
+            "tolerance_pct": settings.tolerance_pct,
             "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
             "used": list(report.used), "left_out": list(report.left_out), "files": report.files,
-            "rows": rows, "agreement": agreement,
-            "errors": [{"round": n, "base": b, "new": w} for n, b, w in report.errors],
-            "warnings": list(report.warnings), "environment": list(report.environment),
-            "order": report.order, "insecure_files": list(report.insecure_files),
+            "rows": rows,
+            "gate_test": None if test is None else {
+                "rows": test.rows, "effective_rows": test.effective_rows,
+                "composite": None if test.composite is None else test.composite._asdict(),
+                "composite_p": test.composite_p, "level": test.level,
+                "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
+            "agreement": agreement,
+            "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
+                                                        for n, b, w in e.counts]}
+                       for e in report.errors],
+            "warnings": list(report.warnings), "notes": list(report.notes),
+            "environment": list(report.environment), "order": report.order,
+            "order_effect": None if report.order_effect is None
+            else report.order_effect._asdict(),
+            "outliers": list(report.outliers), "without_outliers": report.without_outliers,
+            "insecure_files": list(report.insecure_files),
+            "look": None if report.look is None else {"rounds": report.look[0],
+                                                      "max_rounds": report.look[1]},
             "status": report.status, "reasons": list(report.reasons),
-            "inconclusive_rows": report.inconclusive, "verdict": verdict_line(report),
-            "exit_code": report.exit_code}
+            "verdict": verdict_line(report), "exit_code": report.exit_code}
+
+
+def format_plan(report: RoundsReport) -> list:
+    """Return, per row, the spread over rounds, what the rounds could detect and how many
+    rounds a target needs: for planning from A/A rounds."""
+    settings = report.settings
+    lines = [f"plan from {plural(len(report.used), 'round')} "
+             f"({', '.join(f'r{n}' for n in report.used)}); target: detect a "
+             f"{settings.target_pct:g}% slowdown beyond the {settings.tolerance_pct:g}% "
+             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}%", ""]
+    table = []
+    for row in report.rows:
+        spread = sample_spread([math.log(n / b) for b, n in
+                                zip(row.base_values, row.new_values)])
+        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+                      metric_title(row.metric) + ("*" if row.gated else ""),
+                      f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
+                      "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
+    lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
+                           f"rounds for {settings.target_pct:g}%"], table,
+                          right=[False, False, True, True, True])
+    if report.test is not None:
+        lines += ["", f"the {plural(report.test.rows, 'gated row')} (*) are worth "
+                      f"{report.test.effective_rows:.1f} independent ones: rows of a round "
+                      f"move together"]
+    return lines
 
 
 # --- simulator and demo ---
@@ -3185,7 +4429,7 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
             path = str(work / f"r{number}-{side}.json")
             write_atomic(path, dump_run(run))
             runs.setdefault(number, {})[side] = run._replace(path=path)
-    return judge_rounds(runs, "cpu", "gpu", 5.0)
+    return judge_rounds(runs, "cpu", "gpu")
 
 
 # --- command line ---
@@ -3289,6 +4533,21 @@ def side_name(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"a side is letters, digits, '.', '_' or '-' (no '/' or '..'), got {text!r}")
     return text
+
+
+def gate_list(text: str) -> tuple:
+    """Return the gated rows of a --gate list: metric names, or pass:metric."""
+    names = {metric_title(m): m for m in ROW_METRICS}
+    found = []
+    for part in (p.strip() for p in text.split(",")):
+        scope, _, metric = part.rpartition(":")
+        if metric not in names or (scope and not re.fullmatch(r"sequential|c\d+|r[\d.]+",
+                                                                scope)):
+            raise argparse.ArgumentTypeError(
+                f"expected p50, p95, p99, mean or req/s, each optionally after a pass "
+                f"(sequential:p99, c16:p95), got {part!r}")
+        found.append(f"{scope}:{names[metric]}" if scope else names[metric])
+    return tuple(found)
 
 
 def decision_names(text: str) -> tuple:
@@ -3440,8 +4699,27 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
     p.add_argument("--tolerance", type=non_negative_float, default=5.0,
-                   help="percent of the base median within which a change is 'same'")
-    p.add_argument("--strict", action="store_true", help="exit 3 when any row is inconclusive")
+                   help="percent change within which a row is 'same'")
+    p.add_argument("--gate", type=gate_list, default=DEFAULT_GATE,
+                   help="rows that can fail the gate: metrics of every pass (p50, p95, p99, "
+                        "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95); default "
+                        "p50,p95,req/s")
+    p.add_argument("--max-mde", type=positive_float, metavar="PCT",
+                   help="with --strict, the largest detectable change an inconclusive gated "
+                        "row may have before the result is inconclusive (default twice the "
+                        "tolerance, 10 at tolerance 0)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when a gated row is inconclusive and could not detect "
+                        "--max-mde")
+    p.add_argument("--allow-mismatch", action="append", default=[], choices=CHECKED_FIELDS,
+                   metavar="FIELD", help="accept runs that differ in this field "
+                                         f"({', '.join(CHECKED_FIELDS)}; repeatable)")
+    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS), metavar="MAX_ROUNDS",
+                   help="judge a look of a group-sequential plan of at most MAX_ROUNDS rounds: "
+                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided)")
+    p.add_argument("--plan", action="store_true",
+                   help="print the spread of each row and the rounds a target needs "
+                        "(for planning from A/A rounds)")
     p.add_argument("--per-round", action="store_true", help="add each round's values")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
@@ -3470,7 +4748,8 @@ def add_simulate_parser(commands: Any) -> None:
 def add_demo_parser(commands: Any) -> None:
     p = commands.add_parser("demo", help="the whole method on two simulated routers",
                             formatter_class=HelpFormatter)
-    p.add_argument("--rounds", type=whole_number(2, 50), default=4, help="interleaved rounds")
+    p.add_argument("--rounds", type=whole_number(MIN_ROUNDS, 50), default=4,
+                   help="interleaved rounds")
     p.add_argument("--dir", help="keep the corpus and run files here (default: a temp folder)")
     p.set_defaults(func=cmd_demo)
 
@@ -3620,18 +4899,18 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         raise RouterLatencyError("--base and --new name the same side", "--new")
     files = find_round_files(args.dir, args.base, args.new)
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
-    shas = {}
-    for sides in runs.values():
-        for run in sides.values():
-            shas.setdefault(run.corpus_sha256, run.path)
-    if len(shas) > 1:
-        first, second = list(shas.values())[:2]
-        raise RouterLatencyError(f"files of different corpora: {first} and {second}", args.dir)
+    settings = GateSettings(
+        tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
+        max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
+        allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential)
     try:
-        report = judge_rounds(runs, args.base, args.new, args.tolerance,
-                              allow_incomplete=args.allow_incomplete, strict=args.strict)
+        report = judge_rounds(runs, args.base, args.new, settings)
     except RouterLatencyError as exc:
-        raise RouterLatencyError(str(exc), exc.where or args.dir) from None
+        raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
+    if args.plan:
+        for line in format_plan(report):
+            print(line)
+        return EXIT_OK
     if args.format == "json":
         print(json.dumps(rounds_json(report), indent=1, allow_nan=False))
     else:

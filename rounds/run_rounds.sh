@@ -90,7 +90,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-[[ "$rounds" =~ ^[0-9]+$ ]] && [ "$rounds" -ge 2 ] || die "--rounds must be a whole number >= 2"
+[[ "$rounds" =~ ^[0-9]+$ ]] && [ "$rounds" -ge 3 ] || die "--rounds must be a whole number >= 3"
 [ -n "$dir" ] || die "--dir is required"
 [ -n "$corpus" ] || die "--corpus is required"
 for role in base new; do

@@ -2,6 +2,7 @@
 and run files written by the tool's own writers, and what several test files use: the bad-file
 table, two compared runs, a folder of three rounds."""
 
+import math
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -60,18 +61,19 @@ def write_corpus(path, texts):
     return str(path)
 
 
-def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=None,
+def make_run(path, *, label="x", sha="a" * 64, count=101, passes=None, decisions=None,
              complete=True, discarded=(), errors=None, started="2026-01-01T00:00:00Z",
              started_unix=None, environment=None, load=None, driver_cpu_s=None):
-    """Write a valid run file with given summary figures, through the tool's own writer.
+    """Write a valid run file with given figures, through the tool's own writer.
 
-    passes: {concurrency: (p50, p95, p99, req_per_s)}; decisions: list per prompt id;
-    errors: {kind: count}, given to the last requests of each pass; environment, load,
-    driver_cpu_s: recorded as is in every measured pass. The figures are taken as given, not
-    computed from the requests; the counts follow from the requests.
+    passes: {concurrency: (p50, p95, p99, req_per_s)}: the records' latencies are chosen so
+    that the summary the tool computes from them has these percentiles, so the file agrees
+    with itself; decisions: the first prompts' decisions, the rest 'd'; errors: {kind: count},
+    given to the last requests of each pass; environment, load, driver_cpu_s: recorded as is
+    in every measured pass.
     """
     passes = passes or {1: (10.0, 12.0, 13.0, 100.0)}
-    decisions = decisions or ["d"] * count
+    decisions = list(decisions or []) + ["d"] * (count - len(decisions or []))
     records = []
     for concurrency, (p50, p95, p99, rps) in passes.items():
         name = rl.pass_name(concurrency)
@@ -80,13 +82,12 @@ def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=N
                                  {"start": 150.0, "end": 150.0}, None, {}, None, ())
             records.append(rl.PassRecord(name, concurrency, True, False, attempt))
             continue
+        requests = failed_last(decisions, (p50, p95, p99), errors)
+        ok = sum(r.error is None for r in requests)
+        summary = rl.pass_summary(requests, round(ok / rps, 6))
         attempt = rl.Attempt(None, None, started, started_unix, load or {}, driver_cpu_s,
-                             environment or {}, None, failed_last(decisions, p50, errors))
-        summary = rl.PassSummary(**rl.count_outcomes(attempt.requests), p50_ms=p50,
-                                 p95_ms=p95, p99_ms=p99, mean_ms=p50, min_ms=p50, max_ms=p99,
-                                 req_per_s=rps, wall_s=count / rps)
-        records.append(rl.PassRecord(name, concurrency, False, False,
-                                     attempt._replace(summary=summary)))
+                             environment or {}, summary, requests)
+        records.append(rl.PassRecord(name, concurrency, False, False, attempt))
     run = rl.RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
                      tuple(records), started_utc=started, started_unix=started_unix,
                      settings={"max_load": 120.0})
@@ -94,12 +95,21 @@ def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=N
     return str(path)
 
 
-def failed_last(decisions, latency_ms, errors):
+def latencies_for(count, p50, p95, p99):
+    """Return count sorted latencies whose R7 p50, p95 and p99 are exactly those given
+    (count of at least about 30: each percentile's two neighbouring ranks get its value)."""
+    h50, h95 = (count - 1) * 0.50, (count - 1) * 0.95
+    return [p50 if i <= math.ceil(h50) else p95 if i <= math.ceil(h95) else p99
+            for i in range(count)]
+
+
+def failed_last(decisions, figures, errors):
     """Return one request per decision, the last ones failed with the given error kinds."""
     kinds = [kind for kind, n in (errors or {}).items() for _ in range(n)]
     ok = len(decisions) - len(kinds)
-    return tuple(rl.Request(i, None, latency_ms, 200, d, None) if i < ok
-                 else rl.Request(i, None, latency_ms, 500, None, kinds[i - ok])
+    latencies = latencies_for(ok, *figures) if ok else []
+    return tuple(rl.Request(i, None, latencies[i], 200, d, None) if i < ok
+                 else rl.Request(i, None, figures[0], 500, None, kinds[i - ok])
                  for i, d in enumerate(decisions))
 
 
@@ -121,24 +131,26 @@ def two_runs(folder, sha="a" * 64, b_sha=None, **b_options):
 NEW = [(5, 20.5, 40, 99), (6, 21, 41, 101), (7, 20, 42, 100)]
 
 
-def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100)):
-    """Three rounds; cpu starts first in r1 and r3, gpu in r2. r2's cpu router had other cores,
-    r2's gpu side ran above the load limit, r3's gpu router restarted once."""
+def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100), flagged=False):
+    """Three rounds; cpu starts first in r1 and r3, gpu in r2. r2's cpu router had other cores.
+    flagged: r2's gpu side also ran above the load limit and r3's gpu router restarted once,
+    so that rounds leaves both rounds out."""
     for number, figures in enumerate(NEW, 1):
         make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
                  started_unix=1000.0 * number,
                  environment={"router_cpus": "0-7" if number == 2 else "0-15"},
                  load={"start": 0.5, "end": 1.5, "min": 0.5, "max": 1.5}, driver_cpu_s=0.015)
         decisions = ["d", "d", "e"] if number == differ_in_round else None
+        restarts = float(number == 3 and flagged)
         environment = {"router_cpus": "16-31",
                        "gpu": {"tool": "rocm-smi", "before": {"used_mib": {"card0": 1024.0}},
                                "after": {"used_mib": {"card0": 1100.0}}},
-                       "metrics": {"deltas": {"router_restarts_total": float(number == 3)}}}
+                       "metrics": {"deltas": {"router_restarts_total": restarts}}}
         make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: figures},
                  decisions=decisions,
                  started_unix=1000.0 * number + (-500 if number == 2 else 500),
                  environment=environment, driver_cpu_s=0.015,
-                 load={"start": 1.0, "end": 130.0 if number == 2 else 2.0})
+                 load={"start": 1.0, "end": 130.0 if number == 2 and flagged else 2.0})
 
 
 def assert_one_line_error(result, *fragments):

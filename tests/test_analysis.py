@@ -3,11 +3,15 @@ consistency, refusals of runs that do not belong together, verdicts with their t
 rounds left out, the start order, exit codes."""
 
 import json
+import math
+import random
 
 import pytest
+from hypothesis import given, strategies as st
+
 
 import router_latency as rl
-from conftest import NEW, make_run, three_rounds, two_runs, write_corpus
+from conftest import NEW, SETTINGS, make_run, three_rounds, two_runs, write_corpus
 
 
 def test_compare_fail_on_decision_change(tmp_path, cli):
@@ -60,110 +64,310 @@ def test_compare_refuses_a_corpus_the_runs_did_not_use(tmp_path, cli):
     assert cli("compare", a, b, "--corpus", broken).code == 2
 
 
+def rounds(cli, folder, *extra):
+    return cli("rounds", "--dir", folder, "--base", "cpu", "--new", "gpu", *extra)
+
+
+def sides(folder, number, base=(10, 20, 30, 100), new=(10, 20, 30, 100), **new_options):
+    """Write round `number`: cpu with `base` figures, gpu with `new` (and new_options)."""
+    make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
+             started_unix=10.0 * number)
+    make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: new},
+             started_unix=10.0 * number + (5 if number % 2 else -5), **new_options)
+
+
 def test_rounds_passes_when_nothing_regressed(tmp_path, cli):
     for number in (1, 2, 3):
-        make_run(tmp_path / f"r{number}-cpu.json", passes={1: (10, 20, 30, 100)})
-        make_run(tmp_path / f"r{number}-gpu.json",
-                 passes={1: (5 + number * 0.1, 10 + number * 0.1, 15, 200 + number)})
-    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+        sides(tmp_path, number, new=(5 + number * 0.1, 10 + number * 0.1, 15, 200 + number))
+    result = rounds(cli, tmp_path)
     assert result.code == 0
     assert result.out.splitlines()[-1] == "verdict: PASS"
 
 
-def test_rounds_strict_fails_on_inconclusive_rows(tmp_path, cli):
+def test_rounds_strict_is_inconclusive_only_where_a_row_could_not_detect_the_target(
+        tmp_path, cli):
     for number, new_p50 in enumerate((9.0, 11.5, 10.0), 1):
-        make_run(tmp_path / f"r{number}-cpu.json", passes={1: (10, 20, 30, 100)})
-        make_run(tmp_path / f"r{number}-gpu.json", passes={1: (new_p50, 20, 30, 100)})
-    args = ["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"]
-    plain = cli(*args)
-    assert plain.code == 0 and plain.out.splitlines()[-1] == "verdict: PASS (1 inconclusive rows)"
-    assert cli(*args, "--strict").code == 3
+        sides(tmp_path, number, new=(new_p50, 20, 30, 100))
+    plain = rounds(cli, tmp_path)
+    assert plain.code == 0
+    assert plain.out.splitlines()[-1] == "verdict: PASS (1 inconclusive gated rows)"
+    assert ("warning: Sequential p50 inconclusive: could only detect >= 54%; about 57 rounds "
+            "would be needed for 10%") in plain.out
+    strict = rounds(cli, tmp_path, "--strict")
+    assert strict.code == 3
+    assert strict.out.splitlines()[-1] == (
+        "verdict: INCONCLUSIVE: Sequential p50 inconclusive and could only detect >= 54% "
+        "(--max-mde 10)")
+    assert rounds(cli, tmp_path, "--strict", "--max-mde", "60").code == 0
 
 
 def test_rounds_tolerance_moves_the_verdict(tmp_path, cli):
     for number, new_p50 in enumerate((10.7, 10.75, 10.8), 1):  # [+6.3 %, +8.7 %]
-        make_run(tmp_path / f"r{number}-cpu.json", passes={1: (10, 20, 30, 100)})
-        make_run(tmp_path / f"r{number}-gpu.json", passes={1: (new_p50, 20, 30, 100)})
-    args = ["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"]
-    assert cli(*args).code == 1
-    assert cli(*args, "--tolerance", "10").code == 0
-
-
-@pytest.mark.parametrize("metric,low,high,expected", [
-    ("p50_ms", 0.6, 0.8, "regression"),     # beyond +5 % of 10
-    ("p50_ms", 0.1, 0.4, "same"),           # worse, but within tolerance
-    ("p50_ms", -0.4, -0.1, "better"),       # wholly better, even if small
-    ("p50_ms", -0.8, 0.6, "inconclusive"),
-    ("req_per_s", -0.8, -0.6, "regression"),  # fewer req/s is worse
-    ("req_per_s", 0.6, 0.8, "better"),
-])
-def test_verdict_of(metric, low, high, expected):
-    diff = rl.Interval((low + high) / 2, low, high, 3)
-    assert rl.verdict_of(metric, diff, 10.0, 5.0) == expected
+        sides(tmp_path, number, new=(new_p50, 20, 30, 100))
+    result = rounds(cli, tmp_path)
+    assert result.code == 1
+    assert result.out.splitlines()[-1].startswith("verdict: FAIL: regression in Sequential p50")
+    assert rounds(cli, tmp_path, "--tolerance", "10").code == 0
 
 
 def test_rounds_leaves_out_rounds_with_a_discarded_pass(tmp_path, cli):
     three_rounds(tmp_path)
-    make_run(tmp_path / "r4-cpu.json", passes={1: (10, 20, 30, 100), 4: (1, 1, 1, 1)},
-             discarded=(4,))
-    make_run(tmp_path / "r4-gpu.json", passes={1: (1, 1, 1, 1)})
-    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    make_run(tmp_path / "r4-cpu.json", label="cpu",
+             passes={1: (10, 20, 30, 100), 4: (1, 1, 1, 1)}, discarded=(4,))
+    make_run(tmp_path / "r4-gpu.json", label="gpu",
+             passes={1: (1, 1, 1, 1), 4: (1, 1, 1, 1)})
+    result = rounds(cli, tmp_path, "--allow-mismatch", "passes")
     assert result.out.splitlines()[0].startswith("rounds: 3 used (r1, r2, r3)")
     assert "left out: r4: r4-cpu.json: Conc 4 pass discarded (load above the limit)" in result.out
+    assert "note: --allow-mismatch passes: r4-cpu.json 'sequential c4'" in result.out
 
 
-def test_rounds_refuses_incomplete_runs_unless_allowed(tmp_path, cli):
+def test_an_interrupted_new_side_fails_and_an_interrupted_base_is_inconclusive(tmp_path, cli):
     three_rounds(tmp_path)
-    make_run(tmp_path / "r3-gpu.json", passes={1: NEW[2]}, complete=False)
-    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
-    assert "left out: r3: r3-gpu.json: incomplete run (--allow-incomplete uses it)" in result.out
-    allowed = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
-                  "--allow-incomplete")
-    assert allowed.out.startswith("rounds: 3 used")
+    make_run(tmp_path / "r3-gpu.json", label="gpu", passes={1: NEW[2]}, complete=False)
+    result = rounds(cli, tmp_path)
+    assert "left out: r3: r3-gpu.json: incomplete run, interrupted (--allow-incomplete uses it)" \
+        in result.out
+    assert result.code == 1 and result.out.splitlines()[-1] == (
+        "verdict: FAIL: the gpu side failed in r3 (incomplete run, interrupted "
+        "(--allow-incomplete uses it))")
+    assert rounds(cli, tmp_path, "--allow-incomplete").out.startswith("rounds: 3 used")
+    three_rounds(tmp_path)
+    make_run(tmp_path / "r2-cpu.json", label="cpu", passes={1: (10, 20, 30, 100)},
+             complete=False)
+    base_failed = rounds(cli, tmp_path)
+    assert base_failed.code == 3
+    assert base_failed.out.splitlines()[-1].startswith(
+        "verdict: INCONCLUSIVE: the cpu side failed in r2 (incomplete run")
+
+
+def test_a_crashed_new_side_fails_however_many_rounds_are_left(tmp_path, cli):
+    for number in range(1, 6):
+        crashed = {"errors": {"connect": 101}} if number <= 3 else {}
+        sides(tmp_path, number, new=(5, 10, 15, 200), **crashed)
+    result = rounds(cli, tmp_path)
+    assert result.code == 1
+    assert "the gpu side failed in r1 (Sequential pass had no successful request)" in result.out
+    assert "gpu failed more requests than cpu in Sequential (r1 0/101, r2 0/101, r3 0/101)" \
+        in result.out
+
+
+def test_errors_of_the_new_side_beyond_the_base_fail_the_gate(tmp_path, cli):
+    for number in (1, 2, 3):
+        sides(tmp_path, number, new=(5, 10, 15, 200), errors={"timeout": 33})
+    result = rounds(cli, tmp_path)
+    assert result.code == 1
+    assert "errors Sequential (cpu/gpu): r1 0/33, r2 0/33, r3 0/33" in result.out
+    assert "gpu failed more requests than cpu in Sequential" in result.out.splitlines()[-1]
+
+
+def test_rounds_inputs_are_checked_before_anything_is_judged(tmp_path, cli):
+    for number in (1, 2, 3):
+        sides(tmp_path, number)
+    make_run(tmp_path / "r3-gpu.json", label="cpu", passes={1: (10, 20, 30, 100)})
+    mislabelled = rounds(cli, tmp_path)
+    assert mislabelled.code == 2 and mislabelled.err == (
+        f"router-latency: error: the run's label is 'cpu', but the file name says side 'gpu': "
+        f"a copied or renamed file? ({tmp_path / 'r3-gpu.json'}: label)\n")
+    make_run(tmp_path / "r3-gpu.json", label="gpu", passes={1: (10, 20, 30, 100),
+                                                              4: (10, 20, 30, 100)})
+    different = rounds(cli, tmp_path)
+    assert different.code == 2 and "the runs were not measured alike: passes: r3-gpu.json " \
+        "'sequential c4' (r1-cpu.json 'sequential')" in different.err
+    assert "--allow-mismatch FIELD accepts a difference on purpose" in different.err
+    allowed = rounds(cli, tmp_path, "--allow-mismatch", "passes")
+    assert allowed.code == 0 and "note: --allow-mismatch passes" in allowed.out
 
 
 def test_rounds_error_rows_of_bad_folders(tmp_path, cli):
-    make_run(tmp_path / "r1-cpu.json")
-    make_run(tmp_path / "r1-gpu.json")
-    single = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    sides(tmp_path, 1)
+    single = rounds(cli, tmp_path)
     assert single.code == 2
-    assert single.err == \
-        f"router-latency: error: need at least 2 usable rounds, have 1 ({tmp_path})\n"
-    make_run(tmp_path / "r2-cpu.json")
-    missing = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    assert single.err == (f"router-latency: error: need at least 3 rounds, found 1 (r1): fewer "
+                          f"cannot give an interval worth gating on ({tmp_path})\n")
+    make_run(tmp_path / "r2-cpu.json", label="cpu")
+    missing = rounds(cli, tmp_path)
     assert missing.code == 2 and missing.err == (
         f"router-latency: error: round 2 has no gpu side (r2-gpu.json) "
         f"({tmp_path / 'r2-cpu.json'})\n")
-    make_run(tmp_path / "r2-gpu.json")
-    make_run(tmp_path / "r02-gpu.json")
-    duplicate = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    make_run(tmp_path / "r2-gpu.json", label="gpu")
+    make_run(tmp_path / "r02-gpu.json", label="gpu")
+    duplicate = rounds(cli, tmp_path)
     assert duplicate.code == 2 and "round 2 of side gpu twice" in duplicate.err
     (tmp_path / "r02-gpu.json").unlink()
-    make_run(tmp_path / "r2-gpu.json", sha="b" * 64)
-    mismatch = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
-    assert mismatch.code == 2 and "files of different corpora" in mismatch.err
-    assert "r2-gpu.json" in mismatch.err
+    sides(tmp_path, 3)
+    make_run(tmp_path / "r2-gpu.json", label="gpu", sha="b" * 64)
+    mismatch = rounds(cli, tmp_path)
+    assert mismatch.code == 2 and "corpus: r2-gpu.json 'bbbbbbbbbbbb'" in mismatch.err
+
+
+def test_decisions_are_compared_in_every_pass(tmp_path, cli):
+    for number in (1, 2, 3):
+        make_run(tmp_path / f"r{number}-cpu.json", label="cpu",
+                 passes={1: (10, 20, 30, 100), 4: (10, 20, 30, 100)})
+        make_run(tmp_path / f"r{number}-gpu.json", label="gpu",
+                 passes={1: (10, 20, 30, 100), 4: (10, 20, 30, 100)})
+    run = rl.load_run(str(tmp_path / "r2-gpu.json"))
+    sequential, c4 = run.passes
+    changed = list(c4.requests)
+    changed[7] = changed[7]._replace(decision="other")
+    c4 = c4._replace(attempt=c4.attempt._replace(requests=tuple(changed)))
+    rl.write_atomic(str(tmp_path / "r2-gpu.json"), rl.dump_run(run._replace(passes=(
+        sequential, c4))))
+    result = rounds(cli, tmp_path)
+    assert "decisions r2: 100/101 agree in every pass; differ: #7 d -> other (Conc 4)" \
+        in result.out
+    assert result.code == 1
 
 
 def test_rounds_agreement_counts_failed_requests_as_disagreeing(tmp_path, cli):
-    for number in (1, 2):
-        make_run(tmp_path / f"r{number}-cpu.json")
-        make_run(tmp_path / f"r{number}-gpu.json", errors={"timeout": 1} if number == 2 else None)
-    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
-    assert "decisions r2: 2/3 agree; differ: #2 d -> (no decision)" in result.out
+    for number in (1, 2, 3):
+        sides(tmp_path, number, errors={"timeout": 1} if number == 2 else None)
+    result = rounds(cli, tmp_path)
+    assert "decisions r2: 100/101 agree in every pass; differ: #100 d -> (no decision)" \
+        in result.out
     assert result.code == 1
 
 
 def test_rounds_warns_when_the_start_order_is_unbalanced(tmp_path, cli):
     for number in (1, 2, 3):
-        make_run(tmp_path / f"r{number}-cpu.json", started_unix=100.0 * number)
-        make_run(tmp_path / f"r{number}-gpu.json", started_unix=100.0 * number + 50)
-    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
-                 "json")
+        make_run(tmp_path / f"r{number}-cpu.json", label="cpu", started_unix=100.0 * number)
+        make_run(tmp_path / f"r{number}-gpu.json", label="gpu",
+                 started_unix=100.0 * number + 50)
+    result = rounds(cli, tmp_path, "--format", "json")
     order = json.loads(result.out)["order"]
     assert order["base_first"] == [1, 2, 3] and order["new_first"] == []
     assert order["balanced"] is False
-    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
+    text = rounds(cli, tmp_path).out
     assert "order: cpu first in r1, r2, r3; gpu first in none" in text
     assert "warning: start order unbalanced: rounds should alternate which side starts first" \
         in text
+
+
+# The gate's statistics, on rounds built in memory: three passes with p50, p95, p99, mean and
+# req/s each, so 9 gated rows by default.
+
+PASSES = {"sequential": 1, "c4": 4, "c16": 16}
+FIGURES = {"p50_ms": 10.0, "p95_ms": 15.0, "p99_ms": 20.0, "mean_ms": 11.0, "req_per_s": 100.0}
+
+
+def run_in_memory(label, number, factors, first):
+    """Return a RunFile whose latency figures are FIGURES times factors[(pass, metric)]
+    (req/s divided by it), started first in its round or not."""
+    requests = tuple(rl.Request(i, 0.0, 1.0, 200, "d", None) for i in range(3))
+    passes = []
+    for name, concurrency in PASSES.items():
+        v = {m: FIGURES[m] / factors[(name, m)] if m == "req_per_s"
+             else FIGURES[m] * factors[(name, m)] for m in FIGURES}
+        summary = rl.PassSummary(3, 3, {}, v["p50_ms"], v["p95_ms"], v["p99_ms"], v["mean_ms"],
+                                 1.0, v["p99_ms"], v["req_per_s"], 1.0)
+        passes.append(rl.PassRecord(name, concurrency, False, False, rl.Attempt(
+            None, None, "", None, {}, None, {}, summary, requests)))
+    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 3},
+                      tuple(passes), started_unix=2.0 * number + (0 if first else 1),
+                      path=f"r{number}-{label}.json")
+
+
+def rounds_in_memory(count, new_factor, *, base_factor=lambda n, p, m: 1.0):
+    """Return {round: {side: RunFile}}: factors are functions of (round, pass, metric)."""
+    runs = {}
+    for n in range(1, count + 1):
+        keys = [(p, m) for p in PASSES for m in FIGURES]
+        runs[n] = {"base": run_in_memory("base", n, {k: base_factor(n, *k) for k in keys},
+                                         n % 2 == 1),
+                   "new": run_in_memory("new", n, {k: new_factor(n, *k) for k in keys},
+                                        n % 2 == 0)}
+    return runs
+
+
+def test_the_composite_test_catches_a_slowdown_no_single_row_shows():
+    # +10% everywhere; each row's noise is a shift of one pattern (spread 4.2%), so that no
+    # row alone is sure of it while their per-round mean, where the noise cancels, is
+    pattern = (0.05, -0.05, 0.0325, -0.0325, 0.0)
+    keys = [(p, m) for p in PASSES for m in FIGURES]
+    noise = {(n, *key): math.exp(pattern[(n + k) % 5]) for n in range(1, 6)
+             for k, key in enumerate(keys)}
+    report = rl.judge_rounds(rounds_in_memory(5, lambda n, p, m: 1.10 * noise[(n, p, m)]),
+                             "base", "new")
+    gated = [r for r in report.rows if r.gated]
+    assert len(gated) == 9 and report.test.regressions == ()
+    assert all(r.p_value > 0.025 for r in gated)
+    assert report.test.composite_p < 0.025
+    assert report.status == "fail" and report.reasons[0].startswith(
+        "the 9 gated rows together are +")
+    assert 1 < report.test.effective_rows < 9  # shifted patterns: partly alike
+
+
+def test_holm_names_the_row_that_moved_alone():
+    rng = random.Random(3)
+    noise = {(n, p, m): math.exp(rng.gauss(0, 0.01)) for n in range(1, 6) for p in PASSES
+             for m in FIGURES}
+    report = rl.judge_rounds(rounds_in_memory(
+        5, lambda n, p, m: (1.30 if (p, m) == ("c16", "p95_ms") else 1.0) * noise[(n, p, m)]),
+        "base", "new")
+    assert report.test.regressions == (("c16", "p95_ms"),)
+    assert "regression in Conc 16 p95" in report.reasons
+    row = next(r for r in report.rows if (r.pass_name, r.metric) == ("c16", "p95_ms"))
+    assert row.verdict == "regression" and 29 < row.change_pct < 31
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.floats(0.1, 1000), st.floats(0.1, 1000)), min_size=3,
+                max_size=8))
+def test_a_rows_point_always_lies_inside_its_interval(pairs):
+    base, new = [b for b, _ in pairs], [n for _, n in pairs]
+    for metric in ("p50_ms", "req_per_s"):
+        row = rl.row_of("sequential", metric, base, new, rl.GateSettings())
+        assert row.speedup_low <= row.speedup <= row.speedup_high
+        assert row.log_ratio.low <= row.log_ratio.mean <= row.log_ratio.high
+
+
+def test_an_outlier_round_is_marked_and_the_verdict_without_it_shown():
+    slower = lambda n, p, m: 1.2 * (1 + 0.002 * n)  # noqa: E731
+    hiccup = lambda n, p, m: 2.0 if n == 3 else 1.0  # noqa: E731
+    report = rl.judge_rounds(rounds_in_memory(6, slower, base_factor=hiccup), "base", "new")
+    assert report.outliers == (3,)
+    assert report.status != "fail"
+    assert report.without_outliers.startswith("FAIL: ")
+    lines = rl.format_order(report)
+    assert lines[-1].startswith("outlier rounds (median/MAD of the gated rows' mean): r3; "
+                                "without them the verdict would be FAIL: ")
+
+
+def test_an_order_effect_is_estimated_and_warned_about():
+    # whichever side starts second is 10% slower; new starts first in even rounds
+    second = lambda first: (lambda n, p, m: 1.10 if (n % 2 == 1) == first else 1.0)  # noqa
+    report = rl.judge_rounds(rounds_in_memory(6, second(True), base_factor=second(False)),
+                             "base", "new")
+    assert math.expm1(report.order_effect.estimate) == pytest.approx(0.10, abs=0.005)
+    assert any(w.startswith("warning: order effect: the side started second ran +10.")
+               for w in report.warnings)
+    assert report.status == "pass"  # the order, not the change: balanced rounds cancel it
+
+
+def test_plan_prints_what_the_rounds_could_detect(tmp_path, cli):
+    for number, new_p50 in enumerate((9.0, 11.5, 10.0, 10.5), 1):
+        sides(tmp_path, number, new=(new_p50, 20, 30, 100))
+    result = rounds(cli, tmp_path, "--plan")
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert lines[0].startswith("plan from 4 rounds (r1, r2, r3, r4); target: detect a 10% "
+                               "slowdown beyond the 5% tolerance")
+    assert lines[2].split() == ["pass", "metric", "spread", "detects", "at", "4", "rounds",
+                                "for", "10%"]
+    assert lines[3].split()[:3] == ["Sequential", "p50*", "10.8%"]
+
+
+def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cli):
+    for number, new_p50 in enumerate((9.5, 10.6, 10.0), 1):
+        sides(tmp_path, number, new=(new_p50, 20, 30, 100))
+    look = rounds(cli, tmp_path, "--sequential", "10")
+    assert look.code == 3
+    assert look.out.splitlines()[-1] == ("verdict: INCONCLUSIVE (round 3 of at most 10): not "
+                                         "decided after 3 of at most 10 rounds: 1 gated row "
+                                         "open")
+    for number in (1, 2, 3):
+        sides(tmp_path, number, new=(5.0 + number / 100, 20, 30, 100))
+    decided = rounds(cli, tmp_path, "--sequential", "10")
+    assert decided.code == 0 and decided.out.splitlines()[-1] == \
+        "verdict: PASS (round 3 of at most 10)"

@@ -164,16 +164,18 @@ def test_version(cli, capsys):
 
 
 def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
-    result = cli("demo", "--dir", tmp_path / "demo", "--rounds", "2")
+    result = cli("demo", "--dir", tmp_path / "demo", "--rounds", "3")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert "round 1: cpu then gpu" in lines and "round 2: gpu then cpu" in lines
-    assert any(line.startswith("rounds: 2 used (r1, r2); base cpu, new gpu") for line in lines)
+    assert any(line.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
+               for line in lines)
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
     assert lines[-1].startswith("verdict: PASS")
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
-    assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json"]
+    assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json",
+                     "r3-cpu.json", "r3-gpu.json"]
     run = json.loads((tmp_path / "demo" / "r2-gpu.json").read_text())
     assert run["complete"] is True and run["label"] == "gpu"
 
@@ -188,7 +190,7 @@ def simulate_command(tmp_path, side, delay):
 def driver_args(tmp_path, corpus, *extra):
     stop = 'kill "$(cat {dir}/$SIDE.pid)"; echo "stopped $SIDE $ROUND" >> {dir}/log'.format(
         dir=shlex.quote(str(tmp_path)))
-    return ["bash", str(DRIVER), "--rounds", "2", "--dir", str(tmp_path / "results"),
+    return ["bash", str(DRIVER), "--rounds", "3", "--dir", str(tmp_path / "results"),
             "--corpus", corpus, "--wait-ready", "20",
             "--base", "cpu", "--base-start", simulate_command(tmp_path, "cpu", 2),
             "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"),
@@ -204,12 +206,14 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
                             timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
-        "r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json"]
+        "r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json", "r3-cpu.json",
+        "r3-gpu.json"]
     assert (tmp_path / "log").read_text().splitlines() == [
-        "stopped cpu 1", "stopped gpu 1", "stopped gpu 2", "stopped cpu 2"]
-    assert result.stderr.splitlines() == ["round 1/2: cpu", "round 1/2: gpu", "round 2/2: gpu",
-                                          "round 2/2: cpu"]
-    assert result.stdout.startswith("rounds: 2 used (r1, r2); base cpu, new gpu")
+        "stopped cpu 1", "stopped gpu 1", "stopped gpu 2", "stopped cpu 2", "stopped cpu 3",
+        "stopped gpu 3"]
+    assert result.stderr.splitlines() == ["round 1/3: cpu", "round 1/3: gpu", "round 2/3: gpu",
+                                          "round 2/3: cpu", "round 3/3: cpu", "round 3/3: gpu"]
+    assert result.stdout.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
     probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
     assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
     assert result.stdout.splitlines()[-1].startswith("verdict: PASS")
@@ -222,7 +226,7 @@ def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines if ": start:" in line] == [
-        "round 1 cpu", "round 1 gpu", "round 2 gpu", "round 2 cpu"]
+        "round 1 cpu", "round 1 gpu", "round 2 gpu", "round 2 cpu", "round 3 cpu", "round 3 gpu"]
     assert lines[-1].startswith("then: ") and " rounds --dir " in lines[-1]
     assert not (tmp_path / "results").exists() and not (tmp_path / "log").exists()
 
@@ -249,7 +253,7 @@ def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
 
 
 def test_driver_rejects_bad_options(tmp_path):
-    for args, message in ((["--rounds", "1"], "--rounds must be a whole number >= 2"),
+    for args, message in ((["--rounds", "2"], "--rounds must be a whole number >= 3"),
                           (["--base", "../x"], "--base needs a side name")):
         command = driver_args(tmp_path, "c.json")
         index = command.index(args[0])
@@ -263,7 +267,7 @@ def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
                             text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
                                                         "DRIVER_CPUS": "1"})
     runs = [line for line in result.stdout.splitlines() if ": run: " in line]
-    assert len(runs) == 4 and all(" taskset -c 1 " in line for line in runs)
+    assert len(runs) == 6 and all(" taskset -c 1 " in line for line in runs)
     assert "--probe side=echo\\ \\$SIDE\\ \\$ROUND" in runs[0]
 
 

@@ -518,13 +518,21 @@ def with_floor(path, spread):
 
 
 def test_compare_and_rounds_warn_below_the_floor(tmp_path, cli):
-    a = with_floor(make_run(tmp_path / "r1-cpu.json", passes={1: (1.000, 2, 3, 100)}), 0.02)
-    b = with_floor(make_run(tmp_path / "r1-gpu.json", passes={1: (1.010, 2, 3, 100)}), 0.01)
+    a = with_floor(make_run(tmp_path / "r1-cpu.json", label="cpu",
+                                passes={1: (1.000, 2, 3, 100)}), 0.02)
+    b = with_floor(make_run(tmp_path / "r1-gpu.json", label="gpu",
+                                passes={1: (1.010, 2, 3, 100)}), 0.01)
     assert ("warning: Sequential p50 differs by 0.010 ms, less than the driver's own spread on "
             "loopback (0.020 ms, p90 - p10): below what this driver resolves") in cli(
                 "compare", a, b).out
-    with_floor(make_run(tmp_path / "r2-cpu.json", passes={1: (1.000, 2, 3, 100)}), 0.02)
-    with_floor(make_run(tmp_path / "r2-gpu.json", passes={1: (1.012, 2, 3, 100)}), 0.02)
+    with_floor(make_run(tmp_path / "r2-cpu.json", label="cpu",
+                                passes={1: (1.000, 2, 3, 100)}), 0.02)
+    with_floor(make_run(tmp_path / "r2-gpu.json", label="gpu",
+                                passes={1: (1.012, 2, 3, 100)}), 0.02)
+    with_floor(make_run(tmp_path / "r3-cpu.json", label="cpu",
+                                passes={1: (1.000, 2, 3, 100)}), 0.02)
+    with_floor(make_run(tmp_path / "r3-gpu.json", label="gpu",
+                                passes={1: (1.011, 2, 3, 100)}), 0.02)
     out = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
     assert "warning: Sequential p50 differs by 0.011 ms, less than the driver's own spread" in out
     far = with_floor(make_run(tmp_path / "far.json", passes={1: (2.0, 2, 3, 100)}), 0.02)
@@ -731,7 +739,7 @@ def test_https_certificates_are_verified_by_default(tls_router, tmp_path, cli):
 def test_insecure_is_recorded_and_rounds_says_so(tls_router, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", str(DATA / "localhost.crt"))
     corpus = write_corpus(tmp_path / "corpus.json", ["hello", "world"])
-    for number in (1, 2):
+    for number in (1, 2, 3):
         for side in ("cpu", "gpu"):
             out = tmp_path / f"r{number}-{side}.json"
             extra = ["--insecure"] if side == "gpu" else []
@@ -741,7 +749,7 @@ def test_insecure_is_recorded_and_rounds_says_so(tls_router, tmp_path, cli, monk
     assert json.loads((tmp_path / "r1-cpu.json").read_text())["insecure"] is False
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
     assert ("warning: TLS certificates were not verified (--insecure) in r1-gpu.json, "
-            "r2-gpu.json") in result.out
+            "r2-gpu.json, r3-gpu.json") in result.out
 
 
 def test_https_run_with_a_trusted_certificate(tls_router, tmp_path, cli, monkeypatch):

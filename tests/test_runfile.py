@@ -99,8 +99,8 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
      "passes[0].requests[0].latency_ms", "expected a number >= 0"),
     (lambda d: d["passes"][0]["summary"].update(p50_ms="fast"),
      "passes[0].summary.p50_ms", "expected a finite number"),
-    (lambda d: d["passes"][0]["requests"][0].update(id=99),
-     "passes[0].requests[0].id", "expected a prompt id from 0 to 2"),
+    (lambda d: d["passes"][0]["requests"][0].update(id=101),
+     "passes[0].requests[0].id", "expected a prompt id from 0 to 100"),
     (lambda d: d["passes"][0].update(concurrency=0), "passes[0].concurrency",
      "expected a whole number >= 1"),
     (lambda d: d["passes"][0]["summary"].update(ok=1), "passes[0].summary",
@@ -131,4 +131,24 @@ def test_rounds_refuses_an_unknown_error_kind(tmp_path, cli):
     document["passes"][0]["requests"][-1]["error"] = "gremlins"
     Path(path).write_text(json.dumps(document))
     result = cli("compare", path, path)
-    assert result.code == 2 and "passes[0].requests[2].error" in result.err
+    assert result.code == 2 and "passes[0].requests[100].error" in result.err
+
+
+@pytest.mark.parametrize("edit,field,message", [
+    (lambda d: d["passes"][0]["requests"].clear(), "passes[0].summary.requests",
+     "the summary says 101, its records give 0"),
+    (lambda d: d["passes"][0]["requests"][5].update(id=4), "passes[0].requests[5].id",
+     "prompt 4 measured twice in one pass"),
+    (lambda d: d["passes"][0]["summary"].update(p95_ms=11.0), "passes[0].summary.p95_ms",
+     "the summary says 11.0, its records give 12.0"),
+    (lambda d: d["passes"][0]["requests"][0].update(error="timeout", decision=None),
+     "passes[0].summary.ok", "the summary says 101, its records give 100"),
+    (lambda d: d["passes"][0]["requests"][0].update(latency_ms=5.0),
+     "passes[0].summary.mean_ms", "its records give"),
+])
+def test_a_run_file_must_agree_with_itself(tmp_path, cli, edit, field, message):
+    path = Path(make_run(tmp_path / "run.json"))
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", path, path), f"{path}: {field}", message)
