@@ -371,3 +371,26 @@ def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cl
     decided = rounds(cli, tmp_path, "--sequential", "10")
     assert decided.code == 0 and decided.out.splitlines()[-1] == \
         "verdict: PASS (round 3 of at most 10)"
+
+
+@pytest.mark.parametrize("field,edit,shown", [
+    ("warmup", lambda d: d["settings"].update(warmup=0), "r2-gpu.json 0"),
+    ("timeout", lambda d: d["settings"].update(timeout_s=5), "r2-gpu.json 5"),
+    ("model", lambda d: d.update(model="other"), "r2-gpu.json 'other'"),
+    ("decision_paths", lambda d: d["settings"].update(decision_paths=["x"]),
+     "r2-gpu.json 'x'"),
+    ("tool", lambda d: d["tool"].update(version="9.0.0"), "r2-gpu.json '9'"),
+])
+def test_runs_measured_differently_are_refused_unless_allowed(tmp_path, cli, field, edit,
+                                                              shown):
+    for number in (1, 2, 3):
+        sides(tmp_path, number)
+    path = tmp_path / "r2-gpu.json"
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+    refused = rounds(cli, tmp_path)
+    assert refused.code == 2 and f"the runs were not measured alike: {field}: {shown}" \
+        in refused.err
+    allowed = rounds(cli, tmp_path, "--allow-mismatch", field)
+    assert allowed.code == 0 and f"note: --allow-mismatch {field}: {shown}" in allowed.out
