@@ -153,7 +153,7 @@ def test_corpus_appends_boundary_cases_once(repo, tmp_path, cli):
 
 
 def test_shipped_boundary_cases_cover_the_listed_kinds():
-    cases = dict(rl.load_boundary_cases(rl.default_boundary_file()))
+    cases = {case.name: case.text for case in rl.load_boundary_cases(rl.default_boundary_file())}
     assert len(cases["one_character"]) == 1
     assert cases["whitespace_only"].strip() == ""
     assert 7500 <= len(cases["long_8000_words"].split()) <= 8500
