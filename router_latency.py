@@ -3752,10 +3752,9 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--header", action="append", default=[], type=parse_header,
                    help="extra header 'Name: value' (repeatable; values never stored)")
     p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds per request. The router gives a preview request_timeout_seconds "
-                        f"(default {ROUTER_TIMEOUT_S}) and holds its slot until inference ends, "
-                        "even after answering 504 or after the client gave up: below the "
-                        "router's timeout, a timed-out request still occupies a slot, and new "
+                   help="seconds per request; keep it above the router's "
+                        f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request given "
+                        "up on earlier keeps its router slot until its inference ends, and new "
                         "sends can meet 429 OVERLOADED")
     p.add_argument("--warmup", type=non_negative_int, default=20,
                    help="warm-up requests, not recorded")
