@@ -808,7 +808,7 @@ class PassSummary(NamedTuple):
             if not is_whole(raw.get(key, 0 if key == "rejected" else None)):
                 raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
         values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True)
-                  for key in cls._fields[3:-2]}
+                  for key in cls._fields[3:] if key not in ("rejected", "error_codes")}
         if raw["ok"] > 0 and values["p50_ms"] is None:
             raise RouterLatencyError("missing although requests succeeded", f"{where}.p50_ms")
         errors = raw.get("errors")
@@ -2224,13 +2224,18 @@ def config_hashes_of(results: Sequence[RawResult]) -> tuple:
 def met_expectations(requests: Sequence[Request], expects: Sequence[tuple]) -> list:
     """Return the requests with their prompts' expectations applied (expects[id]): a 4xx the
     prompt accepts is an expected rejection, not an error; a routed answer to a prompt that
-    accepts only a rejection is an unexpected routing, still counted as routed."""
+    accepts only a rejection is an unexpected routing, still counted as routed.
+
+    408 and 429 judge the load, not the request: they stay failures, so that shedding
+    (429 OVERLOADED) never hides among the expected rejections.
+    """
     if not any(expects):
         return list(requests)
     applied = []
     for request in requests:
         expect = expects[request.id]
-        if request.error == "http_4xx" and "http_4xx" in expect:
+        if request.error == "http_4xx" and "http_4xx" in expect \
+                and request.status not in (408, 429):
             request = request._replace(error=None, outcome="expected_rejection")
         elif expect and request.error is None and "routed" not in expect:
             request = request._replace(outcome="unexpected_routing")

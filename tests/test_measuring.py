@@ -838,12 +838,12 @@ def test_default_corpus_runs_clean_against_a_router_enforcing_the_input_rules(
 
 def test_expectations_surprises_and_failures(fault_server, tmp_path, cli):
     corpus = write_expecting_corpus(tmp_path / "corpus.json", [
-        ("fine", "http_4xx"), ("status:404", "http_4xx"), ("status:503", "http_4xx"),
-        ("status:429", None), (" \t", ["routed", "http_4xx"])])
+        ("fine", "http_4xx"), ("status:400", "http_4xx"), ("status:503", "http_4xx"),
+        ("status:404", None), (" \t", ["routed", "http_4xx"]), ("status:429", "http_4xx")])
     out = tmp_path / "run.json"
     result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out, "--label",
                  "x", "--concurrency", "1", "--warmup", "0")
-    assert result.code == 1  # the 503 and the 429 are failures; the rest are not
+    assert result.code == 1  # the 503, the 404 and the 429 are failures; the rest are not
     item = json.loads(out.read_text())["passes"][0]
     by_id = {r["id"]: r for r in item["requests"]}
     assert by_id[0]["outcome"] == "unexpected_routing" and by_id[0]["decision"] == "ok"
@@ -851,13 +851,14 @@ def test_expectations_surprises_and_failures(fault_server, tmp_path, cli):
     assert by_id[2]["error"] == "http_5xx" and "outcome" not in by_id[2]
     assert by_id[3]["error"] == "http_4xx"
     assert "outcome" not in by_id[4] and by_id[4]["decision"] == "ok"  # routed: accepted
+    assert by_id[5]["error"] == "http_4xx"  # shedding is never an expected rejection
     summary = item["summary"]
     assert (summary["ok"], summary["rejected"], summary["errors"]) == (
-        2, 1, {"http_4xx": 1, "http_5xx": 1})
-    assert "expected rejections in Sequential: 1 (HTTP 404 1)" in result.out
+        2, 1, {"http_4xx": 2, "http_5xx": 1})
+    assert "expected rejections in Sequential: 1 (HTTP 400 1)" in result.out
     assert "surprise in Sequential: 1 prompt expected a rejection and got routed: #0 ok" \
         in result.out
-    assert result.err == "router-latency: 2 requests failed (--max-errors 0)\n"
+    assert result.err == "router-latency: 3 requests failed (--max-errors 0)\n"
 
 
 def test_overloaded_answers_name_their_code_and_the_setting(simulator, tmp_path, cli):
