@@ -90,6 +90,15 @@ DEFAULT_DECISION_PATHS = (
 )
 ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
                "bad_json", "no_decision", "too_large")
+EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
+# a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
+# in the percentiles), or a routed answer to a prompt that expected only a rejection
+REQUEST_OUTCOMES = ("expected_rejection", "unexpected_routing")
+ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's error.code
+CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
+CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
+ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
+ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
 PERCENTILE_METHOD = ("linear interpolation between closest ranks "
                      "(Hyndman-Fan R7, numpy's default)")
 LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request is sent "
@@ -178,6 +187,18 @@ def metric_title(metric: str) -> str:
 
 def shown_decision(decision: Optional[str]) -> str:
     return decision or "(no decision)"
+
+
+def failure_text(errors: dict, codes: Optional[dict] = None) -> str:
+    """Return failed requests by kind and by the router's code: 'http_4xx: OVERLOADED 12,
+    timeout 1'; requests of a kind without a code are counted under the kind alone."""
+    parts = []
+    for kind, count in errors.items():
+        by_code = (codes or {}).get(kind, {})
+        parts += [f"{kind}: {code} {n}" for code, n in by_code.items()]
+        if count > sum(by_code.values()):
+            parts.append(f"{kind} {count - sum(by_code.values())}")
+    return ", ".join(parts)
 
 
 def fmt_value(value: Optional[float]) -> str:
@@ -1258,6 +1279,24 @@ def dump_json(document: Any) -> bytes:
 class Prompt(NamedTuple):
     id: int
     text: str
+    expect: tuple = ()  # outcomes of EXPECT_OUTCOMES the prompt accepts; () = routed only
+
+
+def checked_expect(value: Any, where: str) -> tuple:
+    """Return a declared expectation ("http_4xx", or a list of outcomes) as a tuple in the
+    order of EXPECT_OUTCOMES; raise when it names anything else."""
+    outcomes = [value] if isinstance(value, str) else value
+    if not isinstance(outcomes, list) or not outcomes \
+            or any(o not in EXPECT_OUTCOMES for o in outcomes) \
+            or len(set(outcomes)) < len(outcomes):
+        raise RouterLatencyError(f"'expect' must be one of {', '.join(EXPECT_OUTCOMES)} or a "
+                                 f"list of them, each once", where)
+    return tuple(o for o in EXPECT_OUTCOMES if o in outcomes)
+
+
+def expect_json(expect: tuple) -> Any:
+    """Return how an expectation is written in a corpus: one outcome as a string, else a list."""
+    return expect[0] if len(expect) == 1 else list(expect)
 
 
 def compile_glob(pattern: str) -> re.Pattern:
@@ -1389,8 +1428,14 @@ def default_boundary_file() -> Path:
     return beside if beside.is_file() or not installed.is_file() else installed
 
 
+class BoundaryCase(NamedTuple):
+    name: str
+    text: str
+    expect: tuple = ()  # as Prompt.expect
+
+
 def load_boundary_cases(path: Path) -> list:
-    """Return (name, text) pairs from a boundary-case file."""
+    """Return the BoundaryCases of a boundary-case file."""
     document = read_json(path)
     if not isinstance(document, dict) or not isinstance(document.get("cases"), list):
         raise RouterLatencyError("expected an object with a list 'cases'", str(path))
@@ -1403,7 +1448,8 @@ def load_boundary_cases(path: Path) -> list:
         repeat = case.get("repeat", 1)
         if not is_whole(repeat, 1) or repeat > 100000:
             raise RouterLatencyError("'repeat' must be a whole number from 1 to 100000", where)
-        cases.append((case["name"], case["text"] * repeat))
+        expect = checked_expect(case["expect"], f"{where}.expect") if "expect" in case else ()
+        cases.append(BoundaryCase(case["name"], case["text"] * repeat, expect))
     return cases
 
 
@@ -1428,10 +1474,12 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
                 prompts.append({"id": len(prompts), "text": text, "source": rel})
         files[rel] = found
     from_repo = len(prompts)
-    for name, text in boundary:
+    for name, text, *expect in boundary:  # (name, text) pairs or BoundaryCases
         if text not in seen:
             seen.add(text)
             prompts.append({"id": len(prompts), "text": text, "source": f"boundary:{name}"})
+            if expect and expect[0]:
+                prompts[-1]["expect"] = expect_json(expect[0])
     return {
         "schema": CORPUS_SCHEMA,
         "source": {"repo": repo_label if repo_label is not None else str(repo),
@@ -1471,7 +1519,8 @@ def load_corpus(path: str) -> Corpus:
             raise RouterLatencyError("each prompt needs a string 'text'", where)
         if item.get("id") != i or isinstance(item.get("id"), bool):
             raise RouterLatencyError(f"'id' must be {i}", where)
-        prompts.append(Prompt(i, item["text"]))
+        prompts.append(Prompt(i, item["text"], checked_expect(item["expect"], f"{where}.expect")
+                              if "expect" in item else ()))
     return Corpus(tuple(prompts), path, hashlib.sha256(data).hexdigest())
 
 
@@ -1506,6 +1555,13 @@ class Request(NamedTuple):
     error: Optional[str]  # None, or one of ERROR_KINDS
     service_ms: Optional[float] = None  # open loop: from the actual send to the answer
     behind_ms: Optional[float] = None  # open loop: how late the send left its schedule
+    code: Optional[str] = None  # the router's error code of a failed or rejected request
+    outcome: Optional[str] = None  # None, or one of REQUEST_OUTCOMES
+
+    @property
+    def routed(self) -> bool:
+        """An answer with a decision: what the percentiles and decision agreement count."""
+        return self.error is None and self.outcome != "expected_rejection"
 
     def to_json(self) -> dict:
         record = {"id": self.id, "start_ms": self.start_ms, "latency_ms": self.latency_ms,
@@ -1513,6 +1569,10 @@ class Request(NamedTuple):
         if self.service_ms is not None:
             record["service_ms"] = self.service_ms
             record["behind_ms"] = self.behind_ms
+        if self.code is not None:
+            record["code"] = self.code
+        if self.outcome is not None:
+            record["outcome"] = self.outcome
         return record
 
     @classmethod
@@ -1530,16 +1590,35 @@ class Request(NamedTuple):
                                      f"{where}.error")
         if status is not None and not is_whole(status):
             raise RouterLatencyError("expected an HTTP status or null", f"{where}.status")
+        code, outcome = raw.get("code"), raw.get("outcome")
+        if code is not None and not (isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code)):
+            raise RouterLatencyError("expected an error code or null", f"{where}.code")
+        if outcome is not None and outcome not in REQUEST_OUTCOMES:
+            raise RouterLatencyError(f"expected null or one of {', '.join(REQUEST_OUTCOMES)}",
+                                     f"{where}.outcome")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
-        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:])
+        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
+                   code, outcome)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
-    """Return requests, ok and the count of each error kind of a list of requests."""
-    errors = collections.Counter(r.error for r in requests if r.error is not None)
-    return {"requests": len(requests), "ok": len(requests) - sum(errors.values()),
-            "errors": dict(sorted(errors.items()))}
+    """Return requests, ok, the count of each error kind, and where there are any, the
+    expected rejections and the failures by the router's code ({kind: {code: count}})."""
+    failed = [r for r in requests if r.error is not None]
+    errors = collections.Counter(r.error for r in failed)
+    rejected = sum(r.outcome == "expected_rejection" for r in requests)
+    counts = {"requests": len(requests), "ok": len(requests) - len(failed) - rejected,
+              "errors": dict(sorted(errors.items()))}
+    if rejected:
+        counts["rejected"] = rejected
+    codes = collections.Counter((r.error, r.code) for r in failed if r.code is not None)
+    if codes:
+        by_kind: dict = {}
+        for (kind, code), count in sorted(codes.items()):
+            by_kind.setdefault(kind, {})[code] = count
+        counts["error_codes"] = by_kind
+    return counts
 
 
 class PassSummary(NamedTuple):
@@ -1555,15 +1634,20 @@ class PassSummary(NamedTuple):
     max_ms: Optional[float]
     req_per_s: Optional[float]
     wall_s: float
-    service_p50_ms: Optional[float] = None  # open loop only, from here on
+    service_p50_ms: Optional[float] = None  # open loop only, up to behind_p99_ms
     service_p95_ms: Optional[float] = None
     service_p99_ms: Optional[float] = None
     behind_p99_ms: Optional[float] = None
+    rejected: int = 0  # expected rejections: neither ok nor errors, not in the percentiles
+    error_codes: dict = {}  # error kind -> {the router's code -> count}
 
     def to_json(self) -> dict:
         document = self._asdict()
         if self.behind_p99_ms is None:
             for key in ("service_p50_ms", "service_p95_ms", "service_p99_ms", "behind_p99_ms"):
+                del document[key]
+        for key in ("rejected", "error_codes"):
+            if not document[key]:
                 del document[key]
         return document
 
@@ -1571,25 +1655,42 @@ class PassSummary(NamedTuple):
     def from_json(cls, raw: Any, where: str) -> "PassSummary":
         if not isinstance(raw, dict):
             raise RouterLatencyError("expected an object", where)
-        for key in ("requests", "ok"):
-            if not is_whole(raw.get(key)):
+        for key in ("requests", "ok", "rejected"):
+            if not is_whole(raw.get(key, 0 if key == "rejected" else None)):
                 raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
         values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True)
-                  for key in cls._fields[3:]}
+                  for key in cls._fields[3:] if key not in ("rejected", "error_codes")}
         if raw["ok"] > 0 and values["p50_ms"] is None:
             raise RouterLatencyError("missing although requests succeeded", f"{where}.p50_ms")
         errors = raw.get("errors")
         if not isinstance(errors, dict) or not all(is_whole(v) for v in errors.values()):
             raise RouterLatencyError("expected an object of counts", f"{where}.errors")
-        if raw["ok"] + sum(errors.values()) != raw["requests"]:
-            raise RouterLatencyError("ok + errors does not add up to requests", where)
+        rejected = raw.get("rejected", 0)
+        if raw["ok"] + sum(errors.values()) + rejected != raw["requests"]:
+            raise RouterLatencyError(f"ok + errors{' + rejected' if rejected else ''} does not "
+                                     f"add up to requests", where)
         values["wall_s"] = values["wall_s"] or 0.0
-        return cls(raw["requests"], raw["ok"], dict(errors), **values)
+        return cls(raw["requests"], raw["ok"], dict(errors), **values, rejected=rejected,
+                   error_codes=_checked_error_codes(raw, errors, f"{where}.error_codes"))
+
+
+def _checked_error_codes(raw: dict, errors: dict, where: str) -> dict:
+    """Return a summary's failures by code; raise when they do not fit its error counts."""
+    codes = checked_object(raw, "error_codes", where.rsplit(".", 1)[0])
+    for kind, by_code in codes.items():
+        if not isinstance(by_code, dict) or not all(
+                is_whole(n, 1) and ERROR_CODE_PATTERN.fullmatch(c) for c, n in by_code.items()):
+            raise RouterLatencyError("expected an object of counts by code", f"{where}.{kind}")
+        if sum(by_code.values()) > errors.get(kind, 0):
+            raise RouterLatencyError(f"more than the {errors.get(kind, 0)} {kind} errors",
+                                     f"{where}.{kind}")
+    return codes
 
 
 def pass_summary(requests: Sequence[Request], wall_s: float) -> PassSummary:
-    """Return the summary of one pass: counts, error kinds, percentiles and throughput."""
-    latencies = [r.latency_ms for r in requests if r.error is None]
+    """Return the summary of one pass: counts, error kinds and codes, percentiles and
+    throughput of the routed requests."""
+    latencies = [r.latency_ms for r in requests if r.routed]
     counts = count_outcomes(requests)
     figures = rounded_percentiles(latencies, (50, 95, 99), "")
     figures["mean_ms"] = round(math.fsum(latencies) / len(latencies), 4) if latencies else None
@@ -1598,7 +1699,7 @@ def pass_summary(requests: Sequence[Request], wall_s: float) -> PassSummary:
     figures["req_per_s"] = round(len(latencies) / wall_s, 2) if wall_s > 0 else None
     figures["wall_s"] = round(wall_s, 6)
     if requests and requests[0].behind_ms is not None:  # open loop: from the schedule
-        service = [r.service_ms for r in requests if r.error is None]
+        service = [r.service_ms for r in requests if r.routed]
         figures.update(rounded_percentiles(service, (50, 95, 99), "service_"))
         figures["behind_p99_ms"] = round(percentile([r.behind_ms for r in requests], 99), 4)
     return PassSummary(**counts, **figures)
@@ -1615,15 +1716,21 @@ class Attempt(NamedTuple):
     environment: dict  # router_cpus, and probes, gpu, metrics where captured
     summary: Optional[PassSummary]
     requests: tuple  # Request, in send order
+    # x-vsr-config-hash values of the answers, distinct, in the order first seen; more than
+    # one is a configuration reload in the middle of the measurement
+    config_hashes: tuple = ()
 
     def to_json(self, requests: Any = None) -> dict:
         """Return the attempt as JSON; `requests` stands in for the records when given."""
-        return {"rate": self.rate, "arrival": self.arrival, "started_utc": self.started_utc,
-                "started_unix": self.started_unix, "load": self.load,
-                "driver_cpu_s": self.driver_cpu_s, "environment": self.environment,
-                "summary": None if self.summary is None else self.summary.to_json(),
-                "requests": [r.to_json() for r in self.requests] if requests is None
-                else requests}
+        document = {"rate": self.rate, "arrival": self.arrival, "started_utc": self.started_utc,
+                    "started_unix": self.started_unix, "load": self.load,
+                    "driver_cpu_s": self.driver_cpu_s, "environment": self.environment}
+        if self.config_hashes:
+            document["config_hashes"] = list(self.config_hashes)
+        document["summary"] = None if self.summary is None else self.summary.to_json()
+        document["requests"] = [r.to_json() for r in self.requests] if requests is None \
+            else requests
+        return document
 
     @classmethod
     def from_json(cls, raw: dict, where: str, count: int, *, measured: bool) -> "Attempt":
@@ -1637,6 +1744,11 @@ class Attempt(NamedTuple):
         requests = raw.get("requests", [])
         if not isinstance(requests, list):
             raise RouterLatencyError("expected a list", f"{where}.requests")
+        hashes = raw.get("config_hashes", [])
+        if not isinstance(hashes, list) or not all(
+                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
+            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
+                                     f"{where}.config_hashes")
         arrival = raw.get("arrival")
         attempt = cls(
             checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
@@ -1646,7 +1758,7 @@ class Attempt(NamedTuple):
                                  nullable=True),
             environment, summary,
             tuple(Request.from_json(r, f"{where}.requests[{j}]", count)
-                  for j, r in enumerate(requests)))
+                  for j, r in enumerate(requests)), tuple(hashes))
         if summary is not None:
             _check_agrees(attempt, where)
         return attempt
@@ -1663,12 +1775,14 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
         seen.add(request.id)
     summary = attempt.summary
     expected = pass_summary(attempt.requests, summary.wall_s)
-    for field in ("requests", "ok", "errors"):
+    for field in ("requests", "ok", "errors", "rejected", "error_codes"):
         if getattr(summary, field) != getattr(expected, field):
             raise RouterLatencyError(
                 f"the summary says {getattr(summary, field)!r}, its records give "
                 f"{getattr(expected, field)!r}", f"{where}.summary.{field}")
     for field in PassSummary._fields[3:]:
+        if field in ("rejected", "error_codes"):
+            continue
         found, wanted = getattr(summary, field), getattr(expected, field)
         if field == "wall_s" or (found is None and wanted is None):
             continue
@@ -1741,8 +1855,10 @@ class PassRecord(NamedTuple):
 
     @property
     def decisions(self) -> dict:
-        """Return prompt id -> decision, or None for a failed request."""
-        return {r.id: r.decision if r.error is None else None for r in self.requests}
+        """Return prompt id -> decision, or None for a failed request; a rejection its prompt
+        expected has no decision to agree on and is left out."""
+        return {r.id: r.decision if r.error is None else None for r in self.requests
+                if r.outcome != "expected_rejection"}
 
     @property
     def environment(self) -> PassEnvironment:
@@ -1843,6 +1959,16 @@ class RunFile(NamedTuple):
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
+
+    @property
+    def config_hashes(self) -> tuple:
+        """The x-vsr-config-hash values the router answered with, distinct, in the order
+        first seen over every attempt; more than one: the configuration changed mid-run."""
+        seen: list = []
+        for item in self.passes:
+            for attempt in (*item.discarded_attempts, item.attempt):
+                seen += [h for h in attempt.config_hashes if h not in seen]
+        return tuple(seen)
 
     def to_json(self, passes: Any = None) -> dict:
         return {"schema": RUN_SCHEMA, "label": self.label, "complete": self.complete,
@@ -2021,11 +2147,13 @@ class ResponseReader:
     framing the same way: Content-Length, chunked, or to the close of the connection.
     """
 
-    __slots__ = ("buffer", "status", "keep_open", "body", "_length", "_chunks", "_mode")
+    __slots__ = ("buffer", "status", "keep_open", "body", "_length", "_chunks", "_mode",
+                 "config_hash")
 
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.status: Optional[int] = None
+        self.config_hash: Optional[str] = None  # the x-vsr-config-hash header, as sent
         self.keep_open = True
         self.body = b""
         self._length = 0
@@ -2084,6 +2212,8 @@ class ResponseReader:
                 chunked = b"chunked" in value.lower()
             elif name == b"connection":
                 connection = value.strip().lower()
+            elif name == CONFIG_HASH_HEADER:
+                self.config_hash = value.strip().decode("latin-1")
         self.keep_open = (parts[0] == b"HTTP/1.1" and b"close" not in connection) or \
             (parts[0] == b"HTTP/1.0" and b"keep-alive" in connection)
         if 100 <= self.status < 200 or self.status in (204, 304):
@@ -2226,10 +2356,12 @@ def accept_connections(listener: socket.socket, serve: Callable[[socket.socket],
         serve(connection)
 
 
-def http_response(status: int, body: bytes, content_type: str = "application/json") -> bytes:
+def http_response(status: int, body: bytes, content_type: str = "application/json",
+                  headers: Sequence = ()) -> bytes:
     """Return a whole HTTP/1.1 response with a Content-Length, head and body in one buffer."""
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"Content-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
             ).encode("latin-1") + body
 
 
@@ -2255,6 +2387,24 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
             return None
         found.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
     return "|".join(found) if found else None
+
+
+def error_code(body: bytes) -> Optional[str]:
+    """Return the router's code of a failed answer: error.code of its error envelope
+    {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
+    preview answer with a decision_error instead; else None."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    envelope = document.get("error")
+    code = envelope.get("code") if isinstance(envelope, dict) else None
+    if code is None and isinstance(document.get("decision_error"), str) \
+            and document["decision_error"]:
+        code = "decision_error"
+    return code if isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code) else None
 
 
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
@@ -2598,6 +2748,9 @@ class RunPlan(NamedTuple):
     warmup: int = 20
     wait_ready: Optional[float] = None  # seconds to wait for a starting router
     max_errors: int = 0  # failed requests the run allows before it fails
+    # the previews the router admits at once (its routing_preview.max_concurrency): a pass
+    # with more callers is warned about, since the router sheds the rest with 429 OVERLOADED
+    router_max_concurrency: int = ROUTER_MAX_CONCURRENCY
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
@@ -2669,6 +2822,7 @@ class RawResult(NamedTuple):
     status: Optional[int]
     body: bytes
     error: Optional[str]
+    config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
 
 
 class _Slot:
@@ -2802,7 +2956,7 @@ class PassLoop:
             return
         body = self.bodies.setdefault(reader.body, reader.body)
         self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now,
-                                      reader.status, body, None))
+                                      reader.status, body, None, reader.config_hash))
         if not reader.keep_open:
             self._close(slot)
         self._release(slot)
@@ -2924,32 +3078,67 @@ def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
     classified: dict = {}
     requests = []
     for raw in ordered:
-        decision, error = None, raw.error
+        decision, error, code = None, raw.error, None
         if error is None:
             key = (raw.status, raw.body)
             if key not in classified:
-                classified[key] = classify(raw.status, raw.body, paths)
-            decision, error = classified[key]
+                decision, error = classify(raw.status, raw.body, paths)
+                classified[key] = decision, error, error_code(raw.body) if error else None
+            decision, error, code = classified[key]
         origin = raw.scheduled if open_loop else raw.started
         requests.append(Request(
             raw.index, round((raw.started - first) / 1e6, 4), round((raw.ended - origin) / 1e6, 4),
             raw.status, decision, error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
-            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None))
+            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, code))
     return requests, (last - first) / 1e9
+
+
+def config_hashes_of(results: Sequence[RawResult]) -> tuple:
+    """Return the valid x-vsr-config-hash values of a pass's answers, distinct, in send order
+    (the router sends 64 lowercase hex digits or no header at all)."""
+    seen: list = []
+    for raw in sorted(results, key=lambda r: r.scheduled):
+        if raw.config_hash and raw.config_hash not in seen \
+                and CONFIG_HASH_PATTERN.fullmatch(raw.config_hash):
+            seen.append(raw.config_hash)
+    return tuple(seen)
+
+
+def met_expectations(requests: Sequence[Request], expects: Sequence[tuple]) -> list:
+    """Return the requests with their prompts' expectations applied (expects[id]): a 4xx the
+    prompt accepts is an expected rejection, not an error; a routed answer to a prompt that
+    accepts only a rejection is an unexpected routing, still counted as routed.
+
+    408 and 429 judge the load, not the request: they stay failures, so that shedding
+    (429 OVERLOADED) never hides among the expected rejections.
+    """
+    if not any(expects):
+        return list(requests)
+    applied = []
+    for request in requests:
+        expect = expects[request.id]
+        if request.error == "http_4xx" and "http_4xx" in expect \
+                and request.status not in (408, 429):
+            request = request._replace(error=None, outcome="expected_rejection")
+        elif expect and request.error is None and "routed" not in expect:
+            request = request._replace(outcome="unexpected_routing")
+        applied.append(request)
+    return applied
 
 
 def measure_pass(target: Target, payloads: Sequence[bytes], connections: int,
                  stop: threading.Event, progress: Progress, title: str,
                  schedule: Optional[Sequence[int]] = None) -> tuple:
-    """Send every payload once; return (Requests, wall seconds)."""
+    """Send every payload once; return (Requests, wall seconds, config hashes)."""
     loop = PassLoop(target, payloads, stop, connections, schedule)
     progress.start(title, len(payloads), lambda: len(loop.results))
     try:
         results = loop.run()
     finally:
         progress.end()
-    return records_of(results, target.decision_paths, open_loop=schedule is not None)
+    return (*records_of(results, target.decision_paths, open_loop=schedule is not None),
+            config_hashes_of(results))
 
 
 class LoopbackResponder:
@@ -3041,12 +3230,13 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
 
 
 def warm_up(target: Target, payloads: Sequence[bytes], count: int,
-            stop: threading.Event) -> dict:
+            stop: threading.Event, expects: Sequence[tuple] = ()) -> dict:
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts only."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
     requests, _ = records_of(PassLoop(target, cycled, stop, 1).run(), target.decision_paths)
-    return count_outcomes(requests)
+    return count_outcomes(met_expectations(
+        requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
 
 
 def probe_router(target: Target, payload: bytes) -> tuple:
@@ -3108,23 +3298,38 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
 
 def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
                     capture: CaptureSettings, loadavg_file: Optional[str],
-                    stop: threading.Event, progress: Progress) -> Attempt:
-    """Measure one attempt at a pass with what surrounds it."""
+                    stop: threading.Event, progress: Progress,
+                    expects: Sequence[tuple] = ()) -> Attempt:
+    """Measure one attempt at a pass with what surrounds it; expects[id] is what the prompt
+    expects (see met_expectations)."""
     schedule = None if plan.rate is None else arrival_schedule(
         len(payloads), plan.rate, plan.arrival, plan.seed)
     before = capture_snapshot(capture)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(loadavg_file).start()
     cpu_before = driver_cpu_seconds()
-    requests, wall_s = measure_pass(target, payloads, plan.connections, stop, progress,
-                                    pass_title(plan.name), schedule)
+    requests, wall_s, hashes = measure_pass(target, payloads, plan.connections, stop, progress,
+                                            pass_title(plan.name), schedule)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
     after = capture_snapshot(capture)
+    requests = met_expectations(requests, expects)
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
                    environment_record(capture, before, after), pass_summary(requests, wall_s),
-                   tuple(requests))
+                   tuple(requests), hashes)
+
+
+def overload_warning(plan: PassPlan, limit: int) -> Optional[str]:
+    """Return the warning for a pass that can have more requests in flight than the router
+    admits at once, or None."""
+    if plan.connections <= limit:
+        return None
+    callers = (f"up to {plural(plan.connections, 'connection')}" if plan.rate is not None
+               else plural(plan.connections, "caller"))
+    return (f"{pass_title(plan.name)}: {callers} but the router admits {limit} previews at once "
+            f"(global.services.api.routing_preview.max_concurrency, declared with "
+            f"--router-max-concurrency); it sheds the rest at once with 429 OVERLOADED")
 
 
 def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
@@ -3148,16 +3353,20 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
 def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: CaptureSettings,
                payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
                notify: Callable[[str], None],
-               sleep: Callable[[float], None] = time.sleep) -> list:
+               sleep: Callable[[float], None] = time.sleep,
+               expects: Sequence[tuple] = ()) -> list:
     """Measure every pass with the load guard; return their PassRecords."""
     passes = []
     for item in plan.passes:
         if stop.is_set():
             break
+        warning = overload_warning(item, plan.router_max_concurrency)
+        if warning:
+            notify(warning)
         attempts = []
         for number in range(guard.retries + 1):
             attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                      progress)
+                                      progress, expects)
             for warning in attempt_warnings(attempt, item):
                 notify(warning)
             loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
@@ -3190,7 +3399,8 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard) -> dict:
         "timeout_s": target.timeout, "decision_paths": list(target.decision_paths),
         "max_load": guard.max_load, "load_retries": guard.retries,
         "load_pause_s": guard.pause, "max_errors": plan.max_errors,
-        "wait_ready_s": plan.wait_ready, "percentile_method": PERCENTILE_METHOD,
+        "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
+        "percentile_method": PERCENTILE_METHOD,
         "latency": LATENCY_DEFINITION,
     }
 
@@ -3214,9 +3424,11 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     if stop.is_set():
         return None
     payloads = encode_prompts(target, [p.text for p in corpus.prompts])
-    warmup = warm_up(target, payloads, plan.warmup, stop)
-    passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify)
-    return RunFile(
+    expects = [p.expect for p in corpus.prompts]
+    warmup = warm_up(target, payloads, plan.warmup, stop, expects)
+    passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
+                        expects=expects)
+    run = RunFile(
         label=label, complete=not stop.is_set() and len(passes) == len(plan.passes),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
         passes=tuple(passes), started_utc=started, started_unix=started_unix,
@@ -3232,6 +3444,11 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
             "metric_patterns": [p.pattern for p in capture.metric_patterns]},
         settings=settings_record(target, plan, guard), ready_after_s=ready_after,
         floor=floor, warmup=warmup)
+    if len(run.config_hashes) > 1:
+        notify(f"warning: the router's configuration changed during the run "
+               f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
+               f"reload in the middle of the measurement; its passes mix configurations")
+    return run
 
 
 # --- analysis ---
@@ -3312,6 +3529,8 @@ class ComparePass(NamedTuple):
     discarded: bool  # on either side: no figures
     figures: tuple = ()  # (metric, A's value, B's value) for p50, p95, p99 and req/s
     errors: tuple = (0, 0)  # failed requests of A and B
+    failures: tuple = (({}, {}), ({}, {}))  # A's and B's errors by kind and by code
+    rejected: tuple = (0, 0)  # expected rejections of A and B
 
 
 class CompareReport(NamedTuple):
@@ -3330,6 +3549,7 @@ class CompareReport(NamedTuple):
     consistency: tuple  # (tag, ids whose decision changed between the passes of that run)
     status: str  # pass or fail
     exit_code: int
+    config_hashes: tuple = ((), ())  # A's and B's x-vsr-config-hash values, in order seen
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -3347,7 +3567,10 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                         for metric in METRICS)
         passes.append(ComparePass(pa.name, False, figures,
                                   (sum(pa.summary.errors.values()),
-                                   sum(pb.summary.errors.values()))))
+                                   sum(pb.summary.errors.values())),
+                                  tuple((s.errors, s.error_codes)
+                                        for s in (pa.summary, pb.summary)),
+                                  (pa.summary.rejected, pb.summary.rejected)))
     warnings = floor_warnings([(pass_title(p.name), p.figures[0][1], p.figures[0][2])
                                for p in passes if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -3359,7 +3582,8 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         a.path, a.label, b.path, b.label, (a.corpus_sha256, b.corpus_sha256), a.corpus_count,
         tuple(passes), tuple(warnings), agree.compared, changes, len(set(da) ^ set(db)),
         (("A", tuple(decision_changes(a))), ("B", tuple(decision_changes(b)))),
-        "fail" if failed else "pass", EXIT_GATE if failed else EXIT_OK)
+        "fail" if failed else "pass", EXIT_GATE if failed else EXIT_OK,
+        (a.config_hashes, b.config_hashes))
 
 
 def find_round_files(folder: str, base: str, new: str) -> dict:
@@ -3406,6 +3630,7 @@ class GateSettings(NamedTuple):
     max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
     allow_incomplete: bool = False
     allow_mismatch: tuple = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
 
@@ -3663,6 +3888,57 @@ class RoundsReport(NamedTuple):
     status: str  # pass, fail or inconclusive
     reasons: tuple  # why it failed or is inconclusive
     exit_code: int
+    config_hashes: dict = {}  # side -> its x-vsr-config-hash values over the rounds
+    config_warnings: tuple = ()  # the same configuration on both sides, or one that changed
+    outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
+
+
+def config_hash_findings(runs: dict, base: str, new: str,
+                         allow_change: bool = False) -> tuple:
+    """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
+
+    runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
+    rounds or within a run measured a configuration that changed under it: refused with
+    RouterLatencyError unless allow_change (then a warning). Base and new answering with the
+    same hash is a gate comparing a configuration with itself, which would pass as 'same': a
+    loud warning. Runs of routers that send no hash add nothing.
+    """
+    hashes, warnings = {}, []
+    for side in (base, new):
+        rounds_of: dict = {}  # hash -> rounds it answered in, in first-seen order
+        first_file: dict = {}
+        for number, sides in runs.items():
+            for value in sides[side].config_hashes:
+                rounds_of.setdefault(value, []).append(number)
+                first_file.setdefault(value, sides[side].path)
+        hashes[side] = tuple(rounds_of)
+        if len(rounds_of) < 2:
+            continue
+        listed = "; ".join(f"{value[:12]} in {', '.join(f'r{n}' for n in numbers)}"
+                           for value, numbers in rounds_of.items())
+        message = (f"side {side} answered with {len(rounds_of)} configurations "
+                   f"(x-vsr-config-hash {listed})")
+        if not allow_change:
+            raise RouterLatencyError(f"{message}: its configuration changed between or within "
+                                     f"rounds; --allow-config-change judges it anyway",
+                                     first_file[hashes[side][1]])
+        warnings.append(f"warning: {message}")
+    same = [value for value in hashes[base] if value in hashes[new]]
+    if same:
+        warnings.append(f"WARNING: base {base} and new {new} answered with the same "
+                        f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
+                        f"configuration with itself; check which configuration each side runs")
+    return hashes, tuple(warnings)
+
+
+def run_outcomes(run: RunFile) -> dict:
+    """Return count_outcomes() over every measured request of a run, and the ids of prompts
+    routed although they expected only a rejection ("unexpected_routing")."""
+    requests = [r for item in run.passes if not item.discarded for r in item.requests]
+    counts = count_outcomes(requests)
+    counts["unexpected_routing"] = sorted({r.id for r in requests
+                                           if r.outcome == "unexpected_routing"})
+    return counts
 
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
@@ -3728,20 +4004,10 @@ def look_level(settings: GateSettings, rounds: int) -> tuple:
     return next(b.nominal_alpha for b in levels if b.n == rounds), look
 
 
-def judge_rounds(runs: dict, base: str, new: str,
-                 settings: GateSettings = GateSettings()) -> RoundsReport:
-    """Return the rounds report: input checks, rows with their one estimator and power, the
-    gate's family-wise test, decisions and errors of every pass, order and outliers.
-
-    runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
-    be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
-    """
-    if len(runs) < MIN_ROUNDS:
-        raise RouterLatencyError(
-            f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
-            f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
-            f"gating on")
-    notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
+    """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
+    failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
+    suspect round (load, restarts) is only left out."""
     used, left_out, failures, doubts = [], [], [], []
     for number, sides in runs.items():
         (base_failed, base_flag), (new_failed, new_flag) = (
@@ -3756,6 +4022,24 @@ def judge_rounds(runs: dict, base: str, new: str,
             left_out.append({"round": number, "why": "; ".join(why)})
         else:
             used.append(number)
+    return used, left_out, failures, doubts
+
+
+def judge_rounds(runs: dict, base: str, new: str,
+                 settings: GateSettings = GateSettings()) -> RoundsReport:
+    """Return the rounds report: input checks, rows with their one estimator and power, the
+    gate's family-wise test, decisions and errors of every pass, order and outliers.
+
+    runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
+    be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
+    """
+    if len(runs) < MIN_ROUNDS:
+        raise RouterLatencyError(
+            f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
+            f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
+            f"gating on")
+    notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
     errors = pass_errors(runs, base, new)
     failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
                  f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
@@ -3779,13 +4063,18 @@ def judge_rounds(runs: dict, base: str, new: str,
                                                    status)
     insecure = sorted({Path(run.path).name for sides in runs.values()
                        for run in sides.values() if run.insecure})
+    hashes, hash_warnings = config_hash_findings(runs, base, new,
+                                                 settings.allow_config_change)
     return RoundsReport(
         base, new, settings, first.corpus_sha256, first.corpus_count,
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
         tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
         tuple(environment_rows(runs, base, new)), order_balance(runs, base, new, rows, used),
-        effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code)
+        effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
+        hashes, hash_warnings,
+        tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
+              for s in (base, new)))
 
 
 def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
@@ -3948,9 +4237,48 @@ def format_run_summary(passes: Sequence[PassRecord]) -> list:
                           "mean_ms", "req/s", "wall_s"], rows, right=[False])
     for item in passes:
         if item.summary and item.summary.errors:
-            kinds = ", ".join(f"{k} {v}" for k, v in item.summary.errors.items())
-            lines.append(f"errors in {pass_title(item.name)}: {kinds}")
+            lines.append(f"errors in {pass_title(item.name)}: "
+                         f"{failure_text(item.summary.errors, item.summary.error_codes)}")
+    for item in passes:
+        lines += expectation_lines(item)
     return lines
+
+
+def expectation_lines(item: PassRecord) -> list:
+    """Return a pass's expected rejections (how many, the router's codes, how fast) and its
+    surprises: prompts that expected only a rejection and were routed."""
+    title, lines = pass_title(item.name), []
+    rejected = [r for r in item.requests if r.outcome == "expected_rejection"]
+    if rejected:
+        codes = collections.Counter(r.code or f"HTTP {r.status}" for r in rejected)
+        latency = percentile([r.latency_ms for r in rejected], 50)
+        lines.append(f"expected rejections in {title}: {len(rejected)} ("
+                     f"{', '.join(f'{c} {n}' for c, n in sorted(codes.items()))}), "
+                     f"p50 {fmt_value(latency)} ms; not in the figures above")
+    routed = [r for r in item.requests if r.outcome == "unexpected_routing"]
+    if routed:
+        listed = ", ".join(f"#{r.id} {shown_decision(r.decision)}" for r in routed[:10])
+        lines.append(f"surprise in {title}: {plural(len(routed), 'prompt')} expected a "
+                     f"rejection and got routed: {listed}{', ...' if len(routed) > 10 else ''}")
+    return lines
+
+
+def overload_note(run: RunFile) -> list:
+    """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
+    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
+    if not shed:
+        return []
+    limit = run.settings.get("router_max_concurrency", ROUTER_MAX_CONCURRENCY)
+    timeout = run.settings.get("timeout_s")
+    return [f"{plural(shed, 'request')} answered 429 OVERLOADED: the router admits at most "
+            f"global.services.api.routing_preview.max_concurrency previews at once (default "
+            f"{ROUTER_MAX_CONCURRENCY}, declared {limit} with --router-max-concurrency) and "
+            f"sheds the rest at once, without a queue",
+            f"a preview holds its slot until its inference ends, even after the router's "
+            f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}) or the client's --timeout"
+            + (f" ({timeout:g} s here)" if isinstance(timeout, (int, float)) else "")
+            + " gave up on it: keep the concurrency at or below the setting (or raise it and "
+              "restart the router) and --timeout above the router's timeout"]
 
 
 def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
@@ -3962,6 +4290,10 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
         lines.append(f"corpus: {sha_a[:12]} ({report.corpus_count} prompts)")
     else:
         lines.append(f"warning: different corpora: A {sha_a[:12]}, B {sha_b[:12]}")
+    if any(report.config_hashes):
+        lines.append("config (x-vsr-config-hash): " + ", ".join(
+            f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
+            for tag, hashes in zip("AB", report.config_hashes)))
     lines.append("")
     rows = []
     for item in report.passes:
@@ -3974,10 +4306,17 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             rows.append([pass_title(item.name) if metric == "p50_ms" else "",
                          metric_title(metric) + (" ms" if metric.endswith("_ms") else ""),
                          fmt_value(va), fmt_value(vb), diff, ratio])
-        ea, eb = item.errors
-        rows.append(["", "errors", str(ea), str(eb), f"{eb - ea:+d}" if eb != ea else "0", ""])
+        for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected)):
+            if metric == "errors" or ea or eb:  # expected rejections, where there are any
+                rows.append(["", metric, str(ea), str(eb),
+                             f"{eb - ea:+d}" if eb != ea else "0", ""])
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
+    for item in report.passes:
+        failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
+                  if counts[0]]
+        if failed:
+            lines.append(f"errors in {pass_title(item.name)}: {'; '.join(failed)}")
     lines += report.warnings
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"
@@ -4001,7 +4340,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     lines = format_rounds_table(report, markdown=markdown)
     if per_round and report.rows:
         lines += [""] + format_per_round(report, markdown=markdown)
-    lines += [""] + format_agreement(report)
+    lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += report.warnings
     lines += [""] + format_environment(report, markdown=markdown) + [""]
     lines += format_order(report)
@@ -4011,6 +4350,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     if report.insecure_files:
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
                      f"{', '.join(report.insecure_files)}")
+    lines += format_config_hashes(report)
     lines.append(verdict_line(report))
     return lines
 
@@ -4086,6 +4426,37 @@ def format_agreement(report: RoundsReport) -> list:
         lines.append(f"errors {pass_title(item.pass_name)} ({report.base}/{report.new}): "
                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts))
     return lines
+
+
+def format_outcomes(report: RoundsReport) -> list:
+    """Return the failures of each used round and side by the router's code, the expected
+    rejections, the surprises, and why the router shed requests when it did."""
+    lines = [f"errors r{o['round']} {o['side']}: {failure_text(o['errors'], o.get('error_codes'))}"
+             for o in report.outcomes if o["errors"]]
+    if any(o.get("rejected") for o in report.outcomes):
+        counts = {(o["round"], o["side"]): o.get("rejected", 0) for o in report.outcomes}
+        lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
+            f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
+    lines += [f"surprise r{o['round']} {o['side']}: "
+              f"{plural(len(o['unexpected_routing']), 'prompt')} expected a rejection and got "
+              f"routed ({', '.join(f'#{i}' for i in o['unexpected_routing'][:10])})"
+              for o in report.outcomes if o["unexpected_routing"]]
+    if any("OVERLOADED" in codes for o in report.outcomes
+           for codes in o.get("error_codes", {}).values()):
+        lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
+                     f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
+                     f"once, and a preview holds its slot until its inference ends, even after "
+                     f"a timeout: lower the concurrency or raise the setting")
+    return lines
+
+
+def format_config_hashes(report: RoundsReport) -> list:
+    """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
+    if not any(report.config_hashes.values()):
+        return list(report.config_warnings)
+    shown = "; ".join(f"{side} {', '.join(h[:12] for h in hashes) or 'none recorded'}"
+                      for side, hashes in report.config_hashes.items())
+    return [f"configuration (x-vsr-config-hash): {shown}"] + list(report.config_warnings)
 
 
 def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
@@ -4197,6 +4568,8 @@ def rounds_json(report: RoundsReport) -> dict:
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
+            "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
+            "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code}
 
@@ -4235,24 +4608,64 @@ def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     return decisions[int.from_bytes(digest[:4], "big") % len(decisions)]
 
 
+def simulated_text(body: bytes) -> str:
+    """Return the text a preview request asks to route, as the router picks it: the last user
+    message that is not blank, else the top-level text; '' when all are blank. Raise
+    ValueError for a body that is not a JSON object."""
+    request = json.loads(body)
+    if not isinstance(request, dict):
+        raise ValueError("not a JSON object")
+    messages = request.get("messages") if isinstance(request.get("messages"), list) else []
+    texts = []
+    for message in messages:
+        if not isinstance(message, dict) or str(message.get("role")).strip().lower() != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: the text ones, joined
+            content = " ".join(part["text"] for part in content if isinstance(part, dict)
+                               and part.get("type", "text") in ("", "text", "input_text")
+                               and isinstance(part.get("text"), str))
+        if isinstance(content, str):
+            texts.append(content)
+    texts.append(request["text"] if isinstance(request.get("text"), str) else "")
+    return next((text for text in reversed(texts[:-1]) if text.strip()),
+                texts[-1] if texts[-1].strip() else "")
+
+
+def simulated_error(status: int, code: str, message: str) -> bytes:
+    """Return a whole error response in the router's envelope."""
+    return http_response(status, json.dumps(
+        {"error": {"code": code, "message": message, "timestamp": utc_now()}}).encode())
+
+
 class SimulatedRouter:
     """A routing-preview server on its own threads: one per connection, as lean as a Python
     server can be, so that on a 2-core machine it leaves the driver and the kernel their share.
 
-    Each preview waits the delay plus a uniform jitter (time.sleep, nanosecond clock); with
-    `serial`, one request at a time, like a single GPU process. GET /health and GET /metrics
-    (Prometheus text) answer at once.
+    It answers as the router does: each admitted preview waits the delay plus a uniform jitter
+    (time.sleep, nanosecond clock), with `serial` one at a time like a single GPU process, and
+    carries x-vsr-config-hash, a sha256 of the settings that shape its answers (not the seed);
+    empty or whitespace-only text gets 400 INVALID_INPUT, a preview beyond `max_concurrency`
+    in flight 429 OVERLOADED at once, both in the router's error envelope. GET /health and
+    GET /metrics (Prometheus text) answer at once.
     """
 
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
-                 serial: bool, decisions: Sequence[str], seed: int):
+                 serial: bool, decisions: Sequence[str], seed: int,
+                 max_concurrency: int = ROUTER_MAX_CONCURRENCY):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
         self.serial = serial
         self.decisions = tuple(decisions)
+        self.max_concurrency = max_concurrency
+        self.config_hash = hashlib.sha256(json.dumps(
+            {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
+             "serial": serial, "max_concurrency": max_concurrency},
+            sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
-        self.lock = threading.Lock()  # the jitter generator and the counter
+        self.lock = threading.Lock()  # the jitter generator and the counters
         self.busy = threading.Lock()  # --serial
-        self.served = 0  # preview requests answered or being answered
+        self.served = 0  # preview requests admitted: answered or being answered
+        self.in_flight = 0  # admitted previews not yet answered
         self.connections: set = set()
         self.stopping = threading.Event()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -4313,7 +4726,7 @@ class SimulatedRouter:
         """Return the whole response in one buffer: head and body in two writes would meet
         Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
         if method == b"GET" and path == b"/health":
-            return http_response(200, b'{"status": "ok"}')
+            return http_response(200, b'{"status": "healthy", "service": "classification-api"}')
         if method == b"GET" and path == b"/metrics":
             return http_response(200, (
                 "# HELP router_requests_total Preview requests served.\n"
@@ -4325,34 +4738,43 @@ class SimulatedRouter:
                 'router_classifier_errors_total{signal="domain"} 0\n').encode(),
                 "text/plain; version=0.0.4")
         if method != b"POST" or path != PREVIEW_PATH.encode():
-            return http_response(404, b'{"error": "no such route"}')
+            return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
         try:
-            request = json.loads(body)
-            text = next(m["content"] for m in request["messages"] if m["role"] == "user")
-            text = text if isinstance(text, str) else json.dumps(text)
-        except (ValueError, KeyError, TypeError, StopIteration):
-            return http_response(400, b'{"error": "expected messages with a user message"}')
+            text = simulated_text(body)
+        except ValueError as exc:
+            return simulated_error(400, "INVALID_INPUT", f"failed to parse JSON: {exc}")
+        if not text:
+            return simulated_error(400, "INVALID_INPUT", "text cannot be empty")
         with self.lock:
+            if self.in_flight >= self.max_concurrency:  # shed at once: the router has no queue
+                return simulated_error(429, "OVERLOADED", "admission queue is full")
+            self.in_flight += 1
             pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
             self.served += 1
-        if self.serial:
-            with self.busy:
+        try:
+            if self.serial:
+                with self.busy:
+                    time.sleep(pause)
+            elif pause:
                 time.sleep(pause)
-        elif pause:
-            time.sleep(pause)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
         decision = simulated_decision(text, self.decisions)
         return http_response(200, json.dumps(
             {"decision_result": {"decision_name": decision},
-             "selected_model": f"model-{decision}", "routing_decision": decision}).encode())
+             "selected_model": f"model-{decision}", "routing_decision": decision}).encode(),
+            headers=((CONFIG_HASH_HEADER.decode(), self.config_hash),))
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
-                    seed: int = 0) -> SimulatedRouter:
+                    seed: int = 0,
+                    max_concurrency: int = ROUTER_MAX_CONCURRENCY) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
-                           decisions=decisions, seed=seed)
+                           decisions=decisions, seed=seed, max_concurrency=max_concurrency)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -4605,13 +5027,23 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--model", default="MoM", help="model field of each request")
     p.add_argument("--header", action="append", default=[], type=parse_header,
                    help="extra header 'Name: value' (repeatable; values never stored)")
-    p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per request")
+    p.add_argument("--timeout", type=positive_float, default=30.0,
+                   help="seconds per request; keep it above the router's "
+                        f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request given "
+                        "up on earlier keeps its router slot until its inference ends, and new "
+                        "sends can meet 429 OVERLOADED")
     p.add_argument("--warmup", type=non_negative_int, default=20,
                    help="warm-up requests, not recorded")
     add_pass_options(p)
     add_load_options(p)
     p.add_argument("--max-errors", type=non_negative_int, default=0,
-                   help="failed requests allowed before exit 1")
+                   help="failed requests allowed before exit 1 (rejections a boundary case "
+                        "expects are not failures)")
+    p.add_argument("--router-max-concurrency", type=positive_int,
+                   default=ROUTER_MAX_CONCURRENCY, metavar="N",
+                   help="previews the router admits at once (its global.services.api."
+                        "routing_preview.max_concurrency); a pass with more callers is warned "
+                        "about, since the router sheds the rest with 429 OVERLOADED")
     p.add_argument("--wait-ready", type=non_negative_float, metavar="SECONDS",
                    help="wait up to this long for the router to answer before starting")
     p.add_argument("--insecure", action="store_true",
@@ -4722,6 +5154,9 @@ def add_rounds_parser(commands: Any) -> None:
                         "(for planning from A/A rounds)")
     p.add_argument("--per-round", action="store_true", help="add each round's values")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="judge a side whose configuration (x-vsr-config-hash) changed between "
+                        "or within rounds")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format")
     p.set_defaults(func=cmd_rounds)
@@ -4741,6 +5176,9 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--decisions", type=decision_names, default="math,code,general,pii_block",
                    help="decision names, picked by a hash of the prompt")
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
+    p.add_argument("--max-concurrency", type=positive_int, default=ROUTER_MAX_CONCURRENCY,
+                   help="previews in flight at once; beyond it 429 OVERLOADED at once, as the "
+                        "router's routing_preview.max_concurrency")
     p.add_argument("--url-file", help="write the server's URL here once it listens")
     p.set_defaults(func=cmd_simulate)
 
@@ -4802,7 +5240,8 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
-                   max_errors=args.max_errors)
+                   max_errors=args.max_errors,
+                   router_max_concurrency=args.router_max_concurrency)
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
     return target, plan, guard, capture
@@ -4849,6 +5288,8 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
               f"{run.url}")
         for line in format_run_summary(run.passes):
             print(line)
+        if run.config_hashes:
+            print(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
         if write_failure is None:
             print(f"wrote {args.out}" + ("" if run.complete else " (incomplete: interrupted)"))
     statuses = [r.status for p in run.passes for r in p.requests]
@@ -4856,6 +5297,8 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
     if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
         stderr_line(f"{not_found} requests answered 404 Not Found at {run.url}: "
                     f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
+    for line in overload_note(run):
+        stderr_line(line)
     if write_failure is not None:
         print(f"router-latency: error: {write_failure}", file=sys.stderr)
         return EXIT_USAGE
@@ -4902,11 +5345,14 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     settings = GateSettings(
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
-        allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential)
+        allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
+        allow_config_change=args.allow_config_change)
     try:
         report = judge_rounds(runs, args.base, args.new, settings)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
+    for warning in report.config_warnings:  # loud: also where --format json goes to a file
+        stderr_line(warning)
     if args.plan:
         for line in format_plan(report):
             print(line)
@@ -4923,12 +5369,14 @@ def cmd_rounds(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                              jitter_ms=args.jitter_ms, serial=args.serial,
-                             decisions=args.decisions, seed=args.seed)
+                             decisions=args.decisions, seed=args.seed,
+                             max_concurrency=args.max_concurrency)
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
     print(f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
-          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}); Ctrl-C stops",
-          flush=True)
+          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
+          f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
+          f"stops", flush=True)
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:

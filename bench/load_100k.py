@@ -38,8 +38,10 @@ def main() -> int:
     corpus.write_bytes(rl.corpus_bytes({"schema": rl.CORPUS_SCHEMA, "source": {},
                                         "files": {}, "prompts": prompts}))
     url_file = work / "url"
+    # the simulator sheds previews beyond --max-concurrency, as the router does: admit them all
     server = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
-                               "--delay-ms", "0", "--url-file", str(url_file)],
+                               "--delay-ms", "0", "--max-concurrency", str(args.concurrency),
+                               "--url-file", str(url_file)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10

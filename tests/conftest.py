@@ -3,7 +3,9 @@ and run files written by the tool's own writers, and what several test files use
 table, two compared runs, a folder of three rounds."""
 
 import math
+import socket
 import sys
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -185,3 +187,18 @@ def bad_file(tmp_path, kind):
     elif content is not None:
         path.write_bytes(content)
     return path
+
+
+def hold_a_slot(router):
+    """Send one preview on a raw socket and wait until the router counts it in flight; return
+    the socket. The request sleeps the router's whole delay, holding its slot even after the
+    socket closes, as a router's worker does after a client gave up."""
+    sock = socket.create_connection(("127.0.0.1", int(router.url.rsplit(":", 1)[1])), timeout=5)
+    body = b'{"model": "MoM", "messages": [{"role": "user", "content": "hold"}]}'
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                 % (rl.PREVIEW_PATH.encode(), len(body), body))
+    deadline = time.monotonic() + 10
+    while router.in_flight < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert router.in_flight == 1
+    return sock

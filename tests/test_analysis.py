@@ -394,3 +394,148 @@ def test_runs_measured_differently_are_refused_unless_allowed(tmp_path, cli, fie
         in refused.err
     allowed = rounds(cli, tmp_path, "--allow-mismatch", field)
     assert allowed.code == 0 and f"note: --allow-mismatch {field}: {shown}" in allowed.out
+
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+
+
+def with_hashes(path, *hashes):
+    """Give every pass of a run file these x-vsr-config-hash values, through the tool's writer;
+    return the run as read back."""
+    run = rl.load_run(path)
+    passes = tuple(p._replace(attempt=p.attempt._replace(config_hashes=hashes))
+                   for p in run.passes)
+    rl.write_atomic(path, rl.dump_run(run._replace(passes=passes)))
+    return rl.load_run(path)
+
+
+def hashed_rounds(folder, base_hashes, new_hashes):
+    """Return {round: {side: RunFile}} of rounds whose sides answered with these hashes (a
+    tuple per round: several values are a change within that run)."""
+    return {n: {side: with_hashes(make_run(folder / f"r{n}-{side}.json", label=side), *values)
+                for side, values in (("cpu", b), ("gpu", g))}
+            for n, (b, g) in enumerate(zip(base_hashes, new_hashes), 1)}
+
+
+def test_config_hash_findings_names_each_side_and_warns_when_they_are_the_same(tmp_path):
+    hashes, warnings = rl.config_hash_findings(
+        hashed_rounds(tmp_path, [(A,), (A,)], [(B,), (B,)]), "cpu", "gpu")
+    assert hashes == {"cpu": (A,), "gpu": (B,)} and warnings == ()
+    hashes, warnings = rl.config_hash_findings(
+        hashed_rounds(tmp_path, [(A,), (A,)], [(A,), (A,)]), "cpu", "gpu")
+    assert hashes == {"cpu": (A,), "gpu": (A,)}
+    assert warnings == ("WARNING: base cpu and new gpu answered with the same configuration "
+                        "(x-vsr-config-hash aaaaaaaaaaaa): the gate compares a configuration "
+                        "with itself; check which configuration each side runs",)
+
+
+def test_config_hash_findings_without_hashes(tmp_path):
+    assert rl.config_hash_findings(hashed_rounds(tmp_path, [(), ()], [(), (B,)]), "cpu",
+                                   "gpu") == ({"cpu": (), "gpu": (B,)}, ())
+
+
+@pytest.mark.parametrize("base_hashes,where,listed", [
+    ([(A,), (C,)], "r2-cpu.json", "aaaaaaaaaaaa in r1; cccccccccccc in r2"),  # between rounds
+    ([(A,), (A, C)], "r2-cpu.json", "aaaaaaaaaaaa in r1, r2; cccccccccccc in r2"),  # within
+])
+def test_config_hash_findings_refuses_a_side_whose_configuration_changed(
+        tmp_path, base_hashes, where, listed):
+    runs = hashed_rounds(tmp_path, base_hashes, [(B,), (B,)])
+    with pytest.raises(rl.RouterLatencyError) as refused:
+        rl.config_hash_findings(runs, "cpu", "gpu")
+    message = (f"side cpu answered with 2 configurations (x-vsr-config-hash {listed})")
+    assert refused.value.args[0] == (f"{message}: its configuration changed between or within "
+                                     f"rounds; --allow-config-change judges it anyway")
+    assert refused.value.where == str(tmp_path / where)
+    hashes, warnings = rl.config_hash_findings(runs, "cpu", "gpu", allow_change=True)
+    assert hashes["cpu"] == (A, C) and warnings == (f"warning: {message}",)
+
+
+def test_rounds_shows_both_configurations_and_refuses_a_change(tmp_path, cli):
+    hashed_rounds(tmp_path, [(A,), (A,), (C,)], [(B,), (B,), (B,)])
+    args = ["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"]
+    refused = cli(*args)
+    assert refused.code == 2 and refused.out == ""
+    assert refused.err == (
+        "router-latency: error: side cpu answered with 2 configurations (x-vsr-config-hash "
+        "aaaaaaaaaaaa in r1, r2; cccccccccccc in r3): its configuration changed between or "
+        f"within rounds; --allow-config-change judges it anyway ({tmp_path / 'r3-cpu.json'})\n")
+    allowed = cli(*args, "--allow-config-change")
+    assert allowed.code == 0
+    assert allowed.out.splitlines()[-3:] == [
+        "configuration (x-vsr-config-hash): cpu aaaaaaaaaaaa, cccccccccccc; gpu bbbbbbbbbbbb",
+        "warning: side cpu answered with 2 configurations (x-vsr-config-hash aaaaaaaaaaaa in "
+        "r1, r2; cccccccccccc in r3)", "verdict: PASS"]
+    report = json.loads(cli(*args, "--allow-config-change", "--format", "json").out)
+    assert report["config_hashes"] == {"cpu": [A, C], "gpu": [B]}
+
+
+def test_rounds_warns_loudly_when_both_sides_run_the_same_configuration(tmp_path, cli):
+    hashed_rounds(tmp_path, [(A,), (A,), (A,)], [(A,), (A,), (A,)])
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                 "json")
+    assert result.code == 0
+    warning = ("WARNING: base cpu and new gpu answered with the same configuration "
+               "(x-vsr-config-hash aaaaaaaaaaaa): the gate compares a configuration with "
+               "itself; check which configuration each side runs")
+    assert result.err == f"router-latency: {warning}\n"
+    assert json.loads(result.out)["config_warnings"] == [warning]
+
+
+def with_requests(path, edit):
+    """Rewrite the requests of every pass of a run file with edit(list of Requests)."""
+    run = rl.load_run(path)
+    passes = []
+    for item in run.passes:
+        requests = edit(list(item.requests))
+        summary = rl.pass_summary(requests, item.summary.wall_s)
+        passes.append(item._replace(attempt=item.attempt._replace(requests=tuple(requests),
+                                                                  summary=summary)))
+    rl.write_atomic(path, rl.dump_run(run._replace(passes=tuple(passes))))
+    return path
+
+
+def rejected_last(requests):
+    requests[-1] = requests[-1]._replace(status=400, decision=None, code="INVALID_INPUT",
+                                         outcome="expected_rejection")
+    return requests
+
+
+def test_expected_rejections_stay_out_of_decision_agreement(tmp_path, cli):
+    # cpu rejects prompt 2 as its boundary case allows; gpu routes it: not a disagreement
+    for number in (1, 2, 3):
+        with_requests(make_run(tmp_path / f"r{number}-cpu.json", label="cpu"), rejected_last)
+        make_run(tmp_path / f"r{number}-gpu.json", label="gpu")
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    assert result.code == 0
+    assert "decisions r1: 100/100 agree in every pass" in result.out
+    assert "expected rejections (cpu/gpu): r1 1/0, r2 1/0, r3 1/0" in result.out
+    compared = cli("compare", tmp_path / "r1-cpu.json", tmp_path / "r1-gpu.json")
+    assert "decisions: 100/100 inputs agree (sequential pass); 1 inputs measured on one side " \
+        "only" in compared.out
+    assert ["rejected", "1", "0", "-1"] in [line.split() for line in compared.out.splitlines()]
+
+
+def test_rounds_counts_failures_by_code_and_explains_overload(tmp_path, cli):
+    def overloaded_last(requests):
+        requests[-1] = requests[-1]._replace(status=429, decision=None, error="http_4xx",
+                                             code="OVERLOADED")
+        return requests
+
+    for number in (1, 2, 3):
+        make_run(tmp_path / f"r{number}-cpu.json", label="cpu")
+        with_requests(make_run(tmp_path / f"r{number}-gpu.json", label="gpu"), overloaded_last)
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    lines = result.out.splitlines()
+    start = lines.index("errors Sequential (cpu/gpu): r1 0/1, r2 0/1, r3 0/1")
+    assert lines[start + 1:start + 5] == [
+        "errors r1 gpu: http_4xx: OVERLOADED 1", "errors r2 gpu: http_4xx: OVERLOADED 1",
+        "errors r3 gpu: http_4xx: OVERLOADED 1",
+        "429 OVERLOADED: the router sheds previews beyond global.services.api.routing_preview."
+        "max_concurrency (default 16) at once, and a preview holds its slot until its "
+        "inference ends, even after a timeout: lower the concurrency or raise the setting"]
+    outcomes = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                              "--format", "json").out)["outcomes"]
+    assert outcomes[1]["error_codes"] == {"http_4xx": {"OVERLOADED": 1}}
+    compared = cli("compare", tmp_path / "r1-cpu.json", tmp_path / "r1-gpu.json")
+    assert "errors in Sequential: B http_4xx: OVERLOADED 1" in compared.out

@@ -2,7 +2,9 @@
 nothing written; --version; the demo and the rounds/run_rounds.sh driver, run as a user runs
 them."""
 
+import http.client
 import json
+import re
 import shlex
 import socket
 import subprocess
@@ -11,7 +13,8 @@ import sys
 import pytest
 
 import router_latency as rl
-from conftest import BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, write_corpus
+from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, hold_a_slot,
+                      write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
 
@@ -141,7 +144,64 @@ def test_corpus_failure_leaves_the_previous_file_untouched(tmp_path, cli):
 
 def test_simulate_and_demo_bad_options(cli):
     assert_one_line_error(cli("simulate", "--port", "70000"), "--port")
+    assert_one_line_error(cli("simulate", "--max-concurrency", "0"), "--max-concurrency")
     assert_one_line_error(cli("demo", "--rounds", "1"), "--rounds")
+
+
+def test_run_help_explains_the_timeout_and_the_router_limit(cli):
+    text = " ".join(cli("run", "--help").out.split())
+    assert "--timeout TIMEOUT seconds per request; keep it above the router's " \
+           "request_timeout_seconds (default 120): a request given up on earlier keeps its " \
+           "router slot until its inference ends" in text
+    assert "--router-max-concurrency N previews the router admits at once" in text
+    assert "429 OVERLOADED (default: 16)" in text
+
+
+def preview(router, body):
+    """Return (status, headers, body) of one preview POSTed to a simulated router."""
+    connection = http.client.HTTPConnection("127.0.0.1", int(router.url.rsplit(":", 1)[1]),
+                                            timeout=10)
+    try:
+        connection.request("POST", rl.PREVIEW_PATH, body)
+        answer = connection.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("body,message", [
+    ('{"model": "MoM", "messages": [{"role": "user", "content": " \\t\\n "}]}',
+     "text cannot be empty"),
+    ('{"model": "MoM", "messages": [{"role": "user", "content": ""}]}', "text cannot be empty"),
+    ('{"model": "MoM", "messages": [{"role": "system", "content": "no user"}]}',
+     "text cannot be empty"),
+    ('{"model": "MoM", "messages": [', "failed to parse JSON"),
+])
+def test_simulate_rejects_empty_text_as_the_router_does(simulator, body, message):
+    status, headers, answer = preview(simulator(delay_ms=0), body)
+    error = json.loads(answer)["error"]
+    assert (status, error["code"]) == (400, "INVALID_INPUT")
+    assert error["message"].startswith(message) and "timestamp" in error
+    assert "x-vsr-config-hash" not in {name.lower() for name in headers}
+
+
+def test_simulate_answers_with_a_config_hash_of_its_settings(simulator):
+    router = simulator(delay_ms=0)
+    status, headers, answer = preview(router, '{"messages": [{"role": "user", "content": "hi"}]}')
+    assert status == 200 and json.loads(answer)["decision_result"]["decision_name"]
+    assert headers["x-vsr-config-hash"] == router.config_hash
+    assert re.fullmatch("[0-9a-f]{64}", router.config_hash)
+    assert simulator(delay_ms=0, seed=7).config_hash == router.config_hash  # seed: not config
+    assert simulator(delay_ms=1).config_hash != router.config_hash
+    assert simulator(delay_ms=0, max_concurrency=4).config_hash != router.config_hash
+
+
+def test_simulate_sheds_previews_beyond_its_limit(simulator):
+    router = simulator(delay_ms=30_000, max_concurrency=1)
+    with hold_a_slot(router):
+        status, _, answer = preview(router, '{"messages": [{"role": "user", "content": "x"}]}')
+    assert status == 429 and json.loads(answer)["error"]["code"] == "OVERLOADED"
+    assert router.in_flight == 1  # the held preview, whose client has gone
 
 
 def test_unknown_subcommand_and_missing_arguments(cli):
@@ -178,6 +238,12 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
                      "r3-cpu.json", "r3-gpu.json"]
     run = json.loads((tmp_path / "demo" / "r2-gpu.json").read_text())
     assert run["complete"] is True and run["label"] == "gpu"
+    # the simulated routers reject the whitespace-only case as its expectation allows, and
+    # each side answers with its own configuration
+    assert "expected rejections (cpu/gpu): r1 3/3, r2 3/3, r3 3/3" in lines
+    assert re.fullmatch(r"configuration \(x-vsr-config-hash\): cpu [0-9a-f]{12}; "
+                        r"gpu [0-9a-f]{12}", lines[-2])
+    assert lines[-2][-12:] != lines[-2][-30:-18]
 
 
 def simulate_command(tmp_path, side, delay):

@@ -153,7 +153,7 @@ def test_corpus_appends_boundary_cases_once(repo, tmp_path, cli):
 
 
 def test_shipped_boundary_cases_cover_the_listed_kinds():
-    cases = dict(rl.load_boundary_cases(rl.default_boundary_file()))
+    cases = {case.name: case.text for case in rl.load_boundary_cases(rl.default_boundary_file())}
     assert len(cases["one_character"]) == 1
     assert cases["whitespace_only"].strip() == ""
     assert 7500 <= len(cases["long_8000_words"].split()) <= 8500
@@ -224,3 +224,44 @@ def test_corpus_skips_files_over_the_size_limit(repo, tmp_path, cli, monkeypatch
     assert result.code == 0
     assert "skipped e2e/testcases/testdata/big.json: larger than" in result.err
     assert "x" * 200 not in out.read_text()
+
+
+def test_boundary_expectations_go_into_the_corpus(repo, tmp_path, cli):
+    boundary = tmp_path / "boundary.json"
+    boundary.write_text(json.dumps({"cases": [
+        {"name": "blank", "text": "  ", "expect": ["http_4xx", "routed"]},
+        {"name": "refused", "text": "refuse me", "expect": "http_4xx"},
+        {"name": "plain", "text": "route me"}]}))
+    out = tmp_path / "corpus.json"
+    assert cli("corpus", "--repo", repo, "--out", out, "--boundary", boundary).code == 0
+    prompts = json.loads(out.read_text())["prompts"]
+    # written in the order of EXPECT_OUTCOMES, one outcome as a string; none: no key at all
+    assert [p.get("expect") for p in prompts[-3:]] == [["routed", "http_4xx"], "http_4xx", None]
+    assert all("expect" not in p for p in prompts[:-3])
+    loaded = rl.load_corpus(str(out)).prompts
+    assert [p.expect for p in loaded[-3:]] == [("routed", "http_4xx"), ("http_4xx",), ()]
+
+
+def test_shipped_whitespace_case_accepts_routing_and_rejection():
+    # the router's preview routes whitespace-only text (pkg/services/errors.go: "Whitespace-only
+    # raw text remains valid"); older routers and `simulate` answer 400 INVALID_INPUT
+    cases = {case.name: case for case in rl.load_boundary_cases(rl.default_boundary_file())}
+    assert cases["whitespace_only"].expect == ("routed", "http_4xx")
+    assert [name for name, case in cases.items() if case.expect] == ["whitespace_only"]
+
+
+@pytest.mark.parametrize("expect", ["http_5xx", [], ["routed", "routed"], 4, ["timeout"]])
+def test_bad_expectations_are_refused(repo, tmp_path, cli, expect):
+    boundary = tmp_path / "boundary.json"
+    boundary.write_text(json.dumps({"cases": [{"name": "x", "text": "x", "expect": expect}]}))
+    out = tmp_path / "corpus.json"
+    result = cli("corpus", "--repo", repo, "--out", out, "--boundary", boundary)
+    assert result.code == 2 and not out.exists()
+    assert result.err == (f"router-latency: error: 'expect' must be one of routed, http_4xx or "
+                          f"a list of them, each once ({boundary}: cases[0].expect)\n")
+    corpus = tmp_path / "c.json"
+    corpus.write_text(json.dumps({"schema": rl.CORPUS_SCHEMA,
+                                  "prompts": [{"id": 0, "text": "x", "expect": expect}]}))
+    refused = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                  tmp_path / "o.json", "--label", "x")
+    assert refused.code == 2 and f"({corpus}: prompts[0].expect)" in refused.err

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import router_latency as rl
-from conftest import TOOL, make_run, write_corpus
+from conftest import TOOL, hold_a_slot, make_run, write_corpus
 
 TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]
 DATA = Path(__file__).resolve().parent / "data"
@@ -802,3 +802,159 @@ def test_write_atomic_on_a_read_only_folder(tmp_path, monkeypatch):
     with pytest.raises(rl.RouterLatencyError, match="cannot write: Read-only file system"):
         rl.write_atomic(str(target), b"new")
     assert target.read_text() == "old"
+
+
+def write_expecting_corpus(path, prompts):
+    """Write a corpus of (text, expect) prompts; expect None declares nothing."""
+    document = {"schema": rl.CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
+                "prompts": [{"id": i, "text": text, "source": "test",
+                             **({"expect": expect} if expect is not None else {})}
+                            for i, (text, expect) in enumerate(prompts)]}
+    Path(path).write_bytes(rl.corpus_bytes(document))
+    return str(path)
+
+
+def test_default_corpus_runs_clean_against_a_router_enforcing_the_input_rules(
+        simulator, tmp_path, cli):
+    # simulate answers empty and whitespace-only text with 400 INVALID_INPUT, as older routers
+    # do; the shipped whitespace_only case accepts that, so nothing fails
+    repo = tmp_path / "repo"
+    (repo / "e2e" / "testdata").mkdir(parents=True)
+    (repo / "e2e" / "testdata" / "cases.json").write_text('[{"query": "What is 2+2?"}]')
+    corpus = tmp_path / "corpus.json"
+    assert cli("corpus", "--repo", repo, "--out", corpus).code == 0
+    texts = [p.text for p in rl.load_corpus(str(corpus)).prompts]
+    blank = next(i for i, text in enumerate(texts) if not text.strip())
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", out,
+                 "--label", "x")
+    assert result.code == 0 and result.err == ""
+    document = json.loads(out.read_text())
+    assert document["warmup"]["errors"] == {}
+    for item in document["passes"]:
+        assert item["summary"]["errors"] == {} and item["summary"]["rejected"] == 1
+        assert item["summary"]["ok"] == len(texts) - 1
+        rejected = next(r for r in item["requests"] if r["id"] == blank)
+        assert (rejected["status"], rejected["error"], rejected["decision"], rejected["code"],
+                rejected["outcome"]) == (400, None, None, "INVALID_INPUT", "expected_rejection")
+        assert rejected["latency_ms"] > 0
+    assert re.search(r"^expected rejections in Sequential: 1 \(INVALID_INPUT 1\), p50 [\d.]+ ms; "
+                     r"not in the figures above$", result.out, re.M)
+    run = rl.load_run(str(out))
+    assert blank not in run.passes[0].decisions and len(run.passes[0].decisions) == len(texts) - 1
+
+
+def test_expectations_surprises_and_failures(fault_server, tmp_path, cli):
+    corpus = write_expecting_corpus(tmp_path / "corpus.json", [
+        ("fine", "http_4xx"), ("status:400", "http_4xx"), ("status:503", "http_4xx"),
+        ("status:404", None), (" \t", ["routed", "http_4xx"]), ("status:429", "http_4xx")])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out, "--label",
+                 "x", "--concurrency", "1", "--warmup", "0")
+    assert result.code == 1  # the 503, the 404 and the 429 are failures; the rest are not
+    item = json.loads(out.read_text())["passes"][0]
+    by_id = {r["id"]: r for r in item["requests"]}
+    assert by_id[0]["outcome"] == "unexpected_routing" and by_id[0]["decision"] == "ok"
+    assert by_id[1]["outcome"] == "expected_rejection" and by_id[1]["error"] is None
+    assert by_id[2]["error"] == "http_5xx" and "outcome" not in by_id[2]
+    assert by_id[3]["error"] == "http_4xx"
+    assert "outcome" not in by_id[4] and by_id[4]["decision"] == "ok"  # routed: accepted
+    assert by_id[5]["error"] == "http_4xx"  # shedding is never an expected rejection
+    summary = item["summary"]
+    assert (summary["ok"], summary["rejected"], summary["errors"]) == (
+        2, 1, {"http_4xx": 2, "http_5xx": 1})
+    assert "expected rejections in Sequential: 1 (HTTP 400 1)" in result.out
+    assert "surprise in Sequential: 1 prompt expected a rejection and got routed: #0 ok" \
+        in result.out
+    assert result.err == "router-latency: 3 requests failed (--max-errors 0)\n"
+
+
+def test_overloaded_answers_name_their_code_and_the_setting(simulator, tmp_path, cli):
+    router = simulator(delay_ms=30_000, max_concurrency=1)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c"])
+    out = tmp_path / "run.json"
+    with hold_a_slot(router):
+        result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
+                     "x", "--concurrency", "1,2", "--warmup", "0", "--timeout", "10",
+                     "--router-max-concurrency", "1")
+    assert result.code == 1
+    document = json.loads(out.read_text())
+    assert document["settings"]["router_max_concurrency"] == 1
+    for item in document["passes"]:
+        assert {(r["status"], r["error"], r["code"]) for r in item["requests"]} == {
+            (429, "http_4xx", "OVERLOADED")}
+        assert item["summary"]["error_codes"] == {"http_4xx": {"OVERLOADED": 3}}
+    assert "errors in Sequential: http_4xx: OVERLOADED 3" in result.out
+    assert "errors in Conc 2: http_4xx: OVERLOADED 3" in result.out
+    err = result.err.splitlines()
+    assert err[0] == ("router-latency: Conc 2: 2 callers but the router admits 1 previews at "
+                      "once (global.services.api.routing_preview.max_concurrency, declared with "
+                      "--router-max-concurrency); it sheds the rest at once with 429 OVERLOADED")
+    assert err[1].startswith("router-latency: 6 requests answered 429 OVERLOADED: the router "
+                             "admits at most global.services.api.routing_preview."
+                             "max_concurrency previews at once (default 16, declared 1")
+    assert "the client's --timeout (10 s here)" in err[2]
+    assert err[3] == "router-latency: 6 requests failed (--max-errors 0)"
+
+
+def test_run_records_the_config_hash_of_every_pass(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:2])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1,2", "--warmup", "0")
+    assert result.code == 0 and result.err == ""
+    assert [p["config_hashes"] for p in json.loads(out.read_text())["passes"]] == \
+        [[router.config_hash]] * 2
+    assert f"config: x-vsr-config-hash {router.config_hash}\n" in result.out
+
+
+class ReloadingHandler(BaseHTTPRequestHandler):
+    """Answers every preview, its x-vsr-config-hash switching after the third: a router whose
+    configuration is reloaded in the middle of a run."""
+
+    protocol_version = "HTTP/1.1"
+    HASHES = ("1" * 64, "2" * 64)
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:
+            self.server.answered += 1
+            value = self.HASHES[self.server.answered > 3]
+        self.send_response(200)
+        self.send_header("x-vsr-config-hash", value)
+        self.send_header("Content-Length", str(len(OK_BODY)))
+        self.end_headers()
+        self.wfile.write(OK_BODY)
+
+
+def test_a_configuration_reload_mid_run_is_recorded_and_warned_about(tmp_path, cli):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ReloadingHandler)
+    server.daemon_threads, server.lock, server.answered = True, threading.Lock(), 0
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d", "e"])
+    out = tmp_path / "run.json"
+    try:  # one caller: the third answer is the last of the first configuration
+        result = cli("run", "--url", f"http://127.0.0.1:{server.server_address[1]}", "--corpus",
+                     corpus, "--out", out, "--label", "x", "--concurrency", "1", "--warmup",
+                     "0")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.code == 0
+    passes = json.loads(out.read_text())["passes"]
+    assert [p["config_hashes"] for p in passes] == [["1" * 64, "2" * 64]]
+    assert result.err == ("router-latency: warning: the router's configuration changed during "
+                          "the run (x-vsr-config-hash 111111111111 then 222222222222): a reload "
+                          "in the middle of the measurement; its passes mix configurations\n")
+    assert f"config: x-vsr-config-hash {'1' * 64} then {'2' * 64}" in result.out

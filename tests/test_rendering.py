@@ -33,6 +33,8 @@ def test_compare_table_and_differing_inputs(tmp_path, cli):
                     p99 ms  40.0  12.0  -28.0  0.30x
                     req/s    300   700   +400  2.33x
                     errors     0     1     +1
+        errors in Sequential: B timeout 1
+        errors in Conc 4: B timeout 1
 
         decisions: 99/101 inputs agree (sequential pass)
           #2 "third prompt third prompt third prompt third prompt third pr": z -> w

@@ -14,23 +14,35 @@ TEXT = st.text(min_size=0, max_size=20)
 REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(st.none(), st.sampled_from(rl.ERROR_KINDS)),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
-                    st.floats(min_value=0, max_value=50, allow_nan=False))
+                    st.floats(min_value=0, max_value=50, allow_nan=False),
+                    st.sampled_from([None, "OVERLOADED", "INVALID_INPUT", "decision_error"]),
+                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]))
+HASHES = st.lists(st.sampled_from(["0" * 64, "ab" * 32, "9f" * 32]), unique=True, max_size=2)
 
 
-def run_of(requests, wall_s, *, open_loop, discarded_pass):
+def request_of(i, latency, error, decision, start, code, outcome, open_loop):
+    """Return a Request as measure_run records it: a code only on a failure or an expected
+    rejection, an outcome only on an answer."""
+    if error is not None:
+        outcome = None
+    rejected = outcome == "expected_rejection"
+    return rl.Request(i, round(start, 4), round(latency, 4),
+                      500 if error else 400 if rejected else 200,
+                      None if error or rejected else decision, error,
+                      round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
+                      code if error or rejected else None, outcome)
+
+
+def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=()):
     """Return a RunFile with one measured pass of these requests, built like measure_run's."""
-    records = tuple(
-        rl.Request(i, round(start, 4), round(latency, 4), None if error else 200,
-                   None if error else decision, error,
-                   round(latency, 4) if open_loop else None, 0.0 if open_loop else None)
-        for i, (latency, error, decision, start) in enumerate(requests))
+    records = tuple(request_of(i, *fields, open_loop) for i, fields in enumerate(requests))
     attempt = rl.Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
                          "2026-01-01T00:00:00Z", 1.5, {"start": 0.5, "end": 0.7, "min": 0.5,
                                                        "max": 0.7, "samples": 2},
                          0.01, {"router_cpus": "0-3", "gpu": {"tool": "rocm-smi",
                                                               "before": {"used_mib": {"c0": 5.0}},
                                                               "after": {"error": "x"}}},
-                         rl.pass_summary(records, wall_s), records)
+                         rl.pass_summary(records, wall_s), records, tuple(hashes))
     passes = [rl.PassRecord("r100" if open_loop else "sequential", 64 if open_loop else 1,
                             False, False, attempt, (attempt,))]
     if discarded_pass:
@@ -46,10 +58,11 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(REQUEST, min_size=1, max_size=30), st.floats(min_value=1e-3, max_value=100),
-       st.booleans(), st.booleans())
+       st.booleans(), st.booleans(), HASHES)
 def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, open_loop,
-                                            discarded_pass):
-    run = run_of(requests, wall_s, open_loop=open_loop, discarded_pass=discarded_pass)
+                                            discarded_pass, hashes):
+    run = run_of(requests, wall_s, open_loop=open_loop, discarded_pass=discarded_pass,
+                 hashes=hashes)
     written = b"".join(rl.dump_run(run))
     path = tmp_path_factory.mktemp("run") / "run.json"
     path.write_bytes(written)
@@ -58,7 +71,39 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert loaded._replace(path="") == run
     assert json.loads(written)["passes"][0]["requests"][0]["id"] == 0
     first = loaded.passes[0]
-    assert first.decisions == {r.id: r.decision for r in run.passes[0].requests}
+    assert first.decisions == {r.id: r.decision for r in run.passes[0].requests
+                               if r.outcome != "expected_rejection"}
+    assert loaded.config_hashes == tuple(hashes)
+
+
+def test_files_without_the_new_fields_stay_as_they_were(tmp_path):
+    # a run of plain requests, as every file written before codes, expected rejections and
+    # config hashes: none of their keys appear, and the file reads back to the same bytes
+    run = run_of([(1.0, None, "d", 0.0, None, None), (2.0, "timeout", "", 1.0, None, None)],
+                 1.0, open_loop=False, discarded_pass=True)
+    written = b"".join(rl.dump_run(run))
+    for key in (b'"code"', b'"outcome"', b'"rejected"', b'"error_codes"', b'"config_hashes"'):
+        assert key not in written
+    path = tmp_path / "old.json"
+    path.write_bytes(written)
+    assert b"".join(rl.dump_run(rl.load_run(str(path)))) == written
+
+
+def test_pass_summary_keeps_expected_rejections_apart_and_counts_codes():
+    requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0)]
+    requests.append(rl.Request(1, 0.0, 0.2, 400, None, None, code="INVALID_INPUT",
+                               outcome="expected_rejection"))
+    requests += [rl.Request(2, 0.0, 0.1, 429, None, "http_4xx", code="OVERLOADED")] * 2
+    requests.append(rl.Request(3, 0.0, 0.1, 404, None, "http_4xx"))
+    requests.append(rl.Request(4, 0.0, 5.0, 200, "e", None, outcome="unexpected_routing"))
+    summary = rl.pass_summary(requests, wall_s=1.0)
+    assert (summary.requests, summary.ok, summary.rejected) == (8, 4, 1)
+    assert summary.errors == {"http_4xx": 3}
+    assert summary.error_codes == {"http_4xx": {"OVERLOADED": 2}}
+    assert (summary.p50_ms, summary.min_ms, summary.max_ms) == (2.5, 1.0, 5.0)
+    assert rl.failure_text(summary.errors, summary.error_codes) == \
+        "http_4xx: OVERLOADED 2, http_4xx 1"
+    assert summary.to_json()["rejected"] == 1
 
 
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
@@ -108,6 +153,16 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d["corpus"].update(sha256="xyz"), "corpus", "expected corpus.sha256"),
     (lambda d: d.pop("complete"), "complete", "expected true or false"),
     (lambda d: d.update(passes={}), "passes", "expected a list"),
+    (lambda d: d["passes"][0]["requests"][0].update(code="no spaces"),
+     "passes[0].requests[0].code", "expected an error code or null"),
+    (lambda d: d["passes"][0]["requests"][0].update(outcome="fine"),
+     "passes[0].requests[0].outcome", "expected null or one of expected_rejection"),
+    (lambda d: d["passes"][0].update(config_hashes=["ABC"]), "passes[0].config_hashes",
+     "expected a list of 64 lowercase hex digits"),
+    (lambda d: d["passes"][0]["summary"].update(error_codes={"timeout": {"OVERLOADED": 1}}),
+     "passes[0].summary.error_codes.timeout", "more than the 0 timeout errors"),
+    (lambda d: d["passes"][0]["summary"].update(rejected=1), "passes[0].summary",
+     "ok + errors + rejected does not add up to requests"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")

@@ -67,6 +67,36 @@ def test_reader_refuses_what_no_router_sends(data, kind):
     assert failure.value.kind == kind
 
 
+def test_reader_keeps_the_config_hash_header():
+    value = "37a8eec1ce19687d132fe29051dca629d164e2c4958ba141d5f4133a33f0688f"
+    reader, complete = feed_bytewise(b"HTTP/1.1 200 OK\r\nX-Vsr-Config-Hash: %s \r\n"
+                                     b"Content-Length: 2\r\n\r\n{}" % value.encode())
+    assert complete and reader.config_hash == value
+    plain = rl.ResponseReader()
+    assert plain.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    assert plain.config_hash is None
+
+
+# bodies as the router writes them (pkg/apiserver: writeErrorResponse's envelope; the preview's
+# 503 that carries its partial answer with decision_error), and what is not a router's code
+@pytest.mark.parametrize("body,code", [
+    (b'{"error": {"code": "OVERLOADED", "message": "admission queue is full", '
+     b'"timestamp": "2026-11-30T17:00:00Z"}}', "OVERLOADED"),
+    (b'{"error":{"code":"INVALID_INPUT","message":"text cannot be empty"}}', "INVALID_INPUT"),
+    (b'{"original_text": "x", "metrics": {}, "decision_error": "decision \\"math\\" could '
+     b'not be resolved"}', "decision_error"),
+    (b'{"original_text": "x", "decision_error": ""}', None),
+    (b'{"error": "no such route"}', None),
+    (b'{"error": {"code": "two words"}}', None),
+    (b'{"error": {"code": 429}}', None),
+    (b"404 page not found\n", None),
+    (b"[1]", None),
+    (b"\xff", None),
+])
+def test_error_code_of_a_failed_answer(body, code):
+    assert rl.error_code(body) == code
+
+
 def test_reader_eof_before_the_body_is_whole_is_a_reset():
     reader = rl.ResponseReader()
     assert not reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}")
