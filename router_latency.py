@@ -903,7 +903,7 @@ class Attempt(NamedTuple):
         _check_environment(environment, f"{where}.environment")
         summary = PassSummary.from_json(raw.get("summary"), f"{where}.summary") \
             if measured or raw.get("summary") is not None else None
-        requests, windows = raw.get("requests", []), raw.get("windows") or []
+        requests, windows = raw.get("requests", []), raw.get("windows", [])
         for key, value in (("requests", requests), ("windows", windows)):
             if not isinstance(value, list):
                 raise RouterLatencyError("expected a list", f"{where}.{key}")
@@ -3537,7 +3537,8 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                          fmt_ratio(vb / va) if va and vb is not None else "n/a"])
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
-    lines += [f"slow phase: {tag} {pass_title(item.name)} (windows "
+    lines += [f"slow phase: {tag} {pass_title(item.name)} "
+              f"({'window' if len(slow) == 1 else 'windows'} "
               f"{', '.join(str(i + 1) for i in slow)} of {count})"
               for item in report.passes if not item.discarded
               for tag, slow, count in zip("AB", item.slow, item.windows) if slow]

@@ -62,13 +62,15 @@ def write_corpus(path, texts):
 
 def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=None,
              complete=True, discarded=(), errors=None, started="2026-01-01T00:00:00Z",
-             started_unix=None, environment=None, load=None, driver_cpu_s=None):
+             started_unix=None, environment=None, load=None, driver_cpu_s=None,
+             router_cpu=None, windows=None, host_settings=None):
     """Write a valid run file with given summary figures, through the tool's own writer.
 
     passes: {concurrency: (p50, p95, p99, req_per_s)}; decisions: list per prompt id;
     errors: {kind: count}, given to the last requests of each pass; environment, load,
-    driver_cpu_s: recorded as is in every measured pass. The figures are taken as given, not
-    computed from the requests; the counts follow from the requests.
+    driver_cpu_s: recorded as is in every measured pass; router_cpu and windows:
+    {concurrency: RouterCpu or PhaseWindows}. The figures are taken as given, not computed
+    from the requests; the counts follow from the requests.
     """
     passes = passes or {1: (10.0, 12.0, 13.0, 100.0)}
     decisions = decisions or ["d"] * count
@@ -81,7 +83,9 @@ def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=N
             records.append(rl.PassRecord(name, concurrency, True, False, attempt))
             continue
         attempt = rl.Attempt(None, None, started, started_unix, load or {}, driver_cpu_s,
-                             environment or {}, None, failed_last(decisions, p50, errors))
+                             environment or {}, None, failed_last(decisions, p50, errors),
+                             (router_cpu or {}).get(concurrency),
+                             tuple((windows or {}).get(concurrency, ())))
         summary = rl.PassSummary(**rl.count_outcomes(attempt.requests), p50_ms=p50,
                                  p95_ms=p95, p99_ms=p99, mean_ms=p50, min_ms=p50, max_ms=p99,
                                  req_per_s=rps, wall_s=count / rps)
@@ -89,7 +93,7 @@ def make_run(path, *, label="x", sha="a" * 64, count=3, passes=None, decisions=N
                                      attempt._replace(summary=summary)))
     run = rl.RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
                      tuple(records), started_utc=started, started_unix=started_unix,
-                     settings={"max_load": 120.0})
+                     settings={"max_load": 120.0}, host_settings=host_settings or {})
     rl.write_atomic(str(path), rl.dump_run(run))
     return str(path)
 
