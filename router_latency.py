@@ -2104,10 +2104,18 @@ def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Option
             "router": cpufreq_settings(router, sys_root) if router else None}
 
 
-def governor_warnings(settings: dict) -> list:
+def host_warnings(settings: dict) -> list:
     """Return a warning for each side whose CPUs run a cpufreq governor other than
-    performance: the clock then follows the load, and latency with it."""
+    performance (the clock then follows the load, and latency with it), and when the driver
+    may run on the router's CPUs."""
     warnings = []
+    driver, router = settings.get("driver") or {}, settings.get("router") or {}
+    if driver.get("cpus") and router.get("cpus"):
+        shared = parse_cpu_list(driver["cpus"]) & parse_cpu_list(router["cpus"])
+        if shared:
+            warnings.append(f"the driver may run on the router's CPUs {format_cpu_list(shared)}: "
+                            f"it competes with the router, and its CPU time counts as foreign "
+                            f"(taskset -c pins the driver elsewhere)")
     for role in ("driver", "router"):
         governors = (settings.get(role) or {}).get("governors") or {}
         slow = {g: cpus for g, cpus in governors.items() if g != "performance"}
@@ -2900,7 +2908,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     started, started_unix = utc_now(), round(time.time(), 3)
     host = host_settings(cpu_affinity(), capture.router_cpu_list or router_cpus(capture),
                          proc_root=capture.proc_root, sys_root=capture.sys_root)
-    for warning in governor_warnings(host):
+    for warning in host_warnings(host):
         notify(f"warning: {warning}")
     floor = measure_floor(target)
     ready_after = wait_until_ready(target, encode_prompts(target, ["hello"])[0],

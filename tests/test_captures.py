@@ -567,7 +567,9 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
                                   "governors": {"performance": "0", "powersave": "1"}}
     assert settings["router"]["governors"] == {"powersave": "1-2"}
     assert settings["kernel"] and settings["python"] and settings["tool_version"]
-    assert rl.governor_warnings(settings) == [
+    assert rl.host_warnings(settings) == [
+        "the driver may run on the router's CPUs 1: it competes with the router, and its CPU "
+        "time counts as foreign (taskset -c pins the driver elsewhere)",
         "the driver's CPUs run the cpufreq governor powersave on CPUs 1, not performance; pin "
         "the clocks before measuring (cpupower frequency-set -g performance)",
         "the router's CPUs run the cpufreq governor powersave on CPUs 1-2, not performance; "
