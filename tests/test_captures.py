@@ -489,7 +489,9 @@ def test_router_cpu_per_request_and_foreign_vcpus_from_a_fake_cgroup(simulator, 
         use = item.attempt.router_cpu
         assert (use.router_s, use.per_request_ms, use.cpus) == (0.06, 2.0, "2-3")
         assert use.busy_s == round(30 / hz, 6) and use.notes == ()
-        assert use.foreign_vcpus == round(max(30 / hz - 0.06, 0) / use.interval_s, 3)
+        # interval_s is stored rounded to the microsecond, foreign_vcpus to 0.001
+        assert use.foreign_vcpus == pytest.approx(max(30 / hz - 0.06, 0) / use.interval_s,
+                                                  abs=0.002)
         assert item.environment.router_cpu_ms == 2.0
     assert run.host_settings["router"]["cpus"] == "2-3"
 
