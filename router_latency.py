@@ -4191,7 +4191,7 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                    help="record GPU temperature, clocks, power, use and memory before and after "
                         "each pass with rocm-smi, amd-smi or nvidia-smi (auto: the first of "
                         "them on PATH)")
-    p.add_argument("--gpu-index", type=index_list, default=(), metavar="N[,N...]",
+    p.add_argument("--gpu-index", type=index_list, metavar="N[,N...]",
                    help="only these GPUs, by the tool's own index (default: all visible)")
     router = p.add_mutually_exclusive_group()
     router.add_argument("--router-pid", type=positive_int,
@@ -4339,7 +4339,7 @@ def run_arguments(args: argparse.Namespace) -> tuple:
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
         router_pid=args.router_pid, router_cgroup=cgroup,
         router_container=args.router_container, router_cpu_list=args.router_cpus,
-        gpu_indexes=args.gpu_index)
+        gpu_indexes=args.gpu_index or ())
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
