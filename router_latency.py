@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import csv
 import functools
 import hashlib
 import http
@@ -118,6 +119,8 @@ CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "time
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
+# what a GPU reading holds per device, each a number or null
+GPU_FIELDS = ("temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib")
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -1705,6 +1708,119 @@ def pass_summary(requests: Sequence[Request], wall_s: float) -> PassSummary:
     return PassSummary(**counts, **figures)
 
 
+class Thresholds(NamedTuple):
+    """What makes a measured pass suspect; run records them in the file's settings."""
+    window_requests: int = 50  # requests per window of a pass's time series
+    slow_p95_factor: float = 2.0  # a window's p95 above this times the median window p95
+    slow_rate_factor: float = 0.5  # a window's rate below this times the median window rate
+    max_foreign_cpus: float = 1.0  # vCPUs other processes used on the router's CPUs
+
+
+class PhaseWindow(NamedTuple):
+    """Consecutive requests of a pass in send order: one point of its time series."""
+    first: int  # the index of its first request in send order
+    requests: int
+    errors: int
+    start_s: float  # its first send, from the pass's first send
+    span_s: float  # to the next window's first send; the last window, to the last answer
+    p50_ms: Optional[float]
+    p95_ms: Optional[float]
+    req_per_s: Optional[float]  # answered without error, per second of the span
+
+    def to_json(self) -> dict:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> "PhaseWindow":
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object", where)
+        for key in ("first", "requests", "errors"):
+            if not is_whole(raw.get(key)):
+                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
+        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=key in cls._fields[5:])
+                   for key in cls._fields[3:]]
+        return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
+
+
+def phase_windows(requests: Sequence[Request], size: int) -> tuple:
+    """Return a pass's time series: windows of `size` requests in send order.
+
+    A remainder under half a window joins the last window, so that no window's p95 rests on a
+    handful of requests. Count windows rather than time windows: each holds the same number of
+    latencies whatever the rate, and a stall stretches its window instead of emptying it.
+    """
+    if size < 1 or not requests or any(r.start_ms is None for r in requests):
+        return ()
+    firsts = list(range(0, len(requests), size))
+    if len(firsts) > 1 and len(requests) - firsts[-1] < size / 2:
+        firsts.pop()
+    # open loop: latency counts from the schedule, the answer came service_ms after the send
+    ends = [r.start_ms + taken for r in requests
+            if (taken := r.service_ms if r.service_ms is not None else r.latency_ms) is not None]
+    windows = []
+    for i, first in enumerate(firsts):
+        stop = firsts[i + 1] if i + 1 < len(firsts) else len(requests)
+        part = requests[first:stop]
+        end = requests[stop].start_ms if stop < len(requests) else max(ends, default=0.0)
+        span_s = max(end - part[0].start_ms, 0.0) / 1000
+        latencies = [r.latency_ms for r in part if r.error is None and r.latency_ms is not None]
+        figures = rounded_percentiles(latencies, (50, 95), "")
+        windows.append(PhaseWindow(
+            first, len(part), sum(r.error is not None for r in part),
+            round(part[0].start_ms / 1000, 6), round(span_s, 6), figures["p50_ms"],
+            figures["p95_ms"], round(len(latencies) / span_s, 2) if span_s > 0 else None))
+    return tuple(windows)
+
+
+def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tuple:
+    """Return the indexes of the windows of a slow phase: p95 above slow_p95_factor times the
+    median window p95, or rate below slow_rate_factor times the median window rate.
+
+    The pass's own windows are the baseline, so a pass slow throughout is not a slow phase;
+    fewer than 3 windows make no baseline.
+    """
+    if len(windows) < 3:
+        return ()
+    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
+    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
+    p95_limit = thresholds.slow_p95_factor * statistics.median(p95s) if p95s else None
+    rate_limit = thresholds.slow_rate_factor * statistics.median(rates) if rates else None
+    return tuple(i for i, w in enumerate(windows)
+                 if (p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit)
+                 or (rate_limit is not None and w.req_per_s is not None
+                     and w.req_per_s < rate_limit))
+
+
+class RouterCpu(NamedTuple):
+    """The router's CPU time over a pass, and what other processes used of its CPUs."""
+    router_s: Optional[float] = None  # user + system seconds of the router
+    per_request_ms: Optional[float] = None  # router_s over the requests of the pass
+    cpus: Optional[str] = None  # the CPU set read in /proc/stat ('0-11')
+    busy_s: Optional[float] = None  # user + nice + system seconds of those CPUs
+    interval_s: Optional[float] = None  # between the two readings around the pass
+    foreign_vcpus: Optional[float] = None  # (busy_s - router_s) / interval_s
+    notes: tuple = ()  # why a figure is missing
+
+    def to_json(self) -> dict:
+        return {**self._asdict(), "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["RouterCpu"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        cpus, notes = raw.get("cpus"), raw.get("notes") or []
+        if cpus is not None and not isinstance(cpus, str):
+            raise RouterLatencyError("expected a CPU list or null", f"{where}.cpus")
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise RouterLatencyError("expected a list of strings", f"{where}.notes")
+        numbers = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+                   for key in ("router_s", "per_request_ms", "busy_s", "interval_s",
+                               "foreign_vcpus")}
+        return cls(cpus=cpus, notes=tuple(notes), **numbers)
+
+
 class Attempt(NamedTuple):
     """One measured attempt at a pass and what surrounded it."""
     rate: Optional[float]  # open loop: requests per second
@@ -1719,6 +1835,8 @@ class Attempt(NamedTuple):
     # x-vsr-config-hash values of the answers, distinct, in the order first seen; more than
     # one is a configuration reload in the middle of the measurement
     config_hashes: tuple = ()
+    router_cpu: Optional[RouterCpu] = None  # with a router to read (--router-*)
+    windows: tuple = ()  # PhaseWindow: the pass's time series
 
     def to_json(self, requests: Any = None) -> dict:
         """Return the attempt as JSON; `requests` stands in for the records when given."""
@@ -1727,7 +1845,9 @@ class Attempt(NamedTuple):
                     "driver_cpu_s": self.driver_cpu_s, "environment": self.environment}
         if self.config_hashes:
             document["config_hashes"] = list(self.config_hashes)
+        document["router_cpu"] = None if self.router_cpu is None else self.router_cpu.to_json()
         document["summary"] = None if self.summary is None else self.summary.to_json()
+        document["windows"] = [w.to_json() for w in self.windows]
         document["requests"] = [r.to_json() for r in self.requests] if requests is None \
             else requests
         return document
@@ -1741,9 +1861,10 @@ class Attempt(NamedTuple):
         _check_environment(environment, f"{where}.environment")
         summary = PassSummary.from_json(raw.get("summary"), f"{where}.summary") \
             if measured or raw.get("summary") is not None else None
-        requests = raw.get("requests", [])
-        if not isinstance(requests, list):
-            raise RouterLatencyError("expected a list", f"{where}.requests")
+        requests, windows = raw.get("requests", []), raw.get("windows", [])
+        for key, value in (("requests", requests), ("windows", windows)):
+            if not isinstance(value, list):
+                raise RouterLatencyError("expected a list", f"{where}.{key}")
         hashes = raw.get("config_hashes", [])
         if not isinstance(hashes, list) or not all(
                 isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
@@ -1758,7 +1879,10 @@ class Attempt(NamedTuple):
                                  nullable=True),
             environment, summary,
             tuple(Request.from_json(r, f"{where}.requests[{j}]", count)
-                  for j, r in enumerate(requests)), tuple(hashes))
+                  for j, r in enumerate(requests)), tuple(hashes),
+            RouterCpu.from_json(raw.get("router_cpu"), f"{where}.router_cpu"),
+            tuple(PhaseWindow.from_json(w, f"{where}.windows[{j}]")
+                  for j, w in enumerate(windows)))
         if summary is not None:
             _check_agrees(attempt, where)
         return attempt
@@ -1802,6 +1926,12 @@ def _check_environment(environment: dict, where: str) -> None:
         used = reading.get("used_mib") if isinstance(reading, dict) else None
         for device, value in (used.items() if isinstance(used, dict) else ()):
             checked_number(value, f"{where}.gpu.{moment}.used_mib.{device}")
+        devices = reading.get("devices") if isinstance(reading, dict) else None
+        for device, state in (devices.items() if isinstance(devices, dict) else ()):
+            for key in GPU_FIELDS:
+                if isinstance(state, dict):
+                    checked_number(state.get(key), f"{where}.gpu.{moment}.devices.{device}.{key}",
+                                   nullable=True)
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
         if isinstance(delta, bool) or not isinstance(delta, (int, float)):
@@ -1819,6 +1949,22 @@ class PassEnvironment(NamedTuple):
     router_cpus: Optional[str] = None
     gpu_mib: tuple = ()  # total used MiB over devices, before and after
     faults: Optional[float] = None  # sum of increases of restart/fault series; None: not read
+    router_cpu_ms: Optional[float] = None  # the router's CPU time per request
+    foreign_vcpus: Optional[float] = None  # other processes on the router's CPUs
+    gpu_state: dict = {}  # GPU_FIELDS key -> every value read, over devices, before and after
+
+
+def _gpu_values(environment: dict) -> dict:
+    """Return GPU_FIELDS key -> the values read over devices, before and after a pass."""
+    values: dict = {}
+    for moment in ("before", "after"):
+        reading = (environment.get("gpu") or {}).get(moment)
+        devices = reading.get("devices") if isinstance(reading, dict) else None
+        for state in (devices.values() if isinstance(devices, dict) else ()):
+            for key in GPU_FIELDS:
+                if isinstance(state, dict) and state.get(key) is not None:
+                    values.setdefault(key, []).append(state[key])
+    return {key: tuple(found) for key, found in values.items()}
 
 
 def _load_range(attempt: Attempt) -> tuple:
@@ -1876,10 +2022,12 @@ class PassRecord(NamedTuple):
         deltas = (environment.get("metrics") or {}).get("deltas")
         faults = math.fsum(max(d, 0.0) for d in deltas.values()) \
             if isinstance(deltas, dict) else None
+        router_cpu = self.attempt.router_cpu or RouterCpu()
         return PassEnvironment(
             load_min, load_max, max(peaks) if peaks else None, len(self.discarded_attempts),
             self.attempt.driver_cpu_s, self.summary.wall_s if self.summary else None,
-            cpus if isinstance(cpus, str) else None, tuple(gpu_mib), faults)
+            cpus if isinstance(cpus, str) else None, tuple(gpu_mib), faults,
+            router_cpu.per_request_ms, router_cpu.foreign_vcpus, _gpu_values(environment))
 
     def to_json(self, requests: Any = None, attempts: Any = None) -> dict:
         return {"name": self.name, "concurrency": self.concurrency,
@@ -1938,6 +2086,7 @@ class RunFile(NamedTuple):
     ready_after_s: Optional[float] = None
     floor: dict = {}  # the driver's own latency on loopback
     warmup: dict = {}  # counts of the warm-up requests
+    host_settings: dict = {}  # CPU model, kernel, cpufreq governor and boost, once per run
     path: str = ""  # where it was read from; not written
 
     @property
@@ -1956,6 +2105,16 @@ class RunFile(NamedTuple):
     def floor_spread_ms(self) -> Optional[float]:
         """The driver's own p90 - p10 on loopback, what a p50 difference must clear."""
         return self.floor.get("spread_ms")
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """What makes a pass suspect, as the run recorded it (the defaults for older files)."""
+        return Thresholds(*(default if self.settings.get(key) is None else self.settings[key]
+                            for key, default in Thresholds._field_defaults.items()))
+
+    def slow_windows(self, item: PassRecord) -> tuple:
+        """Return the indexes of a pass's windows in a slow phase."""
+        return slow_windows(item.attempt.windows, self.thresholds)
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -1979,7 +2138,7 @@ class RunFile(NamedTuple):
                 "driver": self.driver, "router": self.router, "captures": self.captures,
                 "corpus": self.corpus, "settings": self.settings,
                 "ready_after_s": self.ready_after_s, "floor": self.floor,
-                "warmup": self.warmup,
+                "warmup": self.warmup, "host_settings": self.host_settings,
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
 
     @classmethod
@@ -2006,6 +2165,9 @@ class RunFile(NamedTuple):
             passes.append(item)
         settings = checked_object(document, "settings", f"{path}: ")
         checked_number(settings.get("max_load"), f"{path}: settings.max_load", nullable=True)
+        for key in Thresholds._fields:
+            checked_number(settings.get(key), f"{path}: settings.{key}", nullable=True,
+                           positive=key == "window_requests")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
@@ -2024,7 +2186,8 @@ class RunFile(NamedTuple):
             checked_object(document, "captures", f"{path}: "),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
-            floor, checked_object(document, "warmup", f"{path}: "), str(path))
+            floor, checked_object(document, "warmup", f"{path}: "),
+            checked_object(document, "host_settings", f"{path}: "), str(path))
 
 
 def load_run(path: str) -> RunFile:
@@ -2490,42 +2653,163 @@ def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> 
     return deltas
 
 
+def gpu_number(value: Any) -> Optional[float]:
+    """Return the number a GPU tool wrote ('49.0', '(800Mhz)', '1980 MHz', 36), or None for
+    what it could not read ('N/A', '[N/A]', '[Not Supported]', 'N/A (Secondary die)')."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    text = str(value).strip()
+    if text.startswith(("N/A", "[")):
+        return None
+    match = re.search(r"-?\d+(?:\.\d+)?", text)
+    return float(match.group()) if match else None
+
+
+def first_json(text: str, tool: str) -> Any:
+    """Return the first JSON value in a tool's output: warnings may stand before it."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[\[{]", text):
+        try:
+            return decoder.raw_decode(text, match.start())[0]
+        except ValueError:
+            continue
+    raise ValueError(f"no JSON in {tool} output")
+
+
+def gpu_reading_of(devices: dict, tool: str) -> dict:
+    """Return a GPU reading: {"used_mib": {device: MiB}, "devices": {device: GPU_FIELDS}}."""
+    if not any(v is not None for state in devices.values() for v in state.values()):
+        raise ValueError(f"no GPU figures in {tool} output")
+    return {"used_mib": {d: s["used_mib"] for d, s in devices.items()
+                         if s.get("used_mib") is not None},
+            "devices": devices}
+
+
 def parse_rocm_smi(text: str) -> dict:
-    """Return {device: used VRAM MiB} from `rocm-smi --showmeminfo vram --json`."""
-    start = text.find("{")  # rocm-smi may print warnings before the JSON
-    if start < 0:
-        raise ValueError("no JSON in rocm-smi output")
-    document = json.loads(text[start:])
-    used = {}
-    for device, fields in document.items():
-        if isinstance(fields, dict) and "VRAM Total Used Memory (B)" in fields:
-            used[device] = round(int(str(fields["VRAM Total Used Memory (B)"])) / 2 ** 20, 1)
-    if not used:
-        raise ValueError("no 'VRAM Total Used Memory (B)' in rocm-smi output")
-    return used
+    """Return the GPU reading of `rocm-smi --showtemp --showclocks --showpower --showuse
+    --showmeminfo vram --json`: one object per cardN, every value a string.
+
+    Temperature: the junction sensor where there is one (MI300 has no edge sensor), else
+    edge, else memory; the one taken is named. Power: the average, or the current socket
+    power that MI300 and APUs report instead; never 'Max Graphics Package Power', the cap.
+    """
+    document = first_json(text, "rocm-smi")
+    if not isinstance(document, dict):
+        raise ValueError("rocm-smi output is not a JSON object")
+    cards = sorted((k for k in document if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:]))
+    devices = {}
+    for card in cards:
+        raw = document[card] if isinstance(document[card], dict) else {}
+        fields = {str(k).lower(): v for k, v in raw.items()}  # 2019 builds wrote '(c)'
+        temp = sensor = None
+        for name in ("junction", "edge", "memory", "mem"):  # 2019 builds: 'Sensor mem'
+            temp = gpu_number(fields.get(f"temperature (sensor {name}) (c)"))
+            if temp is not None:
+                sensor = "memory" if name == "mem" else name
+                break
+        power = gpu_number(fields.get("average graphics package power (w)"))
+        if power is None:
+            power = gpu_number(fields.get("current socket graphics package power (w)"))
+        used = gpu_number(fields.get("vram total used memory (b)"))
+        devices[card] = {"temp_c": temp, "temp_sensor": sensor,
+                         "sclk_mhz": gpu_number(fields.get("sclk clock speed:")),
+                         "mclk_mhz": gpu_number(fields.get("mclk clock speed:")),
+                         "power_w": power, "util_pct": gpu_number(fields.get("gpu use (%)")),
+                         "used_mib": None if used is None else round(used / 2 ** 20, 1)}
+    return gpu_reading_of(devices, "rocm-smi")
+
+
+def _amd_value(section: Any, *keys: str) -> Optional[float]:
+    """Return the first readable value of an amd-smi section: {"value": N, "unit": U} from
+    ROCm 6.1, a bare number in 6.0, the string 'N/A' where unsupported."""
+    for key in keys:
+        value = section.get(key) if isinstance(section, dict) else None
+        number = gpu_number(value.get("value") if isinstance(value, dict) else value)
+        if number is not None:
+            return number
+    return None
+
+
+def parse_amd_smi(text: str) -> dict:
+    """Return the GPU reading of `amd-smi metric --json`: a list of GPUs (ROCm 6.0-6.2), or
+    an object with that list under "gpu_data" (ROCm 7).
+
+    The shader clock is the fastest of gfx_0..gfx_7 (MI300X reports one per XCD); the memory
+    used is "MB" by name and MiB in fact. Temperature: hotspot (the junction), else edge,
+    else memory.
+    """
+    document = first_json(text, "amd-smi")
+    gpus = document.get("gpu_data", []) if isinstance(document, dict) else document
+    if not isinstance(gpus, list):
+        raise ValueError("amd-smi output holds no list of GPUs")
+    devices = {}
+    for position, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
+        index = gpu.get("gpu") if is_whole(gpu.get("gpu")) else position
+        clock = gpu.get("clock") if isinstance(gpu.get("clock"), dict) else {}
+        shader = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
+        shader = [v for v in shader if v is not None] or \
+            [v for v in [_amd_value(clock.get("gfx"), "clk", "cur_clk")] if v is not None]
+        temp = sensor = None
+        for name in ("hotspot", "edge", "mem"):
+            temp = _amd_value(gpu.get("temperature"), name)
+            if temp is not None:
+                sensor = "memory" if name == "mem" else name
+                break
+        devices[f"gpu{index}"] = {
+            "temp_c": temp, "temp_sensor": sensor, "sclk_mhz": max(shader, default=None),
+            "mclk_mhz": _amd_value(clock.get("mem_0"), "clk")
+            if "mem_0" in clock else _amd_value(clock.get("mem"), "clk", "cur_clk"),
+            "power_w": _amd_value(gpu.get("power"), "socket_power", "current_power"),
+            "util_pct": _amd_value(gpu.get("usage"), "gfx_activity", "gfx_usage"),
+            "used_mib": _amd_value(gpu.get("mem_usage"), "used_vram")}
+    return gpu_reading_of(devices, "amd-smi")
+
+
+# --query-gpu fields in this order; a header (--format=csv) names them canonically
+NVIDIA_QUERY = ("index", "temperature.gpu", "clocks.sm", "clocks.mem", "power.draw",
+                "utilization.gpu", "memory.used")
+NVIDIA_COLUMNS = {"index": "index", "temperature.gpu": "temp_c", "clocks.current.sm": "sclk_mhz",
+                  "clocks.sm": "sclk_mhz", "clocks.current.memory": "mclk_mhz",
+                  "clocks.mem": "mclk_mhz", "power.draw": "power_w",
+                  "utilization.gpu": "util_pct", "memory.used": "used_mib"}
 
 
 def parse_nvidia_smi(text: str) -> dict:
-    """Return {device: used memory MiB} from `nvidia-smi --query-gpu=index,memory.used
-    --format=csv,noheader,nounits` (lines like '0, 1234'; '[N/A]' is left out)."""
-    used = {}
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 2 or not fields[0]:
+    """Return the GPU reading of `nvidia-smi --query-gpu=index,temperature.gpu,clocks.sm,
+    clocks.mem,power.draw,utilization.gpu,memory.used --format=csv`.
+
+    Columns are found by the header's canonical names ('clocks.current.sm [MHz]'), or by the
+    query's order without a header; units ('1980 MHz') are dropped, and '[N/A]',
+    '[Not Supported]' and 'N/A' are no figure. Without an index column, rows count from 0.
+    """
+    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
+    names = None
+    if rows and any(cell.split(" [")[0].strip() in NVIDIA_COLUMNS for cell in rows[0]):
+        names = [NVIDIA_COLUMNS.get(cell.split(" [")[0].strip()) for cell in rows.pop(0)]
+    devices = {}
+    for position, row in enumerate(rows):
+        if len(row) != len(names or NVIDIA_QUERY):
+            continue  # a message such as 'Failed to initialize NVML'
+        fields = dict(zip(names or [NVIDIA_COLUMNS[q] for q in NVIDIA_QUERY], row))
+        index = fields.pop("index", str(position)).strip()
+        fields.pop(None, None)
+        if not index.isdigit():
             continue
-        try:
-            used[f"gpu{int(fields[0])}"] = float(fields[1])
-        except ValueError:
-            continue
-    if not used and text.strip() and "N/A" not in text and "Not Supported" not in text:
+        devices[f"gpu{index}"] = {key: gpu_number(fields.get(key)) for key in GPU_FIELDS}
+        devices[f"gpu{index}"]["temp_sensor"] = "gpu"
+    if not devices:
         raise ValueError("unexpected nvidia-smi output")
-    return used
+    return gpu_reading_of(devices, "nvidia-smi")
 
 
 GPU_COMMANDS = {
-    "rocm": ("rocm-smi", ["rocm-smi", "--showmeminfo", "vram", "--json"], parse_rocm_smi),
-    "nvidia": ("nvidia-smi", ["nvidia-smi", "--query-gpu=index,memory.used",
-                              "--format=csv,noheader,nounits"], parse_nvidia_smi),
+    "rocm": ("rocm-smi", ["rocm-smi", "--showtemp", "--showclocks", "--showpower", "--showuse",
+                          "--showmeminfo", "vram", "--json"], parse_rocm_smi),
+    "amd": ("amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi),
+    "nvidia": ("nvidia-smi", ["nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_QUERY),
+                              "--format=csv"], parse_nvidia_smi),
 }
 PROBE_OUTPUT_BYTES = 4096
 DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
@@ -2539,6 +2823,11 @@ class CaptureSettings(NamedTuple):
     metric_patterns: tuple = ()
     router_pid: Optional[int] = None
     router_cgroup: Optional[str] = None
+    router_container: Optional[str] = None  # its name; router_cgroup holds its cgroup
+    router_cpu_list: Optional[str] = None  # --router-cpus: instead of the cgroup's CPU set
+    gpu_indexes: tuple = ()  # the GPU tool's own device indexes; all when empty
+    proc_root: str = "/proc"  # where the kernel's files are read: tests give a fake one
+    sys_root: str = "/sys"
 
 
 def resolve_gpu(choice: str) -> Optional[str]:
@@ -2553,8 +2842,12 @@ def resolve_gpu(choice: str) -> Optional[str]:
     return None
 
 
-def gpu_memory(key: str, timeout: float) -> dict:
-    """Return {"used_mib": {device: MiB}} from the GPU tool, or {"error": why}."""
+def gpu_reading(key: str, timeout: float) -> dict:
+    """Return the GPU tool's reading ({"used_mib": ..., "devices": ...}), or {"error": why}.
+
+    A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
+    queries is unsupported) gives them, with a note of the exit code.
+    """
     tool, command, parse = GPU_COMMANDS[key]
     if not shutil.which(tool):
         return {"error": f"{tool} not found"}
@@ -2562,12 +2855,27 @@ def gpu_memory(key: str, timeout: float) -> dict:
         done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"error": f"{tool}: {exc.__class__.__name__}"}
-    if done.returncode != 0:
-        return {"error": f"{tool} exited {done.returncode}"}
     try:
-        return {"used_mib": parse(done.stdout.decode("utf-8", "replace"))}
+        reading = parse(done.stdout.decode("utf-8", "replace"))
     except (ValueError, TypeError, AttributeError) as exc:
-        return {"error": f"{tool}: {exc}"}
+        return {"error": f"{tool} exited {done.returncode}" if done.returncode != 0
+                else f"{tool}: {exc}"}
+    return reading if done.returncode == 0 else {**reading,
+                                                 "note": f"{tool} exited {done.returncode}"}
+
+
+def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
+    """Return a GPU reading cut to the devices of the tool's own indexes (all when none)."""
+    if not indexes or "devices" not in reading:
+        return reading
+    wanted = {d for d in reading["devices"] if int(re.sub(r"\D", "", d) or -1) in indexes}
+    chosen = {**reading, "used_mib": {d: v for d, v in reading["used_mib"].items()
+                                      if d in wanted},
+              "devices": {d: v for d, v in reading["devices"].items() if d in wanted}}
+    missing = sorted(set(indexes) - {int(re.sub(r"\D", "", d)) for d in wanted})
+    if missing:
+        chosen["note"] = f"no GPU {', '.join(map(str, missing))} in the tool's output"
+    return chosen
 
 
 def run_probe(command: str, timeout: float) -> dict:
@@ -2602,12 +2910,253 @@ def router_cpus(capture: CaptureSettings) -> Optional[str]:
                     return (folder / name).read_text().strip()
             return None
         if capture.router_pid:
-            for line in Path(f"/proc/{capture.router_pid}/status").read_text().splitlines():
+            status = Path(capture.proc_root, str(capture.router_pid), "status")
+            for line in status.read_text().splitlines():
                 if line.startswith("Cpus_allowed_list:"):
                     return line.split(":", 1)[1].strip()
     except OSError:
         return None
     return None
+
+
+def parse_cpu_list(text: str) -> frozenset:
+    """Return the CPUs of a list as the kernel writes it ('0-5,8,10-11'); raise ValueError."""
+    cpus: set = set()
+    for part in text.strip().split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not match or (match.group(2) and int(match.group(2)) < int(match.group(1))):
+            raise ValueError(f"not a CPU list: {text!r}")
+        cpus.update(range(int(match.group(1)), int(match.group(2) or match.group(1)) + 1))
+    return frozenset(cpus)
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """Return CPUs as the kernel writes a list: '0-5,8'."""
+    ranges: list = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def cgroup_cpu_seconds(folder: str) -> float:
+    """Return the CPU seconds (user + system) of every task of a cgroup v2, ever: cpu.stat's
+    usage_usec. Raise OSError or ValueError."""
+    for line in Path(folder, "cpu.stat").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == "usage_usec":
+            return int(value) / 1e6
+    raise ValueError("no usage_usec in cpu.stat (a cgroup v2 folder is needed)")
+
+
+def process_tree_cpu_seconds(pid: int, proc_root: str = "/proc") -> float:
+    """Return the CPU seconds (user + system) of a process, all its threads, its living
+    descendants and the children they waited for. Raise OSError when the process is gone.
+
+    Each process counts utime + stime + cutime + cstime: a child that ends and is reaped
+    moves its time into its parent's cutime, so the sum never goes back.
+    """
+    table = {}
+    for entry in os.scandir(proc_root):
+        if entry.name.isdigit():
+            try:
+                text = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue  # ended while the table was read
+            fields = text[text.rindex(")") + 2:].split()  # the name may hold ') '
+            table[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    if pid not in table:
+        raise OSError(f"no process {pid}")
+    children: dict = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    ticks, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        ticks += table[current][1]
+        pending.extend(children.get(current, ()))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_busy_seconds(cpus: frozenset, proc_root: str = "/proc") -> tuple:
+    """Return (seconds, CPUs not listed) the CPUs spent on processes, ever, from /proc/stat:
+    user + nice + system. Idle, iowait, interrupts and steal are not a process's time, and
+    guest time is already inside user."""
+    busy, seen = 0, set()
+    for line in Path(proc_root, "stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            busy += sum(int(f) for f in fields[:3])
+            seen.add(int(name[3:]))
+    return busy / os.sysconf("SC_CLK_TCK"), cpus - seen
+
+
+class CpuReading(NamedTuple):
+    """The router's CPU time and its CPUs' busy time at one moment, as counters."""
+    at_s: float  # time.monotonic()
+    router_s: Optional[float]
+    busy_s: Optional[float]
+    notes: tuple
+
+
+def read_cpu_use(capture: CaptureSettings, cpus: Optional[str]) -> CpuReading:
+    """Return the router's CPU seconds and the busy seconds of its CPUs so far."""
+    router_s = busy_s = None
+    notes = []
+    try:
+        if capture.router_cgroup:
+            router_s = cgroup_cpu_seconds(capture.router_cgroup)
+        elif capture.router_pid:
+            router_s = process_tree_cpu_seconds(capture.router_pid, capture.proc_root)
+    except (OSError, ValueError) as exc:
+        notes.append(f"router CPU time not read: {exc}")
+    try:
+        if cpus:
+            busy_s, missing = cpu_busy_seconds(parse_cpu_list(cpus), capture.proc_root)
+            if missing:
+                notes.append(f"CPUs {format_cpu_list(missing)} not in /proc/stat")
+    except (OSError, ValueError, IndexError) as exc:
+        notes.append(f"/proc/stat not read: {exc}")
+    return CpuReading(time.monotonic(), router_s, busy_s, tuple(notes))
+
+
+def router_cpu_use(before: CpuReading, after: CpuReading, cpus: Optional[str],
+                   requests: int) -> Optional[RouterCpu]:
+    """Return the router's CPU time over a pass and the foreign vCPUs on its CPUs, or None
+    when there was nothing to read."""
+    if before.router_s is None and before.busy_s is None and not before.notes + after.notes:
+        return None
+    interval_s = after.at_s - before.at_s
+    router_s = busy_s = foreign = None
+    if before.router_s is not None and after.router_s is not None:
+        router_s = after.router_s - before.router_s
+    if before.busy_s is not None and after.busy_s is not None:
+        busy_s = after.busy_s - before.busy_s
+    if router_s is not None and busy_s is not None and interval_s > 0:
+        # ticks of /proc/stat against the cgroup's microseconds: never below none
+        foreign = max(busy_s - router_s, 0.0) / interval_s
+    return RouterCpu(
+        None if router_s is None else round(router_s, 6),
+        None if router_s is None or not requests else round(1000 * router_s / requests, 4),
+        cpus, None if busy_s is None else round(busy_s, 6), round(interval_s, 6),
+        None if foreign is None else round(foreign, 3),
+        tuple(dict.fromkeys(before.notes + after.notes)))
+
+
+def container_cgroup(name: str, *, proc_root: str = "/proc",
+                     cgroup_root: str = "/sys/fs/cgroup", timeout: float = 10.0) -> str:
+    """Return the cgroup v2 folder of a running Docker container, found with `docker
+    inspect`: its main process's cgroup, else where Docker's two cgroup drivers put it."""
+    if not shutil.which("docker"):
+        raise RouterLatencyError("docker is not on PATH; --router-cgroup PATH or --router-pid "
+                                 "PID read the router without it", "--router-container")
+    try:
+        done = subprocess.run(["docker", "inspect", "--format",
+                               "{{.Id}} {{.State.Pid}} {{.State.Running}}", name],
+                              capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RouterLatencyError(f"docker inspect failed: {exc.__class__.__name__}",
+                                 "--router-container") from None
+    words = done.stdout.decode("utf-8", "replace").split()
+    if done.returncode != 0 or len(words) != 3:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise RouterLatencyError(f"docker inspect {name} failed"
+                                 + (f": {said[0]}" if said else ""), "--router-container")
+    container_id, pid, running = words
+    if running != "true" or pid == "0":
+        raise RouterLatencyError(f"container {name} is not running", "--router-container")
+    candidates = []
+    try:
+        for line in Path(proc_root, pid, "cgroup").read_text().splitlines():
+            if line.startswith("0::") and line[3:].strip() not in ("", "/"):
+                candidates.append(Path(cgroup_root, line[3:].strip().lstrip("/")))
+    except OSError:
+        pass
+    candidates += [Path(cgroup_root, "system.slice", f"docker-{container_id}.scope"),
+                   Path(cgroup_root, "docker", container_id)]
+    for folder in candidates:
+        if (folder / "cpu.stat").is_file():
+            return str(folder)
+    raise RouterLatencyError(f"no cgroup v2 folder with cpu.stat for container {name} (looked "
+                             f"in {', '.join(map(str, candidates))})", "--router-container")
+
+
+def cpu_model(proc_root: str = "/proc") -> Optional[str]:
+    """Return the CPU's model name from /proc/cpuinfo, or None."""
+    try:
+        for line in Path(proc_root, "cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> dict:
+    """Return the CPU list and, per value, the CPUs of each cpufreq governor and boost state;
+    empty maps where the kernel has no cpufreq (a VM, a container without /sys)."""
+    top = Path(sys_root, "devices", "system", "cpu")
+
+    def read(path: Path) -> Optional[str]:
+        try:
+            return path.read_text().strip() or None
+        except OSError:
+            return None
+
+    governors: dict = {}
+    boosts: dict = {}
+    no_turbo = read(top / "intel_pstate" / "no_turbo")
+    shared = read(top / "cpufreq" / "boost") or (
+        None if no_turbo is None else "0" if no_turbo == "1" else "1")
+    for cpu in sorted(cpus):
+        governor = read(top / f"cpu{cpu}" / "cpufreq" / "scaling_governor")
+        if governor:
+            governors.setdefault(governor, []).append(cpu)
+        boost = read(top / f"cpu{cpu}" / "cpufreq" / "boost") or shared
+        if boost in ("0", "1"):
+            boosts.setdefault("on" if boost == "1" else "off", []).append(cpu)
+    return {"cpus": format_cpu_list(cpus),
+            "governors": {g: format_cpu_list(c) for g, c in governors.items()},
+            "boost": {b: format_cpu_list(c) for b, c in boosts.items()}}
+
+
+def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Optional[str], *,
+                  proc_root: str = "/proc", sys_root: str = "/sys") -> dict:
+    """Return the host's settings that move latency, read once per run."""
+    try:
+        router = parse_cpu_list(router_cpus_text) if router_cpus_text else None
+    except ValueError:
+        router = None
+    return {"cpu_model": cpu_model(proc_root), "kernel": platform.release(),
+            "python": platform.python_version(), "tool_version": __version__,
+            "driver": cpufreq_settings(driver_cpus, sys_root) if driver_cpus else None,
+            "router": cpufreq_settings(router, sys_root) if router else None}
+
+
+def host_warnings(settings: dict) -> list:
+    """Return a warning for each side whose CPUs run a cpufreq governor other than
+    performance (the clock then follows the load, and latency with it), and when the driver
+    may run on the router's CPUs."""
+    warnings = []
+    driver, router = settings.get("driver") or {}, settings.get("router") or {}
+    if driver.get("cpus") and router.get("cpus"):
+        shared = parse_cpu_list(driver["cpus"]) & parse_cpu_list(router["cpus"])
+        if shared:
+            warnings.append(f"the driver may run on the router's CPUs {format_cpu_list(shared)}: "
+                            f"it competes with the router, and its CPU time counts as foreign "
+                            f"(taskset -c pins the driver elsewhere)")
+    for role in ("driver", "router"):
+        governors = (settings.get(role) or {}).get("governors") or {}
+        slow = {g: cpus for g, cpus in governors.items() if g != "performance"}
+        if slow:
+            shown = ", ".join(f"{g} on CPUs {cpus}" for g, cpus in slow.items())
+            warnings.append(f"the {role}'s CPUs run the cpufreq governor {shown}, not "
+                            f"performance; pin the clocks before measuring (cpupower "
+                            f"frequency-set -g performance)")
+    return warnings
 
 
 def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
@@ -2629,7 +3178,8 @@ def capture_snapshot(capture: CaptureSettings) -> dict:
     return {
         "probes": {name: run_probe(command, capture.probe_timeout)
                    for name, command in capture.probes},
-        "gpu": gpu_memory(capture.gpu, capture.probe_timeout) if capture.gpu else None,
+        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout),
+                           capture.gpu_indexes) if capture.gpu else None,
         "metrics": scrape_metrics(capture.metrics, capture.probe_timeout)
         if capture.metrics else None,
         "router_cpus": router_cpus(capture),
@@ -3308,8 +3858,11 @@ def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(loadavg_file).start()
     cpu_before = driver_cpu_seconds()
+    cpus = capture.router_cpu_list or before["router_cpus"]
+    router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
     requests, wall_s, hashes = measure_pass(target, payloads, plan.connections, stop, progress,
                                             pass_title(plan.name), schedule)
+    router_after = read_cpu_use(capture, cpus)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
     after = capture_snapshot(capture)
@@ -3317,7 +3870,8 @@ def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
                    environment_record(capture, before, after), pass_summary(requests, wall_s),
-                   tuple(requests), hashes)
+                   tuple(requests), hashes,
+                   router_cpu_use(router_before, router_after, cpus, len(requests)))
 
 
 def overload_warning(plan: PassPlan, limit: int) -> Optional[str]:
@@ -3350,11 +3904,31 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
     return warnings
 
 
+def suspect_warnings(attempt: Attempt, title: str, thresholds: Thresholds) -> list:
+    """Return what makes an attempt suspect: other processes on the router's CPUs, and slow
+    phases inside the pass."""
+    warnings = []
+    foreign = attempt.router_cpu.foreign_vcpus if attempt.router_cpu else None
+    if foreign is not None and foreign > thresholds.max_foreign_cpus:
+        warnings.append(f"{title}: other processes used {foreign:.2f} vCPUs of the router's "
+                        f"CPUs {attempt.router_cpu.cpus} (--max-foreign-cpus "
+                        f"{thresholds.max_foreign_cpus:g})")
+    slow = slow_windows(attempt.windows, thresholds)
+    if slow:
+        windows = [attempt.windows[i] for i in slow]
+        worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
+        warnings.append(f"{title}: slow phase in {plural(len(slow), 'window')} of "
+                        f"{len(attempt.windows)}" + ("" if worst is None else
+                                                     f" (p95 up to {fmt_value(worst)} ms)"))
+    return warnings
+
+
 def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: CaptureSettings,
                payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
                notify: Callable[[str], None],
                sleep: Callable[[float], None] = time.sleep,
-               expects: Sequence[tuple] = ()) -> list:
+               expects: Sequence[tuple] = (),
+               thresholds: Thresholds = Thresholds()) -> list:
     """Measure every pass with the load guard; return their PassRecords."""
     passes = []
     for item in plan.passes:
@@ -3367,7 +3941,10 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
         for number in range(guard.retries + 1):
             attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
                                       progress, expects)
-            for warning in attempt_warnings(attempt, item):
+            attempt = attempt._replace(
+                windows=phase_windows(attempt.requests, thresholds.window_requests))
+            for warning in attempt_warnings(attempt, item) + suspect_warnings(
+                    attempt, pass_title(item.name), thresholds):
                 notify(warning)
             loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
             if loads and max(loads) > guard.max_load and not stop.is_set():
@@ -3383,12 +3960,14 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
             break
         else:  # never under the limit: the last attempt's surroundings, no statistics
             passes.append(PassRecord(item.name, item.connections, True, False,
-                                     attempts[-1]._replace(summary=None, requests=()),
+                                     attempts[-1]._replace(summary=None, requests=(),
+                                                           windows=()),
                                      tuple(attempts)))
     return passes
 
 
-def settings_record(target: Target, plan: RunPlan, guard: LoadGuard) -> dict:
+def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
+                    thresholds: Thresholds = Thresholds()) -> dict:
     """Return the run file's record of how the run was asked to measure."""
     closed = [p.connections for p in plan.passes if p.rate is None]
     open_loop = [p for p in plan.passes if p.rate is not None]
@@ -3401,14 +3980,15 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard) -> dict:
         "load_pause_s": guard.pause, "max_errors": plan.max_errors,
         "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
         "percentile_method": PERCENTILE_METHOD,
-        "latency": LATENCY_DEFINITION,
+        "latency": LATENCY_DEFINITION, **thresholds._asdict(),
     }
 
 
 def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
                 guard: LoadGuard = LoadGuard(), capture: CaptureSettings = CaptureSettings(),
                 stop: Optional[threading.Event] = None, progress: Optional[Progress] = None,
-                notify: Callable[[str], None] = lambda message: None) -> Optional[RunFile]:
+                notify: Callable[[str], None] = lambda message: None,
+                thresholds: Thresholds = Thresholds()) -> Optional[RunFile]:
     """Measure a run: the driver's floor, readiness, warm-up, then every pass; return the
     run file, or None when `stop` was set before anything was measured.
 
@@ -3418,6 +3998,10 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     stop = stop or threading.Event()
     progress = progress or Progress(enabled=False)
     started, started_unix = utc_now(), round(time.time(), 3)
+    host = host_settings(cpu_affinity(), capture.router_cpu_list or router_cpus(capture),
+                         proc_root=capture.proc_root, sys_root=capture.sys_root)
+    for warning in host_warnings(host):
+        notify(f"warning: {warning}")
     floor = measure_floor(target)
     ready_after = wait_until_ready(target, encode_prompts(target, ["hello"])[0],
                                    plan.wait_ready, stop)
@@ -3427,7 +4011,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     expects = [p.expect for p in corpus.prompts]
     warmup = warm_up(target, payloads, plan.warmup, stop, expects)
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
-                        expects=expects)
+                        expects=expects, thresholds=thresholds)
     run = RunFile(
         label=label, complete=not stop.is_set() and len(passes) == len(plan.passes),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
@@ -3436,14 +4020,16 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
         header_names=tuple(name for name, _ in target.headers), insecure=target.insecure,
         python=platform.python_version(), host=socket.gethostname(),
         driver={"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
-        router={"pid": capture.router_pid, "cgroup": capture.router_cgroup},
+        router={"pid": capture.router_pid, "cgroup": capture.router_cgroup,
+                "container": capture.router_container, "cpus": capture.router_cpu_list},
         captures={
             "probes": [name for name, _ in capture.probes],
             "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
+            "gpu_indexes": list(capture.gpu_indexes),
             "metrics_url": capture.metrics.shown if capture.metrics else None,
             "metric_patterns": [p.pattern for p in capture.metric_patterns]},
-        settings=settings_record(target, plan, guard), ready_after_s=ready_after,
-        floor=floor, warmup=warmup)
+        settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
+        floor=floor, warmup=warmup, host_settings=host)
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
@@ -3531,6 +4117,18 @@ class ComparePass(NamedTuple):
     errors: tuple = (0, 0)  # failed requests of A and B
     failures: tuple = (({}, {}), ({}, {}))  # A's and B's errors by kind and by code
     rejected: tuple = (0, 0)  # expected rejections of A and B
+    router_cpu: tuple = ()  # (name, A's value, B's value): CPU ms per request, foreign vCPUs
+    slow: tuple = ((), ())  # A's and B's windows in a slow phase
+    windows: tuple = (0, 0)  # how many windows A's and B's time series have
+
+
+def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
+    """Return (name, A's, B's) of the router CPU figures either side measured."""
+    envs = (a.environment, b.environment)
+    return tuple((name, *values) for name, values in (
+        ("router_cpu_ms", tuple(e.router_cpu_ms for e in envs)),
+        ("foreign_vcpus", tuple(e.foreign_vcpus for e in envs)))
+        if any(v is not None for v in values))
 
 
 class CompareReport(NamedTuple):
@@ -3570,7 +4168,10 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                    sum(pb.summary.errors.values())),
                                   tuple((s.errors, s.error_codes)
                                         for s in (pa.summary, pb.summary)),
-                                  (pa.summary.rejected, pb.summary.rejected)))
+                                  (pa.summary.rejected, pb.summary.rejected),
+                                  router_cpu_figures(pa, pb),
+                                  (a.slow_windows(pa), b.slow_windows(pb)),
+                                  (len(pa.attempt.windows), len(pb.attempt.windows))))
     warnings = floor_warnings([(pass_title(p.name), p.figures[0][1], p.figures[0][2])
                                for p in passes if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -4129,6 +4730,42 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
     return warnings
 
 
+def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
+    """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
+    passes and cpufreq governors, for its environment row."""
+    def span(name: str, values: Iterable[Optional[float]]) -> dict:
+        known = [v for v in values if v is not None]
+        return {f"{name}_min": min(known) if known else None,
+                f"{name}_max": max(known) if known else None}
+
+    foreign = [e.foreign_vcpus for e in envs if e.foreign_vcpus is not None]
+    limit = run.thresholds.max_foreign_cpus
+    fields = {**span("router_cpu_ms", (e.router_cpu_ms for e in envs)),
+              "foreign_vcpus_max": max(foreign) if foreign else None,
+              "max_foreign_cpus": limit,
+              "above_foreign_limit": bool(foreign) and max(foreign) > limit}
+    for key in GPU_FIELDS[:-1]:  # memory used: the gpu_mib range of all devices together
+        fields.update(span(f"gpu_{key}", (v for e in envs for v in e.gpu_state.get(key, ()))))
+    fields["slow_passes"] = [p.name for p in run.passes if not p.discarded and run.slow_windows(p)]
+    fields["governors"] = sorted({g for role in ("driver", "router")
+                                  for g in ((run.host_settings.get(role) or {}).get("governors")
+                                            or {})})
+    return fields
+
+
+def suspect_flags(row: dict) -> list:
+    """Return the flags of an environment row's suspect figures."""
+    flags = []
+    if row["above_foreign_limit"]:
+        flags.append(f"foreign cpus above {row['max_foreign_cpus']:g}")
+    if row["slow_passes"]:
+        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row["slow_passes"]))
+    slow_governors = [g for g in row["governors"] if g != "performance"]
+    if slow_governors:
+        flags.append(f"governor {'/'.join(slow_governors)}")
+    return flags
+
+
 def environment_rows(runs: dict, base: str, new: str) -> list:
     """Return one row per round and side: load, CPU set, GPU memory, faults, driver CPU, flags."""
     rows = []
@@ -4156,7 +4793,7 @@ def environment_rows(runs: dict, base: str, new: str) -> list:
                 if walls and math.fsum(walls) > 0 else None,
                 "above_load_limit": bool(peaks) and run.max_load is not None
                 and max(peaks) > run.max_load,
-                "max_load": run.max_load, "flags": []})
+                "max_load": run.max_load, **suspect_fields(run, envs), "flags": []})
     for side in (base, new):
         seen = [r["router_cpus"] for r in rows if r["side"] == side and r["router_cpus"]]
         usual = max(set(seen), key=seen.count) if seen else None
@@ -4170,6 +4807,7 @@ def environment_rows(runs: dict, base: str, new: str) -> list:
             row["flags"].append(f"load above {row['max_load']:g}")
         if row["discarded_attempts"]:
             row["flags"].append("discarded attempts")
+        row["flags"] += suspect_flags(row)
     return rows
 
 
@@ -4221,27 +4859,111 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
-def format_run_summary(passes: Sequence[PassRecord]) -> list:
-    """Return the lines of a run's per-pass table."""
+def format_run_summary(passes: Sequence[PassRecord],
+                       thresholds: Thresholds = Thresholds()) -> list:
+    """Return the lines of a run's per-pass table, its slow phases and GPU state."""
+    cpu = any(item.attempt.router_cpu is not None for item in passes)
     rows = []
     for item in passes:
         s = item.summary
         if item.discarded:
-            rows.append([pass_title(item.name), "discarded: load above the limit"] + [""] * 8)
+            rows.append([pass_title(item.name), "discarded: load above the limit"]
+                        + [""] * (10 if cpu else 8))
             continue
         rows.append([pass_title(item.name), str(s.requests), str(s.ok),
                      str(sum(s.errors.values())), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
                      fmt_value(s.p99_ms), fmt_value(s.mean_ms), fmt_value(s.req_per_s),
                      f"{s.wall_s:.2f}"])
+        if cpu:
+            rows[-1] += [fmt_value(item.environment.router_cpu_ms),
+                         fmt_value(item.environment.foreign_vcpus)]
     lines = render_table(["pass", "requests", "ok", "errors", "p50_ms", "p95_ms", "p99_ms",
-                          "mean_ms", "req/s", "wall_s"], rows, right=[False])
+                          "mean_ms", "req/s", "wall_s"]
+                         + (["router cpu ms/req", "foreign vCPUs"] if cpu else []),
+                         rows, right=[False])
     for item in passes:
         if item.summary and item.summary.errors:
             lines.append(f"errors in {pass_title(item.name)}: "
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
+        if not item.discarded:
+            slow = slow_windows(item.attempt.windows, thresholds)
+            if slow:
+                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, slow))
+        notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())
+        lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
     for item in passes:
         lines += expectation_lines(item)
-    return lines
+    return lines + format_gpu_state(passes)
+
+
+def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
+    """Return one line naming the windows of a pass's slow phase against its median window."""
+    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
+    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
+    chosen = [windows[i] for i in slow]
+    worst_p95 = max((w.p95_ms for w in chosen if w.p95_ms is not None), default=None)
+    worst_rate = min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None)
+    return (f"slow phase in {title}: {'window' if len(slow) == 1 else 'windows'} "
+            f"{', '.join(str(i + 1) for i in slow)} of {len(windows)} (from "
+            f"{chosen[0].start_s:.1f} s): p95 up to {fmt_value(worst_p95)} ms, rate down to "
+            f"{fmt_value(worst_rate)} req/s; median window: p95 "
+            f"{fmt_value(statistics.median(p95s) if p95s else None)} ms, "
+            f"{fmt_value(statistics.median(rates) if rates else None)} req/s")
+
+
+def fmt_reading(value: Optional[float]) -> str:
+    """Return a GPU tool's figure as it read: whole numbers whole, else one decimal."""
+    return "n/a" if value is None else f"{value:,.1f}".rstrip("0").rstrip(".")
+
+
+def span_text(low: Optional[float], high: Optional[float],
+              fmt: Callable[[Optional[float]], str] = fmt_value) -> str:
+    """Return 'low-high' as figures, one figure when they read the same, n/a for none."""
+    if low is None:
+        return "n/a"
+    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
+
+
+def format_gpu_state(passes: Sequence[PassRecord]) -> list:
+    """Return the ranges of each pass's GPU readings (before and after it, over devices), and
+    why a reading is missing."""
+    gpu = [(item, item.attempt.environment.get("gpu")) for item in passes]
+    gpu = [(item, record) for item, record in gpu if isinstance(record, dict)]
+    if not gpu:
+        return []
+    rows, notes = [], []
+    for item, record in gpu:
+        state = item.environment.gpu_state
+        rows.append([pass_title(item.name)]
+                    + [span_text(min(state[k]), max(state[k]), fmt_reading)
+                       if state.get(k) else "n/a" for k in GPU_FIELDS[:-1]]
+                    + [span_text(min(item.environment.gpu_mib, default=None),
+                                 max(item.environment.gpu_mib, default=None), fmt_reading)])
+        for moment in ("before", "after"):
+            reading = record.get(moment) if isinstance(record.get(moment), dict) else {}
+            for key in ("error", "note"):
+                if reading.get(key):
+                    notes.append(f"gpu {moment} {pass_title(item.name)}: {reading[key]}")
+    tool = gpu[0][1].get("tool") or "gpu"
+    return ([f"gpu ({tool}), before and after each pass:"]
+            + render_table(["pass", "temp C", "sclk MHz", "mclk MHz", "power W", "use %",
+                            "used MiB"], rows, right=[False]) + notes)
+
+
+def format_host(settings: dict) -> list:
+    """Return the run's host settings in one or two lines."""
+    if not settings:
+        return []
+    parts = []
+    for role in ("driver", "router"):
+        cpus = settings.get(role) or {}
+        if cpus:
+            governors = ", ".join(f"{g} ({c})" for g, c in cpus["governors"].items()) or "n/a"
+            boost = ", ".join(f"{b} ({c})" for b, c in cpus["boost"].items()) or "n/a"
+            parts.append(f"{role} CPUs {cpus['cpus']}: governor {governors}, boost {boost}")
+    return [f"host: {settings.get('cpu_model') or 'CPU n/a'}; kernel {settings.get('kernel')}; "
+            f"Python {settings.get('python')}; router-latency {settings.get('tool_version')}"] \
+        + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
 def expectation_lines(item: PassRecord) -> list:
@@ -4281,20 +5003,8 @@ def overload_note(run: RunFile) -> list:
               "restart the router) and --timeout above the router's timeout"]
 
 
-def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
-    """Return the lines of the side-by-side comparison of two runs."""
-    lines = [f"A: {report.a_path} ({report.a_label or 'no label'})",
-             f"B: {report.b_path} ({report.b_label or 'no label'})"]
-    sha_a, sha_b = report.corpus_sha256
-    if sha_a == sha_b:
-        lines.append(f"corpus: {sha_a[:12]} ({report.corpus_count} prompts)")
-    else:
-        lines.append(f"warning: different corpora: A {sha_a[:12]}, B {sha_b[:12]}")
-    if any(report.config_hashes):
-        lines.append("config (x-vsr-config-hash): " + ", ".join(
-            f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
-            for tag, hashes in zip("AB", report.config_hashes)))
-    lines.append("")
+def compare_rows(report: CompareReport) -> list:
+    """Return the rows of compare's table: figures, errors, rejections and router CPU."""
     rows = []
     for item in report.passes:
         if item.discarded:
@@ -4310,6 +5020,29 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             if metric == "errors" or ea or eb:  # expected rejections, where there are any
                 rows.append(["", metric, str(ea), str(eb),
                              f"{eb - ea:+d}" if eb != ea else "0", ""])
+        for name, va, vb in item.router_cpu:
+            rows.append(["", {"router_cpu_ms": "router cpu ms/req",
+                              "foreign_vcpus": "foreign vCPUs"}[name], fmt_value(va),
+                         fmt_value(vb), "n/a" if va is None or vb is None else fmt_signed(vb - va),
+                         fmt_ratio(vb / va) if va and vb is not None else "n/a"])
+    return rows
+
+
+def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
+    """Return the lines of the side-by-side comparison of two runs."""
+    lines = [f"A: {report.a_path} ({report.a_label or 'no label'})",
+             f"B: {report.b_path} ({report.b_label or 'no label'})"]
+    sha_a, sha_b = report.corpus_sha256
+    if sha_a == sha_b:
+        lines.append(f"corpus: {sha_a[:12]} ({report.corpus_count} prompts)")
+    else:
+        lines.append(f"warning: different corpora: A {sha_a[:12]}, B {sha_b[:12]}")
+    if any(report.config_hashes):
+        lines.append("config (x-vsr-config-hash): " + ", ".join(
+            f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
+            for tag, hashes in zip("AB", report.config_hashes)))
+    lines.append("")
+    rows = compare_rows(report)
     lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
                           markdown=markdown, right=[False, False])
     for item in report.passes:
@@ -4317,6 +5050,11 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                   if counts[0]]
         if failed:
             lines.append(f"errors in {pass_title(item.name)}: {'; '.join(failed)}")
+    lines += [f"slow phase: {tag} {pass_title(item.name)} "
+              f"({'window' if len(slow) == 1 else 'windows'} "
+              f"{', '.join(str(i + 1) for i in slow)} of {count})"
+              for item in report.passes if not item.discarded
+              for tag, slow, count in zip("AB", item.slow, item.windows) if slow]
     lines += report.warnings
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"
@@ -4460,13 +5198,9 @@ def format_config_hashes(report: RoundsReport) -> list:
 
 
 def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the lines of the per-round environment table."""
-    def span(low: Optional[float], high: Optional[float]) -> str:
-        if low is None:
-            return "n/a"
-        return fmt_value(low) if fmt_value(low) == fmt_value(high) else \
-            f"{fmt_value(low)}-{fmt_value(high)}"
-
+    """Return the lines of the per-round environment table, and of the router CPU and GPU
+    state table where the runs recorded them."""
+    span = span_text
     table = []
     for row in report.environment:
         cpu = "n/a" if row["driver_cpu_s"] is None else (
@@ -4478,7 +5212,30 @@ def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
                       str(row["discarded_attempts"]), cpu, ", ".join(row["flags"]) or "-"])
     return render_table(["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
                          "discarded", "driver cpu", "flags"], table, markdown=markdown,
-                        right=[False, False, True, False, True, True, True, True, False])
+                        right=[False, False, True, False, True, True, True, True, False]) \
+        + format_router_and_gpu(report, markdown=markdown)
+
+
+def format_router_and_gpu(report: RoundsReport, *, markdown: bool = False) -> list:
+    """Return the per-round table of router CPU per request, foreign vCPUs, GPU state ranges
+    and slow passes; nothing when no run recorded any."""
+    keys = ["router_cpu_ms", *(f"gpu_{k}" for k in GPU_FIELDS[:-1])]
+    rows = report.environment
+    if not any(r.get(f"{k}_min") is not None for r in rows for k in keys) \
+            and not any(r.get("foreign_vcpus_max") is not None or r.get("slow_passes")
+                        for r in rows):
+        return []
+    table = [[f"r{r['round']}", r["side"],
+              span_text(r.get("router_cpu_ms_min"), r.get("router_cpu_ms_max")),
+              fmt_value(r.get("foreign_vcpus_max"))]
+             + [span_text(r.get(f"{k}_min"), r.get(f"{k}_max"), fmt_reading)
+                for k in keys[1:]]
+             + [", ".join(pass_title(n) for n in r.get("slow_passes") or ()) or "-"]
+             for r in rows]
+    return [""] + render_table(
+        ["round", "side", "router cpu ms/req", "foreign vCPUs (max)", "gpu temp C", "sclk MHz",
+         "mclk MHz", "gpu W", "gpu use %", "slow phases"], table, markdown=markdown,
+        right=[False, False] + [True] * 7 + [False])
 
 
 def format_order(report: RoundsReport) -> list:
@@ -4646,14 +5403,18 @@ class SimulatedRouter:
     (time.sleep, nanosecond clock), with `serial` one at a time like a single GPU process, and
     carries x-vsr-config-hash, a sha256 of the settings that shape its answers (not the seed);
     empty or whitespace-only text gets 400 INVALID_INPUT, a preview beyond `max_concurrency`
-    in flight 429 OVERLOADED at once, both in the router's error envelope. GET /health and
-    GET /metrics (Prometheus text) answer at once.
+    in flight 429 OVERLOADED at once, both in the router's error envelope. `stall` (every,
+    length, ms) makes a slow phase now and then: of every `every` previews, the last `length`
+    wait `ms` more, as when another job takes the GPU. GET /health and GET /metrics
+    (Prometheus text) answer at once.
     """
 
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
-                 max_concurrency: int = ROUTER_MAX_CONCURRENCY):
+                 max_concurrency: int = ROUTER_MAX_CONCURRENCY,
+                 stall: Optional[tuple] = None):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+        self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
@@ -4750,6 +5511,8 @@ class SimulatedRouter:
                 return simulated_error(429, "OVERLOADED", "admission queue is full")
             self.in_flight += 1
             pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
+            if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
+                pause += self.stall[2] / 1000
             self.served += 1
         try:
             if self.serial:
@@ -4770,11 +5533,12 @@ class SimulatedRouter:
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
-                    seed: int = 0,
-                    max_concurrency: int = ROUTER_MAX_CONCURRENCY) -> SimulatedRouter:
+                    seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
+                    stall: Optional[tuple] = None) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
-                           decisions=decisions, seed=seed, max_concurrency=max_concurrency)
+                           decisions=decisions, seed=seed, max_concurrency=max_concurrency,
+                           stall=stall)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -4979,6 +5743,36 @@ def decision_names(text: str) -> tuple:
     return names
 
 
+def index_list(text: str) -> tuple:
+    try:
+        return tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected GPU indexes separated by commas, got {text!r}") from None
+
+
+def cpu_list_text(text: str) -> str:
+    try:
+        return format_cpu_list(parse_cpu_list(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a CPU list such as 0-11,24, got {text!r}") \
+            from None
+
+
+def stall_spec(text: str) -> tuple:
+    parts = text.split(":")
+    try:
+        every, length, extra = int(parts[0]), int(parts[1]), float(parts[2])
+    except (ValueError, IndexError):
+        every = length = 0
+        extra = -1.0
+    if len(parts) != 3 or not 0 < length <= every or not 0 <= extra < 1e6:
+        raise argparse.ArgumentTypeError(
+            f"expected EVERY:LENGTH:MS, LENGTH of every EVERY previews waiting MS more, "
+            f"got {text!r}")
+    return every, length, extra
+
+
 def label_text(text: str) -> str:
     if not text.strip() or len(text) > 200:
         raise argparse.ArgumentTypeError("expected a label of 1 to 200 characters")
@@ -5049,6 +5843,7 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--insecure", action="store_true",
                    help="do not verify HTTPS certificates (recorded in the file)")
     add_capture_options(p)
+    add_suspect_options(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing run file")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_run)
@@ -5089,19 +5884,42 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                         "4 KB of stdout are stored (repeatable)")
     p.add_argument("--probe-timeout", type=positive_float, default=10.0,
                    help="seconds a probe, GPU tool or metrics scrape may take")
-    p.add_argument("--gpu", choices=("auto", "rocm", "nvidia", "none"), default="auto",
-                   help="record used GPU memory before and after each pass with rocm-smi or "
-                        "nvidia-smi (auto: whichever is on PATH)")
+    p.add_argument("--gpu", choices=("auto", "rocm", "amd", "nvidia", "none"), default="auto",
+                   help="record GPU temperature, clocks, power, use and memory before and after "
+                        "each pass with rocm-smi, amd-smi or nvidia-smi (auto: the first of "
+                        "them on PATH)")
+    p.add_argument("--gpu-index", type=index_list, metavar="N[,N...]",
+                   help="only these GPUs, by the tool's own index (default: all visible)")
     router = p.add_mutually_exclusive_group()
     router.add_argument("--router-pid", type=positive_int,
-                        help="record this process's effective CPU set")
+                        help="the router's process: its CPU set, and the CPU time of it, its "
+                             "threads and its children")
     router.add_argument("--router-cgroup", metavar="PATH",
-                        help="record the cgroup's cpuset.cpus.effective")
+                        help="the router's cgroup v2 folder: cpuset.cpus.effective and "
+                             "cpu.stat usage_usec")
+    router.add_argument("--router-container", metavar="NAME",
+                        help="the router's Docker container: its cgroup, found with docker "
+                             "inspect")
+    p.add_argument("--router-cpus", type=cpu_list_text, metavar="LIST",
+                   help="the router's CPUs ('0-11'), instead of its cgroup's or process's set, "
+                        "for the foreign vCPUs on them")
     p.add_argument("--metrics-url", help="router's Prometheus endpoint, scraped before and "
                                          "after each pass; a URL without a path gets /metrics")
     p.add_argument("--metric", action="append", type=metric_pattern, metavar="REGEX",
                    help="keep series whose name matches (repeatable; default: names "
                         f"matching {DEFAULT_METRIC_PATTERN})")
+
+
+def add_suspect_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-foreign-cpus", type=non_negative_float, default=1.0,
+                   help="flag a pass where other processes used more vCPUs of the router's CPUs")
+    p.add_argument("--window", type=positive_int, default=50, metavar="REQUESTS",
+                   help="requests per window of each pass's time series")
+    p.add_argument("--slow-p95", type=positive_float, default=2.0, metavar="FACTOR",
+                   help="a slow phase: a window's p95 above FACTOR times the pass's median "
+                        "window p95")
+    p.add_argument("--slow-rate", type=non_negative_float, default=0.5, metavar="FACTOR",
+                   help="... or its req/s below FACTOR times the median window req/s")
 
 
 def add_compare_parser(commands: Any) -> None:
@@ -5179,6 +5997,9 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--max-concurrency", type=positive_int, default=ROUTER_MAX_CONCURRENCY,
                    help="previews in flight at once; beyond it 429 OVERLOADED at once, as the "
                         "router's routing_preview.max_concurrency")
+    p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
+                   help="a slow phase now and then: of every EVERY previews, the last LENGTH "
+                        "wait MS more")
     p.add_argument("--url-file", help="write the server's URL here once it listens")
     p.set_defaults(func=cmd_simulate)
 
@@ -5223,7 +6044,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def run_arguments(args: argparse.Namespace) -> tuple:
-    """Return (Target, RunPlan, LoadGuard, CaptureSettings) of `run`'s arguments, checked."""
+    """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
+    checked."""
     target = Target(parse_endpoint(args.url), tuple(args.header), args.model, args.timeout,
                     args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS))
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
@@ -5232,11 +6054,15 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         raise RouterLatencyError("not a cgroup folder", "--router-cgroup")
     if args.router_pid and not Path(f"/proc/{args.router_pid}").exists():
         raise RouterLatencyError(f"no process {args.router_pid}", "--router-pid")
+    cgroup = container_cgroup(args.router_container, timeout=args.probe_timeout) \
+        if args.router_container else args.router_cgroup
     capture = CaptureSettings(
         probes=tuple(args.probe), probe_timeout=args.probe_timeout, gpu=resolve_gpu(args.gpu),
         metrics=metrics, metric_patterns=tuple(args.metric
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
-        router_pid=args.router_pid, router_cgroup=args.router_cgroup)
+        router_pid=args.router_pid, router_cgroup=cgroup,
+        router_container=args.router_container, router_cpu_list=args.router_cpus,
+        gpu_indexes=args.gpu_index or ())
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
@@ -5244,13 +6070,14 @@ def run_arguments(args: argparse.Namespace) -> tuple:
                    router_max_concurrency=args.router_max_concurrency)
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
-    return target, plan, guard, capture
+    thresholds = Thresholds(args.window, args.slow_p95, args.slow_rate, args.max_foreign_cpus)
+    return target, plan, guard, capture, thresholds
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     corpus = load_corpus(args.corpus)
-    target, plan, guard, capture = run_arguments(args)
+    target, plan, guard, capture, thresholds = run_arguments(args)
     stop = threading.Event()
     caught: list = []
 
@@ -5266,7 +6093,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = measure_run(target, plan, corpus, label=args.label, guard=guard,
                           capture=capture, stop=stop,
                           progress=Progress(enabled=not args.quiet and sys.stderr.isatty()),
-                          notify=(lambda m: None) if args.quiet else stderr_line)
+                          notify=(lambda m: None) if args.quiet else stderr_line,
+                          thresholds=thresholds)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -5286,7 +6114,8 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
     if not args.quiet:
         print(f"run {args.label}: {run.corpus_count} prompts, corpus {run.corpus_sha256[:12]}, "
               f"{run.url}")
-        for line in format_run_summary(run.passes):
+        for line in format_run_summary(run.passes, run.thresholds) + format_host(
+                run.host_settings):
             print(line)
         if run.config_hashes:
             print(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
@@ -5370,7 +6199,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                              jitter_ms=args.jitter_ms, serial=args.serial,
                              decisions=args.decisions, seed=args.seed,
-                             max_concurrency=args.max_concurrency)
+                             max_concurrency=args.max_concurrency, stall=args.stall)
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
     print(f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "

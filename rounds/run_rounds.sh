@@ -43,6 +43,7 @@ declare -A stop_cmd=([base]="" [new]="")
 declare -A url=([base]="" [new]="")
 declare -A url_file=([base]="" [new]="")
 declare -A metrics_url=([base]="" [new]="")
+declare -A container=([base]="" [new]="")
 run_args=()
 
 usage() {
@@ -59,6 +60,8 @@ Options:
   --base-url-file F, --new-url-file F read the URL from F once the side started
   --base-metrics-url U, --new-metrics-url U  scrape the side's Prometheus metrics around
                           each pass (run --metrics-url)
+  --base-container NAME, --new-container NAME  the side's Docker container: its CPU time per
+                          request and the foreign vCPUs on its CPUs (run --router-container)
   --wait-ready SECONDS    how long a started router may take to answer (default 300)
   --tolerance PCT         passed to `rounds` (default 5)
   --tool PATH             router_latency.py to use (default: the one beside rounds/)
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
     --base-url|--new-url) side=${1#--}; url[${side%-url}]=${2?}; shift 2 ;;
     --base-url-file|--new-url-file) side=${1#--}; url_file[${side%-url-file}]=${2?}; shift 2 ;;
     --base-metrics-url|--new-metrics-url) side=${1#--}; metrics_url[${side%-metrics-url}]=${2?}; shift 2 ;;
+    --base-container|--new-container) side=${1#--}; container[${side%-container}]=${2?}; shift 2 ;;
     --wait-ready) wait_ready=${2?}; shift 2 ;;
     --tolerance) tolerance=${2?}; shift 2 ;;
     --tool) tool=${2?}; shift 2 ;;
@@ -119,10 +123,11 @@ if [ "$dry_run" -eq 1 ]; then
     for role in $(order_of "$r"); do
       side=${name[$role]}
       printf 'round %d %s: start: %s\n' "$r" "$side" "${start_cmd[$role]}"
-      printf 'round %d %s: run: ROUND=%d SIDE=%s %s run --url %s --corpus %s --out %s --label %s --wait-ready %s%s %s\n' \
+      printf 'round %d %s: run: ROUND=%d SIDE=%s %s run --url %s --corpus %s --out %s --label %s --wait-ready %s%s%s %s\n' \
         "$r" "$side" "$r" "$side" "${driver[*]}" "${url[$role]:-<from ${url_file[$role]}>}" \
         "$corpus" "$dir/r$r-$side.json" "$side" "$wait_ready" \
-        "${metrics_url[$role]:+ --metrics-url ${metrics_url[$role]}}" "$shown_args"
+        "${metrics_url[$role]:+ --metrics-url ${metrics_url[$role]}}" \
+        "${container[$role]:+ --router-container ${container[$role]}}" "$shown_args"
       printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]}"
     done
   done
@@ -167,6 +172,7 @@ for ((r = 1; r <= rounds; r++)); do
     fi
     side_args=()
     if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
+    if [ -n "${container[$role]}" ]; then side_args+=(--router-container "${container[$role]}"); fi
     code=0
     # ROUND and SIDE reach the probes (run --probe), which run through the shell
     ROUND=$r SIDE=$side "${driver[@]}" run --url "$target" --corpus "$corpus" \

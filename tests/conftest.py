@@ -65,14 +65,15 @@ def write_corpus(path, texts):
 
 def make_run(path, *, label="x", sha="a" * 64, count=101, passes=None, decisions=None,
              complete=True, discarded=(), errors=None, started="2026-01-01T00:00:00Z",
-             started_unix=None, environment=None, load=None, driver_cpu_s=None):
+             started_unix=None, environment=None, load=None, driver_cpu_s=None,
+             router_cpu=None, windows=None, host_settings=None):
     """Write a valid run file with given figures, through the tool's own writer.
 
     passes: {concurrency: (p50, p95, p99, req_per_s)}: the records' latencies are chosen so
     that the summary the tool computes from them has these percentiles, so the file agrees
     with itself; decisions: the first prompts' decisions, the rest 'd'; errors: {kind: count},
     given to the last requests of each pass; environment, load, driver_cpu_s: recorded as is
-    in every measured pass.
+    in every measured pass; router_cpu and windows: {concurrency: RouterCpu or PhaseWindows}.
     """
     passes = passes or {1: (10.0, 12.0, 13.0, 100.0)}
     decisions = list(decisions or []) + ["d"] * (count - len(decisions or []))
@@ -88,11 +89,13 @@ def make_run(path, *, label="x", sha="a" * 64, count=101, passes=None, decisions
         ok = sum(r.error is None for r in requests)
         summary = rl.pass_summary(requests, round(ok / rps, 6))
         attempt = rl.Attempt(None, None, started, started_unix, load or {}, driver_cpu_s,
-                             environment or {}, summary, requests)
+                             environment or {}, summary, requests,
+                             router_cpu=(router_cpu or {}).get(concurrency),
+                             windows=tuple((windows or {}).get(concurrency, ())))
         records.append(rl.PassRecord(name, concurrency, False, False, attempt))
     run = rl.RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
                      tuple(records), started_utc=started, started_unix=started_unix,
-                     settings={"max_load": 120.0})
+                     settings={"max_load": 120.0}, host_settings=host_settings or {})
     rl.write_atomic(str(path), rl.dump_run(run))
     return str(path)
 

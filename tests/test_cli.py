@@ -337,6 +337,17 @@ def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
     assert "--probe side=echo\\ \\$SIDE\\ \\$ROUND" in runs[0]
 
 
+def test_driver_reads_each_sides_container(tmp_path):
+    result = subprocess.run(driver_args(tmp_path, "c.json", "--dry-run", "--base-container",
+                                        "router-cpu", "--new-container", "router-rocm"),
+                            capture_output=True, text=True, timeout=30)
+    runs = [line for line in result.stdout.splitlines() if ": run: " in line]
+    assert [line.split(":")[0] for line in runs if " --router-container router-cpu " in line] \
+        == ["round 1 cpu", "round 2 cpu", "round 3 cpu"]
+    assert [line.split(":")[0] for line in runs if " --router-container router-rocm " in line] \
+        == ["round 1 gpu", "round 2 gpu", "round 3 gpu"]
+
+
 def test_driver_runs_nothing_but_the_commands_given(tmp_path):
     # a corpus path and a URL that a careless script would evaluate, in the folder it runs in
     corpus = str(tmp_path / "c$(touch evaluated).json")

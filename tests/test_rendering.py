@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from conftest import three_rounds, two_runs, write_corpus
+import router_latency as rl
+from conftest import make_run, three_rounds, two_runs, write_corpus
 
 
 def test_compare_table_and_differing_inputs(tmp_path, cli):
@@ -154,3 +155,99 @@ def test_rounds_json_carries_the_environment(tmp_path, cli):
     assert report["order"]["first"] == {"r1": "cpu", "r2": "gpu", "r3": "cpu"}
     assert [item["round"] for item in report["left_out"]] == [2, 3]
     assert report["status"] == "inconclusive" and report["exit_code"] == 3
+
+
+def windows_of(p95s, rate=100.0):
+    return tuple(rl.PhaseWindow(10 * i, 10, 0, 0.1 * i, 0.1, p95 / 2, p95, rate)
+                 for i, p95 in enumerate(p95s))
+
+
+def gpu_reading(temp, sclk, power, util, used):
+    return {"used_mib": {"card0": used}, "devices": {"card0": {
+        "temp_c": temp, "temp_sensor": "junction", "sclk_mhz": sclk, "mclk_mhz": 1600.0,
+        "power_w": power, "util_pct": util, "used_mib": used}}}
+
+
+def suspect_rounds(folder):
+    """Three rounds of two passes with router CPU, foreign vCPUs, GPU state and time series:
+    r2's gpu router shares its CPUs (1.4 vCPUs of others) on a powersave governor, and its
+    Conc 4 pass has a slow phase (window 4: p95 40 against a median of 15)."""
+    for number in (1, 2, 3):
+        for side, cpu_ms in (("cpu", 3.0), ("gpu", 1.0 * number)):
+            odd = side == "gpu" and number == 2
+            make_run(
+                folder / f"r{number}-{side}.json", label=side, started_unix=10.0 * number
+                + (side == "gpu"), passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
+                router_cpu={c: rl.RouterCpu(0.1, cpu_ms * c, "0-11", 1.0, 2.0,
+                                            1.4 if odd else 0.25 + 0.05 * c) for c in (1, 4)},
+                windows={1: windows_of([15, 16, 14, 15]),
+                         4: windows_of([15, 15, 15, 40] if odd else [15, 15, 16, 15])},
+                environment={"gpu": {"tool": "rocm-smi",
+                                     "before": gpu_reading(40.0 + number, 800.0, 91.0, 0.0, 512.0),
+                                     "after": gpu_reading(48.5, 2100.0, 300.0, 100.0, 520.0)}}
+                if side == "gpu" else None,
+                host_settings={"driver": {"cpus": "0-1", "governors": {
+                    "powersave" if odd else "performance": "0-1"}, "boost": {}}})
+
+
+def test_rounds_environment_shows_router_cpu_gpu_state_and_slow_phases(tmp_path, cli):
+    suspect_rounds(tmp_path)
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    lines = result.out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("round  side")))
+    assert "\n".join(lines[start:start + 15]) + "\n" == textwrap.dedent("""\
+        round  side  load  router cpus  gpu MiB  restarts/faults  discarded  driver cpu  flags
+        r1     cpu    n/a  n/a              n/a              n/a          0         n/a  -
+        r1     gpu    n/a  n/a          512-520              n/a          0         n/a  -
+        r2     cpu    n/a  n/a              n/a              n/a          0         n/a  -
+        r2     gpu    n/a  n/a          512-520              n/a          0         n/a  \
+foreign cpus above 1, slow phase: Conc 4, governor powersave
+        r3     cpu    n/a  n/a              n/a              n/a          0         n/a  -
+        r3     gpu    n/a  n/a          512-520              n/a          0         n/a  -
+
+        round  side  router cpu ms/req  foreign vCPUs (max)  gpu temp C   sclk MHz  mclk MHz  \
+ gpu W  gpu use %  slow phases
+        r1     cpu           3.00-12.0                0.450         n/a        n/a       n/a  \
+   n/a        n/a  -
+        r1     gpu           1.00-4.00                0.450     41-48.5  800-2,100     1,600  \
+91-300      0-100  -
+        r2     cpu           3.00-12.0                0.450         n/a        n/a       n/a  \
+   n/a        n/a  -
+        r2     gpu           2.00-8.00                 1.40     42-48.5  800-2,100     1,600  \
+91-300      0-100  Conc 4
+        r3     cpu           3.00-12.0                0.450         n/a        n/a       n/a  \
+   n/a        n/a  -
+        r3     gpu           3.00-12.0                0.450     43-48.5  800-2,100     1,600  \
+91-300      0-100  -
+        """)
+    report = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                            "--format", "json").out)
+    row = report["environment"][3]
+    assert (row["router_cpu_ms_min"], row["router_cpu_ms_max"]) == (2.0, 8.0)
+    assert row["foreign_vcpus_max"] == 1.4 and row["above_foreign_limit"] is True
+    assert (row["gpu_temp_c_min"], row["gpu_temp_c_max"]) == (42.0, 48.5)
+    assert row["slow_passes"] == ["c4"] and row["governors"] == ["powersave"]
+
+
+def test_compare_shows_router_cpu_and_slow_phases(tmp_path, cli):
+    suspect_rounds(tmp_path)
+    result = cli("compare", tmp_path / "r2-cpu.json", tmp_path / "r2-gpu.json")
+    assert result.code == 0
+    table = result.out.split("\n\n")[1]
+    assert table == textwrap.dedent("""\
+        pass        metric                 A     B   B - A    B/A
+        Sequential  p50 ms              10.0  10.0   0.000  1.00x
+                    p95 ms              20.0  20.0   0.000  1.00x
+                    p99 ms              30.0  30.0   0.000  1.00x
+                    req/s                100   100   0.000  1.00x
+                    errors                 0     0       0
+                    router cpu ms/req   3.00  2.00   -1.00  0.67x
+                    foreign vCPUs      0.300  1.40   +1.10  4.67x
+        Conc 4      p50 ms              12.0  12.0   0.000  1.00x
+                    p95 ms              25.0  25.0   0.000  1.00x
+                    p99 ms              40.0  40.0   0.000  1.00x
+                    req/s                300   300   0.000  1.00x
+                    errors                 0     0       0
+                    router cpu ms/req   12.0  8.00   -4.00  0.67x
+                    foreign vCPUs      0.450  1.40  +0.950  3.11x
+        slow phase: B Conc 4 (window 4 of 4)""")

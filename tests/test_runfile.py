@@ -36,13 +36,19 @@ def request_of(i, latency, error, decision, start, code, outcome, open_loop):
 def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=()):
     """Return a RunFile with one measured pass of these requests, built like measure_run's."""
     records = tuple(request_of(i, *fields, open_loop) for i, fields in enumerate(requests))
+    gpu_state = {"temp_c": 44.0, "temp_sensor": "junction", "sclk_mhz": 800.0,
+                 "mclk_mhz": 1600.0, "power_w": None, "util_pct": 0.0, "used_mib": 5.0}
     attempt = rl.Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
                          "2026-01-01T00:00:00Z", 1.5, {"start": 0.5, "end": 0.7, "min": 0.5,
                                                        "max": 0.7, "samples": 2},
-                         0.01, {"router_cpus": "0-3", "gpu": {"tool": "rocm-smi",
-                                                              "before": {"used_mib": {"c0": 5.0}},
-                                                              "after": {"error": "x"}}},
-                         rl.pass_summary(records, wall_s), records, tuple(hashes))
+                         0.01, {"router_cpus": "0-3", "gpu": {
+                             "tool": "rocm-smi", "after": {"error": "x"},
+                             "before": {"used_mib": {"c0": 5.0}, "devices": {"c0": gpu_state},
+                                        "note": "rocm-smi exited 2"}}},
+                         rl.pass_summary(records, wall_s), records, tuple(hashes),
+                         rl.RouterCpu(0.05, round(50 / len(records), 4), "0-3", 0.31, 0.52,
+                                      0.5, ("CPUs 3 not in /proc/stat",)),
+                         rl.phase_windows(records, 7))
     passes = [rl.PassRecord("r100" if open_loop else "sequential", 64 if open_loop else 1,
                             False, False, attempt, (attempt,))]
     if discarded_pass:
@@ -52,8 +58,11 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=()):
                                                          rate=None, arrival=None),)))
     return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": len(records)},
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
-                      header_names=("X-Key",), settings={"max_load": 120.0},
-                      floor={"spread_ms": 0.02}, warmup={"requests": 0})
+                      header_names=("X-Key",),
+                      settings={"max_load": 120.0, **rl.Thresholds(7, 3.0, 0.25, 0.5)._asdict()},
+                      floor={"spread_ms": 0.02}, warmup={"requests": 0},
+                      host_settings={"cpu_model": "x", "kernel": "6.8", "driver": {
+                          "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}})
 
 
 @settings(max_examples=60, deadline=None)
@@ -74,6 +83,11 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert first.decisions == {r.id: r.decision for r in run.passes[0].requests
                                if r.outcome != "expected_rejection"}
     assert loaded.config_hashes == tuple(hashes)
+    assert loaded.thresholds == rl.Thresholds(7, 3.0, 0.25, 0.5)
+    assert first.attempt.windows and first.attempt.router_cpu.foreign_vcpus == 0.5
+    assert first.environment.gpu_state == {"temp_c": (44.0,), "sclk_mhz": (800.0,),
+                                           "mclk_mhz": (1600.0,), "util_pct": (0.0,),
+                                           "used_mib": (5.0,)}
 
 
 def test_files_without_the_new_fields_stay_as_they_were(tmp_path):
@@ -104,6 +118,61 @@ def test_pass_summary_keeps_expected_rejections_apart_and_counts_codes():
     assert rl.failure_text(summary.errors, summary.error_codes) == \
         "http_4xx: OVERLOADED 2, http_4xx 1"
     assert summary.to_json()["rejected"] == 1
+
+
+
+def test_an_older_run_file_loads_with_the_new_fields_empty(tmp_path):
+    path = Path(make_run(tmp_path / "old.json"))
+    document = json.loads(path.read_text())
+    del document["host_settings"]
+    for key in ("router_cpu", "windows"):
+        del document["passes"][0][key]
+    path.write_text(json.dumps(document))
+    run = rl.load_run(str(path))
+    assert run.host_settings == {} and run.thresholds == rl.Thresholds()
+    assert run.passes[0].attempt.router_cpu is None and run.passes[0].attempt.windows == ()
+    assert run.slow_windows(run.passes[0]) == ()
+
+
+def request_at(start_ms, latency_ms, error=None):
+    return rl.Request(0, start_ms, latency_ms, None if error else 200, None if error else "d",
+                      error)
+
+
+def test_phase_windows_by_hand():
+    # 11 sequential requests 10 ms apart; windows of 4: 4, 4, and a remainder of 3 (>= 2)
+    requests = [request_at(10.0 * i, 5.0 + i, "timeout" if i == 5 else None) for i in range(11)]
+    windows = rl.phase_windows(requests, 4)
+    assert [(w.first, w.requests, w.errors) for w in windows] == [(0, 4, 0), (4, 4, 1),
+                                                                 (8, 3, 0)]
+    # spans: to the next window's first send, the last to the last answer (100 + 15 ms)
+    assert [w.start_s for w in windows] == [0.0, 0.04, 0.08]
+    assert [w.span_s for w in windows] == [0.04, 0.04, 0.035]
+    assert [w.req_per_s for w in windows] == [100.0, 75.0, round(3 / 0.035, 2)]
+    assert windows[1].p50_ms == 11.0  # 9, 11 and 12 ms answered; the 10 ms one failed
+    assert windows[0].p95_ms == pytest.approx(7.85)
+    # a remainder under half a window joins the last window
+    assert [w.requests for w in rl.phase_windows(requests, 5)] == [5, 6]
+    assert rl.phase_windows(requests, 20)[0].requests == 11
+    assert rl.phase_windows([request_at(None, 1.0)], 4) == ()
+
+
+def window(p95, rate):
+    return rl.PhaseWindow(0, 10, 0, 0.0, 0.1, p95 / 2, p95, rate)
+
+
+def test_slow_windows_against_the_pass_median():
+    rule = rl.Thresholds()
+    # median p95 15, median rate 100: 31 > 2 x 15 is slow, 30 is not; 49 < 50 is slow
+    windows = [window(15, 100), window(15, 100), window(31, 100), window(30, 100),
+               window(15, 49), window(15, 50)]
+    assert rl.slow_windows(windows, rule) == (2, 4)
+    assert rl.slow_windows(windows, rl.Thresholds(slow_p95_factor=1.9, slow_rate_factor=0.4)) \
+        == (2, 3)
+    assert rl.slow_windows(windows[:2], rule) == ()  # two windows make no baseline
+    # a window of failures only has no p95, and its rate 0 is slow
+    assert rl.slow_windows([window(15, 100)] * 3 + [rl.PhaseWindow(0, 10, 10, 0.0, 0.1, None,
+                                                                   None, 0.0)], rule) == (3,)
 
 
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
@@ -163,6 +232,19 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
      "passes[0].summary.error_codes.timeout", "more than the 0 timeout errors"),
     (lambda d: d["passes"][0]["summary"].update(rejected=1), "passes[0].summary",
      "ok + errors + rejected does not add up to requests"),
+    (lambda d: d["passes"][0].update(windows={}), "passes[0].windows", "expected a list"),
+    (lambda d: d["passes"][0].update(windows=[{"first": 0}]), "passes[0].windows[0].requests",
+     "expected a whole number"),
+    (lambda d: d["passes"][0].update(router_cpu={"per_request_ms": "1"}),
+     "passes[0].router_cpu.per_request_ms", "expected a finite number"),
+    (lambda d: d["passes"][0].update(router_cpu={"notes": "x"}), "passes[0].router_cpu.notes",
+     "expected a list of strings"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"devices": {
+        "card0": {"temp_c": "hot"}}}}}), "passes[0].environment.gpu.after.devices.card0.temp_c",
+     "expected a finite number"),
+    (lambda d: d["settings"].update(slow_p95_factor="2"), "settings.slow_p95_factor",
+     "expected a finite number"),
+    (lambda d: d.update(host_settings=[]), "host_settings", "expected an object"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")
