@@ -359,3 +359,17 @@ def test_driver_runs_nothing_but_the_commands_given(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 2
     assert not (tmp_path / "evaluated").exists()
+
+
+def test_record_bad_input(tmp_path, cli):
+    out = ["--json", tmp_path / "r.json", "--markdown", tmp_path / "r.md"]
+    for spec, message in (("noequals", "expected NAME=DIR or NAME=DIR:BASE:NEW"),
+                          ("a=dir:cpu", "expected NAME=DIR or NAME=DIR:BASE:NEW")):
+        result = cli("record", "--section", spec, *out)
+        assert result.code == 2 and message in result.err
+    sides_missing = cli("record", "--section", f"a={tmp_path}", *out)
+    assert_one_line_error(sides_missing, "section a names no sides")
+    (tmp_path / "r.md").write_text("keep")
+    exists = cli("record", "--section", f"a={tmp_path}:cpu:gpu", *out)
+    assert_one_line_error(exists, "exists; pass --force to overwrite it")
+    assert (tmp_path / "r.md").read_text() == "keep" and not (tmp_path / "r.json").exists()

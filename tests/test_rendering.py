@@ -3,6 +3,7 @@ written with known figures."""
 
 import hashlib
 import json
+import statistics
 import textwrap
 
 import pytest
@@ -251,3 +252,35 @@ def test_compare_shows_router_cpu_and_slow_phases(tmp_path, cli):
                     router cpu ms/req   12.0  8.00   -4.00  0.67x
                     foreign vCPUs      0.450  1.40  +0.950  3.11x
         slow phase: B Conc 4 (window 4 of 4)""")
+
+
+def test_record_rebuilds_a_section_from_per_round_values(tmp_path, cli):
+    # per-round sequential p50 in the published record's form: rocm 8.65-8.72 ms against
+    # cpu 22.8-23.6 ms, three rounds
+    folder = tmp_path / "stack_b"
+    folder.mkdir()
+    for number, (cpu, rocm) in enumerate(((22.8, 8.65), (23.2, 8.70), (23.6, 8.72)), 1):
+        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: (cpu, 30, 40, 40)},
+                 started_unix=10.0 * number + (number % 2))
+        make_run(folder / f"r{number}-rocm.json", label="rocm", passes={1: (rocm, 12, 14, 110)},
+                 started_unix=10.0 * number + 1 - (number % 2))
+    result = cli("record", "--section", f"stack_b_image={folder}:cpu:rocm", "--json",
+                 tmp_path / "record.json", "--markdown", tmp_path / "record.md")
+    assert result.code == 0, result.err
+    markdown = (tmp_path / "record.md").read_text().splitlines()
+    diffs = [8.65 - 22.8, 8.70 - 23.2, 8.72 - 23.6]
+    mean = sum(diffs) / 3
+    half = 4.302653 * statistics.stdev(diffs) / 3 ** 0.5
+    speedup = ((22.8 / 8.65) * (23.2 / 8.70) * (23.6 / 8.72)) ** (1 / 3)
+    row = next(line for line in markdown if line.startswith("| Sequential | p50 |"))
+    assert row.split(" | ")[2:5] == ["23.2", "8.70",
+                                     f"{mean:.1f} [{mean - half:.1f}, {mean + half:.1f}]"]
+    assert row.split(" | ")[5].startswith(f"{speedup:.2f}x [")
+    assert "- Sequential p50 per round: cpu 22.8–23.6 ms, rocm 8.65–8.72 ms" in markdown
+    assert "- 101/101 inputs agreed in every pass of every round" in markdown
+    assert "- failed requests: none" in markdown
+    document = json.loads((tmp_path / "record.json").read_text())
+    section = document["sections"]["stack_b_image"]
+    assert section["report"]["rows"][0]["new_values"] == [8.65, 8.7, 8.72]
+    assert section["rounds"]["r2"]["rocm"]["passes"][0]["summary"]["p50_ms"] == 8.7
+    assert "requests" not in section["rounds"]["r2"]["rocm"]["passes"][0]

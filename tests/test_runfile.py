@@ -289,3 +289,14 @@ def test_a_run_file_must_agree_with_itself(tmp_path, cli, edit, field, message):
     edit(document)
     path.write_text(json.dumps(document))
     assert_one_line_error(cli("compare", path, path), f"{path}: {field}", message)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 400), st.floats(min_value=1e-4, max_value=5.0))
+def test_a_summary_rounded_as_measured_agrees_with_its_records(count, wall_s):
+    # measure_attempt summarises with the unrounded wall time; the file keeps it to 1 us and
+    # req/s to 0.01, so the reader's check must allow both roundings, at any rate
+    requests = tuple(rl.Request(i, 0.0, 1.0, 200, "d", None) for i in range(count))
+    attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, wall_s),
+                         requests)
+    rl._check_agrees(attempt, "pass")
