@@ -12,8 +12,9 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
     router-latency demo
 
 Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
-failed requests); 2 the input or the invocation was wrong; 3 inconclusive rows with --strict;
-130 and 143 when a run was interrupted by SIGINT or SIGTERM (what was measured is saved).
+failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
+rounds, a failed base side, --strict, an undecided --sequential look); 130 and 143 when a run
+was interrupted by SIGINT or SIGTERM (what was measured is saved).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -6080,17 +6081,20 @@ def add_rounds_parser(commands: Any) -> None:
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=HelpFormatter,
                             epilog="example: rounds --dir results --base cpu --new rocm. "
-                                   "Exit codes: 0 pass, 1 a regression or a changed decision, "
-                                   "2 bad input, 3 inconclusive rows with --strict.")
+                                   "Exit codes: 0 pass; 1 failed: a regression, a changed "
+                                   "decision, a failed new side or more failed requests than "
+                                   "the base; 2 bad input; 3 inconclusive: fewer than 3 usable "
+                                   "rounds, a failed base side, --strict with a gated row that "
+                                   "could not detect --max-mde, or an undecided --sequential "
+                                   "look.")
     p.add_argument("--dir", required=True, help="folder of r<N>-<side>.json files")
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
     p.add_argument("--tolerance", type=non_negative_float, default=5.0,
                    help="percent change within which a row is 'same'")
-    p.add_argument("--gate", type=gate_list, default=DEFAULT_GATE,
+    p.add_argument("--gate", type=gate_list, default="p50,p95,req/s",
                    help="rows that can fail the gate: metrics of every pass (p50, p95, p99, "
-                        "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95); default "
-                        "p50,p95,req/s")
+                        "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95)")
     p.add_argument("--max-mde", type=positive_float, metavar="PCT",
                    help="with --strict, the largest detectable change an inconclusive gated "
                         "row may have before the result is inconclusive (default twice the "
@@ -6186,7 +6190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="router-latency", description=__doc__.split("\n\n")[1],
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="exit codes: 0 ok, 1 gate failed, 2 bad input, 3 inconclusive "
-                           "(--strict), 130/143 interrupted")
+                           "(rounds), 130/143 interrupted")
     parser.add_argument("--version", action="version", version=f"router-latency {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                      metavar="{corpus,run,compare,rounds,record,simulate,demo}")
