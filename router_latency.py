@@ -4775,7 +4775,7 @@ class Series(NamedTuple):
 
 
 def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, *,
-              x_log: bool = False, y_log: bool = False, y_format: Callable = fmt_value,
+              x_log: bool = False, y_log: bool = False, y_format: Callable = "{:g}".format,
               width: int = 560, height: int = 270) -> str:
     """Return an SVG plot of lines with axes, ticks and grid lines."""
     series = [s._replace(points=[(x, y) for x, y in s.points
@@ -4798,7 +4798,7 @@ def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, 
         x = x_axis.at(value)
         parts.append(f'<line x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{height - 38}" '
                      f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 24}" '
-                     f'text-anchor="middle">{esc(fmt_value(value))}</text>')
+                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
     for value in y_axis.ticks():
         y = y_axis.at(value)
         parts.append(f'<line x1="58" y1="{y:.1f}" x2="{width - 14}" y2="{y:.1f}" '
