@@ -3783,7 +3783,7 @@ class PassLatencies(NamedTuple):
     round: int
     side: str
     used: bool  # the round is among those judged
-    quantiles: tuple  # latency at 0, 0.5, ..., 100% of the successful requests (R7)
+    quantiles: tuple  # latency at 0, 1, ..., 100% of the successful requests (R7)
     windows: tuple  # (middle of the window in s from the first send, median latency)
 
 
@@ -3808,7 +3808,7 @@ def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list
                 ok = [r for r in item.requests if r.error is None and r.latency_ms is not None]
                 if item.discarded or not ok:
                     continue
-                quantiles = percentiles([r.latency_ms for r in ok], [q / 2 for q in range(201)])
+                quantiles = percentiles([r.latency_ms for r in ok], range(101))
                 views.append(PassLatencies(item.name, number, side, number in used,
                                            tuple(quantiles), tuple(time_windows(ok))))
     return views
@@ -4936,7 +4936,7 @@ def page_latencies(report: RoundsReport) -> str:
     plots = []
     for name in names:
         views = [v for v in report.latencies if v.pass_name == name]
-        cdf = [Series([(q, i / 2) for i, q in enumerate(v.quantiles)], colors[v.side],
+        cdf = [Series([(q, i) for i, q in enumerate(v.quantiles)], colors[v.side],
                       not v.used, f"r{v.round} {v.side}") for v in views]
         over_time = [Series(list(v.windows), colors[v.side], not v.used,
                             f"r{v.round} {v.side}") for v in views]
