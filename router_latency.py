@@ -30,7 +30,8 @@ only what stands above it:
     environment captures   probes, GPU tools, Prometheus, router CPU set, load
     measuring              the pass loop, the floor, warm-up, passes, measure_run()
     analysis               compare_runs() and judge_rounds(): complete report objects
-    rendering              text, Markdown and JSON from those reports
+    rendering              text, Markdown, JSON, JUnit and CSV from those reports
+    report page            one HTML file with SVG plots from a rounds report
     simulator and demo     a routing-preview server, and the whole method on two of them
     command line           argument parsing, cmd_* handlers, main()
 """
@@ -43,7 +44,9 @@ import collections
 import csv
 import functools
 import hashlib
+import html
 import http
+import io
 import json
 import math
 import operator
@@ -65,6 +68,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -83,6 +87,7 @@ CORPUS_SCHEMA = "router-latency/corpus/1"
 RUN_SCHEMA = "router-latency/run/1"
 ROUNDS_SCHEMA = "router-latency/rounds/1"
 RECORD_SCHEMA = "router-latency/record/1"
+COMPARE_SCHEMA = "router-latency/compare/1"
 PREVIEW_PATH = "/api/v1/routing/preview"
 PROMPT_KEYS = ("query", "question", "prompt", "original_question")
 LIST_PROMPT_KEYS = ("similar_questions",)
@@ -123,6 +128,9 @@ OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
 # what a GPU reading holds per device, each a number or null
 GPU_FIELDS = ("temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib")
+SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
+LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
+TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -733,6 +741,25 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list:
     for rank, index in enumerate(sorted(range(m), key=ps.__getitem__)):
         if ps[index] > alpha / (m - rank):
             break
+        rejected[index] = True
+    return rejected
+
+
+def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list:
+    """Return, in input order, whether the Benjamini-Hochberg step-up procedure rejects each
+    hypothesis at false discovery rate q.
+
+    The largest k with p_(k) <= k q / m rejects the k smallest p-values. It bounds the expected
+    share of false rejections among the rejections (independent or positively dependent
+    tests), which suits a list of suspects better than Holm's family-wise bound: with a
+    thousand inputs, Holm would call none slower.
+    """
+    ps = _series(p_values, "p_values", 0)
+    q = _probability(q, "q")
+    order = sorted(range(len(ps)), key=ps.__getitem__)
+    passed = [rank for rank, index in enumerate(order, 1) if ps[index] <= rank * q / len(ps)]
+    rejected = [False] * len(ps)
+    for index in order[:max(passed, default=0)]:
         rejected[index] = True
     return rejected
 
@@ -4151,6 +4178,7 @@ class CompareReport(NamedTuple):
     status: str  # pass or fail
     exit_code: int
     config_hashes: tuple = ((), ())  # A's and B's x-vsr-config-hash values, in order seen
+    reasons: tuple = ()  # why it failed
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -4187,7 +4215,9 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         tuple(passes), tuple(warnings), agree.compared, changes, len(set(da) ^ set(db)),
         (("A", tuple(decision_changes(a))), ("B", tuple(decision_changes(b)))),
         "fail" if failed else "pass", EXIT_GATE if failed else EXIT_OK,
-        (a.config_hashes, b.config_hashes))
+        (a.config_hashes, b.config_hashes),
+        (f"decisions differ in {plural(len(changes), 'input')} (sequential pass, "
+         f"--fail-on-decision-change)",) if failed else ())
 
 
 def find_round_files(folder: str, base: str, new: str) -> dict:
@@ -4466,6 +4496,150 @@ def pass_errors(runs: dict, base: str, new: str) -> list:
             for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
 
 
+class Slowdown(NamedTuple):
+    """How much slower new ran than base for one input, decision or prompt-length bucket."""
+    key: Any  # prompt id, decision or bucket label
+    ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
+    low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
+    high: Optional[float]
+    slower_rounds: int  # rounds in which new was slower
+    rounds: int  # rounds with a successful request on both sides
+    p_value: float  # one-sided t test on the per-round log ratios: slower than the tolerance
+    call: str = ""  # slower: Benjamini-Hochberg rejects; noise: beyond the tolerance, unproven
+    inputs: int = 1
+    text: Optional[str] = None  # with the corpus
+    length: Optional[int] = None  # characters, with the corpus
+    decision: Optional[str] = None  # base's, in the first round it answered
+
+
+class InputSlowdowns(NamedTuple):
+    """Which inputs, decisions and prompt lengths got slower, request by request."""
+    pass_name: str
+    rounds: tuple  # the rounds compared
+    inputs: tuple  # Slowdown per input, the largest ratio first
+    decisions: tuple  # Slowdown per decision
+    lengths: tuple  # Slowdown per prompt-length bucket; empty without the corpus
+    fdr: float
+    tolerance_pct: float
+
+
+def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: Any) -> Slowdown:
+    """Return the slowdown shown by per-round log ratios ln(new/base), not yet called."""
+    ratio = math.exp(statistics.median(logs))
+    slower = sum(v > 0 for v in logs)
+    if len(logs) < 2:
+        return Slowdown(key, ratio, None, None, slower, len(logs), 1.0, **known)
+    interval = mean_interval(logs)
+    return Slowdown(key, ratio, math.exp(interval.low), math.exp(interval.high), slower,
+                    len(logs), t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
+
+
+def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
+    """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
+    noise where the ratio lies beyond the tolerance but its spread over rounds does not
+    carry it."""
+    rejected = benjamini_hochberg([s.p_value for s in items], fdr)
+    return [s._replace(call="slower" if hit else "noise" if s.ratio > math.exp(tolerance_log)
+                       else "") for s, hit in zip(items, rejected)]
+
+
+def length_bucket(length: int) -> str:
+    """Return the LENGTH_BUCKETS label of a prompt length in characters."""
+    low = 0
+    for edge in LENGTH_BUCKETS:
+        if length <= edge:
+            return f"{low + 1}-{edge} chars" if low else f"<= {edge} chars"
+        low = edge
+    return f"> {low} chars"
+
+
+def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolerance_pct: float,
+                    prompts_text: Optional[dict] = None) -> Optional[InputSlowdowns]:
+    """Return which inputs got slower, then the same per decision and prompt-length bucket.
+
+    Per input, the log ratio ln(new/base) of its latency in each round's sequential pass,
+    where requests do not queue behind each other, so an input's time is its own; an input
+    is called slower only when its own spread over rounds carries it (a one-sided t test
+    against the tolerance, Benjamini-Hochberg over all inputs). A group's per-round value is
+    the mean log ratio of its inputs. None without a sequential pass on both sides of every
+    used round.
+    """
+    pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
+             for n in used]
+    if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
+        return None
+    tolerance, texts = math.log1p(tolerance_pct / 100), prompts_text or {}
+    logs: dict = {}  # prompt id -> {round: ln(new/base)}
+    decisions: dict = {}
+    for number, (b, w) in zip(used, pairs):
+        new_ms = {r.id: r.latency_ms for r in w.requests if r.error is None and r.latency_ms}
+        for r in b.requests:
+            if r.error is None and r.latency_ms and r.id in new_ms:
+                logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
+                decisions.setdefault(r.id, r.decision)
+    inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),
+                                 length=len(texts[i]) if i in texts else None,
+                                 decision=decisions[i]) for i in sorted(logs)],
+                    tolerance, SLOWDOWN_FDR)
+    by_decision = collections.defaultdict(list)
+    by_length = collections.defaultdict(list)
+    for item in inputs:
+        by_decision[shown_decision(item.decision)].append(item.key)
+        if item.length is not None:
+            by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
+                       length_bucket(item.length))].append(item.key)
+
+    def group(key: str, members: list) -> Slowdown:
+        per_round = [[logs[i][n] for i in members if n in logs[i]] for n in used]
+        return slowdown_of(key, [math.fsum(v) / len(v) for v in per_round if v], tolerance,
+                           inputs=len(members))
+
+    groups = called([group(k, v) for k, v in sorted(by_decision.items())]
+                    + [group(k[1], v) for k, v in sorted(by_length.items())],
+                    tolerance, SLOWDOWN_FDR)
+    return InputSlowdowns("sequential", tuple(used),
+                          tuple(sorted(inputs, key=lambda s: -s.ratio)),
+                          tuple(groups[:len(by_decision)]), tuple(groups[len(by_decision):]),
+                          SLOWDOWN_FDR, tolerance_pct)
+
+
+class PassLatencies(NamedTuple):
+    """What the report page draws of one pass of one side in one round."""
+    pass_name: str
+    round: int
+    side: str
+    used: bool  # the round is among those judged
+    quantiles: tuple  # latency at 0, 1, ..., 100% of the successful requests (R7)
+    windows: tuple  # (middle of the window in s from the first send, median latency)
+
+
+def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
+    """Return (middle in seconds, median latency) of each of count equal windows of send
+    time that holds a request."""
+    timed = [r for r in requests if r.start_ms is not None]
+    span = max((r.start_ms for r in timed), default=0.0) or 1.0
+    found = collections.defaultdict(list)
+    for r in timed:
+        found[min(int(r.start_ms / span * count), count - 1)].append(r.latency_ms)
+    return [((k + 0.5) * span / count / 1000, statistics.median(v))
+            for k, v in sorted(found.items())]
+
+
+def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list:
+    """Return the latency distribution and latency over time of every measured pass."""
+    views = []
+    for number, sides in runs.items():
+        for side in (base, new):
+            for item in sorted(sides[side].passes, key=lambda p: p.order):
+                ok = [r for r in item.requests if r.error is None and r.latency_ms is not None]
+                if item.discarded or not ok:
+                    continue
+                quantiles = percentiles([r.latency_ms for r in ok], range(101))
+                views.append(PassLatencies(item.name, number, side, number in used,
+                                           tuple(quantiles), tuple(time_windows(ok))))
+    return views
+
+
 class RoundsReport(NamedTuple):
     """The judged rounds: everything any renderer shows, and the gate's outcome."""
     base: str
@@ -4495,6 +4669,8 @@ class RoundsReport(NamedTuple):
     config_hashes: dict = {}  # side -> its x-vsr-config-hash values over the rounds
     config_warnings: tuple = ()  # the same configuration on both sides, or one that changed
     outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
+    slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
+    latencies: tuple = ()  # PassLatencies, for the report page
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -4629,10 +4805,11 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
     return used, left_out, failures, doubts
 
 
-def judge_rounds(runs: dict, base: str, new: str,
-                 settings: GateSettings = GateSettings()) -> RoundsReport:
+def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
+                 prompts_text: Optional[dict] = None) -> RoundsReport:
     """Return the rounds report: input checks, rows with their one estimator and power, the
-    gate's family-wise test, decisions and errors of every pass, order and outliers.
+    gate's family-wise test, decisions and errors of every pass, order and outliers, which
+    inputs got slower (named with prompts_text, {prompt id: text}), the page's latencies.
 
     runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
     be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
@@ -4678,7 +4855,9 @@ def judge_rounds(runs: dict, base: str, new: str,
         effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
-              for s in (base, new)))
+              for s in (base, new)),
+        input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
+        tuple(pass_latencies(runs, base, new, used)))
 
 
 def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
@@ -5124,21 +5303,29 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
 def format_rounds(report: RoundsReport, *, markdown: bool = False,
                   per_round: bool = False) -> list:
     """Return the lines of the rounds report as text or Markdown."""
-    lines = format_rounds_table(report, markdown=markdown)
+    if markdown:
+        return format_rounds_markdown(report, per_round=per_round)
+    lines = format_rounds_table(report)
     if per_round and report.rows:
-        lines += [""] + format_per_round(report, markdown=markdown)
+        lines += [""] + format_per_round(report)
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += report.warnings
-    lines += [""] + format_environment(report, markdown=markdown) + [""]
-    lines += format_order(report)
-    for item in report.left_out:
-        lines.append(f"left out: r{item['round']}: {item['why']}")
+    slowdowns = format_slowdowns(report)
+    lines += [""] + slowdowns if slowdowns else []
+    lines += [""] + format_environment(report) + [""]
+    lines += format_order(report) + format_closing(report)
+    lines.append(verdict_line(report))
+    return lines
+
+
+def format_closing(report: RoundsReport) -> list:
+    """Return the rounds left out, the allowed mismatches and the TLS warning."""
+    lines = [f"left out: r{item['round']}: {item['why']}" for item in report.left_out]
     lines += report.notes
     if report.insecure_files:
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
                      f"{', '.join(report.insecure_files)}")
     lines += format_config_hashes(report)
-    lines.append(verdict_line(report))
     return lines
 
 
@@ -5377,7 +5564,150 @@ def rounds_json(report: RoundsReport) -> dict:
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
             "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
             "status": report.status, "reasons": list(report.reasons),
-            "verdict": verdict_line(report), "exit_code": report.exit_code}
+            "verdict": verdict_line(report), "exit_code": report.exit_code,
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns)}
+
+
+def slowdowns_json(found: InputSlowdowns) -> dict:
+    """Return which inputs got slower as JSON: every input, decision and length bucket."""
+    def item(s: Slowdown, key: str) -> dict:
+        fields = s._asdict()
+        fields[key] = fields.pop("key")
+        return fields
+
+    return {"pass": found.pass_name, "rounds": list(found.rounds), "fdr": found.fdr,
+            "tolerance_pct": found.tolerance_pct,
+            "inputs": [item(s, "id") for s in found.inputs],
+            "decisions": [item(s, "decision") for s in found.decisions],
+            "lengths": [item(s, "bucket") for s in found.lengths]}
+
+
+def compare_json(report: CompareReport) -> dict:
+    """Return the comparison as a JSON document: everything the text shows, and the status."""
+    passes = [{"pass": p.name, "discarded": p.discarded,
+               "metrics": {metric: {"a": va, "b": vb,
+                                    "diff": vb - va if None not in (va, vb) else None,
+                                    "ratio": vb / va if va and vb is not None else None}
+                           for metric, va, vb in p.figures},
+               "errors": {"a": p.errors[0], "b": p.errors[1]}} for p in report.passes]
+    return {"schema": COMPARE_SCHEMA,
+            "a": {"path": report.a_path, "label": report.a_label,
+                  "corpus_sha256": report.corpus_sha256[0]},
+            "b": {"path": report.b_path, "label": report.b_label,
+                  "corpus_sha256": report.corpus_sha256[1]},
+            "corpus_count": report.corpus_count, "passes": passes,
+            "warnings": list(report.warnings),
+            "decisions": {"pass": "sequential", "compared": report.compared,
+                          "agree": report.compared - len(report.changes),
+                          "unmeasured": report.unmeasured,
+                          "changes": [{"id": c.id, "a": c.base, "b": c.new, "text": c.text}
+                                      for c in report.changes]},
+            "consistency": {tag: list(ids) for tag, ids in report.consistency},
+            "status": report.status, "reasons": list(report.reasons),
+            "exit_code": report.exit_code}
+
+
+def xml_safe(text: str) -> str:
+    """Return text without the characters XML 1.0 cannot hold (control characters, lone
+    surrogates): a router's decision or a prompt may contain them."""
+    return re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]", "\ufffd", text)
+
+
+def row_interval_text(row: Row) -> str:
+    """Return a row's change with its interval, in the worse direction: + is worse."""
+    # rounded before the sign is chosen, so that a change of -1e-17 reads +0.0%, not -0.0%
+    change, low, high = (round(v, 1) + 0.0 for v in [row.change_pct] + sorted(
+        100 * math.expm1(worse_sign(row.metric) * v)
+        for v in (row.log_ratio.low, row.log_ratio.high)))
+    return (f"change {change:+.1f}% [{low:+.1f}%, {high:+.1f}%], + is worse (speedup "
+            f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]; new - base "
+            f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
+
+
+def junit_cases(report: RoundsReport) -> list:
+    """Return (group, name, outcome, message, details) per test case: each gated row, the
+    gated rows together, each round's decisions, each pass's errors, each round left out,
+    and the verdict, which carries every reason of the gate."""
+    cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
+    for row in (r for r in report.rows if r.gated):
+        text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
+        outcome = {"regression": "failure", "inconclusive": "skipped", "worse": "skipped"}
+        if row.verdict == "inconclusive":
+            text += f"; could only detect {detectable_text(row)}"
+        elif row.verdict == "worse":
+            text += f"; not after the correction for {report.test.rows} gated rows"
+        cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
+                      outcome.get(row.verdict, "passed"), text, ""))
+    test = report.test
+    if test is not None and test.composite is not None:
+        cases.append(("rows", "gated rows together",
+                      "failure" if test.composite_p < test.level else "passed",
+                      f"{100 * math.expm1(test.composite.mean):+.1f}% "
+                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
+                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
+                      f"{test.composite_p:.3g} against the {tolerance} (level "
+                      f"{100 * test.level:.3g}%)", ""))
+    for item in report.agreement:
+        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)} "
+                           f"({pass_title(d.pass_name)})" for d in item.differ)
+        outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
+        cases.append(("decisions", f"r{item.round} decisions", outcome,
+                      f"{item.agree}/{item.total} inputs agree in every pass"
+                      + ("" if item.used else " (round left out)"), listed))
+    for item in report.errors:
+        worse = any(w > b for _, b, w in item.counts)
+        cases.append(("errors", f"{pass_title(item.pass_name)} errors",
+                      "failure" if worse else "passed",
+                      f"failed requests {report.base}/{report.new}: "
+                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts), ""))
+    for item in report.left_out:
+        failed = any(r.startswith(f"the {report.new} side failed in r{item['round']} (")
+                     for r in report.reasons)
+        cases.append(("rounds", f"r{item['round']} left out", "failure" if failed else "skipped",
+                      item["why"], ""))
+    outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
+    cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
+    return cases
+
+
+def junit_xml(report: RoundsReport) -> bytes:
+    """Return the rounds report as JUnit XML: one test case per gated row, per round's
+    decisions, per pass's errors, per round left out, and the verdict."""
+    cases = junit_cases(report)
+    counts = {"tests": str(len(cases)), "failures": str(sum(c[2] == "failure" for c in cases)),
+              "errors": "0", "skipped": str(sum(c[2] == "skipped" for c in cases))}
+    name = xml_safe(f"router-latency rounds: {report.new} against {report.base}")
+    top = ElementTree.Element("testsuites", {"name": name, **counts})
+    suite = ElementTree.SubElement(top, "testsuite", {"name": name, **counts})
+    properties = ElementTree.SubElement(suite, "properties")
+    for key, value in (("status", report.status), ("base", report.base), ("new", report.new),
+                       ("rounds", " ".join(f"r{n}" for n in report.used))):
+        ElementTree.SubElement(properties, "property", {"name": key, "value": xml_safe(value)})
+    for group, title, outcome, message, details in cases:
+        case = ElementTree.SubElement(suite, "testcase", {
+            "classname": f"router-latency.{group}", "name": xml_safe(title), "time": "0"})
+        if outcome == "passed":
+            ElementTree.SubElement(case, "system-out").text = xml_safe(message)
+            continue
+        result = ElementTree.SubElement(case, outcome, {"message": xml_safe(message)})
+        if outcome == "failure":
+            result.set("type", "regression" if group == "rows" else group)
+        result.text = xml_safe(details or message)
+    ElementTree.indent(top)
+    return ElementTree.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def requests_csv(passes: Sequence[PassRecord]) -> bytes:
+    """Return one CSV line per request of the measured passes (the timings that count)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"])
+    for item in passes:
+        for r in item.requests:
+            writer.writerow([item.name, r.id, r.start_ms, r.latency_ms, r.status, r.decision,
+                             r.error])
+    return buffer.getvalue().encode("utf-8", "replace")
 
 
 def format_plan(report: RoundsReport) -> list:
@@ -5493,6 +5823,449 @@ def record_sentences(section: RecordSection) -> list:
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
     return sentences
+
+
+# Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
+# apart, and the details are list items: lines of plain text would run together into one
+# paragraph.
+
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
+
+
+def md_text(text: str) -> str:
+    """Return text with every character Markdown could read as markup escaped."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def markdown_blocks(lines: Sequence[str]) -> list:
+    """Return text lines as Markdown: table lines kept, a line starting with ** kept as a
+    caption, every other line a list item (an indented line nested), blocks apart."""
+    out: list = []
+    previous = None
+    for line in lines:
+        if not line.strip():
+            continue
+        kind = "table" if line.startswith("|") else "caption" if line.startswith("**") \
+            else "list"
+        if previous is not None and (kind != previous or kind == "caption"):
+            out.append("")
+        out.append(("  - " if line.startswith("  ") else "- ") + md_text(line.strip())
+                   if kind == "list" else line)
+        previous = kind
+    return out
+
+
+def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
+    """Return a Markdown report's first lines: the verdict in bold, its reasons as a list."""
+    lines = [f"**Verdict: {status.upper()}**: {md_text(what)}"]
+    return lines + ([""] + [f"- {md_text(r)}" for r in reasons] if reasons else [])
+
+
+def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
+    """Return the rounds report as Markdown: the verdict, the table, then the details."""
+    head = format_rounds_table(report, markdown=True)
+    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
+    what = (f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
+            + (f" (round {report.look[0]} of at most {report.look[1]})" if report.look else "")
+            + (f"; {plural(unsure, 'inconclusive gated row')}"
+               if unsure and report.status == "pass" else ""))
+    details = [line for line in head if not line.startswith("|")]
+    details += format_agreement(report) + list(report.warnings)
+    details += format_slowdowns(report, markdown=True)
+    if per_round and report.rows:
+        details += ["**Each round**"] + format_per_round(report, markdown=True)
+    details += ["**Environment**"] + format_environment(report, markdown=True)
+    details += format_order(report) + format_closing(report)
+    table = [line for line in head if line.startswith("|")]
+    return (markdown_verdict(report.status, report.reasons, what) + [""]
+            + (table + [""] if table else []) + markdown_blocks(details))
+
+
+def format_compare_markdown(report: CompareReport) -> list:
+    """Return the comparison as Markdown: the verdict, the table, then the details."""
+    lines = format_compare(report, markdown=True)
+    what = (f"{report.b_label or 'B'} against {report.a_label or 'A'}, one run each, no "
+            f"interval (rounds judges with intervals)")
+    return (markdown_verdict(report.status, report.reasons, what) + [""]
+            + [line for line in lines if line.startswith("|")] + [""]
+            + markdown_blocks([line for line in lines if not line.startswith("|")]))
+
+
+def shown_text(text: str, width: int) -> str:
+    """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
+    quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
+    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def ratio_text(item: Slowdown) -> str:
+    interval = "" if item.low is None else f" [{item.low:.2f}, {item.high:.2f}]"
+    return f"{item.ratio:.2f}x{interval}"
+
+
+class Table(NamedTuple):
+    caption: str
+    header: list
+    rows: list
+    right: list  # right-aligned columns
+
+
+def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int) -> tuple:
+    """Return (what the figures are, the inputs with the largest slowdown, those called slower
+    beyond them, the table per decision and prompt-length bucket), cells passed through
+    cell; None without per-input figures."""
+    found = report.slowdowns
+    if found is None or not found.inputs:
+        return None
+    slower = [s for s in found.inputs if s.call == "slower"]
+    intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
+             f"pass; {report.new}/{report.base} latency of each input: median over "
+             f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
+             f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
+             f"tolerance, false discovery rate {100 * found.fdr:g}%; noise: beyond the "
+             f"tolerance but not carried)")
+    texts = any(s.text is not None for s in found.inputs)
+    ratio = f"{report.new}/{report.base} [95% CI]"
+    inputs = Table("Largest slowdowns", ["input", ratio, "slower", "call", "decision"]
+                   + (["chars", "text"] if texts else []),
+                   [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
+                     cell(shown_decision(s.decision))]
+                    + ([str(s.length) if s.length is not None else "n/a",
+                        cell(shown_text(s.text, 40)) if s.text is not None else ""]
+                       if texts else []) for s in found.inputs[:limit]],
+                   [False, True, True, False, False, True, False][:7 if texts else 5])
+    beyond = [f"#{s.key}" for s in slower if s not in found.inputs[:limit]]
+    more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
+        f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
+        if beyond else ""
+    groups = Table("By decision and prompt length",
+                   ["group", "inputs", ratio, "slower", "call"],
+                   [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
+                     f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
+                    for kind, items in (("decision", found.decisions), ("length", found.lengths))
+                    for s in items], [False, True, True, True, False])
+    return intro, inputs, more, groups
+
+
+def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
+    """Return the inputs with the largest slowdown, then the slowdown per decision and per
+    prompt-length bucket."""
+    tables = slowdown_tables(report, md_text if markdown else str, limit)
+    if tables is None:
+        return []
+    intro, inputs, more, groups = tables
+    lines = [intro]
+    for table in (inputs, groups):
+        lines += [f"**{table.caption}**" if markdown else ""]
+        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
+        lines += [more] if more and table is inputs else []
+    return lines
+
+
+# --- report page ---
+# One self-contained HTML file, no network and no script, with SVG plots drawn here with the
+# standard library: the forest plot of every gated row, each pass's latency distribution and
+# latency over time, decisions and errors per round, the environment. It is polyglot markup,
+# so an XML parser reads it as a browser does.
+
+SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
+VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
+                  "fail": "#c62828", "regression": "#c62828", "worse": "#e65100",
+                  "inconclusive": "#9a6700"}
+PAGE_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
+  max-width: 1200px; padding: 0 16px; }
+h1 { font-size: 40px; margin: 0; letter-spacing: 1px; }
+h2 { font-size: 19px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; }
+h3 { font-size: 15px; margin: 14px 0 4px; }
+.verdict { color: #fff; padding: 14px 20px; border-radius: 8px; }
+.verdict p, .verdict ul { margin: 4px 0; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr));
+  gap: 8px 16px; }
+table { border-collapse: collapse; font-size: 13px; margin: 6px 0; }
+th, td { padding: 2px 8px; border-bottom: 1px solid #eee; text-align: left;
+  white-space: nowrap; }
+td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
+.note { color: #555; font-size: 12px; }
+.key { display: inline-block; width: 22px; height: 4px; vertical-align: middle;
+  margin: 0 4px 0 12px; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+"""
+
+
+def esc(text: Any) -> str:
+    """Return text for HTML or SVG: escaped, and without characters XML cannot hold."""
+    return html.escape(xml_safe(str(text)), quote=True)
+
+
+class Axis(NamedTuple):
+    """A value range drawn over a pixel range, linear or log10."""
+    low: float
+    high: float
+    start: float
+    end: float
+    log: bool = False
+
+    def at(self, value: float) -> float:
+        scale = math.log10 if self.log else float
+        span = (scale(self.high) - scale(self.low)) or 1.0
+        return self.start + (scale(value) - scale(self.low)) / span * (self.end - self.start)
+
+    def ticks(self, count: int = 5) -> list:
+        """Return tick values: 1, 2, 5 times powers of ten on a log axis, else steps of them."""
+        if self.log:
+            found = [m * 10.0 ** e for e in range(math.floor(math.log10(self.low)),
+                                                    math.ceil(math.log10(self.high)) + 1)
+                     for m in (1, 2, 5) if self.low <= m * 10.0 ** e <= self.high]
+            if len(found) >= 2:
+                return found
+        raw = ((self.high - self.low) or abs(self.high) or 1.0) / count
+        step = 10.0 ** math.floor(math.log10(raw))
+        step *= next(m for m in (1, 2, 5, 10) if m * step >= raw)
+        first = math.ceil(self.low / step) * step
+        return [first + i * step for i in range(int((self.high - first) / step + 1e-9) + 1)]
+
+
+def padded(values: Sequence[float], log: bool) -> tuple:
+    """Return a range holding the values with a margin (a factor on a log axis)."""
+    low, high = min(values), max(values)
+    if log:
+        return low / 1.15, high * 1.15
+    margin = (high - low) * 0.06 or abs(high) * 0.1 or 1.0
+    return low - margin, high + margin
+
+
+class Series(NamedTuple):
+    points: list  # (x, y)
+    color: str
+    dashed: bool
+    label: str  # shown when the pointer rests on the line
+
+
+def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, *,
+              x_log: bool = False, y_log: bool = False, y_format: Callable = "{:g}".format,
+              width: int = 560, height: int = 270) -> str:
+    """Return an SVG plot of lines with axes, ticks and grid lines."""
+    series = [s._replace(points=[(x, y) for x, y in s.points
+                                 if (x > 0 or not x_log) and (y > 0 or not y_log)])
+              for s in series]
+    points = [p for s in series for p in s.points]
+    if not points:
+        return ""
+    x_axis = Axis(*padded([x for x, _ in points], x_log), 58, width - 14, x_log)
+    y_axis = Axis(*padded([y for _, y in points], y_log), height - 38, 24, y_log)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">',
+             f'<text x="{width / 2:.0f}" y="14" text-anchor="middle" font-weight="bold">'
+             f'{esc(title)}</text>',
+             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+             f'{esc(x_label)}</text>',
+             f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
+             f'text-anchor="middle">{esc(y_label)}</text>']
+    for value in x_axis.ticks():
+        x = x_axis.at(value)
+        parts.append(f'<line x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{height - 38}" '
+                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 24}" '
+                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
+    for value in y_axis.ticks():
+        y = y_axis.at(value)
+        parts.append(f'<line x1="58" y1="{y:.1f}" x2="{width - 14}" y2="{y:.1f}" '
+                     f'stroke="#e5e5e5"/><text x="54" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{esc(y_format(value))}</text>')
+    for item in series:
+        path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
+                     f'stroke-width="1.4" stroke-opacity="0.85"'
+                     + (' stroke-dasharray="5 3"' if item.dashed else "")
+                     + f'><title>{esc(item.label)}</title></polyline>')
+    return "\n".join(parts) + "\n</svg>"
+
+
+def forest_ticks(axis: Axis, spacing: float = 44.0) -> list:
+    """Return round percentages for a log-ratio axis, at least spacing pixels apart: 1, 2
+    and 5 times powers of ten where they give four ticks, else finer steps."""
+    for steps in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7.5)):
+        nice = sorted({sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
+                       for sign in (1, -1)} | {0.0})
+        kept: list = []
+        for tick in (t for t in nice if t > -100
+                     and axis.low <= math.log1p(t / 100) <= axis.high):
+            gap = axis.at(math.log1p(tick / 100)) - axis.at(math.log1p(kept[-1] / 100)) \
+                if kept else spacing
+            if gap < spacing and tick == 0:
+                kept.pop()  # 0 stays; a neighbour too close to it goes
+            if gap >= spacing or tick == 0:
+                kept.append(tick)
+        if len(kept) >= 4:
+            break
+    return kept
+
+
+def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int = 560,
+               height: int = 96) -> str:
+    """Return a row's forest plot: each round's change in the worse direction, the 95%
+    interval of their mean, and the tolerance band, on a log-ratio axis labelled in %."""
+    sign = worse_sign(row.metric)
+    points = row.worse_series
+    low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
+    axis = Axis(*padded(points + [low, high, tolerance_log, -tolerance_log], False), 16,
+                width - 16)
+    color = VERDICT_COLORS.get(row.verdict, "#333")
+    band = (axis.at(-tolerance_log), axis.at(tolerance_log))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="{esc(pass_title(row.pass_name))} {esc(metric_title(row.metric))}">',
+             f'<text x="16" y="14" font-weight="bold">{esc(pass_title(row.pass_name))} '
+             f'{esc(metric_title(row.metric))}: <tspan fill="{color}">{esc(row.verdict)}'
+             f'</tspan></text><text x="{width - 16}" y="14" text-anchor="end">'
+             f'{100 * math.expm1(sign * row.log_ratio.mean):+.1f}% '
+             f'[{100 * math.expm1(low):+.1f}%, {100 * math.expm1(high):+.1f}%]</text>',
+             f'<rect x="{band[0]:.1f}" y="22" width="{band[1] - band[0]:.1f}" '
+             f'height="{height - 46}" fill="#e3f1e5"><title>tolerance '
+             f'{100 * math.expm1(tolerance_log):g}%</title></rect>',
+             f'<line x1="{axis.at(0):.1f}" y1="22" x2="{axis.at(0):.1f}" y2="{height - 24}" '
+             f'stroke="#888"/>']
+    for tick in forest_ticks(axis):
+        x = axis.at(math.log1p(tick / 100))
+        parts.append(f'<line x1="{x:.1f}" y1="{height - 24}" x2="{x:.1f}" y2="{height - 20}" '
+                     f'stroke="#888"/><text x="{x:.1f}" y="{height - 8}" '
+                     f'text-anchor="middle">{f"{tick:+g}%" if tick else "0%"}</text>')
+    for number, value in zip(rounds, points):
+        parts.append(f'<circle cx="{axis.at(value):.1f}" cy="38" r="4" fill="none" '
+                     f'stroke="{color}" stroke-width="1.5"><title>r{number}: '
+                     f'{100 * math.expm1(value):+.1f}%</title></circle>')
+    mean = axis.at(sign * row.log_ratio.mean)
+    parts.append(f'<line x1="{axis.at(low):.1f}" y1="58" x2="{axis.at(high):.1f}" y2="58" '
+                 f'stroke="{color}" stroke-width="3"/><rect x="{mean - 5:.1f}" y="53" '
+                 f'width="10" height="10" fill="{color}"/>')
+    return "\n".join(parts) + "\n</svg>"
+
+
+def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
+               right: Sequence[bool] = ()) -> str:
+    """Return an HTML table; a verdict cell gets its colour."""
+    right = list(right) + [True] * (len(header) - len(right))
+
+    def cell(tag: str, text: str, r: bool) -> str:
+        color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
+        attributes = (' class="r"' if r else "") + \
+            (f' style="color: {color}; font-weight: bold"' if color else "")
+        return f"<{tag}{attributes}>{esc(text)}</{tag}>"
+
+    lines = ["<table>", "<tr>" + "".join(cell("th", h, r) for h, r in zip(header, right))
+             + "</tr>"]
+    lines += ["<tr>" + "".join(cell("td", c, r) for c, r in zip(row, right)) + "</tr>"
+              for row in rows]
+    return "\n".join(lines + ["</table>"])
+
+
+def markdown_table_html(lines: Sequence[str]) -> str:
+    """Return the HTML table of a table that render_table wrote as Markdown."""
+    table = [line.strip() for line in lines if line.startswith("|")]
+    if len(table) < 2:
+        return ""
+    rows = [[c.strip() for c in line[1:-1].split(" | ")] for line in table]
+    return table_html(rows[0], rows[2:], [c.endswith(":") for c in table[1].strip("|").split("|")])
+
+
+def page_verdict(report: RoundsReport) -> str:
+    """Return the page's banner: the verdict at a glance, and its reasons."""
+    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
+    what = (f"{report.new} against {report.base}: {plural(len(report.used), 'round')} judged "
+            f"({', '.join(f'r{n}' for n in report.used) or 'none'}), corpus "
+            f"{report.corpus_sha256[:12]} ({report.corpus_count} prompts)"
+            + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
+            + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
+    reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
+    return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
+            f"<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
+            + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
+
+
+def page_rows(report: RoundsReport) -> str:
+    """Return the forest plot of every gated row, then the table of all rows."""
+    head = format_rounds_table(report, markdown=True)
+    forests = [forest_svg(r, report.used, report.settings.tolerance_log)
+               for r in report.rows if r.gated]
+    notes = "".join(f"<li>{esc(line)}</li>" for line in head if line and line[0] != "|")
+    return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
+            '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
+            "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
+            "mean, square: the mean; shaded: within the tolerance.</p>"
+            f'<div class="grid">{"".join(forests)}</div>'
+            f"<h2>All rows</h2>{markdown_table_html(head)}"
+            f'<ul class="note">{notes}</ul>')
+
+
+def page_latencies(report: RoundsReport) -> str:
+    """Return, per pass, each side's latency distribution and its latency over time."""
+    names = list(dict.fromkeys(v.pass_name for v in report.latencies))
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    plots = []
+    for name in names:
+        views = [v for v in report.latencies if v.pass_name == name]
+        cdf = [Series([(q, i) for i, q in enumerate(v.quantiles)], colors[v.side],
+                      not v.used, f"r{v.round} {v.side}") for v in views]
+        over_time = [Series(list(v.windows), colors[v.side], not v.used,
+                            f"r{v.round} {v.side}") for v in views]
+        plots += [line_plot(cdf, f"{pass_title(name)}: latency distribution",
+                            "latency, ms (log scale)", "requests at or below, %", x_log=True,
+                            y_format=lambda value: f"{value:g}%"),
+                  line_plot(over_time, f"{pass_title(name)}: latency over the pass",
+                            f"seconds from the first send ({TIME_WINDOWS} windows)",
+                            "median latency, ms (log scale)", y_log=True)]
+    legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)} '
+                       f"({role})" for (side, color), role in zip(colors.items(),
+                                                                  ("base", "new")))
+    return (f'<h2>Latency per pass</h2><p class="note">{legend}: one line per round; dashed: '
+            f'a round left out of the verdict</p><div class="grid">{"".join(plots)}</div>')
+
+
+def page_rounds(report: RoundsReport) -> str:
+    """Return the table of decision agreement and failed requests per round."""
+    errors = {e.pass_name: {n: (b, w) for n, b, w in e.counts} for e in report.errors}
+    rows = []
+    for item in report.agreement:
+        differ = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           for d in item.differ[:5]) + (", ..." if len(item.differ) > 5 else "")
+        counts = [errors[name].get(item.round) for name in errors]
+        rows.append([f"r{item.round}", "yes" if item.used else "left out",
+                     f"{item.agree}/{item.total}", differ or "-"]
+                    + ["n/a" if c is None else f"{c[0]}/{c[1]}" for c in counts])
+    header = ["round", "judged", "decisions agree", "differ"] + [
+        f"{pass_title(name)} errors {report.base}/{report.new}" for name in errors]
+    return (f"<h2>Decisions and errors per round</h2>"
+            f"{table_html(header, rows, [False, False, True, False])}")
+
+
+def page_details(report: RoundsReport) -> str:
+    """Return the slower inputs, the environment, warnings and notes."""
+    parts = []
+    tables = slowdown_tables(report, str, 20)
+    if tables is not None:
+        intro, inputs, more, groups = tables
+        parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
+                  f"<h3>{esc(inputs.caption)}</h3>",
+                  table_html(inputs.header, inputs.rows, inputs.right),
+                  f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
+                  table_html(groups.header, groups.rows, groups.right)]
+    lines = list(report.warnings) + format_order(report) + format_closing(report)
+    parts += ["<h2>Environment</h2>", markdown_table_html(format_environment(report,
+                                                                             markdown=True)),
+              "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"]
+    return "\n".join(parts)
+
+
+def report_page(report: RoundsReport) -> str:
+    """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
+    title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
+    body = "\n".join([page_verdict(report), page_rows(report), page_latencies(report),
+                      page_rounds(report), page_details(report)])
+    files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())
+    return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
+            f'<head><meta charset="utf-8"/><title>{esc(title)}</title>'
+            f"<style>{PAGE_STYLE}</style></head>\n<body>\n{body}\n"
+            f'<p class="note">router-latency {esc(__version__)}; files: '
+            f"{esc(', '.join(files))}</p>\n</body>\n</html>\n")
 
 
 # --- simulator and demo ---
@@ -5982,7 +6755,10 @@ def add_run_parser(commands: Any) -> None:
                    help="do not verify HTTPS certificates (recorded in the file)")
     add_capture_options(p)
     add_suspect_options(p)
-    p.add_argument("--force", action="store_true", help="overwrite an existing run file")
+    p.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: pass, "
+                                                 "id, start_ms, latency_ms, status, decision, "
+                                                 "error")
+    p.add_argument("--force", action="store_true", help="overwrite an existing run or CSV file")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_run)
 
@@ -6072,7 +6848,7 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=("text", "markdown"), default="text",
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format")
     p.set_defaults(func=cmd_compare)
 
@@ -6117,7 +6893,14 @@ def add_rounds_parser(commands: Any) -> None:
                    help="judge a side whose configuration (x-vsr-config-hash) changed between "
                         "or within rounds")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format")
+                   help="output format (with GITHUB_STEP_SUMMARY set, the Markdown is also "
+                        "appended there)")
+    p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
+                                    "the inputs that got slower")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per "
+                                                   "gated row, per round's decisions, ...")
+    p.add_argument("--html", metavar="FILE", help="also write the report page: one HTML "
+                                                  "file with plots, no network needed")
     p.set_defaults(func=cmd_rounds)
 
 
@@ -6249,6 +7032,10 @@ def run_arguments(args: argparse.Namespace) -> tuple:
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
+    if args.csv:
+        if Path(args.csv).resolve() == Path(args.out).resolve():
+            raise RouterLatencyError("the CSV file and the run file are the same file", "--csv")
+        check_writable_target(args.csv, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
     stop = threading.Event()
@@ -6284,6 +7071,11 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
         write_failure = None
     except RouterLatencyError as exc:
         write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
+    if write_failure is None and args.csv:
+        try:
+            write_atomic(args.csv, requests_csv(run.passes))
+        except RouterLatencyError as exc:
+            write_failure = f"{exc}; the run file {args.out} was written"
     if not args.quiet:
         print(f"run {args.label}: {run.corpus_count} prompts, corpus {run.corpus_sha256[:12]}, "
               f"{run.url}")
@@ -6293,7 +7085,8 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
         if run.config_hashes:
             print(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
         if write_failure is None:
-            print(f"wrote {args.out}" + ("" if run.complete else " (incomplete: interrupted)"))
+            print(f"wrote {args.out}" + ("" if run.complete else " (incomplete: interrupted)")
+                  + (f" and {args.csv}" if args.csv else ""))
     statuses = [r.status for p in run.passes for r in p.requests]
     not_found = statuses.count(404)
     if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
@@ -6324,37 +7117,55 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise RouterLatencyError(
             f"the runs used different corpora ({a.corpus_sha256[:12]} and "
             f"{b.corpus_sha256[:12]}); --allow-corpus-mismatch compares them anyway", args.b)
-    texts = None
-    if args.corpus:
-        # a bad or different corpus must not put the wrong text beside an input
-        corpus = load_corpus(args.corpus)
-        if corpus.sha256 != a.corpus_sha256:
-            raise RouterLatencyError(f"not the corpus of the runs (sha256 {corpus.sha256[:12]}, "
-                                     f"the runs used {a.corpus_sha256[:12]})", args.corpus)
-        texts = {p.id: p.text for p in corpus.prompts}
+    texts = corpus_texts(args.corpus, a.corpus_sha256) if args.corpus else None
     report = compare_runs(a, b, prompts_text=texts,
                           fail_on_decision_change=args.fail_on_decision_change)
-    for line in format_compare(report, markdown=args.format == "markdown"):
-        print(line)
+    if args.format == "json":
+        print(json.dumps(compare_json(report), indent=1, allow_nan=False))
+    else:
+        for line in (format_compare_markdown(report) if args.format == "markdown"
+                     else format_compare(report)):
+            print(line)
     return report.exit_code
+
+
+def corpus_texts(path: str, sha256: str) -> dict:
+    """Return {prompt id: text} of the corpus the runs used; raise for any other file."""
+    # a bad or different corpus must not put the wrong text beside an input
+    corpus = load_corpus(path)
+    if corpus.sha256 != sha256:
+        raise RouterLatencyError(f"not the corpus of the runs (sha256 {corpus.sha256[:12]}, "
+                                 f"the runs used {sha256[:12]})", path)
+    return {p.id: p.text for p in corpus.prompts}
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
+    for path in (args.junit, args.html):
+        if path:
+            check_writable_target(path, force=True)
     files = find_round_files(args.dir, args.base, args.new)
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
+        if args.corpus else None
     settings = GateSettings(
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
         allow_config_change=args.allow_config_change)
     try:
-        report = judge_rounds(runs, args.base, args.new, settings)
+        report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
     for warning in report.config_warnings:  # loud: also where --format json goes to a file
         stderr_line(warning)
+    if args.junit:
+        write_atomic(args.junit, junit_xml(report))
+    if args.html:
+        write_atomic(args.html, report_page(report).encode("utf-8"))
+    if not args.plan:
+        append_step_summary(format_rounds(report, markdown=True, per_round=args.per_round))
     if args.plan:
         for line in format_plan(report):
             print(line)
@@ -6388,6 +7199,29 @@ def cmd_record(args: argparse.Namespace) -> int:
         print(f"{section.name}: {verdict_line(section.report)}")
     print(f"wrote {args.json} and {args.markdown}")
     return max(section.report.exit_code for section in sections)
+
+
+def append_step_summary(lines: Sequence[str]) -> None:
+    """Append the Markdown report to GitHub's job summary when GITHUB_STEP_SUMMARY names it,
+    in one write, so that steps running side by side do not interleave; a missing or
+    unwritable file is a warning, never a failure of the gate's result."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    data = ("\n".join(lines) + "\n\n").encode("utf-8", "replace")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
+        try:
+            written = os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        stderr_line(f"warning: cannot append to GITHUB_STEP_SUMMARY: {exc.strerror or exc} "
+                    f"({path})")
+        return
+    if written < len(data):
+        stderr_line(f"warning: only {written} of {len(data)} bytes appended to "
+                    f"GITHUB_STEP_SUMMARY ({path})")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

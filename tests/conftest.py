@@ -30,6 +30,12 @@ class Result(NamedTuple):
     err: str
 
 
+@pytest.fixture(autouse=True)
+def no_step_summary(monkeypatch):
+    """Keep `rounds` from appending to a real GitHub job summary while the tests run."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
 @pytest.fixture
 def cli(capsys):
     """Call main() with the given arguments; return exit code, stdout and stderr."""
@@ -136,22 +142,25 @@ def two_runs(folder, sha="a" * 64, b_sha=None, **b_options):
 NEW = [(5, 20.5, 40, 99), (6, 21, 41, 101), (7, 20, 42, 100)]
 
 
-def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100), flagged=False):
+def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100), flagged=False,
+                 sha="a" * 64, decisions=None):
     """Three rounds; cpu starts first in r1 and r3, gpu in r2. r2's cpu router had other cores.
     flagged: r2's gpu side also ran above the load limit and r3's gpu router restarted once,
-    so that rounds leaves both rounds out."""
+    so that rounds leaves both rounds out. decisions: the first inputs' decisions on both
+    sides (differ_in_round changes the new side's)."""
+    first = decisions
     for number, figures in enumerate(NEW, 1):
-        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
-                 started_unix=1000.0 * number,
+        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base}, sha=sha,
+                 decisions=first, started_unix=1000.0 * number,
                  environment={"router_cpus": "0-7" if number == 2 else "0-15"},
                  load={"start": 0.5, "end": 1.5, "min": 0.5, "max": 1.5}, driver_cpu_s=0.015)
-        decisions = ["d", "d", "e"] if number == differ_in_round else None
+        decisions = ["d", "d", "e"] if number == differ_in_round else first
         restarts = float(number == 3 and flagged)
         environment = {"router_cpus": "16-31",
                        "gpu": {"tool": "rocm-smi", "before": {"used_mib": {"card0": 1024.0}},
                                "after": {"used_mib": {"card0": 1100.0}}},
                        "metrics": {"deltas": {"router_restarts_total": restarts}}}
-        make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: figures},
+        make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: figures}, sha=sha,
                  decisions=decisions,
                  started_unix=1000.0 * number + (-500 if number == 2 else 500),
                  environment=environment, driver_cpu_s=0.015,

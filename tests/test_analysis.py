@@ -5,6 +5,7 @@ rounds left out, the start order, exit codes."""
 import json
 import math
 import random
+import statistics
 
 import pytest
 from hypothesis import given, strategies as st
@@ -539,3 +540,62 @@ def test_rounds_counts_failures_by_code_and_explains_overload(tmp_path, cli):
     assert outcomes[1]["error_codes"] == {"http_4xx": {"OVERLOADED": 1}}
     compared = cli("compare", tmp_path / "r1-cpu.json", tmp_path / "r1-gpu.json")
     assert "errors in Sequential: B http_4xx: OVERLOADED 1" in compared.out
+
+
+def sequential_run(label, latencies, decisions):
+    """Return a RunFile whose only pass is a sequential one with these latencies per input
+    (None: the request timed out), sent 10 ms apart."""
+    requests = tuple(rl.Request(i, 10.0 * i, ms, 200, d, None) if ms is not None
+                     else rl.Request(i, 10.0 * i, None, None, None, "timeout")
+                     for i, (ms, d) in enumerate(zip(latencies, decisions)))
+    attempt = rl.Attempt(None, None, "", None, {}, None, {}, None, requests)
+    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64,
+                                    "count": len(latencies)},
+                      (rl.PassRecord("sequential", 1, False, False, attempt),))
+
+
+def test_inputs_called_slower_only_when_their_own_rounds_carry_it():
+    # new/base per input and round: #0 2x every round (slower); #1 3x, 0.5x, 1.5x (median
+    # 1.5x, but its spread carries nothing: noise); #2 unchanged; #3 1.2x in the two rounds
+    # its base answered (slower); #4 1.5x in the one round its new side answered (noise)
+    base = [[10.0, 10.0, 10.0, 10.0, 10.0], [10.0, 10.0, 10.0, None, 10.0],
+            [10.0, 10.0, 10.0, 10.0, 10.0]]
+    new = [[20.0, 30.0, 10.0, 12.0, None], [20.0, 5.0, 10.0, 12.0, None],
+           [20.0, 15.0, 10.0, 12.0, 15.0]]
+    decisions = ["a", "a", "b", "b", "b"]
+    runs = {n: {"base": sequential_run("base", base[n - 1], decisions),
+                "new": sequential_run("new", new[n - 1], decisions)} for n in (1, 2, 3)}
+    texts = {0: "x" * 10, 1: "y" * 100, 2: "z" * 600, 3: "w" * 3000, 4: "v" * 20}
+    found = rl.input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0, texts)
+    assert [(s.key, s.call, s.rounds, s.slower_rounds) for s in found.inputs] == [
+        (0, "slower", 3, 3), (1, "noise", 3, 2), (4, "noise", 1, 1), (3, "slower", 2, 2),
+        (2, "", 3, 0)]
+    ratios = {s.key: s.ratio for s in found.inputs}
+    assert ratios == pytest.approx({0: 2.0, 1: 1.5, 2: 1.0, 3: 1.2, 4: 1.5})
+    one = next(s for s in found.inputs if s.key == 1)
+    logs = [math.log(3.0), math.log(0.5), math.log(1.5)]
+    interval = rl.mean_interval(logs)
+    assert (one.low, one.high) == pytest.approx((math.exp(interval.low), math.exp(interval.high)))
+    assert one.p_value == pytest.approx(rl.t_test_p(logs, mu=math.log(1.05)))
+    assert (one.text, one.length, one.decision) == ("y" * 100, 100, "a")
+    assert next(s for s in found.inputs if s.key == 4).low is None
+    # a group's value per round is the mean log ratio of its inputs
+    a = next(s for s in found.decisions if s.key == "a")
+    assert a.inputs == 2 and a.ratio == pytest.approx(math.exp(statistics.median(
+        [(math.log(2) + math.log(3)) / 2, (math.log(2) + math.log(0.5)) / 2,
+         (math.log(2) + math.log(1.5)) / 2])))
+    assert [(s.key, s.inputs) for s in found.lengths] == [
+        ("<= 32 chars", 2), ("33-128 chars", 1), ("513-2048 chars", 1), ("> 2048 chars", 1)]
+
+
+def test_input_slowdowns_need_a_sequential_pass_on_both_sides():
+    runs = rounds_in_memory(3, lambda n, p, m: 1.0)
+    for sides in runs.values():
+        sides["new"] = sides["new"]._replace(passes=sides["new"].passes[1:])
+    assert rl.input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0) is None
+
+
+def test_time_windows_hold_the_median_latency_of_each_stretch_of_send_time():
+    requests = [rl.Request(i, 10.0 * i, float(i + 1), 200, "d", None) for i in range(4)]
+    assert rl.time_windows(requests, 2) == [(0.0075, 1.5), (0.0225, 3.5)]
+    assert rl.time_windows([r._replace(start_ms=None) for r in requests], 2) == []

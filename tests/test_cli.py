@@ -14,7 +14,7 @@ import pytest
 
 import router_latency as rl
 from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, hold_a_slot,
-                      write_corpus)
+                      three_rounds, write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
 
@@ -373,3 +373,67 @@ def test_record_bad_input(tmp_path, cli):
     exists = cli("record", "--section", f"a={tmp_path}:cpu:gpu", *out)
     assert_one_line_error(exists, "exists; pass --force to overwrite it")
     assert (tmp_path / "r.md").read_text() == "keep" and not (tmp_path / "r.json").exists()
+
+
+def test_rounds_appends_its_markdown_to_the_github_step_summary(tmp_path, cli, monkeypatch):
+    three_rounds(tmp_path, differ_in_round=2)
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    markdown = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                   "markdown")
+    assert text.code == markdown.code == 1 and text.err == markdown.err == ""
+    assert text.out.endswith("verdict: FAIL: decisions differ in r2 (1 input)\n")
+    # appended by each run, whatever it printed, after what was there
+    assert summary.read_text(encoding="utf-8") == (
+        "# earlier step\n" + markdown.out + "\n" + markdown.out + "\n")
+
+
+@pytest.mark.parametrize("where", ["missing.md", "folder"])
+def test_an_unwritable_step_summary_is_a_warning(tmp_path, cli, monkeypatch, where):
+    three_rounds(tmp_path)
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / where))
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    assert result.code == 0 and result.out.endswith("verdict: PASS (1 inconclusive gated rows)\n")
+    assert result.err.startswith("router-latency: warning: cannot append to "
+                                 "GITHUB_STEP_SUMMARY: ")
+    assert result.err.endswith(f"({tmp_path / where})\n") and result.err.count("\n") == 1
+    assert not (tmp_path / "missing.md").exists()
+
+
+def test_rounds_refuses_outputs_it_cannot_write_and_a_corpus_of_other_runs(tmp_path, cli):
+    three_rounds(tmp_path)
+    for option in ("--junit", "--html"):
+        result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", option,
+                     tmp_path / "no" / "such" / "out")
+        assert_one_line_error(result, "the folder does not exist", str(tmp_path / "no"))
+        assert result.out == ""
+    corpus = write_corpus(tmp_path / "c.json", ["other"])
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--corpus",
+                 corpus, "--html", tmp_path / "page.html")
+    assert_one_line_error(result, "not the corpus of the runs", str(corpus))
+    assert not (tmp_path / "page.html").exists()
+
+
+def test_run_csv_writes_a_line_per_request(simulator, tmp_path, cli, corpus):
+    router = simulator(delay_ms=0)
+    out, table = tmp_path / "r1.json", tmp_path / "r1.csv"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--warmup", "0", "--csv", table)
+    assert result.code == 0 and result.err == ""
+    assert f"wrote {out} and {table}" in result.out
+    run = rl.load_run(str(out))
+    lines = table.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "pass,id,start_ms,latency_ms,status,decision,error"
+    expected = [f"{p.name},{r.id},{r.start_ms},{r.latency_ms},{r.status},{r.decision},"
+                for p in run.passes for r in p.requests]
+    assert lines[1:] == expected and len(expected) == 3
+    again = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "r2.json",
+                "--label", "x", "--csv", table)
+    assert_one_line_error(again, "exists; pass --force to overwrite it", str(table))
+    same = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "r3.json",
+               "--label", "x", "--csv", tmp_path / "r3.json")
+    assert_one_line_error(same, "the CSV file and the run file are the same file", "--csv")
+    assert not (tmp_path / "r2.json").exists() and not (tmp_path / "r3.json").exists()

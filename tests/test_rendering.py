@@ -1,12 +1,18 @@
 """rendering: the exact text, Markdown and JSON that compare and rounds print for run files
 written with known figures."""
 
+import csv
 import hashlib
+import io
 import json
+import re
 import statistics
 import textwrap
+import xml.etree.ElementTree as ElementTree
 
+import html5lib
 import pytest
+from junitparser import Failure, JUnitXml, Skipped
 
 import router_latency as rl
 from conftest import make_run, three_rounds, two_runs, write_corpus
@@ -87,6 +93,25 @@ er rounds, descriptive; tolerance 5%; detects: the slowdown found 80% of the tim
         warning: Sequential p95 inconclusive: could only detect >= 13%; about 5 rounds would be ne\
 eded for 10%
 
+        slower inputs: 5 of 101 (Sequential pass; gpu/cpu latency of each input: median over 3 rou\
+nds, 95% t interval of the geometric mean; called slower when its own rounds carry it beyond the 5\
+% tolerance, false discovery rate 5%; noise: beyond the tolerance but not carried)
+
+        input    gpu/cpu [95% CI]  slower  call    decision
+        #96    1.37x [1.29, 1.45]     3/3  slower  d
+        #97    1.37x [1.29, 1.45]     3/3  slower  d
+        #98    1.37x [1.29, 1.45]     3/3  slower  d
+        #99    1.37x [1.29, 1.45]     3/3  slower  d
+        #100   1.37x [1.29, 1.45]     3/3  slower  d
+        #51    1.02x [0.96, 1.09]     2/3  -       d
+        #52    1.02x [0.96, 1.09]     2/3  -       d
+        #53    1.02x [0.96, 1.09]     2/3  -       d
+        #54    1.02x [0.96, 1.09]     2/3  -       d
+        #55    1.02x [0.96, 1.09]     2/3  -       d
+
+        group       inputs    gpu/cpu [95% CI]  slower  call
+        decision d     101  0.80x [0.64, 0.97]     0/3  -
+
         round  side        load  router cpus      gpu MiB  restarts/faults  discarded   driver cpu\
   flags
         r1     cpu   0.500-1.50  0-15                 n/a              n/a          0  0.01 s (2%)\
@@ -110,14 +135,96 @@ eded for 10%
     assert result.code == 1
 
 
-def test_rounds_markdown(tmp_path, cli):
-    three_rounds(tmp_path)
-    lines = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
-                "markdown").out.splitlines()
+def markdown_kind(line):
+    """Return what GitHub makes of a line of our Markdown."""
+    if not line:
+        return "blank"
+    if line.startswith("|"):
+        return "table"
+    if line.startswith(("- ", "  - ")):
+        return "list"
+    return "bold" if line.startswith("**") and line.count("**") >= 2 else "text"
+
+
+def assert_renders_as_blocks(lines):
+    """Assert that every line is a table row, a list item, bold or blank, that blocks of
+    different kinds stand apart (GitHub would run them into one paragraph or table), and
+    that each table row has as many cells as its header."""
+    kinds = [markdown_kind(line) for line in lines]
+    assert "text" not in kinds, [line for line in lines if markdown_kind(line) == "text"]
+    for before, after in zip(kinds, kinds[1:]):
+        assert before == after or "blank" in (before, after), (before, after)
+    width = None
+    for line, kind in zip(lines, kinds):
+        cells = len(re.split(r"(?<!\\)\|", line)) if kind == "table" else None
+        width = (width or cells) if cells else None
+        assert cells == width, line
+
+
+def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_path, cli):
+    three_rounds(tmp_path, differ_in_round=2)
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                 "markdown", "--per-round")
+    assert result.code == 1 and result.err == ""
+    lines = result.out.splitlines()
+    assert lines[:4] == ["**Verdict: FAIL**: gpu against cpu, 3 rounds used", "",
+                         "- decisions differ in r2 (1 input)", ""]
     assert lines[4] == "| pass | metric | cpu | gpu | gpu - cpu [95% CI] | speedup [95% CI] " \
                        "| worse | detects | verdict |"
     assert lines[6] == "| Sequential | p50* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
                        "1.68x [1.11, 2.56] | 0/3 | >= 77% | better |"
+    assert "- decisions r2: 100/101 agree in every pass; differ: \\#2 d -\\> e (Sequential)" \
+        in lines
+    for caption in ("**Largest slowdowns**", "**Each round**", "**Environment**"):
+        assert caption in lines
+    assert "| #96 | 1.37x [1.29, 1.45] | 3/3 | slower | d |" in lines
+    assert_renders_as_blocks(lines)
+
+
+def test_markdown_escapes_what_github_would_read_as_markup(tmp_path, cli):
+    texts = [f"prompt {i}" for i in range(101)]
+    texts[96] = "a | b *bold* <img src=x> [link](y) #1"
+    corpus = write_corpus(tmp_path / "c.json", texts)
+    sha = hashlib.sha256(open(corpus, "rb").read()).hexdigest()
+    three_rounds(tmp_path, differ_in_round=2, sha=sha, decisions=["x|y"] * 3)
+    lines = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                "markdown", "--corpus", corpus).out.splitlines()
+    row = next(line for line in lines if line.startswith("| #96 "))
+    assert row == ("| #96 | 1.37x [1.29, 1.45] | 3/3 | slower | d | 37 | \"a \\| b \\*bold\\* "
+                   "\\<img src=x\\> \\[link\\](y) \\#1\" |")
+    assert "| decision x\\|y | 3 | 0.60x [0.39, 0.90] | 0/3 | - |" in lines
+    assert_renders_as_blocks(lines)
+
+
+def test_compare_markdown_and_json(tmp_path, cli):
+    a, b = two_runs(tmp_path)
+    result = cli("compare", a, b, "--format", "markdown", "--fail-on-decision-change")
+    assert result.code == 1 and result.err == ""
+    lines = result.out.splitlines()
+    assert lines[:5] == [
+        "**Verdict: FAIL**: rocm against cpu, one run each, no interval (rounds judges with "
+        "intervals)", "", "- decisions differ in 2 inputs (sequential pass, "
+        "--fail-on-decision-change)", "", "| pass | metric | A | B | B - A | B/A |"]
+    assert "  - \\#2: z -\\> w" in lines
+    assert_renders_as_blocks(lines)
+    passed = cli("compare", a, b, "--format", "json")
+    report = json.loads(passed.out)
+    assert passed.code == 0 == report["exit_code"]
+    assert (report["schema"], report["status"], report["reasons"]) == (
+        "router-latency/compare/1", "pass", [])
+    sequential = report["passes"][0]
+    assert sequential["pass"] == "sequential" and sequential["errors"] == {"a": 0, "b": 1}
+    assert sequential["metrics"]["p50_ms"] == {"a": 10.0, "b": 4.0, "diff": -6.0, "ratio": 0.4}
+    assert report["decisions"] == {
+        "pass": "sequential", "compared": 101, "agree": 99, "unmeasured": 0,
+        "changes": [{"id": 2, "a": "z", "b": "w", "text": None},
+                    {"id": 100, "a": "d", "b": None, "text": None}]}
+    assert report["consistency"] == {"A": [], "B": []}
+    failed = json.loads(cli("compare", a, b, "--format", "json",
+                            "--fail-on-decision-change").out)
+    assert (failed["status"], failed["exit_code"]) == ("fail", 1)
+    assert failed["reasons"] == [
+        "decisions differ in 2 inputs (sequential pass, --fail-on-decision-change)"]
 
 
 def test_rounds_json_carries_rows_and_agreement(tmp_path, cli):
@@ -284,3 +391,130 @@ def test_record_rebuilds_a_section_from_per_round_values(tmp_path, cli):
     assert section["report"]["rows"][0]["new_values"] == [8.65, 8.7, 8.72]
     assert section["rounds"]["r2"]["rocm"]["passes"][0]["summary"]["p50_ms"] == 8.7
     assert "requests" not in section["rounds"]["r2"]["rocm"]["passes"][0]
+
+
+def regressed_rounds(folder):
+    """Three rounds in which gpu's p95 is 50% slower every round, r2 changes a decision whose
+    name holds a control character and markup, and gpu times out once in r3."""
+    for number, p95 in enumerate((30.0, 30.5, 31.0), 1):
+        make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: (10, 20, 30, 100)},
+                 decisions=["d\x01<&>"], started_unix=1000.0 * number)
+        make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: (10, p95, 40, 100)},
+                 decisions=["e" if number == 2 else "d\x01<&>"],
+                 errors={"timeout": 1} if number == 3 else None,
+                 started_unix=1000.0 * number + (-500 if number == 2 else 500))
+
+
+def junit_cases(path):
+    suites = list(JUnitXml.fromfile(str(path)))
+    assert len(suites) == 1
+    return {case.name: case for case in suites[0]}, suites[0]
+
+
+def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tmp_path, cli):
+    regressed_rounds(tmp_path)
+    out = tmp_path / "out" / "junit.xml"
+    out.parent.mkdir()
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--junit", out)
+    assert result.code == 1 and result.err == ""
+    cases, suite = junit_cases(out)
+    assert list(cases) == ["Sequential p50", "Sequential p95", "Sequential req/s",
+                           "gated rows together", "r1 decisions", "r2 decisions",
+                           "r3 decisions", "Sequential errors", "verdict"]
+    # the regression, the gated rows together, r2's changed decision, r3's timeout (a failed
+    # request has no decision), the errors and the verdict
+    assert (suite.tests, suite.failures, suite.skipped) == (9, 6, 0)
+    assert cases["Sequential p50"].is_passed and cases["Sequential req/s"].is_passed
+    regression = cases["Sequential p95"].result[0]
+    assert isinstance(regression, Failure) and regression.type == "regression"
+    # ln(30/20), ln(30.5/20), ln(31/20): mean 0.42190, s 0.016395, t(2) 4.302653
+    assert regression.message == ("regression: change +52.5% [+46.4%, +58.8%], + is worse "
+                                  "(speedup 0.66x [0.63, 0.68]; new - base +10.5 [9.26, 11.7]; "
+                                  "95% t interval over 3 rounds); tolerance 5%")
+    decisions = cases["r2 decisions"].result[0]
+    assert isinstance(decisions, Failure)
+    assert decisions.message == "100/101 inputs agree in every pass"
+    assert decisions.text == "#0 d\ufffd<&> -> e (Sequential)"
+    assert cases["r1 decisions"].is_passed and cases["r3 decisions"].is_failure
+    assert cases["Sequential req/s"].system_out.startswith(
+        "same: change +0.0% [+0.0%, +0.0%], + is worse")
+    errors = cases["Sequential errors"].result[0]
+    assert errors.message == "failed requests cpu/gpu: r1 0/0, r2 0/0, r3 0/1"
+    verdict = cases["verdict"].result[0]
+    report = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                            "--format", "json").out)
+    assert verdict.text.splitlines() == report["reasons"] and verdict.message.startswith(
+        "verdict: FAIL: ")
+
+
+def test_junit_skips_an_inconclusive_row_with_the_reason(tmp_path, cli):
+    three_rounds(tmp_path)
+    out = tmp_path / "junit.xml"
+    assert cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--junit",
+               out).code == 0
+    cases, suite = junit_cases(out)
+    skipped = cases["Sequential p95"].result[0]
+    assert isinstance(skipped, Skipped)
+    assert skipped.message.startswith("inconclusive: change +2.5% [-3.5%, +8.9%]")
+    assert skipped.message.endswith("tolerance 5%; could only detect >= 13%")
+    assert (suite.tests, suite.failures, suite.skipped) == (9, 0, 1)
+    assert cases["verdict"].is_passed
+
+
+def page_of(tmp_path, cli, *options):
+    page = tmp_path / "report.html"
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--html", page,
+                 *options)
+    text = page.read_text(encoding="utf-8")
+    # well-formed as XML (polyglot markup) and without a parse error as HTML5
+    root = ElementTree.fromstring(text.split("\n", 1)[1])
+    html5lib.HTMLParser(strict=True).parse(text)
+    return result, text, root
+
+
+def test_report_page_is_well_formed_self_contained_and_leads_with_the_verdict(tmp_path, cli):
+    texts = [f"prompt {i}" for i in range(101)]
+    texts[96] = "<script>alert(1)</script> & \x01 done"
+    corpus = write_corpus(tmp_path / "c.json", texts)
+    sha = hashlib.sha256(open(corpus, "rb").read()).hexdigest()
+    three_rounds(tmp_path, differ_in_round=2, sha=sha)
+    result, text, root = page_of(tmp_path, cli, "--corpus", corpus)
+    assert result.code == 1
+    ns = {"h": "http://www.w3.org/1999/xhtml", "s": "http://www.w3.org/2000/svg"}
+    body = root.find("h:body", ns)
+    assert body[0].tag == "{http://www.w3.org/1999/xhtml}header"
+    assert body[0].find("h:h1", ns).text == "FAIL"
+    assert [li.text for li in body[0].iter("{http://www.w3.org/1999/xhtml}li")] == [
+        "decisions differ in r2 (1 input)"]
+    svgs = list(root.iter("{http://www.w3.org/2000/svg}svg"))
+    forests = [s for s in svgs if s.find("s:rect", ns) is not None]
+    assert [s.get("aria-label") for s in forests] == ["Sequential p50", "Sequential p95",
+                                                      "Sequential req/s"]
+    assert len(forests[0].findall("s:circle", ns)) == 3  # one per round
+    # these runs recorded no send times: no latency-over-time plot
+    assert [s.get("aria-label") for s in svgs[3:]] == ["Sequential: latency distribution"]
+    # no script, nothing fetched: the only URLs are the XML namespaces
+    assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp;" in text
+    assert set(re.findall(r"https?://[^\s\"]+", text)) == {"http://www.w3.org/1999/xhtml",
+                                                          "http://www.w3.org/2000/svg"}
+    assert "\x01" not in text
+
+
+def test_report_page_of_rounds_that_cannot_be_judged(tmp_path, cli):
+    three_rounds(tmp_path, flagged=True)
+    result, text, root = page_of(tmp_path, cli)
+    assert result.code == 3
+    assert root.find(".//{http://www.w3.org/1999/xhtml}h1").text == "INCONCLUSIVE"
+    assert "1 usable round, fewer than 3" in text
+
+
+def test_requests_csv_has_a_line_per_request(tmp_path):
+    path = make_run(tmp_path / "run.json", passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
+                    decisions=["a,b", 'say "x"'], errors={"timeout": 1})
+    rows = list(csv.reader(io.StringIO(rl.requests_csv(rl.load_run(path).passes).decode())))
+    assert rows[0] == ["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"]
+    assert len(rows) == 1 + 2 * 101
+    assert rows[1] == ["sequential", "0", "", "10", "200", "a,b", ""]
+    assert rows[2][5] == 'say "x"'
+    assert rows[101] == ["sequential", "100", "", "10", "500", "", "timeout"]
+    assert rows[102][:2] == ["c4", "0"]

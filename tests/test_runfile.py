@@ -175,6 +175,17 @@ def test_slow_windows_against_the_pass_median():
                                                                    None, 0.0)], rule) == (3,)
 
 
+def test_a_req_per_s_that_the_rounding_of_wall_s_moves_across_a_hundredth_still_loads(tmp_path):
+    # 20 / 0.0824522 s is 242.56478 req/s, written as 242.56; the file keeps wall_s as 0.082452,
+    # from which the reader gets 242.56537, rounded to 242.57 (a demo's run file did this)
+    run = run_of([(1.0, None, "d", 0.0, None, None)] * 20, 0.0824522, open_loop=False,
+                 discarded_pass=False)
+    assert run.passes[0].summary.req_per_s == 242.56
+    path = tmp_path / "run.json"
+    rl.write_atomic(str(path), rl.dump_run(run))
+    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 242.56
+
+
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
     requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
     requests.append(rl.Request(0, 0.0, 900.0, None, None, "timeout"))

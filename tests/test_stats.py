@@ -263,6 +263,24 @@ def test_holm(ps, alpha, expected):
     assert rl.holm(ps, alpha=alpha) == expected
 
 
+@pytest.mark.parametrize("ps,expected", [
+    # step-up: 0.03 misses its own threshold 2 q / 4 = 0.025, but 0.04 <= 4 q / 4 carries it
+    ([0.001, 0.03, 0.035, 0.04], [True, True, True, True]),
+    # each p just above k q / m: nothing is rejected
+    ([0.01, 0.02, 0.03, 0.04, 0.05, 0.9], [False] * 6),
+    # input order kept: the two smallest of five pass 0.01 and 0.02
+    ([0.5, 0.004, 0.3, 0.015, 0.2], [False, True, False, True, False]),
+    ([], []),
+])
+def test_benjamini_hochberg(ps, expected):
+    assert rl.benjamini_hochberg(ps, 0.05) == expected
+
+
+def test_benjamini_hochberg_rejects_more_than_holm_on_many_small_p_values():
+    ps = [0.004] * 10 + [0.5] * 90
+    assert sum(rl.benjamini_hochberg(ps, 0.05)) == 10 and sum(rl.holm(ps, 0.05)) == 0
+
+
 def test_holm_alpha_positional_or_keyword():
     assert rl.holm([0.01, 0.04], 0.05) == rl.holm([0.01, 0.04], alpha=0.05) == [True, True]
     assert rl.holm([0.01, 0.04], 0.02) == [True, False]
