@@ -4,6 +4,7 @@ them."""
 
 import json
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -135,8 +136,22 @@ def test_corpus_failure_leaves_the_previous_file_untouched(tmp_path, cli):
     data = tmp_path / "e2e" / "testdata"
     data.mkdir(parents=True)
     (data / "bad.json").write_text("{oops")
-    assert cli("corpus", "--repo", tmp_path, "--out", out).code == 2
+    assert cli("corpus", "--repo", tmp_path, "--out", out, "--force").code == 2
     assert out.read_text() == "previous"
+
+
+def test_corpus_refuses_an_existing_output_without_force(tmp_path, cli):
+    out = tmp_path / "corpus.json"
+    out.write_text("previous")
+    data = tmp_path / "e2e" / "testdata"
+    data.mkdir(parents=True)
+    (data / "cases.json").write_text('[{"query": "hello"}]')
+    assert_one_line_error(cli("corpus", "--repo", tmp_path, "--out", out),
+                          f"exists; pass --force to overwrite it ({out})")
+    assert out.read_text() == "previous"
+    result = cli("corpus", "--repo", tmp_path, "--out", out, "--force")
+    assert result.code == 0 and result.err == ""
+    assert '"hello"' in out.read_text()
 
 
 def test_simulate_and_demo_bad_options(cli):
@@ -178,6 +193,29 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
                      "r3-cpu.json", "r3-gpu.json"]
     run = json.loads((tmp_path / "demo" / "r2-gpu.json").read_text())
     assert run["complete"] is True and run["label"] == "gpu"
+
+
+def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
+    # what a user does on a bare node: copy the one file, run it isolated (-I: no user site,
+    # no PYTHONPATH, the script's folder not searched), nothing else beside it
+    bare = tmp_path / "node"
+    bare.mkdir()
+    shutil.copy(TOOL, bare / "router_latency.py")
+    data = bare / "repo" / "e2e" / "testdata"
+    data.mkdir(parents=True)
+    (data / "cases.json").write_text('[{"query": "hello"}, {"query": "world"}]')
+    python = [sys.executable, "-I", "router_latency.py"]
+    corpus = subprocess.run([*python, "corpus", "--repo", "repo", "--out", "corpus.json"],
+                            cwd=bare, capture_output=True, text=True, timeout=60)
+    assert corpus.returncode == 0 and corpus.stderr == ""
+    assert corpus.stdout.startswith("corpus: 14 prompts (2 distinct from 1 files, "
+                                    "12 boundary cases)")
+    demo = subprocess.run([*python, "demo", "--rounds", "3"], cwd=bare, capture_output=True,
+                          text=True, timeout=120)
+    assert demo.returncode == 0 and demo.stderr == "", demo.stderr
+    assert "rounds: 3 used (r1, r2, r3)" in demo.stdout
+    assert sorted(p.name for p in bare.iterdir()) == ["corpus.json", "repo",
+                                                      "router_latency.py"]
 
 
 def simulate_command(tmp_path, side, delay):
