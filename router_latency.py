@@ -4436,6 +4436,22 @@ DEMO_SIDES = {"cpu": {"delay_ms": 3.0, "jitter_ms": 1.0},
               "gpu": {"delay_ms": 1.5, "jitter_ms": 0.5}}
 
 
+# What the demo prints last: the same method on a real router (README.md, "Worked example").
+DEMO_NEXT_STEPS = (
+    "next, on a real router (rounds/run_rounds.sh is in the router-latency repository; the",
+    "README's worked example does this with two simulated routers):",
+    "  python3 router_latency.py corpus --repo ../semantic-router --out corpus.json",
+    "  rounds/run_rounds.sh --rounds 5 --dir results --corpus corpus.json \\",
+    "    --base cpu --base-url http://127.0.0.1:8801 \\",
+    "    --base-start 'docker run -d --name router-cpu -p 8801:8080 ROUTER_IMAGE_CPU' \\",
+    "    --base-stop 'docker rm -f router-cpu' \\",
+    "    --new gpu --new-url http://127.0.0.1:8802 \\",
+    "    --new-start 'docker run -d --name router-gpu -p 8802:8080 ROUTER_IMAGE_GPU' \\",
+    "    --new-stop 'docker rm -f router-gpu'",
+    "  python3 router_latency.py rounds --dir results --base cpu --new gpu",
+)
+
+
 def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> list:
     """Return what `corpus` prints of the corpus it wrote."""
     source = corpus["source"]
@@ -4808,7 +4824,9 @@ def add_demo_parser(commands: Any) -> None:
                             formatter_class=HelpFormatter)
     p.add_argument("--rounds", type=whole_number(MIN_ROUNDS, 50), default=4,
                    help="interleaved rounds")
-    p.add_argument("--dir", help="keep the corpus and run files here (default: a temp folder)")
+    p.add_argument("--keep", "--dir", dest="keep", metavar="DIR",
+                   help="keep the corpus and run files in DIR (default: a temporary folder, "
+                        "deleted at the end)")
     p.set_defaults(func=cmd_demo)
 
 
@@ -5006,27 +5024,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the whole method on two simulated routers: corpus, interleaved rounds, rounds."""
-    keep = args.dir is not None
-    work = Path(args.dir) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
+    keep = args.keep is not None
+    work = Path(args.keep) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
     if keep:
         work.mkdir(parents=True, exist_ok=True)
-        if any(work.glob("r*-*.json")):
-            raise RouterLatencyError("already holds round files; use an empty folder", args.dir)
+        if any(work.glob("r*-*.json")) or (work / "corpus.json").exists():
+            raise RouterLatencyError("already holds demo files; use an empty folder", args.keep)
+    where = f"in {work}" if keep else f"in {work} (deleted at the end; --keep DIR keeps them)"
     try:
         profiles = ", ".join(f"{side} {p['delay_ms']:g} ms + up to {p['jitter_ms']:g} ms jitter"
                              for side, p in DEMO_SIDES.items())
         print(f"demo: two simulated routers, serial like one GPU process each: {profiles}; "
-              f"{args.rounds} rounds in {work}")
+              f"{args.rounds} rounds {where}")
         print("(the simulated routers run inside the driver's process here, so 'router cpus' "
               "and 'driver cpu' are that process's)")
         report = run_demo(work, args.rounds, print)
         print()
         for line in format_rounds(report):
             print(line)
-        return report.exit_code
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"the corpus and run files are kept in {work}" if keep else
+          f"the corpus and run files were deleted with {work}; --keep DIR keeps them")
+    for line in DEMO_NEXT_STEPS:
+        print(line)
+    return report.exit_code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -159,6 +159,13 @@ def test_simulate_and_demo_bad_options(cli):
     assert_one_line_error(cli("demo", "--rounds", "1"), "--rounds")
 
 
+def test_demo_keeps_nothing_over_earlier_files(tmp_path, cli):
+    (tmp_path / "corpus.json").write_text("mine")
+    assert_one_line_error(cli("demo", "--keep", tmp_path),
+                          f"already holds demo files; use an empty folder ({tmp_path})")
+    assert (tmp_path / "corpus.json").read_text() == "mine"
+
+
 def test_unknown_subcommand_and_missing_arguments(cli):
     assert_one_line_error(cli("frobnicate"), "invalid choice")
     assert_one_line_error(cli("run"), "required")
@@ -179,7 +186,7 @@ def test_version(cli, capsys):
 
 
 def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
-    result = cli("demo", "--dir", tmp_path / "demo", "--rounds", "3")
+    result = cli("demo", "--keep", tmp_path / "demo", "--rounds", "3")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert "round 1: cpu then gpu" in lines and "round 2: gpu then cpu" in lines
@@ -187,7 +194,10 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
                for line in lines)
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
-    assert lines[-1].startswith("verdict: PASS")
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert lines[verdict].startswith("verdict: PASS")
+    assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
+    assert lines[verdict + 3:] == list(rl.DEMO_NEXT_STEPS)
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
     assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json",
                      "r3-cpu.json", "r3-gpu.json"]
@@ -214,6 +224,8 @@ def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
                           text=True, timeout=120)
     assert demo.returncode == 0 and demo.stderr == "", demo.stderr
     assert "rounds: 3 used (r1, r2, r3)" in demo.stdout
+    assert "deleted at the end; --keep DIR keeps them" in demo.stdout.splitlines()[0]
+    assert "the corpus and run files were deleted with " in demo.stdout
     assert sorted(p.name for p in bare.iterdir()) == ["corpus.json", "repo",
                                                       "router_latency.py"]
 
