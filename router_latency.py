@@ -4694,6 +4694,10 @@ def add_run_parser(commands: Any) -> None:
     add_capture_options(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing run file")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--check", action="store_true",
+                   help="check the options, the corpus and the output path, then exit 0 "
+                        "without contacting the router (rounds/run_rounds.sh does this before "
+                        "it starts one)")
     p.set_defaults(func=cmd_run)
 
 
@@ -4893,6 +4897,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture = run_arguments(args)
+    if args.check:
+        if not args.quiet:
+            print(f"run {args.label}: checked: corpus {corpus.sha256[:12]} ({len(corpus.prompts)} "
+                  f"prompts), {target.endpoint.shown}, {args.out} writable; nothing sent")
+        return EXIT_OK
     stop = threading.Event()
     caught: list = []
 

@@ -3,11 +3,15 @@ nothing written; --version; the demo and the rounds/run_rounds.sh driver, run as
 them."""
 
 import json
+import os
+import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,6 +63,21 @@ def test_run_rejects_bad_urls(tmp_path, cli, corpus, url, message):
     result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--label", "x")
     assert_one_line_error(result, "--url", message)
     assert not out.exists()
+
+
+def test_run_check_checks_and_sends_nothing(tmp_path, cli, corpus):
+    out = tmp_path / "r1.json"
+    # nothing listens on port 1: a run would fail, a check does not look
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out", out,
+                 "--label", "cpu")
+    assert result.code == 0 and result.err == ""
+    assert result.out == (f"run cpu: checked: corpus {rl.load_corpus(corpus).sha256[:12]} "
+                          f"(1 prompts), http://127.0.0.1:1/api/v1/routing/preview, {out} "
+                          f"writable; nothing sent\n")
+    assert not out.exists()
+    assert_one_line_error(cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus,
+                              "--out", tmp_path / "no" / "r1.json", "--label", "cpu"),
+                          "the folder does not exist")
 
 
 def test_run_host_that_does_not_resolve(tmp_path, cli, corpus, monkeypatch):
@@ -231,10 +250,18 @@ def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
 
 
 def simulate_command(tmp_path, side, delay):
-    """A start command that runs `simulate` on port 0 and records its pid and URL."""
+    """A start command that runs `simulate` on port 0 in the background and returns, leaving
+    its pid and URL in files (the style of `docker run -d`)."""
     return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
             f"--delay-ms {delay} --url-file {shlex.quote(str(tmp_path / (side + '.url')))} "
             f">/dev/null 2>&1 & echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
+
+
+def foreground_command(tmp_path, side, delay):
+    """A start command that is the router: `simulate` in the foreground, as a user types it."""
+    url_file = shlex.quote(str(tmp_path / (side + ".url")))
+    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+            f"--delay-ms {delay} --serial --url-file {url_file}")
 
 
 def driver_args(tmp_path, corpus, *extra):
@@ -250,23 +277,219 @@ def driver_args(tmp_path, corpus, *extra):
             "--probe", "side=echo $SIDE $ROUND"]
 
 
+def with_foreground_new_side(command, tmp_path, delay=0.5):
+    """The driver command with the new side started in the foreground and no stop command."""
+    command = list(command)
+    command[command.index("--new-start") + 1] = foreground_command(tmp_path, "gpu", delay)
+    del command[command.index("--new-stop"):command.index("--new-stop") + 2]
+    return command
+
+
+DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+
+
+def nothing_listens(url_file):
+    """Whether nothing accepts connections at the URL a simulator wrote."""
+    host_port = url_file.read_text().strip().split("//")[1]
+    host, port = host_port.rsplit(":", 1)
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) != 0
+
+
 def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
+    # cpu starts detached (returns at once, stopped by its stop command); gpu stays in the
+    # foreground with no stop command, and the script ends it
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    result = subprocess.run(driver_args(tmp_path, corpus), capture_output=True, text=True,
-                            timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json", "r3-cpu.json",
         "r3-gpu.json"]
     assert (tmp_path / "log").read_text().splitlines() == [
-        "stopped cpu 1", "stopped gpu 1", "stopped gpu 2", "stopped cpu 2", "stopped cpu 3",
-        "stopped gpu 3"]
-    assert result.stderr.splitlines() == ["round 1/3: cpu", "round 1/3: gpu", "round 2/3: gpu",
-                                          "round 2/3: cpu", "round 3/3: cpu", "round 3/3: gpu"]
+        "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
+    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
+    steps = [(n, side) for n in (1, 2, 3) for side in rl.start_order(n, ["cpu", "gpu"])]
+    summary = r"p50 ms sequential [\d.]+, c2 [\d.]+; 0 errors"
+    expected = [line for n, side in steps for line in (
+        rf"run_rounds\.sh: round {n}/3 {side}: starting",
+        rf"run_rounds\.sh: round {n}/3 {side}: {summary}")] + [r"run_rounds\.sh: ran 3 rounds"]
+    assert len(said) == len(expected)
+    for line, pattern in zip(said, expected):
+        assert re.fullmatch(pattern, line), (line, pattern)
     assert result.stdout.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
     probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
     assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
-    assert result.stdout.splitlines()[-1].startswith("verdict: PASS")
+    assert result.stdout.splitlines()[-1].startswith("verdict: ")
+    assert nothing_listens(tmp_path / "gpu.url")  # the foreground router was ended
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--corpus": "missing.json"}, "cannot read the corpus file (missing.json)"),
+    ({"--corpus": "not-a-corpus.json"}, "the options of cpu's runs do not pass: schema is"),
+    ({"--base-url": "127.0.0.1:8801"}, "the options of cpu's runs do not pass: the URL must "
+                                       "start with http:// or https:// (--url)"),
+    ({"--new-metrics-url": "ftp://x"}, "the options of gpu's runs do not pass: scheme ftp://"),
+    ({"--dir": "not-a-corpus.json"}, "cannot create the folder (not-a-corpus.json)"),
+    ({"--tool": "missing.py"}, "cannot run the tool: "),
+    ({"--tolerance": "-1"}, "the options for rounds do not pass: argument --tolerance"),
+    ({"--format": "html"}, "the options for rounds do not pass: argument --format"),
+    ({"--gate": "p51"}, "the options for rounds do not pass: argument --gate"),
+    ({"--": "--concurrency 0"}, "the options of cpu's runs do not pass: argument --concurrency"),
+])
+def test_driver_checks_everything_before_a_router_starts(tmp_path, change, message):
+    write_corpus(tmp_path / "corpus.json", ["a"])
+    (tmp_path / "not-a-corpus.json").write_text('{"schema": "router-latency/run/1"}')
+    started = "touch started; " + sys.executable + " -c pass"
+    options = {"--dir": "results", "--corpus": "corpus.json", "--base-url": "http://127.0.0.1:1",
+               "--new-url": "http://127.0.0.1:2", **change}
+    command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
+               "--base-start", started, "--new-start", started, "--base-stop", "true",
+               "--new-stop", "true"]
+    for option, value in options.items():
+        if option != "--":
+            command += [option, value]
+    command += ["--", *options["--"].split()] if "--" in options else []
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env=DRIVER_ENV)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"run_rounds.sh: error: {message}"), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
+
+
+def test_driver_stops_when_a_start_command_fails(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = (
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --delay-ms nope")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    assert result.returncode == 2
+    assert "run_rounds.sh: error: start command of cpu exited 2 (round 1)\n" in result.stderr
+    assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]  # stopped anyway
+    assert not (tmp_path / "results").exists()  # the folder it made is empty: removed
+
+
+def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    pid_file = tmp_path / "detached.pid"
+    detached = (f"setsid -f sh -c 'echo $$ > {shlex.quote(str(pid_file))}; exec "
+                f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+                f"--url-file {shlex.quote(str(tmp_path / 'cpu.url'))}' >/dev/null 2>&1")
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = detached
+    del command[command.index("--base-stop"):command.index("--base-stop") + 2]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                env=DRIVER_ENV)
+        assert result.returncode == 2
+        assert "run_rounds.sh: error: start command of cpu returned, leaving nothing running " \
+               "in its session" in result.stderr
+        assert "there is no --base-stop to stop it" in result.stderr
+    finally:
+        for _ in range(200):  # the detached router outlives the script: the test ends it
+            if pid_file.exists() and pid_file.read_text().strip():
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+                break
+            time.sleep(0.05)
+
+
+def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
+    marker = tmp_path / "measuring"
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path, delay=300)
+    command = command[:command.index("--") + 1] + [
+        "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
+    with open(tmp_path / "err", "w") as err:
+        script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=DRIVER_ENV,
+                                  start_new_session=True)
+        try:
+            for _ in range(1200):  # until round 1's gpu run measures (its probe ran)
+                if (tmp_path / "measuring-gpu-1").exists() or script.poll() is not None:
+                    break
+                time.sleep(0.05)
+            os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C does: the whole group
+            assert script.wait(timeout=60) == 130
+        finally:
+            if script.poll() is None:
+                os.killpg(script.pid, signal.SIGKILL)
+    results = tmp_path / "results"
+    said = (tmp_path / "err").read_text().splitlines()
+    assert said[-2:] == [
+        f'run_rounds.sh: interrupted: {results}/r1-gpu.json is incomplete ("complete": false)',
+        "run_rounds.sh: complete rounds: none; the same command with --resume keeps them and "
+        "redoes the rest"]
+    assert json.loads((results / "r1-gpu.json").read_text())["complete"] is False
+    assert nothing_listens(tmp_path / "gpu.url")
+    again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume"),
+                                                    tmp_path),
+                           capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines()[:3] == [
+        "run_rounds.sh: resume: round 1 is redone; r1-cpu.json moved to r1-cpu.json.replaced",
+        "run_rounds.sh: resume: round 1 is redone; r1-gpu.json moved to r1-gpu.json.replaced",
+        "run_rounds.sh: resume: complete rounds kept: none"]
+    assert sorted(p.name for p in results.iterdir()) == [
+        "r1-cpu.json", "r1-cpu.json.replaced", "r1-gpu.json", "r1-gpu.json.replaced",
+        "r2-cpu.json", "r2-gpu.json", "r3-cpu.json", "r3-gpu.json"]
+    refused = subprocess.run(driver_args(tmp_path, corpus), capture_output=True, text=True,
+                             timeout=60, env=DRIVER_ENV)
+    assert refused.returncode == 2 and "already holds round files" in refused.stderr
+
+
+# A stand-in for router_latency.py (--tool): the real tool, except that `rounds --sequential`
+# answers with the exit codes of LOOK_CODES in turn, and `run` of the side named by FAIL_RUN
+# (r<N>-<side>) exits 1 after measuring, as a run with failed requests does. It logs each call.
+SCRIPTED_TOOL = """
+import os, sys
+sys.path.insert(0, {root!r})
+import router_latency as rl
+argv = sys.argv[1:]
+with open(os.environ["TOOL_LOG"], "a") as log:
+    log.write(" ".join(argv) + "\\n")
+if argv[0] == "rounds" and "--sequential" in argv:
+    with open(os.environ["TOOL_LOG"]) as log:
+        looks = sum(1 for line in log if line.startswith("rounds") and "--sequential" in line)
+    codes = os.environ["LOOK_CODES"].split(",")
+    print("verdict: scripted look", looks)
+    sys.exit(int(codes[min(looks, len(codes)) - 1]))
+code = rl.main(argv)
+side = "r{{}}-{{}}".format(os.environ.get("ROUND"), os.environ.get("SIDE"))
+if argv[0] == "run" and "--check" not in argv and os.environ.get("FAIL_RUN") == side:
+    code = 1
+sys.exit(code)
+"""
+
+
+def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    tool = tmp_path / "tool.py"
+    tool.write_text(SCRIPTED_TOOL.format(root=str(ROOT)))
+    command = driver_args(tmp_path, corpus, "--until-decided", "--min-rounds", "3",
+                          "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
+                          "--strict", "--gate", "p50", "--max-mde", "12", "--format", "json")
+    del command[command.index("--rounds"):command.index("--rounds") + 2]
+    env = {**DRIVER_ENV, "TOOL_LOG": str(tmp_path / "tool.log"), "LOOK_CODES": "3,0,0",
+           "FAIL_RUN": "r2-cpu"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    said = [line for line in result.stderr.splitlines() if "starting" not in line
+            and "p50 ms" not in line]
+    assert said == [
+        "run_rounds.sh: look after 3 of at most 5 rounds: undecided, going on "
+        "(scripted look 1)",
+        "run_rounds.sh: decided after 4 of at most 5 rounds",
+        "run_rounds.sh: runs with more failed requests than --max-errors allows: r2 cpu"]
+    assert result.returncode == 1  # the look passed, but a run failed
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3, 4) for side in ("cpu", "gpu")]
+    calls = [line for line in (tmp_path / "tool.log").read_text().splitlines()
+             if line.startswith("rounds")]
+    judged = f"rounds --dir {tmp_path / 'results'} --base cpu --new gpu --tolerance 7 --strict " \
+             f"--gate p50 --max-mde 12"
+    assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
+                         f"{judged} --sequential 5 --format json"]
+    assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
+        " --base cpu --new gpu --tolerance 7 --strict --gate p50 --max-mde 12 --format json")
 
 
 def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
@@ -295,9 +518,15 @@ def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
 
 
 def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
-    result = subprocess.run(driver_args(tmp_path, str(tmp_path / "missing.json")),
-                            capture_output=True, text=True, timeout=60)
+    # the router never answers: its URL names a port where nothing listens
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = \
+        f"echo http://127.0.0.1:1 > {shlex.quote(str(tmp_path / 'cpu.url'))}"
+    command[command.index("--wait-ready") + 1] = "1"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.returncode == 2
+    assert "router-latency: error: router not ready after 1 s" in result.stderr
     assert "run_rounds.sh: error: round 1 cpu: run exited 2" in result.stderr
     assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]
 
