@@ -249,6 +249,15 @@ def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
                                                       "router_latency.py"]
 
 
+def test_ci_runs_the_readme_set_up_commands_word_for_word():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Set-up: two commands", 1)[1].split("```sh\n", 1)[1]
+    demo, tests = block.split("```", 1)[0].strip().splitlines()
+    assert demo == "python3 router_latency.py demo"
+    assert tests.startswith("python3 -m venv .venv && ")
+    assert tests in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+
 def simulate_command(tmp_path, side, delay):
     """A start command that runs `simulate` on port 0 in the background and returns, leaving
     its pid and URL in files (the style of `docker run -d`)."""
