@@ -45,8 +45,9 @@
 #
 # Exit code: that of the final `rounds` (0 pass, 1 regression, changed decision or failed
 # side, 2 bad input, 3 inconclusive), but 1 when a run had failed requests beyond its
-# --max-errors even though `rounds` passed; 2 when the script could not run a round; 130 or
-# 143 when interrupted (the incomplete file is named; --resume keeps the complete rounds).
+# --max-errors and `rounds` passed or was inconclusive; 2 when the script could not run a
+# round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
+# complete rounds).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
