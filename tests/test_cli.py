@@ -254,7 +254,7 @@ def test_ci_runs_the_readme_set_up_commands_word_for_word():
     block = readme.split("## Set-up: two commands", 1)[1].split("```sh\n", 1)[1]
     demo, tests = block.split("```", 1)[0].strip().splitlines()
     assert demo == "python3 router_latency.py demo"
-    assert tests.startswith("python3 -m venv .venv && ")
+    assert tests.startswith("python3 -m venv --clear .venv && ")
     assert tests in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
 
 
