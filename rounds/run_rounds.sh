@@ -1,42 +1,69 @@
 #!/usr/bin/env bash
-# Run N interleaved rounds of two router configurations and judge them with `rounds`.
+# Run interleaved rounds of two router configurations and judge them with `rounds`.
 #
-# Each round starts a fresh router per side with that side's start command, waits until it
-# answers, measures it with `router-latency run --out DIR/r<N>-<side>.json`, and stops it with
-# the side's stop command before the other side starts. Sides alternate and the start order
-# rotates (round 1: base then new; round 2: new then base; ...), so drift on the node (heat,
-# a neighbour's job) falls on both sides alike. The script ends with `router-latency rounds`
-# and exits with its exit code (0 pass, 1 regression or decision change, 2 bad input).
+# Each round starts a fresh router per side with that side's start command, measures it with
+# `router-latency run --wait-ready --out DIR/r<N>-<side>.json`, and stops it before the other
+# side starts. Sides alternate and the start order rotates (round 1: base then new; round 2:
+# new then base; ...), so drift on the node (heat, a neighbour's job) falls on both sides
+# alike. The script ends with `router-latency rounds` on stdout; everything else it prints,
+# and the output of the start and stop commands, goes to stderr.
 #
-# Start and stop commands run through bash with ROUND and SIDE in their environment, for
-# example:
+# A start command may stay in the foreground (it is the router, as `simulate` is) or return
+# once the router runs detached (`docker run -d`). Either way it runs in a session of its own
+# with ROUND and SIDE in its environment. A side is stopped by its stop command, when given,
+# and then by SIGTERM to whatever still runs in that session (SIGKILL after 30 s). A start
+# command that returns leaving nothing in its session needs a stop command; one that exits
+# with an error, before or during the run, stops the script.
+#
+# Two simulated routers, from the repository's top folder (the worked example of README.md):
+#
+#   python3 router_latency.py demo --keep demo   # or: corpus --repo ../semantic-router ...
+#   rounds/run_rounds.sh --rounds 3 --dir results --corpus demo/corpus.json \
+#     --base cpu --base-url http://127.0.0.1:8801 \
+#     --base-start 'python3 router_latency.py simulate --port 8801 --delay-ms 3 --serial' \
+#     --new gpu --new-url http://127.0.0.1:8802 \
+#     --new-start 'python3 router_latency.py simulate --port 8802 --delay-ms 1.5 --serial'
+#
+# Containers on a GPU node:
 #
 #   rounds/run_rounds.sh --rounds 5 --dir results --corpus corpus.json \
 #     --base cpu --base-url http://127.0.0.1:8801 \
-#     --base-start 'docker run -d --name "router-$SIDE" --cpuset-cpus 0-15 -p 8801:8080 router:cpu' \
+#     --base-start 'docker run -d --name "router-$SIDE" --cpuset-cpus 0-15 -p 8801:8080 rt:cpu' \
 #     --base-stop 'docker rm -f "router-$SIDE"' \
 #     --new rocm --new-url http://127.0.0.1:8802 \
-#     --new-start 'docker run -d --name "router-$SIDE" --device /dev/kfd -p 8802:8080 router:rocm' \
+#     --new-start 'docker run -d --name "router-$SIDE" --device /dev/kfd -p 8802:8080 rt:rocm' \
 #     --new-stop 'docker rm -f "router-$SIDE"' \
 #     -- --concurrency 1,4,16
 #
+# Before the first router starts, the script checks the corpus, the folder, the tool, the
+# URLs and every option it passes on (`run --check`, and `rounds` on an empty folder).
 # Everything after `--` goes to each `router-latency run`, with ROUND and SIDE in its
 # environment, so a probe can name the side's container:
 #   -- --probe cpuset='docker exec "router-$SIDE" cat /sys/fs/cgroup/cpuset.cpus.effective'
-# Set DRIVER_CPUS (for example 30-31)
-# to pin the driver with taskset to cores the routers do not use. --dry-run prints the schedule
-# and runs nothing. Only the start and stop commands given are run; nothing else is evaluated.
+# Set DRIVER_CPUS (for example 30-31) to pin the driver with taskset to cores the routers do
+# not use. Only the start and stop commands given are run; nothing else is evaluated.
+#
+# Exit code: that of the final `rounds` (0 pass, 1 regression, changed decision or failed
+# side, 2 bad input, 3 inconclusive), but 1 when a run had failed requests beyond its
+# --max-errors and `rounds` passed or was inconclusive; 2 when the script could not run a
+# round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
+# complete rounds).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
 tool="$here/../router_latency.py"
 rounds=5
+rounds_given=0
+until_decided=0
+min_rounds=3
+max_rounds=10
 dir=""
 corpus=""
 wait_ready=300
-tolerance=5
+stop_wait=30
 dry_run=0
+resume=0
 declare -A name=([base]="" [new]="")
 declare -A start_cmd=([base]="" [new]="")
 declare -A stop_cmd=([base]="" [new]="")
@@ -44,18 +71,29 @@ declare -A url=([base]="" [new]="")
 declare -A url_file=([base]="" [new]="")
 declare -A metrics_url=([base]="" [new]="")
 declare -A container=([base]="" [new]="")
+rounds_args=(--tolerance 5)  # passed to `rounds`
+format_args=()
 run_args=()
 
 usage() {
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
   cat <<'EOT'
+
 Options:
-  --rounds N              rounds to run (default 5)
+  --rounds N              rounds to run (default 5, at least 3)
+  --until-decided         stop as soon as the result is decided: after each round from
+                          --min-rounds on, `rounds --sequential MAX` judges a look of a
+                          group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on)
+  --min-rounds N          the first look (default 3)
+  --max-rounds M          the most rounds, whose look spends the remaining alpha (default 10)
   --dir DIR               folder for r<N>-<side>.json (created; must hold no round files)
+  --resume                keep the complete rounds already in DIR and redo the others (their
+                          files are renamed to <file>.replaced)
   --corpus FILE           corpus file from `router-latency corpus`
   --base NAME, --new NAME side names (letters, digits, '.', '_', '-')
-  --base-start CMD, --new-start CMD   start one side's router
-  --base-stop CMD, --new-stop CMD     stop it (also run when the script fails)
+  --base-start CMD, --new-start CMD   start one side's router (foreground or detached)
+  --base-stop CMD, --new-stop CMD     stop it (also run when the script fails); optional when
+                          the start command stays in the foreground
   --base-url URL, --new-url URL       where the side answers
   --base-url-file F, --new-url-file F read the URL from F once the side started
   --base-metrics-url U, --new-metrics-url U  scrape the side's Prometheus metrics around
@@ -64,28 +102,45 @@ Options:
                           request and the foreign vCPUs on its CPUs (run --router-container)
   --wait-ready SECONDS    how long a started router may take to answer (default 300)
   --tolerance PCT         passed to `rounds` (default 5)
+  --gate LIST, --max-mde PCT, --strict, --format FMT   passed to `rounds`
   --tool PATH             router_latency.py to use (default: the one beside rounds/)
-  --dry-run               print the schedule, run nothing
+  --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
 EOT
 }
 
-die() { printf 'run_rounds.sh: error: %s\n' "$1" >&2; exit 2; }
+made_dir=0  # the script made --dir: an error leaves no empty folder behind
+die() {
+  printf 'run_rounds.sh: error: %s\n' "$1" >&2
+  if [ "$made_dir" -eq 1 ]; then rmdir -- "$dir" 2>/dev/null || true; fi
+  exit 2
+}
+say() { printf 'run_rounds.sh: %s\n' "$1" >&2; }
+whole() { [[ "$2" =~ ^[0-9]+$ ]] || die "$1 must be a whole number, got '$2'"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rounds) rounds=${2?}; shift 2 ;;
+    --rounds) rounds=${2?}; rounds_given=1; shift 2 ;;
+    --until-decided) until_decided=1; shift ;;
+    --min-rounds) min_rounds=${2?}; shift 2 ;;
+    --max-rounds) max_rounds=${2?}; shift 2 ;;
     --dir) dir=${2?}; shift 2 ;;
+    --resume) resume=1; shift ;;
     --corpus) corpus=${2?}; shift 2 ;;
     --base|--new) name[${1#--}]=${2?}; shift 2 ;;
     --base-start|--new-start) side=${1#--}; start_cmd[${side%-start}]=${2?}; shift 2 ;;
     --base-stop|--new-stop) side=${1#--}; stop_cmd[${side%-stop}]=${2?}; shift 2 ;;
     --base-url|--new-url) side=${1#--}; url[${side%-url}]=${2?}; shift 2 ;;
     --base-url-file|--new-url-file) side=${1#--}; url_file[${side%-url-file}]=${2?}; shift 2 ;;
-    --base-metrics-url|--new-metrics-url) side=${1#--}; metrics_url[${side%-metrics-url}]=${2?}; shift 2 ;;
-    --base-container|--new-container) side=${1#--}; container[${side%-container}]=${2?}; shift 2 ;;
+    --base-metrics-url|--new-metrics-url)
+      side=${1#--}; metrics_url[${side%-metrics-url}]=${2?}; shift 2 ;;
+    --base-container|--new-container)
+      side=${1#--}; container[${side%-container}]=${2?}; shift 2 ;;
     --wait-ready) wait_ready=${2?}; shift 2 ;;
-    --tolerance) tolerance=${2?}; shift 2 ;;
+    --tolerance) rounds_args[1]=${2?}; shift 2 ;;
+    --gate|--max-mde) rounds_args+=("$1" "${2?}"); shift 2 ;;
+    --strict) rounds_args+=(--strict); shift ;;
+    --format) format_args=(--format "${2?}"); shift 2 ;;
     --tool) tool=${2?}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -94,7 +149,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-[[ "$rounds" =~ ^[0-9]+$ ]] && [ "$rounds" -ge 3 ] || die "--rounds must be a whole number >= 3"
+# --- the options, on their own ---
+whole --rounds "$rounds"; whole --min-rounds "$min_rounds"; whole --max-rounds "$max_rounds"
+whole --wait-ready "$wait_ready"
+if [ "$until_decided" -eq 1 ]; then
+  [ "$rounds_given" -eq 0 ] \
+    || die "--until-decided takes --min-rounds and --max-rounds, not --rounds"
+  [ "$min_rounds" -ge 3 ] || die "--min-rounds must be at least 3"
+  [ "$max_rounds" -ge "$min_rounds" ] || die "--max-rounds must be at least --min-rounds"
+  rounds=$max_rounds
+else
+  [ "$rounds" -ge 3 ] || die "--rounds must be a whole number >= 3"
+fi
 [ -n "$dir" ] || die "--dir is required"
 [ -n "$corpus" ] || die "--corpus is required"
 for role in base new; do
@@ -102,18 +168,18 @@ for role in base new; do
   [[ "$n" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ && "$n" != *..* ]] \
     || die "--$role needs a side name of letters, digits, '.', '_' or '-'"
   [ -n "${start_cmd[$role]}" ] || die "--$role-start is required"
-  [ -n "${stop_cmd[$role]}" ] || die "--$role-stop is required"
   [ -n "${url[$role]}${url_file[$role]}" ] || die "--$role-url or --$role-url-file is required"
+  [ -z "${url[$role]}" ] || [ -z "${url_file[$role]}" ] \
+    || die "--$role-url and --$role-url-file exclude each other"
 done
 [ "${name[base]}" != "${name[new]}" ] || die "--base and --new must differ"
-[[ "$wait_ready" =~ ^[0-9]+$ ]] || die "--wait-ready must be whole seconds"
 
 driver=("$python" "$tool")
 if [ -n "${DRIVER_CPUS:-}" ]; then
   driver=(taskset -c "$DRIVER_CPUS" "$python" "$tool")
 fi
 
-# round N starts with base when N is odd and with new when N is even
+# round N starts with base when N is odd and with new when N is even (rl.start_order)
 order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
 
 if [ "$dry_run" -eq 1 ]; then
@@ -123,72 +189,322 @@ if [ "$dry_run" -eq 1 ]; then
     for role in $(order_of "$r"); do
       side=${name[$role]}
       printf 'round %d %s: start: %s\n' "$r" "$side" "${start_cmd[$role]}"
-      printf 'round %d %s: run: ROUND=%d SIDE=%s %s run --url %s --corpus %s --out %s --label %s --wait-ready %s%s%s %s\n' \
+      printf 'round %d %s: run: ROUND=%d SIDE=%s %s run --url %s --corpus %s --out %s %s%s%s %s\n' \
         "$r" "$side" "$r" "$side" "${driver[*]}" "${url[$role]:-<from ${url_file[$role]}>}" \
-        "$corpus" "$dir/r$r-$side.json" "$side" "$wait_ready" \
+        "$corpus" "$dir/r$r-$side.json" "--label $side --wait-ready $wait_ready" \
         "${metrics_url[$role]:+ --metrics-url ${metrics_url[$role]}}" \
         "${container[$role]:+ --router-container ${container[$role]}}" "$shown_args"
-      printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]}"
+      printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]:+${stop_cmd[$role]}, then }$(
+        )SIGTERM to what still runs of its start command"
     done
+    if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
+      printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
+        "$r" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
+        "stop unless it exits 3"
+    fi
   done
-  printf 'then: %s rounds --dir %s --base %s --new %s --tolerance %s\n' \
-    "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "$tolerance"
+  printf 'then: %s rounds --dir %s --base %s --new %s %s%s\n' "${driver[*]}" "$dir" \
+    "${name[base]}" "${name[new]}" "${rounds_args[*]}${format_args[*]:+ ${format_args[*]}}" \
+    "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
   exit 0
 fi
 
-mkdir -p -- "$dir"
-if compgen -G "$dir/r*-${name[base]}.json" >/dev/null || compgen -G "$dir/r*-${name[new]}.json" >/dev/null; then
-  die "$dir already holds round files; use an empty folder"
+# --- checks before the first router starts (a model load on a GPU node is not free) ---
+command -v setsid >/dev/null \
+  || die "setsid not found (util-linux): it gives each start command a session"
+version=$("${driver[@]}" --version 2>&1) \
+  || die "cannot run the tool: ${driver[*]} --version said: ${version:-nothing}"
+[ -f "$corpus" ] && [ -r "$corpus" ] || die "cannot read the corpus file ($corpus)"
+if [ ! -e "$dir" ]; then made_dir=1; fi
+mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($dir)"; }
+
+# run files: 'summary FILE' prints a run's p50 per pass and errors; 'state FILE CORPUS'
+# exits 0 for a complete run of that corpus, 1 for an incomplete or unreadable one and 3 for
+# one of another corpus. Plain JSON, so that it works with any version of the tool.
+run_file() {
+  "$python" - "$@" <<'PY'
+import hashlib, json, math, sys
+mode, path = sys.argv[1], sys.argv[2]
+
+
+def shown(value):  # three significant digits, as the tool's tables
+    if value is None:
+        return "-"
+    digits = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 2
+    return f"{value:.{digits}f}"
+
+
+try:
+    with open(path, encoding="utf-8") as handle:
+        run = json.load(handle)
+except (OSError, ValueError):
+    sys.exit(1)
+if mode == "state":
+    with open(sys.argv[3], "rb") as handle:
+        sha = hashlib.sha256(handle.read()).hexdigest()
+    if run.get("complete") is not True:
+        sys.exit(1)
+    sys.exit(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
+figures, errors = [], {}
+for item in run.get("passes", []):
+    summary = item.get("summary")
+    if not summary:
+        figures.append(f"{item.get('name')} discarded")
+        continue
+    figures.append(f"{item.get('name')} {shown(summary.get('p50_ms'))}")
+    for kind, count in (summary.get("errors") or {}).items():
+        errors[kind] = errors.get(kind, 0) + count
+failed = sum(errors.values())
+kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))
+print(f"p50 ms {', '.join(figures)}; {failed} errors{f' ({kinds})' if kinds else ''}")
+PY
+}
+
+done_rounds=()  # rounds kept from an earlier, interrupted invocation (--resume)
+set_aside=()    # files of the rounds it redoes
+shopt -s nullglob
+existing=("$dir"/r*-"${name[base]}".json "$dir"/r*-"${name[new]}".json)
+shopt -u nullglob
+if [ ${#existing[@]} -gt 0 ]; then
+  [ "$resume" -eq 1 ] || die "$dir already holds round files (${existing[0]##*/}...); use an $(
+    )empty folder, or --resume to keep the complete rounds and redo the rest"
+  for file in "${existing[@]}"; do
+    number=${file##*/r}; number=${number%%-*}
+    [[ "$number" =~ ^[0-9]+$ ]] && [ "$((10#$number))" -le "$rounds" ] \
+      || die "$dir holds ${file##*/}, beyond the $rounds rounds asked for"
+  done
+  for ((r = 1; r <= rounds; r++)); do
+    complete=1
+    for role in base new; do
+      state=0
+      run_file state "$dir/r$r-${name[$role]}.json" "$corpus" || state=$?
+      [ "$state" -ne 3 ] || die "$dir/r$r-${name[$role]}.json measured another corpus than $corpus"
+      [ "$state" -eq 0 ] || complete=0
+    done
+    if [ "$complete" -eq 1 ]; then done_rounds+=("$r"); continue; fi
+    for role in base new; do
+      if [ -e "$dir/r$r-${name[$role]}.json" ]; then set_aside+=("$dir/r$r-${name[$role]}.json"); fi
+    done
+  done
 fi
 
-running=""  # the role whose router is up, for the clean-up on failure
-stop_side() {
-  local role=$1
-  ROUND=$r SIDE=${name[$role]} bash -c -- "${stop_cmd[$role]}" || \
-    printf 'run_rounds.sh: warning: stop command of %s failed\n' "${name[$role]}" >&2
-  running=""
-}
-cleanup() { if [ -n "$running" ]; then stop_side "$running"; fi; }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-failed_runs=0
-for ((r = 1; r <= rounds; r++)); do
-  for role in $(order_of "$r"); do
-    side=${name[$role]}
-    printf 'round %d/%d: %s\n' "$r" "$rounds" "$side" >&2
-    if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
-    running=$role
-    ROUND=$r SIDE=$side bash -c -- "${start_cmd[$role]}" || die "start command of $side failed"
-    target=${url[$role]}
-    if [ -n "${url_file[$role]}" ]; then
-      for ((i = 0; i < wait_ready * 10; i++)); do
-        [ -s "${url_file[$role]}" ] && break
-        sleep 0.1
-      done
-      [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
-      target=$(head -n 1 -- "${url_file[$role]}")
-    fi
-    side_args=()
-    if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
-    if [ -n "${container[$role]}" ]; then side_args+=(--router-container "${container[$role]}"); fi
-    code=0
-    # ROUND and SIDE reach the probes (run --probe), which run through the shell
-    ROUND=$r SIDE=$side "${driver[@]}" run --url "$target" --corpus "$corpus" \
-      --out "$dir/r$r-$side.json" --label "$side" --wait-ready "$wait_ready" --quiet \
-      ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} || code=$?
-    stop_side "$role"
-    case "$code" in
-      0) ;;
-      1) failed_runs=$((failed_runs + 1))
-         printf 'run_rounds.sh: round %d %s had failed requests\n' "$r" "$side" >&2 ;;
-      *) die "round $r $side: run exited $code" ;;
-    esac
-  done
+for role in base new; do
+  side=${name[$role]}
+  # a side whose URL comes from a file is checked with a stand-in URL; its own is checked when
+  # the run starts
+  side_args=(--url "${url[$role]:-http://127.0.0.1/}")
+  if [ -n "${metrics_url[$role]}" ]; then side_args+=(--metrics-url "${metrics_url[$role]}"); fi
+  # --router-container is left out here: the container does not exist before its start
+  checked=$(ROUND=1 SIDE=$side "${driver[@]}" run --check --corpus "$corpus" \
+      --out "$dir/.check-$side.json" --label "$side" --wait-ready "$wait_ready" \
+      "${side_args[@]}" ${run_args[@]+"${run_args[@]}"} 2>&1) \
+    || die "the options of $side's runs do not pass: ${checked#router-latency: error: }"
 done
+# the options for `rounds`, judged on an empty folder: the only error left is that it is empty
+empty=$(mktemp -d)
+judged=$("${driver[@]}" rounds --dir "$empty" --base "${name[base]}" --new "${name[new]}" \
+  "${rounds_args[@]}" ${format_args[@]+"${format_args[@]}"} 2>&1) || true
+rmdir -- "$empty"
+[[ "$judged" == *"no r<N>-"* ]] \
+  || die "the options for rounds do not pass: ${judged#router-latency: error: }"
 
+if [ "$resume" -eq 1 ]; then
+  for file in ${set_aside[@]+"${set_aside[@]}"}; do
+    aside="$file.replaced"; i=2
+    while [ -e "$aside" ]; do aside="$file.replaced.$i"; i=$((i + 1)); done
+    mv -- "$file" "$aside"
+    round=${file##*/r}
+    say "resume: round ${round%%-*} is redone; ${file##*/} moved to ${aside##*/}"
+  done
+  kept_rounds=${done_rounds[*]:+r${done_rounds[*]// /, r}}
+  say "resume: complete rounds kept: ${kept_rounds:-none}"
+fi
+
+# --- the rounds ---
+active=""      # the role whose router may be up
+start_pid=""   # its start command, leader of its own session
+measuring=""   # the run file being written
+interrupted=0
+failed_runs=()
+
+session_alive() {  # whether a process other than a zombie is left in session $1
+  local stat rest fields
+  for stat in /proc/[0-9]*/stat; do
+    { read -r rest < "$stat"; } 2>/dev/null || continue
+    read -r -a fields <<< "${rest##*) }"  # state ppid pgrp session ...
+    if [ "${fields[3]:-}" = "$1" ] && [ "${fields[0]}" != Z ]; then return 0; fi
+  done
+  return 1
+}
+
+stop_side() {
+  local role=$1 i
+  if [ -n "${stop_cmd[$role]}" ]; then
+    ROUND=$r SIDE=${name[$role]} bash -c -- "${stop_cmd[$role]}" </dev/null >&2 \
+      || say "warning: stop command of ${name[$role]} failed"
+  fi
+  if [ -n "$start_pid" ] && session_alive "$start_pid"; then
+    kill -TERM -- "-$start_pid" 2>/dev/null || true
+    for ((i = 0; i < stop_wait * 10; i++)); do
+      session_alive "$start_pid" || break
+      sleep 0.1
+    done
+    if session_alive "$start_pid"; then
+      say "warning: ${name[$role]} still ran $stop_wait s after SIGTERM; sent SIGKILL"
+      kill -KILL -- "-$start_pid" 2>/dev/null || true
+    fi
+  fi
+  if [ -n "$start_pid" ]; then wait "$start_pid" 2>/dev/null || true; fi
+  active=""; start_pid=""
+}
+
+finish() {
+  local code=$?
+  trap - INT TERM
+  if [ -n "$measuring" ] && [ -n "${run_pid:-}" ]; then
+    kill -TERM "$run_pid" 2>/dev/null || true  # it saves what it measured
+    wait "$run_pid" 2>/dev/null || true
+  fi
+  if [ -n "$active" ]; then stop_side "$active"; fi
+  if [ "$interrupted" -ne 0 ]; then
+    local kept=()
+    for ((i = 1; i <= rounds; i++)); do
+      if [ -e "$dir/r$i-${name[base]}.json" ] && [ -e "$dir/r$i-${name[new]}.json" ] \
+          && [ "$dir/r$i-${name[base]}.json" != "$measuring" ] \
+          && [ "$dir/r$i-${name[new]}.json" != "$measuring" ]; then kept+=("r$i"); fi
+    done
+    if [ -n "$measuring" ] && [ -e "$measuring" ]; then
+      say "interrupted: $measuring is incomplete (\"complete\": false)"
+    elif [ -n "$measuring" ]; then
+      say "interrupted: $measuring was not written"
+    else
+      say "interrupted"
+    fi
+    say "complete rounds: ${kept[*]:-none}; $(
+      )the same command with --resume keeps them and redoes the rest"
+  fi
+  exit "$code"
+}
+trap finish EXIT
+trap 'interrupted=130; exit 130' INT
+trap 'interrupted=143; exit 143' TERM
+
+check_start() {  # sets start_why when the start command failed, or returned with no way to stop
+  start_why=""
+  if [ "$start_pid_done" -eq 1 ] || kill -0 "$start_pid" 2>/dev/null; then return 0; fi
+  local code=0
+  wait "$start_pid" 2>/dev/null || code=$?
+  start_pid_done=1
+  if [ "$code" -ne 0 ]; then
+    start_why="exited $code"
+  elif [ -z "${stop_cmd[$active]}" ] && ! session_alive "$start_pid"; then
+    start_why="returned, leaving nothing running in its session (a detached router, such as $(
+      )docker run -d?), and there is no --${active}-stop to stop it: give one, and stop that $(
+      )router now"
+  fi
+}
+
+measure_side() {
+  local role=$1 side=${name[$1]} target code=0
+  local file="$dir/r$r-$side.json"
+  say "round $r/$rounds $side: starting"
+  if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
+  active=$role
+  ROUND=$r SIDE=$side setsid bash -c -- "${start_cmd[$role]}" </dev/null >&2 &
+  start_pid=$!
+  start_pid_done=0
+  target=${url[$role]}
+  if [ -n "${url_file[$role]}" ]; then
+    for ((i = 0; i < wait_ready * 10; i++)); do
+      [ -s "${url_file[$role]}" ] && break
+      check_start
+      [ -z "$start_why" ] || die "start command of $side $start_why (round $r)"
+      sleep 0.1
+    done
+    [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
+    target=$(head -n 1 -- "${url_file[$role]}")
+  fi
+  side_args=()
+  if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
+  if [ -n "${container[$role]}" ]; then side_args+=(--router-container "${container[$role]}"); fi
+  measuring=$file
+  # ROUND and SIDE reach the probes (run --probe), which run through the shell
+  ROUND=$r SIDE=$side "${driver[@]}" run --url "$target" --corpus "$corpus" --out "$file" \
+    --label "$side" --wait-ready "$wait_ready" --quiet \
+    ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
+  run_pid=$!
+  while kill -0 "$run_pid" 2>/dev/null; do
+    check_start
+    if [ -n "$start_why" ]; then
+      kill -TERM "$run_pid" 2>/dev/null || true
+      wait "$run_pid" 2>/dev/null || true
+      measuring=""
+      die "start command of $side $start_why (round $r)"
+    fi
+    sleep 0.1
+  done
+  wait "$run_pid" || code=$?
+  case "$code" in
+    130|143) interrupted=$code; exit "$code" ;;
+  esac
+  measuring=""
+  stop_side "$role"
+  case "$code" in
+    0) say "round $r/$rounds $side: $(run_file summary "$file")" ;;
+    1) failed_runs+=("r$r $side")
+       say "round $r/$rounds $side: $(run_file summary "$file"); $(
+         )more failed requests than --max-errors allows" ;;
+    *) die "round $r $side: run exited $code" ;;
+  esac
+}
+
+judge() {  # run `rounds` on the folder; $1: extra arguments
+  "${driver[@]}" rounds --dir "$dir" --base "${name[base]}" --new "${name[new]}" \
+    "${rounds_args[@]}" "$@"
+}
+
+ran=0
+final=""
+for ((r = 1; r <= rounds; r++)); do
+  if [[ " ${done_rounds[*]} " == *" $r "* ]]; then
+    say "round $r/$rounds: kept from before (--resume)"
+  else
+    for role in $(order_of "$r"); do measure_side "$role"; done
+    ran=$((ran + 1))
+  fi
+  if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
+    code=0
+    look=$(judge --sequential "$rounds" 2>&1) || code=$?
+    if [ "$code" -eq 3 ]; then
+      verdict=$(printf '%s\n' "$look" | grep '^verdict: ' || true)
+      verdict=${verdict#verdict: }
+      say "look after $r of at most $rounds rounds: undecided, going on${verdict:+ ($verdict)}"
+      continue
+    fi
+    final=$r
+    break
+  fi
+done
+total=${final:-$rounds}
+kept_note=""
+if [ "$ran" -lt "$total" ]; then kept_note=" ($((total - ran)) kept from before)"; fi
 code=0
-"${driver[@]}" rounds --dir "$dir" --base "${name[base]}" --new "${name[new]}" \
-  --tolerance "$tolerance" || code=$?
+if [ "$until_decided" -eq 1 ]; then
+  judge --sequential "$rounds" ${format_args[@]+"${format_args[@]}"} || code=$?
+  if [ "$code" -eq 2 ]; then
+    say "stopped after $total rounds: rounds could not judge them (above)"
+  elif [ -n "$final" ]; then
+    say "decided after $total of at most $rounds rounds$kept_note"
+  else
+    say "ran $total rounds, the most allowed, and judged the last look$kept_note"
+  fi
+else
+  judge ${format_args[@]+"${format_args[@]}"} || code=$?
+  say "ran $total rounds$kept_note"
+fi
+if [ ${#failed_runs[@]} -gt 0 ]; then
+  listed=$(printf '%s, ' "${failed_runs[@]}")
+  say "runs with more failed requests than --max-errors allows: ${listed%, }"
+  if [ "$code" -eq 0 ] || [ "$code" -eq 3 ]; then code=1; fi
+fi
 exit "$code"

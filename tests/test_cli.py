@@ -4,11 +4,15 @@ them."""
 
 import http.client
 import json
+import os
 import re
 import shlex
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -61,6 +65,21 @@ def test_run_rejects_bad_urls(tmp_path, cli, corpus, url, message):
     result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--label", "x")
     assert_one_line_error(result, "--url", message)
     assert not out.exists()
+
+
+def test_run_check_checks_and_sends_nothing(tmp_path, cli, corpus):
+    out = tmp_path / "r1.json"
+    # nothing listens on port 1: a run would fail, a check does not look
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out", out,
+                 "--label", "cpu")
+    assert result.code == 0 and result.err == ""
+    assert result.out == (f"run cpu: checked: corpus {rl.load_corpus(corpus).sha256[:12]} "
+                          f"(1 prompts), http://127.0.0.1:1/api/v1/routing/preview, {out} "
+                          f"writable; nothing sent\n")
+    assert not out.exists()
+    assert_one_line_error(cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus,
+                              "--out", tmp_path / "no" / "r1.json", "--label", "cpu"),
+                          "the folder does not exist")
 
 
 def test_run_host_that_does_not_resolve(tmp_path, cli, corpus, monkeypatch):
@@ -138,8 +157,22 @@ def test_corpus_failure_leaves_the_previous_file_untouched(tmp_path, cli):
     data = tmp_path / "e2e" / "testdata"
     data.mkdir(parents=True)
     (data / "bad.json").write_text("{oops")
-    assert cli("corpus", "--repo", tmp_path, "--out", out).code == 2
+    assert cli("corpus", "--repo", tmp_path, "--out", out, "--force").code == 2
     assert out.read_text() == "previous"
+
+
+def test_corpus_refuses_an_existing_output_without_force(tmp_path, cli):
+    out = tmp_path / "corpus.json"
+    out.write_text("previous")
+    data = tmp_path / "e2e" / "testdata"
+    data.mkdir(parents=True)
+    (data / "cases.json").write_text('[{"query": "hello"}]')
+    assert_one_line_error(cli("corpus", "--repo", tmp_path, "--out", out),
+                          f"exists; pass --force to overwrite it ({out})")
+    assert out.read_text() == "previous"
+    result = cli("corpus", "--repo", tmp_path, "--out", out, "--force")
+    assert result.code == 0 and result.err == ""
+    assert '"hello"' in out.read_text()
 
 
 def test_simulate_and_demo_bad_options(cli):
@@ -204,6 +237,13 @@ def test_simulate_sheds_previews_beyond_its_limit(simulator):
     assert router.in_flight == 1  # the held preview, whose client has gone
 
 
+def test_demo_keeps_nothing_over_earlier_files(tmp_path, cli):
+    (tmp_path / "corpus.json").write_text("mine")
+    assert_one_line_error(cli("demo", "--keep", tmp_path),
+                          f"already holds demo files; use an empty folder ({tmp_path})")
+    assert (tmp_path / "corpus.json").read_text() == "mine"
+
+
 def test_unknown_subcommand_and_missing_arguments(cli):
     assert_one_line_error(cli("frobnicate"), "invalid choice")
     assert_one_line_error(cli("run"), "required")
@@ -224,7 +264,7 @@ def test_version(cli, capsys):
 
 
 def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
-    result = cli("demo", "--dir", tmp_path / "demo", "--rounds", "3")
+    result = cli("demo", "--keep", tmp_path / "demo", "--rounds", "3")
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert "round 1: cpu then gpu" in lines and "round 2: gpu then cpu" in lines
@@ -232,7 +272,10 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
                for line in lines)
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
-    assert lines[-1].startswith("verdict: PASS")
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert lines[verdict].startswith("verdict: PASS")
+    assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
+    assert lines[verdict + 3:] == list(rl.DEMO_NEXT_STEPS)
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
     assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json",
                      "r3-cpu.json", "r3-gpu.json"]
@@ -241,16 +284,59 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     # the simulated routers reject the whitespace-only case as its expectation allows, and
     # each side answers with its own configuration
     assert "expected rejections (cpu/gpu): r1 3/3, r2 3/3, r3 3/3" in lines
+    configuration = lines[verdict - 1]
     assert re.fullmatch(r"configuration \(x-vsr-config-hash\): cpu [0-9a-f]{12}; "
-                        r"gpu [0-9a-f]{12}", lines[-2])
-    assert lines[-2][-12:] != lines[-2][-30:-18]
+                        r"gpu [0-9a-f]{12}", configuration)
+    assert configuration[-12:] != configuration[-30:-18]
+
+
+def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
+    # what a user does on a bare node: copy the one file, run it isolated (-I: no user site,
+    # no PYTHONPATH, the script's folder not searched), nothing else beside it
+    bare = tmp_path / "node"
+    bare.mkdir()
+    shutil.copy(TOOL, bare / "router_latency.py")
+    data = bare / "repo" / "e2e" / "testdata"
+    data.mkdir(parents=True)
+    (data / "cases.json").write_text('[{"query": "hello"}, {"query": "world"}]')
+    python = [sys.executable, "-I", "router_latency.py"]
+    corpus = subprocess.run([*python, "corpus", "--repo", "repo", "--out", "corpus.json"],
+                            cwd=bare, capture_output=True, text=True, timeout=60)
+    assert corpus.returncode == 0 and corpus.stderr == ""
+    assert corpus.stdout.startswith("corpus: 14 prompts (2 distinct from 1 files, "
+                                    "12 boundary cases)")
+    demo = subprocess.run([*python, "demo", "--rounds", "3"], cwd=bare, capture_output=True,
+                          text=True, timeout=120)
+    assert demo.returncode == 0 and demo.stderr == "", demo.stderr
+    assert "rounds: 3 used (r1, r2, r3)" in demo.stdout
+    assert "deleted at the end; --keep DIR keeps them" in demo.stdout.splitlines()[0]
+    assert "the corpus and run files were deleted with " in demo.stdout
+    assert sorted(p.name for p in bare.iterdir()) == ["corpus.json", "repo",
+                                                      "router_latency.py"]
+
+
+def test_ci_runs_the_readme_set_up_commands_word_for_word():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Set-up: two commands", 1)[1].split("```sh\n", 1)[1]
+    demo, tests = block.split("```", 1)[0].strip().splitlines()
+    assert demo == "python3 router_latency.py demo"
+    assert tests.startswith("python3 -m venv --clear .venv && ")
+    assert tests in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
 
 
 def simulate_command(tmp_path, side, delay):
-    """A start command that runs `simulate` on port 0 and records its pid and URL."""
+    """A start command that runs `simulate` on port 0 in the background and returns, leaving
+    its pid and URL in files (the style of `docker run -d`)."""
     return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
             f"--delay-ms {delay} --url-file {shlex.quote(str(tmp_path / (side + '.url')))} "
             f">/dev/null 2>&1 & echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
+
+
+def foreground_command(tmp_path, side, delay):
+    """A start command that is the router: `simulate` in the foreground, as a user types it."""
+    url_file = shlex.quote(str(tmp_path / (side + ".url")))
+    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+            f"--delay-ms {delay} --serial --url-file {url_file}")
 
 
 def driver_args(tmp_path, corpus, *extra):
@@ -266,23 +352,219 @@ def driver_args(tmp_path, corpus, *extra):
             "--probe", "side=echo $SIDE $ROUND"]
 
 
+def with_foreground_new_side(command, tmp_path, delay=0.5):
+    """The driver command with the new side started in the foreground and no stop command."""
+    command = list(command)
+    command[command.index("--new-start") + 1] = foreground_command(tmp_path, "gpu", delay)
+    del command[command.index("--new-stop"):command.index("--new-stop") + 2]
+    return command
+
+
+DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+
+
+def nothing_listens(url_file):
+    """Whether nothing accepts connections at the URL a simulator wrote."""
+    host_port = url_file.read_text().strip().split("//")[1]
+    host, port = host_port.rsplit(":", 1)
+    with socket.socket() as probe:
+        return probe.connect_ex((host, int(port))) != 0
+
+
 def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
+    # cpu starts detached (returns at once, stopped by its stop command); gpu stays in the
+    # foreground with no stop command, and the script ends it
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    result = subprocess.run(driver_args(tmp_path, corpus), capture_output=True, text=True,
-                            timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json", "r3-cpu.json",
         "r3-gpu.json"]
     assert (tmp_path / "log").read_text().splitlines() == [
-        "stopped cpu 1", "stopped gpu 1", "stopped gpu 2", "stopped cpu 2", "stopped cpu 3",
-        "stopped gpu 3"]
-    assert result.stderr.splitlines() == ["round 1/3: cpu", "round 1/3: gpu", "round 2/3: gpu",
-                                          "round 2/3: cpu", "round 3/3: cpu", "round 3/3: gpu"]
+        "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
+    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
+    steps = [(n, side) for n in (1, 2, 3) for side in rl.start_order(n, ["cpu", "gpu"])]
+    summary = r"p50 ms sequential [\d.]+, c2 [\d.]+; 0 errors"
+    expected = [line for n, side in steps for line in (
+        rf"run_rounds\.sh: round {n}/3 {side}: starting",
+        rf"run_rounds\.sh: round {n}/3 {side}: {summary}")] + [r"run_rounds\.sh: ran 3 rounds"]
+    assert len(said) == len(expected)
+    for line, pattern in zip(said, expected):
+        assert re.fullmatch(pattern, line), (line, pattern)
     assert result.stdout.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
     probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
     assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
-    assert result.stdout.splitlines()[-1].startswith("verdict: PASS")
+    assert result.stdout.splitlines()[-1].startswith("verdict: ")
+    assert nothing_listens(tmp_path / "gpu.url")  # the foreground router was ended
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--corpus": "missing.json"}, "cannot read the corpus file (missing.json)"),
+    ({"--corpus": "not-a-corpus.json"}, "the options of cpu's runs do not pass: schema is"),
+    ({"--base-url": "127.0.0.1:8801"}, "the options of cpu's runs do not pass: the URL must "
+                                       "start with http:// or https:// (--url)"),
+    ({"--new-metrics-url": "ftp://x"}, "the options of gpu's runs do not pass: scheme ftp://"),
+    ({"--dir": "not-a-corpus.json"}, "cannot create the folder (not-a-corpus.json)"),
+    ({"--tool": "missing.py"}, "cannot run the tool: "),
+    ({"--tolerance": "-1"}, "the options for rounds do not pass: argument --tolerance"),
+    ({"--format": "html"}, "the options for rounds do not pass: argument --format"),
+    ({"--gate": "p51"}, "the options for rounds do not pass: argument --gate"),
+    ({"--": "--concurrency 0"}, "the options of cpu's runs do not pass: argument --concurrency"),
+])
+def test_driver_checks_everything_before_a_router_starts(tmp_path, change, message):
+    write_corpus(tmp_path / "corpus.json", ["a"])
+    (tmp_path / "not-a-corpus.json").write_text('{"schema": "router-latency/run/1"}')
+    started = "touch started; " + sys.executable + " -c pass"
+    options = {"--dir": "results", "--corpus": "corpus.json", "--base-url": "http://127.0.0.1:1",
+               "--new-url": "http://127.0.0.1:2", **change}
+    command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
+               "--base-start", started, "--new-start", started, "--base-stop", "true",
+               "--new-stop", "true"]
+    for option, value in options.items():
+        if option != "--":
+            command += [option, value]
+    command += ["--", *options["--"].split()] if "--" in options else []
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env=DRIVER_ENV)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"run_rounds.sh: error: {message}"), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
+
+
+def test_driver_stops_when_a_start_command_fails(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = (
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --delay-ms nope")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    assert result.returncode == 2
+    assert "run_rounds.sh: error: start command of cpu exited 2 (round 1)\n" in result.stderr
+    assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]  # stopped anyway
+    assert not (tmp_path / "results").exists()  # the folder it made is empty: removed
+
+
+def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    pid_file = tmp_path / "detached.pid"
+    detached = (f"setsid -f sh -c 'echo $$ > {shlex.quote(str(pid_file))}; exec "
+                f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+                f"--url-file {shlex.quote(str(tmp_path / 'cpu.url'))}' >/dev/null 2>&1")
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = detached
+    del command[command.index("--base-stop"):command.index("--base-stop") + 2]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                env=DRIVER_ENV)
+        assert result.returncode == 2
+        assert "run_rounds.sh: error: start command of cpu returned, leaving nothing running " \
+               "in its session" in result.stderr
+        assert "there is no --base-stop to stop it" in result.stderr
+    finally:
+        for _ in range(200):  # the detached router outlives the script: the test ends it
+            if pid_file.exists() and pid_file.read_text().strip():
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+                break
+            time.sleep(0.05)
+
+
+def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
+    marker = tmp_path / "measuring"
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path, delay=300)
+    command = command[:command.index("--") + 1] + [
+        "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
+    with open(tmp_path / "err", "w") as err:
+        script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=DRIVER_ENV,
+                                  start_new_session=True)
+        try:
+            for _ in range(1200):  # until round 1's gpu run measures (its probe ran)
+                if (tmp_path / "measuring-gpu-1").exists() or script.poll() is not None:
+                    break
+                time.sleep(0.05)
+            os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C does: the whole group
+            assert script.wait(timeout=60) == 130
+        finally:
+            if script.poll() is None:
+                os.killpg(script.pid, signal.SIGKILL)
+    results = tmp_path / "results"
+    said = (tmp_path / "err").read_text().splitlines()
+    assert said[-2:] == [
+        f'run_rounds.sh: interrupted: {results}/r1-gpu.json is incomplete ("complete": false)',
+        "run_rounds.sh: complete rounds: none; the same command with --resume keeps them and "
+        "redoes the rest"]
+    assert json.loads((results / "r1-gpu.json").read_text())["complete"] is False
+    assert nothing_listens(tmp_path / "gpu.url")
+    again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume"),
+                                                    tmp_path),
+                           capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines()[:3] == [
+        "run_rounds.sh: resume: round 1 is redone; r1-cpu.json moved to r1-cpu.json.replaced",
+        "run_rounds.sh: resume: round 1 is redone; r1-gpu.json moved to r1-gpu.json.replaced",
+        "run_rounds.sh: resume: complete rounds kept: none"]
+    assert sorted(p.name for p in results.iterdir()) == [
+        "r1-cpu.json", "r1-cpu.json.replaced", "r1-gpu.json", "r1-gpu.json.replaced",
+        "r2-cpu.json", "r2-gpu.json", "r3-cpu.json", "r3-gpu.json"]
+    refused = subprocess.run(driver_args(tmp_path, corpus), capture_output=True, text=True,
+                             timeout=60, env=DRIVER_ENV)
+    assert refused.returncode == 2 and "already holds round files" in refused.stderr
+
+
+# A stand-in for router_latency.py (--tool): the real tool, except that `rounds --sequential`
+# answers with the exit codes of LOOK_CODES in turn, and `run` of the side named by FAIL_RUN
+# (r<N>-<side>) exits 1 after measuring, as a run with failed requests does. It logs each call.
+SCRIPTED_TOOL = """
+import os, sys
+sys.path.insert(0, {root!r})
+import router_latency as rl
+argv = sys.argv[1:]
+with open(os.environ["TOOL_LOG"], "a") as log:
+    log.write(" ".join(argv) + "\\n")
+if argv[0] == "rounds" and "--sequential" in argv:
+    with open(os.environ["TOOL_LOG"]) as log:
+        looks = sum(1 for line in log if line.startswith("rounds") and "--sequential" in line)
+    codes = os.environ["LOOK_CODES"].split(",")
+    print("verdict: scripted look", looks)
+    sys.exit(int(codes[min(looks, len(codes)) - 1]))
+code = rl.main(argv)
+side = "r{{}}-{{}}".format(os.environ.get("ROUND"), os.environ.get("SIDE"))
+if argv[0] == "run" and "--check" not in argv and os.environ.get("FAIL_RUN") == side:
+    code = 1
+sys.exit(code)
+"""
+
+
+def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    tool = tmp_path / "tool.py"
+    tool.write_text(SCRIPTED_TOOL.format(root=str(ROOT)))
+    command = driver_args(tmp_path, corpus, "--until-decided", "--min-rounds", "3",
+                          "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
+                          "--strict", "--gate", "p50", "--max-mde", "12", "--format", "json")
+    del command[command.index("--rounds"):command.index("--rounds") + 2]
+    env = {**DRIVER_ENV, "TOOL_LOG": str(tmp_path / "tool.log"), "LOOK_CODES": "3,0,0",
+           "FAIL_RUN": "r2-cpu"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    said = [line for line in result.stderr.splitlines() if "starting" not in line
+            and "p50 ms" not in line]
+    assert said == [
+        "run_rounds.sh: look after 3 of at most 5 rounds: undecided, going on "
+        "(scripted look 1)",
+        "run_rounds.sh: decided after 4 of at most 5 rounds",
+        "run_rounds.sh: runs with more failed requests than --max-errors allows: r2 cpu"]
+    assert result.returncode == 1  # the look passed, but a run failed
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3, 4) for side in ("cpu", "gpu")]
+    calls = [line for line in (tmp_path / "tool.log").read_text().splitlines()
+             if line.startswith("rounds")]
+    judged = f"rounds --dir {tmp_path / 'results'} --base cpu --new gpu --tolerance 7 --strict " \
+             f"--gate p50 --max-mde 12"
+    assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
+                         f"{judged} --sequential 5 --format json"]
+    assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
+        " --base cpu --new gpu --tolerance 7 --strict --gate p50 --max-mde 12 --format json")
 
 
 def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
@@ -311,9 +593,15 @@ def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
 
 
 def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
-    result = subprocess.run(driver_args(tmp_path, str(tmp_path / "missing.json")),
-                            capture_output=True, text=True, timeout=60)
+    # the router never answers: its URL names a port where nothing listens
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = \
+        f"echo http://127.0.0.1:1 > {shlex.quote(str(tmp_path / 'cpu.url'))}"
+    command[command.index("--wait-ready") + 1] = "1"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.returncode == 2
+    assert "router-latency: error: router not ready after 1 s" in result.stderr
     assert "run_rounds.sh: error: round 1 cpu: run exited 2" in result.stderr
     assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]
 

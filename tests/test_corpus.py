@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import router_latency as rl
-from conftest import SETTINGS
+from conftest import ROOT, SETTINGS
 
 
 def write(path, document):
@@ -152,8 +152,25 @@ def test_corpus_appends_boundary_cases_once(repo, tmp_path, cli):
     assert sum(p["text"] == "Explain DNS" for p in prompts) == 1
 
 
+def test_built_in_boundary_cases_agree_with_the_editable_file():
+    # the module carries the cases so that it works alone; the file is where people edit them
+    document = json.loads((ROOT / "corpus" / "boundary_cases.json").read_text("utf-8"))
+    assert list(rl.DEFAULT_BOUNDARY_CASES) == document["cases"], (
+        "corpus/boundary_cases.json and router_latency.DEFAULT_BOUNDARY_CASES differ: "
+        "copy the change into the other")
+    assert rl.default_boundary_cases() == rl.load_boundary_cases(
+        ROOT / "corpus" / "boundary_cases.json")
+
+
+def test_boundary_cases_repeat_their_text_and_read_their_expectation(tmp_path):
+    boundary = tmp_path / "boundary.json"
+    boundary.write_text(json.dumps({"cases": [
+        {"name": "long", "text": "ab", "repeat": 2, "expect": "http_4xx"}]}))
+    assert rl.load_boundary_cases(boundary) == [rl.BoundaryCase("long", "abab", ("http_4xx",))]
+
+
 def test_shipped_boundary_cases_cover_the_listed_kinds():
-    cases = {case.name: case.text for case in rl.load_boundary_cases(rl.default_boundary_file())}
+    cases = {case.name: case.text for case in rl.default_boundary_cases()}
     assert len(cases["one_character"]) == 1
     assert cases["whitespace_only"].strip() == ""
     assert 7500 <= len(cases["long_8000_words"].split()) <= 8500
@@ -166,26 +183,28 @@ def test_shipped_boundary_cases_cover_the_listed_kinds():
 
 def test_corpus_bytes_are_identical_across_runs_and_locations(repo, tmp_path, cli,
                                                              monkeypatch):
-    # The same data in a second folder, each built with --repo typed the same way: the corpus
-    # records --repo as typed (source.repo), so only the same label can give the same bytes.
-    # That a different spelling of the path changes the hash is a separate open issue.
+    # The same data in a second folder, built with --repo typed in several ways: relative,
+    # absolute, with a trailing slash and a detour. The bytes depend on the data alone.
     elsewhere = tmp_path / "elsewhere" / "repo"
     shutil.copytree(repo, elsewhere, symlinks=True)
-    outs = [tmp_path / "one.json", tmp_path / "two.json", tmp_path / "again.json"]
+    monkeypatch.chdir(repo.parent)
+    typed = ["repo", str(repo), "repo/", "./repo/../repo", str(elsewhere),
+             os.path.relpath(elsewhere)]
+    outs = [tmp_path / f"c{i}.json" for i in range(len(typed))]
     printed = []
-    for folder, out in zip((repo.parent, elsewhere.parent, elsewhere.parent), outs):
-        monkeypatch.chdir(folder)
-        result = cli("corpus", "--repo", "repo", "--out", out)
+    for path, out in zip(typed, outs):
+        result = cli("corpus", "--repo", path, "--out", out)
         assert result.code == 0 and result.err == ""
+        assert f"repo: {path}" in result.out  # shown as typed, not stored
         printed.append(result.out.splitlines()[-1].split()[0])
-    first, second, again = (out.read_bytes() for out in outs)
-    assert first == second == again
-    assert printed == [hashlib.sha256(first).hexdigest()] * 3
-    assert json.loads(first)["source"]["repo"] == "repo"
-    # the library, given one label for both absolute paths, builds the same bytes as well
-    built = [rl.corpus_bytes(rl.build_corpus(folder, repo_label="e2e data"))
+    contents = {out.read_bytes() for out in outs}
+    assert len(contents) == 1
+    data = contents.pop()
+    assert printed == [hashlib.sha256(data).hexdigest()] * len(typed)
+    assert str(tmp_path).encode() not in data and b'"repo"' not in data
+    built = [rl.corpus_bytes(rl.build_corpus(folder, boundary=rl.default_boundary_cases()))
              for folder in (repo, elsewhere)]
-    assert built[0] == built[1] and b"What is 2+2?" in built[0]
+    assert built[0] == built[1] == data
 
 
 def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli):
@@ -245,7 +264,7 @@ def test_boundary_expectations_go_into_the_corpus(repo, tmp_path, cli):
 def test_shipped_whitespace_case_accepts_routing_and_rejection():
     # the router's preview routes whitespace-only text (pkg/services/errors.go: "Whitespace-only
     # raw text remains valid"); older routers and `simulate` answer 400 INVALID_INPUT
-    cases = {case.name: case for case in rl.load_boundary_cases(rl.default_boundary_file())}
+    cases = {case.name: case for case in rl.default_boundary_cases()}
     assert cases["whitespace_only"].expect == ("routed", "http_4xx")
     assert [name for name, case in cases.items() if case.expect] == ["whitespace_only"]
 

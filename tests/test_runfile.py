@@ -186,6 +186,17 @@ def test_a_req_per_s_that_the_rounding_of_wall_s_moves_across_a_hundredth_still_
     assert rl.load_run(str(path)).passes[0].summary.req_per_s == 242.56
 
 
+def test_a_rate_that_rounds_across_a_hundredth_still_loads(tmp_path):
+    # 20 requests in 0.0842157 s: 237.4853/s, written as 237.49; the file keeps the wall time
+    # to 1 us (0.084216 s), which gives 237.4846/s, 237.48. Seen in a real run of simulate.
+    run = run_of([(1.0, None, "d", 0.0, None, None)] * 20, 0.0842157, open_loop=False,
+                 discarded_pass=False)
+    assert run.passes[0].summary.req_per_s == 237.49
+    path = tmp_path / "run.json"
+    path.write_bytes(b"".join(rl.dump_run(run)))
+    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 237.49
+
+
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
     requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
     requests.append(rl.Request(0, 0.0, 900.0, None, None, "timeout"))
