@@ -61,6 +61,17 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert first.decisions == {r.id: r.decision for r in run.passes[0].requests}
 
 
+def test_a_summary_from_the_exact_wall_time_agrees_with_the_rounded_one(tmp_path):
+    # 2 / wall is just below 23.335: the summary rounds it to 23.33, but the wall time the
+    # file keeps (to 1 us) gives 23.3353, which rounds to 23.34
+    run = run_of([(1.0, None, "d", 0.0), (2.0, None, "d", 0.5)], 2 / 23.3349999,
+                 open_loop=False, discarded_pass=False)
+    assert run.passes[0].summary.req_per_s == 23.33
+    path = tmp_path / "run.json"
+    rl.write_atomic(str(path), rl.dump_run(run))
+    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 23.33
+
+
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
     requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
     requests.append(rl.Request(0, 0.0, 900.0, None, None, "timeout"))
