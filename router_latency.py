@@ -1506,9 +1506,13 @@ class Request(NamedTuple):
     error: Optional[str]  # None, or one of ERROR_KINDS
     service_ms: Optional[float] = None  # open loop: from the actual send to the answer
     behind_ms: Optional[float] = None  # open loop: how late the send left its schedule
+    rep: int = 0  # which sending of the prompt in its pass (--repeat, --duration), from 0
 
     def to_json(self) -> dict:
-        record = {"id": self.id, "start_ms": self.start_ms, "latency_ms": self.latency_ms,
+        # rep is written only from the second sending on, so files without repeats keep
+        # their bytes
+        record = {"id": self.id, **({"rep": self.rep} if self.rep else {}),
+                  "start_ms": self.start_ms, "latency_ms": self.latency_ms,
                   "status": self.status, "decision": self.decision, "error": self.error}
         if self.service_ms is not None:
             record["service_ms"] = self.service_ms
@@ -1530,9 +1534,13 @@ class Request(NamedTuple):
                                      f"{where}.error")
         if status is not None and not is_whole(status):
             raise RouterLatencyError("expected an HTTP status or null", f"{where}.status")
+        rep = raw.get("rep", 0)
+        if not is_whole(rep):
+            raise RouterLatencyError("expected a whole number >= 0", f"{where}.rep")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
-        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:])
+        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
+                   rep)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -1657,10 +1665,11 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
     file edited by hand, emptied or copied together must not be judged."""
     seen: set = set()
     for j, request in enumerate(attempt.requests):
-        if request.id in seen:
-            raise RouterLatencyError(f"prompt {request.id} measured twice in one pass",
+        if (request.id, request.rep) in seen:
+            sending = f" (repetition {request.rep})" if request.rep else ""
+            raise RouterLatencyError(f"prompt {request.id}{sending} measured twice in one pass",
                                      f"{where}.requests[{j}].id")
-        seen.add(request.id)
+        seen.add((request.id, request.rep))
     summary = attempt.summary
     expected = pass_summary(attempt.requests, summary.wall_s)
     for field in ("requests", "ok", "errors"):
@@ -1742,8 +1751,22 @@ class PassRecord(NamedTuple):
 
     @property
     def decisions(self) -> dict:
-        """Return prompt id -> decision, or None for a failed request."""
-        return {r.id: r.decision if r.error is None else None for r in self.requests}
+        """Return prompt id -> the decision of its first answered repetition, or None when
+        every repetition failed."""
+        found: dict = {}
+        for r in sorted(self.requests, key=operator.attrgetter("rep")):
+            if found.get(r.id) is None:
+                found[r.id] = r.decision if r.error is None else None
+        return found
+
+    @property
+    def decision_sets(self) -> dict:
+        """Return prompt id -> the set of decisions its answered repetitions got."""
+        found: dict = {}
+        for r in self.requests:
+            answered = {r.decision} if r.error is None and r.decision is not None else set()
+            found.setdefault(r.id, set()).update(answered)
+        return found
 
     @property
     def environment(self) -> PassEnvironment:
@@ -1881,6 +1904,10 @@ class RunFile(NamedTuple):
             passes.append(item)
         settings = checked_object(document, "settings", f"{path}: ")
         checked_number(settings.get("max_load"), f"{path}: settings.max_load", nullable=True)
+        checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
+                       nullable=True, positive=True)
+        if not is_whole(settings.get("repeat", 1), 1):
+            raise RouterLatencyError("expected a whole number >= 1", f"{path}: settings.repeat")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
@@ -3256,15 +3283,14 @@ def reference_decisions(run: RunFile) -> dict:
 
 
 def decision_changes(run: RunFile) -> list:
-    """Return the prompt ids whose decision differs between the measured passes of a run."""
-    changed = []
-    measured = [p.decisions for p in run.passes if not p.discarded]
-    ids = sorted(set().union(*measured)) if measured else []
-    for prompt_id in ids:
-        seen = {d[prompt_id] for d in measured if d.get(prompt_id) is not None}
-        if len(seen) > 1:
-            changed.append(prompt_id)
-    return changed
+    """Return the prompt ids whose answered decisions differ within a run: between its
+    measured passes, or between the repetitions of one pass."""
+    seen: dict = {}
+    for item in run.passes:
+        if not item.discarded:
+            for prompt_id, decisions in item.decision_sets.items():
+                seen.setdefault(prompt_id, set()).update(decisions)
+    return sorted(i for i, decisions in seen.items() if len(decisions) > 1)
 
 
 class Agreement(NamedTuple):
@@ -3328,7 +3354,7 @@ class CompareReport(NamedTuple):
     compared: int  # inputs measured on both sides
     changes: tuple  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
-    consistency: tuple  # (tag, ids whose decision changed between the passes of that run)
+    consistency: tuple  # (tag, ids whose decision changed within that run, sent repeatedly)
     status: str  # pass or fail
     exit_code: int
 
@@ -3359,7 +3385,9 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
     return CompareReport(
         a.path, a.label, b.path, b.label, (a.corpus_sha256, b.corpus_sha256), a.corpus_count,
         tuple(passes), tuple(warnings), agree.compared, changes, len(set(da) ^ set(db)),
-        (("A", tuple(decision_changes(a))), ("B", tuple(decision_changes(b)))),
+        tuple((tag, tuple(decision_changes(run)),
+               any(r.rep for item in run.passes for r in item.requests))
+              for tag, run in (("A", a), ("B", b))),
         "fail" if failed else "pass", EXIT_GATE if failed else EXIT_OK)
 
 
@@ -3426,11 +3454,18 @@ class GateSettings(NamedTuple):
 
 
 def run_signature(run: RunFile) -> dict:
-    """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name."""
+    """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
+
+    "passes" names the passes and how long each was: a pass of the corpus sent three times,
+    or cycled for 30 s, has other percentiles than one sending it once.
+    """
     settings = run.settings
     version = str(run.tool.get("version", ""))
+    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+    length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
-            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order)),
+            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+            + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
             "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
 
@@ -3989,8 +4024,9 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             " " + json.dumps(change.text[:60], ensure_ascii=False)
         lines.append(f"  #{change.id}{snippet}: {shown_decision(change.base)} -> "
                      f"{shown_decision(change.new)}")
-    for tag, changed in report.consistency:
+    for tag, changed, repeated in report.consistency:
         lines.append(f"{tag} consistency: {len(changed)} inputs changed decision between passes"
+                     + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
     return lines

@@ -17,12 +17,15 @@ REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.floats(min_value=0, max_value=50, allow_nan=False))
 
 
-def run_of(requests, wall_s, *, open_loop, discarded_pass):
-    """Return a RunFile with one measured pass of these requests, built like measure_run's."""
+def run_of(requests, wall_s, *, open_loop, discarded_pass, repeated=False):
+    """Return a RunFile with one measured pass of these requests, built like measure_run's;
+    repeated: the corpus is half as long and sent twice (--repeat 2)."""
+    count = (len(requests) + 1) // 2 if repeated else len(requests)
     records = tuple(
-        rl.Request(i, round(start, 4), round(latency, 4), None if error else 200,
+        rl.Request(i % count, round(start, 4), round(latency, 4), None if error else 200,
                    None if error else decision, error,
-                   round(latency, 4) if open_loop else None, 0.0 if open_loop else None)
+                   round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
+                   i // count)
         for i, (latency, error, decision, start) in enumerate(requests))
     attempt = rl.Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
                          "2026-01-01T00:00:00Z", 1.5, {"start": 0.5, "end": 0.7, "min": 0.5,
@@ -38,7 +41,7 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass):
                                     attempt._replace(rate=None, arrival=None, summary=None,
                                                      requests=()), (attempt._replace(
                                                          rate=None, arrival=None),)))
-    return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": len(records)},
+    return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": count},
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
                       header_names=("X-Key",), settings={"max_load": 120.0},
                       floor={"spread_ms": 0.02}, warmup={"requests": 0})
@@ -46,10 +49,11 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(REQUEST, min_size=1, max_size=30), st.floats(min_value=1e-3, max_value=100),
-       st.booleans(), st.booleans())
+       st.booleans(), st.booleans(), st.booleans())
 def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, open_loop,
-                                            discarded_pass):
-    run = run_of(requests, wall_s, open_loop=open_loop, discarded_pass=discarded_pass)
+                                            discarded_pass, repeated):
+    run = run_of(requests, wall_s, open_loop=open_loop, discarded_pass=discarded_pass,
+                 repeated=repeated)
     written = b"".join(rl.dump_run(run))
     path = tmp_path_factory.mktemp("run") / "run.json"
     path.write_bytes(written)
@@ -58,7 +62,12 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert loaded._replace(path="") == run
     assert json.loads(written)["passes"][0]["requests"][0]["id"] == 0
     first = loaded.passes[0]
-    assert first.decisions == {r.id: r.decision for r in run.passes[0].requests}
+    answered = {}  # the first answered repetition's decision, None when none answered
+    for r in run.passes[0].requests:
+        if answered.get(r.id) is None:
+            answered[r.id] = r.decision
+    assert first.decisions == answered
+    assert (b'"rep": ' in written) == (repeated and len(requests) > 1)
 
 
 def test_a_summary_from_the_exact_wall_time_agrees_with_the_rounded_one(tmp_path):
@@ -119,6 +128,11 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d["corpus"].update(sha256="xyz"), "corpus", "expected corpus.sha256"),
     (lambda d: d.pop("complete"), "complete", "expected true or false"),
     (lambda d: d.update(passes={}), "passes", "expected a list"),
+    (lambda d: d["passes"][0]["requests"][0].update(rep=-1), "passes[0].requests[0].rep",
+     "expected a whole number >= 0"),
+    (lambda d: d["settings"].update(repeat=0), "settings.repeat", "expected a whole number >= 1"),
+    (lambda d: d["settings"].update(duration_s="30s"), "settings.duration_s",
+     "expected a finite number"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")
@@ -150,6 +164,9 @@ def test_rounds_refuses_an_unknown_error_kind(tmp_path, cli):
      "the summary says 101, its records give 0"),
     (lambda d: d["passes"][0]["requests"][5].update(id=4), "passes[0].requests[5].id",
      "prompt 4 measured twice in one pass"),
+    (lambda d: (d["passes"][0]["requests"][4].update(rep=1),
+                d["passes"][0]["requests"][5].update(id=4, rep=1)), "passes[0].requests[5].id",
+     "prompt 4 (repetition 1) measured twice in one pass"),
     (lambda d: d["passes"][0]["summary"].update(p95_ms=11.0), "passes[0].summary.p95_ms",
      "the summary says 11.0, its records give 12.0"),
     (lambda d: d["passes"][0]["requests"][0].update(error="timeout", decision=None),
