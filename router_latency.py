@@ -100,6 +100,7 @@ MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
 STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
+MAX_PASS_REQUESTS = 1_000_000  # a pass keeps every record in memory, about 1.4 KB each
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
@@ -2618,10 +2619,13 @@ class PassPlan(NamedTuple):
     rate: Optional[float] = None
     arrival: str = "constant"  # open loop: constant or poisson spacing
     seed: int = 0  # of the poisson schedule
+    repeat: int = 1  # times the corpus is sent
+    duration: Optional[float] = None  # seconds: the corpus is cycled until they are up
 
 
 class RunPlan(NamedTuple):
-    """What one run measures: the warm-up, then each pass over the whole corpus."""
+    """What one run measures: the warm-up, then each pass over the whole corpus (several
+    times with repeat, cycled for a time with duration)."""
     passes: tuple  # PassPlan
     warmup: int = 20
     wait_ready: Optional[float] = None  # seconds to wait for a starting router
@@ -2629,57 +2633,119 @@ class RunPlan(NamedTuple):
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
-                connections: int = 64, arrival: str = "constant", seed: int = 0) -> tuple:
+                connections: int = 64, arrival: str = "constant", seed: int = 0,
+                repeat: int = 1, duration: Optional[float] = None) -> tuple:
     """Return the passes of a run: the closed-loop levels, then the open-loop rates."""
-    return tuple([PassPlan(pass_name(c), c) for c in concurrency]
-                 + [PassPlan(pass_name(connections, r), connections, r, arrival, seed)
+    length = {"repeat": repeat, "duration": duration}
+    return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
+                 + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
                     for r in rates])
 
 
-def arrival_schedule(count: int, rate: float, arrival: str, seed: int) -> list:
-    """Return the send times (ns from the pass's start) of an open-loop pass.
+def check_plan(plan: RunPlan, prompts: int) -> None:
+    """Raise unless every pass of the plan is one the driver can hold in memory."""
+    for item in plan.passes:
+        if item.repeat < 1 or (item.duration is not None and not item.duration > 0):
+            raise RouterLatencyError("expected repeat >= 1 and a duration > 0",
+                                     pass_title(item.name))
+        if item.repeat > 1 and item.duration is not None:
+            raise RouterLatencyError("give a repeat count or a duration, not both",
+                                     pass_title(item.name))
+        if item.duration is None:
+            wanted = prompts * item.repeat
+        else:
+            wanted = item.rate * item.duration if item.rate is not None else 0
+        if wanted > MAX_PASS_REQUESTS:
+            raise RouterLatencyError(
+                f"a pass of {wanted:,.0f} requests; at most {MAX_PASS_REQUESTS:,} are kept "
+                f"in memory", "--duration" if item.duration else "--repeat")
+
+
+def arrival_schedule(count: Optional[int], rate: float, arrival: str, seed: int, *,
+                     duration: Optional[float] = None) -> list:
+    """Return the send times (ns from the pass's start) of an open-loop pass: `count` of
+    them, or as many as fall within `duration` seconds.
 
     constant: evenly spaced at 1/rate; poisson: exponential gaps of mean 1/rate from a
     generator seeded with `seed`, so the same seed gives the same schedule on every run.
     """
-    if arrival == "constant":
-        return [round(i * 1e9 / rate) for i in range(count)]
+    if count is None and duration is None:
+        raise ValueError("arrival_schedule needs a count or a duration")
+    limit = math.inf if duration is None else duration * 1e9
     rng = random.Random(seed)
-    times, clock = [], 0.0
-    for _ in range(count):
-        times.append(round(clock * 1e9))
-        clock += rng.expovariate(rate)
+    times: list = []
+    clock = 0.0
+    while count is None or len(times) < count:
+        at = round(len(times) * 1e9 / rate) if arrival == "constant" else round(clock * 1e9)
+        if at >= limit:
+            break
+        times.append(at)
+        if arrival != "constant":
+            clock += rng.expovariate(rate)
     return times
 
 
-class Progress:
-    """A progress line on stderr, redrawn twice a second while a pass runs."""
+def clock_text(seconds: float) -> str:
+    """Return a time span as m:ss, or h:mm:ss from an hour on."""
+    hours, rest = divmod(max(0, math.ceil(seconds)), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
-    def __init__(self, enabled: bool, stream=None):
+
+def progress_text(title: str, done: int, total: Optional[int], elapsed: float, *,
+                  duration: Optional[float] = None, finished: bool = False) -> str:
+    """Return the progress line of a pass: requests done (of how many), their rate, and the
+    time left; once finished, the time it took."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    count = f"{done:,}" if total is None else f"{done:,}/{total:,}"
+    if finished:
+        left = f"took {elapsed:.1f} s"
+    elif duration is not None:
+        left = f"ETA {clock_text(duration - elapsed)}"
+    elif done and total is not None:
+        left = f"ETA {clock_text((total - done) / rate)}"
+    else:
+        left = "ETA -:--"
+    return f"{title}: {count} requests, {rate:,.0f} req/s, {left}"
+
+
+class Progress:
+    """A progress line on stderr, redrawn twice a second while a pass runs: which pass of how
+    many, requests done, their rate and the time left."""
+
+    def __init__(self, enabled: bool, stream=None, clock: Callable[[], float] = time.monotonic,
+                 interval: float = 0.5):
         self.enabled = enabled
         self.stream = stream or sys.stderr
+        self.clock = clock
+        self.interval = interval  # seconds between redraws
         self.stop = threading.Event()
         self.thread: Optional[threading.Thread] = None
+        self.width = 0  # of the line drawn last, which a shorter one must cover
 
-    def start(self, title: str, total: int, done: Callable[[], int]) -> None:
+    def start(self, title: str, total: Optional[int], done: Callable[[], int],
+              duration: Optional[float] = None) -> None:
+        """Draw the pass's line until end(); total None: as many as `duration` allows."""
         if not self.enabled:
             return
         self.stop.clear()
-        started = time.monotonic()
+        started = self.clock()
 
-        def draw() -> None:
+        def redraw() -> None:
             while True:
-                finished = self.stop.wait(0.5)
-                count = done()
-                elapsed = max(time.monotonic() - started, 1e-9)
-                self.stream.write(f"\r{title}: {count}/{total}  {count / elapsed:,.0f} req/s ")
-                self.stream.flush()
+                finished = self.stop.wait(self.interval)
+                self.draw(progress_text(title, done(), total, self.clock() - started,
+                                        duration=duration, finished=finished), finished)
                 if finished:
-                    self.stream.write("\n")
                     return
 
-        self.thread = threading.Thread(target=draw, daemon=True)
+        self.thread = threading.Thread(target=redraw, daemon=True)
         self.thread.start()
+
+    def draw(self, text: str, finished: bool) -> None:
+        """Write the line over the previous one; a finished line ends with a newline."""
+        self.stream.write("\r" + text.ljust(self.width) + ("\n" if finished else ""))
+        self.stream.flush()
+        self.width = 0 if finished else len(text)
 
     def end(self) -> None:
         if self.thread is not None:
@@ -2720,15 +2786,25 @@ class PassLoop:
     connections, each sending its next request when the previous one is answered. Open loop:
     `schedule` gives each request's send time (ns from the start); requests wait for a free
     connection (up to `concurrency` of them), and their latency counts from the schedule.
+
+    Request i carries payload i modulo their number: `total` requests (default: each payload
+    once; open loop: one per scheduled time), and with `duration`, none started after that
+    many seconds; those in flight then are waited for, since leaving out the slowest would
+    flatter the tail.
     """
 
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
-                 concurrency: int, schedule: Optional[Sequence[int]] = None):
+                 concurrency: int, schedule: Optional[Sequence[int]] = None, *,
+                 total: Optional[int] = None, duration: Optional[float] = None):
         self.target = target
         self.payloads = payloads
         self.stop = stop
         self.concurrency = concurrency
         self.schedule = schedule
+        self.total = len(schedule) if schedule is not None else \
+            len(payloads) if total is None else total
+        self.duration_ns = None if duration is None else round(duration * 1e9)
+        self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
         self.selector = selectors.DefaultSelector()
         self.results: list = []  # RawResult
@@ -2783,7 +2859,7 @@ class PassLoop:
                 return
         slot.deadline = slot.started + self.timeout_ns
         slot.reader = ResponseReader()
-        payload = self.payloads[index]
+        payload = self.payloads[index % len(self.payloads)]
         try:
             sent = slot.sock.send(payload)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
@@ -2838,7 +2914,7 @@ class PassLoop:
     # the loop
 
     def run(self) -> list:
-        """Send every payload once; return the raw results."""
+        """Send the pass's requests; return the raw results."""
         perf = time.perf_counter_ns
         slots = [_Slot() for _ in range(self.concurrency)]
         opened = slots if self.schedule is None else slots[:min(4, len(slots))]
@@ -2848,24 +2924,25 @@ class PassLoop:
             except RequestFailed:
                 pass  # the first request on it reconnects and records why it failed
         self.idle = list(reversed(slots))
-        total = len(self.payloads)
         origin = perf()
+        if self.duration_ns is not None:
+            self.end_ns = origin + self.duration_ns
         grace_end = None  # after an interrupt, requests in flight get this long to finish
         while True:
             now = perf()
-            self._start_due(now, origin, total)
+            self._start_due(now, origin)
             if self.stop.is_set() and grace_end is None:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
             if not self.busy:
-                if self.next_index >= total or self.stop.is_set():
+                if not self._more(now) or self.stop.is_set():
                     break
                 wait = self._wait_for_schedule(now, origin)
             else:
                 nearest = min(slot.deadline for slot in self.busy)
                 wait = max(nearest - now, 0) / 1e9
-                if self.schedule is not None and self.next_index < total and self.idle:
+                if self.schedule is not None and self._more(now) and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
@@ -2922,10 +2999,14 @@ class PassLoop:
             return 0.0
         return max(origin + self.schedule[self.next_index] - now, 0) / 1e9
 
-    def _start_due(self, now: int, origin: int, total: int) -> None:
+    def _more(self, now: int) -> bool:
+        """Return whether the pass has requests left to start at `now`."""
+        return self.next_index < self.total and (self.end_ns is None or now < self.end_ns)
+
+    def _start_due(self, now: int, origin: int) -> None:
         """Send what is due: closed loop, a request per free connection; open loop, every
         request whose time has come while a connection is free."""
-        while self.idle and self.next_index < total and not self.stop.is_set():
+        while self.idle and self._more(now) and not self.stop.is_set():
             if self.schedule is None:
                 scheduled = now
             else:
@@ -2939,8 +3020,9 @@ class PassLoop:
 
 
 def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
-               open_loop: bool = False) -> tuple:
-    """Return (Requests in send order, wall seconds) of a pass's raw results.
+               open_loop: bool = False, count: Optional[int] = None) -> tuple:
+    """Return (Requests in send order, wall seconds) of a pass's raw results; request i is
+    prompt i % count, repetition i // count (without count, prompt i).
 
     Decisions are read here, after the pass, once per distinct body.
     """
@@ -2959,25 +3041,42 @@ def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
                 classified[key] = classify(raw.status, raw.body, paths)
             decision, error = classified[key]
         origin = raw.scheduled if open_loop else raw.started
+        rep, prompt_id = divmod(raw.index, count) if count else (0, raw.index)
         requests.append(Request(
-            raw.index, round((raw.started - first) / 1e6, 4), round((raw.ended - origin) / 1e6, 4),
-            raw.status, decision, error,
+            prompt_id, round((raw.started - first) / 1e6, 4),
+            round((raw.ended - origin) / 1e6, 4), raw.status, decision, error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
-            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None))
+            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, rep))
     return requests, (last - first) / 1e9
 
 
-def measure_pass(target: Target, payloads: Sequence[bytes], connections: int,
+def pass_schedule(plan: PassPlan, prompts: int) -> Optional[list]:
+    """Return the send times of an open-loop pass: the corpus `repeat` times, or as many as
+    the rate gives in `duration`; None for a closed-loop pass."""
+    if plan.rate is None:
+        return None
+    return arrival_schedule(None if plan.duration else prompts * plan.repeat, plan.rate,
+                            plan.arrival, plan.seed, duration=plan.duration)
+
+
+def measure_pass(target: Target, payloads: Sequence[bytes], plan: PassPlan,
                  stop: threading.Event, progress: Progress, title: str,
                  schedule: Optional[Sequence[int]] = None) -> tuple:
-    """Send every payload once; return (Requests, wall seconds)."""
-    loop = PassLoop(target, payloads, stop, connections, schedule)
-    progress.start(title, len(payloads), lambda: len(loop.results))
+    """Send one pass: the corpus `repeat` times, or cycled for `duration` seconds (open loop:
+    on `schedule`); return (Requests, wall seconds)."""
+    total = None
+    if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
+        total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
+    loop = PassLoop(target, payloads, stop, plan.connections, schedule, total=total,
+                    duration=None if schedule is not None else plan.duration)
+    progress.start(title, None if plan.rate is None and plan.duration else loop.total,
+                   lambda: len(loop.results), plan.duration)
     try:
         results = loop.run()
     finally:
         progress.end()
-    return records_of(results, target.decision_paths, open_loop=schedule is not None)
+    return records_of(results, target.decision_paths, open_loop=schedule is not None,
+                      count=len(payloads))
 
 
 class LoopbackResponder:
@@ -3136,16 +3235,15 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
 
 def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
                     capture: CaptureSettings, loadavg_file: Optional[str],
-                    stop: threading.Event, progress: Progress) -> Attempt:
+                    stop: threading.Event, progress: Progress, title: str = "") -> Attempt:
     """Measure one attempt at a pass with what surrounds it."""
-    schedule = None if plan.rate is None else arrival_schedule(
-        len(payloads), plan.rate, plan.arrival, plan.seed)
+    schedule = pass_schedule(plan, len(payloads))
     before = capture_snapshot(capture)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(loadavg_file).start()
     cpu_before = driver_cpu_seconds()
-    requests, wall_s = measure_pass(target, payloads, plan.connections, stop, progress,
-                                    pass_title(plan.name), schedule)
+    requests, wall_s = measure_pass(target, payloads, plan, stop, progress,
+                                    title or pass_title(plan.name), schedule)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
     after = capture_snapshot(capture)
@@ -3170,6 +3268,9 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
     if wall_s >= 1.0 and cpu_s / wall_s > DRIVER_BUSY:
         warnings.append(f"{title}: the driver kept a core {100 * cpu_s / wall_s:.0f}% busy; the "
                         f"driver, not the router, may be the limit")
+    if plan.duration is not None and plan.rate is None and summary.requests >= MAX_PASS_REQUESTS:
+        warnings.append(f"{title}: stopped at {MAX_PASS_REQUESTS:,} requests, before the "
+                        f"{plan.duration:g} s were up: the most a pass keeps in memory")
     return warnings
 
 
@@ -3179,13 +3280,15 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
                sleep: Callable[[float], None] = time.sleep) -> list:
     """Measure every pass with the load guard; return their PassRecords."""
     passes = []
-    for item in plan.passes:
+    for position, item in enumerate(plan.passes, 1):
         if stop.is_set():
             break
         attempts = []
         for number in range(guard.retries + 1):
+            title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}" + (
+                f", attempt {number + 1}" if number else "")
             attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                      progress)
+                                      progress, title)
             for warning in attempt_warnings(attempt, item):
                 notify(warning)
             loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
@@ -3212,8 +3315,10 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard) -> dict:
     closed = [p.connections for p in plan.passes if p.rate is None]
     open_loop = [p for p in plan.passes if p.rate is not None]
     model = open_loop[0] if open_loop else PassPlan("", 64)
+    length = plan.passes[0] if plan.passes else PassPlan("", 1)
     return {
         "warmup": plan.warmup, "concurrency": closed, "rates": [p.rate for p in open_loop],
+        "repeat": length.repeat, "duration_s": length.duration,
         "arrival": model.arrival, "seed": model.seed, "connections": model.connections,
         "timeout_s": target.timeout, "decision_paths": list(target.decision_paths),
         "max_load": guard.max_load, "load_retries": guard.retries,
@@ -3233,6 +3338,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     Setting `stop` (a signal handler does) ends the pass under way within about 2 s; the run
     is returned with complete=False and the passes measured so far.
     """
+    check_plan(plan, len(corpus.prompts))
     stop = stop or threading.Event()
     progress = progress or Progress(enabled=False)
     started, started_unix = utc_now(), round(time.time(), 3)
@@ -3968,6 +4074,15 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
+def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
+    """Return the line `run` starts with: what it measures where, and how long a pass is."""
+    line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
+    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+    if duration:
+        return f"{line}; each pass cycles the corpus for {duration:g} s"
+    return f"{line}; each pass sends the corpus {repeat} times" if repeat > 1 else line
+
+
 def format_run_summary(passes: Sequence[PassRecord]) -> list:
     """Return the lines of a run's per-pass table."""
     rows = []
@@ -4523,20 +4638,49 @@ def concurrency_list(text: str) -> tuple:
     return tuple(levels)
 
 
+TIME_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+
+
 def rate_list(text: str) -> tuple:
+    """Return the requests per second of a --rate list: 50, 50/s, 50/1s, 3000/1m (vegeta's
+    frequency/duration), separated by commas."""
     rates = []
     for part in text.split(","):
-        try:
-            rate = float(part)
-        except ValueError:
-            rate = float("nan")
+        # a unit without a number is one of it (50/s); 10/500ms is 20 per second
+        found = re.fullmatch(rf"\s*{NUMBER}(?:/{NUMBER}?(ms|s|m|h))?\s*", part)
+        rate = float("nan")
+        if found:
+            count, span, unit = found.groups()
+            seconds = float(span or 1) * TIME_UNITS[unit or "s"]
+            rate = float(count) / seconds if seconds > 0 else rate
         if not math.isfinite(rate) or not 0 < rate <= 1_000_000:
             raise argparse.ArgumentTypeError(
-                f"expected requests per second above 0 separated by commas, got {text!r}")
+                f"expected requests per second above 0 separated by commas (50, 50/s, "
+                f"3000/1m), got {text!r}")
         if rate in rates:
             raise argparse.ArgumentTypeError(f"rate {part} given twice")
         rates.append(rate)
     return tuple(rates)
+
+
+def duration_seconds(text: str) -> float:
+    """Return the seconds of a --duration: 30, 30s, 500ms, 2m or 1h."""
+    found = re.fullmatch(rf"\s*{NUMBER}\s*(ms|s|m|h)?\s*", text)
+    seconds = float(found.group(1)) * TIME_UNITS[found.group(2) or "s"] if found else 0.0
+    if not 0 < seconds <= 86400:
+        raise argparse.ArgumentTypeError(
+            f"expected a time above 0 and up to a day: 30, 30s, 500ms, 2m, 1h; got {text!r}")
+    return seconds
+
+
+def variable_name(text: str) -> str:
+    """Return the name of an environment variable; the text is not echoed, since a token
+    given by mistake must not be printed."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise argparse.ArgumentTypeError("expected the name of an environment variable "
+                                         "(letters, digits and '_'), not the token itself")
+    return text
 
 
 def parse_header(text: str) -> tuple:
@@ -4621,7 +4765,7 @@ def add_corpus_parser(commands: Any) -> None:
                             formatter_class=HelpFormatter,
                             epilog="example: corpus --repo ../semantic-router --out corpus.json")
     p.add_argument("--repo", required=True, help="router repo checkout (reads DIR/e2e)")
-    p.add_argument("--out", required=True, help="corpus file to write")
+    p.add_argument("-o", "--out", required=True, help="corpus file to write")
     p.add_argument("--glob", default=DEFAULT_GLOB, help="data files, relative to the repo")
     p.add_argument("--key", action="append", default=[], help="another prompt key (repeatable)")
     p.add_argument("--boundary", help="boundary-case file (default: corpus/boundary_cases.json)")
@@ -4637,11 +4781,14 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--url", required=True, help="router URL; a base URL gets "
                                                 f"{PREVIEW_PATH} appended")
     p.add_argument("--corpus", required=True, help="corpus file from the corpus command")
-    p.add_argument("--out", required=True, help="run file to write")
+    p.add_argument("-o", "--out", required=True, help="run file to write")
     p.add_argument("--label", required=True, type=label_text, help="name of this side or run")
     p.add_argument("--model", default="MoM", help="model field of each request")
-    p.add_argument("--header", action="append", default=[], type=parse_header,
+    p.add_argument("-H", "--header", action="append", default=[], type=parse_header,
                    help="extra header 'Name: value' (repeatable; values never stored)")
+    p.add_argument("--token-env", type=variable_name, metavar="VAR",
+                   help="send 'Authorization: Bearer' with the value of this environment "
+                        "variable (e.g. VSR_MGMT_TOKEN; never stored or printed)")
     p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per request")
     p.add_argument("--warmup", type=non_negative_int, default=20,
                    help="warm-up requests, not recorded")
@@ -4655,17 +4802,23 @@ def add_run_parser(commands: Any) -> None:
                    help="do not verify HTTPS certificates (recorded in the file)")
     add_capture_options(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing run file")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_run)
 
 
 def add_pass_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--concurrency", type=concurrency_list,
-                   help="closed-loop passes, each sending the corpus once (1 = sequential); "
-                        "default 1,4,16, none when --rate is given")
+    p.add_argument("-c", "--concurrency", type=concurrency_list,
+                   help="closed-loop passes, one per level (1 = sequential); default 1,4,16, "
+                        "none when --rate is given")
     p.add_argument("--rate", type=rate_list, default=(),
-                   help="open-loop passes at these requests per second, each sending the corpus "
-                        "once on a schedule; latency counts from the scheduled time")
+                   help="open-loop passes at these requests per second (50, 50/s, 3000/1m), "
+                        "sending on a schedule; latency counts from the scheduled time")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("-n", "--repeat", type=positive_int, default=1, metavar="N",
+                        help="send the corpus N times in each pass")
+    length.add_argument("-d", "--duration", type=duration_seconds, metavar="TIME",
+                        help="cycle the corpus in each pass until TIME is up (30, 30s, 2m); "
+                             "with --rate, the schedule runs that long")
     p.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
                    help="spacing of the scheduled sends of --rate passes")
     p.add_argument("--seed", type=int, default=0, help="seed of the poisson schedule")
@@ -4821,9 +4974,32 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence) -> tuple:
+    """Return the Authorization header of --token-env VAR, () without it; raise when VAR is
+    unset or empty, or Authorization is already set. The token itself is never shown."""
+    if variable is None:
+        return ()
+    # an upper-case name is a variable's; anything else might be a token typed by mistake
+    name = variable if re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", variable) else None
+    token = os.environ.get(variable, "").strip()
+    if not token:
+        raise RouterLatencyError(f"environment variable {name} is not set or empty" if name
+                                 else "the variable it names is not set or empty", "--token-env")
+    if not all(" " < c <= "~" for c in token):
+        raise RouterLatencyError(f"the value of {name or 'the variable'} is not a token: "
+                                 f"spaces, line breaks or characters beyond printable ASCII",
+                                 "--token-env")
+    if endpoint.authorization or any(n.lower() == "authorization" for n, _ in headers):
+        raise RouterLatencyError("Authorization is already set (user:pass@ in --url or "
+                                 "--header); --token-env would send it twice", "--token-env")
+    return (("Authorization", f"Bearer {token}"),)
+
+
 def run_arguments(args: argparse.Namespace) -> tuple:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings) of `run`'s arguments, checked."""
-    target = Target(parse_endpoint(args.url), tuple(args.header), args.model, args.timeout,
+    endpoint = parse_endpoint(args.url)
+    headers = tuple(args.header) + token_header(args.token_env, endpoint, args.header)
+    target = Target(endpoint, headers, args.model, args.timeout,
                     args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS))
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
                              option="--metrics-url") if args.metrics_url else None
@@ -4837,7 +5013,8 @@ def run_arguments(args: argparse.Namespace) -> tuple:
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
         router_pid=args.router_pid, router_cgroup=args.router_cgroup)
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
-                         connections=args.connections, arrival=args.arrival, seed=args.seed)
+                         connections=args.connections, arrival=args.arrival, seed=args.seed,
+                         repeat=args.repeat, duration=args.duration)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors)
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
@@ -4849,6 +5026,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture = run_arguments(args)
+    check_plan(plan, len(corpus.prompts))
+    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    if progress.enabled:  # a terminal: say what is measured before the passes start
+        print(format_run_header(args.label, len(corpus.prompts), corpus.sha256,
+                                target.endpoint.shown, settings_record(target, plan, guard)),
+              flush=True)
     stop = threading.Event()
     caught: list = []
 
@@ -4862,8 +5045,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             previous[signum] = signal.signal(signum, on_signal)
     try:
         run = measure_run(target, plan, corpus, label=args.label, guard=guard,
-                          capture=capture, stop=stop,
-                          progress=Progress(enabled=not args.quiet and sys.stderr.isatty()),
+                          capture=capture, stop=stop, progress=progress,
                           notify=(lambda m: None) if args.quiet else stderr_line)
     finally:
         for signum, handler in previous.items():
@@ -4871,10 +5053,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run is None:
         stderr_line("interrupted before anything was measured; nothing written")
         return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    return report_run(args, run, caught)
+    return report_run(args, run, caught, header_shown=progress.enabled)
 
 
-def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
+def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
+               header_shown: bool = False) -> int:
     """Write the run file, print its table and return the run's exit code."""
     try:
         write_atomic(args.out, dump_run(run))
@@ -4882,8 +5065,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
     except RouterLatencyError as exc:
         write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
     if not args.quiet:
-        print(f"run {args.label}: {run.corpus_count} prompts, corpus {run.corpus_sha256[:12]}, "
-              f"{run.url}")
+        if not header_shown:
+            print(format_run_header(run.label, run.corpus_count, run.corpus_sha256, run.url,
+                                    run.settings))
         for line in format_run_summary(run.passes):
             print(line)
         if write_failure is None:

@@ -79,11 +79,62 @@ def test_run_host_that_does_not_resolve(tmp_path, cli, corpus, monkeypatch):
     ("--warmup", "-1", "expected a whole number >= 0"),
     ("--header", "NoColon", "expected 'Name: value'"),
     ("--max-load", "-5", "expected a number >= 0"),
+    ("--repeat", "0", "expected a whole number >= 1"),
+    ("-n", "2.5", "expected a whole number >= 1"),
+    ("--duration", "0", "expected a time above 0 and up to a day"),
+    ("-d", "25h", "expected a time above 0 and up to a day"),
+    ("--duration", "soon", "expected a time above 0 and up to a day"),
+    ("--rate", "50/0s", "expected requests per second above 0"),
+    ("--rate", "50/fortnight", "expected requests per second above 0"),
+    ("--rate", "50/s,50", "rate 50 given twice"),
 ])
 def test_run_rejects_bad_options(tmp_path, cli, corpus, option, value, message):
     result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
                  tmp_path / "o.json", "--label", "x", option, value)
     assert_one_line_error(result, option, message)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["-n", "2", "-d", "5"], "argument -d/--duration: not allowed with argument -n/--repeat"),
+    (["-n", "1000001"], "a pass of 1,000,001 requests; at most 1,000,000 are kept in memory "
+                        "(--repeat)"),
+    (["--rate", "1000/s", "-d", "1001s"], "a pass of 1,001,000 requests; at most 1,000,000 are "
+                                          "kept in memory (--duration)"),
+])
+def test_run_rejects_passes_of_the_wrong_length(tmp_path, cli, corpus, options, message):
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", *options)
+    assert_one_line_error(result, message)
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("value,options,message", [
+    (None, [], "environment variable VSR_MGMT_TOKEN is not set or empty (--token-env)"),
+    ("  ", [], "environment variable VSR_MGMT_TOKEN is not set or empty (--token-env)"),
+    ("abc\r\nX-Evil: 1", [], "the value of VSR_MGMT_TOKEN is not a token"),
+    ("s3cret", ["-H", "authorization: Basic x"], "Authorization is already set"),
+])
+def test_run_token_env_errors_never_show_the_token(tmp_path, cli, corpus, monkeypatch, value,
+                                                    options, message):
+    monkeypatch.delenv("VSR_MGMT_TOKEN", raising=False)
+    if value is not None:
+        monkeypatch.setenv("VSR_MGMT_TOKEN", value)
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--token-env", "VSR_MGMT_TOKEN", *options)
+    assert_one_line_error(result, message)
+    assert "s3cret" not in result.err and "abc" not in result.err
+
+
+@pytest.mark.parametrize("name", ["eyJhbGciOiJIUzI1NiJ9.e30.sig", "sk_live_Xq83hdTq"])
+def test_run_token_env_given_a_token_by_mistake_does_not_print_it(tmp_path, cli, corpus,
+                                                                  monkeypatch, name):
+    monkeypatch.delenv(name, raising=False)
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--token-env", name)
+    assert_one_line_error(result, "--token-env")
+    assert name not in result.err and name[:8] not in result.err
+    assert "not the token itself" in result.err or "the variable it names is not set" in \
+        result.err
 
 
 @pytest.mark.parametrize("side", ["a/b", "..", "../up", "-x", ""])
