@@ -196,8 +196,27 @@ def fmt_signed(value: float) -> str:
     return text if text.startswith("-") or not text.strip("0.,") else f"+{text}"
 
 
-def fmt_ratio(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
+def metric_label(metric: str) -> str:
+    """Return a metric as tables name it, with its unit: p50 ms, req/s."""
+    return metric_title(metric) + (" ms" if metric.endswith("_ms") else "")
+
+
+def change_text(speedup: Optional[float], low: Optional[float] = None,
+                high: Optional[float] = None) -> str:
+    """Return how many times faster or slower the new side is than the base, in words.
+
+    `speedup` is above 1 when new is better (base/new for latency, new/base for req/s);
+    compare and rounds both say it this way: 1.35x faster, 1.14x slower. An interval, where
+    given, is in the same direction as the words: 1.14x slower [0.97, 1.33].
+    """
+    if speedup is None or not speedup > 0:
+        return "n/a"
+    word, factor, bounds = "faster", speedup, (low, high)
+    if speedup < 1:
+        word, factor = "slower", 1 / speedup
+        bounds = (1 / high, 1 / low) if low and high else (None, None)
+    text = "no change" if speedup == 1 else f"{factor:.2f}x {word}"
+    return text if bounds[0] is None else f"{text} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
 
 
 # --- statistics ---
@@ -3821,9 +3840,7 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
                     for p, m in test.regressions]
         if test.composite_p is not None and test.composite_p < test.level:
             reasons.append(f"the {test.rows} gated rows together are "
-                           f"{100 * math.expm1(test.composite.mean):+.1f}% "
-                           f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                           f"{100 * math.expm1(test.composite.high):+.1f}%] slower")
+                           f"{composite_text(test.composite)}")
     if reasons:
         return "fail", tuple(reasons), EXIT_GATE
     doubts = list(doubts)
@@ -3839,6 +3856,13 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     if doubts:
         return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
     return "pass", (), EXIT_OK
+
+
+def composite_text(composite: Interval) -> str:
+    """Return the gated rows' mean change in words, as the rows say theirs."""
+    # the composite is a mean of worse-direction logs: its speedup is exp(-mean)
+    return change_text(math.exp(-composite.mean), math.exp(-composite.high),
+                       math.exp(-composite.low))
 
 
 def detectable_text(row: Row) -> str:
@@ -4121,13 +4145,14 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             continue
         for metric, va, vb in item.figures:
             diff = fmt_signed(vb - va) if va is not None and vb is not None else "n/a"
-            ratio = fmt_ratio(vb / va) if va and vb is not None else "n/a"
+            # as rounds says it: above 1 is better, A/B for latency, B/A for req/s
+            speedup = (va / vb) ** worse_sign(metric) if va and vb else None
             rows.append([pass_title(item.name) if metric == "p50_ms" else "",
-                         metric_title(metric) + (" ms" if metric.endswith("_ms") else ""),
-                         fmt_value(va), fmt_value(vb), diff, ratio])
+                         metric_label(metric), fmt_value(va), fmt_value(vb), diff,
+                         change_text(speedup)])
         ea, eb = item.errors
         rows.append(["", "errors", str(ea), str(eb), f"{eb - ea:+d}" if eb != ea else "0", ""])
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
+    lines += render_table(["pass", "metric", "A", "B", "B - A", "B vs A"], rows,
                           markdown=markdown, right=[False, False])
     lines += report.warnings
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
@@ -4177,9 +4202,9 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         return lines
     test = report.test
     lines += [
-        f"speedup: geometric mean of the per-round ratios (base/new for latency, new/base for "
-        f"req/s) with a 95% Student t interval on their logs, df {len(used) - 1}; new - base: "
-        f"mean paired difference; medians over rounds, descriptive; tolerance "
+        f"{new} vs {base}: how many times faster or slower {new} is, the geometric mean of the "
+        f"per-round ratios with a 95% Student t interval on their logs, df {len(used) - 1}; "
+        f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
         f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
         f"{test.effective_rows:.1f} independent; one-sided tests at {100 * test.level:.3g}% each "
@@ -4189,21 +4214,24 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                     f"{fmt_value(row.diff.high)}]")
-        speedup = f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]"
         table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
-                      metric_title(row.metric) + ("*" if row.gated else ""),
-                      fmt_value(row.base_median), fmt_value(row.new_median), interval, speedup,
-                      f"{row.worse_rounds}/{row.rounds}", detectable_text(row), row.verdict])
+                      metric_label(row.metric) + ("*" if row.gated else ""),
+                      fmt_value(row.base_median), fmt_value(row.new_median), interval,
+                      row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
+                      detectable_text(row), row.verdict])
     lines += render_table(
-        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]", "speedup [95% CI]",
-         "worse", "detects", "verdict"], table, markdown=markdown,
+        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
+         f"{new} vs {base} [95% CI]", "worse", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
-        lines += ["", f"gated rows together: {100 * math.expm1(test.composite.mean):+.1f}% "
-                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided "
-                      f"p {test.composite_p:.3g}"]
+        lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
+                      f"one-sided p {test.composite_p:.3g}"]
     return lines
+
+
+def row_change_text(row: Row) -> str:
+    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
 def gate_text(settings: GateSettings) -> str:
@@ -4217,7 +4245,7 @@ def gate_text(settings: GateSettings) -> str:
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_title(r.metric)]
+    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
     return render_table(header, per, markdown=markdown, right=[False, False])
@@ -4312,7 +4340,8 @@ def rounds_json(report: RoundsReport) -> dict:
                       "df": row.diff.df, "confidence": 0.95},
              "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
              "speedup": row.speedup, "speedup_low": row.speedup_low,
-             "speedup_high": row.speedup_high, "worse_rounds": row.worse_rounds,
+             "speedup_high": row.speedup_high, "change_text": row_change_text(row),
+             "worse_rounds": row.worse_rounds,
              "rounds": row.rounds, "p_value": row.p_value,
              "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
              "verdict": row.verdict, "base_values": list(row.base_values),
@@ -4335,6 +4364,8 @@ def rounds_json(report: RoundsReport) -> dict:
             "gate_test": None if test is None else {
                 "rows": test.rows, "effective_rows": test.effective_rows,
                 "composite": None if test.composite is None else test.composite._asdict(),
+                "composite_text": None if test.composite is None
+                else composite_text(test.composite),
                 "composite_p": test.composite_p, "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
             "agreement": agreement,
@@ -4366,7 +4397,7 @@ def format_plan(report: RoundsReport) -> list:
         spread = sample_spread([math.log(n / b) for b, n in
                                 zip(row.base_values, row.new_values)])
         table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
-                      metric_title(row.metric) + ("*" if row.gated else ""),
+                      metric_label(row.metric) + ("*" if row.gated else ""),
                       f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
     lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",

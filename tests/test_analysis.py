@@ -340,7 +340,7 @@ def test_the_composite_test_catches_a_slowdown_no_single_row_shows():
     assert all(r.p_value > 0.025 for r in gated)
     assert report.test.composite_p < 0.025
     assert report.status == "fail" and report.reasons[0].startswith(
-        "the 9 gated rows together are +")
+        "the 9 gated rows together are 1.10x slower [")
     assert 1 < report.test.effective_rows < 9  # shifted patterns: partly alike
 
 
@@ -401,7 +401,7 @@ def test_plan_prints_what_the_rounds_could_detect(tmp_path, cli):
                                "slowdown beyond the 5% tolerance")
     assert lines[2].split() == ["pass", "metric", "spread", "detects", "at", "4", "rounds",
                                 "for", "10%"]
-    assert lines[3].split()[:3] == ["Sequential", "p50*", "10.8%"]
+    assert lines[3].split()[:4] == ["Sequential", "p50", "ms*", "10.8%"]
 
 
 def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cli):
