@@ -3524,8 +3524,11 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
     if not top.is_dir():
         raise RouterLatencyError("not a folder", folder)
     rounds: dict = {}
+    found: set = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
+        if match:
+            found.add(match.group(2))
         if not match or match.group(2) not in (base, new):
             continue
         number, side = int(match.group(1)), match.group(2)
@@ -3534,8 +3537,12 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
             raise RouterLatencyError(f"round {number} of side {side} twice: {other} and {entry}",
                                      folder)
         rounds[number][side] = str(entry)
-    if not rounds:
-        raise RouterLatencyError(f"no r<N>-{base}.json or r<N>-{new}.json files", folder)
+    missing = [side for side in (base, new) if side not in found]
+    if missing:
+        raise RouterLatencyError(
+            f"no r<N>-{'.json or r<N>-'.join(missing)}.json files; "
+            + (f"the folder holds side{'s' if len(found) > 1 else ''} {', '.join(sorted(found))}"
+               if found else "the folder holds no r<N>-<side>.json files"), folder)
     for number, sides in sorted(rounds.items()):
         for side, other_side in ((base, new), (new, base)):
             if side in sides and other_side not in sides:

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 import router_latency as rl
-from conftest import BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, write_corpus
+from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, make_run,
+                      write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
 
@@ -155,6 +156,14 @@ def test_rounds_bad_folders(tmp_path, cli):
                           "no r<N>-cpu.json or r<N>-gpu.json files", str(tmp_path))
     assert_one_line_error(cli("rounds", "--dir", tmp_path / "nope", "--base", "cpu", "--new",
                               "gpu"), "no such folder")
+    make_run(tmp_path / "r1-cpu.json", label="cpu")
+    make_run(tmp_path / "r1-gpu.json", label="gpu")
+    misnamed = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "rocm")
+    assert misnamed.code == 2 and misnamed.err == (
+        f"router-latency: error: no r<N>-rocm.json files; the folder holds sides cpu, gpu "
+        f"({tmp_path})\n")
+    neither = cli("rounds", "--dir", tmp_path, "--base", "a", "--new", "b")
+    assert "no r<N>-a.json or r<N>-b.json files; the folder holds sides cpu, gpu" in neither.err
     assert_one_line_error(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "cpu"),
                           "--base and --new name the same side")
 
