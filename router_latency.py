@@ -117,6 +117,7 @@ MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
 STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
+MAX_PASS_REQUESTS = 1_000_000  # a pass keeps every record in memory, about 1.4 KB each
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
@@ -229,8 +230,27 @@ def fmt_signed(value: float) -> str:
     return text if text.startswith("-") or not text.strip("0.,") else f"+{text}"
 
 
-def fmt_ratio(value: Optional[float]) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
+def metric_label(metric: str) -> str:
+    """Return a metric as tables name it, with its unit: p50 ms, req/s."""
+    return metric_title(metric) + (" ms" if metric.endswith("_ms") else "")
+
+
+def change_text(speedup: Optional[float], low: Optional[float] = None,
+                high: Optional[float] = None) -> str:
+    """Return how many times faster or slower the new side is than the base, in words.
+
+    `speedup` is above 1 when new is better (base/new for latency, new/base for req/s);
+    compare and rounds both say it this way: 1.35x faster, 1.14x slower. An interval, where
+    given, is in the same direction as the words: 1.14x slower [0.97, 1.33].
+    """
+    if speedup is None or not speedup > 0:
+        return "n/a"
+    word, factor, bounds = "faster", speedup, (low, high)
+    if speedup < 1:
+        word, factor = "slower", 1 / speedup
+        bounds = (1 / high, 1 / low) if low and high else (None, None)
+    text = "no change" if speedup == 1 else f"{factor:.2f}x {word}"
+    return text if bounds[0] is None else f"{text} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
 
 
 # --- statistics ---
@@ -1644,6 +1664,7 @@ class Request(NamedTuple):
     behind_ms: Optional[float] = None  # open loop: how late the send left its schedule
     code: Optional[str] = None  # the router's error code of a failed or rejected request
     outcome: Optional[str] = None  # None, or one of REQUEST_OUTCOMES
+    rep: int = 0  # which sending of the prompt in its pass (--repeat, --duration), from 0
 
     @property
     def routed(self) -> bool:
@@ -1651,7 +1672,10 @@ class Request(NamedTuple):
         return self.error is None and self.outcome != "expected_rejection"
 
     def to_json(self) -> dict:
-        record = {"id": self.id, "start_ms": self.start_ms, "latency_ms": self.latency_ms,
+        # rep is written only from the second sending on, so files without repeats keep
+        # their bytes
+        record = {"id": self.id, **({"rep": self.rep} if self.rep else {}),
+                  "start_ms": self.start_ms, "latency_ms": self.latency_ms,
                   "status": self.status, "decision": self.decision, "error": self.error}
         if self.service_ms is not None:
             record["service_ms"] = self.service_ms
@@ -1683,10 +1707,13 @@ class Request(NamedTuple):
         if outcome is not None and outcome not in REQUEST_OUTCOMES:
             raise RouterLatencyError(f"expected null or one of {', '.join(REQUEST_OUTCOMES)}",
                                      f"{where}.outcome")
+        rep = raw.get("rep", 0)
+        if not is_whole(rep):
+            raise RouterLatencyError("expected a whole number >= 0", f"{where}.rep")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
         return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
-                   code, outcome)
+                   code, outcome, rep)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -1977,10 +2004,11 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
     file edited by hand, emptied or copied together must not be judged."""
     seen: set = set()
     for j, request in enumerate(attempt.requests):
-        if request.id in seen:
-            raise RouterLatencyError(f"prompt {request.id} measured twice in one pass",
+        if (request.id, request.rep) in seen:
+            sending = f" (repetition {request.rep})" if request.rep else ""
+            raise RouterLatencyError(f"prompt {request.id}{sending} measured twice in one pass",
                                      f"{where}.requests[{j}].id")
-        seen.add(request.id)
+        seen.add((request.id, request.rep))
     summary = attempt.summary
     expected = pass_summary(attempt.requests, summary.wall_s)
     for field in ("requests", "ok", "errors", "rejected", "error_codes"):
@@ -2086,10 +2114,23 @@ class PassRecord(NamedTuple):
 
     @property
     def decisions(self) -> dict:
-        """Return prompt id -> decision, or None for a failed request; a rejection its prompt
-        expected has no decision to agree on and is left out."""
-        return {r.id: r.decision if r.error is None else None for r in self.requests
-                if r.outcome != "expected_rejection"}
+        """Return prompt id -> the decision of its first answered repetition, or None when
+        every repetition failed; a rejection its prompt expected has no decision to agree on
+        and is left out."""
+        found: dict = {}
+        for r in sorted(self.requests, key=operator.attrgetter("rep")):
+            if r.outcome != "expected_rejection" and found.get(r.id) is None:
+                found[r.id] = r.decision if r.error is None else None
+        return found
+
+    @property
+    def decision_sets(self) -> dict:
+        """Return prompt id -> the set of decisions its answered repetitions got."""
+        found: dict = {}
+        for r in self.requests:
+            answered = {r.decision} if r.error is None and r.decision is not None else set()
+            found.setdefault(r.id, set()).update(answered)
+        return found
 
     @property
     def environment(self) -> PassEnvironment:
@@ -2253,6 +2294,10 @@ class RunFile(NamedTuple):
         for key in Thresholds._fields:
             checked_number(settings.get(key), f"{path}: settings.{key}", nullable=True,
                            positive=key == "window_requests")
+        checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
+                       nullable=True, positive=True)
+        if not is_whole(settings.get("repeat", 1), 1):
+            raise RouterLatencyError("expected a whole number >= 1", f"{path}: settings.repeat")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
@@ -3375,10 +3420,13 @@ class PassPlan(NamedTuple):
     rate: Optional[float] = None
     arrival: str = "constant"  # open loop: constant or poisson spacing
     seed: int = 0  # of the poisson schedule
+    repeat: int = 1  # times the corpus is sent
+    duration: Optional[float] = None  # seconds: the corpus is cycled until they are up
 
 
 class RunPlan(NamedTuple):
-    """What one run measures: the warm-up, then each pass over the whole corpus."""
+    """What one run measures: the warm-up, then each pass over the whole corpus (several
+    times with repeat, cycled for a time with duration)."""
     passes: tuple  # PassPlan
     warmup: int = 20
     wait_ready: Optional[float] = None  # seconds to wait for a starting router
@@ -3389,57 +3437,119 @@ class RunPlan(NamedTuple):
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
-                connections: int = 64, arrival: str = "constant", seed: int = 0) -> tuple:
+                connections: int = 64, arrival: str = "constant", seed: int = 0,
+                repeat: int = 1, duration: Optional[float] = None) -> tuple:
     """Return the passes of a run: the closed-loop levels, then the open-loop rates."""
-    return tuple([PassPlan(pass_name(c), c) for c in concurrency]
-                 + [PassPlan(pass_name(connections, r), connections, r, arrival, seed)
+    length = {"repeat": repeat, "duration": duration}
+    return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
+                 + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
                     for r in rates])
 
 
-def arrival_schedule(count: int, rate: float, arrival: str, seed: int) -> list:
-    """Return the send times (ns from the pass's start) of an open-loop pass.
+def check_plan(plan: RunPlan, prompts: int) -> None:
+    """Raise unless every pass of the plan is one the driver can hold in memory."""
+    for item in plan.passes:
+        if item.repeat < 1 or (item.duration is not None and not item.duration > 0):
+            raise RouterLatencyError("expected repeat >= 1 and a duration > 0",
+                                     pass_title(item.name))
+        if item.repeat > 1 and item.duration is not None:
+            raise RouterLatencyError("give a repeat count or a duration, not both",
+                                     pass_title(item.name))
+        if item.duration is None:
+            wanted = prompts * item.repeat
+        else:
+            wanted = item.rate * item.duration if item.rate is not None else 0
+        if wanted > MAX_PASS_REQUESTS:
+            raise RouterLatencyError(
+                f"a pass of {wanted:,.0f} requests; at most {MAX_PASS_REQUESTS:,} are kept "
+                f"in memory", "--duration" if item.duration else "--repeat")
+
+
+def arrival_schedule(count: Optional[int], rate: float, arrival: str, seed: int, *,
+                     duration: Optional[float] = None) -> list:
+    """Return the send times (ns from the pass's start) of an open-loop pass: `count` of
+    them, or as many as fall within `duration` seconds.
 
     constant: evenly spaced at 1/rate; poisson: exponential gaps of mean 1/rate from a
     generator seeded with `seed`, so the same seed gives the same schedule on every run.
     """
-    if arrival == "constant":
-        return [round(i * 1e9 / rate) for i in range(count)]
+    if count is None and duration is None:
+        raise ValueError("arrival_schedule needs a count or a duration")
+    limit = math.inf if duration is None else duration * 1e9
     rng = random.Random(seed)
-    times, clock = [], 0.0
-    for _ in range(count):
-        times.append(round(clock * 1e9))
-        clock += rng.expovariate(rate)
+    times: list = []
+    clock = 0.0
+    while count is None or len(times) < count:
+        at = round(len(times) * 1e9 / rate) if arrival == "constant" else round(clock * 1e9)
+        if at >= limit:
+            break
+        times.append(at)
+        if arrival != "constant":
+            clock += rng.expovariate(rate)
     return times
 
 
-class Progress:
-    """A progress line on stderr, redrawn twice a second while a pass runs."""
+def clock_text(seconds: float) -> str:
+    """Return a time span as m:ss, or h:mm:ss from an hour on."""
+    hours, rest = divmod(max(0, math.ceil(seconds)), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
-    def __init__(self, enabled: bool, stream=None):
+
+def progress_text(title: str, done: int, total: Optional[int], elapsed: float, *,
+                  duration: Optional[float] = None, finished: bool = False) -> str:
+    """Return the progress line of a pass: requests done (of how many), their rate, and the
+    time left; once finished, the time it took."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    count = f"{done:,}" if total is None else f"{done:,}/{total:,}"
+    if finished:
+        left = f"took {elapsed:.1f} s"
+    elif duration is not None:
+        left = f"ETA {clock_text(duration - elapsed)}"
+    elif done and total is not None:
+        left = f"ETA {clock_text((total - done) / rate)}"
+    else:
+        left = "ETA -:--"
+    return f"{title}: {count} requests, {rate:,.0f} req/s, {left}"
+
+
+class Progress:
+    """A progress line on stderr, redrawn twice a second while a pass runs: which pass of how
+    many, requests done, their rate and the time left."""
+
+    def __init__(self, enabled: bool, stream=None, clock: Callable[[], float] = time.monotonic,
+                 interval: float = 0.5):
         self.enabled = enabled
         self.stream = stream or sys.stderr
+        self.clock = clock
+        self.interval = interval  # seconds between redraws
         self.stop = threading.Event()
         self.thread: Optional[threading.Thread] = None
+        self.width = 0  # of the line drawn last, which a shorter one must cover
 
-    def start(self, title: str, total: int, done: Callable[[], int]) -> None:
+    def start(self, title: str, total: Optional[int], done: Callable[[], int],
+              duration: Optional[float] = None) -> None:
+        """Draw the pass's line until end(); total None: as many as `duration` allows."""
         if not self.enabled:
             return
         self.stop.clear()
-        started = time.monotonic()
+        started = self.clock()
 
-        def draw() -> None:
+        def redraw() -> None:
             while True:
-                finished = self.stop.wait(0.5)
-                count = done()
-                elapsed = max(time.monotonic() - started, 1e-9)
-                self.stream.write(f"\r{title}: {count}/{total}  {count / elapsed:,.0f} req/s ")
-                self.stream.flush()
+                finished = self.stop.wait(self.interval)
+                self.draw(progress_text(title, done(), total, self.clock() - started,
+                                        duration=duration, finished=finished), finished)
                 if finished:
-                    self.stream.write("\n")
                     return
 
-        self.thread = threading.Thread(target=draw, daemon=True)
+        self.thread = threading.Thread(target=redraw, daemon=True)
         self.thread.start()
+
+    def draw(self, text: str, finished: bool) -> None:
+        """Write the line over the previous one; a finished line ends with a newline."""
+        self.stream.write("\r" + text.ljust(self.width) + ("\n" if finished else ""))
+        self.stream.flush()
+        self.width = 0 if finished else len(text)
 
     def end(self) -> None:
         if self.thread is not None:
@@ -3481,15 +3591,25 @@ class PassLoop:
     connections, each sending its next request when the previous one is answered. Open loop:
     `schedule` gives each request's send time (ns from the start); requests wait for a free
     connection (up to `concurrency` of them), and their latency counts from the schedule.
+
+    Request i carries payload i modulo their number: `total` requests (default: each payload
+    once; open loop: one per scheduled time), and with `duration`, none started after that
+    many seconds; those in flight then are waited for, since leaving out the slowest would
+    flatter the tail.
     """
 
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
-                 concurrency: int, schedule: Optional[Sequence[int]] = None):
+                 concurrency: int, schedule: Optional[Sequence[int]] = None, *,
+                 total: Optional[int] = None, duration: Optional[float] = None):
         self.target = target
         self.payloads = payloads
         self.stop = stop
         self.concurrency = concurrency
         self.schedule = schedule
+        self.total = len(schedule) if schedule is not None else \
+            len(payloads) if total is None else total
+        self.duration_ns = None if duration is None else round(duration * 1e9)
+        self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
         self.selector = selectors.DefaultSelector()
         self.results: list = []  # RawResult
@@ -3544,7 +3664,7 @@ class PassLoop:
                 return
         slot.deadline = slot.started + self.timeout_ns
         slot.reader = ResponseReader()
-        payload = self.payloads[index]
+        payload = self.payloads[index % len(self.payloads)]
         try:
             sent = slot.sock.send(payload)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
@@ -3599,7 +3719,7 @@ class PassLoop:
     # the loop
 
     def run(self) -> list:
-        """Send every payload once; return the raw results."""
+        """Send the pass's requests; return the raw results."""
         perf = time.perf_counter_ns
         slots = [_Slot() for _ in range(self.concurrency)]
         opened = slots if self.schedule is None else slots[:min(4, len(slots))]
@@ -3609,24 +3729,25 @@ class PassLoop:
             except RequestFailed:
                 pass  # the first request on it reconnects and records why it failed
         self.idle = list(reversed(slots))
-        total = len(self.payloads)
         origin = perf()
+        if self.duration_ns is not None:
+            self.end_ns = origin + self.duration_ns
         grace_end = None  # after an interrupt, requests in flight get this long to finish
         while True:
             now = perf()
-            self._start_due(now, origin, total)
+            self._start_due(now, origin)
             if self.stop.is_set() and grace_end is None:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
             if not self.busy:
-                if self.next_index >= total or self.stop.is_set():
+                if not self._more(now) or self.stop.is_set():
                     break
                 wait = self._wait_for_schedule(now, origin)
             else:
                 nearest = min(slot.deadline for slot in self.busy)
                 wait = max(nearest - now, 0) / 1e9
-                if self.schedule is not None and self.next_index < total and self.idle:
+                if self.schedule is not None and self._more(now) and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
@@ -3683,10 +3804,14 @@ class PassLoop:
             return 0.0
         return max(origin + self.schedule[self.next_index] - now, 0) / 1e9
 
-    def _start_due(self, now: int, origin: int, total: int) -> None:
+    def _more(self, now: int) -> bool:
+        """Return whether the pass has requests left to start at `now`."""
+        return self.next_index < self.total and (self.end_ns is None or now < self.end_ns)
+
+    def _start_due(self, now: int, origin: int) -> None:
         """Send what is due: closed loop, a request per free connection; open loop, every
         request whose time has come while a connection is free."""
-        while self.idle and self.next_index < total and not self.stop.is_set():
+        while self.idle and self._more(now) and not self.stop.is_set():
             if self.schedule is None:
                 scheduled = now
             else:
@@ -3700,8 +3825,9 @@ class PassLoop:
 
 
 def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
-               open_loop: bool = False) -> tuple:
-    """Return (Requests in send order, wall seconds) of a pass's raw results.
+               open_loop: bool = False, count: Optional[int] = None) -> tuple:
+    """Return (Requests in send order, wall seconds) of a pass's raw results; request i is
+    prompt i % count, repetition i // count (without count, prompt i).
 
     Decisions are read here, after the pass, once per distinct body.
     """
@@ -3721,11 +3847,13 @@ def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
                 classified[key] = decision, error, error_code(raw.body) if error else None
             decision, error, code = classified[key]
         origin = raw.scheduled if open_loop else raw.started
+        rep, prompt_id = divmod(raw.index, count) if count else (0, raw.index)
         requests.append(Request(
-            raw.index, round((raw.started - first) / 1e6, 4), round((raw.ended - origin) / 1e6, 4),
-            raw.status, decision, error,
+            prompt_id, round((raw.started - first) / 1e6, 4),
+            round((raw.ended - origin) / 1e6, 4), raw.status, decision, error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
-            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, code))
+            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, code,
+            None, rep))
     return requests, (last - first) / 1e9
 
 
@@ -3762,18 +3890,33 @@ def met_expectations(requests: Sequence[Request], expects: Sequence[tuple]) -> l
     return applied
 
 
-def measure_pass(target: Target, payloads: Sequence[bytes], connections: int,
+def pass_schedule(plan: PassPlan, prompts: int) -> Optional[list]:
+    """Return the send times of an open-loop pass: the corpus `repeat` times, or as many as
+    the rate gives in `duration`; None for a closed-loop pass."""
+    if plan.rate is None:
+        return None
+    return arrival_schedule(None if plan.duration else prompts * plan.repeat, plan.rate,
+                            plan.arrival, plan.seed, duration=plan.duration)
+
+
+def measure_pass(target: Target, payloads: Sequence[bytes], plan: PassPlan,
                  stop: threading.Event, progress: Progress, title: str,
                  schedule: Optional[Sequence[int]] = None) -> tuple:
-    """Send every payload once; return (Requests, wall seconds, config hashes)."""
-    loop = PassLoop(target, payloads, stop, connections, schedule)
-    progress.start(title, len(payloads), lambda: len(loop.results))
+    """Send one pass: the corpus `repeat` times, or cycled for `duration` seconds (open loop:
+    on `schedule`); return (Requests, wall seconds)."""
+    total = None
+    if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
+        total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
+    loop = PassLoop(target, payloads, stop, plan.connections, schedule, total=total,
+                    duration=None if schedule is not None else plan.duration)
+    progress.start(title, None if plan.rate is None and plan.duration else loop.total,
+                   lambda: len(loop.results), plan.duration)
     try:
         results = loop.run()
     finally:
         progress.end()
-    return (*records_of(results, target.decision_paths, open_loop=schedule is not None),
-            config_hashes_of(results))
+    return (*records_of(results, target.decision_paths, open_loop=schedule is not None,
+                        count=len(payloads)), config_hashes_of(results))
 
 
 class LoopbackResponder:
@@ -3933,20 +4076,19 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
 
 def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
                     capture: CaptureSettings, loadavg_file: Optional[str],
-                    stop: threading.Event, progress: Progress,
+                    stop: threading.Event, progress: Progress, title: str = "",
                     expects: Sequence[tuple] = ()) -> Attempt:
     """Measure one attempt at a pass with what surrounds it; expects[id] is what the prompt
     expects (see met_expectations)."""
-    schedule = None if plan.rate is None else arrival_schedule(
-        len(payloads), plan.rate, plan.arrival, plan.seed)
+    schedule = pass_schedule(plan, len(payloads))
     before = capture_snapshot(capture)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(loadavg_file).start()
     cpu_before = driver_cpu_seconds()
     cpus = capture.router_cpu_list or before["router_cpus"]
     router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
-    requests, wall_s, hashes = measure_pass(target, payloads, plan.connections, stop, progress,
-                                            pass_title(plan.name), schedule)
+    requests, wall_s, hashes = measure_pass(target, payloads, plan, stop, progress,
+                                            title or pass_title(plan.name), schedule)
     router_after = read_cpu_use(capture, cpus)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
@@ -3986,6 +4128,9 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
     if wall_s >= 1.0 and cpu_s / wall_s > DRIVER_BUSY:
         warnings.append(f"{title}: the driver kept a core {100 * cpu_s / wall_s:.0f}% busy; the "
                         f"driver, not the router, may be the limit")
+    if plan.duration is not None and plan.rate is None and summary.requests >= MAX_PASS_REQUESTS:
+        warnings.append(f"{title}: stopped at {MAX_PASS_REQUESTS:,} requests, before the "
+                        f"{plan.duration:g} s were up: the most a pass keeps in memory")
     return warnings
 
 
@@ -4016,7 +4161,7 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
                thresholds: Thresholds = Thresholds()) -> list:
     """Measure every pass with the load guard; return their PassRecords."""
     passes = []
-    for item in plan.passes:
+    for position, item in enumerate(plan.passes, 1):
         if stop.is_set():
             break
         warning = overload_warning(item, plan.router_max_concurrency)
@@ -4024,8 +4169,10 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
             notify(warning)
         attempts = []
         for number in range(guard.retries + 1):
+            title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}" + (
+                f", attempt {number + 1}" if number else "")
             attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                      progress, expects)
+                                      progress, title, expects)
             attempt = attempt._replace(
                 windows=phase_windows(attempt.requests, thresholds.window_requests))
             for warning in attempt_warnings(attempt, item) + suspect_warnings(
@@ -4057,8 +4204,10 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
     closed = [p.connections for p in plan.passes if p.rate is None]
     open_loop = [p for p in plan.passes if p.rate is not None]
     model = open_loop[0] if open_loop else PassPlan("", 64)
+    length = plan.passes[0] if plan.passes else PassPlan("", 1)
     return {
         "warmup": plan.warmup, "concurrency": closed, "rates": [p.rate for p in open_loop],
+        "repeat": length.repeat, "duration_s": length.duration,
         "arrival": model.arrival, "seed": model.seed, "connections": model.connections,
         "timeout_s": target.timeout, "decision_paths": list(target.decision_paths),
         "max_load": guard.max_load, "load_retries": guard.retries,
@@ -4080,6 +4229,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     Setting `stop` (a signal handler does) ends the pass under way within about 2 s; the run
     is returned with complete=False and the passes measured so far.
     """
+    check_plan(plan, len(corpus.prompts))
     stop = stop or threading.Event()
     progress = progress or Progress(enabled=False)
     started, started_unix = utc_now(), round(time.time(), 3)
@@ -4143,15 +4293,14 @@ def reference_decisions(run: RunFile) -> dict:
 
 
 def decision_changes(run: RunFile) -> list:
-    """Return the prompt ids whose decision differs between the measured passes of a run."""
-    changed = []
-    measured = [p.decisions for p in run.passes if not p.discarded]
-    ids = sorted(set().union(*measured)) if measured else []
-    for prompt_id in ids:
-        seen = {d[prompt_id] for d in measured if d.get(prompt_id) is not None}
-        if len(seen) > 1:
-            changed.append(prompt_id)
-    return changed
+    """Return the prompt ids whose answered decisions differ within a run: between its
+    measured passes, or between the repetitions of one pass."""
+    seen: dict = {}
+    for item in run.passes:
+        if not item.discarded:
+            for prompt_id, decisions in item.decision_sets.items():
+                seen.setdefault(prompt_id, set()).update(decisions)
+    return sorted(i for i, decisions in seen.items() if len(decisions) > 1)
 
 
 class Agreement(NamedTuple):
@@ -4229,7 +4378,7 @@ class CompareReport(NamedTuple):
     compared: int  # inputs measured on both sides
     changes: tuple  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
-    consistency: tuple  # (tag, ids whose decision changed between the passes of that run)
+    consistency: tuple  # (tag, ids whose decision changed within that run, sent repeatedly)
     status: str  # pass or fail
     exit_code: int
     config_hashes: tuple = ((), ())  # A's and B's x-vsr-config-hash values, in order seen
@@ -4268,7 +4417,9 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
     return CompareReport(
         a.path, a.label, b.path, b.label, (a.corpus_sha256, b.corpus_sha256), a.corpus_count,
         tuple(passes), tuple(warnings), agree.compared, changes, len(set(da) ^ set(db)),
-        (("A", tuple(decision_changes(a))), ("B", tuple(decision_changes(b)))),
+        tuple((tag, tuple(decision_changes(run)),
+               any(r.rep for item in run.passes for r in item.requests))
+              for tag, run in (("A", a), ("B", b))),
         "fail" if failed else "pass", EXIT_GATE if failed else EXIT_OK,
         (a.config_hashes, b.config_hashes),
         (f"decisions differ in {plural(len(changes), 'input')} (sequential pass, "
@@ -4283,8 +4434,11 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
     if not top.is_dir():
         raise RouterLatencyError("not a folder", folder)
     rounds: dict = {}
+    found: set = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
+        if match:
+            found.add(match.group(2))
         if not match or match.group(2) not in (base, new):
             continue
         number, side = int(match.group(1)), match.group(2)
@@ -4293,8 +4447,12 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
             raise RouterLatencyError(f"round {number} of side {side} twice: {other} and {entry}",
                                      folder)
         rounds[number][side] = str(entry)
-    if not rounds:
-        raise RouterLatencyError(f"no r<N>-{base}.json or r<N>-{new}.json files", folder)
+    missing = [side for side in (base, new) if side not in found]
+    if missing:
+        raise RouterLatencyError(
+            f"no r<N>-{'.json or r<N>-'.join(missing)}.json files; "
+            + (f"the folder holds side{'s' if len(found) > 1 else ''} {', '.join(sorted(found))}"
+               if found else "the folder holds no r<N>-<side>.json files"), folder)
     for number, sides in sorted(rounds.items()):
         for side, other_side in ((base, new), (new, base)):
             if side in sides and other_side not in sides:
@@ -4339,11 +4497,18 @@ class GateSettings(NamedTuple):
 
 
 def run_signature(run: RunFile) -> dict:
-    """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name."""
+    """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
+
+    "passes" names the passes and how long each was: a pass of the corpus sent three times,
+    or cycled for 30 s, has other percentiles than one sending it once.
+    """
     settings = run.settings
     version = str(run.tool.get("version", ""))
+    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+    length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
-            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order)),
+            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+            + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
             "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
 
@@ -4790,9 +4955,7 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
                     for p, m in test.regressions]
         if test.composite_p is not None and test.composite_p < test.level:
             reasons.append(f"the {test.rows} gated rows together are "
-                           f"{100 * math.expm1(test.composite.mean):+.1f}% "
-                           f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                           f"{100 * math.expm1(test.composite.high):+.1f}%] slower")
+                           f"{composite_text(test.composite)}")
     if reasons:
         return "fail", tuple(reasons), EXIT_GATE
     doubts = list(doubts)
@@ -4808,6 +4971,13 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     if doubts:
         return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
     return "pass", (), EXIT_OK
+
+
+def composite_text(composite: Interval) -> str:
+    """Return the gated rows' mean change in words, as the rows say theirs."""
+    # the composite is a mean of worse-direction logs: its speedup is exp(-mean)
+    return change_text(math.exp(-composite.mean), math.exp(-composite.high),
+                       math.exp(-composite.low))
 
 
 def detectable_text(row: Row) -> str:
@@ -5142,6 +5312,15 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
+def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
+    """Return the line `run` starts with: what it measures where, and how long a pass is."""
+    line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
+    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+    if duration:
+        return f"{line}; each pass cycles the corpus for {duration:g} s"
+    return f"{line}; each pass sends the corpus {repeat} times" if repeat > 1 else line
+
+
 def format_run_summary(passes: Sequence[PassRecord],
                        thresholds: Thresholds = Thresholds()) -> list:
     """Return the lines of a run's per-pass table, its slow phases and GPU state."""
@@ -5295,10 +5474,11 @@ def compare_rows(report: CompareReport) -> list:
             continue
         for metric, va, vb in item.figures:
             diff = fmt_signed(vb - va) if va is not None and vb is not None else "n/a"
-            ratio = fmt_ratio(vb / va) if va and vb is not None else "n/a"
+            # as rounds says it: above 1 is better, A/B for latency, B/A for req/s
+            speedup = (va / vb) ** worse_sign(metric) if va and vb else None
             rows.append([pass_title(item.name) if metric == "p50_ms" else "",
-                         metric_title(metric) + (" ms" if metric.endswith("_ms") else ""),
-                         fmt_value(va), fmt_value(vb), diff, ratio])
+                         metric_label(metric), fmt_value(va), fmt_value(vb), diff,
+                         change_text(speedup)])
         for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected)):
             if metric == "errors" or ea or eb:  # expected rejections, where there are any
                 rows.append(["", metric, str(ea), str(eb),
@@ -5307,7 +5487,7 @@ def compare_rows(report: CompareReport) -> list:
             rows.append(["", {"router_cpu_ms": "router cpu ms/req",
                               "foreign_vcpus": "foreign vCPUs"}[name], fmt_value(va),
                          fmt_value(vb), "n/a" if va is None or vb is None else fmt_signed(vb - va),
-                         fmt_ratio(vb / va) if va and vb is not None else "n/a"])
+                         ""])
     return rows
 
 
@@ -5326,7 +5506,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             for tag, hashes in zip("AB", report.config_hashes)))
     lines.append("")
     rows = compare_rows(report)
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "B/A"], rows,
+    lines += render_table(["pass", "metric", "A", "B", "B - A", "B vs A"], rows,
                           markdown=markdown, right=[False, False])
     for item in report.passes:
         failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
@@ -5348,8 +5528,9 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             " " + json.dumps(change.text[:60], ensure_ascii=False)
         lines.append(f"  #{change.id}{snippet}: {shown_decision(change.base)} -> "
                      f"{shown_decision(change.new)}")
-    for tag, changed in report.consistency:
+    for tag, changed, repeated in report.consistency:
         lines.append(f"{tag} consistency: {len(changed)} inputs changed decision between passes"
+                     + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
     return lines
@@ -5394,9 +5575,9 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         return lines
     test = report.test
     lines += [
-        f"speedup: geometric mean of the per-round ratios (base/new for latency, new/base for "
-        f"req/s) with a 95% Student t interval on their logs, df {len(used) - 1}; new - base: "
-        f"mean paired difference; medians over rounds, descriptive; tolerance "
+        f"{new} vs {base}: how many times faster or slower {new} is, the geometric mean of the "
+        f"per-round ratios with a 95% Student t interval on their logs, df {len(used) - 1}; "
+        f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
         f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
         f"{test.effective_rows:.1f} independent; one-sided tests at {100 * test.level:.3g}% each "
@@ -5406,21 +5587,24 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                     f"{fmt_value(row.diff.high)}]")
-        speedup = f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]"
         table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
-                      metric_title(row.metric) + ("*" if row.gated else ""),
-                      fmt_value(row.base_median), fmt_value(row.new_median), interval, speedup,
-                      f"{row.worse_rounds}/{row.rounds}", detectable_text(row), row.verdict])
+                      metric_label(row.metric) + ("*" if row.gated else ""),
+                      fmt_value(row.base_median), fmt_value(row.new_median), interval,
+                      row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
+                      detectable_text(row), row.verdict])
     lines += render_table(
-        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]", "speedup [95% CI]",
-         "worse", "detects", "verdict"], table, markdown=markdown,
+        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
+         f"{new} vs {base} [95% CI]", "worse", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
-        lines += ["", f"gated rows together: {100 * math.expm1(test.composite.mean):+.1f}% "
-                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided "
-                      f"p {test.composite_p:.3g}"]
+        lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
+                      f"one-sided p {test.composite_p:.3g}"]
     return lines
+
+
+def row_change_text(row: Row) -> str:
+    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
 def gate_text(settings: GateSettings) -> str:
@@ -5434,7 +5618,7 @@ def gate_text(settings: GateSettings) -> str:
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_title(r.metric)]
+    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
     return render_table(header, per, markdown=markdown, right=[False, False])
@@ -5579,7 +5763,8 @@ def rounds_json(report: RoundsReport) -> dict:
                       "df": row.diff.df, "confidence": 0.95},
              "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
              "speedup": row.speedup, "speedup_low": row.speedup_low,
-             "speedup_high": row.speedup_high, "worse_rounds": row.worse_rounds,
+             "speedup_high": row.speedup_high, "change_text": row_change_text(row),
+             "worse_rounds": row.worse_rounds,
              "rounds": row.rounds, "p_value": row.p_value,
              "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
              "verdict": row.verdict, "base_values": list(row.base_values),
@@ -5602,6 +5787,8 @@ def rounds_json(report: RoundsReport) -> dict:
             "gate_test": None if test is None else {
                 "rows": test.rows, "effective_rows": test.effective_rows,
                 "composite": None if test.composite is None else test.composite._asdict(),
+                "composite_text": None if test.composite is None
+                else composite_text(test.composite),
                 "composite_p": test.composite_p, "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
             "agreement": agreement,
@@ -5657,7 +5844,7 @@ def compare_json(report: CompareReport) -> dict:
                           "unmeasured": report.unmeasured,
                           "changes": [{"id": c.id, "a": c.base, "b": c.new, "text": c.text}
                                       for c in report.changes]},
-            "consistency": {tag: list(ids) for tag, ids in report.consistency},
+            "consistency": {tag: list(ids) for tag, ids, _ in report.consistency},
             "status": report.status, "reasons": list(report.reasons),
             "exit_code": report.exit_code}
 
@@ -5778,7 +5965,7 @@ def format_plan(report: RoundsReport) -> list:
         spread = sample_spread([math.log(n / b) for b, n in
                                 zip(row.base_values, row.new_values)])
         table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
-                      metric_title(row.metric) + ("*" if row.gated else ""),
+                      metric_label(row.metric) + ("*" if row.gated else ""),
                       f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
     lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
@@ -6653,20 +6840,49 @@ def concurrency_list(text: str) -> tuple:
     return tuple(levels)
 
 
+TIME_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+
+
 def rate_list(text: str) -> tuple:
+    """Return the requests per second of a --rate list: 50, 50/s, 50/1s, 3000/1m (vegeta's
+    frequency/duration), separated by commas."""
     rates = []
     for part in text.split(","):
-        try:
-            rate = float(part)
-        except ValueError:
-            rate = float("nan")
+        # a unit without a number is one of it (50/s); 10/500ms is 20 per second
+        found = re.fullmatch(rf"\s*{NUMBER}(?:/{NUMBER}?(ms|s|m|h))?\s*", part)
+        rate = float("nan")
+        if found:
+            count, span, unit = found.groups()
+            seconds = float(span or 1) * TIME_UNITS[unit or "s"]
+            rate = float(count) / seconds if seconds > 0 else rate
         if not math.isfinite(rate) or not 0 < rate <= 1_000_000:
             raise argparse.ArgumentTypeError(
-                f"expected requests per second above 0 separated by commas, got {text!r}")
+                f"expected requests per second above 0 separated by commas (50, 50/s, "
+                f"3000/1m), got {text!r}")
         if rate in rates:
             raise argparse.ArgumentTypeError(f"rate {part} given twice")
         rates.append(rate)
     return tuple(rates)
+
+
+def duration_seconds(text: str) -> float:
+    """Return the seconds of a --duration: 30, 30s, 500ms, 2m or 1h."""
+    found = re.fullmatch(rf"\s*{NUMBER}\s*(ms|s|m|h)?\s*", text)
+    seconds = float(found.group(1)) * TIME_UNITS[found.group(2) or "s"] if found else 0.0
+    if not 0 < seconds <= 86400:
+        raise argparse.ArgumentTypeError(
+            f"expected a time above 0 and up to a day: 30, 30s, 500ms, 2m, 1h; got {text!r}")
+    return seconds
+
+
+def variable_name(text: str) -> str:
+    """Return the name of an environment variable; the text is not echoed, since a token
+    given by mistake must not be printed."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise argparse.ArgumentTypeError("expected the name of an environment variable "
+                                         "(letters, digits and '_'), not the token itself")
+    return text
 
 
 def parse_header(text: str) -> tuple:
@@ -6781,7 +6997,7 @@ def add_corpus_parser(commands: Any) -> None:
                             formatter_class=HelpFormatter,
                             epilog="example: corpus --repo ../semantic-router --out corpus.json")
     p.add_argument("--repo", required=True, help="router repo checkout (reads DIR/e2e)")
-    p.add_argument("--out", required=True, help="corpus file to write")
+    p.add_argument("-o", "--out", required=True, help="corpus file to write")
     p.add_argument("--glob", default=DEFAULT_GLOB, help="data files, relative to the repo")
     p.add_argument("--key", action="append", default=[], help="another prompt key (repeatable)")
     p.add_argument("--boundary", help="boundary-case file (default: the built-in cases, whose "
@@ -6799,11 +7015,14 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--url", required=True, help="router URL; a base URL gets "
                                                 f"{PREVIEW_PATH} appended")
     p.add_argument("--corpus", required=True, help="corpus file from the corpus command")
-    p.add_argument("--out", required=True, help="run file to write")
+    p.add_argument("-o", "--out", required=True, help="run file to write")
     p.add_argument("--label", required=True, type=label_text, help="name of this side or run")
     p.add_argument("--model", default="MoM", help="model field of each request")
-    p.add_argument("--header", action="append", default=[], type=parse_header,
+    p.add_argument("-H", "--header", action="append", default=[], type=parse_header,
                    help="extra header 'Name: value' (repeatable; values never stored)")
+    p.add_argument("--token-env", type=variable_name, metavar="VAR",
+                   help="send 'Authorization: Bearer' with the value of this environment "
+                        "variable (e.g. VSR_MGMT_TOKEN; never stored or printed)")
     p.add_argument("--timeout", type=positive_float, default=30.0,
                    help="seconds per request; keep it above the router's "
                         f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request given "
@@ -6831,7 +7050,7 @@ def add_run_parser(commands: Any) -> None:
                                                  "id, start_ms, latency_ms, status, decision, "
                                                  "error")
     p.add_argument("--force", action="store_true", help="overwrite an existing run or CSV file")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--check", action="store_true",
                    help="check the options, the corpus and the output path, then exit 0 "
                         "without contacting the router (rounds/run_rounds.sh does this before "
@@ -6840,12 +7059,18 @@ def add_run_parser(commands: Any) -> None:
 
 
 def add_pass_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--concurrency", type=concurrency_list,
-                   help="closed-loop passes, each sending the corpus once (1 = sequential); "
-                        "default 1,4,16, none when --rate is given")
+    p.add_argument("-c", "--concurrency", type=concurrency_list,
+                   help="closed-loop passes, one per level (1 = sequential); default 1,4,16, "
+                        "none when --rate is given")
     p.add_argument("--rate", type=rate_list, default=(),
-                   help="open-loop passes at these requests per second, each sending the corpus "
-                        "once on a schedule; latency counts from the scheduled time")
+                   help="open-loop passes at these requests per second (50, 50/s, 3000/1m), "
+                        "sending on a schedule; latency counts from the scheduled time")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("-n", "--repeat", type=positive_int, default=1, metavar="N",
+                        help="send the corpus N times in each pass")
+    length.add_argument("-d", "--duration", type=duration_seconds, metavar="TIME",
+                        help="cycle the corpus in each pass until TIME is up (30, 30s, 2m); "
+                             "with --rate, the schedule runs that long")
     p.add_argument("--arrival", choices=("constant", "poisson"), default="constant",
                    help="spacing of the scheduled sends of --rate passes")
     p.add_argument("--seed", type=int, default=0, help="seed of the poisson schedule")
@@ -7081,10 +7306,33 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence) -> tuple:
+    """Return the Authorization header of --token-env VAR, () without it; raise when VAR is
+    unset or empty, or Authorization is already set. The token itself is never shown."""
+    if variable is None:
+        return ()
+    # an upper-case name is a variable's; anything else might be a token typed by mistake
+    name = variable if re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", variable) else None
+    token = os.environ.get(variable, "").strip()
+    if not token:
+        raise RouterLatencyError(f"environment variable {name} is not set or empty" if name
+                                 else "the variable it names is not set or empty", "--token-env")
+    if not all(" " < c <= "~" for c in token):
+        raise RouterLatencyError(f"the value of {name or 'the variable'} is not a token: "
+                                 f"spaces, line breaks or characters beyond printable ASCII",
+                                 "--token-env")
+    if endpoint.authorization or any(n.lower() == "authorization" for n, _ in headers):
+        raise RouterLatencyError("Authorization is already set (user:pass@ in --url or "
+                                 "--header); --token-env would send it twice", "--token-env")
+    return (("Authorization", f"Bearer {token}"),)
+
+
 def run_arguments(args: argparse.Namespace) -> tuple:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
     checked."""
-    target = Target(parse_endpoint(args.url), tuple(args.header), args.model, args.timeout,
+    endpoint = parse_endpoint(args.url)
+    headers = tuple(args.header) + token_header(args.token_env, endpoint, args.header)
+    target = Target(endpoint, headers, args.model, args.timeout,
                     args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS))
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
                              option="--metrics-url") if args.metrics_url else None
@@ -7102,7 +7350,8 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         router_container=args.router_container, router_cpu_list=args.router_cpus,
         gpu_indexes=args.gpu_index or ())
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
-                         connections=args.connections, arrival=args.arrival, seed=args.seed)
+                         connections=args.connections, arrival=args.arrival, seed=args.seed,
+                         repeat=args.repeat, duration=args.duration)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors,
                    router_max_concurrency=args.router_max_concurrency)
@@ -7120,11 +7369,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_writable_target(args.csv, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
+    check_plan(plan, len(corpus.prompts))
     if args.check:
         if not args.quiet:
             print(f"run {args.label}: checked: corpus {corpus.sha256[:12]} ({len(corpus.prompts)} "
                   f"prompts), {target.endpoint.shown}, {args.out} writable; nothing sent")
         return EXIT_OK
+    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    if progress.enabled:  # a terminal: say what is measured before the passes start
+        print(format_run_header(args.label, len(corpus.prompts), corpus.sha256,
+                                target.endpoint.shown, settings_record(target, plan, guard,
+                                                                       thresholds)),
+              flush=True)
     stop = threading.Event()
     caught: list = []
 
@@ -7138,8 +7394,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             previous[signum] = signal.signal(signum, on_signal)
     try:
         run = measure_run(target, plan, corpus, label=args.label, guard=guard,
-                          capture=capture, stop=stop,
-                          progress=Progress(enabled=not args.quiet and sys.stderr.isatty()),
+                          capture=capture, stop=stop, progress=progress,
                           notify=(lambda m: None) if args.quiet else stderr_line,
                           thresholds=thresholds)
     finally:
@@ -7148,10 +7403,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run is None:
         stderr_line("interrupted before anything was measured; nothing written")
         return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    return report_run(args, run, caught)
+    return report_run(args, run, caught, header_shown=progress.enabled)
 
 
-def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
+def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
+               header_shown: bool = False) -> int:
     """Write the run file, print its table and return the run's exit code."""
     try:
         write_atomic(args.out, dump_run(run))
@@ -7164,8 +7420,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
         except RouterLatencyError as exc:
             write_failure = f"{exc}; the run file {args.out} was written"
     if not args.quiet:
-        print(f"run {args.label}: {run.corpus_count} prompts, corpus {run.corpus_sha256[:12]}, "
-              f"{run.url}")
+        if not header_shown:
+            print(format_run_header(run.label, run.corpus_count, run.corpus_sha256, run.url,
+                                    run.settings))
         for line in format_run_summary(run.passes, run.thresholds) + format_host(
                 run.host_settings):
             print(line)

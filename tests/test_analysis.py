@@ -54,6 +54,52 @@ def test_compare_reports_a_runs_own_inconsistency(tmp_path, cli):
     assert "B consistency: 1 inputs changed decision between passes (#1)" in out
 
 
+def repeated_run(path, label, decisions):
+    """Write a run of one sequential pass sending a 3-prompt corpus twice: decisions[rep][id],
+    None for a failed request."""
+    requests = tuple(rl.Request(i, None, 1.0 + rep + i, None if d is None else 200, d,
+                                "timeout" if d is None else None, rep=rep)
+                     for rep, row in enumerate(decisions) for i, d in enumerate(row))
+    attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, 1.0),
+                         requests)
+    run = rl.RunFile(label, True, {"path": "c.json", "sha256": "a" * 64, "count": 3},
+                     (rl.PassRecord("sequential", 1, False, False, attempt),),
+                     settings={"repeat": 2})
+    rl.write_atomic(str(path), rl.dump_run(run))
+    return str(path)
+
+
+def test_repeated_requests_agree_by_their_first_answer_and_must_agree_with_themselves(
+        tmp_path, cli):
+    # A: #1 answered y, then z (inconsistent); #2 failed first, then answered w
+    a = repeated_run(tmp_path / "a.json", "a", [["x", "y", None], ["x", "z", "w"]])
+    b = repeated_run(tmp_path / "b.json", "b", [["x", "y", "w"], ["x", "y", "w"]])
+    assert '"rep": 1' in open(a).read() and '"rep": 0' not in open(a).read()
+    out = cli("compare", a, b).out
+    assert "decisions: 3/3 inputs agree (sequential pass)" in out
+    assert "A consistency: 1 inputs changed decision between passes or repetitions (#1)" in out
+    assert "B consistency: 0 inputs changed decision between passes or repetitions" in out
+    first = rl.load_run(a).passes[0]
+    assert first.decisions == {0: "x", 1: "y", 2: "w"}
+    assert first.decision_sets == {0: {"x"}, 1: {"y", "z"}, 2: {"w"}}
+    never = repeated_run(tmp_path / "c.json", "c", [["x", "y", None], ["x", "y", None]])
+    assert rl.load_run(never).passes[0].decisions[2] is None  # never answered: never agrees
+
+
+@pytest.mark.parametrize("settings,shown", [({"repeat": 3}, "sequential x3"),
+                                            ({"duration_s": 30.0}, "sequential for 30 s")])
+def test_rounds_refuses_runs_of_passes_of_another_length(tmp_path, cli, settings, shown):
+    for number in (1, 2, 3):
+        sides(tmp_path, number)
+    path = str(tmp_path / "r2-gpu.json")
+    run = rl.load_run(path)
+    rl.write_atomic(path, rl.dump_run(run._replace(settings={**run.settings, **settings})))
+    refused = rounds(cli, tmp_path)
+    assert refused.code == 2 and f"the runs were not measured alike: passes: r2-gpu.json " \
+        f"{shown!r} (r1-cpu.json 'sequential')" in refused.err
+    assert rounds(cli, tmp_path, "--allow-mismatch", "passes").code == 0
+
+
 def test_compare_refuses_a_corpus_the_runs_did_not_use(tmp_path, cli):
     a, b = two_runs(tmp_path)
     corpus = write_corpus(tmp_path / "c.json", ["first", "second", "third"])
@@ -295,7 +341,7 @@ def test_the_composite_test_catches_a_slowdown_no_single_row_shows():
     assert all(r.p_value > 0.025 for r in gated)
     assert report.test.composite_p < 0.025
     assert report.status == "fail" and report.reasons[0].startswith(
-        "the 9 gated rows together are +")
+        "the 9 gated rows together are 1.10x slower [")
     assert 1 < report.test.effective_rows < 9  # shifted patterns: partly alike
 
 
@@ -356,7 +402,7 @@ def test_plan_prints_what_the_rounds_could_detect(tmp_path, cli):
                                "slowdown beyond the 5% tolerance")
     assert lines[2].split() == ["pass", "metric", "spread", "detects", "at", "4", "rounds",
                                 "for", "10%"]
-    assert lines[3].split()[:3] == ["Sequential", "p50*", "10.8%"]
+    assert lines[3].split()[:4] == ["Sequential", "p50", "ms*", "10.8%"]
 
 
 def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cli):

@@ -18,7 +18,7 @@ import pytest
 
 import router_latency as rl
 from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, hold_a_slot,
-                      three_rounds, write_corpus)
+                      make_run, three_rounds, write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
 
@@ -101,11 +101,62 @@ def test_run_host_that_does_not_resolve(tmp_path, cli, corpus, monkeypatch):
     ("--warmup", "-1", "expected a whole number >= 0"),
     ("--header", "NoColon", "expected 'Name: value'"),
     ("--max-load", "-5", "expected a number >= 0"),
+    ("--repeat", "0", "expected a whole number >= 1"),
+    ("-n", "2.5", "expected a whole number >= 1"),
+    ("--duration", "0", "expected a time above 0 and up to a day"),
+    ("-d", "25h", "expected a time above 0 and up to a day"),
+    ("--duration", "soon", "expected a time above 0 and up to a day"),
+    ("--rate", "50/0s", "expected requests per second above 0"),
+    ("--rate", "50/fortnight", "expected requests per second above 0"),
+    ("--rate", "50/s,50", "rate 50 given twice"),
 ])
 def test_run_rejects_bad_options(tmp_path, cli, corpus, option, value, message):
     result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
                  tmp_path / "o.json", "--label", "x", option, value)
     assert_one_line_error(result, option, message)
+
+
+@pytest.mark.parametrize("options,message", [
+    (["-n", "2", "-d", "5"], "argument -d/--duration: not allowed with argument -n/--repeat"),
+    (["-n", "1000001"], "a pass of 1,000,001 requests; at most 1,000,000 are kept in memory "
+                        "(--repeat)"),
+    (["--rate", "1000/s", "-d", "1001s"], "a pass of 1,001,000 requests; at most 1,000,000 are "
+                                          "kept in memory (--duration)"),
+])
+def test_run_rejects_passes_of_the_wrong_length(tmp_path, cli, corpus, options, message):
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", *options)
+    assert_one_line_error(result, message)
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("value,options,message", [
+    (None, [], "environment variable VSR_MGMT_TOKEN is not set or empty (--token-env)"),
+    ("  ", [], "environment variable VSR_MGMT_TOKEN is not set or empty (--token-env)"),
+    ("abc\r\nX-Evil: 1", [], "the value of VSR_MGMT_TOKEN is not a token"),
+    ("s3cret", ["-H", "authorization: Basic x"], "Authorization is already set"),
+])
+def test_run_token_env_errors_never_show_the_token(tmp_path, cli, corpus, monkeypatch, value,
+                                                    options, message):
+    monkeypatch.delenv("VSR_MGMT_TOKEN", raising=False)
+    if value is not None:
+        monkeypatch.setenv("VSR_MGMT_TOKEN", value)
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--token-env", "VSR_MGMT_TOKEN", *options)
+    assert_one_line_error(result, message)
+    assert "s3cret" not in result.err and "abc" not in result.err
+
+
+@pytest.mark.parametrize("name", ["eyJhbGciOiJIUzI1NiJ9.e30.sig", "sk_live_Xq83hdTq"])
+def test_run_token_env_given_a_token_by_mistake_does_not_print_it(tmp_path, cli, corpus,
+                                                                  monkeypatch, name):
+    monkeypatch.delenv(name, raising=False)
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--token-env", name)
+    assert_one_line_error(result, "--token-env")
+    assert name not in result.err and name[:8] not in result.err
+    assert "not the token itself" in result.err or "the variable it names is not set" in \
+        result.err
 
 
 @pytest.mark.parametrize("side", ["a/b", "..", "../up", "-x", ""])
@@ -126,6 +177,14 @@ def test_rounds_bad_folders(tmp_path, cli):
                           "no r<N>-cpu.json or r<N>-gpu.json files", str(tmp_path))
     assert_one_line_error(cli("rounds", "--dir", tmp_path / "nope", "--base", "cpu", "--new",
                               "gpu"), "no such folder")
+    make_run(tmp_path / "r1-cpu.json", label="cpu")
+    make_run(tmp_path / "r1-gpu.json", label="gpu")
+    misnamed = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "rocm")
+    assert misnamed.code == 2 and misnamed.err == (
+        f"router-latency: error: no r<N>-rocm.json files; the folder holds sides cpu, gpu "
+        f"({tmp_path})\n")
+    neither = cli("rounds", "--dir", tmp_path, "--base", "a", "--new", "b")
+    assert "no r<N>-a.json or r<N>-b.json files; the folder holds sides cpu, gpu" in neither.err
     assert_one_line_error(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "cpu"),
                           "--base and --new name the same side")
 
@@ -410,7 +469,7 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     ({"--tolerance": "-1"}, "the options for rounds do not pass: argument --tolerance"),
     ({"--format": "html"}, "the options for rounds do not pass: argument --format"),
     ({"--gate": "p51"}, "the options for rounds do not pass: argument --gate"),
-    ({"--": "--concurrency 0"}, "the options of cpu's runs do not pass: argument --concurrency"),
+    ({"--": "--concurrency 0"}, "the options of cpu's runs do not pass: argument -c/--concurrency"),
 ])
 def test_driver_checks_everything_before_a_router_starts(tmp_path, change, message):
     write_corpus(tmp_path / "corpus.json", ["a"])

@@ -40,6 +40,7 @@ class FaultServer(socketserver.ThreadingTCPServer):
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
                                        daemon=True)
         self.requests = 0
+        self.authorizations = set()  # the Authorization headers received
         self.lock = threading.Lock()
 
     def handle_error(self, request, client_address):
@@ -64,6 +65,7 @@ class FaultHandler(socketserver.StreamRequestHandler):
             body = self.rfile.read(int(headers.get("content-length", 0)))
             with self.server.lock:
                 self.server.requests += 1
+                self.server.authorizations.add(headers.get("authorization"))
             prompt = ""
             if method == "POST":
                 try:
@@ -194,6 +196,25 @@ def test_run_keeps_header_values_and_url_credentials_out_of_everything(simulator
     text = out.read_text() + result.out + result.err
     assert "topsecretvalue" not in text and "s3cretpw" not in text and "alice" not in text
     assert json.loads(out.read_text())["header_names"] == ["X-Api-Key"]
+
+
+def test_run_sends_the_token_it_was_told_of_and_keeps_it_nowhere(fault_server, tmp_path, cli,
+                                                                 monkeypatch):
+    monkeypatch.setenv("VSR_MGMT_TOKEN", "tok-3xq9-secret")
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:2])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", fault_server.url, "--corpus", corpus, "-o", out, "--label",
+                 "x", "-c", "1", "--warmup", "0", "--token-env", "VSR_MGMT_TOKEN")
+    assert result.code == 0 and result.err == ""
+    assert fault_server.authorizations == {"Bearer tok-3xq9-secret"}
+    assert "tok-3xq9" not in out.read_text() + result.out
+    assert json.loads(out.read_text())["header_names"] == ["Authorization"]
+    # the variable is set, but nobody named it: no token goes out
+    fault_server.authorizations.clear()
+    assert cli("run", "--url", fault_server.url, "--corpus", corpus, "-o", out, "--force",
+               "--label", "x", "-c", "1", "--warmup", "0", "-q").code == 0
+    assert fault_server.authorizations == {None}
+    assert json.loads(out.read_text())["header_names"] == []
 
 
 def test_run_refuses_to_overwrite_without_force(simulator, tmp_path, cli):
@@ -375,25 +396,67 @@ class TerminalStream(io.StringIO):
 def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
     router = simulator(delay_ms=1)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(40)])
-    terminal = TerminalStream()
+    terminal = TerminalStream()  # stdout and stderr on one terminal, in the order written
     monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setattr(sys, "stdout", terminal)
     assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
-                    str(tmp_path / "a.json"), "--label", "x", "--concurrency", "1",
+                    str(tmp_path / "a.json"), "--label", "x", "-c", "1,2", "-n", "2",
                     "--warmup", "0"]) == 0
-    assert re.search(r"\rSequential: 40/40 +[\d,]+ req/s \n", terminal.getvalue())
+    shown = terminal.getvalue()
+    header = (f"run x: 40 prompts, corpus {rl.load_corpus(corpus).sha256[:12]}, "
+              f"{router.url}{rl.PREVIEW_PATH}; each pass sends the corpus 2 times\n")
+    assert shown.startswith(header) and shown.count(header) == 1  # before the passes, once
+    first = re.search(r"\rSequential, pass 1 of 2: 80/80 requests, [\d,]+ req/s, took "
+                      r"[\d.]+ s *\n", shown)
+    second = re.search(r"\rConc 2, pass 2 of 2: 80/80 requests, [\d,]+ req/s, took [\d.]+ s "
+                       r"*\n", shown)
+    table = shown.index("pass        requests")
+    assert first and second and first.end() <= second.start() < second.end() <= table
     quiet = TerminalStream()
     monkeypatch.setattr(sys, "stderr", quiet)
+    monkeypatch.setattr(sys, "stdout", quiet)
     assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
                     str(tmp_path / "b.json"), "--label", "x", "--concurrency", "1",
-                    "--warmup", "0", "--quiet"]) == 0
+                    "--warmup", "0", "-q"]) == 0
     assert quiet.getvalue() == ""
-    piped = io.StringIO()  # not a terminal: no progress line
+    piped, table_only = io.StringIO(), io.StringIO()  # not a terminal: only the final table
     monkeypatch.setattr(sys, "stderr", piped)
+    monkeypatch.setattr(sys, "stdout", table_only)
     assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
                     str(tmp_path / "c.json"), "--label", "x", "--concurrency", "1",
-                    "--warmup", "0"]) == 0
+                    "--warmup", "0", "--repeat", "2"]) == 0
     assert piped.getvalue() == ""
+    assert table_only.getvalue().splitlines()[0] == header.strip()
+
+
+def test_progress_text_shows_the_pass_requests_rate_and_time_left():
+    text = rl.progress_text
+    assert text("Conc 4, pass 2 of 3", 100, 400, 2.0) == \
+        "Conc 4, pass 2 of 3: 100/400 requests, 50 req/s, ETA 0:06"
+    assert text("Sequential, pass 1 of 3", 0, 400, 0.0) == \
+        "Sequential, pass 1 of 3: 0/400 requests, 0 req/s, ETA -:--"
+    assert text("Conc 16, pass 3 of 3", 12_345, None, 20.5, duration=3600) == \
+        "Conc 16, pass 3 of 3: 12,345 requests, 602 req/s, ETA 59:40"
+    assert text("Rate 50/s, pass 1 of 1", 100, 100, 2.04, finished=True) == \
+        "Rate 50/s, pass 1 of 1: 100/100 requests, 49 req/s, took 2.0 s"
+    assert rl.clock_text(3600 * 2 + 61) == "2:01:01" and rl.clock_text(-3) == "0:00"
+
+
+def test_progress_draws_over_its_last_line_and_ends_it(monkeypatch):
+    terminal = TerminalStream()
+    ticks = iter([10.0])  # started at 10 s; every later reading is 12 s
+    # no redraw before end(): the only line drawn is the last
+    progress = rl.Progress(True, terminal, clock=lambda: next(ticks, 12.0), interval=3600)
+    progress.draw("x" * 80, finished=False)
+    progress.start("Sequential, pass 1 of 3", 40, lambda: 40)
+    progress.end()
+    last = "Sequential, pass 1 of 3: 40/40 requests, 20 req/s, took 2.0 s"
+    assert terminal.getvalue() == "\r" + "x" * 80 + "\r" + last.ljust(80) + "\n"
+    silent = TerminalStream()
+    off = rl.Progress(False, silent)
+    off.start("Sequential, pass 1 of 3", 40, lambda: 40)
+    off.end()
+    assert silent.getvalue() == ""
 
 
 def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
@@ -487,6 +550,80 @@ def test_rate_and_concurrency_passes_together_and_compared(simulator, tmp_path, 
                    "500", "--quiet").code == 0
     out = cli("compare", tmp_path / "a.json", tmp_path / "b.json").out
     assert "Sequential  p50 ms" in out and "Rate 500/s  p50 ms" in out
+
+
+def test_repeat_sends_the_corpus_several_times_in_each_pass(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:3])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "-o", out, "--label", "x",
+                 "-c", "1,2", "-n", "3", "--rate", "2000", "--warmup", "0", "-q")
+    assert result.code == 0 and result.out == result.err == ""
+    document = json.loads(out.read_text())
+    assert document["settings"]["repeat"] == 3 and document["settings"]["duration_s"] is None
+    for item in document["passes"]:
+        sent = [(r["id"], r.get("rep", 0)) for r in item["requests"]]
+        assert sorted(sent) == [(i, rep) for i in range(3) for rep in range(3)]
+        assert item["summary"]["requests"] == item["summary"]["ok"] == 9
+    run = rl.load_run(str(out))
+    assert [p.name for p in run.passes] == ["sequential", "c2", "r2000"]
+    assert rl.run_signature(run)["passes"] == "sequential c2 r2000 x3"
+
+
+def test_duration_cycles_the_corpus_and_starts_nothing_after_it(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:3])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "-o", out, "--label", "x",
+                 "-c", "2", "-d", "300ms", "--rate", "100/s", "--warmup", "0")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0].endswith("; each pass cycles the corpus for 0.3 s")
+    document = json.loads(out.read_text())
+    assert document["settings"]["duration_s"] == 0.3 and document["settings"]["repeat"] == 1
+    closed, open_loop = document["passes"]
+    sent = [(r["id"], r.get("rep", 0)) for r in closed["requests"]]
+    # request i is prompt i % 3, sending i // 3; none leaves once the 300 ms are up
+    assert sorted(sent, key=lambda s: (s[1], s[0])) == [(i % 3, i // 3) for i in range(len(sent))]
+    assert all(r["start_ms"] <= 300 for r in closed["requests"])
+    assert closed["interrupted"] is False and document["complete"] is True
+    # open loop: the schedule of 100/s for 0.3 s, 30 requests, cycling the 3 prompts
+    assert sorted((r["id"], r.get("rep", 0)) for r in open_loop["requests"]) == sorted(
+        (i % 3, i // 3) for i in range(30))
+    assert rl.run_signature(rl.load_run(str(out)))["passes"] == "c2 r100 for 0.3 s"
+
+
+def test_interrupting_a_timed_pass_stops_it_long_before_its_time(simulator, tmp_path):
+    router = simulator(delay_ms=5)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+                                "--corpus", corpus, "-o", str(out), "--label", "x",
+                                "--warmup", "0", "-c", "2", "-d", "10m"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while router.served < 10 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)  # far less than the 10 minutes asked for
+    assert process.returncode == 130, stderr
+    document = json.loads(out.read_text())
+    assert document["complete"] is False and document["passes"][0]["interrupted"] is True
+    assert document["passes"][0]["summary"]["requests"] >= 10
+    assert document["settings"]["duration_s"] == 600
+
+
+def test_rate_as_vegeta_writes_it(simulator, tmp_path, cli):
+    for text, rate in [("50", 50.0), ("50/s", 50.0), ("50/1s", 50.0), ("100/2s", 50.0),
+                       ("3000/1m", 50.0), ("3000/m", 50.0), ("10/500ms", 20.0),
+                       ("7200/h", 2.0), (" 2.5/s ", 2.5)]:
+        assert rl.rate_list(text) == (rate,), text
+    assert rl.rate_list("50/s,100") == (50.0, 100.0)
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "-o", out, "--label", "x",
+               "--rate", "200/s,6000/1m", "--warmup", "0", "-q").code == 0
+    assert [p["name"] for p in json.loads(out.read_text())["passes"]] == ["r200", "r100"]
 
 
 def test_bad_rate_options(tmp_path, cli):

@@ -30,16 +30,16 @@ def test_compare_table_and_differing_inputs(tmp_path, cli):
         B: {b} (rocm)
         corpus: {sha[:12]} (101 prompts)
 
-        pass        metric     A     B  B - A    B/A
-        Sequential  p50 ms  10.0  4.00  -6.00  0.40x
-                    p95 ms  20.0  8.00  -12.0  0.40x
-                    p99 ms  30.0  9.00  -21.0  0.30x
-                    req/s    100   250   +150  2.50x
+        pass        metric     A     B  B - A        B vs A
+        Sequential  p50 ms  10.0  4.00  -6.00  2.50x faster
+                    p95 ms  20.0  8.00  -12.0  2.50x faster
+                    p99 ms  30.0  9.00  -21.0  3.33x faster
+                    req/s    100   250   +150  2.50x faster
                     errors     0     1     +1
-        Conc 4      p50 ms  12.0  5.00  -7.00  0.42x
-                    p95 ms  25.0  9.00  -16.0  0.36x
-                    p99 ms  40.0  12.0  -28.0  0.30x
-                    req/s    300   700   +400  2.33x
+        Conc 4      p50 ms  12.0  5.00  -7.00  2.40x faster
+                    p95 ms  25.0  9.00  -16.0  2.78x faster
+                    p99 ms  40.0  12.0  -28.0  3.33x faster
+                    req/s    300   700   +400  2.33x faster
                     errors     0     1     +1
         errors in Sequential: B timeout 1
         errors in Conc 4: B timeout 1
@@ -58,33 +58,33 @@ def test_rounds_table_reads_like_the_published_record(tmp_path, cli):
     assert result.err == ""
     assert result.out == textwrap.dedent("""\
         rounds: 3 used (r1, r2, r3); base cpu, new gpu; corpus aaaaaaaaaaaa (101 prompts)
-        speedup: geometric mean of the per-round ratios (base/new for latency, new/base for req/s)\
- with a 95% Student t interval on their logs, df 2; new - base: mean paired difference; medians ov\
-er rounds, descriptive; tolerance 5%; detects: the slowdown found 80% of the time
+        gpu vs cpu: how many times faster or slower gpu is, the geometric mean of the per-round ra\
+tios with a 95% Student t interval on their logs, df 2; gpu - cpu: mean paired difference; medians\
+ over rounds, descriptive; tolerance 5%; detects: the slowdown found 80% of the time
         gate (*): p50, p95, req/s of every pass, 3 rows worth 2.0 independent; one-sided tests at \
 2.5% each on their per-round mean and by Holm across them (family-wise 5%)
 
-        pass        metric   cpu   gpu     gpu - cpu [95% CI]    speedup [95% CI]  worse  detects \
- verdict
-        Sequential  p50*    10.0  6.00   -4.00 [-6.48, -1.52]  1.68x [1.11, 2.56]    0/3   >= 77% \
- better
-                    p95*    20.0  20.5  +0.500 [-0.742, 1.74]  0.98x [0.92, 1.04]    2/3   >= 13% \
- inconclusive
-                    p99     30.0  41.0     +11.0 [8.52, 13.5]  0.73x [0.69, 0.78]    3/3   >= 13% \
- worse
-                    mean    15.4  14.4  -1.25 [-2.45, -0.052]  1.09x [1.00, 1.19]    0/3   >= 17% \
- inconclusive
-                    req/s*   100   100    0.000 [-2.48, 2.48]  1.00x [0.98, 1.03]    1/3    >= 8% \
- same
+        pass        metric    cpu   gpu     gpu - cpu [95% CI]        gpu vs cpu [95% CI]  worse  \
+detects  verdict
+        Sequential  p50 ms*  10.0  6.00   -4.00 [-6.48, -1.52]  1.68x faster [1.11, 2.56]    0/3  \
+ >= 77%  better
+                    p95 ms*  20.0  20.5  +0.500 [-0.742, 1.74]  1.02x slower [0.96, 1.09]    2/3  \
+ >= 13%  inconclusive
+                    p99 ms   30.0  41.0     +11.0 [8.52, 13.5]  1.37x slower [1.29, 1.45]    3/3  \
+ >= 13%  worse
+                    mean ms  15.4  14.4  -1.25 [-2.45, -0.052]  1.09x faster [1.00, 1.19]    0/3  \
+ >= 17%  inconclusive
+                    req/s*    100   100    0.000 [-2.48, 2.48]  1.00x slower [0.98, 1.03]    1/3  \
+  >= 8%  same
 
-        gated rows together: -15.2% [-25.3%, -3.8%] per round, one-sided p 0.991
+        gated rows together: 1.18x faster [1.04, 1.34] per round, one-sided p 0.991
 
-        pass        metric  r1 cpu / gpu  r2 cpu / gpu  r3 cpu / gpu
-        Sequential  p50      10.0 / 5.00   10.0 / 6.00   10.0 / 7.00
-                    p95      20.0 / 20.5   20.0 / 21.0   20.0 / 20.0
-                    p99      30.0 / 40.0   30.0 / 41.0   30.0 / 42.0
-                    mean     15.4 / 13.6   15.4 / 14.4   15.4 / 14.5
-                    req/s     100 / 99.0     100 / 101     100 / 100
+        pass        metric   r1 cpu / gpu  r2 cpu / gpu  r3 cpu / gpu
+        Sequential  p50 ms    10.0 / 5.00   10.0 / 6.00   10.0 / 7.00
+                    p95 ms    20.0 / 20.5   20.0 / 21.0   20.0 / 20.0
+                    p99 ms    30.0 / 40.0   30.0 / 41.0   30.0 / 42.0
+                    mean ms   15.4 / 13.6   15.4 / 14.4   15.4 / 14.5
+                    req/s      100 / 99.0     100 / 101     100 / 100
 
         decisions r1: 101/101 agree in every pass
         decisions r2: 100/101 agree in every pass; differ: #2 d -> e (Sequential)
@@ -169,10 +169,10 @@ def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_pa
     lines = result.out.splitlines()
     assert lines[:4] == ["**Verdict: FAIL**: gpu against cpu, 3 rounds used", "",
                          "- decisions differ in r2 (1 input)", ""]
-    assert lines[4] == "| pass | metric | cpu | gpu | gpu - cpu [95% CI] | speedup [95% CI] " \
+    assert lines[4] == "| pass | metric | cpu | gpu | gpu - cpu [95% CI] | gpu vs cpu [95% CI] " \
                        "| worse | detects | verdict |"
-    assert lines[6] == "| Sequential | p50* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
-                       "1.68x [1.11, 2.56] | 0/3 | >= 77% | better |"
+    assert lines[6] == "| Sequential | p50 ms* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
+                       "1.68x faster [1.11, 2.56] | 0/3 | >= 77% | better |"
     assert "- decisions r2: 100/101 agree in every pass; differ: \\#2 d -\\> e (Sequential)" \
         in lines
     for caption in ("**Largest slowdowns**", "**Each round**", "**Environment**"):
@@ -204,7 +204,7 @@ def test_compare_markdown_and_json(tmp_path, cli):
     assert lines[:5] == [
         "**Verdict: FAIL**: rocm against cpu, one run each, no interval (rounds judges with "
         "intervals)", "", "- decisions differ in 2 inputs (sequential pass, "
-        "--fail-on-decision-change)", "", "| pass | metric | A | B | B - A | B/A |"]
+        "--fail-on-decision-change)", "", "| pass | metric | A | B | B - A | B vs A |"]
     assert "  - \\#2: z -\\> w" in lines
     assert_renders_as_blocks(lines)
     passed = cli("compare", a, b, "--format", "json")
@@ -343,21 +343,21 @@ def test_compare_shows_router_cpu_and_slow_phases(tmp_path, cli):
     assert result.code == 0
     table = result.out.split("\n\n")[1]
     assert table == textwrap.dedent("""\
-        pass        metric                 A     B   B - A    B/A
-        Sequential  p50 ms              10.0  10.0   0.000  1.00x
-                    p95 ms              20.0  20.0   0.000  1.00x
-                    p99 ms              30.0  30.0   0.000  1.00x
-                    req/s                100   100   0.000  1.00x
+        pass        metric                 A     B   B - A     B vs A
+        Sequential  p50 ms              10.0  10.0   0.000  no change
+                    p95 ms              20.0  20.0   0.000  no change
+                    p99 ms              30.0  30.0   0.000  no change
+                    req/s                100   100   0.000  no change
                     errors                 0     0       0
-                    router cpu ms/req   3.00  2.00   -1.00  0.67x
-                    foreign vCPUs      0.300  1.40   +1.10  4.67x
-        Conc 4      p50 ms              12.0  12.0   0.000  1.00x
-                    p95 ms              25.0  25.0   0.000  1.00x
-                    p99 ms              40.0  40.0   0.000  1.00x
-                    req/s                300   300   0.000  1.00x
+                    router cpu ms/req   3.00  2.00   -1.00
+                    foreign vCPUs      0.300  1.40   +1.10
+        Conc 4      p50 ms              12.0  12.0   0.000  no change
+                    p95 ms              25.0  25.0   0.000  no change
+                    p99 ms              40.0  40.0   0.000  no change
+                    req/s                300   300   0.000  no change
                     errors                 0     0       0
-                    router cpu ms/req   12.0  8.00   -4.00  0.67x
-                    foreign vCPUs      0.450  1.40  +0.950  3.11x
+                    router cpu ms/req   12.0  8.00   -4.00
+                    foreign vCPUs      0.450  1.40  +0.950
         slow phase: B Conc 4 (window 4 of 4)""")
 
 
@@ -518,3 +518,37 @@ def test_requests_csv_has_a_line_per_request(tmp_path):
     assert rows[2][5] == 'say "x"'
     assert rows[101] == ["sequential", "100", "", "10", "500", "", "timeout"]
     assert rows[102][:2] == ["c4", "0"]
+
+
+def test_change_is_said_in_words_with_the_interval_in_the_same_direction():
+    assert rl.change_text(1.35) == "1.35x faster"
+    assert rl.change_text(1 / 1.14) == "1.14x slower"
+    assert rl.change_text(1.0) == "no change"
+    assert rl.change_text(None) == rl.change_text(0.0) == "n/a"
+    assert rl.change_text(1.68, 1.11, 2.56) == "1.68x faster [1.11, 2.56]"
+    # a slowdown's interval is the slowdown's: 1/high to 1/low of the speedup's
+    assert rl.change_text(0.8, 0.5, 1.25) == "1.25x slower [0.80, 2.00]"
+
+
+def test_compare_and_rounds_say_the_same_change_the_same_way(tmp_path, cli):
+    # gpu takes 14% longer and serves 14% fewer requests a second, in every round alike
+    for number, factor in enumerate((1.13, 1.14, 1.15), 1):
+        make_run(tmp_path / f"r{number}-cpu.json", label="cpu", passes={1: (10, 20, 30, 100)},
+                 started_unix=1000.0 * number)
+        make_run(tmp_path / f"r{number}-gpu.json", label="gpu",
+                 passes={1: (10 * factor, 20 * factor, 30 * factor, 100 / factor)},
+                 started_unix=1000.0 * number + (500 if number % 2 else -500))
+    compared = cli("compare", tmp_path / "r2-cpu.json", tmp_path / "r2-gpu.json").out
+    changes = [line for line in compared.splitlines() if " ms " in line or " req/s " in line]
+    assert len(changes) == 4 and all(line.endswith("  1.14x slower") for line in changes)
+    report = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                            "--format", "json").out)
+    for row in report["rows"]:
+        assert row["change_text"].startswith("1.14x slower [")
+        assert row["speedup"] == pytest.approx(1 / 1.14, rel=1e-3)  # the number stays
+    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
+    rows = [line for line in text.splitlines() if "1.14x slower [" in line]
+    for metric, row in zip(["p50 ms*", "p95 ms*", "p99 ms ", "mean ms", "req/s*"], rows):
+        assert f" {metric} " in row
+    assert rows[5].startswith("gated rows together: 1.14x slower [")
+    assert "the 3 gated rows together are 1.14x slower [" in rows[6]  # the verdict's reason

@@ -20,22 +20,26 @@ REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
 HASHES = st.lists(st.sampled_from(["0" * 64, "ab" * 32, "9f" * 32]), unique=True, max_size=2)
 
 
-def request_of(i, latency, error, decision, start, code, outcome, open_loop):
-    """Return a Request as measure_run records it: a code only on a failure or an expected
-    rejection, an outcome only on an answer."""
+def request_of(i, latency, error, decision, start, code, outcome, open_loop, count):
+    """Return a Request as measure_run records it: request i is prompt i % count, its
+    repetition i // count; a code only on a failure or an expected rejection, an outcome only
+    on an answer."""
     if error is not None:
         outcome = None
     rejected = outcome == "expected_rejection"
-    return rl.Request(i, round(start, 4), round(latency, 4),
+    return rl.Request(i % count, round(start, 4), round(latency, 4),
                       500 if error else 400 if rejected else 200,
                       None if error or rejected else decision, error,
                       round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
-                      code if error or rejected else None, outcome)
+                      code if error or rejected else None, outcome, i // count)
 
 
-def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=()):
-    """Return a RunFile with one measured pass of these requests, built like measure_run's."""
-    records = tuple(request_of(i, *fields, open_loop) for i, fields in enumerate(requests))
+def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=False):
+    """Return a RunFile with one measured pass of these requests, built like measure_run's;
+    repeated: the corpus is half as long and sent twice (--repeat 2)."""
+    count = (len(requests) + 1) // 2 if repeated else len(requests)
+    records = tuple(request_of(i, *fields, open_loop, count)
+                    for i, fields in enumerate(requests))
     gpu_state = {"temp_c": 44.0, "temp_sensor": "junction", "sclk_mhz": 800.0,
                  "mclk_mhz": 1600.0, "power_w": None, "util_pct": 0.0, "used_mib": 5.0}
     attempt = rl.Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
@@ -56,7 +60,7 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=()):
                                     attempt._replace(rate=None, arrival=None, summary=None,
                                                      requests=()), (attempt._replace(
                                                          rate=None, arrival=None),)))
-    return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": len(records)},
+    return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": count},
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
                       header_names=("X-Key",),
                       settings={"max_load": 120.0, **rl.Thresholds(7, 3.0, 0.25, 0.5)._asdict()},
@@ -67,11 +71,11 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=()):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(REQUEST, min_size=1, max_size=30), st.floats(min_value=1e-3, max_value=100),
-       st.booleans(), st.booleans(), HASHES)
+       st.booleans(), st.booleans(), HASHES, st.booleans())
 def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, open_loop,
-                                            discarded_pass, hashes):
+                                            discarded_pass, hashes, repeated):
     run = run_of(requests, wall_s, open_loop=open_loop, discarded_pass=discarded_pass,
-                 hashes=hashes)
+                 hashes=hashes, repeated=repeated)
     written = b"".join(rl.dump_run(run))
     path = tmp_path_factory.mktemp("run") / "run.json"
     path.write_bytes(written)
@@ -80,8 +84,12 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert loaded._replace(path="") == run
     assert json.loads(written)["passes"][0]["requests"][0]["id"] == 0
     first = loaded.passes[0]
-    assert first.decisions == {r.id: r.decision for r in run.passes[0].requests
-                               if r.outcome != "expected_rejection"}
+    answered = {}  # the first answered repetition's decision, None when none answered
+    for r in sorted(run.passes[0].requests, key=lambda r: r.rep):
+        if r.outcome != "expected_rejection" and answered.get(r.id) is None:
+            answered[r.id] = r.decision
+    assert first.decisions == answered
+    assert (b'"rep": ' in written) == (repeated and len(requests) > 1)
     assert loaded.config_hashes == tuple(hashes)
     assert loaded.thresholds == rl.Thresholds(7, 3.0, 0.25, 0.5)
     assert first.attempt.windows and first.attempt.router_cpu.foreign_vcpus == 0.5
@@ -197,6 +205,18 @@ def test_a_rate_that_rounds_across_a_hundredth_still_loads(tmp_path):
     assert rl.load_run(str(path)).passes[0].summary.req_per_s == 237.49
 
 
+def test_a_summary_from_the_exact_wall_time_agrees_with_the_rounded_one(tmp_path):
+    # 2 / wall is just below 23.335: the summary rounds it to 23.33, but the wall time the
+    # file keeps (to 1 us) gives 23.3353, which rounds to 23.34
+    run = run_of([(1.0, None, "d", 0.0, None, None), (2.0, None, "d", 0.5, None, None)],
+                 2 / 23.3349999,
+                 open_loop=False, discarded_pass=False)
+    assert run.passes[0].summary.req_per_s == 23.33
+    path = tmp_path / "run.json"
+    rl.write_atomic(str(path), rl.dump_run(run))
+    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 23.33
+
+
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
     requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
     requests.append(rl.Request(0, 0.0, 900.0, None, None, "timeout"))
@@ -267,6 +287,11 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d["settings"].update(slow_p95_factor="2"), "settings.slow_p95_factor",
      "expected a finite number"),
     (lambda d: d.update(host_settings=[]), "host_settings", "expected an object"),
+    (lambda d: d["passes"][0]["requests"][0].update(rep=-1), "passes[0].requests[0].rep",
+     "expected a whole number >= 0"),
+    (lambda d: d["settings"].update(repeat=0), "settings.repeat", "expected a whole number >= 1"),
+    (lambda d: d["settings"].update(duration_s="30s"), "settings.duration_s",
+     "expected a finite number"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")
@@ -298,6 +323,9 @@ def test_rounds_refuses_an_unknown_error_kind(tmp_path, cli):
      "the summary says 101, its records give 0"),
     (lambda d: d["passes"][0]["requests"][5].update(id=4), "passes[0].requests[5].id",
      "prompt 4 measured twice in one pass"),
+    (lambda d: (d["passes"][0]["requests"][4].update(rep=1),
+                d["passes"][0]["requests"][5].update(id=4, rep=1)), "passes[0].requests[5].id",
+     "prompt 4 (repetition 1) measured twice in one pass"),
     (lambda d: d["passes"][0]["summary"].update(p95_ms=11.0), "passes[0].summary.p95_ms",
      "the summary says 11.0, its records give 12.0"),
     (lambda d: d["passes"][0]["requests"][0].update(error="timeout", decision=None),
