@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import errno
 import hashlib
 import http
 import json
@@ -94,6 +95,10 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "(open loop: from its scheduled time) to the wake-up of the event loop "
                       "that completed the response, on a connection opened before the pass")
 MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_HEAD_BYTES = 65536  # no server sends a response head this long
+DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
+DECISION_CUT = "...[cut]"
+STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
@@ -655,6 +660,7 @@ class Request(NamedTuple):
     error: Optional[str]  # None, or one of ERROR_KINDS
     service_ms: Optional[float] = None  # open loop: from the actual send to the answer
     behind_ms: Optional[float] = None  # open loop: how late the send left its schedule
+    retried: bool = False  # sent again on a new connection: its idle one closed under it
 
     def to_json(self) -> dict:
         record = {"id": self.id, "start_ms": self.start_ms, "latency_ms": self.latency_ms,
@@ -662,6 +668,8 @@ class Request(NamedTuple):
         if self.service_ms is not None:
             record["service_ms"] = self.service_ms
             record["behind_ms"] = self.behind_ms
+        if self.retried:  # written only when true: files without it read as before
+            record["retried"] = True
         return record
 
     @classmethod
@@ -681,7 +689,11 @@ class Request(NamedTuple):
             raise RouterLatencyError("expected an HTTP status or null", f"{where}.status")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
-        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:])
+        retried = raw.get("retried", False)
+        if not isinstance(retried, bool):
+            raise RouterLatencyError("expected true or false", f"{where}.retried")
+        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
+                   retried)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -1070,11 +1082,17 @@ class Endpoint(NamedTuple):
 
 
 class RequestFailed(Exception):
-    def __init__(self, kind: str, status: Optional[int] = None, detail: str = ""):
+    """A request that got no usable answer: its error kind ('interrupted' when the stop flag
+    ended a wait), the status when one came, and what a person should read about it.
+    `unanswered` is True when the connection ended before any byte of the answer arrived."""
+
+    def __init__(self, kind: str, status: Optional[int] = None, detail: str = "", *,
+                 unanswered: bool = False):
         super().__init__(kind)
         self.kind = kind
         self.status = status
         self.detail = detail
+        self.unanswered = unanswered
 
 
 def bracketed(host: str) -> str:
@@ -1136,111 +1154,164 @@ class ResponseReader:
     """Incremental parser of one HTTP/1.x response: feed it bytes until it says complete.
 
     Shared by the blocking Connection and the event loop of a pass, so that both read every
-    framing the same way: Content-Length, chunked, or to the close of the connection.
+    framing the same way: Content-Length, chunked, or to the close of the connection. Interim
+    answers (100 Continue, 103 Early Hints: RFC 9110 section 15.2) are skipped; the response is
+    the final one after them. The body is counted as it arrives and refused past MAX_BODY_BYTES
+    whatever its framing. `keep_open` is False when the connection must not carry another
+    request: the server said so, the body ran to the close, or bytes came beyond the response's
+    end (one request at a time: no byte can belong to another, so the framing is in doubt).
+    `headers` holds the final response's headers whose lowercase names were asked for.
     """
 
-    __slots__ = ("buffer", "status", "keep_open", "body", "_length", "_chunks", "_mode")
+    __slots__ = ("status", "keep_open", "body", "headers", "received", "_buffer", "_wanted",
+                 "_left", "_mode")
 
-    def __init__(self) -> None:
-        self.buffer = bytearray()
+    def __init__(self, headers: Sequence[bytes] = ()) -> None:
         self.status: Optional[int] = None
         self.keep_open = True
-        self.body = b""
-        self._length = 0
-        self._chunks: list = []
-        self._mode = "head"  # head, length, chunked, close, done
+        self.body = bytearray()
+        self.headers: dict = {}  # str name -> str value
+        self.received = 0  # bytes of the answer so far, interim answers included
+        self._buffer = bytearray()
+        self._wanted = headers
+        self._left = 0  # Content-Length: body bytes still to come; chunked: of this chunk
+        self._mode = "head"  # head, length, close; chunked: size, data, crlf, trailer; done
 
     def feed(self, data: bytes) -> bool:
         """Take received bytes; return True once the response is complete."""
-        self.buffer += data
-        if self._mode == "head":
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buffer) > 65536:
-                    raise RequestFailed("reset")  # no server sends such a head
-                return False
-            self._parse_head(bytes(self.buffer[:end]))
-            del self.buffer[:end + 4]
-        if self._mode == "length":
-            if len(self.buffer) >= self._length:
-                self.body = bytes(self.buffer[:self._length])
-                self._mode = "done"
-        elif self._mode == "chunked":
-            self._parse_chunks()
-        elif self._mode == "close" and len(self.buffer) > MAX_BODY_BYTES:
-            raise RequestFailed("too_large", self.status)
-        return self._mode == "done"
+        self.received += len(data)
+        if self._mode == "done":
+            self.keep_open = False  # bytes after the end: the framing is in doubt
+            return True
+        buffer = self._buffer
+        buffer += data
+        used = self._advance(buffer)
+        if self._mode == "done":
+            if used < len(buffer):
+                self.keep_open = False
+            buffer.clear()
+            return True
+        del buffer[:used]
+        return False
 
     def eof(self) -> bool:
         """The server closed the connection; return True when that ends the response."""
+        self.keep_open = False
         if self._mode == "close":
-            self.body = bytes(self.buffer)
             self._mode = "done"
-            self.keep_open = False
-            return True
         if self._mode == "done":
             return True
-        raise RequestFailed("reset")  # closed before the response was whole
+        raise RequestFailed("reset", unanswered=not self.received)  # closed before the end
+
+    def _advance(self, buffer: bytearray) -> int:
+        """Parse the buffer from its start as far as it goes; return how many bytes it used."""
+        pos = 0
+        while self._mode != "done":
+            mode = self._mode
+            if mode == "head":
+                end = buffer.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if len(buffer) - pos > MAX_HEAD_BYTES:
+                        raise RequestFailed("reset")
+                    return pos
+                self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
+                pos = end + 4
+            elif mode == "close":
+                self._take(buffer, pos, len(buffer) - pos)
+                return len(buffer)
+            elif mode in ("length", "data"):
+                count = min(self._left, len(buffer) - pos)
+                self._take(buffer, pos, count)
+                pos += count
+                self._left -= count
+                if self._left:
+                    return pos
+                self._mode = "done" if mode == "length" else "crlf"
+            else:
+                end = buffer.find(b"\r\n", pos)
+                if end < 0:
+                    if len(buffer) - pos > MAX_HEAD_BYTES:
+                        raise RequestFailed("reset")
+                    return pos
+                self._chunk_line(bytes(buffer[pos:end]))
+                pos = end + 2
+        return pos
+
+    def _take(self, buffer: bytearray, pos: int, count: int) -> None:
+        if len(self.body) + count > MAX_BODY_BYTES:
+            raise RequestFailed("too_large", self.status)
+        self.body += buffer[pos:pos + count]
+
+    def _chunk_line(self, line: bytes) -> None:
+        """Take a chunk's size line, the empty line after its data, or a trailer line."""
+        if self._mode == "crlf":
+            if line:
+                raise RequestFailed("reset")  # the data was longer than its size said
+            self._mode = "size"
+        elif self._mode == "trailer":
+            if not line:
+                self._mode = "done"
+        else:
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise RequestFailed("reset") from None
+            if size < 0:
+                raise RequestFailed("reset")
+            if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
+                raise RequestFailed("too_large", self.status)
+            self._left, self._mode = size, ("data" if size else "trailer")
 
     def _parse_head(self, head: bytes) -> None:
         lines = head.split(b"\r\n")
         parts = lines[0].split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise RequestFailed("reset")
-        self.status = int(parts[1])
-        length = chunked = None
-        connection = b""
+        status = int(parts[1])
+        if status == 101:
+            raise RequestFailed("reset", status, "101 Switching Protocols")
+        if status < 200:
+            return  # interim: the final answer follows on the same connection
+        self.status = status
+        lengths, codings, connection = set(), b"", b""
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            name = name.strip().lower()
+            name, value = name.strip().lower(), value.strip()
             if name == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    raise RequestFailed("reset") from None
+                lengths.update(v.strip() for v in value.split(b","))
             elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
+                codings += b"," + value.lower()
             elif name == b"connection":
-                connection = value.strip().lower()
-        self.keep_open = (parts[0] == b"HTTP/1.1" and b"close" not in connection) or \
-            (parts[0] == b"HTTP/1.0" and b"keep-alive" in connection)
-        if 100 <= self.status < 200 or self.status in (204, 304):
+                connection += b"," + value.lower()
+            elif name in self._wanted:
+                self.headers[name.decode("latin-1")] = value.decode("latin-1")
+        self.keep_open = b"close" not in connection and (
+            parts[0] == b"HTTP/1.1" or b"keep-alive" in connection)
+        self._framing(status, lengths, codings)
+
+    def _framing(self, status: int, lengths: set, codings: bytes) -> None:
+        """Choose how the body ends (RFC 9112 section 6.3)."""
+        if status in (204, 304):
             self._mode = "done"
-        elif chunked:
-            self._mode = "chunked"
-        elif length is not None:
+        elif codings:
+            chunked = codings.rsplit(b",", 1)[-1].strip() == b"chunked"
+            self._mode = "size" if chunked else "close"
+            if lengths or not chunked:  # both framings, or to the close: not reused
+                self.keep_open = False
+        elif lengths:
+            if len(lengths) > 1 or not next(iter(lengths)).isdigit():
+                raise RequestFailed("reset")
+            length = int(next(iter(lengths)))
             if length > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", self.status)
-            self._length, self._mode = length, "length"
+                raise RequestFailed("too_large", status)
+            self._left, self._mode = length, "length"
         else:
             self._mode, self.keep_open = "close", False
 
-    def _parse_chunks(self) -> None:
-        while True:
-            end = self.buffer.find(b"\r\n")
-            if end < 0:
-                return
-            if self._length == -1:  # after the last chunk: trailers up to an empty line
-                if end == 0:
-                    self.body = b"".join(self._chunks)
-                    self._mode = "done"
-                    return
-                del self.buffer[:end + 2]
-                continue
-            try:
-                size = int(bytes(self.buffer[:end]).split(b";")[0].strip(), 16)
-            except ValueError:
-                raise RequestFailed("reset") from None
-            if size == 0:
-                self._length = -1
-                del self.buffer[:end + 2]
-                continue
-            if len(self.buffer) < end + 2 + size + 2:
-                return
-            self._chunks.append(bytes(self.buffer[end + 2:end + 2 + size]))
-            if sum(map(len, self._chunks)) > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", self.status)
-            del self.buffer[:end + 2 + size + 2]
+
+NOT_TLS = "the server did not speak TLS (a plain-HTTP port? http:// reaches it)"
+NOT_TLS_REASONS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                   "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
 
 
 def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.SSLContext]:
@@ -1254,26 +1325,92 @@ def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.S
     return context
 
 
-def open_socket(endpoint: Endpoint, timeout: float,
-                ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
-    """Return a connected socket (TLS-wrapped for https); raise RequestFailed."""
+def wait_socket(sock: socket.socket, writable: bool, deadline: float,
+                stop: Optional[threading.Event]) -> None:
+    """Wait until sock can be written (or read); raise RequestFailed 'timeout' at the
+    deadline (time.monotonic) and 'interrupted' once stop is set, looked at every STOP_POLL_S."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT if writable else select.POLLIN)
+    while True:
+        if stop is not None and stop.is_set():
+            raise RequestFailed("interrupted")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RequestFailed("timeout")
+        if poller.poll(math.ceil(min(left, STOP_POLL_S) * 1000)):
+            return
+
+
+def connect_socket(endpoint: Endpoint, deadline: float,
+                   stop: Optional[threading.Event]) -> socket.socket:
+    """Return a non-blocking socket connected to the endpoint; raise RequestFailed."""
     try:
-        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
-    except socket.timeout:
-        raise RequestFailed("timeout") from None
+        addresses = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except OSError:
         raise RequestFailed("connect") from None
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            code = sock.connect_ex(address)
+            if code in (errno.EINPROGRESS, errno.EAGAIN):
+                wait_socket(sock, True, deadline, stop)
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except RequestFailed:
+            sock.close()
+            raise
+        except OSError:
+            code = -1
+        if code == 0:
+            return sock
+        sock.close()
+    raise RequestFailed("connect")
+
+
+def tls_handshake(sock: ssl.SSLSocket, deadline: float,
+                  stop: Optional[threading.Event]) -> None:
+    """Complete the TLS handshake of a non-blocking socket; raise RequestFailed."""
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            writable = False
+        except ssl.SSLWantWriteError:
+            writable = True
+        except ssl.SSLCertVerificationError as exc:
+            raise RequestFailed("tls", detail=f"{exc.verify_message or exc.reason} (--insecure "
+                                              f"skips the certificate check)") from None
+        except ssl.SSLError as exc:
+            raise RequestFailed("tls", detail=NOT_TLS if exc.reason in NOT_TLS_REASONS
+                                else exc.reason or str(exc)) from None
+        except OSError:
+            raise RequestFailed("tls", detail="the server closed the connection during the "
+                                              "TLS handshake: does it speak TLS?") from None
+        try:
+            wait_socket(sock, writable, deadline, stop)
+        except RequestFailed as failure:
+            if failure.kind == "timeout":  # a TLS server answers a hello at once
+                raise RequestFailed("timeout", detail=f"no answer to the TLS handshake in time: "
+                                                      f"{NOT_TLS}") from None
+            raise
+
+
+def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SSLContext],
+                stop: Optional[threading.Event] = None) -> socket.socket:
+    """Return a connected non-blocking socket (TLS-wrapped and past the handshake for https);
+    raise RequestFailed. Its waits look at `stop` every STOP_POLL_S and end when it is set."""
+    deadline = time.monotonic() + timeout
+    sock = connect_socket(endpoint, deadline, stop)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_context is not None:
-            sock = ssl_context.wrap_socket(sock, server_hostname=endpoint.host)
-    except socket.timeout:
+            sock = ssl_context.wrap_socket(sock, server_hostname=endpoint.host,
+                                           do_handshake_on_connect=False)
+            tls_handshake(sock, deadline, stop)
+    except RequestFailed:
         sock.close()
-        raise RequestFailed("timeout") from None
-    except ssl.SSLError as exc:
-        sock.close()
-        raise RequestFailed("tls", detail=getattr(exc, "verify_message", None)
-                            or exc.reason or str(exc)) from None
+        raise
     except OSError:
         sock.close()
         raise RequestFailed("connect") from None
@@ -1281,13 +1418,20 @@ def open_socket(endpoint: Endpoint, timeout: float,
 
 
 class Connection:
-    """One persistent blocking HTTP/1.1 connection, reopened after an error or a close."""
+    """One persistent blocking HTTP/1.1 connection, reopened after an error or a close.
+
+    A request written to the reused connection that ends before any byte of its answer came
+    (the server closed it while idle) is sent once more on a new connection, as Go's Transport
+    and urllib3 do. Every wait looks at `stop` every STOP_POLL_S and ends when it is set.
+    """
 
     def __init__(self, endpoint: Endpoint, timeout: float,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 stop: Optional[threading.Event] = None):
         self.endpoint = endpoint
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.stop = stop
         self.sock: Optional[socket.socket] = None
 
     def close(self) -> None:
@@ -1300,36 +1444,64 @@ class Connection:
 
     def exchange(self, payload: bytes) -> tuple:
         """Return (status, body) of one request; raise RequestFailed with its kind."""
+        if self.sock is not None and self._stale():
+            self.close()
+        reused = self.sock is not None
+        try:
+            reader = self._exchange(payload)
+        except RequestFailed as failure:
+            if not (reused and failure.kind == "reset" and failure.unanswered):
+                raise
+            reader = self._exchange(payload)
+        if not reader.keep_open:
+            self.close()
+        return reader.status, bytes(reader.body)
+
+    def _stale(self) -> bool:
+        """Return True when the idle connection was closed or holds bytes nobody asked for."""
+        try:
+            self.sock.setblocking(False)
+            self.sock.recv(1)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return False  # nothing there (a TLS session ticket is not application data)
+        except OSError:
+            pass
+        return True
+
+    def _exchange(self, payload: bytes) -> ResponseReader:
         if self.sock is None:
-            self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context)
+            self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context, self.stop)
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
-            self.sock.settimeout(self.timeout)
-            self.sock.sendall(payload)
+            self.sock.settimeout(STOP_POLL_S)
+            view = memoryview(payload)
+            while view:
+                try:
+                    view = view[self.sock.send(view):]
+                except socket.timeout:
+                    self._waited(deadline)
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RequestFailed("timeout")
-                self.sock.settimeout(left)
-                data = self.sock.recv(262144)
-                if not data:
-                    reader.eof()
-                    break
-                if reader.feed(data):
-                    break
+                try:
+                    data = self.sock.recv(262144)
+                except socket.timeout:
+                    self._waited(deadline)
+                    continue
+                if reader.feed(data) if data else reader.eof():
+                    return reader
         except RequestFailed:
             self.close()
             raise
-        except (socket.timeout, TimeoutError):
-            self.close()
-            raise RequestFailed("timeout") from None
         except (OSError, ValueError):
             self.close()
-            raise RequestFailed("reset") from None
-        if not reader.keep_open:
-            self.close()
-        return reader.status, reader.body
+            raise RequestFailed("reset", unanswered=not reader.received) from None
+
+    def _waited(self, deadline: float) -> None:
+        """A slice of waiting ended: raise when the request is out of time or stopped."""
+        if self.stop is not None and self.stop.is_set():
+            raise RequestFailed("interrupted")
+        if time.monotonic() >= deadline:
+            raise RequestFailed("timeout")
 
 
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
@@ -1371,8 +1543,16 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
             if optional:
                 continue
             return None
-        found.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        found.append(decision_text(value))
     return "|".join(found) if found else None
+
+
+def decision_text(value: Any) -> str:
+    """Return a decision as stored: a string as it is, anything else as compact JSON; either
+    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
+                                                          separators=(",", ":"))
+    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
@@ -1781,24 +1961,28 @@ class Progress:
 class RawResult(NamedTuple):
     """What the pass loop notes of one request; records_of turns it into a Request."""
     index: int  # the payload's index, which is the prompt id
-    scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was sent)
-    started: int  # when it was sent
+    scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was first sent)
+    started: int  # when it was sent (a request sent again: the second send)
     ended: int  # when the event loop woke with its answer complete, or gave up
     status: Optional[int]
-    body: bytes
+    decision: Optional[str]
     error: Optional[str]
+    retried: bool = False  # sent again on a new connection after its idle one closed
 
 
 class _Slot:
     """One connection of a pass and the request it carries."""
 
-    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending")
+    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending",
+                 "fresh", "retried")
 
     def __init__(self) -> None:
         self.sock: Optional[socket.socket] = None
         self.reader: Optional[ResponseReader] = None
         self.index = self.scheduled = self.started = self.deadline = 0
         self.pending: Optional[memoryview] = None
+        self.fresh = False  # the connection was opened for the request it carries
+        self.retried = False
 
 
 class PassLoop:
@@ -1810,7 +1994,17 @@ class PassLoop:
     connections, each sending its next request when the previous one is answered. Open loop:
     `schedule` gives each request's send time (ns from the start); requests wait for a free
     connection (up to `concurrency` of them), and their latency counts from the schedule.
+
+    A response is only matched to the request whose bytes preceded it: one request at a time
+    per connection, and a connection whose framing is in doubt (bytes beyond an answer, or
+    bytes while idle) is closed. An idle connection the server closes is closed here at once;
+    a request written to an idle connection that closes before any byte of its answer is sent
+    once more on a new connection. Each answer is classified as it completes, so that no body
+    outlives its request.
     """
+
+    CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
+    CACHED_ANSWERS = 256  # ...and this many of them remembered
 
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
                  concurrency: int, schedule: Optional[Sequence[int]] = None):
@@ -1822,7 +2016,7 @@ class PassLoop:
         self.context = tls_context(target.endpoint, insecure=target.insecure)
         self.selector = selectors.DefaultSelector()
         self.results: list = []  # RawResult
-        self.bodies: dict = {}  # identical bodies kept once
+        self.classified: dict = {}  # (status, small body) -> (decision, error kind)
         self.next_index = 0
         self.timeout_ns = int(target.timeout * 1e9)
         self.busy: set = set()
@@ -1831,8 +2025,8 @@ class PassLoop:
     # connections
 
     def _open(self, slot: _Slot) -> None:
-        slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context)
-        slot.sock.setblocking(False)
+        slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context,
+                                self.stop)
         self.selector.register(slot.sock, selectors.EVENT_READ, slot)
 
     def _close(self, slot: _Slot) -> None:
@@ -1847,11 +2041,24 @@ class PassLoop:
                 pass
             slot.sock = None
 
+    def _idle_event(self, slot: _Slot) -> None:
+        """An idle connection became readable: the server closed it (an idle timeout) or sent
+        bytes no request asked for. Either way it is closed, not left to wake the loop."""
+        try:
+            slot.sock.recv(65536)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return  # a TLS session ticket: nothing for the application
+        except OSError:
+            pass
+        self._close(slot)
+
     # requests
 
     def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None) -> None:
-        self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now, status, b"",
-                                          kind))
+        if kind != "interrupted":  # a connect the stop flag cut short was never sent
+            self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now, status,
+                                          None, kind, slot.retried))
+        slot.reader = None
         self._close(slot)
         self._release(slot)
 
@@ -1861,11 +2068,16 @@ class PassLoop:
 
     def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
         """Send request `index` on an idle slot; a failure is recorded and frees it again."""
-        perf = time.perf_counter_ns
-        slot.index, slot.scheduled = index, scheduled
+        slot.index, slot.scheduled, slot.retried = index, scheduled, False
         self.busy.add(slot)
-        slot.started = perf()
-        if slot.sock is None:
+        slot.started = time.perf_counter_ns()
+        self._transmit(slot)
+
+    def _transmit(self, slot: _Slot) -> None:
+        """Write the slot's request, first opening a connection when it has none."""
+        perf = time.perf_counter_ns
+        slot.fresh = slot.sock is None
+        if slot.fresh:
             try:
                 self._open(slot)  # a reconnect is part of this request's latency
             except RequestFailed as failure:
@@ -1873,13 +2085,13 @@ class PassLoop:
                 return
         slot.deadline = slot.started + self.timeout_ns
         slot.reader = ResponseReader()
-        payload = self.payloads[index]
+        payload = self.payloads[slot.index]
         try:
             sent = slot.sock.send(payload)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             sent = 0
         except OSError:
-            self._fail(slot, "reset", perf())
+            self._broken(slot, perf())
             return
         if sent < len(payload):
             slot.pending = memoryview(payload)[sent:]
@@ -1887,13 +2099,26 @@ class PassLoop:
         else:
             slot.pending = None
 
+    def _broken(self, slot: _Slot, now: int) -> None:
+        """The connection closed or was reset under a request. On a connection that sat idle
+        (the server may close it as the request leaves: Go's IdleTimeout, Envoy's idle timeout)
+        and with no byte of the answer come, the request is sent once more on a new connection,
+        its latency counting from that send; otherwise it is recorded as reset."""
+        if slot.fresh or slot.retried or slot.reader.received:
+            self._fail(slot, "reset", now)
+            return
+        self._close(slot)
+        slot.retried = True
+        slot.started = time.perf_counter_ns()
+        self._transmit(slot)
+
     def _write_more(self, slot: _Slot, now: int) -> None:
         try:
             sent = slot.sock.send(slot.pending)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return
         except OSError:
-            self._fail(slot, "reset", now)
+            self._broken(slot, now)
             return
         slot.pending = slot.pending[sent:] if sent < len(slot.pending) else None
         if slot.pending is None:
@@ -1907,23 +2132,42 @@ class PassLoop:
                     data = sock.recv(262144)
                 except (BlockingIOError, ssl.SSLWantReadError):
                     return
-                complete = reader.feed(data) if data else reader.eof()
-                if complete or not data:
-                    break
+                if not data and not reader.received:
+                    break  # closed before any answer: maybe sent again, below
+                if reader.feed(data) if data else reader.eof():
+                    self._complete(slot, now)
+                    return
                 if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
                     return
         except RequestFailed as failure:
             self._fail(slot, failure.kind, now, failure.status)
             return
         except OSError:
-            self._fail(slot, "reset", now)
-            return
-        body = self.bodies.setdefault(reader.body, reader.body)
+            pass
+        self._broken(slot, now)
+
+    def _complete(self, slot: _Slot, now: int) -> None:
+        reader = slot.reader
+        decision, error = self._classify(reader.status, reader.body)
         self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now,
-                                      reader.status, body, None))
+                                      reader.status, decision, error, slot.retried))
+        slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
         self._release(slot)
+
+    def _classify(self, status: int, body: bytearray) -> tuple:
+        """Return (decision, error kind) of an answer; a small answer seen before is looked up
+        rather than parsed again."""
+        if len(body) > self.CACHED_BODY_BYTES:
+            return classify(status, body, self.target.decision_paths)
+        key = (status, bytes(body))
+        known = self.classified.get(key)
+        if known is None:
+            if len(self.classified) >= self.CACHED_ANSWERS:
+                self.classified.clear()
+            known = self.classified[key] = classify(status, body, self.target.decision_paths)
+        return known
 
     # the loop
 
@@ -1959,25 +2203,32 @@ class PassLoop:
                     wait = min(wait, self._wait_for_schedule(now, origin))
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
-            events = self._poll(min(wait, 0.1))
-            now = perf()
-            for slot, mask in events:
-                if slot not in self.busy:
-                    continue
-                if mask & selectors.EVENT_WRITE and slot.pending is not None:
-                    self._write_more(slot, now)
-                if mask & selectors.EVENT_READ and slot in self.busy:
-                    self._read(slot, now)
-            for slot in [s for s in self.busy if s.deadline <= now]:
-                if grace_end is not None and now >= grace_end:
-                    self._close(slot)  # cut off by the interrupt: not measured, not recorded
-                    self._release(slot)
-                else:
-                    self._fail(slot, "timeout", now)
+            self._handle(self._poll(min(wait, 0.1)), perf())
+            self._expire(perf(), grace_end)
         for slot in slots:
             self._close(slot)
         self.selector.close()
         return self.results
+
+    def _handle(self, events: list, now: int) -> None:
+        for slot, mask in events:
+            if slot not in self.busy:
+                if slot.sock is not None:
+                    self._idle_event(slot)
+                continue
+            if mask & selectors.EVENT_WRITE and slot.pending is not None:
+                self._write_more(slot, now)
+            if mask & selectors.EVENT_READ and slot in self.busy:
+                self._read(slot, now)
+
+    def _expire(self, now: int, grace_end: Optional[int]) -> None:
+        for slot in [s for s in self.busy if s.deadline <= now]:
+            if grace_end is not None and now >= grace_end:
+                slot.reader = None
+                self._close(slot)  # cut off by the interrupt: not measured, not recorded
+                self._release(slot)
+            else:
+                self._fail(slot, "timeout", now)
 
     def _poll(self, wait: float) -> list:
         """Return (slot, mask) of the ready connections, waiting at most `wait` seconds.
@@ -2028,32 +2279,21 @@ class PassLoop:
             now = time.perf_counter_ns()
 
 
-def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
-               open_loop: bool = False) -> tuple:
-    """Return (Requests in send order, wall seconds) of a pass's raw results.
-
-    Decisions are read here, after the pass, once per distinct body.
-    """
+def records_of(results: Sequence[RawResult], *, open_loop: bool = False) -> tuple:
+    """Return (Requests in send order, wall seconds) of a pass's raw results."""
     if not results:
         return [], 0.0
     ordered = sorted(results, key=lambda r: r.scheduled)
     first = min(r.started for r in ordered)
     last = max(r.ended for r in ordered)
-    classified: dict = {}
     requests = []
     for raw in ordered:
-        decision, error = None, raw.error
-        if error is None:
-            key = (raw.status, raw.body)
-            if key not in classified:
-                classified[key] = classify(raw.status, raw.body, paths)
-            decision, error = classified[key]
         origin = raw.scheduled if open_loop else raw.started
         requests.append(Request(
             raw.index, round((raw.started - first) / 1e6, 4), round((raw.ended - origin) / 1e6, 4),
-            raw.status, decision, error,
+            raw.status, raw.decision, raw.error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
-            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None))
+            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, raw.retried))
     return requests, (last - first) / 1e9
 
 
@@ -2067,7 +2307,7 @@ def measure_pass(target: Target, payloads: Sequence[bytes], connections: int,
         results = loop.run()
     finally:
         progress.end()
-    return records_of(results, target.decision_paths, open_loop=schedule is not None)
+    return records_of(results, open_loop=schedule is not None)
 
 
 class LoopbackResponder:
@@ -2143,8 +2383,7 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
         floor_target = Target(parse_endpoint(f"http://127.0.0.1:{responder.port}"),
                               model=target.model, timeout=5.0)
         payloads = encode_prompts(floor_target, ["floor"]) * requests
-        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run(),
-                                floor_target.decision_paths)
+        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run())
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
@@ -2163,7 +2402,7 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts only."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    requests, _ = records_of(PassLoop(target, cycled, stop, 1).run(), target.decision_paths)
+    requests, _ = records_of(PassLoop(target, cycled, stop, 1).run())
     return count_outcomes(requests)
 
 

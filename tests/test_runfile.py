@@ -14,7 +14,7 @@ TEXT = st.text(min_size=0, max_size=20)
 REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(st.none(), st.sampled_from(rl.ERROR_KINDS)),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
-                    st.floats(min_value=0, max_value=50, allow_nan=False))
+                    st.floats(min_value=0, max_value=50, allow_nan=False), st.booleans())
 
 
 def run_of(requests, wall_s, *, open_loop, discarded_pass):
@@ -22,8 +22,9 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass):
     records = tuple(
         rl.Request(i, round(start, 4), round(latency, 4), None if error else 200,
                    None if error else decision, error,
-                   round(latency, 4) if open_loop else None, 0.0 if open_loop else None)
-        for i, (latency, error, decision, start) in enumerate(requests))
+                   round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
+                   retried)
+        for i, (latency, error, decision, start, retried) in enumerate(requests))
     attempt = rl.Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
                          "2026-01-01T00:00:00Z", 1.5, {"start": 0.5, "end": 0.7, "min": 0.5,
                                                        "max": 0.7, "samples": 2},
@@ -56,7 +57,9 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     loaded = rl.load_run(str(path))
     assert b"".join(rl.dump_run(loaded)) == written
     assert loaded._replace(path="") == run
-    assert json.loads(written)["passes"][0]["requests"][0]["id"] == 0
+    first_record = json.loads(written)["passes"][0]["requests"][0]
+    assert first_record["id"] == 0
+    assert first_record.get("retried", "absent") == (True if requests[0][4] else "absent")
     first = loaded.passes[0]
     assert first.decisions == {r.id: r.decision for r in run.passes[0].requests}
 
@@ -101,6 +104,8 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
      "passes[0].summary.p50_ms", "expected a finite number"),
     (lambda d: d["passes"][0]["requests"][0].update(id=99),
      "passes[0].requests[0].id", "expected a prompt id from 0 to 2"),
+    (lambda d: d["passes"][0]["requests"][0].update(retried="yes"),
+     "passes[0].requests[0].retried", "expected true or false"),
     (lambda d: d["passes"][0].update(concurrency=0), "passes[0].concurrency",
      "expected a whole number >= 1"),
     (lambda d: d["passes"][0]["summary"].update(ok=1), "passes[0].summary",
