@@ -98,6 +98,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 65536  # no server sends a response head this long
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
+CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
@@ -347,6 +348,7 @@ def write_atomic(path: str, data) -> None:
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), output_mode())  # mkstemp's 0600 hides it from a team
             for chunk in ([data] if isinstance(data, bytes) else data):
                 handle.write(chunk)
             handle.flush()
@@ -375,20 +377,73 @@ def write_atomic(path: str, data) -> None:
                 pass
 
 
+def output_mode() -> int:
+    """Return the mode of a new output file: read and write for all, less the umask."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # without /proc, reading the umask means setting it, and back
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
-    """Save measurements that could not be written where asked; return where they went."""
+    """Save measurements that could not be written where asked; return where they went. A
+    copy that cannot be written whole is removed, not left truncated."""
+    path = None
     try:
         fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), output_mode())
             for chunk in chunks:
                 handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
         return f"the measurements were saved to {path}"
     except OSError as exc:
+        if path is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         return f"the measurements could not be saved anywhere ({exc.strerror or exc})"
+
+
+def drop_output(stream: Any) -> None:
+    """Send what is still to be written to a stream nobody reads any more (a pipe `| head`
+    closed, a full disk) to /dev/null, so that neither it nor Python's flush at exit fails."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def write_output(path: str, data) -> None:
+    """Write data (bytes, or an iterable of bytes) to path atomically, or to standard output
+    when path is '-'."""
+    if path != "-":
+        write_atomic(path, data)
+        return
+    try:
+        sys.stdout.flush()
+        for chunk in ([data] if isinstance(data, bytes) else data):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    except OSError as exc:
+        drop_output(sys.stdout)
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}",
+                                 "standard output") from None
 
 
 def check_writable_target(path: str, force: bool) -> None:
     """Raise before any work when the output cannot or must not be written."""
+    if path == "-":
+        return  # standard output
     target = Path(path)
     if target.is_dir():
         raise RouterLatencyError("is a folder, not a file", path)
@@ -404,7 +459,7 @@ def check_writable_target(path: str, force: bool) -> None:
 def dump_json(document: Any) -> bytes:
     """Return the bytes a result document is written as."""
     return (json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n") \
-        .encode("utf-8", "surrogatepass")
+        .encode("utf-8", "backslashreplace")  # a lone surrogate: its JSON escape, \udcff
 
 
 # --- corpus ---
@@ -1054,11 +1109,13 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
         p.to_json(hollow(p.requests), [a.to_json(hollow(a.requests))
                                        for a in p.discarded_attempts])
         for p in run.passes])
+    # a lone surrogate (an escaped one in a router's answer, a path or label of bytes that
+    # are not UTF-8) is no UTF-8: backslashreplace writes it as its JSON escape, \udcff
     text = json.dumps(shell, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
     for i, part in enumerate(re.split(rf'"\\u0000{token} (\d+)\\u0000"', text)):
         if i % 2 == 0:
-            yield part.encode("utf-8", "surrogatepass")
+            yield part.encode("utf-8", "backslashreplace")
             continue
         records = record_lists[int(part)]
         if not records:
@@ -1066,7 +1123,7 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
             continue
         for start in range(0, len(records), 1000):
             lines = ",\n".join(encode(r.to_json()) for r in records[start:start + 1000])
-            yield (("[\n" if start == 0 else ",\n") + lines).encode("utf-8", "surrogatepass")
+            yield (("[\n" if start == 0 else ",\n") + lines).encode("utf-8", "backslashreplace")
         yield b"\n]"
 
 
@@ -1470,7 +1527,8 @@ class Connection:
 
     def _exchange(self, payload: bytes) -> ResponseReader:
         if self.sock is None:
-            self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context, self.stop)
+            self.sock = open_socket(self.endpoint, min(self.timeout, CONNECT_TIMEOUT_S),
+                                    self.ssl_context, self.stop)
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
@@ -1701,43 +1759,68 @@ def resolve_gpu(choice: str) -> Optional[str]:
     return None
 
 
-def gpu_memory(key: str, timeout: float) -> dict:
+def run_command(command: Any, timeout: float, stop: Optional[threading.Event]) -> tuple:
+    """Return (exit code or None, stdout bytes, how it ended: "", "timed out" or "interrupted")
+    of a command (a shell line when a str) run in its own session, so that a timeout or the
+    stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell."""
+    if stop is not None and stop.is_set():
+        return None, b"", "interrupted"
+    process = subprocess.Popen(command, shell=isinstance(command, str),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    ended = ""
+    while not ended:
+        try:
+            output, _ = process.communicate(timeout=max(min(deadline - time.monotonic(),
+                                                            STOP_POLL_S), 0.001))
+            return process.returncode, output, ""
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                ended = "interrupted"
+            elif time.monotonic() >= deadline:
+                ended = "timed out"
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        output, _ = process.communicate(timeout=1.0)
+    except subprocess.TimeoutExpired:  # a descendant in another session holds the pipe
+        process.kill()
+        output = b""
+    return None, output or b"", ended
+
+
+def gpu_memory(key: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
     """Return {"used_mib": {device: MiB}} from the GPU tool, or {"error": why}."""
     tool, command, parse = GPU_COMMANDS[key]
     if not shutil.which(tool):
         return {"error": f"{tool} not found"}
     try:
-        done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, output, ended = run_command(command, timeout, stop)
+    except OSError as exc:
         return {"error": f"{tool}: {exc.__class__.__name__}"}
-    if done.returncode != 0:
-        return {"error": f"{tool} exited {done.returncode}"}
+    if ended:
+        return {"error": f"{tool}: {ended}"}
+    if code != 0:
+        return {"error": f"{tool} exited {code}"}
     try:
-        return {"used_mib": parse(done.stdout.decode("utf-8", "replace"))}
+        return {"used_mib": parse(output.decode("utf-8", "replace"))}
     except (ValueError, TypeError, AttributeError) as exc:
         return {"error": f"{tool}: {exc}"}
 
 
-def run_probe(command: str, timeout: float) -> dict:
+def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
     """Return exit code, the first 4 KB of stdout and the seconds of one probe command."""
     started = time.monotonic()
-    # its own session, so that a timeout ends the whole pipeline, not just the shell
-    process = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        code, timed_out = process.returncode, False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        output, _ = process.communicate()
-        code, timed_out = None, True
-    return {"exit": code, "timed_out": timed_out,
-            "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
-            "seconds": round(time.monotonic() - started, 3)}
+    code, output, ended = run_command(command, timeout, stop)
+    record = {"exit": code, "timed_out": ended == "timed out",
+              "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
+              "seconds": round(time.monotonic() - started, 3)}
+    if ended == "interrupted":
+        record["interrupted"] = True
+    return record
 
 
 def router_cpus(capture: CaptureSettings) -> Optional[str]:
@@ -1758,9 +1841,12 @@ def router_cpus(capture: CaptureSettings) -> Optional[str]:
     return None
 
 
-def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
+def scrape_metrics(endpoint: Endpoint, timeout: float,
+                   stop: Optional[threading.Event] = None) -> dict:
     """Return {"samples": {...}} of one Prometheus scrape, or {"error": why}."""
-    connection = Connection(endpoint, timeout, tls_context(endpoint))
+    if stop is not None and stop.is_set():
+        return {"error": "interrupted"}
+    connection = Connection(endpoint, timeout, tls_context(endpoint), stop)
     try:
         status, body = connection.exchange(encode_request(endpoint, "GET", b"", ()))
     except RequestFailed as failure:
@@ -1772,13 +1858,14 @@ def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
     return {"samples": parse_prometheus(body.decode("utf-8", "replace"))}
 
 
-def capture_snapshot(capture: CaptureSettings) -> dict:
-    """Return the probes, GPU memory, metrics and router CPU set at one moment."""
+def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] = None) -> dict:
+    """Return the probes, GPU memory, metrics and router CPU set at one moment. Once `stop` is
+    set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
-        "probes": {name: run_probe(command, capture.probe_timeout)
+        "probes": {name: run_probe(command, capture.probe_timeout, stop)
                    for name, command in capture.probes},
-        "gpu": gpu_memory(capture.gpu, capture.probe_timeout) if capture.gpu else None,
-        "metrics": scrape_metrics(capture.metrics, capture.probe_timeout)
+        "gpu": gpu_memory(capture.gpu, capture.probe_timeout, stop) if capture.gpu else None,
+        "metrics": scrape_metrics(capture.metrics, capture.probe_timeout, stop)
         if capture.metrics else None,
         "router_cpus": router_cpus(capture),
     }
@@ -1942,10 +2029,13 @@ class Progress:
                 finished = self.stop.wait(0.5)
                 count = done()
                 elapsed = max(time.monotonic() - started, 1e-9)
-                self.stream.write(f"\r{title}: {count}/{total}  {count / elapsed:,.0f} req/s ")
-                self.stream.flush()
+                try:
+                    self.stream.write(f"\r{title}: {count}/{total}  {count / elapsed:,.0f} "
+                                      f"req/s " + ("\n" if finished else ""))
+                    self.stream.flush()
+                except OSError:  # a terminal gone: the pass goes on without a progress line
+                    return
                 if finished:
-                    self.stream.write("\n")
                     return
 
         self.thread = threading.Thread(target=draw, daemon=True)
@@ -2400,39 +2490,63 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
 def warm_up(target: Target, payloads: Sequence[bytes], count: int,
             stop: threading.Event) -> dict:
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
-    return their counts only."""
+    return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
     requests, _ = records_of(PassLoop(target, cycled, stop, 1).run())
-    return count_outcomes(requests)
+    counts = count_outcomes(requests)
+    if counts["requests"] and not counts["ok"]:
+        counts["all_failed"] = True
+    return counts
 
 
-def probe_router(target: Target, payload: bytes) -> tuple:
-    """Return (ok, what happened) of one readiness check: GET /health, else one preview."""
+def probe_router(target: Target, payload: bytes,
+                 stop: Optional[threading.Event] = None) -> tuple:
+    """Return (HTTP status or None, what happened) of one readiness check: one preview request.
+
+    The preview itself, not /health: a router's /health can answer 200 while its models load
+    and its previews answer 503."""
     endpoint = target.endpoint
-    health = endpoint._replace(path="/health")
-    connection = Connection(health, min(target.timeout, 5.0),
-                            tls_context(endpoint, insecure=target.insecure))
+    connection = Connection(endpoint, target.timeout,
+                            tls_context(endpoint, insecure=target.insecure), stop)
     try:
-        status, _ = connection.exchange(encode_request(health, "GET", b"", target.headers))
-        if 200 <= status < 300:
-            return True, f"GET /health answered {status}"
-        status, _ = connection.exchange(payload)  # same host and port, the preview's path
-        return 200 <= status < 300, f"{endpoint.path} answered HTTP {status}"
+        status, _ = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return False, (f"TLS failed: {failure.detail} (--insecure skips the certificate "
-                           f"check)")
-        return False, {"connect": "connection refused", "timeout": "no answer in time"}.get(
+            return None, f"TLS failed: {failure.detail}"
+        return None, failure.detail or {"connect": "connection refused",
+                                        "timeout": "no answer in time"}.get(
             failure.kind, f"connection {failure.kind}")
     finally:
         connection.close()
+    try:
+        phrase = " " + http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return status, f"answered HTTP {status}{phrase} to a preview"
+
+
+def not_ready_message(target: Target, status: Optional[int], what: str,
+                      wait_ready: Optional[float]) -> str:
+    """Return the error of a router that did not answer a preview with 2xx."""
+    if wait_ready is not None:
+        return f"router not ready after {wait_ready:g} s: {'it ' if status else ''}{what}"
+    wait_hint = "; --wait-ready SECONDS waits for a starting router"
+    if status is None:
+        hint = "" if "TLS" in what else wait_hint
+        return f"router not reachable at {target.endpoint.shown}: {what}{hint}"
+    if status in (502, 503, 504):  # starting: models loading, or a proxy before its upstream
+        return f"router at {target.endpoint.shown} is not ready: it {what}{wait_hint}"
+    if status == 404:
+        return (f"router at {target.endpoint.shown} {what}: is the path right? (a URL "
+                f"without a path gets {PREVIEW_PATH})")
+    return f"router at {target.endpoint.shown} {what}"
 
 
 def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float],
                      stop: threading.Event,
                      clock: Callable[[], float] = time.monotonic) -> Optional[float]:
-    """Return the seconds until the router answered (None without wait_ready), or raise when
-    it never did."""
+    """Return the seconds until a preview was answered 2xx (None without wait_ready), or
+    raise when none was; any other answer (503 while models load) is not ready yet."""
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:
@@ -2441,19 +2555,16 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit = wait_ready or 0.0
     while True:
-        ready, what = probe_router(target, payload)
-        if ready:
+        status, what = probe_router(target, payload, stop)
+        if status is not None and 200 <= status < 300:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
         if waited >= limit:
-            if wait_ready is None:
-                hint = "" if "TLS" in what else "; --wait-ready SECONDS waits for a starting router"
-                raise RouterLatencyError(
-                    f"router not reachable at {target.endpoint.shown}: {what}{hint}", "--url")
-            raise RouterLatencyError(f"router not ready after {limit:g} s: {what}", "--url")
-        time.sleep(min(0.25, max(limit - waited, 0.01)))
+            raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
+                                     "--url")
+        stop.wait(min(0.25, max(limit - waited, 0.01)))
 
 
 def encode_prompts(target: Target, texts: Sequence[str]) -> list:
@@ -2469,7 +2580,7 @@ def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
     """Measure one attempt at a pass with what surrounds it."""
     schedule = None if plan.rate is None else arrival_schedule(
         len(payloads), plan.rate, plan.arrival, plan.seed)
-    before = capture_snapshot(capture)
+    before = capture_snapshot(capture, stop)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(loadavg_file).start()
     cpu_before = driver_cpu_seconds()
@@ -2477,7 +2588,7 @@ def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
                                     pass_title(plan.name), schedule)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
-    after = capture_snapshot(capture)
+    after = capture_snapshot(capture, stop)
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
                    environment_record(capture, before, after), pass_summary(requests, wall_s),
@@ -2504,36 +2615,45 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
 
 def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: CaptureSettings,
                payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
-               notify: Callable[[str], None],
-               sleep: Callable[[float], None] = time.sleep) -> list:
+               notify: Callable[[str], None]) -> list:
     """Measure every pass with the load guard; return their PassRecords."""
     passes = []
     for item in plan.passes:
         if stop.is_set():
             break
-        attempts = []
-        for number in range(guard.retries + 1):
-            attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                      progress)
-            for warning in attempt_warnings(attempt, item):
-                notify(warning)
-            loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
-            if loads and max(loads) > guard.max_load and not stop.is_set():
-                attempts.append(attempt)
-                notify(f"{pass_title(item.name)}: load {max(loads):.1f} above "
-                       f"{guard.max_load:g}, timings discarded (attempt {number + 1} of "
-                       f"{guard.retries + 1})")
-                if number < guard.retries:
-                    sleep(guard.pause)
-                continue
-            passes.append(PassRecord(item.name, item.connections, False, stop.is_set(),
-                                     attempt, tuple(attempts)))
-            break
-        else:  # never under the limit: the last attempt's surroundings, no statistics
-            passes.append(PassRecord(item.name, item.connections, True, False,
-                                     attempts[-1]._replace(summary=None, requests=()),
-                                     tuple(attempts)))
+        passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
+                                   notify))
     return passes
+
+
+def guarded_pass(target: Target, item: PassPlan, guard: LoadGuard, capture: CaptureSettings,
+                 payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
+                 notify: Callable[[str], None]) -> PassRecord:
+    """Measure one pass, again after a pause while the load is above the limit; return its
+    PassRecord. It is interrupted when the stop flag left some of its requests unmeasured, or
+    cut the pause before another attempt: a pass whose requests all came back before a
+    signal is not."""
+    attempts: list = []
+    cut = False
+    for number in range(guard.retries + 1):
+        attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
+                                  progress)
+        for warning in attempt_warnings(attempt, item):
+            notify(warning)
+        interrupted = len(attempt.requests) < len(payloads)
+        loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
+        if interrupted or not loads or max(loads) <= guard.max_load:
+            return PassRecord(item.name, item.connections, False, interrupted, attempt,
+                              tuple(attempts))
+        attempts.append(attempt)
+        notify(f"{pass_title(item.name)}: load {max(loads):.1f} above {guard.max_load:g}, "
+               f"timings discarded (attempt {number + 1} of {guard.retries + 1})")
+        if number < guard.retries and stop.wait(guard.pause):
+            cut = True
+            break
+    # never under the limit: the last attempt's surroundings, no statistics
+    return PassRecord(item.name, item.connections, True, cut,
+                      attempts[-1]._replace(summary=None, requests=()), tuple(attempts))
 
 
 def settings_record(target: Target, plan: RunPlan, guard: LoadGuard) -> dict:
@@ -2572,6 +2692,12 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
         return None
     payloads = encode_prompts(target, [p.text for p in corpus.prompts])
     warmup = warm_up(target, payloads, plan.warmup, stop)
+    if stop.is_set():
+        return None
+    if warmup.get("all_failed"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
+        notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
+               f"router that is not ready")
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify)
     return RunFile(
         label=label, complete=not stop.is_set() and len(passes) == len(plan.passes),
@@ -3429,8 +3555,20 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
 
 # --- command line ---
 
+def emit(lines: Iterable[str], stream: Any = None) -> None:
+    """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
+    closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
+    stream = stream or sys.stdout
+    try:
+        for line in lines:
+            stream.write(line + "\n")
+        stream.flush()
+    except OSError:
+        drop_output(stream)
+
+
 def stderr_line(message: str) -> None:
-    print(f"router-latency: {message}", file=sys.stderr)
+    emit([f"router-latency: {message}"], sys.stderr)
 
 
 def real_number(*, positive: bool) -> Callable[[str], float]:
@@ -3557,6 +3695,10 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:  # --help | head: argparse's own writes, and the flush at exit, stay quiet
+            emit([message.rstrip("\n")], file or sys.stderr)
 
 
 def add_corpus_parser(commands: Any) -> None:
@@ -3738,9 +3880,9 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     if not corpus["files"]:
         raise RouterLatencyError(f"no file matches {args.glob}", args.repo)
     data = corpus_bytes(corpus)
-    write_atomic(args.out, data)
-    for line in corpus_lines(corpus, data, args.repo, args.out):
-        print(line)
+    write_output(args.out, data)
+    emit(corpus_lines(corpus, data, args.repo, args.out),
+         sys.stderr if args.out == "-" else sys.stdout)
     return EXIT_OK
 
 
@@ -3783,44 +3925,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         for signum in EXIT_SIGNAL:
             previous[signum] = signal.signal(signum, on_signal)
-    try:
+    try:  # the handlers stay while the file is written: a signal then must not cut it off
         run = measure_run(target, plan, corpus, label=args.label, guard=guard,
                           capture=capture, stop=stop,
                           progress=Progress(enabled=not args.quiet and sys.stderr.isatty()),
                           notify=(lambda m: None) if args.quiet else stderr_line)
+        if run is None:
+            stderr_line("interrupted before anything was measured; nothing written")
+            return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
+        return report_run(args, run, caught)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if run is None:
-        stderr_line("interrupted before anything was measured; nothing written")
-        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    return report_run(args, run, caught)
 
 
 def report_run(args: argparse.Namespace, run: RunFile, caught: list) -> int:
-    """Write the run file, print its table and return the run's exit code."""
+    """Write the run file, print its table and return the run's exit code: a signal's when the
+    run was interrupted (one after the measurement changes neither file nor code), else 1 when
+    more requests failed than --max-errors allows."""
     try:
-        write_atomic(args.out, dump_run(run))
+        write_output(args.out, dump_run(run))
         write_failure = None
     except RouterLatencyError as exc:
         write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
     if not args.quiet:
-        print(f"run {args.label}: {run.corpus_count} prompts, corpus {run.corpus_sha256[:12]}, "
-              f"{run.url}")
-        for line in format_run_summary(run.passes):
-            print(line)
-        if write_failure is None:
-            print(f"wrote {args.out}" + ("" if run.complete else " (incomplete: interrupted)"))
+        lines = [f"run {args.label}: {run.corpus_count} prompts, corpus "
+                 f"{run.corpus_sha256[:12]}, {run.url}", *format_run_summary(run.passes)]
+        if write_failure is None and args.out != "-":
+            lines.append(f"wrote {args.out}" + ("" if run.complete
+                                                else " (incomplete: interrupted)"))
+        emit(lines, sys.stderr if args.out == "-" else sys.stdout)
     statuses = [r.status for p in run.passes for r in p.requests]
     not_found = statuses.count(404)
     if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
         stderr_line(f"{not_found} requests answered 404 Not Found at {run.url}: "
                     f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
     if write_failure is not None:
-        print(f"router-latency: error: {write_failure}", file=sys.stderr)
+        stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
-    if caught:
-        return EXIT_SIGNAL[caught[0]]
+    if not run.complete:
+        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
     failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
     if failed > args.max_errors:
         if not args.quiet:
@@ -3849,8 +3993,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         texts = {p.id: p.text for p in corpus.prompts}
     report = compare_runs(a, b, prompts_text=texts,
                           fail_on_decision_change=args.fail_on_decision_change)
-    for line in format_compare(report, markdown=args.format == "markdown"):
-        print(line)
+    emit(format_compare(report, markdown=args.format == "markdown"))
     return report.exit_code
 
 
@@ -3872,23 +4015,27 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     except RouterLatencyError as exc:
         raise RouterLatencyError(str(exc), exc.where or args.dir) from None
     if args.format == "json":
-        print(json.dumps(rounds_json(report), indent=1, allow_nan=False))
+        emit([json.dumps(rounds_json(report), indent=1, allow_nan=False)])
     else:
-        for line in format_rounds(report, markdown=args.format == "markdown",
-                                  per_round=args.per_round):
-            print(line)
+        emit(format_rounds(report, markdown=args.format == "markdown", per_round=args.per_round))
     return report.exit_code
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
-                             jitter_ms=args.jitter_ms, serial=args.serial,
-                             decisions=args.decisions, seed=args.seed)
+    try:
+        router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
+                                 jitter_ms=args.jitter_ms, serial=args.serial,
+                                 decisions=args.decisions, seed=args.seed)
+    except OSError as exc:  # a port in use, an address not on this host, a name unknown
+        option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+        # create_server adds "(while attempting to bind on address ...)": said already
+        reason = (exc.strerror or str(exc)).split(" (while attempting")[0]
+        raise RouterLatencyError(f"cannot listen on {bracketed(args.host)}:{args.port}: "
+                                 f"{reason}", option) from None
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
-    print(f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
-          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}); Ctrl-C stops",
-          flush=True)
+    emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
+          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}); Ctrl-C stops"])
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:
@@ -3913,14 +4060,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         profiles = ", ".join(f"{side} {p['delay_ms']:g} ms + up to {p['jitter_ms']:g} ms jitter"
                              for side, p in DEMO_SIDES.items())
-        print(f"demo: two simulated routers, serial like one GPU process each: {profiles}; "
-              f"{args.rounds} rounds in {work}")
-        print("(the simulated routers run inside the driver's process here, so 'router cpus' "
-              "and 'driver cpu' are that process's)")
-        report = run_demo(work, args.rounds, print)
-        print()
-        for line in format_rounds(report):
-            print(line)
+        emit([f"demo: two simulated routers, serial like one GPU process each: {profiles}; "
+              f"{args.rounds} rounds in {work}",
+              "(the simulated routers run inside the driver's process here, so 'router cpus' "
+              "and 'driver cpu' are that process's)"])
+        report = run_demo(work, args.rounds, lambda line: emit([line]))
+        emit(["", *format_rounds(report)])
         return report.exit_code
     finally:
         if not keep:
@@ -3929,6 +4074,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -3937,15 +4087,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except RouterLatencyError as exc:
-        print(f"router-latency: error: {exc}", file=sys.stderr)
+        stderr_line(f"error: {exc}")
         return EXIT_USAGE
     except BrokenPipeError:
-        # `| head` closed the pipe: exit quietly, and keep Python from complaining at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
+        # every write goes through emit(), which never raises this; a write that does not
+        # has lost the verdict with the output, which is no pass
+        drop_output(sys.stdout)
+        return EXIT_GATE
     except KeyboardInterrupt:
-        print("router-latency: interrupted", file=sys.stderr)
+        stderr_line("interrupted")
         return EXIT_SIGNAL[signal.SIGINT]
 
 

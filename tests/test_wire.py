@@ -2,13 +2,12 @@
 and request bodies larger than a socket buffer sent whole to a loopback simulator."""
 
 import json
-import socket
 import threading
 
 import pytest
 
 import router_latency as rl
-from conftest import write_corpus
+from conftest import final_answer, write_corpus
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
 
@@ -90,10 +89,6 @@ def test_prompts_larger_than_a_socket_buffer_are_sent_whole(simulator, tmp_path,
         assert decisions[0] == f"{expected}|model-{expected}"
 
 
-def final_answer(body=OK):
-    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-
-
 @pytest.mark.parametrize("interim", [
     b"HTTP/1.1 100 Continue\r\n\r\n",
     b"HTTP/1.1 103 Early Hints\r\nLink: </r.css>; rel=preload\r\nX-Vsr-Config-Hash: early\r\n\r\n",
@@ -157,65 +152,6 @@ def test_the_body_limit_holds_for_small_chunks_and_close_delimited_bodies(head):
             reader.feed(piece)
     assert failure.value.kind == "too_large"
     assert len(reader.body) <= rl.MAX_BODY_BYTES
-
-
-class ScriptedServer:
-    """A loopback HTTP/1.1 server: each request's answer is the bytes that answer(prompt,
-    number of the request on its connection) returns, sent as given; None closes the
-    connection without answering. Counts the requests it read."""
-
-    def __init__(self, answer):
-        self.answer = answer
-        self.requests = 0
-        self.lock = threading.Lock()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
-
-    def serve(self, connection):
-        reader = connection.makefile("rb")
-        with connection:
-            for number in range(10_000):
-                line = reader.readline(65537)
-                if not line:
-                    return
-                length = 0
-                while (header := reader.readline(65537)) not in (b"\r\n", b""):
-                    if header.lower().startswith(b"content-length:"):
-                        length = int(header.split(b":")[1])
-                body = json.loads(reader.read(length)) if length else {}
-                with self.lock:
-                    self.requests += 1
-                prompt = body.get("messages", [{}])[0].get("content", "")
-                pieces = self.answer(prompt, number)
-                if pieces is None:
-                    return
-                for piece in pieces:  # separate writes, as net/http flushes a 103 at once
-                    connection.sendall(piece)
-
-    def close(self):
-        self.listener.close()
-
-
-@pytest.fixture
-def scripted():
-    servers = []
-
-    def start(answer):
-        servers.append(ScriptedServer(answer))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def decision_answer(prompt):
