@@ -2513,9 +2513,11 @@ def probe_router(target: Target, payload: bytes,
     except RequestFailed as failure:
         if failure.kind == "tls":
             return None, f"TLS failed: {failure.detail}"
-        return None, failure.detail or {"connect": "connection refused",
-                                        "timeout": "no answer in time"}.get(
-            failure.kind, f"connection {failure.kind}")
+        if failure.status is None or failure.status == 101:
+            return None, failure.detail or {"connect": "connection refused",
+                                            "timeout": "no answer in time"}.get(
+                failure.kind, f"connection {failure.kind}")
+        status = failure.status  # answered, with a body the passes will refuse (too_large)
     finally:
         connection.close()
     try:
@@ -2677,10 +2679,11 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
                 stop: Optional[threading.Event] = None, progress: Optional[Progress] = None,
                 notify: Callable[[str], None] = lambda message: None) -> Optional[RunFile]:
     """Measure a run: the driver's floor, readiness, warm-up, then every pass; return the
-    run file, or None when `stop` was set before anything was measured.
+    run file, or None when `stop` was set before a pass began (during the warm-up, say).
 
-    Setting `stop` (a signal handler does) ends the pass under way within about 2 s; the run
-    is returned with complete=False and the passes measured so far.
+    Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
+    probe, scrape, connect, readiness wait or load pause within STOP_POLL_S; the run is
+    returned with complete=False and the passes measured so far.
     """
     stop = stop or threading.Event()
     progress = progress or Progress(enabled=False)

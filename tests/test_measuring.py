@@ -398,6 +398,17 @@ def test_an_answer_that_is_not_a_preview_is_named(scripted, tmp_path, cli):
         f"Implemented to a preview (--url)\n")
 
 
+def test_a_preview_answered_2xx_with_a_body_over_the_limit_is_ready(scripted, tmp_path, cli):
+    too_large = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1)
+    router = scripted(lambda prompt, _: [too_large])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--quiet")
+    assert result.code == 1
+    assert json.loads(out.read_text())["passes"][0]["summary"]["errors"] == {"too_large": 1}
+
+
 def test_https_to_a_plain_http_port_says_the_server_did_not_speak_tls(simulator, tmp_path, cli):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     # a Go server answers the TLS hello with "400 Bad Request" in plain text; a line-reading
