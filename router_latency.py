@@ -1226,7 +1226,7 @@ class ResponseReader:
     def __init__(self, headers: Sequence[bytes] = ()) -> None:
         self.status: Optional[int] = None
         self.keep_open = True
-        self.body = bytearray()
+        self.body: Any = bytearray()  # or bytes, when the whole answer came in one piece
         self.headers: dict = {}  # str name -> str value
         self.received = 0  # bytes of the answer so far, interim answers included
         self._buffer = bytearray()
@@ -1241,6 +1241,14 @@ class ResponseReader:
             self.keep_open = False  # bytes after the end: the framing is in doubt
             return True
         buffer = self._buffer
+        if self._mode == "head" and not buffer:  # the common case: a whole answer at once
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                self._parse_head(data[:end])
+                if self._mode == "length" and len(data) - end - 4 == self._left:
+                    self.body, self._mode = data[end + 4:], "done"
+                    return True
+                data = data[end + 4:]
         buffer += data
         used = self._advance(buffer)
         if self._mode == "done":
@@ -1330,38 +1338,40 @@ class ResponseReader:
         if status < 200:
             return  # interim: the final answer follows on the same connection
         self.status = status
-        lengths, codings, connection = set(), b"", b""
+        length = codings = None
+        connection = b""
         for line in lines[1:]:
             name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip()
+            name = name.strip().lower()
             if name == b"content-length":
-                lengths.update(v.strip() for v in value.split(b","))
+                if length is not None and value.strip() != length:
+                    raise RequestFailed("reset")  # two lengths: no way to tell the end
+                length = value.strip()
             elif name == b"transfer-encoding":
-                codings += b"," + value.lower()
+                codings = (codings or b"") + b"," + value.lower()
             elif name == b"connection":
-                connection += b"," + value.lower()
+                connection += value.lower()
             elif name in self._wanted:
-                self.headers[name.decode("latin-1")] = value.decode("latin-1")
+                self.headers[name.decode("latin-1")] = value.strip().decode("latin-1")
         self.keep_open = b"close" not in connection and (
             parts[0] == b"HTTP/1.1" or b"keep-alive" in connection)
-        self._framing(status, lengths, codings)
+        self._framing(status, length, codings)
 
-    def _framing(self, status: int, lengths: set, codings: bytes) -> None:
+    def _framing(self, status: int, length: Optional[bytes], codings: Optional[bytes]) -> None:
         """Choose how the body ends (RFC 9112 section 6.3)."""
         if status in (204, 304):
             self._mode = "done"
-        elif codings:
+        elif codings is not None:
             chunked = codings.rsplit(b",", 1)[-1].strip() == b"chunked"
             self._mode = "size" if chunked else "close"
-            if lengths or not chunked:  # both framings, or to the close: not reused
+            if length is not None or not chunked:  # both framings, or to the close
                 self.keep_open = False
-        elif lengths:
-            if len(lengths) > 1 or not next(iter(lengths)).isdigit():
+        elif length is not None:
+            if not length.isdigit():
                 raise RequestFailed("reset")
-            length = int(next(iter(lengths)))
-            if length > MAX_BODY_BYTES:
+            self._left, self._mode = int(length), "length"
+            if self._left > MAX_BODY_BYTES:
                 raise RequestFailed("too_large", status)
-            self._left, self._mode = length, "length"
         else:
             self._mode, self.keep_open = "close", False
 
