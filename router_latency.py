@@ -42,6 +42,7 @@ import argparse
 import base64
 import collections
 import csv
+import errno
 import functools
 import hashlib
 import html
@@ -113,6 +114,11 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "(open loop: from its scheduled time) to the wake-up of the event loop "
                       "that completed the response, on a connection opened before the pass")
 MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_HEAD_BYTES = 65536  # no server sends a response head this long
+DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
+DECISION_CUT = "...[cut]"
+CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
+STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
@@ -1266,6 +1272,7 @@ def write_atomic(path: str, data) -> None:
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), output_mode())  # mkstemp's 0600 hides it from a team
             for chunk in ([data] if isinstance(data, bytes) else data):
                 handle.write(chunk)
             handle.flush()
@@ -1294,20 +1301,73 @@ def write_atomic(path: str, data) -> None:
                 pass
 
 
+def output_mode() -> int:
+    """Return the mode of a new output file: read and write for all, less the umask."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # without /proc, reading the umask means setting it, and back
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
-    """Save measurements that could not be written where asked; return where they went."""
+    """Save measurements that could not be written where asked; return where they went. A
+    copy that cannot be written whole is removed, not left truncated."""
+    path = None
     try:
         fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), output_mode())
             for chunk in chunks:
                 handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
         return f"the measurements were saved to {path}"
     except OSError as exc:
+        if path is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         return f"the measurements could not be saved anywhere ({exc.strerror or exc})"
+
+
+def drop_output(stream: Any) -> None:
+    """Send what is still to be written to a stream nobody reads any more (a pipe `| head`
+    closed, a full disk) to /dev/null, so that neither it nor Python's flush at exit fails."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def write_output(path: str, data) -> None:
+    """Write data (bytes, or an iterable of bytes) to path atomically, or to standard output
+    when path is '-'."""
+    if path != "-":
+        write_atomic(path, data)
+        return
+    try:
+        sys.stdout.flush()
+        for chunk in ([data] if isinstance(data, bytes) else data):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    except OSError as exc:
+        drop_output(sys.stdout)
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}",
+                                 "standard output") from None
 
 
 def check_writable_target(path: str, force: bool) -> None:
     """Raise before any work when the output cannot or must not be written."""
+    if path == "-":
+        return  # standard output
     target = Path(path)
     if target.is_dir():
         raise RouterLatencyError("is a folder, not a file", path)
@@ -1323,7 +1383,7 @@ def check_writable_target(path: str, force: bool) -> None:
 def dump_json(document: Any) -> bytes:
     """Return the bytes a result document is written as."""
     return (json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n") \
-        .encode("utf-8", "surrogatepass")
+        .encode("utf-8", "backslashreplace")  # a lone surrogate: its JSON escape, \udcff
 
 
 # --- corpus ---
@@ -1665,6 +1725,7 @@ class Request(NamedTuple):
     code: Optional[str] = None  # the router's error code of a failed or rejected request
     outcome: Optional[str] = None  # None, or one of REQUEST_OUTCOMES
     rep: int = 0  # which sending of the prompt in its pass (--repeat, --duration), from 0
+    retried: bool = False  # sent again on a new connection: its idle one closed under it
 
     @property
     def routed(self) -> bool:
@@ -1684,6 +1745,8 @@ class Request(NamedTuple):
             record["code"] = self.code
         if self.outcome is not None:
             record["outcome"] = self.outcome
+        if self.retried:  # written only when true: files without it read as before
+            record["retried"] = True
         return record
 
     @classmethod
@@ -1712,8 +1775,11 @@ class Request(NamedTuple):
             raise RouterLatencyError("expected a whole number >= 0", f"{where}.rep")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
+        retried = raw.get("retried", False)
+        if not isinstance(retried, bool):
+            raise RouterLatencyError("expected true or false", f"{where}.retried")
         return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
-                   code, outcome, rep)
+                   code, outcome, rep, retried)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -2343,11 +2409,13 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
         p.to_json(hollow(p.requests), [a.to_json(hollow(a.requests))
                                        for a in p.discarded_attempts])
         for p in run.passes])
+    # a lone surrogate (an escaped one in a router's answer, a path or label of bytes that
+    # are not UTF-8) is no UTF-8: backslashreplace writes it as its JSON escape, \udcff
     text = json.dumps(shell, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
     for i, part in enumerate(re.split(rf'"\\u0000{token} (\d+)\\u0000"', text)):
         if i % 2 == 0:
-            yield part.encode("utf-8", "surrogatepass")
+            yield part.encode("utf-8", "backslashreplace")
             continue
         records = record_lists[int(part)]
         if not records:
@@ -2355,7 +2423,7 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
             continue
         for start in range(0, len(records), 1000):
             lines = ",\n".join(encode(r.to_json()) for r in records[start:start + 1000])
-            yield (("[\n" if start == 0 else ",\n") + lines).encode("utf-8", "surrogatepass")
+            yield (("[\n" if start == 0 else ",\n") + lines).encode("utf-8", "backslashreplace")
         yield b"\n]"
 
 
@@ -2371,11 +2439,17 @@ class Endpoint(NamedTuple):
 
 
 class RequestFailed(Exception):
-    def __init__(self, kind: str, status: Optional[int] = None, detail: str = ""):
+    """A request that got no usable answer: its error kind ('interrupted' when the stop flag
+    ended a wait), the status when one came, and what a person should read about it.
+    `unanswered` is True when the connection ended before any byte of the answer arrived."""
+
+    def __init__(self, kind: str, status: Optional[int] = None, detail: str = "", *,
+                 unanswered: bool = False):
         super().__init__(kind)
         self.kind = kind
         self.status = status
         self.detail = detail
+        self.unanswered = unanswered
 
 
 def bracketed(host: str) -> str:
@@ -2437,115 +2511,174 @@ class ResponseReader:
     """Incremental parser of one HTTP/1.x response: feed it bytes until it says complete.
 
     Shared by the blocking Connection and the event loop of a pass, so that both read every
-    framing the same way: Content-Length, chunked, or to the close of the connection.
+    framing the same way: Content-Length, chunked, or to the close of the connection. Interim
+    answers (100 Continue, 103 Early Hints: RFC 9110 section 15.2) are skipped; the response is
+    the final one after them. The body is counted as it arrives and refused past MAX_BODY_BYTES
+    whatever its framing. `keep_open` is False when the connection must not carry another
+    request: the server said so, the body ran to the close, or bytes came beyond the response's
+    end (one request at a time: no byte can belong to another, so the framing is in doubt).
+    `headers` holds the final response's headers whose lowercase names were asked for.
     """
 
-    __slots__ = ("buffer", "status", "keep_open", "body", "_length", "_chunks", "_mode",
-                 "config_hash")
+    __slots__ = ("status", "keep_open", "body", "headers", "received", "_buffer", "_wanted",
+                 "_left", "_mode")
 
-    def __init__(self) -> None:
-        self.buffer = bytearray()
+    def __init__(self, headers: Sequence[bytes] = ()) -> None:
         self.status: Optional[int] = None
-        self.config_hash: Optional[str] = None  # the x-vsr-config-hash header, as sent
         self.keep_open = True
-        self.body = b""
-        self._length = 0
-        self._chunks: list = []
-        self._mode = "head"  # head, length, chunked, close, done
+        self.body: Any = bytearray()  # or bytes, when the whole answer came in one piece
+        self.headers: dict = {}  # str name -> str value
+        self.received = 0  # bytes of the answer so far, interim answers included
+        self._buffer = bytearray()
+        self._wanted = headers
+        self._left = 0  # Content-Length: body bytes still to come; chunked: of this chunk
+        self._mode = "head"  # head, length, close; chunked: size, data, crlf, trailer; done
 
     def feed(self, data: bytes) -> bool:
         """Take received bytes; return True once the response is complete."""
-        self.buffer += data
-        if self._mode == "head":
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buffer) > 65536:
-                    raise RequestFailed("reset")  # no server sends such a head
-                return False
-            self._parse_head(bytes(self.buffer[:end]))
-            del self.buffer[:end + 4]
-        if self._mode == "length":
-            if len(self.buffer) >= self._length:
-                self.body = bytes(self.buffer[:self._length])
-                self._mode = "done"
-        elif self._mode == "chunked":
-            self._parse_chunks()
-        elif self._mode == "close" and len(self.buffer) > MAX_BODY_BYTES:
-            raise RequestFailed("too_large", self.status)
-        return self._mode == "done"
+        self.received += len(data)
+        if self._mode == "done":
+            self.keep_open = False  # bytes after the end: the framing is in doubt
+            return True
+        buffer = self._buffer
+        if self._mode == "head" and not buffer:  # the common case: a whole answer at once
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                self._parse_head(data[:end])
+                if self._mode == "length" and len(data) - end - 4 == self._left:
+                    self.body, self._mode = data[end + 4:], "done"
+                    return True
+                data = data[end + 4:]
+        buffer += data
+        used = self._advance(buffer)
+        if self._mode == "done":
+            if used < len(buffer):
+                self.keep_open = False
+            buffer.clear()
+            return True
+        del buffer[:used]
+        return False
 
     def eof(self) -> bool:
         """The server closed the connection; return True when that ends the response."""
+        self.keep_open = False
         if self._mode == "close":
-            self.body = bytes(self.buffer)
             self._mode = "done"
-            self.keep_open = False
-            return True
         if self._mode == "done":
             return True
-        raise RequestFailed("reset")  # closed before the response was whole
+        raise RequestFailed("reset", unanswered=not self.received)  # closed before the end
+
+    def _advance(self, buffer: bytearray) -> int:
+        """Parse the buffer from its start as far as it goes; return how many bytes it used."""
+        pos = 0
+        while self._mode != "done":
+            mode = self._mode
+            if mode == "head":
+                end = buffer.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if len(buffer) - pos > MAX_HEAD_BYTES:
+                        raise RequestFailed("reset")
+                    return pos
+                self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
+                pos = end + 4
+            elif mode == "close":
+                self._take(buffer, pos, len(buffer) - pos)
+                return len(buffer)
+            elif mode in ("length", "data"):
+                count = min(self._left, len(buffer) - pos)
+                self._take(buffer, pos, count)
+                pos += count
+                self._left -= count
+                if self._left:
+                    return pos
+                self._mode = "done" if mode == "length" else "crlf"
+            else:
+                end = buffer.find(b"\r\n", pos)
+                if end < 0:
+                    if len(buffer) - pos > MAX_HEAD_BYTES:
+                        raise RequestFailed("reset")
+                    return pos
+                self._chunk_line(bytes(buffer[pos:end]))
+                pos = end + 2
+        return pos
+
+    def _take(self, buffer: bytearray, pos: int, count: int) -> None:
+        if len(self.body) + count > MAX_BODY_BYTES:
+            raise RequestFailed("too_large", self.status)
+        self.body += buffer[pos:pos + count]
+
+    def _chunk_line(self, line: bytes) -> None:
+        """Take a chunk's size line, the empty line after its data, or a trailer line."""
+        if self._mode == "crlf":
+            if line:
+                raise RequestFailed("reset")  # the data was longer than its size said
+            self._mode = "size"
+        elif self._mode == "trailer":
+            if not line:
+                self._mode = "done"
+        else:
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise RequestFailed("reset") from None
+            if size < 0:
+                raise RequestFailed("reset")
+            if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
+                raise RequestFailed("too_large", self.status)
+            self._left, self._mode = size, ("data" if size else "trailer")
 
     def _parse_head(self, head: bytes) -> None:
         lines = head.split(b"\r\n")
         parts = lines[0].split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise RequestFailed("reset")
-        self.status = int(parts[1])
-        length = chunked = None
+        status = int(parts[1])
+        if status == 101:
+            raise RequestFailed("reset", status, "101 Switching Protocols")
+        if status < 200:
+            return  # interim: the final answer follows on the same connection
+        self.status = status
+        length = codings = None
         connection = b""
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    raise RequestFailed("reset") from None
+                if length is not None and value.strip() != length:
+                    raise RequestFailed("reset")  # two lengths: no way to tell the end
+                length = value.strip()
             elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
+                codings = (codings or b"") + b"," + value.lower()
             elif name == b"connection":
-                connection = value.strip().lower()
-            elif name == CONFIG_HASH_HEADER:
-                self.config_hash = value.strip().decode("latin-1")
-        self.keep_open = (parts[0] == b"HTTP/1.1" and b"close" not in connection) or \
-            (parts[0] == b"HTTP/1.0" and b"keep-alive" in connection)
-        if 100 <= self.status < 200 or self.status in (204, 304):
+                connection += value.lower()
+            elif name in self._wanted:
+                self.headers[name.decode("latin-1")] = value.strip().decode("latin-1")
+        self.keep_open = b"close" not in connection and (
+            parts[0] == b"HTTP/1.1" or b"keep-alive" in connection)
+        self._framing(status, length, codings)
+
+    def _framing(self, status: int, length: Optional[bytes], codings: Optional[bytes]) -> None:
+        """Choose how the body ends (RFC 9112 section 6.3)."""
+        if status in (204, 304):
             self._mode = "done"
-        elif chunked:
-            self._mode = "chunked"
+        elif codings is not None:
+            chunked = codings.rsplit(b",", 1)[-1].strip() == b"chunked"
+            self._mode = "size" if chunked else "close"
+            if length is not None or not chunked:  # both framings, or to the close
+                self.keep_open = False
         elif length is not None:
-            if length > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", self.status)
-            self._length, self._mode = length, "length"
+            if not length.isdigit():
+                raise RequestFailed("reset")
+            self._left, self._mode = int(length), "length"
+            if self._left > MAX_BODY_BYTES:
+                raise RequestFailed("too_large", status)
         else:
             self._mode, self.keep_open = "close", False
 
-    def _parse_chunks(self) -> None:
-        while True:
-            end = self.buffer.find(b"\r\n")
-            if end < 0:
-                return
-            if self._length == -1:  # after the last chunk: trailers up to an empty line
-                if end == 0:
-                    self.body = b"".join(self._chunks)
-                    self._mode = "done"
-                    return
-                del self.buffer[:end + 2]
-                continue
-            try:
-                size = int(bytes(self.buffer[:end]).split(b";")[0].strip(), 16)
-            except ValueError:
-                raise RequestFailed("reset") from None
-            if size == 0:
-                self._length = -1
-                del self.buffer[:end + 2]
-                continue
-            if len(self.buffer) < end + 2 + size + 2:
-                return
-            self._chunks.append(bytes(self.buffer[end + 2:end + 2 + size]))
-            if sum(map(len, self._chunks)) > MAX_BODY_BYTES:
-                raise RequestFailed("too_large", self.status)
-            del self.buffer[:end + 2 + size + 2]
+
+NOT_TLS = "the server did not speak TLS (a plain-HTTP port? http:// reaches it)"
+NOT_TLS_REASONS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                   "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
 
 
 def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.SSLContext]:
@@ -2559,26 +2692,92 @@ def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.S
     return context
 
 
-def open_socket(endpoint: Endpoint, timeout: float,
-                ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
-    """Return a connected socket (TLS-wrapped for https); raise RequestFailed."""
+def wait_socket(sock: socket.socket, writable: bool, deadline: float,
+                stop: Optional[threading.Event]) -> None:
+    """Wait until sock can be written (or read); raise RequestFailed 'timeout' at the
+    deadline (time.monotonic) and 'interrupted' once stop is set, looked at every STOP_POLL_S."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT if writable else select.POLLIN)
+    while True:
+        if stop is not None and stop.is_set():
+            raise RequestFailed("interrupted")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RequestFailed("timeout")
+        if poller.poll(math.ceil(min(left, STOP_POLL_S) * 1000)):
+            return
+
+
+def connect_socket(endpoint: Endpoint, deadline: float,
+                   stop: Optional[threading.Event]) -> socket.socket:
+    """Return a non-blocking socket connected to the endpoint; raise RequestFailed."""
     try:
-        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
-    except socket.timeout:
-        raise RequestFailed("timeout") from None
+        addresses = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except OSError:
         raise RequestFailed("connect") from None
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            code = sock.connect_ex(address)
+            if code in (errno.EINPROGRESS, errno.EAGAIN):
+                wait_socket(sock, True, deadline, stop)
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except RequestFailed:
+            sock.close()
+            raise
+        except OSError:
+            code = -1
+        if code == 0:
+            return sock
+        sock.close()
+    raise RequestFailed("connect")
+
+
+def tls_handshake(sock: ssl.SSLSocket, deadline: float,
+                  stop: Optional[threading.Event]) -> None:
+    """Complete the TLS handshake of a non-blocking socket; raise RequestFailed."""
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            writable = False
+        except ssl.SSLWantWriteError:
+            writable = True
+        except ssl.SSLCertVerificationError as exc:
+            raise RequestFailed("tls", detail=f"{exc.verify_message or exc.reason} (--insecure "
+                                              f"skips the certificate check)") from None
+        except ssl.SSLError as exc:
+            raise RequestFailed("tls", detail=NOT_TLS if exc.reason in NOT_TLS_REASONS
+                                else exc.reason or str(exc)) from None
+        except OSError:
+            raise RequestFailed("tls", detail="the server closed the connection during the "
+                                              "TLS handshake: does it speak TLS?") from None
+        try:
+            wait_socket(sock, writable, deadline, stop)
+        except RequestFailed as failure:
+            if failure.kind == "timeout":  # a TLS server answers a hello at once
+                raise RequestFailed("timeout", detail=f"no answer to the TLS handshake in time: "
+                                                      f"{NOT_TLS}") from None
+            raise
+
+
+def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SSLContext],
+                stop: Optional[threading.Event] = None) -> socket.socket:
+    """Return a connected non-blocking socket (TLS-wrapped and past the handshake for https);
+    raise RequestFailed. Its waits look at `stop` every STOP_POLL_S and end when it is set."""
+    deadline = time.monotonic() + timeout
+    sock = connect_socket(endpoint, deadline, stop)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_context is not None:
-            sock = ssl_context.wrap_socket(sock, server_hostname=endpoint.host)
-    except socket.timeout:
+            sock = ssl_context.wrap_socket(sock, server_hostname=endpoint.host,
+                                           do_handshake_on_connect=False)
+            tls_handshake(sock, deadline, stop)
+    except RequestFailed:
         sock.close()
-        raise RequestFailed("timeout") from None
-    except ssl.SSLError as exc:
-        sock.close()
-        raise RequestFailed("tls", detail=getattr(exc, "verify_message", None)
-                            or exc.reason or str(exc)) from None
+        raise
     except OSError:
         sock.close()
         raise RequestFailed("connect") from None
@@ -2586,13 +2785,20 @@ def open_socket(endpoint: Endpoint, timeout: float,
 
 
 class Connection:
-    """One persistent blocking HTTP/1.1 connection, reopened after an error or a close."""
+    """One persistent blocking HTTP/1.1 connection, reopened after an error or a close.
+
+    A request written to the reused connection that ends before any byte of its answer came
+    (the server closed it while idle) is sent once more on a new connection, as Go's Transport
+    and urllib3 do. Every wait looks at `stop` every STOP_POLL_S and ends when it is set.
+    """
 
     def __init__(self, endpoint: Endpoint, timeout: float,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 stop: Optional[threading.Event] = None):
         self.endpoint = endpoint
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.stop = stop
         self.sock: Optional[socket.socket] = None
 
     def close(self) -> None:
@@ -2605,36 +2811,65 @@ class Connection:
 
     def exchange(self, payload: bytes) -> tuple:
         """Return (status, body) of one request; raise RequestFailed with its kind."""
+        if self.sock is not None and self._stale():
+            self.close()
+        reused = self.sock is not None
+        try:
+            reader = self._exchange(payload)
+        except RequestFailed as failure:
+            if not (reused and failure.kind == "reset" and failure.unanswered):
+                raise
+            reader = self._exchange(payload)
+        if not reader.keep_open:
+            self.close()
+        return reader.status, bytes(reader.body)
+
+    def _stale(self) -> bool:
+        """Return True when the idle connection was closed or holds bytes nobody asked for."""
+        try:
+            self.sock.setblocking(False)
+            self.sock.recv(1)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return False  # nothing there (a TLS session ticket is not application data)
+        except OSError:
+            pass
+        return True
+
+    def _exchange(self, payload: bytes) -> ResponseReader:
         if self.sock is None:
-            self.sock = open_socket(self.endpoint, self.timeout, self.ssl_context)
+            self.sock = open_socket(self.endpoint, min(self.timeout, CONNECT_TIMEOUT_S),
+                                    self.ssl_context, self.stop)
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
-            self.sock.settimeout(self.timeout)
-            self.sock.sendall(payload)
+            self.sock.settimeout(STOP_POLL_S)
+            view = memoryview(payload)
+            while view:
+                try:
+                    view = view[self.sock.send(view):]
+                except socket.timeout:
+                    self._waited(deadline)
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise RequestFailed("timeout")
-                self.sock.settimeout(left)
-                data = self.sock.recv(262144)
-                if not data:
-                    reader.eof()
-                    break
-                if reader.feed(data):
-                    break
+                try:
+                    data = self.sock.recv(262144)
+                except socket.timeout:
+                    self._waited(deadline)
+                    continue
+                if reader.feed(data) if data else reader.eof():
+                    return reader
         except RequestFailed:
             self.close()
             raise
-        except (socket.timeout, TimeoutError):
-            self.close()
-            raise RequestFailed("timeout") from None
         except (OSError, ValueError):
             self.close()
-            raise RequestFailed("reset") from None
-        if not reader.keep_open:
-            self.close()
-        return reader.status, reader.body
+            raise RequestFailed("reset", unanswered=not reader.received) from None
+
+    def _waited(self, deadline: float) -> None:
+        """A slice of waiting ended: raise when the request is out of time or stopped."""
+        if self.stop is not None and self.stop.is_set():
+            raise RequestFailed("interrupted")
+        if time.monotonic() >= deadline:
+            raise RequestFailed("timeout")
 
 
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
@@ -2678,7 +2913,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
             if optional:
                 continue
             return None
-        found.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+        found.append(decision_text(value))
     return "|".join(found) if found else None
 
 
@@ -2700,20 +2935,26 @@ def error_code(body: bytes) -> Optional[str]:
     return code if isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code) else None
 
 
+def decision_text(value: Any) -> str:
+    """Return a decision as stored: a string as it is, anything else as compact JSON; either
+    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
+                                                          separators=(",", ":"))
+    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
+
+
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
-    """Return (decision, error kind) for one answered request."""
-    if status >= 500:
-        return None, "http_5xx"
-    if status >= 400:
-        return None, "http_4xx"
+    """Return (decision, error kind, the router's error code) for one answered request."""
     if status >= 300:
-        return None, "http_3xx"
+        kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
+        return None, kind, error_code(body)
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return None, "bad_json"
+        return None, "bad_json", None
     decision = decision_of(document, paths)
-    return (decision, None) if decision is not None else (None, "no_decision")
+    return (decision, None, None) if decision is not None else (None, "no_decision",
+                                                                 error_code(body))
 
 
 # --- environment captures ---
@@ -2972,7 +3213,40 @@ def resolve_gpu(choice: str) -> Optional[str]:
     return None
 
 
-def gpu_reading(key: str, timeout: float) -> dict:
+def run_command(command: Any, timeout: float, stop: Optional[threading.Event]) -> tuple:
+    """Return (exit code or None, stdout bytes, how it ended: "", "timed out" or "interrupted")
+    of a command (a shell line when a str) run in its own session, so that a timeout or the
+    stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell."""
+    if stop is not None and stop.is_set():
+        return None, b"", "interrupted"
+    process = subprocess.Popen(command, shell=isinstance(command, str),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    ended = ""
+    while not ended:
+        try:
+            output, _ = process.communicate(timeout=max(min(deadline - time.monotonic(),
+                                                            STOP_POLL_S), 0.001))
+            return process.returncode, output, ""
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                ended = "interrupted"
+            elif time.monotonic() >= deadline:
+                ended = "timed out"
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        output, _ = process.communicate(timeout=1.0)
+    except subprocess.TimeoutExpired:  # a descendant in another session holds the pipe
+        process.kill()
+        output = b""
+    return None, output or b"", ended
+
+
+def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
     """Return the GPU tool's reading ({"used_mib": ..., "devices": ...}), or {"error": why}.
 
     A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
@@ -2982,16 +3256,16 @@ def gpu_reading(key: str, timeout: float) -> dict:
     if not shutil.which(tool):
         return {"error": f"{tool} not found"}
     try:
-        done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, output, ended = run_command(command, timeout, stop)
+    except OSError as exc:
         return {"error": f"{tool}: {exc.__class__.__name__}"}
+    if ended:
+        return {"error": f"{tool}: {ended}"}
     try:
-        reading = parse(done.stdout.decode("utf-8", "replace"))
+        reading = parse(output.decode("utf-8", "replace"))
     except (ValueError, TypeError, AttributeError) as exc:
-        return {"error": f"{tool} exited {done.returncode}" if done.returncode != 0
-                else f"{tool}: {exc}"}
-    return reading if done.returncode == 0 else {**reading,
-                                                 "note": f"{tool} exited {done.returncode}"}
+        return {"error": f"{tool} exited {code}" if code != 0 else f"{tool}: {exc}"}
+    return reading if code == 0 else {**reading, "note": f"{tool} exited {code}"}
 
 
 def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
@@ -3008,26 +3282,16 @@ def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
     return chosen
 
 
-def run_probe(command: str, timeout: float) -> dict:
+def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
     """Return exit code, the first 4 KB of stdout and the seconds of one probe command."""
     started = time.monotonic()
-    # its own session, so that a timeout ends the whole pipeline, not just the shell
-    process = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        code, timed_out = process.returncode, False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        output, _ = process.communicate()
-        code, timed_out = None, True
-    return {"exit": code, "timed_out": timed_out,
-            "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
-            "seconds": round(time.monotonic() - started, 3)}
+    code, output, ended = run_command(command, timeout, stop)
+    record = {"exit": code, "timed_out": ended == "timed out",
+              "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
+              "seconds": round(time.monotonic() - started, 3)}
+    if ended == "interrupted":
+        record["interrupted"] = True
+    return record
 
 
 def router_cpus(capture: CaptureSettings) -> Optional[str]:
@@ -3289,9 +3553,12 @@ def host_warnings(settings: dict) -> list:
     return warnings
 
 
-def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
+def scrape_metrics(endpoint: Endpoint, timeout: float,
+                   stop: Optional[threading.Event] = None) -> dict:
     """Return {"samples": {...}} of one Prometheus scrape, or {"error": why}."""
-    connection = Connection(endpoint, timeout, tls_context(endpoint))
+    if stop is not None and stop.is_set():
+        return {"error": "interrupted"}
+    connection = Connection(endpoint, timeout, tls_context(endpoint), stop)
     try:
         status, body = connection.exchange(encode_request(endpoint, "GET", b"", ()))
     except RequestFailed as failure:
@@ -3303,14 +3570,15 @@ def scrape_metrics(endpoint: Endpoint, timeout: float) -> dict:
     return {"samples": parse_prometheus(body.decode("utf-8", "replace"))}
 
 
-def capture_snapshot(capture: CaptureSettings) -> dict:
-    """Return the probes, GPU memory, metrics and router CPU set at one moment."""
+def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] = None) -> dict:
+    """Return the probes, GPU memory, metrics and router CPU set at one moment. Once `stop` is
+    set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
-        "probes": {name: run_probe(command, capture.probe_timeout)
+        "probes": {name: run_probe(command, capture.probe_timeout, stop)
                    for name, command in capture.probes},
-        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout),
+        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop),
                            capture.gpu_indexes) if capture.gpu else None,
-        "metrics": scrape_metrics(capture.metrics, capture.probe_timeout)
+        "metrics": scrape_metrics(capture.metrics, capture.probe_timeout, stop)
         if capture.metrics else None,
         "router_cpus": router_cpus(capture),
     }
@@ -3537,8 +3805,11 @@ class Progress:
         def redraw() -> None:
             while True:
                 finished = self.stop.wait(self.interval)
-                self.draw(progress_text(title, done(), total, self.clock() - started,
-                                        duration=duration, finished=finished), finished)
+                try:
+                    self.draw(progress_text(title, done(), total, self.clock() - started,
+                                            duration=duration, finished=finished), finished)
+                except OSError:  # a terminal gone: the pass goes on without a progress line
+                    return
                 if finished:
                     return
 
@@ -3561,25 +3832,30 @@ class Progress:
 class RawResult(NamedTuple):
     """What the pass loop notes of one request; records_of turns it into a Request."""
     index: int  # the payload's index, which is the prompt id
-    scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was sent)
-    started: int  # when it was sent
+    scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was first sent)
+    started: int  # when it was sent (a request sent again: the second send)
     ended: int  # when the event loop woke with its answer complete, or gave up
     status: Optional[int]
-    body: bytes
+    decision: Optional[str]
     error: Optional[str]
+    retried: bool = False  # sent again on a new connection after its idle one closed
+    code: Optional[str] = None  # the router's error code of a failed answer
     config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
 
 
 class _Slot:
     """One connection of a pass and the request it carries."""
 
-    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending")
+    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending",
+                 "fresh", "retried")
 
     def __init__(self) -> None:
         self.sock: Optional[socket.socket] = None
         self.reader: Optional[ResponseReader] = None
         self.index = self.scheduled = self.started = self.deadline = 0
         self.pending: Optional[memoryview] = None
+        self.fresh = False  # the connection was opened for the request it carries
+        self.retried = False
 
 
 class PassLoop:
@@ -3596,7 +3872,17 @@ class PassLoop:
     once; open loop: one per scheduled time), and with `duration`, none started after that
     many seconds; those in flight then are waited for, since leaving out the slowest would
     flatter the tail.
+
+    A response is only matched to the request whose bytes preceded it: one request at a time
+    per connection, and a connection whose framing is in doubt (bytes beyond an answer, or
+    bytes while idle) is closed. An idle connection the server closes is closed here at once;
+    a request written to an idle connection that closes before any byte of its answer is sent
+    once more on a new connection. Each answer is classified as it completes, so that no body
+    outlives its request.
     """
+
+    CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
+    CACHED_ANSWERS = 256  # ...and this many of them remembered
 
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
                  concurrency: int, schedule: Optional[Sequence[int]] = None, *,
@@ -3613,7 +3899,7 @@ class PassLoop:
         self.context = tls_context(target.endpoint, insecure=target.insecure)
         self.selector = selectors.DefaultSelector()
         self.results: list = []  # RawResult
-        self.bodies: dict = {}  # identical bodies kept once
+        self.classified: dict = {}  # (status, small body) -> (decision, error kind)
         self.next_index = 0
         self.timeout_ns = int(target.timeout * 1e9)
         self.busy: set = set()
@@ -3622,8 +3908,8 @@ class PassLoop:
     # connections
 
     def _open(self, slot: _Slot) -> None:
-        slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context)
-        slot.sock.setblocking(False)
+        slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context,
+                                self.stop)
         self.selector.register(slot.sock, selectors.EVENT_READ, slot)
 
     def _close(self, slot: _Slot) -> None:
@@ -3638,11 +3924,24 @@ class PassLoop:
                 pass
             slot.sock = None
 
+    def _idle_event(self, slot: _Slot) -> None:
+        """An idle connection became readable: the server closed it (an idle timeout) or sent
+        bytes no request asked for. Either way it is closed, not left to wake the loop."""
+        try:
+            slot.sock.recv(65536)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return  # a TLS session ticket: nothing for the application
+        except OSError:
+            pass
+        self._close(slot)
+
     # requests
 
     def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None) -> None:
-        self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now, status, b"",
-                                          kind))
+        if kind != "interrupted":  # a connect the stop flag cut short was never sent
+            self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now, status,
+                                          None, kind, slot.retried))
+        slot.reader = None
         self._close(slot)
         self._release(slot)
 
@@ -3652,25 +3951,30 @@ class PassLoop:
 
     def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
         """Send request `index` on an idle slot; a failure is recorded and frees it again."""
-        perf = time.perf_counter_ns
-        slot.index, slot.scheduled = index, scheduled
+        slot.index, slot.scheduled, slot.retried = index, scheduled, False
         self.busy.add(slot)
-        slot.started = perf()
-        if slot.sock is None:
+        slot.started = time.perf_counter_ns()
+        self._transmit(slot)
+
+    def _transmit(self, slot: _Slot) -> None:
+        """Write the slot's request, first opening a connection when it has none."""
+        perf = time.perf_counter_ns
+        slot.fresh = slot.sock is None
+        if slot.fresh:
             try:
                 self._open(slot)  # a reconnect is part of this request's latency
             except RequestFailed as failure:
                 self._fail(slot, failure.kind, perf())
                 return
         slot.deadline = slot.started + self.timeout_ns
-        slot.reader = ResponseReader()
-        payload = self.payloads[index % len(self.payloads)]
+        slot.reader = ResponseReader((CONFIG_HASH_HEADER,))
+        payload = self.payloads[slot.index % len(self.payloads)]
         try:
             sent = slot.sock.send(payload)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             sent = 0
         except OSError:
-            self._fail(slot, "reset", perf())
+            self._broken(slot, perf())
             return
         if sent < len(payload):
             slot.pending = memoryview(payload)[sent:]
@@ -3678,13 +3982,26 @@ class PassLoop:
         else:
             slot.pending = None
 
+    def _broken(self, slot: _Slot, now: int) -> None:
+        """The connection closed or was reset under a request. On a connection that sat idle
+        (the server may close it as the request leaves: Go's IdleTimeout, Envoy's idle timeout)
+        and with no byte of the answer come, the request is sent once more on a new connection,
+        its latency counting from that send; otherwise it is recorded as reset."""
+        if slot.fresh or slot.retried or slot.reader.received:
+            self._fail(slot, "reset", now)
+            return
+        self._close(slot)
+        slot.retried = True
+        slot.started = time.perf_counter_ns()
+        self._transmit(slot)
+
     def _write_more(self, slot: _Slot, now: int) -> None:
         try:
             sent = slot.sock.send(slot.pending)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return
         except OSError:
-            self._fail(slot, "reset", now)
+            self._broken(slot, now)
             return
         slot.pending = slot.pending[sent:] if sent < len(slot.pending) else None
         if slot.pending is None:
@@ -3698,23 +4015,43 @@ class PassLoop:
                     data = sock.recv(262144)
                 except (BlockingIOError, ssl.SSLWantReadError):
                     return
-                complete = reader.feed(data) if data else reader.eof()
-                if complete or not data:
-                    break
+                if not data and not reader.received:
+                    break  # closed before any answer: maybe sent again, below
+                if reader.feed(data) if data else reader.eof():
+                    self._complete(slot, now)
+                    return
                 if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
                     return
         except RequestFailed as failure:
             self._fail(slot, failure.kind, now, failure.status)
             return
         except OSError:
-            self._fail(slot, "reset", now)
-            return
-        body = self.bodies.setdefault(reader.body, reader.body)
+            pass
+        self._broken(slot, now)
+
+    def _complete(self, slot: _Slot, now: int) -> None:
+        reader = slot.reader
+        decision, error, code = self._classify(reader.status, reader.body)
         self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now,
-                                      reader.status, body, None, reader.config_hash))
+                                      reader.status, decision, error, slot.retried, code,
+                                      reader.headers.get(CONFIG_HASH_HEADER.decode())))
+        slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
         self._release(slot)
+
+    def _classify(self, status: int, body: bytearray) -> tuple:
+        """Return (decision, error kind, the router's error code) of an answer; a small answer
+        seen before is looked up rather than parsed again."""
+        if len(body) > self.CACHED_BODY_BYTES:
+            return classify(status, body, self.target.decision_paths)
+        key = (status, bytes(body))
+        known = self.classified.get(key)
+        if known is None:
+            if len(self.classified) >= self.CACHED_ANSWERS:
+                self.classified.clear()
+            known = self.classified[key] = classify(status, body, self.target.decision_paths)
+        return known
 
     # the loop
 
@@ -3751,25 +4088,32 @@ class PassLoop:
                     wait = min(wait, self._wait_for_schedule(now, origin))
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
-            events = self._poll(min(wait, 0.1))
-            now = perf()
-            for slot, mask in events:
-                if slot not in self.busy:
-                    continue
-                if mask & selectors.EVENT_WRITE and slot.pending is not None:
-                    self._write_more(slot, now)
-                if mask & selectors.EVENT_READ and slot in self.busy:
-                    self._read(slot, now)
-            for slot in [s for s in self.busy if s.deadline <= now]:
-                if grace_end is not None and now >= grace_end:
-                    self._close(slot)  # cut off by the interrupt: not measured, not recorded
-                    self._release(slot)
-                else:
-                    self._fail(slot, "timeout", now)
+            self._handle(self._poll(min(wait, 0.1)), perf())
+            self._expire(perf(), grace_end)
         for slot in slots:
             self._close(slot)
         self.selector.close()
         return self.results
+
+    def _handle(self, events: list, now: int) -> None:
+        for slot, mask in events:
+            if slot not in self.busy:
+                if slot.sock is not None:
+                    self._idle_event(slot)
+                continue
+            if mask & selectors.EVENT_WRITE and slot.pending is not None:
+                self._write_more(slot, now)
+            if mask & selectors.EVENT_READ and slot in self.busy:
+                self._read(slot, now)
+
+    def _expire(self, now: int, grace_end: Optional[int]) -> None:
+        for slot in [s for s in self.busy if s.deadline <= now]:
+            if grace_end is not None and now >= grace_end:
+                slot.reader = None
+                self._close(slot)  # cut off by the interrupt: not measured, not recorded
+                self._release(slot)
+            else:
+                self._fail(slot, "timeout", now)
 
     def _poll(self, wait: float) -> list:
         """Return (slot, mask) of the ready connections, waiting at most `wait` seconds.
@@ -3824,36 +4168,25 @@ class PassLoop:
             now = time.perf_counter_ns()
 
 
-def records_of(results: Sequence[RawResult], paths: Sequence[str], *,
-               open_loop: bool = False, count: Optional[int] = None) -> tuple:
+def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
+               count: Optional[int] = None) -> tuple:
     """Return (Requests in send order, wall seconds) of a pass's raw results; request i is
-    prompt i % count, repetition i // count (without count, prompt i).
-
-    Decisions are read here, after the pass, once per distinct body.
-    """
+    prompt i % count, repetition i // count (without count, prompt i)."""
     if not results:
         return [], 0.0
     ordered = sorted(results, key=lambda r: r.scheduled)
     first = min(r.started for r in ordered)
     last = max(r.ended for r in ordered)
-    classified: dict = {}
     requests = []
     for raw in ordered:
-        decision, error, code = None, raw.error, None
-        if error is None:
-            key = (raw.status, raw.body)
-            if key not in classified:
-                decision, error = classify(raw.status, raw.body, paths)
-                classified[key] = decision, error, error_code(raw.body) if error else None
-            decision, error, code = classified[key]
         origin = raw.scheduled if open_loop else raw.started
         rep, prompt_id = divmod(raw.index, count) if count else (0, raw.index)
         requests.append(Request(
             prompt_id, round((raw.started - first) / 1e6, 4),
-            round((raw.ended - origin) / 1e6, 4), raw.status, decision, error,
+            round((raw.ended - origin) / 1e6, 4), raw.status, raw.decision, raw.error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
-            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, code,
-            None, rep))
+            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, raw.code,
+            None, rep, raw.retried))
     return requests, (last - first) / 1e9
 
 
@@ -3915,8 +4248,8 @@ def measure_pass(target: Target, payloads: Sequence[bytes], plan: PassPlan,
         results = loop.run()
     finally:
         progress.end()
-    return (*records_of(results, target.decision_paths, open_loop=schedule is not None,
-                        count=len(payloads)), config_hashes_of(results))
+    return (*records_of(results, open_loop=schedule is not None, count=len(payloads)),
+            config_hashes_of(results))
 
 
 class LoopbackResponder:
@@ -3992,8 +4325,7 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
         floor_target = Target(parse_endpoint(f"http://127.0.0.1:{responder.port}"),
                               model=target.model, timeout=5.0)
         payloads = encode_prompts(floor_target, ["floor"]) * requests
-        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run(),
-                                floor_target.decision_paths)
+        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run())
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
@@ -4010,40 +4342,68 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
 def warm_up(target: Target, payloads: Sequence[bytes], count: int,
             stop: threading.Event, expects: Sequence[tuple] = ()) -> dict:
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
-    return their counts only."""
+    return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    requests, _ = records_of(PassLoop(target, cycled, stop, 1).run(), target.decision_paths)
-    return count_outcomes(met_expectations(
+    requests, _ = records_of(PassLoop(target, cycled, stop, 1).run())
+    counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
+    if counts["requests"] and not counts["ok"] and not counts.get("rejected"):
+        counts["all_failed"] = True
+    return counts
 
 
-def probe_router(target: Target, payload: bytes) -> tuple:
-    """Return (ok, what happened) of one readiness check: GET /health, else one preview."""
+def probe_router(target: Target, payload: bytes,
+                 stop: Optional[threading.Event] = None) -> tuple:
+    """Return (HTTP status or None, what happened) of one readiness check: one preview request.
+
+    The preview itself, not /health: a router's /health can answer 200 while its models load
+    and its previews answer 503."""
     endpoint = target.endpoint
-    health = endpoint._replace(path="/health")
-    connection = Connection(health, min(target.timeout, 5.0),
-                            tls_context(endpoint, insecure=target.insecure))
+    connection = Connection(endpoint, target.timeout,
+                            tls_context(endpoint, insecure=target.insecure), stop)
     try:
-        status, _ = connection.exchange(encode_request(health, "GET", b"", target.headers))
-        if 200 <= status < 300:
-            return True, f"GET /health answered {status}"
-        status, _ = connection.exchange(payload)  # same host and port, the preview's path
-        return 200 <= status < 300, f"{endpoint.path} answered HTTP {status}"
+        status, _ = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return False, (f"TLS failed: {failure.detail} (--insecure skips the certificate "
-                           f"check)")
-        return False, {"connect": "connection refused", "timeout": "no answer in time"}.get(
-            failure.kind, f"connection {failure.kind}")
+            return None, f"TLS failed: {failure.detail}"
+        if failure.status is None or failure.status == 101:
+            return None, failure.detail or {"connect": "connection refused",
+                                            "timeout": "no answer in time"}.get(
+                failure.kind, f"connection {failure.kind}")
+        status = failure.status  # answered, with a body the passes will refuse (too_large)
     finally:
         connection.close()
+    try:
+        phrase = " " + http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return status, f"answered HTTP {status}{phrase} to a preview"
+
+
+def not_ready_message(target: Target, status: Optional[int], what: str,
+                      wait_ready: Optional[float]) -> str:
+    """Return the error of a router that did not answer a preview with 2xx."""
+    if wait_ready is not None:
+        return f"router not ready after {wait_ready:g} s: {'it ' if status else ''}{what}"
+    wait_hint = "; --wait-ready SECONDS waits for a starting router"
+    if status is None:
+        hint = "" if "TLS" in what else wait_hint
+        return f"router not reachable at {target.endpoint.shown}: {what}{hint}"
+    if status in (502, 503, 504):  # starting: models loading, or a proxy before its upstream
+        return f"router at {target.endpoint.shown} is not ready: it {what}{wait_hint}"
+    if status == 404:
+        return (f"router at {target.endpoint.shown} {what}: is the path right? (a URL "
+                f"without a path gets {PREVIEW_PATH})")
+    return f"router at {target.endpoint.shown} {what}"
 
 
 def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float],
                      stop: threading.Event,
                      clock: Callable[[], float] = time.monotonic) -> Optional[float]:
-    """Return the seconds until the router answered (None without wait_ready), or raise when
-    it never did."""
+    """Return the seconds until a preview was answered 2xx or 429 (None without wait_ready),
+    or raise when none was; any other answer (503 while models load) is not ready yet. A 429
+    is a router that routes but has no free slot this moment: ready, and the passes will
+    record what it sheds."""
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:
@@ -4052,19 +4412,16 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit = wait_ready or 0.0
     while True:
-        ready, what = probe_router(target, payload)
-        if ready:
+        status, what = probe_router(target, payload, stop)
+        if status is not None and (200 <= status < 300 or status == 429):
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
         if waited >= limit:
-            if wait_ready is None:
-                hint = "" if "TLS" in what else "; --wait-ready SECONDS waits for a starting router"
-                raise RouterLatencyError(
-                    f"router not reachable at {target.endpoint.shown}: {what}{hint}", "--url")
-            raise RouterLatencyError(f"router not ready after {limit:g} s: {what}", "--url")
-        time.sleep(min(0.25, max(limit - waited, 0.01)))
+            raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
+                                     "--url")
+        stop.wait(min(0.25, max(limit - waited, 0.01)))
 
 
 def encode_prompts(target: Target, texts: Sequence[str]) -> list:
@@ -4081,7 +4438,7 @@ def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
     """Measure one attempt at a pass with what surrounds it; expects[id] is what the prompt
     expects (see met_expectations)."""
     schedule = pass_schedule(plan, len(payloads))
-    before = capture_snapshot(capture)
+    before = capture_snapshot(capture, stop)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(loadavg_file).start()
     cpu_before = driver_cpu_seconds()
@@ -4092,7 +4449,7 @@ def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
     router_after = read_cpu_use(capture, cpus)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
-    after = capture_snapshot(capture)
+    after = capture_snapshot(capture, stop)
     requests = met_expectations(requests, expects)
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
@@ -4155,9 +4512,7 @@ def suspect_warnings(attempt: Attempt, title: str, thresholds: Thresholds) -> li
 
 def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: CaptureSettings,
                payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
-               notify: Callable[[str], None],
-               sleep: Callable[[float], None] = time.sleep,
-               expects: Sequence[tuple] = (),
+               notify: Callable[[str], None], expects: Sequence[tuple] = (),
                thresholds: Thresholds = Thresholds()) -> list:
     """Measure every pass with the load guard; return their PassRecords."""
     passes = []
@@ -4167,35 +4522,48 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
         warning = overload_warning(item, plan.router_max_concurrency)
         if warning:
             notify(warning)
-        attempts = []
-        for number in range(guard.retries + 1):
-            title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}" + (
-                f", attempt {number + 1}" if number else "")
-            attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                      progress, title, expects)
-            attempt = attempt._replace(
-                windows=phase_windows(attempt.requests, thresholds.window_requests))
-            for warning in attempt_warnings(attempt, item) + suspect_warnings(
-                    attempt, pass_title(item.name), thresholds):
-                notify(warning)
-            loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
-            if loads and max(loads) > guard.max_load and not stop.is_set():
-                attempts.append(attempt)
-                notify(f"{pass_title(item.name)}: load {max(loads):.1f} above "
-                       f"{guard.max_load:g}, timings discarded (attempt {number + 1} of "
-                       f"{guard.retries + 1})")
-                if number < guard.retries:
-                    sleep(guard.pause)
-                continue
-            passes.append(PassRecord(item.name, item.connections, False, stop.is_set(),
-                                     attempt, tuple(attempts)))
-            break
-        else:  # never under the limit: the last attempt's surroundings, no statistics
-            passes.append(PassRecord(item.name, item.connections, True, False,
-                                     attempts[-1]._replace(summary=None, requests=(),
-                                                           windows=()),
-                                     tuple(attempts)))
+        title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}"
+        passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
+                                   notify, title, expects, thresholds))
     return passes
+
+
+def guarded_pass(target: Target, item: PassPlan, guard: LoadGuard, capture: CaptureSettings,
+                 payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
+                 notify: Callable[[str], None], title: str, expects: Sequence[tuple],
+                 thresholds: Thresholds) -> PassRecord:
+    """Measure one pass, again after a pause while the load is above the limit; return its
+    PassRecord. It is interrupted when the stop flag left some of its requests unmeasured, or
+    cut the pause before another attempt: a pass whose requests all came back before a
+    signal is not."""
+    attempts: list = []
+    cut = False
+    for number in range(guard.retries + 1):
+        attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
+                                  progress, title + (f", attempt {number + 1}" if number else ""),
+                                  expects)
+        attempt = attempt._replace(
+            windows=phase_windows(attempt.requests, thresholds.window_requests))
+        for warning in attempt_warnings(attempt, item) + suspect_warnings(
+                attempt, pass_title(item.name), thresholds):
+            notify(warning)
+        # a timed pass ends on its clock, so only the stop flag says it was cut short
+        interrupted = stop.is_set() if item.duration else \
+            len(attempt.requests) < len(payloads) * item.repeat
+        loads = [x for x in (attempt.load["start"], attempt.load["end"]) if x is not None]
+        if interrupted or not loads or max(loads) <= guard.max_load:
+            return PassRecord(item.name, item.connections, False, interrupted, attempt,
+                              tuple(attempts))
+        attempts.append(attempt)
+        notify(f"{pass_title(item.name)}: load {max(loads):.1f} above {guard.max_load:g}, "
+               f"timings discarded (attempt {number + 1} of {guard.retries + 1})")
+        if number < guard.retries and stop.wait(guard.pause):
+            cut = True
+            break
+    # never under the limit: the last attempt's surroundings, no statistics
+    return PassRecord(item.name, item.connections, True, cut,
+                      attempts[-1]._replace(summary=None, requests=(), windows=()),
+                      tuple(attempts))
 
 
 def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
@@ -4224,10 +4592,11 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
                 notify: Callable[[str], None] = lambda message: None,
                 thresholds: Thresholds = Thresholds()) -> Optional[RunFile]:
     """Measure a run: the driver's floor, readiness, warm-up, then every pass; return the
-    run file, or None when `stop` was set before anything was measured.
+    run file, or None when `stop` was set before a pass began (during the warm-up, say).
 
-    Setting `stop` (a signal handler does) ends the pass under way within about 2 s; the run
-    is returned with complete=False and the passes measured so far.
+    Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
+    probe, scrape, connect, readiness wait or load pause within STOP_POLL_S; the run is
+    returned with complete=False and the passes measured so far.
     """
     check_plan(plan, len(corpus.prompts))
     stop = stop or threading.Event()
@@ -4245,6 +4614,12 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     payloads = encode_prompts(target, [p.text for p in corpus.prompts])
     expects = [p.expect for p in corpus.prompts]
     warmup = warm_up(target, payloads, plan.warmup, stop, expects)
+    if stop.is_set():
+        return None
+    if warmup.get("all_failed"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
+        notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
+               f"router that is not ready")
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
@@ -6788,8 +7163,20 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
 
 # --- command line ---
 
+def emit(lines: Iterable[str], stream: Any = None) -> None:
+    """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
+    closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
+    stream = stream or sys.stdout
+    try:
+        for line in lines:
+            stream.write(line + "\n")
+        stream.flush()
+    except OSError:
+        drop_output(stream)
+
+
 def stderr_line(message: str) -> None:
-    print(f"router-latency: {message}", file=sys.stderr)
+    emit([f"router-latency: {message}"], sys.stderr)
 
 
 def real_number(*, positive: bool) -> Callable[[str], float]:
@@ -6990,6 +7377,10 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:  # --help | head: argparse's own writes, and the flush at exit, stay quiet
+            emit([message.rstrip("\n")], file or sys.stderr)
 
 
 def add_corpus_parser(commands: Any) -> None:
@@ -7300,9 +7691,9 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     if not corpus["files"]:
         raise RouterLatencyError(f"no file matches {args.glob}", args.repo)
     data = corpus_bytes(corpus)
-    write_atomic(args.out, data)
-    for line in corpus_lines(corpus, data, args.repo, args.out):
-        print(line)
+    write_output(args.out, data)
+    emit(corpus_lines(corpus, data, args.repo, args.out),
+         sys.stderr if args.out == "-" else sys.stdout)
     return EXIT_OK
 
 
@@ -7372,15 +7763,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_plan(plan, len(corpus.prompts))
     if args.check:
         if not args.quiet:
-            print(f"run {args.label}: checked: corpus {corpus.sha256[:12]} ({len(corpus.prompts)} "
-                  f"prompts), {target.endpoint.shown}, {args.out} writable; nothing sent")
+            emit([f"run {args.label}: checked: corpus {corpus.sha256[:12]} "
+                  f"({len(corpus.prompts)} prompts), {target.endpoint.shown}, {args.out} "
+                  f"writable; nothing sent"])
         return EXIT_OK
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     if progress.enabled:  # a terminal: say what is measured before the passes start
-        print(format_run_header(args.label, len(corpus.prompts), corpus.sha256,
+        emit([format_run_header(args.label, len(corpus.prompts), corpus.sha256,
                                 target.endpoint.shown, settings_record(target, plan, guard,
-                                                                       thresholds)),
-              flush=True)
+                                                                       thresholds))],
+             sys.stderr if args.out == "-" else sys.stdout)
     stop = threading.Event()
     caught: list = []
 
@@ -7392,25 +7784,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         for signum in EXIT_SIGNAL:
             previous[signum] = signal.signal(signum, on_signal)
-    try:
+    try:  # the handlers stay while the file is written: a signal then must not cut it off
         run = measure_run(target, plan, corpus, label=args.label, guard=guard,
                           capture=capture, stop=stop, progress=progress,
                           notify=(lambda m: None) if args.quiet else stderr_line,
                           thresholds=thresholds)
+        if run is None:
+            stderr_line("interrupted before anything was measured; nothing written")
+            return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
+        return report_run(args, run, caught, header_shown=progress.enabled)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if run is None:
-        stderr_line("interrupted before anything was measured; nothing written")
-        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    return report_run(args, run, caught, header_shown=progress.enabled)
 
 
 def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
                header_shown: bool = False) -> int:
-    """Write the run file, print its table and return the run's exit code."""
+    """Write the run file, print its table and return the run's exit code: a signal's when the
+    run was interrupted (one after the measurement changes neither file nor code), else 1 when
+    more requests failed than --max-errors allows."""
     try:
-        write_atomic(args.out, dump_run(run))
+        write_output(args.out, dump_run(run))
         write_failure = None
     except RouterLatencyError as exc:
         write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
@@ -7420,17 +7814,16 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         except RouterLatencyError as exc:
             write_failure = f"{exc}; the run file {args.out} was written"
     if not args.quiet:
-        if not header_shown:
-            print(format_run_header(run.label, run.corpus_count, run.corpus_sha256, run.url,
-                                    run.settings))
-        for line in format_run_summary(run.passes, run.thresholds) + format_host(
-                run.host_settings):
-            print(line)
+        lines = [] if header_shown else [format_run_header(
+            run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
+        lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
         if run.config_hashes:
-            print(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
-        if write_failure is None:
-            print(f"wrote {args.out}" + ("" if run.complete else " (incomplete: interrupted)")
-                  + (f" and {args.csv}" if args.csv else ""))
+            lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
+        if write_failure is None and args.out != "-":
+            lines.append(f"wrote {args.out}" + ("" if run.complete
+                                                else " (incomplete: interrupted)")
+                         + (f" and {args.csv}" if args.csv else ""))
+        emit(lines, sys.stderr if args.out == "-" else sys.stdout)
     statuses = [r.status for p in run.passes for r in p.requests]
     not_found = statuses.count(404)
     if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
@@ -7439,10 +7832,10 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     for line in overload_note(run):
         stderr_line(line)
     if write_failure is not None:
-        print(f"router-latency: error: {write_failure}", file=sys.stderr)
+        stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
-    if caught:
-        return EXIT_SIGNAL[caught[0]]
+    if not run.complete:
+        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
     failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
     if failed > args.max_errors:
         if not args.quiet:
@@ -7465,11 +7858,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     report = compare_runs(a, b, prompts_text=texts,
                           fail_on_decision_change=args.fail_on_decision_change)
     if args.format == "json":
-        print(json.dumps(compare_json(report), indent=1, allow_nan=False))
+        emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
     else:
-        for line in (format_compare_markdown(report) if args.format == "markdown"
-                     else format_compare(report)):
-            print(line)
+        emit(format_compare_markdown(report) if args.format == "markdown"
+             else format_compare(report))
     return report.exit_code
 
 
@@ -7511,15 +7903,12 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     if not args.plan:
         append_step_summary(format_rounds(report, markdown=True, per_round=args.per_round))
     if args.plan:
-        for line in format_plan(report):
-            print(line)
+        emit(format_plan(report))
         return EXIT_OK
     if args.format == "json":
-        print(json.dumps(rounds_json(report), indent=1, allow_nan=False))
+        emit([json.dumps(rounds_json(report), indent=1, allow_nan=False)])
     else:
-        for line in format_rounds(report, markdown=args.format == "markdown",
-                                  per_round=args.per_round):
-            print(line)
+        emit(format_rounds(report, markdown=args.format == "markdown", per_round=args.per_round))
     return report.exit_code
 
 
@@ -7540,8 +7929,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     write_atomic(args.json, dump_json(record_json(sections)))
     write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
     for section in sections:
-        print(f"{section.name}: {verdict_line(section.report)}")
-    print(f"wrote {args.json} and {args.markdown}")
+        emit([f"{section.name}: {verdict_line(section.report)}"])
+    emit([f"wrote {args.json} and {args.markdown}"])
     return max(section.report.exit_code for section in sections)
 
 
@@ -7569,16 +7958,23 @@ def append_step_summary(lines: Sequence[str]) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
-                             jitter_ms=args.jitter_ms, serial=args.serial,
-                             decisions=args.decisions, seed=args.seed,
-                             max_concurrency=args.max_concurrency, stall=args.stall)
+    try:
+        router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
+                                 jitter_ms=args.jitter_ms, serial=args.serial,
+                                 decisions=args.decisions, seed=args.seed,
+                                 max_concurrency=args.max_concurrency, stall=args.stall)
+    except OSError as exc:  # a port in use, an address not on this host, a name unknown
+        option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+        # create_server adds "(while attempting to bind on address ...)": said already
+        reason = (exc.strerror or str(exc)).split(" (while attempting")[0]
+        raise RouterLatencyError(f"cannot listen on {bracketed(args.host)}:{args.port}: "
+                                 f"{reason}", option) from None
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
-    print(f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
+    emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
           f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
-          f"stops", flush=True)
+          f"stops"])
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:
@@ -7604,27 +8000,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         profiles = ", ".join(f"{side} {p['delay_ms']:g} ms + up to {p['jitter_ms']:g} ms jitter"
                              for side, p in DEMO_SIDES.items())
-        print(f"demo: two simulated routers, serial like one GPU process each: {profiles}; "
-              f"{args.rounds} rounds {where}")
-        print("(the simulated routers run inside the driver's process here, so 'router cpus' "
-              "and 'driver cpu' are that process's)")
-        report = run_demo(work, args.rounds, print)
-        print()
-        for line in format_rounds(report):
-            print(line)
+        emit([f"demo: two simulated routers, serial like one GPU process each: {profiles}; "
+              f"{args.rounds} rounds {where}",
+              "(the simulated routers run inside the driver's process here, so 'router cpus' "
+              "and 'driver cpu' are that process's)"])
+        report = run_demo(work, args.rounds, lambda line: emit([line]))
+        emit(["", *format_rounds(report)])
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    print()
-    print(f"the corpus and run files are kept in {work}" if keep else
-          f"the corpus and run files were deleted with {work}; --keep DIR keeps them")
-    for line in DEMO_NEXT_STEPS:
-        print(line)
+    emit(["", f"the corpus and run files are kept in {work}" if keep else
+          f"the corpus and run files were deleted with {work}; --keep DIR keeps them",
+          *DEMO_NEXT_STEPS])
     return report.exit_code
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -7633,15 +8030,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except RouterLatencyError as exc:
-        print(f"router-latency: error: {exc}", file=sys.stderr)
+        stderr_line(f"error: {exc}")
         return EXIT_USAGE
     except BrokenPipeError:
-        # `| head` closed the pipe: exit quietly, and keep Python from complaining at exit
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
+        # every write goes through emit(), which never raises this; a write that does not
+        # has lost the verdict with the output, which is no pass
+        drop_output(sys.stdout)
+        return EXIT_GATE
     except KeyboardInterrupt:
-        print("router-latency: interrupted", file=sys.stderr)
+        stderr_line("interrupted")
         return EXIT_SIGNAL[signal.SIGINT]
 
 

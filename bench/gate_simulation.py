@@ -186,7 +186,8 @@ def main() -> None:
                                  args.cli)]
                     cells.append(f"{100 * r['fail']:5.1f} [{100 * r['strict_fail']:4.1f}/"
                                  f"{100 * r['strict_inconclusive']:4.1f}]")
-                print(f"{100 * sigma:>4.0f}% {rounds:>3} {'shared' if shared else 'independent':<11}"
+                print(f"{100 * sigma:>4.0f}% {rounds:>3} "
+                      f"{'shared' if shared else 'independent':<11}"
                       + "".join(f"{c:>19}" for c in cells))
     if not args.skip_adaptive:
         adaptive_jobs = [(sigma, shared, change, args.trials, args.seed)

@@ -1,10 +1,13 @@
 """Shared fixtures and helpers: simulated routers on port 0, the CLI called in-process, corpus
 and run files written by the tool's own writers, and what several test files use: the bad-file
-table, two compared runs, a folder of three rounds."""
+table, two compared runs, a folder of three rounds, a scripted loopback server whose answers a
+test writes byte by byte."""
 
+import json
 import math
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -214,3 +217,67 @@ def hold_a_slot(router):
         time.sleep(0.01)
     assert router.in_flight == 1
     return sock
+
+
+def final_answer(body=b'{"decision_result": {"decision_name": "ok"}}', status=b"200 OK"):
+    """Return a whole HTTP/1.1 answer with a Content-Length."""
+    return b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+
+
+class ScriptedServer:
+    """A loopback HTTP/1.1 server: each request's answer is the bytes that answer(prompt,
+    number of the request on its connection) returns, sent as given; None closes the
+    connection without answering. Counts the requests it read."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.requests = 0
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
+
+    def serve(self, connection):
+        reader = connection.makefile("rb")
+        with connection:
+            for number in range(10_000):
+                line = reader.readline(65537)
+                if not line:
+                    return
+                length = 0
+                while (header := reader.readline(65537)) not in (b"\r\n", b""):
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                body = json.loads(reader.read(length)) if length else {}
+                with self.lock:
+                    self.requests += 1
+                prompt = body.get("messages", [{}])[0].get("content", "")
+                pieces = self.answer(prompt, number)
+                if pieces is None:
+                    return
+                for piece in pieces:  # separate writes, as net/http flushes a 103 at once
+                    connection.sendall(piece)
+
+    def close(self):
+        self.listener.close()
+
+
+@pytest.fixture
+def scripted():
+    servers = []
+
+    def start(answer):
+        servers.append(ScriptedServer(answer))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -1,7 +1,9 @@
 """command line: bad input exits 2 with one line naming the file or field, no traceback and
-nothing written; --version; the demo and the rounds/run_rounds.sh driver, run as a user runs
-them."""
+nothing written; --version; exit codes kept when stdout is closed or full; bytes that are not
+UTF-8 in paths and labels; output files and the umask, --out -; the demo and the
+rounds/run_rounds.sh driver, run as a user runs them."""
 
+import errno
 import http.client
 import json
 import os
@@ -10,6 +12,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -17,8 +20,8 @@ import time
 import pytest
 
 import router_latency as rl
-from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, hold_a_slot,
-                      make_run, three_rounds, write_corpus)
+from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, final_answer,
+                      hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
 
@@ -303,6 +306,17 @@ def test_demo_keeps_nothing_over_earlier_files(tmp_path, cli):
     assert (tmp_path / "corpus.json").read_text() == "mine"
 
 
+def test_simulate_on_a_port_in_use_or_an_address_not_here(cli):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert_one_line_error(cli("simulate", "--port", port), f"cannot listen on 127.0.0.1:"
+                              f"{port}: {os.strerror(errno.EADDRINUSE)} (--port)")
+    # a documentation address (RFC 5737): binding fails here, no packet leaves
+    assert_one_line_error(cli("simulate", "--host", "192.0.2.1", "--port", "0"),
+                          f"cannot listen on 192.0.2.1:0: {os.strerror(errno.EADDRNOTAVAIL)} "
+                          f"(--host)")
+
+
 def test_unknown_subcommand_and_missing_arguments(cli):
     assert_one_line_error(cli("frobnicate"), "invalid choice")
     assert_one_line_error(cli("run"), "required")
@@ -315,6 +329,48 @@ def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"router-latency: error: no such file ({tmp_path / 'a.json'})\n"
     assert result.stdout == ""
+
+
+def run_with_stdout(arguments, stdout, env=None):
+    """Run the tool with stdout "closed" (a pipe whose reader has gone, as after `| head`)
+    or "full" (/dev/full); return (exit code, stderr)."""
+    if stdout == "closed":
+        read_end, target = os.pipe()
+        os.close(read_end)
+    else:
+        target = os.open("/dev/full", os.O_WRONLY)
+    try:
+        process = subprocess.Popen([sys.executable, str(TOOL), *map(str, arguments)],
+                                   stdout=target, stderr=subprocess.PIPE, text=True, env=env)
+    finally:
+        os.close(target)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return process.returncode, stderr
+
+
+@pytest.mark.parametrize("stdout", ["closed", "full"])
+def test_a_failed_gate_keeps_exit_1_when_stdout_is_closed_or_full(tmp_path, scripted, stdout):
+    three_rounds(tmp_path, differ_in_round=1)
+    assert run_with_stdout(["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"],
+                           stdout) == (1, "")
+    assert run_with_stdout(["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                            "--format", "json"], stdout) == (1, "")
+    a, b = two_runs(tmp_path)
+    assert run_with_stdout(["compare", a, b, "--fail-on-decision-change"], stdout) == (1, "")
+    router = scripted(lambda prompt, _: [final_answer(status=b"500 Internal Server Error")
+                                         if prompt == "bad" else final_answer()])
+    corpus = write_corpus(tmp_path / "corpus.json", ["good", "bad"])
+    code, stderr = run_with_stdout(["run", "--url", router.url, "--corpus", corpus, "--out",
+                                    tmp_path / "run.json", "--label", "x", "--concurrency", "1",
+                                    "--gpu", "none"], stdout)
+    assert code == 1 and stderr == "router-latency: 1 requests failed (--max-errors 0)\n"
+    assert json.loads((tmp_path / "run.json").read_text())["complete"] is True
+    assert run_with_stdout(["--help"], stdout) == (0, "")
 
 
 def test_version(cli, capsys):
@@ -784,3 +840,78 @@ def test_run_csv_writes_a_line_per_request(simulator, tmp_path, cli, corpus):
                "--label", "x", "--csv", tmp_path / "r3.json")
     assert_one_line_error(same, "the CSV file and the run file are the same file", "--csv")
     assert not (tmp_path / "r2.json").exists() and not (tmp_path / "r3.json").exists()
+
+
+NOT_UTF8 = os.fsdecode(b"\xff\xfe")  # bytes a UTF-8 path or argument cannot hold, as Python
+#                                       hands them over (surrogate escapes)
+
+
+def test_bytes_that_are_not_utf8_give_run_files_that_read_back(tmp_path, cli, scripted):
+    # a router's decision with an escaped lone surrogate, a label and a corpus path of bytes
+    # that are not UTF-8
+    router = scripted(lambda prompt, _: [final_answer(
+        b'{"decision_result": {"decision_name": "\\ud800' + prompt.encode() + b'"}}')])
+    corpus = write_corpus(tmp_path / f"corpus-{NOT_UTF8}.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
+                 f"x{NOT_UTF8}", "--concurrency", "1", "--warmup", "0")
+    assert result.code == 0 and "run x\\udcff\\udcfe: 2 prompts" in result.out
+    data = out.read_bytes()
+    data.decode("utf-8")  # valid UTF-8
+    run = rl.load_run(str(out))
+    assert run.label == f"x{NOT_UTF8}" and run.corpus["path"] == corpus
+    assert [r.decision for r in run.passes[0].requests] == ["\ud800a", "\ud800b"]
+    assert b"".join(rl.dump_run(run)) == data
+    compared = cli("compare", out, out)
+    assert compared.code == 0 and compared.err == ""
+
+
+def test_paths_that_are_not_utf8_under_a_strict_utf8_stdout(tmp_path, simulator):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")  # strict, as under en_US.UTF-8
+    data = tmp_path / "repo" / "e2e" / "x" / "testdata"
+    data.mkdir(parents=True)
+    (data / f"q{NOT_UTF8}.json").write_text('[{"question": "What is 2+2?"}]')
+    corpus = tmp_path / f"corpus{NOT_UTF8}.json"
+    made = subprocess.run([sys.executable, str(TOOL), "corpus", "--repo", str(tmp_path / "repo"),
+                           "--out", str(corpus)], capture_output=True, env=env, timeout=60)
+    assert made.returncode == 0 and b"Traceback" not in made.stderr, made.stderr
+    assert b"q\\udcff\\udcfe.json" in made.stdout and corpus.exists()
+    out = tmp_path / f"run{NOT_UTF8}.json"
+    ran = subprocess.run([sys.executable, str(TOOL), "run", "--url", simulator(delay_ms=0).url,
+                          "--corpus", str(corpus), "--out", str(out), "--label", "x",
+                          "--concurrency", "1", "--gpu", "none"], capture_output=True, env=env,
+                         timeout=60)
+    assert ran.returncode == 0 and ran.stderr == b"", ran.stderr
+    assert ran.stdout.endswith(b"wrote " + os.fsencode(tmp_path).replace(b"\\", b"\\\\")
+                               + b"/run\\udcff\\udcfe.json\n")
+    assert json.loads(out.read_bytes())["corpus"]["path"] == str(corpus)
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640)])
+def test_output_files_respect_the_umask(tmp_path, cli, simulator, umask, mode):
+    repo = tmp_path / "repo" / "e2e" / "x" / "testdata"
+    repo.mkdir(parents=True)
+    (repo / "q.json").write_text('[{"question": "What is 2+2?"}]')
+    previous = os.umask(umask)
+    try:
+        assert cli("corpus", "--repo", tmp_path / "repo", "--out", tmp_path / "c.json").code == 0
+        assert cli("run", "--url", simulator(delay_ms=0).url, "--corpus", tmp_path / "c.json",
+                   "--out", tmp_path / "r.json", "--label", "x", "--concurrency", "1",
+                   "--quiet").code == 0
+    finally:
+        os.umask(previous)
+    for name in ("c.json", "r.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode
+
+
+def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", "-",
+                 "--label", "x", "--concurrency", "1")
+    assert result.code == 0 and not (tmp_path / "-").exists()
+    document = json.loads(result.out)
+    assert document["complete"] is True and document["passes"][0]["summary"]["ok"] == 2
+    assert result.err.startswith("run x: 2 prompts") and "wrote" not in result.err
+    made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--out", "-")
+    assert made.code == 0 and json.loads(made.out)["schema"] == rl.CORPUS_SCHEMA

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import router_latency as rl
-from conftest import TOOL, hold_a_slot, make_run, write_corpus
+from conftest import TOOL, final_answer, hold_a_slot, make_run, write_corpus
 
 TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]
 DATA = Path(__file__).resolve().parent / "data"
@@ -364,6 +364,110 @@ def test_run_says_when_no_router_answers(tmp_path, cli):
     assert result.code == 2 and "router not ready after 0.3 s" in result.err
 
 
+LOADING = final_answer(b'{"error":{"code":"CLASSIFIER_UNAVAILABLE","message":"models loading"}}',
+                       b"503 Service Unavailable")
+
+
+def loading_router(scripted, loading_previews):
+    """A router whose /health answers 200 at once while its first previews answer 503."""
+    previews = []
+
+    def answer(prompt, number):
+        if not prompt:
+            return [final_answer(b'{"status":"healthy"}')]
+        previews.append(prompt)
+        return [LOADING if len(previews) <= loading_previews else final_answer()]
+
+    return scripted(answer)
+
+
+def test_wait_ready_waits_for_the_preview_not_for_health(scripted, tmp_path, cli):
+    router = loading_router(scripted, 3)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--concurrency", "1", "--warmup", "1", "--wait-ready", "20", "--quiet").code == 0
+    document = json.loads(out.read_text())
+    assert document["warmup"] == {"requests": 1, "ok": 1, "errors": {}}
+    assert document["passes"][0]["summary"]["ok"] == 2
+    assert document["ready_after_s"] > 0
+
+
+def test_a_loading_router_is_not_ready(scripted, tmp_path, cli):
+    router = loading_router(scripted, 1000)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    args = ["run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x"]
+    result = cli(*args)
+    assert result.err == (f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} is not "
+                          f"ready: it answered HTTP 503 Service Unavailable to a preview; "
+                          f"--wait-ready SECONDS waits for a starting router (--url)\n")
+    assert result.code == 2 and not out.exists()
+    result = cli(*args, "--wait-ready", "0.3")
+    assert result.code == 2 and result.err == (
+        "router-latency: error: router not ready after 0.3 s: it answered HTTP 503 Service "
+        "Unavailable to a preview (--url)\n")
+
+
+def test_an_answer_that_is_not_a_preview_is_named(scripted, tmp_path, cli):
+    router = scripted(lambda prompt, number: [final_answer(b"", b"501 Not Implemented")])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
+                 "--label", "x")
+    assert result.code == 2 and result.err == (
+        f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} answered HTTP 501 Not "
+        f"Implemented to a preview (--url)\n")
+
+
+def test_a_preview_answered_2xx_with_a_body_over_the_limit_is_ready(scripted, tmp_path, cli):
+    too_large = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1)
+    router = scripted(lambda prompt, _: [too_large])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--quiet")
+    assert result.code == 1
+    assert json.loads(out.read_text())["passes"][0]["summary"]["errors"] == {"too_large": 1}
+
+
+def test_https_to_a_plain_http_port_says_the_server_did_not_speak_tls(simulator, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    # a Go server answers the TLS hello with "400 Bad Request" in plain text; a line-reading
+    # server waits for a line that never comes
+    plain = socket.create_server(("127.0.0.1", 0))
+
+    def answer_in_plain_text():
+        connection, _ = plain.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+
+    threading.Thread(target=answer_in_plain_text, daemon=True).start()
+    try:
+        for url in (f"https://127.0.0.1:{plain.getsockname()[1]}",
+                    simulator(delay_ms=0).url.replace("http://", "https://")):
+            result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "o.json",
+                         "--label", "x", "--timeout", "1")
+            assert result.code == 2, result
+            assert "the server did not speak TLS (a plain-HTTP port? http:// reaches it)" \
+                in result.err, result.err
+    finally:
+        plain.close()
+
+
+def test_a_warm_up_in_which_every_request_failed_is_reported(fault_server, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["status:503", "status:500"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out, "--label",
+                 "x", "--concurrency", "1", "--warmup", "3")
+    assert result.code == 1
+    assert ("router-latency: warning: every warm-up request failed (http_5xx 3); the passes may "
+            "measure a router that is not ready\n") in result.err
+    assert json.loads(out.read_text())["warmup"] == {"requests": 3, "ok": 0,
+                                                     "errors": {"http_5xx": 3},
+                                                     "all_failed": True}
+
+
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, code):
     router = simulator(delay_ms=20)
@@ -474,16 +578,16 @@ def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_interrupt_does_not_wait_for_a_slow_router(simulator, tmp_path):
-    router = simulator(delay_ms=20_000)  # every answer would take 20 s
-    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+def test_interrupt_does_not_wait_for_a_slow_router(fault_server, tmp_path):
+    # every answer would take 20 s; the readiness check's preview is answered at once
+    corpus = write_corpus(tmp_path / "corpus.json", ["sleep:20", "sleep:20"])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", fault_server.url,
                                 "--corpus", corpus, "--out", str(out), "--label", "x",
                                 "--warmup", "0", "--concurrency", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
-    while router.served < 2 and time.monotonic() < deadline:
+    while fault_server.requests < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=15)  # far less than the 20 s answers
@@ -810,9 +914,13 @@ def test_router_dying_for_good_fails_the_rest_of_the_pass_but_keeps_the_file(
                  "--concurrency", "1", "--warmup", "0")
     assert result.code == 1
     item = json.loads(out.read_text())["passes"][0]
-    assert [r["error"] for r in item["requests"]] == [None, None, "reset", "connect", "connect"]
-    assert item["summary"]["errors"] == {"connect": 2, "reset": 1}
-    assert "errors in Sequential: connect 2, reset 1" in result.out
+    # the dying request's connection was reused and closed before any answer: it is sent once
+    # more on a new connection, which the closed port refuses
+    assert [r["error"] for r in item["requests"]] == [None, None, "connect", "connect", "connect"]
+    assert [r.get("retried", False) for r in item["requests"]] == [False, False, True, False,
+                                                                  False]
+    assert item["summary"]["errors"] == {"connect": 3}
+    assert "errors in Sequential: connect 3" in result.out
 
 
 def test_wrong_path_says_which_url_was_used(fault_server, tmp_path, cli):
@@ -820,9 +928,10 @@ def test_wrong_path_says_which_url_was_used(fault_server, tmp_path, cli):
     url = fault_server.url + "/api/v1/route/preview"
     result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "run.json",
                  "--label", "x", "--concurrency", "1", "--warmup", "0")
-    assert result.code == 1
-    assert (f"router-latency: 1 requests answered 404 Not Found at {url}: is the path right? "
-            f"(a URL without a path gets /api/v1/routing/preview)") in result.err
+    assert result.code == 2 and not (tmp_path / "run.json").exists()
+    assert result.err == (f"router-latency: error: router at {url} answered HTTP 404 Not Found "
+                          f"to a preview: is the path right? (a URL without a path gets "
+                          f"/api/v1/routing/preview) (--url)\n")
 
 
 class TLSRouter(ThreadingHTTPServer):
@@ -926,6 +1035,28 @@ def test_a_full_disk_leaves_the_previous_file_and_rescues_the_measurements(
     assert result.err.splitlines()[-1] == (
         f"router-latency: error: cannot write: No space left on device; any previous file is "
         f"untouched ({out}); the measurements were saved to {rescued[0]}")
+
+
+def test_a_rescue_copy_that_cannot_be_written_whole_is_removed(simulator, tmp_path, cli,
+                                                              monkeypatch):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["hello"])
+    out = tmp_path / "out" / "run.json"
+    out.parent.mkdir()
+    rescue_dir = tmp_path / "rescue"
+    rescue_dir.mkdir()
+    monkeypatch.setattr(rl.tempfile, "tempdir", str(rescue_dir))
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rl.os, "fsync", full_disk)
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0")
+    assert result.code == 2
+    assert list(rescue_dir.iterdir()) == [] and list(out.parent.iterdir()) == []
+    assert result.err.splitlines()[-1].endswith(
+        "the measurements could not be saved anywhere (No space left on device)")
 
 
 def test_write_atomic_on_a_read_only_folder(tmp_path, monkeypatch):
@@ -1095,3 +1226,124 @@ def test_a_configuration_reload_mid_run_is_recorded_and_warned_about(tmp_path, c
                           "the run (x-vsr-config-hash 111111111111 then 222222222222): a reload "
                           "in the middle of the measurement; its passes mix configurations\n")
     assert f"config: x-vsr-config-hash {'1' * 64} then {'2' * 64}" in result.out
+
+
+def start_run(url, corpus, out, *options):
+    """Start `run` as a user would, in its own process; return it."""
+    return subprocess.Popen([sys.executable, str(TOOL), "run", "--url", url, "--corpus",
+                             str(corpus), "--out", str(out), "--label", "x", "--gpu", "none",
+                             *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_until(condition, what, limit=20.0):
+    """Wait (at most `limit` seconds, polling) until condition() holds; fail if it never does."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
+def signal_and_wait(process, signum, limit=10.0):
+    """Send the signal; return (exit code, stderr) once the process ended, failing (and killing
+    it) if it takes longer than `limit` seconds, far more than the few it is allowed."""
+    process.send_signal(signum)
+    try:
+        _, stderr = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        pytest.fail(f"still running {limit:g} s after the signal")
+    assert "Traceback" not in stderr, stderr
+    return process.returncode, stderr
+
+
+def test_a_signal_during_a_slow_probe_ends_the_probe_and_the_run(simulator, tmp_path):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out, mark = tmp_path / "run.json", tmp_path / "probe-started"
+    process = start_run(router.url, corpus, out, "--warmup", "0", "--probe-timeout", "60",
+                        "--probe", f"slow=touch {mark}; sleep 30")
+    wait_until(mark.exists, "the probe started")
+    code, _ = signal_and_wait(process, signal.SIGTERM)
+    assert code == 143
+    document = json.loads(out.read_text())
+    assert document["complete"] is False and len(document["passes"]) == 1
+    first = document["passes"][0]
+    assert first["interrupted"] is True and first["summary"]["requests"] == 0
+    probes = first["environment"]["probes"]
+    assert probes["before"]["slow"]["interrupted"] is True
+    assert probes["after"]["slow"]["interrupted"] is True  # not started after the signal
+
+
+def test_a_signal_during_the_probe_after_a_pass_leaves_that_pass_whole(simulator, tmp_path):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c"])
+    out, first, second = tmp_path / "run.json", tmp_path / "first", tmp_path / "second"
+    probe = f"if [ -e {first} ]; then touch {second}; sleep 30; else touch {first}; fi"
+    process = start_run(router.url, corpus, out, "--warmup", "0", "--concurrency", "1,4",
+                        "--probe-timeout", "60", "--probe", f"after={probe}")
+    wait_until(second.exists, "the probe after the first pass started")
+    code, _ = signal_and_wait(process, signal.SIGINT)
+    assert code == 130
+    document = json.loads(out.read_text())
+    assert document["complete"] is False
+    assert [p["name"] for p in document["passes"]] == ["sequential"]
+    sequential = document["passes"][0]
+    assert sequential["interrupted"] is False and sequential["summary"]["ok"] == 3
+    assert sequential["environment"]["probes"]["after"]["after"]["interrupted"] is True
+
+
+def test_a_signal_during_the_load_pause_ends_the_pause(simulator, tmp_path):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out, load, count = tmp_path / "run.json", tmp_path / "loadavg", tmp_path / "count"
+    load.write_text("150.00 90.00 80.00 3/200 1234\n")
+    process = start_run(router.url, corpus, out, "--warmup", "0", "--concurrency", "1",
+                        "--loadavg-file", load, "--load-retries", "2", "--load-pause", "60",
+                        "--probe", f"count=echo x >> {count}")
+    # the probes before and after the first attempt have run: the pause comes next
+    wait_until(lambda: count.exists() and len(count.read_text().split()) >= 2,
+               "the first attempt ended")
+    code, _ = signal_and_wait(process, signal.SIGTERM)
+    assert code == 143
+    document = json.loads(out.read_text())
+    assert document["complete"] is False
+    item = document["passes"][0]
+    assert item["discarded"] is True and item["interrupted"] is True
+    assert len(item["discarded_attempts"]) == 1
+
+
+def test_a_signal_during_the_warm_up_writes_nothing(fault_server, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["sleep:20"])
+    out = tmp_path / "run.json"
+    process = start_run(fault_server.url, corpus, out, "--warmup", "3")
+    wait_until(lambda: fault_server.requests >= 2, "the warm-up started")
+    code, stderr = signal_and_wait(process, signal.SIGTERM)
+    assert code == 143 and not out.exists()
+    assert "interrupted before anything was measured; nothing written" in stderr
+
+
+def test_a_signal_while_the_file_is_written_changes_neither_file_nor_exit_code(
+        fault_server, tmp_path, cli, monkeypatch):
+    corpus = write_corpus(tmp_path / "corpus.json", ["fine", "status:500"])
+    out = tmp_path / "run.json"
+    real_write = rl.write_atomic
+
+    def signalled_write(path, data):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled before the next line runs
+        return real_write(path, data)
+
+    monkeypatch.setattr(rl, "write_atomic", signalled_write)
+    outside = []  # a signal the tool no longer handles would end the process: caught here
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: outside.append(signum))
+    try:
+        result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out,
+                     "--label", "x", "--concurrency", "1", "--warmup", "0", "--quiet")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert outside == []
+    # the run was measured whole before the signal: the file says so, and --max-errors 0
+    # still fails the failed request
+    assert result.code == 1
+    assert json.loads(out.read_text())["complete"] is True

@@ -16,11 +16,12 @@ REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
                     st.floats(min_value=0, max_value=50, allow_nan=False),
                     st.sampled_from([None, "OVERLOADED", "INVALID_INPUT", "decision_error"]),
-                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]))
+                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]), st.booleans())
 HASHES = st.lists(st.sampled_from(["0" * 64, "ab" * 32, "9f" * 32]), unique=True, max_size=2)
 
 
-def request_of(i, latency, error, decision, start, code, outcome, open_loop, count):
+def request_of(i, latency, error, decision, start, code, outcome, open_loop, count,
+               retried=False):
     """Return a Request as measure_run records it: request i is prompt i % count, its
     repetition i // count; a code only on a failure or an expected rejection, an outcome only
     on an answer."""
@@ -31,14 +32,14 @@ def request_of(i, latency, error, decision, start, code, outcome, open_loop, cou
                       500 if error else 400 if rejected else 200,
                       None if error or rejected else decision, error,
                       round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
-                      code if error or rejected else None, outcome, i // count)
+                      code if error or rejected else None, outcome, i // count, retried)
 
 
 def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=False):
     """Return a RunFile with one measured pass of these requests, built like measure_run's;
     repeated: the corpus is half as long and sent twice (--repeat 2)."""
     count = (len(requests) + 1) // 2 if repeated else len(requests)
-    records = tuple(request_of(i, *fields, open_loop, count)
+    records = tuple(request_of(i, *fields[:6], open_loop, count, *fields[6:])
                     for i, fields in enumerate(requests))
     gpu_state = {"temp_c": 44.0, "temp_sensor": "junction", "sclk_mhz": 800.0,
                  "mclk_mhz": 1600.0, "power_w": None, "util_pct": 0.0, "used_mib": 5.0}
@@ -82,7 +83,9 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     loaded = rl.load_run(str(path))
     assert b"".join(rl.dump_run(loaded)) == written
     assert loaded._replace(path="") == run
-    assert json.loads(written)["passes"][0]["requests"][0]["id"] == 0
+    first_record = json.loads(written)["passes"][0]["requests"][0]
+    assert first_record["id"] == 0
+    assert first_record.get("retried", "absent") == (True if requests[0][6] else "absent")
     first = loaded.passes[0]
     answered = {}  # the first answered repetition's decision, None when none answered
     for r in sorted(run.passes[0].requests, key=lambda r: r.rep):
@@ -257,6 +260,8 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
      "passes[0].summary.p50_ms", "expected a finite number"),
     (lambda d: d["passes"][0]["requests"][0].update(id=101),
      "passes[0].requests[0].id", "expected a prompt id from 0 to 100"),
+    (lambda d: d["passes"][0]["requests"][0].update(retried="yes"),
+     "passes[0].requests[0].retried", "expected true or false"),
     (lambda d: d["passes"][0].update(concurrency=0), "passes[0].concurrency",
      "expected a whole number >= 1"),
     (lambda d: d["passes"][0]["summary"].update(ok=1), "passes[0].summary",

@@ -2,11 +2,12 @@
 and request bodies larger than a socket buffer sent whole to a loopback simulator."""
 
 import json
+import threading
 
 import pytest
 
 import router_latency as rl
-from conftest import write_corpus
+from conftest import final_answer, write_corpus
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
 
@@ -58,6 +59,8 @@ def test_reader_bodyless_and_closing_answers(head, keep_open):
 @pytest.mark.parametrize("data,kind", [
     (b"SMTP ready\r\n\r\n", "reset"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "reset"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "reset"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx\r\n", "reset"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1), "too_large"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "reset"),
 ])
@@ -70,11 +73,12 @@ def test_reader_refuses_what_no_router_sends(data, kind):
 def test_reader_keeps_the_config_hash_header():
     value = "37a8eec1ce19687d132fe29051dca629d164e2c4958ba141d5f4133a33f0688f"
     reader, complete = feed_bytewise(b"HTTP/1.1 200 OK\r\nX-Vsr-Config-Hash: %s \r\n"
-                                     b"Content-Length: 2\r\n\r\n{}" % value.encode())
-    assert complete and reader.config_hash == value
-    plain = rl.ResponseReader()
+                                     b"Content-Length: 2\r\n\r\n{}" % value.encode(),
+                                     rl.ResponseReader((rl.CONFIG_HASH_HEADER,)))
+    assert complete and reader.headers == {"x-vsr-config-hash": value}
+    plain = rl.ResponseReader((rl.CONFIG_HASH_HEADER,))
     assert plain.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-    assert plain.config_hash is None
+    assert plain.headers == {}
 
 
 # bodies as the router writes them (pkg/apiserver: writeErrorResponse's envelope; the preview's
@@ -116,3 +120,153 @@ def test_prompts_larger_than_a_socket_buffer_are_sent_whole(simulator, tmp_path,
         decisions = {r["id"]: r["decision"] for r in item["requests"]}
         expected = rl.simulated_decision(big, ("math", "code", "general", "pii_block"))
         assert decisions[0] == f"{expected}|model-{expected}"
+
+
+@pytest.mark.parametrize("interim", [
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 103 Early Hints\r\nLink: </r.css>; rel=preload\r\nX-Vsr-Config-Hash: early\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.js>\r\n\r\n",
+])
+def test_reader_skips_interim_answers(interim):
+    data = interim + final_answer().replace(b"\r\n\r\n", b"\r\nX-Vsr-Config-Hash: abc\r\n\r\n", 1)
+    reader, complete = feed_bytewise(data, rl.ResponseReader((b"x-vsr-config-hash",)))
+    assert complete and reader.status == 200 and reader.body == OK and reader.keep_open
+    assert reader.headers == {"x-vsr-config-hash": "abc"}
+    whole = rl.ResponseReader()
+    assert whole.feed(data) and whole.status == 200 and whole.body == OK
+
+
+def test_reader_refuses_switching_protocols():
+    with pytest.raises(rl.RequestFailed) as failure:
+        rl.ResponseReader().feed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")
+    assert failure.value.kind == "reset" and failure.value.status == 101
+
+
+@pytest.mark.parametrize("extra", [b"H", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
+def test_bytes_beyond_the_answer_close_the_connection(extra):
+    reader = rl.ResponseReader()
+    assert reader.feed(final_answer() + extra) and reader.body == OK
+    assert not reader.keep_open
+    chunked = rl.ResponseReader()
+    assert chunked.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+                        + extra)
+    assert chunked.body == b"{}" and not chunked.keep_open
+    later = rl.ResponseReader()
+    assert later.feed(final_answer()) and later.keep_open
+    assert later.feed(extra) and not later.keep_open
+
+
+def test_both_framings_are_read_chunked_and_never_reused():
+    reader = rl.ResponseReader()
+    assert reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n"
+                       b"\r\n2\r\n{}\r\n0\r\n\r\n")
+    assert reader.body == b"{}" and not reader.keep_open
+
+
+def test_a_chunk_larger_than_the_limit_is_refused_before_its_bytes():
+    reader = rl.ResponseReader()
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with pytest.raises(rl.RequestFailed) as failure:
+        reader.feed(head + b"%x\r\n" % (120 * 1024 * 1024) + b"x" * 1000)
+    assert failure.value.kind == "too_large" and failure.value.status == 200
+    assert len(reader.body) == 0
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                  b"HTTP/1.1 200 OK\r\n\r\n"])
+def test_the_body_limit_holds_for_small_chunks_and_close_delimited_bodies(head):
+    chunked = b"chunked" in head
+    piece = b"x" * 65536
+    piece = b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+    reader = rl.ResponseReader()
+    reader.feed(head)
+    with pytest.raises(rl.RequestFailed) as failure:
+        for _ in range(rl.MAX_BODY_BYTES // 65536 + 2):
+            reader.feed(piece)
+    assert failure.value.kind == "too_large"
+    assert len(reader.body) <= rl.MAX_BODY_BYTES
+
+
+def decision_answer(prompt):
+    """The final answer naming the prompt as its decision."""
+    return final_answer(json.dumps({"decision_result": {"decision_name": prompt}}).encode())
+
+
+PROMPTS = [f"prompt {i}" for i in range(12)]
+
+
+@pytest.mark.parametrize("interim", [b"HTTP/1.1 103 Early Hints\r\nLink: </r.css>\r\n\r\n",
+                                     b"HTTP/1.1 100 Continue\r\n\r\n"])
+def test_every_answer_is_paired_with_its_own_prompt_after_interim_answers(
+        scripted, tmp_path, cli, interim):
+    server = scripted(lambda prompt, _: [interim, decision_answer(prompt)])
+    corpus = write_corpus(tmp_path / "corpus.json", PROMPTS)
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--concurrency", "1,4", "--warmup", "2", "--quiet").code == 0
+    for item in json.loads(out.read_text())["passes"]:
+        assert {r["id"]: r["decision"] for r in item["requests"]} == dict(enumerate(PROMPTS))
+        assert {r["status"] for r in item["requests"]} == {200}
+    # readiness probe, warm-up and two passes: each request reached the server once
+    assert server.requests == 1 + 2 + 2 * len(PROMPTS)
+
+
+def test_a_request_on_an_idle_connection_closed_under_it_is_sent_once_more(
+        scripted, tmp_path, cli):
+    # each connection answers its first request, then closes when the next one arrives
+    # without answering it: the race of a server's idle timeout with a client's send
+    server = scripted(lambda prompt, number: None if number else [decision_answer(prompt)])
+    corpus = write_corpus(tmp_path / "corpus.json", PROMPTS)
+    out = tmp_path / "run.json"
+    assert cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "--concurrency", "1", "--warmup", "0", "--quiet").code == 0
+    requests = json.loads(out.read_text())["passes"][0]["requests"]
+    assert [r["decision"] for r in requests] == PROMPTS
+    # the first went out on the connection opened before the pass, which the server had
+    # not served yet; every later one first went out on a connection that had answered once
+    assert [r.get("retried", False) for r in requests] == [False] + [True] * 11
+    assert rl.load_run(str(out)).passes[0].requests[1].retried is True
+
+
+def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(scripted):
+    server = scripted(lambda prompt, number: None)  # every request: closed unanswered
+    target = rl.Target(rl.parse_endpoint(server.url))
+    results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b"]), threading.Event(),
+                          1).run()
+    # "a" went out on the connection opened before the pass, then once more on a new one;
+    # "b" went out on a connection opened for it, so its close is the answer
+    assert [(r.index, r.error, r.retried) for r in results] == [(0, "reset", True),
+                                                                (1, "reset", False)]
+    assert server.requests == 3
+
+
+def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_path,
+                                                                  monkeypatch):
+    # the server closes every connection after answering, without saying so; an open-loop
+    # pass at 4 requests per second waits 250 ms between sends
+    server = scripted(lambda prompt, number: [decision_answer(prompt)] if number == 0 else None)
+    target = rl.Target(rl.parse_endpoint(server.url))
+    polls = []
+    real_poll = rl.PassLoop._poll
+
+    def counted(self, wait):
+        polls.append(wait)
+        return real_poll(self, wait)
+
+    monkeypatch.setattr(rl.PassLoop, "_poll", counted)
+    payloads = rl.encode_prompts(target, ["a", "b", "c"])
+    loop = rl.PassLoop(target, payloads, threading.Event(), 4,
+                       rl.arrival_schedule(3, 4.0, "constant", 0))
+    results = loop.run()
+    assert [r.error for r in results] == [None, None, None]
+    # waking for each 0.1 s slice, and a few times around each send, is all: an idle socket at
+    # end-of-file left registered made the selector return at once, thousands of times
+    assert len(polls) < 100, len(polls)
+
+
+def test_a_decision_that_is_not_a_string_is_stored_as_compact_json_cut_to_size():
+    assert rl.decision_of({"decision": {"b": [1, 2], "a": "x"}}, ["decision"]) == \
+        '{"a":"x","b":[1,2]}'
+    cut = rl.decision_of({"decision": {"k": ["v" * 100] * 100}}, ["decision"])
+    assert cut == '{"k":["' + ("v" * 100 + '","') * 2 + "v" * 43 + "...[cut]"
+    assert len(cut) == rl.DECISION_CHARS + len(rl.DECISION_CUT)
