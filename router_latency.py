@@ -3829,6 +3829,10 @@ class Progress:
             self.thread = None
 
 
+_new_tuple = tuple.__new__
+CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
+
+
 class RawResult(NamedTuple):
     """What the pass loop notes of one request; records_of turns it into a Request."""
     index: int  # the payload's index, which is the prompt id
@@ -4032,9 +4036,11 @@ class PassLoop:
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
         decision, error, code = self._classify(reader.status, reader.body)
-        self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now,
-                                      reader.status, decision, error, slot.retried, code,
-                                      reader.headers.get(CONFIG_HASH_HEADER.decode())))
+        # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
+        # answer in the loop that stamps the next one
+        self.results.append(_new_tuple(RawResult, (
+            slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
+            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME))))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
