@@ -6242,8 +6242,8 @@ def row_interval_text(row: Row) -> str:
     change, low, high = (round(v, 1) + 0.0 for v in [row.change_pct] + sorted(
         100 * math.expm1(worse_sign(row.metric) * v)
         for v in (row.log_ratio.low, row.log_ratio.high)))
-    return (f"change {change:+.1f}% [{low:+.1f}%, {high:+.1f}%], + is worse (speedup "
-            f"{row.speedup:.2f}x [{row.speedup_low:.2f}, {row.speedup_high:.2f}]; new - base "
+    return (f"change {change:+.1f}% [{low:+.1f}%, {high:+.1f}%], + is worse "
+            f"({change_text(row.speedup, row.speedup_low, row.speedup_high)}; new - base "
             f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
             f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
 
@@ -6493,7 +6493,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]
-    details += format_agreement(report) + list(report.warnings)
+    details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
     details += format_slowdowns(report, markdown=True)
     if per_round and report.rows:
         details += ["**Each round**"] + format_per_round(report, markdown=True)

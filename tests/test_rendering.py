@@ -429,7 +429,7 @@ def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tm
     assert isinstance(regression, Failure) and regression.type == "regression"
     # ln(30/20), ln(30.5/20), ln(31/20): mean 0.42190, s 0.016395, t(2) 4.302653
     assert regression.message == ("regression: change +52.5% [+46.4%, +58.8%], + is worse "
-                                  "(speedup 0.66x [0.63, 0.68]; new - base +10.5 [9.26, 11.7]; "
+                                  "(1.52x slower [1.46, 1.59]; new - base +10.5 [9.26, 11.7]; "
                                   "95% t interval over 3 rounds); tolerance 5%")
     decisions = cases["r2 decisions"].result[0]
     assert isinstance(decisions, Failure)
