@@ -412,14 +412,19 @@ def _whole(value, name: str, minimum: int) -> int:
     return value
 
 
+def _listed(values: Any, what: str) -> list:
+    """Return values as a list; raise when they are a string or not a sequence at all."""
+    if isinstance(values, (str, bytes)):
+        raise RouterLatencyError(f"{what} must be a sequence")
+    try:
+        return list(values)
+    except TypeError:
+        raise RouterLatencyError(f"{what} must be a sequence") from None
+
+
 def _series(values, name: str, minimum: int) -> list:
     """Return values as a list of finite floats, at least minimum of them."""
-    if isinstance(values, (str, bytes)):
-        raise RouterLatencyError(f"{name} must be a sequence of numbers")
-    try:
-        items = list(values)
-    except TypeError:
-        raise RouterLatencyError(f"{name} must be a sequence of numbers") from None
+    items = _listed(values, f"{name} (numbers)")
     if len(items) < minimum:
         raise RouterLatencyError(f"{name} needs at least {minimum} values, got {len(items)}")
     return [_finite(v, f"{name}[{i}]") for i, v in enumerate(items)]
@@ -831,12 +836,7 @@ def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "gr
 
 def _rows(rows, minimum_length: int) -> list:
     """Return rows as a list of equal-length lists of finite floats."""
-    if isinstance(rows, (str, bytes)):
-        raise RouterLatencyError("rows must be a sequence of sequences of numbers")
-    try:
-        rows = list(rows)
-    except TypeError:
-        raise RouterLatencyError("rows must be a sequence of sequences of numbers") from None
+    rows = _listed(rows, "rows (of numbers)")
     if not rows:
         raise RouterLatencyError("rows must hold at least one row")
     checked = [_series(row, f"rows[{i}]", minimum_length) for i, row in enumerate(rows)]
@@ -990,12 +990,7 @@ def _looks(looks, max_rounds) -> tuple:
 
     max_rounds None means the last look; a look beyond max_rounds is refused.
     """
-    if isinstance(looks, (str, bytes)):
-        raise RouterLatencyError("looks must be a sequence of whole numbers")
-    try:
-        looks = list(looks)
-    except TypeError:
-        raise RouterLatencyError("looks must be a sequence of whole numbers") from None
+    looks = _listed(looks, "looks (whole numbers)")
     if not looks:
         raise RouterLatencyError("looks must hold at least one look")
     for i, n in enumerate(looks):

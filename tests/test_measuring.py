@@ -1177,21 +1177,11 @@ def test_run_records_the_config_hash_of_every_pass(simulator, tmp_path, cli):
     assert f"config: x-vsr-config-hash {router.config_hash}\n" in result.out
 
 
-class ReloadingHandler(BaseHTTPRequestHandler):
+class ReloadingHandler(TLSHandler):
     """Answers every preview, its x-vsr-config-hash switching after the third: a router whose
     configuration is reloaded in the middle of a run."""
 
-    protocol_version = "HTTP/1.1"
     HASHES = ("1" * 64, "2" * 64)
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
