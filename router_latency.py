@@ -105,6 +105,7 @@ EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it 
 REQUEST_OUTCOMES = ("expected_rejection", "unexpected_routing")
 ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's error.code
 CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
+CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
 CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
 ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
 ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
@@ -284,14 +285,19 @@ def t_quantile(df: int) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
 
 
+def _mean_ss(values: Sequence[float]) -> tuple:
+    """Return the mean and the sum of squared deviations about it."""
+    mean = math.fsum(values) / len(values)
+    # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads of
+    # log ratios near 0, and statistics.stdev of Python 3.9 fails an internal assertion there
+    return mean, math.fsum((v - mean) ** 2 for v in values)
+
+
 def sample_spread(values: Sequence[float]) -> float:
     """Return the sample standard deviation of values (n - 1), 0 when they are all equal."""
     if len(set(values)) < 2:
         return 0.0
-    mean = math.fsum(values) / len(values)
-    # two passes with compensated sums; statistics.stdev of Python 3.9 fails an internal
-    # assertion on some tiny spreads
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return math.sqrt(_mean_ss(values)[1] / (len(values) - 1))
 
 
 def mean_interval(values: Sequence[float]) -> Interval:
@@ -299,10 +305,8 @@ def mean_interval(values: Sequence[float]) -> Interval:
     n = len(values)
     if n < 2:
         raise RouterLatencyError(f"an interval needs at least 2 values, got {n}")
-    mean = math.fsum(values) / n
-    # two passes with compensated sums; statistics.stdev of Python 3.9 fails an internal
-    # assertion on some tiny spreads
-    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    mean, ss = _mean_ss(values)
+    spread = math.sqrt(ss / (n - 1))
     half = t_quantile(n - 1) * spread / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n - 1)
 
@@ -430,14 +434,6 @@ def _series(values, name: str, minimum: int) -> list:
     return [_finite(v, f"{name}[{i}]") for i, v in enumerate(items)]
 
 
-def _mean_ss(values: Sequence[float]) -> tuple:
-    """Return the mean and the sum of squared deviations about it."""
-    mean = math.fsum(values) / len(values)
-    # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads
-    # of log ratios near 0
-    return mean, math.fsum((v - mean) ** 2 for v in values)
-
-
 # normal distribution:
 
 def normal_cdf(x: float) -> float:
@@ -499,6 +495,19 @@ _CF_TINY = 1e-300
 _CF_MAXIT = 10000
 
 
+def _lentz_step(aa: float, c: float, d: float) -> tuple:
+    """Return (c, d, the factor for h) of one step of Lentz's method with numerator aa; a zero
+    denominator is replaced by a tiny one, not divided by."""
+    d = 1.0 + aa * d
+    if abs(d) < _CF_TINY:
+        d = _CF_TINY
+    c = 1.0 + aa / c
+    if abs(c) < _CF_TINY:
+        c = _CF_TINY
+    d = 1.0 / d
+    return c, d, d * c
+
+
 def _betacf(a: float, b: float, x: float) -> float:
     """Return the continued fraction of the incomplete beta function (modified Lentz).
 
@@ -514,26 +523,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, _CF_MAXIT + 1):
         m2 = 2 * m
-        # even step of the fraction
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        if abs(d) < _CF_TINY:
-            d = _CF_TINY
-        c = 1.0 + aa / c
-        if abs(c) < _CF_TINY:
-            c = _CF_TINY
-        d = 1.0 / d
-        h *= d * c
-        # odd step
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        if abs(d) < _CF_TINY:
-            d = _CF_TINY
-        c = 1.0 + aa / c
-        if abs(c) < _CF_TINY:
-            c = _CF_TINY
-        d = 1.0 / d
-        delta = d * c
+        # the even step of the fraction, then the odd one
+        c, d, delta = _lentz_step(m * (b - m) * x / ((qam + m2) * (a + m2)), c, d)
+        h *= delta
+        c, d, delta = _lentz_step(-(a + m) * (qab + m) * x / ((a + m2) * (qap + m2)), c, d)
         h *= delta
         if abs(delta - 1.0) < _CF_EPS:
             return h
@@ -3825,7 +3818,6 @@ class Progress:
 
 
 _new_tuple = tuple.__new__
-CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
 
 
 class RawResult(NamedTuple):
@@ -3898,7 +3890,7 @@ class PassLoop:
         self.context = tls_context(target.endpoint, insecure=target.insecure)
         self.selector = selectors.DefaultSelector()
         self.results: list = []  # RawResult
-        self.classified: dict = {}  # (status, small body) -> (decision, error kind)
+        self.classified: dict = {}  # (status, small body) -> (decision, error kind, code)
         self.next_index = 0
         self.timeout_ns = int(target.timeout * 1e9)
         self.busy: set = set()
@@ -5036,7 +5028,7 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     if not gated:
         return GateTest(0, 0.0, None, None, level, ())
     series = [r.worse_series for r in gated]
-    composite = [math.fsum(values) / len(values) for values in zip(*series)]
+    composite = composite_log_ratios(series)
     rejected = holm([r.p_value for r in gated], level)
     return GateTest(
         len(gated), effective_rows(series) if len(gated) > 1 else 1.0,
@@ -5441,8 +5433,9 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
                 else r for r in rows]
     status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
     first = runs[min(runs)][base]
+    order = order_balance(runs, base, new, rows, used)
     effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
-                                                   status)
+                                                   status, order)
     insecure = sorted({Path(run.path).name for sides in runs.values()
                        for run in sides.values() if run.insecure})
     hashes, hash_warnings = config_hash_findings(runs, base, new,
@@ -5452,8 +5445,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
         tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
-        tuple(environment_rows(runs, base, new)), order_balance(runs, base, new, rows, used),
-        effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
+        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
               for s in (base, new)),
@@ -5462,14 +5454,15 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
 
 
 def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
-                       rows: Sequence[Row], settings: GateSettings, status: str) -> tuple:
+                       rows: Sequence[Row], settings: GateSettings, status: str,
+                       first: dict) -> tuple:
     """Return (the crossover order effect, outlier rounds, the verdict without them where it
-    differs), all on the per-round mean of the gated rows' worse-direction log ratios."""
+    differs), all on the per-round mean of the gated rows' worse-direction log ratios; first:
+    which side started each round (order_balance)."""
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
         return None, [], None
-    composite = dict(zip(used, (math.fsum(v) / len(v) for v in zip(*gated))))
-    first = order_balance(runs, base, new, rows, used)
+    composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first["base_first"]],
                           [composite[n] for n in first["new_first"]]) \
         if first["base_first"] and first["new_first"] and len(used) > 2 else None
@@ -7056,7 +7049,7 @@ class SimulatedRouter:
         return http_response(200, json.dumps(
             {"decision_result": {"decision_name": decision},
              "selected_model": f"model-{decision}", "routing_decision": decision}).encode(),
-            headers=((CONFIG_HASH_HEADER.decode(), self.config_hash),))
+            headers=((CONFIG_HASH_NAME, self.config_hash),))
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
@@ -7902,7 +7895,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     if args.html:
         write_atomic(args.html, report_page(report).encode("utf-8"))
     if not args.plan:
-        append_step_summary(format_rounds(report, markdown=True, per_round=args.per_round))
+        append_step_summary(lambda: format_rounds(report, markdown=True,
+                                                  per_round=args.per_round))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
@@ -7935,14 +7929,16 @@ def cmd_record(args: argparse.Namespace) -> int:
     return max(section.report.exit_code for section in sections)
 
 
-def append_step_summary(lines: Sequence[str]) -> None:
-    """Append the Markdown report to GitHub's job summary when GITHUB_STEP_SUMMARY names it,
-    in one write, so that steps running side by side do not interleave; a missing or
-    unwritable file is a warning, never a failure of the gate's result."""
+def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
+    """Append the Markdown report lines() renders to GitHub's job summary when
+    GITHUB_STEP_SUMMARY names it, in one write, so that steps running side by side do not
+    interleave; a missing or unwritable file is a warning, never a failure of the gate's
+    result."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
-    data = ("\n".join(lines) + "\n\n").encode("utf-8", "replace")
+    # the report is rendered only where GitHub asks for it
+    data = ("\n".join(lines()) + "\n\n").encode("utf-8", "replace")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
         try:
