@@ -213,22 +213,25 @@ def test_corpus_bad_input(tmp_path, cli):
     assert not out.exists()
 
 
-def test_corpus_failure_leaves_the_previous_file_untouched(tmp_path, cli):
+def repo_with_a_previous_corpus(tmp_path, name, content):
+    """Write a repo of one E2E data file and an earlier corpus.json beside it; return the
+    corpus's path."""
     out = tmp_path / "corpus.json"
     out.write_text("previous")
     data = tmp_path / "e2e" / "testdata"
     data.mkdir(parents=True)
-    (data / "bad.json").write_text("{oops")
+    (data / name).write_text(content)
+    return out
+
+
+def test_corpus_failure_leaves_the_previous_file_untouched(tmp_path, cli):
+    out = repo_with_a_previous_corpus(tmp_path, "bad.json", "{oops")
     assert cli("corpus", "--repo", tmp_path, "--out", out, "--force").code == 2
     assert out.read_text() == "previous"
 
 
 def test_corpus_refuses_an_existing_output_without_force(tmp_path, cli):
-    out = tmp_path / "corpus.json"
-    out.write_text("previous")
-    data = tmp_path / "e2e" / "testdata"
-    data.mkdir(parents=True)
-    (data / "cases.json").write_text('[{"query": "hello"}]')
+    out = repo_with_a_previous_corpus(tmp_path, "cases.json", '[{"query": "hello"}]')
     assert_one_line_error(cli("corpus", "--repo", tmp_path, "--out", out),
                           f"exists; pass --force to overwrite it ({out})")
     assert out.read_text() == "previous"

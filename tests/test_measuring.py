@@ -938,7 +938,7 @@ class TLSRouter(ThreadingHTTPServer):
     daemon_threads = True
 
 
-class TLSHandler(BaseHTTPRequestHandler):
+class PreviewHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
@@ -960,7 +960,7 @@ class TLSHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def tls_router():
-    server = TLSRouter(("127.0.0.1", 0), TLSHandler)
+    server = TLSRouter(("127.0.0.1", 0), PreviewHandler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(DATA / "localhost.crt", DATA / "localhost.key")
     server.socket = context.wrap_socket(server.socket, server_side=True)
@@ -1177,7 +1177,7 @@ def test_run_records_the_config_hash_of_every_pass(simulator, tmp_path, cli):
     assert f"config: x-vsr-config-hash {router.config_hash}\n" in result.out
 
 
-class ReloadingHandler(TLSHandler):
+class ReloadingHandler(PreviewHandler):
     """Answers every preview, its x-vsr-config-hash switching after the third: a router whose
     configuration is reloaded in the middle of a run."""
 
