@@ -3818,6 +3818,7 @@ class Progress:
 
 
 _new_tuple = tuple.__new__
+PASS_HEADERS = (CONFIG_HASH_HEADER,)  # the response headers a pass keeps
 
 
 class RawResult(NamedTuple):
@@ -3958,7 +3959,7 @@ class PassLoop:
                 self._fail(slot, failure.kind, perf())
                 return
         slot.deadline = slot.started + self.timeout_ns
-        slot.reader = ResponseReader((CONFIG_HASH_HEADER,))
+        slot.reader = ResponseReader(PASS_HEADERS)
         payload = self.payloads[slot.index % len(self.payloads)]
         try:
             sent = slot.sock.send(payload)
