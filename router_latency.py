@@ -118,6 +118,17 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 65536  # no server sends a response head this long
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
+# per-signal times: the run file keeps a table of at most MAX_SIGNALS names, each matching
+# SIGNAL_NAME_PATTERN; a request keeps one number per name (null: not reported), like the
+# decision bounded whatever an answer holds
+MAX_SIGNALS = 32
+SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+# the router's histograms scraped around each pass with --metrics-url (its
+# pkg/observability/metrics and pkg/modelservice, and its runtime's own /metrics)
+DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
+                      "llm_decision_evaluation_latency_seconds",
+                      "vsr_model_runtime_request_duration_seconds",
+                      "vsr_model_runtime_server_seconds", "vllm_srun_queue_duration_seconds")
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
@@ -1714,6 +1725,9 @@ class Request(NamedTuple):
     outcome: Optional[str] = None  # None, or one of REQUEST_OUTCOMES
     rep: int = 0  # which sending of the prompt in its pass (--repeat, --duration), from 0
     retried: bool = False  # sent again on a new connection: its idle one closed under it
+    # the router's execution_time_ms per signal, in the order of the run's signal names
+    # (RunFile.signal_names); None where the answer did not report that signal
+    signal_ms: tuple = ()
 
     @property
     def routed(self) -> bool:
@@ -1735,6 +1749,8 @@ class Request(NamedTuple):
             record["outcome"] = self.outcome
         if self.retried:  # written only when true: files without it read as before
             record["retried"] = True
+        if self.signal_ms:  # likewise: files without signals keep their bytes
+            record["signal_ms"] = list(self.signal_ms)
         return record
 
     @classmethod
@@ -1767,7 +1783,16 @@ class Request(NamedTuple):
         if not isinstance(retried, bool):
             raise RouterLatencyError("expected true or false", f"{where}.retried")
         return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
-                   code, outcome, rep, retried)
+                   code, outcome, rep, retried,
+                   _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"))
+
+
+def _checked_signal_ms(raw: Any, where: str) -> tuple:
+    """Return a request's per-signal times; raise unless a list of numbers >= 0 or nulls."""
+    if not isinstance(raw, list) or len(raw) > MAX_SIGNALS:
+        raise RouterLatencyError(f"expected a list of at most {MAX_SIGNALS} numbers or nulls",
+                                 where)
+    return tuple(checked_number(v, f"{where}[{i}]", nullable=True) for i, v in enumerate(raw))
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -2267,6 +2292,7 @@ class RunFile(NamedTuple):
     floor: dict = {}  # the driver's own latency on loopback
     warmup: dict = {}  # counts of the warm-up requests
     host_settings: dict = {}  # CPU model, kernel, cpufreq governor and boost, once per run
+    signal_names: tuple = ()  # the signals the requests' signal_ms are in the order of
     path: str = ""  # where it was read from; not written
 
     @property
@@ -2319,6 +2345,7 @@ class RunFile(NamedTuple):
                 "corpus": self.corpus, "settings": self.settings,
                 "ready_after_s": self.ready_after_s, "floor": self.floor,
                 "warmup": self.warmup, "host_settings": self.host_settings,
+                **({"signals": list(self.signal_names)} if self.signal_names else {}),
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
 
     @classmethod
@@ -2371,7 +2398,27 @@ class RunFile(NamedTuple):
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
             floor, checked_object(document, "warmup", f"{path}: "),
-            checked_object(document, "host_settings", f"{path}: "), str(path))
+            checked_object(document, "host_settings", f"{path}: "),
+            _checked_signal_names(document, passes, path), str(path))
+
+
+def _checked_signal_names(document: dict, passes: Sequence[PassRecord], path: str) -> tuple:
+    """Return a run's signal names; raise unless distinct names, at least as many as any
+    request has times."""
+    names = document.get("signals", [])
+    if not isinstance(names, list) or len(names) > MAX_SIGNALS or len(set(map(str, names))) \
+            != len(names) or not all(isinstance(n, str) and SIGNAL_NAME_PATTERN.fullmatch(n)
+                                     for n in names):
+        raise RouterLatencyError(f"expected at most {MAX_SIGNALS} distinct signal names",
+                                 f"{path}: signals")
+    for i, item in enumerate(passes):
+        for attempt in (item.attempt, *item.discarded_attempts):
+            for request in attempt.requests:
+                if len(request.signal_ms) > len(names):
+                    raise RouterLatencyError(
+                        f"{len(request.signal_ms)} signal times, but {len(names)} signal names",
+                        f"{path}: passes[{i}] prompt {request.id}")
+    return tuple(names)
 
 
 def load_run(path: str) -> RunFile:

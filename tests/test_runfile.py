@@ -16,12 +16,15 @@ REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
                     st.floats(min_value=0, max_value=50, allow_nan=False),
                     st.sampled_from([None, "OVERLOADED", "INVALID_INPUT", "decision_error"]),
-                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]), st.booleans())
+                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]), st.booleans(),
+                    st.lists(st.one_of(st.none(), st.floats(min_value=0, max_value=1e4,
+                                                            allow_nan=False)), max_size=3))
+SIGNALS = ("domain", "pii", "jailbreak")
 HASHES = st.lists(st.sampled_from(["0" * 64, "ab" * 32, "9f" * 32]), unique=True, max_size=2)
 
 
 def request_of(i, latency, error, decision, start, code, outcome, open_loop, count,
-               retried=False):
+               retried=False, signal_ms=()):
     """Return a Request as measure_run records it: request i is prompt i % count, its
     repetition i // count; a code only on a failure or an expected rejection, an outcome only
     on an answer."""
@@ -32,7 +35,8 @@ def request_of(i, latency, error, decision, start, code, outcome, open_loop, cou
                       500 if error else 400 if rejected else 200,
                       None if error or rejected else decision, error,
                       round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
-                      code if error or rejected else None, outcome, i // count, retried)
+                      code if error or rejected else None, outcome, i // count, retried,
+                      tuple(None if v is None else round(v, 4) for v in signal_ms))
 
 
 def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=False):
@@ -67,7 +71,8 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=F
                       settings={"max_load": 120.0, **rl.Thresholds(7, 3.0, 0.25, 0.5)._asdict()},
                       floor={"spread_ms": 0.02}, warmup={"requests": 0},
                       host_settings={"cpu_model": "x", "kernel": "6.8", "driver": {
-                          "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}})
+                          "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}},
+                      signal_names=SIGNALS if any(r.signal_ms for r in records) else ())
 
 
 @settings(max_examples=60, deadline=None)
@@ -86,6 +91,10 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     first_record = json.loads(written)["passes"][0]["requests"][0]
     assert first_record["id"] == 0
     assert first_record.get("retried", "absent") == (True if requests[0][6] else "absent")
+    # per-signal times: a name table once per run, numbers per request, only where reported
+    assert first_record.get("signal_ms", "absent") == (list(loaded.passes[0].requests[0].signal_ms)
+                                                       if requests[0][7] else "absent")
+    assert (b'"signals": [' in written) == any(r[7] for r in requests)
     first = loaded.passes[0]
     answered = {}  # the first answered repetition's decision, None when none answered
     for r in sorted(run.passes[0].requests, key=lambda r: r.rep):
@@ -107,7 +116,8 @@ def test_files_without_the_new_fields_stay_as_they_were(tmp_path):
     run = run_of([(1.0, None, "d", 0.0, None, None), (2.0, "timeout", "", 1.0, None, None)],
                  1.0, open_loop=False, discarded_pass=True)
     written = b"".join(rl.dump_run(run))
-    for key in (b'"code"', b'"outcome"', b'"rejected"', b'"error_codes"', b'"config_hashes"'):
+    for key in (b'"code"', b'"outcome"', b'"rejected"', b'"error_codes"', b'"config_hashes"',
+                b'"signals"', b'"signal_ms"'):
         assert key not in written
     path = tmp_path / "old.json"
     path.write_bytes(written)
