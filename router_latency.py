@@ -2124,10 +2124,11 @@ def _check_environment(environment: dict, where: str) -> None:
                 if isinstance(state, dict):
                     checked_number(state.get(key), f"{where}.gpu.{moment}.devices.{device}.{key}",
                                    nullable=True)
-    deltas = checked_object(environment, "metrics", where).get("deltas")
-    for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-            raise RouterLatencyError("expected a number", f"{where}.metrics.deltas.{series}")
+    for key in ("deltas", "histograms"):
+        deltas = checked_object(environment, "metrics", where).get(key)
+        for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
+            if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+                raise RouterLatencyError("expected a number", f"{where}.metrics.{key}.{series}")
 
 
 class PassEnvironment(NamedTuple):
@@ -2978,8 +2979,42 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
-def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
-    """Return (decision, error kind, the router's error code) for one answered request."""
+class SignalTable:
+    """The signal names of a run in the order first reported, and each answer's times in
+    that order: names are added as answers report them, up to MAX_SIGNALS."""
+
+    def __init__(self) -> None:
+        self.names: list = []
+        self.index: dict = {}
+
+    def times(self, document: Any) -> tuple:
+        """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
+        for a signal it did not report; a time of 0 is a signal the router did not evaluate
+        (its metrics object lists every signal it knows, 0 for the rest)."""
+        metrics = document.get("metrics") if type(document) is dict else None
+        if type(metrics) is not dict:
+            return ()
+        found: list = []
+        for name, entry in metrics.items():
+            ms = entry.get("execution_time_ms") if type(entry) is dict else None
+            if not ms or type(ms) not in (float, int) or not 0 < ms < math.inf:
+                continue
+            i = self.index.get(name)
+            if i is None:
+                if len(self.names) >= MAX_SIGNALS or not SIGNAL_NAME_PATTERN.fullmatch(name):
+                    continue
+                i = self.index[name] = len(self.names)
+                self.names.append(name)
+            found += [None] * (i + 1 - len(found)) if i >= len(found) else ()
+            found[i] = round(ms, 4)
+        return tuple(found)
+
+
+def classify(status: int, body: bytes, paths: Sequence[str], *,
+             on_document: Optional[Callable[[Any], None]] = None) -> tuple:
+    """Return (decision, error kind, the router's error code) for one answered request;
+    on_document, where given, sees the parsed answer (the per-signal times are read from it,
+    so that no answer is parsed twice)."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
@@ -2987,6 +3022,8 @@ def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return None, "bad_json", None
+    if on_document is not None:
+        on_document(document)
     decision = decision_of(document, paths)
     return (decision, None, None) if decision is not None else (None, "no_decision",
                                                                  error_code(body))
@@ -3057,6 +3094,72 @@ def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> 
             if math.isfinite(previous):
                 deltas[series] = value - previous
     return deltas
+
+
+def histogram_deltas(before: dict, after: dict, names: Sequence[str]) -> dict:
+    """Return after - before of every bucket, sum and count series of the named histograms,
+    as the router's bench/cpu-vs-gpu scripts take them (a series new since before from 0; a
+    counter that went down, a restart, is left out rather than read as negative)."""
+    parts = {f"{name}{end}" for name in names for end in ("_bucket", "_sum", "_count")}
+    deltas = {}
+    for series, value in sorted(after.items()):
+        if series.split("{", 1)[0] in parts and math.isfinite(value):
+            delta = value - before.get(series, 0.0)
+            if math.isfinite(delta) and delta >= 0:
+                deltas[series] = delta
+    return deltas
+
+
+class Histogram(NamedTuple):
+    """One histogram series over a pass: the differences of its count, sum and buckets."""
+    name: str
+    labels: tuple  # (label, value) pairs but le, sorted
+    count: float
+    sum: float  # in the histogram's unit (seconds for the router's)
+    buckets: tuple  # (upper bound, cumulative count), by bound, +Inf last
+
+    @property
+    def mean(self) -> Optional[float]:
+        return self.sum / self.count if self.count > 0 else None
+
+    def quantile(self, q: float) -> Optional[float]:
+        """Return the q-quantile (0..1) interpolated linearly within its bucket, as
+        Prometheus's histogram_quantile does: an estimate whose error is the bucket's
+        width; in the +Inf bucket, the highest finite bound."""
+        total = self.buckets[-1][1] if self.buckets else 0.0
+        if total <= 0:
+            return None
+        rank, lower, below = q * total, 0.0, 0.0
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank:
+                if math.isinf(bound):
+                    return lower
+                if cumulative == below:
+                    return bound
+                return lower + (bound - lower) * (rank - below) / (cumulative - below)
+            lower, below = bound, cumulative
+        return lower
+
+
+def histograms_of(deltas: dict) -> list:
+    """Return the Histograms of a pass's histogram differences, by name and labels."""
+    found: dict = {}
+    for series, value in deltas.items():
+        name, _, rest = series.partition("{")
+        pairs = re.findall(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"', rest)
+        le = next((v for k, v in pairs if k == "le"), None)
+        base, _, part = name.rpartition("_")
+        entry = found.setdefault((base, tuple((k, v) for k, v in pairs if k != "le")),
+                                 {"count": 0.0, "sum": 0.0, "buckets": []})
+        if part == "bucket" and le is not None:
+            try:
+                entry["buckets"].append((float(le), value))
+            except ValueError:
+                continue
+        elif part in ("sum", "count"):
+            entry[part] = value
+    return [Histogram(name, labels, entry["count"], entry["sum"], tuple(sorted(entry["buckets"])))
+            for (name, labels), entry in sorted(found.items())]
 
 
 def gpu_number(value: Any) -> Optional[float]:
@@ -3227,6 +3330,7 @@ class CaptureSettings(NamedTuple):
     gpu: Optional[str] = None  # a key of GPU_COMMANDS, or None
     metrics: Optional[Endpoint] = None
     metric_patterns: tuple = ()
+    histograms: tuple = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
     router_pid: Optional[int] = None
     router_cgroup: Optional[str] = None
     router_container: Optional[str] = None  # its name; router_cgroup holds its cgroup
@@ -3632,6 +3736,9 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
         record["metrics"] = {"error": errors[0]} if errors else {
             "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
                                     capture.metric_patterns)}
+        if not errors:
+            record["metrics"]["histograms"] = histogram_deltas(
+                before["metrics"]["samples"], after["metrics"]["samples"], capture.histograms)
     return record
 
 
@@ -3704,6 +3811,7 @@ class Target(NamedTuple):
     timeout: float = 30.0  # seconds per request
     insecure: bool = False  # skip TLS certificate checks
     decision_paths: tuple = DEFAULT_DECISION_PATHS
+    signals: Optional[SignalTable] = None  # where per-signal times are recorded; None: not
 
 
 class LoadGuard(NamedTuple):
@@ -3880,6 +3988,7 @@ class RawResult(NamedTuple):
     retried: bool = False  # sent again on a new connection after its idle one closed
     code: Optional[str] = None  # the router's error code of a failed answer
     config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
+    signal_ms: tuple = ()  # the answer's per-signal times, in its SignalTable's order
 
 
 class _Slot:
@@ -3927,6 +4036,7 @@ class PassLoop:
                  concurrency: int, schedule: Optional[Sequence[int]] = None, *,
                  total: Optional[int] = None, duration: Optional[float] = None):
         self.target = target
+        self.signals = target.signals  # None: per-signal times are not recorded
         self.payloads = payloads
         self.stop = stop
         self.concurrency = concurrency
@@ -4070,29 +4180,38 @@ class PassLoop:
 
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
-        decision, error, code = self._classify(reader.status, reader.body)
+        decision, error, code, signal_ms = self._classify(reader.status, reader.body)
         # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
-            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME))))
+            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME), signal_ms)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
         self._release(slot)
 
     def _classify(self, status: int, body: bytearray) -> tuple:
-        """Return (decision, error kind, the router's error code) of an answer; a small answer
-        seen before is looked up rather than parsed again."""
+        """Return (decision, error kind, the router's error code, per-signal times) of an
+        answer; a small answer seen before is looked up rather than parsed again."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return classify(status, body, self.target.decision_paths)
+            return self._classified(status, body)
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = classify(status, body, self.target.decision_paths)
+            known = self.classified[key] = self._classified(status, body)
         return known
+
+    def _classified(self, status: int, body: bytearray) -> tuple:
+        table = self.signals
+        if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
+            return (*classify(status, body, self.target.decision_paths), ())
+        found: list = []
+        outcome = classify(status, body, self.target.decision_paths,
+                           on_document=lambda document: found.append(table.times(document)))
+        return (*outcome, found[0] if found else ())
 
     # the loop
 
@@ -4227,7 +4346,7 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
             round((raw.ended - origin) / 1e6, 4), raw.status, raw.decision, raw.error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
             round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, raw.code,
-            None, rep, raw.retried))
+            None, rep, raw.retried, raw.signal_ms))
     return requests, (last - first) / 1e9
 
 
@@ -4678,9 +4797,11 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
             "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
             "gpu_indexes": list(capture.gpu_indexes),
             "metrics_url": capture.metrics.shown if capture.metrics else None,
-            "metric_patterns": [p.pattern for p in capture.metric_patterns]},
+            "metric_patterns": [p.pattern for p in capture.metric_patterns],
+            **({"histograms": list(capture.histograms)} if capture.metrics else {})},
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
-        floor=floor, warmup=warmup, host_settings=host)
+        floor=floor, warmup=warmup, host_settings=host,
+        signal_names=tuple(target.signals.names) if target.signals else ())
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
@@ -6965,6 +7086,71 @@ def simulated_error(status: int, code: str, message: str) -> bytes:
         {"error": {"code": code, "message": message, "timestamp": utc_now()}}).encode())
 
 
+# The router's prometheus.DefBuckets, those of llm_signal_extraction_latency_seconds (seconds).
+ROUTER_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+SIGNAL_JITTER = 0.1  # each simulated signal takes its time times uniform(0.9, 1.1)
+
+
+class SignalModel(NamedTuple):
+    """The simulator's signals: a time per signal, run one after another or in parallel."""
+    times_ms: tuple = ()  # (name, ms) pairs, as --signals lists them
+    parallel: bool = False
+
+    def draw(self, rng: random.Random) -> tuple:
+        """Return one request's (name, ms) per signal: its time with a uniform jitter."""
+        return tuple((name, round(ms * rng.uniform(1 - SIGNAL_JITTER, 1 + SIGNAL_JITTER), 4))
+                     for name, ms in self.times_ms)
+
+    def wait_s(self, drawn: Sequence[tuple]) -> float:
+        """Return how long the signals of one request take: the sum, or the longest."""
+        times = [ms for _, ms in drawn]
+        return (max(times, default=0.0) if self.parallel else math.fsum(times)) / 1000
+
+
+def signal_answer(drawn: Sequence[tuple]) -> dict:
+    """Return the answer's fields for the signals a request ran, shaped as the router's
+    (metrics.<signal>.execution_time_ms and confidence; used_signals and matched_signals
+    of decision_result, by signal type)."""
+    return {"metrics": {name: {"execution_time_ms": ms, "confidence": 0.9}
+                        for name, ms in drawn},
+            "used_signals": {name: [name] for name, _ in drawn},
+            "matched_signals": {name: [name] for name, _ in drawn}}
+
+
+class SignalHistograms:
+    """llm_signal_extraction_latency_seconds of the simulated signals, with the router's
+    buckets, and its exposition in Prometheus's text format."""
+
+    def __init__(self, names: Sequence[str]):
+        self.lock = threading.Lock()
+        self.counts = {name: [0] * (len(ROUTER_DEFAULT_BUCKETS) + 1) for name in names}
+        self.sums = dict.fromkeys(names, 0.0)
+
+    def observe(self, drawn: Sequence[tuple]) -> None:
+        with self.lock:
+            for name, ms in drawn:
+                seconds = ms / 1000
+                i = next((i for i, b in enumerate(ROUTER_DEFAULT_BUCKETS) if seconds <= b),
+                         len(ROUTER_DEFAULT_BUCKETS))
+                self.counts[name][i] += 1
+                self.sums[name] += seconds
+
+    def exposition(self) -> str:
+        name = "llm_signal_extraction_latency_seconds"
+        lines = [f"# HELP {name} Latency of signal extraction by type in seconds",
+                 f"# TYPE {name} histogram"]
+        with self.lock:
+            for signal_type, counts in self.counts.items():
+                label = f'signal_type="{signal_type}"'
+                total = 0
+                for bound, count in zip((*ROUTER_DEFAULT_BUCKETS, "+Inf"), counts):
+                    total += count
+                    lines.append(f'{name}_bucket{{{label},le="{bound}"}} {total}')
+                lines += [f"{name}_sum{{{label}}} {self.sums[signal_type]!r}",
+                          f"{name}_count{{{label}}} {total}"]
+        return "\n".join(lines) + "\n"
+
+
 class SimulatedRouter:
     """A routing-preview server on its own threads: one per connection, as lean as a Python
     server can be, so that on a 2-core machine it leaves the driver and the kernel their share.
@@ -6982,17 +7168,23 @@ class SimulatedRouter:
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
                  max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None):
+                 stall: Optional[tuple] = None, signals: SignalModel = SignalModel()):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+        self.signals = signals
+        self.signal_histograms = SignalHistograms([name for name, _ in signals.times_ms])
         self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
-             "serial": serial, "max_concurrency": max_concurrency},
+             "serial": serial, "max_concurrency": max_concurrency,
+             **({"signals": signals._asdict()} if signals.times_ms else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
+        # the signals' own draws: a stream per configuration, so that two routers started
+        # with one seed do not report the same times for the signals they share
+        self.signal_rng = random.Random(f"{seed}:{self.config_hash}")
         self.lock = threading.Lock()  # the jitter generator and the counters
         self.busy = threading.Lock()  # --serial
         self.served = 0  # preview requests admitted: answered or being answered
@@ -7066,7 +7258,8 @@ class SimulatedRouter:
                 "# TYPE router_restarts_total counter\n"
                 "router_restarts_total 0\n"
                 "# TYPE router_classifier_errors_total counter\n"
-                'router_classifier_errors_total{signal="domain"} 0\n').encode(),
+                'router_classifier_errors_total{signal="domain"} 0\n'
+                + self.signal_histograms.exposition()).encode(),
                 "text/plain; version=0.0.4")
         if method != b"POST" or path != PREVIEW_PATH.encode():
             return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
@@ -7083,6 +7276,8 @@ class SimulatedRouter:
             pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
             if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
                 pause += self.stall[2] / 1000
+            drawn = self.signals.draw(self.signal_rng)
+            pause += self.signals.wait_s(drawn)
             self.served += 1
         try:
             if self.serial:
@@ -7094,21 +7289,28 @@ class SimulatedRouter:
             with self.lock:
                 self.in_flight -= 1
         decision = simulated_decision(text, self.decisions)
-        return http_response(200, json.dumps(
-            {"decision_result": {"decision_name": decision},
-             "selected_model": f"model-{decision}", "routing_decision": decision}).encode(),
-            headers=((CONFIG_HASH_NAME, self.config_hash),))
+        answer: dict = {"decision_result": {"decision_name": decision},
+                        "selected_model": f"model-{decision}", "routing_decision": decision}
+        if drawn:
+            self.signal_histograms.observe(drawn)
+            reported = signal_answer(drawn)
+            answer["decision_result"].update(used_signals=reported["used_signals"],
+                                             matched_signals=reported["matched_signals"])
+            answer["metrics"] = reported["metrics"]
+        return http_response(200, json.dumps(answer).encode(),
+                             headers=((CONFIG_HASH_NAME, self.config_hash),))
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                    stall: Optional[tuple] = None) -> SimulatedRouter:
+                    stall: Optional[tuple] = None,
+                    signals: SignalModel = SignalModel()) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
                            decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall)
+                           stall=stall, signals=signals)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -7347,6 +7549,12 @@ def side_name(text: str) -> str:
     return text
 
 
+def histogram_name(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        raise argparse.ArgumentTypeError(f"expected a Prometheus metric name, got {text!r}")
+    return text
+
+
 def gate_list(text: str) -> tuple:
     """Return the gated rows of a --gate list: metric names, or pass:metric."""
     names = {metric_title(m): m for m in ROW_METRICS}
@@ -7383,6 +7591,33 @@ def cpu_list_text(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a CPU list such as 0-11,24, got {text!r}") \
             from None
+
+
+def signal_spec(text: str) -> tuple:
+    """Return --signals domain:3,pii:5 as (name, ms) pairs."""
+    pairs = []
+    for part in (p.strip() for p in text.split(",")):
+        name, _, ms = part.partition(":")
+        try:
+            value = float(ms)
+        except ValueError:
+            value = -1.0
+        if not SIGNAL_NAME_PATTERN.fullmatch(name) or ":" in name or not 0 <= value < 1e6 \
+                or name in dict(pairs):
+            raise argparse.ArgumentTypeError(
+                f"expected NAME:MS pairs separated by commas (domain:3,pii:5,guard:2), each "
+                f"name once, got {part!r}")
+        pairs.append((name, value))
+    if len(pairs) > MAX_SIGNALS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SIGNALS} signals")
+    return tuple(pairs)
+
+
+def signals_text(pairs: Sequence[tuple], parallel: bool) -> str:
+    if not pairs:
+        return ""
+    shown = ", ".join(f"{name} {ms:g} ms" for name, ms in pairs)
+    return f", signals {shown} {'in parallel' if parallel else 'one after another'}"
 
 
 def stall_spec(text: str) -> tuple:
@@ -7556,6 +7791,12 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", action="append", type=metric_pattern, metavar="REGEX",
                    help="keep series whose name matches (repeatable; default: names "
                         f"matching {DEFAULT_METRIC_PATTERN})")
+    p.add_argument("--histogram", action="append", type=histogram_name, metavar="NAME",
+                   help="also keep this histogram's buckets, sum and count per pass "
+                        "(repeatable; always: " + ", ".join(DEFAULT_HISTOGRAMS) + ")")
+    p.add_argument("--no-signals", action="store_true",
+                   help="do not record the router's per-signal times (metrics.<signal>."
+                        "execution_time_ms of each answer)")
 
 
 def add_suspect_options(p: argparse.ArgumentParser) -> None:
@@ -7658,6 +7899,12 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
                    help="a slow phase now and then: of every EVERY previews, the last LENGTH "
                         "wait MS more")
+    p.add_argument("--signals", type=signal_spec, default=(), metavar="NAME:MS,...",
+                   help="signals each preview runs and reports (metrics.<signal>."
+                        "execution_time_ms; llm_signal_extraction_latency_seconds on /metrics)"
+                        ", with their time in ms (each +-10%%): domain:3,pii:5,guard:2")
+    p.add_argument("--parallel-signals", action="store_true",
+                   help="run the signals at once: a preview takes the longest, not the sum")
     p.add_argument("--url-file", help="write the server's URL here once it listens")
     p.set_defaults(func=cmd_simulate)
 
@@ -7766,7 +8013,8 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     endpoint = parse_endpoint(args.url)
     headers = tuple(args.header) + token_header(args.token_env, endpoint, args.header)
     target = Target(endpoint, headers, args.model, args.timeout,
-                    args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS))
+                    args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS),
+                    None if args.no_signals else SignalTable())
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
                              option="--metrics-url") if args.metrics_url else None
     if args.router_cgroup and not Path(args.router_cgroup).is_dir():
@@ -7781,7 +8029,8 @@ def run_arguments(args: argparse.Namespace) -> tuple:
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
         router_pid=args.router_pid, router_cgroup=cgroup,
         router_container=args.router_container, router_cpu_list=args.router_cpus,
-        gpu_indexes=args.gpu_index or ())
+        gpu_indexes=args.gpu_index or (),
+        histograms=tuple(dict.fromkeys(DEFAULT_HISTOGRAMS + tuple(args.histogram or ()))))
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed,
                          repeat=args.repeat, duration=args.duration)
@@ -8007,7 +8256,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
-                                 max_concurrency=args.max_concurrency, stall=args.stall)
+                                 max_concurrency=args.max_concurrency, stall=args.stall,
+                                 signals=SignalModel(args.signals, args.parallel_signals))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -8017,7 +8267,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
-          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
+          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
+          f"{signals_text(args.signals, args.parallel_signals)}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops"])
     stopped = threading.Event()
