@@ -3122,16 +3122,20 @@ class Histogram(NamedTuple):
     def mean(self) -> Optional[float]:
         return self.sum / self.count if self.count > 0 else None
 
-    def quantile(self, q: float) -> Optional[float]:
+    def quantile(self, q: float, *, resolved: bool = False) -> Optional[float]:
         """Return the q-quantile (0..1) interpolated linearly within its bucket, as
         Prometheus's histogram_quantile does: an estimate whose error is the bucket's
-        width; in the +Inf bucket, the highest finite bound."""
+        width; in the +Inf bucket, the highest finite bound. resolved: None instead where
+        the bucket says nothing of the value (the lowest one, from 0, or +Inf): 2.5 ms read
+        in the router's 0 to 5 ms bucket would be a figure of the buckets, not of the time."""
         total = self.buckets[-1][1] if self.buckets else 0.0
         if total <= 0:
             return None
         rank, lower, below = q * total, 0.0, 0.0
         for bound, cumulative in self.buckets:
             if cumulative >= rank:
+                if resolved and (lower <= 0 or math.isinf(bound)):
+                    return None
                 if math.isinf(bound):
                     return lower
                 if cumulative == below:
@@ -5428,6 +5432,7 @@ class RoundsReport(NamedTuple):
     outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: tuple = ()  # PassLatencies, for the report page
+    breakdowns: tuple = ()  # PassBreakdown: where each pass's time went, and what changed
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -5536,6 +5541,230 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
     return rows
 
 
+# Where the time goes: each signal's time from the answers, the router's histograms, and the
+# client's latency beside them.
+
+PART_STATS = ("p50", "p95", "mean")
+HISTOGRAM_PARTS = {  # a histogram without a phase or signal_type label, as its part is named
+    "llm_decision_evaluation_latency_seconds": "decision",
+    "vsr_model_runtime_request_duration_seconds": "runtime",
+    "vsr_model_runtime_transport_seconds": "transport",
+    "vllm_srun_queue_duration_seconds": "runtime_queue",
+}
+
+
+class PartFigures(NamedTuple):
+    """One part of a pass's time: a signal the answers reported, or a router histogram."""
+    kind: str  # "signal" (from the answers) or "router" (from its histograms)
+    name: str
+    p50_ms: Optional[float]  # router: interpolated within its buckets
+    p95_ms: Optional[float]
+    mean_ms: Optional[float]  # per observation
+    per_request_ms: Optional[float]  # its whole time over the pass, per routed request
+    count: int  # observations
+
+
+class PassAttribution(NamedTuple):
+    """A pass's time by part, beside the client's latency."""
+    pass_name: str
+    requests: int  # routed requests
+    client_mean_ms: Optional[float]
+    client_p95_ms: Optional[float]
+    parts: tuple  # PartFigures, signals first
+    signals_ms: Optional[float]  # the signals' time per request, summed: None without any
+    outside_p50_ms: Optional[float]  # per request: its latency minus its signals' times
+    outside_mean_ms: Optional[float]
+
+    @property
+    def unexplained_ms(self) -> Optional[float]:
+        """The client's mean latency not covered by the signals' summed time; negative
+        where they overlap (signals evaluated in parallel)."""
+        if self.client_mean_ms is None or self.signals_ms is None:
+            return None
+        return self.client_mean_ms - self.signals_ms
+
+
+def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> list:
+    """Return each signal's figures over the routed requests that reported it."""
+    routed = [r for r in requests if r.routed]
+    parts = []
+    for i, name in enumerate(names):
+        times = [r.signal_ms[i] for r in routed
+                 if len(r.signal_ms) > i and r.signal_ms[i] is not None]
+        if times:
+            figures = percentiles(times, (50, 95))
+            parts.append(PartFigures("signal", name, round(figures[0], 4), round(figures[1], 4),
+                                     round(math.fsum(times) / len(times), 4),
+                                     round(math.fsum(times) / len(routed), 4), len(times)))
+    return parts
+
+
+def histogram_part(histogram: Histogram) -> str:
+    """Return the part a router histogram series stands for: its phase, its signal type, or
+    a short name of the histogram."""
+    labels = dict(histogram.labels)
+    return labels.get("phase") or labels.get("signal_type") or HISTOGRAM_PARTS.get(
+        histogram.name, histogram.name)
+
+
+def router_parts(environment: dict, routed: int) -> list:
+    """Return the figures of each part of the router's histograms over a pass: the series of
+    one part (deployments, surfaces) added together, bucket by bucket."""
+    deltas = (environment.get("metrics") or {}).get("histograms")
+    merged: dict = {}
+    for histogram in histograms_of(deltas if isinstance(deltas, dict) else {}):
+        key = histogram_part(histogram)
+        count, total, buckets = merged.get(key, (0.0, 0.0, {}))
+        for bound, cumulative in histogram.buckets:
+            buckets[bound] = buckets.get(bound, 0.0) + cumulative
+        merged[key] = (count + histogram.count, total + histogram.sum, buckets)
+    parts = []
+    for key, (count, total, buckets) in merged.items():
+        if count <= 0:
+            continue
+        whole = Histogram(key, (), count, total, tuple(sorted(buckets.items())))
+        quantiles = [whole.quantile(q, resolved=True) for q in (0.5, 0.95)]
+        parts.append(PartFigures(
+            "router", key, *(None if v is None else round(1000 * v, 4) for v in quantiles),
+            round(1000 * whole.mean, 4), round(1000 * total / routed, 4) if routed else None,
+            int(count)))
+    return parts
+
+
+def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
+    """Return a pass's time by part: its signals from the answers, the router's histograms,
+    and per request the latency outside the signals."""
+    requests = item.requests
+    signals = signal_parts(requests, run.signal_names)
+    routed = [r for r in requests if r.routed]
+    outside = [r.latency_ms - math.fsum(v for v in r.signal_ms if v is not None)
+               for r in routed if r.signal_ms and r.latency_ms is not None]
+    summary = item.summary
+    # a histogram of a signal the answers report says less than the answers: left out
+    reported = {p.name for p in signals}
+    router = [p for p in router_parts(item.attempt.environment, len(routed))
+              if p.name not in reported]
+    return PassAttribution(
+        item.name, len(routed), summary.mean_ms if summary else None,
+        summary.p95_ms if summary else None, tuple(signals + router),
+        round(math.fsum(p.per_request_ms for p in signals), 4) if signals else None,
+        round(percentile(outside, 50), 4) if outside else None,
+        round(math.fsum(outside) / len(outside), 4) if outside else None)
+
+
+def part_values(attribution: PassAttribution) -> dict:
+    """Return {row metric: value} of a pass's parts: 'signal:pii:p95', 'router:forward:mean',
+    and 'outside:p50' / 'outside:mean' (the latency outside the signals)."""
+    values = {}
+    for part in attribution.parts:
+        for stat in PART_STATS:
+            values[f"{part.kind}:{part.name}:{stat}"] = getattr(part, f"{stat}_ms")
+    values["outside:p50"] = attribution.outside_p50_ms
+    values["outside:mean"] = attribution.outside_mean_ms
+    return values
+
+
+def part_title(metric: str) -> str:
+    """Return how a part's row is named: 'pii p95', 'router forward mean', 'outside p50'."""
+    kind, _, rest = metric.partition(":")
+    name, _, stat = rest.rpartition(":")
+    return {"signal": f"{name} {stat}", "router": f"router {name} {stat}"}.get(
+        kind, f"outside the signals {rest}")
+
+
+class PassBreakdown(NamedTuple):
+    """Where one pass's time went on each side, and what of it changed."""
+    pass_name: str
+    rows: tuple  # Row per part and statistic, the part that moved most first
+    base: tuple  # (metric, median over the used rounds) of the base side's parts
+    new: tuple
+    client: tuple  # (base, new) median client mean latency
+    sentence: str
+
+
+def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                     settings: GateSettings) -> list:
+    """Return PassBreakdowns of the passes whose answers or histograms reported parts:
+    a row per part and statistic measured in every used round on both sides, with the
+    latency rows' estimator and interval; advisory unless --gate names them."""
+    first = runs[used[0]][base]
+    found = []
+    for item in sorted(first.passes, key=lambda p: p.order):
+        figures = {}
+        for side in (base, new):
+            sides = [runs[r][side] for r in used]
+            passes = [run.pass_named(item.name) for run in sides]
+            if any(p is None or p.discarded or p.summary is None for p in passes):
+                break
+            figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
+        else:
+            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings)
+            if breakdown.rows:
+                found.append(breakdown)
+    return found
+
+
+def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[PassAttribution],
+                   settings: GateSettings) -> PassBreakdown:
+    """Return one pass's breakdown from its attributions, round by round on each side."""
+    base_values = [part_values(a) for a in base]
+    new_values = [part_values(a) for a in new]
+    metrics = [m for m in base_values[0]
+               if all(v.get(m) is not None and v[m] > 0 for v in (*base_values, *new_values))]
+    rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
+            for m in metrics]
+    rows.sort(key=lambda r: -abs(r.diff.mean))
+    medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
+               for side in (base_values, new_values)]
+    client = tuple(statistics.median(a.client_mean_ms for a in side) for side in (base, new))
+    return PassBreakdown(name, tuple(rows), medians[0], medians[1], client,
+                         breakdown_sentence(name, rows, base, new, settings))
+
+
+def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
+                       new: Sequence[PassAttribution], settings: GateSettings) -> str:
+    """Return the change of a pass's client p95 and what moved with it, in words: the
+    signals' p95 changes, the one that moved most first, and the router's parts in ms.
+
+    "Most of the change" is said on means, which add up where percentiles do not: of the
+    client's shift in mean latency (median over rounds), the signal's shift in its time per
+    request is at least half."""
+    values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
+    if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
+        return ""
+    client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
+    signals = [r for r in rows if r.metric.startswith("signal:") and r.metric.endswith(":p95")]
+    router = [r for r in rows if r.metric.startswith("router:") and r.metric.endswith(":mean")]
+    whole = statistics.median(b.client_mean_ms for b in new) - statistics.median(
+        a.client_mean_ms for a in base)
+    said = []
+    for i, row in enumerate(signals):
+        text = f"{row.metric.split(':')[1]} {row_change_words(row)}"
+        if i == 0 and whole > 0 and signal_shift(row.metric.split(":")[1], base, new) >= \
+                whole / 2:
+            text += " (most of the change)"
+        said.append(text)
+    said += [f"{r.metric.split(':')[1]} {fmt_signed(r.diff.mean)} ms" for r in router[:3]]
+    return (f"{pass_title(name)} p95 {row_change_words(client)}"
+            + (": " + ", ".join(said) if said else ""))
+
+
+def signal_shift(name: str, base: Sequence[PassAttribution],
+                 new: Sequence[PassAttribution]) -> float:
+    """Return the shift of a signal's time per request, new - base, medians over rounds."""
+    def per_request(side: Sequence[PassAttribution]) -> float:
+        return statistics.median(next((p.per_request_ms for p in a.parts
+                                       if p.kind == "signal" and p.name == name), 0.0)
+                                 for a in side)
+    return per_request(new) - per_request(base)
+
+
+def row_change_words(row: Row) -> str:
+    """Return a row's change in the words compare and rounds use: '1.41x slower [1.33,
+    1.49]' (the interval in the direction of the words)."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+
+
 def look_level(settings: GateSettings, rounds: int) -> tuple:
     """Return (one-sided level of each of the gate's two tests, the look or None)."""
     half = settings.alpha / 2
@@ -5591,16 +5820,25 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                  for a in agreement if a.used and a.agree < a.total]
     rows: list = []
+    breakdowns: list = []
     test = look = None
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
         level, look = look_level(settings, len(used))
         rows = judged_rows(runs, base, new, used, settings)
-        test = gate_test(rows, settings, level)
+        breakdowns = attribution_rows(runs, base, new, used, settings)
+        # the parts' rows are advisory: only those --gate names join the gate's test
+        gated_parts = [r for b in breakdowns for r in b.rows if r.gated]
+        test = gate_test(rows + gated_parts, settings, level)
         rows = [r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
                 else r for r in rows]
-    status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
+        breakdowns = [b._replace(rows=tuple(
+            r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
+            else r for r in b.rows)) for b in breakdowns]
+    status, reasons, code = gate_outcome(
+        rows + [r for b in breakdowns for r in b.rows if r.gated], test, failures, doubts,
+        settings, look)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
     effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
@@ -5619,7 +5857,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        tuple(pass_latencies(runs, base, new, used)))
+        tuple(pass_latencies(runs, base, new, used)), tuple(breakdowns))
 
 
 def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
@@ -6086,6 +6324,8 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     lines += report.warnings
     slowdowns = format_slowdowns(report)
     lines += [""] + slowdowns if slowdowns else []
+    breakdowns = format_breakdowns(report)
+    lines += [""] + breakdowns if breakdowns else []
     lines += [""] + format_environment(report) + [""]
     lines += format_order(report) + format_closing(report)
     lines.append(verdict_line(report))
@@ -6138,6 +6378,72 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
                       f"one-sided p {test.composite_p:.3g}"]
     return lines
+
+
+def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
+    """Return where each pass's time went: the sentence, the parts' rows (advisory unless
+    gated), and the decomposition beside the client's latency."""
+    if not report.breakdowns:
+        return []
+    base, new = report.base, report.new
+    lines = [f"where the time goes: each signal's time as the answers report it, the router's "
+             f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
+             f"latency outside the signals; rows as above, advisory unless --gate names them "
+             f"(signal:NAME:STAT, router:PART:STAT)"]
+    for breakdown in report.breakdowns:
+        lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
+        table = [[part_title(row.metric) + ("*" if row.gated else ""),
+                  fmt_value(row.base_median), fmt_value(row.new_median),
+                  f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
+                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
+                 for row in breakdown.rows]
+        lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                               f"{new} vs {base} [95% CI]", "verdict"], table,
+                              markdown=markdown,
+                              right=[False, True, True, True, True, False])
+        lines += [decomposition_text(side, dict(parts), client)
+                  for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
+                                              (new, breakdown.new, breakdown.client[1]))]
+    return lines
+
+
+def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> str:
+    """Return one side's decomposition of a pass's mean latency, medians over rounds: the
+    signals' mean times summed beside the client's mean, and what is left unexplained (or by
+    how much the signals overlap); the router's histograms, which may overlap the signals,
+    beside them."""
+    signals = {m.split(":")[1]: v for m, v in medians.items()
+               if m.startswith("signal:") and m.endswith(":mean")}
+    router = {m.split(":")[1]: v for m, v in medians.items()
+              if m.startswith("router:") and m.endswith(":mean")}
+    text = f"{side}: client mean {fmt_value(client_ms)} ms"
+    if signals and client_ms is not None:
+        total = math.fsum(signals.values())
+        listed = ", ".join(f"{name} {fmt_value(v)}" for name, v in signals.items())
+        left = client_ms - total
+        text += (f"; signals summed {fmt_value(total)} ms ({listed}); "
+                 + (f"unexplained {fmt_value(left)} ms (wire, HTTP, admission, the router's "
+                    f"other work)" if left >= 0 else
+                    f"the signals' sum exceeds it by {fmt_value(-left)} ms: they overlap "
+                    f"(evaluated in parallel), so no sum is forced"))
+    if router:
+        text += ("; router histograms, mean per observation (may overlap the signals): "
+                 + ", ".join(f"{name} {fmt_value(v)} ms" for name, v in router.items()))
+    return text
+
+
+def breakdowns_json(report: RoundsReport) -> list:
+    """Return where each pass's time went as JSON."""
+    return [{"pass": b.pass_name, "sentence": b.sentence,
+             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
+             "base": dict(b.base), "new": dict(b.new),
+             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
+                       "new_median": r.new_median, "diff": r.diff._asdict(),
+                       "speedup": r.speedup, "speedup_low": r.speedup_low,
+                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
+                       "verdict": r.verdict, "base_values": list(r.base_values),
+                       "new_values": list(r.new_values)} for r in b.rows]}
+            for b in report.breakdowns]
 
 
 def row_change_text(row: Row) -> str:
@@ -6345,7 +6651,8 @@ def rounds_json(report: RoundsReport) -> dict:
             "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns)}
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
+            "breakdowns": breakdowns_json(report)}
 
 
 def slowdowns_json(found: InputSlowdowns) -> dict:
@@ -6652,6 +6959,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     details = [line for line in head if not line.startswith("|")]
     details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
     details += format_slowdowns(report, markdown=True)
+    details += format_breakdowns(report, markdown=True)
     if per_round and report.rows:
         details += ["**Each round**"] + format_per_round(report, markdown=True)
     details += ["**Environment**"] + format_environment(report, markdown=True)
@@ -7096,9 +7404,16 @@ class SignalModel(NamedTuple):
     times_ms: tuple = ()  # (name, ms) pairs, as --signals lists them
     parallel: bool = False
 
-    def draw(self, rng: random.Random) -> tuple:
+    def streams(self, seed: int) -> dict:
+        """Return each signal's own random stream, seeded by the seed, its name and time:
+        two simulators started with one seed give a signal set alike the same times (common
+        random numbers), so that comparing them shows what was changed and nothing else."""
+        return {name: random.Random(f"{seed}:{name}:{ms!r}") for name, ms in self.times_ms}
+
+    def draw(self, streams: dict) -> tuple:
         """Return one request's (name, ms) per signal: its time with a uniform jitter."""
-        return tuple((name, round(ms * rng.uniform(1 - SIGNAL_JITTER, 1 + SIGNAL_JITTER), 4))
+        return tuple((name, round(ms * streams[name].uniform(1 - SIGNAL_JITTER,
+                                                             1 + SIGNAL_JITTER), 4))
                      for name, ms in self.times_ms)
 
     def wait_s(self, drawn: Sequence[tuple]) -> float:
@@ -7182,9 +7497,7 @@ class SimulatedRouter:
              **({"signals": signals._asdict()} if signals.times_ms else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
-        # the signals' own draws: a stream per configuration, so that two routers started
-        # with one seed do not report the same times for the signals they share
-        self.signal_rng = random.Random(f"{seed}:{self.config_hash}")
+        self.signal_streams = signals.streams(seed)
         self.lock = threading.Lock()  # the jitter generator and the counters
         self.busy = threading.Lock()  # --serial
         self.served = 0  # preview requests admitted: answered or being answered
@@ -7276,7 +7589,7 @@ class SimulatedRouter:
             pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
             if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
                 pause += self.stall[2] / 1000
-            drawn = self.signals.draw(self.signal_rng)
+            drawn = self.signals.draw(self.signal_streams)
             pause += self.signals.wait_s(drawn)
             self.served += 1
         try:
@@ -7555,17 +7868,27 @@ def histogram_name(text: str) -> str:
     return text
 
 
+PART_GATE = re.compile(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
+                       r":(?:p50|p95|mean))")
+
+
 def gate_list(text: str) -> tuple:
-    """Return the gated rows of a --gate list: metric names, or pass:metric."""
+    """Return the gated rows of a --gate list: metric names, or pass:metric; a part of the
+    time, signal:NAME:STAT or router:PART:STAT (STAT p50, p95 or mean), likewise."""
     names = {metric_title(m): m for m in ROW_METRICS}
     found = []
     for part in (p.strip() for p in text.split(",")):
+        match = PART_GATE.fullmatch(part)
+        if match:  # a row of where the time goes
+            found.append(part)
+            continue
         scope, _, metric = part.rpartition(":")
         if metric not in names or (scope and not re.fullmatch(r"sequential|c\d+|r[\d.]+",
                                                                 scope)):
             raise argparse.ArgumentTypeError(
-                f"expected p50, p95, p99, mean or req/s, each optionally after a pass "
-                f"(sequential:p99, c16:p95), got {part!r}")
+                f"expected p50, p95, p99, mean or req/s, or signal:NAME:STAT or "
+                f"router:PART:STAT, each optionally after a pass (sequential:p99, c16:p95, "
+                f"signal:pii:p95), got {part!r}")
         found.append(f"{scope}:{names[metric]}" if scope else names[metric])
     return tuple(found)
 

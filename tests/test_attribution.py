@@ -1,0 +1,187 @@
+"""Where the time goes: per-signal times from the answers, the router's histograms scraped
+around each pass, the parts' rows in rounds, and the decomposition beside the client's latency.
+
+The exposition in tests/data/router-metrics-{before,after}.prom is what prometheus/client_golang
+1.14 (Debian's golang-github-prometheus-client-golang-dev) writes for the router's own histogram
+definitions: llm_signal_extraction_latency_seconds{signal_type} and
+llm_decision_evaluation_latency_seconds with prometheus.DefBuckets
+(src/semantic-router/pkg/observability/metrics/signal_decision_plugin_metrics.go),
+vsr_model_runtime_request_duration_seconds{deployment,surface} and
+vsr_model_runtime_server_seconds{deployment,surface,phase} with their buckets
+(pkg/modelservice's metrics). No stored exposition scraped from a running router was found in its
+source, tests or docs, so the text was produced by the same client library the router links,
+observing 40 calls (before) and 60 more (after).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import router_latency as rl
+from conftest import write_corpus
+
+DATA = Path(__file__).parent / "data"
+
+
+def scraped(name):
+    return rl.parse_prometheus((DATA / f"router-metrics-{name}.prom").read_text())
+
+
+def test_the_router_histograms_are_kept_per_bucket_and_read_back_per_part():
+    before, after = scraped("before"), scraped("after")
+    deltas = rl.histogram_deltas(before, after, rl.DEFAULT_HISTOGRAMS)
+    # per bucket, sum and count, as the difference of the two scrapes
+    key = 'llm_signal_extraction_latency_seconds_bucket{le="0.01",signal_type="pii"}'
+    assert deltas[key] == after[key] - before[key] == 44 - 20
+    assert deltas['llm_signal_extraction_latency_seconds_count{signal_type="pii"}'] == 60
+    assert all(k.split("{")[0].rsplit("_", 1)[0] in rl.DEFAULT_HISTOGRAMS for k in deltas)
+    # a name not asked for is not kept; one asked for with --histogram is
+    assert not rl.histogram_deltas(before, after, ("vllm_srun_queue_duration_seconds",))
+    parts = {p.name: p for p in rl.router_parts({"metrics": {"histograms": deltas}}, 60)}
+    assert set(parts) == {"domain", "pii", "jailbreak", "decision", "runtime", "parse",
+                          "tokenize", "queue", "forward", "post", "serialize"}
+    pii = parts["pii"]
+    total = (after['llm_signal_extraction_latency_seconds_sum{signal_type="pii"}']
+             - before['llm_signal_extraction_latency_seconds_sum{signal_type="pii"}'])
+    assert pii.count == 60 and pii.mean_ms == round(1000 * total / 60, 4)
+    assert pii.per_request_ms == pii.mean_ms  # one observation per request here
+    # p50: rank 30 of 60; 24 lie at or below 10 ms, 42 at or below 25 ms: the (10, 25] ms
+    # bucket holds ranks 25 to 42, and the interpolation gives 10 + 15 * (30 - 24) / 18 ms
+    assert pii.p50_ms == round(10 + 15 * 6 / 18, 4)
+    # all of domain lies in the router's lowest bucket, 0 to 5 ms: no percentile is made up
+    assert parts["domain"].p50_ms is None and parts["domain"].mean_ms > 0
+    assert parts["forward"].count == 60
+
+
+@pytest.mark.parametrize("buckets, q, expected", [
+    (((0.1, 0.0), (0.2, 10.0), (float("inf"), 10.0)), 0.5, 0.15),
+    (((0.1, 5.0), (0.2, 10.0), (float("inf"), 10.0)), 0.75, 0.15),
+    (((0.1, 0.0), (0.2, 4.0), (float("inf"), 10.0)), 0.9, 0.2),  # +Inf: the top finite bound
+])
+def test_a_histogram_quantile_is_interpolated_within_its_bucket(buckets, q, expected):
+    histogram = rl.Histogram("x", (), buckets[-1][1], 1.0, buckets)
+    assert histogram.quantile(q) == pytest.approx(expected)
+
+
+def test_the_signal_table_keeps_names_in_order_and_skips_what_the_router_did_not_evaluate():
+    table = rl.SignalTable()
+    first = table.times({"metrics": {"keyword": {"execution_time_ms": 0, "confidence": 0},
+                                     "domain": {"execution_time_ms": 3.25, "confidence": 0.8},
+                                     "pii": {"execution_time_ms": 5, "confidence": 0.9}}})
+    assert (table.names, first) == (["domain", "pii"], (3.25, 5))
+    second = table.times({"metrics": {"pii": {"execution_time_ms": 4.5},
+                                      "bad name!": {"execution_time_ms": 1.0},
+                                      "jailbreak": {"execution_time_ms": "2"},
+                                      "fact_check": {"execution_time_ms": 1.125}}})
+    assert (table.names, second) == (["domain", "pii", "fact_check"], (None, 4.5, 1.125))
+    assert table.times({"metrics": []}) == table.times([1]) == ()
+    many = rl.SignalTable()
+    many.times({"metrics": {f"s{i}": {"execution_time_ms": 1.0} for i in range(40)}})
+    assert len(many.names) == rl.MAX_SIGNALS
+
+
+def test_the_simulator_reports_its_signals_in_answers_and_histograms(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0.0, signals=rl.SignalModel((("domain", 1.0), ("pii", 2.0))))
+    corpus = write_corpus(tmp_path / "c.json", [f"prompt {i}" for i in range(8)])
+    result = cli("run", "--url", router.url, "--corpus", corpus, "-o", tmp_path / "r.json",
+                 "--label", "x", "--warmup", "0", "-c", "1", "--metrics-url", router.url, "-q")
+    assert result.code == 0, result.err
+    run = rl.load_run(str(tmp_path / "r.json"))
+    assert run.signal_names == ("domain", "pii")
+    times = [r.signal_ms for r in run.passes[0].requests]
+    assert all(0.9 <= d <= 1.1 and 1.8 <= p <= 2.2 for d, p in times)
+    attribution = rl.pass_attribution(run, run.passes[0])
+    # the histograms on /metrics carry the same times: their sum over the pass
+    histograms = run.passes[0].attempt.environment["metrics"]["histograms"]
+    assert histograms['llm_signal_extraction_latency_seconds_count{signal_type="pii"}'] == 8
+    assert histograms['llm_signal_extraction_latency_seconds_sum{signal_type="pii"}'] == \
+        pytest.approx(sum(p for _, p in times) / 1000, abs=1e-6)
+    assert attribution.signals_ms == pytest.approx(sum(d + p for d, p in times) / 8, abs=1e-3)
+    assert attribution.unexplained_ms > 0  # one after another, inside the client's latency
+    # --no-signals records none
+    cli("run", "--url", router.url, "--corpus", corpus, "-o", tmp_path / "n.json", "--label",
+        "x", "--warmup", "0", "-c", "1", "--no-signals", "-q")
+    plain = rl.load_run(str(tmp_path / "n.json"))
+    assert plain.signal_names == () and b"signal_ms" not in (tmp_path / "n.json").read_bytes()
+
+
+@pytest.mark.parametrize("parallel, expected", [(False, 0.006), (True, 0.003)])
+def test_signals_run_one_after_another_or_in_parallel(parallel, expected):
+    model = rl.SignalModel((("domain", 3.0), ("pii", 3.0)), parallel)
+    assert model.wait_s((("domain", 3.0), ("pii", 3.0))) == pytest.approx(expected)
+
+
+def test_a_run_file_with_more_signal_times_than_names_is_refused(tmp_path, cli):
+    path = tmp_path / "r1-x.json"
+    document = json.loads(b"".join(rl.dump_run(rl.RunFile(
+        "x", True, {"path": "c", "sha256": "0" * 64, "count": 1}, (), signal_names=("pii",)))))
+    path.write_text(json.dumps(document))
+    assert rl.load_run(str(path)).signal_names == ("pii",)
+    document["signals"] = ["pii", "pii"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(rl.RouterLatencyError, match="signals"):
+        rl.load_run(str(path))
+
+
+def measure_rounds(simulator, tmp_path, cli, new_pii_ms):
+    """Measure 3 rounds, base and new alternating who starts, on simulated routers whose
+    signals are domain 1 ms, pii 2 ms (new: new_pii_ms) and guard 0.5 ms after a 2 ms delay."""
+    corpus = write_corpus(tmp_path / "c.json", [f"question number {i}" for i in range(30)])
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    for number in (1, 2, 3):
+        for side in rl.start_order(number, ["base", "new"]):
+            pii = 2.0 if side == "base" else new_pii_ms
+            router = simulator(delay_ms=2.0, seed=number, signals=rl.SignalModel(
+                (("domain", 1.0), ("pii", pii), ("guard", 0.5))))
+            result = cli("run", "--url", router.url, "--corpus", corpus, "-o",
+                         folder / f"r{number}-{side}.json", "--label", side, "--warmup", "2",
+                         "-c", "1,4", "--metrics-url", router.url, "-q")
+            assert result.code == 0, result.err
+            router.stop()
+    return folder
+
+
+def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
+    folder = measure_rounds(simulator, tmp_path, cli, new_pii_ms=2.8)  # pii alone 40% slower
+    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "25")
+    result = cli(*asked, "--format", "json")
+    assert result.code == 0, result.out + result.err  # the parts are advisory
+    report = json.loads(result.out)
+    assert [b["pass"] for b in report["breakdowns"]] == ["sequential", "c4"]
+    for breakdown in report["breakdowns"]:
+        rows = {r["metric"]: r for r in breakdown["rows"]}
+        for stat in ("p50", "p95", "mean"):
+            pii = rows[f"signal:pii:{stat}"]
+            assert pii["diff"]["low"] > 0 and pii["speedup_high"] < 1  # excludes no change
+            for other in ("domain", "guard"):
+                row = rows[f"signal:{other}:{stat}"]
+                assert row["diff"]["low"] <= 0 <= row["diff"]["high"]
+        assert breakdown["rows"][0]["metric"].startswith("signal:pii:")  # moved most
+        assert ": pii 1.4" in breakdown["sentence"]
+        assert "(most of the change)" in breakdown["sentence"]
+    text = cli(*asked).out
+    assert "where the time goes" in text and "unexplained" in text
+    assert "Sequential p95 " in text and "pii p95" in text
+
+
+def test_a_gated_signal_row_fails_the_gate(simulator, tmp_path, cli):
+    folder = measure_rounds(simulator, tmp_path, cli, new_pii_ms=2.8)
+    result = cli("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance",
+                 "25", "--gate", "p50,p95,req/s,signal:pii:p95")
+    assert result.code == 1
+    assert "regression in Sequential signal:pii:p95" in result.out
+    assert "pii p95*" in result.out
+
+
+@pytest.mark.parametrize("text", ["signal:pii:p99", "router:forward", "signal::p95",
+                                  "c4:signal:pii", "signal:pii:p95:x"])
+def test_the_gate_refuses_a_part_row_it_does_not_know(text):
+    with pytest.raises(Exception, match="signal:NAME:STAT"):
+        rl.gate_list(text)
+
+
+def test_the_gate_accepts_part_rows_beside_the_latency_rows():
+    assert rl.gate_list("p95,signal:pii:p95,c16:router:forward:mean") == (
+        "p95_ms", "signal:pii:p95", "c16:router:forward:mean")
