@@ -4895,6 +4895,7 @@ class ComparePass(NamedTuple):
     router_cpu: tuple = ()  # (name, A's value, B's value): CPU ms per request, foreign vCPUs
     slow: tuple = ((), ())  # A's and B's windows in a slow phase
     windows: tuple = (0, 0)  # how many windows A's and B's time series have
+    parts: tuple = ()  # (part metric, A's, B's) of where the time goes, the most moved first
 
 
 def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
@@ -4904,6 +4905,16 @@ def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
         ("router_cpu_ms", tuple(e.router_cpu_ms for e in envs)),
         ("foreign_vcpus", tuple(e.foreign_vcpus for e in envs)))
         if any(v is not None for v in values))
+
+
+def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> tuple:
+    """Return (part metric, A's, B's) of the parts of a pass's time both runs report, the
+    one that moved most first; the signals' times from the answers, by name."""
+    found_a = part_values(pass_attribution(a, pa))
+    found_b = part_values(pass_attribution(b, pb))
+    both = [(m, found_a[m], found_b[m]) for m in found_a
+            if found_a[m] is not None and found_b.get(m) is not None]
+    return tuple(sorted(both, key=lambda f: -abs(f[2] - f[1])))
 
 
 class CompareReport(NamedTuple):
@@ -4947,7 +4958,8 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   (pa.summary.rejected, pb.summary.rejected),
                                   router_cpu_figures(pa, pb),
                                   (a.slow_windows(pa), b.slow_windows(pb)),
-                                  (len(pa.attempt.windows), len(pb.attempt.windows))))
+                                  (len(pa.attempt.windows), len(pb.attempt.windows)),
+                                  compared_parts(a, pa, b, pb)))
     warnings = floor_warnings([(pass_title(p.name), p.figures[0][1], p.figures[0][2])
                                for p in passes if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -6264,6 +6276,9 @@ def compare_rows(report: CompareReport) -> list:
                               "foreign_vcpus": "foreign vCPUs"}[name], fmt_value(va),
                          fmt_value(vb), "n/a" if va is None or vb is None else fmt_signed(vb - va),
                          ""])
+        rows += [["", part_title(metric) + " ms", fmt_value(va), fmt_value(vb),
+                  fmt_signed(vb - va), change_text(va / vb if va > 0 and vb > 0 else None)]
+                 for metric, va, vb in item.parts]
     return rows
 
 
@@ -6676,7 +6691,10 @@ def compare_json(report: CompareReport) -> dict:
                                     "diff": vb - va if None not in (va, vb) else None,
                                     "ratio": vb / va if va and vb is not None else None}
                            for metric, va, vb in p.figures},
-               "errors": {"a": p.errors[0], "b": p.errors[1]}} for p in report.passes]
+               "errors": {"a": p.errors[0], "b": p.errors[1]},
+               **({"parts": {metric: {"a": va, "b": vb, "diff": vb - va}
+                             for metric, va, vb in p.parts}} if p.parts else {})}
+              for p in report.passes]
     return {"schema": COMPARE_SCHEMA,
             "a": {"path": report.a_path, "label": report.a_label,
                   "corpus_sha256": report.corpus_sha256[0]},
@@ -6909,7 +6927,18 @@ def record_sentences(section: RecordSection) -> list:
         shown = [span(side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences
+    return sentences + [most_changed_sentence(b) for b in report.breakdowns
+                        if any(r.metric.endswith(":mean") for r in b.rows)]
+
+
+def most_changed_sentence(breakdown: PassBreakdown) -> str:
+    """Return which part of a pass's time changed most, on means (which add up)."""
+    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
+              key=lambda r: abs(r.diff.mean))
+    name = part_title(row.metric).rsplit(" ", 1)[0]
+    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
+            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]")
 
 
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
@@ -7343,11 +7372,86 @@ def page_details(report: RoundsReport) -> str:
     return "\n".join(parts)
 
 
+PART_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+               "#ff9da7", "#9c755f")
+REST_COLOR = "#bab0ac"
+
+
+def stacked_bar_svg(breakdown: PassBreakdown, sides: Sequence[str], width: int = 560) -> str:
+    """Return a pass's time per request on each side as horizontal stacked bars: each
+    signal's mean time, then what is left of the client's mean latency; a dark mark at the
+    client's mean, so that signals that overlap (in parallel) show past it, not forced in."""
+    names = [m.split(":")[1] for m, _ in breakdown.base if m.startswith("signal:")
+             and m.endswith(":mean")]
+    colors = {name: PART_COLORS[i % len(PART_COLORS)] for i, name in enumerate(names)}
+    stacks = []
+    for parts, client in ((dict(breakdown.base), breakdown.client[0]),
+                          (dict(breakdown.new), breakdown.client[1])):
+        times = [(name, parts.get(f"signal:{name}:mean", 0.0)) for name in names]
+        rest = client - math.fsum(t for _, t in times)
+        stacks.append((times + ([("rest", rest)] if rest > 0 else []), client))
+    longest = max(max(client, math.fsum(t for _, t in times)) for times, client in stacks)
+    left, right, bar = 70, 20, 22
+    scale = (width - left - right) / longest if longest > 0 else 0.0
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{40 + 36 * 2}" '
+           f'role="img"><title>{esc(pass_title(breakdown.pass_name))}: time per request'
+           f'</title>']
+    for row, ((times, client), side) in enumerate(zip(stacks, sides)):
+        y, x = 20 + 36 * row, float(left)
+        svg.append(f'<text x="4" y="{y + 15}">{esc(side)}</text>')
+        for name, ms in times:
+            color = colors.get(name, REST_COLOR)
+            svg.append(f'<rect x="{x:.1f}" y="{y}" width="{ms * scale:.1f}" height="{bar}" '
+                       f'fill="{color}"><title>{esc(name)} {fmt_value(ms)} ms</title></rect>')
+            if ms * scale > 34:
+                svg.append(f'<text x="{x + 3:.1f}" y="{y + 15}" style="fill: #fff">'
+                           f'{esc(name)}</text>')
+            x += ms * scale
+        mark = left + client * scale
+        svg.append(f'<line x1="{mark:.1f}" x2="{mark:.1f}" y1="{y - 3}" y2="{y + bar + 3}" '
+                   f'stroke="#111" stroke-width="2"><title>client mean {fmt_value(client)} ms'
+                   f'</title></line>')
+    svg.append(f'<text x="{left}" y="{40 + 36 * 2 - 6}">ms per request, medians over rounds; '
+               f'| the client\'s mean latency</text></svg>')
+    keys = " ".join(f'<span class="key" style="background: {color}"></span>{esc(name)}'
+                     for name, color in (*colors.items(), ("rest", REST_COLOR)))
+    return "".join(svg) + f'<p class="note">{keys}</p>'
+
+
+
+def page_breakdowns(report: RoundsReport) -> str:
+    """Return a panel per pass: where its time went on each side, and the interval of the
+    change of each part."""
+    if not report.breakdowns:
+        return ""
+    panels = []
+    for breakdown in report.breakdowns:
+        rows = [[part_title(r.metric), fmt_value(r.base_median), fmt_value(r.new_median),
+                 f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
+                 row_change_text(r), r.verdict]
+                for r in breakdown.rows if r.metric.endswith(":mean")]
+        decomposition = [decomposition_text(side, dict(parts), client) for side, parts, client
+                         in ((report.base, breakdown.base, breakdown.client[0]),
+                             (report.new, breakdown.new, breakdown.client[1]))]
+        panels.append(
+            f"<div><h3>{esc(pass_title(breakdown.pass_name))}</h3>"
+            f'<p>{esc(breakdown.sentence)}</p>'
+            f"{stacked_bar_svg(breakdown, (report.base, report.new))}"
+            + table_html(["part (mean)", f"{report.base} ms", f"{report.new} ms",
+                          f"{report.new} - {report.base} [95% CI]",
+                          f"{report.new} vs {report.base} [95% CI]", "verdict"], rows,
+                         [False, True, True, True, True, False])
+            + "".join(f'<p class="note">{esc(line)}</p>' for line in decomposition) + "</div>")
+    return ('<h2>Where the time goes</h2><p class="note">Each signal\'s time as the answers '
+            "report it, and what is left of the client's mean latency; rows advisory unless "
+            f'--gate names them.</p>{"".join(panels)}')
+
+
 def report_page(report: RoundsReport) -> str:
     """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
     title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
     body = "\n".join([page_verdict(report), page_rows(report), page_latencies(report),
-                      page_rounds(report), page_details(report)])
+                      page_breakdowns(report), page_rounds(report), page_details(report)])
     files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())
     return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
             f'<head><meta charset="utf-8"/><title>{esc(title)}</title>'
