@@ -3817,6 +3817,10 @@ class Target(NamedTuple):
     decision_paths: tuple = DEFAULT_DECISION_PATHS
     signals: Optional[SignalTable] = None  # where per-signal times are recorded; None: not
 
+    @property
+    def signal_names(self) -> tuple:
+        return tuple(self.signals.names) if self.signals is not None else ()
+
 
 class LoadGuard(NamedTuple):
     """The published method's load guard: a pass above max_load is discarded and retried."""
@@ -4799,13 +4803,11 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
         captures={
             "probes": [name for name, _ in capture.probes],
             "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
-            "gpu_indexes": list(capture.gpu_indexes),
+            "gpu_indexes": list(capture.gpu_indexes), "histograms": list(capture.histograms),
             "metrics_url": capture.metrics.shown if capture.metrics else None,
-            "metric_patterns": [p.pattern for p in capture.metric_patterns],
-            **({"histograms": list(capture.histograms)} if capture.metrics else {})},
+            "metric_patterns": [p.pattern for p in capture.metric_patterns]},
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
-        floor=floor, warmup=warmup, host_settings=host,
-        signal_names=tuple(target.signals.names) if target.signals else ())
+        floor=floor, warmup=warmup, host_settings=host, signal_names=target.signal_names)
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
@@ -5782,6 +5784,18 @@ def row_change_words(row: Row) -> str:
     return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
+def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> list:
+    """Return the parts' rows --gate names: the others are advisory, outside the gate."""
+    return [r for b in breakdowns for r in b.rows if r.gated]
+
+
+def marked_breakdowns(breakdowns: Sequence[PassBreakdown], test: GateTest) -> list:
+    """Return the breakdowns with the gated rows the gate's test rejects marked regression."""
+    return [b._replace(rows=tuple(
+        r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
+        else r for r in b.rows)) for b in breakdowns]
+
+
 def look_level(settings: GateSettings, rounds: int) -> tuple:
     """Return (one-sided level of each of the gate's two tests, the look or None)."""
     half = settings.alpha / 2
@@ -5845,17 +5859,12 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         level, look = look_level(settings, len(used))
         rows = judged_rows(runs, base, new, used, settings)
         breakdowns = attribution_rows(runs, base, new, used, settings)
-        # the parts' rows are advisory: only those --gate names join the gate's test
-        gated_parts = [r for b in breakdowns for r in b.rows if r.gated]
-        test = gate_test(rows + gated_parts, settings, level)
+        test = gate_test(rows + gated_part_rows(breakdowns), settings, level)
         rows = [r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
                 else r for r in rows]
-        breakdowns = [b._replace(rows=tuple(
-            r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
-            else r for r in b.rows)) for b in breakdowns]
-    status, reasons, code = gate_outcome(
-        rows + [r for b in breakdowns for r in b.rows if r.gated], test, failures, doubts,
-        settings, look)
+        breakdowns = marked_breakdowns(breakdowns, test)
+    status, reasons, code = gate_outcome(rows + gated_part_rows(breakdowns), test, failures,
+                                         doubts, settings, look)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
     effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
