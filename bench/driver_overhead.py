@@ -10,6 +10,12 @@ POST with a Lua body, percentiles from its HdrHistogram) and with `router_latenc
 concurrency 1, 4 and 16, and ends with one 100,000-request run for the driver's peak RSS.
 
     python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
+    python3 bench/driver_overhead.py --signals [--reps 5]
+
+--signals measures only what recording the router's per-signal times costs: nginx answers
+every preview as the router does (20 signals under metrics, 3 of them evaluated, and a
+request id that changes every answer), and the driver runs alternately with and without
+--no-signals; it prints the driver's CPU time and p50 per request of each, and the growth.
 
 Like the published method, the load generators run on other cores than the server: on a
 machine of N >= 2 cores the targets are pinned to the last core and wrk and the driver to the
@@ -175,15 +181,100 @@ def driver(url: str, corpus: Path, out: Path, levels=LEVELS) -> tuple:
     return json.loads(out.read_text()), usage.ru_maxrss / 1024
 
 
+# What the router answers (its EvalResponse): every signal it knows under metrics, 0 for those
+# it did not evaluate; $request_id makes each answer's bytes differ, as a router's times do.
+ROUTER_SIGNALS = ("keyword", "embedding", "domain", "fact_check", "user_feedback", "reask",
+                  "preference", "language", "context", "structure", "complexity", "modality",
+                  "authz", "jailbreak", "pii", "kb", "conversation", "event", "metadata",
+                  "classifier")
+ROUTER_ANSWER = json.dumps({
+    "original_text": PROMPT, "requested_model": "MoM",
+    "decision_result": {"decision_name": "math", "algorithm": "priority",
+                        "used_signals": {"domains": ["math"]},
+                        "matched_signals": {"domains": ["math"]}, "unmatched_signals": {}},
+    "recommended_models": ["qwen3"], "selected_model": "qwen3",
+    "selection_status": "selected", "routing_decision": "math",
+    "metrics": {name: {"execution_time_ms": {"domain": 3.21, "pii": 5.07,
+                                             "jailbreak": 2.11}.get(name, 0),
+                       "confidence": 0.9 if name in ("domain", "pii", "jailbreak") else 0}
+                for name in ROUTER_SIGNALS},
+    "signal_confidences": {"domain:math": 0.91}, "config_hash": "REQUEST_ID"},
+    separators=(",", ":")).replace("REQUEST_ID", "$request_id")
+
+
+def start_router_nginx(work: Path) -> tuple:
+    """Start nginx answering every preview with ROUTER_ANSWER; return (process, url)."""
+    port = free_port()
+    conf = work / "nginx-router.conf"
+    conf.write_text(NGINX_CONF.replace("{decision}", ROUTER_ANSWER.replace("{", "{{").replace(
+        "}", "}}")).format(work=work, port=port))
+    process = subprocess.Popen(["nginx", "-p", str(work), "-c", str(conf), "-e",
+                                str(work / "nginx-error.log")], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, preexec_fn=pinned(SERVER_CPUS))
+    wait_for_port(port)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def signal_cost(reps: int) -> int:
+    """Print the driver's CPU time and p50 per request with and without the per-signal times
+    recorded, alternating the two, medians over reps."""
+    ensure_tools()
+    work = Path(tempfile.mkdtemp(prefix="router-latency-signals-"))
+    write_corpus(work / "c.json", 4000)
+    nginx, url = start_router_nginx(work)
+    figures: dict = {}
+    try:
+        for rep in range(reps):
+            for mode in (("with", "without") if rep % 2 == 0 else ("without", "with")):
+                out = work / "run.json"
+                if out.exists():
+                    out.unlink()
+                subprocess.run([sys.executable, str(TOOL), "run", "--url", url, "--corpus",
+                                str(work / "c.json"), "--out", str(out), "--label", mode,
+                                "--concurrency", "1,16", "--warmup", "200", "--quiet",
+                                "--gpu", "none", *(() if mode == "with" else ("--no-signals",))],
+                               preexec_fn=pinned(CLIENT_CPUS), check=True)
+                document = json.loads(out.read_text())
+                assert (mode == "with") == bool(document.get("signals")), document.get("signals")
+                for item in document["passes"]:
+                    n = item["summary"]["requests"]
+                    figures.setdefault((mode, item["concurrency"]), []).append(
+                        (1e6 * item["driver_cpu_s"] / n, item["summary"]["p50_ms"]))
+    finally:
+        nginx.terminate()
+        nginx.wait(10)
+    print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, CPython "
+          f"{platform.python_version()}, {reps} repetitions alternated, medians; the router's "
+          f"answer ({len(ROUTER_ANSWER)} bytes, {len(ROUTER_SIGNALS)} signals, 3 evaluated)")
+    rows = []
+    for level in (1, 16):
+        cpu = {m: statistics.median(c for c, _ in figures[(m, level)]) for m in ("with", "without")}
+        p50 = {m: statistics.median(p for _, p in figures[(m, level)]) for m in ("with", "without")}
+        rows.append([str(level), f"{cpu['without']:.1f}", f"{cpu['with']:.1f}",
+                     f"{100 * (cpu['with'] / cpu['without'] - 1):+.1f}%",
+                     f"{p50['without']:.4f}", f"{p50['with']:.4f}",
+                     f"{1000 * (p50['with'] - p50['without']):+.1f}"])
+    for line in rl.render_table(["conc", "cpu us/req without", "with", "growth",
+                                 "p50 ms without", "with", "p50 change us"], rows,
+                                right=[True]):
+        print(line)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--signals", action="store_true",
+                        help="only the cost of recording per-signal times (see above)")
     parser.add_argument("--skip-rss", action="store_true", help="skip the 100,000-request run")
     parser.add_argument("--no-pin", action="store_true", help="let everything share all cores")
     args = parser.parse_args()
     if args.no_pin:
         SERVER_CPUS.update(CPUS)
         CLIENT_CPUS.update(CPUS)
+    if args.signals:
+        return signal_cost(args.reps)
     ensure_tools()
     work = Path(tempfile.mkdtemp(prefix="router-latency-bench-"))
     script = work / "post.lua"
