@@ -188,3 +188,34 @@ def test_the_gate_refuses_a_part_row_it_does_not_know(text):
 def test_the_gate_accepts_part_rows_beside_the_latency_rows():
     assert rl.gate_list("p95,signal:pii:p95,c16:router:forward:mean") == (
         "p95_ms", "signal:pii:p95", "c16:router:forward:mean")
+
+
+@pytest.mark.parametrize("value", ["pii", "pii:x", "pii:-1", "pii:1,pii:2", "bad name:1",
+                                   "pii:1,"])
+def test_simulate_refuses_a_bad_signal_list(cli, value):
+    from conftest import assert_one_line_error
+    assert_one_line_error(cli("simulate", "--signals", value), "--signals", "NAME:MS")
+
+
+@pytest.mark.parametrize("value", ["bad name", "1st", "a{b}"])
+def test_run_refuses_a_bad_histogram_name(cli, tmp_path, value):
+    from conftest import assert_one_line_error
+    corpus = write_corpus(tmp_path / "c.json", ["a"])
+    assert_one_line_error(cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "-o",
+                              tmp_path / "r.json", "--label", "x", "--histogram", value),
+                          "--histogram", "metric name")
+
+
+@pytest.mark.parametrize("client, expected", [
+    (10.0, "x: client mean 10.0 ms; signals summed 7.00 ms (domain 2.00, pii 5.00); "
+           "unexplained 3.00 ms (wire, HTTP, admission, the router's other work); router "
+           "histograms, mean per observation (may overlap the signals): forward 4.00 ms"),
+    (5.5, "x: client mean 5.50 ms; signals summed 7.00 ms (domain 2.00, pii 5.00); the "
+          "signals' sum exceeds it by 1.50 ms: they overlap (evaluated in parallel), so no sum "
+          "is forced; router histograms, mean per observation (may overlap the signals): "
+          "forward 4.00 ms"),
+])
+def test_the_decomposition_states_what_is_unexplained_and_never_forces_a_sum(client, expected):
+    medians = {"signal:domain:mean": 2.0, "signal:domain:p95": 2.5, "signal:pii:mean": 5.0,
+               "router:forward:mean": 4.0, "outside:mean": 3.0}
+    assert rl.decomposition_text("x", medians, client) == expected
