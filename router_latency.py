@@ -5559,6 +5559,10 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
 # client's latency beside them.
 
 PART_STATS = ("p50", "p95", "mean")
+# the router's own time per request where the answers report no signal times: its signals'
+# and its decision's histograms (a runtime call is inside the signal that made it)
+ROUTER_OWN_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
+                         "llm_decision_evaluation_latency_seconds")
 HISTOGRAM_PARTS = {  # a histogram without a phase or signal_type label, as its part is named
     "llm_decision_evaluation_latency_seconds": "decision",
     "vsr_model_runtime_request_duration_seconds": "runtime",
@@ -5576,6 +5580,7 @@ class PartFigures(NamedTuple):
     mean_ms: Optional[float]  # per observation
     per_request_ms: Optional[float]  # its whole time over the pass, per routed request
     count: int  # observations
+    source: str = ""  # the histogram it was read from; "" for the answers
 
 
 class PassAttribution(NamedTuple):
@@ -5626,8 +5631,10 @@ def router_parts(environment: dict, routed: int) -> list:
     one part (deployments, surfaces) added together, bucket by bucket."""
     deltas = (environment.get("metrics") or {}).get("histograms")
     merged: dict = {}
+    sources: dict = {}
     for histogram in histograms_of(deltas if isinstance(deltas, dict) else {}):
         key = histogram_part(histogram)
+        sources.setdefault(key, histogram.name)
         count, total, buckets = merged.get(key, (0.0, 0.0, {}))
         for bound, cumulative in histogram.buckets:
             buckets[bound] = buckets.get(bound, 0.0) + cumulative
@@ -5641,7 +5648,7 @@ def router_parts(environment: dict, routed: int) -> list:
         parts.append(PartFigures(
             "router", key, *(None if v is None else round(1000 * v, 4) for v in quantiles),
             round(1000 * whole.mean, 4), round(1000 * total / routed, 4) if routed else None,
-            int(count)))
+            int(count), sources[key]))
     return parts
 
 
@@ -5654,16 +5661,20 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
     outside = [r.latency_ms - math.fsum(v for v in r.signal_ms if v is not None)
                for r in routed if r.signal_ms and r.latency_ms is not None]
     summary = item.summary
+    client_mean = summary.mean_ms if summary else None
     # a histogram of a signal the answers report says less than the answers: left out
     reported = {p.name for p in signals}
     router = [p for p in router_parts(item.attempt.environment, len(routed))
               if p.name not in reported]
+    outside_mean = round(math.fsum(outside) / len(outside), 4) if outside else None
+    own = [p.per_request_ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS]
+    if not outside and own and client_mean is not None:  # per pass, from the histograms
+        outside_mean = round(client_mean - math.fsum(own), 4)
     return PassAttribution(
-        item.name, len(routed), summary.mean_ms if summary else None,
-        summary.p95_ms if summary else None, tuple(signals + router),
+        item.name, len(routed), client_mean, summary.p95_ms if summary else None,
+        tuple(signals + router),
         round(math.fsum(p.per_request_ms for p in signals), 4) if signals else None,
-        round(percentile(outside, 50), 4) if outside else None,
-        round(math.fsum(outside) / len(outside), 4) if outside else None)
+        round(percentile(outside, 50), 4) if outside else None, outside_mean)
 
 
 def part_values(attribution: PassAttribution) -> dict:
@@ -6458,6 +6469,9 @@ def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> 
     if router:
         text += ("; router histograms, mean per observation (may overlap the signals): "
                  + ", ".join(f"{name} {fmt_value(v)} ms" for name, v in router.items()))
+    if not signals and medians.get("outside:mean") is not None:
+        text += (f"; outside the router's signal and decision time, per pass from its "
+                 f"histograms: {fmt_value(medians['outside:mean'])} ms")
     return text
 
 

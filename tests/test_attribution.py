@@ -219,3 +219,20 @@ def test_the_decomposition_states_what_is_unexplained_and_never_forces_a_sum(cli
     medians = {"signal:domain:mean": 2.0, "signal:domain:p95": 2.5, "signal:pii:mean": 5.0,
                "router:forward:mean": 4.0, "outside:mean": 3.0}
     assert rl.decomposition_text("x", medians, client) == expected
+
+
+def test_without_signal_times_the_time_outside_the_router_comes_from_its_histograms():
+    deltas = rl.histogram_deltas(scraped("before"), scraped("after"), rl.DEFAULT_HISTOGRAMS)
+    requests = tuple(rl.Request(i, float(i), 20.0, 200, "d", None) for i in range(60))
+    summary = rl.pass_summary(requests, 1.0)
+    attempt = rl.Attempt(None, None, "", None, {}, None, {"metrics": {"histograms": deltas}},
+                         summary, requests)
+    run = rl.RunFile("x", True, {"path": "c", "sha256": "0" * 64, "count": 60},
+                     (rl.PassRecord("sequential", 1, False, False, attempt),))
+    found = rl.pass_attribution(run, run.passes[0])
+    parts = {p.name: p for p in found.parts}
+    own = sum(parts[n].per_request_ms for n in ("domain", "pii", "jailbreak", "decision"))
+    assert found.signals_ms is None and found.outside_p50_ms is None
+    assert found.outside_mean_ms == round(20.0 - own, 4)
+    text = rl.decomposition_text("x", rl.part_values(found), 20.0)
+    assert "per pass from its histograms: " in text and "signals summed" not in text
