@@ -112,16 +112,32 @@ def test_signals_run_one_after_another_or_in_parallel(parallel, expected):
     assert model.wait_s((("domain", 3.0), ("pii", 3.0))) == pytest.approx(expected)
 
 
-def test_a_run_file_with_more_signal_times_than_names_is_refused(tmp_path, cli):
+def one_pass_run(signal_ms, names):
+    requests = tuple(rl.Request(i, float(i), 20.0, 200, "d", None, signal_ms=signal_ms)
+                     for i in range(3))
+    attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, 1.0),
+                         requests)
+    return rl.RunFile("x", True, {"path": "c", "sha256": "0" * 64, "count": 3},
+                      (rl.PassRecord("sequential", 1, False, False, attempt),),
+                      signal_names=names)
+
+
+@pytest.mark.parametrize("signal_ms, names, message", [
+    ((1.0, 2.0), ("pii",), "2 signal times, but 1 signal names"),
+    ((1.0,), ("pii", "pii"), "distinct signal names"),
+    ((1.0,), ("bad name",), "distinct signal names"),
+    ((-1.0,), ("pii",), "expected a number >= 0"),
+])
+def test_a_run_file_whose_signal_times_do_not_fit_its_names_is_refused(tmp_path, cli,
+                                                                       signal_ms, names,
+                                                                       message):
     path = tmp_path / "r1-x.json"
-    document = json.loads(b"".join(rl.dump_run(rl.RunFile(
-        "x", True, {"path": "c", "sha256": "0" * 64, "count": 1}, (), signal_names=("pii",)))))
-    path.write_text(json.dumps(document))
-    assert rl.load_run(str(path)).signal_names == ("pii",)
-    document["signals"] = ["pii", "pii"]
-    path.write_text(json.dumps(document))
-    with pytest.raises(rl.RouterLatencyError, match="signals"):
-        rl.load_run(str(path))
+    path.write_bytes(b"".join(rl.dump_run(one_pass_run((1.0,), ("pii",)))))
+    assert rl.load_run(str(path)).passes[0].requests[0].signal_ms == (1.0,)
+    path.write_bytes(b"".join(rl.dump_run(one_pass_run(signal_ms, names))))
+    result = cli("compare", path, path)
+    assert result.code == 2 and message in result.err and "Traceback" not in result.err
+    assert result.err.count("\n") == 1
 
 
 def measure_rounds(simulator, tmp_path, cli, new_pii_ms):
