@@ -48,6 +48,7 @@ import hashlib
 import html
 import http
 import io
+import itertools
 import json
 import math
 import operator
@@ -2979,6 +2980,21 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
+_EXECUTION_TIME = operator.itemgetter("execution_time_ms")
+
+
+def reported_times(metrics: dict) -> Iterable:
+    """Return the (signal, execution_time_ms) pairs of an answer's metrics whose time is not
+    0. The router lists every signal it knows, most of them at 0 (not evaluated): map,
+    zip and compress skip those without a line of Python per signal."""
+    try:
+        times = list(map(_EXECUTION_TIME, metrics.values()))
+    except (TypeError, KeyError, IndexError):  # an entry of another shape: one by one
+        return [(name, entry.get("execution_time_ms")) for name, entry in metrics.items()
+                if type(entry) is dict and entry.get("execution_time_ms")]
+    return itertools.compress(zip(metrics, times), times)
+
+
 class SignalTable:
     """The signal names of a run in the order first reported, and each answer's times in
     that order: names are added as answers report them, up to MAX_SIGNALS."""
@@ -2986,6 +3002,11 @@ class SignalTable:
     def __init__(self) -> None:
         self.names: list = []
         self.index: dict = {}
+        self.last: tuple = ()  # the times read() found in the answer it saw last
+
+    def read(self, document: Any) -> None:
+        """Keep an answer's times in `last`: classify's on_document, without a closure."""
+        self.last = self.times(document)
 
     def times(self, document: Any) -> tuple:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
@@ -2995,17 +3016,19 @@ class SignalTable:
         if type(metrics) is not dict:
             return ()
         found: list = []
-        for name, entry in metrics.items():
-            ms = entry.get("execution_time_ms") if type(entry) is dict else None
-            if not ms or type(ms) not in (float, int) or not 0 < ms < math.inf:
+        index = self.index
+        for name, ms in reported_times(metrics):
+            if type(ms) not in (float, int) or not 0 < ms < math.inf:
                 continue
-            i = self.index.get(name)
+            i = index.get(name)
             if i is None:
-                if len(self.names) >= MAX_SIGNALS or not SIGNAL_NAME_PATTERN.fullmatch(name):
+                if len(self.names) >= MAX_SIGNALS or type(name) is not str \
+                        or not SIGNAL_NAME_PATTERN.fullmatch(name):
                     continue
-                i = self.index[name] = len(self.names)
+                i = index[name] = len(self.names)
                 self.names.append(name)
-            found += [None] * (i + 1 - len(found)) if i >= len(found) else ()
+            if i >= len(found):
+                found += [None] * (i + 1 - len(found))
             found[i] = round(ms, 4)
         return tuple(found)
 
@@ -4216,10 +4239,9 @@ class PassLoop:
         table = self.signals
         if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
             return (*classify(status, body, self.target.decision_paths), ())
-        found: list = []
-        outcome = classify(status, body, self.target.decision_paths,
-                           on_document=lambda document: found.append(table.times(document)))
-        return (*outcome, found[0] if found else ())
+        table.last = ()
+        outcome = classify(status, body, self.target.decision_paths, on_document=table.read)
+        return (*outcome, table.last)
 
     # the loop
 
