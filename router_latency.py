@@ -2980,19 +2980,11 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
-_EXECUTION_TIME = operator.itemgetter("execution_time_ms")
-
-
-def reported_times(metrics: dict) -> Iterable:
-    """Return the (signal, execution_time_ms) pairs of an answer's metrics whose time is not
-    0. The router lists every signal it knows, most of them at 0 (not evaluated): map,
-    zip and compress skip those without a line of Python per signal."""
-    try:
-        times = list(map(_EXECUTION_TIME, metrics.values()))
-    except (TypeError, KeyError, IndexError):  # an entry of another shape: one by one
-        return [(name, entry.get("execution_time_ms")) for name, entry in metrics.items()
-                if type(entry) is dict and entry.get("execution_time_ms")]
-    return itertools.compress(zip(metrics, times), times)
+# How the router writes a signal it did not evaluate (Go's encoding/json of a zero
+# SignalMetrics): most of the 20 entries of its metrics object. An answer whose times are
+# recorded is parsed with these replaced by 0, so that the parse builds no dict for them:
+# inside a JSON string a quote is escaped, so the bytes can only be such an entry.
+UNEVALUATED_SIGNAL = b'{"execution_time_ms":0,"confidence":0}'
 
 
 class SignalTable:
@@ -3017,7 +3009,9 @@ class SignalTable:
             return ()
         found: list = []
         index = self.index
-        for name, ms in reported_times(metrics):
+        # compress keeps the entries that are not 0 (or empty) without a line of Python each
+        for name, entry in itertools.compress(metrics.items(), metrics.values()):
+            ms = entry.get("execution_time_ms") if type(entry) is dict else None
             if type(ms) not in (float, int) or not 0 < ms < math.inf:
                 continue
             i = index.get(name)
@@ -4240,7 +4234,8 @@ class PassLoop:
         if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
             return (*classify(status, body, self.target.decision_paths), ())
         table.last = ()
-        outcome = classify(status, body, self.target.decision_paths, on_document=table.read)
+        outcome = classify(status, body.replace(UNEVALUATED_SIGNAL, b"0"),
+                           self.target.decision_paths, on_document=table.read)
         return (*outcome, table.last)
 
     # the loop

@@ -252,3 +252,21 @@ def test_without_signal_times_the_time_outside_the_router_comes_from_its_histogr
     assert found.outside_mean_ms == round(20.0 - own, 4)
     text = rl.decomposition_text("x", rl.part_values(found), 20.0)
     assert "per pass from its histograms: " in text and "signals summed" not in text
+
+
+def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whole_answer():
+    # the router's compact answer: every signal it knows, those it did not evaluate at 0; the
+    # pass loop parses it with those entries replaced, which must change nothing it reads
+    metrics = {name: {"execution_time_ms": ms, "confidence": 0.9 if ms else 0}
+               for name, ms in (("keyword", 0), ("domain", 3.5), ("fact_check", 0),
+                                ("pii", 5.25), ("kb", 0))}
+    body = json.dumps({"original_text": 'say {"execution_time_ms":0,"confidence":0} please',
+                       "decision_result": {"decision_name": "math"}, "metrics": metrics,
+                       "selected_model": "m"}, separators=(",", ":")).encode()
+    assert body.count(rl.UNEVALUATED_SIGNAL) == 3  # the one in the text is escaped
+    table = rl.SignalTable()
+    target = rl.Target(rl.parse_endpoint("http://127.0.0.1:9"), signals=table)
+    loop = rl.PassLoop(target, [b""], __import__("threading").Event(), 1)
+    decision, error, code, times = loop._classified(200, bytearray(body))
+    assert (decision, error, code) == rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
+    assert (table.names, times) == (["domain", "pii"], (3.5, 5.25))
