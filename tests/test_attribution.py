@@ -14,7 +14,10 @@ observing 40 calls (before) and 60 more (after).
 """
 
 import json
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+
+import html5lib
 
 import pytest
 
@@ -183,6 +186,23 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     text = cli(*asked).out
     assert "where the time goes" in text and "unexplained" in text
     assert "Sequential p95 " in text and "pii p95" in text
+    # the report page: a panel per pass, well formed as XML and as HTML5
+    page = tmp_path / "page.html"
+    cli(*asked, "--html", page)
+    html = page.read_text(encoding="utf-8")
+    root = ElementTree.fromstring(html.split("\n", 1)[1])
+    html5lib.HTMLParser(strict=True).parse(html)
+    assert "<h2>Where the time goes</h2>" in html
+    bars = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")
+            if t.text and t.text.endswith("time per request")]
+    assert bars == ["Sequential: time per request", "Conc 4: time per request"]
+    # record: a sentence per pass naming the part that changed most
+    out = cli("record", "--section", f"x={folder}:base:new", "--json", tmp_path / "r.json",
+              "--markdown", tmp_path / "r.md")
+    assert out.code in (0, 1), out.err
+    sentences = (tmp_path / "r.md").read_text()
+    assert "- Sequential: pii changed most, 1.4" in sentences
+    assert "- Conc 4: " in sentences and "changed most" in sentences.split("- Conc 4: ")[1]
 
 
 def test_a_gated_signal_row_fails_the_gate(simulator, tmp_path, cli):
