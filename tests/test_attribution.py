@@ -143,7 +143,7 @@ def test_a_run_file_whose_signal_times_do_not_fit_its_names_is_refused(tmp_path,
     assert result.err.count("\n") == 1
 
 
-def measure_rounds(simulator, tmp_path, cli, new_pii_ms):
+def measure_rounds(simulator, tmp_path, cli, new_pii_ms, *options):
     """Measure 3 rounds, base and new alternating who starts, on simulated routers whose
     signals are domain 1 ms, pii 2 ms (new: new_pii_ms) and guard 0.5 ms after a 2 ms delay."""
     corpus = write_corpus(tmp_path / "c.json", [f"question number {i}" for i in range(30)])
@@ -156,7 +156,7 @@ def measure_rounds(simulator, tmp_path, cli, new_pii_ms):
                 (("domain", 1.0), ("pii", pii), ("guard", 0.5))))
             result = cli("run", "--url", router.url, "--corpus", corpus, "-o",
                          folder / f"r{number}-{side}.json", "--label", side, "--warmup", "2",
-                         "-c", "1,4", "--metrics-url", router.url, "-q")
+                         "-c", "1,4", "--metrics-url", router.url, "-q", *options)
             assert result.code == 0, result.err
             router.stop()
     return folder
@@ -290,3 +290,22 @@ def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whol
     decision, error, code, times = loop._classified(200, bytearray(body))
     assert (decision, error, code) == rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
     assert (table.names, times) == (["domain", "pii"], (3.5, 5.25))
+
+
+def test_without_the_answers_times_the_router_histograms_name_the_part(simulator, tmp_path,
+                                                                       cli):
+    folder = measure_rounds(simulator, tmp_path, cli, 2.8, "--no-signals")
+    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "25")
+    report = json.loads(cli(*asked, "--format", "json").out)
+    for breakdown in report["breakdowns"]:
+        rows = {r["metric"]: r for r in breakdown["rows"]}
+        assert not any(m.startswith("signal:") for m in rows)
+        # llm_signal_extraction_latency_seconds: means from _sum / _count; the router's
+        # buckets (0 to 5 ms lowest) cannot place a percentile of 1 to 3 ms
+        assert {"router:pii:mean", "router:domain:mean", "router:guard:mean"} <= set(rows)
+        assert "router:pii:p95" not in rows
+        assert rows["router:pii:mean"]["speedup_high"] < 1
+        assert rows["router:domain:mean"]["speedup_low"] <= 1 <= rows["router:domain:mean"][
+            "speedup_high"]
+    gated = cli(*asked, "--gate", "p50,p95,req/s,router:pii:mean")
+    assert gated.code == 1 and "regression in Sequential router:pii:mean" in gated.out
