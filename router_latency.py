@@ -4915,6 +4915,8 @@ class ComparePass(NamedTuple):
     slow: tuple = ((), ())  # A's and B's windows in a slow phase
     windows: tuple = (0, 0)  # how many windows A's and B's time series have
     parts: tuple = ()  # (part metric, A's, B's) of where the time goes, the most moved first
+    # A's and B's (client mean ms, {part metric: value}) where either reports parts
+    decompositions: tuple = ()
 
 
 def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
@@ -4927,13 +4929,17 @@ def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
 
 
 def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> tuple:
-    """Return (part metric, A's, B's) of the parts of a pass's time both runs report, the
-    one that moved most first; the signals' times from the answers, by name."""
-    found_a = part_values(pass_attribution(a, pa))
-    found_b = part_values(pass_attribution(b, pb))
+    """Return (the parts of a pass's time both runs report as (part metric, A's, B's), the
+    one that moved most first; each side's (client mean, part values) where either reports
+    any); the signals' times are matched by name."""
+    sides = [pass_attribution(a, pa), pass_attribution(b, pb)]
+    found_a, found_b = (part_values(side) for side in sides)
     both = [(m, found_a[m], found_b[m]) for m in found_a
             if found_a[m] is not None and found_b.get(m) is not None]
-    return tuple(sorted(both, key=lambda f: -abs(f[2] - f[1])))
+    reported = any(side.parts for side in sides)
+    return (tuple(sorted(both, key=lambda f: -abs(f[2] - f[1]))),
+            tuple((side.client_mean_ms, part_values(side)) for side in sides) if reported
+            else ())
 
 
 class CompareReport(NamedTuple):
@@ -4978,7 +4984,7 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   router_cpu_figures(pa, pb),
                                   (a.slow_windows(pa), b.slow_windows(pb)),
                                   (len(pa.attempt.windows), len(pb.attempt.windows)),
-                                  compared_parts(a, pa, b, pb)))
+                                  *compared_parts(a, pa, b, pb)))
     warnings = floor_warnings([(pass_title(p.name), p.figures[0][1], p.figures[0][2])
                                for p in passes if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -6351,6 +6357,9 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
               f"{', '.join(str(i + 1) for i in slow)} of {count})"
               for item in report.passes if not item.discarded
               for tag, slow, count in zip("AB", item.slow, item.windows) if slow]
+    lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
+        tag, values, client) for item in report.passes
+        for tag, (client, values) in zip("AB", item.decompositions)]
     lines += report.warnings
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"

@@ -196,6 +196,14 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     bars = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")
             if t.text and t.text.endswith("time per request")]
     assert bars == ["Sequential: time per request", "Conc 4: time per request"]
+    # compare: the parts of each pass, the most moved first, and each side's decomposition
+    compared = cli("compare", folder / "r1-base.json", folder / "r1-new.json").out
+    table = compared.split("pass ", 1)[1]
+    first_part = next(line for line in table.splitlines() if " ms " in line and "p50 ms" not in
+                      line and "p95 ms" not in line and "p99 ms" not in line)
+    assert first_part.split()[0] == "pii"
+    assert "Sequential, where the time goes: A: client mean " in compared
+    assert "Conc 4, where the time goes: B: client mean " in compared
     # record: a sentence per pass naming the part that changed most
     out = cli("record", "--section", f"x={folder}:base:new", "--json", tmp_path / "r.json",
               "--markdown", tmp_path / "r.md")
