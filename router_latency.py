@@ -5746,15 +5746,17 @@ def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
                 break
             figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
         else:
-            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings)
+            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings,
+                                       (base, new))
             if breakdown.rows:
                 found.append(breakdown)
     return found
 
 
 def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[PassAttribution],
-                   settings: GateSettings) -> PassBreakdown:
-    """Return one pass's breakdown from its attributions, round by round on each side."""
+                   settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
+    """Return one pass's breakdown from its attributions, round by round on each side; a
+    signal only one side reported is said in the sentence, not left out in silence."""
     base_values = [part_values(a) for a in base]
     new_values = [part_values(a) for a in new]
     metrics = [m for m in base_values[0]
@@ -5765,8 +5767,14 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
     medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
                for side in (base_values, new_values)]
     client = tuple(statistics.median(a.client_mean_ms for a in side) for side in (base, new))
+    reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
+                for side in (base, new)]
+    one_sided = [f"{part} reported by {side} only" for side, mine, other in (
+        (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
+        for part in sorted(mine - other)]
+    sentence = breakdown_sentence(name, rows, base, new, settings)
     return PassBreakdown(name, tuple(rows), medians[0], medians[1], client,
-                         breakdown_sentence(name, rows, base, new, settings))
+                         "; ".join(filter(None, [sentence, *one_sided])))
 
 
 def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],

@@ -317,3 +317,22 @@ def test_without_the_answers_times_the_router_histograms_name_the_part(simulator
             "speedup_high"]
     gated = cli(*asked, "--gate", "p50,p95,req/s,router:pii:mean")
     assert gated.code == 1 and "regression in Sequential router:pii:mean" in gated.out
+
+
+def test_a_signal_only_one_side_reports_is_said_not_dropped(simulator, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "c.json", [f"question number {i}" for i in range(12)])
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    for number in (1, 2, 3):
+        for side, signals in (("base", (("domain", 1.0), ("pii", 1.0))),
+                              ("new", (("domain", 1.0),))):
+            router = simulator(delay_ms=0.5, seed=number, signals=rl.SignalModel(signals))
+            assert cli("run", "--url", router.url, "--corpus", corpus, "-o",
+                       folder / f"r{number}-{side}.json", "--label", side, "--warmup", "0",
+                       "-c", "1", "-q").code == 0
+            router.stop()
+    report = json.loads(cli("rounds", "--dir", folder, "--base", "base", "--new", "new",
+                            "--format", "json").out)
+    (breakdown,) = report["breakdowns"]
+    assert breakdown["sentence"].endswith("; pii reported by base only")
+    assert not any(r["metric"].startswith("signal:pii:") for r in breakdown["rows"])
