@@ -2125,11 +2125,13 @@ def _check_environment(environment: dict, where: str) -> None:
                 if isinstance(state, dict):
                     checked_number(state.get(key), f"{where}.gpu.{moment}.devices.{device}.{key}",
                                    nullable=True)
-    for key in ("deltas", "histograms"):
-        deltas = checked_object(environment, "metrics", where).get(key)
-        for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
-            if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-                raise RouterLatencyError("expected a number", f"{where}.metrics.{key}.{series}")
+    deltas = checked_object(environment, "metrics", where).get("deltas")
+    for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
+            raise RouterLatencyError("expected a number", f"{where}.metrics.deltas.{series}")
+    histograms = checked_object(environment, "metrics", where).get("histograms")
+    for series, delta in (histograms.items() if isinstance(histograms, dict) else ()):
+        checked_number(delta, f"{where}.metrics.histograms.{series}")
 
 
 class PassEnvironment(NamedTuple):
