@@ -336,3 +336,18 @@ def test_a_signal_only_one_side_reports_is_said_not_dropped(simulator, tmp_path,
     (breakdown,) = report["breakdowns"]
     assert breakdown["sentence"].endswith("; pii reported by base only")
     assert not any(r["metric"].startswith("signal:pii:") for r in breakdown["rows"])
+
+
+@pytest.mark.parametrize("value", ["12", -1.0, True, None])
+def test_a_run_file_with_a_histogram_difference_that_is_no_count_is_refused(tmp_path, cli,
+                                                                            value):
+    run = one_pass_run((1.0,), ("pii",))
+    item = run.passes[0]
+    series = 'llm_signal_extraction_latency_seconds_count{signal_type="pii"}'
+    attempt = item.attempt._replace(environment={"metrics": {"histograms": {series: value}}})
+    path = tmp_path / "r1-x.json"
+    path.write_bytes(b"".join(rl.dump_run(run._replace(passes=(item._replace(
+        attempt=attempt),)))))
+    result = cli("compare", path, path)
+    assert result.code == 2 and "metrics.histograms." in result.err
+    assert result.err.count("\n") == 1
