@@ -115,6 +115,9 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "(open loop: from its scheduled time) to the wake-up of the event loop "
                       "that completed the response, on a connection opened before the pass")
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# the largest number a file may hold: counts and sums stay exact, nothing overflows to inf
+MAX_FILE_NUMBER = 2 ** 53
+MAX_LATENCY_MS = 86_400_000  # a latency in a file is at most a day
 MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
 MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
 MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
@@ -126,7 +129,11 @@ DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored c
 DECISION_CUT = "...[cut]"
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
-MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
+MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
+# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) at ~150 bytes each is
+# 150 MB; six such passes, or three with their discarded attempts, fit
+MAX_INPUT_BYTES = 1024 * 1024 * 1024
+MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
 STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
@@ -183,13 +190,15 @@ class RouterLatencyError(ValueError):
 
 
 def is_whole(value: Any, minimum: int = 0) -> bool:
-    """Return True for an int (not a bool) of at least minimum."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    """Return True for an int (not a bool) of at least minimum and at most MAX_FILE_NUMBER."""
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and minimum <= value <= MAX_FILE_NUMBER
 
 
 def checked_number(value: Any, where: str, *, nullable: bool = False,
-                   positive: bool = False) -> Any:
-    """Return value when it is a finite number >= 0 (> 0 with positive); raise otherwise."""
+                   positive: bool = False, maximum: float = MAX_FILE_NUMBER) -> Any:
+    """Return value when it is a finite number >= 0 (> 0 with positive) and at most maximum
+    (MAX_FILE_NUMBER, or MAX_LATENCY_MS for a latency); raise otherwise."""
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -197,6 +206,10 @@ def checked_number(value: Any, where: str, *, nullable: bool = False,
     if value < 0 or (positive and value == 0):
         raise RouterLatencyError("expected a positive number" if positive
                                  else "expected a number >= 0", where)
+    if value > maximum:  # finite, but its sums would overflow or lose every digit
+        raise RouterLatencyError(
+            f"expected at most {maximum:,.0f}" + (" ms (a day)" if maximum == MAX_LATENCY_MS
+                                                  else " (2^53)"), where)
     return value
 
 
@@ -228,6 +241,20 @@ def scrubbed(text: str, secrets: Sequence[str]) -> str:
         if secret in text:
             text = text.replace(secret, "[hidden]")
     return text
+
+
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """Return text on one line, every control character written as its escape (\\n, \\x1b):
+    a decision or prompt from a router must not move a terminal's cursor or break a table."""
+    if CONTROL_CHARS.search(text) is None:
+        return text
+    return CONTROL_CHARS.sub(lambda m: CONTROL_NAMES.get(m.group()) or (
+        f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"),
+        text)
 
 
 def shown_decision(decision: Optional[str]) -> str:
@@ -1219,17 +1246,26 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
 
 # --- files ---
 
-def read_bytes(path: str) -> bytes:
-    """Return a file's bytes, or raise a one-line error naming it."""
+def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """Return a file's bytes, or raise a one-line error naming it; a file larger than limit
+    is refused before any of it is read (memory is about 5 times the bytes read)."""
     p = Path(path)
     if p.is_dir():
         raise RouterLatencyError("is a folder, not a file", str(path))
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise RouterLatencyError(f"{size:,} bytes, larger than the {limit // 2**20:,} "
+                                         f"MiB this tool reads", str(path))
+            data = handle.read(limit + 1)  # a file growing meanwhile is cut here, and refused
     except FileNotFoundError:
         raise RouterLatencyError("no such file", str(path)) from None
     except OSError as exc:
         raise RouterLatencyError(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    if len(data) > limit:
+        raise RouterLatencyError(f"larger than the {limit // 2**20:,} MiB this tool reads",
+                                 str(path))
     if not data.strip():
         raise RouterLatencyError("the file is empty", str(path))
     return data
@@ -1241,22 +1277,38 @@ def parse_json(data: bytes, path: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
-
-    def no_constant(name: str) -> None:
-        raise ValueError(f"{name} is not valid JSON")
-
     try:
-        return json.loads(text, parse_constant=no_constant)
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise RouterLatencyError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None
     except ValueError as exc:
         raise RouterLatencyError(f"invalid JSON: {exc}", str(path)) from None
+    except RecursionError:
+        raise RouterLatencyError("invalid JSON: nested deeper than Python's JSON reader goes "
+                                 "(about 900 levels)", str(path)) from None
 
 
-def read_json(path) -> Any:
-    """Return the JSON value of a file."""
-    return parse_json(read_bytes(str(path)), str(path))
+def no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def unique_keys(pairs: list) -> dict:
+    """Return a JSON object's dict; raise when a key comes twice (a hand-edited file saying
+    "complete" twice must not be read by whichever comes last)."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return document
+
+
+def read_json(path, limit: int = MAX_INPUT_BYTES) -> Any:
+    """Return the JSON value of a file of at most limit bytes."""
+    return parse_json(read_bytes(str(path), limit), str(path))
 
 
 def check_schema(document: Any, expected: str, path: str) -> None:
@@ -1666,7 +1718,7 @@ def boundary_cases(cases: Any, where: str) -> list:
 
 def load_boundary_cases(path: Path) -> list:
     """Return the BoundaryCases of a boundary-case file (see boundary_cases)."""
-    document = read_json(path)
+    document = read_json(path, MAX_CORPUS_FILE_BYTES)
     if not isinstance(document, dict):
         raise RouterLatencyError("expected an object with a list 'cases'", str(path))
     return boundary_cases(document.get("cases"), str(path))
@@ -1691,9 +1743,14 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
     seen: set = set()
     files: dict = {}
     for rel in find_data_files(repo, pattern, warn):
-        document = read_json(repo / rel)
+        document = read_json(repo / rel, MAX_CORPUS_FILE_BYTES)
+        try:
+            texts = list(extract_prompts(document, keys))
+        except RecursionError:  # decoded, but deeper than the walk's stack
+            raise RouterLatencyError("nested too deep to read its prompts",
+                                     str(repo / rel)) from None
         found = 0
-        for text in extract_prompts(document, keys):
+        for text in texts:
             if text == "":
                 continue  # nothing to route; whitespace-only prompts are kept
             found += 1
@@ -1731,7 +1788,7 @@ class Corpus(NamedTuple):
 
 def load_corpus(path: str) -> Corpus:
     """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path)
+    data = read_bytes(path, MAX_CORPUS_BYTES)
     document = parse_json(data, path)
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
@@ -1835,8 +1892,10 @@ class Request(NamedTuple):
                                      f"{where}.outcome")
         rep = raw.get("rep", 0)
         if not is_whole(rep):
-            raise RouterLatencyError("expected a whole number >= 0", f"{where}.rep")
-        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+            raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.rep")
+        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                  maximum=MAX_FILE_NUMBER if key == "start_ms"
+                                  else MAX_LATENCY_MS)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
         retried = raw.get("retried", False)
         if not isinstance(retried, bool):
@@ -1905,8 +1964,10 @@ class PassSummary(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("requests", "ok", "rejected"):
             if not is_whole(raw.get(key, 0 if key == "rejected" else None)):
-                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
-        values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.{key}")
+        values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                      maximum=MAX_LATENCY_MS if key.endswith("_ms")
+                                      else MAX_FILE_NUMBER)
                   for key in cls._fields[3:] if key not in ("rejected", "error_codes")}
         if raw["ok"] > 0 and values["p50_ms"] is None:
             raise RouterLatencyError("missing although requests succeeded", f"{where}.p50_ms")
@@ -1981,7 +2042,7 @@ class PhaseWindow(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("first", "requests", "errors"):
             if not is_whole(raw.get(key)):
-                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.{key}")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=key in cls._fields[5:])
                    for key in cls._fields[3:]]
         return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
@@ -2181,8 +2242,10 @@ def _check_environment(environment: dict, where: str) -> None:
                                    nullable=True)
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-            raise RouterLatencyError("expected a number", f"{where}.metrics.deltas.{series}")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) \
+                or not abs(delta) <= MAX_FILE_NUMBER:  # NaN and inf fail too
+            raise RouterLatencyError("expected a number from -2^53 to 2^53",
+                                     f"{where}.metrics.deltas.{series}")
 
 
 class PassEnvironment(NamedTuple):
@@ -2302,7 +2365,7 @@ class PassRecord(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         concurrency = raw.get("concurrency")
         if not is_whole(concurrency, 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{where}.concurrency")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{where}.concurrency")
         discarded = raw.get("discarded")
         if not isinstance(discarded, bool):
             raise RouterLatencyError("expected true or false", f"{where}.discarded")
@@ -2413,7 +2476,7 @@ class RunFile(NamedTuple):
             raise RouterLatencyError("expected corpus.sha256, 64 hex digits", f"{path}: corpus")
         count = corpus.get("count")
         if not is_whole(count, 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{path}: corpus.count")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{path}: corpus.count")
         if not isinstance(document.get("complete"), bool):
             raise RouterLatencyError("expected true or false", f"{path}: complete")
         raw_passes = document.get("passes")
@@ -2434,7 +2497,7 @@ class RunFile(NamedTuple):
         checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
                        nullable=True, positive=True)
         if not is_whole(settings.get("repeat", 1), 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{path}: settings.repeat")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{path}: settings.repeat")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
@@ -5878,14 +5941,32 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
 
+UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
+# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
+# address, a@b, never notifies and is left alone)
+MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+
+
+def unlinked(text: str) -> str:
+    """Return Markdown text whose @name and #123 neither notify nor link."""
+    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
+
+
+def md_cell(text: str) -> str:
+    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
+    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
+
+
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
                  markdown: bool = False, right: Sequence[bool] = ()) -> list:
     """Return the lines of an aligned text table, or a Markdown table."""
     right = list(right) + [True] * (len(header) - len(right))
+    rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
                  "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
-        return lines + ["| " + " | ".join(row) + " |" for row in rows]
+        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
 
     def line(cells: Sequence[str]) -> str:
@@ -6658,8 +6739,9 @@ MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
 
 
 def md_text(text: str) -> str:
-    """Return text with every character Markdown could read as markup escaped."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    """Return text with every character Markdown could read as markup escaped, on one line,
+    with nothing that notifies a person or links an issue."""
+    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
 
 
 def markdown_blocks(lines: Sequence[str]) -> list:
@@ -7376,8 +7458,8 @@ def emit(lines: Iterable[str], stream: Any = None) -> None:
     closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
     stream = stream or sys.stdout
     try:
-        for line in lines:
-            stream.write(line + "\n")
+        for line in lines:  # a line may hold line breaks (JSON), no other control character
+            stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
         stream.flush()
     except OSError:
         drop_output(stream)
@@ -8173,7 +8255,7 @@ def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
     if not path:
         return
     # the report is rendered only where GitHub asks for it
-    data = ("\n".join(lines()) + "\n\n").encode("utf-8", "replace")
+    data = ("\n".join(visible(line) for line in lines()) + "\n\n").encode("utf-8", "replace")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
         try:
