@@ -2596,10 +2596,10 @@ def malformed(reason: str, status: Optional[int] = None) -> RequestFailed:
     return RequestFailed("malformed", status, reason[:MAX_REASON_CHARS])
 
 
-def shown_bytes(value: bytes, limit: int = 24) -> str:
-    """Return bytes from an answer as a message may quote them: escaped, cut, with a count."""
-    text = repr(value[:limit])[1:]
-    return text + (f" ({len(value):,} bytes)" if len(value) > limit else "")
+def shown_bytes(value: bytes, limit: int = 16) -> str:
+    """Return bytes from an answer as a message may quote them: escaped when short, else only
+    their count (a cut value could show part of a secret the scrubbing cannot recognise)."""
+    return repr(value)[1:] if len(value) <= limit else f"of {len(value):,} bytes"
 
 
 def bracketed(host: str) -> str:
@@ -2856,7 +2856,8 @@ class ResponseReader:
             if length is not None or not chunked:  # both framings, or to the close
                 self.keep_open = False
         elif length is not None:
-            if len(length) > MAX_LENGTH_DIGITS or not length.isdigit():
+            # leading zeros are no digits of the length, as Go's client reads it
+            if len(length.lstrip(b"0")) > MAX_LENGTH_DIGITS or not length.isdigit():
                 raise malformed(f"Content-Length {shown_bytes(length)} is not a length of at "
                                 f"most {MAX_LENGTH_DIGITS} digits", status)
             self._left, self._mode = int(length), "length"

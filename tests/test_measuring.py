@@ -468,7 +468,8 @@ def test_a_warm_up_in_which_every_request_failed_is_reported(fault_server, tmp_p
                                                      "all_failed": True}
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                         (signal.SIGHUP, 129)])
 def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, code):
     router = simulator(delay_ms=20)
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(200)])
