@@ -130,9 +130,9 @@ DECISION_CUT = "...[cut]"
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
-# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) at ~150 bytes each is
-# 150 MB; six such passes, or three with their discarded attempts, fit
-MAX_INPUT_BYTES = 1024 * 1024 * 1024
+# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) are ~140 MB, and three
+# such passes fit; reading one takes about 5.6 times its size in memory (docs/failures.md)
+MAX_INPUT_BYTES = 512 * 1024 * 1024
 MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
@@ -1248,7 +1248,7 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
 
 def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """Return a file's bytes, or raise a one-line error naming it; a file larger than limit
-    is refused before any of it is read (memory is about 5 times the bytes read)."""
+    is refused before any of it is read."""
     p = Path(path)
     if p.is_dir():
         raise RouterLatencyError("is a folder, not a file", str(path))
@@ -2813,7 +2813,7 @@ class ResponseReader:
         if len(head) > MAX_HEAD_BYTES:  # the same limit however the head arrived
             raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes "
                             f"({len(head):,})")
-        if b"\r\n " in head or b"\r\n\t" in head:  # obs-fold: a client MUST unfold it
+        if OBS_FOLD.search(head) is not None:  # obs-fold: a client MUST unfold it
             head = OBS_FOLD.sub(b" ", head)
         lines = head.split(b"\r\n")
         parts = lines[0].split(None, 2)
@@ -2857,7 +2857,8 @@ class ResponseReader:
                 self.keep_open = False
         elif length is not None:
             # leading zeros are no digits of the length, as Go's client reads it
-            if len(length.lstrip(b"0")) > MAX_LENGTH_DIGITS or not length.isdigit():
+            if not length.isdigit() or (len(length) > MAX_LENGTH_DIGITS
+                                        and len(length.lstrip(b"0")) > MAX_LENGTH_DIGITS):
                 raise malformed(f"Content-Length {shown_bytes(length)} is not a length of at "
                                 f"most {MAX_LENGTH_DIGITS} digits", status)
             self._left, self._mode = int(length), "length"

@@ -299,7 +299,7 @@ def test_an_input_above_its_size_is_refused_before_reading(tmp_path, cli):
     run = tmp_path / "huge-run.json"
     with open(run, "wb") as handle:
         handle.truncate(rl.MAX_INPUT_BYTES + 1)
-    assert_one_line_error(cli("compare", run, run), "larger than the 1,024 MiB", str(run))
+    assert_one_line_error(cli("compare", run, run), "larger than the 512 MiB", str(run))
 
 
 # --- outputs never overwrite inputs or each other ---
