@@ -1964,7 +1964,8 @@ class PassSummary(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("requests", "ok", "rejected"):
             if not is_whole(raw.get(key, 0 if key == "rejected" else None)):
-                raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.{key}")
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                         f"{where}.{key}")
         values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
                                       maximum=MAX_LATENCY_MS if key.endswith("_ms")
                                       else MAX_FILE_NUMBER)
@@ -2042,7 +2043,8 @@ class PhaseWindow(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("first", "requests", "errors"):
             if not is_whole(raw.get(key)):
-                raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.{key}")
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                         f"{where}.{key}")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=key in cls._fields[5:])
                    for key in cls._fields[3:]]
         return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
@@ -2365,7 +2367,8 @@ class PassRecord(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         concurrency = raw.get("concurrency")
         if not is_whole(concurrency, 1):
-            raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{where}.concurrency")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{where}.concurrency")
         discarded = raw.get("discarded")
         if not isinstance(discarded, bool):
             raise RouterLatencyError("expected true or false", f"{where}.discarded")
@@ -2476,7 +2479,8 @@ class RunFile(NamedTuple):
             raise RouterLatencyError("expected corpus.sha256, 64 hex digits", f"{path}: corpus")
         count = corpus.get("count")
         if not is_whole(count, 1):
-            raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{path}: corpus.count")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{path}: corpus.count")
         if not isinstance(document.get("complete"), bool):
             raise RouterLatencyError("expected true or false", f"{path}: complete")
         raw_passes = document.get("passes")
@@ -2497,7 +2501,8 @@ class RunFile(NamedTuple):
         checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
                        nullable=True, positive=True)
         if not is_whole(settings.get("repeat", 1), 1):
-            raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{path}: settings.repeat")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{path}: settings.repeat")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])

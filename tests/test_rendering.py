@@ -173,8 +173,8 @@ def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_pa
                        "| worse | detects | verdict |"
     assert lines[6] == "| Sequential | p50 ms* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
                        "1.68x faster [1.11, 2.56] | 0/3 | >= 77% | better |"
-    assert "- decisions r2: 100/101 agree in every pass; differ: \\#&#8203;2 d -\\> e (Sequential)" \
-        in lines
+    assert ("- decisions r2: 100/101 agree in every pass; differ: \\#&#8203;2 d -\\> e "
+            "(Sequential)") in lines
     for caption in ("**Largest slowdowns**", "**Each round**", "**Environment**"):
         assert caption in lines
     assert "| #&#8203;96 | 1.37x [1.29, 1.45] | 3/3 | slower | d |" in lines
@@ -190,7 +190,8 @@ def test_markdown_escapes_what_github_would_read_as_markup(tmp_path, cli):
     lines = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
                 "markdown", "--corpus", corpus).out.splitlines()
     row = next(line for line in lines if line.startswith("| #&#8203;96 "))
-    assert row == ("| #&#8203;96 | 1.37x [1.29, 1.45] | 3/3 | slower | d | 37 | \"a \\| b \\*bold\\* "
+    assert row == ("| #&#8203;96 | 1.37x [1.29, 1.45] | 3/3 | slower | d | 37 | "
+                   "\"a \\| b \\*bold\\* "
                    "\\<img src=x\\> \\[link\\](y) \\#&#8203;1\" |")
     assert "| decision x\\|y | 3 | 0.60x [0.39, 0.90] | 0/3 | - |" in lines
     assert_renders_as_blocks(lines)

@@ -502,3 +502,37 @@ def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatc
         assert "esc\\x1b[31mred" in text or "esc\\\\x1b\\[31mred" in text
     plain = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--per-round")
     assert "\x1b" not in plain.out and "\x00" not in plain.out and "\r" not in plain.out
+
+
+def test_metric_labels_are_scrubbed_and_gpu_tools_run_without_the_token(
+        scripted, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    scrapes = []
+    seen_env = tmp_path / "gpu-env"
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\nenv > '{seen_env}'\necho 'not csv'\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+
+    def answer(prompt, _):
+        if prompt:  # a preview
+            return [final_answer()]
+        scrapes.append(1)
+        text = f'rl_errors_total{{key="{TOKEN}",h="{HEADER_VALUE}"}} {len(scrapes)}\n'.encode()
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text)]
+
+    server = scripted(answer)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--token-env", "RL_TEST_TOKEN",
+                 "--header", f"X-Api-Key: {HEADER_VALUE}", "--metrics-url",
+                 f"{server.url}/metrics", "--gpu", "nvidia")
+    assert result.code == 0, result.err
+    text = out.read_text()
+    assert TOKEN not in text and HEADER_VALUE not in text
+    deltas = json.loads(text)["passes"][0]["environment"]["metrics"]["deltas"]
+    assert deltas == {'rl_errors_total{h="[hidden]",key="[hidden]"}': 1.0} or deltas == {
+        'rl_errors_total{key="[hidden]",h="[hidden]"}': 1.0}
+    assert seen_env.exists() and "RL_TEST_TOKEN" not in seen_env.read_text()
