@@ -6018,6 +6018,7 @@ def format_run_summary(passes: Sequence[PassRecord],
         if item.summary and item.summary.errors:
             lines.append(f"errors in {pass_title(item.name)}: "
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
+            lines += malformed_lines(item)
         if not item.discarded:
             slow = slow_windows(item.attempt.windows, thresholds)
             if slow:
@@ -6027,6 +6028,16 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes)
+
+
+def malformed_lines(item: PassRecord) -> list:
+    """Return the line saying what the malformed answers of a pass had wrong, or none."""
+    reasons = collections.Counter(r.reason for r in item.requests if r.reason)
+    if not reasons:
+        return []
+    (first, count), others = reasons.most_common(1)[0], len(reasons) - 1
+    return [f"malformed answers in {pass_title(item.name)}: {first} ({count})"
+            + (f" and {plural(others, 'other reason')}" if others else "")]
 
 
 def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:

@@ -160,7 +160,8 @@ def test_run_records_every_request_of_every_pass(simulator, tmp_path, cli):
     assert document["complete"] is True and document["label"] == "cpu"
     assert document["url"] == router.url + "/api/v1/routing/preview"
     assert document["corpus"]["count"] == len(TEXTS)
-    assert document["warmup"] == {"requests": 3, "ok": 3, "errors": {}}
+    assert document["warmup"] == {"requests": 3, "ok": 3, "errors": {},
+                                  "config_hashes": [router.config_hash]}
     assert [p["concurrency"] for p in document["passes"]] == [1, 4, 16]
     decisions = {i: rl.simulated_decision(t, ("math", "code", "general", "pii_block"))
                  for i, t in enumerate(TEXTS)}

@@ -5,6 +5,7 @@ and every Markdown cell is one line that notifies nobody."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -156,6 +157,8 @@ def test_malformed_answers_are_failed_requests_and_the_pass_goes_on(scripted, tm
         assert by_prompt["deep json"]["status"] == 200
         assert item["summary"]["errors"] == {"malformed": len(BAD_ANSWERS)}
     assert f"errors in Sequential: malformed {len(BAD_ANSWERS)}" in result.out
+    assert re.search(r"^malformed answers in Sequential: .+ \(1\) and 5 other reasons$",
+                     result.out, re.M)
     assert rl.load_run(str(out)).passes[0].requests[1].reason  # the reader takes it back
 
 
