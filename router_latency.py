@@ -13,8 +13,9 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
 
 Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
 failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
-rounds, a failed base side, --strict, an undecided --sequential look); 130 and 143 when a run
-was interrupted by SIGINT or SIGTERM (what was measured is saved).
+rounds, a failed base side, --strict, an undecided --sequential look); 130, 143 and 129 when
+a command was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file
+is left half-written).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -258,7 +259,8 @@ def visible(text: str) -> str:
 
 
 def shown_decision(decision: Optional[str]) -> str:
-    return decision or "(no decision)"
+    """Return a decision as every table and line shows it: on one line (see visible)."""
+    return visible(decision) if decision else "(no decision)"
 
 
 def failure_text(errors: dict, codes: Optional[dict] = None) -> str:
@@ -7975,7 +7977,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="router-latency", description=__doc__.split("\n\n")[1],
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="exit codes: 0 ok, 1 gate failed, 2 bad input, 3 inconclusive "
-                           "(rounds), 130/143 interrupted")
+                           "(rounds), 130/143/129 interrupted")
     parser.add_argument("--version", action="version", version=f"router-latency {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                      metavar="{corpus,run,compare,rounds,record,simulate,demo}")

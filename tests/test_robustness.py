@@ -504,7 +504,9 @@ def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatc
         assert "@&#8203;octocat" in text and "#&#8203;123" in text
         assert "esc\\x1b[31mred" in text or "esc\\\\x1b\\[31mred" in text
     plain = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--per-round")
-    assert "\x1b" not in plain.out and "\x00" not in plain.out and "\r" not in plain.out
+    assert not rl.CONTROL_CHARS.search(plain.out.replace("\n", ""))
+    differ = next(line for line in plain.out.splitlines() if line.startswith("decisions r2"))
+    assert "#0 line\\nbreak -> d" in differ and "#3 esc\\x1b[31mred -> d" in differ
 
 
 def test_metric_labels_are_scrubbed_and_gpu_tools_run_without_the_token(
