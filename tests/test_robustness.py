@@ -6,6 +6,7 @@ and every Markdown cell is one line that notifies nobody."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from conftest import (TOOL, assert_one_line_error, final_answer, make_run, three
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
 HASH_A, HASH_B = "a" * 64, "b" * 64
+GO_SERVER = Path(__file__).resolve().parent / "data" / "go-chunked"
 
 
 def feed_pieces(data, pieces=None):
@@ -541,3 +543,31 @@ def test_metric_labels_are_scrubbed_and_gpu_tools_run_without_the_token(
     assert deltas == {'rl_errors_total{h="[hidden]",key="[hidden]"}': 1.0} or deltas == {
         'rl_errors_total{key="[hidden]",h="[hidden]"}': 1.0}
     assert seen_env.exists() and "RL_TEST_TOKEN" not in seen_env.read_text()
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs go (golang-go)")
+def test_a_go_net_http_server_chunked_answers_are_read_strictly_and_whole(tmp_path, cli):
+    # the router is a Go net/http server: the strict chunk-size reading must take every
+    # chunked answer it writes (flushed pieces, lowercase hex sizes)
+    binary = tmp_path / "server"
+    build = subprocess.run(["go", "build", "-o", str(binary), "."], cwd=GO_SERVER,
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "GOCACHE": str(tmp_path / "gocache"),
+                                "GOFLAGS": "-mod=mod", "GO111MODULE": "on"})
+    assert build.returncode == 0, build.stderr
+    server = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
+    try:
+        address = server.stdout.readline().strip()
+        corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(6)])
+        out = tmp_path / "run.json"
+        result = cli("run", "--url", f"http://{address}", "--corpus", corpus, "--out", out,
+                     "--label", "go", "--concurrency", "1,4", "--warmup", "2", "--quiet")
+        assert result.code == 0, result.err
+        document = json.loads(out.read_text())
+        for item in document["passes"]:
+            assert item["summary"]["ok"] == 6
+            assert {r["decision"] for r in item["requests"]} == {"go"}
+        assert document["passes"][0]["config_hashes"] == ["c" * 64]
+    finally:
+        server.kill()
+        server.wait(timeout=10)
