@@ -375,7 +375,10 @@ def chunks(document):
     yield document[100:]
 
 real = rl.{renderer}
-rl.{renderer} = lambda report: chunks(real(report))
+if {renderer!r} == "write_output":  # corpus: its bytes are hashed too, the write gets pieces
+    rl.write_output = lambda path, data: real(path, chunks(data))
+else:
+    rl.{renderer} = lambda report: chunks(real(report))
 sys.exit(rl.main({argv!r}))
 """
 
@@ -385,6 +388,7 @@ sys.exit(rl.main({argv!r}))
     ("rounds", "junit_xml", "SIGHUP", 129),
     ("rounds", "junit_xml", "SIGINT", 130),
     ("record", "record_json", "SIGTERM", 143),
+    ("corpus", "write_output", "SIGHUP", 129),
 ])
 def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
         tmp_path, command, renderer, signame, code):
@@ -394,10 +398,15 @@ def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
     if command == "rounds":
         argv = ["rounds", "--dir", str(folder), "--base", "cpu", "--new", "gpu",
                 "--junit", str(tmp_path / "out.xml"), "--html", str(tmp_path / "out.html")]
-    else:
+    elif command == "record":
         argv = ["record", "--section", f"a={folder}:cpu:gpu", "--json",
                 str(tmp_path / "out.json"), "--markdown", str(tmp_path / "out.md")]
         renderer = "dump_json"
+    else:
+        data = folder / "e2e" / "testdata" / "a.json"
+        data.parent.mkdir(parents=True)
+        data.write_text('{"query": "' + "q" * 300 + '"}')
+        argv = ["corpus", "--repo", str(folder), "--out", str(tmp_path / "out.json")]
     script = SIGNAL_WHILE_WRITING.format(root=str(TOOL.parent), signal=signame,
                                          renderer=renderer, argv=argv)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -406,6 +415,9 @@ def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
     assert f"interrupted by {signame}" in result.stderr and "Traceback" not in result.stderr
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     written = tmp_path / ("out.xml" if command == "rounds" else "out.json")
+    if command == "corpus":  # one file, written whole before the signal took effect
+        assert rl.load_corpus(str(written)).prompts
+        return
     assert written.exists()  # the signal waited for the rename: the file is whole
     if command == "rounds":
         rl.ElementTree.parse(written)
