@@ -249,13 +249,13 @@ CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def visible(text: str) -> str:
-    """Return text on one line, every control character written as its escape (\\n, \\x1b):
-    a decision or prompt from a router must not move a terminal's cursor or break a table."""
+    """Return text on one line, every control character written as its escape (\\n, \\u001b):
+    a decision or prompt from a router must not move a terminal's cursor or break a table.
+    The escapes are JSON's, so that a JSON document printed through it stays valid."""
     if CONTROL_CHARS.search(text) is None:
         return text
-    return CONTROL_CHARS.sub(lambda m: CONTROL_NAMES.get(m.group()) or (
-        f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"),
-        text)
+    return CONTROL_CHARS.sub(
+        lambda m: CONTROL_NAMES.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
 
 
 def shown_decision(decision: Optional[str]) -> str:
@@ -5458,7 +5458,7 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     by_decision = collections.defaultdict(list)
     by_length = collections.defaultdict(list)
     for item in inputs:
-        by_decision[shown_decision(item.decision)].append(item.key)
+        by_decision[item.decision or "(no decision)"].append(item.key)
         if item.length is not None:
             by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
                        length_bucket(item.length))].append(item.key)

@@ -435,7 +435,7 @@ def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tm
     decisions = cases["r2 decisions"].result[0]
     assert isinstance(decisions, Failure)
     assert decisions.message == "100/101 inputs agree in every pass"
-    assert decisions.text == "#0 d\\x01<&> -> e (Sequential)"
+    assert decisions.text == "#0 d\\u0001<&> -> e (Sequential)"
     assert cases["r1 decisions"].is_passed and cases["r3 decisions"].is_failure
     assert cases["Sequential req/s"].system_out.startswith(
         "same: change +0.0% [+0.0%, +0.0%], + is worse")

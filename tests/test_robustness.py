@@ -499,7 +499,7 @@ def test_url_messages_quote_nothing_from_the_userinfo(tmp_path, cli, url, hidden
 # --- Markdown and the job summary ---
 
 HOSTILE = ["line\nbreak", "carriage\rreturn", "nul\x00byte", "esc\x1b[31mred", "c1\x85next",
-           "sep\u2028line", "tab\there", "@octocat", "fixes #123"]
+           "sep\u2028line", "tab\there", "@octocat", "fixes #123", "del\x7fchar"]
 
 
 def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatch):
@@ -516,11 +516,15 @@ def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatc
                 assert line.endswith("|"), repr(line)
         assert "@octocat" not in text and "#123" not in text
         assert "@&#8203;octocat" in text and "#&#8203;123" in text
-        assert "esc\\x1b[31mred" in text or "esc\\\\x1b\\[31mred" in text
+        assert "esc\\u001b[31mred" in text or "esc\\\\u001b\\[31mred" in text
     plain = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--per-round")
     assert not rl.CONTROL_CHARS.search(plain.out.replace("\n", ""))
+    as_json = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                  "json")
+    json.loads(as_json.out)  # still JSON, with the decision as the router sent it
+    assert '"tab\\there"' in as_json.out and '"tab\\\\there"' not in as_json.out
     differ = next(line for line in plain.out.splitlines() if line.startswith("decisions r2"))
-    assert "#0 line\\nbreak -> d" in differ and "#3 esc\\x1b[31mred -> d" in differ
+    assert "#0 line\\nbreak -> d" in differ and "#3 esc\\u001b[31mred -> d" in differ
 
 
 def test_metric_labels_are_scrubbed_and_gpu_tools_run_without_the_token(
