@@ -5,6 +5,7 @@ and every Markdown cell is one line that notifies nobody."""
 
 import json
 import os
+import pty
 import re
 import shutil
 import signal
@@ -587,3 +588,37 @@ def test_a_go_net_http_server_chunked_answers_are_read_strictly_and_whole(tmp_pa
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+def test_a_closed_terminal_saves_the_run_and_exits_129(simulator, tmp_path):
+    router = simulator(delay_ms=1)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(50)])
+    out = tmp_path / "run.json"
+    pid, terminal = pty.fork()  # run on a terminal of its own, as over SSH
+    if pid == 0:  # the child: nothing of pytest runs on here
+        try:
+            os.execv(sys.executable, [sys.executable, str(TOOL), "run", "--url", router.url,
+                                      "--corpus", str(corpus), "--out", str(out), "--label",
+                                      "x", "--warmup", "0", "--concurrency", "1", "--duration",
+                                      "20s"])
+        finally:
+            os._exit(127)
+    try:
+        deadline = time.monotonic() + 20
+        while router.served < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.read(terminal, 4096).startswith(b"run x: 50 prompts")  # the header drawn
+    finally:
+        os.close(terminal)  # the connection drops: the kernel hangs up the terminal's session
+    for _ in range(200):  # bounded: 20 s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("run did not end after its terminal closed")
+    assert os.waitstatus_to_exitcode(status) == 129
+    document = json.loads(out.read_text())
+    assert document["complete"] is False and document["passes"][0]["summary"]["requests"] > 0
