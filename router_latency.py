@@ -244,7 +244,10 @@ def scrubbed(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0, DEL, C1, the line and paragraph separators, and the marks that reorder what follows
+# them on screen (bidirectional overrides, "Trojan Source")
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
+                           "\u2066-\u2069]")
 CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -2837,7 +2840,9 @@ class ResponseReader:
         length = codings = None
         connection = b""
         for line in lines[1:]:
-            name, _, value = line.partition(b":")
+            name, colon, value = line.partition(b":")
+            if not colon:  # as Go's client: no field without a name and a colon
+                raise malformed(f"a header line without a colon: {shown_bytes(line)}", status)
             name = name.strip().lower()
             if name == b"content-length":
                 if length is not None and value.strip() != length:  # no way to tell the end

@@ -56,6 +56,8 @@ def refused(data, pieces=None):
     (b"HTTP/1.1 " + b"2" * 5000 + b" OK\r\nContent-Length: 2\r\n\r\n{}", "status code"),
     (b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\n{}", "status code"),
     (b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\n{}", "status code"),
+    (b"HTTP/1.1 200 OK\r\nno colon\r\nContent-Length: 2\r\n\r\n{}", "without a colon"),
+    (b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\n{}", "not an HTTP/1.x status line"),
 ])
 @pytest.mark.parametrize("pieces", [None, 1, 4096])
 def test_lengths_and_status_codes_are_bounded(data, reason, pieces):
@@ -500,7 +502,8 @@ def test_url_messages_quote_nothing_from_the_userinfo(tmp_path, cli, url, hidden
 # --- Markdown and the job summary ---
 
 HOSTILE = ["line\nbreak", "carriage\rreturn", "nul\x00byte", "esc\x1b[31mred", "c1\x85next",
-           "sep\u2028line", "tab\there", "@octocat", "fixes #123", "del\x7fchar"]
+           "sep\u2028line", "tab\there", "@octocat", "fixes #123", "del\x7fchar",
+           "rtl\u202eevil"]
 
 
 def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatch):
