@@ -4291,8 +4291,8 @@ class PassLoop:
                     return
         except RequestFailed as failure:
             if failure.kind == "malformed":  # the status of a head already read, if any
-                self._fail(slot, "malformed", now, failure.status or reader.status,
-                           failure.detail)
+                self._fail(slot, "malformed", now, failure.status or getattr(
+                    reader, "status", None), failure.detail)
             else:
                 self._fail(slot, failure.kind, now, failure.status)
             return
@@ -4300,7 +4300,7 @@ class PassLoop:
             pass
         except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
             # one request's failure, never the pass's: its measurements so far are kept
-            self._fail(slot, "malformed", now, reader.status,
+            self._fail(slot, "malformed", now, getattr(reader, "status", None),
                        f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
             return
         self._broken(slot, now)
@@ -8388,10 +8388,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         drop_output(sys.stdout)
         return EXIT_GATE
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, SignalInterrupt) else signal.SIGINT
-        stderr_line(f"interrupted by {signal.Signals(signum).name}; a file being written was "
+        caught = exc.signum if isinstance(exc, SignalInterrupt) else int(signal.SIGINT)
+        stderr_line(f"interrupted by {signal.Signals(caught).name}; a file being written was "
                     f"finished or removed, none is left half-written")
-        return EXIT_SIGNAL[signum]
+        return EXIT_SIGNAL[signal.Signals(caught)]
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
