@@ -8661,7 +8661,9 @@ def add_rounds_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--gate", type=gate_list, default="p50,p95,req/s",
                    help="rows that can fail the gate: metrics of every pass (p50, p95, p99, "
-                        "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95)")
+                        "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95); parts of "
+                        "the time, advisory unless named: signal:NAME:STAT, router:PART:STAT "
+                        "(signal:pii:p95, router:forward:mean)")
     p.add_argument("--max-mde", type=positive_float, metavar="PCT",
                    help="with --strict, the largest detectable change an inconclusive gated "
                         "row may have before the result is inconclusive (default twice the "
@@ -8715,10 +8717,11 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
                    help="a slow phase now and then: of every EVERY previews, the last LENGTH "
                         "wait MS more")
-    p.add_argument("--signals", type=signal_spec, default=(), metavar="NAME:MS,...",
+    p.add_argument("--signals", type=signal_spec, metavar="NAME:MS,...",
                    help="signals each preview runs and reports (metrics.<signal>."
                         "execution_time_ms; llm_signal_extraction_latency_seconds on /metrics)"
-                        ", with their time in ms (each +-10%%): domain:3,pii:5,guard:2")
+                        ", with their time in ms (each +-10%%): domain:3,pii:5,guard:2; "
+                        "default: none")
     p.add_argument("--parallel-signals", action="store_true",
                    help="run the signals at once: a preview takes the longest, not the sum")
     p.add_argument("--url-file", help="write the server's URL here once it listens")
@@ -9094,7 +9097,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
                                  max_concurrency=args.max_concurrency, stall=args.stall,
-                                 signals=SignalModel(args.signals, args.parallel_signals))
+                                 signals=SignalModel(args.signals or (),
+                                                     args.parallel_signals))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -9105,7 +9109,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_atomic(args.url_file, (router.url + "\n").encode())
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
           f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
-          f"{signals_text(args.signals, args.parallel_signals)}, at most "
+          f"{signals_text(args.signals or (), args.parallel_signals)}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops"])
     stopped = threading.Event()
