@@ -383,7 +383,9 @@ def test_version(cli, capsys):
 
 def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     result = cli("demo", "--keep", tmp_path / "demo", "--rounds", "3")
-    assert result.code == 0, result.err
+    # gpu is about twice as fast: never a FAIL, though on a loaded machine three rounds may
+    # leave a row undecided
+    assert result.code in (0, 3), result.err
     lines = result.out.splitlines()
     assert "round 1: cpu then gpu" in lines and "round 2: gpu then cpu" in lines
     assert any(line.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
@@ -391,7 +393,7 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
-    assert lines[verdict].startswith("verdict: PASS")
+    assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
     assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
     assert lines[verdict + 3:] == list(rl.DEMO_NEXT_STEPS)
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
@@ -466,6 +468,9 @@ def driver_args(tmp_path, corpus, *extra):
             "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"),
             "--new", "gpu", "--new-start", simulate_command(tmp_path, "gpu", 0.5),
             "--new-stop", stop, "--new-url-file", str(tmp_path / "gpu.url"),
+            # a new side 4x faster lies within a wide tolerance however loaded the machine
+            # running the tests is: these tests are about the script, not the gate
+            "--tolerance", "50",
             *extra, "--", "--concurrency", "1,2", "--warmup", "2",
             "--probe", "side=echo $SIDE $ROUND"]
 
@@ -802,7 +807,8 @@ def test_an_unwritable_step_summary_is_a_warning(tmp_path, cli, monkeypatch, whe
     (tmp_path / "folder").mkdir()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / where))
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
-    assert result.code == 0 and result.out.endswith("verdict: PASS (1 inconclusive gated rows)\n")
+    assert result.code == 3 and result.out.endswith(
+        "about 4 more rounds would decide it at the spread seen\n")
     assert result.err.startswith("router-latency: warning: cannot append to "
                                  "GITHUB_STEP_SUMMARY: ")
     assert result.err.endswith(f"({tmp_path / where})\n") and result.err.count("\n") == 1
