@@ -4980,6 +4980,53 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
             for field, found in differences.items()]
 
 
+COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
+
+
+def measured_keys(run: RunFile) -> tuple:
+    """Return what a copy of a run's measurements repeats, each None where it proves nothing:
+    its start time with every record, and the timings of its requests in send order."""
+    records = tuple((p.name, p.requests) for p in run.passes)
+    started = None if run.started_unix is None else (run.started_unix, records)
+    timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
+    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+
+
+def measured_span(run: RunFile) -> tuple:
+    """Return (when the run started, when its last measured pass ended), unix seconds, each
+    None when the file does not say."""
+    ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
+            if p.attempt.started_unix is not None and p.summary is not None]
+    return run.started_unix, max(ends, default=None)
+
+
+def check_measured_once(runs: dict) -> None:
+    """Raise unless every round was measured once, one side at a time: no two files hold
+    the same measurements (a copied round narrows the interval on data measured once), and
+    no run started before the run before it ended (the rounds were not interleaved)."""
+    seen: dict = {}
+    files = [run for sides in runs.values() for run in sides.values()]
+    for run in files:
+        for what, key in zip(("the same start time and records", "the same requests' timings"),
+                             measured_keys(run)):
+            if key is None:
+                continue
+            other = seen.setdefault((what, key), run)
+            if other is not run:
+                raise RouterLatencyError(
+                    f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
+                    f"measurement counted twice would narrow the interval on data measured "
+                    f"once; remove the copy", str(Path(run.path).parent))
+    spans = sorted((span, run.path) for run in files for span in [measured_span(run)]
+                   if span[0] is not None)
+    for (before, first), (after, second) in zip(spans, spans[1:]):
+        if before[1] is not None and after[0] < before[1]:
+            raise RouterLatencyError(
+                f"{Path(second).name} started before {Path(first).name} ended: its sides "
+                f"were not measured one at a time, as interleaved rounds are",
+                str(Path(second).parent))
+
+
 def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
     """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
@@ -5094,8 +5141,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     spread = sample_spread(worse)
     detectable = tolerance + (fail + t_ppf(0.8, n - 1)) * spread / math.sqrt(n)
     room = math.log1p(settings.target_pct / 100) - tolerance
-    # the nominal level of the fail test at this look, to plan with
-    level = max(t_cdf(-fail, n - 1), 1e-12) if math.isfinite(fail) else 1e-12
+    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
     needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
                            alpha=level, sided=1)
     more = None if verdict != "inconclusive" else \
@@ -5104,6 +5150,12 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
         else None, rounds_needed=needed, more_rounds=more)
+
+
+@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
+def nominal_level(critical: float, df: int) -> float:
+    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
+    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
 
 
 def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
@@ -5578,6 +5630,21 @@ def check_look(runs: dict, settings: GateSettings) -> None:
             f"--sequential) or plan more rounds from the start")
 
 
+def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
+              doubts: Sequence[str] = ()) -> tuple:
+    """Return (the rows with the gate's words, its test, the look, (status, reasons, exit
+    code)): the whole rule applied to the rows of the used rounds (none: too few rounds).
+    bench/gate_simulation.py applies it to synthetic rows through this same function."""
+    if not rows:
+        return [], None, None, gate_outcome([], None, failures, doubts, settings, None)
+    level, look = look_level(settings, rows[0].rounds)
+    test = gate_test(rows, settings, level)
+    rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
+                       (r.pass_name, r.metric) in test.regressions) if r.gated else r
+            for r in rows]
+    return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
+
+
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
@@ -5614,6 +5681,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
     notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    check_measured_once(runs)
     check_look(runs, settings)
     used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
     errors = pass_errors(runs, base, new)
@@ -5624,17 +5692,11 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                  for a in agreement if a.used and a.agree < a.total]
     rows: list = []
-    test = look = None
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
-        level, look = look_level(settings, len(used))
         rows = judged_rows(runs, base, new, used, settings)
-        test = gate_test(rows, settings, level)
-        rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
-                           (r.pass_name, r.metric) in test.regressions) if r.gated else r
-                for r in rows]
-    status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
+    rows, test, look, (status, reasons, code) = gate_rows(rows, settings, failures, doubts)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
     effect, outliers, changes = order_and_outliers(used, rows, order)

@@ -120,7 +120,7 @@ def sides(folder, number, base=(10, 20, 30, 100), new=(10, 20, 30, 100), **new_o
     make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
              started_unix=10.0 * number)
     make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: new},
-             started_unix=10.0 * number + (5 if number % 2 else -5), **new_options)
+             started_unix=10.0 * number + (3 if number % 2 else -3), **new_options)
 
 
 def test_rounds_passes_when_nothing_regressed(tmp_path, cli):

@@ -286,7 +286,7 @@ def suspect_rounds(folder):
             odd = side == "gpu" and number == 2
             make_run(
                 folder / f"r{number}-{side}.json", label=side, started_unix=10.0 * number
-                + (side == "gpu"), passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
+                + 5 * (side == "gpu"), passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
                 router_cpu={c: rl.RouterCpu(0.1, cpu_ms * c, "0-11", 1.0, 2.0,
                                             1.4 if odd else 0.25 + 0.05 * c) for c in (1, 4)},
                 windows={1: windows_of([15, 16, 14, 15]),
@@ -369,9 +369,9 @@ def test_record_rebuilds_a_section_from_per_round_values(tmp_path, cli):
     folder.mkdir()
     for number, (cpu, rocm) in enumerate(((22.8, 8.65), (23.2, 8.70), (23.6, 8.72)), 1):
         make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: (cpu, 30, 40, 40)},
-                 started_unix=10.0 * number + (number % 2))
+                 started_unix=10.0 * number + 5 * (number % 2))
         make_run(folder / f"r{number}-rocm.json", label="rocm", passes={1: (rocm, 12, 14, 110)},
-                 started_unix=10.0 * number + 1 - (number % 2))
+                 started_unix=10.0 * number + 5 - 5 * (number % 2))
     result = cli("record", "--section", f"stack_b_image={folder}:cpu:rocm", "--json",
                  tmp_path / "record.json", "--markdown", tmp_path / "record.md")
     assert result.code == 0, result.err
@@ -403,7 +403,7 @@ def regressed_rounds(folder):
         make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: (10, p95, 40, 100)},
                  decisions=["e" if number == 2 else "d\x01<&>"],
                  errors={"timeout": 1} if number == 3 else None,
-                 started_unix=1000.0 * number + (-500 if number == 2 else 500))
+                 started_unix=1000.0 * number + (-300 if number == 2 else 300))
 
 
 def junit_cases(path):
@@ -540,7 +540,7 @@ def test_compare_and_rounds_say_the_same_change_the_same_way(tmp_path, cli):
                  started_unix=1000.0 * number)
         make_run(tmp_path / f"r{number}-gpu.json", label="gpu",
                  passes={1: (10 * factor, 20 * factor, 30 * factor, 100 / factor)},
-                 started_unix=1000.0 * number + (500 if number % 2 else -500))
+                 started_unix=1000.0 * number + (300 if number % 2 else -300))
     compared = cli("compare", tmp_path / "r2-cpu.json", tmp_path / "r2-gpu.json").out
     changes = [line for line in compared.splitlines() if " ms " in line or " req/s " in line]
     assert len(changes) == 4 and all(line.endswith("  1.14x slower") for line in changes)
