@@ -1197,7 +1197,7 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
 
 # t boundaries of a group-sequential design:
 
-SEQUENTIAL_PATHS = 65536  # simulated null paths: a boundary's rate is off by ~0.06 points at 2.5%
+SEQUENTIAL_PATHS = 65536  # simulated null paths (and their mirror images)
 SEQUENTIAL_SEED = 17  # fixed, so every run on every machine gets the same boundaries
 MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simulate
 
@@ -1229,11 +1229,11 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
     The z boundaries of group_sequential_levels, turned into t quantiles, run over their
     level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
     itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
-    look k may spend, and c_k is set so that exactly that share of SEQUENTIAL_PATHS
-    simulated null paths, among those that crossed no earlier look, crosses at look k. The
-    t statistic of normal data does not depend on its scale, so one set of paths serves
-    every spread. A look whose share is under one path cannot reject (inf); the achieved
-    rate on fresh paths is alpha within about 2 sqrt(alpha / SEQUENTIAL_PATHS).
+    look k may spend, and c_k is set so that exactly that share of the simulated null paths
+    (SEQUENTIAL_PATHS and their mirror images), among those that crossed no earlier look,
+    crosses at look k. The t statistic of normal data does not depend on its scale, so one
+    set of paths serves every spread. A look whose share is under one path cannot reject
+    (inf). docs/gate.md gives the rates achieved on fresh paths.
     """
     max_rounds = _whole(max_rounds, "max_rounds", first)
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
@@ -1241,15 +1241,17 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
                                  f"got {max_rounds}")
     alpha = _probability(alpha, "alpha")
     columns = _null_t_paths(first, max_rounds)
-    alive = range(SEQUENTIAL_PATHS)
+    paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
+    alive = range(paths)
     crossed, criticals = 0, []
     for k, column in enumerate(columns):
         spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
-        share = math.floor(spent * SEQUENTIAL_PATHS) - crossed
+        share = math.floor(spent * paths) - crossed
         if share <= 0:
             criticals.append(math.inf)
             continue
-        top = heapq.nlargest(share + 1, ((column[i], i) for i in alive))
+        top = heapq.nlargest(share + 1, ((column[i] if i < SEQUENTIAL_PATHS
+                                          else -column[i - SEQUENTIAL_PATHS], i) for i in alive))
         criticals.append(0.5 * (top[share - 1][0] + top[share][0]))
         gone = {i for _, i in top[:share]}
         alive = [i for i in alive if i not in gone]

@@ -155,9 +155,10 @@ def main() -> None:
                              "main(), and count disagreements")
     parser.add_argument("--budget-s", type=float, default=1800.0,
                         help="stop starting new cells after this many seconds")
+    parser.add_argument("--skip", action="append", default=[], choices=("fixed", "sequential"),
+                        help="leave out a table")
     args = parser.parse_args()
     settings = rl.GateSettings()  # tolerance 5%, the default gate
-    tolerance = settings.tolerance_pct / 100
     started = time.process_time()
     wall = time.monotonic()
     print(f"{args.trials} trials per fixed cell, {args.sequential_trials} per sequential cell, "
@@ -165,6 +166,18 @@ def main() -> None:
           f"rows); shares in percent; binomial standard error sqrt(p (1 - p) / trials): "
           f"{100 * math.sqrt(0.025 * 0.975 / args.trials):.2f} points at 2.5%, "
           f"{100 * math.sqrt(0.05 * 0.95 / args.trials):.2f} at 5%")
+    if "fixed" not in args.skip:
+        fixed_table(args, settings, wall)
+    if "sequential" not in args.skip:
+        sequential_table(args, settings, wall)
+    if args.cli:
+        cli_table(args, settings)
+    print(f"(cost: {time.process_time() - started:.0f} s of CPU, "
+          f"{time.monotonic() - wall:.0f} s of wall time, one process)")
+
+
+def fixed_table(args, settings, wall) -> None:
+    tolerance = settings.tolerance_pct / 100
     print()
     print("| σ per side | noise | n | A/A PASS | A/A FAIL | A/A INC | +tol PASS | +tol FAIL | "
           "+2×tol FAIL | +2×tol PASS |")
@@ -184,6 +197,10 @@ def main() -> None:
                       f"{share(cells[0]['inconclusive'], t)} | {share(cells[1]['pass'], t)} | "
                       f"{share(cells[1]['fail'], t)} | {share(cells[2]['fail'], t)} | "
                       f"{share(cells[2]['pass'], t)} |", flush=True)
+
+
+def sequential_table(args, settings, wall) -> None:
+    tolerance = settings.tolerance_pct / 100
     print()
     print("--sequential 10 (a look after each round from 3, stopped at the first decided look; "
           "run_rounds.sh --until-decided --max-rounds 10 runs the same plan):")
@@ -203,22 +220,23 @@ def main() -> None:
                 print(f"| {100 * sigma:g}% | {'shared' if shared else 'independent'} | {title} "
                       f"| {share(counts['pass'], t)} | {share(counts['fail'], t)} | "
                       f"{share(counts['inconclusive'], t)} | {used / t:.2f} |", flush=True)
-    if args.cli:
-        print()
-        for shared in (True, False):
-            rng = random.Random(f"cli-{args.seed}-{shared}")
-            agree, seen = 0, {}
-            for trial in range(args.cli):
-                change = CHANGES[trial % len(CHANGES)] * tolerance
-                rounds = [round_values(rng, 0.02, shared, change) for _ in range(5)]
-                cli, fast = cli_agrees(rounds, settings)
-                agree += cli == fast
-                seen[cli] = seen.get(cli, 0) + 1
-            print(f"--cli, σ 2%, n 5, {'shared' if shared else 'independent'} noise, changes 0, "
-                  f"+tol, +2×tol in turn: {agree}/{args.cli} trials agree; CLI outcomes "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(seen.items())))
-    print(f"(cost: {time.process_time() - started:.0f} s of CPU, "
-          f"{time.monotonic() - wall:.0f} s of wall time, one process)")
+
+
+def cli_table(args, settings) -> None:
+    tolerance = settings.tolerance_pct / 100
+    print()
+    for shared in (True, False):
+        rng = random.Random(f"cli-{args.seed}-{shared}")
+        agree, seen = 0, {}
+        for trial in range(args.cli):
+            change = CHANGES[trial % len(CHANGES)] * tolerance
+            rounds = [round_values(rng, 0.02, shared, change) for _ in range(5)]
+            cli, fast = cli_agrees(rounds, settings)
+            agree += cli == fast
+            seen[cli] = seen.get(cli, 0) + 1
+        print(f"--cli, σ 2%, n 5, {'shared' if shared else 'independent'} noise, changes 0, "
+              f"+tol, +2×tol in turn: {agree}/{args.cli} trials agree; CLI outcomes "
+              + ", ".join(f"{k} {v}" for k, v in sorted(seen.items())))
 
 
 if __name__ == "__main__":
