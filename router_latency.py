@@ -6873,8 +6873,7 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "fail": "#c62828", "regression": "#c62828", "worse": "#e65100",
-                  "inconclusive": "#9a6700"}
+                  "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
