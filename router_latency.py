@@ -5019,14 +5019,17 @@ def check_measured_once(runs: dict) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted((span, run.path) for run in files for span in [measured_span(run)]
-                   if span[0] is not None)
-    for (before, first), (after, second) in zip(spans, spans[1:]):
-        if before[1] is not None and after[0] < before[1]:
+    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
+                    if span[0] is not None), key=lambda item: item[0][0])
+    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
+    for (start, end), path in spans:
+        if latest[0] is not None and start < latest[0] or start == latest[1]:
             raise RouterLatencyError(
-                f"{Path(second).name} started before {Path(first).name} ended: its sides "
+                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
                 f"were not measured one at a time, as interleaved rounds are",
-                str(Path(second).parent))
+                str(Path(path).parent))
+        if latest[0] is None or (end is not None and end > latest[0]):
+            latest = (end, start, path)
 
 
 def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
@@ -6620,7 +6623,9 @@ def format_plan(report: RoundsReport) -> list:
     lines = [f"plan from {plural(len(report.used), 'round')} "
              f"({', '.join(f'r{n}' for n in report.used)}); target: detect a "
              f"{settings.target_pct:g}% slowdown beyond the {settings.tolerance_pct:g}% "
-             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}%", ""]
+             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}% (a gated "
+             f"row at Holm's first level, that divided by the gated rows, as the gate tests it "
+             f"when only that row slows)", ""]
     table = []
     for row in report.rows:
         spread = sample_spread([math.log(n / b) for b, n in

@@ -291,3 +291,11 @@ def test_the_published_rows_reproduce_and_pass(tmp_path, cli, base, new, shown):
     assert result.code == 0 and result.out.splitlines()[-1] == "verdict: PASS"
     row = next(line for line in result.out.splitlines() if line.startswith("Sequential"))
     assert shown in row and row.endswith(" better")
+
+
+def test_two_runs_started_at_the_same_moment_are_refused_even_without_their_ends():
+    runs = {n: {"base": run_of("base", n, {}, 10.0 * n), "new": run_of("new", n, {}, 10.0 * n + 5)}
+            for n in (1, 2, 3)}
+X
+    with pytest.raises(rl.RouterLatencyError, match="were not measured one at a time"):
+        rl.judge_rounds(runs, "base", "new")
