@@ -11,10 +11,11 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
     router-latency simulate --port 8801
     router-latency demo
 
-Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
-failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
-rounds, a failed base side, --strict, an undecided --sequential look); 130 and 143 when a run
-was interrupted by SIGINT or SIGTERM (what was measured is saved).
+Exit codes: 0 all good (rounds: every gated row shown within the tolerance); 1 the measured
+result failed the gate (a row shown worse, decision change, failed requests); 2 the input or
+the invocation was wrong; 3 inconclusive (a gated row decided neither way, too few usable
+rounds, a failed base side, an undecided --sequential look); 130 and 143 when a run was
+interrupted by SIGINT or SIGTERM (what was measured is saved).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -5192,7 +5193,7 @@ class GateTest(NamedTuple):
     regressions: tuple  # (pass, metric) Holm rejects
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
-    holm_criticals: tuple = ()  # critical t of Holm's steps: level / m, ..., level
+    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
     composite_detectable_pct: Optional[float] = None  # every gated row slowing together
 
 
@@ -5224,10 +5225,11 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
     series = [r.worse_series for r in gated]
     statistics_ = [t_statistic(x, tolerance) for x in series]
-    steps = tuple(gate_critical(settings, n, level / (m - j)) for j in range(m))
+    steps: list = []  # each step's boundary only once reached: a sequential one costs time
     rejected = set()
     # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
     for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
+        steps.append(gate_critical(settings, n, level / (m - step)))
         if not crosses(statistics_[index], steps[step]):
             break
         rejected.add(index)
@@ -5239,7 +5241,7 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
         m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
         t_test_p(composite, mu=tolerance, alternative="greater"), level,
         tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
-        crosses(t_statistic(composite, tolerance), critical), critical, steps,
+        crosses(t_statistic(composite, tolerance), critical), critical, tuple(steps),
         100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable) else None)
 
 
