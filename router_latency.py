@@ -5167,17 +5167,20 @@ def nominal_level(critical: float, df: int) -> float:
     return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
 
 
+DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+
+
 def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
-                     fail_level: float, rounds: int, limit: int = 1000) -> Optional[int]:
+                     fail_level: float, rounds: int) -> Optional[int]:
     """Return how many more rounds would decide a row if its mean and spread stayed as seen:
-    within the tolerance (its worse end inside it) or beyond it; None past limit rounds."""
+    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
     gap = abs(tolerance - mean)
     if gap == 0.0 or spread == 0.0:
         return None if gap == 0.0 else 1
     level = within_level if mean < tolerance else fail_level
     # the normal quantile is below t's: its n is a lower bound to scan up from
     start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
-    for n in range(start, limit + 1):
+    for n in range(start, DECIDE_LIMIT + 1):
         if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
             return n - rounds
     return None

@@ -66,7 +66,10 @@ def judged(rounds: list, settings: rl.GateSettings) -> str:
     return rl.gate_rows(rows, settings)[3][0]
 
 
-def fixed_cell(rng, sigma, n, shared, change, trials, settings) -> dict:
+def fixed_cell(rng, cell: tuple, trials: int, settings) -> dict:
+    """Return the outcome counts of trials of a fixed design; cell: (sigma, n, shared,
+    change)."""
+    sigma, n, shared, change = cell
     counts = dict.fromkeys(OUTCOMES, 0)
     for _ in range(trials):
         rounds = [round_values(rng, sigma, shared, change) for _ in range(n)]
@@ -74,9 +77,15 @@ def fixed_cell(rng, sigma, n, shared, change, trials, settings) -> dict:
     return counts
 
 
-def sequential_cell(rng, sigma, shared, change, trials, settings, max_rounds=10) -> tuple:
+MAX_ROUNDS = 10  # the sequential plan: --sequential 10, --until-decided --max-rounds 10
+
+
+def sequential_cell(rng, cell: tuple, trials: int, settings) -> tuple:
     """Return (outcome counts, total rounds used): a look after each round from 3 on, stopped
-    at the first decided look, as rounds --sequential and run_rounds.sh --until-decided do."""
+    at the first decided look, as rounds --sequential and run_rounds.sh --until-decided do;
+    cell: (sigma, shared, change)."""
+    sigma, shared, change = cell
+    max_rounds = MAX_ROUNDS
     counts, used = dict.fromkeys(OUTCOMES, 0), 0
     plan = settings._replace(sequential_max=max_rounds)
     for _ in range(trials):
@@ -189,8 +198,8 @@ def fixed_table(args, settings, wall) -> None:
                     print(f"(budget of {args.budget_s:g} s spent: stopped here)")
                     return
                 rng = random.Random(f"{args.seed}-{sigma}-{shared}-{n}")
-                cells = [fixed_cell(rng, sigma, n, shared, c * tolerance, args.trials, settings)
-                         for c in CHANGES]
+                cells = [fixed_cell(rng, (sigma, n, shared, c * tolerance), args.trials,
+                                    settings) for c in CHANGES]
                 t = args.trials
                 print(f"| {100 * sigma:g}% | {'shared' if shared else 'independent'} | {n} | "
                       f"{share(cells[0]['pass'], t)} | {share(cells[0]['fail'], t)} | "
@@ -215,7 +224,7 @@ def sequential_table(args, settings, wall) -> None:
                     return
                 rng = random.Random(f"seq-{args.seed}-{sigma}-{shared}-{change}")
                 t = args.sequential_trials
-                counts, used = sequential_cell(rng, sigma, shared, change * tolerance, t,
+                counts, used = sequential_cell(rng, (sigma, shared, change * tolerance), t,
                                                settings)
                 print(f"| {100 * sigma:g}% | {'shared' if shared else 'independent'} | {title} "
                       f"| {share(counts['pass'], t)} | {share(counts['fail'], t)} | "
