@@ -714,6 +714,20 @@ def detectable_change(spread: float, n: int, *, alpha: float = 0.05, power: floa
     return factor * spread / math.sqrt(n)
 
 
+def power_shift(critical: float, df: int, power: float = 0.8) -> float:
+    """Return the noncentrality at which a one-sided t test rejecting at t >= critical has
+    the given power: the true shift in standard errors it finds that often.
+
+    By the normal approximation of the noncentral t (Abramowitz and Stegun 26.7.10),
+    P(T' < c) ~ Phi((c (1 - 1/(4 df)) - delta) / sqrt(1 + c^2 / (2 df))), solved for delta.
+    At the small levels and df of Holm's first step over few rounds, the shifted central t
+    that detectable_change uses is far too optimistic (a row found 70% of the time at n 3 for
+    a stated 80%); this one comes within simulation error of 80% from n 3 on.
+    """
+    return critical * (1 - 1 / (4 * df)) + normal_ppf(power) * math.sqrt(
+        1 + critical * critical / (2 * df))
+
+
 def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: float = 0.8,
                   sided: int = 2, max_rounds: int = 1000) -> Optional[int]:
     """Return the smallest n >= 3 whose detectable_change is at most target, or None.
@@ -5148,7 +5162,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     verdict = ("worse" if shown_worse else "better" if end < 0
                else "same" if end <= tolerance else "inconclusive")
     spread = sample_spread(worse)
-    detectable = tolerance + (fail + t_ppf(0.8, n - 1)) * spread / math.sqrt(n)
+    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
     room = math.log1p(settings.target_pct / 100) - tolerance
     level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
     needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
@@ -5239,7 +5253,7 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     composite = composite_log_ratios(series)
     critical = gate_critical(settings, n, level)
     spread = sample_spread(composite)
-    detectable = tolerance + (critical + t_ppf(0.8, n - 1)) * spread / math.sqrt(n)
+    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
     return GateTest(
         m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
         t_test_p(composite, mu=tolerance, alternative="greater"), level,

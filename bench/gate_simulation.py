@@ -43,16 +43,19 @@ CHANGES = (0.0, 1.0, 2.0)  # in tolerances: A/A, +tolerance, +2x tolerance
 OUTCOMES = ("pass", "fail", "inconclusive")
 
 
-def round_values(rng: random.Random, sigma: float, shared: bool, change: float) -> dict:
-    """Return {(pass, metric): (base value, new value)} of one round."""
+def round_values(rng: random.Random, sigma: float, shared: bool, change: float,
+                 only: tuple = ()) -> dict:
+    """Return {(pass, metric): (base value, new value)} of one round; only: the one row the
+    change applies to (default every row)."""
     common = {side: rng.gauss(0, sigma) for side in ("base", "new")}
     values = {}
     for name in PASSES:
         for metric, figure in BASE.items():
             pair = []
+            moved = change if not only or (name, metric) == only else 0.0
             for side in ("base", "new"):
                 noise = common[side] if shared else rng.gauss(0, sigma)
-                factor = math.exp(noise) * (1 + change if side == "new" else 1.0)
+                factor = math.exp(noise) * (1 + moved if side == "new" else 1.0)
                 pair.append(figure / factor if metric == "req_per_s" else figure * factor)
             values[(name, metric)] = tuple(pair)
     return values
@@ -98,6 +101,29 @@ def sequential_cell(rng, cell: tuple, trials: int, settings) -> tuple:
         counts[status] += 1
         used += n
     return counts, used
+
+
+def detects_table(args, settings) -> None:
+    """Print how often the gate finds the slowdown "detects" states for one row, when only
+    that row slows by it: the figure from the true spread of its per-round log ratios."""
+    print()
+    print("| σ per side | n | slowdown of Conc 16 p95 alone | FAIL |")
+    print("|---:|---:|---:|---:|")
+    rows = sum(1 for _ in PASSES) * 3  # the default gate: p50, p95 and req/s of every pass
+    for sigma in (0.02, 0.05):
+        for n in ROUNDS:
+            spread = sigma * math.sqrt(2)  # independent noise: each side's, per row
+            level = settings.alpha / 2 / rows
+            shift = (math.log1p(settings.tolerance_pct / 100)
+                     + rl.power_shift(-rl.t_ppf(level, n - 1), n - 1) * spread / math.sqrt(n))
+            rng = random.Random(f"detects-{args.seed}-{sigma}-{n}")
+            fails = 0
+            for _ in range(args.detects):
+                rounds = [round_values(rng, sigma, False, math.expm1(shift), ("c16", "p95_ms"))
+                          for _ in range(n)]
+                fails += judged(rounds, settings) == "fail"
+            print(f"| {100 * sigma:g}% | {n} | +{100 * math.expm1(shift):.1f}% | "
+                  f"{share(fails, args.detects)} |", flush=True)
 
 
 # --- the command line on files made by the tool's writer ---
@@ -166,6 +192,8 @@ def main() -> None:
                         help="stop starting new cells after this many seconds")
     parser.add_argument("--skip", action="append", default=[], choices=("fixed", "sequential"),
                         help="leave out a table")
+    parser.add_argument("--detects", type=int, default=0, metavar="TRIALS",
+                        help="also check the 'detects' figure: this many trials per cell")
     args = parser.parse_args()
     settings = rl.GateSettings()  # tolerance 5%, the default gate
     started = time.process_time()
@@ -181,6 +209,8 @@ def main() -> None:
         sequential_table(args, settings, wall)
     if args.cli:
         cli_table(args, settings)
+    if args.detects:
+        detects_table(args, settings)
     print(f"(cost: {time.process_time() - started:.0f} s of CPU, "
           f"{time.monotonic() - wall:.0f} s of wall time, one process)")
 

@@ -236,11 +236,15 @@ def test_detects_is_what_the_gate_finds_at_its_holm_level():
     row = next(r for r in report.rows if (r.pass_name, r.metric) == ("c4", "p95_ms"))
     spread, n, m = rl.sample_spread(pattern), 5, 9
     holm_first = -rl.t_ppf(0.025 / m, n - 1)
-    expected = TOLERANCE + (holm_first + rl.t_ppf(0.8, n - 1)) * spread / math.sqrt(n)
+    # the noncentrality at 80% power, by the normal approximation of the noncentral t
+    df = n - 1
+    delta = holm_first * (1 - 1 / (4 * df)) + 0.8416212335729143 * math.sqrt(
+        1 + holm_first ** 2 / (2 * df))
+    expected = TOLERANCE + delta * spread / math.sqrt(n)
     assert row.detectable_pct == pytest.approx(100 * math.expm1(expected), rel=1e-9)
     # and once for every gated row slowing together: the composite's
     composite = rl.composite_log_ratios([r.worse_series for r in report.rows if r.gated])
-    together = TOLERANCE + (-rl.t_ppf(0.025, n - 1) + rl.t_ppf(0.8, n - 1)) \
+    together = TOLERANCE + rl.power_shift(-rl.t_ppf(0.025, n - 1), n - 1) \
         * rl.sample_spread(composite) / math.sqrt(n)
     assert report.test.composite_detectable_pct == pytest.approx(100 * math.expm1(together))
     lines = rl.format_rounds_table(report)

@@ -69,18 +69,18 @@ w's worse end inside the tolerance (one-sided 2.5%)
         pass        metric    cpu   gpu     gpu - cpu [95% CI]        gpu vs cpu [95% CI]  worse  \
 detects  verdict
         Sequential  p50 ms*  10.0  6.00   -4.00 [-6.48, -1.52]  1.68x faster [1.11, 2.56]    0/3  \
->= 145%  better
+>= 178%  better
                     p95 ms*  20.0  20.5  +0.500 [-0.742, 1.74]  1.02x slower [0.96, 1.09]    2/3  \
- >= 19%  inconclusive
+ >= 21%  inconclusive
                     p99 ms   30.0  41.0     +11.0 [8.52, 13.5]  1.37x slower [1.29, 1.45]    3/3  \
- >= 13%  worse
+ >= 14%  worse
                     mean ms  15.4  14.4  -1.25 [-2.45, -0.052]  1.09x faster [1.00, 1.19]    0/3  \
- >= 17%  same
+ >= 18%  same
                     req/s*    100   100    0.000 [-2.48, 2.48]  1.00x slower [0.98, 1.03]    1/3  \
- >= 10%  same
+ >= 11%  same
 
         gated rows together: 1.18x faster [1.04, 1.34] per round, one-sided p 0.991; every gated r\
-ow slowing together: detects >= 23%
+ow slowing together: detects >= 24%
 
         pass        metric   r1 cpu / gpu  r2 cpu / gpu  r3 cpu / gpu
         Sequential  p50 ms    10.0 / 5.00   10.0 / 6.00   10.0 / 7.00
@@ -173,7 +173,7 @@ def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_pa
     assert lines[4] == "| pass | metric | cpu | gpu | gpu - cpu [95% CI] | gpu vs cpu [95% CI] " \
                        "| worse | detects | verdict |"
     assert lines[6] == "| Sequential | p50 ms* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
-                       "1.68x faster [1.11, 2.56] | 0/3 | >= 145% | better |"
+                       "1.68x faster [1.11, 2.56] | 0/3 | >= 178% | better |"
     assert "- decisions r2: 100/101 agree in every pass; differ: \\#2 d -\\> e (Sequential)" \
         in lines
     for caption in ("**Largest slowdowns**", "**Each round**", "**Environment**"):
