@@ -166,8 +166,10 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     folder = measure_rounds(simulator, tmp_path, cli, new_pii_ms=2.8)  # pii alone 40% slower
     asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "25")
     result = cli(*asked, "--format", "json")
-    assert result.code == 0, result.out + result.err  # the parts are advisory
     report = json.loads(result.out)
+    # the parts are advisory: pii, 40% slower, is no reason of the outcome, and the exit
+    # code is the latency rows' (pass, or inconclusive where their p95 is noisy)
+    assert result.code in (0, 3) and not any("signal:" in r for r in report["reasons"])
     assert [b["pass"] for b in report["breakdowns"]] == ["sequential", "c4"]
     for breakdown in report["breakdowns"]:
         rows = {r["metric"]: r for r in breakdown["rows"]}
@@ -218,7 +220,7 @@ def test_a_gated_signal_row_fails_the_gate(simulator, tmp_path, cli):
     result = cli("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance",
                  "25", "--gate", "p50,p95,req/s,signal:pii:p95")
     assert result.code == 1
-    assert "regression in Sequential signal:pii:p95" in result.out
+    assert "Sequential signal:pii:p95 is worse than the tolerance" in result.out
     assert "pii p95*" in result.out
 
 
@@ -316,7 +318,7 @@ def test_without_the_answers_times_the_router_histograms_name_the_part(simulator
         assert rows["router:domain:mean"]["speedup_low"] <= 1 <= rows["router:domain:mean"][
             "speedup_high"]
     gated = cli(*asked, "--gate", "p50,p95,req/s,router:pii:mean")
-    assert gated.code == 1 and "regression in Sequential router:pii:mean" in gated.out
+    assert gated.code == 1 and "Sequential router:pii:mean is worse than the tolerance" in gated.out
 
 
 def test_a_signal_only_one_side_reports_is_said_not_dropped(simulator, tmp_path, cli):
