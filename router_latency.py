@@ -90,6 +90,7 @@ ROUNDS_SCHEMA = "router-latency/rounds/1"
 RECORD_SCHEMA = "router-latency/record/1"
 COMPARE_SCHEMA = "router-latency/compare/1"
 PREVIEW_PATH = "/api/v1/routing/preview"
+READY_PATH = "/ready"  # the router's readiness: 503 until its start-up completes
 PROMPT_KEYS = ("query", "question", "prompt", "original_question")
 LIST_PROMPT_KEYS = ("similar_questions",)
 DEFAULT_GLOB = "e2e/**/testdata/**/*.json"
@@ -107,6 +108,7 @@ ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's
 CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
 CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
 CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
+BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
 ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
 ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
 PERCENTILE_METHOD = ("linear interpolation between closest ranks "
@@ -118,6 +120,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 65536  # no server sends a response head this long
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
+NO_DECISION = "(none)"  # the decision of an answer routed by the default route
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
@@ -2923,6 +2926,14 @@ def error_code(body: bytes) -> Optional[str]:
     return code if isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code) else None
 
 
+def body_config_hash(body: bytes) -> Optional[str]:
+    """Return the config_hash a preview answer's body carries, or None: read when the
+    x-vsr-config-hash header is missing (a proxy that drops it), by a byte search, since the
+    pass loop must not parse an answer twice."""
+    found = BODY_CONFIG_HASH.search(body)
+    return found.group(1).decode("ascii") if found else None
+
+
 def decision_text(value: Any) -> str:
     """Return a decision as stored: a string as it is, anything else as compact JSON; either
     cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
@@ -2931,16 +2942,35 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
+def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+    """Return the decision of an answer routed by the default route: the router's 200 with
+    decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
+    paths' parts such as selected_model when present); None for any other answer."""
+    result = document.get("decision_result") if isinstance(document, dict) else None
+    if not isinstance(result, dict) or result.get("decision_name") != "":
+        return None
+    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    return NO_DECISION + (f"|{extra}" if extra else "")
+
+
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
-    """Return (decision, error kind, the router's error code) for one answered request."""
+    """Return (decision, error kind, the router's error code) for one answered request.
+
+    A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
+    one with no decision_result at all, or an empty body, is no_decision: the router answers
+    so while its classifiers are not loaded."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
+    if not body.strip():
+        return None, "no_decision", None
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return None, "bad_json", None
     decision = decision_of(document, paths)
+    if decision is None:
+        decision = default_route(document, paths)
     return (decision, None, None) if decision is not None else (None, "no_decision",
                                                                  error_code(body))
 
@@ -4028,7 +4058,8 @@ class PassLoop:
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
-            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME))))
+            slot.retried, code,
+            reader.headers.get(CONFIG_HASH_NAME) or body_config_hash(reader.body))))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
@@ -4346,32 +4377,67 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     return counts
 
 
-def probe_router(target: Target, payload: bytes,
-                 stop: Optional[threading.Event] = None) -> tuple:
-    """Return (HTTP status or None, what happened) of one readiness check: one preview request.
-
-    The preview itself, not /health: a router's /health can answer 200 while its models load
-    and its previews answer 503."""
-    endpoint = target.endpoint
+def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
+               stop: Optional[threading.Event] = None) -> tuple:
+    """Return (HTTP status or None, body, what went wrong when no status came) of one
+    readiness request to `endpoint`; the body is None for an answer too large to keep."""
     connection = Connection(endpoint, target.timeout,
                             tls_context(endpoint, insecure=target.insecure), stop)
     try:
-        status, _ = connection.exchange(payload)
+        status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return None, f"TLS failed: {failure.detail}"
+            return None, b"", f"TLS failed: {failure.detail}"
         if failure.status is None or failure.status == 101:
-            return None, failure.detail or {"connect": "connection refused",
-                                            "timeout": "no answer in time"}.get(
+            return None, b"", failure.detail or {"connect": "connection refused",
+                                                 "timeout": "no answer in time"}.get(
                 failure.kind, f"connection {failure.kind}")
-        status = failure.status  # answered, with a body the passes will refuse (too_large)
+        status, body = failure.status, None  # answered, with a body the passes will refuse
     finally:
         connection.close()
+    return status, body, ""
+
+
+def status_words(status: int) -> str:
     try:
-        phrase = " " + http.HTTPStatus(status).phrase
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
     except ValueError:
-        phrase = ""
-    return status, f"answered HTTP {status}{phrase} to a preview"
+        return f"HTTP {status}"
+
+
+def ready_endpoint(endpoint: Endpoint) -> Endpoint:
+    """Return the router's /ready beside the preview: same scheme, host and port."""
+    return endpoint._replace(path=READY_PATH, shown=urllib.parse.urlunsplit(
+        (endpoint.scheme, endpoint.shown.split("/")[2], READY_PATH, "", "")))
+
+
+def probe_router(target: Target, payload: bytes,
+                 stop: Optional[threading.Event] = None) -> tuple:
+    """Return (HTTP status or None, what happened, ready) of one readiness check.
+
+    The router's /ready first (503 until its start-up completes; any other answer there, a
+    404 from a router or proxy without one, leaves it to the preview), then one preview, which must answer 2xx
+    with a decision result or 429: a router's /health answers 200 while its models load, and
+    a preview before its classifiers load answers 200 with no decision result. A 429 is a
+    router that routes but has no free slot this moment."""
+    endpoint = ready_endpoint(target.endpoint)
+    status, _, what = ask_router(target, endpoint, encode_request(endpoint, "GET", b"", target.headers),
+                                 stop)
+    if status is None:
+        return None, what, False
+    if status == 503:
+        return status, f"answered {status_words(status)} to {READY_PATH}", False
+    status, body, what = ask_router(target, target.endpoint, payload, stop)
+    if status is None:
+        return None, what, False
+    if 200 <= status < 300 and body is not None:
+        _, error, _ = classify(status, body, target.decision_paths)
+        if error is not None:
+            return status, (f"answered {status_words(status)} to a preview with "
+                            f"{'an empty body' if not body.strip() else 'no decision result'}"
+                            f" (classifiers not loaded yet?)"), False
+    return status, f"answered {status_words(status)} to a preview", \
+        200 <= status < 300 or status == 429
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,
@@ -4383,7 +4449,9 @@ def not_ready_message(target: Target, status: Optional[int], what: str,
     if status is None:
         hint = "" if "TLS" in what else wait_hint
         return f"router not reachable at {target.endpoint.shown}: {what}{hint}"
-    if status in (502, 503, 504):  # starting: models loading, or a proxy before its upstream
+    if status in (502, 503, 504) or 200 <= status < 300:
+        # starting: models loading, or a proxy before its upstream; a 2xx without a decision
+        # result: classifiers not loaded yet
         return f"router at {target.endpoint.shown} is not ready: it {what}{wait_hint}"
     if status == 404:
         return (f"router at {target.endpoint.shown} {what}: is the path right? (a URL "
@@ -4394,10 +4462,10 @@ def not_ready_message(target: Target, status: Optional[int], what: str,
 def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float],
                      stop: threading.Event,
                      clock: Callable[[], float] = time.monotonic) -> Optional[float]:
-    """Return the seconds until a preview was answered 2xx or 429 (None without wait_ready),
-    or raise when none was; any other answer (503 while models load) is not ready yet. A 429
-    is a router that routes but has no free slot this moment: ready, and the passes will
-    record what it sheds."""
+    """Return the seconds until the router was ready as probe_router says (None without
+    wait_ready), or raise when it was not: /ready answering 503, a preview answering 503 or
+    200 without a decision result are not ready yet. A 429 is a router that routes but has
+    no free slot this moment: ready, and the passes will record what it sheds."""
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:
@@ -4406,8 +4474,8 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit = wait_ready or 0.0
     while True:
-        status, what = probe_router(target, payload, stop)
-        if status is not None and (200 <= status < 300 or status == 429):
+        status, what, ready = probe_router(target, payload, stop)
+        if ready:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():

@@ -1,0 +1,138 @@
+"""A real router's answers: the default route, not-ready answers, /ready, the config hash
+in the body, as the router's source (vLLM Semantic Router, pkg/apiserver and pkg/services)
+writes them."""
+
+import json
+
+import pytest
+
+import router_latency as rl
+from conftest import final_answer, write_corpus
+
+PATHS = rl.DEFAULT_DECISION_PATHS
+HASH = "c" * 64
+
+
+@pytest.mark.parametrize("body, decision", [
+    # no decision matched: decision_name "" and no routing_decision (the default route)
+    (b'{"original_text":"hi","decision_result":{"decision_name":"","algorithm":"",'
+     b'"used_signals":{},"matched_signals":{},"unmatched_signals":{}},"metrics":{}}\n',
+     "(none)"),
+    (b'{"decision_result":{"decision_name":""},"selected_model":"qwen3"}', "(none)|qwen3"),
+    (b'{"decision_result":{"decision_name":"","used_signals":null},"routing_decision":""}',
+     "(none)"),
+    (b'{"decision_result":{"decision_name":"math"},"routing_decision":"math"}', "math"),
+])
+def test_an_answer_with_no_decision_matched_is_routed(body, decision):
+    assert rl.classify(200, body, PATHS) == (decision, None, None)
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"\n", b"   \r\n",  # an empty body
+    # the classifier not loaded: the router's answer has no decision_result at all
+    b'{"original_text":"hi","requested_model":"MoM","metrics":{"keyword":{"execution_time_ms"'
+    b':0,"confidence":0}}}\n',
+    b'{"decision_result":{}}',  # no decision_name at all
+])
+def test_an_answer_without_a_decision_result_is_no_decision(body):
+    assert rl.classify(200, body, PATHS)[:2] == (None, "no_decision")
+
+
+def default_route_server(scripted, unmatched):
+    """A router that matches no decision for the prompts in `unmatched`."""
+    def answer(prompt, number):
+        name = "" if prompt in unmatched else "math"
+        body = json.dumps({"original_text": prompt, "decision_result": {
+            "decision_name": name, "used_signals": {}, "matched_signals": {}},
+            "config_hash": HASH}).encode()
+        return [final_answer(body)]
+    return scripted(answer)
+
+
+def test_a_run_with_a_default_route_is_clean(scripted, tmp_path, cli):
+    router = default_route_server(scripted, {"b", "d"})
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "--warmup", "0", "--quiet")
+    assert result.code == 0 and result.err == ""
+    item = json.loads(out.read_text())["passes"][0]
+    assert [r["decision"] for r in item["requests"]] == ["math", "(none)", "math", "(none)"]
+    assert item["summary"]["ok"] == 4 and item["summary"]["errors"] == {}
+    # the body's config_hash is read when no header carries it
+    assert item["config_hashes"] == [HASH]
+
+
+def test_a_decision_matched_on_one_side_and_none_on_the_other_is_a_change(scripted, tmp_path,
+                                                                           cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c"])
+    for label, unmatched in (("cpu", set()), ("rocm", {"b"})):
+        router = default_route_server(scripted, unmatched)
+        assert cli("run", "--url", router.url, "--corpus", corpus, "--out",
+                   tmp_path / f"{label}.json", "--label", label, "-c", "1", "--warmup", "0",
+                   "--quiet").code == 0
+    result = cli("compare", tmp_path / "cpu.json", tmp_path / "rocm.json",
+                 "--fail-on-decision-change")
+    assert result.code == 1
+    assert "decisions: 2/3 inputs agree (sequential pass)\n  #1: math -> (none)\n" in result.out
+
+
+def not_ready_then_ready(scripted, not_ready, answers):
+    """A router whose first `not_ready` previews get the given not-ready answer."""
+    seen = []
+
+    def answer(prompt, number):
+        if not prompt:  # GET /ready
+            return [final_answer(b'{"status":"ready","ready":true}')]
+        seen.append(prompt)
+        return [answers if len(seen) <= not_ready else final_answer()]
+    return scripted(answer)
+
+
+@pytest.mark.parametrize("loading", [
+    final_answer(b""),
+    final_answer(b'{"original_text":"hello","metrics":{}}\n'),
+])
+def test_a_preview_without_a_decision_result_is_not_ready(scripted, tmp_path, cli, loading):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    args = ["run", "--url", None, "--corpus", corpus, "--out", tmp_path / "o.json", "--label",
+            "x", "-c", "1", "--warmup", "0", "--quiet"]
+    router = not_ready_then_ready(scripted, 1000, loading)
+    args[2] = router.url
+    result = cli(*args)
+    assert result.code == 2 and "is not ready: it answered HTTP 200 OK to a preview with " \
+        in result.err and "(classifiers not loaded yet?)" in result.err
+    router = not_ready_then_ready(scripted, 3, loading)
+    args[2] = router.url
+    assert cli(*args, "--wait-ready", "20").code == 0
+    document = json.loads((tmp_path / "o.json").read_text())
+    assert document["passes"][0]["summary"]["errors"] == {}
+
+
+def test_wait_ready_asks_the_routers_ready_first(scripted, tmp_path, cli):
+    asked = []
+
+    def answer(prompt, number):
+        if not prompt:
+            asked.append("ready")
+            if len(asked) <= 3:
+                return [final_answer(b'{"status":"starting","ready":false}',
+                                     b"503 Service Unavailable")]
+            return [final_answer(b'{"status":"ready","ready":true}')]
+        asked.append("preview")
+        return [final_answer()]
+
+    router = scripted(answer)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    args = ["run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
+            "--label", "x", "-c", "1", "--warmup", "0", "--quiet"]
+    result = cli(*args)
+    assert result.code == 2 and result.err == (
+        f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} is not ready: it "
+        f"answered HTTP 503 Service Unavailable to /ready; --wait-ready SECONDS waits for a "
+        f"starting router (--url)\n")
+    assert asked == ["ready"]
+    assert cli(*args, "--wait-ready", "20").code == 0
+    # not one preview before /ready said ready
+    assert asked[:5] == ["ready", "ready", "ready", "ready", "preview"]
+
