@@ -4950,15 +4950,25 @@ def run_signature(run: RunFile) -> dict:
             "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
 
 
+def label_names_side(label: str, side: str, number: int) -> bool:
+    """Return True when a run's label names its file's side and round: the side itself, or
+    the side and its round as the published records write it ('rocm-r1', 'rocm_r1',
+    'rocm r1', 'rocm-1'). Another side, or another round's number, does not."""
+    if label == side:
+        return True
+    found = re.fullmatch(re.escape(side) + r"[-_ ](?:r|round)?(\d+)", label, re.IGNORECASE)
+    return found is not None and label[:len(side)] == side and int(found.group(1)) == number
+
+
 def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
     """Raise unless every file's label is its side and the runs were measured alike; return
     notes on the differences allowed with --allow-mismatch."""
     for number, sides in runs.items():
         for side, run in sides.items():
-            if run.label != side:
+            if not label_names_side(run.label, side, number):
                 raise RouterLatencyError(
-                    f"the run's label is {run.label!r}, but the file name says side {side!r}: "
-                    f"a copied or renamed file?", f"{run.path}: label")
+                    f"the run's label is {run.label!r}, but the file name says side {side!r} "
+                    f"of round {number}: a copied or renamed file?", f"{run.path}: label")
     reference = runs[min(runs)][base]
     expected = run_signature(reference)
     differences: dict = {}
@@ -7278,6 +7288,17 @@ non_negative_int = whole_number(0)
 positive_int = whole_number(1)
 
 
+class ConcurrencyLevels(argparse.Action):
+    """--concurrency 1 4 16 as the published records write it, or 1,4,16: one tuple."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        levels = [level for part in values for level in part]
+        twice = sorted({level for level in levels if levels.count(level) > 1})
+        if twice:
+            raise argparse.ArgumentError(self, f"concurrency {twice[0]} given twice")
+        setattr(namespace, self.dest, tuple(levels))
+
+
 def concurrency_list(text: str) -> tuple:
     levels = []
     for part in text.split(","):
@@ -7513,9 +7534,10 @@ def add_run_parser(commands: Any) -> None:
 
 
 def add_pass_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-c", "--concurrency", type=concurrency_list,
-                   help="closed-loop passes, one per level (1 = sequential); default 1,4,16, "
-                        "none when --rate is given")
+    p.add_argument("-c", "--concurrency", type=concurrency_list, nargs="+",
+                   action=ConcurrencyLevels, metavar="LEVELS",
+                   help="closed-loop passes, one per level (1 = sequential): 1 4 16 or "
+                        "1,4,16; default 1,4,16, none when --rate is given")
     p.add_argument("--rate", type=rate_list, default=(),
                    help="open-loop passes at these requests per second (50, 50/s, 3000/1m), "
                         "sending on a schedule; latency counts from the scheduled time")
@@ -7594,9 +7616,12 @@ def add_suspect_options(p: argparse.ArgumentParser) -> None:
 def add_compare_parser(commands: Any) -> None:
     p = commands.add_parser("compare", help="two runs side by side",
                             formatter_class=HelpFormatter,
-                            epilog="example: compare results/r1-cpu.json results/r1-rocm.json")
-    p.add_argument("a", help="run file A (the base)")
-    p.add_argument("b", help="run file B")
+                            epilog="example: compare results/r1-cpu.json results/r1-rocm.json "
+                                   "(or --base r1-cpu.json --new r1-rocm.json)")
+    p.add_argument("a", nargs="?", help="run file A (the base)")
+    p.add_argument("b", nargs="?", help="run file B")
+    p.add_argument("--base", dest="base_file", metavar="FILE", help="run file A, by name")
+    p.add_argument("--new", dest="new_file", metavar="FILE", help="run file B, by name")
     p.add_argument("--corpus", help="corpus file, to show the text of differing inputs")
     p.add_argument("--allow-corpus-mismatch", action="store_true",
                    help="compare runs of different corpora")
@@ -7907,7 +7932,17 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     return EXIT_OK
 
 
+def compared_files(args: argparse.Namespace) -> tuple:
+    """Return the two run files of `compare`: given as A B, or as --base A --new B."""
+    named = [path for path in (args.base_file, args.new_file) if path is not None]
+    given = [path for path in (args.a, args.b) if path is not None]
+    if named and given or len(named + given) != 2 or len(named) == 1:
+        raise RouterLatencyError("give two run files: A B, or --base A --new B", "compare")
+    return tuple(named or given)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    args.a, args.b = compared_files(args)
     a, b = load_run(args.a), load_run(args.b)
     for run in (a, b):
         if not run.complete and not args.allow_incomplete:

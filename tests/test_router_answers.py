@@ -136,3 +136,79 @@ def test_wait_ready_asks_the_routers_ready_first(scripted, tmp_path, cli):
     # not one preview before /ready said ready
     assert asked[:5] == ["ready", "ready", "ready", "ready", "preview"]
 
+
+
+# --- the published records' command forms ---
+
+from conftest import make_run, assert_one_line_error  # noqa: E402
+
+
+def rounds_folder(folder, labels):
+    """Three rounds of cpu and rocm; labels(number, side) names each run."""
+    folder.mkdir(exist_ok=True)
+    for number in (1, 2, 3):
+        for side, p50 in (("cpu", 10.0), ("rocm", 5.0 + number)):
+            make_run(folder / f"r{number}-{side}.json", label=labels(number, side),
+                     passes={1: (p50, p50 * 2, p50 * 3, 1000 / p50)},
+                     started_unix=1000.0 * number + (side == "rocm"))
+    return folder
+
+
+@pytest.mark.parametrize("form", ["{side}-r{n}", "{side}_r{n}", "{side} r{n}", "{side}",
+                                  "{side}-{n}", "{side}-R{n}"])
+def test_a_label_with_its_round_suffix_names_its_side(tmp_path, cli, form):
+    folder = rounds_folder(tmp_path / "rounds", lambda n, side: form.format(side=side, n=n))
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert result.code in (0, 1, 3) and result.err == "", result.err
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (lambda n, side: f"{side}-r{n + 1}" if side == "rocm" and n == 2 else f"{side}-r{n}",
+     "the run's label is 'rocm-r3', but the file name says side 'rocm' of round 2"),
+    (lambda n, side: "cpu-r1" if (n, side) == (1, "rocm") else f"{side}-r{n}",
+     "the run's label is 'cpu-r1', but the file name says side 'rocm' of round 1"),
+    (lambda n, side: "rocmx-r1" if (n, side) == (1, "rocm") else side,
+     "the run's label is 'rocmx-r1'"),
+])
+def test_a_label_of_another_side_or_round_is_refused(tmp_path, cli, wrong, says):
+    folder = rounds_folder(tmp_path / "rounds", wrong)
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert_one_line_error(result, says, "a copied or renamed file?")
+
+
+def test_the_records_run_and_compare_forms_work_as_written(scripted, tmp_path, cli):
+    router = default_route_server(scripted, set())
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    for label in ("legacy-r1", "runtime-r1"):
+        out = tmp_path / f"{label.split('-')[0]}.json"
+        result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out,
+                     "--label", label, "--warmup", "20", "--concurrency", "1", "4", "16",
+                     "--quiet")
+        assert result.code == 0, result.err
+        assert [p["name"] for p in json.loads(out.read_text())["passes"]] == [
+            "sequential", "c4", "c16"]
+    named = cli("compare", "--base", tmp_path / "legacy.json", "--new",
+                tmp_path / "runtime.json", "--corpus", corpus)
+    plain = cli("compare", tmp_path / "legacy.json", tmp_path / "runtime.json",
+                "--corpus", corpus)
+    assert named.code == plain.code == 0 and named.err == ""
+    assert named.out.splitlines()[:3] == plain.out.splitlines()[:3]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--concurrency", "1", "4", "1"], "concurrency 1 given twice"),
+    (["--concurrency", "1,4", "4"], "concurrency 4 given twice"),
+    (["--concurrency", "1", "x"], "expected whole numbers from 1 to 1024"),
+])
+def test_concurrency_levels_are_checked_in_either_form(tmp_path, cli, argv, says):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", *argv)
+    assert result.code == 2 and says in result.err
+
+
+@pytest.mark.parametrize("argv", [["a.json"], ["--base", "a.json"], ["a.json", "--new", "b.json"],
+                                  ["a.json", "b.json", "--base", "c.json"], []])
+def test_compare_needs_two_runs_in_one_form(tmp_path, cli, argv):
+    result = cli("compare", *argv)
+    assert_one_line_error(result, "give two run files: A B, or --base A --new B")
