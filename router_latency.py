@@ -91,6 +91,8 @@ RECORD_SCHEMA = "router-latency/record/1"
 COMPARE_SCHEMA = "router-latency/compare/1"
 PREVIEW_PATH = "/api/v1/routing/preview"
 READY_PATH = "/ready"  # the router's readiness: 503 until its start-up completes
+REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
+DEFAULT_MODEL = "MoM"  # the router's auto alias (config/canonical_defaults.go)
 PROMPT_KEYS = ("query", "question", "prompt", "original_question")
 LIST_PROMPT_KEYS = ("similar_questions",)
 DEFAULT_GLOB = "e2e/**/testdata/**/*.json"
@@ -108,6 +110,7 @@ ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's
 CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
 CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
 CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
+EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"  # 412 from a router serving another
 BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
 ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
 ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
@@ -3683,10 +3686,13 @@ class Target(NamedTuple):
     """Where and how each preview request is sent, and how its decision is read."""
     endpoint: Endpoint
     headers: tuple = ()  # (name, value) pairs; values are never stored or printed
-    model: str = "MoM"
+    model: str = DEFAULT_MODEL
     timeout: float = 30.0  # seconds per request
     insecure: bool = False  # skip TLS certificate checks
     decision_paths: tuple = DEFAULT_DECISION_PATHS
+    # preview_context.sampling_seed of every request: a model selection that samples draws
+    # the same model each time (None: not sent)
+    sampling_seed: Optional[int] = None
 
 
 class LoadGuard(NamedTuple):
@@ -4405,6 +4411,28 @@ def status_words(status: int) -> str:
         return f"HTTP {status}"
 
 
+def refusal_text(target: Target, status: int, body: bytes) -> str:
+    """Return what a preview refused before any pass (400, 401, 403, 412) means."""
+    code = error_code(body or b"") or ""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        message = ""
+    answer = f"{status_words(status)}{f' {code}' if code else ''}" \
+             f"{f': {str(message)[:160]}' if message else ''}"
+    expected = dict(target.headers).get(EXPECTED_HASH_HEADER)
+    if status == 412 and expected:
+        return (f"serves another configuration than --expect-config-hash {expected[:12]}... "
+                f"({answer}); nothing was measured")
+    if code == "INVALID_ROUTING_MODEL":
+        return (f"does not route model {target.model!r} ({answer}): {DEFAULT_MODEL} is the "
+                f"router's default auto alias; a configuration that renames it, or serves "
+                f"entrypoints only, needs --model NAME with one of its routing models")
+    if status in (401, 403):
+        return f"refused the preview ({answer}): --token-env VAR sends a bearer token"
+    return f"refused the preview ({answer})"
+
+
 def ready_endpoint(endpoint: Endpoint) -> Endpoint:
     """Return the router's /ready beside the preview: same scheme, host and port."""
     return endpoint._replace(path=READY_PATH, shown=urllib.parse.urlunsplit(
@@ -4430,6 +4458,8 @@ def probe_router(target: Target, payload: bytes,
     status, body, what = ask_router(target, target.endpoint, payload, stop)
     if status is None:
         return None, what, False
+    if status in REFUSED_AT_ONCE:
+        return status, refusal_text(target, status, body), False
     if 200 <= status < 300 and body is not None:
         _, error, _ = classify(status, body, target.decision_paths)
         if error is not None:
@@ -4443,6 +4473,8 @@ def probe_router(target: Target, payload: bytes,
 def not_ready_message(target: Target, status: Optional[int], what: str,
                       wait_ready: Optional[float]) -> str:
     """Return the error of a router that did not answer a preview with 2xx."""
+    if status in REFUSED_AT_ONCE:
+        return f"router at {target.endpoint.shown} {what}"
     if wait_ready is not None:
         return f"router not ready after {wait_ready:g} s: {'it ' if status else ''}{what}"
     wait_hint = "; --wait-ready SECONDS waits for a starting router"
@@ -4480,7 +4512,7 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
         waited = clock() - started
         if stop.is_set():
             return None
-        if waited >= limit:
+        if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")
         stop.wait(min(0.25, max(limit - waited, 0.01)))
@@ -4488,9 +4520,11 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
 
 def encode_prompts(target: Target, texts: Sequence[str]) -> list:
     """Return the request bytes for each prompt, encoded once before any timing."""
+    context = {} if target.sampling_seed is None else {
+        "preview_context": {"sampling_seed": target.sampling_seed}}
     return [encode_request(target.endpoint, "POST", json.dumps(
-        {"model": target.model, "messages": [{"role": "user", "content": text}]}).encode(
-            "ascii"), target.headers) for text in texts]
+        {"model": target.model, "messages": [{"role": "user", "content": text}], **context}
+    ).encode("ascii"), target.headers) for text in texts]
 
 
 def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
@@ -4643,6 +4677,9 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
         "max_load": guard.max_load, "load_retries": guard.retries,
         "load_pause_s": guard.pause, "max_errors": plan.max_errors,
         "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
+        "sampling_seed": target.sampling_seed,
+        "expected_config_hash": next((value for name, value in target.headers
+                                      if name == EXPECTED_HASH_HEADER), None),
         "percentile_method": PERCENTILE_METHOD,
         "latency": LATENCY_DEFINITION, **thresholds._asdict(),
     }
@@ -7441,6 +7478,25 @@ def stall_spec(text: str) -> tuple:
     return every, length, extra
 
 
+def config_hash_text(text: str) -> str:
+    if not CONFIG_HASH_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError("expected the router's config hash: 64 lowercase hex "
+                                         "digits")
+    return text
+
+
+def sampling_seed_value(text: str) -> Optional[int]:
+    if text == "off":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -2 ** 63 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError("expected a signed 64-bit whole number, or off")
+    return value
+
+
 def label_text(text: str) -> str:
     if not text.strip() or len(text) > 200:
         raise argparse.ArgumentTypeError("expected a label of 1 to 200 characters")
@@ -7492,7 +7548,17 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--corpus", required=True, help="corpus file from the corpus command")
     p.add_argument("-o", "--out", required=True, help="run file to write")
     p.add_argument("--label", required=True, type=label_text, help="name of this side or run")
-    p.add_argument("--model", default="MoM", help="model field of each request")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="model field of each request: the router's auto alias, or one of its "
+                        "routing models or entrypoints")
+    p.add_argument("--expect-config-hash", type=config_hash_text, metavar="HASH",
+                   help="the configuration the router must serve (its x-vsr-config-hash), sent "
+                        f"as {EXPECTED_HASH_HEADER}: a router serving another answers 412, "
+                        "and the run stops before any pass")
+    p.add_argument("--sampling-seed", type=sampling_seed_value, default=0, metavar="N",
+                   help="preview_context.sampling_seed of every request, so that a model "
+                        "selection that samples draws the same model each time; 'off' sends "
+                        "none")
     p.add_argument("-H", "--header", action="append", default=[], type=parse_header,
                    help="extra header 'Name: value' (repeatable; values never stored)")
     p.add_argument("--token-env", type=variable_name, metavar="VAR",
@@ -7811,8 +7877,11 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     checked."""
     endpoint = parse_endpoint(args.url)
     headers = tuple(args.header) + token_header(args.token_env, endpoint, args.header)
+    if args.expect_config_hash:
+        headers += ((EXPECTED_HASH_HEADER, args.expect_config_hash),)
     target = Target(endpoint, headers, args.model, args.timeout,
-                    args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS))
+                    args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS),
+                    args.sampling_seed)
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
                              option="--metrics-url") if args.metrics_url else None
     if args.router_cgroup and not Path(args.router_cgroup).is_dir():

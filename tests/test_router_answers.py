@@ -212,3 +212,100 @@ def test_concurrency_levels_are_checked_in_either_form(tmp_path, cli, argv, says
 def test_compare_needs_two_runs_in_one_form(tmp_path, cli, argv):
     result = cli("compare", *argv)
     assert_one_line_error(result, "give two run files: A B, or --base A --new B")
+
+
+# --- against a server that answers as the router's source says ---
+
+from router_double import RouterDouble  # noqa: E402
+
+
+@pytest.fixture
+def double():
+    servers = []
+
+    def start(**options):
+        servers.append(RouterDouble(**options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+SMALL = ["What is the derivative of x squared?", "Write a haiku about routers.", "   ",
+         "My SSN is 123-45-6789", "x" * 5000, "Bonjour, comment ça va?"]
+
+
+def test_a_real_shaped_router_gives_a_clean_first_run(double, tmp_path, cli):
+    router = double(startup_s=0.4, loaded_after=3, unmatched={SMALL[1], SMALL[5]})
+    corpus = write_corpus(tmp_path / "corpus.json", SMALL)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
+                 "cpu-r1", "--warmup", "2", "-c", "1", "4", "--wait-ready", "20")
+    assert result.code == 0 and result.err == "", result.err
+    document = json.loads(out.read_text())
+    for item in document["passes"]:
+        assert item["summary"]["errors"] == {} and item["summary"]["ok"] == len(SMALL)
+        assert [r["decision"] for r in item["requests"]] == [
+            "general|qwen3-8b", "(none)", "general|qwen3-8b", "general|qwen3-8b",
+            "general|qwen3-8b", "(none)"]
+        assert item["config_hashes"] == [router.config_hash]
+    assert document["settings"]["sampling_seed"] == 0
+    previews = [json.loads(body) for method, path, _, body in router.seen if method == "POST"]
+    assert {json.dumps(p["preview_context"]) for p in previews} == {'{"sampling_seed": 0}'}
+    assert {p["model"] for p in previews} == {"MoM"}
+
+
+def test_an_expected_config_hash_that_differs_stops_the_run_before_any_pass(double, tmp_path,
+                                                                            cli):
+    router = double()
+    corpus = write_corpus(tmp_path / "corpus.json", SMALL[:2])
+    out = tmp_path / "run.json"
+    args = ["run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+            "-c", "1", "--warmup", "0", "--quiet"]
+    result = cli(*args, "--expect-config-hash", "b" * 64, "--wait-ready", "30")
+    assert_one_line_error(result, "serves another configuration than --expect-config-hash "
+                          "bbbbbbbbbbbb... (HTTP 412 Precondition Failed",
+                          "nothing was measured")
+    assert not out.exists()
+    assert sum(method == "POST" for method, *_ in router.seen) == 1  # no wait, no pass
+    router.seen.clear()
+    assert cli(*args, "--expect-config-hash", router.config_hash).code == 0
+    document = json.loads(out.read_text())
+    assert document["settings"]["expected_config_hash"] == router.config_hash
+    sent = {headers.get("x-sr-bench-expected-config-hash")
+            for method, _, headers, _ in router.seen if method == "POST"}
+    assert sent == {router.config_hash}
+
+
+@pytest.mark.parametrize("value", ["B" * 64, "b" * 63, "xyz", ""])
+def test_a_malformed_expected_config_hash_is_refused_before_sending(tmp_path, cli, value):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--expect-config-hash", value)
+    assert result.code == 2 and "64 lowercase hex digits" in result.err
+
+
+@pytest.mark.parametrize("model", ["auto", "MoM-renamed", "gpt-4o"])
+def test_a_model_the_router_does_not_route_is_explained(double, tmp_path, cli, model):
+    router = double()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
+                 "--label", "x", "--model", model, "--wait-ready", "30")
+    assert_one_line_error(result, f"does not route model {model!r} (HTTP 400 Bad Request "
+                          "INVALID_ROUTING_MODEL", "MoM is the router's default auto alias",
+                          "--model NAME")
+
+
+@pytest.mark.parametrize("seed, sent", [("7", {"sampling_seed": 7}), ("-3", {"sampling_seed": -3}),
+                                        ("off", None)])
+def test_the_sampling_seed_is_sent_and_recorded(double, tmp_path, cli, seed, sent):
+    router = double()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "o.json"
+    assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+               "-c", "1", "--warmup", "0", "--sampling-seed", seed, "--quiet").code == 0
+    previews = [json.loads(body) for method, _, _, body in router.seen if method == "POST"]
+    assert {json.dumps(p.get("preview_context")) for p in previews} == {json.dumps(sent)}
+    assert json.loads(out.read_text())["settings"]["sampling_seed"] == (sent or {}).get(
+        "sampling_seed")
