@@ -7003,87 +7003,227 @@ def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     return decisions[int.from_bytes(digest[:4], "big") % len(decisions)]
 
 
-def simulated_text(body: bytes) -> str:
-    """Return the text a preview request asks to route, as the router picks it: the last user
-    message that is not blank, else the top-level text; '' when all are blank. Raise
-    ValueError for a body that is not a JSON object."""
+# the router's signal families (classification.SignalMetricsCollection): every answer's
+# metrics carry each one, a signal not evaluated with zeros
+SIGNAL_NAMES = ("keyword", "embedding", "domain", "fact_check", "user_feedback", "reask",
+                "preference", "language", "context", "structure", "complexity", "modality",
+                "authz", "jailbreak", "pii", "kb", "conversation", "event", "metadata",
+                "classifier")
+# the model-backed ones a simulated answer times; the rest answer at once
+TIMED_SIGNALS = ("domain", "jailbreak", "pii", "fact_check", "user_feedback")
+# the rules of the router's E2E configuration that a prompt did not match, by the plural
+# names of decision_result's MatchedSignals: what makes an answer a few KB, as the router's
+SIMULATED_RULES = {
+    "keywords": ("urgent_request", "sensitive_data", "code_request", "math_keywords",
+                 "creative_writing", "thinking", "no_think", "summarize", "translate"),
+    "domains": ("biology", "business", "chemistry", "computer_science", "economics",
+                "engineering", "health", "history", "law", "math", "other", "philosophy",
+                "physics", "psychology"),
+    "embeddings": tuple(f"embedding_rule_{i}" for i in range(8)),
+    "fact_check": ("needs_fact_check",), "user_feedback": ("wrong_answer", "satisfied"),
+    "preferences": ("prefers_short",), "language": ("en", "zh", "es", "fr"),
+    "complexity": ("hard", "easy"), "jailbreak": ("jailbreak_detected",),
+    "pii": ("pii_email", "pii_ssn", "pii_phone"),
+}
+# what the preview's strict decoder accepts (the vllm-sr 0.4.0 client's envelope)
+PREVIEW_FIELDS = frozenset(("text", "messages", "tools", "functions", "tool_choice",
+                            "function_call", "response_format", "model", "metadata", "options",
+                            "preview_context", "max_tokens", "max_completion_tokens"))
+MESSAGE_FIELDS = frozenset(("role", "name", "content", "tool_calls", "tool_call_id",
+                            "function_call", "refusal", "reasoning_content"))
+PREVIEW_BODY_LIMIT = 10 * 1024 * 1024  # json_request.go's defaultJSONRequestBodyLimit
+GO_CHUNKING_BYTES = 2048  # net/http sends a longer answer chunked (bufferBeforeChunkingSize)
+CACHE_HIT_MS = 0.05  # a result cache hit: no model runs
+
+
+def simulated_request(body: bytes) -> dict:
+    """Return a preview request as the router's strict decoder reads it; raise ValueError as
+    it refuses: not JSON, not an object, an unknown field, a message that is not an object."""
     request = json.loads(body)
     if not isinstance(request, dict):
-        raise ValueError("not a JSON object")
+        raise ValueError("cannot unmarshal into Go value of type services.IntentRequest")
+    unknown = sorted(set(request) - PREVIEW_FIELDS)
+    messages = request.get("messages")
+    if not unknown and isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, dict):
+                raise ValueError("cannot unmarshal into Go value of type services.Message")
+            unknown += sorted(set(message) - MESSAGE_FIELDS)
+    if unknown:
+        raise ValueError(f'json: unknown field "{unknown[0]}"')
+    return request
+
+
+def simulated_text(request: dict) -> str:
+    """Return the text a preview request asks to route, as the router picks it: the last user
+    message with content, else the top-level text; whitespace is text ('' when none)."""
     messages = request.get("messages") if isinstance(request.get("messages"), list) else []
-    texts = []
-    for message in messages:
-        if not isinstance(message, dict) or str(message.get("role")).strip().lower() != "user":
+    for message in reversed(messages):
+        if str(message.get("role")).strip().lower() != "user":
             continue
         content = message.get("content")
         if isinstance(content, list):  # content parts: the text ones, joined
             content = " ".join(part["text"] for part in content if isinstance(part, dict)
                                and part.get("type", "text") in ("", "text", "input_text")
                                and isinstance(part.get("text"), str))
-        if isinstance(content, str):
-            texts.append(content)
-    texts.append(request["text"] if isinstance(request.get("text"), str) else "")
-    return next((text for text in reversed(texts[:-1]) if text.strip()),
-                texts[-1] if texts[-1].strip() else "")
+        if isinstance(content, str) and content:
+            return content
+    return request["text"] if isinstance(request.get("text"), str) else ""
 
 
-def simulated_error(status: int, code: str, message: str) -> bytes:
-    """Return a whole error response in the router's envelope."""
+def simulated_error(status: int, code: str, message: str, request_id: str = "") -> bytes:
+    """Return a whole error response in the router's envelope (no config hash: no body)."""
     return http_response(status, json.dumps(
-        {"error": {"code": code, "message": message, "timestamp": utc_now()}}).encode())
+        {"error": {"code": code, "message": message, "timestamp": utc_now()}}).encode()
+        + b"\n", headers=(("X-Request-Id", request_id),) if request_id else ())
+
+
+def simulated_signals(text: str, decision: str, elapsed_ms: float,
+                      names: Sequence[str] = SIGNAL_NAMES) -> tuple:
+    """Return (metrics, used_signals, matched_signals) of an answer: every signal's
+    execution_time_ms and confidence (the timed ones share the preview's time), the signals
+    the decision used and those the prompt matched. The one place the per-signal part of an
+    answer is made."""
+    timed = [name for name in names if name in TIMED_SIGNALS] or list(names[:1])
+    confidence = round(0.5 + (text_number(text) % 500) / 1000, 3)
+    metrics = {name: {"execution_time_ms": round(elapsed_ms / len(timed), 3) if name in timed
+                      else 0, "confidence": confidence if name in timed else 0}
+               for name in names}
+    matched = {"domains": [decision]} if decision else {"keywords": ["thinking"]}
+    return metrics, ({"domains": [decision]} if decision else {}), matched
+
+
+def text_number(text: str) -> int:
+    """Return a stable 32-bit number of a text (the same in every process)."""
+    return int.from_bytes(hashlib.blake2s(text.encode("utf-8", "surrogatepass"),
+                                          digest_size=4).digest(), "big")
+
+
+def simulated_answer(text: str, request: dict, decision: str, elapsed_ms: float,
+                     config_hash: str, trace: bool) -> dict:
+    """Return a 200 answer's body as the router's EvalResponse writes it, fields in its order;
+    decision '' is no decision matched: no routing_decision, no model selected."""
+    metrics, used, matched = simulated_signals(text, decision, elapsed_ms)
+    unmatched = {family: [rule for rule in rules if rule != decision]
+                 for family, rules in SIMULATED_RULES.items()}
+    answer: dict = {"original_text": text,
+                    "requested_model": str(request.get("model") or "").strip(),
+                    "decision_result": {
+                        "decision_name": decision, "algorithm": "static" if decision else "",
+                        "used_signals": used, "matched_signals": matched,
+                        "unmatched_signals": unmatched}}
+    if trace:
+        answer["eval_trace"] = [{"decision": decision or "default", "matched": bool(decision),
+                                 "rules": [{"signal": "domain", "matched": bool(decision)}]}]
+    if decision:
+        answer.update({"recommended_models": [f"model-{decision}"],
+                       "selected_model": f"model-{decision}", "selection_status": "selected",
+                       "selection_method": "static", "routing_decision": decision})
+    answer["metrics"] = metrics
+    answer["signal_confidences"] = {f"domain:{decision or 'other'}":
+                                    metrics[TIMED_SIGNALS[0]]["confidence"]
+                                    if TIMED_SIGNALS[0] in metrics else 0}
+    answer["config_hash"] = config_hash
+    return answer
+
+
+def go_response(status: int, body: bytes, headers: Sequence = ()) -> bytes:
+    """Return a whole response as Go's net/http writes a JSON answer: with a Content-Length
+    when the body fits its 2,048-byte buffer, chunked (one chunk) when it does not."""
+    if len(body) <= GO_CHUNKING_BYTES:
+        return http_response(status, body, headers=headers)
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: application/json\r\n{extra}Transfer-Encoding: chunked\r\n\r\n"
+            f"{len(body):x}\r\n").encode("latin-1") + body + b"\r\n0\r\n\r\n"
+
+
+class SimulatedAnswers(NamedTuple):
+    """How the simulated router's answers differ from a plain, instantly ready one."""
+    startup_s: float = 0.0  # /ready answers 503, previews carry no decision result, this long
+    no_decision_share: float = 0.0  # prompts no decision matches (the default route)
+    cache_entries: int = 0  # a result cache of this many prompts (0: none), as the router's
+    per_kb_ms: float = 0.0  # more time per KB of prompt, as a transformer's forward takes
+    metrics_port: Optional[int] = 0  # the Prometheus listener's port (0: a free one)
+    routing_models: tuple = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
 
 
 class SimulatedRouter:
     """A routing-preview server on its own threads: one per connection, as lean as a Python
     server can be, so that on a 2-core machine it leaves the driver and the kernel their share.
 
-    It answers as the router does: each admitted preview waits the delay plus a uniform jitter
-    (time.sleep, nanosecond clock), with `serial` one at a time like a single GPU process, and
-    carries x-vsr-config-hash, a sha256 of the settings that shape its answers (not the seed);
-    empty or whitespace-only text gets 400 INVALID_INPUT, a preview beyond `max_concurrency`
-    in flight 429 OVERLOADED at once, both in the router's error envelope. `stall` (every,
-    length, ms) makes a slow phase now and then: of every `every` previews, the last `length`
-    wait `ms` more, as when another job takes the GPU. GET /health and GET /metrics
-    (Prometheus text) answer at once.
+    It answers as the router's source does (pkg/apiserver): POST /api/v1/routing/preview only
+    (another method 405, another path a text/plain 404), a strict JSON decoder (an unknown
+    field, or no text at all: 400 INVALID_INPUT; whitespace is routed), 413 above 10 MiB,
+    400 INVALID_ROUTING_MODEL for a model it does not route, x-sr-bench-expected-config-hash
+    (400 malformed, 412 another), ?trace=true, X-Request-Id echoed or made, a 200 body of a
+    few KB shaped as EvalResponse (sent chunked above 2 KB, as Go does) with x-vsr-config-hash
+    (a sha256 of the settings that shape its answers, not the seed) on answers with a body
+    only. Each admitted preview waits the delay plus a uniform jitter plus per_kb_ms per KB
+    of prompt (time.sleep), with `serial` one at a time like a single GPU process; a preview
+    beyond `max_concurrency` in flight gets 429 OVERLOADED at once. `stall` (every, length,
+    ms) makes a slow phase now and then: of every `every` previews, the last `length` wait
+    `ms` more. `answers` (SimulatedAnswers): a start-up time (GET /ready 503, previews
+    without a decision result), a share of prompts no decision matches, a result cache,
+    its metrics port. GET /health and /ready answer at once; Prometheus text with the
+    router's metric names is on a port of its own.
     """
 
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
                  max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None):
+                 stall: Optional[tuple] = None, answers: SimulatedAnswers = SimulatedAnswers()):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
         self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
+        self.answers = answers
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
-             "serial": serial, "max_concurrency": max_concurrency},
+             "serial": serial, "max_concurrency": max_concurrency,
+             **({"answers": answers._replace(metrics_port=None)._asdict()}
+                if answers != SimulatedAnswers() else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
-        self.lock = threading.Lock()  # the jitter generator and the counters
+        self.lock = threading.Lock()  # the jitter generator, the counters and the cache
         self.busy = threading.Lock()  # --serial
         self.served = 0  # preview requests admitted: answered or being answered
         self.in_flight = 0  # admitted previews not yet answered
+        self.cache: collections.OrderedDict = collections.OrderedDict()
+        self.counts: collections.Counter = collections.Counter()  # the metrics' counters
         self.connections: set = set()
         self.stopping = threading.Event()
+        self.started = time.monotonic()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.create_server((host, port), family=family, backlog=256)
         bound_host, bound_port = self.listener.getsockname()[:2]
         self.url = f"http://{bracketed(bound_host)}:{bound_port}"
-        self.thread = threading.Thread(
-            target=accept_connections, args=(self.listener, self._start_serving, self.stopping),
-            daemon=True)
-        self.thread.start()
+        self.threads = [threading.Thread(target=accept_connections, args=(
+            self.listener, self._start_serving, self.stopping), daemon=True)]
+        self.metrics_listener = self.metrics_url = None
+        if answers.metrics_port is not None:
+            self.metrics_listener = socket.create_server((host, answers.metrics_port),
+                                                         family=family, backlog=16)
+            metrics_port = self.metrics_listener.getsockname()[1]
+            self.metrics_url = f"http://{bracketed(bound_host)}:{metrics_port}/metrics"
+            self.threads.append(threading.Thread(target=accept_connections, args=(
+                self.metrics_listener, self._start_serving, self.stopping), daemon=True))
+        for thread in self.threads:
+            thread.start()
 
     def stop(self) -> None:
         self.stopping.set()
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(5)
+        for listener in (self.listener, self.metrics_listener):
+            if listener is None:
+                continue
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+            except OSError:
+                pass
+            listener.close()
+        for thread in self.threads:
+            thread.join(5)
         with self.lock:
             for connection in list(self.connections):
                 try:
@@ -7098,21 +7238,34 @@ class SimulatedRouter:
 
     def _serve(self, connection: socket.socket) -> None:
         reader = connection.makefile("rb", buffering=65536)
+        metrics_side = connection.getsockname()[1] != self.listener.getsockname()[1]
         try:
             while not self.stopping.is_set():
                 line = reader.readline(65537)
                 if not line:
                     return
-                method, path = (line.split(b" ") + [b"", b""])[:2]
-                length = 0
+                method, target = (line.split(b" ") + [b"", b""])[:2]
+                length, headers = 0, {}
                 while True:
                     header = reader.readline(65537)
                     if header in (b"\r\n", b"\n", b""):
                         break
-                    if header[:15].lower() == b"content-length:":
-                        length = int(header[15:])
+                    name, _, value = header.partition(b":")
+                    name = name.strip().lower()
+                    if name == b"content-length":
+                        length = int(value)
+                    elif name in (b"x-request-id", EXPECTED_HASH_HEADER.encode()):
+                        headers[name.decode()] = value.strip().decode("latin-1")
+                if length > PREVIEW_BODY_LIMIT:  # read and dropped, as LimitReader leaves it
+                    while length > 0 and reader.read(min(length, 1 << 20)):
+                        length -= 1 << 20
+                    connection.sendall(simulated_error(
+                        413, "REQUEST_BODY_TOO_LARGE", f"request body too large: exceeds "
+                        f"{PREVIEW_BODY_LIMIT} bytes", headers.get("x-request-id", "")))
+                    continue
                 body = reader.read(length) if length else b""
-                connection.sendall(self._answer(method, path, body))
+                connection.sendall(self._metrics_answer(method, target) if metrics_side
+                                   else self._answer(method, target, headers, body))
         except (OSError, ValueError):
             return
         finally:
@@ -7121,37 +7274,65 @@ class SimulatedRouter:
             reader.close()
             connection.close()
 
-    def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
+    def _metrics_answer(self, method: bytes, target: bytes) -> bytes:
+        if method != b"GET" or target.split(b"?")[0] != b"/metrics":
+            return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
+        return http_response(200, simulated_metrics(self).encode(), "text/plain; version=0.0.4")
+
+    def _answer(self, method: bytes, target: bytes, headers: dict, body: bytes) -> bytes:
         """Return the whole response in one buffer: head and body in two writes would meet
         Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
-        if method == b"GET" and path == b"/health":
-            return http_response(200, b'{"status": "healthy", "service": "classification-api"}')
-        if method == b"GET" and path == b"/metrics":
-            return http_response(200, (
-                "# HELP router_requests_total Preview requests served.\n"
-                "# TYPE router_requests_total counter\n"
-                f'router_requests_total{{endpoint="preview"}} {self.served}\n'
-                "# TYPE router_restarts_total counter\n"
-                "router_restarts_total 0\n"
-                "# TYPE router_classifier_errors_total counter\n"
-                'router_classifier_errors_total{signal="domain"} 0\n').encode(),
-                "text/plain; version=0.0.4")
-        if method != b"POST" or path != PREVIEW_PATH.encode():
+        path, _, query = target.partition(b"?")
+        request_id = headers.get("x-request-id") or os.urandom(16).hex()
+        tagged = (("X-Request-Id", request_id),)
+        if method == b"GET" and path in (b"/health", READY_PATH.encode()):
+            if path == b"/health":
+                return http_response(200, b'{"status":"healthy"}\n', headers=tagged)
+            ready = time.monotonic() - self.started >= self.answers.startup_s
+            return http_response(200, b'{"status":"ready","ready":true}\n', headers=tagged) \
+                if ready else http_response(503, b'{"status":"starting","ready":false}\n',
+                                            headers=tagged)
+        if path != PREVIEW_PATH.encode():
             return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
+        if method != b"POST":
+            return http_response(405, b"Method Not Allowed\n", "text/plain; charset=utf-8",
+                                 headers=(("Allow", "POST"),) + tagged)
         try:
-            text = simulated_text(body)
+            request = simulated_request(body)
         except ValueError as exc:
-            return simulated_error(400, "INVALID_INPUT", f"failed to parse JSON: {exc}")
-        if not text:
-            return simulated_error(400, "INVALID_INPUT", "text cannot be empty")
+            return simulated_error(400, "INVALID_INPUT", f"failed to parse JSON: {exc}",
+                                   request_id)
+        refusal = self._refusal(request, headers)
+        if refusal:
+            return simulated_error(*refusal, request_id)
+        return self._preview(request, b"trace=true" in query.split(b"&"), tagged)
+
+    def _refusal(self, request: dict, headers: dict) -> Optional[tuple]:
+        """Return (status, code, message) of a preview refused before it runs, or None."""
+        expected = headers.get(EXPECTED_HASH_HEADER)
+        if expected is not None and not CONFIG_HASH_PATTERN.fullmatch(expected):
+            return 400, "INVALID_INPUT", "expected config hash must be a lowercase SHA-256 digest"
+        if expected is not None and expected != self.config_hash:
+            return 412, "CONFIG_HASH_MISMATCH", ("active runtime config does not match the "
+                                                 "expected config hash")
+        if not simulated_text(request) and not request.get("metadata"):
+            return 400, "INVALID_INPUT", "text cannot be empty"
+        model = str(request.get("model") or "").strip()
+        if model and model not in self.answers.routing_models:
+            return 400, "INVALID_ROUTING_MODEL", f'unknown routing model "{model}"'
+        return None
+
+    def _preview(self, request: dict, trace: bool, tagged: tuple) -> bytes:
+        text = simulated_text(request)
+        loading = time.monotonic() - self.started < self.answers.startup_s
         with self.lock:
             if self.in_flight >= self.max_concurrency:  # shed at once: the router has no queue
-                return simulated_error(429, "OVERLOADED", "admission queue is full")
+                return simulated_error(429, "OVERLOADED", "admission queue is full",
+                                       tagged[0][1])
             self.in_flight += 1
-            pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
-            if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
-                pause += self.stall[2] / 1000
+            pause = self._pause(text)
             self.served += 1
+        started = time.perf_counter()
         try:
             if self.serial:
                 with self.busy:
@@ -7161,22 +7342,74 @@ class SimulatedRouter:
         finally:
             with self.lock:
                 self.in_flight -= 1
-        decision = simulated_decision(text, self.decisions)
-        return http_response(200, json.dumps(
-            {"decision_result": {"decision_name": decision},
-             "selected_model": f"model-{decision}", "routing_decision": decision}).encode(),
-            headers=((CONFIG_HASH_NAME, self.config_hash),))
+        if loading:  # the classifier not loaded yet: a body, no decision result
+            return http_response(200, json.dumps(
+                {"original_text": text, "requested_model": str(request.get("model") or ""),
+                 "metrics": {name: {"execution_time_ms": 0, "confidence": 0}
+                             for name in SIGNAL_NAMES}}, separators=(",", ":")).encode() + b"\n",
+                headers=tagged)
+        decision = "" if self._unmatched(text) else simulated_decision(text, self.decisions)
+        answer = simulated_answer(text, request, decision,
+                                  (time.perf_counter() - started) * 1000, self.config_hash,
+                                  trace)
+        return go_response(200, json.dumps(answer, separators=(",", ":")).encode() + b"\n",
+                           headers=((CONFIG_HASH_NAME, self.config_hash),) + tagged)
+
+    def _unmatched(self, text: str) -> bool:
+        """Return True for the prompts no decision matches: a stable share of them."""
+        share = self.answers.no_decision_share
+        return share > 0 and (text_number("default:" + text) % 10_000) < share * 10_000
+
+    def _pause(self, text: str) -> float:
+        """Return how long an admitted preview takes (under self.lock): a cache hit at once;
+        else the delay, jitter, per-KB time and any stall."""
+        entries = self.answers.cache_entries
+        if entries:
+            hit = text in self.cache
+            self.counts["cache_hit" if hit else "cache_miss"] += 1
+            self.cache[text] = True
+            self.cache.move_to_end(text)
+            if len(self.cache) > entries:
+                self.cache.popitem(last=False)
+            if hit:
+                return CACHE_HIT_MS / 1000
+        pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
+        pause += self.answers.per_kb_ms / 1000 * len(text.encode("utf-8", "surrogatepass")) \
+            / 1024
+        if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
+            pause += self.stall[2] / 1000
+        self.counts["signal_seconds"] += pause
+        return pause
+
+
+def simulated_metrics(router: SimulatedRouter) -> str:
+    """Return a simulated router's Prometheus text, with the router's metric names."""
+    with router.lock:
+        served, counts = router.served, dict(router.counts)
+    lines = ["# TYPE llm_signal_extraction_latency_seconds summary",
+             f"llm_signal_extraction_latency_seconds_sum {counts.get('signal_seconds', 0.0)!r}",
+             f"llm_signal_extraction_latency_seconds_count {served}",
+             "# TYPE vsr_model_runtime_requests_total counter",
+             f'vsr_model_runtime_requests_total{{deployment="simulated",outcome="ok"}} {served}',
+             "# TYPE vsr_model_runtime_restarts_total counter",
+             'vsr_model_runtime_restarts_total{deployment="simulated"} 0']
+    if router.answers.cache_entries:
+        lines += ["# TYPE vsr_model_runtime_result_cache_total counter"] + [
+            f'vsr_model_runtime_result_cache_total{{deployment="simulated",result="{kind}"}} '
+            f'{counts.get("cache_" + kind, 0)}' for kind in ("hit", "miss")]
+    return "\n".join(lines) + "\n"
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                    stall: Optional[tuple] = None) -> SimulatedRouter:
+                    stall: Optional[tuple] = None,
+                    answers: SimulatedAnswers = SimulatedAnswers()) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
                            decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall)
+                           stall=stall, answers=answers)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -7260,7 +7493,7 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
                     Target(endpoint), RunPlan(plan_passes()), corpus, label=side,
                     guard=LoadGuard(pause=1.0),
                     capture=CaptureSettings(metrics=parse_endpoint(
-                        router.url, default_path="/metrics"), metric_patterns=(
+                        router.metrics_url), metric_patterns=(
                             re.compile(DEFAULT_METRIC_PATTERN),), router_pid=os.getpid(),
                         gpu=resolve_gpu("auto")))
             finally:
@@ -7494,6 +7727,16 @@ def sampling_seed_value(text: str) -> Optional[int]:
         value = None
     if value is None or not -2 ** 63 <= value < 2 ** 63:
         raise argparse.ArgumentTypeError("expected a signed 64-bit whole number, or off")
+    return value
+
+
+def share_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
     return value
 
 
@@ -7770,6 +8013,21 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
                    help="a slow phase now and then: of every EVERY previews, the last LENGTH "
                         "wait MS more")
+    p.add_argument("--startup-s", type=non_negative_float, default=0.0, metavar="SECONDS",
+                   help="start-up time: /ready answers 503 and previews carry no decision "
+                        "result this long, as a router loading its classifiers")
+    p.add_argument("--no-decision-share", type=share_value, default=0.1, metavar="FRACTION",
+                   help="share of prompts no decision matches, answered by the default "
+                        "route (decision_name \"\")")
+    p.add_argument("--cache", type=non_negative_int, default=0, metavar="ENTRIES",
+                   help="a result cache of this many prompts, as the router's "
+                        "VLLM_SRUN_RESULT_CACHE (0: none): a repeated prompt answers at once")
+    p.add_argument("--per-kb-ms", type=non_negative_float, default=0.0, metavar="MS",
+                   help="more time per KB of prompt, as a transformer's forward grows with "
+                        "the input")
+    p.add_argument("--metrics-port", type=whole_number(0, 65535, noun="a port"), default=0,
+                   help="port of the Prometheus metrics, apart from the API as the router's "
+                        "-metrics-port (0 picks a free one)")
     p.add_argument("--url-file", help="write the server's URL here once it listens")
     p.set_defaults(func=cmd_simulate)
 
@@ -8132,7 +8390,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
-                                 max_concurrency=args.max_concurrency, stall=args.stall)
+                                 max_concurrency=args.max_concurrency, stall=args.stall,
+                                 answers=SimulatedAnswers(
+                                     args.startup_s, args.no_decision_share, args.cache,
+                                     args.per_kb_ms, args.metrics_port))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -8144,7 +8405,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
           f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
-          f"stops"])
+          f"stops", f"metrics at {router.metrics_url}"
+          + (f"; a result cache of {args.cache} prompts" if args.cache else "")])
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:

@@ -34,6 +34,8 @@ LIMIT = 10 * 1024 * 1024
 GO_BUFFER = 2048  # net/http's bufferBeforeChunkingSize
 REQUEST_FIELDS = {"text", "messages", "tools", "model", "metadata", "options",
                   "preview_context"}
+MESSAGE_FIELDS = {"role", "name", "content", "tool_calls", "tool_call_id", "function_call",
+                  "refusal", "reasoning_content"}
 # classification.SignalMetricsCollection: every signal, always present
 SIGNALS = ("keyword", "embedding", "domain", "fact_check", "user_feedback", "reask",
            "preference", "language", "context", "structure", "complexity", "modality",
@@ -153,6 +155,8 @@ class RouterDouble:
             if not isinstance(request, dict):
                 raise ValueError("not an object")
             unknown = set(request) - REQUEST_FIELDS
+            for message in request.get("messages") or []:
+                unknown |= set(message) - MESSAGE_FIELDS if isinstance(message, dict) else {"?"}
             if unknown:
                 raise ValueError(f'json: unknown field "{sorted(unknown)[0]}"')
         except ValueError as exc:
@@ -180,8 +184,9 @@ class RouterDouble:
         return 200, self.eval_response(text, model, loaded, "trace=true" in query), True
 
     def eval_response(self, text, model, loaded, trace):
+        """EvalResponse's fields in its struct order (encoding/json keeps it)."""
         metrics = {name: {"execution_time_ms": 0, "confidence": 0} for name in SIGNALS}
-        answer = {"original_text": text, "requested_model": model, "metrics": metrics}
+        answer = {"original_text": text, "requested_model": model}
         if loaded:
             for name in SIGNALS[:5]:
                 metrics[name] = {"execution_time_ms": 1.25, "confidence": 0.5}
@@ -191,15 +196,17 @@ class RouterDouble:
                                              "used_signals": {}, "matched_signals": matched,
                                              "unmatched_signals": UNMATCHED}
             else:
-                answer.update({
-                    "decision_result": {"decision_name": "general", "algorithm": "static",
-                                        "used_signals": {"domains": ["general"]},
-                                        "matched_signals": matched, "unmatched_signals": UNMATCHED},
-                    "recommended_models": ["qwen3-8b"], "selected_model": "qwen3-8b",
-                    "selection_status": "selected", "selection_method": "static",
-                    "routing_decision": "general"})
+                answer["decision_result"] = {
+                    "decision_name": "general", "algorithm": "static",
+                    "used_signals": {"domains": ["general"]}, "matched_signals": matched,
+                    "unmatched_signals": UNMATCHED}
                 if trace:
                     answer["eval_trace"] = [{"decision": "general", "matched": True}]
+                answer.update({"recommended_models": ["qwen3-8b"], "selected_model": "qwen3-8b",
+                               "selection_status": "selected", "selection_method": "static",
+                               "routing_decision": "general"})
+        answer["metrics"] = metrics
+        if loaded:
             answer["signal_confidences"] = {"domain:general": 0.5}
         answer["config_hash"] = self.config_hash
         return json.dumps(answer).encode() + b"\n"

@@ -309,3 +309,187 @@ def test_the_sampling_seed_is_sent_and_recorded(double, tmp_path, cli, seed, sen
     assert {json.dumps(p.get("preview_context")) for p in previews} == {json.dumps(sent)}
     assert json.loads(out.read_text())["settings"]["sampling_seed"] == (sent or {}).get(
         "sampling_seed")
+
+
+# --- the simulator answers as the router does ---
+
+import http.client  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+
+def exchange(url, method, path, body=b"", headers=None):
+    """Return (status, headers with lower-case names, body) of one request."""
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request(method, path, body, headers or {})
+        answer = connection.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        connection.close()
+
+
+def raw_answer(url, body):
+    """Return the raw bytes of a preview's answer (the head and the framing as sent)."""
+    port = int(url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                     % (rl.PREVIEW_PATH.encode(), len(body), body))
+        data = b""
+        while not data.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
+            data += chunk  # a chunked answer ends so (a test of one that is not would hang)
+    return data
+
+
+ASK = json.dumps({"model": "MoM", "messages": [{"role": "user", "content": "hello"}],
+                  "preview_context": {"sampling_seed": 0}}).encode()
+
+
+def test_the_simulators_answer_has_the_routers_shape_and_framing(simulator, double):
+    router, reference = simulator(delay_ms=0), double()
+    status, headers, body = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+    _, reference_headers, reference_body = exchange(reference.url, "POST", rl.PREVIEW_PATH,
+                                                    ASK)
+    answer, expected = json.loads(body), json.loads(reference_body)
+    assert status == 200 and body.endswith(b"\n") and len(body) > 2048
+    # the same fields as the router's EvalResponse, in its order
+    assert list(answer) == list(expected)
+    assert set(answer["metrics"]) == set(expected["metrics"]) == set(rl.SIGNAL_NAMES)
+    assert all(set(m) == {"execution_time_ms", "confidence"} for m in answer["metrics"].values())
+    assert set(answer["decision_result"]) == set(expected["decision_result"])
+    assert answer["config_hash"] == headers["x-vsr-config-hash"] == router.config_hash
+    assert {"x-request-id", "x-vsr-config-hash"} <= set(reference_headers) & set(headers)
+    raw = raw_answer(router.url, ASK)
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head and b"Content-Length" not in head
+    assert rest.endswith(b"\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("method, path, body, status, code", [
+    ("GET", rl.PREVIEW_PATH, b"", 405, None),
+    ("PUT", rl.PREVIEW_PATH, ASK, 405, None),
+    ("POST", "/api/v1/eval", ASK, 404, None),
+    ("POST", rl.PREVIEW_PATH, b'{"model": "MoM", "text": "hi", "stream": true}', 400,
+     "INVALID_INPUT"),
+    ("POST", rl.PREVIEW_PATH, b'{"messages": [{"role": "user", "content": "hi", "x": 1}]}', 400,
+     "INVALID_INPUT"),
+    ("POST", rl.PREVIEW_PATH, b'{"model": "MoM", "text": ""}', 400, "INVALID_INPUT"),
+    ("POST", rl.PREVIEW_PATH, b'{"messages": []}', 400, "INVALID_INPUT"),
+    ("POST", rl.PREVIEW_PATH, b'[1]', 400, "INVALID_INPUT"),
+    ("POST", rl.PREVIEW_PATH, b'{"model": "auto", "text": "hi"}', 400, "INVALID_ROUTING_MODEL"),
+])
+def test_the_simulator_refuses_as_the_router_does(simulator, double, method, path, body,
+                                                  status, code):
+    for server in (simulator(delay_ms=0), double()):
+        got, headers, answer = exchange(server.url, method, path, body)
+        assert got == status, (server, answer)
+        assert "x-vsr-config-hash" not in headers  # never on an error envelope
+        if code:
+            assert json.loads(answer)["error"]["code"] == code
+
+
+@pytest.mark.parametrize("text", [" ", " \t\n ", "\u3000"])
+def test_whitespace_is_routed(simulator, double, text):
+    for server in (simulator(delay_ms=0), double()):
+        status, _, answer = exchange(server.url, "POST", rl.PREVIEW_PATH, json.dumps(
+            {"messages": [{"role": "user", "content": text}]}).encode())
+        assert status == 200 and json.loads(answer)["original_text"] == text
+
+
+def test_a_body_over_10_mib_is_refused_with_413(simulator, double):
+    big = json.dumps({"text": "x" * (10 * 1024 * 1024)}).encode()
+    for server in (simulator(delay_ms=0), double()):
+        status, headers, answer = exchange(server.url, "POST", rl.PREVIEW_PATH, big)
+        assert status == 413 and json.loads(answer)["error"]["code"] == "REQUEST_BODY_TOO_LARGE"
+        assert "x-vsr-config-hash" not in headers
+
+
+def test_trace_request_id_and_the_expected_config_hash(simulator):
+    router = simulator(delay_ms=0)
+    _, headers, body = exchange(router.url, "POST", rl.PREVIEW_PATH + "?trace=true", ASK,
+                                {"X-Request-Id": "req-42"})
+    assert headers["x-request-id"] == "req-42" and "eval_trace" in json.loads(body)
+    _, headers, body = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+    assert "eval_trace" not in json.loads(body) and len(headers["x-request-id"]) == 32
+    for expected, status in ((router.config_hash, 200), ("a" * 64, 412), ("A" * 64, 400),
+                             ("short", 400)):
+        got, headers, _ = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK,
+                                   {rl.EXPECTED_HASH_HEADER: expected})
+        assert got == status and ("x-vsr-config-hash" in headers) == (status == 200)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 1.0])
+def test_a_share_of_prompts_matches_no_decision(simulator, share):
+    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(no_decision_share=share))
+    names = []
+    for i in range(200):
+        _, _, body = exchange(router.url, "POST", rl.PREVIEW_PATH,
+                              json.dumps({"text": f"prompt {i}"}).encode())
+        answer = json.loads(body)
+        names.append(answer["decision_result"]["decision_name"])
+        if not names[-1]:
+            assert "routing_decision" not in answer and "selected_model" not in answer
+    assert abs(names.count("") / 200 - share) <= 0.08
+
+
+def test_the_simulator_starts_up_and_keeps_its_metrics_on_their_own_port(simulator):
+    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(startup_s=0.5, cache_entries=8))
+    assert exchange(router.url, "GET", "/ready")[0] == 503
+    _, _, body = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+    assert "decision_result" not in json.loads(body)  # classifiers not loaded
+    deadline = time.monotonic() + 10
+    while exchange(router.url, "GET", "/ready")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exchange(router.url, "GET", "/ready")[0] == 200
+    assert exchange(router.url, "GET", "/metrics")[0] == 404  # not on the API's port
+    for _ in range(3):
+        exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+    metrics = urlopen_text(router.metrics_url)
+    samples = rl.parse_prometheus(metrics)
+    assert samples['vsr_model_runtime_result_cache_total{deployment="simulated",result="hit"}'] \
+        == 3.0  # the loading answer was counted as a miss
+    assert "vsr_model_runtime_restarts_total" in metrics
+    assert "llm_signal_extraction_latency_seconds_count" in metrics
+
+
+def urlopen_text(url):
+    host_port, _, path = url.split("//", 1)[1].partition("/")
+    status, _, body = exchange("http://" + host_port, "GET", "/" + path)
+    assert status == 200
+    return body.decode()
+
+
+def test_a_cache_answers_a_repeated_prompt_without_its_delay(simulator):
+    plain = simulator(delay_ms=5, answers=rl.SimulatedAnswers(per_kb_ms=4))
+    cached = simulator(delay_ms=5, answers=rl.SimulatedAnswers(cache_entries=2, per_kb_ms=4))
+    with plain.lock, cached.lock:
+        # the time each would take, without sleeping it: longer prompts take longer
+        assert [round(plain._pause("x" * n), 4) for n in (0, 1024, 4096)] == [0.005, 0.009,
+                                                                             0.021]
+        assert round(cached._pause("a"), 4) == 0.005  # a miss
+        assert cached._pause("a") == rl.CACHE_HIT_MS / 1000  # a hit
+        cached._pause("b"), cached._pause("c")  # "a" leaves the two-entry cache
+        assert round(cached._pause("a"), 4) == 0.005
+
+
+def vllm_sr():
+    """The vllm-sr 0.4.0 CLI, where it is installed (VLLM_SR names it, or it is on PATH)."""
+    return os.environ.get("VLLM_SR") or shutil.which("vllm-sr")
+
+
+@pytest.mark.skipif(vllm_sr() is None, reason="the vllm-sr package is not installed")
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
+                                   ["--sampling-seed", "7"]])
+def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra):
+    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(no_decision_share=0.5))
+    for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
+                ["--messages", '[{"role": "user", "content": " "}]']):
+        done = subprocess.run([vllm_sr(), "route", "preview", "--endpoint", router.url, *ask,
+                               *extra], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        if "--json" in extra:
+            assert json.loads(done.stdout)["config_hash"] == router.config_hash
