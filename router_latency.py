@@ -136,7 +136,17 @@ ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
-CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool")
+CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
+                  "cache")
+# result caches: the router's per-model counter (result="hit") and the runtime's own
+# (outcome="hit"); the timing test's threshold and the least prompts it judges
+CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total)$")
+CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
+CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
+CACHE_MIN_PROMPTS = 10
+CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
+                "newer routers, and the runtime's --result-cache-entries 0) so that every "
+                "request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
@@ -1962,6 +1972,73 @@ def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tupl
                      and w.req_per_s < rate_limit))
 
 
+def timing_cache_test(passes: Sequence[Any]) -> Optional[dict]:
+    """Return the timing test for a result cache over a run's passes (PassRecords, in the
+    order measured), or None when too few prompts were sent twice to judge.
+
+    For each prompt answered more than once in the run (the passes after the first resend
+    every prompt; --repeat resends within a pass), ratio = the median latency of its later
+    answers / the latency of its first. A cache answers the later sendings from memory: most
+    ratios fall far below 1. A router without one answers them as before or slower (later
+    passes run more callers at once): it is called a cache when more than half of the prompts
+    compared have a ratio below CACHE_RATIO."""
+    answered: dict = {}
+    for item in passes:
+        if item.discarded:
+            continue
+        for r in sorted(item.requests, key=lambda r: (r.rep, r.start_ms or 0.0)):
+            if r.error is None and r.outcome is None and r.latency_ms:
+                answered.setdefault(r.id, []).append(r.latency_ms)
+    ratios = [statistics.median(later) / first for first, *later in answered.values() if later]
+    if len(ratios) < CACHE_MIN_PROMPTS:
+        return None
+    faster = sum(ratio < CACHE_RATIO for ratio in ratios)
+    return {"compared": len(ratios), "faster": faster,
+            "median_ratio": round(statistics.median(ratios), 4),
+            "detected": faster * 2 > len(ratios)}
+
+
+def metrics_cache_hits(passes: Sequence[Any]) -> Optional[dict]:
+    """Return the result cache's hits and lookups in the router's metrics over the passes, or
+    None when no pass captured a cache counter."""
+    hits = lookups = 0.0
+    seen = False
+    for item in passes:
+        deltas = (item.attempt.environment.get("metrics") or {}).get("deltas") or {}
+        for series, value in deltas.items():
+            if CACHE_SERIES.match(series.split("{", 1)[0]):
+                seen = True
+                lookups += value
+                hits += value if CACHE_HIT_LABEL.search(series) else 0.0
+    return {"hits": hits, "lookups": lookups} if seen else None
+
+
+def result_cache_finding(passes: Sequence[Any]) -> dict:
+    """Return whether a result cache answered a run, by the router's metrics and by timing:
+    {"detected", "metrics": {hits, lookups} or None, "timing": timing_cache_test() or None}."""
+    metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
+    detected = bool(metrics and metrics["hits"] > 0) or bool(timing and timing["detected"])
+    return {"detected": detected, "metrics": metrics, "timing": timing}
+
+
+def cache_text(finding: dict) -> str:
+    """Return a result cache finding in words: how it was seen, or why not."""
+    metrics, timing = finding.get("metrics"), finding.get("timing")
+    ways = []
+    if metrics and metrics["hits"] > 0:
+        ways.append(f"the router's metrics ({metrics['hits']:,.0f} hits of "
+                    f"{metrics['lookups']:,.0f} lookups during the passes)")
+    if timing and timing["detected"]:
+        ways.append(f"timing ({timing['faster']} of {timing['compared']} prompts sent again "
+                    f"answered in under half the time of their first sending)")
+    if ways:
+        return "a result cache answered: seen by " + " and by ".join(ways)
+    seen = [f"metrics: {metrics['hits']:,.0f} hits" if metrics else "metrics not scraped",
+            f"timing: {timing['faster']} of {timing['compared']} prompts faster when sent again"
+            if timing else "timing: too few prompts sent twice to judge"]
+    return f"no result cache detected ({'; '.join(seen)})"
+
+
 class RouterCpu(NamedTuple):
     """The router's CPU time over a pass, and what other processes used of its CPUs."""
     router_s: Optional[float] = None  # user + system seconds of the router
@@ -2245,6 +2322,18 @@ class PassRecord(NamedTuple):
                          for i, a in enumerate(attempts)))
 
 
+def checked_cache(raw: Any, where: str) -> dict:
+    """Return a run file's result_cache as read, checked: {} or a finding with "detected"."""
+    if raw == {}:
+        return {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("detected"), bool):
+        raise RouterLatencyError("expected an object with detected: true or false", where)
+    for key in ("metrics", "timing"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise RouterLatencyError("expected an object or null", f"{where}.{key}")
+    return raw
+
+
 def _not_an_object(where: str) -> Any:
     raise RouterLatencyError("expected an object", where)
 
@@ -2273,7 +2362,13 @@ class RunFile(NamedTuple):
     floor: dict = {}  # the driver's own latency on loopback
     warmup: dict = {}  # counts of the warm-up requests
     host_settings: dict = {}  # CPU model, kernel, cpufreq governor and boost, once per run
+    result_cache: dict = {}  # result_cache_finding() as measured; {} in older files
     path: str = ""  # where it was read from; not written
+
+    @property
+    def cache_finding(self) -> dict:
+        """Whether a result cache answered: as the file records it, else from its data."""
+        return self.result_cache or result_cache_finding(self.passes)
 
     @property
     def corpus_sha256(self) -> str:
@@ -2325,6 +2420,7 @@ class RunFile(NamedTuple):
                 "corpus": self.corpus, "settings": self.settings,
                 "ready_after_s": self.ready_after_s, "floor": self.floor,
                 "warmup": self.warmup, "host_settings": self.host_settings,
+                **({"result_cache": self.result_cache} if self.result_cache else {}),
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
 
     @classmethod
@@ -2377,7 +2473,8 @@ class RunFile(NamedTuple):
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
             floor, checked_object(document, "warmup", f"{path}: "),
-            checked_object(document, "host_settings", f"{path}: "), str(path))
+            checked_object(document, "host_settings", f"{path}: "),
+            checked_cache(document.get("result_cache", {}), f"{path}: result_cache"), str(path))
 
 
 def load_run(path: str) -> RunFile:
@@ -3617,7 +3714,7 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
         errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
         record["metrics"] = {"error": errors[0]} if errors else {
             "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
-                                    capture.metric_patterns)}
+                                    (*capture.metric_patterns, CACHE_SERIES))}
     return record
 
 
@@ -4739,6 +4836,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
             "metric_patterns": [p.pattern for p in capture.metric_patterns]},
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
         floor=floor, warmup=warmup, host_settings=host)
+    run = run._replace(result_cache=result_cache_finding(run.passes))
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
@@ -4818,6 +4916,25 @@ def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
             if base is not None and new is not None and abs(new - base) < spread]
 
 
+def cache_warnings(named_runs: Sequence[tuple]) -> list:
+    """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
+    per side or file): what each saw, and a difference between the sides."""
+    seen: dict = {}
+    for name, run in named_runs:
+        finding = run.cache_finding
+        if finding["detected"]:
+            seen.setdefault(name.split(" ")[0], []).append((name, finding))
+    warnings = [f"warning: {', '.join(n for n, _ in found)}: {cache_text(found[0][1])}; the "
+                f"figures measure cache hits, not the router's work: {CACHE_ADVICE}"
+                for found in seen.values()]
+    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
+    if seen and len(seen) < len(sides):
+        warnings.append(f"warning: a result cache answered {', '.join(sorted(seen))} but not "
+                        f"{', '.join(s for s in sides if s not in seen)}: the comparison "
+                        f"measures the cache, not the change")
+    return warnings
+
+
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
@@ -4881,8 +4998,9 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   router_cpu_figures(pa, pb),
                                   (a.slow_windows(pa), b.slow_windows(pb)),
                                   (len(pa.attempt.windows), len(pb.attempt.windows))))
-    warnings = floor_warnings([(pass_title(p.name), p.figures[0][1], p.figures[0][2])
-                               for p in passes if not p.discarded], [a, b])
+    warnings = cache_warnings([("A", a), ("B", b)]) + floor_warnings(
+        [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
+         if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
     agree = decision_agreement(da, db)
     texts = prompts_text or {}
@@ -4984,7 +5102,8 @@ def run_signature(run: RunFile) -> dict:
             "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
             + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
-            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
+            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0],
+            "cache": "detected" if run.cache_finding["detected"] else "not detected"}
 
 
 def label_names_side(label: str, side: str, number: int) -> bool:
@@ -5560,7 +5679,9 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         base, new, settings, first.corpus_sha256, first.corpus_count,
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
-        tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
+        tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+                              for side, run in sorted(runs[n].items())])
+              + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
         tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
@@ -6549,6 +6670,12 @@ def record_sentences(section: RecordSection) -> list:
         shown = [span(side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
+              for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
+    sentences.append("result caches: none detected (by timing, and by the router's metrics "
+                     "where they were scraped)" if not cached else
+                     f"**a result cache answered {', '.join(cached)}**: those figures measure "
+                     f"cache hits, not the router's work")
     return sentences
 
 
@@ -8234,6 +8361,7 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
         if run.config_hashes:
             lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
+        lines.append(f"result cache: {cache_text(run.cache_finding)}")
         if write_failure is None and args.out != "-":
             lines.append(f"wrote {args.out}" + ("" if run.complete
                                                 else " (incomplete: interrupted)")
@@ -8246,6 +8374,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
                     f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
     for line in overload_note(run):
         stderr_line(line)
+    if run.cache_finding["detected"]:
+        stderr_line(f"warning: {cache_text(run.cache_finding)}; the figures measure cache hits, "
+                    f"not the router's work: {CACHE_ADVICE}")
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE

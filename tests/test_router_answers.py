@@ -3,6 +3,7 @@ in the body, as the router's source (vLLM Semantic Router, pkg/apiserver and pkg
 writes them."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -493,3 +494,118 @@ def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra)
         assert done.returncode == 0, done.stderr
         if "--json" in extra:
             assert json.loads(done.stdout)["config_hash"] == router.config_hash
+
+
+# --- result caches: measured, never assumed ---
+
+def passes_of(*latencies_per_pass, errors=()):
+    """PassRecords whose request i has latencies_per_pass[k][i] in pass k."""
+    records = []
+    for k, latencies in enumerate(latencies_per_pass):
+        requests = tuple(rl.Request(i, float(i), value, 200, "d", "timeout" if i in errors
+                                    else None) for i, value in enumerate(latencies))
+        attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, 1.0),
+                             requests)
+        records.append(rl.PassRecord(rl.pass_name(4 ** k), 4 ** k, False, False, attempt))
+    return records
+
+
+@pytest.mark.parametrize("first, later, detected", [
+    ([20.0] * 30, [1.0] * 30, True),  # every prompt a hit
+    ([20.0] * 30, [1.0] * 16 + [25.0] * 14, True),  # 16 of 30: more than half
+    ([20.0] * 30, [1.0] * 15 + [25.0] * 15, False),  # exactly half: not most
+    ([20.0] * 30, [30.0] * 30, False),  # later passes slower: more callers at once
+    ([20.0] * 30, [11.0] * 30, False),  # faster, but not under half
+    ([float(5 + i) for i in range(30)], [float(5 + i) for i in range(30)], False),
+])
+def test_the_timing_test_calls_a_cache_when_most_prompts_answer_in_under_half(first, later,
+                                                                              detected):
+    found = rl.timing_cache_test(passes_of(first, later))
+    assert found["detected"] is detected and found["compared"] == 30
+
+
+def test_the_timing_test_needs_prompts_sent_twice():
+    assert rl.timing_cache_test(passes_of([20.0] * 30)) is None  # one pass, no repeat
+    assert rl.timing_cache_test(passes_of([20.0] * 9, [1.0] * 9)) is None  # too few
+    # failed answers are not compared
+    assert rl.timing_cache_test(passes_of([20.0] * 12, [1.0] * 12, errors=(0, 1, 2))) is None
+
+
+@pytest.mark.parametrize("deltas, hits", [
+    ({'vsr_model_runtime_result_cache_total{deployment="domain",result="hit"}': 40.0,
+      'vsr_model_runtime_result_cache_total{deployment="domain",result="miss"}': 10.0}, 40.0),
+    ({'vllm_srun_result_cache_total{model="pii",outcome="hit"}': 3.0}, 3.0),
+    ({'vsr_model_runtime_result_cache_total{deployment="domain",result="miss"}': 50.0}, 0.0),
+])
+def test_the_routers_cache_counters_are_read(deltas, hits):
+    records = passes_of([20.0] * 3)
+    records = [r._replace(attempt=r.attempt._replace(environment={"metrics": {"deltas": deltas}}))
+               for r in records]
+    found = rl.result_cache_finding(records)
+    assert found["metrics"]["hits"] == hits and found["detected"] is (hits > 0)
+
+
+def test_a_run_answered_by_a_cache_says_so_and_records_it(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(cache_entries=100))
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(12)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "4", "--warmup", "0", "--metrics-url", router.metrics_url,
+                 "--metric", "^nothing$")
+    assert result.code == 0
+    assert "result cache: a result cache answered: seen by the router's metrics (12 hits of " \
+           "24 lookups during the passes)" in result.out
+    assert "warning: a result cache answered" in result.err and "VLLM_SRUN_RESULT_CACHE=0" \
+        in result.err and "VLLM_SR_RUNTIME_RESULT_CACHE=0" in result.err
+    recorded = json.loads(out.read_text())["result_cache"]
+    assert recorded["detected"] is True and recorded["metrics"] == {"hits": 12.0,
+                                                                    "lookups": 24.0}
+    plain = simulator(delay_ms=0)
+    result = cli("run", "--url", plain.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "--warmup", "0", "--force")
+    assert "result cache: no result cache detected (metrics not scraped; timing: too few " \
+           "prompts sent twice to judge)" in result.out and "cache" not in result.err
+
+
+def mark_cached(path):
+    document = json.loads(Path(path).read_text())
+    document["result_cache"] = {"detected": True, "metrics": {"hits": 50.0, "lookups": 60.0},
+                                "timing": None}
+    Path(path).write_text(json.dumps(document))
+
+
+def test_rounds_refuses_sides_whose_cache_status_differs_unless_told(tmp_path, cli):
+    folder = rounds_folder(tmp_path / "rounds", lambda n, side: side)
+    for n in (1, 2, 3):
+        mark_cached(folder / f"r{n}-rocm.json")
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert_one_line_error(result, "the runs were not measured alike: cache: r1-rocm.json "
+                          "'detected'", "(r1-cpu.json 'not detected')", "--allow-mismatch")
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
+                 "--allow-mismatch", "cache")
+    assert result.code != 2
+    assert "warning: rocm r1, rocm r2, rocm r3: a result cache answered: seen by the router's " \
+           "metrics (50 hits of 60 lookups during the passes)" in result.out
+    assert "warning: a result cache answered rocm but not cpu: the comparison measures the " \
+           "cache, not the change" in result.out
+    page = tmp_path / "page.html"
+    cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm", "--allow-mismatch",
+        "cache", "--html", page)
+    assert "a result cache answered rocm but not cpu" in page.read_text()
+    for n in (1, 2, 3):  # a record judges sides measured alike: both cached
+        mark_cached(folder / f"r{n}-cpu.json")
+    markdown = tmp_path / "record.md"
+    record = cli("record", "--section", f"gpu={folder}:cpu:rocm", "--json", tmp_path / "r.json",
+                 "--markdown", markdown)
+    assert record.code != 2, record.err
+    assert "**a result cache answered cpu r1, rocm r1, cpu r2, rocm r2, cpu r3, rocm r3**" \
+        in markdown.read_text()
+
+
+def test_compare_says_which_side_a_cache_answered(tmp_path, cli):
+    a = make_run(tmp_path / "a.json", label="cpu")
+    b = make_run(tmp_path / "b.json", label="rocm")
+    mark_cached(b)
+    result = cli("compare", a, b)
+    assert "warning: B: a result cache answered" in result.out
+    assert "warning: a result cache answered B but not A" in result.out
