@@ -1972,6 +1972,54 @@ def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tupl
                      and w.req_per_s < rate_limit))
 
 
+def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
+    """Return, for each request of a pass in send order, what its prompt takes elsewhere in
+    the run (the median latency of its answers in the other passes, else in its other
+    repetitions), or None when a tenth of them have no such answer."""
+    elsewhere: dict = {}
+    for other in passes:
+        if other is not item and not other.discarded:
+            for r in other.requests:
+                if r.error is None and r.latency_ms:
+                    elsewhere.setdefault(r.id, []).append(r.latency_ms)
+    own: dict = {}
+    for r in item.requests:
+        if r.error is None and r.latency_ms:
+            own.setdefault(r.id, []).append(r.latency_ms)
+    found = []
+    for r in item.requests:
+        others = elsewhere.get(r.id) or [x for x in own.get(r.id, []) if x != r.latency_ms]
+        found.append(statistics.median(others) if others else None)
+    return None if sum(x is None for x in found) * 10 > len(found) else found
+
+
+def content_slow_windows(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> tuple:
+    """Return the indexes of a pass's slow windows, each judged against what its own prompts
+    take elsewhere in the run (prompt_references): a window is slow when its requests' p95
+    of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
+    the median window's, or its pace (the references' sum per second of its span) below
+    slow_rate_factor times the median window's. So a window of long prompts, slow by its
+    content, is not a slow phase; a node or router that slowed down is. Without references
+    (a single pass sent once), the pass's own windows are the baseline (slow_windows)."""
+    windows, requests = item.attempt.windows, item.requests
+    references = prompt_references(item, passes) if len(windows) >= 3 else None
+    if references is None or windows[-1].first + windows[-1].requests > len(requests) \
+            or any(r.start_ms is None for r in requests):  # windows not of these requests
+        return slow_windows(windows, thresholds)
+    ratios = [r.latency_ms / ref if r.error is None and r.latency_ms and ref else None
+              for r, ref in zip(requests, references)]
+    scale = statistics.median([x for x in ratios if x is not None] or [1.0])
+    p95s, paces = [], []
+    for w in windows:
+        part = range(w.first, w.first + w.requests)
+        residuals = [ratios[i] / scale for i in part if ratios[i] is not None]
+        p95s.append(percentile(residuals, 95) if residuals else None)
+        expected = math.fsum(references[i] for i in part if references[i])
+        paces.append(expected / w.span_s if w.span_s else None)
+    return slow_windows([w._replace(p95_ms=p95, req_per_s=pace)
+                         for w, p95, pace in zip(windows, p95s, paces)], thresholds)
+
+
 def timing_cache_test(passes: Sequence[Any]) -> Optional[dict]:
     """Return the timing test for a result cache over a run's passes (PassRecords, in the
     order measured), or None when too few prompts were sent twice to judge.
@@ -2394,8 +2442,9 @@ class RunFile(NamedTuple):
                             for key, default in Thresholds._field_defaults.items()))
 
     def slow_windows(self, item: PassRecord) -> tuple:
-        """Return the indexes of a pass's windows in a slow phase."""
-        return slow_windows(item.attempt.windows, self.thresholds)
+        """Return the indexes of a pass's windows in a slow phase, each judged against what
+        its prompts take elsewhere in the run."""
+        return content_slow_windows(item, self.passes, self.thresholds)
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -4685,21 +4734,29 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
 
 
 def suspect_warnings(attempt: Attempt, title: str, thresholds: Thresholds) -> list:
-    """Return what makes an attempt suspect: other processes on the router's CPUs, and slow
-    phases inside the pass."""
+    """Return what makes an attempt suspect: other processes on the router's CPUs (its slow
+    phases are judged once the run is measured: slow_phase_warnings)."""
     warnings = []
     foreign = attempt.router_cpu.foreign_vcpus if attempt.router_cpu else None
     if foreign is not None and foreign > thresholds.max_foreign_cpus:
         warnings.append(f"{title}: other processes used {foreign:.2f} vCPUs of the router's "
                         f"CPUs {attempt.router_cpu.cpus} (--max-foreign-cpus "
                         f"{thresholds.max_foreign_cpus:g})")
-    slow = slow_windows(attempt.windows, thresholds)
-    if slow:
-        windows = [attempt.windows[i] for i in slow]
-        worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
-        warnings.append(f"{title}: slow phase in {plural(len(slow), 'window')} of "
-                        f"{len(attempt.windows)}" + ("" if worst is None else
-                                                     f" (p95 up to {fmt_value(worst)} ms)"))
+    return warnings
+
+
+def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) -> list:
+    """Return the slow phases of a run's passes, once every pass is measured: each window is
+    judged against what its prompts take in the other passes (content_slow_windows)."""
+    warnings = []
+    for item in passes:
+        slow = () if item.discarded else content_slow_windows(item, passes, thresholds)
+        if slow:
+            windows = [item.attempt.windows[i] for i in slow]
+            worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
+            warnings.append(f"{pass_title(item.name)}: slow phase in "
+                            f"{plural(len(slow), 'window')} of {len(item.attempt.windows)}"
+                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)"))
     return warnings
 
 
@@ -4836,12 +4893,20 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
             "metric_patterns": [p.pattern for p in capture.metric_patterns]},
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
         floor=floor, warmup=warmup, host_settings=host)
-    run = run._replace(result_cache=result_cache_finding(run.passes))
+    return finished_run(run, thresholds, notify)
+
+
+def finished_run(run: RunFile, thresholds: Thresholds,
+                 notify: Callable[[str], None]) -> RunFile:
+    """Return a measured run with its result cache finding; say what the whole run shows:
+    slow phases, judged against the other passes, and a configuration that changed."""
+    for warning in slow_phase_warnings(run.passes, thresholds):
+        notify(warning)
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
                f"reload in the middle of the measurement; its passes mix configurations")
-    return run
+    return run._replace(result_cache=result_cache_finding(run.passes))
 
 
 # --- analysis ---
@@ -5954,7 +6019,7 @@ def format_run_summary(passes: Sequence[PassRecord],
             lines.append(f"errors in {pass_title(item.name)}: "
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
         if not item.discarded:
-            slow = slow_windows(item.attempt.windows, thresholds)
+            slow = content_slow_windows(item, passes, thresholds)
             if slow:
                 lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, slow))
         notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())

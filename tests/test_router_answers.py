@@ -609,3 +609,68 @@ def test_compare_says_which_side_a_cache_answered(tmp_path, cli):
     result = cli("compare", a, b)
     assert "warning: B: a result cache answered" in result.out
     assert "warning: a result cache answered B but not A" in result.out
+
+
+# --- a slow phase is the router's state, not the corpus's order ---
+
+def length_passes(lengths, slow=None, size=10):
+    """Three passes (1, 4, 16 callers) of prompts whose latency is 2 ms + 1 ms per 100
+    characters, sent in corpus order; slow = (pass index, window index, factor) multiplies
+    one window's latencies, as a node that slowed down for a while."""
+    passes = []
+    for k in range(3):
+        start, requests = 0.0, []
+        for i, length in enumerate(lengths):
+            latency = (2.0 + length / 100) * (1 + 0.3 * k)
+            if slow and slow[0] == k and i // size == slow[1]:
+                latency *= slow[2]
+            requests.append(rl.Request(i, round(start, 4), latency, 200, "d", None))
+            start += latency
+        requests = tuple(requests)
+        attempt = rl.Attempt(None, None, "", None, {}, None, {},
+                             rl.pass_summary(requests, start / 1000), requests,
+                             windows=rl.phase_windows(requests, size))
+        passes.append(rl.PassRecord(rl.pass_name(4 ** k), 4 ** k, False, False, attempt))
+    return passes
+
+
+# the corpus's order: short prompts, then the boundary cases, long ones last
+LENGTHS = [40 + (i * 37) % 200 for i in range(110)] + [2500, 54612, 9000, 3000, 5000, 2600,
+                                                       8000, 4000, 2500, 7000]
+THRESHOLDS = rl.Thresholds(10, 2.0, 0.5, 1.0)
+
+
+def test_long_prompts_at_the_end_are_no_slow_phase():
+    passes = length_passes(LENGTHS)
+    for item in passes:
+        last = len(item.attempt.windows) - 1
+        assert last in rl.slow_windows(item.attempt.windows, THRESHOLDS)  # the pass alone
+        assert rl.content_slow_windows(item, passes, THRESHOLDS) == ()
+    assert rl.slow_phase_warnings(passes, THRESHOLDS) == []
+
+
+@pytest.mark.parametrize("slow", [(0, 3, 4.0), (1, 0, 3.0), (2, 6, 5.0), (1, 11, 4.0)])
+def test_a_window_that_slowed_down_is_a_slow_phase(slow):
+    passes = length_passes(LENGTHS, slow)
+    pass_index, window, _ = slow
+    found = rl.content_slow_windows(passes[pass_index], passes, THRESHOLDS)
+    assert window in found
+    others = [rl.content_slow_windows(p, passes, THRESHOLDS) for i, p in enumerate(passes)
+              if i != pass_index]
+    assert others == [(), ()]
+
+
+def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, tmp_path,
+                                                                     cli):
+    router = simulator(delay_ms=3, answers=rl.SimulatedAnswers(per_kb_ms=40))
+    texts = [f"prompt {i} " + "w" * (i % 50) for i in range(60)] + ["x" * 6000] * 6
+    corpus = write_corpus(tmp_path / "corpus.json", texts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "4", "--warmup", "0", "--window", "10", "--quiet")
+    assert result.code == 0
+    run = rl.load_run(str(out))
+    for item in run.passes:
+        last = len(item.attempt.windows) - 1
+        assert last in rl.slow_windows(item.attempt.windows, run.thresholds)  # by the pass
+        assert last not in run.slow_windows(item)  # by its prompts elsewhere
