@@ -2010,12 +2010,18 @@ def content_slow_windows(item: Any, passes: Sequence[Any], thresholds: Threshold
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
     p95s, paces = [], []
-    for w in windows:
+    for number, w in enumerate(windows):
         part = range(w.first, w.first + w.requests)
         residuals = [ratios[i] / scale for i in part if ratios[i] is not None]
         p95s.append(percentile(residuals, 95) if residuals else None)
-        expected = math.fsum(references[i] for i in part if references[i])
-        paces.append(expected / w.span_s if w.span_s else None)
+        # the pace between sends: the last window's span ends at its last send, since the
+        # drain after it (fewer callers at the end of a pass) is no slow phase
+        last = number == len(windows) - 1
+        span_ms = (requests[part[-1]].start_ms - requests[w.first].start_ms) if last \
+            else w.span_s * 1000
+        expected = math.fsum(references[i] for i in (part[:-1] if last else part)
+                             if references[i])
+        paces.append(expected / span_ms if span_ms > 0 else None)
     return slow_windows([w._replace(p95_ms=p95, req_per_s=pace)
                          for w, p95, pace in zip(windows, p95s, paces)], thresholds)
 
@@ -5137,6 +5143,7 @@ class GateSettings(NamedTuple):
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
 
     @property
     def tolerance_log(self) -> float:
@@ -5719,8 +5726,9 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
                  f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
                  for e in errors if any(w > b for _, b, w in e.counts)]
     agreement = [round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs]
-    failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
-                 for a in agreement if a.used and a.agree < a.total]
+    if settings.decisions == "gate":
+        failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
+                     for a in agreement if a.used and a.agree < a.total]
     rows: list = []
     test = look = None
     if len(used) < MIN_ROUNDS:
@@ -6207,12 +6215,26 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
     return lines
 
 
+def decisions_note(report: RoundsReport) -> list:
+    """Return the report's first line under --decisions report: decisions are reported in
+    full, and only the latency rows decide the exit code."""
+    if report.settings.decisions != "report":
+        return []
+    used = [a for a in report.agreement if a.used]
+    differ = [a for a in used if a.agree < a.total]
+    inputs = max((a.total - a.agree for a in differ), default=0)
+    return [f"decisions reported, not gated (--decisions report): they differ in "
+            f"{len(differ)} of {plural(len(used), 'used round')}"
+            + (f" (up to {plural(inputs, 'input')} a round)" if differ else "")
+            + "; the latency rows decide the exit code"]
+
+
 def format_rounds(report: RoundsReport, *, markdown: bool = False,
                   per_round: bool = False) -> list:
     """Return the lines of the rounds report as text or Markdown."""
     if markdown:
         return format_rounds_markdown(report, per_round=per_round)
-    lines = format_rounds_table(report)
+    lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + format_per_round(report)
     lines += [""] + format_agreement(report) + format_outcomes(report)
@@ -6796,7 +6818,9 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     details += ["**Environment**"] + format_environment(report, markdown=True)
     details += format_order(report) + format_closing(report)
     table = [line for line in head if line.startswith("|")]
-    return (markdown_verdict(report.status, report.reasons, what) + [""]
+    note = decisions_note(report)
+    return ([f"**{md_text(note[0])}**", ""] if note else []) \
+        + (markdown_verdict(report.status, report.reasons, what) + [""]
             + (table + [""] if table else []) + markdown_blocks(details))
 
 
@@ -7095,8 +7119,9 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
+    note = "".join(f"<p><strong>{esc(line)}</strong></p>" for line in decisions_note(report))
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
-            f"<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
+            f"{note}<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
             + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
 
 
@@ -8173,6 +8198,10 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--allow-config-change", action="store_true",
                    help="judge a side whose configuration (x-vsr-config-hash) changed between "
                         "or within rounds")
+    p.add_argument("--decisions", choices=("gate", "report"), default="gate",
+                   help="gate: a decision that differs between the sides fails; report: "
+                        "agreement is reported in full and the latency rows alone decide the "
+                        "exit code (two configurations whose decisions differ on purpose)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format (with GITHUB_STEP_SUMMARY set, the Markdown is also "
                         "appended there)")
@@ -8510,7 +8539,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
-        allow_config_change=args.allow_config_change)
+        allow_config_change=args.allow_config_change, decisions=args.decisions)
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:

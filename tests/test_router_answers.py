@@ -674,3 +674,38 @@ def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, 
         last = len(item.attempt.windows) - 1
         assert last in rl.slow_windows(item.attempt.windows, run.thresholds)  # by the pass
         assert last not in run.slow_windows(item)  # by its prompts elsewhere
+
+
+# --- a comparison where decisions differ on purpose ---
+
+def differing_rounds(folder):
+    """Three rounds whose rocm side decides differently on 2 of 5 inputs, and is faster."""
+    folder.mkdir(exist_ok=True)
+    for number in (1, 2, 3):
+        for side, p50, decisions in (("cpu", 10.0, ["a", "b", "c", "d", "e"]),
+                                     ("rocm", 5.0 + number * 0.1, ["a", "x", "c", "y", "e"])):
+            make_run(folder / f"r{number}-{side}.json", label=side, count=40,
+                     decisions=decisions, passes={1: (p50, p50 * 2, p50 * 3, 1000 / p50)},
+                     started_unix=1000.0 * number + (side == "rocm"))
+    return folder
+
+
+def test_decisions_report_lets_the_latency_rows_decide(tmp_path, cli):
+    folder = differing_rounds(tmp_path / "rounds")
+    gated = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert gated.code == 1 and "decisions differ in r1 (2 inputs)" in gated.out
+    reported = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
+                   "--decisions", "report")
+    lines = reported.out.splitlines()
+    assert lines[0] == ("decisions reported, not gated (--decisions report): they differ in 3 "
+                        "of 3 used rounds (up to 2 inputs a round); the latency rows decide "
+                        "the exit code")
+    assert ("decisions r1: 38/40 agree in every pass; differ: #1 b -> x (Sequential), #3 d -> y "
+            "(Sequential)") in lines
+    assert "decisions differ" not in reported.out and reported.code != 1
+    markdown = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
+                   "--decisions", "report", "--format", "markdown")
+    assert markdown.out.startswith("**decisions reported, not gated")
+    document = json.loads(cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
+                              "--decisions", "report", "--format", "json").out)
+    assert document["settings"]["decisions"] == "report"
