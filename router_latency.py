@@ -4582,6 +4582,9 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
                 f"entrypoints only, needs --model NAME with one of its routing models")
     if status in (401, 403):
         return f"refused the preview ({answer}): --token-env VAR sends a bearer token"
+    if "preview_context" in str(message) and target.sampling_seed is not None:
+        return (f"refused the preview ({answer}): a router older than preview_context; "
+                f"--sampling-seed off sends none")
     return f"refused the preview ({answer})"
 
 

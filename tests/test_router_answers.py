@@ -733,3 +733,14 @@ def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double
         assert item["summary"]["ok"] + item["summary"].get("rejected", 0) == len(texts)
         assert item["config_hashes"] == [router.config_hash]
     assert document["result_cache"]["detected"] is False
+
+
+def test_a_router_that_refuses_preview_context_is_told_apart(scripted, tmp_path, cli):
+    refusal = final_answer(b'{"error":{"code":"INVALID_INPUT","message":"failed to parse JSON: '
+                           b'json: unknown field \\"preview_context\\""}}', b"400 Bad Request")
+    router = scripted(lambda prompt, number: [final_answer(b"{}") if not prompt else refusal])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
+                 "--label", "x")
+    assert_one_line_error(result, "refused the preview (HTTP 400 Bad Request INVALID_INPUT",
+                          "a router older than preview_context; --sampling-seed off sends none")
