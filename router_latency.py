@@ -4599,13 +4599,13 @@ def probe_router(target: Target, payload: bytes,
     """Return (HTTP status or None, what happened, ready) of one readiness check.
 
     The router's /ready first (503 until its start-up completes; any other answer there, a
-    404 from a router or proxy without one, leaves it to the preview), then one preview, which must answer 2xx
-    with a decision result or 429: a router's /health answers 200 while its models load, and
-    a preview before its classifiers load answers 200 with no decision result. A 429 is a
-    router that routes but has no free slot this moment."""
+    404 from a router or proxy without one, leaves it to the preview), then one preview,
+    which must answer 2xx with a decision result or 429: a router's /health answers 200 while
+    its models load, and a preview before its classifiers load answers 200 with no decision
+    result. A 429 is a router that routes but has no free slot this moment."""
     endpoint = ready_endpoint(target.endpoint)
-    status, _, what = ask_router(target, endpoint, encode_request(endpoint, "GET", b"", target.headers),
-                                 stop)
+    status, _, what = ask_router(target, endpoint,
+                                 encode_request(endpoint, "GET", b"", target.headers), stop)
     if status is None:
         return None, what, False
     if status == 503:
