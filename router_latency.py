@@ -7428,7 +7428,8 @@ class SimulatedRouter:
             metrics_port = self.metrics_listener.getsockname()[1]
             self.metrics_url = f"http://{bracketed(bound_host)}:{metrics_port}/metrics"
             self.threads.append(threading.Thread(target=accept_connections, args=(
-                self.metrics_listener, self._start_serving, self.stopping), daemon=True))
+                self.metrics_listener, functools.partial(self._start_serving, metrics=True),
+                self.stopping), daemon=True))
         for thread in self.threads:
             thread.start()
 
@@ -7451,14 +7452,13 @@ class SimulatedRouter:
                 except OSError:
                     pass
 
-    def _start_serving(self, connection: socket.socket) -> None:
+    def _start_serving(self, connection: socket.socket, metrics: bool = False) -> None:
         with self.lock:
             self.connections.add(connection)
-        threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+        threading.Thread(target=self._serve, args=(connection, metrics), daemon=True).start()
 
-    def _serve(self, connection: socket.socket) -> None:
+    def _serve(self, connection: socket.socket, metrics_side: bool = False) -> None:
         reader = connection.makefile("rb", buffering=65536)
-        metrics_side = connection.getsockname()[1] != self.listener.getsockname()[1]
         try:
             while not self.stopping.is_set():
                 line = reader.readline(65537)
