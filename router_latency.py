@@ -7122,7 +7122,9 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
-    note = "".join(f"<p><strong>{esc(line)}</strong></p>" for line in decisions_note(report))
+    cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings
+    note = "".join(f"<p><strong>{esc(line)}</strong></p>"
+                   for line in decisions_note(report) + cached)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
             f"{note}<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
             + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
@@ -8549,6 +8551,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
     for warning in report.config_warnings:  # loud: also where --format json goes to a file
         stderr_line(warning)
+    for warning in report.warnings:
+        if "a result cache answered" in warning:  # cache_warnings: as loud
+            stderr_line(warning)
     if args.junit:
         write_atomic(args.junit, junit_xml(report))
     if args.html:

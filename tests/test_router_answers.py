@@ -588,10 +588,15 @@ def test_rounds_refuses_sides_whose_cache_status_differs_unless_told(tmp_path, c
            "metrics (50 hits of 60 lookups during the passes)" in result.out
     assert "warning: a result cache answered rocm but not cpu: the comparison measures the " \
            "cache, not the change" in result.out
+    assert "router-latency: warning: a result cache answered rocm but not cpu" in result.err
+    assert "a result cache answered rocm but not cpu" in cli(
+        "rounds", "--dir", folder, "--base", "cpu", "--new", "rocm", "--allow-mismatch",
+        "cache", "--format", "json").err
     page = tmp_path / "page.html"
     cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm", "--allow-mismatch",
         "cache", "--html", page)
-    assert "a result cache answered rocm but not cpu" in page.read_text()
+    banner = page.read_text().split("</header>")[0]
+    assert "a result cache answered rocm but not cpu" in banner
     for n in (1, 2, 3):  # a record judges sides measured alike: both cached
         mark_cached(folder / f"r{n}-cpu.json")
     markdown = tmp_path / "record.md"
