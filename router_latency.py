@@ -7279,7 +7279,7 @@ def simulated_request(body: bytes) -> dict:
 def simulated_text(request: dict) -> str:
     """Return the text a preview request asks to route, as the router picks it: the last user
     message with content, else the top-level text; whitespace is text ('' when none)."""
-    messages = request.get("messages") if isinstance(request.get("messages"), list) else []
+    messages: list = request["messages"] if isinstance(request.get("messages"), list) else []
     for message in reversed(messages):
         if str(message.get("role")).strip().lower() != "user":
             continue
@@ -7414,6 +7414,7 @@ class SimulatedRouter:
         self.in_flight = 0  # admitted previews not yet answered
         self.cache: collections.OrderedDict = collections.OrderedDict()
         self.counts: collections.Counter = collections.Counter()  # the metrics' counters
+        self.signal_seconds = 0.0  # the previews' simulated signal time, for the metrics
         self.connections: set = set()
         self.stopping = threading.Event()
         self.started = time.monotonic()
@@ -7423,7 +7424,8 @@ class SimulatedRouter:
         self.url = f"http://{bracketed(bound_host)}:{bound_port}"
         self.threads = [threading.Thread(target=accept_connections, args=(
             self.listener, self._start_serving, self.stopping), daemon=True)]
-        self.metrics_listener = self.metrics_url = None
+        self.metrics_listener: Optional[socket.socket] = None
+        self.metrics_url: Optional[str] = None
         if answers.metrics_port is not None:
             self.metrics_listener = socket.create_server((host, answers.metrics_port),
                                                          family=family, backlog=16)
@@ -7526,7 +7528,8 @@ class SimulatedRouter:
                                    request_id)
         refusal = self._refusal(request, headers)
         if refusal:
-            return simulated_error(*refusal, request_id)
+            status, code, message = refusal
+            return simulated_error(status, code, message, request_id)
         return self._preview(request, b"trace=true" in query.split(b"&"), tagged)
 
     def _refusal(self, request: dict, headers: dict) -> Optional[tuple]:
@@ -7600,16 +7603,16 @@ class SimulatedRouter:
             / 1024
         if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
             pause += self.stall[2] / 1000
-        self.counts["signal_seconds"] += pause
+        self.signal_seconds += pause
         return pause
 
 
 def simulated_metrics(router: SimulatedRouter) -> str:
     """Return a simulated router's Prometheus text, with the router's metric names."""
     with router.lock:
-        served, counts = router.served, dict(router.counts)
+        served, counts, seconds = router.served, dict(router.counts), router.signal_seconds
     lines = ["# TYPE llm_signal_extraction_latency_seconds summary",
-             f"llm_signal_extraction_latency_seconds_sum {counts.get('signal_seconds', 0.0)!r}",
+             f"llm_signal_extraction_latency_seconds_sum {seconds!r}",
              f"llm_signal_extraction_latency_seconds_count {served}",
              "# TYPE vsr_model_runtime_requests_total counter",
              f'vsr_model_runtime_requests_total{{deployment="simulated",outcome="ok"}} {served}',
@@ -7708,14 +7711,16 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
         order = start_order(number, list(DEMO_SIDES))
         write(f"round {number}: {' then '.join(order)}")
         for side in order:
-            router = start_simulator(serial=True, seed=number, **DEMO_SIDES[side])
+            router = start_simulator(serial=True, seed=number,
+                                     delay_ms=DEMO_SIDES[side]["delay_ms"],
+                                     jitter_ms=DEMO_SIDES[side]["jitter_ms"])
             try:
                 endpoint = parse_endpoint(router.url)
                 run = measure_run(
                     Target(endpoint), RunPlan(plan_passes()), corpus, label=side,
                     guard=LoadGuard(pause=1.0),
                     capture=CaptureSettings(metrics=parse_endpoint(
-                        router.metrics_url), metric_patterns=(
+                        str(router.metrics_url)), metric_patterns=(
                             re.compile(DEFAULT_METRIC_PATTERN),), router_pid=os.getpid(),
                         gpu=resolve_gpu("auto")))
             finally:
