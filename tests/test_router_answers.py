@@ -729,7 +729,7 @@ def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double
     router = double(startup_s=0.3, loaded_after=2, unmatched={texts[1]})
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
-                 "cpu-r1", "--wait-ready", "30")
+                 "cpu-r1", "--wait-ready", "30", "--warmup", "5", "-c", "1", "4")
     assert result.code == 0 and "warning" not in result.err, result.err
     document = json.loads(out.read_text())
     assert document["warmup"]["errors"] == {}
