@@ -11,11 +11,12 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
     router-latency simulate --port 8801
     router-latency demo
 
-Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
-failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
-rounds, a failed base side, --strict, an undecided --sequential look); 130, 143 and 129 when
-a command was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file
-is left half-written).
+Exit codes: 0 all good (rounds: every gated row shown within the tolerance); 1 the measured
+result failed the gate (a row shown worse, decision change, failed requests); 2 the input or
+the invocation was wrong; 3 inconclusive (a gated row decided neither way, too few usable
+rounds, a failed base side, an undecided --sequential look); 130, 143 and 129 when a command
+was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file is left
+half-written).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -40,12 +41,14 @@ only what stands above it:
 from __future__ import annotations
 
 import argparse
+import array
 import base64
 import collections
 import csv
 import errno
 import functools
 import hashlib
+import heapq
 import html
 import http
 import io
@@ -783,6 +786,20 @@ def detectable_change(spread: float, n: int, *, alpha: float = 0.05, power: floa
     return factor * spread / math.sqrt(n)
 
 
+def power_shift(critical: float, df: int, power: float = 0.8) -> float:
+    """Return the noncentrality at which a one-sided t test rejecting at t >= critical has
+    the given power: the true shift in standard errors it finds that often.
+
+    By the normal approximation of the noncentral t (Abramowitz and Stegun 26.7.10),
+    P(T' < c) ~ Phi((c (1 - 1/(4 df)) - delta) / sqrt(1 + c^2 / (2 df))), solved for delta.
+    At the small levels and df of Holm's first step over few rounds, the shifted central t
+    that detectable_change uses is far too optimistic (a row found 70% of the time at n 3 for
+    a stated 80%); this one comes within simulation error of 80% from n 3 on.
+    """
+    return critical * (1 - 1 / (4 * df)) + normal_ppf(power) * math.sqrt(
+        1 + critical * critical / (2 * df))
+
+
 def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: float = 0.8,
                   sided: int = 2, max_rounds: int = 1000) -> Optional[int]:
     """Return the smallest n >= 3 whose detectable_change is at most target, or None.
@@ -1263,6 +1280,73 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
         critical = -t_ppf(nominal, n - 1) if nominal > 0 else math.inf
         boundaries.append(Boundary(n, t, cumulative, nominal, critical))
     return boundaries
+
+
+# t boundaries of a group-sequential design:
+
+SEQUENTIAL_PATHS = 65536  # simulated null paths (and their mirror images)
+SEQUENTIAL_SEED = 17  # fixed, so every run on every machine gets the same boundaries
+# the calibration's own error on fresh paths is about +-4% of the level (+0.12 points at 2.5%
+# for 20 looks): the boundaries spend this much less, so that the rate stays at its level
+SEQUENTIAL_MARGIN = 0.04
+MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simulate
+
+
+@functools.lru_cache(maxsize=2)
+def _null_t_paths(first: int, max_rounds: int) -> tuple:
+    """Return, per look n = first..max_rounds, the one-sample t statistics of
+    SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
+    rng = random.Random(SEQUENTIAL_SEED)
+    gauss = rng.gauss
+    columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
+    for _ in range(SEQUENTIAL_PATHS):
+        mean = m2 = 0.0
+        for i in range(1, max_rounds + 1):
+            x = gauss(0.0, 1.0)
+            delta = x - mean
+            mean += delta / i  # Welford: one stable pass, as the t statistic needs per look
+            m2 += delta * (x - mean)
+            if i >= first:
+                columns[i - first].append(mean * math.sqrt(i * (i - 1) / m2))
+    return columns
+
+
+@functools.lru_cache(maxsize=256)
+def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_ROUNDS) -> tuple:
+    """Return the critical one-sided t values of a group-sequential t test, one per look
+    n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
+
+    The z boundaries of group_sequential_levels, turned into t quantiles, run over their
+    level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
+    itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
+    look k may spend, and c_k is set so that exactly that share of the simulated null paths
+    (SEQUENTIAL_PATHS and their mirror images), among those that crossed no earlier look,
+    crosses at look k. The t statistic of normal data does not depend on its scale, so one
+    set of paths serves every spread. A look whose share is under one path cannot reject
+    (inf). docs/gate.md gives the rates achieved on fresh paths.
+    """
+    max_rounds = _whole(max_rounds, "max_rounds", first)
+    if max_rounds > MAX_SEQUENTIAL_ROUNDS:
+        raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS} rounds, "
+                                 f"got {max_rounds}")
+    alpha = _probability(alpha, "alpha")
+    columns = _null_t_paths(first, max_rounds)
+    paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
+    alive = range(paths)
+    crossed, criticals = 0, []
+    for k, column in enumerate(columns):
+        spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
+        share = math.floor(spent * (1 - SEQUENTIAL_MARGIN) * paths) - crossed
+        if share <= 0:
+            criticals.append(math.inf)
+            continue
+        top = heapq.nlargest(share + 1, ((column[i] if i < SEQUENTIAL_PATHS
+                                          else -column[i - SEQUENTIAL_PATHS], i) for i in alive))
+        criticals.append(0.5 * (top[share - 1][0] + top[share][0]))
+        gone = {i for _, i in top[:share]}
+        alive = [i for i in alive if i not in gone]
+        crossed += share
+    return tuple(criticals)
 
 
 # --- files ---
@@ -5440,6 +5524,9 @@ class GateSettings(NamedTuple):
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    # the old rule: PASS unless a gated row is shown worse (a PASS then shows nothing within
+    # the tolerance); by default PASS needs every gated row shown within it
+    pass_unless_worse: bool = False
     decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
 
     @property
@@ -5516,6 +5603,56 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
             for field, found in differences.items()]
 
 
+COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
+
+
+def measured_keys(run: RunFile) -> tuple:
+    """Return what a copy of a run's measurements repeats, each None where it proves nothing:
+    its start time with every record, and the timings of its requests in send order."""
+    records = tuple((p.name, p.requests) for p in run.passes)
+    started = None if run.started_unix is None else (run.started_unix, records)
+    timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
+    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+
+
+def measured_span(run: RunFile) -> tuple:
+    """Return (when the run started, when its last measured pass ended), unix seconds, each
+    None when the file does not say."""
+    ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
+            if p.attempt.started_unix is not None and p.summary is not None]
+    return run.started_unix, max(ends, default=None)
+
+
+def check_measured_once(runs: dict) -> None:
+    """Raise unless every round was measured once, one side at a time: no two files hold
+    the same measurements (a copied round narrows the interval on data measured once), and
+    no run started before the run before it ended (the rounds were not interleaved)."""
+    seen: dict = {}
+    files = [run for sides in runs.values() for run in sides.values()]
+    for run in files:
+        for what, key in zip(("the same start time and records", "the same requests' timings"),
+                             measured_keys(run)):
+            if key is None:
+                continue
+            other = seen.setdefault((what, key), run)
+            if other is not run:
+                raise RouterLatencyError(
+                    f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
+                    f"measurement counted twice would narrow the interval on data measured "
+                    f"once; remove the copy", str(Path(run.path).parent))
+    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
+                    if span[0] is not None), key=lambda item: item[0][0])
+    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
+    for (start, end), path in spans:
+        if latest[0] is not None and start < latest[0] or start == latest[1]:
+            raise RouterLatencyError(
+                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"were not measured one at a time, as interleaved rounds are",
+                str(Path(path).parent))
+        if latest[0] is None or (end is not None and end > latest[0]):
+            latest = (end, start, path)
+
+
 def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
     """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
@@ -5556,9 +5693,11 @@ class Row(NamedTuple):
     p_value: float  # one-sided: worse than the tolerance
     detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
     rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
-    verdict: str  # regression, worse, better, same or inconclusive
+    verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
     base_values: tuple
     new_values: tuple
+    worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
+    more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
 
     @property
     def change_pct(self) -> float:
@@ -5582,32 +5721,86 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
     log_ratio = mean_interval(logs)
     sign = worse_sign(metric)
     worse = [sign * v for v in logs]
-    tolerance = settings.tolerance_log
-    low, high = sorted((sign * log_ratio.low, sign * log_ratio.high))
-    if high < 0:
-        verdict = "better"
-    elif -tolerance <= low and high <= tolerance:
-        verdict = "same"
-    elif low > tolerance:
-        verdict = "worse"
-    else:
-        verdict = "inconclusive"
-    spread = sample_spread(logs)
-    level = settings.alpha / 2
-    detectable = tolerance + detectable_change(spread, len(logs), alpha=level, sided=1)
-    room = math.log1p(settings.target_pct / 100) - tolerance
-    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
-                           alpha=level, sided=1)
     faster = -sign  # speedup: base/new for latency, new/base for req/s
     bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
-    return Row(name, metric, settings.gates(name, metric),
-               statistics.median(base_values), statistics.median(new_values),
-               paired_interval(base_values, new_values), log_ratio,
-               math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
-               sum(v > 0 for v in worse), len(logs),
-               t_test_p(worse, mu=tolerance, alternative="greater"),
-               100 * math.expm1(detectable) if spread > 0 else None, needed, verdict,
-               tuple(base_values), tuple(new_values))
+    row = Row(name, metric, settings.gates(name, metric),
+              statistics.median(base_values), statistics.median(new_values),
+              paired_interval(base_values, new_values), log_ratio,
+              math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
+              sum(v > 0 for v in worse), len(logs),
+              t_test_p(worse, mu=settings.tolerance_log, alternative="greater"),
+              None, None, "inconclusive", tuple(base_values), tuple(new_values))
+    # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
+    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
+    return row_judged(row, settings, critical, critical,
+                      row.p_value < settings.alpha / 2)
+
+
+ROW_WORDS = ("better", "same", "worse", "inconclusive")
+
+
+def t_statistic(values: Sequence[float], mu: float) -> float:
+    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
+    side of the mean, 0 at mu (as t_test_p judges equal values)."""
+    mean, ss = _mean_ss(values)
+    if min(values) == max(values) or ss == 0.0:
+        diff = values[0] - mu
+        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
+    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
+
+
+def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
+               shown_worse: bool) -> Row:
+    """Return the row with its word, worse end, "detects" and rounds to a decision.
+
+    within: the critical t of the test that it lies within the tolerance (and of "better"),
+    fail: that of the test that finds it worse when only it slows (Holm's first step for a
+    gated row); shown_worse: that test, as the gate applied it, rejected.
+    """
+    worse = row.worse_series
+    n, tolerance = len(worse), settings.tolerance_log
+    mean, ss = _mean_ss(worse)
+    se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
+    end = mean + within * se
+    verdict = ("worse" if shown_worse else "better" if end < 0
+               else "same" if end <= tolerance else "inconclusive")
+    spread = sample_spread(worse)
+    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    room = math.log1p(settings.target_pct / 100) - tolerance
+    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
+    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
+                           alpha=level, sided=1)
+    more = None if verdict != "inconclusive" else \
+        rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    return row._replace(
+        verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
+        detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
+        else None, rounds_needed=needed, more_rounds=more)
+
+
+@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
+def nominal_level(critical: float, df: int) -> float:
+    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
+    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
+
+
+DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+
+
+def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
+                     fail_level: float, rounds: int) -> Optional[int]:
+    """Return how many more rounds would decide a row if its mean and spread stayed as seen:
+    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
+    gap = abs(tolerance - mean)
+    if gap == 0.0 or spread == 0.0:
+        return None if gap == 0.0 else 1
+    level = within_level if mean < tolerance else fail_level
+    # the normal quantile is below t's: its n is a lower bound to scan up from
+    start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
+    for n in range(start, DECIDE_LIMIT + 1):
+        if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
+            return n - rounds
+    return None
 
 
 class GateTest(NamedTuple):
@@ -5618,11 +5811,29 @@ class GateTest(NamedTuple):
     composite_p: Optional[float]
     level: float  # one-sided level of each of the two tests
     regressions: tuple  # (pass, metric) Holm rejects
+    composite_worse: bool = False  # the composite test rejects
+    within_critical: float = math.inf  # critical t of each row's test within the tolerance
+    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
+    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+
+
+def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
+    """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
+    quantile, or with --sequential the calibrated boundary of this look."""
+    if settings.sequential_max is None:
+        return -t_ppf(level, rounds - 1)
+    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+
+
+def crosses(statistic: float, critical: float) -> bool:
+    """Return True when a t statistic reaches a critical value a look can reject at."""
+    return math.isfinite(critical) and statistic >= critical
 
 
 def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
-    """Return the gate's test: a composite one-sided t test on the mean of the gated rows'
-    per-round log ratios at `level`, and Holm across the gated rows at `level`.
+    """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
+    the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
+    rows at `level` (family-wise 2 level), with the critical t of each.
 
     The rows of a round move together (a slow round is slow everywhere), so a correction
     made for independent tests alone would throw away the power the shared signal gives;
@@ -5631,14 +5842,27 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     gated = [r for r in rows if r.gated]
     if not gated:
         return GateTest(0, 0.0, None, None, level, ())
+    n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
     series = [r.worse_series for r in gated]
+    statistics_ = [t_statistic(x, tolerance) for x in series]
+    steps: list = []  # each step's boundary only once reached: a sequential one costs time
+    rejected = set()
+    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
+    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
+        steps.append(gate_critical(settings, n, level / (m - step)))
+        if not crosses(statistics_[index], steps[step]):
+            break
+        rejected.add(index)
     composite = composite_log_ratios(series)
-    rejected = holm([r.p_value for r in gated], level)
+    critical = gate_critical(settings, n, level)
+    spread = sample_spread(composite)
+    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
     return GateTest(
-        len(gated), effective_rows(series) if len(gated) > 1 else 1.0,
-        mean_interval(composite),
-        t_test_p(composite, mu=settings.tolerance_log, alternative="greater"), level,
-        tuple((r.pass_name, r.metric) for r, hit in zip(gated, rejected) if hit))
+        m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
+        t_test_p(composite, mu=tolerance, alternative="greater"), level,
+        tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
+        crosses(t_statistic(composite, tolerance), critical), critical, tuple(steps),
+        100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable) else None)
 
 
 class RoundAgreement(NamedTuple):
@@ -5852,7 +6076,7 @@ class RoundsReport(NamedTuple):
     order: dict
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
     outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
-    without_outliers: Optional[str]  # the verdict without them, where it differs
+    outlier_changes: tuple  # (round, its gated mean change %, the median's %): descriptive
     insecure_files: tuple  # files measured without TLS verification
     look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
@@ -5863,6 +6087,7 @@ class RoundsReport(NamedTuple):
     outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: tuple = ()  # PassLatencies, for the report page
+    more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -5915,21 +6140,61 @@ def run_outcomes(run: RunFile) -> dict:
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
                  doubts: Sequence[str], settings: GateSettings, look: Optional[tuple]) -> tuple:
-    """Return (status, reasons, exit code): the gate's one rule.
+    """Return (status, reasons, exit code): the gate's one rule, three-way.
 
-    fail: a new side failed, erred beyond the base, changed a decision, or the gate's test
-    rejects; inconclusive: doubts (a failing base side, too few usable rounds), --strict with
-    an underpowered gated row, or a group-sequential look that has not decided yet; else pass.
+    fail: a new side failed, erred beyond the base or changed a decision, or a gated row is
+    shown worse than the tolerance (the composite test or Holm, family-wise 5%); pass: every
+    gated row is shown within the tolerance (its worse end inside it: two one-sided tests at
+    2.5%, intersection-union), with no doubt; inconclusive: anything else (a failing base
+    side, too few usable rounds, a gated row not decided either way). --pass-unless-worse
+    keeps the old rule: pass unless it fails (see old_rule_outcome).
     """
     reasons = list(failures)
     if test is not None:
-        reasons += [f"regression in {pass_title(p)} {metric_title(m)}"
+        reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
                     for p, m in test.regressions]
-        if test.composite_p is not None and test.composite_p < test.level:
+        if test.composite_worse:
             reasons.append(f"the {test.rows} gated rows together are "
-                           f"{composite_text(test.composite)}")
+                           f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
         return "fail", tuple(reasons), EXIT_GATE
+    if settings.pass_unless_worse:
+        return old_rule_outcome(rows, doubts, settings, look)
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    doubts = list(doubts) + [undecided_text(r, settings) for r in undecided]
+    if undecided and look is not None and look[0] == look[1]:
+        doubts.append(f"the last look of the plan ({look[1]} rounds) left "
+                      f"{plural(len(undecided), 'gated row')} undecided")
+    if doubts:
+        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
+    return "pass", (), EXIT_OK
+
+
+def undecided_text(row: Row, settings: GateSettings) -> str:
+    """Return why a gated row is undecided: how far its worse end reaches, and about how many
+    more rounds would decide it at the spread seen."""
+    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
+            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
+            f"spread seen")
+
+
+def more_rounds(rows: Sequence[Row]) -> Optional[int]:
+    """Return the rounds that would decide every undecided gated row, None past 1,000 or
+    when none is undecided."""
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    if not undecided or any(r.more_rounds is None for r in undecided):
+        return None
+    return max(r.more_rounds for r in undecided)
+
+
+def old_rule_outcome(rows: Sequence[Row], doubts: Sequence[str], settings: GateSettings,
+                     look: Optional[tuple]) -> tuple:
+    """Return the outcome of --pass-unless-worse, the rule before the three-way gate: pass
+    unless it failed, inconclusive for doubts, --strict with an underpowered undecided gated
+    row, or a --sequential look before the last with an undecided gated row."""
     doubts = list(doubts)
     undecided = [r for r in rows if r.gated and r.verdict not in ("better", "same")]
     if look is not None and look[0] < look[1] and undecided:
@@ -5953,7 +6218,11 @@ def composite_text(composite: Interval) -> str:
 
 
 def detectable_text(row: Row) -> str:
-    return "any change" if row.detectable_pct is None else f">= {row.detectable_pct:.0f}%"
+    """Return what the row's test, as the gate applies it, finds 80% of the time."""
+    if row.detectable_pct is not None:
+        return f">= {row.detectable_pct:.0f}%"
+    # no spread finds any change; a look whose boundary cannot reject finds none
+    return "any change" if sample_spread(row.worse_series) == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -5972,13 +6241,38 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
 
 
 def look_level(settings: GateSettings, rounds: int) -> tuple:
-    """Return (one-sided level of each of the gate's two tests, the look or None)."""
+    """Return (one-sided level of each of the gate's two tests, the look or None); the
+    look's boundaries come from gate_critical."""
     half = settings.alpha / 2
     if settings.sequential_max is None:
         return half, None
-    look = (rounds, max(settings.sequential_max, rounds))
-    levels = group_sequential_levels(range(MIN_ROUNDS, look[1] + 1), look[1], half)
-    return next(b.nominal_alpha for b in levels if b.n == rounds), look
+    return half, (rounds, settings.sequential_max)
+
+
+def check_look(runs: dict, settings: GateSettings) -> None:
+    """Raise when the rounds go past the sequential plan's last look: more rounds than it
+    allows is a new plan, whose error rates no boundary holds."""
+    last = settings.sequential_max
+    if last is not None and len(runs) > last:
+        raise RouterLatencyError(
+            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"the plan keeps no error rate; judge them as a fixed design (without "
+            f"--sequential) or plan more rounds from the start")
+
+
+def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
+              doubts: Sequence[str] = ()) -> tuple:
+    """Return (the rows with the gate's words, its test, the look, (status, reasons, exit
+    code)): the whole rule applied to the rows of the used rounds (none: too few rounds).
+    bench/gate_simulation.py applies it to synthetic rows through this same function."""
+    if not rows:
+        return [], None, None, gate_outcome([], None, failures, doubts, settings, None)
+    level, look = look_level(settings, rows[0].rounds)
+    test = gate_test(rows, settings, level)
+    rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
+                       (r.pass_name, r.metric) in test.regressions) if r.gated else r
+            for r in rows]
+    return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
 
 
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
@@ -6017,6 +6311,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
     notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    check_measured_once(runs)
+    check_look(runs, settings)
     used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
     errors = pass_errors(runs, base, new)
     failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
@@ -6027,20 +6323,14 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                      for a in agreement if a.used and a.agree < a.total]
     rows: list = []
-    test = look = None
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
-        level, look = look_level(settings, len(used))
         rows = judged_rows(runs, base, new, used, settings)
-        test = gate_test(rows, settings, level)
-        rows = [r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
-                else r for r in rows]
-    status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
+    rows, test, look, (status, reasons, code) = gate_rows(rows, settings, failures, doubts)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
-    effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
-                                                   status, order)
+    effect, outliers, changes = order_and_outliers(used, rows, order)
     insecure = sorted({Path(run.path).name for sides in runs.values()
                        for run in sides.values() if run.insecure})
     hashes, hash_warnings = config_hash_findings(runs, base, new,
@@ -6052,37 +6342,36 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
                               for side, run in sorted(runs[n].items())])
               + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
-        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
+        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        tuple(pass_latencies(runs, base, new, used)))
+        tuple(pass_latencies(runs, base, new, used)),
+        more_rounds(rows) if status == "inconclusive" else None)
 
 
-def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
-                       rows: Sequence[Row], settings: GateSettings, status: str,
-                       first: dict) -> tuple:
-    """Return (the crossover order effect, outlier rounds, the verdict without them where it
-    differs), all on the per-round mean of the gated rows' worse-direction log ratios; first:
-    which side started each round (order_balance)."""
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
+    """Return (the crossover order effect, outlier rounds, (round, its change %, the median
+    change %) of each), all on the per-round mean of the gated rows' worse-direction log
+    ratios; first: which side started each round (order_balance).
+
+    Outliers are described, never judged again without them: a verdict recomputed after
+    choosing what to drop is a second test, and the two together fail more often than
+    either. The gate's answer to a noisy round is the wider interval it gives.
+    """
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
-        return None, [], None
+        return None, [], ()
     composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first["base_first"]],
                           [composite[n] for n in first["new_first"]]) \
         if first["base_first"] and first["new_first"] and len(used) > 2 else None
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
-    without = None
-    kept = {n: runs[n] for n in runs if n not in outliers}
-    if outliers and len([n for n in used if n not in outliers]) >= MIN_ROUNDS:
-        again = judge_rounds(kept, base, new, settings)
-        if again.status != status:
-            without = f"{again.status.upper()}" + (f": {'; '.join(again.reasons)}"
-                                                  if again.reasons else "")
-    return effect, outliers, without
+    centre = 100 * math.expm1(statistics.median(composite.values()))
+    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
+                                   for n in outliers)
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -6092,11 +6381,8 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
-    for row in rows:
+    for row in rows if settings.pass_unless_worse else ():  # else the reasons say it
         title = f"{pass_title(row.pass_name)} {metric_title(row.metric)}"
-        if row.gated and row.verdict == "worse":
-            warnings.append(f"warning: {title} is worse by its own 95% interval, but not "
-                            f"after the correction for {test.rows} gated rows")
         if row.gated and row.verdict == "inconclusive":
             needed = "more than 1,000" if row.rounds_needed is None else \
                 f"about {row.rounds_needed}"
@@ -6568,7 +6854,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     slowdowns = format_slowdowns(report)
     lines += [""] + slowdowns if slowdowns else []
     lines += [""] + format_environment(report) + [""]
-    lines += format_order(report) + format_closing(report)
+    lines += format_order(report) + format_closing(report) + undecided_line(report)
     lines.append(verdict_line(report))
     return lines
 
@@ -6587,9 +6873,10 @@ def format_closing(report: RoundsReport) -> list:
 def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
-    lines = [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
-             f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
-             f"({report.corpus_count} prompts)"]
+    lines = [f"rule: {gate_rule(settings)}"] if settings.pass_unless_worse else []
+    lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
+              f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
+              f"({report.corpus_count} prompts)"]
     if not report.rows:
         return lines
     test = report.test
@@ -6597,11 +6884,14 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         f"{new} vs {base}: how many times faster or slower {new} is, the geometric mean of the "
         f"per-round ratios with a 95% Student t interval on their logs, df {len(used) - 1}; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
-        f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
+        f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
+        f"80% of the time",
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
-        f"{test.effective_rows:.1f} independent; one-sided tests at {100 * test.level:.3g}% each "
-        f"on their per-round mean and by Holm across them (family-wise "
-        f"{100 * 2 * test.level:.3g}%)", ""]
+        f"{test.effective_rows:.1f} independent; worse: one-sided tests at "
+        f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
+        f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
+        f"tolerance (one-sided {100 * test.level:.3g}%)"
+        + (", boundaries of this look" if settings.sequential_max else ""), ""]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
@@ -6616,8 +6906,11 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
          f"{new} vs {base} [95% CI]", "worse", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
+        together = "any change" if test.composite_detectable_pct is None \
+            else f">= {test.composite_detectable_pct:.0f}%"
         lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
-                      f"one-sided p {test.composite_p:.3g}"]
+                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                      f"detects {together}"]
     return lines
 
 
@@ -6758,20 +7051,42 @@ def format_order(report: RoundsReport) -> list:
                      f"[{100 * math.expm1(effect.low):+.1f}%, "
                      f"{100 * math.expm1(effect.high):+.1f}%]")
     if report.outliers:
-        lines.append(f"outlier rounds (median/MAD of the gated rows' mean): "
-                     f"{names(report.outliers)}"
-                     + (f"; without them the verdict would be {report.without_outliers}"
-                        if report.without_outliers else "; the verdict is the same without them"))
+        lines.append("outlier rounds (median/MAD of the gated rows' mean; described only, the "
+                     "verdict stands on every round): " + ", ".join(
+                         f"r{n} {change:+.1f}% against the median {centre:+.1f}%"
+                         for n, change, centre in report.outlier_changes))
     return lines
 
 
 def verdict_line(report: RoundsReport) -> str:
     """Return the one-line gate verdict of a rounds report."""
     look = f" (round {report.look[0]} of at most {report.look[1]})" if report.look else ""
+    old = " (--pass-unless-worse)" if report.settings.pass_unless_worse else ""
     if report.status != "pass":
-        return f"verdict: {report.status.upper()}{look}: " + "; ".join(report.reasons)
+        return f"verdict: {report.status.upper()}{look}{old}: " + "; ".join(report.reasons)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    return f"verdict: PASS{look}" + (f" ({unsure} inconclusive gated rows)" if unsure else "")
+    return f"verdict: PASS{look}{old}" + (f" ({unsure} inconclusive gated rows)"
+                                          if unsure else "")
+
+
+def undecided_line(report: RoundsReport) -> list:
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    if report.status != "inconclusive" or not report.rows:
+        return []
+    if report.more_rounds is None:
+        return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
+            if any(r.gated and r.verdict == "inconclusive" for r in report.rows) else []
+    return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
+            f"(at the spread seen)"]
+
+
+def gate_rule(settings: GateSettings) -> str:
+    """Return the gate's rule in one line."""
+    if settings.pass_unless_worse:
+        return ("--pass-unless-worse: PASS unless a gated row is shown worse than the "
+                "tolerance; a PASS does not show that the rows lie within it")
+    return ("PASS when every gated row is shown within the tolerance, FAIL when one is shown "
+            "worse, INCONCLUSIVE otherwise")
 
 
 def rounds_json(report: RoundsReport) -> dict:
@@ -6818,7 +7133,10 @@ def rounds_json(report: RoundsReport) -> dict:
             "environment": list(report.environment), "order": report.order,
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
-            "outliers": list(report.outliers), "without_outliers": report.without_outliers,
+            "outliers": list(report.outliers),
+            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
+                                for n, c, m in report.outlier_changes],
+            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
@@ -6893,17 +7211,15 @@ def junit_cases(report: RoundsReport) -> list:
     cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
-        outcome = {"regression": "failure", "inconclusive": "skipped", "worse": "skipped"}
+        outcome = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
-            text += f"; could only detect {detectable_text(row)}"
-        elif row.verdict == "worse":
-            text += f"; not after the correction for {report.test.rows} gated rows"
+            text += f"; {undecided_text(row, report.settings)}"
         cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
                       outcome.get(row.verdict, "passed"), text, ""))
     test = report.test
     if test is not None and test.composite is not None:
         cases.append(("rows", "gated rows together",
-                      "failure" if test.composite_p < test.level else "passed",
+                      "failure" if test.composite_worse else "passed",
                       f"{100 * math.expm1(test.composite.mean):+.1f}% "
                       f"[{100 * math.expm1(test.composite.low):+.1f}%, "
                       f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
@@ -6978,7 +7294,9 @@ def format_plan(report: RoundsReport) -> list:
     lines = [f"plan from {plural(len(report.used), 'round')} "
              f"({', '.join(f'r{n}' for n in report.used)}); target: detect a "
              f"{settings.target_pct:g}% slowdown beyond the {settings.tolerance_pct:g}% "
-             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}%", ""]
+             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}% (a gated "
+             f"row at Holm's first level, that divided by the gated rows, as the gate tests it "
+             f"when only that row slows)", ""]
     table = []
     for row in report.rows:
         spread = sample_spread([math.log(n / b) for b, n in
@@ -7133,7 +7451,8 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     head = format_rounds_table(report, markdown=True)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    what = (f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
+    what = ((f"{gate_rule(report.settings)}; " if report.settings.pass_unless_worse else "")
+            + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look[0]} of at most {report.look[1]})" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
@@ -7143,7 +7462,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     if per_round and report.rows:
         details += ["**Each round**"] + format_per_round(report, markdown=True)
     details += ["**Environment**"] + format_environment(report, markdown=True)
-    details += format_order(report) + format_closing(report)
+    details += format_order(report) + format_closing(report) + undecided_line(report)
     table = [line for line in head if line.startswith("|")]
     note = decisions_note(report)
     return ([f"**{md_text(note[0])}**", ""] if note else []) \
@@ -7239,8 +7558,7 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "fail": "#c62828", "regression": "#c62828", "worse": "#e65100",
-                  "inconclusive": "#9a6700"}
+                  "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
@@ -8497,12 +8815,13 @@ def add_rounds_parser(commands: Any) -> None:
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=HelpFormatter,
                             epilog="example: rounds --dir results --base cpu --new rocm. "
-                                   "Exit codes: 0 pass; 1 failed: a regression, a changed "
+                                   "Exit codes: 0 pass: every gated row shown within the "
+                                   "tolerance; 1 failed: a gated row shown worse, a changed "
                                    "decision, a failed new side or more failed requests than "
-                                   "the base; 2 bad input; 3 inconclusive: fewer than 3 usable "
-                                   "rounds, a failed base side, --strict with a gated row that "
-                                   "could not detect --max-mde, or an undecided --sequential "
-                                   "look.")
+                                   "the base; 2 bad input; 3 inconclusive: a gated row not "
+                                   "decided either way (the report says how many more rounds "
+                                   "would decide it), fewer than 3 usable rounds or a failed "
+                                   "base side.")
     p.add_argument("--dir", required=True, help="folder of r<N>-<side>.json files")
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
@@ -8516,14 +8835,19 @@ def add_rounds_parser(commands: Any) -> None:
                         "row may have before the result is inconclusive (default twice the "
                         "tolerance, 10 at tolerance 0)")
     p.add_argument("--strict", action="store_true",
-                   help="exit 3 when a gated row is inconclusive and could not detect "
-                        "--max-mde")
+                   help="with --pass-unless-worse: exit 3 when a gated row is inconclusive "
+                        "and could not detect --max-mde")
+    p.add_argument("--pass-unless-worse", action="store_true",
+                   help="the old rule: PASS unless a gated row is shown worse (an undecided "
+                        "row passes; the report's first line says so)")
     p.add_argument("--allow-mismatch", action="append", default=[], choices=CHECKED_FIELDS,
                    metavar="FIELD", help="accept runs that differ in this field "
                                          f"({', '.join(CHECKED_FIELDS)}; repeatable)")
-    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS), metavar="MAX_ROUNDS",
+    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS),
+                   metavar="MAX_ROUNDS",
                    help="judge a look of a group-sequential plan of at most MAX_ROUNDS rounds: "
-                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided)")
+                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided); more "
+                        "rounds than MAX_ROUNDS is an error")
     p.add_argument("--plan", action="store_true",
                    help="print the spread of each row and the rounds a target needs "
                         "(for planning from A/A rounds)")
@@ -8891,7 +9215,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
-        allow_config_change=args.allow_config_change, decisions=args.decisions)
+        allow_config_change=args.allow_config_change,
+        pass_unless_worse=args.pass_unless_worse, decisions=args.decisions)
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:

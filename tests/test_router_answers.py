@@ -151,7 +151,7 @@ def rounds_folder(folder, labels):
         for side, p50 in (("cpu", 10.0), ("rocm", 5.0 + number)):
             make_run(folder / f"r{number}-{side}.json", label=labels(number, side),
                      passes={1: (p50, p50 * 2, p50 * 3, 1000 / p50)},
-                     started_unix=1000.0 * number + (side == "rocm"))
+                     started_unix=1000.0 * number + 500 * (side == "rocm"))
     return folder
 
 
@@ -691,7 +691,7 @@ def differing_rounds(folder):
                                      ("rocm", 5.0 + number * 0.1, ["a", "x", "c", "y", "e"])):
             make_run(folder / f"r{number}-{side}.json", label=side, count=40,
                      decisions=decisions, passes={1: (p50, p50 * 2, p50 * 3, 1000 / p50)},
-                     started_unix=1000.0 * number + (side == "rocm"))
+                     started_unix=1000.0 * number + 500 * (side == "rocm"))
     return folder
 
 
