@@ -130,6 +130,14 @@ ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
+# rows of a ladder: the plateau's throughput, capacity within the SLO, USD per million requests
+LADDER_METRICS = ("plateau_req_per_s", "capacity_req_per_s", "usd_per_million")
+LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "capacity req/s",
+                 "usd_per_million": "USD/1M"}
+LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_per_s",
+                     "cost": "usd_per_million"}  # --gate's names of those rows
+LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
@@ -203,6 +211,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def metric_title(metric: str) -> str:
+    if metric in LADDER_TITLES:
+        return LADDER_TITLES[metric]
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 
@@ -1695,6 +1705,8 @@ def pass_name(concurrency: int, rate: Optional[float] = None) -> str:
 
 def pass_title(name: str) -> str:
     """Return how a pass is shown in tables."""
+    if name == LADDER_PASS:
+        return "Ladder"
     if name.startswith("r"):
         return f"Rate {name[1:]}/s"
     return "Sequential" if name == "sequential" else f"Conc {name[1:]}"
@@ -2243,6 +2255,27 @@ def _not_an_object(where: str) -> Any:
     raise RouterLatencyError("expected an object", where)
 
 
+class Ladder(NamedTuple):
+    """How a ladder of load climbs (run --ladder): one pass per step, the next step only while
+    the last one added more than margin_pct of throughput, shed nothing (429 OVERLOADED) and
+    kept p95 within slo_p95_ms. The run file keeps it as settings.ladder."""
+    margin_pct: float = LADDER_MARGIN_PCT
+    slo_p95_ms: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["Ladder"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        return cls(checked_number(raw.get("margin_pct"), f"{where}.margin_pct"),
+                   checked_number(raw.get("slo_p95_ms"), f"{where}.slo_p95_ms",
+                                  nullable=True, positive=True))
+
+
 class RunFile(NamedTuple):
     """A run file: who measured what, how, and every pass."""
     label: str
@@ -2295,6 +2328,11 @@ class RunFile(NamedTuple):
     def slow_windows(self, item: PassRecord) -> tuple:
         """Return the indexes of a pass's windows in a slow phase."""
         return slow_windows(item.attempt.windows, self.thresholds)
+
+    @property
+    def ladder(self) -> Optional[Ladder]:
+        """How the run climbed its ladder; None for a run of fixed passes."""
+        return Ladder.from_json(self.settings.get("ladder"), "settings.ladder")
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -2352,6 +2390,7 @@ class RunFile(NamedTuple):
                        nullable=True, positive=True)
         if not is_whole(settings.get("repeat", 1), 1):
             raise RouterLatencyError("expected a whole number >= 1", f"{path}: settings.repeat")
+        Ladder.from_json(settings.get("ladder"), f"{path}: settings.ladder")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
@@ -3690,6 +3729,7 @@ class RunPlan(NamedTuple):
     # the previews the router admits at once (its routing_preview.max_concurrency): a pass
     # with more callers is warned about, since the router sheds the rest with 429 OVERLOADED
     router_max_concurrency: int = ROUTER_MAX_CONCURRENCY
+    ladder: Optional[Ladder] = None  # climb the passes in order while the load pays
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
@@ -3700,6 +3740,52 @@ def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] 
     return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
                  + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
                     for r in rates])
+
+
+def ladder_levels(limit: int) -> tuple:
+    """Return --ladder's callers without a list: 1, 2, 4, ... doubling up to `limit` (the
+    router's admission limit), and the limit itself: beyond it every caller more is shed."""
+    levels = [1]
+    while levels[-1] * 2 <= limit:
+        levels.append(levels[-1] * 2)
+    return tuple(levels) + ((limit,) if levels[-1] != limit else ())
+
+
+def step_text(item: PassRecord) -> str:
+    """Return a ladder step's load in words: 4 callers, 200/s offered."""
+    if item.rate is not None:
+        return f"{item.rate:g}/s offered"
+    return plural(item.concurrency, "caller")
+
+
+def shed_requests(item: PassRecord) -> int:
+    """Return how many of a pass's requests the router shed: 429, OVERLOADED in its body."""
+    return sum(r.status == 429 for r in item.requests)
+
+
+def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
+    """Return why a ladder stops climbing after its last step, or None to climb on: the
+    router shed (its admission limit), p95 passed the SLO, or throughput grew less than the
+    margin over the step measured before."""
+    measured = [p for p in passes if not p.discarded and p.summary.req_per_s]
+    if not measured or measured[-1] is not passes[-1]:
+        return None  # a step discarded for load says nothing of the router
+    last = measured[-1]
+    shed = shed_requests(last)
+    if shed:
+        return (f"the router shed {plural(shed, 'request')} at {step_text(last)} (429 "
+                f"OVERLOADED): its admission limit (routing_preview.max_concurrency)")
+    p95 = last.summary.p95_ms
+    if ladder.slo_p95_ms is not None and p95 is not None and p95 > ladder.slo_p95_ms:
+        return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "
+                f"(--slo-p95-ms {ladder.slo_p95_ms:g})")
+    if len(measured) > 1:
+        before = measured[-2].summary.req_per_s
+        if last.summary.req_per_s < before * (1 + ladder.margin_pct / 100):
+            return (f"throughput stopped growing: {fmt_value(last.summary.req_per_s)} req/s "
+                    f"at {step_text(last)}, within {ladder.margin_pct:g}% of "
+                    f"{fmt_value(before)} req/s at {step_text(measured[-2])}")
+    return None
 
 
 def check_plan(plan: RunPlan, prompts: int) -> None:
@@ -4516,9 +4602,14 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
         warning = overload_warning(item, plan.router_max_concurrency)
         if warning:
             notify(warning)
-        title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}"
+        title = f"{pass_title(item.name)}, {'step' if plan.ladder else 'pass'} {position} " \
+                f"of {'at most ' if plan.ladder else ''}{len(plan.passes)}"
         passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
                                    notify, title, expects, thresholds))
+        why = ladder_stop(passes, plan.ladder) if plan.ladder and not stop.is_set() else None
+        if why:
+            notify(f"ladder: stopped climbing after {pass_title(item.name)}: {why}")
+            break
     return passes
 
 
@@ -4577,6 +4668,7 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
         "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
         "percentile_method": PERCENTILE_METHOD,
         "latency": LATENCY_DEFINITION, **thresholds._asdict(),
+        **({"ladder": plan.ladder.to_json()} if plan.ladder else {}),
     }
 
 
@@ -4617,7 +4709,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
-        label=label, complete=not stop.is_set() and len(passes) == len(plan.passes),
+        label=label, complete=not stop.is_set() and (len(passes) == len(plan.passes)
+                                                     or plan.ladder is not None),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
         passes=tuple(passes), started_utc=started, started_unix=started_unix,
         ended_utc=utc_now(), url=target.endpoint.shown, model=target.model,
@@ -4646,8 +4739,9 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
 # works from a report alone, and the gate's rule is written once, in gate_outcome().
 
 def worse_sign(metric: str) -> int:
-    """Return +1 where a larger value is worse (latency), -1 where it is better (req/s)."""
-    return -1 if metric == "req_per_s" else 1
+    """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
+    a ladder's plateau and capacity)."""
+    return -1 if metric.endswith("req_per_s") else 1
 
 
 def reference_decisions(run: RunFile) -> dict:
@@ -4793,6 +4887,141 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         (a.config_hashes, b.config_hashes),
         (f"decisions differ in {plural(len(changes), 'input')} (sequential pass, "
          f"--fail-on-decision-change)",) if failed else ())
+
+
+class LadderStep(NamedTuple):
+    """One measured step of a ladder: its load and what it gave."""
+    name: str
+    load: float  # callers, or the offered rate (open loop)
+    title: str  # 4 callers, 200/s offered
+    req_per_s: float
+    p50_ms: float
+    p95_ms: float
+    shed: int  # requests the router shed (429 OVERLOADED)
+
+
+class Capacity(NamedTuple):
+    """What a ladder run says of its node: where throughput saturates, where latency starts
+    to grow faster than throughput, and the most it serves within the SLO."""
+    steps: tuple  # LadderStep, in the order climbed
+    open_loop: bool
+    margin_pct: float
+    slo_p95_ms: Optional[float]
+    plateau: Optional[int]  # the step the plateau begins at; None: throughput still grew
+    plateau_req_per_s: Optional[float]  # median req/s of the plateau's steps
+    knee: Optional[int]  # the step beyond which p50 grows faster than throughput
+    capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
+    capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
+    stop: str  # why the ladder stopped climbing
+    longest_gap_s: Optional[float]  # the longest time between two steps, captures included
+
+    @property
+    def served_req_per_s(self) -> Optional[float]:
+        """The throughput cost is counted at: capacity within the SLO, else the plateau."""
+        return self.capacity_req_per_s if self.slo_p95_ms is not None \
+            else self.plateau_req_per_s
+
+
+def ladder_steps(run: RunFile) -> tuple:
+    """Return a ladder run's measured steps in the order climbed."""
+    return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
+                            step_text(p), p.summary.req_per_s, p.summary.p50_ms,
+                            p.summary.p95_ms, shed_requests(p))
+                 for p in run.passes if not p.discarded and p.summary.req_per_s
+                 and p.summary.p95_ms is not None)
+
+
+def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
+    """Return (the step the plateau begins at, its median req/s), or (None, None) while
+    the last step still added throughput: the first step within the margin of the highest
+    throughput, when a later step confirms that more load added no more."""
+    if len(steps) < 2:
+        return None, None
+    top = max(s.req_per_s for s in steps)
+    begins = next(i for i, s in enumerate(steps) if s.req_per_s * (1 + margin_pct / 100) >= top)
+    if begins == len(steps) - 1:
+        return None, None
+    level = statistics.median(s.req_per_s for s in steps[begins:]
+                              if s.req_per_s * (1 + margin_pct / 100) >= top)
+    return begins, round(level, 2)
+
+
+def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[int]:
+    """Return the first step beyond which p50 grew by a larger factor than throughput (more
+    than the margin larger): from there, more load buys waiting, not work."""
+    for i in range(len(steps) - 1):
+        latency = steps[i + 1].p50_ms / steps[i].p50_ms
+        work = steps[i + 1].req_per_s / steps[i].req_per_s
+        if latency > work * (1 + margin_pct / 100):
+            return i
+    return None
+
+
+def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[int]) -> tuple:
+    """Return (the most req/s with p95 within slo_ms, how it was found): the best step within
+    it, or, where the first step beyond it served more, linear in p95 between the two."""
+    beyond = next((i for i, s in enumerate(steps) if s.p95_ms > slo_ms), None)
+    if beyond == 0:
+        return None, (f"the first step ({steps[0].title}) already had p95 "
+                      f"{fmt_value(steps[0].p95_ms)} ms, beyond the SLO")
+    within = steps[:beyond]
+    best = max(within, key=operator.attrgetter("req_per_s"))
+    if beyond is None:
+        return best.req_per_s, (f"measured at {best.title}: every step within the SLO, " + (
+            "and throughput had stopped growing" if plateau is not None else
+            "but throughput still grew at the last step: at least this much"))
+    low, high = steps[beyond - 1], steps[beyond]
+    if high.req_per_s <= best.req_per_s:
+        return best.req_per_s, (f"measured at {best.title}; {high.title} passed the SLO "
+                                f"without more throughput")
+    share = (slo_ms - low.p95_ms) / (high.p95_ms - low.p95_ms)
+    found = low.req_per_s + share * (high.req_per_s - low.req_per_s)
+    return round(max(found, best.req_per_s), 2), (
+        f"interpolated between {low.title} (p95 {fmt_value(low.p95_ms)} ms, "
+        f"{fmt_value(low.req_per_s)} req/s) and {high.title} (p95 {fmt_value(high.p95_ms)} ms, "
+        f"{fmt_value(high.req_per_s)} req/s), linear in p95")
+
+
+def step_gaps(run: RunFile) -> list:
+    """Return the seconds between the end of each measured pass and the start of the next,
+    the captures between them included (an upper bound: the start is taken before the
+    connections open)."""
+    timed = [p for p in run.passes if not p.discarded and p.attempt.started_unix is not None]
+    return [round(max(b.attempt.started_unix - a.attempt.started_unix - a.summary.wall_s, 0.0),
+                  3) for a, b in zip(timed, timed[1:])]
+
+
+def run_capacity(run: RunFile, slo_p95_ms: Optional[float] = None) -> Optional[Capacity]:
+    """Return what a ladder run derives (None for a run of fixed passes); slo_p95_ms, when
+    given, replaces the SLO the run climbed with."""
+    ladder = run.ladder
+    if ladder is None:
+        return None
+    slo = slo_p95_ms if slo_p95_ms is not None else ladder.slo_p95_ms
+    steps = ladder_steps(run)
+    plateau, level = plateau_of(steps, ladder.margin_pct)
+    capacity, how = slo_capacity(steps, slo, plateau) if slo is not None and steps else \
+        (None, "no SLO given (--slo-p95-ms)")
+    measured = [p for p in run.passes if not p.discarded]
+    stop = ladder_stop(run.passes, ladder) if measured else None
+    if stop is None:
+        stop = "interrupted" if not run.complete else "the ladder's last step was measured"
+    gaps = step_gaps(run)
+    return Capacity(steps, any(p.rate is not None for p in run.passes), ladder.margin_pct, slo,
+                    plateau, level, knee_of(steps, ladder.margin_pct), capacity, how, stop,
+                    max(gaps) if gaps else None)
+
+
+def usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
+    """Return what a million requests cost at req_per_s on a node of usd_per_hour:
+    USD/h / (req/s x 3600) x 10^6."""
+    return usd_per_hour / (req_per_s * 3600) * 1e6
+
+
+def cost_for(costs: Sequence[tuple], side: str) -> tuple:
+    """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
+    unit) entries, () when none is for it."""
+    return next(((usd, unit) for name, usd, unit in costs if name in (None, side)), ())
 
 
 def find_round_files(folder: str, base: str, new: str) -> dict:
@@ -5726,6 +5955,73 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes)
+
+
+def plateau_sentence(capacity: Capacity) -> str:
+    """Return where throughput stops growing, in a sentence, or that it did not."""
+    steps, who = capacity.steps, "requests" if capacity.open_loop else "callers"
+    if capacity.plateau is None:
+        if not steps:
+            return "no step was measured: no plateau"
+        return (f"throughput still grew at the last step ({steps[-1].title}, "
+                f"{fmt_value(steps[-1].req_per_s)} req/s): no plateau within the ladder")
+    more = "the rate" if capacity.open_loop else "callers"
+    return (f"throughput stops growing from {steps[capacity.plateau].title} at "
+            f"{fmt_value(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
+            f"with {more})")
+
+
+def knee_sentence(capacity: Capacity) -> str:
+    """Return the knee in a sentence: where latency starts to grow faster than throughput."""
+    if capacity.knee is None:
+        return "no knee: p50 never grew faster than throughput from one step to the next"
+    low, high = capacity.steps[capacity.knee], capacity.steps[capacity.knee + 1]
+    return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
+            f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
+            f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
+
+
+def capacity_sentence(capacity: Capacity) -> str:
+    """Return capacity within the SLO in a sentence, saying how it was found."""
+    if capacity.slo_p95_ms is None:
+        return "capacity within an SLO: none given (--slo-p95-ms)"
+    what = "open loop, latency from the schedule" if capacity.open_loop else "closed loop"
+    if capacity.capacity_req_per_s is None:
+        return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
+    return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
+            f"{fmt_value(capacity.capacity_req_per_s)} req/s ({what}), "
+            f"{capacity.capacity_how}")
+
+
+def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
+    """Return USD per million routed requests at capacity with its arithmetic, or None
+    without a cost."""
+    if not cost:
+        return None
+    usd, unit = cost
+    served = capacity.served_req_per_s
+    at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
+    if served is None:
+        return f"cost per million requests: no {at} to count it at"
+    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_value(served)} req/s x 3600) "
+            f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
+
+
+def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
+    """Return a ladder's steps as a table and what they give, in sentences."""
+    rows = [[s.title, fmt_value(s.req_per_s), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
+             str(s.shed), ("plateau " if i == capacity.plateau else "")
+             + ("knee" if i == capacity.knee else "")]
+            for i, s in enumerate(capacity.steps)]
+    lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
+             f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
+    lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
+                          right=[False, True, True, True, True, False])
+    lines += [plateau_sentence(capacity), knee_sentence(capacity), capacity_sentence(capacity)]
+    lines += [line for line in (cost_sentence(capacity, cost),) if line]
+    if capacity.longest_gap_s is not None:
+        lines.append(f"steps back to back: at most {capacity.longest_gap_s:g} s between two")
+    return lines
 
 
 def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
@@ -6935,19 +7231,22 @@ class SimulatedRouter:
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
                  max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None):
+                 stall: Optional[tuple] = None, workers: Optional[int] = None):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+        self.workers = 1 if serial else workers
         self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
-             "serial": serial, "max_concurrency": max_concurrency},
+             "serial": serial, "max_concurrency": max_concurrency,
+             **({"workers": workers} if workers and not serial else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()  # the jitter generator and the counters
-        self.busy = threading.Lock()  # --serial
+        # --workers N (--serial: 1): previews served at once, like N GPU processes
+        self.busy = threading.BoundedSemaphore(self.workers) if self.workers else None
         self.served = 0  # preview requests admitted: answered or being answered
         self.in_flight = 0  # admitted previews not yet answered
         self.connections: set = set()
@@ -7006,6 +7305,16 @@ class SimulatedRouter:
             reader.close()
             connection.close()
 
+    def _work(self, pause: float) -> None:
+        """Do one admitted preview's device work: on one of the workers, waiting for a free
+        one as a request waits for a busy GPU process, or at once without --workers."""
+        if self.busy is None:
+            if pause:
+                time.sleep(pause)
+            return
+        with self.busy:
+            time.sleep(pause)
+
     def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
         """Return the whole response in one buffer: head and body in two writes would meet
         Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
@@ -7038,11 +7347,7 @@ class SimulatedRouter:
                 pause += self.stall[2] / 1000
             self.served += 1
         try:
-            if self.serial:
-                with self.busy:
-                    time.sleep(pause)
-            elif pause:
-                time.sleep(pause)
+            self._work(pause)
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -7057,11 +7362,12 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                    stall: Optional[tuple] = None) -> SimulatedRouter:
+                    stall: Optional[tuple] = None,
+                    workers: Optional[int] = None) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
                            decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall)
+                           stall=stall, workers=workers)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -7315,6 +7621,19 @@ def gate_list(text: str) -> tuple:
     return tuple(found)
 
 
+def cost_spec(text: str) -> tuple:
+    """Return (side or None, USD per hour, per what) of a --cost-per-hour [SIDE=]USD[/UNIT]:
+    rocm=2.50, cpu=0.90/node, 3.20/GPU."""
+    side, sep, rest = text.rpartition("=")
+    found = re.fullmatch(rf"\s*\$?{NUMBER}\s*(?:/\s*([A-Za-z][A-Za-z0-9 _-]{{0,31}}))?\s*", rest)
+    usd = float(found.group(1)) if found else 0.0
+    if not found or not usd > 0 or (sep and not SIDE_PATTERN.match(side)):
+        raise argparse.ArgumentTypeError(
+            f"expected [SIDE=]USD[/UNIT], US dollars an hour above 0 (rocm=2.50, cpu=0.90/node, "
+            f"3.20/GPU), got {text!r}")
+    return (side if sep else None, usd, (found.group(2) or "node").strip())
+
+
 def decision_names(text: str) -> tuple:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
@@ -7462,6 +7781,22 @@ def add_pass_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the poisson schedule")
     p.add_argument("--connections", type=positive_int, default=64,
                    help="the most connections a --rate pass opens")
+    p.add_argument("--ladder", action="store_true",
+                   help="climb a ladder of load, one pass a step: the --concurrency levels "
+                        "(default 1, 2, 4, ... up to --router-max-concurrency) or the --rate "
+                        "rates, in order, stopping when throughput stops growing, the router "
+                        "sheds or p95 passes --slo-p95-ms (docs/capacity.md)")
+    p.add_argument("--ladder-margin", type=non_negative_float, default=LADDER_MARGIN_PCT,
+                   metavar="PCT", help="a ladder step adding less throughput than this "
+                                       "percentage over the one before ends the climb")
+    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
+                   help="the latency objective: a ladder stops when a step's p95 passes it, "
+                        "and capacity is the most req/s within it")
+    p.add_argument("--cost-per-hour", type=cost_spec, metavar="[SIDE=]USD[/UNIT]",
+                   action="append", default=[],
+                   help="what the node costs an hour (2.50, 2.50/GPU; SIDE= names the label "
+                        "it is for): a ladder prints USD per million routed requests at "
+                        "capacity")
     p.add_argument("--decision-path", action="append",
                    help="dotted path to the decision in the response (repeatable, joined by |); "
                         "default decision_result.decision_name|routing_decision|decision "
@@ -7601,7 +7936,12 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--delay-ms", type=non_negative_float, default=2.0, help="time per request")
     p.add_argument("--jitter-ms", type=non_negative_float, default=0.0,
                    help="extra uniform random time per request, up to this")
-    p.add_argument("--serial", action="store_true", help="one request at a time, like one GPU")
+    served = p.add_mutually_exclusive_group()
+    served.add_argument("--serial", action="store_true",
+                        help="one request at a time, like one GPU")
+    served.add_argument("--workers", type=whole_number(1, 1024), metavar="N",
+                        help="N requests served at once, the rest wait, like N GPU processes: "
+                             "throughput stops at N x 1000 / delay req/s")
     p.add_argument("--decisions", type=decision_names, default="math,code,general,pii_block",
                    help="decision names, picked by a hash of the prompt")
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
@@ -7713,6 +8053,26 @@ def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence)
     return (("Authorization", f"Bearer {token}"),)
 
 
+def ladder_or_levels(args: argparse.Namespace) -> tuple:
+    """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
+    raise for a ladder that does not climb or climbs both callers and rates."""
+    if not args.ladder:
+        for option in ("ladder_margin", "slo_p95_ms"):
+            if getattr(args, option) != (LADDER_MARGIN_PCT if option == "ladder_margin"
+                                         else None):
+                raise RouterLatencyError("only a ladder stops on it: add --ladder",
+                                         f"--{option.replace('_', '-')}")
+        return args.concurrency or (() if args.rate else (1, 4, 16))
+    if args.concurrency and args.rate:
+        raise RouterLatencyError("a ladder climbs callers or rates, not both", "--ladder")
+    steps = args.concurrency or args.rate or ladder_levels(args.router_max_concurrency)
+    if list(steps) != sorted(steps):
+        raise RouterLatencyError(f"a ladder climbs: expected rising steps, got "
+                                 f"{', '.join(f'{v:g}' for v in steps)}",
+                                 "--rate" if args.rate else "--concurrency")
+    return () if args.rate else tuple(steps)
+
+
 def run_arguments(args: argparse.Namespace) -> tuple:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
     checked."""
@@ -7735,12 +8095,13 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         router_pid=args.router_pid, router_cgroup=cgroup,
         router_container=args.router_container, router_cpu_list=args.router_cpus,
         gpu_indexes=args.gpu_index or ())
-    passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
+    passes = plan_passes(ladder_or_levels(args), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed,
                          repeat=args.repeat, duration=args.duration)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors,
-                   router_max_concurrency=args.router_max_concurrency)
+                   router_max_concurrency=args.router_max_concurrency,
+                   ladder=Ladder(args.ladder_margin, args.slo_p95_ms) if args.ladder else None)
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
     thresholds = Thresholds(args.window, args.slow_p95, args.slow_rate, args.max_foreign_cpus)
@@ -7812,6 +8173,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         lines = [] if header_shown else [format_run_header(
             run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
         lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
+        capacity = run_capacity(run)
+        if capacity is not None:
+            lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
         if run.config_hashes:
             lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
         if write_failure is None and args.out != "-":
@@ -7960,7 +8324,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
-                                 max_concurrency=args.max_concurrency, stall=args.stall)
+                                 max_concurrency=args.max_concurrency, stall=args.stall,
+                                 workers=args.workers)
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -7970,7 +8335,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
-          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
+          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
+          f"{f', {args.workers} workers' if args.workers else ''}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops"])
     stopped = threading.Event()
