@@ -4903,13 +4903,13 @@ class LadderStep(NamedTuple):
 class Capacity(NamedTuple):
     """What a ladder run says of its node: where throughput saturates, where latency starts
     to grow faster than throughput, and the most it serves within the SLO."""
-    steps: tuple  # LadderStep, in the order climbed
+    steps: tuple  # LadderStep, in the order climbed; those that shed count in no figure
     open_loop: bool
     margin_pct: float
     slo_p95_ms: Optional[float]
-    plateau: Optional[int]  # the step the plateau begins at; None: throughput still grew
-    plateau_req_per_s: Optional[float]  # median req/s of the plateau's steps
-    knee: Optional[int]  # the step beyond which p50 grows faster than throughput
+    plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
+    plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
+    knee: Optional[tuple]  # (step, next step): beyond it p50 grows faster than throughput
     capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
     capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
     stop: str  # why the ladder stopped climbing
@@ -4932,28 +4932,25 @@ def ladder_steps(run: RunFile) -> tuple:
 
 
 def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
-    """Return (the step the plateau begins at, its median req/s), or (None, None) while
-    the last step still added throughput: the first step within the margin of the highest
-    throughput, when a later step confirms that more load added no more."""
+    """Return (the step the plateau begins at, its height: the highest req/s measured), or
+    (None, None) while the last step still added throughput: the plateau begins at the first
+    step within the margin of the highest throughput, when a later step confirms that more
+    load added no more."""
     if len(steps) < 2:
         return None, None
     top = max(s.req_per_s for s in steps)
     begins = next(i for i, s in enumerate(steps) if s.req_per_s * (1 + margin_pct / 100) >= top)
     if begins == len(steps) - 1:
         return None, None
-    level = statistics.median(s.req_per_s for s in steps[begins:]
-                              if s.req_per_s * (1 + margin_pct / 100) >= top)
-    return begins, round(level, 2)
+    return steps[begins], top
 
 
-def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[int]:
-    """Return the first step beyond which p50 grew by a larger factor than throughput (more
-    than the margin larger): from there, more load buys waiting, not work."""
-    for i in range(len(steps) - 1):
-        latency = steps[i + 1].p50_ms / steps[i].p50_ms
-        work = steps[i + 1].req_per_s / steps[i].req_per_s
-        if latency > work * (1 + margin_pct / 100):
-            return i
+def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
+    """Return (the first step beyond which p50 grew by a larger factor than throughput, more
+    than the margin larger, and the step after it): from there, more load buys waiting."""
+    for low, high in zip(steps, steps[1:]):
+        if high.p50_ms / low.p50_ms > high.req_per_s / low.req_per_s * (1 + margin_pct / 100):
+            return low, high
     return None
 
 
@@ -4999,16 +4996,17 @@ def run_capacity(run: RunFile, slo_p95_ms: Optional[float] = None) -> Optional[C
         return None
     slo = slo_p95_ms if slo_p95_ms is not None else ladder.slo_p95_ms
     steps = ladder_steps(run)
-    plateau, level = plateau_of(steps, ladder.margin_pct)
-    capacity, how = slo_capacity(steps, slo, plateau) if slo is not None and steps else \
-        (None, "no SLO given (--slo-p95-ms)")
+    counted = [s for s in steps if not s.shed]  # a step that shed measured the limit
+    plateau, level = plateau_of(counted, ladder.margin_pct)
+    capacity, how = slo_capacity(counted, slo, plateau) if slo is not None and counted else \
+        (None, "no SLO given (--slo-p95-ms)" if slo is None else "no step without shedding")
     measured = [p for p in run.passes if not p.discarded]
     stop = ladder_stop(run.passes, ladder) if measured else None
     if stop is None:
         stop = "interrupted" if not run.complete else "the ladder's last step was measured"
     gaps = step_gaps(run)
     return Capacity(steps, any(p.rate is not None for p in run.passes), ladder.margin_pct, slo,
-                    plateau, level, knee_of(steps, ladder.margin_pct), capacity, how, stop,
+                    plateau, level, knee_of(counted, ladder.margin_pct), capacity, how, stop,
                     max(gaps) if gaps else None)
 
 
@@ -5078,6 +5076,8 @@ class GateSettings(NamedTuple):
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
+    cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
 
     @property
     def tolerance_log(self) -> float:
@@ -5104,9 +5104,14 @@ def run_signature(run: RunFile) -> dict:
     version = str(run.tool.get("version", ""))
     repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
+    names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    ladder = run.ladder
+    if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
+        names = (f"ladder of {' '.join(pass_name(c) for c in settings.get('concurrency', []))}"
+                 f"{' '.join(pass_name(64, r) for r in settings.get('rates', []))}, margin "
+                 f"{ladder.margin_pct:g}%, SLO {ladder.slo_p95_ms or 'none'}")
     return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
-            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
-            + length,
+            "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
             "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
 
@@ -5489,6 +5494,7 @@ class RoundsReport(NamedTuple):
     outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: tuple = ()  # PassLatencies, for the report page
+    capacity: tuple = ()  # (round, side, Capacity) of ladder runs, used rounds
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -5594,6 +5600,52 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
             base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
             new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
+    return rows + ladder_rows(runs, base, new, used, settings)
+
+
+def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[float]:
+    """Return one of LADDER_METRICS of a ladder run, None where it has none."""
+    if metric == "plateau_req_per_s":
+        return capacity.plateau_req_per_s
+    if metric == "capacity_req_per_s":
+        return capacity.capacity_req_per_s
+    served = capacity.served_req_per_s
+    return usd_per_million(cost[0], served) if cost and served else None
+
+
+def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
+                      settings: GateSettings) -> tuple:
+    """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
+    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+                  for n in used for side in (base, new))
+    return found if found and all(c is not None for _, _, c in found) else ()
+
+
+def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                settings: GateSettings) -> list:
+    """Return the rows of what ladders derive, each where every used round has it on both
+    sides; raise for a gated one that some round lacks."""
+    capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
+                                                                   settings)}
+    rows = []
+    for metric in LADDER_METRICS:
+        values = {side: [None if (n, side) not in capacities else ladder_figure(
+            capacities[(n, side)], metric, cost_for(settings.cost_per_hour, side))
+            for n in used] for side in (base, new)}
+        if all(v is not None for side in values.values() for v in side):
+            rows.append(row_of(LADDER_PASS, metric, values[base], values[new], settings))
+        elif settings.gates(LADDER_PASS, metric):
+            gate = next(k for k, v in LADDER_GATE_NAMES.items() if v == metric)
+            missing = [f"r{n} {side}" for side in values for n, v in zip(used, values[side])
+                       if v is None]
+            why = ("the runs are not ladders (run --ladder)" if not capacities else
+                   f"{', '.join(missing)} has none" + (
+                       "" if metric != "usd_per_million" else " (--cost-per-hour SIDE=USD)")
+                   + ("" if metric == "plateau_req_per_s" or settings.slo_p95_ms
+                      or any(c.slo_p95_ms for c in capacities.values())
+                      else "; no SLO (--slo-p95-ms)"))
+            raise RouterLatencyError(f"no {metric_title(metric)} row to gate: {why}",
+                                     "--gate " + gate)
     return rows
 
 
@@ -5680,7 +5732,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        tuple(pass_latencies(runs, base, new, used)))
+        tuple(pass_latencies(runs, base, new, used)),
+        ladder_capacities(runs, base, new, used, settings) if rows else ())
 
 
 def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
@@ -5894,6 +5947,13 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
 
+def pass_cell(row: Row, rows: Sequence[Row]) -> str:
+    """Return the pass column of a row: its pass's title on the pass's first row."""
+    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
+        r for r in rows if r.pass_name == LADDER_PASS) is row)
+    return pass_title(row.pass_name) if first else ""
+
+
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
                  markdown: bool = False, right: Sequence[bool] = ()) -> list:
     """Return the lines of an aligned text table, or a Markdown table."""
@@ -5959,14 +6019,18 @@ def format_run_summary(passes: Sequence[PassRecord],
 
 def plateau_sentence(capacity: Capacity) -> str:
     """Return where throughput stops growing, in a sentence, or that it did not."""
-    steps, who = capacity.steps, "requests" if capacity.open_loop else "callers"
+    who = "requests" if capacity.open_loop else "callers"
+    counted = [s for s in capacity.steps if not s.shed]
+    shed = [s for s in capacity.steps if s.shed]
+    limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
     if capacity.plateau is None:
-        if not steps:
-            return "no step was measured: no plateau"
-        return (f"throughput still grew at the last step ({steps[-1].title}, "
-                f"{fmt_value(steps[-1].req_per_s)} req/s): no plateau within the ladder")
+        if not counted:
+            return "no step was measured without shedding: no plateau" + limit
+        return (f"throughput still grew at the last step counted ({counted[-1].title}, "
+                f"{fmt_value(counted[-1].req_per_s)} req/s): no plateau within the ladder"
+                + limit)
     more = "the rate" if capacity.open_loop else "callers"
-    return (f"throughput stops growing from {steps[capacity.plateau].title} at "
+    return (f"throughput stops growing from {capacity.plateau.title} at "
             f"{fmt_value(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
             f"with {more})")
 
@@ -5975,7 +6039,7 @@ def knee_sentence(capacity: Capacity) -> str:
     """Return the knee in a sentence: where latency starts to grow faster than throughput."""
     if capacity.knee is None:
         return "no knee: p50 never grew faster than throughput from one step to the next"
-    low, high = capacity.steps[capacity.knee], capacity.steps[capacity.knee + 1]
+    low, high = capacity.knee
     return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
             f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
             f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
@@ -6009,10 +6073,12 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
 
 def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
     """Return a ladder's steps as a table and what they give, in sentences."""
+    knee = capacity.knee[0] if capacity.knee else None
     rows = [[s.title, fmt_value(s.req_per_s), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
-             str(s.shed), ("plateau " if i == capacity.plateau else "")
-             + ("knee" if i == capacity.knee else "")]
-            for i, s in enumerate(capacity.steps)]
+             str(s.shed), " ".join(word for word, hit in (
+                 ("plateau", s is capacity.plateau), ("knee", s is knee),
+                 ("shed: not counted", s.shed > 0)) if hit)]
+            for s in capacity.steps]
     lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
              f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
     lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
@@ -6210,6 +6276,8 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     lines = format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + format_per_round(report)
+    capacity = format_capacity_rounds(report)
+    lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += report.warnings
     slowdowns = format_slowdowns(report)
@@ -6253,7 +6321,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                     f"{fmt_value(row.diff.high)}]")
-        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+        table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
@@ -6269,22 +6337,90 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
 
 
 def row_change_text(row: Row) -> str:
-    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]."""
-    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]; a cost
+    is cheaper or costlier."""
+    text = change_text(row.speedup, row.speedup_low, row.speedup_high)
+    if row.metric == "usd_per_million":
+        return text.replace("faster", "cheaper").replace("slower", "costlier")
+    return text
 
 
 def gate_text(settings: GateSettings) -> str:
     """Return which rows the gate judges, in words."""
-    every = [metric_title(g) for g in settings.gate if ":" not in g]
+    every = [metric_title(g) for g in settings.gate if ":" not in g and g not in LADDER_METRICS]
     named = [f"{pass_title(g.split(':')[0])} {metric_title(g.split(':')[1])}"
              for g in settings.gate if ":" in g]
+    named += [f"the ladder's {metric_title(g)}" for g in settings.gate if g in LADDER_METRICS]
     return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
+
+
+def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
+    """Return the step most rounds name, with how many: 4 callers (3 of 3 rounds)."""
+    titles = collections.Counter(s.title if s else "none" for s in steps)
+    title, count = titles.most_common(1)[0]
+    return f"{title} ({count} of {plural(len(steps), 'round')})"
+
+
+def median_span(values: Sequence[Optional[float]], unit: str) -> str:
+    """Return the median of figures over rounds with their range: 387 req/s (380-391 over
+    3 rounds)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    return (f"{fmt_value(statistics.median(known))} {unit} "
+            f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
+
+
+def side_capacity_sentences(report: RoundsReport, side: str) -> list:
+    """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
+    the knee, capacity within the SLO and cost per million requests."""
+    found = [c for _, s, c in report.capacity if s == side]
+    if not found:
+        return []
+    who = "requests" if found[0].open_loop else "callers"
+    slo = found[0].slo_p95_ms
+    sentences = [
+        f"{side}: throughput stops growing from {most_common_title([c.plateau for c in found])}"
+        f" at {median_span([c.plateau_req_per_s for c in found], 'req/s')}; beyond, {who} queue "
+        f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
+        f"{side}: the knee (beyond it p50 grows faster than throughput) at "
+        f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
+    if slo is not None:
+        interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
+        sentences.append(
+            f"{side}: capacity within p95 <= {slo:g} ms: "
+            f"{median_span([c.capacity_req_per_s for c in found], 'req/s')}"
+            + (f", interpolated between steps in {interpolated} of {len(found)}"
+               if interpolated else ", each a measured step") + (
+                   " (open loop)" if found[0].open_loop else ""))
+    cost = cost_for(report.settings.cost_per_hour, side)
+    if cost:
+        at = "capacity" if slo is not None else "the plateau"
+        sentences.append(
+            f"{side}: USD {cost[0]:g} per {cost[1]}-hour / (req/s at {at} x 3600) x 10^6 = USD "
+            + median_span([ladder_figure(c, 'usd_per_million', cost) for c in found],
+                          "per million routed requests"))
+    return sentences
+
+
+def format_capacity_rounds(report: RoundsReport) -> list:
+    """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
+    of fixed passes."""
+    lines = [line for side in (report.base, report.new)
+             for line in side_capacity_sentences(report, side)]
+    cost = next((r for r in report.rows if r.metric == "usd_per_million"), None)
+    if cost is not None:
+        lines.append(f"cost per million requests, {report.new}/{report.base}: "
+                     f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
+                     f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
+    stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
+    return ([f"ladders stopped: {'; '.join(stops)}"] + lines) if lines else []
 
 
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_label(r.metric)]
+    per = [[pass_cell(r, report.rows), metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
     return render_table(header, per, markdown=markdown, right=[False, False])
@@ -6630,7 +6766,7 @@ def format_plan(report: RoundsReport) -> list:
     for row in report.rows:
         spread = sample_spread([math.log(n / b) for b, n in
                                 zip(row.base_values, row.new_values)])
-        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+        table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
@@ -6678,7 +6814,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
                   f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
                   f"**{verdict_line(report)}**", ""]
-        rows = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_title(r.metric),
+        rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
                  f"{r.speedup:.2f}x [{r.speedup_low:.2f}, {r.speedup_high:.2f}]"]
@@ -7611,12 +7747,17 @@ def gate_list(text: str) -> tuple:
     names = {metric_title(m): m for m in ROW_METRICS}
     found = []
     for part in (p.strip() for p in text.split(",")):
+        if part in LADDER_GATE_NAMES or part.startswith(f"{LADDER_PASS}:") \
+                and part.split(":", 1)[1] in LADDER_GATE_NAMES:  # a ladder's rows
+            found.append(LADDER_GATE_NAMES[part.rpartition(":")[2]])
+            continue
         scope, _, metric = part.rpartition(":")
         if metric not in names or (scope and not re.fullmatch(r"sequential|c\d+|r[\d.]+",
                                                                 scope)):
             raise argparse.ArgumentTypeError(
                 f"expected p50, p95, p99, mean or req/s, each optionally after a pass "
-                f"(sequential:p99, c16:p95), got {part!r}")
+                f"(sequential:p99, c16:p95), or a ladder's plateau, capacity or cost, got "
+                f"{part!r}")
         found.append(f"{scope}:{names[metric]}" if scope else names[metric])
     return tuple(found)
 
@@ -7875,6 +8016,17 @@ def add_compare_parser(commands: Any) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def add_ladder_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
+                   help="ladder runs: capacity within this p95 (default: the SLO they climbed "
+                        "with)")
+    p.add_argument("--cost-per-hour", type=cost_spec, metavar="SIDE=USD[/UNIT]",
+                   action="append", default=[],
+                   help="ladder runs: what a side's node costs an hour (rocm=2.50/GPU; "
+                        "repeatable; USD alone: both sides), for a row of USD per million "
+                        "routed requests at capacity")
+
+
 def add_rounds_parser(commands: Any) -> None:
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=HelpFormatter,
@@ -7893,6 +8045,7 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--gate", type=gate_list, default="p50,p95,req/s",
                    help="rows that can fail the gate: metrics of every pass (p50, p95, p99, "
                         "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95)")
+    add_ladder_options(p)
     p.add_argument("--max-mde", type=positive_float, metavar="PCT",
                    help="with --strict, the largest detectable change an inconclusive gated "
                         "row may have before the result is inconclusive (default twice the "
@@ -8116,6 +8269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_writable_target(args.csv, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
+    checked_costs(args.cost_per_hour, (args.label,))
     check_plan(plan, len(corpus.prompts))
     if args.check:
         if not args.quiet:
@@ -8234,6 +8388,19 @@ def corpus_texts(path: str, sha256: str) -> dict:
     return {p.id: p.text for p in corpus.prompts}
 
 
+def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
+    """Return --cost-per-hour's entries; raise for one naming no side measured or a side
+    priced twice."""
+    named = [side for side, _, _ in costs]
+    for side in named:
+        if side is not None and side not in sides:
+            raise RouterLatencyError(f"{side} is not a side measured ({', '.join(sides)})",
+                                     "--cost-per-hour")
+    if len(set(named)) < len(named) or (None in named and len(named) > 1):
+        raise RouterLatencyError("a side priced twice", "--cost-per-hour")
+    return tuple(costs)
+
+
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
@@ -8248,7 +8415,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
-        allow_config_change=args.allow_config_change)
+        allow_config_change=args.allow_config_change, slo_p95_ms=args.slo_p95_ms,
+        cost_per_hour=checked_costs(args.cost_per_hour, (args.base, args.new)))
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
