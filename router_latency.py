@@ -6866,7 +6866,7 @@ def record_sentences(section: RecordSection) -> list:
         shown = [span(side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences
+    return sentences + format_capacity_rounds(report)
 
 
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
@@ -7299,11 +7299,117 @@ def page_details(report: RoundsReport) -> str:
     return "\n".join(parts)
 
 
+def pareto_series(report: RoundsReport) -> tuple:
+    """Return (faint lines, bold lines, capacity per side) of the Pareto plot: each round's
+    steps as (req/s, p95), per side the median over rounds of each step every round has, and
+    the side's median capacity within the SLO."""
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    faint, bold, capacities = [], [], {}
+    for side, color in colors.items():
+        found = [(n, c) for n, s, c in report.capacity if s == side]
+        rounds = [[st for st in c.steps if not st.shed] for _, c in found]
+        faint += [Series([(st.req_per_s, st.p95_ms) for st in steps], color, False,
+                         f"r{n} {side}") for (n, _), steps in zip(found, rounds)]
+        names = [st.name for st in rounds[0]] if rounds else []
+        common = [name for name in names if all(any(st.name == name for st in steps)
+                                                for steps in rounds)]
+        medians = [(statistics.median(st.req_per_s for steps in rounds for st in steps
+                                      if st.name == name),
+                    statistics.median(st.p95_ms for steps in rounds for st in steps
+                                      if st.name == name)) for name in common]
+        bold.append(Series(medians, color, False, f"{side}: median over rounds"))
+        known = [c.capacity_req_per_s for _, c in found if c.capacity_req_per_s is not None]
+        if known:
+            capacities[side] = statistics.median(known)
+    return faint, bold, capacities
+
+
+def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str:
+    """Return the Pareto plot of the ladders: throughput (x) against p95 (y, log scale) per
+    step, each round a faint line, the medians bold, the SLO a horizontal line and each
+    side's capacity within it marked."""
+    faint, bold, capacities = pareto_series(report)
+    slo = next((c.slo_p95_ms for _, _, c in report.capacity), None)
+    points = [p for item in faint + bold for p in item.points]
+    if not points:
+        return ""
+    x_axis = Axis(0.0, max(x for x, _ in points) * 1.08, 62, width - 16)
+    ys = [y for _, y in points] + ([slo] if slo else [])
+    y_axis = Axis(*padded(ys, True), height - 40, 28, True)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="throughput against p95">',
+             f'<text x="{width / 2:.0f}" y="16" text-anchor="middle" font-weight="bold">'
+             f'Throughput against p95, per ladder step</text>',
+             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">throughput, '
+             f'req/s (routed)</text>',
+             f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
+             f'text-anchor="middle">p95 latency, ms (log scale)</text>']
+    parts += pareto_grid(x_axis, y_axis, width, height)
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    for item, weight, opacity in [(f, 1.2, 0.3) for f in faint] + [(b, 3.2, 1.0) for b in bold]:
+        path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
+                     f'stroke-width="{weight}" stroke-opacity="{opacity}">'
+                     f'<title>{esc(item.label)}</title></polyline>')
+        if weight > 2:
+            parts += [f'<circle cx="{x_axis.at(x):.1f}" cy="{y_axis.at(y):.1f}" r="3.5" '
+                      f'fill="{item.color}"/>' for x, y in item.points]
+    if slo:
+        y = y_axis.at(slo)
+        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
+                     f'stroke="#c62828" stroke-width="1.5" stroke-dasharray="6 4"/>'
+                     f'<text x="66" y="{y - 5:.1f}" fill="#c62828">SLO: p95 {slo:g} ms'
+                     f'</text>')
+    for i, (side, value) in enumerate(capacities.items() if slo else ()):
+        x, y = x_axis.at(value), y_axis.at(slo)
+        left = x > width * 0.6  # a label near the right edge goes to the left of its mark
+        parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{height - 40}" '
+                     f'stroke="{colors[side]}" stroke-dasharray="2 3"/>'
+                     f'<path d="M{x:.1f} {y - 7:.1f} l7 7 l-7 7 l-7 -7 z" '
+                     f'fill="{colors[side]}"/><text x="{x - 10 if left else x + 10:.1f}" '
+                     f'y="{y + 20 + 14 * i:.1f}" text-anchor="{"end" if left else "start"}" '
+                     f'fill="{colors[side]}">{esc(side)} capacity {esc(fmt_value(value))} '
+                     f'req/s</text>')
+    return "\n".join(parts) + "\n</svg>"
+
+
+def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> list:
+    """Return the grid lines and tick labels of the Pareto plot."""
+    parts = []
+    for value in x_axis.ticks():
+        x = x_axis.at(value)
+        parts.append(f'<line x1="{x:.1f}" y1="28" x2="{x:.1f}" y2="{height - 40}" '
+                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 26}" '
+                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
+    for value in y_axis.ticks():
+        y = y_axis.at(value)
+        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
+                     f'stroke="#e5e5e5"/><text x="58" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{esc(f"{value:g}")}</text>')
+    return parts
+
+
+def page_capacity(report: RoundsReport) -> str:
+    """Return the ladders' section: the Pareto plot and the sentences under it; nothing for
+    runs of fixed passes."""
+    plot = pareto_svg(report)
+    if not plot:
+        return ""
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)}'
+                       for side, color in colors.items())
+    sentences = "".join(f"<li>{esc(line)}</li>" for line in format_capacity_rounds(report))
+    return ("<h2>Capacity: throughput against latency</h2>"
+            f'<p class="note">{legend}: faint, each round\'s ladder; bold, the median over '
+            f"rounds of each step; dashed red, the SLO; diamond, each side's median capacity "
+            f"within it (steps that shed are left out).</p>{plot}<ul>{sentences}</ul>")
+
+
 def report_page(report: RoundsReport) -> str:
     """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
     title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
-    body = "\n".join([page_verdict(report), page_rows(report), page_latencies(report),
-                      page_rounds(report), page_details(report)])
+    body = "\n".join([page_verdict(report), page_rows(report), page_capacity(report),
+                      page_latencies(report), page_rounds(report), page_details(report)])
     files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())
     return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
             f'<head><meta charset="utf-8"/><title>{esc(title)}</title>'
@@ -8134,6 +8240,7 @@ def add_record_parser(commands: Any) -> None:
     p.add_argument("--tolerance", type=non_negative_float, default=5.0,
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
+    add_ladder_options(p)
     p.add_argument("--json", required=True, help="the record's data file to write")
     p.add_argument("--markdown", required=True, help="the record's document to write")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -8453,7 +8560,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             raise RouterLatencyError(f"section {name} names no sides: give NAME=DIR:BASE:NEW "
                                      f"or --base and --new", "--section")
         sections.append(record_section(name, folder, base, new, GateSettings(
-            tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete)))
+            tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete,
+            slo_p95_ms=args.slo_p95_ms,
+            cost_per_hour=checked_costs(args.cost_per_hour, (base, new)))))
     write_atomic(args.json, dump_json(record_json(sections)))
     write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
     for section in sections:
