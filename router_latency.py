@@ -2257,8 +2257,9 @@ def _not_an_object(where: str) -> Any:
 
 class Ladder(NamedTuple):
     """How a ladder of load climbs (run --ladder): one pass per step, the next step only while
-    the last one added more than margin_pct of throughput, shed nothing (429 OVERLOADED) and
-    kept p95 within slo_p95_ms. The run file keeps it as settings.ladder."""
+    the last one turned more than margin_pct of the load it added into throughput (callers
+    doubled: more than margin_pct more req/s), shed nothing (429 OVERLOADED) and kept p95
+    within slo_p95_ms. The run file keeps it as settings.ladder."""
     margin_pct: float = LADDER_MARGIN_PCT
     slo_p95_ms: Optional[float] = None
 
@@ -3763,6 +3764,14 @@ def shed_requests(item: PassRecord) -> int:
     return sum(r.status == 429 for r in item.requests)
 
 
+def flat_step(before: tuple, after: tuple, margin_pct: float) -> bool:
+    """Return True when a step, (load, req/s) after (load, req/s) before, turned less than
+    margin_pct of the load it added into throughput: for callers doubled, throughput within
+    the margin of the step before; for a rate 10% up, less than a tenth of that 10%."""
+    added = after[0] / before[0] - 1
+    return after[1] < before[1] * (1 + margin_pct / 100 * added)
+
+
 def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
     """Return why a ladder stops climbing after its last step, or None to climb on: the
     router shed (its admission limit), p95 passed the SLO, or throughput grew less than the
@@ -3780,11 +3789,14 @@ def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
         return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "
                 f"(--slo-p95-ms {ladder.slo_p95_ms:g})")
     if len(measured) > 1:
+        loads = [p.rate if p.rate is not None else p.concurrency for p in measured[-2:]]
         before = measured[-2].summary.req_per_s
-        if last.summary.req_per_s < before * (1 + ladder.margin_pct / 100):
+        if flat_step((loads[0], before), (loads[1], last.summary.req_per_s),
+                     ladder.margin_pct):
             return (f"throughput stopped growing: {fmt_value(last.summary.req_per_s)} req/s "
-                    f"at {step_text(last)}, within {ladder.margin_pct:g}% of "
-                    f"{fmt_value(before)} req/s at {step_text(measured[-2])}")
+                    f"at {step_text(last)} against {fmt_value(before)} req/s at "
+                    f"{step_text(measured[-2])}, less than {ladder.margin_pct:g}% of the load "
+                    f"added")
     return None
 
 
@@ -4932,17 +4944,16 @@ def ladder_steps(run: RunFile) -> tuple:
 
 
 def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
-    """Return (the step the plateau begins at, its height: the highest req/s measured), or
-    (None, None) while the last step still added throughput: the plateau begins at the first
-    step within the margin of the highest throughput, when a later step confirms that more
-    load added no more."""
-    if len(steps) < 2:
-        return None, None
-    top = max(s.req_per_s for s in steps)
-    begins = next(i for i, s in enumerate(steps) if s.req_per_s * (1 + margin_pct / 100) >= top)
-    if begins == len(steps) - 1:
-        return None, None
-    return steps[begins], top
+    """Return (the step the plateau begins at, its height: the highest req/s from there), or
+    (None, None) while throughput still grew: the plateau begins at the first step whose
+    next step was flat (flat_step) and after which no step served more than the margin
+    above it."""
+    for i, (low, high) in enumerate(zip(steps, steps[1:])):
+        top = max(s.req_per_s for s in steps[i:])
+        if flat_step((low.load, low.req_per_s), (high.load, high.req_per_s), margin_pct) \
+                and top <= low.req_per_s * (1 + margin_pct / 100):
+            return low, top
+    return None, None
 
 
 def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:

@@ -29,7 +29,9 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # N requests served at once, each DELAY_MS: throughput stops at N x 1000 / DELAY_MS, from
     # N callers on; beyond them callers wait for a worker, so p50 doubles with callers
     router = simulator(delay_ms=DELAY_MS, workers=workers)
-    result, out = ladder_run(cli, tmp_path, router.url)
+    # steps of equal time: a short step's fixed costs (the first send, the last answer) would
+    # weigh on its rate
+    result, out = ladder_run(cli, tmp_path, router.url, "--duration", "0.5s")
     assert result.code == 0, result.err
     capacity = rl.run_capacity(rl.load_run(str(out)))
     expected = workers * 1000 / DELAY_MS
@@ -69,7 +71,8 @@ def steps_of(*figures, shed=()):
 
 def test_plateau_knee_and_capacity_by_hand():
     steps = steps_of((1, 100, 9, 10), (2, 190, 10, 12), (4, 300, 12, 40), (8, 320, 24, 90))
-    # 320 is the highest; 300 x 1.10 = 330 >= 320: the plateau begins at 4 callers
+    # 4 -> 8 callers doubled the load for 320 / 300 = 1.067x the throughput, under 1.10x, and
+    # no later step served more than 330: the plateau begins at 4 callers, 320 high
     begins, level = rl.plateau_of(steps, 10.0)
     assert (begins.load, level) == (4, 320)
     # 4 -> 8: p50 x2.0 against req/s x1.07: the knee; 2 -> 4: p50 x1.2 against x1.58
@@ -95,6 +98,18 @@ def test_capacity_where_the_slo_is_passed_at_once_never_or_without_more_throughp
     # still growing at the last step: no plateau, and no knee where latency never outgrew it
     assert rl.plateau_of(growing, 10.0) == (None, None)
     assert rl.knee_of(growing, 10.0) is None
+
+
+@pytest.mark.parametrize("before, after, flat", [
+    ((4, 300.0), (8, 320.0), True),  # callers doubled, 6.7% more: under the 10% margin
+    ((2, 190.0), (4, 300.0), False),
+    ((350, 343.0), (380, 369.0), False),  # a rate 8.6% up, 7.6% more served: it follows
+    ((400, 398.0), (500, 401.0), True),  # a rate 25% up, 0.75% more: under 2.5%
+    ((1, 100.0), (2, 95.0), True),
+])
+def test_a_flat_step_turned_less_than_the_margin_of_its_added_load_into_throughput(
+        before, after, flat):
+    assert rl.flat_step(before, after, 10.0) is flat
 
 
 def pass_of(concurrency, rps, p95, shed=0, discarded=False):
