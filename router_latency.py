@@ -6101,6 +6101,30 @@ def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
     return lines
 
 
+def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
+                            costs: Sequence[tuple]) -> list:
+    """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
+    of their cost per million requests (B over A); nothing unless both are ladders."""
+    found = [run_capacity(run, slo_p95_ms) for run in runs]
+    if any(c is None for c in found):
+        return []
+    lines = []
+    for run, capacity in zip(runs, found):
+        lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
+        lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
+    (a, b), labels = found, [run.label for run in runs]
+    served = [a.served_req_per_s, b.served_req_per_s]
+    what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
+    if None not in served:
+        lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
+        prices = [cost_for(costs, label) for label in labels]
+        if all(prices):
+            usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
+            lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
+                         f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
+    return lines
+
+
 def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
     """Return one line naming the windows of a pass's slow phase against its median window."""
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
@@ -8130,6 +8154,7 @@ def add_compare_parser(commands: Any) -> None:
                    help="exit 1 when any decision differs")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format")
+    add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -8492,7 +8517,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
     else:
         emit(format_compare_markdown(report) if args.format == "markdown"
-             else format_compare(report))
+             else format_compare(report) + format_compare_capacity(
+                 (a, b), args.slo_p95_ms, checked_costs(args.cost_per_hour, (a.label, b.label))))
     return report.exit_code
 
 

@@ -306,3 +306,26 @@ def test_the_report_page_draws_the_pareto_plot():
     no_ladder = rl.judge_rounds({n: {s: r._replace(settings={}) for s, r in sides.items()}
                                  for n, sides in ladder_rounds().items()}, "base", "new")
     assert "throughput against p95" not in rl.report_page(no_ladder)
+
+
+def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli):
+    paths = []
+    for label, top in (("cpu", 100.0), ("gpu", 400.0)):
+        run = ladder_in_memory(label, 1, top)._replace(path="")
+        path = tmp_path / f"{label}.json"
+        rl.write_atomic(str(path), rl.dump_run(run))
+        paths.append(path)
+    result = cli("compare", *paths, "--cost-per-hour", "cpu=0.90", "--cost-per-hour",
+                 "gpu=2.50/GPU")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    # 8 callers are within the 50 ms SLO (p95 23 ms), 16 beyond it (60 ms) with no more
+    # throughput: capacity is the 8-caller step, 100 and 400 req/s
+    assert "capacity within the SLO, gpu/cpu: 4" in lines
+    cpu, gpu = 0.9 / (100 * 3600) * 1e6, 2.5 / (400 * 3600) * 1e6
+    assert f"cost per million requests, gpu/cpu: {gpu / cpu:.3g} (USD {gpu:.4g} against " \
+           f"{cpu:.4g})" in lines
+    assert "USD 2.5 per GPU-hour / (400 req/s x 3600) x 10^6 = USD 1.736 per million routed " \
+           "requests" in result.out
+    other = cli("compare", *paths, "--cost-per-hour", "tpu=1")
+    assert_one_line_error(other, "--cost-per-hour", "tpu is not a side measured")
