@@ -216,6 +216,12 @@ def metric_title(metric: str) -> str:
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 
+def fmt_rate(req_per_s: float) -> str:
+    """Return a ladder's req/s to the hundredth the run file keeps, so that what is worked
+    out from it by hand (capacity, cost per million) comes out as printed."""
+    return f"{req_per_s:.2f}"
+
+
 def shown_decision(decision: Optional[str]) -> str:
     return decision or "(no decision)"
 
@@ -4986,8 +4992,8 @@ def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[i
     found = low.req_per_s + share * (high.req_per_s - low.req_per_s)
     return round(max(found, best.req_per_s), 2), (
         f"interpolated between {low.title} (p95 {fmt_value(low.p95_ms)} ms, "
-        f"{fmt_value(low.req_per_s)} req/s) and {high.title} (p95 {fmt_value(high.p95_ms)} ms, "
-        f"{fmt_value(high.req_per_s)} req/s), linear in p95")
+        f"{fmt_rate(low.req_per_s)} req/s) and {high.title} (p95 {fmt_value(high.p95_ms)} ms, "
+        f"{fmt_rate(high.req_per_s)} req/s), linear in p95")
 
 
 def step_gaps(run: RunFile) -> list:
@@ -6038,11 +6044,11 @@ def plateau_sentence(capacity: Capacity) -> str:
         if not counted:
             return "no step was measured without shedding: no plateau" + limit
         return (f"throughput still grew at the last step counted ({counted[-1].title}, "
-                f"{fmt_value(counted[-1].req_per_s)} req/s): no plateau within the ladder"
+                f"{fmt_rate(counted[-1].req_per_s)} req/s): no plateau within the ladder"
                 + limit)
     more = "the rate" if capacity.open_loop else "callers"
     return (f"throughput stops growing from {capacity.plateau.title} at "
-            f"{fmt_value(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
+            f"{fmt_rate(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
             f"with {more})")
 
 
@@ -6064,7 +6070,7 @@ def capacity_sentence(capacity: Capacity) -> str:
     if capacity.capacity_req_per_s is None:
         return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
     return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
-            f"{fmt_value(capacity.capacity_req_per_s)} req/s ({what}), "
+            f"{fmt_rate(capacity.capacity_req_per_s)} req/s ({what}), "
             f"{capacity.capacity_how}")
 
 
@@ -6078,14 +6084,14 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
     at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
     if served is None:
         return f"cost per million requests: no {at} to count it at"
-    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_value(served)} req/s x 3600) "
+    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_rate(served)} req/s x 3600) "
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
 
 
 def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
     """Return a ladder's steps as a table and what they give, in sentences."""
     knee = capacity.knee[0] if capacity.knee else None
-    rows = [[s.title, fmt_value(s.req_per_s), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
+    rows = [[s.title, fmt_rate(s.req_per_s), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
              str(s.shed), " ".join(word for word, hit in (
                  ("plateau", s is capacity.plateau), ("knee", s is knee),
                  ("shed: not counted", s.shed > 0)) if hit)]

@@ -80,8 +80,8 @@ def test_plateau_knee_and_capacity_by_hand():
     # 8 callers passed the 50 ms SLO: (50 - 40) / (90 - 40) = 0.2 of the way from 300 to 320
     found, how = rl.slo_capacity(steps, 50.0, begins)
     assert found == pytest.approx(304.0)
-    assert how.startswith("interpolated between 4 callers (p95 40.0 ms, 300 req/s) and "
-                          "8 callers (p95 90.0 ms, 320 req/s)")
+    assert how.startswith("interpolated between 4 callers (p95 40.0 ms, 300.00 req/s) and "
+                          "8 callers (p95 90.0 ms, 320.00 req/s)")
     assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.5 / (304 * 3600) * 1e6)
     assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.28436, abs=1e-5)
 
@@ -325,7 +325,7 @@ def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli)
     cpu, gpu = 0.9 / (100 * 3600) * 1e6, 2.5 / (400 * 3600) * 1e6
     assert f"cost per million requests, gpu/cpu: {gpu / cpu:.3g} (USD {gpu:.4g} against " \
            f"{cpu:.4g})" in lines
-    assert "USD 2.5 per GPU-hour / (400 req/s x 3600) x 10^6 = USD 1.736 per million routed " \
+    assert "USD 2.5 per GPU-hour / (400.00 req/s x 3600) x 10^6 = USD 1.736 per million routed " \
            "requests" in result.out
     other = cli("compare", *paths, "--cost-per-hour", "tpu=1")
     assert_one_line_error(other, "--cost-per-hour", "tpu is not a side measured")
