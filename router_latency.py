@@ -7528,8 +7528,8 @@ class SimulatedRouter:
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()  # the jitter generator and the counters
-        # --workers N (--serial: 1): previews served at once, like N GPU processes
-        self.busy = threading.BoundedSemaphore(self.workers) if self.workers else None
+        # --workers N (--serial: 1): when each of N GPU processes is next free, monotonic s
+        self.free_at = [0.0] * self.workers if self.workers else None
         self.served = 0  # preview requests admitted: answered or being answered
         self.in_flight = 0  # admitted previews not yet answered
         self.connections: set = set()
@@ -7589,14 +7589,24 @@ class SimulatedRouter:
             connection.close()
 
     def _work(self, pause: float) -> None:
-        """Do one admitted preview's device work: on one of the workers, waiting for a free
-        one as a request waits for a busy GPU process, or at once without --workers."""
-        if self.busy is None:
+        """Do one admitted preview's device work: on the worker free first, after the work
+        queued on it, in the order the previews came, or at once without --workers.
+
+        Each worker keeps a timeline, as a GPU does: its work runs back to back whatever the
+        threads' wake-ups cost, so a busy machine delays answers but not the device, and N
+        workers serve N x 1000 / delay_ms previews a second once saturated."""
+        if self.free_at is None:
             if pause:
                 time.sleep(pause)
             return
-        with self.busy:
-            time.sleep(pause)
+        with self.lock:
+            now = time.monotonic()
+            worker = min(range(len(self.free_at)), key=self.free_at.__getitem__)
+            done = max(now, self.free_at[worker]) + pause
+            self.free_at[worker] = done
+        wait = done - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
 
     def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
         """Return the whole response in one buffer: head and body in two writes would meet
