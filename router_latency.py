@@ -216,10 +216,10 @@ def metric_title(metric: str) -> str:
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 
-def fmt_rate(req_per_s: float) -> str:
-    """Return a ladder's req/s to the hundredth the run file keeps, so that what is worked
-    out from it by hand (capacity, cost per million) comes out as printed."""
-    return f"{req_per_s:.2f}"
+def fmt_hundredths(value: float) -> str:
+    """Return a ladder's req/s or latency to the hundredth, so that what is worked out from
+    its table by hand (capacity between two steps, cost per million) comes out as printed."""
+    return f"{value:.2f}"
 
 
 def shown_decision(decision: Optional[str]) -> str:
@@ -4991,9 +4991,10 @@ def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[i
     share = (slo_ms - low.p95_ms) / (high.p95_ms - low.p95_ms)
     found = low.req_per_s + share * (high.req_per_s - low.req_per_s)
     return round(max(found, best.req_per_s), 2), (
-        f"interpolated between {low.title} (p95 {fmt_value(low.p95_ms)} ms, "
-        f"{fmt_rate(low.req_per_s)} req/s) and {high.title} (p95 {fmt_value(high.p95_ms)} ms, "
-        f"{fmt_rate(high.req_per_s)} req/s), linear in p95")
+        f"interpolated between {low.title} (p95 {fmt_hundredths(low.p95_ms)} ms, "
+        f"{fmt_hundredths(low.req_per_s)} req/s) and {high.title} (p95 "
+        f"{fmt_hundredths(high.p95_ms)} ms, "
+        f"{fmt_hundredths(high.req_per_s)} req/s), linear in p95")
 
 
 def step_gaps(run: RunFile) -> list:
@@ -6044,11 +6045,11 @@ def plateau_sentence(capacity: Capacity) -> str:
         if not counted:
             return "no step was measured without shedding: no plateau" + limit
         return (f"throughput still grew at the last step counted ({counted[-1].title}, "
-                f"{fmt_rate(counted[-1].req_per_s)} req/s): no plateau within the ladder"
+                f"{fmt_hundredths(counted[-1].req_per_s)} req/s): no plateau within the ladder"
                 + limit)
     more = "the rate" if capacity.open_loop else "callers"
     return (f"throughput stops growing from {capacity.plateau.title} at "
-            f"{fmt_rate(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
+            f"{fmt_hundredths(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
             f"with {more})")
 
 
@@ -6070,7 +6071,7 @@ def capacity_sentence(capacity: Capacity) -> str:
     if capacity.capacity_req_per_s is None:
         return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
     return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
-            f"{fmt_rate(capacity.capacity_req_per_s)} req/s ({what}), "
+            f"{fmt_hundredths(capacity.capacity_req_per_s)} req/s ({what}), "
             f"{capacity.capacity_how}")
 
 
@@ -6084,14 +6085,15 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
     at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
     if served is None:
         return f"cost per million requests: no {at} to count it at"
-    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_rate(served)} req/s x 3600) "
+    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
 
 
 def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
     """Return a ladder's steps as a table and what they give, in sentences."""
     knee = capacity.knee[0] if capacity.knee else None
-    rows = [[s.title, fmt_rate(s.req_per_s), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
+    rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
+             fmt_hundredths(s.p95_ms),
              str(s.shed), " ".join(word for word, hit in (
                  ("plateau", s is capacity.plateau), ("knee", s is knee),
                  ("shed: not counted", s.shed > 0)) if hit)]
@@ -7376,7 +7378,9 @@ def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str
         return ""
     x_axis = Axis(0.0, max(x for x, _ in points) * 1.08, 62, width - 16)
     ys = [y for _, y in points] + ([slo] if slo else [])
-    y_axis = Axis(*padded(ys, True), height - 40, 28, True)
+    low, high = padded(ys, True)
+    # down to the power of ten below: a narrow log range would otherwise show one tick or two
+    y_axis = Axis(min(low, 10.0 ** math.floor(math.log10(min(ys)))), high, height - 40, 28, True)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="throughput against p95">',
              f'<text x="{width / 2:.0f}" y="16" text-anchor="middle" font-weight="bold">'

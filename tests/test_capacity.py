@@ -80,8 +80,8 @@ def test_plateau_knee_and_capacity_by_hand():
     # 8 callers passed the 50 ms SLO: (50 - 40) / (90 - 40) = 0.2 of the way from 300 to 320
     found, how = rl.slo_capacity(steps, 50.0, begins)
     assert found == pytest.approx(304.0)
-    assert how.startswith("interpolated between 4 callers (p95 40.0 ms, 300.00 req/s) and "
-                          "8 callers (p95 90.0 ms, 320.00 req/s)")
+    assert how.startswith("interpolated between 4 callers (p95 40.00 ms, 300.00 req/s) and "
+                          "8 callers (p95 90.00 ms, 320.00 req/s)")
     assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.5 / (304 * 3600) * 1e6)
     assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.28436, abs=1e-5)
 
