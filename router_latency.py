@@ -6652,7 +6652,21 @@ def rounds_json(report: RoundsReport) -> dict:
             "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns)}
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
+            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity]}
+
+
+def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
+    """Return what one round's ladder of one side derives, as JSON."""
+    return {"round": number, "side": side, "open_loop": capacity.open_loop,
+            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
+            "steps": [s._asdict() for s in capacity.steps],
+            "plateau": capacity.plateau and capacity.plateau.name,
+            "plateau_req_per_s": capacity.plateau_req_per_s,
+            "knee": capacity.knee and capacity.knee[0].name,
+            "capacity_req_per_s": capacity.capacity_req_per_s,
+            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
+            "longest_gap_s": capacity.longest_gap_s}
 
 
 def slowdowns_json(found: InputSlowdowns) -> dict:
@@ -6957,6 +6971,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]
+    details += format_capacity_rounds(report)
     details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
     details += format_slowdowns(report, markdown=True)
     if per_round and report.rows:
