@@ -3780,16 +3780,18 @@ def flat_step(before: tuple, after: tuple, margin_pct: float) -> bool:
 
 def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
     """Return why a ladder stops climbing after its last step, or None to climb on: the
-    router shed (its admission limit), p95 passed the SLO, or throughput grew less than the
-    margin over the step measured before."""
-    measured = [p for p in passes if not p.discarded and p.summary.req_per_s]
-    if not measured or measured[-1] is not passes[-1]:
+    router shed (its admission limit), answered nothing, p95 passed the SLO, or the step was
+    flat (flat_step) against the step measured before."""
+    if not passes or passes[-1].discarded:
         return None  # a step discarded for load says nothing of the router
-    last = measured[-1]
+    last = passes[-1]
     shed = shed_requests(last)
     if shed:
         return (f"the router shed {plural(shed, 'request')} at {step_text(last)} (429 "
                 f"OVERLOADED): its admission limit (routing_preview.max_concurrency)")
+    if not last.summary.ok:
+        return f"no request at {step_text(last)} was answered with a decision"
+    measured = [p for p in passes if not p.discarded and p.summary.req_per_s]
     p95 = last.summary.p95_ms
     if ladder.slo_p95_ms is not None and p95 is not None and p95 > ladder.slo_p95_ms:
         return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "

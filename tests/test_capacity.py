@@ -112,9 +112,11 @@ def test_a_flat_step_turned_less_than_the_margin_of_its_added_load_into_throughp
     assert rl.flat_step(before, after, 10.0) is flat
 
 
-def pass_of(concurrency, rps, p95, shed=0, discarded=False):
+def pass_of(concurrency, rps, p95, shed=0, discarded=False, connect=False):
     requests = tuple(rl.Request(i, 0.0, p95, 429 if i < shed else 200, None if i < shed else "d",
                                 "http_4xx" if i < shed else None) for i in range(40))
+    if connect:  # the router went away: no answer at all
+        requests = tuple(rl.Request(i, 0.0, None, None, None, "connect") for i in range(40))
     summary = rl.pass_summary(requests, (40 - shed) / rps)
     attempt = rl.Attempt(None, None, "", None, {}, None, {}, None if discarded else summary,
                          () if discarded else requests)
@@ -128,6 +130,10 @@ def pass_of(concurrency, rps, p95, shed=0, discarded=False):
      "the router shed 3 requests at 2 callers (429 OVERLOADED): its admission limit"),
     ([pass_of(1, 100, 10), pass_of(2, 190, 12)], 50.0, None),
     ([pass_of(1, 100, 10), pass_of(2, 100, 12, discarded=True)], None, None),
+    ([pass_of(1, 100, 10), pass_of(2, 100, 12, shed=40)], None,
+     "the router shed 40 requests at 2 callers"),
+    ([pass_of(1, 100, 10), pass_of(2, 100, 12, connect=True)], None,
+     "no request at 2 callers was answered with a decision"),
     ([pass_of(1, 100, 10)], None, None),
 ])
 def test_why_a_ladder_stops_climbing(passes, slo, words):
