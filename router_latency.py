@@ -8390,10 +8390,10 @@ def ladder_or_levels(args: argparse.Namespace) -> tuple:
     """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
     raise for a ladder that does not climb or climbs both callers and rates."""
     if not args.ladder:
-        for option in ("ladder_margin", "slo_p95_ms"):
-            if getattr(args, option) != (LADDER_MARGIN_PCT if option == "ladder_margin"
-                                         else None):
-                raise RouterLatencyError("only a ladder stops on it: add --ladder",
+        defaults = {"ladder_margin": LADDER_MARGIN_PCT, "slo_p95_ms": None, "cost_per_hour": []}
+        for option, default in defaults.items():
+            if getattr(args, option) != default:
+                raise RouterLatencyError("only a ladder uses it: add --ladder",
                                          f"--{option.replace('_', '-')}")
         return args.concurrency or (() if args.rate else (1, 4, 16))
     if args.concurrency and args.rate:
