@@ -5994,6 +5994,14 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
 def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
     """Return the line `run` starts with: what it measures where, and how long a pass is."""
     line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
+    ladder = settings.get("ladder")
+    if ladder:  # the steps it may climb, and what ends the climb
+        steps = [f"{c}" for c in settings.get("concurrency", [])] or \
+            [f"{r:g}/s" for r in settings.get("rates", [])]
+        slo = ladder.get("slo_p95_ms")
+        line += (f"; a ladder of up to {', '.join(steps)}"
+                 f"{'' if settings.get('rates') else ' callers'}, margin "
+                 f"{ladder.get('margin_pct'):g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
     repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
     if duration:
         return f"{line}; each pass cycles the corpus for {duration:g} s"
