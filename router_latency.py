@@ -6438,7 +6438,10 @@ def side_capacity_sentences(report: RoundsReport, side: str) -> list:
         f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
         f"{side}: the knee (beyond it p50 grows faster than throughput) at "
         f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
-    if slo is not None:
+    if slo is not None and all(c.capacity_req_per_s is None for c in found):
+        sentences.append(f"{side}: capacity within p95 <= {slo:g} ms: none in any round "
+                         f"({found[0].capacity_how} in r{report.used[0]})")
+    elif slo is not None:
         interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
         sentences.append(
             f"{side}: capacity within p95 <= {slo:g} ms: "
@@ -6467,7 +6470,25 @@ def format_capacity_rounds(report: RoundsReport) -> list:
                      f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
                      f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
     stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
-    return ([f"ladders stopped: {'; '.join(stops)}"] + lines) if lines else []
+    return ([f"ladders stopped: {'; '.join(stops)}"] + lines + missing_ladder_rows(report)) \
+        if lines else []
+
+
+def missing_ladder_rows(report: RoundsReport) -> list:
+    """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
+    shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
+    notes = []
+    for metric in (m for m in LADDER_METRICS if m not in shown):
+        costs = {side: cost_for(report.settings.cost_per_hour, side)
+                 for side in (report.base, report.new)}
+        lacking = [f"r{n} {side}" for n, side, c in report.capacity
+                   if ladder_figure(c, metric, costs[side]) is None]
+        why = ("no --cost-per-hour SIDE=USD for " + " and ".join(s for s, c in costs.items()
+                                                                 if not c)
+               if metric == "usd_per_million" and not all(costs.values())
+               else f"none in {', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''}")
+        notes.append(f"no {metric_title(metric)} row: {why}")
+    return notes
 
 
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:

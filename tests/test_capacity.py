@@ -336,3 +336,18 @@ def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli)
            "requests" in result.out
     other = cli("compare", *paths, "--cost-per-hour", "tpu=1")
     assert_one_line_error(other, "--cost-per-hour", "tpu is not a side measured")
+
+
+def test_rounds_says_why_a_ladder_row_is_missing():
+    report = rl.judge_rounds(ladder_rounds(), "base", "new",
+                             rl.GateSettings(slo_p95_ms=5.0, cost_per_hour=((None, 1.0, "node"),)))
+    lines = rl.format_rounds(report)
+    # every step's p95 (10 ms and more) is beyond a 5 ms SLO: no capacity, so no cost either
+    assert [r.metric for r in report.rows if r.pass_name == rl.LADDER_PASS] == \
+        ["plateau_req_per_s"]
+    assert "no capacity req/s row: none in r1 base, r1 new, r2 base, r2 new, r3 base, r3 new" \
+        in lines
+    assert any(line.startswith("base: capacity within p95 <= 5 ms: none in any round (the "
+                               "first step (1 caller) already had p95 10.0 ms") for line in lines)
+    unpriced = rl.format_rounds(rl.judge_rounds(ladder_rounds(), "base", "new"))
+    assert "no USD/1M row: no --cost-per-hour SIDE=USD for base and new" in unpriced
