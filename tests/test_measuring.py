@@ -565,15 +565,24 @@ def test_progress_draws_over_its_last_line_and_ends_it(monkeypatch):
     assert silent.getvalue() == ""
 
 
-def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path):
-    port = closed_port()
+def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path, scripted):
+    # a router still starting: every request is answered 503; the signal is sent once the
+    # tool has asked (it is then in the readiness wait, whatever its start-up took)
+    asked = threading.Event()
+
+    def starting(prompt, number):
+        asked.set()
+        return [final_answer(b'{"status":"starting","ready":false}',
+                             b"503 Service Unavailable")]
+
+    router = scripted(starting)
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url",
-                                f"http://127.0.0.1:{port}", "--corpus", corpus, "--out",
-                                str(out), "--label", "x", "--wait-ready", "30"],
+    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+                                "--corpus", corpus, "--out", str(out), "--label", "x",
+                                "--wait-ready", "30"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.8)
+    assert asked.wait(timeout=30), "the run never asked the router"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130 and "Traceback" not in stderr
