@@ -6763,6 +6763,7 @@ PART_STATS = ("p50", "p95", "mean")
 ROUTER_OWN_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
                          "llm_decision_evaluation_latency_seconds")
 HISTOGRAM_PARTS = {  # a histogram without a phase or signal_type label, as its part is named
+    "llm_signal_extraction_latency_seconds": "signals",
     "llm_decision_evaluation_latency_seconds": "decision",
     "vsr_model_runtime_request_duration_seconds": "runtime",
     "vsr_model_runtime_transport_seconds": "transport",
@@ -9764,7 +9765,8 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
         for side in order:
             router = start_simulator(serial=True, seed=number,
                                      delay_ms=DEMO_SIDES[side]["delay_ms"],
-                                     jitter_ms=DEMO_SIDES[side]["jitter_ms"])
+                                     jitter_ms=DEMO_SIDES[side]["jitter_ms"],
+                                     signals=DEMO_SIDES[side]["signals"])
             try:
                 endpoint = parse_endpoint(router.url)
                 run = measure_run(

@@ -14,6 +14,7 @@ observing 40 calls (before) and 60 more (after).
 """
 
 import json
+import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -353,3 +354,16 @@ def test_a_run_file_with_a_histogram_difference_that_is_no_count_is_refused(tmp_
     result = cli("compare", path, path)
     assert result.code == 2 and "metrics.histograms." in result.err
     assert result.err.count("\n") == 1
+
+
+def test_the_demo_names_pii_as_the_signal_that_got_slower(cli, tmp_path):
+    result = cli("demo", "--rounds", "3", "--keep", tmp_path / "demo")
+    assert result.code in (0, 3), result.err
+    sentences = [line for line in result.out.splitlines() if " p95 " in line and ": " in line
+                 and "pii " in line]
+    assert [s.split(" p95 ")[0] for s in sentences] == ["Sequential", "Conc 4", "Conc 16"]
+    for sentence in sentences:
+        found = re.search(r"pii (\d\.\d\d)x slower \[(\d\.\d\d), (\d\.\d\d)\]", sentence)
+        change, low, high = (float(v) for v in found.groups())
+        assert 1.3 < change < 1.5 and 1 < low <= high  # 40% slower, the interval excludes 1
+        assert "domain no change [1.00, 1.00]" in sentence
