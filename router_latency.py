@@ -126,6 +126,10 @@ MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
 MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
 CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
 OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
+# the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
+# client take and Go's client takes; looked for only where no CRLF CRLF is found
+BARE_LF_HEAD_END = re.compile(rb"\n\r?\n")
+BARE_LF = re.compile(rb"(?<!\r)\n")
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
@@ -2762,12 +2766,17 @@ class ResponseReader:
             mode = self._mode
             if mode == "head":
                 end = buffer.find(b"\r\n\r\n", pos)
-                if end < 0:
+                if end >= 0:
+                    self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
+                    pos = end + 4
+                    continue
+                bare = BARE_LF_HEAD_END.search(buffer, pos, pos + MAX_HEAD_BYTES + 3)
+                if bare is None:
                     if len(buffer) - pos - 3 > MAX_HEAD_BYTES:  # the head would be longer
                         raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes")
                     return pos
-                self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
-                pos = end + 4
+                self._parse_head(BARE_LF.sub(b"\r\n", buffer[pos:bare.start()]))
+                pos = bare.end()
             elif mode == "close":
                 self._take(buffer, pos, len(buffer) - pos)
                 return len(buffer)
@@ -2779,15 +2788,18 @@ class ResponseReader:
                 if self._left:
                     return pos
                 self._mode = "done" if mode == "length" else "crlf"
-            else:
-                end = buffer.find(b"\r\n", pos)
+            else:  # a line: a bare LF ends it too, as Go's client reads it (not after data)
+                end = buffer.find(b"\n", pos)
                 if end < 0:
                     if len(buffer) - pos - 1 > MAX_HEAD_BYTES:
                         raise malformed(f"a chunk size or trailer line is over "
                                         f"{MAX_HEAD_BYTES:,} bytes", self.status)
                     return pos
-                self._chunk_line(bytes(buffer[pos:end]))
-                pos = end + 2
+                crlf = end > pos and buffer[end - 1] == 13
+                if mode == "crlf" and not crlf:
+                    raise malformed("a chunk's data is not followed by CRLF", self.status)
+                self._chunk_line(bytes(buffer[pos:end - crlf]))
+                pos = end + 1
         return pos
 
     def _take(self, buffer: bytearray, pos: int, count: int) -> None:
