@@ -3277,12 +3277,17 @@ def gpu_number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    text = str(value).strip()
-    if text.startswith(("N/A", "[")):
-        return None
-    match = re.search(r"-?\d+(?:\.\d+)?", text)
-    return float(match.group()) if match else None
+        number = float(value) if abs(value) <= MAX_FILE_NUMBER else math.inf
+    else:
+        text = str(value).strip()
+        if text.startswith(("N/A", "[")):
+            return None
+        match = re.search(r"-?\d+(?:\.\d+)?", text[:64])
+        if not match:
+            return None
+        number = float(match.group())  # 400 digits make inf
+    # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
+    return number if 0 <= number <= MAX_FILE_NUMBER else None
 
 
 def first_json(text: str, tool: str) -> Any:
@@ -3874,10 +3879,13 @@ def scrubbed_texts(value: Any, secrets: Sequence[str]) -> Any:
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
     """Return the 1-minute load average, or None where the system does not tell."""
     if loadavg_file:
-        try:
-            return float(Path(loadavg_file).read_text().split()[0])
+        try:  # its first line only: /dev/zero or a huge file must not fill the memory
+            with open(loadavg_file, "rb") as stream:
+                load = float(stream.read(4096).split()[0])
         except (OSError, ValueError, IndexError):
             return None
+        # inf, nan, -5 or 1e308 would make a run file its own reader refuses: not a load
+        return load if 0 <= load <= MAX_FILE_NUMBER else None
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
