@@ -4342,14 +4342,28 @@ class PassLoop:
         """Return (decision, error kind, the router's error code) of an answer; a small answer
         seen before is looked up rather than parsed again."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return classify(status, body, self.target.decision_paths)
+            return self._scrubbed(classify(status, body, self.target.decision_paths))
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = classify(status, body, self.target.decision_paths)
+            known = self.classified[key] = self._scrubbed(
+                classify(status, body, self.target.decision_paths))
         return known
+
+    def _scrubbed(self, answer: tuple) -> tuple:
+        """Return (decision, error kind, code) with every secret hidden in the texts: a router
+        that quotes the request's token or a header value in its error code or decision
+        records neither. Once per distinct answer, since answers seen before are cached."""
+        if not self.secrets:
+            return answer
+        decision, error, code = answer
+        if isinstance(code, str):  # still a code the reader takes: 'BAD_hidden', or none
+            code = scrubbed(code, self.secrets).replace("[hidden]", "hidden")
+            code = code if ERROR_CODE_PATTERN.fullmatch(code) else None
+        return (scrubbed(decision, self.secrets) if isinstance(decision, str) else decision,
+                error, code)
 
     # the loop
 
