@@ -6731,7 +6731,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
     for section in sections:
         report = section.report
         lines += [f"## {section.name}", "",
-                  f"`{section.folder}`: base `{report.base}`, new `{report.new}`; "
+                  f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
                   f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
                   f"**{verdict_line(report)}**", ""]
@@ -6803,6 +6803,15 @@ def md_text(text: str) -> str:
     return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
 
 
+def md_code(text: str) -> str:
+    """Return text as a Markdown code span on one line: control characters escaped, fenced by
+    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
+    text = visible(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def markdown_blocks(lines: Sequence[str]) -> list:
     """Return text lines as Markdown: table lines kept, a line starting with ** kept as a
     caption, every other line a list item (an indented line nested), blocks apart."""
@@ -6860,7 +6869,8 @@ def format_compare_markdown(report: CompareReport) -> list:
 def shown_text(text: str, width: int) -> str:
     """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
     quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
-    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
+    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def ratio_text(item: Slowdown) -> str:
@@ -7115,7 +7125,7 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
         color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
         attributes = (' class="r"' if r else "") + \
             (f' style="color: {color}; font-weight: bold"' if color else "")
-        return f"<{tag}{attributes}>{esc(text)}</{tag}>"
+        return f"<{tag}{attributes}>{esc(visible(text))}</{tag}>"  # one line, as every table
 
     lines = ["<table>", "<tr>" + "".join(cell("th", h, r) for h, r in zip(header, right))
              + "</tr>"]
