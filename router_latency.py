@@ -7639,6 +7639,8 @@ def parse_header(text: str) -> tuple:
         raise argparse.ArgumentTypeError("expected 'Name: value'")
     if "\r" in value or "\n" in value:
         raise argparse.ArgumentTypeError("a header value cannot span lines")
+    if re.search("[\x00-\x08\x0b-\x1f\x7f]", value):  # RFC 9110 5.5: no control but tab
+        raise argparse.ArgumentTypeError("a header value cannot hold a control character")
     return name, value.strip()
 
 
@@ -8376,7 +8378,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     keep = args.keep is not None
     work = Path(args.keep) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
     if keep:
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file there, a folder that cannot be made
+            raise RouterLatencyError(f"cannot make the folder: {exc.strerror}", args.keep)
         if any(work.glob("r*-*.json")) or (work / "corpus.json").exists():
             raise RouterLatencyError("already holds demo files; use an empty folder", args.keep)
     where = f"in {work}" if keep else f"in {work} (deleted at the end; --keep DIR keeps them)"
