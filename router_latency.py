@@ -7526,6 +7526,8 @@ def emit(lines: Iterable[str], stream: Any = None) -> None:
     """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
     closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
     stream = stream or sys.stdout
+    if stream is None:  # started with the stream closed (>&-): nobody to show it to
+        return
     try:
         for line in lines:  # a line may hold line breaks (JSON), no other control character
             stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
@@ -8134,7 +8136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"({len(corpus.prompts)} prompts), {target.endpoint.shown}, {args.out} "
                   f"writable; nothing sent"])
         return EXIT_OK
-    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    progress = Progress(enabled=not args.quiet and sys.stderr is not None
+                        and sys.stderr.isatty())
     if progress.enabled:  # a terminal: say what is measured before the passes start
         emit([format_run_header(args.label, len(corpus.prompts), corpus.sha256,
                                 target.endpoint.shown, settings_record(target, plan, guard,

@@ -748,3 +748,17 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
     text = record.read_text()
     assert not rl.CONTROL_CHARS.search(text.replace("\n", ""))
     assert "``" in text and "\\u001b[31m" in text  # a code span with the backticks inside
+
+
+@pytest.mark.parametrize("closed", [(1,), (2,), (1, 2)])
+def test_run_started_with_its_output_streams_closed_measures_and_saves(simulator, tmp_path,
+                                                                       closed):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    process = subprocess.run(  # `run ... >&-`: Python starts with sys.stdout None
+        [sys.executable, str(TOOL), "run", "--url", router.url, "--corpus", corpus, "--out",
+         str(out), "--label", "x", "--concurrency", "1", "--warmup", "0"],
+        preexec_fn=lambda: [os.close(fd) for fd in closed], timeout=60)
+    assert process.returncode == 0  # today 1: a traceback after the file, or before the run
+    assert json.loads(out.read_text())["complete"] is True
