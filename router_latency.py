@@ -1490,8 +1490,9 @@ def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> N
     output: measured data must never be overwritten by a report of it."""
     known: list = []  # (option, path, is an output, identity)
     for option, path, output in [(o, p, False) for o, p in inputs if p] + \
-            [(o, p, True) for o, p in outputs if p and p != "-"]:
-        real, inode = file_identity(str(path))
+            [(o, p, True) for o, p in outputs if p]:
+        # '-' twice: two documents mixed on standard output (or in one file named '-')
+        real, inode = ("-", None) if output and path == "-" else file_identity(str(path))
         for other, other_path, other_output, (other_real, other_inode) in known:
             if (output or other_output) and (real == other_real or (
                     inode is not None and inode == other_inode)):

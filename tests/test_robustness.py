@@ -762,3 +762,19 @@ def test_run_started_with_its_output_streams_closed_measures_and_saves(simulator
         preexec_fn=lambda: [os.close(fd) for fd in closed], timeout=60)
     assert process.returncode == 0  # today 1: a traceback after the file, or before the run
     assert json.loads(out.read_text())["complete"] is True
+
+
+def test_two_outputs_named_dash_collide(tmp_path, cli, monkeypatch):
+    three_rounds(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    results = [  # today: JSON and CSV mixed on stdout, or one file '-' written twice
+        cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out", "-", "--csv",
+            "-", "--label", "x", "--check"),
+        cli("record", "--section", f"s={tmp_path}:cpu:gpu", "--json", "-", "--markdown", "-"),
+        cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--html", "-",
+            "--junit", "-"),
+    ]
+    for result in results:
+        assert_one_line_error(result, "- is the same file as", "--")
+    assert not (tmp_path / "-").exists()
