@@ -1713,6 +1713,7 @@ def boundary_cases(cases: Any, where: str) -> list:
     if not isinstance(cases, list):
         raise RouterLatencyError("expected an object with a list 'cases'", where)
     found = []
+    total = 0  # characters the repeated texts make: bounded before any is made
     for i, case in enumerate(cases):
         at = f"{where}: cases[{i}]"
         if not isinstance(case, dict) or not isinstance(case.get("name"), str) \
@@ -1721,6 +1722,12 @@ def boundary_cases(cases: Any, where: str) -> list:
         repeat = case.get("repeat", 1)
         if not is_whole(repeat, 1) or repeat > 100000:
             raise RouterLatencyError("'repeat' must be a whole number from 1 to 100000", at)
+        size = len(case["text"]) * repeat
+        total += size
+        if size > MAX_CORPUS_FILE_BYTES or total > MAX_CORPUS_BYTES:  # not a MemoryError
+            raise RouterLatencyError(
+                f"the text repeated makes {size:,} characters; at most {MAX_CORPUS_FILE_BYTES:,} "
+                f"a case and {MAX_CORPUS_BYTES:,} in all (a corpus larger than run reads)", at)
         expect = checked_expect(case["expect"], f"{at}.expect") if "expect" in case else ()
         found.append(BoundaryCase(case["name"], case["text"] * repeat, expect))
     return found

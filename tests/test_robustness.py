@@ -778,3 +778,19 @@ def test_two_outputs_named_dash_collide(tmp_path, cli, monkeypatch):
     for result in results:
         assert_one_line_error(result, "- is the same file as", "--")
     assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("cases", [
+    [{"name": "big", "text": "x" * 200, "repeat": 100_000}],
+    [{"name": f"c{i}", "text": "y" * 160, "repeat": 100_000} for i in range(20)],
+])
+def test_a_boundary_case_repeated_beyond_the_corpus_bound_is_refused(tmp_path, cli, cases):
+    repo = tmp_path / "repo" / "e2e" / "x" / "testdata"
+    repo.mkdir(parents=True)
+    (repo / "a.json").write_text('[{"question": "hello there friend"}]')
+    boundary = tmp_path / "boundary.json"
+    boundary.write_text(json.dumps({"cases": cases}))
+    result = cli("corpus", "--repo", tmp_path / "repo", "--out", tmp_path / "c.json",
+                 "--boundary", boundary)  # today 20 MB made per case, 1 TB a MemoryError
+    assert_one_line_error(result, "the text repeated makes", "boundary.json: cases[")
+    assert not (tmp_path / "c.json").exists()
