@@ -795,3 +795,21 @@ def test_a_boundary_case_repeated_beyond_the_corpus_bound_is_refused(tmp_path, c
                  "--boundary", boundary)  # today 20 MB made per case, 1 TB a MemoryError
     assert_one_line_error(result, "the text repeated makes", "boundary.json: cases[")
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_secret_in_the_query_of_a_url_is_not_recorded(simulator, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", f"{router.url}/api/v1/routing/preview?key={HEADER_VALUE}",
+                 "--corpus", corpus, "--out", out, "--label", "x", "--concurrency", "1",
+                 "--warmup", "0", "--token-env", "RL_TEST_TOKEN", "--header",
+                 f"X-Api-Key: {HEADER_VALUE}", "--metrics-url",
+                 f"{router.url}/metrics?t={TOKEN}&k={HEADER_VALUE}")
+    assert result.code == 0, result.err
+    document = json.loads(out.read_text())  # today both URLs kept the values
+    assert document["url"].endswith("?key=[hidden]")
+    assert document["captures"]["metrics_url"].endswith("?t=[hidden]&k=[hidden]")
+    for text in (out.read_text(), result.out + result.err):
+        assert TOKEN not in text and HEADER_VALUE not in text
