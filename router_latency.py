@@ -10206,5 +10206,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             signal.signal(signum, handler)
 
 
+def console_main() -> None:
+    """The command's entry (the console script, `python router_latency.py`): main's exit code.
+    A Ctrl-C pressed again while Python joins the last threads would end it by SIGINT with a
+    traceback, after the file was written and the code chosen: from here on it is ignored."""
+    status = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

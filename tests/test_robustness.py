@@ -813,3 +813,22 @@ def test_a_secret_in_the_query_of_a_url_is_not_recorded(simulator, tmp_path, cli
     assert document["captures"]["metrics_url"].endswith("?t=[hidden]&k=[hidden]")
     for text in (out.read_text(), result.out + result.err):
         assert TOKEN not in text and HEADER_VALUE not in text
+
+
+def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
+    # main() has returned (the file written, the code chosen) and a thread is still joined
+    # at exit; a Ctrl-C pressed again then ended the process by SIGINT with a traceback
+    child = ("import sys, threading, time; sys.path.insert(0, %r); import router_latency as rl\n"
+             "def main(argv=None):\n"
+             "    threading.Thread(target=time.sleep, args=(1.0,)).start()\n"
+             "    print('returned', flush=True)\n"
+             "    return 3\n"
+             "rl.main = main\n"
+             "rl.console_main()\n") % str(TOOL.parent)
+    process = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "returned\n"
+    time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 3 and "Traceback" not in stderr, stderr
