@@ -9211,6 +9211,9 @@ def parse_header(text: str) -> tuple:
         raise argparse.ArgumentTypeError("a header value cannot span lines")
     if re.search("[\x00-\x08\x0b-\x1f\x7f]", value):  # RFC 9110 5.5: no control but tab
         raise argparse.ArgumentTypeError("a header value cannot hold a control character")
+    if name.lower() in ("content-length", "transfer-encoding"):  # a second framing: smuggling
+        raise argparse.ArgumentTypeError(f"{name} is set from each request's body, not by "
+                                         f"--header")
     return name, value.strip()
 
 

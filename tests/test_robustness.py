@@ -832,3 +832,14 @@ def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 3 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("header", ["Content-Length: 5", "transfer-encoding: chunked",
+                                    "TRANSFER-ENCODING: hdr-5ecret-98765"])
+def test_a_header_that_frames_the_body_is_refused(tmp_path, cli, header):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "r.json", "--label", "x", "--header", header, "--check")
+    # today sent beside the tool's own Content-Length: the router reads another body's end
+    assert result.code == 2 and "is set from each request's body" in result.err, result
+    assert HEADER_VALUE not in result.err
