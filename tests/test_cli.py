@@ -16,6 +16,8 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
+import xml.etree.ElementTree as ElementTree
 
 import pytest
 
@@ -679,8 +681,9 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
              if line.startswith("rounds")]
     judged = f"rounds --dir {tmp_path / 'results'} --base cpu --new gpu --tolerance 7 --strict " \
              f"--gate p50 --max-mde 12"
+    # the looks, then the final judgement: only it gets the corpus (and --junit, --html)
     assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
-                         f"{judged} --sequential 5 --format json"]
+                         f"{judged} --corpus {corpus} --sequential 5 --format json"]
     assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
         " --base cpu --new gpu --tolerance 7 --strict --gate p50 --max-mde 12 --format json")
 
@@ -918,3 +921,130 @@ def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
     assert result.err.startswith("run x: 2 prompts") and "wrote" not in result.err
     made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--out", "-")
     assert made.code == 0 and json.loads(made.out)["schema"] == rl.CORPUS_SCHEMA
+
+
+def readme_workflow_step():
+    """The shell lines of the README workflow's rounds step, dedented."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    step = readme.split("      - name: interleaved rounds until decided\n        run: |\n", 1)[1]
+    step = step.split("      - uses: actions/upload-artifact", 1)[0]
+    return "\n".join(line[10:] for line in step.splitlines()) + "\n"
+
+
+def as_simulators(step, tmp_path, delays):
+    """The step with `simulate` in the foreground in place of each side's container."""
+    for role, side, delay in zip(("base", "new"), ("main", "pr"), delays):
+        url_file = tmp_path / f"{side}.url"
+        step, count = re.subn(rf"--{role}-url \S+", f"--{role}-url-file {url_file}", step)
+        assert count == 1
+        start = foreground_command(tmp_path, side, delay)
+        step, count = re.subn(rf"--{role}-start '[^']*'", lambda _: f"--{role}-start "
+                              f"{shlex.quote(start)}", step)
+        assert count == 1
+        step, count = re.subn(rf"--{role}-stop '[^']*'", f"--{role}-stop true", step)
+        assert count == 1
+    # a short run per side (the README's passes, three concurrencies, take longer)
+    return step.replace(" || code=$?", " -- --concurrency 1 --warmup 2 || code=$?", 1)
+
+
+def test_readme_workflow_leaves_one_report(tmp_path):
+    # the README's workflow step, run as GitHub runs it (bash -eo pipefail), with the job
+    # summary file GitHub provides: one report in the summary, whatever the number of looks,
+    # and the JUnit file and the page from the same command
+    (tmp_path / "router-latency").symlink_to(ROOT)
+    write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
+    summary = tmp_path / "summary.md"
+    summary.write_text("")
+    step = as_simulators(readme_workflow_step(), tmp_path, (3, 1))
+    env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary)}
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
+                            capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = summary.read_text()
+    assert text.count("**Verdict: ") == 1 and text.lstrip().startswith("**Verdict: PASS"), text
+    looks = [line for line in result.stderr.splitlines() if "look after" in line]
+    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 10 rounds", result.stderr)
+    assert decided and len(looks) == int(decided.group(1)) - 3, result.stderr
+    suite = ElementTree.parse(tmp_path / "results" / "junit.xml").getroot()
+    assert suite.iter("testcase") and not list(suite.iter("failure"))
+    page = (tmp_path / "results" / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert result.stdout.count("verdict: ") == 1
+
+
+@pytest.mark.parametrize("role", ["base", "new"])
+def test_driver_refuses_a_url_that_answers_before_its_router_starts(tmp_path, simulator, role):
+    # a router left from an earlier round (here: a simulator of the test) on a side's port
+    stale = simulator()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    option = command.index(f"--{role}-url-file")
+    command[option:option + 2] = [f"--{role}-url", stale.url]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    side = {"base": "cpu", "new": "gpu"}[role]
+    port = urllib.parse.urlsplit(stale.url).port
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"run_rounds.sh: error: port {port} already answers ({stale.url}, {side}'s URL) "
+        f"before the first round: a router from an earlier round still running? Stop it, or "
+        f"give --{role}-url another port\n")
+    assert not (tmp_path / "results").exists() and not (tmp_path / "log").exists()
+
+
+def test_driver_refuses_a_router_its_start_command_did_not_start(tmp_path):
+    # the start command runs, but the port is answered by a process outside its session (a
+    # router started before, or by someone else)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    url_file = tmp_path / "other.url"
+    outsider = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
+                                 "--url-file", str(url_file)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not url_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        command = driver_args(tmp_path, corpus)
+        start = command.index("--base-start")
+        command[start + 1] = f"cp {shlex.quote(str(url_file))} {shlex.quote(str(tmp_path))}" \
+                             f"/cpu.url; exec sleep 30"
+        del command[start + 2:start + 4]  # no stop command: the script ends the sleep
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                env=DRIVER_ENV)
+    finally:
+        outsider.terminate()
+        outsider.wait(10)
+    url = url_file.read_text().strip()
+    assert result.returncode == 2
+    assert re.search(rf"run_rounds\.sh: error: cpu's URL {re.escape(url)}\S* is answered by "
+                     rf"pid {outsider.pid} \(python3?[.\d]*\), not by its start command, which "
+                     rf"still runs \(round 1\): a router from an earlier round\?; r1-cpu.json "
+                     rf"moved to r1-cpu.json.rejected\n$", result.stderr), result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["r1-cpu.json.rejected"]
+
+
+def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(tmp_path):
+    # round 1 measures both routers; in round 2 gpu's start command returns at once (as
+    # `docker run -d` does) and points at a router with cpu's configuration (cpu's build,
+    # left running): the run is refused
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    url_file = tmp_path / "stale.url"
+    stale = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
+                              "--delay-ms", "2", "--url-file", str(url_file)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        command = driver_args(tmp_path, corpus)
+        start = command.index("--new-start")
+        pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
+        command[start + 1] = (f'if [ "$ROUND" = 1 ]; then {command[start + 1]}; else cp '
+                              f'{shlex.quote(str(url_file))} {shlex.quote(str(tmp_path))}/gpu.url;'
+                              f' setsid sleep 30 & echo $! > {pid_file}; fi')
+        result = subprocess.run(command, capture_output=True, text=True, timeout=90,
+                                env=DRIVER_ENV)
+    finally:
+        stale.terminate()
+        stale.wait(10)
+    assert result.returncode == 2
+    assert re.search(r"run_rounds\.sh: error: gpu answered with cpu's configuration "
+                     r"\(x-vsr-config-hash [0-9a-f]{12}\) in round 2: cpu's router still "
+                     r"running\?; r2-gpu.json moved to r2-gpu.json.rejected\n$",
+                     result.stderr), result.stderr
