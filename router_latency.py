@@ -244,20 +244,25 @@ def metric_label(metric: str) -> str:
 
 def change_text(speedup: Optional[float], low: Optional[float] = None,
                 high: Optional[float] = None) -> str:
-    """Return how many times faster or slower the new side is than the base, in words.
+    """Return the change of the new side against the base as every report writes it: the
+    signed percent change in time per request, + slower, - faster: +7.4% [+2.1%, +12.9%].
 
-    `speedup` is above 1 when new is better (base/new for latency, new/base for req/s);
-    compare and rounds both say it this way: 1.35x faster, 1.14x slower. An interval, where
-    given, is in the same direction as the words: 1.14x slower [0.97, 1.33].
+    `speedup` is above 1 when new is better (base/new for latency, new/base for req/s), so the
+    change is 1/speedup - 1 (for req/s, the change in time per request); the interval, where
+    given, is that of the speedup, turned the same way.
     """
     if speedup is None or not speedup > 0:
         return "n/a"
-    word, factor, bounds = "faster", speedup, (low, high)
-    if speedup < 1:
-        word, factor = "slower", 1 / speedup
-        bounds = (1 / high, 1 / low) if low and high else (None, None)
-    text = "no change" if speedup == 1 else f"{factor:.2f}x {word}"
-    return text if bounds[0] is None else f"{text} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+    text = pct_text(1 / speedup - 1)
+    if not low or not high:
+        return text
+    return f"{text} [{pct_text(1 / high - 1)}, {pct_text(1 / low - 1)}]"
+
+
+def pct_text(fraction: float) -> str:
+    """Return a fraction as a signed percent with one decimal: +7.4%, -46.6%, +0.0%."""
+    # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
+    return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
 
 
 # --- statistics ---
@@ -5220,7 +5225,9 @@ def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list
     for number, sides in runs.items():
         for side in (base, new):
             for item in sorted(sides[side].passes, key=lambda p: p.order):
-                ok = [r for r in item.requests if r.error is None and r.latency_ms is not None]
+                # routed answers only, as the percentiles: an expected rejection answered in
+                # 0.1 ms would start the plot far left of the latencies it shows
+                ok = [r for r in item.requests if r.routed and r.latency_ms is not None]
                 if item.discarded or not ok:
                     continue
                 quantiles = percentiles([r.latency_ms for r in ok], range(101))
@@ -5323,7 +5330,7 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
         reasons += [f"regression in {pass_title(p)} {metric_title(m)}"
                     for p, m in test.regressions]
         if test.composite_p is not None and test.composite_p < test.level:
-            reasons.append(f"the {test.rows} gated rows together are "
+            reasons.append(f"the {test.rows} gated rows together are slower: "
                            f"{composite_text(test.composite)}")
     if reasons:
         return "fail", tuple(reasons), EXIT_GATE
@@ -5876,7 +5883,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             for tag, hashes in zip("AB", report.config_hashes)))
     lines.append("")
     rows = compare_rows(report)
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "B vs A"], rows,
+    lines += render_table(["pass", "metric", "A", "B", "B - A", "change, + slower"], rows,
                           markdown=markdown, right=[False, False])
     for item in report.passes:
         failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
@@ -5903,7 +5910,16 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    return lines
+    # the Markdown starts with its verdict (format_compare_markdown); the text ends with it
+    return lines if markdown else lines + [compare_verdict_line(report)]
+
+
+def compare_verdict_line(report: CompareReport) -> str:
+    """Return the one-line verdict of a comparison, as verdict_line writes that of rounds."""
+    if report.reasons:
+        return f"verdict: {report.status.upper()}: " + "; ".join(report.reasons)
+    return (f"verdict: {report.status.upper()}: one run each, no interval (rounds judges "
+            f"with intervals)")
 
 
 def format_rounds(report: RoundsReport, *, markdown: bool = False,
@@ -5945,8 +5961,9 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         return lines
     test = report.test
     lines += [
-        f"{new} vs {base}: how many times faster or slower {new} is, the geometric mean of the "
-        f"per-round ratios with a 95% Student t interval on their logs, df {len(used) - 1}; "
+        f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
+        f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
+        f"on their logs, df {len(used) - 1}; slower in: the rounds in which {new} was slower; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
         f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
@@ -5964,7 +5981,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
                       detectable_text(row), row.verdict])
     lines += render_table(
         ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-         f"{new} vs {base} [95% CI]", "worse", "detects", "verdict"], table, markdown=markdown,
+         "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
         lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
@@ -6043,8 +6060,22 @@ def format_config_hashes(report: RoundsReport) -> list:
 
 
 def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the lines of the per-round environment table, and of the router CPU and GPU
-    state table where the runs recorded them."""
+    """Return the lines of the per-round environment tables, each its own block, and which
+    columns no run recorded."""
+    tables, empty = environment_tables(report)
+    lines: list = []
+    for table in tables:
+        lines += ([""] if lines else []) + render_table(table.header, table.rows,
+                                                         markdown=markdown, right=table.right)
+    if empty:
+        lines += ["", f"not recorded in any run: {', '.join(empty)}"]
+    return lines
+
+
+def environment_tables(report: RoundsReport) -> tuple:
+    """Return (the environment Tables, the names of the columns left out): the per-round
+    table, and that of router CPU and GPU state where the runs recorded any; a column no run
+    recorded (all n/a: GPU fields on a node without a GPU) is left out."""
     span = span_text
     table = []
     for row in report.environment:
@@ -6055,15 +6086,32 @@ def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
                       row["router_cpus"] or "n/a", span(row["gpu_mib_min"], row["gpu_mib_max"]),
                       "n/a" if row["faults"] is None else f"{row['faults']:g}",
                       str(row["discarded_attempts"]), cpu, ", ".join(row["flags"]) or "-"])
-    return render_table(["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
-                         "discarded", "driver cpu", "flags"], table, markdown=markdown,
-                        right=[False, False, True, False, True, True, True, True, False]) \
-        + format_router_and_gpu(report, markdown=markdown)
+    tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
+                         "discarded", "driver cpu", "flags"], table,
+                    [False, False, True, False, True, True, True, True, False])]
+    tables += router_and_gpu_tables(report)
+    kept, empty = [], []
+    for item in tables:
+        item, dropped = without_empty_columns(item)
+        kept.append(item)
+        empty += [name for name in dropped if name not in empty]
+    return kept, empty
 
 
-def format_router_and_gpu(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the per-round table of router CPU per request, foreign vCPUs, GPU state ranges
-    and slow passes; nothing when no run recorded any."""
+def without_empty_columns(table: Table) -> tuple:
+    """Return (the table without its columns of only n/a, the names of those columns); the
+    first two columns (round, side) always stay."""
+    keep = [i for i in range(len(table.header))
+            if i < 2 or any(row[i] != "n/a" for row in table.rows) or not table.rows]
+    dropped = [name for i, name in enumerate(table.header) if i not in keep]
+    return (Table(table.caption, [table.header[i] for i in keep],
+                  [[row[i] for i in keep] for row in table.rows],
+                  [table.right[i] for i in keep]), dropped)
+
+
+def router_and_gpu_tables(report: RoundsReport) -> list:
+    """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
+    and slow passes; none when no run recorded any."""
     keys = ["router_cpu_ms", *(f"gpu_{k}" for k in GPU_FIELDS[:-1])]
     rows = report.environment
     if not any(r.get(f"{k}_min") is not None for r in rows for k in keys) \
@@ -6077,10 +6125,9 @@ def format_router_and_gpu(report: RoundsReport, *, markdown: bool = False) -> li
                 for k in keys[1:]]
              + [", ".join(pass_title(n) for n in r.get("slow_passes") or ()) or "-"]
              for r in rows]
-    return [""] + render_table(
-        ["round", "side", "router cpu ms/req", "foreign vCPUs (max)", "gpu temp C", "sclk MHz",
-         "mclk MHz", "gpu W", "gpu use %", "slow phases"], table, markdown=markdown,
-        right=[False, False] + [True] * 7 + [False])
+    return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
+                       "gpu temp C", "sclk MHz", "mclk MHz", "gpu W", "gpu use %",
+                       "slow phases"], table, [False, False] + [True] * 7 + [False])]
 
 
 def format_order(report: RoundsReport) -> list:
@@ -6226,13 +6273,8 @@ def xml_safe(text: str) -> str:
 
 
 def row_interval_text(row: Row) -> str:
-    """Return a row's change with its interval, in the worse direction: + is worse."""
-    # rounded before the sign is chosen, so that a change of -1e-17 reads +0.0%, not -0.0%
-    change, low, high = (round(v, 1) + 0.0 for v in [row.change_pct] + sorted(
-        100 * math.expm1(worse_sign(row.metric) * v)
-        for v in (row.log_ratio.low, row.log_ratio.high)))
-    return (f"change {change:+.1f}% [{low:+.1f}%, {high:+.1f}%], + is worse "
-            f"({change_text(row.speedup, row.speedup_low, row.speedup_high)}; new - base "
+    """Return a row's change with its interval as every report writes it: + is slower."""
+    return (f"change {row_change_text(row)}, + is slower (new - base "
             f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
             f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
 
@@ -6385,11 +6427,15 @@ def format_record(sections: Sequence[RecordSection]) -> list:
         rows = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
+                 row_change_text(r),
                  f"{r.speedup:.2f}x [{r.speedup_low:.2f}, {r.speedup_high:.2f}]"]
                 for r in report.rows]
         if rows:
+            # the published records' speedup column stays, labelled, beside the change
             lines += render_table(["pass", "metric", report.base, report.new,
-                                   f"{report.new} - {report.base} [95% CI]", "speedup [95% CI]"],
+                                   f"{report.new} - {report.base} [95% CI]",
+                                   "change [95% CI], + slower",
+                                   "published speedup, above 1 faster [95% CI]"],
                                   rows, markdown=True, right=[False, False]) + [""]
         lines += [f"- {sentence}" for sentence in record_sentences(section)] + [""]
     return lines
@@ -6450,17 +6496,21 @@ def md_text(text: str) -> str:
 
 
 def markdown_blocks(lines: Sequence[str]) -> list:
-    """Return text lines as Markdown: table lines kept, a line starting with ** kept as a
-    caption, every other line a list item (an indented line nested), blocks apart."""
+    """Return text lines as Markdown: table lines kept (tables a blank line apart stay apart),
+    a line starting with ** kept as a caption, every other line a list item (an indented line
+    nested), blocks apart."""
     out: list = []
-    previous = None
+    previous, apart = None, False
     for line in lines:
         if not line.strip():
+            apart = True  # two tables a blank line apart stay two tables
             continue
         kind = "table" if line.startswith("|") else "caption" if line.startswith("**") \
             else "list"
-        if previous is not None and (kind != previous or kind == "caption"):
+        if previous is not None and (kind != previous or kind == "caption"
+                                     or (kind == "table" and apart)):
             out.append("")
+        apart = False
         out.append(("  - " if line.startswith("  ") else "- ") + md_text(line.strip())
                    if kind == "list" else line)
         previous = kind
@@ -6510,8 +6560,9 @@ def shown_text(text: str, width: int) -> str:
 
 
 def ratio_text(item: Slowdown) -> str:
-    interval = "" if item.low is None else f" [{item.low:.2f}, {item.high:.2f}]"
-    return f"{item.ratio:.2f}x{interval}"
+    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
+    interval = "" if item.low is None else f" [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
+    return pct_text(item.ratio - 1) + interval
 
 
 class Table(NamedTuple):
@@ -6529,28 +6580,33 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int
     if found is None or not found.inputs:
         return None
     slower = [s for s in found.inputs if s.call == "slower"]
+    # those called slower first, then the largest noise, then the rest: the table's first rows
+    # are the ones its header counts
+    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
     intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
-             f"pass; {report.new}/{report.base} latency of each input: median over "
+             f"pass; change in latency of each input, {report.new} against {report.base}: "
+             f"median over "
              f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
              f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
              f"tolerance, false discovery rate {100 * found.fdr:g}%; noise: beyond the "
              f"tolerance but not carried)")
     texts = any(s.text is not None for s in found.inputs)
-    ratio = f"{report.new}/{report.base} [95% CI]"
-    inputs = Table("Largest slowdowns", ["input", ratio, "slower", "call", "decision"]
+    ratio = "change [95% CI]"
+    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
+    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
                    + (["chars", "text"] if texts else []),
                    [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
                      cell(shown_decision(s.decision))]
                     + ([str(s.length) if s.length is not None else "n/a",
                         cell(shown_text(s.text, 40)) if s.text is not None else ""]
-                       if texts else []) for s in found.inputs[:limit]],
+                       if texts else []) for s in shown],
                    [False, True, True, False, False, True, False][:7 if texts else 5])
-    beyond = [f"#{s.key}" for s in slower if s not in found.inputs[:limit]]
+    beyond = [f"#{s.key}" for s in slower if s not in shown]
     more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
         f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
         if beyond else ""
     groups = Table("By decision and prompt length",
-                   ["group", "inputs", ratio, "slower", "call"],
+                   ["group", "inputs", ratio, "slower in", "call"],
                    [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
                      f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
                     for kind, items in (("decision", found.decisions), ("length", found.lengths))
@@ -6640,8 +6696,9 @@ class Axis(NamedTuple):
 def padded(values: Sequence[float], log: bool) -> tuple:
     """Return a range holding the values with a margin (a factor on a log axis)."""
     low, high = min(values), max(values)
-    if log:
-        return low / 1.15, high * 1.15
+    if log:  # 6% of the span as on a linear axis, so that the data fills the plot
+        factor = (high / low) ** 0.06 if high > low else 1.15
+        return low / factor, high * factor
     margin = (high - low) * 0.06 or abs(high) * 0.1 or 1.0
     return low - margin, high + margin
 
@@ -6692,20 +6749,48 @@ def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, 
     return "\n".join(parts) + "\n</svg>"
 
 
-def forest_ticks(axis: Axis, spacing: float = 44.0) -> list:
+def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> list:
+    """Return round percentages, steps times powers of ten either side of 0, above -100, and
+    below -50% those of 4, 5, 10, 20, 50 and 100 times faster."""
+    return sorted(t for t in {sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
+                              for sign in (1, -1)} | {0.0, -75.0, -80.0, -90.0, -95.0, -98.0,
+                                                      -99.0} if t > -100)
+
+
+def forest_range(values: Sequence[float]) -> tuple:
+    """Return the log-ratio range of a forest plot: the values with a margin, widened to the
+    round percentages just beyond the smallest and the largest, so that ticks cover them."""
+    low, high = padded(values, False)
+    logs = [math.log1p(t / 100) for t in nice_percents()]
+    below = [v for v in logs if v <= min(values)]
+    above = [v for v in logs if v >= max(values)]
+    return (min(low, max(below)) if below else low), (max(high, min(above)) if above else high)
+
+
+def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
     """Return round percentages for a log-ratio axis, at least spacing pixels apart: 1, 2
-    and 5 times powers of ten where they give four ticks, else finer steps."""
+    and 5 times powers of ten where they give four ticks, else finer steps. 0 stays, and so
+    do the ticks at or just beyond either end of span (the points drawn, as log ratios), so
+    that the ticks cover every point; a neighbour too close to one of those goes."""
     for steps in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7.5)):
-        nice = sorted({sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
-                       for sign in (1, -1)} | {0.0})
+        inside = [t for t in nice_percents(steps)
+                  if axis.low <= math.log1p(t / 100) <= axis.high]
+        zero = axis.at(0.0)
+
+        def apart(ticks: list) -> list:  # those a label's width from 0, else all
+            return [t for t in ticks if abs(axis.at(math.log1p(t / 100)) - zero) >= spacing] \
+                or ticks
+        below = apart([t for t in inside if math.log1p(t / 100) <= min(span[0], 0.0)])
+        above = apart([t for t in inside if math.log1p(t / 100) >= max(span[1], 0.0)])
+        required = {0.0, *below[-1:], *above[:1]}
         kept: list = []
-        for tick in (t for t in nice if t > -100
-                     and axis.low <= math.log1p(t / 100) <= axis.high):
+        for tick in inside:
             gap = axis.at(math.log1p(tick / 100)) - axis.at(math.log1p(kept[-1] / 100)) \
                 if kept else spacing
-            if gap < spacing and tick == 0:
-                kept.pop()  # 0 stays; a neighbour too close to it goes
-            if gap >= spacing or tick == 0:
+            if gap < spacing and tick in required and kept[-1] not in required:
+                kept.pop()
+                gap = spacing
+            if gap >= spacing or tick in required:
                 kept.append(tick)
         if len(kept) >= 4:
             break
@@ -6719,7 +6804,7 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
     sign = worse_sign(row.metric)
     points = row.worse_series
     low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
-    axis = Axis(*padded(points + [low, high, tolerance_log, -tolerance_log], False), 16,
+    axis = Axis(*forest_range(points + [low, high, tolerance_log, -tolerance_log]), 16,
                 width - 16)
     color = VERDICT_COLORS.get(row.verdict, "#333")
     band = (axis.at(-tolerance_log), axis.at(tolerance_log))
@@ -6736,7 +6821,7 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
              f'{100 * math.expm1(tolerance_log):g}%</title></rect>',
              f'<line x1="{axis.at(0):.1f}" y1="22" x2="{axis.at(0):.1f}" y2="{height - 24}" '
              f'stroke="#888"/>']
-    for tick in forest_ticks(axis):
+    for tick in forest_ticks(axis, (min(points + [low]), max(points + [high]))):
         x = axis.at(math.log1p(tick / 100))
         parts.append(f'<line x1="{x:.1f}" y1="{height - 24}" x2="{x:.1f}" y2="{height - 20}" '
                      f'stroke="#888"/><text x="{x:.1f}" y="{height - 8}" '
@@ -6861,9 +6946,11 @@ def page_details(report: RoundsReport) -> str:
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
     lines = list(report.warnings) + format_order(report) + format_closing(report)
-    parts += ["<h2>Environment</h2>", markdown_table_html(format_environment(report,
-                                                                             markdown=True)),
-              "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"]
+    tables, empty = environment_tables(report)
+    if empty:
+        lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
+    parts += ["<h2>Environment</h2>"] + [table_html(t.header, t.rows, t.right) for t in tables]
+    parts += ["<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"]
     return "\n".join(parts)
 
 
