@@ -38,10 +38,17 @@ only what stands above it:
 
 from __future__ import annotations
 
+import signal
+import sys
+
+if __name__ == "__main__":  # before anything else: an interrupt while the rest loads exits
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))  # 130, no traceback
+
 import argparse
 import base64
 import collections
 import csv
+import difflib
 import errno
 import functools
 import hashlib
@@ -59,12 +66,10 @@ import resource
 import select
 import selectors
 import shutil
-import signal
 import socket
 import ssl
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -1371,6 +1376,21 @@ def check_writable_target(path: str, force: bool) -> None:
         raise RouterLatencyError("the folder does not exist", path)
     if not os.access(folder, os.W_OK):
         raise RouterLatencyError("the folder is not writable", path)
+
+
+def check_folder_accepts_a_file(path: str) -> None:
+    """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
+    full disk): a file is made there and removed, before anything is measured."""
+    if path == "-":
+        return
+    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".router-latency-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RouterLatencyError(f"the folder does not accept a new file: "
+                                 f"{exc.strerror or exc}", path) from None
 
 
 def dump_json(document: Any) -> bytes:
@@ -2910,6 +2930,36 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     return "|".join(found) if found else None
 
 
+DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
+
+
+def decision_path_hint(body: bytes) -> str:
+    """Return which --decision-path would read a decision from a 2xx answer that had none at
+    the paths given: the dotted paths to its string leaves whose key looks like a decision
+    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    leaves: list = []
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if isinstance(value, dict) and depth < 6:
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
+        elif isinstance(value, str) and value and path:
+            leaves.append((path, value))
+    walk(document, "", 0)
+    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
+                    for p, v in leaves
+                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
+    if ranked:
+        _, path, value = ranked[0]
+        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
+    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
+    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
+
+
 def error_code(body: bytes) -> Optional[str]:
     """Return the router's code of a failed answer: error.code of its error envelope
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
@@ -4351,6 +4401,24 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     return counts
 
 
+def no_decision_warning(target: Target, payload: bytes, count: int,
+                        stop: threading.Event) -> str:
+    """Return the warning for warm-up answers of 2xx without a decision: where the decision
+    was looked for, and which --decision-path would read the answer one more request gets."""
+    connection = Connection(target.endpoint, target.timeout,
+                            tls_context(target.endpoint, insecure=target.insecure), stop)
+    try:
+        status, body = connection.exchange(payload)
+    except RequestFailed:
+        status, body = None, b""
+    finally:
+        connection.close()
+    hint = decision_path_hint(body) if status is not None and 200 <= status < 300 else ""
+    return (f"warning: {plural(count, 'warm-up answer')} without a decision at "
+            f"{' and '.join(p for p in target.decision_paths if not p.endswith('?'))}"
+            + (f": {hint}" if hint else ""))
+
+
 def probe_router(target: Target, payload: bytes,
                  stop: Optional[threading.Event] = None) -> tuple:
     """Return (HTTP status or None, what happened) of one readiness check: one preview request.
@@ -4619,6 +4687,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
         kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
         notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
                f"router that is not ready")
+    if (warmup.get("errors") or {}).get("no_decision"):
+        notify(no_decision_warning(target, payloads[0], warmup["errors"]["no_decision"], stop))
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
@@ -7454,11 +7524,49 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+# a --format asked for that is a file of its own, and the option that writes it
+FORMAT_FILES = {"junit": "--junit FILE", "xml": "--junit FILE", "html": "--html FILE",
+                "csv": "--csv FILE"}
+
+
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: router-latency: error: ..."""
+    """An argument parser whose errors are one line: router-latency: error: ...; a mistyped
+    option is named first, with the closest real one, whatever else is missing."""
+
+    words: Sequence[str] = ()  # the arguments this parser was given
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.words = list(sys.argv[1:] if args is None else args)
+        known, extras = super().parse_known_args(args, namespace)
+        if self._subparsers is None and any(w.startswith("--") for w in extras):
+            self.error(self.mistyped_option() or f"unrecognized arguments: {' '.join(extras)}")
+        return known, extras
 
     def error(self, message: str) -> None:
+        message = self.mistyped_option() or message
+        found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
+        if found and found.group(1).lower() in FORMAT_FILES:
+            wanted = FORMAT_FILES[found.group(1).lower()]
+            where = "" if wanted.split()[0] in self._option_string_actions else \
+                f" of {'run' if wanted.startswith('--csv') else 'rounds'}"
+            message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def mistyped_option(self) -> str:
+        """Return the error for the first option this parser does not know, naming the
+        closest one it does; '' when there is none."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        for word in self.words:
+            if word == "--":
+                break
+            option = word.split("=", 1)[0]
+            if not option.startswith("--") or option in self._option_string_actions \
+                    or any(o.startswith(option) for o in known):  # an abbreviation
+                continue
+            close = difflib.get_close_matches(option, known, n=1, cutoff=0.75)
+            return f"unrecognized option {option}" + (f": did you mean {close[0]}?"
+                                                      if close else "")
+        return ""
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if message:  # --help | head: argparse's own writes, and the flush at exit, stay quiet
@@ -7759,6 +7867,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def no_corpus_files_text(repo: Path, pattern: str) -> str:
+    """Return why a corpus found no data file, and what to give instead."""
+    text = f"no file matches {pattern}"
+    if pattern != DEFAULT_GLOB or (repo / "e2e").is_dir():
+        return text
+    # a folder inside the repository (its e2e/ itself, say) or another folder altogether
+    top = next((p for p in repo.resolve().parents if (p / "e2e").is_dir()), None)
+    return (f"{text}: the folder has no e2e/; give the router repository's top folder"
+            + (f" ({top})" if top else "") + " as --repo, or say where the data is with --glob")
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     if args.no_boundary:
@@ -7771,7 +7890,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     corpus = build_corpus(Path(args.repo), pattern=args.glob, keys=keys, boundary=boundary,
                           warn=lambda m: stderr_line(f"warning: {m}"))
     if not corpus["files"]:
-        raise RouterLatencyError(f"no file matches {args.glob}", args.repo)
+        raise RouterLatencyError(no_corpus_files_text(Path(args.repo), args.glob), args.repo)
     data = corpus_bytes(corpus)
     write_output(args.out, data)
     emit(corpus_lines(corpus, data, args.repo, args.out),
@@ -7836,10 +7955,12 @@ def run_arguments(args: argparse.Namespace) -> tuple:
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
+    check_folder_accepts_a_file(args.out)
     if args.csv:
         if Path(args.csv).resolve() == Path(args.out).resolve():
             raise RouterLatencyError("the CSV file and the run file are the same file", "--csv")
         check_writable_target(args.csv, args.force)
+        check_folder_accepts_a_file(args.csv)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
     check_plan(plan, len(corpus.prompts))
@@ -8102,17 +8223,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit code."""
-    for stream in (sys.stdout, sys.stderr):
-        try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
-            stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError, OSError):
-            pass
-    parser = build_parser()
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    try:
+        if __name__ == "__main__" and threading.current_thread() is threading.main_thread():
+            # the early handler at the top of the module exits at once; from here on an
+            # interrupt is a KeyboardInterrupt, which the commands and the end of main handle
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for stream in (sys.stdout, sys.stderr):
+            try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError, OSError):
+                pass
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
         return args.func(args)
     except RouterLatencyError as exc:
         stderr_line(f"error: {exc}")

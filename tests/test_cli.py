@@ -1048,3 +1048,124 @@ def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(t
                      r"\(x-vsr-config-hash [0-9a-f]{12}\) in round 2: cpu's router still "
                      r"running\?; r2-gpu.json moved to r2-gpu.json.rejected\n$",
                      result.stderr), result.stderr
+
+
+INTERRUPT_AT = """\
+import os, runpy, signal, sys
+tool, at, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+
+
+def tracer(frame, event, arg):  # SIGINT once the tool's code reaches line `at`
+    if frame.f_code.co_filename == tool and frame.f_lineno >= at:
+        sys.settrace(None)
+        os.kill(os.getpid(), signal.SIGINT)
+        return None
+    return tracer
+
+
+sys.argv = [tool, *argv]
+sys.settrace(tracer)
+runpy.run_path(tool, run_name="__main__")
+"""
+
+
+def line_of(text):
+    """The number of the first line of the tool that starts with text."""
+    lines = TOOL.read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(lines, 1) if line.startswith(text))
+
+
+@pytest.mark.parametrize("where, argv", [
+    ("import argparse", ["simulate", "--port", "0"]),
+    ("# --- statistics ---", ["demo"]),
+    ("# --- command line ---", ["corpus", "--repo", ".", "--out", "c.json"]),
+    ("def main(", ["rounds", "--dir", ".", "--base", "a", "--new", "b"]),
+    ("def build_parser(", ["run", "--url", "http://127.0.0.1:9", "--corpus", "c.json",
+                           "--out", "r.json", "--label", "x"]),
+])
+def test_an_interrupt_while_the_tool_loads_exits_130_without_a_traceback(tmp_path, where, argv):
+    # the interrupt arrives while the module's imports and definitions run, or in main()
+    # before a command starts: SIGINT's handler is the first thing the module installs
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_AT, str(TOOL),
+                             str(line_of(where)), *argv], capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+    assert result.stdout == "" and sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["run", "--concurency", "4", "--url", "http://127.0.0.1:9"],
+     "unrecognized option --concurency: did you mean --concurrency? (router-latency run)"),
+    (["run", "--corpsu", "c.json"],  # before: only that --corpus was missing
+     "unrecognized option --corpsu: did you mean --corpus? (router-latency run)"),
+    (["rounds", "--dir", ".", "--bsae", "a", "--new", "b"],
+     "unrecognized option --bsae: did you mean --base? (router-latency rounds)"),
+    (["simulate", "--prot=8801"],
+     "unrecognized option --prot: did you mean --port? (router-latency simulate)"),
+    (["compare", "a.json", "b.json", "--fromat", "json"],
+     "unrecognized option --fromat: did you mean --format? (router-latency compare)"),
+    (["corpus", "--repo", ".", "--out", "c.json", "--zzz"],
+     "unrecognized option --zzz (router-latency corpus)"),
+])
+def test_a_mistyped_option_names_the_closest_real_one(cli, argv, said):
+    result = cli(*argv)
+    assert result.code == 2 and result.out == ""
+    assert result.err == f"router-latency: error: {said}\n"
+
+
+def test_an_abbreviated_option_still_works(tmp_path, cli):
+    corpus = write_corpus(tmp_path / "c.json", ["a"])
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corp", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--conc", "2")
+    assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["rounds", "--dir", ".", "--base", "a", "--new", "b", "--format", "junit"],
+     "junit is a file of its own: --junit FILE (router-latency rounds)"),
+    (["rounds", "--dir", ".", "--base", "a", "--new", "b", "--format", "html"],
+     "html is a file of its own: --html FILE (router-latency rounds)"),
+    (["compare", "a.json", "b.json", "--format", "junit"],
+     "junit is a file of its own: --junit FILE of rounds (router-latency compare)"),
+    (["compare", "a.json", "b.json", "--format", "csv"],
+     "csv is a file of its own: --csv FILE of run (router-latency compare)"),
+])
+def test_format_junit_or_html_points_to_the_option_that_writes_the_file(cli, argv, said):
+    result = cli(*argv)
+    assert result.code == 2
+    assert result.err.startswith("router-latency: error: argument --format: invalid choice: ")
+    assert result.err.endswith(f"; {said}\n")
+
+
+@pytest.mark.parametrize("inside", ["e2e", "e2e/testdata", None])
+def test_corpus_on_a_folder_without_e2e_says_what_to_give(tmp_path, cli, inside):
+    repo = tmp_path / "repo"
+    (repo / "e2e" / "testdata").mkdir(parents=True)
+    (repo / "e2e" / "testdata" / "a.json").write_text('[{"query": "hi"}]')
+    folder = repo / inside if inside else tmp_path / "elsewhere"
+    folder.mkdir(exist_ok=True)
+    result = cli("corpus", "--repo", folder, "--out", tmp_path / "c.json")
+    assert result.code == 2 and not (tmp_path / "c.json").exists()
+    top = f" ({repo})" if inside else ""
+    assert result.err == (
+        f"router-latency: error: no file matches {rl.DEFAULT_GLOB}: the folder has no e2e/; "
+        f"give the router repository's top folder{top} as --repo, or say where the data is "
+        f"with --glob ({folder})\n")
+    # a --glob of one's own that matches nothing is only that
+    result = cli("corpus", "--repo", repo, "--glob", "x/*.json", "--out", tmp_path / "c.json")
+    assert result.err == f"router-latency: error: no file matches x/*.json ({repo})\n"
+
+
+@pytest.mark.parametrize("out", ["/proc/r1.json", "/sys/r1.json"])
+def test_run_check_checks_that_the_output_folder_accepts_a_file(tmp_path, cli, corpus, out):
+    # os.access says yes to root on /proc; making the file says no: the check makes one
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out",
+                 out, "--label", "x")
+    assert result.code == 2 and result.out == ""
+    assert re.fullmatch(r"router-latency: error: the folder does not accept a new file: "
+                        rf"[A-Za-z ]+ \({re.escape(out)}\)\n", result.err), result.err
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out",
+                 tmp_path / "r1.json", "--csv", out, "--label", "x")
+    assert result.code == 2 and result.err.endswith(f"({out})\n")
+    assert os.listdir(tmp_path) == ["corpus.json"]

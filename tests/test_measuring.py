@@ -1337,3 +1337,24 @@ def test_a_signal_while_the_file_is_written_changes_neither_file_nor_exit_code(
     # still fails the failed request
     assert result.code == 1
     assert json.loads(out.read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("body, said", [
+    (b'{"result": {"route": "math", "score": 0.9}}',
+     '--decision-path result.route would read it ("math")'),
+    (b'{"routing": {"decision": {"name": "code"}, "model": "m1"}}',
+     '--decision-path routing.decision.name would read it ("code")'),
+    (b'{"selected_category": "biology"}',
+     '--decision-path selected_category would read it ("biology")'),
+    (b'{"ok": true, "score": 1}',
+     "the answer holds nothing that reads as a decision (its keys: ok, score)"),
+])
+def test_a_2xx_answer_without_a_decision_names_the_decision_path_that_reads_it(
+        scripted, tmp_path, cli, body, said):
+    router = scripted(lambda prompt, number: [final_answer(body)])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
+                 "--label", "x", "--concurrency", "1", "--warmup", "3")
+    assert result.code == 1
+    assert ("warning: 3 warm-up answers without a decision at decision_result.decision_name|"
+            f"routing_decision|decision: {said}\n") in result.err
