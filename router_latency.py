@@ -4401,10 +4401,13 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     return counts
 
 
-def no_decision_warning(target: Target, payload: bytes, count: int,
-                        stop: threading.Event) -> str:
-    """Return the warning for warm-up answers of 2xx without a decision: where the decision
-    was looked for, and which --decision-path would read the answer one more request gets."""
+def warn_of_no_decision(target: Target, payload: bytes, warmup: dict, stop: threading.Event,
+                        notify: Callable[[str], None]) -> None:
+    """Warn of warm-up answers of 2xx without a decision: where the decision was looked for,
+    and which --decision-path would read the answer one more request gets."""
+    count = (warmup.get("errors") or {}).get("no_decision")
+    if not count:
+        return
     connection = Connection(target.endpoint, target.timeout,
                             tls_context(target.endpoint, insecure=target.insecure), stop)
     try:
@@ -4414,9 +4417,9 @@ def no_decision_warning(target: Target, payload: bytes, count: int,
     finally:
         connection.close()
     hint = decision_path_hint(body) if status is not None and 200 <= status < 300 else ""
-    return (f"warning: {plural(count, 'warm-up answer')} without a decision at "
-            f"{' and '.join(p for p in target.decision_paths if not p.endswith('?'))}"
-            + (f": {hint}" if hint else ""))
+    notify(f"warning: {plural(count, 'warm-up answer')} without a decision at "
+           f"{' and '.join(p for p in target.decision_paths if not p.endswith('?'))}"
+           + (f": {hint}" if hint else ""))
 
 
 def probe_router(target: Target, payload: bytes,
@@ -4687,8 +4690,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
         kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
         notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
                f"router that is not ready")
-    if (warmup.get("errors") or {}).get("no_decision"):
-        notify(no_decision_warning(target, payloads[0], warmup["errors"]["no_decision"], stop))
+    warn_of_no_decision(target, payloads[0], warmup, stop, notify)
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
