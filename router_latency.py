@@ -7595,49 +7595,56 @@ def add_run_parser(commands: Any) -> None:
                             formatter_class=HelpFormatter,
                             epilog="example: run --url http://127.0.0.1:8801 --corpus corpus.json "
                                    "--out results/r1-cpu.json --label cpu")
-    p.add_argument("--url", required=True, help="router URL; a base URL gets "
-                                                f"{PREVIEW_PATH} appended")
-    p.add_argument("--corpus", required=True, help="corpus file from the corpus command")
-    p.add_argument("-o", "--out", required=True, help="run file to write")
-    p.add_argument("--label", required=True, type=label_text, help="name of this side or run")
-    p.add_argument("--model", default="MoM", help="model field of each request")
-    p.add_argument("-H", "--header", action="append", default=[], type=parse_header,
-                   help="extra header 'Name: value' (repeatable; values never stored)")
-    p.add_argument("--token-env", type=variable_name, metavar="VAR",
-                   help="send 'Authorization: Bearer' with the value of this environment "
-                        "variable (e.g. VSR_MGMT_TOKEN; never stored or printed)")
-    p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds per request; keep it above the router's "
-                        f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request given "
-                        "up on earlier keeps its router slot until its inference ends, and new "
-                        "sends can meet 429 OVERLOADED")
-    p.add_argument("--warmup", type=non_negative_int, default=20,
-                   help="warm-up requests, not recorded")
-    add_pass_options(p)
-    add_load_options(p)
-    p.add_argument("--max-errors", type=non_negative_int, default=0,
-                   help="failed requests allowed before exit 1 (rejections a boundary case "
-                        "expects are not failures)")
-    p.add_argument("--router-max-concurrency", type=positive_int,
-                   default=ROUTER_MAX_CONCURRENCY, metavar="N",
-                   help="previews the router admits at once (its global.services.api."
-                        "routing_preview.max_concurrency); a pass with more callers is warned "
-                        "about, since the router sheds the rest with 429 OVERLOADED")
-    p.add_argument("--wait-ready", type=non_negative_float, metavar="SECONDS",
-                   help="wait up to this long for the router to answer before starting")
-    p.add_argument("--insecure", action="store_true",
-                   help="do not verify HTTPS certificates (recorded in the file)")
-    add_capture_options(p)
-    add_suspect_options(p)
-    p.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: pass, "
-                                                 "id, start_ms, latency_ms, status, decision, "
-                                                 "error")
-    p.add_argument("--force", action="store_true", help="overwrite an existing run or CSV file")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    p.add_argument("--check", action="store_true",
-                   help="check the options, the corpus and the output path, then exit 0 "
-                        "without contacting the router (rounds/run_rounds.sh does this before "
-                        "it starts one)")
+    send = p.add_argument_group("what to send")
+    send.add_argument("--url", required=True, help="router URL; a base URL gets "
+                                                   f"{PREVIEW_PATH} appended")
+    send.add_argument("--corpus", required=True, help="corpus file from the corpus command")
+    send.add_argument("--model", default="MoM", help="model field of each request")
+    send.add_argument("-H", "--header", action="append", default=[], type=parse_header,
+                      help="extra header 'Name: value' (repeatable; values never stored)")
+    send.add_argument("--token-env", type=variable_name, metavar="VAR",
+                      help="send 'Authorization: Bearer' with the value of this environment "
+                           "variable (e.g. VSR_MGMT_TOKEN; never stored or printed)")
+    send.add_argument("--timeout", type=positive_float, default=30.0,
+                      help="seconds per request; keep it above the router's "
+                           f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request "
+                           "given up on earlier keeps its router slot until its inference "
+                           "ends, and new sends can meet 429 OVERLOADED")
+    send.add_argument("--insecure", action="store_true",
+                      help="do not verify HTTPS certificates (recorded in the file)")
+    passes = p.add_argument_group("passes")
+    passes.add_argument("--warmup", type=non_negative_int, default=20,
+                        help="warm-up requests, not recorded")
+    add_pass_options(passes)
+    passes.add_argument("--max-errors", type=non_negative_int, default=0,
+                        help="failed requests allowed before exit 1 (rejections a boundary "
+                             "case expects are not failures)")
+    passes.add_argument("--router-max-concurrency", type=positive_int,
+                        default=ROUTER_MAX_CONCURRENCY, metavar="N",
+                        help="previews the router admits at once (its global.services.api."
+                             "routing_preview.max_concurrency); a pass with more callers is "
+                             "warned about, since the router sheds the rest with 429 "
+                             "OVERLOADED")
+    passes.add_argument("--wait-ready", type=non_negative_float, metavar="SECONDS",
+                        help="wait up to this long for the router to answer before starting")
+    record = p.add_argument_group("what to record around each pass")
+    add_load_options(record)
+    add_capture_options(record)
+    add_suspect_options(record)
+    output = p.add_argument_group("output")
+    output.add_argument("-o", "--out", required=True, help="run file to write")
+    output.add_argument("--label", required=True, type=label_text,
+                        help="name of this side or run")
+    output.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: "
+                                                      "pass, id, start_ms, latency_ms, status, "
+                                                      "decision, error")
+    output.add_argument("--force", action="store_true",
+                        help="overwrite an existing run or CSV file")
+    output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    output.add_argument("--check", action="store_true",
+                        help="check the options, the corpus and the output path, then exit 0 "
+                             "without contacting the router (rounds/run_rounds.sh does this "
+                             "before it starts one)")
     p.set_defaults(func=cmd_run)
 
 

@@ -1169,3 +1169,18 @@ def test_run_check_checks_that_the_output_folder_accepts_a_file(tmp_path, cli, c
                  tmp_path / "r1.json", "--csv", out, "--label", "x")
     assert result.code == 2 and result.err.endswith(f"({out})\n")
     assert os.listdir(tmp_path) == ["corpus.json"]
+
+
+def test_run_help_groups_its_options(capsys):
+    assert rl.main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    titles = ["what to send:", "passes:", "what to record around each pass:", "output:"]
+    starts = [text.index(f"\n{title}\n") for title in titles]
+    assert starts == sorted(starts)
+    sections = dict(zip(titles, (text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]))))
+    for title, options in {"what to send:": ["--url", "--corpus", "--header", "--timeout"],
+                           "passes:": ["--warmup", "--concurrency", "--rate", "--wait-ready"],
+                           "what to record around each pass:": ["--max-load", "--probe"],
+                           "output:": ["--out", "--label", "--csv", "--check"]}.items():
+        for option in options:
+            assert f" {option}" in sections[title], (title, option)
