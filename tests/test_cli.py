@@ -955,16 +955,20 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
     summary = tmp_path / "summary.md"
     summary.write_text("")
-    step = as_simulators(readme_workflow_step(), tmp_path, (3, 1))
+    step = as_simulators(readme_workflow_step(), tmp_path, (8, 1))
     env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     text = summary.read_text()
     assert text.count("**Verdict: ") == 1 and text.lstrip().startswith("**Verdict: PASS"), text
+    # every look but the last is a line of progress on stderr, whether a look decided or the
+    # tenth round ended the plan (a loaded machine can keep a row open)
     looks = [line for line in result.stderr.splitlines() if "look after" in line]
     decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 10 rounds", result.stderr)
-    assert decided and len(looks) == int(decided.group(1)) - 3, result.stderr
+    last = int(decided.group(1)) if decided else 10
+    assert decided or "run_rounds.sh: ran 10 rounds, the most allowed" in result.stderr
+    assert len(looks) == last - 3, result.stderr
     suite = ElementTree.parse(tmp_path / "results" / "junit.xml").getroot()
     assert suite.iter("testcase") and not list(suite.iter("failure"))
     page = (tmp_path / "results" / "report.html").read_text()
