@@ -6829,14 +6829,30 @@ def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> list:
                                                       -99.0} if t > -100)
 
 
-def forest_range(values: Sequence[float]) -> tuple:
-    """Return the log-ratio range of a forest plot: the values with a margin, widened to the
-    round percentages just beyond the smallest and the largest, so that ticks cover them."""
+def forest_axis(values: Sequence[float], start: float, end: float,
+                spacing: float = 44.0) -> Axis:
+    """Return the log-ratio axis of a forest plot: the values with a margin, widened to the
+    round percentages just beyond the smallest and the largest, so that ticks cover them,
+    and further where that tick would sit closer to 0 than a label's width."""
     low, high = padded(values, False)
     logs = [math.log1p(t / 100) for t in nice_percents()]
     below = [v for v in logs if v <= min(values)]
     above = [v for v in logs if v >= max(values)]
-    return (min(low, max(below)) if below else low), (max(high, min(above)) if above else high)
+    low, high = (min(low, max(below)) if below else low), (max(high, min(above)) if above else high)
+    for _ in range(len(logs)):
+        axis = Axis(low, high, start, end)
+        near = [v for v in (max(below, default=None), min(above, default=None))
+                if v is not None and v != 0 and abs(axis.at(v) - axis.at(0.0)) < spacing
+                and (low <= v <= high)]
+        if not near:
+            break
+        if max(values) > 0 and min(above, default=0) in near:  # the next round tick above
+            above = [v for v in logs if v > min(above)] or above
+            high = max(high, min(above))
+        if min(values) < 0 and max(below, default=0) in near:
+            below = [v for v in logs if v < max(below)] or below
+            low = min(low, max(below))
+    return Axis(low, high, start, end)
 
 
 def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
@@ -6876,8 +6892,7 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
     sign = worse_sign(row.metric)
     points = row.worse_series
     low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
-    axis = Axis(*forest_range(points + [low, high, tolerance_log, -tolerance_log]), 16,
-                width - 16)
+    axis = forest_axis(points + [low, high, tolerance_log, -tolerance_log], 16, width - 16)
     color = VERDICT_COLORS.get(row.verdict, "#333")
     band = (axis.at(-tolerance_log), axis.at(tolerance_log))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -6895,9 +6910,10 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
              f'stroke="#888"/>']
     for tick in forest_ticks(axis, (min(points + [low]), max(points + [high]))):
         x = axis.at(math.log1p(tick / 100))
+        anchor = "start" if x < 36 else "end" if x > width - 36 else "middle"  # inside
         parts.append(f'<line x1="{x:.1f}" y1="{height - 24}" x2="{x:.1f}" y2="{height - 20}" '
                      f'stroke="#888"/><text x="{x:.1f}" y="{height - 8}" '
-                     f'text-anchor="middle">{f"{tick:+g}%" if tick else "0%"}</text>')
+                     f'text-anchor="{anchor}">{f"{tick:+g}%" if tick else "0%"}</text>')
     for number, value in zip(rounds, points):
         parts.append(f'<circle cx="{axis.at(value):.1f}" cy="38" r="4" fill="none" '
                      f'stroke="{color}" stroke-width="1.5"><title>r{number}: '

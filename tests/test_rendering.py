@@ -752,11 +752,13 @@ def test_page_axes_follow_the_data(tmp_path):
     [0.07, 0.075, 0.072],          # +7 to +8%: beyond a last tick of +5% before
     [-0.02, 0.01, 0.3],            # +35%
     [-2.5, -2.0],                  # -92%
+    [-0.9, -0.3, 0.013],           # +1.3% at the top of a wide axis: its tick not on 0's
+    [-0.02, 0.3, 1.1],             # +200%: its label inside the plot
 ])
 def test_forest_ticks_cover_every_point(points):
     low, high = min(points), max(points)
     tolerance = math.log(1.05)
-    axis = rl.Axis(*rl.forest_range(points + [tolerance, -tolerance]), 16, 544)
+    axis = rl.forest_axis(points + [tolerance, -tolerance], 16, 544)
     ticks = [math.log1p(t / 100) for t in rl.forest_ticks(axis, (low, high))]
     assert min(ticks) <= low and max(ticks) >= high, (ticks, points)
     assert 0.0 in ticks
