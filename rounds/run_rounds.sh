@@ -5,8 +5,15 @@
 # `router-latency run --wait-ready --out DIR/r<N>-<side>.json`, and stops it before the other
 # side starts. Sides alternate and the start order rotates (round 1: base then new; round 2:
 # new then base; ...), so drift on the node (heat, a neighbour's job) falls on both sides
-# alike. The script ends with `router-latency rounds` on stdout; everything else it prints,
-# and the output of the start and stop commands, goes to stderr.
+# alike. The script ends with one `router-latency rounds` on stdout, the only one that writes
+# GitHub's job summary (GITHUB_STEP_SUMMARY), --junit and --html; everything else it prints
+# (each round, each sequential look) and the output of the start and stop commands goes to
+# stderr.
+#
+# Before a side starts, nothing may answer at its URL (a router from an earlier round still
+# running is refused); after its run, the router that answered must be the one its start
+# command started (the listener's process on a loopback port, while the start command runs;
+# and not the other side's configuration hash once the two differed).
 #
 # A start command may stay in the foreground (it is the router, as `simulate` is) or return
 # once the router runs detached (`docker run -d`). Either way it runs in a session of its own
