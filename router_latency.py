@@ -13,8 +13,9 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
 
 Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
 failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
-rounds, a failed base side, --strict, an undecided --sequential look); 130 and 143 when a run
-was interrupted by SIGINT or SIGTERM (what was measured is saved).
+rounds, a failed base side, --strict, an undecided --sequential look); 130, 143 and 129 when
+a command was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file
+is left half-written).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -103,7 +104,7 @@ DEFAULT_DECISION_PATHS = (
     "selected_model?",  # appended when present
 )
 ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
-               "bad_json", "no_decision", "too_large")
+               "bad_json", "no_decision", "too_large", "malformed")
 EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
 # a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
 # in the percentiles), or a routed answer to a prompt that expected only a rejection
@@ -120,12 +121,25 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "(open loop: from its scheduled time) to the wake-up of the event loop "
                       "that completed the response, on a connection opened before the pass")
 MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_HEAD_BYTES = 65536  # no server sends a response head this long
+# the largest number a file may hold: counts and sums stay exact, nothing overflows to inf
+MAX_FILE_NUMBER = 2 ** 53
+MAX_LATENCY_MS = 86_400_000  # a latency in a file is at most a day
+MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
+MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
+MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
+MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
+MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
+CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
+OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
-MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
+MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
+# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) are ~140 MB, and three
+# such passes fit; reading one takes about 5.6 times its size in memory (docs/failures.md)
+MAX_INPUT_BYTES = 512 * 1024 * 1024
+MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
 STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
@@ -145,7 +159,8 @@ SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones am
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 # Two-sided 95% Student-t quantiles (the 0.975 quantile) for df 1..30, to six decimals.
 T_TABLE_95 = (
@@ -158,6 +173,15 @@ Z_975 = 1.959963984540054
 
 
 # --- errors and validation ---
+
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
+    so that every writer's cleanup runs as for Ctrl-C; main() exits 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
 
 class RouterLatencyError(ValueError):
     """Bad input or invocation: main() prints it on one line and exits 2."""
@@ -172,13 +196,15 @@ class RouterLatencyError(ValueError):
 
 
 def is_whole(value: Any, minimum: int = 0) -> bool:
-    """Return True for an int (not a bool) of at least minimum."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    """Return True for an int (not a bool) of at least minimum and at most MAX_FILE_NUMBER."""
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and minimum <= value <= MAX_FILE_NUMBER
 
 
 def checked_number(value: Any, where: str, *, nullable: bool = False,
-                   positive: bool = False) -> Any:
-    """Return value when it is a finite number >= 0 (> 0 with positive); raise otherwise."""
+                   positive: bool = False, maximum: float = MAX_FILE_NUMBER) -> Any:
+    """Return value when it is a finite number >= 0 (> 0 with positive) and at most maximum
+    (MAX_FILE_NUMBER, or MAX_LATENCY_MS for a latency); raise otherwise."""
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -186,6 +212,10 @@ def checked_number(value: Any, where: str, *, nullable: bool = False,
     if value < 0 or (positive and value == 0):
         raise RouterLatencyError("expected a positive number" if positive
                                  else "expected a number >= 0", where)
+    if value > maximum:  # finite, but its sums would overflow or lose every digit
+        raise RouterLatencyError(
+            f"expected at most {maximum:,.0f}" + (" ms (a day)" if maximum == MAX_LATENCY_MS
+                                                  else " (2^53)"), where)
     return value
 
 
@@ -211,8 +241,34 @@ def metric_title(metric: str) -> str:
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 
+def scrubbed(text: str, secrets: Sequence[str]) -> str:
+    """Return text with every secret value (a token, a --header value) replaced by [hidden]."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "[hidden]")
+    return text
+
+
+# C0, DEL, C1, the line and paragraph separators, and the marks that reorder what follows
+# them on screen (bidirectional overrides, "Trojan Source")
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
+                           "\u2066-\u2069]")
+CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """Return text on one line, every control character written as its escape (\\n, \\u001b):
+    a decision or prompt from a router must not move a terminal's cursor or break a table.
+    The escapes are JSON's, so that a JSON document printed through it stays valid."""
+    if CONTROL_CHARS.search(text) is None:
+        return text
+    return CONTROL_CHARS.sub(
+        lambda m: CONTROL_NAMES.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+
+
 def shown_decision(decision: Optional[str]) -> str:
-    return decision or "(no decision)"
+    """Return a decision as every table and line shows it: on one line (see visible)."""
+    return visible(decision) if decision else "(no decision)"
 
 
 def failure_text(errors: dict, codes: Optional[dict] = None) -> str:
@@ -1205,18 +1261,27 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
 
 # --- files ---
 
-def read_bytes(path: str) -> bytes:
-    """Return a file's bytes, or raise a one-line error naming it."""
+def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """Return a file's bytes, or raise a one-line error naming it; a file larger than limit
+    is refused before any of it is read."""
     p = Path(path)
     if p.is_dir():
         raise RouterLatencyError("is a folder, not a file", str(path))
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise RouterLatencyError(f"{size:,} bytes, larger than the {limit // 2**20:,} "
+                                         f"MiB this tool reads", str(path))
+            data = handle.read(limit + 1)  # a file growing meanwhile is cut here, and refused
     except FileNotFoundError:
         raise RouterLatencyError("no such file", str(path)) from None
     except OSError as exc:
         raise RouterLatencyError(f"cannot read: {exc.strerror or exc}", str(path)) from None
-    if not data.strip():
+    if len(data) > limit:
+        raise RouterLatencyError(f"larger than the {limit // 2**20:,} MiB this tool reads",
+                                 str(path))
+    if not data or data.isspace():  # no stripped copy of a large file
         raise RouterLatencyError("the file is empty", str(path))
     return data
 
@@ -1227,22 +1292,38 @@ def parse_json(data: bytes, path: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
-
-    def no_constant(name: str) -> None:
-        raise ValueError(f"{name} is not valid JSON")
-
     try:
-        return json.loads(text, parse_constant=no_constant)
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise RouterLatencyError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None
     except ValueError as exc:
         raise RouterLatencyError(f"invalid JSON: {exc}", str(path)) from None
+    except RecursionError:
+        raise RouterLatencyError("invalid JSON: nested deeper than Python's JSON reader goes "
+                                 "(about 900 levels)", str(path)) from None
 
 
-def read_json(path) -> Any:
-    """Return the JSON value of a file."""
-    return parse_json(read_bytes(str(path)), str(path))
+def no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def unique_keys(pairs: list) -> dict:
+    """Return a JSON object's dict; raise when a key comes twice (a hand-edited file saying
+    "complete" twice must not be read by whichever comes last)."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return document
+
+
+def read_json(path, limit: int = MAX_INPUT_BYTES) -> Any:
+    """Return the JSON value of a file of at most limit bytes."""
+    return parse_json(read_bytes(str(path), limit), str(path))
 
 
 def check_schema(document: Any, expected: str, path: str) -> None:
@@ -1261,9 +1342,30 @@ def check_schema(document: Any, expected: str, path: str) -> None:
         raise RouterLatencyError(f"schema is {schema!r}, expected {expected!r}", f"{path}: schema")
 
 
+class DeferredSignals:
+    """Hold SIGINT, SIGTERM and SIGHUP back while a file is written and renamed: one that
+    comes meanwhile is delivered after, so that the temporary file is either renamed or
+    removed, never left behind between mkstemp and the rename."""
+
+    HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self) -> None:
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.HELD) \
+            if hasattr(signal, "pthread_sigmask") else None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
 def write_atomic(path: str, data) -> None:
     """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
-    same folder, fsync and rename."""
+    same folder, fsync and rename; a signal meanwhile waits until the rename is done."""
+    with DeferredSignals():
+        _write_atomic(path, data)
+
+
+def _write_atomic(path: str, data) -> None:
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
@@ -1391,6 +1493,33 @@ def check_folder_accepts_a_file(path: str) -> None:
     except OSError as exc:
         raise RouterLatencyError(f"the folder does not accept a new file: "
                                  f"{exc.strerror or exc}", path) from None
+
+
+def file_identity(path: str) -> tuple:
+    """Return what tells a file from another: its resolved path, and its device and inode
+    when it exists (a hard link or a bind mount has another path but the same inode)."""
+    try:
+        status = os.stat(path)
+        inode = (status.st_dev, status.st_ino)
+    except (OSError, ValueError):
+        inode = None
+    return os.path.realpath(path), inode
+
+
+def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> None:
+    """Raise before anything is written when an output (option, path) is an input or another
+    output: measured data must never be overwritten by a report of it."""
+    known: list = []  # (option, path, is an output, identity)
+    for option, path, output in [(o, p, False) for o, p in inputs if p] + \
+            [(o, p, True) for o, p in outputs if p and p != "-"]:
+        real, inode = file_identity(str(path))
+        for other, other_path, other_output, (other_real, other_inode) in known:
+            if (output or other_output) and (real == other_real or (
+                    inode is not None and inode == other_inode)):
+                raise RouterLatencyError(
+                    f"{option} {path} is the same file as {other} {other_path}; an output "
+                    f"never overwrites an input or another output", option)
+        known.append((option, path, output, (real, inode)))
 
 
 def dump_json(document: Any) -> bytes:
@@ -1619,7 +1748,7 @@ def boundary_cases(cases: Any, where: str) -> list:
 
 def load_boundary_cases(path: Path) -> list:
     """Return the BoundaryCases of a boundary-case file (see boundary_cases)."""
-    document = read_json(path)
+    document = read_json(path, MAX_CORPUS_FILE_BYTES)
     if not isinstance(document, dict):
         raise RouterLatencyError("expected an object with a list 'cases'", str(path))
     return boundary_cases(document.get("cases"), str(path))
@@ -1644,9 +1773,14 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
     seen: set = set()
     files: dict = {}
     for rel in find_data_files(repo, pattern, warn):
-        document = read_json(repo / rel)
+        document = read_json(repo / rel, MAX_CORPUS_FILE_BYTES)
+        try:
+            texts = list(extract_prompts(document, keys))
+        except RecursionError:  # decoded, but deeper than the walk's stack
+            raise RouterLatencyError("nested too deep to read its prompts",
+                                     str(repo / rel)) from None
         found = 0
-        for text in extract_prompts(document, keys):
+        for text in texts:
             if text == "":
                 continue  # nothing to route; whitespace-only prompts are kept
             found += 1
@@ -1684,7 +1818,7 @@ class Corpus(NamedTuple):
 
 def load_corpus(path: str) -> Corpus:
     """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path)
+    data = read_bytes(path, MAX_CORPUS_BYTES)
     document = parse_json(data, path)
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
@@ -1739,6 +1873,7 @@ class Request(NamedTuple):
     outcome: Optional[str] = None  # None, or one of REQUEST_OUTCOMES
     rep: int = 0  # which sending of the prompt in its pass (--repeat, --duration), from 0
     retried: bool = False  # sent again on a new connection: its idle one closed under it
+    reason: Optional[str] = None  # a malformed answer: what was wrong with it
 
     @property
     def routed(self) -> bool:
@@ -1760,6 +1895,8 @@ class Request(NamedTuple):
             record["outcome"] = self.outcome
         if self.retried:  # written only when true: files without it read as before
             record["retried"] = True
+        if self.reason is not None:
+            record["reason"] = self.reason
         return record
 
     @classmethod
@@ -1785,14 +1922,21 @@ class Request(NamedTuple):
                                      f"{where}.outcome")
         rep = raw.get("rep", 0)
         if not is_whole(rep):
-            raise RouterLatencyError("expected a whole number >= 0", f"{where}.rep")
-        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+            raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.rep")
+        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                  maximum=MAX_FILE_NUMBER if key == "start_ms"
+                                  else MAX_LATENCY_MS)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
         retried = raw.get("retried", False)
         if not isinstance(retried, bool):
             raise RouterLatencyError("expected true or false", f"{where}.retried")
+        reason = raw.get("reason")
+        if reason is not None and not (isinstance(reason, str)
+                                       and len(reason) <= MAX_REASON_CHARS):
+            raise RouterLatencyError(f"expected a text of at most {MAX_REASON_CHARS} "
+                                     f"characters or null", f"{where}.reason")
         return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
-                   code, outcome, rep, retried)
+                   code, outcome, rep, retried, reason)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -1850,8 +1994,11 @@ class PassSummary(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("requests", "ok", "rejected"):
             if not is_whole(raw.get(key, 0 if key == "rejected" else None)):
-                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
-        values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                         f"{where}.{key}")
+        values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                      maximum=MAX_LATENCY_MS if key.endswith("_ms")
+                                      else MAX_FILE_NUMBER)
                   for key in cls._fields[3:] if key not in ("rejected", "error_codes")}
         if raw["ok"] > 0 and values["p50_ms"] is None:
             raise RouterLatencyError("missing although requests succeeded", f"{where}.p50_ms")
@@ -1926,7 +2073,8 @@ class PhaseWindow(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("first", "requests", "errors"):
             if not is_whole(raw.get(key)):
-                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                         f"{where}.{key}")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=key in cls._fields[5:])
                    for key in cls._fields[3:]]
         return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
@@ -2126,8 +2274,10 @@ def _check_environment(environment: dict, where: str) -> None:
                                    nullable=True)
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-            raise RouterLatencyError("expected a number", f"{where}.metrics.deltas.{series}")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) \
+                or not abs(delta) <= MAX_FILE_NUMBER:  # NaN and inf fail too
+            raise RouterLatencyError("expected a number from -2^53 to 2^53",
+                                     f"{where}.metrics.deltas.{series}")
 
 
 class PassEnvironment(NamedTuple):
@@ -2247,7 +2397,8 @@ class PassRecord(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         concurrency = raw.get("concurrency")
         if not is_whole(concurrency, 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{where}.concurrency")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{where}.concurrency")
         discarded = raw.get("discarded")
         if not isinstance(discarded, bool):
             raise RouterLatencyError("expected true or false", f"{where}.discarded")
@@ -2329,6 +2480,9 @@ class RunFile(NamedTuple):
         """The x-vsr-config-hash values the router answered with, distinct, in the order
         first seen over every attempt; more than one: the configuration changed mid-run."""
         seen: list = []
+        for h in self.warmup.get("config_hashes", ()):  # a reload during the warm-up counts
+            if h not in seen:
+                seen.append(h)
         for item in self.passes:
             for attempt in (*item.discarded_attempts, item.attempt):
                 seen += [h for h in attempt.config_hashes if h not in seen]
@@ -2355,7 +2509,8 @@ class RunFile(NamedTuple):
             raise RouterLatencyError("expected corpus.sha256, 64 hex digits", f"{path}: corpus")
         count = corpus.get("count")
         if not is_whole(count, 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{path}: corpus.count")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{path}: corpus.count")
         if not isinstance(document.get("complete"), bool):
             raise RouterLatencyError("expected true or false", f"{path}: complete")
         raw_passes = document.get("passes")
@@ -2376,9 +2531,15 @@ class RunFile(NamedTuple):
         checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
                        nullable=True, positive=True)
         if not is_whole(settings.get("repeat", 1), 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{path}: settings.repeat")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{path}: settings.repeat")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
+        hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
+        if not isinstance(hashes, list) or not all(
+                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
+            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
+                                     f"{path}: warmup.config_hashes")
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
                 for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
                             "host")}
@@ -2465,6 +2626,17 @@ class RequestFailed(Exception):
         self.unanswered = unanswered
 
 
+def malformed(reason: str, status: Optional[int] = None) -> RequestFailed:
+    """Return the failure of an answer this client cannot read, saying what was wrong."""
+    return RequestFailed("malformed", status, reason[:MAX_REASON_CHARS])
+
+
+def shown_bytes(value: bytes, limit: int = 16) -> str:
+    """Return bytes from an answer as a message may quote them: escaped when short, else only
+    their count (a cut value could show part of a secret the scrubbing cannot recognise)."""
+    return repr(value)[1:] if len(value) <= limit else f"of {len(value):,} bytes"
+
+
 def bracketed(host: str) -> str:
     """Return a host as it stands in a URL or a Host header: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host
@@ -2472,12 +2644,22 @@ def bracketed(host: str) -> str:
 
 def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                    option: str = "--url") -> Endpoint:
-    """Return the endpoint of a router URL; a base URL gets the preview path appended."""
+    """Return the endpoint of a router URL; a base URL gets the preview path appended. No
+    message about a URL quotes any of it: a password cut at '#', '/' or '?' would show."""
+    rest = url.partition("://")[2]
+    host_end = min([rest.find(c) for c in "/?#" if c in rest] or [len(rest)])
+    if "@" in rest[host_end:]:  # user:pa#ss@host reads as host 'user', port 'pa'
+        raise RouterLatencyError(
+            "the URL has an '@' after a '/', '?' or '#': a password holding those must be "
+            "percent-encoded (%2F, %3F, %23), an '@' elsewhere written %40", option)
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise RouterLatencyError(f"not a valid URL: {exc}", option) from None
+        raise RouterLatencyError(
+            "not a valid URL: the port is not a number from 0 to 65535" if "ort" in str(exc)
+            else "not a valid URL: an IPv6 address goes in brackets, http://[::1]:8801",
+            option) from None
     if parts.scheme not in ("http", "https"):
         # 'router:8801' parses as scheme 'router': without '://' there is no scheme at all
         raise RouterLatencyError(
@@ -2502,6 +2684,23 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     shown = urllib.parse.urlunsplit((parts.scheme, netloc, path.split("?")[0],
                                      parts.query, ""))
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
+
+
+def secret_values(endpoint: Endpoint, headers: Sequence) -> tuple:
+    """Return what must never be recorded or printed, longest first: every header value (the
+    token of --token-env is one), the credential it carries and the URL's user and password.
+    A value of fewer than MIN_SECRET_CHARS characters is left alone: it cannot be told from
+    ordinary text (a `1` would hide every 1)."""
+    values = {value for _, value in headers}
+    if endpoint.authorization:
+        values.add(endpoint.authorization)
+        user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
+            "utf-8", "replace").partition(":")
+        values |= {user, password, urllib.parse.quote(password, safe="")}
+    values |= {value.split(None, 1)[1] for value in list(values)
+               if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
+    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
+                        reverse=True))
 
 
 def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
@@ -2589,8 +2788,8 @@ class ResponseReader:
             if mode == "head":
                 end = buffer.find(b"\r\n\r\n", pos)
                 if end < 0:
-                    if len(buffer) - pos > MAX_HEAD_BYTES:
-                        raise RequestFailed("reset")
+                    if len(buffer) - pos - 3 > MAX_HEAD_BYTES:  # the head would be longer
+                        raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes")
                     return pos
                 self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
                 pos = end + 4
@@ -2608,8 +2807,9 @@ class ResponseReader:
             else:
                 end = buffer.find(b"\r\n", pos)
                 if end < 0:
-                    if len(buffer) - pos > MAX_HEAD_BYTES:
-                        raise RequestFailed("reset")
+                    if len(buffer) - pos - 1 > MAX_HEAD_BYTES:
+                        raise malformed(f"a chunk size or trailer line is over "
+                                        f"{MAX_HEAD_BYTES:,} bytes", self.status)
                     return pos
                 self._chunk_line(bytes(buffer[pos:end]))
                 pos = end + 2
@@ -2622,29 +2822,40 @@ class ResponseReader:
 
     def _chunk_line(self, line: bytes) -> None:
         """Take a chunk's size line, the empty line after its data, or a trailer line."""
+        if len(line) > MAX_HEAD_BYTES:
+            raise malformed(f"a chunk size or trailer line is over {MAX_HEAD_BYTES:,} bytes",
+                            self.status)
         if self._mode == "crlf":
             if line:
-                raise RequestFailed("reset")  # the data was longer than its size said
+                raise malformed("a chunk's data is longer than its size", self.status)
             self._mode = "size"
         elif self._mode == "trailer":
             if not line:
                 self._mode = "done"
         else:
-            try:
-                size = int(line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise RequestFailed("reset") from None
-            if size < 0:
-                raise RequestFailed("reset")
+            # hex digits only, then optional whitespace and ;extensions (RFC 9112 7.1): int()
+            # would also take 0x41, 4_1, +41 or a leading space, which Go's client refuses
+            digits = line.split(b";", 1)[0].rstrip(b" \t")
+            if CHUNK_SIZE_PATTERN.fullmatch(digits) is None:
+                raise malformed(f"chunk size {shown_bytes(digits)} is not 1 to 16 hex digits",
+                                self.status)
+            size = int(digits, 16)
             if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
                 raise RequestFailed("too_large", self.status)
             self._left, self._mode = size, ("data" if size else "trailer")
 
     def _parse_head(self, head: bytes) -> None:
+        if len(head) > MAX_HEAD_BYTES:  # the same limit however the head arrived
+            raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes "
+                            f"({len(head):,})")
+        if OBS_FOLD.search(head) is not None:  # obs-fold: a client MUST unfold it
+            head = OBS_FOLD.sub(b" ", head)
         lines = head.split(b"\r\n")
         parts = lines[0].split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise RequestFailed("reset")
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise malformed(f"not an HTTP/1.x status line: {shown_bytes(lines[0])}")
+        if len(parts[1]) != 3 or not parts[1].isdigit():  # as Go's client: three digits
+            raise malformed(f"status code {shown_bytes(parts[1])} is not three digits")
         status = int(parts[1])
         if status == 101:
             raise RequestFailed("reset", status, "101 Switching Protocols")
@@ -2654,11 +2865,13 @@ class ResponseReader:
         length = codings = None
         connection = b""
         for line in lines[1:]:
-            name, _, value = line.partition(b":")
+            name, colon, value = line.partition(b":")
+            if not colon:  # as Go's client: no field without a name and a colon
+                raise malformed(f"a header line without a colon: {shown_bytes(line)}", status)
             name = name.strip().lower()
             if name == b"content-length":
-                if length is not None and value.strip() != length:
-                    raise RequestFailed("reset")  # two lengths: no way to tell the end
+                if length is not None and value.strip() != length:  # no way to tell the end
+                    raise malformed("two different Content-Length values", status)
                 length = value.strip()
             elif name == b"transfer-encoding":
                 codings = (codings or b"") + b"," + value.lower()
@@ -2680,8 +2893,11 @@ class ResponseReader:
             if length is not None or not chunked:  # both framings, or to the close
                 self.keep_open = False
         elif length is not None:
-            if not length.isdigit():
-                raise RequestFailed("reset")
+            # leading zeros are no digits of the length, as Go's client reads it
+            if not length.isdigit() or (len(length) > MAX_LENGTH_DIGITS
+                                        and len(length.lstrip(b"0")) > MAX_LENGTH_DIGITS):
+                raise malformed(f"Content-Length {shown_bytes(length)} is not a length of at "
+                                f"most {MAX_LENGTH_DIGITS} digits", status)
             self._left, self._mode = int(length), "length"
             if self._left > MAX_BODY_BYTES:
                 raise RequestFailed("too_large", status)
@@ -2876,6 +3092,9 @@ class Connection:
         except (OSError, ValueError):
             self.close()
             raise RequestFailed("reset", unanswered=not reader.received) from None
+        except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
+            self.close()
+            raise malformed(f"{type(exc).__name__}: {exc}", reader.status) from None
 
     def _waited(self, deadline: float) -> None:
         """A slice of waiting ended: raise when the request is out of time or stopped."""
@@ -2904,6 +3123,33 @@ def http_response(status: int, body: bytes, content_type: str = "application/jso
     return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
             ).encode("latin-1") + body
+
+
+def nested_deeper(document: Any, limit: int) -> bool:
+    """Return True when a decoded JSON value nests lists and objects more than limit deep."""
+    level, depth = [document], 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [child for value in level if isinstance(value, (dict, list))
+                 for child in (value.values() if isinstance(value, dict) else value)
+                 if isinstance(child, (dict, list))]
+    return False
+
+
+def decoded_answer(body: bytes) -> Any:
+    """Return the JSON value of an answer's body; raise ValueError when it is no JSON, and
+    RequestFailed 'malformed' when it nests deeper than MAX_ANSWER_DEPTH."""
+    try:
+        document = json.loads(body)
+    except RecursionError:
+        raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels") from None
+    # fewer brackets than the limit cannot nest deeper: most answers skip the walk
+    if body.count(b"{") + body.count(b"[") > MAX_ANSWER_DEPTH \
+            and nested_deeper(document, MAX_ANSWER_DEPTH):
+        raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels")
+    return document
 
 
 def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
@@ -2965,8 +3211,8 @@ def error_code(body: bytes) -> Optional[str]:
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
     preview answer with a decision_error instead; else None."""
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = decoded_answer(body)
+    except (ValueError, RequestFailed):  # the status already says the request failed
         return None
     if not isinstance(document, dict):
         return None
@@ -2987,13 +3233,14 @@ def decision_text(value: Any) -> str:
 
 
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
-    """Return (decision, error kind, the router's error code) for one answered request."""
+    """Return (decision, error kind, the router's error code) for one answered request; raise
+    RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = decoded_answer(body)
+    except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
     decision = decision_of(document, paths)
     return (decision, None, None) if decision is not None else (None, "no_decision",
@@ -3242,6 +3489,8 @@ class CaptureSettings(NamedTuple):
     gpu_indexes: tuple = ()  # the GPU tool's own device indexes; all when empty
     proc_root: str = "/proc"  # where the kernel's files are read: tests give a fake one
     sys_root: str = "/sys"
+    hidden_variables: tuple = ()  # not passed to probes and GPU tools: --token-env's
+    secrets: tuple = ()  # scrubbed from every text recorded (see secret_values)
 
 
 def resolve_gpu(choice: str) -> Optional[str]:
@@ -3256,15 +3505,18 @@ def resolve_gpu(choice: str) -> Optional[str]:
     return None
 
 
-def run_command(command: Any, timeout: float, stop: Optional[threading.Event]) -> tuple:
+def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
+                hidden: Sequence[str] = ()) -> tuple:
     """Return (exit code or None, stdout bytes, how it ended: "", "timed out" or "interrupted")
     of a command (a shell line when a str) run in its own session, so that a timeout or the
-    stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell."""
+    stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell. The
+    environment variables named in `hidden` (the token's) are not passed to it."""
     if stop is not None and stop.is_set():
         return None, b"", "interrupted"
+    env = {k: v for k, v in os.environ.items() if k not in hidden} if hidden else None
     process = subprocess.Popen(command, shell=isinstance(command, str),
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+                               stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.monotonic() + timeout
     ended = ""
     while not ended:
@@ -3289,7 +3541,8 @@ def run_command(command: Any, timeout: float, stop: Optional[threading.Event]) -
     return None, output or b"", ended
 
 
-def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
+def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None,
+                hidden: Sequence[str] = ()) -> dict:
     """Return the GPU tool's reading ({"used_mib": ..., "devices": ...}), or {"error": why}.
 
     A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
@@ -3299,7 +3552,7 @@ def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None
     if not shutil.which(tool):
         return {"error": f"{tool} not found"}
     try:
-        code, output, ended = run_command(command, timeout, stop)
+        code, output, ended = run_command(command, timeout, stop, hidden)
     except OSError as exc:
         return {"error": f"{tool}: {exc.__class__.__name__}"}
     if ended:
@@ -3325,10 +3578,12 @@ def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
     return chosen
 
 
-def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
-    """Return exit code, the first 4 KB of stdout and the seconds of one probe command."""
+def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None,
+              hidden: Sequence[str] = ()) -> dict:
+    """Return exit code, the first 4 KB of stdout and the seconds of one probe command, run
+    without the environment variables named in `hidden`."""
     started = time.monotonic()
-    code, output, ended = run_command(command, timeout, stop)
+    code, output, ended = run_command(command, timeout, stop, hidden)
     record = {"exit": code, "timed_out": ended == "timed out",
               "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
               "seconds": round(time.monotonic() - started, 3)}
@@ -3617,9 +3872,11 @@ def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] =
     """Return the probes, GPU memory, metrics and router CPU set at one moment. Once `stop` is
     set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
-        "probes": {name: run_probe(command, capture.probe_timeout, stop)
+        "probes": {name: run_probe(command, capture.probe_timeout, stop,
+                                   capture.hidden_variables)
                    for name, command in capture.probes},
-        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop),
+        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop,
+                                       capture.hidden_variables),
                            capture.gpu_indexes) if capture.gpu else None,
         "metrics": scrape_metrics(capture.metrics, capture.probe_timeout, stop)
         if capture.metrics else None,
@@ -3640,7 +3897,21 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
         record["metrics"] = {"error": errors[0]} if errors else {
             "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
                                     capture.metric_patterns)}
-    return record
+    return scrubbed_texts(record, capture.secrets)
+
+
+def scrubbed_texts(value: Any, secrets: Sequence[str]) -> Any:
+    """Return a record with every secret scrubbed from its texts, keys included: probe
+    output, GPU tools' notes, metric series' labels."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrubbed(value, secrets)
+    if isinstance(value, dict):
+        return {scrubbed_texts(k, secrets): scrubbed_texts(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrubbed_texts(v, secrets) for v in value]
+    return value
 
 
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
@@ -3888,6 +4159,7 @@ class RawResult(NamedTuple):
     retried: bool = False  # sent again on a new connection after its idle one closed
     code: Optional[str] = None  # the router's error code of a failed answer
     config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
+    reason: Optional[str] = None  # what was wrong with a malformed answer
 
 
 class _Slot:
@@ -3951,6 +4223,7 @@ class PassLoop:
         self.timeout_ns = int(target.timeout * 1e9)
         self.busy: set = set()
         self.idle: list = []
+        self.secrets = secret_values(target.endpoint, target.headers)  # kept from reasons
 
     # connections
 
@@ -3984,10 +4257,12 @@ class PassLoop:
 
     # requests
 
-    def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None) -> None:
+    def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None,
+              reason: Optional[str] = None) -> None:
         if kind != "interrupted":  # a connect the stop flag cut short was never sent
-            self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now, status,
-                                          None, kind, slot.retried))
+            self.results.append(RawResult(
+                slot.index, slot.scheduled, slot.started, now, status, None, kind,
+                slot.retried, reason=scrubbed(reason, self.secrets) if reason else None))
         slot.reader = None
         self._close(slot)
         self._release(slot)
@@ -4070,10 +4345,19 @@ class PassLoop:
                 if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
                     return
         except RequestFailed as failure:
-            self._fail(slot, failure.kind, now, failure.status)
+            if failure.kind == "malformed":  # the status of a head already read, if any
+                self._fail(slot, "malformed", now, failure.status or getattr(
+                    reader, "status", None), failure.detail)
+            else:
+                self._fail(slot, failure.kind, now, failure.status)
             return
         except OSError:
             pass
+        except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
+            # one request's failure, never the pass's: its measurements so far are kept
+            self._fail(slot, "malformed", now, getattr(reader, "status", None),
+                       f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
+            return
         self._broken(slot, now)
 
     def _complete(self, slot: _Slot, now: int) -> None:
@@ -4083,7 +4367,7 @@ class PassLoop:
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
-            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME))))
+            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME), None)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
@@ -4235,7 +4519,7 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
             round((raw.ended - origin) / 1e6, 4), raw.status, raw.decision, raw.error,
             round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
             round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, raw.code,
-            None, rep, raw.retried))
+            None, rep, raw.retried, raw.reason))
     return requests, (last - first) / 1e9
 
 
@@ -4393,11 +4677,15 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    requests, _ = records_of(PassLoop(target, cycled, stop, 1).run())
+    results = PassLoop(target, cycled, stop, 1).run()
+    requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
     if counts["requests"] and not counts["ok"] and not counts.get("rejected"):
         counts["all_failed"] = True
+    hashes = config_hashes_of(results)
+    if hashes:  # more than one: the router reloaded during the warm-up
+        counts["config_hashes"] = list(hashes)
     return counts
 
 
@@ -4436,6 +4724,8 @@ def probe_router(target: Target, payload: bytes,
     except RequestFailed as failure:
         if failure.kind == "tls":
             return None, f"TLS failed: {failure.detail}"
+        if failure.kind == "malformed":
+            return failure.status, f"sent an answer this client cannot read ({failure.detail})"
         if failure.status is None or failure.status == 101:
             return None, failure.detail or {"connect": "connection refused",
                                             "timeout": "no answer in time"}.get(
@@ -5250,7 +5540,7 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     by_decision = collections.defaultdict(list)
     by_length = collections.defaultdict(list)
     for item in inputs:
-        by_decision[shown_decision(item.decision)].append(item.key)
+        by_decision[item.decision or "(no decision)"].append(item.key)
         if item.length is not None:
             by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
                        length_bucket(item.length))].append(item.key)
@@ -5744,14 +6034,32 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
 
+UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
+# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
+# address, a@b, never notifies and is left alone)
+MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+
+
+def unlinked(text: str) -> str:
+    """Return Markdown text whose @name and #123 neither notify nor link."""
+    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
+
+
+def md_cell(text: str) -> str:
+    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
+    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
+
+
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
                  markdown: bool = False, right: Sequence[bool] = ()) -> list:
     """Return the lines of an aligned text table, or a Markdown table."""
     right = list(right) + [True] * (len(header) - len(right))
+    rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
                  "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
-        return lines + ["| " + " | ".join(row) + " |" for row in rows]
+        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
 
     def line(cells: Sequence[str]) -> str:
@@ -5796,6 +6104,7 @@ def format_run_summary(passes: Sequence[PassRecord],
         if item.summary and item.summary.errors:
             lines.append(f"errors in {pass_title(item.name)}: "
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
+            lines += malformed_lines(item)
         if not item.discarded:
             slow = slow_windows(item.attempt.windows, thresholds)
             if slow:
@@ -5805,6 +6114,16 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes)
+
+
+def malformed_lines(item: PassRecord) -> list:
+    """Return the line saying what the malformed answers of a pass had wrong, or none."""
+    reasons = collections.Counter(r.reason for r in item.requests if r.reason)
+    if not reasons:
+        return []
+    (first, count), others = reasons.most_common(1)[0], len(reasons) - 1
+    return [f"malformed answers in {pass_title(item.name)}: {first} ({count})"
+            + (f" and {plural(others, 'other reason')}" if others else "")]
 
 
 def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
@@ -6563,8 +6882,9 @@ MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
 
 
 def md_text(text: str) -> str:
-    """Return text with every character Markdown could read as markup escaped."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    """Return text with every character Markdown could read as markup escaped, on one line,
+    with nothing that notifies a person or links an issue."""
+    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
 
 
 def markdown_blocks(lines: Sequence[str]) -> list:
@@ -7338,8 +7658,8 @@ def emit(lines: Iterable[str], stream: Any = None) -> None:
     closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
     stream = stream or sys.stdout
     try:
-        for line in lines:
-            stream.write(line + "\n")
+        for line in lines:  # a line may hold line breaks (JSON), no other control character
+            stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
         stream.flush()
     except OSError:
         drop_output(stream)
@@ -7882,7 +8202,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="router-latency", description=__doc__.split("\n\n")[1],
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="exit codes: 0 ok, 1 gate failed, 2 bad input, 3 inconclusive "
-                           "(rounds), 130/143 interrupted")
+                           "(rounds), 130/143/129 interrupted")
     parser.add_argument("--version", action="version", version=f"router-latency {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                      metavar="{corpus,run,compare,rounds,record,simulate,demo}")
@@ -7912,10 +8232,13 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     else:
         boundary = default_boundary_cases()
     keys = list(PROMPT_KEYS) + [k for k in args.key if k not in PROMPT_KEYS]
+    check_distinct_files([("--boundary", args.boundary)], [("--out", args.out)])
     corpus = build_corpus(Path(args.repo), pattern=args.glob, keys=keys, boundary=boundary,
                           warn=lambda m: stderr_line(f"warning: {m}"))
     if not corpus["files"]:
         raise RouterLatencyError(no_corpus_files_text(Path(args.repo), args.glob), args.repo)
+    check_distinct_files([("data file", str(Path(args.repo) / rel)) for rel in corpus["files"]],
+                         [("--out", args.out)])
     data = corpus_bytes(corpus)
     write_output(args.out, data)
     emit(corpus_lines(corpus, data, args.repo, args.out),
@@ -7965,7 +8288,10 @@ def run_arguments(args: argparse.Namespace) -> tuple:
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
         router_pid=args.router_pid, router_cgroup=cgroup,
         router_container=args.router_container, router_cpu_list=args.router_cpus,
-        gpu_indexes=args.gpu_index or ())
+        gpu_indexes=args.gpu_index or (),
+        hidden_variables=(args.token_env,) if args.token_env else (),
+        secrets=secret_values(endpoint, headers) + (secret_values(metrics, ()) if metrics
+                                                    else ()))
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed,
                          repeat=args.repeat, duration=args.duration)
@@ -7979,11 +8305,11 @@ def run_arguments(args: argparse.Namespace) -> tuple:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    check_distinct_files([("--corpus", args.corpus), ("--loadavg-file", args.loadavg_file)],
+                         [("--out", args.out), ("--csv", args.csv)])
     check_writable_target(args.out, args.force)
     check_folder_accepts_a_file(args.out)
     if args.csv:
-        if Path(args.csv).resolve() == Path(args.out).resolve():
-            raise RouterLatencyError("the CSV file and the run file are the same file", "--csv")
         check_writable_target(args.csv, args.force)
         check_folder_accepts_a_file(args.csv)
     corpus = load_corpus(args.corpus)
@@ -8011,12 +8337,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in EXIT_SIGNAL:
-            previous[signum] = signal.signal(signum, on_signal)
+            # under nohup SIGHUP is ignored, and stays so: the run goes on to its end
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, on_signal)
     try:  # the handlers stay while the file is written: a signal then must not cut it off
-        run = measure_run(target, plan, corpus, label=args.label, guard=guard,
-                          capture=capture, stop=stop, progress=progress,
-                          notify=(lambda m: None) if args.quiet else stderr_line,
-                          thresholds=thresholds)
+        try:  # what the router, a probe or the network said never shows a secret
+            run = measure_run(target, plan, corpus, label=args.label, guard=guard,
+                              capture=capture, stop=stop, progress=progress,
+                              notify=(lambda m: None) if args.quiet else
+                              (lambda m: stderr_line(scrubbed(m, capture.secrets))),
+                              thresholds=thresholds)
+        except RouterLatencyError as exc:
+            raise RouterLatencyError(scrubbed(exc.args[0], capture.secrets),
+                                     exc.where) from None
         if run is None:
             stderr_line("interrupted before anything was measured; nothing written")
             return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
@@ -8110,6 +8443,11 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         if path:
             check_writable_target(path, force=True)
     files = find_round_files(args.dir, args.base, args.new)
+    check_distinct_files(
+        [("round file", p) for sides in files.values() for p in sides.values()]
+        + [("--corpus", args.corpus)],
+        [("--junit", args.junit), ("--html", args.html),
+         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
@@ -8155,6 +8493,9 @@ def cmd_record(args: argparse.Namespace) -> int:
                                      f"or --base and --new", "--section")
         sections.append(record_section(name, folder, base, new, GateSettings(
             tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete)))
+    check_distinct_files([("round file", run.path) for section in sections
+                          for sides in section.runs.values() for run in sides.values()],
+                         [("--json", args.json), ("--markdown", args.markdown)])
     write_atomic(args.json, dump_json(record_json(sections)))
     write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
     for section in sections:
@@ -8172,7 +8513,7 @@ def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
     if not path:
         return
     # the report is rendered only where GitHub asks for it
-    data = ("\n".join(lines()) + "\n\n").encode("utf-8", "replace")
+    data = ("\n".join(visible(line) for line in lines()) + "\n\n").encode("utf-8", "replace")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
         try:
@@ -8246,8 +8587,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def raise_interrupt(signum: int, frame: Any) -> None:
+    """The handler of SIGTERM and SIGHUP outside run and simulate."""
+    raise SignalInterrupt(signum)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit code."""
+    previous: dict = {}
     try:
         if __name__ == "__main__" and threading.current_thread() is threading.main_thread():
             # the early handler at the top of the module exits at once; from here on an
@@ -8263,6 +8610,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        if args.func not in (cmd_run, cmd_simulate) \
+                and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGHUP):  # run and simulate handle their own
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    previous[signum] = signal.signal(signum, raise_interrupt)
         return args.func(args)
     except RouterLatencyError as exc:
         stderr_line(f"error: {exc}")
@@ -8272,9 +8624,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # has lost the verdict with the output, which is no pass
         drop_output(sys.stdout)
         return EXIT_GATE
-    except KeyboardInterrupt:
-        stderr_line("interrupted")
-        return EXIT_SIGNAL[signal.SIGINT]
+    except KeyboardInterrupt as exc:
+        caught = exc.signum if isinstance(exc, SignalInterrupt) else int(signal.SIGINT)
+        stderr_line(f"interrupted by {signal.Signals(caught).name}; a file being written was "
+                    f"finished or removed, none is left half-written")
+        return EXIT_SIGNAL[signal.Signals(caught)]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

@@ -844,7 +844,7 @@ def test_run_csv_writes_a_line_per_request(simulator, tmp_path, cli, corpus):
     assert_one_line_error(again, "exists; pass --force to overwrite it", str(table))
     same = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "r3.json",
                "--label", "x", "--csv", tmp_path / "r3.json")
-    assert_one_line_error(same, "the CSV file and the run file are the same file", "--csv")
+    assert_one_line_error(same, f"--csv {tmp_path / 'r3.json'} is the same file as --out", "--csv")
     assert not (tmp_path / "r2.json").exists() and not (tmp_path / "r3.json").exists()
 
 

@@ -252,12 +252,12 @@ def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_pa
                        "| slower in | detects | verdict |"
     assert lines[6] == "| Sequential | p50 ms* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
                        "-40.6% [-60.9%, -9.7%] | 0/3 | >= 77% | better |"
-    assert "- decisions r2: 100/101 agree in every pass; differ: \\#2 d -\\> e (Sequential)" \
-        in lines
+    assert ("- decisions r2: 100/101 agree in every pass; differ: \\#&#8203;2 d -\\> e "
+            "(Sequential)") in lines
     for caption in ("**Called slower, then the largest noise**", "**Each round**",
                     "**Environment**"):
         assert caption in lines
-    assert "| #96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d |" in lines
+    assert "| #&#8203;96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d |" in lines
     assert_renders_as_blocks(lines)
 
 
@@ -269,9 +269,10 @@ def test_markdown_escapes_what_github_would_read_as_markup(tmp_path, cli):
     three_rounds(tmp_path, differ_in_round=2, sha=sha, decisions=["x|y"] * 3)
     lines = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
                 "markdown", "--corpus", corpus).out.splitlines()
-    row = next(line for line in lines if line.startswith("| #96 "))
-    assert row == ("| #96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d | 37 | \"a \\| b \\*bold\\* "
-                   "\\<img src=x\\> \\[link\\](y) \\#1\" |")
+    row = next(line for line in lines if line.startswith("| #&#8203;96 "))
+    assert row == ("| #&#8203;96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d | 37 | "
+                   "\"a \\| b \\*bold\\* "
+                   "\\<img src=x\\> \\[link\\](y) \\#&#8203;1\" |")
     assert "| decision x\\|y | 3 | -40.0% [-60.9%, -9.7%] | 0/3 | - |" in lines
     assert_renders_as_blocks(lines)
 
@@ -285,7 +286,7 @@ def test_compare_markdown_and_json(tmp_path, cli):
         "**Verdict: FAIL**: rocm against cpu, one run each, no interval (rounds judges with "
         "intervals)", "", "- decisions differ in 2 inputs (sequential pass, "
         "--fail-on-decision-change)", "", "| pass | metric | A | B | B - A | change, + slower |"]
-    assert "  - \\#2: z -\\> w" in lines
+    assert "  - \\#&#8203;2: z -\\> w" in lines
     assert_renders_as_blocks(lines)
     passed = cli("compare", a, b, "--format", "json")
     report = json.loads(passed.out)
@@ -516,7 +517,7 @@ def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tm
     decisions = cases["r2 decisions"].result[0]
     assert isinstance(decisions, Failure)
     assert decisions.message == "100/101 inputs agree in every pass"
-    assert decisions.text == "#0 d\ufffd<&> -> e (Sequential)"
+    assert decisions.text == "#0 d\\u0001<&> -> e (Sequential)"
     assert cases["r1 decisions"].is_passed and cases["r3 decisions"].is_failure
     assert cases["Sequential req/s"].system_out.startswith(
         "same: change +0.0% [+0.0%, +0.0%], + is slower")

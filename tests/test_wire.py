@@ -57,12 +57,12 @@ def test_reader_bodyless_and_closing_answers(head, keep_open):
 
 
 @pytest.mark.parametrize("data,kind", [
-    (b"SMTP ready\r\n\r\n", "reset"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "reset"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "reset"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx\r\n", "reset"),
+    (b"SMTP ready\r\n\r\n", "malformed"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "malformed"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "malformed"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx\r\n", "malformed"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1), "too_large"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "reset"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed"),
 ])
 def test_reader_refuses_what_no_router_sends(data, kind):
     with pytest.raises(rl.RequestFailed) as failure:
