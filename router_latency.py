@@ -6953,8 +6953,9 @@ def shown_text(text: str, width: int) -> str:
 
 def ratio_text(item: Slowdown) -> str:
     """Return an input's change in latency as every report writes a change: +7.4% [...]."""
-    interval = "" if item.low is None else f" [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
-    return pct_text(item.ratio - 1) + interval
+    if item.low is None or item.high is None:
+        return pct_text(item.ratio - 1)
+    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
 class Table(NamedTuple):
