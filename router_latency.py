@@ -11,11 +11,12 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
     router-latency simulate --port 8801
     router-latency demo
 
-Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
-failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
-rounds, a failed base side, --strict, an undecided --sequential look); 130, 143 and 129 when
-a command was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file
-is left half-written).
+Exit codes: 0 all good (rounds: every gated row shown within the tolerance); 1 the measured
+result failed the gate (a row shown worse, decision change, failed requests); 2 the input or
+the invocation was wrong; 3 inconclusive (a gated row decided neither way, too few usable
+rounds, a failed base side, an undecided --sequential look); 130, 143 and 129 when a command
+was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file is left
+half-written).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -46,6 +47,7 @@ if __name__ == "__main__":  # before anything else: an interrupt while the rest 
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))  # 130, no traceback
 
 import argparse
+import array
 import base64
 import collections
 import csv
@@ -53,6 +55,7 @@ import difflib
 import errno
 import functools
 import hashlib
+import heapq
 import html
 import http
 import io
@@ -149,6 +152,14 @@ ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
+# rows of a ladder: the plateau's throughput, capacity within the SLO, USD per million requests
+LADDER_METRICS = ("plateau_req_per_s", "capacity_req_per_s", "usd_per_million")
+LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "capacity req/s",
+                 "usd_per_million": "USD/1M"}
+LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_per_s",
+                     "cost": "usd_per_million"}  # --gate's names of those rows
+LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
@@ -238,7 +249,15 @@ def plural(count: int, noun: str) -> str:
 
 
 def metric_title(metric: str) -> str:
+    if metric in LADDER_TITLES:
+        return LADDER_TITLES[metric]
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
+
+
+def fmt_hundredths(value: float) -> str:
+    """Return a ladder's req/s or latency to the hundredth, so that what is worked out from
+    its table by hand (capacity between two steps, cost per million) comes out as printed."""
+    return f"{value:.2f}"
 
 
 def scrubbed(text: str, secrets: Sequence[str]) -> str:
@@ -777,6 +796,20 @@ def detectable_change(spread: float, n: int, *, alpha: float = 0.05, power: floa
     return factor * spread / math.sqrt(n)
 
 
+def power_shift(critical: float, df: int, power: float = 0.8) -> float:
+    """Return the noncentrality at which a one-sided t test rejecting at t >= critical has
+    the given power: the true shift in standard errors it finds that often.
+
+    By the normal approximation of the noncentral t (Abramowitz and Stegun 26.7.10),
+    P(T' < c) ~ Phi((c (1 - 1/(4 df)) - delta) / sqrt(1 + c^2 / (2 df))), solved for delta.
+    At the small levels and df of Holm's first step over few rounds, the shifted central t
+    that detectable_change uses is far too optimistic (a row found 70% of the time at n 3 for
+    a stated 80%); this one comes within simulation error of 80% from n 3 on.
+    """
+    return critical * (1 - 1 / (4 * df)) + normal_ppf(power) * math.sqrt(
+        1 + critical * critical / (2 * df))
+
+
 def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: float = 0.8,
                   sided: int = 2, max_rounds: int = 1000) -> Optional[int]:
     """Return the smallest n >= 3 whose detectable_change is at most target, or None.
@@ -1257,6 +1290,73 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
         critical = -t_ppf(nominal, n - 1) if nominal > 0 else math.inf
         boundaries.append(Boundary(n, t, cumulative, nominal, critical))
     return boundaries
+
+
+# t boundaries of a group-sequential design:
+
+SEQUENTIAL_PATHS = 65536  # simulated null paths (and their mirror images)
+SEQUENTIAL_SEED = 17  # fixed, so every run on every machine gets the same boundaries
+# the calibration's own error on fresh paths is about +-4% of the level (+0.12 points at 2.5%
+# for 20 looks): the boundaries spend this much less, so that the rate stays at its level
+SEQUENTIAL_MARGIN = 0.04
+MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simulate
+
+
+@functools.lru_cache(maxsize=2)
+def _null_t_paths(first: int, max_rounds: int) -> tuple:
+    """Return, per look n = first..max_rounds, the one-sample t statistics of
+    SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
+    rng = random.Random(SEQUENTIAL_SEED)
+    gauss = rng.gauss
+    columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
+    for _ in range(SEQUENTIAL_PATHS):
+        mean = m2 = 0.0
+        for i in range(1, max_rounds + 1):
+            x = gauss(0.0, 1.0)
+            delta = x - mean
+            mean += delta / i  # Welford: one stable pass, as the t statistic needs per look
+            m2 += delta * (x - mean)
+            if i >= first:
+                columns[i - first].append(mean * math.sqrt(i * (i - 1) / m2))
+    return columns
+
+
+@functools.lru_cache(maxsize=256)
+def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_ROUNDS) -> tuple:
+    """Return the critical one-sided t values of a group-sequential t test, one per look
+    n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
+
+    The z boundaries of group_sequential_levels, turned into t quantiles, run over their
+    level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
+    itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
+    look k may spend, and c_k is set so that exactly that share of the simulated null paths
+    (SEQUENTIAL_PATHS and their mirror images), among those that crossed no earlier look,
+    crosses at look k. The t statistic of normal data does not depend on its scale, so one
+    set of paths serves every spread. A look whose share is under one path cannot reject
+    (inf). docs/gate.md gives the rates achieved on fresh paths.
+    """
+    max_rounds = _whole(max_rounds, "max_rounds", first)
+    if max_rounds > MAX_SEQUENTIAL_ROUNDS:
+        raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS} rounds, "
+                                 f"got {max_rounds}")
+    alpha = _probability(alpha, "alpha")
+    columns = _null_t_paths(first, max_rounds)
+    paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
+    alive = range(paths)
+    crossed, criticals = 0, []
+    for k, column in enumerate(columns):
+        spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
+        share = math.floor(spent * (1 - SEQUENTIAL_MARGIN) * paths) - crossed
+        if share <= 0:
+            criticals.append(math.inf)
+            continue
+        top = heapq.nlargest(share + 1, ((column[i] if i < SEQUENTIAL_PATHS
+                                          else -column[i - SEQUENTIAL_PATHS], i) for i in alive))
+        criticals.append(0.5 * (top[share - 1][0] + top[share][0]))
+        gone = {i for _, i in top[:share]}
+        alive = [i for i in alive if i not in gone]
+        crossed += share
+    return tuple(criticals)
 
 
 # --- files ---
@@ -1854,6 +1954,8 @@ def pass_name(concurrency: int, rate: Optional[float] = None) -> str:
 
 def pass_title(name: str) -> str:
     """Return how a pass is shown in tables."""
+    if name == LADDER_PASS:
+        return "Ladder"
     if name.startswith("r"):
         return f"Rate {name[1:]}/s"
     return "Sequential" if name == "sequential" else f"Conc {name[1:]}"
@@ -2419,6 +2521,28 @@ def _not_an_object(where: str) -> Any:
     raise RouterLatencyError("expected an object", where)
 
 
+class Ladder(NamedTuple):
+    """How a ladder of load climbs (run --ladder): one pass per step, the next step only while
+    the last one turned more than margin_pct of the load it added into throughput (callers
+    doubled: more than margin_pct more req/s), shed nothing (429 OVERLOADED) and kept p95
+    within slo_p95_ms. The run file keeps it as settings.ladder."""
+    margin_pct: float = LADDER_MARGIN_PCT
+    slo_p95_ms: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["Ladder"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        return cls(checked_number(raw.get("margin_pct"), f"{where}.margin_pct"),
+                   checked_number(raw.get("slo_p95_ms"), f"{where}.slo_p95_ms",
+                                  nullable=True, positive=True))
+
+
 class RunFile(NamedTuple):
     """A run file: who measured what, how, and every pass."""
     label: str
@@ -2471,6 +2595,11 @@ class RunFile(NamedTuple):
     def slow_windows(self, item: PassRecord) -> tuple:
         """Return the indexes of a pass's windows in a slow phase."""
         return slow_windows(item.attempt.windows, self.thresholds)
+
+    @property
+    def ladder(self) -> Optional[Ladder]:
+        """How the run climbed its ladder; None for a run of fixed passes."""
+        return Ladder.from_json(self.settings.get("ladder"), "settings.ladder")
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -2533,6 +2662,7 @@ class RunFile(NamedTuple):
         if not is_whole(settings.get("repeat", 1), 1):
             raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
                                      f"{path}: settings.repeat")
+        Ladder.from_json(settings.get("ladder"), f"{path}: settings.ladder")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
@@ -4016,6 +4146,7 @@ class RunPlan(NamedTuple):
     # the previews the router admits at once (its routing_preview.max_concurrency): a pass
     # with more callers is warned about, since the router sheds the rest with 429 OVERLOADED
     router_max_concurrency: int = ROUTER_MAX_CONCURRENCY
+    ladder: Optional[Ladder] = None  # climb the passes in order while the load pays
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
@@ -4026,6 +4157,65 @@ def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] 
     return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
                  + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
                     for r in rates])
+
+
+def ladder_levels(limit: int) -> tuple:
+    """Return --ladder's callers without a list: 1, 2, 4, ... doubling up to `limit` (the
+    router's admission limit), and the limit itself: beyond it every caller more is shed."""
+    levels = [1]
+    while levels[-1] * 2 <= limit:
+        levels.append(levels[-1] * 2)
+    return tuple(levels) + ((limit,) if levels[-1] != limit else ())
+
+
+def step_text(item: PassRecord) -> str:
+    """Return a ladder step's load in words: 4 callers, 200/s offered."""
+    if item.rate is not None:
+        return f"{item.rate:g}/s offered"
+    return plural(item.concurrency, "caller")
+
+
+def shed_requests(item: PassRecord) -> int:
+    """Return how many of a pass's requests the router shed: 429, OVERLOADED in its body."""
+    return sum(r.status == 429 for r in item.requests)
+
+
+def flat_step(before: tuple, after: tuple, margin_pct: float) -> bool:
+    """Return True when a step, (load, req/s) after (load, req/s) before, turned less than
+    margin_pct of the load it added into throughput: for callers doubled, throughput within
+    the margin of the step before; for a rate 10% up, less than a tenth of that 10%."""
+    added = after[0] / before[0] - 1
+    return after[1] < before[1] * (1 + margin_pct / 100 * added)
+
+
+def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
+    """Return why a ladder stops climbing after its last step, or None to climb on: the
+    router shed (its admission limit), answered nothing, p95 passed the SLO, or the step was
+    flat (flat_step) against the step measured before."""
+    if not passes or passes[-1].discarded:
+        return None  # a step discarded for load says nothing of the router
+    last = passes[-1]
+    shed = shed_requests(last)
+    if shed:
+        return (f"the router shed {plural(shed, 'request')} at {step_text(last)} (429 "
+                f"OVERLOADED): its admission limit (routing_preview.max_concurrency)")
+    if not last.summary.ok:
+        return f"no request at {step_text(last)} was answered with a decision"
+    measured = [p for p in passes if not p.discarded and p.summary.req_per_s]
+    p95 = last.summary.p95_ms
+    if ladder.slo_p95_ms is not None and p95 is not None and p95 > ladder.slo_p95_ms:
+        return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "
+                f"(--slo-p95-ms {ladder.slo_p95_ms:g})")
+    if len(measured) > 1:
+        loads = [p.rate if p.rate is not None else p.concurrency for p in measured[-2:]]
+        before = measured[-2].summary.req_per_s
+        if flat_step((loads[0], before), (loads[1], last.summary.req_per_s),
+                     ladder.margin_pct):
+            return (f"throughput stopped growing: {fmt_value(last.summary.req_per_s)} req/s "
+                    f"at {step_text(last)} against {fmt_value(before)} req/s at "
+                    f"{step_text(measured[-2])}, less than {ladder.margin_pct:g}% of the load "
+                    f"added")
+    return None
 
 
 def check_plan(plan: RunPlan, prompts: int) -> None:
@@ -4689,10 +4879,15 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     return counts
 
 
-def warn_of_no_decision(target: Target, payload: bytes, warmup: dict, stop: threading.Event,
-                        notify: Callable[[str], None]) -> None:
-    """Warn of warm-up answers of 2xx without a decision: where the decision was looked for,
-    and which --decision-path would read the answer one more request gets."""
+def warn_of_warm_up(target: Target, payload: bytes, warmup: dict, stop: threading.Event,
+                    notify: Callable[[str], None]) -> None:
+    """Warn of a warm-up whose every request failed, and of warm-up answers of 2xx without a
+    decision: where the decision was looked for, and which --decision-path would read the
+    answer one more request gets."""
+    if warmup.get("all_failed"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
+        notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
+               f"router that is not ready")
     count = (warmup.get("errors") or {}).get("no_decision")
     if not count:
         return
@@ -4882,9 +5077,14 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
         warning = overload_warning(item, plan.router_max_concurrency)
         if warning:
             notify(warning)
-        title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}"
+        title = f"{pass_title(item.name)}, {'step' if plan.ladder else 'pass'} {position} " \
+                f"of {'at most ' if plan.ladder else ''}{len(plan.passes)}"
         passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
                                    notify, title, expects, thresholds))
+        why = ladder_stop(passes, plan.ladder) if plan.ladder and not stop.is_set() else None
+        if why:
+            notify(f"ladder: stopped climbing after {pass_title(item.name)}: {why}")
+            break
     return passes
 
 
@@ -4943,6 +5143,7 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
         "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
         "percentile_method": PERCENTILE_METHOD,
         "latency": LATENCY_DEFINITION, **thresholds._asdict(),
+        **({"ladder": plan.ladder.to_json()} if plan.ladder else {}),
     }
 
 
@@ -4976,15 +5177,12 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     warmup = warm_up(target, payloads, plan.warmup, stop, expects)
     if stop.is_set():
         return None
-    if warmup.get("all_failed"):
-        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
-        notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
-               f"router that is not ready")
-    warn_of_no_decision(target, payloads[0], warmup, stop, notify)
+    warn_of_warm_up(target, payloads[0], warmup, stop, notify)
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
-        label=label, complete=not stop.is_set() and len(passes) == len(plan.passes),
+        label=label, complete=not stop.is_set() and (len(passes) == len(plan.passes)
+                                                     or plan.ladder is not None),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
         passes=tuple(passes), started_utc=started, started_unix=started_unix,
         ended_utc=utc_now(), url=target.endpoint.shown, model=target.model,
@@ -5013,8 +5211,9 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
 # works from a report alone, and the gate's rule is written once, in gate_outcome().
 
 def worse_sign(metric: str) -> int:
-    """Return +1 where a larger value is worse (latency), -1 where it is better (req/s)."""
-    return -1 if metric == "req_per_s" else 1
+    """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
+    a ladder's plateau and capacity)."""
+    return -1 if metric.endswith("req_per_s") else 1
 
 
 def reference_decisions(run: RunFile) -> dict:
@@ -5162,6 +5361,139 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
          f"--fail-on-decision-change)",) if failed else ())
 
 
+class LadderStep(NamedTuple):
+    """One measured step of a ladder: its load and what it gave."""
+    name: str
+    load: float  # callers, or the offered rate (open loop)
+    title: str  # 4 callers, 200/s offered
+    req_per_s: float
+    p50_ms: float
+    p95_ms: float
+    shed: int  # requests the router shed (429 OVERLOADED)
+
+
+class Capacity(NamedTuple):
+    """What a ladder run says of its node: where throughput saturates, where latency starts
+    to grow faster than throughput, and the most it serves within the SLO."""
+    steps: tuple  # LadderStep, in the order climbed; those that shed count in no figure
+    open_loop: bool
+    margin_pct: float
+    slo_p95_ms: Optional[float]
+    plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
+    plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
+    knee: Optional[tuple]  # (step, next step): beyond it p50 grows faster than throughput
+    capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
+    capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
+    stop: str  # why the ladder stopped climbing
+    longest_gap_s: Optional[float]  # the longest time between two steps, captures included
+
+    @property
+    def served_req_per_s(self) -> Optional[float]:
+        """The throughput cost is counted at: capacity within the SLO, else the plateau."""
+        return self.capacity_req_per_s if self.slo_p95_ms is not None \
+            else self.plateau_req_per_s
+
+
+def ladder_steps(run: RunFile) -> tuple:
+    """Return a ladder run's measured steps in the order climbed."""
+    return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
+                            step_text(p), p.summary.req_per_s, p.summary.p50_ms,
+                            p.summary.p95_ms, shed_requests(p))
+                 for p in run.passes if not p.discarded and p.summary.req_per_s
+                 and p.summary.p95_ms is not None)
+
+
+def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
+    """Return (the step the plateau begins at, its height: the highest req/s from there), or
+    (None, None) while throughput still grew: the plateau begins at the first step whose
+    next step was flat (flat_step) and after which no step served more than the margin
+    above it."""
+    for i, (low, high) in enumerate(zip(steps, steps[1:])):
+        top = max(s.req_per_s for s in steps[i:])
+        if flat_step((low.load, low.req_per_s), (high.load, high.req_per_s), margin_pct) \
+                and top <= low.req_per_s * (1 + margin_pct / 100):
+            return low, top
+    return None, None
+
+
+def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
+    """Return (the first step beyond which p50 grew by a larger factor than throughput, more
+    than the margin larger, and the step after it): from there, more load buys waiting."""
+    for low, high in zip(steps, steps[1:]):
+        if high.p50_ms / low.p50_ms > high.req_per_s / low.req_per_s * (1 + margin_pct / 100):
+            return low, high
+    return None
+
+
+def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[int]) -> tuple:
+    """Return (the most req/s with p95 within slo_ms, how it was found): the best step within
+    it, or, where the first step beyond it served more, linear in p95 between the two."""
+    beyond = next((i for i, s in enumerate(steps) if s.p95_ms > slo_ms), None)
+    if beyond == 0:
+        return None, (f"the first step ({steps[0].title}) already had p95 "
+                      f"{fmt_value(steps[0].p95_ms)} ms, beyond the SLO")
+    within = steps[:beyond]
+    best = max(within, key=operator.attrgetter("req_per_s"))
+    if beyond is None:
+        return best.req_per_s, (f"measured at {best.title}: every step within the SLO, " + (
+            "and throughput had stopped growing" if plateau is not None else
+            "but throughput still grew at the last step: at least this much"))
+    low, high = steps[beyond - 1], steps[beyond]
+    if high.req_per_s <= best.req_per_s:
+        return best.req_per_s, (f"measured at {best.title}; {high.title} passed the SLO "
+                                f"without more throughput")
+    share = (slo_ms - low.p95_ms) / (high.p95_ms - low.p95_ms)
+    found = low.req_per_s + share * (high.req_per_s - low.req_per_s)
+    return round(max(found, best.req_per_s), 2), (
+        f"interpolated between {low.title} (p95 {fmt_hundredths(low.p95_ms)} ms, "
+        f"{fmt_hundredths(low.req_per_s)} req/s) and {high.title} (p95 "
+        f"{fmt_hundredths(high.p95_ms)} ms, "
+        f"{fmt_hundredths(high.req_per_s)} req/s), linear in p95")
+
+
+def step_gaps(run: RunFile) -> list:
+    """Return the seconds between the end of each measured pass and the start of the next,
+    the captures between them included (an upper bound: the start is taken before the
+    connections open)."""
+    timed = [p for p in run.passes if not p.discarded and p.attempt.started_unix is not None]
+    return [round(max(b.attempt.started_unix - a.attempt.started_unix - a.summary.wall_s, 0.0),
+                  3) for a, b in zip(timed, timed[1:])]
+
+
+def run_capacity(run: RunFile, slo_p95_ms: Optional[float] = None) -> Optional[Capacity]:
+    """Return what a ladder run derives (None for a run of fixed passes); slo_p95_ms, when
+    given, replaces the SLO the run climbed with."""
+    ladder = run.ladder
+    if ladder is None:
+        return None
+    slo = slo_p95_ms if slo_p95_ms is not None else ladder.slo_p95_ms
+    steps = ladder_steps(run)
+    counted = [s for s in steps if not s.shed]  # a step that shed measured the limit
+    plateau, level = plateau_of(counted, ladder.margin_pct)
+    capacity, how = slo_capacity(counted, slo, plateau) if slo is not None and counted else \
+        (None, "no SLO given (--slo-p95-ms)" if slo is None else "no step without shedding")
+    measured = [p for p in run.passes if not p.discarded]
+    stop = ladder_stop(run.passes, ladder) if measured else None
+    if stop is None:
+        stop = "interrupted" if not run.complete else "the ladder's last step was measured"
+    gaps = step_gaps(run)
+    return Capacity(steps, any(p.rate is not None for p in run.passes), ladder.margin_pct, slo,
+                    plateau, level, knee_of(counted, ladder.margin_pct), capacity, how, stop,
+                    max(gaps) if gaps else None)
+
+
+def usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
+    """Return what a million requests cost at req_per_s on a node of usd_per_hour:
+    USD/h / (req/s x 3600) x 10^6."""
+    return usd_per_hour / (req_per_s * 3600) * 1e6
+
+
+def cost_for(costs: Sequence[tuple], side: str) -> tuple:
+    """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
+    unit) entries, () when none is for it."""
+    return next(((usd, unit) for name, usd, unit in costs if name in (None, side)), ())
+
+
 def find_round_files(folder: str, base: str, new: str) -> dict:
     """Return {round: {side: path}} for r<N>-<side>.json files of the two sides."""
     top = Path(folder)
@@ -5216,6 +5548,11 @@ class GateSettings(NamedTuple):
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    # the old rule: PASS unless a gated row is shown worse (a PASS then shows nothing within
+    # the tolerance); by default PASS needs every gated row shown within it
+    pass_unless_worse: bool = False
+    slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
+    cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
 
     @property
     def tolerance_log(self) -> float:
@@ -5242,9 +5579,14 @@ def run_signature(run: RunFile) -> dict:
     version = str(run.tool.get("version", ""))
     repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
+    names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    ladder = run.ladder
+    if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
+        names = (f"ladder of {' '.join(pass_name(c) for c in settings.get('concurrency', []))}"
+                 f"{' '.join(pass_name(64, r) for r in settings.get('rates', []))}, margin "
+                 f"{ladder.margin_pct:g}%, SLO {ladder.slo_p95_ms or 'none'}")
     return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
-            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
-            + length,
+            "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
             "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
 
@@ -5278,6 +5620,56 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
     return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
             f"(r{min(runs)}-{base}.json {expected[field]!r})"
             for field, found in differences.items()]
+
+
+COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
+
+
+def measured_keys(run: RunFile) -> tuple:
+    """Return what a copy of a run's measurements repeats, each None where it proves nothing:
+    its start time with every record, and the timings of its requests in send order."""
+    records = tuple((p.name, p.requests) for p in run.passes)
+    started = None if run.started_unix is None else (run.started_unix, records)
+    timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
+    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+
+
+def measured_span(run: RunFile) -> tuple:
+    """Return (when the run started, when its last measured pass ended), unix seconds, each
+    None when the file does not say."""
+    ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
+            if p.attempt.started_unix is not None and p.summary is not None]
+    return run.started_unix, max(ends, default=None)
+
+
+def check_measured_once(runs: dict) -> None:
+    """Raise unless every round was measured once, one side at a time: no two files hold
+    the same measurements (a copied round narrows the interval on data measured once), and
+    no run started before the run before it ended (the rounds were not interleaved)."""
+    seen: dict = {}
+    files = [run for sides in runs.values() for run in sides.values()]
+    for run in files:
+        for what, key in zip(("the same start time and records", "the same requests' timings"),
+                             measured_keys(run)):
+            if key is None:
+                continue
+            other = seen.setdefault((what, key), run)
+            if other is not run:
+                raise RouterLatencyError(
+                    f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
+                    f"measurement counted twice would narrow the interval on data measured "
+                    f"once; remove the copy", str(Path(run.path).parent))
+    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
+                    if span[0] is not None), key=lambda item: item[0][0])
+    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
+    for (start, end), path in spans:
+        if latest[0] is not None and start < latest[0] or start == latest[1]:
+            raise RouterLatencyError(
+                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"were not measured one at a time, as interleaved rounds are",
+                str(Path(path).parent))
+        if latest[0] is None or (end is not None and end > latest[0]):
+            latest = (end, start, path)
 
 
 def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
@@ -5320,9 +5712,11 @@ class Row(NamedTuple):
     p_value: float  # one-sided: worse than the tolerance
     detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
     rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
-    verdict: str  # regression, worse, better, same or inconclusive
+    verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
     base_values: tuple
     new_values: tuple
+    worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
+    more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
 
     @property
     def change_pct(self) -> float:
@@ -5346,32 +5740,86 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
     log_ratio = mean_interval(logs)
     sign = worse_sign(metric)
     worse = [sign * v for v in logs]
-    tolerance = settings.tolerance_log
-    low, high = sorted((sign * log_ratio.low, sign * log_ratio.high))
-    if high < 0:
-        verdict = "better"
-    elif -tolerance <= low and high <= tolerance:
-        verdict = "same"
-    elif low > tolerance:
-        verdict = "worse"
-    else:
-        verdict = "inconclusive"
-    spread = sample_spread(logs)
-    level = settings.alpha / 2
-    detectable = tolerance + detectable_change(spread, len(logs), alpha=level, sided=1)
-    room = math.log1p(settings.target_pct / 100) - tolerance
-    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
-                           alpha=level, sided=1)
     faster = -sign  # speedup: base/new for latency, new/base for req/s
     bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
-    return Row(name, metric, settings.gates(name, metric),
-               statistics.median(base_values), statistics.median(new_values),
-               paired_interval(base_values, new_values), log_ratio,
-               math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
-               sum(v > 0 for v in worse), len(logs),
-               t_test_p(worse, mu=tolerance, alternative="greater"),
-               100 * math.expm1(detectable) if spread > 0 else None, needed, verdict,
-               tuple(base_values), tuple(new_values))
+    row = Row(name, metric, settings.gates(name, metric),
+              statistics.median(base_values), statistics.median(new_values),
+              paired_interval(base_values, new_values), log_ratio,
+              math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
+              sum(v > 0 for v in worse), len(logs),
+              t_test_p(worse, mu=settings.tolerance_log, alternative="greater"),
+              None, None, "inconclusive", tuple(base_values), tuple(new_values))
+    # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
+    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
+    return row_judged(row, settings, critical, critical,
+                      row.p_value < settings.alpha / 2)
+
+
+ROW_WORDS = ("better", "same", "worse", "inconclusive")
+
+
+def t_statistic(values: Sequence[float], mu: float) -> float:
+    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
+    side of the mean, 0 at mu (as t_test_p judges equal values)."""
+    mean, ss = _mean_ss(values)
+    if min(values) == max(values) or ss == 0.0:
+        diff = values[0] - mu
+        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
+    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
+
+
+def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
+               shown_worse: bool) -> Row:
+    """Return the row with its word, worse end, "detects" and rounds to a decision.
+
+    within: the critical t of the test that it lies within the tolerance (and of "better"),
+    fail: that of the test that finds it worse when only it slows (Holm's first step for a
+    gated row); shown_worse: that test, as the gate applied it, rejected.
+    """
+    worse = row.worse_series
+    n, tolerance = len(worse), settings.tolerance_log
+    mean, ss = _mean_ss(worse)
+    se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
+    end = mean + within * se
+    verdict = ("worse" if shown_worse else "better" if end < 0
+               else "same" if end <= tolerance else "inconclusive")
+    spread = sample_spread(worse)
+    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    room = math.log1p(settings.target_pct / 100) - tolerance
+    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
+    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
+                           alpha=level, sided=1)
+    more = None if verdict != "inconclusive" else \
+        rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    return row._replace(
+        verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
+        detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
+        else None, rounds_needed=needed, more_rounds=more)
+
+
+@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
+def nominal_level(critical: float, df: int) -> float:
+    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
+    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
+
+
+DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+
+
+def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
+                     fail_level: float, rounds: int) -> Optional[int]:
+    """Return how many more rounds would decide a row if its mean and spread stayed as seen:
+    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
+    gap = abs(tolerance - mean)
+    if gap == 0.0 or spread == 0.0:
+        return None if gap == 0.0 else 1
+    level = within_level if mean < tolerance else fail_level
+    # the normal quantile is below t's: its n is a lower bound to scan up from
+    start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
+    for n in range(start, DECIDE_LIMIT + 1):
+        if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
+            return n - rounds
+    return None
 
 
 class GateTest(NamedTuple):
@@ -5382,11 +5830,29 @@ class GateTest(NamedTuple):
     composite_p: Optional[float]
     level: float  # one-sided level of each of the two tests
     regressions: tuple  # (pass, metric) Holm rejects
+    composite_worse: bool = False  # the composite test rejects
+    within_critical: float = math.inf  # critical t of each row's test within the tolerance
+    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
+    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+
+
+def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
+    """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
+    quantile, or with --sequential the calibrated boundary of this look."""
+    if settings.sequential_max is None:
+        return -t_ppf(level, rounds - 1)
+    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+
+
+def crosses(statistic: float, critical: float) -> bool:
+    """Return True when a t statistic reaches a critical value a look can reject at."""
+    return math.isfinite(critical) and statistic >= critical
 
 
 def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
-    """Return the gate's test: a composite one-sided t test on the mean of the gated rows'
-    per-round log ratios at `level`, and Holm across the gated rows at `level`.
+    """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
+    the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
+    rows at `level` (family-wise 2 level), with the critical t of each.
 
     The rows of a round move together (a slow round is slow everywhere), so a correction
     made for independent tests alone would throw away the power the shared signal gives;
@@ -5395,14 +5861,27 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     gated = [r for r in rows if r.gated]
     if not gated:
         return GateTest(0, 0.0, None, None, level, ())
+    n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
     series = [r.worse_series for r in gated]
+    statistics_ = [t_statistic(x, tolerance) for x in series]
+    steps: list = []  # each step's boundary only once reached: a sequential one costs time
+    rejected = set()
+    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
+    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
+        steps.append(gate_critical(settings, n, level / (m - step)))
+        if not crosses(statistics_[index], steps[step]):
+            break
+        rejected.add(index)
     composite = composite_log_ratios(series)
-    rejected = holm([r.p_value for r in gated], level)
+    critical = gate_critical(settings, n, level)
+    spread = sample_spread(composite)
+    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
     return GateTest(
-        len(gated), effective_rows(series) if len(gated) > 1 else 1.0,
-        mean_interval(composite),
-        t_test_p(composite, mu=settings.tolerance_log, alternative="greater"), level,
-        tuple((r.pass_name, r.metric) for r, hit in zip(gated, rejected) if hit))
+        m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
+        t_test_p(composite, mu=tolerance, alternative="greater"), level,
+        tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
+        crosses(t_statistic(composite, tolerance), critical), critical, tuple(steps),
+        100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable) else None)
 
 
 class RoundAgreement(NamedTuple):
@@ -5618,7 +6097,7 @@ class RoundsReport(NamedTuple):
     order: dict
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
     outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
-    without_outliers: Optional[str]  # the verdict without them, where it differs
+    outlier_changes: tuple  # (round, its gated mean change %, the median's %): descriptive
     insecure_files: tuple  # files measured without TLS verification
     look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
@@ -5629,6 +6108,8 @@ class RoundsReport(NamedTuple):
     outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: tuple = ()  # PassLatencies, for the report page
+    more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
+    capacity: tuple = ()  # (round, side, Capacity) of ladder runs, used rounds
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -5681,21 +6162,61 @@ def run_outcomes(run: RunFile) -> dict:
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
                  doubts: Sequence[str], settings: GateSettings, look: Optional[tuple]) -> tuple:
-    """Return (status, reasons, exit code): the gate's one rule.
+    """Return (status, reasons, exit code): the gate's one rule, three-way.
 
-    fail: a new side failed, erred beyond the base, changed a decision, or the gate's test
-    rejects; inconclusive: doubts (a failing base side, too few usable rounds), --strict with
-    an underpowered gated row, or a group-sequential look that has not decided yet; else pass.
+    fail: a new side failed, erred beyond the base or changed a decision, or a gated row is
+    shown worse than the tolerance (the composite test or Holm, family-wise 5%); pass: every
+    gated row is shown within the tolerance (its worse end inside it: two one-sided tests at
+    2.5%, intersection-union), with no doubt; inconclusive: anything else (a failing base
+    side, too few usable rounds, a gated row not decided either way). --pass-unless-worse
+    keeps the old rule: pass unless it fails (see old_rule_outcome).
     """
     reasons = list(failures)
     if test is not None:
-        reasons += [f"regression in {pass_title(p)} {metric_title(m)}"
+        reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
                     for p, m in test.regressions]
-        if test.composite_p is not None and test.composite_p < test.level:
-            reasons.append(f"the {test.rows} gated rows together are slower: "
-                           f"{composite_text(test.composite)}")
+        if test.composite_worse:
+            reasons.append(f"the {test.rows} gated rows together are "
+                           f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
         return "fail", tuple(reasons), EXIT_GATE
+    if settings.pass_unless_worse:
+        return old_rule_outcome(rows, doubts, settings, look)
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    doubts = list(doubts) + [undecided_text(r, settings) for r in undecided]
+    if undecided and look is not None and look[0] == look[1]:
+        doubts.append(f"the last look of the plan ({look[1]} rounds) left "
+                      f"{plural(len(undecided), 'gated row')} undecided")
+    if doubts:
+        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
+    return "pass", (), EXIT_OK
+
+
+def undecided_text(row: Row, settings: GateSettings) -> str:
+    """Return why a gated row is undecided: how far its worse end reaches, and about how many
+    more rounds would decide it at the spread seen."""
+    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
+            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
+            f"spread seen")
+
+
+def more_rounds(rows: Sequence[Row]) -> Optional[int]:
+    """Return the rounds that would decide every undecided gated row, None past 1,000 or
+    when none is undecided."""
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    if not undecided or any(r.more_rounds is None for r in undecided):
+        return None
+    return max(r.more_rounds for r in undecided)
+
+
+def old_rule_outcome(rows: Sequence[Row], doubts: Sequence[str], settings: GateSettings,
+                     look: Optional[tuple]) -> tuple:
+    """Return the outcome of --pass-unless-worse, the rule before the three-way gate: pass
+    unless it failed, inconclusive for doubts, --strict with an underpowered undecided gated
+    row, or a --sequential look before the last with an undecided gated row."""
     doubts = list(doubts)
     undecided = [r for r in rows if r.gated and r.verdict not in ("better", "same")]
     if look is not None and look[0] < look[1] and undecided:
@@ -5719,7 +6240,11 @@ def composite_text(composite: Interval) -> str:
 
 
 def detectable_text(row: Row) -> str:
-    return "any change" if row.detectable_pct is None else f">= {row.detectable_pct:.0f}%"
+    """Return what the row's test, as the gate applies it, finds 80% of the time."""
+    if row.detectable_pct is not None:
+        return f">= {row.detectable_pct:.0f}%"
+    # no spread finds any change; a look whose boundary cannot reject finds none
+    return "any change" if sample_spread(row.worse_series) == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -5734,17 +6259,88 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
             base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
             new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
+    return rows + ladder_rows(runs, base, new, used, settings)
+
+
+def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[float]:
+    """Return one of LADDER_METRICS of a ladder run, None where it has none."""
+    if metric == "plateau_req_per_s":
+        return capacity.plateau_req_per_s
+    if metric == "capacity_req_per_s":
+        return capacity.capacity_req_per_s
+    served = capacity.served_req_per_s
+    return usd_per_million(cost[0], served) if cost and served else None
+
+
+def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
+                      settings: GateSettings) -> tuple:
+    """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
+    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+                  for n in used for side in (base, new))
+    return found if found and all(c is not None for _, _, c in found) else ()
+
+
+def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                settings: GateSettings) -> list:
+    """Return the rows of what ladders derive, each where every used round has it on both
+    sides; raise for a gated one that some round lacks."""
+    capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
+                                                                   settings)}
+    rows = []
+    for metric in LADDER_METRICS:
+        values = {side: [None if (n, side) not in capacities else ladder_figure(
+            capacities[(n, side)], metric, cost_for(settings.cost_per_hour, side))
+            for n in used] for side in (base, new)}
+        if all(v is not None for side in values.values() for v in side):
+            rows.append(row_of(LADDER_PASS, metric, values[base], values[new], settings))
+        elif settings.gates(LADDER_PASS, metric):
+            gate = next(k for k, v in LADDER_GATE_NAMES.items() if v == metric)
+            missing = [f"r{n} {side}" for side in values for n, v in zip(used, values[side])
+                       if v is None]
+            why = ("the runs are not ladders (run --ladder)" if not capacities else
+                   f"{', '.join(missing)} has none" + (
+                       "" if metric != "usd_per_million" else " (--cost-per-hour SIDE=USD)")
+                   + ("" if metric == "plateau_req_per_s" or settings.slo_p95_ms
+                      or any(c.slo_p95_ms for c in capacities.values())
+                      else "; no SLO (--slo-p95-ms)"))
+            raise RouterLatencyError(f"no {metric_title(metric)} row to gate: {why}",
+                                     "--gate " + gate)
     return rows
 
 
 def look_level(settings: GateSettings, rounds: int) -> tuple:
-    """Return (one-sided level of each of the gate's two tests, the look or None)."""
+    """Return (one-sided level of each of the gate's two tests, the look or None); the
+    look's boundaries come from gate_critical."""
     half = settings.alpha / 2
     if settings.sequential_max is None:
         return half, None
-    look = (rounds, max(settings.sequential_max, rounds))
-    levels = group_sequential_levels(range(MIN_ROUNDS, look[1] + 1), look[1], half)
-    return next(b.nominal_alpha for b in levels if b.n == rounds), look
+    return half, (rounds, settings.sequential_max)
+
+
+def check_look(runs: dict, settings: GateSettings) -> None:
+    """Raise when the rounds go past the sequential plan's last look: more rounds than it
+    allows is a new plan, whose error rates no boundary holds."""
+    last = settings.sequential_max
+    if last is not None and len(runs) > last:
+        raise RouterLatencyError(
+            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"the plan keeps no error rate; judge them as a fixed design (without "
+            f"--sequential) or plan more rounds from the start")
+
+
+def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
+              doubts: Sequence[str] = ()) -> tuple:
+    """Return (the rows with the gate's words, its test, the look, (status, reasons, exit
+    code)): the whole rule applied to the rows of the used rounds (none: too few rounds).
+    bench/gate_simulation.py applies it to synthetic rows through this same function."""
+    if not rows:
+        return [], None, None, gate_outcome([], None, failures, doubts, settings, None)
+    level, look = look_level(settings, rows[0].rounds)
+    test = gate_test(rows, settings, level)
+    rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
+                       (r.pass_name, r.metric) in test.regressions) if r.gated else r
+            for r in rows]
+    return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
 
 
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
@@ -5783,6 +6379,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
     notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    check_measured_once(runs)
+    check_look(runs, settings)
     used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
     errors = pass_errors(runs, base, new)
     failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
@@ -5792,20 +6390,14 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                  for a in agreement if a.used and a.agree < a.total]
     rows: list = []
-    test = look = None
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
-        level, look = look_level(settings, len(used))
         rows = judged_rows(runs, base, new, used, settings)
-        test = gate_test(rows, settings, level)
-        rows = [r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
-                else r for r in rows]
-    status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
+    rows, test, look, (status, reasons, code) = gate_rows(rows, settings, failures, doubts)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
-    effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
-                                                   status, order)
+    effect, outliers, changes = order_and_outliers(used, rows, order)
     insecure = sorted({Path(run.path).name for sides in runs.values()
                        for run in sides.values() if run.insecure})
     hashes, hash_warnings = config_hash_findings(runs, base, new,
@@ -5815,37 +6407,37 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
         tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
-        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
+        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        tuple(pass_latencies(runs, base, new, used)))
+        tuple(pass_latencies(runs, base, new, used)),
+        more_rounds(rows) if status == "inconclusive" else None,
+        ladder_capacities(runs, base, new, used, settings) if rows else ())
 
 
-def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
-                       rows: Sequence[Row], settings: GateSettings, status: str,
-                       first: dict) -> tuple:
-    """Return (the crossover order effect, outlier rounds, the verdict without them where it
-    differs), all on the per-round mean of the gated rows' worse-direction log ratios; first:
-    which side started each round (order_balance)."""
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
+    """Return (the crossover order effect, outlier rounds, (round, its change %, the median
+    change %) of each), all on the per-round mean of the gated rows' worse-direction log
+    ratios; first: which side started each round (order_balance).
+
+    Outliers are described, never judged again without them: a verdict recomputed after
+    choosing what to drop is a second test, and the two together fail more often than
+    either. The gate's answer to a noisy round is the wider interval it gives.
+    """
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
-        return None, [], None
+        return None, [], ()
     composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first["base_first"]],
                           [composite[n] for n in first["new_first"]]) \
         if first["base_first"] and first["new_first"] and len(used) > 2 else None
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
-    without = None
-    kept = {n: runs[n] for n in runs if n not in outliers}
-    if outliers and len([n for n in used if n not in outliers]) >= MIN_ROUNDS:
-        again = judge_rounds(kept, base, new, settings)
-        if again.status != status:
-            without = f"{again.status.upper()}" + (f": {'; '.join(again.reasons)}"
-                                                  if again.reasons else "")
-    return effect, outliers, without
+    centre = 100 * math.expm1(statistics.median(composite.values()))
+    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
+                                   for n in outliers)
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -5855,11 +6447,8 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
-    for row in rows:
+    for row in rows if settings.pass_unless_worse else ():  # else the reasons say it
         title = f"{pass_title(row.pass_name)} {metric_title(row.metric)}"
-        if row.gated and row.verdict == "worse":
-            warnings.append(f"warning: {title} is worse by its own 95% interval, but not "
-                            f"after the correction for {test.rows} gated rows")
         if row.gated and row.verdict == "inconclusive":
             needed = "more than 1,000" if row.rounds_needed is None else \
                 f"about {row.rounds_needed}"
@@ -6034,6 +6623,13 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
 
+def pass_cell(row: Row, rows: Sequence[Row]) -> str:
+    """Return the pass column of a row: its pass's title on the pass's first row."""
+    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
+        r for r in rows if r.pass_name == LADDER_PASS) is row)
+    return pass_title(row.pass_name) if first else ""
+
+
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
 # @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
 # zero-width space after the sign keeps the text as it reads and does neither (an e-mail
@@ -6072,6 +6668,14 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
 def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
     """Return the line `run` starts with: what it measures where, and how long a pass is."""
     line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
+    ladder = settings.get("ladder")
+    if ladder:  # the steps it may climb, and what ends the climb
+        steps = [f"{c}" for c in settings.get("concurrency", [])] or \
+            [f"{r:g}/s" for r in settings.get("rates", [])]
+        slo = ladder.get("slo_p95_ms")
+        line += (f"; a ladder of up to {', '.join(steps)}"
+                 f"{'' if settings.get('rates') else ' callers'}, margin "
+                 f"{ladder.get('margin_pct'):g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
     repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
     if duration:
         return f"{line}; each pass cycles the corpus for {duration:g} s"
@@ -6114,6 +6718,104 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes)
+
+
+def plateau_sentence(capacity: Capacity) -> str:
+    """Return where throughput stops growing, in a sentence, or that it did not."""
+    who = "requests" if capacity.open_loop else "callers"
+    counted = [s for s in capacity.steps if not s.shed]
+    shed = [s for s in capacity.steps if s.shed]
+    limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
+    if capacity.plateau is None:
+        if not counted:
+            return "no step was measured without shedding: no plateau" + limit
+        return (f"throughput still grew at the last step counted ({counted[-1].title}, "
+                f"{fmt_hundredths(counted[-1].req_per_s)} req/s): no plateau within the ladder"
+                + limit)
+    more = "the rate" if capacity.open_loop else "callers"
+    return (f"throughput stops growing from {capacity.plateau.title} at "
+            f"{fmt_hundredths(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
+            f"with {more})")
+
+
+def knee_sentence(capacity: Capacity) -> str:
+    """Return the knee in a sentence: where latency starts to grow faster than throughput."""
+    if capacity.knee is None:
+        return "no knee: p50 never grew faster than throughput from one step to the next"
+    low, high = capacity.knee
+    return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
+            f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
+            f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
+
+
+def capacity_sentence(capacity: Capacity) -> str:
+    """Return capacity within the SLO in a sentence, saying how it was found."""
+    if capacity.slo_p95_ms is None:
+        return "capacity within an SLO: none given (--slo-p95-ms)"
+    what = "open loop, latency from the schedule" if capacity.open_loop else "closed loop"
+    if capacity.capacity_req_per_s is None:
+        return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
+    return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
+            f"{fmt_hundredths(capacity.capacity_req_per_s)} req/s ({what}), "
+            f"{capacity.capacity_how}")
+
+
+def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
+    """Return USD per million routed requests at capacity with its arithmetic, or None
+    without a cost."""
+    if not cost:
+        return None
+    usd, unit = cost
+    served = capacity.served_req_per_s
+    at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
+    if served is None:
+        return f"cost per million requests: no {at} to count it at"
+    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
+            f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
+
+
+def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
+    """Return a ladder's steps as a table and what they give, in sentences."""
+    knee = capacity.knee[0] if capacity.knee else None
+    rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
+             fmt_hundredths(s.p95_ms),
+             str(s.shed), " ".join(word for word, hit in (
+                 ("plateau", s is capacity.plateau), ("knee", s is knee),
+                 ("shed: not counted", s.shed > 0)) if hit)]
+            for s in capacity.steps]
+    lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
+             f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
+    lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
+                          right=[False, True, True, True, True, False])
+    lines += [plateau_sentence(capacity), knee_sentence(capacity), capacity_sentence(capacity)]
+    lines += [line for line in (cost_sentence(capacity, cost),) if line]
+    if capacity.longest_gap_s is not None:
+        lines.append(f"steps back to back: at most {capacity.longest_gap_s:g} s between two")
+    return lines
+
+
+def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
+                            costs: Sequence[tuple]) -> list:
+    """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
+    of their cost per million requests (B over A); nothing unless both are ladders."""
+    found = [run_capacity(run, slo_p95_ms) for run in runs]
+    if any(c is None for c in found):
+        return []
+    lines = []
+    for run, capacity in zip(runs, found):
+        lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
+        lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
+    (a, b), labels = found, [run.label for run in runs]
+    served = [a.served_req_per_s, b.served_req_per_s]
+    what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
+    if None not in served:
+        lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
+        prices = [cost_for(costs, label) for label in labels]
+        if all(prices):
+            usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
+            lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
+                         f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
+    return lines
 
 
 def malformed_lines(item: PassRecord) -> list:
@@ -6321,12 +7023,14 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     lines = format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + format_per_round(report)
+    capacity = format_capacity_rounds(report)
+    lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += report.warnings
     slowdowns = format_slowdowns(report)
     lines += [""] + slowdowns if slowdowns else []
     lines += [""] + format_environment(report) + [""]
-    lines += format_order(report) + format_closing(report)
+    lines += format_order(report) + format_closing(report) + undecided_line(report)
     lines.append(verdict_line(report))
     return lines
 
@@ -6345,9 +7049,10 @@ def format_closing(report: RoundsReport) -> list:
 def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
-    lines = [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
-             f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
-             f"({report.corpus_count} prompts)"]
+    lines = [f"rule: {gate_rule(settings)}"] if settings.pass_unless_worse else []
+    lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
+              f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
+              f"({report.corpus_count} prompts)"]
     if not report.rows:
         return lines
     test = report.test
@@ -6356,16 +7061,19 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
         f"on their logs, df {len(used) - 1}; slower in: the rounds in which {new} was slower; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
-        f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
+        f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
+        f"80% of the time",
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
-        f"{test.effective_rows:.1f} independent; one-sided tests at {100 * test.level:.3g}% each "
-        f"on their per-round mean and by Holm across them (family-wise "
-        f"{100 * 2 * test.level:.3g}%)", ""]
+        f"{test.effective_rows:.1f} independent; worse: one-sided tests at "
+        f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
+        f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
+        f"tolerance (one-sided {100 * test.level:.3g}%)"
+        + (", boundaries of this look" if settings.sequential_max else ""), ""]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                     f"{fmt_value(row.diff.high)}]")
-        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+        table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
@@ -6375,28 +7083,117 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
          "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
+        together = "any change" if test.composite_detectable_pct is None \
+            else f">= {test.composite_detectable_pct:.0f}%"
         lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
-                      f"one-sided p {test.composite_p:.3g}"]
+                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                      f"detects {together}"]
     return lines
 
 
 def row_change_text(row: Row) -> str:
-    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]."""
+    """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
+    -9.7%], + worse (for a cost per million requests, the change of the cost)."""
     return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
 def gate_text(settings: GateSettings) -> str:
     """Return which rows the gate judges, in words."""
-    every = [metric_title(g) for g in settings.gate if ":" not in g]
+    every = [metric_title(g) for g in settings.gate if ":" not in g and g not in LADDER_METRICS]
     named = [f"{pass_title(g.split(':')[0])} {metric_title(g.split(':')[1])}"
              for g in settings.gate if ":" in g]
+    named += [f"the ladder's {metric_title(g)}" for g in settings.gate if g in LADDER_METRICS]
     return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
+
+
+def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
+    """Return the step most rounds name, with how many: 4 callers (3 of 3 rounds)."""
+    titles = collections.Counter(s.title if s else "none" for s in steps)
+    title, count = titles.most_common(1)[0]
+    return f"{title} ({count} of {plural(len(steps), 'round')})"
+
+
+def median_span(values: Sequence[Optional[float]], unit: str) -> str:
+    """Return the median of figures over rounds with their range: 387 req/s (380-391 over
+    3 rounds)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    return (f"{fmt_value(statistics.median(known))} {unit} "
+            f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
+
+
+def side_capacity_sentences(report: RoundsReport, side: str) -> list:
+    """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
+    the knee, capacity within the SLO and cost per million requests."""
+    found = [c for _, s, c in report.capacity if s == side]
+    if not found:
+        return []
+    who = "requests" if found[0].open_loop else "callers"
+    slo = found[0].slo_p95_ms
+    sentences = [
+        f"{side}: throughput stops growing from {most_common_title([c.plateau for c in found])}"
+        f" at {median_span([c.plateau_req_per_s for c in found], 'req/s')}; beyond, {who} queue "
+        f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
+        f"{side}: the knee (beyond it p50 grows faster than throughput) at "
+        f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
+    if slo is not None and all(c.capacity_req_per_s is None for c in found):
+        sentences.append(f"{side}: capacity within p95 <= {slo:g} ms: none in any round "
+                         f"({found[0].capacity_how} in r{report.used[0]})")
+    elif slo is not None:
+        interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
+        sentences.append(
+            f"{side}: capacity within p95 <= {slo:g} ms: "
+            f"{median_span([c.capacity_req_per_s for c in found], 'req/s')}"
+            + (f", interpolated between steps in {interpolated} of {len(found)}"
+               if interpolated else ", each a measured step") + (
+                   " (open loop)" if found[0].open_loop else ""))
+    cost = cost_for(report.settings.cost_per_hour, side)
+    if cost:
+        at = "capacity" if slo is not None else "the plateau"
+        sentences.append(
+            f"{side}: USD {cost[0]:g} per {cost[1]}-hour / (req/s at {at} x 3600) x 10^6 = USD "
+            + median_span([ladder_figure(c, 'usd_per_million', cost) for c in found],
+                          "per million routed requests"))
+    return sentences
+
+
+def format_capacity_rounds(report: RoundsReport) -> list:
+    """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
+    of fixed passes."""
+    lines = [line for side in (report.base, report.new)
+             for line in side_capacity_sentences(report, side)]
+    cost = next((r for r in report.rows if r.metric == "usd_per_million"), None)
+    if cost is not None:
+        lines.append(f"cost per million requests, {report.new}/{report.base}: "
+                     f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
+                     f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
+    stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
+    return ([f"ladders stopped: {'; '.join(stops)}"] + lines + missing_ladder_rows(report)) \
+        if lines else []
+
+
+def missing_ladder_rows(report: RoundsReport) -> list:
+    """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
+    shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
+    notes = []
+    for metric in (m for m in LADDER_METRICS if m not in shown):
+        costs = {side: cost_for(report.settings.cost_per_hour, side)
+                 for side in (report.base, report.new)}
+        lacking = [f"r{n} {side}" for n, side, c in report.capacity
+                   if ladder_figure(c, metric, costs[side]) is None]
+        why = ("no --cost-per-hour SIDE=USD for " + " and ".join(s for s, c in costs.items()
+                                                                 if not c)
+               if metric == "usd_per_million" and not all(costs.values())
+               else f"none in {', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''}")
+        notes.append(f"no {metric_title(metric)} row: {why}")
+    return notes
 
 
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_label(r.metric)]
+    per = [[pass_cell(r, report.rows), metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
     return render_table(header, per, markdown=markdown, right=[False, False])
@@ -6547,20 +7344,42 @@ def format_order(report: RoundsReport) -> list:
                      f"[{100 * math.expm1(effect.low):+.1f}%, "
                      f"{100 * math.expm1(effect.high):+.1f}%]")
     if report.outliers:
-        lines.append(f"outlier rounds (median/MAD of the gated rows' mean): "
-                     f"{names(report.outliers)}"
-                     + (f"; without them the verdict would be {report.without_outliers}"
-                        if report.without_outliers else "; the verdict is the same without them"))
+        lines.append("outlier rounds (median/MAD of the gated rows' mean; described only, the "
+                     "verdict stands on every round): " + ", ".join(
+                         f"r{n} {change:+.1f}% against the median {centre:+.1f}%"
+                         for n, change, centre in report.outlier_changes))
     return lines
 
 
 def verdict_line(report: RoundsReport) -> str:
     """Return the one-line gate verdict of a rounds report."""
     look = f" (round {report.look[0]} of at most {report.look[1]})" if report.look else ""
+    old = " (--pass-unless-worse)" if report.settings.pass_unless_worse else ""
     if report.status != "pass":
-        return f"verdict: {report.status.upper()}{look}: " + "; ".join(report.reasons)
+        return f"verdict: {report.status.upper()}{look}{old}: " + "; ".join(report.reasons)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    return f"verdict: PASS{look}" + (f" ({unsure} inconclusive gated rows)" if unsure else "")
+    return f"verdict: PASS{look}{old}" + (f" ({unsure} inconclusive gated rows)"
+                                          if unsure else "")
+
+
+def undecided_line(report: RoundsReport) -> list:
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    if report.status != "inconclusive" or not report.rows:
+        return []
+    if report.more_rounds is None:
+        return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
+            if any(r.gated and r.verdict == "inconclusive" for r in report.rows) else []
+    return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
+            f"(at the spread seen)"]
+
+
+def gate_rule(settings: GateSettings) -> str:
+    """Return the gate's rule in one line."""
+    if settings.pass_unless_worse:
+        return ("--pass-unless-worse: PASS unless a gated row is shown worse than the "
+                "tolerance; a PASS does not show that the rows lie within it")
+    return ("PASS when every gated row is shown within the tolerance, FAIL when one is shown "
+            "worse, INCONCLUSIVE otherwise")
 
 
 def rounds_json(report: RoundsReport) -> dict:
@@ -6607,7 +7426,10 @@ def rounds_json(report: RoundsReport) -> dict:
             "environment": list(report.environment), "order": report.order,
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
-            "outliers": list(report.outliers), "without_outliers": report.without_outliers,
+            "outliers": list(report.outliers),
+            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
+                                for n, c, m in report.outlier_changes],
+            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
@@ -6615,7 +7437,21 @@ def rounds_json(report: RoundsReport) -> dict:
             "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns)}
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
+            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity]}
+
+
+def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
+    """Return what one round's ladder of one side derives, as JSON."""
+    return {"round": number, "side": side, "open_loop": capacity.open_loop,
+            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
+            "steps": [s._asdict() for s in capacity.steps],
+            "plateau": capacity.plateau and capacity.plateau.name,
+            "plateau_req_per_s": capacity.plateau_req_per_s,
+            "knee": capacity.knee and capacity.knee[0].name,
+            "capacity_req_per_s": capacity.capacity_req_per_s,
+            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
+            "longest_gap_s": capacity.longest_gap_s}
 
 
 def slowdowns_json(found: InputSlowdowns) -> dict:
@@ -6677,17 +7513,15 @@ def junit_cases(report: RoundsReport) -> list:
     cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
-        outcome = {"regression": "failure", "inconclusive": "skipped", "worse": "skipped"}
+        outcome = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
-            text += f"; could only detect {detectable_text(row)}"
-        elif row.verdict == "worse":
-            text += f"; not after the correction for {report.test.rows} gated rows"
+            text += f"; {undecided_text(row, report.settings)}"
         cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
                       outcome.get(row.verdict, "passed"), text, ""))
     test = report.test
     if test is not None and test.composite is not None:
         cases.append(("rows", "gated rows together",
-                      "failure" if test.composite_p < test.level else "passed",
+                      "failure" if test.composite_worse else "passed",
                       f"{100 * math.expm1(test.composite.mean):+.1f}% "
                       f"[{100 * math.expm1(test.composite.low):+.1f}%, "
                       f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
@@ -6762,12 +7596,14 @@ def format_plan(report: RoundsReport) -> list:
     lines = [f"plan from {plural(len(report.used), 'round')} "
              f"({', '.join(f'r{n}' for n in report.used)}); target: detect a "
              f"{settings.target_pct:g}% slowdown beyond the {settings.tolerance_pct:g}% "
-             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}%", ""]
+             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}% (a gated "
+             f"row at Holm's first level, that divided by the gated rows, as the gate tests it "
+             f"when only that row slows)", ""]
     table = []
     for row in report.rows:
         spread = sample_spread([math.log(n / b) for b, n in
                                 zip(row.base_values, row.new_values)])
-        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+        table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
@@ -6815,7 +7651,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
                   f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
                   f"**{verdict_line(report)}**", ""]
-        rows = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_title(r.metric),
+        rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
                  row_change_text(r),
@@ -6871,7 +7707,7 @@ def record_sentences(section: RecordSection) -> list:
         shown = [span(side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences
+    return sentences + format_capacity_rounds(report)
 
 
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
@@ -6919,17 +7755,19 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     head = format_rounds_table(report, markdown=True)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    what = (f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
+    what = ((f"{gate_rule(report.settings)}; " if report.settings.pass_unless_worse else "")
+            + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look[0]} of at most {report.look[1]})" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]
+    details += format_capacity_rounds(report)
     details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
     details += format_slowdowns(report, markdown=True)
     if per_round and report.rows:
         details += ["**Each round**"] + format_per_round(report, markdown=True)
     details += ["**Environment**"] + format_environment(report, markdown=True)
-    details += format_order(report) + format_closing(report)
+    details += format_order(report) + format_closing(report) + undecided_line(report)
     table = [line for line in head if line.startswith("|")]
     return (markdown_verdict(report.status, report.reasons, what) + [""]
             + (table + [""] if table else []) + markdown_blocks(details))
@@ -7030,8 +7868,7 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "fail": "#c62828", "regression": "#c62828", "worse": "#e65100",
-                  "inconclusive": "#9a6700"}
+                  "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
@@ -7363,11 +8200,119 @@ def page_details(report: RoundsReport) -> str:
     return "\n".join(parts)
 
 
+def pareto_series(report: RoundsReport) -> tuple:
+    """Return (faint lines, bold lines, capacity per side) of the Pareto plot: each round's
+    steps as (req/s, p95), per side the median over rounds of each step every round has, and
+    the side's median capacity within the SLO."""
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    faint, bold, capacities = [], [], {}
+    for side, color in colors.items():
+        found = [(n, c) for n, s, c in report.capacity if s == side]
+        rounds = [[st for st in c.steps if not st.shed] for _, c in found]
+        faint += [Series([(st.req_per_s, st.p95_ms) for st in steps], color, False,
+                         f"r{n} {side}") for (n, _), steps in zip(found, rounds)]
+        names = [st.name for st in rounds[0]] if rounds else []
+        common = [name for name in names if all(any(st.name == name for st in steps)
+                                                for steps in rounds)]
+        medians = [(statistics.median(st.req_per_s for steps in rounds for st in steps
+                                      if st.name == name),
+                    statistics.median(st.p95_ms for steps in rounds for st in steps
+                                      if st.name == name)) for name in common]
+        bold.append(Series(medians, color, False, f"{side}: median over rounds"))
+        known = [c.capacity_req_per_s for _, c in found if c.capacity_req_per_s is not None]
+        if known:
+            capacities[side] = statistics.median(known)
+    return faint, bold, capacities
+
+
+def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str:
+    """Return the Pareto plot of the ladders: throughput (x) against p95 (y, log scale) per
+    step, each round a faint line, the medians bold, the SLO a horizontal line and each
+    side's capacity within it marked."""
+    faint, bold, capacities = pareto_series(report)
+    slo = next((c.slo_p95_ms for _, _, c in report.capacity), None)
+    points = [p for item in faint + bold for p in item.points]
+    if not points:
+        return ""
+    x_axis = Axis(0.0, max(x for x, _ in points) * 1.08, 62, width - 16)
+    ys = [y for _, y in points] + ([slo] if slo else [])
+    low, high = padded(ys, True)
+    # down to the power of ten below: a narrow log range would otherwise show one tick or two
+    y_axis = Axis(min(low, 10.0 ** math.floor(math.log10(min(ys)))), high, height - 40, 28, True)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="throughput against p95">',
+             f'<text x="{width / 2:.0f}" y="16" text-anchor="middle" font-weight="bold">'
+             f'Throughput against p95, per ladder step</text>',
+             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">throughput, '
+             f'req/s (routed)</text>',
+             f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
+             f'text-anchor="middle">p95 latency, ms (log scale)</text>']
+    parts += pareto_grid(x_axis, y_axis, width, height)
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    for item, weight, opacity in [(f, 1.2, 0.3) for f in faint] + [(b, 3.2, 1.0) for b in bold]:
+        path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
+                     f'stroke-width="{weight}" stroke-opacity="{opacity}">'
+                     f'<title>{esc(item.label)}</title></polyline>')
+        if weight > 2:
+            parts += [f'<circle cx="{x_axis.at(x):.1f}" cy="{y_axis.at(y):.1f}" r="3.5" '
+                      f'fill="{item.color}"/>' for x, y in item.points]
+    if slo:
+        y = y_axis.at(slo)
+        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
+                     f'stroke="#c62828" stroke-width="1.5" stroke-dasharray="6 4"/>'
+                     f'<text x="66" y="{y - 5:.1f}" fill="#c62828">SLO: p95 {slo:g} ms'
+                     f'</text>')
+    for i, (side, value) in enumerate(capacities.items() if slo else ()):
+        x, y = x_axis.at(value), y_axis.at(slo)
+        left = x > width * 0.6  # a label near the right edge goes to the left of its mark
+        parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{height - 40}" '
+                     f'stroke="{colors[side]}" stroke-dasharray="2 3"/>'
+                     f'<path d="M{x:.1f} {y - 7:.1f} l7 7 l-7 7 l-7 -7 z" '
+                     f'fill="{colors[side]}"/><text x="{x - 10 if left else x + 10:.1f}" '
+                     f'y="{y + 20 + 14 * i:.1f}" text-anchor="{"end" if left else "start"}" '
+                     f'fill="{colors[side]}">{esc(side)} capacity {esc(fmt_value(value))} '
+                     f'req/s</text>')
+    return "\n".join(parts) + "\n</svg>"
+
+
+def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> list:
+    """Return the grid lines and tick labels of the Pareto plot."""
+    parts = []
+    for value in x_axis.ticks():
+        x = x_axis.at(value)
+        parts.append(f'<line x1="{x:.1f}" y1="28" x2="{x:.1f}" y2="{height - 40}" '
+                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 26}" '
+                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
+    for value in y_axis.ticks():
+        y = y_axis.at(value)
+        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
+                     f'stroke="#e5e5e5"/><text x="58" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{esc(f"{value:g}")}</text>')
+    return parts
+
+
+def page_capacity(report: RoundsReport) -> str:
+    """Return the ladders' section: the Pareto plot and the sentences under it; nothing for
+    runs of fixed passes."""
+    plot = pareto_svg(report)
+    if not plot:
+        return ""
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)}'
+                       for side, color in colors.items())
+    sentences = "".join(f"<li>{esc(line)}</li>" for line in format_capacity_rounds(report))
+    return ("<h2>Capacity: throughput against latency</h2>"
+            f'<p class="note">{legend}: faint, each round\'s ladder; bold, the median over '
+            f"rounds of each step; dashed red, the SLO; diamond, each side's median capacity "
+            f"within it (steps that shed are left out).</p>{plot}<ul>{sentences}</ul>")
+
+
 def report_page(report: RoundsReport) -> str:
     """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
     title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
-    body = "\n".join([page_verdict(report), page_rows(report), page_latencies(report),
-                      page_rounds(report), page_details(report)])
+    body = "\n".join([page_verdict(report), page_rows(report), page_capacity(report),
+                      page_latencies(report), page_rounds(report), page_details(report)])
     files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())
     return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
             f'<head><meta charset="utf-8"/><title>{esc(title)}</title>'
@@ -7431,19 +8376,22 @@ class SimulatedRouter:
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
                  max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None):
+                 stall: Optional[tuple] = None, workers: Optional[int] = None):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+        self.workers = 1 if serial else workers
         self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
-             "serial": serial, "max_concurrency": max_concurrency},
+             "serial": serial, "max_concurrency": max_concurrency,
+             **({"workers": workers} if workers and not serial else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()  # the jitter generator and the counters
-        self.busy = threading.Lock()  # --serial
+        # --workers N (--serial: 1): when each of N GPU processes is next free, monotonic s
+        self.free_at = [0.0] * self.workers if self.workers else None
         self.served = 0  # preview requests admitted: answered or being answered
         self.in_flight = 0  # admitted previews not yet answered
         self.connections: set = set()
@@ -7502,6 +8450,26 @@ class SimulatedRouter:
             reader.close()
             connection.close()
 
+    def _work(self, pause: float) -> None:
+        """Do one admitted preview's device work: on the worker free first, after the work
+        queued on it, in the order the previews came, or at once without --workers.
+
+        Each worker keeps a timeline, as a GPU does: its work runs back to back whatever the
+        threads' wake-ups cost, so a busy machine delays answers but not the device, and N
+        workers serve N x 1000 / delay_ms previews a second once saturated."""
+        if self.free_at is None:
+            if pause:
+                time.sleep(pause)
+            return
+        with self.lock:
+            now = time.monotonic()
+            worker = min(range(len(self.free_at)), key=self.free_at.__getitem__)
+            done = max(now, self.free_at[worker]) + pause
+            self.free_at[worker] = done
+        wait = done - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
     def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
         """Return the whole response in one buffer: head and body in two writes would meet
         Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
@@ -7534,11 +8502,7 @@ class SimulatedRouter:
                 pause += self.stall[2] / 1000
             self.served += 1
         try:
-            if self.serial:
-                with self.busy:
-                    time.sleep(pause)
-            elif pause:
-                time.sleep(pause)
+            self._work(pause)
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -7553,11 +8517,12 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                    stall: Optional[tuple] = None) -> SimulatedRouter:
+                    stall: Optional[tuple] = None,
+                    workers: Optional[int] = None) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
                            decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall)
+                           stall=stall, workers=workers)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -7801,14 +8766,32 @@ def gate_list(text: str) -> tuple:
     names = {metric_title(m): m for m in ROW_METRICS}
     found = []
     for part in (p.strip() for p in text.split(",")):
+        if part in LADDER_GATE_NAMES or part.startswith(f"{LADDER_PASS}:") \
+                and part.split(":", 1)[1] in LADDER_GATE_NAMES:  # a ladder's rows
+            found.append(LADDER_GATE_NAMES[part.rpartition(":")[2]])
+            continue
         scope, _, metric = part.rpartition(":")
         if metric not in names or (scope and not re.fullmatch(r"sequential|c\d+|r[\d.]+",
                                                                 scope)):
             raise argparse.ArgumentTypeError(
                 f"expected p50, p95, p99, mean or req/s, each optionally after a pass "
-                f"(sequential:p99, c16:p95), got {part!r}")
+                f"(sequential:p99, c16:p95), or a ladder's plateau, capacity or cost, got "
+                f"{part!r}")
         found.append(f"{scope}:{names[metric]}" if scope else names[metric])
     return tuple(found)
+
+
+def cost_spec(text: str) -> tuple:
+    """Return (side or None, USD per hour, per what) of a --cost-per-hour [SIDE=]USD[/UNIT]:
+    rocm=2.50, cpu=0.90/node, 3.20/GPU."""
+    side, sep, rest = text.rpartition("=")
+    found = re.fullmatch(rf"\s*\$?{NUMBER}\s*(?:/\s*([A-Za-z][A-Za-z0-9 _-]{{0,31}}))?\s*", rest)
+    usd = float(found.group(1)) if found else 0.0
+    if not found or not usd > 0 or (sep and not SIDE_PATTERN.match(side)):
+        raise argparse.ArgumentTypeError(
+            f"expected [SIDE=]USD[/UNIT], US dollars an hour above 0 (rocm=2.50, cpu=0.90/node, "
+            f"3.20/GPU), got {text!r}")
+    return (side if sep else None, usd, (found.group(2) or "node").strip())
 
 
 def decision_names(text: str) -> tuple:
@@ -8003,6 +8986,22 @@ def add_pass_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the poisson schedule")
     p.add_argument("--connections", type=positive_int, default=64,
                    help="the most connections a --rate pass opens")
+    p.add_argument("--ladder", action="store_true",
+                   help="climb a ladder of load, one pass a step: the --concurrency levels "
+                        "(default 1, 2, 4, ... up to --router-max-concurrency) or the --rate "
+                        "rates, in order, stopping when throughput stops growing, the router "
+                        "sheds or p95 passes --slo-p95-ms (docs/capacity.md)")
+    p.add_argument("--ladder-margin", type=non_negative_float, default=LADDER_MARGIN_PCT,
+                   metavar="PCT", help="a ladder step adding less throughput than this "
+                                       "percentage over the one before ends the climb")
+    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
+                   help="the latency objective: a ladder stops when a step's p95 passes it, "
+                        "and capacity is the most req/s within it")
+    p.add_argument("--cost-per-hour", type=cost_spec, metavar="[SIDE=]USD[/UNIT]",
+                   action="append", default=[],
+                   help="what the node costs an hour (2.50, 2.50/GPU; SIDE= names the label "
+                        "it is for): a ladder prints USD per million routed requests at "
+                        "capacity")
     p.add_argument("--decision-path", action="append",
                    help="dotted path to the decision in the response (repeatable, joined by |); "
                         "default decision_result.decision_name|routing_decision|decision "
@@ -8078,19 +9077,32 @@ def add_compare_parser(commands: Any) -> None:
                    help="exit 1 when any decision differs")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format")
+    add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
+
+
+def add_ladder_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
+                   help="ladder runs: capacity within this p95 (default: the SLO they climbed "
+                        "with)")
+    p.add_argument("--cost-per-hour", type=cost_spec, metavar="SIDE=USD[/UNIT]",
+                   action="append", default=[],
+                   help="ladder runs: what a side's node costs an hour (rocm=2.50/GPU; "
+                        "repeatable; USD alone: both sides), for a row of USD per million "
+                        "routed requests at capacity")
 
 
 def add_rounds_parser(commands: Any) -> None:
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=HelpFormatter,
                             epilog="example: rounds --dir results --base cpu --new rocm. "
-                                   "Exit codes: 0 pass; 1 failed: a regression, a changed "
+                                   "Exit codes: 0 pass: every gated row shown within the "
+                                   "tolerance; 1 failed: a gated row shown worse, a changed "
                                    "decision, a failed new side or more failed requests than "
-                                   "the base; 2 bad input; 3 inconclusive: fewer than 3 usable "
-                                   "rounds, a failed base side, --strict with a gated row that "
-                                   "could not detect --max-mde, or an undecided --sequential "
-                                   "look.")
+                                   "the base; 2 bad input; 3 inconclusive: a gated row not "
+                                   "decided either way (the report says how many more rounds "
+                                   "would decide it), fewer than 3 usable rounds or a failed "
+                                   "base side.")
     p.add_argument("--dir", required=True, help="folder of r<N>-<side>.json files")
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
@@ -8099,19 +9111,25 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--gate", type=gate_list, default="p50,p95,req/s",
                    help="rows that can fail the gate: metrics of every pass (p50, p95, p99, "
                         "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95)")
+    add_ladder_options(p)
     p.add_argument("--max-mde", type=positive_float, metavar="PCT",
                    help="with --strict, the largest detectable change an inconclusive gated "
                         "row may have before the result is inconclusive (default twice the "
                         "tolerance, 10 at tolerance 0)")
     p.add_argument("--strict", action="store_true",
-                   help="exit 3 when a gated row is inconclusive and could not detect "
-                        "--max-mde")
+                   help="with --pass-unless-worse: exit 3 when a gated row is inconclusive "
+                        "and could not detect --max-mde")
+    p.add_argument("--pass-unless-worse", action="store_true",
+                   help="the old rule: PASS unless a gated row is shown worse (an undecided "
+                        "row passes; the report's first line says so)")
     p.add_argument("--allow-mismatch", action="append", default=[], choices=CHECKED_FIELDS,
                    metavar="FIELD", help="accept runs that differ in this field "
                                          f"({', '.join(CHECKED_FIELDS)}; repeatable)")
-    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS), metavar="MAX_ROUNDS",
+    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS),
+                   metavar="MAX_ROUNDS",
                    help="judge a look of a group-sequential plan of at most MAX_ROUNDS rounds: "
-                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided)")
+                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided); more "
+                        "rounds than MAX_ROUNDS is an error")
     p.add_argument("--plan", action="store_true",
                    help="print the spread of each row and the rounds a target needs "
                         "(for planning from A/A rounds)")
@@ -8142,7 +9160,12 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--delay-ms", type=non_negative_float, default=2.0, help="time per request")
     p.add_argument("--jitter-ms", type=non_negative_float, default=0.0,
                    help="extra uniform random time per request, up to this")
-    p.add_argument("--serial", action="store_true", help="one request at a time, like one GPU")
+    served = p.add_mutually_exclusive_group()
+    served.add_argument("--serial", action="store_true",
+                        help="one request at a time, like one GPU")
+    served.add_argument("--workers", type=whole_number(1, 1024), metavar="N",
+                        help="N requests served at once, the rest wait, like N GPU processes: "
+                             "throughput stops at N x 1000 / delay req/s")
     p.add_argument("--decisions", type=decision_names, default="math,code,general,pii_block",
                    help="decision names, picked by a hash of the prompt")
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
@@ -8182,6 +9205,7 @@ def add_record_parser(commands: Any) -> None:
     p.add_argument("--tolerance", type=non_negative_float, default=5.0,
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
+    add_ladder_options(p)
     p.add_argument("--json", required=True, help="the record's data file to write")
     p.add_argument("--markdown", required=True, help="the record's document to write")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -8268,6 +9292,26 @@ def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence)
     return (("Authorization", f"Bearer {token}"),)
 
 
+def ladder_or_levels(args: argparse.Namespace) -> tuple:
+    """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
+    raise for a ladder that does not climb or climbs both callers and rates."""
+    if not args.ladder:
+        defaults = {"ladder_margin": LADDER_MARGIN_PCT, "slo_p95_ms": None, "cost_per_hour": []}
+        for option, default in defaults.items():
+            if getattr(args, option) != default:
+                raise RouterLatencyError("only a ladder uses it: add --ladder",
+                                         f"--{option.replace('_', '-')}")
+        return args.concurrency or (() if args.rate else (1, 4, 16))
+    if args.concurrency and args.rate:
+        raise RouterLatencyError("a ladder climbs callers or rates, not both", "--ladder")
+    steps = args.concurrency or args.rate or ladder_levels(args.router_max_concurrency)
+    if list(steps) != sorted(steps):
+        raise RouterLatencyError(f"a ladder climbs: expected rising steps, got "
+                                 f"{', '.join(f'{v:g}' for v in steps)}",
+                                 "--rate" if args.rate else "--concurrency")
+    return () if args.rate else tuple(steps)
+
+
 def run_arguments(args: argparse.Namespace) -> tuple:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
     checked."""
@@ -8293,12 +9337,13 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         hidden_variables=(args.token_env,) if args.token_env else (),
         secrets=secret_values(endpoint, headers) + (secret_values(metrics, ()) if metrics
                                                     else ()))
-    passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
+    passes = plan_passes(ladder_or_levels(args), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed,
                          repeat=args.repeat, duration=args.duration)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors,
-                   router_max_concurrency=args.router_max_concurrency)
+                   router_max_concurrency=args.router_max_concurrency,
+                   ladder=Ladder(args.ladder_margin, args.slo_p95_ms) if args.ladder else None)
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
     thresholds = Thresholds(args.window, args.slow_p95, args.slow_rate, args.max_foreign_cpus)
@@ -8315,6 +9360,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_folder_accepts_a_file(args.csv)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
+    checked_costs(args.cost_per_hour, (args.label,))
     check_plan(plan, len(corpus.prompts))
     if args.check:
         if not args.quiet:
@@ -8379,6 +9425,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         lines = [] if header_shown else [format_run_header(
             run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
         lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
+        capacity = run_capacity(run)
+        if capacity is not None:
+            lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
         if run.config_hashes:
             lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
         if write_failure is None and args.out != "-":
@@ -8423,7 +9472,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
     else:
         emit(format_compare_markdown(report) if args.format == "markdown"
-             else format_compare(report))
+             else format_compare(report) + format_compare_capacity(
+                 (a, b), args.slo_p95_ms, checked_costs(args.cost_per_hour, (a.label, b.label))))
     return report.exit_code
 
 
@@ -8435,6 +9485,19 @@ def corpus_texts(path: str, sha256: str) -> dict:
         raise RouterLatencyError(f"not the corpus of the runs (sha256 {corpus.sha256[:12]}, "
                                  f"the runs used {sha256[:12]})", path)
     return {p.id: p.text for p in corpus.prompts}
+
+
+def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
+    """Return --cost-per-hour's entries; raise for one naming no side measured or a side
+    priced twice."""
+    named = [side for side, _, _ in costs]
+    for side in named:
+        if side is not None and side not in sides:
+            raise RouterLatencyError(f"{side} is not a side measured ({', '.join(sides)})",
+                                     "--cost-per-hour")
+    if len(set(named)) < len(named) or (None in named and len(named) > 1):
+        raise RouterLatencyError("a side priced twice", "--cost-per-hour")
+    return tuple(costs)
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
@@ -8456,7 +9519,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
-        allow_config_change=args.allow_config_change)
+        allow_config_change=args.allow_config_change, slo_p95_ms=args.slo_p95_ms,
+        cost_per_hour=checked_costs(args.cost_per_hour, (args.base, args.new)),
+        pass_unless_worse=args.pass_unless_worse)
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
@@ -8493,7 +9558,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             raise RouterLatencyError(f"section {name} names no sides: give NAME=DIR:BASE:NEW "
                                      f"or --base and --new", "--section")
         sections.append(record_section(name, folder, base, new, GateSettings(
-            tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete)))
+            tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete,
+            slo_p95_ms=args.slo_p95_ms,
+            cost_per_hour=checked_costs(args.cost_per_hour, (base, new)))))
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
                          [("--json", args.json), ("--markdown", args.markdown)])
@@ -8535,7 +9602,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
-                                 max_concurrency=args.max_concurrency, stall=args.stall)
+                                 max_concurrency=args.max_concurrency, stall=args.stall,
+                                 workers=args.workers)
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -8545,7 +9613,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
-          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
+          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
+          f"{f', {args.workers} workers' if args.workers else ''}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops"])
     stopped = threading.Event()
