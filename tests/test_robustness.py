@@ -194,7 +194,8 @@ def test_a_reload_during_the_warm_up_is_recorded_and_warned(scripted, tmp_path, 
 
     def answer(prompt, _):
         seen.append(prompt)
-        value = HASH_A if len(seen) <= 2 else HASH_B  # readiness and first warm-up: A
+        # readiness (/ready, then a preview) and the first warm-up: A
+        value = HASH_A if len(seen) <= 3 else HASH_B
         return [answer_with_head([b"X-Vsr-Config-Hash: " + value.encode(),
                                   b"Content-Length: %d" % len(OK)])]
 
