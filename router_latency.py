@@ -139,6 +139,10 @@ MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
 MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
 CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
 OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
+# the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
+# client take and Go's client takes; looked for only where no CRLF CRLF is found
+BARE_LF_HEAD_END = re.compile(rb"\n\r?\n")
+BARE_LF = re.compile(rb"(?<!\r)\n")
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
 NO_DECISION = "(none)"  # the decision of an answer routed by the default route
@@ -1627,8 +1631,9 @@ def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> N
     output: measured data must never be overwritten by a report of it."""
     known: list = []  # (option, path, is an output, identity)
     for option, path, output in [(o, p, False) for o, p in inputs if p] + \
-            [(o, p, True) for o, p in outputs if p and p != "-"]:
-        real, inode = file_identity(str(path))
+            [(o, p, True) for o, p in outputs if p]:
+        # '-' twice: two documents mixed on standard output (or in one file named '-')
+        real, inode = ("-", None) if output and path == "-" else file_identity(str(path))
         for other, other_path, other_output, (other_real, other_inode) in known:
             if (output or other_output) and (real == other_real or (
                     inode is not None and inode == other_inode)):
@@ -1849,6 +1854,7 @@ def boundary_cases(cases: Any, where: str) -> list:
     if not isinstance(cases, list):
         raise RouterLatencyError("expected an object with a list 'cases'", where)
     found = []
+    total = 0  # characters the repeated texts make: bounded before any is made
     for i, case in enumerate(cases):
         at = f"{where}: cases[{i}]"
         if not isinstance(case, dict) or not isinstance(case.get("name"), str) \
@@ -1857,6 +1863,12 @@ def boundary_cases(cases: Any, where: str) -> list:
         repeat = case.get("repeat", 1)
         if not is_whole(repeat, 1) or repeat > 100000:
             raise RouterLatencyError("'repeat' must be a whole number from 1 to 100000", at)
+        size = len(case["text"]) * repeat
+        total += size
+        if size > MAX_CORPUS_FILE_BYTES or total > MAX_CORPUS_BYTES:  # not a MemoryError
+            raise RouterLatencyError(
+                f"the text repeated makes {size:,} characters; at most {MAX_CORPUS_FILE_BYTES:,} "
+                f"a case and {MAX_CORPUS_BYTES:,} in all (a corpus larger than run reads)", at)
         expect = checked_expect(case["expect"], f"{at}.expect") if "expect" in case else ()
         found.append(BoundaryCase(case["name"], case["text"] * repeat, expect))
     return found
@@ -3075,12 +3087,17 @@ class ResponseReader:
             mode = self._mode
             if mode == "head":
                 end = buffer.find(b"\r\n\r\n", pos)
-                if end < 0:
+                if end >= 0:
+                    self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
+                    pos = end + 4
+                    continue
+                bare = BARE_LF_HEAD_END.search(buffer, pos, pos + MAX_HEAD_BYTES + 3)
+                if bare is None:
                     if len(buffer) - pos - 3 > MAX_HEAD_BYTES:  # the head would be longer
                         raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes")
                     return pos
-                self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
-                pos = end + 4
+                self._parse_head(BARE_LF.sub(b"\r\n", buffer[pos:bare.start()]))
+                pos = bare.end()
             elif mode == "close":
                 self._take(buffer, pos, len(buffer) - pos)
                 return len(buffer)
@@ -3092,15 +3109,18 @@ class ResponseReader:
                 if self._left:
                     return pos
                 self._mode = "done" if mode == "length" else "crlf"
-            else:
-                end = buffer.find(b"\r\n", pos)
+            else:  # a line: a bare LF ends it too, as Go's client reads it (not after data)
+                end = buffer.find(b"\n", pos)
                 if end < 0:
                     if len(buffer) - pos - 1 > MAX_HEAD_BYTES:
                         raise malformed(f"a chunk size or trailer line is over "
                                         f"{MAX_HEAD_BYTES:,} bytes", self.status)
                     return pos
-                self._chunk_line(bytes(buffer[pos:end]))
-                pos = end + 2
+                crlf = end > pos and buffer[end - 1] == 13
+                if mode == "crlf" and not crlf:
+                    raise malformed("a chunk's data is not followed by CRLF", self.status)
+                self._chunk_line(bytes(buffer[pos:end - crlf]))
+                pos = end + 1
         return pos
 
     def _take(self, buffer: bytearray, pos: int, count: int) -> None:
@@ -3635,12 +3655,17 @@ def gpu_number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    text = str(value).strip()
-    if text.startswith(("N/A", "[")):
-        return None
-    match = re.search(r"-?\d+(?:\.\d+)?", text)
-    return float(match.group()) if match else None
+        number = float(value) if abs(value) <= MAX_FILE_NUMBER else math.inf
+    else:
+        text = str(value).strip()
+        if text.startswith(("N/A", "[")):
+            return None
+        match = re.search(r"-?\d+(?:\.\d+)?", text[:64])
+        if not match:
+            return None
+        number = float(match.group())  # 400 digits make inf
+    # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
+    return number if 0 <= number <= MAX_FILE_NUMBER else None
 
 
 def first_json(text: str, tool: str) -> Any:
@@ -4232,10 +4257,13 @@ def scrubbed_texts(value: Any, secrets: Sequence[str]) -> Any:
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
     """Return the 1-minute load average, or None where the system does not tell."""
     if loadavg_file:
-        try:
-            return float(Path(loadavg_file).read_text().split()[0])
+        try:  # its first line only: /dev/zero or a huge file must not fill the memory
+            with open(loadavg_file, "rb") as stream:
+                load = float(stream.read(4096).split()[0])
         except (OSError, ValueError, IndexError):
             return None
+        # inf, nan, -5 or 1e308 would make a run file its own reader refuses: not a load
+        return load if 0 <= load <= MAX_FILE_NUMBER else None
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
@@ -4756,14 +4784,28 @@ class PassLoop:
         """Return (decision, error kind, the router's error code) of an answer; a small answer
         seen before is looked up rather than parsed again."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return classify(status, body, self.target.decision_paths)
+            return self._scrubbed(classify(status, body, self.target.decision_paths))
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = classify(status, body, self.target.decision_paths)
+            known = self.classified[key] = self._scrubbed(
+                classify(status, body, self.target.decision_paths))
         return known
+
+    def _scrubbed(self, answer: tuple) -> tuple:
+        """Return (decision, error kind, code) with every secret hidden in the texts: a router
+        that quotes the request's token or a header value in its error code or decision
+        records neither. Once per distinct answer, since answers seen before are cached."""
+        if not self.secrets:
+            return answer
+        decision, error, code = answer
+        if isinstance(code, str):  # still a code the reader takes: 'BAD_hidden', or none
+            code = scrubbed(code, self.secrets).replace("[hidden]", "hidden")
+            code = code if ERROR_CODE_PATTERN.fullmatch(code) else None
+        return (scrubbed(decision, self.secrets) if isinstance(decision, str) else decision,
+                error, code)
 
     # the loop
 
@@ -5461,7 +5503,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
                                                      or plan.ladder is not None),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
         passes=tuple(passes), started_utc=started, started_unix=started_unix,
-        ended_utc=utc_now(), url=target.endpoint.shown, model=target.model,
+        ended_utc=utc_now(), url=scrubbed(target.endpoint.shown, capture.secrets),
+        model=target.model,
         header_names=tuple(name for name, _ in target.headers), insecure=target.insecure,
         python=platform.python_version(), host=socket.gethostname(),
         driver={"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
@@ -5471,7 +5514,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
             "probes": [name for name, _ in capture.probes],
             "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
             "gpu_indexes": list(capture.gpu_indexes),
-            "metrics_url": capture.metrics.shown if capture.metrics else None,
+            "metrics_url": scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
+            if capture.metrics else None,
             "metric_patterns": [p.pattern for p in capture.metric_patterns]},
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
         floor=floor, warmup=warmup, host_settings=host)
@@ -7981,7 +8025,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
     for section in sections:
         report = section.report
         lines += [f"## {section.name}", "",
-                  f"`{section.folder}`: base `{report.base}`, new `{report.new}`; "
+                  f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
                   f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
                   f"**{verdict_line(report)}**", ""]
@@ -8063,6 +8107,15 @@ def md_text(text: str) -> str:
     return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
 
 
+def md_code(text: str) -> str:
+    """Return text as a Markdown code span on one line: control characters escaped, fenced by
+    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
+    text = visible(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def markdown_blocks(lines: Sequence[str]) -> list:
     """Return text lines as Markdown: table lines kept (tables a blank line apart stay apart),
     a line starting with ** kept as a caption, every other line a list item (an indented line
@@ -8128,7 +8181,8 @@ def format_compare_markdown(report: CompareReport) -> list:
 def shown_text(text: str, width: int) -> str:
     """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
     quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
-    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
+    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def ratio_text(item: Slowdown) -> str:
@@ -8434,7 +8488,7 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
         color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
         attributes = (' class="r"' if r else "") + \
             (f' style="color: {color}; font-weight: bold"' if color else "")
-        return f"<{tag}{attributes}>{esc(text)}</{tag}>"
+        return f"<{tag}{attributes}>{esc(visible(text))}</{tag}>"  # one line, as every table
 
     lines = ["<table>", "<tr>" + "".join(cell("th", h, r) for h, r in zip(header, right))
              + "</tr>"]
@@ -9207,6 +9261,8 @@ def emit(lines: Iterable[str], stream: Any = None) -> None:
     """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
     closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
     stream = stream or sys.stdout
+    if stream is None:  # started with the stream closed (>&-): nobody to show it to
+        return
     try:
         for line in lines:  # a line may hold line breaks (JSON), no other control character
             stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
@@ -9331,6 +9387,11 @@ def parse_header(text: str) -> tuple:
         raise argparse.ArgumentTypeError("expected 'Name: value'")
     if "\r" in value or "\n" in value:
         raise argparse.ArgumentTypeError("a header value cannot span lines")
+    if re.search("[\x00-\x08\x0b-\x1f\x7f]", value):  # RFC 9110 5.5: no control but tab
+        raise argparse.ArgumentTypeError("a header value cannot hold a control character")
+    if name.lower() in ("content-length", "transfer-encoding"):  # a second framing: smuggling
+        raise argparse.ArgumentTypeError(f"{name} is set from each request's body, not by "
+                                         f"--header")
     return name, value.strip()
 
 
@@ -10032,7 +10093,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"({len(corpus.prompts)} prompts), {target.endpoint.shown}, {args.out} "
                   f"writable; nothing sent"])
         return EXIT_OK
-    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    progress = Progress(enabled=not args.quiet and sys.stderr is not None
+                        and sys.stderr.isatty())
     if progress.enabled:  # a terminal: say what is measured before the passes start
         emit([format_run_header(args.label, len(corpus.prompts), corpus.sha256,
                                 target.endpoint.shown, settings_record(target, plan, guard,
@@ -10319,7 +10381,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     keep = args.keep is not None
     work = Path(args.keep) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
     if keep:
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file there, a folder that cannot be made
+            raise RouterLatencyError(f"cannot make the folder: {exc.strerror}", args.keep)
         if any(work.glob("r*-*.json")) or (work / "corpus.json").exists():
             raise RouterLatencyError("already holds demo files; use an empty folder", args.keep)
     where = f"in {work}" if keep else f"in {work} (deleted at the end; --keep DIR keeps them)"
@@ -10388,5 +10453,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             signal.signal(signum, handler)
 
 
+def console_main() -> None:
+    """The command's entry (the console script, `python router_latency.py`): main's exit code.
+    A Ctrl-C pressed again while Python joins the last threads would end it by SIGINT with a
+    traceback, after the file was written and the code chosen: from here on it is ignored."""
+    status = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()
