@@ -116,6 +116,7 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "that completed the response, on a connection opened before the pass")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 65536  # no server sends a response head this long
+HEX_DIGITS = b"0123456789abcdefABCDEF"
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
@@ -2495,6 +2496,30 @@ def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequen
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body
 
 
+def whole_chunked(data: bytes, pos: int) -> Optional[bytes]:
+    """Return the body of a chunked answer that lies whole in data from pos, its chunks in the
+    plainest form: sizes of 1 to 8 hex digits without extensions, each chunk's data followed by
+    CRLF, the last chunk without trailers, nothing after it. None for anything else, which the
+    incremental parser then reads (and judges) from the start: one scan of the read, no copy
+    of the body but its one slice."""
+    pieces = []
+    size = 1
+    while size:
+        end = data.find(b"\r\n", pos, pos + 10)
+        line = data[pos:end]
+        if end < 0 or not line or line.strip(HEX_DIGITS):
+            return None
+        size = int(line, 16)
+        pos = end + 2 + size
+        if data[pos:pos + 2] != b"\r\n":
+            return None
+        pieces.append(data[end + 2:pos])
+        pos += 2
+    if pos != len(data) or sum(map(len, pieces)) > MAX_BODY_BYTES:
+        return None
+    return pieces[0] if len(pieces) == 2 else b"".join(pieces)
+
+
 class ResponseReader:
     """Incremental parser of one HTTP/1.x response: feed it bytes until it says complete.
 
@@ -2536,6 +2561,11 @@ class ResponseReader:
                 if self._mode == "length" and len(data) - end - 4 == self._left:
                     self.body, self._mode = data[end + 4:], "done"
                     return True
+                if self._mode == "size":  # chunked, as Go sends a body over 2 KB
+                    body = whole_chunked(data, end + 4)
+                    if body is not None:
+                        self.body, self._mode = body, "done"
+                        return True
                 data = data[end + 4:]
         buffer += data
         used = self._advance(buffer)
@@ -2881,6 +2911,16 @@ def http_response(status: int, body: bytes, content_type: str = "application/jso
             ).encode("latin-1") + body
 
 
+@functools.lru_cache(maxsize=32)
+def decision_members(paths: tuple) -> tuple:
+    """Return, of decision paths, the names of the top-level members they read, and per path
+    (optional, its alternatives as key tuples)."""
+    plan = tuple((path.endswith("?"), tuple(tuple(alternative.split("."))
+                                            for alternative in path.rstrip("?").split("|")))
+                 for path in paths)
+    return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
+
+
 def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     """Return the routing decision of a response by decision paths, or None when absent.
 
@@ -2888,12 +2928,11 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     '?' is optional. The found parts are joined with '|'.
     """
     found = []
-    for path in paths:
-        optional = path.endswith("?")
+    for optional, alternatives in decision_members(tuple(paths))[1]:
         value = None
-        for alternative in path.rstrip("?").split("|"):
+        for keys in alternatives:
             value = document
-            for key in alternative.split("."):
+            for key in keys:
                 value = value.get(key) if isinstance(value, dict) else None
             if value is not None and value != "":
                 break
@@ -2901,8 +2940,94 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
             if optional:
                 continue
             return None
-        found.append(decision_text(value))
+        found.append(value if type(value) is str and len(value) <= DECISION_CHARS
+                     else decision_text(value))
     return "|".join(found) if found else None
+
+
+def decision_settled(found: dict, plan: tuple) -> bool:
+    """Return whether the members found so far settle every path as the whole document would:
+    each path has a present value whose preceding alternatives were all found (empty), or all
+    its alternatives were found."""
+    for _, alternatives in plan:
+        for keys in alternatives:
+            if keys[0] not in found:
+                return False
+            value = found
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None and value != "":
+                break
+    return True
+
+
+_scan_json = json.JSONDecoder().scan_once  # the C scanner: one value from an index
+_scan_json_key = json.decoder.scanstring
+JSON_SPACE = " \t\n\r"
+WHOLE_JSON_BYTES = 512  # answers up to this long are decoded whole
+_json_space = re.compile(r"[ \t\n\r]*").match
+
+
+def answer_document(body: bytes, paths: Sequence[str]) -> Any:
+    """Return as much of a JSON answer as decision paths read: a dict of the top-level members
+    they name, each decoded, read from the start until the paths are settled (the router puts
+    decision_result and selected_model before its ~2 KB of metrics, which are then never
+    decoded). Anything but a UTF-8 object of that plain form is decoded whole, raising as
+    json.loads does. Past the decision only the end is looked at (an answer cut short is
+    bad_json); a member sent twice counts as first read, where json.loads keeps the last.
+
+    A small body is decoded whole by the C scanner, faster than this reads its members.
+    A path ending in '?' that is never present makes the read go to the end; a caller that
+    records more members (per-signal metrics) names them as such paths ('metrics?')."""
+    try:
+        text = body.decode()
+        if len(body) <= WHOLE_JSON_BYTES:
+            index = _json_space(text).end()
+            document, index = _scan_json(text, index)
+            members = document if not text[index:].strip(JSON_SPACE) else None
+        else:
+            members = top_members(text, *decision_members(tuple(paths)))
+    except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
+        members = None
+    # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
+    return json.loads(body) if members is None else members
+
+
+def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
+    """Return the named members of the JSON object in text, reading from its start until the
+    plan's paths are settled; None when text is not a plain object (a BOM, another value, an
+    odd token). Raise ValueError, IndexError or StopIteration on malformed JSON."""
+    index = _json_space(text).end()
+    if text[index] != "{" or not text.rstrip(JSON_SPACE).endswith("}"):
+        return None  # not an object, or one cut short: decoded whole, to say why
+    found: dict = {}
+    index = _json_space(text, index + 1).end()
+    if text[index] == "}":
+        return found if not text[index + 1:].strip(JSON_SPACE) else None
+    while text[index] == '"':
+        name, index = _scan_json_key(text, index + 1)
+        if text[index] != ":":  # a compact answer (Go's, Python's) has no spaces to skip
+            index = _json_space(text, index).end()
+            if text[index] != ":":
+                return None
+        index += 1
+        if text[index] in JSON_SPACE:
+            index = _json_space(text, index).end()
+        value, index = _scan_json(text, index)
+        if name in names:
+            found[name] = value
+            if decision_settled(found, plan):
+                return found
+        if text[index] != ",":
+            index = _json_space(text, index).end()
+            if text[index] == "}":
+                return found if not text[index + 1:].strip(JSON_SPACE) else None
+            if text[index] != ",":
+                return None
+        index += 1
+        if text[index] in JSON_SPACE:
+            index = _json_space(text, index).end()
+    return None
 
 
 def error_code(body: bytes) -> Optional[str]:
@@ -2937,7 +3062,7 @@ def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     try:
-        document = json.loads(body)
+        document = answer_document(body, paths)
     except (ValueError, UnicodeDecodeError):
         return None, "bad_json", None
     decision = decision_of(document, paths)
@@ -4071,6 +4196,7 @@ class PassLoop:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
+            nearest = math.inf  # the soonest deadline of a request in flight
             if not self.busy:
                 if not self._more(now) or self.stop.is_set():
                     break
@@ -4083,7 +4209,9 @@ class PassLoop:
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
             self._handle(self._poll(min(wait, 0.1)), perf())
-            self._expire(perf(), grace_end)
+            now = perf()
+            if nearest <= now:  # answers and retries only move deadlines later
+                self._expire(now, grace_end)
         for slot in slots:
             self._close(slot)
         self.selector.close()
