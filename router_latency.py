@@ -11,10 +11,12 @@ runs, and judges interleaved rounds of two configurations with paired Student-t 
     router-latency simulate --port 8801
     router-latency demo
 
-Exit codes: 0 all good; 1 the measured result failed the gate (regression, decision change,
-failed requests); 2 the input or the invocation was wrong; 3 inconclusive (too few usable
-rounds, a failed base side, --strict, an undecided --sequential look); 130 and 143 when a run
-was interrupted by SIGINT or SIGTERM (what was measured is saved).
+Exit codes: 0 all good (rounds: every gated row shown within the tolerance); 1 the measured
+result failed the gate (a row shown worse, decision change, failed requests); 2 the input or
+the invocation was wrong; 3 inconclusive (a gated row decided neither way, too few usable
+rounds, a failed base side, an undecided --sequential look); 130, 143 and 129 when a command
+was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file is left
+half-written).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
 only what stands above it:
@@ -39,12 +41,14 @@ only what stands above it:
 from __future__ import annotations
 
 import argparse
+import array
 import base64
 import collections
 import csv
 import errno
 import functools
 import hashlib
+import heapq
 import html
 import http
 import io
@@ -98,7 +102,7 @@ DEFAULT_DECISION_PATHS = (
     "selected_model?",  # appended when present
 )
 ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
-               "bad_json", "no_decision", "too_large")
+               "bad_json", "no_decision", "too_large", "malformed")
 EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
 # a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
 # in the percentiles), or a routed answer to a prompt that expected only a rejection
@@ -115,13 +119,26 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "(open loop: from its scheduled time) to the wake-up of the event loop "
                       "that completed the response, on a connection opened before the pass")
 MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_HEAD_BYTES = 65536  # no server sends a response head this long
+# the largest number a file may hold: counts and sums stay exact, nothing overflows to inf
+MAX_FILE_NUMBER = 2 ** 53
+MAX_LATENCY_MS = 86_400_000  # a latency in a file is at most a day
+MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
+MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
+MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
+MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
+MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
 HEX_DIGITS = b"0123456789abcdefABCDEF"
+CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
+OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
-MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024
+MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
+# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) are ~140 MB, and three
+# such passes fit; reading one takes about 5.6 times its size in memory (docs/failures.md)
+MAX_INPUT_BYTES = 512 * 1024 * 1024
+MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
 STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
@@ -141,7 +158,8 @@ SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones am
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 # Two-sided 95% Student-t quantiles (the 0.975 quantile) for df 1..30, to six decimals.
 T_TABLE_95 = (
@@ -154,6 +172,15 @@ Z_975 = 1.959963984540054
 
 
 # --- errors and validation ---
+
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
+    so that every writer's cleanup runs as for Ctrl-C; main() exits 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
 
 class RouterLatencyError(ValueError):
     """Bad input or invocation: main() prints it on one line and exits 2."""
@@ -168,13 +195,15 @@ class RouterLatencyError(ValueError):
 
 
 def is_whole(value: Any, minimum: int = 0) -> bool:
-    """Return True for an int (not a bool) of at least minimum."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    """Return True for an int (not a bool) of at least minimum and at most MAX_FILE_NUMBER."""
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and minimum <= value <= MAX_FILE_NUMBER
 
 
 def checked_number(value: Any, where: str, *, nullable: bool = False,
-                   positive: bool = False) -> Any:
-    """Return value when it is a finite number >= 0 (> 0 with positive); raise otherwise."""
+                   positive: bool = False, maximum: float = MAX_FILE_NUMBER) -> Any:
+    """Return value when it is a finite number >= 0 (> 0 with positive) and at most maximum
+    (MAX_FILE_NUMBER, or MAX_LATENCY_MS for a latency); raise otherwise."""
     if value is None and nullable:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -182,6 +211,10 @@ def checked_number(value: Any, where: str, *, nullable: bool = False,
     if value < 0 or (positive and value == 0):
         raise RouterLatencyError("expected a positive number" if positive
                                  else "expected a number >= 0", where)
+    if value > maximum:  # finite, but its sums would overflow or lose every digit
+        raise RouterLatencyError(
+            f"expected at most {maximum:,.0f}" + (" ms (a day)" if maximum == MAX_LATENCY_MS
+                                                  else " (2^53)"), where)
     return value
 
 
@@ -207,8 +240,34 @@ def metric_title(metric: str) -> str:
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 
+def scrubbed(text: str, secrets: Sequence[str]) -> str:
+    """Return text with every secret value (a token, a --header value) replaced by [hidden]."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "[hidden]")
+    return text
+
+
+# C0, DEL, C1, the line and paragraph separators, and the marks that reorder what follows
+# them on screen (bidirectional overrides, "Trojan Source")
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
+                           "\u2066-\u2069]")
+CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """Return text on one line, every control character written as its escape (\\n, \\u001b):
+    a decision or prompt from a router must not move a terminal's cursor or break a table.
+    The escapes are JSON's, so that a JSON document printed through it stays valid."""
+    if CONTROL_CHARS.search(text) is None:
+        return text
+    return CONTROL_CHARS.sub(
+        lambda m: CONTROL_NAMES.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+
+
 def shown_decision(decision: Optional[str]) -> str:
-    return decision or "(no decision)"
+    """Return a decision as every table and line shows it: on one line (see visible)."""
+    return visible(decision) if decision else "(no decision)"
 
 
 def failure_text(errors: dict, codes: Optional[dict] = None) -> str:
@@ -712,6 +771,20 @@ def detectable_change(spread: float, n: int, *, alpha: float = 0.05, power: floa
     return factor * spread / math.sqrt(n)
 
 
+def power_shift(critical: float, df: int, power: float = 0.8) -> float:
+    """Return the noncentrality at which a one-sided t test rejecting at t >= critical has
+    the given power: the true shift in standard errors it finds that often.
+
+    By the normal approximation of the noncentral t (Abramowitz and Stegun 26.7.10),
+    P(T' < c) ~ Phi((c (1 - 1/(4 df)) - delta) / sqrt(1 + c^2 / (2 df))), solved for delta.
+    At the small levels and df of Holm's first step over few rounds, the shifted central t
+    that detectable_change uses is far too optimistic (a row found 70% of the time at n 3 for
+    a stated 80%); this one comes within simulation error of 80% from n 3 on.
+    """
+    return critical * (1 - 1 / (4 * df)) + normal_ppf(power) * math.sqrt(
+        1 + critical * critical / (2 * df))
+
+
 def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: float = 0.8,
                   sided: int = 2, max_rounds: int = 1000) -> Optional[int]:
     """Return the smallest n >= 3 whose detectable_change is at most target, or None.
@@ -1194,20 +1267,96 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
     return boundaries
 
 
+# t boundaries of a group-sequential design:
+
+SEQUENTIAL_PATHS = 65536  # simulated null paths (and their mirror images)
+SEQUENTIAL_SEED = 17  # fixed, so every run on every machine gets the same boundaries
+# the calibration's own error on fresh paths is about +-4% of the level (+0.12 points at 2.5%
+# for 20 looks): the boundaries spend this much less, so that the rate stays at its level
+SEQUENTIAL_MARGIN = 0.04
+MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simulate
+
+
+@functools.lru_cache(maxsize=2)
+def _null_t_paths(first: int, max_rounds: int) -> tuple:
+    """Return, per look n = first..max_rounds, the one-sample t statistics of
+    SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
+    rng = random.Random(SEQUENTIAL_SEED)
+    gauss = rng.gauss
+    columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
+    for _ in range(SEQUENTIAL_PATHS):
+        mean = m2 = 0.0
+        for i in range(1, max_rounds + 1):
+            x = gauss(0.0, 1.0)
+            delta = x - mean
+            mean += delta / i  # Welford: one stable pass, as the t statistic needs per look
+            m2 += delta * (x - mean)
+            if i >= first:
+                columns[i - first].append(mean * math.sqrt(i * (i - 1) / m2))
+    return columns
+
+
+@functools.lru_cache(maxsize=256)
+def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_ROUNDS) -> tuple:
+    """Return the critical one-sided t values of a group-sequential t test, one per look
+    n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
+
+    The z boundaries of group_sequential_levels, turned into t quantiles, run over their
+    level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
+    itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
+    look k may spend, and c_k is set so that exactly that share of the simulated null paths
+    (SEQUENTIAL_PATHS and their mirror images), among those that crossed no earlier look,
+    crosses at look k. The t statistic of normal data does not depend on its scale, so one
+    set of paths serves every spread. A look whose share is under one path cannot reject
+    (inf). docs/gate.md gives the rates achieved on fresh paths.
+    """
+    max_rounds = _whole(max_rounds, "max_rounds", first)
+    if max_rounds > MAX_SEQUENTIAL_ROUNDS:
+        raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS} rounds, "
+                                 f"got {max_rounds}")
+    alpha = _probability(alpha, "alpha")
+    columns = _null_t_paths(first, max_rounds)
+    paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
+    alive = range(paths)
+    crossed, criticals = 0, []
+    for k, column in enumerate(columns):
+        spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
+        share = math.floor(spent * (1 - SEQUENTIAL_MARGIN) * paths) - crossed
+        if share <= 0:
+            criticals.append(math.inf)
+            continue
+        top = heapq.nlargest(share + 1, ((column[i] if i < SEQUENTIAL_PATHS
+                                          else -column[i - SEQUENTIAL_PATHS], i) for i in alive))
+        criticals.append(0.5 * (top[share - 1][0] + top[share][0]))
+        gone = {i for _, i in top[:share]}
+        alive = [i for i in alive if i not in gone]
+        crossed += share
+    return tuple(criticals)
+
+
 # --- files ---
 
-def read_bytes(path: str) -> bytes:
-    """Return a file's bytes, or raise a one-line error naming it."""
+def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """Return a file's bytes, or raise a one-line error naming it; a file larger than limit
+    is refused before any of it is read."""
     p = Path(path)
     if p.is_dir():
         raise RouterLatencyError("is a folder, not a file", str(path))
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise RouterLatencyError(f"{size:,} bytes, larger than the {limit // 2**20:,} "
+                                         f"MiB this tool reads", str(path))
+            data = handle.read(limit + 1)  # a file growing meanwhile is cut here, and refused
     except FileNotFoundError:
         raise RouterLatencyError("no such file", str(path)) from None
     except OSError as exc:
         raise RouterLatencyError(f"cannot read: {exc.strerror or exc}", str(path)) from None
-    if not data.strip():
+    if len(data) > limit:
+        raise RouterLatencyError(f"larger than the {limit // 2**20:,} MiB this tool reads",
+                                 str(path))
+    if not data or data.isspace():  # no stripped copy of a large file
         raise RouterLatencyError("the file is empty", str(path))
     return data
 
@@ -1218,22 +1367,38 @@ def parse_json(data: bytes, path: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
-
-    def no_constant(name: str) -> None:
-        raise ValueError(f"{name} is not valid JSON")
-
     try:
-        return json.loads(text, parse_constant=no_constant)
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise RouterLatencyError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None
     except ValueError as exc:
         raise RouterLatencyError(f"invalid JSON: {exc}", str(path)) from None
+    except RecursionError:
+        raise RouterLatencyError("invalid JSON: nested deeper than Python's JSON reader goes "
+                                 "(about 900 levels)", str(path)) from None
 
 
-def read_json(path) -> Any:
-    """Return the JSON value of a file."""
-    return parse_json(read_bytes(str(path)), str(path))
+def no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def unique_keys(pairs: list) -> dict:
+    """Return a JSON object's dict; raise when a key comes twice (a hand-edited file saying
+    "complete" twice must not be read by whichever comes last)."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return document
+
+
+def read_json(path, limit: int = MAX_INPUT_BYTES) -> Any:
+    """Return the JSON value of a file of at most limit bytes."""
+    return parse_json(read_bytes(str(path), limit), str(path))
 
 
 def check_schema(document: Any, expected: str, path: str) -> None:
@@ -1252,9 +1417,30 @@ def check_schema(document: Any, expected: str, path: str) -> None:
         raise RouterLatencyError(f"schema is {schema!r}, expected {expected!r}", f"{path}: schema")
 
 
+class DeferredSignals:
+    """Hold SIGINT, SIGTERM and SIGHUP back while a file is written and renamed: one that
+    comes meanwhile is delivered after, so that the temporary file is either renamed or
+    removed, never left behind between mkstemp and the rename."""
+
+    HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self) -> None:
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.HELD) \
+            if hasattr(signal, "pthread_sigmask") else None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
 def write_atomic(path: str, data) -> None:
     """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
-    same folder, fsync and rename."""
+    same folder, fsync and rename; a signal meanwhile waits until the rename is done."""
+    with DeferredSignals():
+        _write_atomic(path, data)
+
+
+def _write_atomic(path: str, data) -> None:
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
@@ -1367,6 +1553,33 @@ def check_writable_target(path: str, force: bool) -> None:
         raise RouterLatencyError("the folder does not exist", path)
     if not os.access(folder, os.W_OK):
         raise RouterLatencyError("the folder is not writable", path)
+
+
+def file_identity(path: str) -> tuple:
+    """Return what tells a file from another: its resolved path, and its device and inode
+    when it exists (a hard link or a bind mount has another path but the same inode)."""
+    try:
+        status = os.stat(path)
+        inode = (status.st_dev, status.st_ino)
+    except (OSError, ValueError):
+        inode = None
+    return os.path.realpath(path), inode
+
+
+def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> None:
+    """Raise before anything is written when an output (option, path) is an input or another
+    output: measured data must never be overwritten by a report of it."""
+    known: list = []  # (option, path, is an output, identity)
+    for option, path, output in [(o, p, False) for o, p in inputs if p] + \
+            [(o, p, True) for o, p in outputs if p and p != "-"]:
+        real, inode = file_identity(str(path))
+        for other, other_path, other_output, (other_real, other_inode) in known:
+            if (output or other_output) and (real == other_real or (
+                    inode is not None and inode == other_inode)):
+                raise RouterLatencyError(
+                    f"{option} {path} is the same file as {other} {other_path}; an output "
+                    f"never overwrites an input or another output", option)
+        known.append((option, path, output, (real, inode)))
 
 
 def dump_json(document: Any) -> bytes:
@@ -1595,7 +1808,7 @@ def boundary_cases(cases: Any, where: str) -> list:
 
 def load_boundary_cases(path: Path) -> list:
     """Return the BoundaryCases of a boundary-case file (see boundary_cases)."""
-    document = read_json(path)
+    document = read_json(path, MAX_CORPUS_FILE_BYTES)
     if not isinstance(document, dict):
         raise RouterLatencyError("expected an object with a list 'cases'", str(path))
     return boundary_cases(document.get("cases"), str(path))
@@ -1620,9 +1833,14 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
     seen: set = set()
     files: dict = {}
     for rel in find_data_files(repo, pattern, warn):
-        document = read_json(repo / rel)
+        document = read_json(repo / rel, MAX_CORPUS_FILE_BYTES)
+        try:
+            texts = list(extract_prompts(document, keys))
+        except RecursionError:  # decoded, but deeper than the walk's stack
+            raise RouterLatencyError("nested too deep to read its prompts",
+                                     str(repo / rel)) from None
         found = 0
-        for text in extract_prompts(document, keys):
+        for text in texts:
             if text == "":
                 continue  # nothing to route; whitespace-only prompts are kept
             found += 1
@@ -1660,7 +1878,7 @@ class Corpus(NamedTuple):
 
 def load_corpus(path: str) -> Corpus:
     """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path)
+    data = read_bytes(path, MAX_CORPUS_BYTES)
     document = parse_json(data, path)
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
@@ -1715,6 +1933,7 @@ class Request(NamedTuple):
     outcome: Optional[str] = None  # None, or one of REQUEST_OUTCOMES
     rep: int = 0  # which sending of the prompt in its pass (--repeat, --duration), from 0
     retried: bool = False  # sent again on a new connection: its idle one closed under it
+    reason: Optional[str] = None  # a malformed answer: what was wrong with it
 
     @property
     def routed(self) -> bool:
@@ -1736,6 +1955,8 @@ class Request(NamedTuple):
             record["outcome"] = self.outcome
         if self.retried:  # written only when true: files without it read as before
             record["retried"] = True
+        if self.reason is not None:
+            record["reason"] = self.reason
         return record
 
     @classmethod
@@ -1761,14 +1982,21 @@ class Request(NamedTuple):
                                      f"{where}.outcome")
         rep = raw.get("rep", 0)
         if not is_whole(rep):
-            raise RouterLatencyError("expected a whole number >= 0", f"{where}.rep")
-        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+            raise RouterLatencyError("expected a whole number >= 0 up to 2^53", f"{where}.rep")
+        numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                  maximum=MAX_FILE_NUMBER if key == "start_ms"
+                                  else MAX_LATENCY_MS)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
         retried = raw.get("retried", False)
         if not isinstance(retried, bool):
             raise RouterLatencyError("expected true or false", f"{where}.retried")
+        reason = raw.get("reason")
+        if reason is not None and not (isinstance(reason, str)
+                                       and len(reason) <= MAX_REASON_CHARS):
+            raise RouterLatencyError(f"expected a text of at most {MAX_REASON_CHARS} "
+                                     f"characters or null", f"{where}.reason")
         return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
-                   code, outcome, rep, retried)
+                   code, outcome, rep, retried, reason)
 
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
@@ -1826,8 +2054,11 @@ class PassSummary(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("requests", "ok", "rejected"):
             if not is_whole(raw.get(key, 0 if key == "rejected" else None)):
-                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
-        values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True)
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                         f"{where}.{key}")
+        values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                      maximum=MAX_LATENCY_MS if key.endswith("_ms")
+                                      else MAX_FILE_NUMBER)
                   for key in cls._fields[3:] if key not in ("rejected", "error_codes")}
         if raw["ok"] > 0 and values["p50_ms"] is None:
             raise RouterLatencyError("missing although requests succeeded", f"{where}.p50_ms")
@@ -1902,7 +2133,8 @@ class PhaseWindow(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         for key in ("first", "requests", "errors"):
             if not is_whole(raw.get(key)):
-                raise RouterLatencyError("expected a whole number >= 0", f"{where}.{key}")
+                raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                         f"{where}.{key}")
         numbers = [checked_number(raw.get(key), f"{where}.{key}", nullable=key in cls._fields[5:])
                    for key in cls._fields[3:]]
         return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
@@ -2102,8 +2334,10 @@ def _check_environment(environment: dict, where: str) -> None:
                                    nullable=True)
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)):
-            raise RouterLatencyError("expected a number", f"{where}.metrics.deltas.{series}")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) \
+                or not abs(delta) <= MAX_FILE_NUMBER:  # NaN and inf fail too
+            raise RouterLatencyError("expected a number from -2^53 to 2^53",
+                                     f"{where}.metrics.deltas.{series}")
 
 
 class PassEnvironment(NamedTuple):
@@ -2223,7 +2457,8 @@ class PassRecord(NamedTuple):
             raise RouterLatencyError("expected an object", where)
         concurrency = raw.get("concurrency")
         if not is_whole(concurrency, 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{where}.concurrency")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{where}.concurrency")
         discarded = raw.get("discarded")
         if not isinstance(discarded, bool):
             raise RouterLatencyError("expected true or false", f"{where}.discarded")
@@ -2305,6 +2540,9 @@ class RunFile(NamedTuple):
         """The x-vsr-config-hash values the router answered with, distinct, in the order
         first seen over every attempt; more than one: the configuration changed mid-run."""
         seen: list = []
+        for h in self.warmup.get("config_hashes", ()):  # a reload during the warm-up counts
+            if h not in seen:
+                seen.append(h)
         for item in self.passes:
             for attempt in (*item.discarded_attempts, item.attempt):
                 seen += [h for h in attempt.config_hashes if h not in seen]
@@ -2331,7 +2569,8 @@ class RunFile(NamedTuple):
             raise RouterLatencyError("expected corpus.sha256, 64 hex digits", f"{path}: corpus")
         count = corpus.get("count")
         if not is_whole(count, 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{path}: corpus.count")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{path}: corpus.count")
         if not isinstance(document.get("complete"), bool):
             raise RouterLatencyError("expected true or false", f"{path}: complete")
         raw_passes = document.get("passes")
@@ -2352,9 +2591,15 @@ class RunFile(NamedTuple):
         checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
                        nullable=True, positive=True)
         if not is_whole(settings.get("repeat", 1), 1):
-            raise RouterLatencyError("expected a whole number >= 1", f"{path}: settings.repeat")
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{path}: settings.repeat")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
+        hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
+        if not isinstance(hashes, list) or not all(
+                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
+            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
+                                     f"{path}: warmup.config_hashes")
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
                 for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
                             "host")}
@@ -2441,6 +2686,17 @@ class RequestFailed(Exception):
         self.unanswered = unanswered
 
 
+def malformed(reason: str, status: Optional[int] = None) -> RequestFailed:
+    """Return the failure of an answer this client cannot read, saying what was wrong."""
+    return RequestFailed("malformed", status, reason[:MAX_REASON_CHARS])
+
+
+def shown_bytes(value: bytes, limit: int = 16) -> str:
+    """Return bytes from an answer as a message may quote them: escaped when short, else only
+    their count (a cut value could show part of a secret the scrubbing cannot recognise)."""
+    return repr(value)[1:] if len(value) <= limit else f"of {len(value):,} bytes"
+
+
 def bracketed(host: str) -> str:
     """Return a host as it stands in a URL or a Host header: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host
@@ -2448,12 +2704,22 @@ def bracketed(host: str) -> str:
 
 def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                    option: str = "--url") -> Endpoint:
-    """Return the endpoint of a router URL; a base URL gets the preview path appended."""
+    """Return the endpoint of a router URL; a base URL gets the preview path appended. No
+    message about a URL quotes any of it: a password cut at '#', '/' or '?' would show."""
+    rest = url.partition("://")[2]
+    host_end = min([rest.find(c) for c in "/?#" if c in rest] or [len(rest)])
+    if "@" in rest[host_end:]:  # user:pa#ss@host reads as host 'user', port 'pa'
+        raise RouterLatencyError(
+            "the URL has an '@' after a '/', '?' or '#': a password holding those must be "
+            "percent-encoded (%2F, %3F, %23), an '@' elsewhere written %40", option)
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise RouterLatencyError(f"not a valid URL: {exc}", option) from None
+        raise RouterLatencyError(
+            "not a valid URL: the port is not a number from 0 to 65535" if "ort" in str(exc)
+            else "not a valid URL: an IPv6 address goes in brackets, http://[::1]:8801",
+            option) from None
     if parts.scheme not in ("http", "https"):
         # 'router:8801' parses as scheme 'router': without '://' there is no scheme at all
         raise RouterLatencyError(
@@ -2478,6 +2744,23 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     shown = urllib.parse.urlunsplit((parts.scheme, netloc, path.split("?")[0],
                                      parts.query, ""))
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
+
+
+def secret_values(endpoint: Endpoint, headers: Sequence) -> tuple:
+    """Return what must never be recorded or printed, longest first: every header value (the
+    token of --token-env is one), the credential it carries and the URL's user and password.
+    A value of fewer than MIN_SECRET_CHARS characters is left alone: it cannot be told from
+    ordinary text (a `1` would hide every 1)."""
+    values = {value for _, value in headers}
+    if endpoint.authorization:
+        values.add(endpoint.authorization)
+        user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
+            "utf-8", "replace").partition(":")
+        values |= {user, password, urllib.parse.quote(password, safe="")}
+    values |= {value.split(None, 1)[1] for value in list(values)
+               if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
+    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
+                        reverse=True))
 
 
 def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
@@ -2594,8 +2877,8 @@ class ResponseReader:
             if mode == "head":
                 end = buffer.find(b"\r\n\r\n", pos)
                 if end < 0:
-                    if len(buffer) - pos > MAX_HEAD_BYTES:
-                        raise RequestFailed("reset")
+                    if len(buffer) - pos - 3 > MAX_HEAD_BYTES:  # the head would be longer
+                        raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes")
                     return pos
                 self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
                 pos = end + 4
@@ -2613,8 +2896,9 @@ class ResponseReader:
             else:
                 end = buffer.find(b"\r\n", pos)
                 if end < 0:
-                    if len(buffer) - pos > MAX_HEAD_BYTES:
-                        raise RequestFailed("reset")
+                    if len(buffer) - pos - 1 > MAX_HEAD_BYTES:
+                        raise malformed(f"a chunk size or trailer line is over "
+                                        f"{MAX_HEAD_BYTES:,} bytes", self.status)
                     return pos
                 self._chunk_line(bytes(buffer[pos:end]))
                 pos = end + 2
@@ -2627,29 +2911,40 @@ class ResponseReader:
 
     def _chunk_line(self, line: bytes) -> None:
         """Take a chunk's size line, the empty line after its data, or a trailer line."""
+        if len(line) > MAX_HEAD_BYTES:
+            raise malformed(f"a chunk size or trailer line is over {MAX_HEAD_BYTES:,} bytes",
+                            self.status)
         if self._mode == "crlf":
             if line:
-                raise RequestFailed("reset")  # the data was longer than its size said
+                raise malformed("a chunk's data is longer than its size", self.status)
             self._mode = "size"
         elif self._mode == "trailer":
             if not line:
                 self._mode = "done"
         else:
-            try:
-                size = int(line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise RequestFailed("reset") from None
-            if size < 0:
-                raise RequestFailed("reset")
+            # hex digits only, then optional whitespace and ;extensions (RFC 9112 7.1): int()
+            # would also take 0x41, 4_1, +41 or a leading space, which Go's client refuses
+            digits = line.split(b";", 1)[0].rstrip(b" \t")
+            if CHUNK_SIZE_PATTERN.fullmatch(digits) is None:
+                raise malformed(f"chunk size {shown_bytes(digits)} is not 1 to 16 hex digits",
+                                self.status)
+            size = int(digits, 16)
             if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
                 raise RequestFailed("too_large", self.status)
             self._left, self._mode = size, ("data" if size else "trailer")
 
     def _parse_head(self, head: bytes) -> None:
+        if len(head) > MAX_HEAD_BYTES:  # the same limit however the head arrived
+            raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes "
+                            f"({len(head):,})")
+        if OBS_FOLD.search(head) is not None:  # obs-fold: a client MUST unfold it
+            head = OBS_FOLD.sub(b" ", head)
         lines = head.split(b"\r\n")
         parts = lines[0].split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise RequestFailed("reset")
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise malformed(f"not an HTTP/1.x status line: {shown_bytes(lines[0])}")
+        if len(parts[1]) != 3 or not parts[1].isdigit():  # as Go's client: three digits
+            raise malformed(f"status code {shown_bytes(parts[1])} is not three digits")
         status = int(parts[1])
         if status == 101:
             raise RequestFailed("reset", status, "101 Switching Protocols")
@@ -2659,11 +2954,13 @@ class ResponseReader:
         length = codings = None
         connection = b""
         for line in lines[1:]:
-            name, _, value = line.partition(b":")
+            name, colon, value = line.partition(b":")
+            if not colon:  # as Go's client: no field without a name and a colon
+                raise malformed(f"a header line without a colon: {shown_bytes(line)}", status)
             name = name.strip().lower()
             if name == b"content-length":
-                if length is not None and value.strip() != length:
-                    raise RequestFailed("reset")  # two lengths: no way to tell the end
+                if length is not None and value.strip() != length:  # no way to tell the end
+                    raise malformed("two different Content-Length values", status)
                 length = value.strip()
             elif name == b"transfer-encoding":
                 codings = (codings or b"") + b"," + value.lower()
@@ -2685,8 +2982,11 @@ class ResponseReader:
             if length is not None or not chunked:  # both framings, or to the close
                 self.keep_open = False
         elif length is not None:
-            if not length.isdigit():
-                raise RequestFailed("reset")
+            # leading zeros are no digits of the length, as Go's client reads it
+            if not length.isdigit() or (len(length) > MAX_LENGTH_DIGITS
+                                        and len(length.lstrip(b"0")) > MAX_LENGTH_DIGITS):
+                raise malformed(f"Content-Length {shown_bytes(length)} is not a length of at "
+                                f"most {MAX_LENGTH_DIGITS} digits", status)
             self._left, self._mode = int(length), "length"
             if self._left > MAX_BODY_BYTES:
                 raise RequestFailed("too_large", status)
@@ -2881,6 +3181,9 @@ class Connection:
         except (OSError, ValueError):
             self.close()
             raise RequestFailed("reset", unanswered=not reader.received) from None
+        except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
+            self.close()
+            raise malformed(f"{type(exc).__name__}: {exc}", reader.status) from None
 
     def _waited(self, deadline: float) -> None:
         """A slice of waiting ended: raise when the request is out of time or stopped."""
@@ -2909,6 +3212,33 @@ def http_response(status: int, body: bytes, content_type: str = "application/jso
     return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
             ).encode("latin-1") + body
+
+
+def nested_deeper(document: Any, limit: int) -> bool:
+    """Return True when a decoded JSON value nests lists and objects more than limit deep."""
+    level, depth = [document], 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [child for value in level if isinstance(value, (dict, list))
+                 for child in (value.values() if isinstance(value, dict) else value)
+                 if isinstance(child, (dict, list))]
+    return False
+
+
+def decoded_answer(body: bytes) -> Any:
+    """Return the JSON value of an answer's body; raise ValueError when it is no JSON, and
+    RequestFailed 'malformed' when it nests deeper than MAX_ANSWER_DEPTH."""
+    try:
+        document = json.loads(body)
+    except RecursionError:
+        raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels") from None
+    # fewer brackets than the limit cannot nest deeper: most answers skip the walk
+    if body.count(b"{") + body.count(b"[") > MAX_ANSWER_DEPTH \
+            and nested_deeper(document, MAX_ANSWER_DEPTH):
+        raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels")
+    return document
 
 
 @functools.lru_cache(maxsize=32)
@@ -2972,13 +3302,16 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
     decision_result and selected_model before its ~2 KB of metrics, which are then never
-    decoded). Anything but a UTF-8 object of that plain form is decoded whole, raising as
-    json.loads does. Past the decision only the end is looked at (an answer cut short is
+    decoded). Anything but a UTF-8 object of that plain form, and any answer with more
+    brackets than MAX_ANSWER_DEPTH (it might nest deeper), is decoded whole by decoded_answer,
+    raising as it does. Past the decision only the end is looked at (an answer cut short is
     bad_json); a member sent twice counts as first read, where json.loads keeps the last.
 
     A small body is decoded whole by the C scanner, faster than this reads its members.
     A path ending in '?' that is never present makes the read go to the end; a caller that
     records more members (per-signal metrics) names them as such paths ('metrics?')."""
+    if body.count(b"{") + body.count(b"[") > MAX_ANSWER_DEPTH:
+        return decoded_answer(body)  # it might nest too deep: decoded whole, and judged
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
@@ -2990,7 +3323,7 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
-    return json.loads(body) if members is None else members
+    return decoded_answer(body) if members is None else members
 
 
 def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
@@ -3035,8 +3368,8 @@ def error_code(body: bytes) -> Optional[str]:
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
     preview answer with a decision_error instead; else None."""
     try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        document = decoded_answer(body)
+    except (ValueError, RequestFailed):  # the status already says the request failed
         return None
     if not isinstance(document, dict):
         return None
@@ -3057,13 +3390,14 @@ def decision_text(value: Any) -> str:
 
 
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
-    """Return (decision, error kind, the router's error code) for one answered request."""
+    """Return (decision, error kind, the router's error code) for one answered request; raise
+    RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     try:
         document = answer_document(body, paths)
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
     decision = decision_of(document, paths)
     return (decision, None, None) if decision is not None else (None, "no_decision",
@@ -3312,6 +3646,8 @@ class CaptureSettings(NamedTuple):
     gpu_indexes: tuple = ()  # the GPU tool's own device indexes; all when empty
     proc_root: str = "/proc"  # where the kernel's files are read: tests give a fake one
     sys_root: str = "/sys"
+    hidden_variables: tuple = ()  # not passed to probes and GPU tools: --token-env's
+    secrets: tuple = ()  # scrubbed from every text recorded (see secret_values)
 
 
 def resolve_gpu(choice: str) -> Optional[str]:
@@ -3326,15 +3662,18 @@ def resolve_gpu(choice: str) -> Optional[str]:
     return None
 
 
-def run_command(command: Any, timeout: float, stop: Optional[threading.Event]) -> tuple:
+def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
+                hidden: Sequence[str] = ()) -> tuple:
     """Return (exit code or None, stdout bytes, how it ended: "", "timed out" or "interrupted")
     of a command (a shell line when a str) run in its own session, so that a timeout or the
-    stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell."""
+    stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell. The
+    environment variables named in `hidden` (the token's) are not passed to it."""
     if stop is not None and stop.is_set():
         return None, b"", "interrupted"
+    env = {k: v for k, v in os.environ.items() if k not in hidden} if hidden else None
     process = subprocess.Popen(command, shell=isinstance(command, str),
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+                               stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.monotonic() + timeout
     ended = ""
     while not ended:
@@ -3359,7 +3698,8 @@ def run_command(command: Any, timeout: float, stop: Optional[threading.Event]) -
     return None, output or b"", ended
 
 
-def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
+def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None,
+                hidden: Sequence[str] = ()) -> dict:
     """Return the GPU tool's reading ({"used_mib": ..., "devices": ...}), or {"error": why}.
 
     A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
@@ -3369,7 +3709,7 @@ def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None
     if not shutil.which(tool):
         return {"error": f"{tool} not found"}
     try:
-        code, output, ended = run_command(command, timeout, stop)
+        code, output, ended = run_command(command, timeout, stop, hidden)
     except OSError as exc:
         return {"error": f"{tool}: {exc.__class__.__name__}"}
     if ended:
@@ -3395,10 +3735,12 @@ def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
     return chosen
 
 
-def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None) -> dict:
-    """Return exit code, the first 4 KB of stdout and the seconds of one probe command."""
+def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None,
+              hidden: Sequence[str] = ()) -> dict:
+    """Return exit code, the first 4 KB of stdout and the seconds of one probe command, run
+    without the environment variables named in `hidden`."""
     started = time.monotonic()
-    code, output, ended = run_command(command, timeout, stop)
+    code, output, ended = run_command(command, timeout, stop, hidden)
     record = {"exit": code, "timed_out": ended == "timed out",
               "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
               "seconds": round(time.monotonic() - started, 3)}
@@ -3687,9 +4029,11 @@ def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] =
     """Return the probes, GPU memory, metrics and router CPU set at one moment. Once `stop` is
     set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
-        "probes": {name: run_probe(command, capture.probe_timeout, stop)
+        "probes": {name: run_probe(command, capture.probe_timeout, stop,
+                                   capture.hidden_variables)
                    for name, command in capture.probes},
-        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop),
+        "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop,
+                                       capture.hidden_variables),
                            capture.gpu_indexes) if capture.gpu else None,
         "metrics": scrape_metrics(capture.metrics, capture.probe_timeout, stop)
         if capture.metrics else None,
@@ -3710,7 +4054,21 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
         record["metrics"] = {"error": errors[0]} if errors else {
             "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
                                     capture.metric_patterns)}
-    return record
+    return scrubbed_texts(record, capture.secrets)
+
+
+def scrubbed_texts(value: Any, secrets: Sequence[str]) -> Any:
+    """Return a record with every secret scrubbed from its texts, keys included: probe
+    output, GPU tools' notes, metric series' labels."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrubbed(value, secrets)
+    if isinstance(value, dict):
+        return {scrubbed_texts(k, secrets): scrubbed_texts(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrubbed_texts(v, secrets) for v in value]
+    return value
 
 
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
@@ -3958,6 +4316,7 @@ class RawResult(NamedTuple):
     retried: bool = False  # sent again on a new connection after its idle one closed
     code: Optional[str] = None  # the router's error code of a failed answer
     config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
+    reason: Optional[str] = None  # what was wrong with a malformed answer
 
 
 _scheduled_of = operator.attrgetter("scheduled")  # sort keys without a Python call per item
@@ -4026,6 +4385,7 @@ class PassLoop:
         self.timeout_ns = int(target.timeout * 1e9)
         self.busy: set = set()
         self.idle: list = []
+        self.secrets = secret_values(target.endpoint, target.headers)  # kept from reasons
 
     # connections
 
@@ -4059,10 +4419,12 @@ class PassLoop:
 
     # requests
 
-    def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None) -> None:
+    def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None,
+              reason: Optional[str] = None) -> None:
         if kind != "interrupted":  # a connect the stop flag cut short was never sent
-            self.results.append(RawResult(slot.index, slot.scheduled, slot.started, now, status,
-                                          None, kind, slot.retried))
+            self.results.append(RawResult(
+                slot.index, slot.scheduled, slot.started, now, status, None, kind,
+                slot.retried, reason=scrubbed(reason, self.secrets) if reason else None))
         slot.reader = None
         self._close(slot)
         self._release(slot)
@@ -4145,10 +4507,19 @@ class PassLoop:
                 if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
                     return
         except RequestFailed as failure:
-            self._fail(slot, failure.kind, now, failure.status)
+            if failure.kind == "malformed":  # the status of a head already read, if any
+                self._fail(slot, "malformed", now, failure.status or getattr(
+                    reader, "status", None), failure.detail)
+            else:
+                self._fail(slot, failure.kind, now, failure.status)
             return
         except OSError:
             pass
+        except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
+            # one request's failure, never the pass's: its measurements so far are kept
+            self._fail(slot, "malformed", now, getattr(reader, "status", None),
+                       f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
+            return
         self._broken(slot, now)
 
     def _complete(self, slot: _Slot, now: int) -> None:
@@ -4158,7 +4529,7 @@ class PassLoop:
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
-            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME))))
+            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME), None)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
@@ -4317,7 +4688,7 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
             prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
             status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
             round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
-            retried))
+            retried, raw.reason))
     return requests, (last - first) / 1e9
 
 
@@ -4475,11 +4846,15 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    requests, _ = records_of(PassLoop(target, cycled, stop, 1).run())
+    results = PassLoop(target, cycled, stop, 1).run()
+    requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
     if counts["requests"] and not counts["ok"] and not counts.get("rejected"):
         counts["all_failed"] = True
+    hashes = config_hashes_of(results)
+    if hashes:  # more than one: the router reloaded during the warm-up
+        counts["config_hashes"] = list(hashes)
     return counts
 
 
@@ -4497,6 +4872,8 @@ def probe_router(target: Target, payload: bytes,
     except RequestFailed as failure:
         if failure.kind == "tls":
             return None, f"TLS failed: {failure.detail}"
+        if failure.kind == "malformed":
+            return failure.status, f"sent an answer this client cannot read ({failure.detail})"
         if failure.status is None or failure.status == 101:
             return None, failure.detail or {"connect": "connection refused",
                                             "timeout": "no answer in time"}.get(
@@ -4986,6 +5363,9 @@ class GateSettings(NamedTuple):
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    # the old rule: PASS unless a gated row is shown worse (a PASS then shows nothing within
+    # the tolerance); by default PASS needs every gated row shown within it
+    pass_unless_worse: bool = False
 
     @property
     def tolerance_log(self) -> float:
@@ -5050,6 +5430,56 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
             for field, found in differences.items()]
 
 
+COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
+
+
+def measured_keys(run: RunFile) -> tuple:
+    """Return what a copy of a run's measurements repeats, each None where it proves nothing:
+    its start time with every record, and the timings of its requests in send order."""
+    records = tuple((p.name, p.requests) for p in run.passes)
+    started = None if run.started_unix is None else (run.started_unix, records)
+    timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
+    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+
+
+def measured_span(run: RunFile) -> tuple:
+    """Return (when the run started, when its last measured pass ended), unix seconds, each
+    None when the file does not say."""
+    ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
+            if p.attempt.started_unix is not None and p.summary is not None]
+    return run.started_unix, max(ends, default=None)
+
+
+def check_measured_once(runs: dict) -> None:
+    """Raise unless every round was measured once, one side at a time: no two files hold
+    the same measurements (a copied round narrows the interval on data measured once), and
+    no run started before the run before it ended (the rounds were not interleaved)."""
+    seen: dict = {}
+    files = [run for sides in runs.values() for run in sides.values()]
+    for run in files:
+        for what, key in zip(("the same start time and records", "the same requests' timings"),
+                             measured_keys(run)):
+            if key is None:
+                continue
+            other = seen.setdefault((what, key), run)
+            if other is not run:
+                raise RouterLatencyError(
+                    f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
+                    f"measurement counted twice would narrow the interval on data measured "
+                    f"once; remove the copy", str(Path(run.path).parent))
+    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
+                    if span[0] is not None), key=lambda item: item[0][0])
+    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
+    for (start, end), path in spans:
+        if latest[0] is not None and start < latest[0] or start == latest[1]:
+            raise RouterLatencyError(
+                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"were not measured one at a time, as interleaved rounds are",
+                str(Path(path).parent))
+        if latest[0] is None or (end is not None and end > latest[0]):
+            latest = (end, start, path)
+
+
 def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
     """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
@@ -5090,9 +5520,11 @@ class Row(NamedTuple):
     p_value: float  # one-sided: worse than the tolerance
     detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
     rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
-    verdict: str  # regression, worse, better, same or inconclusive
+    verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
     base_values: tuple
     new_values: tuple
+    worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
+    more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
 
     @property
     def change_pct(self) -> float:
@@ -5116,32 +5548,86 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
     log_ratio = mean_interval(logs)
     sign = worse_sign(metric)
     worse = [sign * v for v in logs]
-    tolerance = settings.tolerance_log
-    low, high = sorted((sign * log_ratio.low, sign * log_ratio.high))
-    if high < 0:
-        verdict = "better"
-    elif -tolerance <= low and high <= tolerance:
-        verdict = "same"
-    elif low > tolerance:
-        verdict = "worse"
-    else:
-        verdict = "inconclusive"
-    spread = sample_spread(logs)
-    level = settings.alpha / 2
-    detectable = tolerance + detectable_change(spread, len(logs), alpha=level, sided=1)
-    room = math.log1p(settings.target_pct / 100) - tolerance
-    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
-                           alpha=level, sided=1)
     faster = -sign  # speedup: base/new for latency, new/base for req/s
     bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
-    return Row(name, metric, settings.gates(name, metric),
-               statistics.median(base_values), statistics.median(new_values),
-               paired_interval(base_values, new_values), log_ratio,
-               math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
-               sum(v > 0 for v in worse), len(logs),
-               t_test_p(worse, mu=tolerance, alternative="greater"),
-               100 * math.expm1(detectable) if spread > 0 else None, needed, verdict,
-               tuple(base_values), tuple(new_values))
+    row = Row(name, metric, settings.gates(name, metric),
+              statistics.median(base_values), statistics.median(new_values),
+              paired_interval(base_values, new_values), log_ratio,
+              math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
+              sum(v > 0 for v in worse), len(logs),
+              t_test_p(worse, mu=settings.tolerance_log, alternative="greater"),
+              None, None, "inconclusive", tuple(base_values), tuple(new_values))
+    # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
+    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
+    return row_judged(row, settings, critical, critical,
+                      row.p_value < settings.alpha / 2)
+
+
+ROW_WORDS = ("better", "same", "worse", "inconclusive")
+
+
+def t_statistic(values: Sequence[float], mu: float) -> float:
+    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
+    side of the mean, 0 at mu (as t_test_p judges equal values)."""
+    mean, ss = _mean_ss(values)
+    if min(values) == max(values) or ss == 0.0:
+        diff = values[0] - mu
+        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
+    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
+
+
+def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
+               shown_worse: bool) -> Row:
+    """Return the row with its word, worse end, "detects" and rounds to a decision.
+
+    within: the critical t of the test that it lies within the tolerance (and of "better"),
+    fail: that of the test that finds it worse when only it slows (Holm's first step for a
+    gated row); shown_worse: that test, as the gate applied it, rejected.
+    """
+    worse = row.worse_series
+    n, tolerance = len(worse), settings.tolerance_log
+    mean, ss = _mean_ss(worse)
+    se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
+    end = mean + within * se
+    verdict = ("worse" if shown_worse else "better" if end < 0
+               else "same" if end <= tolerance else "inconclusive")
+    spread = sample_spread(worse)
+    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    room = math.log1p(settings.target_pct / 100) - tolerance
+    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
+    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
+                           alpha=level, sided=1)
+    more = None if verdict != "inconclusive" else \
+        rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    return row._replace(
+        verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
+        detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
+        else None, rounds_needed=needed, more_rounds=more)
+
+
+@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
+def nominal_level(critical: float, df: int) -> float:
+    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
+    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
+
+
+DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+
+
+def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
+                     fail_level: float, rounds: int) -> Optional[int]:
+    """Return how many more rounds would decide a row if its mean and spread stayed as seen:
+    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
+    gap = abs(tolerance - mean)
+    if gap == 0.0 or spread == 0.0:
+        return None if gap == 0.0 else 1
+    level = within_level if mean < tolerance else fail_level
+    # the normal quantile is below t's: its n is a lower bound to scan up from
+    start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
+    for n in range(start, DECIDE_LIMIT + 1):
+        if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
+            return n - rounds
+    return None
 
 
 class GateTest(NamedTuple):
@@ -5152,11 +5638,29 @@ class GateTest(NamedTuple):
     composite_p: Optional[float]
     level: float  # one-sided level of each of the two tests
     regressions: tuple  # (pass, metric) Holm rejects
+    composite_worse: bool = False  # the composite test rejects
+    within_critical: float = math.inf  # critical t of each row's test within the tolerance
+    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
+    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+
+
+def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
+    """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
+    quantile, or with --sequential the calibrated boundary of this look."""
+    if settings.sequential_max is None:
+        return -t_ppf(level, rounds - 1)
+    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+
+
+def crosses(statistic: float, critical: float) -> bool:
+    """Return True when a t statistic reaches a critical value a look can reject at."""
+    return math.isfinite(critical) and statistic >= critical
 
 
 def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
-    """Return the gate's test: a composite one-sided t test on the mean of the gated rows'
-    per-round log ratios at `level`, and Holm across the gated rows at `level`.
+    """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
+    the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
+    rows at `level` (family-wise 2 level), with the critical t of each.
 
     The rows of a round move together (a slow round is slow everywhere), so a correction
     made for independent tests alone would throw away the power the shared signal gives;
@@ -5165,14 +5669,27 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     gated = [r for r in rows if r.gated]
     if not gated:
         return GateTest(0, 0.0, None, None, level, ())
+    n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
     series = [r.worse_series for r in gated]
+    statistics_ = [t_statistic(x, tolerance) for x in series]
+    steps: list = []  # each step's boundary only once reached: a sequential one costs time
+    rejected = set()
+    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
+    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
+        steps.append(gate_critical(settings, n, level / (m - step)))
+        if not crosses(statistics_[index], steps[step]):
+            break
+        rejected.add(index)
     composite = composite_log_ratios(series)
-    rejected = holm([r.p_value for r in gated], level)
+    critical = gate_critical(settings, n, level)
+    spread = sample_spread(composite)
+    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
     return GateTest(
-        len(gated), effective_rows(series) if len(gated) > 1 else 1.0,
-        mean_interval(composite),
-        t_test_p(composite, mu=settings.tolerance_log, alternative="greater"), level,
-        tuple((r.pass_name, r.metric) for r, hit in zip(gated, rejected) if hit))
+        m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
+        t_test_p(composite, mu=tolerance, alternative="greater"), level,
+        tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
+        crosses(t_statistic(composite, tolerance), critical), critical, tuple(steps),
+        100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable) else None)
 
 
 class RoundAgreement(NamedTuple):
@@ -5310,7 +5827,7 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     by_decision = collections.defaultdict(list)
     by_length = collections.defaultdict(list)
     for item in inputs:
-        by_decision[shown_decision(item.decision)].append(item.key)
+        by_decision[item.decision or "(no decision)"].append(item.key)
         if item.length is not None:
             by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
                        length_bucket(item.length))].append(item.key)
@@ -5386,7 +5903,7 @@ class RoundsReport(NamedTuple):
     order: dict
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
     outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
-    without_outliers: Optional[str]  # the verdict without them, where it differs
+    outlier_changes: tuple  # (round, its gated mean change %, the median's %): descriptive
     insecure_files: tuple  # files measured without TLS verification
     look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
@@ -5397,6 +5914,7 @@ class RoundsReport(NamedTuple):
     outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: tuple = ()  # PassLatencies, for the report page
+    more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -5449,21 +5967,61 @@ def run_outcomes(run: RunFile) -> dict:
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
                  doubts: Sequence[str], settings: GateSettings, look: Optional[tuple]) -> tuple:
-    """Return (status, reasons, exit code): the gate's one rule.
+    """Return (status, reasons, exit code): the gate's one rule, three-way.
 
-    fail: a new side failed, erred beyond the base, changed a decision, or the gate's test
-    rejects; inconclusive: doubts (a failing base side, too few usable rounds), --strict with
-    an underpowered gated row, or a group-sequential look that has not decided yet; else pass.
+    fail: a new side failed, erred beyond the base or changed a decision, or a gated row is
+    shown worse than the tolerance (the composite test or Holm, family-wise 5%); pass: every
+    gated row is shown within the tolerance (its worse end inside it: two one-sided tests at
+    2.5%, intersection-union), with no doubt; inconclusive: anything else (a failing base
+    side, too few usable rounds, a gated row not decided either way). --pass-unless-worse
+    keeps the old rule: pass unless it fails (see old_rule_outcome).
     """
     reasons = list(failures)
     if test is not None:
-        reasons += [f"regression in {pass_title(p)} {metric_title(m)}"
+        reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
                     for p, m in test.regressions]
-        if test.composite_p is not None and test.composite_p < test.level:
+        if test.composite_worse:
             reasons.append(f"the {test.rows} gated rows together are "
-                           f"{composite_text(test.composite)}")
+                           f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
         return "fail", tuple(reasons), EXIT_GATE
+    if settings.pass_unless_worse:
+        return old_rule_outcome(rows, doubts, settings, look)
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    doubts = list(doubts) + [undecided_text(r, settings) for r in undecided]
+    if undecided and look is not None and look[0] == look[1]:
+        doubts.append(f"the last look of the plan ({look[1]} rounds) left "
+                      f"{plural(len(undecided), 'gated row')} undecided")
+    if doubts:
+        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
+    return "pass", (), EXIT_OK
+
+
+def undecided_text(row: Row, settings: GateSettings) -> str:
+    """Return why a gated row is undecided: how far its worse end reaches, and about how many
+    more rounds would decide it at the spread seen."""
+    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
+            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
+            f"spread seen")
+
+
+def more_rounds(rows: Sequence[Row]) -> Optional[int]:
+    """Return the rounds that would decide every undecided gated row, None past 1,000 or
+    when none is undecided."""
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    if not undecided or any(r.more_rounds is None for r in undecided):
+        return None
+    return max(r.more_rounds for r in undecided)
+
+
+def old_rule_outcome(rows: Sequence[Row], doubts: Sequence[str], settings: GateSettings,
+                     look: Optional[tuple]) -> tuple:
+    """Return the outcome of --pass-unless-worse, the rule before the three-way gate: pass
+    unless it failed, inconclusive for doubts, --strict with an underpowered undecided gated
+    row, or a --sequential look before the last with an undecided gated row."""
     doubts = list(doubts)
     undecided = [r for r in rows if r.gated and r.verdict not in ("better", "same")]
     if look is not None and look[0] < look[1] and undecided:
@@ -5487,7 +6045,11 @@ def composite_text(composite: Interval) -> str:
 
 
 def detectable_text(row: Row) -> str:
-    return "any change" if row.detectable_pct is None else f">= {row.detectable_pct:.0f}%"
+    """Return what the row's test, as the gate applies it, finds 80% of the time."""
+    if row.detectable_pct is not None:
+        return f">= {row.detectable_pct:.0f}%"
+    # no spread finds any change; a look whose boundary cannot reject finds none
+    return "any change" if sample_spread(row.worse_series) == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -5506,13 +6068,38 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
 
 
 def look_level(settings: GateSettings, rounds: int) -> tuple:
-    """Return (one-sided level of each of the gate's two tests, the look or None)."""
+    """Return (one-sided level of each of the gate's two tests, the look or None); the
+    look's boundaries come from gate_critical."""
     half = settings.alpha / 2
     if settings.sequential_max is None:
         return half, None
-    look = (rounds, max(settings.sequential_max, rounds))
-    levels = group_sequential_levels(range(MIN_ROUNDS, look[1] + 1), look[1], half)
-    return next(b.nominal_alpha for b in levels if b.n == rounds), look
+    return half, (rounds, settings.sequential_max)
+
+
+def check_look(runs: dict, settings: GateSettings) -> None:
+    """Raise when the rounds go past the sequential plan's last look: more rounds than it
+    allows is a new plan, whose error rates no boundary holds."""
+    last = settings.sequential_max
+    if last is not None and len(runs) > last:
+        raise RouterLatencyError(
+            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"the plan keeps no error rate; judge them as a fixed design (without "
+            f"--sequential) or plan more rounds from the start")
+
+
+def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
+              doubts: Sequence[str] = ()) -> tuple:
+    """Return (the rows with the gate's words, its test, the look, (status, reasons, exit
+    code)): the whole rule applied to the rows of the used rounds (none: too few rounds).
+    bench/gate_simulation.py applies it to synthetic rows through this same function."""
+    if not rows:
+        return [], None, None, gate_outcome([], None, failures, doubts, settings, None)
+    level, look = look_level(settings, rows[0].rounds)
+    test = gate_test(rows, settings, level)
+    rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
+                       (r.pass_name, r.metric) in test.regressions) if r.gated else r
+            for r in rows]
+    return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
 
 
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
@@ -5551,6 +6138,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
     notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    check_measured_once(runs)
+    check_look(runs, settings)
     used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
     errors = pass_errors(runs, base, new)
     failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
@@ -5560,20 +6149,14 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                  for a in agreement if a.used and a.agree < a.total]
     rows: list = []
-    test = look = None
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
-        level, look = look_level(settings, len(used))
         rows = judged_rows(runs, base, new, used, settings)
-        test = gate_test(rows, settings, level)
-        rows = [r._replace(verdict="regression") if (r.pass_name, r.metric) in test.regressions
-                else r for r in rows]
-    status, reasons, code = gate_outcome(rows, test, failures, doubts, settings, look)
+    rows, test, look, (status, reasons, code) = gate_rows(rows, settings, failures, doubts)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
-    effect, outliers, without = order_and_outliers(runs, base, new, used, rows, settings,
-                                                   status, order)
+    effect, outliers, changes = order_and_outliers(used, rows, order)
     insecure = sorted({Path(run.path).name for sides in runs.values()
                        for run in sides.values() if run.insecure})
     hashes, hash_warnings = config_hash_findings(runs, base, new,
@@ -5583,37 +6166,36 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
         tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
-        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), without, tuple(insecure), look, status, reasons, code,
+        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        tuple(pass_latencies(runs, base, new, used)))
+        tuple(pass_latencies(runs, base, new, used)),
+        more_rounds(rows) if status == "inconclusive" else None)
 
 
-def order_and_outliers(runs: dict, base: str, new: str, used: Sequence[int],
-                       rows: Sequence[Row], settings: GateSettings, status: str,
-                       first: dict) -> tuple:
-    """Return (the crossover order effect, outlier rounds, the verdict without them where it
-    differs), all on the per-round mean of the gated rows' worse-direction log ratios; first:
-    which side started each round (order_balance)."""
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
+    """Return (the crossover order effect, outlier rounds, (round, its change %, the median
+    change %) of each), all on the per-round mean of the gated rows' worse-direction log
+    ratios; first: which side started each round (order_balance).
+
+    Outliers are described, never judged again without them: a verdict recomputed after
+    choosing what to drop is a second test, and the two together fail more often than
+    either. The gate's answer to a noisy round is the wider interval it gives.
+    """
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
-        return None, [], None
+        return None, [], ()
     composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first["base_first"]],
                           [composite[n] for n in first["new_first"]]) \
         if first["base_first"] and first["new_first"] and len(used) > 2 else None
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
-    without = None
-    kept = {n: runs[n] for n in runs if n not in outliers}
-    if outliers and len([n for n in used if n not in outliers]) >= MIN_ROUNDS:
-        again = judge_rounds(kept, base, new, settings)
-        if again.status != status:
-            without = f"{again.status.upper()}" + (f": {'; '.join(again.reasons)}"
-                                                  if again.reasons else "")
-    return effect, outliers, without
+    centre = 100 * math.expm1(statistics.median(composite.values()))
+    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
+                                   for n in outliers)
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -5623,11 +6205,8 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
-    for row in rows:
+    for row in rows if settings.pass_unless_worse else ():  # else the reasons say it
         title = f"{pass_title(row.pass_name)} {metric_title(row.metric)}"
-        if row.gated and row.verdict == "worse":
-            warnings.append(f"warning: {title} is worse by its own 95% interval, but not "
-                            f"after the correction for {test.rows} gated rows")
         if row.gated and row.verdict == "inconclusive":
             needed = "more than 1,000" if row.rounds_needed is None else \
                 f"about {row.rounds_needed}"
@@ -5802,14 +6381,32 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
 
+UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
+# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
+# address, a@b, never notifies and is left alone)
+MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+
+
+def unlinked(text: str) -> str:
+    """Return Markdown text whose @name and #123 neither notify nor link."""
+    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
+
+
+def md_cell(text: str) -> str:
+    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
+    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
+
+
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
                  markdown: bool = False, right: Sequence[bool] = ()) -> list:
     """Return the lines of an aligned text table, or a Markdown table."""
     right = list(right) + [True] * (len(header) - len(right))
+    rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
                  "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
-        return lines + ["| " + " | ".join(row) + " |" for row in rows]
+        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
 
     def line(cells: Sequence[str]) -> str:
@@ -5854,6 +6451,7 @@ def format_run_summary(passes: Sequence[PassRecord],
         if item.summary and item.summary.errors:
             lines.append(f"errors in {pass_title(item.name)}: "
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
+            lines += malformed_lines(item)
         if not item.discarded:
             slow = slow_windows(item.attempt.windows, thresholds)
             if slow:
@@ -5863,6 +6461,16 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes)
+
+
+def malformed_lines(item: PassRecord) -> list:
+    """Return the line saying what the malformed answers of a pass had wrong, or none."""
+    reasons = collections.Counter(r.reason for r in item.requests if r.reason)
+    if not reasons:
+        return []
+    (first, count), others = reasons.most_common(1)[0], len(reasons) - 1
+    return [f"malformed answers in {pass_title(item.name)}: {first} ({count})"
+            + (f" and {plural(others, 'other reason')}" if others else "")]
 
 
 def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
@@ -6056,7 +6664,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     slowdowns = format_slowdowns(report)
     lines += [""] + slowdowns if slowdowns else []
     lines += [""] + format_environment(report) + [""]
-    lines += format_order(report) + format_closing(report)
+    lines += format_order(report) + format_closing(report) + undecided_line(report)
     lines.append(verdict_line(report))
     return lines
 
@@ -6075,9 +6683,10 @@ def format_closing(report: RoundsReport) -> list:
 def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
-    lines = [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
-             f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
-             f"({report.corpus_count} prompts)"]
+    lines = [f"rule: {gate_rule(settings)}"] if settings.pass_unless_worse else []
+    lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
+              f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
+              f"({report.corpus_count} prompts)"]
     if not report.rows:
         return lines
     test = report.test
@@ -6085,11 +6694,14 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         f"{new} vs {base}: how many times faster or slower {new} is, the geometric mean of the "
         f"per-round ratios with a 95% Student t interval on their logs, df {len(used) - 1}; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
-        f"{settings.tolerance_pct:g}%; detects: the slowdown found 80% of the time",
+        f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
+        f"80% of the time",
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
-        f"{test.effective_rows:.1f} independent; one-sided tests at {100 * test.level:.3g}% each "
-        f"on their per-round mean and by Holm across them (family-wise "
-        f"{100 * 2 * test.level:.3g}%)", ""]
+        f"{test.effective_rows:.1f} independent; worse: one-sided tests at "
+        f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
+        f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
+        f"tolerance (one-sided {100 * test.level:.3g}%)"
+        + (", boundaries of this look" if settings.sequential_max else ""), ""]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
@@ -6104,8 +6716,11 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
          f"{new} vs {base} [95% CI]", "worse", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
+        together = "any change" if test.composite_detectable_pct is None \
+            else f">= {test.composite_detectable_pct:.0f}%"
         lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
-                      f"one-sided p {test.composite_p:.3g}"]
+                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                      f"detects {together}"]
     return lines
 
 
@@ -6246,20 +6861,42 @@ def format_order(report: RoundsReport) -> list:
                      f"[{100 * math.expm1(effect.low):+.1f}%, "
                      f"{100 * math.expm1(effect.high):+.1f}%]")
     if report.outliers:
-        lines.append(f"outlier rounds (median/MAD of the gated rows' mean): "
-                     f"{names(report.outliers)}"
-                     + (f"; without them the verdict would be {report.without_outliers}"
-                        if report.without_outliers else "; the verdict is the same without them"))
+        lines.append("outlier rounds (median/MAD of the gated rows' mean; described only, the "
+                     "verdict stands on every round): " + ", ".join(
+                         f"r{n} {change:+.1f}% against the median {centre:+.1f}%"
+                         for n, change, centre in report.outlier_changes))
     return lines
 
 
 def verdict_line(report: RoundsReport) -> str:
     """Return the one-line gate verdict of a rounds report."""
     look = f" (round {report.look[0]} of at most {report.look[1]})" if report.look else ""
+    old = " (--pass-unless-worse)" if report.settings.pass_unless_worse else ""
     if report.status != "pass":
-        return f"verdict: {report.status.upper()}{look}: " + "; ".join(report.reasons)
+        return f"verdict: {report.status.upper()}{look}{old}: " + "; ".join(report.reasons)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    return f"verdict: PASS{look}" + (f" ({unsure} inconclusive gated rows)" if unsure else "")
+    return f"verdict: PASS{look}{old}" + (f" ({unsure} inconclusive gated rows)"
+                                          if unsure else "")
+
+
+def undecided_line(report: RoundsReport) -> list:
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    if report.status != "inconclusive" or not report.rows:
+        return []
+    if report.more_rounds is None:
+        return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
+            if any(r.gated and r.verdict == "inconclusive" for r in report.rows) else []
+    return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
+            f"(at the spread seen)"]
+
+
+def gate_rule(settings: GateSettings) -> str:
+    """Return the gate's rule in one line."""
+    if settings.pass_unless_worse:
+        return ("--pass-unless-worse: PASS unless a gated row is shown worse than the "
+                "tolerance; a PASS does not show that the rows lie within it")
+    return ("PASS when every gated row is shown within the tolerance, FAIL when one is shown "
+            "worse, INCONCLUSIVE otherwise")
 
 
 def rounds_json(report: RoundsReport) -> dict:
@@ -6306,7 +6943,10 @@ def rounds_json(report: RoundsReport) -> dict:
             "environment": list(report.environment), "order": report.order,
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
-            "outliers": list(report.outliers), "without_outliers": report.without_outliers,
+            "outliers": list(report.outliers),
+            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
+                                for n, c, m in report.outlier_changes],
+            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
@@ -6381,17 +7021,15 @@ def junit_cases(report: RoundsReport) -> list:
     cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
-        outcome = {"regression": "failure", "inconclusive": "skipped", "worse": "skipped"}
+        outcome = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
-            text += f"; could only detect {detectable_text(row)}"
-        elif row.verdict == "worse":
-            text += f"; not after the correction for {report.test.rows} gated rows"
+            text += f"; {undecided_text(row, report.settings)}"
         cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
                       outcome.get(row.verdict, "passed"), text, ""))
     test = report.test
     if test is not None and test.composite is not None:
         cases.append(("rows", "gated rows together",
-                      "failure" if test.composite_p < test.level else "passed",
+                      "failure" if test.composite_worse else "passed",
                       f"{100 * math.expm1(test.composite.mean):+.1f}% "
                       f"[{100 * math.expm1(test.composite.low):+.1f}%, "
                       f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
@@ -6466,7 +7104,9 @@ def format_plan(report: RoundsReport) -> list:
     lines = [f"plan from {plural(len(report.used), 'round')} "
              f"({', '.join(f'r{n}' for n in report.used)}); target: detect a "
              f"{settings.target_pct:g}% slowdown beyond the {settings.tolerance_pct:g}% "
-             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}%", ""]
+             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}% (a gated "
+             f"row at Holm's first level, that divided by the gated rows, as the gate tests it "
+             f"when only that row slows)", ""]
     table = []
     for row in report.rows:
         spread = sample_spread([math.log(n / b) for b, n in
@@ -6582,8 +7222,9 @@ MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
 
 
 def md_text(text: str) -> str:
-    """Return text with every character Markdown could read as markup escaped."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    """Return text with every character Markdown could read as markup escaped, on one line,
+    with nothing that notifies a person or links an issue."""
+    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
 
 
 def markdown_blocks(lines: Sequence[str]) -> list:
@@ -6614,7 +7255,8 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     head = format_rounds_table(report, markdown=True)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    what = (f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
+    what = ((f"{gate_rule(report.settings)}; " if report.settings.pass_unless_worse else "")
+            + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look[0]} of at most {report.look[1]})" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
@@ -6624,7 +7266,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     if per_round and report.rows:
         details += ["**Each round**"] + format_per_round(report, markdown=True)
     details += ["**Environment**"] + format_environment(report, markdown=True)
-    details += format_order(report) + format_closing(report)
+    details += format_order(report) + format_closing(report) + undecided_line(report)
     table = [line for line in head if line.startswith("|")]
     return (markdown_verdict(report.status, report.reasons, what) + [""]
             + (table + [""] if table else []) + markdown_blocks(details))
@@ -6718,8 +7360,7 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "fail": "#c62828", "regression": "#c62828", "worse": "#e65100",
-                  "inconclusive": "#9a6700"}
+                  "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
@@ -7300,8 +7941,8 @@ def emit(lines: Iterable[str], stream: Any = None) -> None:
     closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
     stream = stream or sys.stdout
     try:
-        for line in lines:
-            stream.write(line + "\n")
+        for line in lines:  # a line may hold line breaks (JSON), no other control character
+            stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
         stream.flush()
     except OSError:
         drop_output(stream)
@@ -7681,12 +8322,13 @@ def add_rounds_parser(commands: Any) -> None:
     p = commands.add_parser("rounds", help="judge interleaved rounds of two sides",
                             formatter_class=HelpFormatter,
                             epilog="example: rounds --dir results --base cpu --new rocm. "
-                                   "Exit codes: 0 pass; 1 failed: a regression, a changed "
+                                   "Exit codes: 0 pass: every gated row shown within the "
+                                   "tolerance; 1 failed: a gated row shown worse, a changed "
                                    "decision, a failed new side or more failed requests than "
-                                   "the base; 2 bad input; 3 inconclusive: fewer than 3 usable "
-                                   "rounds, a failed base side, --strict with a gated row that "
-                                   "could not detect --max-mde, or an undecided --sequential "
-                                   "look.")
+                                   "the base; 2 bad input; 3 inconclusive: a gated row not "
+                                   "decided either way (the report says how many more rounds "
+                                   "would decide it), fewer than 3 usable rounds or a failed "
+                                   "base side.")
     p.add_argument("--dir", required=True, help="folder of r<N>-<side>.json files")
     p.add_argument("--base", required=True, type=side_name, help="the reference side")
     p.add_argument("--new", required=True, type=side_name, help="the side under test")
@@ -7700,14 +8342,19 @@ def add_rounds_parser(commands: Any) -> None:
                         "row may have before the result is inconclusive (default twice the "
                         "tolerance, 10 at tolerance 0)")
     p.add_argument("--strict", action="store_true",
-                   help="exit 3 when a gated row is inconclusive and could not detect "
-                        "--max-mde")
+                   help="with --pass-unless-worse: exit 3 when a gated row is inconclusive "
+                        "and could not detect --max-mde")
+    p.add_argument("--pass-unless-worse", action="store_true",
+                   help="the old rule: PASS unless a gated row is shown worse (an undecided "
+                        "row passes; the report's first line says so)")
     p.add_argument("--allow-mismatch", action="append", default=[], choices=CHECKED_FIELDS,
                    metavar="FIELD", help="accept runs that differ in this field "
                                          f"({', '.join(CHECKED_FIELDS)}; repeatable)")
-    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS), metavar="MAX_ROUNDS",
+    p.add_argument("--sequential", type=whole_number(MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS),
+                   metavar="MAX_ROUNDS",
                    help="judge a look of a group-sequential plan of at most MAX_ROUNDS rounds: "
-                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided)")
+                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided); more "
+                        "rounds than MAX_ROUNDS is an error")
     p.add_argument("--plan", action="store_true",
                    help="print the spread of each row and the rounds a target needs "
                         "(for planning from A/A rounds)")
@@ -7799,7 +8446,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="router-latency", description=__doc__.split("\n\n")[1],
                     formatter_class=argparse.RawDescriptionHelpFormatter,
                     epilog="exit codes: 0 ok, 1 gate failed, 2 bad input, 3 inconclusive "
-                           "(rounds), 130/143 interrupted")
+                           "(rounds), 130/143/129 interrupted")
     parser.add_argument("--version", action="version", version=f"router-latency {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
                                      metavar="{corpus,run,compare,rounds,record,simulate,demo}")
@@ -7818,10 +8465,13 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     else:
         boundary = default_boundary_cases()
     keys = list(PROMPT_KEYS) + [k for k in args.key if k not in PROMPT_KEYS]
+    check_distinct_files([("--boundary", args.boundary)], [("--out", args.out)])
     corpus = build_corpus(Path(args.repo), pattern=args.glob, keys=keys, boundary=boundary,
                           warn=lambda m: stderr_line(f"warning: {m}"))
     if not corpus["files"]:
         raise RouterLatencyError(f"no file matches {args.glob}", args.repo)
+    check_distinct_files([("data file", str(Path(args.repo) / rel)) for rel in corpus["files"]],
+                         [("--out", args.out)])
     data = corpus_bytes(corpus)
     write_output(args.out, data)
     emit(corpus_lines(corpus, data, args.repo, args.out),
@@ -7871,7 +8521,10 @@ def run_arguments(args: argparse.Namespace) -> tuple:
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
         router_pid=args.router_pid, router_cgroup=cgroup,
         router_container=args.router_container, router_cpu_list=args.router_cpus,
-        gpu_indexes=args.gpu_index or ())
+        gpu_indexes=args.gpu_index or (),
+        hidden_variables=(args.token_env,) if args.token_env else (),
+        secrets=secret_values(endpoint, headers) + (secret_values(metrics, ()) if metrics
+                                                    else ()))
     passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed,
                          repeat=args.repeat, duration=args.duration)
@@ -7885,10 +8538,10 @@ def run_arguments(args: argparse.Namespace) -> tuple:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    check_distinct_files([("--corpus", args.corpus), ("--loadavg-file", args.loadavg_file)],
+                         [("--out", args.out), ("--csv", args.csv)])
     check_writable_target(args.out, args.force)
     if args.csv:
-        if Path(args.csv).resolve() == Path(args.out).resolve():
-            raise RouterLatencyError("the CSV file and the run file are the same file", "--csv")
         check_writable_target(args.csv, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
@@ -7915,12 +8568,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in EXIT_SIGNAL:
-            previous[signum] = signal.signal(signum, on_signal)
+            # under nohup SIGHUP is ignored, and stays so: the run goes on to its end
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, on_signal)
     try:  # the handlers stay while the file is written: a signal then must not cut it off
-        run = measure_run(target, plan, corpus, label=args.label, guard=guard,
-                          capture=capture, stop=stop, progress=progress,
-                          notify=(lambda m: None) if args.quiet else stderr_line,
-                          thresholds=thresholds)
+        try:  # what the router, a probe or the network said never shows a secret
+            run = measure_run(target, plan, corpus, label=args.label, guard=guard,
+                              capture=capture, stop=stop, progress=progress,
+                              notify=(lambda m: None) if args.quiet else
+                              (lambda m: stderr_line(scrubbed(m, capture.secrets))),
+                              thresholds=thresholds)
+        except RouterLatencyError as exc:
+            raise RouterLatencyError(scrubbed(exc.args[0], capture.secrets),
+                                     exc.where) from None
         if run is None:
             stderr_line("interrupted before anything was measured; nothing written")
             return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
@@ -8014,6 +8674,11 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         if path:
             check_writable_target(path, force=True)
     files = find_round_files(args.dir, args.base, args.new)
+    check_distinct_files(
+        [("round file", p) for sides in files.values() for p in sides.values()]
+        + [("--corpus", args.corpus)],
+        [("--junit", args.junit), ("--html", args.html),
+         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
@@ -8021,7 +8686,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
-        allow_config_change=args.allow_config_change)
+        allow_config_change=args.allow_config_change,
+        pass_unless_worse=args.pass_unless_worse)
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
@@ -8059,6 +8725,9 @@ def cmd_record(args: argparse.Namespace) -> int:
                                      f"or --base and --new", "--section")
         sections.append(record_section(name, folder, base, new, GateSettings(
             tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete)))
+    check_distinct_files([("round file", run.path) for section in sections
+                          for sides in section.runs.values() for run in sides.values()],
+                         [("--json", args.json), ("--markdown", args.markdown)])
     write_atomic(args.json, dump_json(record_json(sections)))
     write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
     for section in sections:
@@ -8076,7 +8745,7 @@ def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
     if not path:
         return
     # the report is rendered only where GitHub asks for it
-    data = ("\n".join(lines()) + "\n\n").encode("utf-8", "replace")
+    data = ("\n".join(visible(line) for line in lines()) + "\n\n").encode("utf-8", "replace")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
         try:
@@ -8150,6 +8819,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def raise_interrupt(signum: int, frame: Any) -> None:
+    """The handler of SIGTERM and SIGHUP outside run and simulate."""
+    raise SignalInterrupt(signum)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit code."""
     for stream in (sys.stdout, sys.stderr):
@@ -8162,6 +8836,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    previous = {}
+    if args.func not in (cmd_run, cmd_simulate) \
+            and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):  # run and simulate handle their own
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, raise_interrupt)
     try:
         return args.func(args)
     except RouterLatencyError as exc:
@@ -8172,9 +8852,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # has lost the verdict with the output, which is no pass
         drop_output(sys.stdout)
         return EXIT_GATE
-    except KeyboardInterrupt:
-        stderr_line("interrupted")
-        return EXIT_SIGNAL[signal.SIGINT]
+    except KeyboardInterrupt as exc:
+        caught = exc.signum if isinstance(exc, SignalInterrupt) else int(signal.SIGINT)
+        stderr_line(f"interrupted by {signal.Signals(caught).name}; a file being written was "
+                    f"finished or removed, none is left half-written")
+        return EXIT_SIGNAL[signal.Signals(caught)]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

@@ -1,21 +1,19 @@
 #!/usr/bin/env python3
-"""How often the `rounds` gate fails when nothing changed, and how often it catches a slowdown.
+"""How often the `rounds` gate says PASS, FAIL and INCONCLUSIVE, with nothing changed and with
+a true slowdown of every row at the tolerance and at twice it.
 
-Writes synthetic rounds of two sides (three passes, five metrics each), judges them with the
-tool's own judge_rounds() and prints false-fail and detection rates per cell:
+Synthetic rounds of two sides, three passes of five metrics each (the default gate: p50, p95
+and req/s of every pass, 9 gated rows). Each side's value of a row in a round is its base
+figure times exp(noise), noise normal with spread sigma, either shared by every row of that
+side and round (a slow round is slow everywhere) or independent per row. The new side's
+latencies are multiplied by 1 + change (req/s divided by it).
 
-    sigma   per-round noise of each side, as a log-normal spread: 3, 5, 10, 15%
-    n       rounds: 3, 5, 10
-    noise   shared (a slow round is slow in every row) or independent (each row its own)
-    change  A/A at tolerance 0 and 5%; +5, +10, +20, +30% on every row; +30% on one gated row
-            (Conc 16 p95) alone
+The rule is the tool's own: the per-round values go through row_of() and gate_rows(), the
+functions judge_rounds() uses, without files (fast). --cli also writes every trial's round
+files with the tool's writer (dump_run of records whose percentiles are the values) and runs
+`router-latency rounds` on them through main(), and counts where the two disagree.
 
-for the default settings and --strict, and the adaptive mode (a group-sequential look after
-each round from 3 to 10) against a fixed 10 rounds. --cli also writes each trial's files and
-runs `router-latency rounds` on them through main(), to show the in-memory judge and the
-command line agree (slower: use fewer --trials).
-
-    python3 bench/gate_simulation.py [--trials 1000] [--seed 1] [--cli] [--jobs 2]
+    python3 bench/gate_simulation.py [--trials 400] [--seed 1] [--cli 20] [--budget-s 1500]
 
 Not a test: it prints figures and asserts nothing.
 """
@@ -23,8 +21,9 @@ Not a test: it prints figures and asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import math
-import multiprocessing
 import random
 import sys
 import tempfile
@@ -38,175 +37,245 @@ import router_latency as rl  # noqa: E402
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
 BASE = {"p50_ms": 10.0, "p95_ms": 15.0, "p99_ms": 20.0, "mean_ms": 11.0, "req_per_s": 100.0}
-SINGLE_ROW = ("c16", "p95_ms")
-COUNT = 3  # prompts per pass: enough for decisions, irrelevant to the figures
+SIGMAS = (0.01, 0.02, 0.05, 0.10)
+ROUNDS = (3, 5, 10)
+CHANGES = (0.0, 1.0, 2.0)  # in tolerances: A/A, +tolerance, +2x tolerance
+OUTCOMES = ("pass", "fail", "inconclusive")
 
 
-def synthetic_run(label: str, number: int, values: dict, first: bool) -> rl.RunFile:
-    """Return a run whose passes carry the given figures: {pass: {metric: value}}."""
-    requests = tuple(rl.Request(i, 0.0, 1.0, 200, "d", None) for i in range(COUNT))
-    passes = []
-    for name, concurrency in PASSES.items():
-        v = values[name]
-        summary = rl.PassSummary(COUNT, COUNT, {}, v["p50_ms"], v["p95_ms"], v["p99_ms"],
-                                 v["mean_ms"], 1.0, v["p99_ms"], v["req_per_s"], 1.0)
-        attempt = rl.Attempt(None, None, "", None, {}, None, {}, summary, requests)
-        passes.append(rl.PassRecord(name, concurrency, False, False, attempt))
-    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": COUNT},
-                      tuple(passes), started_unix=2.0 * number + (0 if first else 1),
-                      settings={"max_load": 120.0}, path=f"r{number}-{label}.json")
-
-
-def side_values(rng: random.Random, sigma: float, shared: bool, slowdown: dict) -> dict:
-    """Return one side's figures in one round: noise, times a slowdown per (pass, metric)."""
-    common = rng.gauss(0, sigma)
+def round_values(rng: random.Random, sigma: float, shared: bool, change: float,
+                 only: tuple = ()) -> dict:
+    """Return {(pass, metric): (base value, new value)} of one round; only: the one row the
+    change applies to (default every row)."""
+    common = {side: rng.gauss(0, sigma) for side in ("base", "new")}
     values = {}
     for name in PASSES:
-        values[name] = {}
-        for metric, base in BASE.items():
-            noise = common if shared else rng.gauss(0, sigma)
-            factor = math.exp(noise) * (1 + slowdown.get((name, metric), 0.0))
-            # a slower router answers fewer requests a second
-            values[name][metric] = base / factor if metric == "req_per_s" else base * factor
+        for metric, figure in BASE.items():
+            pair = []
+            moved = change if not only or (name, metric) == only else 0.0
+            for side in ("base", "new"):
+                noise = common[side] if shared else rng.gauss(0, sigma)
+                factor = math.exp(noise) * (1 + moved if side == "new" else 1.0)
+                pair.append(figure / factor if metric == "req_per_s" else figure * factor)
+            values[(name, metric)] = tuple(pair)
     return values
 
 
-def slowdown_of(change: str) -> dict:
-    if change.startswith("A/A"):
-        return {}
-    if change == "+30% one row":
-        return {SINGLE_ROW: 0.30}
-    size = float(change.strip("+% all")) / 100
-    return {(p, m): size for p in PASSES for m in BASE}
+def judged(rounds: list, settings: rl.GateSettings) -> str:
+    """Return the gate's status for these rounds, through row_of() and gate_rows()."""
+    rows = [rl.row_of(name, metric, [r[(name, metric)][0] for r in rounds],
+                      [r[(name, metric)][1] for r in rounds], settings)
+            for name in PASSES for metric in BASE]
+    return rl.gate_rows(rows, settings)[3][0]
 
 
-def trial_runs(rng: random.Random, rounds: int, sigma: float, shared: bool,
-               change: str) -> dict:
-    slowdown = slowdown_of(change)
-    runs = {}
-    for number in range(1, rounds + 1):
-        base_first = number % 2 == 1
-        runs[number] = {
-            "base": synthetic_run("base", number, side_values(rng, sigma, shared, {}), base_first),
-            "new": synthetic_run("new", number, side_values(rng, sigma, shared, slowdown),
-                                 not base_first)}
-    return runs
+def fixed_cell(rng, cell: tuple, trials: int, settings) -> dict:
+    """Return the outcome counts of trials of a fixed design; cell: (sigma, n, shared,
+    change)."""
+    sigma, n, shared, change = cell
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for _ in range(trials):
+        rounds = [round_values(rng, sigma, shared, change) for _ in range(n)]
+        counts[judged(rounds, settings)] += 1
+    return counts
 
 
-def judged_status(runs: dict, settings: rl.GateSettings, cli: bool) -> str:
-    if not cli:
-        return rl.judge_rounds(runs, "base", "new", settings).status
+MAX_ROUNDS = 10  # the sequential plan: --sequential 10, --until-decided --max-rounds 10
+
+
+def sequential_cell(rng, cell: tuple, trials: int, settings) -> tuple:
+    """Return (outcome counts, total rounds used): a look after each round from 3 on, stopped
+    at the first decided look, as rounds --sequential and run_rounds.sh --until-decided do;
+    cell: (sigma, shared, change)."""
+    sigma, shared, change = cell
+    max_rounds = MAX_ROUNDS
+    counts, used = dict.fromkeys(OUTCOMES, 0), 0
+    plan = settings._replace(sequential_max=max_rounds)
+    for _ in range(trials):
+        rounds = [round_values(rng, sigma, shared, change) for _ in range(rl.MIN_ROUNDS - 1)]
+        for n in range(rl.MIN_ROUNDS, max_rounds + 1):
+            rounds.append(round_values(rng, sigma, shared, change))
+            status = judged(rounds, plan)
+            if status != "inconclusive":
+                break
+        counts[status] += 1
+        used += n
+    return counts, used
+
+
+def detects_table(args, settings) -> None:
+    """Print how often the gate finds the slowdown "detects" states for one row, when only
+    that row slows by it: the figure from the true spread of its per-round log ratios."""
+    print()
+    print("| σ per side | n | slowdown of Conc 16 p95 alone | FAIL |")
+    print("|---:|---:|---:|---:|")
+    rows = sum(1 for _ in PASSES) * 3  # the default gate: p50, p95 and req/s of every pass
+    for sigma in (0.02, 0.05):
+        for n in ROUNDS:
+            spread = sigma * math.sqrt(2)  # independent noise: each side's, per row
+            level = settings.alpha / 2 / rows
+            shift = (math.log1p(settings.tolerance_pct / 100)
+                     + rl.power_shift(-rl.t_ppf(level, n - 1), n - 1) * spread / math.sqrt(n))
+            rng = random.Random(f"detects-{args.seed}-{sigma}-{n}")
+            fails = 0
+            for _ in range(args.detects):
+                rounds = [round_values(rng, sigma, False, math.expm1(shift), ("c16", "p95_ms"))
+                          for _ in range(n)]
+                fails += judged(rounds, settings) == "fail"
+            print(f"| {100 * sigma:g}% | {n} | +{100 * math.expm1(shift):.1f}% | "
+                  f"{share(fails, args.detects)} |", flush=True)
+
+
+# --- the command line on files made by the tool's writer ---
+
+def latencies_for(count: int, p50: float, p95: float, p99: float) -> list:
+    """Return count sorted latencies whose R7 p50, p95 and p99 are exactly those given."""
+    h50, h95 = (count - 1) * 0.50, (count - 1) * 0.95
+    return [p50 if i <= math.ceil(h50) else p95 if i <= math.ceil(h95) else p99
+            for i in range(count)]
+
+
+def written_run(path: str, label: str, started: float, values: dict) -> None:
+    """Write a run file whose passes have these p50, p95, p99 and req/s (its mean follows
+    from the records), through the tool's own summary and writer."""
+    count, passes = 101, []
+    for name, concurrency in PASSES.items():
+        v = {m: values[(name, m)] for m in BASE}
+        latencies = latencies_for(count, v["p50_ms"], v["p95_ms"], v["p99_ms"])
+        requests = tuple(rl.Request(i, None, latencies[i], 200, "d", None) for i in range(count))
+        summary = rl.pass_summary(requests, count / v["req_per_s"])
+        attempt = rl.Attempt(None, None, "", started, {}, None, {}, summary, requests)
+        passes.append(rl.PassRecord(name, concurrency, False, False, attempt))
+    run = rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": count},
+                     tuple(passes), started_unix=started, settings={"max_load": 120.0})
+    rl.write_atomic(path, rl.dump_run(run))
+
+
+def cli_agrees(rounds: list, settings: rl.GateSettings) -> tuple:
+    """Write the rounds as files, judge them with `rounds` through main() and with the fast
+    path on the values the files hold; return (CLI status, fast status)."""
     with tempfile.TemporaryDirectory() as folder:
-        for number, sides in runs.items():
-            for side, run in sides.items():
-                rl.write_atomic(f"{folder}/r{number}-{side}.json", rl.dump_run(run))
-        argv = ["rounds", "--dir", folder, "--base", "base", "--new", "new",
-                "--tolerance", f"{settings.tolerance_pct:g}", "--format", "json"]
-        argv += ["--strict"] if settings.strict else []
-        code = rl.main(argv)
-    return {rl.EXIT_OK: "pass", rl.EXIT_GATE: "fail", rl.EXIT_INCONCLUSIVE: "inconclusive"}[code]
+        for number, values in enumerate(rounds, 1):
+            order = ("base", "new") if number % 2 else ("new", "base")
+            for slot, side in enumerate(order):
+                written_run(f"{folder}/r{number}-{side}.json", side, 100.0 * number + 10 * slot,
+                            {k: v[0 if side == "base" else 1] for k, v in values.items()})
+        stored = []
+        for number in range(1, len(rounds) + 1):
+            runs = [rl.load_run(f"{folder}/r{number}-{s}.json") for s in ("base", "new")]
+            stored.append({(p, m): tuple(getattr(r.pass_named(p).summary, m) for r in runs)
+                           for p in PASSES for m in BASE})
+        argv = ["rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance",
+                f"{settings.tolerance_pct:g}", "--format", "json"]
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = rl.main(argv)
+    names = {rl.EXIT_OK: "pass", rl.EXIT_GATE: "fail", rl.EXIT_INCONCLUSIVE: "inconclusive"}
+    return names.get(code, f"exit {code}"), judged(stored, settings)
 
 
-def adaptive(rng: random.Random, sigma: float, shared: bool, change: str,
-             settings: rl.GateSettings, max_rounds: int = 10) -> tuple:
-    """Return (status, rounds used) of a group-sequential run: a look after each round."""
-    runs = trial_runs(rng, max_rounds, sigma, shared, change)
-    for rounds in range(rl.MIN_ROUNDS, max_rounds + 1):
-        look = {n: runs[n] for n in range(1, rounds + 1)}
-        report = rl.judge_rounds(look, "base", "new",
-                                 settings._replace(sequential_max=max_rounds))
-        if report.status != "inconclusive" or rounds == max_rounds:
-            return report.status, rounds
-    raise AssertionError("unreachable")
+# --- the table ---
 
-
-def cell(job: tuple) -> tuple:
-    """Run one cell's trials; return its figures."""
-    sigma, rounds, shared, change, trials, seed, cli = job
-    rng = random.Random(f"{seed}-{sigma}-{rounds}-{shared}-{change}")
-    tolerance = 0.0 if change == "A/A tol 0" else 5.0
-    plain = rl.GateSettings(tolerance_pct=tolerance)
-    strict = plain._replace(strict=True)
-    counts = {"fail": 0, "strict_fail": 0, "strict_inconclusive": 0}
-    for _ in range(trials):
-        runs = trial_runs(rng, rounds, sigma, shared, change)
-        counts["fail"] += judged_status(runs, plain, cli) == "fail"
-        status = judged_status(runs, strict, cli)
-        counts["strict_fail"] += status == "fail"
-        counts["strict_inconclusive"] += status == "inconclusive"
-    return job, {k: v / trials for k, v in counts.items()}
-
-
-def adaptive_cell(job: tuple) -> tuple:
-    sigma, shared, change, trials, seed = job
-    rng = random.Random(f"adaptive-{seed}-{sigma}-{shared}-{change}")
-    tolerance = 0.0 if change == "A/A tol 0" else 5.0
-    settings = rl.GateSettings(tolerance_pct=tolerance)
-    fails = used = fixed_fails = 0
-    for _ in range(trials):
-        status, rounds = adaptive(rng, sigma, shared, change, settings)
-        fails += status == "fail"
-        used += rounds
-        fixed = trial_runs(rng, 10, sigma, shared, change)
-        fixed_fails += rl.judge_rounds(fixed, "base", "new", settings).status == "fail"
-    return job, {"fail": fails / trials, "mean_rounds": used / trials,
-                 "fixed_fail": fixed_fails / trials}
+def share(count: int, trials: int) -> str:
+    return f"{100 * count / trials:.1f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--trials", type=int, default=400, help="trials per fixed cell")
+    parser.add_argument("--sequential-trials", type=int, default=200,
+                        help="trials per --sequential 10 cell")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--cli", action="store_true", help="judge through files and main()")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--skip-adaptive", action="store_true")
+    parser.add_argument("--cli", type=int, default=0, metavar="TRIALS",
+                        help="also judge this many trials per noise model through files and "
+                             "main(), and count disagreements")
+    parser.add_argument("--budget-s", type=float, default=1800.0,
+                        help="stop starting new cells after this many seconds")
+    parser.add_argument("--skip", action="append", default=[], choices=("fixed", "sequential"),
+                        help="leave out a table")
+    parser.add_argument("--detects", type=int, default=0, metavar="TRIALS",
+                        help="also check the 'detects' figure: this many trials per cell")
     args = parser.parse_args()
-    changes = ["A/A tol 0", "A/A tol 5", "+5% all", "+10% all", "+20% all", "+30% all",
-               "+30% one row"]
-    jobs = [(sigma, rounds, shared, change, args.trials, args.seed, args.cli)
-            for sigma in (0.03, 0.05, 0.10, 0.15) for rounds in (3, 5, 10)
-            for shared in (True, False) for change in changes]
-    started = time.monotonic()
-    with multiprocessing.Pool(args.jobs) as pool:
-        results = dict(pool.map(cell, jobs))
-    se = math.sqrt(0.05 * 0.95 / args.trials)
-    print(f"{args.trials} trials per cell, seed {args.seed}, "
-          f"{'files through the CLI' if args.cli else 'judge_rounds in memory'}; "
-          f"binomial se at 5%: {100 * se:.1f} points; default gate (p50, p95, req/s of 3 "
-          f"passes: 9 rows), alpha 5%")
-    print("fail rate with the default settings; in brackets with --strict: fail / inconclusive")
-    header = f"{'sigma':>5} {'n':>3} {'noise':<11}" + "".join(f"{c:>19}" for c in changes)
-    print(header)
-    for sigma in (0.03, 0.05, 0.10, 0.15):
-        for rounds in (3, 5, 10):
-            for shared in (True, False):
-                cells = []
-                for change in changes:
-                    r = results[(sigma, rounds, shared, change, args.trials, args.seed,
-                                 args.cli)]
-                    cells.append(f"{100 * r['fail']:5.1f} [{100 * r['strict_fail']:4.1f}/"
-                                 f"{100 * r['strict_inconclusive']:4.1f}]")
-                print(f"{100 * sigma:>4.0f}% {rounds:>3} "
-                      f"{'shared' if shared else 'independent':<11}"
-                      + "".join(f"{c:>19}" for c in cells))
-    if not args.skip_adaptive:
-        adaptive_jobs = [(sigma, shared, change, args.trials, args.seed)
-                         for sigma in (0.05, 0.10) for shared in (True, False)
-                         for change in ("A/A tol 0", "A/A tol 5", "+10% all", "+20% all",
-                                        "+30% one row")]
-        with multiprocessing.Pool(args.jobs) as pool:
-            adaptive_results = dict(pool.map(adaptive_cell, adaptive_jobs))
-        print()
-        print("adaptive (--sequential 10: a look after each round from 3) against a fixed 10 "
-              "rounds")
-        print(f"{'sigma':>5} {'noise':<11} {'change':<13} {'fail':>6} {'mean rounds':>12} "
-              f"{'fixed 10 fail':>14}")
-        for job, r in adaptive_results.items():
-            sigma, shared, change = job[:3]
-            print(f"{100 * sigma:>4.0f}% {'shared' if shared else 'independent':<11} "
-                  f"{change:<13} {100 * r['fail']:>5.1f}% {r['mean_rounds']:>12.2f} "
-                  f"{100 * r['fixed_fail']:>13.1f}%")
-    print(f"({time.monotonic() - started:.0f} s)")
+    settings = rl.GateSettings()  # tolerance 5%, the default gate
+    started = time.process_time()
+    wall = time.monotonic()
+    print(f"{args.trials} trials per fixed cell, {args.sequential_trials} per sequential cell, "
+          f"seed {args.seed}; tolerance {settings.tolerance_pct:g}%, the default gate (9 "
+          f"rows); shares in percent; binomial standard error sqrt(p (1 - p) / trials): "
+          f"{100 * math.sqrt(0.025 * 0.975 / args.trials):.2f} points at 2.5%, "
+          f"{100 * math.sqrt(0.05 * 0.95 / args.trials):.2f} at 5%")
+    if "fixed" not in args.skip:
+        fixed_table(args, settings, wall)
+    if "sequential" not in args.skip:
+        sequential_table(args, settings, wall)
+    if args.cli:
+        cli_table(args, settings)
+    if args.detects:
+        detects_table(args, settings)
+    print(f"(cost: {time.process_time() - started:.0f} s of CPU, "
+          f"{time.monotonic() - wall:.0f} s of wall time, one process)")
+
+
+def fixed_table(args, settings, wall) -> None:
+    tolerance = settings.tolerance_pct / 100
+    print()
+    print("| σ per side | noise | n | A/A PASS | A/A FAIL | A/A INC | +tol PASS | +tol FAIL | "
+          "+2×tol FAIL | +2×tol PASS |")
+    print("|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for sigma in SIGMAS:
+        for shared in (True, False):
+            for n in ROUNDS:
+                if time.monotonic() - wall > args.budget_s:
+                    print(f"(budget of {args.budget_s:g} s spent: stopped here)")
+                    return
+                rng = random.Random(f"{args.seed}-{sigma}-{shared}-{n}")
+                cells = [fixed_cell(rng, (sigma, n, shared, c * tolerance), args.trials,
+                                    settings) for c in CHANGES]
+                t = args.trials
+                print(f"| {100 * sigma:g}% | {'shared' if shared else 'independent'} | {n} | "
+                      f"{share(cells[0]['pass'], t)} | {share(cells[0]['fail'], t)} | "
+                      f"{share(cells[0]['inconclusive'], t)} | {share(cells[1]['pass'], t)} | "
+                      f"{share(cells[1]['fail'], t)} | {share(cells[2]['fail'], t)} | "
+                      f"{share(cells[2]['pass'], t)} |", flush=True)
+
+
+def sequential_table(args, settings, wall) -> None:
+    tolerance = settings.tolerance_pct / 100
+    print()
+    print("--sequential 10 (a look after each round from 3, stopped at the first decided look; "
+          "run_rounds.sh --until-decided --max-rounds 10 runs the same plan):")
+    print()
+    print("| σ per side | noise | change | PASS | FAIL | INCONCLUSIVE | mean rounds |")
+    print("|---:|:---|:---|---:|---:|---:|---:|")
+    for sigma in SIGMAS:
+        for shared in (True, False):
+            for change, title in zip(CHANGES, ("A/A", "+tol", "+2×tol")):
+                if time.monotonic() - wall > args.budget_s:
+                    print(f"(budget of {args.budget_s:g} s spent: stopped here)")
+                    return
+                rng = random.Random(f"seq-{args.seed}-{sigma}-{shared}-{change}")
+                t = args.sequential_trials
+                counts, used = sequential_cell(rng, (sigma, shared, change * tolerance), t,
+                                               settings)
+                print(f"| {100 * sigma:g}% | {'shared' if shared else 'independent'} | {title} "
+                      f"| {share(counts['pass'], t)} | {share(counts['fail'], t)} | "
+                      f"{share(counts['inconclusive'], t)} | {used / t:.2f} |", flush=True)
+
+
+def cli_table(args, settings) -> None:
+    tolerance = settings.tolerance_pct / 100
+    print()
+    for shared in (True, False):
+        rng = random.Random(f"cli-{args.seed}-{shared}")
+        agree, seen = 0, {}
+        for trial in range(args.cli):
+            change = CHANGES[trial % len(CHANGES)] * tolerance
+            rounds = [round_values(rng, 0.02, shared, change) for _ in range(5)]
+            cli, fast = cli_agrees(rounds, settings)
+            agree += cli == fast
+            seen[cli] = seen.get(cli, 0) + 1
+        print(f"--cli, σ 2%, n 5, {'shared' if shared else 'independent'} noise, changes 0, "
+              f"+tol, +2×tol in turn: {agree}/{args.cli} trials agree; CLI outcomes "
+              + ", ".join(f"{k} {v}" for k, v in sorted(seen.items())))
 
 
 if __name__ == "__main__":

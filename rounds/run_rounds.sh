@@ -83,9 +83,10 @@ Options:
   --rounds N              rounds to run (default 5, at least 3)
   --until-decided         stop as soon as the result is decided: after each round from
                           --min-rounds on, `rounds --sequential MAX` judges a look of a
-                          group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on)
+                          group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on);
+                          a last look still undecided exits 3
   --min-rounds N          the first look (default 3)
-  --max-rounds M          the most rounds, whose look spends the remaining alpha (default 10)
+  --max-rounds M          the most rounds, the plan's last look (default 10)
   --dir DIR               folder for r<N>-<side>.json (created; must hold no round files)
   --resume                keep the complete rounds already in DIR and redo the others (their
                           files are renamed to <file>.replaced)
@@ -102,7 +103,8 @@ Options:
                           request and the foreign vCPUs on its CPUs (run --router-container)
   --wait-ready SECONDS    how long a started router may take to answer (default 300)
   --tolerance PCT         passed to `rounds` (default 5)
-  --gate LIST, --max-mde PCT, --strict, --format FMT   passed to `rounds`
+  --gate LIST, --max-mde PCT, --strict, --pass-unless-worse, --format FMT
+                          passed to `rounds`
   --tool PATH             router_latency.py to use (default: the one beside rounds/)
   --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
@@ -140,6 +142,7 @@ while [ $# -gt 0 ]; do
     --tolerance) rounds_args[1]=${2?}; shift 2 ;;
     --gate|--max-mde) rounds_args+=("$1" "${2?}"); shift 2 ;;
     --strict) rounds_args+=(--strict); shift ;;
+    --pass-unless-worse) rounds_args+=(--pass-unless-worse); shift ;;
     --format) format_args=(--format "${2?}"); shift 2 ;;
     --tool) tool=${2?}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -495,8 +498,10 @@ if [ "$until_decided" -eq 1 ]; then
     say "stopped after $total rounds: rounds could not judge them (above)"
   elif [ -n "$final" ]; then
     say "decided after $total of at most $rounds rounds$kept_note"
+  elif [ "$code" -eq 3 ]; then
+    say "ran $total rounds, the most allowed: the last look left it undecided$kept_note"
   else
-    say "ran $total rounds, the most allowed, and judged the last look$kept_note"
+    say "ran $total rounds, the most allowed, and the last look decided$kept_note"
   fi
 else
   judge ${format_args[@]+"${format_args[@]}"} || code=$?

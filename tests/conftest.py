@@ -165,7 +165,7 @@ def three_rounds(folder, *, differ_in_round=None, base=(10, 20, 30, 100), flagge
                        "metrics": {"deltas": {"router_restarts_total": restarts}}}
         make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: figures}, sha=sha,
                  decisions=decisions,
-                 started_unix=1000.0 * number + (-500 if number == 2 else 500),
+                 started_unix=1000.0 * number + (-300 if number == 2 else 300),
                  environment=environment, driver_cpu_s=0.015,
                  load={"start": 1.0, "end": 130.0 if number == 2 and flagged else 2.0})
 

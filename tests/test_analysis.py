@@ -120,7 +120,7 @@ def sides(folder, number, base=(10, 20, 30, 100), new=(10, 20, 30, 100), **new_o
     make_run(folder / f"r{number}-cpu.json", label="cpu", passes={1: base},
              started_unix=10.0 * number)
     make_run(folder / f"r{number}-gpu.json", label="gpu", passes={1: new},
-             started_unix=10.0 * number + (5 if number % 2 else -5), **new_options)
+             started_unix=10.0 * number + (3 if number % 2 else -3), **new_options)
 
 
 def test_rounds_passes_when_nothing_regressed(tmp_path, cli):
@@ -131,21 +131,42 @@ def test_rounds_passes_when_nothing_regressed(tmp_path, cli):
     assert result.out.splitlines()[-1] == "verdict: PASS"
 
 
-def test_rounds_strict_is_inconclusive_only_where_a_row_could_not_detect_the_target(
+def test_an_undecided_row_is_inconclusive_and_says_how_many_rounds_would_decide_it(
         tmp_path, cli):
+    # p50 ratios 0.9, 1.15, 1.0: mean +1.3%, the worse end far beyond the 5% tolerance
     for number, new_p50 in enumerate((9.0, 11.5, 10.0), 1):
         sides(tmp_path, number, new=(new_p50, 20, 30, 100))
     plain = rounds(cli, tmp_path)
+    assert plain.code == 3
+    lines = plain.out.splitlines()
+    assert lines[-2] == "undecided: 42 more rounds would decide it (at the spread seen)"
+    assert lines[-1] == (
+        "verdict: INCONCLUSIVE: Sequential p50 undecided: its worse end reaches +37.3% "
+        "(tolerance 5%); about 42 more rounds would decide it at the spread seen")
+    assert "Sequential  p50 ms*" in plain.out and " inconclusive" in lines[5]
+    assert rounds(cli, tmp_path, "--format", "json").code == 3
+    assert json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                          "--format", "json").out)["more_rounds"] == 42
+
+
+def test_pass_unless_worse_keeps_the_old_rule_and_says_so_first(tmp_path, cli):
+    for number, new_p50 in enumerate((9.0, 11.5, 10.0), 1):
+        sides(tmp_path, number, new=(new_p50, 20, 30, 100))
+    plain = rounds(cli, tmp_path, "--pass-unless-worse")
     assert plain.code == 0
-    assert plain.out.splitlines()[-1] == "verdict: PASS (1 inconclusive gated rows)"
-    assert ("warning: Sequential p50 inconclusive: could only detect >= 54%; about 57 rounds "
+    assert plain.out.splitlines()[0] == (
+        "rule: --pass-unless-worse: PASS unless a gated row is shown worse than the "
+        "tolerance; a PASS does not show that the rows lie within it")
+    assert plain.out.splitlines()[-1] == ("verdict: PASS (--pass-unless-worse) (1 inconclusive "
+                                          "gated rows)")
+    assert ("warning: Sequential p50 inconclusive: could only detect >= 114%; about 76 rounds "
             "would be needed for 10%") in plain.out
-    strict = rounds(cli, tmp_path, "--strict")
+    strict = rounds(cli, tmp_path, "--pass-unless-worse", "--strict")
     assert strict.code == 3
     assert strict.out.splitlines()[-1] == (
-        "verdict: INCONCLUSIVE: Sequential p50 inconclusive and could only detect >= 54% "
-        "(--max-mde 10)")
-    assert rounds(cli, tmp_path, "--strict", "--max-mde", "60").code == 0
+        "verdict: INCONCLUSIVE (--pass-unless-worse): Sequential p50 inconclusive and could "
+        "only detect >= 114% (--max-mde 10)")
+    assert rounds(cli, tmp_path, "--pass-unless-worse", "--strict", "--max-mde", "120").code == 0
 
 
 def test_rounds_tolerance_moves_the_verdict(tmp_path, cli):
@@ -153,7 +174,8 @@ def test_rounds_tolerance_moves_the_verdict(tmp_path, cli):
         sides(tmp_path, number, new=(new_p50, 20, 30, 100))
     result = rounds(cli, tmp_path)
     assert result.code == 1
-    assert result.out.splitlines()[-1].startswith("verdict: FAIL: regression in Sequential p50")
+    assert result.out.splitlines()[-1] == ("verdict: FAIL: Sequential p50 is worse than the "
+                                           "tolerance")
     assert rounds(cli, tmp_path, "--tolerance", "10").code == 0
 
 
@@ -353,9 +375,10 @@ def test_holm_names_the_row_that_moved_alone():
         5, lambda n, p, m: (1.30 if (p, m) == ("c16", "p95_ms") else 1.0) * noise[(n, p, m)]),
         "base", "new")
     assert report.test.regressions == (("c16", "p95_ms"),)
-    assert "regression in Conc 16 p95" in report.reasons
+    assert "Conc 16 p95 is worse than the tolerance" in report.reasons
     row = next(r for r in report.rows if (r.pass_name, r.metric) == ("c16", "p95_ms"))
-    assert row.verdict == "regression" and 29 < row.change_pct < 31
+    assert row.verdict == "worse" and 29 < row.change_pct < 31
+    assert {r.verdict for r in report.rows if r.gated} <= set(rl.ROW_WORDS)
 
 
 @SETTINGS
@@ -369,16 +392,23 @@ def test_a_rows_point_always_lies_inside_its_interval(pairs):
         assert row.log_ratio.low <= row.log_ratio.mean <= row.log_ratio.high
 
 
-def test_an_outlier_round_is_marked_and_the_verdict_without_it_shown():
+def test_an_outlier_round_is_described_and_its_noise_makes_the_verdict_inconclusive():
+    # one slow base round (2x) in six hides a true 1.2x slowdown of every row: today's rule
+    # passed it and printed a second verdict without the round; the three-way rule is
+    # inconclusive, and the outlier is only described
     slower = lambda n, p, m: 1.2 * (1 + 0.002 * n)  # noqa: E731
-    hiccup = lambda n, p, m: 2.0 if n == 3 else 1.0  # noqa: E731
-    report = rl.judge_rounds(rounds_in_memory(6, slower, base_factor=hiccup), "base", "new")
-    assert report.outliers == (3,)
-    assert report.status != "fail"
-    assert report.without_outliers.startswith("FAIL: ")
-    lines = rl.format_order(report)
-    assert lines[-1].startswith("outlier rounds (median/MAD of the gated rows' mean): r3; "
-                                "without them the verdict would be FAIL: ")
+    for hiccup_size, count in ((2.0, 6), (1.4, 5), (1.6, 7)):
+        hiccup = lambda n, p, m: hiccup_size if n == 3 else 1.0  # noqa: E731
+        report = rl.judge_rounds(rounds_in_memory(count, slower, base_factor=hiccup),
+                                 "base", "new")
+        assert report.outliers == (3,)
+        assert report.status == "inconclusive" and report.exit_code == 3
+        assert not hasattr(report, "without_outliers")
+        line = rl.format_order(report)[-1]
+        assert line.startswith("outlier rounds (median/MAD of the gated rows' mean; described "
+                               "only, the verdict stands on every round): r3 ")
+        assert "verdict would be" not in line
+        assert "against the median +2" in line  # the true +20%, and a little drift
 
 
 def test_an_order_effect_is_estimated_and_warned_about():
@@ -389,7 +419,9 @@ def test_an_order_effect_is_estimated_and_warned_about():
     assert math.expm1(report.order_effect.estimate) == pytest.approx(0.10, abs=0.005)
     assert any(w.startswith("warning: order effect: the side started second ran +10.")
                for w in report.warnings)
-    assert report.status == "pass"  # the order, not the change: balanced rounds cancel it
+    # the order, not the change: balanced rounds cancel it, never a FAIL; the noise it adds
+    # leaves the rows undecided
+    assert report.status == "inconclusive"
 
 
 def test_plan_prints_what_the_rounds_could_detect(tmp_path, cli):
@@ -410,9 +442,9 @@ def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cl
         sides(tmp_path, number, new=(new_p50, 20, 30, 100))
     look = rounds(cli, tmp_path, "--sequential", "10")
     assert look.code == 3
-    assert look.out.splitlines()[-1] == ("verdict: INCONCLUSIVE (round 3 of at most 10): not "
-                                         "decided after 3 of at most 10 rounds: 1 gated row "
-                                         "open")
+    assert look.out.splitlines()[-1].startswith(
+        "verdict: INCONCLUSIVE (round 3 of at most 10): Sequential p50 undecided: its worse "
+        "end reaches ")
     for number in (1, 2, 3):
         sides(tmp_path, number, new=(5.0 + number / 100, 20, 30, 100))
     decided = rounds(cli, tmp_path, "--sequential", "10")

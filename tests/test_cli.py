@@ -383,7 +383,9 @@ def test_version(cli, capsys):
 
 def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     result = cli("demo", "--keep", tmp_path / "demo", "--rounds", "3")
-    assert result.code == 0, result.err
+    # gpu is about twice as fast: never a FAIL, though on a loaded machine three rounds may
+    # leave a row undecided
+    assert result.code in (0, 3), result.err
     lines = result.out.splitlines()
     assert "round 1: cpu then gpu" in lines and "round 2: gpu then cpu" in lines
     assert any(line.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
@@ -391,7 +393,7 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
-    assert lines[verdict].startswith("verdict: PASS")
+    assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
     assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
     assert lines[verdict + 3:] == list(rl.DEMO_NEXT_STEPS)
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
@@ -402,7 +404,8 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     # the simulated routers reject the whitespace-only case as its expectation allows, and
     # each side answers with its own configuration
     assert "expected rejections (cpu/gpu): r1 3/3, r2 3/3, r3 3/3" in lines
-    configuration = lines[verdict - 1]
+    configuration = next(line for line in lines[:verdict]
+                         if line.startswith("configuration (x-vsr-config-hash)"))
     assert re.fullmatch(r"configuration \(x-vsr-config-hash\): cpu [0-9a-f]{12}; "
                         r"gpu [0-9a-f]{12}", configuration)
     assert configuration[-12:] != configuration[-30:-18]
@@ -425,7 +428,8 @@ def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
                                     "12 boundary cases)")
     demo = subprocess.run([*python, "demo", "--rounds", "3"], cwd=bare, capture_output=True,
                           text=True, timeout=120)
-    assert demo.returncode == 0 and demo.stderr == "", demo.stderr
+    # never a FAIL; on a loaded machine three rounds may leave a row undecided (exit 3)
+    assert demo.returncode in (0, 3) and demo.stderr == "", demo.stderr
     assert "rounds: 3 used (r1, r2, r3)" in demo.stdout
     assert "deleted at the end; --keep DIR keeps them" in demo.stdout.splitlines()[0]
     assert "the corpus and run files were deleted with " in demo.stdout
@@ -466,6 +470,11 @@ def driver_args(tmp_path, corpus, *extra):
             "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"),
             "--new", "gpu", "--new-start", simulate_command(tmp_path, "gpu", 0.5),
             "--new-stop", stop, "--new-url-file", str(tmp_path / "gpu.url"),
+            # a new side 4x faster lies within a wide tolerance however loaded the machine
+            # running the tests is, in its sequential p50 (a p95 of 8 prompts, or a pass at
+            # concurrency 2 on a busy machine, is too noisy for any gate): these tests are
+            # about the script, not the gate
+            "--tolerance", "50", "--gate", "sequential:p50",
             *extra, "--", "--concurrency", "1,2", "--warmup", "2",
             "--probe", "side=echo $SIDE $ROUND"]
 
@@ -660,7 +669,7 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     tool.write_text(SCRIPTED_TOOL.format(root=str(ROOT)))
     command = driver_args(tmp_path, corpus, "--until-decided", "--min-rounds", "3",
                           "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
-                          "--strict", "--gate", "p50", "--max-mde", "12", "--format", "json")
+                          "--strict", "--max-mde", "12", "--format", "json")
     del command[command.index("--rounds"):command.index("--rounds") + 2]
     env = {**DRIVER_ENV, "TOOL_LOG": str(tmp_path / "tool.log"), "LOOK_CODES": "3,0,0",
            "FAIL_RUN": "r2-cpu"}
@@ -677,12 +686,12 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
         f"r{n}-{side}.json" for n in (1, 2, 3, 4) for side in ("cpu", "gpu")]
     calls = [line for line in (tmp_path / "tool.log").read_text().splitlines()
              if line.startswith("rounds")]
-    judged = f"rounds --dir {tmp_path / 'results'} --base cpu --new gpu --tolerance 7 --strict " \
-             f"--gate p50 --max-mde 12"
+    judged = f"rounds --dir {tmp_path / 'results'} --base cpu --new gpu --tolerance 7 " \
+             f"--gate sequential:p50 --strict --max-mde 12"
     assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
                          f"{judged} --sequential 5 --format json"]
     assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
-        " --base cpu --new gpu --tolerance 7 --strict --gate p50 --max-mde 12 --format json")
+        " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 --format json")
 
 
 def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
@@ -802,7 +811,8 @@ def test_an_unwritable_step_summary_is_a_warning(tmp_path, cli, monkeypatch, whe
     (tmp_path / "folder").mkdir()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / where))
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
-    assert result.code == 0 and result.out.endswith("verdict: PASS (1 inconclusive gated rows)\n")
+    assert result.code == 3 and result.out.endswith(
+        "about 4 more rounds would decide it at the spread seen\n")
     assert result.err.startswith("router-latency: warning: cannot append to "
                                  "GITHUB_STEP_SUMMARY: ")
     assert result.err.endswith(f"({tmp_path / where})\n") and result.err.count("\n") == 1
@@ -841,7 +851,7 @@ def test_run_csv_writes_a_line_per_request(simulator, tmp_path, cli, corpus):
     assert_one_line_error(again, "exists; pass --force to overwrite it", str(table))
     same = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "r3.json",
                "--label", "x", "--csv", tmp_path / "r3.json")
-    assert_one_line_error(same, "the CSV file and the run file are the same file", "--csv")
+    assert_one_line_error(same, f"--csv {tmp_path / 'r3.json'} is the same file as --out", "--csv")
     assert not (tmp_path / "r2.json").exists() and not (tmp_path / "r3.json").exists()
 
 

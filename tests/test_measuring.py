@@ -160,7 +160,8 @@ def test_run_records_every_request_of_every_pass(simulator, tmp_path, cli):
     assert document["complete"] is True and document["label"] == "cpu"
     assert document["url"] == router.url + "/api/v1/routing/preview"
     assert document["corpus"]["count"] == len(TEXTS)
-    assert document["warmup"] == {"requests": 3, "ok": 3, "errors": {}}
+    assert document["warmup"] == {"requests": 3, "ok": 3, "errors": {},
+                                  "config_hashes": [router.config_hash]}
     assert [p["concurrency"] for p in document["passes"]] == [1, 4, 16]
     decisions = {i: rl.simulated_decision(t, ("math", "code", "general", "pii_block"))
                  for i, t in enumerate(TEXTS)}
@@ -468,7 +469,8 @@ def test_a_warm_up_in_which_every_request_failed_is_reported(fault_server, tmp_p
                                                      "all_failed": True}
 
 
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                         (signal.SIGHUP, 129)])
 def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, code):
     router = simulator(delay_ms=20)
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(200)])

@@ -16,12 +16,13 @@ REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
                     st.floats(min_value=0, max_value=50, allow_nan=False),
                     st.sampled_from([None, "OVERLOADED", "INVALID_INPUT", "decision_error"]),
-                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]), st.booleans())
+                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]), st.booleans(),
+                    st.one_of(st.none(), st.text(min_size=1, max_size=rl.MAX_REASON_CHARS)))
 HASHES = st.lists(st.sampled_from(["0" * 64, "ab" * 32, "9f" * 32]), unique=True, max_size=2)
 
 
 def request_of(i, latency, error, decision, start, code, outcome, open_loop, count,
-               retried=False):
+               retried=False, reason=None):
     """Return a Request as measure_run records it: request i is prompt i % count, its
     repetition i // count; a code only on a failure or an expected rejection, an outcome only
     on an answer."""
@@ -32,7 +33,8 @@ def request_of(i, latency, error, decision, start, code, outcome, open_loop, cou
                       500 if error else 400 if rejected else 200,
                       None if error or rejected else decision, error,
                       round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
-                      code if error or rejected else None, outcome, i // count, retried)
+                      code if error or rejected else None, outcome, i // count, retried,
+                      reason if error == "malformed" else None)
 
 
 def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=False):
@@ -65,7 +67,9 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=F
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
                       header_names=("X-Key",),
                       settings={"max_load": 120.0, **rl.Thresholds(7, 3.0, 0.25, 0.5)._asdict()},
-                      floor={"spread_ms": 0.02}, warmup={"requests": 0},
+                      floor={"spread_ms": 0.02},
+                      warmup={"requests": 0, **({"config_hashes": list(hashes)} if hashes
+                                                else {})},
                       host_settings={"cpu_model": "x", "kernel": "6.8", "driver": {
                           "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}})
 
@@ -86,6 +90,8 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     first_record = json.loads(written)["passes"][0]["requests"][0]
     assert first_record["id"] == 0
     assert first_record.get("retried", "absent") == (True if requests[0][6] else "absent")
+    assert first_record.get("reason", "absent") == (
+        requests[0][7] if requests[0][7] and requests[0][1] == "malformed" else "absent")
     first = loaded.passes[0]
     answered = {}  # the first answered repetition's decision, None when none answered
     for r in sorted(run.passes[0].requests, key=lambda r: r.rep):
@@ -107,7 +113,8 @@ def test_files_without_the_new_fields_stay_as_they_were(tmp_path):
     run = run_of([(1.0, None, "d", 0.0, None, None), (2.0, "timeout", "", 1.0, None, None)],
                  1.0, open_loop=False, discarded_pass=True)
     written = b"".join(rl.dump_run(run))
-    for key in (b'"code"', b'"outcome"', b'"rejected"', b'"error_codes"', b'"config_hashes"'):
+    for key in (b'"code"', b'"outcome"', b'"rejected"', b'"error_codes"', b'"config_hashes"',
+                b'"reason"'):
         assert key not in written
     path = tmp_path / "old.json"
     path.write_bytes(written)
@@ -262,6 +269,10 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
      "passes[0].requests[0].id", "expected a prompt id from 0 to 100"),
     (lambda d: d["passes"][0]["requests"][0].update(retried="yes"),
      "passes[0].requests[0].retried", "expected true or false"),
+    (lambda d: d["passes"][0]["requests"][0].update(reason="x" * 161),
+     "passes[0].requests[0].reason", "expected a text of at most 160 characters"),
+    (lambda d: d["warmup"].update(config_hashes=["nothex"]), "warmup.config_hashes",
+     "expected a list of 64 lowercase hex digits"),
     (lambda d: d["passes"][0].update(concurrency=0), "passes[0].concurrency",
      "expected a whole number >= 1"),
     (lambda d: d["passes"][0]["summary"].update(ok=1), "passes[0].summary",

@@ -57,12 +57,12 @@ def test_reader_bodyless_and_closing_answers(head, keep_open):
 
 
 @pytest.mark.parametrize("data,kind", [
-    (b"SMTP ready\r\n\r\n", "reset"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "reset"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "reset"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx\r\n", "reset"),
+    (b"SMTP ready\r\n\r\n", "malformed"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "malformed"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "malformed"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx\r\n", "malformed"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1), "too_large"),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "reset"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed"),
 ])
 def test_reader_refuses_what_no_router_sends(data, kind):
     with pytest.raises(rl.RequestFailed) as failure:
@@ -297,16 +297,20 @@ def test_a_chunked_answer_in_one_read_is_read_as_when_fed_byte_by_byte(data):
         bytewise.status, bytes(bytewise.body), bytewise.keep_open, bytewise.headers)
 
 
-@pytest.mark.parametrize("data,kind", [
-    (CHUNKED + b"3\r\n{}\r\n\r\n0\r\n\r\n", "reset"),  # a chunk shorter than its size
-    (CHUNKED + b"1\r\n{}\r\n0\r\n\r\n", "reset"),  # longer
-    (CHUNKED + b"-2\r\n{}\r\n0\r\n\r\n", "reset"),
-    (CHUNKED + b"%x\r\n" % (rl.MAX_BODY_BYTES + 1), "too_large"),
+@pytest.mark.parametrize("data", [
+    CHUNKED + b"3\r\n{}\r\n\r\n0\r\n\r\n",  # a chunk shorter than its size
+    CHUNKED + b"1\r\n{}\r\n0\r\n\r\n",  # longer
+    CHUNKED + b"0x2\r\n{}\r\n0\r\n\r\n",  # int() would take 0x2
+    CHUNKED + b"-2\r\n{}\r\n0\r\n\r\n",
+    CHUNKED + b"%x\r\n" % (rl.MAX_BODY_BYTES + 1),
 ])
-def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_in_pieces(data, kind):
-    with pytest.raises(rl.RequestFailed) as failure:
+def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_byte_by_byte(data):
+    with pytest.raises(rl.RequestFailed) as bytewise:
+        feed_bytewise(data)
+    with pytest.raises(rl.RequestFailed) as whole:
         rl.ResponseReader().feed(data)
-    assert failure.value.kind == kind
+    assert (whole.value.kind, whole.value.status) == (bytewise.value.kind, bytewise.value.status)
+    assert whole.value.kind in ("malformed", "reset", "too_large")
 
 
 def preview_answer(text="What is the derivative of x squared?", **changes):
@@ -386,3 +390,12 @@ def test_a_member_sent_twice_counts_once_read_the_first_time():
     preview_answer().replace(b"qwen3", b"qw\xffen3")])
 def test_an_answer_malformed_before_its_decision_is_bad_json(body):
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[1] == "bad_json"
+
+
+@pytest.mark.parametrize("nested", [
+    {"signal_values": json.loads("[" * 70 + "]" * 70)},  # after the decision: never read
+    {"decision_result": {"decision_name": "math", "deep": json.loads("[" * 70 + "]" * 70)}}])
+def test_an_answer_nested_too_deep_is_malformed_wherever_the_depth_is(nested):
+    with pytest.raises(rl.RequestFailed) as failure:
+        rl.classify(200, preview_answer(**nested), rl.DEFAULT_DECISION_PATHS)
+    assert failure.value.kind == "malformed"

@@ -1,0 +1,3 @@
+module gochunked
+
+go 1.18

@@ -1,0 +1,627 @@
+"""Nothing measured is lost and nothing secret leaks: answers the parser cannot read are one
+failed request each, hostile input files are one line naming the file or field, outputs never
+overwrite inputs, signals leave no temporary file, secrets stay out of files and messages,
+and every Markdown cell is one line that notifies nobody."""
+
+import json
+import os
+import pty
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import router_latency as rl
+from conftest import (TOOL, assert_one_line_error, final_answer, make_run, three_rounds,
+                      write_corpus)
+
+OK = b'{"decision_result": {"decision_name": "ok"}}'
+HASH_A, HASH_B = "a" * 64, "b" * 64
+GO_SERVER = Path(__file__).resolve().parent / "data" / "go-chunked"
+
+
+def feed_pieces(data, pieces=None):
+    """Feed a reader data whole, or in pieces of that many bytes; return it once complete."""
+    reader = rl.ResponseReader()
+    size = pieces or len(data)
+    for start in range(0, len(data), size):
+        if reader.feed(data[start:start + size]):
+            assert start + size >= len(data), "complete before the last piece"
+            return reader
+    raise AssertionError("not complete")
+
+
+def answer_with_head(head_lines, body=OK, status=b"200 OK"):
+    return b"HTTP/1.1 %s\r\n%s\r\n\r\n%s" % (status, b"\r\n".join(head_lines), body)
+
+
+def refused(data, pieces=None):
+    """Feed data whole (or in pieces of that size); return the RequestFailed it raised."""
+    with pytest.raises(rl.RequestFailed) as failure:
+        feed_pieces(data, pieces)
+    return failure.value
+
+
+# --- the parser: bounds, obs-fold, one head limit, strict chunk sizes ---
+
+@pytest.mark.parametrize("data,reason", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n{}", "Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1" + b"0" * 19 + b"\r\n\r\n{}", "Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\n{}", "Content-Length"),
+    (b"HTTP/1.1 " + b"2" * 5000 + b" OK\r\nContent-Length: 2\r\n\r\n{}", "status code"),
+    (b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\n{}", "status code"),
+    (b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\n{}", "status code"),
+    (b"HTTP/1.1 200 OK\r\nno colon\r\nContent-Length: 2\r\n\r\n{}", "without a colon"),
+    (b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\n{}", "not an HTTP/1.x status line"),
+])
+@pytest.mark.parametrize("pieces", [None, 1, 4096])
+def test_lengths_and_status_codes_are_bounded(data, reason, pieces):
+    failure = refused(data, pieces)
+    assert failure.kind == "malformed" and reason in failure.detail
+
+
+def test_leading_zeros_are_no_digits_of_a_length():
+    reader = feed_pieces(b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 40 + b"2\r\n\r\n{}")
+    assert reader.body == b"{}"
+
+
+@pytest.mark.parametrize("head", [
+    [b"Content-Length:", b" %d" % len(OK)],
+    [b"Content-Length: %d" % len(OK), b"X-Note: one", b"\tand two"],
+    [b"Transfer-Encoding:", b"  chunked"],
+])
+@pytest.mark.parametrize("pieces", [None, 1])
+def test_a_folded_header_line_is_unfolded(head, pieces):
+    body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(OK), OK) if b"Transfer-Encoding:" in head else OK
+    reader = feed_pieces(answer_with_head([b"\r\n".join(head)], body), pieces)
+    assert reader.status == 200 and reader.body == OK
+
+
+@pytest.mark.parametrize("pieces", [None, 4096, 65536])
+def test_one_head_limit_however_the_head_arrives(pieces):
+    too_long = answer_with_head([b"X-Big: " + b"x" * 70_000, b"Content-Length: 2"], b"{}")
+    failure = refused(too_long, pieces)
+    assert failure.kind == "malformed" and "head is over 65,536 bytes" in failure.detail
+    fits = answer_with_head([b"X-Big: " + b"x" * 60_000, b"Content-Length: 2"], b"{}")
+    assert feed_pieces(fits, pieces).body == b"{}"
+
+
+@pytest.mark.parametrize("size", [b"0x2", b"4_1", b"+2", b" 2", b"2 x", b"-2", b"", b"\xff",
+                                  b"1" * 17])
+@pytest.mark.parametrize("pieces", [None, 1])
+def test_a_chunk_size_is_hex_digits_only(size, pieces):
+    data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n{}\r\n0\r\n\r\n" % size
+    failure = refused(data, pieces)
+    assert failure.kind == "malformed" and "chunk size" in failure.detail
+
+
+@pytest.mark.parametrize("line", [b"2", b"2;name=value", b"2 ;x", b"2\t", b"0002"])
+def test_chunk_extensions_and_whitespace_before_them_are_read(line):
+    data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n{}\r\n0\r\n\r\n" % line
+    assert feed_pieces(data, 1).body == b"{}"
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"decision_result": ' + b'{"a": ' * 70 + b"1" + b"}" * 71,
+    b'{"decision_result": {"decision_name": "x", "d": ' + b"[" * 65 + b"]" * 65 + b"}}",
+])
+def test_an_answer_nested_too_deep_is_malformed(body):
+    with pytest.raises(rl.RequestFailed) as failure:
+        rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
+    assert failure.value.kind == "malformed" and "nested deeper than 64" in failure.value.detail
+    assert rl.error_code(body) is None  # a failed answer's code: none, not an exception
+
+
+def test_an_answer_as_deep_as_the_limit_is_read():
+    body = b'{"decision_result": {"decision_name": "x", "d": ' + b"[" * 62 + b"]" * 62 + b"}}"
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS) == ("x", None, None)
+
+
+# --- the pass goes on: each malformed answer is that request's failure ---
+
+BAD_ANSWERS = {
+    "long length": [b"HTTP/1.1 200 OK\r\nContent-Length: " + b"7" * 5000 + b"\r\n\r\n{}"],
+    "long status": [b"HTTP/1.1 " + b"2" * 4500 + b" OK\r\nContent-Length: 2\r\n\r\n{}"],
+    "deep json": [final_answer(b"[" * 100_000 + b"]" * 100_000)],
+    "hex prefix": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n"],
+    "bytewise": [bytes([b]) for b in b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n"],
+    "huge head": [b"HTTP/1.1 200 OK\r\nX: " + b"y" * 4096] * 20,
+}
+
+
+def test_malformed_answers_are_failed_requests_and_the_pass_goes_on(scripted, tmp_path, cli):
+    prompts = ["good a", *BAD_ANSWERS, "good b"]
+
+    def answer(prompt, _):
+        if prompt in BAD_ANSWERS:
+            return BAD_ANSWERS[prompt]
+        return [final_answer()]
+
+    server = scripted(answer)
+    corpus = write_corpus(tmp_path / "corpus.json", prompts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1,2", "--warmup", "0")
+    assert result.code == 1 and "Traceback" not in result.err  # failed requests, not a crash
+    assert f"{2 * len(BAD_ANSWERS)} requests failed" in result.err
+    document = json.loads(out.read_text())
+    assert document["complete"] is True
+    for item in document["passes"]:
+        by_prompt = {prompts[r["id"]]: r for r in item["requests"]}
+        assert by_prompt["good a"]["error"] is None and by_prompt["good b"]["error"] is None
+        for name in BAD_ANSWERS:
+            assert by_prompt[name]["error"] == "malformed", name
+            assert by_prompt[name]["reason"], name
+        assert "nested deeper" in by_prompt["deep json"]["reason"]
+        assert by_prompt["deep json"]["status"] == 200
+        assert item["summary"]["errors"] == {"malformed": len(BAD_ANSWERS)}
+    assert f"errors in Sequential: malformed {len(BAD_ANSWERS)}" in result.out
+    assert re.search(r"^malformed answers in Sequential: .+ \(1\) and 5 other reasons$",
+                     result.out, re.M)
+    assert rl.load_run(str(out)).passes[0].requests[1].reason  # the reader takes it back
+
+
+def test_any_exception_while_classifying_is_that_requests_failure(scripted, tmp_path, cli,
+                                                                  monkeypatch):
+    real = rl.classify
+
+    def classify(status, body, paths):
+        if b"boom" in body:
+            raise ZeroDivisionError("a reader nobody foresaw")
+        return real(status, body, paths)
+
+    monkeypatch.setattr(rl, "classify", classify)
+    server = scripted(lambda prompt, _: [final_answer(
+        b'{"decision_result": {"decision_name": "%s"}}' % prompt.encode())])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "boom", "c"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--max-errors", "1")
+    assert result.code == 0, result.err
+    requests = json.loads(out.read_text())["passes"][0]["requests"]
+    assert [r["error"] for r in requests] == [None, "malformed", None]
+    assert requests[1]["reason"] == "ZeroDivisionError: a reader nobody foresaw"
+
+
+def test_a_reload_during_the_warm_up_is_recorded_and_warned(scripted, tmp_path, cli):
+    seen = []
+
+    def answer(prompt, _):
+        seen.append(prompt)
+        value = HASH_A if len(seen) <= 2 else HASH_B  # readiness and first warm-up: A
+        return [answer_with_head([b"X-Vsr-Config-Hash: " + value.encode(),
+                                  b"Content-Length: %d" % len(OK)])]
+
+    server = scripted(answer)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "3")
+    assert result.code == 0
+    document = json.loads(out.read_text())
+    assert document["warmup"]["config_hashes"] == [HASH_A, HASH_B]
+    assert "configuration changed during the run" in result.err
+    assert rl.load_run(str(out)).config_hashes == (HASH_A, HASH_B)
+
+
+# --- input files ---
+
+def nested(levels):
+    return "[" * levels + "]" * levels
+
+
+def deep_run_file(path):
+    make_run(path)
+    text = path.read_text()
+    path.write_text(text.replace('"settings": {', f'"deep": {nested(990)}, "settings": {{', 1))
+    return path
+
+
+@pytest.mark.parametrize("command", ["compare", "rounds-corpus", "run-corpus", "repo", "boundary"])
+def test_deeply_nested_files_are_one_line_naming_the_file(tmp_path, cli, command):
+    if command == "compare":
+        bad = deep_run_file(tmp_path / "deep.json")
+        result = cli("compare", bad, bad)
+    elif command in ("run-corpus", "rounds-corpus"):
+        bad = tmp_path / "deep.json"
+        bad.write_text('{"schema": "router-latency/corpus/1", "prompts": ' + nested(990) + "}")
+        result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", bad, "--out",
+                     tmp_path / "r.json", "--label", "x", "--check")
+    elif command == "repo":
+        bad = tmp_path / "repo" / "e2e" / "testdata" / "deep.json"
+        bad.parent.mkdir(parents=True)
+        bad.write_text('{"query": "q", "more": ' + nested(990) + "}")
+        result = cli("corpus", "--repo", tmp_path / "repo", "--out", tmp_path / "c.json")
+    else:
+        bad = tmp_path / "cases.json"
+        bad.write_text('{"cases": ' + nested(990) + "}")
+        (tmp_path / "repo" / "e2e" / "testdata").mkdir(parents=True)
+        (tmp_path / "repo" / "e2e" / "testdata" / "a.json").write_text('{"query": "q"}')
+        result = cli("corpus", "--repo", tmp_path / "repo", "--out", tmp_path / "c.json",
+                     "--boundary", bad)
+    assert_one_line_error(result, "nested deeper", str(bad))
+
+
+@pytest.mark.parametrize("edit,field,words", [
+    (lambda d: d["passes"][0]["requests"][0].update(latency_ms=1e308),
+     "passes[0].requests[0].latency_ms", "at most 86,400,000 ms (a day)"),
+    (lambda d: d["passes"][0]["requests"][0].update(latency_ms=86_400_001),
+     "passes[0].requests[0].latency_ms", "a day"),
+    (lambda d: d["passes"][0]["summary"].update(p99_ms=1e300),
+     "passes[0].summary.p99_ms", "a day"),
+    (lambda d: d["passes"][0]["summary"].update(requests=2 ** 60),
+     "passes[0].summary.requests", "up to 2^53"),
+    (lambda d: d["passes"][0]["environment"].update(metrics={"deltas": {"x_total": 1e300}}),
+     "passes[0].environment.metrics.deltas.x_total", "2^53"),
+    (lambda d: d["passes"][0]["environment"].update(metrics={"deltas": {"x_total": -1e300}}),
+     "passes[0].environment.metrics.deltas.x_total", "2^53"),
+    (lambda d: d["passes"][0]["environment"].update(
+        gpu={"before": {"used_mib": {"card0": 1e300}}}),
+     "passes[0].environment.gpu.before.used_mib.card0", "2^53"),
+    (lambda d: d["passes"][0].update(driver_cpu_s=1e300), "passes[0].driver_cpu_s", "2^53"),
+])
+def test_numbers_too_large_to_sum_are_refused_by_range(tmp_path, cli, edit, field, words):
+    path = Path(make_run(tmp_path / "big.json"))
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", path, path), words, f"big.json: {field}")
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ('"complete": true', '"complete": false, "complete": true', "complete"),
+    ('"label": "x"', '"label": "x", "label": "y"', "label"),
+    ('"latency_ms": 10.0', '"latency_ms": 10.0, "latency_ms": 99.0', "latency_ms"),
+])
+def test_a_key_twice_in_one_object_is_refused_naming_it(tmp_path, cli, old, new, key):
+    path = Path(make_run(tmp_path / "twice.json"))
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    assert_one_line_error(cli("compare", path, path), f"the key '{key}' appears twice",
+                          str(path))
+
+
+def test_a_corpus_with_a_key_twice_is_refused(tmp_path, cli):
+    path = tmp_path / "corpus.json"
+    path.write_text('{"schema": "router-latency/corpus/1", "prompts": '
+                    '[{"id": 0, "text": "a", "text": "b"}]}')
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", path, "--out",
+                 tmp_path / "r.json", "--label", "x", "--check")
+    assert_one_line_error(result, "the key 'text' appears twice", str(path))
+
+
+def test_an_input_above_its_size_is_refused_before_reading(tmp_path, cli):
+    corpus = tmp_path / "huge.json"
+    with open(corpus, "wb") as handle:  # sparse: no disk and no memory used
+        handle.truncate(rl.MAX_CORPUS_BYTES + 1)
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "r.json", "--label", "x", "--check")
+    assert_one_line_error(result, "larger than the 256 MiB this tool reads", str(corpus))
+    run = tmp_path / "huge-run.json"
+    with open(run, "wb") as handle:
+        handle.truncate(rl.MAX_INPUT_BYTES + 1)
+    assert_one_line_error(cli("compare", run, run), "larger than the 512 MiB", str(run))
+
+
+# --- outputs never overwrite inputs or each other ---
+
+def test_rounds_outputs_never_overwrite_a_round_or_each_other(tmp_path, cli, monkeypatch):
+    three_rounds(tmp_path)
+    round_file = tmp_path / "r2-gpu.json"
+    before = round_file.read_bytes()
+    os.link(round_file, tmp_path / "hard.html")
+    os.symlink(round_file, tmp_path / "soft.xml")
+    base = ("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
+    for extra, named in [
+            (("--html", round_file), "--html"),
+            (("--junit", tmp_path / "sub" / ".." / "r2-gpu.json"), "--junit"),
+            (("--html", tmp_path / "hard.html"), "--html"),
+            (("--junit", tmp_path / "soft.xml"), "--junit"),
+            (("--html", tmp_path / "same.out", "--junit", tmp_path / "same.out"), "--html")]:
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        result = cli(*base, *extra)
+        assert_one_line_error(result, "is the same file as", f"({named})")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(round_file))
+    assert_one_line_error(cli(*base), "GITHUB_STEP_SUMMARY", "round file")
+    assert round_file.read_bytes() == before and not (tmp_path / "same.out").exists()
+
+
+def test_record_outputs_never_overwrite_a_round_or_each_other(tmp_path, cli):
+    three_rounds(tmp_path)
+    round_file = tmp_path / "r1-cpu.json"
+    before = round_file.read_bytes()
+    base = ("record", "--section", f"a={tmp_path}:cpu:gpu", "--force")
+    for extra in [("--json", tmp_path / "rec", "--markdown", tmp_path / "rec"),
+                  ("--json", round_file, "--markdown", tmp_path / "rec.md"),
+                  ("--json", tmp_path / "rec.json", "--markdown", round_file)]:
+        assert_one_line_error(cli(*base, *extra), "is the same file as")
+    assert round_file.read_bytes() == before and not (tmp_path / "rec").exists()
+
+
+def test_run_and_corpus_outputs_never_overwrite_their_inputs(tmp_path, cli):
+    corpus = Path(write_corpus(tmp_path / "corpus.json", ["a"]))
+    before = corpus.read_bytes()
+    run = ("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--label", "x", "--force")
+    assert_one_line_error(cli(*run, "--out", tmp_path / "r.json", "--csv", corpus),
+                          f"--csv {corpus} is the same file as --corpus", "(--csv)")
+    assert_one_line_error(cli(*run, "--out", corpus), "is the same file as --corpus", "(--out)")
+    repo = tmp_path / "repo"
+    data = repo / "e2e" / "testdata" / "a.json"
+    data.parent.mkdir(parents=True)
+    data.write_text('{"query": "q"}')
+    boundary = tmp_path / "cases.json"
+    boundary.write_text('{"cases": [{"name": "n", "text": "t"}]}')
+    assert_one_line_error(cli("corpus", "--repo", repo, "--out", data, "--force"),
+                          "is the same file as data file", "(--out)")
+    assert_one_line_error(cli("corpus", "--repo", repo, "--out", boundary, "--force",
+                              "--boundary", boundary), "same file as --boundary", "(--out)")
+    assert corpus.read_bytes() == before and data.read_text() == '{"query": "q"}'
+
+
+# --- signals: nothing half-written, nothing left behind, an exit code that says so ---
+
+SIGNAL_WHILE_WRITING = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+import router_latency as rl
+
+def chunks(document):
+    yield document[:100]
+    os.kill(os.getpid(), signal.{signal})  # while the temporary file is being written
+    yield document[100:]
+
+real = rl.{renderer}
+if {renderer!r} == "write_output":  # corpus: its bytes are hashed too, the write gets pieces
+    rl.write_output = lambda path, data: real(path, chunks(data))
+else:
+    rl.{renderer} = lambda report: chunks(real(report))
+sys.exit(rl.main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize("command,renderer,signame,code", [
+    ("rounds", "junit_xml", "SIGTERM", 143),
+    ("rounds", "junit_xml", "SIGHUP", 129),
+    ("rounds", "junit_xml", "SIGINT", 130),
+    ("record", "record_json", "SIGTERM", 143),
+    ("corpus", "write_output", "SIGHUP", 129),
+])
+def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
+        tmp_path, command, renderer, signame, code):
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    three_rounds(folder)
+    if command == "rounds":
+        argv = ["rounds", "--dir", str(folder), "--base", "cpu", "--new", "gpu",
+                "--junit", str(tmp_path / "out.xml"), "--html", str(tmp_path / "out.html")]
+    elif command == "record":
+        argv = ["record", "--section", f"a={folder}:cpu:gpu", "--json",
+                str(tmp_path / "out.json"), "--markdown", str(tmp_path / "out.md")]
+        renderer = "dump_json"
+    else:
+        data = folder / "e2e" / "testdata" / "a.json"
+        data.parent.mkdir(parents=True)
+        data.write_text('{"query": "' + "q" * 300 + '"}')
+        argv = ["corpus", "--repo", str(folder), "--out", str(tmp_path / "out.json")]
+    script = SIGNAL_WHILE_WRITING.format(root=str(TOOL.parent), signal=signame,
+                                         renderer=renderer, argv=argv)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == code, result.stderr
+    assert f"interrupted by {signame}" in result.stderr and "Traceback" not in result.stderr
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    written = tmp_path / ("out.xml" if command == "rounds" else "out.json")
+    if command == "corpus":  # one file, written whole before the signal took effect
+        assert rl.load_corpus(str(written)).prompts
+        return
+    assert written.exists()  # the signal waited for the rename: the file is whole
+    if command == "rounds":
+        rl.ElementTree.parse(written)
+    else:
+        json.loads(written.read_text())
+    later = tmp_path / ("out.html" if command == "rounds" else "out.md")
+    assert not later.exists()  # nothing was written after the signal
+
+
+def test_run_under_nohup_goes_on_after_sighup(simulator, tmp_path):
+    router = simulator(delay_ms=1)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(5)])
+    out = tmp_path / "run.json"
+    process = subprocess.Popen(
+        [sys.executable, str(TOOL), "run", "--url", router.url, "--corpus", corpus, "--out",
+         str(out), "--label", "x", "--warmup", "0", "--concurrency", "1", "--duration", "2s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # what nohup does
+    deadline = time.monotonic() + 20
+    while router.served < 5 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert json.loads(out.read_text())["complete"] is True
+
+
+# --- secrets ---
+
+TOKEN = "tok-5ecret-Zq7x-0123456789"
+HEADER_VALUE = "hdr-5ecret-98765"
+
+
+def test_probes_run_without_the_token_and_texts_are_scrubbed(simulator, tmp_path, cli,
+                                                             monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    monkeypatch.setenv("RL_TEST_COPY", f"copy {TOKEN} and {HEADER_VALUE}")
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--token-env", "RL_TEST_TOKEN",
+                 "--header", f"X-Api-Key: {HEADER_VALUE}",
+                 "--probe", "env=env", "--probe", f"echo=echo {HEADER_VALUE}; echo $RL_TEST_COPY")
+    assert result.code == 0, result.err
+    text = out.read_text()
+    assert TOKEN not in text and HEADER_VALUE not in text
+    probes = json.loads(text)["passes"][0]["environment"]["probes"]["before"]
+    assert "RL_TEST_TOKEN=" not in probes["env"]["stdout"]
+    assert "RL_TEST_COPY=copy [hidden] and [hidden]" in probes["env"]["stdout"]
+    assert probes["echo"]["stdout"] == "[hidden]\ncopy [hidden] and [hidden]\n"
+    assert TOKEN not in result.out + result.err and HEADER_VALUE not in result.out + result.err
+
+
+def test_an_error_message_never_shows_a_header_value(scripted, tmp_path, cli):
+    secret = "s3cr3t-hdr"
+    server = scripted(lambda prompt, _: [b"HTTP/1.1 %s OK\r\n\r\n" % secret.encode()])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--header", f"X-Key: {secret}")
+    assert_one_line_error(result, "cannot read", "status code")
+    assert secret not in result.err and "[hidden]" in result.err
+
+
+@pytest.mark.parametrize("url,hidden", [
+    ("http://user:Zq7x#9@127.0.0.1:9/", "Zq7x"),
+    ("http://user:Qw/Zq7x@127.0.0.1:9/", "Qw"),
+    ("http://user:Zq7x?q@127.0.0.1:9/", "Zq7x"),
+    ("http://user:1234#Zq7x@127.0.0.1:9/", "1234"),
+    ("http://Zq7xUser:p@w#@127.0.0.1:9/", "Zq7xUser"),
+])
+def test_url_messages_quote_nothing_from_the_userinfo(tmp_path, cli, url, hidden):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--check")
+    assert result.code == 2 and hidden not in result.err + result.out, result.err
+
+
+# --- Markdown and the job summary ---
+
+HOSTILE = ["line\nbreak", "carriage\rreturn", "nul\x00byte", "esc\x1b[31mred", "c1\x85next",
+           "sep\u2028line", "tab\there", "@octocat", "fixes #123", "del\x7fchar",
+           "rtl\u202eevil"]
+
+
+def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatch):
+    three_rounds(tmp_path, differ_in_round=2, decisions=HOSTILE)
+    summary = tmp_path / "summary.md"
+    summary.write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                 "markdown", "--per-round")
+    for text in (result.out, summary.read_text()):
+        for line in text.splitlines():
+            assert not rl.CONTROL_CHARS.search(line), repr(line)
+            if line.startswith("|"):
+                assert line.endswith("|"), repr(line)
+        assert "@octocat" not in text and "#123" not in text
+        assert "@&#8203;octocat" in text and "#&#8203;123" in text
+        assert "esc\\u001b[31mred" in text or "esc\\\\u001b\\[31mred" in text
+    plain = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--per-round")
+    assert not rl.CONTROL_CHARS.search(plain.out.replace("\n", ""))
+    as_json = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                  "json")
+    json.loads(as_json.out)  # still JSON, with the decision as the router sent it
+    assert '"tab\\there"' in as_json.out and '"tab\\\\there"' not in as_json.out
+    differ = next(line for line in plain.out.splitlines() if line.startswith("decisions r2"))
+    assert "#0 line\\nbreak -> d" in differ and "#3 esc\\u001b[31mred -> d" in differ
+
+
+def test_metric_labels_are_scrubbed_and_gpu_tools_run_without_the_token(
+        scripted, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    scrapes = []
+    seen_env = tmp_path / "gpu-env"
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(f"#!/bin/sh\nenv > '{seen_env}'\necho 'not csv'\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+
+    def answer(prompt, _):
+        if prompt:  # a preview
+            return [final_answer()]
+        scrapes.append(1)
+        text = f'rl_errors_total{{key="{TOKEN}",h="{HEADER_VALUE}"}} {len(scrapes)}\n'.encode()
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text)]
+
+    server = scripted(answer)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--token-env", "RL_TEST_TOKEN",
+                 "--header", f"X-Api-Key: {HEADER_VALUE}", "--metrics-url",
+                 f"{server.url}/metrics", "--gpu", "nvidia")
+    assert result.code == 0, result.err
+    text = out.read_text()
+    assert TOKEN not in text and HEADER_VALUE not in text
+    deltas = json.loads(text)["passes"][0]["environment"]["metrics"]["deltas"]
+    assert deltas == {'rl_errors_total{h="[hidden]",key="[hidden]"}': 1.0} or deltas == {
+        'rl_errors_total{key="[hidden]",h="[hidden]"}': 1.0}
+    assert seen_env.exists() and "RL_TEST_TOKEN" not in seen_env.read_text()
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="needs go (golang-go)")
+def test_a_go_net_http_server_chunked_answers_are_read_strictly_and_whole(tmp_path, cli):
+    # the router is a Go net/http server: the strict chunk-size reading must take every
+    # chunked answer it writes (flushed pieces, lowercase hex sizes)
+    binary = tmp_path / "server"
+    build = subprocess.run(["go", "build", "-o", str(binary), "."], cwd=GO_SERVER,
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "GOCACHE": str(tmp_path / "gocache"),
+                                "GOFLAGS": "-mod=mod", "GO111MODULE": "on"})
+    assert build.returncode == 0, build.stderr
+    server = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
+    try:
+        address = server.stdout.readline().strip()
+        corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(6)])
+        out = tmp_path / "run.json"
+        result = cli("run", "--url", f"http://{address}", "--corpus", corpus, "--out", out,
+                     "--label", "go", "--concurrency", "1,4", "--warmup", "2", "--quiet")
+        assert result.code == 0, result.err
+        document = json.loads(out.read_text())
+        for item in document["passes"]:
+            assert item["summary"]["ok"] == 6
+            assert {r["decision"] for r in item["requests"]} == {"go"}
+        assert document["passes"][0]["config_hashes"] == ["c" * 64]
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def test_a_closed_terminal_saves_the_run_and_exits_129(simulator, tmp_path):
+    router = simulator(delay_ms=1)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(50)])
+    out = tmp_path / "run.json"
+    pid, terminal = pty.fork()  # run on a terminal of its own, as over SSH
+    if pid == 0:  # the child: nothing of pytest runs on here
+        try:
+            os.execv(sys.executable, [sys.executable, str(TOOL), "run", "--url", router.url,
+                                      "--corpus", str(corpus), "--out", str(out), "--label",
+                                      "x", "--warmup", "0", "--concurrency", "1", "--duration",
+                                      "20s"])
+        finally:
+            os._exit(127)
+    try:
+        deadline = time.monotonic() + 20
+        while router.served < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.read(terminal, 4096).startswith(b"run x: 50 prompts")  # the header drawn
+    finally:
+        os.close(terminal)  # the connection drops: the kernel hangs up the terminal's session
+    for _ in range(200):  # bounded: 20 s
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("run did not end after its terminal closed")
+    assert os.waitstatus_to_exitcode(status) == 129
+    document = json.loads(out.read_text())
+    assert document["complete"] is False and document["passes"][0]["summary"]["requests"] > 0
