@@ -148,6 +148,14 @@ ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
+# rows of a ladder: the plateau's throughput, capacity within the SLO, USD per million requests
+LADDER_METRICS = ("plateau_req_per_s", "capacity_req_per_s", "usd_per_million")
+LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "capacity req/s",
+                 "usd_per_million": "USD/1M"}
+LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_per_s",
+                     "cost": "usd_per_million"}  # --gate's names of those rows
+LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
@@ -237,7 +245,15 @@ def plural(count: int, noun: str) -> str:
 
 
 def metric_title(metric: str) -> str:
+    if metric in LADDER_TITLES:
+        return LADDER_TITLES[metric]
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
+
+
+def fmt_hundredths(value: float) -> str:
+    """Return a ladder's req/s or latency to the hundredth, so that what is worked out from
+    its table by hand (capacity between two steps, cost per million) comes out as printed."""
+    return f"{value:.2f}"
 
 
 def scrubbed(text: str, secrets: Sequence[str]) -> str:
@@ -1914,6 +1930,8 @@ def pass_name(concurrency: int, rate: Optional[float] = None) -> str:
 
 def pass_title(name: str) -> str:
     """Return how a pass is shown in tables."""
+    if name == LADDER_PASS:
+        return "Ladder"
     if name.startswith("r"):
         return f"Rate {name[1:]}/s"
     return "Sequential" if name == "sequential" else f"Conc {name[1:]}"
@@ -2479,6 +2497,28 @@ def _not_an_object(where: str) -> Any:
     raise RouterLatencyError("expected an object", where)
 
 
+class Ladder(NamedTuple):
+    """How a ladder of load climbs (run --ladder): one pass per step, the next step only while
+    the last one turned more than margin_pct of the load it added into throughput (callers
+    doubled: more than margin_pct more req/s), shed nothing (429 OVERLOADED) and kept p95
+    within slo_p95_ms. The run file keeps it as settings.ladder."""
+    margin_pct: float = LADDER_MARGIN_PCT
+    slo_p95_ms: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["Ladder"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        return cls(checked_number(raw.get("margin_pct"), f"{where}.margin_pct"),
+                   checked_number(raw.get("slo_p95_ms"), f"{where}.slo_p95_ms",
+                                  nullable=True, positive=True))
+
+
 class RunFile(NamedTuple):
     """A run file: who measured what, how, and every pass."""
     label: str
@@ -2531,6 +2571,11 @@ class RunFile(NamedTuple):
     def slow_windows(self, item: PassRecord) -> tuple:
         """Return the indexes of a pass's windows in a slow phase."""
         return slow_windows(item.attempt.windows, self.thresholds)
+
+    @property
+    def ladder(self) -> Optional[Ladder]:
+        """How the run climbed its ladder; None for a run of fixed passes."""
+        return Ladder.from_json(self.settings.get("ladder"), "settings.ladder")
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -2593,6 +2638,7 @@ class RunFile(NamedTuple):
         if not is_whole(settings.get("repeat", 1), 1):
             raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
                                      f"{path}: settings.repeat")
+        Ladder.from_json(settings.get("ladder"), f"{path}: settings.ladder")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
@@ -4173,6 +4219,7 @@ class RunPlan(NamedTuple):
     # the previews the router admits at once (its routing_preview.max_concurrency): a pass
     # with more callers is warned about, since the router sheds the rest with 429 OVERLOADED
     router_max_concurrency: int = ROUTER_MAX_CONCURRENCY
+    ladder: Optional[Ladder] = None  # climb the passes in order while the load pays
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
@@ -4183,6 +4230,65 @@ def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] 
     return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
                  + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
                     for r in rates])
+
+
+def ladder_levels(limit: int) -> tuple:
+    """Return --ladder's callers without a list: 1, 2, 4, ... doubling up to `limit` (the
+    router's admission limit), and the limit itself: beyond it every caller more is shed."""
+    levels = [1]
+    while levels[-1] * 2 <= limit:
+        levels.append(levels[-1] * 2)
+    return tuple(levels) + ((limit,) if levels[-1] != limit else ())
+
+
+def step_text(item: PassRecord) -> str:
+    """Return a ladder step's load in words: 4 callers, 200/s offered."""
+    if item.rate is not None:
+        return f"{item.rate:g}/s offered"
+    return plural(item.concurrency, "caller")
+
+
+def shed_requests(item: PassRecord) -> int:
+    """Return how many of a pass's requests the router shed: 429, OVERLOADED in its body."""
+    return sum(r.status == 429 for r in item.requests)
+
+
+def flat_step(before: tuple, after: tuple, margin_pct: float) -> bool:
+    """Return True when a step, (load, req/s) after (load, req/s) before, turned less than
+    margin_pct of the load it added into throughput: for callers doubled, throughput within
+    the margin of the step before; for a rate 10% up, less than a tenth of that 10%."""
+    added = after[0] / before[0] - 1
+    return after[1] < before[1] * (1 + margin_pct / 100 * added)
+
+
+def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
+    """Return why a ladder stops climbing after its last step, or None to climb on: the
+    router shed (its admission limit), answered nothing, p95 passed the SLO, or the step was
+    flat (flat_step) against the step measured before."""
+    if not passes or passes[-1].discarded:
+        return None  # a step discarded for load says nothing of the router
+    last = passes[-1]
+    shed = shed_requests(last)
+    if shed:
+        return (f"the router shed {plural(shed, 'request')} at {step_text(last)} (429 "
+                f"OVERLOADED): its admission limit (routing_preview.max_concurrency)")
+    if not last.summary.ok:
+        return f"no request at {step_text(last)} was answered with a decision"
+    measured = [p for p in passes if not p.discarded and p.summary.req_per_s]
+    p95 = last.summary.p95_ms
+    if ladder.slo_p95_ms is not None and p95 is not None and p95 > ladder.slo_p95_ms:
+        return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "
+                f"(--slo-p95-ms {ladder.slo_p95_ms:g})")
+    if len(measured) > 1:
+        loads = [p.rate if p.rate is not None else p.concurrency for p in measured[-2:]]
+        before = measured[-2].summary.req_per_s
+        if flat_step((loads[0], before), (loads[1], last.summary.req_per_s),
+                     ladder.margin_pct):
+            return (f"throughput stopped growing: {fmt_value(last.summary.req_per_s)} req/s "
+                    f"at {step_text(last)} against {fmt_value(before)} req/s at "
+                    f"{step_text(measured[-2])}, less than {ladder.margin_pct:g}% of the load "
+                    f"added")
+    return None
 
 
 def check_plan(plan: RunPlan, prompts: int) -> None:
@@ -5030,9 +5136,14 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
         warning = overload_warning(item, plan.router_max_concurrency)
         if warning:
             notify(warning)
-        title = f"{pass_title(item.name)}, pass {position} of {len(plan.passes)}"
+        title = f"{pass_title(item.name)}, {'step' if plan.ladder else 'pass'} {position} " \
+                f"of {'at most ' if plan.ladder else ''}{len(plan.passes)}"
         passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
                                    notify, title, expects, thresholds))
+        why = ladder_stop(passes, plan.ladder) if plan.ladder and not stop.is_set() else None
+        if why:
+            notify(f"ladder: stopped climbing after {pass_title(item.name)}: {why}")
+            break
     return passes
 
 
@@ -5091,6 +5202,7 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
         "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
         "percentile_method": PERCENTILE_METHOD,
         "latency": LATENCY_DEFINITION, **thresholds._asdict(),
+        **({"ladder": plan.ladder.to_json()} if plan.ladder else {}),
     }
 
 
@@ -5131,7 +5243,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
-        label=label, complete=not stop.is_set() and len(passes) == len(plan.passes),
+        label=label, complete=not stop.is_set() and (len(passes) == len(plan.passes)
+                                                     or plan.ladder is not None),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
         passes=tuple(passes), started_utc=started, started_unix=started_unix,
         ended_utc=utc_now(), url=target.endpoint.shown, model=target.model,
@@ -5160,8 +5273,9 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
 # works from a report alone, and the gate's rule is written once, in gate_outcome().
 
 def worse_sign(metric: str) -> int:
-    """Return +1 where a larger value is worse (latency), -1 where it is better (req/s)."""
-    return -1 if metric == "req_per_s" else 1
+    """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
+    a ladder's plateau and capacity)."""
+    return -1 if metric.endswith("req_per_s") else 1
 
 
 def reference_decisions(run: RunFile) -> dict:
@@ -5309,6 +5423,139 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
          f"--fail-on-decision-change)",) if failed else ())
 
 
+class LadderStep(NamedTuple):
+    """One measured step of a ladder: its load and what it gave."""
+    name: str
+    load: float  # callers, or the offered rate (open loop)
+    title: str  # 4 callers, 200/s offered
+    req_per_s: float
+    p50_ms: float
+    p95_ms: float
+    shed: int  # requests the router shed (429 OVERLOADED)
+
+
+class Capacity(NamedTuple):
+    """What a ladder run says of its node: where throughput saturates, where latency starts
+    to grow faster than throughput, and the most it serves within the SLO."""
+    steps: tuple  # LadderStep, in the order climbed; those that shed count in no figure
+    open_loop: bool
+    margin_pct: float
+    slo_p95_ms: Optional[float]
+    plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
+    plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
+    knee: Optional[tuple]  # (step, next step): beyond it p50 grows faster than throughput
+    capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
+    capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
+    stop: str  # why the ladder stopped climbing
+    longest_gap_s: Optional[float]  # the longest time between two steps, captures included
+
+    @property
+    def served_req_per_s(self) -> Optional[float]:
+        """The throughput cost is counted at: capacity within the SLO, else the plateau."""
+        return self.capacity_req_per_s if self.slo_p95_ms is not None \
+            else self.plateau_req_per_s
+
+
+def ladder_steps(run: RunFile) -> tuple:
+    """Return a ladder run's measured steps in the order climbed."""
+    return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
+                            step_text(p), p.summary.req_per_s, p.summary.p50_ms,
+                            p.summary.p95_ms, shed_requests(p))
+                 for p in run.passes if not p.discarded and p.summary.req_per_s
+                 and p.summary.p95_ms is not None)
+
+
+def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
+    """Return (the step the plateau begins at, its height: the highest req/s from there), or
+    (None, None) while throughput still grew: the plateau begins at the first step whose
+    next step was flat (flat_step) and after which no step served more than the margin
+    above it."""
+    for i, (low, high) in enumerate(zip(steps, steps[1:])):
+        top = max(s.req_per_s for s in steps[i:])
+        if flat_step((low.load, low.req_per_s), (high.load, high.req_per_s), margin_pct) \
+                and top <= low.req_per_s * (1 + margin_pct / 100):
+            return low, top
+    return None, None
+
+
+def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
+    """Return (the first step beyond which p50 grew by a larger factor than throughput, more
+    than the margin larger, and the step after it): from there, more load buys waiting."""
+    for low, high in zip(steps, steps[1:]):
+        if high.p50_ms / low.p50_ms > high.req_per_s / low.req_per_s * (1 + margin_pct / 100):
+            return low, high
+    return None
+
+
+def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[int]) -> tuple:
+    """Return (the most req/s with p95 within slo_ms, how it was found): the best step within
+    it, or, where the first step beyond it served more, linear in p95 between the two."""
+    beyond = next((i for i, s in enumerate(steps) if s.p95_ms > slo_ms), None)
+    if beyond == 0:
+        return None, (f"the first step ({steps[0].title}) already had p95 "
+                      f"{fmt_value(steps[0].p95_ms)} ms, beyond the SLO")
+    within = steps[:beyond]
+    best = max(within, key=operator.attrgetter("req_per_s"))
+    if beyond is None:
+        return best.req_per_s, (f"measured at {best.title}: every step within the SLO, " + (
+            "and throughput had stopped growing" if plateau is not None else
+            "but throughput still grew at the last step: at least this much"))
+    low, high = steps[beyond - 1], steps[beyond]
+    if high.req_per_s <= best.req_per_s:
+        return best.req_per_s, (f"measured at {best.title}; {high.title} passed the SLO "
+                                f"without more throughput")
+    share = (slo_ms - low.p95_ms) / (high.p95_ms - low.p95_ms)
+    found = low.req_per_s + share * (high.req_per_s - low.req_per_s)
+    return round(max(found, best.req_per_s), 2), (
+        f"interpolated between {low.title} (p95 {fmt_hundredths(low.p95_ms)} ms, "
+        f"{fmt_hundredths(low.req_per_s)} req/s) and {high.title} (p95 "
+        f"{fmt_hundredths(high.p95_ms)} ms, "
+        f"{fmt_hundredths(high.req_per_s)} req/s), linear in p95")
+
+
+def step_gaps(run: RunFile) -> list:
+    """Return the seconds between the end of each measured pass and the start of the next,
+    the captures between them included (an upper bound: the start is taken before the
+    connections open)."""
+    timed = [p for p in run.passes if not p.discarded and p.attempt.started_unix is not None]
+    return [round(max(b.attempt.started_unix - a.attempt.started_unix - a.summary.wall_s, 0.0),
+                  3) for a, b in zip(timed, timed[1:])]
+
+
+def run_capacity(run: RunFile, slo_p95_ms: Optional[float] = None) -> Optional[Capacity]:
+    """Return what a ladder run derives (None for a run of fixed passes); slo_p95_ms, when
+    given, replaces the SLO the run climbed with."""
+    ladder = run.ladder
+    if ladder is None:
+        return None
+    slo = slo_p95_ms if slo_p95_ms is not None else ladder.slo_p95_ms
+    steps = ladder_steps(run)
+    counted = [s for s in steps if not s.shed]  # a step that shed measured the limit
+    plateau, level = plateau_of(counted, ladder.margin_pct)
+    capacity, how = slo_capacity(counted, slo, plateau) if slo is not None and counted else \
+        (None, "no SLO given (--slo-p95-ms)" if slo is None else "no step without shedding")
+    measured = [p for p in run.passes if not p.discarded]
+    stop = ladder_stop(run.passes, ladder) if measured else None
+    if stop is None:
+        stop = "interrupted" if not run.complete else "the ladder's last step was measured"
+    gaps = step_gaps(run)
+    return Capacity(steps, any(p.rate is not None for p in run.passes), ladder.margin_pct, slo,
+                    plateau, level, knee_of(counted, ladder.margin_pct), capacity, how, stop,
+                    max(gaps) if gaps else None)
+
+
+def usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
+    """Return what a million requests cost at req_per_s on a node of usd_per_hour:
+    USD/h / (req/s x 3600) x 10^6."""
+    return usd_per_hour / (req_per_s * 3600) * 1e6
+
+
+def cost_for(costs: Sequence[tuple], side: str) -> tuple:
+    """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
+    unit) entries, () when none is for it."""
+    return next(((usd, unit) for name, usd, unit in costs if name in (None, side)), ())
+
+
 def find_round_files(folder: str, base: str, new: str) -> dict:
     """Return {round: {side: path}} for r<N>-<side>.json files of the two sides."""
     top = Path(folder)
@@ -5366,6 +5613,8 @@ class GateSettings(NamedTuple):
     # the old rule: PASS unless a gated row is shown worse (a PASS then shows nothing within
     # the tolerance); by default PASS needs every gated row shown within it
     pass_unless_worse: bool = False
+    slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
+    cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
 
     @property
     def tolerance_log(self) -> float:
@@ -5392,9 +5641,14 @@ def run_signature(run: RunFile) -> dict:
     version = str(run.tool.get("version", ""))
     repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
+    names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    ladder = run.ladder
+    if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
+        names = (f"ladder of {' '.join(pass_name(c) for c in settings.get('concurrency', []))}"
+                 f"{' '.join(pass_name(64, r) for r in settings.get('rates', []))}, margin "
+                 f"{ladder.margin_pct:g}%, SLO {ladder.slo_p95_ms or 'none'}")
     return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
-            "passes": " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
-            + length,
+            "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
             "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
 
@@ -5915,6 +6169,7 @@ class RoundsReport(NamedTuple):
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: tuple = ()  # PassLatencies, for the report page
     more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
+    capacity: tuple = ()  # (round, side, Capacity) of ladder runs, used rounds
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -6064,6 +6319,52 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
             base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
             new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
+    return rows + ladder_rows(runs, base, new, used, settings)
+
+
+def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[float]:
+    """Return one of LADDER_METRICS of a ladder run, None where it has none."""
+    if metric == "plateau_req_per_s":
+        return capacity.plateau_req_per_s
+    if metric == "capacity_req_per_s":
+        return capacity.capacity_req_per_s
+    served = capacity.served_req_per_s
+    return usd_per_million(cost[0], served) if cost and served else None
+
+
+def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
+                      settings: GateSettings) -> tuple:
+    """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
+    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+                  for n in used for side in (base, new))
+    return found if found and all(c is not None for _, _, c in found) else ()
+
+
+def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                settings: GateSettings) -> list:
+    """Return the rows of what ladders derive, each where every used round has it on both
+    sides; raise for a gated one that some round lacks."""
+    capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
+                                                                   settings)}
+    rows = []
+    for metric in LADDER_METRICS:
+        values = {side: [None if (n, side) not in capacities else ladder_figure(
+            capacities[(n, side)], metric, cost_for(settings.cost_per_hour, side))
+            for n in used] for side in (base, new)}
+        if all(v is not None for side in values.values() for v in side):
+            rows.append(row_of(LADDER_PASS, metric, values[base], values[new], settings))
+        elif settings.gates(LADDER_PASS, metric):
+            gate = next(k for k, v in LADDER_GATE_NAMES.items() if v == metric)
+            missing = [f"r{n} {side}" for side in values for n, v in zip(used, values[side])
+                       if v is None]
+            why = ("the runs are not ladders (run --ladder)" if not capacities else
+                   f"{', '.join(missing)} has none" + (
+                       "" if metric != "usd_per_million" else " (--cost-per-hour SIDE=USD)")
+                   + ("" if metric == "plateau_req_per_s" or settings.slo_p95_ms
+                      or any(c.slo_p95_ms for c in capacities.values())
+                      else "; no SLO (--slo-p95-ms)"))
+            raise RouterLatencyError(f"no {metric_title(metric)} row to gate: {why}",
+                                     "--gate " + gate)
     return rows
 
 
@@ -6172,7 +6473,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
         tuple(pass_latencies(runs, base, new, used)),
-        more_rounds(rows) if status == "inconclusive" else None)
+        more_rounds(rows) if status == "inconclusive" else None,
+        ladder_capacities(runs, base, new, used, settings) if rows else ())
 
 
 def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
@@ -6381,6 +6683,13 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
 
+def pass_cell(row: Row, rows: Sequence[Row]) -> str:
+    """Return the pass column of a row: its pass's title on the pass's first row."""
+    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
+        r for r in rows if r.pass_name == LADDER_PASS) is row)
+    return pass_title(row.pass_name) if first else ""
+
+
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
 # @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
 # zero-width space after the sign keeps the text as it reads and does neither (an e-mail
@@ -6419,6 +6728,14 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
 def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
     """Return the line `run` starts with: what it measures where, and how long a pass is."""
     line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
+    ladder = settings.get("ladder")
+    if ladder:  # the steps it may climb, and what ends the climb
+        steps = [f"{c}" for c in settings.get("concurrency", [])] or \
+            [f"{r:g}/s" for r in settings.get("rates", [])]
+        slo = ladder.get("slo_p95_ms")
+        line += (f"; a ladder of up to {', '.join(steps)}"
+                 f"{'' if settings.get('rates') else ' callers'}, margin "
+                 f"{ladder.get('margin_pct'):g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
     repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
     if duration:
         return f"{line}; each pass cycles the corpus for {duration:g} s"
@@ -6461,6 +6778,104 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes)
+
+
+def plateau_sentence(capacity: Capacity) -> str:
+    """Return where throughput stops growing, in a sentence, or that it did not."""
+    who = "requests" if capacity.open_loop else "callers"
+    counted = [s for s in capacity.steps if not s.shed]
+    shed = [s for s in capacity.steps if s.shed]
+    limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
+    if capacity.plateau is None:
+        if not counted:
+            return "no step was measured without shedding: no plateau" + limit
+        return (f"throughput still grew at the last step counted ({counted[-1].title}, "
+                f"{fmt_hundredths(counted[-1].req_per_s)} req/s): no plateau within the ladder"
+                + limit)
+    more = "the rate" if capacity.open_loop else "callers"
+    return (f"throughput stops growing from {capacity.plateau.title} at "
+            f"{fmt_hundredths(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
+            f"with {more})")
+
+
+def knee_sentence(capacity: Capacity) -> str:
+    """Return the knee in a sentence: where latency starts to grow faster than throughput."""
+    if capacity.knee is None:
+        return "no knee: p50 never grew faster than throughput from one step to the next"
+    low, high = capacity.knee
+    return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
+            f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
+            f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
+
+
+def capacity_sentence(capacity: Capacity) -> str:
+    """Return capacity within the SLO in a sentence, saying how it was found."""
+    if capacity.slo_p95_ms is None:
+        return "capacity within an SLO: none given (--slo-p95-ms)"
+    what = "open loop, latency from the schedule" if capacity.open_loop else "closed loop"
+    if capacity.capacity_req_per_s is None:
+        return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
+    return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
+            f"{fmt_hundredths(capacity.capacity_req_per_s)} req/s ({what}), "
+            f"{capacity.capacity_how}")
+
+
+def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
+    """Return USD per million routed requests at capacity with its arithmetic, or None
+    without a cost."""
+    if not cost:
+        return None
+    usd, unit = cost
+    served = capacity.served_req_per_s
+    at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
+    if served is None:
+        return f"cost per million requests: no {at} to count it at"
+    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
+            f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
+
+
+def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
+    """Return a ladder's steps as a table and what they give, in sentences."""
+    knee = capacity.knee[0] if capacity.knee else None
+    rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
+             fmt_hundredths(s.p95_ms),
+             str(s.shed), " ".join(word for word, hit in (
+                 ("plateau", s is capacity.plateau), ("knee", s is knee),
+                 ("shed: not counted", s.shed > 0)) if hit)]
+            for s in capacity.steps]
+    lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
+             f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
+    lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
+                          right=[False, True, True, True, True, False])
+    lines += [plateau_sentence(capacity), knee_sentence(capacity), capacity_sentence(capacity)]
+    lines += [line for line in (cost_sentence(capacity, cost),) if line]
+    if capacity.longest_gap_s is not None:
+        lines.append(f"steps back to back: at most {capacity.longest_gap_s:g} s between two")
+    return lines
+
+
+def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
+                            costs: Sequence[tuple]) -> list:
+    """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
+    of their cost per million requests (B over A); nothing unless both are ladders."""
+    found = [run_capacity(run, slo_p95_ms) for run in runs]
+    if any(c is None for c in found):
+        return []
+    lines = []
+    for run, capacity in zip(runs, found):
+        lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
+        lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
+    (a, b), labels = found, [run.label for run in runs]
+    served = [a.served_req_per_s, b.served_req_per_s]
+    what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
+    if None not in served:
+        lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
+        prices = [cost_for(costs, label) for label in labels]
+        if all(prices):
+            usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
+            lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
+                         f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
+    return lines
 
 
 def malformed_lines(item: PassRecord) -> list:
@@ -6659,6 +7074,8 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
     lines = format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + format_per_round(report)
+    capacity = format_capacity_rounds(report)
+    lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += report.warnings
     slowdowns = format_slowdowns(report)
@@ -6706,7 +7123,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                     f"{fmt_value(row.diff.high)}]")
-        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+        table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
@@ -6725,22 +7142,111 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
 
 
 def row_change_text(row: Row) -> str:
-    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]."""
-    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]; a cost
+    is cheaper or costlier."""
+    text = change_text(row.speedup, row.speedup_low, row.speedup_high)
+    if row.metric == "usd_per_million":
+        return text.replace("faster", "cheaper").replace("slower", "costlier")
+    return text
 
 
 def gate_text(settings: GateSettings) -> str:
     """Return which rows the gate judges, in words."""
-    every = [metric_title(g) for g in settings.gate if ":" not in g]
+    every = [metric_title(g) for g in settings.gate if ":" not in g and g not in LADDER_METRICS]
     named = [f"{pass_title(g.split(':')[0])} {metric_title(g.split(':')[1])}"
              for g in settings.gate if ":" in g]
+    named += [f"the ladder's {metric_title(g)}" for g in settings.gate if g in LADDER_METRICS]
     return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
+
+
+def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
+    """Return the step most rounds name, with how many: 4 callers (3 of 3 rounds)."""
+    titles = collections.Counter(s.title if s else "none" for s in steps)
+    title, count = titles.most_common(1)[0]
+    return f"{title} ({count} of {plural(len(steps), 'round')})"
+
+
+def median_span(values: Sequence[Optional[float]], unit: str) -> str:
+    """Return the median of figures over rounds with their range: 387 req/s (380-391 over
+    3 rounds)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    return (f"{fmt_value(statistics.median(known))} {unit} "
+            f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
+
+
+def side_capacity_sentences(report: RoundsReport, side: str) -> list:
+    """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
+    the knee, capacity within the SLO and cost per million requests."""
+    found = [c for _, s, c in report.capacity if s == side]
+    if not found:
+        return []
+    who = "requests" if found[0].open_loop else "callers"
+    slo = found[0].slo_p95_ms
+    sentences = [
+        f"{side}: throughput stops growing from {most_common_title([c.plateau for c in found])}"
+        f" at {median_span([c.plateau_req_per_s for c in found], 'req/s')}; beyond, {who} queue "
+        f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
+        f"{side}: the knee (beyond it p50 grows faster than throughput) at "
+        f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
+    if slo is not None and all(c.capacity_req_per_s is None for c in found):
+        sentences.append(f"{side}: capacity within p95 <= {slo:g} ms: none in any round "
+                         f"({found[0].capacity_how} in r{report.used[0]})")
+    elif slo is not None:
+        interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
+        sentences.append(
+            f"{side}: capacity within p95 <= {slo:g} ms: "
+            f"{median_span([c.capacity_req_per_s for c in found], 'req/s')}"
+            + (f", interpolated between steps in {interpolated} of {len(found)}"
+               if interpolated else ", each a measured step") + (
+                   " (open loop)" if found[0].open_loop else ""))
+    cost = cost_for(report.settings.cost_per_hour, side)
+    if cost:
+        at = "capacity" if slo is not None else "the plateau"
+        sentences.append(
+            f"{side}: USD {cost[0]:g} per {cost[1]}-hour / (req/s at {at} x 3600) x 10^6 = USD "
+            + median_span([ladder_figure(c, 'usd_per_million', cost) for c in found],
+                          "per million routed requests"))
+    return sentences
+
+
+def format_capacity_rounds(report: RoundsReport) -> list:
+    """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
+    of fixed passes."""
+    lines = [line for side in (report.base, report.new)
+             for line in side_capacity_sentences(report, side)]
+    cost = next((r for r in report.rows if r.metric == "usd_per_million"), None)
+    if cost is not None:
+        lines.append(f"cost per million requests, {report.new}/{report.base}: "
+                     f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
+                     f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
+    stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
+    return ([f"ladders stopped: {'; '.join(stops)}"] + lines + missing_ladder_rows(report)) \
+        if lines else []
+
+
+def missing_ladder_rows(report: RoundsReport) -> list:
+    """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
+    shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
+    notes = []
+    for metric in (m for m in LADDER_METRICS if m not in shown):
+        costs = {side: cost_for(report.settings.cost_per_hour, side)
+                 for side in (report.base, report.new)}
+        lacking = [f"r{n} {side}" for n, side, c in report.capacity
+                   if ladder_figure(c, metric, costs[side]) is None]
+        why = ("no --cost-per-hour SIDE=USD for " + " and ".join(s for s, c in costs.items()
+                                                                 if not c)
+               if metric == "usd_per_million" and not all(costs.values())
+               else f"none in {', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''}")
+        notes.append(f"no {metric_title(metric)} row: {why}")
+    return notes
 
 
 def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_label(r.metric)]
+    per = [[pass_cell(r, report.rows), metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
     return render_table(header, per, markdown=markdown, right=[False, False])
@@ -6954,7 +7460,21 @@ def rounds_json(report: RoundsReport) -> dict:
             "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns)}
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
+            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity]}
+
+
+def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
+    """Return what one round's ladder of one side derives, as JSON."""
+    return {"round": number, "side": side, "open_loop": capacity.open_loop,
+            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
+            "steps": [s._asdict() for s in capacity.steps],
+            "plateau": capacity.plateau and capacity.plateau.name,
+            "plateau_req_per_s": capacity.plateau_req_per_s,
+            "knee": capacity.knee and capacity.knee[0].name,
+            "capacity_req_per_s": capacity.capacity_req_per_s,
+            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
+            "longest_gap_s": capacity.longest_gap_s}
 
 
 def slowdowns_json(found: InputSlowdowns) -> dict:
@@ -7111,7 +7631,7 @@ def format_plan(report: RoundsReport) -> list:
     for row in report.rows:
         spread = sample_spread([math.log(n / b) for b, n in
                                 zip(row.base_values, row.new_values)])
-        table.append([pass_title(row.pass_name) if row.metric == "p50_ms" else "",
+        table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
@@ -7159,7 +7679,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
                   f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
                   f"**{verdict_line(report)}**", ""]
-        rows = [[pass_title(r.pass_name) if r.metric == "p50_ms" else "", metric_title(r.metric),
+        rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
                  f"{r.speedup:.2f}x [{r.speedup_low:.2f}, {r.speedup_high:.2f}]"]
@@ -7211,7 +7731,7 @@ def record_sentences(section: RecordSection) -> list:
         shown = [span(side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences
+    return sentences + format_capacity_rounds(report)
 
 
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
@@ -7261,6 +7781,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]
+    details += format_capacity_rounds(report)
     details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
     details += format_slowdowns(report, markdown=True)
     if per_round and report.rows:
@@ -7645,11 +8166,119 @@ def page_details(report: RoundsReport) -> str:
     return "\n".join(parts)
 
 
+def pareto_series(report: RoundsReport) -> tuple:
+    """Return (faint lines, bold lines, capacity per side) of the Pareto plot: each round's
+    steps as (req/s, p95), per side the median over rounds of each step every round has, and
+    the side's median capacity within the SLO."""
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    faint, bold, capacities = [], [], {}
+    for side, color in colors.items():
+        found = [(n, c) for n, s, c in report.capacity if s == side]
+        rounds = [[st for st in c.steps if not st.shed] for _, c in found]
+        faint += [Series([(st.req_per_s, st.p95_ms) for st in steps], color, False,
+                         f"r{n} {side}") for (n, _), steps in zip(found, rounds)]
+        names = [st.name for st in rounds[0]] if rounds else []
+        common = [name for name in names if all(any(st.name == name for st in steps)
+                                                for steps in rounds)]
+        medians = [(statistics.median(st.req_per_s for steps in rounds for st in steps
+                                      if st.name == name),
+                    statistics.median(st.p95_ms for steps in rounds for st in steps
+                                      if st.name == name)) for name in common]
+        bold.append(Series(medians, color, False, f"{side}: median over rounds"))
+        known = [c.capacity_req_per_s for _, c in found if c.capacity_req_per_s is not None]
+        if known:
+            capacities[side] = statistics.median(known)
+    return faint, bold, capacities
+
+
+def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str:
+    """Return the Pareto plot of the ladders: throughput (x) against p95 (y, log scale) per
+    step, each round a faint line, the medians bold, the SLO a horizontal line and each
+    side's capacity within it marked."""
+    faint, bold, capacities = pareto_series(report)
+    slo = next((c.slo_p95_ms for _, _, c in report.capacity), None)
+    points = [p for item in faint + bold for p in item.points]
+    if not points:
+        return ""
+    x_axis = Axis(0.0, max(x for x, _ in points) * 1.08, 62, width - 16)
+    ys = [y for _, y in points] + ([slo] if slo else [])
+    low, high = padded(ys, True)
+    # down to the power of ten below: a narrow log range would otherwise show one tick or two
+    y_axis = Axis(min(low, 10.0 ** math.floor(math.log10(min(ys)))), high, height - 40, 28, True)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="throughput against p95">',
+             f'<text x="{width / 2:.0f}" y="16" text-anchor="middle" font-weight="bold">'
+             f'Throughput against p95, per ladder step</text>',
+             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">throughput, '
+             f'req/s (routed)</text>',
+             f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
+             f'text-anchor="middle">p95 latency, ms (log scale)</text>']
+    parts += pareto_grid(x_axis, y_axis, width, height)
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    for item, weight, opacity in [(f, 1.2, 0.3) for f in faint] + [(b, 3.2, 1.0) for b in bold]:
+        path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
+                     f'stroke-width="{weight}" stroke-opacity="{opacity}">'
+                     f'<title>{esc(item.label)}</title></polyline>')
+        if weight > 2:
+            parts += [f'<circle cx="{x_axis.at(x):.1f}" cy="{y_axis.at(y):.1f}" r="3.5" '
+                      f'fill="{item.color}"/>' for x, y in item.points]
+    if slo:
+        y = y_axis.at(slo)
+        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
+                     f'stroke="#c62828" stroke-width="1.5" stroke-dasharray="6 4"/>'
+                     f'<text x="66" y="{y - 5:.1f}" fill="#c62828">SLO: p95 {slo:g} ms'
+                     f'</text>')
+    for i, (side, value) in enumerate(capacities.items() if slo else ()):
+        x, y = x_axis.at(value), y_axis.at(slo)
+        left = x > width * 0.6  # a label near the right edge goes to the left of its mark
+        parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{height - 40}" '
+                     f'stroke="{colors[side]}" stroke-dasharray="2 3"/>'
+                     f'<path d="M{x:.1f} {y - 7:.1f} l7 7 l-7 7 l-7 -7 z" '
+                     f'fill="{colors[side]}"/><text x="{x - 10 if left else x + 10:.1f}" '
+                     f'y="{y + 20 + 14 * i:.1f}" text-anchor="{"end" if left else "start"}" '
+                     f'fill="{colors[side]}">{esc(side)} capacity {esc(fmt_value(value))} '
+                     f'req/s</text>')
+    return "\n".join(parts) + "\n</svg>"
+
+
+def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> list:
+    """Return the grid lines and tick labels of the Pareto plot."""
+    parts = []
+    for value in x_axis.ticks():
+        x = x_axis.at(value)
+        parts.append(f'<line x1="{x:.1f}" y1="28" x2="{x:.1f}" y2="{height - 40}" '
+                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 26}" '
+                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
+    for value in y_axis.ticks():
+        y = y_axis.at(value)
+        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
+                     f'stroke="#e5e5e5"/><text x="58" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{esc(f"{value:g}")}</text>')
+    return parts
+
+
+def page_capacity(report: RoundsReport) -> str:
+    """Return the ladders' section: the Pareto plot and the sentences under it; nothing for
+    runs of fixed passes."""
+    plot = pareto_svg(report)
+    if not plot:
+        return ""
+    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
+    legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)}'
+                       for side, color in colors.items())
+    sentences = "".join(f"<li>{esc(line)}</li>" for line in format_capacity_rounds(report))
+    return ("<h2>Capacity: throughput against latency</h2>"
+            f'<p class="note">{legend}: faint, each round\'s ladder; bold, the median over '
+            f"rounds of each step; dashed red, the SLO; diamond, each side's median capacity "
+            f"within it (steps that shed are left out).</p>{plot}<ul>{sentences}</ul>")
+
+
 def report_page(report: RoundsReport) -> str:
     """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
     title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
-    body = "\n".join([page_verdict(report), page_rows(report), page_latencies(report),
-                      page_rounds(report), page_details(report)])
+    body = "\n".join([page_verdict(report), page_rows(report), page_capacity(report),
+                      page_latencies(report), page_rounds(report), page_details(report)])
     files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())
     return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
             f'<head><meta charset="utf-8"/><title>{esc(title)}</title>'
@@ -7713,19 +8342,22 @@ class SimulatedRouter:
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
                  max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None):
+                 stall: Optional[tuple] = None, workers: Optional[int] = None):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+        self.workers = 1 if serial else workers
         self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
-             "serial": serial, "max_concurrency": max_concurrency},
+             "serial": serial, "max_concurrency": max_concurrency,
+             **({"workers": workers} if workers and not serial else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
         self.lock = threading.Lock()  # the jitter generator and the counters
-        self.busy = threading.Lock()  # --serial
+        # --workers N (--serial: 1): when each of N GPU processes is next free, monotonic s
+        self.free_at = [0.0] * self.workers if self.workers else None
         self.served = 0  # preview requests admitted: answered or being answered
         self.in_flight = 0  # admitted previews not yet answered
         self.connections: set = set()
@@ -7784,6 +8416,26 @@ class SimulatedRouter:
             reader.close()
             connection.close()
 
+    def _work(self, pause: float) -> None:
+        """Do one admitted preview's device work: on the worker free first, after the work
+        queued on it, in the order the previews came, or at once without --workers.
+
+        Each worker keeps a timeline, as a GPU does: its work runs back to back whatever the
+        threads' wake-ups cost, so a busy machine delays answers but not the device, and N
+        workers serve N x 1000 / delay_ms previews a second once saturated."""
+        if self.free_at is None:
+            if pause:
+                time.sleep(pause)
+            return
+        with self.lock:
+            now = time.monotonic()
+            worker = min(range(len(self.free_at)), key=self.free_at.__getitem__)
+            done = max(now, self.free_at[worker]) + pause
+            self.free_at[worker] = done
+        wait = done - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
     def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
         """Return the whole response in one buffer: head and body in two writes would meet
         Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
@@ -7816,11 +8468,7 @@ class SimulatedRouter:
                 pause += self.stall[2] / 1000
             self.served += 1
         try:
-            if self.serial:
-                with self.busy:
-                    time.sleep(pause)
-            elif pause:
-                time.sleep(pause)
+            self._work(pause)
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -7835,11 +8483,12 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
                     jitter_ms: float = 0.0, serial: bool = False,
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                    stall: Optional[tuple] = None) -> SimulatedRouter:
+                    stall: Optional[tuple] = None,
+                    workers: Optional[int] = None) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
                            decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall)
+                           stall=stall, workers=workers)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -8083,14 +8732,32 @@ def gate_list(text: str) -> tuple:
     names = {metric_title(m): m for m in ROW_METRICS}
     found = []
     for part in (p.strip() for p in text.split(",")):
+        if part in LADDER_GATE_NAMES or part.startswith(f"{LADDER_PASS}:") \
+                and part.split(":", 1)[1] in LADDER_GATE_NAMES:  # a ladder's rows
+            found.append(LADDER_GATE_NAMES[part.rpartition(":")[2]])
+            continue
         scope, _, metric = part.rpartition(":")
         if metric not in names or (scope and not re.fullmatch(r"sequential|c\d+|r[\d.]+",
                                                                 scope)):
             raise argparse.ArgumentTypeError(
                 f"expected p50, p95, p99, mean or req/s, each optionally after a pass "
-                f"(sequential:p99, c16:p95), got {part!r}")
+                f"(sequential:p99, c16:p95), or a ladder's plateau, capacity or cost, got "
+                f"{part!r}")
         found.append(f"{scope}:{names[metric]}" if scope else names[metric])
     return tuple(found)
+
+
+def cost_spec(text: str) -> tuple:
+    """Return (side or None, USD per hour, per what) of a --cost-per-hour [SIDE=]USD[/UNIT]:
+    rocm=2.50, cpu=0.90/node, 3.20/GPU."""
+    side, sep, rest = text.rpartition("=")
+    found = re.fullmatch(rf"\s*\$?{NUMBER}\s*(?:/\s*([A-Za-z][A-Za-z0-9 _-]{{0,31}}))?\s*", rest)
+    usd = float(found.group(1)) if found else 0.0
+    if not found or not usd > 0 or (sep and not SIDE_PATTERN.match(side)):
+        raise argparse.ArgumentTypeError(
+            f"expected [SIDE=]USD[/UNIT], US dollars an hour above 0 (rocm=2.50, cpu=0.90/node, "
+            f"3.20/GPU), got {text!r}")
+    return (side if sep else None, usd, (found.group(2) or "node").strip())
 
 
 def decision_names(text: str) -> tuple:
@@ -8240,6 +8907,22 @@ def add_pass_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the poisson schedule")
     p.add_argument("--connections", type=positive_int, default=64,
                    help="the most connections a --rate pass opens")
+    p.add_argument("--ladder", action="store_true",
+                   help="climb a ladder of load, one pass a step: the --concurrency levels "
+                        "(default 1, 2, 4, ... up to --router-max-concurrency) or the --rate "
+                        "rates, in order, stopping when throughput stops growing, the router "
+                        "sheds or p95 passes --slo-p95-ms (docs/capacity.md)")
+    p.add_argument("--ladder-margin", type=non_negative_float, default=LADDER_MARGIN_PCT,
+                   metavar="PCT", help="a ladder step adding less throughput than this "
+                                       "percentage over the one before ends the climb")
+    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
+                   help="the latency objective: a ladder stops when a step's p95 passes it, "
+                        "and capacity is the most req/s within it")
+    p.add_argument("--cost-per-hour", type=cost_spec, metavar="[SIDE=]USD[/UNIT]",
+                   action="append", default=[],
+                   help="what the node costs an hour (2.50, 2.50/GPU; SIDE= names the label "
+                        "it is for): a ladder prints USD per million routed requests at "
+                        "capacity")
     p.add_argument("--decision-path", action="append",
                    help="dotted path to the decision in the response (repeatable, joined by |); "
                         "default decision_result.decision_name|routing_decision|decision "
@@ -8315,7 +8998,19 @@ def add_compare_parser(commands: Any) -> None:
                    help="exit 1 when any decision differs")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format")
+    add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
+
+
+def add_ladder_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
+                   help="ladder runs: capacity within this p95 (default: the SLO they climbed "
+                        "with)")
+    p.add_argument("--cost-per-hour", type=cost_spec, metavar="SIDE=USD[/UNIT]",
+                   action="append", default=[],
+                   help="ladder runs: what a side's node costs an hour (rocm=2.50/GPU; "
+                        "repeatable; USD alone: both sides), for a row of USD per million "
+                        "routed requests at capacity")
 
 
 def add_rounds_parser(commands: Any) -> None:
@@ -8337,6 +9032,7 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--gate", type=gate_list, default="p50,p95,req/s",
                    help="rows that can fail the gate: metrics of every pass (p50, p95, p99, "
                         "mean, req/s) or PASS:METRIC (sequential:p99, c16:p95)")
+    add_ladder_options(p)
     p.add_argument("--max-mde", type=positive_float, metavar="PCT",
                    help="with --strict, the largest detectable change an inconclusive gated "
                         "row may have before the result is inconclusive (default twice the "
@@ -8385,7 +9081,12 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--delay-ms", type=non_negative_float, default=2.0, help="time per request")
     p.add_argument("--jitter-ms", type=non_negative_float, default=0.0,
                    help="extra uniform random time per request, up to this")
-    p.add_argument("--serial", action="store_true", help="one request at a time, like one GPU")
+    served = p.add_mutually_exclusive_group()
+    served.add_argument("--serial", action="store_true",
+                        help="one request at a time, like one GPU")
+    served.add_argument("--workers", type=whole_number(1, 1024), metavar="N",
+                        help="N requests served at once, the rest wait, like N GPU processes: "
+                             "throughput stops at N x 1000 / delay req/s")
     p.add_argument("--decisions", type=decision_names, default="math,code,general,pii_block",
                    help="decision names, picked by a hash of the prompt")
     p.add_argument("--seed", type=int, default=0, help="seed of the jitter")
@@ -8425,6 +9126,7 @@ def add_record_parser(commands: Any) -> None:
     p.add_argument("--tolerance", type=non_negative_float, default=5.0,
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
+    add_ladder_options(p)
     p.add_argument("--json", required=True, help="the record's data file to write")
     p.add_argument("--markdown", required=True, help="the record's document to write")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -8500,6 +9202,26 @@ def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence)
     return (("Authorization", f"Bearer {token}"),)
 
 
+def ladder_or_levels(args: argparse.Namespace) -> tuple:
+    """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
+    raise for a ladder that does not climb or climbs both callers and rates."""
+    if not args.ladder:
+        defaults = {"ladder_margin": LADDER_MARGIN_PCT, "slo_p95_ms": None, "cost_per_hour": []}
+        for option, default in defaults.items():
+            if getattr(args, option) != default:
+                raise RouterLatencyError("only a ladder uses it: add --ladder",
+                                         f"--{option.replace('_', '-')}")
+        return args.concurrency or (() if args.rate else (1, 4, 16))
+    if args.concurrency and args.rate:
+        raise RouterLatencyError("a ladder climbs callers or rates, not both", "--ladder")
+    steps = args.concurrency or args.rate or ladder_levels(args.router_max_concurrency)
+    if list(steps) != sorted(steps):
+        raise RouterLatencyError(f"a ladder climbs: expected rising steps, got "
+                                 f"{', '.join(f'{v:g}' for v in steps)}",
+                                 "--rate" if args.rate else "--concurrency")
+    return () if args.rate else tuple(steps)
+
+
 def run_arguments(args: argparse.Namespace) -> tuple:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
     checked."""
@@ -8525,12 +9247,13 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         hidden_variables=(args.token_env,) if args.token_env else (),
         secrets=secret_values(endpoint, headers) + (secret_values(metrics, ()) if metrics
                                                     else ()))
-    passes = plan_passes(args.concurrency or (() if args.rate else (1, 4, 16)), args.rate,
+    passes = plan_passes(ladder_or_levels(args), args.rate,
                          connections=args.connections, arrival=args.arrival, seed=args.seed,
                          repeat=args.repeat, duration=args.duration)
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors,
-                   router_max_concurrency=args.router_max_concurrency)
+                   router_max_concurrency=args.router_max_concurrency,
+                   ladder=Ladder(args.ladder_margin, args.slo_p95_ms) if args.ladder else None)
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
     thresholds = Thresholds(args.window, args.slow_p95, args.slow_rate, args.max_foreign_cpus)
@@ -8545,6 +9268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_writable_target(args.csv, args.force)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
+    checked_costs(args.cost_per_hour, (args.label,))
     check_plan(plan, len(corpus.prompts))
     if args.check:
         if not args.quiet:
@@ -8609,6 +9333,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         lines = [] if header_shown else [format_run_header(
             run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
         lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
+        capacity = run_capacity(run)
+        if capacity is not None:
+            lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
         if run.config_hashes:
             lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
         if write_failure is None and args.out != "-":
@@ -8653,7 +9380,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
     else:
         emit(format_compare_markdown(report) if args.format == "markdown"
-             else format_compare(report))
+             else format_compare(report) + format_compare_capacity(
+                 (a, b), args.slo_p95_ms, checked_costs(args.cost_per_hour, (a.label, b.label))))
     return report.exit_code
 
 
@@ -8665,6 +9393,19 @@ def corpus_texts(path: str, sha256: str) -> dict:
         raise RouterLatencyError(f"not the corpus of the runs (sha256 {corpus.sha256[:12]}, "
                                  f"the runs used {sha256[:12]})", path)
     return {p.id: p.text for p in corpus.prompts}
+
+
+def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
+    """Return --cost-per-hour's entries; raise for one naming no side measured or a side
+    priced twice."""
+    named = [side for side, _, _ in costs]
+    for side in named:
+        if side is not None and side not in sides:
+            raise RouterLatencyError(f"{side} is not a side measured ({', '.join(sides)})",
+                                     "--cost-per-hour")
+    if len(set(named)) < len(named) or (None in named and len(named) > 1):
+        raise RouterLatencyError("a side priced twice", "--cost-per-hour")
+    return tuple(costs)
 
 
 def cmd_rounds(args: argparse.Namespace) -> int:
@@ -8686,7 +9427,8 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         tolerance_pct=args.tolerance, gate=args.gate, strict=args.strict,
         max_mde_pct=args.max_mde, allow_incomplete=args.allow_incomplete,
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
-        allow_config_change=args.allow_config_change,
+        allow_config_change=args.allow_config_change, slo_p95_ms=args.slo_p95_ms,
+        cost_per_hour=checked_costs(args.cost_per_hour, (args.base, args.new)),
         pass_unless_worse=args.pass_unless_worse)
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
@@ -8724,7 +9466,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             raise RouterLatencyError(f"section {name} names no sides: give NAME=DIR:BASE:NEW "
                                      f"or --base and --new", "--section")
         sections.append(record_section(name, folder, base, new, GateSettings(
-            tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete)))
+            tolerance_pct=args.tolerance, allow_incomplete=args.allow_incomplete,
+            slo_p95_ms=args.slo_p95_ms,
+            cost_per_hour=checked_costs(args.cost_per_hour, (base, new)))))
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
                          [("--json", args.json), ("--markdown", args.markdown)])
@@ -8766,7 +9510,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
-                                 max_concurrency=args.max_concurrency, stall=args.stall)
+                                 max_concurrency=args.max_concurrency, stall=args.stall,
+                                 workers=args.workers)
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -8776,7 +9521,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.url_file:
         write_atomic(args.url_file, (router.url + "\n").encode())
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
-          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}, at most "
+          f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
+          f"{f', {args.workers} workers' if args.workers else ''}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops"])
     stopped = threading.Event()

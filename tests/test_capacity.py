@@ -1,0 +1,353 @@
+"""run --ladder and what it derives: the plateau, the knee, capacity within an SLO and cost
+per million requests; their rows in rounds, --gate capacity, the Pareto plot; simulate
+--workers."""
+
+import json
+import math
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from conftest import assert_one_line_error, make_run, write_corpus
+import router_latency as rl
+
+DELAY_MS = 40.0  # long beside the driver's own time per request, on 2 shared cores
+
+
+def ladder_run(cli, tmp_path, url, *extra, label="x", prompts=16):
+    corpus = write_corpus(tmp_path / "corpus.json", [f"question {i}" for i in range(prompts)])
+    out = tmp_path / f"{label}.json"
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--label", label,
+                 "--ladder", "--warmup", "2", "--timeout", "5", "--router-max-concurrency", "8",
+                 *extra)
+    return result, out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
+        tmp_path, cli, simulator, workers):
+    # N requests served at once, each DELAY_MS: throughput stops at N x 1000 / DELAY_MS, from
+    # N callers on; beyond them callers wait for a worker, so p50 doubles with callers
+    router = simulator(delay_ms=DELAY_MS, workers=workers)
+    # steps of equal time: a short step's fixed costs (the first send, the last answer) would
+    # weigh on its rate
+    result, out = ladder_run(cli, tmp_path, router.url, "--duration", "0.5s")
+    assert result.code == 0, result.err
+    capacity = rl.run_capacity(rl.load_run(str(out)))
+    expected = workers * 1000 / DELAY_MS
+    assert abs(capacity.plateau_req_per_s - expected) <= 0.05 * expected
+    assert capacity.plateau.load == workers
+    assert capacity.knee[0].load == workers
+    # the climb stopped at the step after the plateau began: more callers only queue
+    assert [s.load for s in capacity.steps][-1] == 2 * workers
+    assert "stopped: throughput stopped growing" in result.out
+    callers = rl.plural(workers, "caller")
+    assert f"throughput stops growing from {callers} at " in result.out
+    assert f"the knee is at {callers}: beyond, latency grows faster than throughput" \
+        in result.out
+
+
+def test_the_serial_simulator_saturates_at_one_or_two_callers(tmp_path, cli, simulator):
+    router = simulator(delay_ms=10.0, serial=True)
+    result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "50",
+                             "--cost-per-hour", "x=2.50/GPU", prompts=30)
+    assert result.code == 0, result.err
+    capacity = rl.run_capacity(rl.load_run(str(out)))
+    assert capacity.plateau.load in (1, 2)
+    assert abs(capacity.plateau_req_per_s - 100) <= 5
+    # every step within the SLO: capacity is the most a step served, and cost follows
+    served = max(s.req_per_s for s in capacity.steps)
+    assert capacity.capacity_req_per_s == served
+    cost = 2.5 / (served * 3600) * 1e6
+    assert (f"x 10^6 = USD {cost:.4g} per million routed requests") in result.out
+    assert "USD 2.5 per GPU-hour" in result.out
+
+
+def steps_of(*figures, shed=()):
+    """Return LadderSteps of (callers, req/s, p50, p95)."""
+    return [rl.LadderStep(rl.pass_name(c), c, rl.plural(c, "caller"), rps, p50, p95,
+                          10 if c in shed else 0) for c, rps, p50, p95 in figures]
+
+
+def test_plateau_knee_and_capacity_by_hand():
+    steps = steps_of((1, 100, 9, 10), (2, 190, 10, 12), (4, 300, 12, 40), (8, 320, 24, 90))
+    # 4 -> 8 callers doubled the load for 320 / 300 = 1.067x the throughput, under 1.10x, and
+    # no later step served more than 330: the plateau begins at 4 callers, 320 high
+    begins, level = rl.plateau_of(steps, 10.0)
+    assert (begins.load, level) == (4, 320)
+    # 4 -> 8: p50 x2.0 against req/s x1.07: the knee; 2 -> 4: p50 x1.2 against x1.58
+    assert rl.knee_of(steps, 10.0)[0].load == 4
+    # 8 callers passed the 50 ms SLO: (50 - 40) / (90 - 40) = 0.2 of the way from 300 to 320
+    found, how = rl.slo_capacity(steps, 50.0, begins)
+    assert found == pytest.approx(304.0)
+    assert how.startswith("interpolated between 4 callers (p95 40.00 ms, 300.00 req/s) and "
+                          "8 callers (p95 90.00 ms, 320.00 req/s)")
+    assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.5 / (304 * 3600) * 1e6)
+    assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.28436, abs=1e-5)
+
+
+def test_capacity_where_the_slo_is_passed_at_once_never_or_without_more_throughput():
+    first_beyond = steps_of((1, 100, 20, 60), (2, 110, 40, 80))
+    assert rl.slo_capacity(first_beyond, 50.0, None)[0] is None
+    growing = steps_of((1, 100, 9, 10), (2, 200, 9, 11))
+    found, how = rl.slo_capacity(growing, 50.0, None)
+    assert found == 200 and "at least" in how
+    flat = steps_of((1, 100, 9, 10), (2, 101, 18, 20), (4, 99, 36, 70))
+    found, how = rl.slo_capacity(flat, 50.0, rl.plateau_of(flat, 10.0)[0])
+    assert found == 101 and how.startswith("measured at 2 callers")
+    # still growing at the last step: no plateau, and no knee where latency never outgrew it
+    assert rl.plateau_of(growing, 10.0) == (None, None)
+    assert rl.knee_of(growing, 10.0) is None
+
+
+@pytest.mark.parametrize("before, after, flat", [
+    ((4, 300.0), (8, 320.0), True),  # callers doubled, 6.7% more: under the 10% margin
+    ((2, 190.0), (4, 300.0), False),
+    ((350, 343.0), (380, 369.0), False),  # a rate 8.6% up, 7.6% more served: it follows
+    ((400, 398.0), (500, 401.0), True),  # a rate 25% up, 0.75% more: under 2.5%
+    ((1, 100.0), (2, 95.0), True),
+])
+def test_a_flat_step_turned_less_than_the_margin_of_its_added_load_into_throughput(
+        before, after, flat):
+    assert rl.flat_step(before, after, 10.0) is flat
+
+
+def pass_of(concurrency, rps, p95, shed=0, discarded=False, connect=False):
+    requests = tuple(rl.Request(i, 0.0, p95, 429 if i < shed else 200, None if i < shed else "d",
+                                "http_4xx" if i < shed else None) for i in range(40))
+    if connect:  # the router went away: no answer at all
+        requests = tuple(rl.Request(i, 0.0, None, None, None, "connect") for i in range(40))
+    summary = rl.pass_summary(requests, (40 - shed) / rps)
+    attempt = rl.Attempt(None, None, "", None, {}, None, {}, None if discarded else summary,
+                         () if discarded else requests)
+    return rl.PassRecord(rl.pass_name(concurrency), concurrency, discarded, False, attempt)
+
+
+@pytest.mark.parametrize("passes, slo, words", [
+    ([pass_of(1, 100, 10), pass_of(2, 105, 20)], None, "throughput stopped growing: 105"),
+    ([pass_of(1, 100, 10), pass_of(2, 150, 20)], 15.0, "p95 20.0 ms at 2 callers passed"),
+    ([pass_of(1, 100, 10), pass_of(2, 200, 10, shed=3)], None,
+     "the router shed 3 requests at 2 callers (429 OVERLOADED): its admission limit"),
+    ([pass_of(1, 100, 10), pass_of(2, 190, 12)], 50.0, None),
+    ([pass_of(1, 100, 10), pass_of(2, 100, 12, discarded=True)], None, None),
+    ([pass_of(1, 100, 10), pass_of(2, 100, 12, shed=40)], None,
+     "the router shed 40 requests at 2 callers"),
+    ([pass_of(1, 100, 10), pass_of(2, 100, 12, connect=True)], None,
+     "no request at 2 callers was answered with a decision"),
+    ([pass_of(1, 100, 10)], None, None),
+])
+def test_why_a_ladder_stops_climbing(passes, slo, words):
+    why = rl.ladder_stop(passes, rl.Ladder(10.0, slo))
+    assert why == words if words is None else words in why
+
+
+def test_a_ladder_stops_where_the_router_sheds_and_names_its_admission_limit(
+        tmp_path, cli, simulator):
+    router = simulator(delay_ms=10.0, workers=8, max_concurrency=2)
+    result, out = ladder_run(cli, tmp_path, router.url)
+    run = rl.load_run(str(out))
+    assert [p.name for p in run.passes] == ["sequential", "c2", "c4"]
+    assert run.complete
+    assert "the router shed" in result.err and "its admission limit" in result.err
+    assert "shed: not counted" in result.out
+    capacity = rl.run_capacity(run)
+    assert capacity.plateau is None  # the step that shed is left out: 2 callers still grew
+    assert "; the router shed from 4 callers (its admission limit)" in result.out
+    assert result.code == 1  # shed requests are failed requests, as in any run
+
+
+def test_a_ladder_stops_where_p95_passes_the_slo(tmp_path, cli, simulator):
+    router = simulator(delay_ms=10.0, serial=True)
+    result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "15")
+    assert result.code == 0, result.err
+    assert [p.name for p in rl.load_run(str(out)).passes] == ["sequential", "c2"]
+    assert "passed the SLO (--slo-p95-ms 15)" in result.out
+
+
+def test_a_ladder_file_reads_back_to_the_same_bytes_and_older_files_have_no_ladder(tmp_path):
+    plan = rl.RunPlan(rl.plan_passes((1, 2, 4)), ladder=rl.Ladder(10.0, 50.0))
+    target = rl.Target(rl.parse_endpoint("http://127.0.0.1:1"))
+    settings = rl.settings_record(target, plan, rl.LoadGuard())
+    run = rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": 40},
+                     (pass_of(1, 100, 10), pass_of(2, 105, 20)), settings=settings)
+    written = b"".join(rl.dump_run(run))
+    path = tmp_path / "ladder.json"
+    path.write_bytes(written)
+    loaded = rl.load_run(str(path))
+    assert b"".join(rl.dump_run(loaded)) == written
+    assert loaded.ladder == rl.Ladder(10.0, 50.0)
+    assert rl.run_capacity(loaded).plateau.load == 1
+    old = rl.load_run(make_run(tmp_path / "old.json"))
+    assert old.ladder is None and rl.run_capacity(old) is None
+    assert b'"ladder"' not in b"".join(rl.dump_run(old))
+
+
+@pytest.mark.parametrize("ladder, field, message", [
+    ([], "settings.ladder", "expected an object or null"),
+    ({"margin_pct": "10"}, "settings.ladder.margin_pct", "expected a finite number"),
+    ({"margin_pct": 10, "slo_p95_ms": 0}, "settings.ladder.slo_p95_ms",
+     "expected a positive number"),
+])
+def test_a_bad_ladder_setting_is_named(tmp_path, cli, ladder, field, message):
+    good = make_run(tmp_path / "good.json")
+    document = json.loads(open(good).read())
+    document["settings"]["ladder"] = ladder
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", good, bad), f"{bad}: {field}", message)
+
+
+@pytest.mark.parametrize("argv, where, message", [
+    (["--ladder", "-c", "4,2"], "--concurrency", "a ladder climbs: expected rising steps"),
+    (["--ladder", "--rate", "100,50"], "--rate", "a ladder climbs: expected rising steps"),
+    (["--ladder", "-c", "1,2", "--rate", "50"], "--ladder", "callers or rates, not both"),
+    (["--slo-p95-ms", "50"], "--slo-p95-ms", "only a ladder uses it"),
+    (["--ladder-margin", "5"], "--ladder-margin", "only a ladder uses it"),
+    (["--cost-per-hour", "2.5"], "--cost-per-hour", "only a ladder uses it"),
+    (["--ladder", "--cost-per-hour", "other=2"], "--cost-per-hour", "other is not a side"),
+    (["--ladder", "--cost-per-hour", "x=-2"], "--cost-per-hour", "expected [SIDE=]USD"),
+    (["--ladder", "--cost-per-hour", "x=0"], "--cost-per-hour", "above 0"),
+])
+def test_bad_ladder_options_are_one_line_errors(tmp_path, cli, argv, where, message):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "x.json", "--label", "x", "--check", *argv)
+    assert_one_line_error(result, where, message)
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "expected a whole number from 1 to 1024"),
+    (["--workers", "2", "--serial"], "not allowed with argument"),
+])
+def test_simulate_workers_bad_options(cli, argv, message):
+    result = cli("simulate", "--port", "0", *argv)
+    assert result.code == 2 and message in result.err
+
+
+def ladder_in_memory(label, number, top, slo=50.0):
+    """Return a ladder RunFile of a node that saturates at `top` req/s from 4 callers."""
+    figures = [(1, top / 4, 10.0), (2, top / 2, 10.0), (4, top * 0.97, 11.0),
+               (8, top, 22.0 + number), (16, top, 60.0)]
+    passes = tuple(pass_of(c, rps, p95) for c, rps, p95 in figures)
+    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 40}, passes,
+                      started_unix=2.0 * number + (label == "new"),
+                      settings={"ladder": {"margin_pct": 10.0, "slo_p95_ms": slo},
+                                "concurrency": [1, 2, 4, 8, 16]},
+                      path=f"r{number}-{label}.json")
+
+
+def ladder_rounds(new_tops=(400, 410, 395)):
+    return {n: {"base": ladder_in_memory("base", n, 100.0 + n),
+                "new": ladder_in_memory("new", n, top)} for n, top in enumerate(new_tops, 1)}
+
+
+def test_rounds_rows_of_plateau_capacity_and_cost_with_the_paired_estimator():
+    settings = rl.GateSettings(gate=rl.gate_list("capacity"),
+                               cost_per_hour=(("base", 0.9, "node"), ("new", 2.5, "GPU")))
+    report = rl.judge_rounds(ladder_rounds(), "base", "new", settings)
+    rows = {r.metric: r for r in report.rows if r.pass_name == rl.LADDER_PASS}
+    assert list(rows) == list(rl.LADDER_METRICS)
+    assert [r.metric for r in report.rows if r.gated] == ["capacity_req_per_s"]
+    plateau = rows["plateau_req_per_s"]
+    assert plateau.base_values == (101.0, 102.0, 103.0)
+    assert plateau.new_values == (400.0, 410.0, 395.0)
+    logs = [math.log(n / b) for b, n in zip(plateau.base_values, plateau.new_values)]
+    assert plateau.log_ratio == rl.mean_interval(logs)
+    # the cost row is the capacity row moved by the ratio of the prices: the same estimator
+    capacity, cost = rows["capacity_req_per_s"], rows["usd_per_million"]
+    assert cost.log_ratio.mean == pytest.approx(math.log(2.5 / 0.9) - capacity.log_ratio.mean)
+    assert cost.log_ratio.high - cost.log_ratio.low == pytest.approx(
+        capacity.log_ratio.high - capacity.log_ratio.low)
+    assert cost.base_values[0] == pytest.approx(0.9 / (capacity.base_values[0] * 3600) * 1e6)
+    assert rl.row_change_text(cost).split(" [")[0].endswith(("cheaper", "costlier"))
+    lines = rl.format_rounds(report)
+    assert any(line.startswith("Ladder") and "plateau req/s" in line for line in lines)
+    assert "new: throughput stops growing from 4 callers (3 of 3 rounds) at 400 req/s " \
+           "(395-410 over 3 rounds); beyond, callers queue (p50 grows with callers)" in lines
+    assert any(line.startswith("cost per million requests, new/base: ") for line in lines)
+    assert "the ladder's capacity req/s" in rl.gate_text(settings)
+
+
+def test_a_lower_capacity_fails_the_capacity_gate():
+    report = rl.judge_rounds(ladder_rounds(new_tops=(80, 79, 81)), "base", "new",
+                             rl.GateSettings(gate=rl.gate_list("p50,capacity")))
+    assert report.status == "fail"
+    assert "Ladder capacity req/s is worse than the tolerance" in report.reasons
+
+
+def test_gate_capacity_without_ladders_is_an_input_error(tmp_path, cli):
+    for number in (1, 2, 3):
+        for side in ("cpu", "gpu"):
+            make_run(tmp_path / f"r{number}-{side}.json", label=side,
+                     started_unix=1000.0 * number + 300 * (side == "gpu"))
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--gate",
+                 "capacity")
+    assert_one_line_error(result, "--gate capacity", "no capacity req/s row to gate: the runs "
+                                                     "are not ladders (run --ladder)")
+
+
+@pytest.mark.parametrize("text, gate", [
+    ("capacity", ("capacity_req_per_s",)),
+    ("p95,ladder:cost", ("p95_ms", "usd_per_million")),
+    ("plateau,c4:p50", ("plateau_req_per_s", "c4:p50_ms")),
+])
+def test_gate_names_a_ladders_rows(text, gate):
+    assert rl.gate_list(text) == gate
+
+
+def test_the_report_page_draws_the_pareto_plot():
+    report = rl.judge_rounds(ladder_rounds(), "base", "new", rl.GateSettings())
+    page = rl.report_page(report)
+    root = ElementTree.fromstring(page)  # polyglot: XML reads it as a browser does
+    svg = "{http://www.w3.org/2000/svg}"
+    plot = next(e for e in root.iter(f"{svg}svg")
+                if e.get("aria-label") == "throughput against p95")
+    lines = plot.findall(f"{svg}polyline")
+    # each round of each side faint, one bold median per side
+    assert len(lines) == 3 * 2 + 2
+    assert sorted({line.get("stroke-width") for line in lines}) == ["1.2", "3.2"]
+    texts = ["".join(t.itertext()) for t in plot.iter(f"{svg}text")]
+    assert "SLO: p95 50 ms" in texts
+    assert any(t.startswith("new capacity ") for t in texts)
+    no_ladder = rl.judge_rounds({n: {s: r._replace(settings={}) for s, r in sides.items()}
+                                 for n, sides in ladder_rounds().items()}, "base", "new")
+    assert "throughput against p95" not in rl.report_page(no_ladder)
+
+
+def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli):
+    paths = []
+    for label, top in (("cpu", 100.0), ("gpu", 400.0)):
+        run = ladder_in_memory(label, 1, top)._replace(path="")
+        path = tmp_path / f"{label}.json"
+        rl.write_atomic(str(path), rl.dump_run(run))
+        paths.append(path)
+    result = cli("compare", *paths, "--cost-per-hour", "cpu=0.90", "--cost-per-hour",
+                 "gpu=2.50/GPU")
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    # 8 callers are within the 50 ms SLO (p95 23 ms), 16 beyond it (60 ms) with no more
+    # throughput: capacity is the 8-caller step, 100 and 400 req/s
+    assert "capacity within the SLO, gpu/cpu: 4" in lines
+    cpu, gpu = 0.9 / (100 * 3600) * 1e6, 2.5 / (400 * 3600) * 1e6
+    assert f"cost per million requests, gpu/cpu: {gpu / cpu:.3g} (USD {gpu:.4g} against " \
+           f"{cpu:.4g})" in lines
+    assert "USD 2.5 per GPU-hour / (400.00 req/s x 3600) x 10^6 = USD 1.736 per million routed " \
+           "requests" in result.out
+    other = cli("compare", *paths, "--cost-per-hour", "tpu=1")
+    assert_one_line_error(other, "--cost-per-hour", "tpu is not a side measured")
+
+
+def test_rounds_says_why_a_ladder_row_is_missing():
+    report = rl.judge_rounds(ladder_rounds(), "base", "new",
+                             rl.GateSettings(slo_p95_ms=5.0, cost_per_hour=((None, 1.0, "node"),)))
+    lines = rl.format_rounds(report)
+    # every step's p95 (10 ms and more) is beyond a 5 ms SLO: no capacity, so no cost either
+    assert [r.metric for r in report.rows if r.pass_name == rl.LADDER_PASS] == \
+        ["plateau_req_per_s"]
+    assert "no capacity req/s row: none in r1 base, r1 new, r2 base, r2 new, r3 base, r3 new" \
+        in lines
+    assert any(line.startswith("base: capacity within p95 <= 5 ms: none in any round (the "
+                               "first step (1 caller) already had p95 10.0 ms") for line in lines)
+    unpriced = rl.format_rounds(rl.judge_rounds(ladder_rounds(), "base", "new"))
+    assert "no USD/1M row: no --cost-per-hour SIDE=USD for base and new" in unpriced
