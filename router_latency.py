@@ -3348,22 +3348,23 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
     decision_result and selected_model before its ~2 KB of metrics, which are then never
-    decoded). Anything but a UTF-8 object of that plain form, and any answer with more
-    brackets than MAX_ANSWER_DEPTH (it might nest deeper), is decoded whole by decoded_answer,
-    raising as it does. Past the decision only the end is looked at (an answer cut short is
-    bad_json); a member sent twice counts as first read, where json.loads keeps the last.
+    decoded). Anything but a UTF-8 object of that plain form is decoded whole by
+    decoded_answer, raising as it does; each member read is held to MAX_ANSWER_DEPTH as it
+    would be. Past the decision only the end is looked at (an answer cut short is bad_json,
+    one nested too deep there is not seen); a member sent twice counts as first read, where
+    json.loads keeps the last.
 
     A small body is decoded whole by the C scanner, faster than this reads its members.
     A path ending in '?' that is never present makes the read go to the end; a caller that
     records more members (per-signal metrics) names them as such paths ('metrics?')."""
-    if body.count(b"{") + body.count(b"[") > MAX_ANSWER_DEPTH:
-        return decoded_answer(body)  # it might nest too deep: decoded whole, and judged
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
             index = _json_space(text).end()
             document, index = _scan_json(text, index)
-            members = document if not text[index:].strip(JSON_SPACE) else None
+            # more brackets than the limit: it might nest too deep, decoded_answer judges it
+            members = document if not text[index:].strip(JSON_SPACE) and (
+                body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         else:
             members = top_members(text, *decision_members(tuple(paths)))
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
@@ -3375,7 +3376,8 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
 def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
     """Return the named members of the JSON object in text, reading from its start until the
     plan's paths are settled; None when text is not a plain object (a BOM, another value, an
-    odd token). Raise ValueError, IndexError or StopIteration on malformed JSON."""
+    odd token). Raise ValueError, IndexError or StopIteration on malformed JSON, RequestFailed
+    'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
     index = _json_space(text).end()
     if text[index] != "{" or not text.rstrip(JSON_SPACE).endswith("}"):
         return None  # not an object, or one cut short: decoded whole, to say why
@@ -3392,7 +3394,13 @@ def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
         index += 1
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
+        start = index
         value, index = _scan_json(text, index)
+        # a value with fewer brackets than the depth limit cannot nest that deep
+        if index - start >= 2 * MAX_ANSWER_DEPTH and isinstance(value, (dict, list)) \
+                and text.count("[", start, index) + text.count("{", start, index) \
+                >= MAX_ANSWER_DEPTH and nested_deeper(value, MAX_ANSWER_DEPTH - 1):
+            raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels")
         if name in names:
             found[name] = value
             if decision_settled(found, plan):

@@ -393,9 +393,19 @@ def test_an_answer_malformed_before_its_decision_is_bad_json(body):
 
 
 @pytest.mark.parametrize("nested", [
-    {"signal_values": json.loads("[" * 70 + "]" * 70)},  # after the decision: never read
-    {"decision_result": {"decision_name": "math", "deep": json.loads("[" * 70 + "]" * 70)}}])
-def test_an_answer_nested_too_deep_is_malformed_wherever_the_depth_is(nested):
+    {"decision_result": {"decision_name": "math", "deep": json.loads("[" * 70 + "]" * 70)}},
+    {"original_text": json.loads("[" * 64 + "]" * 64)},  # read on the way to the decision
+    {"decision_result": {"decision_name": ""}, "routing_decision": "",  # read to the end
+     "metrics": json.loads("[" * 64 + "]" * 64), "original_text": "x" * 400}])
+def test_an_answer_nested_too_deep_where_it_is_read_is_malformed(nested):
     with pytest.raises(rl.RequestFailed) as failure:
         rl.classify(200, preview_answer(**nested), rl.DEFAULT_DECISION_PATHS)
     assert failure.value.kind == "malformed"
+
+
+def test_an_answer_nested_too_deep_only_past_its_decision_is_routed():
+    """As the rest of what follows the decision, the depth there is not read."""
+    body = preview_answer(signal_values=json.loads("[" * 70 + "]" * 70))
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
+    with pytest.raises(rl.RequestFailed):  # small: decoded whole, judged whole
+        rl.classify(200, b'{"decision": "a", "x": ' + b"[" * 70 + b"]" * 70 + b"}", ("decision",))
