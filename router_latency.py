@@ -94,6 +94,9 @@ ROUNDS_SCHEMA = "router-latency/rounds/1"
 RECORD_SCHEMA = "router-latency/record/1"
 COMPARE_SCHEMA = "router-latency/compare/1"
 PREVIEW_PATH = "/api/v1/routing/preview"
+READY_PATH = "/ready"  # the router's readiness: 503 until its start-up completes
+REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
+DEFAULT_MODEL = "MoM"  # the router's auto alias (config/canonical_defaults.go)
 PROMPT_KEYS = ("query", "question", "prompt", "original_question")
 LIST_PROMPT_KEYS = ("similar_questions",)
 DEFAULT_GLOB = "e2e/**/testdata/**/*.json"
@@ -111,6 +114,8 @@ ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's
 CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
 CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
 CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
+EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"  # 412 from a router serving another
+BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
 ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
 ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
 PERCENTILE_METHOD = ("linear interpolation between closest ranks "
@@ -130,8 +135,13 @@ MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbe
 HEX_DIGITS = b"0123456789abcdefABCDEF"
 CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
 OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
+# the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
+# client take and Go's client takes; looked for only where no CRLF CRLF is found
+BARE_LF_HEAD_END = re.compile(rb"\n\r?\n")
+BARE_LF = re.compile(rb"(?<!\r)\n")
 DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
 DECISION_CUT = "...[cut]"
+NO_DECISION = "(none)"  # the decision of an answer routed by the default route
 CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
@@ -156,7 +166,17 @@ LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "ca
 LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_per_s",
                      "cost": "usd_per_million"}  # --gate's names of those rows
 LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
-CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool")
+CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
+                  "cache")
+# result caches: the router's per-model counter (result="hit") and the runtime's own
+# (outcome="hit"); the timing test's threshold and the least prompts it judges
+CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total)$")
+CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
+CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
+CACHE_MIN_PROMPTS = 10
+CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
+                "newer routers, and the runtime's --result-cache-entries 0) so that every "
+                "request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
@@ -1587,8 +1607,9 @@ def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> N
     output: measured data must never be overwritten by a report of it."""
     known: list = []  # (option, path, is an output, identity)
     for option, path, output in [(o, p, False) for o, p in inputs if p] + \
-            [(o, p, True) for o, p in outputs if p and p != "-"]:
-        real, inode = file_identity(str(path))
+            [(o, p, True) for o, p in outputs if p]:
+        # '-' twice: two documents mixed on standard output (or in one file named '-')
+        real, inode = ("-", None) if output and path == "-" else file_identity(str(path))
         for other, other_path, other_output, (other_real, other_inode) in known:
             if (output or other_output) and (real == other_real or (
                     inode is not None and inode == other_inode)):
@@ -1809,6 +1830,7 @@ def boundary_cases(cases: Any, where: str) -> list:
     if not isinstance(cases, list):
         raise RouterLatencyError("expected an object with a list 'cases'", where)
     found = []
+    total = 0  # characters the repeated texts make: bounded before any is made
     for i, case in enumerate(cases):
         at = f"{where}: cases[{i}]"
         if not isinstance(case, dict) or not isinstance(case.get("name"), str) \
@@ -1817,6 +1839,12 @@ def boundary_cases(cases: Any, where: str) -> list:
         repeat = case.get("repeat", 1)
         if not is_whole(repeat, 1) or repeat > 100000:
             raise RouterLatencyError("'repeat' must be a whole number from 1 to 100000", at)
+        size = len(case["text"]) * repeat
+        total += size
+        if size > MAX_CORPUS_FILE_BYTES or total > MAX_CORPUS_BYTES:  # not a MemoryError
+            raise RouterLatencyError(
+                f"the text repeated makes {size:,} characters; at most {MAX_CORPUS_FILE_BYTES:,} "
+                f"a case and {MAX_CORPUS_BYTES:,} in all (a corpus larger than run reads)", at)
         expect = checked_expect(case["expect"], f"{at}.expect") if "expect" in case else ()
         found.append(BoundaryCase(case["name"], case["text"] * repeat, expect))
     return found
@@ -2207,6 +2235,127 @@ def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tupl
                      and w.req_per_s < rate_limit))
 
 
+def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
+    """Return, for each request of a pass in send order, what its prompt takes elsewhere in
+    the run (the median latency of its answers in the other passes, else in its other
+    repetitions), or None when a tenth of them have no such answer."""
+    elsewhere: dict = {}
+    for other in passes:
+        if other is not item and not other.discarded:
+            for r in other.requests:
+                if r.error is None and r.latency_ms:
+                    elsewhere.setdefault(r.id, []).append(r.latency_ms)
+    own: dict = {}
+    for r in item.requests:
+        if r.error is None and r.latency_ms:
+            own.setdefault(r.id, []).append(r.latency_ms)
+    found = []
+    for r in item.requests:
+        others = elsewhere.get(r.id) or [x for x in own.get(r.id, []) if x != r.latency_ms]
+        found.append(statistics.median(others) if others else None)
+    return None if sum(x is None for x in found) * 10 > len(found) else found
+
+
+def content_slow_windows(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> tuple:
+    """Return the indexes of a pass's slow windows, each judged against what its own prompts
+    take elsewhere in the run (prompt_references): a window is slow when its requests' p95
+    of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
+    the median window's, or its pace (the references' sum per second of its span) below
+    slow_rate_factor times the median window's. So a window of long prompts, slow by its
+    content, is not a slow phase; a node or router that slowed down is. Without references
+    (a single pass sent once), the pass's own windows are the baseline (slow_windows)."""
+    windows, requests = item.attempt.windows, item.requests
+    references = prompt_references(item, passes) if len(windows) >= 3 else None
+    if references is None or windows[-1].first + windows[-1].requests > len(requests) \
+            or any(r.start_ms is None for r in requests):  # windows not of these requests
+        return slow_windows(windows, thresholds)
+    ratios = [r.latency_ms / ref if r.error is None and r.latency_ms and ref else None
+              for r, ref in zip(requests, references)]
+    scale = statistics.median([x for x in ratios if x is not None] or [1.0])
+    p95s, paces = [], []
+    for number, w in enumerate(windows):
+        part = range(w.first, w.first + w.requests)
+        residuals = [ratios[i] / scale for i in part if ratios[i] is not None]
+        p95s.append(percentile(residuals, 95) if residuals else None)
+        # the pace between sends: the last window's span ends at its last send, since the
+        # drain after it (fewer callers at the end of a pass) is no slow phase
+        last = number == len(windows) - 1
+        span_ms = (requests[part[-1]].start_ms - requests[w.first].start_ms) if last \
+            else w.span_s * 1000
+        expected = math.fsum(references[i] for i in (part[:-1] if last else part)
+                             if references[i])
+        paces.append(expected / span_ms if span_ms > 0 else None)
+    return slow_windows([w._replace(p95_ms=p95, req_per_s=pace)
+                         for w, p95, pace in zip(windows, p95s, paces)], thresholds)
+
+
+def timing_cache_test(passes: Sequence[Any]) -> Optional[dict]:
+    """Return the timing test for a result cache over a run's passes (PassRecords, in the
+    order measured), or None when too few prompts were sent twice to judge.
+
+    For each prompt answered more than once in the run (the passes after the first resend
+    every prompt; --repeat resends within a pass), ratio = the median latency of its later
+    answers / the latency of its first. A cache answers the later sendings from memory: most
+    ratios fall far below 1. A router without one answers them as before or slower (later
+    passes run more callers at once): it is called a cache when more than half of the prompts
+    compared have a ratio below CACHE_RATIO."""
+    answered: dict = {}
+    for item in passes:
+        if item.discarded:
+            continue
+        for r in sorted(item.requests, key=lambda r: (r.rep, r.start_ms or 0.0)):
+            if r.error is None and r.outcome is None and r.latency_ms:
+                answered.setdefault(r.id, []).append(r.latency_ms)
+    ratios = [statistics.median(later) / first for first, *later in answered.values() if later]
+    if len(ratios) < CACHE_MIN_PROMPTS:
+        return None
+    faster = sum(ratio < CACHE_RATIO for ratio in ratios)
+    return {"compared": len(ratios), "faster": faster,
+            "median_ratio": round(statistics.median(ratios), 4),
+            "detected": faster * 2 > len(ratios)}
+
+
+def metrics_cache_hits(passes: Sequence[Any]) -> Optional[dict]:
+    """Return the result cache's hits and lookups in the router's metrics over the passes, or
+    None when no pass captured a cache counter."""
+    hits = lookups = 0.0
+    seen = False
+    for item in passes:
+        deltas = (item.attempt.environment.get("metrics") or {}).get("deltas") or {}
+        for series, value in deltas.items():
+            if CACHE_SERIES.match(series.split("{", 1)[0]):
+                seen = True
+                lookups += value
+                hits += value if CACHE_HIT_LABEL.search(series) else 0.0
+    return {"hits": hits, "lookups": lookups} if seen else None
+
+
+def result_cache_finding(passes: Sequence[Any]) -> dict:
+    """Return whether a result cache answered a run, by the router's metrics and by timing:
+    {"detected", "metrics": {hits, lookups} or None, "timing": timing_cache_test() or None}."""
+    metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
+    detected = bool(metrics and metrics["hits"] > 0) or bool(timing and timing["detected"])
+    return {"detected": detected, "metrics": metrics, "timing": timing}
+
+
+def cache_text(finding: dict) -> str:
+    """Return a result cache finding in words: how it was seen, or why not."""
+    metrics, timing = finding.get("metrics"), finding.get("timing")
+    ways = []
+    if metrics and metrics["hits"] > 0:
+        ways.append(f"the router's metrics ({metrics['hits']:,.0f} hits of "
+                    f"{metrics['lookups']:,.0f} lookups during the passes)")
+    if timing and timing["detected"]:
+        ways.append(f"timing ({timing['faster']} of {timing['compared']} prompts sent again "
+                    f"answered in under half the time of their first sending)")
+    if ways:
+        return "a result cache answered: seen by " + " and by ".join(ways)
+    seen = [f"metrics: {metrics['hits']:,.0f} hits" if metrics else "metrics not scraped",
+            f"timing: {timing['faster']} of {timing['compared']} prompts faster when sent again"
+            if timing else "timing: too few prompts sent twice to judge"]
+    return f"no result cache detected ({'; '.join(seen)})"
+
+
 class RouterCpu(NamedTuple):
     """The router's CPU time over a pass, and what other processes used of its CPUs."""
     router_s: Optional[float] = None  # user + system seconds of the router
@@ -2493,6 +2642,18 @@ class PassRecord(NamedTuple):
                          for i, a in enumerate(attempts)))
 
 
+def checked_cache(raw: Any, where: str) -> dict:
+    """Return a run file's result_cache as read, checked: {} or a finding with "detected"."""
+    if raw == {}:
+        return {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("detected"), bool):
+        raise RouterLatencyError("expected an object with detected: true or false", where)
+    for key in ("metrics", "timing"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise RouterLatencyError("expected an object or null", f"{where}.{key}")
+    return raw
+
+
 def _not_an_object(where: str) -> Any:
     raise RouterLatencyError("expected an object", where)
 
@@ -2543,7 +2704,13 @@ class RunFile(NamedTuple):
     floor: dict = {}  # the driver's own latency on loopback
     warmup: dict = {}  # counts of the warm-up requests
     host_settings: dict = {}  # CPU model, kernel, cpufreq governor and boost, once per run
+    result_cache: dict = {}  # result_cache_finding() as measured; {} in older files
     path: str = ""  # where it was read from; not written
+
+    @property
+    def cache_finding(self) -> dict:
+        """Whether a result cache answered: as the file records it, else from its data."""
+        return self.result_cache or result_cache_finding(self.passes)
 
     @property
     def corpus_sha256(self) -> str:
@@ -2569,8 +2736,9 @@ class RunFile(NamedTuple):
                             for key, default in Thresholds._field_defaults.items()))
 
     def slow_windows(self, item: PassRecord) -> tuple:
-        """Return the indexes of a pass's windows in a slow phase."""
-        return slow_windows(item.attempt.windows, self.thresholds)
+        """Return the indexes of a pass's windows in a slow phase, each judged against what
+        its prompts take elsewhere in the run."""
+        return content_slow_windows(item, self.passes, self.thresholds)
 
     @property
     def ladder(self) -> Optional[Ladder]:
@@ -2603,6 +2771,7 @@ class RunFile(NamedTuple):
                 "corpus": self.corpus, "settings": self.settings,
                 "ready_after_s": self.ready_after_s, "floor": self.floor,
                 "warmup": self.warmup, "host_settings": self.host_settings,
+                **({"result_cache": self.result_cache} if self.result_cache else {}),
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
 
     @classmethod
@@ -2663,7 +2832,8 @@ class RunFile(NamedTuple):
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
             floor, checked_object(document, "warmup", f"{path}: "),
-            checked_object(document, "host_settings", f"{path}: "), str(path))
+            checked_object(document, "host_settings", f"{path}: "),
+            checked_cache(document.get("result_cache", {}), f"{path}: result_cache"), str(path))
 
 
 def load_run(path: str) -> RunFile:
@@ -2922,12 +3092,17 @@ class ResponseReader:
             mode = self._mode
             if mode == "head":
                 end = buffer.find(b"\r\n\r\n", pos)
-                if end < 0:
+                if end >= 0:
+                    self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
+                    pos = end + 4
+                    continue
+                bare = BARE_LF_HEAD_END.search(buffer, pos, pos + MAX_HEAD_BYTES + 3)
+                if bare is None:
                     if len(buffer) - pos - 3 > MAX_HEAD_BYTES:  # the head would be longer
                         raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes")
                     return pos
-                self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
-                pos = end + 4
+                self._parse_head(BARE_LF.sub(b"\r\n", buffer[pos:bare.start()]))
+                pos = bare.end()
             elif mode == "close":
                 self._take(buffer, pos, len(buffer) - pos)
                 return len(buffer)
@@ -2939,15 +3114,18 @@ class ResponseReader:
                 if self._left:
                     return pos
                 self._mode = "done" if mode == "length" else "crlf"
-            else:
-                end = buffer.find(b"\r\n", pos)
+            else:  # a line: a bare LF ends it too, as Go's client reads it (not after data)
+                end = buffer.find(b"\n", pos)
                 if end < 0:
                     if len(buffer) - pos - 1 > MAX_HEAD_BYTES:
                         raise malformed(f"a chunk size or trailer line is over "
                                         f"{MAX_HEAD_BYTES:,} bytes", self.status)
                     return pos
-                self._chunk_line(bytes(buffer[pos:end]))
-                pos = end + 2
+                crlf = end > pos and buffer[end - 1] == 13
+                if mode == "crlf" and not crlf:
+                    raise malformed("a chunk's data is not followed by CRLF", self.status)
+                self._chunk_line(bytes(buffer[pos:end - crlf]))
+                pos = end + 1
         return pos
 
     def _take(self, buffer: bytearray, pos: int, count: int) -> None:
@@ -3435,6 +3613,14 @@ def error_code(body: bytes) -> Optional[str]:
     return code if isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code) else None
 
 
+def body_config_hash(body: bytes) -> Optional[str]:
+    """Return the config_hash a preview answer's body carries, or None: read when the
+    x-vsr-config-hash header is missing (a proxy that drops it), by a byte search, since the
+    pass loop must not parse an answer twice."""
+    found = BODY_CONFIG_HASH.search(body)
+    return found.group(1).decode("ascii") if found else None
+
+
 def decision_text(value: Any) -> str:
     """Return a decision as stored: a string as it is, anything else as compact JSON; either
     cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
@@ -3443,17 +3629,36 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
+def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+    """Return the decision of an answer routed by the default route: the router's 200 with
+    decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
+    paths' parts such as selected_model when present); None for any other answer."""
+    result = document.get("decision_result") if isinstance(document, dict) else None
+    if not isinstance(result, dict) or result.get("decision_name") != "":
+        return None
+    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    return NO_DECISION + (f"|{extra}" if extra else "")
+
+
 def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
     """Return (decision, error kind, the router's error code) for one answered request; raise
-    RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH."""
+    RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
+
+    A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
+    one with no decision_result at all, or an empty body, is no_decision: the router answers
+    so while its classifiers are not loaded."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
+    if not body.strip():
+        return None, "no_decision", None
     try:
         document = answer_document(body, paths)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
     decision = decision_of(document, paths)
+    if decision is None:
+        decision = default_route(document, paths)
     return (decision, None, None) if decision is not None else (None, "no_decision",
                                                                  error_code(body))
 
@@ -3531,12 +3736,17 @@ def gpu_number(value: Any) -> Optional[float]:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value) if math.isfinite(value) else None
-    text = str(value).strip()
-    if text.startswith(("N/A", "[")):
-        return None
-    match = re.search(r"-?\d+(?:\.\d+)?", text)
-    return float(match.group()) if match else None
+        number = float(value) if abs(value) <= MAX_FILE_NUMBER else math.inf
+    else:
+        text = str(value).strip()
+        if text.startswith(("N/A", "[")):
+            return None
+        match = re.search(r"-?\d+(?:\.\d+)?", text[:64])
+        if not match:
+            return None
+        number = float(match.group())  # 400 digits make inf
+    # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
+    return number if 0 <= number <= MAX_FILE_NUMBER else None
 
 
 def first_json(text: str, tool: str) -> Any:
@@ -4107,7 +4317,7 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
         errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
         record["metrics"] = {"error": errors[0]} if errors else {
             "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
-                                    capture.metric_patterns)}
+                                    (*capture.metric_patterns, CACHE_SERIES))}
     return scrubbed_texts(record, capture.secrets)
 
 
@@ -4128,10 +4338,13 @@ def scrubbed_texts(value: Any, secrets: Sequence[str]) -> Any:
 def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
     """Return the 1-minute load average, or None where the system does not tell."""
     if loadavg_file:
-        try:
-            return float(Path(loadavg_file).read_text().split()[0])
+        try:  # its first line only: /dev/zero or a huge file must not fill the memory
+            with open(loadavg_file, "rb") as stream:
+                load = float(stream.read(4096).split()[0])
         except (OSError, ValueError, IndexError):
             return None
+        # inf, nan, -5 or 1e308 would make a run file its own reader refuses: not a load
+        return load if 0 <= load <= MAX_FILE_NUMBER else None
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
@@ -4190,10 +4403,13 @@ class Target(NamedTuple):
     """Where and how each preview request is sent, and how its decision is read."""
     endpoint: Endpoint
     headers: tuple = ()  # (name, value) pairs; values are never stored or printed
-    model: str = "MoM"
+    model: str = DEFAULT_MODEL
     timeout: float = 30.0  # seconds per request
     insecure: bool = False  # skip TLS certificate checks
     decision_paths: tuple = DEFAULT_DECISION_PATHS
+    # preview_context.sampling_seed of every request: a model selection that samples draws
+    # the same model each time (None: not sent)
+    sampling_seed: Optional[int] = None
 
 
 class LoadGuard(NamedTuple):
@@ -4643,7 +4859,8 @@ class PassLoop:
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
-            slot.retried, code, reader.headers.get(CONFIG_HASH_NAME), None)))
+            slot.retried, code,
+            reader.headers.get(CONFIG_HASH_NAME) or body_config_hash(reader.body), None)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
@@ -4653,14 +4870,28 @@ class PassLoop:
         """Return (decision, error kind, the router's error code) of an answer; a small answer
         seen before is looked up rather than parsed again."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return classify(status, body, self.target.decision_paths)
+            return self._scrubbed(classify(status, body, self.target.decision_paths))
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = classify(status, body, self.target.decision_paths)
+            known = self.classified[key] = self._scrubbed(
+                classify(status, body, self.target.decision_paths))
         return known
+
+    def _scrubbed(self, answer: tuple) -> tuple:
+        """Return (decision, error kind, code) with every secret hidden in the texts: a router
+        that quotes the request's token or a header value in its error code or decision
+        records neither. Once per distinct answer, since answers seen before are cached."""
+        if not self.secrets:
+            return answer
+        decision, error, code = answer
+        if isinstance(code, str):  # still a code the reader takes: 'BAD_hidden', or none
+            code = scrubbed(code, self.secrets).replace("[hidden]", "hidden")
+            code = code if ERROR_CODE_PATTERN.fullmatch(code) else None
+        return (scrubbed(decision, self.secrets) if isinstance(decision, str) else decision,
+                error, code)
 
     # the loop
 
@@ -4972,46 +5203,116 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     return counts
 
 
-def probe_router(target: Target, payload: bytes,
-                 stop: Optional[threading.Event] = None) -> tuple:
-    """Return (HTTP status or None, what happened) of one readiness check: one preview request.
-
-    The preview itself, not /health: a router's /health can answer 200 while its models load
-    and its previews answer 503."""
-    endpoint = target.endpoint
+def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
+               stop: Optional[threading.Event] = None) -> tuple:
+    """Return (HTTP status or None, body, what went wrong when no status came) of one
+    readiness request to `endpoint`; the body is None for an answer too large to keep."""
     connection = Connection(endpoint, target.timeout,
                             tls_context(endpoint, insecure=target.insecure), stop)
     try:
-        status, _ = connection.exchange(payload)
+        status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return None, f"TLS failed: {failure.detail}"
-        if failure.kind == "malformed":
-            return failure.status, f"sent an answer this client cannot read ({failure.detail})"
+            return None, b"", f"TLS failed: {failure.detail}"
+        if failure.kind == "malformed":  # the passes will say what was wrong with it
+            return failure.status, None, (f"sent an answer this client cannot read "
+                                          f"({failure.detail})")
         if failure.status is None or failure.status == 101:
-            return None, failure.detail or {"connect": "connection refused",
-                                            "timeout": "no answer in time"}.get(
+            return None, b"", failure.detail or {"connect": "connection refused",
+                                                 "timeout": "no answer in time"}.get(
                 failure.kind, f"connection {failure.kind}")
-        status = failure.status  # answered, with a body the passes will refuse (too_large)
+        status, body = failure.status, None  # answered, with a body the passes will refuse
     finally:
         connection.close()
+    return status, body, ""
+
+
+def status_words(status: int) -> str:
     try:
-        phrase = " " + http.HTTPStatus(status).phrase
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
     except ValueError:
-        phrase = ""
-    return status, f"answered HTTP {status}{phrase} to a preview"
+        return f"HTTP {status}"
+
+
+def refusal_text(target: Target, status: int, body: bytes) -> str:
+    """Return what a preview refused before any pass (400, 401, 403, 412) means."""
+    code = error_code(body or b"") or ""
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        message = ""
+    answer = f"{status_words(status)}{f' {code}' if code else ''}" \
+             f"{f': {str(message)[:160]}' if message else ''}"
+    expected = dict(target.headers).get(EXPECTED_HASH_HEADER)
+    if status == 412 and expected:
+        return (f"serves another configuration than --expect-config-hash {expected[:12]}... "
+                f"({answer}); nothing was measured")
+    if code == "INVALID_ROUTING_MODEL":
+        return (f"does not route model {target.model!r} ({answer}): {DEFAULT_MODEL} is the "
+                f"router's default auto alias; a configuration that renames it, or serves "
+                f"entrypoints only, needs --model NAME with one of its routing models")
+    if status in (401, 403):
+        return f"refused the preview ({answer}): --token-env VAR sends a bearer token"
+    if "preview_context" in str(message) and target.sampling_seed is not None:
+        return (f"refused the preview ({answer}): a router older than preview_context; "
+                f"--sampling-seed off sends none")
+    return f"refused the preview ({answer})"
+
+
+def ready_endpoint(endpoint: Endpoint) -> Endpoint:
+    """Return the router's /ready beside the preview: same scheme, host and port."""
+    return endpoint._replace(path=READY_PATH, shown=urllib.parse.urlunsplit(
+        (endpoint.scheme, endpoint.shown.split("/")[2], READY_PATH, "", "")))
+
+
+def probe_router(target: Target, payload: bytes,
+                 stop: Optional[threading.Event] = None) -> tuple:
+    """Return (HTTP status or None, what happened, ready) of one readiness check.
+
+    The router's /ready first (503 until its start-up completes; any other answer there, a
+    404 from a router or proxy without one, leaves it to the preview), then one preview,
+    which must answer 2xx with a decision result or 429: a router's /health answers 200 while
+    its models load, and a preview before its classifiers load answers 200 with no decision
+    result. A 429 is a router that routes but has no free slot this moment."""
+    endpoint = ready_endpoint(target.endpoint)
+    status, _, what = ask_router(target, endpoint,
+                                 encode_request(endpoint, "GET", b"", target.headers), stop)
+    if status is None:
+        return None, what, False
+    if status == 503:
+        return status, f"answered {status_words(status)} to {READY_PATH}", False
+    status, body, what = ask_router(target, target.endpoint, payload, stop)
+    if status is None:
+        return None, what, False
+    what = what or f"answered {status_words(status)} to a preview"
+    if status in REFUSED_AT_ONCE:
+        return status, refusal_text(target, status, body), False
+    if 200 <= status < 300 and body is not None:
+        try:
+            _, error, _ = classify(status, body, target.decision_paths)
+        except RequestFailed:  # malformed: the passes will say what was wrong with it
+            error = None
+        if error is not None:
+            return status, (f"answered {status_words(status)} to a preview with "
+                            f"{'an empty body' if not body.strip() else 'no decision result'}"
+                            f" (classifiers not loaded yet?)"), False
+    return status, what, 200 <= status < 300 or status == 429
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,
                       wait_ready: Optional[float]) -> str:
     """Return the error of a router that did not answer a preview with 2xx."""
+    if status in REFUSED_AT_ONCE:
+        return f"router at {target.endpoint.shown} {what}"
     if wait_ready is not None:
         return f"router not ready after {wait_ready:g} s: {'it ' if status else ''}{what}"
     wait_hint = "; --wait-ready SECONDS waits for a starting router"
     if status is None:
         hint = "" if "TLS" in what else wait_hint
         return f"router not reachable at {target.endpoint.shown}: {what}{hint}"
-    if status in (502, 503, 504):  # starting: models loading, or a proxy before its upstream
+    if status in (502, 503, 504) or 200 <= status < 300:
+        # starting: models loading, or a proxy before its upstream; a 2xx without a decision
+        # result: classifiers not loaded yet
         return f"router at {target.endpoint.shown} is not ready: it {what}{wait_hint}"
     if status == 404:
         return (f"router at {target.endpoint.shown} {what}: is the path right? (a URL "
@@ -5022,10 +5323,10 @@ def not_ready_message(target: Target, status: Optional[int], what: str,
 def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float],
                      stop: threading.Event,
                      clock: Callable[[], float] = time.monotonic) -> Optional[float]:
-    """Return the seconds until a preview was answered 2xx or 429 (None without wait_ready),
-    or raise when none was; any other answer (503 while models load) is not ready yet. A 429
-    is a router that routes but has no free slot this moment: ready, and the passes will
-    record what it sheds."""
+    """Return the seconds until the router was ready as probe_router says (None without
+    wait_ready), or raise when it was not: /ready answering 503, a preview answering 503 or
+    200 without a decision result are not ready yet. A 429 is a router that routes but has
+    no free slot this moment: ready, and the passes will record what it sheds."""
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:
@@ -5034,13 +5335,13 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit = wait_ready or 0.0
     while True:
-        status, what = probe_router(target, payload, stop)
-        if status is not None and (200 <= status < 300 or status == 429):
+        status, what, ready = probe_router(target, payload, stop)
+        if ready:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
-        if waited >= limit:
+        if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")
         stop.wait(min(0.25, max(limit - waited, 0.01)))
@@ -5048,9 +5349,11 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
 
 def encode_prompts(target: Target, texts: Sequence[str]) -> list:
     """Return the request bytes for each prompt, encoded once before any timing."""
+    context = {} if target.sampling_seed is None else {
+        "preview_context": {"sampling_seed": target.sampling_seed}}
     return [encode_request(target.endpoint, "POST", json.dumps(
-        {"model": target.model, "messages": [{"role": "user", "content": text}]}).encode(
-            "ascii"), target.headers) for text in texts]
+        {"model": target.model, "messages": [{"role": "user", "content": text}], **context}
+    ).encode("ascii"), target.headers) for text in texts]
 
 
 def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
@@ -5114,21 +5417,29 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
 
 
 def suspect_warnings(attempt: Attempt, title: str, thresholds: Thresholds) -> list:
-    """Return what makes an attempt suspect: other processes on the router's CPUs, and slow
-    phases inside the pass."""
+    """Return what makes an attempt suspect: other processes on the router's CPUs (its slow
+    phases are judged once the run is measured: slow_phase_warnings)."""
     warnings = []
     foreign = attempt.router_cpu.foreign_vcpus if attempt.router_cpu else None
     if foreign is not None and foreign > thresholds.max_foreign_cpus:
         warnings.append(f"{title}: other processes used {foreign:.2f} vCPUs of the router's "
                         f"CPUs {attempt.router_cpu.cpus} (--max-foreign-cpus "
                         f"{thresholds.max_foreign_cpus:g})")
-    slow = slow_windows(attempt.windows, thresholds)
-    if slow:
-        windows = [attempt.windows[i] for i in slow]
-        worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
-        warnings.append(f"{title}: slow phase in {plural(len(slow), 'window')} of "
-                        f"{len(attempt.windows)}" + ("" if worst is None else
-                                                     f" (p95 up to {fmt_value(worst)} ms)"))
+    return warnings
+
+
+def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) -> list:
+    """Return the slow phases of a run's passes, once every pass is measured: each window is
+    judged against what its prompts take in the other passes (content_slow_windows)."""
+    warnings = []
+    for item in passes:
+        slow = () if item.discarded else content_slow_windows(item, passes, thresholds)
+        if slow:
+            windows = [item.attempt.windows[i] for i in slow]
+            worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
+            warnings.append(f"{pass_title(item.name)}: slow phase in "
+                            f"{plural(len(slow), 'window')} of {len(item.attempt.windows)}"
+                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)"))
     return warnings
 
 
@@ -5208,6 +5519,9 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
         "max_load": guard.max_load, "load_retries": guard.retries,
         "load_pause_s": guard.pause, "max_errors": plan.max_errors,
         "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
+        "sampling_seed": target.sampling_seed,
+        "expected_config_hash": next((value for name, value in target.headers
+                                      if name == EXPECTED_HASH_HEADER), None),
         "percentile_method": PERCENTILE_METHOD,
         "latency": LATENCY_DEFINITION, **thresholds._asdict(),
         **({"ladder": plan.ladder.to_json()} if plan.ladder else {}),
@@ -5255,7 +5569,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
                                                      or plan.ladder is not None),
         corpus={"path": corpus.path, "sha256": corpus.sha256, "count": len(corpus.prompts)},
         passes=tuple(passes), started_utc=started, started_unix=started_unix,
-        ended_utc=utc_now(), url=target.endpoint.shown, model=target.model,
+        ended_utc=utc_now(), url=scrubbed(target.endpoint.shown, capture.secrets),
+        model=target.model,
         header_names=tuple(name for name, _ in target.headers), insecure=target.insecure,
         python=platform.python_version(), host=socket.gethostname(),
         driver={"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
@@ -5265,15 +5580,25 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
             "probes": [name for name, _ in capture.probes],
             "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
             "gpu_indexes": list(capture.gpu_indexes),
-            "metrics_url": capture.metrics.shown if capture.metrics else None,
+            "metrics_url": scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
+            if capture.metrics else None,
             "metric_patterns": [p.pattern for p in capture.metric_patterns]},
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
         floor=floor, warmup=warmup, host_settings=host)
+    return finished_run(run, thresholds, notify)
+
+
+def finished_run(run: RunFile, thresholds: Thresholds,
+                 notify: Callable[[str], None]) -> RunFile:
+    """Return a measured run with its result cache finding; say what the whole run shows:
+    slow phases, judged against the other passes, and a configuration that changed."""
+    for warning in slow_phase_warnings(run.passes, thresholds):
+        notify(warning)
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "
                f"reload in the middle of the measurement; its passes mix configurations")
-    return run
+    return run._replace(result_cache=result_cache_finding(run.passes))
 
 
 # --- analysis ---
@@ -5349,6 +5674,25 @@ def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
             if base is not None and new is not None and abs(new - base) < spread]
 
 
+def cache_warnings(named_runs: Sequence[tuple]) -> list:
+    """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
+    per side or file): what each saw, and a difference between the sides."""
+    seen: dict = {}
+    for name, run in named_runs:
+        finding = run.cache_finding
+        if finding["detected"]:
+            seen.setdefault(name.split(" ")[0], []).append((name, finding))
+    warnings = [f"warning: {', '.join(n for n, _ in found)}: {cache_text(found[0][1])}; the "
+                f"figures measure cache hits, not the router's work: {CACHE_ADVICE}"
+                for found in seen.values()]
+    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
+    if seen and len(seen) < len(sides):
+        warnings.append(f"warning: a result cache answered {', '.join(sorted(seen))} but not "
+                        f"{', '.join(s for s in sides if s not in seen)}: the comparison "
+                        f"measures the cache, not the change")
+    return warnings
+
+
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
@@ -5412,8 +5756,9 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   router_cpu_figures(pa, pb),
                                   (a.slow_windows(pa), b.slow_windows(pb)),
                                   (len(pa.attempt.windows), len(pb.attempt.windows))))
-    warnings = floor_warnings([(pass_title(p.name), p.figures[0][1], p.figures[0][2])
-                               for p in passes if not p.discarded], [a, b])
+    warnings = cache_warnings([("A", a), ("B", b)]) + floor_warnings(
+        [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
+         if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
     agree = decision_agreement(da, db)
     texts = prompts_text or {}
@@ -5623,6 +5968,7 @@ class GateSettings(NamedTuple):
     pass_unless_worse: bool = False
     slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
     cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
+    decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
 
     @property
     def tolerance_log(self) -> float:
@@ -5658,7 +6004,18 @@ def run_signature(run: RunFile) -> dict:
     return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
             "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
-            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0]}
+            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0],
+            "cache": "detected" if run.cache_finding["detected"] else "not detected"}
+
+
+def label_names_side(label: str, side: str, number: int) -> bool:
+    """Return True when a run's label names its file's side and round: the side itself, or
+    the side and its round as the published records write it ('rocm-r1', 'rocm_r1',
+    'rocm r1', 'rocm-1'). Another side, or another round's number, does not."""
+    if label == side:
+        return True
+    found = re.fullmatch(re.escape(side) + r"[-_ ](?:r|round)?(\d+)", label, re.IGNORECASE)
+    return found is not None and label[:len(side)] == side and int(found.group(1)) == number
 
 
 def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
@@ -5666,10 +6023,10 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
     notes on the differences allowed with --allow-mismatch."""
     for number, sides in runs.items():
         for side, run in sides.items():
-            if run.label != side:
+            if not label_names_side(run.label, side, number):
                 raise RouterLatencyError(
-                    f"the run's label is {run.label!r}, but the file name says side {side!r}: "
-                    f"a copied or renamed file?", f"{run.path}: label")
+                    f"the run's label is {run.label!r}, but the file name says side {side!r} "
+                    f"of round {number}: a copied or renamed file?", f"{run.path}: label")
     reference = runs[min(runs)][base]
     expected = run_signature(reference)
     differences: dict = {}
@@ -6455,8 +6812,9 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
                  f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
                  for e in errors if any(w > b for _, b, w in e.counts)]
     agreement = [round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs]
-    failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
-                 for a in agreement if a.used and a.agree < a.total]
+    if settings.decisions == "gate":
+        failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
+                     for a in agreement if a.used and a.agree < a.total]
     rows: list = []
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
@@ -6474,7 +6832,9 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         base, new, settings, first.corpus_sha256, first.corpus_count,
         {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
-        tuple(rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
+        tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+                              for side, run in sorted(runs[n].items())])
+              + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
         tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
         tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
@@ -6778,7 +7138,7 @@ def format_run_summary(passes: Sequence[PassRecord],
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
             lines += malformed_lines(item)
         if not item.discarded:
-            slow = slow_windows(item.attempt.windows, thresholds)
+            slow = content_slow_windows(item, passes, thresholds)
             if slow:
                 lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, slow))
         notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())
@@ -7074,12 +7434,26 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
     return lines
 
 
+def decisions_note(report: RoundsReport) -> list:
+    """Return the report's first line under --decisions report: decisions are reported in
+    full, and only the latency rows decide the exit code."""
+    if report.settings.decisions != "report":
+        return []
+    used = [a for a in report.agreement if a.used]
+    differ = [a for a in used if a.agree < a.total]
+    inputs = max((a.total - a.agree for a in differ), default=0)
+    return [f"decisions reported, not gated (--decisions report): they differ in "
+            f"{len(differ)} of {plural(len(used), 'used round')}"
+            + (f" (up to {plural(inputs, 'input')} a round)" if differ else "")
+            + "; the latency rows decide the exit code"]
+
+
 def format_rounds(report: RoundsReport, *, markdown: bool = False,
                   per_round: bool = False) -> list:
     """Return the lines of the rounds report as text or Markdown."""
     if markdown:
         return format_rounds_markdown(report, per_round=per_round)
-    lines = format_rounds_table(report)
+    lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + format_per_round(report)
     capacity = format_capacity_rounds(report)
@@ -7683,7 +8057,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
     for section in sections:
         report = section.report
         lines += [f"## {section.name}", "",
-                  f"`{section.folder}`: base `{report.base}`, new `{report.new}`; "
+                  f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
                   f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
                   f"**{verdict_line(report)}**", ""]
@@ -7739,6 +8113,12 @@ def record_sentences(section: RecordSection) -> list:
         shown = [span(side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
+              for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
+    sentences.append("result caches: none detected (by timing, and by the router's metrics "
+                     "where they were scraped)" if not cached else
+                     f"**a result cache answered {', '.join(cached)}**: those figures measure "
+                     f"cache hits, not the router's work")
     return sentences + format_capacity_rounds(report)
 
 
@@ -7753,6 +8133,15 @@ def md_text(text: str) -> str:
     """Return text with every character Markdown could read as markup escaped, on one line,
     with nothing that notifies a person or links an issue."""
     return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
+
+
+def md_code(text: str) -> str:
+    """Return text as a Markdown code span on one line: control characters escaped, fenced by
+    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
+    text = visible(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def markdown_blocks(lines: Sequence[str]) -> list:
@@ -7797,7 +8186,9 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     details += ["**Environment**"] + format_environment(report, markdown=True)
     details += format_order(report) + format_closing(report) + undecided_line(report)
     table = [line for line in head if line.startswith("|")]
-    return (markdown_verdict(report.status, report.reasons, what) + [""]
+    note = decisions_note(report)
+    return ([f"**{md_text(note[0])}**", ""] if note else []) \
+        + (markdown_verdict(report.status, report.reasons, what) + [""]
             + (table + [""] if table else []) + markdown_blocks(details))
 
 
@@ -7814,7 +8205,8 @@ def format_compare_markdown(report: CompareReport) -> list:
 def shown_text(text: str, width: int) -> str:
     """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
     quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
-    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
+    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def ratio_text(item: Slowdown) -> str:
@@ -8068,7 +8460,7 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
         color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
         attributes = (' class="r"' if r else "") + \
             (f' style="color: {color}; font-weight: bold"' if color else "")
-        return f"<{tag}{attributes}>{esc(text)}</{tag}>"
+        return f"<{tag}{attributes}>{esc(visible(text))}</{tag}>"  # one line, as every table
 
     lines = ["<table>", "<tr>" + "".join(cell("th", h, r) for h, r in zip(header, right))
              + "</tr>"]
@@ -8095,8 +8487,11 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
+    cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings
+    note = "".join(f"<p><strong>{esc(line)}</strong></p>"
+                   for line in decisions_note(report) + cached)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
-            f"<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
+            f"{note}<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
             + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
 
 
@@ -8303,90 +8698,234 @@ def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     return decisions[int.from_bytes(digest[:4], "big") % len(decisions)]
 
 
-def simulated_text(body: bytes) -> str:
-    """Return the text a preview request asks to route, as the router picks it: the last user
-    message that is not blank, else the top-level text; '' when all are blank. Raise
-    ValueError for a body that is not a JSON object."""
+# the router's signal families (classification.SignalMetricsCollection): every answer's
+# metrics carry each one, a signal not evaluated with zeros
+SIGNAL_NAMES = ("keyword", "embedding", "domain", "fact_check", "user_feedback", "reask",
+                "preference", "language", "context", "structure", "complexity", "modality",
+                "authz", "jailbreak", "pii", "kb", "conversation", "event", "metadata",
+                "classifier")
+# the model-backed ones a simulated answer times; the rest answer at once
+TIMED_SIGNALS = ("domain", "jailbreak", "pii", "fact_check", "user_feedback")
+# the rules of the router's E2E configuration that a prompt did not match, by the plural
+# names of decision_result's MatchedSignals: what makes an answer a few KB, as the router's
+SIMULATED_RULES = {
+    "keywords": ("urgent_request", "sensitive_data", "code_request", "math_keywords",
+                 "creative_writing", "thinking", "no_think", "summarize", "translate"),
+    "domains": ("biology", "business", "chemistry", "computer_science", "economics",
+                "engineering", "health", "history", "law", "math", "other", "philosophy",
+                "physics", "psychology"),
+    "embeddings": tuple(f"embedding_rule_{i}" for i in range(8)),
+    "fact_check": ("needs_fact_check",), "user_feedback": ("wrong_answer", "satisfied"),
+    "preferences": ("prefers_short",), "language": ("en", "zh", "es", "fr"),
+    "complexity": ("hard", "easy"), "jailbreak": ("jailbreak_detected",),
+    "pii": ("pii_email", "pii_ssn", "pii_phone"),
+}
+# what the preview's strict decoder accepts (the vllm-sr 0.4.0 client's envelope)
+PREVIEW_FIELDS = frozenset(("text", "messages", "tools", "functions", "tool_choice",
+                            "function_call", "response_format", "model", "metadata", "options",
+                            "preview_context", "max_tokens", "max_completion_tokens"))
+MESSAGE_FIELDS = frozenset(("role", "name", "content", "tool_calls", "tool_call_id",
+                            "function_call", "refusal", "reasoning_content"))
+PREVIEW_BODY_LIMIT = 10 * 1024 * 1024  # json_request.go's defaultJSONRequestBodyLimit
+GO_CHUNKING_BYTES = 2048  # net/http sends a longer answer chunked (bufferBeforeChunkingSize)
+CACHE_HIT_MS = 0.05  # a result cache hit: no model runs
+
+
+def simulated_request(body: bytes) -> dict:
+    """Return a preview request as the router's strict decoder reads it; raise ValueError as
+    it refuses: not JSON, not an object, an unknown field, a message that is not an object."""
     request = json.loads(body)
     if not isinstance(request, dict):
-        raise ValueError("not a JSON object")
-    messages = request.get("messages") if isinstance(request.get("messages"), list) else []
-    texts = []
-    for message in messages:
-        if not isinstance(message, dict) or str(message.get("role")).strip().lower() != "user":
+        raise ValueError("cannot unmarshal into Go value of type services.IntentRequest")
+    unknown = sorted(set(request) - PREVIEW_FIELDS)
+    messages = request.get("messages")
+    if not unknown and isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, dict):
+                raise ValueError("cannot unmarshal into Go value of type services.Message")
+            unknown += sorted(set(message) - MESSAGE_FIELDS)
+    if unknown:
+        raise ValueError(f'json: unknown field "{unknown[0]}"')
+    return request
+
+
+def simulated_text(request: dict) -> str:
+    """Return the text a preview request asks to route, as the router picks it: the last user
+    message with content, else the top-level text; whitespace is text ('' when none)."""
+    messages: list = request["messages"] if isinstance(request.get("messages"), list) else []
+    for message in reversed(messages):
+        if str(message.get("role")).strip().lower() != "user":
             continue
         content = message.get("content")
         if isinstance(content, list):  # content parts: the text ones, joined
             content = " ".join(part["text"] for part in content if isinstance(part, dict)
                                and part.get("type", "text") in ("", "text", "input_text")
                                and isinstance(part.get("text"), str))
-        if isinstance(content, str):
-            texts.append(content)
-    texts.append(request["text"] if isinstance(request.get("text"), str) else "")
-    return next((text for text in reversed(texts[:-1]) if text.strip()),
-                texts[-1] if texts[-1].strip() else "")
+        if isinstance(content, str) and content:
+            return content
+    return request["text"] if isinstance(request.get("text"), str) else ""
 
 
-def simulated_error(status: int, code: str, message: str) -> bytes:
-    """Return a whole error response in the router's envelope."""
+def simulated_error(status: int, code: str, message: str, request_id: str = "") -> bytes:
+    """Return a whole error response in the router's envelope (no config hash: no body)."""
     return http_response(status, json.dumps(
-        {"error": {"code": code, "message": message, "timestamp": utc_now()}}).encode())
+        {"error": {"code": code, "message": message, "timestamp": utc_now()}}).encode()
+        + b"\n", headers=(("X-Request-Id", request_id),) if request_id else ())
+
+
+def simulated_signals(text: str, decision: str, elapsed_ms: float,
+                      names: Sequence[str] = SIGNAL_NAMES) -> tuple:
+    """Return (metrics, used_signals, matched_signals) of an answer: every signal's
+    execution_time_ms and confidence (the timed ones share the preview's time), the signals
+    the decision used and those the prompt matched. The one place the per-signal part of an
+    answer is made."""
+    timed = [name for name in names if name in TIMED_SIGNALS] or list(names[:1])
+    confidence = round(0.5 + (text_number(text) % 500) / 1000, 3)
+    metrics = {name: {"execution_time_ms": round(elapsed_ms / len(timed), 3) if name in timed
+                      else 0, "confidence": confidence if name in timed else 0}
+               for name in names}
+    matched = {"domains": [decision]} if decision else {"keywords": ["thinking"]}
+    return metrics, ({"domains": [decision]} if decision else {}), matched
+
+
+def text_number(text: str) -> int:
+    """Return a stable 32-bit number of a text (the same in every process)."""
+    return int.from_bytes(hashlib.blake2s(text.encode("utf-8", "surrogatepass"),
+                                          digest_size=4).digest(), "big")
+
+
+def simulated_answer(text: str, request: dict, decision: str, elapsed_ms: float,
+                     config_hash: str, trace: bool) -> dict:
+    """Return a 200 answer's body as the router's EvalResponse writes it, fields in its order;
+    decision '' is no decision matched: no routing_decision, no model selected."""
+    metrics, used, matched = simulated_signals(text, decision, elapsed_ms)
+    unmatched = {family: [rule for rule in rules if rule != decision]
+                 for family, rules in SIMULATED_RULES.items()}
+    answer: dict = {"original_text": text,
+                    "requested_model": str(request.get("model") or "").strip(),
+                    "decision_result": {
+                        "decision_name": decision, "algorithm": "static" if decision else "",
+                        "used_signals": used, "matched_signals": matched,
+                        "unmatched_signals": unmatched}}
+    if trace:
+        answer["eval_trace"] = [{"decision": decision or "default", "matched": bool(decision),
+                                 "rules": [{"signal": "domain", "matched": bool(decision)}]}]
+    if decision:
+        answer.update({"recommended_models": [f"model-{decision}"],
+                       "selected_model": f"model-{decision}", "selection_status": "selected",
+                       "selection_method": "static", "routing_decision": decision})
+    answer["metrics"] = metrics
+    answer["signal_confidences"] = {f"domain:{decision or 'other'}":
+                                    metrics[TIMED_SIGNALS[0]]["confidence"]
+                                    if TIMED_SIGNALS[0] in metrics else 0}
+    answer["config_hash"] = config_hash
+    return answer
+
+
+def go_response(status: int, body: bytes, headers: Sequence = ()) -> bytes:
+    """Return a whole response as Go's net/http writes a JSON answer: with a Content-Length
+    when the body fits its 2,048-byte buffer, chunked (one chunk) when it does not."""
+    if len(body) <= GO_CHUNKING_BYTES:
+        return http_response(status, body, headers=headers)
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: application/json\r\n{extra}Transfer-Encoding: chunked\r\n\r\n"
+            f"{len(body):x}\r\n").encode("latin-1") + body + b"\r\n0\r\n\r\n"
+
+
+class SimulatedAnswers(NamedTuple):
+    """How the simulated router's answers differ from a plain, instantly ready one."""
+    startup_s: float = 0.0  # /ready answers 503, previews carry no decision result, this long
+    no_decision_share: float = 0.0  # prompts no decision matches (the default route)
+    cache_entries: int = 0  # a result cache of this many prompts (0: none), as the router's
+    per_kb_ms: float = 0.0  # more time per KB of prompt, as a transformer's forward takes
+    metrics_port: Optional[int] = 0  # the Prometheus listener's port (0: a free one)
+    routing_models: tuple = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
 
 
 class SimulatedRouter:
     """A routing-preview server on its own threads: one per connection, as lean as a Python
     server can be, so that on a 2-core machine it leaves the driver and the kernel their share.
 
-    It answers as the router does: each admitted preview waits the delay plus a uniform jitter
-    (time.sleep, nanosecond clock), with `serial` one at a time like a single GPU process, and
-    carries x-vsr-config-hash, a sha256 of the settings that shape its answers (not the seed);
-    empty or whitespace-only text gets 400 INVALID_INPUT, a preview beyond `max_concurrency`
-    in flight 429 OVERLOADED at once, both in the router's error envelope. `stall` (every,
-    length, ms) makes a slow phase now and then: of every `every` previews, the last `length`
-    wait `ms` more, as when another job takes the GPU. GET /health and GET /metrics
-    (Prometheus text) answer at once.
+    It answers as the router's source does (pkg/apiserver): POST /api/v1/routing/preview only
+    (another method 405, another path a text/plain 404), a strict JSON decoder (an unknown
+    field, or no text at all: 400 INVALID_INPUT; whitespace is routed), 413 above 10 MiB,
+    400 INVALID_ROUTING_MODEL for a model it does not route, x-sr-bench-expected-config-hash
+    (400 malformed, 412 another), ?trace=true, X-Request-Id echoed or made, a 200 body of a
+    few KB shaped as EvalResponse (sent chunked above 2 KB, as Go does) with x-vsr-config-hash
+    (a sha256 of the settings that shape its answers, not the seed) on answers with a body
+    only. Each admitted preview waits the delay plus a uniform jitter plus per_kb_ms per KB
+    of prompt (time.sleep), with `serial` one at a time like a single GPU process; a preview
+    beyond `max_concurrency` in flight gets 429 OVERLOADED at once. `stall` (every, length,
+    ms) makes a slow phase now and then: of every `every` previews, the last `length` wait
+    `ms` more. `answers` (SimulatedAnswers): a start-up time (GET /ready 503, previews
+    without a decision result), a share of prompts no decision matches, a result cache,
+    its metrics port. GET /health and /ready answer at once; Prometheus text with the
+    router's metric names is on a port of its own.
     """
 
     def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
                  serial: bool, decisions: Sequence[str], seed: int,
                  max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None, workers: Optional[int] = None):
+                 stall: Optional[tuple] = None, workers: Optional[int] = None,
+                 answers: SimulatedAnswers = SimulatedAnswers()):
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
         self.workers = 1 if serial else workers
         self.stall = stall
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
+        self.answers = answers
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
              "serial": serial, "max_concurrency": max_concurrency,
-             **({"workers": workers} if workers and not serial else {})},
+             **({"workers": workers} if workers and not serial else {}),
+             **({"answers": answers._replace(metrics_port=None)._asdict()}
+                if answers != SimulatedAnswers() else {})},
             sort_keys=True).encode()).hexdigest()
         self.rng = random.Random(seed)
-        self.lock = threading.Lock()  # the jitter generator and the counters
+        self.lock = threading.Lock()  # the jitter generator, the counters and the cache
         # --workers N (--serial: 1): when each of N GPU processes is next free, monotonic s
         self.free_at = [0.0] * self.workers if self.workers else None
         self.served = 0  # preview requests admitted: answered or being answered
         self.in_flight = 0  # admitted previews not yet answered
+        self.cache: collections.OrderedDict = collections.OrderedDict()
+        self.counts: collections.Counter = collections.Counter()  # the metrics' counters
+        self.signal_seconds = 0.0  # the previews' simulated signal time, for the metrics
         self.connections: set = set()
         self.stopping = threading.Event()
+        self.started = time.monotonic()
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.create_server((host, port), family=family, backlog=256)
         bound_host, bound_port = self.listener.getsockname()[:2]
         self.url = f"http://{bracketed(bound_host)}:{bound_port}"
-        self.thread = threading.Thread(
-            target=accept_connections, args=(self.listener, self._start_serving, self.stopping),
-            daemon=True)
-        self.thread.start()
+        self.threads = [threading.Thread(target=accept_connections, args=(
+            self.listener, self._start_serving, self.stopping), daemon=True)]
+        self.metrics_listener: Optional[socket.socket] = None
+        self.metrics_url: Optional[str] = None
+        if answers.metrics_port is not None:
+            self.metrics_listener = socket.create_server((host, answers.metrics_port),
+                                                         family=family, backlog=16)
+            metrics_port = self.metrics_listener.getsockname()[1]
+            self.metrics_url = f"http://{bracketed(bound_host)}:{metrics_port}/metrics"
+            self.threads.append(threading.Thread(target=accept_connections, args=(
+                self.metrics_listener, functools.partial(self._start_serving, metrics=True),
+                self.stopping), daemon=True))
+        for thread in self.threads:
+            thread.start()
 
     def stop(self) -> None:
         self.stopping.set()
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(5)
+        for listener in (self.listener, self.metrics_listener):
+            if listener is None:
+                continue
+            try:
+                listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+            except OSError:
+                pass
+            listener.close()
+        for thread in self.threads:
+            thread.join(5)
         with self.lock:
             for connection in list(self.connections):
                 try:
@@ -8394,28 +8933,40 @@ class SimulatedRouter:
                 except OSError:
                     pass
 
-    def _start_serving(self, connection: socket.socket) -> None:
+    def _start_serving(self, connection: socket.socket, metrics: bool = False) -> None:
         with self.lock:
             self.connections.add(connection)
-        threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+        threading.Thread(target=self._serve, args=(connection, metrics), daemon=True).start()
 
-    def _serve(self, connection: socket.socket) -> None:
+    def _serve(self, connection: socket.socket, metrics_side: bool = False) -> None:
         reader = connection.makefile("rb", buffering=65536)
         try:
             while not self.stopping.is_set():
                 line = reader.readline(65537)
                 if not line:
                     return
-                method, path = (line.split(b" ") + [b"", b""])[:2]
-                length = 0
+                method, target = (line.split(b" ") + [b"", b""])[:2]
+                length, headers = 0, {}
                 while True:
                     header = reader.readline(65537)
                     if header in (b"\r\n", b"\n", b""):
                         break
-                    if header[:15].lower() == b"content-length:":
-                        length = int(header[15:])
+                    name, _, value = header.partition(b":")
+                    name = name.strip().lower()
+                    if name == b"content-length":
+                        length = int(value)
+                    elif name in (b"x-request-id", EXPECTED_HASH_HEADER.encode()):
+                        headers[name.decode()] = value.strip().decode("latin-1")
+                if length > PREVIEW_BODY_LIMIT:  # read and dropped, as LimitReader leaves it
+                    while length > 0 and reader.read(min(length, 1 << 20)):
+                        length -= 1 << 20
+                    connection.sendall(simulated_error(
+                        413, "REQUEST_BODY_TOO_LARGE", f"request body too large: exceeds "
+                        f"{PREVIEW_BODY_LIMIT} bytes", headers.get("x-request-id", "")))
+                    continue
                 body = reader.read(length) if length else b""
-                connection.sendall(self._answer(method, path, body))
+                connection.sendall(self._metrics_answer(method, target) if metrics_side
+                                   else self._answer(method, target, headers, body))
         except (OSError, ValueError):
             return
         finally:
@@ -8444,47 +8995,127 @@ class SimulatedRouter:
         if wait > 0:
             time.sleep(wait)
 
-    def _answer(self, method: bytes, path: bytes, body: bytes) -> bytes:
+    def _metrics_answer(self, method: bytes, target: bytes) -> bytes:
+        if method != b"GET" or target.split(b"?")[0] != b"/metrics":
+            return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
+        return http_response(200, simulated_metrics(self).encode(), "text/plain; version=0.0.4")
+
+    def _answer(self, method: bytes, target: bytes, headers: dict, body: bytes) -> bytes:
         """Return the whole response in one buffer: head and body in two writes would meet
         Nagle's algorithm and the client's delayed ACK, 40 ms that no real router has."""
-        if method == b"GET" and path == b"/health":
-            return http_response(200, b'{"status": "healthy", "service": "classification-api"}')
-        if method == b"GET" and path == b"/metrics":
-            return http_response(200, (
-                "# HELP router_requests_total Preview requests served.\n"
-                "# TYPE router_requests_total counter\n"
-                f'router_requests_total{{endpoint="preview"}} {self.served}\n'
-                "# TYPE router_restarts_total counter\n"
-                "router_restarts_total 0\n"
-                "# TYPE router_classifier_errors_total counter\n"
-                'router_classifier_errors_total{signal="domain"} 0\n').encode(),
-                "text/plain; version=0.0.4")
-        if method != b"POST" or path != PREVIEW_PATH.encode():
+        path, _, query = target.partition(b"?")
+        request_id = headers.get("x-request-id") or os.urandom(16).hex()
+        tagged = (("X-Request-Id", request_id),)
+        if method == b"GET" and path in (b"/health", READY_PATH.encode()):
+            if path == b"/health":
+                return http_response(200, b'{"status":"healthy"}\n', headers=tagged)
+            ready = time.monotonic() - self.started >= self.answers.startup_s
+            return http_response(200, b'{"status":"ready","ready":true}\n', headers=tagged) \
+                if ready else http_response(503, b'{"status":"starting","ready":false}\n',
+                                            headers=tagged)
+        if path != PREVIEW_PATH.encode():
             return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
+        if method != b"POST":
+            return http_response(405, b"Method Not Allowed\n", "text/plain; charset=utf-8",
+                                 headers=(("Allow", "POST"),) + tagged)
         try:
-            text = simulated_text(body)
+            request = simulated_request(body)
         except ValueError as exc:
-            return simulated_error(400, "INVALID_INPUT", f"failed to parse JSON: {exc}")
-        if not text:
-            return simulated_error(400, "INVALID_INPUT", "text cannot be empty")
+            return simulated_error(400, "INVALID_INPUT", f"failed to parse JSON: {exc}",
+                                   request_id)
+        refusal = self._refusal(request, headers)
+        if refusal:
+            status, code, message = refusal
+            return simulated_error(status, code, message, request_id)
+        return self._preview(request, b"trace=true" in query.split(b"&"), tagged)
+
+    def _refusal(self, request: dict, headers: dict) -> Optional[tuple]:
+        """Return (status, code, message) of a preview refused before it runs, or None."""
+        expected = headers.get(EXPECTED_HASH_HEADER)
+        if expected is not None and not CONFIG_HASH_PATTERN.fullmatch(expected):
+            return 400, "INVALID_INPUT", "expected config hash must be a lowercase SHA-256 digest"
+        if expected is not None and expected != self.config_hash:
+            return 412, "CONFIG_HASH_MISMATCH", ("active runtime config does not match the "
+                                                 "expected config hash")
+        if not simulated_text(request) and not request.get("metadata"):
+            return 400, "INVALID_INPUT", "text cannot be empty"
+        model = str(request.get("model") or "").strip()
+        if model and model not in self.answers.routing_models:
+            return 400, "INVALID_ROUTING_MODEL", f'unknown routing model "{model}"'
+        return None
+
+    def _preview(self, request: dict, trace: bool, tagged: tuple) -> bytes:
+        text = simulated_text(request)
+        loading = time.monotonic() - self.started < self.answers.startup_s
         with self.lock:
             if self.in_flight >= self.max_concurrency:  # shed at once: the router has no queue
-                return simulated_error(429, "OVERLOADED", "admission queue is full")
+                return simulated_error(429, "OVERLOADED", "admission queue is full",
+                                       tagged[0][1])
             self.in_flight += 1
-            pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
-            if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
-                pause += self.stall[2] / 1000
+            pause = self._pause(text)
             self.served += 1
+        started = time.perf_counter()
         try:
             self._work(pause)
         finally:
             with self.lock:
                 self.in_flight -= 1
-        decision = simulated_decision(text, self.decisions)
-        return http_response(200, json.dumps(
-            {"decision_result": {"decision_name": decision},
-             "selected_model": f"model-{decision}", "routing_decision": decision}).encode(),
-            headers=((CONFIG_HASH_NAME, self.config_hash),))
+        if loading:  # the classifier not loaded yet: a body, no decision result
+            return http_response(200, json.dumps(
+                {"original_text": text, "requested_model": str(request.get("model") or ""),
+                 "metrics": {name: {"execution_time_ms": 0, "confidence": 0}
+                             for name in SIGNAL_NAMES}}, separators=(",", ":")).encode() + b"\n",
+                headers=tagged)
+        decision = "" if self._unmatched(text) else simulated_decision(text, self.decisions)
+        answer = simulated_answer(text, request, decision,
+                                  (time.perf_counter() - started) * 1000, self.config_hash,
+                                  trace)
+        return go_response(200, json.dumps(answer, separators=(",", ":")).encode() + b"\n",
+                           headers=((CONFIG_HASH_NAME, self.config_hash),) + tagged)
+
+    def _unmatched(self, text: str) -> bool:
+        """Return True for the prompts no decision matches: a stable share of them."""
+        share = self.answers.no_decision_share
+        return share > 0 and (text_number("default:" + text) % 10_000) < share * 10_000
+
+    def _pause(self, text: str) -> float:
+        """Return how long an admitted preview takes (under self.lock): a cache hit at once;
+        else the delay, jitter, per-KB time and any stall."""
+        entries = self.answers.cache_entries
+        if entries:
+            hit = text in self.cache
+            self.counts["cache_hit" if hit else "cache_miss"] += 1
+            self.cache[text] = True
+            self.cache.move_to_end(text)
+            if len(self.cache) > entries:
+                self.cache.popitem(last=False)
+            if hit:
+                return CACHE_HIT_MS / 1000
+        pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
+        pause += self.answers.per_kb_ms / 1000 * len(text.encode("utf-8", "surrogatepass")) \
+            / 1024
+        if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
+            pause += self.stall[2] / 1000
+        self.signal_seconds += pause
+        return pause
+
+
+def simulated_metrics(router: SimulatedRouter) -> str:
+    """Return a simulated router's Prometheus text, with the router's metric names."""
+    with router.lock:
+        served, counts, seconds = router.served, dict(router.counts), router.signal_seconds
+    lines = ["# TYPE llm_signal_extraction_latency_seconds summary",
+             f"llm_signal_extraction_latency_seconds_sum {seconds!r}",
+             f"llm_signal_extraction_latency_seconds_count {served}",
+             "# TYPE vsr_model_runtime_requests_total counter",
+             f'vsr_model_runtime_requests_total{{deployment="simulated",outcome="ok"}} {served}',
+             "# TYPE vsr_model_runtime_restarts_total counter",
+             'vsr_model_runtime_restarts_total{deployment="simulated"} 0']
+    if router.answers.cache_entries:
+        lines += ["# TYPE vsr_model_runtime_result_cache_total counter"] + [
+            f'vsr_model_runtime_result_cache_total{{deployment="simulated",result="{kind}"}} '
+            f'{counts.get("cache_" + kind, 0)}' for kind in ("hit", "miss")]
+    return "\n".join(lines) + "\n"
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
@@ -8492,11 +9123,12 @@ def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float =
                     decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
                     seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
                     stall: Optional[tuple] = None,
-                    workers: Optional[int] = None) -> SimulatedRouter:
+                    workers: Optional[int] = None,
+                    answers: SimulatedAnswers = SimulatedAnswers()) -> SimulatedRouter:
     """Start a simulated routing-preview server on its own threads; return it."""
     return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
                            decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall, workers=workers)
+                           stall=stall, workers=workers, answers=answers)
 
 
 # The demo's small stand-in for a router repo's E2E data.
@@ -8573,14 +9205,16 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
         order = start_order(number, list(DEMO_SIDES))
         write(f"round {number}: {' then '.join(order)}")
         for side in order:
-            router = start_simulator(serial=True, seed=number, **DEMO_SIDES[side])
+            router = start_simulator(serial=True, seed=number,
+                                     delay_ms=DEMO_SIDES[side]["delay_ms"],
+                                     jitter_ms=DEMO_SIDES[side]["jitter_ms"])
             try:
                 endpoint = parse_endpoint(router.url)
                 run = measure_run(
                     Target(endpoint), RunPlan(plan_passes()), corpus, label=side,
                     guard=LoadGuard(pause=1.0),
                     capture=CaptureSettings(metrics=parse_endpoint(
-                        router.url, default_path="/metrics"), metric_patterns=(
+                        str(router.metrics_url)), metric_patterns=(
                             re.compile(DEFAULT_METRIC_PATTERN),), router_pid=os.getpid(),
                         gpu=resolve_gpu("auto")))
             finally:
@@ -8597,6 +9231,8 @@ def emit(lines: Iterable[str], stream: Any = None) -> None:
     """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
     closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
     stream = stream or sys.stdout
+    if stream is None:  # started with the stream closed (>&-): nobody to show it to
+        return
     try:
         for line in lines:  # a line may hold line breaks (JSON), no other control character
             stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
@@ -8643,6 +9279,17 @@ positive_float = real_number(positive=True)
 non_negative_float = real_number(positive=False)
 non_negative_int = whole_number(0)
 positive_int = whole_number(1)
+
+
+class ConcurrencyLevels(argparse.Action):
+    """--concurrency 1 4 16 as the published records write it, or 1,4,16: one tuple."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        levels = [level for part in values for level in part]
+        twice = sorted({level for level in levels if levels.count(level) > 1})
+        if twice:
+            raise argparse.ArgumentError(self, f"concurrency {twice[0]} given twice")
+        setattr(namespace, self.dest, tuple(levels))
 
 
 def concurrency_list(text: str) -> tuple:
@@ -8710,6 +9357,11 @@ def parse_header(text: str) -> tuple:
         raise argparse.ArgumentTypeError("expected 'Name: value'")
     if "\r" in value or "\n" in value:
         raise argparse.ArgumentTypeError("a header value cannot span lines")
+    if re.search("[\x00-\x08\x0b-\x1f\x7f]", value):  # RFC 9110 5.5: no control but tab
+        raise argparse.ArgumentTypeError("a header value cannot hold a control character")
+    if name.lower() in ("content-length", "transfer-encoding"):  # a second framing: smuggling
+        raise argparse.ArgumentTypeError(f"{name} is set from each request's body, not by "
+                                         f"--header")
     return name, value.strip()
 
 
@@ -8805,6 +9457,35 @@ def stall_spec(text: str) -> tuple:
     return every, length, extra
 
 
+def config_hash_text(text: str) -> str:
+    if not CONFIG_HASH_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError("expected the router's config hash: 64 lowercase hex "
+                                         "digits")
+    return text
+
+
+def sampling_seed_value(text: str) -> Optional[int]:
+    if text == "off":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not -2 ** 63 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError("expected a signed 64-bit whole number, or off")
+    return value
+
+
+def share_value(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    return value
+
+
 def label_text(text: str) -> str:
     if not text.strip() or len(text) > 200:
         raise argparse.ArgumentTypeError("expected a label of 1 to 200 characters")
@@ -8856,7 +9537,17 @@ def add_run_parser(commands: Any) -> None:
     p.add_argument("--corpus", required=True, help="corpus file from the corpus command")
     p.add_argument("-o", "--out", required=True, help="run file to write")
     p.add_argument("--label", required=True, type=label_text, help="name of this side or run")
-    p.add_argument("--model", default="MoM", help="model field of each request")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="model field of each request: the router's auto alias, or one of its "
+                        "routing models or entrypoints")
+    p.add_argument("--expect-config-hash", type=config_hash_text, metavar="HASH",
+                   help="the configuration the router must serve (its x-vsr-config-hash), sent "
+                        f"as {EXPECTED_HASH_HEADER}: a router serving another answers 412, "
+                        "and the run stops before any pass")
+    p.add_argument("--sampling-seed", type=sampling_seed_value, default=0, metavar="N",
+                   help="preview_context.sampling_seed of every request, so that a model "
+                        "selection that samples draws the same model each time; 'off' sends "
+                        "none")
     p.add_argument("-H", "--header", action="append", default=[], type=parse_header,
                    help="extra header 'Name: value' (repeatable; values never stored)")
     p.add_argument("--token-env", type=variable_name, metavar="VAR",
@@ -8898,9 +9589,10 @@ def add_run_parser(commands: Any) -> None:
 
 
 def add_pass_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-c", "--concurrency", type=concurrency_list,
-                   help="closed-loop passes, one per level (1 = sequential); default 1,4,16, "
-                        "none when --rate is given")
+    p.add_argument("-c", "--concurrency", type=concurrency_list, nargs="+",
+                   action=ConcurrencyLevels, metavar="LEVELS",
+                   help="closed-loop passes, one per level (1 = sequential): 1 4 16 or "
+                        "1,4,16; default 1,4,16, none when --rate is given")
     p.add_argument("--rate", type=rate_list, default=(),
                    help="open-loop passes at these requests per second (50, 50/s, 3000/1m), "
                         "sending on a schedule; latency counts from the scheduled time")
@@ -8995,9 +9687,12 @@ def add_suspect_options(p: argparse.ArgumentParser) -> None:
 def add_compare_parser(commands: Any) -> None:
     p = commands.add_parser("compare", help="two runs side by side",
                             formatter_class=HelpFormatter,
-                            epilog="example: compare results/r1-cpu.json results/r1-rocm.json")
-    p.add_argument("a", help="run file A (the base)")
-    p.add_argument("b", help="run file B")
+                            epilog="example: compare results/r1-cpu.json results/r1-rocm.json "
+                                   "(or --base r1-cpu.json --new r1-rocm.json)")
+    p.add_argument("a", nargs="?", help="run file A (the base)")
+    p.add_argument("b", nargs="?", help="run file B")
+    p.add_argument("--base", dest="base_file", metavar="FILE", help="run file A, by name")
+    p.add_argument("--new", dest="new_file", metavar="FILE", help="run file B, by name")
     p.add_argument("--corpus", help="corpus file, to show the text of differing inputs")
     p.add_argument("--allow-corpus-mismatch", action="store_true",
                    help="compare runs of different corpora")
@@ -9067,6 +9762,10 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--allow-config-change", action="store_true",
                    help="judge a side whose configuration (x-vsr-config-hash) changed between "
                         "or within rounds")
+    p.add_argument("--decisions", choices=("gate", "report"), default="gate",
+                   help="gate: a decision that differs between the sides fails; report: "
+                        "agreement is reported in full and the latency rows alone decide the "
+                        "exit code (two configurations whose decisions differ on purpose)")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="output format (with GITHUB_STEP_SUMMARY set, the Markdown is also "
                         "appended there)")
@@ -9104,6 +9803,21 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
                    help="a slow phase now and then: of every EVERY previews, the last LENGTH "
                         "wait MS more")
+    p.add_argument("--startup-s", type=non_negative_float, default=0.0, metavar="SECONDS",
+                   help="start-up time: /ready answers 503 and previews carry no decision "
+                        "result this long, as a router loading its classifiers")
+    p.add_argument("--no-decision-share", type=share_value, default=0.1, metavar="FRACTION",
+                   help="share of prompts no decision matches, answered by the default "
+                        "route (decision_name \"\")")
+    p.add_argument("--cache", type=non_negative_int, default=0, metavar="ENTRIES",
+                   help="a result cache of this many prompts, as the router's "
+                        "VLLM_SRUN_RESULT_CACHE (0: none): a repeated prompt answers at once")
+    p.add_argument("--per-kb-ms", type=non_negative_float, default=0.0, metavar="MS",
+                   help="more time per KB of prompt, as a transformer's forward grows with "
+                        "the input")
+    p.add_argument("--metrics-port", type=whole_number(0, 65535, noun="a port"), default=0,
+                   help="port of the Prometheus metrics, apart from the API as the router's "
+                        "-metrics-port (0 picks a free one)")
     p.add_argument("--url-file", help="write the server's URL here once it listens")
     p.set_defaults(func=cmd_simulate)
 
@@ -9235,8 +9949,11 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     checked."""
     endpoint = parse_endpoint(args.url)
     headers = tuple(args.header) + token_header(args.token_env, endpoint, args.header)
+    if args.expect_config_hash:
+        headers += ((EXPECTED_HASH_HEADER, args.expect_config_hash),)
     target = Target(endpoint, headers, args.model, args.timeout,
-                    args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS))
+                    args.insecure, tuple(args.decision_path or DEFAULT_DECISION_PATHS),
+                    args.sampling_seed)
     metrics = parse_endpoint(args.metrics_url, default_path="/metrics",
                              option="--metrics-url") if args.metrics_url else None
     if args.router_cgroup and not Path(args.router_cgroup).is_dir():
@@ -9284,7 +10001,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"({len(corpus.prompts)} prompts), {target.endpoint.shown}, {args.out} "
                   f"writable; nothing sent"])
         return EXIT_OK
-    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    progress = Progress(enabled=not args.quiet and sys.stderr is not None
+                        and sys.stderr.isatty())
     if progress.enabled:  # a terminal: say what is measured before the passes start
         emit([format_run_header(args.label, len(corpus.prompts), corpus.sha256,
                                 target.endpoint.shown, settings_record(target, plan, guard,
@@ -9346,6 +10064,7 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
             lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
         if run.config_hashes:
             lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
+        lines.append(f"result cache: {cache_text(run.cache_finding)}")
         if write_failure is None and args.out != "-":
             lines.append(f"wrote {args.out}" + ("" if run.complete
                                                 else " (incomplete: interrupted)")
@@ -9358,6 +10077,9 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
                     f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
     for line in overload_note(run):
         stderr_line(line)
+    if run.cache_finding["detected"]:
+        stderr_line(f"warning: {cache_text(run.cache_finding)}; the figures measure cache hits, "
+                    f"not the router's work: {CACHE_ADVICE}")
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
@@ -9371,7 +10093,17 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     return EXIT_OK
 
 
+def compared_files(args: argparse.Namespace) -> tuple:
+    """Return the two run files of `compare`: given as A B, or as --base A --new B."""
+    named = [path for path in (args.base_file, args.new_file) if path is not None]
+    given = [path for path in (args.a, args.b) if path is not None]
+    if named and given or len(named + given) != 2 or len(named) == 1:
+        raise RouterLatencyError("give two run files: A B, or --base A --new B", "compare")
+    return tuple(named or given)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    args.a, args.b = compared_files(args)
     a, b = load_run(args.a), load_run(args.b)
     for run in (a, b):
         if not run.complete and not args.allow_incomplete:
@@ -9437,13 +10169,16 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         allow_mismatch=tuple(args.allow_mismatch), sequential_max=args.sequential,
         allow_config_change=args.allow_config_change, slo_p95_ms=args.slo_p95_ms,
         cost_per_hour=checked_costs(args.cost_per_hour, (args.base, args.new)),
-        pass_unless_worse=args.pass_unless_worse)
+        pass_unless_worse=args.pass_unless_worse, decisions=args.decisions)
     try:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
     for warning in report.config_warnings:  # loud: also where --format json goes to a file
         stderr_line(warning)
+    for warning in report.warnings:
+        if "a result cache answered" in warning:  # cache_warnings: as loud
+            stderr_line(warning)
     if args.junit:
         write_atomic(args.junit, junit_xml(report))
     if args.html:
@@ -9519,7 +10254,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                  jitter_ms=args.jitter_ms, serial=args.serial,
                                  decisions=args.decisions, seed=args.seed,
                                  max_concurrency=args.max_concurrency, stall=args.stall,
-                                 workers=args.workers)
+                                 workers=args.workers, answers=SimulatedAnswers(
+                                     args.startup_s, args.no_decision_share, args.cache,
+                                     args.per_kb_ms, args.metrics_port))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -9532,7 +10269,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
           f"{f', {args.workers} workers' if args.workers else ''}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
-          f"stops"])
+          f"stops", f"metrics at {router.metrics_url}"
+          + (f"; a result cache of {args.cache} prompts" if args.cache else "")])
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:
@@ -9551,7 +10289,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     keep = args.keep is not None
     work = Path(args.keep) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
     if keep:
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file there, a folder that cannot be made
+            raise RouterLatencyError(f"cannot make the folder: {exc.strerror}", args.keep)
         if any(work.glob("r*-*.json")) or (work / "corpus.json").exists():
             raise RouterLatencyError("already holds demo files; use an empty folder", args.keep)
     where = f"in {work}" if keep else f"in {work} (deleted at the end; --keep DIR keeps them)"
@@ -9616,5 +10357,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             signal.signal(signum, handler)
 
 
+def console_main() -> None:
+    """The command's entry (the console script, `python router_latency.py`): main's exit code.
+    A Ctrl-C pressed again while Python joins the last threads would end it by SIGINT with a
+    traceback, after the file was written and the code chosen: from here on it is ignored."""
+    status = main()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -236,7 +236,8 @@ def test_rounds_inputs_are_checked_before_anything_is_judged(tmp_path, cli):
     make_run(tmp_path / "r3-gpu.json", label="cpu", passes={1: (10, 20, 30, 100)})
     mislabelled = rounds(cli, tmp_path)
     assert mislabelled.code == 2 and mislabelled.err == (
-        f"router-latency: error: the run's label is 'cpu', but the file name says side 'gpu': "
+        f"router-latency: error: the run's label is 'cpu', but the file name says side 'gpu' "
+        f"of round 3: "
         f"a copied or renamed file? ({tmp_path / 'r3-gpu.json'}: label)\n")
     make_run(tmp_path / "r3-gpu.json", label="gpu", passes={1: (10, 20, 30, 100),
                                                               4: (10, 20, 30, 100)})

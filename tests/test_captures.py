@@ -456,7 +456,7 @@ def cpu_burning_router(simulator, cgroup, proc, ticks):
     answer, lock = router._answer, threading.Lock()
     usage = {"usec": 1_000_000}
 
-    def burn(method, path, body):
+    def burn(method, path, headers, body):
         if path == rl.PREVIEW_PATH.encode():
             with lock:
                 usage["usec"] += 2000
@@ -464,7 +464,7 @@ def cpu_burning_router(simulator, cgroup, proc, ticks):
                 ticks[5] += 1
                 (cgroup / "cpu.stat").write_text(f"usage_usec {usage['usec']}\nuser_usec 1\n")
                 write_proc_stat(proc, ticks)
-        return answer(method, path, body)
+        return answer(method, path, headers, body)
 
     router._answer = burn
     return router

@@ -207,18 +207,29 @@ def test_corpus_bytes_are_identical_across_runs_and_locations(repo, tmp_path, cl
     assert built[0] == built[1] == data
 
 
-def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli):
+def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli, monkeypatch):
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "data"]):
         subprocess.run(["git", "-C", str(repo), *command], check=True, env=env)
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
                           capture_output=True, text=True).stdout.strip()
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args[1:] or kwargs}")
+
+    def guarded(call):  # any child process (git included) fails the test
+        with monkeypatch.context() as patch:
+            patch.setattr(subprocess.Popen, "__init__", no_process)
+            patch.setattr(os, "posix_spawn", no_process, raising=False)
+            patch.setattr(os, "system", no_process)
+            return call()
+
     out = tmp_path / "corpus.json"
-    assert cli("corpus", "--repo", repo, "--out", out).code == 0
+    assert guarded(lambda: cli("corpus", "--repo", repo, "--out", out)).code == 0
     assert json.loads(out.read_text())["source"]["commit"] == head
     subprocess.run(["git", "-C", str(repo), "pack-refs", "--all"], check=True)
-    assert rl.git_commit(Path(repo)) == head
+    assert guarded(lambda: rl.git_commit(Path(repo))) == head
 
 
 def test_corpus_does_not_follow_links_out_of_the_repo(repo, tmp_path, cli):

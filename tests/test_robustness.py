@@ -3,6 +3,7 @@ failed request each, hostile input files are one line naming the file or field, 
 overwrite inputs, signals leave no temporary file, secrets stay out of files and messages,
 and every Markdown cell is one line that notifies nobody."""
 
+import hashlib
 import json
 import os
 import pty
@@ -194,7 +195,8 @@ def test_a_reload_during_the_warm_up_is_recorded_and_warned(scripted, tmp_path, 
 
     def answer(prompt, _):
         seen.append(prompt)
-        value = HASH_A if len(seen) <= 2 else HASH_B  # readiness and first warm-up: A
+        # readiness (/ready, then a preview) and the first warm-up: A
+        value = HASH_A if len(seen) <= 3 else HASH_B
         return [answer_with_head([b"X-Vsr-Config-Hash: " + value.encode(),
                                   b"Content-Length: %d" % len(OK)])]
 
@@ -625,3 +627,219 @@ def test_a_closed_terminal_saves_the_run_and_exits_129(simulator, tmp_path):
     assert os.waitstatus_to_exitcode(status) == 129
     document = json.loads(out.read_text())
     assert document["complete"] is False and document["passes"][0]["summary"]["requests"] > 0
+
+
+# --- review: more cases of the same classes ---
+
+LF_OK = len(OK)
+
+
+@pytest.mark.parametrize("data", [
+    b"HTTP/1.1 200 OK\nContent-Length: %d\n\n%s" % (LF_OK, OK),
+    b"HTTP/1.1 200 OK\r\nContent-Length: %d\n\r\n%s" % (LF_OK, OK),
+    b"HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\nContent-Length: %d\n\n%s" % (LF_OK, OK),
+    b"HTTP/1.1 200 OK\nX-Note: a\n\tb\nContent-Length: %d\n\n%s" % (LF_OK, OK),
+    b"HTTP/1.1 200 OK\nTransfer-Encoding: chunked\n\n%x;x=y\n%s\r\n0\nT: 1\n\n" % (LF_OK, OK),
+])
+@pytest.mark.parametrize("pieces", [None, 1, 7])
+def test_lines_ended_by_a_bare_lf_are_read_as_gos_client_reads_them(data, pieces):
+    reader = feed_pieces(data, pieces)  # RFC 9112 2.2; today such an answer waits to time out
+    assert reader.status == 200 and bytes(reader.body) == OK
+
+
+@pytest.mark.parametrize("pieces", [None, 1])
+def test_chunk_data_needs_its_crlf_as_gos_client_asks(pieces):
+    data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\n0\r\n\r\n" % (
+        LF_OK, OK)
+    failure = refused(data, pieces)
+    assert failure.kind == "malformed" and "CRLF" in failure.detail
+
+
+def test_error_codes_and_decisions_quoting_a_secret_are_scrubbed(scripted, tmp_path, cli,
+                                                                 monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    answers = {
+        "code": final_answer(b'{"error": {"code": "BAD_%s", "message": "m"}}' % TOKEN.encode(),
+                             b"401 Unauthorized"),
+        "code5": final_answer(b'{"error": {"code": "%s"}}' % HEADER_VALUE.encode(),
+                              b"500 Internal Server Error"),
+        "decision": final_answer(
+            b'{"decision_result": {"decision_name": "d-%s"}}' % TOKEN.encode()),
+    }
+    server = scripted(lambda prompt, _: [answers.get(prompt, final_answer())])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", *answers])
+    out, csv = tmp_path / "run.json", tmp_path / "run.csv"
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", out, "--csv", csv,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--token-env",
+                 "RL_TEST_TOKEN", "--header", f"X-Api-Key: {HEADER_VALUE}", "--max-errors", "9")
+    assert result.code == 0, result.err
+    for text in (out.read_text(), csv.read_text(), result.out + result.err):
+        assert TOKEN not in text and HEADER_VALUE not in text
+    requests = json.loads(out.read_text())["passes"][0]["requests"]
+    assert [r.get("code") for r in requests[1:3]] == ["BAD_hidden", "hidden"]
+    assert requests[3]["decision"] == "d-[hidden]"
+    assert rl.load_run(str(out)).passes[0].requests[1].code == "BAD_hidden"  # read back
+
+
+@pytest.mark.parametrize("load", ["inf", "nan", "-5", "1e308", "9" * 400])
+def test_a_load_the_reader_would_refuse_is_no_load_and_the_run_is_kept(simulator, tmp_path,
+                                                                        cli, load):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    (tmp_path / "loadavg").write_text(f"{load} 1.0 1.0 1/100 1\n")
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "0", "--loadavg-file", tmp_path / "loadavg")
+    assert result.code == 0 and "Traceback" not in result.err, result.err  # inf: a traceback
+    assert rl.load_run(str(out)).passes[0].attempt.load["start"] is None  # -5: unreadable
+
+
+@pytest.mark.parametrize("cell,field", [
+    ("9" * 400, "sclk_mhz"), ("99999999999999999999", "used_mib"), ("-1", "power_w"),
+    ("1" * 30, "temp_c"),
+])
+def test_a_gpu_figure_the_reader_would_refuse_is_no_figure(tmp_path, cell, field):
+    row = {"temp_c": "40", "sclk_mhz": "1980 MHz", "mclk_mhz": "1593 MHz", "power_w": "70 W",
+           "util_pct": "3 %", "used_mib": "1024 MiB"}
+    row[field] = cell
+    columns = ["temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib"]
+    reading = rl.parse_nvidia_smi("0, " + ", ".join(row[c] for c in columns) + "\n")
+    device = reading["devices"]["gpu0"]
+    assert device[field] is None  # today inf (a traceback at the write, the run lost) or
+    assert device["temp_c" if field != "temp_c" else "util_pct"] is not None  # a refused file
+    make_run(tmp_path / "r.json", environment={"gpu": {"tool": "nvidia-smi", "before": reading,
+                                                        "after": reading}})
+    rl.load_run(str(tmp_path / "r.json"))
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "a\x01b", "esc\x1b[2J", "del\x7f", "bell\x07"])
+def test_a_header_value_with_a_control_character_is_refused(tmp_path, cli, value):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "r.json", "--label", "x", "--header", f"X-A: {value}", "--check")
+    assert result.code == 2 and "control character" in result.err, result
+    assert value not in result.err
+
+
+@pytest.mark.parametrize("where", ["file", "below a file"])
+def test_demo_into_a_path_that_cannot_be_a_folder_is_one_line(tmp_path, cli, where):
+    (tmp_path / "taken").write_text("x")
+    keep = tmp_path / "taken" if where == "file" else tmp_path / "taken" / "sub"
+    assert_one_line_error(cli("demo", "--rounds", "3", "--keep", keep), "cannot make the folder")
+
+
+def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
+    folder = tmp_path / "r@x #1 `q`\x1b[31m"
+    folder.mkdir()
+    corpus = write_corpus(tmp_path / "corpus.json", HOSTILE + ["d"] * 90)
+    sha = hashlib.sha256(Path(corpus).read_bytes()).hexdigest()
+    three_rounds(folder, differ_in_round=2, decisions=HOSTILE, sha=sha)
+    page = tmp_path / "page.html"
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "gpu", "--corpus", corpus,
+                 "--html", page)
+    assert result.code in (0, 1, 3), result.err
+    html = page.read_text()
+    assert not rl.CONTROL_CHARS.search(html.replace("\n", "")), "a raw control in the page"
+    for line in html.splitlines():  # a cell is one line: no row continues on the next
+        assert line.count("<td") == line.count("</td>"), repr(line)
+    record = tmp_path / "record.md"
+    result = cli("record", "--section", f"s={folder}:cpu:gpu", "--json", tmp_path / "rec.json",
+                 "--markdown", record)
+    assert result.code in (0, 1, 3), result.err
+    text = record.read_text()
+    assert not rl.CONTROL_CHARS.search(text.replace("\n", ""))
+    assert "``" in text and "\\u001b[31m" in text  # a code span with the backticks inside
+
+
+@pytest.mark.parametrize("closed", [(1,), (2,), (1, 2)])
+def test_run_started_with_its_output_streams_closed_measures_and_saves(simulator, tmp_path,
+                                                                       closed):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    process = subprocess.run(  # `run ... >&-`: Python starts with sys.stdout None
+        [sys.executable, str(TOOL), "run", "--url", router.url, "--corpus", corpus, "--out",
+         str(out), "--label", "x", "--concurrency", "1", "--warmup", "0"],
+        preexec_fn=lambda: [os.close(fd) for fd in closed], timeout=60)
+    assert process.returncode == 0  # today 1: a traceback after the file, or before the run
+    assert json.loads(out.read_text())["complete"] is True
+
+
+def test_two_outputs_named_dash_collide(tmp_path, cli, monkeypatch):
+    three_rounds(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    results = [  # today: JSON and CSV mixed on stdout, or one file '-' written twice
+        cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out", "-", "--csv",
+            "-", "--label", "x", "--check"),
+        cli("record", "--section", f"s={tmp_path}:cpu:gpu", "--json", "-", "--markdown", "-"),
+        cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--html", "-",
+            "--junit", "-"),
+    ]
+    for result in results:
+        assert_one_line_error(result, "- is the same file as", "--")
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("cases", [
+    [{"name": "big", "text": "x" * 200, "repeat": 100_000}],
+    [{"name": f"c{i}", "text": "y" * 160, "repeat": 100_000} for i in range(20)],
+])
+def test_a_boundary_case_repeated_beyond_the_corpus_bound_is_refused(tmp_path, cli, cases):
+    repo = tmp_path / "repo" / "e2e" / "x" / "testdata"
+    repo.mkdir(parents=True)
+    (repo / "a.json").write_text('[{"question": "hello there friend"}]')
+    boundary = tmp_path / "boundary.json"
+    boundary.write_text(json.dumps({"cases": cases}))
+    result = cli("corpus", "--repo", tmp_path / "repo", "--out", tmp_path / "c.json",
+                 "--boundary", boundary)  # today 20 MB made per case, 1 TB a MemoryError
+    assert_one_line_error(result, "the text repeated makes", "boundary.json: cases[")
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_secret_in_the_query_of_a_url_is_not_recorded(simulator, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", f"{router.url}/api/v1/routing/preview?key={HEADER_VALUE}",
+                 "--corpus", corpus, "--out", out, "--label", "x", "--concurrency", "1",
+                 "--warmup", "0", "--token-env", "RL_TEST_TOKEN", "--header",
+                 f"X-Api-Key: {HEADER_VALUE}", "--metrics-url",
+                 f"{router.url}/metrics?t={TOKEN}&k={HEADER_VALUE}")
+    assert result.code == 0, result.err
+    document = json.loads(out.read_text())  # today both URLs kept the values
+    assert document["url"].endswith("?key=[hidden]")
+    assert document["captures"]["metrics_url"].endswith("?t=[hidden]&k=[hidden]")
+    for text in (out.read_text(), result.out + result.err):
+        assert TOKEN not in text and HEADER_VALUE not in text
+
+
+def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
+    # main() has returned (the file written, the code chosen) and a thread is still joined
+    # at exit; a Ctrl-C pressed again then ended the process by SIGINT with a traceback
+    child = ("import sys, threading, time; sys.path.insert(0, %r); import router_latency as rl\n"
+             "def main(argv=None):\n"
+             "    threading.Thread(target=time.sleep, args=(1.0,)).start()\n"
+             "    print('returned', flush=True)\n"
+             "    return 3\n"
+             "rl.main = main\n"
+             "rl.console_main()\n") % str(TOOL.parent)
+    process = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "returned\n"
+    time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 3 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("header", ["Content-Length: 5", "transfer-encoding: chunked",
+                                    "TRANSFER-ENCODING: hdr-5ecret-98765"])
+def test_a_header_that_frames_the_body_is_refused(tmp_path, cli, header):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
+                 tmp_path / "r.json", "--label", "x", "--header", header, "--check")
+    # today sent beside the tool's own Content-Length: the router reads another body's end
+    assert result.code == 2 and "is set from each request's body" in result.err, result
+    assert HEADER_VALUE not in result.err

@@ -71,7 +71,8 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=F
                       warmup={"requests": 0, **({"config_hashes": list(hashes)} if hashes
                                                 else {})},
                       host_settings={"cpu_model": "x", "kernel": "6.8", "driver": {
-                          "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}})
+                          "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}},
+                      result_cache=rl.result_cache_finding(passes))
 
 
 @settings(max_examples=60, deadline=None)
@@ -303,6 +304,10 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d["settings"].update(slow_p95_factor="2"), "settings.slow_p95_factor",
      "expected a finite number"),
     (lambda d: d.update(host_settings=[]), "host_settings", "expected an object"),
+    (lambda d: d.update(result_cache={"detected": "yes"}), "result_cache",
+     "expected an object with detected: true or false"),
+    (lambda d: d.update(result_cache={"detected": True, "timing": 3}), "result_cache.timing",
+     "expected an object or null"),
     (lambda d: d["passes"][0]["requests"][0].update(rep=-1), "passes[0].requests[0].rep",
      "expected a whole number >= 0"),
     (lambda d: d["settings"].update(repeat=0), "settings.repeat", "expected a whole number >= 1"),
