@@ -3522,6 +3522,9 @@ WHOLE_JSON_BYTES = 512  # answers up to this long are decoded whole
 _json_space = re.compile(r"[ \t\n\r]*").match
 
 
+DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
+
+
 def answer_document(body: bytes, paths: Sequence[str]) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
@@ -3544,7 +3547,8 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
             members = document if not text[index:].strip(JSON_SPACE) and (
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         else:
-            members = top_members(text, *decision_members(tuple(paths)))
+            # decision_result too, read wherever it stands: default_route looks at it
+            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -3650,7 +3654,7 @@ def classify(status: int, body: bytes, paths: Sequence[str]) -> tuple:
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
-    if not body.strip():
+    if not body or body.isspace():  # as `not body.strip()`, without copying the body
         return None, "no_decision", None
     try:
         document = answer_document(body, paths)
