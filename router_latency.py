@@ -40,11 +40,18 @@ only what stands above it:
 
 from __future__ import annotations
 
+import signal
+import sys
+
+if __name__ == "__main__":  # before anything else: an interrupt while the rest loads exits
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(130))  # 130, no traceback
+
 import argparse
 import array
 import base64
 import collections
 import csv
+import difflib
 import errno
 import functools
 import hashlib
@@ -63,12 +70,10 @@ import resource
 import select
 import selectors
 import shutil
-import signal
 import socket
 import ssl
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -340,20 +345,25 @@ def metric_label(metric: str) -> str:
 
 def change_text(speedup: Optional[float], low: Optional[float] = None,
                 high: Optional[float] = None) -> str:
-    """Return how many times faster or slower the new side is than the base, in words.
+    """Return the change of the new side against the base as every report writes it: the
+    signed percent change in time per request, + slower, - faster: +7.4% [+2.1%, +12.9%].
 
-    `speedup` is above 1 when new is better (base/new for latency, new/base for req/s);
-    compare and rounds both say it this way: 1.35x faster, 1.14x slower. An interval, where
-    given, is in the same direction as the words: 1.14x slower [0.97, 1.33].
+    `speedup` is above 1 when new is better (base/new for latency, new/base for req/s), so the
+    change is 1/speedup - 1 (for req/s, the change in time per request); the interval, where
+    given, is that of the speedup, turned the same way.
     """
     if speedup is None or not speedup > 0:
         return "n/a"
-    word, factor, bounds = "faster", speedup, (low, high)
-    if speedup < 1:
-        word, factor = "slower", 1 / speedup
-        bounds = (1 / high, 1 / low) if low and high else (None, None)
-    text = "no change" if speedup == 1 else f"{factor:.2f}x {word}"
-    return text if bounds[0] is None else f"{text} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
+    text = pct_text(1 / speedup - 1)
+    if not low or not high:
+        return text
+    return f"{text} [{pct_text(1 / high - 1)}, {pct_text(1 / low - 1)}]"
+
+
+def pct_text(fraction: float) -> str:
+    """Return a fraction as a signed percent with one decimal: +7.4%, -46.6%, +0.0%."""
+    # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
+    return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
 
 
 # --- statistics ---
@@ -1589,6 +1599,21 @@ def check_writable_target(path: str, force: bool) -> None:
         raise RouterLatencyError("the folder does not exist", path)
     if not os.access(folder, os.W_OK):
         raise RouterLatencyError("the folder is not writable", path)
+
+
+def check_folder_accepts_a_file(path: str) -> None:
+    """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
+    full disk): a file is made there and removed, before anything is measured."""
+    if path == "-":
+        return
+    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".router-latency-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RouterLatencyError(f"the folder does not accept a new file: "
+                                 f"{exc.strerror or exc}", path) from None
 
 
 def file_identity(path: str) -> tuple:
@@ -3599,6 +3624,36 @@ def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
     return None
 
 
+DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
+
+
+def decision_path_hint(body: bytes) -> str:
+    """Return which --decision-path would read a decision from a 2xx answer that had none at
+    the paths given: the dotted paths to its string leaves whose key looks like a decision
+    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    leaves: list = []
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if isinstance(value, dict) and depth < 6:
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
+        elif isinstance(value, str) and value and path:
+            leaves.append((path, value))
+    walk(document, "", 0)
+    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
+                    for p, v in leaves
+                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
+    if ranked:
+        _, path, value = ranked[0]
+        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
+    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
+    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
+
+
 def error_code(body: bytes) -> Optional[str]:
     """Return the router's code of a failed answer: error.code of its error envelope
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
@@ -5207,6 +5262,32 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     return counts
 
 
+def warn_of_warm_up(target: Target, payload: bytes, warmup: dict, stop: threading.Event,
+                    notify: Callable[[str], None]) -> None:
+    """Warn of a warm-up whose every request failed, and of warm-up answers of 2xx without a
+    decision: where the decision was looked for, and which --decision-path would read the
+    answer one more request gets."""
+    if warmup.get("all_failed"):
+        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
+        notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
+               f"router that is not ready")
+    count = (warmup.get("errors") or {}).get("no_decision")
+    if not count:
+        return
+    connection = Connection(target.endpoint, target.timeout,
+                            tls_context(target.endpoint, insecure=target.insecure), stop)
+    try:
+        status, body = connection.exchange(payload)
+    except RequestFailed:
+        status, body = None, b""
+    finally:
+        connection.close()
+    hint = decision_path_hint(body) if status is not None and 200 <= status < 300 else ""
+    notify(f"warning: {plural(count, 'warm-up answer')} without a decision at "
+           f"{' and '.join(p for p in target.decision_paths if not p.endswith('?'))}"
+           + (f": {hint}" if hint else ""))
+
+
 def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
                stop: Optional[threading.Event] = None) -> tuple:
     """Return (HTTP status or None, body, what went wrong when no status came) of one
@@ -5297,9 +5378,13 @@ def probe_router(target: Target, payload: bytes,
         except RequestFailed:  # malformed: the passes will say what was wrong with it
             error = None
         if error is not None:
+            # a body whose decision lies elsewhere names the --decision-path that reads it
+            hint = decision_path_hint(body) if body.strip() else ""
+            why = f"{hint}; or classifiers not loaded yet?" if hint.startswith("--") else \
+                "classifiers not loaded yet?"
             return status, (f"answered {status_words(status)} to a preview with "
                             f"{'an empty body' if not body.strip() else 'no decision result'}"
-                            f" (classifiers not loaded yet?)"), False
+                            f" ({why})"), False
     return status, what, 200 <= status < 300 or status == 429
 
 
@@ -5562,10 +5647,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     warmup = warm_up(target, payloads, plan.warmup, stop, expects)
     if stop.is_set():
         return None
-    if warmup.get("all_failed"):
-        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
-        notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
-               f"router that is not ready")
+    warn_of_warm_up(target, payloads[0], warmup, stop, notify)
     passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
                         expects=expects, thresholds=thresholds)
     run = RunFile(
@@ -6497,7 +6579,9 @@ def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list
     for number, sides in runs.items():
         for side in (base, new):
             for item in sorted(sides[side].passes, key=lambda p: p.order):
-                ok = [r for r in item.requests if r.error is None and r.latency_ms is not None]
+                # routed answers only, as the percentiles: an expected rejection answered in
+                # 0.1 ms would start the plot far left of the latencies it shows
+                ok = [r for r in item.requests if r.routed and r.latency_ms is not None]
                 if item.discarded or not ok:
                     continue
                 quantiles = percentiles([r.latency_ms for r in ok], range(101))
@@ -7408,7 +7492,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
             for tag, hashes in zip("AB", report.config_hashes)))
     lines.append("")
     rows = compare_rows(report)
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "B vs A"], rows,
+    lines += render_table(["pass", "metric", "A", "B", "B - A", "change, + slower"], rows,
                           markdown=markdown, right=[False, False])
     for item in report.passes:
         failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
@@ -7435,7 +7519,16 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    return lines
+    # the Markdown starts with its verdict (format_compare_markdown); the text ends with it
+    return lines if markdown else lines + [compare_verdict_line(report)]
+
+
+def compare_verdict_line(report: CompareReport) -> str:
+    """Return the one-line verdict of a comparison, as verdict_line writes that of rounds."""
+    if report.reasons:
+        return f"verdict: {report.status.upper()}: " + "; ".join(report.reasons)
+    return (f"verdict: {report.status.upper()}: one run each, no interval (rounds judges "
+            f"with intervals)")
 
 
 def decisions_note(report: RoundsReport) -> list:
@@ -7494,8 +7587,9 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         return lines
     test = report.test
     lines += [
-        f"{new} vs {base}: how many times faster or slower {new} is, the geometric mean of the "
-        f"per-round ratios with a 95% Student t interval on their logs, df {len(used) - 1}; "
+        f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
+        f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
+        f"on their logs, df {len(used) - 1}; slower in: the rounds in which {new} was slower; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
         f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
         f"80% of the time",
@@ -7516,7 +7610,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
                       detectable_text(row), row.verdict])
     lines += render_table(
         ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-         f"{new} vs {base} [95% CI]", "worse", "detects", "verdict"], table, markdown=markdown,
+         "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
         right=[False, False, True, True, True, True, True, True, False])
     if test.composite is not None:
         together = "any change" if test.composite_detectable_pct is None \
@@ -7528,12 +7622,9 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
 
 
 def row_change_text(row: Row) -> str:
-    """Return a row's change in words with its interval: 1.68x faster [1.11, 2.56]; a cost
-    is cheaper or costlier."""
-    text = change_text(row.speedup, row.speedup_low, row.speedup_high)
-    if row.metric == "usd_per_million":
-        return text.replace("faster", "cheaper").replace("slower", "costlier")
-    return text
+    """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
+    -9.7%], + worse (for a cost per million requests, the change of the cost)."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
 def gate_text(settings: GateSettings) -> str:
@@ -7687,8 +7778,22 @@ def format_config_hashes(report: RoundsReport) -> list:
 
 
 def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the lines of the per-round environment table, and of the router CPU and GPU
-    state table where the runs recorded them."""
+    """Return the lines of the per-round environment tables, each its own block, and which
+    columns no run recorded."""
+    tables, empty = environment_tables(report)
+    lines: list = []
+    for table in tables:
+        lines += ([""] if lines else []) + render_table(table.header, table.rows,
+                                                         markdown=markdown, right=table.right)
+    if empty:
+        lines += ["", f"not recorded in any run: {', '.join(empty)}"]
+    return lines
+
+
+def environment_tables(report: RoundsReport) -> tuple:
+    """Return (the environment Tables, the names of the columns left out): the per-round
+    table, and that of router CPU and GPU state where the runs recorded any; a column no run
+    recorded (all n/a: GPU fields on a node without a GPU) is left out."""
     span = span_text
     table = []
     for row in report.environment:
@@ -7699,15 +7804,32 @@ def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
                       row["router_cpus"] or "n/a", span(row["gpu_mib_min"], row["gpu_mib_max"]),
                       "n/a" if row["faults"] is None else f"{row['faults']:g}",
                       str(row["discarded_attempts"]), cpu, ", ".join(row["flags"]) or "-"])
-    return render_table(["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
-                         "discarded", "driver cpu", "flags"], table, markdown=markdown,
-                        right=[False, False, True, False, True, True, True, True, False]) \
-        + format_router_and_gpu(report, markdown=markdown)
+    tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
+                         "discarded", "driver cpu", "flags"], table,
+                    [False, False, True, False, True, True, True, True, False])]
+    tables += router_and_gpu_tables(report)
+    kept, empty = [], []
+    for item in tables:
+        item, dropped = without_empty_columns(item)
+        kept.append(item)
+        empty += [name for name in dropped if name not in empty]
+    return kept, empty
 
 
-def format_router_and_gpu(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the per-round table of router CPU per request, foreign vCPUs, GPU state ranges
-    and slow passes; nothing when no run recorded any."""
+def without_empty_columns(table: Table) -> tuple:
+    """Return (the table without its columns of only n/a, the names of those columns); the
+    first two columns (round, side) always stay."""
+    keep = [i for i in range(len(table.header))
+            if i < 2 or any(row[i] != "n/a" for row in table.rows) or not table.rows]
+    dropped = [name for i, name in enumerate(table.header) if i not in keep]
+    return (Table(table.caption, [table.header[i] for i in keep],
+                  [[row[i] for i in keep] for row in table.rows],
+                  [table.right[i] for i in keep]), dropped)
+
+
+def router_and_gpu_tables(report: RoundsReport) -> list:
+    """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
+    and slow passes; none when no run recorded any."""
     keys = ["router_cpu_ms", *(f"gpu_{k}" for k in GPU_FIELDS[:-1])]
     rows = report.environment
     if not any(r.get(f"{k}_min") is not None for r in rows for k in keys) \
@@ -7721,10 +7843,9 @@ def format_router_and_gpu(report: RoundsReport, *, markdown: bool = False) -> li
                 for k in keys[1:]]
              + [", ".join(pass_title(n) for n in r.get("slow_passes") or ()) or "-"]
              for r in rows]
-    return [""] + render_table(
-        ["round", "side", "router cpu ms/req", "foreign vCPUs (max)", "gpu temp C", "sclk MHz",
-         "mclk MHz", "gpu W", "gpu use %", "slow phases"], table, markdown=markdown,
-        right=[False, False] + [True] * 7 + [False])
+    return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
+                       "gpu temp C", "sclk MHz", "mclk MHz", "gpu W", "gpu use %",
+                       "slow phases"], table, [False, False] + [True] * 7 + [False])]
 
 
 def format_order(report: RoundsReport) -> list:
@@ -7909,13 +8030,8 @@ def xml_safe(text: str) -> str:
 
 
 def row_interval_text(row: Row) -> str:
-    """Return a row's change with its interval, in the worse direction: + is worse."""
-    # rounded before the sign is chosen, so that a change of -1e-17 reads +0.0%, not -0.0%
-    change, low, high = (round(v, 1) + 0.0 for v in [row.change_pct] + sorted(
-        100 * math.expm1(worse_sign(row.metric) * v)
-        for v in (row.log_ratio.low, row.log_ratio.high)))
-    return (f"change {change:+.1f}% [{low:+.1f}%, {high:+.1f}%], + is worse "
-            f"({change_text(row.speedup, row.speedup_low, row.speedup_high)}; new - base "
+    """Return a row's change with its interval as every report writes it: + is slower."""
+    return (f"change {row_change_text(row)}, + is slower (new - base "
             f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
             f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
 
@@ -8068,11 +8184,15 @@ def format_record(sections: Sequence[RecordSection]) -> list:
         rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
+                 row_change_text(r),
                  f"{r.speedup:.2f}x [{r.speedup_low:.2f}, {r.speedup_high:.2f}]"]
                 for r in report.rows]
         if rows:
+            # the published records' speedup column stays, labelled, beside the change
             lines += render_table(["pass", "metric", report.base, report.new,
-                                   f"{report.new} - {report.base} [95% CI]", "speedup [95% CI]"],
+                                   f"{report.new} - {report.base} [95% CI]",
+                                   "change [95% CI], + slower",
+                                   "published speedup, above 1 faster [95% CI]"],
                                   rows, markdown=True, right=[False, False]) + [""]
         lines += [f"- {sentence}" for sentence in record_sentences(section)] + [""]
     return lines
@@ -8149,17 +8269,21 @@ def md_code(text: str) -> str:
 
 
 def markdown_blocks(lines: Sequence[str]) -> list:
-    """Return text lines as Markdown: table lines kept, a line starting with ** kept as a
-    caption, every other line a list item (an indented line nested), blocks apart."""
+    """Return text lines as Markdown: table lines kept (tables a blank line apart stay apart),
+    a line starting with ** kept as a caption, every other line a list item (an indented line
+    nested), blocks apart."""
     out: list = []
-    previous = None
+    previous, apart = None, False
     for line in lines:
         if not line.strip():
+            apart = True  # two tables a blank line apart stay two tables
             continue
         kind = "table" if line.startswith("|") else "caption" if line.startswith("**") \
             else "list"
-        if previous is not None and (kind != previous or kind == "caption"):
+        if previous is not None and (kind != previous or kind == "caption"
+                                     or (kind == "table" and apart)):
             out.append("")
+        apart = False
         out.append(("  - " if line.startswith("  ") else "- ") + md_text(line.strip())
                    if kind == "list" else line)
         previous = kind
@@ -8214,8 +8338,10 @@ def shown_text(text: str, width: int) -> str:
 
 
 def ratio_text(item: Slowdown) -> str:
-    interval = "" if item.low is None else f" [{item.low:.2f}, {item.high:.2f}]"
-    return f"{item.ratio:.2f}x{interval}"
+    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
+    if item.low is None or item.high is None:
+        return pct_text(item.ratio - 1)
+    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
 class Table(NamedTuple):
@@ -8233,28 +8359,33 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int
     if found is None or not found.inputs:
         return None
     slower = [s for s in found.inputs if s.call == "slower"]
+    # those called slower first, then the largest noise, then the rest: the table's first rows
+    # are the ones its header counts
+    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
     intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
-             f"pass; {report.new}/{report.base} latency of each input: median over "
+             f"pass; change in latency of each input, {report.new} against {report.base}: "
+             f"median over "
              f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
              f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
              f"tolerance, false discovery rate {100 * found.fdr:g}%; noise: beyond the "
              f"tolerance but not carried)")
     texts = any(s.text is not None for s in found.inputs)
-    ratio = f"{report.new}/{report.base} [95% CI]"
-    inputs = Table("Largest slowdowns", ["input", ratio, "slower", "call", "decision"]
+    ratio = "change [95% CI]"
+    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
+    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
                    + (["chars", "text"] if texts else []),
                    [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
                      cell(shown_decision(s.decision))]
                     + ([str(s.length) if s.length is not None else "n/a",
                         cell(shown_text(s.text, 40)) if s.text is not None else ""]
-                       if texts else []) for s in found.inputs[:limit]],
+                       if texts else []) for s in shown],
                    [False, True, True, False, False, True, False][:7 if texts else 5])
-    beyond = [f"#{s.key}" for s in slower if s not in found.inputs[:limit]]
+    beyond = [f"#{s.key}" for s in slower if s not in shown]
     more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
         f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
         if beyond else ""
     groups = Table("By decision and prompt length",
-                   ["group", "inputs", ratio, "slower", "call"],
+                   ["group", "inputs", ratio, "slower in", "call"],
                    [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
                      f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
                     for kind, items in (("decision", found.decisions), ("length", found.lengths))
@@ -8343,8 +8474,9 @@ class Axis(NamedTuple):
 def padded(values: Sequence[float], log: bool) -> tuple:
     """Return a range holding the values with a margin (a factor on a log axis)."""
     low, high = min(values), max(values)
-    if log:
-        return low / 1.15, high * 1.15
+    if log:  # 6% of the span as on a linear axis, so that the data fills the plot
+        factor = (high / low) ** 0.06 if high > low else 1.15
+        return low / factor, high * factor
     margin = (high - low) * 0.06 or abs(high) * 0.1 or 1.0
     return low - margin, high + margin
 
@@ -8395,20 +8527,64 @@ def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, 
     return "\n".join(parts) + "\n</svg>"
 
 
-def forest_ticks(axis: Axis, spacing: float = 44.0) -> list:
+def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> list:
+    """Return round percentages, steps times powers of ten either side of 0, above -100, and
+    below -50% those of 4, 5, 10, 20, 50 and 100 times faster."""
+    return sorted(t for t in {sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
+                              for sign in (1, -1)} | {0.0, -75.0, -80.0, -90.0, -95.0, -98.0,
+                                                      -99.0} if t > -100)
+
+
+def forest_axis(values: Sequence[float], start: float, end: float,
+                spacing: float = 44.0) -> Axis:
+    """Return the log-ratio axis of a forest plot: the values with a margin, widened to the
+    round percentages just beyond the smallest and the largest, so that ticks cover them,
+    and further where that tick would sit closer to 0 than a label's width."""
+    low, high = padded(values, False)
+    logs = [math.log1p(t / 100) for t in nice_percents()]
+    below = [v for v in logs if v <= min(values)]
+    above = [v for v in logs if v >= max(values)]
+    low, high = (min(low, max(below)) if below else low), (max(high, min(above)) if above else high)
+    for _ in range(len(logs)):
+        axis = Axis(low, high, start, end)
+        near = [v for v in (max(below, default=None), min(above, default=None))
+                if v is not None and v != 0 and abs(axis.at(v) - axis.at(0.0)) < spacing
+                and (low <= v <= high)]
+        if not near:
+            break
+        if max(values) > 0 and min(above, default=0) in near:  # the next round tick above
+            above = [v for v in logs if v > min(above)] or above
+            high = max(high, min(above))
+        if min(values) < 0 and max(below, default=0) in near:
+            below = [v for v in logs if v < max(below)] or below
+            low = min(low, max(below))
+    return Axis(low, high, start, end)
+
+
+def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
     """Return round percentages for a log-ratio axis, at least spacing pixels apart: 1, 2
-    and 5 times powers of ten where they give four ticks, else finer steps."""
+    and 5 times powers of ten where they give four ticks, else finer steps. 0 stays, and so
+    do the ticks at or just beyond either end of span (the points drawn, as log ratios), so
+    that the ticks cover every point; a neighbour too close to one of those goes."""
     for steps in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 7.5)):
-        nice = sorted({sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
-                       for sign in (1, -1)} | {0.0})
+        inside = [t for t in nice_percents(steps)
+                  if axis.low <= math.log1p(t / 100) <= axis.high]
+        zero = axis.at(0.0)
+
+        def apart(ticks: list) -> list:  # those a label's width from 0, else all
+            return [t for t in ticks if abs(axis.at(math.log1p(t / 100)) - zero) >= spacing] \
+                or ticks
+        below = apart([t for t in inside if math.log1p(t / 100) <= min(span[0], 0.0)])
+        above = apart([t for t in inside if math.log1p(t / 100) >= max(span[1], 0.0)])
+        required = {0.0, *below[-1:], *above[:1]}
         kept: list = []
-        for tick in (t for t in nice if t > -100
-                     and axis.low <= math.log1p(t / 100) <= axis.high):
+        for tick in inside:
             gap = axis.at(math.log1p(tick / 100)) - axis.at(math.log1p(kept[-1] / 100)) \
                 if kept else spacing
-            if gap < spacing and tick == 0:
-                kept.pop()  # 0 stays; a neighbour too close to it goes
-            if gap >= spacing or tick == 0:
+            if gap < spacing and tick in required and kept[-1] not in required:
+                kept.pop()
+                gap = spacing
+            if gap >= spacing or tick in required:
                 kept.append(tick)
         if len(kept) >= 4:
             break
@@ -8422,8 +8598,7 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
     sign = worse_sign(row.metric)
     points = row.worse_series
     low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
-    axis = Axis(*padded(points + [low, high, tolerance_log, -tolerance_log], False), 16,
-                width - 16)
+    axis = forest_axis(points + [low, high, tolerance_log, -tolerance_log], 16, width - 16)
     color = VERDICT_COLORS.get(row.verdict, "#333")
     band = (axis.at(-tolerance_log), axis.at(tolerance_log))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -8439,11 +8614,12 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
              f'{100 * math.expm1(tolerance_log):g}%</title></rect>',
              f'<line x1="{axis.at(0):.1f}" y1="22" x2="{axis.at(0):.1f}" y2="{height - 24}" '
              f'stroke="#888"/>']
-    for tick in forest_ticks(axis):
+    for tick in forest_ticks(axis, (min(points + [low]), max(points + [high]))):
         x = axis.at(math.log1p(tick / 100))
+        anchor = "start" if x < 36 else "end" if x > width - 36 else "middle"  # inside
         parts.append(f'<line x1="{x:.1f}" y1="{height - 24}" x2="{x:.1f}" y2="{height - 20}" '
                      f'stroke="#888"/><text x="{x:.1f}" y="{height - 8}" '
-                     f'text-anchor="middle">{f"{tick:+g}%" if tick else "0%"}</text>')
+                     f'text-anchor="{anchor}">{f"{tick:+g}%" if tick else "0%"}</text>')
     for number, value in zip(rounds, points):
         parts.append(f'<circle cx="{axis.at(value):.1f}" cy="38" r="4" fill="none" '
                      f'stroke="{color}" stroke-width="1.5"><title>r{number}: '
@@ -8567,9 +8743,11 @@ def page_details(report: RoundsReport) -> str:
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
     lines = list(report.warnings) + format_order(report) + format_closing(report)
-    parts += ["<h2>Environment</h2>", markdown_table_html(format_environment(report,
-                                                                             markdown=True)),
-              "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"]
+    tables, empty = environment_tables(report)
+    if empty:
+        lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
+    parts += ["<h2>Environment</h2>"] + [table_html(t.header, t.rows, t.right) for t in tables]
+    parts += ["<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"]
     return "\n".join(parts)
 
 
@@ -9505,11 +9683,49 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+# a --format asked for that is a file of its own, and the option that writes it
+FORMAT_FILES = {"junit": "--junit FILE", "xml": "--junit FILE", "html": "--html FILE",
+                "csv": "--csv FILE"}
+
+
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: router-latency: error: ..."""
+    """An argument parser whose errors are one line: router-latency: error: ...; a mistyped
+    option is named first, with the closest real one, whatever else is missing."""
+
+    words: Sequence[str] = ()  # the arguments this parser was given
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.words = list(sys.argv[1:] if args is None else args)
+        known, extras = super().parse_known_args(args, namespace)
+        if self._subparsers is None and any(w.startswith("--") for w in extras):
+            self.error(self.mistyped_option() or f"unrecognized arguments: {' '.join(extras)}")
+        return known, extras
 
     def error(self, message: str) -> None:
+        message = self.mistyped_option() or message
+        found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
+        if found and found.group(1).lower() in FORMAT_FILES:
+            wanted = FORMAT_FILES[found.group(1).lower()]
+            where = "" if wanted.split()[0] in self._option_string_actions else \
+                f" of {'run' if wanted.startswith('--csv') else 'rounds'}"
+            message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def mistyped_option(self) -> str:
+        """Return the error for the first option this parser does not know, naming the
+        closest one it does; '' when there is none."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        for word in self.words:
+            if word == "--":
+                break
+            option = word.split("=", 1)[0]
+            if not option.startswith("--") or option in self._option_string_actions \
+                    or any(o.startswith(option) for o in known):  # an abbreviation
+                continue
+            close = difflib.get_close_matches(option, known, n=1, cutoff=0.75)
+            return f"unrecognized option {option}" + (f": did you mean {close[0]}?"
+                                                      if close else "")
+        return ""
 
     def _print_message(self, message: str, file: Any = None) -> None:
         if message:  # --help | head: argparse's own writes, and the flush at exit, stay quiet
@@ -9536,60 +9752,71 @@ def add_run_parser(commands: Any) -> None:
                             formatter_class=HelpFormatter,
                             epilog="example: run --url http://127.0.0.1:8801 --corpus corpus.json "
                                    "--out results/r1-cpu.json --label cpu")
-    p.add_argument("--url", required=True, help="router URL; a base URL gets "
-                                                f"{PREVIEW_PATH} appended")
-    p.add_argument("--corpus", required=True, help="corpus file from the corpus command")
-    p.add_argument("-o", "--out", required=True, help="run file to write")
-    p.add_argument("--label", required=True, type=label_text, help="name of this side or run")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="model field of each request: the router's auto alias, or one of its "
-                        "routing models or entrypoints")
-    p.add_argument("--expect-config-hash", type=config_hash_text, metavar="HASH",
-                   help="the configuration the router must serve (its x-vsr-config-hash), sent "
-                        f"as {EXPECTED_HASH_HEADER}: a router serving another answers 412, "
-                        "and the run stops before any pass")
-    p.add_argument("--sampling-seed", type=sampling_seed_value, default=0, metavar="N",
-                   help="preview_context.sampling_seed of every request, so that a model "
-                        "selection that samples draws the same model each time; 'off' sends "
-                        "none")
-    p.add_argument("-H", "--header", action="append", default=[], type=parse_header,
-                   help="extra header 'Name: value' (repeatable; values never stored)")
-    p.add_argument("--token-env", type=variable_name, metavar="VAR",
-                   help="send 'Authorization: Bearer' with the value of this environment "
-                        "variable (e.g. VSR_MGMT_TOKEN; never stored or printed)")
-    p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds per request; keep it above the router's "
-                        f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request given "
-                        "up on earlier keeps its router slot until its inference ends, and new "
-                        "sends can meet 429 OVERLOADED")
-    p.add_argument("--warmup", type=non_negative_int, default=20,
-                   help="warm-up requests, not recorded")
-    add_pass_options(p)
-    add_load_options(p)
-    p.add_argument("--max-errors", type=non_negative_int, default=0,
-                   help="failed requests allowed before exit 1 (rejections a boundary case "
-                        "expects are not failures)")
-    p.add_argument("--router-max-concurrency", type=positive_int,
-                   default=ROUTER_MAX_CONCURRENCY, metavar="N",
-                   help="previews the router admits at once (its global.services.api."
-                        "routing_preview.max_concurrency); a pass with more callers is warned "
-                        "about, since the router sheds the rest with 429 OVERLOADED")
-    p.add_argument("--wait-ready", type=non_negative_float, metavar="SECONDS",
-                   help="wait up to this long for the router to answer before starting")
-    p.add_argument("--insecure", action="store_true",
-                   help="do not verify HTTPS certificates (recorded in the file)")
-    add_capture_options(p)
-    add_suspect_options(p)
-    p.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: pass, "
-                                                 "id, start_ms, latency_ms, status, decision, "
-                                                 "error")
-    p.add_argument("--force", action="store_true", help="overwrite an existing run or CSV file")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
-    p.add_argument("--check", action="store_true",
-                   help="check the options, the corpus and the output path, then exit 0 "
-                        "without contacting the router (rounds/run_rounds.sh does this before "
-                        "it starts one)")
+    add_send_options(p.add_argument_group("what to send"))
+    passes = p.add_argument_group("passes")
+    passes.add_argument("--warmup", type=non_negative_int, default=20,
+                        help="warm-up requests, not recorded")
+    add_pass_options(passes)
+    passes.add_argument("--max-errors", type=non_negative_int, default=0,
+                        help="failed requests allowed before exit 1 (rejections a boundary "
+                             "case expects are not failures)")
+    passes.add_argument("--router-max-concurrency", type=positive_int,
+                        default=ROUTER_MAX_CONCURRENCY, metavar="N",
+                        help="previews the router admits at once (its global.services.api."
+                             "routing_preview.max_concurrency); a pass with more callers is "
+                             "warned about, since the router sheds the rest with 429 "
+                             "OVERLOADED")
+    passes.add_argument("--wait-ready", type=non_negative_float, metavar="SECONDS",
+                        help="wait up to this long for the router to answer before starting")
+    record = p.add_argument_group("what to record around each pass")
+    add_load_options(record)
+    add_capture_options(record)
+    add_suspect_options(record)
+    output = p.add_argument_group("output")
+    output.add_argument("-o", "--out", required=True, help="run file to write")
+    output.add_argument("--label", required=True, type=label_text,
+                        help="name of this side or run")
+    output.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: "
+                                                      "pass, id, start_ms, latency_ms, status, "
+                                                      "decision, error")
+    output.add_argument("--force", action="store_true",
+                        help="overwrite an existing run or CSV file")
+    output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    output.add_argument("--check", action="store_true",
+                        help="check the options, the corpus and the output path, then exit 0 "
+                             "without contacting the router (rounds/run_rounds.sh does this "
+                             "before it starts one)")
     p.set_defaults(func=cmd_run)
+
+
+def add_send_options(send: Any) -> None:
+    """Add run's options of what it sends, and to where."""
+    send.add_argument("--url", required=True, help="router URL; a base URL gets "
+                                                   f"{PREVIEW_PATH} appended")
+    send.add_argument("--corpus", required=True, help="corpus file from the corpus command")
+    send.add_argument("--model", default=DEFAULT_MODEL,
+                      help="model field of each request: the router's auto alias, or one of its "
+                           "routing models or entrypoints")
+    send.add_argument("--expect-config-hash", type=config_hash_text, metavar="HASH",
+                      help="the configuration the router must serve (its x-vsr-config-hash), "
+                           f"sent as {EXPECTED_HASH_HEADER}: a router serving another answers "
+                           "412, and the run stops before any pass")
+    send.add_argument("--sampling-seed", type=sampling_seed_value, default=0, metavar="N",
+                      help="preview_context.sampling_seed of every request, so that a model "
+                           "selection that samples draws the same model each time; 'off' sends "
+                           "none")
+    send.add_argument("-H", "--header", action="append", default=[], type=parse_header,
+                      help="extra header 'Name: value' (repeatable; values never stored)")
+    send.add_argument("--token-env", type=variable_name, metavar="VAR",
+                      help="send 'Authorization: Bearer' with the value of this environment "
+                           "variable (e.g. VSR_MGMT_TOKEN; never stored or printed)")
+    send.add_argument("--timeout", type=positive_float, default=30.0,
+                      help="seconds per request; keep it above the router's "
+                           f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}): a request "
+                           "given up on earlier keeps its router slot until its inference "
+                           "ends, and new sends can meet 429 OVERLOADED")
+    send.add_argument("--insecure", action="store_true",
+                      help="do not verify HTTPS certificates (recorded in the file)")
 
 
 def add_pass_options(p: argparse.ArgumentParser) -> None:
@@ -9884,6 +10111,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def no_corpus_files_text(repo: Path, pattern: str) -> str:
+    """Return why a corpus found no data file, and what to give instead."""
+    text = f"no file matches {pattern}"
+    if pattern != DEFAULT_GLOB or (repo / "e2e").is_dir():
+        return text
+    # a folder inside the repository (its e2e/ itself, say) or another folder altogether
+    top = next((p for p in repo.resolve().parents if (p / "e2e").is_dir()), None)
+    return (f"{text}: the folder has no e2e/; give the router repository's top folder"
+            + (f" ({top})" if top else "") + " as --repo, or say where the data is with --glob")
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     if args.no_boundary:
@@ -9897,7 +10135,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     corpus = build_corpus(Path(args.repo), pattern=args.glob, keys=keys, boundary=boundary,
                           warn=lambda m: stderr_line(f"warning: {m}"))
     if not corpus["files"]:
-        raise RouterLatencyError(f"no file matches {args.glob}", args.repo)
+        raise RouterLatencyError(no_corpus_files_text(Path(args.repo), args.glob), args.repo)
     check_distinct_files([("data file", str(Path(args.repo) / rel)) for rel in corpus["files"]],
                          [("--out", args.out)])
     data = corpus_bytes(corpus)
@@ -9993,8 +10231,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_distinct_files([("--corpus", args.corpus), ("--loadavg-file", args.loadavg_file)],
                          [("--out", args.out), ("--csv", args.csv)])
     check_writable_target(args.out, args.force)
+    check_folder_accepts_a_file(args.out)
     if args.csv:
         check_writable_target(args.csv, args.force)
+        check_folder_accepts_a_file(args.csv)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
     checked_costs(args.cost_per_hour, (args.label,))
@@ -10325,23 +10565,27 @@ def raise_interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; return the exit code."""
-    for stream in (sys.stdout, sys.stderr):
-        try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
-            stream.reconfigure(errors="backslashreplace")
-        except (AttributeError, ValueError, OSError):
-            pass
-    parser = build_parser()
+    previous: dict = {}
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    previous = {}
-    if args.func not in (cmd_run, cmd_simulate) \
-            and threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGHUP):  # run and simulate handle their own
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                previous[signum] = signal.signal(signum, raise_interrupt)
-    try:
+        if __name__ == "__main__" and threading.current_thread() is threading.main_thread():
+            # the early handler at the top of the module exits at once; from here on an
+            # interrupt is a KeyboardInterrupt, which the commands and the end of main handle
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for stream in (sys.stdout, sys.stderr):
+            try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError, OSError):
+                pass
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+        if args.func not in (cmd_run, cmd_simulate) \
+                and threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGHUP):  # run and simulate handle their own
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    previous[signum] = signal.signal(signum, raise_interrupt)
         return args.func(args)
     except RouterLatencyError as exc:
         stderr_line(f"error: {exc}")

@@ -5,8 +5,15 @@
 # `router-latency run --wait-ready --out DIR/r<N>-<side>.json`, and stops it before the other
 # side starts. Sides alternate and the start order rotates (round 1: base then new; round 2:
 # new then base; ...), so drift on the node (heat, a neighbour's job) falls on both sides
-# alike. The script ends with `router-latency rounds` on stdout; everything else it prints,
-# and the output of the start and stop commands, goes to stderr.
+# alike. The script ends with one `router-latency rounds` on stdout, the only one that writes
+# GitHub's job summary (GITHUB_STEP_SUMMARY), --junit and --html; everything else it prints
+# (each round, each sequential look) and the output of the start and stop commands goes to
+# stderr.
+#
+# Before a side starts, nothing may answer at its URL (a router from an earlier round still
+# running is refused); after its run, the router that answered must be the one its start
+# command started (the listener's process on a loopback port, while the start command runs;
+# and not the other side's configuration hash once the two differed).
 #
 # A start command may stay in the foreground (it is the router, as `simulate` is) or return
 # once the router runs detached (`docker run -d`). Either way it runs in a session of its own
@@ -73,6 +80,7 @@ declare -A metrics_url=([base]="" [new]="")
 declare -A container=([base]="" [new]="")
 rounds_args=(--tolerance 5)  # passed to `rounds`
 format_args=()
+final_args=()  # passed to the final `rounds` only: --junit, --html
 run_args=()
 
 usage() {
@@ -105,6 +113,8 @@ Options:
   --tolerance PCT         passed to `rounds` (default 5)
   --gate LIST, --max-mde PCT, --strict, --pass-unless-worse, --format FMT
                           passed to `rounds`
+  --junit FILE, --html FILE   passed to the final `rounds`: JUnit XML and the report page
+                          (the corpus goes with them, for the texts of the slower inputs)
   --tool PATH             router_latency.py to use (default: the one beside rounds/)
   --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
@@ -118,6 +128,15 @@ die() {
   exit 2
 }
 say() { printf 'run_rounds.sh: %s\n' "$1" >&2; }
+unknown_option() {  # an option of `run` given before --, or one nobody knows
+  local option=${1%%=*} shown=$1
+  if [ "$option" = "$1" ] && [ -n "${2:-}" ] && [[ "$2" != -* ]]; then shown="$1 $2"; fi
+  if "$python" "$tool" run --help 2>/dev/null | grep -qE -- "(^|[ ,])$option([ ,=]|\$)"; then
+    die "$option is an option of \`router-latency run\`: run options come after --, $(
+      )at the end (... -- $shown)"
+  fi
+  die "unknown option $1 (see --help)"
+}
 whole() { [[ "$2" =~ ^[0-9]+$ ]] || die "$1 must be a whole number, got '$2'"; }
 
 while [ $# -gt 0 ]; do
@@ -144,11 +163,13 @@ while [ $# -gt 0 ]; do
     --strict) rounds_args+=(--strict); shift ;;
     --pass-unless-worse) rounds_args+=(--pass-unless-worse); shift ;;
     --format) format_args=(--format "${2?}"); shift 2 ;;
+    --junit|--html) final_args+=("$1" "${2?}"); shift 2 ;;
     --tool) tool=${2?}; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; run_args=("$@"); break ;;
-    *) die "unknown option $1 (see --help)" ;;
+    -*) unknown_option "$@" ;;
+    *) die "unexpected argument $1 (see --help)" ;;
   esac
 done
 
@@ -207,7 +228,8 @@ if [ "$dry_run" -eq 1 ]; then
     fi
   done
   printf 'then: %s rounds --dir %s --base %s --new %s %s%s\n' "${driver[*]}" "$dir" \
-    "${name[base]}" "${name[new]}" "${rounds_args[*]}${format_args[*]:+ ${format_args[*]}}" \
+    "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
+    )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
     "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
   exit 0
 fi
@@ -263,6 +285,76 @@ print(f"p50 ms {', '.join(figures)}; {failed} errors{f' ({kinds})' if kinds else
 PY
 }
 
+# the network: 'answers URL' exits 0 when something accepts a connection at the URL's host and
+# port; 'listeners URL' prints "pid session command" of each local process that listens on the
+# URL's port (Linux /proc; nothing where it cannot see them); 'hashes FILE' prints the run's
+# x-vsr-config-hash values.
+net() {
+  "$python" - "$@" <<'PY'
+import json, os, socket, sys, urllib.parse
+mode, target = sys.argv[1], sys.argv[2]
+if mode == "hashes":
+    seen = []
+    def walk(item):
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key == "config_hashes" and isinstance(value, list):
+                    seen.extend(h for h in value if isinstance(h, str) and h not in seen)
+                else:
+                    walk(value)
+        elif isinstance(item, list):
+            for value in item:
+                walk(value)
+    try:
+        with open(target, encoding="utf-8") as handle:
+            walk(json.load(handle))
+    except (OSError, ValueError):
+        pass
+    print(" ".join(seen))
+    sys.exit(0)
+url = urllib.parse.urlsplit(target)
+port = url.port or (443 if url.scheme == "https" else 80)
+if mode == "answers":
+    try:
+        socket.create_connection((url.hostname, port), timeout=2).close()
+    except OSError:
+        sys.exit(1)
+    sys.exit(0)
+inodes = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        with open(table) as handle:
+            rows = handle.read().splitlines()[1:]
+    except OSError:
+        continue
+    for row in rows:
+        fields = row.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(f"socket:[{fields[9]}]")
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+    except OSError:
+        continue
+    if links & inodes:
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+        print(pid, rest.split()[3], comm)
+PY
+}
+
+refuse_if_answering() {  # before a side starts, nothing may answer at its URL
+  local address=${url[$1]#*://} port
+  address=${address%%/*}; port=${address##*]}
+  if [[ "$port" == *:* ]]; then port=${port##*:}
+  elif [[ "${url[$1]}" == https:* ]]; then port=443; else port=80; fi
+  if net answers "${url[$1]}"; then
+    die "port $port already answers (${url[$1]}, ${name[$1]}'s URL) $2: $(
+      )a router from an earlier round still running? Stop it, or give --$1-url another port"
+  fi
+}
+
 done_rounds=()  # rounds kept from an earlier, interrupted invocation (--resume)
 set_aside=()    # files of the rounds it redoes
 shopt -s nullglob
@@ -303,10 +395,14 @@ for role in base new; do
       "${side_args[@]}" ${run_args[@]+"${run_args[@]}"} 2>&1) \
     || die "the options of $side's runs do not pass: ${checked#router-latency: error: }"
 done
+for role in base new; do
+  if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "before the first round"; fi
+done
 # the options for `rounds`, judged on an empty folder: the only error left is that it is empty
 empty=$(mktemp -d)
-judged=$("${driver[@]}" rounds --dir "$empty" --base "${name[base]}" --new "${name[new]}" \
-  "${rounds_args[@]}" ${format_args[@]+"${format_args[@]}"} 2>&1) || true
+judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" rounds --dir "$empty" \
+  --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}" \
+  ${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"} 2>&1) || true
 rmdir -- "$empty"
 [[ "$judged" == *"no r<N>-"* ]] \
   || die "the options for rounds do not pass: ${judged#router-latency: error: }"
@@ -407,9 +503,40 @@ check_start() {  # sets start_why when the start command failed, or returned wit
   fi
 }
 
+declare -A first_hashes=([base]="" [new]="")
+reject() {  # set a run of the wrong router aside, so that --resume does not keep it
+  mv -f -- "$1" "$1.rejected" 2>/dev/null || true
+  die "$2; ${1##*/} moved to ${1##*/}.rejected"
+}
+check_router() {  # the router that answered must be the one started: $1 role, $2 URL, $3 file
+  local role=$1 other=base host pid session comm found=0 elsewhere="" hashes
+  [ "$role" = new ] || other=new
+  host=${2#*://}; host=${host%%/*}; host=${host%:*}; host=${host#[}; host=${host%]}
+  if [[ "$host" == 127.* || "$host" == localhost || "$host" == ::1 ]] \
+      && session_alive "$start_pid"; then
+    while read -r pid session comm; do
+      if [ "$session" = "$start_pid" ]; then found=1; else elsewhere="pid $pid ($comm)"; fi
+    done < <(net listeners "$2")
+    if [ "$found" -eq 0 ] && [ -n "$elsewhere" ]; then
+      reject "$3" "${name[$role]}'s URL $2 is answered by $elsewhere, not by its start $(
+        )command, which still runs (round $r): a router from an earlier round?"
+    fi
+  fi
+  [ -f "$3" ] || return 0
+  hashes=$(net hashes "$3")
+  if [ -n "$hashes" ] && [ -n "${first_hashes[$other]}" ] && [ -n "${first_hashes[$role]}" ] \
+      && [ "${first_hashes[$role]}" != "${first_hashes[$other]}" ] \
+      && [ "$hashes" = "${first_hashes[$other]}" ]; then
+    reject "$3" "${name[$role]} answered with ${name[$other]}'s configuration $(
+      )(x-vsr-config-hash ${hashes:0:12}) in round $r: ${name[$other]}'s router still running?"
+  fi
+  if [ -z "${first_hashes[$role]}" ]; then first_hashes[$role]=$hashes; fi
+}
+
 measure_side() {
   local role=$1 side=${name[$1]} target code=0
   local file="$dir/r$r-$side.json"
+  if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "(round $r)"; fi
   say "round $r/$rounds $side: starting"
   if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
   active=$role
@@ -451,6 +578,7 @@ measure_side() {
     130|143) interrupted=$code; exit "$code" ;;
   esac
   measuring=""
+  check_router "$role" "$target" "$file"
   stop_side "$role"
   case "$code" in
     0) say "round $r/$rounds $side: $(run_file summary "$file")" ;;
@@ -465,6 +593,11 @@ judge() {  # run `rounds` on the folder; $1: extra arguments
   "${driver[@]}" rounds --dir "$dir" --base "${name[base]}" --new "${name[new]}" \
     "${rounds_args[@]}" "$@"
 }
+# a look is progress: its verdict goes to stderr, and only the final judgement reaches stdout,
+# the job summary (GITHUB_STEP_SUMMARY), --junit and --html
+look_at() { env -u GITHUB_STEP_SUMMARY "${driver[@]}" rounds --dir "$dir" \
+  --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}" "$@"; }
+final_judge() { judge --corpus "$corpus" ${final_args[@]+"${final_args[@]}"} "$@"; }
 
 ran=0
 final=""
@@ -477,7 +610,7 @@ for ((r = 1; r <= rounds; r++)); do
   fi
   if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
     code=0
-    look=$(judge --sequential "$rounds" 2>&1) || code=$?
+    look=$(look_at --sequential "$rounds" 2>&1) || code=$?
     if [ "$code" -eq 3 ]; then
       verdict=$(printf '%s\n' "$look" | grep '^verdict: ' || true)
       verdict=${verdict#verdict: }
@@ -493,7 +626,7 @@ kept_note=""
 if [ "$ran" -lt "$total" ]; then kept_note=" ($((total - ran)) kept from before)"; fi
 code=0
 if [ "$until_decided" -eq 1 ]; then
-  judge --sequential "$rounds" ${format_args[@]+"${format_args[@]}"} || code=$?
+  final_judge --sequential "$rounds" ${format_args[@]+"${format_args[@]}"} || code=$?
   if [ "$code" -eq 2 ]; then
     say "stopped after $total rounds: rounds could not judge them (above)"
   elif [ -n "$final" ]; then
@@ -504,7 +637,7 @@ if [ "$until_decided" -eq 1 ]; then
     say "ran $total rounds, the most allowed, and the last look decided$kept_note"
   fi
 else
-  judge ${format_args[@]+"${format_args[@]}"} || code=$?
+  final_judge ${format_args[@]+"${format_args[@]}"} || code=$?
   say "ran $total rounds$kept_note"
 fi
 if [ ${#failed_runs[@]} -gt 0 ]; then

@@ -364,7 +364,7 @@ def test_the_composite_test_catches_a_slowdown_no_single_row_shows():
     assert all(r.p_value > 0.025 for r in gated)
     assert report.test.composite_p < 0.025
     assert report.status == "fail" and report.reasons[0].startswith(
-        "the 9 gated rows together are 1.10x slower [")
+        "the 9 gated rows together are +10.0% [")
     assert 1 < report.test.effective_rows < 9  # shifted patterns: partly alike
 
 

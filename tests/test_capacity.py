@@ -260,7 +260,9 @@ def test_rounds_rows_of_plateau_capacity_and_cost_with_the_paired_estimator():
     assert cost.log_ratio.high - cost.log_ratio.low == pytest.approx(
         capacity.log_ratio.high - capacity.log_ratio.low)
     assert cost.base_values[0] == pytest.approx(0.9 / (capacity.base_values[0] * 3600) * 1e6)
-    assert rl.row_change_text(cost).split(" [")[0].endswith(("cheaper", "costlier"))
+    # a cost's change in the one form of every change: the signed percent of the cost
+    assert rl.row_change_text(cost).split(" [")[0] == \
+        f"{100 * math.expm1(cost.log_ratio.mean):+.1f}%"
     lines = rl.format_rounds(report)
     assert any(line.startswith("Ladder") and "plateau req/s" in line for line in lines)
     assert "new: throughput stops growing from 4 callers (3 of 3 rounds) at 400 req/s " \

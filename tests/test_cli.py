@@ -16,6 +16,8 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
+import xml.etree.ElementTree as ElementTree
 
 import pytest
 
@@ -687,8 +689,9 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
              if line.startswith("rounds")]
     judged = f"rounds --dir {tmp_path / 'results'} --base cpu --new gpu --tolerance 7 " \
              f"--gate sequential:p50 --strict --max-mde 12"
+    # the looks, then the final judgement: only it gets the corpus (and --junit, --html)
     assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
-                         f"{judged} --sequential 5 --format json"]
+                         f"{judged} --corpus {corpus} --sequential 5 --format json"]
     assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
         " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 --format json")
 
@@ -927,3 +930,291 @@ def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
     assert result.err.startswith("run x: 2 prompts") and "wrote" not in result.err
     made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--out", "-")
     assert made.code == 0 and json.loads(made.out)["schema"] == rl.CORPUS_SCHEMA
+
+
+def readme_workflow_step():
+    """The shell lines of the README workflow's rounds step, dedented."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    step = readme.split("      - name: interleaved rounds until decided\n        run: |\n", 1)[1]
+    step = step.split("      - uses: actions/upload-artifact", 1)[0]
+    return "\n".join(line[10:] for line in step.splitlines()) + "\n"
+
+
+def as_simulators(step, tmp_path, delays):
+    """The step with `simulate` in the foreground in place of each side's container."""
+    for role, side, delay in zip(("base", "new"), ("main", "pr"), delays):
+        url_file = tmp_path / f"{side}.url"
+        step, count = re.subn(rf"--{role}-url \S+", f"--{role}-url-file {url_file}", step)
+        assert count == 1
+        start = foreground_command(tmp_path, side, delay)
+        step, count = re.subn(rf"--{role}-start '[^']*'", lambda _: f"--{role}-start "
+                              f"{shlex.quote(start)}", step)
+        assert count == 1
+        step, count = re.subn(rf"--{role}-stop '[^']*'", f"--{role}-stop true", step)
+        assert count == 1
+    # a short run per side (the README's passes, three concurrencies, take longer)
+    return step.replace(" || code=$?", " -- --concurrency 1 --warmup 2 || code=$?", 1)
+
+
+def test_readme_workflow_leaves_one_report(tmp_path):
+    # the README's workflow step, run as GitHub runs it (bash -eo pipefail), with the job
+    # summary file GitHub provides: one report in the summary, whatever the number of looks,
+    # and the JUnit file and the page from the same command
+    (tmp_path / "router-latency").symlink_to(ROOT)
+    write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
+    summary = tmp_path / "summary.md"
+    summary.write_text("")
+    step = as_simulators(readme_workflow_step(), tmp_path, (8, 1))
+    env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary)}
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
+                            capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = summary.read_text()
+    assert text.count("**Verdict: ") == 1, text
+    # exit 3 (undecided) is mapped to a warning annotation and a green step, never a red one
+    verdict = re.match(r"\*\*Verdict: (PASS|INCONCLUSIVE)\*\*", text.lstrip())
+    assert verdict, text[:200]
+    warned = "::warning title=routing latency::undecided (exit 3)" in result.stdout
+    assert warned == (verdict.group(1) == "INCONCLUSIVE")
+    # every look but the last is a line of progress on stderr, whether a look decided or the
+    # tenth round ended the plan (a loaded machine can keep a row open)
+    looks = [line for line in result.stderr.splitlines() if "look after" in line]
+    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 10 rounds", result.stderr)
+    last = int(decided.group(1)) if decided else 10
+    assert decided or "run_rounds.sh: ran 10 rounds, the most allowed" in result.stderr
+    assert len(looks) == last - 3, result.stderr
+    suite = ElementTree.parse(tmp_path / "results" / "junit.xml").getroot()
+    assert suite.iter("testcase") and not list(suite.iter("failure"))
+    page = (tmp_path / "results" / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert result.stdout.count("verdict: ") == 1
+
+
+@pytest.mark.parametrize("role", ["base", "new"])
+def test_driver_refuses_a_url_that_answers_before_its_router_starts(tmp_path, simulator, role):
+    # a router left from an earlier round (here: a simulator of the test) on a side's port
+    stale = simulator()
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    option = command.index(f"--{role}-url-file")
+    command[option:option + 2] = [f"--{role}-url", stale.url]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    side = {"base": "cpu", "new": "gpu"}[role]
+    port = urllib.parse.urlsplit(stale.url).port
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"run_rounds.sh: error: port {port} already answers ({stale.url}, {side}'s URL) "
+        f"before the first round: a router from an earlier round still running? Stop it, or "
+        f"give --{role}-url another port\n")
+    assert not (tmp_path / "results").exists() and not (tmp_path / "log").exists()
+
+
+def test_driver_refuses_a_router_its_start_command_did_not_start(tmp_path):
+    # the start command runs, but the port is answered by a process outside its session (a
+    # router started before, or by someone else)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    url_file = tmp_path / "other.url"
+    outsider = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
+                                 "--url-file", str(url_file)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not url_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        command = driver_args(tmp_path, corpus)
+        start = command.index("--base-start")
+        command[start + 1] = f"cp {shlex.quote(str(url_file))} {shlex.quote(str(tmp_path))}" \
+                             f"/cpu.url; exec sleep 30"
+        del command[start + 2:start + 4]  # no stop command: the script ends the sleep
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                env=DRIVER_ENV)
+    finally:
+        outsider.terminate()
+        outsider.wait(10)
+    url = url_file.read_text().strip()
+    assert result.returncode == 2
+    assert re.search(rf"run_rounds\.sh: error: cpu's URL {re.escape(url)}\S* is answered by "
+                     rf"pid {outsider.pid} \(python3?[.\d]*\), not by its start command, which "
+                     rf"still runs \(round 1\): a router from an earlier round\?; r1-cpu.json "
+                     rf"moved to r1-cpu.json.rejected\n$", result.stderr), result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["r1-cpu.json.rejected"]
+
+
+def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(tmp_path):
+    # round 1 measures both routers; in round 2 gpu's start command returns at once (as
+    # `docker run -d` does) and points at a router with cpu's configuration (cpu's build,
+    # left running): the run is refused
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    url_file = tmp_path / "stale.url"
+    stale = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
+                              "--delay-ms", "2", "--url-file", str(url_file)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        command = driver_args(tmp_path, corpus)
+        start = command.index("--new-start")
+        pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
+        command[start + 1] = (f'if [ "$ROUND" = 1 ]; then {command[start + 1]}; else cp '
+                              f'{shlex.quote(str(url_file))} {shlex.quote(str(tmp_path))}/gpu.url;'
+                              f' setsid sleep 30 & echo $! > {pid_file}; fi')
+        result = subprocess.run(command, capture_output=True, text=True, timeout=90,
+                                env=DRIVER_ENV)
+    finally:
+        stale.terminate()
+        stale.wait(10)
+    assert result.returncode == 2
+    assert re.search(r"run_rounds\.sh: error: gpu answered with cpu's configuration "
+                     r"\(x-vsr-config-hash [0-9a-f]{12}\) in round 2: cpu's router still "
+                     r"running\?; r2-gpu.json moved to r2-gpu.json.rejected\n$",
+                     result.stderr), result.stderr
+
+
+INTERRUPT_AT = """\
+import os, runpy, signal, sys
+tool, at, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+
+
+def tracer(frame, event, arg):  # SIGINT once the tool's code reaches line `at`
+    if frame.f_code.co_filename == tool and frame.f_lineno >= at:
+        sys.settrace(None)
+        os.kill(os.getpid(), signal.SIGINT)
+        return None
+    return tracer
+
+
+sys.argv = [tool, *argv]
+sys.settrace(tracer)
+runpy.run_path(tool, run_name="__main__")
+"""
+
+
+def line_of(text):
+    """The number of the first line of the tool that starts with text."""
+    lines = TOOL.read_text(encoding="utf-8").splitlines()
+    return next(n for n, line in enumerate(lines, 1) if line.startswith(text))
+
+
+@pytest.mark.parametrize("where, argv", [
+    ("import argparse", ["simulate", "--port", "0"]),
+    ("# --- statistics ---", ["demo"]),
+    ("# --- command line ---", ["corpus", "--repo", ".", "--out", "c.json"]),
+    ("def main(", ["rounds", "--dir", ".", "--base", "a", "--new", "b"]),
+    ("def build_parser(", ["run", "--url", "http://127.0.0.1:9", "--corpus", "c.json",
+                           "--out", "r.json", "--label", "x"]),
+])
+def test_an_interrupt_while_the_tool_loads_exits_130_without_a_traceback(tmp_path, where, argv):
+    # the interrupt arrives while the module's imports and definitions run, or in main()
+    # before a command starts: SIGINT's handler is the first thing the module installs
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_AT, str(TOOL),
+                             str(line_of(where)), *argv], capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+    assert result.stdout == "" and sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["run", "--concurency", "4", "--url", "http://127.0.0.1:9"],
+     "unrecognized option --concurency: did you mean --concurrency? (router-latency run)"),
+    (["run", "--corpsu", "c.json"],  # before: only that --corpus was missing
+     "unrecognized option --corpsu: did you mean --corpus? (router-latency run)"),
+    (["rounds", "--dir", ".", "--bsae", "a", "--new", "b"],
+     "unrecognized option --bsae: did you mean --base? (router-latency rounds)"),
+    (["simulate", "--prot=8801"],
+     "unrecognized option --prot: did you mean --port? (router-latency simulate)"),
+    (["compare", "a.json", "b.json", "--fromat", "json"],
+     "unrecognized option --fromat: did you mean --format? (router-latency compare)"),
+    (["corpus", "--repo", ".", "--out", "c.json", "--zzz"],
+     "unrecognized option --zzz (router-latency corpus)"),
+])
+def test_a_mistyped_option_names_the_closest_real_one(cli, argv, said):
+    result = cli(*argv)
+    assert result.code == 2 and result.out == ""
+    assert result.err == f"router-latency: error: {said}\n"
+
+
+def test_an_abbreviated_option_still_works(tmp_path, cli):
+    corpus = write_corpus(tmp_path / "c.json", ["a"])
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corp", corpus, "--out",
+                 tmp_path / "o.json", "--label", "x", "--conc", "2")
+    assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["rounds", "--dir", ".", "--base", "a", "--new", "b", "--format", "junit"],
+     "junit is a file of its own: --junit FILE (router-latency rounds)"),
+    (["rounds", "--dir", ".", "--base", "a", "--new", "b", "--format", "html"],
+     "html is a file of its own: --html FILE (router-latency rounds)"),
+    (["compare", "a.json", "b.json", "--format", "junit"],
+     "junit is a file of its own: --junit FILE of rounds (router-latency compare)"),
+    (["compare", "a.json", "b.json", "--format", "csv"],
+     "csv is a file of its own: --csv FILE of run (router-latency compare)"),
+])
+def test_format_junit_or_html_points_to_the_option_that_writes_the_file(cli, argv, said):
+    result = cli(*argv)
+    assert result.code == 2
+    assert result.err.startswith("router-latency: error: argument --format: invalid choice: ")
+    assert result.err.endswith(f"; {said}\n")
+
+
+@pytest.mark.parametrize("inside", ["e2e", "e2e/testdata", None])
+def test_corpus_on_a_folder_without_e2e_says_what_to_give(tmp_path, cli, inside):
+    repo = tmp_path / "repo"
+    (repo / "e2e" / "testdata").mkdir(parents=True)
+    (repo / "e2e" / "testdata" / "a.json").write_text('[{"query": "hi"}]')
+    folder = repo / inside if inside else tmp_path / "elsewhere"
+    folder.mkdir(exist_ok=True)
+    result = cli("corpus", "--repo", folder, "--out", tmp_path / "c.json")
+    assert result.code == 2 and not (tmp_path / "c.json").exists()
+    top = f" ({repo})" if inside else ""
+    assert result.err == (
+        f"router-latency: error: no file matches {rl.DEFAULT_GLOB}: the folder has no e2e/; "
+        f"give the router repository's top folder{top} as --repo, or say where the data is "
+        f"with --glob ({folder})\n")
+    # a --glob of one's own that matches nothing is only that
+    result = cli("corpus", "--repo", repo, "--glob", "x/*.json", "--out", tmp_path / "c.json")
+    assert result.err == f"router-latency: error: no file matches x/*.json ({repo})\n"
+
+
+@pytest.mark.parametrize("out", ["/proc/r1.json", "/sys/r1.json"])
+def test_run_check_checks_that_the_output_folder_accepts_a_file(tmp_path, cli, corpus, out):
+    # os.access says yes to root on /proc; making the file says no: the check makes one
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out",
+                 out, "--label", "x")
+    assert result.code == 2 and result.out == ""
+    assert re.fullmatch(r"router-latency: error: the folder does not accept a new file: "
+                        rf"[A-Za-z ]+ \({re.escape(out)}\)\n", result.err), result.err
+    result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out",
+                 tmp_path / "r1.json", "--csv", out, "--label", "x")
+    assert result.code == 2 and result.err.endswith(f"({out})\n")
+    assert os.listdir(tmp_path) == ["corpus.json"]
+
+
+def test_run_help_groups_its_options(capsys):
+    assert rl.main(["run", "--help"]) == 0
+    text = capsys.readouterr().out
+    titles = ["what to send:", "passes:", "what to record around each pass:", "output:"]
+    starts = [text.index(f"\n{title}\n") for title in titles]
+    assert starts == sorted(starts)
+    sections = dict(zip(titles, (text[a:b] for a, b in zip(starts, starts[1:] + [len(text)]))))
+    for title, options in {"what to send:": ["--url", "--corpus", "--header", "--timeout"],
+                           "passes:": ["--warmup", "--concurrency", "--rate", "--wait-ready"],
+                           "what to record around each pass:": ["--max-load", "--probe"],
+                           "output:": ["--out", "--label", "--csv", "--check"]}.items():
+        for option in options:
+            assert f" {option}" in sections[title], (title, option)
+
+
+@pytest.mark.parametrize("code, step_code, warned", [(0, 0, False), (1, 1, False),
+                                                     (2, 2, False), (3, 0, True)])
+def test_readme_workflow_maps_exit_3_to_a_warning_not_a_red_step(tmp_path, code, step_code,
+                                                                  warned):
+    # the step's shell lines around run_rounds.sh, with a stand-in that exits with `code`
+    driver = tmp_path / "router-latency" / "rounds" / "run_rounds.sh"
+    driver.parent.mkdir(parents=True)
+    driver.write_text(f"#!/bin/sh\nexit {code}\n")
+    driver.chmod(0o755)
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                             readme_workflow_step()], capture_output=True, text=True,
+                            timeout=30, cwd=tmp_path, env=DRIVER_ENV)
+    assert result.returncode == step_code
+    assert ("::warning title=routing latency::undecided (exit 3)" in result.stdout) == warned

@@ -1355,3 +1355,46 @@ def test_a_signal_while_the_file_is_written_changes_neither_file_nor_exit_code(
     # still fails the failed request
     assert result.code == 1
     assert json.loads(out.read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("body, said", [
+    (b'{"result": {"route": "math", "score": 0.9}}',
+     '--decision-path result.route would read it ("math"); or classifiers not loaded yet?'),
+    (b'{"routing": {"decision": {"name": "code"}, "model": "m1"}}',
+     '--decision-path routing.decision.name would read it ("code"); or classifiers not loaded '
+     'yet?'),
+    (b'{"selected_category": "biology"}',
+     '--decision-path selected_category would read it ("biology"); or classifiers not loaded '
+     'yet?'),
+    (b'{"ok": true, "score": 1}',
+     "classifiers not loaded yet?"),  # nothing that reads as a decision: the router loading
+])
+def test_a_2xx_answer_without_a_decision_names_the_decision_path_that_reads_it(
+        scripted, tmp_path, cli, body, said):
+    # the readiness check refuses it, naming where the decision would be
+    router = scripted(lambda prompt, number: [final_answer(body)])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "o.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "3")
+    assert result.code == 2 and not out.exists()
+    assert result.err == (f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} is "
+                          f"not ready: it answered HTTP 200 OK to a preview with no decision "
+                          f"result ({said}); --wait-ready SECONDS waits for a starting router "
+                          f"(--url)\n")
+
+
+def test_warm_up_answers_without_a_decision_name_the_decision_path(scripted, tmp_path, cli):
+    # the readiness preview routed; the corpus's prompts are answered elsewhere in the body
+    def answer(prompt, number):
+        if prompt == "hello":
+            return [final_answer()]
+        return [final_answer(b'{"result": {"route": "math"}}')]
+    router = scripted(answer)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
+                 "--label", "x", "--concurrency", "1", "--warmup", "3")
+    assert result.code == 1
+    assert ("warning: 3 warm-up answers without a decision at decision_result.decision_name|"
+            "routing_decision|decision: --decision-path result.route would read it "
+            "(\"math\")\n") in result.err

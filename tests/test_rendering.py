@@ -3,6 +3,8 @@ written with known figures."""
 
 import csv
 import hashlib
+import math
+import html.parser
 import io
 import json
 import re
@@ -30,16 +32,16 @@ def test_compare_table_and_differing_inputs(tmp_path, cli):
         B: {b} (rocm)
         corpus: {sha[:12]} (101 prompts)
 
-        pass        metric     A     B  B - A        B vs A
-        Sequential  p50 ms  10.0  4.00  -6.00  2.50x faster
-                    p95 ms  20.0  8.00  -12.0  2.50x faster
-                    p99 ms  30.0  9.00  -21.0  3.33x faster
-                    req/s    100   250   +150  2.50x faster
+        pass        metric     A     B  B - A  change, + slower
+        Sequential  p50 ms  10.0  4.00  -6.00            -60.0%
+                    p95 ms  20.0  8.00  -12.0            -60.0%
+                    p99 ms  30.0  9.00  -21.0            -70.0%
+                    req/s    100   250   +150            -60.0%
                     errors     0     1     +1
-        Conc 4      p50 ms  12.0  5.00  -7.00  2.40x faster
-                    p95 ms  25.0  9.00  -16.0  2.78x faster
-                    p99 ms  40.0  12.0  -28.0  3.33x faster
-                    req/s    300   700   +400  2.33x faster
+        Conc 4      p50 ms  12.0  5.00  -7.00            -58.3%
+                    p95 ms  25.0  9.00  -16.0            -64.0%
+                    p99 ms  40.0  12.0  -28.0            -70.0%
+                    req/s    300   700   +400            -57.1%
                     errors     0     1     +1
         errors in Sequential: B timeout 1
         errors in Conc 4: B timeout 1
@@ -49,6 +51,7 @@ def test_compare_table_and_differing_inputs(tmp_path, cli):
           #100 "prompt 100": d -> (no decision)
         A consistency: 0 inputs changed decision between passes
         B consistency: 0 inputs changed decision between passes
+        verdict: PASS: one run each, no interval (rounds judges with intervals)
         """)
 
 
@@ -58,29 +61,29 @@ def test_rounds_table_reads_like_the_published_record(tmp_path, cli):
     assert result.err == ""
     assert result.out == textwrap.dedent("""\
         rounds: 3 used (r1, r2, r3); base cpu, new gpu; corpus aaaaaaaaaaaa (101 prompts)
-        gpu vs cpu: how many times faster or slower gpu is, the geometric mean of the per-round ra\
-tios with a 95% Student t interval on their logs, df 2; gpu - cpu: mean paired difference; medians\
- over rounds, descriptive; tolerance 5%; detects: the slowdown of that row alone the gate finds 80\
-% of the time
+        change: gpu against cpu in time per request (for req/s, its inverse), + slower, - faster; \
+the geometric mean of the per-round ratios with a 95% Student t interval on their logs, df 2; slow\
+er in: the rounds in which gpu was slower; gpu - cpu: mean paired difference; medians over rounds,\
+ descriptive; tolerance 5%; detects: the slowdown of that row alone the gate finds 80% of the time
         gate (*): p50, p95, req/s of every pass, 3 rows worth 2.0 independent; worse: one-sided te\
 sts at 2.5% each on their per-round mean and by Holm across them (family-wise 5%); within: each ro\
 w's worse end inside the tolerance (one-sided 2.5%)
 
-        pass        metric    cpu   gpu     gpu - cpu [95% CI]        gpu vs cpu [95% CI]  worse  \
-detects  verdict
-        Sequential  p50 ms*  10.0  6.00   -4.00 [-6.48, -1.52]  1.68x faster [1.11, 2.56]    0/3  \
->= 178%  better
-                    p95 ms*  20.0  20.5  +0.500 [-0.742, 1.74]  1.02x slower [0.96, 1.09]    2/3  \
- >= 21%  inconclusive
-                    p99 ms   30.0  41.0     +11.0 [8.52, 13.5]  1.37x slower [1.29, 1.45]    3/3  \
- >= 14%  worse
-                    mean ms  15.4  14.4  -1.25 [-2.45, -0.052]  1.09x faster [1.00, 1.19]    0/3  \
- >= 18%  same
-                    req/s*    100   100    0.000 [-2.48, 2.48]  1.00x slower [0.98, 1.03]    1/3  \
- >= 11%  same
+        pass        metric    cpu   gpu     gpu - cpu [95% CI]          change [95% CI]  slower in\
+  detects  verdict
+        Sequential  p50 ms*  10.0  6.00   -4.00 [-6.48, -1.52]   -40.6% [-60.9%, -9.7%]        0/3\
+  >= 178%  better
+                    p95 ms*  20.0  20.5  +0.500 [-0.742, 1.74]     +2.5% [-3.5%, +8.9%]        2/3\
+   >= 21%  inconclusive
+                    p99 ms   30.0  41.0     +11.0 [8.52, 13.5]  +36.6% [+28.6%, +45.2%]        3/3\
+   >= 14%  worse
+                    mean ms  15.4  14.4  -1.25 [-2.45, -0.052]    -8.1% [-15.7%, +0.0%]        0/3\
+   >= 18%  same
+                    req/s*    100   100    0.000 [-2.48, 2.48]     +0.0% [-2.5%, +2.5%]        1/3\
+   >= 11%  same
 
-        gated rows together: 1.18x faster [1.04, 1.34] per round, one-sided p 0.991; every gated r\
-ow slowing together: detects >= 24%
+        gated rows together: -15.2% [-25.3%, -3.8%] per round, one-sided p 0.991; every gated row \
+slowing together: detects >= 24%
 
         pass        metric   r1 cpu / gpu  r2 cpu / gpu  r3 cpu / gpu
         Sequential  p50 ms    10.0 / 5.00   10.0 / 6.00   10.0 / 7.00
@@ -94,24 +97,25 @@ ow slowing together: detects >= 24%
         decisions r3: 101/101 agree in every pass
         errors Sequential (cpu/gpu): r1 0/0, r2 0/0, r3 0/0
 
-        slower inputs: 5 of 101 (Sequential pass; gpu/cpu latency of each input: median over 3 rou\
-nds, 95% t interval of the geometric mean; called slower when its own rounds carry it beyond the 5\
-% tolerance, false discovery rate 5%; noise: beyond the tolerance but not carried)
+        slower inputs: 5 of 101 (Sequential pass; change in latency of each input, gpu against cpu\
+: median over 3 rounds, 95% t interval of the geometric mean; called slower when its own rounds ca\
+rry it beyond the 5% tolerance, false discovery rate 5%; noise: beyond the tolerance but not carri\
+ed)
 
-        input    gpu/cpu [95% CI]  slower  call    decision
-        #96    1.37x [1.29, 1.45]     3/3  slower  d
-        #97    1.37x [1.29, 1.45]     3/3  slower  d
-        #98    1.37x [1.29, 1.45]     3/3  slower  d
-        #99    1.37x [1.29, 1.45]     3/3  slower  d
-        #100   1.37x [1.29, 1.45]     3/3  slower  d
-        #51    1.02x [0.96, 1.09]     2/3  -       d
-        #52    1.02x [0.96, 1.09]     2/3  -       d
-        #53    1.02x [0.96, 1.09]     2/3  -       d
-        #54    1.02x [0.96, 1.09]     2/3  -       d
-        #55    1.02x [0.96, 1.09]     2/3  -       d
+        input          change [95% CI]  slower in  call    decision
+        #96    +36.7% [+28.6%, +45.2%]        3/3  slower  d
+        #97    +36.7% [+28.6%, +45.2%]        3/3  slower  d
+        #98    +36.7% [+28.6%, +45.2%]        3/3  slower  d
+        #99    +36.7% [+28.6%, +45.2%]        3/3  slower  d
+        #100   +36.7% [+28.6%, +45.2%]        3/3  slower  d
+        #51       +2.5% [-3.5%, +8.9%]        2/3  -       d
+        #52       +2.5% [-3.5%, +8.9%]        2/3  -       d
+        #53       +2.5% [-3.5%, +8.9%]        2/3  -       d
+        #54       +2.5% [-3.5%, +8.9%]        2/3  -       d
+        #55       +2.5% [-3.5%, +8.9%]        2/3  -       d
 
-        group       inputs    gpu/cpu [95% CI]  slower  call
-        decision d     101  0.80x [0.64, 0.97]     0/3  -
+        group       inputs         change [95% CI]  slower in  call
+        decision d     101  -19.8% [-35.6%, -3.3%]        0/3  -
 
         round  side        load  router cpus      gpu MiB  restarts/faults  discarded   driver cpu\
   flags
@@ -160,6 +164,80 @@ def assert_renders_as_blocks(lines):
         cells = len(re.split(r"(?<!\\)\|", line)) if kind == "table" else None
         width = (width or cells) if cells else None
         assert cells == width, line
+    assert_tables_as_github_reads_them("\n".join(lines) + "\n")
+
+
+DELIMITER_ROW = re.compile(r"\|(\s*:?-+:?\s*\|)+")
+
+
+class HtmlTables(html.parser.HTMLParser):
+    """The tables of an HTML document: each a list of rows, each row a list of cell texts."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.cell = []
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self.cell).strip())
+            self.cell = None
+
+
+def html_tables(document):
+    parser = HtmlTables()
+    parser.feed(document)
+    return parser.tables
+
+
+def assert_tables_as_github_reads_them(markdown):
+    """Parse the Markdown as GitHub does (cmark-gfm) and assert that every table the source
+    starts is a table of its own, with the source's header, no row that is another table's
+    header or delimiter, and every source row as wide as its header (GitHub would pad or cut
+    it silently)."""
+    import cmarkgfm  # test-only dependency: GitHub's own CommonMark+GFM parser
+    lines, fenced = markdown.splitlines(), False
+    for i, line in enumerate(lines):  # a table in a code block is text
+        fenced ^= line.startswith("```")
+        lines[i] = "" if fenced or line.startswith("```") else line
+    starts = [i for i, line in enumerate(lines) if DELIMITER_ROW.fullmatch(line.strip())]
+    tables = html_tables(cmarkgfm.github_flavored_markdown_to_html(markdown))
+    assert len(tables) == len(starts), (len(tables), [lines[i - 1] for i in starts])
+    for start, table in zip(starts, tables):
+        header = [c.strip() for c in re.split(r"(?<!\\)\|", lines[start - 1].strip())[1:-1]]
+        assert len(table[0]) == len(header), (table[0], header)
+        end = start + 1
+        while end < len(lines) and lines[end].startswith("|"):
+            cells = re.split(r"(?<!\\)\|", lines[end].strip())[1:-1]
+            assert len(cells) == len(header), (lines[end], header)
+            end += 1
+        assert len(table) == end - start  # the header and every row, nothing more
+        for row in table[1:]:
+            assert not DELIMITER_ROW.fullmatch("|" + "|".join(row) + "|"), row
+            assert row != table[0], row
+
+
+def assert_page_tables_keep_their_columns(page):
+    """Assert that every table of the report page has a header row and rows as wide as it,
+    and no row that is a Markdown delimiter or another header."""
+    tables = html_tables(page)
+    assert tables
+    for table in tables:
+        for row in table[1:]:
+            assert len(row) == len(table[0]), (row, table[0])
+            assert not all(re.fullmatch(r":?-+:?", c) for c in row), row
+            assert row != table[0], row
 
 
 def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_path, cli):
@@ -170,15 +248,16 @@ def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_pa
     lines = result.out.splitlines()
     assert lines[:4] == ["**Verdict: FAIL**: gpu against cpu, 3 rounds used", "",
                          "- decisions differ in r2 (1 input)", ""]
-    assert lines[4] == "| pass | metric | cpu | gpu | gpu - cpu [95% CI] | gpu vs cpu [95% CI] " \
-                       "| worse | detects | verdict |"
+    assert lines[4] == "| pass | metric | cpu | gpu | gpu - cpu [95% CI] | change [95% CI] " \
+                       "| slower in | detects | verdict |"
     assert lines[6] == "| Sequential | p50 ms* | 10.0 | 6.00 | -4.00 [-6.48, -1.52] | " \
-                       "1.68x faster [1.11, 2.56] | 0/3 | >= 178% | better |"
+                       "-40.6% [-60.9%, -9.7%] | 0/3 | >= 178% | better |"
     assert ("- decisions r2: 100/101 agree in every pass; differ: \\#&#8203;2 d -\\> e "
             "(Sequential)") in lines
-    for caption in ("**Largest slowdowns**", "**Each round**", "**Environment**"):
+    for caption in ("**Called slower, then the largest noise**", "**Each round**",
+                    "**Environment**"):
         assert caption in lines
-    assert "| #&#8203;96 | 1.37x [1.29, 1.45] | 3/3 | slower | d |" in lines
+    assert "| #&#8203;96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d |" in lines
     assert_renders_as_blocks(lines)
 
 
@@ -191,10 +270,10 @@ def test_markdown_escapes_what_github_would_read_as_markup(tmp_path, cli):
     lines = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
                 "markdown", "--corpus", corpus).out.splitlines()
     row = next(line for line in lines if line.startswith("| #&#8203;96 "))
-    assert row == ("| #&#8203;96 | 1.37x [1.29, 1.45] | 3/3 | slower | d | 37 | "
+    assert row == ("| #&#8203;96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d | 37 | "
                    "\"a \\| b \\*bold\\* "
                    "\\<img src=x\\> \\[link\\](y) \\#&#8203;1\" |")
-    assert "| decision x\\|y | 3 | 0.60x [0.39, 0.90] | 0/3 | - |" in lines
+    assert "| decision x\\|y | 3 | -40.0% [-60.9%, -9.7%] | 0/3 | - |" in lines
     assert_renders_as_blocks(lines)
 
 
@@ -206,7 +285,7 @@ def test_compare_markdown_and_json(tmp_path, cli):
     assert lines[:5] == [
         "**Verdict: FAIL**: rocm against cpu, one run each, no interval (rounds judges with "
         "intervals)", "", "- decisions differ in 2 inputs (sequential pass, "
-        "--fail-on-decision-change)", "", "| pass | metric | A | B | B - A | B vs A |"]
+        "--fail-on-decision-change)", "", "| pass | metric | A | B | B - A | change, + slower |"]
     assert "  - \\#&#8203;2: z -\\> w" in lines
     assert_renders_as_blocks(lines)
     passed = cli("compare", a, b, "--format", "json")
@@ -305,15 +384,14 @@ def test_rounds_environment_shows_router_cpu_gpu_state_and_slow_phases(tmp_path,
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
     lines = result.out.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("round  side")))
-    assert "\n".join(lines[start:start + 15]) + "\n" == textwrap.dedent("""\
-        round  side  load  router cpus  gpu MiB  restarts/faults  discarded  driver cpu  flags
-        r1     cpu    n/a  n/a              n/a              n/a          0         n/a  -
-        r1     gpu    n/a  n/a          512-520              n/a          0         n/a  -
-        r2     cpu    n/a  n/a              n/a              n/a          0         n/a  -
-        r2     gpu    n/a  n/a          512-520              n/a          0         n/a  \
-foreign cpus above 1, slow phase: Conc 4, governor powersave
-        r3     cpu    n/a  n/a              n/a              n/a          0         n/a  -
-        r3     gpu    n/a  n/a          512-520              n/a          0         n/a  -
+    assert "\n".join(lines[start:start + 17]) + "\n" == textwrap.dedent("""\
+        round  side  gpu MiB  discarded  flags
+        r1     cpu       n/a          0  -
+        r1     gpu   512-520          0  -
+        r2     cpu       n/a          0  -
+        r2     gpu   512-520          0  foreign cpus above 1, slow phase: Conc 4, governor powersave
+        r3     cpu       n/a          0  -
+        r3     gpu   512-520          0  -
 
         round  side  router cpu ms/req  foreign vCPUs (max)  gpu temp C   sclk MHz  mclk MHz  \
  gpu W  gpu use %  slow phases
@@ -329,6 +407,8 @@ foreign cpus above 1, slow phase: Conc 4, governor powersave
    n/a        n/a  -
         r3     gpu           3.00-12.0                0.450     43-48.5  800-2,100     1,600  \
 91-300      0-100  -
+
+        not recorded in any run: load, router cpus, restarts/faults, driver cpu
         """)
     report = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
                             "--format", "json").out)
@@ -345,18 +425,18 @@ def test_compare_shows_router_cpu_and_slow_phases(tmp_path, cli):
     assert result.code == 0
     table = result.out.split("\n\n")[1]
     assert table == textwrap.dedent("""\
-        pass        metric                 A     B   B - A     B vs A
-        Sequential  p50 ms              10.0  10.0   0.000  no change
-                    p95 ms              20.0  20.0   0.000  no change
-                    p99 ms              30.0  30.0   0.000  no change
-                    req/s                100   100   0.000  no change
+        pass        metric                 A     B   B - A  change, + slower
+        Sequential  p50 ms              10.0  10.0   0.000             +0.0%
+                    p95 ms              20.0  20.0   0.000             +0.0%
+                    p99 ms              30.0  30.0   0.000             +0.0%
+                    req/s                100   100   0.000             +0.0%
                     errors                 0     0       0
                     router cpu ms/req   3.00  2.00   -1.00
                     foreign vCPUs      0.300  1.40   +1.10
-        Conc 4      p50 ms              12.0  12.0   0.000  no change
-                    p95 ms              25.0  25.0   0.000  no change
-                    p99 ms              40.0  40.0   0.000  no change
-                    req/s                300   300   0.000  no change
+        Conc 4      p50 ms              12.0  12.0   0.000             +0.0%
+                    p95 ms              25.0  25.0   0.000             +0.0%
+                    p99 ms              40.0  40.0   0.000             +0.0%
+                    req/s                300   300   0.000             +0.0%
                     errors                 0     0       0
                     router cpu ms/req   12.0  8.00   -4.00
                     foreign vCPUs      0.450  1.40  +0.950
@@ -384,7 +464,8 @@ def test_record_rebuilds_a_section_from_per_round_values(tmp_path, cli):
     row = next(line for line in markdown if line.startswith("| Sequential | p50 |"))
     assert row.split(" | ")[2:5] == ["23.2", "8.70",
                                      f"{mean:.1f} [{mean - half:.1f}, {mean + half:.1f}]"]
-    assert row.split(" | ")[5].startswith(f"{speedup:.2f}x [")
+    assert row.split(" | ")[5].startswith(f"{100 * (1 / speedup - 1):+.1f}% [")
+    assert row.split(" | ")[6].startswith(f"{speedup:.2f}x [")  # the published form, labelled
     assert "- Sequential p50 per round: cpu 22.8–23.6 ms, rocm 8.65–8.72 ms" in markdown
     assert "- 101/101 inputs agreed in every pass of every round" in markdown
     assert "- failed requests: none" in markdown
@@ -430,16 +511,16 @@ def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tm
     regression = cases["Sequential p95"].result[0]
     assert isinstance(regression, Failure) and regression.type == "regression"
     # ln(30/20), ln(30.5/20), ln(31/20): mean 0.42190, s 0.016395, t(2) 4.302653
-    assert regression.message == ("worse: change +52.5% [+46.4%, +58.8%], + is worse "
-                                  "(1.52x slower [1.46, 1.59]; new - base +10.5 [9.26, 11.7]; "
-                                  "95% t interval over 3 rounds); tolerance 5%")
+    assert regression.message == ("worse: change +52.5% [+46.4%, +58.8%], + is slower "
+                                  "(new - base +10.5 [9.26, 11.7]; 95% t interval over 3 rounds)"
+                                  "; tolerance 5%")
     decisions = cases["r2 decisions"].result[0]
     assert isinstance(decisions, Failure)
     assert decisions.message == "100/101 inputs agree in every pass"
     assert decisions.text == "#0 d\\u0001<&> -> e (Sequential)"
     assert cases["r1 decisions"].is_passed and cases["r3 decisions"].is_failure
     assert cases["Sequential req/s"].system_out.startswith(
-        "same: change +0.0% [+0.0%, +0.0%], + is worse")
+        "same: change +0.0% [+0.0%, +0.0%], + is slower")
     errors = cases["Sequential errors"].result[0]
     assert errors.message == "failed requests cpu/gpu: r1 0/0, r2 0/0, r3 0/1"
     verdict = cases["verdict"].result[0]
@@ -524,18 +605,20 @@ def test_requests_csv_has_a_line_per_request(tmp_path):
     assert rows[102][:2] == ["c4", "0"]
 
 
-def test_change_is_said_in_words_with_the_interval_in_the_same_direction():
-    assert rl.change_text(1.35) == "1.35x faster"
-    assert rl.change_text(1 / 1.14) == "1.14x slower"
-    assert rl.change_text(1.0) == "no change"
+def test_a_change_is_a_signed_percent_of_time_with_its_interval_the_same_way():
+    assert rl.change_text(1.35) == "-25.9%"
+    assert rl.change_text(1 / 1.14) == "+14.0%"
+    assert rl.change_text(1.0) == "+0.0%"
     assert rl.change_text(None) == rl.change_text(0.0) == "n/a"
-    assert rl.change_text(1.68, 1.11, 2.56) == "1.68x faster [1.11, 2.56]"
-    # a slowdown's interval is the slowdown's: 1/high to 1/low of the speedup's
-    assert rl.change_text(0.8, 0.5, 1.25) == "1.25x slower [0.80, 2.00]"
+    assert rl.change_text(1.68, 1.11, 2.56) == "-40.5% [-60.9%, -9.9%]"
+    # a slowdown's interval: 1/high - 1 to 1/low - 1 of the speedup's
+    assert rl.change_text(0.8, 0.5, 1.25) == "+25.0% [-20.0%, +100.0%]"
+    assert rl.pct_text(-1e-17) == "+0.0%"
 
 
-def test_compare_and_rounds_say_the_same_change_the_same_way(tmp_path, cli):
-    # gpu takes 14% longer and serves 14% fewer requests a second, in every round alike
+def test_every_report_says_the_same_change_the_same_way(tmp_path, cli):
+    # gpu takes 14% longer and serves 14% fewer requests a second, in every round alike: text,
+    # Markdown, JSON, JUnit, the page and the record all say +14.0%, never 1.14x or 0.88x
     for number, factor in enumerate((1.13, 1.14, 1.15), 1):
         make_run(tmp_path / f"r{number}-cpu.json", label="cpu", passes={1: (10, 20, 30, 100)},
                  started_unix=1000.0 * number)
@@ -544,15 +627,146 @@ def test_compare_and_rounds_say_the_same_change_the_same_way(tmp_path, cli):
                  started_unix=1000.0 * number + (300 if number % 2 else -300))
     compared = cli("compare", tmp_path / "r2-cpu.json", tmp_path / "r2-gpu.json").out
     changes = [line for line in compared.splitlines() if " ms " in line or " req/s " in line]
-    assert len(changes) == 4 and all(line.endswith("  1.14x slower") for line in changes)
+    assert len(changes) == 4 and all(line.endswith("  +14.0%") for line in changes)
     report = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
                             "--format", "json").out)
     for row in report["rows"]:
-        assert row["change_text"].startswith("1.14x slower [")
+        assert row["change_text"].startswith("+14.0% [")
         assert row["speedup"] == pytest.approx(1 / 1.14, rel=1e-3)  # the number stays
-    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
-    rows = [line for line in text.splitlines() if "1.14x slower [" in line]
+    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--junit",
+               tmp_path / "junit.xml", "--html", tmp_path / "page.html").out
+    rows = [line for line in text.splitlines() if "+14.0% [" in line]
     for metric, row in zip(["p50 ms*", "p95 ms*", "p99 ms ", "mean ms", "req/s*"], rows):
         assert f" {metric} " in row
-    assert rows[5].startswith("gated rows together: 1.14x slower [")
-    assert "the 3 gated rows together are 1.14x slower [" in rows[6]  # the verdict's reason
+    assert rows[5].startswith("gated rows together: +14.0% [")
+    verdict = text.splitlines()[-1]
+    assert "the 3 gated rows together are +14.0% [" in verdict  # the verdict's reason
+    markdown = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                   "markdown").out
+    table = markdown.split("| pass | metric |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(table) == 5 and all(" | +14.0% [" in line for line in table)
+    junit = (tmp_path / "junit.xml").read_text()
+    assert junit.count("change +14.0% [") >= 3 and "x slower" not in junit
+    page = (tmp_path / "page.html").read_text()
+    assert page.count("+14.0% [") >= 8 and "x slower" not in page and "x faster" not in page
+    cli("record", "--section", f"s={tmp_path}:cpu:gpu", "--json", tmp_path / "record.json",
+        "--markdown", tmp_path / "record.md")
+    record = (tmp_path / "record.md").read_text()
+    assert record.count("| +14.0% [") == 5 and "| published speedup, above 1 faster" in record
+    for output in (text, markdown, junit, page, record):
+        assert "1.14x" not in output and "x slower" not in output and "x faster" not in output
+
+
+def test_every_table_keeps_its_columns_in_markdown_and_on_the_page(tmp_path, cli):
+    # rounds with router CPU and GPU state: two environment tables, the slower inputs, each
+    # round; compare and record too
+    suspect_rounds(tmp_path)
+    for extra in ((), ("--per-round",)):
+        result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
+                     "markdown", "--html", tmp_path / "page.html", *extra)
+        assert result.code in (0, 3), result.err
+        assert_renders_as_blocks(result.out.splitlines())
+        assert result.out.count("| round | side |") == 2  # the two environment tables
+        page = (tmp_path / "page.html").read_text()
+        assert_page_tables_keep_their_columns(page)
+        environment = page.split("<h2>Environment</h2>", 1)[1]
+        assert len(html_tables(environment)) == 2
+    compared = cli("compare", tmp_path / "r2-cpu.json", tmp_path / "r2-gpu.json", "--format",
+                   "markdown").out
+    assert_renders_as_blocks(compared.splitlines())
+    cli("record", "--section", f"s={tmp_path}:cpu:gpu", "--json", tmp_path / "record.json",
+        "--markdown", tmp_path / "record.md")
+    assert_tables_as_github_reads_them((tmp_path / "record.md").read_text())
+
+
+def test_a_table_parser_finds_tables_run_together(tmp_path):
+    # the check itself: two tables with no blank line between read as one
+    joined = "| a | b |\n|:---|---:|\n| 1 | 2 |\n| c | d | e |\n|:---|---:|---:|\n| 3 | 4 | 5 |\n"
+    with pytest.raises(AssertionError):
+        assert_tables_as_github_reads_them(joined)
+    assert_tables_as_github_reads_them(joined.replace("| 2 |\n", "| 2 |\n\n"))
+
+
+def test_environment_columns_no_run_recorded_are_left_out_and_named(tmp_path, cli):
+    # GPU memory recorded on one side only: the column stays, n/a where it was not recorded
+    three_rounds(tmp_path)
+    text = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu").out
+    header = next(line for line in text.splitlines() if line.startswith("round  side"))
+    assert header.split() == ["round", "side", "load", "router", "cpus", "gpu", "MiB",
+                              "restarts/faults", "discarded", "driver", "cpu", "flags"]
+    assert "not recorded in any run" not in text
+    # runs that recorded none of them (no GPU, no load, no router): those columns go
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for number in (1, 2, 3):
+        for side in ("cpu", "gpu"):
+            make_run(bare / f"r{number}-{side}.json", label=side,
+                     started_unix=1000.0 * number + 500 * ((side == "gpu") == number % 2))
+    text = cli("rounds", "--dir", bare, "--base", "cpu", "--new", "gpu", "--html",
+               bare / "page.html").out
+    header = next(line for line in text.splitlines() if line.startswith("round  side"))
+    assert header.split() == ["round", "side", "discarded", "flags"]
+    assert ("not recorded in any run: load, router cpus, gpu MiB, restarts/faults, "
+            "driver cpu") in text
+    page = (bare / "page.html").read_text()
+    assert "gpu MiB</th>" not in page and "not recorded in any run: load" in page
+
+
+def test_slower_inputs_lead_with_those_called_slower_then_the_largest_noise(tmp_path, cli):
+    # 15 noisy inputs with the largest ratios, then 12 called slower: the table shows the 12
+    # its header counts first, then the largest noise, and names none as "more"
+    three_rounds(tmp_path)
+    report = rl.judge_rounds({n: {s: rl.load_run(str(tmp_path / f"r{n}-{s}.json"))
+                                  for s in ("cpu", "gpu")} for n in (1, 2, 3)}, "cpu", "gpu")
+    noise = [rl.Slowdown(i, 2.0 - i / 100, 0.5, 4.0, 2, 3, 0.3, "noise") for i in range(15)]
+    slower = [rl.Slowdown(100 + i, 1.3, 1.2, 1.4, 3, 3, 0.001, "slower") for i in range(12)]
+    rest = [rl.Slowdown(200 + i, 1.0, 0.9, 1.1, 1, 3, 0.9, "") for i in range(5)]
+    found = rl.InputSlowdowns("sequential", (1, 2, 3), tuple(noise + slower + rest), (), (),
+                              0.05, 5.0)
+    intro, inputs, more, _ = rl.slowdown_tables(report._replace(slowdowns=found), str, 20)
+    assert intro.startswith("slower inputs: 12 of 32 (")
+    assert inputs.caption == "Called slower, then the largest noise"
+    assert [row[0] for row in inputs.rows] == [f"#{100 + i}" for i in range(12)] + [
+        f"#{i}" for i in range(8)]
+    assert [row[3] for row in inputs.rows] == ["slower"] * 12 + ["noise"] * 8
+    assert inputs.rows[0][1] == "+30.0% [+20.0%, +40.0%]" and more == ""
+    _, inputs, more, _ = rl.slowdown_tables(report._replace(slowdowns=found), str, 10)
+    assert [row[3] for row in inputs.rows] == ["slower"] * 10
+    assert more.startswith("2 more called slower: #110, #111")
+
+
+def test_page_axes_follow_the_data(tmp_path):
+    # the latency distribution starts at the fastest routed request (an expected rejection
+    # answered in 0.1 ms is not drawn), and a pass at 50-70 ms fills its plot
+    requests = tuple(rl.Request(i, None, 50.0 + 20 * i / 99, 200, "d", None) for i in range(100))
+    rejected = (rl.Request(100, None, 0.1, 400, None, None, outcome="expected_rejection"),)
+    summary = rl.pass_summary(requests, 1.0)
+    attempt = rl.Attempt(None, None, "2026-01-01T00:00:00Z", 1.0, {}, None, {}, summary,
+                         requests + rejected)
+    run = rl.RunFile("x", True, {"path": "c.json", "sha256": "a" * 64, "count": 101},
+                     (rl.PassRecord("sequential", 1, False, False, attempt),))
+    (view,) = rl.pass_latencies({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", [1])[:1]
+    assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
+    svg = rl.line_plot([rl.Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
+                                  False, "r1")], "t", "x", "y", x_log=True)
+    xs = [float(p.split(",")[0]) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
+    assert max(xs) - min(xs) > 0.8 * (560 - 14 - 58)  # the line fills the plot's width
+
+
+@pytest.mark.parametrize("points", [
+    [-0.63, -0.60, -0.66, -0.64],  # about -47%: beyond a last tick of -40% before
+    [0.07, 0.075, 0.072],          # +7 to +8%: beyond a last tick of +5% before
+    [-0.02, 0.01, 0.3],            # +35%
+    [-2.5, -2.0],                  # -92%
+    [-0.9, -0.3, 0.013],           # +1.3% at the top of a wide axis: its tick not on 0's
+    [-0.02, 0.3, 1.1],             # +200%: its label inside the plot
+])
+def test_forest_ticks_cover_every_point(points):
+    low, high = min(points), max(points)
+    tolerance = math.log(1.05)
+    axis = rl.forest_axis(points + [tolerance, -tolerance], 16, 544)
+    ticks = [math.log1p(t / 100) for t in rl.forest_ticks(axis, (low, high))]
+    assert min(ticks) <= low and max(ticks) >= high, (ticks, points)
+    assert 0.0 in ticks
+    pixels = [axis.at(t) for t in ticks]
+    assert all(b - a >= 30 for a, b in zip(pixels, pixels[1:])), pixels
