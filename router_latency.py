@@ -138,6 +138,7 @@ MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body
 MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
 MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
 MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
+HEX_DIGITS = b"0123456789abcdefABCDEF"
 CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
 OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
 # the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
@@ -3071,6 +3072,30 @@ def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequen
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body
 
 
+def whole_chunked(data: bytes, pos: int) -> Optional[bytes]:
+    """Return the body of a chunked answer that lies whole in data from pos, its chunks in the
+    plainest form: sizes of 1 to 8 hex digits without extensions, each chunk's data followed by
+    CRLF, the last chunk without trailers, nothing after it. None for anything else, which the
+    incremental parser then reads (and judges) from the start: one scan of the read, no copy
+    of the body but its one slice."""
+    pieces = []
+    size = 1
+    while size:
+        end = data.find(b"\r\n", pos, pos + 10)
+        line = data[pos:end]
+        if end < 0 or not line or line.strip(HEX_DIGITS):
+            return None
+        size = int(line, 16)
+        pos = end + 2 + size
+        if data[pos:pos + 2] != b"\r\n":
+            return None
+        pieces.append(data[end + 2:pos])
+        pos += 2
+    if pos != len(data) or sum(map(len, pieces)) > MAX_BODY_BYTES:
+        return None
+    return pieces[0] if len(pieces) == 2 else b"".join(pieces)
+
+
 class ResponseReader:
     """Incremental parser of one HTTP/1.x response: feed it bytes until it says complete.
 
@@ -3112,6 +3137,11 @@ class ResponseReader:
                 if self._mode == "length" and len(data) - end - 4 == self._left:
                     self.body, self._mode = data[end + 4:], "done"
                     return True
+                if self._mode == "size":  # chunked, as Go sends a body over 2 KB
+                    body = whole_chunked(data, end + 4)
+                    if body is not None:
+                        self.body, self._mode = body, "done"
+                        return True
                 data = data[end + 4:]
         buffer += data
         used = self._advance(buffer)
@@ -3512,6 +3542,16 @@ def decoded_answer(body: bytes) -> Any:
     return document
 
 
+@functools.lru_cache(maxsize=32)
+def decision_members(paths: tuple) -> tuple:
+    """Return, of decision paths, the names of the top-level members they read, and per path
+    (optional, its alternatives as key tuples)."""
+    plan = tuple((path.endswith("?"), tuple(tuple(alternative.split("."))
+                                            for alternative in path.rstrip("?").split("|")))
+                 for path in paths)
+    return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
+
+
 def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     """Return the routing decision of a response by decision paths, or None when absent.
 
@@ -3519,12 +3559,11 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     '?' is optional. The found parts are joined with '|'.
     """
     found = []
-    for path in paths:
-        optional = path.endswith("?")
+    for optional, alternatives in decision_members(tuple(paths))[1]:
         value = None
-        for alternative in path.rstrip("?").split("|"):
+        for keys in alternatives:
             value = document
-            for key in alternative.split("."):
+            for key in keys:
                 value = value.get(key) if isinstance(value, dict) else None
             if value is not None and value != "":
                 break
@@ -3532,8 +3571,109 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
             if optional:
                 continue
             return None
-        found.append(decision_text(value))
+        found.append(value if type(value) is str and len(value) <= DECISION_CHARS
+                     else decision_text(value))
     return "|".join(found) if found else None
+
+
+def decision_settled(found: dict, plan: tuple) -> bool:
+    """Return whether the members found so far settle every path as the whole document would:
+    each path has a present value whose preceding alternatives were all found (empty), or all
+    its alternatives were found."""
+    for _, alternatives in plan:
+        for keys in alternatives:
+            if keys[0] not in found:
+                return False
+            value = found
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None and value != "":
+                break
+    return True
+
+
+_scan_json = json.JSONDecoder().scan_once  # the C scanner: one value from an index
+_scan_json_key = json.decoder.scanstring
+JSON_SPACE = " \t\n\r"
+WHOLE_JSON_BYTES = 512  # answers up to this long are decoded whole
+_json_space = re.compile(r"[ \t\n\r]*").match
+
+
+DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
+
+
+def answer_document(body: bytes, paths: Sequence[str]) -> Any:
+    """Return as much of a JSON answer as decision paths read: a dict of the top-level members
+    they name, each decoded, read from the start until the paths are settled (the router puts
+    decision_result and selected_model before its ~2 KB of metrics, which are then never
+    decoded). Anything but a UTF-8 object of that plain form is decoded whole by
+    decoded_answer, raising as it does; each member read is held to MAX_ANSWER_DEPTH as it
+    would be. Past the decision only the end is looked at (an answer cut short is bad_json,
+    one nested too deep there is not seen); a member sent twice counts as first read, where
+    json.loads keeps the last.
+
+    A small body is decoded whole by the C scanner, faster than this reads its members.
+    A path ending in '?' that is never present makes the read go to the end; a caller that
+    records more members (per-signal metrics) names them as such paths ('metrics?')."""
+    try:
+        text = body.decode()
+        if len(body) <= WHOLE_JSON_BYTES:
+            index = _json_space(text).end()
+            document, index = _scan_json(text, index)
+            # more brackets than the limit: it might nest too deep, decoded_answer judges it
+            members = document if not text[index:].strip(JSON_SPACE) and (
+                body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
+        else:
+            # decision_result too, read wherever it stands: default_route looks at it
+            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))
+    except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
+        members = None
+    # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
+    return decoded_answer(body) if members is None else members
+
+
+def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
+    """Return the named members of the JSON object in text, reading from its start until the
+    plan's paths are settled; None when text is not a plain object (a BOM, another value, an
+    odd token). Raise ValueError, IndexError or StopIteration on malformed JSON, RequestFailed
+    'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
+    index = _json_space(text).end()
+    if text[index] != "{" or not text.rstrip(JSON_SPACE).endswith("}"):
+        return None  # not an object, or one cut short: decoded whole, to say why
+    found: dict = {}
+    index = _json_space(text, index + 1).end()
+    if text[index] == "}":
+        return found if not text[index + 1:].strip(JSON_SPACE) else None
+    while text[index] == '"':
+        name, index = _scan_json_key(text, index + 1)
+        if text[index] != ":":  # a compact answer (Go's, Python's) has no spaces to skip
+            index = _json_space(text, index).end()
+            if text[index] != ":":
+                return None
+        index += 1
+        if text[index] in JSON_SPACE:
+            index = _json_space(text, index).end()
+        start = index
+        value, index = _scan_json(text, index)
+        # a value with fewer brackets than the depth limit cannot nest that deep
+        if index - start >= 2 * MAX_ANSWER_DEPTH and isinstance(value, (dict, list)) \
+                and text.count("[", start, index) + text.count("{", start, index) \
+                >= MAX_ANSWER_DEPTH and nested_deeper(value, MAX_ANSWER_DEPTH - 1):
+            raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels")
+        if name in names:
+            found[name] = value
+            if decision_settled(found, plan):
+                return found
+        if text[index] != ",":
+            index = _json_space(text, index).end()
+            if text[index] == "}":
+                return found if not text[index + 1:].strip(JSON_SPACE) else None
+            if text[index] != ",":
+                return None
+        index += 1
+        if text[index] in JSON_SPACE:
+            index = _json_space(text, index).end()
+    return None
 
 
 DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
@@ -3670,10 +3810,11 @@ def classify(status: int, body: bytes, paths: Sequence[str], *,
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
-    if not body.strip():
+    if not body or body.isspace():  # as `not body.strip()`, without copying the body
         return None, "no_decision", None
     try:
-        document = decoded_answer(body)
+        # on_document reads the per-signal metrics: the partial read must decode them too
+        document = answer_document(body, paths if on_document is None else (*paths, "metrics?"))
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
     if on_document is not None:
@@ -4751,6 +4892,11 @@ class RawResult(NamedTuple):
     signal_ms: tuple = ()  # the answer's per-signal times, in its SignalTable's order
 
 
+_scheduled_of = operator.attrgetter("scheduled")  # sort keys without a Python call per item
+_started_of = operator.attrgetter("started")
+_ended_of = operator.attrgetter("ended")
+
+
 class _Slot:
     """One connection of a pass and the request it carries."""
 
@@ -5025,6 +5171,7 @@ class PassLoop:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
+            nearest = math.inf  # the soonest deadline of a request in flight
             if not self.busy:
                 if not self._more(now) or self.stop.is_set():
                     break
@@ -5037,7 +5184,9 @@ class PassLoop:
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
             self._handle(self._poll(min(wait, 0.1)), perf())
-            self._expire(perf(), grace_end)
+            now = perf()
+            if nearest <= now:  # answers and retries only move deadlines later
+                self._expire(now, grace_end)
         for slot in slots:
             self._close(slot)
         self.selector.close()
@@ -5103,7 +5252,9 @@ class PassLoop:
     def _start_due(self, now: int, origin: int) -> None:
         """Send what is due: closed loop, a request per free connection; open loop, every
         request whose time has come while a connection is free."""
-        while self.idle and self._more(now) and not self.stop.is_set():
+        while self.idle and self.next_index < self.total \
+                and (self.end_ns is None or now < self.end_ns) and not self.stop.is_set():
+            # (_more, written out: this runs once an answer)
             if self.schedule is None:
                 scheduled = now
             else:
@@ -5122,19 +5273,21 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
     prompt i % count, repetition i // count (without count, prompt i)."""
     if not results:
         return [], 0.0
-    ordered = sorted(results, key=lambda r: r.scheduled)
-    first = min(r.started for r in ordered)
-    last = max(r.ended for r in ordered)
+    ordered = sorted(results, key=_scheduled_of)
+    first = min(map(_started_of, ordered))
+    last = max(map(_ended_of, ordered))
     requests = []
     for raw in ordered:
-        origin = raw.scheduled if open_loop else raw.started
-        rep, prompt_id = divmod(raw.index, count) if count else (0, raw.index)
+        # RawResult's leading fields in one step: a NamedTuple's fields, read one by one, are
+        # a lookup each, the cost of a few answers' parsing over a pass
+        index, scheduled, started, ended, status, decision, error, retried, code = raw[:9]
+        origin = scheduled if open_loop else started
+        rep, prompt_id = divmod(index, count) if count else (0, index)
         requests.append(Request(
-            prompt_id, round((raw.started - first) / 1e6, 4),
-            round((raw.ended - origin) / 1e6, 4), raw.status, raw.decision, raw.error,
-            round((raw.ended - raw.started) / 1e6, 4) if open_loop else None,
-            round((raw.started - raw.scheduled) / 1e6, 4) if open_loop else None, raw.code,
-            None, rep, raw.retried, raw.reason, raw.signal_ms))
+            prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
+            status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
+            round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
+            retried, raw.reason, raw.signal_ms))
     return requests, (last - first) / 1e9
 
 
@@ -5142,7 +5295,7 @@ def config_hashes_of(results: Sequence[RawResult]) -> tuple:
     """Return the valid x-vsr-config-hash values of a pass's answers, distinct, in send order
     (the router sends 64 lowercase hex digits or no header at all)."""
     seen: list = []
-    for raw in sorted(results, key=lambda r: r.scheduled):
+    for raw in sorted(results, key=_scheduled_of):
         if raw.config_hash and raw.config_hash not in seen \
                 and CONFIG_HASH_PATTERN.fullmatch(raw.config_hash):
             seen.append(raw.config_hash)

@@ -1,15 +1,25 @@
 #!/usr/bin/env python3
-"""Two builds of router_latency.py, alternated in one run: did a change slow the driver down?
+"""Two builds of router_latency.py, alternated in one run with wrk and hey: did a change slow
+the driver down, and how far is it from a C and a Go client?
 
-Starts nginx (a null target: a fixed preview answer) pinned to the last core, then measures
-each build in turn, ABAB..., over --reps repetitions: `run --concurrency 1,16` of a 2,000-prompt
-corpus against it, pinned to the other cores. Prints, per build, the median over repetitions
-of the sequential p50, the concurrency-16 p50 and req/s, and the driver's CPU seconds per
-1,000 requests (from the run file), with each build's range.
+Starts the targets pinned to the last core: `null`, nginx answering a fixed small decision
+(what is left is the client's cost), and `go`, bench/go_router: Go's net/http waiting 2 ms and
+answering ~2.7 KB of JSON shaped like the router's preview answer (metrics per signal), which
+Go sends chunked. Then, over --reps repetitions, measures on each target, in an order that
+alternates (ABAB, then BABA, the load generators between them): each build's `run` at
+concurrency 1 (--seq-requests prompts) and at concurrency 16 (--c16-requests), and wrk and hey
+at concurrency 1 and 16 for --seconds each, all pinned to the other cores. Prints, per
+target, the median [range] over repetitions of the sequential p50, the concurrency-16 req/s
+and p50, the driver's CPU seconds per 1,000 requests (from the run file), and the ratios the
+targets are stated in: each build's concurrency-16 req/s over wrk's and hey's (median of the
+per-repetition ratios) and its sequential p50 minus wrk's. hey prints its percentiles to
+0.1 ms, wrk to 1 us.
 
-    python3 bench/compare_builds.py OLD.py NEW.py [--reps 5]
+    python3 bench/compare_builds.py OLD.py NEW.py [--reps 4] [--targets null,go]
 
-Uses bench/driver_overhead.py's nginx set-up (installs nginx-light with apt-get when missing).
+An old build is `git show REV:router_latency.py > /tmp/REV.py`. Uses bench/driver_overhead.py's
+set-up (nginx-light, wrk; hey and go for the go target). The machine's load (os.getloadavg)
+is printed before and after: on a shared machine the figures are only as good as it is quiet.
 Not a test: it prints figures and asserts nothing.
 """
 
@@ -17,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,54 +39,96 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import driver_overhead as bench  # noqa: E402
 
 
-def measure(tool: str, url: str, corpus: Path, out: Path) -> dict:
-    """Return the figures of one run of a build against url."""
+def measure(tool: str, url: str, corpus: Path, out: Path, level: int) -> dict:
+    """Return the figures of one pass of a build against url."""
+    if out.exists():
+        out.unlink()
     subprocess.run([sys.executable, tool, "run", "--url", url, "--corpus", str(corpus),
-                    "--out", str(out), "--label", "x", "--concurrency", "1,16", "--quiet",
+                    "--out", str(out), "--label", "x", "--concurrency", str(level), "--quiet",
                     "--force", "--gpu", "none", "--warmup", "200"],
                    check=True, preexec_fn=bench.pinned(bench.CLIENT_CPUS))
-    document = json.loads(out.read_text())
-    passes = {p["name"]: p for p in document["passes"]}
-    requests = sum(p["summary"]["requests"] for p in passes.values())
-    cpu = sum(p["driver_cpu_s"] for p in passes.values())
-    return {"seq_p50": passes["sequential"]["summary"]["p50_ms"],
-            "c16_p50": passes["c16"]["summary"]["p50_ms"],
-            "c16_rps": passes["c16"]["summary"]["req_per_s"],
-            "cpu_per_1000": 1000 * cpu / requests}
+    item = json.loads(out.read_text())["passes"][0]
+    summary = item["summary"]
+    return {"p50_ms": summary["p50_ms"], "req_per_s": summary["req_per_s"],
+            "cpu_per_1000": 1000 * item["driver_cpu_s"] / summary["requests"]}
+
+
+def one_repetition(rep: int, builds: dict, url: str, work: Path, args) -> dict:
+    """Measure every build and client once on one target; return {(who, level): figures}."""
+    order = list(builds) if rep % 2 == 0 else list(reversed(builds))
+    clients = ["wrk", "hey"]
+    sequence = [order[0], clients[rep % 2], order[1], clients[1 - rep % 2]]
+    figures = {}
+    for who in sequence:
+        for level in (1, 16):
+            if who in builds:
+                figures[(who, level)] = measure(builds[who], url, work / f"c{level}.json",
+                                                work / "run.json", level)
+            elif who == "wrk":
+                figures[(who, level)] = bench.wrk(url, work / "post.lua", level, args.seconds)
+            else:
+                figures[(who, level)] = bench.hey(url, work / "body.json", level, args.seconds)
+    return figures
+
+
+def cell(values: list, digits: str = ".4g") -> str:
+    return (f"{statistics.median(values):{digits}} "
+            f"[{min(values):{digits}}, {max(values):{digits}}]")
+
+
+def report(target: str, runs: list, builds: dict) -> None:
+    """Print one target's medians [range] and the stated ratios."""
+    print(f"\n{target}: medians [range] over {len(runs)} repetitions")
+    rows = [("sequential p50 ms", 1, "p50_ms", ".4f"), ("conc 16 p50 ms", 16, "p50_ms", ".3f"),
+            ("conc 16 req/s", 16, "req_per_s", ",.0f")]
+    for who in list(builds) + ["wrk", "hey"]:
+        parts = [f"{title} {cell([r[(who, level)][key] for r in runs], digits)}"
+                 for title, level, key, digits in rows]
+        if who in builds:
+            parts.append(f"CPU s/1k "
+                         f"{cell([r[(who, 16)]['cpu_per_1000'] for r in runs], '.4f')}")
+        print(f"  {who:<5} " + "; ".join(parts))
+    for who in builds:
+        ratios = {client: [r[(who, 16)]["req_per_s"] / r[(client, 16)]["req_per_s"]
+                           for r in runs] for client in ("wrk", "hey")}
+        overhead = [r[(who, 1)]["p50_ms"] - r[("wrk", 1)]["p50_ms"] for r in runs]
+        print(f"  {who}: conc 16 req/s {cell(ratios['wrk'], '.3f')}x wrk, "
+              f"{cell(ratios['hey'], '.3f')}x hey; sequential p50 over wrk "
+              f"{cell(overhead, '+.4f')} ms")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old")
     parser.add_argument("new")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--targets", default="null,go")
+    parser.add_argument("--seq-requests", type=int, default=1000)
+    parser.add_argument("--c16-requests", type=int, default=12000)
+    parser.add_argument("--seconds", type=float, default=2.0, help="of each wrk and hey run")
     args = parser.parse_args()
     bench.ensure_tools()
+    builds = {"old": args.old, "new": args.new}
+    print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; targets on core "
+          f"{sorted(bench.SERVER_CPUS)}, clients on {sorted(bench.CLIENT_CPUS)}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        corpus = work / "corpus.json"
-        bench.write_corpus(corpus, 2000)
-        nginx, url = bench.start_nginx(work)
-        figures: dict = {"old": [], "new": []}
-        try:
-            for rep in range(args.reps):
-                order = ("old", "new") if rep % 2 == 0 else ("new", "old")
-                for build in order:
-                    tool = args.old if build == "old" else args.new
-                    figures[build].append(measure(tool, url, corpus, work / "run.json"))
-        finally:
-            nginx.terminate()
-            nginx.wait(10)
-    print(f"{args.reps} repetitions alternated (ABAB, then BABA); null target (nginx) on core "
-          f"{sorted(bench.SERVER_CPUS)}, driver on {sorted(bench.CLIENT_CPUS)}; medians [range]")
-    for key, title in (("seq_p50", "sequential p50 ms"), ("c16_p50", "conc 16 p50 ms"),
-                       ("c16_rps", "conc 16 req/s"), ("cpu_per_1000", "driver CPU s / 1,000")):
-        cells = []
-        for build in ("old", "new"):
-            values = [f[key] for f in figures[build]]
-            cells.append(f"{build} {statistics.median(values):.4g} "
-                         f"[{min(values):.4g}, {max(values):.4g}]")
-        print(f"{title:<22} " + "   ".join(cells))
+        bench.write_corpus(work / "c1.json", args.seq_requests)
+        bench.write_corpus(work / "c16.json", args.c16_requests)
+        (work / "post.lua").write_text(bench.WRK_SCRIPT % (
+            json.dumps(bench.BODY), json.dumps(f"router-latency/{bench.rl.__version__}")))
+        (work / "body.json").write_text(bench.BODY)
+        for target in args.targets.split(","):
+            server, url = (bench.start_nginx(work) if target == "null"
+                           else bench.start_go_router(work))
+            try:
+                bench.wrk(url, work / "post.lua", 16, 1)  # warm the target
+                runs = [one_repetition(rep, builds, url, work, args) for rep in range(args.reps)]
+            finally:
+                server.terminate()
+                server.wait(10)
+            report(target, runs, builds)
+    print(f"\nload after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

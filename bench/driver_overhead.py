@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """The driver's own cost: router_latency.py run against wrk on the same loopback endpoints.
 
-Starts two targets on 127.0.0.1:
+Starts three targets on 127.0.0.1:
   null   nginx (Debian nginx-light) answering every preview with `return 200` and a fixed
          decision JSON: what is left is the client's and the loopback's cost;
-  sim2   router_latency.py simulate with a fixed 2 ms delay.
+  sim2   router_latency.py simulate with a fixed 2 ms delay;
+  go2    bench/go_router: Go's net/http waiting 2 ms and answering ~2.7 KB of JSON shaped like
+         the router's preview answer (metrics per signal), which Go sends chunked: the real
+         answer's shape and framing (skipped without go, or with --no-go).
 Then, interleaved over --reps repetitions, measures each target with wrk (a C load generator,
-POST with a Lua body, percentiles from its HdrHistogram) and with `router_latency.py run` at
-concurrency 1, 4 and 16, and ends with one 100,000-request run for the driver's peak RSS.
+POST with a Lua body, percentiles from its HdrHistogram), with hey (Go's net/http client) and
+with `router_latency.py run` at concurrency 1, 4 and 16, and ends with one 100,000-request run
+for the driver's peak RSS.
 
     python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
     python3 bench/driver_overhead.py --signals [--reps 5]
@@ -146,6 +150,52 @@ def start_simulator(work: Path) -> tuple:
     while not url_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     return process, url_file.read_text().strip()
+
+
+GO_ROUTER = ROOT / "bench" / "go_router"
+
+
+def start_go_router(work: Path, *, small: bool = False, delay_ms: float = 2) -> tuple:
+    """Build bench/go_router (Go's net/http answering like the router's preview: ~2.7 KB of
+    JSON with metrics per signal, sent chunked; --small: ~130 bytes with a Content-Length) and
+    start it on the server cores; return (process, base URL)."""
+    if not shutil.which("go"):
+        raise SystemExit("needs go (apt-get install golang-go) for the Go router target")
+    binary = work / "go-router"
+    if not binary.exists():
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=GO_ROUTER, check=True,
+                       env={**os.environ, "GOFLAGS": "-mod=mod", "GO111MODULE": "on"})
+    url_file = work / f"go-router-{'small' if small else 'preview'}.url"
+    process = subprocess.Popen([str(binary), "--port", "0", "--url-file", str(url_file),
+                                "--delay", f"{delay_ms:g}ms"] + (["--small"] if small else []),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               preexec_fn=pinned(SERVER_CPUS))
+    deadline = time.monotonic() + 10
+    while not (url_file.exists() and url_file.read_text().strip()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return process, url_file.read_text().strip()
+
+
+def hey(url: str, body_file: Path, concurrency: int, seconds: float) -> dict:
+    """Measure with hey (Go's net/http client, one goroutine per connection); return p50, p99
+    and req/s as wrk() does."""
+    done = subprocess.run(["hey", "-z", f"{seconds:g}s", "-c", str(concurrency), "-m", "POST",
+                           "-T", "application/json", "-D", str(body_file),
+                           url + rl.PREVIEW_PATH], capture_output=True, text=True,
+                          timeout=seconds + 30, preexec_fn=pinned(CLIENT_CPUS))
+    figures: dict = {"errors": 0}
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if line.strip().startswith("Requests/sec:"):
+            figures["req_per_s"] = float(words[1])
+        elif len(words) >= 4 and words[0] in ("50%", "99%") and words[1] == "in":
+            figures[f"p{words[0][:-1]}_ms"] = float(words[2]) * 1000
+        elif line.strip().startswith("[") and "responses" in line and not words[0][1:-1] == "200":
+            figures["errors"] += int(words[1])
+    if "req_per_s" not in figures:
+        raise SystemExit(f"hey printed no figures: {done.stdout[-500:]} {done.stderr[-500:]}")
+    return figures
 
 
 def write_corpus(path: Path, count: int) -> None:
@@ -292,6 +342,7 @@ def main() -> int:
                         help="only the cost of recording per-signal times (see above)")
     parser.add_argument("--skip-rss", action="store_true", help="skip the 100,000-request run")
     parser.add_argument("--no-pin", action="store_true", help="let everything share all cores")
+    parser.add_argument("--no-go", action="store_true", help="skip the Go router target")
     args = parser.parse_args()
     if args.no_pin:
         SERVER_CPUS.update(CPUS)
@@ -303,13 +354,20 @@ def main() -> int:
     script = work / "post.lua"
     # the same request bytes as the driver's: body, and headers but for their order
     script.write_text(WRK_SCRIPT % (json.dumps(BODY), json.dumps(f"router-latency/{rl.__version__}")))
-    corpora = {"null": (work / "null.json", 4000), "sim2": (work / "sim2.json", 1000)}
+    corpora = {"null": (work / "null.json", 4000), "sim2": (work / "sim2.json", 1000),
+               "go2": (work / "go2.json", 2000)}
+    body_file = work / "body.json"
+    body_file.write_text(BODY)
     for path, count in corpora.values():
         write_corpus(path, count)
     nginx, null_url = start_nginx(work)
     simulator, sim_url = start_simulator(work)
     targets = {"null": null_url, "sim2": sim_url}
-    results = {(t, c, tool): [] for t in targets for c in LEVELS for tool in ("wrk", "driver")}
+    go_router = None
+    if not args.no_go and shutil.which("go") and shutil.which("hey"):
+        go_router, targets["go2"] = start_go_router(work)
+    tools = ("wrk", "hey", "driver")
+    results = {(t, c, tool): [] for t in targets for c in LEVELS for tool in tools}
     cpu = {(t, c): [] for t in targets for c in LEVELS}
     started = time.monotonic()
     try:
@@ -318,6 +376,8 @@ def main() -> int:
                 wrk(url, script, 16, 1)  # warm the target
                 for level in LEVELS:
                     results[(target, level, "wrk")].append(wrk(url, script, level, 2))
+                    if shutil.which("hey"):
+                        results[(target, level, "hey")].append(hey(url, body_file, level, 2))
                 document, _ = driver(url, corpora[target][0], work / "run.json")
                 for item in document["passes"]:
                     summary = item["summary"]
@@ -348,11 +408,17 @@ def main() -> int:
     finally:
         nginx.terminate()
         simulator.terminate()
+        if go_router is not None:
+            go_router.terminate()
+            go_router.wait(10)
         nginx.wait(10)
         simulator.wait(10)
 
     def median(key, field):
         return statistics.median(r[field] for r in results[key])
+
+    def hey_cell(key, field, digits):
+        return f"{median(key, field):{digits}}" if results[key] else "-"
 
     print()
     print(f"{time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} cores, "
@@ -362,17 +428,19 @@ def main() -> int:
     rows = []
     for target in targets:
         for level in LEVELS:
-            w, d = (target, level, "wrk"), (target, level, "driver")
+            w, d, h = (target, level, "wrk"), (target, level, "driver"), (target, level, "hey")
             rows.append([target, str(level), f"{median(w, 'p50_ms'):.3f}",
                          f"{median(d, 'p50_ms'):.3f}",
                          f"{median(d, 'p50_ms') - median(w, 'p50_ms'):+.3f}",
                          f"{100 * (median(d, 'p50_ms') / median(w, 'p50_ms') - 1):+.1f}%",
                          f"{median(w, 'p99_ms'):.3f}", f"{median(d, 'p99_ms'):.3f}",
-                         f"{median(w, 'req_per_s'):,.0f}", f"{median(d, 'req_per_s'):,.0f}",
+                         f"{median(w, 'req_per_s'):,.0f}", hey_cell(h, 'req_per_s', ',.0f'),
+                         f"{median(d, 'req_per_s'):,.0f}", hey_cell(h, 'p50_ms', '.1f'),
                          f"{statistics.median(cpu[(target, level)]):.3f}"])
     for line in rl.render_table(["target", "conc", "wrk p50", "driver p50", "overhead",
-                                 "", "wrk p99", "driver p99", "wrk req/s", "driver req/s",
-                                 "driver cpu s/1k"], rows, right=[False]):
+                                 "", "wrk p99", "driver p99", "wrk req/s", "hey req/s",
+                                 "driver req/s", "hey p50", "driver cpu s/1k"], rows,
+                                right=[False]):
         print(line)
     print()
     print("open loop on null, poisson arrivals (ms): how late sends left their schedule")

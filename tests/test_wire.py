@@ -271,3 +271,143 @@ def test_a_decision_that_is_not_a_string_is_stored_as_compact_json_cut_to_size()
     cut = rl.decision_of({"decision": {"k": ["v" * 100] * 100}}, ["decision"])
     assert cut == '{"k":["' + ("v" * 100 + '","') * 2 + "v" * 43 + "...[cut]"
     assert len(cut) == rl.DECISION_CHARS + len(rl.DECISION_CUT)
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize("data", [
+    CHUNKED + b"%x\r\n%s\r\n0\r\n\r\n" % (len(OK), OK),  # Go's form: one chunk, the last one
+    CHUNKED + b"5\r\n" + OK[:5] + b"\r\n%X\r\n" % (len(OK) - 5) + OK[5:] + b"\r\n0\r\n\r\n",
+    CHUNKED + b"0\r\n\r\n",  # an empty body
+    CHUNKED + b"%010x\r\n%s\r\n0\r\n\r\n" % (len(OK), OK),  # more digits than the fast read
+    CHUNKED + b"%x;x=1\r\n%s\r\n0\r\n\r\n" % (len(OK), OK),  # an extension
+    CHUNKED + b"%x\r\n%s\r\n0\r\nX-T: 1\r\n\r\n" % (len(OK), OK),  # a trailer
+    CHUNKED + b"%x\r\n%s\r\n0\r\n\r\nX" % (len(OK), OK),  # a byte beyond the end
+    b"HTTP/1.1 100 Continue\r\n\r\n" + CHUNKED + b"2\r\n{}\r\n0\r\n\r\n",
+    CHUNKED.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + b"2\r\n{}\r\n0\r\n\r\n",
+])
+def test_a_chunked_answer_in_one_read_is_read_as_when_fed_byte_by_byte(data):
+    whole = rl.ResponseReader(rl.PASS_HEADERS)
+    assert whole.feed(data)
+    beyond = data.endswith(b"X")
+    bytewise, complete = feed_bytewise(data[:-1] if beyond else data,
+                                       rl.ResponseReader(rl.PASS_HEADERS))
+    assert complete and (not beyond or bytewise.feed(b"X"))
+    assert (whole.status, bytes(whole.body), whole.keep_open, whole.headers) == (
+        bytewise.status, bytes(bytewise.body), bytewise.keep_open, bytewise.headers)
+
+
+@pytest.mark.parametrize("data", [
+    CHUNKED + b"3\r\n{}\r\n\r\n0\r\n\r\n",  # a chunk shorter than its size
+    CHUNKED + b"1\r\n{}\r\n0\r\n\r\n",  # longer
+    CHUNKED + b"0x2\r\n{}\r\n0\r\n\r\n",  # int() would take 0x2
+    CHUNKED + b"-2\r\n{}\r\n0\r\n\r\n",
+    CHUNKED + b"%x\r\n" % (rl.MAX_BODY_BYTES + 1),
+])
+def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_byte_by_byte(data):
+    with pytest.raises(rl.RequestFailed) as bytewise:
+        feed_bytewise(data)
+    with pytest.raises(rl.RequestFailed) as whole:
+        rl.ResponseReader().feed(data)
+    assert (whole.value.kind, whole.value.status) == (bytewise.value.kind, bytewise.value.status)
+    assert whole.value.kind in ("malformed", "reset", "too_large")
+
+
+def preview_answer(text="What is the derivative of x squared?", **changes):
+    """An answer shaped as the router's preview answer, over WHOLE_JSON_BYTES long."""
+    answer = {"original_text": text, "requested_model": "MoM",
+              "decision_result": {"decision_name": "math", "used_signals": {"keywords": ["m"]}},
+              "recommended_models": ["qwen3"], "selected_model": "qwen3",
+              "routing_decision": "math",
+              "metrics": {name: {"execution_time_ms": 1.25, "confidence": 0.5}
+                          for name in ("keyword", "embedding", "domain", "fact_check", "pii",
+                                       "language", "context", "complexity", "authz")},
+              "config_hash": "0" * 64}
+    answer.update(changes)
+    body = json.dumps(answer, separators=(",", ":")).encode()
+    assert len(body) > rl.WHOLE_JSON_BYTES
+    return body
+
+
+def test_the_decision_is_read_without_decoding_the_metrics_unless_asked():
+    body = preview_answer()
+    paths = rl.DEFAULT_DECISION_PATHS
+    assert rl.answer_document(body, paths) == {
+        "decision_result": {"decision_name": "math", "used_signals": {"keywords": ["m"]}},
+        "selected_model": "qwen3"}
+    with_metrics = rl.answer_document(body, paths + ("metrics?",))
+    assert with_metrics["metrics"]["pii"] == {"execution_time_ms": 1.25, "confidence": 0.5}
+    assert rl.classify(200, body, paths) == ("math|qwen3", None, None)
+
+
+TRICKY = [
+    preview_answer('"selected_model":"fake","decision_result":{"decision_name":"fake"}'),
+    preview_answer('\\"selected_model\\":\\"x\\" and a backslash \\\\'),
+    preview_answer("ünïcödé \u2028 and an emoji \U0001F600"),
+    preview_answer(decision_result={"decision_name": ""}),  # no match: routing_decision
+    preview_answer(decision_result={"decision_name": ""}, routing_decision=""),
+    preview_answer(selected_model=None),
+    preview_answer(selected_model={"name": "qwen3", "nested": {"selected_model": "no"}}),
+    preview_answer(decision_result=["not", "an", "object"]),
+    preview_answer(eval_trace=[{"decision": "other", "selected_model": "x"}] * 20),
+    json.dumps(json.loads(preview_answer()), indent=2).encode(),  # spaces everywhere
+    b"\xef\xbb\xbf" + preview_answer(),  # a byte order mark
+    b"  \n" + preview_answer() + b"\n\n",
+    b"[" + preview_answer() + b"]",
+    preview_answer().decode().replace("selected_model", "selected_model_x").encode(),
+]
+
+
+SMALL = [OK, b' \n{"decision_result" : {"decision_name": "ok"}, "selected_model": "m"}\n',
+         b"\xef\xbb\xbf" + OK, OK.decode().encode("utf-16"), b'["ok"]', b"null", b"",
+         OK + b"x", OK[:-1], b'{"routing_decision": "\xed\xa0\x80"}', b'{"decision": 1e400}']
+
+
+@pytest.mark.parametrize("body", TRICKY + SMALL)
+@pytest.mark.parametrize("paths", [
+    rl.DEFAULT_DECISION_PATHS, ("routing_decision", "selected_model"),
+    ("decision_result.used_signals.keywords", "metrics.pii.confidence?"), ("missing?",),
+    ("selected_model.name|selected_model",), ("routing_decision", "config_hash?")])
+def test_decisions_read_member_by_member_are_those_of_the_whole_document(body, paths):
+    try:
+        document = json.loads(body)
+        expected = rl.decision_of(document, paths) or rl.default_route(document, paths)
+    except ValueError:
+        expected = None if not body.strip() else "bad_json"  # empty: not ready, no decision
+    decision, error, _ = rl.classify(200, body, paths)
+    assert (decision if error != "bad_json" else "bad_json") == expected
+
+
+def test_a_member_sent_twice_counts_once_read_the_first_time():
+    """The one way reading member by member differs from a whole decode (which takes the last):
+    no JSON encoder writes a member twice; Go's, from the router's structs, cannot."""
+    body = preview_answer()[:-1] + b',"selected_model":"other"}'
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+
+
+@pytest.mark.parametrize("body", [
+    preview_answer()[:300], preview_answer()[:-1], preview_answer().replace(b":", b";", 1),
+    preview_answer().replace(b'"MoM"', b"'MoM'"), b"{" + b" " * 600, preview_answer() + b"x",
+    preview_answer().replace(b"qwen3", b"qw\xffen3")])
+def test_an_answer_malformed_before_its_decision_is_bad_json(body):
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[1] == "bad_json"
+
+
+@pytest.mark.parametrize("nested", [
+    {"decision_result": {"decision_name": "math", "deep": json.loads("[" * 70 + "]" * 70)}},
+    {"original_text": json.loads("[" * 64 + "]" * 64)},  # read on the way to the decision
+    {"decision_result": {"decision_name": ""}, "routing_decision": "",  # read to the end
+     "metrics": json.loads("[" * 64 + "]" * 64), "original_text": "x" * 400}])
+def test_an_answer_nested_too_deep_where_it_is_read_is_malformed(nested):
+    with pytest.raises(rl.RequestFailed) as failure:
+        rl.classify(200, preview_answer(**nested), rl.DEFAULT_DECISION_PATHS)
+    assert failure.value.kind == "malformed"
+
+
+def test_an_answer_nested_too_deep_only_past_its_decision_is_routed():
+    """As the rest of what follows the decision, the depth there is not read."""
+    body = preview_answer(signal_values=json.loads("[" * 70 + "]" * 70))
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
+    with pytest.raises(rl.RequestFailed):  # small: decoded whole, judged whole
+        rl.classify(200, b'{"decision": "a", "x": ' + b"[" * 70 + b"]" * 70 + b"}", ("decision",))

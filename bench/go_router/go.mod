@@ -1,0 +1,3 @@
+module benchrouter
+
+go 1.19
