@@ -168,7 +168,11 @@ def one_pass(module, url: str, requests: int, concurrency: int, encoded: int = 0
     texts = [f"What is the derivative of x squared, case {i}?"
              for i in range(max(requests, encoded))]
     if hasattr(module, "Target"):  # from the architecture change on
-        target = module.Target(endpoint)
+        # --signals: the per-signal times recorded, as `run` does by default (issue 20)
+        recorded = ({"signals": module.SignalTable()}
+                    if os.environ.get("RL_BENCH_SIGNALS") and hasattr(module, "SignalTable")
+                    else {})
+        target = module.Target(endpoint, **recorded)
         payloads = module.encode_prompts(target, texts)[:requests]
         plan = module.PassPlan("x", concurrency)
         return module.measure_pass(target, payloads, plan, stop, module.Progress(False),
@@ -277,9 +281,13 @@ def main() -> int:
     parser.add_argument("--requests", default="100,600", help="N1,N2: two pass lengths")
     parser.add_argument("--profile", action="store_true",
                         help="profile the builds with cProfile instead of counting")
+    parser.add_argument("--signals", action="store_true",
+                        help="record the per-signal times, as run does unless --no-signals")
     parser.add_argument("--annotate", action="store_true",
                         help="print the instructions per request by C function instead")
     args = parser.parse_args()
+    if args.signals:
+        os.environ["RL_BENCH_SIGNALS"] = "1"  # read by the measured process
     streams = [s for s in args.streams.split(",") if s]
     levels = [int(c) for c in args.concurrency.split(",")]
     low, high = (int(n) for n in args.requests.split(","))
