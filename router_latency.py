@@ -9057,6 +9057,31 @@ def padded(values: Sequence[float], log: bool) -> tuple:
     return low - margin, high + margin
 
 
+class PlotBox(NamedTuple):
+    """Where a plot's grid lines run, in pixels: x from left to right, y from top to bottom."""
+    left: float
+    top: float
+    right: float
+    bottom: float
+
+
+def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
+               y_format: Callable = "{:g}".format) -> list:
+    """Return a plot's grid lines across the box, each with its tick label outside it."""
+    parts = []
+    for value in x_axis.ticks():
+        x = x_axis.at(value)
+        parts.append(f'<line x1="{x:.1f}" y1="{box.top}" x2="{x:.1f}" y2="{box.bottom}" '
+                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{box.bottom + 14}" '
+                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
+    for value in y_axis.ticks():
+        y = y_axis.at(value)
+        parts.append(f'<line x1="{box.left}" y1="{y:.1f}" x2="{box.right}" y2="{y:.1f}" '
+                     f'stroke="#e5e5e5"/><text x="{box.left - 4}" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{esc(y_format(value))}</text>')
+    return parts
+
+
 class Series(NamedTuple):
     points: list  # (x, y)
     color: str
@@ -9084,16 +9109,7 @@ def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, 
              f'{esc(x_label)}</text>',
              f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
              f'text-anchor="middle">{esc(y_label)}</text>']
-    for value in x_axis.ticks():
-        x = x_axis.at(value)
-        parts.append(f'<line x1="{x:.1f}" y1="24" x2="{x:.1f}" y2="{height - 38}" '
-                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 24}" '
-                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
-    for value in y_axis.ticks():
-        y = y_axis.at(value)
-        parts.append(f'<line x1="58" y1="{y:.1f}" x2="{width - 14}" y2="{y:.1f}" '
-                     f'stroke="#e5e5e5"/><text x="54" y="{y + 4:.1f}" '
-                     f'text-anchor="end">{esc(y_format(value))}</text>')
+    parts += grid_lines(x_axis, y_axis, PlotBox(58, 24, width - 14, height - 38), y_format)
     for item in series:
         path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
         parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
@@ -9480,18 +9496,7 @@ def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str
 
 def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> list:
     """Return the grid lines and tick labels of the Pareto plot."""
-    parts = []
-    for value in x_axis.ticks():
-        x = x_axis.at(value)
-        parts.append(f'<line x1="{x:.1f}" y1="28" x2="{x:.1f}" y2="{height - 40}" '
-                     f'stroke="#e5e5e5"/><text x="{x:.1f}" y="{height - 26}" '
-                     f'text-anchor="middle">{esc(f"{value:g}")}</text>')
-    for value in y_axis.ticks():
-        y = y_axis.at(value)
-        parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
-                     f'stroke="#e5e5e5"/><text x="58" y="{y + 4:.1f}" '
-                     f'text-anchor="end">{esc(f"{value:g}")}</text>')
-    return parts
+    return grid_lines(x_axis, y_axis, PlotBox(62, 28, width - 16, height - 40))
 
 
 def page_capacity(report: RoundsReport) -> str:
