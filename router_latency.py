@@ -9771,6 +9771,21 @@ class SignalHistograms:
         return "\n".join(lines) + "\n"
 
 
+class SimulatorSettings(NamedTuple):
+    """How a simulated router answers: its time per preview, how many it serves at once,
+    its decisions, answers and signals; the simulator's config hash is made of these."""
+    delay_ms: float = 2.0
+    jitter_ms: float = 0.0
+    serial: bool = False
+    decisions: Sequence[str] = ("math", "code", "general", "pii_block")
+    seed: int = 0
+    max_concurrency: int = ROUTER_MAX_CONCURRENCY
+    stall: Optional[tuple] = None
+    workers: Optional[int] = None
+    answers: SimulatedAnswers = SimulatedAnswers()
+    signals: SignalModel = SignalModel()
+
+
 class SimulatedRouter:
     """A routing-preview server on its own threads: one per connection, as lean as a Python
     server can be, so that on a 2-core machine it leaves the driver and the kernel their share.
@@ -9792,12 +9807,9 @@ class SimulatedRouter:
     router's metric names is on a port of its own.
     """
 
-    def __init__(self, host: str, port: int, *, delay_ms: float, jitter_ms: float,
-                 serial: bool, decisions: Sequence[str], seed: int,
-                 max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                 stall: Optional[tuple] = None, workers: Optional[int] = None,
-                 answers: SimulatedAnswers = SimulatedAnswers(),
-                 signals: SignalModel = SignalModel()):
+    def __init__(self, host: str, port: int, settings: SimulatorSettings):
+        delay_ms, jitter_ms, serial, decisions, seed, max_concurrency, stall, workers, \
+            answers, signals = settings
         self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
         self.workers = 1 if serial else workers
         self.signals = signals
@@ -10061,19 +10073,10 @@ def simulated_metrics(router: SimulatedRouter) -> str:
     return "\n".join(lines) + "\n" + signals
 
 
-def start_simulator(host: str = "127.0.0.1", port: int = 0, *, delay_ms: float = 2.0,
-                    jitter_ms: float = 0.0, serial: bool = False,
-                    decisions: Sequence[str] = ("math", "code", "general", "pii_block"),
-                    seed: int = 0, max_concurrency: int = ROUTER_MAX_CONCURRENCY,
-                    stall: Optional[tuple] = None,
-                    workers: Optional[int] = None,
-                    answers: SimulatedAnswers = SimulatedAnswers(),
-                    signals: SignalModel = SignalModel()) -> SimulatedRouter:
-    """Start a simulated routing-preview server on its own threads; return it."""
-    return SimulatedRouter(host, port, delay_ms=delay_ms, jitter_ms=jitter_ms, serial=serial,
-                           decisions=decisions, seed=seed, max_concurrency=max_concurrency,
-                           stall=stall, workers=workers, answers=answers,
-                           signals=signals)
+def start_simulator(host: str = "127.0.0.1", port: int = 0, **settings: Any) -> SimulatedRouter:
+    """Start a simulated routing-preview server on its own threads; return it. settings: the
+    fields of SimulatorSettings by name (delay_ms=2.0, serial=False, workers=None, ...)."""
+    return SimulatedRouter(host, port, SimulatorSettings(**settings))
 
 
 # The demo's small stand-in for a router repo's E2E data.
