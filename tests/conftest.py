@@ -246,6 +246,12 @@ class ScriptedServer:
             threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
 
     def serve(self, connection):
+        try:
+            self.answer_requests(connection)
+        except ConnectionError:  # the client closed it (after a malformed answer, say)
+            pass
+
+    def answer_requests(self, connection):
         reader = connection.makefile("rb")
         with connection:
             for number in range(10_000):
