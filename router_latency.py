@@ -2735,6 +2735,100 @@ class Ladder(NamedTuple):
                                   nullable=True, positive=True))
 
 
+def _checked_list(raw: Any, key: str, where: str, item: Callable[[Any], bool]) -> tuple:
+    """Return raw[key] (a list, [] when absent) as a tuple; raise unless each item passes."""
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(item(v) for v in value):
+        raise RouterLatencyError("expected a list of the right kind", f"{where}.{key}")
+    return tuple(value)
+
+
+def _checked_text(raw: Any, key: str, where: str) -> Optional[str]:
+    """Return raw[key] when a string, None when absent or null; raise otherwise."""
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RouterLatencyError("expected a string or null", f"{where}.{key}")
+    return value
+
+
+def _checked_whole(raw: Any, key: str, where: str, default: Optional[int] = None,
+                   minimum: int = 0) -> Optional[int]:
+    """Return raw[key] when a whole number, `default` when absent, None when null."""
+    value = raw.get(key, default)
+    if value is not None and not is_whole(value, minimum):
+        raise RouterLatencyError(f"expected a whole number >= {minimum} up to 2^53 or null",
+                                 f"{where}.{key}")
+    return value
+
+
+class RunSettings(NamedTuple):
+    """How a run was asked to measure (the run file's settings): its plan, its load guard, its
+    target's timeout and decision paths, and what makes a pass suspect. An older file without
+    a field reads as its default."""
+    warmup: Optional[int] = None  # warm-up requests
+    concurrency: tuple[int, ...] = ()  # the closed-loop passes' callers
+    rates: tuple[float, ...] = ()  # the open-loop passes' requests per second
+    repeat: int = 1  # times each pass sends the corpus
+    duration_s: Optional[float] = None  # or: seconds each pass cycles the corpus
+    arrival: Optional[str] = None  # open loop: constant or poisson
+    seed: Optional[int] = None  # of the poisson schedule
+    connections: Optional[int] = None  # open loop: the most connections
+    timeout_s: Optional[float] = None
+    decision_paths: tuple[str, ...] = ()
+    max_load: Optional[float] = None  # the load guard's limit
+    load_retries: Optional[int] = None
+    load_pause_s: Optional[float] = None
+    max_errors: Optional[int] = None
+    wait_ready_s: Optional[float] = None
+    router_max_concurrency: Optional[int] = ROUTER_MAX_CONCURRENCY  # as declared by the user
+    sampling_seed: Optional[int] = None
+    expected_config_hash: Optional[str] = None
+    percentile_method: Optional[str] = None
+    latency: Optional[str] = None  # what a latency counts from and to
+    thresholds: Thresholds = Thresholds()  # written flat, its fields beside the others
+    ladder: Optional[Ladder] = None  # run --ladder; written only then
+
+    def to_json(self) -> dict:
+        document = self._asdict()
+        for key in ("concurrency", "rates", "decision_paths"):
+            document[key] = list(document[key])
+        document.update(document.pop("thresholds")._asdict())
+        ladder = document.pop("ladder")
+        if ladder is not None:
+            document["ladder"] = ladder.to_json()
+        return document
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> "RunSettings":
+        thresholds = Thresholds(*(
+            default if raw.get(key) is None else
+            checked_number(raw[key], f"{where}.{key}", positive=key == "window_requests")
+            for key, default in Thresholds._field_defaults.items()))
+        if not is_whole(thresholds.window_requests, 1):
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{where}.window_requests")
+        numbers = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                       positive=key == "duration_s")
+                   for key in ("duration_s", "timeout_s", "max_load", "load_pause_s",
+                               "wait_ready_s")}
+        wholes = {key: _checked_whole(raw, key, where)
+                  for key in ("warmup", "seed", "connections", "load_retries", "max_errors",
+                              "sampling_seed")}
+        texts = {key: _checked_text(raw, key, where)
+                 for key in ("arrival", "expected_config_hash", "percentile_method", "latency")}
+        return cls(
+            concurrency=_checked_list(raw, "concurrency", where, lambda v: is_whole(v, 1)),
+            rates=_checked_list(raw, "rates", where, lambda v: not isinstance(v, bool) and
+                                isinstance(v, (int, float)) and 0 < v <= MAX_FILE_NUMBER),
+            repeat=_checked_whole(raw, "repeat", where, 1, 1) or 1,
+            decision_paths=_checked_list(raw, "decision_paths", where,
+                                         lambda v: isinstance(v, str)),
+            router_max_concurrency=_checked_whole(raw, "router_max_concurrency", where,
+                                                  ROUTER_MAX_CONCURRENCY, 1),
+            thresholds=thresholds, ladder=Ladder.from_json(raw.get("ladder"), f"{where}.ladder"),
+            **numbers, **wholes, **texts)
+
+
 class RunFile(NamedTuple):
     """A run file: who measured what, how, and every pass."""
     label: str
@@ -2754,7 +2848,7 @@ class RunFile(NamedTuple):
     driver: dict = {}  # pid, cpu_affinity
     router: dict = {}  # pid, cgroup
     captures: dict = {}  # probes, gpu, metrics_url, metric_patterns
-    settings: dict = {}  # how the run was measured, as asked
+    settings: RunSettings = RunSettings()  # how the run was measured, as asked
     ready_after_s: Optional[float] = None
     floor: dict = {}  # the driver's own latency on loopback
     warmup: dict = {}  # counts of the warm-up requests
@@ -2778,7 +2872,7 @@ class RunFile(NamedTuple):
 
     @property
     def max_load(self) -> Optional[float]:
-        return self.settings.get("max_load")
+        return self.settings.max_load
 
     @property
     def floor_spread_ms(self) -> Optional[float]:
@@ -2788,8 +2882,7 @@ class RunFile(NamedTuple):
     @property
     def thresholds(self) -> Thresholds:
         """What makes a pass suspect, as the run recorded it (the defaults for older files)."""
-        return Thresholds(*(default if self.settings.get(key) is None else self.settings[key]
-                            for key, default in Thresholds._field_defaults.items()))
+        return self.settings.thresholds
 
     def slow_windows(self, item: PassRecord) -> tuple:
         """Return the indexes of a pass's windows in a slow phase, each judged against what
@@ -2799,7 +2892,7 @@ class RunFile(NamedTuple):
     @property
     def ladder(self) -> Optional[Ladder]:
         """How the run climbed its ladder; None for a run of fixed passes."""
-        return Ladder.from_json(self.settings.get("ladder"), "settings.ladder")
+        return self.settings.ladder
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -2824,7 +2917,7 @@ class RunFile(NamedTuple):
                 "ended_utc": self.ended_utc, "url": self.url, "model": self.model,
                 "header_names": list(self.header_names), "insecure": self.insecure,
                 "driver": self.driver, "router": self.router, "captures": self.captures,
-                "corpus": self.corpus, "settings": self.settings,
+                "corpus": self.corpus, "settings": self.settings.to_json(),
                 "ready_after_s": self.ready_after_s, "floor": self.floor,
                 "warmup": self.warmup, "host_settings": self.host_settings,
                 **({"result_cache": self.result_cache} if self.result_cache else {}),
@@ -2854,17 +2947,8 @@ class RunFile(NamedTuple):
                 raise RouterLatencyError(f"a second {pass_title(item.name)} pass",
                                          f"{path}: passes[{i}]")
             passes.append(item)
-        settings = checked_object(document, "settings", f"{path}: ")
-        checked_number(settings.get("max_load"), f"{path}: settings.max_load", nullable=True)
-        for key in Thresholds._fields:
-            checked_number(settings.get(key), f"{path}: settings.{key}", nullable=True,
-                           positive=key == "window_requests")
-        checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
-                       nullable=True, positive=True)
-        if not is_whole(settings.get("repeat", 1), 1):
-            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
-                                     f"{path}: settings.repeat")
-        Ladder.from_json(settings.get("ladder"), f"{path}: settings.ladder")
+        settings = RunSettings.from_json(checked_object(document, "settings", f"{path}: "),
+                                         f"{path}: settings")
         floor = checked_object(document, "floor", f"{path}: ")
         checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
         hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
@@ -5789,27 +5873,19 @@ def guarded_pass(target: Target, item: PassPlan, guard: LoadGuard, capture: Capt
 
 
 def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
-                    thresholds: Thresholds = Thresholds()) -> dict:
+                    thresholds: Thresholds = Thresholds()) -> RunSettings:
     """Return the run file's record of how the run was asked to measure."""
     closed = [p.connections for p in plan.passes if p.rate is None]
     open_loop = [p for p in plan.passes if p.rate is not None]
     model = open_loop[0] if open_loop else PassPlan("", 64)
     length = plan.passes[0] if plan.passes else PassPlan("", 1)
-    return {
-        "warmup": plan.warmup, "concurrency": closed, "rates": [p.rate for p in open_loop],
-        "repeat": length.repeat, "duration_s": length.duration,
-        "arrival": model.arrival, "seed": model.seed, "connections": model.connections,
-        "timeout_s": target.timeout, "decision_paths": list(target.decision_paths),
-        "max_load": guard.max_load, "load_retries": guard.retries,
-        "load_pause_s": guard.pause, "max_errors": plan.max_errors,
-        "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
-        "sampling_seed": target.sampling_seed,
-        "expected_config_hash": next((value for name, value in target.headers
-                                      if name == EXPECTED_HASH_HEADER), None),
-        "percentile_method": PERCENTILE_METHOD,
-        "latency": LATENCY_DEFINITION, **thresholds._asdict(),
-        **({"ladder": plan.ladder.to_json()} if plan.ladder else {}),
-    }
+    return RunSettings(
+        plan.warmup, tuple(closed), tuple(p.rate for p in open_loop), length.repeat,
+        length.duration, model.arrival, model.seed, model.connections, target.timeout,
+        tuple(target.decision_paths), guard.max_load, guard.retries, guard.pause,
+        plan.max_errors, plan.wait_ready, plan.router_max_concurrency, target.sampling_seed,
+        next((value for name, value in target.headers if name == EXPECTED_HASH_HEADER), None),
+        PERCENTILE_METHOD, LATENCY_DEFINITION, thresholds, plan.ladder)
 
 
 def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
@@ -6292,18 +6368,18 @@ def run_signature(run: RunFile) -> dict:
     """
     settings = run.settings
     version = str(run.tool.get("version", ""))
-    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+    repeat, duration = settings.repeat, settings.duration_s
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
     ladder = run.ladder
     if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
-        names = (f"ladder of {' '.join(pass_name(c) for c in settings.get('concurrency', []))}"
-                 f"{' '.join(pass_name(64, r) for r in settings.get('rates', []))}, margin "
+        names = (f"ladder of {' '.join(pass_name(c) for c in settings.concurrency)}"
+                 f"{' '.join(pass_name(64, r) for r in settings.rates)}, margin "
                  f"{ladder.margin_pct:g}%, SLO {ladder.slo_p95_ms or 'none'}")
-    return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
+    return {"corpus": run.corpus_sha256[:12], "warmup": settings.warmup,
             "passes": names + length,
-            "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
-            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0],
+            "model": run.model, "decision_paths": " ".join(settings.decision_paths),
+            "timeout": settings.timeout_s, "tool": version.split(".")[0],
             "cache": "detected" if run.cache_finding["detected"] else "not detected"}
 
 
@@ -7663,18 +7739,19 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
-def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
+def format_run_header(label: str, prompts: int, sha256: str, url: str,
+                      settings: RunSettings) -> str:
     """Return the line `run` starts with: what it measures where, and how long a pass is."""
     line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
-    ladder = settings.get("ladder")
+    ladder = settings.ladder
     if ladder:  # the steps it may climb, and what ends the climb
-        steps = [f"{c}" for c in settings.get("concurrency", [])] or \
-            [f"{r:g}/s" for r in settings.get("rates", [])]
-        slo = ladder.get("slo_p95_ms")
+        steps = [f"{c}" for c in settings.concurrency] or \
+            [f"{r:g}/s" for r in settings.rates]
+        slo = ladder.slo_p95_ms
         line += (f"; a ladder of up to {', '.join(steps)}"
-                 f"{'' if settings.get('rates') else ' callers'}, margin "
-                 f"{ladder.get('margin_pct'):g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
-    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+                 f"{'' if settings.rates else ' callers'}, margin "
+                 f"{ladder.margin_pct:g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
+    repeat, duration = settings.repeat, settings.duration_s
     if duration:
         return f"{line}; each pass cycles the corpus for {duration:g} s"
     return f"{line}; each pass sends the corpus {repeat} times" if repeat > 1 else line
@@ -7920,8 +7997,8 @@ def overload_note(run: RunFile) -> list:
     shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
     if not shed:
         return []
-    limit = run.settings.get("router_max_concurrency", ROUTER_MAX_CONCURRENCY)
-    timeout = run.settings.get("timeout_s")
+    limit = run.settings.router_max_concurrency
+    timeout = run.settings.timeout_s
     return [f"{plural(shed, 'request')} answered 429 OVERLOADED: the router admits at most "
             f"global.services.api.routing_preview.max_concurrency previews at once (default "
             f"{ROUTER_MAX_CONCURRENCY}, declared {limit} with --router-max-concurrency) and "

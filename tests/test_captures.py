@@ -604,4 +604,4 @@ def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path
     assert re.search(r"^slow phase in Sequential: windows [0-9, ]*5[0-9, ]*10 of 10 ",
                      result.out, re.M)
     assert "Sequential: slow phase in " in result.err
-    assert run.settings["window_requests"] == 10 and run.thresholds.slow_p95_factor == 2.0
+    assert run.settings.thresholds.window_requests == 10 and run.thresholds.slow_p95_factor == 2.0

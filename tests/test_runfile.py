@@ -70,7 +70,8 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=F
     return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": count},
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
                       header_names=("X-Key",),
-                      settings={"max_load": 120.0, **rl.Thresholds(7, 3.0, 0.25, 0.5)._asdict()},
+                      settings=rl.RunSettings(max_load=120.0,
+                                               thresholds=rl.Thresholds(7, 3.0, 0.25, 0.5)),
                       floor={"spread_ms": 0.02},
                       warmup={"requests": 0, **({"config_hashes": list(hashes)} if hashes
                                                 else {})},
