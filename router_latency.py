@@ -2807,15 +2807,15 @@ class RunSettings(NamedTuple):
         if not is_whole(thresholds.window_requests, 1):
             raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
                                      f"{where}.window_requests")
-        numbers = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
-                                       positive=key == "duration_s")
-                   for key in ("duration_s", "timeout_s", "max_load", "load_pause_s",
-                               "wait_ready_s")}
-        wholes = {key: _checked_whole(raw, key, where)
-                  for key in ("warmup", "seed", "connections", "load_retries", "max_errors",
-                              "sampling_seed")}
-        texts = {key: _checked_text(raw, key, where)
-                 for key in ("arrival", "expected_config_hash", "percentile_method", "latency")}
+        values: dict[str, Any] = {
+            key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                positive=key == "duration_s")
+            for key in ("duration_s", "timeout_s", "max_load", "load_pause_s", "wait_ready_s")}
+        values.update({key: _checked_whole(raw, key, where)
+                       for key in ("warmup", "seed", "connections", "load_retries",
+                                   "max_errors", "sampling_seed")})
+        values.update({key: _checked_text(raw, key, where) for key in (
+            "arrival", "expected_config_hash", "percentile_method", "latency")})
         return cls(
             concurrency=_checked_list(raw, "concurrency", where, lambda v: is_whole(v, 1)),
             rates=_checked_list(raw, "rates", where, lambda v: not isinstance(v, bool) and
@@ -2826,7 +2826,154 @@ class RunSettings(NamedTuple):
             router_max_concurrency=_checked_whole(raw, "router_max_concurrency", where,
                                                   ROUTER_MAX_CONCURRENCY, 1),
             thresholds=thresholds, ladder=Ladder.from_json(raw.get("ladder"), f"{where}.ladder"),
-            **numbers, **wholes, **texts)
+            **values)
+
+
+def _present(record: tuple) -> dict:
+    """Return a record's fields that hold a value, in order: what it writes of itself."""
+    return {key: value for key, value in record._asdict().items()
+            if value is not None and value != () and value != {} and value is not False}
+
+
+class Floor(NamedTuple):
+    """The driver's own latency on loopback (measure_floor) and its clock's resolution."""
+    requests: Optional[int] = None
+    ok: Optional[int] = None
+    timer_resolution_ns: Optional[int] = None  # the smallest step seen of perf_counter_ns
+    clock_resolution_ns: Optional[int] = None  # as the clock declares it
+    p10_ms: Optional[float] = None  # the percentiles only where a request was answered
+    p50_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    p99_ms: Optional[float] = None
+    spread_ms: Optional[float] = None  # p90 - p10: what a p50 difference must clear
+
+    def to_json(self) -> dict:
+        return _present(self)
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> "Floor":
+        wholes = {key: _checked_whole(raw, key, where) for key in cls._fields[:4]}
+        return cls(**wholes, **{key: checked_number(raw.get(key), f"{where}.{key}",
+                                                    nullable=True, maximum=MAX_LATENCY_MS)
+                                for key in cls._fields[4:]})
+
+
+class Warmup(NamedTuple):
+    """The counts of the warm-up requests (warm_up), as count_outcomes gives them."""
+    requests: Optional[int] = None
+    ok: Optional[int] = None
+    errors: Optional[dict[str, int]] = None  # error kind -> count
+    rejected: int = 0  # expected rejections
+    error_codes: dict[str, dict[str, int]] = {}  # error kind -> {the router's code -> count}
+    all_failed: bool = False  # not one request succeeded
+    # x-vsr-config-hash values, distinct, in the order first seen; more than one: a reload
+    config_hashes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        # the counts always (errors even when {}), the rest only where it holds something
+        document = {key: value for key, value in self._asdict().items()
+                    if value is not None and (key in ("requests", "ok", "errors") or value)}
+        if "config_hashes" in document:
+            document["config_hashes"] = list(self.config_hashes)
+        return document
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> "Warmup":
+        errors = raw.get("errors")
+        if errors is not None and not (isinstance(errors, dict) and all(
+                k in ERROR_KINDS and is_whole(v) for k, v in errors.items())):
+            raise RouterLatencyError("expected an object of counts by error kind",
+                                     f"{where}.errors")
+        hashes = raw.get("config_hashes", [])
+        if not isinstance(hashes, list) or not all(
+                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
+            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
+                                     f"{where}.config_hashes")
+        if not isinstance(raw.get("all_failed", False), bool):
+            raise RouterLatencyError("expected true or false", f"{where}.all_failed")
+        return cls(_checked_whole(raw, "requests", where), _checked_whole(raw, "ok", where),
+                   errors, _checked_whole(raw, "rejected", where, 0) or 0,
+                   _checked_error_codes(raw, errors or {}, f"{where}.error_codes"),
+                   raw.get("all_failed", False), tuple(hashes))
+
+
+class CpuSettings(NamedTuple):
+    """The cpufreq settings of one side's CPUs (cpufreq_settings): each value's CPU list."""
+    cpus: str  # the CPU list, '0-3,8'
+    governors: dict[str, str] = {}  # cpufreq governor -> the CPUs that run it
+    boost: dict[str, str] = {}  # "on" or "off" -> the CPUs
+
+    def to_json(self) -> dict:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["CpuSettings"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("cpus"), str):
+            raise RouterLatencyError("expected an object with a CPU list or null", where)
+        maps = {}
+        for key in ("governors", "boost"):
+            value = raw.get(key, {})
+            if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise RouterLatencyError("expected an object of CPU lists", f"{where}.{key}")
+            maps[key] = value
+        return cls(raw["cpus"], **maps)
+
+
+class HostSettings(NamedTuple):
+    """The host's settings that move latency, read once per run (host_settings)."""
+    cpu_model: Optional[str] = None
+    kernel: Optional[str] = None
+    python: Optional[str] = None
+    tool_version: Optional[str] = None
+    driver: Optional[CpuSettings] = None  # where the driver may run
+    router: Optional[CpuSettings] = None  # where the router runs, when known
+
+    @property
+    def governors(self) -> list:
+        """Return the cpufreq governors either side's CPUs run, sorted."""
+        return sorted({g for side in (self.driver, self.router) if side for g in side.governors})
+
+    def to_json(self) -> dict:
+        return {**self._asdict(), **{role: None if cpus is None else cpus.to_json()
+                                     for role, cpus in (("driver", self.driver),
+                                                        ("router", self.router))}}
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> Optional["HostSettings"]:
+        """Return the record; None for a file without host settings (written as {})."""
+        if not raw:
+            return None
+        texts: dict[str, Any] = {key: _checked_text(raw, key, where) for key in cls._fields[:4]}
+        return cls(**texts, driver=CpuSettings.from_json(raw.get("driver"), f"{where}.driver"),
+                   router=CpuSettings.from_json(raw.get("router"), f"{where}.router"))
+
+
+class Captures(NamedTuple):
+    """What a run captured around each pass (--probe, --gpu, --metrics-url, --histogram)."""
+    probes: tuple[str, ...] = ()  # the probes' names
+    gpu: Optional[str] = None  # the GPU tool's command name, rocm-smi say
+    gpu_indexes: tuple[int, ...] = ()  # the devices read; all when empty
+    histograms: tuple[str, ...] = ()  # the metric histograms kept whole
+    metrics_url: Optional[str] = None  # secrets scrubbed
+    metric_patterns: tuple[str, ...] = ()  # the patterns of the counters whose deltas count
+
+    def to_json(self) -> dict:
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in self._asdict().items()}
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> Optional["Captures"]:
+        """Return the record; None for a file without captures (written as {})."""
+        if not raw:
+            return None
+        texts = {key: _checked_list(raw, key, where, lambda v: isinstance(v, str))
+                 for key in ("probes", "histograms", "metric_patterns")}
+        return cls(gpu=_checked_text(raw, "gpu", where),
+                   gpu_indexes=_checked_list(raw, "gpu_indexes", where, is_whole),
+                   metrics_url=_checked_text(raw, "metrics_url", where), **texts)
 
 
 class RunFile(NamedTuple):
@@ -2847,12 +2994,12 @@ class RunFile(NamedTuple):
     host: str = ""
     driver: dict = {}  # pid, cpu_affinity
     router: dict = {}  # pid, cgroup
-    captures: dict = {}  # probes, gpu, metrics_url, metric_patterns
+    captures: Optional[Captures] = None  # None: none recorded (an older file)
     settings: RunSettings = RunSettings()  # how the run was measured, as asked
     ready_after_s: Optional[float] = None
-    floor: dict = {}  # the driver's own latency on loopback
-    warmup: dict = {}  # counts of the warm-up requests
-    host_settings: dict = {}  # CPU model, kernel, cpufreq governor and boost, once per run
+    floor: Floor = Floor()  # the driver's own latency on loopback
+    warmup: Warmup = Warmup()  # counts of the warm-up requests
+    host_settings: Optional[HostSettings] = None  # once per run; None: an older file
     result_cache: dict = {}  # result_cache_finding() as measured; {} in older files
     signal_names: tuple = ()  # the signals the requests' signal_ms are in the order of
     path: str = ""  # where it was read from; not written
@@ -2877,7 +3024,7 @@ class RunFile(NamedTuple):
     @property
     def floor_spread_ms(self) -> Optional[float]:
         """The driver's own p90 - p10 on loopback, what a p50 difference must clear."""
-        return self.floor.get("spread_ms")
+        return self.floor.spread_ms
 
     @property
     def thresholds(self) -> Thresholds:
@@ -2902,7 +3049,7 @@ class RunFile(NamedTuple):
         """The x-vsr-config-hash values the router answered with, distinct, in the order
         first seen over every attempt; more than one: the configuration changed mid-run."""
         seen: list = []
-        for h in self.warmup.get("config_hashes", ()):  # a reload during the warm-up counts
+        for h in self.warmup.config_hashes:  # a reload during the warm-up counts
             if h not in seen:
                 seen.append(h)
         for item in self.passes:
@@ -2916,10 +3063,11 @@ class RunFile(NamedTuple):
                 "started_utc": self.started_utc, "started_unix": self.started_unix,
                 "ended_utc": self.ended_utc, "url": self.url, "model": self.model,
                 "header_names": list(self.header_names), "insecure": self.insecure,
-                "driver": self.driver, "router": self.router, "captures": self.captures,
+                "driver": self.driver, "router": self.router, "captures": self.captures.to_json() if self.captures else {},
                 "corpus": self.corpus, "settings": self.settings.to_json(),
-                "ready_after_s": self.ready_after_s, "floor": self.floor,
-                "warmup": self.warmup, "host_settings": self.host_settings,
+                "ready_after_s": self.ready_after_s, "floor": self.floor.to_json(),
+                "warmup": self.warmup.to_json(),
+                "host_settings": self.host_settings.to_json() if self.host_settings else {},
                 **({"result_cache": self.result_cache} if self.result_cache else {}),
                 **({"signals": list(self.signal_names)} if self.signal_names else {}),
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
@@ -2949,13 +3097,6 @@ class RunFile(NamedTuple):
             passes.append(item)
         settings = RunSettings.from_json(checked_object(document, "settings", f"{path}: "),
                                          f"{path}: settings")
-        floor = checked_object(document, "floor", f"{path}: ")
-        checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
-        hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
-        if not isinstance(hashes, list) or not all(
-                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
-            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
-                                     f"{path}: warmup.config_hashes")
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
                 for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
                             "host")}
@@ -2969,11 +3110,14 @@ class RunFile(NamedTuple):
             checked_object(document, "tool", f"{path}: ") or cls._field_defaults["tool"],
             text["python"], text["host"], checked_object(document, "driver", f"{path}: "),
             checked_object(document, "router", f"{path}: "),
-            checked_object(document, "captures", f"{path}: "),
+            Captures.from_json(checked_object(document, "captures", f"{path}: "),
+                               f"{path}: captures"),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
-            floor, checked_object(document, "warmup", f"{path}: "),
-            checked_object(document, "host_settings", f"{path}: "),
+            Floor.from_json(checked_object(document, "floor", f"{path}: "), f"{path}: floor"),
+            Warmup.from_json(checked_object(document, "warmup", f"{path}: "), f"{path}: warmup"),
+            HostSettings.from_json(checked_object(document, "host_settings", f"{path}: "),
+                                   f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
             _checked_signal_names(document, passes, path), str(path))
 
@@ -4526,7 +4670,7 @@ def cpu_model(proc_root: str = "/proc") -> Optional[str]:
     return platform.processor() or None
 
 
-def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> dict:
+def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> CpuSettings:
     """Return the CPU list and, per value, the CPUs of each cpufreq governor and boost state;
     empty maps where the kernel has no cpufreq (a VM, a container without /sys)."""
     top = Path(sys_root, "devices", "system", "cpu")
@@ -4549,39 +4693,39 @@ def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> dict:
         boost = read(top / f"cpu{cpu}" / "cpufreq" / "boost") or shared
         if boost in ("0", "1"):
             boosts.setdefault("on" if boost == "1" else "off", []).append(cpu)
-    return {"cpus": format_cpu_list(cpus),
-            "governors": {g: format_cpu_list(c) for g, c in governors.items()},
-            "boost": {b: format_cpu_list(c) for b, c in boosts.items()}}
+    return CpuSettings(format_cpu_list(cpus),
+                       {g: format_cpu_list(c) for g, c in governors.items()},
+                       {b: format_cpu_list(c) for b, c in boosts.items()})
 
 
 def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Optional[str], *,
-                  proc_root: str = "/proc", sys_root: str = "/sys") -> dict:
+                  proc_root: str = "/proc", sys_root: str = "/sys") -> HostSettings:
     """Return the host's settings that move latency, read once per run."""
     try:
         router = parse_cpu_list(router_cpus_text) if router_cpus_text else None
     except ValueError:
         router = None
-    return {"cpu_model": cpu_model(proc_root), "kernel": platform.release(),
-            "python": platform.python_version(), "tool_version": __version__,
-            "driver": cpufreq_settings(driver_cpus, sys_root) if driver_cpus else None,
-            "router": cpufreq_settings(router, sys_root) if router else None}
+    return HostSettings(cpu_model(proc_root), platform.release(), platform.python_version(),
+                        __version__,
+                        cpufreq_settings(driver_cpus, sys_root) if driver_cpus else None,
+                        cpufreq_settings(router, sys_root) if router else None)
 
 
-def host_warnings(settings: dict) -> list:
+def host_warnings(settings: HostSettings) -> list:
     """Return a warning for each side whose CPUs run a cpufreq governor other than
     performance (the clock then follows the load, and latency with it), and when the driver
     may run on the router's CPUs."""
     warnings = []
-    driver, router = settings.get("driver") or {}, settings.get("router") or {}
-    if driver.get("cpus") and router.get("cpus"):
-        shared = parse_cpu_list(driver["cpus"]) & parse_cpu_list(router["cpus"])
+    driver, router = settings.driver, settings.router
+    if driver and router and driver.cpus and router.cpus:
+        shared = parse_cpu_list(driver.cpus) & parse_cpu_list(router.cpus)
         if shared:
             warnings.append(f"the driver may run on the router's CPUs {format_cpu_list(shared)}: "
                             f"it competes with the router, and its CPU time counts as foreign "
                             f"(taskset -c pins the driver elsewhere)")
-    for role in ("driver", "router"):
-        governors = (settings.get(role) or {}).get("governors") or {}
-        slow = {g: cpus for g, cpus in governors.items() if g != "performance"}
+    for role, side in (("driver", driver), ("router", router)):
+        slow = {g: cpus for g, cpus in (side.governors if side else {}).items()
+                if g != "performance"}
         if slow:
             shown = ", ".join(f"{g} on CPUs {cpus}" for g, cpus in slow.items())
             warnings.append(f"the {role}'s CPUs run the cpufreq governor {shown}, not "
@@ -5501,7 +5645,7 @@ def timer_resolution_ns() -> int:
     return smallest or 0
 
 
-def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
+def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
     """Return the driver's floor: latency percentiles of requests to an in-process loopback
     responder through the same event loop as every pass, and the timer's resolution."""
     responder = LoopbackResponder()
@@ -5514,18 +5658,17 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
-    floor = {"requests": requests, "ok": len(latencies),
-             "timer_resolution_ns": timer_resolution_ns(),
-             "clock_resolution_ns": round(time.get_clock_info("perf_counter").resolution * 1e9)}
-    if latencies:
-        floor.update(rounded_percentiles(latencies, (10, 50, 90, 99), ""))
-        # the spread a p50 difference must clear before this driver can resolve it
-        floor["spread_ms"] = round(floor["p90_ms"] - floor["p10_ms"], 4)
-    return floor
+    floor = Floor(requests, len(latencies), timer_resolution_ns(),
+                  round(time.get_clock_info("perf_counter").resolution * 1e9))
+    if not latencies:
+        return floor
+    figures = rounded_percentiles(latencies, (10, 50, 90, 99), "")
+    # the spread a p50 difference must clear before this driver can resolve it
+    return floor._replace(**figures, spread_ms=round(figures["p90_ms"] - figures["p10_ms"], 4))
 
 
 def warm_up(target: Target, payloads: Sequence[bytes], count: int,
-            stop: threading.Event, expects: Sequence[tuple] = ()) -> dict:
+            stop: threading.Event, expects: Sequence[tuple] = ()) -> Warmup:
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
@@ -5533,24 +5676,22 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
-    if counts["requests"] and not counts["ok"] and not counts.get("rejected"):
-        counts["all_failed"] = True
-    hashes = config_hashes_of(results)
-    if hashes:  # more than one: the router reloaded during the warm-up
-        counts["config_hashes"] = list(hashes)
-    return counts
+    # more than one config hash: the router reloaded during the warm-up
+    return Warmup(**counts, config_hashes=tuple(config_hashes_of(results)),
+                  all_failed=bool(counts["requests"] and not counts["ok"]
+                                  and not counts.get("rejected")))
 
 
-def warn_of_warm_up(target: Target, payload: bytes, warmup: dict, stop: threading.Event,
+def warn_of_warm_up(target: Target, payload: bytes, warmup: Warmup, stop: threading.Event,
                     notify: Callable[[str], None]) -> None:
     """Warn of a warm-up whose every request failed, and of warm-up answers of 2xx without a
     decision: where the decision was looked for, and which --decision-path would read the
     answer one more request gets."""
-    if warmup.get("all_failed"):
-        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
+    if warmup.all_failed:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in (warmup.errors or {}).items())
         notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
                f"router that is not ready")
-    count = (warmup.get("errors") or {}).get("no_decision")
+    count = (warmup.errors or {}).get("no_decision")
     if not count:
         return
     connection = Connection(target.endpoint, target.timeout,
@@ -5933,13 +6074,12 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
         driver={"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
         router={"pid": capture.router_pid, "cgroup": capture.router_cgroup,
                 "container": capture.router_container, "cpus": capture.router_cpu_list},
-        captures={
-            "probes": [name for name, _ in capture.probes],
-            "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
-            "gpu_indexes": list(capture.gpu_indexes), "histograms": list(capture.histograms),
-            "metrics_url": scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
-            if capture.metrics else None,
-            "metric_patterns": [p.pattern for p in capture.metric_patterns]},
+        captures=Captures(
+            tuple(name for name, _ in capture.probes),
+            GPU_COMMANDS[capture.gpu][0] if capture.gpu else None, tuple(capture.gpu_indexes),
+            tuple(capture.histograms),
+            scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
+            if capture.metrics else None, tuple(p.pattern for p in capture.metric_patterns)),
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
         floor=floor, warmup=warmup, host_settings=host, signal_names=target.signal_names)
     return finished_run(run, thresholds, notify)
@@ -7556,9 +7696,7 @@ def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
     for key in GPU_FIELDS[:-1]:  # memory used: the gpu_mib range of all devices together
         fields.update(span(f"gpu_{key}", (v for e in envs for v in e.gpu_state.get(key, ()))))
     fields["slow_passes"] = [p.name for p in run.passes if not p.discarded and run.slow_windows(p)]
-    fields["governors"] = sorted({g for role in ("driver", "router")
-                                  for g in ((run.host_settings.get(role) or {}).get("governors")
-                                            or {})})
+    fields["governors"] = run.host_settings.governors if run.host_settings else []
     return fields
 
 
@@ -7957,19 +8095,18 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
                             "used MiB"], rows, right=[False]) + notes)
 
 
-def format_host(settings: dict) -> list:
+def format_host(settings: Optional[HostSettings]) -> list:
     """Return the run's host settings in one or two lines."""
     if not settings:
         return []
     parts = []
-    for role in ("driver", "router"):
-        cpus = settings.get(role) or {}
+    for role, cpus in (("driver", settings.driver), ("router", settings.router)):
         if cpus:
-            governors = ", ".join(f"{g} ({c})" for g, c in cpus["governors"].items()) or "n/a"
-            boost = ", ".join(f"{b} ({c})" for b, c in cpus["boost"].items()) or "n/a"
-            parts.append(f"{role} CPUs {cpus['cpus']}: governor {governors}, boost {boost}")
-    return [f"host: {settings.get('cpu_model') or 'CPU n/a'}; kernel {settings.get('kernel')}; "
-            f"Python {settings.get('python')}; router-latency {settings.get('tool_version')}"] \
+            governors = ", ".join(f"{g} ({c})" for g, c in cpus.governors.items()) or "n/a"
+            boost = ", ".join(f"{b} ({c})" for b, c in cpus.boost.items()) or "n/a"
+            parts.append(f"{role} CPUs {cpus.cpus}: governor {governors}, boost {boost}")
+    return [f"host: {settings.cpu_model or 'CPU n/a'}; kernel {settings.kernel}; "
+            f"Python {settings.python}; router-latency {settings.tool_version}"] \
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
@@ -8796,7 +8933,7 @@ def record_json(sections: Sequence[RecordSection]) -> dict:
     for section in sections:
         rounds = {f"r{n}": {side: {
             "file": run.path, "label": run.label, "complete": run.complete,
-            "started_utc": run.started_utc, "host_settings": run.host_settings,
+            "started_utc": run.started_utc, "host_settings": run.host_settings.to_json() if run.host_settings else {},
             "config_hashes": list(run.config_hashes),
             "passes": [{"name": p.name, "discarded": p.discarded,
                         **{k: v for k, v in p.attempt.to_json(requests=[]).items()

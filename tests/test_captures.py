@@ -493,7 +493,7 @@ def test_router_cpu_per_request_and_foreign_vcpus_from_a_fake_cgroup(simulator, 
         assert use.foreign_vcpus == pytest.approx(max(30 / hz - 0.06, 0) / use.interval_s,
                                                   abs=0.002)
         assert item.environment.router_cpu_ms == 2.0
-    assert run.host_settings["router"]["cpus"] == "2-3"
+    assert run.host_settings.router.cpus == "2-3"
 
 
 def test_router_cpu_of_a_real_process_and_its_threads(simulator, tmp_path, cli):
@@ -565,10 +565,10 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
     (cpu / "intel_pstate").mkdir()
     (cpu / "intel_pstate" / "no_turbo").write_text("1\n")
     settings = rl.host_settings([0, 1], "1-2,7", sys_root=str(sys_root))
-    assert settings["driver"] == {"cpus": "0-1", "boost": {"off": "0-1"},
-                                  "governors": {"performance": "0", "powersave": "1"}}
-    assert settings["router"]["governors"] == {"powersave": "1-2"}
-    assert settings["kernel"] and settings["python"] and settings["tool_version"]
+    assert settings.driver == rl.CpuSettings("0-1", {"performance": "0", "powersave": "1"},
+                                             {"off": "0-1"})
+    assert settings.router.governors == {"powersave": "1-2"}
+    assert settings.kernel and settings.python and settings.tool_version
     assert rl.host_warnings(settings) == [
         "the driver may run on the router's CPUs 1: it competes with the router, and its CPU "
         "time counts as foreign (taskset -c pins the driver elsewhere)",
@@ -583,10 +583,9 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
                          rl.RunPlan(rl.plan_passes((1,)), warmup=0), corpus, label="x",
                          capture=rl.CaptureSettings(router_cpu_list="1-2", sys_root=str(sys_root)),
                          notify=heard.append)
-    assert run.host_settings["router"]["governors"] == {"powersave": "1-2"}
+    assert run.host_settings.router.governors == {"powersave": "1-2"}
     assert "warning: the router's CPUs run the cpufreq governor powersave on CPUs 1-2" in heard[-1]
-    assert rl.cpufreq_settings([0], str(tmp_path / "nothing")) == {
-        "cpus": "0", "governors": {}, "boost": {}}
+    assert rl.cpufreq_settings([0], str(tmp_path / "nothing")) == rl.CpuSettings("0", {}, {})
 
 
 def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path, cli):
