@@ -197,8 +197,6 @@ CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RES
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
-# what a GPU reading holds per device, each a number or null
-GPU_FIELDS = ("temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib")
 SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
@@ -2408,6 +2406,26 @@ def cache_text(finding: dict) -> str:
     return f"no result cache detected ({'; '.join(seen)})"
 
 
+class GpuField(NamedTuple):
+    """One figure a GPU reading holds per device (a number or null): its key in the run file,
+    and how the GPU tables title it."""
+    key: str
+    title: str  # the per-pass GPU table's column, before the unit
+    unit: str
+    column: str  # the rounds report's router CPU and GPU table's column
+    summed: bool = False  # summed over devices (memory: gpu_mib), not ranged figure by figure
+
+
+# what a GPU reading holds per device, whichever tool read it (GPU_TOOLS)
+GPU_FIELDS = (GpuField("temp_c", "temp", "C", "gpu temp C"),
+              GpuField("sclk_mhz", "sclk", "MHz", "sclk MHz"),
+              GpuField("mclk_mhz", "mclk", "MHz", "mclk MHz"),
+              GpuField("power_w", "power", "W", "gpu W"),
+              GpuField("util_pct", "use", "%", "gpu use %"),
+              GpuField("used_mib", "used", "MiB", "gpu MiB", summed=True))
+GPU_RANGED = tuple(field for field in GPU_FIELDS if not field.summed)
+
+
 class RouterCpu(NamedTuple):
     """The router's CPU time over a pass, and what other processes used of its CPUs."""
     router_s: Optional[float] = None  # user + system seconds of the router
@@ -2547,9 +2565,10 @@ def _check_environment(environment: dict, where: str) -> None:
             checked_number(value, f"{where}.gpu.{moment}.used_mib.{device}")
         devices = reading.get("devices") if isinstance(reading, dict) else None
         for device, state in (devices.items() if isinstance(devices, dict) else ()):
-            for key in GPU_FIELDS:
+            for field in GPU_FIELDS:
                 if isinstance(state, dict):
-                    checked_number(state.get(key), f"{where}.gpu.{moment}.devices.{device}.{key}",
+                    checked_number(state.get(field.key),
+                                   f"{where}.gpu.{moment}.devices.{device}.{field.key}",
                                    nullable=True)
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
@@ -2575,7 +2594,8 @@ class PassEnvironment(NamedTuple):
     faults: Optional[float] = None  # sum of increases of restart/fault series; None: not read
     router_cpu_ms: Optional[float] = None  # the router's CPU time per request
     foreign_vcpus: Optional[float] = None  # other processes on the router's CPUs
-    gpu_state: dict = {}  # GPU_FIELDS key -> every value read, over devices, before and after
+    # GPU_FIELDS key -> every value read, over devices, before and after
+    gpu_state: dict[str, tuple[float, ...]] = {}
 
 
 def _gpu_values(environment: dict) -> dict:
@@ -2585,9 +2605,9 @@ def _gpu_values(environment: dict) -> dict:
         reading = (environment.get("gpu") or {}).get(moment)
         devices = reading.get("devices") if isinstance(reading, dict) else None
         for state in (devices.values() if isinstance(devices, dict) else ()):
-            for key in GPU_FIELDS:
-                if isinstance(state, dict) and state.get(key) is not None:
-                    values.setdefault(key, []).append(state[key])
+            for field in GPU_FIELDS:
+                if isinstance(state, dict) and state.get(field.key) is not None:
+                    values.setdefault(field.key, []).append(state[field.key])
     return {key: tuple(found) for key, found in values.items()}
 
 
@@ -4340,20 +4360,39 @@ def parse_nvidia_smi(text: str) -> dict:
         fields.pop(None, None)
         if not index.isdigit():
             continue
-        devices[f"gpu{index}"] = {key: gpu_number(fields.get(key)) for key in GPU_FIELDS}
+        devices[f"gpu{index}"] = {f.key: gpu_number(fields.get(f.key)) for f in GPU_FIELDS}
         devices[f"gpu{index}"]["temp_sensor"] = "gpu"
     if not devices:
         raise ValueError("unexpected nvidia-smi output")
     return gpu_reading_of(devices, "nvidia-smi")
 
 
-GPU_COMMANDS = {
-    "rocm": ("rocm-smi", ["rocm-smi", "--showtemp", "--showclocks", "--showpower", "--showuse",
-                          "--showmeminfo", "vram", "--json"], parse_rocm_smi),
-    "amd": ("amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi),
-    "nvidia": ("nvidia-smi", ["nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_QUERY),
-                              "--format=csv"], parse_nvidia_smi),
-}
+class GpuTool(NamedTuple):
+    """A GPU tool that --gpu reads: its choice, its command line, the parser of its output,
+    and the fields its readings hold."""
+    choice: str  # --gpu's value
+    command: tuple[str, ...]  # its first word is the program looked for on PATH
+    parse: Callable[[str], dict]  # the output -> {"used_mib": ..., "devices": ...}
+    fields: tuple[GpuField, ...] = GPU_FIELDS
+
+    @property
+    def name(self) -> str:
+        return self.command[0]
+
+
+# the tools --gpu offers, in the order auto looks for them on PATH
+GPU_TOOLS = (
+    GpuTool("rocm", ("rocm-smi", "--showtemp", "--showclocks", "--showpower", "--showuse",
+                     "--showmeminfo", "vram", "--json"), parse_rocm_smi),
+    GpuTool("amd", ("amd-smi", "metric", "--json"), parse_amd_smi),
+    GpuTool("nvidia", ("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_QUERY), "--format=csv"),
+            parse_nvidia_smi),
+)
+
+
+def gpu_tool(choice: str) -> GpuTool:
+    """Return the GPU tool of a --gpu choice (a key of GPU_TOOLS)."""
+    return next(tool for tool in GPU_TOOLS if tool.choice == choice)
 PROBE_OUTPUT_BYTES = 4096
 DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
 
@@ -4361,7 +4400,7 @@ DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
 class CaptureSettings(NamedTuple):
     probes: tuple = ()  # (name, shell command) pairs
     probe_timeout: float = 10.0
-    gpu: Optional[str] = None  # a key of GPU_COMMANDS, or None
+    gpu: Optional[str] = None  # the choice of one of GPU_TOOLS, or None
     metrics: Optional[Endpoint] = None
     metric_patterns: tuple = ()
     histograms: tuple = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
@@ -4382,10 +4421,7 @@ def resolve_gpu(choice: str) -> Optional[str]:
         return None
     if choice != "auto":
         return choice
-    for key, (tool, _, _) in GPU_COMMANDS.items():
-        if shutil.which(tool):
-            return key
-    return None
+    return next((tool.choice for tool in GPU_TOOLS if shutil.which(tool.name)), None)
 
 
 def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
@@ -4431,7 +4467,8 @@ def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None
     A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
     queries is unsupported) gives them, with a note of the exit code.
     """
-    tool, command, parse = GPU_COMMANDS[key]
+    chosen = gpu_tool(key)
+    tool, command, parse = chosen.name, list(chosen.command), chosen.parse
     if not shutil.which(tool):
         return {"error": f"{tool} not found"}
     try:
@@ -4773,7 +4810,7 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
     if capture.probes:
         record["probes"] = {"before": before["probes"], "after": after["probes"]}
     if capture.gpu:
-        record["gpu"] = {"tool": GPU_COMMANDS[capture.gpu][0], "before": before["gpu"],
+        record["gpu"] = {"tool": gpu_tool(capture.gpu).name, "before": before["gpu"],
                          "after": after["gpu"]}
     if capture.metrics:
         errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
@@ -6076,7 +6113,7 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
                 "container": capture.router_container, "cpus": capture.router_cpu_list},
         captures=Captures(
             tuple(name for name, _ in capture.probes),
-            GPU_COMMANDS[capture.gpu][0] if capture.gpu else None, tuple(capture.gpu_indexes),
+            gpu_tool(capture.gpu).name if capture.gpu else None, tuple(capture.gpu_indexes),
             tuple(capture.histograms),
             scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
             if capture.metrics else None, tuple(p.pattern for p in capture.metric_patterns)),
@@ -7693,8 +7730,9 @@ def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
               "foreign_vcpus_max": max(foreign) if foreign else None,
               "max_foreign_cpus": limit,
               "above_foreign_limit": bool(foreign) and max(foreign) > limit}
-    for key in GPU_FIELDS[:-1]:  # memory used: the gpu_mib range of all devices together
-        fields.update(span(f"gpu_{key}", (v for e in envs for v in e.gpu_state.get(key, ()))))
+    for field in GPU_RANGED:  # memory used: the gpu_mib range of all devices together
+        fields.update(span(f"gpu_{field.key}",
+                           (v for e in envs for v in e.gpu_state.get(field.key, ()))))
     fields["slow_passes"] = [p.name for p in run.passes if not p.discarded and run.slow_windows(p)]
     fields["governors"] = run.host_settings.governors if run.host_settings else []
     return fields
@@ -8080,8 +8118,8 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
     for item, record in gpu:
         state = item.environment.gpu_state
         rows.append([pass_title(item.name)]
-                    + [span_text(min(state[k]), max(state[k]), fmt_reading)
-                       if state.get(k) else "n/a" for k in GPU_FIELDS[:-1]]
+                    + [span_text(min(state[f.key]), max(state[f.key]), fmt_reading)
+                       if state.get(f.key) else "n/a" for f in GPU_RANGED]
                     + [span_text(min(item.environment.gpu_mib, default=None),
                                  max(item.environment.gpu_mib, default=None), fmt_reading)])
         for moment in ("before", "after"):
@@ -8091,8 +8129,9 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
                     notes.append(f"gpu {moment} {pass_title(item.name)}: {reading[key]}")
     tool = gpu[0][1].get("tool") or "gpu"
     return ([f"gpu ({tool}), before and after each pass:"]
-            + render_table(["pass", "temp C", "sclk MHz", "mclk MHz", "power W", "use %",
-                            "used MiB"], rows, right=[False]) + notes)
+            + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
+                            *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows,
+                           right=[False]) + notes)
 
 
 def format_host(settings: Optional[HostSettings]) -> list:
@@ -8603,7 +8642,7 @@ def without_empty_columns(table: Table) -> tuple:
 def router_and_gpu_tables(report: RoundsReport) -> list:
     """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
     and slow passes; none when no run recorded any."""
-    keys = ["router_cpu_ms", *(f"gpu_{k}" for k in GPU_FIELDS[:-1])]
+    keys = ["router_cpu_ms", *(f"gpu_{f.key}" for f in GPU_RANGED)]
     rows = report.environment
     if not any(r.get(f"{k}_min") is not None for r in rows for k in keys) \
             and not any(r.get("foreign_vcpus_max") is not None or r.get("slow_passes")
@@ -8617,8 +8656,8 @@ def router_and_gpu_tables(report: RoundsReport) -> list:
              + [", ".join(pass_title(n) for n in r.get("slow_passes") or ()) or "-"]
              for r in rows]
     return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
-                       "gpu temp C", "sclk MHz", "mclk MHz", "gpu W", "gpu use %",
-                       "slow phases"], table, [False, False] + [True] * 7 + [False])]
+                       *(f.column for f in GPU_RANGED), "slow phases"], table,
+                  [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
 
 
 def format_order(report: RoundsReport) -> list:
@@ -10904,10 +10943,12 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                         "4 KB of stdout are stored (repeatable)")
     p.add_argument("--probe-timeout", type=positive_float, default=10.0,
                    help="seconds a probe, GPU tool or metrics scrape may take")
-    p.add_argument("--gpu", choices=("auto", "rocm", "amd", "nvidia", "none"), default="auto",
-                   help="record GPU temperature, clocks, power, use and memory before and after "
-                        "each pass with rocm-smi, amd-smi or nvidia-smi (auto: the first of "
-                        "them on PATH)")
+    names = [tool.name for tool in GPU_TOOLS]
+    p.add_argument("--gpu", choices=("auto", *(tool.choice for tool in GPU_TOOLS), "none"),
+                   default="auto",
+                   help=f"record GPU temperature, clocks, power, use and memory before and after "
+                        f"each pass with {', '.join(names[:-1])} or {names[-1]} (auto: the "
+                        f"first of them on PATH)")
     p.add_argument("--gpu-index", type=index_list, metavar="N[,N...]",
                    help="only these GPUs, by the tool's own index (default: all visible)")
     router = p.add_mutually_exclusive_group()

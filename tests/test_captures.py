@@ -246,6 +246,35 @@ def test_gpu_state_from_a_fake_rocm_smi(simulator, fake_tools, tmp_path, cli):
     assert re.search(r"^Sequential\s+49\s+n/a\s+n/a\s+19\s+0\s+757\.5$", result.out, re.M)
 
 
+def test_a_gpu_tool_is_one_entry_of_the_table_of_tools(simulator, fake_tools, tmp_path, cli,
+                                                       monkeypatch):
+    # a tool added to GPU_TOOLS is a --gpu choice, in its help, found by auto, run with its
+    # command, read by its parser, and shown in the GPU table under the fields' titles
+    def parse_xpu(text):
+        return rl.gpu_reading_of({"xpu0": {f.key: float(i + 1) for i, f in enumerate(
+            rl.GPU_FIELDS)} | {"temp_sensor": "gpu"}}, "xpu-smi")
+
+    monkeypatch.setattr(rl, "GPU_TOOLS", (rl.GpuTool("xpu", ("xpu-smi", "dump"), parse_xpu),
+                                          *rl.GPU_TOOLS))
+    fake_tools("xpu-smi", "anything\n")
+    assert "{auto,xpu,rocm,amd,nvidia,none}" in cli("run", "--help").out
+    assert "with xpu-smi, rocm-smi, amd-smi or nvidia-smi" in " ".join(
+        cli("run", "--help").out.split())
+    assert rl.resolve_gpu("auto") == "xpu"
+    for extra in ((), ("--gpu", "xpu")):
+        (tmp_path / "run.json").unlink(missing_ok=True)
+        document, result = run_once(cli, simulator(delay_ms=0), tmp_path, *extra)
+        assert document["captures"]["gpu"] == "xpu-smi"
+        assert document["passes"][0]["environment"]["gpu"]["after"]["devices"]["xpu0"][
+            "power_w"] == 4.0
+        assert re.search(r"^pass\s+temp C\s+sclk MHz\s+mclk MHz\s+power W\s+use %\s+used MiB$",
+                         result.out, re.M)
+        assert re.search(r"^Sequential\s+1\s+2\s+3\s+4\s+5\s+6$", result.out, re.M)
+    refused = cli("run", "--url", "http://127.0.0.1:1", "--corpus", "c", "--out", "o",
+                  "--gpu", "tpu")
+    assert refused.code == 2 and "invalid choice: 'tpu'" in refused.err
+
+
 def test_gpu_state_from_a_fake_amd_smi_and_nvidia_smi(simulator, fake_tools, tmp_path, cli):
     fake_tools("amd-smi", AMD_SMI_MI300X_SHAPED)
     fake_tools("nvidia-smi", NVIDIA_TWO)
