@@ -81,7 +81,7 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, TypedDict
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -2000,6 +2000,61 @@ def pass_title(name: str) -> str:
     return "Sequential" if name == "sequential" else f"Conc {name[1:]}"
 
 
+# The objects a run file keeps as JSON, as read and written whole: what each holds.
+
+class CorpusRef(TypedDict):
+    """Which corpus a run sent: where it was read, its digest, its prompts."""
+    path: str
+    sha256: str
+    count: int
+
+
+class ToolRef(TypedDict):
+    name: str
+    version: str
+
+
+class DriverRef(TypedDict, total=False):
+    pid: int
+    cpu_affinity: Optional[list[int]]
+
+
+class RouterRef(TypedDict, total=False):
+    """The router as the run was told of it (--router-*); each None when not."""
+    pid: Optional[int]
+    cgroup: Optional[str]
+    container: Optional[str]
+    cpus: Optional[str]
+
+
+class LoadRange(TypedDict, total=False):
+    """The 1-minute load average over an attempt (LoadSampler.stop): None where unread."""
+    start: Optional[float]
+    end: Optional[float]
+    min: Optional[float]
+    max: Optional[float]
+    samples: int
+
+
+class CapturedEnvironment(TypedDict, total=False):
+    """What a pass recorded of its surroundings (environment_record); each part only where
+    it was captured."""
+    router_cpus: Optional[str]
+    # "before" and "after" -> probe name -> exit, timed_out, stdout, seconds
+    probes: dict[str, dict[str, dict[str, Any]]]
+    # tool, and "before" and "after": a GPU reading (used_mib, devices) or error, and a note
+    gpu: dict[str, Any]
+    # deltas (series -> increase) and histograms, or the scrape's error
+    metrics: dict[str, Any]
+
+
+class CacheFinding(TypedDict, total=False):
+    """Whether a result cache answered (result_cache_finding): by metrics, by timing."""
+    detected: bool
+    metrics: Optional[dict[str, float]]  # hits, lookups
+    timing: Optional[dict[str, Any]]  # compared, faster, median_ratio, detected
+
+
 class Request(NamedTuple):
     """One request of a pass as the run file records it."""
     id: int  # the prompt's id in the corpus
@@ -2017,7 +2072,7 @@ class Request(NamedTuple):
     reason: Optional[str] = None  # a malformed answer: what was wrong with it
     # the router's execution_time_ms per signal, in the order of the run's signal names
     # (RunFile.signal_names); None where the answer did not report that signal
-    signal_ms: tuple = ()
+    signal_ms: tuple[Optional[float], ...] = ()
 
     @property
     def routed(self) -> bool:
@@ -2118,7 +2173,7 @@ class PassSummary(NamedTuple):
     """Counts, percentiles and throughput of one pass."""
     requests: int
     ok: int
-    errors: dict  # error kind -> count
+    errors: dict[str, int]  # error kind -> count
     p50_ms: Optional[float]
     p95_ms: Optional[float]
     p99_ms: Optional[float]
@@ -2132,7 +2187,7 @@ class PassSummary(NamedTuple):
     service_p99_ms: Optional[float] = None
     behind_p99_ms: Optional[float] = None
     rejected: int = 0  # expected rejections: neither ok nor errors, not in the percentiles
-    error_codes: dict = {}  # error kind -> {the router's code -> count}
+    error_codes: dict[str, dict[str, int]] = {}  # error kind -> {the router's code -> count}
 
     def to_json(self) -> dict:
         document = self._asdict()
@@ -2434,7 +2489,7 @@ class RouterCpu(NamedTuple):
     busy_s: Optional[float] = None  # user + nice + system seconds of those CPUs
     interval_s: Optional[float] = None  # between the two readings around the pass
     foreign_vcpus: Optional[float] = None  # (busy_s - router_s) / interval_s
-    notes: tuple = ()  # why a figure is missing
+    notes: tuple[str, ...] = ()  # why a figure is missing
 
     def to_json(self) -> dict:
         return {**self._asdict(), "notes": list(self.notes)}
@@ -2462,16 +2517,16 @@ class Attempt(NamedTuple):
     arrival: Optional[str]  # open loop: constant or poisson
     started_utc: str
     started_unix: Optional[float]
-    load: dict  # 1-minute load average: start, end, min, max, samples
+    load: LoadRange  # 1-minute load average: start, end, min, max, samples
     driver_cpu_s: Optional[float]
-    environment: dict  # router_cpus, and probes, gpu, metrics where captured
+    environment: CapturedEnvironment  # router_cpus, and probes, gpu, metrics where captured
     summary: Optional[PassSummary]
-    requests: tuple  # Request, in send order
+    requests: tuple[Request, ...]  # in send order
     # x-vsr-config-hash values of the answers, distinct, in the order first seen; more than
     # one is a configuration reload in the middle of the measurement
-    config_hashes: tuple = ()
+    config_hashes: tuple[str, ...] = ()
     router_cpu: Optional[RouterCpu] = None  # with a router to read (--router-*)
-    windows: tuple = ()  # PhaseWindow: the pass's time series
+    windows: tuple[PhaseWindow, ...] = ()  # the pass's time series
 
     def to_json(self, requests: Any = None) -> dict:
         """Return the attempt as JSON; `requests` stands in for the records when given."""
@@ -2590,7 +2645,7 @@ class PassEnvironment(NamedTuple):
     driver_cpu_s: Optional[float] = None
     wall_s: Optional[float] = None
     router_cpus: Optional[str] = None
-    gpu_mib: tuple = ()  # total used MiB over devices, before and after
+    gpu_mib: tuple[float, ...] = ()  # total used MiB over devices, before and after
     faults: Optional[float] = None  # sum of increases of restart/fault series; None: not read
     router_cpu_ms: Optional[float] = None  # the router's CPU time per request
     foreign_vcpus: Optional[float] = None  # other processes on the router's CPUs
@@ -2624,7 +2679,7 @@ class PassRecord(NamedTuple):
     discarded: bool  # every attempt was above the load limit: no timings
     interrupted: bool
     attempt: Attempt  # for a discarded pass, the last attempt without its requests
-    discarded_attempts: tuple = ()
+    discarded_attempts: tuple[Attempt, ...] = ()
 
     @property
     def summary(self) -> Optional[PassSummary]:
@@ -3000,28 +3055,28 @@ class RunFile(NamedTuple):
     """A run file: who measured what, how, and every pass."""
     label: str
     complete: bool  # false when the run was interrupted
-    corpus: dict  # path, sha256, count
-    passes: tuple  # PassRecord, in the order measured
+    corpus: CorpusRef
+    passes: tuple[PassRecord, ...]  # in the order measured
     started_utc: str = ""
     started_unix: Optional[float] = None
     ended_utc: str = ""
     url: str = ""
     model: str = ""
-    header_names: tuple = ()
+    header_names: tuple[str, ...] = ()
     insecure: bool = False
-    tool: dict = {"name": "router-latency", "version": __version__}
+    tool: ToolRef = {"name": "router-latency", "version": __version__}
     python: str = ""
     host: str = ""
-    driver: dict = {}  # pid, cpu_affinity
-    router: dict = {}  # pid, cgroup
+    driver: DriverRef = {}
+    router: RouterRef = {}
     captures: Optional[Captures] = None  # None: none recorded (an older file)
     settings: RunSettings = RunSettings()  # how the run was measured, as asked
     ready_after_s: Optional[float] = None
     floor: Floor = Floor()  # the driver's own latency on loopback
     warmup: Warmup = Warmup()  # counts of the warm-up requests
     host_settings: Optional[HostSettings] = None  # once per run; None: an older file
-    result_cache: dict = {}  # result_cache_finding() as measured; {} in older files
-    signal_names: tuple = ()  # the signals the requests' signal_ms are in the order of
+    result_cache: CacheFinding = {}  # result_cache_finding() as measured; {} in older files
+    signal_names: tuple[str, ...] = ()  # the signals the requests' signal_ms are in the order of
     path: str = ""  # where it was read from; not written
 
     @property
