@@ -2653,6 +2653,51 @@ class PassEnvironment(NamedTuple):
     gpu_state: dict[str, tuple[float, ...]] = {}
 
 
+class EnvironmentRow(NamedTuple):
+    """One round's side of the rounds report's environment: its passes' surroundings over
+    the run (load, CPU set, GPU memory and state, faults, driver and router CPU), and the
+    flags of what was suspect."""
+    round: int
+    side: str
+    load_min: Optional[float] = None
+    load_max: Optional[float] = None
+    router_cpus: Optional[str] = None  # the CPU sets seen, space-separated
+    gpu_mib_min: Optional[float] = None  # memory used, summed over devices
+    gpu_mib_max: Optional[float] = None
+    faults: Optional[float] = None  # increases of restart/fault series; None: not read
+    discarded_attempts: int = 0
+    driver_cpu_s: Optional[float] = None
+    driver_cpu_pct: Optional[float] = None  # of the passes' wall time
+    above_load_limit: bool = False
+    max_load: Optional[float] = None
+    router_cpu_ms_min: Optional[float] = None  # the router's CPU time per request
+    router_cpu_ms_max: Optional[float] = None
+    foreign_vcpus_max: Optional[float] = None
+    max_foreign_cpus: float = Thresholds().max_foreign_cpus
+    above_foreign_limit: bool = False
+    # GPU_RANGED key -> (lowest, highest) over devices, before and after every pass
+    gpu_ranges: dict[str, tuple[Optional[float], Optional[float]]] = {}
+    slow_passes: tuple[str, ...] = ()  # the names of passes with a slow phase
+    governors: tuple[str, ...] = ()  # the cpufreq governors of the driver's and router's CPUs
+    flags: tuple[str, ...] = ()
+
+    def gpu_range(self, key: str) -> tuple:
+        """Return (lowest, highest) of a GPU_RANGED figure; (None, None) when not read."""
+        return self.gpu_ranges.get(key, (None, None))
+
+    def to_json(self) -> dict:
+        """Return the row as rounds --format json writes it: the GPU ranges flat, by key."""
+        document: dict = {}
+        for key, value in self._asdict().items():
+            if key == "gpu_ranges":
+                for field in GPU_RANGED:
+                    low, high = self.gpu_range(field.key)
+                    document.update({f"gpu_{field.key}_min": low, f"gpu_{field.key}_max": high})
+            else:
+                document[key] = list(value) if isinstance(value, tuple) else value
+        return document
+
+
 def _gpu_values(environment: dict) -> dict:
     """Return GPU_FIELDS key -> the values read over devices, before and after a pass."""
     values: dict = {}
@@ -7127,7 +7172,7 @@ class RoundsReport(NamedTuple):
     errors: tuple  # PassErrors
     warnings: tuple  # what the reader must know before trusting the verdict
     notes: tuple  # differences allowed with --allow-mismatch
-    environment: tuple  # one dict per round and side
+    environment: tuple[EnvironmentRow, ...]  # one per round and side
     order: dict
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
     outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
@@ -7773,82 +7818,86 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
 
 def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
     """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
-    passes and cpufreq governors, for its environment row."""
-    def span(name: str, values: Iterable[Optional[float]]) -> dict:
+    passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
+    def span(values: Iterable[Optional[float]]) -> tuple:
         known = [v for v in values if v is not None]
-        return {f"{name}_min": min(known) if known else None,
-                f"{name}_max": max(known) if known else None}
+        return (min(known), max(known)) if known else (None, None)
 
     foreign = [e.foreign_vcpus for e in envs if e.foreign_vcpus is not None]
     limit = run.thresholds.max_foreign_cpus
-    fields = {**span("router_cpu_ms", (e.router_cpu_ms for e in envs)),
-              "foreign_vcpus_max": max(foreign) if foreign else None,
-              "max_foreign_cpus": limit,
-              "above_foreign_limit": bool(foreign) and max(foreign) > limit}
-    for field in GPU_RANGED:  # memory used: the gpu_mib range of all devices together
-        fields.update(span(f"gpu_{field.key}",
-                           (v for e in envs for v in e.gpu_state.get(field.key, ()))))
-    fields["slow_passes"] = [p.name for p in run.passes if not p.discarded and run.slow_windows(p)]
-    fields["governors"] = run.host_settings.governors if run.host_settings else []
-    return fields
+    router_low, router_high = span(e.router_cpu_ms for e in envs)
+    # memory used is not here: the gpu_mib range of all devices together
+    gpu = {field.key: span(v for e in envs for v in e.gpu_state.get(field.key, ()))
+           for field in GPU_RANGED}
+    return {"router_cpu_ms_min": router_low, "router_cpu_ms_max": router_high,
+            "foreign_vcpus_max": max(foreign) if foreign else None,
+            "max_foreign_cpus": limit, "above_foreign_limit": bool(foreign) and max(foreign) > limit,
+            "gpu_ranges": {key: found for key, found in gpu.items() if found != (None, None)},
+            "slow_passes": tuple(p.name for p in run.passes
+                                 if not p.discarded and run.slow_windows(p)),
+            "governors": tuple(run.host_settings.governors if run.host_settings else ())}
 
 
-def suspect_flags(row: dict) -> list:
+def suspect_flags(row: EnvironmentRow) -> list:
     """Return the flags of an environment row's suspect figures."""
     flags = []
-    if row["above_foreign_limit"]:
-        flags.append(f"foreign cpus above {row['max_foreign_cpus']:g}")
-    if row["slow_passes"]:
-        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row["slow_passes"]))
-    slow_governors = [g for g in row["governors"] if g != "performance"]
+    if row.above_foreign_limit:
+        flags.append(f"foreign cpus above {row.max_foreign_cpus:g}")
+    if row.slow_passes:
+        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row.slow_passes))
+    slow_governors = [g for g in row.governors if g != "performance"]
     if slow_governors:
         flags.append(f"governor {'/'.join(slow_governors)}")
     return flags
 
 
+def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
+    """Return a round's side's environment row, without its flags: load, CPU set, GPU
+    memory, faults and driver CPU over its passes, and the suspect fields."""
+    envs = [p.environment for p in run.passes]
+    lows = [e.load_min for e in envs if e.load_min is not None]
+    highs = [e.load_max for e in envs if e.load_max is not None]
+    peaks = [e.peak_load for e in envs if e.peak_load is not None]
+    cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
+    gpu = [v for e in envs for v in e.gpu_mib]
+    faults = [e.faults for e in envs if e.faults is not None]
+    cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
+    walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
+    return EnvironmentRow(
+        number, side, min(lows) if lows else None, max(highs) if highs else None,
+        " ".join(cpus) if cpus else None, min(gpu) if gpu else None, max(gpu) if gpu else None,
+        math.fsum(faults) if faults else None, sum(e.discarded_attempts for e in envs),
+        round(math.fsum(cpu_s), 3) if cpu_s else None,
+        round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
+        if walls and math.fsum(walls) > 0 else None,
+        bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
+        run.max_load, **suspect_fields(run, envs))
+
+
+def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
+    """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
+    load above the limit, discarded attempts, then its suspect figures."""
+    flags = [f"cpuset differs (usually {usual_cpus})"] \
+        if row.router_cpus and row.router_cpus != usual_cpus else []
+    if row.faults:
+        flags.append("restart/fault")
+    if row.above_load_limit:
+        flags.append(f"load above {row.max_load:g}")
+    if row.discarded_attempts:
+        flags.append("discarded attempts")
+    return tuple(flags + suspect_flags(row))
+
+
 def environment_rows(runs: dict, base: str, new: str) -> list:
-    """Return one row per round and side: load, CPU set, GPU memory, faults, driver CPU, flags."""
-    rows = []
-    for number, sides in runs.items():
-        for side in (base, new):
-            run = sides[side]
-            envs = [p.environment for p in run.passes]
-            lows = [e.load_min for e in envs if e.load_min is not None]
-            highs = [e.load_max for e in envs if e.load_max is not None]
-            peaks = [e.peak_load for e in envs if e.peak_load is not None]
-            cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
-            gpu = [v for e in envs for v in e.gpu_mib]
-            faults = [e.faults for e in envs if e.faults is not None]
-            cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
-            walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
-            rows.append({
-                "round": number, "side": side,
-                "load_min": min(lows) if lows else None, "load_max": max(highs) if highs else None,
-                "router_cpus": " ".join(cpus) if cpus else None,
-                "gpu_mib_min": min(gpu) if gpu else None, "gpu_mib_max": max(gpu) if gpu else None,
-                "faults": math.fsum(faults) if faults else None,
-                "discarded_attempts": sum(e.discarded_attempts for e in envs),
-                "driver_cpu_s": round(math.fsum(cpu_s), 3) if cpu_s else None,
-                "driver_cpu_pct": round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
-                if walls and math.fsum(walls) > 0 else None,
-                "above_load_limit": bool(peaks) and run.max_load is not None
-                and max(peaks) > run.max_load,
-                "max_load": run.max_load, **suspect_fields(run, envs), "flags": []})
-    for side in (base, new):
-        seen = [r["router_cpus"] for r in rows if r["side"] == side and r["router_cpus"]]
-        usual = max(set(seen), key=seen.count) if seen else None
-        for row in rows:
-            if row["side"] == side and row["router_cpus"] and row["router_cpus"] != usual:
-                row["flags"].append(f"cpuset differs (usually {usual})")
-    for row in rows:
-        if row["faults"]:
-            row["flags"].append("restart/fault")
-        if row["above_load_limit"]:
-            row["flags"].append(f"load above {row['max_load']:g}")
-        if row["discarded_attempts"]:
-            row["flags"].append("discarded attempts")
-        row["flags"] += suspect_flags(row)
-    return rows
+    """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
+    driver CPU, and flags."""
+    rows = [side_environment(number, side, sides[side])
+            for number, sides in runs.items() for side in (base, new)]
+    usual = {}
+    for side in (base, new):  # the CPU set most rounds of a side ran on
+        seen = [r.router_cpus for r in rows if r.side == side and r.router_cpus]
+        usual[side] = max(set(seen), key=seen.count) if seen else None
+    return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
 
 
 def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> dict:
@@ -8664,13 +8713,13 @@ def environment_tables(report: RoundsReport) -> tuple:
     span = span_text
     table = []
     for row in report.environment:
-        cpu = "n/a" if row["driver_cpu_s"] is None else (
-            f"{row['driver_cpu_s']:.2f} s" + (f" ({row['driver_cpu_pct']:.0f}%)"
-                                             if row["driver_cpu_pct"] is not None else ""))
-        table.append([f"r{row['round']}", row["side"], span(row["load_min"], row["load_max"]),
-                      row["router_cpus"] or "n/a", span(row["gpu_mib_min"], row["gpu_mib_max"]),
-                      "n/a" if row["faults"] is None else f"{row['faults']:g}",
-                      str(row["discarded_attempts"]), cpu, ", ".join(row["flags"]) or "-"])
+        cpu = "n/a" if row.driver_cpu_s is None else (
+            f"{row.driver_cpu_s:.2f} s" + (f" ({row.driver_cpu_pct:.0f}%)"
+                                          if row.driver_cpu_pct is not None else ""))
+        table.append([f"r{row.round}", row.side, span(row.load_min, row.load_max),
+                      row.router_cpus or "n/a", span(row.gpu_mib_min, row.gpu_mib_max),
+                      "n/a" if row.faults is None else f"{row.faults:g}",
+                      str(row.discarded_attempts), cpu, ", ".join(row.flags) or "-"])
     tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
                          "discarded", "driver cpu", "flags"], table,
                     [False, False, True, False, True, True, True, True, False])]
@@ -8697,18 +8746,14 @@ def without_empty_columns(table: Table) -> tuple:
 def router_and_gpu_tables(report: RoundsReport) -> list:
     """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
     and slow passes; none when no run recorded any."""
-    keys = ["router_cpu_ms", *(f"gpu_{f.key}" for f in GPU_RANGED)]
     rows = report.environment
-    if not any(r.get(f"{k}_min") is not None for r in rows for k in keys) \
-            and not any(r.get("foreign_vcpus_max") is not None or r.get("slow_passes")
-                        for r in rows):
+    if not any(r.router_cpu_ms_min is not None or r.gpu_ranges
+               or r.foreign_vcpus_max is not None or r.slow_passes for r in rows):
         return []
-    table = [[f"r{r['round']}", r["side"],
-              span_text(r.get("router_cpu_ms_min"), r.get("router_cpu_ms_max")),
-              fmt_value(r.get("foreign_vcpus_max"))]
-             + [span_text(r.get(f"{k}_min"), r.get(f"{k}_max"), fmt_reading)
-                for k in keys[1:]]
-             + [", ".join(pass_title(n) for n in r.get("slow_passes") or ()) or "-"]
+    table = [[f"r{r.round}", r.side, span_text(r.router_cpu_ms_min, r.router_cpu_ms_max),
+              fmt_value(r.foreign_vcpus_max)]
+             + [span_text(*r.gpu_range(f.key), fmt_reading) for f in GPU_RANGED]
+             + [", ".join(pass_title(n) for n in r.slow_passes) or "-"]
              for r in rows]
     return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
                        *(f.column for f in GPU_RANGED), "slow phases"], table,
@@ -8820,7 +8865,7 @@ def rounds_json(report: RoundsReport) -> dict:
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
             "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": list(report.environment), "order": report.order,
+            "environment": [row.to_json() for row in report.environment], "order": report.order,
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
             "outliers": list(report.outliers),
@@ -9098,10 +9143,10 @@ def record_sentences(section: RecordSection) -> list:
               for side in (report.base, report.new)}
     sentences.append("failed requests: none" if not any(failed.values()) else
                      "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
-    faults = [row for row in report.environment if row["faults"]]
+    faults = [row for row in report.environment if row.faults]
     sentences.append("restarts and device faults: none recorded"
                      if not faults else "restarts and device faults: " + ", ".join(
-                         f"r{row['round']} {row['side']} {row['faults']:g}" for row in faults))
+                         f"r{row.round} {row.side} {row.faults:g}" for row in faults))
     for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
                              ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
                              ("router_cpu_ms", "router CPU time per request", " ms")):
