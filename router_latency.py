@@ -2481,6 +2481,60 @@ GPU_FIELDS = (GpuField("temp_c", "temp", "C", "gpu temp C"),
 GPU_RANGED = tuple(field for field in GPU_FIELDS if not field.summed)
 
 
+class GpuReading(NamedTuple):
+    """What a GPU tool read at one moment, before or after a pass: per device its GPU_FIELDS
+    figures and the temperature sensor they came from, or why there are none."""
+    used_mib: dict[str, float] = {}  # device -> memory used
+    # device -> GPU_FIELDS key -> its figure or None, and temp_sensor: which sensor it read
+    devices: dict[str, dict[str, Any]] = {}
+    error: Optional[str] = None  # no reading: why (the tool missing, timed out, unreadable)
+    note: Optional[str] = None  # a reading, and what was odd: the tool's exit code, a device
+
+    def figures(self, key: str) -> list:
+        """Return a GPU_FIELDS figure's values over the devices, those read."""
+        return [state[key] for state in self.devices.values() if state.get(key) is not None]
+
+    @property
+    def total_mib(self) -> Optional[float]:
+        """The memory used over every device, None when no device told it."""
+        return math.fsum(self.used_mib.values()) if self.used_mib else None
+
+    def to_json(self) -> dict:
+        if self.error is not None:
+            return {"error": self.error}
+        document: dict = {"used_mib": self.used_mib, "devices": self.devices}
+        if self.note is not None:
+            document["note"] = self.note
+        return document
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["GpuReading"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        used = checked_object(raw, "used_mib", where)
+        for device, value in used.items():
+            checked_number(value, f"{where}.used_mib.{device}")
+        devices = checked_object(raw, "devices", where)
+        for device, state in devices.items():
+            if not isinstance(state, dict):
+                raise RouterLatencyError("expected an object", f"{where}.devices.{device}")
+            for field in GPU_FIELDS:
+                checked_number(state.get(field.key), f"{where}.devices.{device}.{field.key}",
+                               nullable=True)
+        return cls(used, devices, _checked_text(raw, "error", where),
+                   _checked_text(raw, "note", where))
+
+
+def gpu_readings(environment: dict) -> tuple:
+    """Return a pass's GPU readings that were taken, before and after it."""
+    gpu = environment.get("gpu") or {}
+    readings = (GpuReading.from_json(gpu.get(moment), f"gpu.{moment}")
+                for moment in ("before", "after"))
+    return tuple(reading for reading in readings if reading is not None)
+
+
 class RouterCpu(NamedTuple):
     """The router's CPU time over a pass, and what other processes used of its CPUs."""
     router_s: Optional[float] = None  # user + system seconds of the router
@@ -2614,17 +2668,7 @@ def _check_environment(environment: dict, where: str) -> None:
     """Raise when the figures the analysis reads from a pass's environment are not numbers."""
     gpu = checked_object(environment, "gpu", where)
     for moment in ("before", "after"):
-        reading = gpu.get(moment)
-        used = reading.get("used_mib") if isinstance(reading, dict) else None
-        for device, value in (used.items() if isinstance(used, dict) else ()):
-            checked_number(value, f"{where}.gpu.{moment}.used_mib.{device}")
-        devices = reading.get("devices") if isinstance(reading, dict) else None
-        for device, state in (devices.items() if isinstance(devices, dict) else ()):
-            for field in GPU_FIELDS:
-                if isinstance(state, dict):
-                    checked_number(state.get(field.key),
-                                   f"{where}.gpu.{moment}.devices.{device}.{field.key}",
-                                   nullable=True)
+        GpuReading.from_json(gpu.get(moment), f"{where}.gpu.{moment}")
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) \
@@ -2700,15 +2744,10 @@ class EnvironmentRow(NamedTuple):
 
 def _gpu_values(environment: dict) -> dict:
     """Return GPU_FIELDS key -> the values read over devices, before and after a pass."""
-    values: dict = {}
-    for moment in ("before", "after"):
-        reading = (environment.get("gpu") or {}).get(moment)
-        devices = reading.get("devices") if isinstance(reading, dict) else None
-        for state in (devices.values() if isinstance(devices, dict) else ()):
-            for field in GPU_FIELDS:
-                if isinstance(state, dict) and state.get(field.key) is not None:
-                    values.setdefault(field.key, []).append(state[field.key])
-    return {key: tuple(found) for key, found in values.items()}
+    readings = gpu_readings(environment)
+    values = {field.key: tuple(v for reading in readings for v in reading.figures(field.key))
+              for field in GPU_FIELDS}
+    return {key: found for key, found in values.items() if found}
 
 
 def _load_range(attempt: Attempt) -> tuple:
@@ -2770,12 +2809,8 @@ class PassRecord(NamedTuple):
         peaks = [p for p in (load_max, *peaks) if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
-        gpu_mib = []
-        for moment in ("before", "after"):
-            reading = (environment.get("gpu") or {}).get(moment)
-            used = reading.get("used_mib") if isinstance(reading, dict) else None
-            if isinstance(used, dict) and used:
-                gpu_mib.append(math.fsum(used.values()))
+        gpu_mib = [total for reading in gpu_readings(environment)
+                   if (total := reading.total_mib) is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
         faults = math.fsum(max(d, 0.0) for d in deltas.values()) \
             if isinstance(deltas, dict) else None
@@ -4341,16 +4376,15 @@ def first_json(text: str, tool: str) -> Any:
     raise ValueError(f"no JSON in {tool} output")
 
 
-def gpu_reading_of(devices: dict, tool: str) -> dict:
-    """Return a GPU reading: {"used_mib": {device: MiB}, "devices": {device: GPU_FIELDS}}."""
+def gpu_reading_of(devices: dict, tool: str) -> GpuReading:
+    """Return the GPU reading of these devices' figures (device -> GPU_FIELDS key -> figure)."""
     if not any(v is not None for state in devices.values() for v in state.values()):
         raise ValueError(f"no GPU figures in {tool} output")
-    return {"used_mib": {d: s["used_mib"] for d, s in devices.items()
-                         if s.get("used_mib") is not None},
-            "devices": devices}
+    return GpuReading({d: s["used_mib"] for d, s in devices.items()
+                       if s.get("used_mib") is not None}, devices)
 
 
-def parse_rocm_smi(text: str) -> dict:
+def parse_rocm_smi(text: str) -> GpuReading:
     """Return the GPU reading of `rocm-smi --showtemp --showclocks --showpower --showuse
     --showmeminfo vram --json`: one object per cardN, every value a string.
 
@@ -4395,7 +4429,7 @@ def _amd_value(section: Any, *keys: str) -> Optional[float]:
     return None
 
 
-def parse_amd_smi(text: str) -> dict:
+def parse_amd_smi(text: str) -> GpuReading:
     """Return the GPU reading of `amd-smi metric --json`: a list of GPUs (ROCm 6.0-6.2), or
     an object with that list under "gpu_data" (ROCm 7).
 
@@ -4439,7 +4473,7 @@ NVIDIA_COLUMNS = {"index": "index", "temperature.gpu": "temp_c", "clocks.current
                   "utilization.gpu": "util_pct", "memory.used": "used_mib"}
 
 
-def parse_nvidia_smi(text: str) -> dict:
+def parse_nvidia_smi(text: str) -> GpuReading:
     """Return the GPU reading of `nvidia-smi --query-gpu=index,temperature.gpu,clocks.sm,
     clocks.mem,power.draw,utilization.gpu,memory.used --format=csv`.
 
@@ -4472,7 +4506,7 @@ class GpuTool(NamedTuple):
     and the fields its readings hold."""
     choice: str  # --gpu's value
     command: tuple[str, ...]  # its first word is the program looked for on PATH
-    parse: Callable[[str], dict]  # the output -> {"used_mib": ..., "devices": ...}
+    parse: Callable[[str], GpuReading]  # its output -> its reading; ValueError if unreadable
     fields: tuple[GpuField, ...] = GPU_FIELDS
 
     @property
@@ -4561,8 +4595,8 @@ def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
 
 
 def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None,
-                hidden: Sequence[str] = ()) -> dict:
-    """Return the GPU tool's reading ({"used_mib": ..., "devices": ...}), or {"error": why}.
+                hidden: Sequence[str] = ()) -> GpuReading:
+    """Return the GPU tool's reading, or one with the error that kept it from reading.
 
     A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
     queries is unsupported) gives them, with a note of the exit code.
@@ -4570,31 +4604,31 @@ def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None
     chosen = gpu_tool(key)
     tool, command, parse = chosen.name, list(chosen.command), chosen.parse
     if not shutil.which(tool):
-        return {"error": f"{tool} not found"}
+        return GpuReading(error=f"{tool} not found")
     try:
         code, output, ended = run_command(command, timeout, stop, hidden)
     except OSError as exc:
-        return {"error": f"{tool}: {exc.__class__.__name__}"}
+        return GpuReading(error=f"{tool}: {exc.__class__.__name__}")
     if ended:
-        return {"error": f"{tool}: {ended}"}
+        return GpuReading(error=f"{tool}: {ended}")
     try:
         reading = parse(output.decode("utf-8", "replace"))
     except (ValueError, TypeError, AttributeError) as exc:
-        return {"error": f"{tool} exited {code}" if code != 0 else f"{tool}: {exc}"}
-    return reading if code == 0 else {**reading, "note": f"{tool} exited {code}"}
+        return GpuReading(error=f"{tool} exited {code}" if code != 0 else f"{tool}: {exc}")
+    return reading if code == 0 else reading._replace(note=f"{tool} exited {code}")
 
 
-def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
+def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
     """Return a GPU reading cut to the devices of the tool's own indexes (all when none)."""
-    if not indexes or "devices" not in reading:
+    if not indexes or reading.error is not None:
         return reading
-    wanted = {d for d in reading["devices"] if int(re.sub(r"\D", "", d) or -1) in indexes}
-    chosen = {**reading, "used_mib": {d: v for d, v in reading["used_mib"].items()
-                                      if d in wanted},
-              "devices": {d: v for d, v in reading["devices"].items() if d in wanted}}
+    wanted = {d for d in reading.devices if int(re.sub(r"\D", "", d) or -1) in indexes}
+    chosen = reading._replace(
+        used_mib={d: v for d, v in reading.used_mib.items() if d in wanted},
+        devices={d: v for d, v in reading.devices.items() if d in wanted})
     missing = sorted(set(indexes) - {int(re.sub(r"\D", "", d)) for d in wanted})
     if missing:
-        chosen["note"] = f"no GPU {', '.join(map(str, missing))} in the tool's output"
+        return chosen._replace(note=f"no GPU {', '.join(map(str, missing))} in the tool's output")
     return chosen
 
 
@@ -4910,8 +4944,8 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
     if capture.probes:
         record["probes"] = {"before": before["probes"], "after": after["probes"]}
     if capture.gpu:
-        record["gpu"] = {"tool": gpu_tool(capture.gpu).name, "before": before["gpu"],
-                         "after": after["gpu"]}
+        record["gpu"] = {"tool": gpu_tool(capture.gpu).name, "before": before["gpu"].to_json(),
+                         "after": after["gpu"].to_json()}
     if capture.metrics:
         errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
         record["metrics"] = {"error": errors[0]} if errors else {
@@ -8227,10 +8261,9 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
                     + [span_text(min(item.environment.gpu_mib, default=None),
                                  max(item.environment.gpu_mib, default=None), fmt_reading)])
         for moment in ("before", "after"):
-            reading = record.get(moment) if isinstance(record.get(moment), dict) else {}
-            for key in ("error", "note"):
-                if reading.get(key):
-                    notes.append(f"gpu {moment} {pass_title(item.name)}: {reading[key]}")
+            reading = GpuReading.from_json(record.get(moment), moment) or GpuReading()
+            notes += [f"gpu {moment} {pass_title(item.name)}: {text}"
+                      for text in (reading.error, reading.note) if text]
     tool = gpu[0][1].get("tool") or "gpu"
     return ([f"gpu ({tool}), before and after each pass:"]
             + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),

@@ -157,15 +157,15 @@ def state(temp=None, sensor=None, sclk=None, mclk=None, power=None, util=None, u
 
 def test_parse_rocm_smi_real_samples():
     reading = rl.parse_rocm_smi(ROCM_WARNING + ROCM_RX7900XTX)
-    assert reading == {"used_mib": {"card0": 757.5}, "devices": {"card0": state(
+    assert reading.to_json() == {"used_mib": {"card0": 757.5}, "devices": {"card0": state(
         49.0, "junction", power=19.0, util=0.0, used=757.5)}}
-    assert rl.parse_rocm_smi(ROCM_MI250)["devices"] == {"card0": state(
+    assert rl.parse_rocm_smi(ROCM_MI250).devices == {"card0": state(
         44.0, "junction", 800.0, 1600.0, 91.0, 0.0)}
-    assert rl.parse_rocm_smi(ROCM_RX6700XT_602)["devices"]["card0"] == state(
+    assert rl.parse_rocm_smi(ROCM_RX6700XT_602).devices["card0"] == state(
         47.0, "junction", 500.0, 96.0, None, 0.0, 1499.9)
-    assert rl.parse_rocm_smi(ROCM_2019)["devices"]["card0"] == state(
+    assert rl.parse_rocm_smi(ROCM_2019).devices["card0"] == state(
         103.0, "junction", power=222.0)
-    assert rl.parse_rocm_smi(ROCM_780M)["devices"]["card0"] == state(
+    assert rl.parse_rocm_smi(ROCM_780M).devices["card0"] == state(
         31.0, "edge", 800.0, 400.0, 7.222, 19.0)
     for text in ('{"system": {}}', "WARNING: No JSON data to report\n", "[]"):
         with pytest.raises(ValueError):
@@ -173,10 +173,10 @@ def test_parse_rocm_smi_real_samples():
 
 
 def test_parse_amd_smi_real_samples():
-    assert rl.parse_amd_smi(AMD_SMI_61_POWER) == {"used_mib": {}, "devices": {
+    assert rl.parse_amd_smi(AMD_SMI_61_POWER).to_json() == {"used_mib": {}, "devices": {
         "gpu0": state(power=10.0)}}
-    assert rl.parse_amd_smi(AMD_SMI_72_USAGE)["devices"] == {"gpu1": state(util=100.0)}
-    assert rl.parse_amd_smi(AMD_SMI_MI300X_SHAPED)["devices"] == {"gpu0": state(
+    assert rl.parse_amd_smi(AMD_SMI_72_USAGE).devices == {"gpu1": state(util=100.0)}
+    assert rl.parse_amd_smi(AMD_SMI_MI300X_SHAPED).devices == {"gpu0": state(
         42.0, "hotspot", 2107.0, 1230.0, 234.0, 100.0)}
     for text in ('{"gpu_data": []}', '{"gpu_data": {}}', "no json here"):
         with pytest.raises(ValueError):
@@ -185,14 +185,14 @@ def test_parse_amd_smi_real_samples():
 
 def test_parse_nvidia_smi_real_samples():
     h100 = state(59.0, "gpu", 1980.0, 2619.0, 631.95, 100.0, 19818.0)
-    assert rl.parse_nvidia_smi(NVIDIA_H100) == {"used_mib": {"gpu0": 19818.0},
-                                                "devices": {"gpu0": h100}}
-    assert rl.parse_nvidia_smi(NVIDIA_H100_MIG)["devices"]["gpu0"]["util_pct"] is None
-    assert rl.parse_nvidia_smi(NVIDIA_TWO)["devices"] == {
+    assert rl.parse_nvidia_smi(NVIDIA_H100).to_json() == {"used_mib": {"gpu0": 19818.0},
+                                                          "devices": {"gpu0": h100}}
+    assert rl.parse_nvidia_smi(NVIDIA_H100_MIG).devices["gpu0"]["util_pct"] is None
+    assert rl.parse_nvidia_smi(NVIDIA_TWO).devices == {
         "gpu0": state(60.0, "gpu", None, 5508.0, 106.56, 36.0, 2856.0),
         "gpu1": state(49.0, "gpu", None, 405.0, 5.68, 0.0, 4.0)}
     # without a header the columns follow the query (the H100's figures, in that order)
-    assert rl.parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n")["devices"] == {
+    assert rl.parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n").devices == {
         "gpu0": h100}
     with pytest.raises(ValueError):
         rl.parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\n")
@@ -200,11 +200,11 @@ def test_parse_nvidia_smi_real_samples():
 
 def test_select_gpus_by_the_tools_index():
     reading = rl.parse_nvidia_smi(NVIDIA_TWO)
-    assert list(rl.select_gpus(reading, (1,))["devices"]) == ["gpu1"]
-    assert rl.select_gpus(reading, (1,))["used_mib"] == {"gpu1": 4.0}
-    assert rl.select_gpus(reading, (1, 3))["note"] == "no GPU 3 in the tool's output"
+    assert list(rl.select_gpus(reading, (1,)).devices) == ["gpu1"]
+    assert rl.select_gpus(reading, (1,)).used_mib == {"gpu1": 4.0}
+    assert rl.select_gpus(reading, (1, 3)).note == "no GPU 3 in the tool's output"
     assert rl.select_gpus(reading, ()) == reading
-    assert rl.select_gpus({"error": "x"}, (0,)) == {"error": "x"}
+    assert rl.select_gpus(rl.GpuReading(error="x"), (0,)) == rl.GpuReading(error="x")
 
 
 @pytest.fixture
@@ -241,7 +241,7 @@ def test_gpu_state_from_a_fake_rocm_smi(simulator, fake_tools, tmp_path, cli):
     for item in document["passes"]:
         gpu = item["environment"]["gpu"]
         assert gpu["tool"] == "rocm-smi"
-        assert gpu["before"] == gpu["after"] == rl.parse_rocm_smi(ROCM_RX7900XTX)
+        assert gpu["before"] == gpu["after"] == rl.parse_rocm_smi(ROCM_RX7900XTX).to_json()
     assert "gpu (rocm-smi), before and after each pass:" in result.out
     assert re.search(r"^Sequential\s+49\s+n/a\s+n/a\s+19\s+0\s+757\.5$", result.out, re.M)
 

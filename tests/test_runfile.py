@@ -354,6 +354,14 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d.update(captures={"probes": "temp"}), "captures.probes", "expected a list"),
     (lambda d: d.update(captures={"gpu": ["rocm-smi"]}), "captures.gpu",
      "expected a string or null"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"before": "hot"}}),
+     "passes[0].environment.gpu.before", "expected an object or null"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"used_mib": [5]}}}),
+     "passes[0].environment.gpu.after.used_mib", "expected an object"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"devices": {
+        "card0": 44}}}}), "passes[0].environment.gpu.after.devices.card0", "expected an object"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"error": 2}}}),
+     "passes[0].environment.gpu.after.error", "expected a string or null"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")
@@ -430,6 +438,10 @@ RECORDS = [
     rl.Captures(("temp",), "rocm-smi", (0, 2), ("router_latency_seconds",),
                 "http://127.0.0.1:9190/metrics", ("restart|fault",)),
     rl.Captures(),
+    rl.GpuReading({"card0": 5.0}, {"card0": {"temp_c": 44.0, "temp_sensor": "junction",
+                                             "sclk_mhz": None, "used_mib": 5.0}},
+                  note="rocm-smi exited 2"),
+    rl.GpuReading(error="rocm-smi: timed out"),
 ]
 
 
