@@ -2916,6 +2916,14 @@ def _checked_whole(raw: Any, key: str, where: str, default: Optional[int] = None
     return value
 
 
+def _checked_repeat(raw: dict, where: str) -> int:
+    """Return the times each pass sent the corpus: 1 when absent, as older files are."""
+    repeat = raw.get("repeat", 1)
+    if not is_whole(repeat, 1):
+        raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{where}.repeat")
+    return repeat
+
+
 class RunSettings(NamedTuple):
     """How a run was asked to measure (the run file's settings): its plan, its load guard, its
     target's timeout and decision paths, and what makes a pass suspect. An older file without
@@ -2975,7 +2983,7 @@ class RunSettings(NamedTuple):
             concurrency=_checked_list(raw, "concurrency", where, lambda v: is_whole(v, 1)),
             rates=_checked_list(raw, "rates", where, lambda v: not isinstance(v, bool) and
                                 isinstance(v, (int, float)) and 0 < v <= MAX_FILE_NUMBER),
-            repeat=_checked_whole(raw, "repeat", where, 1, 1) or 1,
+            repeat=_checked_repeat(raw, where),
             decision_paths=_checked_list(raw, "decision_paths", where,
                                          lambda v: isinstance(v, str)),
             router_max_concurrency=_checked_whole(raw, "router_max_concurrency", where,

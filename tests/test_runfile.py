@@ -320,6 +320,8 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d["passes"][0]["requests"][0].update(rep=-1), "passes[0].requests[0].rep",
      "expected a whole number >= 0"),
     (lambda d: d["settings"].update(repeat=0), "settings.repeat", "expected a whole number >= 1"),
+    (lambda d: d["settings"].update(repeat=None), "settings.repeat",
+     "expected a whole number >= 1"),
     (lambda d: d["settings"].update(duration_s="30s"), "settings.duration_s",
      "expected a finite number"),
     # each record of the run's own settings checks its fields as it reads them
