@@ -51,6 +51,7 @@ import array
 import base64
 import collections
 import csv
+import dataclasses
 import difflib
 import errno
 import functools
@@ -86,7 +87,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequ
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
     "percentile", "extract_prompts", "build_corpus", "pass_summary", "load_run", "dump_run",
-    "Target", "LoadGuard", "RunPlan", "plan_passes", "measure_run", "compare_runs",
+    "Target", "LoadGuard", "RunPlan", "RunContext", "plan_passes", "measure_run", "compare_runs",
     "judge_rounds", "start_simulator", "main",
 ]
 
@@ -5333,11 +5334,42 @@ def pass_schedule(plan: PassPlan, prompts: int) -> Optional[list]:
                             plan.arrival, plan.seed, duration=plan.duration)
 
 
-def measure_pass(target: Target, payloads: Sequence[bytes], plan: PassPlan,
-                 stop: threading.Event, progress: Progress, title: str,
+def _quiet(message: str) -> None:
+    """Say nothing: a run's default notify."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every step of measuring a run shares, from measure_run down to measure_pass:
+    where and how requests go, what the run measures, its load guard, its captures and
+    probes, the thresholds that judge an attempt, the flag that interrupts it, its progress
+    line and where its warnings go. A frozen dataclass rather than a NamedTuple: each context
+    gets its own stop flag and progress line unless given one.
+
+    Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
+    probe, scrape, connect, readiness wait or load pause within STOP_POLL_S.
+    """
+    target: Target
+    plan: RunPlan
+    guard: LoadGuard = LoadGuard()
+    capture: CaptureSettings = CaptureSettings()
+    thresholds: Thresholds = Thresholds()
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    progress: Progress = dataclasses.field(default_factory=lambda: Progress(enabled=False))
+    notify: Callable[[str], None] = _quiet  # a warning for the user, one line
+    # the corpus's requests, encoded once before any timing, and what each prompt accepts
+    # (see met_expectations), by prompt id; measure_run sets both from its corpus
+    payloads: Sequence[bytes] = ()
+    expects: Sequence[Sequence[str]] = ()
+
+
+def measure_pass(context: RunContext, plan: PassPlan, title: str,
                  schedule: Optional[Sequence[int]] = None) -> tuple:
-    """Send one pass: the corpus `repeat` times, or cycled for `duration` seconds (open loop:
-    on `schedule`); return (Requests, wall seconds)."""
+    """Send one pass of the context's payloads: the corpus `repeat` times, or cycled for
+    `duration` seconds (open loop: on `schedule`); return (Requests, wall seconds, the
+    x-vsr-config-hash values its answers carried, in the order first seen)."""
+    target, payloads, stop, progress = \
+        context.target, context.payloads, context.stop, context.progress
     total = None
     if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
         total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
@@ -5640,26 +5672,25 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
     ).encode("ascii"), target.headers) for text in texts]
 
 
-def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
-                    capture: CaptureSettings, loadavg_file: Optional[str],
-                    stop: threading.Event, progress: Progress, title: str = "",
-                    expects: Sequence[tuple] = ()) -> Attempt:
-    """Measure one attempt at a pass with what surrounds it; expects[id] is what the prompt
-    expects (see met_expectations)."""
-    schedule = pass_schedule(plan, len(payloads))
+def measure_attempt(context: RunContext, plan: PassPlan, title: str = "") -> Attempt:
+    """Measure one attempt at a pass with what surrounds it: the captures before and after,
+    the load, the driver's and the router's CPU use; its requests judged by what their
+    prompts expect (see met_expectations)."""
+    capture, stop = context.capture, context.stop
+    schedule = pass_schedule(plan, len(context.payloads))
     before = capture_snapshot(capture, stop)
     started_utc, started_unix = utc_now(), time.time()
-    sampler = LoadSampler(loadavg_file).start()
+    sampler = LoadSampler(context.guard.loadavg_file).start()
     cpu_before = driver_cpu_seconds()
     cpus = capture.router_cpu_list or before["router_cpus"]
     router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
-    requests, wall_s, hashes = measure_pass(target, payloads, plan, stop, progress,
-                                            title or pass_title(plan.name), schedule)
+    requests, wall_s, hashes = measure_pass(context, plan, title or pass_title(plan.name),
+                                            schedule)
     router_after = read_cpu_use(capture, cpus)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
     after = capture_snapshot(capture, stop)
-    requests = met_expectations(requests, expects)
+    requests = met_expectations(requests, context.expects)
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
                    environment_record(capture, before, after), pass_summary(requests, wall_s),
@@ -5727,11 +5758,10 @@ def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) ->
     return warnings
 
 
-def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: CaptureSettings,
-               payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
-               notify: Callable[[str], None], expects: Sequence[tuple] = (),
-               thresholds: Thresholds = Thresholds()) -> list:
-    """Measure every pass with the load guard; return their PassRecords."""
+def run_passes(context: RunContext) -> list:
+    """Measure every pass of the context's plan with its load guard (a ladder's until it
+    stops climbing); return their PassRecords."""
+    plan, stop, notify = context.plan, context.stop, context.notify
     passes = []
     for position, item in enumerate(plan.passes, 1):
         if stop.is_set():
@@ -5741,8 +5771,7 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
             notify(warning)
         title = f"{pass_title(item.name)}, {'step' if plan.ladder else 'pass'} {position} " \
                 f"of {'at most ' if plan.ladder else ''}{len(plan.passes)}"
-        passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
-                                   notify, title, expects, thresholds))
+        passes.append(guarded_pass(context, item, title))
         why = ladder_stop(passes, plan.ladder) if plan.ladder and not stop.is_set() else None
         if why:
             notify(f"ladder: stopped climbing after {pass_title(item.name)}: {why}")
@@ -5750,20 +5779,19 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
     return passes
 
 
-def guarded_pass(target: Target, item: PassPlan, guard: LoadGuard, capture: CaptureSettings,
-                 payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
-                 notify: Callable[[str], None], title: str, expects: Sequence[tuple],
-                 thresholds: Thresholds) -> PassRecord:
+def guarded_pass(context: RunContext, item: PassPlan, title: str) -> PassRecord:
     """Measure one pass, again after a pause while the load is above the limit; return its
     PassRecord. It is interrupted when the stop flag left some of its requests unmeasured, or
     cut the pause before another attempt: a pass whose requests all came back before a
     signal is not."""
+    guard, stop, notify, thresholds = \
+        context.guard, context.stop, context.notify, context.thresholds
+    payloads = context.payloads
     attempts: list = []
     cut = False
     for number in range(guard.retries + 1):
-        attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                  progress, title + (f", attempt {number + 1}" if number else ""),
-                                  expects)
+        attempt = measure_attempt(context, item,
+                                  title + (f", attempt {number + 1}" if number else ""))
         attempt = attempt._replace(
             windows=phase_windows(attempt.requests, thresholds.window_requests))
         for warning in attempt_warnings(attempt, item) + suspect_warnings(
@@ -5812,21 +5840,17 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
     }
 
 
-def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
-                guard: LoadGuard = LoadGuard(), capture: CaptureSettings = CaptureSettings(),
-                stop: Optional[threading.Event] = None, progress: Optional[Progress] = None,
-                notify: Callable[[str], None] = lambda message: None,
-                thresholds: Thresholds = Thresholds()) -> Optional[RunFile]:
-    """Measure a run: the driver's floor, readiness, warm-up, then every pass; return the
-    run file, or None when `stop` was set before a pass began (during the warm-up, say).
+def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[RunFile]:
+    """Measure a run of the corpus in the context: the driver's floor, readiness, warm-up,
+    then every pass; return the run file, or None when the context's `stop` was set before a
+    pass began (during the warm-up, say).
 
-    Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
-    probe, scrape, connect, readiness wait or load pause within STOP_POLL_S; the run is
-    returned with complete=False and the passes measured so far.
+    A run whose `stop` is set during its passes (see RunContext) is returned with
+    complete=False and the passes measured so far.
     """
+    target, plan, guard, capture = context.target, context.plan, context.guard, context.capture
+    stop, notify, thresholds = context.stop, context.notify, context.thresholds
     check_plan(plan, len(corpus.prompts))
-    stop = stop or threading.Event()
-    progress = progress or Progress(enabled=False)
     started, started_unix = utc_now(), round(time.time(), 3)
     host = host_settings(cpu_affinity(), capture.router_cpu_list or router_cpus(capture),
                          proc_root=capture.proc_root, sys_root=capture.sys_root)
@@ -5843,8 +5867,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     if stop.is_set():
         return None
     warn_of_warm_up(target, payloads[0], warmup, stop, notify)
-    passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
-                        expects=expects, thresholds=thresholds)
+    passes = run_passes(dataclasses.replace(context, payloads=tuple(payloads),
+                                            expects=tuple(expects)))
     run = RunFile(
         label=label, complete=not stop.is_set() and (len(passes) == len(plan.passes)
                                                      or plan.ladder is not None),
@@ -10162,14 +10186,13 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
                                      signals=DEMO_SIDES[side]["signals"])
             try:
                 endpoint = parse_endpoint(router.url)
-                run = measure_run(
-                    Target(endpoint, signals=SignalTable()), RunPlan(plan_passes()), corpus,
-                    label=side,
+                run = measure_run(RunContext(
+                    Target(endpoint, signals=SignalTable()), RunPlan(plan_passes()),
                     guard=LoadGuard(pause=1.0),
                     capture=CaptureSettings(metrics=parse_endpoint(
                         str(router.metrics_url)), metric_patterns=(
                             re.compile(DEFAULT_METRIC_PATTERN),), router_pid=os.getpid(),
-                        gpu=resolve_gpu("auto")))
+                        gpu=resolve_gpu("auto"))), corpus, label=side)
             finally:
                 router.stop()
             path = str(work / f"r{number}-{side}.json")
@@ -11094,11 +11117,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 previous[signum] = signal.signal(signum, on_signal)
     try:  # the handlers stay while the file is written: a signal then must not cut it off
         try:  # what the router, a probe or the network said never shows a secret
-            run = measure_run(target, plan, corpus, label=args.label, guard=guard,
-                              capture=capture, stop=stop, progress=progress,
-                              notify=(lambda m: None) if args.quiet else
-                              (lambda m: stderr_line(scrubbed(m, capture.secrets))),
-                              thresholds=thresholds)
+            run = measure_run(RunContext(
+                target, plan, guard, capture, thresholds, stop=stop, progress=progress,
+                notify=_quiet if args.quiet else
+                (lambda m: stderr_line(scrubbed(m, capture.secrets)))),
+                corpus, label=args.label)
         except RouterLatencyError as exc:
             raise RouterLatencyError(scrubbed(exc.args[0], capture.secrets),
                                      exc.where) from None
