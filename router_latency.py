@@ -1164,6 +1164,16 @@ _GS_BISECTIONS = 200  # a cap only: the bracket is narrow and halves to 1e-10 in
 _GS_TINY_INCREMENT = 1e-12
 
 
+class _GsGrid(NamedTuple):
+    """The sub-density of the score at one look, on its Simpson grid: points
+    top - (m - i) * step for i = 0..m, weighted[i] the Simpson weight times the sub-density
+    at point i."""
+    top: float
+    m: int  # intervals, even
+    step: float
+    weighted: Sequence[float] = ()
+
+
 def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
     """Return the z boundaries c_k that spend exactly spent[k] - spent[k-1] at look k.
 
@@ -1180,8 +1190,7 @@ def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
     finest = min(wanted, default=1.0)
     steps = [finest * 2.0 ** math.floor(math.log2(w / finest) + 1e-9) for w in wanted]
     bounds = []
-    top, m, step = 0.0, 0, 1.0  # the previous grid's points are top - (m - i) * step
-    weighted: list = []  # Simpson weight times sub-density at those points
+    grid = _GsGrid(0.0, 0, 1.0)  # the previous look's
     spent_before = 0.0
     for k, (t, sd) in enumerate(zip(times, sds)):
         target = spent[k] - spent_before
@@ -1193,8 +1202,7 @@ def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
             # exact at the first look; for a tiny increment the conservative bracket end
             c = -normal_ppf(target)
         else:
-            c = _gs_solve(target, -normal_ppf(spent[k]), -normal_ppf(target), root_t, sd,
-                          top, m, step, weighted)
+            c = _gs_solve(grid, target, -normal_ppf(spent[k]), -normal_ppf(target), root_t, sd)
         bounds.append(c)
         if k + 1 == len(times):
             break
@@ -1208,22 +1216,23 @@ def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
             density = [math.exp(-0.5 * ((new_top - (new_m - j) * new_step) / root_t) ** 2)
                        / (_SQRT2PI * root_t) for j in range(new_m + 1)]
         else:
-            density = _gs_propagate(top, m, step, weighted, new_top, new_m, new_step, sd)
+            density = _gs_propagate(grid, _GsGrid(new_top, new_m, new_step), sd)
         third = new_step / 3.0
         weights = [2.0 * third if j % 2 == 0 else 4.0 * third for j in range(new_m + 1)]
         weights[0] = weights[-1] = third
-        weighted = [w * f for w, f in zip(weights, density)]
-        top, m, step = new_top, new_m, new_step
+        grid = _GsGrid(new_top, new_m, new_step, [w * f for w, f in zip(weights, density)])
     return bounds
 
 
-def _gs_solve(target: float, low: float, high: float, root_t: float, sd: float,
-              top: float, m: int, step: float, weighted: Sequence[float]) -> float:
+def _gs_solve(grid: _GsGrid, target: float, low: float, high: float, root_t: float,
+              sd: float) -> float:
     """Return the c in [low, high] with P(continue so far, Z_k >= c) = target, by bisection.
 
-    The crossing probability is the previous look's weighted sub-density integrated against
-    the upper tail of the increment, N(0, sd^2), beyond c sqrt(t_k) = c root_t.
+    The crossing probability is the previous look's weighted sub-density, on `grid`,
+    integrated against the upper tail of the increment, N(0, sd^2), beyond
+    c sqrt(t_k) = c root_t.
     """
+    top, m, step, weighted = grid
     # the bracket is exact: P(Z_k >= c) - P(rejected before) <= crossing <= P(Z_k >= c), so
     # c lies between the quantiles of the cumulative and of the incremental alpha
     scale = 1.0 / (sd * _SQRT2)
@@ -1244,13 +1253,15 @@ def _gs_solve(target: float, low: float, high: float, root_t: float, sd: float,
     return 0.5 * (low + high)
 
 
-def _gs_propagate(top: float, m: int, step: float, weighted: Sequence[float],
-                  new_top: float, new_m: int, new_step: float, sd: float) -> list:
-    """Return the sub-density of the score at the next grid's points.
+def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list:
+    """Return the sub-density of the score at the points of the next grid, `new` (its
+    weights are not read).
 
     It is the previous grid's weighted sub-density pushed through the normal transition
     kernel N(0, sd^2) of the increment. One step divides the other by a power of 2.
     """
+    top, m, step, weighted = grid
+    new_top, new_m, new_step = new.top, new.m, new.step
     fine = min(step, new_step)
     ratio, new_ratio = round(step / fine), round(new_step / fine)
     # x_j - s_i = shift + lag * fine with the whole-number lag
@@ -4690,13 +4701,15 @@ class RunPlan(NamedTuple):
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
-                connections: int = 64, arrival: str = "constant", seed: int = 0,
-                repeat: int = 1, duration: Optional[float] = None) -> tuple:
-    """Return the passes of a run: the closed-loop levels, then the open-loop rates."""
-    length = {"repeat": repeat, "duration": duration}
-    return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
-                 + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
-                    for r in rates])
+                model: PassPlan = PassPlan("", 64)) -> tuple:
+    """Return the passes of a run: the closed-loop levels, then the open-loop rates.
+
+    `model` holds what the passes share (its name and rate are not read): the length of
+    every pass (repeat, duration) and the open loop's connections, arrival and seed.
+    """
+    return tuple([PassPlan(pass_name(c), c, repeat=model.repeat, duration=model.duration)
+                  for c in concurrency]
+                 + [model._replace(name=pass_name(model.connections, r), rate=r) for r in rates])
 
 
 def ladder_levels(limit: int) -> tuple:
@@ -9113,10 +9126,18 @@ class Series(NamedTuple):
     label: str  # shown when the pointer rests on the line
 
 
-def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, *,
-              x_log: bool = False, y_log: bool = False, y_format: Callable = "{:g}".format,
+class PlotScale(NamedTuple):
+    """How a line plot draws one axis: its label, and linear or log10. The y axis's tick
+    labels are `tick_format` of their values (the x axis's are always {:g})."""
+    label: str
+    log: bool = False
+    tick_format: Callable[[float], str] = "{:g}".format
+
+
+def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, *,
               width: int = 560, height: int = 270) -> str:
     """Return an SVG plot of lines with axes, ticks and grid lines."""
+    x_label, x_log, y_label, y_log, y_format = x.label, x.log, y.label, y.log, y.tick_format
     series = [s._replace(points=[(x, y) for x, y in s.points
                                  if (x > 0 or not x_log) and (y > 0 or not y_log)])
               for s in series]
@@ -9318,11 +9339,12 @@ def page_latencies(report: RoundsReport) -> str:
         over_time = [Series(list(v.windows), colors[v.side], not v.used,
                             f"r{v.round} {v.side}") for v in views]
         plots += [line_plot(cdf, f"{pass_title(name)}: latency distribution",
-                            "latency, ms (log scale)", "requests at or below, %", x_log=True,
-                            y_format=lambda value: f"{value:g}%"),
+                            PlotScale("latency, ms (log scale)", log=True),
+                            PlotScale("requests at or below, %",
+                                      tick_format=lambda value: f"{value:g}%")),
                   line_plot(over_time, f"{pass_title(name)}: latency over the pass",
-                            f"seconds from the first send ({TIME_WINDOWS} windows)",
-                            "median latency, ms (log scale)", y_log=True)]
+                            PlotScale(f"seconds from the first send ({TIME_WINDOWS} windows)"),
+                            PlotScale("median latency, ms (log scale)", log=True))]
     legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)} '
                        f"({role})" for (side, color), role in zip(colors.items(),
                                                                   ("base", "new")))
@@ -11064,9 +11086,9 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         secrets=secret_values(endpoint, headers) + (secret_values(metrics, ()) if metrics
                                                     else ()),
         histograms=tuple(dict.fromkeys(DEFAULT_HISTOGRAMS + tuple(args.histogram or ()))))
-    passes = plan_passes(ladder_or_levels(args), args.rate,
-                         connections=args.connections, arrival=args.arrival, seed=args.seed,
-                         repeat=args.repeat, duration=args.duration)
+    passes = plan_passes(ladder_or_levels(args), args.rate, model=PassPlan(
+        "", args.connections, arrival=args.arrival, seed=args.seed, repeat=args.repeat,
+        duration=args.duration))
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors,
                    router_max_concurrency=args.router_max_concurrency,
