@@ -1311,8 +1311,9 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
     exact level of a z test at look k, and critical_t = t_{1-p_k, n_k-1}: the t test at the
     same nominal level, the usual approximation when the spread is estimated; reject at look
     k when t > critical_t. A look whose increment is 0 gets p_k 0 and critical_t inf. Unlike
-    sequential_boundaries, which tests each look at its whole increment (a union bound), this
-    spends alpha(t_K) exactly for z tests; for t tests it is an approximation, not a bound,
+    testing each look alone at its increment alpha(t_k) - alpha(t_{k-1}) (a union bound,
+    which spends at most alpha), this spends alpha(t_K) exactly for z tests; for t tests
+    it is an approximation, not a bound,
     and with few rounds it runs over: for looks at n = 3..10 of 10 and normal data, the
     false-rejection rate is about 0.029 for alpha 0.025 and 0.057 for 0.05 (O'Brien-Fleming
     type; Pocock type slightly more), against 0.025 and 0.050 for the z boundaries.
@@ -1374,9 +1375,9 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
     The z boundaries of group_sequential_levels, turned into t quantiles, run over their
     level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
     itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
-    look k may spend, and c_k is set so that exactly that share of the simulated null paths
-    (SEQUENTIAL_PATHS and their mirror images), among those that crossed no earlier look,
-    crosses at look k. The t statistic of normal data does not depend on its scale, so one
+    the looks up to k may spend, less SEQUENTIAL_MARGIN of it, and c_k is set so that that
+    share of the simulated null paths (SEQUENTIAL_PATHS and their mirror images), counting
+    those that crossed an earlier look, has crossed by look k. The t statistic of normal data does not depend on its scale, so one
     set of paths serves every spread. A look whose share is under one path cannot reject
     (inf). docs/gate.md gives the rates achieved on fresh paths.
     """
@@ -9136,7 +9137,8 @@ class PlotScale(NamedTuple):
 
 def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, *,
               width: int = 560, height: int = 270) -> str:
-    """Return an SVG plot of lines with axes, ticks and grid lines."""
+    """Return an SVG plot of lines with axes, ticks and grid lines; "" when no point is
+    left to draw (a log axis drops values <= 0)."""
     x_label, x_log, y_label, y_log, y_format = x.label, x.log, y.label, y.log, y.tick_format
     series = [s._replace(points=[(x, y) for x, y in s.points
                                  if (x > 0 or not x_log) and (y > 0 or not y_log)])
