@@ -1377,9 +1377,10 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
     itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
     the looks up to k may spend, less SEQUENTIAL_MARGIN of it, and c_k is set so that that
     share of the simulated null paths (SEQUENTIAL_PATHS and their mirror images), counting
-    those that crossed an earlier look, has crossed by look k. The t statistic of normal data does not depend on its scale, so one
-    set of paths serves every spread. A look whose share is under one path cannot reject
-    (inf). docs/gate.md gives the rates achieved on fresh paths.
+    those that crossed an earlier look, has crossed by look k. The t statistic of normal
+    data does not depend on its scale, so one set of paths serves every spread. A look whose
+    share is under one path cannot reject (inf). docs/gate.md gives the rates achieved on
+    fresh paths.
     """
     max_rounds = _whole(max_rounds, "max_rounds", first)
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
