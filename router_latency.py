@@ -2449,7 +2449,7 @@ def metrics_cache_hits(passes: Sequence[Any]) -> Optional[dict]:
     return {"hits": hits, "lookups": lookups} if seen else None
 
 
-def result_cache_finding(passes: Sequence[Any]) -> dict:
+def result_cache_finding(passes: Sequence[Any]) -> CacheFinding:
     """Return whether a result cache answered a run, by the router's metrics and by timing:
     {"detected", "metrics": {hits, lookups} or None, "timing": timing_cache_test() or None}."""
     metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
@@ -2541,7 +2541,7 @@ class GpuReading(NamedTuple):
                    _checked_text(raw, "note", where))
 
 
-def gpu_readings(environment: dict) -> tuple:
+def gpu_readings(environment: CapturedEnvironment) -> tuple[GpuReading, ...]:
     """Return a pass's GPU readings that were taken, before and after it."""
     gpu = environment.get("gpu") or {}
     readings = (GpuReading.from_json(gpu.get(moment), f"gpu.{moment}")
@@ -2739,7 +2739,7 @@ class EnvironmentRow(NamedTuple):
     governors: tuple[str, ...] = ()  # the cpufreq governors of the driver's and router's CPUs
     flags: tuple[str, ...] = ()
 
-    def gpu_range(self, key: str) -> tuple:
+    def gpu_range(self, key: str) -> tuple[Optional[float], Optional[float]]:
         """Return (lowest, highest) of a GPU_RANGED figure; (None, None) when not read."""
         return self.gpu_ranges.get(key, (None, None))
 
@@ -2756,7 +2756,7 @@ class EnvironmentRow(NamedTuple):
         return document
 
 
-def _gpu_values(environment: dict) -> dict:
+def _gpu_values(environment: CapturedEnvironment) -> dict[str, tuple[float, ...]]:
     """Return GPU_FIELDS key -> the values read over devices, before and after a pass."""
     readings = gpu_readings(environment)
     values = {field.key: tuple(v for reading in readings for v in reading.figures(field.key))
@@ -2765,8 +2765,9 @@ def _gpu_values(environment: dict) -> dict:
 
 
 def _load_range(attempt: Attempt) -> tuple:
-    known = [attempt.load.get(k) for k in ("min", "max", "start", "end")]
-    known = [v for v in known if v is not None]
+    load = attempt.load
+    known = [v for v in (load.get("min"), load.get("max"), load.get("start"), load.get("end"))
+             if v is not None]
     return (min(known), max(known)) if known else (None, None)
 
 
@@ -3006,7 +3007,7 @@ class RunSettings(NamedTuple):
             **values)
 
 
-def _present(record: tuple) -> dict:
+def _present(record: Any) -> dict:
     """Return a record's fields that hold a value, in order: what it writes of itself."""
     return {key: value for key, value in record._asdict().items()
             if value is not None and value != () and value != {} and value is not False}
@@ -3182,7 +3183,7 @@ class RunFile(NamedTuple):
     path: str = ""  # where it was read from; not written
 
     @property
-    def cache_finding(self) -> dict:
+    def cache_finding(self) -> CacheFinding:
         """Whether a result cache answered: as the file records it, else from its data."""
         return self.result_cache or result_cache_finding(self.passes)
 
