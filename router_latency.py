@@ -82,7 +82,11 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, TypedDict
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Optional,
+                    Sequence, TypedDict, cast)
+
+if TYPE_CHECKING:  # annotations only, never imported when run: typing has it from 3.10 on
+    from typing_extensions import TypeGuard
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -238,7 +242,7 @@ class RouterLatencyError(ValueError):
         return f"{message} ({self.where})" if self.where else message
 
 
-def is_whole(value: Any, minimum: int = 0) -> bool:
+def is_whole(value: Any, minimum: int = 0) -> TypeGuard[int]:
     """Return True for an int (not a bool) of at least minimum and at most MAX_FILE_NUMBER."""
     return isinstance(value, int) and not isinstance(value, bool) \
         and minimum <= value <= MAX_FILE_NUMBER
@@ -1387,7 +1391,7 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
     alpha = _probability(alpha, "alpha")
     columns = _null_t_paths(first, max_rounds)
     paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
-    alive = range(paths)
+    alive = list(range(paths))
     crossed, criticals = 0, []
     for k, column in enumerate(columns):
         spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
@@ -1800,7 +1804,7 @@ def _user_texts(messages: list) -> Iterator[str]:
                     yield part["text"]
 
 
-def find_data_files(repo: Path, pattern: str, warn: Callable[[str], None]) -> list:
+def find_data_files(repo: Path, pattern: str, warn: Callable[[str], None]) -> list[str]:
     """Return the sorted relative paths below repo matching pattern, never leaving repo."""
     matcher = compile_glob(pattern)
     literal = []
@@ -1810,7 +1814,7 @@ def find_data_files(repo: Path, pattern: str, warn: Callable[[str], None]) -> li
         literal.append(part)
     top = repo.joinpath(*literal) if literal else repo
     real_repo = os.path.realpath(repo)
-    found = []
+    found: list[str] = []
     if not top.is_dir() or top.is_symlink():
         return found
     for folder, dirs, files in os.walk(top, followlinks=False):
@@ -2096,7 +2100,7 @@ class Request(NamedTuple):
     def to_json(self) -> dict:
         # rep is written only from the second sending on, so files without repeats keep
         # their bytes
-        record = {"id": self.id, **({"rep": self.rep} if self.rep else {}),
+        record: dict[str, Any] = {"id": self.id, **({"rep": self.rep} if self.rep else {}),
                   "start_ms": self.start_ms, "latency_ms": self.latency_ms,
                   "status": self.status, "decision": self.decision, "error": self.error}
         if self.service_ms is not None:
@@ -2129,6 +2133,9 @@ class Request(NamedTuple):
                                      f"{where}.error")
         if status is not None and not is_whole(status):
             raise RouterLatencyError("expected an HTTP status or null", f"{where}.status")
+        if error is None and raw.get("latency_ms") is None:  # answered: it took a time
+            raise RouterLatencyError("expected a number for a request without error",
+                                     f"{where}.latency_ms")
         code, outcome = raw.get("code"), raw.get("outcome")
         if code is not None and not (isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code)):
             raise RouterLatencyError("expected an error code or null", f"{where}.code")
@@ -2142,6 +2149,9 @@ class Request(NamedTuple):
                                   maximum=MAX_FILE_NUMBER if key == "start_ms"
                                   else MAX_LATENCY_MS)
                    for key in ("start_ms", "latency_ms", "service_ms", "behind_ms")]
+        if numbers[2] is not None and numbers[3] is None:  # open loop: both, or neither
+            raise RouterLatencyError("expected a number for a request with a service_ms",
+                                     f"{where}.behind_ms")
         retried = raw.get("retried", False)
         if not isinstance(retried, bool):
             raise RouterLatencyError("expected true or false", f"{where}.retried")
@@ -2150,8 +2160,8 @@ class Request(NamedTuple):
                                        and len(reason) <= MAX_REASON_CHARS):
             raise RouterLatencyError(f"expected a text of at most {MAX_REASON_CHARS} "
                                      f"characters or null", f"{where}.reason")
-        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, *numbers[2:],
-                   code, outcome, rep, retried, reason,
+        return cls(prompt_id, numbers[0], numbers[1], status, decision, error, numbers[2],
+                   numbers[3], code, outcome, rep, retried, reason,
                    _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"))
 
 
@@ -2255,7 +2265,7 @@ def _checked_error_codes(raw: dict, errors: dict, where: str) -> dict:
 def pass_summary(requests: Sequence[Request], wall_s: float) -> PassSummary:
     """Return the summary of one pass: counts, error kinds and codes, percentiles and
     throughput of the routed requests."""
-    latencies = [r.latency_ms for r in requests if r.routed]
+    latencies = [r.latency_ms for r in requests if r.routed and r.latency_ms is not None]
     counts = count_outcomes(requests)
     figures = rounded_percentiles(latencies, (50, 95, 99), "")
     figures["mean_ms"] = round(math.fsum(latencies) / len(latencies), 4) if latencies else None
@@ -2264,9 +2274,10 @@ def pass_summary(requests: Sequence[Request], wall_s: float) -> PassSummary:
     figures["req_per_s"] = round(len(latencies) / wall_s, 2) if wall_s > 0 else None
     figures["wall_s"] = round(wall_s, 6)
     if requests and requests[0].behind_ms is not None:  # open loop: from the schedule
-        service = [r.service_ms for r in requests if r.routed]
+        service = [r.service_ms for r in requests if r.routed and r.service_ms is not None]
         figures.update(rounded_percentiles(service, (50, 95, 99), "service_"))
-        figures["behind_p99_ms"] = round(percentile([r.behind_ms for r in requests], 99), 4)
+        behind = [r.behind_ms for r in requests if r.behind_ms is not None]
+        figures["behind_p99_ms"] = round(percentile(behind, 99), 4)
     return PassSummary(**counts, **figures)
 
 
@@ -2312,25 +2323,26 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple:
     handful of requests. Count windows rather than time windows: each holds the same number of
     latencies whatever the rate, and a stall stretches its window instead of emptying it.
     """
-    if size < 1 or not requests or any(r.start_ms is None for r in requests):
+    starts = [r.start_ms for r in requests if r.start_ms is not None]
+    if size < 1 or not requests or len(starts) < len(requests):
         return ()
     firsts = list(range(0, len(requests), size))
     if len(firsts) > 1 and len(requests) - firsts[-1] < size / 2:
         firsts.pop()
     # open loop: latency counts from the schedule, the answer came service_ms after the send
-    ends = [r.start_ms + taken for r in requests
+    ends = [start + taken for start, r in zip(starts, requests)
             if (taken := r.service_ms if r.service_ms is not None else r.latency_ms) is not None]
     windows = []
     for i, first in enumerate(firsts):
         stop = firsts[i + 1] if i + 1 < len(firsts) else len(requests)
         part = requests[first:stop]
-        end = requests[stop].start_ms if stop < len(requests) else max(ends, default=0.0)
-        span_s = max(end - part[0].start_ms, 0.0) / 1000
+        end = starts[stop] if stop < len(requests) else max(ends, default=0.0)
+        span_s = max(end - starts[first], 0.0) / 1000
         latencies = [r.latency_ms for r in part if r.error is None and r.latency_ms is not None]
         figures = rounded_percentiles(latencies, (50, 95), "")
         windows.append(PhaseWindow(
             first, len(part), sum(r.error is not None for r in part),
-            round(part[0].start_ms / 1000, 6), round(span_s, 6), figures["p50_ms"],
+            round(starts[first] / 1000, 6), round(span_s, 6), figures["p50_ms"],
             figures["p95_ms"], round(len(latencies) / span_s, 2) if span_s > 0 else None))
     return tuple(windows)
 
@@ -2596,11 +2608,20 @@ class Attempt(NamedTuple):
     router_cpu: Optional[RouterCpu] = None  # with a router to read (--router-*)
     windows: tuple[PhaseWindow, ...] = ()  # the pass's time series
 
+    @property
+    def measured(self) -> PassSummary:
+        """The summary of a measured attempt: every attempt the pass loop makes has one, and
+        the reader requires it of a pass not discarded; only a discarded pass may lack it."""
+        if self.summary is None:
+            raise ValueError("an attempt without a summary read as measured")
+        return self.summary
+
     def to_json(self, requests: Any = None) -> dict:
         """Return the attempt as JSON; `requests` stands in for the records when given."""
-        document = {"rate": self.rate, "arrival": self.arrival, "started_utc": self.started_utc,
-                    "started_unix": self.started_unix, "load": self.load,
-                    "driver_cpu_s": self.driver_cpu_s, "environment": self.environment}
+        document: dict[str, Any] = {
+            "rate": self.rate, "arrival": self.arrival, "started_utc": self.started_utc,
+            "started_unix": self.started_unix, "load": self.load,
+            "driver_cpu_s": self.driver_cpu_s, "environment": self.environment}
         if self.config_hashes:
             document["config_hashes"] = list(self.config_hashes)
         document["router_cpu"] = None if self.router_cpu is None else self.router_cpu.to_json()
@@ -2633,9 +2654,11 @@ class Attempt(NamedTuple):
             checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
             arrival if isinstance(arrival, str) else None, str(raw.get("started_utc", "")),
             checked_number(raw.get("started_unix"), f"{where}.started_unix", nullable=True),
-            load, checked_number(raw.get("driver_cpu_s"), f"{where}.driver_cpu_s",
-                                 nullable=True),
-            environment, summary,
+            # as written by LoadSampler.stop and environment_record; the reader checked the
+            # numbers the analysis computes with (above and in _check_environment)
+            cast(LoadRange, load), checked_number(raw.get("driver_cpu_s"),
+                                                  f"{where}.driver_cpu_s", nullable=True),
+            cast(CapturedEnvironment, environment), summary,
             tuple(Request.from_json(r, f"{where}.requests[{j}]", count)
                   for j, r in enumerate(requests)), tuple(hashes),
             RouterCpu.from_json(raw.get("router_cpu"), f"{where}.router_cpu"),
@@ -2656,7 +2679,7 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
             raise RouterLatencyError(f"prompt {request.id}{sending} measured twice in one pass",
                                      f"{where}.requests[{j}].id")
         seen.add((request.id, request.rep))
-    summary = attempt.summary
+    summary = attempt.measured
     expected = pass_summary(attempt.requests, summary.wall_s)
     for field in ("requests", "ok", "errors", "rejected", "error_codes"):
         if getattr(summary, field) != getattr(expected, field):
@@ -2785,6 +2808,11 @@ class PassRecord(NamedTuple):
         return self.attempt.summary
 
     @property
+    def measured(self) -> PassSummary:
+        """The summary of a pass not discarded (Attempt.measured)."""
+        return self.attempt.measured
+
+    @property
     def requests(self) -> tuple:
         return self.attempt.requests
 
@@ -2867,7 +2895,7 @@ class PassRecord(NamedTuple):
                          for i, a in enumerate(attempts)))
 
 
-def checked_cache(raw: Any, where: str) -> dict:
+def checked_cache(raw: Any, where: str) -> CacheFinding:
     """Return a run file's result_cache as read, checked: {} or a finding with "detected"."""
     if raw == {}:
         return {}
@@ -2876,7 +2904,7 @@ def checked_cache(raw: Any, where: str) -> dict:
     for key in ("metrics", "timing"):
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise RouterLatencyError("expected an object or null", f"{where}.{key}")
-    return raw
+    return cast(CacheFinding, raw)  # detected and the type of both parts checked above
 
 
 def _not_an_object(where: str) -> Any:
@@ -3280,14 +3308,19 @@ class RunFile(NamedTuple):
                             "host")}
         names = document.get("header_names")
         return cls(
-            text["label"], document["complete"], corpus, tuple(passes), text["started_utc"],
+            # sha256 and count checked above; its path is shown only
+            text["label"], document["complete"], cast(CorpusRef, corpus), tuple(passes),
+            text["started_utc"],
             checked_number(document.get("started_unix"), f"{path}: started_unix",
                            nullable=True),
             text["ended_utc"], text["url"], text["model"],
             tuple(names) if isinstance(names, list) else (), document.get("insecure") is True,
-            checked_object(document, "tool", f"{path}: ") or cls._field_defaults["tool"],
-            text["python"], text["host"], checked_object(document, "driver", f"{path}: "),
-            checked_object(document, "router", f"{path}: "),
+            # tool, driver and router as the run wrote them: objects, shown only (as text)
+            cast(ToolRef, checked_object(document, "tool", f"{path}: ")
+                 or cls._field_defaults["tool"]),
+            text["python"], text["host"],
+            cast(DriverRef, checked_object(document, "driver", f"{path}: ")),
+            cast(RouterRef, checked_object(document, "router", f"{path}: ")),
             Captures.from_json(checked_object(document, "captures", f"{path}: "),
                                f"{path}: captures"),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
@@ -4317,13 +4350,13 @@ class Histogram(NamedTuple):
     """One histogram series over a pass: the differences of its count, sum and buckets."""
     name: str
     labels: tuple  # (label, value) pairs but le, sorted
-    count: float
+    observations: float  # the _count series (a field named count would hide tuple.count)
     sum: float  # in the histogram's unit (seconds for the router's)
     buckets: tuple  # (upper bound, cumulative count), by bound, +Inf last
 
     @property
     def mean(self) -> Optional[float]:
-        return self.sum / self.count if self.count > 0 else None
+        return self.sum / self.observations if self.observations > 0 else None
 
     def quantile(self, q: float, *, resolved: bool = False) -> Optional[float]:
         """Return the q-quantile (0..1) interpolated linearly within its bucket, as
@@ -4467,9 +4500,9 @@ def parse_amd_smi(text: str) -> GpuReading:
     devices = {}
     for position, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
         index = gpu.get("gpu") if is_whole(gpu.get("gpu")) else position
-        clock = gpu.get("clock") if isinstance(gpu.get("clock"), dict) else {}
-        shader = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
-        shader = [v for v in shader if v is not None] or \
+        clock = raw_clock if isinstance(raw_clock := gpu.get("clock"), dict) else {}
+        per_xcd = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
+        shader = [v for v in per_xcd if v is not None] or \
             [v for v in [_amd_value(clock.get("gfx"), "clk", "cur_clk")] if v is not None]
         temp = sensor = None
         for name in ("hotspot", "edge", "mem"):
@@ -4517,8 +4550,8 @@ def parse_nvidia_smi(text: str) -> GpuReading:
         fields.pop(None, None)
         if not index.isdigit():
             continue
-        devices[f"gpu{index}"] = {f.key: gpu_number(fields.get(f.key)) for f in GPU_FIELDS}
-        devices[f"gpu{index}"]["temp_sensor"] = "gpu"
+        devices[f"gpu{index}"] = {**{f.key: gpu_number(fields.get(f.key)) for f in GPU_FIELDS},
+                                  "temp_sensor": "gpu"}
     if not devices:
         raise ValueError("unexpected nvidia-smi output")
     return gpu_reading_of(devices, "nvidia-smi")
@@ -4961,9 +4994,10 @@ def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] =
     }
 
 
-def environment_record(capture: CaptureSettings, before: dict, after: dict) -> dict:
+def environment_record(capture: CaptureSettings, before: dict,
+                       after: dict) -> CapturedEnvironment:
     """Return what a pass records of its environment from the snapshots around it."""
-    record = {"router_cpus": after["router_cpus"] or before["router_cpus"]}
+    record: CapturedEnvironment = {"router_cpus": after["router_cpus"] or before["router_cpus"]}
     if capture.probes:
         record["probes"] = {"before": before["probes"], "after": after["probes"]}
     if capture.gpu:
@@ -5029,7 +5063,7 @@ class LoadSampler:
         self.thread.start()
         return self
 
-    def stop(self) -> dict:
+    def stop(self) -> LoadRange:
         self.done.set()
         self.thread.join()
         start = self.samples[0]
@@ -5162,19 +5196,19 @@ def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
     if shed:
         return (f"the router shed {plural(shed, 'request')} at {step_text(last)} (429 "
                 f"OVERLOADED): its admission limit (routing_preview.max_concurrency)")
-    if not last.summary.ok:
+    if not last.measured.ok:
         return f"no request at {step_text(last)} was answered with a decision"
-    measured = [p for p in passes if not p.discarded and p.summary.req_per_s]
-    p95 = last.summary.p95_ms
+    measured = [p for p in passes if not p.discarded and p.measured.req_per_s]
+    p95 = last.measured.p95_ms
     if ladder.slo_p95_ms is not None and p95 is not None and p95 > ladder.slo_p95_ms:
         return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "
                 f"(--slo-p95-ms {ladder.slo_p95_ms:g})")
     if len(measured) > 1:
         loads = [p.rate if p.rate is not None else p.concurrency for p in measured[-2:]]
-        before = measured[-2].summary.req_per_s
-        if flat_step((loads[0], before), (loads[1], last.summary.req_per_s),
+        before = measured[-2].measured.req_per_s
+        if flat_step((loads[0], before), (loads[1], last.measured.req_per_s),
                      ladder.margin_pct):
-            return (f"throughput stopped growing: {fmt_value(last.summary.req_per_s)} req/s "
+            return (f"throughput stopped growing: {fmt_value(last.measured.req_per_s)} req/s "
                     f"at {step_text(last)} against {fmt_value(before)} req/s at "
                     f"{step_text(measured[-2])}, less than {ladder.margin_pct:g}% of the load "
                     f"added")
@@ -5726,7 +5760,7 @@ def config_hashes_of(results: Sequence[RawResult]) -> tuple:
     return tuple(seen)
 
 
-def met_expectations(requests: Sequence[Request], expects: Sequence[tuple]) -> list:
+def met_expectations(requests: Sequence[Request], expects: Sequence[Sequence[str]]) -> list:
     """Return the requests with their prompts' expectations applied (expects[id]): a 4xx the
     prompt accepts is an expected rejection, not an error; a routed answer to a prompt that
     accepts only a rejection is an unexpected routing, still counted as routed.
@@ -5895,7 +5929,7 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
 
 
 def warm_up(target: Target, payloads: Sequence[bytes], count: int,
-            stop: threading.Event, expects: Sequence[tuple] = ()) -> Warmup:
+            stop: threading.Event, expects: Sequence[Sequence[str]] = ()) -> Warmup:
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
@@ -6133,7 +6167,7 @@ def overload_warning(plan: PassPlan, limit: int) -> Optional[str]:
 def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
     """Return what the user must hear about one attempt: a driver behind or too busy."""
     warnings = []
-    title, summary = pass_title(plan.name), attempt.summary
+    title, summary = pass_title(plan.name), attempt.measured
     behind = summary.behind_p99_ms
     if behind is not None and behind > 1.0:
         warnings.append(f"{title}: the driver fell behind its schedule by {behind:.1f} ms at "
@@ -6142,7 +6176,7 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
                         f"see them")
     wall_s, cpu_s = summary.wall_s, attempt.driver_cpu_s
     # below a second, thread start-up dominates the share: no warning
-    if wall_s >= 1.0 and cpu_s / wall_s > DRIVER_BUSY:
+    if wall_s >= 1.0 and cpu_s is not None and cpu_s / wall_s > DRIVER_BUSY:
         warnings.append(f"{title}: the driver kept a core {100 * cpu_s / wall_s:.0f}% busy; the "
                         f"driver, not the router, may be the limit")
     if plan.duration is not None and plan.rate is None and summary.requests >= MAX_PASS_REQUESTS:
@@ -6155,10 +6189,11 @@ def suspect_warnings(attempt: Attempt, title: str, thresholds: Thresholds) -> li
     """Return what makes an attempt suspect: other processes on the router's CPUs (its slow
     phases are judged once the run is measured: slow_phase_warnings)."""
     warnings = []
-    foreign = attempt.router_cpu.foreign_vcpus if attempt.router_cpu else None
-    if foreign is not None and foreign > thresholds.max_foreign_cpus:
+    router_cpu = attempt.router_cpu
+    foreign = router_cpu.foreign_vcpus if router_cpu else None
+    if router_cpu and foreign is not None and foreign > thresholds.max_foreign_cpus:
         warnings.append(f"{title}: other processes used {foreign:.2f} vCPUs of the router's "
-                        f"CPUs {attempt.router_cpu.cpus} (--max-foreign-cpus "
+                        f"CPUs {router_cpu.cpus} (--max-foreign-cpus "
                         f"{thresholds.max_foreign_cpus:g})")
     return warnings
 
@@ -7554,7 +7589,7 @@ def router_parts(environment: dict, routed: int) -> list:
         count, total, buckets = merged.get(key, (0.0, 0.0, {}))
         for bound, cumulative in histogram.buckets:
             buckets[bound] = buckets.get(bound, 0.0) + cumulative
-        merged[key] = (count + histogram.count, total + histogram.sum, buckets)
+        merged[key] = (count + histogram.observations, total + histogram.sum, buckets)
     parts = []
     for key, (count, total, buckets) in merged.items():
         if count <= 0:
@@ -9481,7 +9516,7 @@ class Axis(NamedTuple):
         return [first + i * step for i in range(int((self.high - first) / step + 1e-9) + 1)]
 
 
-def padded(values: Sequence[float], log: bool) -> tuple:
+def padded(values: Sequence[float], log: bool) -> tuple[float, float]:
     """Return a range holding the values with a margin (a factor on a log axis)."""
     low, high = min(values), max(values)
     if log:  # 6% of the span as on a linear axis, so that the data fills the plot
@@ -9925,16 +9960,16 @@ def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str
                      f'stroke="#c62828" stroke-width="1.5" stroke-dasharray="6 4"/>'
                      f'<text x="66" y="{y - 5:.1f}" fill="#c62828">SLO: p95 {slo:g} ms'
                      f'</text>')
-    for i, (side, value) in enumerate(capacities.items() if slo else ()):
-        x, y = x_axis.at(value), y_axis.at(slo)
-        left = x > width * 0.6  # a label near the right edge goes to the left of its mark
-        parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{height - 40}" '
-                     f'stroke="{colors[side]}" stroke-dasharray="2 3"/>'
-                     f'<path d="M{x:.1f} {y - 7:.1f} l7 7 l-7 7 l-7 -7 z" '
-                     f'fill="{colors[side]}"/><text x="{x - 10 if left else x + 10:.1f}" '
-                     f'y="{y + 20 + 14 * i:.1f}" text-anchor="{"end" if left else "start"}" '
-                     f'fill="{colors[side]}">{esc(side)} capacity {esc(fmt_value(value))} '
-                     f'req/s</text>')
+        for i, (side, value) in enumerate(capacities.items()):  # marked on the SLO line
+            x, y = x_axis.at(value), y_axis.at(slo)
+            left = x > width * 0.6  # a label near the right edge goes to the left of its mark
+            parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{height - 40}" '
+                         f'stroke="{colors[side]}" stroke-dasharray="2 3"/>'
+                         f'<path d="M{x:.1f} {y - 7:.1f} l7 7 l-7 7 l-7 -7 z" '
+                         f'fill="{colors[side]}"/><text x="{x - 10 if left else x + 10:.1f}" '
+                         f'y="{y + 20 + 14 * i:.1f}" text-anchor="{"end" if left else "start"}" '
+                         f'fill="{colors[side]}">{esc(side)} capacity {esc(fmt_value(value))} '
+                         f'req/s</text>')
     return "\n".join(parts) + "\n</svg>"
 
 
