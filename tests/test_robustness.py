@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import router_latency as rl
-from conftest import (TOOL, assert_one_line_error, final_answer, make_run, three_rounds,
-                      write_corpus)
+from conftest import (TOOL, TOOL_PYC, assert_one_line_error, final_answer, make_run,
+                      three_rounds, write_corpus)
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
 HASH_A, HASH_B = "a" * 64, "b" * 64
@@ -437,7 +437,7 @@ def test_run_under_nohup_goes_on_after_sighup(simulator, tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(5)])
     out = tmp_path / "run.json"
     process = subprocess.Popen(
-        [sys.executable, str(TOOL), "run", "--url", router.url, "--corpus", corpus, "--out",
+        [sys.executable, str(TOOL_PYC), "run", "--url", router.url, "--corpus", corpus, "--out",
          str(out), "--label", "x", "--warmup", "0", "--concurrency", "1", "--duration", "2s"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # what nohup does
@@ -602,7 +602,7 @@ def test_a_closed_terminal_saves_the_run_and_exits_129(simulator, tmp_path):
     pid, terminal = pty.fork()  # run on a terminal of its own, as over SSH
     if pid == 0:  # the child: nothing of pytest runs on here
         try:
-            os.execv(sys.executable, [sys.executable, str(TOOL), "run", "--url", router.url,
+            os.execv(sys.executable, [sys.executable, str(TOOL_PYC), "run", "--url", router.url,
                                       "--corpus", str(corpus), "--out", str(out), "--label",
                                       "x", "--warmup", "0", "--concurrency", "1", "--duration",
                                       "20s"])
@@ -758,7 +758,7 @@ def test_run_started_with_its_output_streams_closed_measures_and_saves(simulator
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
     process = subprocess.run(  # `run ... >&-`: Python starts with sys.stdout None
-        [sys.executable, str(TOOL), "run", "--url", router.url, "--corpus", corpus, "--out",
+        [sys.executable, str(TOOL_PYC), "run", "--url", router.url, "--corpus", corpus, "--out",
          str(out), "--label", "x", "--concurrency", "1", "--warmup", "0"],
         preexec_fn=lambda: [os.close(fd) for fd in closed], timeout=60)
     assert process.returncode == 0  # today 1: a traceback after the file, or before the run
