@@ -550,7 +550,7 @@ def test_driver_checks_everything_before_a_router_starts(tmp_path, change, messa
     (tmp_path / "not-a-corpus.json").write_text('{"schema": "router-latency/run/1"}')
     started = "touch started; " + sys.executable + " -c pass"
     options = {"--dir": "results", "--corpus": "corpus.json", "--base-url": "http://127.0.0.1:1",
-               "--new-url": "http://127.0.0.1:2", **change}
+               "--new-url": "http://127.0.0.1:2", "--tool": str(TOOL_PYC), **change}
     command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
                "--base-start", started, "--new-start", started, "--base-stop", "true",
                "--new-stop", "true"]
