@@ -8,6 +8,7 @@ import json
 import math
 import py_compile
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -40,6 +41,13 @@ def compiled_tool():
 
 
 TOOL_PYC = compiled_tool()
+
+# A shell without job control starts a background job (`pytest &`, a CI step's `cmd &`) with
+# SIGINT ignored, and every process it starts inherits that: a tool process interrupted by a
+# test then never saw the SIGINT, or a driver could not trap it. The tests send SIGINT as a
+# terminal would, so they run as from one.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # the property tests (hypothesis) of test_stats.py and test_corpus.py; no deadline, since
 # a loaded machine is slow without the code being wrong

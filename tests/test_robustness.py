@@ -414,9 +414,12 @@ def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
         argv = ["corpus", "--repo", str(folder), "--out", str(tmp_path / "out.json")]
     script = SIGNAL_WHILE_WRITING.format(root=str(TOOL.parent), signal=signame,
                                          renderer=renderer, argv=argv)
+    # what the child inherits: a signal ignored or blocked here is ignored or blocked there
+    inherited = (signal.getsignal(getattr(signal, signame)),
+                 signal.pthread_sigmask(signal.SIG_BLOCK, []))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=60)
-    assert result.returncode == code, result.stderr
+    assert result.returncode == code, (result.stderr, inherited)
     assert f"interrupted by {signame}" in result.stderr and "Traceback" not in result.stderr
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     written = tmp_path / ("out.xml" if command == "rounds" else "out.json")
