@@ -386,7 +386,7 @@ def run_into_head(arguments, lines):
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # Linux's
     try:
-        process = subprocess.Popen([sys.executable, str(TOOL), *map(str, arguments)],
+        process = subprocess.Popen([sys.executable, str(TOOL_PYC), *map(str, arguments)],
                                    stdout=write_end, stderr=subprocess.PIPE, text=True)
     finally:
         os.close(write_end)
