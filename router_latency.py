@@ -3554,7 +3554,7 @@ class ResponseReader:
     def __init__(self, headers: Sequence[bytes] = ()) -> None:
         self.status: Optional[int] = None
         self.keep_open = True
-        self.body: Any = bytearray()  # or bytes, when the whole answer came in one piece
+        self.body: bytes | bytearray = bytearray()  # bytes: the whole answer came in one piece
         self.headers: dict = {}  # str name -> str value
         self.received = 0  # bytes of the answer so far, interim answers included
         self._buffer = bytearray()
@@ -3869,7 +3869,7 @@ class Connection:
 
     def exchange(self, payload: bytes) -> tuple:
         """Return (status, body) of one request; raise RequestFailed with its kind."""
-        if self.sock is not None and self._stale():
+        if self.sock is not None and self._stale(self.sock):
             self.close()
         reused = self.sock is not None
         try:
@@ -3882,11 +3882,11 @@ class Connection:
             self.close()
         return reader.status, bytes(reader.body)
 
-    def _stale(self) -> bool:
+    def _stale(self, sock: socket.socket) -> bool:
         """Return True when the idle connection was closed or holds bytes nobody asked for."""
         try:
-            self.sock.setblocking(False)
-            self.sock.recv(1)
+            sock.setblocking(False)
+            sock.recv(1)
         except (BlockingIOError, ssl.SSLWantReadError):
             return False  # nothing there (a TLS session ticket is not application data)
         except OSError:
@@ -3967,7 +3967,7 @@ def nested_deeper(document: Any, limit: int) -> bool:
     return False
 
 
-def decoded_answer(body: bytes) -> Any:
+def decoded_answer(body: bytes | bytearray) -> Any:
     """Return the JSON value of an answer's body; raise ValueError when it is no JSON, and
     RequestFailed 'malformed' when it nests deeper than MAX_ANSWER_DEPTH."""
     try:
@@ -4023,7 +4023,7 @@ def decision_settled(found: dict, plan: tuple) -> bool:
         for keys in alternatives:
             if keys[0] not in found:
                 return False
-            value = found
+            value: Any = found  # then whatever JSON value the keys lead to
             for key in keys:
                 value = value.get(key) if isinstance(value, dict) else None
             if value is not None and value != "":
@@ -4031,17 +4031,20 @@ def decision_settled(found: dict, plan: tuple) -> bool:
     return True
 
 
-_scan_json = json.JSONDecoder().scan_once  # the C scanner: one value from an index
-_scan_json_key = json.decoder.scanstring
+# the C scanner: one value from an index, and a key from just past its quote; both are in
+# CPython's json but not in typeshed's stubs, hence getattr and the type spelled out
+_scan_json: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")
+_scan_json_key: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")
 JSON_SPACE = " \t\n\r"
 WHOLE_JSON_BYTES = 512  # answers up to this long are decoded whole
-_json_space = re.compile(r"[ \t\n\r]*").match
+# a run of spaces, maybe empty: it matches at any index, so never None
+_json_space = cast("Callable[..., re.Match[str]]", re.compile(r"[ \t\n\r]*").match)
 
 
 DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
 
 
-def answer_document(body: bytes, paths: Sequence[str],
+def answer_document(body: bytes | bytearray, paths: Sequence[str],
                     signals: Optional[SignalTable] = None) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
@@ -4063,7 +4066,7 @@ def answer_document(body: bytes, paths: Sequence[str],
             index = _json_space(text).end()
             document, index = _scan_json(text, index)
             # more brackets than the limit: it might nest too deep, decoded_answer judges it
-            members = document if not text[index:].strip(JSON_SPACE) and (
+            members: Any = document if not text[index:].strip(JSON_SPACE) and (
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
@@ -4181,7 +4184,7 @@ def decision_path_hint(body: bytes) -> str:
     return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
 
 
-def error_code(body: bytes) -> Optional[str]:
+def error_code(body: bytes | bytearray) -> Optional[str]:
     """Return the router's code of a failed answer: error.code of its error envelope
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
     preview answer with a decision_error instead; else None."""
@@ -4199,7 +4202,7 @@ def error_code(body: bytes) -> Optional[str]:
     return code if isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code) else None
 
 
-def body_config_hash(body: bytes) -> Optional[str]:
+def body_config_hash(body: bytes | bytearray) -> Optional[str]:
     """Return the config_hash a preview answer's body carries, or None: read when the
     x-vsr-config-hash header is missing (a proxy that drops it), by a byte search, since the
     pass loop must not parse an answer twice."""
@@ -4253,7 +4256,7 @@ class SignalTable:
         # compress keeps the entries that are not 0 (or empty) without a line of Python each
         for name, entry in itertools.compress(metrics.items(), metrics.values()):
             ms = entry.get("execution_time_ms") if type(entry) is dict else None
-            if type(ms) not in (float, int) or not 0 < ms < math.inf:
+            if ms is None or type(ms) not in (float, int) or not 0 < ms < math.inf:
                 continue
             i = index.get(name)
             if i is None:
@@ -4299,13 +4302,13 @@ class SignalTable:
             SIGNAL_CONFIDENCE, b",")
         if not numbers.startswith(SIGNAL_FIRST) or not numbers.endswith(b"}}"):
             return None
-        numbers = numbers[len(SIGNAL_FIRST):-2].decode()
+        digits = numbers[len(SIGNAL_FIRST):-2].decode()
         try:
-            values, stop = _scan_json(f"[{numbers}]", 0)
+            values, stop = _scan_json(f"[{digits}]", 0)
         except (ValueError, StopIteration):
             return None
         times = values[0::2]
-        if stop != len(numbers) + 2 or len(values) != 2 * count or min(times) < 0 \
+        if stop != len(digits) + 2 or len(values) != 2 * count or min(times) < 0 \
                 or max(times) == math.inf:
             return None
         # rounded as times() rounds them; round(ms, 4) costs a decimal conversion, and for a
@@ -4315,10 +4318,11 @@ class SignalTable:
                     _TEN_THOUSAND)) != times or max(times) >= 1e11:
             times = list(map(round, times, _FOUR))
         times = list(map(_NONE_FOR_ZERO, times, times))
-        if new and any(map(times.__getitem__, new)):  # a signal reported for the first time
+        names = layout_names(body) if new and any(map(times.__getitem__, new)) else None
+        if names is not None:  # a signal reported for the first time
             self.layouts.clear()
             return self.times({"metrics": {name: {"execution_time_ms": ms} for name, ms in
-                                           zip(layout_names(body), times)}})
+                                           zip(names, times)}})
         times.append(None)  # the time of a signal the answer does not list
         found = tuple(map(times.__getitem__, positions))
         end = len(found)
@@ -4376,7 +4380,7 @@ def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
-def classify(status: int, body: bytes, paths: Sequence[str], *,
+def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
              signals: Optional[SignalTable] = None) -> tuple:
     """Return (decision, error kind, the router's error code) for one answered request; raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
@@ -5472,7 +5476,8 @@ PASS_HEADERS = (CONFIG_HASH_HEADER,)  # the response headers a pass keeps
 
 class RawResult(NamedTuple):
     """What the pass loop notes of one request; records_of turns it into a Request."""
-    index: int  # the payload's index, which is the prompt id
+    # the payload's index, which is the prompt id (a field named index would hide tuple.index)
+    number: int
     scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was first sent)
     started: int  # when it was sent (a request sent again: the second send)
     ended: int  # when the event loop woke with its answer complete, or gave up
@@ -5557,10 +5562,11 @@ class PassLoop:
 
     # connections
 
-    def _open(self, slot: _Slot) -> None:
-        slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context,
-                                self.stop)
-        self.selector.register(slot.sock, selectors.EVENT_READ, slot)
+    def _open(self, slot: _Slot) -> socket.socket:
+        sock = slot.sock = open_socket(self.target.endpoint, self.target.timeout,
+                                       self.context, self.stop)
+        self.selector.register(sock, selectors.EVENT_READ, slot)
+        return sock
 
     def _close(self, slot: _Slot) -> None:
         if slot.sock is not None:
@@ -5577,8 +5583,10 @@ class PassLoop:
     def _idle_event(self, slot: _Slot) -> None:
         """An idle connection became readable: the server closed it (an idle timeout) or sent
         bytes no request asked for. Either way it is closed, not left to wake the loop."""
+        sock = slot.sock
+        assert sock is not None  # only a slot's open socket is registered for events
         try:
-            slot.sock.recv(65536)
+            sock.recv(65536)
         except (BlockingIOError, ssl.SSLWantReadError):
             return  # a TLS session ticket: nothing for the application
         except OSError:
@@ -5611,10 +5619,11 @@ class PassLoop:
     def _transmit(self, slot: _Slot) -> None:
         """Write the slot's request, first opening a connection when it has none."""
         perf = time.perf_counter_ns
-        slot.fresh = slot.sock is None
-        if slot.fresh:
+        sock = slot.sock
+        slot.fresh = sock is None
+        if sock is None:
             try:
-                self._open(slot)  # a reconnect is part of this request's latency
+                sock = self._open(slot)  # a reconnect is part of this request's latency
             except RequestFailed as failure:
                 self._fail(slot, failure.kind, perf())
                 return
@@ -5622,7 +5631,7 @@ class PassLoop:
         slot.reader = ResponseReader(PASS_HEADERS)
         payload = self.payloads[slot.index % len(self.payloads)]
         try:
-            sent = slot.sock.send(payload)
+            sent = sock.send(payload)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             sent = 0
         except OSError:
@@ -5630,7 +5639,7 @@ class PassLoop:
             return
         if sent < len(payload):
             slot.pending = memoryview(payload)[sent:]
-            self.selector.modify(slot.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, slot)
+            self.selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, slot)
         else:
             slot.pending = None
 
@@ -5639,7 +5648,7 @@ class PassLoop:
         (the server may close it as the request leaves: Go's IdleTimeout, Envoy's idle timeout)
         and with no byte of the answer come, the request is sent once more on a new connection,
         its latency counting from that send; otherwise it is recorded as reset."""
-        if slot.fresh or slot.retried or slot.reader.received:
+        if slot.fresh or slot.retried or slot.reader is None or slot.reader.received:
             self._fail(slot, "reset", now)
             return
         self._close(slot)
@@ -5648,19 +5657,23 @@ class PassLoop:
         self._transmit(slot)
 
     def _write_more(self, slot: _Slot, now: int) -> None:
+        sock, pending = slot.sock, slot.pending
+        # a write event: registered only while an open socket has bytes pending (_transmit)
+        assert sock is not None and pending is not None
         try:
-            sent = slot.sock.send(slot.pending)
+            sent = sock.send(pending)
         except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
             return
         except OSError:
             self._broken(slot, now)
             return
-        slot.pending = slot.pending[sent:] if sent < len(slot.pending) else None
+        slot.pending = pending[sent:] if sent < len(pending) else None
         if slot.pending is None:
-            self.selector.modify(slot.sock, selectors.EVENT_READ, slot)
+            self.selector.modify(sock, selectors.EVENT_READ, slot)
 
     def _read(self, slot: _Slot, now: int) -> None:
         sock, reader = slot.sock, slot.reader
+        assert sock is not None and reader is not None  # a busy slot: _transmit set both
         try:
             while True:
                 try:
@@ -5692,6 +5705,8 @@ class PassLoop:
 
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
+        # _read's reader, complete: feed or eof said so once the status line was read
+        assert reader is not None and reader.status is not None
         decision, error, code, signal_ms = self._classify(reader.status, reader.body)
         # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
         # answer in the loop that stamps the next one
@@ -5705,7 +5720,7 @@ class PassLoop:
             self._close(slot)
         self._release(slot)
 
-    def _classify(self, status: int, body: bytearray) -> tuple:
+    def _classify(self, status: int, body: bytes | bytearray) -> tuple:
         """Return (decision, error kind, the router's error code, per-signal times) of an
         answer; a small answer seen before is looked up rather than parsed again."""
         if len(body) > self.CACHED_BODY_BYTES:
@@ -5718,7 +5733,7 @@ class PassLoop:
             known = self.classified[key] = self._classified(status, body)
         return known
 
-    def _classified(self, status: int, body: bytearray) -> tuple:
+    def _classified(self, status: int, body: bytes | bytearray) -> tuple:
         table = self.signals
         if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
             return (*self._scrubbed(classify(status, body, self.target.decision_paths)),

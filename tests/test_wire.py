@@ -236,7 +236,7 @@ def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(script
                           1).run()
     # "a" went out on the connection opened before the pass, then once more on a new one;
     # "b" went out on a connection opened for it, so its close is the answer
-    assert [(r.index, r.error, r.retried) for r in results] == [(0, "reset", True),
+    assert [(r.number, r.error, r.retried) for r in results] == [(0, "reset", True),
                                                                 (1, "reset", False)]
     assert server.requests == 3
 
