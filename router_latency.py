@@ -6663,14 +6663,13 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         if pa.discarded or pb.discarded:
             passes.append(ComparePass(pa.name, True))
             continue
-        figures = tuple((metric, getattr(pa.summary, metric), getattr(pb.summary, metric))
+        sa, sb = pa.measured, pb.measured
+        figures = tuple((metric, getattr(sa, metric), getattr(sb, metric))
                         for metric in METRICS)
         passes.append(ComparePass(pa.name, False, figures,
-                                  (sum(pa.summary.errors.values()),
-                                   sum(pb.summary.errors.values())),
-                                  tuple((s.errors, s.error_codes)
-                                        for s in (pa.summary, pb.summary)),
-                                  (pa.summary.rejected, pb.summary.rejected),
+                                  (sum(sa.errors.values()), sum(sb.errors.values())),
+                                  tuple((s.errors, s.error_codes) for s in (sa, sb)),
+                                  (sa.rejected, sb.rejected),
                                   router_cpu_figures(pa, pb),
                                   (a.slow_windows(pa), b.slow_windows(pb)),
                                   (len(pa.attempt.windows), len(pb.attempt.windows)),
@@ -6730,11 +6729,11 @@ class Capacity(NamedTuple):
 
 def ladder_steps(run: RunFile) -> tuple:
     """Return a ladder run's measured steps in the order climbed."""
+    # a step that answered (req/s above 0) has its percentiles: the reader requires them
     return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
-                            step_text(p), p.summary.req_per_s, p.summary.p50_ms,
-                            p.summary.p95_ms, shed_requests(p))
-                 for p in run.passes if not p.discarded and p.summary.req_per_s
-                 and p.summary.p95_ms is not None)
+                            step_text(p), s.req_per_s, s.p50_ms, s.p95_ms, shed_requests(p))
+                 for p in run.passes if not p.discarded and (s := p.measured).req_per_s
+                 and s.p50_ms is not None and s.p95_ms is not None)
 
 
 def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
@@ -6789,9 +6788,9 @@ def step_gaps(run: RunFile) -> list:
     """Return the seconds between the end of each measured pass and the start of the next,
     the captures between them included (an upper bound: the start is taken before the
     connections open)."""
-    timed = [p for p in run.passes if not p.discarded and p.attempt.started_unix is not None]
-    return [round(max(b.attempt.started_unix - a.attempt.started_unix - a.summary.wall_s, 0.0),
-                  3) for a, b in zip(timed, timed[1:])]
+    timed = [(start, p.measured.wall_s) for p in run.passes
+             if not p.discarded and (start := p.attempt.started_unix) is not None]
+    return [round(max(b - a - wall_s, 0.0), 3) for (a, wall_s), (b, _) in zip(timed, timed[1:])]
 
 
 def run_capacity(run: RunFile, slo_p95_ms: Optional[float] = None) -> Optional[Capacity]:
@@ -7025,7 +7024,7 @@ def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
     if not run.passes:
         return "no passes", None
     for item in run.passes:
-        if not item.discarded and item.summary.ok == 0:
+        if not item.discarded and item.measured.ok == 0:
             return f"{pass_title(item.name)} pass had no successful request", None
     for item in run.passes:
         environment = item.environment
@@ -7397,11 +7396,12 @@ class PassLatencies(NamedTuple):
 def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
     """Return (middle in seconds, median latency) of each of count equal windows of send
     time that holds a request."""
-    timed = [r for r in requests if r.start_ms is not None]
-    span = max((r.start_ms for r in timed), default=0.0) or 1.0
+    timed = [(r.start_ms, r.latency_ms) for r in requests
+             if r.start_ms is not None and r.latency_ms is not None]
+    span = max((start for start, _ in timed), default=0.0) or 1.0
     found = collections.defaultdict(list)
-    for r in timed:
-        found[min(int(r.start_ms / span * count), count - 1)].append(r.latency_ms)
+    for start, latency in timed:
+        found[min(int(start / span * count), count - 1)].append(latency)
     return [((k + 0.5) * span / count / 1000, statistics.median(v))
             for k, v in sorted(found.items())]
 
@@ -7522,7 +7522,7 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     if test is not None:
         reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
                     for p, m in test.regressions]
-        if test.composite_worse:
+        if test.composite_worse and test.composite is not None:
             reasons.append(f"the {test.rows} gated rows together are "
                            f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
@@ -7554,9 +7554,10 @@ def more_rounds(rows: Sequence[Row]) -> Optional[int]:
     """Return the rounds that would decide every undecided gated row, None past 1,000 or
     when none is undecided."""
     undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
-    if not undecided or any(r.more_rounds is None for r in undecided):
+    counts = [r.more_rounds for r in undecided if r.more_rounds is not None]
+    if not undecided or len(counts) < len(undecided):
         return None
-    return max(r.more_rounds for r in undecided)
+    return max(counts)
 
 
 def old_rule_outcome(rows: Sequence[Row], doubts: Sequence[str], settings: GateSettings,
@@ -7680,7 +7681,7 @@ class PartFigures(NamedTuple):
     p95_ms: Optional[float]
     mean_ms: Optional[float]  # per observation
     per_request_ms: Optional[float]  # its whole time over the pass, per routed request
-    count: int  # observations
+    observations: int  # (a field named count would hide tuple.count)
     source: str = ""  # the histogram it was read from; "" for the answers
 
 
@@ -7709,8 +7710,7 @@ def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> list:
     routed = [r for r in requests if r.routed]
     parts = []
     for i, name in enumerate(names):
-        times = [r.signal_ms[i] for r in routed
-                 if len(r.signal_ms) > i and r.signal_ms[i] is not None]
+        times = [ms for r in routed if len(r.signal_ms) > i and (ms := r.signal_ms[i]) is not None]
         if times:
             figures = percentiles(times, (50, 95))
             parts.append(PartFigures("signal", name, round(figures[0], 4), round(figures[1], 4),
@@ -7727,7 +7727,7 @@ def histogram_part(histogram: Histogram) -> str:
         histogram.name, histogram.name)
 
 
-def router_parts(environment: dict, routed: int) -> list:
+def router_parts(environment: CapturedEnvironment, routed: int) -> list:
     """Return the figures of each part of the router's histograms over a pass: the series of
     one part (deployments, surfaces) added together, bucket by bucket."""
     deltas = (environment.get("metrics") or {}).get("histograms")
@@ -7745,11 +7745,11 @@ def router_parts(environment: dict, routed: int) -> list:
         if count <= 0:
             continue
         whole = Histogram(key, (), count, total, tuple(sorted(buckets.items())))
-        quantiles = [whole.quantile(q, resolved=True) for q in (0.5, 0.95)]
+        p50, p95 = (None if v is None else round(1000 * v, 4)
+                    for v in (whole.quantile(q, resolved=True) for q in (0.5, 0.95)))
         parts.append(PartFigures(
-            "router", key, *(None if v is None else round(1000 * v, 4) for v in quantiles),
-            round(1000 * whole.mean, 4), round(1000 * total / routed, 4) if routed else None,
-            int(count), sources[key]))
+            "router", key, p50, p95, round(1000 * (total / count), 4),  # its mean, count > 0
+            round(1000 * total / routed, 4) if routed else None, int(count), sources[key]))
     return parts
 
 
@@ -7844,7 +7844,9 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
     rows.sort(key=lambda r: -abs(r.diff.mean))
     medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
                for side in (base_values, new_values)]
-    client = tuple(statistics.median(a.client_mean_ms for a in side) for side in (base, new))
+    # a round's passes all answered (side_problems): each has its client mean
+    client = tuple(statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+                   for side in (base, new))
     reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
                 for side in (base, new)]
     one_sided = [f"{part} reported by {side} only" for side, mine, other in (
@@ -7868,8 +7870,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
     if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
         return ""
     client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
-    whole = statistics.median(b.client_mean_ms for b in new) - statistics.median(
-        a.client_mean_ms for a in base)
+    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
+        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
     moved = []  # (shift of the mean per request, words)
     for row in rows:
         kind, _, rest = row.metric.partition(":")

@@ -48,14 +48,14 @@ def test_the_router_histograms_are_kept_per_bucket_and_read_back_per_part():
     pii = parts["pii"]
     total = (after['llm_signal_extraction_latency_seconds_sum{signal_type="pii"}']
              - before['llm_signal_extraction_latency_seconds_sum{signal_type="pii"}'])
-    assert pii.count == 60 and pii.mean_ms == round(1000 * total / 60, 4)
+    assert pii.observations == 60 and pii.mean_ms == round(1000 * total / 60, 4)
     assert pii.per_request_ms == pii.mean_ms  # one observation per request here
     # p50: rank 30 of 60; 24 lie at or below 10 ms, 42 at or below 25 ms: the (10, 25] ms
     # bucket holds ranks 25 to 42, and the interpolation gives 10 + 15 * (30 - 24) / 18 ms
     assert pii.p50_ms == round(10 + 15 * 6 / 18, 4)
     # all of domain lies in the router's lowest bucket, 0 to 5 ms: no percentile is made up
     assert parts["domain"].p50_ms is None and parts["domain"].mean_ms > 0
-    assert parts["forward"].count == 60
+    assert parts["forward"].observations == 60
 
 
 @pytest.mark.parametrize("buckets, q, expected", [
