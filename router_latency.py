@@ -8312,11 +8312,11 @@ def format_run_summary(passes: Sequence[PassRecord],
     cpu = any(item.attempt.router_cpu is not None for item in passes)
     rows = []
     for item in passes:
-        s = item.summary
         if item.discarded:
             rows.append([pass_title(item.name), "discarded: load above the limit"]
                         + [""] * (10 if cpu else 8))
             continue
+        s = item.measured
         rows.append([pass_title(item.name), str(s.requests), str(s.ok),
                      str(sum(s.errors.values())), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
                      fmt_value(s.p99_ms), fmt_value(s.mean_ms), fmt_value(s.req_per_s),
@@ -8350,7 +8350,7 @@ def plateau_sentence(capacity: Capacity) -> str:
     counted = [s for s in capacity.steps if not s.shed]
     shed = [s for s in capacity.steps if s.shed]
     limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
-    if capacity.plateau is None:
+    if capacity.plateau is None or capacity.plateau_req_per_s is None:  # both, or neither
         if not counted:
             return "no step was measured without shedding: no plateau" + limit
         return (f"throughput still grew at the last step counted ({counted[-1].title}, "
@@ -8422,17 +8422,17 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
                             costs: Sequence[tuple]) -> list:
     """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
     of their cost per million requests (B over A); nothing unless both are ladders."""
-    found = [run_capacity(run, slo_p95_ms) for run in runs]
-    if any(c is None for c in found):
+    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
+    if len(found) < len(runs):
         return []
     lines = []
     for run, capacity in zip(runs, found):
         lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
         lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
     (a, b), labels = found, [run.label for run in runs]
-    served = [a.served_req_per_s, b.served_req_per_s]
+    served = [v for v in (a.served_req_per_s, b.served_req_per_s) if v is not None]
     what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
-    if None not in served:
+    if len(served) == 2:
         lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
         prices = [cost_for(costs, label) for label in labels]
         if all(prices):
@@ -8483,8 +8483,8 @@ def span_text(low: Optional[float], high: Optional[float],
 def format_gpu_state(passes: Sequence[PassRecord]) -> list:
     """Return the ranges of each pass's GPU readings (before and after it, over devices), and
     why a reading is missing."""
-    gpu = [(item, item.attempt.environment.get("gpu")) for item in passes]
-    gpu = [(item, record) for item, record in gpu if isinstance(record, dict)]
+    gpu = [(item, record) for item in passes
+           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
     if not gpu:
         return []
     rows, notes = [], []
@@ -8698,9 +8698,9 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
     lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
               f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
               f"({report.corpus_count} prompts)"]
-    if not report.rows:
-        return lines
     test = report.test
+    if not report.rows or test is None:  # the gate tests wherever there are rows
+        return lines
     lines += [
         f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
         f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
@@ -9227,11 +9227,11 @@ def junit_cases(report: RoundsReport) -> list:
     cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
-        outcome = {"worse": "failure", "inconclusive": "skipped"}
+        by_verdict = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
             text += f"; {undecided_text(row, report.settings)}"
         cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
-                      outcome.get(row.verdict, "passed"), text, ""))
+                      by_verdict.get(row.verdict, "passed"), text, ""))
     test = report.test
     if test is not None and test.composite is not None:
         cases.append(("rows", "gated rows together",
@@ -9548,7 +9548,8 @@ class Table(NamedTuple):
     right: list  # right-aligned columns
 
 
-def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int) -> tuple:
+def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
+                    limit: int) -> Optional[tuple]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
     beyond them, the table per decision and prompt-length bucket), cells passed through
     cell; None without per-input figures."""
