@@ -81,7 +81,8 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import (Any, Callable, Dict, Iterable, Iterator, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -8984,6 +8985,85 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
     return lines
 
 
+# The output formats of each command, one table per command: the command line takes its
+# --format choices, their help and the options of its files from these tables and renders
+# through them, so that a format is added, or named, in one place (hyperfine's exporters).
+
+class ReportFormat(NamedTuple):
+    """One format a command prints its report in: what it is, for --help, and its renderer,
+    which takes the report and the command's view of it and returns the lines to print."""
+    about: str
+    lines: Callable[[Any, Any], Sequence[str]]
+
+
+class ReportFile(NamedTuple):
+    """One file a command writes (its option is --NAME FILE, NAME its key in the command's
+    table): what it holds, for --help, and its renderer, which returns the file's bytes."""
+    about: str
+    data: Callable[[Any], bytes]
+
+
+def formats_help(formats: Dict[str, ReportFormat]) -> str:
+    """Return the help of a --format option: each format with what it is."""
+    return "output format: " + ", ".join(f"{name} ({f.about})" for name, f in formats.items())
+
+
+class CompareView(NamedTuple):
+    """What compare's text shows beside its report: the two runs' ladders, when both climbed
+    one, within --slo-p95-ms and priced by --cost-per-hour."""
+    runs: Tuple[RunFile, RunFile]
+    slo_p95_ms: Optional[float] = None
+    cost_per_hour: Tuple[tuple, ...] = ()
+
+
+def compare_text(report: CompareReport, view: CompareView) -> list:
+    """Return compare's text: the table, then the ladders of two ladder runs."""
+    return format_compare(report) + format_compare_capacity(view.runs, view.slo_p95_ms,
+                                                            view.cost_per_hour)
+
+
+def json_lines(document: Any) -> list:
+    """Return a report's JSON document as the one block a command prints."""
+    return [json.dumps(document, indent=1, allow_nan=False)]
+
+
+COMPARE_FORMATS: Dict[str, ReportFormat] = {
+    "text": ReportFormat("aligned tables", compare_text),
+    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
+                             lambda report, view: format_compare_markdown(report)),
+    "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
+                         lambda report, view: json_lines(compare_json(report))),
+}
+
+
+class RoundsView(NamedTuple):
+    """What rounds shows beside its report: each round's values, with --per-round."""
+    per_round: bool = False
+
+
+ROUNDS_FORMATS: Dict[str, ReportFormat] = {
+    "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
+        report, per_round=view.per_round)),
+    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
+                             lambda report, view: format_rounds(report, markdown=True,
+                                                                per_round=view.per_round)),
+    "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
+                         lambda report, view: json_lines(rounds_json(report))),
+}
+
+RECORD_FILES: Dict[str, ReportFile] = {
+    "json": ReportFile("the record's data file to write",
+                       lambda sections: dump_json(record_json(sections))),
+    "markdown": ReportFile("the record's document to write", lambda sections: (
+        "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+}
+
+RUN_FILES: Dict[str, ReportFile] = {
+    "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, latency_ms, "
+                      "status, decision, error", lambda run: requests_csv(run.passes)),
+}
+
+
 # --- report page ---
 # One self-contained HTML file, no network and no script, with SVG plots drawn here with the
 # standard library: the forest plot of every gated row, each pass's latency distribution and
@@ -9527,6 +9607,15 @@ def report_page(report: RoundsReport) -> str:
             f"<style>{PAGE_STYLE}</style></head>\n<body>\n{body}\n"
             f'<p class="note">router-latency {esc(__version__)}; files: '
             f"{esc(', '.join(files))}</p>\n</body>\n</html>\n")
+
+
+# the files rounds writes beside what it prints (their table is here, beside the page's)
+ROUNDS_FILES: Dict[str, ReportFile] = {
+    "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
+                        "decisions, ...", junit_xml),
+    "html": ReportFile("also write the report page: one HTML file with plots, no network "
+                       "needed", lambda report: report_page(report).encode("utf-8")),
+}
 
 
 # --- simulator and demo ---
@@ -10496,9 +10585,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-# a --format asked for that is a file of its own, and the option that writes it
-FORMAT_FILES = {"junit": "--junit FILE", "xml": "--junit FILE", "html": "--html FILE",
-                "csv": "--csv FILE"}
+# a --format asked for that is a file of its own: the command and the option that write it
+FORMAT_FILES = {**{name: ("rounds", f"--{name} FILE") for name in ROUNDS_FILES},
+                "xml": ("rounds", "--junit FILE"),
+                **{name: ("run", f"--{name} FILE") for name in RUN_FILES}}
+
+
+def add_file_options(p: Any, files: Dict[str, ReportFile], *, required: bool = False) -> None:
+    """Add the --NAME FILE option of each file a command writes, from its table."""
+    for name, exporter in files.items():
+        p.add_argument(f"--{name}", required=required,
+                       **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
 
 class Parser(argparse.ArgumentParser):
@@ -10518,9 +10615,8 @@ class Parser(argparse.ArgumentParser):
         message = self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
-            wanted = FORMAT_FILES[found.group(1).lower()]
-            where = "" if wanted.split()[0] in self._option_string_actions else \
-                f" of {'run' if wanted.startswith('--csv') else 'rounds'}"
+            command, wanted = FORMAT_FILES[found.group(1).lower()]
+            where = "" if wanted.split()[0] in self._option_string_actions else f" of {command}"
             message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
 
@@ -10589,9 +10685,7 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("-o", "--out", required=True, help="run file to write")
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
-    output.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: "
-                                                      "pass, id, start_ms, latency_ms, status, "
-                                                      "decision, error")
+    add_file_options(output, RUN_FILES)
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -10749,8 +10843,8 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format")
+    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="text",
+                   help=formats_help(COMPARE_FORMATS))
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -10816,15 +10910,12 @@ def add_rounds_parser(commands: Any) -> None:
                    help="gate: a decision that differs between the sides fails; report: "
                         "agreement is reported in full and the latency rows alone decide the "
                         "exit code (two configurations whose decisions differ on purpose)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format (with GITHUB_STEP_SUMMARY set, the Markdown is also "
-                        "appended there)")
+    p.add_argument("--format", choices=tuple(ROUNDS_FORMATS), default="text",
+                   help=formats_help(ROUNDS_FORMATS) + "; with GITHUB_STEP_SUMMARY set, the "
+                                                       "Markdown is also appended there")
     p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
                                     "the inputs that got slower")
-    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per "
-                                                   "gated row, per round's decisions, ...")
-    p.add_argument("--html", metavar="FILE", help="also write the report page: one HTML "
-                                                  "file with plots, no network needed")
+    add_file_options(p, ROUNDS_FILES)
     p.set_defaults(func=cmd_rounds)
 
 
@@ -10906,8 +10997,7 @@ def add_record_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     add_ladder_options(p)
-    p.add_argument("--json", required=True, help="the record's data file to write")
-    p.add_argument("--markdown", required=True, help="the record's document to write")
+    add_file_options(p, RECORD_FILES, required=True)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=cmd_record)
 
@@ -11054,14 +11144,17 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     return target, plan, guard, capture, thresholds
 
 
+def run_outputs(args: argparse.Namespace) -> list:
+    """Return (option, path) of each file `run` was asked to write beside the run file."""
+    return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     check_distinct_files([("--corpus", args.corpus), ("--loadavg-file", args.loadavg_file)],
-                         [("--out", args.out), ("--csv", args.csv)])
-    check_writable_target(args.out, args.force)
-    check_folder_accepts_a_file(args.out)
-    if args.csv:
-        check_writable_target(args.csv, args.force)
-        check_folder_accepts_a_file(args.csv)
+                         [("--out", args.out)] + run_outputs(args))
+    for _, path in [("--out", args.out)] + run_outputs(args):
+        check_writable_target(path, args.force)
+        check_folder_accepts_a_file(path)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
     checked_costs(args.cost_per_hour, (args.label,))
@@ -11121,11 +11214,12 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         write_failure = None
     except RouterLatencyError as exc:
         write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
-    if write_failure is None and args.csv:
-        try:
-            write_atomic(args.csv, requests_csv(run.passes))
-        except RouterLatencyError as exc:
-            write_failure = f"{exc}; the run file {args.out} was written"
+    for option, path in run_outputs(args):
+        if write_failure is None:
+            try:
+                write_atomic(path, RUN_FILES[option[2:]].data(run))
+            except RouterLatencyError as exc:
+                write_failure = f"{exc}; the run file {args.out} was written"
     if not args.quiet:
         lines = [] if header_shown else [format_run_header(
             run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
@@ -11139,7 +11233,7 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
         if write_failure is None and args.out != "-":
             lines.append(f"wrote {args.out}" + ("" if run.complete
                                                 else " (incomplete: interrupted)")
-                         + (f" and {args.csv}" if args.csv else ""))
+                         + "".join(f" and {path}" for _, path in run_outputs(args)))
         emit(lines, sys.stderr if args.out == "-" else sys.stdout)
     statuses = [r.status for p in run.passes for r in p.requests]
     not_found = statuses.count(404)
@@ -11187,12 +11281,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     texts = corpus_texts(args.corpus, a.corpus_sha256) if args.corpus else None
     report = compare_runs(a, b, prompts_text=texts,
                           fail_on_decision_change=args.fail_on_decision_change)
-    if args.format == "json":
-        emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
-    else:
-        emit(format_compare_markdown(report) if args.format == "markdown"
-             else format_compare(report) + format_compare_capacity(
-                 (a, b), args.slo_p95_ms, checked_costs(args.cost_per_hour, (a.label, b.label))))
+    view = CompareView((a, b), args.slo_p95_ms,
+                       checked_costs(args.cost_per_hour, (a.label, b.label)))
+    emit(COMPARE_FORMATS[args.format].lines(report, view))
     return report.exit_code
 
 
@@ -11222,15 +11313,15 @@ def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
-    for path in (args.junit, args.html):
+    outputs = [(f"--{name}", getattr(args, name)) for name in ROUNDS_FILES]
+    for _, path in outputs:
         if path:
             check_writable_target(path, force=True)
     files = find_round_files(args.dir, args.base, args.new)
     check_distinct_files(
         [("round file", p) for sides in files.values() for p in sides.values()]
         + [("--corpus", args.corpus)],
-        [("--junit", args.junit), ("--html", args.html),
-         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
+        outputs + [("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
@@ -11250,25 +11341,22 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         if "a result cache answered" in warning:  # cache_warnings: as loud
             stderr_line(warning)
-    if args.junit:
-        write_atomic(args.junit, junit_xml(report))
-    if args.html:
-        write_atomic(args.html, report_page(report).encode("utf-8"))
+    for name, exporter in ROUNDS_FILES.items():
+        if getattr(args, name):
+            write_atomic(getattr(args, name), exporter.data(report))
+    view = RoundsView(per_round=args.per_round)
     if not args.plan:
-        append_step_summary(lambda: format_rounds(report, markdown=True,
-                                                  per_round=args.per_round))
+        append_step_summary(lambda: ROUNDS_FORMATS["markdown"].lines(report, view))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
-    if args.format == "json":
-        emit([json.dumps(rounds_json(report), indent=1, allow_nan=False)])
-    else:
-        emit(format_rounds(report, markdown=args.format == "markdown", per_round=args.per_round))
+    emit(ROUNDS_FORMATS[args.format].lines(report, view))
     return report.exit_code
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    for path in (args.json, args.markdown):
+    outputs = [(f"--{name}", getattr(args, name)) for name in RECORD_FILES]
+    for _, path in outputs:
         check_writable_target(path, args.force)
     names = [name for name, *_ in args.section]
     if len(set(names)) < len(names):
@@ -11285,12 +11373,12 @@ def cmd_record(args: argparse.Namespace) -> int:
             cost_per_hour=checked_costs(args.cost_per_hour, (base, new)))))
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
-                         [("--json", args.json), ("--markdown", args.markdown)])
-    write_atomic(args.json, dump_json(record_json(sections)))
-    write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
+                         outputs)
+    for (_, path), exporter in zip(outputs, RECORD_FILES.values()):
+        write_atomic(path, exporter.data(sections))
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])
-    emit([f"wrote {args.json} and {args.markdown}"])
+    emit([f"wrote {' and '.join(path for _, path in outputs)}"])
     return max(section.report.exit_code for section in sections)
 
 
