@@ -81,8 +81,8 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import (Any, Callable, Dict, Iterable, Iterator, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -5917,7 +5917,7 @@ def decision_changes(run: RunFile) -> list:
 
 class Agreement(NamedTuple):
     compared: int  # inputs measured on both sides
-    differ: list  # their ids whose decisions are not the same answered decision
+    differ: List[int]  # their ids whose decisions are not the same answered decision
 
 
 def decision_agreement(base: dict, new: dict) -> Agreement:
@@ -5978,16 +5978,20 @@ def cache_warnings(named_runs: Sequence[tuple]) -> list:
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
-    figures: tuple = ()  # (metric, A's value, B's value) for p50, p95, p99 and req/s
-    errors: tuple = (0, 0)  # failed requests of A and B
-    failures: tuple = (({}, {}), ({}, {}))  # A's and B's errors by kind and by code
-    rejected: tuple = (0, 0)  # expected rejections of A and B
-    router_cpu: tuple = ()  # (name, A's value, B's value): CPU ms per request, foreign vCPUs
-    slow: tuple = ((), ())  # A's and B's windows in a slow phase
-    windows: tuple = (0, 0)  # how many windows A's and B's time series have
-    parts: tuple = ()  # (part metric, A's, B's) of where the time goes, the most moved first
+    # (metric, A's value, B's value) for p50, p95, p99 and req/s
+    figures: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    errors: Tuple[int, int] = (0, 0)  # failed requests of A and B
+    # A's and B's errors by kind and by code
+    failures: Tuple[Tuple[Dict[str, int], Dict[str, Dict[str, int]]], ...] = (({}, {}), ({}, {}))
+    rejected: Tuple[int, int] = (0, 0)  # expected rejections of A and B
+    # (name, A's value, B's value): CPU ms per request, foreign vCPUs
+    router_cpu: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    slow: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((), ())  # A's and B's windows in a slow phase
+    windows: Tuple[int, int] = (0, 0)  # how many windows A's and B's time series have
+    # (part metric, A's, B's) of where the time goes, the most moved first
+    parts: Tuple[Tuple[str, float, float], ...] = ()
     # A's and B's (client mean ms, {part metric: value}) where either reports parts
-    decompositions: tuple = ()
+    decompositions: Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...] = ()
 
 
 def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
@@ -6019,18 +6023,20 @@ class CompareReport(NamedTuple):
     a_label: str
     b_path: str
     b_label: str
-    corpus_sha256: tuple  # A's and B's
+    corpus_sha256: Tuple[str, str]  # A's and B's
     corpus_count: int
-    passes: tuple  # ComparePass
-    warnings: tuple  # below the driver's floor
+    passes: Tuple[ComparePass, ...]  # ComparePass
+    warnings: Tuple[str, ...]  # below the driver's floor
     compared: int  # inputs measured on both sides
-    changes: tuple  # DecisionChange, sequential pass
+    changes: Tuple[DecisionChange, ...]  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
-    consistency: tuple  # (tag, ids whose decision changed within that run, sent repeatedly)
+    # (tag, ids whose decision changed within that run, sent repeatedly)
+    consistency: Tuple[Tuple[str, Tuple[int, ...], bool], ...]
     status: str  # pass or fail
     exit_code: int
-    config_hashes: tuple = ((), ())  # A's and B's x-vsr-config-hash values, in order seen
-    reasons: tuple = ()  # why it failed
+    # A's and B's x-vsr-config-hash values, in order seen
+    config_hashes: Tuple[Tuple[str, ...], Tuple[str, ...]] = ((), ())
+    reasons: Tuple[str, ...] = ()  # why it failed
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -6090,13 +6096,15 @@ class LadderStep(NamedTuple):
 class Capacity(NamedTuple):
     """What a ladder run says of its node: where throughput saturates, where latency starts
     to grow faster than throughput, and the most it serves within the SLO."""
-    steps: tuple  # LadderStep, in the order climbed; those that shed count in no figure
+    # LadderStep, in the order climbed; those that shed count in no figure
+    steps: Tuple[LadderStep, ...]
     open_loop: bool
     margin_pct: float
     slo_p95_ms: Optional[float]
     plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
     plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
-    knee: Optional[tuple]  # (step, next step): beyond it p50 grows faster than throughput
+    # (step, next step): beyond it p50 grows faster than throughput
+    knee: Optional[Tuple[LadderStep, LadderStep]]
     capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
     capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
     stop: str  # why the ladder stopped climbing
@@ -6255,11 +6263,11 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
 class GateSettings(NamedTuple):
     """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
     tolerance_pct: float = 5.0  # a change within this percentage is 'same'
-    gate: tuple = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
+    gate: Tuple[str, ...] = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
     strict: bool = False  # an underpowered inconclusive gated row makes the result inconclusive
     max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
     allow_incomplete: bool = False
-    allow_mismatch: tuple = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    allow_mismatch: Tuple[str, ...] = ()  # fields of CHECKED_FIELDS allowed to differ between runs
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
@@ -6267,7 +6275,8 @@ class GateSettings(NamedTuple):
     # the tolerance); by default PASS needs every gated row shown within it
     pass_unless_worse: bool = False
     slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
-    cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
+    # ladders: (side or None, USD an hour, per what) entries
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
     decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
 
     @property
@@ -6440,10 +6449,11 @@ class Row(NamedTuple):
     detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
     rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
     verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
-    base_values: tuple
-    new_values: tuple
+    base_values: Tuple[float, ...]
+    new_values: Tuple[float, ...]
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
 
     @property
     def change_pct(self) -> float:
@@ -6521,7 +6531,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread)
 
 
 @functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
@@ -6556,10 +6566,10 @@ class GateTest(NamedTuple):
     composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
     composite_p: Optional[float]
     level: float  # one-sided level of each of the two tests
-    regressions: tuple  # (pass, metric) Holm rejects
+    regressions: Tuple[Tuple[str, str], ...]  # (pass, metric) Holm rejects
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
-    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
+    holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
     composite_detectable_pct: Optional[float] = None  # every gated row slowing together
 
 
@@ -6616,7 +6626,7 @@ class RoundAgreement(NamedTuple):
     agree: int  # inputs with the same decision on both sides in every pass
     total: int  # inputs measured on both sides
     used: bool  # the round is among those judged
-    differ: tuple  # DecisionChange, the first pass where each differs
+    differ: Tuple[DecisionChange, ...]  # DecisionChange, the first pass where each differs
 
 
 def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
@@ -6640,7 +6650,8 @@ def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
 
 class PassErrors(NamedTuple):
     pass_name: str
-    counts: tuple  # (round, base's failed requests, new's), every round measuring the pass
+    # (round, base's failed requests, new's), every round measuring the pass
+    counts: Tuple[Tuple[int, int, int], ...]
 
 
 def pass_errors(runs: dict, base: str, new: str) -> list:
@@ -6660,7 +6671,7 @@ def pass_errors(runs: dict, base: str, new: str) -> list:
 
 class Slowdown(NamedTuple):
     """How much slower new ran than base for one input, decision or prompt-length bucket."""
-    key: Any  # prompt id, decision or bucket label
+    key: Union[int, str]  # prompt id, decision or bucket label
     ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
     low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
     high: Optional[float]
@@ -6677,10 +6688,10 @@ class Slowdown(NamedTuple):
 class InputSlowdowns(NamedTuple):
     """Which inputs, decisions and prompt lengths got slower, request by request."""
     pass_name: str
-    rounds: tuple  # the rounds compared
-    inputs: tuple  # Slowdown per input, the largest ratio first
-    decisions: tuple  # Slowdown per decision
-    lengths: tuple  # Slowdown per prompt-length bucket; empty without the corpus
+    rounds: Tuple[int, ...]  # the rounds compared
+    inputs: Tuple[Slowdown, ...]  # Slowdown per input, the largest ratio first
+    decisions: Tuple[Slowdown, ...]  # Slowdown per decision
+    lengths: Tuple[Slowdown, ...]  # Slowdown per prompt-length bucket; empty without the corpus
     fdr: float
     tolerance_pct: float
 
@@ -6771,8 +6782,9 @@ class PassLatencies(NamedTuple):
     round: int
     side: str
     used: bool  # the round is among those judged
-    quantiles: tuple  # latency at 0, 1, ..., 100% of the successful requests (R7)
-    windows: tuple  # (middle of the window in s from the first send, median latency)
+    quantiles: Tuple[float, ...]  # latency at 0, 1, ..., 100% of the successful requests (R7)
+    # (middle of the window in s from the first send, median latency)
+    windows: Tuple[Tuple[float, float], ...]
 
 
 def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
@@ -6811,33 +6823,38 @@ class RoundsReport(NamedTuple):
     settings: GateSettings
     corpus_sha256: str
     corpus_count: int
-    files: dict  # "r<N>" -> {side: path}
-    used: tuple  # round numbers judged
-    left_out: tuple  # {"round", "why"}: rounds not judged
-    rows: tuple  # Row, empty when fewer than MIN_ROUNDS rounds could be used
+    files: Dict[str, Dict[str, str]]  # "r<N>" -> {side: path}
+    used: Tuple[int, ...]  # round numbers judged
+    left_out: Tuple[LeftOut, ...]  # rounds not judged
+    rows: Tuple[Row, ...]  # Row, empty when fewer than MIN_ROUNDS rounds could be used
     test: Optional[GateTest]
-    agreement: tuple  # RoundAgreement, every round
-    errors: tuple  # PassErrors
-    warnings: tuple  # what the reader must know before trusting the verdict
-    notes: tuple  # differences allowed with --allow-mismatch
+    agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
+    errors: Tuple[PassErrors, ...]  # PassErrors
+    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
     environment: tuple  # one dict per round and side
-    order: dict
+    order: RoundOrder
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
-    outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
-    outlier_changes: tuple  # (round, its gated mean change %, the median's %): descriptive
-    insecure_files: tuple  # files measured without TLS verification
-    look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
+    outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
+    # (round, its gated mean change %, the median's %): descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+    insecure_files: Tuple[str, ...]  # files measured without TLS verification
+    look: Optional[Tuple[int, int]]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
-    reasons: tuple  # why it failed or is inconclusive
+    reasons: Tuple[str, ...]  # why it failed or is inconclusive
     exit_code: int
-    config_hashes: dict = {}  # side -> its x-vsr-config-hash values over the rounds
-    config_warnings: tuple = ()  # the same configuration on both sides, or one that changed
-    outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
+    # side -> its x-vsr-config-hash values over the rounds
+    config_hashes: Dict[str, Tuple[str, ...]] = {}
+    # the same configuration on both sides, or one that changed
+    config_warnings: Tuple[str, ...] = ()
+    outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
-    latencies: tuple = ()  # PassLatencies, for the report page
+    latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
     more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
-    capacity: tuple = ()  # (round, side, Capacity) of ladder runs, used rounds
-    breakdowns: tuple = ()  # PassBreakdown: where each pass's time went, and what changed
+    # (round, side, Capacity) of ladder runs, used rounds
+    capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
+    # PassBreakdown: where each pass's time went, and what changed
+    breakdowns: Tuple[PassBreakdown, ...] = ()
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -6883,9 +6900,21 @@ def run_outcomes(run: RunFile) -> dict:
     routed although they expected only a rejection ("unexpected_routing")."""
     requests = [r for item in run.passes if not item.discarded for r in item.requests]
     counts = count_outcomes(requests)
-    counts["unexpected_routing"] = sorted({r.id for r in requests
-                                           if r.outcome == "unexpected_routing"})
+    counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
+                                                 if r.outcome == "unexpected_routing"}))
     return counts
+
+
+class SideOutcomes(NamedTuple):
+    """What one side's measured requests of one used round came to: run_outcomes()."""
+    round: int
+    side: str
+    requests: int
+    ok: int
+    errors: Dict[str, int]  # error kind -> count
+    unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
+    rejected: int = 0  # expected rejections
+    error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
 
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
@@ -6918,6 +6947,36 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     if doubts:
         return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
     return "pass", (), EXIT_OK
+
+
+class Overload(NamedTuple):
+    """The requests a run's router shed with 429 OVERLOADED, and the run's settings that
+    bear on it."""
+    shed: int
+    declared_limit: int  # --router-max-concurrency, the router's max_concurrency declared
+    timeout_s: Optional[float]  # the client's --timeout; None where the file has none
+
+
+def run_overload(run: RunFile) -> Optional[Overload]:
+    """Return what a run's router shed with 429 OVERLOADED; None when it shed nothing."""
+    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
+    if not shed:
+        return None
+    timeout = run.settings.get("timeout_s")
+    return Overload(shed, run.settings.get("router_max_concurrency", ROUTER_MAX_CONCURRENCY),
+                    timeout if isinstance(timeout, (int, float)) else None)
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+    """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
+    code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
+    else 1 when more requests failed in the measured passes than max_errors allows."""
+    if not run.complete:
+        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
+    if failed > max_errors:
+        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
+    return EXIT_OK, ""
 
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
@@ -6972,7 +7031,7 @@ def detectable_text(row: Row) -> str:
     if row.detectable_pct is not None:
         return f">= {row.detectable_pct:.0f}%"
     # no spread finds any change; a look whose boundary cannot reject finds none
-    return "any change" if sample_spread(row.worse_series) == 0 else "none yet"
+    return "any change" if row.spread == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -7071,7 +7130,7 @@ class PassAttribution(NamedTuple):
     requests: int  # routed requests
     client_mean_ms: Optional[float]
     client_p95_ms: Optional[float]
-    parts: tuple  # PartFigures, signals first
+    parts: Tuple[PartFigures, ...]  # PartFigures, signals first
     signals_ms: Optional[float]  # the signals' time per request, summed: None without any
     outside_p50_ms: Optional[float]  # per request: its latency minus its signals' times
     outside_mean_ms: Optional[float]
@@ -7182,10 +7241,11 @@ def part_title(metric: str) -> str:
 class PassBreakdown(NamedTuple):
     """Where one pass's time went on each side, and what of it changed."""
     pass_name: str
-    rows: tuple  # Row per part and statistic, the part that moved most first
-    base: tuple  # (metric, median over the used rounds) of the base side's parts
-    new: tuple
-    client: tuple  # (base, new) median client mean latency
+    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
+    # (metric, median over the used rounds) of the base side's parts
+    base: Tuple[Tuple[str, float], ...]
+    new: Tuple[Tuple[str, float], ...]
+    client: Tuple[Optional[float], Optional[float]]  # (base, new) median client mean latency
     sentence: str
 
 
@@ -7334,6 +7394,12 @@ def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[st
     return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
 
 
+class LeftOut(NamedTuple):
+    """A round not judged, and why."""
+    round: int
+    why: str
+
+
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
@@ -7349,7 +7415,7 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
         if base_failed:
             doubts.append(f"the {base} side failed in r{number} ({base_failed})")
         if why:
-            left_out.append({"round": number, "why": "; ".join(why)})
+            left_out.append(LeftOut(number, "; ".join(why)))
         else:
             used.append(number)
     return used, left_out, failures, doubts
@@ -7408,7 +7474,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
               + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
         tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
-        tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
+        tuple(SideOutcomes(n, s, **run_outcomes(runs[n][s])) for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
         tuple(pass_latencies(runs, base, new, used)),
@@ -7416,7 +7482,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         ladder_capacities(runs, base, new, used, settings) if rows else (), tuple(breakdowns))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
     """Return (the crossover order effect, outlier rounds, (round, its change %, the median
     change %) of each), all on the per-round mean of the gated rows' worse-direction log
     ratios; first: which side started each round (order_balance).
@@ -7429,9 +7495,9 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) ->
     if not gated:
         return None, [], ()
     composite = dict(zip(used, composite_log_ratios(gated)))
-    effect = order_effect([composite[n] for n in first["base_first"]],
-                          [composite[n] for n in first["new_first"]]) \
-        if first["base_first"] and first["new_first"] and len(used) > 2 else None
+    effect = order_effect([composite[n] for n in first.base_first],
+                          [composite[n] for n in first.new_first]) \
+        if first.base_first and first.new_first and len(used) > 2 else None
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
     centre = 100 * math.expm1(statistics.median(composite.values()))
@@ -7545,7 +7611,18 @@ def environment_rows(runs: dict, base: str, new: str) -> list:
     return rows
 
 
-def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> dict:
+class RoundOrder(NamedTuple):
+    """Which side started each round, and the paired p50 difference by that order."""
+    first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
+    base_first: List[int]  # used rounds the base side started
+    new_first: List[int]
+    unknown: List[int]  # used rounds whose start order the files do not tell
+    balanced: bool  # each side started about half the used rounds
+    # per pass: {"pass": name, "base_first": mean p50 difference, "new_first": ...}
+    p50_difference_by_order: List[Dict[str, Union[str, float, None]]]
+
+
+def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
     """Return which side started first in each round and the paired p50 difference by order."""
     first = {}
     for number, sides in runs.items():
@@ -7566,10 +7643,8 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> di
                 for key, group in (("base_first", base_first), ("new_first", new_first))}
         effects.append({"pass": row.pass_name, **mean})
     unknown = [r for r in used if first[r] is None]
-    return {"first": {f"r{k}": v for k, v in first.items()}, "base_first": base_first,
-            "new_first": new_first, "unknown": unknown,
-            "balanced": not unknown and abs(len(base_first) - len(new_first)) <= 1,
-            "p50_difference_by_order": effects}
+    return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
+                      not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
 
 
 class RecordSection(NamedTuple):
@@ -7577,7 +7652,7 @@ class RecordSection(NamedTuple):
     name: str  # e.g. shipped_image
     folder: str
     report: RoundsReport
-    runs: dict  # {round: {side: RunFile}}
+    runs: Dict[int, Dict[str, RunFile]]  # {round: {side: RunFile}}
 
 
 def record_section(name: str, folder: str, base: str, new: str,
@@ -7916,20 +7991,17 @@ def expectation_lines(item: PassRecord) -> list:
     return lines
 
 
-def overload_note(run: RunFile) -> list:
+def overload_note(overload: Optional[Overload]) -> list:
     """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
-    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
-    if not shed:
+    if overload is None:
         return []
-    limit = run.settings.get("router_max_concurrency", ROUTER_MAX_CONCURRENCY)
-    timeout = run.settings.get("timeout_s")
-    return [f"{plural(shed, 'request')} answered 429 OVERLOADED: the router admits at most "
-            f"global.services.api.routing_preview.max_concurrency previews at once (default "
-            f"{ROUTER_MAX_CONCURRENCY}, declared {limit} with --router-max-concurrency) and "
-            f"sheds the rest at once, without a queue",
+    return [f"{plural(overload.shed, 'request')} answered 429 OVERLOADED: the router admits at "
+            f"most global.services.api.routing_preview.max_concurrency previews at once "
+            f"(default {ROUTER_MAX_CONCURRENCY}, declared {overload.declared_limit} with "
+            f"--router-max-concurrency) and sheds the rest at once, without a queue",
             f"a preview holds its slot until its inference ends, even after the router's "
             f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}) or the client's --timeout"
-            + (f" ({timeout:g} s here)" if isinstance(timeout, (int, float)) else "")
+            + (f" ({overload.timeout_s:g} s here)" if overload.timeout_s is not None else "")
             + " gave up on it: keep the concurrency at or below the setting (or raise it and "
               "restart the router) and --timeout above the router's timeout"]
 
@@ -8058,7 +8130,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
 
 def format_closing(report: RoundsReport) -> list:
     """Return the rounds left out, the allowed mismatches and the TLS warning."""
-    lines = [f"left out: r{item['round']}: {item['why']}" for item in report.left_out]
+    lines = [f"left out: r{item.round}: {item.why}" for item in report.left_out]
     lines += report.notes
     if report.insecure_files:
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
@@ -8309,18 +8381,18 @@ def format_agreement(report: RoundsReport) -> list:
 def format_outcomes(report: RoundsReport) -> list:
     """Return the failures of each used round and side by the router's code, the expected
     rejections, the surprises, and why the router shed requests when it did."""
-    lines = [f"errors r{o['round']} {o['side']}: {failure_text(o['errors'], o.get('error_codes'))}"
-             for o in report.outcomes if o["errors"]]
-    if any(o.get("rejected") for o in report.outcomes):
-        counts = {(o["round"], o["side"]): o.get("rejected", 0) for o in report.outcomes}
+    lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
+             for o in report.outcomes if o.errors]
+    if any(o.rejected for o in report.outcomes):
+        counts = {(o.round, o.side): o.rejected for o in report.outcomes}
         lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
             f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
-    lines += [f"surprise r{o['round']} {o['side']}: "
-              f"{plural(len(o['unexpected_routing']), 'prompt')} expected a rejection and got "
-              f"routed ({', '.join(f'#{i}' for i in o['unexpected_routing'][:10])})"
-              for o in report.outcomes if o["unexpected_routing"]]
+    lines += [f"surprise r{o.round} {o.side}: "
+              f"{plural(len(o.unexpected_routing), 'prompt')} expected a rejection and got "
+              f"routed ({', '.join(f'#{i}' for i in o.unexpected_routing[:10])})"
+              for o in report.outcomes if o.unexpected_routing]
     if any("OVERLOADED" in codes for o in report.outcomes
-           for codes in o.get("error_codes", {}).values()):
+           for codes in o.error_codes.values()):
         lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
                      f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
                      f"once, and a preview holds its slot until its inference ends, even after "
@@ -8415,16 +8487,16 @@ def format_order(report: RoundsReport) -> list:
     def names(group: list) -> str:
         return ", ".join(f"r{n}" for n in group) or "none"
 
-    lines = [f"order: {base} first in {names(order['base_first'])}; {new} first in "
-             f"{names(order['new_first'])}" + (f"; unknown in {names(order['unknown'])}"
-                                               if order["unknown"] else "")
-             + ("; balanced" if order["balanced"] else "")]
-    if not order["balanced"]:
+    lines = [f"order: {base} first in {names(order.base_first)}; {new} first in "
+             f"{names(order.new_first)}" + (f"; unknown in {names(order.unknown)}"
+                                            if order.unknown else "")
+             + ("; balanced" if order.balanced else "")]
+    if not order.balanced:
         lines.append("warning: start order unbalanced: rounds should alternate which side "
                      "starts first")
     effects = [f"{pass_title(e['pass'])} {fmt_value(e['base_first'])} / "
-               f"{fmt_value(e['new_first'])}" for e in order["p50_difference_by_order"]]
-    if order["base_first"] and order["new_first"] and effects:
+               f"{fmt_value(e['new_first'])}" for e in order.p50_difference_by_order]
+    if order.base_first and order.new_first and effects:
         lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
                      + "; ".join(effects))
     effect = report.order_effect
@@ -8472,6 +8544,16 @@ def gate_rule(settings: GateSettings) -> str:
             "worse, INCONCLUSIVE otherwise")
 
 
+def outcomes_json(outcomes: SideOutcomes) -> dict:
+    """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
+    error_codes only where there are any."""
+    document = {key: value for key, value in outcomes._asdict().items()
+                if key not in ("unexpected_routing", "rejected", "error_codes")}
+    document.update({key: getattr(outcomes, key) for key in ("rejected", "error_codes")
+                     if getattr(outcomes, key)})
+    return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
+
+
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
     rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
@@ -8499,7 +8581,7 @@ def rounds_json(report: RoundsReport) -> dict:
                          "target_pct": settings.target_pct},
             "tolerance_pct": settings.tolerance_pct,
             "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
-            "used": list(report.used), "left_out": list(report.left_out), "files": report.files,
+            "used": list(report.used), "left_out": [item._asdict() for item in report.left_out], "files": report.files,
             "rows": rows,
             "gate_test": None if test is None else {
                 "rows": test.rows, "effective_rows": test.effective_rows,
@@ -8513,7 +8595,7 @@ def rounds_json(report: RoundsReport) -> dict:
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
             "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": list(report.environment), "order": report.order,
+            "environment": list(report.environment), "order": report.order._asdict(),
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
             "outliers": list(report.outliers),
@@ -8524,7 +8606,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
+            "config_warnings": list(report.config_warnings), "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
@@ -8635,10 +8717,10 @@ def junit_cases(report: RoundsReport) -> list:
                       f"failed requests {report.base}/{report.new}: "
                       + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts), ""))
     for item in report.left_out:
-        failed = any(r.startswith(f"the {report.new} side failed in r{item['round']} (")
+        failed = any(r.startswith(f"the {report.new} side failed in r{item.round} (")
                      for r in report.reasons)
-        cases.append(("rounds", f"r{item['round']} left out", "failure" if failed else "skipped",
-                      item["why"], ""))
+        cases.append(("rounds", f"r{item.round} left out", "failure" if failed else "skipped",
+                      item.why, ""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
     cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
     return cases
@@ -8695,11 +8777,9 @@ def format_plan(report: RoundsReport) -> list:
              f"when only that row slows)", ""]
     table = []
     for row in report.rows:
-        spread = sample_spread([math.log(n / b) for b, n in
-                                zip(row.base_values, row.new_values)])
         table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
-                      f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
+                      f"{100 * math.expm1(row.spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
     lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
                            f"rounds for {settings.target_pct:g}%"], table,
@@ -8767,49 +8847,79 @@ def record_sentences(section: RecordSection) -> list:
     restarts and faults, GPU memory, load, foreign CPU and router CPU."""
     report = section.report
     ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
+    return (range_sentences(report, ranges) + [agreement_sentence(report),
+                                               failed_sentence(report), faults_sentence(report)]
+            + surroundings_sentences(report, ranges) + [cache_sentence(section)]
+            + format_capacity_rounds(report) + [
+                most_changed_sentence(b) for b in report.breakdowns
+                if any(r.metric.endswith(":mean") for r in b.rows)])
 
-    def span(side: str, key: str, unit: str = "") -> str:
-        low, high = ranges[side].get(key, (None, None))
-        return "not captured" if low is None else \
-            f"{side} {span_text(low, high)}{unit}".replace("-", "–")
 
+def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
+    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
+    'not captured'."""
+    low, high = ranges[side].get(key, (None, None))
+    return "not captured" if low is None else \
+        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
+
+
+def range_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return, per pass, the range over rounds of each side's p50 and p95."""
     names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
-    sentences = [f"{pass_title(name)} {metric_title(metric)} per round: "
-                 f"{span(report.base, f'{name}:{metric}', ' ms')}, "
-                 f"{span(report.new, f'{name}:{metric}', ' ms')}"
-                 for name in names for metric in ("p50_ms", "p95_ms")]
+    return [f"{pass_title(name)} {metric_title(metric)} per round: "
+            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
+            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
+            for name in names for metric in ("p50_ms", "p95_ms")]
+
+
+def agreement_sentence(report: RoundsReport) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
     used = [a for a in report.agreement if a.used]
     agreed = [a for a in used if a.agree == a.total]
     totals = sorted({a.total for a in used})
-    sentences.append(
-        f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-        if used and len(agreed) == len(used) and len(totals) == 1 else
-        f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-        + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(report: RoundsReport) -> str:
+    """Return each side's failed requests over the used rounds."""
     failed = {side: sum(b if side == report.base else w for e in report.errors
                         for n, b, w in e.counts if n in report.used)
               for side in (report.base, report.new)}
-    sentences.append("failed requests: none" if not any(failed.values()) else
-                     "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+
+
+def faults_sentence(report: RoundsReport) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
     faults = [row for row in report.environment if row["faults"]]
-    sentences.append("restarts and device faults: none recorded"
-                     if not faults else "restarts and device faults: " + ", ".join(
-                         f"r{row['round']} {row['side']} {row['faults']:g}" for row in faults))
+    return ("restarts and device faults: none recorded"
+            if not faults else "restarts and device faults: " + ", ".join(
+                f"r{row['round']} {row['side']} {row['faults']:g}" for row in faults))
+
+
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
+    sentences = []
     for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
                              ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
                              ("router_cpu_ms", "router CPU time per request", " ms")):
-        shown = [span(side, key, unit) for side in (report.base, report.new)]
+        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    return sentences
+
+
+def cache_sentence(section: RecordSection) -> str:
+    """Return the rounds and sides a result cache answered, or that none did."""
     cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
               for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-    sentences.append("result caches: none detected (by timing, and by the router's metrics "
-                     "where they were scraped)" if not cached else
-                     f"**a result cache answered {', '.join(cached)}**: those figures measure "
-                     f"cache hits, not the router's work")
-    return sentences + format_capacity_rounds(report) + [
-        most_changed_sentence(b) for b in report.breakdowns
-        if any(r.metric.endswith(":mean") for r in b.rows)]
+    return ("result caches: none detected (by timing, and by the router's metrics "
+            "where they were scraped)" if not cached else
+            f"**a result cache answered {', '.join(cached)}**: those figures measure "
+            f"cache hits, not the router's work")
 
 
 def most_changed_sentence(breakdown: PassBreakdown) -> str:
@@ -8923,9 +9033,9 @@ def ratio_text(item: Slowdown) -> str:
 
 class Table(NamedTuple):
     caption: str
-    header: list
-    rows: list
-    right: list  # right-aligned columns
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
 
 
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int) -> tuple:
@@ -8993,14 +9103,14 @@ class ReportFormat(NamedTuple):
     """One format a command prints its report in: what it is, for --help, and its renderer,
     which takes the report and the command's view of it and returns the lines to print."""
     about: str
-    lines: Callable[[Any, Any], Sequence[str]]
+    lines: Callable[..., Sequence[str]]
 
 
 class ReportFile(NamedTuple):
     """One file a command writes (its option is --NAME FILE, NAME its key in the command's
     table): what it holds, for --help, and its renderer, which returns the file's bytes."""
     about: str
-    data: Callable[[Any], bytes]
+    data: Callable[..., bytes]
 
 
 def formats_help(formats: Dict[str, ReportFormat]) -> str:
@@ -9013,7 +9123,7 @@ class CompareView(NamedTuple):
     one, within --slo-p95-ms and priced by --cost-per-hour."""
     runs: Tuple[RunFile, RunFile]
     slo_p95_ms: Optional[float] = None
-    cost_per_hour: Tuple[tuple, ...] = ()
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
 
 
 def compare_text(report: CompareReport, view: CompareView) -> list:
@@ -9163,7 +9273,7 @@ def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
 
 
 class Series(NamedTuple):
-    points: list  # (x, y)
+    points: List[Tuple[float, float]]  # (x, y)
     color: str
     dashed: bool
     label: str  # shown when the pointer rests on the line
@@ -11240,7 +11350,7 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
         stderr_line(f"{not_found} requests answered 404 Not Found at {run.url}: "
                     f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
-    for line in overload_note(run):
+    for line in overload_note(run_overload(run)):
         stderr_line(line)
     if run.cache_finding["detected"]:
         stderr_line(f"warning: {cache_text(run.cache_finding)}; the figures measure cache hits, "
@@ -11248,14 +11358,10 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
-    if not run.complete:
-        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
-    if failed > args.max_errors:
-        if not args.quiet:
-            stderr_line(f"{failed} requests failed (--max-errors {args.max_errors})")
-        return EXIT_GATE
-    return EXIT_OK
+    code, reason = run_outcome(run, args.max_errors, caught[0] if caught else None)
+    if reason and not args.quiet:
+        stderr_line(reason)
+    return code
 
 
 def compared_files(args: argparse.Namespace) -> tuple:

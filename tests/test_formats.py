@@ -2,7 +2,9 @@
 --format choices, the help and the dispatch; every entry renders what the command prints."""
 
 import argparse
+import inspect
 import json
+import re
 
 import pytest
 
@@ -154,3 +156,43 @@ def test_every_run_file_holds_what_its_entry_renders(tmp_path, simulator, cli):
     for name, exporter in rl.RUN_FILES.items():
         data = exporter.data(run)
         assert data and paths[name].read_bytes() == data
+
+
+# the sections whose records are reports (or what renders them), and the fields that another
+# part still holds: RoundsReport.environment becomes EnvironmentRow with the run file's records
+REPORT_SECTIONS = ("analysis", "rendering", "report page")
+PENDING = {("RoundsReport", "environment")}
+BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
+
+
+def report_records():
+    """{record name: its fields' annotations} of the NamedTuples in the report sections."""
+    source = inspect.getsource(rl)
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^# --- (.+) ---$", source, re.M)]
+    found = {}
+    for (start, name), (end, _) in zip(starts, starts[1:] + [(len(source), "")]):
+        if name not in REPORT_SECTIONS:
+            continue
+        for record in re.findall(r"^class (\w+)\(NamedTuple\)", source[start:end], re.M):
+            found[record] = getattr(rl, record).__annotations__
+    return found
+
+
+def test_no_report_record_has_a_field_typed_bare():
+    records = report_records()
+    assert {"CompareReport", "RoundsReport", "Row", "RecordSection", "Capacity",
+            "PassBreakdown", "InputSlowdowns", "ReportFormat"} <= set(records)
+    bare = [(record, field, annotation) for record, fields in records.items()
+            for field, annotation in fields.items()
+            if BARE.search(str(annotation)) and (record, field) not in PENDING]
+    assert bare == []
+
+
+@pytest.mark.parametrize("annotation, bare", [
+    ("tuple", True), ("Optional[tuple]", True), ("Tuple[tuple, ...]", True), ("dict", True),
+    ("Any", True), ("Callable[[Any], bytes]", True), ("List[list]", True),
+    ("Tuple[Row, ...]", False), ("Dict[str, Dict[str, str]]", False),
+    ("Optional[Tuple[int, int]]", False), ("Callable[..., bytes]", False), ("GpuReading", False),
+])
+def test_the_check_tells_a_bare_annotation(annotation, bare):
+    assert bool(BARE.search(annotation)) == bare
