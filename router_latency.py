@@ -7611,6 +7611,13 @@ def environment_rows(runs: dict, base: str, new: str) -> list:
     return rows
 
 
+class OrderDifference(NamedTuple):
+    """A pass's mean p50 difference, new - base, over the rounds each side started first."""
+    pass_name: str
+    base_first: Optional[float]  # None: no used round that side started
+    new_first: Optional[float]
+
+
 class RoundOrder(NamedTuple):
     """Which side started each round, and the paired p50 difference by that order."""
     first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
@@ -7618,8 +7625,7 @@ class RoundOrder(NamedTuple):
     new_first: List[int]
     unknown: List[int]  # used rounds whose start order the files do not tell
     balanced: bool  # each side started about half the used rounds
-    # per pass: {"pass": name, "base_first": mean p50 difference, "new_first": ...}
-    p50_difference_by_order: List[Dict[str, Union[str, float, None]]]
+    p50_difference_by_order: List[OrderDifference]  # per pass
 
 
 def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
@@ -7641,7 +7647,7 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> Ro
         diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
         mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
                 for key, group in (("base_first", base_first), ("new_first", new_first))}
-        effects.append({"pass": row.pass_name, **mean})
+        effects.append(OrderDifference(row.pass_name, **mean))
     unknown = [r for r in used if first[r] is None]
     return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
                       not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
@@ -8372,9 +8378,9 @@ def format_agreement(report: RoundsReport) -> list:
         more = ", ..." if len(item.differ) > 10 else ""
         lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
                      f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
-    for item in report.errors:
-        lines.append(f"errors {pass_title(item.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts))
+    for each in report.errors:
+        lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
+                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
     return lines
 
 
@@ -8494,8 +8500,8 @@ def format_order(report: RoundsReport) -> list:
     if not order.balanced:
         lines.append("warning: start order unbalanced: rounds should alternate which side "
                      "starts first")
-    effects = [f"{pass_title(e['pass'])} {fmt_value(e['base_first'])} / "
-               f"{fmt_value(e['new_first'])}" for e in order.p50_difference_by_order]
+    effects = [f"{pass_title(e.pass_name)} {fmt_value(e.base_first)} / "
+               f"{fmt_value(e.new_first)}" for e in order.p50_difference_by_order]
     if order.base_first and order.new_first and effects:
         lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
                      + "; ".join(effects))
@@ -8554,6 +8560,13 @@ def outcomes_json(outcomes: SideOutcomes) -> dict:
     return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
 
 
+def order_json(order: RoundOrder) -> dict:
+    """Return the start order as the rounds JSON holds it."""
+    return {**order._asdict(), "p50_difference_by_order": [
+        {"pass": e.pass_name, "base_first": e.base_first, "new_first": e.new_first}
+        for e in order.p50_difference_by_order]}
+
+
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
     rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
@@ -8595,7 +8608,7 @@ def rounds_json(report: RoundsReport) -> dict:
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
             "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": list(report.environment), "order": report.order._asdict(),
+            "environment": list(report.environment), "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
             "outliers": list(report.outliers),
@@ -8710,17 +8723,17 @@ def junit_cases(report: RoundsReport) -> list:
         cases.append(("decisions", f"r{item.round} decisions", outcome,
                       f"{item.agree}/{item.total} inputs agree in every pass"
                       + ("" if item.used else " (round left out)"), listed))
-    for item in report.errors:
-        worse = any(w > b for _, b, w in item.counts)
-        cases.append(("errors", f"{pass_title(item.pass_name)} errors",
+    for each in report.errors:
+        worse = any(w > b for _, b, w in each.counts)
+        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
                       "failure" if worse else "passed",
                       f"failed requests {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts), ""))
-    for item in report.left_out:
-        failed = any(r.startswith(f"the {report.new} side failed in r{item.round} (")
+                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
+    for left in report.left_out:
+        failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)
-        cases.append(("rounds", f"r{item.round} left out", "failure" if failed else "skipped",
-                      item.why, ""))
+        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
+                      left.why, ""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
     cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
     return cases
