@@ -6967,6 +6967,14 @@ def run_overload(run: RunFile) -> Optional[Overload]:
                     timeout if isinstance(timeout, (int, float)) else None)
 
 
+def not_found_only(run: RunFile) -> int:
+    """Return the requests of a run answered 404 Not Found when none answered 2xx (a wrong
+    path, not a missing route); 0 otherwise."""
+    statuses = [r.status for p in run.passes for r in p.requests]
+    routed = any(s is not None and 200 <= s < 300 for s in statuses)
+    return 0 if routed else statuses.count(404)
+
+
 def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
     """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
     code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
@@ -9735,7 +9743,7 @@ def report_page(report: RoundsReport) -> str:
 # the files rounds writes beside what it prints (their table is here, beside the page's)
 ROUNDS_FILES: Dict[str, ReportFile] = {
     "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
-                        "decisions, ...", junit_xml),
+                        "decisions, ...", lambda report: junit_xml(report)),
     "html": ReportFile("also write the report page: one HTML file with plots, no network "
                        "needed", lambda report: report_page(report).encode("utf-8")),
 }
@@ -11327,47 +11335,66 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(signum, handler)
 
 
-def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
-               header_shown: bool = False) -> int:
-    """Write the run file, print its table and return the run's exit code: a signal's when the
-    run was interrupted (one after the measurement changes neither file nor code), else 1 when
-    more requests failed than --max-errors allows."""
+def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
+    """Write the run file, then the other files asked for; return what failed, None when
+    nothing did (a run file that cannot be written is kept in a rescue copy)."""
     try:
         write_output(args.out, dump_run(run))
-        write_failure = None
     except RouterLatencyError as exc:
-        write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
+        return f"{exc}; {rescue_copy(dump_run(run), args.out)}"
     for option, path in run_outputs(args):
-        if write_failure is None:
-            try:
-                write_atomic(path, RUN_FILES[option[2:]].data(run))
-            except RouterLatencyError as exc:
-                write_failure = f"{exc}; the run file {args.out} was written"
-    if not args.quiet:
-        lines = [] if header_shown else [format_run_header(
-            run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
-        lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
-        capacity = run_capacity(run)
-        if capacity is not None:
-            lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
-        if run.config_hashes:
-            lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
-        lines.append(f"result cache: {cache_text(run.cache_finding)}")
-        if write_failure is None and args.out != "-":
-            lines.append(f"wrote {args.out}" + ("" if run.complete
-                                                else " (incomplete: interrupted)")
-                         + "".join(f" and {path}" for _, path in run_outputs(args)))
-        emit(lines, sys.stderr if args.out == "-" else sys.stdout)
-    statuses = [r.status for p in run.passes for r in p.requests]
-    not_found = statuses.count(404)
-    if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
-        stderr_line(f"{not_found} requests answered 404 Not Found at {run.url}: "
-                    f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
-    for line in overload_note(run_overload(run)):
-        stderr_line(line)
+        try:
+            write_atomic(path, RUN_FILES[option[2:]].data(run))
+        except RouterLatencyError as exc:
+            return f"{exc}; the run file {args.out} was written"
+    return None
+
+
+def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: bool,
+                      written: bool) -> list:
+    """Return what `run` prints of what it measured: its header (unless shown before the
+    passes), the passes' table, the host, the ladder, the configuration and what it wrote."""
+    lines = [] if header_shown else [format_run_header(
+        run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
+    lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
+    capacity = run_capacity(run)
+    if capacity is not None:
+        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
+    if run.config_hashes:
+        lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
+    lines.append(f"result cache: {cache_text(run.cache_finding)}")
+    if written and args.out != "-":
+        lines.append(f"wrote {args.out}" + ("" if run.complete
+                                            else " (incomplete: interrupted)")
+                     + "".join(f" and {path}" for _, path in run_outputs(args)))
+    return lines
+
+
+def run_warnings(run: RunFile) -> list:
+    """Return what `run` says on stderr of what went wrong: a wrong path (every answer 404),
+    requests shed for overload, a result cache that answered."""
+    not_found = not_found_only(run)
+    lines = [f"{not_found} requests answered 404 Not Found at {run.url}: is the path right? "
+             f"(a URL without a path gets {PREVIEW_PATH})"] if not_found else []
+    lines += overload_note(run_overload(run))
     if run.cache_finding["detected"]:
-        stderr_line(f"warning: {cache_text(run.cache_finding)}; the figures measure cache hits, "
-                    f"not the router's work: {CACHE_ADVICE}")
+        lines.append(f"warning: {cache_text(run.cache_finding)}; the figures measure cache "
+                     f"hits, not the router's work: {CACHE_ADVICE}")
+    return lines
+
+
+def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
+               header_shown: bool = False) -> int:
+    """Write the run file, print its table and return the run's exit code: 2 when a file
+    could not be written, else run_outcome()'s (a signal's when the run was interrupted, 1
+    when more requests failed than --max-errors allows)."""
+    write_failure = write_run_files(args, run)
+    if not args.quiet:
+        emit(run_summary_lines(args, run, header_shown=header_shown,
+                               written=write_failure is None),
+             sys.stderr if args.out == "-" else sys.stdout)
+    for line in run_warnings(run):
+        stderr_line(line)
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE

@@ -128,3 +128,24 @@ def test_each_sentence_says_what_its_data_holds(tmp_path):
     assert rl.agreement_sentence(report._replace(agreement=disagree)) == \
         f"decisions agreed in {len(report.used) - 1} of {len(report.used)} rounds; " \
         f"r{report.used[-1]}: {disagree[-1].agree}/{disagree[-1].total}"
+
+
+def answered(run, statuses):
+    item = run.passes[0]
+    requests = tuple(r._replace(status=statuses[i % len(statuses)],
+                                error=None if 200 <= statuses[i % len(statuses)] < 300
+                                else "http_4xx")
+                     for i, r in enumerate(item.requests))
+    return run._replace(passes=(item._replace(attempt=item.attempt._replace(
+        requests=requests)),))
+
+
+@pytest.mark.parametrize("statuses, expected", [
+    ((404,), 101), ((404, 400), 51), ((404, 200), 0), ((200,), 0), ((400,), 0)])
+def test_a_wrong_path_is_counted_only_where_nothing_was_routed(tmp_path, statuses, expected):
+    run = answered(run_with(tmp_path), statuses)
+    assert rl.not_found_only(run) == expected
+    said = [line for line in rl.run_warnings(run) if "404 Not Found" in line]
+    assert said == ([f"{expected} requests answered 404 Not Found at {run.url}: is the path "
+                     f"right? (a URL without a path gets {rl.PREVIEW_PATH})"]
+                    if expected else [])
