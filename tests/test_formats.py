@@ -196,3 +196,13 @@ def test_no_report_record_has_a_field_typed_bare():
 ])
 def test_the_check_tells_a_bare_annotation(annotation, bare):
     assert bool(BARE.search(annotation)) == bare
+
+
+@pytest.mark.parametrize("name", sorted(rl.COMPARE_FORMATS))
+def test_compare_checks_its_options_whatever_the_format(tmp_path, cli, name):
+    # the view is built once for every format: a price of no side measured is an error in
+    # each, not only where the text would show it
+    a, b = two_runs(tmp_path)
+    result = cli("compare", a, b, "--format", name, "--cost-per-hour", "tpu=1")
+    assert result.code == 2 and result.out == ""
+    assert "tpu is not a side measured (cpu, rocm) (--cost-per-hour)" in result.err
