@@ -51,6 +51,7 @@ import array
 import base64
 import collections
 import csv
+import dataclasses
 import difflib
 import errno
 import functools
@@ -87,7 +88,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, O
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
     "percentile", "extract_prompts", "build_corpus", "pass_summary", "load_run", "dump_run",
-    "Target", "LoadGuard", "RunPlan", "plan_passes", "measure_run", "compare_runs",
+    "Target", "LoadGuard", "RunPlan", "RunContext", "plan_passes", "measure_run", "compare_runs",
     "judge_rounds", "start_simulator", "main",
 ]
 
@@ -1164,6 +1165,16 @@ _GS_BISECTIONS = 200  # a cap only: the bracket is narrow and halves to 1e-10 in
 _GS_TINY_INCREMENT = 1e-12
 
 
+class _GsGrid(NamedTuple):
+    """The sub-density of the score at one look, on its Simpson grid: points
+    top - (m - i) * step for i = 0..m, weighted[i] the Simpson weight times the sub-density
+    at point i."""
+    top: float
+    m: int  # intervals, even
+    step: float
+    weighted: Sequence[float] = ()
+
+
 def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
     """Return the z boundaries c_k that spend exactly spent[k] - spent[k-1] at look k.
 
@@ -1180,8 +1191,7 @@ def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
     finest = min(wanted, default=1.0)
     steps = [finest * 2.0 ** math.floor(math.log2(w / finest) + 1e-9) for w in wanted]
     bounds = []
-    top, m, step = 0.0, 0, 1.0  # the previous grid's points are top - (m - i) * step
-    weighted: list = []  # Simpson weight times sub-density at those points
+    grid = _GsGrid(0.0, 0, 1.0)  # the previous look's
     spent_before = 0.0
     for k, (t, sd) in enumerate(zip(times, sds)):
         target = spent[k] - spent_before
@@ -1193,8 +1203,7 @@ def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
             # exact at the first look; for a tiny increment the conservative bracket end
             c = -normal_ppf(target)
         else:
-            c = _gs_solve(target, -normal_ppf(spent[k]), -normal_ppf(target), root_t, sd,
-                          top, m, step, weighted)
+            c = _gs_solve(grid, target, -normal_ppf(spent[k]), -normal_ppf(target), root_t, sd)
         bounds.append(c)
         if k + 1 == len(times):
             break
@@ -1208,22 +1217,23 @@ def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
             density = [math.exp(-0.5 * ((new_top - (new_m - j) * new_step) / root_t) ** 2)
                        / (_SQRT2PI * root_t) for j in range(new_m + 1)]
         else:
-            density = _gs_propagate(top, m, step, weighted, new_top, new_m, new_step, sd)
+            density = _gs_propagate(grid, _GsGrid(new_top, new_m, new_step), sd)
         third = new_step / 3.0
         weights = [2.0 * third if j % 2 == 0 else 4.0 * third for j in range(new_m + 1)]
         weights[0] = weights[-1] = third
-        weighted = [w * f for w, f in zip(weights, density)]
-        top, m, step = new_top, new_m, new_step
+        grid = _GsGrid(new_top, new_m, new_step, [w * f for w, f in zip(weights, density)])
     return bounds
 
 
-def _gs_solve(target: float, low: float, high: float, root_t: float, sd: float,
-              top: float, m: int, step: float, weighted: Sequence[float]) -> float:
+def _gs_solve(grid: _GsGrid, target: float, low: float, high: float, root_t: float,
+              sd: float) -> float:
     """Return the c in [low, high] with P(continue so far, Z_k >= c) = target, by bisection.
 
-    The crossing probability is the previous look's weighted sub-density integrated against
-    the upper tail of the increment, N(0, sd^2), beyond c sqrt(t_k) = c root_t.
+    The crossing probability is the previous look's weighted sub-density, on `grid`,
+    integrated against the upper tail of the increment, N(0, sd^2), beyond
+    c sqrt(t_k) = c root_t.
     """
+    top, m, step, weighted = grid
     # the bracket is exact: P(Z_k >= c) - P(rejected before) <= crossing <= P(Z_k >= c), so
     # c lies between the quantiles of the cumulative and of the incremental alpha
     scale = 1.0 / (sd * _SQRT2)
@@ -1244,13 +1254,15 @@ def _gs_solve(target: float, low: float, high: float, root_t: float, sd: float,
     return 0.5 * (low + high)
 
 
-def _gs_propagate(top: float, m: int, step: float, weighted: Sequence[float],
-                  new_top: float, new_m: int, new_step: float, sd: float) -> list:
-    """Return the sub-density of the score at the next grid's points.
+def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list:
+    """Return the sub-density of the score at the points of the next grid, `new` (its
+    weights are not read).
 
     It is the previous grid's weighted sub-density pushed through the normal transition
     kernel N(0, sd^2) of the increment. One step divides the other by a power of 2.
     """
+    top, m, step, weighted = grid
+    new_top, new_m, new_step = new.top, new.m, new.step
     fine = min(step, new_step)
     ratio, new_ratio = round(step / fine), round(new_step / fine)
     # x_j - s_i = shift + lag * fine with the whole-number lag
@@ -1300,8 +1312,9 @@ def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float,
     exact level of a z test at look k, and critical_t = t_{1-p_k, n_k-1}: the t test at the
     same nominal level, the usual approximation when the spread is estimated; reject at look
     k when t > critical_t. A look whose increment is 0 gets p_k 0 and critical_t inf. Unlike
-    sequential_boundaries, which tests each look at its whole increment (a union bound), this
-    spends alpha(t_K) exactly for z tests; for t tests it is an approximation, not a bound,
+    testing each look alone at its increment alpha(t_k) - alpha(t_{k-1}) (a union bound,
+    which spends at most alpha), this spends alpha(t_K) exactly for z tests; for t tests
+    it is an approximation, not a bound,
     and with few rounds it runs over: for looks at n = 3..10 of 10 and normal data, the
     false-rejection rate is about 0.029 for alpha 0.025 and 0.057 for 0.05 (O'Brien-Fleming
     type; Pocock type slightly more), against 0.025 and 0.050 for the z boundaries.
@@ -1363,11 +1376,12 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
     The z boundaries of group_sequential_levels, turned into t quantiles, run over their
     level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
     itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
-    look k may spend, and c_k is set so that exactly that share of the simulated null paths
-    (SEQUENTIAL_PATHS and their mirror images), among those that crossed no earlier look,
-    crosses at look k. The t statistic of normal data does not depend on its scale, so one
-    set of paths serves every spread. A look whose share is under one path cannot reject
-    (inf). docs/gate.md gives the rates achieved on fresh paths.
+    the looks up to k may spend, less SEQUENTIAL_MARGIN of it, and c_k is set so that that
+    share of the simulated null paths (SEQUENTIAL_PATHS and their mirror images), counting
+    those that crossed an earlier look, has crossed by look k. The t statistic of normal
+    data does not depend on its scale, so one set of paths serves every spread. A look whose
+    share is under one path cannot reject (inf). docs/gate.md gives the rates achieved on
+    fresh paths.
     """
     max_rounds = _whole(max_rounds, "max_rounds", first)
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
@@ -4690,13 +4704,15 @@ class RunPlan(NamedTuple):
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
-                connections: int = 64, arrival: str = "constant", seed: int = 0,
-                repeat: int = 1, duration: Optional[float] = None) -> tuple:
-    """Return the passes of a run: the closed-loop levels, then the open-loop rates."""
-    length = {"repeat": repeat, "duration": duration}
-    return tuple([PassPlan(pass_name(c), c, **length) for c in concurrency]
-                 + [PassPlan(pass_name(connections, r), connections, r, arrival, seed, **length)
-                    for r in rates])
+                model: PassPlan = PassPlan("", 64)) -> tuple:
+    """Return the passes of a run: the closed-loop levels, then the open-loop rates.
+
+    `model` holds what the passes share (its name and rate are not read): the length of
+    every pass (repeat, duration) and the open loop's connections, arrival and seed.
+    """
+    return tuple([PassPlan(pass_name(c), c, repeat=model.repeat, duration=model.duration)
+                  for c in concurrency]
+                 + [model._replace(name=pass_name(model.connections, r), rate=r) for r in rates])
 
 
 def ladder_levels(limit: int) -> tuple:
@@ -5334,11 +5350,42 @@ def pass_schedule(plan: PassPlan, prompts: int) -> Optional[list]:
                             plan.arrival, plan.seed, duration=plan.duration)
 
 
-def measure_pass(target: Target, payloads: Sequence[bytes], plan: PassPlan,
-                 stop: threading.Event, progress: Progress, title: str,
+def _quiet(message: str) -> None:
+    """Say nothing: a run's default notify."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """What every step of measuring a run shares, from measure_run down to measure_pass:
+    where and how requests go, what the run measures, its load guard, its captures and
+    probes, the thresholds that judge an attempt, the flag that interrupts it, its progress
+    line and where its warnings go. A frozen dataclass rather than a NamedTuple: each context
+    gets its own stop flag and progress line unless given one.
+
+    Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
+    probe, scrape, connect, readiness wait or load pause within STOP_POLL_S.
+    """
+    target: Target
+    plan: RunPlan
+    guard: LoadGuard = LoadGuard()
+    capture: CaptureSettings = CaptureSettings()
+    thresholds: Thresholds = Thresholds()
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    progress: Progress = dataclasses.field(default_factory=lambda: Progress(enabled=False))
+    notify: Callable[[str], None] = _quiet  # a warning for the user, one line
+    # the corpus's requests, encoded once before any timing, and what each prompt accepts
+    # (see met_expectations), by prompt id; measure_run sets both from its corpus
+    payloads: Sequence[bytes] = ()
+    expects: Sequence[Sequence[str]] = ()
+
+
+def measure_pass(context: RunContext, plan: PassPlan, title: str,
                  schedule: Optional[Sequence[int]] = None) -> tuple:
-    """Send one pass: the corpus `repeat` times, or cycled for `duration` seconds (open loop:
-    on `schedule`); return (Requests, wall seconds)."""
+    """Send one pass of the context's payloads: the corpus `repeat` times, or cycled for
+    `duration` seconds (open loop: on `schedule`); return (Requests, wall seconds, the
+    x-vsr-config-hash values its answers carried, in the order first seen)."""
+    target, payloads, stop, progress = \
+        context.target, context.payloads, context.stop, context.progress
     total = None
     if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
         total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
@@ -5641,26 +5688,25 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
     ).encode("ascii"), target.headers) for text in texts]
 
 
-def measure_attempt(target: Target, payloads: Sequence[bytes], plan: PassPlan,
-                    capture: CaptureSettings, loadavg_file: Optional[str],
-                    stop: threading.Event, progress: Progress, title: str = "",
-                    expects: Sequence[tuple] = ()) -> Attempt:
-    """Measure one attempt at a pass with what surrounds it; expects[id] is what the prompt
-    expects (see met_expectations)."""
-    schedule = pass_schedule(plan, len(payloads))
+def measure_attempt(context: RunContext, plan: PassPlan, title: str = "") -> Attempt:
+    """Measure one attempt at a pass with what surrounds it: the captures before and after,
+    the load, the driver's and the router's CPU use; its requests judged by what their
+    prompts expect (see met_expectations)."""
+    capture, stop = context.capture, context.stop
+    schedule = pass_schedule(plan, len(context.payloads))
     before = capture_snapshot(capture, stop)
     started_utc, started_unix = utc_now(), time.time()
-    sampler = LoadSampler(loadavg_file).start()
+    sampler = LoadSampler(context.guard.loadavg_file).start()
     cpu_before = driver_cpu_seconds()
     cpus = capture.router_cpu_list or before["router_cpus"]
     router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
-    requests, wall_s, hashes = measure_pass(target, payloads, plan, stop, progress,
-                                            title or pass_title(plan.name), schedule)
+    requests, wall_s, hashes = measure_pass(context, plan, title or pass_title(plan.name),
+                                            schedule)
     router_after = read_cpu_use(capture, cpus)
     driver_cpu_s = driver_cpu_seconds() - cpu_before
     load = sampler.stop()
     after = capture_snapshot(capture, stop)
-    requests = met_expectations(requests, expects)
+    requests = met_expectations(requests, context.expects)
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
                    environment_record(capture, before, after), pass_summary(requests, wall_s),
@@ -5728,11 +5774,10 @@ def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) ->
     return warnings
 
 
-def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: CaptureSettings,
-               payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
-               notify: Callable[[str], None], expects: Sequence[tuple] = (),
-               thresholds: Thresholds = Thresholds()) -> list:
-    """Measure every pass with the load guard; return their PassRecords."""
+def run_passes(context: RunContext) -> list:
+    """Measure every pass of the context's plan with its load guard (a ladder's until it
+    stops climbing); return their PassRecords."""
+    plan, stop, notify = context.plan, context.stop, context.notify
     passes = []
     for position, item in enumerate(plan.passes, 1):
         if stop.is_set():
@@ -5742,8 +5787,7 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
             notify(warning)
         title = f"{pass_title(item.name)}, {'step' if plan.ladder else 'pass'} {position} " \
                 f"of {'at most ' if plan.ladder else ''}{len(plan.passes)}"
-        passes.append(guarded_pass(target, item, guard, capture, payloads, stop, progress,
-                                   notify, title, expects, thresholds))
+        passes.append(guarded_pass(context, item, title))
         why = ladder_stop(passes, plan.ladder) if plan.ladder and not stop.is_set() else None
         if why:
             notify(f"ladder: stopped climbing after {pass_title(item.name)}: {why}")
@@ -5751,20 +5795,19 @@ def run_passes(target: Target, plan: RunPlan, guard: LoadGuard, capture: Capture
     return passes
 
 
-def guarded_pass(target: Target, item: PassPlan, guard: LoadGuard, capture: CaptureSettings,
-                 payloads: Sequence[bytes], stop: threading.Event, progress: Progress,
-                 notify: Callable[[str], None], title: str, expects: Sequence[tuple],
-                 thresholds: Thresholds) -> PassRecord:
+def guarded_pass(context: RunContext, item: PassPlan, title: str) -> PassRecord:
     """Measure one pass, again after a pause while the load is above the limit; return its
     PassRecord. It is interrupted when the stop flag left some of its requests unmeasured, or
     cut the pause before another attempt: a pass whose requests all came back before a
     signal is not."""
+    guard, stop, notify, thresholds = \
+        context.guard, context.stop, context.notify, context.thresholds
+    payloads = context.payloads
     attempts: list = []
     cut = False
     for number in range(guard.retries + 1):
-        attempt = measure_attempt(target, payloads, item, capture, guard.loadavg_file, stop,
-                                  progress, title + (f", attempt {number + 1}" if number else ""),
-                                  expects)
+        attempt = measure_attempt(context, item,
+                                  title + (f", attempt {number + 1}" if number else ""))
         attempt = attempt._replace(
             windows=phase_windows(attempt.requests, thresholds.window_requests))
         for warning in attempt_warnings(attempt, item) + suspect_warnings(
@@ -5813,21 +5856,17 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
     }
 
 
-def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
-                guard: LoadGuard = LoadGuard(), capture: CaptureSettings = CaptureSettings(),
-                stop: Optional[threading.Event] = None, progress: Optional[Progress] = None,
-                notify: Callable[[str], None] = lambda message: None,
-                thresholds: Thresholds = Thresholds()) -> Optional[RunFile]:
-    """Measure a run: the driver's floor, readiness, warm-up, then every pass; return the
-    run file, or None when `stop` was set before a pass began (during the warm-up, say).
+def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[RunFile]:
+    """Measure a run of the corpus in the context: the driver's floor, readiness, warm-up,
+    then every pass; return the run file, or None when the context's `stop` was set before a
+    pass began (during the warm-up, say).
 
-    Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
-    probe, scrape, connect, readiness wait or load pause within STOP_POLL_S; the run is
-    returned with complete=False and the passes measured so far.
+    A run whose `stop` is set during its passes (see RunContext) is returned with
+    complete=False and the passes measured so far.
     """
+    target, plan, guard, capture = context.target, context.plan, context.guard, context.capture
+    stop, notify, thresholds = context.stop, context.notify, context.thresholds
     check_plan(plan, len(corpus.prompts))
-    stop = stop or threading.Event()
-    progress = progress or Progress(enabled=False)
     started, started_unix = utc_now(), round(time.time(), 3)
     host = host_settings(cpu_affinity(), capture.router_cpu_list or router_cpus(capture),
                          proc_root=capture.proc_root, sys_root=capture.sys_root)
@@ -5844,8 +5883,8 @@ def measure_run(target: Target, plan: RunPlan, corpus: Corpus, *, label: str,
     if stop.is_set():
         return None
     warn_of_warm_up(target, payloads[0], warmup, stop, notify)
-    passes = run_passes(target, plan, guard, capture, payloads, stop, progress, notify,
-                        expects=expects, thresholds=thresholds)
+    passes = run_passes(dataclasses.replace(context, payloads=tuple(payloads),
+                                            expects=tuple(expects)))
     run = RunFile(
         label=label, complete=not stop.is_set() and (len(passes) == len(plan.passes)
                                                      or plan.ladder is not None),
@@ -9300,10 +9339,19 @@ class Series(NamedTuple):
     label: str  # shown when the pointer rests on the line
 
 
-def line_plot(series: Sequence[Series], title: str, x_label: str, y_label: str, *,
-              x_log: bool = False, y_log: bool = False, y_format: Callable = "{:g}".format,
+class PlotScale(NamedTuple):
+    """How a line plot draws one axis: its label, and linear or log10. The y axis's tick
+    labels are `tick_format` of their values (the x axis's are always {:g})."""
+    label: str
+    log: bool = False
+    tick_format: Callable[[float], str] = "{:g}".format
+
+
+def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, *,
               width: int = 560, height: int = 270) -> str:
-    """Return an SVG plot of lines with axes, ticks and grid lines."""
+    """Return an SVG plot of lines with axes, ticks and grid lines; "" when no point is
+    left to draw (a log axis drops values <= 0)."""
+    x_label, x_log, y_label, y_log, y_format = x.label, x.log, y.label, y.log, y.tick_format
     series = [s._replace(points=[(x, y) for x, y in s.points
                                  if (x > 0 or not x_log) and (y > 0 or not y_log)])
               for s in series]
@@ -9505,11 +9553,12 @@ def page_latencies(report: RoundsReport) -> str:
         over_time = [Series(list(v.windows), colors[v.side], not v.used,
                             f"r{v.round} {v.side}") for v in views]
         plots += [line_plot(cdf, f"{pass_title(name)}: latency distribution",
-                            "latency, ms (log scale)", "requests at or below, %", x_log=True,
-                            y_format=lambda value: f"{value:g}%"),
+                            PlotScale("latency, ms (log scale)", log=True),
+                            PlotScale("requests at or below, %",
+                                      tick_format=lambda value: f"{value:g}%")),
                   line_plot(over_time, f"{pass_title(name)}: latency over the pass",
-                            f"seconds from the first send ({TIME_WINDOWS} windows)",
-                            "median latency, ms (log scale)", y_log=True)]
+                            PlotScale(f"seconds from the first send ({TIME_WINDOWS} windows)"),
+                            PlotScale("median latency, ms (log scale)", log=True))]
     legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)} '
                        f"({role})" for (side, color), role in zip(colors.items(),
                                                                   ("base", "new")))
@@ -10382,14 +10431,13 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
                                      signals=DEMO_SIDES[side]["signals"])
             try:
                 endpoint = parse_endpoint(router.url)
-                run = measure_run(
-                    Target(endpoint, signals=SignalTable()), RunPlan(plan_passes()), corpus,
-                    label=side,
+                run = measure_run(RunContext(
+                    Target(endpoint, signals=SignalTable()), RunPlan(plan_passes()),
                     guard=LoadGuard(pause=1.0),
                     capture=CaptureSettings(metrics=parse_endpoint(
                         str(router.metrics_url)), metric_patterns=(
                             re.compile(DEFAULT_METRIC_PATTERN),), router_pid=os.getpid(),
-                        gpu=resolve_gpu("auto")))
+                        gpu=resolve_gpu("auto"))), corpus, label=side)
             finally:
                 router.stop()
             path = str(work / f"r{number}-{side}.json")
@@ -11262,9 +11310,9 @@ def run_arguments(args: argparse.Namespace) -> tuple:
         secrets=secret_values(endpoint, headers) + (secret_values(metrics, ()) if metrics
                                                     else ()),
         histograms=tuple(dict.fromkeys(DEFAULT_HISTOGRAMS + tuple(args.histogram or ()))))
-    passes = plan_passes(ladder_or_levels(args), args.rate,
-                         connections=args.connections, arrival=args.arrival, seed=args.seed,
-                         repeat=args.repeat, duration=args.duration)
+    passes = plan_passes(ladder_or_levels(args), args.rate, model=PassPlan(
+        "", args.connections, arrival=args.arrival, seed=args.seed, repeat=args.repeat,
+        duration=args.duration))
     plan = RunPlan(passes, warmup=args.warmup, wait_ready=args.wait_ready,
                    max_errors=args.max_errors,
                    router_max_concurrency=args.router_max_concurrency,
@@ -11318,11 +11366,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 previous[signum] = signal.signal(signum, on_signal)
     try:  # the handlers stay while the file is written: a signal then must not cut it off
         try:  # what the router, a probe or the network said never shows a secret
-            run = measure_run(target, plan, corpus, label=args.label, guard=guard,
-                              capture=capture, stop=stop, progress=progress,
-                              notify=(lambda m: None) if args.quiet else
-                              (lambda m: stderr_line(scrubbed(m, capture.secrets))),
-                              thresholds=thresholds)
+            run = measure_run(RunContext(
+                target, plan, guard, capture, thresholds, stop=stop, progress=progress,
+                notify=_quiet if args.quiet else
+                (lambda m: stderr_line(scrubbed(m, capture.secrets)))),
+                corpus, label=args.label)
         except RouterLatencyError as exc:
             raise RouterLatencyError(scrubbed(exc.args[0], capture.secrets),
                                      exc.where) from None
@@ -11655,11 +11703,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except RouterLatencyError as exc:
         stderr_line(f"error: {exc}")
         return EXIT_USAGE
-    except BrokenPipeError:
-        # every write goes through emit(), which never raises this; a write that does not
-        # has lost the verdict with the output, which is no pass
-        drop_output(sys.stdout)
-        return EXIT_GATE
     except KeyboardInterrupt as exc:
         caught = exc.signum if isinstance(exc, SignalInterrupt) else int(signal.SIGINT)
         stderr_line(f"interrupted by {signal.Signals(caught).name}; a file being written was "

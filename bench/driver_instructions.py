@@ -175,6 +175,10 @@ def one_pass(module, url: str, requests: int, concurrency: int, encoded: int = 0
         target = module.Target(endpoint, **recorded)
         payloads = module.encode_prompts(target, texts)[:requests]
         plan = module.PassPlan("x", concurrency)
+        if hasattr(module, "RunContext"):  # the measuring chain takes one context (issue 19)
+            context = module.RunContext(target, module.RunPlan((plan,)), stop=stop,
+                                        payloads=payloads)
+            return module.measure_pass(context, plan, "x")[0]
         return module.measure_pass(target, payloads, plan, stop, module.Progress(False),
                                    "x")[0]
     settings = module.RunSettings(  # d10d1bf and before

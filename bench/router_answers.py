@@ -51,10 +51,10 @@ def one_run(corpus: rl.Corpus, seed: int, answers: rl.SimulatedAnswers, delay_ms
     router = rl.start_simulator(delay_ms=delay_ms, jitter_ms=delay_ms / 5, seed=seed,
                                 answers=answers, stall=stall)
     try:
-        return rl.measure_run(rl.Target(rl.parse_endpoint(router.url)),
-                              rl.RunPlan(rl.plan_passes((1, 4, 16)), warmup=20), corpus,
-                              label="bench", guard=rl.LoadGuard(max_load=1e9),
-                              thresholds=rl.Thresholds(20, 2.0, 0.5, 1.0))
+        return rl.measure_run(rl.RunContext(
+            rl.Target(rl.parse_endpoint(router.url)),
+            rl.RunPlan(rl.plan_passes((1, 4, 16)), warmup=20), guard=rl.LoadGuard(max_load=1e9),
+            thresholds=rl.Thresholds(20, 2.0, 0.5, 1.0)), corpus, label="bench")
     finally:
         router.stop()
 

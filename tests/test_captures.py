@@ -480,10 +480,11 @@ def test_router_cpu_per_request_and_foreign_vcpus_from_a_fake_cgroup(simulator, 
     write_proc_stat(proc, ticks)
     router = cpu_burning_router(simulator, cgroup, proc, ticks)
     corpus = rl.load_corpus(write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(30)]))
-    run = rl.measure_run(rl.Target(rl.parse_endpoint(router.url)),
-                         rl.RunPlan(rl.plan_passes((1, 4)), warmup=5), corpus, label="x",
-                         capture=rl.CaptureSettings(router_cgroup=str(cgroup),
-                                                    proc_root=str(proc)))
+    run = rl.measure_run(rl.RunContext(rl.Target(rl.parse_endpoint(router.url)),
+                                       rl.RunPlan(rl.plan_passes((1, 4)), warmup=5),
+                                       capture=rl.CaptureSettings(router_cgroup=str(cgroup),
+                                                                  proc_root=str(proc))),
+                         corpus, label="x")
     hz = os.sysconf("SC_CLK_TCK")
     for item in run.passes:
         use = item.attempt.router_cpu
@@ -579,10 +580,10 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
     heard = []
     router = simulator(delay_ms=0)
     corpus = rl.load_corpus(write_corpus(tmp_path / "corpus.json", ["a", "b"]))
-    run = rl.measure_run(rl.Target(rl.parse_endpoint(router.url)),
-                         rl.RunPlan(rl.plan_passes((1,)), warmup=0), corpus, label="x",
-                         capture=rl.CaptureSettings(router_cpu_list="1-2", sys_root=str(sys_root)),
-                         notify=heard.append)
+    run = rl.measure_run(rl.RunContext(
+        rl.Target(rl.parse_endpoint(router.url)), rl.RunPlan(rl.plan_passes((1,)), warmup=0),
+        capture=rl.CaptureSettings(router_cpu_list="1-2", sys_root=str(sys_root)),
+        notify=heard.append), corpus, label="x")
     assert run.host_settings["router"]["governors"] == {"powersave": "1-2"}
     assert "warning: the router's CPUs run the cpufreq governor powersave on CPUs 1-2" in heard[-1]
     assert rl.cpufreq_settings([0], str(tmp_path / "nothing")) == {

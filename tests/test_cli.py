@@ -4,10 +4,12 @@ UTF-8 in paths and labels; output files and the umask, --out -; the demo and the
 rounds/run_rounds.sh driver, run as a user runs them."""
 
 import errno
+import fcntl
 import http.client
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
@@ -375,6 +377,63 @@ def test_a_failed_gate_keeps_exit_1_when_stdout_is_closed_or_full(tmp_path, scri
     assert code == 1 and stderr == "router-latency: 1 requests failed (--max-errors 0)\n"
     assert json.loads((tmp_path / "run.json").read_text())["complete"] is True
     assert run_with_stdout(["--help"], stdout) == (0, "")
+
+
+def run_into_head(arguments, lines):
+    """Run the tool into a reader that takes the first `lines` lines and closes the pipe, as
+    `| head -n LINES` does; return (exit code, stderr, the lines taken). The pipe holds one
+    page, so that an output longer than that waits on the reader, as it would on head's."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # Linux's
+    try:
+        process = subprocess.Popen([sys.executable, str(TOOL), *map(str, arguments)],
+                                   stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    taken = b""
+    deadline = time.monotonic() + 60
+    with os.fdopen(read_end, "rb", buffering=0) as reader:
+        while taken.count(b"\n") < lines and time.monotonic() < deadline:
+            if select.select([reader], [], [], 1.0)[0]:
+                byte = reader.read(1)
+                if not byte:
+                    break
+                taken += byte
+    try:
+        _, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    return process.returncode, stderr, taken.decode()
+
+
+# whether a write meets the closed pipe depends on how far the tool got when the reader left
+# (test_a_failed_gate_keeps_exit_1_when_stdout_is_closed_or_full closes it before the start);
+# these check what a user of `| head` sees, whichever it was: the lines, no word on stderr,
+# and the exit code the result deserves, as main() in-process gives them
+@pytest.mark.parametrize("kind, code, json_format", [
+    ("pass", 0, True), ("failed gate", 1, False), ("undecided", 3, False)])
+def test_rounds_into_head_keeps_its_exit_code_and_says_nothing_on_stderr(
+        tmp_path, cli, kind, code, json_format):
+    three_rounds(tmp_path, differ_in_round=1 if kind == "failed gate" else None)
+    rounds = ["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"]
+    rounds += ["--tolerance", "25"] if kind == "pass" else []
+    rounds += ["--format", "json"] if json_format else []
+    lines = 3 if json_format else 1
+    whole = cli(*rounds)
+    assert (whole.code, whole.err) == (code, "")
+    first = "".join(whole.out.splitlines(True)[:lines])
+    assert run_into_head(rounds, lines) == (code, "", first)
+
+
+def test_compare_into_head_keeps_its_exit_code_and_says_nothing_on_stderr(tmp_path, cli):
+    a, b = two_runs(tmp_path)
+    for arguments, code in [(["compare", a, b], 0),
+                            (["compare", a, b, "--fail-on-decision-change"], 1)]:
+        whole = cli(*arguments)
+        assert (whole.code, whole.err) == (code, "")
+        assert run_into_head(arguments, 1) == (code, "", whole.out.splitlines(True)[0])
 
 
 def test_version(cli, capsys):

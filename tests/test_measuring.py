@@ -1398,3 +1398,22 @@ def test_warm_up_answers_without_a_decision_name_the_decision_path(scripted, tmp
     assert ("warning: 3 warm-up answers without a decision at decision_result.decision_name|"
             "routing_decision|decision: --decision-path result.route would read it "
             "(\"math\")\n") in result.err
+
+def test_plan_passes_gives_every_pass_the_model_s_length_and_the_open_loop_its_arrival():
+    model = rl.PassPlan("", 8, arrival="poisson", seed=3, repeat=2)
+    assert rl.plan_passes((1, 4), (10.0, 20.5), model=model) == (
+        rl.PassPlan("sequential", 1, repeat=2), rl.PassPlan("c4", 4, repeat=2),
+        rl.PassPlan("r10", 8, 10.0, "poisson", 3, 2),
+        rl.PassPlan("r20.5", 8, 20.5, "poisson", 3, 2))
+    timed = rl.plan_passes((16,), (5.0,), model=rl.PassPlan("", 64, duration=3.0))
+    assert [(p.connections, p.rate, p.arrival, p.repeat, p.duration) for p in timed] == [
+        (16, None, "constant", 1, 3.0), (64, 5.0, "constant", 1, 3.0)]
+    assert rl.plan_passes() == tuple(rl.PassPlan(rl.pass_name(c), c) for c in (1, 4, 16))
+
+
+def test_each_run_context_has_its_own_stop_flag_and_progress_line():
+    target = rl.Target(rl.parse_endpoint("http://127.0.0.1:9/"))
+    first, second = (rl.RunContext(target, rl.RunPlan(rl.plan_passes((1,)))) for _ in "ab")
+    first.stop.set()  # a run interrupted must not stop the next one
+    assert not second.stop.is_set() and first.progress is not second.progress
+    assert not first.progress.enabled and first.notify("nothing heard") is None

@@ -748,7 +748,8 @@ def test_page_axes_follow_the_data(tmp_path):
     (view,) = rl.pass_latencies({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", [1])[:1]
     assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
     svg = rl.line_plot([rl.Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
-                                  False, "r1")], "t", "x", "y", x_log=True)
+                                  False, "r1")], "t", rl.PlotScale("x", log=True),
+                       rl.PlotScale("y"))
     xs = [float(p.split(",")[0]) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
     assert max(xs) - min(xs) > 0.8 * (560 - 14 - 58)  # the line fills the plot's width
 
