@@ -83,7 +83,7 @@ import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional,
-                    Sequence, Tuple, Union)
+                    Sequence, Tuple, TypedDict, Union)
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -199,8 +199,6 @@ CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RES
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
-# what a GPU reading holds per device, each a number or null
-GPU_FIELDS = ("temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib")
 SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
@@ -2017,6 +2015,61 @@ def pass_title(name: str) -> str:
     return "Sequential" if name == "sequential" else f"Conc {name[1:]}"
 
 
+# The objects a run file keeps as JSON, as read and written whole: what each holds.
+
+class CorpusRef(TypedDict):
+    """Which corpus a run sent: where it was read, its digest, its prompts."""
+    path: str
+    sha256: str
+    count: int
+
+
+class ToolRef(TypedDict):
+    name: str
+    version: str
+
+
+class DriverRef(TypedDict, total=False):
+    pid: int
+    cpu_affinity: Optional[list[int]]
+
+
+class RouterRef(TypedDict, total=False):
+    """The router as the run was told of it (--router-*); each None when not."""
+    pid: Optional[int]
+    cgroup: Optional[str]
+    container: Optional[str]
+    cpus: Optional[str]
+
+
+class LoadRange(TypedDict, total=False):
+    """The 1-minute load average over an attempt (LoadSampler.stop): None where unread."""
+    start: Optional[float]
+    end: Optional[float]
+    min: Optional[float]
+    max: Optional[float]
+    samples: int
+
+
+class CapturedEnvironment(TypedDict, total=False):
+    """What a pass recorded of its surroundings (environment_record); each part only where
+    it was captured."""
+    router_cpus: Optional[str]
+    # "before" and "after" -> probe name -> exit, timed_out, stdout, seconds
+    probes: dict[str, dict[str, dict[str, Any]]]
+    # tool, and "before" and "after": a GPU reading (used_mib, devices) or error, and a note
+    gpu: dict[str, Any]
+    # deltas (series -> increase) and histograms, or the scrape's error
+    metrics: dict[str, Any]
+
+
+class CacheFinding(TypedDict, total=False):
+    """Whether a result cache answered (result_cache_finding): by metrics, by timing."""
+    detected: bool
+    metrics: Optional[dict[str, float]]  # hits, lookups
+    timing: Optional[dict[str, Any]]  # compared, faster, median_ratio, detected
+
+
 class Request(NamedTuple):
     """One request of a pass as the run file records it."""
     id: int  # the prompt's id in the corpus
@@ -2034,7 +2087,7 @@ class Request(NamedTuple):
     reason: Optional[str] = None  # a malformed answer: what was wrong with it
     # the router's execution_time_ms per signal, in the order of the run's signal names
     # (RunFile.signal_names); None where the answer did not report that signal
-    signal_ms: tuple = ()
+    signal_ms: tuple[Optional[float], ...] = ()
 
     @property
     def routed(self) -> bool:
@@ -2135,7 +2188,7 @@ class PassSummary(NamedTuple):
     """Counts, percentiles and throughput of one pass."""
     requests: int
     ok: int
-    errors: dict  # error kind -> count
+    errors: dict[str, int]  # error kind -> count
     p50_ms: Optional[float]
     p95_ms: Optional[float]
     p99_ms: Optional[float]
@@ -2149,7 +2202,7 @@ class PassSummary(NamedTuple):
     service_p99_ms: Optional[float] = None
     behind_p99_ms: Optional[float] = None
     rejected: int = 0  # expected rejections: neither ok nor errors, not in the percentiles
-    error_codes: dict = {}  # error kind -> {the router's code -> count}
+    error_codes: dict[str, dict[str, int]] = {}  # error kind -> {the router's code -> count}
 
     def to_json(self) -> dict:
         document = self._asdict()
@@ -2397,7 +2450,7 @@ def metrics_cache_hits(passes: Sequence[Any]) -> Optional[dict]:
     return {"hits": hits, "lookups": lookups} if seen else None
 
 
-def result_cache_finding(passes: Sequence[Any]) -> dict:
+def result_cache_finding(passes: Sequence[Any]) -> CacheFinding:
     """Return whether a result cache answered a run, by the router's metrics and by timing:
     {"detected", "metrics": {hits, lookups} or None, "timing": timing_cache_test() or None}."""
     metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
@@ -2423,6 +2476,80 @@ def cache_text(finding: dict) -> str:
     return f"no result cache detected ({'; '.join(seen)})"
 
 
+class GpuField(NamedTuple):
+    """One figure a GPU reading holds per device (a number or null): its key in the run file,
+    and how the GPU tables title it."""
+    key: str
+    title: str  # the per-pass GPU table's column, before the unit
+    unit: str
+    column: str  # the rounds report's router CPU and GPU table's column
+    summed: bool = False  # summed over devices (memory: gpu_mib), not ranged figure by figure
+
+
+# what a GPU reading holds per device, whichever tool read it (GPU_TOOLS)
+GPU_FIELDS = (GpuField("temp_c", "temp", "C", "gpu temp C"),
+              GpuField("sclk_mhz", "sclk", "MHz", "sclk MHz"),
+              GpuField("mclk_mhz", "mclk", "MHz", "mclk MHz"),
+              GpuField("power_w", "power", "W", "gpu W"),
+              GpuField("util_pct", "use", "%", "gpu use %"),
+              GpuField("used_mib", "used", "MiB", "gpu MiB", summed=True))
+GPU_RANGED = tuple(field for field in GPU_FIELDS if not field.summed)
+
+
+class GpuReading(NamedTuple):
+    """What a GPU tool read at one moment, before or after a pass: per device its GPU_FIELDS
+    figures and the temperature sensor they came from, or why there are none."""
+    used_mib: dict[str, float] = {}  # device -> memory used
+    # device -> GPU_FIELDS key -> its figure or None, and temp_sensor: which sensor it read
+    devices: dict[str, dict[str, Any]] = {}
+    error: Optional[str] = None  # no reading: why (the tool missing, timed out, unreadable)
+    note: Optional[str] = None  # a reading, and what was odd: the tool's exit code, a device
+
+    def figures(self, key: str) -> list:
+        """Return a GPU_FIELDS figure's values over the devices, those read."""
+        return [state[key] for state in self.devices.values() if state.get(key) is not None]
+
+    @property
+    def total_mib(self) -> Optional[float]:
+        """The memory used over every device, None when no device told it."""
+        return math.fsum(self.used_mib.values()) if self.used_mib else None
+
+    def to_json(self) -> dict:
+        if self.error is not None:
+            return {"error": self.error}
+        document: dict = {"used_mib": self.used_mib, "devices": self.devices}
+        if self.note is not None:
+            document["note"] = self.note
+        return document
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["GpuReading"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        used = checked_object(raw, "used_mib", where)
+        for device, value in used.items():
+            checked_number(value, f"{where}.used_mib.{device}")
+        devices = checked_object(raw, "devices", where)
+        for device, state in devices.items():
+            if not isinstance(state, dict):
+                raise RouterLatencyError("expected an object", f"{where}.devices.{device}")
+            for field in GPU_FIELDS:
+                checked_number(state.get(field.key), f"{where}.devices.{device}.{field.key}",
+                               nullable=True)
+        return cls(used, devices, _checked_text(raw, "error", where),
+                   _checked_text(raw, "note", where))
+
+
+def gpu_readings(environment: CapturedEnvironment) -> tuple[GpuReading, ...]:
+    """Return a pass's GPU readings that were taken, before and after it."""
+    gpu = environment.get("gpu") or {}
+    readings = (GpuReading.from_json(gpu.get(moment), f"gpu.{moment}")
+                for moment in ("before", "after"))
+    return tuple(reading for reading in readings if reading is not None)
+
+
 class RouterCpu(NamedTuple):
     """The router's CPU time over a pass, and what other processes used of its CPUs."""
     router_s: Optional[float] = None  # user + system seconds of the router
@@ -2431,7 +2558,7 @@ class RouterCpu(NamedTuple):
     busy_s: Optional[float] = None  # user + nice + system seconds of those CPUs
     interval_s: Optional[float] = None  # between the two readings around the pass
     foreign_vcpus: Optional[float] = None  # (busy_s - router_s) / interval_s
-    notes: tuple = ()  # why a figure is missing
+    notes: tuple[str, ...] = ()  # why a figure is missing
 
     def to_json(self) -> dict:
         return {**self._asdict(), "notes": list(self.notes)}
@@ -2459,16 +2586,16 @@ class Attempt(NamedTuple):
     arrival: Optional[str]  # open loop: constant or poisson
     started_utc: str
     started_unix: Optional[float]
-    load: dict  # 1-minute load average: start, end, min, max, samples
+    load: LoadRange  # 1-minute load average: start, end, min, max, samples
     driver_cpu_s: Optional[float]
-    environment: dict  # router_cpus, and probes, gpu, metrics where captured
+    environment: CapturedEnvironment  # router_cpus, and probes, gpu, metrics where captured
     summary: Optional[PassSummary]
-    requests: tuple  # Request, in send order
+    requests: tuple[Request, ...]  # in send order
     # x-vsr-config-hash values of the answers, distinct, in the order first seen; more than
     # one is a configuration reload in the middle of the measurement
-    config_hashes: tuple = ()
+    config_hashes: tuple[str, ...] = ()
     router_cpu: Optional[RouterCpu] = None  # with a router to read (--router-*)
-    windows: tuple = ()  # PhaseWindow: the pass's time series
+    windows: tuple[PhaseWindow, ...] = ()  # the pass's time series
 
     def to_json(self, requests: Any = None) -> dict:
         """Return the attempt as JSON; `requests` stands in for the records when given."""
@@ -2556,16 +2683,7 @@ def _check_environment(environment: dict, where: str) -> None:
     """Raise when the figures the analysis reads from a pass's environment are not numbers."""
     gpu = checked_object(environment, "gpu", where)
     for moment in ("before", "after"):
-        reading = gpu.get(moment)
-        used = reading.get("used_mib") if isinstance(reading, dict) else None
-        for device, value in (used.items() if isinstance(used, dict) else ()):
-            checked_number(value, f"{where}.gpu.{moment}.used_mib.{device}")
-        devices = reading.get("devices") if isinstance(reading, dict) else None
-        for device, state in (devices.items() if isinstance(devices, dict) else ()):
-            for key in GPU_FIELDS:
-                if isinstance(state, dict):
-                    checked_number(state.get(key), f"{where}.gpu.{moment}.devices.{device}.{key}",
-                                   nullable=True)
+        GpuReading.from_json(gpu.get(moment), f"{where}.gpu.{moment}")
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) \
@@ -2586,29 +2704,71 @@ class PassEnvironment(NamedTuple):
     driver_cpu_s: Optional[float] = None
     wall_s: Optional[float] = None
     router_cpus: Optional[str] = None
-    gpu_mib: tuple = ()  # total used MiB over devices, before and after
+    gpu_mib: tuple[float, ...] = ()  # total used MiB over devices, before and after
     faults: Optional[float] = None  # sum of increases of restart/fault series; None: not read
     router_cpu_ms: Optional[float] = None  # the router's CPU time per request
     foreign_vcpus: Optional[float] = None  # other processes on the router's CPUs
-    gpu_state: dict = {}  # GPU_FIELDS key -> every value read, over devices, before and after
+    # GPU_FIELDS key -> every value read, over devices, before and after
+    gpu_state: dict[str, tuple[float, ...]] = {}
 
 
-def _gpu_values(environment: dict) -> dict:
+class EnvironmentRow(NamedTuple):
+    """One round's side of the rounds report's environment: its passes' surroundings over
+    the run (load, CPU set, GPU memory and state, faults, driver and router CPU), and the
+    flags of what was suspect."""
+    round: int
+    side: str
+    load_min: Optional[float] = None
+    load_max: Optional[float] = None
+    router_cpus: Optional[str] = None  # the CPU sets seen, space-separated
+    gpu_mib_min: Optional[float] = None  # memory used, summed over devices
+    gpu_mib_max: Optional[float] = None
+    faults: Optional[float] = None  # increases of restart/fault series; None: not read
+    discarded_attempts: int = 0
+    driver_cpu_s: Optional[float] = None
+    driver_cpu_pct: Optional[float] = None  # of the passes' wall time
+    above_load_limit: bool = False
+    max_load: Optional[float] = None
+    router_cpu_ms_min: Optional[float] = None  # the router's CPU time per request
+    router_cpu_ms_max: Optional[float] = None
+    foreign_vcpus_max: Optional[float] = None
+    max_foreign_cpus: float = Thresholds().max_foreign_cpus
+    above_foreign_limit: bool = False
+    # GPU_RANGED key -> (lowest, highest) over devices, before and after every pass
+    gpu_ranges: dict[str, tuple[Optional[float], Optional[float]]] = {}
+    slow_passes: tuple[str, ...] = ()  # the names of passes with a slow phase
+    governors: tuple[str, ...] = ()  # the cpufreq governors of the driver's and router's CPUs
+    flags: tuple[str, ...] = ()
+
+    def gpu_range(self, key: str) -> tuple[Optional[float], Optional[float]]:
+        """Return (lowest, highest) of a GPU_RANGED figure; (None, None) when not read."""
+        return self.gpu_ranges.get(key, (None, None))
+
+    def to_json(self) -> dict:
+        """Return the row as rounds --format json writes it: the GPU ranges flat, by key."""
+        document: dict = {}
+        for key, value in self._asdict().items():
+            if key == "gpu_ranges":
+                for field in GPU_RANGED:
+                    low, high = self.gpu_range(field.key)
+                    document.update({f"gpu_{field.key}_min": low, f"gpu_{field.key}_max": high})
+            else:
+                document[key] = list(value) if isinstance(value, tuple) else value
+        return document
+
+
+def _gpu_values(environment: CapturedEnvironment) -> dict[str, tuple[float, ...]]:
     """Return GPU_FIELDS key -> the values read over devices, before and after a pass."""
-    values: dict = {}
-    for moment in ("before", "after"):
-        reading = (environment.get("gpu") or {}).get(moment)
-        devices = reading.get("devices") if isinstance(reading, dict) else None
-        for state in (devices.values() if isinstance(devices, dict) else ()):
-            for key in GPU_FIELDS:
-                if isinstance(state, dict) and state.get(key) is not None:
-                    values.setdefault(key, []).append(state[key])
-    return {key: tuple(found) for key, found in values.items()}
+    readings = gpu_readings(environment)
+    values = {field.key: tuple(v for reading in readings for v in reading.figures(field.key))
+              for field in GPU_FIELDS}
+    return {key: found for key, found in values.items() if found}
 
 
 def _load_range(attempt: Attempt) -> tuple:
-    known = [attempt.load.get(k) for k in ("min", "max", "start", "end")]
-    known = [v for v in known if v is not None]
+    load = attempt.load
+    known = [v for v in (load.get("min"), load.get("max"), load.get("start"), load.get("end"))
+             if v is not None]
     return (min(known), max(known)) if known else (None, None)
 
 
@@ -2619,7 +2779,7 @@ class PassRecord(NamedTuple):
     discarded: bool  # every attempt was above the load limit: no timings
     interrupted: bool
     attempt: Attempt  # for a discarded pass, the last attempt without its requests
-    discarded_attempts: tuple = ()
+    discarded_attempts: tuple[Attempt, ...] = ()
 
     @property
     def summary(self) -> Optional[PassSummary]:
@@ -2665,12 +2825,8 @@ class PassRecord(NamedTuple):
         peaks = [p for p in (load_max, *peaks) if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
-        gpu_mib = []
-        for moment in ("before", "after"):
-            reading = (environment.get("gpu") or {}).get(moment)
-            used = reading.get("used_mib") if isinstance(reading, dict) else None
-            if isinstance(used, dict) and used:
-                gpu_mib.append(math.fsum(used.values()))
+        gpu_mib = [total for reading in gpu_readings(environment)
+                   if (total := reading.total_mib) is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
         faults = math.fsum(max(d, 0.0) for d in deltas.values()) \
             if isinstance(deltas, dict) else None
@@ -2750,36 +2906,285 @@ class Ladder(NamedTuple):
                                   nullable=True, positive=True))
 
 
+def _checked_list(raw: Any, key: str, where: str, item: Callable[[Any], bool]) -> tuple:
+    """Return raw[key] (a list, [] when absent) as a tuple; raise unless each item passes."""
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(item(v) for v in value):
+        raise RouterLatencyError("expected a list of the right kind", f"{where}.{key}")
+    return tuple(value)
+
+
+def _checked_text(raw: Any, key: str, where: str) -> Optional[str]:
+    """Return raw[key] when a string, None when absent or null; raise otherwise."""
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RouterLatencyError("expected a string or null", f"{where}.{key}")
+    return value
+
+
+def _checked_whole(raw: Any, key: str, where: str, default: Optional[int] = None,
+                   minimum: int = 0) -> Optional[int]:
+    """Return raw[key] when a whole number, `default` when absent, None when null."""
+    value = raw.get(key, default)
+    if value is not None and not is_whole(value, minimum):
+        raise RouterLatencyError(f"expected a whole number >= {minimum} up to 2^53 or null",
+                                 f"{where}.{key}")
+    return value
+
+
+def _checked_repeat(raw: dict, where: str) -> int:
+    """Return the times each pass sent the corpus: 1 when absent, as older files are."""
+    repeat = raw.get("repeat", 1)
+    if not is_whole(repeat, 1):
+        raise RouterLatencyError("expected a whole number >= 1 up to 2^53", f"{where}.repeat")
+    return repeat
+
+
+class RunSettings(NamedTuple):
+    """How a run was asked to measure (the run file's settings): its plan, its load guard, its
+    target's timeout and decision paths, and what makes a pass suspect. An older file without
+    a field reads as its default."""
+    warmup: Optional[int] = None  # warm-up requests
+    concurrency: tuple[int, ...] = ()  # the closed-loop passes' callers
+    rates: tuple[float, ...] = ()  # the open-loop passes' requests per second
+    repeat: int = 1  # times each pass sends the corpus
+    duration_s: Optional[float] = None  # or: seconds each pass cycles the corpus
+    arrival: Optional[str] = None  # open loop: constant or poisson
+    seed: Optional[int] = None  # of the poisson schedule
+    connections: Optional[int] = None  # open loop: the most connections
+    timeout_s: Optional[float] = None
+    decision_paths: tuple[str, ...] = ()
+    max_load: Optional[float] = None  # the load guard's limit
+    load_retries: Optional[int] = None
+    load_pause_s: Optional[float] = None
+    max_errors: Optional[int] = None
+    wait_ready_s: Optional[float] = None
+    router_max_concurrency: Optional[int] = ROUTER_MAX_CONCURRENCY  # as declared by the user
+    sampling_seed: Optional[int] = None
+    expected_config_hash: Optional[str] = None
+    percentile_method: Optional[str] = None
+    latency: Optional[str] = None  # what a latency counts from and to
+    thresholds: Thresholds = Thresholds()  # written flat, its fields beside the others
+    ladder: Optional[Ladder] = None  # run --ladder; written only then
+
+    def to_json(self) -> dict:
+        document = self._asdict()
+        for key in ("concurrency", "rates", "decision_paths"):
+            document[key] = list(document[key])
+        document.update(document.pop("thresholds")._asdict())
+        ladder = document.pop("ladder")
+        if ladder is not None:
+            document["ladder"] = ladder.to_json()
+        return document
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> "RunSettings":
+        thresholds = Thresholds(*(
+            default if raw.get(key) is None else
+            checked_number(raw[key], f"{where}.{key}", positive=key == "window_requests")
+            for key, default in Thresholds._field_defaults.items()))
+        if not is_whole(thresholds.window_requests, 1):
+            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
+                                     f"{where}.window_requests")
+        values: dict[str, Any] = {
+            key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
+                                positive=key == "duration_s")
+            for key in ("duration_s", "timeout_s", "max_load", "load_pause_s", "wait_ready_s")}
+        values.update({key: _checked_whole(raw, key, where)
+                       for key in ("warmup", "seed", "connections", "load_retries",
+                                   "max_errors", "sampling_seed")})
+        values.update({key: _checked_text(raw, key, where) for key in (
+            "arrival", "expected_config_hash", "percentile_method", "latency")})
+        return cls(
+            concurrency=_checked_list(raw, "concurrency", where, lambda v: is_whole(v, 1)),
+            rates=_checked_list(raw, "rates", where, lambda v: not isinstance(v, bool) and
+                                isinstance(v, (int, float)) and 0 < v <= MAX_FILE_NUMBER),
+            repeat=_checked_repeat(raw, where),
+            decision_paths=_checked_list(raw, "decision_paths", where,
+                                         lambda v: isinstance(v, str)),
+            router_max_concurrency=_checked_whole(raw, "router_max_concurrency", where,
+                                                  ROUTER_MAX_CONCURRENCY, 1),
+            thresholds=thresholds, ladder=Ladder.from_json(raw.get("ladder"), f"{where}.ladder"),
+            **values)
+
+
+def _present(record: Any) -> dict:
+    """Return a record's fields that hold a value, in order: what it writes of itself."""
+    return {key: value for key, value in record._asdict().items()
+            if value is not None and value != () and value != {} and value is not False}
+
+
+class Floor(NamedTuple):
+    """The driver's own latency on loopback (measure_floor) and its clock's resolution."""
+    requests: Optional[int] = None
+    ok: Optional[int] = None
+    timer_resolution_ns: Optional[int] = None  # the smallest step seen of perf_counter_ns
+    clock_resolution_ns: Optional[int] = None  # as the clock declares it
+    p10_ms: Optional[float] = None  # the percentiles only where a request was answered
+    p50_ms: Optional[float] = None
+    p90_ms: Optional[float] = None
+    p99_ms: Optional[float] = None
+    spread_ms: Optional[float] = None  # p90 - p10: what a p50 difference must clear
+
+    def to_json(self) -> dict:
+        return _present(self)
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> "Floor":
+        wholes = {key: _checked_whole(raw, key, where) for key in cls._fields[:4]}
+        return cls(**wholes, **{key: checked_number(raw.get(key), f"{where}.{key}",
+                                                    nullable=True, maximum=MAX_LATENCY_MS)
+                                for key in cls._fields[4:]})
+
+
+class Warmup(NamedTuple):
+    """The counts of the warm-up requests (warm_up), as count_outcomes gives them."""
+    requests: Optional[int] = None
+    ok: Optional[int] = None
+    errors: Optional[dict[str, int]] = None  # error kind -> count
+    rejected: int = 0  # expected rejections
+    error_codes: dict[str, dict[str, int]] = {}  # error kind -> {the router's code -> count}
+    all_failed: bool = False  # not one request succeeded
+    # x-vsr-config-hash values, distinct, in the order first seen; more than one: a reload
+    config_hashes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        # the counts always (errors even when {}), the rest only where it holds something
+        document = {key: value for key, value in self._asdict().items()
+                    if value is not None and (key in ("requests", "ok", "errors") or value)}
+        if "config_hashes" in document:
+            document["config_hashes"] = list(self.config_hashes)
+        return document
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> "Warmup":
+        errors = raw.get("errors")
+        if errors is not None and not (isinstance(errors, dict) and all(
+                k in ERROR_KINDS and is_whole(v) for k, v in errors.items())):
+            raise RouterLatencyError("expected an object of counts by error kind",
+                                     f"{where}.errors")
+        hashes = raw.get("config_hashes", [])
+        if not isinstance(hashes, list) or not all(
+                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
+            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
+                                     f"{where}.config_hashes")
+        if not isinstance(raw.get("all_failed", False), bool):
+            raise RouterLatencyError("expected true or false", f"{where}.all_failed")
+        return cls(_checked_whole(raw, "requests", where), _checked_whole(raw, "ok", where),
+                   errors, _checked_whole(raw, "rejected", where, 0) or 0,
+                   _checked_error_codes(raw, errors or {}, f"{where}.error_codes"),
+                   raw.get("all_failed", False), tuple(hashes))
+
+
+class CpuSettings(NamedTuple):
+    """The cpufreq settings of one side's CPUs (cpufreq_settings): each value's CPU list."""
+    cpus: str  # the CPU list, '0-3,8'
+    governors: dict[str, str] = {}  # cpufreq governor -> the CPUs that run it
+    boost: dict[str, str] = {}  # "on" or "off" -> the CPUs
+
+    def to_json(self) -> dict:
+        return self._asdict()
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["CpuSettings"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or not isinstance(raw.get("cpus"), str):
+            raise RouterLatencyError("expected an object with a CPU list or null", where)
+        maps = {}
+        for key in ("governors", "boost"):
+            value = raw.get(key, {})
+            if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise RouterLatencyError("expected an object of CPU lists", f"{where}.{key}")
+            maps[key] = value
+        return cls(raw["cpus"], **maps)
+
+
+class HostSettings(NamedTuple):
+    """The host's settings that move latency, read once per run (host_settings)."""
+    cpu_model: Optional[str] = None
+    kernel: Optional[str] = None
+    python: Optional[str] = None
+    tool_version: Optional[str] = None
+    driver: Optional[CpuSettings] = None  # where the driver may run
+    router: Optional[CpuSettings] = None  # where the router runs, when known
+
+    @property
+    def governors(self) -> list:
+        """Return the cpufreq governors either side's CPUs run, sorted."""
+        return sorted({g for side in (self.driver, self.router) if side for g in side.governors})
+
+    def to_json(self) -> dict:
+        return {**self._asdict(), **{role: None if cpus is None else cpus.to_json()
+                                     for role, cpus in (("driver", self.driver),
+                                                        ("router", self.router))}}
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> Optional["HostSettings"]:
+        """Return the record; None for a file without host settings (written as {})."""
+        if not raw:
+            return None
+        texts: dict[str, Any] = {key: _checked_text(raw, key, where) for key in cls._fields[:4]}
+        return cls(**texts, driver=CpuSettings.from_json(raw.get("driver"), f"{where}.driver"),
+                   router=CpuSettings.from_json(raw.get("router"), f"{where}.router"))
+
+
+class Captures(NamedTuple):
+    """What a run captured around each pass (--probe, --gpu, --metrics-url, --histogram)."""
+    probes: tuple[str, ...] = ()  # the probes' names
+    gpu: Optional[str] = None  # the GPU tool's command name, rocm-smi say
+    gpu_indexes: tuple[int, ...] = ()  # the devices read; all when empty
+    histograms: tuple[str, ...] = ()  # the metric histograms kept whole
+    metrics_url: Optional[str] = None  # secrets scrubbed
+    metric_patterns: tuple[str, ...] = ()  # the patterns of the counters whose deltas count
+
+    def to_json(self) -> dict:
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in self._asdict().items()}
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str) -> Optional["Captures"]:
+        """Return the record; None for a file without captures (written as {})."""
+        if not raw:
+            return None
+        texts = {key: _checked_list(raw, key, where, lambda v: isinstance(v, str))
+                 for key in ("probes", "histograms", "metric_patterns")}
+        return cls(gpu=_checked_text(raw, "gpu", where),
+                   gpu_indexes=_checked_list(raw, "gpu_indexes", where, is_whole),
+                   metrics_url=_checked_text(raw, "metrics_url", where), **texts)
+
+
 class RunFile(NamedTuple):
     """A run file: who measured what, how, and every pass."""
     label: str
     complete: bool  # false when the run was interrupted
-    corpus: dict  # path, sha256, count
-    passes: tuple  # PassRecord, in the order measured
+    corpus: CorpusRef
+    passes: tuple[PassRecord, ...]  # in the order measured
     started_utc: str = ""
     started_unix: Optional[float] = None
     ended_utc: str = ""
     url: str = ""
     model: str = ""
-    header_names: tuple = ()
+    header_names: tuple[str, ...] = ()
     insecure: bool = False
-    tool: dict = {"name": "router-latency", "version": __version__}
+    tool: ToolRef = {"name": "router-latency", "version": __version__}
     python: str = ""
     host: str = ""
-    driver: dict = {}  # pid, cpu_affinity
-    router: dict = {}  # pid, cgroup
-    captures: dict = {}  # probes, gpu, metrics_url, metric_patterns
-    settings: dict = {}  # how the run was measured, as asked
+    driver: DriverRef = {}
+    router: RouterRef = {}
+    captures: Optional[Captures] = None  # None: none recorded (an older file)
+    settings: RunSettings = RunSettings()  # how the run was measured, as asked
     ready_after_s: Optional[float] = None
-    floor: dict = {}  # the driver's own latency on loopback
-    warmup: dict = {}  # counts of the warm-up requests
-    host_settings: dict = {}  # CPU model, kernel, cpufreq governor and boost, once per run
-    result_cache: dict = {}  # result_cache_finding() as measured; {} in older files
-    signal_names: tuple = ()  # the signals the requests' signal_ms are in the order of
+    floor: Floor = Floor()  # the driver's own latency on loopback
+    warmup: Warmup = Warmup()  # counts of the warm-up requests
+    host_settings: Optional[HostSettings] = None  # once per run; None: an older file
+    result_cache: CacheFinding = {}  # result_cache_finding() as measured; {} in older files
+    signal_names: tuple[str, ...] = ()  # the signals the requests' signal_ms are in the order of
     path: str = ""  # where it was read from; not written
 
     @property
-    def cache_finding(self) -> dict:
+    def cache_finding(self) -> CacheFinding:
         """Whether a result cache answered: as the file records it, else from its data."""
         return self.result_cache or result_cache_finding(self.passes)
 
@@ -2793,18 +3198,17 @@ class RunFile(NamedTuple):
 
     @property
     def max_load(self) -> Optional[float]:
-        return self.settings.get("max_load")
+        return self.settings.max_load
 
     @property
     def floor_spread_ms(self) -> Optional[float]:
         """The driver's own p90 - p10 on loopback, what a p50 difference must clear."""
-        return self.floor.get("spread_ms")
+        return self.floor.spread_ms
 
     @property
     def thresholds(self) -> Thresholds:
         """What makes a pass suspect, as the run recorded it (the defaults for older files)."""
-        return Thresholds(*(default if self.settings.get(key) is None else self.settings[key]
-                            for key, default in Thresholds._field_defaults.items()))
+        return self.settings.thresholds
 
     def slow_windows(self, item: PassRecord) -> tuple:
         """Return the indexes of a pass's windows in a slow phase, each judged against what
@@ -2814,7 +3218,7 @@ class RunFile(NamedTuple):
     @property
     def ladder(self) -> Optional[Ladder]:
         """How the run climbed its ladder; None for a run of fixed passes."""
-        return Ladder.from_json(self.settings.get("ladder"), "settings.ladder")
+        return self.settings.ladder
 
     def pass_named(self, name: str) -> Optional[PassRecord]:
         return next((p for p in self.passes if p.name == name), None)
@@ -2824,7 +3228,7 @@ class RunFile(NamedTuple):
         """The x-vsr-config-hash values the router answered with, distinct, in the order
         first seen over every attempt; more than one: the configuration changed mid-run."""
         seen: list = []
-        for h in self.warmup.get("config_hashes", ()):  # a reload during the warm-up counts
+        for h in self.warmup.config_hashes:  # a reload during the warm-up counts
             if h not in seen:
                 seen.append(h)
         for item in self.passes:
@@ -2838,10 +3242,11 @@ class RunFile(NamedTuple):
                 "started_utc": self.started_utc, "started_unix": self.started_unix,
                 "ended_utc": self.ended_utc, "url": self.url, "model": self.model,
                 "header_names": list(self.header_names), "insecure": self.insecure,
-                "driver": self.driver, "router": self.router, "captures": self.captures,
-                "corpus": self.corpus, "settings": self.settings,
-                "ready_after_s": self.ready_after_s, "floor": self.floor,
-                "warmup": self.warmup, "host_settings": self.host_settings,
+                "driver": self.driver, "router": self.router, "captures": self.captures.to_json() if self.captures else {},
+                "corpus": self.corpus, "settings": self.settings.to_json(),
+                "ready_after_s": self.ready_after_s, "floor": self.floor.to_json(),
+                "warmup": self.warmup.to_json(),
+                "host_settings": self.host_settings.to_json() if self.host_settings else {},
                 **({"result_cache": self.result_cache} if self.result_cache else {}),
                 **({"signals": list(self.signal_names)} if self.signal_names else {}),
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
@@ -2869,24 +3274,8 @@ class RunFile(NamedTuple):
                 raise RouterLatencyError(f"a second {pass_title(item.name)} pass",
                                          f"{path}: passes[{i}]")
             passes.append(item)
-        settings = checked_object(document, "settings", f"{path}: ")
-        checked_number(settings.get("max_load"), f"{path}: settings.max_load", nullable=True)
-        for key in Thresholds._fields:
-            checked_number(settings.get(key), f"{path}: settings.{key}", nullable=True,
-                           positive=key == "window_requests")
-        checked_number(settings.get("duration_s"), f"{path}: settings.duration_s",
-                       nullable=True, positive=True)
-        if not is_whole(settings.get("repeat", 1), 1):
-            raise RouterLatencyError("expected a whole number >= 1 up to 2^53",
-                                     f"{path}: settings.repeat")
-        Ladder.from_json(settings.get("ladder"), f"{path}: settings.ladder")
-        floor = checked_object(document, "floor", f"{path}: ")
-        checked_number(floor.get("spread_ms"), f"{path}: floor.spread_ms", nullable=True)
-        hashes = checked_object(document, "warmup", f"{path}: ").get("config_hashes", [])
-        if not isinstance(hashes, list) or not all(
-                isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
-            raise RouterLatencyError("expected a list of 64 lowercase hex digits",
-                                     f"{path}: warmup.config_hashes")
+        settings = RunSettings.from_json(checked_object(document, "settings", f"{path}: "),
+                                         f"{path}: settings")
         text = {key: document.get(key) if isinstance(document.get(key), str) else ""
                 for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
                             "host")}
@@ -2900,11 +3289,14 @@ class RunFile(NamedTuple):
             checked_object(document, "tool", f"{path}: ") or cls._field_defaults["tool"],
             text["python"], text["host"], checked_object(document, "driver", f"{path}: "),
             checked_object(document, "router", f"{path}: "),
-            checked_object(document, "captures", f"{path}: "),
+            Captures.from_json(checked_object(document, "captures", f"{path}: "),
+                               f"{path}: captures"),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
-            floor, checked_object(document, "warmup", f"{path}: "),
-            checked_object(document, "host_settings", f"{path}: "),
+            Floor.from_json(checked_object(document, "floor", f"{path}: "), f"{path}: floor"),
+            Warmup.from_json(checked_object(document, "warmup", f"{path}: "), f"{path}: warmup"),
+            HostSettings.from_json(checked_object(document, "host_settings", f"{path}: "),
+                                   f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
             _checked_signal_names(document, passes, path), str(path))
 
@@ -4008,16 +4400,15 @@ def first_json(text: str, tool: str) -> Any:
     raise ValueError(f"no JSON in {tool} output")
 
 
-def gpu_reading_of(devices: dict, tool: str) -> dict:
-    """Return a GPU reading: {"used_mib": {device: MiB}, "devices": {device: GPU_FIELDS}}."""
+def gpu_reading_of(devices: dict, tool: str) -> GpuReading:
+    """Return the GPU reading of these devices' figures (device -> GPU_FIELDS key -> figure)."""
     if not any(v is not None for state in devices.values() for v in state.values()):
         raise ValueError(f"no GPU figures in {tool} output")
-    return {"used_mib": {d: s["used_mib"] for d, s in devices.items()
-                         if s.get("used_mib") is not None},
-            "devices": devices}
+    return GpuReading({d: s["used_mib"] for d, s in devices.items()
+                       if s.get("used_mib") is not None}, devices)
 
 
-def parse_rocm_smi(text: str) -> dict:
+def parse_rocm_smi(text: str) -> GpuReading:
     """Return the GPU reading of `rocm-smi --showtemp --showclocks --showpower --showuse
     --showmeminfo vram --json`: one object per cardN, every value a string.
 
@@ -4062,7 +4453,7 @@ def _amd_value(section: Any, *keys: str) -> Optional[float]:
     return None
 
 
-def parse_amd_smi(text: str) -> dict:
+def parse_amd_smi(text: str) -> GpuReading:
     """Return the GPU reading of `amd-smi metric --json`: a list of GPUs (ROCm 6.0-6.2), or
     an object with that list under "gpu_data" (ROCm 7).
 
@@ -4106,7 +4497,7 @@ NVIDIA_COLUMNS = {"index": "index", "temperature.gpu": "temp_c", "clocks.current
                   "utilization.gpu": "util_pct", "memory.used": "used_mib"}
 
 
-def parse_nvidia_smi(text: str) -> dict:
+def parse_nvidia_smi(text: str) -> GpuReading:
     """Return the GPU reading of `nvidia-smi --query-gpu=index,temperature.gpu,clocks.sm,
     clocks.mem,power.draw,utilization.gpu,memory.used --format=csv`.
 
@@ -4127,20 +4518,39 @@ def parse_nvidia_smi(text: str) -> dict:
         fields.pop(None, None)
         if not index.isdigit():
             continue
-        devices[f"gpu{index}"] = {key: gpu_number(fields.get(key)) for key in GPU_FIELDS}
+        devices[f"gpu{index}"] = {f.key: gpu_number(fields.get(f.key)) for f in GPU_FIELDS}
         devices[f"gpu{index}"]["temp_sensor"] = "gpu"
     if not devices:
         raise ValueError("unexpected nvidia-smi output")
     return gpu_reading_of(devices, "nvidia-smi")
 
 
-GPU_COMMANDS = {
-    "rocm": ("rocm-smi", ["rocm-smi", "--showtemp", "--showclocks", "--showpower", "--showuse",
-                          "--showmeminfo", "vram", "--json"], parse_rocm_smi),
-    "amd": ("amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi),
-    "nvidia": ("nvidia-smi", ["nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_QUERY),
-                              "--format=csv"], parse_nvidia_smi),
-}
+class GpuTool(NamedTuple):
+    """A GPU tool that --gpu reads: its choice, its command line, the parser of its output,
+    and the fields its readings hold."""
+    choice: str  # --gpu's value
+    command: tuple[str, ...]  # its first word is the program looked for on PATH
+    parse: Callable[[str], GpuReading]  # its output -> its reading; ValueError if unreadable
+    fields: tuple[GpuField, ...] = GPU_FIELDS
+
+    @property
+    def name(self) -> str:
+        return self.command[0]
+
+
+# the tools --gpu offers, in the order auto looks for them on PATH
+GPU_TOOLS = (
+    GpuTool("rocm", ("rocm-smi", "--showtemp", "--showclocks", "--showpower", "--showuse",
+                     "--showmeminfo", "vram", "--json"), parse_rocm_smi),
+    GpuTool("amd", ("amd-smi", "metric", "--json"), parse_amd_smi),
+    GpuTool("nvidia", ("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_QUERY), "--format=csv"),
+            parse_nvidia_smi),
+)
+
+
+def gpu_tool(choice: str) -> GpuTool:
+    """Return the GPU tool of a --gpu choice (a key of GPU_TOOLS)."""
+    return next(tool for tool in GPU_TOOLS if tool.choice == choice)
 PROBE_OUTPUT_BYTES = 4096
 DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
 
@@ -4148,7 +4558,7 @@ DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
 class CaptureSettings(NamedTuple):
     probes: tuple = ()  # (name, shell command) pairs
     probe_timeout: float = 10.0
-    gpu: Optional[str] = None  # a key of GPU_COMMANDS, or None
+    gpu: Optional[str] = None  # the choice of one of GPU_TOOLS, or None
     metrics: Optional[Endpoint] = None
     metric_patterns: tuple = ()
     histograms: tuple = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
@@ -4169,10 +4579,7 @@ def resolve_gpu(choice: str) -> Optional[str]:
         return None
     if choice != "auto":
         return choice
-    for key, (tool, _, _) in GPU_COMMANDS.items():
-        if shutil.which(tool):
-            return key
-    return None
+    return next((tool.choice for tool in GPU_TOOLS if shutil.which(tool.name)), None)
 
 
 def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
@@ -4212,39 +4619,40 @@ def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
 
 
 def gpu_reading(key: str, timeout: float, stop: Optional[threading.Event] = None,
-                hidden: Sequence[str] = ()) -> dict:
-    """Return the GPU tool's reading ({"used_mib": ..., "devices": ...}), or {"error": why}.
+                hidden: Sequence[str] = ()) -> GpuReading:
+    """Return the GPU tool's reading, or one with the error that kept it from reading.
 
     A tool that exits non-zero but prints readable figures (rocm-smi does when one of its
     queries is unsupported) gives them, with a note of the exit code.
     """
-    tool, command, parse = GPU_COMMANDS[key]
+    chosen = gpu_tool(key)
+    tool, command, parse = chosen.name, list(chosen.command), chosen.parse
     if not shutil.which(tool):
-        return {"error": f"{tool} not found"}
+        return GpuReading(error=f"{tool} not found")
     try:
         code, output, ended = run_command(command, timeout, stop, hidden)
     except OSError as exc:
-        return {"error": f"{tool}: {exc.__class__.__name__}"}
+        return GpuReading(error=f"{tool}: {exc.__class__.__name__}")
     if ended:
-        return {"error": f"{tool}: {ended}"}
+        return GpuReading(error=f"{tool}: {ended}")
     try:
         reading = parse(output.decode("utf-8", "replace"))
     except (ValueError, TypeError, AttributeError) as exc:
-        return {"error": f"{tool} exited {code}" if code != 0 else f"{tool}: {exc}"}
-    return reading if code == 0 else {**reading, "note": f"{tool} exited {code}"}
+        return GpuReading(error=f"{tool} exited {code}" if code != 0 else f"{tool}: {exc}")
+    return reading if code == 0 else reading._replace(note=f"{tool} exited {code}")
 
 
-def select_gpus(reading: dict, indexes: Sequence[int]) -> dict:
+def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
     """Return a GPU reading cut to the devices of the tool's own indexes (all when none)."""
-    if not indexes or "devices" not in reading:
+    if not indexes or reading.error is not None:
         return reading
-    wanted = {d for d in reading["devices"] if int(re.sub(r"\D", "", d) or -1) in indexes}
-    chosen = {**reading, "used_mib": {d: v for d, v in reading["used_mib"].items()
-                                      if d in wanted},
-              "devices": {d: v for d, v in reading["devices"].items() if d in wanted}}
+    wanted = {d for d in reading.devices if int(re.sub(r"\D", "", d) or -1) in indexes}
+    chosen = reading._replace(
+        used_mib={d: v for d, v in reading.used_mib.items() if d in wanted},
+        devices={d: v for d, v in reading.devices.items() if d in wanted})
     missing = sorted(set(indexes) - {int(re.sub(r"\D", "", d)) for d in wanted})
     if missing:
-        chosen["note"] = f"no GPU {', '.join(map(str, missing))} in the tool's output"
+        return chosen._replace(note=f"no GPU {', '.join(map(str, missing))} in the tool's output")
     return chosen
 
 
@@ -4457,7 +4865,7 @@ def cpu_model(proc_root: str = "/proc") -> Optional[str]:
     return platform.processor() or None
 
 
-def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> dict:
+def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> CpuSettings:
     """Return the CPU list and, per value, the CPUs of each cpufreq governor and boost state;
     empty maps where the kernel has no cpufreq (a VM, a container without /sys)."""
     top = Path(sys_root, "devices", "system", "cpu")
@@ -4480,39 +4888,39 @@ def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> dict:
         boost = read(top / f"cpu{cpu}" / "cpufreq" / "boost") or shared
         if boost in ("0", "1"):
             boosts.setdefault("on" if boost == "1" else "off", []).append(cpu)
-    return {"cpus": format_cpu_list(cpus),
-            "governors": {g: format_cpu_list(c) for g, c in governors.items()},
-            "boost": {b: format_cpu_list(c) for b, c in boosts.items()}}
+    return CpuSettings(format_cpu_list(cpus),
+                       {g: format_cpu_list(c) for g, c in governors.items()},
+                       {b: format_cpu_list(c) for b, c in boosts.items()})
 
 
 def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Optional[str], *,
-                  proc_root: str = "/proc", sys_root: str = "/sys") -> dict:
+                  proc_root: str = "/proc", sys_root: str = "/sys") -> HostSettings:
     """Return the host's settings that move latency, read once per run."""
     try:
         router = parse_cpu_list(router_cpus_text) if router_cpus_text else None
     except ValueError:
         router = None
-    return {"cpu_model": cpu_model(proc_root), "kernel": platform.release(),
-            "python": platform.python_version(), "tool_version": __version__,
-            "driver": cpufreq_settings(driver_cpus, sys_root) if driver_cpus else None,
-            "router": cpufreq_settings(router, sys_root) if router else None}
+    return HostSettings(cpu_model(proc_root), platform.release(), platform.python_version(),
+                        __version__,
+                        cpufreq_settings(driver_cpus, sys_root) if driver_cpus else None,
+                        cpufreq_settings(router, sys_root) if router else None)
 
 
-def host_warnings(settings: dict) -> list:
+def host_warnings(settings: HostSettings) -> list:
     """Return a warning for each side whose CPUs run a cpufreq governor other than
     performance (the clock then follows the load, and latency with it), and when the driver
     may run on the router's CPUs."""
     warnings = []
-    driver, router = settings.get("driver") or {}, settings.get("router") or {}
-    if driver.get("cpus") and router.get("cpus"):
-        shared = parse_cpu_list(driver["cpus"]) & parse_cpu_list(router["cpus"])
+    driver, router = settings.driver, settings.router
+    if driver and router and driver.cpus and router.cpus:
+        shared = parse_cpu_list(driver.cpus) & parse_cpu_list(router.cpus)
         if shared:
             warnings.append(f"the driver may run on the router's CPUs {format_cpu_list(shared)}: "
                             f"it competes with the router, and its CPU time counts as foreign "
                             f"(taskset -c pins the driver elsewhere)")
-    for role in ("driver", "router"):
-        governors = (settings.get(role) or {}).get("governors") or {}
-        slow = {g: cpus for g, cpus in governors.items() if g != "performance"}
+    for role, side in (("driver", driver), ("router", router)):
+        slow = {g: cpus for g, cpus in (side.governors if side else {}).items()
+                if g != "performance"}
         if slow:
             shown = ", ".join(f"{g} on CPUs {cpus}" for g, cpus in slow.items())
             warnings.append(f"the {role}'s CPUs run the cpufreq governor {shown}, not "
@@ -4560,8 +4968,8 @@ def environment_record(capture: CaptureSettings, before: dict, after: dict) -> d
     if capture.probes:
         record["probes"] = {"before": before["probes"], "after": after["probes"]}
     if capture.gpu:
-        record["gpu"] = {"tool": GPU_COMMANDS[capture.gpu][0], "before": before["gpu"],
-                         "after": after["gpu"]}
+        record["gpu"] = {"tool": gpu_tool(capture.gpu).name, "before": before["gpu"].to_json(),
+                         "after": after["gpu"].to_json()}
     if capture.metrics:
         errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
         record["metrics"] = {"error": errors[0]} if errors else {
@@ -5465,7 +5873,7 @@ def timer_resolution_ns() -> int:
     return smallest or 0
 
 
-def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
+def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
     """Return the driver's floor: latency percentiles of requests to an in-process loopback
     responder through the same event loop as every pass, and the timer's resolution."""
     responder = LoopbackResponder()
@@ -5478,18 +5886,17 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> dict:
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
-    floor = {"requests": requests, "ok": len(latencies),
-             "timer_resolution_ns": timer_resolution_ns(),
-             "clock_resolution_ns": round(time.get_clock_info("perf_counter").resolution * 1e9)}
-    if latencies:
-        floor.update(rounded_percentiles(latencies, (10, 50, 90, 99), ""))
-        # the spread a p50 difference must clear before this driver can resolve it
-        floor["spread_ms"] = round(floor["p90_ms"] - floor["p10_ms"], 4)
-    return floor
+    floor = Floor(requests, len(latencies), timer_resolution_ns(),
+                  round(time.get_clock_info("perf_counter").resolution * 1e9))
+    if not latencies:
+        return floor
+    figures = rounded_percentiles(latencies, (10, 50, 90, 99), "")
+    # the spread a p50 difference must clear before this driver can resolve it
+    return floor._replace(**figures, spread_ms=round(figures["p90_ms"] - figures["p10_ms"], 4))
 
 
 def warm_up(target: Target, payloads: Sequence[bytes], count: int,
-            stop: threading.Event, expects: Sequence[tuple] = ()) -> dict:
+            stop: threading.Event, expects: Sequence[tuple] = ()) -> Warmup:
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
@@ -5497,24 +5904,22 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
-    if counts["requests"] and not counts["ok"] and not counts.get("rejected"):
-        counts["all_failed"] = True
-    hashes = config_hashes_of(results)
-    if hashes:  # more than one: the router reloaded during the warm-up
-        counts["config_hashes"] = list(hashes)
-    return counts
+    # more than one config hash: the router reloaded during the warm-up
+    return Warmup(**counts, config_hashes=tuple(config_hashes_of(results)),
+                  all_failed=bool(counts["requests"] and not counts["ok"]
+                                  and not counts.get("rejected")))
 
 
-def warn_of_warm_up(target: Target, payload: bytes, warmup: dict, stop: threading.Event,
+def warn_of_warm_up(target: Target, payload: bytes, warmup: Warmup, stop: threading.Event,
                     notify: Callable[[str], None]) -> None:
     """Warn of a warm-up whose every request failed, and of warm-up answers of 2xx without a
     decision: where the decision was looked for, and which --decision-path would read the
     answer one more request gets."""
-    if warmup.get("all_failed"):
-        kinds = ", ".join(f"{kind} {n}" for kind, n in warmup["errors"].items())
+    if warmup.all_failed:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in (warmup.errors or {}).items())
         notify(f"warning: every warm-up request failed ({kinds}); the passes may measure a "
                f"router that is not ready")
-    count = (warmup.get("errors") or {}).get("no_decision")
+    count = (warmup.errors or {}).get("no_decision")
     if not count:
         return
     connection = Connection(target.endpoint, target.timeout,
@@ -5833,27 +6238,19 @@ def guarded_pass(context: RunContext, item: PassPlan, title: str) -> PassRecord:
 
 
 def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
-                    thresholds: Thresholds = Thresholds()) -> dict:
+                    thresholds: Thresholds = Thresholds()) -> RunSettings:
     """Return the run file's record of how the run was asked to measure."""
     closed = [p.connections for p in plan.passes if p.rate is None]
     open_loop = [p for p in plan.passes if p.rate is not None]
     model = open_loop[0] if open_loop else PassPlan("", 64)
     length = plan.passes[0] if plan.passes else PassPlan("", 1)
-    return {
-        "warmup": plan.warmup, "concurrency": closed, "rates": [p.rate for p in open_loop],
-        "repeat": length.repeat, "duration_s": length.duration,
-        "arrival": model.arrival, "seed": model.seed, "connections": model.connections,
-        "timeout_s": target.timeout, "decision_paths": list(target.decision_paths),
-        "max_load": guard.max_load, "load_retries": guard.retries,
-        "load_pause_s": guard.pause, "max_errors": plan.max_errors,
-        "wait_ready_s": plan.wait_ready, "router_max_concurrency": plan.router_max_concurrency,
-        "sampling_seed": target.sampling_seed,
-        "expected_config_hash": next((value for name, value in target.headers
-                                      if name == EXPECTED_HASH_HEADER), None),
-        "percentile_method": PERCENTILE_METHOD,
-        "latency": LATENCY_DEFINITION, **thresholds._asdict(),
-        **({"ladder": plan.ladder.to_json()} if plan.ladder else {}),
-    }
+    return RunSettings(
+        plan.warmup, tuple(closed), tuple(p.rate for p in open_loop), length.repeat,
+        length.duration, model.arrival, model.seed, model.connections, target.timeout,
+        tuple(target.decision_paths), guard.max_load, guard.retries, guard.pause,
+        plan.max_errors, plan.wait_ready, plan.router_max_concurrency, target.sampling_seed,
+        next((value for name, value in target.headers if name == EXPECTED_HASH_HEADER), None),
+        PERCENTILE_METHOD, LATENCY_DEFINITION, thresholds, plan.ladder)
 
 
 def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[RunFile]:
@@ -5897,13 +6294,12 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
         driver={"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
         router={"pid": capture.router_pid, "cgroup": capture.router_cgroup,
                 "container": capture.router_container, "cpus": capture.router_cpu_list},
-        captures={
-            "probes": [name for name, _ in capture.probes],
-            "gpu": GPU_COMMANDS[capture.gpu][0] if capture.gpu else None,
-            "gpu_indexes": list(capture.gpu_indexes), "histograms": list(capture.histograms),
-            "metrics_url": scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
-            if capture.metrics else None,
-            "metric_patterns": [p.pattern for p in capture.metric_patterns]},
+        captures=Captures(
+            tuple(name for name, _ in capture.probes),
+            gpu_tool(capture.gpu).name if capture.gpu else None, tuple(capture.gpu_indexes),
+            tuple(capture.histograms),
+            scrubbed(capture.metrics.shown, capture.secrets)  # ?key=TOKEN
+            if capture.metrics else None, tuple(p.pattern for p in capture.metric_patterns)),
         settings=settings_record(target, plan, guard, thresholds), ready_after_s=ready_after,
         floor=floor, warmup=warmup, host_settings=host, signal_names=target.signal_names)
     return finished_run(run, thresholds, notify)
@@ -6341,18 +6737,18 @@ def run_signature(run: RunFile) -> dict:
     """
     settings = run.settings
     version = str(run.tool.get("version", ""))
-    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+    repeat, duration = settings.repeat, settings.duration_s
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
     ladder = run.ladder
     if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
-        names = (f"ladder of {' '.join(pass_name(c) for c in settings.get('concurrency', []))}"
-                 f"{' '.join(pass_name(64, r) for r in settings.get('rates', []))}, margin "
+        names = (f"ladder of {' '.join(pass_name(c) for c in settings.concurrency)}"
+                 f"{' '.join(pass_name(64, r) for r in settings.rates)}, margin "
                  f"{ladder.margin_pct:g}%, SLO {ladder.slo_p95_ms or 'none'}")
-    return {"corpus": run.corpus_sha256[:12], "warmup": settings.get("warmup"),
+    return {"corpus": run.corpus_sha256[:12], "warmup": settings.warmup,
             "passes": names + length,
-            "model": run.model, "decision_paths": " ".join(settings.get("decision_paths", [])),
-            "timeout": settings.get("timeout_s"), "tool": version.split(".")[0],
+            "model": run.model, "decision_paths": " ".join(settings.decision_paths),
+            "timeout": settings.timeout_s, "tool": version.split(".")[0],
             "cache": "detected" if run.cache_finding["detected"] else "not detected"}
 
 
@@ -6871,7 +7267,7 @@ class RoundsReport(NamedTuple):
     errors: Tuple[PassErrors, ...]  # PassErrors
     warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
     notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
-    environment: tuple  # one dict per round and side
+    environment: Tuple[EnvironmentRow, ...]  # one per round and side
     order: RoundOrder
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
     outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
@@ -6992,7 +7388,8 @@ class Overload(NamedTuple):
     """The requests a run's router shed with 429 OVERLOADED, and the run's settings that
     bear on it."""
     shed: int
-    declared_limit: int  # --router-max-concurrency, the router's max_concurrency declared
+    # --router-max-concurrency, the router's max_concurrency declared (None: not recorded)
+    declared_limit: Optional[int]
     timeout_s: Optional[float]  # the client's --timeout; None where the file has none
 
 
@@ -7001,9 +7398,7 @@ def run_overload(run: RunFile) -> Optional[Overload]:
     shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
     if not shed:
         return None
-    timeout = run.settings.get("timeout_s")
-    return Overload(shed, run.settings.get("router_max_concurrency", ROUTER_MAX_CONCURRENCY),
-                    timeout if isinstance(timeout, (int, float)) else None)
+    return Overload(shed, run.settings.router_max_concurrency, run.settings.timeout_s)
 
 
 def not_found_only(run: RunFile) -> int:
@@ -7579,83 +7974,86 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
 
 def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
     """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
-    passes and cpufreq governors, for its environment row."""
-    def span(name: str, values: Iterable[Optional[float]]) -> dict:
+    passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
+    def span(values: Iterable[Optional[float]]) -> tuple:
         known = [v for v in values if v is not None]
-        return {f"{name}_min": min(known) if known else None,
-                f"{name}_max": max(known) if known else None}
+        return (min(known), max(known)) if known else (None, None)
 
     foreign = [e.foreign_vcpus for e in envs if e.foreign_vcpus is not None]
     limit = run.thresholds.max_foreign_cpus
-    fields = {**span("router_cpu_ms", (e.router_cpu_ms for e in envs)),
-              "foreign_vcpus_max": max(foreign) if foreign else None,
-              "max_foreign_cpus": limit,
-              "above_foreign_limit": bool(foreign) and max(foreign) > limit}
-    for key in GPU_FIELDS[:-1]:  # memory used: the gpu_mib range of all devices together
-        fields.update(span(f"gpu_{key}", (v for e in envs for v in e.gpu_state.get(key, ()))))
-    fields["slow_passes"] = [p.name for p in run.passes if not p.discarded and run.slow_windows(p)]
-    fields["governors"] = sorted({g for role in ("driver", "router")
-                                  for g in ((run.host_settings.get(role) or {}).get("governors")
-                                            or {})})
-    return fields
+    router_low, router_high = span(e.router_cpu_ms for e in envs)
+    # memory used is not here: the gpu_mib range of all devices together
+    gpu = {field.key: span(v for e in envs for v in e.gpu_state.get(field.key, ()))
+           for field in GPU_RANGED}
+    return {"router_cpu_ms_min": router_low, "router_cpu_ms_max": router_high,
+            "foreign_vcpus_max": max(foreign) if foreign else None,
+            "max_foreign_cpus": limit, "above_foreign_limit": bool(foreign) and max(foreign) > limit,
+            "gpu_ranges": {key: found for key, found in gpu.items() if found != (None, None)},
+            "slow_passes": tuple(p.name for p in run.passes
+                                 if not p.discarded and run.slow_windows(p)),
+            "governors": tuple(run.host_settings.governors if run.host_settings else ())}
 
 
-def suspect_flags(row: dict) -> list:
+def suspect_flags(row: EnvironmentRow) -> list:
     """Return the flags of an environment row's suspect figures."""
     flags = []
-    if row["above_foreign_limit"]:
-        flags.append(f"foreign cpus above {row['max_foreign_cpus']:g}")
-    if row["slow_passes"]:
-        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row["slow_passes"]))
-    slow_governors = [g for g in row["governors"] if g != "performance"]
+    if row.above_foreign_limit:
+        flags.append(f"foreign cpus above {row.max_foreign_cpus:g}")
+    if row.slow_passes:
+        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row.slow_passes))
+    slow_governors = [g for g in row.governors if g != "performance"]
     if slow_governors:
         flags.append(f"governor {'/'.join(slow_governors)}")
     return flags
 
 
+def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
+    """Return a round's side's environment row, without its flags: load, CPU set, GPU
+    memory, faults and driver CPU over its passes, and the suspect fields."""
+    envs = [p.environment for p in run.passes]
+    lows = [e.load_min for e in envs if e.load_min is not None]
+    highs = [e.load_max for e in envs if e.load_max is not None]
+    peaks = [e.peak_load for e in envs if e.peak_load is not None]
+    cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
+    gpu = [v for e in envs for v in e.gpu_mib]
+    faults = [e.faults for e in envs if e.faults is not None]
+    cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
+    walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
+    return EnvironmentRow(
+        number, side, min(lows) if lows else None, max(highs) if highs else None,
+        " ".join(cpus) if cpus else None, min(gpu) if gpu else None, max(gpu) if gpu else None,
+        math.fsum(faults) if faults else None, sum(e.discarded_attempts for e in envs),
+        round(math.fsum(cpu_s), 3) if cpu_s else None,
+        round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
+        if walls and math.fsum(walls) > 0 else None,
+        bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
+        run.max_load, **suspect_fields(run, envs))
+
+
+def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
+    """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
+    load above the limit, discarded attempts, then its suspect figures."""
+    flags = [f"cpuset differs (usually {usual_cpus})"] \
+        if row.router_cpus and row.router_cpus != usual_cpus else []
+    if row.faults:
+        flags.append("restart/fault")
+    if row.above_load_limit:
+        flags.append(f"load above {row.max_load:g}")
+    if row.discarded_attempts:
+        flags.append("discarded attempts")
+    return tuple(flags + suspect_flags(row))
+
+
 def environment_rows(runs: dict, base: str, new: str) -> list:
-    """Return one row per round and side: load, CPU set, GPU memory, faults, driver CPU, flags."""
-    rows = []
-    for number, sides in runs.items():
-        for side in (base, new):
-            run = sides[side]
-            envs = [p.environment for p in run.passes]
-            lows = [e.load_min for e in envs if e.load_min is not None]
-            highs = [e.load_max for e in envs if e.load_max is not None]
-            peaks = [e.peak_load for e in envs if e.peak_load is not None]
-            cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
-            gpu = [v for e in envs for v in e.gpu_mib]
-            faults = [e.faults for e in envs if e.faults is not None]
-            cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
-            walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
-            rows.append({
-                "round": number, "side": side,
-                "load_min": min(lows) if lows else None, "load_max": max(highs) if highs else None,
-                "router_cpus": " ".join(cpus) if cpus else None,
-                "gpu_mib_min": min(gpu) if gpu else None, "gpu_mib_max": max(gpu) if gpu else None,
-                "faults": math.fsum(faults) if faults else None,
-                "discarded_attempts": sum(e.discarded_attempts for e in envs),
-                "driver_cpu_s": round(math.fsum(cpu_s), 3) if cpu_s else None,
-                "driver_cpu_pct": round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
-                if walls and math.fsum(walls) > 0 else None,
-                "above_load_limit": bool(peaks) and run.max_load is not None
-                and max(peaks) > run.max_load,
-                "max_load": run.max_load, **suspect_fields(run, envs), "flags": []})
-    for side in (base, new):
-        seen = [r["router_cpus"] for r in rows if r["side"] == side and r["router_cpus"]]
-        usual = max(set(seen), key=seen.count) if seen else None
-        for row in rows:
-            if row["side"] == side and row["router_cpus"] and row["router_cpus"] != usual:
-                row["flags"].append(f"cpuset differs (usually {usual})")
-    for row in rows:
-        if row["faults"]:
-            row["flags"].append("restart/fault")
-        if row["above_load_limit"]:
-            row["flags"].append(f"load above {row['max_load']:g}")
-        if row["discarded_attempts"]:
-            row["flags"].append("discarded attempts")
-        row["flags"] += suspect_flags(row)
-    return rows
+    """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
+    driver CPU, and flags."""
+    rows = [side_environment(number, side, sides[side])
+            for number, sides in runs.items() for side in (base, new)]
+    usual = {}
+    for side in (base, new):  # the CPU set most rounds of a side ran on
+        seen = [r.router_cpus for r in rows if r.side == side and r.router_cpus]
+        usual[side] = max(set(seen), key=seen.count) if seen else None
+    return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
 
 
 class OrderDifference(NamedTuple):
@@ -7792,18 +8190,19 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
-def format_run_header(label: str, prompts: int, sha256: str, url: str, settings: dict) -> str:
+def format_run_header(label: str, prompts: int, sha256: str, url: str,
+                      settings: RunSettings) -> str:
     """Return the line `run` starts with: what it measures where, and how long a pass is."""
     line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
-    ladder = settings.get("ladder")
+    ladder = settings.ladder
     if ladder:  # the steps it may climb, and what ends the climb
-        steps = [f"{c}" for c in settings.get("concurrency", [])] or \
-            [f"{r:g}/s" for r in settings.get("rates", [])]
-        slo = ladder.get("slo_p95_ms")
+        steps = [f"{c}" for c in settings.concurrency] or \
+            [f"{r:g}/s" for r in settings.rates]
+        slo = ladder.slo_p95_ms
         line += (f"; a ladder of up to {', '.join(steps)}"
-                 f"{'' if settings.get('rates') else ' callers'}, margin "
-                 f"{ladder.get('margin_pct'):g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
-    repeat, duration = settings.get("repeat") or 1, settings.get("duration_s")
+                 f"{'' if settings.rates else ' callers'}, margin "
+                 f"{ladder.margin_pct:g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
+    repeat, duration = settings.repeat, settings.duration_s
     if duration:
         return f"{line}; each pass cycles the corpus for {duration:g} s"
     return f"{line}; each pass sends the corpus {repeat} times" if repeat > 1 else line
@@ -7994,34 +8393,33 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
     for item, record in gpu:
         state = item.environment.gpu_state
         rows.append([pass_title(item.name)]
-                    + [span_text(min(state[k]), max(state[k]), fmt_reading)
-                       if state.get(k) else "n/a" for k in GPU_FIELDS[:-1]]
+                    + [span_text(min(state[f.key]), max(state[f.key]), fmt_reading)
+                       if state.get(f.key) else "n/a" for f in GPU_RANGED]
                     + [span_text(min(item.environment.gpu_mib, default=None),
                                  max(item.environment.gpu_mib, default=None), fmt_reading)])
         for moment in ("before", "after"):
-            reading = record.get(moment) if isinstance(record.get(moment), dict) else {}
-            for key in ("error", "note"):
-                if reading.get(key):
-                    notes.append(f"gpu {moment} {pass_title(item.name)}: {reading[key]}")
+            reading = GpuReading.from_json(record.get(moment), moment) or GpuReading()
+            notes += [f"gpu {moment} {pass_title(item.name)}: {text}"
+                      for text in (reading.error, reading.note) if text]
     tool = gpu[0][1].get("tool") or "gpu"
     return ([f"gpu ({tool}), before and after each pass:"]
-            + render_table(["pass", "temp C", "sclk MHz", "mclk MHz", "power W", "use %",
-                            "used MiB"], rows, right=[False]) + notes)
+            + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
+                            *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows,
+                           right=[False]) + notes)
 
 
-def format_host(settings: dict) -> list:
+def format_host(settings: Optional[HostSettings]) -> list:
     """Return the run's host settings in one or two lines."""
     if not settings:
         return []
     parts = []
-    for role in ("driver", "router"):
-        cpus = settings.get(role) or {}
+    for role, cpus in (("driver", settings.driver), ("router", settings.router)):
         if cpus:
-            governors = ", ".join(f"{g} ({c})" for g, c in cpus["governors"].items()) or "n/a"
-            boost = ", ".join(f"{b} ({c})" for b, c in cpus["boost"].items()) or "n/a"
-            parts.append(f"{role} CPUs {cpus['cpus']}: governor {governors}, boost {boost}")
-    return [f"host: {settings.get('cpu_model') or 'CPU n/a'}; kernel {settings.get('kernel')}; "
-            f"Python {settings.get('python')}; router-latency {settings.get('tool_version')}"] \
+            governors = ", ".join(f"{g} ({c})" for g, c in cpus.governors.items()) or "n/a"
+            boost = ", ".join(f"{b} ({c})" for b, c in cpus.boost.items()) or "n/a"
+            parts.append(f"{role} CPUs {cpus.cpus}: governor {governors}, boost {boost}")
+    return [f"host: {settings.cpu_model or 'CPU n/a'}; kernel {settings.kernel}; "
+            f"Python {settings.python}; router-latency {settings.tool_version}"] \
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
@@ -8482,13 +8880,13 @@ def environment_tables(report: RoundsReport) -> tuple:
     span = span_text
     table = []
     for row in report.environment:
-        cpu = "n/a" if row["driver_cpu_s"] is None else (
-            f"{row['driver_cpu_s']:.2f} s" + (f" ({row['driver_cpu_pct']:.0f}%)"
-                                             if row["driver_cpu_pct"] is not None else ""))
-        table.append([f"r{row['round']}", row["side"], span(row["load_min"], row["load_max"]),
-                      row["router_cpus"] or "n/a", span(row["gpu_mib_min"], row["gpu_mib_max"]),
-                      "n/a" if row["faults"] is None else f"{row['faults']:g}",
-                      str(row["discarded_attempts"]), cpu, ", ".join(row["flags"]) or "-"])
+        cpu = "n/a" if row.driver_cpu_s is None else (
+            f"{row.driver_cpu_s:.2f} s" + (f" ({row.driver_cpu_pct:.0f}%)"
+                                          if row.driver_cpu_pct is not None else ""))
+        table.append([f"r{row.round}", row.side, span(row.load_min, row.load_max),
+                      row.router_cpus or "n/a", span(row.gpu_mib_min, row.gpu_mib_max),
+                      "n/a" if row.faults is None else f"{row.faults:g}",
+                      str(row.discarded_attempts), cpu, ", ".join(row.flags) or "-"])
     tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
                          "discarded", "driver cpu", "flags"], table,
                     [False, False, True, False, True, True, True, True, False])]
@@ -8515,22 +8913,18 @@ def without_empty_columns(table: Table) -> tuple:
 def router_and_gpu_tables(report: RoundsReport) -> list:
     """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
     and slow passes; none when no run recorded any."""
-    keys = ["router_cpu_ms", *(f"gpu_{k}" for k in GPU_FIELDS[:-1])]
     rows = report.environment
-    if not any(r.get(f"{k}_min") is not None for r in rows for k in keys) \
-            and not any(r.get("foreign_vcpus_max") is not None or r.get("slow_passes")
-                        for r in rows):
+    if not any(r.router_cpu_ms_min is not None or r.gpu_ranges
+               or r.foreign_vcpus_max is not None or r.slow_passes for r in rows):
         return []
-    table = [[f"r{r['round']}", r["side"],
-              span_text(r.get("router_cpu_ms_min"), r.get("router_cpu_ms_max")),
-              fmt_value(r.get("foreign_vcpus_max"))]
-             + [span_text(r.get(f"{k}_min"), r.get(f"{k}_max"), fmt_reading)
-                for k in keys[1:]]
-             + [", ".join(pass_title(n) for n in r.get("slow_passes") or ()) or "-"]
+    table = [[f"r{r.round}", r.side, span_text(r.router_cpu_ms_min, r.router_cpu_ms_max),
+              fmt_value(r.foreign_vcpus_max)]
+             + [span_text(*r.gpu_range(f.key), fmt_reading) for f in GPU_RANGED]
+             + [", ".join(pass_title(n) for n in r.slow_passes) or "-"]
              for r in rows]
     return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
-                       "gpu temp C", "sclk MHz", "mclk MHz", "gpu W", "gpu use %",
-                       "slow phases"], table, [False, False] + [True] * 7 + [False])]
+                       *(f.column for f in GPU_RANGED), "slow phases"], table,
+                  [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
 
 
 def format_order(report: RoundsReport) -> list:
@@ -8655,7 +9049,8 @@ def rounds_json(report: RoundsReport) -> dict:
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
             "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": list(report.environment), "order": order_json(report.order),
+            "environment": [row.to_json() for row in report.environment],
+            "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
             "outliers": list(report.outliers),
@@ -8860,7 +9255,7 @@ def record_json(sections: Sequence[RecordSection]) -> dict:
     for section in sections:
         rounds = {f"r{n}": {side: {
             "file": run.path, "label": run.label, "complete": run.complete,
-            "started_utc": run.started_utc, "host_settings": run.host_settings,
+            "started_utc": run.started_utc, "host_settings": run.host_settings.to_json() if run.host_settings else {},
             "config_hashes": list(run.config_hashes),
             "passes": [{"name": p.name, "discarded": p.discarded,
                         **{k: v for k, v in p.attempt.to_json(requests=[]).items()
@@ -8954,10 +9349,10 @@ def failed_sentence(report: RoundsReport) -> str:
 
 def faults_sentence(report: RoundsReport) -> str:
     """Return the rounds and sides whose router restarted or whose device faulted."""
-    faults = [row for row in report.environment if row["faults"]]
+    faults = [row for row in report.environment if row.faults]
     return ("restarts and device faults: none recorded"
             if not faults else "restarts and device faults: " + ", ".join(
-                f"r{row['round']} {row['side']} {row['faults']:g}" for row in faults))
+                f"r{row.round} {row.side} {row.faults:g}" for row in faults))
 
 
 def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
@@ -10963,10 +11358,12 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                         "4 KB of stdout are stored (repeatable)")
     p.add_argument("--probe-timeout", type=positive_float, default=10.0,
                    help="seconds a probe, GPU tool or metrics scrape may take")
-    p.add_argument("--gpu", choices=("auto", "rocm", "amd", "nvidia", "none"), default="auto",
-                   help="record GPU temperature, clocks, power, use and memory before and after "
-                        "each pass with rocm-smi, amd-smi or nvidia-smi (auto: the first of "
-                        "them on PATH)")
+    names = [tool.name for tool in GPU_TOOLS]
+    p.add_argument("--gpu", choices=("auto", *(tool.choice for tool in GPU_TOOLS), "none"),
+                   default="auto",
+                   help=f"record GPU temperature, clocks, power, use and memory before and after "
+                        f"each pass with {', '.join(names[:-1])} or {names[-1]} (auto: the "
+                        f"first of them on PATH)")
     p.add_argument("--gpu-index", type=index_list, metavar="N[,N...]",
                    help="only these GPUs, by the tool's own index (default: all visible)")
     router = p.add_mutually_exclusive_group()

@@ -147,7 +147,7 @@ def written_run(path: str, label: str, started: float, values: dict) -> None:
         attempt = rl.Attempt(None, None, "", started, {}, None, {}, summary, requests)
         passes.append(rl.PassRecord(name, concurrency, False, False, attempt))
     run = rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": count},
-                     tuple(passes), started_unix=started, settings={"max_load": 120.0})
+                     tuple(passes), started_unix=started, settings=rl.RunSettings(max_load=120.0))
     rl.write_atomic(path, rl.dump_run(run))
 
 

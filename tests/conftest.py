@@ -104,7 +104,7 @@ def make_run(path, *, label="x", sha="a" * 64, count=101, passes=None, decisions
         records.append(rl.PassRecord(name, concurrency, False, False, attempt))
     run = rl.RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
                      tuple(records), started_utc=started, started_unix=started_unix,
-                     settings={"max_load": 120.0}, host_settings=host_settings or {})
+                     settings=rl.RunSettings(max_load=120.0), host_settings=rl.HostSettings.from_json(host_settings or {}, "test"))
     rl.write_atomic(str(path), rl.dump_run(run))
     return str(path)
 

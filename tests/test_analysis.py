@@ -64,7 +64,7 @@ def repeated_run(path, label, decisions):
                          requests)
     run = rl.RunFile(label, True, {"path": "c.json", "sha256": "a" * 64, "count": 3},
                      (rl.PassRecord("sequential", 1, False, False, attempt),),
-                     settings={"repeat": 2})
+                     settings=rl.RunSettings(repeat=2))
     rl.write_atomic(str(path), rl.dump_run(run))
     return str(path)
 
@@ -93,7 +93,7 @@ def test_rounds_refuses_runs_of_passes_of_another_length(tmp_path, cli, settings
         sides(tmp_path, number)
     path = str(tmp_path / "r2-gpu.json")
     run = rl.load_run(path)
-    rl.write_atomic(path, rl.dump_run(run._replace(settings={**run.settings, **settings})))
+    rl.write_atomic(path, rl.dump_run(run._replace(settings=run.settings._replace(**settings))))
     refused = rounds(cli, tmp_path)
     assert refused.code == 2 and f"the runs were not measured alike: passes: r2-gpu.json " \
         f"{shown!r} (r1-cpu.json 'sequential')" in refused.err

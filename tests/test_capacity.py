@@ -232,8 +232,8 @@ def ladder_in_memory(label, number, top, slo=50.0):
     passes = tuple(pass_of(c, rps, p95) for c, rps, p95 in figures)
     return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 40}, passes,
                       started_unix=2.0 * number + (label == "new"),
-                      settings={"ladder": {"margin_pct": 10.0, "slo_p95_ms": slo},
-                                "concurrency": [1, 2, 4, 8, 16]},
+                      settings=rl.RunSettings(ladder=rl.Ladder(10.0, slo),
+                                              concurrency=(1, 2, 4, 8, 16)),
                       path=f"r{number}-{label}.json")
 
 
@@ -312,7 +312,7 @@ def test_the_report_page_draws_the_pareto_plot():
     texts = ["".join(t.itertext()) for t in plot.iter(f"{svg}text")]
     assert "SLO: p95 50 ms" in texts
     assert any(t.startswith("new capacity ") for t in texts)
-    no_ladder = rl.judge_rounds({n: {s: r._replace(settings={}) for s, r in sides.items()}
+    no_ladder = rl.judge_rounds({n: {s: r._replace(settings=rl.RunSettings()) for s, r in sides.items()}
                                  for n, sides in ladder_rounds().items()}, "base", "new")
     assert "throughput against p95" not in rl.report_page(no_ladder)
 

@@ -157,15 +157,15 @@ def state(temp=None, sensor=None, sclk=None, mclk=None, power=None, util=None, u
 
 def test_parse_rocm_smi_real_samples():
     reading = rl.parse_rocm_smi(ROCM_WARNING + ROCM_RX7900XTX)
-    assert reading == {"used_mib": {"card0": 757.5}, "devices": {"card0": state(
+    assert reading.to_json() == {"used_mib": {"card0": 757.5}, "devices": {"card0": state(
         49.0, "junction", power=19.0, util=0.0, used=757.5)}}
-    assert rl.parse_rocm_smi(ROCM_MI250)["devices"] == {"card0": state(
+    assert rl.parse_rocm_smi(ROCM_MI250).devices == {"card0": state(
         44.0, "junction", 800.0, 1600.0, 91.0, 0.0)}
-    assert rl.parse_rocm_smi(ROCM_RX6700XT_602)["devices"]["card0"] == state(
+    assert rl.parse_rocm_smi(ROCM_RX6700XT_602).devices["card0"] == state(
         47.0, "junction", 500.0, 96.0, None, 0.0, 1499.9)
-    assert rl.parse_rocm_smi(ROCM_2019)["devices"]["card0"] == state(
+    assert rl.parse_rocm_smi(ROCM_2019).devices["card0"] == state(
         103.0, "junction", power=222.0)
-    assert rl.parse_rocm_smi(ROCM_780M)["devices"]["card0"] == state(
+    assert rl.parse_rocm_smi(ROCM_780M).devices["card0"] == state(
         31.0, "edge", 800.0, 400.0, 7.222, 19.0)
     for text in ('{"system": {}}', "WARNING: No JSON data to report\n", "[]"):
         with pytest.raises(ValueError):
@@ -173,10 +173,10 @@ def test_parse_rocm_smi_real_samples():
 
 
 def test_parse_amd_smi_real_samples():
-    assert rl.parse_amd_smi(AMD_SMI_61_POWER) == {"used_mib": {}, "devices": {
+    assert rl.parse_amd_smi(AMD_SMI_61_POWER).to_json() == {"used_mib": {}, "devices": {
         "gpu0": state(power=10.0)}}
-    assert rl.parse_amd_smi(AMD_SMI_72_USAGE)["devices"] == {"gpu1": state(util=100.0)}
-    assert rl.parse_amd_smi(AMD_SMI_MI300X_SHAPED)["devices"] == {"gpu0": state(
+    assert rl.parse_amd_smi(AMD_SMI_72_USAGE).devices == {"gpu1": state(util=100.0)}
+    assert rl.parse_amd_smi(AMD_SMI_MI300X_SHAPED).devices == {"gpu0": state(
         42.0, "hotspot", 2107.0, 1230.0, 234.0, 100.0)}
     for text in ('{"gpu_data": []}', '{"gpu_data": {}}', "no json here"):
         with pytest.raises(ValueError):
@@ -185,14 +185,14 @@ def test_parse_amd_smi_real_samples():
 
 def test_parse_nvidia_smi_real_samples():
     h100 = state(59.0, "gpu", 1980.0, 2619.0, 631.95, 100.0, 19818.0)
-    assert rl.parse_nvidia_smi(NVIDIA_H100) == {"used_mib": {"gpu0": 19818.0},
-                                                "devices": {"gpu0": h100}}
-    assert rl.parse_nvidia_smi(NVIDIA_H100_MIG)["devices"]["gpu0"]["util_pct"] is None
-    assert rl.parse_nvidia_smi(NVIDIA_TWO)["devices"] == {
+    assert rl.parse_nvidia_smi(NVIDIA_H100).to_json() == {"used_mib": {"gpu0": 19818.0},
+                                                          "devices": {"gpu0": h100}}
+    assert rl.parse_nvidia_smi(NVIDIA_H100_MIG).devices["gpu0"]["util_pct"] is None
+    assert rl.parse_nvidia_smi(NVIDIA_TWO).devices == {
         "gpu0": state(60.0, "gpu", None, 5508.0, 106.56, 36.0, 2856.0),
         "gpu1": state(49.0, "gpu", None, 405.0, 5.68, 0.0, 4.0)}
     # without a header the columns follow the query (the H100's figures, in that order)
-    assert rl.parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n")["devices"] == {
+    assert rl.parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n").devices == {
         "gpu0": h100}
     with pytest.raises(ValueError):
         rl.parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\n")
@@ -200,11 +200,11 @@ def test_parse_nvidia_smi_real_samples():
 
 def test_select_gpus_by_the_tools_index():
     reading = rl.parse_nvidia_smi(NVIDIA_TWO)
-    assert list(rl.select_gpus(reading, (1,))["devices"]) == ["gpu1"]
-    assert rl.select_gpus(reading, (1,))["used_mib"] == {"gpu1": 4.0}
-    assert rl.select_gpus(reading, (1, 3))["note"] == "no GPU 3 in the tool's output"
+    assert list(rl.select_gpus(reading, (1,)).devices) == ["gpu1"]
+    assert rl.select_gpus(reading, (1,)).used_mib == {"gpu1": 4.0}
+    assert rl.select_gpus(reading, (1, 3)).note == "no GPU 3 in the tool's output"
     assert rl.select_gpus(reading, ()) == reading
-    assert rl.select_gpus({"error": "x"}, (0,)) == {"error": "x"}
+    assert rl.select_gpus(rl.GpuReading(error="x"), (0,)) == rl.GpuReading(error="x")
 
 
 @pytest.fixture
@@ -241,9 +241,38 @@ def test_gpu_state_from_a_fake_rocm_smi(simulator, fake_tools, tmp_path, cli):
     for item in document["passes"]:
         gpu = item["environment"]["gpu"]
         assert gpu["tool"] == "rocm-smi"
-        assert gpu["before"] == gpu["after"] == rl.parse_rocm_smi(ROCM_RX7900XTX)
+        assert gpu["before"] == gpu["after"] == rl.parse_rocm_smi(ROCM_RX7900XTX).to_json()
     assert "gpu (rocm-smi), before and after each pass:" in result.out
     assert re.search(r"^Sequential\s+49\s+n/a\s+n/a\s+19\s+0\s+757\.5$", result.out, re.M)
+
+
+def test_a_gpu_tool_is_one_entry_of_the_table_of_tools(simulator, fake_tools, tmp_path, cli,
+                                                       monkeypatch):
+    # a tool added to GPU_TOOLS is a --gpu choice, in its help, found by auto, run with its
+    # command, read by its parser, and shown in the GPU table under the fields' titles
+    def parse_xpu(text):
+        return rl.gpu_reading_of({"xpu0": {f.key: float(i + 1) for i, f in enumerate(
+            rl.GPU_FIELDS)} | {"temp_sensor": "gpu"}}, "xpu-smi")
+
+    monkeypatch.setattr(rl, "GPU_TOOLS", (rl.GpuTool("xpu", ("xpu-smi", "dump"), parse_xpu),
+                                          *rl.GPU_TOOLS))
+    fake_tools("xpu-smi", "anything\n")
+    assert "{auto,xpu,rocm,amd,nvidia,none}" in cli("run", "--help").out
+    assert "with xpu-smi, rocm-smi, amd-smi or nvidia-smi" in " ".join(
+        cli("run", "--help").out.split())
+    assert rl.resolve_gpu("auto") == "xpu"
+    for extra in ((), ("--gpu", "xpu")):
+        (tmp_path / "run.json").unlink(missing_ok=True)
+        document, result = run_once(cli, simulator(delay_ms=0), tmp_path, *extra)
+        assert document["captures"]["gpu"] == "xpu-smi"
+        assert document["passes"][0]["environment"]["gpu"]["after"]["devices"]["xpu0"][
+            "power_w"] == 4.0
+        assert re.search(r"^pass\s+temp C\s+sclk MHz\s+mclk MHz\s+power W\s+use %\s+used MiB$",
+                         result.out, re.M)
+        assert re.search(r"^Sequential\s+1\s+2\s+3\s+4\s+5\s+6$", result.out, re.M)
+    refused = cli("run", "--url", "http://127.0.0.1:1", "--corpus", "c", "--out", "o",
+                  "--gpu", "tpu")
+    assert refused.code == 2 and "invalid choice: 'tpu'" in refused.err
 
 
 def test_gpu_state_from_a_fake_amd_smi_and_nvidia_smi(simulator, fake_tools, tmp_path, cli):
@@ -494,7 +523,7 @@ def test_router_cpu_per_request_and_foreign_vcpus_from_a_fake_cgroup(simulator, 
         assert use.foreign_vcpus == pytest.approx(max(30 / hz - 0.06, 0) / use.interval_s,
                                                   abs=0.002)
         assert item.environment.router_cpu_ms == 2.0
-    assert run.host_settings["router"]["cpus"] == "2-3"
+    assert run.host_settings.router.cpus == "2-3"
 
 
 def test_router_cpu_of_a_real_process_and_its_threads(simulator, tmp_path, cli):
@@ -566,10 +595,10 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
     (cpu / "intel_pstate").mkdir()
     (cpu / "intel_pstate" / "no_turbo").write_text("1\n")
     settings = rl.host_settings([0, 1], "1-2,7", sys_root=str(sys_root))
-    assert settings["driver"] == {"cpus": "0-1", "boost": {"off": "0-1"},
-                                  "governors": {"performance": "0", "powersave": "1"}}
-    assert settings["router"]["governors"] == {"powersave": "1-2"}
-    assert settings["kernel"] and settings["python"] and settings["tool_version"]
+    assert settings.driver == rl.CpuSettings("0-1", {"performance": "0", "powersave": "1"},
+                                             {"off": "0-1"})
+    assert settings.router.governors == {"powersave": "1-2"}
+    assert settings.kernel and settings.python and settings.tool_version
     assert rl.host_warnings(settings) == [
         "the driver may run on the router's CPUs 1: it competes with the router, and its CPU "
         "time counts as foreign (taskset -c pins the driver elsewhere)",
@@ -584,10 +613,9 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
         rl.Target(rl.parse_endpoint(router.url)), rl.RunPlan(rl.plan_passes((1,)), warmup=0),
         capture=rl.CaptureSettings(router_cpu_list="1-2", sys_root=str(sys_root)),
         notify=heard.append), corpus, label="x")
-    assert run.host_settings["router"]["governors"] == {"powersave": "1-2"}
+    assert run.host_settings.router.governors == {"powersave": "1-2"}
     assert "warning: the router's CPUs run the cpufreq governor powersave on CPUs 1-2" in heard[-1]
-    assert rl.cpufreq_settings([0], str(tmp_path / "nothing")) == {
-        "cpus": "0", "governors": {}, "boost": {}}
+    assert rl.cpufreq_settings([0], str(tmp_path / "nothing")) == rl.CpuSettings("0", {}, {})
 
 
 def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path, cli):
@@ -605,4 +633,4 @@ def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path
     assert re.search(r"^slow phase in Sequential: windows [0-9, ]*5[0-9, ]*10 of 10 ",
                      result.out, re.M)
     assert "Sequential: slow phase in " in result.err
-    assert run.settings["window_requests"] == 10 and run.thresholds.slow_p95_factor == 2.0
+    assert run.settings.thresholds.window_requests == 10 and run.thresholds.slow_p95_factor == 2.0

@@ -158,10 +158,8 @@ def test_every_run_file_holds_what_its_entry_renders(tmp_path, simulator, cli):
         assert data and paths[name].read_bytes() == data
 
 
-# the sections whose records are reports (or what renders them), and the fields that another
-# part still holds: RoundsReport.environment becomes EnvironmentRow with the run file's records
+# the sections whose records are reports (or what renders them)
 REPORT_SECTIONS = ("analysis", "rendering", "report page")
-PENDING = {("RoundsReport", "environment")}
 BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
 
 
@@ -184,7 +182,7 @@ def test_no_report_record_has_a_field_typed_bare():
             "PassBreakdown", "InputSlowdowns", "ReportFormat"} <= set(records)
     bare = [(record, field, annotation) for record, fields in records.items()
             for field, annotation in fields.items()
-            if BARE.search(str(annotation)) and (record, field) not in PENDING]
+            if BARE.search(str(annotation))]
     assert bare == []
 
 

@@ -193,7 +193,7 @@ def timed_run(path, label, started, latencies):
     run = rl.RunFile(label, True, {"path": "c.json", "sha256": "a" * 64,
                                    "count": len(latencies)},
                      (rl.PassRecord("sequential", 1, False, False, attempt),),
-                     started_unix=started, settings={"max_load": 120.0})
+                     started_unix=started, settings=rl.RunSettings(max_load=120.0))
     rl.write_atomic(str(path), rl.dump_run(run))
 
 

@@ -776,7 +776,7 @@ def test_every_run_records_the_driver_floor(simulator, tmp_path, cli):
 def with_floor(path, spread):
     """Give a run file the driver's floor spread (p90 - p10), through the tool's writer."""
     run = rl.load_run(path)
-    rl.write_atomic(path, rl.dump_run(run._replace(floor={"spread_ms": spread})))
+    rl.write_atomic(path, rl.dump_run(run._replace(floor=rl.Floor(spread_ms=spread))))
     return path
 
 

@@ -379,6 +379,31 @@ def suspect_rounds(folder):
                     "powersave" if odd else "performance": "0-1"}, "boost": {}}})
 
 
+def test_an_environment_row_is_a_record_written_as_the_json_report_always_held_it(tmp_path,
+                                                                                   cli):
+    suspect_rounds(tmp_path)
+    runs = {n: {s: rl.load_run(str(tmp_path / f"r{n}-{s}.json")) for s in ("cpu", "gpu")}
+            for n in (1, 2, 3)}
+    rows = rl.environment_rows(runs, "cpu", "gpu")
+    assert [(r.round, r.side) for r in rows] == [(n, s) for n in (1, 2, 3) for s in ("cpu", "gpu")]
+    odd = rows[3]  # r2 gpu: its driver's CPUs run powersave, its router's foreign vCPUs 1.4
+    assert odd.flags == ("foreign cpus above 1", "slow phase: Conc 4", "governor powersave")
+    assert odd.gpu_range("temp_c") == (42.0, 48.5) and rows[2].gpu_range("temp_c") == (None, None)
+    assert odd.governors == ("powersave",) and odd.slow_passes == ("c4",)
+    keys = list(odd.to_json())
+    assert keys[:13] == ["round", "side", "load_min", "load_max", "router_cpus", "gpu_mib_min",
+                         "gpu_mib_max", "faults", "discarded_attempts", "driver_cpu_s",
+                         "driver_cpu_pct", "above_load_limit", "max_load"]
+    assert keys[13:] == ["router_cpu_ms_min", "router_cpu_ms_max", "foreign_vcpus_max",
+                         "max_foreign_cpus", "above_foreign_limit",
+                         *(f"gpu_{f.key}_{end}" for f in rl.GPU_RANGED for end in ("min", "max")),
+                         "slow_passes", "governors", "flags"]
+    document = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                              "--format", "json").out)
+    assert document["environment"] == [json.loads(json.dumps(r.to_json())) for r in rows]
+    assert document["environment"][3]["gpu_sclk_mhz_max"] == 2100.0
+
+
 def test_rounds_environment_shows_router_cpu_gpu_state_and_slow_phases(tmp_path, cli):
     suspect_rounds(tmp_path)
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")

@@ -704,11 +704,11 @@ def test_a_gpu_figure_the_reader_would_refuse_is_no_figure(tmp_path, cell, field
     row[field] = cell
     columns = ["temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib"]
     reading = rl.parse_nvidia_smi("0, " + ", ".join(row[c] for c in columns) + "\n")
-    device = reading["devices"]["gpu0"]
+    device = reading.devices["gpu0"]
     assert device[field] is None  # today inf (a traceback at the write, the run lost) or
     assert device["temp_c" if field != "temp_c" else "util_pct"] is not None  # a refused file
-    make_run(tmp_path / "r.json", environment={"gpu": {"tool": "nvidia-smi", "before": reading,
-                                                        "after": reading}})
+    make_run(tmp_path / "r.json", environment={"gpu": {"tool": "nvidia-smi", "before": reading.to_json(),
+                                                        "after": reading.to_json()}})
     rl.load_run(str(tmp_path / "r.json"))
 
 

@@ -55,11 +55,11 @@ def overloaded(run, count):
     (0, {"router_max_concurrency": 4, "timeout_s": 5.0}, None),
     (1, {"router_max_concurrency": 4, "timeout_s": 5.0}, rl.Overload(1, 4, 5.0)),
     (3, {}, rl.Overload(3, rl.ROUTER_MAX_CONCURRENCY, None)),
-    (2, {"router_max_concurrency": 1, "timeout_s": "10"}, rl.Overload(2, 1, None)),
+    (2, {"router_max_concurrency": 1, "timeout_s": 10.0}, rl.Overload(2, 1, 10.0)),
 ])
 def test_the_overload_is_counted_in_analysis_and_read_with_its_settings(tmp_path, shed,
                                                                         settings, expected):
-    run = overloaded(run_with(tmp_path), shed)._replace(settings=settings)
+    run = overloaded(run_with(tmp_path), shed)._replace(settings=rl.RunSettings(**settings))
     assert rl.run_overload(run) == expected
     lines = rl.overload_note(rl.run_overload(run))
     assert len(lines) == (0 if expected is None else 2)
@@ -119,7 +119,7 @@ def test_each_sentence_says_what_its_data_holds(tmp_path):
     assert rl.failed_sentence(report._replace(errors=errors)) == \
         f"failed requests: cpu {2 * len(report.used) * len(errors)}, " \
         f"gpu {3 * len(report.used) * len(errors)}"
-    faulted = tuple(dict(row, faults=2.0) if row["round"] == report.used[0] else row
+    faulted = tuple(row._replace(faults=2.0) if row.round == report.used[0] else row
                     for row in report.environment)
     assert rl.faults_sentence(report._replace(environment=faulted)).startswith(
         f"restarts and device faults: r{report.used[0]} ")

@@ -70,12 +70,12 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=F
     return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": count},
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
                       header_names=("X-Key",),
-                      settings={"max_load": 120.0, **rl.Thresholds(7, 3.0, 0.25, 0.5)._asdict()},
-                      floor={"spread_ms": 0.02},
-                      warmup={"requests": 0, **({"config_hashes": list(hashes)} if hashes
-                                                else {})},
-                      host_settings={"cpu_model": "x", "kernel": "6.8", "driver": {
-                          "cpus": "0-1", "governors": {"performance": "0-1"}, "boost": {}}},
+                      settings=rl.RunSettings(max_load=120.0,
+                                               thresholds=rl.Thresholds(7, 3.0, 0.25, 0.5)),
+                      floor=rl.Floor(spread_ms=0.02),
+                      warmup=rl.Warmup(0, config_hashes=tuple(hashes)),
+                      host_settings=rl.HostSettings("x", "6.8", driver=rl.CpuSettings(
+                          "0-1", {"performance": "0-1"}, {})),
                       result_cache=rl.result_cache_finding(passes),
                       signal_names=SIGNALS if any(r.signal_ms for r in records) else ())
 
@@ -157,7 +157,7 @@ def test_an_older_run_file_loads_with_the_new_fields_empty(tmp_path):
         del document["passes"][0][key]
     path.write_text(json.dumps(document))
     run = rl.load_run(str(path))
-    assert run.host_settings == {} and run.thresholds == rl.Thresholds()
+    assert run.host_settings is None and run.thresholds == rl.Thresholds()
     assert run.passes[0].attempt.router_cpu is None and run.passes[0].attempt.windows == ()
     assert run.slow_windows(run.passes[0]) == ()
 
@@ -320,8 +320,50 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     (lambda d: d["passes"][0]["requests"][0].update(rep=-1), "passes[0].requests[0].rep",
      "expected a whole number >= 0"),
     (lambda d: d["settings"].update(repeat=0), "settings.repeat", "expected a whole number >= 1"),
+    (lambda d: d["settings"].update(repeat=None), "settings.repeat",
+     "expected a whole number >= 1"),
     (lambda d: d["settings"].update(duration_s="30s"), "settings.duration_s",
      "expected a finite number"),
+    # each record of the run's own settings checks its fields as it reads them
+    (lambda d: d["settings"].update(concurrency=[1, "4"]), "settings.concurrency",
+     "expected a list"),
+    (lambda d: d["settings"].update(rates=[0]), "settings.rates", "expected a list"),
+    (lambda d: d["settings"].update(decision_paths="decision"), "settings.decision_paths",
+     "expected a list"),
+    (lambda d: d["settings"].update(timeout_s="5s"), "settings.timeout_s",
+     "expected a finite number"),
+    (lambda d: d["settings"].update(warmup=2.5), "settings.warmup", "expected a whole number"),
+    (lambda d: d["settings"].update(router_max_concurrency=0),
+     "settings.router_max_concurrency", "expected a whole number >= 1"),
+    (lambda d: d["settings"].update(arrival=3), "settings.arrival", "expected a string"),
+    (lambda d: d["settings"].update(window_requests=2.5), "settings.window_requests",
+     "expected a whole number >= 1"),
+    (lambda d: d.update(floor={"p50_ms": "fast"}), "floor.p50_ms", "expected a finite number"),
+    (lambda d: d.update(floor={"requests": -1}), "floor.requests", "expected a whole number"),
+    (lambda d: d.update(warmup={"requests": 2, "ok": 1, "errors": {"slow": 1}}),
+     "warmup.errors", "expected an object of counts by error kind"),
+    (lambda d: d.update(warmup={"errors": {}, "all_failed": "yes"}), "warmup.all_failed",
+     "expected true or false"),
+    (lambda d: d.update(warmup={"errors": {"http_4xx": 1}, "error_codes": {
+        "http_4xx": {"OVERLOADED": 2}}}), "warmup.error_codes.http_4xx",
+     "more than the 1 http_4xx errors"),
+    (lambda d: d.update(host_settings={"kernel": 6}), "host_settings.kernel",
+     "expected a string or null"),
+    (lambda d: d.update(host_settings={"driver": {"cpus": "0", "governors": []}}),
+     "host_settings.driver.governors", "expected an object of CPU lists"),
+    (lambda d: d.update(host_settings={"router": "0-3"}), "host_settings.router",
+     "expected an object with a CPU list"),
+    (lambda d: d.update(captures={"probes": "temp"}), "captures.probes", "expected a list"),
+    (lambda d: d.update(captures={"gpu": ["rocm-smi"]}), "captures.gpu",
+     "expected a string or null"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"before": "hot"}}),
+     "passes[0].environment.gpu.before", "expected an object or null"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"used_mib": [5]}}}),
+     "passes[0].environment.gpu.after.used_mib", "expected an object"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"devices": {
+        "card0": 44}}}}), "passes[0].environment.gpu.after.devices.card0", "expected an object"),
+    (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"error": 2}}}),
+     "passes[0].environment.gpu.after.error", "expected a string or null"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")
@@ -380,3 +422,71 @@ def test_a_summary_rounded_as_measured_agrees_with_its_records(count, wall_s):
     attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, wall_s),
                          requests)
     rl._check_agrees(attempt, "pass")
+
+
+RECORDS = [
+    rl.RunSettings(5, (1, 4), (), 3, None, "constant", 0, 64, 5.0, ("decision",), 120.0, 2,
+                   30.0, 0, None, 8, 7, "ab" * 32, "linear", "client side",
+                   rl.Thresholds(10, 3.0, 0.25, 0.5), rl.Ladder(10.0, 50.0)),
+    rl.RunSettings(rates=(100.0, 250.5), duration_s=30.0, decision_paths=("a", "b?")),
+    rl.Floor(200, 200, 70, 1, 0.05, 0.06, 0.08, 0.1, 0.03),
+    rl.Floor(200, 0, 70, 1),
+    rl.Warmup(5, 3, {"timeout": 1}, 1, {"timeout": {"OVERLOADED": 1}}, False, ("0" * 64,)),
+    rl.Warmup(2, 0, {"http_5xx": 2}, all_failed=True),
+    rl.Warmup(0, 0, {}),
+    rl.HostSettings("EPYC", "6.8", "3.12.1", "0.1.0", rl.CpuSettings("0-1", {}, {"on": "0-1"}),
+                    rl.CpuSettings("2-3", {"performance": "2", "powersave": "3"}, {})),
+    rl.HostSettings(None, "6.8", "3.9.0", "0.1.0"),
+    rl.Captures(("temp",), "rocm-smi", (0, 2), ("router_latency_seconds",),
+                "http://127.0.0.1:9190/metrics", ("restart|fault",)),
+    rl.Captures(),
+    rl.GpuReading({"card0": 5.0}, {"card0": {"temp_c": 44.0, "temp_sensor": "junction",
+                                             "sclk_mhz": None, "used_mib": 5.0}},
+                  note="rocm-smi exited 2"),
+    rl.GpuReading(error="rocm-smi: timed out"),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_each_record_of_the_runs_settings_reads_back_what_it_wrote(record):
+    text = json.dumps(record.to_json())
+    read = type(record).from_json(json.loads(text), "run.json: x")
+    assert read == record and json.dumps(read.to_json()) == text
+
+
+def test_a_run_with_every_record_filled_reads_back_to_the_same_bytes(tmp_path):
+    run = rl.load_run(make_run(tmp_path / "run.json"))._replace(
+        settings=RECORDS[0], floor=RECORDS[2], warmup=RECORDS[4], host_settings=RECORDS[7],
+        captures=RECORDS[9])
+    written = b"".join(rl.dump_run(run))
+    path = tmp_path / "full.json"
+    path.write_bytes(written)
+    loaded = rl.load_run(str(path))
+    assert b"".join(rl.dump_run(loaded)) == written and loaded._replace(path="") == \
+        run._replace(path="")
+    document = json.loads(written)  # the keys as every earlier version wrote them
+    assert list(document["settings"])[:3] == ["warmup", "concurrency", "rates"]
+    assert list(document["settings"])[-5:] == [
+        "window_requests", "slow_p95_factor", "slow_rate_factor", "max_foreign_cpus", "ladder"]
+    assert document["warmup"]["config_hashes"] == ["0" * 64]
+    assert document["host_settings"]["router"]["governors"] == {"performance": "2",
+                                                                "powersave": "3"}
+    assert loaded.config_hashes[0] == "0" * 64 and loaded.max_load == 120.0
+    assert loaded.thresholds == rl.Thresholds(10, 3.0, 0.25, 0.5)
+    assert loaded.floor_spread_ms == 0.03 and loaded.ladder == rl.Ladder(10.0, 50.0)
+
+
+def test_an_older_file_without_the_settings_records_reads_their_defaults(tmp_path):
+    path = Path(make_run(tmp_path / "old.json"))
+    document = json.loads(path.read_text())
+    for key in ("settings", "floor", "warmup", "host_settings", "captures"):
+        document.pop(key, None)
+    path.write_text(json.dumps(document))
+    run = rl.load_run(str(path))
+    assert run.settings == rl.RunSettings() and run.settings.repeat == 1
+    assert run.settings.router_max_concurrency == rl.ROUTER_MAX_CONCURRENCY
+    assert (run.floor, run.warmup, run.host_settings, run.captures) == (
+        rl.Floor(), rl.Warmup(), None, None)
+    again = json.loads(b"".join(rl.dump_run(run)))
+    assert (again["floor"], again["warmup"], again["host_settings"], again["captures"]) == (
+        {}, {}, {}, {})
