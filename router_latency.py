@@ -4009,7 +4009,8 @@ _json_space = re.compile(r"[ \t\n\r]*").match
 DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
 
 
-def answer_document(body: bytes, paths: Sequence[str]) -> Any:
+def answer_document(body: bytes, paths: Sequence[str],
+                    signals: Optional[SignalTable] = None) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
     decision_result and selected_model before its ~2 KB of metrics, which are then never
@@ -4020,8 +4021,10 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
     json.loads keeps the last.
 
     A small body is decoded whole by the C scanner, faster than this reads its members.
-    A path ending in '?' that is never present makes the read go to the end; a caller that
-    records more members (per-signal metrics) names them as such paths ('metrics?')."""
+    With `signals`, the answer's per-signal times are read too (signal_members) and kept in
+    signals.last; a body that is no JSON leaves it None."""
+    if signals is not None:
+        signals.last = None
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
@@ -4030,33 +4033,66 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
             # more brackets than the limit: it might nest too deep, decoded_answer judges it
             members = document if not text[index:].strip(JSON_SPACE) and (
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
-        else:
+        elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))
+            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))[0]
+        else:
+            members = signal_members(text, tuple(paths), signals)
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
-    return decoded_answer(body) if members is None else members
+    document = decoded_answer(body) if members is None else members
+    if signals is not None and signals.last is None:
+        signals.last = signals.times(document)
+    return document
 
 
-def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
-    """Return the named members of the JSON object in text, reading from its start until the
-    plan's paths are settled; None when text is not a plain object (a BOM, another value, an
-    odd token). Raise ValueError, IndexError or StopIteration on malformed JSON, RequestFailed
-    'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
+@functools.lru_cache(maxsize=32)
+def metrics_members(paths: tuple) -> tuple:
+    """Return decision_members of paths read with the answer's metrics: their names and
+    'metrics' (kept where it comes before the decision), and their plan, without metrics."""
+    names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
+    return names | {"metrics"}, plan
+
+
+def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[dict]:
+    """Return top_members of an answer read for its decision and its per-signal times.
+
+    The decision is read as without the times; 'metrics' past it is found and its times
+    read by SignalTable.scan, without decoding anything, where the members between are
+    plain JSON and metrics has the router's compact form (Go's, every signal's
+    {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
+    to metrics, so that what is malformed there is bad_json or malformed as it always was;
+    signals.last is then left None for the caller to read the decoded metrics."""
+    members, index = top_members(text, *metrics_members(paths))
+    if members is None or "metrics" in members:
+        return members
+    times = signals.scan(text, index)
+    if times is not None:
+        signals.last = times
+        return members
+    return top_members(text, *decision_members(paths + ("metrics?",) + DEFAULT_ROUTE_PATHS))[0]
+
+
+def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
+    """Return (the named members of the JSON object in text, where the read stopped), reading
+    from its start until the plan's paths are settled (the index is then just past the last
+    value read); None for the members when text is not a plain object (a BOM, another value,
+    an odd token). Raise ValueError, IndexError or StopIteration on malformed JSON,
+    RequestFailed 'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
     index = _json_space(text).end()
     if text[index] != "{" or not text.rstrip(JSON_SPACE).endswith("}"):
-        return None  # not an object, or one cut short: decoded whole, to say why
+        return None, index  # not an object, or one cut short: decoded whole, to say why
     found: dict = {}
     index = _json_space(text, index + 1).end()
     if text[index] == "}":
-        return found if not text[index + 1:].strip(JSON_SPACE) else None
+        return (found if not text[index + 1:].strip(JSON_SPACE) else None), index
     while text[index] == '"':
         name, index = _scan_json_key(text, index + 1)
         if text[index] != ":":  # a compact answer (Go's, Python's) has no spaces to skip
             index = _json_space(text, index).end()
             if text[index] != ":":
-                return None
+                return None, index
         index += 1
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
@@ -4070,17 +4106,17 @@ def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
         if name in names:
             found[name] = value
             if decision_settled(found, plan):
-                return found
+                return found, index
         if text[index] != ",":
             index = _json_space(text, index).end()
             if text[index] == "}":
-                return found if not text[index + 1:].strip(JSON_SPACE) else None
+                return (found if not text[index + 1:].strip(JSON_SPACE) else None), index
             if text[index] != ",":
-                return None
+                return None, index
         index += 1
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
-    return None
+    return None, index
 
 
 DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
@@ -4147,25 +4183,31 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
-# How the router writes a signal it did not evaluate (Go's encoding/json of a zero
-# SignalMetrics): most of the 20 entries of its metrics object. An answer whose times are
-# recorded is parsed with these replaced by 0, so that the parse builds no dict for them:
-# inside a JSON string a quote is escaped, so the bytes can only be such an entry.
-UNEVALUATED_SIGNAL = b'{"execution_time_ms":0,"confidence":0}'
+# SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
+# it, {"<signal>":{"execution_time_ms":N,"confidence":N},...}, without decoding it: the object
+# less the numbers' characters (its skeleton) must be that of its names exactly, and the
+# object less all but the numbers' characters and these marks must reduce to the numbers,
+# comma-separated, by the two separators below (the proof is in the test of it).
+METRICS_KEY = ',"metrics":'
+NUMBER_BYTES = b"0123456789.-+"
+_NOT_KEPT = bytes(sorted(set(range(256)) - set(NUMBER_BYTES + b'":,}')))
+SIGNAL_FIRST, SIGNAL_NEXT, SIGNAL_CONFIDENCE = b'"":"":', b'},"":"":', b',"":'
+_NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
+_FOUR = itertools.repeat(4)
+_TEN_THOUSAND = itertools.repeat(1e4)
 
 
 class SignalTable:
     """The signal names of a run in the order first reported, and each answer's times in
     that order: names are added as answers report them, up to MAX_SIGNALS."""
 
+    LAYOUTS = 64  # the distinct name sequences of metrics objects remembered
+
     def __init__(self) -> None:
         self.names: list = []
         self.index: dict = {}
-        self.last: tuple = ()  # the times read() found in the answer it saw last
-
-    def read(self, document: Any) -> None:
-        """Keep an answer's times in `last`: classify's on_document, without a closure."""
-        self.last = self.times(document)
+        self.last: Optional[tuple] = ()  # the times found in the answer read last
+        self.layouts: dict = {}  # a metrics object's names -> (table positions, new names)
 
     def times(self, document: Any) -> tuple:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
@@ -4193,6 +4235,103 @@ class SignalTable:
             found[i] = round(ms, 4)
         return tuple(found)
 
+    def scan(self, text: str, index: int) -> Optional[tuple]:
+        """Return what times() returns of the answer in text, reading its top-level metrics
+        member that follows index (where a read of its decision stopped, just past a value
+        at the top level) without decoding the answer; None where this cannot tell, and the
+        answer is to be decoded up to metrics instead.
+
+        Between index and metrics only plain members may stand (no bracket, no escape, the
+        quotes paired: metrics is then a top-level key), not checked further, as no member
+        past the decision is. The metrics object must be the router's compact form exactly,
+        its numbers JSON numbers: its skeleton is looked up among those seen (a new one is
+        decoded once, see _layout), its numbers read in one step of the C scanner."""
+        at = text.find(METRICS_KEY, index)
+        if at < 0:
+            return None
+        between = text[index:at]
+        if "{" in between or "[" in between or "\\" in between or between.count('"') % 2:
+            return None
+        start = at + len(METRICS_KEY)
+        end = text.find("}}", start) + 2
+        if text.startswith("{}", start):
+            return ()
+        if end < 2:
+            return None
+        body = text[start:end].encode()
+        layout = self.layouts.get(body.translate(None, NUMBER_BYTES)) or self._layout(body)
+        if layout is None:
+            return None
+        count, positions, new = layout
+        numbers = body.translate(None, _NOT_KEPT).replace(SIGNAL_NEXT, b",").replace(
+            SIGNAL_CONFIDENCE, b",")
+        if not numbers.startswith(SIGNAL_FIRST) or not numbers.endswith(b"}}"):
+            return None
+        numbers = numbers[len(SIGNAL_FIRST):-2].decode()
+        try:
+            values, stop = _scan_json(f"[{numbers}]", 0)
+        except (ValueError, StopIteration):
+            return None
+        times = values[0::2]
+        if stop != len(numbers) + 2 or len(values) != 2 * count or min(times) < 0 \
+                or max(times) == math.inf:
+            return None
+        # rounded as times() rounds them; round(ms, 4) costs a decimal conversion, and for a
+        # time of 4 decimals or fewer, which round(ms * 1e4) / 1e4 returns unchanged, it is
+        # the identity (up to 1e11 ms: an ulp then is far below 0.00005)
+        if list(map(operator.truediv, map(round, map(operator.mul, times, _TEN_THOUSAND)),
+                    _TEN_THOUSAND)) != times or max(times) >= 1e11:
+            times = list(map(round, times, _FOUR))
+        times = list(map(_NONE_FOR_ZERO, times, times))
+        if new and any(map(times.__getitem__, new)):  # a signal reported for the first time
+            self.layouts.clear()
+            return self.times({"metrics": {name: {"execution_time_ms": ms} for name, ms in
+                                           zip(layout_names(body), times)}})
+        times.append(None)  # the time of a signal the answer does not list
+        found = tuple(map(times.__getitem__, positions))
+        end = len(found)
+        while end and found[end - 1] is None:
+            end -= 1
+        return found if end == len(found) else found[:end]
+
+    def _layout(self, body: bytes) -> Optional[tuple]:
+        """Return, and remember by its skeleton, what scan needs of a metrics object whose
+        skeleton it has not seen: its number of signals, the entry of each of the table's
+        names (the count: none), and its entries whose names are not in the table while it
+        has room; None for an object that is not the router's compact form of distinct
+        signal names free of the numbers' characters (it is then decoded)."""
+        names = layout_names(body)
+        if names is None:
+            return None
+        where = {name: i for i, name in enumerate(names)}
+        positions = tuple(where.get(name, len(names)) for name in self.names)
+        new = () if len(self.names) >= MAX_SIGNALS else tuple(
+            i for name, i in where.items() if name not in self.index)
+        if len(self.layouts) >= self.LAYOUTS:
+            self.layouts.clear()
+        self.layouts[body.translate(None, NUMBER_BYTES)] = layout = len(names), positions, new
+        return layout
+
+
+def layout_names(body: bytes) -> Optional[tuple]:
+    """Return the signal names of a metrics object in the router's compact form, in order;
+    None for any other object, or names that are not distinct signal names free of the
+    characters of numbers and of SignalTable.scan's marks."""
+    try:
+        metrics = json.loads(body)
+    except ValueError:
+        return None
+    if type(metrics) is not dict:
+        return None
+    names = tuple(metrics)
+    if any(not SIGNAL_NAME_PATTERN.fullmatch(name) or set(name.encode()) & set(
+            NUMBER_BYTES + b'":,}') for name in names):
+        return None
+    form = b",".join(b'"%s":{"execution_time_ms":,"confidence":}' % name.encode()
+                     for name in names)
+    # the skeleton of these names: numbers alone may differ from it
+    return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
+
 
 def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
     """Return the decision of an answer routed by the default route: the router's 200 with
@@ -4206,26 +4345,23 @@ def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
 
 
 def classify(status: int, body: bytes, paths: Sequence[str], *,
-             on_document: Optional[Callable[[Any], None]] = None) -> tuple:
+             signals: Optional[SignalTable] = None) -> tuple:
     """Return (decision, error kind, the router's error code) for one answered request; raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
 
     A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
     one with no decision_result at all, or an empty body, is no_decision: the router answers
-    so while its classifiers are not loaded. on_document, where given, sees the parsed answer
-    (the per-signal times are read from it, so that no answer is parsed twice)."""
+    so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
+    read in the same read (answer_document) and left in signals.last (None: not read)."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     if not body or body.isspace():  # as `not body.strip()`, without copying the body
         return None, "no_decision", None
     try:
-        # on_document reads the per-signal metrics: the partial read must decode them too
-        document = answer_document(body, paths if on_document is None else (*paths, "metrics?"))
+        document = answer_document(body, paths, signals)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    if on_document is not None:
-        on_document(document)
     decision = decision_of(document, paths)
     if decision is None:
         decision = default_route(document, paths)
@@ -5554,10 +5690,9 @@ class PassLoop:
         if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
             return (*self._scrubbed(classify(status, body, self.target.decision_paths)),
                     ())
-        table.last = ()
-        outcome = classify(status, body.replace(UNEVALUATED_SIGNAL, b"0"),
-                           self.target.decision_paths, on_document=table.read)
-        return (*self._scrubbed(outcome), table.last)
+        table.last = None
+        outcome = classify(status, body, self.target.decision_paths, signals=table)
+        return (*self._scrubbed(outcome), table.last or ())
 
     def _scrubbed(self, answer: tuple) -> tuple:
         """Return (decision, error kind, code) with every secret hidden in the texts: a router
@@ -8653,7 +8788,7 @@ def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
                   f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
                  for row in breakdown.rows]
         lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                               f"{new} vs {base} [95% CI]", "verdict"], table,
+                               "change [95% CI]", "verdict"], table,
                               markdown=markdown,
                               right=[False, True, True, True, True, False])
         lines += [decomposition_text(side, dict(parts), client)
@@ -10065,7 +10200,7 @@ def page_breakdowns(report: RoundsReport) -> str:
             f"{stacked_bar_svg(breakdown, (report.base, report.new))}"
             + table_html(["part (mean)", f"{report.base} ms", f"{report.new} ms",
                           f"{report.new} - {report.base} [95% CI]",
-                          f"{report.new} vs {report.base} [95% CI]", "verdict"], rows,
+                          "change [95% CI]", "verdict"], rows,
                          [False, True, True, True, True, False])
             + "".join(f'<p class="note">{esc(line)}</p>' for line in decomposition) + "</div>")
     return ('<h2>Where the time goes</h2><p class="note">Each signal\'s time as the answers '

@@ -54,7 +54,10 @@ def test_the_serial_simulator_saturates_at_one_or_two_callers(tmp_path, cli, sim
     assert result.code == 0, result.err
     capacity = rl.run_capacity(rl.load_run(str(out)))
     assert capacity.plateau.load in (1, 2)
-    assert abs(capacity.plateau_req_per_s - 100) <= 5
+    # one request at a time, 10 ms each: at most 100 req/s (5% for the timer); a loaded
+    # machine only lowers it (90.5 req/s under two copies of the suite), so no lower bound
+    # but the one a stalled ladder would break
+    assert 50 <= capacity.plateau_req_per_s <= 105
     # every step within the SLO: capacity is the most a step served, and cost follows
     served = max(s.req_per_s for s in capacity.steps)
     assert capacity.capacity_req_per_s == served

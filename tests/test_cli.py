@@ -24,8 +24,8 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 
 import router_latency as rl
-from conftest import (BAD_FILES, ROOT, TOOL, assert_one_line_error, bad_file, final_answer,
-                      hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
+from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
+                      final_answer, hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
 
@@ -329,7 +329,7 @@ def test_unknown_subcommand_and_missing_arguments(cli):
 
 
 def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
-    result = subprocess.run([sys.executable, str(TOOL), "compare", str(tmp_path / "a.json"),
+    result = subprocess.run([sys.executable, str(TOOL_PYC), "compare", str(tmp_path / "a.json"),
                              str(tmp_path / "b.json")], capture_output=True, text=True,
                             timeout=30)
     assert result.returncode == 2
@@ -346,7 +346,7 @@ def run_with_stdout(arguments, stdout, env=None):
     else:
         target = os.open("/dev/full", os.O_WRONLY)
     try:
-        process = subprocess.Popen([sys.executable, str(TOOL), *map(str, arguments)],
+        process = subprocess.Popen([sys.executable, str(TOOL_PYC), *map(str, arguments)],
                                    stdout=target, stderr=subprocess.PIPE, text=True, env=env)
     finally:
         os.close(target)
@@ -386,7 +386,7 @@ def run_into_head(arguments, lines):
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)  # Linux's
     try:
-        process = subprocess.Popen([sys.executable, str(TOOL), *map(str, arguments)],
+        process = subprocess.Popen([sys.executable, str(TOOL_PYC), *map(str, arguments)],
                                    stdout=write_end, stderr=subprocess.PIPE, text=True)
     finally:
         os.close(write_end)
@@ -509,7 +509,7 @@ def test_ci_runs_the_readme_set_up_commands_word_for_word():
 def simulate_command(tmp_path, side, delay):
     """A start command that runs `simulate` on port 0 in the background and returns, leaving
     its pid and URL in files (the style of `docker run -d`)."""
-    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --port 0 "
             f"--delay-ms {delay} --url-file {shlex.quote(str(tmp_path / (side + '.url')))} "
             f">/dev/null 2>&1 & echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
 
@@ -517,24 +517,29 @@ def simulate_command(tmp_path, side, delay):
 def foreground_command(tmp_path, side, delay):
     """A start command that is the router: `simulate` in the foreground, as a user types it."""
     url_file = shlex.quote(str(tmp_path / (side + ".url")))
-    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --port 0 "
             f"--delay-ms {delay} --serial --url-file {url_file}")
+
+
+BASE_DELAY_MS = 10  # the simulated delay of driver_args's base side (its configuration hash)
 
 
 def driver_args(tmp_path, corpus, *extra):
     stop = 'kill "$(cat {dir}/$SIDE.pid)"; echo "stopped $SIDE $ROUND" >> {dir}/log'.format(
         dir=shlex.quote(str(tmp_path)))
     return ["bash", str(DRIVER), "--rounds", "3", "--dir", str(tmp_path / "results"),
-            "--corpus", corpus, "--wait-ready", "20",
-            "--base", "cpu", "--base-start", simulate_command(tmp_path, "cpu", 2),
+            "--corpus", corpus, "--wait-ready", "20", "--tool", str(TOOL_PYC),
+            "--base", "cpu", "--base-start", simulate_command(tmp_path, "cpu", BASE_DELAY_MS),
             "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"),
             "--new", "gpu", "--new-start", simulate_command(tmp_path, "gpu", 0.5),
             "--new-stop", stop, "--new-url-file", str(tmp_path / "gpu.url"),
-            # a new side 4x faster lies within a wide tolerance however loaded the machine
+            # a new side 20x faster lies within a wide tolerance however loaded the machine
             # running the tests is, in its sequential p50 (a p95 of 8 prompts, or a pass at
             # concurrency 2 on a busy machine, is too noisy for any gate): these tests are
-            # about the script, not the gate
-            "--tolerance", "50", "--gate", "sequential:p50",
+            # about the script, not the gate. A 4x gap and 50% were not enough: under two
+            # copies of the suite one round's p50s came out 2.80 (new) and 2.58 ms (base),
+            # and three rounds' interval reached +670%, inconclusive (exit 3)
+            "--tolerance", "1000", "--gate", "sequential:p50",
             *extra, "--", "--concurrency", "1,2", "--warmup", "2",
             "--probe", "side=echo $SIDE $ROUND"]
 
@@ -604,7 +609,7 @@ def test_driver_checks_everything_before_a_router_starts(tmp_path, change, messa
     (tmp_path / "not-a-corpus.json").write_text('{"schema": "router-latency/run/1"}')
     started = "touch started; " + sys.executable + " -c pass"
     options = {"--dir": "results", "--corpus": "corpus.json", "--base-url": "http://127.0.0.1:1",
-               "--new-url": "http://127.0.0.1:2", **change}
+               "--new-url": "http://127.0.0.1:2", "--tool": str(TOOL_PYC), **change}
     command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
                "--base-start", started, "--new-start", started, "--base-stop", "true",
                "--new-stop", "true"]
@@ -624,7 +629,7 @@ def test_driver_stops_when_a_start_command_fails(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     command = driver_args(tmp_path, corpus)
     command[command.index("--base-start") + 1] = (
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --delay-ms nope")
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --delay-ms nope")
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.returncode == 2
     assert "run_rounds.sh: error: start command of cpu exited 2 (round 1)\n" in result.stderr
@@ -636,7 +641,7 @@ def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     pid_file = tmp_path / "detached.pid"
     detached = (f"setsid -f sh -c 'echo $$ > {shlex.quote(str(pid_file))}; exec "
-                f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL))} simulate --port 0 "
+                f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --port 0 "
                 f"--url-file {shlex.quote(str(tmp_path / 'cpu.url'))}' >/dev/null 2>&1")
     command = driver_args(tmp_path, corpus)
     command[command.index("--base-start") + 1] = detached
@@ -946,12 +951,13 @@ def test_paths_that_are_not_utf8_under_a_strict_utf8_stdout(tmp_path, simulator)
     data.mkdir(parents=True)
     (data / f"q{NOT_UTF8}.json").write_text('[{"question": "What is 2+2?"}]')
     corpus = tmp_path / f"corpus{NOT_UTF8}.json"
-    made = subprocess.run([sys.executable, str(TOOL), "corpus", "--repo", str(tmp_path / "repo"),
-                           "--out", str(corpus)], capture_output=True, env=env, timeout=60)
+    made = subprocess.run([sys.executable, str(TOOL_PYC), "corpus", "--repo",
+                           str(tmp_path / "repo"), "--out", str(corpus)], capture_output=True,
+                          env=env, timeout=60)
     assert made.returncode == 0 and b"Traceback" not in made.stderr, made.stderr
     assert b"q\\udcff\\udcfe.json" in made.stdout and corpus.exists()
     out = tmp_path / f"run{NOT_UTF8}.json"
-    ran = subprocess.run([sys.executable, str(TOOL), "run", "--url", simulator(delay_ms=0).url,
+    ran = subprocess.run([sys.executable, str(TOOL_PYC), "run", "--url", simulator(delay_ms=0).url,
                           "--corpus", str(corpus), "--out", str(out), "--label", "x",
                           "--concurrency", "1", "--gpu", "none"], capture_output=True, env=env,
                          timeout=60)
@@ -1073,7 +1079,7 @@ def test_driver_refuses_a_router_its_start_command_did_not_start(tmp_path):
     # router started before, or by someone else)
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     url_file = tmp_path / "other.url"
-    outsider = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
+    outsider = subprocess.Popen([sys.executable, str(TOOL_PYC), "simulate", "--port", "0",
                                  "--url-file", str(url_file)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     try:
@@ -1105,8 +1111,8 @@ def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(t
     # left running): the run is refused
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     url_file = tmp_path / "stale.url"
-    stale = subprocess.Popen([sys.executable, str(TOOL), "simulate", "--port", "0",
-                              "--delay-ms", "2", "--url-file", str(url_file)],
+    stale = subprocess.Popen([sys.executable, str(TOOL_PYC), "simulate", "--port", "0",
+                              "--delay-ms", str(BASE_DELAY_MS), "--url-file", str(url_file)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         command = driver_args(tmp_path, corpus)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import router_latency as rl
-from conftest import TOOL, final_answer, hold_a_slot, make_run, write_corpus
+from conftest import TOOL, TOOL_PYC, final_answer, hold_a_slot, make_run, write_corpus
 
 TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]
 DATA = Path(__file__).resolve().parent / "data"
@@ -475,7 +475,7 @@ def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, co
     router = simulator(delay_ms=20)
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(200)])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+    process = subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", router.url,
                                 "--corpus", corpus, "--out", str(out), "--label", "x",
                                 "--warmup", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
@@ -578,7 +578,7 @@ def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path, scrip
     router = scripted(starting)
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+    process = subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", router.url,
                                 "--corpus", corpus, "--out", str(out), "--label", "x",
                                 "--wait-ready", "30"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -593,7 +593,7 @@ def test_interrupt_does_not_wait_for_a_slow_router(fault_server, tmp_path):
     # every answer would take 20 s; the readiness check's preview is answered at once
     corpus = write_corpus(tmp_path / "corpus.json", ["sleep:20", "sleep:20"])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", fault_server.url,
+    process = subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", fault_server.url,
                                 "--corpus", corpus, "--out", str(out), "--label", "x",
                                 "--warmup", "0", "--concurrency", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -724,7 +724,7 @@ def test_interrupting_a_timed_pass_stops_it_long_before_its_time(scripted, tmp_p
     router = scripted(answer)
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL), "run", "--url", router.url,
+    process = subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", router.url,
                                 "--corpus", corpus, "-o", str(out), "--label", "x",
                                 "--warmup", "0", "-c", "2", "-d", "10m"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -1238,7 +1238,7 @@ def test_a_configuration_reload_mid_run_is_recorded_and_warned_about(tmp_path, c
 
 def start_run(url, corpus, out, *options):
     """Start `run` as a user would, in its own process; return it."""
-    return subprocess.Popen([sys.executable, str(TOOL), "run", "--url", url, "--corpus",
+    return subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", url, "--corpus",
                              str(corpus), "--out", str(out), "--label", "x", "--gpu", "none",
                              *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
