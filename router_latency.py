@@ -83,7 +83,7 @@ import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, NamedTuple,
-                    Optional, Sequence, Tuple, TypedDict, Union, cast)
+                    NoReturn, Optional, Sequence, Tuple, TypedDict, Union, cast)
 
 if TYPE_CHECKING:  # annotations only, never imported when run: typing has it from 3.10 on
     from typing_extensions import TypeGuard
@@ -2469,7 +2469,7 @@ def result_cache_finding(passes: Sequence[Any]) -> CacheFinding:
     return {"detected": detected, "metrics": metrics, "timing": timing}
 
 
-def cache_text(finding: dict) -> str:
+def cache_text(finding: CacheFinding) -> str:
     """Return a result cache finding in words: how it was seen, or why not."""
     metrics, timing = finding.get("metrics"), finding.get("timing")
     ways = []
@@ -7599,7 +7599,7 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> 
     else 1 when more requests failed in the measured passes than max_errors allows."""
     if not run.complete:
         return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
-    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
+    failed = sum(sum(p.measured.errors.values()) for p in run.passes if not p.discarded)
     if failed > max_errors:
         return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
     return EXIT_OK, ""
@@ -7871,7 +7871,7 @@ class PassBreakdown(NamedTuple):
     # (metric, median over the used rounds) of the base side's parts
     base: Tuple[Tuple[str, float], ...]
     new: Tuple[Tuple[str, float], ...]
-    client: Tuple[Optional[float], Optional[float]]  # (base, new) median client mean latency
+    client: Tuple[float, float]  # (base, new) median client mean latency
     sentence: str
 
 
@@ -7912,15 +7912,16 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
     medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
                for side in (base_values, new_values)]
     # a round's passes all answered (side_problems): each has its client mean
-    client = tuple(statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
-                   for side in (base, new))
+    client_base, client_new = (
+        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+        for side in (base, new))
     reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
                 for side in (base, new)]
     one_sided = [f"{part} reported by {side} only" for side, mine, other in (
         (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
         for part in sorted(mine - other)]
     sentence = breakdown_sentence(name, rows, base, new, settings)
-    return PassBreakdown(name, tuple(rows), medians[0], medians[1], client,
+    return PassBreakdown(name, tuple(rows), medians[0], medians[1], (client_base, client_new),
                          "; ".join(filter(None, [sentence, *one_sided])))
 
 
@@ -7961,8 +7962,9 @@ def signal_shift(name: str, base: Sequence[PassAttribution],
                  new: Sequence[PassAttribution]) -> float:
     """Return the shift of a signal's time per request, new - base, medians over rounds."""
     def per_request(side: Sequence[PassAttribution]) -> float:
-        return statistics.median(next((p.per_request_ms for p in a.parts
-                                       if p.kind == "signal" and p.name == name), 0.0)
+        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
+                                       and p.name == name and (ms := p.per_request_ms)
+                                       is not None), 0.0)
                                  for a in side)
     return per_request(new) - per_request(base)
 
@@ -8318,8 +8320,8 @@ def side_ranges(section: RecordSection, side: str) -> dict:
         for item in section.runs[number][side].passes:
             if item.discarded:
                 continue
-            add(f"{item.name}:p50_ms", item.summary.p50_ms)
-            add(f"{item.name}:p95_ms", item.summary.p95_ms)
+            add(f"{item.name}:p50_ms", item.measured.p50_ms)
+            add(f"{item.name}:p95_ms", item.measured.p95_ms)
             environment = item.environment
             add("load", environment.load_min)
             add("load", environment.load_max)
@@ -9286,7 +9288,8 @@ def compare_json(report: CompareReport) -> dict:
     """Return the comparison as a JSON document: everything the text shows, and the status."""
     passes = [{"pass": p.name, "discarded": p.discarded,
                "metrics": {metric: {"a": va, "b": vb,
-                                    "diff": vb - va if None not in (va, vb) else None,
+                                    "diff": vb - va if va is not None and vb is not None
+                                    else None,
                                     "ratio": vb / va if va and vb is not None else None}
                            for metric, va, vb in p.figures},
                "errors": {"a": p.errors[0], "b": p.errors[1]},
@@ -9345,8 +9348,9 @@ def junit_cases(report: RoundsReport) -> list:
                       f"{test.composite_p:.3g} against the {tolerance} (level "
                       f"{100 * test.level:.3g}%)", ""))
     for item in report.agreement:
-        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)} "
-                           f"({pass_title(d.pass_name)})" for d in item.differ)
+        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
+                           for d in item.differ)
         outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
         cases.append(("decisions", f"r{item.round} decisions", outcome,
                       f"{item.agree}/{item.total} inputs agree in every pass"
@@ -10949,9 +10953,16 @@ DEMO_TESTDATA = {
     ],
 }
 
+class DemoSide(TypedDict):
+    """One simulated router of the demo: its service time, jitter and signals."""
+    delay_ms: float
+    jitter_ms: float
+    signals: SignalModel
+
+
 # Two simulated routers, serial like one GPU process each; the gpu side is faster overall,
 # but its pii signal alone is 40% slower, which `rounds` finds under "where the time goes".
-DEMO_SIDES = {"cpu": {"delay_ms": 1.5, "jitter_ms": 1.0, "signals": SignalModel(
+DEMO_SIDES: Dict[str, DemoSide] = {"cpu": {"delay_ms": 1.5, "jitter_ms": 1.0, "signals": SignalModel(
                   (("domain", 0.8), ("pii", 0.5), ("guard", 0.2)))},
               "gpu": {"delay_ms": 0.3, "jitter_ms": 0.5, "signals": SignalModel(
                   (("domain", 0.8), ("pii", 0.7), ("guard", 0.2)))}}
@@ -11023,6 +11034,7 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
             finally:
                 router.stop()
             path = str(work / f"r{number}-{side}.json")
+            assert run is not None  # None only once the context's stop is set: never here
             write_atomic(path, dump_run(run))
             runs.setdefault(number, {})[side] = run._replace(path=path)
     return judge_rounds(runs, "cpu", "gpu")
@@ -11263,7 +11275,7 @@ def cpu_list_text(text: str) -> str:
 
 def signal_spec(text: str) -> tuple:
     """Return --signals domain:3,pii:5 as (name, ms) pairs."""
-    pairs = []
+    pairs: List[Tuple[str, float]] = []
     for part in (p.strip() for p in text.split(",")):
         name, _, ms = part.partition(":")
         try:
@@ -11340,7 +11352,7 @@ def label_text(text: str) -> str:
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows a default in the help only where there is one to show."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
+    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
         if action.default is None or action.default is False or action.default == []:
             return action.help or ""
         return super()._get_help_string(action)
@@ -11372,7 +11384,7 @@ class Parser(argparse.ArgumentParser):
             self.error(self.mistyped_option() or f"unrecognized arguments: {' '.join(extras)}")
         return known, extras
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         message = self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
@@ -11849,7 +11861,8 @@ def ladder_or_levels(args: argparse.Namespace) -> tuple:
     """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
     raise for a ladder that does not climb or climbs both callers and rates."""
     if not args.ladder:
-        defaults = {"ladder_margin": LADDER_MARGIN_PCT, "slo_p95_ms": None, "cost_per_hour": []}
+        defaults: Dict[str, object] = {"ladder_margin": LADDER_MARGIN_PCT, "slo_p95_ms": None,
+                                       "cost_per_hour": []}
         for option, default in defaults.items():
             if getattr(args, option) != default:
                 raise RouterLatencyError("only a ladder uses it: add --ladder",
@@ -12270,8 +12283,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         for stream in (sys.stdout, sys.stderr):
             try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
-                stream.reconfigure(errors="backslashreplace")
-            except (AttributeError, ValueError, OSError):
+                if isinstance(stream, io.TextIOWrapper):  # not a stream put in its place
+                    stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
                 pass
         parser = build_parser()
         try:
