@@ -4276,16 +4276,18 @@ class SignalTable:
         at the top level) without decoding the answer; None where this cannot tell, and the
         answer is to be decoded up to metrics instead.
 
-        Between index and metrics only plain members may stand (no bracket, no escape, the
-        quotes paired: metrics is then a top-level key), not checked further, as no member
-        past the decision is. The metrics object must be the router's compact form exactly,
+        Between index and metrics only members without an escape may stand, their quotes
+        paired and, outside their strings, as many brackets closed as opened (metrics is then
+        a top-level key: the router's recommended_models list stands there), not checked
+        further, as no member past the decision is. The metrics object must be the router's compact form exactly,
         its numbers JSON numbers: its skeleton is looked up among those seen (a new one is
         decoded once, see _layout), its numbers read in one step of the C scanner."""
         at = text.find(METRICS_KEY, index)
         if at < 0:
             return None
         between = text[index:at]
-        if "{" in between or "[" in between or "\\" in between or between.count('"') % 2:
+        if "\\" in between or between.count('"') % 2 or (
+                ("{" in between or "[" in between) and not _balanced(between)):
             return None
         start = at + len(METRICS_KEY)
         end = text.find("}}", start) + 2
@@ -4347,6 +4349,13 @@ class SignalTable:
             self.layouts.clear()
         self.layouts[body.translate(None, NUMBER_BYTES)] = layout = len(names), positions, new
         return layout
+
+
+def _balanced(between: str) -> bool:
+    """Return whether a JSON text free of escapes closes, outside its strings, as many
+    objects and arrays as it opens (its quotes paired, its strings are every other part)."""
+    outside = "".join(between.split('"')[0::2])
+    return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
 
 
 def layout_names(body: bytes) -> Optional[tuple]:
