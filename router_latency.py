@@ -10971,10 +10971,11 @@ class DemoSide(TypedDict):
 
 # Two simulated routers, serial like one GPU process each; the gpu side is faster overall,
 # but its pii signal alone is 40% slower, which `rounds` finds under "where the time goes".
-DEMO_SIDES: Dict[str, DemoSide] = {"cpu": {"delay_ms": 1.5, "jitter_ms": 1.0, "signals": SignalModel(
-                  (("domain", 0.8), ("pii", 0.5), ("guard", 0.2)))},
-              "gpu": {"delay_ms": 0.3, "jitter_ms": 0.5, "signals": SignalModel(
-                  (("domain", 0.8), ("pii", 0.7), ("guard", 0.2)))}}
+DEMO_SIDES: Dict[str, DemoSide] = {
+    "cpu": {"delay_ms": 1.5, "jitter_ms": 1.0,
+            "signals": SignalModel((("domain", 0.8), ("pii", 0.5), ("guard", 0.2)))},
+    "gpu": {"delay_ms": 0.3, "jitter_ms": 0.5,
+            "signals": SignalModel((("domain", 0.8), ("pii", 0.7), ("guard", 0.2)))}}
 
 
 # What the demo prints last: the same method on a real router (README.md, "Worked example").
