@@ -4242,7 +4242,8 @@ class SignalTable:
         self.names: list = []
         self.index: dict = {}
         self.last: Optional[tuple] = ()  # the times found in the answer read last
-        self.layouts: dict = {}  # a metrics object's names -> (table positions, new names)
+        # a metrics object's skeleton -> (signals, table positions, new entries, names)
+        self.layouts: dict = {}
 
     def times(self, document: Any) -> tuple:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
@@ -4299,7 +4300,7 @@ class SignalTable:
         layout = self.layouts.get(body.translate(None, NUMBER_BYTES)) or self._layout(body)
         if layout is None:
             return None
-        count, positions, new = layout
+        count, positions, new, names = layout
         numbers = body.translate(None, _NOT_KEPT).replace(SIGNAL_NEXT, b",").replace(
             SIGNAL_CONFIDENCE, b",")
         if not numbers.startswith(SIGNAL_FIRST) or not numbers.endswith(b"}}"):
@@ -4320,8 +4321,7 @@ class SignalTable:
                     _TEN_THOUSAND)) != times or max(times) >= 1e11:
             times = list(map(round, times, _FOUR))
         times = list(map(_NONE_FOR_ZERO, times, times))
-        names = layout_names(body) if new and any(map(times.__getitem__, new)) else None
-        if names is not None:  # a signal reported for the first time
+        if new and any(map(times.__getitem__, new)):  # a signal reported for the first time
             self.layouts.clear()
             return self.times({"metrics": {name: {"execution_time_ms": ms} for name, ms in
                                            zip(names, times)}})
@@ -4335,8 +4335,8 @@ class SignalTable:
     def _layout(self, body: bytes) -> Optional[tuple]:
         """Return, and remember by its skeleton, what scan needs of a metrics object whose
         skeleton it has not seen: its number of signals, the entry of each of the table's
-        names (the count: none), and its entries whose names are not in the table while it
-        has room; None for an object that is not the router's compact form of distinct
+        names (the count: none), its entries whose names are not in the table while it has
+        room, and its names in order; None for an object that is not the router's compact form of distinct
         signal names free of the numbers' characters (it is then decoded)."""
         names = layout_names(body)
         if names is None:
@@ -4347,7 +4347,8 @@ class SignalTable:
             i for name, i in where.items() if name not in self.index)
         if len(self.layouts) >= self.LAYOUTS:
             self.layouts.clear()
-        self.layouts[body.translate(None, NUMBER_BYTES)] = layout = len(names), positions, new
+        self.layouts[body.translate(None, NUMBER_BYTES)] = layout = \
+            len(names), positions, new, names
         return layout
 
 
