@@ -70,7 +70,6 @@ import random
 import re
 import resource
 import select
-import selectors
 import shutil
 import socket
 import ssl
@@ -5460,11 +5459,12 @@ _ended_of = operator.attrgetter("ended")
 class _Slot:
     """One connection of a pass and the request it carries."""
 
-    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending",
-                 "fresh", "retried")
+    __slots__ = ("sock", "fd", "reader", "index", "scheduled", "started", "deadline",
+                 "pending", "fresh", "retried")
 
     def __init__(self) -> None:
         self.sock: Optional[socket.socket] = None
+        self.fd = -1  # the socket's descriptor, as registered with the loop's poller
         self.reader: Optional[ResponseReader] = None
         self.index = self.scheduled = self.started = self.deadline = 0
         self.pending: Optional[memoryview] = None
@@ -5481,11 +5481,16 @@ class PassLoop:
     connections, each sending its next request when the previous one is answered. Open loop:
     `schedule` gives each request's send time (ns from the start); requests wait for a free
     connection (up to `concurrency` of them), and their latency counts from the schedule.
+    The plan gives `concurrency` (its connections) and how many requests the pass sends.
 
-    Request i carries payload i modulo their number: `total` requests (default: each payload
-    once; open loop: one per scheduled time), and with `duration`, none started after that
-    many seconds; those in flight then are waited for, since leaving out the slowest would
-    flatter the tail.
+    Request i carries payload i modulo their number: `total` requests (the corpus `repeat`
+    times; open loop: one per scheduled time), and with the plan's `duration` (closed loop),
+    at most MAX_PASS_REQUESTS and none started after that many seconds; those in flight then
+    are waited for, since leaving out the slowest would flatter the tail.
+
+    The connections wait on epoll (poll where there is none) used directly: selectors' wrapper
+    cost a Python call and a key lookup per event. Each connection is registered once, when it
+    opens, and modified only while a request's bytes wait to be written.
 
     A response is only matched to the request whose bytes preceded it: one request at a time
     per connection, and a connection whose framing is in doubt (bytes beyond an answer, or
@@ -5498,21 +5503,26 @@ class PassLoop:
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
 
+    READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
+    WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP
+
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
-                 concurrency: int, schedule: Optional[Sequence[int]] = None, *,
-                 total: Optional[int] = None, duration: Optional[float] = None):
+                 plan: PassPlan, schedule: Optional[Sequence[int]] = None):
         self.target = target
         self.signals = target.signals  # None: per-signal times are not recorded
         self.payloads = payloads
         self.stop = stop
-        self.concurrency = concurrency
+        self.concurrency = plan.connections
         self.schedule = schedule
+        duration = plan.duration if schedule is None else None
         self.total = len(schedule) if schedule is not None else \
-            len(payloads) if total is None else total
+            len(payloads) * plan.repeat if duration is None else MAX_PASS_REQUESTS
         self.duration_ns = None if duration is None else round(duration * 1e9)
         self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
-        self.selector = selectors.DefaultSelector()
+        self.epoll = hasattr(select, "epoll")  # else poll, which waits in milliseconds
+        self.poller = select.epoll() if self.epoll else select.poll()
+        self.by_fd: dict = {}  # file descriptor -> _Slot
         self.results: list = []  # RawResult
         self.classified: dict = {}  # (status, small body) -> (decision, error kind, code)
         self.next_index = 0
@@ -5526,14 +5536,17 @@ class PassLoop:
     def _open(self, slot: _Slot) -> None:
         slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context,
                                 self.stop)
-        self.selector.register(slot.sock, selectors.EVENT_READ, slot)
+        slot.fd = slot.sock.fileno()
+        self.poller.register(slot.fd, select.POLLIN)
+        self.by_fd[slot.fd] = slot
 
     def _close(self, slot: _Slot) -> None:
         if slot.sock is not None:
             try:
-                self.selector.unregister(slot.sock)
-            except (KeyError, ValueError):
+                self.poller.unregister(slot.fd)
+            except (KeyError, ValueError, OSError):
                 pass
+            self.by_fd.pop(slot.fd, None)
             try:
                 slot.sock.close()
             except OSError:
@@ -5596,7 +5609,7 @@ class PassLoop:
             return
         if sent < len(payload):
             slot.pending = memoryview(payload)[sent:]
-            self.selector.modify(slot.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, slot)
+            self.poller.modify(slot.fd, select.POLLIN | select.POLLOUT)
         else:
             slot.pending = None
 
@@ -5623,7 +5636,7 @@ class PassLoop:
             return
         slot.pending = slot.pending[sent:] if sent < len(slot.pending) else None
         if slot.pending is None:
-            self.selector.modify(slot.sock, selectors.EVENT_READ, slot)
+            self.poller.modify(slot.fd, select.POLLIN)
 
     def _read(self, slot: _Slot, now: int) -> None:
         sock, reader = slot.sock, slot.reader
@@ -5748,7 +5761,8 @@ class PassLoop:
                 self._expire(now, grace_end)
         for slot in slots:
             self._close(slot)
-        self.selector.close()
+        if self.epoll:
+            self.poller.close()
         return self.results
 
     def _handle(self, events: list, now: int) -> None:
@@ -5757,9 +5771,9 @@ class PassLoop:
                 if slot.sock is not None:
                     self._idle_event(slot)
                 continue
-            if mask & selectors.EVENT_WRITE and slot.pending is not None:
+            if mask & self.WRITE and slot.pending is not None:
                 self._write_more(slot, now)
-            if mask & selectors.EVENT_READ and slot in self.busy:
+            if mask & self.READ and slot in self.busy:
                 self._read(slot, now)
 
     def _expire(self, now: int, grace_end: Optional[int]) -> None:
@@ -5793,11 +5807,13 @@ class PassLoop:
                 by_sock = {s.sock: s for s in self.busy if s.sock is not None}
                 masks: dict = {}
                 for sock in ready_r:
-                    masks[by_sock[sock]] = selectors.EVENT_READ
+                    masks[by_sock[sock]] = select.POLLIN
                 for sock in ready_w:
-                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | selectors.EVENT_WRITE
+                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | select.POLLOUT
                 return list(masks.items())
-        return [(key.data, mask) for key, mask in self.selector.select(wait)]
+        by_fd = self.by_fd
+        events = self.poller.poll(wait if self.epoll else math.ceil(wait * 1000))
+        return [(by_fd[fd], mask) for fd, mask in events if fd in by_fd]
 
     def _wait_for_schedule(self, now: int, origin: int) -> float:
         if self.schedule is None or self.next_index >= len(self.schedule):
@@ -5928,11 +5944,7 @@ def measure_pass(context: RunContext, plan: PassPlan, title: str,
     x-vsr-config-hash values its answers carried, in the order first seen)."""
     target, payloads, stop, progress = \
         context.target, context.payloads, context.stop, context.progress
-    total = None
-    if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
-        total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
-    loop = PassLoop(target, payloads, stop, plan.connections, schedule, total=total,
-                    duration=None if schedule is not None else plan.duration)
+    loop = PassLoop(target, payloads, stop, plan, schedule)
     progress.start(title, None if plan.rate is None and plan.duration else loop.total,
                    lambda: len(loop.results), plan.duration)
     try:
@@ -6016,7 +6028,8 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
         floor_target = Target(parse_endpoint(f"http://127.0.0.1:{responder.port}"),
                               model=target.model, timeout=5.0)
         payloads = encode_prompts(floor_target, ["floor"]) * requests
-        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run())
+        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(),
+                                        PassPlan("floor", 1)).run())
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
@@ -6034,7 +6047,7 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    results = PassLoop(target, cycled, stop, 1).run()
+    results = PassLoop(target, cycled, stop, PassPlan("warm-up", 1)).run()
     requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))

@@ -233,7 +233,7 @@ def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(script
     server = scripted(lambda prompt, number: None)  # every request: closed unanswered
     target = rl.Target(rl.parse_endpoint(server.url))
     results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b"]), threading.Event(),
-                          1).run()
+                          rl.PassPlan("x", 1)).run()
     # "a" went out on the connection opened before the pass, then once more on a new one;
     # "b" went out on a connection opened for it, so its close is the answer
     assert [(r.index, r.error, r.retried) for r in results] == [(0, "reset", True),
@@ -256,7 +256,7 @@ def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_p
 
     monkeypatch.setattr(rl.PassLoop, "_poll", counted)
     payloads = rl.encode_prompts(target, ["a", "b", "c"])
-    loop = rl.PassLoop(target, payloads, threading.Event(), 4,
+    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 4),
                        rl.arrival_schedule(3, 4.0, "constant", 0))
     results = loop.run()
     assert [r.error for r in results] == [None, None, None]
