@@ -5580,12 +5580,14 @@ class PassLoop:
         self.busy.discard(slot)
         self.idle.append(slot)
 
-    def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
-        """Send request `index` on an idle slot; a failure is recorded and frees it again."""
+    def _send(self, slot: _Slot, index: int, scheduled: int) -> int:
+        """Send request `index` on an idle slot; a failure is recorded and frees it again.
+        Return the time it was sent."""
         slot.index, slot.scheduled, slot.retried = index, scheduled, False
         self.busy.add(slot)
-        slot.started = time.perf_counter_ns()
+        slot.started = started = time.perf_counter_ns()
         self._transmit(slot)
+        return started
 
     def _transmit(self, slot: _Slot) -> None:
         """Write the slot's request, first opening a connection when it has none."""
@@ -5651,8 +5653,8 @@ class PassLoop:
                 if reader.feed(data) if data else reader.eof():
                     self._complete(slot, now)
                     return
-                if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
-                    return
+                if self.context is None or not sock.pending():
+                    return  # plain TCP: one recv took what there was
         except RequestFailed as failure:
             if failure.kind == "malformed":  # the status of a head already read, if any
                 self._fail(slot, "malformed", now, failure.status or getattr(
@@ -5736,9 +5738,11 @@ class PassLoop:
         if self.duration_ns is not None:
             self.end_ns = origin + self.duration_ns
         grace_end = None  # after an interrupt, requests in flight get this long to finish
+        now = origin
         while True:
-            now = perf()
-            self._start_due(now, origin)
+            now = self._start_due(now, origin)
+            if self.schedule is not None:
+                now = perf()  # the next send's wait is reckoned from here, to 0.2 ms
             if self.stop.is_set() and grace_end is None:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
@@ -5756,7 +5760,7 @@ class PassLoop:
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
             self._handle(self._poll(min(wait, 0.1)), perf())
-            now = perf()
+            now = perf()  # also where the next round's sends start from
             if nearest <= now:  # answers and retries only move deadlines later
                 self._expire(now, grace_end)
         for slot in slots:
@@ -5824,9 +5828,10 @@ class PassLoop:
         """Return whether the pass has requests left to start at `now`."""
         return self.next_index < self.total and (self.end_ns is None or now < self.end_ns)
 
-    def _start_due(self, now: int, origin: int) -> None:
+    def _start_due(self, now: int, origin: int) -> int:
         """Send what is due: closed loop, a request per free connection; open loop, every
-        request whose time has come while a connection is free."""
+        request whose time has come while a connection is free. Return the time of the last
+        send (`now` when none left)."""
         while self.idle and self.next_index < self.total \
                 and (self.end_ns is None or now < self.end_ns) and not self.stop.is_set():
             # (_more, written out: this runs once an answer)
@@ -5835,11 +5840,13 @@ class PassLoop:
             else:
                 scheduled = origin + self.schedule[self.next_index]
                 if scheduled > now:
-                    return
+                    return now
             index = self.next_index
             self.next_index += 1
-            self._send(self.idle.pop(), index, scheduled)
-            now = time.perf_counter_ns()
+            now = self._send(self.idle.pop(), index, scheduled)
+            if self.schedule is not None:
+                now = time.perf_counter_ns()  # the next may have come due during this send
+        return now
 
 
 def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
