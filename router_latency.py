@@ -5580,14 +5580,13 @@ class PassLoop:
         self.busy.discard(slot)
         self.idle.append(slot)
 
-    def _send(self, slot: _Slot, index: int, scheduled: int) -> int:
-        """Send request `index` on an idle slot; a failure is recorded and frees it again.
-        Return the time it was sent."""
+    def _send(self, slot: _Slot, index: int, scheduled: int, started: int) -> None:
+        """Send request `index` on an idle slot at `started`; a failure is recorded and frees
+        it again."""
         slot.index, slot.scheduled, slot.retried = index, scheduled, False
+        slot.started = started
         self.busy.add(slot)
-        slot.started = started = time.perf_counter_ns()
         self._transmit(slot)
-        return started
 
     def _transmit(self, slot: _Slot) -> None:
         """Write the slot's request, first opening a connection when it has none."""
@@ -5673,30 +5672,35 @@ class PassLoop:
 
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
-        decision, error, code, signal_ms = self._classify(reader.status, reader.body)
+        decision, error, code, signal_ms, hashed = self._classify(reader.status, reader.body)
         # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
             slot.retried, code,
-            reader.headers.get(CONFIG_HASH_NAME) or body_config_hash(reader.body), None,
+            reader.headers.get(CONFIG_HASH_NAME) or (
+                body_config_hash(reader.body) if hashed is False else hashed), None,
             signal_ms)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
-        self._release(slot)
+        self.busy.discard(slot)  # _release, written out: this runs once an answer
+        self.idle.append(slot)
 
     def _classify(self, status: int, body: bytearray) -> tuple:
-        """Return (decision, error kind, the router's error code, per-signal times) of an
-        answer; a small answer seen before is looked up rather than parsed again."""
+        """Return (decision, error kind, the router's error code, per-signal times, the
+        body's config_hash) of an answer; a small answer seen before is looked up rather than
+        parsed again. A large one's config_hash is False: not looked for (the header may
+        carry it)."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return self._classified(status, body)
+            return (*self._classified(status, body), False)
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = self._classified(status, body)
+            known = self.classified[key] = (*self._classified(status, body),
+                                            body_config_hash(body))
         return known
 
     def _classified(self, status: int, body: bytearray) -> tuple:
@@ -5740,16 +5744,17 @@ class PassLoop:
         grace_end = None  # after an interrupt, requests in flight get this long to finish
         now = origin
         while True:
-            now = self._start_due(now, origin)
+            stopped = self.stop.is_set()  # once a round: Event.is_set is a Python call
+            now = self._start_due(now, origin, stopped)
             if self.schedule is not None:
                 now = perf()  # the next send's wait is reckoned from here, to 0.2 ms
-            if self.stop.is_set() and grace_end is None:
+            if stopped and grace_end is None:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
             nearest = math.inf  # the soonest deadline of a request in flight
             if not self.busy:
-                if not self._more(now) or self.stop.is_set():
+                if not self._more(now) or stopped:
                     break
                 wait = self._wait_for_schedule(now, origin)
             else:
@@ -5828,24 +5833,26 @@ class PassLoop:
         """Return whether the pass has requests left to start at `now`."""
         return self.next_index < self.total and (self.end_ns is None or now < self.end_ns)
 
-    def _start_due(self, now: int, origin: int) -> int:
-        """Send what is due: closed loop, a request per free connection; open loop, every
-        request whose time has come while a connection is free. Return the time of the last
-        send (`now` when none left)."""
-        while self.idle and self.next_index < self.total \
-                and (self.end_ns is None or now < self.end_ns) and not self.stop.is_set():
-            # (_more, written out: this runs once an answer)
+    def _start_due(self, now: int, origin: int, stopped: bool) -> int:
+        """Send what is due, unless the user asked to stop: closed loop, a request per free
+        connection; open loop, every request whose time has come while a connection is free.
+        Return the time of the last send (`now` when none left)."""
+        while not stopped and self.idle and self.next_index < self.total:
+            # (_more, written out: this runs once an answer) on the send's own stamp, so that
+            # none starts after the end, and closed loop, one clock read a request
+            started = time.perf_counter_ns()
+            if self.end_ns is not None and started >= self.end_ns:
+                break
             if self.schedule is None:
-                scheduled = now
+                scheduled = started
             else:
                 scheduled = origin + self.schedule[self.next_index]
-                if scheduled > now:
-                    return now
+                if scheduled > started:
+                    break
             index = self.next_index
             self.next_index += 1
-            now = self._send(self.idle.pop(), index, scheduled)
-            if self.schedule is not None:
-                now = time.perf_counter_ns()  # the next may have come due during this send
+            self._send(self.idle.pop(), index, scheduled, started)
+            now = started
         return now
 
 
