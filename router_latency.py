@@ -5503,6 +5503,7 @@ class PassLoop:
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
 
+    DEADLINE_OF = operator.attrgetter("deadline")
     READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
     WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP
 
@@ -5758,7 +5759,7 @@ class PassLoop:
                     break
                 wait = self._wait_for_schedule(now, origin)
             else:
-                nearest = min(slot.deadline for slot in self.busy)
+                nearest = min(map(self.DEADLINE_OF, self.busy))  # no generator frame
                 wait = max(nearest - now, 0) / 1e9
                 if self.schedule is not None and self._more(now) and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
