@@ -5673,14 +5673,15 @@ class PassLoop:
 
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
-        decision, error, code, signal_ms, hashed = self._classify(reader.status, reader.body)
+        config_hash = reader.headers.get(CONFIG_HASH_NAME)
+        decision, error, code, signal_ms, hashed = self._classify(reader.status, reader.body,
+                                                                  not config_hash)
         # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
             slot.retried, code,
-            reader.headers.get(CONFIG_HASH_NAME) or (
-                body_config_hash(reader.body) if hashed is False else hashed), None,
+            config_hash or (body_config_hash(reader.body) if hashed is False else hashed), None,
             signal_ms)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
@@ -5688,11 +5689,11 @@ class PassLoop:
         self.busy.discard(slot)  # _release, written out: this runs once an answer
         self.idle.append(slot)
 
-    def _classify(self, status: int, body: bytearray) -> tuple:
+    def _classify(self, status: int, body: bytearray, hash_wanted: bool) -> tuple:
         """Return (decision, error kind, the router's error code, per-signal times, the
         body's config_hash) of an answer; a small answer seen before is looked up rather than
-        parsed again. A large one's config_hash is False: not looked for (the header may
-        carry it)."""
+        parsed again, with its config_hash when one was wanted (no header carried it) as it
+        was cached. A config_hash not looked for is False."""
         if len(body) > self.CACHED_BODY_BYTES:
             return (*self._classified(status, body), False)
         key = (status, bytes(body))
@@ -5701,7 +5702,7 @@ class PassLoop:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
             known = self.classified[key] = (*self._classified(status, body),
-                                            body_config_hash(body))
+                                            body_config_hash(body) if hash_wanted else False)
         return known
 
     def _classified(self, status: int, body: bytearray) -> tuple:
