@@ -81,7 +81,8 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, TypedDict
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence, Tuple, TypedDict, Union)
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -4239,16 +4240,18 @@ class SignalTable:
         at the top level) without decoding the answer; None where this cannot tell, and the
         answer is to be decoded up to metrics instead.
 
-        Between index and metrics only plain members may stand (no bracket, no escape, the
-        quotes paired: metrics is then a top-level key), not checked further, as no member
-        past the decision is. The metrics object must be the router's compact form exactly,
+        Between index and metrics only members without an escape may stand, their quotes
+        paired and, outside their strings, as many brackets closed as opened (metrics is then
+        a top-level key: the router's recommended_models list stands there), not checked
+        further, as no member past the decision is. The metrics object must be the router's compact form exactly,
         its numbers JSON numbers: its skeleton is looked up among those seen (a new one is
         decoded once, see _layout), its numbers read in one step of the C scanner."""
         at = text.find(METRICS_KEY, index)
         if at < 0:
             return None
         between = text[index:at]
-        if "{" in between or "[" in between or "\\" in between or between.count('"') % 2:
+        if "\\" in between or between.count('"') % 2 or (
+                ("{" in between or "[" in between) and not _balanced(between)):
             return None
         start = at + len(METRICS_KEY)
         end = text.find("}}", start) + 2
@@ -4309,6 +4312,13 @@ class SignalTable:
             self.layouts.clear()
         self.layouts[body.translate(None, NUMBER_BYTES)] = layout = len(names), positions, new
         return layout
+
+
+def _balanced(between: str) -> bool:
+    """Return whether a JSON text free of escapes closes, outside its strings, as many
+    objects and arrays as it opens (its quotes paired, its strings are every other part)."""
+    outside = "".join(between.split('"')[0::2])
+    return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
 
 
 def layout_names(body: bytes) -> Optional[tuple]:
@@ -6515,7 +6525,7 @@ def decision_changes(run: RunFile) -> list:
 
 class Agreement(NamedTuple):
     compared: int  # inputs measured on both sides
-    differ: list  # their ids whose decisions are not the same answered decision
+    differ: List[int]  # their ids whose decisions are not the same answered decision
 
 
 def decision_agreement(base: dict, new: dict) -> Agreement:
@@ -6576,16 +6586,20 @@ def cache_warnings(named_runs: Sequence[tuple]) -> list:
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
-    figures: tuple = ()  # (metric, A's value, B's value) for p50, p95, p99 and req/s
-    errors: tuple = (0, 0)  # failed requests of A and B
-    failures: tuple = (({}, {}), ({}, {}))  # A's and B's errors by kind and by code
-    rejected: tuple = (0, 0)  # expected rejections of A and B
-    router_cpu: tuple = ()  # (name, A's value, B's value): CPU ms per request, foreign vCPUs
-    slow: tuple = ((), ())  # A's and B's windows in a slow phase
-    windows: tuple = (0, 0)  # how many windows A's and B's time series have
-    parts: tuple = ()  # (part metric, A's, B's) of where the time goes, the most moved first
+    # (metric, A's value, B's value) for p50, p95, p99 and req/s
+    figures: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    errors: Tuple[int, int] = (0, 0)  # failed requests of A and B
+    # A's and B's errors by kind and by code
+    failures: Tuple[Tuple[Dict[str, int], Dict[str, Dict[str, int]]], ...] = (({}, {}), ({}, {}))
+    rejected: Tuple[int, int] = (0, 0)  # expected rejections of A and B
+    # (name, A's value, B's value): CPU ms per request, foreign vCPUs
+    router_cpu: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    slow: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((), ())  # A's and B's windows in a slow phase
+    windows: Tuple[int, int] = (0, 0)  # how many windows A's and B's time series have
+    # (part metric, A's, B's) of where the time goes, the most moved first
+    parts: Tuple[Tuple[str, float, float], ...] = ()
     # A's and B's (client mean ms, {part metric: value}) where either reports parts
-    decompositions: tuple = ()
+    decompositions: Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...] = ()
 
 
 def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
@@ -6617,18 +6631,20 @@ class CompareReport(NamedTuple):
     a_label: str
     b_path: str
     b_label: str
-    corpus_sha256: tuple  # A's and B's
+    corpus_sha256: Tuple[str, str]  # A's and B's
     corpus_count: int
-    passes: tuple  # ComparePass
-    warnings: tuple  # below the driver's floor
+    passes: Tuple[ComparePass, ...]  # ComparePass
+    warnings: Tuple[str, ...]  # below the driver's floor
     compared: int  # inputs measured on both sides
-    changes: tuple  # DecisionChange, sequential pass
+    changes: Tuple[DecisionChange, ...]  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
-    consistency: tuple  # (tag, ids whose decision changed within that run, sent repeatedly)
+    # (tag, ids whose decision changed within that run, sent repeatedly)
+    consistency: Tuple[Tuple[str, Tuple[int, ...], bool], ...]
     status: str  # pass or fail
     exit_code: int
-    config_hashes: tuple = ((), ())  # A's and B's x-vsr-config-hash values, in order seen
-    reasons: tuple = ()  # why it failed
+    # A's and B's x-vsr-config-hash values, in order seen
+    config_hashes: Tuple[Tuple[str, ...], Tuple[str, ...]] = ((), ())
+    reasons: Tuple[str, ...] = ()  # why it failed
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -6688,13 +6704,15 @@ class LadderStep(NamedTuple):
 class Capacity(NamedTuple):
     """What a ladder run says of its node: where throughput saturates, where latency starts
     to grow faster than throughput, and the most it serves within the SLO."""
-    steps: tuple  # LadderStep, in the order climbed; those that shed count in no figure
+    # LadderStep, in the order climbed; those that shed count in no figure
+    steps: Tuple[LadderStep, ...]
     open_loop: bool
     margin_pct: float
     slo_p95_ms: Optional[float]
     plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
     plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
-    knee: Optional[tuple]  # (step, next step): beyond it p50 grows faster than throughput
+    # (step, next step): beyond it p50 grows faster than throughput
+    knee: Optional[Tuple[LadderStep, LadderStep]]
     capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
     capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
     stop: str  # why the ladder stopped climbing
@@ -6853,11 +6871,11 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
 class GateSettings(NamedTuple):
     """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
     tolerance_pct: float = 5.0  # a change within this percentage is 'same'
-    gate: tuple = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
+    gate: Tuple[str, ...] = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
     strict: bool = False  # an underpowered inconclusive gated row makes the result inconclusive
     max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
     allow_incomplete: bool = False
-    allow_mismatch: tuple = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    allow_mismatch: Tuple[str, ...] = ()  # fields of CHECKED_FIELDS allowed to differ between runs
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
@@ -6865,7 +6883,8 @@ class GateSettings(NamedTuple):
     # the tolerance); by default PASS needs every gated row shown within it
     pass_unless_worse: bool = False
     slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
-    cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
+    # ladders: (side or None, USD an hour, per what) entries
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
     decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
 
     @property
@@ -7038,10 +7057,11 @@ class Row(NamedTuple):
     detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
     rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
     verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
-    base_values: tuple
-    new_values: tuple
+    base_values: Tuple[float, ...]
+    new_values: Tuple[float, ...]
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
 
     @property
     def change_pct(self) -> float:
@@ -7119,7 +7139,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread)
 
 
 @functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
@@ -7154,10 +7174,10 @@ class GateTest(NamedTuple):
     composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
     composite_p: Optional[float]
     level: float  # one-sided level of each of the two tests
-    regressions: tuple  # (pass, metric) Holm rejects
+    regressions: Tuple[Tuple[str, str], ...]  # (pass, metric) Holm rejects
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
-    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
+    holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
     composite_detectable_pct: Optional[float] = None  # every gated row slowing together
 
 
@@ -7214,7 +7234,7 @@ class RoundAgreement(NamedTuple):
     agree: int  # inputs with the same decision on both sides in every pass
     total: int  # inputs measured on both sides
     used: bool  # the round is among those judged
-    differ: tuple  # DecisionChange, the first pass where each differs
+    differ: Tuple[DecisionChange, ...]  # DecisionChange, the first pass where each differs
 
 
 def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
@@ -7238,7 +7258,8 @@ def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
 
 class PassErrors(NamedTuple):
     pass_name: str
-    counts: tuple  # (round, base's failed requests, new's), every round measuring the pass
+    # (round, base's failed requests, new's), every round measuring the pass
+    counts: Tuple[Tuple[int, int, int], ...]
 
 
 def pass_errors(runs: dict, base: str, new: str) -> list:
@@ -7258,7 +7279,7 @@ def pass_errors(runs: dict, base: str, new: str) -> list:
 
 class Slowdown(NamedTuple):
     """How much slower new ran than base for one input, decision or prompt-length bucket."""
-    key: Any  # prompt id, decision or bucket label
+    key: Union[int, str]  # prompt id, decision or bucket label
     ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
     low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
     high: Optional[float]
@@ -7275,10 +7296,10 @@ class Slowdown(NamedTuple):
 class InputSlowdowns(NamedTuple):
     """Which inputs, decisions and prompt lengths got slower, request by request."""
     pass_name: str
-    rounds: tuple  # the rounds compared
-    inputs: tuple  # Slowdown per input, the largest ratio first
-    decisions: tuple  # Slowdown per decision
-    lengths: tuple  # Slowdown per prompt-length bucket; empty without the corpus
+    rounds: Tuple[int, ...]  # the rounds compared
+    inputs: Tuple[Slowdown, ...]  # Slowdown per input, the largest ratio first
+    decisions: Tuple[Slowdown, ...]  # Slowdown per decision
+    lengths: Tuple[Slowdown, ...]  # Slowdown per prompt-length bucket; empty without the corpus
     fdr: float
     tolerance_pct: float
 
@@ -7369,8 +7390,9 @@ class PassLatencies(NamedTuple):
     round: int
     side: str
     used: bool  # the round is among those judged
-    quantiles: tuple  # latency at 0, 1, ..., 100% of the successful requests (R7)
-    windows: tuple  # (middle of the window in s from the first send, median latency)
+    quantiles: Tuple[float, ...]  # latency at 0, 1, ..., 100% of the successful requests (R7)
+    # (middle of the window in s from the first send, median latency)
+    windows: Tuple[Tuple[float, float], ...]
 
 
 def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
@@ -7409,33 +7431,38 @@ class RoundsReport(NamedTuple):
     settings: GateSettings
     corpus_sha256: str
     corpus_count: int
-    files: dict  # "r<N>" -> {side: path}
-    used: tuple  # round numbers judged
-    left_out: tuple  # {"round", "why"}: rounds not judged
-    rows: tuple  # Row, empty when fewer than MIN_ROUNDS rounds could be used
+    files: Dict[str, Dict[str, str]]  # "r<N>" -> {side: path}
+    used: Tuple[int, ...]  # round numbers judged
+    left_out: Tuple[LeftOut, ...]  # rounds not judged
+    rows: Tuple[Row, ...]  # Row, empty when fewer than MIN_ROUNDS rounds could be used
     test: Optional[GateTest]
-    agreement: tuple  # RoundAgreement, every round
-    errors: tuple  # PassErrors
-    warnings: tuple  # what the reader must know before trusting the verdict
-    notes: tuple  # differences allowed with --allow-mismatch
-    environment: tuple[EnvironmentRow, ...]  # one per round and side
-    order: dict
+    agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
+    errors: Tuple[PassErrors, ...]  # PassErrors
+    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
+    environment: Tuple[EnvironmentRow, ...]  # one per round and side
+    order: RoundOrder
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
-    outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
-    outlier_changes: tuple  # (round, its gated mean change %, the median's %): descriptive
-    insecure_files: tuple  # files measured without TLS verification
-    look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
+    outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
+    # (round, its gated mean change %, the median's %): descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+    insecure_files: Tuple[str, ...]  # files measured without TLS verification
+    look: Optional[Tuple[int, int]]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
-    reasons: tuple  # why it failed or is inconclusive
+    reasons: Tuple[str, ...]  # why it failed or is inconclusive
     exit_code: int
-    config_hashes: dict = {}  # side -> its x-vsr-config-hash values over the rounds
-    config_warnings: tuple = ()  # the same configuration on both sides, or one that changed
-    outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
+    # side -> its x-vsr-config-hash values over the rounds
+    config_hashes: Dict[str, Tuple[str, ...]] = {}
+    # the same configuration on both sides, or one that changed
+    config_warnings: Tuple[str, ...] = ()
+    outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
-    latencies: tuple = ()  # PassLatencies, for the report page
+    latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
     more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
-    capacity: tuple = ()  # (round, side, Capacity) of ladder runs, used rounds
-    breakdowns: tuple = ()  # PassBreakdown: where each pass's time went, and what changed
+    # (round, side, Capacity) of ladder runs, used rounds
+    capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
+    # PassBreakdown: where each pass's time went, and what changed
+    breakdowns: Tuple[PassBreakdown, ...] = ()
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -7481,9 +7508,21 @@ def run_outcomes(run: RunFile) -> dict:
     routed although they expected only a rejection ("unexpected_routing")."""
     requests = [r for item in run.passes if not item.discarded for r in item.requests]
     counts = count_outcomes(requests)
-    counts["unexpected_routing"] = sorted({r.id for r in requests
-                                           if r.outcome == "unexpected_routing"})
+    counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
+                                                 if r.outcome == "unexpected_routing"}))
     return counts
+
+
+class SideOutcomes(NamedTuple):
+    """What one side's measured requests of one used round came to: run_outcomes()."""
+    round: int
+    side: str
+    requests: int
+    ok: int
+    errors: Dict[str, int]  # error kind -> count
+    unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
+    rejected: int = 0  # expected rejections
+    error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
 
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
@@ -7516,6 +7555,43 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     if doubts:
         return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
     return "pass", (), EXIT_OK
+
+
+class Overload(NamedTuple):
+    """The requests a run's router shed with 429 OVERLOADED, and the run's settings that
+    bear on it."""
+    shed: int
+    # --router-max-concurrency, the router's max_concurrency declared (None: not recorded)
+    declared_limit: Optional[int]
+    timeout_s: Optional[float]  # the client's --timeout; None where the file has none
+
+
+def run_overload(run: RunFile) -> Optional[Overload]:
+    """Return what a run's router shed with 429 OVERLOADED; None when it shed nothing."""
+    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
+    if not shed:
+        return None
+    return Overload(shed, run.settings.router_max_concurrency, run.settings.timeout_s)
+
+
+def not_found_only(run: RunFile) -> int:
+    """Return the requests of a run answered 404 Not Found when none answered 2xx (a wrong
+    path, not a missing route); 0 otherwise."""
+    statuses = [r.status for p in run.passes for r in p.requests]
+    routed = any(s is not None and 200 <= s < 300 for s in statuses)
+    return 0 if routed else statuses.count(404)
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+    """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
+    code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
+    else 1 when more requests failed in the measured passes than max_errors allows."""
+    if not run.complete:
+        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
+    if failed > max_errors:
+        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
+    return EXIT_OK, ""
 
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
@@ -7570,7 +7646,7 @@ def detectable_text(row: Row) -> str:
     if row.detectable_pct is not None:
         return f">= {row.detectable_pct:.0f}%"
     # no spread finds any change; a look whose boundary cannot reject finds none
-    return "any change" if sample_spread(row.worse_series) == 0 else "none yet"
+    return "any change" if row.spread == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -7669,7 +7745,7 @@ class PassAttribution(NamedTuple):
     requests: int  # routed requests
     client_mean_ms: Optional[float]
     client_p95_ms: Optional[float]
-    parts: tuple  # PartFigures, signals first
+    parts: Tuple[PartFigures, ...]  # PartFigures, signals first
     signals_ms: Optional[float]  # the signals' time per request, summed: None without any
     outside_p50_ms: Optional[float]  # per request: its latency minus its signals' times
     outside_mean_ms: Optional[float]
@@ -7780,10 +7856,11 @@ def part_title(metric: str) -> str:
 class PassBreakdown(NamedTuple):
     """Where one pass's time went on each side, and what of it changed."""
     pass_name: str
-    rows: tuple  # Row per part and statistic, the part that moved most first
-    base: tuple  # (metric, median over the used rounds) of the base side's parts
-    new: tuple
-    client: tuple  # (base, new) median client mean latency
+    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
+    # (metric, median over the used rounds) of the base side's parts
+    base: Tuple[Tuple[str, float], ...]
+    new: Tuple[Tuple[str, float], ...]
+    client: Tuple[Optional[float], Optional[float]]  # (base, new) median client mean latency
     sentence: str
 
 
@@ -7932,6 +8009,12 @@ def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[st
     return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
 
 
+class LeftOut(NamedTuple):
+    """A round not judged, and why."""
+    round: int
+    why: str
+
+
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
@@ -7947,7 +8030,7 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
         if base_failed:
             doubts.append(f"the {base} side failed in r{number} ({base_failed})")
         if why:
-            left_out.append({"round": number, "why": "; ".join(why)})
+            left_out.append(LeftOut(number, "; ".join(why)))
         else:
             used.append(number)
     return used, left_out, failures, doubts
@@ -8006,7 +8089,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
               + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
         tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
-        tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
+        tuple(SideOutcomes(n, s, **run_outcomes(runs[n][s])) for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
         tuple(pass_latencies(runs, base, new, used)),
@@ -8014,7 +8097,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         ladder_capacities(runs, base, new, used, settings) if rows else (), tuple(breakdowns))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
     """Return (the crossover order effect, outlier rounds, (round, its change %, the median
     change %) of each), all on the per-round mean of the gated rows' worse-direction log
     ratios; first: which side started each round (order_balance).
@@ -8027,9 +8110,9 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) ->
     if not gated:
         return None, [], ()
     composite = dict(zip(used, composite_log_ratios(gated)))
-    effect = order_effect([composite[n] for n in first["base_first"]],
-                          [composite[n] for n in first["new_first"]]) \
-        if first["base_first"] and first["new_first"] and len(used) > 2 else None
+    effect = order_effect([composite[n] for n in first.base_first],
+                          [composite[n] for n in first.new_first]) \
+        if first.base_first and first.new_first and len(used) > 2 else None
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
     centre = 100 * math.expm1(statistics.median(composite.values()))
@@ -8146,7 +8229,24 @@ def environment_rows(runs: dict, base: str, new: str) -> list:
     return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
 
 
-def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> dict:
+class OrderDifference(NamedTuple):
+    """A pass's mean p50 difference, new - base, over the rounds each side started first."""
+    pass_name: str
+    base_first: Optional[float]  # None: no used round that side started
+    new_first: Optional[float]
+
+
+class RoundOrder(NamedTuple):
+    """Which side started each round, and the paired p50 difference by that order."""
+    first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
+    base_first: List[int]  # used rounds the base side started
+    new_first: List[int]
+    unknown: List[int]  # used rounds whose start order the files do not tell
+    balanced: bool  # each side started about half the used rounds
+    p50_difference_by_order: List[OrderDifference]  # per pass
+
+
+def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
     """Return which side started first in each round and the paired p50 difference by order."""
     first = {}
     for number, sides in runs.items():
@@ -8165,12 +8265,10 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> di
         diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
         mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
                 for key, group in (("base_first", base_first), ("new_first", new_first))}
-        effects.append({"pass": row.pass_name, **mean})
+        effects.append(OrderDifference(row.pass_name, **mean))
     unknown = [r for r in used if first[r] is None]
-    return {"first": {f"r{k}": v for k, v in first.items()}, "base_first": base_first,
-            "new_first": new_first, "unknown": unknown,
-            "balanced": not unknown and abs(len(base_first) - len(new_first)) <= 1,
-            "p50_difference_by_order": effects}
+    return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
+                      not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
 
 
 class RecordSection(NamedTuple):
@@ -8178,7 +8276,7 @@ class RecordSection(NamedTuple):
     name: str  # e.g. shipped_image
     folder: str
     report: RoundsReport
-    runs: dict  # {round: {side: RunFile}}
+    runs: Dict[int, Dict[str, RunFile]]  # {round: {side: RunFile}}
 
 
 def record_section(name: str, folder: str, base: str, new: str,
@@ -8517,20 +8615,17 @@ def expectation_lines(item: PassRecord) -> list:
     return lines
 
 
-def overload_note(run: RunFile) -> list:
+def overload_note(overload: Optional[Overload]) -> list:
     """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
-    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
-    if not shed:
+    if overload is None:
         return []
-    limit = run.settings.router_max_concurrency
-    timeout = run.settings.timeout_s
-    return [f"{plural(shed, 'request')} answered 429 OVERLOADED: the router admits at most "
-            f"global.services.api.routing_preview.max_concurrency previews at once (default "
-            f"{ROUTER_MAX_CONCURRENCY}, declared {limit} with --router-max-concurrency) and "
-            f"sheds the rest at once, without a queue",
+    return [f"{plural(overload.shed, 'request')} answered 429 OVERLOADED: the router admits at "
+            f"most global.services.api.routing_preview.max_concurrency previews at once "
+            f"(default {ROUTER_MAX_CONCURRENCY}, declared {overload.declared_limit} with "
+            f"--router-max-concurrency) and sheds the rest at once, without a queue",
             f"a preview holds its slot until its inference ends, even after the router's "
             f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}) or the client's --timeout"
-            + (f" ({timeout:g} s here)" if isinstance(timeout, (int, float)) else "")
+            + (f" ({overload.timeout_s:g} s here)" if overload.timeout_s is not None else "")
             + " gave up on it: keep the concurrency at or below the setting (or raise it and "
               "restart the router) and --timeout above the router's timeout"]
 
@@ -8659,7 +8754,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
 
 def format_closing(report: RoundsReport) -> list:
     """Return the rounds left out, the allowed mismatches and the TLS warning."""
-    lines = [f"left out: r{item['round']}: {item['why']}" for item in report.left_out]
+    lines = [f"left out: r{item.round}: {item.why}" for item in report.left_out]
     lines += report.notes
     if report.insecure_files:
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
@@ -8901,27 +8996,27 @@ def format_agreement(report: RoundsReport) -> list:
         more = ", ..." if len(item.differ) > 10 else ""
         lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
                      f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
-    for item in report.errors:
-        lines.append(f"errors {pass_title(item.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts))
+    for each in report.errors:
+        lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
+                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
     return lines
 
 
 def format_outcomes(report: RoundsReport) -> list:
     """Return the failures of each used round and side by the router's code, the expected
     rejections, the surprises, and why the router shed requests when it did."""
-    lines = [f"errors r{o['round']} {o['side']}: {failure_text(o['errors'], o.get('error_codes'))}"
-             for o in report.outcomes if o["errors"]]
-    if any(o.get("rejected") for o in report.outcomes):
-        counts = {(o["round"], o["side"]): o.get("rejected", 0) for o in report.outcomes}
+    lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
+             for o in report.outcomes if o.errors]
+    if any(o.rejected for o in report.outcomes):
+        counts = {(o.round, o.side): o.rejected for o in report.outcomes}
         lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
             f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
-    lines += [f"surprise r{o['round']} {o['side']}: "
-              f"{plural(len(o['unexpected_routing']), 'prompt')} expected a rejection and got "
-              f"routed ({', '.join(f'#{i}' for i in o['unexpected_routing'][:10])})"
-              for o in report.outcomes if o["unexpected_routing"]]
+    lines += [f"surprise r{o.round} {o.side}: "
+              f"{plural(len(o.unexpected_routing), 'prompt')} expected a rejection and got "
+              f"routed ({', '.join(f'#{i}' for i in o.unexpected_routing[:10])})"
+              for o in report.outcomes if o.unexpected_routing]
     if any("OVERLOADED" in codes for o in report.outcomes
-           for codes in o.get("error_codes", {}).values()):
+           for codes in o.error_codes.values()):
         lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
                      f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
                      f"once, and a preview holds its slot until its inference ends, even after "
@@ -9012,16 +9107,16 @@ def format_order(report: RoundsReport) -> list:
     def names(group: list) -> str:
         return ", ".join(f"r{n}" for n in group) or "none"
 
-    lines = [f"order: {base} first in {names(order['base_first'])}; {new} first in "
-             f"{names(order['new_first'])}" + (f"; unknown in {names(order['unknown'])}"
-                                               if order["unknown"] else "")
-             + ("; balanced" if order["balanced"] else "")]
-    if not order["balanced"]:
+    lines = [f"order: {base} first in {names(order.base_first)}; {new} first in "
+             f"{names(order.new_first)}" + (f"; unknown in {names(order.unknown)}"
+                                            if order.unknown else "")
+             + ("; balanced" if order.balanced else "")]
+    if not order.balanced:
         lines.append("warning: start order unbalanced: rounds should alternate which side "
                      "starts first")
-    effects = [f"{pass_title(e['pass'])} {fmt_value(e['base_first'])} / "
-               f"{fmt_value(e['new_first'])}" for e in order["p50_difference_by_order"]]
-    if order["base_first"] and order["new_first"] and effects:
+    effects = [f"{pass_title(e.pass_name)} {fmt_value(e.base_first)} / "
+               f"{fmt_value(e.new_first)}" for e in order.p50_difference_by_order]
+    if order.base_first and order.new_first and effects:
         lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
                      + "; ".join(effects))
     effect = report.order_effect
@@ -9069,6 +9164,23 @@ def gate_rule(settings: GateSettings) -> str:
             "worse, INCONCLUSIVE otherwise")
 
 
+def outcomes_json(outcomes: SideOutcomes) -> dict:
+    """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
+    error_codes only where there are any."""
+    document = {key: value for key, value in outcomes._asdict().items()
+                if key not in ("unexpected_routing", "rejected", "error_codes")}
+    document.update({key: getattr(outcomes, key) for key in ("rejected", "error_codes")
+                     if getattr(outcomes, key)})
+    return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
+
+
+def order_json(order: RoundOrder) -> dict:
+    """Return the start order as the rounds JSON holds it."""
+    return {**order._asdict(), "p50_difference_by_order": [
+        {"pass": e.pass_name, "base_first": e.base_first, "new_first": e.new_first}
+        for e in order.p50_difference_by_order]}
+
+
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
     rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
@@ -9096,7 +9208,7 @@ def rounds_json(report: RoundsReport) -> dict:
                          "target_pct": settings.target_pct},
             "tolerance_pct": settings.tolerance_pct,
             "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
-            "used": list(report.used), "left_out": list(report.left_out), "files": report.files,
+            "used": list(report.used), "left_out": [item._asdict() for item in report.left_out], "files": report.files,
             "rows": rows,
             "gate_test": None if test is None else {
                 "rows": test.rows, "effective_rows": test.effective_rows,
@@ -9110,7 +9222,8 @@ def rounds_json(report: RoundsReport) -> dict:
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
             "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": [row.to_json() for row in report.environment], "order": report.order,
+            "environment": [row.to_json() for row in report.environment],
+            "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
             "outliers": list(report.outliers),
@@ -9121,7 +9234,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
+            "config_warnings": list(report.config_warnings), "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
@@ -9225,17 +9338,17 @@ def junit_cases(report: RoundsReport) -> list:
         cases.append(("decisions", f"r{item.round} decisions", outcome,
                       f"{item.agree}/{item.total} inputs agree in every pass"
                       + ("" if item.used else " (round left out)"), listed))
-    for item in report.errors:
-        worse = any(w > b for _, b, w in item.counts)
-        cases.append(("errors", f"{pass_title(item.pass_name)} errors",
+    for each in report.errors:
+        worse = any(w > b for _, b, w in each.counts)
+        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
                       "failure" if worse else "passed",
                       f"failed requests {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts), ""))
-    for item in report.left_out:
-        failed = any(r.startswith(f"the {report.new} side failed in r{item['round']} (")
+                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
+    for left in report.left_out:
+        failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)
-        cases.append(("rounds", f"r{item['round']} left out", "failure" if failed else "skipped",
-                      item["why"], ""))
+        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
+                      left.why, ""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
     cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
     return cases
@@ -9292,11 +9405,9 @@ def format_plan(report: RoundsReport) -> list:
              f"when only that row slows)", ""]
     table = []
     for row in report.rows:
-        spread = sample_spread([math.log(n / b) for b, n in
-                                zip(row.base_values, row.new_values)])
         table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
-                      f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
+                      f"{100 * math.expm1(row.spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
     lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
                            f"rounds for {settings.target_pct:g}%"], table,
@@ -9364,49 +9475,79 @@ def record_sentences(section: RecordSection) -> list:
     restarts and faults, GPU memory, load, foreign CPU and router CPU."""
     report = section.report
     ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
+    return (range_sentences(report, ranges) + [agreement_sentence(report),
+                                               failed_sentence(report), faults_sentence(report)]
+            + surroundings_sentences(report, ranges) + [cache_sentence(section)]
+            + format_capacity_rounds(report) + [
+                most_changed_sentence(b) for b in report.breakdowns
+                if any(r.metric.endswith(":mean") for r in b.rows)])
 
-    def span(side: str, key: str, unit: str = "") -> str:
-        low, high = ranges[side].get(key, (None, None))
-        return "not captured" if low is None else \
-            f"{side} {span_text(low, high)}{unit}".replace("-", "–")
 
+def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
+    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
+    'not captured'."""
+    low, high = ranges[side].get(key, (None, None))
+    return "not captured" if low is None else \
+        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
+
+
+def range_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return, per pass, the range over rounds of each side's p50 and p95."""
     names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
-    sentences = [f"{pass_title(name)} {metric_title(metric)} per round: "
-                 f"{span(report.base, f'{name}:{metric}', ' ms')}, "
-                 f"{span(report.new, f'{name}:{metric}', ' ms')}"
-                 for name in names for metric in ("p50_ms", "p95_ms")]
+    return [f"{pass_title(name)} {metric_title(metric)} per round: "
+            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
+            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
+            for name in names for metric in ("p50_ms", "p95_ms")]
+
+
+def agreement_sentence(report: RoundsReport) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
     used = [a for a in report.agreement if a.used]
     agreed = [a for a in used if a.agree == a.total]
     totals = sorted({a.total for a in used})
-    sentences.append(
-        f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-        if used and len(agreed) == len(used) and len(totals) == 1 else
-        f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-        + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(report: RoundsReport) -> str:
+    """Return each side's failed requests over the used rounds."""
     failed = {side: sum(b if side == report.base else w for e in report.errors
                         for n, b, w in e.counts if n in report.used)
               for side in (report.base, report.new)}
-    sentences.append("failed requests: none" if not any(failed.values()) else
-                     "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+
+
+def faults_sentence(report: RoundsReport) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
     faults = [row for row in report.environment if row.faults]
-    sentences.append("restarts and device faults: none recorded"
-                     if not faults else "restarts and device faults: " + ", ".join(
-                         f"r{row.round} {row.side} {row.faults:g}" for row in faults))
+    return ("restarts and device faults: none recorded"
+            if not faults else "restarts and device faults: " + ", ".join(
+                f"r{row.round} {row.side} {row.faults:g}" for row in faults))
+
+
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
+    sentences = []
     for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
                              ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
                              ("router_cpu_ms", "router CPU time per request", " ms")):
-        shown = [span(side, key, unit) for side in (report.base, report.new)]
+        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    return sentences
+
+
+def cache_sentence(section: RecordSection) -> str:
+    """Return the rounds and sides a result cache answered, or that none did."""
     cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
               for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-    sentences.append("result caches: none detected (by timing, and by the router's metrics "
-                     "where they were scraped)" if not cached else
-                     f"**a result cache answered {', '.join(cached)}**: those figures measure "
-                     f"cache hits, not the router's work")
-    return sentences + format_capacity_rounds(report) + [
-        most_changed_sentence(b) for b in report.breakdowns
-        if any(r.metric.endswith(":mean") for r in b.rows)]
+    return ("result caches: none detected (by timing, and by the router's metrics "
+            "where they were scraped)" if not cached else
+            f"**a result cache answered {', '.join(cached)}**: those figures measure "
+            f"cache hits, not the router's work")
 
 
 def most_changed_sentence(breakdown: PassBreakdown) -> str:
@@ -9520,9 +9661,9 @@ def ratio_text(item: Slowdown) -> str:
 
 class Table(NamedTuple):
     caption: str
-    header: list
-    rows: list
-    right: list  # right-aligned columns
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
 
 
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int) -> tuple:
@@ -9580,6 +9721,85 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
         lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
         lines += [more] if more and table is inputs else []
     return lines
+
+
+# The output formats of each command, one table per command: the command line takes its
+# --format choices, their help and the options of its files from these tables and renders
+# through them, so that a format is added, or named, in one place (hyperfine's exporters).
+
+class ReportFormat(NamedTuple):
+    """One format a command prints its report in: what it is, for --help, and its renderer,
+    which takes the report and the command's view of it and returns the lines to print."""
+    about: str
+    lines: Callable[..., Sequence[str]]
+
+
+class ReportFile(NamedTuple):
+    """One file a command writes (its option is --NAME FILE, NAME its key in the command's
+    table): what it holds, for --help, and its renderer, which returns the file's bytes."""
+    about: str
+    data: Callable[..., bytes]
+
+
+def formats_help(formats: Dict[str, ReportFormat]) -> str:
+    """Return the help of a --format option: each format with what it is."""
+    return "output format: " + ", ".join(f"{name} ({f.about})" for name, f in formats.items())
+
+
+class CompareView(NamedTuple):
+    """What compare's text shows beside its report: the two runs' ladders, when both climbed
+    one, within --slo-p95-ms and priced by --cost-per-hour."""
+    runs: Tuple[RunFile, RunFile]
+    slo_p95_ms: Optional[float] = None
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
+
+
+def compare_text(report: CompareReport, view: CompareView) -> list:
+    """Return compare's text: the table, then the ladders of two ladder runs."""
+    return format_compare(report) + format_compare_capacity(view.runs, view.slo_p95_ms,
+                                                            view.cost_per_hour)
+
+
+def json_lines(document: Any) -> list:
+    """Return a report's JSON document as the one block a command prints."""
+    return [json.dumps(document, indent=1, allow_nan=False)]
+
+
+COMPARE_FORMATS: Dict[str, ReportFormat] = {
+    "text": ReportFormat("aligned tables", compare_text),
+    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
+                             lambda report, view: format_compare_markdown(report)),
+    "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
+                         lambda report, view: json_lines(compare_json(report))),
+}
+
+
+class RoundsView(NamedTuple):
+    """What rounds shows beside its report: each round's values, with --per-round."""
+    per_round: bool = False
+
+
+ROUNDS_FORMATS: Dict[str, ReportFormat] = {
+    "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
+        report, per_round=view.per_round)),
+    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
+                             lambda report, view: format_rounds(report, markdown=True,
+                                                                per_round=view.per_round)),
+    "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
+                         lambda report, view: json_lines(rounds_json(report))),
+}
+
+RECORD_FILES: Dict[str, ReportFile] = {
+    "json": ReportFile("the record's data file to write",
+                       lambda sections: dump_json(record_json(sections))),
+    "markdown": ReportFile("the record's document to write", lambda sections: (
+        "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+}
+
+RUN_FILES: Dict[str, ReportFile] = {
+    "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, latency_ms, "
+                      "status, decision, error", lambda run: requests_csv(run.passes)),
+}
 
 
 # --- report page ---
@@ -9681,7 +9901,7 @@ def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
 
 
 class Series(NamedTuple):
-    points: list  # (x, y)
+    points: List[Tuple[float, float]]  # (x, y)
     color: str
     dashed: bool
     label: str  # shown when the pointer rests on the line
@@ -10135,6 +10355,15 @@ def report_page(report: RoundsReport) -> str:
             f"<style>{PAGE_STYLE}</style></head>\n<body>\n{body}\n"
             f'<p class="note">router-latency {esc(__version__)}; files: '
             f"{esc(', '.join(files))}</p>\n</body>\n</html>\n")
+
+
+# the files rounds writes beside what it prints (their table is here, beside the page's)
+ROUNDS_FILES: Dict[str, ReportFile] = {
+    "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
+                        "decisions, ...", lambda report: junit_xml(report)),
+    "html": ReportFile("also write the report page: one HTML file with plots, no network "
+                       "needed", lambda report: report_page(report).encode("utf-8")),
+}
 
 
 # --- simulator and demo ---
@@ -11103,9 +11332,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-# a --format asked for that is a file of its own, and the option that writes it
-FORMAT_FILES = {"junit": "--junit FILE", "xml": "--junit FILE", "html": "--html FILE",
-                "csv": "--csv FILE"}
+# a --format asked for that is a file of its own: the command and the option that write it
+FORMAT_FILES = {**{name: ("rounds", f"--{name} FILE") for name in ROUNDS_FILES},
+                "xml": ("rounds", "--junit FILE"),
+                **{name: ("run", f"--{name} FILE") for name in RUN_FILES}}
+
+
+def add_file_options(p: Any, files: Dict[str, ReportFile], *, required: bool = False) -> None:
+    """Add the --NAME FILE option of each file a command writes, from its table."""
+    for name, exporter in files.items():
+        p.add_argument(f"--{name}", required=required,
+                       **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
 
 class Parser(argparse.ArgumentParser):
@@ -11125,9 +11362,8 @@ class Parser(argparse.ArgumentParser):
         message = self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
-            wanted = FORMAT_FILES[found.group(1).lower()]
-            where = "" if wanted.split()[0] in self._option_string_actions else \
-                f" of {'run' if wanted.startswith('--csv') else 'rounds'}"
+            command, wanted = FORMAT_FILES[found.group(1).lower()]
+            where = "" if wanted.split()[0] in self._option_string_actions else f" of {command}"
             message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
 
@@ -11196,9 +11432,7 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("-o", "--out", required=True, help="run file to write")
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
-    output.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: "
-                                                      "pass, id, start_ms, latency_ms, status, "
-                                                      "decision, error")
+    add_file_options(output, RUN_FILES)
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -11358,8 +11592,8 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format")
+    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="text",
+                   help=formats_help(COMPARE_FORMATS))
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -11425,15 +11659,12 @@ def add_rounds_parser(commands: Any) -> None:
                    help="gate: a decision that differs between the sides fails; report: "
                         "agreement is reported in full and the latency rows alone decide the "
                         "exit code (two configurations whose decisions differ on purpose)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format (with GITHUB_STEP_SUMMARY set, the Markdown is also "
-                        "appended there)")
+    p.add_argument("--format", choices=tuple(ROUNDS_FORMATS), default="text",
+                   help=formats_help(ROUNDS_FORMATS) + "; with GITHUB_STEP_SUMMARY set, the "
+                                                       "Markdown is also appended there")
     p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
                                     "the inputs that got slower")
-    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per "
-                                                   "gated row, per round's decisions, ...")
-    p.add_argument("--html", metavar="FILE", help="also write the report page: one HTML "
-                                                  "file with plots, no network needed")
+    add_file_options(p, ROUNDS_FILES)
     p.set_defaults(func=cmd_rounds)
 
 
@@ -11515,8 +11746,7 @@ def add_record_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     add_ladder_options(p)
-    p.add_argument("--json", required=True, help="the record's data file to write")
-    p.add_argument("--markdown", required=True, help="the record's document to write")
+    add_file_options(p, RECORD_FILES, required=True)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=cmd_record)
 
@@ -11663,14 +11893,17 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     return target, plan, guard, capture, thresholds
 
 
+def run_outputs(args: argparse.Namespace) -> list:
+    """Return (option, path) of each file `run` was asked to write beside the run file."""
+    return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     check_distinct_files([("--corpus", args.corpus), ("--loadavg-file", args.loadavg_file)],
-                         [("--out", args.out), ("--csv", args.csv)])
-    check_writable_target(args.out, args.force)
-    check_folder_accepts_a_file(args.out)
-    if args.csv:
-        check_writable_target(args.csv, args.force)
-        check_folder_accepts_a_file(args.csv)
+                         [("--out", args.out)] + run_outputs(args))
+    for _, path in [("--out", args.out)] + run_outputs(args):
+        check_writable_target(path, args.force)
+        check_folder_accepts_a_file(path)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
     checked_costs(args.cost_per_hour, (args.label,))
@@ -11720,57 +11953,73 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(signum, handler)
 
 
-def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
-               header_shown: bool = False) -> int:
-    """Write the run file, print its table and return the run's exit code: a signal's when the
-    run was interrupted (one after the measurement changes neither file nor code), else 1 when
-    more requests failed than --max-errors allows."""
+def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
+    """Write the run file, then the other files asked for; return what failed, None when
+    nothing did (a run file that cannot be written is kept in a rescue copy)."""
     try:
         write_output(args.out, dump_run(run))
-        write_failure = None
     except RouterLatencyError as exc:
-        write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
-    if write_failure is None and args.csv:
+        return f"{exc}; {rescue_copy(dump_run(run), args.out)}"
+    for option, path in run_outputs(args):
         try:
-            write_atomic(args.csv, requests_csv(run.passes))
+            write_atomic(path, RUN_FILES[option[2:]].data(run))
         except RouterLatencyError as exc:
-            write_failure = f"{exc}; the run file {args.out} was written"
-    if not args.quiet:
-        lines = [] if header_shown else [format_run_header(
-            run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
-        lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
-        capacity = run_capacity(run)
-        if capacity is not None:
-            lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
-        if run.config_hashes:
-            lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
-        lines.append(f"result cache: {cache_text(run.cache_finding)}")
-        if write_failure is None and args.out != "-":
-            lines.append(f"wrote {args.out}" + ("" if run.complete
-                                                else " (incomplete: interrupted)")
-                         + (f" and {args.csv}" if args.csv else ""))
-        emit(lines, sys.stderr if args.out == "-" else sys.stdout)
-    statuses = [r.status for p in run.passes for r in p.requests]
-    not_found = statuses.count(404)
-    if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
-        stderr_line(f"{not_found} requests answered 404 Not Found at {run.url}: "
-                    f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
-    for line in overload_note(run):
-        stderr_line(line)
+            return f"{exc}; the run file {args.out} was written"
+    return None
+
+
+def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: bool,
+                      written: bool) -> list:
+    """Return what `run` prints of what it measured: its header (unless shown before the
+    passes), the passes' table, the host, the ladder, the configuration and what it wrote."""
+    lines = [] if header_shown else [format_run_header(
+        run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
+    lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
+    capacity = run_capacity(run)
+    if capacity is not None:
+        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
+    if run.config_hashes:
+        lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
+    lines.append(f"result cache: {cache_text(run.cache_finding)}")
+    if written and args.out != "-":
+        lines.append(f"wrote {args.out}" + ("" if run.complete
+                                            else " (incomplete: interrupted)")
+                     + "".join(f" and {path}" for _, path in run_outputs(args)))
+    return lines
+
+
+def run_warnings(run: RunFile) -> list:
+    """Return what `run` says on stderr of what went wrong: a wrong path (every answer 404),
+    requests shed for overload, a result cache that answered."""
+    not_found = not_found_only(run)
+    lines = [f"{not_found} requests answered 404 Not Found at {run.url}: is the path right? "
+             f"(a URL without a path gets {PREVIEW_PATH})"] if not_found else []
+    lines += overload_note(run_overload(run))
     if run.cache_finding["detected"]:
-        stderr_line(f"warning: {cache_text(run.cache_finding)}; the figures measure cache hits, "
-                    f"not the router's work: {CACHE_ADVICE}")
+        lines.append(f"warning: {cache_text(run.cache_finding)}; the figures measure cache "
+                     f"hits, not the router's work: {CACHE_ADVICE}")
+    return lines
+
+
+def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
+               header_shown: bool = False) -> int:
+    """Write the run file, print its table and return the run's exit code: 2 when a file
+    could not be written, else run_outcome()'s (a signal's when the run was interrupted, 1
+    when more requests failed than --max-errors allows)."""
+    write_failure = write_run_files(args, run)
+    if not args.quiet:
+        emit(run_summary_lines(args, run, header_shown=header_shown,
+                               written=write_failure is None),
+             sys.stderr if args.out == "-" else sys.stdout)
+    for line in run_warnings(run):
+        stderr_line(line)
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
-    if not run.complete:
-        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
-    if failed > args.max_errors:
-        if not args.quiet:
-            stderr_line(f"{failed} requests failed (--max-errors {args.max_errors})")
-        return EXIT_GATE
-    return EXIT_OK
+    code, reason = run_outcome(run, args.max_errors, caught[0] if caught else None)
+    if reason and not args.quiet:
+        stderr_line(reason)
+    return code
 
 
 def compared_files(args: argparse.Namespace) -> tuple:
@@ -11796,12 +12045,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     texts = corpus_texts(args.corpus, a.corpus_sha256) if args.corpus else None
     report = compare_runs(a, b, prompts_text=texts,
                           fail_on_decision_change=args.fail_on_decision_change)
-    if args.format == "json":
-        emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
-    else:
-        emit(format_compare_markdown(report) if args.format == "markdown"
-             else format_compare(report) + format_compare_capacity(
-                 (a, b), args.slo_p95_ms, checked_costs(args.cost_per_hour, (a.label, b.label))))
+    view = CompareView((a, b), args.slo_p95_ms,
+                       checked_costs(args.cost_per_hour, (a.label, b.label)))
+    emit(COMPARE_FORMATS[args.format].lines(report, view))
     return report.exit_code
 
 
@@ -11831,15 +12077,15 @@ def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
-    for path in (args.junit, args.html):
+    outputs = [(f"--{name}", getattr(args, name)) for name in ROUNDS_FILES]
+    for _, path in outputs:
         if path:
             check_writable_target(path, force=True)
     files = find_round_files(args.dir, args.base, args.new)
     check_distinct_files(
         [("round file", p) for sides in files.values() for p in sides.values()]
         + [("--corpus", args.corpus)],
-        [("--junit", args.junit), ("--html", args.html),
-         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
+        outputs + [("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
@@ -11859,25 +12105,22 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         if "a result cache answered" in warning:  # cache_warnings: as loud
             stderr_line(warning)
-    if args.junit:
-        write_atomic(args.junit, junit_xml(report))
-    if args.html:
-        write_atomic(args.html, report_page(report).encode("utf-8"))
+    for name, exporter in ROUNDS_FILES.items():
+        if getattr(args, name):
+            write_atomic(getattr(args, name), exporter.data(report))
+    view = RoundsView(per_round=args.per_round)
     if not args.plan:
-        append_step_summary(lambda: format_rounds(report, markdown=True,
-                                                  per_round=args.per_round))
+        append_step_summary(lambda: ROUNDS_FORMATS["markdown"].lines(report, view))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
-    if args.format == "json":
-        emit([json.dumps(rounds_json(report), indent=1, allow_nan=False)])
-    else:
-        emit(format_rounds(report, markdown=args.format == "markdown", per_round=args.per_round))
+    emit(ROUNDS_FORMATS[args.format].lines(report, view))
     return report.exit_code
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    for path in (args.json, args.markdown):
+    outputs = [(f"--{name}", getattr(args, name)) for name in RECORD_FILES]
+    for _, path in outputs:
         check_writable_target(path, args.force)
     names = [name for name, *_ in args.section]
     if len(set(names)) < len(names):
@@ -11894,12 +12137,12 @@ def cmd_record(args: argparse.Namespace) -> int:
             cost_per_hour=checked_costs(args.cost_per_hour, (base, new)))))
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
-                         [("--json", args.json), ("--markdown", args.markdown)])
-    write_atomic(args.json, dump_json(record_json(sections)))
-    write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
+                         outputs)
+    for (_, path), exporter in zip(outputs, RECORD_FILES.values()):
+        write_atomic(path, exporter.data(sections))
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])
-    emit([f"wrote {args.json} and {args.markdown}"])
+    emit([f"wrote {' and '.join(path for _, path in outputs)}"])
     return max(section.report.exit_code for section in sections)
 
 

@@ -440,3 +440,31 @@ def test_metrics_in_another_form_are_decoded_and_read_as_before(metrics):
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[:2] == \
         ("math|qwen3", None)
     assert table.last == decoded.times(json.loads(body)) and table.names == decoded.names
+
+
+@pytest.mark.parametrize("between", [
+    '"recommended_models":["qwen3","llama-3.1-8b"],',  # the router's list before metrics
+    '"selection":{"reason":"prefers [qwen3] {fast}","scores":[1,[2,3]]},',
+    '"note":"a ] and a } in a string",',
+    '"inner":{"metrics":{"domain":{"execution_time_ms":9,"confidence":1}}},'])  # not ',"metrics"'
+def test_members_with_brackets_before_metrics_leave_the_times_to_the_scan(between):
+    body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
+    text = body.decode()
+    paths = ("decision_result.decision_name",)
+    members, index = rl.top_members(text, *rl.metrics_members(paths))
+    table = rl.SignalTable()
+    assert table.scan(text, index) == rl.SignalTable().times(json.loads(body)) == (3.5, 5)
+
+
+@pytest.mark.parametrize("between", [
+    '"inner":{"a":1,"metrics":{"domain":{"execution_time_ms":9,"confidence":1}}},',
+    '"inner":[{"b":2,"metrics":{"domain":{"execution_time_ms":9,"confidence":1}}}],'])
+def test_a_metrics_member_nested_before_the_answers_own_is_not_taken_for_it(between):
+    body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
+    text = body.decode()
+    paths = ("decision_result.decision_name",)
+    members, index = rl.top_members(text, *rl.metrics_members(paths))
+    assert rl.SignalTable().scan(text, index) is None  # decoded instead
+    table = rl.SignalTable()
+    assert rl.classify(200, body, paths, signals=table)[:2] == ("math", None)
+    assert table.last == (3.5, 5)
