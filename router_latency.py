@@ -70,7 +70,6 @@ import random
 import re
 import resource
 import select
-import selectors
 import shutil
 import socket
 import ssl
@@ -5509,11 +5508,12 @@ _ended_of = operator.attrgetter("ended")
 class _Slot:
     """One connection of a pass and the request it carries."""
 
-    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending",
-                 "fresh", "retried")
+    __slots__ = ("sock", "fd", "reader", "index", "scheduled", "started", "deadline",
+                 "pending", "fresh", "retried")
 
     def __init__(self) -> None:
         self.sock: Optional[socket.socket] = None
+        self.fd = -1  # the socket's descriptor, as registered with the loop's poller
         self.reader: Optional[ResponseReader] = None
         self.index = self.scheduled = self.started = self.deadline = 0
         self.pending: Optional[memoryview] = None
@@ -5530,11 +5530,16 @@ class PassLoop:
     connections, each sending its next request when the previous one is answered. Open loop:
     `schedule` gives each request's send time (ns from the start); requests wait for a free
     connection (up to `concurrency` of them), and their latency counts from the schedule.
+    The plan gives `concurrency` (its connections) and how many requests the pass sends.
 
-    Request i carries payload i modulo their number: `total` requests (default: each payload
-    once; open loop: one per scheduled time), and with `duration`, none started after that
-    many seconds; those in flight then are waited for, since leaving out the slowest would
-    flatter the tail.
+    Request i carries payload i modulo their number: `total` requests (the corpus `repeat`
+    times; open loop: one per scheduled time), and with the plan's `duration` (closed loop),
+    at most MAX_PASS_REQUESTS and none started after that many seconds; those in flight then
+    are waited for, since leaving out the slowest would flatter the tail.
+
+    The connections wait on epoll (poll where there is none) used directly: selectors' wrapper
+    cost a Python call and a key lookup per event. Each connection is registered once, when it
+    opens, and modified only while a request's bytes wait to be written.
 
     A response is only matched to the request whose bytes preceded it: one request at a time
     per connection, and a connection whose framing is in doubt (bytes beyond an answer, or
@@ -5547,21 +5552,27 @@ class PassLoop:
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
 
+    DEADLINE_OF = operator.attrgetter("deadline")
+    READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
+    WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP
+
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
-                 concurrency: int, schedule: Optional[Sequence[int]] = None, *,
-                 total: Optional[int] = None, duration: Optional[float] = None):
+                 plan: PassPlan, schedule: Optional[Sequence[int]] = None):
         self.target = target
         self.signals = target.signals  # None: per-signal times are not recorded
         self.payloads = payloads
         self.stop = stop
-        self.concurrency = concurrency
+        self.concurrency = plan.connections
         self.schedule = schedule
+        duration = plan.duration if schedule is None else None
         self.total = len(schedule) if schedule is not None else \
-            len(payloads) if total is None else total
+            len(payloads) * plan.repeat if duration is None else MAX_PASS_REQUESTS
         self.duration_ns = None if duration is None else round(duration * 1e9)
         self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
-        self.selector = selectors.DefaultSelector()
+        self.epoll = hasattr(select, "epoll")  # else poll, which waits in milliseconds
+        self.poller = select.epoll() if self.epoll else select.poll()
+        self.by_fd: dict = {}  # file descriptor -> _Slot
         self.results: list = []  # RawResult
         self.classified: dict = {}  # (status, small body) -> (decision, error kind, code)
         self.next_index = 0
@@ -5575,15 +5586,18 @@ class PassLoop:
     def _open(self, slot: _Slot) -> socket.socket:
         sock = slot.sock = open_socket(self.target.endpoint, self.target.timeout,
                                        self.context, self.stop)
-        self.selector.register(sock, selectors.EVENT_READ, slot)
+        slot.fd = sock.fileno()
+        self.poller.register(slot.fd, select.POLLIN)
+        self.by_fd[slot.fd] = slot
         return sock
 
     def _close(self, slot: _Slot) -> None:
         if slot.sock is not None:
             try:
-                self.selector.unregister(slot.sock)
-            except (KeyError, ValueError):
+                self.poller.unregister(slot.fd)
+            except (KeyError, ValueError, OSError):
                 pass
+            self.by_fd.pop(slot.fd, None)
             try:
                 slot.sock.close()
             except OSError:
@@ -5619,11 +5633,12 @@ class PassLoop:
         self.busy.discard(slot)
         self.idle.append(slot)
 
-    def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
-        """Send request `index` on an idle slot; a failure is recorded and frees it again."""
+    def _send(self, slot: _Slot, index: int, scheduled: int, started: int) -> None:
+        """Send request `index` on an idle slot at `started`; a failure is recorded and frees
+        it again."""
         slot.index, slot.scheduled, slot.retried = index, scheduled, False
+        slot.started = started
         self.busy.add(slot)
-        slot.started = time.perf_counter_ns()
         self._transmit(slot)
 
     def _transmit(self, slot: _Slot) -> None:
@@ -5649,7 +5664,7 @@ class PassLoop:
             return
         if sent < len(payload):
             slot.pending = memoryview(payload)[sent:]
-            self.selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, slot)
+            self.poller.modify(slot.fd, select.POLLIN | select.POLLOUT)
         else:
             slot.pending = None
 
@@ -5679,7 +5694,7 @@ class PassLoop:
             return
         slot.pending = pending[sent:] if sent < len(pending) else None
         if slot.pending is None:
-            self.selector.modify(sock, selectors.EVENT_READ, slot)
+            self.poller.modify(slot.fd, select.POLLIN)
 
     def _read(self, slot: _Slot, now: int) -> None:
         sock, reader = slot.sock, slot.reader
@@ -5695,8 +5710,9 @@ class PassLoop:
                 if reader.feed(data) if data else reader.eof():
                     self._complete(slot, now)
                     return
-                if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
-                    return
+                # with a TLS context open_socket gave an SSLSocket: it may hold decrypted bytes
+                if self.context is None or not cast(ssl.SSLSocket, sock).pending():
+                    return  # plain TCP: one recv took what there was
         except RequestFailed as failure:
             if failure.kind == "malformed":  # the status of a head already read, if any
                 self._fail(slot, "malformed", now, failure.status or getattr(
@@ -5717,30 +5733,37 @@ class PassLoop:
         reader = slot.reader
         # _read's reader, complete: feed or eof said so once the status line was read
         assert reader is not None and reader.status is not None
-        decision, error, code, signal_ms = self._classify(reader.status, reader.body)
+        config_hash = reader.headers.get(CONFIG_HASH_NAME)
+        decision, error, code, signal_ms, hashed = self._classify(reader.status, reader.body,
+                                                                  not config_hash)
         # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
             slot.retried, code,
-            reader.headers.get(CONFIG_HASH_NAME) or body_config_hash(reader.body), None,
+            config_hash or (body_config_hash(reader.body) if hashed is False else hashed), None,
             signal_ms)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
-        self._release(slot)
+        self.busy.discard(slot)  # _release, written out: this runs once an answer
+        self.idle.append(slot)
 
-    def _classify(self, status: int, body: bytes | bytearray) -> tuple:
-        """Return (decision, error kind, the router's error code, per-signal times) of an
-        answer; a small answer seen before is looked up rather than parsed again."""
+    def _classify(self, status: int, body: bytes | bytearray,
+                  hash_wanted: bool) -> tuple:
+        """Return (decision, error kind, the router's error code, per-signal times, the
+        body's config_hash) of an answer; a small answer seen before is looked up rather than
+        parsed again, with its config_hash when one was wanted (no header carried it) as it
+        was cached. A config_hash not looked for is False."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return self._classified(status, body)
+            return (*self._classified(status, body), False)
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = self._classified(status, body)
+            known = self.classified[key] = (*self._classified(status, body),
+                                            body_config_hash(body) if hash_wanted else False)
         return known
 
     def _classified(self, status: int, body: bytes | bytearray) -> tuple:
@@ -5782,32 +5805,36 @@ class PassLoop:
         if self.duration_ns is not None:
             self.end_ns = origin + self.duration_ns
         grace_end = None  # after an interrupt, requests in flight get this long to finish
+        now = origin
         while True:
-            now = perf()
-            self._start_due(now, origin)
-            if self.stop.is_set() and grace_end is None:
+            stopped = self.stop.is_set()  # once a round: Event.is_set is a Python call
+            now = self._start_due(now, origin, stopped)
+            if self.schedule is not None:
+                now = perf()  # the next send's wait is reckoned from here, to 0.2 ms
+            if stopped and grace_end is None:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
             nearest = math.inf  # the soonest deadline of a request in flight
             if not self.busy:
-                if not self._more(now) or self.stop.is_set():
+                if not self._more(now) or stopped:
                     break
                 wait = self._wait_for_schedule(now, origin)
             else:
-                nearest = min(slot.deadline for slot in self.busy)
+                nearest = min(map(self.DEADLINE_OF, self.busy))  # no generator frame
                 wait = max(nearest - now, 0) / 1e9
                 if self.schedule is not None and self._more(now) and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
             self._handle(self._poll(min(wait, 0.1)), perf())
-            now = perf()
+            now = perf()  # also where the next round's sends start from
             if nearest <= now:  # answers and retries only move deadlines later
                 self._expire(now, grace_end)
         for slot in slots:
             self._close(slot)
-        self.selector.close()
+        if self.epoll and isinstance(self.poller, select.epoll):  # epoll: only where it is
+            self.poller.close()
         return self.results
 
     def _handle(self, events: list, now: int) -> None:
@@ -5816,9 +5843,9 @@ class PassLoop:
                 if slot.sock is not None:
                     self._idle_event(slot)
                 continue
-            if mask & selectors.EVENT_WRITE and slot.pending is not None:
+            if mask & self.WRITE and slot.pending is not None:
                 self._write_more(slot, now)
-            if mask & selectors.EVENT_READ and slot in self.busy:
+            if mask & self.READ and slot in self.busy:
                 self._read(slot, now)
 
     def _expire(self, now: int, grace_end: Optional[int]) -> None:
@@ -5852,11 +5879,13 @@ class PassLoop:
                 by_sock = {s.sock: s for s in self.busy if s.sock is not None}
                 masks: dict = {}
                 for sock in ready_r:
-                    masks[by_sock[sock]] = selectors.EVENT_READ
+                    masks[by_sock[sock]] = select.POLLIN
                 for sock in ready_w:
-                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | selectors.EVENT_WRITE
+                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | select.POLLOUT
                 return list(masks.items())
-        return [(key.data, mask) for key, mask in self.selector.select(wait)]
+        by_fd = self.by_fd
+        events = self.poller.poll(wait if self.epoll else math.ceil(wait * 1000))
+        return [(by_fd[fd], mask) for fd, mask in events if fd in by_fd]
 
     def _wait_for_schedule(self, now: int, origin: int) -> float:
         if self.schedule is None or self.next_index >= len(self.schedule):
@@ -5867,22 +5896,27 @@ class PassLoop:
         """Return whether the pass has requests left to start at `now`."""
         return self.next_index < self.total and (self.end_ns is None or now < self.end_ns)
 
-    def _start_due(self, now: int, origin: int) -> None:
-        """Send what is due: closed loop, a request per free connection; open loop, every
-        request whose time has come while a connection is free."""
-        while self.idle and self.next_index < self.total \
-                and (self.end_ns is None or now < self.end_ns) and not self.stop.is_set():
-            # (_more, written out: this runs once an answer)
+    def _start_due(self, now: int, origin: int, stopped: bool) -> int:
+        """Send what is due, unless the user asked to stop: closed loop, a request per free
+        connection; open loop, every request whose time has come while a connection is free.
+        Return the time of the last send (`now` when none left)."""
+        while not stopped and self.idle and self.next_index < self.total:
+            # (_more, written out: this runs once an answer) on the send's own stamp, so that
+            # none starts after the end, and closed loop, one clock read a request
+            started = time.perf_counter_ns()
+            if self.end_ns is not None and started >= self.end_ns:
+                break
             if self.schedule is None:
-                scheduled = now
+                scheduled = started
             else:
                 scheduled = origin + self.schedule[self.next_index]
-                if scheduled > now:
-                    return
+                if scheduled > started:
+                    break
             index = self.next_index
             self.next_index += 1
-            self._send(self.idle.pop(), index, scheduled)
-            now = time.perf_counter_ns()
+            self._send(self.idle.pop(), index, scheduled, started)
+            now = started
+        return now
 
 
 def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
@@ -5987,11 +6021,7 @@ def measure_pass(context: RunContext, plan: PassPlan, title: str,
     x-vsr-config-hash values its answers carried, in the order first seen)."""
     target, payloads, stop, progress = \
         context.target, context.payloads, context.stop, context.progress
-    total = None
-    if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
-        total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
-    loop = PassLoop(target, payloads, stop, plan.connections, schedule, total=total,
-                    duration=None if schedule is not None else plan.duration)
+    loop = PassLoop(target, payloads, stop, plan, schedule)
     progress.start(title, None if plan.rate is None and plan.duration else loop.total,
                    lambda: len(loop.results), plan.duration)
     try:
@@ -6075,7 +6105,8 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
         floor_target = Target(parse_endpoint(f"http://127.0.0.1:{responder.port}"),
                               model=target.model, timeout=5.0)
         payloads = encode_prompts(floor_target, ["floor"]) * requests
-        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run())
+        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(),
+                                        PassPlan("floor", 1)).run())
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
@@ -6093,7 +6124,7 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    results = PassLoop(target, cycled, stop, 1).run()
+    results = PassLoop(target, cycled, stop, PassPlan("warm-up", 1)).run()
     requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))

@@ -302,7 +302,7 @@ def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whol
                        "selected_model": "m"}, separators=(",", ":")).encode()
     table = rl.SignalTable()
     target = rl.Target(rl.parse_endpoint("http://127.0.0.1:9"), signals=table)
-    loop = rl.PassLoop(target, [b""], __import__("threading").Event(), 1)
+    loop = rl.PassLoop(target, [b""], __import__("threading").Event(), rl.PassPlan("x", 1))
     decision, error, code, times = loop._classified(200, bytearray(body))
     assert (decision, error, code) == rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
     assert (table.names, times) == (["domain", "pii"], (3.5, 5.25))
