@@ -843,6 +843,48 @@ def test_a_signal_while_the_stop_flag_is_held_ends_the_command(tmp_path, simulat
     assert out.exists() == (command == "run")
 
 
+# A stand-in for router_latency.py (--tool) whose measuring `run` ignores SIGINT and SIGTERM
+# (a tool that hangs, whatever the reason) until it is killed; every other call is the tool's.
+DEAF_RUN_TOOL = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+import router_latency as rl
+argv = sys.argv[1:]
+if argv[0] == "run" and "--check" not in argv:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    open(os.environ["DEAF_MARKER"], "w").close()
+    time.sleep(120)
+sys.exit(rl.main(argv))
+"""
+
+
+@pytest.mark.parametrize("stop_wait", ["1", "2"])
+def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_wait):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    tool = tmp_path / "tool.py"
+    tool.write_text(DEAF_RUN_TOOL.format(root=str(ROOT)))
+    marker = tmp_path / "deaf"
+    command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
+    with open(tmp_path / "err", "w") as err:
+        script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
+                                  env={**DRIVER_ENV, "DEAF_MARKER": str(marker)},
+                                  start_new_session=True)
+        for _ in range(1200):  # until round 1's first run (cpu) is under way
+            if marker.exists() or script.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.killpg(script.pid, signal.SIGINT)
+        code = ended(script, 60)
+    said = (tmp_path / "err").read_text().splitlines()
+    assert code == 130, said
+    assert said[-3:-1] == [
+        f"run_rounds.sh: warning: the run still ran {stop_wait} s after SIGTERM; sent SIGKILL",
+        f"run_rounds.sh: interrupted: {tmp_path}/results/r1-cpu.json was not written"], said
+    assert (tmp_path / "log").read_text() == "stopped cpu 1\n"  # its router was stopped too
+    assert nothing_listens(tmp_path / "cpu.url")
+
+
 # A stand-in for router_latency.py (--tool): the real tool, except that `rounds --sequential`
 # answers with the exit codes of LOOK_CODES in turn, and `run` of the side named by FAIL_RUN
 # (r<N>-<side>) exits 1 after measuring, as a run with failed requests does. It logs each call.
