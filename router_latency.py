@@ -11507,8 +11507,8 @@ class SignalRelay:
     (where Python runs handlers) may hold at that moment: inside the event's wait(), or in
     the set() of a signal that came just before (Ctrl-C, then the driver's SIGTERM close
     behind it). It then waits on itself, forever: the run never saves its file and its
-    driver waits for it. The handlers are installed at once, in the main thread only; a
-    signal ignored at the start stays so unless keep_ignored is False."""
+    driver waits for it. The handlers are installed at once, in the main thread only; with
+    keep_ignored, a signal ignored at the start stays ignored (SIGHUP under nohup)."""
 
     def __init__(self, event: threading.Event, signums: Iterable[int], *,
                  keep_ignored: bool = False) -> None:
