@@ -676,12 +676,13 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
                     break
                 time.sleep(0.05)
             os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C does: the whole group
-            assert script.wait(timeout=60) == 130
+            code = ended(script, 60)
         finally:
             if script.poll() is None:
                 os.killpg(script.pid, signal.SIGKILL)
     results = tmp_path / "results"
     said = (tmp_path / "err").read_text().splitlines()
+    assert code == 130, said  # what the driver said, also when it hung
     assert said[-2:] == [
         f'run_rounds.sh: interrupted: {results}/r1-gpu.json is incomplete ("complete": false)',
         "run_rounds.sh: complete rounds: none; the same command with --resume keeps them and "
