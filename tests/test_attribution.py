@@ -208,9 +208,11 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     # compare: the parts of each pass, the most moved first, and each side's decomposition
     compared = cli("compare", folder / "r1-base.json", folder / "r1-new.json").out
     table = compared.split("pass ", 1)[1]
-    first_part = next(line for line in table.splitlines() if " ms " in line and "p50 ms" not in
-                      line and "p95 ms" not in line and "p99 ms" not in line)
-    assert first_part.split()[0] == "pii"
+    parts = [line.split()[0] for line in table.splitlines() if " ms " in line and "p50 ms"
+             not in line and "p95 ms" not in line and "p99 ms" not in line]
+    # of the signals, seeded draws, pii moved most; the time outside them is one round's of
+    # the client, where one stall of 130 ms on a loaded machine moves a mean of 30 by 4 ms
+    assert [part for part in parts if part != "outside"][0] == "pii" and "outside" in parts
     assert "Sequential, where the time goes: A: client mean " in compared
     assert "Conc 4, where the time goes: B: client mean " in compared
     # record: a sentence per pass naming the part that changed most
