@@ -70,7 +70,6 @@ import random
 import re
 import resource
 import select
-import selectors
 import shutil
 import socket
 import ssl
@@ -82,7 +81,8 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, TypedDict
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional,
+                    Sequence, Tuple, TypedDict, Union)
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -4008,7 +4008,8 @@ _json_space = re.compile(r"[ \t\n\r]*").match
 DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
 
 
-def answer_document(body: bytes, paths: Sequence[str]) -> Any:
+def answer_document(body: bytes, paths: Sequence[str],
+                    signals: Optional[SignalTable] = None) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
     decision_result and selected_model before its ~2 KB of metrics, which are then never
@@ -4019,8 +4020,10 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
     json.loads keeps the last.
 
     A small body is decoded whole by the C scanner, faster than this reads its members.
-    A path ending in '?' that is never present makes the read go to the end; a caller that
-    records more members (per-signal metrics) names them as such paths ('metrics?')."""
+    With `signals`, the answer's per-signal times are read too (signal_members) and kept in
+    signals.last; a body that is no JSON leaves it None."""
+    if signals is not None:
+        signals.last = None
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
@@ -4029,33 +4032,66 @@ def answer_document(body: bytes, paths: Sequence[str]) -> Any:
             # more brackets than the limit: it might nest too deep, decoded_answer judges it
             members = document if not text[index:].strip(JSON_SPACE) and (
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
-        else:
+        elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))
+            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))[0]
+        else:
+            members = signal_members(text, tuple(paths), signals)
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
-    return decoded_answer(body) if members is None else members
+    document = decoded_answer(body) if members is None else members
+    if signals is not None and signals.last is None:
+        signals.last = signals.times(document)
+    return document
 
 
-def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
-    """Return the named members of the JSON object in text, reading from its start until the
-    plan's paths are settled; None when text is not a plain object (a BOM, another value, an
-    odd token). Raise ValueError, IndexError or StopIteration on malformed JSON, RequestFailed
-    'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
+@functools.lru_cache(maxsize=32)
+def metrics_members(paths: tuple) -> tuple:
+    """Return decision_members of paths read with the answer's metrics: their names and
+    'metrics' (kept where it comes before the decision), and their plan, without metrics."""
+    names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
+    return names | {"metrics"}, plan
+
+
+def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[dict]:
+    """Return top_members of an answer read for its decision and its per-signal times.
+
+    The decision is read as without the times; 'metrics' past it is found and its times
+    read by SignalTable.scan, without decoding anything, where the members between are
+    plain JSON and metrics has the router's compact form (Go's, every signal's
+    {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
+    to metrics, so that what is malformed there is bad_json or malformed as it always was;
+    signals.last is then left None for the caller to read the decoded metrics."""
+    members, index = top_members(text, *metrics_members(paths))
+    if members is None or "metrics" in members:
+        return members
+    times = signals.scan(text, index)
+    if times is not None:
+        signals.last = times
+        return members
+    return top_members(text, *decision_members(paths + ("metrics?",) + DEFAULT_ROUTE_PATHS))[0]
+
+
+def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
+    """Return (the named members of the JSON object in text, where the read stopped), reading
+    from its start until the plan's paths are settled (the index is then just past the last
+    value read); None for the members when text is not a plain object (a BOM, another value,
+    an odd token). Raise ValueError, IndexError or StopIteration on malformed JSON,
+    RequestFailed 'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
     index = _json_space(text).end()
     if text[index] != "{" or not text.rstrip(JSON_SPACE).endswith("}"):
-        return None  # not an object, or one cut short: decoded whole, to say why
+        return None, index  # not an object, or one cut short: decoded whole, to say why
     found: dict = {}
     index = _json_space(text, index + 1).end()
     if text[index] == "}":
-        return found if not text[index + 1:].strip(JSON_SPACE) else None
+        return (found if not text[index + 1:].strip(JSON_SPACE) else None), index
     while text[index] == '"':
         name, index = _scan_json_key(text, index + 1)
         if text[index] != ":":  # a compact answer (Go's, Python's) has no spaces to skip
             index = _json_space(text, index).end()
             if text[index] != ":":
-                return None
+                return None, index
         index += 1
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
@@ -4069,17 +4105,17 @@ def top_members(text: str, names: frozenset, plan: tuple) -> Optional[dict]:
         if name in names:
             found[name] = value
             if decision_settled(found, plan):
-                return found
+                return found, index
         if text[index] != ",":
             index = _json_space(text, index).end()
             if text[index] == "}":
-                return found if not text[index + 1:].strip(JSON_SPACE) else None
+                return (found if not text[index + 1:].strip(JSON_SPACE) else None), index
             if text[index] != ",":
-                return None
+                return None, index
         index += 1
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
-    return None
+    return None, index
 
 
 DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
@@ -4146,25 +4182,31 @@ def decision_text(value: Any) -> str:
     return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
 
 
-# How the router writes a signal it did not evaluate (Go's encoding/json of a zero
-# SignalMetrics): most of the 20 entries of its metrics object. An answer whose times are
-# recorded is parsed with these replaced by 0, so that the parse builds no dict for them:
-# inside a JSON string a quote is escaped, so the bytes can only be such an entry.
-UNEVALUATED_SIGNAL = b'{"execution_time_ms":0,"confidence":0}'
+# SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
+# it, {"<signal>":{"execution_time_ms":N,"confidence":N},...}, without decoding it: the object
+# less the numbers' characters (its skeleton) must be that of its names exactly, and the
+# object less all but the numbers' characters and these marks must reduce to the numbers,
+# comma-separated, by the two separators below (the proof is in the test of it).
+METRICS_KEY = ',"metrics":'
+NUMBER_BYTES = b"0123456789.-+"
+_NOT_KEPT = bytes(sorted(set(range(256)) - set(NUMBER_BYTES + b'":,}')))
+SIGNAL_FIRST, SIGNAL_NEXT, SIGNAL_CONFIDENCE = b'"":"":', b'},"":"":', b',"":'
+_NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
+_FOUR = itertools.repeat(4)
+_TEN_THOUSAND = itertools.repeat(1e4)
 
 
 class SignalTable:
     """The signal names of a run in the order first reported, and each answer's times in
     that order: names are added as answers report them, up to MAX_SIGNALS."""
 
+    LAYOUTS = 64  # the distinct name sequences of metrics objects remembered
+
     def __init__(self) -> None:
         self.names: list = []
         self.index: dict = {}
-        self.last: tuple = ()  # the times read() found in the answer it saw last
-
-    def read(self, document: Any) -> None:
-        """Keep an answer's times in `last`: classify's on_document, without a closure."""
-        self.last = self.times(document)
+        self.last: Optional[tuple] = ()  # the times found in the answer read last
+        self.layouts: dict = {}  # a metrics object's names -> (table positions, new names)
 
     def times(self, document: Any) -> tuple:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
@@ -4192,6 +4234,112 @@ class SignalTable:
             found[i] = round(ms, 4)
         return tuple(found)
 
+    def scan(self, text: str, index: int) -> Optional[tuple]:
+        """Return what times() returns of the answer in text, reading its top-level metrics
+        member that follows index (where a read of its decision stopped, just past a value
+        at the top level) without decoding the answer; None where this cannot tell, and the
+        answer is to be decoded up to metrics instead.
+
+        Between index and metrics only members without an escape may stand, their quotes
+        paired and, outside their strings, as many brackets closed as opened (metrics is then
+        a top-level key: the router's recommended_models list stands there), not checked
+        further, as no member past the decision is. The metrics object must be the router's compact form exactly,
+        its numbers JSON numbers: its skeleton is looked up among those seen (a new one is
+        decoded once, see _layout), its numbers read in one step of the C scanner."""
+        at = text.find(METRICS_KEY, index)
+        if at < 0:
+            return None
+        between = text[index:at]
+        if "\\" in between or between.count('"') % 2 or (
+                ("{" in between or "[" in between) and not _balanced(between)):
+            return None
+        start = at + len(METRICS_KEY)
+        end = text.find("}}", start) + 2
+        if text.startswith("{}", start):
+            return ()
+        if end < 2:
+            return None
+        body = text[start:end].encode()
+        layout = self.layouts.get(body.translate(None, NUMBER_BYTES)) or self._layout(body)
+        if layout is None:
+            return None
+        count, positions, new = layout
+        numbers = body.translate(None, _NOT_KEPT).replace(SIGNAL_NEXT, b",").replace(
+            SIGNAL_CONFIDENCE, b",")
+        if not numbers.startswith(SIGNAL_FIRST) or not numbers.endswith(b"}}"):
+            return None
+        numbers = numbers[len(SIGNAL_FIRST):-2].decode()
+        try:
+            values, stop = _scan_json(f"[{numbers}]", 0)
+        except (ValueError, StopIteration):
+            return None
+        times = values[0::2]
+        if stop != len(numbers) + 2 or len(values) != 2 * count or min(times) < 0 \
+                or max(times) == math.inf:
+            return None
+        # rounded as times() rounds them; round(ms, 4) costs a decimal conversion, and for a
+        # time of 4 decimals or fewer, which round(ms * 1e4) / 1e4 returns unchanged, it is
+        # the identity (up to 1e11 ms: an ulp then is far below 0.00005)
+        if list(map(operator.truediv, map(round, map(operator.mul, times, _TEN_THOUSAND)),
+                    _TEN_THOUSAND)) != times or max(times) >= 1e11:
+            times = list(map(round, times, _FOUR))
+        times = list(map(_NONE_FOR_ZERO, times, times))
+        if new and any(map(times.__getitem__, new)):  # a signal reported for the first time
+            self.layouts.clear()
+            return self.times({"metrics": {name: {"execution_time_ms": ms} for name, ms in
+                                           zip(layout_names(body), times)}})
+        times.append(None)  # the time of a signal the answer does not list
+        found = tuple(map(times.__getitem__, positions))
+        end = len(found)
+        while end and found[end - 1] is None:
+            end -= 1
+        return found if end == len(found) else found[:end]
+
+    def _layout(self, body: bytes) -> Optional[tuple]:
+        """Return, and remember by its skeleton, what scan needs of a metrics object whose
+        skeleton it has not seen: its number of signals, the entry of each of the table's
+        names (the count: none), and its entries whose names are not in the table while it
+        has room; None for an object that is not the router's compact form of distinct
+        signal names free of the numbers' characters (it is then decoded)."""
+        names = layout_names(body)
+        if names is None:
+            return None
+        where = {name: i for i, name in enumerate(names)}
+        positions = tuple(where.get(name, len(names)) for name in self.names)
+        new = () if len(self.names) >= MAX_SIGNALS else tuple(
+            i for name, i in where.items() if name not in self.index)
+        if len(self.layouts) >= self.LAYOUTS:
+            self.layouts.clear()
+        self.layouts[body.translate(None, NUMBER_BYTES)] = layout = len(names), positions, new
+        return layout
+
+
+def _balanced(between: str) -> bool:
+    """Return whether a JSON text free of escapes closes, outside its strings, as many
+    objects and arrays as it opens (its quotes paired, its strings are every other part)."""
+    outside = "".join(between.split('"')[0::2])
+    return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
+
+
+def layout_names(body: bytes) -> Optional[tuple]:
+    """Return the signal names of a metrics object in the router's compact form, in order;
+    None for any other object, or names that are not distinct signal names free of the
+    characters of numbers and of SignalTable.scan's marks."""
+    try:
+        metrics = json.loads(body)
+    except ValueError:
+        return None
+    if type(metrics) is not dict:
+        return None
+    names = tuple(metrics)
+    if any(not SIGNAL_NAME_PATTERN.fullmatch(name) or set(name.encode()) & set(
+            NUMBER_BYTES + b'":,}') for name in names):
+        return None
+    form = b",".join(b'"%s":{"execution_time_ms":,"confidence":}' % name.encode()
+                     for name in names)
+    # the skeleton of these names: numbers alone may differ from it
+    return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
+
 
 def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
     """Return the decision of an answer routed by the default route: the router's 200 with
@@ -4205,26 +4353,23 @@ def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
 
 
 def classify(status: int, body: bytes, paths: Sequence[str], *,
-             on_document: Optional[Callable[[Any], None]] = None) -> tuple:
+             signals: Optional[SignalTable] = None) -> tuple:
     """Return (decision, error kind, the router's error code) for one answered request; raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
 
     A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
     one with no decision_result at all, or an empty body, is no_decision: the router answers
-    so while its classifiers are not loaded. on_document, where given, sees the parsed answer
-    (the per-signal times are read from it, so that no answer is parsed twice)."""
+    so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
+    read in the same read (answer_document) and left in signals.last (None: not read)."""
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     if not body or body.isspace():  # as `not body.strip()`, without copying the body
         return None, "no_decision", None
     try:
-        # on_document reads the per-signal metrics: the partial read must decode them too
-        document = answer_document(body, paths if on_document is None else (*paths, "metrics?"))
+        document = answer_document(body, paths, signals)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    if on_document is not None:
-        on_document(document)
     decision = decision_of(document, paths)
     if decision is None:
         decision = default_route(document, paths)
@@ -5324,11 +5469,12 @@ _ended_of = operator.attrgetter("ended")
 class _Slot:
     """One connection of a pass and the request it carries."""
 
-    __slots__ = ("sock", "reader", "index", "scheduled", "started", "deadline", "pending",
-                 "fresh", "retried")
+    __slots__ = ("sock", "fd", "reader", "index", "scheduled", "started", "deadline",
+                 "pending", "fresh", "retried")
 
     def __init__(self) -> None:
         self.sock: Optional[socket.socket] = None
+        self.fd = -1  # the socket's descriptor, as registered with the loop's poller
         self.reader: Optional[ResponseReader] = None
         self.index = self.scheduled = self.started = self.deadline = 0
         self.pending: Optional[memoryview] = None
@@ -5345,11 +5491,16 @@ class PassLoop:
     connections, each sending its next request when the previous one is answered. Open loop:
     `schedule` gives each request's send time (ns from the start); requests wait for a free
     connection (up to `concurrency` of them), and their latency counts from the schedule.
+    The plan gives `concurrency` (its connections) and how many requests the pass sends.
 
-    Request i carries payload i modulo their number: `total` requests (default: each payload
-    once; open loop: one per scheduled time), and with `duration`, none started after that
-    many seconds; those in flight then are waited for, since leaving out the slowest would
-    flatter the tail.
+    Request i carries payload i modulo their number: `total` requests (the corpus `repeat`
+    times; open loop: one per scheduled time), and with the plan's `duration` (closed loop),
+    at most MAX_PASS_REQUESTS and none started after that many seconds; those in flight then
+    are waited for, since leaving out the slowest would flatter the tail.
+
+    The connections wait on epoll (poll where there is none) used directly: selectors' wrapper
+    cost a Python call and a key lookup per event. Each connection is registered once, when it
+    opens, and modified only while a request's bytes wait to be written.
 
     A response is only matched to the request whose bytes preceded it: one request at a time
     per connection, and a connection whose framing is in doubt (bytes beyond an answer, or
@@ -5362,21 +5513,27 @@ class PassLoop:
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
 
+    DEADLINE_OF = operator.attrgetter("deadline")
+    READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
+    WRITE = select.POLLOUT | select.POLLERR | select.POLLHUP
+
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
-                 concurrency: int, schedule: Optional[Sequence[int]] = None, *,
-                 total: Optional[int] = None, duration: Optional[float] = None):
+                 plan: PassPlan, schedule: Optional[Sequence[int]] = None):
         self.target = target
         self.signals = target.signals  # None: per-signal times are not recorded
         self.payloads = payloads
         self.stop = stop
-        self.concurrency = concurrency
+        self.concurrency = plan.connections
         self.schedule = schedule
+        duration = plan.duration if schedule is None else None
         self.total = len(schedule) if schedule is not None else \
-            len(payloads) if total is None else total
+            len(payloads) * plan.repeat if duration is None else MAX_PASS_REQUESTS
         self.duration_ns = None if duration is None else round(duration * 1e9)
         self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
-        self.selector = selectors.DefaultSelector()
+        self.epoll = hasattr(select, "epoll")  # else poll, which waits in milliseconds
+        self.poller = select.epoll() if self.epoll else select.poll()
+        self.by_fd: dict = {}  # file descriptor -> _Slot
         self.results: list = []  # RawResult
         self.classified: dict = {}  # (status, small body) -> (decision, error kind, code)
         self.next_index = 0
@@ -5390,14 +5547,17 @@ class PassLoop:
     def _open(self, slot: _Slot) -> None:
         slot.sock = open_socket(self.target.endpoint, self.target.timeout, self.context,
                                 self.stop)
-        self.selector.register(slot.sock, selectors.EVENT_READ, slot)
+        slot.fd = slot.sock.fileno()
+        self.poller.register(slot.fd, select.POLLIN)
+        self.by_fd[slot.fd] = slot
 
     def _close(self, slot: _Slot) -> None:
         if slot.sock is not None:
             try:
-                self.selector.unregister(slot.sock)
-            except (KeyError, ValueError):
+                self.poller.unregister(slot.fd)
+            except (KeyError, ValueError, OSError):
                 pass
+            self.by_fd.pop(slot.fd, None)
             try:
                 slot.sock.close()
             except OSError:
@@ -5431,11 +5591,12 @@ class PassLoop:
         self.busy.discard(slot)
         self.idle.append(slot)
 
-    def _send(self, slot: _Slot, index: int, scheduled: int) -> None:
-        """Send request `index` on an idle slot; a failure is recorded and frees it again."""
+    def _send(self, slot: _Slot, index: int, scheduled: int, started: int) -> None:
+        """Send request `index` on an idle slot at `started`; a failure is recorded and frees
+        it again."""
         slot.index, slot.scheduled, slot.retried = index, scheduled, False
+        slot.started = started
         self.busy.add(slot)
-        slot.started = time.perf_counter_ns()
         self._transmit(slot)
 
     def _transmit(self, slot: _Slot) -> None:
@@ -5460,7 +5621,7 @@ class PassLoop:
             return
         if sent < len(payload):
             slot.pending = memoryview(payload)[sent:]
-            self.selector.modify(slot.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, slot)
+            self.poller.modify(slot.fd, select.POLLIN | select.POLLOUT)
         else:
             slot.pending = None
 
@@ -5487,7 +5648,7 @@ class PassLoop:
             return
         slot.pending = slot.pending[sent:] if sent < len(slot.pending) else None
         if slot.pending is None:
-            self.selector.modify(slot.sock, selectors.EVENT_READ, slot)
+            self.poller.modify(slot.fd, select.POLLIN)
 
     def _read(self, slot: _Slot, now: int) -> None:
         sock, reader = slot.sock, slot.reader
@@ -5502,8 +5663,8 @@ class PassLoop:
                 if reader.feed(data) if data else reader.eof():
                     self._complete(slot, now)
                     return
-                if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
-                    return
+                if self.context is None or not sock.pending():
+                    return  # plain TCP: one recv took what there was
         except RequestFailed as failure:
             if failure.kind == "malformed":  # the status of a head already read, if any
                 self._fail(slot, "malformed", now, failure.status or getattr(
@@ -5522,30 +5683,36 @@ class PassLoop:
 
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
-        decision, error, code, signal_ms = self._classify(reader.status, reader.body)
+        config_hash = reader.headers.get(CONFIG_HASH_NAME)
+        decision, error, code, signal_ms, hashed = self._classify(reader.status, reader.body,
+                                                                  not config_hash)
         # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
         # answer in the loop that stamps the next one
         self.results.append(_new_tuple(RawResult, (
             slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
             slot.retried, code,
-            reader.headers.get(CONFIG_HASH_NAME) or body_config_hash(reader.body), None,
+            config_hash or (body_config_hash(reader.body) if hashed is False else hashed), None,
             signal_ms)))
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
-        self._release(slot)
+        self.busy.discard(slot)  # _release, written out: this runs once an answer
+        self.idle.append(slot)
 
-    def _classify(self, status: int, body: bytearray) -> tuple:
-        """Return (decision, error kind, the router's error code, per-signal times) of an
-        answer; a small answer seen before is looked up rather than parsed again."""
+    def _classify(self, status: int, body: bytearray, hash_wanted: bool) -> tuple:
+        """Return (decision, error kind, the router's error code, per-signal times, the
+        body's config_hash) of an answer; a small answer seen before is looked up rather than
+        parsed again, with its config_hash when one was wanted (no header carried it) as it
+        was cached. A config_hash not looked for is False."""
         if len(body) > self.CACHED_BODY_BYTES:
-            return self._classified(status, body)
+            return (*self._classified(status, body), False)
         key = (status, bytes(body))
         known = self.classified.get(key)
         if known is None:
             if len(self.classified) >= self.CACHED_ANSWERS:
                 self.classified.clear()
-            known = self.classified[key] = self._classified(status, body)
+            known = self.classified[key] = (*self._classified(status, body),
+                                            body_config_hash(body) if hash_wanted else False)
         return known
 
     def _classified(self, status: int, body: bytearray) -> tuple:
@@ -5553,10 +5720,9 @@ class PassLoop:
         if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
             return (*self._scrubbed(classify(status, body, self.target.decision_paths)),
                     ())
-        table.last = ()
-        outcome = classify(status, body.replace(UNEVALUATED_SIGNAL, b"0"),
-                           self.target.decision_paths, on_document=table.read)
-        return (*self._scrubbed(outcome), table.last)
+        table.last = None
+        outcome = classify(status, body, self.target.decision_paths, signals=table)
+        return (*self._scrubbed(outcome), table.last or ())
 
     def _scrubbed(self, answer: tuple) -> tuple:
         """Return (decision, error kind, code) with every secret hidden in the texts: a router
@@ -5588,32 +5754,36 @@ class PassLoop:
         if self.duration_ns is not None:
             self.end_ns = origin + self.duration_ns
         grace_end = None  # after an interrupt, requests in flight get this long to finish
+        now = origin
         while True:
-            now = perf()
-            self._start_due(now, origin)
-            if self.stop.is_set() and grace_end is None:
+            stopped = self.stop.is_set()  # once a round: Event.is_set is a Python call
+            now = self._start_due(now, origin, stopped)
+            if self.schedule is not None:
+                now = perf()  # the next send's wait is reckoned from here, to 0.2 ms
+            if stopped and grace_end is None:
                 grace_end = now + STOP_GRACE_NS
                 for slot in self.busy:
                     slot.deadline = min(slot.deadline, grace_end)
             nearest = math.inf  # the soonest deadline of a request in flight
             if not self.busy:
-                if not self._more(now) or self.stop.is_set():
+                if not self._more(now) or stopped:
                     break
                 wait = self._wait_for_schedule(now, origin)
             else:
-                nearest = min(slot.deadline for slot in self.busy)
+                nearest = min(map(self.DEADLINE_OF, self.busy))  # no generator frame
                 wait = max(nearest - now, 0) / 1e9
                 if self.schedule is not None and self._more(now) and self.idle:
                     wait = min(wait, self._wait_for_schedule(now, origin))
             # a signal does not cut a wait short (PEP 475 retries it): wake now and then to
             # see whether the user asked to stop
             self._handle(self._poll(min(wait, 0.1)), perf())
-            now = perf()
+            now = perf()  # also where the next round's sends start from
             if nearest <= now:  # answers and retries only move deadlines later
                 self._expire(now, grace_end)
         for slot in slots:
             self._close(slot)
-        self.selector.close()
+        if self.epoll:
+            self.poller.close()
         return self.results
 
     def _handle(self, events: list, now: int) -> None:
@@ -5622,9 +5792,9 @@ class PassLoop:
                 if slot.sock is not None:
                     self._idle_event(slot)
                 continue
-            if mask & selectors.EVENT_WRITE and slot.pending is not None:
+            if mask & self.WRITE and slot.pending is not None:
                 self._write_more(slot, now)
-            if mask & selectors.EVENT_READ and slot in self.busy:
+            if mask & self.READ and slot in self.busy:
                 self._read(slot, now)
 
     def _expire(self, now: int, grace_end: Optional[int]) -> None:
@@ -5658,11 +5828,13 @@ class PassLoop:
                 by_sock = {s.sock: s for s in self.busy if s.sock is not None}
                 masks: dict = {}
                 for sock in ready_r:
-                    masks[by_sock[sock]] = selectors.EVENT_READ
+                    masks[by_sock[sock]] = select.POLLIN
                 for sock in ready_w:
-                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | selectors.EVENT_WRITE
+                    masks[by_sock[sock]] = masks.get(by_sock[sock], 0) | select.POLLOUT
                 return list(masks.items())
-        return [(key.data, mask) for key, mask in self.selector.select(wait)]
+        by_fd = self.by_fd
+        events = self.poller.poll(wait if self.epoll else math.ceil(wait * 1000))
+        return [(by_fd[fd], mask) for fd, mask in events if fd in by_fd]
 
     def _wait_for_schedule(self, now: int, origin: int) -> float:
         if self.schedule is None or self.next_index >= len(self.schedule):
@@ -5673,22 +5845,27 @@ class PassLoop:
         """Return whether the pass has requests left to start at `now`."""
         return self.next_index < self.total and (self.end_ns is None or now < self.end_ns)
 
-    def _start_due(self, now: int, origin: int) -> None:
-        """Send what is due: closed loop, a request per free connection; open loop, every
-        request whose time has come while a connection is free."""
-        while self.idle and self.next_index < self.total \
-                and (self.end_ns is None or now < self.end_ns) and not self.stop.is_set():
-            # (_more, written out: this runs once an answer)
+    def _start_due(self, now: int, origin: int, stopped: bool) -> int:
+        """Send what is due, unless the user asked to stop: closed loop, a request per free
+        connection; open loop, every request whose time has come while a connection is free.
+        Return the time of the last send (`now` when none left)."""
+        while not stopped and self.idle and self.next_index < self.total:
+            # (_more, written out: this runs once an answer) on the send's own stamp, so that
+            # none starts after the end, and closed loop, one clock read a request
+            started = time.perf_counter_ns()
+            if self.end_ns is not None and started >= self.end_ns:
+                break
             if self.schedule is None:
-                scheduled = now
+                scheduled = started
             else:
                 scheduled = origin + self.schedule[self.next_index]
-                if scheduled > now:
-                    return
+                if scheduled > started:
+                    break
             index = self.next_index
             self.next_index += 1
-            self._send(self.idle.pop(), index, scheduled)
-            now = time.perf_counter_ns()
+            self._send(self.idle.pop(), index, scheduled, started)
+            now = started
+        return now
 
 
 def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
@@ -5793,11 +5970,7 @@ def measure_pass(context: RunContext, plan: PassPlan, title: str,
     x-vsr-config-hash values its answers carried, in the order first seen)."""
     target, payloads, stop, progress = \
         context.target, context.payloads, context.stop, context.progress
-    total = None
-    if schedule is None:  # closed loop: a timed pass stops at the most a pass may hold
-        total = len(payloads) * plan.repeat if plan.duration is None else MAX_PASS_REQUESTS
-    loop = PassLoop(target, payloads, stop, plan.connections, schedule, total=total,
-                    duration=None if schedule is not None else plan.duration)
+    loop = PassLoop(target, payloads, stop, plan, schedule)
     progress.start(title, None if plan.rate is None and plan.duration else loop.total,
                    lambda: len(loop.results), plan.duration)
     try:
@@ -5881,7 +6054,8 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
         floor_target = Target(parse_endpoint(f"http://127.0.0.1:{responder.port}"),
                               model=target.model, timeout=5.0)
         payloads = encode_prompts(floor_target, ["floor"]) * requests
-        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(), 1).run())
+        records, _ = records_of(PassLoop(floor_target, payloads, threading.Event(),
+                                        PassPlan("floor", 1)).run())
     finally:
         responder.close()
     latencies = [r.latency_ms for r in records if r.error is None]
@@ -5899,7 +6073,7 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     """Send `count` warm-up requests, cycling the corpus, through the loop of the passes;
     return their counts, and all_failed: true when not one succeeded."""
     cycled = [payloads[i % len(payloads)] for i in range(count)]
-    results = PassLoop(target, cycled, stop, 1).run()
+    results = PassLoop(target, cycled, stop, PassPlan("warm-up", 1)).run()
     requests, _ = records_of(results)
     counts = count_outcomes(met_expectations(
         requests, [expects[i % len(expects)] for i in range(count)] if expects else ()))
@@ -6351,7 +6525,7 @@ def decision_changes(run: RunFile) -> list:
 
 class Agreement(NamedTuple):
     compared: int  # inputs measured on both sides
-    differ: list  # their ids whose decisions are not the same answered decision
+    differ: List[int]  # their ids whose decisions are not the same answered decision
 
 
 def decision_agreement(base: dict, new: dict) -> Agreement:
@@ -6412,16 +6586,20 @@ def cache_warnings(named_runs: Sequence[tuple]) -> list:
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
-    figures: tuple = ()  # (metric, A's value, B's value) for p50, p95, p99 and req/s
-    errors: tuple = (0, 0)  # failed requests of A and B
-    failures: tuple = (({}, {}), ({}, {}))  # A's and B's errors by kind and by code
-    rejected: tuple = (0, 0)  # expected rejections of A and B
-    router_cpu: tuple = ()  # (name, A's value, B's value): CPU ms per request, foreign vCPUs
-    slow: tuple = ((), ())  # A's and B's windows in a slow phase
-    windows: tuple = (0, 0)  # how many windows A's and B's time series have
-    parts: tuple = ()  # (part metric, A's, B's) of where the time goes, the most moved first
+    # (metric, A's value, B's value) for p50, p95, p99 and req/s
+    figures: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    errors: Tuple[int, int] = (0, 0)  # failed requests of A and B
+    # A's and B's errors by kind and by code
+    failures: Tuple[Tuple[Dict[str, int], Dict[str, Dict[str, int]]], ...] = (({}, {}), ({}, {}))
+    rejected: Tuple[int, int] = (0, 0)  # expected rejections of A and B
+    # (name, A's value, B's value): CPU ms per request, foreign vCPUs
+    router_cpu: Tuple[Tuple[str, Optional[float], Optional[float]], ...] = ()
+    slow: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((), ())  # A's and B's windows in a slow phase
+    windows: Tuple[int, int] = (0, 0)  # how many windows A's and B's time series have
+    # (part metric, A's, B's) of where the time goes, the most moved first
+    parts: Tuple[Tuple[str, float, float], ...] = ()
     # A's and B's (client mean ms, {part metric: value}) where either reports parts
-    decompositions: tuple = ()
+    decompositions: Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...] = ()
 
 
 def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
@@ -6453,18 +6631,20 @@ class CompareReport(NamedTuple):
     a_label: str
     b_path: str
     b_label: str
-    corpus_sha256: tuple  # A's and B's
+    corpus_sha256: Tuple[str, str]  # A's and B's
     corpus_count: int
-    passes: tuple  # ComparePass
-    warnings: tuple  # below the driver's floor
+    passes: Tuple[ComparePass, ...]  # ComparePass
+    warnings: Tuple[str, ...]  # below the driver's floor
     compared: int  # inputs measured on both sides
-    changes: tuple  # DecisionChange, sequential pass
+    changes: Tuple[DecisionChange, ...]  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
-    consistency: tuple  # (tag, ids whose decision changed within that run, sent repeatedly)
+    # (tag, ids whose decision changed within that run, sent repeatedly)
+    consistency: Tuple[Tuple[str, Tuple[int, ...], bool], ...]
     status: str  # pass or fail
     exit_code: int
-    config_hashes: tuple = ((), ())  # A's and B's x-vsr-config-hash values, in order seen
-    reasons: tuple = ()  # why it failed
+    # A's and B's x-vsr-config-hash values, in order seen
+    config_hashes: Tuple[Tuple[str, ...], Tuple[str, ...]] = ((), ())
+    reasons: Tuple[str, ...] = ()  # why it failed
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -6524,13 +6704,15 @@ class LadderStep(NamedTuple):
 class Capacity(NamedTuple):
     """What a ladder run says of its node: where throughput saturates, where latency starts
     to grow faster than throughput, and the most it serves within the SLO."""
-    steps: tuple  # LadderStep, in the order climbed; those that shed count in no figure
+    # LadderStep, in the order climbed; those that shed count in no figure
+    steps: Tuple[LadderStep, ...]
     open_loop: bool
     margin_pct: float
     slo_p95_ms: Optional[float]
     plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
     plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
-    knee: Optional[tuple]  # (step, next step): beyond it p50 grows faster than throughput
+    # (step, next step): beyond it p50 grows faster than throughput
+    knee: Optional[Tuple[LadderStep, LadderStep]]
     capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
     capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
     stop: str  # why the ladder stopped climbing
@@ -6689,11 +6871,11 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
 class GateSettings(NamedTuple):
     """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
     tolerance_pct: float = 5.0  # a change within this percentage is 'same'
-    gate: tuple = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
+    gate: Tuple[str, ...] = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
     strict: bool = False  # an underpowered inconclusive gated row makes the result inconclusive
     max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
     allow_incomplete: bool = False
-    allow_mismatch: tuple = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    allow_mismatch: Tuple[str, ...] = ()  # fields of CHECKED_FIELDS allowed to differ between runs
     allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
     sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
     alpha: float = GATE_ALPHA  # family-wise false-fail rate
@@ -6701,7 +6883,8 @@ class GateSettings(NamedTuple):
     # the tolerance); by default PASS needs every gated row shown within it
     pass_unless_worse: bool = False
     slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
-    cost_per_hour: tuple = ()  # ladders: (side or None, USD an hour, per what) entries
+    # ladders: (side or None, USD an hour, per what) entries
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
     decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
 
     @property
@@ -6874,10 +7057,11 @@ class Row(NamedTuple):
     detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
     rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
     verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
-    base_values: tuple
-    new_values: tuple
+    base_values: Tuple[float, ...]
+    new_values: Tuple[float, ...]
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
 
     @property
     def change_pct(self) -> float:
@@ -6955,7 +7139,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread)
 
 
 @functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
@@ -6990,10 +7174,10 @@ class GateTest(NamedTuple):
     composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
     composite_p: Optional[float]
     level: float  # one-sided level of each of the two tests
-    regressions: tuple  # (pass, metric) Holm rejects
+    regressions: Tuple[Tuple[str, str], ...]  # (pass, metric) Holm rejects
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
-    holm_criticals: tuple = ()  # critical t of Holm's steps reached: level / m, ...
+    holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
     composite_detectable_pct: Optional[float] = None  # every gated row slowing together
 
 
@@ -7050,7 +7234,7 @@ class RoundAgreement(NamedTuple):
     agree: int  # inputs with the same decision on both sides in every pass
     total: int  # inputs measured on both sides
     used: bool  # the round is among those judged
-    differ: tuple  # DecisionChange, the first pass where each differs
+    differ: Tuple[DecisionChange, ...]  # DecisionChange, the first pass where each differs
 
 
 def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
@@ -7074,7 +7258,8 @@ def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
 
 class PassErrors(NamedTuple):
     pass_name: str
-    counts: tuple  # (round, base's failed requests, new's), every round measuring the pass
+    # (round, base's failed requests, new's), every round measuring the pass
+    counts: Tuple[Tuple[int, int, int], ...]
 
 
 def pass_errors(runs: dict, base: str, new: str) -> list:
@@ -7094,7 +7279,7 @@ def pass_errors(runs: dict, base: str, new: str) -> list:
 
 class Slowdown(NamedTuple):
     """How much slower new ran than base for one input, decision or prompt-length bucket."""
-    key: Any  # prompt id, decision or bucket label
+    key: Union[int, str]  # prompt id, decision or bucket label
     ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
     low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
     high: Optional[float]
@@ -7111,10 +7296,10 @@ class Slowdown(NamedTuple):
 class InputSlowdowns(NamedTuple):
     """Which inputs, decisions and prompt lengths got slower, request by request."""
     pass_name: str
-    rounds: tuple  # the rounds compared
-    inputs: tuple  # Slowdown per input, the largest ratio first
-    decisions: tuple  # Slowdown per decision
-    lengths: tuple  # Slowdown per prompt-length bucket; empty without the corpus
+    rounds: Tuple[int, ...]  # the rounds compared
+    inputs: Tuple[Slowdown, ...]  # Slowdown per input, the largest ratio first
+    decisions: Tuple[Slowdown, ...]  # Slowdown per decision
+    lengths: Tuple[Slowdown, ...]  # Slowdown per prompt-length bucket; empty without the corpus
     fdr: float
     tolerance_pct: float
 
@@ -7205,8 +7390,9 @@ class PassLatencies(NamedTuple):
     round: int
     side: str
     used: bool  # the round is among those judged
-    quantiles: tuple  # latency at 0, 1, ..., 100% of the successful requests (R7)
-    windows: tuple  # (middle of the window in s from the first send, median latency)
+    quantiles: Tuple[float, ...]  # latency at 0, 1, ..., 100% of the successful requests (R7)
+    # (middle of the window in s from the first send, median latency)
+    windows: Tuple[Tuple[float, float], ...]
 
 
 def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
@@ -7245,33 +7431,38 @@ class RoundsReport(NamedTuple):
     settings: GateSettings
     corpus_sha256: str
     corpus_count: int
-    files: dict  # "r<N>" -> {side: path}
-    used: tuple  # round numbers judged
-    left_out: tuple  # {"round", "why"}: rounds not judged
-    rows: tuple  # Row, empty when fewer than MIN_ROUNDS rounds could be used
+    files: Dict[str, Dict[str, str]]  # "r<N>" -> {side: path}
+    used: Tuple[int, ...]  # round numbers judged
+    left_out: Tuple[LeftOut, ...]  # rounds not judged
+    rows: Tuple[Row, ...]  # Row, empty when fewer than MIN_ROUNDS rounds could be used
     test: Optional[GateTest]
-    agreement: tuple  # RoundAgreement, every round
-    errors: tuple  # PassErrors
-    warnings: tuple  # what the reader must know before trusting the verdict
-    notes: tuple  # differences allowed with --allow-mismatch
-    environment: tuple[EnvironmentRow, ...]  # one per round and side
-    order: dict
+    agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
+    errors: Tuple[PassErrors, ...]  # PassErrors
+    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
+    environment: Tuple[EnvironmentRow, ...]  # one per round and side
+    order: RoundOrder
     order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
-    outliers: tuple  # rounds whose gated mean is an outlier (median/MAD)
-    outlier_changes: tuple  # (round, its gated mean change %, the median's %): descriptive
-    insecure_files: tuple  # files measured without TLS verification
-    look: Optional[tuple]  # group-sequential: (rounds now, the most rounds)
+    outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
+    # (round, its gated mean change %, the median's %): descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+    insecure_files: Tuple[str, ...]  # files measured without TLS verification
+    look: Optional[Tuple[int, int]]  # group-sequential: (rounds now, the most rounds)
     status: str  # pass, fail or inconclusive
-    reasons: tuple  # why it failed or is inconclusive
+    reasons: Tuple[str, ...]  # why it failed or is inconclusive
     exit_code: int
-    config_hashes: dict = {}  # side -> its x-vsr-config-hash values over the rounds
-    config_warnings: tuple = ()  # the same configuration on both sides, or one that changed
-    outcomes: tuple = ()  # run_outcomes() with "round" and "side", used rounds
+    # side -> its x-vsr-config-hash values over the rounds
+    config_hashes: Dict[str, Tuple[str, ...]] = {}
+    # the same configuration on both sides, or one that changed
+    config_warnings: Tuple[str, ...] = ()
+    outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
-    latencies: tuple = ()  # PassLatencies, for the report page
+    latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
     more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
-    capacity: tuple = ()  # (round, side, Capacity) of ladder runs, used rounds
-    breakdowns: tuple = ()  # PassBreakdown: where each pass's time went, and what changed
+    # (round, side, Capacity) of ladder runs, used rounds
+    capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
+    # PassBreakdown: where each pass's time went, and what changed
+    breakdowns: Tuple[PassBreakdown, ...] = ()
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -7317,9 +7508,21 @@ def run_outcomes(run: RunFile) -> dict:
     routed although they expected only a rejection ("unexpected_routing")."""
     requests = [r for item in run.passes if not item.discarded for r in item.requests]
     counts = count_outcomes(requests)
-    counts["unexpected_routing"] = sorted({r.id for r in requests
-                                           if r.outcome == "unexpected_routing"})
+    counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
+                                                 if r.outcome == "unexpected_routing"}))
     return counts
+
+
+class SideOutcomes(NamedTuple):
+    """What one side's measured requests of one used round came to: run_outcomes()."""
+    round: int
+    side: str
+    requests: int
+    ok: int
+    errors: Dict[str, int]  # error kind -> count
+    unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
+    rejected: int = 0  # expected rejections
+    error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
 
 
 def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
@@ -7352,6 +7555,43 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     if doubts:
         return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
     return "pass", (), EXIT_OK
+
+
+class Overload(NamedTuple):
+    """The requests a run's router shed with 429 OVERLOADED, and the run's settings that
+    bear on it."""
+    shed: int
+    # --router-max-concurrency, the router's max_concurrency declared (None: not recorded)
+    declared_limit: Optional[int]
+    timeout_s: Optional[float]  # the client's --timeout; None where the file has none
+
+
+def run_overload(run: RunFile) -> Optional[Overload]:
+    """Return what a run's router shed with 429 OVERLOADED; None when it shed nothing."""
+    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
+    if not shed:
+        return None
+    return Overload(shed, run.settings.router_max_concurrency, run.settings.timeout_s)
+
+
+def not_found_only(run: RunFile) -> int:
+    """Return the requests of a run answered 404 Not Found when none answered 2xx (a wrong
+    path, not a missing route); 0 otherwise."""
+    statuses = [r.status for p in run.passes for r in p.requests]
+    routed = any(s is not None and 200 <= s < 300 for s in statuses)
+    return 0 if routed else statuses.count(404)
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+    """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
+    code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
+    else 1 when more requests failed in the measured passes than max_errors allows."""
+    if not run.complete:
+        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
+    if failed > max_errors:
+        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
+    return EXIT_OK, ""
 
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
@@ -7406,7 +7646,7 @@ def detectable_text(row: Row) -> str:
     if row.detectable_pct is not None:
         return f">= {row.detectable_pct:.0f}%"
     # no spread finds any change; a look whose boundary cannot reject finds none
-    return "any change" if sample_spread(row.worse_series) == 0 else "none yet"
+    return "any change" if row.spread == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -7505,7 +7745,7 @@ class PassAttribution(NamedTuple):
     requests: int  # routed requests
     client_mean_ms: Optional[float]
     client_p95_ms: Optional[float]
-    parts: tuple  # PartFigures, signals first
+    parts: Tuple[PartFigures, ...]  # PartFigures, signals first
     signals_ms: Optional[float]  # the signals' time per request, summed: None without any
     outside_p50_ms: Optional[float]  # per request: its latency minus its signals' times
     outside_mean_ms: Optional[float]
@@ -7616,10 +7856,11 @@ def part_title(metric: str) -> str:
 class PassBreakdown(NamedTuple):
     """Where one pass's time went on each side, and what of it changed."""
     pass_name: str
-    rows: tuple  # Row per part and statistic, the part that moved most first
-    base: tuple  # (metric, median over the used rounds) of the base side's parts
-    new: tuple
-    client: tuple  # (base, new) median client mean latency
+    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
+    # (metric, median over the used rounds) of the base side's parts
+    base: Tuple[Tuple[str, float], ...]
+    new: Tuple[Tuple[str, float], ...]
+    client: Tuple[Optional[float], Optional[float]]  # (base, new) median client mean latency
     sentence: str
 
 
@@ -7768,6 +8009,12 @@ def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[st
     return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
 
 
+class LeftOut(NamedTuple):
+    """A round not judged, and why."""
+    round: int
+    why: str
+
+
 def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
@@ -7783,7 +8030,7 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
         if base_failed:
             doubts.append(f"the {base} side failed in r{number} ({base_failed})")
         if why:
-            left_out.append({"round": number, "why": "; ".join(why)})
+            left_out.append(LeftOut(number, "; ".join(why)))
         else:
             used.append(number)
     return used, left_out, failures, doubts
@@ -7842,7 +8089,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
               + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
         tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes, tuple(insecure), look, status, reasons, code,
         hashes, hash_warnings,
-        tuple({"round": n, "side": s, **run_outcomes(runs[n][s])} for n in used
+        tuple(SideOutcomes(n, s, **run_outcomes(runs[n][s])) for n in used
               for s in (base, new)),
         input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
         tuple(pass_latencies(runs, base, new, used)),
@@ -7850,7 +8097,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         ladder_capacities(runs, base, new, used, settings) if rows else (), tuple(breakdowns))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) -> tuple:
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
     """Return (the crossover order effect, outlier rounds, (round, its change %, the median
     change %) of each), all on the per-round mean of the gated rows' worse-direction log
     ratios; first: which side started each round (order_balance).
@@ -7863,9 +8110,9 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: dict) ->
     if not gated:
         return None, [], ()
     composite = dict(zip(used, composite_log_ratios(gated)))
-    effect = order_effect([composite[n] for n in first["base_first"]],
-                          [composite[n] for n in first["new_first"]]) \
-        if first["base_first"] and first["new_first"] and len(used) > 2 else None
+    effect = order_effect([composite[n] for n in first.base_first],
+                          [composite[n] for n in first.new_first]) \
+        if first.base_first and first.new_first and len(used) > 2 else None
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
     centre = 100 * math.expm1(statistics.median(composite.values()))
@@ -7982,7 +8229,24 @@ def environment_rows(runs: dict, base: str, new: str) -> list:
     return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
 
 
-def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> dict:
+class OrderDifference(NamedTuple):
+    """A pass's mean p50 difference, new - base, over the rounds each side started first."""
+    pass_name: str
+    base_first: Optional[float]  # None: no used round that side started
+    new_first: Optional[float]
+
+
+class RoundOrder(NamedTuple):
+    """Which side started each round, and the paired p50 difference by that order."""
+    first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
+    base_first: List[int]  # used rounds the base side started
+    new_first: List[int]
+    unknown: List[int]  # used rounds whose start order the files do not tell
+    balanced: bool  # each side started about half the used rounds
+    p50_difference_by_order: List[OrderDifference]  # per pass
+
+
+def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
     """Return which side started first in each round and the paired p50 difference by order."""
     first = {}
     for number, sides in runs.items():
@@ -8001,12 +8265,10 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> di
         diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
         mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
                 for key, group in (("base_first", base_first), ("new_first", new_first))}
-        effects.append({"pass": row.pass_name, **mean})
+        effects.append(OrderDifference(row.pass_name, **mean))
     unknown = [r for r in used if first[r] is None]
-    return {"first": {f"r{k}": v for k, v in first.items()}, "base_first": base_first,
-            "new_first": new_first, "unknown": unknown,
-            "balanced": not unknown and abs(len(base_first) - len(new_first)) <= 1,
-            "p50_difference_by_order": effects}
+    return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
+                      not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
 
 
 class RecordSection(NamedTuple):
@@ -8014,7 +8276,7 @@ class RecordSection(NamedTuple):
     name: str  # e.g. shipped_image
     folder: str
     report: RoundsReport
-    runs: dict  # {round: {side: RunFile}}
+    runs: Dict[int, Dict[str, RunFile]]  # {round: {side: RunFile}}
 
 
 def record_section(name: str, folder: str, base: str, new: str,
@@ -8353,20 +8615,17 @@ def expectation_lines(item: PassRecord) -> list:
     return lines
 
 
-def overload_note(run: RunFile) -> list:
+def overload_note(overload: Optional[Overload]) -> list:
     """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
-    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
-    if not shed:
+    if overload is None:
         return []
-    limit = run.settings.router_max_concurrency
-    timeout = run.settings.timeout_s
-    return [f"{plural(shed, 'request')} answered 429 OVERLOADED: the router admits at most "
-            f"global.services.api.routing_preview.max_concurrency previews at once (default "
-            f"{ROUTER_MAX_CONCURRENCY}, declared {limit} with --router-max-concurrency) and "
-            f"sheds the rest at once, without a queue",
+    return [f"{plural(overload.shed, 'request')} answered 429 OVERLOADED: the router admits at "
+            f"most global.services.api.routing_preview.max_concurrency previews at once "
+            f"(default {ROUTER_MAX_CONCURRENCY}, declared {overload.declared_limit} with "
+            f"--router-max-concurrency) and sheds the rest at once, without a queue",
             f"a preview holds its slot until its inference ends, even after the router's "
             f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}) or the client's --timeout"
-            + (f" ({timeout:g} s here)" if isinstance(timeout, (int, float)) else "")
+            + (f" ({overload.timeout_s:g} s here)" if overload.timeout_s is not None else "")
             + " gave up on it: keep the concurrency at or below the setting (or raise it and "
               "restart the router) and --timeout above the router's timeout"]
 
@@ -8495,7 +8754,7 @@ def format_rounds(report: RoundsReport, *, markdown: bool = False,
 
 def format_closing(report: RoundsReport) -> list:
     """Return the rounds left out, the allowed mismatches and the TLS warning."""
-    lines = [f"left out: r{item['round']}: {item['why']}" for item in report.left_out]
+    lines = [f"left out: r{item.round}: {item.why}" for item in report.left_out]
     lines += report.notes
     if report.insecure_files:
         lines.append(f"warning: TLS certificates were not verified (--insecure) in "
@@ -8567,7 +8826,7 @@ def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
                   f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
                  for row in breakdown.rows]
         lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                               f"{new} vs {base} [95% CI]", "verdict"], table,
+                               "change [95% CI]", "verdict"], table,
                               markdown=markdown,
                               right=[False, True, True, True, True, False])
         lines += [decomposition_text(side, dict(parts), client)
@@ -8737,27 +8996,27 @@ def format_agreement(report: RoundsReport) -> list:
         more = ", ..." if len(item.differ) > 10 else ""
         lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
                      f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
-    for item in report.errors:
-        lines.append(f"errors {pass_title(item.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts))
+    for each in report.errors:
+        lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
+                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
     return lines
 
 
 def format_outcomes(report: RoundsReport) -> list:
     """Return the failures of each used round and side by the router's code, the expected
     rejections, the surprises, and why the router shed requests when it did."""
-    lines = [f"errors r{o['round']} {o['side']}: {failure_text(o['errors'], o.get('error_codes'))}"
-             for o in report.outcomes if o["errors"]]
-    if any(o.get("rejected") for o in report.outcomes):
-        counts = {(o["round"], o["side"]): o.get("rejected", 0) for o in report.outcomes}
+    lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
+             for o in report.outcomes if o.errors]
+    if any(o.rejected for o in report.outcomes):
+        counts = {(o.round, o.side): o.rejected for o in report.outcomes}
         lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
             f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
-    lines += [f"surprise r{o['round']} {o['side']}: "
-              f"{plural(len(o['unexpected_routing']), 'prompt')} expected a rejection and got "
-              f"routed ({', '.join(f'#{i}' for i in o['unexpected_routing'][:10])})"
-              for o in report.outcomes if o["unexpected_routing"]]
+    lines += [f"surprise r{o.round} {o.side}: "
+              f"{plural(len(o.unexpected_routing), 'prompt')} expected a rejection and got "
+              f"routed ({', '.join(f'#{i}' for i in o.unexpected_routing[:10])})"
+              for o in report.outcomes if o.unexpected_routing]
     if any("OVERLOADED" in codes for o in report.outcomes
-           for codes in o.get("error_codes", {}).values()):
+           for codes in o.error_codes.values()):
         lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
                      f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
                      f"once, and a preview holds its slot until its inference ends, even after "
@@ -8848,16 +9107,16 @@ def format_order(report: RoundsReport) -> list:
     def names(group: list) -> str:
         return ", ".join(f"r{n}" for n in group) or "none"
 
-    lines = [f"order: {base} first in {names(order['base_first'])}; {new} first in "
-             f"{names(order['new_first'])}" + (f"; unknown in {names(order['unknown'])}"
-                                               if order["unknown"] else "")
-             + ("; balanced" if order["balanced"] else "")]
-    if not order["balanced"]:
+    lines = [f"order: {base} first in {names(order.base_first)}; {new} first in "
+             f"{names(order.new_first)}" + (f"; unknown in {names(order.unknown)}"
+                                            if order.unknown else "")
+             + ("; balanced" if order.balanced else "")]
+    if not order.balanced:
         lines.append("warning: start order unbalanced: rounds should alternate which side "
                      "starts first")
-    effects = [f"{pass_title(e['pass'])} {fmt_value(e['base_first'])} / "
-               f"{fmt_value(e['new_first'])}" for e in order["p50_difference_by_order"]]
-    if order["base_first"] and order["new_first"] and effects:
+    effects = [f"{pass_title(e.pass_name)} {fmt_value(e.base_first)} / "
+               f"{fmt_value(e.new_first)}" for e in order.p50_difference_by_order]
+    if order.base_first and order.new_first and effects:
         lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
                      + "; ".join(effects))
     effect = report.order_effect
@@ -8905,6 +9164,23 @@ def gate_rule(settings: GateSettings) -> str:
             "worse, INCONCLUSIVE otherwise")
 
 
+def outcomes_json(outcomes: SideOutcomes) -> dict:
+    """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
+    error_codes only where there are any."""
+    document = {key: value for key, value in outcomes._asdict().items()
+                if key not in ("unexpected_routing", "rejected", "error_codes")}
+    document.update({key: getattr(outcomes, key) for key in ("rejected", "error_codes")
+                     if getattr(outcomes, key)})
+    return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
+
+
+def order_json(order: RoundOrder) -> dict:
+    """Return the start order as the rounds JSON holds it."""
+    return {**order._asdict(), "p50_difference_by_order": [
+        {"pass": e.pass_name, "base_first": e.base_first, "new_first": e.new_first}
+        for e in order.p50_difference_by_order]}
+
+
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
     rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
@@ -8932,7 +9208,7 @@ def rounds_json(report: RoundsReport) -> dict:
                          "target_pct": settings.target_pct},
             "tolerance_pct": settings.tolerance_pct,
             "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
-            "used": list(report.used), "left_out": list(report.left_out), "files": report.files,
+            "used": list(report.used), "left_out": [item._asdict() for item in report.left_out], "files": report.files,
             "rows": rows,
             "gate_test": None if test is None else {
                 "rows": test.rows, "effective_rows": test.effective_rows,
@@ -8946,7 +9222,8 @@ def rounds_json(report: RoundsReport) -> dict:
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
             "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": [row.to_json() for row in report.environment], "order": report.order,
+            "environment": [row.to_json() for row in report.environment],
+            "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
             else report.order_effect._asdict(),
             "outliers": list(report.outliers),
@@ -8957,7 +9234,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings), "outcomes": list(report.outcomes),
+            "config_warnings": list(report.config_warnings), "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
@@ -9061,17 +9338,17 @@ def junit_cases(report: RoundsReport) -> list:
         cases.append(("decisions", f"r{item.round} decisions", outcome,
                       f"{item.agree}/{item.total} inputs agree in every pass"
                       + ("" if item.used else " (round left out)"), listed))
-    for item in report.errors:
-        worse = any(w > b for _, b, w in item.counts)
-        cases.append(("errors", f"{pass_title(item.pass_name)} errors",
+    for each in report.errors:
+        worse = any(w > b for _, b, w in each.counts)
+        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
                       "failure" if worse else "passed",
                       f"failed requests {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in item.counts), ""))
-    for item in report.left_out:
-        failed = any(r.startswith(f"the {report.new} side failed in r{item['round']} (")
+                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
+    for left in report.left_out:
+        failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)
-        cases.append(("rounds", f"r{item['round']} left out", "failure" if failed else "skipped",
-                      item["why"], ""))
+        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
+                      left.why, ""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
     cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
     return cases
@@ -9128,11 +9405,9 @@ def format_plan(report: RoundsReport) -> list:
              f"when only that row slows)", ""]
     table = []
     for row in report.rows:
-        spread = sample_spread([math.log(n / b) for b, n in
-                                zip(row.base_values, row.new_values)])
         table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
-                      f"{100 * math.expm1(spread):.1f}%", detectable_text(row),
+                      f"{100 * math.expm1(row.spread):.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
     lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
                            f"rounds for {settings.target_pct:g}%"], table,
@@ -9200,49 +9475,79 @@ def record_sentences(section: RecordSection) -> list:
     restarts and faults, GPU memory, load, foreign CPU and router CPU."""
     report = section.report
     ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
+    return (range_sentences(report, ranges) + [agreement_sentence(report),
+                                               failed_sentence(report), faults_sentence(report)]
+            + surroundings_sentences(report, ranges) + [cache_sentence(section)]
+            + format_capacity_rounds(report) + [
+                most_changed_sentence(b) for b in report.breakdowns
+                if any(r.metric.endswith(":mean") for r in b.rows)])
 
-    def span(side: str, key: str, unit: str = "") -> str:
-        low, high = ranges[side].get(key, (None, None))
-        return "not captured" if low is None else \
-            f"{side} {span_text(low, high)}{unit}".replace("-", "–")
 
+def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
+    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
+    'not captured'."""
+    low, high = ranges[side].get(key, (None, None))
+    return "not captured" if low is None else \
+        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
+
+
+def range_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return, per pass, the range over rounds of each side's p50 and p95."""
     names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
-    sentences = [f"{pass_title(name)} {metric_title(metric)} per round: "
-                 f"{span(report.base, f'{name}:{metric}', ' ms')}, "
-                 f"{span(report.new, f'{name}:{metric}', ' ms')}"
-                 for name in names for metric in ("p50_ms", "p95_ms")]
+    return [f"{pass_title(name)} {metric_title(metric)} per round: "
+            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
+            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
+            for name in names for metric in ("p50_ms", "p95_ms")]
+
+
+def agreement_sentence(report: RoundsReport) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
     used = [a for a in report.agreement if a.used]
     agreed = [a for a in used if a.agree == a.total]
     totals = sorted({a.total for a in used})
-    sentences.append(
-        f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-        if used and len(agreed) == len(used) and len(totals) == 1 else
-        f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-        + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(report: RoundsReport) -> str:
+    """Return each side's failed requests over the used rounds."""
     failed = {side: sum(b if side == report.base else w for e in report.errors
                         for n, b, w in e.counts if n in report.used)
               for side in (report.base, report.new)}
-    sentences.append("failed requests: none" if not any(failed.values()) else
-                     "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+
+
+def faults_sentence(report: RoundsReport) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
     faults = [row for row in report.environment if row.faults]
-    sentences.append("restarts and device faults: none recorded"
-                     if not faults else "restarts and device faults: " + ", ".join(
-                         f"r{row.round} {row.side} {row.faults:g}" for row in faults))
+    return ("restarts and device faults: none recorded"
+            if not faults else "restarts and device faults: " + ", ".join(
+                f"r{row.round} {row.side} {row.faults:g}" for row in faults))
+
+
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
+    sentences = []
     for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
                              ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
                              ("router_cpu_ms", "router CPU time per request", " ms")):
-        shown = [span(side, key, unit) for side in (report.base, report.new)]
+        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    return sentences
+
+
+def cache_sentence(section: RecordSection) -> str:
+    """Return the rounds and sides a result cache answered, or that none did."""
     cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
               for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-    sentences.append("result caches: none detected (by timing, and by the router's metrics "
-                     "where they were scraped)" if not cached else
-                     f"**a result cache answered {', '.join(cached)}**: those figures measure "
-                     f"cache hits, not the router's work")
-    return sentences + format_capacity_rounds(report) + [
-        most_changed_sentence(b) for b in report.breakdowns
-        if any(r.metric.endswith(":mean") for r in b.rows)]
+    return ("result caches: none detected (by timing, and by the router's metrics "
+            "where they were scraped)" if not cached else
+            f"**a result cache answered {', '.join(cached)}**: those figures measure "
+            f"cache hits, not the router's work")
 
 
 def most_changed_sentence(breakdown: PassBreakdown) -> str:
@@ -9356,9 +9661,9 @@ def ratio_text(item: Slowdown) -> str:
 
 class Table(NamedTuple):
     caption: str
-    header: list
-    rows: list
-    right: list  # right-aligned columns
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
 
 
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str], limit: int) -> tuple:
@@ -9416,6 +9721,85 @@ def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int
         lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
         lines += [more] if more and table is inputs else []
     return lines
+
+
+# The output formats of each command, one table per command: the command line takes its
+# --format choices, their help and the options of its files from these tables and renders
+# through them, so that a format is added, or named, in one place (hyperfine's exporters).
+
+class ReportFormat(NamedTuple):
+    """One format a command prints its report in: what it is, for --help, and its renderer,
+    which takes the report and the command's view of it and returns the lines to print."""
+    about: str
+    lines: Callable[..., Sequence[str]]
+
+
+class ReportFile(NamedTuple):
+    """One file a command writes (its option is --NAME FILE, NAME its key in the command's
+    table): what it holds, for --help, and its renderer, which returns the file's bytes."""
+    about: str
+    data: Callable[..., bytes]
+
+
+def formats_help(formats: Dict[str, ReportFormat]) -> str:
+    """Return the help of a --format option: each format with what it is."""
+    return "output format: " + ", ".join(f"{name} ({f.about})" for name, f in formats.items())
+
+
+class CompareView(NamedTuple):
+    """What compare's text shows beside its report: the two runs' ladders, when both climbed
+    one, within --slo-p95-ms and priced by --cost-per-hour."""
+    runs: Tuple[RunFile, RunFile]
+    slo_p95_ms: Optional[float] = None
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
+
+
+def compare_text(report: CompareReport, view: CompareView) -> list:
+    """Return compare's text: the table, then the ladders of two ladder runs."""
+    return format_compare(report) + format_compare_capacity(view.runs, view.slo_p95_ms,
+                                                            view.cost_per_hour)
+
+
+def json_lines(document: Any) -> list:
+    """Return a report's JSON document as the one block a command prints."""
+    return [json.dumps(document, indent=1, allow_nan=False)]
+
+
+COMPARE_FORMATS: Dict[str, ReportFormat] = {
+    "text": ReportFormat("aligned tables", compare_text),
+    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
+                             lambda report, view: format_compare_markdown(report)),
+    "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
+                         lambda report, view: json_lines(compare_json(report))),
+}
+
+
+class RoundsView(NamedTuple):
+    """What rounds shows beside its report: each round's values, with --per-round."""
+    per_round: bool = False
+
+
+ROUNDS_FORMATS: Dict[str, ReportFormat] = {
+    "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
+        report, per_round=view.per_round)),
+    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
+                             lambda report, view: format_rounds(report, markdown=True,
+                                                                per_round=view.per_round)),
+    "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
+                         lambda report, view: json_lines(rounds_json(report))),
+}
+
+RECORD_FILES: Dict[str, ReportFile] = {
+    "json": ReportFile("the record's data file to write",
+                       lambda sections: dump_json(record_json(sections))),
+    "markdown": ReportFile("the record's document to write", lambda sections: (
+        "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+}
+
+RUN_FILES: Dict[str, ReportFile] = {
+    "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, latency_ms, "
+                      "status, decision, error", lambda run: requests_csv(run.passes)),
+}
 
 
 # --- report page ---
@@ -9517,7 +9901,7 @@ def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
 
 
 class Series(NamedTuple):
-    points: list  # (x, y)
+    points: List[Tuple[float, float]]  # (x, y)
     color: str
     dashed: bool
     label: str  # shown when the pointer rests on the line
@@ -9854,7 +10238,7 @@ def page_breakdowns(report: RoundsReport) -> str:
             f"{stacked_bar_svg(breakdown, (report.base, report.new))}"
             + table_html(["part (mean)", f"{report.base} ms", f"{report.new} ms",
                           f"{report.new} - {report.base} [95% CI]",
-                          f"{report.new} vs {report.base} [95% CI]", "verdict"], rows,
+                          "change [95% CI]", "verdict"], rows,
                          [False, True, True, True, True, False])
             + "".join(f'<p class="note">{esc(line)}</p>' for line in decomposition) + "</div>")
     return ('<h2>Where the time goes</h2><p class="note">Each signal\'s time as the answers '
@@ -9971,6 +10355,15 @@ def report_page(report: RoundsReport) -> str:
             f"<style>{PAGE_STYLE}</style></head>\n<body>\n{body}\n"
             f'<p class="note">router-latency {esc(__version__)}; files: '
             f"{esc(', '.join(files))}</p>\n</body>\n</html>\n")
+
+
+# the files rounds writes beside what it prints (their table is here, beside the page's)
+ROUNDS_FILES: Dict[str, ReportFile] = {
+    "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
+                        "decisions, ...", lambda report: junit_xml(report)),
+    "html": ReportFile("also write the report page: one HTML file with plots, no network "
+                       "needed", lambda report: report_page(report).encode("utf-8")),
+}
 
 
 # --- simulator and demo ---
@@ -10939,9 +11332,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-# a --format asked for that is a file of its own, and the option that writes it
-FORMAT_FILES = {"junit": "--junit FILE", "xml": "--junit FILE", "html": "--html FILE",
-                "csv": "--csv FILE"}
+# a --format asked for that is a file of its own: the command and the option that write it
+FORMAT_FILES = {**{name: ("rounds", f"--{name} FILE") for name in ROUNDS_FILES},
+                "xml": ("rounds", "--junit FILE"),
+                **{name: ("run", f"--{name} FILE") for name in RUN_FILES}}
+
+
+def add_file_options(p: Any, files: Dict[str, ReportFile], *, required: bool = False) -> None:
+    """Add the --NAME FILE option of each file a command writes, from its table."""
+    for name, exporter in files.items():
+        p.add_argument(f"--{name}", required=required,
+                       **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
 
 class Parser(argparse.ArgumentParser):
@@ -10961,9 +11362,8 @@ class Parser(argparse.ArgumentParser):
         message = self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
-            wanted = FORMAT_FILES[found.group(1).lower()]
-            where = "" if wanted.split()[0] in self._option_string_actions else \
-                f" of {'run' if wanted.startswith('--csv') else 'rounds'}"
+            command, wanted = FORMAT_FILES[found.group(1).lower()]
+            where = "" if wanted.split()[0] in self._option_string_actions else f" of {command}"
             message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
 
@@ -11032,9 +11432,7 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("-o", "--out", required=True, help="run file to write")
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
-    output.add_argument("--csv", metavar="FILE", help="also write one CSV line per request: "
-                                                      "pass, id, start_ms, latency_ms, status, "
-                                                      "decision, error")
+    add_file_options(output, RUN_FILES)
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -11194,8 +11592,8 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format")
+    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="text",
+                   help=formats_help(COMPARE_FORMATS))
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -11261,15 +11659,12 @@ def add_rounds_parser(commands: Any) -> None:
                    help="gate: a decision that differs between the sides fails; report: "
                         "agreement is reported in full and the latency rows alone decide the "
                         "exit code (two configurations whose decisions differ on purpose)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format (with GITHUB_STEP_SUMMARY set, the Markdown is also "
-                        "appended there)")
+    p.add_argument("--format", choices=tuple(ROUNDS_FORMATS), default="text",
+                   help=formats_help(ROUNDS_FORMATS) + "; with GITHUB_STEP_SUMMARY set, the "
+                                                       "Markdown is also appended there")
     p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
                                     "the inputs that got slower")
-    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML: a test case per "
-                                                   "gated row, per round's decisions, ...")
-    p.add_argument("--html", metavar="FILE", help="also write the report page: one HTML "
-                                                  "file with plots, no network needed")
+    add_file_options(p, ROUNDS_FILES)
     p.set_defaults(func=cmd_rounds)
 
 
@@ -11351,8 +11746,7 @@ def add_record_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     add_ladder_options(p)
-    p.add_argument("--json", required=True, help="the record's data file to write")
-    p.add_argument("--markdown", required=True, help="the record's document to write")
+    add_file_options(p, RECORD_FILES, required=True)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=cmd_record)
 
@@ -11544,14 +11938,17 @@ class SignalRelay:
         os.close(self.read_end)
 
 
+def run_outputs(args: argparse.Namespace) -> list:
+    """Return (option, path) of each file `run` was asked to write beside the run file."""
+    return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     check_distinct_files([("--corpus", args.corpus), ("--loadavg-file", args.loadavg_file)],
-                         [("--out", args.out), ("--csv", args.csv)])
-    check_writable_target(args.out, args.force)
-    check_folder_accepts_a_file(args.out)
-    if args.csv:
-        check_writable_target(args.csv, args.force)
-        check_folder_accepts_a_file(args.csv)
+                         [("--out", args.out)] + run_outputs(args))
+    for _, path in [("--out", args.out)] + run_outputs(args):
+        check_writable_target(path, args.force)
+        check_folder_accepts_a_file(path)
     corpus = load_corpus(args.corpus)
     target, plan, guard, capture, thresholds = run_arguments(args)
     checked_costs(args.cost_per_hour, (args.label,))
@@ -11591,57 +11988,73 @@ def cmd_run(args: argparse.Namespace) -> int:
         relay.restore()
 
 
-def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
-               header_shown: bool = False) -> int:
-    """Write the run file, print its table and return the run's exit code: a signal's when the
-    run was interrupted (one after the measurement changes neither file nor code), else 1 when
-    more requests failed than --max-errors allows."""
+def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
+    """Write the run file, then the other files asked for; return what failed, None when
+    nothing did (a run file that cannot be written is kept in a rescue copy)."""
     try:
         write_output(args.out, dump_run(run))
-        write_failure = None
     except RouterLatencyError as exc:
-        write_failure = f"{exc}; {rescue_copy(dump_run(run), args.out)}"
-    if write_failure is None and args.csv:
+        return f"{exc}; {rescue_copy(dump_run(run), args.out)}"
+    for option, path in run_outputs(args):
         try:
-            write_atomic(args.csv, requests_csv(run.passes))
+            write_atomic(path, RUN_FILES[option[2:]].data(run))
         except RouterLatencyError as exc:
-            write_failure = f"{exc}; the run file {args.out} was written"
-    if not args.quiet:
-        lines = [] if header_shown else [format_run_header(
-            run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
-        lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
-        capacity = run_capacity(run)
-        if capacity is not None:
-            lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
-        if run.config_hashes:
-            lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
-        lines.append(f"result cache: {cache_text(run.cache_finding)}")
-        if write_failure is None and args.out != "-":
-            lines.append(f"wrote {args.out}" + ("" if run.complete
-                                                else " (incomplete: interrupted)")
-                         + (f" and {args.csv}" if args.csv else ""))
-        emit(lines, sys.stderr if args.out == "-" else sys.stdout)
-    statuses = [r.status for p in run.passes for r in p.requests]
-    not_found = statuses.count(404)
-    if not_found and not any(s is not None and 200 <= s < 300 for s in statuses):
-        stderr_line(f"{not_found} requests answered 404 Not Found at {run.url}: "
-                    f"is the path right? (a URL without a path gets {PREVIEW_PATH})")
-    for line in overload_note(run):
-        stderr_line(line)
+            return f"{exc}; the run file {args.out} was written"
+    return None
+
+
+def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: bool,
+                      written: bool) -> list:
+    """Return what `run` prints of what it measured: its header (unless shown before the
+    passes), the passes' table, the host, the ladder, the configuration and what it wrote."""
+    lines = [] if header_shown else [format_run_header(
+        run.label, run.corpus_count, run.corpus_sha256, run.url, run.settings)]
+    lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
+    capacity = run_capacity(run)
+    if capacity is not None:
+        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
+    if run.config_hashes:
+        lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
+    lines.append(f"result cache: {cache_text(run.cache_finding)}")
+    if written and args.out != "-":
+        lines.append(f"wrote {args.out}" + ("" if run.complete
+                                            else " (incomplete: interrupted)")
+                     + "".join(f" and {path}" for _, path in run_outputs(args)))
+    return lines
+
+
+def run_warnings(run: RunFile) -> list:
+    """Return what `run` says on stderr of what went wrong: a wrong path (every answer 404),
+    requests shed for overload, a result cache that answered."""
+    not_found = not_found_only(run)
+    lines = [f"{not_found} requests answered 404 Not Found at {run.url}: is the path right? "
+             f"(a URL without a path gets {PREVIEW_PATH})"] if not_found else []
+    lines += overload_note(run_overload(run))
     if run.cache_finding["detected"]:
-        stderr_line(f"warning: {cache_text(run.cache_finding)}; the figures measure cache hits, "
-                    f"not the router's work: {CACHE_ADVICE}")
+        lines.append(f"warning: {cache_text(run.cache_finding)}; the figures measure cache "
+                     f"hits, not the router's work: {CACHE_ADVICE}")
+    return lines
+
+
+def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
+               header_shown: bool = False) -> int:
+    """Write the run file, print its table and return the run's exit code: 2 when a file
+    could not be written, else run_outcome()'s (a signal's when the run was interrupted, 1
+    when more requests failed than --max-errors allows)."""
+    write_failure = write_run_files(args, run)
+    if not args.quiet:
+        emit(run_summary_lines(args, run, header_shown=header_shown,
+                               written=write_failure is None),
+             sys.stderr if args.out == "-" else sys.stdout)
+    for line in run_warnings(run):
+        stderr_line(line)
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
-    if not run.complete:
-        return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-    failed = sum(sum(p.summary.errors.values()) for p in run.passes if not p.discarded)
-    if failed > args.max_errors:
-        if not args.quiet:
-            stderr_line(f"{failed} requests failed (--max-errors {args.max_errors})")
-        return EXIT_GATE
-    return EXIT_OK
+    code, reason = run_outcome(run, args.max_errors, caught[0] if caught else None)
+    if reason and not args.quiet:
+        stderr_line(reason)
+    return code
 
 
 def compared_files(args: argparse.Namespace) -> tuple:
@@ -11667,12 +12080,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     texts = corpus_texts(args.corpus, a.corpus_sha256) if args.corpus else None
     report = compare_runs(a, b, prompts_text=texts,
                           fail_on_decision_change=args.fail_on_decision_change)
-    if args.format == "json":
-        emit([json.dumps(compare_json(report), indent=1, allow_nan=False)])
-    else:
-        emit(format_compare_markdown(report) if args.format == "markdown"
-             else format_compare(report) + format_compare_capacity(
-                 (a, b), args.slo_p95_ms, checked_costs(args.cost_per_hour, (a.label, b.label))))
+    view = CompareView((a, b), args.slo_p95_ms,
+                       checked_costs(args.cost_per_hour, (a.label, b.label)))
+    emit(COMPARE_FORMATS[args.format].lines(report, view))
     return report.exit_code
 
 
@@ -11702,15 +12112,15 @@ def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
-    for path in (args.junit, args.html):
+    outputs = [(f"--{name}", getattr(args, name)) for name in ROUNDS_FILES]
+    for _, path in outputs:
         if path:
             check_writable_target(path, force=True)
     files = find_round_files(args.dir, args.base, args.new)
     check_distinct_files(
         [("round file", p) for sides in files.values() for p in sides.values()]
         + [("--corpus", args.corpus)],
-        [("--junit", args.junit), ("--html", args.html),
-         ("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
+        outputs + [("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
     runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
@@ -11730,25 +12140,22 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         if "a result cache answered" in warning:  # cache_warnings: as loud
             stderr_line(warning)
-    if args.junit:
-        write_atomic(args.junit, junit_xml(report))
-    if args.html:
-        write_atomic(args.html, report_page(report).encode("utf-8"))
+    for name, exporter in ROUNDS_FILES.items():
+        if getattr(args, name):
+            write_atomic(getattr(args, name), exporter.data(report))
+    view = RoundsView(per_round=args.per_round)
     if not args.plan:
-        append_step_summary(lambda: format_rounds(report, markdown=True,
-                                                  per_round=args.per_round))
+        append_step_summary(lambda: ROUNDS_FORMATS["markdown"].lines(report, view))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
-    if args.format == "json":
-        emit([json.dumps(rounds_json(report), indent=1, allow_nan=False)])
-    else:
-        emit(format_rounds(report, markdown=args.format == "markdown", per_round=args.per_round))
+    emit(ROUNDS_FORMATS[args.format].lines(report, view))
     return report.exit_code
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    for path in (args.json, args.markdown):
+    outputs = [(f"--{name}", getattr(args, name)) for name in RECORD_FILES]
+    for _, path in outputs:
         check_writable_target(path, args.force)
     names = [name for name, *_ in args.section]
     if len(set(names)) < len(names):
@@ -11765,12 +12172,12 @@ def cmd_record(args: argparse.Namespace) -> int:
             cost_per_hour=checked_costs(args.cost_per_hour, (base, new)))))
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
-                         [("--json", args.json), ("--markdown", args.markdown)])
-    write_atomic(args.json, dump_json(record_json(sections)))
-    write_atomic(args.markdown, ("\n".join(format_record(sections)) + "\n").encode("utf-8"))
+                         outputs)
+    for (_, path), exporter in zip(outputs, RECORD_FILES.values()):
+        write_atomic(path, exporter.data(sections))
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])
-    emit([f"wrote {args.json} and {args.markdown}"])
+    emit([f"wrote {' and '.join(path for _, path in outputs)}"])
     return max(section.report.exit_code for section in sections)
 
 

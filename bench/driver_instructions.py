@@ -23,7 +23,8 @@ Python, importing the module and opening the connections cost drops out.
         [--concurrency 1,16] [--requests 100,600] [--profile | --annotate]
 
 A build is a router_latency.py file (default: this checkout's; `git show REV:router_latency.py
-> /tmp/REV.py` for another). --profile prints where the time of one pass of a build goes by
+> /tmp/REV.py` for another), or `bare`: the floor, a bare CPython epoll send/recv loop that
+only frames the answers (bare_pass). --profile prints where the time of one pass of a build goes by
 function (cProfile, calls and own time per request), per stream; --annotate the instructions
 per request by C function of the interpreter (callgrind_annotate). Not a test: it prints figures
 and asserts nothing.
@@ -40,12 +41,14 @@ import json
 import os
 import pstats
 import re
+import select
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +192,52 @@ def one_pass(module, url: str, requests: int, concurrency: int, encoded: int = 0
                                "x")[0]
 
 
+def bare_pass(url: str, requests: int, concurrency: int) -> list:
+    """The floor of a Python pass loop: `concurrency` connections on select.epoll, a request
+    sent, its answer read until a Content-Length or the last chunk says it is whole, two clock
+    reads and a tuple per request. No parsing of the head beyond that, no checks, no
+    classification: what any CPython driver of this shape pays before doing its job."""
+    host, port = url.split("//")[1].split(":")
+    payload = (b"POST /api/v1/eval HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+               b"Content-Length: 2\r\n\r\n{}" % host.encode())
+    poller, by_fd, results, sent = select.epoll(), {}, [], 0
+    perf = time.perf_counter_ns
+    for _ in range(concurrency):
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        poller.register(sock.fileno(), select.EPOLLIN)
+        by_fd[sock.fileno()] = [sock, b"", 0]
+    for state in list(by_fd.values())[:requests]:
+        state[2] = perf()
+        state[0].send(payload)
+        sent += 1
+    while len(results) < requests:
+        for fd, _ in poller.poll(1.0):
+            now = perf()
+            state = by_fd[fd]
+            buffer = state[1] + state[0].recv(262144)
+            end = buffer.find(b"\r\n\r\n")
+            head = buffer[:end].lower()
+            at = head.find(b"content-length:")
+            whole = (len(buffer) >= end + 4 + int(head[at + 15:head.find(b"\r\n", at)]))\
+                if at >= 0 else buffer.endswith(b"\r\n0\r\n\r\n")
+            if end < 0 or not whole:
+                state[1] = buffer
+                continue
+            results.append((state[2], now, buffer[9:12]))
+            state[1] = b""
+            if sent < requests:
+                state[2] = perf()
+                state[0].send(payload)
+                sent += 1
+    return results
+
+
 def inner(build: str, url: str, requests: int, concurrency: int, encoded: int) -> None:
+    if build == "bare":
+        bare_pass(url, requests, concurrency)
+        return
     records = one_pass(load_build(build), url, requests, concurrency, encoded)
     failed = [r for r in records if (r["error"] if isinstance(r, dict) else r.error)]
     if len(records) != requests or failed:

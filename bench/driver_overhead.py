@@ -328,7 +328,7 @@ def pass_loop_cost(url: str, reps: int) -> dict:
             target = rl.Target(rl.parse_endpoint(url),
                                signals=rl.SignalTable() if mode == "with" else None)
             payloads = rl.encode_prompts(target, [PROMPT] * 4000)
-            loop = rl.PassLoop(target, payloads, threading.Event(), 16)
+            loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 16))
             started = time.thread_time()
             results = loop.run()
             found[mode].append(1e6 * (time.thread_time() - started) / len(results))

@@ -195,6 +195,11 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     text = cli(*asked).out
     assert "where the time goes" in text and "unexplained" in text
     assert "Sequential p95 " in text and "pii p95" in text
+    # the parts' change column says what the latency table's does, in every format
+    markdown = cli(*asked, "--format", "markdown").out
+    for rendered in (text, markdown):
+        heads = [line for line in rendered.splitlines() if re.match(r"\|? *part\b", line)]
+        assert heads and all("change [95% CI]" in h and " vs " not in h for h in heads), heads
     # the report page: a panel per pass, well formed as XML and as HTML5
     page = tmp_path / "page.html"
     cli(*asked, "--html", page)
@@ -202,6 +207,7 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     root = ElementTree.fromstring(html.split("\n", 1)[1])
     html5lib.HTMLParser(strict=True).parse(html)
     assert "<h2>Where the time goes</h2>" in html
+    assert "new vs base" not in html and html.count(">change [95% CI]</th>") >= 2
     bars = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")
             if t.text and t.text.endswith("time per request")]
     assert bars == ["Sequential: time per request", "Conc 4: time per request"]
@@ -302,10 +308,9 @@ def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whol
     body = json.dumps({"original_text": 'say {"execution_time_ms":0,"confidence":0} please',
                        "decision_result": {"decision_name": "math"}, "metrics": metrics,
                        "selected_model": "m"}, separators=(",", ":")).encode()
-    assert body.count(rl.UNEVALUATED_SIGNAL) == 3  # the one in the text is escaped
     table = rl.SignalTable()
     target = rl.Target(rl.parse_endpoint("http://127.0.0.1:9"), signals=table)
-    loop = rl.PassLoop(target, [b""], __import__("threading").Event(), 1)
+    loop = rl.PassLoop(target, [b""], __import__("threading").Event(), rl.PassPlan("x", 1))
     decision, error, code, times = loop._classified(200, bytearray(body))
     assert (decision, error, code) == rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
     assert (table.names, times) == (["domain", "pii"], (3.5, 5.25))
@@ -375,3 +380,99 @@ def test_the_demo_names_pii_as_the_signal_that_got_slower(cli, tmp_path):
         change, low, high = (float(v) for v in found.groups())
         assert 30 < change < 50 and 0 < low <= high  # 40% slower, the interval excludes 0
         assert "domain +0.0% [+0.0%, +0.0%]" in sentence
+
+
+def compact_answer(metrics_text: str) -> bytes:
+    """A router answer over WHOLE_JSON_BYTES with the given text as its metrics member."""
+    return ('{"original_text":"' + "x" * 600 + '","decision_result":{"decision_name":"math"},'
+            '"selected_model":"qwen3","selection_status":"selected","routing_decision":"math",'
+            f'"metrics":{metrics_text},"config_hash":"{"0" * 64}"}}\n').encode()
+
+
+def metrics_text(entries) -> str:
+    return json.dumps({name: {"execution_time_ms": ms, "confidence": c}
+                       for name, ms, c in entries}, separators=(",", ":"))
+
+
+def test_the_signal_times_are_read_by_a_scan_that_gives_what_decoding_gives():
+    answers = [
+        [("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25), ("kb", 0, 0)],
+        [("keyword", 1.25, 0.125), ("domain", 3.123456789, 0.5), ("pii", 0, 0), ("kb", 7, 1)],
+        [("domain", 12, -0.5), ("pii", 0.00125, 0.1), ("jailbreak", 2.5, 0.3)],  # new name
+        [("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25), ("kb", 0, 0)],
+        [], [("keyword", 0, 0)]]
+    scanned, decoded = rl.SignalTable(), rl.SignalTable()
+    for entries in answers:
+        body = compact_answer(metrics_text(entries))
+        text = body.decode()
+        members, index = rl.top_members(text, *rl.metrics_members(rl.DEFAULT_DECISION_PATHS))
+        assert "metrics" not in members
+        found = scanned.scan(text, index)
+        assert found is not None, entries  # read without decoding the answer
+        assert found == decoded.times(json.loads(body)) and scanned.names == decoded.names
+        assert [type(v) for v in found] == [type(v) for v in decoded.last or found]
+        assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=scanned)[:2] == \
+            ("math|qwen3", None) and scanned.last == found
+    assert scanned.names == ["domain", "pii", "keyword", "kb", "jailbreak"]
+
+
+GOOD_METRICS = '{"domain":{"execution_time_ms":3.5,"confidence":0.9},' \
+               '"pii":{"execution_time_ms":5,"confidence":0.25}}'
+
+
+@pytest.mark.parametrize("metrics", [
+    GOOD_METRICS.replace("3.5", "3."), GOOD_METRICS.replace("3.5", "03.5"),
+    GOOD_METRICS.replace("3.5", "3.5.1"), GOOD_METRICS.replace("0.25", "-"),
+    GOOD_METRICS.replace("0.25", ""), GOOD_METRICS.replace("},", "}3,"),
+    GOOD_METRICS.replace("},", "},3"), GOOD_METRICS.replace('{"domain"', '{3"domain"'),
+    GOOD_METRICS.replace('"pii"', '"p3ii'), GOOD_METRICS.replace(",", "", 1),
+    GOOD_METRICS.replace("}}", "}3}"), GOOD_METRICS.replace("0.9", "+0.9"),
+    GOOD_METRICS.replace("3.5", "3.5e"), GOOD_METRICS.replace(":{", ":", 1)])
+def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(metrics):
+    body = compact_answer(metrics)
+    with pytest.raises(ValueError):
+        json.loads(body)
+    table = rl.SignalTable()
+    table.scan(compact_answer(GOOD_METRICS).decode(), 0)  # its form seen before
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[1] == "bad_json"
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
+
+
+@pytest.mark.parametrize("metrics", [
+    GOOD_METRICS.replace(":", " : "), GOOD_METRICS.replace('"pii"', '"p\\u0069i"'),
+    GOOD_METRICS.replace("0.25}", '0.25,"extra":1}'), GOOD_METRICS.replace(":5,", ":-5,"),
+    GOOD_METRICS.replace(":5,", ":5e400,"), GOOD_METRICS.replace("0.9", "9e-07"), GOOD_METRICS.replace('"pii"', '"pii2"')])
+def test_metrics_in_another_form_are_decoded_and_read_as_before(metrics):
+    body = compact_answer(metrics)
+    table, decoded = rl.SignalTable(), rl.SignalTable()
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[:2] == \
+        ("math|qwen3", None)
+    assert table.last == decoded.times(json.loads(body)) and table.names == decoded.names
+
+
+@pytest.mark.parametrize("between", [
+    '"recommended_models":["qwen3","llama-3.1-8b"],',  # the router's list before metrics
+    '"selection":{"reason":"prefers [qwen3] {fast}","scores":[1,[2,3]]},',
+    '"note":"a ] and a } in a string",',
+    '"inner":{"metrics":{"domain":{"execution_time_ms":9,"confidence":1}}},'])  # not ',"metrics"'
+def test_members_with_brackets_before_metrics_leave_the_times_to_the_scan(between):
+    body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
+    text = body.decode()
+    paths = ("decision_result.decision_name",)
+    members, index = rl.top_members(text, *rl.metrics_members(paths))
+    table = rl.SignalTable()
+    assert table.scan(text, index) == rl.SignalTable().times(json.loads(body)) == (3.5, 5)
+
+
+@pytest.mark.parametrize("between", [
+    '"inner":{"a":1,"metrics":{"domain":{"execution_time_ms":9,"confidence":1}}},',
+    '"inner":[{"b":2,"metrics":{"domain":{"execution_time_ms":9,"confidence":1}}}],'])
+def test_a_metrics_member_nested_before_the_answers_own_is_not_taken_for_it(between):
+    body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
+    text = body.decode()
+    paths = ("decision_result.decision_name",)
+    members, index = rl.top_members(text, *rl.metrics_members(paths))
+    assert rl.SignalTable().scan(text, index) is None  # decoded instead
+    table = rl.SignalTable()
+    assert rl.classify(200, body, paths, signals=table)[:2] == ("math", None)
+    assert table.last == (3.5, 5)

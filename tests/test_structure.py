@@ -52,11 +52,6 @@ def test_no_function_is_longer_than_60_lines():
     assert long == []
 
 
-# PassLoop.__init__ takes 7: the perf helper's issue (20) reshapes the pass loop's
-# parameters; the lead removes this exception when that lands
-KNOWN_OVER_SIX = {"PassLoop.__init__"}
-
-
 def parameters_of(node):
     """Return the names of a function's parameters besides self and cls: positional-only,
     positional, *args, keyword-only and **kwargs alike."""
@@ -84,7 +79,7 @@ def functions_with_names(tree, prefix=""):
 def test_every_function_takes_at_most_six_parameters_besides_self():
     many = [f"{name}: {len(parameters_of(node))} ({', '.join(parameters_of(node))})"
             for name, node in functions_with_names(ast.parse(SOURCE))
-            if len(parameters_of(node)) > 6 and name not in KNOWN_OVER_SIX]
+            if len(parameters_of(node)) > 6]
     assert many == []
 
 

@@ -233,7 +233,7 @@ def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(script
     server = scripted(lambda prompt, number: None)  # every request: closed unanswered
     target = rl.Target(rl.parse_endpoint(server.url))
     results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b"]), threading.Event(),
-                          1).run()
+                          rl.PassPlan("x", 1)).run()
     # "a" went out on the connection opened before the pass, then once more on a new one;
     # "b" went out on a connection opened for it, so its close is the answer
     assert [(r.index, r.error, r.retried) for r in results] == [(0, "reset", True),
@@ -256,7 +256,7 @@ def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_p
 
     monkeypatch.setattr(rl.PassLoop, "_poll", counted)
     payloads = rl.encode_prompts(target, ["a", "b", "c"])
-    loop = rl.PassLoop(target, payloads, threading.Event(), 4,
+    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 4),
                        rl.arrival_schedule(3, 4.0, "constant", 0))
     results = loop.run()
     assert [r.error for r in results] == [None, None, None]
@@ -411,3 +411,24 @@ def test_an_answer_nested_too_deep_only_past_its_decision_is_routed():
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
     with pytest.raises(rl.RequestFailed):  # small: decoded whole, judged whole
         rl.classify(200, b'{"decision": "a", "x": ' + b"[" * 70 + b"]" * 70 + b"}", ("decision",))
+
+
+def test_a_cached_small_answer_keeps_each_request_s_own_config_hash(scripted):
+    # the same small body, answered with the header, without it (the body's own copy is read),
+    # with another header: each request records what its own answer carried, whichever filled
+    # the pass loop's cache of classifications first
+    in_body, in_header, other = "a" * 64, "b" * 64, "c" * 64
+    body = json.dumps({"decision_result": {"decision_name": "math"},
+                       "config_hash": in_body}).encode()
+    heads = {"h": f"x-vsr-config-hash: {in_header}\r\n", "n": "", "o":
+             f"x-vsr-config-hash: {other}\r\n"}
+    for order, expected in (("hno", [in_header, in_body, other]),
+                            ("nhn", [in_body, in_header, in_body]),
+                            ("nnh", [in_body, in_body, in_header])):
+        server = scripted(lambda prompt, number, order=order: [
+            f"HTTP/1.1 200 OK\r\n{heads[order[number]]}Content-Length: {len(body)}\r\n\r\n"
+            .encode() + body])
+        target = rl.Target(rl.parse_endpoint(server.url))
+        results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b", "c"]),
+                              threading.Event(), rl.PassPlan("x", 1)).run()
+        assert [r.config_hash for r in sorted(results, key=lambda r: r.index)] == expected

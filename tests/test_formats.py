@@ -1,0 +1,206 @@
+"""One registry per choice of output: each command's table of formats and files feeds its
+--format choices, the help and the dispatch; every entry renders what the command prints."""
+
+import argparse
+import inspect
+import json
+import re
+
+import pytest
+
+import router_latency as rl
+from conftest import three_rounds, two_runs, write_corpus
+from test_capacity import ladder_in_memory
+
+# command -> (its table of printed formats, its table of files)
+TABLES = {
+    "compare": (rl.COMPARE_FORMATS, {}),
+    "rounds": (rl.ROUNDS_FORMATS, rl.ROUNDS_FILES),
+    "record": ({}, rl.RECORD_FILES),
+    "run": ({}, rl.RUN_FILES),
+}
+
+
+def subparser(command):
+    parser = rl.build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]
+
+
+def option(parser, name):
+    return next((a for a in parser._actions if name in a.option_strings), None)
+
+
+@pytest.mark.parametrize("command", sorted(TABLES))
+def test_the_format_choices_are_the_keys_of_the_commands_table(command):
+    formats, _ = TABLES[command]
+    action = option(subparser(command), "--format")
+    if not formats:
+        assert action is None
+        return
+    assert tuple(action.choices) == tuple(formats) and action.default in formats
+    for name, exporter in formats.items():
+        assert f"{name} ({exporter.about})" in action.help
+
+
+@pytest.mark.parametrize("command", sorted(TABLES))
+def test_the_file_options_are_the_entries_of_the_commands_table(command):
+    _, files = TABLES[command]
+    parser = subparser(command)
+    for name, exporter in files.items():
+        action = option(parser, f"--{name}")
+        assert action is not None and action.help == exporter.about and action.dest == name
+    # no option that writes a report file outside the table: those are "also write" ones
+    also = {o for a in parser._actions for o in a.option_strings
+            if (a.help or "").startswith("also write")}
+    assert also == {f"--{name}" for name in files if files[name].about.startswith("also")}
+
+
+def test_a_format_asked_for_that_is_a_file_names_the_option_of_its_table(cli, tmp_path):
+    for name in list(rl.ROUNDS_FILES) + list(rl.RUN_FILES):
+        result = cli("compare", "a.json", "b.json", "--format", name)
+        command = "rounds" if name in rl.ROUNDS_FILES else "run"
+        assert result.code == 2 and result.out == ""
+        assert f"{name} is a file of its own: --{name} FILE of {command}" in result.err
+
+
+def judged(folder):
+    files = rl.find_round_files(str(folder), "cpu", "gpu")
+    runs = {n: {s: rl.load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    return rl.judge_rounds(runs, "cpu", "gpu", rl.GateSettings())
+
+
+@pytest.mark.parametrize("per_round", [False, True])
+def test_every_rounds_format_renders_what_rounds_prints(tmp_path, cli, per_round):
+    three_rounds(tmp_path)
+    report = judged(tmp_path)
+    printed = {}
+    for name, exporter in rl.ROUNDS_FORMATS.items():
+        result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                     "--format", name, *(["--per-round"] if per_round else []))
+        lines = exporter.lines(report, rl.RoundsView(per_round=per_round))
+        assert result.code == report.exit_code and result.err == ""
+        assert lines and result.out == "\n".join(lines) + "\n"
+        printed[name] = result.out
+    assert len(set(printed.values())) == len(printed)  # no entry renders another's output
+    assert json.loads(printed["json"])["schema"] == rl.ROUNDS_SCHEMA
+
+
+def test_every_rounds_file_holds_what_its_entry_renders(tmp_path, cli):
+    (tmp_path / "rounds").mkdir()
+    three_rounds(tmp_path / "rounds")
+    report = judged(tmp_path / "rounds")
+    paths = {name: tmp_path / f"out.{name}" for name in rl.ROUNDS_FILES}
+    result = cli("rounds", "--dir", tmp_path / "rounds", "--base", "cpu", "--new", "gpu",
+                 *[w for name, path in paths.items() for w in (f"--{name}", path)])
+    assert result.code == report.exit_code and result.err == ""
+    for name, exporter in rl.ROUNDS_FILES.items():
+        data = exporter.data(report)
+        assert data and paths[name].read_bytes() == data
+    assert len({p.read_bytes() for p in paths.values()}) == len(paths)
+
+
+def ladder_files(folder):
+    paths = []
+    for label, top in (("cpu", 100.0), ("gpu", 400.0)):
+        path = folder / f"{label}.json"
+        rl.write_atomic(str(path), rl.dump_run(ladder_in_memory(label, 1, top)._replace(path="")))
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("ladders", [False, True])
+def test_every_compare_format_renders_what_compare_prints(tmp_path, cli, ladders):
+    a, b = ladder_files(tmp_path) if ladders else two_runs(tmp_path)
+    runs = (rl.load_run(a), rl.load_run(b))
+    report = rl.compare_runs(*runs)
+    options = ["--cost-per-hour", "cpu=0.90", "--cost-per-hour", "gpu=2.50/GPU"]
+    view = rl.CompareView(runs, None, tuple(rl.cost_spec(o) for o in options[1::2]))
+    printed = {}
+    for name, exporter in rl.COMPARE_FORMATS.items():
+        result = cli("compare", a, b, "--format", name, *(options if ladders else []))
+        lines = exporter.lines(report, view if ladders else rl.CompareView(runs))
+        assert result.code == report.exit_code and result.err == ""
+        assert lines and result.out == "\n".join(lines) + "\n"
+        printed[name] = result.out
+    assert len(set(printed.values())) == len(printed)
+    assert json.loads(printed["json"])["schema"] == rl.COMPARE_SCHEMA
+    # the text shows the ladders and what they cost, the others only the report
+    assert ("cost per million requests, gpu/cpu" in printed["text"]) == ladders
+
+
+def test_every_record_file_holds_what_its_entry_renders(tmp_path, cli):
+    (tmp_path / "rounds").mkdir()
+    three_rounds(tmp_path / "rounds")
+    section = rl.record_section("s", str(tmp_path / "rounds"), "cpu", "gpu", rl.GateSettings())
+    paths = {name: tmp_path / f"record.{name}" for name in rl.RECORD_FILES}
+    result = cli("record", "--section", f"s={tmp_path / 'rounds'}:cpu:gpu",
+                 *[w for name, path in paths.items() for w in (f"--{name}", path)])
+    assert result.code == section.report.exit_code and result.err == ""
+    assert result.out.endswith(f"wrote {' and '.join(map(str, paths.values()))}\n")
+    for name, exporter in rl.RECORD_FILES.items():
+        data = exporter.data([section])
+        assert data and paths[name].read_bytes() == data
+
+
+def test_every_run_file_holds_what_its_entry_renders(tmp_path, simulator, cli):
+    router = simulator(delay_ms=0.0)
+    corpus = write_corpus(tmp_path / "c.json", [f"prompt {i}" for i in range(6)])
+    paths = {name: tmp_path / f"run.{name}" for name in rl.RUN_FILES}
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--quiet",
+                 "--max-load", "10000", "--gpu", "none",
+                 *[w for name, path in paths.items() for w in (f"--{name}", path)])
+    assert result.code == 0, result.err
+    run = rl.load_run(str(tmp_path / "r.json"))
+    for name, exporter in rl.RUN_FILES.items():
+        data = exporter.data(run)
+        assert data and paths[name].read_bytes() == data
+
+
+# the sections whose records are reports (or what renders them)
+REPORT_SECTIONS = ("analysis", "rendering", "report page")
+BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
+
+
+def report_records():
+    """{record name: its fields' annotations} of the NamedTuples in the report sections."""
+    source = inspect.getsource(rl)
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^# --- (.+) ---$", source, re.M)]
+    found = {}
+    for (start, name), (end, _) in zip(starts, starts[1:] + [(len(source), "")]):
+        if name not in REPORT_SECTIONS:
+            continue
+        for record in re.findall(r"^class (\w+)\(NamedTuple\)", source[start:end], re.M):
+            found[record] = getattr(rl, record).__annotations__
+    return found
+
+
+def test_no_report_record_has_a_field_typed_bare():
+    records = report_records()
+    assert {"CompareReport", "RoundsReport", "Row", "RecordSection", "Capacity",
+            "PassBreakdown", "InputSlowdowns", "ReportFormat"} <= set(records)
+    bare = [(record, field, annotation) for record, fields in records.items()
+            for field, annotation in fields.items()
+            if BARE.search(str(annotation))]
+    assert bare == []
+
+
+@pytest.mark.parametrize("annotation, bare", [
+    ("tuple", True), ("Optional[tuple]", True), ("Tuple[tuple, ...]", True), ("dict", True),
+    ("Any", True), ("Callable[[Any], bytes]", True), ("List[list]", True),
+    ("Tuple[Row, ...]", False), ("Dict[str, Dict[str, str]]", False),
+    ("Optional[Tuple[int, int]]", False), ("Callable[..., bytes]", False), ("GpuReading", False),
+])
+def test_the_check_tells_a_bare_annotation(annotation, bare):
+    assert bool(BARE.search(annotation)) == bare
+
+
+@pytest.mark.parametrize("name", sorted(rl.COMPARE_FORMATS))
+def test_compare_checks_its_options_whatever_the_format(tmp_path, cli, name):
+    # the view is built once for every format: a price of no side measured is an error in
+    # each, not only where the text would show it
+    a, b = two_runs(tmp_path)
+    result = cli("compare", a, b, "--format", name, "--cost-per-hour", "tpu=1")
+    assert result.code == 2 and result.out == ""
+    assert "tpu is not a side measured (cpu, rocm) (--cost-per-hour)" in result.err
