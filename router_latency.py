@@ -11962,6 +11962,51 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     return target, plan, guard, capture, thresholds
 
 
+class SignalRelay:
+    """Set an event when one of the signals comes: the handler only notes the signal and
+    writes a byte to a pipe, and a thread of its own sets the event.
+
+    A handler that calls Event.set() itself waits on the event's lock, which the main thread
+    (where Python runs handlers) may hold at that moment: inside the event's wait(), or in
+    the set() of a signal that came just before (Ctrl-C, then the driver's SIGTERM close
+    behind it). It then waits on itself, forever: the run never saves its file and its
+    driver waits for it. The handlers are installed at once, in the main thread only; with
+    keep_ignored, a signal ignored at the start stays ignored (SIGHUP under nohup)."""
+
+    def __init__(self, event: threading.Event, signums: Iterable[int], *,
+                 keep_ignored: bool = False) -> None:
+        self.event = event
+        self.caught: list = []  # the signals, in the order they came
+        self.previous: dict = {}
+        self.read_end, self.write_end = os.pipe()
+        os.set_blocking(self.write_end, False)  # a storm of signals never blocks a handler
+        self.thread = threading.Thread(target=self._relay, daemon=True)
+        if threading.current_thread() is threading.main_thread():
+            for signum in signums:
+                if not keep_ignored or signal.getsignal(signum) is not signal.SIG_IGN:
+                    self.previous[signum] = signal.signal(signum, self._on_signal)
+        self.thread.start()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.caught.append(signum)
+        try:
+            os.write(self.write_end, b"!")
+        except OSError:  # the pipe is full: a byte is there already
+            pass
+
+    def _relay(self) -> None:
+        if os.read(self.read_end, 1):  # empty: restore() closed the pipe, no signal came
+            self.event.set()
+
+    def restore(self) -> None:
+        """Put the handlers back and end the relay's thread."""
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        os.close(self.write_end)
+        self.thread.join()
+        os.close(self.read_end)
+
+
 def run_outputs(args: argparse.Namespace) -> list:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
     return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
@@ -11991,18 +12036,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                                        thresholds))],
              sys.stderr if args.out == "-" else sys.stdout)
     stop = threading.Event()
-    caught: list = []
-
-    def on_signal(signum: int, frame: Any) -> None:
-        caught.append(signum)
-        stop.set()
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in EXIT_SIGNAL:
-            # under nohup SIGHUP is ignored, and stays so: the run goes on to its end
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                previous[signum] = signal.signal(signum, on_signal)
+    # under nohup SIGHUP is ignored, and stays so: the run goes on to its end
+    relay = SignalRelay(stop, EXIT_SIGNAL, keep_ignored=True)
+    caught = relay.caught
     try:  # the handlers stay while the file is written: a signal then must not cut it off
         try:  # what the router, a probe or the network said never shows a secret
             run = measure_run(RunContext(
@@ -12018,8 +12054,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
         return report_run(args, run, caught, header_shown=progress.enabled)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        relay.restore()
 
 
 def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
@@ -12267,14 +12302,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"stops", f"metrics at {router.metrics_url}"
           + (f"; a result cache of {args.cache} prompts" if args.cache else "")])
     stopped = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    relay = SignalRelay(stopped, (signal.SIGTERM,))
     try:
         while not stopped.wait(0.5):
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        relay.restore()
         router.stop()
     return EXIT_OK
 

@@ -18,7 +18,8 @@
 # A start command may stay in the foreground (it is the router, as `simulate` is) or return
 # once the router runs detached (`docker run -d`). Either way it runs in a session of its own
 # with ROUND and SIDE in its environment. A side is stopped by its stop command, when given,
-# and then by SIGTERM to whatever still runs in that session (SIGKILL after 30 s). A start
+# and then by SIGTERM to whatever still runs in that session (SIGKILL after --stop-wait
+# seconds, 30 by default). A start
 # command that returns leaving nothing in its session needs a stop command; one that exits
 # with an error, before or during the run, stops the script.
 #
@@ -54,7 +55,7 @@
 # side, 2 bad input, 3 inconclusive), but 1 when a run had failed requests beyond its
 # --max-errors and `rounds` passed or was inconclusive; 2 when the script could not run a
 # round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
-# complete rounds).
+# complete rounds). An interrupted run gets --stop-wait seconds to save what it measured.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -110,6 +111,8 @@ Options:
   --base-container NAME, --new-container NAME  the side's Docker container: its CPU time per
                           request and the foreign vCPUs on its CPUs (run --router-container)
   --wait-ready SECONDS    how long a started router may take to answer (default 300)
+  --stop-wait SECONDS     how long a side's router, and an interrupted run, may take to end
+                          after SIGTERM before SIGKILL (default 30)
   --tolerance PCT         passed to `rounds` (default 5)
   --gate LIST, --max-mde PCT, --strict, --pass-unless-worse, --format FMT
                           passed to `rounds`
@@ -158,6 +161,7 @@ while [ $# -gt 0 ]; do
     --base-container|--new-container)
       side=${1#--}; container[${side%-container}]=${2?}; shift 2 ;;
     --wait-ready) wait_ready=${2?}; shift 2 ;;
+    --stop-wait) stop_wait=${2?}; shift 2 ;;
     --tolerance) rounds_args[1]=${2?}; shift 2 ;;
     --gate|--max-mde) rounds_args+=("$1" "${2?}"); shift 2 ;;
     --strict) rounds_args+=(--strict); shift ;;
@@ -175,7 +179,7 @@ done
 
 # --- the options, on their own ---
 whole --rounds "$rounds"; whole --min-rounds "$min_rounds"; whole --max-rounds "$max_rounds"
-whole --wait-ready "$wait_ready"
+whole --wait-ready "$wait_ready"; whole --stop-wait "$stop_wait"
 if [ "$until_decided" -eq 1 ]; then
   [ "$rounds_given" -eq 0 ] \
     || die "--until-decided takes --min-rounds and --max-rounds, not --rounds"
@@ -437,17 +441,16 @@ session_alive() {  # whether a process other than a zombie is left in session $1
 }
 
 stop_side() {
-  local role=$1 i
+  local role=$1 deadline
   if [ -n "${stop_cmd[$role]}" ]; then
     ROUND=$r SIDE=${name[$role]} bash -c -- "${stop_cmd[$role]}" </dev/null >&2 \
       || say "warning: stop command of ${name[$role]} failed"
   fi
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
     kill -TERM -- "-$start_pid" 2>/dev/null || true
-    for ((i = 0; i < stop_wait * 10; i++)); do
-      session_alive "$start_pid" || break
-      sleep 0.1
-    done
+    # by the clock: on a loaded machine each look through /proc takes a while
+    deadline=$((SECONDS + stop_wait))
+    while session_alive "$start_pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
     if session_alive "$start_pid"; then
       say "warning: ${name[$role]} still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL -- "-$start_pid" 2>/dev/null || true
@@ -462,6 +465,12 @@ finish() {
   trap - INT TERM
   if [ -n "$measuring" ] && [ -n "${run_pid:-}" ]; then
     kill -TERM "$run_pid" 2>/dev/null || true  # it saves what it measured
+    local deadline=$((SECONDS + stop_wait))
+    while kill -0 "$run_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    if kill -0 "$run_pid" 2>/dev/null; then
+      say "warning: the run still ran $stop_wait s after SIGTERM; sent SIGKILL"
+      kill -KILL "$run_pid" 2>/dev/null || true
+    fi
     wait "$run_pid" 2>/dev/null || true
   fi
   if [ -n "$active" ]; then stop_side "$active"; fi

@@ -144,15 +144,16 @@ def test_a_run_file_whose_signal_times_do_not_fit_its_names_is_refused(tmp_path,
     assert result.err.count("\n") == 1
 
 
-def measure_rounds(simulator, tmp_path, cli, new_pii_ms, *options):
+def measure_rounds(simulator, tmp_path, cli, new_pii_ms, *options, base_pii_ms=2.0):
     """Measure 3 rounds, base and new alternating who starts, on simulated routers whose
-    signals are domain 1 ms, pii 2 ms (new: new_pii_ms) and guard 0.5 ms after a 2 ms delay."""
+    signals are domain 1 ms, pii base_pii_ms (new: new_pii_ms) and guard 0.5 ms after a 2 ms
+    delay."""
     corpus = write_corpus(tmp_path / "c.json", [f"question number {i}" for i in range(30)])
     folder = tmp_path / "rounds"
     folder.mkdir()
     for number in (1, 2, 3):
         for side in rl.start_order(number, ["base", "new"]):
-            pii = 2.0 if side == "base" else new_pii_ms
+            pii = base_pii_ms if side == "base" else new_pii_ms
             router = simulator(delay_ms=2.0, seed=number, signals=rl.SignalModel(
                 (("domain", 1.0), ("pii", pii), ("guard", 0.5))))
             result = cli("run", "--url", router.url, "--corpus", corpus, "-o",
@@ -164,11 +165,16 @@ def measure_rounds(simulator, tmp_path, cli, new_pii_ms, *options):
 
 
 def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
-    folder = measure_rounds(simulator, tmp_path, cli, new_pii_ms=2.8)  # pii alone 40% slower
-    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "25")
+    # pii alone 42% slower, by 4.2 ms a request: the signal times are the simulator's seeded
+    # draws, but the time outside them is the client's, which a loaded machine moves by a
+    # millisecond or two in a mean of 30 requests (it overtook a change of 0.8 ms)
+    folder = measure_rounds(simulator, tmp_path, cli, new_pii_ms=14.2, base_pii_ms=10.0)
+    # pii's 4.2 ms are 31% of the client's 13.5 ms: a tolerance beyond it keeps the latency
+    # rows from failing, which this test is not about
+    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "50")
     result = cli(*asked, "--format", "json")
     report = json.loads(result.out)
-    # the parts are advisory: pii, 40% slower, is no reason of the outcome, and the exit
+    # the parts are advisory: pii, 42% slower, is no reason of the outcome, and the exit
     # code is the latency rows' (pass, or inconclusive where their p95 is noisy)
     assert result.code in (0, 3) and not any("signal:" in r for r in report["reasons"])
     assert [b["pass"] for b in report["breakdowns"]] == ["sequential", "c4"]
@@ -208,9 +214,11 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     # compare: the parts of each pass, the most moved first, and each side's decomposition
     compared = cli("compare", folder / "r1-base.json", folder / "r1-new.json").out
     table = compared.split("pass ", 1)[1]
-    first_part = next(line for line in table.splitlines() if " ms " in line and "p50 ms" not in
-                      line and "p95 ms" not in line and "p99 ms" not in line)
-    assert first_part.split()[0] == "pii"
+    parts = [line.split()[0] for line in table.splitlines() if " ms " in line and "p50 ms"
+             not in line and "p95 ms" not in line and "p99 ms" not in line]
+    # of the signals, seeded draws, pii moved most; the time outside them is one round's of
+    # the client, where one stall of 130 ms on a loaded machine moves a mean of 30 by 4 ms
+    assert [part for part in parts if part != "outside"][0] == "pii" and "outside" in parts
     assert "Sequential, where the time goes: A: client mean " in compared
     assert "Conc 4, where the time goes: B: client mean " in compared
     # record: a sentence per pass naming the part that changed most

@@ -676,12 +676,13 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
                     break
                 time.sleep(0.05)
             os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C does: the whole group
-            assert script.wait(timeout=60) == 130
+            code = ended(script, 60)
         finally:
             if script.poll() is None:
                 os.killpg(script.pid, signal.SIGKILL)
     results = tmp_path / "results"
     said = (tmp_path / "err").read_text().splitlines()
+    assert code == 130, said  # what the driver said, also when it hung
     assert said[-2:] == [
         f'run_rounds.sh: interrupted: {results}/r1-gpu.json is incomplete ("complete": false)',
         "run_rounds.sh: complete rounds: none; the same command with --resume keeps them and "
@@ -691,7 +692,9 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
     again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume"),
                                                     tmp_path),
                            capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
-    assert again.returncode == 0, again.stderr
+    # the script's part, not the gate's: one round's p50 stalled 15x under two copies of the
+    # suite, and three rounds' interval then spanned more than any tolerance (exit 3)
+    assert again.returncode in (0, 3), again.stderr
     assert again.stderr.splitlines()[:3] == [
         "run_rounds.sh: resume: round 1 is redone; r1-cpu.json moved to r1-cpu.json.replaced",
         "run_rounds.sh: resume: round 1 is redone; r1-gpu.json moved to r1-gpu.json.replaced",
@@ -702,6 +705,187 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
     refused = subprocess.run(driver_args(tmp_path, corpus), capture_output=True, text=True,
                              timeout=60, env=DRIVER_ENV)
     assert refused.returncode == 2 and "already holds round files" in refused.stderr
+
+
+# A stand-in for router_latency.py (--tool) that runs the real tool as a script, except that
+# it widens, to as long as the test needs, the moment that hung one run in fifty on a loaded
+# machine: a signal landing while the main thread holds the lock of the event a handler sets.
+# WIDEN=set: the first Event.set() after the first signal holds the event's lock until a
+# second signal came (the driver's SIGTERM after Ctrl-C; WIDEN_SIGNAL, when given, sends it
+# itself); WIDEN=wait: the first wait(timeout) in the main thread sends WIDEN_SIGNAL while it
+# holds the lock (Ctrl-C during --wait-ready, SIGTERM to a simulator). A handler that set
+# the event itself then waited on itself, forever.
+WIDENED_TOOL = """
+import os, runpy, signal, sys, threading, time
+noted = []
+real_signal = signal.signal
+widen, sent = os.environ["WIDEN"], getattr(signal, os.environ.get("WIDEN_SIGNAL", "NSIG"))
+
+
+def noting(signum, handler):
+    if callable(handler) and handler is not signal.default_int_handler:
+        inner = handler
+
+        def handler(caught, frame):
+            noted.append(caught)
+            inner(caught, frame)
+    return real_signal(signum, handler)
+
+
+class Event(threading.Event):
+    widened = []
+
+    def set(self):
+        if widen == "set" and noted and not Event.widened:
+            Event.widened.append(self)
+            with self._cond:
+                if sent != signal.NSIG:
+                    os.kill(os.getpid(), sent)
+                for _ in range(500):  # the second signal's handler runs in these sleeps
+                    if len(noted) > 1:
+                        break
+                    time.sleep(0.01)
+        super().set()
+
+    def wait(self, timeout=None):
+        if widen == "wait" and timeout is not None and not Event.widened \\
+                and threading.current_thread() is threading.main_thread():
+            Event.widened.append(self)
+            with self._cond:
+                os.kill(os.getpid(), sent)
+                time.sleep(0.2)
+        return super().wait(timeout)
+
+
+signal.signal, threading.Event = noting, Event
+sys.argv = [{tool!r}] + sys.argv[1:]
+runpy.run_path({tool!r}, run_name="__main__")
+"""
+
+
+def widened_tool(tmp_path):
+    path = tmp_path / "widened.py"
+    path.write_text(WIDENED_TOOL.format(tool=str(TOOL_PYC)))
+    return path
+
+
+def ended(process, timeout=30):
+    """The exit code of a process that must end within the timeout (it is killed if not)."""
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return f"still running {timeout} s later (killed)"
+
+
+def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
+    # Ctrl-C reaches the run and the driver, and the driver's SIGTERM to the run lands while
+    # the run handles the SIGINT: its handler once waited on the lock its own thread held
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
+    marker = tmp_path / "measuring"
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path, delay=300)
+    command[command.index("--tool") + 1] = str(widened_tool(tmp_path))
+    command = command[:command.index("--") + 1] + [
+        "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
+    with open(tmp_path / "err", "w") as err:
+        script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
+                                  env={**DRIVER_ENV, "WIDEN": "set"}, start_new_session=True)
+        for _ in range(1200):  # until round 1's gpu run measures (its probe ran)
+            if (tmp_path / "measuring-gpu-1").exists() or script.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.killpg(script.pid, signal.SIGINT)
+        code = ended(script, 60)
+    said = (tmp_path / "err").read_text()
+    assert code == 130, said
+    assert said.splitlines()[-2] == (f"run_rounds.sh: interrupted: {tmp_path}/results/r1-gpu.json "
+                                     f'is incomplete ("complete": false)'), said
+    assert json.loads((tmp_path / "results" / "r1-gpu.json").read_text())["complete"] is False
+    assert nothing_listens(tmp_path / "gpu.url")
+
+
+@pytest.mark.parametrize("command, widen, sent, code, last", [
+    # Ctrl-C during a pass, and SIGTERM close behind it while the run handles the first
+    ("run", "set", "SIGTERM", 130, "(incomplete: interrupted)"),
+    # Ctrl-C during --wait-ready, while the run's main thread waits on its stop flag
+    ("run-not-ready", "wait", "SIGINT", 130, "interrupted before anything was measured; "
+                                             "nothing written"),
+    # a driver's SIGTERM to a simulated router while its main thread waits to be stopped
+    ("simulate", "wait", "SIGTERM", 0, "/metrics"),
+])
+def test_a_signal_while_the_stop_flag_is_held_ends_the_command(tmp_path, simulator, command,
+                                                               widen, sent, code, last):
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(20)])
+    out = tmp_path / "run.json"
+    marker = tmp_path / "measuring"
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    arguments = {
+        "run": ["run", "--url", simulator(delay_ms=20, serial=True).url, "--corpus", corpus,
+                "--out", out, "--label", "x", "--warmup", "0", "--concurrency", "1",
+                "--repeat", "20", "--probe", f"mark=touch {marker}"],
+        "run-not-ready": ["run", "--url", nobody, "--corpus", corpus, "--out", out,
+                          "--label", "x", "--wait-ready", "60"],
+        "simulate": ["simulate", "--port", "0"]}[command]
+    process = subprocess.Popen([sys.executable, str(widened_tool(tmp_path)), *map(str, arguments)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "WIDEN": widen, "WIDEN_SIGNAL": sent},
+                               start_new_session=True)
+    if command == "run":  # Ctrl-C once the pass runs
+        for _ in range(600):
+            if marker.exists() or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+    exited = ended(process)
+    said = process.stdout.read()
+    assert exited == code, said
+    assert said.rstrip().endswith(last), said
+    assert out.exists() == (command == "run")
+
+
+# A stand-in for router_latency.py (--tool) whose measuring `run` ignores SIGINT and SIGTERM
+# (a tool that hangs, whatever the reason) until it is killed; every other call is the tool's.
+DEAF_RUN_TOOL = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+import router_latency as rl
+argv = sys.argv[1:]
+if argv[0] == "run" and "--check" not in argv:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    open(os.environ["DEAF_MARKER"], "w").close()
+    time.sleep(120)
+sys.exit(rl.main(argv))
+"""
+
+
+@pytest.mark.parametrize("stop_wait", ["1", "2"])
+def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_wait):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    tool = tmp_path / "tool.py"
+    tool.write_text(DEAF_RUN_TOOL.format(root=str(ROOT)))
+    marker = tmp_path / "deaf"
+    command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
+    with open(tmp_path / "err", "w") as err:
+        script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
+                                  env={**DRIVER_ENV, "DEAF_MARKER": str(marker)},
+                                  start_new_session=True)
+        for _ in range(1200):  # until round 1's first run (cpu) is under way
+            if marker.exists() or script.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.killpg(script.pid, signal.SIGINT)
+        code = ended(script, 60)
+    said = (tmp_path / "err").read_text().splitlines()
+    assert code == 130, said
+    assert said[-3:-1] == [
+        f"run_rounds.sh: warning: the run still ran {stop_wait} s after SIGTERM; sent SIGKILL",
+        f"run_rounds.sh: interrupted: {tmp_path}/results/r1-cpu.json was not written"], said
+    assert (tmp_path / "log").read_text() == "stopped cpu 1\n"  # its router was stopped too
+    assert nothing_listens(tmp_path / "cpu.url")
 
 
 # A stand-in for router_latency.py (--tool): the real tool, except that `rounds --sequential`

@@ -667,7 +667,9 @@ def test_a_window_that_slowed_down_is_a_slow_phase(slow):
 
 def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, tmp_path,
                                                                      cli):
-    router = simulator(delay_ms=3, answers=rl.SimulatedAnswers(per_kb_ms=15))
+    # short prompts take 15 ms, long enough that a burst of load on the machine does not
+    # double a window of them (at 3 ms, one did: a slow phase, rightly flagged)
+    router = simulator(delay_ms=15, answers=rl.SimulatedAnswers(per_kb_ms=15))
     texts = [f"prompt {i} " + "w" * (i % 50) for i in range(60)] + ["x" * 6000] * 6
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     out = tmp_path / "run.json"
