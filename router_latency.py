@@ -97,61 +97,34 @@ __all__ = [
 __version__ = "0.1.0"
 
 # --- constants ---
+# public: CACHE_ADVICE, CACHE_SERIES, CONFIG_HASH_HEADER, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
+#         DEFAULT_DECISION_PATHS, DEFAULT_GLOB, DEFAULT_HISTOGRAMS, DEFAULT_MODEL,
+#         ERROR_CODE_PATTERN, EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_SIGNAL, EXIT_USAGE,
+#         EXPECTED_HASH_HEADER, LADDER_GATE_NAMES, LADDER_MARGIN_PCT, LADDER_METRICS, LADDER_PASS,
+#         MAX_FILE_NUMBER, MAX_LATENCY_MS, MAX_REASON_CHARS, MAX_SIGNALS, MIN_ROUNDS, PREVIEW_PATH,
+#         PROMPT_KEYS, READY_PATH, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S, ROW_METRICS,
+#         SIGNAL_NAME_PATTERN, STOP_POLL_S, TIME_WINDOWS
 
-CORPUS_SCHEMA = "router-latency/corpus/1"
-RUN_SCHEMA = "router-latency/run/1"
-ROUNDS_SCHEMA = "router-latency/rounds/1"
-RECORD_SCHEMA = "router-latency/record/1"
-COMPARE_SCHEMA = "router-latency/compare/1"
 PREVIEW_PATH = "/api/v1/routing/preview"
 READY_PATH = "/ready"  # the router's readiness: 503 until its start-up completes
-REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
 DEFAULT_MODEL = "MoM"  # the router's auto alias (config/canonical_defaults.go)
 PROMPT_KEYS = ("query", "question", "prompt", "original_question")
-LIST_PROMPT_KEYS = ("similar_questions",)
 DEFAULT_GLOB = "e2e/**/testdata/**/*.json"
 DEFAULT_DECISION_PATHS = (
     "decision_result.decision_name|routing_decision|decision",  # first present wins
     "selected_model?",  # appended when present
 )
-ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
-               "bad_json", "no_decision", "too_large", "malformed")
-EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
-# a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
-# in the percentiles), or a routed answer to a prompt that expected only a rejection
-REQUEST_OUTCOMES = ("expected_rejection", "unexpected_routing")
 ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's error.code
 CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
 CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
 CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
 EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"  # 412 from a router serving another
-BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
 ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
 ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
-PERCENTILE_METHOD = ("linear interpolation between closest ranks "
-                     "(Hyndman-Fan R7, numpy's default)")
-LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request is sent "
-                      "(open loop: from its scheduled time) to the wake-up of the event loop "
-                      "that completed the response, on a connection opened before the pass")
-MAX_BODY_BYTES = 8 * 1024 * 1024
 # the largest number a file may hold: counts and sums stay exact, nothing overflows to inf
 MAX_FILE_NUMBER = 2 ** 53
 MAX_LATENCY_MS = 86_400_000  # a latency in a file is at most a day
-MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
-MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
-MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
 MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
-MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
-HEX_DIGITS = b"0123456789abcdefABCDEF"
-CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
-OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
-# the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
-# client take and Go's client takes; looked for only where no CRLF CRLF is found
-BARE_LF_HEAD_END = re.compile(rb"\n\r?\n")
-BARE_LF = re.compile(rb"(?<!\r)\n")
-DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
-DECISION_CUT = "...[cut]"
-NO_DECISION = "(none)"  # the decision of an answer routed by the default route
 # per-signal times: the run file keeps a table of at most MAX_SIGNALS names, each matching
 # SIGNAL_NAME_PATTERN; a request keeps one number per name (null: not reported), like the
 # decision bounded whatever an answer holds
@@ -163,62 +136,29 @@ DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
                       "llm_decision_evaluation_latency_seconds",
                       "vsr_model_runtime_request_duration_seconds",
                       "vsr_model_runtime_server_seconds", "vllm_srun_queue_duration_seconds")
-CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
-MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
-# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) are ~140 MB, and three
-# such passes fit; reading one takes about 5.6 times its size in memory (docs/failures.md)
-MAX_INPUT_BYTES = 512 * 1024 * 1024
-MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
-DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
-FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
-STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
-MAX_PASS_REQUESTS = 1_000_000  # a pass keeps every record in memory, about 1.4 KB each
-SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
-METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
-DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
 LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
 # rows of a ladder: the plateau's throughput, capacity within the SLO, USD per million requests
 LADDER_METRICS = ("plateau_req_per_s", "capacity_req_per_s", "usd_per_million")
-LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "capacity req/s",
-                 "usd_per_million": "USD/1M"}
 LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_per_s",
                      "cost": "usd_per_million"}  # --gate's names of those rows
 LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
-CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
 # result caches: the router's per-model counter (result="hit") and the runtime's own
 # (outcome="hit"); the timing test's threshold and the least prompts it judges
 CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total)$")
-CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
-CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
-CACHE_MIN_PROMPTS = 10
 CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
                 "newer routers, and the runtime's --result-cache-entries 0) so that every "
                 "request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
-OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
-GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
-SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
-LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
-# Two-sided 95% Student-t quantiles (the 0.975 quantile) for df 1..30, to six decimals.
-T_TABLE_95 = (
-    12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
-    2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
-    2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
-    2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272,
-)
-Z_975 = 1.959963984540054
-
 
 # --- errors and validation ---
+# public: RouterLatencyError, SignalInterrupt, checked_number, checked_object, is_whole
 
 class SignalInterrupt(KeyboardInterrupt):
     """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
@@ -278,6 +218,12 @@ def checked_object(raw: Any, key: str, where: str) -> dict:
 
 
 # --- words and figures ---
+# public: change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
+#         metric_title, pct_text, plural, scrubbed, shown_decision, visible
+
+LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "capacity req/s",
+                 "usd_per_million": "USD/1M"}
+
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
@@ -381,6 +327,21 @@ def pct_text(fraction: float) -> str:
 
 
 # --- statistics ---
+# public: Interval, MAX_SEQUENTIAL_ROUNDS, OrderEffect, _mean_ss, benjamini_hochberg,
+#         composite_log_ratios, effective_rows, mean_interval, normal_ppf, order_effect,
+#         outlier_rounds, paired_interval, percentile, percentiles, power_shift,
+#         rounded_percentiles, rounds_needed, sample_spread, sequential_t_criticals, t_cdf, t_ppf,
+#         t_test_p
+
+# Two-sided 95% Student-t quantiles (the 0.975 quantile) for df 1..30, to six decimals.
+T_TABLE_95 = (
+    12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
+    2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
+    2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
+    2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272,
+)
+Z_975 = 1.959963984540054
+
 
 class Interval(NamedTuple):
     mean: float
@@ -1408,6 +1369,14 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_RO
 
 
 # --- files ---
+# public: check_distinct_files, check_folder_accepts_a_file, check_schema, check_writable_target,
+#         drop_output, dump_json, parse_json, read_bytes, read_json, rescue_copy, write_atomic,
+#         write_output
+
+# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) are ~140 MB, and three
+# such passes fit; reading one takes about 5.6 times its size in memory (docs/failures.md)
+MAX_INPUT_BYTES = 512 * 1024 * 1024
+
 
 def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     """Return a file's bytes, or raise a one-line error naming it; a file larger than limit
@@ -1678,6 +1647,14 @@ def dump_json(document: Any) -> bytes:
 
 
 # --- corpus ---
+# public: Corpus, build_corpus, corpus_bytes, default_boundary_cases, load_boundary_cases,
+#         load_corpus
+
+CORPUS_SCHEMA = "router-latency/corpus/1"
+LIST_PROMPT_KEYS = ("similar_questions",)
+EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
+MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
+MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
 
 # The boundary cases `corpus` appends after the repo's prompts unless --boundary or
 # --no-boundary says otherwise. They live here so that the module alone, copied to a bare node,
@@ -1995,11 +1972,27 @@ def load_corpus(path: str) -> Corpus:
 
 
 # --- run file ---
+# public: Attempt, CapturedEnvironment, Captures, CpuSettings, EnvironmentRow, Floor, GPU_FIELDS,
+#         GPU_RANGED, GpuField, GpuReading, HostSettings, Ladder, LoadRange, PassEnvironment,
+#         PassRecord, PhaseWindow, Request, RouterCpu, RunFile, RunSettings, Thresholds, Warmup,
+#         cache_text, content_slow_windows, count_outcomes, dump_run, load_run, pass_name,
+#         pass_summary, pass_title, phase_windows, result_cache_finding
 # The run file (schema router-latency/run/1) has one owner: this section. Each record type
 # holds its fields, its writer (to_json) and its reader (from_json) side by side, as pyperf
 # keeps Run._as_json beside _json_load, so adding a field is one change here and in the
 # round-trip test. The reader validates field by field and names the file and field it
 # rejects; what it reads, the writer writes back byte for byte.
+
+RUN_SCHEMA = "router-latency/run/1"
+ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
+               "bad_json", "no_decision", "too_large", "malformed")
+# a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
+# in the percentiles), or a routed answer to a prompt that expected only a rejection
+REQUEST_OUTCOMES = ("expected_rejection", "unexpected_routing")
+CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
+CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
+CACHE_MIN_PROMPTS = 10
+
 
 def pass_name(concurrency: int, rate: Optional[float] = None) -> str:
     """Return the name a pass is stored and matched under: sequential, c4, c16, r100."""
@@ -3393,6 +3386,28 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
 
 
 # --- HTTP wire ---
+# public: Connection, Endpoint, RequestFailed, ResponseReader, SignalTable, accept_connections,
+#         body_config_hash, bracketed, classify, decision_path_hint, encode_request, error_code,
+#         http_response, open_socket, parse_endpoint, secret_values, tls_context
+
+BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
+MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
+MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
+MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
+HEX_DIGITS = b"0123456789abcdefABCDEF"
+CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
+OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
+# the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
+# client take and Go's client takes; looked for only where no CRLF CRLF is found
+BARE_LF_HEAD_END = re.compile(rb"\n\r?\n")
+BARE_LF = re.compile(rb"(?<!\r)\n")
+DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
+DECISION_CUT = "...[cut]"
+NO_DECISION = "(none)"  # the decision of an answer routed by the default route
+CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
+
 
 class Endpoint(NamedTuple):
     scheme: str
@@ -4415,6 +4430,10 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
 
 
 # --- environment captures ---
+# public: CaptureSettings, DEFAULT_METRIC_PATTERN, GPU_TOOLS, Histogram, LoadSampler,
+#         capture_snapshot, container_cgroup, cpu_affinity, driver_cpu_seconds, environment_record,
+#         format_cpu_list, gpu_tool, histograms_of, host_settings, host_warnings, parse_cpu_list,
+#         read_cpu_use, resolve_gpu, router_cpu_use, router_cpus, utc_now
 
 PROMETHEUS_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
@@ -5240,6 +5259,21 @@ def cpu_affinity() -> Optional[list]:
 
 
 # --- measuring ---
+# public: LoadGuard, PassPlan, Progress, RunContext, RunPlan, Target, _quiet, check_plan, flat_step,
+#         ladder_levels, ladder_stop, measure_run, plan_passes, settings_record, shed_requests,
+#         step_text
+
+REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
+PERCENTILE_METHOD = ("linear interpolation between closest ranks "
+                     "(Hyndman-Fan R7, numpy's default)")
+LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request is sent "
+                      "(open loop: from its scheduled time) to the wake-up of the event loop "
+                      "that completed the response, on a connection opened before the pass")
+DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
+FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
+STOP_GRACE_NS = 2_000_000_000  # after Ctrl-C or SIGTERM, requests in flight get 2 s
+MAX_PASS_REQUESTS = 1_000_000  # a pass keeps every record in memory, about 1.4 KB each
+
 
 class Target(NamedTuple):
     """Where and how each preview request is sent, and how its decision is read."""
@@ -6544,8 +6578,18 @@ def finished_run(run: RunFile, thresholds: Thresholds,
 
 
 # --- analysis ---
+# public: Capacity, CompareReport, GateSettings, InputSlowdowns, LadderStep, Overload,
+#         PassBreakdown, RecordSection, RoundOrder, RoundsReport, Row, SideOutcomes, Slowdown,
+#         compare_runs, composite_text, cost_for, detectable_text, find_round_files, judge_rounds,
+#         ladder_figure, not_found_only, part_title, record_section, run_capacity, run_outcome,
+#         run_overload, side_ranges, start_order, undecided_text, usd_per_million, worse_sign
 # compare_runs() and judge_rounds() return complete report objects: every renderer below
 # works from a report alone, and the gate's rule is written once, in gate_outcome().
+
+# -- compare --
+
+METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
+
 
 def worse_sign(metric: str) -> int:
     """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
@@ -6874,6 +6918,16 @@ def cost_for(costs: Sequence[tuple], side: str) -> tuple:
     """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
     unit) entries, () when none is for it."""
     return next(((usd, unit) for name, usd, unit in costs if name in (None, side)), ())
+
+
+# -- rounds --
+
+ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
+DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
+GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
+SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
+LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
 
 def find_round_files(folder: str, base: str, new: str) -> dict:
@@ -8327,6 +8381,8 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> Ro
                       not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
 
 
+# -- record --
+
 class RecordSection(NamedTuple):
     """One judged rounds folder of a published record, and the runs behind it."""
     name: str  # e.g. shipped_image
@@ -8374,31 +8430,22 @@ def side_ranges(section: RecordSection, side: str) -> dict:
 
 
 # --- rendering ---
+# public: COMPARE_FORMATS, CompareView, RECORD_FILES, ROUNDS_FORMATS, RUN_FILES, ReportFile,
+#         RoundsView, decisions_note, decomposition_text, environment_tables, format_capacity,
+#         format_capacity_rounds, format_closing, format_host, format_order, format_plan,
+#         format_rounds, format_rounds_table, format_run_header, format_run_summary, formats_help,
+#         junit_xml, overload_note, render_table, row_change_text, slowdown_tables, verdict_line,
+#         xml_safe
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
+
+# -- text --
 
 def pass_cell(row: Row, rows: Sequence[Row]) -> str:
     """Return the pass column of a row: its pass's title on the pass's first row."""
     first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
         r for r in rows if r.pass_name == LADDER_PASS) is row)
     return pass_title(row.pass_name) if first else ""
-
-
-UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
-# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
-# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
-# address, a@b, never notifies and is left alone)
-MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
-
-
-def unlinked(text: str) -> str:
-    """Return Markdown text whose @name and #123 neither notify nor link."""
-    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
-
-
-def md_cell(text: str) -> str:
-    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
-    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -8919,20 +8966,6 @@ def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> 
     return text
 
 
-def breakdowns_json(report: RoundsReport) -> list:
-    """Return where each pass's time went as JSON."""
-    return [{"pass": b.pass_name, "sentence": b.sentence,
-             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
-             "base": dict(b.base), "new": dict(b.new),
-             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
-                       "new_median": r.new_median, "diff": r.diff._asdict(),
-                       "speedup": r.speedup, "speedup_low": r.speedup_low,
-                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
-                       "verdict": r.verdict, "base_values": list(r.base_values),
-                       "new_values": list(r.new_values)} for r in b.rows]}
-            for b in report.breakdowns]
-
-
 def row_change_text(row: Row) -> str:
     """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
     -9.7%], + worse (for a cost per million requests, the change of the cost)."""
@@ -9237,220 +9270,6 @@ def order_json(order: RoundOrder) -> dict:
         for e in order.p50_difference_by_order]}
 
 
-def rounds_json(report: RoundsReport) -> dict:
-    """Return the rounds report as a JSON document: everything the text shows."""
-    rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
-             "base_median": row.base_median, "new_median": row.new_median,
-             "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
-                      "df": row.diff.df, "confidence": 0.95},
-             "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
-             "speedup": row.speedup, "speedup_low": row.speedup_low,
-             "speedup_high": row.speedup_high, "change_text": row_change_text(row),
-             "worse_rounds": row.worse_rounds,
-             "rounds": row.rounds, "p_value": row.p_value,
-             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
-             "verdict": row.verdict, "base_values": list(row.base_values),
-             "new_values": list(row.new_values)}
-            for row in report.rows]
-    agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
-                  "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
-                             for d in a.differ]}
-                 for a in report.agreement]
-    test = report.test
-    settings = report.settings
-    return {"schema": ROUNDS_SCHEMA, "base": report.base, "new": report.new,
-            "settings": {**settings._asdict(), "gate": list(settings.gate),
-                         "allow_mismatch": list(settings.allow_mismatch),
-                         "target_pct": settings.target_pct},
-            "tolerance_pct": settings.tolerance_pct,
-            "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
-            "used": list(report.used), "left_out": [item._asdict() for item in report.left_out], "files": report.files,
-            "rows": rows,
-            "gate_test": None if test is None else {
-                "rows": test.rows, "effective_rows": test.effective_rows,
-                "composite": None if test.composite is None else test.composite._asdict(),
-                "composite_text": None if test.composite is None
-                else composite_text(test.composite),
-                "composite_p": test.composite_p, "level": test.level,
-                "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
-            "agreement": agreement,
-            "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
-                                                        for n, b, w in e.counts]}
-                       for e in report.errors],
-            "warnings": list(report.warnings), "notes": list(report.notes),
-            "environment": [row.to_json() for row in report.environment],
-            "order": order_json(report.order),
-            "order_effect": None if report.order_effect is None
-            else report.order_effect._asdict(),
-            "outliers": list(report.outliers),
-            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
-                                for n, c, m in report.outlier_changes],
-            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
-            "insecure_files": list(report.insecure_files),
-            "look": None if report.look is None else {"rounds": report.look[0],
-                                                      "max_rounds": report.look[1]},
-            "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings), "outcomes": [outcomes_json(o) for o in report.outcomes],
-            "status": report.status, "reasons": list(report.reasons),
-            "verdict": verdict_line(report), "exit_code": report.exit_code,
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
-            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
-            "breakdowns": breakdowns_json(report)}
-
-
-def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
-    """Return what one round's ladder of one side derives, as JSON."""
-    return {"round": number, "side": side, "open_loop": capacity.open_loop,
-            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
-            "steps": [s._asdict() for s in capacity.steps],
-            "plateau": capacity.plateau and capacity.plateau.name,
-            "plateau_req_per_s": capacity.plateau_req_per_s,
-            "knee": capacity.knee and capacity.knee[0].name,
-            "capacity_req_per_s": capacity.capacity_req_per_s,
-            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
-            "longest_gap_s": capacity.longest_gap_s}
-
-
-def slowdowns_json(found: InputSlowdowns) -> dict:
-    """Return which inputs got slower as JSON: every input, decision and length bucket."""
-    def item(s: Slowdown, key: str) -> dict:
-        fields = s._asdict()
-        fields[key] = fields.pop("key")
-        return fields
-
-    return {"pass": found.pass_name, "rounds": list(found.rounds), "fdr": found.fdr,
-            "tolerance_pct": found.tolerance_pct,
-            "inputs": [item(s, "id") for s in found.inputs],
-            "decisions": [item(s, "decision") for s in found.decisions],
-            "lengths": [item(s, "bucket") for s in found.lengths]}
-
-
-def compare_json(report: CompareReport) -> dict:
-    """Return the comparison as a JSON document: everything the text shows, and the status."""
-    passes = [{"pass": p.name, "discarded": p.discarded,
-               "metrics": {metric: {"a": va, "b": vb,
-                                    "diff": vb - va if va is not None and vb is not None
-                                    else None,
-                                    "ratio": vb / va if va and vb is not None else None}
-                           for metric, va, vb in p.figures},
-               "errors": {"a": p.errors[0], "b": p.errors[1]},
-               **({"parts": {metric: {"a": va, "b": vb, "diff": vb - va}
-                             for metric, va, vb in p.parts}} if p.parts else {})}
-              for p in report.passes]
-    return {"schema": COMPARE_SCHEMA,
-            "a": {"path": report.a_path, "label": report.a_label,
-                  "corpus_sha256": report.corpus_sha256[0]},
-            "b": {"path": report.b_path, "label": report.b_label,
-                  "corpus_sha256": report.corpus_sha256[1]},
-            "corpus_count": report.corpus_count, "passes": passes,
-            "warnings": list(report.warnings),
-            "decisions": {"pass": "sequential", "compared": report.compared,
-                          "agree": report.compared - len(report.changes),
-                          "unmeasured": report.unmeasured,
-                          "changes": [{"id": c.id, "a": c.base, "b": c.new, "text": c.text}
-                                      for c in report.changes]},
-            "consistency": {tag: list(ids) for tag, ids, _ in report.consistency},
-            "status": report.status, "reasons": list(report.reasons),
-            "exit_code": report.exit_code}
-
-
-def xml_safe(text: str) -> str:
-    """Return text without the characters XML 1.0 cannot hold (control characters, lone
-    surrogates): a router's decision or a prompt may contain them."""
-    return re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]", "\ufffd", text)
-
-
-def row_interval_text(row: Row) -> str:
-    """Return a row's change with its interval as every report writes it: + is slower."""
-    return (f"change {row_change_text(row)}, + is slower (new - base "
-            f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
-
-
-def junit_cases(report: RoundsReport) -> list:
-    """Return (group, name, outcome, message, details) per test case: each gated row, the
-    gated rows together, each round's decisions, each pass's errors, each round left out,
-    and the verdict, which carries every reason of the gate."""
-    cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
-    for row in (r for r in report.rows if r.gated):
-        text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
-        by_verdict = {"worse": "failure", "inconclusive": "skipped"}
-        if row.verdict == "inconclusive":
-            text += f"; {undecided_text(row, report.settings)}"
-        cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
-                      by_verdict.get(row.verdict, "passed"), text, ""))
-    test = report.test
-    if test is not None and test.composite is not None:
-        cases.append(("rows", "gated rows together",
-                      "failure" if test.composite_worse else "passed",
-                      f"{100 * math.expm1(test.composite.mean):+.1f}% "
-                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-                      f"{test.composite_p:.3g} against the {tolerance} (level "
-                      f"{100 * test.level:.3g}%)", ""))
-    for item in report.agreement:
-        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ)
-        outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
-        cases.append(("decisions", f"r{item.round} decisions", outcome,
-                      f"{item.agree}/{item.total} inputs agree in every pass"
-                      + ("" if item.used else " (round left out)"), listed))
-    for each in report.errors:
-        worse = any(w > b for _, b, w in each.counts)
-        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
-                      "failure" if worse else "passed",
-                      f"failed requests {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
-    for left in report.left_out:
-        failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
-                     for r in report.reasons)
-        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
-                      left.why, ""))
-    outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
-    cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
-    return cases
-
-
-def junit_xml(report: RoundsReport) -> bytes:
-    """Return the rounds report as JUnit XML: one test case per gated row, per round's
-    decisions, per pass's errors, per round left out, and the verdict."""
-    cases = junit_cases(report)
-    counts = {"tests": str(len(cases)), "failures": str(sum(c[2] == "failure" for c in cases)),
-              "errors": "0", "skipped": str(sum(c[2] == "skipped" for c in cases))}
-    name = xml_safe(f"router-latency rounds: {report.new} against {report.base}")
-    top = ElementTree.Element("testsuites", {"name": name, **counts})
-    suite = ElementTree.SubElement(top, "testsuite", {"name": name, **counts})
-    properties = ElementTree.SubElement(suite, "properties")
-    for key, value in (("status", report.status), ("base", report.base), ("new", report.new),
-                       ("rounds", " ".join(f"r{n}" for n in report.used))):
-        ElementTree.SubElement(properties, "property", {"name": key, "value": xml_safe(value)})
-    for group, title, outcome, message, details in cases:
-        case = ElementTree.SubElement(suite, "testcase", {
-            "classname": f"router-latency.{group}", "name": xml_safe(title), "time": "0"})
-        if outcome == "passed":
-            ElementTree.SubElement(case, "system-out").text = xml_safe(message)
-            continue
-        result = ElementTree.SubElement(case, outcome, {"message": xml_safe(message)})
-        if outcome == "failure":
-            result.set("type", "regression" if group == "rows" else group)
-        result.text = xml_safe(details or message)
-    ElementTree.indent(top)
-    return ElementTree.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n"
-
-
-def requests_csv(passes: Sequence[PassRecord]) -> bytes:
-    """Return one CSV line per request of the measured passes (the timings that count)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"])
-    for item in passes:
-        for r in item.requests:
-            writer.writerow([item.name, r.id, r.start_ms, r.latency_ms, r.status, r.decision,
-                             r.error])
-    return buffer.getvalue().encode("utf-8", "replace")
-
-
 def format_plan(report: RoundsReport) -> list:
     """Return, per row, the spread over rounds, what the rounds could detect and how many
     rounds a target needs: for planning from A/A rounds."""
@@ -9475,27 +9294,6 @@ def format_plan(report: RoundsReport) -> list:
                       f"{report.test.effective_rows:.1f} independent ones: rows of a round "
                       f"move together"]
     return lines
-
-
-def record_json(sections: Sequence[RecordSection]) -> dict:
-    """Return the record's JSON: per section the rounds report and every round's raw pass
-    summaries and surroundings, as the published record's data file holds them."""
-    document: dict = {"schema": RECORD_SCHEMA, "tool": {"name": "router-latency",
-                                                        "version": __version__},
-                      "sections": {}}
-    for section in sections:
-        rounds = {f"r{n}": {side: {
-            "file": run.path, "label": run.label, "complete": run.complete,
-            "started_utc": run.started_utc, "host_settings": run.host_settings.to_json() if run.host_settings else {},
-            "config_hashes": list(run.config_hashes),
-            "passes": [{"name": p.name, "discarded": p.discarded,
-                        **{k: v for k, v in p.attempt.to_json(requests=[]).items()
-                           if k != "requests"}} for p in run.passes]}
-            for side, run in sides.items()} for n, sides in section.runs.items()}
-        document["sections"][section.name] = {"folder": section.folder,
-                                              "report": rounds_json(section.report),
-                                              "rounds": rounds}
-    return document
 
 
 def format_record(sections: Sequence[RecordSection]) -> list:
@@ -9618,6 +9416,104 @@ def most_changed_sentence(breakdown: PassBreakdown) -> str:
             f"{fmt_value(row.diff.high)}]")
 
 
+def shown_text(text: str, width: int) -> str:
+    """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
+    quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
+    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
+    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def ratio_text(item: Slowdown) -> str:
+    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
+    if item.low is None or item.high is None:
+        return pct_text(item.ratio - 1)
+    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
+
+
+class Table(NamedTuple):
+    caption: str
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
+
+
+def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
+                    limit: int) -> Optional[tuple]:
+    """Return (what the figures are, the inputs with the largest slowdown, those called slower
+    beyond them, the table per decision and prompt-length bucket), cells passed through
+    cell; None without per-input figures."""
+    found = report.slowdowns
+    if found is None or not found.inputs:
+        return None
+    slower = [s for s in found.inputs if s.call == "slower"]
+    # those called slower first, then the largest noise, then the rest: the table's first rows
+    # are the ones its header counts
+    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
+    intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
+             f"pass; change in latency of each input, {report.new} against {report.base}: "
+             f"median over "
+             f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
+             f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
+             f"tolerance, false discovery rate {100 * found.fdr:g}%; noise: beyond the "
+             f"tolerance but not carried)")
+    texts = any(s.text is not None for s in found.inputs)
+    ratio = "change [95% CI]"
+    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
+    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
+                   + (["chars", "text"] if texts else []),
+                   [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
+                     cell(shown_decision(s.decision))]
+                    + ([str(s.length) if s.length is not None else "n/a",
+                        cell(shown_text(s.text, 40)) if s.text is not None else ""]
+                       if texts else []) for s in shown],
+                   [False, True, True, False, False, True, False][:7 if texts else 5])
+    beyond = [f"#{s.key}" for s in slower if s not in shown]
+    more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
+        f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
+        if beyond else ""
+    groups = Table("By decision and prompt length",
+                   ["group", "inputs", ratio, "slower in", "call"],
+                   [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
+                     f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
+                    for kind, items in (("decision", found.decisions), ("length", found.lengths))
+                    for s in items], [False, True, True, True, False])
+    return intro, inputs, more, groups
+
+
+def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
+    """Return the inputs with the largest slowdown, then the slowdown per decision and per
+    prompt-length bucket."""
+    tables = slowdown_tables(report, md_text if markdown else str, limit)
+    if tables is None:
+        return []
+    intro, inputs, more, groups = tables
+    lines = [intro]
+    for table in (inputs, groups):
+        lines += [f"**{table.caption}**" if markdown else ""]
+        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
+        lines += [more] if more and table is inputs else []
+    return lines
+
+
+# -- Markdown --
+
+UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
+# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
+# address, a@b, never notifies and is left alone)
+MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+
+
+def unlinked(text: str) -> str:
+    """Return Markdown text whose @name and #123 neither notify nor link."""
+    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
+
+
+def md_cell(text: str) -> str:
+    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
+    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
+
+
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
 # apart, and the details are list items: lines of plain text would run together into one
 # paragraph.
@@ -9703,84 +9599,265 @@ def format_compare_markdown(report: CompareReport) -> list:
             + markdown_blocks([line for line in lines if not line.startswith("|")]))
 
 
-def shown_text(text: str, width: int) -> str:
-    """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
-    quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
-    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
-    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
+# -- JSON --
+
+ROUNDS_SCHEMA = "router-latency/rounds/1"
+RECORD_SCHEMA = "router-latency/record/1"
+COMPARE_SCHEMA = "router-latency/compare/1"
 
 
-def ratio_text(item: Slowdown) -> str:
-    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
-    if item.low is None or item.high is None:
-        return pct_text(item.ratio - 1)
-    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
+def breakdowns_json(report: RoundsReport) -> list:
+    """Return where each pass's time went as JSON."""
+    return [{"pass": b.pass_name, "sentence": b.sentence,
+             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
+             "base": dict(b.base), "new": dict(b.new),
+             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
+                       "new_median": r.new_median, "diff": r.diff._asdict(),
+                       "speedup": r.speedup, "speedup_low": r.speedup_low,
+                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
+                       "verdict": r.verdict, "base_values": list(r.base_values),
+                       "new_values": list(r.new_values)} for r in b.rows]}
+            for b in report.breakdowns]
 
 
-class Table(NamedTuple):
-    caption: str
-    header: List[str]
-    rows: List[List[str]]
-    right: List[bool]  # right-aligned columns
+def rounds_json(report: RoundsReport) -> dict:
+    """Return the rounds report as a JSON document: everything the text shows."""
+    rows = [{"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
+             "base_median": row.base_median, "new_median": row.new_median,
+             "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
+                      "df": row.diff.df, "confidence": 0.95},
+             "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
+             "speedup": row.speedup, "speedup_low": row.speedup_low,
+             "speedup_high": row.speedup_high, "change_text": row_change_text(row),
+             "worse_rounds": row.worse_rounds,
+             "rounds": row.rounds, "p_value": row.p_value,
+             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
+             "verdict": row.verdict, "base_values": list(row.base_values),
+             "new_values": list(row.new_values)}
+            for row in report.rows]
+    agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
+                  "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
+                             for d in a.differ]}
+                 for a in report.agreement]
+    test = report.test
+    settings = report.settings
+    return {"schema": ROUNDS_SCHEMA, "base": report.base, "new": report.new,
+            "settings": {**settings._asdict(), "gate": list(settings.gate),
+                         "allow_mismatch": list(settings.allow_mismatch),
+                         "target_pct": settings.target_pct},
+            "tolerance_pct": settings.tolerance_pct,
+            "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
+            "used": list(report.used), "left_out": [item._asdict() for item in report.left_out], "files": report.files,
+            "rows": rows,
+            "gate_test": None if test is None else {
+                "rows": test.rows, "effective_rows": test.effective_rows,
+                "composite": None if test.composite is None else test.composite._asdict(),
+                "composite_text": None if test.composite is None
+                else composite_text(test.composite),
+                "composite_p": test.composite_p, "level": test.level,
+                "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
+            "agreement": agreement,
+            "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
+                                                        for n, b, w in e.counts]}
+                       for e in report.errors],
+            "warnings": list(report.warnings), "notes": list(report.notes),
+            "environment": [row.to_json() for row in report.environment],
+            "order": order_json(report.order),
+            "order_effect": None if report.order_effect is None
+            else report.order_effect._asdict(),
+            "outliers": list(report.outliers),
+            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
+                                for n, c, m in report.outlier_changes],
+            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
+            "insecure_files": list(report.insecure_files),
+            "look": None if report.look is None else {"rounds": report.look[0],
+                                                      "max_rounds": report.look[1]},
+            "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
+            "config_warnings": list(report.config_warnings), "outcomes": [outcomes_json(o) for o in report.outcomes],
+            "status": report.status, "reasons": list(report.reasons),
+            "verdict": verdict_line(report), "exit_code": report.exit_code,
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
+            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
+            "breakdowns": breakdowns_json(report)}
 
 
-def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[tuple]:
-    """Return (what the figures are, the inputs with the largest slowdown, those called slower
-    beyond them, the table per decision and prompt-length bucket), cells passed through
-    cell; None without per-input figures."""
-    found = report.slowdowns
-    if found is None or not found.inputs:
-        return None
-    slower = [s for s in found.inputs if s.call == "slower"]
-    # those called slower first, then the largest noise, then the rest: the table's first rows
-    # are the ones its header counts
-    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
-    intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
-             f"pass; change in latency of each input, {report.new} against {report.base}: "
-             f"median over "
-             f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
-             f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
-             f"tolerance, false discovery rate {100 * found.fdr:g}%; noise: beyond the "
-             f"tolerance but not carried)")
-    texts = any(s.text is not None for s in found.inputs)
-    ratio = "change [95% CI]"
-    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
-    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
-                   + (["chars", "text"] if texts else []),
-                   [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
-                     cell(shown_decision(s.decision))]
-                    + ([str(s.length) if s.length is not None else "n/a",
-                        cell(shown_text(s.text, 40)) if s.text is not None else ""]
-                       if texts else []) for s in shown],
-                   [False, True, True, False, False, True, False][:7 if texts else 5])
-    beyond = [f"#{s.key}" for s in slower if s not in shown]
-    more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
-        f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
-        if beyond else ""
-    groups = Table("By decision and prompt length",
-                   ["group", "inputs", ratio, "slower in", "call"],
-                   [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
-                     f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
-                    for kind, items in (("decision", found.decisions), ("length", found.lengths))
-                    for s in items], [False, True, True, True, False])
-    return intro, inputs, more, groups
+def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
+    """Return what one round's ladder of one side derives, as JSON."""
+    return {"round": number, "side": side, "open_loop": capacity.open_loop,
+            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
+            "steps": [s._asdict() for s in capacity.steps],
+            "plateau": capacity.plateau and capacity.plateau.name,
+            "plateau_req_per_s": capacity.plateau_req_per_s,
+            "knee": capacity.knee and capacity.knee[0].name,
+            "capacity_req_per_s": capacity.capacity_req_per_s,
+            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
+            "longest_gap_s": capacity.longest_gap_s}
 
 
-def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
-    """Return the inputs with the largest slowdown, then the slowdown per decision and per
-    prompt-length bucket."""
-    tables = slowdown_tables(report, md_text if markdown else str, limit)
-    if tables is None:
-        return []
-    intro, inputs, more, groups = tables
-    lines = [intro]
-    for table in (inputs, groups):
-        lines += [f"**{table.caption}**" if markdown else ""]
-        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
-        lines += [more] if more and table is inputs else []
-    return lines
+def slowdowns_json(found: InputSlowdowns) -> dict:
+    """Return which inputs got slower as JSON: every input, decision and length bucket."""
+    def item(s: Slowdown, key: str) -> dict:
+        fields = s._asdict()
+        fields[key] = fields.pop("key")
+        return fields
 
+    return {"pass": found.pass_name, "rounds": list(found.rounds), "fdr": found.fdr,
+            "tolerance_pct": found.tolerance_pct,
+            "inputs": [item(s, "id") for s in found.inputs],
+            "decisions": [item(s, "decision") for s in found.decisions],
+            "lengths": [item(s, "bucket") for s in found.lengths]}
+
+
+def compare_json(report: CompareReport) -> dict:
+    """Return the comparison as a JSON document: everything the text shows, and the status."""
+    passes = [{"pass": p.name, "discarded": p.discarded,
+               "metrics": {metric: {"a": va, "b": vb,
+                                    "diff": vb - va if va is not None and vb is not None
+                                    else None,
+                                    "ratio": vb / va if va and vb is not None else None}
+                           for metric, va, vb in p.figures},
+               "errors": {"a": p.errors[0], "b": p.errors[1]},
+               **({"parts": {metric: {"a": va, "b": vb, "diff": vb - va}
+                             for metric, va, vb in p.parts}} if p.parts else {})}
+              for p in report.passes]
+    return {"schema": COMPARE_SCHEMA,
+            "a": {"path": report.a_path, "label": report.a_label,
+                  "corpus_sha256": report.corpus_sha256[0]},
+            "b": {"path": report.b_path, "label": report.b_label,
+                  "corpus_sha256": report.corpus_sha256[1]},
+            "corpus_count": report.corpus_count, "passes": passes,
+            "warnings": list(report.warnings),
+            "decisions": {"pass": "sequential", "compared": report.compared,
+                          "agree": report.compared - len(report.changes),
+                          "unmeasured": report.unmeasured,
+                          "changes": [{"id": c.id, "a": c.base, "b": c.new, "text": c.text}
+                                      for c in report.changes]},
+            "consistency": {tag: list(ids) for tag, ids, _ in report.consistency},
+            "status": report.status, "reasons": list(report.reasons),
+            "exit_code": report.exit_code}
+
+
+def record_json(sections: Sequence[RecordSection]) -> dict:
+    """Return the record's JSON: per section the rounds report and every round's raw pass
+    summaries and surroundings, as the published record's data file holds them."""
+    document: dict = {"schema": RECORD_SCHEMA, "tool": {"name": "router-latency",
+                                                        "version": __version__},
+                      "sections": {}}
+    for section in sections:
+        rounds = {f"r{n}": {side: {
+            "file": run.path, "label": run.label, "complete": run.complete,
+            "started_utc": run.started_utc, "host_settings": run.host_settings.to_json() if run.host_settings else {},
+            "config_hashes": list(run.config_hashes),
+            "passes": [{"name": p.name, "discarded": p.discarded,
+                        **{k: v for k, v in p.attempt.to_json(requests=[]).items()
+                           if k != "requests"}} for p in run.passes]}
+            for side, run in sides.items()} for n, sides in section.runs.items()}
+        document["sections"][section.name] = {"folder": section.folder,
+                                              "report": rounds_json(section.report),
+                                              "rounds": rounds}
+    return document
+
+
+# -- JUnit and CSV --
+
+def xml_safe(text: str) -> str:
+    """Return text without the characters XML 1.0 cannot hold (control characters, lone
+    surrogates): a router's decision or a prompt may contain them."""
+    return re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]", "\ufffd", text)
+
+
+def row_interval_text(row: Row) -> str:
+    """Return a row's change with its interval as every report writes it: + is slower."""
+    return (f"change {row_change_text(row)}, + is slower (new - base "
+            f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
+
+
+def junit_cases(report: RoundsReport) -> list:
+    """Return (group, name, outcome, message, details) per test case: each gated row, the
+    gated rows together, each round's decisions, each pass's errors, each round left out,
+    and the verdict, which carries every reason of the gate."""
+    cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
+    for row in (r for r in report.rows if r.gated):
+        text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
+        by_verdict = {"worse": "failure", "inconclusive": "skipped"}
+        if row.verdict == "inconclusive":
+            text += f"; {undecided_text(row, report.settings)}"
+        cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
+                      by_verdict.get(row.verdict, "passed"), text, ""))
+    test = report.test
+    if test is not None and test.composite is not None:
+        cases.append(("rows", "gated rows together",
+                      "failure" if test.composite_worse else "passed",
+                      f"{100 * math.expm1(test.composite.mean):+.1f}% "
+                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
+                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
+                      f"{test.composite_p:.3g} against the {tolerance} (level "
+                      f"{100 * test.level:.3g}%)", ""))
+    for item in report.agreement:
+        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
+                           for d in item.differ)
+        outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
+        cases.append(("decisions", f"r{item.round} decisions", outcome,
+                      f"{item.agree}/{item.total} inputs agree in every pass"
+                      + ("" if item.used else " (round left out)"), listed))
+    for each in report.errors:
+        worse = any(w > b for _, b, w in each.counts)
+        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
+                      "failure" if worse else "passed",
+                      f"failed requests {report.base}/{report.new}: "
+                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
+    for left in report.left_out:
+        failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
+                     for r in report.reasons)
+        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
+                      left.why, ""))
+    outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
+    cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
+    return cases
+
+
+def junit_xml(report: RoundsReport) -> bytes:
+    """Return the rounds report as JUnit XML: one test case per gated row, per round's
+    decisions, per pass's errors, per round left out, and the verdict."""
+    cases = junit_cases(report)
+    counts = {"tests": str(len(cases)), "failures": str(sum(c[2] == "failure" for c in cases)),
+              "errors": "0", "skipped": str(sum(c[2] == "skipped" for c in cases))}
+    name = xml_safe(f"router-latency rounds: {report.new} against {report.base}")
+    top = ElementTree.Element("testsuites", {"name": name, **counts})
+    suite = ElementTree.SubElement(top, "testsuite", {"name": name, **counts})
+    properties = ElementTree.SubElement(suite, "properties")
+    for key, value in (("status", report.status), ("base", report.base), ("new", report.new),
+                       ("rounds", " ".join(f"r{n}" for n in report.used))):
+        ElementTree.SubElement(properties, "property", {"name": key, "value": xml_safe(value)})
+    for group, title, outcome, message, details in cases:
+        case = ElementTree.SubElement(suite, "testcase", {
+            "classname": f"router-latency.{group}", "name": xml_safe(title), "time": "0"})
+        if outcome == "passed":
+            ElementTree.SubElement(case, "system-out").text = xml_safe(message)
+            continue
+        result = ElementTree.SubElement(case, outcome, {"message": xml_safe(message)})
+        if outcome == "failure":
+            result.set("type", "regression" if group == "rows" else group)
+        result.text = xml_safe(details or message)
+    ElementTree.indent(top)
+    return ElementTree.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def requests_csv(passes: Sequence[PassRecord]) -> bytes:
+    """Return one CSV line per request of the measured passes (the timings that count)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"])
+    for item in passes:
+        for r in item.requests:
+            writer.writerow([item.name, r.id, r.start_ms, r.latency_ms, r.status, r.decision,
+                             r.error])
+    return buffer.getvalue().encode("utf-8", "replace")
+
+
+# -- format tables --
 
 # The output formats of each command, one table per command: the command line takes its
 # --format choices, their help and the options of its files from these tables and renders
@@ -9862,6 +9939,7 @@ RUN_FILES: Dict[str, ReportFile] = {
 
 
 # --- report page ---
+# public: ROUNDS_FILES
 # One self-contained HTML file, no network and no script, with SVG plots drawn here with the
 # standard library: the forest plot of every gated row, each pass's latency distribution and
 # latency over time, decisions and errors per round, the environment. It is polyglot markup,
@@ -10426,6 +10504,8 @@ ROUNDS_FILES: Dict[str, ReportFile] = {
 
 
 # --- simulator and demo ---
+# public: DEMO_NEXT_STEPS, DEMO_SIDES, SignalModel, SimulatedAnswers, corpus_lines, run_demo,
+#         start_simulator
 
 def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     """Return the simulated decision for a prompt: a stable hash of its text picks one."""
@@ -11083,6 +11163,12 @@ def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsRep
 
 
 # --- command line ---
+# public: (none)
+
+SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
+                  "cache")
+
 
 def emit(lines: Iterable[str], stream: Any = None) -> None:
     """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
