@@ -19,9 +19,10 @@ was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no f
 half-written).
 
 Standard library only, Python 3.9 or newer. The module reads top to bottom; each section uses
-only what stands above it:
+only what stands above it, and its first comment line names its public names, those a later
+section uses (a constant one section uses stands in that section):
 
-    constants              schemas, paths, limits, exit codes
+    constants              what several sections use: paths, limits, exit codes
     errors and validation  the one error type and the checks of values read from files
     words and figures      how counts, figures and decisions are written
     statistics             t quantiles, intervals, percentiles
@@ -31,7 +32,7 @@ only what stands above it:
     HTTP wire              endpoints, request bytes, the incremental response parser
     environment captures   probes, GPU tools, Prometheus, router CPU set, load
     measuring              the pass loop, the floor, warm-up, passes, measure_run()
-    analysis               compare_runs() and judge_rounds(): complete report objects
+    analysis               compare, rounds, record: complete report objects
     rendering              text, Markdown, JSON, JUnit and CSV from those reports
     report page            one HTML file with SVG plots from a rounds report
     simulator and demo     a routing-preview server, and the whole method on two of them

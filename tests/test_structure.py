@@ -118,3 +118,87 @@ def test_mypy_in_its_default_mode_finds_no_error(target):
         "mypy is not installed: the README's test command installs mypy==2.4.1"
     assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), \
         f"mypy exit {result.returncode}:\n{result.stdout}{result.stderr}"
+
+
+# Each section starts with its public line: the names a later section uses, sorted, under the
+# section line (`# public: A, B`, continued on comment lines indented to its first name where
+# it passes 100 characters; `# public: (none)` where no later section uses the section).
+# /work/layout/public_lines.py in the team's tools writes it; this test only reads it.
+PUBLIC = "# public: "
+CONTINUED = "#" + " " * (len(PUBLIC) - 1)
+
+
+def bound_names(node):
+    """Return the top-level names a statement binds, those of a tuple assignment included."""
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    return [n.id for t in targets for n in ast.walk(t)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def public_line_problems(source):
+    """Return what is wrong with the public lines of a module's sections, one line each."""
+    lines = source.splitlines()
+    starts = [i for i, line in enumerate(lines) if SECTION.match(line)]
+    home = {}
+    tree = ast.parse(source)
+    for node in tree.body:
+        for name in bound_names(node):
+            home.setdefault(name, sum(1 for s in starts if s < node.lineno))
+    used_later = {k: set() for k in range(1, len(starts) + 1)}
+    for node in tree.body:
+        section = sum(1 for s in starts if s < node.lineno)
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Load) \
+                    and 0 < home.get(inner.id, 0) < section:
+                used_later[home[inner.id]].add(inner.id)
+    problems = []
+    for k, start in enumerate(starts, 1):
+        title = SECTION.match(lines[start]).group(1)
+        paragraph = [lines[start + 1]] if start + 1 < len(lines) else []
+        if not paragraph or not paragraph[0].startswith(PUBLIC):
+            problems.append(f"{title}: no public line under the section line")
+            continue
+        for line in lines[start + 2:]:
+            if not line.startswith(CONTINUED) or not line[len(CONTINUED):][:1].strip():
+                break
+            paragraph.append(line)
+        text = " ".join([paragraph[0][len(PUBLIC):]] + [p[len(CONTINUED):] for p in paragraph[1:]])
+        listed = [] if text == "(none)" else [n.strip() for n in text.split(",")]
+        want = used_later[k]
+        missing, extra = sorted(want - set(listed)), sorted(set(listed) - want)
+        if missing:
+            problems.append(f"{title}: used below but not on its public line: {', '.join(missing)}")
+        if extra:
+            problems.append(f"{title}: on its public line but used by no later section: "
+                            f"{', '.join(extra)}")
+        if not missing and not extra and listed != sorted(listed):
+            problems.append(f"{title}: public line not sorted, or a name listed twice")
+        if not want and text != "(none)":
+            problems.append(f"{title}: public line of a section nothing below uses is not (none)")
+        if any(len(line) > 100 for line in paragraph):
+            problems.append(f"{title}: public line longer than 100 characters")
+    return problems
+
+
+def test_every_section_starts_with_the_names_later_sections_use():
+    assert public_line_problems(SOURCE) == []
+
+
+def test_a_public_line_with_a_name_missing_or_extra_is_found():
+    lines = SOURCE.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(PUBLIC))
+    title = SECTION.match(lines[first - 1]).group(1)
+    name = lines[first][len(PUBLIC):].split(",")[0]
+    cases = {
+        lines[first].replace(f" {name},", "", 1): f"{title}: used below but not on its public "
+                                                   f"line: {name}",
+        lines[first].replace(PUBLIC, PUBLIC + "AAA_NOT_USED, ", 1): f"{title}: on its public "
+                                                                  f"line but used by no later "
+                                                                  f"section: AAA_NOT_USED",
+        "#": f"{title}: no public line under the section line",
+    }
+    for line, problem in cases.items():
+        changed = "\n".join(lines[:first] + [line] + lines[first + 1:])
+        assert problem in public_line_problems(changed)
