@@ -20,12 +20,7 @@ def top_level_definitions():
     sections = [i + 1 for i, line in enumerate(SOURCE.splitlines()) if SECTION.match(line)]
     found = {}
     for node in ast.parse(SOURCE).body:
-        names = []
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        for name in names:
+        for name in bound_names(node):
             found[name] = (sum(1 for s in sections if s < node.lineno), node)
     return found
 
@@ -129,10 +124,12 @@ CONTINUED = "#" + " " * (len(PUBLIC) - 1)
 
 
 def bound_names(node):
-    """Return the top-level names a statement binds, those of a tuple assignment included."""
+    """Return the top-level names a statement binds: a def, a class, an assignment (a tuple's
+    names and an annotated one included)."""
     if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
         return [node.name]
-    targets = node.targets if isinstance(node, ast.Assign) else []
+    targets = node.targets if isinstance(node, ast.Assign) else \
+        [node.target] if isinstance(node, ast.AnnAssign) else []
     return [n.id for t in targets for n in ast.walk(t)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
 
