@@ -146,7 +146,7 @@ LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_p
                      "cost": "usd_per_million"}  # --gate's names of those rows
 LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 # result caches: the router's per-model counter (result="hit") and the runtime's own
-# (outcome="hit"); the timing test's threshold and the least prompts it judges
+# (outcome="hit")
 CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total)$")
 CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
                 "newer routers, and the runtime's --result-cache-entries 0) so that every "
@@ -1990,6 +1990,8 @@ ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "ht
 # a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
 # in the percentiles), or a routed answer to a prompt that expected only a rejection
 REQUEST_OUTCOMES = ("expected_rejection", "unexpected_routing")
+# a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
+# prompts it judges
 CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
 CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
 CACHE_MIN_PROMPTS = 10
