@@ -1975,9 +1975,9 @@ def load_corpus(path: str) -> Corpus:
 # --- run file ---
 # public: Attempt, CapturedEnvironment, Captures, CpuSettings, EnvironmentRow, Floor, GPU_FIELDS,
 #         GPU_RANGED, GpuField, GpuReading, HostSettings, Ladder, LoadRange, PassEnvironment,
-#         PassRecord, PhaseWindow, Request, RouterCpu, RunFile, RunSettings, Thresholds, Warmup,
-#         cache_text, content_slow_windows, count_outcomes, dump_run, load_run, pass_name,
-#         pass_summary, pass_title, phase_windows, result_cache_finding
+#         PassRecord, PhaseWindow, ProbeResult, Request, RouterCpu, RunFile, RunSettings,
+#         Thresholds, Warmup, cache_text, content_slow_windows, count_outcomes, dump_run, load_run,
+#         pass_name, pass_summary, pass_title, phase_windows, result_cache_finding
 # The run file (schema router-latency/run/1) has one owner: this section. Each record type
 # holds its fields, its writer (to_json) and its reader (from_json) side by side, as pyperf
 # keeps Run._as_json beside _json_load, so adding a field is one change here and in the
@@ -2049,23 +2049,61 @@ class LoadRange(TypedDict, total=False):
     samples: int
 
 
+class ProbeResult(TypedDict, total=False):
+    """One probe command's run (run_probe)."""
+    exit: Optional[int]
+    timed_out: bool
+    stdout: str  # its first PROBE_OUTPUT_BYTES
+    seconds: float
+    interrupted: bool  # only when true
+
+
+class GpuReadingJson(TypedDict, total=False):
+    """A GpuReading as the run file holds it (GpuReading.to_json): figures, or an error."""
+    used_mib: dict[str, float]
+    devices: dict[str, dict[str, Union[float, str, None]]]
+    error: str
+    note: str
+
+
+class GpuCapture(TypedDict, total=False):
+    """The GPU tool of a pass and its readings before and after."""
+    tool: str
+    before: GpuReadingJson
+    after: GpuReadingJson
+
+
+class MetricsCapture(TypedDict, total=False):
+    """The router's metrics over a pass: the increase of each kept series and histogram
+    series, or why the scrape failed."""
+    deltas: dict[str, float]
+    histograms: dict[str, float]
+    error: str
+
+
 class CapturedEnvironment(TypedDict, total=False):
     """What a pass recorded of its surroundings (environment_record); each part only where
     it was captured."""
     router_cpus: Optional[str]
-    # "before" and "after" -> probe name -> exit, timed_out, stdout, seconds
-    probes: dict[str, dict[str, dict[str, Any]]]
-    # tool, and "before" and "after": a GPU reading (used_mib, devices) or error, and a note
-    gpu: dict[str, Any]
-    # deltas (series -> increase) and histograms, or the scrape's error
-    metrics: dict[str, Any]
+    probes: dict[str, dict[str, ProbeResult]]  # "before" and "after" -> probe name -> its run
+    gpu: GpuCapture
+    metrics: MetricsCapture
+
+
+class TimingCacheTest(TypedDict):
+    """The timing test of a result cache (timing_cache_test): how many prompts were compared,
+    how many answered faster when sent again, the median ratio, and the call."""
+    compared: int
+    faster: int
+    median_ratio: float
+    detected: bool
 
 
 class CacheFinding(TypedDict, total=False):
     """Whether a result cache answered (result_cache_finding): by metrics, by timing."""
     detected: bool
     metrics: Optional[dict[str, float]]  # hits, lookups
-    timing: Optional[dict[str, Any]]  # compared, faster, median_ratio, detected
+    timing: Optional[TimingCacheTest]
 
 
 class Request(NamedTuple):
@@ -2415,7 +2453,7 @@ def content_slow_windows(item: Any, passes: Sequence[Any], thresholds: Threshold
                          for w, p95, pace in zip(windows, p95s, paces)], thresholds)
 
 
-def timing_cache_test(passes: Sequence[Any]) -> Optional[dict]:
+def timing_cache_test(passes: Sequence[Any]) -> Optional[TimingCacheTest]:
     """Return the timing test for a result cache over a run's passes (PassRecords, in the
     order measured), or None when too few prompts were sent twice to judge.
 
@@ -2507,7 +2545,7 @@ class GpuReading(NamedTuple):
     figures and the temperature sensor they came from, or why there are none."""
     used_mib: dict[str, float] = {}  # device -> memory used
     # device -> GPU_FIELDS key -> its figure or None, and temp_sensor: which sensor it read
-    devices: dict[str, dict[str, Any]] = {}
+    devices: dict[str, dict[str, Union[float, str, None]]] = {}
     error: Optional[str] = None  # no reading: why (the tool missing, timed out, unreadable)
     note: Optional[str] = None  # a reading, and what was odd: the tool's exit code, a device
 
@@ -4860,12 +4898,12 @@ def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
 
 
 def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None,
-              hidden: Sequence[str] = ()) -> dict:
+              hidden: Sequence[str] = ()) -> ProbeResult:
     """Return exit code, the first 4 KB of stdout and the seconds of one probe command, run
     without the environment variables named in `hidden`."""
     started = time.monotonic()
     code, output, ended = run_command(command, timeout, stop, hidden)
-    record = {"exit": code, "timed_out": ended == "timed out",
+    record: ProbeResult = {"exit": code, "timed_out": ended == "timed out",
               "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
               "seconds": round(time.monotonic() - started, 3)}
     if ended == "interrupted":

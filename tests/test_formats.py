@@ -163,17 +163,30 @@ REPORT_SECTIONS = ("analysis", "rendering", "report page")
 BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
 
 
-def report_records():
-    """{record name: its fields' annotations} of the NamedTuples in the report sections."""
+def report_records(sections=REPORT_SECTIONS):
+    """{record name: its fields' annotations} of the NamedTuples and TypedDicts in the
+    sections."""
     source = inspect.getsource(rl)
     starts = [(m.start(), m.group(1)) for m in re.finditer(r"^# --- (.+) ---$", source, re.M)]
     found = {}
     for (start, name), (end, _) in zip(starts, starts[1:] + [(len(source), "")]):
-        if name not in REPORT_SECTIONS:
+        if name not in sections:
             continue
-        for record in re.findall(r"^class (\w+)\(NamedTuple\)", source[start:end], re.M):
+        for record in re.findall(r"^class (\w+)\((?:NamedTuple|TypedDict)\b", source[start:end],
+                                 re.M):
             found[record] = getattr(rl, record).__annotations__
     return found
+
+
+def test_no_run_file_record_has_a_field_typed_bare():
+    records = report_records(("run file",))
+    assert {"Request", "PassRecord", "RunFile", "RunSettings", "Floor", "Warmup",
+            "HostSettings", "Captures", "GpuReading", "EnvironmentRow",
+            "CapturedEnvironment", "CacheFinding"} <= set(records)
+    bare = [(record, field, str(annotation)) for record, fields in records.items()
+            for field, annotation in fields.items()
+            if BARE.search(str(annotation).replace("module='router_latency'", ""))]
+    assert bare == []
 
 
 def test_no_report_record_has_a_field_typed_bare():
