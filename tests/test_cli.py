@@ -337,6 +337,17 @@ def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
     assert result.stdout == ""
 
 
+def stderr_at_exit(process):
+    """Return the stderr of a process started with stderr piped, once it exits (within 60 s:
+    killed and raised otherwise)."""
+    try:
+        return process.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+
+
 def run_with_stdout(arguments, stdout, env=None):
     """Run the tool with stdout "closed" (a pipe whose reader has gone, as after `| head`)
     or "full" (/dev/full); return (exit code, stderr)."""
@@ -350,12 +361,7 @@ def run_with_stdout(arguments, stdout, env=None):
                                    stdout=target, stderr=subprocess.PIPE, text=True, env=env)
     finally:
         os.close(target)
-    try:
-        _, stderr = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
+    stderr = stderr_at_exit(process)
     return process.returncode, stderr
 
 
@@ -399,12 +405,7 @@ def run_into_head(arguments, lines):
                 if not byte:
                     break
                 taken += byte
-    try:
-        _, stderr = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
+    stderr = stderr_at_exit(process)
     return process.returncode, stderr, taken.decode()
 
 
