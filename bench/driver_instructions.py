@@ -20,7 +20,8 @@ difference of two passes, of --requests N1,N2 requests, divided by N2 - N1: what
 Python, importing the module and opening the connections cost drops out.
 
     python3 bench/driver_instructions.py [BUILD.py ...] [--streams cl100,ch3k]
-        [--concurrency 1,16] [--requests 100,600] [--profile | --annotate]
+        [--concurrency 1,16] [--requests 100,600] [--signals [--no-settle]]
+        [--profile | --annotate]
 
 A build is a router_latency.py file (default: this checkout's; `git show REV:router_latency.py
 > /tmp/REV.py` for another), or `bare`: the floor, a bare CPython epoll send/recv loop that
@@ -238,7 +239,10 @@ def inner(build: str, url: str, requests: int, concurrency: int, encoded: int) -
     if build == "bare":
         bare_pass(url, requests, concurrency)
         return
-    records = one_pass(load_build(build), url, requests, concurrency, encoded)
+    module = load_build(build)
+    if os.environ.get("RL_BENCH_NO_SETTLE") and hasattr(module.PassLoop, "_settle"):
+        module.PassLoop._settle = lambda self: None  # the held answers' times left unread
+    records = one_pass(module, url, requests, concurrency, encoded)
     failed = [r for r in records if (r["error"] if isinstance(r, dict) else r.error)]
     if len(records) != requests or failed:
         sys.exit(f"{build}: {len(records)} records, {len(failed)} failed")
@@ -335,11 +339,17 @@ def main() -> int:
                         help="profile the builds with cProfile instead of counting")
     parser.add_argument("--signals", action="store_true",
                         help="record the per-signal times, as run does unless --no-signals")
+    parser.add_argument("--no-settle", action="store_true",
+                        help="with --signals: leave the times of the answers held during the "
+                             "pass unread (what the pass costs while its requests are in "
+                             "flight; the difference to a count without it is their reading)")
     parser.add_argument("--annotate", action="store_true",
                         help="print the instructions per request by C function instead")
     args = parser.parse_args()
     if args.signals:
         os.environ["RL_BENCH_SIGNALS"] = "1"  # read by the measured process
+    if args.no_settle:
+        os.environ["RL_BENCH_NO_SETTLE"] = "1"
     streams = [s for s in args.streams.split(",") if s]
     levels = [int(c) for c in args.concurrency.split(",")]
     low, high = (int(n) for n in args.requests.split(","))
