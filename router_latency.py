@@ -5704,7 +5704,8 @@ class PassLoop:
 
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
-    HOLD_CHARS = 64 * 2 ** 20  # of the answers held for their times, per pass
+    HOLD_CHARS = 64 * 2 ** 20  # of the answers held for their times, per pass...
+    SETTLE_ANSWERS = 512  # ...read this many at a time: what reading them needs stays small
 
     DEADLINE_OF = operator.attrgetter("deadline")
     READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
@@ -6007,10 +6008,13 @@ class PassLoop:
         started = time.process_time()  # the process's CPU, as driver_cpu_seconds reads it
         results = self.results
         held = [i for i, raw in enumerate(results) if type(raw.signal_ms) is HeldAnswer]
-        try:
-            found = table.scan_many([results[i].signal_ms for i in held])
-        except Exception:  # noqa: BLE001 - read one by one, where one is a malformed answer
-            found = [None] * len(held)
+        found: list = []
+        for first in range(0, len(held), self.SETTLE_ANSWERS):
+            some = held[first:first + self.SETTLE_ANSWERS]
+            try:
+                found += table.scan_many([results[i].signal_ms for i in some])
+            except Exception:  # noqa: BLE001 - read one by one: one is a malformed answer
+                found += [None] * len(some)
         for i, times in zip(held, found):
             raw = results[i]
             # tuple.__new__ as in _complete: signal_ms is the last field
