@@ -4438,8 +4438,10 @@ class SignalTable:
 class SignalTimes(NamedTuple):
     """The execution_time_ms values of metrics objects, in order, as SignalTable.scan
     keeps them: rounded to 4 decimals, None for 0; and whether each object's are valid."""
-    times: list  # Optional[float | int] per signal of every object, one object after another
-    valid: list  # bool per object: its numbers are JSON numbers, its times not negative
+    # per signal of every object, one object after another (an int where the text had no
+    # decimals, as json reads it)
+    times: List[Union[float, int, None]]
+    valid: List[bool]  # per object: its numbers are JSON numbers, its times not negative
 
 
 def _signal_times(bodies: Sequence[bytes], counts: Sequence[int]) -> SignalTimes:
