@@ -56,6 +56,7 @@ import dataclasses
 import difflib
 import errno
 import functools
+import gc
 import hashlib
 import heapq
 import html
@@ -4164,7 +4165,7 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
         return members
     if len(text) <= signals.hold:  # read once its pass is over (PassLoop._settle)
         signals.hold -= len(text)
-        signals.last = HeldAnswer(text, index)
+        signals.last = tuple.__new__(HeldAnswer, (text, index))  # without a Python call
         return members
     times = signals.scan(text, index)
     if times is not None:
@@ -5949,7 +5950,23 @@ class PassLoop:
     # the loop
 
     def run(self) -> list:
-        """Send the pass's requests; return the raw results."""
+        """Send the pass's requests; return the raw results.
+
+        The cyclic garbage collector waits while they are in flight: a collection of the
+        whole heap, which a pass's records make large, would stop the loop for milliseconds
+        with answers waiting to be stamped, and its traversals cost every request some
+        (nothing the loop makes per request forms a cycle: tests/test_wire.py)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._send_all()
+        finally:
+            if collecting:
+                gc.enable()
+        self._settle()
+        return self.results
+
+    def _send_all(self) -> None:
         perf = time.perf_counter_ns
         slots = [_Slot() for _ in range(self.concurrency)]
         opened = slots if self.schedule is None else slots[:min(4, len(slots))]
@@ -5995,8 +6012,6 @@ class PassLoop:
             self._close(slot)
         if self.epoll and isinstance(self.poller, select.epoll):  # epoll: only where it is
             self.poller.close()
-        self._settle()
-        return self.results
 
     def _settle(self) -> None:
         """Read the per-signal times of the answers held during the pass, in the order they
