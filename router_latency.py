@@ -4163,10 +4163,12 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
     members, index = top_members(text, *metrics_members(paths))
     if members is None or "metrics" in members:
         return members
-    if len(text) <= signals.hold:  # read once its pass is over (PassLoop._settle)
-        signals.hold -= len(text)
+    size = len(text) if text.isascii() else 4 * len(text)  # the most a str holds a character in
+    if size <= signals.hold:  # read once its pass is over (PassLoop._settle)
+        signals.hold -= size
         signals.last = tuple.__new__(HeldAnswer, (text, index))  # without a Python call
         return members
+    signals.hold = 0  # the answers held are those before the first that did not fit
     times = signals.scan(text, index)
     if times is not None:
         signals.last = times
@@ -4285,12 +4287,15 @@ def decision_text(value: Any) -> str:
 
 # SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
 # it, {"<signal>":{"execution_time_ms":N,"confidence":N},...}, without decoding it: the object
-# less the numbers' characters (its skeleton) must be that of its names exactly; then every
-# other byte made a space, what is left are the numbers, a time and a confidence per signal.
+# less the numbers' characters (its skeleton) must be that of its names exactly, and the
+# object less all but the numbers' characters and these marks must reduce to the numbers,
+# comma-separated, by the separators below: a number out of its place (in a name, say) leaves
+# a mark unreduced, which no JSON number holds (the proof is in the test of it).
 METRICS_KEY = ',"metrics":'
 NUMBER_BYTES = b"0123456789.-+"
-_SPACE_FOR_OTHERS = bytes(b if b in NUMBER_BYTES else 32 for b in range(256))  # translate
-_LONG_DECIMALS = re.compile(rb"\.[0-9]{5}")  # a number of 5 decimals or more
+_NOT_KEPT = bytes(sorted(set(range(256)) - set(NUMBER_BYTES + b'":,}')))
+SIGNAL_FIRST, SIGNAL_NEXT, SIGNAL_CONFIDENCE = b'"":"":', b'},"":"":', b',"":'
+SIGNAL_LAST = b"}}"  # the end of a compact metrics object, less its numbers
 _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
 _FOUR = itertools.repeat(4)
 _TEN_THOUSAND = itertools.repeat(1e4)
@@ -4313,7 +4318,7 @@ class SignalTable:
         self.index: dict = {}
         # the times found in the answer read last, or the answer held to read them later
         self.last: Union[tuple, HeldAnswer, None] = ()
-        # characters of answers that may still be held, their times read after the pass
+        # bytes of answers that may still be held, their times read after the pass
         # (signal_members); 0: every answer's times are read as it is read
         self.hold = 0
         # a metrics object's skeleton -> (signals, table positions, new entries, names)
@@ -4359,25 +4364,31 @@ class SignalTable:
         seen (a new one is decoded once, see _layout), its numbers read by the C scanner."""
         return self.scan_many([HeldAnswer(text, index)])[0]
 
-    def scan_many(self, answers: Sequence[HeldAnswer]) -> list:
+    def scan_many(self, answers: Sequence[HeldAnswer],
+                  again: Optional[Callable[[int], None]] = None) -> list:
         """Return scan() of each answer, as if scanned one after another (PassLoop._settle
-        reads a pass's at once): the numbers of all of them read in one step of the C
-        scanner, and rounded in one step, from their metrics objects joined."""
-        found: list = [None] * len(answers)
-        read = []  # (position, its metrics object, its skeleton, its number of signals)
-        for i, (text, index) in enumerate(answers):
-            metrics = self._metrics_object(text, index)
-            if metrics:
-                read.append((i, *metrics))
-            else:
-                found[i] = metrics  # (): metrics {}; None: not the compact form
-        times = _signal_times([body for _, body, _, _ in read], [r[3] for r in read])
-        offset = 0
-        for (i, body, skeleton, count), valid in zip(read, times.valid):
-            if valid:  # by its layout as the answers read before it left it
-                layout = self.layouts.get(skeleton) or self._layout(body)
-                found[i] = self._found(times.times[offset:offset + count], cast(tuple, layout))
-            offset += count
+        reads a pass's held answers so): the numbers of all of them read in one step of the
+        C scanner, and rounded in one step, from their metrics objects joined. `again(i)`,
+        where given, is called in turn for each answer the scan cannot read (it is decoded
+        instead), so that the names it reports take their place among the others'."""
+        metrics = [self._metrics_object(text, index) for text, index in answers]
+        read = [one for one in metrics if one]
+        times = _signal_times([one[0] for one in read], [one[2] for one in read])
+        found: list = []
+        offset = k = 0
+        for i, one in enumerate(metrics):
+            result = None if one else one  # (): metrics {}; None: not the compact form
+            if one:
+                body, skeleton, count = one
+                # its layout as the answers read before it left it
+                layout = (self.layouts.get(skeleton) or self._layout(body)) \
+                    if times.valid[k] else None
+                if layout is not None:
+                    result = self._found(times.times[offset:offset + count], layout)
+                offset, k = offset + count, k + 1
+            if result is None and again is not None:
+                again(i)
+            found.append(result)
         return found
 
     def _metrics_object(self, text: str, index: int) -> Union[tuple, Tuple[()], None]:
@@ -4446,38 +4457,41 @@ class SignalTimes(NamedTuple):
 
 
 def _signal_times(bodies: Sequence[bytes], counts: Sequence[int]) -> SignalTimes:
-    """Return the times of metrics objects of the compact form, each of the skeleton of
-    `counts[i]` signals: their numbers, the runs of the numbers' characters in the objects
-    joined, read in one step of the C scanner, or one object at a time where that step finds
-    one that is not a JSON number, a count that does not add up or a negative time."""
-    runs = b" ".join(bodies).translate(_SPACE_FOR_OTHERS).split()
-    numbers = b",".join(runs)
-    try:
-        values, _ = _scan_json(f"[{numbers.decode()}]", 0)
+    """Return the times of metrics objects whose skeletons are those of `counts[i]` signals:
+    their numbers, what is left of the objects joined less all but the numbers' characters
+    and the marks, the marks made commas, read in one step of the C scanner; one object at a
+    time where that step finds one whose numbers are not JSON numbers in their places (or a
+    negative or infinite time), which is then not valid."""
+    numbers = b"".join(bodies).translate(None, _NOT_KEPT).replace(
+        SIGNAL_LAST + SIGNAL_FIRST, b",").replace(SIGNAL_NEXT, b",").replace(
+        SIGNAL_CONFIDENCE, b",")
+    if bodies and numbers.startswith(SIGNAL_FIRST) and numbers.endswith(SIGNAL_LAST):
+        text = numbers[len(SIGNAL_FIRST):-len(SIGNAL_LAST)].decode()
+        try:
+            values, stop = _scan_json(f"[{text}]", 0)
+        except (ValueError, StopIteration):  # a mark left, a number that is not JSON's
+            values, stop = [], 0
         times = values[0::2]  # every object's numbers are a time and a confidence each
-        if len(values) == 2 * sum(counts) and (not times or (
-                (b"-" not in numbers or min(times) >= 0) and max(times) < math.inf)):
-            # the router's times have 3 decimals (microseconds / 1000): none to round
-            rounded = _LONG_DECIMALS.search(b",".join(runs[0::2])) is None
-            return _rounded_times(times, [True] * len(bodies), rounded)
-    except (ValueError, StopIteration):  # a run that is not a JSON number
-        pass
+        if stop == len(text) + 2 and len(values) == 2 * sum(counts) and \
+                min(times) >= 0 and max(times) < math.inf:
+            return _rounded_times(times, [True] * len(bodies))
+    if len(bodies) <= 1:
+        return SignalTimes([None] * sum(counts), [False] * len(bodies))
     times, valid = [], []
     for body, count in zip(bodies, counts):  # one at a time, to know which
-        one = _signal_times([body], [count]) if len(bodies) > 1 else None
-        good = one is not None and one.valid == [True]
-        times += cast(SignalTimes, one).times if good else [None] * count
-        valid.append(good)
+        one = _signal_times([body], [count])
+        times += one.times
+        valid += one.valid
     return SignalTimes(times, valid)
 
 
-def _rounded_times(times: list, valid: list, rounded: bool = False) -> SignalTimes:
-    """Return the times rounded as SignalTable.times rounds them, None for 0; `rounded`:
-    their texts have 4 decimals or fewer."""
-    # round(ms, 4) costs a decimal conversion, and for a time of 4 decimals or fewer, which
-    # round(ms * 1e4) / 1e4 returns unchanged, it is the identity (up to 1e11 ms: an ulp then
-    # is far below 0.00005), so all are rounded where one is not of that kind
-    if times and (max(times) >= 1e11 or not rounded and list(map(operator.truediv, map(
+def _rounded_times(times: list, valid: list) -> SignalTimes:
+    """Return the times rounded as SignalTable.times rounds them, None for 0."""
+    # round(ms, 4) costs a decimal conversion, and for a time of 4 decimals or fewer (the
+    # router's have 3: microseconds / 1000), which round(ms * 1e4) / 1e4 returns unchanged,
+    # it is the identity (up to 1e11 ms: an ulp then is far below 0.00005), so all are
+    # rounded where one is not of that kind
+    if times and (max(times) >= 1e11 or list(map(operator.truediv, map(
             round, map(operator.mul, times, _TEN_THOUSAND)), _TEN_THOUSAND)) != times):
         times = list(map(round, times, _FOUR))
     return SignalTimes(list(map(_NONE_FOR_ZERO, times, times)), valid)
@@ -5701,14 +5715,15 @@ class PassLoop:
     once more on a new connection. Each answer is classified as it completes, so that no body
     outlives its request, but for its per-signal times: recorded, they are read once the
     pass is over, so that the pass does not spend its time on them while requests are in
-    flight. Up to HOLD_CHARS characters of answers are held for that (then the times are read
-    as each answer completes); `settle_cpu_s` is the CPU time the reading took.
+    flight. Up to HOLD_BYTES of answers are held for that (then the times are read as each
+    answer completes); `settle_cpu_s` is the CPU time the reading took.
     """
 
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
-    HOLD_CHARS = 64 * 2 ** 20  # of the answers held for their times, per pass...
-    SETTLE_ANSWERS = 512  # ...read this many at a time: what reading them needs stays small
+    HOLD_BYTES = 64 * 2 ** 20  # of the answers held for their times, per pass...
+    SETTLE_ANSWERS = 512  # ...read this many at a time, or as many as hold this many
+    SETTLE_CHARS = 2 * 2 ** 20  # characters: what reading them needs stays small
 
     DEADLINE_OF = operator.attrgetter("deadline")
     READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
@@ -5963,6 +5978,8 @@ class PassLoop:
         finally:
             if collecting:
                 gc.enable()
+            if self.signals is not None:
+                self.signals.hold = 0  # whatever ended the loop, no answer is held after it
         self._settle()
         return self.results
 
@@ -5977,7 +5994,7 @@ class PassLoop:
                 pass  # the first request on it reconnects and records why it failed
         self.idle = list(reversed(slots))
         if self.signals is not None:
-            self.signals.hold = self.HOLD_CHARS
+            self.signals.hold = self.HOLD_BYTES
         origin = perf()
         if self.duration_ns is not None:
             self.end_ns = origin + self.duration_ns
@@ -6015,9 +6032,12 @@ class PassLoop:
 
     def _settle(self) -> None:
         """Read the per-signal times of the answers held during the pass, in the order they
-        completed (which orders the table's new names, as at once), and note its CPU time.
-        An answer the scan cannot read is classified again as it would have been when it
-        came, which may make it bad_json or malformed: what is wrong past its decision."""
+        completed, and note its CPU time. An answer the scan cannot read is classified again,
+        in its turn, as it would have been when it came, which may make it bad_json or
+        malformed: what is wrong past its decision (its connection was kept all the same:
+        its framing was sound). The held answers are a prefix of the pass's, so the table's
+        names are in the order first reported, but that those read as they came once the
+        hold was spent come before the held answers' new names."""
         table = self.signals
         if table is None:
             return
@@ -6025,21 +6045,38 @@ class PassLoop:
         # this thread's CPU, which driver_cpu_seconds counts in the process's (other
         # threads' while it runs are the driver's as ever)
         started = time.thread_time()
-        results = self.results
-        held = [i for i, raw in enumerate(results) if type(raw.signal_ms) is HeldAnswer]
-        found: list = []
-        for first in range(0, len(held), self.SETTLE_ANSWERS):
-            some = held[first:first + self.SETTLE_ANSWERS]
-            try:
-                found += table.scan_many([results[i].signal_ms for i in some])
-            except Exception:  # noqa: BLE001 - read one by one: one is a malformed answer
-                found += [None] * len(some)
-        for i, times in zip(held, found):
-            raw = results[i]
-            # tuple.__new__ as in _complete: signal_ms is the last field
-            results[i] = _new_tuple(RawResult, (*raw[:-1], times)) if times is not None else \
-                self._read_again(raw, cast(HeldAnswer, raw.signal_ms).text.encode())
+        held = [i for i, raw in enumerate(self.results) if type(raw.signal_ms) is HeldAnswer]
+        first = 0
+        while first < len(held):
+            last = first + 1  # up to SETTLE_ANSWERS or SETTLE_CHARS, whichever comes first
+            size = len(cast(HeldAnswer, self.results[held[first]].signal_ms).text)
+            while last < len(held) and last - first < self.SETTLE_ANSWERS and \
+                    size < self.SETTLE_CHARS:
+                size += len(cast(HeldAnswer, self.results[held[last]].signal_ms).text)
+                last += 1
+            self._settle_some(held[first:last])
+            first = last
         self.settle_cpu_s = time.thread_time() - started
+
+    def _settle_some(self, held: Sequence[int]) -> None:
+        """Read the times of the held answers at these places of the results, in order."""
+        results, table = self.results, cast(SignalTable, self.signals)
+
+        def again(k: int) -> None:
+            raw = results[held[k]]
+            results[held[k]] = self._read_again(raw, cast(HeldAnswer, raw.signal_ms).text.encode())
+
+        try:
+            found = table.scan_many([results[i].signal_ms for i in held], again)
+        except Exception:  # noqa: BLE001 - what the scan did not foresee: read one by one
+            found = [None] * len(held)
+        for k, times in enumerate(found):
+            raw = results[held[k]]
+            if type(raw.signal_ms) is not HeldAnswer:
+                continue  # read again in its turn
+            # tuple.__new__ as in _complete: signal_ms is the last field
+            results[held[k]] = _new_tuple(RawResult, (*raw[:-1], times)) \
+                if times is not None else self._read_again(raw, raw.signal_ms.text.encode())
 
     def _read_again(self, raw: RawResult, body: bytes) -> RawResult:
         """Return a held answer's result classified again, times and all, as _complete and

@@ -428,13 +428,20 @@ GOOD_METRICS = '{"domain":{"execution_time_ms":3.5,"confidence":0.9},' \
     GOOD_METRICS.replace("},", "},3"), GOOD_METRICS.replace('{"domain"', '{3"domain"'),
     GOOD_METRICS.replace('"pii"', '"p3ii'), GOOD_METRICS.replace(",", "", 1),
     GOOD_METRICS.replace("}}", "}3}"), GOOD_METRICS.replace("0.9", "+0.9"),
-    GOOD_METRICS.replace("3.5", "3.5e"), GOOD_METRICS.replace(":{", ":", 1)])
+    GOOD_METRICS.replace("3.5", "3.5e"), GOOD_METRICS.replace(":{", ":", 1),
+    # a number's characters out of their place: in a key or a name, its own place empty
+    GOOD_METRICS.replace('_ms":3.5', '_ms3.5":'), GOOD_METRICS.replace('"pii":{"execution_'
+                                                                       'time_ms":5', '"p5ii":{"execution_time_ms":'),
+    GOOD_METRICS.replace('":0.9}', '0.9":}')])
 def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(metrics):
     body = compact_answer(metrics)
     with pytest.raises(ValueError):
         json.loads(body)
     table = rl.SignalTable()
-    table.scan(compact_answer(GOOD_METRICS).decode(), 0)  # its form seen before
+    seen = compact_answer(GOOD_METRICS).decode()  # its form seen before: its skeleton known
+    at = rl.top_members(seen, *rl.metrics_members(rl.DEFAULT_DECISION_PATHS))[1]
+    # the first read adds the names (and forgets the skeletons), the second keeps its skeleton
+    assert table.scan(seen, at) == table.scan(seen, at) == (3.5, 5) and len(table.layouts) == 1
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[1] == "bad_json"
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
 
@@ -498,7 +505,13 @@ def held_answers():
              large(GOOD_METRICS, '"deep":' + "[" * 200 + "]" * 200 + ","),
              large(GOOD_METRICS, '"cut":{"a":[1,2}],'),
              large(GOOD_METRICS.replace(":", " : "), '"deep":' + "[" * 200 + "]" * 200 + ",")]
-    return good + malformed + other + good[::-1]
+    # one answer a number short beside one with a number too many (in a name); an answer
+    # the scan cannot read (an escape before metrics) reporting a name before the others do
+    odd = [large(GOOD_METRICS.replace('_ms":3.5', '_ms":')),
+           large(GOOD_METRICS.replace('"pii"', '"p1ii"')),
+           large(metrics_text([("late", 1.5, 0.5)]), '"note":"a\\"q",'),
+           large(metrics_text([("later", 2.5, 0.5), ("domain", 1, 0.5)]))]
+    return good + malformed + other + odd + good[::-1]
 
 
 def pass_of_held_answers(scripted, answers):
@@ -510,7 +523,7 @@ def pass_of_held_answers(scripted, answers):
     loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 1))
     return [(r.number, r.status, r.decision, r.error, r.code, r.config_hash, r.reason,
              {n: ms for n, ms in zip(table.names, r.signal_ms) if ms is not None})
-            for r in loop.run()]
+            for r in loop.run()], table.names
 
 
 def test_answers_held_for_their_times_are_read_after_the_pass_as_they_would_be_at_once(
@@ -524,18 +537,26 @@ def test_answers_held_for_their_times_are_read_after_the_pass_as_they_would_be_a
         real_settle(self)
 
     monkeypatch.setattr(rl.PassLoop, "_settle", settle)
-    results = pass_of_held_answers(scripted, answers)
+    monkeypatch.setattr(rl.PassLoop, "SETTLE_ANSWERS", 7)  # in steps, new names amid them
+    results, names = pass_of_held_answers(scripted, answers)
     # everything past the decision is read after the pass: the scan and, for what it cannot
-    # read, the classification again (bad_json, the times decoded)
+    # read, the classification again (bad_json, the times decoded), each in its turn
     assert held == [len(answers)]
-    for budget in (0, 2 * len(answers[0])):  # nothing held; the first two, then at once
-        monkeypatch.setattr(rl.PassLoop, "HOLD_CHARS", budget)
-        assert pass_of_held_answers(scripted, answers) == results
-        assert held[-1] == (0 if budget == 0 else 2)
+    # nothing held; the first two, then (the third does not fit) every one at once
+    for budget in (0, len(answers[0]) + len(answers[1])):
+        monkeypatch.setattr(rl.PassLoop, "HOLD_BYTES", budget)
+        again, again_names = pass_of_held_answers(scripted, answers)
+        assert again == results and held[-1] == (0 if budget == 0 else 2)
+        if budget == 0:
+            assert again_names == names == ["domain", "pii", "keyword", "kb", "jailbreak",
+                                            "p1ii", "late", "later"]
     errors = [r[3] for r in results]
     assert errors.count("bad_json") >= 5 and errors.count(None) >= 10, errors
     assert "malformed" in errors  # nested too deep past the decision, where it is read
     assert results[0][-1] == {"domain": 3.5, "pii": 5}
+    # the answer a number short is bad_json, the one with a digit in a name its own
+    assert [r[3] for r in results[-7:-5]] == ["bad_json", None]
+    assert results[-6][-1] == {"domain": 3.5, "p1ii": 5}
 
 
 @pytest.mark.parametrize("spoiled", [None, ("3.5", "3.5.1"), ("0.25", ""), (":5,", ":-5,")])
