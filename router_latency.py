@@ -4125,7 +4125,10 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))[0]
+            reading = decision_reading(tuple(paths))
+            members = leading_members(text, reading)
+            if members is None:
+                members = top_members(text, *reading[:2])[0]
         else:
             members = signal_members(text, tuple(paths), signals)
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
@@ -4207,6 +4210,84 @@ def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
     return None, index
+
+
+@functools.lru_cache(maxsize=32)
+def decision_reading(paths: tuple) -> tuple:
+    """Return how leading_members reads answers by decision paths (with DEFAULT_ROUTE_PATHS):
+    decision_members' names and plan, each path's first alternative's top-level name as it
+    stands before its value ('"name":'), a pattern finding a \\u escape that may spell a
+    character of a name (a member named by escapes), and the cache of prefixes read."""
+    names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
+    firsts = tuple(f'"{alternatives[0][0]}":' for _, alternatives in plan)
+    spelled = {char for name in names for char in name}
+    if all(" " <= char < "\x7f" and char not in '"\\/' for char in spelled):
+        escape = re.compile(r"\\u00(?:%s)" % "|".join(f"{ord(c):02x}" for c in sorted(spelled)),
+                            re.IGNORECASE)
+    else:  # a name spelled otherwise: any escape may spell it
+        escape = re.compile(r"\\")
+    return names, plan, firsts, escape, {}
+
+
+LEADING_CACHE_ENTRIES = 512  # prefixes of answers remembered per decision paths
+
+
+def leading_members(text: str, reading: tuple) -> Optional[dict]:
+    """Return top_members' named members of a compact answer (Go's) read in one call of the C
+    scanner, or None for top_members to read it. The prefix read runs from the object's first
+    member (a string under a name not read: the router's original_text, the one member that
+    differs with every prompt) to the value of the last of the paths' first alternatives
+    (found by a search of each name); the prefix past the first member is the key of a cache,
+    so an answer whose decision and model were seen before costs the searches and a lookup.
+
+    top_members stops at the first member that settles the paths, and none settles them
+    before every first alternative's name was read: so when the prefix, decoded whole (its
+    first member checked on its own), settles them, top_members would have read that same
+    prefix, member by member, and kept the same values (the last of a name sent twice in it,
+    as json does). Where a name may be spelled by escapes (found earlier than its search
+    says), where the prefix holds MAX_ANSWER_DEPTH brackets or does not settle the paths, or
+    anything is malformed, top_members reads the answer and judges it as it always has. The
+    dict may be shared by answers: read it only."""
+    names, plan, firsts, escape, cache = reading
+    if text[:2] != '{"' or not text.endswith(("}", "}\n")):  # else top_members says why
+        return None
+    try:
+        name, index = _scan_json_key(text, 2)
+        if name in names or text[index:index + 2] != ':"':
+            return None
+        start = _scan_json_key(text, index + 2)[1]  # the first member's string, checked
+        cut = start
+        for first in firsts:
+            at = text.find(first, start)
+            if at < 0:
+                return None
+            cut = max(cut, at + len(first))
+        end = _scan_json(text, cut)[1]
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return None  # top_members reads it, raising where it does
+    rest = text[start:end]
+    members = cache.get(rest)
+    if members is None:
+        if len(cache) >= LEADING_CACHE_ENTRIES:
+            cache.clear()
+        members = cache[rest] = prefix_members(rest, names, plan, escape)
+    return members or None
+
+
+def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
+    """Return the named members of the object '{' + rest[1:] + '}' (rest: the members after
+    the first, from its comma) when they settle the plan and nothing in rest may spell a
+    name by escapes or nest MAX_ANSWER_DEPTH deep; else False (leading_members)."""
+    if rest[:1] != "," or escape.search(rest) is not None \
+            or rest.count("{") + rest.count("[") >= MAX_ANSWER_DEPTH - 1:
+        return False
+    prefix = "{" + rest[1:] + "}"
+    try:
+        document, end = _scan_json(prefix, 0)
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return False
+    members = {name: document[name] for name in names if name in document}
+    return members if end == len(prefix) and decision_settled(members, plan) else False
 
 
 DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")

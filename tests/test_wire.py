@@ -386,6 +386,47 @@ def test_a_member_sent_twice_counts_once_read_the_first_time():
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
 
 
+def test_a_name_spelled_by_escapes_is_read_where_it_stands():
+    """Decoded whole, a prefix would take the last decision_result; read member by member, the
+    escaped one settles the decision with the selected_model after it, as always."""
+    tail = preview_answer().split(b'"routing_decision":', 1)[1]
+    body = (b'{"original_text":"x","decision\\u005fresult":{"decision_name":"first"},'
+            b'"selected_model":"q","decision_result":{"decision_name":"last"},'
+            b'"routing_decision":' + tail)
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "first|q"
+    spelled = preview_answer().replace(b'"selected_model"', b'"selected\\u005Fmodel"', 1)
+    assert rl.classify(200, spelled, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+
+
+@pytest.mark.parametrize("first", [
+    b'"x\\q"', b'"a\nb"', b'"unterminated', b"12", b'{"a":1}', b'"\\ud800"'])
+def test_an_answer_read_after_one_of_the_same_decision_is_judged_by_its_own_first_member(first):
+    """The prefix past the first member is cached: an answer that shares it with one read
+    before still has its first member (original_text) read and judged."""
+    good = preview_answer("case 1")
+    paths = ("decision_result.decision_name", "selected_model?")
+    assert rl.classify(200, good, paths) == ("math|qwen3", None, None)
+    body = good.replace(b'"case 1"', first, 1)
+    try:
+        json.loads(body)
+    except ValueError:
+        assert rl.classify(200, body, paths) == (None, "bad_json", None)
+    else:
+        assert rl.classify(200, body, paths) == ("math|qwen3", None, None)
+    for text in ("case 2", "ünïcödé \"quoted\" and\na newline"):
+        assert rl.classify(200, preview_answer(text), paths) == ("math|qwen3", None, None)
+
+
+def test_answers_of_other_decisions_after_the_first_are_read_as_their_own():
+    for name, model, expected in (("math", "qwen3", "math|qwen3"), ("code", "llama", "code|llama"),
+                                  ("math", "llama", "math|llama"),
+                                  ("", "qwen3", "math|qwen3")):  # routing_decision's
+        for text in ("a", "b"):
+            body = preview_answer(text, decision_result={"decision_name": name},
+                                  selected_model=model)
+            assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == expected
+
+
 @pytest.mark.parametrize("body", [
     preview_answer()[:300], preview_answer()[:-1], preview_answer().replace(b":", b";", 1),
     preview_answer().replace(b'"MoM"', b"'MoM'"), b"{" + b" " * 600, preview_answer() + b"x",
