@@ -3627,7 +3627,7 @@ class ResponseReader:
         if self._mode == "head" and not buffer:  # the common case: a whole answer at once
             end = data.find(b"\r\n\r\n")
             if end >= 0:
-                self._parse_head(data[:end])
+                self._parse_known_head(data[:end])
                 if self._mode == "length" and len(data) - end - 4 == self._left:
                     self.body, self._mode = data[end + 4:], "done"
                     return True
@@ -3727,6 +3727,40 @@ class ResponseReader:
             if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
                 raise RequestFailed("too_large", self.status)
             self._left, self._mode = size, ("data" if size else "trailer")
+
+    HEADS: dict = {}  # (names asked for, a final head less values below) -> what it set
+    HEAD_ENTRIES = 256
+    # lines a server writes anew in every head, as Go's net/http and nginx spell them (the
+    # router's X-Request-Id as Go writes it); _parse_head checks them only for their colon
+    PER_ANSWER_LINES = ((b"\r\nDate: ", b"date"), (b"\r\nX-Request-Id: ", b"x-request-id"))
+
+    def _parse_known_head(self, whole: bytes) -> None:
+        """_parse_head, remembered for the heads of final answers: a server sends the same
+        head every time but for the values of its PER_ANSWER_LINES (the first of each, left
+        out of the key unless asked for): values without a line break, which no other line
+        and no obs-fold reads."""
+        if len(whole) > MAX_HEAD_BYTES:
+            self._parse_head(whole)  # raises
+            return
+        head = whole
+        for start, name in self.PER_ANSWER_LINES:
+            at = head.find(start)
+            if at >= 0 and name not in self._wanted:
+                end = head.find(b"\r\n", at + 2)  # the line's value left out of the key
+                head = head[:at + len(start)] + (head[end:] if end >= 0 else b"")
+        key = (self._wanted, head)
+        known = self.HEADS.get(key)
+        if known is None:
+            self._parse_head(whole)
+            if self.status is None:
+                return  # an interim answer: the final head follows
+            if len(self.HEADS) >= self.HEAD_ENTRIES:
+                self.HEADS.clear()
+            known = self.HEADS[key] = (self.status, self.keep_open, self._mode, self._left,
+                                       dict(self.headers))
+        self.status, self.keep_open, self._mode, self._left, headers = known
+        if headers:
+            self.headers.update(headers)
 
     def _parse_head(self, head: bytes) -> None:
         if len(head) > MAX_HEAD_BYTES:  # the same limit however the head arrived

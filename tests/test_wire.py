@@ -314,6 +314,49 @@ def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_byte_by_byte(data):
     assert whole.value.kind in ("malformed", "reset", "too_large")
 
 
+def outcome(feed, data, wanted):
+    """What a reader made of an answer fed whole (feed: ResponseReader.feed) or bytewise."""
+    try:
+        reader = rl.ResponseReader(wanted)
+        complete = feed(reader, data)
+    except rl.RequestFailed as failure:
+        return failure.kind, failure.status
+    return complete, reader.status, reader.keep_open, reader.headers, bytes(reader.body)
+
+
+HEADS = [b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nServer: x\r\nDate: %s\r\nConnection: close\r\nContent-Length: 2",
+         b"HTTP/1.1 503 Service Unavailable\r\nDate: %s\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nDate: %s",  # the last line
+         b"HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nDate: %s\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nX-Vsr-Config-Hash: %s\r\nContent-Length: 2",
+         # folded into Date (kept open), into Connection (closed): the same bytes less Date's
+         b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nDate: %s\r\n close\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n close\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: 3",  # a byte short
+         b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: x",
+         b"HTTP/1.1 200 OK\r\nDate: %s\r\nno colon\r\nContent-Length: 2",
+         b"HTTP/1.1 100 Continue\r\nDate: %s\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2",
+         b"HTTP/1.1 204 No Content\r\nDate: %s"]
+
+
+@pytest.mark.parametrize("wanted", [rl.PASS_HEADERS, (b"date", b"x-request-id"), ()])
+def test_heads_seen_before_are_read_as_when_parsed_anew(wanted):
+    """The heads of answers are remembered less their Date and X-Request-Id values: every head
+    fed whole, in two orders and with other values, reads as it does fed byte by byte."""
+    def bytewise(reader, data):
+        done = next((i for i in range(len(data)) if reader.feed(data[i:i + 1])), None)
+        if done is not None and done < len(data) - 1:
+            reader.feed(data[done + 1:])  # bytes past the end: not kept open
+        return done is not None
+    for order in (HEADS, HEADS[::-1]):
+        for value in (b"Mon, 01 Dec 2026 20:04:41 GMT", b"a", b"", b"x: close", b"Mon\tb"):
+            for head in order:
+                data = head.replace(b"%s", value) + b"\r\n\r\n{}"
+                assert outcome(rl.ResponseReader.feed, data, wanted) == \
+                    outcome(bytewise, data, wanted), data
+
+
 def preview_answer(text="What is the derivative of x squared?", **changes):
     """An answer shaped as the router's preview answer, over WHOLE_JSON_BYTES long."""
     answer = {"original_text": text, "requested_model": "MoM",
