@@ -284,6 +284,8 @@ CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encodi
     CHUNKED + b"%x;x=1\r\n%s\r\n0\r\n\r\n" % (len(OK), OK),  # an extension
     CHUNKED + b"%x\r\n%s\r\n0\r\nX-T: 1\r\n\r\n" % (len(OK), OK),  # a trailer
     CHUNKED + b"%x\r\n%s\r\n0\r\n\r\nX" % (len(OK), OK),  # a byte beyond the end
+    CHUNKED + b"%X\r\n%s\r\n00\r\n\r\n" % (len(OK), OK),  # the last chunk's size as 00
+    CHUNKED + b"11\r\nab\r\n0\r\n\r\ncdefghij\r\n0\r\n\r\n",  # the last chunk's bytes in data
     b"HTTP/1.1 100 Continue\r\n\r\n" + CHUNKED + b"2\r\n{}\r\n0\r\n\r\n",
     CHUNKED.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + b"2\r\n{}\r\n0\r\n\r\n",
 ])
