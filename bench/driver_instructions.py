@@ -13,6 +13,9 @@ connection with the next answer of a recorded stream of real-shaped answers:
   ch3k    the preview answer chunked as Go's net/http sends a body over 2 KB: one chunk and the
           last chunk, head and body in one write
   null    nginx's fixed answer of bench/driver_overhead.py's null target, the same every time
+  router  the answer of bench/driver_overhead.py --signals (1.4 KB, 20 signals listed, 3 of
+          them evaluated, with a Content-Length as nginx sends it), its times and request id
+          different in every answer
 
 Every answer of the first four differs from every other (original_text, the per-signal
 execution_time_ms and confidence, as the router's do), so no cache keyed by the body can hit. Each count is the
@@ -20,7 +23,8 @@ difference of two passes, of --requests N1,N2 requests, divided by N2 - N1: what
 Python, importing the module and opening the connections cost drops out.
 
     python3 bench/driver_instructions.py [BUILD.py ...] [--streams cl100,ch3k]
-        [--concurrency 1,16] [--requests 100,600] [--profile | --annotate]
+        [--concurrency 1,16] [--requests 100,600] [--signals [--no-settle]]
+        [--profile | --annotate]
 
 A build is a router_latency.py file (default: this checkout's; `git show REV:router_latency.py
 > /tmp/REV.py` for another), or `bare`: the floor, a bare CPython epoll send/recv loop that
@@ -52,7 +56,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STREAMS = ("cl100", "cl3k", "ch100", "ch3k", "null")
+STREAMS = ("cl100", "cl3k", "ch100", "ch3k", "null", "router")
 CONFIG_HASH = "3f0c2d9a7b1e4c5d6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6"
 SIGNALS = ("keyword", "embedding", "domain", "fact_check", "user_feedback", "reask",
            "preference", "language", "context", "structure", "complexity", "modality", "authz",
@@ -97,6 +101,17 @@ def preview_body(text: str, n: int) -> bytes:
     return json.dumps(answer, separators=(",", ":")).encode() + b"\n"
 
 
+def router_body(n: int) -> bytes:
+    """bench/driver_overhead.py's router answer, its three times and request id made n's."""
+    from driver_overhead import ROUTER_ANSWER  # noqa: E402 - beside this script
+    times = {"3.21": f"{3 + n % 997 / 1000:g}", "5.07": f"{5 + n % 991 / 1000:g}",
+             "2.11": f"{2 + n % 983 / 1000:g}"}
+    body = ROUTER_ANSWER.replace("$request_id", f"{n:032x}")  # as nginx's $request_id
+    for old, new in times.items():
+        body = body.replace(f'"execution_time_ms":{old}', f'"execution_time_ms":{new}')
+    return body.encode()
+
+
 def small_body(text: str, n: int) -> bytes:
     return json.dumps({"original_text": f"{text} #{n}", "decision_result": {
         "decision_name": "math"}, "selected_model": "qwen3"}, separators=(",", ":")).encode()
@@ -110,6 +125,10 @@ def answer_bytes(stream: str, n: int) -> bytes:
                 b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: "
                 b"keep-alive\r\n\r\n" % len(body) + body)
     text = f"What is the derivative of x squared, case {n}?"
+    if stream == "router":
+        body = router_body(n)
+        return (b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nContent-Type: application/json"
+                b"\r\nContent-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body) + body)
     body = small_body(text, n) if stream.endswith("100") else preview_body(text, n + 1)
     head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Vsr-Config-Hash: "
             f"{CONFIG_HASH}\r\nDate: Tue, 01 Dec 2026 20:04:41 GMT\r\n").encode()
@@ -239,7 +258,10 @@ def inner(build: str, url: str, requests: int, concurrency: int, encoded: int) -
     if build == "bare":
         bare_pass(url, requests, concurrency)
         return
-    records = one_pass(load_build(build), url, requests, concurrency, encoded)
+    module = load_build(build)
+    if os.environ.get("RL_BENCH_NO_SETTLE") and hasattr(module.PassLoop, "_settle"):
+        module.PassLoop._settle = lambda self: None  # the held answers' times left unread
+    records = one_pass(module, url, requests, concurrency, encoded)
     failed = [r for r in records if (r["error"] if isinstance(r, dict) else r.error)]
     if len(records) != requests or failed:
         sys.exit(f"{build}: {len(records)} records, {len(failed)} failed")
@@ -336,11 +358,17 @@ def main() -> int:
                         help="profile the builds with cProfile instead of counting")
     parser.add_argument("--signals", action="store_true",
                         help="record the per-signal times, as run does unless --no-signals")
+    parser.add_argument("--no-settle", action="store_true",
+                        help="with --signals: leave the times of the answers held during the "
+                             "pass unread (what the pass costs while its requests are in "
+                             "flight; the difference to a count without it is their reading)")
     parser.add_argument("--annotate", action="store_true",
                         help="print the instructions per request by C function instead")
     args = parser.parse_args()
     if args.signals:
         os.environ["RL_BENCH_SIGNALS"] = "1"  # read by the measured process
+    if args.no_settle:
+        os.environ["RL_BENCH_NO_SETTLE"] = "1"
     streams = [s for s in args.streams.split(",") if s]
     levels = [int(c) for c in args.concurrency.split(",")]
     low, high = (int(n) for n in args.requests.split(","))

@@ -19,7 +19,9 @@ for the driver's peak RSS.
 --signals measures only what recording the router's per-signal times costs: nginx answers
 every preview as the router does (20 signals under metrics, 3 of them evaluated, and a
 request id that changes every answer), and the driver runs alternately with and without
---no-signals; it prints the driver's CPU time and p50 per request of each, and the growth.
+--no-signals; it prints the driver's CPU time during the passes (the run file's driver_cpu_s)
+and p50 per request of each, and the growth; then the pass loop alone in this process, and
+what reading the times of the answers held during a pass costs after it (per answer).
 
 Like the published method, the load generators run on other cores than the server: on a
 machine of N >= 2 cores the targets are pinned to the last core and wrk and the driver to the
@@ -310,18 +312,21 @@ def signal_cost(reps: int) -> int:
                                  "p50 ms without", "with", "p50 change us"], rows,
                                 right=[True]):
         print(line)
-    without, with_ = (statistics.median(in_process[m]) for m in ("without", "with"))
-    print(f"in this process, the pass loop alone at concurrency 16 (thread CPU time per answer, "
-          f"median of {reps}): without {without:.1f} us, with {with_:.1f} us, "
-          f"{100 * (with_ / without - 1):+.1f}%")
+    without, with_ = (statistics.median(c for c, _ in in_process[m]) for m in ("without", "with"))
+    after = statistics.median(s for _, s in in_process["with"])
+    print(f"in this process, the pass loop alone at concurrency 16 (CPU time per answer while "
+          f"the pass ran, median of {reps}): without {without:.1f} us, with {with_:.1f} us, "
+          f"{100 * (with_ / without - 1):+.1f}%; reading the held answers' times after it: "
+          f"{after:.1f} us per answer")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
 def pass_loop_cost(url: str, reps: int) -> dict:
-    """Return {mode: [thread CPU us per answer]} of 4,000-request passes at concurrency 16
-    run by the pass loop in this process, with and without a signal table, alternated: the
-    per-answer path alone, without the start-up, warm-up and file of a run."""
+    """Return {mode: [(thread CPU us per answer while the pass ran, us per answer of reading
+    the held answers' times after it)]} of 4,000-request passes at concurrency 16 run by the
+    pass loop in this process, with and without a signal table, alternated: the per-answer
+    path alone, without the start-up, warm-up and file of a run."""
     found: dict = {"with": [], "without": []}
     for rep in range(reps):
         for mode in (("with", "without") if rep % 2 else ("without", "with")):
@@ -331,7 +336,9 @@ def pass_loop_cost(url: str, reps: int) -> dict:
             loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 16))
             started = time.thread_time()
             results = loop.run()
-            found[mode].append(1e6 * (time.thread_time() - started) / len(results))
+            settled = getattr(loop, "settle_cpu_s", 0.0)  # builds before the answers were held
+            found[mode].append((1e6 * (time.thread_time() - started - settled) / len(results),
+                                1e6 * settled / len(results)))
     return found
 
 

@@ -15,6 +15,7 @@ observing 40 calls (before) and 60 more (after).
 
 import json
 import re
+import threading
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import html5lib
 import pytest
 
 import router_latency as rl
-from conftest import write_corpus
+from conftest import final_answer, write_corpus
 
 DATA = Path(__file__).parent / "data"
 
@@ -476,3 +477,81 @@ def test_a_metrics_member_nested_before_the_answers_own_is_not_taken_for_it(betw
     table = rl.SignalTable()
     assert rl.classify(200, body, paths, signals=table)[:2] == ("math", None)
     assert table.last == (3.5, 5)
+
+
+def held_answers():
+    """Answers over the small-answer cache's size, of every kind the scan meets: the compact
+    form with names coming and going, malformed metrics, other forms, members before metrics."""
+    def large(metrics, between=""):
+        body = compact_answer(metrics).replace(b'"x', b'"' + b"y" * 900 + b"x")
+        return body.replace(b'"metrics":', between.encode() + b'"metrics":')
+    good = [large(metrics_text(entries)) for entries in (
+        [("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25)],
+        [("keyword", 1.25, 0.5), ("domain", 2, 0.5), ("pii", 0, 0), ("kb", 7, 1)],
+        [("jailbreak", 2.5, 0.3), ("domain", 12, 0.1)])]
+    malformed = [large(GOOD_METRICS.replace(old, new)) for old, new in (
+        ("3.5", "3.5.1"), ("0.25", ""), ("},", "}3,"), ("}}", "}3}"), (":{", ":"))]
+    other = [large(GOOD_METRICS.replace(":", " : ")), large(GOOD_METRICS.replace(":5,", ":-5,")),
+             large(GOOD_METRICS.replace('"pii"', '"p\\u0069i"')),
+             large(GOOD_METRICS, '"recommended_models":["qwen3","llama"],'),
+             large(GOOD_METRICS, '"inner":{"metrics":{"domain":{"execution_time_ms":9}}},'),
+             large(GOOD_METRICS, '"deep":' + "[" * 200 + "]" * 200 + ","),
+             large(GOOD_METRICS, '"cut":{"a":[1,2}],'),
+             large(GOOD_METRICS.replace(":", " : "), '"deep":' + "[" * 200 + "]" * 200 + ",")]
+    return good + malformed + other + good[::-1]
+
+
+def pass_of_held_answers(scripted, answers):
+    """Run one pass at concurrency 1 over the answers; return its results, times by name."""
+    server = scripted(lambda prompt, number: [final_answer(answers[int(prompt)])])
+    table = rl.SignalTable()
+    target = rl.Target(rl.parse_endpoint(server.url), signals=table)
+    payloads = rl.encode_prompts(target, [str(i) for i in range(len(answers))])
+    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 1))
+    return [(r.number, r.status, r.decision, r.error, r.code, r.config_hash, r.reason,
+             {n: ms for n, ms in zip(table.names, r.signal_ms) if ms is not None})
+            for r in loop.run()]
+
+
+def test_answers_held_for_their_times_are_read_after_the_pass_as_they_would_be_at_once(
+        scripted, monkeypatch):
+    answers = held_answers()
+    held = []
+    real_settle = rl.PassLoop._settle
+
+    def settle(self):
+        held.append(sum(type(r.signal_ms) is rl.HeldAnswer for r in self.results))
+        real_settle(self)
+
+    monkeypatch.setattr(rl.PassLoop, "_settle", settle)
+    results = pass_of_held_answers(scripted, answers)
+    # everything past the decision is read after the pass: the scan and, for what it cannot
+    # read, the classification again (bad_json, the times decoded)
+    assert held == [len(answers)]
+    for budget in (0, 2 * len(answers[0])):  # nothing held; the first two, then at once
+        monkeypatch.setattr(rl.PassLoop, "HOLD_CHARS", budget)
+        assert pass_of_held_answers(scripted, answers) == results
+        assert held[-1] == (0 if budget == 0 else 2)
+    errors = [r[3] for r in results]
+    assert errors.count("bad_json") >= 5 and errors.count(None) >= 10, errors
+    assert "malformed" in errors  # nested too deep past the decision, where it is read
+    assert results[0][-1] == {"domain": 3.5, "pii": 5}
+
+
+@pytest.mark.parametrize("spoiled", [None, ("3.5", "3.5.1"), ("0.25", ""), (":5,", ":-5,")])
+def test_answers_scanned_together_give_what_scanning_one_after_another_gives(spoiled):
+    entries = [[("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25)],
+               [("keyword", 1.25, 0.125), ("domain", 3.123456789, 0.5), ("pii", 0, 0)],
+               [("domain", 12, 0.5), ("pii", 0.00125, 0.1), ("jailbreak", 2.5, 0.3)],
+               [("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25)], [],
+               [("kb", 123456.78901, 1), ("domain", 0, 0)]] * 3
+    texts = [compact_answer(metrics_text(e)).decode() for e in entries]
+    if spoiled:  # one answer in the middle is not a list of numbers, or has a negative time
+        texts[7] = compact_answer(GOOD_METRICS.replace(*spoiled)).decode()
+    answers = [rl.HeldAnswer(text, rl.top_members(
+        text, *rl.metrics_members(rl.DEFAULT_DECISION_PATHS))[1]) for text in texts]
+    together, one_by_one = rl.SignalTable(), rl.SignalTable()
+    found = together.scan_many(answers)
+    assert found == [one_by_one.scan(text, at) for text, at in answers]
+    assert together.names == one_by_one.names == ["domain", "pii", "keyword", "jailbreak", "kb"]
+    assert (found[7] is None) == bool(spoiled) and found[2] == (12, 0.0013, None, 2.5)

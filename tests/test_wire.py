@@ -1,6 +1,7 @@
 """HTTP wire: the incremental response parser fed whole and byte by byte, what it refuses,
 and request bodies larger than a socket buffer sent whole to a loopback simulator."""
 
+import gc
 import json
 import threading
 
@@ -518,3 +519,33 @@ def test_a_cached_small_answer_keeps_each_request_s_own_config_hash(scripted):
         results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b", "c"]),
                               threading.Event(), rl.PassPlan("x", 1)).run()
         assert [r.config_hash for r in sorted(results, key=lambda r: r.number)] == expected
+
+
+def test_the_garbage_collector_waits_while_a_pass_runs_and_nothing_it_leaves_is_a_cycle(
+        scripted):
+    # answers of every kind the loop meets: routed, malformed, bad JSON, closed unanswered,
+    # chunked with signal times, an interim 103, a status the parser refuses
+    metrics = json.dumps({"domain": {"execution_time_ms": 1.5, "confidence": 0.5}},
+                         separators=(",", ":"))
+    routed = ('{"original_text":"' + "x" * 600 + '","decision_result":{"decision_name":"m"},'
+              f'"metrics":{metrics}}}').encode()
+    kinds = [[final_answer(routed)], [final_answer(b"{bad")], None,
+             [b"HTTP/1.1 103 Early Hints\r\n\r\n", final_answer(routed)],
+             [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+              % (len(routed), routed)], [b"HTTP/1.1 2x0 OK\r\n\r\n"]]
+    collecting = []
+    server = scripted(lambda prompt, number: collecting.append(gc.isenabled()) or
+                      kinds[int(prompt) % len(kinds)])
+    target = rl.Target(rl.parse_endpoint(server.url), signals=rl.SignalTable())
+    payloads = rl.encode_prompts(target, [str(i) for i in range(120)])
+    gc.collect()
+    for enabled in (True, False):  # the collector's state is given back as it was
+        (gc.enable if enabled else gc.disable)()
+        try:
+            results = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 4)).run()
+            assert gc.isenabled() is enabled
+        finally:
+            gc.enable()
+        assert gc.collect() == 0  # what a pass made is freed by reference counts alone
+    assert len(collecting) >= 240 and not any(collecting)
+    assert {r.error for r in results} >= {None, "bad_json", "malformed", "reset"}
