@@ -6143,7 +6143,9 @@ class PassLoop:
         if table is None:
             return
         table.hold = 0  # from here on, times are read as answers are
-        started = time.process_time()  # the process's CPU, as driver_cpu_seconds reads it
+        # this thread's CPU, which driver_cpu_seconds counts in the process's (other
+        # threads' while it runs are the driver's as ever)
+        started = time.thread_time()
         results = self.results
         held = [i for i, raw in enumerate(results) if type(raw.signal_ms) is HeldAnswer]
         found: list = []
@@ -6158,7 +6160,7 @@ class PassLoop:
             # tuple.__new__ as in _complete: signal_ms is the last field
             results[i] = _new_tuple(RawResult, (*raw[:-1], times)) if times is not None else \
                 self._read_again(raw, cast(HeldAnswer, raw.signal_ms).text.encode())
-        self.settle_cpu_s = time.process_time() - started
+        self.settle_cpu_s = time.thread_time() - started
 
     def _read_again(self, raw: RawResult, body: bytes) -> RawResult:
         """Return a held answer's result classified again, times and all, as _complete and
