@@ -3574,6 +3574,12 @@ def whole_chunked(data: bytes, pos: int) -> Optional[bytes]:
     CRLF, the last chunk without trailers, nothing after it. None for anything else, which the
     incremental parser then reads (and judges) from the start: one scan of the read, no copy
     of the body but its one slice."""
+    end = data.find(b"\r\n", pos, pos + 10)
+    line = data[pos:end]
+    if end > pos and not line.strip(HEX_DIGITS):  # one chunk, then the last: Go's, at once
+        stop = end + 2 + int(line, 16)
+        if end + 2 < stop <= end + 2 + MAX_BODY_BYTES and data[stop:] == b"\r\n0\r\n\r\n":
+            return data[end + 2:stop]
     pieces = []
     size = 1
     while size:
@@ -3629,7 +3635,7 @@ class ResponseReader:
         if self._mode == "head" and not buffer:  # the common case: a whole answer at once
             end = data.find(b"\r\n\r\n")
             if end >= 0:
-                self._parse_head(data[:end])
+                self._parse_known_head(data[:end])
                 if self._mode == "length" and len(data) - end - 4 == self._left:
                     self.body, self._mode = data[end + 4:], "done"
                     return True
@@ -3729,6 +3735,40 @@ class ResponseReader:
             if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
                 raise RequestFailed("too_large", self.status)
             self._left, self._mode = size, ("data" if size else "trailer")
+
+    HEADS: dict = {}  # (names asked for, a final head less values below) -> what it set
+    HEAD_ENTRIES = 256
+    # lines a server writes anew in every head, as Go's net/http and nginx spell them (the
+    # router's X-Request-Id as Go writes it); _parse_head checks them only for their colon
+    PER_ANSWER_LINES = ((b"\r\nDate: ", b"date"), (b"\r\nX-Request-Id: ", b"x-request-id"))
+
+    def _parse_known_head(self, whole: bytes) -> None:
+        """_parse_head, remembered for the heads of final answers: a server sends the same
+        head every time but for the values of its PER_ANSWER_LINES (the first of each, left
+        out of the key unless asked for): values without a line break, which no other line
+        and no obs-fold reads."""
+        if len(whole) > MAX_HEAD_BYTES:
+            self._parse_head(whole)  # raises
+            return
+        head = whole
+        for start, name in self.PER_ANSWER_LINES:
+            at = head.find(start)
+            if at >= 0 and name not in self._wanted:
+                end = head.find(b"\r\n", at + 2)  # the line's value left out of the key
+                head = head[:at + len(start)] + (head[end:] if end >= 0 else b"")
+        key = (self._wanted, head)
+        known = self.HEADS.get(key)
+        if known is None:
+            self._parse_head(whole)
+            if self.status is None:
+                return  # an interim answer: the final head follows
+            if len(self.HEADS) >= self.HEAD_ENTRIES:
+                self.HEADS.clear()
+            known = self.HEADS[key] = (self.status, self.keep_open, self._mode, self._left,
+                                       dict(self.headers))
+        self.status, self.keep_open, self._mode, self._left, headers = known
+        if headers:
+            self.headers.update(headers)
 
     def _parse_head(self, head: bytes) -> None:
         if len(head) > MAX_HEAD_BYTES:  # the same limit however the head arrived
@@ -4127,7 +4167,10 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = top_members(text, *decision_members(tuple(paths) + DEFAULT_ROUTE_PATHS))[0]
+            reading = decision_reading(tuple(paths))
+            members = leading_members(text, reading)
+            if members is None:
+                members = top_members(text, *reading[:2])[0]
         else:
             members = signal_members(text, tuple(paths), signals)
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
@@ -4219,6 +4262,84 @@ def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
         if text[index] in JSON_SPACE:
             index = _json_space(text, index).end()
     return None, index
+
+
+@functools.lru_cache(maxsize=32)
+def decision_reading(paths: tuple) -> tuple:
+    """Return how leading_members reads answers by decision paths (with DEFAULT_ROUTE_PATHS):
+    decision_members' names and plan, each path's first alternative's top-level name as it
+    stands before its value ('"name":'), a pattern finding a \\u escape that may spell a
+    character of a name (a member named by escapes), and the cache of prefixes read."""
+    names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
+    firsts = tuple(f'"{alternatives[0][0]}":' for _, alternatives in plan)
+    spelled = {char for name in names for char in name}
+    if all(" " <= char < "\x7f" and char not in '"\\/' for char in spelled):
+        escape = re.compile(r"\\u00(?:%s)" % "|".join(f"{ord(c):02x}" for c in sorted(spelled)),
+                            re.IGNORECASE)
+    else:  # a name spelled otherwise: any escape may spell it
+        escape = re.compile(r"\\")
+    return names, plan, firsts, escape, {}
+
+
+LEADING_CACHE_ENTRIES = 512  # prefixes of answers remembered per decision paths
+
+
+def leading_members(text: str, reading: tuple) -> Optional[dict]:
+    """Return top_members' named members of a compact answer (Go's) read in one call of the C
+    scanner, or None for top_members to read it. The prefix read runs from the object's first
+    member (a string under a name not read: the router's original_text, the one member that
+    differs with every prompt) to the value of the last of the paths' first alternatives
+    (found by a search of each name); the prefix past the first member is the key of a cache,
+    so an answer whose decision and model were seen before costs the searches and a lookup.
+
+    top_members stops at the first member that settles the paths, and none settles them
+    before every first alternative's name was read: so when the prefix, decoded whole (its
+    first member checked on its own), settles them, top_members would have read that same
+    prefix, member by member, and kept the same values (the last of a name sent twice in it,
+    as json does). Where a name may be spelled by escapes (found earlier than its search
+    says), where the prefix holds MAX_ANSWER_DEPTH brackets or does not settle the paths, or
+    anything is malformed, top_members reads the answer and judges it as it always has. The
+    dict may be shared by answers: read it only."""
+    names, plan, firsts, escape, cache = reading
+    if text[:2] != '{"' or not text.endswith(("}", "}\n")):  # else top_members says why
+        return None
+    try:
+        name, index = _scan_json_key(text, 2)
+        if name in names or text[index:index + 2] != ':"':
+            return None
+        start = _scan_json_key(text, index + 2)[1]  # the first member's string, checked
+        cut = start
+        for first in firsts:
+            at = text.find(first, start)
+            if at < 0:
+                return None
+            cut = max(cut, at + len(first))
+        end = _scan_json(text, cut)[1]
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return None  # top_members reads it, raising where it does
+    rest = text[start:end]
+    members = cache.get(rest)
+    if members is None:
+        if len(cache) >= LEADING_CACHE_ENTRIES:
+            cache.clear()
+        members = cache[rest] = prefix_members(rest, names, plan, escape)
+    return members or None
+
+
+def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
+    """Return the named members of the object '{' + rest[1:] + '}' (rest: the members after
+    the first, from its comma) when they settle the plan and nothing in rest may spell a
+    name by escapes or nest MAX_ANSWER_DEPTH deep; else False (leading_members)."""
+    if rest[:1] != "," or escape.search(rest) is not None \
+            or rest.count("{") + rest.count("[") >= MAX_ANSWER_DEPTH - 1:
+        return False
+    prefix = "{" + rest[1:] + "}"
+    try:
+        document, end = _scan_json(prefix, 0)
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return False
+    members = {name: document[name] for name in names if name in document}
+    return members if end == len(prefix) and decision_settled(members, plan) else False
 
 
 DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")

@@ -15,9 +15,14 @@ targets are stated in: each build's concurrency-16 req/s over wrk's and hey's (m
 per-repetition ratios) and its sequential p50 minus wrk's. hey prints its percentiles to
 0.1 ms, wrk to 1 us.
 
-    python3 bench/compare_builds.py OLD.py NEW.py [--reps 4] [--targets null,go]
+    python3 bench/compare_builds.py OLD.py NEW.py [--reps 4] [--targets null,go] [--no-signals]
+    python3 bench/compare_builds.py router_latency.py bare --no-signals --reps 3
 
-An old build is `git show REV:router_latency.py > /tmp/REV.py`. Uses bench/driver_overhead.py's
+An old build is `git show REV:router_latency.py > /tmp/REV.py`. A build named `bare` is the
+floor of a CPython loop of this shape (bench/driver_instructions.py's bare_pass, the same
+request bytes as `run`'s body, timed in its own process on the client cores: req/s over its
+pass, p50 of its per-request times, CPU by os.times): can any such loop reach a target where
+this tool does not? --no-signals runs every build's `run` without the per-signal times. Uses bench/driver_overhead.py's
 set-up (nginx-light, wrk; hey and go for the go target). The machine's load (os.getloadavg)
 is printed before and after: on a shared machine the figures are only as good as it is quiet.
 Not a test: it prints figures and asserts nothing.
@@ -32,20 +37,50 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import driver_overhead as bench  # noqa: E402
 
+SIGNALS_OFF: list = []  # ["--no-signals"] with --no-signals
+
+
+def timed_bare(url: str, requests: int, level: int) -> None:
+    """Print the figures of one timed bare_pass (run in a child process by measure)."""
+    import driver_instructions
+    host = url.split("//")[1]
+    body = bench.BODY.encode()
+    payload = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (bench.rl.PREVIEW_PATH.encode(),
+                                                   host.encode(), len(body), body))
+    driver_instructions.bare_pass(url, 200, level, payload)  # warm-up, as run's --warmup 200
+    cpu, started = os.times(), time.perf_counter()
+    results = driver_instructions.bare_pass(url, requests, level, payload)
+    wall, cpu_after = time.perf_counter() - started, os.times()
+    bad = sum(status != b"200" for _, _, status in results)
+    if bad:
+        raise SystemExit(f"bare pass: {bad} answers not 200")
+    latencies = sorted((end - start) / 1e6 for start, end, _ in results)
+    print(json.dumps({"p50_ms": statistics.median(latencies), "req_per_s": requests / wall,
+                      "cpu_per_1000": 1000 * (cpu_after.user + cpu_after.system - cpu.user
+                                              - cpu.system) / requests}))
+
 
 def measure(tool: str, url: str, corpus: Path, out: Path, level: int) -> dict:
     """Return the figures of one pass of a build against url."""
+    requests = len(json.loads(corpus.read_text())["prompts"])
+    if tool == "bare":
+        done = subprocess.run([sys.executable, __file__, "--bare-pass", url, str(requests),
+                               str(level)], check=True, capture_output=True, text=True,
+                              preexec_fn=bench.pinned(bench.CLIENT_CPUS))
+        return json.loads(done.stdout)
     if out.exists():
         out.unlink()
     subprocess.run([sys.executable, tool, "run", "--url", url, "--corpus", str(corpus),
                     "--out", str(out), "--label", "x", "--concurrency", str(level), "--quiet",
-                    "--force", "--gpu", "none", "--warmup", "200"],
+                    "--force", "--gpu", "none", "--warmup", "200", *SIGNALS_OFF],
                    check=True, preexec_fn=bench.pinned(bench.CLIENT_CPUS))
     item = json.loads(out.read_text())["passes"][0]
     summary = item["summary"]
@@ -106,9 +141,15 @@ def main() -> None:
     parser.add_argument("--seq-requests", type=int, default=1000)
     parser.add_argument("--c16-requests", type=int, default=12000)
     parser.add_argument("--seconds", type=float, default=2.0, help="of each wrk and hey run")
+    parser.add_argument("--no-signals", action="store_true",
+                        help="run every build without recording the per-signal times")
     args = parser.parse_args()
     bench.ensure_tools()
+    if args.no_signals:
+        SIGNALS_OFF.append("--no-signals")
     builds = {"old": args.old, "new": args.new}
+    print(f"old: {args.old}; new: {args.new}"
+          f"{'; run --no-signals' if args.no_signals else ''}")
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; targets on core "
           f"{sorted(bench.SERVER_CPUS)}, clients on {sorted(bench.CLIENT_CPUS)}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -132,4 +173,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--bare-pass"]:
+        timed_bare(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()

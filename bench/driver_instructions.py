@@ -211,14 +211,15 @@ def one_pass(module, url: str, requests: int, concurrency: int, encoded: int = 0
                                "x")[0]
 
 
-def bare_pass(url: str, requests: int, concurrency: int) -> list:
+def bare_pass(url: str, requests: int, concurrency: int, payload: bytes = b"") -> list:
     """The floor of a Python pass loop: `concurrency` connections on select.epoll, a request
     sent, its answer read until a Content-Length or the last chunk says it is whole, two clock
     reads and a tuple per request. No parsing of the head beyond that, no checks, no
-    classification: what any CPython driver of this shape pays before doing its job."""
+    classification: what any CPython driver of this shape pays before doing its job. `payload`:
+    the request's bytes (default: a POST of `{}` to /api/v1/eval)."""
     host, port = url.split("//")[1].split(":")
-    payload = (b"POST /api/v1/eval HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-               b"Content-Length: 2\r\n\r\n{}" % host.encode())
+    payload = payload or (b"POST /api/v1/eval HTTP/1.1\r\nHost: %s\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: 2\r\n\r\n{}" % host.encode())
     poller, by_fd, results, sent = select.epoll(), {}, [], 0
     perf = time.perf_counter_ns
     for _ in range(concurrency):

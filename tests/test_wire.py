@@ -285,6 +285,8 @@ CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encodi
     CHUNKED + b"%x;x=1\r\n%s\r\n0\r\n\r\n" % (len(OK), OK),  # an extension
     CHUNKED + b"%x\r\n%s\r\n0\r\nX-T: 1\r\n\r\n" % (len(OK), OK),  # a trailer
     CHUNKED + b"%x\r\n%s\r\n0\r\n\r\nX" % (len(OK), OK),  # a byte beyond the end
+    CHUNKED + b"%X\r\n%s\r\n00\r\n\r\n" % (len(OK), OK),  # the last chunk's size as 00
+    CHUNKED + b"11\r\nab\r\n0\r\n\r\ncdefghij\r\n0\r\n\r\n",  # the last chunk's bytes in data
     b"HTTP/1.1 100 Continue\r\n\r\n" + CHUNKED + b"2\r\n{}\r\n0\r\n\r\n",
     CHUNKED.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + b"2\r\n{}\r\n0\r\n\r\n",
 ])
@@ -313,6 +315,49 @@ def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_byte_by_byte(data):
         rl.ResponseReader().feed(data)
     assert (whole.value.kind, whole.value.status) == (bytewise.value.kind, bytewise.value.status)
     assert whole.value.kind in ("malformed", "reset", "too_large")
+
+
+def outcome(feed, data, wanted):
+    """What a reader made of an answer fed whole (feed: ResponseReader.feed) or bytewise."""
+    try:
+        reader = rl.ResponseReader(wanted)
+        complete = feed(reader, data)
+    except rl.RequestFailed as failure:
+        return failure.kind, failure.status
+    return complete, reader.status, reader.keep_open, reader.headers, bytes(reader.body)
+
+
+HEADS = [b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nServer: x\r\nDate: %s\r\nConnection: close\r\nContent-Length: 2",
+         b"HTTP/1.1 503 Service Unavailable\r\nDate: %s\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nDate: %s",  # the last line
+         b"HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nDate: %s\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nX-Vsr-Config-Hash: %s\r\nContent-Length: 2",
+         # folded into Date (kept open), into Connection (closed): the same bytes less Date's
+         b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nDate: %s\r\n close\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n close\r\nContent-Length: 2",
+         b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: 3",  # a byte short
+         b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: x",
+         b"HTTP/1.1 200 OK\r\nDate: %s\r\nno colon\r\nContent-Length: 2",
+         b"HTTP/1.1 100 Continue\r\nDate: %s\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2",
+         b"HTTP/1.1 204 No Content\r\nDate: %s"]
+
+
+@pytest.mark.parametrize("wanted", [rl.PASS_HEADERS, (b"date", b"x-request-id"), ()])
+def test_heads_seen_before_are_read_as_when_parsed_anew(wanted):
+    """The heads of answers are remembered less their Date and X-Request-Id values: every head
+    fed whole, in two orders and with other values, reads as it does fed byte by byte."""
+    def bytewise(reader, data):
+        done = next((i for i in range(len(data)) if reader.feed(data[i:i + 1])), None)
+        if done is not None and done < len(data) - 1:
+            reader.feed(data[done + 1:])  # bytes past the end: not kept open
+        return done is not None
+    for order in (HEADS, HEADS[::-1]):
+        for value in (b"Mon, 01 Dec 2026 20:04:41 GMT", b"a", b"", b"x: close", b"Mon\tb"):
+            for head in order:
+                data = head.replace(b"%s", value) + b"\r\n\r\n{}"
+                assert outcome(rl.ResponseReader.feed, data, wanted) == \
+                    outcome(bytewise, data, wanted), data
 
 
 def preview_answer(text="What is the derivative of x squared?", **changes):
@@ -385,6 +430,47 @@ def test_a_member_sent_twice_counts_once_read_the_first_time():
     no JSON encoder writes a member twice; Go's, from the router's structs, cannot."""
     body = preview_answer()[:-1] + b',"selected_model":"other"}'
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+
+
+def test_a_name_spelled_by_escapes_is_read_where_it_stands():
+    """Decoded whole, a prefix would take the last decision_result; read member by member, the
+    escaped one settles the decision with the selected_model after it, as always."""
+    tail = preview_answer().split(b'"routing_decision":', 1)[1]
+    body = (b'{"original_text":"x","decision\\u005fresult":{"decision_name":"first"},'
+            b'"selected_model":"q","decision_result":{"decision_name":"last"},'
+            b'"routing_decision":' + tail)
+    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "first|q"
+    spelled = preview_answer().replace(b'"selected_model"', b'"selected\\u005Fmodel"', 1)
+    assert rl.classify(200, spelled, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+
+
+@pytest.mark.parametrize("first", [
+    b'"x\\q"', b'"a\nb"', b'"unterminated', b"12", b'{"a":1}', b'"\\ud800"'])
+def test_an_answer_read_after_one_of_the_same_decision_is_judged_by_its_own_first_member(first):
+    """The prefix past the first member is cached: an answer that shares it with one read
+    before still has its first member (original_text) read and judged."""
+    good = preview_answer("case 1")
+    paths = ("decision_result.decision_name", "selected_model?")
+    assert rl.classify(200, good, paths) == ("math|qwen3", None, None)
+    body = good.replace(b'"case 1"', first, 1)
+    try:
+        json.loads(body)
+    except ValueError:
+        assert rl.classify(200, body, paths) == (None, "bad_json", None)
+    else:
+        assert rl.classify(200, body, paths) == ("math|qwen3", None, None)
+    for text in ("case 2", "ünïcödé \"quoted\" and\na newline"):
+        assert rl.classify(200, preview_answer(text), paths) == ("math|qwen3", None, None)
+
+
+def test_answers_of_other_decisions_after_the_first_are_read_as_their_own():
+    for name, model, expected in (("math", "qwen3", "math|qwen3"), ("code", "llama", "code|llama"),
+                                  ("math", "llama", "math|llama"),
+                                  ("", "qwen3", "math|qwen3")):  # routing_decision's
+        for text in ("a", "b"):
+            body = preview_answer(text, decision_result={"decision_name": name},
+                                  selected_model=model)
+            assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == expected
 
 
 @pytest.mark.parametrize("body", [
