@@ -4168,7 +4168,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
             reading = decision_reading(tuple(paths))
-            members = leading_members(text, reading)
+            members = leading_members(text, reading)[0]
             if members is None:
                 members = top_members(text, *reading[:2])[0]
         else:
@@ -4182,18 +4182,16 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     return document
 
 
-@functools.lru_cache(maxsize=32)
 def metrics_members(paths: tuple) -> tuple:
     """Return decision_members of paths read with the answer's metrics: their names and
     'metrics' (kept where it comes before the decision), and their plan, without metrics."""
-    names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
-    return names | {"metrics"}, plan
+    return decision_reading(paths, ("metrics",))[:2]
 
 
 def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[dict]:
     """Return top_members of an answer read for its decision and its per-signal times.
 
-    The decision is read as without the times; 'metrics' past it is found and its times
+    The decision is read as without the times (leading_members, else top_members); 'metrics' past it is found and its times
     read by SignalTable.scan, without decoding anything, where the members between are
     plain JSON and metrics has the router's compact form (Go's, every signal's
     {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
@@ -4203,7 +4201,10 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
     While the table may hold answers (SignalTable.hold), the times are not read now: the
     answer is kept as a HeldAnswer in signals.last, its decision read, and read after its
     pass as it would be now."""
-    members, index = top_members(text, *metrics_members(paths))
+    reading = decision_reading(paths, ("metrics",))
+    members, index = leading_members(text, reading)
+    if members is None:
+        members, index = top_members(text, *reading[:2])
     if members is None or "metrics" in members:
         return members
     size = len(text) if text.isascii() else 4 * len(text)  # the most a str holds a character in
@@ -4265,12 +4266,14 @@ def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
 
 
 @functools.lru_cache(maxsize=32)
-def decision_reading(paths: tuple) -> tuple:
+def decision_reading(paths: tuple, also: tuple = ()) -> tuple:
     """Return how leading_members reads answers by decision paths (with DEFAULT_ROUTE_PATHS):
-    decision_members' names and plan, each path's first alternative's top-level name as it
-    stands before its value ('"name":'), a pattern finding a \\u escape that may spell a
-    character of a name (a member named by escapes), and the cache of prefixes read."""
+    decision_members' names (and the names `also` kept where they come before the decision)
+    and plan, each path's first alternative's top-level name as it stands before its value
+    ('"name":'), a pattern finding a \\u escape that may spell a character of a name (a
+    member named by escapes), and the cache of prefixes read."""
     names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
+    names = names | frozenset(also)
     firsts = tuple(f'"{alternatives[0][0]}":' for _, alternatives in plan)
     spelled = {char for name in names for char in name}
     if all(" " <= char < "\x7f" and char not in '"\\/' for char in spelled):
@@ -4284,9 +4287,10 @@ def decision_reading(paths: tuple) -> tuple:
 LEADING_CACHE_ENTRIES = 512  # prefixes of answers remembered per decision paths
 
 
-def leading_members(text: str, reading: tuple) -> Optional[dict]:
-    """Return top_members' named members of a compact answer (Go's) read in one call of the C
-    scanner, or None for top_members to read it. The prefix read runs from the object's first
+def leading_members(text: str, reading: tuple) -> tuple:
+    """Return (top_members' named members of a compact answer (Go's) read in one call of the C
+    scanner, or None for top_members to read it; where the read stopped, just past the last
+    value read). The prefix read runs from the object's first
     member (a string under a name not read: the router's original_text, the one member that
     differs with every prompt) to the value of the last of the paths' first alternatives
     (found by a search of each name); the prefix past the first member is the key of a cache,
@@ -4302,28 +4306,28 @@ def leading_members(text: str, reading: tuple) -> Optional[dict]:
     dict may be shared by answers: read it only."""
     names, plan, firsts, escape, cache = reading
     if text[:2] != '{"' or not text.endswith(("}", "}\n")):  # else top_members says why
-        return None
+        return None, 0
     try:
         name, index = _scan_json_key(text, 2)
         if name in names or text[index:index + 2] != ':"':
-            return None
+            return None, 0
         start = _scan_json_key(text, index + 2)[1]  # the first member's string, checked
         cut = start
         for first in firsts:
             at = text.find(first, start)
             if at < 0:
-                return None
+                return None, 0
             cut = max(cut, at + len(first))
         end = _scan_json(text, cut)[1]
     except (ValueError, IndexError, StopIteration, RecursionError):
-        return None  # top_members reads it, raising where it does
+        return None, 0  # top_members reads it, raising where it does
     rest = text[start:end]
     members = cache.get(rest)
     if members is None:
         if len(cache) >= LEADING_CACHE_ENTRIES:
             cache.clear()
         members = cache[rest] = prefix_members(rest, names, plan, escape)
-    return members or None
+    return members or None, end
 
 
 def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
