@@ -4207,10 +4207,13 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
         members, index = top_members(text, *reading[:2])
     if members is None or "metrics" in members:
         return members
+    if text.find(SIGNAL_TIME_KEY, index) < 0:  # no signal's time past the decision
+        signals.last = ()
+        return members
     size = len(text) if text.isascii() else 4 * len(text)  # the most a str holds a character in
     if size <= signals.hold:  # read once its pass is over (PassLoop._settle)
         signals.hold -= size
-        signals.last = tuple.__new__(HeldAnswer, (text, index))  # without a Python call
+        signals.last = _new_held(HeldAnswer, (text, index))  # without a Python call
         return members
     signals.hold = 0  # the answers held are those before the first that did not fit
     times = signals.scan(text, index)
@@ -4430,6 +4433,10 @@ class HeldAnswer(NamedTuple):
     """An answer whose per-signal times are read once its pass is over (SignalTable.hold)."""
     text: str  # the whole answer, decoded
     at: int  # where the read of its decision stopped, as SignalTable.scan takes it
+
+
+_new_held = tuple.__new__  # HeldAnswer's, without its Python-level __new__
+SIGNAL_TIME_KEY = '"execution_time_ms"'  # in no answer that reports no signal's time
 
 
 class SignalTable:
@@ -6067,10 +6074,9 @@ class PassLoop:
 
     def _classified(self, status: int, body: bytes | bytearray) -> tuple:
         table = self.signals
-        if table is None or b'"execution_time_ms"' not in body:  # nothing to decode
+        if table is None:
             return (*self._scrubbed(classify(status, body, self.target.decision_paths)),
                     ())
-        table.last = None
         outcome = classify(status, body, self.target.decision_paths, signals=table)
         return (*self._scrubbed(outcome), table.last or ())
 

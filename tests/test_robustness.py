@@ -172,10 +172,10 @@ def test_any_exception_while_classifying_is_that_requests_failure(scripted, tmp_
                                                                   monkeypatch):
     real = rl.classify
 
-    def classify(status, body, paths):
+    def classify(status, body, paths, **options):
         if b"boom" in body:
             raise ZeroDivisionError("a reader nobody foresaw")
-        return real(status, body, paths)
+        return real(status, body, paths, **options)
 
     monkeypatch.setattr(rl, "classify", classify)
     server = scripted(lambda prompt, _: [final_answer(
