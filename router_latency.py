@@ -4200,15 +4200,13 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
 
     While the table may hold answers (SignalTable.hold), the times are not read now: the
     answer is kept as a HeldAnswer in signals.last, its decision read, and read after its
-    pass as it would be now."""
+    pass as it would be now (one with no times past its decision: found to have none then,
+    by the read that finds no metrics)."""
     reading = decision_reading(paths, ("metrics",))
     members, index = leading_members(text, reading)
     if members is None:
         members, index = top_members(text, *reading[:2])
     if members is None or "metrics" in members:
-        return members
-    if text.find(SIGNAL_TIME_KEY, index) < 0:  # no signal's time past the decision
-        signals.last = ()
         return members
     size = len(text) if text.isascii() else 4 * len(text)  # the most a str holds a character in
     if size <= signals.hold:  # read once its pass is over (PassLoop._settle)
@@ -4436,7 +4434,6 @@ class HeldAnswer(NamedTuple):
 
 
 _new_held = tuple.__new__  # HeldAnswer's, without its Python-level __new__
-SIGNAL_TIME_KEY = '"execution_time_ms"'  # in no answer that reports no signal's time
 
 
 class SignalTable:
