@@ -4182,17 +4182,12 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     return document
 
 
-def metrics_members(paths: tuple) -> tuple:
-    """Return decision_members of paths read with the answer's metrics: their names and
-    'metrics' (kept where it comes before the decision), and their plan, without metrics."""
-    return decision_reading(paths, ("metrics",))[:2]
-
-
 def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[dict]:
     """Return top_members of an answer read for its decision and its per-signal times.
 
-    The decision is read as without the times (leading_members, else top_members); 'metrics' past it is found and its times
-    read by SignalTable.scan, without decoding anything, where the members between are
+    The decision is read as without the times (leading_members, else top_members);
+    'metrics' past it is found and its times read by SignalTable.scan, without decoding
+    anything, where the members between are
     plain JSON and metrics has the router's compact form (Go's, every signal's
     {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
     to metrics, so that what is malformed there is bad_json or malformed as it always was;

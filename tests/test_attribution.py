@@ -383,6 +383,11 @@ def test_the_demo_names_pii_as_the_signal_that_got_slower(cli, tmp_path):
         assert "domain +0.0% [+0.0%, +0.0%]" in sentence
 
 
+def signal_reading(paths=rl.DEFAULT_DECISION_PATHS):
+    """The names and plan the pass reads an answer's decision by, with its metrics."""
+    return rl.decision_reading(tuple(paths), ("metrics",))[:2]
+
+
 def compact_answer(metrics_text: str) -> bytes:
     """A router answer over WHOLE_JSON_BYTES with the given text as its metrics member."""
     return ('{"original_text":"' + "x" * 600 + '","decision_result":{"decision_name":"math"},'
@@ -406,7 +411,7 @@ def test_the_signal_times_are_read_by_a_scan_that_gives_what_decoding_gives():
     for entries in answers:
         body = compact_answer(metrics_text(entries))
         text = body.decode()
-        members, index = rl.top_members(text, *rl.metrics_members(rl.DEFAULT_DECISION_PATHS))
+        members, index = rl.top_members(text, *signal_reading())
         assert "metrics" not in members
         found = scanned.scan(text, index)
         assert found is not None, entries  # read without decoding the answer
@@ -430,8 +435,8 @@ GOOD_METRICS = '{"domain":{"execution_time_ms":3.5,"confidence":0.9},' \
     GOOD_METRICS.replace("}}", "}3}"), GOOD_METRICS.replace("0.9", "+0.9"),
     GOOD_METRICS.replace("3.5", "3.5e"), GOOD_METRICS.replace(":{", ":", 1),
     # a number's characters out of their place: in a key or a name, its own place empty
-    GOOD_METRICS.replace('_ms":3.5', '_ms3.5":'), GOOD_METRICS.replace('"pii":{"execution_'
-                                                                       'time_ms":5', '"p5ii":{"execution_time_ms":'),
+    GOOD_METRICS.replace('_ms":3.5', '_ms3.5":'),
+    GOOD_METRICS.replace('"pii":{"execution_time_ms":5', '"p5ii":{"execution_time_ms":'),
     GOOD_METRICS.replace('":0.9}', '0.9":}')])
 def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(metrics):
     body = compact_answer(metrics)
@@ -439,7 +444,7 @@ def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(m
         json.loads(body)
     table = rl.SignalTable()
     seen = compact_answer(GOOD_METRICS).decode()  # its form seen before: its skeleton known
-    at = rl.top_members(seen, *rl.metrics_members(rl.DEFAULT_DECISION_PATHS))[1]
+    at = rl.top_members(seen, *signal_reading())[1]
     # the first read adds the names (and forgets the skeletons), the second keeps its skeleton
     assert table.scan(seen, at) == table.scan(seen, at) == (3.5, 5) and len(table.layouts) == 1
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[1] == "bad_json"
@@ -467,7 +472,7 @@ def test_members_with_brackets_before_metrics_leave_the_times_to_the_scan(betwee
     body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
     text = body.decode()
     paths = ("decision_result.decision_name",)
-    members, index = rl.top_members(text, *rl.metrics_members(paths))
+    members, index = rl.top_members(text, *signal_reading(paths))
     table = rl.SignalTable()
     assert table.scan(text, index) == rl.SignalTable().times(json.loads(body)) == (3.5, 5)
 
@@ -479,7 +484,7 @@ def test_a_metrics_member_nested_before_the_answers_own_is_not_taken_for_it(betw
     body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
     text = body.decode()
     paths = ("decision_result.decision_name",)
-    members, index = rl.top_members(text, *rl.metrics_members(paths))
+    members, index = rl.top_members(text, *signal_reading(paths))
     assert rl.SignalTable().scan(text, index) is None  # decoded instead
     table = rl.SignalTable()
     assert rl.classify(200, body, paths, signals=table)[:2] == ("math", None)
@@ -570,7 +575,7 @@ def test_answers_scanned_together_give_what_scanning_one_after_another_gives(spo
     if spoiled:  # one answer in the middle is not a list of numbers, or has a negative time
         texts[7] = compact_answer(GOOD_METRICS.replace(*spoiled)).decode()
     answers = [rl.HeldAnswer(text, rl.top_members(
-        text, *rl.metrics_members(rl.DEFAULT_DECISION_PATHS))[1]) for text in texts]
+        text, *signal_reading())[1]) for text in texts]
     together, one_by_one = rl.SignalTable(), rl.SignalTable()
     found = together.scan_many(answers)
     assert found == [one_by_one.scan(text, at) for text, at in answers]
