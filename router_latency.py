@@ -4167,10 +4167,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            reading = decision_reading(tuple(paths))
-            members = leading_members(text, reading)[0]
-            if members is None:
-                members = top_members(text, *reading[:2])[0]
+            members = read_members(text, decision_reading(tuple(paths)))[0]
         else:
             members = signal_members(text, tuple(paths), signals)
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
@@ -4185,10 +4182,9 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
 def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[dict]:
     """Return top_members of an answer read for its decision and its per-signal times.
 
-    The decision is read as without the times (leading_members, else top_members);
-    'metrics' past it is found and its times read by SignalTable.scan, without decoding
-    anything, where the members between are
-    plain JSON and metrics has the router's compact form (Go's, every signal's
+    The decision is read as without the times (read_members); 'metrics' past it is found
+    and its times read by SignalTable.scan, without decoding anything, where the members
+    between are plain JSON and metrics has the router's compact form (Go's, every signal's
     {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
     to metrics, so that what is malformed there is bad_json or malformed as it always was;
     signals.last is then left None for the caller to read the decoded metrics.
@@ -4197,10 +4193,7 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
     answer is kept as a HeldAnswer in signals.last, its decision read, and read after its
     pass as it would be now (one with no times past its decision: found to have none then,
     by the read that finds no metrics)."""
-    reading = decision_reading(paths, ("metrics",))
-    members, index = leading_members(text, reading)
-    if members is None:
-        members, index = top_members(text, *reading[:2])
+    members, index = read_members(text, decision_reading(paths, ("metrics",)))
     if members is None or "metrics" in members:
         return members
     size = len(text) if text.isascii() else 4 * len(text)  # the most a str holds a character in
@@ -4324,6 +4317,13 @@ def leading_members(text: str, reading: tuple) -> tuple:
             cache.clear()
         members = cache[rest] = prefix_members(rest, names, plan, escape)
     return members or None, end
+
+
+def read_members(text: str, reading: tuple) -> tuple:
+    """Return (the members of an answer by a decision_reading, where the read stopped):
+    leading_members' one read of a compact answer, else top_members' member by member."""
+    members, index = leading_members(text, reading)
+    return (members, index) if members is not None else top_members(text, *reading[:2])
 
 
 def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
@@ -5796,6 +5796,17 @@ _started_of = operator.attrgetter("started")
 _ended_of = operator.attrgetter("ended")
 
 
+def failure_of(exc: Exception, status: Optional[int]) -> tuple:
+    """Return (error kind, status, reason) of a request whose answer raised exc as it was read
+    or classified, `status` that of a head already read: a RequestFailed says its own (a
+    malformed one keeps the head's status where it has none); anything else is malformed."""
+    if isinstance(exc, RequestFailed):
+        if exc.kind == "malformed":
+            return "malformed", exc.status or status, exc.detail
+        return exc.kind, exc.status, None
+    return "malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
+
+
 class _Slot:
     """One connection of a pass and the request it carries."""
 
@@ -6011,19 +6022,12 @@ class PassLoop:
                 # with a TLS context open_socket gave an SSLSocket: it may hold decrypted bytes
                 if self.context is None or not cast(ssl.SSLSocket, sock).pending():
                     return  # plain TCP: one recv took what there was
-        except RequestFailed as failure:
-            if failure.kind == "malformed":  # the status of a head already read, if any
-                self._fail(slot, "malformed", now, failure.status or getattr(
-                    reader, "status", None), failure.detail)
-            else:
-                self._fail(slot, failure.kind, now, failure.status)
-            return
         except OSError:
             pass
-        except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
+        except Exception as exc:  # noqa: BLE001 - RequestFailed, or an answer nothing foresaw
             # one request's failure, never the pass's: its measurements so far are kept
-            self._fail(slot, "malformed", now, getattr(reader, "status", None),
-                       f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
+            kind, status, reason = failure_of(exc, getattr(reader, "status", None))
+            self._fail(slot, kind, now, status, reason)
             return
         self._broken(slot, now)
 
@@ -6168,17 +6172,17 @@ class PassLoop:
         # this thread's CPU, which driver_cpu_seconds counts in the process's (other
         # threads' while it runs are the driver's as ever)
         started = time.thread_time()
-        held = [i for i, raw in enumerate(self.results) if type(raw.signal_ms) is HeldAnswer]
-        first = 0
-        while first < len(held):
-            last = first + 1  # up to SETTLE_ANSWERS or SETTLE_CHARS, whichever comes first
-            size = len(cast(HeldAnswer, self.results[held[first]].signal_ms).text)
-            while last < len(held) and last - first < self.SETTLE_ANSWERS and \
-                    size < self.SETTLE_CHARS:
-                size += len(cast(HeldAnswer, self.results[held[last]].signal_ms).text)
-                last += 1
-            self._settle_some(held[first:last])
-            first = last
+        some: list = []  # places in the results: SETTLE_ANSWERS, or SETTLE_CHARS of text
+        size = 0
+        for i, raw in enumerate(self.results):
+            if type(raw.signal_ms) is HeldAnswer:
+                some.append(i)
+                size += len(raw.signal_ms.text)
+                if len(some) == self.SETTLE_ANSWERS or size >= self.SETTLE_CHARS:
+                    self._settle_some(some)
+                    some, size = [], 0
+        if some:
+            self._settle_some(some)
         self.settle_cpu_s = time.thread_time() - started
 
     def _settle_some(self, held: Sequence[int]) -> None:
@@ -6186,8 +6190,7 @@ class PassLoop:
         results, table = self.results, cast(SignalTable, self.signals)
 
         def again(k: int) -> None:
-            raw = results[held[k]]
-            results[held[k]] = self._read_again(raw, cast(HeldAnswer, raw.signal_ms).text.encode())
+            results[held[k]] = self._read_again(results[held[k]])
 
         try:
             found = table.scan_many([results[i].signal_ms for i in held], again)
@@ -6199,24 +6202,20 @@ class PassLoop:
                 continue  # read again in its turn
             # tuple.__new__ as in _complete: signal_ms is the last field
             results[held[k]] = _new_tuple(RawResult, (*raw[:-1], times)) \
-                if times is not None else self._read_again(raw, raw.signal_ms.text.encode())
+                if times is not None else self._read_again(raw)
 
-    def _read_again(self, raw: RawResult, body: bytes) -> RawResult:
+    def _read_again(self, raw: RawResult) -> RawResult:
         """Return a held answer's result classified again, times and all, as _complete and
         _read would have classified it at once."""
-        status = raw.status
+        body = cast(HeldAnswer, raw.signal_ms).text.encode()
         try:
-            decision, error, code, signal_ms = self._classified(cast(int, status), body)
-        except RequestFailed as failure:
-            status, kind = failure.status or status, failure.kind
-            reason = failure.detail if kind == "malformed" else None
-        except Exception as exc:  # noqa: BLE001 - as _read takes an answer nothing foresaw
-            kind, reason = "malformed", f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
-        else:
-            return raw._replace(decision=decision, error=error, code=code, signal_ms=signal_ms)
-        return raw._replace(status=status, decision=None, error=kind, code=None,
-                            config_hash=None, signal_ms=(),
-                            reason=scrubbed(reason, self.secrets) if reason else None)
+            decision, error, code, signal_ms = self._classified(cast(int, raw.status), body)
+        except Exception as exc:  # noqa: BLE001 - as _read takes it
+            kind, status, reason = failure_of(exc, raw.status)
+            return raw._replace(status=status, decision=None, error=kind, code=None,
+                                config_hash=None, signal_ms=(),
+                                reason=scrubbed(reason, self.secrets) if reason else None)
+        return raw._replace(decision=decision, error=error, code=code, signal_ms=signal_ms)
 
     def _handle(self, events: list, now: int) -> None:
         for slot, mask in events:
