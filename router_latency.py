@@ -6461,8 +6461,8 @@ class LoopbackResponder:
             self.listener.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self.listener.close()
         self.thread.join(5)
+        self.listener.close()
 
 
 def timer_resolution_ns() -> int:
@@ -11186,16 +11186,18 @@ class SimulatedRouter:
 
     def stop(self) -> None:
         self.stopping.set()
-        for listener in (self.listener, self.metrics_listener):
-            if listener is None:
-                continue
+        listeners = [x for x in (self.listener, self.metrics_listener) if x is not None]
+        for listener in listeners:
             try:
                 listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
             except OSError:
                 pass
-            listener.close()
         for thread in self.threads:
             thread.join(5)
+        # closed once their threads are gone: a listener closed under a blocked accept() keeps
+        # listening, and a freed descriptor number is the next socket's
+        for listener in listeners:
+            listener.close()
         with self.lock:
             for connection in list(self.connections):
                 try:

@@ -262,7 +262,9 @@ class ScriptedServer:
         self.lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self.accept, daemon=True).start()
+        self.connections: set = set()  # open ones, closed by close() if still open
+        self.threads = [threading.Thread(target=self.accept, daemon=True)]
+        self.threads[0].start()
 
     def accept(self):
         while True:
@@ -270,13 +272,20 @@ class ScriptedServer:
                 connection, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self.serve, args=(connection,), daemon=True).start()
+            with self.lock:
+                self.connections.add(connection)
+                self.threads.append(threading.Thread(target=self.serve, args=(connection,),
+                                                     daemon=True))
+                self.threads[-1].start()
 
     def serve(self, connection):
         try:
             self.answer_requests(connection)
-        except ConnectionError:  # the client closed it (after a malformed answer, say)
+        except OSError:  # the client closed it (after a malformed answer, say), or close()
             pass
+        finally:
+            with self.lock:
+                self.connections.discard(connection)
 
     def answer_requests(self, connection):
         reader = connection.makefile("rb")
@@ -300,6 +309,23 @@ class ScriptedServer:
                     connection.sendall(piece)
 
     def close(self):
+        """Stop accepting and end every connection's thread before the next test starts. A
+        listener closed under a thread blocked in accept() stays listening on Linux (the call
+        holds it), and a descriptor number freed while a thread is between calls on it is the
+        next socket's: a later test's connection would reach this server's answers."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() with an error
+        except OSError:
+            pass
+        self.threads[0].join(timeout=5)  # no connection is added after it ends
+        with self.lock:
+            for connection in self.connections:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)  # its reader sees the end
+                except OSError:
+                    pass
+        for thread in self.threads[1:]:
+            thread.join(timeout=5)
         self.listener.close()
 
 

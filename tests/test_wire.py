@@ -3,12 +3,13 @@ and request bodies larger than a socket buffer sent whole to a loopback simulato
 
 import gc
 import json
+import socket
 import threading
 
 import pytest
 
 import router_latency as rl
-from conftest import final_answer, write_corpus
+from conftest import ScriptedServer, final_answer, write_corpus
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
 
@@ -549,3 +550,22 @@ def test_the_garbage_collector_waits_while_a_pass_runs_and_nothing_it_leaves_is_
         assert gc.collect() == 0  # what a pass made is freed by reference counts alone
     assert len(collecting) >= 240 and not any(collecting)
     assert {r.error for r in results} >= {None, "bad_json", "malformed", "reset"}
+
+
+def test_a_scripted_server_once_closed_takes_no_connection_and_leaves_no_thread():
+    # the harness itself: a test's server must not answer a later test's requests. A listener
+    # closed under a thread blocked in accept() stays listening on Linux, and that thread
+    # takes the next connection to its port; a descriptor freed between two calls on it is
+    # the next socket's. close() wakes the accept and ends every connection's thread first.
+    server = ScriptedServer(lambda prompt, number: [final_answer()])
+    port = int(server.url.rsplit(":", 1)[1])
+    kept = socket.create_connection(("127.0.0.1", port), timeout=5)  # a client that stays
+    body = b'{"messages": [{"content": "a"}]}'
+    kept.sendall(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    assert kept.recv(65536).startswith(b"HTTP/1.1 200")
+    server.close()
+    with kept:
+        assert kept.recv(65536) == b""  # the server's side was closed
+    assert len(server.threads) == 2 and not any(t.is_alive() for t in server.threads)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
