@@ -2,7 +2,7 @@
 """Two builds of router_latency.py, alternated in one run with wrk and hey: did a change slow
 the driver down, and how far is it from a C and a Go client?
 
-Starts the targets pinned to the last core: `null`, nginx answering a fixed small decision
+Starts the targets pinned to the last core (--no-pin: all share every core): `null`, nginx answering a fixed small decision
 (what is left is the client's cost), and `go`, bench/go_router: Go's net/http waiting 2 ms and
 answering ~2.7 KB of JSON shaped like the router's preview answer (metrics per signal), which
 Go sends chunked. Then, over --reps repetitions, measures on each target, in an order that
@@ -16,6 +16,7 @@ per-repetition ratios) and its sequential p50 minus wrk's. hey prints its percen
 0.1 ms, wrk to 1 us.
 
     python3 bench/compare_builds.py OLD.py NEW.py [--reps 4] [--targets null,go] [--no-signals]
+        [--no-pin]
     python3 bench/compare_builds.py router_latency.py bare --no-signals --reps 3
 
 An old build is `git show REV:router_latency.py > /tmp/REV.py`. A build named `bare` is the
@@ -143,8 +144,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="of each wrk and hey run")
     parser.add_argument("--no-signals", action="store_true",
                         help="run every build without recording the per-signal times")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="targets and clients share all cores, as a router and its "
+                             "client share a node's (a cheaper client leaves the router more)")
     args = parser.parse_args()
     bench.ensure_tools()
+    if args.no_pin:
+        bench.SERVER_CPUS.update(bench.CPUS)
+        bench.CLIENT_CPUS.update(bench.CPUS)
     if args.no_signals:
         SIGNALS_OFF.append("--no-signals")
     builds = {"old": args.old, "new": args.new}

@@ -14,14 +14,16 @@ with `router_latency.py run` at concurrency 1, 4 and 16, and ends with one 100,0
 for the driver's peak RSS.
 
     python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
-    python3 bench/driver_overhead.py --signals [--reps 5]
+    python3 bench/driver_overhead.py --signals [--reps 5] [--loop-pairs 30]
 
 --signals measures only what recording the router's per-signal times costs: nginx answers
 every preview as the router does (20 signals under metrics, 3 of them evaluated, and a
 request id that changes every answer), and the driver runs alternately with and without
---no-signals; it prints the driver's CPU time during the passes (the run file's driver_cpu_s)
-and p50 per request of each, and the growth; then the pass loop alone in this process, and
-what reading the times of the answers held during a pass costs after it (per answer).
+--no-signals (--reps pairs); it prints the driver's CPU time during the passes (the run file's
+driver_cpu_s) and p50 per request of each, and the growth with its 95% t interval over the
+pairs; then the pass loop alone in this process (--loop-pairs rounds of three arms: without
+the times, with them held as run holds them, with them read as each answer comes), and what
+reading the times of the answers held during a pass costs after it (per answer).
 
 Like the published method, the load generators run on other cores than the server: on a
 machine of N >= 2 cores the targets are pinned to the last core and wrk and the driver to the
@@ -34,6 +36,7 @@ test: it prints figures and asserts nothing.
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -268,9 +271,25 @@ def start_router_nginx(work: Path) -> tuple:
     return process, f"http://127.0.0.1:{port}"
 
 
-def signal_cost(reps: int) -> int:
-    """Print the driver's CPU time and p50 per request with and without the per-signal times
-    recorded, alternating the two, medians over reps."""
+def growth(pairs: list) -> tuple:
+    """Return the growth in percent of `with` over `without`, with its 95% t interval, from
+    pairs alternated in time: the mean of the per-pair log ratios (what both arms of a pair
+    shared, the machine's state then, cancels), back on the ratio scale."""
+    logs = [math.log(with_ / without) for without, with_ in pairs]
+    found = rl.mean_interval(logs)
+    return tuple(100 * math.expm1(x) for x in (found.mean, found.low, found.high))
+
+
+def growth_text(pairs: list) -> str:
+    mean, low, high = growth(pairs)
+    return f"{mean:+.1f}% [{low:+.1f}%, {high:+.1f}%]"
+
+
+def signal_cost(reps: int, loop_pairs: int) -> int:
+    """Print what recording the per-signal times costs the driver per request: whole runs as
+    a user runs them (with and without --no-signals, alternated, `reps` pairs), then the pass
+    loop alone in this process (`loop_pairs` pairs, three arms), each growth with its 95% t
+    interval over the pairs."""
     ensure_tools()
     work = Path(tempfile.mkdtemp(prefix="router-latency-signals-"))
     write_corpus(work / "c.json", 4000)
@@ -278,6 +297,7 @@ def signal_cost(reps: int) -> int:
     figures: dict = {}
     try:
         for rep in range(reps):
+            pair: dict = {}
             for mode in (("with", "without") if rep % 2 == 0 else ("without", "with")):
                 out = work / "run.json"
                 if out.exists():
@@ -291,54 +311,80 @@ def signal_cost(reps: int) -> int:
                 assert (mode == "with") == bool(document.get("signals")), document.get("signals")
                 for item in document["passes"]:
                     n = item["summary"]["requests"]
-                    figures.setdefault((mode, item["concurrency"]), []).append(
-                        (1e6 * item["driver_cpu_s"] / n, item["summary"]["p50_ms"]))
-        in_process = pass_loop_cost(url, reps)
+                    pair[(mode, item["concurrency"])] = (1e6 * item["driver_cpu_s"] / n,
+                                                         item["summary"]["p50_ms"])
+            for level in (1, 16):
+                figures.setdefault(level, []).append((pair[("without", level)],
+                                                      pair[("with", level)]))
+        in_process = pass_loop_cost(url, loop_pairs)
     finally:
         nginx.terminate()
         nginx.wait(10)
     print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, CPython "
-          f"{platform.python_version()}, {reps} repetitions alternated, medians; the router's "
-          f"answer ({len(ROUTER_ANSWER)} bytes, {len(ROUTER_SIGNALS)} signals, 3 evaluated)")
+          f"{platform.python_version()}, load {os.getloadavg()[0]:.2f}; the router's answer "
+          f"({len(ROUTER_ANSWER)} bytes, {len(ROUTER_SIGNALS)} signals, 3 evaluated); growth: "
+          f"mean of the per-pair log ratios, 95% t interval")
+    print(f"whole runs (`run`, 4,000 requests a pass, driver_cpu_s: the passes, not the "
+          f"reading after them), {reps} pairs with and without --no-signals, alternated:")
     rows = []
     for level in (1, 16):
-        cpu = {m: statistics.median(c for c, _ in figures[(m, level)]) for m in ("with", "without")}
-        p50 = {m: statistics.median(p for _, p in figures[(m, level)]) for m in ("with", "without")}
-        rows.append([str(level), f"{cpu['without']:.1f}", f"{cpu['with']:.1f}",
-                     f"{100 * (cpu['with'] / cpu['without'] - 1):+.1f}%",
+        pairs = figures[level]
+        cpu = [(a[0], b[0]) for a, b in pairs]
+        p50 = {m: statistics.median(x[k][1] for x in pairs) for k, m in enumerate(("without", "with"))}
+        rows.append([str(level), f"{statistics.median(c for c, _ in cpu):.1f}",
+                     f"{statistics.median(c for _, c in cpu):.1f}", growth_text(cpu),
                      f"{p50['without']:.4f}", f"{p50['with']:.4f}",
                      f"{1000 * (p50['with'] - p50['without']):+.1f}"])
-    for line in rl.render_table(["conc", "cpu us/req without", "with", "growth",
+    for line in rl.render_table(["conc", "cpu us/req without", "with", "growth [95% CI]",
                                  "p50 ms without", "with", "p50 change us"], rows,
                                 right=[True]):
-        print(line)
-    without, with_ = (statistics.median(c for c, _ in in_process[m]) for m in ("without", "with"))
-    after = statistics.median(s for _, s in in_process["with"])
-    print(f"in this process, the pass loop alone at concurrency 16 (CPU time per answer while "
-          f"the pass ran, median of {reps}): without {without:.1f} us, with {with_:.1f} us, "
-          f"{100 * (with_ / without - 1):+.1f}%; reading the held answers' times after it: "
-          f"{after:.1f} us per answer")
+        print(f"  {line}")
+    print(f"the pass loop alone in this process, 4,000 requests a pass, thread CPU per answer "
+          f"while it ran, {loop_pairs} rounds of the three arms in rotated order:")
+    rows = []
+    for level in (1, 16):
+        found = in_process[level]
+        without = [x[0] for x in found["without"]]
+        row = [str(level), f"{statistics.median(without):.2f}"]
+        for arm in ("with", "at once"):
+            cpu = [x[0] for x in found[arm]]
+            row += [f"{statistics.median(cpu):.2f}", growth_text(list(zip(without, cpu)))]
+        row.append(f"{statistics.median(x[1] for x in found['with']):.1f}")
+        rows.append(row)
+    for line in rl.render_table(["conc", "without us", "held (run's way)", "growth [95% CI]",
+                                 "read at once", "growth [95% CI]", "reading after, us"], rows,
+                                right=[True]):
+        print(f"  {line}")
+    print("  (held: the times read after the pass; at once: HOLD_BYTES 0, read as each answer "
+          "comes; reading after: us per answer of the held answers' reading, not in the pass)")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def pass_loop_cost(url: str, reps: int) -> dict:
-    """Return {mode: [(thread CPU us per answer while the pass ran, us per answer of reading
-    the held answers' times after it)]} of 4,000-request passes at concurrency 16 run by the
-    pass loop in this process, with and without a signal table, alternated: the per-answer
-    path alone, without the start-up, warm-up and file of a run."""
-    found: dict = {"with": [], "without": []}
-    for rep in range(reps):
-        for mode in (("with", "without") if rep % 2 else ("without", "with")):
-            target = rl.Target(rl.parse_endpoint(url),
-                               signals=rl.SignalTable() if mode == "with" else None)
-            payloads = rl.encode_prompts(target, [PROMPT] * 4000)
-            loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 16))
-            started = time.thread_time()
-            results = loop.run()
-            settled = getattr(loop, "settle_cpu_s", 0.0)  # builds before the answers were held
-            found[mode].append((1e6 * (time.thread_time() - started - settled) / len(results),
-                                1e6 * settled / len(results)))
+def pass_loop_cost(url: str, pairs: int) -> dict:
+    """Return {level: {arm: [(thread CPU us per answer while the pass ran, us per answer of
+    reading the held answers' times after it)]}} of 4,000-request passes run by the pass loop
+    in this process at concurrency 1 and 16: without a signal table, with one (the answers
+    held, as run does), and with one reading every answer at once (HOLD_BYTES 0); the arms
+    in an order rotated each round. The per-answer path alone, without the start-up, warm-up
+    and file of a run."""
+    arms = ("without", "with", "at once")
+    found: dict = {level: {arm: [] for arm in arms} for level in (1, 16)}
+    held = rl.PassLoop.HOLD_BYTES
+    for rep in range(pairs):
+        for level in (1, 16):
+            for arm in arms[rep % 3:] + arms[:rep % 3]:
+                target = rl.Target(rl.parse_endpoint(url),
+                                   signals=None if arm == "without" else rl.SignalTable())
+                payloads = rl.encode_prompts(target, [PROMPT] * 4000)
+                loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", level))
+                loop.HOLD_BYTES = 0 if arm == "at once" else held
+                started = time.thread_time()
+                results = loop.run()
+                settled = getattr(loop, "settle_cpu_s", 0.0)  # builds before answers were held
+                found[level][arm].append(
+                    (1e6 * (time.thread_time() - started - settled) / len(results),
+                     1e6 * settled / len(results)))
     return found
 
 
@@ -347,6 +393,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--signals", action="store_true",
                         help="only the cost of recording per-signal times (see above)")
+    parser.add_argument("--loop-pairs", type=int, default=30,
+                        help="--signals: rounds of the pass loop's three arms in this process")
     parser.add_argument("--skip-rss", action="store_true", help="skip the 100,000-request run")
     parser.add_argument("--no-pin", action="store_true", help="let everything share all cores")
     parser.add_argument("--no-go", action="store_true", help="skip the Go router target")
@@ -355,7 +403,7 @@ def main() -> int:
         SERVER_CPUS.update(CPUS)
         CLIENT_CPUS.update(CPUS)
     if args.signals:
-        return signal_cost(args.reps)
+        return signal_cost(args.reps, args.loop_pairs)
     ensure_tools()
     work = Path(tempfile.mkdtemp(prefix="router-latency-bench-"))
     script = work / "post.lua"
