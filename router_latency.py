@@ -1457,6 +1457,8 @@ def check_schema(document: Any, expected: str, path: str) -> None:
             raise RouterLatencyError(
                 f"schema {schema} is newer than this tool reads ({expected}); upgrade "
                 f"router-latency", f"{path}: schema")
+    if schema is None:  # another kind of file: a --boundary list, a Go router's answer
+        raise RouterLatencyError(f"no schema member: not a {expected} file", f"{path}: schema")
     if schema != expected:
         raise RouterLatencyError(f"schema is {schema!r}, expected {expected!r}", f"{path}: schema")
 

@@ -216,6 +216,7 @@ BAD_FILES = {
     "not_utf8": (b'{"a": "\xff\xfe"}', "not UTF-8"),
     "nan": (b'{"schema": NaN}', "NaN is not valid JSON"),
     "wrong_schema": (b'{"schema": "something/else"}', "schema is 'something/else'"),
+    "no_schema": (b'{"prompts": []}', "no schema member: not a router-latency/"),
     "array": (b"[1, 2]", "expected a router-latency/"),
 }
 
