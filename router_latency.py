@@ -3433,7 +3433,7 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
 # public: Connection, Endpoint, HeldAnswer, RequestFailed, ResponseReader, SignalTable,
 #         accept_connections, body_config_hash, bracketed, classify, decision_path_hint,
 #         encode_request, error_code, http_response, open_socket, parse_endpoint, secret_values,
-#         tls_context
+#         stop_accepting, tls_context
 
 BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -4044,6 +4044,23 @@ def accept_connections(listener: socket.socket, serve: Callable[[socket.socket],
         serve(connection)
 
 
+def stop_accepting(listeners: Sequence[socket.socket],
+                   threads: Sequence[threading.Thread]) -> None:
+    """Shut the listeners down, wait for the threads that accept on them, then close them. A
+    listener closed under a thread blocked in accept() keeps listening on Linux (the call
+    holds it), and a descriptor number freed while a thread is between two calls on it is the
+    next socket's: that thread would take another server's connections."""
+    for listener in listeners:
+        try:
+            listener.shutdown(socket.SHUT_RDWR)  # wakes accept() with an error
+        except OSError:
+            pass
+    for thread in threads:
+        thread.join(5)
+    for listener in listeners:
+        listener.close()
+
+
 def http_response(status: int, body: bytes, content_type: str = "application/json",
                   headers: Sequence = ()) -> bytes:
     """Return a whole HTTP/1.1 response with a Content-Length, head and body in one buffer."""
@@ -4430,7 +4447,7 @@ class HeldAnswer(NamedTuple):
     at: int  # where the read of its decision stopped, as SignalTable.scan takes it
 
 
-_new_held = tuple.__new__  # HeldAnswer's, without its Python-level __new__
+_new_held = tuple.__new__  # HeldAnswer's, without its Python-level __new__ (the section's own)
 
 
 class SignalTable:
@@ -5858,9 +5875,9 @@ class PassLoop:
 
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
-    HOLD_BYTES = 64 * 2 ** 20  # of the answers held for their times, per pass...
-    SETTLE_ANSWERS = 512  # ...read this many at a time, or as many as hold this many
-    SETTLE_CHARS = 2 * 2 ** 20  # characters: what reading them needs stays small
+    HOLD_BYTES = 64 * 2 ** 20  # of the answers held for their times, per pass
+    SETTLE_ANSWERS = 512  # held answers read after the pass in steps of this many answers,
+    SETTLE_CHARS = 2 * 2 ** 20  # or of this many characters: what a step needs stays small
 
     DEADLINE_OF = operator.attrgetter("deadline")
     READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
@@ -6170,7 +6187,7 @@ class PassLoop:
         table = self.signals
         if table is None:
             return
-        table.hold = 0  # from here on, times are read as answers are
+        # (run's end set table.hold to 0: from here on, times are read as answers are)
         # this thread's CPU, which driver_cpu_seconds counts in the process's (other
         # threads' while it runs are the driver's as ever)
         started = time.thread_time()
@@ -6459,12 +6476,7 @@ class LoopbackResponder:
 
     def close(self) -> None:
         self.stopping.set()
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.thread.join(5)
-        self.listener.close()
+        stop_accepting([self.listener], [self.thread])
 
 
 def timer_resolution_ns() -> int:
@@ -11188,18 +11200,8 @@ class SimulatedRouter:
 
     def stop(self) -> None:
         self.stopping.set()
-        listeners = [x for x in (self.listener, self.metrics_listener) if x is not None]
-        for listener in listeners:
-            try:
-                listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
-            except OSError:
-                pass
-        for thread in self.threads:
-            thread.join(5)
-        # closed once their threads are gone: a listener closed under a blocked accept() keeps
-        # listening, and a freed descriptor number is the next socket's
-        for listener in listeners:
-            listener.close()
+        stop_accepting([x for x in (self.listener, self.metrics_listener) if x is not None],
+                       self.threads)
         with self.lock:
             for connection in list(self.connections):
                 try:
@@ -11437,8 +11439,8 @@ class DemoSide(TypedDict):
 # Two simulated routers, serial like one GPU process each; the gpu side is faster overall,
 # but its pii signal alone is 40% slower, which `rounds` finds under "where the time goes".
 # The gpu side takes less than half the cpu side's time: a sequential p95 of 20 prompts is
-# their one or two slowest, and the stalls a busy machine adds to some requests (a few ms)
-# left 3 rounds undecided in 1 of 20 to 8 of 15 demos when the sides were 1.8 and 3 ms apart.
+# their one or two slowest, and the stalls of a few ms a busy machine adds to some requests
+# must not leave that row undecided.
 DEMO_SIDES: Dict[str, DemoSide] = {
     "cpu": {"delay_ms": 6.0, "jitter_ms": 1.0,
             "signals": SignalModel((("domain", 0.8), ("pii", 0.5), ("guard", 0.2)))},

@@ -51,11 +51,8 @@ SIGNALS_OFF: list = []  # ["--no-signals"] with --no-signals
 def timed_bare(url: str, requests: int, level: int) -> None:
     """Print the figures of one timed bare_pass (run in a child process by measure)."""
     import driver_instructions
-    host = url.split("//")[1]
-    body = bench.BODY.encode()
-    payload = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (bench.rl.PREVIEW_PATH.encode(),
-                                                   host.encode(), len(body), body))
+    rl = bench.rl
+    payload = rl.encode_prompts(rl.Target(rl.parse_endpoint(url)), [bench.PROMPT])[0]  # run's
     driver_instructions.bare_pass(url, 200, level, payload)  # warm-up, as run's --warmup 200
     cpu, started = os.times(), time.perf_counter()
     results = driver_instructions.bare_pass(url, requests, level, payload)
@@ -71,8 +68,8 @@ def timed_bare(url: str, requests: int, level: int) -> None:
 
 def measure(tool: str, url: str, corpus: Path, out: Path, level: int) -> dict:
     """Return the figures of one pass of a build against url."""
-    requests = len(json.loads(corpus.read_text())["prompts"])
     if tool == "bare":
+        requests = len(json.loads(corpus.read_text())["prompts"])
         done = subprocess.run([sys.executable, __file__, "--bare-pass", url, str(requests),
                                str(level)], check=True, capture_output=True, text=True,
                               preexec_fn=bench.pinned(bench.CLIENT_CPUS))

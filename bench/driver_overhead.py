@@ -36,7 +36,6 @@ test: it prints figures and asserts nothing.
 
 import argparse
 import json
-import math
 import os
 import platform
 import shutil
@@ -273,11 +272,10 @@ def start_router_nginx(work: Path) -> tuple:
 
 def growth(pairs: list) -> tuple:
     """Return the growth in percent of `with` over `without`, with its 95% t interval, from
-    pairs alternated in time: the mean of the per-pair log ratios (what both arms of a pair
-    shared, the machine's state then, cancels), back on the ratio scale."""
-    logs = [math.log(with_ / without) for without, with_ in pairs]
-    found = rl.mean_interval(logs)
-    return tuple(100 * math.expm1(x) for x in (found.mean, found.low, found.high))
+    pairs alternated in time: rl.ratio_interval's geometric mean of the per-pair ratios
+    (what both arms of a pair share, the machine's state then, cancels)."""
+    found = rl.ratio_interval([without for without, _ in pairs], [with_ for _, with_ in pairs])
+    return tuple(100 * (x - 1) for x in (found.mean, found.low, found.high))
 
 
 def growth_text(pairs: list) -> str:
@@ -370,7 +368,6 @@ def pass_loop_cost(url: str, pairs: int) -> dict:
     and file of a run."""
     arms = ("without", "with", "at once")
     found: dict = {level: {arm: [] for arm in arms} for level in (1, 16)}
-    held = rl.PassLoop.HOLD_BYTES
     for rep in range(pairs):
         for level in (1, 16):
             for arm in arms[rep % 3:] + arms[:rep % 3]:
@@ -378,10 +375,11 @@ def pass_loop_cost(url: str, pairs: int) -> dict:
                                    signals=None if arm == "without" else rl.SignalTable())
                 payloads = rl.encode_prompts(target, [PROMPT] * 4000)
                 loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", level))
-                loop.HOLD_BYTES = 0 if arm == "at once" else held
+                if arm == "at once":
+                    loop.HOLD_BYTES = 0
                 started = time.thread_time()
                 results = loop.run()
-                settled = getattr(loop, "settle_cpu_s", 0.0)  # builds before answers were held
+                settled = loop.settle_cpu_s
                 found[level][arm].append(
                     (1e6 * (time.thread_time() - started - settled) / len(results),
                      1e6 * settled / len(results)))

@@ -289,8 +289,7 @@ class ScriptedServer:
                 self.connections.discard(connection)
 
     def answer_requests(self, connection):
-        reader = connection.makefile("rb")
-        with connection:
+        with connection, connection.makefile("rb") as reader:
             for number in range(10_000):
                 line = reader.readline(65537)
                 if not line:
@@ -314,11 +313,7 @@ class ScriptedServer:
         listener closed under a thread blocked in accept() stays listening on Linux (the call
         holds it), and a descriptor number freed while a thread is between calls on it is the
         next socket's: a later test's connection would reach this server's answers."""
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() with an error
-        except OSError:
-            pass
-        self.threads[0].join(timeout=5)  # no connection is added after it ends
+        rl.stop_accepting([self.listener], self.threads[:1])  # no connection is added after
         with self.lock:
             for connection in self.connections:
                 try:
@@ -327,7 +322,6 @@ class ScriptedServer:
                     pass
         for thread in self.threads[1:]:
             thread.join(timeout=5)
-        self.listener.close()
 
 
 @pytest.fixture
