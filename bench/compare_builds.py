@@ -2,18 +2,18 @@
 """Two builds of router_latency.py, alternated in one run with wrk and hey: did a change slow
 the driver down, and how far is it from a C and a Go client?
 
-Starts the targets pinned to the last core (--no-pin: all share every core): `null`, nginx answering a fixed small decision
-(what is left is the client's cost), and `go`, bench/go_router: Go's net/http waiting 2 ms and
-answering ~2.7 KB of JSON shaped like the router's preview answer (metrics per signal), which
-Go sends chunked. Then, over --reps repetitions, measures on each target, in an order that
-alternates (ABAB, then BABA, the load generators between them): each build's `run` at
-concurrency 1 (--seq-requests prompts) and at concurrency 16 (--c16-requests), and wrk and hey
-at concurrency 1 and 16 for --seconds each, all pinned to the other cores. Prints, per
-target, the median [range] over repetitions of the sequential p50, the concurrency-16 req/s
-and p50, the driver's CPU seconds per 1,000 requests (from the run file), and the ratios the
-targets are stated in: each build's concurrency-16 req/s over wrk's and hey's (median of the
-per-repetition ratios) and its sequential p50 minus wrk's. hey prints its percentiles to
-0.1 ms, wrk to 1 us.
+Starts the targets pinned to the last core (--no-pin: all share every core): `null`, nginx
+answering a fixed small decision (what is left is the client's cost), and `go`,
+bench/go_router: Go's net/http waiting 2 ms and answering ~2.7 KB of JSON shaped like the
+router's preview answer (metrics per signal), which Go sends chunked. Then, over --reps
+repetitions, measures on each target, in an order that alternates (ABAB, then BABA, the load
+generators between them): each build's `run` at concurrency 1 (--seq-requests prompts) and at
+concurrency 16 (--c16-requests), and wrk and hey at concurrency 1 and 16 for --seconds each,
+all pinned to the other cores. Prints, per target, the median [range] over repetitions of the
+sequential p50, the concurrency-16 req/s and p50, the driver's CPU seconds per 1,000 requests
+(from the run file), and the ratios the targets are stated in: each build's concurrency-16
+req/s over wrk's and hey's (median of the per-repetition ratios) and its sequential p50 minus
+wrk's. hey prints its percentiles to 0.1 ms, wrk to 1 us.
 
     python3 bench/compare_builds.py OLD.py NEW.py [--reps 4] [--targets null,go] [--no-signals]
         [--no-pin]
@@ -147,8 +147,7 @@ def main() -> None:
     args = parser.parse_args()
     bench.ensure_tools()
     if args.no_pin:
-        bench.SERVER_CPUS.update(bench.CPUS)
-        bench.CLIENT_CPUS.update(bench.CPUS)
+        bench.share_all_cores()
     if args.no_signals:
         SIGNALS_OFF.append("--no-signals")
     builds = {"old": args.old, "new": args.new}

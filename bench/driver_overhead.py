@@ -99,6 +99,13 @@ SERVER_CPUS = {CPUS[-1]} if len(CPUS) >= 2 else set(CPUS)
 CLIENT_CPUS = set(CPUS[:-1]) if len(CPUS) >= 2 else set(CPUS)
 
 
+def share_all_cores() -> None:
+    """--no-pin: the targets and the clients share every core, as a router and its client
+    share a node's."""
+    SERVER_CPUS.update(CPUS)
+    CLIENT_CPUS.update(CPUS)
+
+
 def pinned(cpus: set):
     """Return a preexec_fn that pins the child process to cpus."""
     return lambda: os.sched_setaffinity(0, cpus)
@@ -321,18 +328,18 @@ def signal_cost(reps: int, loop_pairs: int) -> int:
     print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, CPython "
           f"{platform.python_version()}, load {os.getloadavg()[0]:.2f}; the router's answer "
           f"({len(ROUTER_ANSWER)} bytes, {len(ROUTER_SIGNALS)} signals, 3 evaluated); growth: "
-          f"mean of the per-pair log ratios, 95% t interval")
+          f"geometric mean of the per-pair ratios, 95% t interval")
     print(f"whole runs (`run`, 4,000 requests a pass, driver_cpu_s: the passes, not the "
           f"reading after them), {reps} pairs with and without --no-signals, alternated:")
     rows = []
     for level in (1, 16):
         pairs = figures[level]
         cpu = [(a[0], b[0]) for a, b in pairs]
-        p50 = {m: statistics.median(x[k][1] for x in pairs) for k, m in enumerate(("without", "with"))}
+        p50_without, p50_with = (statistics.median(x[k][1] for x in pairs) for k in (0, 1))
         rows.append([str(level), f"{statistics.median(c for c, _ in cpu):.1f}",
                      f"{statistics.median(c for _, c in cpu):.1f}", growth_text(cpu),
-                     f"{p50['without']:.4f}", f"{p50['with']:.4f}",
-                     f"{1000 * (p50['with'] - p50['without']):+.1f}"])
+                     f"{p50_without:.4f}", f"{p50_with:.4f}",
+                     f"{1000 * (p50_with - p50_without):+.1f}"])
     for line in rl.render_table(["conc", "cpu us/req without", "with", "growth [95% CI]",
                                  "p50 ms without", "with", "p50 change us"], rows,
                                 right=[True]):
@@ -398,8 +405,7 @@ def main() -> int:
     parser.add_argument("--no-go", action="store_true", help="skip the Go router target")
     args = parser.parse_args()
     if args.no_pin:
-        SERVER_CPUS.update(CPUS)
-        CLIENT_CPUS.update(CPUS)
+        share_all_cores()
     if args.signals:
         return signal_cost(args.reps, args.loop_pairs)
     ensure_tools()

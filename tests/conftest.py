@@ -264,20 +264,16 @@ class ScriptedServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections: set = set()  # open ones, closed by close() if still open
-        self.threads = [threading.Thread(target=self.accept, daemon=True)]
+        self.threads = [threading.Thread(target=rl.accept_connections, args=(
+            self.listener, self.start_serving, threading.Event()), daemon=True)]
         self.threads[0].start()
 
-    def accept(self):
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.connections.add(connection)
-                self.threads.append(threading.Thread(target=self.serve, args=(connection,),
-                                                     daemon=True))
-                self.threads[-1].start()
+    def start_serving(self, connection):
+        with self.lock:
+            self.connections.add(connection)
+            self.threads.append(threading.Thread(target=self.serve, args=(connection,),
+                                                 daemon=True))
+            self.threads[-1].start()
 
     def serve(self, connection):
         try:
