@@ -4426,19 +4426,21 @@ def decision_text(value: Any) -> str:
 
 
 # SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
-# it, {"<signal>":{"execution_time_ms":N,"confidence":N},...}, without decoding it: the object
-# less the numbers' characters (its skeleton) must be that of its names exactly, and the
-# object less all but the numbers' characters and these marks must reduce to the numbers,
-# comma-separated, by the separators below: a number out of its place (in a name, say) leaves
-# a mark unreduced, which no JSON number holds (the proof is in the test of it).
+# it, {"<signal>":{"execution_time_ms":N,"confidence":N},...}, without decoding it: a pattern
+# made once for each sequence of signal names (a SignalForm) matches the object, its names
+# and marks exactly and its numbers by their characters, and gives the numbers' texts; one
+# call of the C scanner reads those of many answers, and so finds whether each is a JSON
+# number. An object of names not seen is found by its skeleton (the object less the numbers'
+# characters), decoded once to make its pattern. (A pattern that told JSON numbers apart
+# itself costs the regular expression engine twice as much: each optional part nests the
+# rest of the match a level deeper. One text of a signal's two numbers and the mark between
+# would need the mark replaced, and str.replace searches a long text anew for each mark.)
 METRICS_KEY = ',"metrics":'
 NUMBER_BYTES = b"0123456789.-+"
-_NOT_KEPT = bytes(sorted(set(range(256)) - set(NUMBER_BYTES + b'":,}')))
-SIGNAL_FIRST, SIGNAL_NEXT, SIGNAL_CONFIDENCE = b'"":"":', b'},"":"":', b',"":'
-SIGNAL_LAST = b"}}"  # the end of a compact metrics object, less its numbers
+SIGNAL_NUMBERS = r'([0-9.]+),"confidence":([-0-9.]+)'  # a time is not negative
+MAX_SIGNAL_MS = 1e11  # a time this long or longer is decoded (see _signal_times)
+_MANY_DECIMALS = re.compile(r"\.[0-9]{5}")  # a time that round(ms, 4) changes
 _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
-_FOUR = itertools.repeat(4)
-_TEN_THOUSAND = itertools.repeat(1e4)
 
 
 class HeldAnswer(NamedTuple):
@@ -4450,11 +4452,37 @@ class HeldAnswer(NamedTuple):
 _new_held = tuple.__new__  # HeldAnswer's, without its Python-level __new__ (the section's own)
 
 
+class SignalForm:
+    """A metrics object's sequence of signal names: the pattern that matches such an object
+    in the router's compact form, and where each of a SignalTable's names stands in it (as
+    the table was when `size` names long: names are only ever added)."""
+
+    __slots__ = ("names", "match", "positions", "new", "size")
+
+    def __init__(self, names: tuple) -> None:
+        self.names = names
+        entries = (f'"{re.escape(name)}":\\{{"execution_time_ms":{SIGNAL_NUMBERS}\\}}'
+                   for name in names)
+        self.match = cast("Callable[[str, int], Optional[re.Match[str]]]",
+                          re.compile("\\{%s\\}" % ",".join(entries)).match)
+        self.positions: tuple = ()  # per table name: its entry here (len(names): none)
+        self.new: tuple = ()  # the entries whose names the table lacks while it has room
+        self.size = -1  # the table's length when positions and new were found
+
+    def place(self, table: SignalTable) -> None:
+        """Find where the table's names stand in this object, and which of its are new."""
+        where = {name: i for i, name in enumerate(self.names)}
+        self.positions = tuple(where.get(name, len(self.names)) for name in table.names)
+        self.new = () if len(table.names) >= MAX_SIGNALS else tuple(
+            i for name, i in where.items() if name not in table.index)
+        self.size = len(table.names)
+
+
 class SignalTable:
     """The signal names of a run in the order first reported, and each answer's times in
     that order: names are added as answers report them, up to MAX_SIGNALS."""
 
-    LAYOUTS = 64  # the distinct name sequences of metrics objects remembered
+    FORMS = 64  # the distinct name sequences of metrics objects remembered
 
     def __init__(self) -> None:
         self.names: list = []
@@ -4464,8 +4492,8 @@ class SignalTable:
         # bytes of answers that may still be held, their times read after the pass
         # (signal_members); 0: every answer's times are read as it is read
         self.hold = 0
-        # a metrics object's skeleton -> (signals, table positions, new entries, names)
-        self.layouts: dict = {}
+        self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
+        self.form: Optional[SignalForm] = None  # the form of the object read last
 
     def times(self, document: Any) -> tuple:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
@@ -4503,40 +4531,41 @@ class SignalTable:
         paired and, outside their strings, as many brackets closed as opened (metrics is then
         a top-level key: the router's recommended_models list stands there), not checked
         further, as no member past the decision is. The metrics object must be the router's
-        compact form exactly, its numbers JSON numbers: its skeleton is looked up among those
-        seen (a new one is decoded once, see _layout), its numbers read by the C scanner."""
+        compact form exactly, matched by its names' SignalForm, its numbers JSON numbers
+        without an exponent, every time under MAX_SIGNAL_MS."""
         return self.scan_many([HeldAnswer(text, index)])[0]
 
     def scan_many(self, answers: Sequence[HeldAnswer],
                   again: Optional[Callable[[int], None]] = None) -> list:
         """Return scan() of each answer, as if scanned one after another (PassLoop._settle
-        reads a pass's held answers so): the numbers of all of them read in one step of the
-        C scanner, and rounded in one step, from their metrics objects joined. `again(i)`,
-        where given, is called in turn for each answer the scan cannot read (it is decoded
-        instead), so that the names it reports take their place among the others'."""
-        metrics = [self._metrics_object(text, index) for text, index in answers]
-        read = [one for one in metrics if one]
-        times = _signal_times([one[0] for one in read], [one[2] for one in read])
+        reads a pass's held answers so): the times of all of them read in one step of the
+        C scanner, and rounded in one step. `again(i)`, where given, is called in turn for
+        each answer the scan cannot read (it is decoded instead), so that the names it
+        reports take their place among the others'."""
+        read = [self._number_texts(text, index) for text, index in answers]
+        times = _signal_times([one[1] for one in read if one])
         found: list = []
-        offset = k = 0
-        for i, one in enumerate(metrics):
-            result = None if one else one  # (): metrics {}; None: not the compact form
+        offset = 0
+        for i, one in enumerate(read):
+            result = () if one == () else None  # (): metrics {}; None: not read
             if one:
-                body, skeleton, count = one
-                # its layout as the answers read before it left it
-                layout = (self.layouts.get(skeleton) or self._layout(body)) \
-                    if times.valid[k] else None
-                if layout is not None:
-                    result = self._found(times.times[offset:offset + count], layout)
-                offset, k = offset + count, k + 1
+                form, texts = one
+                if times is not None:
+                    mine: Optional[list] = times[offset:offset + len(form.names)]
+                    offset += len(form.names)
+                else:  # one of them is not numbers as the form takes them: which?
+                    mine = _signal_times([texts])
+                if mine is not None:
+                    result = self._found(mine, form)
             if result is None and again is not None:
                 again(i)
             found.append(result)
         return found
 
-    def _metrics_object(self, text: str, index: int) -> Union[tuple, Tuple[()], None]:
-        """Return (the metrics object past index (see scan), its skeleton, its number of
-        signals), () for an empty one, None where it is not of the compact form."""
+    def _number_texts(self, text: str, index: int) -> Union[tuple, Tuple[()], None]:
+        """Return (the SignalForm of the metrics object past index (see scan), the texts of
+        its numbers, a time and a confidence per signal), () for an empty object, None where
+        it is not of the compact form."""
         at = text.find(METRICS_KEY, index)
         if at < 0:
             return None
@@ -4547,97 +4576,78 @@ class SignalTable:
         start = at + len(METRICS_KEY)
         if text.startswith("{}", start):
             return ()
-        end = text.find("}}", start) + 2
-        if end < 2:
-            return None
-        body = text[start:end].encode()
-        skeleton = body.translate(None, NUMBER_BYTES)
-        layout = self.layouts.get(skeleton) or self._layout(body)
-        return None if layout is None else (body, skeleton, layout[0])
+        form = self.form  # most answers have the form of the one before
+        found = form.match(text, start) if form is not None else None
+        if found is None:
+            end = text.find("}}", start) + 2
+            if end < 2:
+                return None
+            body = text[start:end].encode()
+            skeleton = body.translate(None, NUMBER_BYTES)
+            form = self.forms.get(skeleton) or self._form(body, skeleton)
+            found = form.match(text, start) if form is not None else None
+            if found is None:
+                return None
+            self.form = form
+        return form, found.groups()
 
-    def _found(self, times: list, layout: tuple) -> tuple:
+    def _found(self, times: list, form: SignalForm) -> tuple:
         """Return scan()'s tuple of one answer's execution_time_ms values (None for 0),
-        read in its metrics object's order, by its layout."""
-        count, positions, new, names = layout
-        if new and any(map(times.__getitem__, new)):  # a signal reported for the first time
-            self.layouts.clear()
-            return self.times({"metrics": {name: {"execution_time_ms": ms} for name, ms in
-                                           zip(names, times)}})
+        read in its metrics object's order, by its form."""
+        if form.size != len(self.names):
+            form.place(self)
+        first = list(map(times.__getitem__, form.new))  # the times of names not in the table
+        if first.count(None) != len(first):  # signals reported for the first time
+            for i in form.new:  # in the object's order, as times() adds them
+                if times[i] is not None and len(self.names) < MAX_SIGNALS:
+                    self.index[form.names[i]] = len(self.names)
+                    self.names.append(form.names[i])
+            form.place(self)
         times.append(None)  # the time of a signal the answer does not list
-        found = tuple(map(times.__getitem__, positions))
+        found = tuple(map(times.__getitem__, form.positions))
         end = len(found)
         while end and found[end - 1] is None:
             end -= 1
         return found if end == len(found) else found[:end]
 
-    def _layout(self, body: bytes) -> Optional[tuple]:
-        """Return, and remember by its skeleton, what scan needs of a metrics object whose
-        skeleton it has not seen: its number of signals, the entry of each of the table's
-        names (the count: none), its entries whose names are not in the table while it has
-        room, and its names in order; None for an object that is not the router's compact form of distinct
-        signal names free of the numbers' characters (it is then decoded)."""
+    def _form(self, body: bytes, skeleton: bytes) -> Optional[SignalForm]:
+        """Return, and remember by its skeleton, the SignalForm of a metrics object whose
+        skeleton is not among those seen; None for an object that is not the router's
+        compact form of distinct signal names free of the numbers' characters (it is then
+        decoded)."""
         names = layout_names(body)
         if names is None:
             return None
-        where = {name: i for i, name in enumerate(names)}
-        positions = tuple(where.get(name, len(names)) for name in self.names)
-        new = () if len(self.names) >= MAX_SIGNALS else tuple(
-            i for name, i in where.items() if name not in self.index)
-        if len(self.layouts) >= self.LAYOUTS:
-            self.layouts.clear()
-        self.layouts[body.translate(None, NUMBER_BYTES)] = layout = \
-            len(names), positions, new, names
-        return layout
+        if len(self.forms) >= self.FORMS:
+            self.forms.clear()
+        self.forms[skeleton] = form = SignalForm(names)
+        return form
 
 
-class SignalTimes(NamedTuple):
-    """The execution_time_ms values of metrics objects, in order, as SignalTable.scan
-    keeps them: rounded to 4 decimals, None for 0; and whether each object's are valid."""
-    # per signal of every object, one object after another (an int where the text had no
-    # decimals, as json reads it)
-    times: List[Union[float, int, None]]
-    valid: List[bool]  # per object: its numbers are JSON numbers, its times not negative
-
-
-def _signal_times(bodies: Sequence[bytes], counts: Sequence[int]) -> SignalTimes:
-    """Return the times of metrics objects whose skeletons are those of `counts[i]` signals:
-    their numbers, what is left of the objects joined less all but the numbers' characters
-    and the marks, the marks made commas, read in one step of the C scanner; one object at a
-    time where that step finds one whose numbers are not JSON numbers in their places (or a
-    negative or infinite time), which is then not valid."""
-    numbers = b"".join(bodies).translate(None, _NOT_KEPT).replace(
-        SIGNAL_LAST + SIGNAL_FIRST, b",").replace(SIGNAL_NEXT, b",").replace(
-        SIGNAL_CONFIDENCE, b",")
-    if bodies and numbers.startswith(SIGNAL_FIRST) and numbers.endswith(SIGNAL_LAST):
-        text = numbers[len(SIGNAL_FIRST):-len(SIGNAL_LAST)].decode()
-        try:
-            values, stop = _scan_json(f"[{text}]", 0)
-        except (ValueError, StopIteration):  # a mark left, a number that is not JSON's
-            values, stop = [], 0
-        times = values[0::2]  # every object's numbers are a time and a confidence each
-        if stop == len(text) + 2 and len(values) == 2 * sum(counts) and \
-                min(times) >= 0 and max(times) < math.inf:
-            return _rounded_times(times, [True] * len(bodies))
-    if len(bodies) <= 1:
-        return SignalTimes([None] * sum(counts), [False] * len(bodies))
-    times, valid = [], []
-    for body, count in zip(bodies, counts):  # one at a time, to know which
-        one = _signal_times([body], [count])
-        times += one.times
-        valid += one.valid
-    return SignalTimes(times, valid)
-
-
-def _rounded_times(times: list, valid: list) -> SignalTimes:
-    """Return the times rounded as SignalTable.times rounds them, None for 0."""
-    # round(ms, 4) costs a decimal conversion, and for a time of 4 decimals or fewer (the
-    # router's have 3: microseconds / 1000), which round(ms * 1e4) / 1e4 returns unchanged,
-    # it is the identity (up to 1e11 ms: an ulp then is far below 0.00005), so all are
-    # rounded where one is not of that kind
-    if times and (max(times) >= 1e11 or list(map(operator.truediv, map(
-            round, map(operator.mul, times, _TEN_THOUSAND)), _TEN_THOUSAND)) != times):
-        times = list(map(round, times, _FOUR))
-    return SignalTimes(list(map(_NONE_FOR_ZERO, times, times)), valid)
+def _signal_times(answers: Sequence[tuple]) -> Optional[list]:
+    """Return the times of the metrics objects whose numbers' texts these are (SignalTable's
+    _number_texts: per signal a time and a confidence), one object after another, read in one call
+    of the C scanner (an int where a text has no decimals, as json reads it), rounded as
+    SignalTable.times rounds them, None for 0; None where one of the texts is not a JSON
+    number, or a time is MAX_SIGNAL_MS or longer (such an object is decoded)."""
+    texts = list(itertools.chain.from_iterable(answers))
+    if not texts:
+        return []
+    text = ",".join(texts)
+    try:
+        values, stop = _scan_json(f"[{text}]", 0)
+    except (ValueError, StopIteration):  # a text that is not a JSON number
+        return None
+    times = values[0::2]  # every signal's numbers are a time and a confidence
+    if stop != len(text) + 2 or len(values) != len(texts) or max(times) >= MAX_SIGNAL_MS:
+        return None
+    times = list(map(_NONE_FOR_ZERO, times, times))  # before rounding: 0.00001 was evaluated
+    # round(ms, 4) is the identity for a time of 4 decimals or fewer under 1e11 (an ulp
+    # there is far below 0.00005; the router's times have 3: microseconds / 1000), so all
+    # are rounded only where one has more
+    if _MANY_DECIMALS.search(",".join(texts[0::2])) is not None:
+        times = [ms if ms is None else round(ms, 4) for ms in times]
+    return times
 
 
 def _balanced(between: str) -> bool:
@@ -4650,7 +4660,7 @@ def _balanced(between: str) -> bool:
 def layout_names(body: bytes) -> Optional[tuple]:
     """Return the signal names of a metrics object in the router's compact form, in order;
     None for any other object, or names that are not distinct signal names free of the
-    characters of numbers and of SignalTable.scan's marks."""
+    characters of numbers and of the form's marks."""
     try:
         metrics = json.loads(body)
     except ValueError:

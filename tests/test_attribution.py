@@ -24,7 +24,9 @@ import html5lib
 import pytest
 
 import router_latency as rl
-from conftest import final_answer, write_corpus
+from hypothesis import given, strategies as st
+
+from conftest import SETTINGS, final_answer, write_corpus
 
 DATA = Path(__file__).parent / "data"
 
@@ -446,7 +448,7 @@ def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(m
     seen = compact_answer(GOOD_METRICS).decode()  # its form seen before: its skeleton known
     at = rl.top_members(seen, *signal_reading())[1]
     # the first read adds the names (and forgets the skeletons), the second keeps its skeleton
-    assert table.scan(seen, at) == table.scan(seen, at) == (3.5, 5) and len(table.layouts) == 1
+    assert table.scan(seen, at) == table.scan(seen, at) == (3.5, 5) and len(table.forms) == 1
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[1] == "bad_json"
     assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
 
@@ -581,3 +583,54 @@ def test_answers_scanned_together_give_what_scanning_one_after_another_gives(spo
     assert found == [one_by_one.scan(text, at) for text, at in answers]
     assert together.names == one_by_one.names == ["domain", "pii", "keyword", "jailbreak", "kb"]
     assert (found[7] is None) == bool(spoiled) and found[2] == (12, 0.0013, None, 2.5)
+
+
+# the texts of numbers the router writes (3 decimals, Go's float64 confidences), and those
+# it does not: 0 spelled with decimals, more than 4 decimals, an exponent, a sign, 12 integer
+# digits or more, and texts that are not JSON numbers at all
+NUMBER_TEXTS = ["0", "0.0", "0.000", "3", "2.11", "5.071", "0.9", "0.8765432119369507", "1",
+                "3.123456789", "0.00005", "0.000049", "12.34565", "99999999999.9999",
+                "99999999999", "100000000000", "123456789012.5", "-1.5", "-0", "1e-07", "2E3",
+                "1" + "0" * 400 + ".5", "3.", "03", "+1", "", ".5", "1.2.3", "--1"]
+SIGNAL_NAMES = ["keyword", "domain", "pii", "jailbreak", "kb", "fact_check", "p2ii"]
+
+
+@st.composite
+def metrics_objects(draw):
+    names = draw(st.lists(st.sampled_from(SIGNAL_NAMES), max_size=5, unique=True))
+    numbers = st.sampled_from(NUMBER_TEXTS)
+    return "{%s}" % ",".join(f'"{name}":{{"execution_time_ms":{draw(numbers)},'
+                             f'"confidence":{draw(numbers)}}}' for name in names)
+
+
+@SETTINGS
+@given(st.lists(metrics_objects(), min_size=1, max_size=12))
+def test_any_metrics_object_is_read_as_decoding_the_answer_reads_it(objects):
+    # one table over answers of names and numbers of every kind, read at once by classify
+    # and held then scanned together, against the answers decoded whole
+    scanned, decoded, together = rl.SignalTable(), rl.SignalTable(), rl.SignalTable()
+    held, expected = [], []
+    for metrics in objects:
+        body = compact_answer(metrics)
+        try:
+            document = json.loads(body)
+        except ValueError:
+            document = None
+        decision, error = rl.classify(200, body, rl.DEFAULT_DECISION_PATHS,
+                                      signals=scanned)[:2]
+        if document is None:
+            assert error == "bad_json", metrics
+            continue
+        assert (decision, error) == ("math|qwen3", None), metrics
+        expected.append(decoded.times(document))
+        assert scanned.last == expected[-1], metrics
+        assert [type(v) for v in scanned.last] == [type(v) for v in expected[-1]]
+        text = body.decode()
+        held.append(rl.HeldAnswer(text, rl.top_members(text, *signal_reading())[1]))
+    assert scanned.names == decoded.names
+    in_turn = {}  # what the scan leaves unread is read as the answer decoded, in its turn
+    found = together.scan_many(
+        held, lambda i: in_turn.setdefault(i, together.times(json.loads(held[i].text))))
+    assert all(found[i] is None for i in in_turn)
+    assert [in_turn.get(i, one) for i, one in enumerate(found)] == expected
+    assert together.names == decoded.names
