@@ -3436,6 +3436,7 @@ def dump_run(run: RunFile) -> Iterator[bytes]:
 #         stop_accepting, tls_context
 
 BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
+BODY_CONFIG_HASH_KEY = b'"config_hash"'  # where every match of it starts
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
 MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
@@ -4412,9 +4413,16 @@ def error_code(body: bytes | bytearray) -> Optional[str]:
 def body_config_hash(body: bytes | bytearray) -> Optional[str]:
     """Return the config_hash a preview answer's body carries, or None: read when the
     x-vsr-config-hash header is missing (a proxy that drops it), by a byte search, since the
-    pass loop must not parse an answer twice."""
-    found = BODY_CONFIG_HASH.search(body)
-    return found.group(1).decode("ascii") if found else None
+    pass loop must not parse an answer twice: the first place BODY_CONFIG_HASH matches, each
+    place its key stands tried in turn (bytes.find skips through a body many times faster
+    than the pattern's own search, which costs a 1.5 KB answer 11,000 instructions)."""
+    at = body.find(BODY_CONFIG_HASH_KEY)
+    while at >= 0:
+        found = BODY_CONFIG_HASH.match(body, at)
+        if found is not None:
+            return found.group(1).decode("ascii")
+        at = body.find(BODY_CONFIG_HASH_KEY, at + 1)
+    return None
 
 
 def decision_text(value: Any) -> str:

@@ -7,9 +7,10 @@ import socket
 import threading
 
 import pytest
+from hypothesis import given, strategies as st
 
 import router_latency as rl
-from conftest import ScriptedServer, final_answer, write_corpus
+from conftest import SETTINGS, ScriptedServer, final_answer, write_corpus
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
 
@@ -81,6 +82,24 @@ def test_reader_keeps_the_config_hash_header():
     plain = rl.ResponseReader((rl.CONFIG_HASH_HEADER,))
     assert plain.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
     assert plain.headers == {}
+
+
+HASH_A, HASH_B = "3f0c" * 16, "0123456789abcdef" * 4
+HASH_PIECES = ['"config_hash"', ":", " ", '"', HASH_A, HASH_B, HASH_A[:63], HASH_A.upper(),
+               '"config_hash":"', '\\"config_hash\\"', '{"a":1}', ",", "x", "\n",
+               f'"config_hash":"{HASH_A}"', f'"config_hash" :\t"{HASH_B}"']
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(HASH_PIECES), max_size=14))
+def test_the_body_config_hash_is_the_first_match_of_its_pattern(pieces):
+    # bodies of near misses and several hashes: each place the key stands is tried in turn
+    body = "".join(pieces).encode()
+    found = rl.BODY_CONFIG_HASH.search(body)
+    expected = found.group(1).decode() if found else None
+    assert rl.body_config_hash(body) == expected == rl.body_config_hash(bytearray(body))
+    answer = b'{"decision":"math","config_hash":"%s"}' % HASH_B.encode()
+    assert rl.body_config_hash(body + answer) == (expected or HASH_B)
 
 
 # bodies as the router writes them (pkg/apiserver: writeErrorResponse's envelope; the preview's
