@@ -4519,15 +4519,23 @@ class SignalTable:
                 continue
             i = index.get(name)
             if i is None:
-                if len(self.names) >= MAX_SIGNALS or type(name) is not str \
-                        or not SIGNAL_NAME_PATTERN.fullmatch(name):
+                i = self._add(name)
+                if i is None:
                     continue
-                i = index[name] = len(self.names)
-                self.names.append(name)
             if i >= len(found):
                 found += [None] * (i + 1 - len(found))
             found[i] = round(ms, 4)
         return tuple(found)
+
+    def _add(self, name: Any) -> Optional[int]:
+        """Add a name first reported; return its place, None where it is not a signal name
+        or the table is full."""
+        if len(self.names) >= MAX_SIGNALS or type(name) is not str \
+                or not SIGNAL_NAME_PATTERN.fullmatch(name):
+            return None
+        i = self.index[name] = len(self.names)
+        self.names.append(name)
+        return i
 
     def scan(self, text: str, index: int) -> Optional[tuple]:
         """Return what times() returns of the answer in text, reading its top-level metrics
@@ -4607,9 +4615,8 @@ class SignalTable:
         first = list(map(times.__getitem__, form.new))  # the times of names not in the table
         if first.count(None) != len(first):  # signals reported for the first time
             for i in form.new:  # in the object's order, as times() adds them
-                if times[i] is not None and len(self.names) < MAX_SIGNALS:
-                    self.index[form.names[i]] = len(self.names)
-                    self.names.append(form.names[i])
+                if times[i] is not None:
+                    self._add(form.names[i])
             form.place(self)
         times.append(None)  # the time of a signal the answer does not list
         found = tuple(map(times.__getitem__, form.positions))
@@ -4623,7 +4630,7 @@ class SignalTable:
         skeleton is not among those seen; None for an object that is not the router's
         compact form of distinct signal names free of the numbers' characters (it is then
         decoded)."""
-        names = layout_names(body)
+        names = form_names(body)
         if names is None:
             return None
         if len(self.forms) >= self.FORMS:
@@ -4665,7 +4672,7 @@ def _balanced(between: str) -> bool:
     return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
 
 
-def layout_names(body: bytes) -> Optional[tuple]:
+def form_names(body: bytes) -> Optional[tuple]:
     """Return the signal names of a metrics object in the router's compact form, in order;
     None for any other object, or names that are not distinct signal names free of the
     characters of numbers and of the form's marks."""
@@ -5894,8 +5901,8 @@ class PassLoop:
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
     # of the answers held for their times, per pass: 5,700 of the router's 1.5 KB answers,
-    # 3,000 of its 2.7 KB ones, more than a corpus's pass sends; the peak memory of a long
-    # pass stays that of the times read at once (bench/load_100k.py: 64 MiB held, +56 MiB)
+    # 3,000 of its 2.7 KB ones, more than a corpus's pass sends; a longer pass's peak memory
+    # stays near that of the times read at once (bench/load_100k.py: 207 MiB, 263 with 64 MiB)
     HOLD_BYTES = 8 * 2 ** 20
     SETTLE_ANSWERS = 512  # held answers read after the pass in steps of this many answers,
     SETTLE_CHARS = 2 * 2 ** 20  # or of this many characters: what a step needs stays small
