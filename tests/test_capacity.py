@@ -33,10 +33,12 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # N callers on; beyond them callers wait for a worker, so p50 doubles with callers
     router = simulator(delay_ms=DELAY_MS, workers=workers)
     # steps of equal time: a short step's fixed costs (the first send, the last answer) would
-    # weigh on its rate. A margin of 20%: the step of N callers may lose a tenth to the
-    # turnaround (above) and still be flat against 2N, whose queue keeps every worker busy,
-    # while a doubling of workers (100% more) is never flat
-    result, out = ladder_run(cli, tmp_path, router.url, "--duration", "0.5s",
+    # weigh on its rate. A margin of 20%: the step of N callers may lose a sixth to the
+    # turnaround (above) or to a stall of the machine and still be flat against 2N, whose
+    # queue keeps every worker busy, while a doubling of workers (100% more) is never flat.
+    # A stall of S seconds costs a step S / duration of its rate: steps of 0.5 s lost 17% of
+    # 2 workers' step once in CI (85 ms), so 1 s steps, which tolerate 170 ms
+    result, out = ladder_run(cli, tmp_path, router.url, "--duration", "1s",
                              "--ladder-margin", "20")
     assert result.code == 0, result.err
     capacity = rl.run_capacity(rl.load_run(str(out)))
