@@ -4174,7 +4174,11 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
 
     A small body is decoded whole by the C scanner, faster than this reads its members.
     With `signals`, the answer's per-signal times are read too (signal_members) and kept in
-    signals.last; a body that is no JSON leaves it None."""
+    signals.last, or, while the table may hold answers (SignalTable.hold), the answer is held
+    there as a HeldAnswer, its decision read, to be read after its pass as it would be now
+    (one with no times past its decision: found to have none then, by the read that finds
+    no metrics); a body that is no JSON leaves it None. The hold is taken here, not in a
+    call: it is the pass loop's path for every answer."""
     if signals is not None:
         signals.last = None
     try:
@@ -4188,8 +4192,15 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
             members = read_members(text, decision_reading(tuple(paths)))[0]
-        else:
+        # with signals: the answer is held while it fits the hold, counted at the most its str
+        # may take (4 bytes a character), its times read after its pass; else read now
+        elif (size := len(text) if text.isascii() else 4 * len(text)) > signals.hold:
             members = signal_members(text, tuple(paths), signals)
+        else:
+            members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
+            if members is not None and "metrics" not in members:  # else read as below
+                signals.hold -= size
+                signals.last = [text, at]  # a HeldAnswer
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -4207,19 +4218,10 @@ def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[di
     between are plain JSON and metrics has the router's compact form (Go's, every signal's
     {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
     to metrics, so that what is malformed there is bad_json or malformed as it always was;
-    signals.last is then left None for the caller to read the decoded metrics.
-
-    While the table may hold answers (SignalTable.hold), the times are not read now: the
-    answer is kept as a HeldAnswer in signals.last, its decision read, and read after its
-    pass as it would be now (one with no times past its decision: found to have none then,
-    by the read that finds no metrics)."""
+    signals.last is then left None for the caller to read the decoded metrics. An answer
+    read here did not fit the table's hold: none after it is held (answer_document)."""
     members, index = read_members(text, decision_reading(paths, ("metrics",)))
     if members is None or "metrics" in members:
-        return members
-    size = len(text) if text.isascii() else 4 * len(text)  # the most a str holds a character in
-    if size <= signals.hold:  # read once its pass is over (PassLoop._settle)
-        signals.hold -= size
-        signals.last = _new_held(HeldAnswer, (text, index))  # without a Python call
         return members
     signals.hold = 0  # the answers held are those before the first that did not fit
     times = signals.scan(text, index)
@@ -4451,13 +4453,11 @@ _MANY_DECIMALS = re.compile(r"\.[0-9]{5}")  # a time that round(ms, 4) changes
 _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
 
 
-class HeldAnswer(NamedTuple):
-    """An answer whose per-signal times are read once its pass is over (SignalTable.hold)."""
-    text: str  # the whole answer, decoded
-    at: int  # where the read of its decision stopped, as SignalTable.scan takes it
-
-
-_new_held = tuple.__new__  # HeldAnswer's, without its Python-level __new__ (the section's own)
+# An answer whose per-signal times are read once its pass is over (SignalTable.hold): [the
+# whole answer decoded, where the read of its decision stopped, as SignalTable.scan takes
+# it]. A list where a NamedTuple would read better: the pass loop makes one an answer, and
+# a list costs a tenth of the instructions of the cheapest tuple subclass; times never are one
+HeldAnswer = list
 
 
 class SignalForm:
@@ -4498,7 +4498,7 @@ class SignalTable:
         # the times found in the answer read last, or the answer held to read them later
         self.last: Union[tuple, HeldAnswer, None] = ()
         # bytes of answers that may still be held, their times read after the pass
-        # (signal_members); 0: every answer's times are read as it is read
+        # (answer_document); 0: every answer's times are read as it is read
         self.hold = 0
         self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
         self.form: Optional[SignalForm] = None  # the form of the object read last
@@ -4549,7 +4549,7 @@ class SignalTable:
         further, as no member past the decision is. The metrics object must be the router's
         compact form exactly, matched by its names' SignalForm, its numbers JSON numbers
         without an exponent, every time under MAX_SIGNAL_MS."""
-        return self.scan_many([HeldAnswer(text, index)])[0]
+        return self.scan_many([[text, index]])[0]
 
     def scan_many(self, answers: Sequence[HeldAnswer],
                   again: Optional[Callable[[int], None]] = None) -> list:
@@ -6224,7 +6224,7 @@ class PassLoop:
         for i, raw in enumerate(self.results):
             if type(raw.signal_ms) is HeldAnswer:
                 some.append(i)
-                size += len(raw.signal_ms.text)
+                size += len(raw.signal_ms[0])
                 if len(some) == self.SETTLE_ANSWERS or size >= self.SETTLE_CHARS:
                     self._settle_some(some)
                     some, size = [], 0
@@ -6254,7 +6254,7 @@ class PassLoop:
     def _read_again(self, raw: RawResult) -> RawResult:
         """Return a held answer's result classified again, times and all, as _complete and
         _read would have classified it at once."""
-        body = cast(HeldAnswer, raw.signal_ms).text.encode()
+        body = cast(HeldAnswer, raw.signal_ms)[0].encode()
         try:
             decision, error, code, signal_ms = self._classified(cast(int, raw.status), body)
         except Exception as exc:  # noqa: BLE001 - as _read takes it
@@ -6360,13 +6360,15 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
         # RawResult's leading fields in one step: a NamedTuple's fields, read one by one, are
         # a lookup each, the cost of a few answers' parsing over a pass
         index, scheduled, started, ended, status, decision, error, retried, code = raw[:9]
+        # settled (PassLoop._settle): times, no answer held; Any, as a cast is a call a request
+        times: Any = raw.signal_ms
         origin = scheduled if open_loop else started
         rep, prompt_id = divmod(index, count) if count else (0, index)
         requests.append(Request(
             prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
             status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
             round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
-            retried, raw.reason, raw.signal_ms))
+            retried, raw.reason, times))
     return requests, (last - first) / 1e9
 
 

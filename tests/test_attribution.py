@@ -566,6 +566,34 @@ def test_answers_held_for_their_times_are_read_after_the_pass_as_they_would_be_a
     assert results[-6][-1] == {"domain": 3.5, "p1ii": 5}
 
 
+def test_the_hold_counts_a_non_ascii_answer_at_four_bytes_a_character_and_skips_metrics_first(
+        scripted, monkeypatch):
+    # an answer of non-ASCII text may take 4 bytes a character as a str: counted so; one
+    # whose metrics come before its decision is read at once, the hold left for the next
+    wide = compact_answer(GOOD_METRICS).replace(b"x" * 600, "\u6162".encode() * 200)
+    first = b'{"metrics":' + GOOD_METRICS.encode() + b',' + compact_answer(GOOD_METRICS)[1:]
+    plain = compact_answer(metrics_text([("kb", 7, 1)]))
+    chars = len(wide.decode())
+    held = []
+    real_settle = rl.PassLoop._settle
+
+    def settle(self):
+        held.append([type(r.signal_ms) is rl.HeldAnswer for r in self.results])
+        real_settle(self)
+
+    monkeypatch.setattr(rl.PassLoop, "_settle", settle)
+    read_at_once = None
+    for budget, expected in ((0, [False] * 3), (4 * chars - 1, [False] * 3),
+                             (4 * chars, [True, False, False]),
+                             (4 * chars + len(plain), [True, False, True])):
+        monkeypatch.setattr(rl.PassLoop, "HOLD_BYTES", budget)
+        results, names = pass_of_held_answers(scripted, [wide, first, plain])
+        assert held[-1] == expected, budget
+        read_at_once = read_at_once or (results, names)
+        assert (results, names) == read_at_once  # held or not, the same times
+    assert [r[-1] for r in read_at_once[0]] == [{"domain": 3.5, "pii": 5}] * 2 + [{"kb": 7}]
+
+
 @pytest.mark.parametrize("spoiled", [None, ("3.5", "3.5.1"), ("0.25", ""), (":5,", ":-5,")])
 def test_answers_scanned_together_give_what_scanning_one_after_another_gives(spoiled):
     entries = [[("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25)],
@@ -576,8 +604,7 @@ def test_answers_scanned_together_give_what_scanning_one_after_another_gives(spo
     texts = [compact_answer(metrics_text(e)).decode() for e in entries]
     if spoiled:  # one answer in the middle is not a list of numbers, or has a negative time
         texts[7] = compact_answer(GOOD_METRICS.replace(*spoiled)).decode()
-    answers = [rl.HeldAnswer(text, rl.top_members(
-        text, *signal_reading())[1]) for text in texts]
+    answers = [[text, rl.top_members(text, *signal_reading())[1]] for text in texts]
     together, one_by_one = rl.SignalTable(), rl.SignalTable()
     found = together.scan_many(answers)
     assert found == [one_by_one.scan(text, at) for text, at in answers]
@@ -626,11 +653,11 @@ def test_any_metrics_object_is_read_as_decoding_the_answer_reads_it(objects):
         assert scanned.last == expected[-1], metrics
         assert [type(v) for v in scanned.last] == [type(v) for v in expected[-1]]
         text = body.decode()
-        held.append(rl.HeldAnswer(text, rl.top_members(text, *signal_reading())[1]))
+        held.append([text, rl.top_members(text, *signal_reading())[1]])
     assert scanned.names == decoded.names
     in_turn = {}  # what the scan leaves unread is read as the answer decoded, in its turn
     found = together.scan_many(
-        held, lambda i: in_turn.setdefault(i, together.times(json.loads(held[i].text))))
+        held, lambda i: in_turn.setdefault(i, together.times(json.loads(held[i][0]))))
     assert all(found[i] is None for i in in_turn)
     assert [in_turn.get(i, one) for i, one in enumerate(found)] == expected
     assert together.names == decoded.names
