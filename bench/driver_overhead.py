@@ -14,7 +14,8 @@ with `router_latency.py run` at concurrency 1, 4 and 16, and ends with one 100,0
 for the driver's peak RSS.
 
     python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
-    python3 bench/driver_overhead.py --signals [--reps 5] [--loop-pairs 30]
+    python3 bench/driver_overhead.py --signals [--reps 20] [--loop-pairs 100]
+        [--pass-requests 1000]
 
 --signals measures only what recording the router's per-signal times costs: nginx answers
 every preview as the router does (20 signals under metrics, 3 of them evaluated, and a
@@ -23,7 +24,10 @@ request id that changes every answer), and the driver runs alternately with and 
 driver_cpu_s) and p50 per request of each, and the growth with its 95% t interval over the
 pairs; then the pass loop alone in this process (--loop-pairs rounds of three arms: without
 the times, with them held as run holds them, with them read as each answer comes), and what
-reading the times of the answers held during a pass costs after it (per answer).
+reading the times of the answers held during a pass costs after it (per answer). Passes are
+short (--pass-requests, 20 to 80 ms each in the loop) because a shared machine's speed drifts
+over seconds (passes of 4,000 requests here took 15 or 23 us an answer, by the minute): a
+pair of short passes sees one speed, so its ratio is the cost's, where long ones mix speeds.
 
 Like the published method, the load generators run on other cores than the server: on a
 machine of N >= 2 cores the targets are pinned to the last core and wrk and the driver to the
@@ -290,14 +294,14 @@ def growth_text(pairs: list) -> str:
     return f"{mean:+.1f}% [{low:+.1f}%, {high:+.1f}%]"
 
 
-def signal_cost(reps: int, loop_pairs: int) -> int:
+def signal_cost(reps: int, loop_pairs: int, requests: int) -> int:
     """Print what recording the per-signal times costs the driver per request: whole runs as
     a user runs them (with and without --no-signals, alternated, `reps` pairs), then the pass
     loop alone in this process (`loop_pairs` pairs, three arms), each growth with its 95% t
     interval over the pairs."""
     ensure_tools()
     work = Path(tempfile.mkdtemp(prefix="router-latency-signals-"))
-    write_corpus(work / "c.json", 4000)
+    write_corpus(work / "c.json", requests)
     nginx, url = start_router_nginx(work)
     figures: dict = {}
     try:
@@ -321,7 +325,7 @@ def signal_cost(reps: int, loop_pairs: int) -> int:
             for level in (1, 16):
                 figures.setdefault(level, []).append((pair[("without", level)],
                                                       pair[("with", level)]))
-        in_process = pass_loop_cost(url, loop_pairs)
+        in_process = pass_loop_cost(url, loop_pairs, requests)
     finally:
         nginx.terminate()
         nginx.wait(10)
@@ -329,7 +333,7 @@ def signal_cost(reps: int, loop_pairs: int) -> int:
           f"{platform.python_version()}, load {os.getloadavg()[0]:.2f}; the router's answer "
           f"({len(ROUTER_ANSWER)} bytes, {len(ROUTER_SIGNALS)} signals, 3 evaluated); growth: "
           f"geometric mean of the per-pair ratios, 95% t interval")
-    print(f"whole runs (`run`, 4,000 requests a pass, driver_cpu_s: the passes, not the "
+    print(f"whole runs (`run`, {requests:,} requests a pass, driver_cpu_s: the passes, not the "
           f"reading after them), {reps} pairs with and without --no-signals, alternated:")
     rows = []
     for level in (1, 16):
@@ -344,8 +348,8 @@ def signal_cost(reps: int, loop_pairs: int) -> int:
                                  "p50 ms without", "with", "p50 change us"], rows,
                                 right=[True]):
         print(f"  {line}")
-    print(f"the pass loop alone in this process, 4,000 requests a pass, thread CPU per answer "
-          f"while it ran, {loop_pairs} rounds of the three arms in rotated order:")
+    print(f"the pass loop alone in this process, {requests:,} requests a pass, thread CPU "
+          f"per answer while it ran, {loop_pairs} rounds of the three arms in rotated order:")
     rows = []
     for level in (1, 16):
         found = in_process[level]
@@ -366,21 +370,25 @@ def signal_cost(reps: int, loop_pairs: int) -> int:
     return 0
 
 
-def pass_loop_cost(url: str, pairs: int) -> dict:
+def pass_loop_cost(url: str, pairs: int, requests: int) -> dict:
     """Return {level: {arm: [(thread CPU us per answer while the pass ran, us per answer of
-    reading the held answers' times after it)]}} of 4,000-request passes run by the pass loop
+    reading the held answers' times after it)]}} of passes of `requests` run by the pass loop
     in this process at concurrency 1 and 16: without a signal table, with one (the answers
     held, as run does), and with one reading every answer at once (HOLD_BYTES 0); the arms
     in an order rotated each round. The per-answer path alone, without the start-up, warm-up
     and file of a run."""
     arms = ("without", "with", "at once")
     found: dict = {level: {arm: [] for arm in arms} for level in (1, 16)}
+    # on the client cores, as the runs are: a loop that meets nginx on its core is slowed by
+    # whichever of them the scheduler put there
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, CLIENT_CPUS)
     for rep in range(pairs):
         for level in (1, 16):
             for arm in arms[rep % 3:] + arms[:rep % 3]:
                 target = rl.Target(rl.parse_endpoint(url),
                                    signals=None if arm == "without" else rl.SignalTable())
-                payloads = rl.encode_prompts(target, [PROMPT] * 4000)
+                payloads = rl.encode_prompts(target, [PROMPT] * requests)
                 loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", level))
                 if arm == "at once":
                     loop.HOLD_BYTES = 0
@@ -390,6 +398,7 @@ def pass_loop_cost(url: str, pairs: int) -> dict:
                 found[level][arm].append(
                     (1e6 * (time.thread_time() - started - settled) / len(results),
                      1e6 * settled / len(results)))
+    os.sched_setaffinity(0, mask)
     return found
 
 
@@ -398,8 +407,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--signals", action="store_true",
                         help="only the cost of recording per-signal times (see above)")
-    parser.add_argument("--loop-pairs", type=int, default=30,
+    parser.add_argument("--loop-pairs", type=int, default=100,
                         help="--signals: rounds of the pass loop's three arms in this process")
+    parser.add_argument("--pass-requests", type=int, default=1000,
+                        help="--signals: requests a pass, of the runs and of the loop (a pass "
+                             "longer than the hold reads the rest as they come)")
     parser.add_argument("--skip-rss", action="store_true", help="skip the 100,000-request run")
     parser.add_argument("--no-pin", action="store_true", help="let everything share all cores")
     parser.add_argument("--no-go", action="store_true", help="skip the Go router target")
@@ -407,7 +419,7 @@ def main() -> int:
     if args.no_pin:
         share_all_cores()
     if args.signals:
-        return signal_cost(args.reps, args.loop_pairs)
+        return signal_cost(args.reps, args.loop_pairs, args.pass_requests)
     ensure_tools()
     work = Path(tempfile.mkdtemp(prefix="router-latency-bench-"))
     script = work / "post.lua"
