@@ -4173,7 +4173,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     json.loads keeps the last.
 
     A small body is decoded whole by the C scanner, faster than this reads its members.
-    With `signals`, the answer's per-signal times are read too (signal_members) and kept in
+    With `signals`, the answer's per-signal times are read too (scanned_members) and kept in
     signals.last, or, while the table may hold answers (SignalTable.hold), the answer is held
     there as a HeldAnswer, its decision read, to be read after its pass as it would be now
     (one with no times past its decision: found to have none then, by the read that finds
@@ -4192,15 +4192,17 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
             members = read_members(text, decision_reading(tuple(paths)))[0]
-        # with signals: the answer is held while it fits the hold, counted at the most its str
-        # may take (4 bytes a character), its times read after its pass; else read now
-        elif (size := len(text) if text.isascii() else 4 * len(text)) > signals.hold:
-            members = signal_members(text, tuple(paths), signals)
-        else:
+        else:  # the decision read as without the times; metrics before it: read as below
             members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
-            if members is not None and "metrics" not in members:  # else read as below
-                signals.hold -= size
-                signals.last = [text, at]  # a HeldAnswer
+            if members is not None and "metrics" not in members:
+                # held while it fits the hold, counted at the most its str may take (4 bytes
+                # a character), its times read after its pass; else read now
+                size = len(text) if text.isascii() else 4 * len(text)
+                if size <= signals.hold:
+                    signals.hold -= size
+                    signals.last = [text, at]  # a HeldAnswer
+                else:
+                    members = scanned_members(text, at, members, tuple(paths), signals)
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -4210,19 +4212,17 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     return document
 
 
-def signal_members(text: str, paths: tuple, signals: SignalTable) -> Optional[dict]:
-    """Return top_members of an answer read for its decision and its per-signal times.
+def scanned_members(text: str, index: int, members: dict, paths: tuple,
+                    signals: SignalTable) -> Optional[dict]:
+    """Return top_members of an answer whose decision members were read up to index, with its
+    per-signal times read now into signals.last (answer_document: it did not fit the hold).
 
-    The decision is read as without the times (read_members); 'metrics' past it is found
-    and its times read by SignalTable.scan, without decoding anything, where the members
-    between are plain JSON and metrics has the router's compact form (Go's, every signal's
-    {"execution_time_ms":N,"confidence":N}). Anything else is decoded member by member up
-    to metrics, so that what is malformed there is bad_json or malformed as it always was;
-    signals.last is then left None for the caller to read the decoded metrics. An answer
-    read here did not fit the table's hold: none after it is held (answer_document)."""
-    members, index = read_members(text, decision_reading(paths, ("metrics",)))
-    if members is None or "metrics" in members:
-        return members
+    'metrics' past index is found and its times read by SignalTable.scan, without decoding
+    anything, where the members between are plain JSON and metrics has the router's compact
+    form (Go's, every signal's {"execution_time_ms":N,"confidence":N}). Anything else is
+    decoded member by member up to metrics, so that what is malformed there is bad_json or
+    malformed as it always was; signals.last is then left None for the caller to read the
+    decoded metrics. No answer after this one is held."""
     signals.hold = 0  # the answers held are those before the first that did not fit
     times = signals.scan(text, index)
     if times is not None:
@@ -4455,8 +4455,9 @@ _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evalu
 
 # An answer whose per-signal times are read once its pass is over (SignalTable.hold): [the
 # whole answer decoded, where the read of its decision stopped, as SignalTable.scan takes
-# it]. A list where a NamedTuple would read better: the pass loop makes one an answer, and
-# a list costs a tenth of the instructions of the cheapest tuple subclass; times never are one
+# it]. A list where a NamedTuple would read better: the pass loop makes one for each answer,
+# and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
+# always a tuple, never a list: PassLoop._settle tells the two apart by type
 HeldAnswer = list
 
 

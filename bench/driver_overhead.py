@@ -14,7 +14,7 @@ with `router_latency.py run` at concurrency 1, 4 and 16, and ends with one 100,0
 for the driver's peak RSS.
 
     python3 bench/driver_overhead.py [--reps 3] [--skip-rss]
-    python3 bench/driver_overhead.py --signals [--reps 20] [--loop-pairs 100]
+    python3 bench/driver_overhead.py --signals [--reps N] [--loop-pairs 100]
         [--pass-requests 1000]
 
 --signals measures only what recording the router's per-signal times costs: nginx answers

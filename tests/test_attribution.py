@@ -571,8 +571,10 @@ def test_the_hold_counts_a_non_ascii_answer_at_four_bytes_a_character_and_skips_
     # an answer of non-ASCII text may take 4 bytes a character as a str: counted so; one
     # whose metrics come before its decision is read at once, the hold left for the next
     wide = compact_answer(GOOD_METRICS).replace(b"x" * 600, "\u6162".encode() * 200)
-    first = b'{"metrics":' + GOOD_METRICS.encode() + b',' + compact_answer(GOOD_METRICS)[1:]
-    plain = compact_answer(metrics_text([("kb", 7, 1)]))
+    kb = metrics_text([("kb", 7, 1)])
+    first = b'{"metrics":' + kb.encode() + b',' + compact_answer(GOOD_METRICS).replace(
+        b'"metrics":' + GOOD_METRICS.encode() + b',', b'')[1:]
+    plain = compact_answer(kb)
     chars = len(wide.decode())
     held = []
     real_settle = rl.PassLoop._settle
@@ -585,13 +587,16 @@ def test_the_hold_counts_a_non_ascii_answer_at_four_bytes_a_character_and_skips_
     read_at_once = None
     for budget, expected in ((0, [False] * 3), (4 * chars - 1, [False] * 3),
                              (4 * chars, [True, False, False]),
-                             (4 * chars + len(plain), [True, False, True])):
+                             (4 * chars + len(plain), [True, False, True]),
+                             (10 ** 6, [True, False, True])):  # where the second fits too
         monkeypatch.setattr(rl.PassLoop, "HOLD_BYTES", budget)
         results, names = pass_of_held_answers(scripted, [wide, first, plain])
         assert held[-1] == expected, budget
         read_at_once = read_at_once or (results, names)
-        assert (results, names) == read_at_once  # held or not, the same times
-    assert [r[-1] for r in read_at_once[0]] == [{"domain": 3.5, "pii": 5}] * 2 + [{"kb": 7}]
+        # held or not, the same times; the names of an answer read at once come before
+        # those of the answers held before it
+        assert results == read_at_once[0] and sorted(names) == sorted(read_at_once[1])
+    assert [r[-1] for r in read_at_once[0]] == [{"domain": 3.5, "pii": 5}] + [{"kb": 7}] * 2
 
 
 @pytest.mark.parametrize("spoiled", [None, ("3.5", "3.5.1"), ("0.25", ""), (":5,", ":-5,")])
