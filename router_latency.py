@@ -9773,9 +9773,15 @@ def failed_sentence(report: RoundsReport) -> str:
 def faults_sentence(report: RoundsReport) -> str:
     """Return the rounds and sides whose router restarted or whose device faulted."""
     faults = [row for row in report.environment if row.faults]
-    return ("restarts and device faults: none recorded"
-            if not faults else "restarts and device faults: " + ", ".join(
-                f"r{row.round} {row.side} {row.faults:g}" for row in faults))
+    if faults:
+        return "restarts and device faults: " + ", ".join(
+            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
+    read = sum(row.faults is not None for row in report.environment)
+    if not read:  # no run read the restart and fault series: nothing is known of them
+        return "restarts and device faults: not captured"
+    return "restarts and device faults: none" + (
+        "" if read == len(report.environment) else
+        f" in the {read} of {len(report.environment)} runs that captured them")
 
 
 def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
@@ -9848,8 +9854,10 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
              f"median over "
              f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
              f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
-             f"tolerance, false discovery rate {100 * found.fdr:g}%; noise: beyond the "
-             f"tolerance but not carried)")
+             f"tolerance, false discovery rate {100 * found.fdr:g}% over the inputs and again "
+             f"over the groups (one input may be noise among many and its group of one slower); "
+             f"a call is a one-sided test, so it may stand where the interval reaches inside "
+             f"the tolerance; noise: beyond the tolerance but not carried)")
     texts = any(s.text is not None for s in found.inputs)
     ratio = "change [95% CI]"
     caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
@@ -12255,7 +12263,8 @@ def add_simulate_parser(commands: Any) -> None:
                    help="signals each preview runs and reports (metrics.<signal>."
                         "execution_time_ms; llm_signal_extraction_latency_seconds on /metrics)"
                         ", with their time in ms (each +-10%%): domain:3,pii:5,guard:2; "
-                        "default: none")
+                        "without it, none is modelled: domain, jailbreak, pii, fact_check and "
+                        "user_feedback report equal shares of the preview's time")
     p.add_argument("--parallel-signals", action="store_true",
                    help="run the signals at once: a preview takes the longest, not the sum")
     p.add_argument("--url-file", help="write the server's URL here once it listens")

@@ -99,8 +99,10 @@ slowing together: detects >= 24%
 
         slower inputs: 5 of 101 (Sequential pass; change in latency of each input, gpu against cpu\
 : median over 3 rounds, 95% t interval of the geometric mean; called slower when its own rounds ca\
-rry it beyond the 5% tolerance, false discovery rate 5%; noise: beyond the tolerance but not carri\
-ed)
+rry it beyond the 5% tolerance, false discovery rate 5% over the inputs and again over the groups \
+(one input may be noise among many and its group of one slower); a call is a one-sided test, so it\
+ may stand where the interval reaches inside the tolerance; noise: beyond the tolerance but not ca\
+rried)
 
         input          change [95% CI]  slower in  call    decision
         #96    +36.7% [+28.6%, +45.2%]        3/3  slower  d

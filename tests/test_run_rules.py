@@ -123,6 +123,14 @@ def test_each_sentence_says_what_its_data_holds(tmp_path):
                     for row in report.environment)
     assert rl.faults_sentence(report._replace(environment=faulted)).startswith(
         f"restarts and device faults: r{report.used[0]} ")
+    # none seen is said only where the series were read: else not captured, or in how many
+    rows = report.environment
+    for faults, said in (([None] * len(rows), "not captured"), ([0.0] * len(rows), "none"),
+                         ([0.0] + [None] * (len(rows) - 1),
+                          f"none in the 1 of {len(rows)} runs that captured them")):
+        read = tuple(row._replace(faults=f) for row, f in zip(rows, faults))
+        assert rl.faults_sentence(report._replace(environment=read)) == \
+            f"restarts and device faults: {said}"
     disagree = tuple(a._replace(agree=a.total - 1) if a.round == report.used[-1] else a
                      for a in report.agreement)
     assert rl.agreement_sentence(report._replace(agreement=disagree)) == \
