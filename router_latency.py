@@ -8889,7 +8889,9 @@ def format_run_summary(passes: Sequence[PassRecord],
                         + [""] * (10 if cpu else 8))
             continue
         s = item.measured
-        rows.append([pass_title(item.name), str(s.requests), str(s.ok),
+        # a pass the stop flag cut short: its figures are of the requests it measured
+        title = pass_title(item.name) + (" (interrupted)" if item.interrupted else "")
+        rows.append([title, str(s.requests), str(s.ok),
                      str(sum(s.errors.values())), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
                      fmt_value(s.p99_ms), fmt_value(s.mean_ms), fmt_value(s.req_per_s),
                      f"{s.wall_s:.2f}"])

@@ -492,6 +492,10 @@ def test_run_interrupted_saves_what_was_measured(simulator, tmp_path, signum, co
     assert first["interrupted"] is True
     assert 0 < first["summary"]["requests"] < 200
     assert "(incomplete: interrupted)" in stdout
+    # the table marks the pass cut short, and no other
+    assert re.search(rf"^Sequential \(interrupted\) +{first['summary']['requests']} ", stdout,
+                     re.MULTILINE), stdout
+    assert stdout.count("(interrupted)") == 1
 
 
 class TerminalStream(io.StringIO):
