@@ -8436,8 +8436,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
             part = rest.split(":")[0]
             moved.append((signal_shift(part, base, new), f"{part} {row_change_words(row)}"))
         elif row.metric == "outside:mean":
-            moved.append((row.new_median - row.base_median,
-                          f"outside the signals {row_change_words(row)}"))
+            moved.append((row.new_median - row.base_median,  # its p95 is not measured
+                          f"outside the signals (mean) {row_change_words(row)}"))
     moved.sort(key=lambda m: -abs(m[0]))
     said = [words + (" (most of the change)" if i == 0 and whole and shift / whole >= 0.5
                      else "") for i, (shift, words) in enumerate(moved)]
@@ -9316,7 +9316,10 @@ def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
     lines = [f"where the time goes: each signal's time as the answers report it, the router's "
              f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
              f"latency outside the signals; rows as above, advisory unless --gate names them "
-             f"(signal:NAME:STAT, router:PART:STAT)"]
+             f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
+             f"the mean outside the signals; each side's last line subtracts medians over "
+             f"rounds (client mean less the signals'), where the outside row is the median of "
+             f"each round's own difference, so the two may differ a little"]
     for breakdown in report.breakdowns:
         lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
         table = [[part_title(row.metric) + ("*" if row.gated else ""),

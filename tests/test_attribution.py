@@ -192,6 +192,8 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
         signals = [r["metric"] for r in breakdown["rows"] if r["metric"].startswith("signal:")]
         assert signals[0].startswith("signal:pii:")  # the signal that moved most comes first
         assert re.search(r"pii \+4\d\.\d%", breakdown["sentence"])  # 40% slower
+        # the sentence names each signal's p95 and, of the rest, the mean, saying so
+        assert re.search(r"outside the signals \(mean\) [-+]\d", breakdown["sentence"])
     # sequential, the client's mean moved by about what pii's did: most of the change
     assert re.search(r": pii \+4\d\.\d%", report["breakdowns"][0]["sentence"])
     assert "(most of the change)" in report["breakdowns"][0]["sentence"]
