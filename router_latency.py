@@ -9212,7 +9212,14 @@ def compare_verdict_line(report: CompareReport) -> str:
     if report.reasons:
         return f"verdict: {report.status.upper()}: " + "; ".join(report.reasons)
     return (f"verdict: {report.status.upper()}: one run each, no interval (rounds judges "
-            f"with intervals)")
+            f"with intervals){ungated_changes(report)}")
+
+
+def ungated_changes(report: CompareReport) -> str:
+    """Return what a passing comparison says of its changed decisions ('' for none): a PASS
+    that left them unsaid would read as all is well."""
+    return (f"; decisions differ in {plural(len(report.changes), 'input')} (not gated: "
+            f"--fail-on-decision-change fails on them)" if report.changes else "")
 
 
 def decisions_note(report: RoundsReport) -> list:
@@ -10000,7 +10007,8 @@ def format_compare_markdown(report: CompareReport) -> list:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
     lines = format_compare(report, markdown=True)
     what = (f"{report.b_label or 'B'} against {report.a_label or 'A'}, one run each, no "
-            f"interval (rounds judges with intervals)")
+            f"interval (rounds judges with intervals)"
+            + ("" if report.reasons else ungated_changes(report)))
     return (markdown_verdict(report.status, report.reasons, what) + [""]
             + [line for line in lines if line.startswith("|")] + [""]
             + markdown_blocks([line for line in lines if not line.startswith("|")]))

@@ -5,6 +5,7 @@ rounds left out, the start order, exit codes."""
 import json
 import math
 import random
+import re
 import statistics
 
 import pytest
@@ -19,6 +20,14 @@ def test_compare_fail_on_decision_change(tmp_path, cli):
     a, b = two_runs(tmp_path)
     assert cli("compare", a, b, "--fail-on-decision-change").code == 1
     assert cli("compare", a, a, "--fail-on-decision-change").code == 0
+    # without the flag it passes, and its verdict says what it did not gate
+    for args, last in (((), "verdict: PASS: "), (("--format", "markdown"), "**Verdict: PASS**")):
+        result = cli("compare", a, b, *args)
+        verdict = next(line for line in result.out.splitlines() if line.startswith(last))
+        assert result.code == 0 and re.search(
+            r"; decisions differ in \d+ inputs? \(not gated: --fail-on-decision-change fails "
+            r"on them\)$", verdict), verdict
+    assert "decisions differ" not in cli("compare", a, a).out.splitlines()[-1]
 
 
 def test_compare_refuses_different_corpora_unless_allowed(tmp_path, cli):

@@ -51,7 +51,8 @@ def test_compare_table_and_differing_inputs(tmp_path, cli):
           #100 "prompt 100": d -> (no decision)
         A consistency: 0 inputs changed decision between passes
         B consistency: 0 inputs changed decision between passes
-        verdict: PASS: one run each, no interval (rounds judges with intervals)
+        verdict: PASS: one run each, no interval (rounds judges with intervals); decisions diff\
+er in 2 inputs (not gated: --fail-on-decision-change fails on them)
         """)
 
 
