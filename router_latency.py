@@ -4214,7 +4214,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
 
 def scanned_members(text: str, index: int, members: dict, paths: tuple,
                     signals: SignalTable) -> Optional[dict]:
-    """Return top_members of an answer whose decision members were read up to index, with its
+    """Return the members of an answer whose decision members were read up to index, its
     per-signal times read now into signals.last (answer_document: it did not fit the hold).
 
     'metrics' past index is found and its times read by SignalTable.scan, without decoding
