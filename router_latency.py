@@ -5901,7 +5901,7 @@ class PassLoop:
 
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
     CACHED_ANSWERS = 256  # ...and this many of them remembered
-    # of the answers held for their times, per pass: 5,700 of the router's 1.5 KB answers,
+    # of the answers held for their times, per pass: 5,800 of the router's 1.4 KB answers,
     # 3,000 of its 2.7 KB ones, more than a corpus's pass sends; a longer pass's peak memory
     # stays near that of the times read at once (bench/load_100k.py: 207 MiB, 263 with 64 MiB)
     HOLD_BYTES = 8 * 2 ** 20
@@ -9211,15 +9211,17 @@ def compare_verdict_line(report: CompareReport) -> str:
     """Return the one-line verdict of a comparison, as verdict_line writes that of rounds."""
     if report.reasons:
         return f"verdict: {report.status.upper()}: " + "; ".join(report.reasons)
-    return (f"verdict: {report.status.upper()}: one run each, no interval (rounds judges "
-            f"with intervals){ungated_changes(report)}")
+    return f"verdict: {report.status.upper()}: {compare_caveat(report)}"
 
 
-def ungated_changes(report: CompareReport) -> str:
-    """Return what a passing comparison says of its changed decisions ('' for none): a PASS
-    that left them unsaid would read as all is well."""
-    return (f"; decisions differ in {plural(len(report.changes), 'input')} (not gated: "
-            f"--fail-on-decision-change fails on them)" if report.changes else "")
+def compare_caveat(report: CompareReport) -> str:
+    """Return what a comparison's verdict is not: one run each, no interval; and, where it
+    passed, the changed decisions it did not gate (a PASS that left them unsaid would read
+    as all is well)."""
+    return ("one run each, no interval (rounds judges with intervals)"
+            + (f"; decisions differ in {plural(len(report.changes), 'input')} (not gated: "
+               f"--fail-on-decision-change fails on them)"
+               if report.changes and not report.reasons else ""))
 
 
 def decisions_note(report: RoundsReport) -> list:
@@ -10006,9 +10008,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
 def format_compare_markdown(report: CompareReport) -> list:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
     lines = format_compare(report, markdown=True)
-    what = (f"{report.b_label or 'B'} against {report.a_label or 'A'}, one run each, no "
-            f"interval (rounds judges with intervals)"
-            + ("" if report.reasons else ungated_changes(report)))
+    what = f"{report.b_label or 'B'} against {report.a_label or 'A'}, {compare_caveat(report)}"
     return (markdown_verdict(report.status, report.reasons, what) + [""]
             + [line for line in lines if line.startswith("|")] + [""]
             + markdown_blocks([line for line in lines if not line.startswith("|")]))
