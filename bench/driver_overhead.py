@@ -383,22 +383,24 @@ def pass_loop_cost(url: str, pairs: int, requests: int) -> dict:
     # whichever of them the scheduler put there
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, CLIENT_CPUS)
-    for rep in range(pairs):
-        for level in (1, 16):
-            for arm in arms[rep % 3:] + arms[:rep % 3]:
-                target = rl.Target(rl.parse_endpoint(url),
-                                   signals=None if arm == "without" else rl.SignalTable())
-                payloads = rl.encode_prompts(target, [PROMPT] * requests)
-                loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", level))
-                if arm == "at once":
-                    loop.HOLD_BYTES = 0
-                started = time.thread_time()
-                results = loop.run()
-                settled = loop.settle_cpu_s
-                found[level][arm].append(
-                    (1e6 * (time.thread_time() - started - settled) / len(results),
-                     1e6 * settled / len(results)))
-    os.sched_setaffinity(0, mask)
+    try:
+        for rep in range(pairs):
+            for level in (1, 16):
+                for arm in arms[rep % 3:] + arms[:rep % 3]:
+                    target = rl.Target(rl.parse_endpoint(url),
+                                       signals=None if arm == "without" else rl.SignalTable())
+                    payloads = rl.encode_prompts(target, [PROMPT] * requests)
+                    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", level))
+                    if arm == "at once":
+                        loop.HOLD_BYTES = 0
+                    started = time.thread_time()
+                    results = loop.run()
+                    settled = loop.settle_cpu_s
+                    found[level][arm].append(
+                        (1e6 * (time.thread_time() - started - settled) / len(results),
+                         1e6 * settled / len(results)))
+    finally:
+        os.sched_setaffinity(0, mask)
     return found
 
 
