@@ -51,8 +51,8 @@ SIGNALS_OFF: list = []  # ["--no-signals"] with --no-signals
 def timed_bare(url: str, requests: int, level: int) -> None:
     """Print the figures of one timed bare_pass (run in a child process by measure)."""
     import driver_instructions
-    rl = bench.rl
-    payload = rl.encode_prompts(rl.Target(rl.parse_endpoint(url)), [bench.PROMPT])[0]  # run's
+    payload = bench.encode_prompts(bench.Target(bench.parse_endpoint(url)),
+                                   [bench.PROMPT])[0]  # run's
     driver_instructions.bare_pass(url, 200, level, payload)  # warm-up, as run's --warmup 200
     cpu, started = os.times(), time.perf_counter()
     results = driver_instructions.bare_pass(url, requests, level, payload)
@@ -160,7 +160,7 @@ def main() -> None:
         bench.write_corpus(work / "c1.json", args.seq_requests)
         bench.write_corpus(work / "c16.json", args.c16_requests)
         (work / "post.lua").write_text(bench.WRK_SCRIPT % (
-            json.dumps(bench.BODY), json.dumps(f"router-latency/{bench.rl.__version__}")))
+            json.dumps(bench.BODY), json.dumps(f"router-latency/{bench.__version__}")))
         (work / "body.json").write_text(bench.BODY)
         for target in args.targets.split(","):
             server, url = (bench.start_nginx(work) if target == "null"

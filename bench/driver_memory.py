@@ -28,9 +28,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import router_latency as rl  # noqa: E402
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
 
 MIB = 1024 * 1024
 SMALL = b'{"decision_result": {"decision_name": "ok"}}'
@@ -103,7 +103,7 @@ def peak_rss_mib(tool: str, url: str, corpus: Path, work: Path) -> tuple:
 def corpus_of(work: Path, count: int) -> Path:
     path = work / f"corpus-{count}.json"
     prompts = [{"id": i, "text": f"prompt {i}", "source": "bench"} for i in range(count)]
-    path.write_bytes(rl.corpus_bytes({"schema": rl.CORPUS_SCHEMA, "source": {}, "files": {},
+    path.write_bytes(corpus_bytes({"schema": CORPUS_SCHEMA, "source": {}, "files": {},
                                       "prompts": prompts}))
     return path
 

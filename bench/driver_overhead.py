@@ -54,9 +54,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "router_latency.py"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import router_latency as rl  # noqa: E402
+from router_latency.constants import __version__, PREVIEW_PATH
+from router_latency.stats import percentile, ratio_interval
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
+from router_latency.wire import parse_endpoint, SignalTable
+from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
+from router_latency.render_text import render_table
 
 PROMPT = "What is the derivative of x squared?"
 BODY = json.dumps({"model": "MoM", "messages": [{"role": "user", "content": PROMPT}]})
@@ -197,7 +202,7 @@ def hey(url: str, body_file: Path, concurrency: int, seconds: float) -> dict:
     and req/s as wrk() does."""
     done = subprocess.run(["hey", "-z", f"{seconds:g}s", "-c", str(concurrency), "-m", "POST",
                            "-T", "application/json", "-D", str(body_file),
-                           url + rl.PREVIEW_PATH], capture_output=True, text=True,
+                           url + PREVIEW_PATH], capture_output=True, text=True,
                           timeout=seconds + 30, preexec_fn=pinned(CLIENT_CPUS))
     figures: dict = {"errors": 0}
     for line in done.stdout.splitlines():
@@ -215,14 +220,14 @@ def hey(url: str, body_file: Path, concurrency: int, seconds: float) -> dict:
 
 def write_corpus(path: Path, count: int) -> None:
     prompts = [{"id": i, "text": PROMPT, "source": "bench"} for i in range(count)]
-    path.write_bytes(rl.corpus_bytes({"schema": rl.CORPUS_SCHEMA, "source": {}, "files": {},
+    path.write_bytes(corpus_bytes({"schema": CORPUS_SCHEMA, "source": {}, "files": {},
                                       "prompts": prompts}))
 
 
 def wrk(url: str, script: Path, concurrency: int, seconds: float) -> dict:
     threads = min(len(CLIENT_CPUS), concurrency)
     done = subprocess.run(["wrk", "-t", str(threads), "-c", str(concurrency), "-d",
-                           f"{seconds:g}s", "-s", str(script), url + rl.PREVIEW_PATH],
+                           f"{seconds:g}s", "-s", str(script), url + PREVIEW_PATH],
                           capture_output=True, text=True, timeout=seconds + 30,
                           preexec_fn=pinned(CLIENT_CPUS))
     line = next(l for l in done.stdout.splitlines() if l.startswith("WRKJSON "))
@@ -283,9 +288,9 @@ def start_router_nginx(work: Path) -> tuple:
 
 def growth(pairs: list) -> tuple:
     """Return the growth in percent of `with` over `without`, with its 95% t interval, from
-    pairs alternated in time: rl.ratio_interval's geometric mean of the per-pair ratios
+    pairs alternated in time: ratio_interval's geometric mean of the per-pair ratios
     (what both arms of a pair share, the machine's state then, cancels)."""
-    found = rl.ratio_interval([without for without, _ in pairs], [with_ for _, with_ in pairs])
+    found = ratio_interval([without for without, _ in pairs], [with_ for _, with_ in pairs])
     return tuple(100 * (x - 1) for x in (found.mean, found.low, found.high))
 
 
@@ -344,7 +349,7 @@ def signal_cost(reps: int, loop_pairs: int, requests: int) -> int:
                      f"{statistics.median(c for _, c in cpu):.1f}", growth_text(cpu),
                      f"{p50_without:.4f}", f"{p50_with:.4f}",
                      f"{1000 * (p50_with - p50_without):+.1f}"])
-    for line in rl.render_table(["conc", "cpu us/req without", "with", "growth [95% CI]",
+    for line in render_table(["conc", "cpu us/req without", "with", "growth [95% CI]",
                                  "p50 ms without", "with", "p50 change us"], rows,
                                 right=[True]):
         print(f"  {line}")
@@ -360,7 +365,7 @@ def signal_cost(reps: int, loop_pairs: int, requests: int) -> int:
             row += [f"{statistics.median(cpu):.2f}", growth_text(list(zip(without, cpu)))]
         row.append(f"{statistics.median(x[1] for x in found['with']):.1f}")
         rows.append(row)
-    for line in rl.render_table(["conc", "without us", "held (run's way)", "growth [95% CI]",
+    for line in render_table(["conc", "without us", "held (run's way)", "growth [95% CI]",
                                  "read at once", "growth [95% CI]", "reading after, us"], rows,
                                 right=[True]):
         print(f"  {line}")
@@ -387,10 +392,10 @@ def pass_loop_cost(url: str, pairs: int, requests: int) -> dict:
         for rep in range(pairs):
             for level in (1, 16):
                 for arm in arms[rep % 3:] + arms[:rep % 3]:
-                    target = rl.Target(rl.parse_endpoint(url),
-                                       signals=None if arm == "without" else rl.SignalTable())
-                    payloads = rl.encode_prompts(target, [PROMPT] * requests)
-                    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", level))
+                    target = Target(parse_endpoint(url),
+                                       signals=None if arm == "without" else SignalTable())
+                    payloads = encode_prompts(target, [PROMPT] * requests)
+                    loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", level))
                     if arm == "at once":
                         loop.HOLD_BYTES = 0
                     started = time.thread_time()
@@ -426,7 +431,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="router-latency-bench-"))
     script = work / "post.lua"
     # the same request bytes as the driver's: body, and headers but for their order
-    script.write_text(WRK_SCRIPT % (json.dumps(BODY), json.dumps(f"router-latency/{rl.__version__}")))
+    script.write_text(WRK_SCRIPT % (json.dumps(BODY), json.dumps(f"router-latency/{__version__}")))
     corpora = {"null": (work / "null.json", 4000), "sim2": (work / "sim2.json", 1000),
                "go2": (work / "go2.json", 2000)}
     body_file = work / "body.json"
@@ -472,7 +477,7 @@ def main() -> int:
                            check=False)
             item = json.loads(out.read_text())["passes"][0]
             behind = sorted(r["behind_ms"] for r in item["requests"])
-            open_loop.append((rate, rl.percentile(behind, 50), item["summary"]["behind_p99_ms"],
+            open_loop.append((rate, percentile(behind, 50), item["summary"]["behind_p99_ms"],
                               item["summary"]["p50_ms"], item["summary"]["service_p50_ms"]))
         peak = None
         if not args.skip_rss:
@@ -510,14 +515,14 @@ def main() -> int:
                          f"{median(w, 'req_per_s'):,.0f}", hey_cell(h, 'req_per_s', ',.0f'),
                          f"{median(d, 'req_per_s'):,.0f}", hey_cell(h, 'p50_ms', '.1f'),
                          f"{statistics.median(cpu[(target, level)]):.3f}"])
-    for line in rl.render_table(["target", "conc", "wrk p50", "driver p50", "overhead",
+    for line in render_table(["target", "conc", "wrk p50", "driver p50", "overhead",
                                  "", "wrk p99", "driver p99", "wrk req/s", "hey req/s",
                                  "driver req/s", "hey p50", "driver cpu s/1k"], rows,
                                 right=[False]):
         print(line)
     print()
     print("open loop on null, poisson arrivals (ms): how late sends left their schedule")
-    for line in rl.render_table(["rate/s", "behind p50", "behind p99", "latency p50",
+    for line in render_table(["rate/s", "behind p50", "behind p99", "latency p50",
                                  "service p50"],
                                 [[f"{rate:,}", f"{b50:.4f}", f"{b99:.4f}", f"{l50:.4f}",
                                   f"{s50:.4f}"] for rate, b50, b99, l50, s50 in open_loop]):

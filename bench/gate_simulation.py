@@ -31,9 +31,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import router_latency as rl  # noqa: E402
+from router_latency.constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
+from router_latency.stats import power_shift, t_ppf
+from router_latency.files import write_atomic
+from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
+                                    RunFile, RunSettings)
+from router_latency.rounds import gate_rows, GateSettings, row_of
+from router_latency.cli import main as tool_main
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
 BASE = {"p50_ms": 10.0, "p95_ms": 15.0, "p99_ms": 20.0, "mean_ms": 11.0, "req_per_s": 100.0}
@@ -61,12 +67,12 @@ def round_values(rng: random.Random, sigma: float, shared: bool, change: float,
     return values
 
 
-def judged(rounds: list, settings: rl.GateSettings) -> str:
+def judged(rounds: list, settings: GateSettings) -> str:
     """Return the gate's status for these rounds, through row_of() and gate_rows()."""
-    rows = [rl.row_of(name, metric, [r[(name, metric)][0] for r in rounds],
+    rows = [row_of(name, metric, [r[(name, metric)][0] for r in rounds],
                       [r[(name, metric)][1] for r in rounds], settings)
             for name in PASSES for metric in BASE]
-    return rl.gate_rows(rows, settings)[3][0]
+    return gate_rows(rows, settings)[3][0]
 
 
 def fixed_cell(rng, cell: tuple, trials: int, settings) -> dict:
@@ -92,8 +98,8 @@ def sequential_cell(rng, cell: tuple, trials: int, settings) -> tuple:
     counts, used = dict.fromkeys(OUTCOMES, 0), 0
     plan = settings._replace(sequential_max=max_rounds)
     for _ in range(trials):
-        rounds = [round_values(rng, sigma, shared, change) for _ in range(rl.MIN_ROUNDS - 1)]
-        for n in range(rl.MIN_ROUNDS, max_rounds + 1):
+        rounds = [round_values(rng, sigma, shared, change) for _ in range(MIN_ROUNDS - 1)]
+        for n in range(MIN_ROUNDS, max_rounds + 1):
             rounds.append(round_values(rng, sigma, shared, change))
             status = judged(rounds, plan)
             if status != "inconclusive":
@@ -115,7 +121,7 @@ def detects_table(args, settings) -> None:
             spread = sigma * math.sqrt(2)  # independent noise: each side's, per row
             level = settings.alpha / 2 / rows
             shift = (math.log1p(settings.tolerance_pct / 100)
-                     + rl.power_shift(-rl.t_ppf(level, n - 1), n - 1) * spread / math.sqrt(n))
+                     + power_shift(-t_ppf(level, n - 1), n - 1) * spread / math.sqrt(n))
             rng = random.Random(f"detects-{args.seed}-{sigma}-{n}")
             fails = 0
             for _ in range(args.detects):
@@ -142,16 +148,16 @@ def written_run(path: str, label: str, started: float, values: dict) -> None:
     for name, concurrency in PASSES.items():
         v = {m: values[(name, m)] for m in BASE}
         latencies = latencies_for(count, v["p50_ms"], v["p95_ms"], v["p99_ms"])
-        requests = tuple(rl.Request(i, None, latencies[i], 200, "d", None) for i in range(count))
-        summary = rl.pass_summary(requests, count / v["req_per_s"])
-        attempt = rl.Attempt(None, None, "", started, {}, None, {}, summary, requests)
-        passes.append(rl.PassRecord(name, concurrency, False, False, attempt))
-    run = rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": count},
-                     tuple(passes), started_unix=started, settings=rl.RunSettings(max_load=120.0))
-    rl.write_atomic(path, rl.dump_run(run))
+        requests = tuple(Request(i, None, latencies[i], 200, "d", None) for i in range(count))
+        summary = pass_summary(requests, count / v["req_per_s"])
+        attempt = Attempt(None, None, "", started, {}, None, {}, summary, requests)
+        passes.append(PassRecord(name, concurrency, False, False, attempt))
+    run = RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": count},
+                     tuple(passes), started_unix=started, settings=RunSettings(max_load=120.0))
+    write_atomic(path, dump_run(run))
 
 
-def cli_agrees(rounds: list, settings: rl.GateSettings) -> tuple:
+def cli_agrees(rounds: list, settings: GateSettings) -> tuple:
     """Write the rounds as files, judge them with `rounds` through main() and with the fast
     path on the values the files hold; return (CLI status, fast status)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -162,14 +168,14 @@ def cli_agrees(rounds: list, settings: rl.GateSettings) -> tuple:
                             {k: v[0 if side == "base" else 1] for k, v in values.items()})
         stored = []
         for number in range(1, len(rounds) + 1):
-            runs = [rl.load_run(f"{folder}/r{number}-{s}.json") for s in ("base", "new")]
+            runs = [load_run(f"{folder}/r{number}-{s}.json") for s in ("base", "new")]
             stored.append({(p, m): tuple(getattr(r.pass_named(p).summary, m) for r in runs)
                            for p in PASSES for m in BASE})
         argv = ["rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance",
                 f"{settings.tolerance_pct:g}", "--format", "json"]
         with contextlib.redirect_stdout(io.StringIO()):
-            code = rl.main(argv)
-    names = {rl.EXIT_OK: "pass", rl.EXIT_GATE: "fail", rl.EXIT_INCONCLUSIVE: "inconclusive"}
+            code = tool_main(argv)
+    names = {EXIT_OK: "pass", EXIT_GATE: "fail", EXIT_INCONCLUSIVE: "inconclusive"}
     return names.get(code, f"exit {code}"), judged(stored, settings)
 
 
@@ -195,7 +201,7 @@ def main() -> None:
     parser.add_argument("--detects", type=int, default=0, metavar="TRIALS",
                         help="also check the 'detects' figure: this many trials per cell")
     args = parser.parse_args()
-    settings = rl.GateSettings()  # tolerance 5%, the default gate
+    settings = GateSettings()  # tolerance 5%, the default gate
     started = time.process_time()
     wall = time.monotonic()
     print(f"{args.trials} trials per fixed cell, {args.sequential_trials} per sequential cell, "

@@ -26,9 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "router_latency.py"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import router_latency as rl  # noqa: E402
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
+from router_latency.runfile import load_run
+from router_latency.compare import step_gaps
 
 CASES = {
     "serial": (["--serial", "--delay-ms", "10"], []),
@@ -40,10 +42,10 @@ CASES = {
 
 
 def write_corpus(path: Path, count: int) -> str:
-    document = {"schema": rl.CORPUS_SCHEMA, "source": {"repo": "bench"}, "files": {},
+    document = {"schema": CORPUS_SCHEMA, "source": {"repo": "bench"}, "files": {},
                 "prompts": [{"id": i, "text": f"bench question {i} about routing",
                              "source": "bench"} for i in range(count)]}
-    path.write_bytes(rl.corpus_bytes(document))
+    path.write_bytes(corpus_bytes(document))
     return str(path)
 
 
@@ -80,11 +82,11 @@ def run_case(name: str, corpus: str, duration: str, folder: Path) -> None:
     print(result.stdout.rstrip())
     if result.returncode:
         print(f"(run exited {result.returncode}: {result.stderr.strip()})")
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     steps = sum(p.summary.wall_s for p in run.passes if not p.discarded)
     first = min(p.attempt.started_unix for p in run.passes)
     before = first - run.started_unix
-    gaps = rl.step_gaps(run)
+    gaps = step_gaps(run)
     print(f"wall: the run process {wall:.2f} s; its {len(run.passes)} steps {steps:.2f} s; "
           f"before the first step (floor, readiness, warm-up) {before:.2f} s; between steps "
           f"{sum(gaps):.3f} s in all, at most {max(gaps, default=0):.3f} s; the rest (start-up, "

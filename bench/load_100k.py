@@ -21,9 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "router_latency.py"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import router_latency as rl  # noqa: E402
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
 
 
 def main() -> int:
@@ -35,7 +35,7 @@ def main() -> int:
     corpus = work / "corpus.json"
     prompts = [{"id": i, "text": f"load prompt {i}: what is {i} + {i}?", "source": "bench"}
                for i in range(args.requests)]
-    corpus.write_bytes(rl.corpus_bytes({"schema": rl.CORPUS_SCHEMA, "source": {},
+    corpus.write_bytes(corpus_bytes({"schema": CORPUS_SCHEMA, "source": {},
                                         "files": {}, "prompts": prompts}))
     url_file = work / "url"
     # the simulator sheds previews beyond --max-concurrency, as the router does: admit them all

@@ -29,40 +29,45 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
 
-import router_latency as rl  # noqa: E402
+from router_latency.corpus import Corpus, corpus_bytes, CORPUS_SCHEMA, load_corpus
+from router_latency.runfile import RunFile, slow_windows, Thresholds
+from router_latency.wire import parse_endpoint
+from router_latency.measuring import (LoadGuard, measure_run, plan_passes, RunContext, RunPlan,
+                                      Target)
+from router_latency.simulator import SimulatedAnswers, start_simulator
 
 
-def corpus_file(folder: Path, prompts: int) -> rl.Corpus:
+def corpus_file(folder: Path, prompts: int) -> Corpus:
     """Short prompts of 20 to 400 characters, then ten long ones (2,500 to 20,000) last."""
     texts = [f"prompt {i}: " + "word " * (4 + (i * 37) % 80) for i in range(prompts)]
     texts += ["long " * (n // 5) for n in (2500, 20000, 9000, 3000, 5000, 2600, 8000, 4000,
                                            2500, 7000)]
-    document = {"schema": rl.CORPUS_SCHEMA, "source": {"repo": "bench"}, "files": {},
+    document = {"schema": CORPUS_SCHEMA, "source": {"repo": "bench"}, "files": {},
                 "prompts": [{"id": i, "text": t, "source": "bench"} for i, t in enumerate(texts)]}
     path = folder / "corpus.json"
-    path.write_bytes(rl.corpus_bytes(document))
-    return rl.load_corpus(str(path))
+    path.write_bytes(corpus_bytes(document))
+    return load_corpus(str(path))
 
 
-def one_run(corpus: rl.Corpus, seed: int, answers: rl.SimulatedAnswers, delay_ms: float,
-            stall=None) -> rl.RunFile:
-    router = rl.start_simulator(delay_ms=delay_ms, jitter_ms=delay_ms / 5, seed=seed,
+def one_run(corpus: Corpus, seed: int, answers: SimulatedAnswers, delay_ms: float,
+            stall=None) -> RunFile:
+    router = start_simulator(delay_ms=delay_ms, jitter_ms=delay_ms / 5, seed=seed,
                                 answers=answers, stall=stall)
     try:
-        return rl.measure_run(rl.RunContext(
-            rl.Target(rl.parse_endpoint(router.url)),
-            rl.RunPlan(rl.plan_passes((1, 4, 16)), warmup=20), guard=rl.LoadGuard(max_load=1e9),
-            thresholds=rl.Thresholds(20, 2.0, 0.5, 1.0)), corpus, label="bench")
+        return measure_run(RunContext(
+            Target(parse_endpoint(router.url)),
+            RunPlan(plan_passes((1, 4, 16)), warmup=20), guard=LoadGuard(max_load=1e9),
+            thresholds=Thresholds(20, 2.0, 0.5, 1.0)), corpus, label="bench")
     finally:
         router.stop()
 
 
-def slow_flags(run: rl.RunFile) -> tuple:
+def slow_flags(run: RunFile) -> tuple:
     """Return (any window flagged by the pass's own windows, any by the prompts elsewhere,
     the last window, the long prompts', flagged by the first, by the second)."""
-    alone = [rl.slow_windows(p.attempt.windows, run.thresholds) for p in run.passes]
+    alone = [slow_windows(p.attempt.windows, run.thresholds) for p in run.passes]
     now = [run.slow_windows(p) for p in run.passes]
     last = [len(p.attempt.windows) - 1 for p in run.passes]
     return (any(alone), any(now), any(n in found for n, found in zip(last, alone)),
@@ -80,7 +85,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as work:
         corpus = corpus_file(Path(work), args.prompts)
         started = time.monotonic()
-        plain = rl.SimulatedAnswers(per_kb_ms=args.per_kb_ms)
+        plain = SimulatedAnswers(per_kb_ms=args.per_kb_ms)
         cached = plain._replace(cache_entries=4096)
         false_cache = false_slow_before = false_slow_now = last_before = last_now = 0
         ratios = []

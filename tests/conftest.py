@@ -21,9 +21,16 @@ import pytest
 from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))  # the package; the processes run the generated file
 
-import router_latency as rl  # noqa: E402
+from router_latency.constants import PREVIEW_PATH
+from router_latency.files import write_atomic
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
+from router_latency.runfile import (Attempt, dump_run, HostSettings, pass_name, pass_summary,
+                                    PassRecord, Request, RunFile, RunSettings)
+from router_latency.wire import accept_connections, stop_accepting
+from router_latency.simulator import start_simulator
+from router_latency.cli import main
 
 TOOL = ROOT / "router_latency.py"
 
@@ -70,7 +77,7 @@ def no_step_summary(monkeypatch):
 def cli(capsys):
     """Call main() with the given arguments; return exit code, stdout and stderr."""
     def call(*argv):
-        code = rl.main([str(a) for a in argv])
+        code = main([str(a) for a in argv])
         out, err = capsys.readouterr()
         return Result(code, out, err)
     return call
@@ -82,7 +89,7 @@ def simulator():
     routers = []
 
     def start(**options):
-        router = rl.start_simulator("127.0.0.1", 0, **options)
+        router = start_simulator("127.0.0.1", 0, **options)
         routers.append(router)
         return router
 
@@ -93,9 +100,9 @@ def simulator():
 
 def write_corpus(path, texts):
     """Write a corpus file of the given prompts through the tool's own encoder."""
-    document = {"schema": rl.CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
+    document = {"schema": CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
                 "prompts": [{"id": i, "text": t, "source": "test"} for i, t in enumerate(texts)]}
-    Path(path).write_bytes(rl.corpus_bytes(document))
+    Path(path).write_bytes(corpus_bytes(document))
     return str(path)
 
 
@@ -115,24 +122,24 @@ def make_run(path, *, label="x", sha="a" * 64, count=101, passes=None, decisions
     decisions = list(decisions or []) + ["d"] * (count - len(decisions or []))
     records = []
     for concurrency, (p50, p95, p99, rps) in passes.items():
-        name = rl.pass_name(concurrency)
+        name = pass_name(concurrency)
         if concurrency in discarded:
-            attempt = rl.Attempt(None, None, started, started_unix,
+            attempt = Attempt(None, None, started, started_unix,
                                  {"start": 150.0, "end": 150.0}, None, {}, None, ())
-            records.append(rl.PassRecord(name, concurrency, True, False, attempt))
+            records.append(PassRecord(name, concurrency, True, False, attempt))
             continue
         requests = failed_last(decisions, (p50, p95, p99), errors)
         ok = sum(r.error is None for r in requests)
-        summary = rl.pass_summary(requests, round(ok / rps, 6))
-        attempt = rl.Attempt(None, None, started, started_unix, load or {}, driver_cpu_s,
+        summary = pass_summary(requests, round(ok / rps, 6))
+        attempt = Attempt(None, None, started, started_unix, load or {}, driver_cpu_s,
                              environment or {}, summary, requests,
                              router_cpu=(router_cpu or {}).get(concurrency),
                              windows=tuple((windows or {}).get(concurrency, ())))
-        records.append(rl.PassRecord(name, concurrency, False, False, attempt))
-    run = rl.RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
+        records.append(PassRecord(name, concurrency, False, False, attempt))
+    run = RunFile(label, complete, {"path": "c.json", "sha256": sha, "count": count},
                      tuple(records), started_utc=started, started_unix=started_unix,
-                     settings=rl.RunSettings(max_load=120.0), host_settings=rl.HostSettings.from_json(host_settings or {}, "test"))
-    rl.write_atomic(str(path), rl.dump_run(run))
+                     settings=RunSettings(max_load=120.0), host_settings=HostSettings.from_json(host_settings or {}, "test"))
+    write_atomic(str(path), dump_run(run))
     return str(path)
 
 
@@ -149,8 +156,8 @@ def failed_last(decisions, figures, errors):
     kinds = [kind for kind, n in (errors or {}).items() for _ in range(n)]
     ok = len(decisions) - len(kinds)
     latencies = latencies_for(ok, *figures) if ok else []
-    return tuple(rl.Request(i, None, latencies[i], 200, d, None) if i < ok
-                 else rl.Request(i, None, figures[0], 500, None, kinds[i - ok])
+    return tuple(Request(i, None, latencies[i], 200, d, None) if i < ok
+                 else Request(i, None, figures[0], 500, None, kinds[i - ok])
                  for i, d in enumerate(decisions))
 
 
@@ -239,7 +246,7 @@ def hold_a_slot(router):
     sock = socket.create_connection(("127.0.0.1", int(router.url.rsplit(":", 1)[1])), timeout=5)
     body = b'{"model": "MoM", "messages": [{"role": "user", "content": "hold"}]}'
     sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                 % (rl.PREVIEW_PATH.encode(), len(body), body))
+                 % (PREVIEW_PATH.encode(), len(body), body))
     deadline = time.monotonic() + 10
     while router.in_flight < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -264,7 +271,7 @@ class ScriptedServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections: set = set()  # open ones, closed by close() if still open
-        self.threads = [threading.Thread(target=rl.accept_connections, args=(
+        self.threads = [threading.Thread(target=accept_connections, args=(
             self.listener, self.start_serving, threading.Event()), daemon=True)]
         self.threads[0].start()
 
@@ -309,7 +316,7 @@ class ScriptedServer:
         listener closed under a thread blocked in accept() stays listening on Linux (the call
         holds it), and a descriptor number freed while a thread is between calls on it is the
         next socket's: a later test's connection would reach this server's answers."""
-        rl.stop_accepting([self.listener], self.threads[:1])  # no connection is added after
+        stop_accepting([self.listener], self.threads[:1])  # no connection is added after
         with self.lock:
             for connection in self.connections:
                 try:

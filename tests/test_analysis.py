@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given, strategies as st
 
 
-import router_latency as rl
+from router_latency.errors import RouterLatencyError
+from router_latency.stats import mean_interval, t_test_p
+from router_latency.files import write_atomic
+from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
+                                    PassSummary, Request, RunFile, RunSettings)
+from router_latency.rounds import (config_hash_findings, GateSettings, input_slowdowns,
+                                   judge_rounds, row_of, ROW_WORDS, time_windows)
+from router_latency.render_text import format_order
 from conftest import NEW, SETTINGS, make_run, three_rounds, two_runs, write_corpus
 
 
@@ -52,13 +59,13 @@ def test_compare_refuses_incomplete_runs_unless_allowed(tmp_path, cli):
 def test_compare_reports_a_runs_own_inconsistency(tmp_path, cli):
     a = make_run(tmp_path / "a.json", passes={1: (1, 1, 1, 1)}, decisions=["x", "y", "z"])
     b = make_run(tmp_path / "b.json", passes={1: (1, 1, 1, 1)}, decisions=["x", "y", "z"])
-    run = rl.load_run(b)
+    run = load_run(b)
     sequential = run.passes[0]
     requests = list(sequential.requests)
     requests[1] = requests[1]._replace(decision="other")
     extra = sequential._replace(name="c4", concurrency=4,
                                 attempt=sequential.attempt._replace(requests=tuple(requests)))
-    rl.write_atomic(b, rl.dump_run(run._replace(passes=(sequential, extra))))
+    write_atomic(b, dump_run(run._replace(passes=(sequential, extra))))
     out = cli("compare", a, b).out
     assert "B consistency: 1 inputs changed decision between passes (#1)" in out
 
@@ -66,15 +73,15 @@ def test_compare_reports_a_runs_own_inconsistency(tmp_path, cli):
 def repeated_run(path, label, decisions):
     """Write a run of one sequential pass sending a 3-prompt corpus twice: decisions[rep][id],
     None for a failed request."""
-    requests = tuple(rl.Request(i, None, 1.0 + rep + i, None if d is None else 200, d,
+    requests = tuple(Request(i, None, 1.0 + rep + i, None if d is None else 200, d,
                                 "timeout" if d is None else None, rep=rep)
                      for rep, row in enumerate(decisions) for i, d in enumerate(row))
-    attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, 1.0),
+    attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, 1.0),
                          requests)
-    run = rl.RunFile(label, True, {"path": "c.json", "sha256": "a" * 64, "count": 3},
-                     (rl.PassRecord("sequential", 1, False, False, attempt),),
-                     settings=rl.RunSettings(repeat=2))
-    rl.write_atomic(str(path), rl.dump_run(run))
+    run = RunFile(label, True, {"path": "c.json", "sha256": "a" * 64, "count": 3},
+                     (PassRecord("sequential", 1, False, False, attempt),),
+                     settings=RunSettings(repeat=2))
+    write_atomic(str(path), dump_run(run))
     return str(path)
 
 
@@ -88,11 +95,11 @@ def test_repeated_requests_agree_by_their_first_answer_and_must_agree_with_thems
     assert "decisions: 3/3 inputs agree (sequential pass)" in out
     assert "A consistency: 1 inputs changed decision between passes or repetitions (#1)" in out
     assert "B consistency: 0 inputs changed decision between passes or repetitions" in out
-    first = rl.load_run(a).passes[0]
+    first = load_run(a).passes[0]
     assert first.decisions == {0: "x", 1: "y", 2: "w"}
     assert first.decision_sets == {0: {"x"}, 1: {"y", "z"}, 2: {"w"}}
     never = repeated_run(tmp_path / "c.json", "c", [["x", "y", None], ["x", "y", None]])
-    assert rl.load_run(never).passes[0].decisions[2] is None  # never answered: never agrees
+    assert load_run(never).passes[0].decisions[2] is None  # never answered: never agrees
 
 
 @pytest.mark.parametrize("settings,shown", [({"repeat": 3}, "sequential x3"),
@@ -101,8 +108,8 @@ def test_rounds_refuses_runs_of_passes_of_another_length(tmp_path, cli, settings
     for number in (1, 2, 3):
         sides(tmp_path, number)
     path = str(tmp_path / "r2-gpu.json")
-    run = rl.load_run(path)
-    rl.write_atomic(path, rl.dump_run(run._replace(settings=run.settings._replace(**settings))))
+    run = load_run(path)
+    write_atomic(path, dump_run(run._replace(settings=run.settings._replace(**settings))))
     refused = rounds(cli, tmp_path)
     assert refused.code == 2 and f"the runs were not measured alike: passes: r2-gpu.json " \
         f"{shown!r} (r1-cpu.json 'sequential')" in refused.err
@@ -286,12 +293,12 @@ def test_decisions_are_compared_in_every_pass(tmp_path, cli):
                  passes={1: (10, 20, 30, 100), 4: (10, 20, 30, 100)})
         make_run(tmp_path / f"r{number}-gpu.json", label="gpu",
                  passes={1: (10, 20, 30, 100), 4: (10, 20, 30, 100)})
-    run = rl.load_run(str(tmp_path / "r2-gpu.json"))
+    run = load_run(str(tmp_path / "r2-gpu.json"))
     sequential, c4 = run.passes
     changed = list(c4.requests)
     changed[7] = changed[7]._replace(decision="other")
     c4 = c4._replace(attempt=c4.attempt._replace(requests=tuple(changed)))
-    rl.write_atomic(str(tmp_path / "r2-gpu.json"), rl.dump_run(run._replace(passes=(
+    write_atomic(str(tmp_path / "r2-gpu.json"), dump_run(run._replace(passes=(
         sequential, c4))))
     result = rounds(cli, tmp_path)
     assert "decisions r2: 100/101 agree in every pass; differ: #7 d -> other (Conc 4)" \
@@ -333,16 +340,16 @@ FIGURES = {"p50_ms": 10.0, "p95_ms": 15.0, "p99_ms": 20.0, "mean_ms": 11.0, "req
 def run_in_memory(label, number, factors, first):
     """Return a RunFile whose latency figures are FIGURES times factors[(pass, metric)]
     (req/s divided by it), started first in its round or not."""
-    requests = tuple(rl.Request(i, 0.0, 1.0, 200, "d", None) for i in range(3))
+    requests = tuple(Request(i, 0.0, 1.0, 200, "d", None) for i in range(3))
     passes = []
     for name, concurrency in PASSES.items():
         v = {m: FIGURES[m] / factors[(name, m)] if m == "req_per_s"
              else FIGURES[m] * factors[(name, m)] for m in FIGURES}
-        summary = rl.PassSummary(3, 3, {}, v["p50_ms"], v["p95_ms"], v["p99_ms"], v["mean_ms"],
+        summary = PassSummary(3, 3, {}, v["p50_ms"], v["p95_ms"], v["p99_ms"], v["mean_ms"],
                                  1.0, v["p99_ms"], v["req_per_s"], 1.0)
-        passes.append(rl.PassRecord(name, concurrency, False, False, rl.Attempt(
+        passes.append(PassRecord(name, concurrency, False, False, Attempt(
             None, None, "", None, {}, None, {}, summary, requests)))
-    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 3},
+    return RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 3},
                       tuple(passes), started_unix=2.0 * number + (0 if first else 1),
                       path=f"r{number}-{label}.json")
 
@@ -366,7 +373,7 @@ def test_the_composite_test_catches_a_slowdown_no_single_row_shows():
     keys = [(p, m) for p in PASSES for m in FIGURES]
     noise = {(n, *key): math.exp(pattern[(n + k) % 5]) for n in range(1, 6)
              for k, key in enumerate(keys)}
-    report = rl.judge_rounds(rounds_in_memory(5, lambda n, p, m: 1.10 * noise[(n, p, m)]),
+    report = judge_rounds(rounds_in_memory(5, lambda n, p, m: 1.10 * noise[(n, p, m)]),
                              "base", "new")
     gated = [r for r in report.rows if r.gated]
     assert len(gated) == 9 and report.test.regressions == ()
@@ -381,14 +388,14 @@ def test_holm_names_the_row_that_moved_alone():
     rng = random.Random(3)
     noise = {(n, p, m): math.exp(rng.gauss(0, 0.01)) for n in range(1, 6) for p in PASSES
              for m in FIGURES}
-    report = rl.judge_rounds(rounds_in_memory(
+    report = judge_rounds(rounds_in_memory(
         5, lambda n, p, m: (1.30 if (p, m) == ("c16", "p95_ms") else 1.0) * noise[(n, p, m)]),
         "base", "new")
     assert report.test.regressions == (("c16", "p95_ms"),)
     assert "Conc 16 p95 is worse than the tolerance" in report.reasons
     row = next(r for r in report.rows if (r.pass_name, r.metric) == ("c16", "p95_ms"))
     assert row.verdict == "worse" and 29 < row.change_pct < 31
-    assert {r.verdict for r in report.rows if r.gated} <= set(rl.ROW_WORDS)
+    assert {r.verdict for r in report.rows if r.gated} <= set(ROW_WORDS)
 
 
 @SETTINGS
@@ -397,7 +404,7 @@ def test_holm_names_the_row_that_moved_alone():
 def test_a_rows_point_always_lies_inside_its_interval(pairs):
     base, new = [b for b, _ in pairs], [n for _, n in pairs]
     for metric in ("p50_ms", "req_per_s"):
-        row = rl.row_of("sequential", metric, base, new, rl.GateSettings())
+        row = row_of("sequential", metric, base, new, GateSettings())
         assert row.speedup_low <= row.speedup <= row.speedup_high
         assert row.log_ratio.low <= row.log_ratio.mean <= row.log_ratio.high
 
@@ -409,12 +416,12 @@ def test_an_outlier_round_is_described_and_its_noise_makes_the_verdict_inconclus
     slower = lambda n, p, m: 1.2 * (1 + 0.002 * n)  # noqa: E731
     for hiccup_size, count in ((2.0, 6), (1.4, 5), (1.6, 7)):
         hiccup = lambda n, p, m: hiccup_size if n == 3 else 1.0  # noqa: E731
-        report = rl.judge_rounds(rounds_in_memory(count, slower, base_factor=hiccup),
+        report = judge_rounds(rounds_in_memory(count, slower, base_factor=hiccup),
                                  "base", "new")
         assert report.outliers == (3,)
         assert report.status == "inconclusive" and report.exit_code == 3
         assert not hasattr(report, "without_outliers")
-        line = rl.format_order(report)[-1]
+        line = format_order(report)[-1]
         assert line.startswith("outlier rounds (median/MAD of the gated rows' mean; described "
                                "only, the verdict stands on every round): r3 ")
         assert "verdict would be" not in line
@@ -424,7 +431,7 @@ def test_an_outlier_round_is_described_and_its_noise_makes_the_verdict_inconclus
 def test_an_order_effect_is_estimated_and_warned_about():
     # whichever side starts second is 10% slower; new starts first in even rounds
     second = lambda first: (lambda n, p, m: 1.10 if (n % 2 == 1) == first else 1.0)  # noqa
-    report = rl.judge_rounds(rounds_in_memory(6, second(True), base_factor=second(False)),
+    report = judge_rounds(rounds_in_memory(6, second(True), base_factor=second(False)),
                              "base", "new")
     assert math.expm1(report.order_effect.estimate) == pytest.approx(0.10, abs=0.005)
     assert any(w.startswith("warning: order effect: the side started second ran +10.")
@@ -491,11 +498,11 @@ A, B, C = "a" * 64, "b" * 64, "c" * 64
 def with_hashes(path, *hashes):
     """Give every pass of a run file these x-vsr-config-hash values, through the tool's writer;
     return the run as read back."""
-    run = rl.load_run(path)
+    run = load_run(path)
     passes = tuple(p._replace(attempt=p.attempt._replace(config_hashes=hashes))
                    for p in run.passes)
-    rl.write_atomic(path, rl.dump_run(run._replace(passes=passes)))
-    return rl.load_run(path)
+    write_atomic(path, dump_run(run._replace(passes=passes)))
+    return load_run(path)
 
 
 def hashed_rounds(folder, base_hashes, new_hashes):
@@ -507,10 +514,10 @@ def hashed_rounds(folder, base_hashes, new_hashes):
 
 
 def test_config_hash_findings_names_each_side_and_warns_when_they_are_the_same(tmp_path):
-    hashes, warnings = rl.config_hash_findings(
+    hashes, warnings = config_hash_findings(
         hashed_rounds(tmp_path, [(A,), (A,)], [(B,), (B,)]), "cpu", "gpu")
     assert hashes == {"cpu": (A,), "gpu": (B,)} and warnings == ()
-    hashes, warnings = rl.config_hash_findings(
+    hashes, warnings = config_hash_findings(
         hashed_rounds(tmp_path, [(A,), (A,)], [(A,), (A,)]), "cpu", "gpu")
     assert hashes == {"cpu": (A,), "gpu": (A,)}
     assert warnings == ("WARNING: base cpu and new gpu answered with the same configuration "
@@ -519,7 +526,7 @@ def test_config_hash_findings_names_each_side_and_warns_when_they_are_the_same(t
 
 
 def test_config_hash_findings_without_hashes(tmp_path):
-    assert rl.config_hash_findings(hashed_rounds(tmp_path, [(), ()], [(), (B,)]), "cpu",
+    assert config_hash_findings(hashed_rounds(tmp_path, [(), ()], [(), (B,)]), "cpu",
                                    "gpu") == ({"cpu": (), "gpu": (B,)}, ())
 
 
@@ -530,13 +537,13 @@ def test_config_hash_findings_without_hashes(tmp_path):
 def test_config_hash_findings_refuses_a_side_whose_configuration_changed(
         tmp_path, base_hashes, where, listed):
     runs = hashed_rounds(tmp_path, base_hashes, [(B,), (B,)])
-    with pytest.raises(rl.RouterLatencyError) as refused:
-        rl.config_hash_findings(runs, "cpu", "gpu")
+    with pytest.raises(RouterLatencyError) as refused:
+        config_hash_findings(runs, "cpu", "gpu")
     message = (f"side cpu answered with 2 configurations (x-vsr-config-hash {listed})")
     assert refused.value.args[0] == (f"{message}: its configuration changed between or within "
                                      f"rounds; --allow-config-change judges it anyway")
     assert refused.value.where == str(tmp_path / where)
-    hashes, warnings = rl.config_hash_findings(runs, "cpu", "gpu", allow_change=True)
+    hashes, warnings = config_hash_findings(runs, "cpu", "gpu", allow_change=True)
     assert hashes["cpu"] == (A, C) and warnings == (f"warning: {message}",)
 
 
@@ -573,14 +580,14 @@ def test_rounds_warns_loudly_when_both_sides_run_the_same_configuration(tmp_path
 
 def with_requests(path, edit):
     """Rewrite the requests of every pass of a run file with edit(list of Requests)."""
-    run = rl.load_run(path)
+    run = load_run(path)
     passes = []
     for item in run.passes:
         requests = edit(list(item.requests))
-        summary = rl.pass_summary(requests, item.summary.wall_s)
+        summary = pass_summary(requests, item.summary.wall_s)
         passes.append(item._replace(attempt=item.attempt._replace(requests=tuple(requests),
                                                                   summary=summary)))
-    rl.write_atomic(path, rl.dump_run(run._replace(passes=tuple(passes))))
+    write_atomic(path, dump_run(run._replace(passes=tuple(passes))))
     return path
 
 
@@ -633,13 +640,13 @@ def test_rounds_counts_failures_by_code_and_explains_overload(tmp_path, cli):
 def sequential_run(label, latencies, decisions):
     """Return a RunFile whose only pass is a sequential one with these latencies per input
     (None: the request timed out), sent 10 ms apart."""
-    requests = tuple(rl.Request(i, 10.0 * i, ms, 200, d, None) if ms is not None
-                     else rl.Request(i, 10.0 * i, None, None, None, "timeout")
+    requests = tuple(Request(i, 10.0 * i, ms, 200, d, None) if ms is not None
+                     else Request(i, 10.0 * i, None, None, None, "timeout")
                      for i, (ms, d) in enumerate(zip(latencies, decisions)))
-    attempt = rl.Attempt(None, None, "", None, {}, None, {}, None, requests)
-    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64,
+    attempt = Attempt(None, None, "", None, {}, None, {}, None, requests)
+    return RunFile(label, True, {"path": "c.json", "sha256": "0" * 64,
                                     "count": len(latencies)},
-                      (rl.PassRecord("sequential", 1, False, False, attempt),))
+                      (PassRecord("sequential", 1, False, False, attempt),))
 
 
 def test_inputs_called_slower_only_when_their_own_rounds_carry_it():
@@ -654,7 +661,7 @@ def test_inputs_called_slower_only_when_their_own_rounds_carry_it():
     runs = {n: {"base": sequential_run("base", base[n - 1], decisions),
                 "new": sequential_run("new", new[n - 1], decisions)} for n in (1, 2, 3)}
     texts = {0: "x" * 10, 1: "y" * 100, 2: "z" * 600, 3: "w" * 3000, 4: "v" * 20}
-    found = rl.input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0, texts)
+    found = input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0, texts)
     assert [(s.key, s.call, s.rounds, s.slower_rounds) for s in found.inputs] == [
         (0, "slower", 3, 3), (1, "noise", 3, 2), (4, "noise", 1, 1), (3, "slower", 2, 2),
         (2, "", 3, 0)]
@@ -662,9 +669,9 @@ def test_inputs_called_slower_only_when_their_own_rounds_carry_it():
     assert ratios == pytest.approx({0: 2.0, 1: 1.5, 2: 1.0, 3: 1.2, 4: 1.5})
     one = next(s for s in found.inputs if s.key == 1)
     logs = [math.log(3.0), math.log(0.5), math.log(1.5)]
-    interval = rl.mean_interval(logs)
+    interval = mean_interval(logs)
     assert (one.low, one.high) == pytest.approx((math.exp(interval.low), math.exp(interval.high)))
-    assert one.p_value == pytest.approx(rl.t_test_p(logs, mu=math.log(1.05)))
+    assert one.p_value == pytest.approx(t_test_p(logs, mu=math.log(1.05)))
     assert (one.text, one.length, one.decision) == ("y" * 100, 100, "a")
     assert next(s for s in found.inputs if s.key == 4).low is None
     # a group's value per round is the mean log ratio of its inputs
@@ -680,10 +687,10 @@ def test_input_slowdowns_need_a_sequential_pass_on_both_sides():
     runs = rounds_in_memory(3, lambda n, p, m: 1.0)
     for sides in runs.values():
         sides["new"] = sides["new"]._replace(passes=sides["new"].passes[1:])
-    assert rl.input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0) is None
+    assert input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0) is None
 
 
 def test_time_windows_hold_the_median_latency_of_each_stretch_of_send_time():
-    requests = [rl.Request(i, 10.0 * i, float(i + 1), 200, "d", None) for i in range(4)]
-    assert rl.time_windows(requests, 2) == [(0.0075, 1.5), (0.0225, 3.5)]
-    assert rl.time_windows([r._replace(start_ms=None) for r in requests], 2) == []
+    requests = [Request(i, 10.0 * i, float(i + 1), 200, "d", None) for i in range(4)]
+    assert time_windows(requests, 2) == [(0.0075, 1.5), (0.0225, 3.5)]
+    assert time_windows([r._replace(start_ms=None) for r in requests], 2) == []

@@ -23,7 +23,18 @@ import html5lib
 
 import pytest
 
-import router_latency as rl
+from router_latency.constants import DEFAULT_DECISION_PATHS, DEFAULT_HISTOGRAMS, MAX_SIGNALS
+from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
+                                    RunFile)
+from router_latency.wire import (classify, decision_reading, HeldAnswer, parse_endpoint,
+                                 SignalTable, top_members)
+from router_latency.captures import Histogram, histogram_deltas, parse_prometheus
+from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
+from router_latency.attribution import part_values, pass_attribution, router_parts
+from router_latency.rounds import start_order
+from router_latency.render_text import decomposition_text
+from router_latency.simulator import SignalModel
+from router_latency.cli import gate_list
 from hypothesis import given, strategies as st
 
 from conftest import SETTINGS, final_answer, write_corpus
@@ -32,20 +43,20 @@ DATA = Path(__file__).parent / "data"
 
 
 def scraped(name):
-    return rl.parse_prometheus((DATA / f"router-metrics-{name}.prom").read_text())
+    return parse_prometheus((DATA / f"router-metrics-{name}.prom").read_text())
 
 
 def test_the_router_histograms_are_kept_per_bucket_and_read_back_per_part():
     before, after = scraped("before"), scraped("after")
-    deltas = rl.histogram_deltas(before, after, rl.DEFAULT_HISTOGRAMS)
+    deltas = histogram_deltas(before, after, DEFAULT_HISTOGRAMS)
     # per bucket, sum and count, as the difference of the two scrapes
     key = 'llm_signal_extraction_latency_seconds_bucket{le="0.01",signal_type="pii"}'
     assert deltas[key] == after[key] - before[key] == 44 - 20
     assert deltas['llm_signal_extraction_latency_seconds_count{signal_type="pii"}'] == 60
-    assert all(k.split("{")[0].rsplit("_", 1)[0] in rl.DEFAULT_HISTOGRAMS for k in deltas)
+    assert all(k.split("{")[0].rsplit("_", 1)[0] in DEFAULT_HISTOGRAMS for k in deltas)
     # a name not asked for is not kept; one asked for with --histogram is
-    assert not rl.histogram_deltas(before, after, ("vllm_srun_queue_duration_seconds",))
-    parts = {p.name: p for p in rl.router_parts({"metrics": {"histograms": deltas}}, 60)}
+    assert not histogram_deltas(before, after, ("vllm_srun_queue_duration_seconds",))
+    parts = {p.name: p for p in router_parts({"metrics": {"histograms": deltas}}, 60)}
     assert set(parts) == {"domain", "pii", "jailbreak", "decision", "runtime", "parse",
                           "tokenize", "queue", "forward", "post", "serialize"}
     pii = parts["pii"]
@@ -67,12 +78,12 @@ def test_the_router_histograms_are_kept_per_bucket_and_read_back_per_part():
     (((0.1, 0.0), (0.2, 4.0), (float("inf"), 10.0)), 0.9, 0.2),  # +Inf: the top finite bound
 ])
 def test_a_histogram_quantile_is_interpolated_within_its_bucket(buckets, q, expected):
-    histogram = rl.Histogram("x", (), buckets[-1][1], 1.0, buckets)
+    histogram = Histogram("x", (), buckets[-1][1], 1.0, buckets)
     assert histogram.quantile(q) == pytest.approx(expected)
 
 
 def test_the_signal_table_keeps_names_in_order_and_skips_what_the_router_did_not_evaluate():
-    table = rl.SignalTable()
+    table = SignalTable()
     first = table.times({"metrics": {"keyword": {"execution_time_ms": 0, "confidence": 0},
                                      "domain": {"execution_time_ms": 3.25, "confidence": 0.8},
                                      "pii": {"execution_time_ms": 5, "confidence": 0.9}}})
@@ -83,22 +94,22 @@ def test_the_signal_table_keeps_names_in_order_and_skips_what_the_router_did_not
                                       "fact_check": {"execution_time_ms": 1.125}}})
     assert (table.names, second) == (["domain", "pii", "fact_check"], (None, 4.5, 1.125))
     assert table.times({"metrics": []}) == table.times([1]) == ()
-    many = rl.SignalTable()
+    many = SignalTable()
     many.times({"metrics": {f"s{i}": {"execution_time_ms": 1.0} for i in range(40)}})
-    assert len(many.names) == rl.MAX_SIGNALS
+    assert len(many.names) == MAX_SIGNALS
 
 
 def test_the_simulator_reports_its_signals_in_answers_and_histograms(simulator, tmp_path, cli):
-    router = simulator(delay_ms=0.0, signals=rl.SignalModel((("domain", 1.0), ("pii", 2.0))))
+    router = simulator(delay_ms=0.0, signals=SignalModel((("domain", 1.0), ("pii", 2.0))))
     corpus = write_corpus(tmp_path / "c.json", [f"prompt {i}" for i in range(8)])
     result = cli("run", "--url", router.url, "--corpus", corpus, "-o", tmp_path / "r.json",
                  "--label", "x", "--warmup", "0", "-c", "1", "--metrics-url", router.metrics_url, "-q")
     assert result.code == 0, result.err
-    run = rl.load_run(str(tmp_path / "r.json"))
+    run = load_run(str(tmp_path / "r.json"))
     assert run.signal_names == ("domain", "pii")
     times = [r.signal_ms for r in run.passes[0].requests]
     assert all(0.9 <= d <= 1.1 and 1.8 <= p <= 2.2 for d, p in times)
-    attribution = rl.pass_attribution(run, run.passes[0])
+    attribution = pass_attribution(run, run.passes[0])
     # the histograms on /metrics carry the same times: their sum over the pass
     histograms = run.passes[0].attempt.environment["metrics"]["histograms"]
     assert histograms['llm_signal_extraction_latency_seconds_count{signal_type="pii"}'] == 8
@@ -109,23 +120,23 @@ def test_the_simulator_reports_its_signals_in_answers_and_histograms(simulator, 
     # --no-signals records none
     cli("run", "--url", router.url, "--corpus", corpus, "-o", tmp_path / "n.json", "--label",
         "x", "--warmup", "0", "-c", "1", "--no-signals", "-q")
-    plain = rl.load_run(str(tmp_path / "n.json"))
+    plain = load_run(str(tmp_path / "n.json"))
     assert plain.signal_names == () and b"signal_ms" not in (tmp_path / "n.json").read_bytes()
 
 
 @pytest.mark.parametrize("parallel, expected", [(False, 0.006), (True, 0.003)])
 def test_signals_run_one_after_another_or_in_parallel(parallel, expected):
-    model = rl.SignalModel((("domain", 3.0), ("pii", 3.0)), parallel)
+    model = SignalModel((("domain", 3.0), ("pii", 3.0)), parallel)
     assert model.wait_s((("domain", 3.0), ("pii", 3.0))) == pytest.approx(expected)
 
 
 def one_pass_run(signal_ms, names):
-    requests = tuple(rl.Request(i, float(i), 20.0, 200, "d", None, signal_ms=signal_ms)
+    requests = tuple(Request(i, float(i), 20.0, 200, "d", None, signal_ms=signal_ms)
                      for i in range(3))
-    attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, 1.0),
+    attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, 1.0),
                          requests)
-    return rl.RunFile("x", True, {"path": "c", "sha256": "0" * 64, "count": 3},
-                      (rl.PassRecord("sequential", 1, False, False, attempt),),
+    return RunFile("x", True, {"path": "c", "sha256": "0" * 64, "count": 3},
+                      (PassRecord("sequential", 1, False, False, attempt),),
                       signal_names=names)
 
 
@@ -139,9 +150,9 @@ def test_a_run_file_whose_signal_times_do_not_fit_its_names_is_refused(tmp_path,
                                                                        signal_ms, names,
                                                                        message):
     path = tmp_path / "r1-x.json"
-    path.write_bytes(b"".join(rl.dump_run(one_pass_run((1.0,), ("pii",)))))
-    assert rl.load_run(str(path)).passes[0].requests[0].signal_ms == (1.0,)
-    path.write_bytes(b"".join(rl.dump_run(one_pass_run(signal_ms, names))))
+    path.write_bytes(b"".join(dump_run(one_pass_run((1.0,), ("pii",)))))
+    assert load_run(str(path)).passes[0].requests[0].signal_ms == (1.0,)
+    path.write_bytes(b"".join(dump_run(one_pass_run(signal_ms, names))))
     result = cli("compare", path, path)
     assert result.code == 2 and message in result.err and "Traceback" not in result.err
     assert result.err.count("\n") == 1
@@ -155,9 +166,9 @@ def measure_rounds(simulator, tmp_path, cli, new_pii_ms, *options, base_pii_ms=2
     folder = tmp_path / "rounds"
     folder.mkdir()
     for number in (1, 2, 3):
-        for side in rl.start_order(number, ["base", "new"]):
+        for side in start_order(number, ["base", "new"]):
             pii = base_pii_ms if side == "base" else new_pii_ms
-            router = simulator(delay_ms=2.0, seed=number, signals=rl.SignalModel(
+            router = simulator(delay_ms=2.0, seed=number, signals=SignalModel(
                 (("domain", 1.0), ("pii", pii), ("guard", 0.5))))
             result = cli("run", "--url", router.url, "--corpus", corpus, "-o",
                          folder / f"r{number}-{side}.json", "--label", side, "--warmup", "2",
@@ -248,11 +259,11 @@ def test_a_gated_signal_row_fails_the_gate(simulator, tmp_path, cli):
                                   "c4:signal:pii", "signal:pii:p95:x"])
 def test_the_gate_refuses_a_part_row_it_does_not_know(text):
     with pytest.raises(Exception, match="signal:NAME:STAT"):
-        rl.gate_list(text)
+        gate_list(text)
 
 
 def test_the_gate_accepts_part_rows_beside_the_latency_rows():
-    assert rl.gate_list("p95,signal:pii:p95,c16:router:forward:mean") == (
+    assert gate_list("p95,signal:pii:p95,c16:router:forward:mean") == (
         "p95_ms", "signal:pii:p95", "c16:router:forward:mean")
 
 
@@ -284,23 +295,23 @@ def test_run_refuses_a_bad_histogram_name(cli, tmp_path, value):
 def test_the_decomposition_states_what_is_unexplained_and_never_forces_a_sum(client, expected):
     medians = {"signal:domain:mean": 2.0, "signal:domain:p95": 2.5, "signal:pii:mean": 5.0,
                "router:forward:mean": 4.0, "outside:mean": 3.0}
-    assert rl.decomposition_text("x", medians, client) == expected
+    assert decomposition_text("x", medians, client) == expected
 
 
 def test_without_signal_times_the_time_outside_the_router_comes_from_its_histograms():
-    deltas = rl.histogram_deltas(scraped("before"), scraped("after"), rl.DEFAULT_HISTOGRAMS)
-    requests = tuple(rl.Request(i, float(i), 20.0, 200, "d", None) for i in range(60))
-    summary = rl.pass_summary(requests, 1.0)
-    attempt = rl.Attempt(None, None, "", None, {}, None, {"metrics": {"histograms": deltas}},
+    deltas = histogram_deltas(scraped("before"), scraped("after"), DEFAULT_HISTOGRAMS)
+    requests = tuple(Request(i, float(i), 20.0, 200, "d", None) for i in range(60))
+    summary = pass_summary(requests, 1.0)
+    attempt = Attempt(None, None, "", None, {}, None, {"metrics": {"histograms": deltas}},
                          summary, requests)
-    run = rl.RunFile("x", True, {"path": "c", "sha256": "0" * 64, "count": 60},
-                     (rl.PassRecord("sequential", 1, False, False, attempt),))
-    found = rl.pass_attribution(run, run.passes[0])
+    run = RunFile("x", True, {"path": "c", "sha256": "0" * 64, "count": 60},
+                     (PassRecord("sequential", 1, False, False, attempt),))
+    found = pass_attribution(run, run.passes[0])
     parts = {p.name: p for p in found.parts}
     own = sum(parts[n].per_request_ms for n in ("domain", "pii", "jailbreak", "decision"))
     assert found.signals_ms is None and found.outside_p50_ms is None
     assert found.outside_mean_ms == round(20.0 - own, 4)
-    text = rl.decomposition_text("x", rl.part_values(found), 20.0)
+    text = decomposition_text("x", part_values(found), 20.0)
     assert "per pass from its histograms: " in text and "signals summed" not in text
 
 
@@ -313,11 +324,11 @@ def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whol
     body = json.dumps({"original_text": 'say {"execution_time_ms":0,"confidence":0} please',
                        "decision_result": {"decision_name": "math"}, "metrics": metrics,
                        "selected_model": "m"}, separators=(",", ":")).encode()
-    table = rl.SignalTable()
-    target = rl.Target(rl.parse_endpoint("http://127.0.0.1:9"), signals=table)
-    loop = rl.PassLoop(target, [b""], __import__("threading").Event(), rl.PassPlan("x", 1))
+    table = SignalTable()
+    target = Target(parse_endpoint("http://127.0.0.1:9"), signals=table)
+    loop = PassLoop(target, [b""], __import__("threading").Event(), PassPlan("x", 1))
     decision, error, code, times = loop._classified(200, bytearray(body))
-    assert (decision, error, code) == rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
+    assert (decision, error, code) == classify(200, body, DEFAULT_DECISION_PATHS)
     assert (table.names, times) == (["domain", "pii"], (3.5, 5.25))
 
 
@@ -347,7 +358,7 @@ def test_a_signal_only_one_side_reports_is_said_not_dropped(simulator, tmp_path,
     for number in (1, 2, 3):
         for side, signals in (("base", (("domain", 1.0), ("pii", 1.0))),
                               ("new", (("domain", 1.0),))):
-            router = simulator(delay_ms=0.5, seed=number, signals=rl.SignalModel(signals))
+            router = simulator(delay_ms=0.5, seed=number, signals=SignalModel(signals))
             assert cli("run", "--url", router.url, "--corpus", corpus, "-o",
                        folder / f"r{number}-{side}.json", "--label", side, "--warmup", "0",
                        "-c", "1", "-q").code == 0
@@ -367,7 +378,7 @@ def test_a_run_file_with_a_histogram_difference_that_is_no_count_is_refused(tmp_
     series = 'llm_signal_extraction_latency_seconds_count{signal_type="pii"}'
     attempt = item.attempt._replace(environment={"metrics": {"histograms": {series: value}}})
     path = tmp_path / "r1-x.json"
-    path.write_bytes(b"".join(rl.dump_run(run._replace(passes=(item._replace(
+    path.write_bytes(b"".join(dump_run(run._replace(passes=(item._replace(
         attempt=attempt),)))))
     result = cli("compare", path, path)
     assert result.code == 2 and "metrics.histograms." in result.err
@@ -387,9 +398,9 @@ def test_the_demo_names_pii_as_the_signal_that_got_slower(cli, tmp_path):
         assert "domain +0.0% [+0.0%, +0.0%]" in sentence
 
 
-def signal_reading(paths=rl.DEFAULT_DECISION_PATHS):
+def signal_reading(paths=DEFAULT_DECISION_PATHS):
     """The names and plan the pass reads an answer's decision by, with its metrics."""
-    return rl.decision_reading(tuple(paths), ("metrics",))[:2]
+    return decision_reading(tuple(paths), ("metrics",))[:2]
 
 
 def compact_answer(metrics_text: str) -> bytes:
@@ -411,17 +422,17 @@ def test_the_signal_times_are_read_by_a_scan_that_gives_what_decoding_gives():
         [("domain", 12, -0.5), ("pii", 0.00125, 0.1), ("jailbreak", 2.5, 0.3)],  # new name
         [("keyword", 0, 0), ("domain", 3.5, 0.9), ("pii", 5, 0.25), ("kb", 0, 0)],
         [], [("keyword", 0, 0)]]
-    scanned, decoded = rl.SignalTable(), rl.SignalTable()
+    scanned, decoded = SignalTable(), SignalTable()
     for entries in answers:
         body = compact_answer(metrics_text(entries))
         text = body.decode()
-        members, index = rl.top_members(text, *signal_reading())
+        members, index = top_members(text, *signal_reading())
         assert "metrics" not in members
         found = scanned.scan(text, index)
         assert found is not None, entries  # read without decoding the answer
         assert found == decoded.times(json.loads(body)) and scanned.names == decoded.names
         assert [type(v) for v in found] == [type(v) for v in decoded.last or found]
-        assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=scanned)[:2] == \
+        assert classify(200, body, DEFAULT_DECISION_PATHS, signals=scanned)[:2] == \
             ("math|qwen3", None) and scanned.last == found
     assert scanned.names == ["domain", "pii", "keyword", "kb", "jailbreak"]
 
@@ -446,13 +457,13 @@ def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(m
     body = compact_answer(metrics)
     with pytest.raises(ValueError):
         json.loads(body)
-    table = rl.SignalTable()
+    table = SignalTable()
     seen = compact_answer(GOOD_METRICS).decode()  # its form seen before: its skeleton known
-    at = rl.top_members(seen, *signal_reading())[1]
+    at = top_members(seen, *signal_reading())[1]
     # the first read adds the names (and forgets the skeletons), the second keeps its skeleton
     assert table.scan(seen, at) == table.scan(seen, at) == (3.5, 5) and len(table.forms) == 1
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[1] == "bad_json"
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
+    assert classify(200, body, DEFAULT_DECISION_PATHS, signals=table)[1] == "bad_json"
+    assert classify(200, body, DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
 
 
 @pytest.mark.parametrize("metrics", [
@@ -461,8 +472,8 @@ def test_an_answer_whose_metrics_are_malformed_is_bad_json_with_its_times_read(m
     GOOD_METRICS.replace(":5,", ":5e400,"), GOOD_METRICS.replace("0.9", "9e-07"), GOOD_METRICS.replace('"pii"', '"pii2"')])
 def test_metrics_in_another_form_are_decoded_and_read_as_before(metrics):
     body = compact_answer(metrics)
-    table, decoded = rl.SignalTable(), rl.SignalTable()
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS, signals=table)[:2] == \
+    table, decoded = SignalTable(), SignalTable()
+    assert classify(200, body, DEFAULT_DECISION_PATHS, signals=table)[:2] == \
         ("math|qwen3", None)
     assert table.last == decoded.times(json.loads(body)) and table.names == decoded.names
 
@@ -476,9 +487,9 @@ def test_members_with_brackets_before_metrics_leave_the_times_to_the_scan(betwee
     body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
     text = body.decode()
     paths = ("decision_result.decision_name",)
-    members, index = rl.top_members(text, *signal_reading(paths))
-    table = rl.SignalTable()
-    assert table.scan(text, index) == rl.SignalTable().times(json.loads(body)) == (3.5, 5)
+    members, index = top_members(text, *signal_reading(paths))
+    table = SignalTable()
+    assert table.scan(text, index) == SignalTable().times(json.loads(body)) == (3.5, 5)
 
 
 @pytest.mark.parametrize("between", [
@@ -488,10 +499,10 @@ def test_a_metrics_member_nested_before_the_answers_own_is_not_taken_for_it(betw
     body = compact_answer(GOOD_METRICS).replace(b'"metrics":', between.encode() + b'"metrics":')
     text = body.decode()
     paths = ("decision_result.decision_name",)
-    members, index = rl.top_members(text, *signal_reading(paths))
-    assert rl.SignalTable().scan(text, index) is None  # decoded instead
-    table = rl.SignalTable()
-    assert rl.classify(200, body, paths, signals=table)[:2] == ("math", None)
+    members, index = top_members(text, *signal_reading(paths))
+    assert SignalTable().scan(text, index) is None  # decoded instead
+    table = SignalTable()
+    assert classify(200, body, paths, signals=table)[:2] == ("math", None)
     assert table.last == (3.5, 5)
 
 
@@ -526,10 +537,10 @@ def held_answers():
 def pass_of_held_answers(scripted, answers):
     """Run one pass at concurrency 1 over the answers; return its results, times by name."""
     server = scripted(lambda prompt, number: [final_answer(answers[int(prompt)])])
-    table = rl.SignalTable()
-    target = rl.Target(rl.parse_endpoint(server.url), signals=table)
-    payloads = rl.encode_prompts(target, [str(i) for i in range(len(answers))])
-    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 1))
+    table = SignalTable()
+    target = Target(parse_endpoint(server.url), signals=table)
+    payloads = encode_prompts(target, [str(i) for i in range(len(answers))])
+    loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 1))
     return [(r.number, r.status, r.decision, r.error, r.code, r.config_hash, r.reason,
              {n: ms for n, ms in zip(table.names, r.signal_ms) if ms is not None})
             for r in loop.run()], table.names
@@ -539,21 +550,21 @@ def test_answers_held_for_their_times_are_read_after_the_pass_as_they_would_be_a
         scripted, monkeypatch):
     answers = held_answers()
     held = []
-    real_settle = rl.PassLoop._settle
+    real_settle = PassLoop._settle
 
     def settle(self):
-        held.append(sum(type(r.signal_ms) is rl.HeldAnswer for r in self.results))
+        held.append(sum(type(r.signal_ms) is HeldAnswer for r in self.results))
         real_settle(self)
 
-    monkeypatch.setattr(rl.PassLoop, "_settle", settle)
-    monkeypatch.setattr(rl.PassLoop, "SETTLE_ANSWERS", 7)  # in steps, new names amid them
+    monkeypatch.setattr(PassLoop, "_settle", settle)
+    monkeypatch.setattr(PassLoop, "SETTLE_ANSWERS", 7)  # in steps, new names amid them
     results, names = pass_of_held_answers(scripted, answers)
     # everything past the decision is read after the pass: the scan and, for what it cannot
     # read, the classification again (bad_json, the times decoded), each in its turn
     assert held == [len(answers)]
     # nothing held; the first two, then (the third does not fit) every one at once
     for budget in (0, len(answers[0]) + len(answers[1])):
-        monkeypatch.setattr(rl.PassLoop, "HOLD_BYTES", budget)
+        monkeypatch.setattr(PassLoop, "HOLD_BYTES", budget)
         again, again_names = pass_of_held_answers(scripted, answers)
         assert again == results and held[-1] == (0 if budget == 0 else 2)
         if budget == 0:
@@ -579,19 +590,19 @@ def test_the_hold_counts_a_non_ascii_answer_at_four_bytes_a_character_and_skips_
     plain = compact_answer(kb)
     chars = len(wide.decode())
     held = []
-    real_settle = rl.PassLoop._settle
+    real_settle = PassLoop._settle
 
     def settle(self):
-        held.append([type(r.signal_ms) is rl.HeldAnswer for r in self.results])
+        held.append([type(r.signal_ms) is HeldAnswer for r in self.results])
         real_settle(self)
 
-    monkeypatch.setattr(rl.PassLoop, "_settle", settle)
+    monkeypatch.setattr(PassLoop, "_settle", settle)
     read_at_once = None
     for budget, expected in ((0, [False] * 3), (4 * chars - 1, [False] * 3),
                              (4 * chars, [True, False, False]),
                              (4 * chars + len(plain), [True, False, True]),
                              (10 ** 6, [True, False, True])):  # where the second fits too
-        monkeypatch.setattr(rl.PassLoop, "HOLD_BYTES", budget)
+        monkeypatch.setattr(PassLoop, "HOLD_BYTES", budget)
         results, names = pass_of_held_answers(scripted, [wide, first, plain])
         assert held[-1] == expected, budget
         read_at_once = read_at_once or (results, names)
@@ -611,8 +622,8 @@ def test_answers_scanned_together_give_what_scanning_one_after_another_gives(spo
     texts = [compact_answer(metrics_text(e)).decode() for e in entries]
     if spoiled:  # one answer in the middle is not a list of numbers, or has a negative time
         texts[7] = compact_answer(GOOD_METRICS.replace(*spoiled)).decode()
-    answers = [[text, rl.top_members(text, *signal_reading())[1]] for text in texts]
-    together, one_by_one = rl.SignalTable(), rl.SignalTable()
+    answers = [[text, top_members(text, *signal_reading())[1]] for text in texts]
+    together, one_by_one = SignalTable(), SignalTable()
     found = together.scan_many(answers)
     assert found == [one_by_one.scan(text, at) for text, at in answers]
     assert together.names == one_by_one.names == ["domain", "pii", "keyword", "jailbreak", "kb"]
@@ -642,7 +653,7 @@ def metrics_objects(draw):
 def test_any_metrics_object_is_read_as_decoding_the_answer_reads_it(objects):
     # one table over answers of names and numbers of every kind, read at once by classify
     # and held then scanned together, against the answers decoded whole
-    scanned, decoded, together = rl.SignalTable(), rl.SignalTable(), rl.SignalTable()
+    scanned, decoded, together = SignalTable(), SignalTable(), SignalTable()
     held, expected = [], []
     for metrics in objects:
         body = compact_answer(metrics)
@@ -650,7 +661,7 @@ def test_any_metrics_object_is_read_as_decoding_the_answer_reads_it(objects):
             document = json.loads(body)
         except ValueError:
             document = None
-        decision, error = rl.classify(200, body, rl.DEFAULT_DECISION_PATHS,
+        decision, error = classify(200, body, DEFAULT_DECISION_PATHS,
                                       signals=scanned)[:2]
         if document is None:
             assert error == "bad_json", metrics
@@ -660,7 +671,7 @@ def test_any_metrics_object_is_read_as_decoding_the_answer_reads_it(objects):
         assert scanned.last == expected[-1], metrics
         assert [type(v) for v in scanned.last] == [type(v) for v in expected[-1]]
         text = body.decode()
-        held.append([text, rl.top_members(text, *signal_reading())[1]])
+        held.append([text, top_members(text, *signal_reading())[1]])
     assert scanned.names == decoded.names
     in_turn = {}  # what the scan leaves unread is read as the answer decoded, in its turn
     found = together.scan_many(

@@ -9,7 +9,21 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 
 from conftest import assert_one_line_error, make_run, write_corpus
-import router_latency as rl
+from router_latency.constants import LADDER_METRICS, LADDER_PASS
+from router_latency.words import plural
+from router_latency.stats import mean_interval
+from router_latency.files import write_atomic
+from router_latency.runfile import (Attempt, dump_run, Ladder, load_run, pass_name, pass_summary,
+                                    PassRecord, Request, RunFile, RunSettings)
+from router_latency.wire import parse_endpoint
+from router_latency.measuring import (flat_step, ladder_stop, LoadGuard, plan_passes, RunPlan,
+                                      settings_record, Target)
+from router_latency.compare import (knee_of, LadderStep, plateau_of, run_capacity, slo_capacity,
+                                    usd_per_million)
+from router_latency.rounds import GateSettings, judge_rounds
+from router_latency.render_text import format_rounds, gate_text, row_change_text
+from router_latency.page import report_page
+from router_latency.cli import gate_list
 
 # long beside the driver's own time per request, on 2 shared cores: at one caller per worker
 # each request's turnaround (the answer's wake-up, the next send) leaves the worker idle, and
@@ -41,7 +55,7 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     result, out = ladder_run(cli, tmp_path, router.url, "--duration", "1s",
                              "--ladder-margin", "20")
     assert result.code == 0, result.err
-    capacity = rl.run_capacity(rl.load_run(str(out)))
+    capacity = run_capacity(load_run(str(out)))
     expected = workers * 1000 / DELAY_MS
     assert abs(capacity.plateau_req_per_s - expected) <= 0.05 * expected
     assert capacity.plateau.load == workers
@@ -49,7 +63,7 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # the climb stopped at the step after the plateau began: more callers only queue
     assert [s.load for s in capacity.steps][-1] == 2 * workers
     assert "stopped: throughput stopped growing" in result.out
-    callers = rl.plural(workers, "caller")
+    callers = plural(workers, "caller")
     assert f"throughput stops growing from {callers} at " in result.out
     assert f"the knee is at {callers}: beyond, latency grows faster than throughput" \
         in result.out
@@ -62,7 +76,7 @@ def test_the_serial_simulator_saturates_at_one_or_two_callers(tmp_path, cli, sim
     result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "1000",
                              "--cost-per-hour", "x=2.50/GPU", prompts=30)
     assert result.code == 0, result.err
-    capacity = rl.run_capacity(rl.load_run(str(out)))
+    capacity = run_capacity(load_run(str(out)))
     assert capacity.plateau.load in (1, 2)
     # one request at a time, 10 ms each: at most 100 req/s (5% for the timer); a loaded
     # machine only lowers it (90.5 req/s under two copies of the suite), so no lower bound
@@ -78,7 +92,7 @@ def test_the_serial_simulator_saturates_at_one_or_two_callers(tmp_path, cli, sim
 
 def steps_of(*figures, shed=()):
     """Return LadderSteps of (callers, req/s, p50, p95)."""
-    return [rl.LadderStep(rl.pass_name(c), c, rl.plural(c, "caller"), rps, p50, p95,
+    return [LadderStep(pass_name(c), c, plural(c, "caller"), rps, p50, p95,
                           10 if c in shed else 0) for c, rps, p50, p95 in figures]
 
 
@@ -86,31 +100,31 @@ def test_plateau_knee_and_capacity_by_hand():
     steps = steps_of((1, 100, 9, 10), (2, 190, 10, 12), (4, 300, 12, 40), (8, 320, 24, 90))
     # 4 -> 8 callers doubled the load for 320 / 300 = 1.067x the throughput, under 1.10x, and
     # no later step served more than 330: the plateau begins at 4 callers, 320 high
-    begins, level = rl.plateau_of(steps, 10.0)
+    begins, level = plateau_of(steps, 10.0)
     assert (begins.load, level) == (4, 320)
     # 4 -> 8: p50 x2.0 against req/s x1.07: the knee; 2 -> 4: p50 x1.2 against x1.58
-    assert rl.knee_of(steps, 10.0)[0].load == 4
+    assert knee_of(steps, 10.0)[0].load == 4
     # 8 callers passed the 50 ms SLO: (50 - 40) / (90 - 40) = 0.2 of the way from 300 to 320
-    found, how = rl.slo_capacity(steps, 50.0, begins)
+    found, how = slo_capacity(steps, 50.0, begins)
     assert found == pytest.approx(304.0)
     assert how.startswith("interpolated between 4 callers (p95 40.00 ms, 300.00 req/s) and "
                           "8 callers (p95 90.00 ms, 320.00 req/s)")
-    assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.5 / (304 * 3600) * 1e6)
-    assert rl.usd_per_million(2.5, 304.0) == pytest.approx(2.28436, abs=1e-5)
+    assert usd_per_million(2.5, 304.0) == pytest.approx(2.5 / (304 * 3600) * 1e6)
+    assert usd_per_million(2.5, 304.0) == pytest.approx(2.28436, abs=1e-5)
 
 
 def test_capacity_where_the_slo_is_passed_at_once_never_or_without_more_throughput():
     first_beyond = steps_of((1, 100, 20, 60), (2, 110, 40, 80))
-    assert rl.slo_capacity(first_beyond, 50.0, None)[0] is None
+    assert slo_capacity(first_beyond, 50.0, None)[0] is None
     growing = steps_of((1, 100, 9, 10), (2, 200, 9, 11))
-    found, how = rl.slo_capacity(growing, 50.0, None)
+    found, how = slo_capacity(growing, 50.0, None)
     assert found == 200 and "at least" in how
     flat = steps_of((1, 100, 9, 10), (2, 101, 18, 20), (4, 99, 36, 70))
-    found, how = rl.slo_capacity(flat, 50.0, rl.plateau_of(flat, 10.0)[0])
+    found, how = slo_capacity(flat, 50.0, plateau_of(flat, 10.0)[0])
     assert found == 101 and how.startswith("measured at 2 callers")
     # still growing at the last step: no plateau, and no knee where latency never outgrew it
-    assert rl.plateau_of(growing, 10.0) == (None, None)
-    assert rl.knee_of(growing, 10.0) is None
+    assert plateau_of(growing, 10.0) == (None, None)
+    assert knee_of(growing, 10.0) is None
 
 
 @pytest.mark.parametrize("before, after, flat", [
@@ -122,18 +136,18 @@ def test_capacity_where_the_slo_is_passed_at_once_never_or_without_more_throughp
 ])
 def test_a_flat_step_turned_less_than_the_margin_of_its_added_load_into_throughput(
         before, after, flat):
-    assert rl.flat_step(before, after, 10.0) is flat
+    assert flat_step(before, after, 10.0) is flat
 
 
 def pass_of(concurrency, rps, p95, shed=0, discarded=False, connect=False):
-    requests = tuple(rl.Request(i, 0.0, p95, 429 if i < shed else 200, None if i < shed else "d",
+    requests = tuple(Request(i, 0.0, p95, 429 if i < shed else 200, None if i < shed else "d",
                                 "http_4xx" if i < shed else None) for i in range(40))
     if connect:  # the router went away: no answer at all
-        requests = tuple(rl.Request(i, 0.0, None, None, None, "connect") for i in range(40))
-    summary = rl.pass_summary(requests, (40 - shed) / rps)
-    attempt = rl.Attempt(None, None, "", None, {}, None, {}, None if discarded else summary,
+        requests = tuple(Request(i, 0.0, None, None, None, "connect") for i in range(40))
+    summary = pass_summary(requests, (40 - shed) / rps)
+    attempt = Attempt(None, None, "", None, {}, None, {}, None if discarded else summary,
                          () if discarded else requests)
-    return rl.PassRecord(rl.pass_name(concurrency), concurrency, discarded, False, attempt)
+    return PassRecord(pass_name(concurrency), concurrency, discarded, False, attempt)
 
 
 @pytest.mark.parametrize("passes, slo, words", [
@@ -150,7 +164,7 @@ def pass_of(concurrency, rps, p95, shed=0, discarded=False, connect=False):
     ([pass_of(1, 100, 10)], None, None),
 ])
 def test_why_a_ladder_stops_climbing(passes, slo, words):
-    why = rl.ladder_stop(passes, rl.Ladder(10.0, slo))
+    why = ladder_stop(passes, Ladder(10.0, slo))
     assert why == words if words is None else words in why
 
 
@@ -158,12 +172,12 @@ def test_a_ladder_stops_where_the_router_sheds_and_names_its_admission_limit(
         tmp_path, cli, simulator):
     router = simulator(delay_ms=10.0, workers=8, max_concurrency=2)
     result, out = ladder_run(cli, tmp_path, router.url)
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     assert [p.name for p in run.passes] == ["sequential", "c2", "c4"]
     assert run.complete
     assert "the router shed" in result.err and "its admission limit" in result.err
     assert "shed: not counted" in result.out
-    capacity = rl.run_capacity(run)
+    capacity = run_capacity(run)
     assert capacity.plateau is None  # the step that shed is left out: 2 callers still grew
     assert "; the router shed from 4 callers (its admission limit)" in result.out
     assert result.code == 1  # shed requests are failed requests, as in any run
@@ -176,26 +190,26 @@ def test_a_ladder_stops_where_p95_passes_the_slo(tmp_path, cli, simulator):
     router = simulator(delay_ms=100.0, serial=True)
     result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "150", prompts=8)
     assert result.code == 0, result.err
-    assert [p.name for p in rl.load_run(str(out)).passes] == ["sequential", "c2"]
+    assert [p.name for p in load_run(str(out)).passes] == ["sequential", "c2"]
     assert "passed the SLO (--slo-p95-ms 150)" in result.out
 
 
 def test_a_ladder_file_reads_back_to_the_same_bytes_and_older_files_have_no_ladder(tmp_path):
-    plan = rl.RunPlan(rl.plan_passes((1, 2, 4)), ladder=rl.Ladder(10.0, 50.0))
-    target = rl.Target(rl.parse_endpoint("http://127.0.0.1:1"))
-    settings = rl.settings_record(target, plan, rl.LoadGuard())
-    run = rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": 40},
+    plan = RunPlan(plan_passes((1, 2, 4)), ladder=Ladder(10.0, 50.0))
+    target = Target(parse_endpoint("http://127.0.0.1:1"))
+    settings = settings_record(target, plan, LoadGuard())
+    run = RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": 40},
                      (pass_of(1, 100, 10), pass_of(2, 105, 20)), settings=settings)
-    written = b"".join(rl.dump_run(run))
+    written = b"".join(dump_run(run))
     path = tmp_path / "ladder.json"
     path.write_bytes(written)
-    loaded = rl.load_run(str(path))
-    assert b"".join(rl.dump_run(loaded)) == written
-    assert loaded.ladder == rl.Ladder(10.0, 50.0)
-    assert rl.run_capacity(loaded).plateau.load == 1
-    old = rl.load_run(make_run(tmp_path / "old.json"))
-    assert old.ladder is None and rl.run_capacity(old) is None
-    assert b'"ladder"' not in b"".join(rl.dump_run(old))
+    loaded = load_run(str(path))
+    assert b"".join(dump_run(loaded)) == written
+    assert loaded.ladder == Ladder(10.0, 50.0)
+    assert run_capacity(loaded).plateau.load == 1
+    old = load_run(make_run(tmp_path / "old.json"))
+    assert old.ladder is None and run_capacity(old) is None
+    assert b'"ladder"' not in b"".join(dump_run(old))
 
 
 @pytest.mark.parametrize("ladder, field, message", [
@@ -246,9 +260,9 @@ def ladder_in_memory(label, number, top, slo=50.0):
     figures = [(1, top / 4, 10.0), (2, top / 2, 10.0), (4, top * 0.97, 11.0),
                (8, top, 22.0 + number), (16, top, 60.0)]
     passes = tuple(pass_of(c, rps, p95) for c, rps, p95 in figures)
-    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 40}, passes,
+    return RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 40}, passes,
                       started_unix=2.0 * number + (label == "new"),
-                      settings=rl.RunSettings(ladder=rl.Ladder(10.0, slo),
+                      settings=RunSettings(ladder=Ladder(10.0, slo),
                                               concurrency=(1, 2, 4, 8, 16)),
                       path=f"r{number}-{label}.json")
 
@@ -259,17 +273,17 @@ def ladder_rounds(new_tops=(400, 410, 395)):
 
 
 def test_rounds_rows_of_plateau_capacity_and_cost_with_the_paired_estimator():
-    settings = rl.GateSettings(gate=rl.gate_list("capacity"),
+    settings = GateSettings(gate=gate_list("capacity"),
                                cost_per_hour=(("base", 0.9, "node"), ("new", 2.5, "GPU")))
-    report = rl.judge_rounds(ladder_rounds(), "base", "new", settings)
-    rows = {r.metric: r for r in report.rows if r.pass_name == rl.LADDER_PASS}
-    assert list(rows) == list(rl.LADDER_METRICS)
+    report = judge_rounds(ladder_rounds(), "base", "new", settings)
+    rows = {r.metric: r for r in report.rows if r.pass_name == LADDER_PASS}
+    assert list(rows) == list(LADDER_METRICS)
     assert [r.metric for r in report.rows if r.gated] == ["capacity_req_per_s"]
     plateau = rows["plateau_req_per_s"]
     assert plateau.base_values == (101.0, 102.0, 103.0)
     assert plateau.new_values == (400.0, 410.0, 395.0)
     logs = [math.log(n / b) for b, n in zip(plateau.base_values, plateau.new_values)]
-    assert plateau.log_ratio == rl.mean_interval(logs)
+    assert plateau.log_ratio == mean_interval(logs)
     # the cost row is the capacity row moved by the ratio of the prices: the same estimator
     capacity, cost = rows["capacity_req_per_s"], rows["usd_per_million"]
     assert cost.log_ratio.mean == pytest.approx(math.log(2.5 / 0.9) - capacity.log_ratio.mean)
@@ -277,19 +291,19 @@ def test_rounds_rows_of_plateau_capacity_and_cost_with_the_paired_estimator():
         capacity.log_ratio.high - capacity.log_ratio.low)
     assert cost.base_values[0] == pytest.approx(0.9 / (capacity.base_values[0] * 3600) * 1e6)
     # a cost's change in the one form of every change: the signed percent of the cost
-    assert rl.row_change_text(cost).split(" [")[0] == \
+    assert row_change_text(cost).split(" [")[0] == \
         f"{100 * math.expm1(cost.log_ratio.mean):+.1f}%"
-    lines = rl.format_rounds(report)
+    lines = format_rounds(report)
     assert any(line.startswith("Ladder") and "plateau req/s" in line for line in lines)
     assert "new: throughput stops growing from 4 callers (3 of 3 rounds) at 400 req/s " \
            "(395-410 over 3 rounds); beyond, callers queue (p50 grows with callers)" in lines
     assert any(line.startswith("cost per million requests, new/base: ") for line in lines)
-    assert "the ladder's capacity req/s" in rl.gate_text(settings)
+    assert "the ladder's capacity req/s" in gate_text(settings)
 
 
 def test_a_lower_capacity_fails_the_capacity_gate():
-    report = rl.judge_rounds(ladder_rounds(new_tops=(80, 79, 81)), "base", "new",
-                             rl.GateSettings(gate=rl.gate_list("p50,capacity")))
+    report = judge_rounds(ladder_rounds(new_tops=(80, 79, 81)), "base", "new",
+                             GateSettings(gate=gate_list("p50,capacity")))
     assert report.status == "fail"
     assert "Ladder capacity req/s is worse than the tolerance" in report.reasons
 
@@ -311,12 +325,12 @@ def test_gate_capacity_without_ladders_is_an_input_error(tmp_path, cli):
     ("plateau,c4:p50", ("plateau_req_per_s", "c4:p50_ms")),
 ])
 def test_gate_names_a_ladders_rows(text, gate):
-    assert rl.gate_list(text) == gate
+    assert gate_list(text) == gate
 
 
 def test_the_report_page_draws_the_pareto_plot():
-    report = rl.judge_rounds(ladder_rounds(), "base", "new", rl.GateSettings())
-    page = rl.report_page(report)
+    report = judge_rounds(ladder_rounds(), "base", "new", GateSettings())
+    page = report_page(report)
     root = ElementTree.fromstring(page)  # polyglot: XML reads it as a browser does
     svg = "{http://www.w3.org/2000/svg}"
     plot = next(e for e in root.iter(f"{svg}svg")
@@ -328,9 +342,9 @@ def test_the_report_page_draws_the_pareto_plot():
     texts = ["".join(t.itertext()) for t in plot.iter(f"{svg}text")]
     assert "SLO: p95 50 ms" in texts
     assert any(t.startswith("new capacity ") for t in texts)
-    no_ladder = rl.judge_rounds({n: {s: r._replace(settings=rl.RunSettings()) for s, r in sides.items()}
+    no_ladder = judge_rounds({n: {s: r._replace(settings=RunSettings()) for s, r in sides.items()}
                                  for n, sides in ladder_rounds().items()}, "base", "new")
-    assert "throughput against p95" not in rl.report_page(no_ladder)
+    assert "throughput against p95" not in report_page(no_ladder)
 
 
 def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli):
@@ -338,7 +352,7 @@ def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli)
     for label, top in (("cpu", 100.0), ("gpu", 400.0)):
         run = ladder_in_memory(label, 1, top)._replace(path="")
         path = tmp_path / f"{label}.json"
-        rl.write_atomic(str(path), rl.dump_run(run))
+        write_atomic(str(path), dump_run(run))
         paths.append(path)
     result = cli("compare", *paths, "--cost-per-hour", "cpu=0.90", "--cost-per-hour",
                  "gpu=2.50/GPU")
@@ -357,15 +371,15 @@ def test_compare_prints_both_ladders_and_the_ratio_of_their_costs(tmp_path, cli)
 
 
 def test_rounds_says_why_a_ladder_row_is_missing():
-    report = rl.judge_rounds(ladder_rounds(), "base", "new",
-                             rl.GateSettings(slo_p95_ms=5.0, cost_per_hour=((None, 1.0, "node"),)))
-    lines = rl.format_rounds(report)
+    report = judge_rounds(ladder_rounds(), "base", "new",
+                             GateSettings(slo_p95_ms=5.0, cost_per_hour=((None, 1.0, "node"),)))
+    lines = format_rounds(report)
     # every step's p95 (10 ms and more) is beyond a 5 ms SLO: no capacity, so no cost either
-    assert [r.metric for r in report.rows if r.pass_name == rl.LADDER_PASS] == \
+    assert [r.metric for r in report.rows if r.pass_name == LADDER_PASS] == \
         ["plateau_req_per_s"]
     assert "no capacity req/s row: none in r1 base, r1 new, r2 base, r2 new, r3 base, r3 new" \
         in lines
     assert any(line.startswith("base: capacity within p95 <= 5 ms: none in any round (the "
                                "first step (1 caller) already had p95 10.0 ms") for line in lines)
-    unpriced = rl.format_rounds(rl.judge_rounds(ladder_rounds(), "base", "new"))
+    unpriced = format_rounds(judge_rounds(ladder_rounds(), "base", "new"))
     assert "no USD/1M row: no --cost-per-hour SIDE=USD for base and new" in unpriced

@@ -10,6 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from router_latency.constants import PREVIEW_PATH
+from router_latency.errors import RouterLatencyError
+from router_latency.corpus import load_corpus
+from router_latency.runfile import CpuSettings, GPU_FIELDS, GpuReading, load_run
+from router_latency.wire import parse_endpoint
+from router_latency.captures import (CaptureSettings, container_cgroup, cpu_busy_seconds,
+                                     cpufreq_settings, DEFAULT_METRIC_PATTERN, format_cpu_list,
+                                     gpu_reading_of, GPU_TOOLS, GpuTool, host_settings,
+                                     host_warnings, LoadSampler, metric_deltas, parse_amd_smi,
+                                     parse_cpu_list, parse_nvidia_smi, parse_prometheus,
+                                     parse_rocm_smi, process_tree_cpu_seconds, resolve_gpu,
+                                     select_gpus)
+from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan, Target
 import router_latency as rl
 from conftest import write_corpus
 
@@ -132,7 +145,7 @@ malformed line without value
 
 
 def test_parse_prometheus_sample():
-    samples = rl.parse_prometheus(PROMETHEUS_SAMPLE)
+    samples = parse_prometheus(PROMETHEUS_SAMPLE)
     assert samples['llm_model_routing_modifications_total{source_model="MoM",target_model="qwen3"}'] == 12
     assert samples["process_restarts_total"] == 2
     assert samples[r'classifier_errors_total{reason="say \"hi\", {x}",signal="pii"}'] == 3
@@ -141,11 +154,11 @@ def test_parse_prometheus_sample():
 
 
 def test_metric_deltas_keep_matching_series_only():
-    before = rl.parse_prometheus(PROMETHEUS_SAMPLE)
+    before = parse_prometheus(PROMETHEUS_SAMPLE)
     after = dict(before, process_restarts_total=3.0, go_goroutines=50.0)
     after['panic_total{where="x"}'] = 1.0
-    pattern = re.compile(rl.DEFAULT_METRIC_PATTERN)
-    assert rl.metric_deltas(before, after, [pattern]) == {
+    pattern = re.compile(DEFAULT_METRIC_PATTERN)
+    assert metric_deltas(before, after, [pattern]) == {
         'classifier_errors_total{reason="say \\"hi\\", {x}",signal="pii"}': 0.0,
         'panic_total{where="x"}': 1.0, "process_restarts_total": 1.0}
 
@@ -156,55 +169,55 @@ def state(temp=None, sensor=None, sclk=None, mclk=None, power=None, util=None, u
 
 
 def test_parse_rocm_smi_real_samples():
-    reading = rl.parse_rocm_smi(ROCM_WARNING + ROCM_RX7900XTX)
+    reading = parse_rocm_smi(ROCM_WARNING + ROCM_RX7900XTX)
     assert reading.to_json() == {"used_mib": {"card0": 757.5}, "devices": {"card0": state(
         49.0, "junction", power=19.0, util=0.0, used=757.5)}}
-    assert rl.parse_rocm_smi(ROCM_MI250).devices == {"card0": state(
+    assert parse_rocm_smi(ROCM_MI250).devices == {"card0": state(
         44.0, "junction", 800.0, 1600.0, 91.0, 0.0)}
-    assert rl.parse_rocm_smi(ROCM_RX6700XT_602).devices["card0"] == state(
+    assert parse_rocm_smi(ROCM_RX6700XT_602).devices["card0"] == state(
         47.0, "junction", 500.0, 96.0, None, 0.0, 1499.9)
-    assert rl.parse_rocm_smi(ROCM_2019).devices["card0"] == state(
+    assert parse_rocm_smi(ROCM_2019).devices["card0"] == state(
         103.0, "junction", power=222.0)
-    assert rl.parse_rocm_smi(ROCM_780M).devices["card0"] == state(
+    assert parse_rocm_smi(ROCM_780M).devices["card0"] == state(
         31.0, "edge", 800.0, 400.0, 7.222, 19.0)
     for text in ('{"system": {}}', "WARNING: No JSON data to report\n", "[]"):
         with pytest.raises(ValueError):
-            rl.parse_rocm_smi(text)
+            parse_rocm_smi(text)
 
 
 def test_parse_amd_smi_real_samples():
-    assert rl.parse_amd_smi(AMD_SMI_61_POWER).to_json() == {"used_mib": {}, "devices": {
+    assert parse_amd_smi(AMD_SMI_61_POWER).to_json() == {"used_mib": {}, "devices": {
         "gpu0": state(power=10.0)}}
-    assert rl.parse_amd_smi(AMD_SMI_72_USAGE).devices == {"gpu1": state(util=100.0)}
-    assert rl.parse_amd_smi(AMD_SMI_MI300X_SHAPED).devices == {"gpu0": state(
+    assert parse_amd_smi(AMD_SMI_72_USAGE).devices == {"gpu1": state(util=100.0)}
+    assert parse_amd_smi(AMD_SMI_MI300X_SHAPED).devices == {"gpu0": state(
         42.0, "hotspot", 2107.0, 1230.0, 234.0, 100.0)}
     for text in ('{"gpu_data": []}', '{"gpu_data": {}}', "no json here"):
         with pytest.raises(ValueError):
-            rl.parse_amd_smi(text)
+            parse_amd_smi(text)
 
 
 def test_parse_nvidia_smi_real_samples():
     h100 = state(59.0, "gpu", 1980.0, 2619.0, 631.95, 100.0, 19818.0)
-    assert rl.parse_nvidia_smi(NVIDIA_H100).to_json() == {"used_mib": {"gpu0": 19818.0},
+    assert parse_nvidia_smi(NVIDIA_H100).to_json() == {"used_mib": {"gpu0": 19818.0},
                                                           "devices": {"gpu0": h100}}
-    assert rl.parse_nvidia_smi(NVIDIA_H100_MIG).devices["gpu0"]["util_pct"] is None
-    assert rl.parse_nvidia_smi(NVIDIA_TWO).devices == {
+    assert parse_nvidia_smi(NVIDIA_H100_MIG).devices["gpu0"]["util_pct"] is None
+    assert parse_nvidia_smi(NVIDIA_TWO).devices == {
         "gpu0": state(60.0, "gpu", None, 5508.0, 106.56, 36.0, 2856.0),
         "gpu1": state(49.0, "gpu", None, 405.0, 5.68, 0.0, 4.0)}
     # without a header the columns follow the query (the H100's figures, in that order)
-    assert rl.parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n").devices == {
+    assert parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n").devices == {
         "gpu0": h100}
     with pytest.raises(ValueError):
-        rl.parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\n")
+        parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\n")
 
 
 def test_select_gpus_by_the_tools_index():
-    reading = rl.parse_nvidia_smi(NVIDIA_TWO)
-    assert list(rl.select_gpus(reading, (1,)).devices) == ["gpu1"]
-    assert rl.select_gpus(reading, (1,)).used_mib == {"gpu1": 4.0}
-    assert rl.select_gpus(reading, (1, 3)).note == "no GPU 3 in the tool's output"
-    assert rl.select_gpus(reading, ()) == reading
-    assert rl.select_gpus(rl.GpuReading(error="x"), (0,)) == rl.GpuReading(error="x")
+    reading = parse_nvidia_smi(NVIDIA_TWO)
+    assert list(select_gpus(reading, (1,)).devices) == ["gpu1"]
+    assert select_gpus(reading, (1,)).used_mib == {"gpu1": 4.0}
+    assert select_gpus(reading, (1, 3)).note == "no GPU 3 in the tool's output"
+    assert select_gpus(reading, ()) == reading
+    assert select_gpus(GpuReading(error="x"), (0,)) == GpuReading(error="x")
 
 
 @pytest.fixture
@@ -241,7 +254,7 @@ def test_gpu_state_from_a_fake_rocm_smi(simulator, fake_tools, tmp_path, cli):
     for item in document["passes"]:
         gpu = item["environment"]["gpu"]
         assert gpu["tool"] == "rocm-smi"
-        assert gpu["before"] == gpu["after"] == rl.parse_rocm_smi(ROCM_RX7900XTX).to_json()
+        assert gpu["before"] == gpu["after"] == parse_rocm_smi(ROCM_RX7900XTX).to_json()
     assert "gpu (rocm-smi), before and after each pass:" in result.out
     assert re.search(r"^Sequential\s+49\s+n/a\s+n/a\s+19\s+0\s+757\.5$", result.out, re.M)
 
@@ -251,16 +264,17 @@ def test_a_gpu_tool_is_one_entry_of_the_table_of_tools(simulator, fake_tools, tm
     # a tool added to GPU_TOOLS is a --gpu choice, in its help, found by auto, run with its
     # command, read by its parser, and shown in the GPU table under the fields' titles
     def parse_xpu(text):
-        return rl.gpu_reading_of({"xpu0": {f.key: float(i + 1) for i, f in enumerate(
-            rl.GPU_FIELDS)} | {"temp_sensor": "gpu"}}, "xpu-smi")
+        return gpu_reading_of({"xpu0": {f.key: float(i + 1) for i, f in enumerate(
+            GPU_FIELDS)} | {"temp_sensor": "gpu"}}, "xpu-smi")
 
-    monkeypatch.setattr(rl, "GPU_TOOLS", (rl.GpuTool("xpu", ("xpu-smi", "dump"), parse_xpu),
-                                          *rl.GPU_TOOLS))
+    tools = (GpuTool("xpu", ("xpu-smi", "dump"), parse_xpu), *GPU_TOOLS)
+    for module in ("captures", "cli"):  # the table, and the parser's choices read from it
+        monkeypatch.setattr(f"router_latency.{module}.GPU_TOOLS", tools)
     fake_tools("xpu-smi", "anything\n")
     assert "{auto,xpu,rocm,amd,nvidia,none}" in cli("run", "--help").out
     assert "with xpu-smi, rocm-smi, amd-smi or nvidia-smi" in " ".join(
         cli("run", "--help").out.split())
-    assert rl.resolve_gpu("auto") == "xpu"
+    assert resolve_gpu("auto") == "xpu"
     for extra in ((), ("--gpu", "xpu")):
         (tmp_path / "run.json").unlink(missing_ok=True)
         document, result = run_once(cli, simulator(delay_ms=0), tmp_path, *extra)
@@ -400,7 +414,7 @@ def test_router_cpu_set_from_a_pid_and_from_a_cgroup(simulator, tmp_path, cli):
 def test_load_sampler_keeps_the_range_of_its_readings(tmp_path):
     load = tmp_path / "loadavg"
     load.write_text("5.0 1 1 1/1 1\n")
-    sampler = rl.LoadSampler(str(load), interval=3600).start()
+    sampler = LoadSampler(str(load), interval=3600).start()
     load.write_text("7.5 1 1 1/1 1\n")
     assert sampler.stop() == {"start": 5.0, "end": 7.5, "min": 5.0, "max": 7.5, "samples": 2}
 
@@ -408,7 +422,7 @@ def test_load_sampler_keeps_the_range_of_its_readings(tmp_path):
 def test_run_records_driver_cpu_and_warns_when_the_driver_is_the_limit(
         simulator, tmp_path, cli, monkeypatch):
     readings = iter([0.0, 5.0, 5.0, 5.0])
-    monkeypatch.setattr(rl, "driver_cpu_seconds", lambda: next(readings))
+    monkeypatch.setattr("router_latency.measuring.driver_cpu_seconds", lambda: next(readings))
     router = simulator(delay_ms=600)
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
@@ -445,11 +459,11 @@ def test_bad_capture_options(tmp_path, cli):
 
 
 def test_cpu_lists_as_the_kernel_writes_them():
-    assert rl.parse_cpu_list("0-3,8, 10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert rl.format_cpu_list({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11"
+    assert parse_cpu_list("0-3,8, 10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert format_cpu_list({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11"
     for bad in ("", "3-1", "a", "1,,2"):
         with pytest.raises(ValueError):
-            rl.parse_cpu_list(bad)
+            parse_cpu_list(bad)
 
 
 def write_proc_stat(proc, ticks):
@@ -472,12 +486,12 @@ def test_process_tree_and_cpu_busy_seconds_from_a_fake_proc(tmp_path):
         fields = ["S", str(parent)] + ["0"] * 9 + [str(t) for t in times] + ["20", "0"]
         (proc / str(pid) / "stat").write_text(f"{pid} ({name}) {' '.join(fields)}\n")
     (proc / "self").mkdir()
-    assert rl.process_tree_cpu_seconds(100, str(proc)) == 130 / hz
-    assert rl.process_tree_cpu_seconds(101, str(proc)) == 50 / hz
+    assert process_tree_cpu_seconds(100, str(proc)) == 130 / hz
+    assert process_tree_cpu_seconds(101, str(proc)) == 50 / hz
     with pytest.raises(OSError):
-        rl.process_tree_cpu_seconds(4242, str(proc))
+        process_tree_cpu_seconds(4242, str(proc))
     write_proc_stat(proc, {0: 10, 1: 20, 2: 40})
-    assert rl.cpu_busy_seconds(frozenset({1, 2, 5}), str(proc)) == ((23 + 43) / hz, {5})
+    assert cpu_busy_seconds(frozenset({1, 2, 5}), str(proc)) == ((23 + 43) / hz, {5})
 
 
 def cpu_burning_router(simulator, cgroup, proc, ticks):
@@ -488,7 +502,7 @@ def cpu_burning_router(simulator, cgroup, proc, ticks):
     usage = {"usec": 1_000_000}
 
     def burn(method, path, headers, body):
-        if path == rl.PREVIEW_PATH.encode():
+        if path == PREVIEW_PATH.encode():
             with lock:
                 usage["usec"] += 2000
                 ticks[2] += 1
@@ -510,10 +524,10 @@ def test_router_cpu_per_request_and_foreign_vcpus_from_a_fake_cgroup(simulator, 
     ticks = {0: 0, 1: 0, 2: 100, 3: 100, 5: 0}
     write_proc_stat(proc, ticks)
     router = cpu_burning_router(simulator, cgroup, proc, ticks)
-    corpus = rl.load_corpus(write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(30)]))
-    run = rl.measure_run(rl.RunContext(rl.Target(rl.parse_endpoint(router.url)),
-                                       rl.RunPlan(rl.plan_passes((1, 4)), warmup=5),
-                                       capture=rl.CaptureSettings(router_cgroup=str(cgroup),
+    corpus = load_corpus(write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(30)]))
+    run = measure_run(RunContext(Target(parse_endpoint(router.url)),
+                                       RunPlan(plan_passes((1, 4)), warmup=5),
+                                       capture=CaptureSettings(router_cgroup=str(cgroup),
                                                                   proc_root=str(proc))),
                          corpus, label="x")
     hz = os.sysconf("SC_CLK_TCK")
@@ -558,16 +572,16 @@ def test_container_cgroup_found_with_docker_inspect(tmp_path, monkeypatch):
     (scope / "cpu.stat").write_text("usage_usec 5\n")
     fake_docker(bin_folder, "abc123 4321 true")
     options = {"proc_root": str(proc), "cgroup_root": str(root)}
-    assert rl.container_cgroup("router", **options) == str(scope)
+    assert container_cgroup("router", **options) == str(scope)
     # the cgroupfs driver's folder, when the process's own cgroup reads '/'
     (proc / "4321" / "cgroup").write_text("0::/\n")
     (root / "docker" / "abc123").mkdir(parents=True)
     (root / "docker" / "abc123" / "cpu.stat").write_text("usage_usec 5\n")
     (scope / "cpu.stat").unlink()
-    assert rl.container_cgroup("router", **options) == str(root / "docker" / "abc123")
+    assert container_cgroup("router", **options) == str(root / "docker" / "abc123")
     fake_docker(bin_folder, "abc123 0 false")
-    with pytest.raises(rl.RouterLatencyError, match="container router is not running"):
-        rl.container_cgroup("router", **options)
+    with pytest.raises(RouterLatencyError, match="container router is not running"):
+        container_cgroup("router", **options)
 
 
 def test_router_container_errors_are_one_line(tmp_path, cli, monkeypatch):
@@ -596,12 +610,12 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
         (cpu / f"cpu{number}" / "cpufreq" / "scaling_governor").write_text(governor + "\n")
     (cpu / "intel_pstate").mkdir()
     (cpu / "intel_pstate" / "no_turbo").write_text("1\n")
-    settings = rl.host_settings([0, 1], "1-2,7", sys_root=str(sys_root))
-    assert settings.driver == rl.CpuSettings("0-1", {"performance": "0", "powersave": "1"},
+    settings = host_settings([0, 1], "1-2,7", sys_root=str(sys_root))
+    assert settings.driver == CpuSettings("0-1", {"performance": "0", "powersave": "1"},
                                              {"off": "0-1"})
     assert settings.router.governors == {"powersave": "1-2"}
     assert settings.kernel and settings.python and settings.tool_version
-    assert rl.host_warnings(settings) == [
+    assert host_warnings(settings) == [
         "the driver may run on the router's CPUs 1: it competes with the router, and its CPU "
         "time counts as foreign (taskset -c pins the driver elsewhere)",
         "the driver's CPUs run the cpufreq governor powersave on CPUs 1, not performance; pin "
@@ -610,14 +624,14 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
         "pin the clocks before measuring (cpupower frequency-set -g performance)"]
     heard = []
     router = simulator(delay_ms=0)
-    corpus = rl.load_corpus(write_corpus(tmp_path / "corpus.json", ["a", "b"]))
-    run = rl.measure_run(rl.RunContext(
-        rl.Target(rl.parse_endpoint(router.url)), rl.RunPlan(rl.plan_passes((1,)), warmup=0),
-        capture=rl.CaptureSettings(router_cpu_list="1-2", sys_root=str(sys_root)),
+    corpus = load_corpus(write_corpus(tmp_path / "corpus.json", ["a", "b"]))
+    run = measure_run(RunContext(
+        Target(parse_endpoint(router.url)), RunPlan(plan_passes((1,)), warmup=0),
+        capture=CaptureSettings(router_cpu_list="1-2", sys_root=str(sys_root)),
         notify=heard.append), corpus, label="x")
     assert run.host_settings.router.governors == {"powersave": "1-2"}
     assert "warning: the router's CPUs run the cpufreq governor powersave on CPUs 1-2" in heard[-1]
-    assert rl.cpufreq_settings([0], str(tmp_path / "nothing")) == rl.CpuSettings("0", {}, {})
+    assert cpufreq_settings([0], str(tmp_path / "nothing")) == CpuSettings("0", {}, {})
 
 
 def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path, cli):
@@ -628,7 +642,7 @@ def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                  "--concurrency", "1", "--warmup", "0", "--window", "10")
     assert result.code == 0
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     item = run.passes[0]
     assert len(item.attempt.windows) == 10 and {4, 9} <= set(run.slow_windows(item))
     assert item.attempt.windows[4].p95_ms >= 60

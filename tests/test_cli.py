@@ -23,6 +23,12 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from router_latency.constants import __version__, DEFAULT_GLOB, PREVIEW_PATH
+from router_latency.corpus import CORPUS_SCHEMA, load_corpus
+from router_latency.runfile import dump_run, load_run
+from router_latency.rounds import start_order
+from router_latency.simulator import DEMO_NEXT_STEPS
+from router_latency.cli import main
 import router_latency as rl
 from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
                       final_answer, hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
@@ -53,7 +59,7 @@ def test_run_rejects_bad_corpus_files(tmp_path, cli, kind):
 ])
 def test_run_rejects_corpus_contents(tmp_path, cli, prompts, field, message):
     path = tmp_path / "corpus.json"
-    path.write_text(json.dumps({"schema": rl.CORPUS_SCHEMA, "prompts": prompts}))
+    path.write_text(json.dumps({"schema": CORPUS_SCHEMA, "prompts": prompts}))
     result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", path, "--out",
                  tmp_path / "o.json", "--label", "x")
     assert_one_line_error(result, f"{path}: {field}", message)
@@ -80,7 +86,7 @@ def test_run_check_checks_and_sends_nothing(tmp_path, cli, corpus):
     result = cli("run", "--check", "--url", "http://127.0.0.1:1", "--corpus", corpus, "--out", out,
                  "--label", "cpu")
     assert result.code == 0 and result.err == ""
-    assert result.out == (f"run cpu: checked: corpus {rl.load_corpus(corpus).sha256[:12]} "
+    assert result.out == (f"run cpu: checked: corpus {load_corpus(corpus).sha256[:12]} "
                           f"(1 prompts), http://127.0.0.1:1/api/v1/routing/preview, {out} "
                           f"writable; nothing sent\n")
     assert not out.exists()
@@ -264,7 +270,7 @@ def preview(router, body):
     connection = http.client.HTTPConnection("127.0.0.1", int(router.url.rsplit(":", 1)[1]),
                                             timeout=10)
     try:
-        connection.request("POST", rl.PREVIEW_PATH, body)
+        connection.request("POST", PREVIEW_PATH, body)
         answer = connection.getresponse()
         return answer.status, dict(answer.getheaders()), answer.read()
     finally:
@@ -439,7 +445,7 @@ def test_compare_into_head_keeps_its_exit_code_and_says_nothing_on_stderr(tmp_pa
 
 def test_version(cli, capsys):
     result = cli("--version")
-    assert result.code == 0 and result.out == f"router-latency {rl.__version__}\n"
+    assert result.code == 0 and result.out == f"router-latency {__version__}\n"
 
 
 def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
@@ -456,7 +462,7 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
     assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
-    assert lines[verdict + 3:] == list(rl.DEMO_NEXT_STEPS)
+    assert lines[verdict + 3:] == list(DEMO_NEXT_STEPS)
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
     assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json",
                      "r3-cpu.json", "r3-gpu.json"]
@@ -577,7 +583,7 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     assert (tmp_path / "log").read_text().splitlines() == [
         "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
     said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
-    steps = [(n, side) for n in (1, 2, 3) for side in rl.start_order(n, ["cpu", "gpu"])]
+    steps = [(n, side) for n in (1, 2, 3) for side in start_order(n, ["cpu", "gpu"])]
     summary = r"p50 ms sequential [\d.]+, c2 [\d.]+; 0 errors"
     expected = [line for n, side in steps for line in (
         rf"run_rounds\.sh: round {n}/3 {side}: starting",
@@ -967,7 +973,7 @@ def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
         if ": start: " in line:
             _, number, side = line.split(":")[0].split()
             printed.setdefault(int(number), []).append(side)
-    assert printed == {n: rl.start_order(n, ["cpu", "gpu"]) for n in range(1, 5)}
+    assert printed == {n: start_order(n, ["cpu", "gpu"]) for n in range(1, 5)}
 
 
 def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
@@ -1091,7 +1097,7 @@ def test_run_csv_writes_a_line_per_request(simulator, tmp_path, cli, corpus):
                  "--warmup", "0", "--csv", table)
     assert result.code == 0 and result.err == ""
     assert f"wrote {out} and {table}" in result.out
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     lines = table.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "pass,id,start_ms,latency_ms,status,decision,error"
     expected = [f"{p.name},{r.id},{r.start_ms},{r.latency_ms},{r.status},{r.decision},"
@@ -1122,10 +1128,10 @@ def test_bytes_that_are_not_utf8_give_run_files_that_read_back(tmp_path, cli, sc
     assert result.code == 0 and "run x\\udcff\\udcfe: 2 prompts" in result.out
     data = out.read_bytes()
     data.decode("utf-8")  # valid UTF-8
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     assert run.label == f"x{NOT_UTF8}" and run.corpus["path"] == corpus
     assert [r.decision for r in run.passes[0].requests] == ["\ud800a", "\ud800b"]
-    assert b"".join(rl.dump_run(run)) == data
+    assert b"".join(dump_run(run)) == data
     compared = cli("compare", out, out)
     assert compared.code == 0 and compared.err == ""
 
@@ -1179,7 +1185,7 @@ def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
     assert document["complete"] is True and document["passes"][0]["summary"]["ok"] == 2
     assert result.err.startswith("run x: 2 prompts") and "wrote" not in result.err
     made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--out", "-")
-    assert made.code == 0 and json.loads(made.out)["schema"] == rl.CORPUS_SCHEMA
+    assert made.code == 0 and json.loads(made.out)["schema"] == CORPUS_SCHEMA
 
 
 def readme_workflow_step():
@@ -1345,8 +1351,8 @@ def line_of(text):
 
 @pytest.mark.parametrize("where, argv", [
     ("import argparse", ["simulate", "--port", "0"]),
-    ("# --- statistics ---", ["demo"]),
-    ("# --- command line ---", ["corpus", "--repo", ".", "--out", "c.json"]),
+    ("# ==================== src/router_latency/stats.py", ["demo"]),
+    ("# ==================== src/router_latency/cli.py", ["corpus", "--repo", ".", "--out", "c.json"]),
     ("def main(", ["rounds", "--dir", ".", "--base", "a", "--new", "b"]),
     ("def build_parser(", ["run", "--url", "http://127.0.0.1:9", "--corpus", "c.json",
                            "--out", "r.json", "--label", "x"]),
@@ -1417,7 +1423,7 @@ def test_corpus_on_a_folder_without_e2e_says_what_to_give(tmp_path, cli, inside)
     assert result.code == 2 and not (tmp_path / "c.json").exists()
     top = f" ({repo})" if inside else ""
     assert result.err == (
-        f"router-latency: error: no file matches {rl.DEFAULT_GLOB}: the folder has no e2e/; "
+        f"router-latency: error: no file matches {DEFAULT_GLOB}: the folder has no e2e/; "
         f"give the router repository's top folder{top} as --repo, or say where the data is "
         f"with --glob ({folder})\n")
     # a --glob of one's own that matches nothing is only that
@@ -1440,7 +1446,7 @@ def test_run_check_checks_that_the_output_folder_accepts_a_file(tmp_path, cli, c
 
 
 def test_run_help_groups_its_options(capsys):
-    assert rl.main(["run", "--help"]) == 0
+    assert main(["run", "--help"]) == 0
     text = capsys.readouterr().out
     titles = ["what to send:", "passes:", "what to record around each pass:", "output:"]
     starts = [text.index(f"\n{title}\n") for title in titles]

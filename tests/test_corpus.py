@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from router_latency.corpus import (BoundaryCase, build_corpus, corpus_bytes, CORPUS_SCHEMA,
+                                   DEFAULT_BOUNDARY_CASES, default_boundary_cases, extract_prompts,
+                                   git_commit, load_boundary_cases, load_corpus)
 import router_latency as rl
 from conftest import ROOT, SETTINGS
 
@@ -49,7 +52,7 @@ def test_extract_prompts_walks_every_key_in_document_order():
     document = {"a": [{"query": "q1", "x": {"question": "q2"}}],
                 "similar_questions": ["s1", {"prompt": "p1"}, "s2"],
                 "messages": [{"role": "user", "content": "m1"}], "description": "no"}
-    assert list(rl.extract_prompts(document)) == ["q1", "q2", "s1", "s2", "p1", "m1"]
+    assert list(extract_prompts(document)) == ["q1", "q2", "s1", "s2", "p1", "m1"]
 
 
 NOISE_KEYS = st.sampled_from(["description", "expected", "category", "id", "setup", "items",
@@ -100,7 +103,7 @@ def document_with_prompts(draw, depth=0):
 @given(document_with_prompts())
 def test_extraction_finds_exactly_the_prompts_placed(case):
     document, placed = case
-    assert list(rl.extract_prompts(json.loads(json.dumps(document)))) == placed
+    assert list(extract_prompts(json.loads(json.dumps(document)))) == placed
 
 
 def test_corpus_distinct_prompts_in_sorted_path_order(repo, tmp_path, cli):
@@ -155,10 +158,10 @@ def test_corpus_appends_boundary_cases_once(repo, tmp_path, cli):
 def test_built_in_boundary_cases_agree_with_the_editable_file():
     # the module carries the cases so that it works alone; the file is where people edit them
     document = json.loads((ROOT / "corpus" / "boundary_cases.json").read_text("utf-8"))
-    assert list(rl.DEFAULT_BOUNDARY_CASES) == document["cases"], (
+    assert list(DEFAULT_BOUNDARY_CASES) == document["cases"], (
         "corpus/boundary_cases.json and router_latency.DEFAULT_BOUNDARY_CASES differ: "
         "copy the change into the other")
-    assert rl.default_boundary_cases() == rl.load_boundary_cases(
+    assert default_boundary_cases() == load_boundary_cases(
         ROOT / "corpus" / "boundary_cases.json")
 
 
@@ -166,11 +169,11 @@ def test_boundary_cases_repeat_their_text_and_read_their_expectation(tmp_path):
     boundary = tmp_path / "boundary.json"
     boundary.write_text(json.dumps({"cases": [
         {"name": "long", "text": "ab", "repeat": 2, "expect": "http_4xx"}]}))
-    assert rl.load_boundary_cases(boundary) == [rl.BoundaryCase("long", "abab", ("http_4xx",))]
+    assert load_boundary_cases(boundary) == [BoundaryCase("long", "abab", ("http_4xx",))]
 
 
 def test_shipped_boundary_cases_cover_the_listed_kinds():
-    cases = {case.name: case.text for case in rl.default_boundary_cases()}
+    cases = {case.name: case.text for case in default_boundary_cases()}
     assert len(cases["one_character"]) == 1
     assert cases["whitespace_only"].strip() == ""
     assert 7500 <= len(cases["long_8000_words"].split()) <= 8500
@@ -202,7 +205,7 @@ def test_corpus_bytes_are_identical_across_runs_and_locations(repo, tmp_path, cl
     data = contents.pop()
     assert printed == [hashlib.sha256(data).hexdigest()] * len(typed)
     assert str(tmp_path).encode() not in data and b'"repo"' not in data
-    built = [rl.corpus_bytes(rl.build_corpus(folder, boundary=rl.default_boundary_cases()))
+    built = [corpus_bytes(build_corpus(folder, boundary=default_boundary_cases()))
              for folder in (repo, elsewhere)]
     assert built[0] == built[1] == data
 
@@ -229,7 +232,7 @@ def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli, 
     assert guarded(lambda: cli("corpus", "--repo", repo, "--out", out)).code == 0
     assert json.loads(out.read_text())["source"]["commit"] == head
     subprocess.run(["git", "-C", str(repo), "pack-refs", "--all"], check=True)
-    assert guarded(lambda: rl.git_commit(Path(repo))) == head
+    assert guarded(lambda: git_commit(Path(repo))) == head
 
 
 def test_corpus_does_not_follow_links_out_of_the_repo(repo, tmp_path, cli):
@@ -246,7 +249,7 @@ def test_corpus_does_not_follow_links_out_of_the_repo(repo, tmp_path, cli):
 
 
 def test_corpus_skips_files_over_the_size_limit(repo, tmp_path, cli, monkeypatch):
-    monkeypatch.setattr(rl, "MAX_CORPUS_FILE_BYTES", 100)
+    monkeypatch.setattr("router_latency.corpus.MAX_CORPUS_FILE_BYTES", 100)
     big = repo / "e2e" / "testcases" / "testdata" / "big.json"
     write(big, [{"query": "x" * 200}])
     out = tmp_path / "corpus.json"
@@ -268,14 +271,14 @@ def test_boundary_expectations_go_into_the_corpus(repo, tmp_path, cli):
     # written in the order of EXPECT_OUTCOMES, one outcome as a string; none: no key at all
     assert [p.get("expect") for p in prompts[-3:]] == [["routed", "http_4xx"], "http_4xx", None]
     assert all("expect" not in p for p in prompts[:-3])
-    loaded = rl.load_corpus(str(out)).prompts
+    loaded = load_corpus(str(out)).prompts
     assert [p.expect for p in loaded[-3:]] == [("routed", "http_4xx"), ("http_4xx",), ()]
 
 
 def test_shipped_whitespace_case_accepts_routing_and_rejection():
     # the router's preview routes whitespace-only text (pkg/services/errors.go: "Whitespace-only
     # raw text remains valid"); older routers and `simulate` answer 400 INVALID_INPUT
-    cases = {case.name: case for case in rl.default_boundary_cases()}
+    cases = {case.name: case for case in default_boundary_cases()}
     assert cases["whitespace_only"].expect == ("routed", "http_4xx")
     assert [name for name, case in cases.items() if case.expect] == ["whitespace_only"]
 
@@ -290,7 +293,7 @@ def test_bad_expectations_are_refused(repo, tmp_path, cli, expect):
     assert result.err == (f"router-latency: error: 'expect' must be one of routed, http_4xx or "
                           f"a list of them, each once ({boundary}: cases[0].expect)\n")
     corpus = tmp_path / "c.json"
-    corpus.write_text(json.dumps({"schema": rl.CORPUS_SCHEMA,
+    corpus.write_text(json.dumps({"schema": CORPUS_SCHEMA,
                                   "prompts": [{"id": 0, "text": "x", "expect": expect}]}))
     refused = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
                   tmp_path / "o.json", "--label", "x")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-import router_latency as rl
+from router_latency.cli import build_parser
 from conftest import ROOT
 
 DOCS = [ROOT / "README.md", ROOT / "docs" / "cli.md"]
@@ -15,7 +15,7 @@ OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 def subcommands():
     """{name: its parser} of the command line."""
-    parser = rl.build_parser()
+    parser = build_parser()
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return dict(action.choices)
 

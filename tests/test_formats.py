@@ -2,27 +2,36 @@
 --format choices, the help and the dispatch; every entry renders what the command prints."""
 
 import argparse
+import importlib
 import inspect
 import json
 import re
 
 import pytest
 
-import router_latency as rl
+from router_latency.files import write_atomic
+from router_latency.runfile import dump_run, load_run
+from router_latency.compare import compare_runs
+from router_latency.rounds import find_round_files, GateSettings, judge_rounds
+from router_latency.record import record_section
+from router_latency.render_json import COMPARE_SCHEMA, ROUNDS_SCHEMA
+from router_latency.formats import (COMPARE_FORMATS, CompareView, RECORD_FILES, ROUNDS_FILES,
+                                    ROUNDS_FORMATS, RoundsView, RUN_FILES)
+from router_latency.cli import build_parser, cost_spec
 from conftest import three_rounds, two_runs, write_corpus
 from test_capacity import ladder_in_memory
 
 # command -> (its table of printed formats, its table of files)
 TABLES = {
-    "compare": (rl.COMPARE_FORMATS, {}),
-    "rounds": (rl.ROUNDS_FORMATS, rl.ROUNDS_FILES),
-    "record": ({}, rl.RECORD_FILES),
-    "run": ({}, rl.RUN_FILES),
+    "compare": (COMPARE_FORMATS, {}),
+    "rounds": (ROUNDS_FORMATS, ROUNDS_FILES),
+    "record": ({}, RECORD_FILES),
+    "run": ({}, RUN_FILES),
 }
 
 
 def subparser(command):
-    parser = rl.build_parser()
+    parser = build_parser()
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return action.choices[command]
 
@@ -57,17 +66,17 @@ def test_the_file_options_are_the_entries_of_the_commands_table(command):
 
 
 def test_a_format_asked_for_that_is_a_file_names_the_option_of_its_table(cli, tmp_path):
-    for name in list(rl.ROUNDS_FILES) + list(rl.RUN_FILES):
+    for name in list(ROUNDS_FILES) + list(RUN_FILES):
         result = cli("compare", "a.json", "b.json", "--format", name)
-        command = "rounds" if name in rl.ROUNDS_FILES else "run"
+        command = "rounds" if name in ROUNDS_FILES else "run"
         assert result.code == 2 and result.out == ""
         assert f"{name} is a file of its own: --{name} FILE of {command}" in result.err
 
 
 def judged(folder):
-    files = rl.find_round_files(str(folder), "cpu", "gpu")
-    runs = {n: {s: rl.load_run(p) for s, p in sides.items()} for n, sides in files.items()}
-    return rl.judge_rounds(runs, "cpu", "gpu", rl.GateSettings())
+    files = find_round_files(str(folder), "cpu", "gpu")
+    runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    return judge_rounds(runs, "cpu", "gpu", GateSettings())
 
 
 @pytest.mark.parametrize("per_round", [False, True])
@@ -75,26 +84,26 @@ def test_every_rounds_format_renders_what_rounds_prints(tmp_path, cli, per_round
     three_rounds(tmp_path)
     report = judged(tmp_path)
     printed = {}
-    for name, exporter in rl.ROUNDS_FORMATS.items():
+    for name, exporter in ROUNDS_FORMATS.items():
         result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
                      "--format", name, *(["--per-round"] if per_round else []))
-        lines = exporter.lines(report, rl.RoundsView(per_round=per_round))
+        lines = exporter.lines(report, RoundsView(per_round=per_round))
         assert result.code == report.exit_code and result.err == ""
         assert lines and result.out == "\n".join(lines) + "\n"
         printed[name] = result.out
     assert len(set(printed.values())) == len(printed)  # no entry renders another's output
-    assert json.loads(printed["json"])["schema"] == rl.ROUNDS_SCHEMA
+    assert json.loads(printed["json"])["schema"] == ROUNDS_SCHEMA
 
 
 def test_every_rounds_file_holds_what_its_entry_renders(tmp_path, cli):
     (tmp_path / "rounds").mkdir()
     three_rounds(tmp_path / "rounds")
     report = judged(tmp_path / "rounds")
-    paths = {name: tmp_path / f"out.{name}" for name in rl.ROUNDS_FILES}
+    paths = {name: tmp_path / f"out.{name}" for name in ROUNDS_FILES}
     result = cli("rounds", "--dir", tmp_path / "rounds", "--base", "cpu", "--new", "gpu",
                  *[w for name, path in paths.items() for w in (f"--{name}", path)])
     assert result.code == report.exit_code and result.err == ""
-    for name, exporter in rl.ROUNDS_FILES.items():
+    for name, exporter in ROUNDS_FILES.items():
         data = exporter.data(report)
         assert data and paths[name].read_bytes() == data
     assert len({p.read_bytes() for p in paths.values()}) == len(paths)
@@ -104,7 +113,7 @@ def ladder_files(folder):
     paths = []
     for label, top in (("cpu", 100.0), ("gpu", 400.0)):
         path = folder / f"{label}.json"
-        rl.write_atomic(str(path), rl.dump_run(ladder_in_memory(label, 1, top)._replace(path="")))
+        write_atomic(str(path), dump_run(ladder_in_memory(label, 1, top)._replace(path="")))
         paths.append(str(path))
     return paths
 
@@ -112,19 +121,19 @@ def ladder_files(folder):
 @pytest.mark.parametrize("ladders", [False, True])
 def test_every_compare_format_renders_what_compare_prints(tmp_path, cli, ladders):
     a, b = ladder_files(tmp_path) if ladders else two_runs(tmp_path)
-    runs = (rl.load_run(a), rl.load_run(b))
-    report = rl.compare_runs(*runs)
+    runs = (load_run(a), load_run(b))
+    report = compare_runs(*runs)
     options = ["--cost-per-hour", "cpu=0.90", "--cost-per-hour", "gpu=2.50/GPU"]
-    view = rl.CompareView(runs, None, tuple(rl.cost_spec(o) for o in options[1::2]))
+    view = CompareView(runs, None, tuple(cost_spec(o) for o in options[1::2]))
     printed = {}
-    for name, exporter in rl.COMPARE_FORMATS.items():
+    for name, exporter in COMPARE_FORMATS.items():
         result = cli("compare", a, b, "--format", name, *(options if ladders else []))
-        lines = exporter.lines(report, view if ladders else rl.CompareView(runs))
+        lines = exporter.lines(report, view if ladders else CompareView(runs))
         assert result.code == report.exit_code and result.err == ""
         assert lines and result.out == "\n".join(lines) + "\n"
         printed[name] = result.out
     assert len(set(printed.values())) == len(printed)
-    assert json.loads(printed["json"])["schema"] == rl.COMPARE_SCHEMA
+    assert json.loads(printed["json"])["schema"] == COMPARE_SCHEMA
     # the text shows the ladders and what they cost, the others only the report
     assert ("cost per million requests, gpu/cpu" in printed["text"]) == ladders
 
@@ -132,13 +141,13 @@ def test_every_compare_format_renders_what_compare_prints(tmp_path, cli, ladders
 def test_every_record_file_holds_what_its_entry_renders(tmp_path, cli):
     (tmp_path / "rounds").mkdir()
     three_rounds(tmp_path / "rounds")
-    section = rl.record_section("s", str(tmp_path / "rounds"), "cpu", "gpu", rl.GateSettings())
-    paths = {name: tmp_path / f"record.{name}" for name in rl.RECORD_FILES}
+    section = record_section("s", str(tmp_path / "rounds"), "cpu", "gpu", GateSettings())
+    paths = {name: tmp_path / f"record.{name}" for name in RECORD_FILES}
     result = cli("record", "--section", f"s={tmp_path / 'rounds'}:cpu:gpu",
                  *[w for name, path in paths.items() for w in (f"--{name}", path)])
     assert result.code == section.report.exit_code and result.err == ""
     assert result.out.endswith(f"wrote {' and '.join(map(str, paths.values()))}\n")
-    for name, exporter in rl.RECORD_FILES.items():
+    for name, exporter in RECORD_FILES.items():
         data = exporter.data([section])
         assert data and paths[name].read_bytes() == data
 
@@ -146,42 +155,41 @@ def test_every_record_file_holds_what_its_entry_renders(tmp_path, cli):
 def test_every_run_file_holds_what_its_entry_renders(tmp_path, simulator, cli):
     router = simulator(delay_ms=0.0)
     corpus = write_corpus(tmp_path / "c.json", [f"prompt {i}" for i in range(6)])
-    paths = {name: tmp_path / f"run.{name}" for name in rl.RUN_FILES}
+    paths = {name: tmp_path / f"run.{name}" for name in RUN_FILES}
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "r.json",
                  "--label", "x", "--concurrency", "1", "--warmup", "0", "--quiet",
                  "--max-load", "10000", "--gpu", "none",
                  *[w for name, path in paths.items() for w in (f"--{name}", path)])
     assert result.code == 0, result.err
-    run = rl.load_run(str(tmp_path / "r.json"))
-    for name, exporter in rl.RUN_FILES.items():
+    run = load_run(str(tmp_path / "r.json"))
+    for name, exporter in RUN_FILES.items():
         data = exporter.data(run)
         assert data and paths[name].read_bytes() == data
 
 
-# the sections whose records are reports (or what renders them)
-REPORT_SECTIONS = ("analysis", "rendering", "report page")
+# the modules whose records are reports (or what renders them)
+REPORT_MODULES = ("attribution", "compare", "rounds", "record", "render_text", "render_markdown",
+                  "render_json", "render_junit", "page", "formats")
 BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
 
 
-def report_records(sections=REPORT_SECTIONS):
+def report_records(modules=REPORT_MODULES):
     """{record name: its fields' annotations} of the NamedTuples and TypedDicts in the
-    sections."""
-    source = inspect.getsource(rl)
-    starts = [(m.start(), m.group(1)) for m in re.finditer(r"^# --- (.+) ---$", source, re.M)]
+    package's modules."""
     found = {}
-    for (start, name), (end, _) in zip(starts, starts[1:] + [(len(source), "")]):
-        if name not in sections:
-            continue
-        for record in re.findall(r"^class (\w+)\((?:NamedTuple|TypedDict)\b", source[start:end],
-                                 re.M):
+    for name in modules:
+        module = importlib.import_module(f"router_latency.{name}")
+        for record in re.findall(r"^class (\w+)\((?:NamedTuple|TypedDict)\b",
+                                 inspect.getsource(module), re.M):
             # a TypedDict keeps its annotations as ForwardRefs: their text is what was written
             found[record] = {field: getattr(annotation, "__forward_arg__", annotation)
-                             for field, annotation in getattr(rl, record).__annotations__.items()}
+                             for field, annotation in
+                             getattr(module, record).__annotations__.items()}
     return found
 
 
 def test_no_run_file_record_has_a_field_typed_bare():
-    records = report_records(("run file",))
+    records = report_records(("runfile",))
     assert {"Request", "PassRecord", "RunFile", "RunSettings", "Floor", "Warmup",
             "HostSettings", "Captures", "GpuReading", "EnvironmentRow",
             "CapturedEnvironment", "CacheFinding"} <= set(records)
@@ -211,7 +219,7 @@ def test_the_check_tells_a_bare_annotation(annotation, bare):
     assert bool(BARE.search(annotation)) == bare
 
 
-@pytest.mark.parametrize("name", sorted(rl.COMPARE_FORMATS))
+@pytest.mark.parametrize("name", sorted(COMPARE_FORMATS))
 def test_compare_checks_its_options_whatever_the_format(tmp_path, cli, name):
     # the view is built once for every format: a price of no side measured is an error in
     # each, not only where the text would show it

@@ -9,7 +9,13 @@ import sys
 
 import pytest
 
-import router_latency as rl
+from router_latency.stats import (composite_log_ratios, group_sequential_levels, mean_interval,
+                                  power_shift, sample_spread, sequential_t_criticals, t_ppf)
+from router_latency.files import write_atomic
+from router_latency.runfile import (Attempt, dump_run, pass_summary, PassRecord, PassSummary,
+                                    Request, RunFile, RunSettings)
+from router_latency.rounds import GateSettings, judge_rounds, rounds_to_decide, ROW_WORDS
+from router_latency.render_text import format_rounds_table
 from conftest import ROOT, make_run
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
@@ -20,16 +26,16 @@ TOLERANCE = math.log(1.05)
 def run_of(label, number, factors, started):
     """Return a RunFile whose figures are FIGURES times factors[(pass, metric)] (req/s divided
     by it)."""
-    requests = tuple(rl.Request(i, 0.0, 1.0, 200, "d", None) for i in range(3))
+    requests = tuple(Request(i, 0.0, 1.0, 200, "d", None) for i in range(3))
     passes = []
     for name, concurrency in PASSES.items():
         v = {m: FIGURES[m] / factors.get((name, m), 1.0) if m == "req_per_s"
              else FIGURES[m] * factors.get((name, m), 1.0) for m in FIGURES}
-        summary = rl.PassSummary(3, 3, {}, v["p50_ms"], v["p95_ms"], v["p99_ms"], v["mean_ms"],
+        summary = PassSummary(3, 3, {}, v["p50_ms"], v["p95_ms"], v["p99_ms"], v["mean_ms"],
                                  1.0, v["p99_ms"], v["req_per_s"], 1.0)
-        passes.append(rl.PassRecord(name, concurrency, False, False, rl.Attempt(
+        passes.append(PassRecord(name, concurrency, False, False, Attempt(
             None, None, "", None, {}, None, {}, summary, requests)))
-    return rl.RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 3},
+    return RunFile(label, True, {"path": "c.json", "sha256": "0" * 64, "count": 3},
                       tuple(passes), started_unix=started, path=f"r{number}-{label}.json")
 
 
@@ -44,7 +50,7 @@ def judged(new_factors, base_factors=None, **settings):
         base = (base_factors or [{}] * len(new_factors))[n - 1]
         runs[n] = {"base": run_of("base", n, base, 2.0 * n + (n % 2 == 0)),
                    "new": run_of("new", n, factors, 2.0 * n + (n % 2 == 1))}
-    return rl.judge_rounds(runs, "base", "new", rl.GateSettings(**settings))
+    return judge_rounds(runs, "base", "new", GateSettings(**settings))
 
 
 def exp_shift(mean, pattern):
@@ -112,25 +118,25 @@ def test_the_four_row_words():
         assert {r.verdict for r in report.rows} == {word}
         assert report.status == {"better": "pass", "same": "pass", "worse": "fail",
                                  "inconclusive": "inconclusive"}[word]
-    assert rl.ROW_WORDS == ("better", "same", "worse", "inconclusive")
+    assert ROW_WORDS == ("better", "same", "worse", "inconclusive")
 
 
 def test_sequential_boundaries_are_for_t_and_calibrated():
-    criticals = rl.sequential_t_criticals(10, 0.025)
-    z_based = [b.critical_t for b in rl.group_sequential_levels(range(3, 11), 10, 0.025)]
-    assert len(criticals) == 8 and criticals == rl.sequential_t_criticals(10, 0.025)
+    criticals = sequential_t_criticals(10, 0.025)
+    z_based = [b.critical_t for b in group_sequential_levels(range(3, 11), 10, 0.025)]
+    assert len(criticals) == 8 and criticals == sequential_t_criticals(10, 0.025)
     assert all(a > b for a, b in zip(criticals, criticals[1:]))
     # at 9 degrees of freedom the z boundary turned into a t quantile is too low: the design
     # ran at 5.77% for 5%; the calibrated one lies above it and above the fixed t quantile
-    assert criticals[-1] > z_based[-1] + 0.05 and criticals[-1] > -rl.t_ppf(0.025, 9)
-    assert rl.sequential_t_criticals(10, 0.025 / 9)[-1] > criticals[-1]
+    assert criticals[-1] > z_based[-1] + 0.05 and criticals[-1] > -t_ppf(0.025, 9)
+    assert sequential_t_criticals(10, 0.025 / 9)[-1] > criticals[-1]
 
 
 def test_a_last_look_between_the_z_and_the_t_boundary_does_not_fail():
     # one gated row at the last of 10 looks with t = 2.48 against the tolerance: the z-based
     # boundary (2.44) rejected it, the one calibrated for t (2.52) does not
     pattern = [0.02, -0.02, 0.03, -0.03, 0.01, -0.01, 0.025, -0.025, 0.015, -0.015]
-    spread = rl.sample_spread(pattern)
+    spread = sample_spread(pattern)
     shift = TOLERANCE + 2.48 * spread / math.sqrt(10)
     ratios = exp_shift(shift, pattern)
     report = judged([{("sequential", "p50_ms"): r} for r in ratios],
@@ -187,14 +193,14 @@ def test_a_copied_round_is_refused_naming_both_files(tmp_path, cli, copy, to):
 def timed_run(path, label, started, latencies):
     """Write a run whose sequential pass has these latencies (distinct values: a measurement,
     not a made-up figure)."""
-    requests = tuple(rl.Request(i, 10.0 * i, v, 200, "d", None) for i, v in enumerate(latencies))
-    summary = rl.pass_summary(requests, 2.0)
-    attempt = rl.Attempt(None, None, "", started, {}, None, {}, summary, requests)
-    run = rl.RunFile(label, True, {"path": "c.json", "sha256": "a" * 64,
+    requests = tuple(Request(i, 10.0 * i, v, 200, "d", None) for i, v in enumerate(latencies))
+    summary = pass_summary(requests, 2.0)
+    attempt = Attempt(None, None, "", started, {}, None, {}, summary, requests)
+    run = RunFile(label, True, {"path": "c.json", "sha256": "a" * 64,
                                    "count": len(latencies)},
-                     (rl.PassRecord("sequential", 1, False, False, attempt),),
-                     started_unix=started, settings=rl.RunSettings(max_load=120.0))
-    rl.write_atomic(str(path), rl.dump_run(run))
+                     (PassRecord("sequential", 1, False, False, attempt),),
+                     started_unix=started, settings=RunSettings(max_load=120.0))
+    write_atomic(str(path), dump_run(run))
 
 
 @pytest.mark.parametrize("shift", [0.0, 0.001])
@@ -234,8 +240,8 @@ def test_detects_is_what_the_gate_finds_at_its_holm_level():
     pattern = [0.03, -0.02, 0.01, -0.04, 0.02]
     report = judged([{("c4", "p95_ms"): r} for r in exp_shift(0.0, pattern)])
     row = next(r for r in report.rows if (r.pass_name, r.metric) == ("c4", "p95_ms"))
-    spread, n, m = rl.sample_spread(pattern), 5, 9
-    holm_first = -rl.t_ppf(0.025 / m, n - 1)
+    spread, n, m = sample_spread(pattern), 5, 9
+    holm_first = -t_ppf(0.025 / m, n - 1)
     # the noncentrality at 80% power, by the normal approximation of the noncentral t
     df = n - 1
     delta = holm_first * (1 - 1 / (4 * df)) + 0.8416212335729143 * math.sqrt(
@@ -243,11 +249,11 @@ def test_detects_is_what_the_gate_finds_at_its_holm_level():
     expected = TOLERANCE + delta * spread / math.sqrt(n)
     assert row.detectable_pct == pytest.approx(100 * math.expm1(expected), rel=1e-9)
     # and once for every gated row slowing together: the composite's
-    composite = rl.composite_log_ratios([r.worse_series for r in report.rows if r.gated])
-    together = TOLERANCE + rl.power_shift(-rl.t_ppf(0.025, n - 1), n - 1) \
-        * rl.sample_spread(composite) / math.sqrt(n)
+    composite = composite_log_ratios([r.worse_series for r in report.rows if r.gated])
+    together = TOLERANCE + power_shift(-t_ppf(0.025, n - 1), n - 1) \
+        * sample_spread(composite) / math.sqrt(n)
     assert report.test.composite_detectable_pct == pytest.approx(100 * math.expm1(together))
-    lines = rl.format_rounds_table(report)
+    lines = format_rounds_table(report)
     assert lines[-1].endswith(f"every gated row slowing together: detects >= "
                               f"{report.test.composite_detectable_pct:.0f}%")
 
@@ -260,7 +266,7 @@ def test_an_inconclusive_report_says_how_many_more_rounds_would_decide_it(tmp_pa
     result = rounds(cli, tmp_path)
     assert result.code == 3
     undecided = [line for line in result.out.splitlines() if line.startswith("undecided: ")]
-    more = rl.rounds_to_decide(rl.mean_interval(pattern).mean, rl.sample_spread(pattern),
+    more = rounds_to_decide(mean_interval(pattern).mean, sample_spread(pattern),
                                TOLERANCE, 0.025, 0.025 / 3, 5)
     assert undecided == [f"undecided: {more} more rounds would decide it (at the spread seen)"]
     # that many more rounds like these decide it: a PASS
@@ -274,7 +280,7 @@ def test_gate_simulation_cli_mode_runs_on_files_from_the_real_writer():
     import gate_simulation
     import random
     rng = random.Random(4)
-    settings = rl.GateSettings()
+    settings = GateSettings()
     for change in (0.0, 0.05, 0.10):
         rounds_ = [gate_simulation.round_values(rng, 0.02, True, change) for _ in range(5)]
         cli, fast = gate_simulation.cli_agrees(rounds_, settings)

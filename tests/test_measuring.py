@@ -5,6 +5,7 @@ load, interrupts, open-loop passes, the driver's floor, faults of the router and
 import io
 import json
 import os
+import tempfile
 import re
 import signal
 import socket
@@ -19,6 +20,19 @@ from pathlib import Path
 
 import pytest
 
+from router_latency.constants import PREVIEW_PATH
+from router_latency.errors import RouterLatencyError
+from router_latency.stats import percentile
+from router_latency.files import write_atomic
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA, load_corpus
+from router_latency.runfile import dump_run, Floor, load_run, pass_name
+from router_latency.wire import MAX_BODY_BYTES, parse_endpoint
+from router_latency.measuring import (arrival_schedule, clock_text, FLOOR_REQUESTS, PassPlan,
+                                      plan_passes, Progress, progress_text, RunContext, RunPlan,
+                                      Target)
+from router_latency.rounds import run_signature
+from router_latency.simulator import simulated_decision
+from router_latency.cli import main, rate_list
 import router_latency as rl
 from conftest import TOOL, TOOL_PYC, final_answer, hold_a_slot, make_run, write_corpus
 
@@ -100,7 +114,7 @@ class FaultHandler(socketserver.StreamRequestHandler):
         if method == "GET":
             self.send(200 if path == "/health" else 404, b"{}")
             return True
-        if path != rl.PREVIEW_PATH:
+        if path != PREVIEW_PATH:
             self.send(404, b'{"error": "not found"}')
             return True
         kind, _, arg = prompt.partition(":")
@@ -133,7 +147,7 @@ class FaultHandler(socketserver.StreamRequestHandler):
             self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + ok)
             return False
         elif kind == "huge":
-            self.send(200, b" " * (rl.MAX_BODY_BYTES + 10))
+            self.send(200, b" " * (MAX_BODY_BYTES + 10))
         else:
             self.send(200, ok)
         return True
@@ -163,7 +177,7 @@ def test_run_records_every_request_of_every_pass(simulator, tmp_path, cli):
     assert document["warmup"] == {"requests": 3, "ok": 3, "errors": {},
                                   "config_hashes": [router.config_hash]}
     assert [p["concurrency"] for p in document["passes"]] == [1, 4, 16]
-    decisions = {i: rl.simulated_decision(t, ("math", "code", "general", "pii_block"))
+    decisions = {i: simulated_decision(t, ("math", "code", "general", "pii_block"))
                  for i, t in enumerate(TEXTS)}
     for item in document["passes"]:
         assert item["discarded"] is False
@@ -176,13 +190,13 @@ def test_run_records_every_request_of_every_pass(simulator, tmp_path, cli):
         summary = item["summary"]
         assert summary["requests"] == summary["ok"] == len(TEXTS)
         assert summary["p50_ms"] == pytest.approx(
-            rl.percentile([r["latency_ms"] for r in item["requests"]], 50), abs=1e-3)
+            percentile([r["latency_ms"] for r in item["requests"]], 50), abs=1e-3)
     lines = result.out.splitlines()
     assert lines[1].split() == ["pass", "requests", "ok", "errors", "p50_ms", "p95_ms",
                                 "p99_ms", "mean_ms", "req/s", "wall_s"]
     assert [line.split()[0] for line in lines[2:5]] == ["Sequential", "Conc", "Conc"]
     assert lines[-1] == f"wrote {out}"
-    assert rl.load_run(str(out)).pass_named("c16").summary.ok == len(TEXTS)
+    assert load_run(str(out)).pass_named("c16").summary.ok == len(TEXTS)
 
 
 def test_run_keeps_header_values_and_url_credentials_out_of_everything(simulator, tmp_path,
@@ -302,7 +316,7 @@ def test_run_discards_passes_above_the_load_limit(simulator, tmp_path, cli):
         assert item["discarded_attempts"][0]["summary"]["ok"] == 3
     assert "Sequential: load 150.0 above 120, timings discarded (attempt 1 of 2)" in result.err
     assert "Sequential  discarded: load above the limit" in result.out
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     assert all(p.discarded for p in run.passes)
 
 
@@ -400,7 +414,7 @@ def test_a_loading_router_is_not_ready(scripted, tmp_path, cli):
     out = tmp_path / "run.json"
     args = ["run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x"]
     result = cli(*args)
-    assert result.err == (f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} is not "
+    assert result.err == (f"router-latency: error: router at {router.url}{PREVIEW_PATH} is not "
                           f"ready: it answered HTTP 503 Service Unavailable to a preview; "
                           f"--wait-ready SECONDS waits for a starting router (--url)\n")
     assert result.code == 2 and not out.exists()
@@ -416,12 +430,12 @@ def test_an_answer_that_is_not_a_preview_is_named(scripted, tmp_path, cli):
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
                  "--label", "x")
     assert result.code == 2 and result.err == (
-        f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} answered HTTP 501 Not "
+        f"router-latency: error: router at {router.url}{PREVIEW_PATH} answered HTTP 501 Not "
         f"Implemented to a preview (--url)\n")
 
 
 def test_a_preview_answered_2xx_with_a_body_over_the_limit_is_ready(scripted, tmp_path, cli):
-    too_large = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1)
+    too_large = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY_BYTES + 1)
     router = scripted(lambda prompt, _: [too_large])
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     out = tmp_path / "run.json"
@@ -509,12 +523,12 @@ def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
     terminal = TerminalStream()  # stdout and stderr on one terminal, in the order written
     monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.setattr(sys, "stdout", terminal)
-    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+    assert main(["run", "--url", router.url, "--corpus", corpus, "--out",
                     str(tmp_path / "a.json"), "--label", "x", "-c", "1,2", "-n", "2",
                     "--warmup", "0"]) == 0
     shown = terminal.getvalue()
-    header = (f"run x: 40 prompts, corpus {rl.load_corpus(corpus).sha256[:12]}, "
-              f"{router.url}{rl.PREVIEW_PATH}; each pass sends the corpus 2 times\n")
+    header = (f"run x: 40 prompts, corpus {load_corpus(corpus).sha256[:12]}, "
+              f"{router.url}{PREVIEW_PATH}; each pass sends the corpus 2 times\n")
     assert shown.startswith(header) and shown.count(header) == 1  # before the passes, once
     first = re.search(r"\rSequential, pass 1 of 2: 80/80 requests, [\d,]+ req/s, took "
                       r"[\d.]+ s *\n", shown)
@@ -525,14 +539,14 @@ def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
     quiet = TerminalStream()
     monkeypatch.setattr(sys, "stderr", quiet)
     monkeypatch.setattr(sys, "stdout", quiet)
-    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+    assert main(["run", "--url", router.url, "--corpus", corpus, "--out",
                     str(tmp_path / "b.json"), "--label", "x", "--concurrency", "1",
                     "--warmup", "0", "-q"]) == 0
     assert quiet.getvalue() == ""
     piped, table_only = io.StringIO(), io.StringIO()  # not a terminal: only the final table
     monkeypatch.setattr(sys, "stderr", piped)
     monkeypatch.setattr(sys, "stdout", table_only)
-    assert rl.main(["run", "--url", router.url, "--corpus", corpus, "--out",
+    assert main(["run", "--url", router.url, "--corpus", corpus, "--out",
                     str(tmp_path / "c.json"), "--label", "x", "--concurrency", "1",
                     "--warmup", "0", "--repeat", "2"]) == 0
     assert piped.getvalue() == ""
@@ -540,7 +554,7 @@ def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
 
 
 def test_progress_text_shows_the_pass_requests_rate_and_time_left():
-    text = rl.progress_text
+    text = progress_text
     assert text("Conc 4, pass 2 of 3", 100, 400, 2.0) == \
         "Conc 4, pass 2 of 3: 100/400 requests, 50 req/s, ETA 0:06"
     assert text("Sequential, pass 1 of 3", 0, 400, 0.0) == \
@@ -549,21 +563,21 @@ def test_progress_text_shows_the_pass_requests_rate_and_time_left():
         "Conc 16, pass 3 of 3: 12,345 requests, 602 req/s, ETA 59:40"
     assert text("Rate 50/s, pass 1 of 1", 100, 100, 2.04, finished=True) == \
         "Rate 50/s, pass 1 of 1: 100/100 requests, 49 req/s, took 2.0 s"
-    assert rl.clock_text(3600 * 2 + 61) == "2:01:01" and rl.clock_text(-3) == "0:00"
+    assert clock_text(3600 * 2 + 61) == "2:01:01" and clock_text(-3) == "0:00"
 
 
 def test_progress_draws_over_its_last_line_and_ends_it(monkeypatch):
     terminal = TerminalStream()
     ticks = iter([10.0])  # started at 10 s; every later reading is 12 s
     # no redraw before end(): the only line drawn is the last
-    progress = rl.Progress(True, terminal, clock=lambda: next(ticks, 12.0), interval=3600)
+    progress = Progress(True, terminal, clock=lambda: next(ticks, 12.0), interval=3600)
     progress.draw("x" * 80, finished=False)
     progress.start("Sequential, pass 1 of 3", 40, lambda: 40)
     progress.end()
     last = "Sequential, pass 1 of 3: 40/40 requests, 20 req/s, took 2.0 s"
     assert terminal.getvalue() == "\r" + "x" * 80 + "\r" + last.ljust(80) + "\n"
     silent = TerminalStream()
-    off = rl.Progress(False, silent)
+    off = Progress(False, silent)
     off.start("Sequential, pass 1 of 3", 40, lambda: 40)
     off.end()
     assert silent.getvalue() == ""
@@ -612,10 +626,10 @@ def test_interrupt_does_not_wait_for_a_slow_router(fault_server, tmp_path):
 
 
 def test_arrival_schedules():
-    assert rl.arrival_schedule(4, 100, "constant", 0) == [0, 10_000_000, 20_000_000, 30_000_000]
-    poisson = rl.arrival_schedule(20_000, 500, "poisson", 7)
-    assert poisson == rl.arrival_schedule(20_000, 500, "poisson", 7)
-    assert poisson != rl.arrival_schedule(20_000, 500, "poisson", 8)
+    assert arrival_schedule(4, 100, "constant", 0) == [0, 10_000_000, 20_000_000, 30_000_000]
+    poisson = arrival_schedule(20_000, 500, "poisson", 7)
+    assert poisson == arrival_schedule(20_000, 500, "poisson", 7)
+    assert poisson != arrival_schedule(20_000, 500, "poisson", 8)
     gaps = [b - a for a, b in zip(poisson, poisson[1:])]
     assert all(g >= 0 for g in gaps)
     assert sum(gaps) / len(gaps) == pytest.approx(2_000_000, rel=0.03)  # mean 1/rate
@@ -640,7 +654,7 @@ def test_rate_pass_records_schedule_lag_and_service_time(simulator, tmp_path, cl
         assert set(item["summary"]) >= {"service_p50_ms", "service_p99_ms", "behind_p99_ms"}
     lines = result.out.splitlines()
     assert [line.split()[0:2] for line in lines[2:4]] == [["Rate", "400/s"], ["Rate", "1000/s"]]
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     assert [p.name for p in run.passes] == ["r400", "r1000"] and run.passes[0].rate == 400.0
 
 
@@ -684,9 +698,9 @@ def test_repeat_sends_the_corpus_several_times_in_each_pass(simulator, tmp_path,
         sent = [(r["id"], r.get("rep", 0)) for r in item["requests"]]
         assert sorted(sent) == [(i, rep) for i in range(3) for rep in range(3)]
         assert item["summary"]["requests"] == item["summary"]["ok"] == 9
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     assert [p.name for p in run.passes] == ["sequential", "c2", "r2000"]
-    assert rl.run_signature(run)["passes"] == "sequential c2 r2000 x3"
+    assert run_signature(run)["passes"] == "sequential c2 r2000 x3"
 
 
 def test_duration_cycles_the_corpus_and_starts_nothing_after_it(simulator, tmp_path, cli):
@@ -708,7 +722,7 @@ def test_duration_cycles_the_corpus_and_starts_nothing_after_it(simulator, tmp_p
     # open loop: the schedule of 100/s for 0.3 s, 30 requests, cycling the 3 prompts
     assert sorted((r["id"], r.get("rep", 0)) for r in open_loop["requests"]) == sorted(
         (i % 3, i // 3) for i in range(30))
-    assert rl.run_signature(rl.load_run(str(out)))["passes"] == "c2 r100 for 0.3 s"
+    assert run_signature(load_run(str(out)))["passes"] == "c2 r100 for 0.3 s"
 
 
 def test_interrupting_a_timed_pass_stops_it_long_before_its_time(scripted, tmp_path):
@@ -746,8 +760,8 @@ def test_rate_as_vegeta_writes_it(simulator, tmp_path, cli):
     for text, rate in [("50", 50.0), ("50/s", 50.0), ("50/1s", 50.0), ("100/2s", 50.0),
                        ("3000/1m", 50.0), ("3000/m", 50.0), ("10/500ms", 20.0),
                        ("7200/h", 2.0), (" 2.5/s ", 2.5)]:
-        assert rl.rate_list(text) == (rate,), text
-    assert rl.rate_list("50/s,100") == (50.0, 100.0)
+        assert rate_list(text) == (rate,), text
+    assert rate_list("50/s,100") == (50.0, 100.0)
     router = simulator(delay_ms=0)
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
@@ -771,7 +785,7 @@ def test_every_run_records_the_driver_floor(simulator, tmp_path, cli):
     assert cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                "--concurrency", "1", "--quiet").code == 0
     floor = json.loads(out.read_text())["floor"]
-    assert floor["requests"] == floor["ok"] == rl.FLOOR_REQUESTS
+    assert floor["requests"] == floor["ok"] == FLOOR_REQUESTS
     assert 0 < floor["p10_ms"] <= floor["p50_ms"] <= floor["p90_ms"] <= floor["p99_ms"]
     assert floor["spread_ms"] == pytest.approx(floor["p90_ms"] - floor["p10_ms"], abs=2e-4)
     assert floor["timer_resolution_ns"] > 0
@@ -779,8 +793,8 @@ def test_every_run_records_the_driver_floor(simulator, tmp_path, cli):
 
 def with_floor(path, spread):
     """Give a run file the driver's floor spread (p90 - p10), through the tool's writer."""
-    run = rl.load_run(path)
-    rl.write_atomic(path, rl.dump_run(run._replace(floor=rl.Floor(spread_ms=spread))))
+    run = load_run(path)
+    write_atomic(path, dump_run(run._replace(floor=Floor(spread_ms=spread))))
     return path
 
 
@@ -1041,7 +1055,7 @@ def test_a_full_disk_leaves_the_previous_file_and_rescues_the_measurements(
     out.write_text("previous run")
     rescue_dir = tmp_path / "rescue"
     rescue_dir.mkdir()
-    monkeypatch.setattr(rl.tempfile, "tempdir", str(rescue_dir))
+    monkeypatch.setattr(tempfile, "tempdir", str(rescue_dir))
     real_fsync = os.fsync
 
     def full_disk(fd):
@@ -1049,7 +1063,7 @@ def test_a_full_disk_leaves_the_previous_file_and_rescues_the_measurements(
             raise OSError(28, "No space left on device")
         return real_fsync(fd)
 
-    monkeypatch.setattr(rl.os, "fsync", full_disk)
+    monkeypatch.setattr(os, "fsync", full_disk)
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                  "--concurrency", "1", "--force")
     assert result.code == 2
@@ -1071,12 +1085,12 @@ def test_a_rescue_copy_that_cannot_be_written_whole_is_removed(simulator, tmp_pa
     out.parent.mkdir()
     rescue_dir = tmp_path / "rescue"
     rescue_dir.mkdir()
-    monkeypatch.setattr(rl.tempfile, "tempdir", str(rescue_dir))
+    monkeypatch.setattr(tempfile, "tempdir", str(rescue_dir))
 
     def full_disk(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(rl.os, "fsync", full_disk)
+    monkeypatch.setattr(os, "fsync", full_disk)
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                  "--concurrency", "1", "--warmup", "0")
     assert result.code == 2
@@ -1092,19 +1106,19 @@ def test_write_atomic_on_a_read_only_folder(tmp_path, monkeypatch):
     def read_only(*args, **kwargs):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(rl.tempfile, "mkstemp", read_only)
-    with pytest.raises(rl.RouterLatencyError, match="cannot write: Read-only file system"):
-        rl.write_atomic(str(target), b"new")
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(RouterLatencyError, match="cannot write: Read-only file system"):
+        write_atomic(str(target), b"new")
     assert target.read_text() == "old"
 
 
 def write_expecting_corpus(path, prompts):
     """Write a corpus of (text, expect) prompts; expect None declares nothing."""
-    document = {"schema": rl.CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
+    document = {"schema": CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
                 "prompts": [{"id": i, "text": text, "source": "test",
                              **({"expect": expect} if expect is not None else {})}
                             for i, (text, expect) in enumerate(prompts)]}
-    Path(path).write_bytes(rl.corpus_bytes(document))
+    Path(path).write_bytes(corpus_bytes(document))
     return str(path)
 
 
@@ -1117,7 +1131,7 @@ def test_default_corpus_runs_clean_against_a_router_enforcing_the_input_rules(
     (repo / "e2e" / "testdata" / "cases.json").write_text('[{"query": "What is 2+2?"}]')
     corpus = tmp_path / "corpus.json"
     assert cli("corpus", "--repo", repo, "--out", corpus).code == 0
-    texts = [p.text for p in rl.load_corpus(str(corpus)).prompts]
+    texts = [p.text for p in load_corpus(str(corpus)).prompts]
     blank = next(i for i, text in enumerate(texts) if not text.strip())
     out = tmp_path / "run.json"
     result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", out,
@@ -1130,7 +1144,7 @@ def test_default_corpus_runs_clean_against_a_router_enforcing_the_input_rules(
         assert item["summary"]["ok"] == len(texts)
         routed = next(r for r in item["requests"] if r["id"] == blank)
         assert (routed["status"], routed["error"], routed.get("outcome")) == (200, None, None)
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     assert blank in run.passes[0].decisions and len(run.passes[0].decisions) == len(texts)
 
 
@@ -1340,13 +1354,13 @@ def test_a_signal_while_the_file_is_written_changes_neither_file_nor_exit_code(
         fault_server, tmp_path, cli, monkeypatch):
     corpus = write_corpus(tmp_path / "corpus.json", ["fine", "status:500"])
     out = tmp_path / "run.json"
-    real_write = rl.write_atomic
+    real_write = write_atomic
 
     def signalled_write(path, data):
         os.kill(os.getpid(), signal.SIGTERM)  # handled before the next line runs
         return real_write(path, data)
 
-    monkeypatch.setattr(rl, "write_atomic", signalled_write)
+    monkeypatch.setattr("router_latency.cli.write_atomic", signalled_write)
     outside = []  # a signal the tool no longer handles would end the process: caught here
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: outside.append(signum))
     try:
@@ -1382,7 +1396,7 @@ def test_a_2xx_answer_without_a_decision_names_the_decision_path_that_reads_it(
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                  "--concurrency", "1", "--warmup", "3")
     assert result.code == 2 and not out.exists()
-    assert result.err == (f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} is "
+    assert result.err == (f"router-latency: error: router at {router.url}{PREVIEW_PATH} is "
                           f"not ready: it answered HTTP 200 OK to a preview with no decision "
                           f"result ({said}); --wait-ready SECONDS waits for a starting router "
                           f"(--url)\n")
@@ -1404,20 +1418,20 @@ def test_warm_up_answers_without_a_decision_name_the_decision_path(scripted, tmp
             "(\"math\")\n") in result.err
 
 def test_plan_passes_gives_every_pass_the_model_s_length_and_the_open_loop_its_arrival():
-    model = rl.PassPlan("", 8, arrival="poisson", seed=3, repeat=2)
-    assert rl.plan_passes((1, 4), (10.0, 20.5), model=model) == (
-        rl.PassPlan("sequential", 1, repeat=2), rl.PassPlan("c4", 4, repeat=2),
-        rl.PassPlan("r10", 8, 10.0, "poisson", 3, 2),
-        rl.PassPlan("r20.5", 8, 20.5, "poisson", 3, 2))
-    timed = rl.plan_passes((16,), (5.0,), model=rl.PassPlan("", 64, duration=3.0))
+    model = PassPlan("", 8, arrival="poisson", seed=3, repeat=2)
+    assert plan_passes((1, 4), (10.0, 20.5), model=model) == (
+        PassPlan("sequential", 1, repeat=2), PassPlan("c4", 4, repeat=2),
+        PassPlan("r10", 8, 10.0, "poisson", 3, 2),
+        PassPlan("r20.5", 8, 20.5, "poisson", 3, 2))
+    timed = plan_passes((16,), (5.0,), model=PassPlan("", 64, duration=3.0))
     assert [(p.connections, p.rate, p.arrival, p.repeat, p.duration) for p in timed] == [
         (16, None, "constant", 1, 3.0), (64, 5.0, "constant", 1, 3.0)]
-    assert rl.plan_passes() == tuple(rl.PassPlan(rl.pass_name(c), c) for c in (1, 4, 16))
+    assert plan_passes() == tuple(PassPlan(pass_name(c), c) for c in (1, 4, 16))
 
 
 def test_each_run_context_has_its_own_stop_flag_and_progress_line():
-    target = rl.Target(rl.parse_endpoint("http://127.0.0.1:9/"))
-    first, second = (rl.RunContext(target, rl.RunPlan(rl.plan_passes((1,)))) for _ in "ab")
+    target = Target(parse_endpoint("http://127.0.0.1:9/"))
+    first, second = (RunContext(target, RunPlan(plan_passes((1,)))) for _ in "ab")
     first.stop.set()  # a run interrupted must not stop the next one
     assert not second.stop.is_set() and first.progress is not second.progress
     assert not first.progress.enabled and first.notify("nothing heard") is None

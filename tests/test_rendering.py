@@ -16,7 +16,14 @@ import html5lib
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
-import router_latency as rl
+from router_latency.words import change_text, pct_text
+from router_latency.runfile import (Attempt, GPU_RANGED, load_run, pass_summary, PassRecord,
+                                    PhaseWindow, Request, RouterCpu, RunFile)
+from router_latency.rounds import (environment_rows, InputSlowdowns, judge_rounds, pass_latencies,
+                                   Slowdown)
+from router_latency.render_text import slowdown_tables
+from router_latency.render_junit import requests_csv
+from router_latency.page import forest_axis, forest_ticks, line_plot, PlotScale, Series
 from conftest import make_run, three_rounds, two_runs, write_corpus
 
 
@@ -350,7 +357,7 @@ def test_rounds_json_carries_the_environment(tmp_path, cli):
 
 
 def windows_of(p95s, rate=100.0):
-    return tuple(rl.PhaseWindow(10 * i, 10, 0, 0.1 * i, 0.1, p95 / 2, p95, rate)
+    return tuple(PhaseWindow(10 * i, 10, 0, 0.1 * i, 0.1, p95 / 2, p95, rate)
                  for i, p95 in enumerate(p95s))
 
 
@@ -370,7 +377,7 @@ def suspect_rounds(folder):
             make_run(
                 folder / f"r{number}-{side}.json", label=side, started_unix=10.0 * number
                 + 5 * (side == "gpu"), passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
-                router_cpu={c: rl.RouterCpu(0.1, cpu_ms * c, "0-11", 1.0, 2.0,
+                router_cpu={c: RouterCpu(0.1, cpu_ms * c, "0-11", 1.0, 2.0,
                                             1.4 if odd else 0.25 + 0.05 * c) for c in (1, 4)},
                 windows={1: windows_of([15, 16, 14, 15]),
                          4: windows_of([15, 15, 15, 40] if odd else [15, 15, 16, 15])},
@@ -385,9 +392,9 @@ def suspect_rounds(folder):
 def test_an_environment_row_is_a_record_written_as_the_json_report_always_held_it(tmp_path,
                                                                                    cli):
     suspect_rounds(tmp_path)
-    runs = {n: {s: rl.load_run(str(tmp_path / f"r{n}-{s}.json")) for s in ("cpu", "gpu")}
+    runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in ("cpu", "gpu")}
             for n in (1, 2, 3)}
-    rows = rl.environment_rows(runs, "cpu", "gpu")
+    rows = environment_rows(runs, "cpu", "gpu")
     assert [(r.round, r.side) for r in rows] == [(n, s) for n in (1, 2, 3) for s in ("cpu", "gpu")]
     odd = rows[3]  # r2 gpu: its driver's CPUs run powersave, its router's foreign vCPUs 1.4
     assert odd.flags == ("foreign cpus above 1", "slow phase: Conc 4", "governor powersave")
@@ -399,7 +406,7 @@ def test_an_environment_row_is_a_record_written_as_the_json_report_always_held_i
                          "driver_cpu_pct", "above_load_limit", "max_load"]
     assert keys[13:] == ["router_cpu_ms_min", "router_cpu_ms_max", "foreign_vcpus_max",
                          "max_foreign_cpus", "above_foreign_limit",
-                         *(f"gpu_{f.key}_{end}" for f in rl.GPU_RANGED for end in ("min", "max")),
+                         *(f"gpu_{f.key}_{end}" for f in GPU_RANGED for end in ("min", "max")),
                          "slow_passes", "governors", "flags"]
     document = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
                               "--format", "json").out)
@@ -624,7 +631,7 @@ def test_report_page_of_rounds_that_cannot_be_judged(tmp_path, cli):
 def test_requests_csv_has_a_line_per_request(tmp_path):
     path = make_run(tmp_path / "run.json", passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
                     decisions=["a,b", 'say "x"'], errors={"timeout": 1})
-    rows = list(csv.reader(io.StringIO(rl.requests_csv(rl.load_run(path).passes).decode())))
+    rows = list(csv.reader(io.StringIO(requests_csv(load_run(path).passes).decode())))
     assert rows[0] == ["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"]
     assert len(rows) == 1 + 2 * 101
     assert rows[1] == ["sequential", "0", "", "10", "200", "a,b", ""]
@@ -634,14 +641,14 @@ def test_requests_csv_has_a_line_per_request(tmp_path):
 
 
 def test_a_change_is_a_signed_percent_of_time_with_its_interval_the_same_way():
-    assert rl.change_text(1.35) == "-25.9%"
-    assert rl.change_text(1 / 1.14) == "+14.0%"
-    assert rl.change_text(1.0) == "+0.0%"
-    assert rl.change_text(None) == rl.change_text(0.0) == "n/a"
-    assert rl.change_text(1.68, 1.11, 2.56) == "-40.5% [-60.9%, -9.9%]"
+    assert change_text(1.35) == "-25.9%"
+    assert change_text(1 / 1.14) == "+14.0%"
+    assert change_text(1.0) == "+0.0%"
+    assert change_text(None) == change_text(0.0) == "n/a"
+    assert change_text(1.68, 1.11, 2.56) == "-40.5% [-60.9%, -9.9%]"
     # a slowdown's interval: 1/high - 1 to 1/low - 1 of the speedup's
-    assert rl.change_text(0.8, 0.5, 1.25) == "+25.0% [-20.0%, +100.0%]"
-    assert rl.pct_text(-1e-17) == "+0.0%"
+    assert change_text(0.8, 0.5, 1.25) == "+25.0% [-20.0%, +100.0%]"
+    assert pct_text(-1e-17) == "+0.0%"
 
 
 def test_every_report_says_the_same_change_the_same_way(tmp_path, cli):
@@ -744,21 +751,21 @@ def test_slower_inputs_lead_with_those_called_slower_then_the_largest_noise(tmp_
     # 15 noisy inputs with the largest ratios, then 12 called slower: the table shows the 12
     # its header counts first, then the largest noise, and names none as "more"
     three_rounds(tmp_path)
-    report = rl.judge_rounds({n: {s: rl.load_run(str(tmp_path / f"r{n}-{s}.json"))
+    report = judge_rounds({n: {s: load_run(str(tmp_path / f"r{n}-{s}.json"))
                                   for s in ("cpu", "gpu")} for n in (1, 2, 3)}, "cpu", "gpu")
-    noise = [rl.Slowdown(i, 2.0 - i / 100, 0.5, 4.0, 2, 3, 0.3, "noise") for i in range(15)]
-    slower = [rl.Slowdown(100 + i, 1.3, 1.2, 1.4, 3, 3, 0.001, "slower") for i in range(12)]
-    rest = [rl.Slowdown(200 + i, 1.0, 0.9, 1.1, 1, 3, 0.9, "") for i in range(5)]
-    found = rl.InputSlowdowns("sequential", (1, 2, 3), tuple(noise + slower + rest), (), (),
+    noise = [Slowdown(i, 2.0 - i / 100, 0.5, 4.0, 2, 3, 0.3, "noise") for i in range(15)]
+    slower = [Slowdown(100 + i, 1.3, 1.2, 1.4, 3, 3, 0.001, "slower") for i in range(12)]
+    rest = [Slowdown(200 + i, 1.0, 0.9, 1.1, 1, 3, 0.9, "") for i in range(5)]
+    found = InputSlowdowns("sequential", (1, 2, 3), tuple(noise + slower + rest), (), (),
                               0.05, 5.0)
-    intro, inputs, more, _ = rl.slowdown_tables(report._replace(slowdowns=found), str, 20)
+    intro, inputs, more, _ = slowdown_tables(report._replace(slowdowns=found), str, 20)
     assert intro.startswith("slower inputs: 12 of 32 (")
     assert inputs.caption == "Called slower, then the largest noise"
     assert [row[0] for row in inputs.rows] == [f"#{100 + i}" for i in range(12)] + [
         f"#{i}" for i in range(8)]
     assert [row[3] for row in inputs.rows] == ["slower"] * 12 + ["noise"] * 8
     assert inputs.rows[0][1] == "+30.0% [+20.0%, +40.0%]" and more == ""
-    _, inputs, more, _ = rl.slowdown_tables(report._replace(slowdowns=found), str, 10)
+    _, inputs, more, _ = slowdown_tables(report._replace(slowdowns=found), str, 10)
     assert [row[3] for row in inputs.rows] == ["slower"] * 10
     assert more.startswith("2 more called slower: #110, #111")
 
@@ -766,18 +773,18 @@ def test_slower_inputs_lead_with_those_called_slower_then_the_largest_noise(tmp_
 def test_page_axes_follow_the_data(tmp_path):
     # the latency distribution starts at the fastest routed request (an expected rejection
     # answered in 0.1 ms is not drawn), and a pass at 50-70 ms fills its plot
-    requests = tuple(rl.Request(i, None, 50.0 + 20 * i / 99, 200, "d", None) for i in range(100))
-    rejected = (rl.Request(100, None, 0.1, 400, None, None, outcome="expected_rejection"),)
-    summary = rl.pass_summary(requests, 1.0)
-    attempt = rl.Attempt(None, None, "2026-01-01T00:00:00Z", 1.0, {}, None, {}, summary,
+    requests = tuple(Request(i, None, 50.0 + 20 * i / 99, 200, "d", None) for i in range(100))
+    rejected = (Request(100, None, 0.1, 400, None, None, outcome="expected_rejection"),)
+    summary = pass_summary(requests, 1.0)
+    attempt = Attempt(None, None, "2026-01-01T00:00:00Z", 1.0, {}, None, {}, summary,
                          requests + rejected)
-    run = rl.RunFile("x", True, {"path": "c.json", "sha256": "a" * 64, "count": 101},
-                     (rl.PassRecord("sequential", 1, False, False, attempt),))
-    (view,) = rl.pass_latencies({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", [1])[:1]
+    run = RunFile("x", True, {"path": "c.json", "sha256": "a" * 64, "count": 101},
+                     (PassRecord("sequential", 1, False, False, attempt),))
+    (view,) = pass_latencies({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", [1])[:1]
     assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
-    svg = rl.line_plot([rl.Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
-                                  False, "r1")], "t", rl.PlotScale("x", log=True),
-                       rl.PlotScale("y"))
+    svg = line_plot([Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
+                                  False, "r1")], "t", PlotScale("x", log=True),
+                       PlotScale("y"))
     xs = [float(p.split(",")[0]) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
     assert max(xs) - min(xs) > 0.8 * (560 - 14 - 58)  # the line fills the plot's width
 
@@ -793,8 +800,8 @@ def test_page_axes_follow_the_data(tmp_path):
 def test_forest_ticks_cover_every_point(points):
     low, high = min(points), max(points)
     tolerance = math.log(1.05)
-    axis = rl.forest_axis(points + [tolerance, -tolerance], 16, 544)
-    ticks = [math.log1p(t / 100) for t in rl.forest_ticks(axis, (low, high))]
+    axis = forest_axis(points + [tolerance, -tolerance], 16, 544)
+    ticks = [math.log1p(t / 100) for t in forest_ticks(axis, (low, high))]
     assert min(ticks) <= low and max(ticks) >= high, (ticks, points)
     assert 0.0 in ticks
     pixels = [axis.at(t) for t in ticks]

@@ -13,10 +13,19 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
+from router_latency.constants import DEFAULT_DECISION_PATHS
+from router_latency.words import CONTROL_CHARS
+from router_latency.files import MAX_INPUT_BYTES, write_output
+from router_latency.corpus import load_corpus, MAX_CORPUS_BYTES
+from router_latency.runfile import load_run
+from router_latency.wire import classify, error_code, RequestFailed, ResponseReader
+from router_latency.captures import parse_nvidia_smi
+from router_latency.cli import console_main, main
 import router_latency as rl
 from conftest import (TOOL, TOOL_PYC, assert_one_line_error, final_answer, make_run,
                       three_rounds, write_corpus)
@@ -28,7 +37,7 @@ GO_SERVER = Path(__file__).resolve().parent / "data" / "go-chunked"
 
 def feed_pieces(data, pieces=None):
     """Feed a reader data whole, or in pieces of that many bytes; return it once complete."""
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     size = pieces or len(data)
     for start in range(0, len(data), size):
         if reader.feed(data[start:start + size]):
@@ -43,7 +52,7 @@ def answer_with_head(head_lines, body=OK, status=b"200 OK"):
 
 def refused(data, pieces=None):
     """Feed data whole (or in pieces of that size); return the RequestFailed it raised."""
-    with pytest.raises(rl.RequestFailed) as failure:
+    with pytest.raises(RequestFailed) as failure:
         feed_pieces(data, pieces)
     return failure.value
 
@@ -113,15 +122,15 @@ def test_chunk_extensions_and_whitespace_before_them_are_read(line):
     b'{"decision_result": {"decision_name": "x", "d": ' + b"[" * 65 + b"]" * 65 + b"}}",
 ])
 def test_an_answer_nested_too_deep_is_malformed(body):
-    with pytest.raises(rl.RequestFailed) as failure:
-        rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)
+    with pytest.raises(RequestFailed) as failure:
+        classify(200, body, DEFAULT_DECISION_PATHS)
     assert failure.value.kind == "malformed" and "nested deeper than 64" in failure.value.detail
-    assert rl.error_code(body) is None  # a failed answer's code: none, not an exception
+    assert error_code(body) is None  # a failed answer's code: none, not an exception
 
 
 def test_an_answer_as_deep_as_the_limit_is_read():
     body = b'{"decision_result": {"decision_name": "x", "d": ' + b"[" * 62 + b"]" * 62 + b"}}"
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS) == ("x", None, None)
+    assert classify(200, body, DEFAULT_DECISION_PATHS) == ("x", None, None)
 
 
 # --- the pass goes on: each malformed answer is that request's failure ---
@@ -165,19 +174,17 @@ def test_malformed_answers_are_failed_requests_and_the_pass_goes_on(scripted, tm
     assert f"errors in Sequential: malformed {len(BAD_ANSWERS)}" in result.out
     assert re.search(r"^malformed answers in Sequential: .+ \(1\) and 5 other reasons$",
                      result.out, re.M)
-    assert rl.load_run(str(out)).passes[0].requests[1].reason  # the reader takes it back
+    assert load_run(str(out)).passes[0].requests[1].reason  # the reader takes it back
 
 
 def test_any_exception_while_classifying_is_that_requests_failure(scripted, tmp_path, cli,
                                                                   monkeypatch):
-    real = rl.classify
-
-    def classify(status, body, paths, **options):
+    def failing_classify(status, body, paths, **options):
         if b"boom" in body:
             raise ZeroDivisionError("a reader nobody foresaw")
-        return real(status, body, paths, **options)
+        return classify(status, body, paths, **options)
 
-    monkeypatch.setattr(rl, "classify", classify)
+    monkeypatch.setattr("router_latency.measuring.classify", failing_classify)
     server = scripted(lambda prompt, _: [final_answer(
         b'{"decision_result": {"decision_name": "%s"}}' % prompt.encode())])
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "boom", "c"])
@@ -209,7 +216,7 @@ def test_a_reload_during_the_warm_up_is_recorded_and_warned(scripted, tmp_path, 
     document = json.loads(out.read_text())
     assert document["warmup"]["config_hashes"] == [HASH_A, HASH_B]
     assert "configuration changed during the run" in result.err
-    assert rl.load_run(str(out)).config_hashes == (HASH_A, HASH_B)
+    assert load_run(str(out)).config_hashes == (HASH_A, HASH_B)
 
 
 # --- input files ---
@@ -302,13 +309,13 @@ def test_a_corpus_with_a_key_twice_is_refused(tmp_path, cli):
 def test_an_input_above_its_size_is_refused_before_reading(tmp_path, cli):
     corpus = tmp_path / "huge.json"
     with open(corpus, "wb") as handle:  # sparse: no disk and no memory used
-        handle.truncate(rl.MAX_CORPUS_BYTES + 1)
+        handle.truncate(MAX_CORPUS_BYTES + 1)
     result = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
                  tmp_path / "r.json", "--label", "x", "--check")
     assert_one_line_error(result, "larger than the 256 MiB this tool reads", str(corpus))
     run = tmp_path / "huge-run.json"
     with open(run, "wb") as handle:
-        handle.truncate(rl.MAX_INPUT_BYTES + 1)
+        handle.truncate(MAX_INPUT_BYTES + 1)
     assert_one_line_error(cli("compare", run, run), "larger than the 512 MiB", str(run))
 
 
@@ -424,11 +431,11 @@ def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     written = tmp_path / ("out.xml" if command == "rounds" else "out.json")
     if command == "corpus":  # one file, written whole before the signal took effect
-        assert rl.load_corpus(str(written)).prompts
+        assert load_corpus(str(written)).prompts
         return
     assert written.exists()  # the signal waited for the rename: the file is whole
     if command == "rounds":
-        rl.ElementTree.parse(written)
+        ElementTree.parse(written)
     else:
         json.loads(written.read_text())
     later = tmp_path / ("out.html" if command == "rounds" else "out.md")
@@ -520,14 +527,14 @@ def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatc
                  "markdown", "--per-round")
     for text in (result.out, summary.read_text()):
         for line in text.splitlines():
-            assert not rl.CONTROL_CHARS.search(line), repr(line)
+            assert not CONTROL_CHARS.search(line), repr(line)
             if line.startswith("|"):
                 assert line.endswith("|"), repr(line)
         assert "@octocat" not in text and "#123" not in text
         assert "@&#8203;octocat" in text and "#&#8203;123" in text
         assert "esc\\u001b[31mred" in text or "esc\\\\u001b\\[31mred" in text
     plain = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--per-round")
-    assert not rl.CONTROL_CHARS.search(plain.out.replace("\n", ""))
+    assert not CONTROL_CHARS.search(plain.out.replace("\n", ""))
     as_json = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
                   "json")
     json.loads(as_json.out)  # still JSON, with the decision as the router sent it
@@ -681,7 +688,7 @@ def test_error_codes_and_decisions_quoting_a_secret_are_scrubbed(scripted, tmp_p
     requests = json.loads(out.read_text())["passes"][0]["requests"]
     assert [r.get("code") for r in requests[1:3]] == ["BAD_hidden", "hidden"]
     assert requests[3]["decision"] == "d-[hidden]"
-    assert rl.load_run(str(out)).passes[0].requests[1].code == "BAD_hidden"  # read back
+    assert load_run(str(out)).passes[0].requests[1].code == "BAD_hidden"  # read back
 
 
 @pytest.mark.parametrize("load", ["inf", "nan", "-5", "1e308", "9" * 400])
@@ -694,7 +701,7 @@ def test_a_load_the_reader_would_refuse_is_no_load_and_the_run_is_kept(simulator
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                  "--concurrency", "1", "--warmup", "0", "--loadavg-file", tmp_path / "loadavg")
     assert result.code == 0 and "Traceback" not in result.err, result.err  # inf: a traceback
-    assert rl.load_run(str(out)).passes[0].attempt.load["start"] is None  # -5: unreadable
+    assert load_run(str(out)).passes[0].attempt.load["start"] is None  # -5: unreadable
 
 
 @pytest.mark.parametrize("cell,field", [
@@ -706,13 +713,13 @@ def test_a_gpu_figure_the_reader_would_refuse_is_no_figure(tmp_path, cell, field
            "util_pct": "3 %", "used_mib": "1024 MiB"}
     row[field] = cell
     columns = ["temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib"]
-    reading = rl.parse_nvidia_smi("0, " + ", ".join(row[c] for c in columns) + "\n")
+    reading = parse_nvidia_smi("0, " + ", ".join(row[c] for c in columns) + "\n")
     device = reading.devices["gpu0"]
     assert device[field] is None  # today inf (a traceback at the write, the run lost) or
     assert device["temp_c" if field != "temp_c" else "util_pct"] is not None  # a refused file
     make_run(tmp_path / "r.json", environment={"gpu": {"tool": "nvidia-smi", "before": reading.to_json(),
                                                         "after": reading.to_json()}})
-    rl.load_run(str(tmp_path / "r.json"))
+    load_run(str(tmp_path / "r.json"))
 
 
 @pytest.mark.parametrize("value", ["a\x00b", "a\x01b", "esc\x1b[2J", "del\x7f", "bell\x07"])
@@ -742,7 +749,7 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
                  "--html", page)
     assert result.code in (0, 1, 3), result.err
     html = page.read_text()
-    assert not rl.CONTROL_CHARS.search(html.replace("\n", "")), "a raw control in the page"
+    assert not CONTROL_CHARS.search(html.replace("\n", "")), "a raw control in the page"
     for line in html.splitlines():  # a cell is one line: no row continues on the next
         assert line.count("<td") == line.count("</td>"), repr(line)
     record = tmp_path / "record.md"
@@ -750,7 +757,7 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
                  "--markdown", record)
     assert result.code in (0, 1, 3), result.err
     text = record.read_text()
-    assert not rl.CONTROL_CHARS.search(text.replace("\n", ""))
+    assert not CONTROL_CHARS.search(text.replace("\n", ""))
     assert "``" in text and "\\u001b[31m" in text  # a code span with the backticks inside
 
 
@@ -832,7 +839,7 @@ def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
              "        time.sleep(0.005)\n"
              "    print('returned', flush=True)\n"
              "    time.sleep(1.0)\n"
-             "def main(argv=None):\n"
+             "def main(argv=None, program=False):\n"
              "    threading.Thread(target=joined).start()\n"
              "    return 3\n"
              "rl.main = main\n"

@@ -7,10 +7,19 @@ from pathlib import Path
 
 import pytest
 
-import router_latency as rl
+from router_latency.constants import DEFAULT_DECISION_PATHS, EXPECTED_HASH_HEADER, PREVIEW_PATH
+from router_latency.corpus import load_corpus
+from router_latency.runfile import (Attempt, content_slow_windows, load_run, pass_name,
+                                    pass_summary, PassRecord, phase_windows, Request,
+                                    result_cache_finding, slow_windows, Thresholds,
+                                    timing_cache_test)
+from router_latency.wire import classify
+from router_latency.captures import parse_prometheus
+from router_latency.measuring import slow_phase_warnings
+from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers
 from conftest import final_answer, write_corpus
 
-PATHS = rl.DEFAULT_DECISION_PATHS
+PATHS = DEFAULT_DECISION_PATHS
 HASH = "c" * 64
 
 
@@ -25,7 +34,7 @@ HASH = "c" * 64
     (b'{"decision_result":{"decision_name":"math"},"routing_decision":"math"}', "math"),
 ])
 def test_an_answer_with_no_decision_matched_is_routed(body, decision):
-    assert rl.classify(200, body, PATHS) == (decision, None, None)
+    assert classify(200, body, PATHS) == (decision, None, None)
 
 
 @pytest.mark.parametrize("body", [
@@ -36,7 +45,7 @@ def test_an_answer_with_no_decision_matched_is_routed(body, decision):
     b'{"decision_result":{}}',  # no decision_name at all
 ])
 def test_an_answer_without_a_decision_result_is_no_decision(body):
-    assert rl.classify(200, body, PATHS)[:2] == (None, "no_decision")
+    assert classify(200, body, PATHS)[:2] == (None, "no_decision")
 
 
 def default_route_server(scripted, unmatched):
@@ -129,7 +138,7 @@ def test_wait_ready_asks_the_routers_ready_first(scripted, tmp_path, cli):
             "--label", "x", "-c", "1", "--warmup", "0", "--quiet"]
     result = cli(*args)
     assert result.code == 2 and result.err == (
-        f"router-latency: error: router at {router.url}{rl.PREVIEW_PATH} is not ready: it "
+        f"router-latency: error: router at {router.url}{PREVIEW_PATH} is not ready: it "
         f"answered HTTP 503 Service Unavailable to /ready; --wait-ready SECONDS waits for a "
         f"starting router (--url)\n")
     assert asked == ["ready"]
@@ -339,7 +348,7 @@ def raw_answer(url, body):
     port = int(url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-                     % (rl.PREVIEW_PATH.encode(), len(body), body))
+                     % (PREVIEW_PATH.encode(), len(body), body))
         data = b""
         while not data.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
             data += chunk  # a chunked answer ends so (a test of one that is not would hang)
@@ -352,14 +361,14 @@ ASK = json.dumps({"model": "MoM", "messages": [{"role": "user", "content": "hell
 
 def test_the_simulators_answer_has_the_routers_shape_and_framing(simulator, double):
     router, reference = simulator(delay_ms=0), double()
-    status, headers, body = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
-    _, reference_headers, reference_body = exchange(reference.url, "POST", rl.PREVIEW_PATH,
+    status, headers, body = exchange(router.url, "POST", PREVIEW_PATH, ASK)
+    _, reference_headers, reference_body = exchange(reference.url, "POST", PREVIEW_PATH,
                                                     ASK)
     answer, expected = json.loads(body), json.loads(reference_body)
     assert status == 200 and body.endswith(b"\n") and len(body) > 2048
     # the same fields as the router's EvalResponse, in its order
     assert list(answer) == list(expected)
-    assert set(answer["metrics"]) == set(expected["metrics"]) == set(rl.SIGNAL_NAMES)
+    assert set(answer["metrics"]) == set(expected["metrics"]) == set(SIGNAL_NAMES)
     assert all(set(m) == {"execution_time_ms", "confidence"} for m in answer["metrics"].values())
     assert set(answer["decision_result"]) == set(expected["decision_result"])
     assert answer["config_hash"] == headers["x-vsr-config-hash"] == router.config_hash
@@ -371,17 +380,17 @@ def test_the_simulators_answer_has_the_routers_shape_and_framing(simulator, doub
 
 
 @pytest.mark.parametrize("method, path, body, status, code", [
-    ("GET", rl.PREVIEW_PATH, b"", 405, None),
-    ("PUT", rl.PREVIEW_PATH, ASK, 405, None),
+    ("GET", PREVIEW_PATH, b"", 405, None),
+    ("PUT", PREVIEW_PATH, ASK, 405, None),
     ("POST", "/api/v1/eval", ASK, 404, None),
-    ("POST", rl.PREVIEW_PATH, b'{"model": "MoM", "text": "hi", "stream": true}', 400,
+    ("POST", PREVIEW_PATH, b'{"model": "MoM", "text": "hi", "stream": true}', 400,
      "INVALID_INPUT"),
-    ("POST", rl.PREVIEW_PATH, b'{"messages": [{"role": "user", "content": "hi", "x": 1}]}', 400,
+    ("POST", PREVIEW_PATH, b'{"messages": [{"role": "user", "content": "hi", "x": 1}]}', 400,
      "INVALID_INPUT"),
-    ("POST", rl.PREVIEW_PATH, b'{"model": "MoM", "text": ""}', 400, "INVALID_INPUT"),
-    ("POST", rl.PREVIEW_PATH, b'{"messages": []}', 400, "INVALID_INPUT"),
-    ("POST", rl.PREVIEW_PATH, b'[1]', 400, "INVALID_INPUT"),
-    ("POST", rl.PREVIEW_PATH, b'{"model": "auto", "text": "hi"}', 400, "INVALID_ROUTING_MODEL"),
+    ("POST", PREVIEW_PATH, b'{"model": "MoM", "text": ""}', 400, "INVALID_INPUT"),
+    ("POST", PREVIEW_PATH, b'{"messages": []}', 400, "INVALID_INPUT"),
+    ("POST", PREVIEW_PATH, b'[1]', 400, "INVALID_INPUT"),
+    ("POST", PREVIEW_PATH, b'{"model": "auto", "text": "hi"}', 400, "INVALID_ROUTING_MODEL"),
 ])
 def test_the_simulator_refuses_as_the_router_does(simulator, double, method, path, body,
                                                   status, code):
@@ -396,7 +405,7 @@ def test_the_simulator_refuses_as_the_router_does(simulator, double, method, pat
 @pytest.mark.parametrize("text", [" ", " \t\n ", "\u3000"])
 def test_whitespace_is_routed(simulator, double, text):
     for server in (simulator(delay_ms=0), double()):
-        status, _, answer = exchange(server.url, "POST", rl.PREVIEW_PATH, json.dumps(
+        status, _, answer = exchange(server.url, "POST", PREVIEW_PATH, json.dumps(
             {"messages": [{"role": "user", "content": text}]}).encode())
         assert status == 200 and json.loads(answer)["original_text"] == text
 
@@ -404,31 +413,31 @@ def test_whitespace_is_routed(simulator, double, text):
 def test_a_body_over_10_mib_is_refused_with_413(simulator, double):
     big = json.dumps({"text": "x" * (10 * 1024 * 1024)}).encode()
     for server in (simulator(delay_ms=0), double()):
-        status, headers, answer = exchange(server.url, "POST", rl.PREVIEW_PATH, big)
+        status, headers, answer = exchange(server.url, "POST", PREVIEW_PATH, big)
         assert status == 413 and json.loads(answer)["error"]["code"] == "REQUEST_BODY_TOO_LARGE"
         assert "x-vsr-config-hash" not in headers
 
 
 def test_trace_request_id_and_the_expected_config_hash(simulator):
     router = simulator(delay_ms=0)
-    _, headers, body = exchange(router.url, "POST", rl.PREVIEW_PATH + "?trace=true", ASK,
+    _, headers, body = exchange(router.url, "POST", PREVIEW_PATH + "?trace=true", ASK,
                                 {"X-Request-Id": "req-42"})
     assert headers["x-request-id"] == "req-42" and "eval_trace" in json.loads(body)
-    _, headers, body = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+    _, headers, body = exchange(router.url, "POST", PREVIEW_PATH, ASK)
     assert "eval_trace" not in json.loads(body) and len(headers["x-request-id"]) == 32
     for expected, status in ((router.config_hash, 200), ("a" * 64, 412), ("A" * 64, 400),
                              ("short", 400)):
-        got, headers, _ = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK,
-                                   {rl.EXPECTED_HASH_HEADER: expected})
+        got, headers, _ = exchange(router.url, "POST", PREVIEW_PATH, ASK,
+                                   {EXPECTED_HASH_HEADER: expected})
         assert got == status and ("x-vsr-config-hash" in headers) == (status == 200)
 
 
 @pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 1.0])
 def test_a_share_of_prompts_matches_no_decision(simulator, share):
-    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(no_decision_share=share))
+    router = simulator(delay_ms=0, answers=SimulatedAnswers(no_decision_share=share))
     names = []
     for i in range(200):
-        _, _, body = exchange(router.url, "POST", rl.PREVIEW_PATH,
+        _, _, body = exchange(router.url, "POST", PREVIEW_PATH,
                               json.dumps({"text": f"prompt {i}"}).encode())
         answer = json.loads(body)
         names.append(answer["decision_result"]["decision_name"])
@@ -438,9 +447,9 @@ def test_a_share_of_prompts_matches_no_decision(simulator, share):
 
 
 def test_the_simulator_starts_up_and_keeps_its_metrics_on_their_own_port(simulator):
-    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(startup_s=0.5, cache_entries=8))
+    router = simulator(delay_ms=0, answers=SimulatedAnswers(startup_s=0.5, cache_entries=8))
     assert exchange(router.url, "GET", "/ready")[0] == 503
-    _, _, body = exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+    _, _, body = exchange(router.url, "POST", PREVIEW_PATH, ASK)
     assert "decision_result" not in json.loads(body)  # classifiers not loaded
     deadline = time.monotonic() + 10
     while exchange(router.url, "GET", "/ready")[0] != 200 and time.monotonic() < deadline:
@@ -448,9 +457,9 @@ def test_the_simulator_starts_up_and_keeps_its_metrics_on_their_own_port(simulat
     assert exchange(router.url, "GET", "/ready")[0] == 200
     assert exchange(router.url, "GET", "/metrics")[0] == 404  # not on the API's port
     for _ in range(3):
-        exchange(router.url, "POST", rl.PREVIEW_PATH, ASK)
+        exchange(router.url, "POST", PREVIEW_PATH, ASK)
     metrics = urlopen_text(router.metrics_url)
-    samples = rl.parse_prometheus(metrics)
+    samples = parse_prometheus(metrics)
     assert samples['vsr_model_runtime_result_cache_total{deployment="simulated",result="hit"}'] \
         == 3.0  # the loading answer was counted as a miss
     assert "vsr_model_runtime_restarts_total" in metrics
@@ -465,14 +474,14 @@ def urlopen_text(url):
 
 
 def test_a_cache_answers_a_repeated_prompt_without_its_delay(simulator):
-    plain = simulator(delay_ms=5, answers=rl.SimulatedAnswers(per_kb_ms=4))
-    cached = simulator(delay_ms=5, answers=rl.SimulatedAnswers(cache_entries=2, per_kb_ms=4))
+    plain = simulator(delay_ms=5, answers=SimulatedAnswers(per_kb_ms=4))
+    cached = simulator(delay_ms=5, answers=SimulatedAnswers(cache_entries=2, per_kb_ms=4))
     with plain.lock, cached.lock:
         # the time each would take, without sleeping it: longer prompts take longer
         assert [round(plain._pause("x" * n), 4) for n in (0, 1024, 4096)] == [0.005, 0.009,
                                                                              0.021]
         assert round(cached._pause("a"), 4) == 0.005  # a miss
-        assert cached._pause("a") == rl.CACHE_HIT_MS / 1000  # a hit
+        assert cached._pause("a") == CACHE_HIT_MS / 1000  # a hit
         cached._pause("b"), cached._pause("c")  # "a" leaves the two-entry cache
         assert round(cached._pause("a"), 4) == 0.005
 
@@ -486,7 +495,7 @@ def vllm_sr():
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
                                    ["--sampling-seed", "7"]])
 def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra):
-    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(no_decision_share=0.5))
+    router = simulator(delay_ms=0, answers=SimulatedAnswers(no_decision_share=0.5))
     for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
                 ["--messages", '[{"role": "user", "content": " "}]']):
         done = subprocess.run([vllm_sr(), "route", "preview", "--endpoint", router.url, *ask,
@@ -502,11 +511,11 @@ def passes_of(*latencies_per_pass, errors=()):
     """PassRecords whose request i has latencies_per_pass[k][i] in pass k."""
     records = []
     for k, latencies in enumerate(latencies_per_pass):
-        requests = tuple(rl.Request(i, float(i), value, 200, "d", "timeout" if i in errors
+        requests = tuple(Request(i, float(i), value, 200, "d", "timeout" if i in errors
                                     else None) for i, value in enumerate(latencies))
-        attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, 1.0),
+        attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, 1.0),
                              requests)
-        records.append(rl.PassRecord(rl.pass_name(4 ** k), 4 ** k, False, False, attempt))
+        records.append(PassRecord(pass_name(4 ** k), 4 ** k, False, False, attempt))
     return records
 
 
@@ -520,15 +529,15 @@ def passes_of(*latencies_per_pass, errors=()):
 ])
 def test_the_timing_test_calls_a_cache_when_most_prompts_answer_in_under_half(first, later,
                                                                               detected):
-    found = rl.timing_cache_test(passes_of(first, later))
+    found = timing_cache_test(passes_of(first, later))
     assert found["detected"] is detected and found["compared"] == 30
 
 
 def test_the_timing_test_needs_prompts_sent_twice():
-    assert rl.timing_cache_test(passes_of([20.0] * 30)) is None  # one pass, no repeat
-    assert rl.timing_cache_test(passes_of([20.0] * 9, [1.0] * 9)) is None  # too few
+    assert timing_cache_test(passes_of([20.0] * 30)) is None  # one pass, no repeat
+    assert timing_cache_test(passes_of([20.0] * 9, [1.0] * 9)) is None  # too few
     # failed answers are not compared
-    assert rl.timing_cache_test(passes_of([20.0] * 12, [1.0] * 12, errors=(0, 1, 2))) is None
+    assert timing_cache_test(passes_of([20.0] * 12, [1.0] * 12, errors=(0, 1, 2))) is None
 
 
 @pytest.mark.parametrize("deltas, hits", [
@@ -541,12 +550,12 @@ def test_the_routers_cache_counters_are_read(deltas, hits):
     records = passes_of([20.0] * 3)
     records = [r._replace(attempt=r.attempt._replace(environment={"metrics": {"deltas": deltas}}))
                for r in records]
-    found = rl.result_cache_finding(records)
+    found = result_cache_finding(records)
     assert found["metrics"]["hits"] == hits and found["detected"] is (hits > 0)
 
 
 def test_a_run_answered_by_a_cache_says_so_and_records_it(simulator, tmp_path, cli):
-    router = simulator(delay_ms=0, answers=rl.SimulatedAnswers(cache_entries=100))
+    router = simulator(delay_ms=0, answers=SimulatedAnswers(cache_entries=100))
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(12)])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
@@ -629,38 +638,38 @@ def length_passes(lengths, slow=None, size=10):
             latency = (2.0 + length / 100) * (1 + 0.3 * k)
             if slow and slow[0] == k and i // size == slow[1]:
                 latency *= slow[2]
-            requests.append(rl.Request(i, round(start, 4), latency, 200, "d", None))
+            requests.append(Request(i, round(start, 4), latency, 200, "d", None))
             start += latency
         requests = tuple(requests)
-        attempt = rl.Attempt(None, None, "", None, {}, None, {},
-                             rl.pass_summary(requests, start / 1000), requests,
-                             windows=rl.phase_windows(requests, size))
-        passes.append(rl.PassRecord(rl.pass_name(4 ** k), 4 ** k, False, False, attempt))
+        attempt = Attempt(None, None, "", None, {}, None, {},
+                             pass_summary(requests, start / 1000), requests,
+                             windows=phase_windows(requests, size))
+        passes.append(PassRecord(pass_name(4 ** k), 4 ** k, False, False, attempt))
     return passes
 
 
 # the corpus's order: short prompts, then the boundary cases, long ones last
 LENGTHS = [40 + (i * 37) % 200 for i in range(110)] + [2500, 54612, 9000, 3000, 5000, 2600,
                                                        8000, 4000, 2500, 7000]
-THRESHOLDS = rl.Thresholds(10, 2.0, 0.5, 1.0)
+THRESHOLDS = Thresholds(10, 2.0, 0.5, 1.0)
 
 
 def test_long_prompts_at_the_end_are_no_slow_phase():
     passes = length_passes(LENGTHS)
     for item in passes:
         last = len(item.attempt.windows) - 1
-        assert last in rl.slow_windows(item.attempt.windows, THRESHOLDS)  # the pass alone
-        assert rl.content_slow_windows(item, passes, THRESHOLDS) == ()
-    assert rl.slow_phase_warnings(passes, THRESHOLDS) == []
+        assert last in slow_windows(item.attempt.windows, THRESHOLDS)  # the pass alone
+        assert content_slow_windows(item, passes, THRESHOLDS) == ()
+    assert slow_phase_warnings(passes, THRESHOLDS) == []
 
 
 @pytest.mark.parametrize("slow", [(0, 3, 4.0), (1, 0, 3.0), (2, 6, 5.0), (1, 11, 4.0)])
 def test_a_window_that_slowed_down_is_a_slow_phase(slow):
     passes = length_passes(LENGTHS, slow)
     pass_index, window, _ = slow
-    found = rl.content_slow_windows(passes[pass_index], passes, THRESHOLDS)
+    found = content_slow_windows(passes[pass_index], passes, THRESHOLDS)
     assert window in found
-    others = [rl.content_slow_windows(p, passes, THRESHOLDS) for i, p in enumerate(passes)
+    others = [content_slow_windows(p, passes, THRESHOLDS) for i, p in enumerate(passes)
               if i != pass_index]
     assert others == [(), ()]
 
@@ -669,17 +678,17 @@ def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, 
                                                                      cli):
     # short prompts take 15 ms, long enough that a burst of load on the machine does not
     # double a window of them (at 3 ms, one did: a slow phase, rightly flagged)
-    router = simulator(delay_ms=15, answers=rl.SimulatedAnswers(per_kb_ms=15))
+    router = simulator(delay_ms=15, answers=SimulatedAnswers(per_kb_ms=15))
     texts = [f"prompt {i} " + "w" * (i % 50) for i in range(60)] + ["x" * 6000] * 6
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
                  "-c", "1", "4", "--warmup", "0", "--window", "10", "--quiet")
     assert result.code == 0
-    run = rl.load_run(str(out))
+    run = load_run(str(out))
     for item in run.passes:
         last = len(item.attempt.windows) - 1
-        assert last in rl.slow_windows(item.attempt.windows, run.thresholds)  # by the pass
+        assert last in slow_windows(item.attempt.windows, run.thresholds)  # by the pass
         assert last not in run.slow_windows(item)  # by its prompts elsewhere
 
 
@@ -727,7 +736,7 @@ def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double
          {"messages": [{"role": "user", "content": "Summarise this."}]}]))
     corpus = tmp_path / "corpus.json"
     assert cli("corpus", "--repo", repo, "--out", corpus).code == 0
-    texts = [p.text for p in rl.load_corpus(str(corpus)).prompts]
+    texts = [p.text for p in load_corpus(str(corpus)).prompts]
     router = double(startup_s=0.3, loaded_after=2, unmatched={texts[1]})
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",

@@ -7,17 +7,24 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import router_latency as rl
+from router_latency.constants import MAX_REASON_CHARS, ROUTER_MAX_CONCURRENCY
+from router_latency.words import failure_text
+from router_latency.files import write_atomic
+from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run,
+                                    ERROR_KINDS, Floor, GpuReading, HostSettings, Ladder, load_run,
+                                    pass_summary, PassRecord, phase_windows, PhaseWindow, Request,
+                                    REQUEST_OUTCOMES, result_cache_finding, RouterCpu, RunFile,
+                                    RunSettings, slow_windows, Thresholds, Warmup)
 from conftest import BAD_FILES, assert_one_line_error, bad_file, make_run
 
 TEXT = st.text(min_size=0, max_size=20)
 REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
-                    st.one_of(st.none(), st.sampled_from(rl.ERROR_KINDS)),
+                    st.one_of(st.none(), st.sampled_from(ERROR_KINDS)),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
                     st.floats(min_value=0, max_value=50, allow_nan=False),
                     st.sampled_from([None, "OVERLOADED", "INVALID_INPUT", "decision_error"]),
-                    st.sampled_from([None, *rl.REQUEST_OUTCOMES]), st.booleans(),
-                    st.one_of(st.none(), st.text(min_size=1, max_size=rl.MAX_REASON_CHARS)),
+                    st.sampled_from([None, *REQUEST_OUTCOMES]), st.booleans(),
+                    st.one_of(st.none(), st.text(min_size=1, max_size=MAX_REASON_CHARS)),
                     st.lists(st.one_of(st.none(), st.floats(min_value=0, max_value=1e4,
                                                             allow_nan=False)), max_size=3))
 SIGNALS = ("domain", "pii", "jailbreak")
@@ -32,7 +39,7 @@ def request_of(i, latency, error, decision, start, code, outcome, open_loop, cou
     if error is not None:
         outcome = None
     rejected = outcome == "expected_rejection"
-    return rl.Request(i % count, round(start, 4), round(latency, 4),
+    return Request(i % count, round(start, 4), round(latency, 4),
                       500 if error else 400 if rejected else 200,
                       None if error or rejected else decision, error,
                       round(latency, 4) if open_loop else None, 0.0 if open_loop else None,
@@ -49,34 +56,34 @@ def run_of(requests, wall_s, *, open_loop, discarded_pass, hashes=(), repeated=F
                     for i, fields in enumerate(requests))
     gpu_state = {"temp_c": 44.0, "temp_sensor": "junction", "sclk_mhz": 800.0,
                  "mclk_mhz": 1600.0, "power_w": None, "util_pct": 0.0, "used_mib": 5.0}
-    attempt = rl.Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
+    attempt = Attempt(100.0 if open_loop else None, "poisson" if open_loop else None,
                          "2026-01-01T00:00:00Z", 1.5, {"start": 0.5, "end": 0.7, "min": 0.5,
                                                        "max": 0.7, "samples": 2},
                          0.01, {"router_cpus": "0-3", "gpu": {
                              "tool": "rocm-smi", "after": {"error": "x"},
                              "before": {"used_mib": {"c0": 5.0}, "devices": {"c0": gpu_state},
                                         "note": "rocm-smi exited 2"}}},
-                         rl.pass_summary(records, wall_s), records, tuple(hashes),
-                         rl.RouterCpu(0.05, round(50 / len(records), 4), "0-3", 0.31, 0.52,
+                         pass_summary(records, wall_s), records, tuple(hashes),
+                         RouterCpu(0.05, round(50 / len(records), 4), "0-3", 0.31, 0.52,
                                       0.5, ("CPUs 3 not in /proc/stat",)),
-                         rl.phase_windows(records, 7))
-    passes = [rl.PassRecord("r100" if open_loop else "sequential", 64 if open_loop else 1,
+                         phase_windows(records, 7))
+    passes = [PassRecord("r100" if open_loop else "sequential", 64 if open_loop else 1,
                             False, False, attempt, (attempt,))]
     if discarded_pass:
-        passes.append(rl.PassRecord("c4", 4, True, False,
+        passes.append(PassRecord("c4", 4, True, False,
                                     attempt._replace(rate=None, arrival=None, summary=None,
                                                      requests=()), (attempt._replace(
                                                          rate=None, arrival=None),)))
-    return rl.RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": count},
+    return RunFile("x", True, {"path": "c.json", "sha256": "0" * 64, "count": count},
                       tuple(passes), started_utc="2026-01-01T00:00:00Z", started_unix=1.0,
                       header_names=("X-Key",),
-                      settings=rl.RunSettings(max_load=120.0,
-                                               thresholds=rl.Thresholds(7, 3.0, 0.25, 0.5)),
-                      floor=rl.Floor(spread_ms=0.02),
-                      warmup=rl.Warmup(0, config_hashes=tuple(hashes)),
-                      host_settings=rl.HostSettings("x", "6.8", driver=rl.CpuSettings(
+                      settings=RunSettings(max_load=120.0,
+                                               thresholds=Thresholds(7, 3.0, 0.25, 0.5)),
+                      floor=Floor(spread_ms=0.02),
+                      warmup=Warmup(0, config_hashes=tuple(hashes)),
+                      host_settings=HostSettings("x", "6.8", driver=CpuSettings(
                           "0-1", {"performance": "0-1"}, {})),
-                      result_cache=rl.result_cache_finding(passes),
+                      result_cache=result_cache_finding(passes),
                       signal_names=SIGNALS if any(r.signal_ms for r in records) else ())
 
 
@@ -87,11 +94,11 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
                                             discarded_pass, hashes, repeated):
     run = run_of(requests, wall_s, open_loop=open_loop, discarded_pass=discarded_pass,
                  hashes=hashes, repeated=repeated)
-    written = b"".join(rl.dump_run(run))
+    written = b"".join(dump_run(run))
     path = tmp_path_factory.mktemp("run") / "run.json"
     path.write_bytes(written)
-    loaded = rl.load_run(str(path))
-    assert b"".join(rl.dump_run(loaded)) == written
+    loaded = load_run(str(path))
+    assert b"".join(dump_run(loaded)) == written
     assert loaded._replace(path="") == run
     first_record = json.loads(written)["passes"][0]["requests"][0]
     assert first_record["id"] == 0
@@ -110,7 +117,7 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert first.decisions == answered
     assert (b'"rep": ' in written) == (repeated and len(requests) > 1)
     assert loaded.config_hashes == tuple(hashes)
-    assert loaded.thresholds == rl.Thresholds(7, 3.0, 0.25, 0.5)
+    assert loaded.thresholds == Thresholds(7, 3.0, 0.25, 0.5)
     assert first.attempt.windows and first.attempt.router_cpu.foreign_vcpus == 0.5
     assert first.environment.gpu_state == {"temp_c": (44.0,), "sclk_mhz": (800.0,),
                                            "mclk_mhz": (1600.0,), "util_pct": (0.0,),
@@ -122,28 +129,28 @@ def test_files_without_the_new_fields_stay_as_they_were(tmp_path):
     # config hashes: none of their keys appear, and the file reads back to the same bytes
     run = run_of([(1.0, None, "d", 0.0, None, None), (2.0, "timeout", "", 1.0, None, None)],
                  1.0, open_loop=False, discarded_pass=True)
-    written = b"".join(rl.dump_run(run))
+    written = b"".join(dump_run(run))
     for key in (b'"code"', b'"outcome"', b'"rejected"', b'"error_codes"', b'"config_hashes"',
                 b'"reason"', b'"signals"', b'"signal_ms"'):
         assert key not in written
     path = tmp_path / "old.json"
     path.write_bytes(written)
-    assert b"".join(rl.dump_run(rl.load_run(str(path)))) == written
+    assert b"".join(dump_run(load_run(str(path)))) == written
 
 
 def test_pass_summary_keeps_expected_rejections_apart_and_counts_codes():
-    requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0)]
-    requests.append(rl.Request(1, 0.0, 0.2, 400, None, None, code="INVALID_INPUT",
+    requests = [Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0)]
+    requests.append(Request(1, 0.0, 0.2, 400, None, None, code="INVALID_INPUT",
                                outcome="expected_rejection"))
-    requests += [rl.Request(2, 0.0, 0.1, 429, None, "http_4xx", code="OVERLOADED")] * 2
-    requests.append(rl.Request(3, 0.0, 0.1, 404, None, "http_4xx"))
-    requests.append(rl.Request(4, 0.0, 5.0, 200, "e", None, outcome="unexpected_routing"))
-    summary = rl.pass_summary(requests, wall_s=1.0)
+    requests += [Request(2, 0.0, 0.1, 429, None, "http_4xx", code="OVERLOADED")] * 2
+    requests.append(Request(3, 0.0, 0.1, 404, None, "http_4xx"))
+    requests.append(Request(4, 0.0, 5.0, 200, "e", None, outcome="unexpected_routing"))
+    summary = pass_summary(requests, wall_s=1.0)
     assert (summary.requests, summary.ok, summary.rejected) == (8, 4, 1)
     assert summary.errors == {"http_4xx": 3}
     assert summary.error_codes == {"http_4xx": {"OVERLOADED": 2}}
     assert (summary.p50_ms, summary.min_ms, summary.max_ms) == (2.5, 1.0, 5.0)
-    assert rl.failure_text(summary.errors, summary.error_codes) == \
+    assert failure_text(summary.errors, summary.error_codes) == \
         "http_4xx: OVERLOADED 2, http_4xx 1"
     assert summary.to_json()["rejected"] == 1
 
@@ -156,21 +163,21 @@ def test_an_older_run_file_loads_with_the_new_fields_empty(tmp_path):
     for key in ("router_cpu", "windows"):
         del document["passes"][0][key]
     path.write_text(json.dumps(document))
-    run = rl.load_run(str(path))
-    assert run.host_settings is None and run.thresholds == rl.Thresholds()
+    run = load_run(str(path))
+    assert run.host_settings is None and run.thresholds == Thresholds()
     assert run.passes[0].attempt.router_cpu is None and run.passes[0].attempt.windows == ()
     assert run.slow_windows(run.passes[0]) == ()
 
 
 def request_at(start_ms, latency_ms, error=None):
-    return rl.Request(0, start_ms, latency_ms, None if error else 200, None if error else "d",
+    return Request(0, start_ms, latency_ms, None if error else 200, None if error else "d",
                       error)
 
 
 def test_phase_windows_by_hand():
     # 11 sequential requests 10 ms apart; windows of 4: 4, 4, and a remainder of 3 (>= 2)
     requests = [request_at(10.0 * i, 5.0 + i, "timeout" if i == 5 else None) for i in range(11)]
-    windows = rl.phase_windows(requests, 4)
+    windows = phase_windows(requests, 4)
     assert [(w.first, w.requests, w.errors) for w in windows] == [(0, 4, 0), (4, 4, 1),
                                                                  (8, 3, 0)]
     # spans: to the next window's first send, the last to the last answer (100 + 15 ms)
@@ -180,26 +187,26 @@ def test_phase_windows_by_hand():
     assert windows[1].p50_ms == 11.0  # 9, 11 and 12 ms answered; the 10 ms one failed
     assert windows[0].p95_ms == pytest.approx(7.85)
     # a remainder under half a window joins the last window
-    assert [w.requests for w in rl.phase_windows(requests, 5)] == [5, 6]
-    assert rl.phase_windows(requests, 20)[0].requests == 11
-    assert rl.phase_windows([request_at(None, 1.0)], 4) == ()
+    assert [w.requests for w in phase_windows(requests, 5)] == [5, 6]
+    assert phase_windows(requests, 20)[0].requests == 11
+    assert phase_windows([request_at(None, 1.0)], 4) == ()
 
 
 def window(p95, rate):
-    return rl.PhaseWindow(0, 10, 0, 0.0, 0.1, p95 / 2, p95, rate)
+    return PhaseWindow(0, 10, 0, 0.0, 0.1, p95 / 2, p95, rate)
 
 
 def test_slow_windows_against_the_pass_median():
-    rule = rl.Thresholds()
+    rule = Thresholds()
     # median p95 15, median rate 100: 31 > 2 x 15 is slow, 30 is not; 49 < 50 is slow
     windows = [window(15, 100), window(15, 100), window(31, 100), window(30, 100),
                window(15, 49), window(15, 50)]
-    assert rl.slow_windows(windows, rule) == (2, 4)
-    assert rl.slow_windows(windows, rl.Thresholds(slow_p95_factor=1.9, slow_rate_factor=0.4)) \
+    assert slow_windows(windows, rule) == (2, 4)
+    assert slow_windows(windows, Thresholds(slow_p95_factor=1.9, slow_rate_factor=0.4)) \
         == (2, 3)
-    assert rl.slow_windows(windows[:2], rule) == ()  # two windows make no baseline
+    assert slow_windows(windows[:2], rule) == ()  # two windows make no baseline
     # a window of failures only has no p95, and its rate 0 is slow
-    assert rl.slow_windows([window(15, 100)] * 3 + [rl.PhaseWindow(0, 10, 10, 0.0, 0.1, None,
+    assert slow_windows([window(15, 100)] * 3 + [PhaseWindow(0, 10, 10, 0.0, 0.1, None,
                                                                    None, 0.0)], rule) == (3,)
 
 
@@ -210,8 +217,8 @@ def test_a_req_per_s_that_the_rounding_of_wall_s_moves_across_a_hundredth_still_
                  discarded_pass=False)
     assert run.passes[0].summary.req_per_s == 242.56
     path = tmp_path / "run.json"
-    rl.write_atomic(str(path), rl.dump_run(run))
-    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 242.56
+    write_atomic(str(path), dump_run(run))
+    assert load_run(str(path)).passes[0].summary.req_per_s == 242.56
 
 
 def test_a_rate_that_rounds_across_a_hundredth_still_loads(tmp_path):
@@ -221,8 +228,8 @@ def test_a_rate_that_rounds_across_a_hundredth_still_loads(tmp_path):
                  discarded_pass=False)
     assert run.passes[0].summary.req_per_s == 237.49
     path = tmp_path / "run.json"
-    path.write_bytes(b"".join(rl.dump_run(run)))
-    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 237.49
+    path.write_bytes(b"".join(dump_run(run)))
+    assert load_run(str(path)).passes[0].summary.req_per_s == 237.49
 
 
 def test_a_summary_from_the_exact_wall_time_agrees_with_the_rounded_one(tmp_path):
@@ -233,22 +240,22 @@ def test_a_summary_from_the_exact_wall_time_agrees_with_the_rounded_one(tmp_path
                  open_loop=False, discarded_pass=False)
     assert run.passes[0].summary.req_per_s == 23.33
     path = tmp_path / "run.json"
-    rl.write_atomic(str(path), rl.dump_run(run))
-    assert rl.load_run(str(path)).passes[0].summary.req_per_s == 23.33
+    write_atomic(str(path), dump_run(run))
+    assert load_run(str(path)).passes[0].summary.req_per_s == 23.33
 
 
 def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
-    requests = [rl.Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
-    requests.append(rl.Request(0, 0.0, 900.0, None, None, "timeout"))
-    requests.append(rl.Request(0, 0.0, 0.5, 500, None, "http_5xx"))
-    summary = rl.pass_summary(requests, wall_s=2.0)
+    requests = [Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
+    requests.append(Request(0, 0.0, 900.0, None, None, "timeout"))
+    requests.append(Request(0, 0.0, 0.5, 500, None, "http_5xx"))
+    summary = pass_summary(requests, wall_s=2.0)
     assert summary.to_json() == {"requests": 6, "ok": 4, "errors": {"http_5xx": 1, "timeout": 1},
                                  "p50_ms": 2.5, "p95_ms": 3.85, "p99_ms": 3.97, "mean_ms": 2.5,
                                  "min_ms": 1.0, "max_ms": 4.0, "req_per_s": 2.0, "wall_s": 2.0}
 
 
 def test_pass_summary_of_only_failures_has_no_percentiles():
-    summary = rl.pass_summary([rl.Request(0, 0.0, 1.0, None, None, "connect")], wall_s=0.5)
+    summary = pass_summary([Request(0, 0.0, 1.0, None, None, "connect")], wall_s=0.5)
     assert summary.ok == 0 and summary.p50_ms is None and summary.req_per_s == 0.0
 
 
@@ -428,32 +435,32 @@ def test_a_run_file_must_agree_with_itself(tmp_path, cli, edit, field, message):
 def test_a_summary_rounded_as_measured_agrees_with_its_records(count, wall_s):
     # measure_attempt summarises with the unrounded wall time; the file keeps it to 1 us and
     # req/s to 0.01, so the reader's check must allow both roundings, at any rate
-    requests = tuple(rl.Request(i, 0.0, 1.0, 200, "d", None) for i in range(count))
-    attempt = rl.Attempt(None, None, "", None, {}, None, {}, rl.pass_summary(requests, wall_s),
+    requests = tuple(Request(i, 0.0, 1.0, 200, "d", None) for i in range(count))
+    attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, wall_s),
                          requests)
-    rl._check_agrees(attempt, "pass")
+    _check_agrees(attempt, "pass")
 
 
 RECORDS = [
-    rl.RunSettings(5, (1, 4), (), 3, None, "constant", 0, 64, 5.0, ("decision",), 120.0, 2,
+    RunSettings(5, (1, 4), (), 3, None, "constant", 0, 64, 5.0, ("decision",), 120.0, 2,
                    30.0, 0, None, 8, 7, "ab" * 32, "linear", "client side",
-                   rl.Thresholds(10, 3.0, 0.25, 0.5), rl.Ladder(10.0, 50.0)),
-    rl.RunSettings(rates=(100.0, 250.5), duration_s=30.0, decision_paths=("a", "b?")),
-    rl.Floor(200, 200, 70, 1, 0.05, 0.06, 0.08, 0.1, 0.03),
-    rl.Floor(200, 0, 70, 1),
-    rl.Warmup(5, 3, {"timeout": 1}, 1, {"timeout": {"OVERLOADED": 1}}, False, ("0" * 64,)),
-    rl.Warmup(2, 0, {"http_5xx": 2}, all_failed=True),
-    rl.Warmup(0, 0, {}),
-    rl.HostSettings("EPYC", "6.8", "3.12.1", "0.1.0", rl.CpuSettings("0-1", {}, {"on": "0-1"}),
-                    rl.CpuSettings("2-3", {"performance": "2", "powersave": "3"}, {})),
-    rl.HostSettings(None, "6.8", "3.9.0", "0.1.0"),
-    rl.Captures(("temp",), "rocm-smi", (0, 2), ("router_latency_seconds",),
+                   Thresholds(10, 3.0, 0.25, 0.5), Ladder(10.0, 50.0)),
+    RunSettings(rates=(100.0, 250.5), duration_s=30.0, decision_paths=("a", "b?")),
+    Floor(200, 200, 70, 1, 0.05, 0.06, 0.08, 0.1, 0.03),
+    Floor(200, 0, 70, 1),
+    Warmup(5, 3, {"timeout": 1}, 1, {"timeout": {"OVERLOADED": 1}}, False, ("0" * 64,)),
+    Warmup(2, 0, {"http_5xx": 2}, all_failed=True),
+    Warmup(0, 0, {}),
+    HostSettings("EPYC", "6.8", "3.12.1", "0.1.0", CpuSettings("0-1", {}, {"on": "0-1"}),
+                    CpuSettings("2-3", {"performance": "2", "powersave": "3"}, {})),
+    HostSettings(None, "6.8", "3.9.0", "0.1.0"),
+    Captures(("temp",), "rocm-smi", (0, 2), ("router_latency_seconds",),
                 "http://127.0.0.1:9190/metrics", ("restart|fault",)),
-    rl.Captures(),
-    rl.GpuReading({"card0": 5.0}, {"card0": {"temp_c": 44.0, "temp_sensor": "junction",
+    Captures(),
+    GpuReading({"card0": 5.0}, {"card0": {"temp_c": 44.0, "temp_sensor": "junction",
                                              "sclk_mhz": None, "used_mib": 5.0}},
                   note="rocm-smi exited 2"),
-    rl.GpuReading(error="rocm-smi: timed out"),
+    GpuReading(error="rocm-smi: timed out"),
 ]
 
 
@@ -465,14 +472,14 @@ def test_each_record_of_the_runs_settings_reads_back_what_it_wrote(record):
 
 
 def test_a_run_with_every_record_filled_reads_back_to_the_same_bytes(tmp_path):
-    run = rl.load_run(make_run(tmp_path / "run.json"))._replace(
+    run = load_run(make_run(tmp_path / "run.json"))._replace(
         settings=RECORDS[0], floor=RECORDS[2], warmup=RECORDS[4], host_settings=RECORDS[7],
         captures=RECORDS[9])
-    written = b"".join(rl.dump_run(run))
+    written = b"".join(dump_run(run))
     path = tmp_path / "full.json"
     path.write_bytes(written)
-    loaded = rl.load_run(str(path))
-    assert b"".join(rl.dump_run(loaded)) == written and loaded._replace(path="") == \
+    loaded = load_run(str(path))
+    assert b"".join(dump_run(loaded)) == written and loaded._replace(path="") == \
         run._replace(path="")
     document = json.loads(written)  # the keys as every earlier version wrote them
     assert list(document["settings"])[:3] == ["warmup", "concurrency", "rates"]
@@ -482,8 +489,8 @@ def test_a_run_with_every_record_filled_reads_back_to_the_same_bytes(tmp_path):
     assert document["host_settings"]["router"]["governors"] == {"performance": "2",
                                                                 "powersave": "3"}
     assert loaded.config_hashes[0] == "0" * 64 and loaded.max_load == 120.0
-    assert loaded.thresholds == rl.Thresholds(10, 3.0, 0.25, 0.5)
-    assert loaded.floor_spread_ms == 0.03 and loaded.ladder == rl.Ladder(10.0, 50.0)
+    assert loaded.thresholds == Thresholds(10, 3.0, 0.25, 0.5)
+    assert loaded.floor_spread_ms == 0.03 and loaded.ladder == Ladder(10.0, 50.0)
 
 
 def test_an_older_file_without_the_settings_records_reads_their_defaults(tmp_path):
@@ -492,11 +499,11 @@ def test_an_older_file_without_the_settings_records_reads_their_defaults(tmp_pat
     for key in ("settings", "floor", "warmup", "host_settings", "captures"):
         document.pop(key, None)
     path.write_text(json.dumps(document))
-    run = rl.load_run(str(path))
-    assert run.settings == rl.RunSettings() and run.settings.repeat == 1
-    assert run.settings.router_max_concurrency == rl.ROUTER_MAX_CONCURRENCY
+    run = load_run(str(path))
+    assert run.settings == RunSettings() and run.settings.repeat == 1
+    assert run.settings.router_max_concurrency == ROUTER_MAX_CONCURRENCY
     assert (run.floor, run.warmup, run.host_settings, run.captures) == (
-        rl.Floor(), rl.Warmup(), None, None)
-    again = json.loads(b"".join(rl.dump_run(run)))
+        Floor(), Warmup(), None, None)
+    again = json.loads(b"".join(dump_run(run)))
     assert (again["floor"], again["warmup"], again["host_settings"], again["captures"]) == (
         {}, {}, {}, {})

@@ -8,7 +8,12 @@ import statistics
 import pytest
 from hypothesis import given, strategies as st
 
-import router_latency as rl
+from router_latency.errors import RouterLatencyError
+from router_latency.stats import (benjamini_hochberg, detectable_change, effective_rows,
+                                  group_sequential_levels, holm, Interval, normal_cdf, normal_ppf,
+                                  order_effect, OrderEffect, outlier_rounds, paired_interval,
+                                  percentile, ratio_interval, rounds_needed, spending_alpha, t_cdf,
+                                  t_ppf, t_quantile, t_test_p)
 from conftest import SETTINGS
 
 # Two-sided 95% critical values of Student's t as printed in standard tables
@@ -22,19 +27,19 @@ PUBLISHED_T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2
 @pytest.mark.parametrize("df,expected", sorted(PUBLISHED_T.items()))
 def test_t_quantile_matches_published_table(df, expected):
     tolerance = 0.0005 if df <= 30 else 0.002
-    assert abs(rl.t_quantile(df) - expected) <= tolerance
+    assert abs(t_quantile(df) - expected) <= tolerance
 
 
 def test_t_quantile_tends_to_the_normal_quantile_and_decreases():
-    values = [rl.t_quantile(df) for df in range(1, 2000)]
+    values = [t_quantile(df) for df in range(1, 2000)]
     assert all(a > b for a, b in zip(values, values[1:]))
-    assert abs(rl.t_quantile(10 ** 7) - 1.959964) < 1e-5
+    assert abs(t_quantile(10 ** 7) - 1.959964) < 1e-5
 
 
 @pytest.mark.parametrize("df", [0, -1, 1.5, True, "3"])
 def test_t_quantile_rejects_invalid_degrees_of_freedom(df):
-    with pytest.raises(rl.RouterLatencyError):
-        rl.t_quantile(df)
+    with pytest.raises(RouterLatencyError):
+        t_quantile(df)
 
 
 def test_paired_interval_student_sleep_data():
@@ -42,7 +47,7 @@ def test_paired_interval_student_sleep_data():
     # paired = TRUE) prints mean difference 1.58, 95% CI 0.7001142 2.4598858.
     group1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
     group2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
-    interval = rl.paired_interval(group1, group2)
+    interval = paired_interval(group1, group2)
     assert interval.df == 9
     assert interval.mean == pytest.approx(1.58, abs=1e-12)
     assert interval.low == pytest.approx(0.7001142, abs=2e-6)
@@ -51,39 +56,39 @@ def test_paired_interval_student_sleep_data():
 
 def test_paired_interval_worked_by_hand():
     # differences -5, -4, -3: mean -4, s = 1, t(2) = 4.302653, half width 4.302653 / sqrt(3)
-    interval = rl.paired_interval([10, 10, 10], [5, 6, 7])
+    interval = paired_interval([10, 10, 10], [5, 6, 7])
     half = 4.302653 / math.sqrt(3)
-    assert interval == pytest.approx(rl.Interval(-4.0, -4.0 - half, -4.0 + half, 2))
+    assert interval == pytest.approx(Interval(-4.0, -4.0 - half, -4.0 + half, 2))
 
 
 def test_paired_interval_with_identical_differences_is_a_point():
-    assert rl.paired_interval([1.0, 2.0], [3.0, 4.0]) == (2.0, 2.0, 2.0, 1)
+    assert paired_interval([1.0, 2.0], [3.0, 4.0]) == (2.0, 2.0, 2.0, 1)
 
 
 def test_paired_interval_needs_two_pairs_of_equal_length():
-    with pytest.raises(rl.RouterLatencyError):
-        rl.paired_interval([1.0], [2.0])
-    with pytest.raises(rl.RouterLatencyError):
-        rl.paired_interval([1.0, 2.0], [2.0])
+    with pytest.raises(RouterLatencyError):
+        paired_interval([1.0], [2.0])
+    with pytest.raises(RouterLatencyError):
+        paired_interval([1.0, 2.0], [2.0])
 
 
 def test_ratio_interval_is_exp_of_the_log_interval():
     # worked by hand: ratios 0.5, 1, 2 have logs -ln 2, 0, ln 2 (mean 0, s = ln 2), so the
     # interval is 2 ** (-+ t(2) / sqrt 3) with t(2) = 4.302653: [0.178731, 5.594999]
-    even = rl.ratio_interval([10.0, 10.0, 10.0], [5.0, 10.0, 20.0])
-    assert even == pytest.approx(rl.Interval(1.0, 0.178731, 5.594999, 2), rel=1e-6)
+    even = ratio_interval([10.0, 10.0, 10.0], [5.0, 10.0, 20.0])
+    assert even == pytest.approx(Interval(1.0, 0.178731, 5.594999, 2), rel=1e-6)
     # uneven ratios: exp of the Student t interval of the logs, computed here
     base, new = [10.0, 8.0, 12.0, 9.0], [5.0, 6.0, 7.0, 4.5]
     logs = [math.log(n / b) for b, n in zip(base, new)]
     mean, spread = statistics.fmean(logs), statistics.stdev(logs)
     half = 3.182446 * spread / math.sqrt(len(logs))  # t(3), 97.5%: R's qt(0.975, 3)
-    expected = rl.Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), 3)
-    assert rl.ratio_interval(base, new) == pytest.approx(expected, rel=1e-6)
+    expected = Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), 3)
+    assert ratio_interval(base, new) == pytest.approx(expected, rel=1e-6)
 
 
 def test_ratio_interval_refuses_non_positive_values():
-    with pytest.raises(rl.RouterLatencyError):
-        rl.ratio_interval([1.0, 0.0], [1.0, 2.0])
+    with pytest.raises(RouterLatencyError):
+        ratio_interval([1.0, 0.0], [1.0, 2.0])
 
 
 @pytest.mark.parametrize("values,q,expected", [
@@ -96,13 +101,13 @@ def test_ratio_interval_refuses_non_positive_values():
     ([3, 1, 2], 100, 3),
 ])
 def test_percentile_linear_interpolation(values, q, expected):
-    assert rl.percentile(values, q) == pytest.approx(expected)
+    assert percentile(values, q) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("values,q", [([], 50), ([1.0], -1), ([1.0], 101)])
 def test_percentile_rejects_bad_input(values, q):
-    with pytest.raises(rl.RouterLatencyError):
-        rl.percentile(values, q)
+    with pytest.raises(RouterLatencyError):
+        percentile(values, q)
 
 
 FINITE = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
@@ -115,7 +120,7 @@ PAIRS = st.integers(2, 12).flatmap(
 @given(PAIRS)
 def test_paired_interval_contains_its_mean_and_is_symmetric(pair):
     base, new = pair
-    interval = rl.paired_interval(base, new)
+    interval = paired_interval(base, new)
     assert interval.low <= interval.mean <= interval.high
     assert math.isclose(interval.mean - interval.low, interval.high - interval.mean,
                         rel_tol=1e-9, abs_tol=1e-6)
@@ -126,12 +131,12 @@ def test_paired_interval_contains_its_mean_and_is_symmetric(pair):
 @given(PAIRS, st.floats(min_value=0.01, max_value=100), st.floats(min_value=-1e3, max_value=1e3))
 def test_paired_interval_scales_and_shifts_with_its_data(pair, scale, shift):
     base, new = pair
-    interval = rl.paired_interval(base, new)
-    scaled = rl.paired_interval([b * scale for b in base], [n * scale for n in new])
+    interval = paired_interval(base, new)
+    scaled = paired_interval([b * scale for b in base], [n * scale for n in new])
     tolerance = 1e-6 * (1 + max(abs(v) for v in base + new)) * scale
     for a, b in zip(scaled[:3], interval[:3]):
         assert math.isclose(a, b * scale, abs_tol=tolerance * 10)
-    shifted = rl.paired_interval(base, [n + shift for n in new])
+    shifted = paired_interval(base, [n + shift for n in new])
     for a, b in zip(shifted[:3], interval[:3]):
         assert math.isclose(a, b + shift, abs_tol=tolerance * 10 + 1e-6 * abs(shift))
 
@@ -140,7 +145,7 @@ def test_paired_interval_scales_and_shifts_with_its_data(pair, scale, shift):
 @given(st.lists(FINITE, min_size=1, max_size=50), st.floats(0, 100), st.floats(0, 100))
 def test_percentile_is_monotone_in_q_and_within_the_data(values, q1, q2):
     low_q, high_q = sorted((q1, q2))
-    low, high = rl.percentile(values, low_q), rl.percentile(values, high_q)
+    low, high = percentile(values, low_q), percentile(values, high_q)
     assert min(values) <= low <= high <= max(values)
 
 
@@ -162,7 +167,7 @@ def rel_err(a: float, b: float) -> float:
     (0.5, 7, 0.0),
 ])
 def test_t_ppf_known_answers(p, df, expected):
-    assert rl.t_ppf(p, df) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+    assert t_ppf(p, df) == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
 def test_t_ppf_matches_the_module_table():
@@ -170,7 +175,7 @@ def test_t_ppf_matches_the_module_table():
     table = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
              2.262157, 2.228139)
     for df, value in enumerate(table, start=1):
-        assert round(rl.t_ppf(0.975, df), 6) == value
+        assert round(t_ppf(0.975, df), 6) == value
 
 
 def test_t_cdf_closed_forms():
@@ -178,61 +183,61 @@ def test_t_cdf_closed_forms():
         cauchy = 0.5 + math.atan(t) / math.pi
         df2 = 0.5 + t / (2 * math.sqrt(2 + t * t))
         df3 = 0.5 + (t / (math.sqrt(3) * (1 + t * t / 3)) + math.atan(t / math.sqrt(3))) / math.pi
-        assert rl.t_cdf(t, 1) == pytest.approx(cauchy, rel=1e-12)
-        assert rl.t_cdf(t, 2) == pytest.approx(df2, rel=1e-12)
-        assert rl.t_cdf(t, 3) == pytest.approx(df3, rel=1e-12)
+        assert t_cdf(t, 1) == pytest.approx(cauchy, rel=1e-12)
+        assert t_cdf(t, 2) == pytest.approx(df2, rel=1e-12)
+        assert t_cdf(t, 3) == pytest.approx(df3, rel=1e-12)
     # far lower tail of the Cauchy keeps its relative accuracy: F(-x) = atan(1/x) / pi
-    assert rl.t_cdf(-1e8, 1) == pytest.approx(math.atan(1e-8) / math.pi, rel=1e-12)
+    assert t_cdf(-1e8, 1) == pytest.approx(math.atan(1e-8) / math.pi, rel=1e-12)
 
 
 def test_t_cdf_symmetry_limits_and_round_trip():
     for df in (1, 3, 9, 40, 200, 2.5):
-        assert rl.t_cdf(0.0, df) == 0.5
-        assert rl.t_cdf(math.inf, df) == 1.0
-        assert rl.t_cdf(-math.inf, df) == 0.0
+        assert t_cdf(0.0, df) == 0.5
+        assert t_cdf(math.inf, df) == 1.0
+        assert t_cdf(-math.inf, df) == 0.0
         for t in (0.1, 1.0, 2.5, 8.0):
-            assert rl.t_cdf(-t, df) + rl.t_cdf(t, df) == pytest.approx(1.0, abs=1e-15)
+            assert t_cdf(-t, df) + t_cdf(t, df) == pytest.approx(1.0, abs=1e-15)
         for p in (1e-6, 0.003, 0.2, 0.5, 0.8, 0.999):
-            assert rl.t_cdf(rl.t_ppf(p, df), df) == pytest.approx(p, rel=1e-11)
+            assert t_cdf(t_ppf(p, df), df) == pytest.approx(p, rel=1e-11)
 
 
 def test_infinite_df_is_normal():
-    assert rl.t_cdf(1.3, math.inf) == rl.normal_cdf(1.3)
-    assert rl.t_ppf(0.9, math.inf) == rl.normal_ppf(0.9)
+    assert t_cdf(1.3, math.inf) == normal_cdf(1.3)
+    assert t_ppf(0.9, math.inf) == normal_ppf(0.9)
     # and large df approaches it
-    assert rl.t_ppf(0.975, 1e6) == pytest.approx(1.959963984540054, rel=1e-5)
+    assert t_ppf(0.975, 1e6) == pytest.approx(1.959963984540054, rel=1e-5)
 
 
 def test_normal_known_answers():
-    assert rl.normal_ppf(0.975) == pytest.approx(1.959963984540054, rel=1e-14)
-    assert rl.normal_ppf(0.5) == 0.0
-    assert rl.normal_ppf(0.8413447460685429) == pytest.approx(1.0, rel=1e-13)
-    assert rl.normal_ppf(1e-10) == pytest.approx(-6.361340902404056, rel=1e-13)
-    assert rl.normal_cdf(0.0) == 0.5
-    assert rl.normal_cdf(-1.959963984540054) == pytest.approx(0.025, rel=1e-14)
+    assert normal_ppf(0.975) == pytest.approx(1.959963984540054, rel=1e-14)
+    assert normal_ppf(0.5) == 0.0
+    assert normal_ppf(0.8413447460685429) == pytest.approx(1.0, rel=1e-13)
+    assert normal_ppf(1e-10) == pytest.approx(-6.361340902404056, rel=1e-13)
+    assert normal_cdf(0.0) == 0.5
+    assert normal_cdf(-1.959963984540054) == pytest.approx(0.025, rel=1e-14)
     for p in (1e-300, 1e-20, 1e-3, 0.02425, 0.3, 0.5, 0.7, 0.97575, 1 - 1e-12):
-        assert rl.normal_cdf(rl.normal_ppf(p)) == pytest.approx(p, rel=1e-12)
+        assert normal_cdf(normal_ppf(p)) == pytest.approx(p, rel=1e-12)
 
 
 def test_rounds_needed_is_the_smallest_sufficient_n():
     for spread, target, power in [(0.05, 0.05, 0.8), (0.05, 0.01, 0.8), (0.2, 0.1, 0.9),
                                   (0.03, 0.2, 0.8), (0.05, 0.02, 0.3)]:
-        n = rl.rounds_needed(spread, target, power=power)
+        n = rounds_needed(spread, target, power=power)
         brute = next(m for m in range(3, 1001)
-                     if rl.detectable_change(spread, m, power=power) <= target)
+                     if detectable_change(spread, m, power=power) <= target)
         assert n == brute
-    assert rl.rounds_needed(0.05, 0.05) == 10
-    assert rl.rounds_needed(0.0, 0.01) == 3
-    assert rl.rounds_needed(0.5, 0.01) is None
-    assert rl.rounds_needed(0.05, 0.01, max_rounds=198) is None
-    assert rl.rounds_needed(0.05, 0.01, max_rounds=199) == 199
+    assert rounds_needed(0.05, 0.05) == 10
+    assert rounds_needed(0.0, 0.01) == 3
+    assert rounds_needed(0.5, 0.01) is None
+    assert rounds_needed(0.05, 0.01, max_rounds=198) is None
+    assert rounds_needed(0.05, 0.01, max_rounds=199) == 199
 
 
 @pytest.mark.parametrize("call", [
-    lambda: rl.detectable_change(-0.1, 10), lambda: rl.detectable_change(0.1, 1),
-    lambda: rl.detectable_change(0.1, 10.0), lambda: rl.detectable_change(0.1, 10, alpha=0),
-    lambda: rl.detectable_change(0.1, 10, sided=3), lambda: rl.rounds_needed(0.1, 0.0),
-    lambda: rl.rounds_needed(0.1, 0.1, max_rounds=2),
+    lambda: detectable_change(-0.1, 10), lambda: detectable_change(0.1, 1),
+    lambda: detectable_change(0.1, 10.0), lambda: detectable_change(0.1, 10, alpha=0),
+    lambda: detectable_change(0.1, 10, sided=3), lambda: rounds_needed(0.1, 0.0),
+    lambda: rounds_needed(0.1, 0.1, max_rounds=2),
 ])
 def test_power_bad_input(call):
     with pytest.raises(ValueError):
@@ -260,7 +265,7 @@ def test_power_bad_input(call):
     ([0.0, 1.0], 0.05, [True, False]),
 ])
 def test_holm(ps, alpha, expected):
-    assert rl.holm(ps, alpha=alpha) == expected
+    assert holm(ps, alpha=alpha) == expected
 
 
 @pytest.mark.parametrize("ps,expected", [
@@ -273,23 +278,23 @@ def test_holm(ps, alpha, expected):
     ([], []),
 ])
 def test_benjamini_hochberg(ps, expected):
-    assert rl.benjamini_hochberg(ps, 0.05) == expected
+    assert benjamini_hochberg(ps, 0.05) == expected
 
 
 def test_benjamini_hochberg_rejects_more_than_holm_on_many_small_p_values():
     ps = [0.004] * 10 + [0.5] * 90
-    assert sum(rl.benjamini_hochberg(ps, 0.05)) == 10 and sum(rl.holm(ps, 0.05)) == 0
+    assert sum(benjamini_hochberg(ps, 0.05)) == 10 and sum(holm(ps, 0.05)) == 0
 
 
 def test_holm_alpha_positional_or_keyword():
-    assert rl.holm([0.01, 0.04], 0.05) == rl.holm([0.01, 0.04], alpha=0.05) == [True, True]
-    assert rl.holm([0.01, 0.04], 0.02) == [True, False]
+    assert holm([0.01, 0.04], 0.05) == holm([0.01, 0.04], alpha=0.05) == [True, True]
+    assert holm([0.01, 0.04], 0.02) == [True, False]
 
 
 def test_holm_bad_input():
     for ps, alpha in [([0.1, 1.2], 0.05), ([-0.1], 0.05), ([0.1], 0.0), ([math.nan], 0.05)]:
         with pytest.raises(ValueError):
-            rl.holm(ps, alpha=alpha)
+            holm(ps, alpha=alpha)
 
 
 # t test
@@ -298,30 +303,30 @@ def test_t_test_p_hand_worked():
     # mean 0.1425, sd 0.04349329450233296, n 4: t = 6.552851
     values = [0.1, 0.2, 0.15, 0.12]
     t = 0.1425 / (0.04349329450233296 / 2)
-    assert rl.t_test_p(values) == pytest.approx(rl.t_cdf(-t, 3), rel=1e-12)
-    assert rl.t_test_p(values, alternative="less") == pytest.approx(rl.t_cdf(t, 3), rel=1e-12)
-    assert rl.t_test_p(values, alternative="two-sided") == pytest.approx(2 * rl.t_cdf(-t, 3),
+    assert t_test_p(values) == pytest.approx(t_cdf(-t, 3), rel=1e-12)
+    assert t_test_p(values, alternative="less") == pytest.approx(t_cdf(t, 3), rel=1e-12)
+    assert t_test_p(values, alternative="two-sided") == pytest.approx(2 * t_cdf(-t, 3),
                                                                           rel=1e-12)
-    assert rl.t_test_p(values, mu=0.1425, alternative="two-sided") == pytest.approx(1.0)
+    assert t_test_p(values, mu=0.1425, alternative="two-sided") == pytest.approx(1.0)
 
 
 def test_t_test_p_zero_spread():
-    assert rl.t_test_p([0.2, 0.2, 0.2]) == 0.0
-    assert rl.t_test_p([0.2, 0.2, 0.2], alternative="less") == 1.0
-    assert rl.t_test_p([0.2, 0.2, 0.2], alternative="two-sided") == 0.0
-    assert rl.t_test_p([-0.2, -0.2], alternative="less") == 0.0
-    assert rl.t_test_p([-0.2, -0.2]) == 1.0
+    assert t_test_p([0.2, 0.2, 0.2]) == 0.0
+    assert t_test_p([0.2, 0.2, 0.2], alternative="less") == 1.0
+    assert t_test_p([0.2, 0.2, 0.2], alternative="two-sided") == 0.0
+    assert t_test_p([-0.2, -0.2], alternative="less") == 0.0
+    assert t_test_p([-0.2, -0.2]) == 1.0
     for alternative in ("greater", "less", "two-sided"):
-        assert rl.t_test_p([0.3, 0.3], mu=0.3, alternative=alternative) == 1.0
+        assert t_test_p([0.3, 0.3], mu=0.3, alternative=alternative) == 1.0
 
 
 def test_t_test_p_bad_input():
     with pytest.raises(ValueError):
-        rl.t_test_p([0.1])
+        t_test_p([0.1])
     with pytest.raises(ValueError):
-        rl.t_test_p([0.1, 0.2], alternative="bigger")
+        t_test_p([0.1, 0.2], alternative="bigger")
     with pytest.raises(ValueError):
-        rl.t_test_p([0.1, math.inf])
+        t_test_p([0.1, math.inf])
 
 
 def hadamard(order: int) -> list:
@@ -334,52 +339,52 @@ def hadamard(order: int) -> list:
 def test_effective_rows_identical_and_orthogonal():
     base = [0.01, 0.03, -0.02, 0.05, 0.0, 0.02]
     # copies, affine copies and mirror images are one row's worth of information
-    assert rl.effective_rows([base, base, base]) == pytest.approx(1.0)
+    assert effective_rows([base, base, base]) == pytest.approx(1.0)
     affine = [2 * v + 1 for v in base]
-    assert rl.effective_rows([base, affine, [-v for v in base]]) == pytest.approx(1.0)
+    assert effective_rows([base, affine, [-v for v in base]]) == pytest.approx(1.0)
     # the non-constant rows of a Hadamard matrix are centred and mutually orthogonal: r = 0
     rows = hadamard(8)[1:]
-    assert rl.effective_rows(rows) == pytest.approx(7.0)
-    assert rl.effective_rows(rows[:3]) == pytest.approx(3.0)
-    assert rl.effective_rows([base]) == 1.0
+    assert effective_rows(rows) == pytest.approx(7.0)
+    assert effective_rows(rows[:3]) == pytest.approx(3.0)
+    assert effective_rows([base]) == 1.0
 
 
 def test_effective_rows_half_correlated_and_constant_rows():
     h = hadamard(4)
     a, b = h[1], h[2]
     mixed = [x + y for x, y in zip(a, b)]  # r(a, mixed) = r(b, mixed) = 1/sqrt(2)
-    assert rl.effective_rows([a, b, mixed]) == pytest.approx(9 / (3 + 4 * 0.5))
+    assert effective_rows([a, b, mixed]) == pytest.approx(9 / (3 + 4 * 0.5))
     # a constant row correlates with nothing: r = 0 with the others, 1 with itself
-    assert rl.effective_rows([a, a, [0.2, 0.2, 0.2, 0.2]]) == pytest.approx(9 / 5)
-    assert rl.effective_rows([[0.0] * 4, [1.0] * 4]) == pytest.approx(2.0)
+    assert effective_rows([a, a, [0.2, 0.2, 0.2, 0.2]]) == pytest.approx(9 / 5)
+    assert effective_rows([[0.0] * 4, [1.0] * 4]) == pytest.approx(2.0)
 
 
 def test_effective_rows_bounds_and_bad_input():
     rng = random.Random(11)
     for k in (2, 5, 9):
         rows = [[rng.gauss(0, 1) for _ in range(6)] for _ in range(k)]
-        assert 1.0 <= rl.effective_rows(rows) <= min(k, 5) + 1e-9  # at most n - 1 = 5
+        assert 1.0 <= effective_rows(rows) <= min(k, 5) + 1e-9  # at most n - 1 = 5
     with pytest.raises(ValueError):
-        rl.effective_rows([[0.1], [0.2]])
+        effective_rows([[0.1], [0.2]])
     with pytest.raises(ValueError):
-        rl.effective_rows([[0.1, 0.2], [0.2, 0.3, 0.4]])
+        effective_rows([[0.1, 0.2], [0.2, 0.3, 0.4]])
 
 
 def test_outlier_rounds():
     # median 1.05, deviations 0.05, 0.15, 0, 0.05, 3.95: MAD 0.05, M(5) = 53.3, M(0.9) = 2.02
-    assert rl.outlier_rounds([1.0, 0.9, 1.05, 1.1, 5.0]) == [4]
-    assert rl.outlier_rounds([1.0, 0.9, 1.05, 1.1, 5.0], threshold=2.0) == [1, 4]
-    assert rl.outlier_rounds([1.0, 0.9, 1.05, 1.1, -5.0, 1.02]) == [4]
-    assert rl.outlier_rounds([1.0, 100.0]) == []
-    assert rl.outlier_rounds([]) == []
+    assert outlier_rounds([1.0, 0.9, 1.05, 1.1, 5.0]) == [4]
+    assert outlier_rounds([1.0, 0.9, 1.05, 1.1, 5.0], threshold=2.0) == [1, 4]
+    assert outlier_rounds([1.0, 0.9, 1.05, 1.1, -5.0, 1.02]) == [4]
+    assert outlier_rounds([1.0, 100.0]) == []
+    assert outlier_rounds([]) == []
     # MAD 0: mean absolute deviation instead; one odd value among n scores n / 1.2533
-    assert rl.outlier_rounds([0.0, 0.0, 0.0, 0.0, 1.0]) == [4]
-    assert rl.outlier_rounds([0.0, 0.0, 0.0, 1.0]) == []
-    assert rl.outlier_rounds([0.2] * 5) == []
+    assert outlier_rounds([0.0, 0.0, 0.0, 0.0, 1.0]) == [4]
+    assert outlier_rounds([0.0, 0.0, 0.0, 1.0]) == []
+    assert outlier_rounds([0.2] * 5) == []
     # rounding residue is a tie, not an outlier and not a scale
-    assert rl.outlier_rounds([0.3, 0.1 + 0.2, 0.3, 0.3, 0.3, 0.3]) == []
+    assert outlier_rounds([0.3, 0.1 + 0.2, 0.3, 0.3, 0.3, 0.3]) == []
     with pytest.raises(ValueError):
-        rl.outlier_rounds([1.0, 2.0, 3.0], threshold=0)
+        outlier_rounds([1.0, 2.0, 3.0], threshold=0)
 
 
 def test_order_effect_constructed():
@@ -387,7 +392,7 @@ def test_order_effect_constructed():
     noise = [-0.01, 0.0, 0.01]
     first = [0.13 + e for e in noise]
     second = [0.07 + e for e in noise]
-    result = rl.order_effect(first, second)
+    result = order_effect(first, second)
     # pooled variance (0.0002 + 0.0002) / 4 = 1e-4; se = sqrt(1e-4 * 2/3) / 2
     se = math.sqrt(1e-4 * 2 / 3) / 2
     half = 2.776445105197793 * se
@@ -395,43 +400,43 @@ def test_order_effect_constructed():
     assert result.df == 4
     assert result.low == pytest.approx(0.03 - half, rel=1e-9)
     assert result.high == pytest.approx(0.03 + half, rel=1e-9)
-    assert result.p_value == pytest.approx(2 * rl.t_cdf(-0.03 / se, 4), rel=1e-9)
+    assert result.p_value == pytest.approx(2 * t_cdf(-0.03 / se, 4), rel=1e-9)
     # swapping the groups mirrors the effect
-    mirrored = rl.order_effect(second, first)
+    mirrored = order_effect(second, first)
     assert mirrored.estimate == pytest.approx(-0.03)
     assert mirrored.p_value == pytest.approx(result.p_value)
 
 
 def test_order_effect_edge_cases():
-    assert rl.order_effect([], [0.1, 0.2]) is None
-    assert rl.order_effect([0.1], [0.2]) is None  # df 0
-    one = rl.order_effect([0.1], [0.0, 0.02])  # df 1: the single round adds no spread
+    assert order_effect([], [0.1, 0.2]) is None
+    assert order_effect([0.1], [0.2]) is None  # df 0
+    one = order_effect([0.1], [0.0, 0.02])  # df 1: the single round adds no spread
     assert one.df == 1 and one.estimate == pytest.approx(0.045)
-    flat = rl.order_effect([0.2, 0.2], [0.0, 0.0])
-    assert flat == rl.OrderEffect(0.1, 0.1, 0.1, 2, 0.0)
-    assert rl.order_effect([0.1, 0.1], [0.1, 0.1]).p_value == 1.0
+    flat = order_effect([0.2, 0.2], [0.0, 0.0])
+    assert flat == OrderEffect(0.1, 0.1, 0.1, 2, 0.0)
+    assert order_effect([0.1, 0.1], [0.1, 0.1]).p_value == 1.0
 
 
 # group-sequential design
 
 def test_spending_alpha():
     # Lan-DeMets O'Brien-Fleming type at t = 1/2: 2 - 2 Phi(1.959964 * sqrt 2)
-    assert rl.spending_alpha(0.5) == pytest.approx(0.005574596680784305, rel=1e-9)
-    assert rl.spending_alpha(0.5, kind="pocock") == pytest.approx(
+    assert spending_alpha(0.5) == pytest.approx(0.005574596680784305, rel=1e-9)
+    assert spending_alpha(0.5, kind="pocock") == pytest.approx(
         0.05 * math.log(1 + (math.e - 1) / 2), rel=1e-12)
     for kind in ("obrien-fleming", "pocock"):
         for sided in (1, 2):
-            assert rl.spending_alpha(0.0, kind=kind, sided=sided) == 0.0
-            assert rl.spending_alpha(1.0, kind=kind, sided=sided) == pytest.approx(0.05, rel=1e-12)
-            values = [rl.spending_alpha(i / 10, kind=kind, sided=sided) for i in range(11)]
+            assert spending_alpha(0.0, kind=kind, sided=sided) == 0.0
+            assert spending_alpha(1.0, kind=kind, sided=sided) == pytest.approx(0.05, rel=1e-12)
+            values = [spending_alpha(i / 10, kind=kind, sided=sided) for i in range(11)]
             assert values == sorted(values)
     # one-sided O'Brien-Fleming type: 1 - Phi(z_0.95 / sqrt t)
-    assert rl.spending_alpha(0.25, sided=1) == pytest.approx(
-        rl.normal_cdf(-1.6448536269514722 / 0.5), rel=1e-12)
+    assert spending_alpha(0.25, sided=1) == pytest.approx(
+        normal_cdf(-1.6448536269514722 / 0.5), rel=1e-12)
     with pytest.raises(ValueError):
-        rl.spending_alpha(1.5)
+        spending_alpha(1.5)
     with pytest.raises(ValueError):
-        rl.spending_alpha(0.5, kind="haybittle")
+        spending_alpha(0.5, kind="haybittle")
 
 
 LOOKS_3_TO_10 = list(range(3, 11))
@@ -439,42 +444,42 @@ LOOKS_3_TO_10 = list(range(3, 11))
 
 def z_boundaries(bounds) -> list:
     """The z boundaries c_k behind the nominal levels p_k = 1 - Phi(c_k)."""
-    return [-rl.normal_ppf(b.nominal_alpha) if b.nominal_alpha > 0 else math.inf
+    return [-normal_ppf(b.nominal_alpha) if b.nominal_alpha > 0 else math.inf
             for b in bounds]
 
 
 @pytest.mark.parametrize("kind", ["obrien-fleming", "pocock"])
 @pytest.mark.parametrize("alpha", [0.025, 0.05, 0.1])
 def test_group_sequential_single_look_is_the_fixed_test(kind, alpha):
-    (b,) = rl.group_sequential_levels([10], 10, alpha, kind=kind)
+    (b,) = group_sequential_levels([10], 10, alpha, kind=kind)
     assert b == (10, 1.0, b.spent_alpha, b.nominal_alpha, b.critical_t)
     assert b.spent_alpha == pytest.approx(alpha, rel=1e-12)
     assert b.nominal_alpha == pytest.approx(alpha, rel=1e-12)
-    assert z_boundaries([b])[0] == pytest.approx(rl.normal_ppf(1 - alpha), rel=1e-12)
-    assert b.critical_t == pytest.approx(rl.t_ppf(1 - alpha, 9), rel=1e-12)
+    assert z_boundaries([b])[0] == pytest.approx(normal_ppf(1 - alpha), rel=1e-12)
+    assert b.critical_t == pytest.approx(t_ppf(1 - alpha, 9), rel=1e-12)
     # a single look before max_rounds tests at what the spending function has spent by then
-    (early,) = rl.group_sequential_levels([4], 10, alpha, kind=kind)
+    (early,) = group_sequential_levels([4], 10, alpha, kind=kind)
     assert early.nominal_alpha == pytest.approx(
-        rl.spending_alpha(0.4, alpha, kind=kind, sided=2), rel=1e-12)
+        spending_alpha(0.4, alpha, kind=kind, sided=2), rel=1e-12)
 
 
 def test_group_sequential_lan_demets_two_looks():
     # O'Brien-Fleming-type spending, one-sided 0.025, looks at t = 1/2 and 1: the published
     # Lan-DeMets boundaries 2.963 and 1.969 (gsDesign sfLDOF, rpact asOF). The first is
     # closed form: alpha(1/2) = 2 - 2 Phi(z_0.9875 sqrt 2)
-    bounds = rl.group_sequential_levels([5, 10], 10, 0.025)
+    bounds = group_sequential_levels([5, 10], 10, 0.025)
     c1, c2 = z_boundaries(bounds)
     assert c1 == pytest.approx(2.963, abs=5e-4)
     assert c2 == pytest.approx(1.969, abs=5e-4)
-    assert bounds[0].spent_alpha == pytest.approx(2 * rl.normal_cdf(-2.241402727604947 * 2 ** 0.5),
+    assert bounds[0].spent_alpha == pytest.approx(2 * normal_cdf(-2.241402727604947 * 2 ** 0.5),
                                                   rel=1e-9)
-    assert c1 == pytest.approx(-rl.normal_ppf(bounds[0].spent_alpha), rel=1e-12)
+    assert c1 == pytest.approx(-normal_ppf(bounds[0].spent_alpha), rel=1e-12)
 
 
 def test_group_sequential_lan_demets_two_looks_by_monte_carlo():
     # independent check: simulate the two z statistics, Z_2 = sqrt(1/2) Z_1 + sqrt(1/2) E,
     # and count rejections at either look; 100000 draws give a standard error of 0.0005
-    c1, c2 = z_boundaries(rl.group_sequential_levels([5, 10], 10, 0.025))
+    c1, c2 = z_boundaries(group_sequential_levels([5, 10], 10, 0.025))
     rng = random.Random(20240611)
     half = 0.5 ** 0.5
     trials, rejected = 100_000, 0
@@ -497,13 +502,13 @@ def test_group_sequential_lan_demets_two_looks_by_monte_carlo():
     ([8, 15, 17, 20], 20, 0.13, "obrien-fleming", [2.1280732, 1.4368565, 1.422873, 1.2970881]),
 ])
 def test_group_sequential_against_rpact(looks, max_rounds, alpha, kind, expected):
-    bounds = rl.group_sequential_levels(looks, max_rounds, alpha, kind=kind)
+    bounds = group_sequential_levels(looks, max_rounds, alpha, kind=kind)
     assert z_boundaries(bounds) == pytest.approx(expected, abs=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["obrien-fleming", "pocock"])
 def test_group_sequential_monotone(kind):
-    bounds = rl.group_sequential_levels(LOOKS_3_TO_10, 10, 0.025, kind=kind)
+    bounds = group_sequential_levels(LOOKS_3_TO_10, 10, 0.025, kind=kind)
     assert [b.n for b in bounds] == LOOKS_3_TO_10
     assert [b.information for b in bounds] == [n / 10 for n in LOOKS_3_TO_10]
     spent = [b.spent_alpha for b in bounds]
@@ -516,7 +521,7 @@ def test_group_sequential_monotone(kind):
         # positive correlation lets each one test at more than its increment
         assert increment * (1 - 1e-9) <= b.nominal_alpha <= b.spent_alpha * (1 + 1e-9)
         # the t test at the nominal level: a heavier tail than z, so a larger critical value
-        assert rl.t_cdf(-b.critical_t, b.n - 1) == pytest.approx(b.nominal_alpha, rel=1e-9)
+        assert t_cdf(-b.critical_t, b.n - 1) == pytest.approx(b.nominal_alpha, rel=1e-9)
         assert b.critical_t > c
     assert bounds[0].nominal_alpha == pytest.approx(bounds[0].spent_alpha, rel=1e-12)
     assert all(b.nominal_alpha > b.spent_alpha - a.spent_alpha
@@ -531,39 +536,39 @@ def test_group_sequential_monotone(kind):
     else:
         assert max(zs[1:]) - min(zs[1:]) < 0.1
     # a larger alpha lowers every boundary
-    looser = rl.group_sequential_levels(LOOKS_3_TO_10, 10, 0.05, kind=kind)
+    looser = group_sequential_levels(LOOKS_3_TO_10, 10, 0.05, kind=kind)
     assert all(a.critical_t < b.critical_t for a, b in zip(looser, bounds))
 
 
 def test_group_sequential_edge_cases():
     # stopping short of max_rounds spends alpha(t_K) < alpha
-    bounds = rl.group_sequential_levels([3, 5], 10, 0.025)
-    assert bounds[-1].spent_alpha == pytest.approx(rl.spending_alpha(0.5, 0.025, sided=2))
+    bounds = group_sequential_levels([3, 5], 10, 0.025)
+    assert bounds[-1].spent_alpha == pytest.approx(spending_alpha(0.5, 0.025, sided=2))
     # a first look so early that O'Brien-Fleming-type spending underflows cannot reject, and
     # the later looks are unaffected by it
-    early = rl.group_sequential_levels([2, 5000, 10000], 10000, 0.025)
+    early = group_sequential_levels([2, 5000, 10000], 10000, 0.025)
     assert early[0].spent_alpha == 0.0 and early[0].nominal_alpha == 0.0
     assert early[0].critical_t == math.inf
     assert z_boundaries(early[1:]) == pytest.approx(
-        z_boundaries(rl.group_sequential_levels([5, 10], 10, 0.025)), abs=1e-6)
+        z_boundaries(group_sequential_levels([5, 10], 10, 0.025)), abs=1e-6)
     # unequal spacing, with steps of different grids differing by powers of 2
-    bounds = rl.group_sequential_levels([10, 11, 50, 51, 100], 100, 0.1)
+    bounds = group_sequential_levels([10, 11, 50, 51, 100], 100, 0.1)
     assert bounds[-1].spent_alpha == pytest.approx(0.1, rel=1e-12)
     assert all(b.critical_t > 0 for b in bounds)
 
 
 @pytest.mark.parametrize("call", [
-    lambda: rl.group_sequential_levels([], 10, 0.025),
-    lambda: rl.group_sequential_levels([3, 3], 10, 0.025),
-    lambda: rl.group_sequential_levels([1, 5], 10, 0.025),
-    lambda: rl.group_sequential_levels([3, 11], 10, 0.025),
-    lambda: rl.group_sequential_levels([3.0, 5], 10, 0.025),
-    lambda: rl.group_sequential_levels(5, 10, 0.025),
-    lambda: rl.group_sequential_levels([3, 5], None, 0.025),
-    lambda: rl.group_sequential_levels([3, 5], 10.0, 0.025),
-    lambda: rl.group_sequential_levels([3, 5], 10, 0.0),
-    lambda: rl.group_sequential_levels([3, 5], 10, 1.0),
-    lambda: rl.group_sequential_levels([3, 5], 10, 0.025, kind="haybittle"),
+    lambda: group_sequential_levels([], 10, 0.025),
+    lambda: group_sequential_levels([3, 3], 10, 0.025),
+    lambda: group_sequential_levels([1, 5], 10, 0.025),
+    lambda: group_sequential_levels([3, 11], 10, 0.025),
+    lambda: group_sequential_levels([3.0, 5], 10, 0.025),
+    lambda: group_sequential_levels(5, 10, 0.025),
+    lambda: group_sequential_levels([3, 5], None, 0.025),
+    lambda: group_sequential_levels([3, 5], 10.0, 0.025),
+    lambda: group_sequential_levels([3, 5], 10, 0.0),
+    lambda: group_sequential_levels([3, 5], 10, 1.0),
+    lambda: group_sequential_levels([3, 5], 10, 0.025, kind="haybittle"),
 ])
 def test_group_sequential_bad_input(call):
     with pytest.raises(ValueError):

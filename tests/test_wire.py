@@ -9,7 +9,15 @@ import threading
 import pytest
 from hypothesis import given, strategies as st
 
-import router_latency as rl
+from router_latency.constants import CONFIG_HASH_HEADER, DEFAULT_DECISION_PATHS
+from router_latency.runfile import load_run
+from router_latency.wire import (answer_document, BODY_CONFIG_HASH, body_config_hash, classify,
+                                 DECISION_CHARS, DECISION_CUT, decision_of, default_route,
+                                 error_code, MAX_BODY_BYTES, parse_endpoint, RequestFailed,
+                                 ResponseReader, SignalTable, WHOLE_JSON_BYTES)
+from router_latency.measuring import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
+                                      PassPlan, Target)
+from router_latency.simulator import simulated_decision
 from conftest import SETTINGS, ScriptedServer, final_answer, write_corpus
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
@@ -17,7 +25,7 @@ OK = b'{"decision_result": {"decision_name": "ok"}}'
 
 def feed_bytewise(data, reader=None):
     """Feed data one byte at a time; return the reader and whether it completed."""
-    reader = reader or rl.ResponseReader()
+    reader = reader or ResponseReader()
     for i in range(len(data)):
         if reader.feed(data[i:i + 1]):
             assert i == len(data) - 1, "complete before the last byte"
@@ -37,7 +45,7 @@ def test_reader_chunked_with_extensions_and_trailers():
             b"0\r\nX-Trailer: yes\r\n\r\n")
     reader, complete = feed_bytewise(data)
     assert complete and reader.body == OK
-    one_piece = rl.ResponseReader()
+    one_piece = ResponseReader()
     assert one_piece.feed(data) and one_piece.body == OK
 
 
@@ -45,7 +53,7 @@ def test_reader_body_to_the_close_and_http10():
     reader, complete = feed_bytewise(b"HTTP/1.0 200 OK\r\n\r\n" + OK)
     assert not complete and not reader.keep_open
     assert reader.eof() and reader.body == OK
-    alive = rl.ResponseReader()
+    alive = ResponseReader()
     assert alive.feed(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}")
     assert alive.keep_open
 
@@ -55,7 +63,7 @@ def test_reader_body_to_the_close_and_http10():
     (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", False),
 ])
 def test_reader_bodyless_and_closing_answers(head, keep_open):
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     assert reader.feed(head) and reader.body == b"" and reader.keep_open is keep_open
 
 
@@ -64,12 +72,12 @@ def test_reader_bodyless_and_closing_answers(head, keep_open):
     (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "malformed"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", "malformed"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}xx\r\n", "malformed"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rl.MAX_BODY_BYTES + 1), "too_large"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY_BYTES + 1), "too_large"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed"),
 ])
 def test_reader_refuses_what_no_router_sends(data, kind):
-    with pytest.raises(rl.RequestFailed) as failure:
-        rl.ResponseReader().feed(data)
+    with pytest.raises(RequestFailed) as failure:
+        ResponseReader().feed(data)
     assert failure.value.kind == kind
 
 
@@ -77,9 +85,9 @@ def test_reader_keeps_the_config_hash_header():
     value = "37a8eec1ce19687d132fe29051dca629d164e2c4958ba141d5f4133a33f0688f"
     reader, complete = feed_bytewise(b"HTTP/1.1 200 OK\r\nX-Vsr-Config-Hash: %s \r\n"
                                      b"Content-Length: 2\r\n\r\n{}" % value.encode(),
-                                     rl.ResponseReader((rl.CONFIG_HASH_HEADER,)))
+                                     ResponseReader((CONFIG_HASH_HEADER,)))
     assert complete and reader.headers == {"x-vsr-config-hash": value}
-    plain = rl.ResponseReader((rl.CONFIG_HASH_HEADER,))
+    plain = ResponseReader((CONFIG_HASH_HEADER,))
     assert plain.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
     assert plain.headers == {}
 
@@ -95,11 +103,11 @@ HASH_PIECES = ['"config_hash"', ":", " ", '"', HASH_A, HASH_B, HASH_A[:63], HASH
 def test_the_body_config_hash_is_the_first_match_of_its_pattern(pieces):
     # bodies of near misses and several hashes: each place the key stands is tried in turn
     body = "".join(pieces).encode()
-    found = rl.BODY_CONFIG_HASH.search(body)
+    found = BODY_CONFIG_HASH.search(body)
     expected = found.group(1).decode() if found else None
-    assert rl.body_config_hash(body) == expected == rl.body_config_hash(bytearray(body))
+    assert body_config_hash(body) == expected == body_config_hash(bytearray(body))
     answer = b'{"decision":"math","config_hash":"%s"}' % HASH_B.encode()
-    assert rl.body_config_hash(body + answer) == (expected or HASH_B)
+    assert body_config_hash(body + answer) == (expected or HASH_B)
 
 
 # bodies as the router writes them (pkg/apiserver: writeErrorResponse's envelope; the preview's
@@ -119,13 +127,13 @@ def test_the_body_config_hash_is_the_first_match_of_its_pattern(pieces):
     (b"\xff", None),
 ])
 def test_error_code_of_a_failed_answer(body, code):
-    assert rl.error_code(body) == code
+    assert error_code(body) == code
 
 
 def test_reader_eof_before_the_body_is_whole_is_a_reset():
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     assert not reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}")
-    with pytest.raises(rl.RequestFailed, match="reset"):
+    with pytest.raises(RequestFailed, match="reset"):
         reader.eof()
 
 
@@ -139,7 +147,7 @@ def test_prompts_larger_than_a_socket_buffer_are_sent_whole(simulator, tmp_path,
     for item in json.loads(out.read_text())["passes"]:
         assert item["summary"]["ok"] == 3
         decisions = {r["id"]: r["decision"] for r in item["requests"]}
-        expected = rl.simulated_decision(big, ("math", "code", "general", "pii_block"))
+        expected = simulated_decision(big, ("math", "code", "general", "pii_block"))
         assert decisions[0] == f"{expected}|model-{expected}"
 
 
@@ -150,44 +158,44 @@ def test_prompts_larger_than_a_socket_buffer_are_sent_whole(simulator, tmp_path,
 ])
 def test_reader_skips_interim_answers(interim):
     data = interim + final_answer().replace(b"\r\n\r\n", b"\r\nX-Vsr-Config-Hash: abc\r\n\r\n", 1)
-    reader, complete = feed_bytewise(data, rl.ResponseReader((b"x-vsr-config-hash",)))
+    reader, complete = feed_bytewise(data, ResponseReader((b"x-vsr-config-hash",)))
     assert complete and reader.status == 200 and reader.body == OK and reader.keep_open
     assert reader.headers == {"x-vsr-config-hash": "abc"}
-    whole = rl.ResponseReader()
+    whole = ResponseReader()
     assert whole.feed(data) and whole.status == 200 and whole.body == OK
 
 
 def test_reader_refuses_switching_protocols():
-    with pytest.raises(rl.RequestFailed) as failure:
-        rl.ResponseReader().feed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")
+    with pytest.raises(RequestFailed) as failure:
+        ResponseReader().feed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n")
     assert failure.value.kind == "reset" and failure.value.status == 101
 
 
 @pytest.mark.parametrize("extra", [b"H", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"])
 def test_bytes_beyond_the_answer_close_the_connection(extra):
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     assert reader.feed(final_answer() + extra) and reader.body == OK
     assert not reader.keep_open
-    chunked = rl.ResponseReader()
+    chunked = ResponseReader()
     assert chunked.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
                         + extra)
     assert chunked.body == b"{}" and not chunked.keep_open
-    later = rl.ResponseReader()
+    later = ResponseReader()
     assert later.feed(final_answer()) and later.keep_open
     assert later.feed(extra) and not later.keep_open
 
 
 def test_both_framings_are_read_chunked_and_never_reused():
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     assert reader.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n"
                        b"\r\n2\r\n{}\r\n0\r\n\r\n")
     assert reader.body == b"{}" and not reader.keep_open
 
 
 def test_a_chunk_larger_than_the_limit_is_refused_before_its_bytes():
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-    with pytest.raises(rl.RequestFailed) as failure:
+    with pytest.raises(RequestFailed) as failure:
         reader.feed(head + b"%x\r\n" % (120 * 1024 * 1024) + b"x" * 1000)
     assert failure.value.kind == "too_large" and failure.value.status == 200
     assert len(reader.body) == 0
@@ -199,13 +207,13 @@ def test_the_body_limit_holds_for_small_chunks_and_close_delimited_bodies(head):
     chunked = b"chunked" in head
     piece = b"x" * 65536
     piece = b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
-    reader = rl.ResponseReader()
+    reader = ResponseReader()
     reader.feed(head)
-    with pytest.raises(rl.RequestFailed) as failure:
-        for _ in range(rl.MAX_BODY_BYTES // 65536 + 2):
+    with pytest.raises(RequestFailed) as failure:
+        for _ in range(MAX_BODY_BYTES // 65536 + 2):
             reader.feed(piece)
     assert failure.value.kind == "too_large"
-    assert len(reader.body) <= rl.MAX_BODY_BYTES
+    assert len(reader.body) <= MAX_BODY_BYTES
 
 
 def decision_answer(prompt):
@@ -247,14 +255,14 @@ def test_a_request_on_an_idle_connection_closed_under_it_is_sent_once_more(
     # the first went out on the connection opened before the pass, which the server had
     # not served yet; every later one first went out on a connection that had answered once
     assert [r.get("retried", False) for r in requests] == [False] + [True] * 11
-    assert rl.load_run(str(out)).passes[0].requests[1].retried is True
+    assert load_run(str(out)).passes[0].requests[1].retried is True
 
 
 def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(scripted):
     server = scripted(lambda prompt, number: None)  # every request: closed unanswered
-    target = rl.Target(rl.parse_endpoint(server.url))
-    results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b"]), threading.Event(),
-                          rl.PassPlan("x", 1)).run()
+    target = Target(parse_endpoint(server.url))
+    results = PassLoop(target, encode_prompts(target, ["a", "b"]), threading.Event(),
+                          PassPlan("x", 1)).run()
     # "a" went out on the connection opened before the pass, then once more on a new one;
     # "b" went out on a connection opened for it, so its close is the answer
     assert [(r.number, r.error, r.retried) for r in results] == [(0, "reset", True),
@@ -267,18 +275,18 @@ def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_p
     # the server closes every connection after answering, without saying so; an open-loop
     # pass at 4 requests per second waits 250 ms between sends
     server = scripted(lambda prompt, number: [decision_answer(prompt)] if number == 0 else None)
-    target = rl.Target(rl.parse_endpoint(server.url))
+    target = Target(parse_endpoint(server.url))
     polls = []
-    real_poll = rl.PassLoop._poll
+    real_poll = PassLoop._poll
 
     def counted(self, wait):
         polls.append(wait)
         return real_poll(self, wait)
 
-    monkeypatch.setattr(rl.PassLoop, "_poll", counted)
-    payloads = rl.encode_prompts(target, ["a", "b", "c"])
-    loop = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 4),
-                       rl.arrival_schedule(3, 4.0, "constant", 0))
+    monkeypatch.setattr(PassLoop, "_poll", counted)
+    payloads = encode_prompts(target, ["a", "b", "c"])
+    loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 4),
+                       arrival_schedule(3, 4.0, "constant", 0))
     results = loop.run()
     assert [r.error for r in results] == [None, None, None]
     # waking for each 0.1 s slice, and a few times around each send, is all: an idle socket at
@@ -287,11 +295,11 @@ def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_p
 
 
 def test_a_decision_that_is_not_a_string_is_stored_as_compact_json_cut_to_size():
-    assert rl.decision_of({"decision": {"b": [1, 2], "a": "x"}}, ["decision"]) == \
+    assert decision_of({"decision": {"b": [1, 2], "a": "x"}}, ["decision"]) == \
         '{"a":"x","b":[1,2]}'
-    cut = rl.decision_of({"decision": {"k": ["v" * 100] * 100}}, ["decision"])
+    cut = decision_of({"decision": {"k": ["v" * 100] * 100}}, ["decision"])
     assert cut == '{"k":["' + ("v" * 100 + '","') * 2 + "v" * 43 + "...[cut]"
-    assert len(cut) == rl.DECISION_CHARS + len(rl.DECISION_CUT)
+    assert len(cut) == DECISION_CHARS + len(DECISION_CUT)
 
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -311,11 +319,11 @@ CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encodi
     CHUNKED.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + b"2\r\n{}\r\n0\r\n\r\n",
 ])
 def test_a_chunked_answer_in_one_read_is_read_as_when_fed_byte_by_byte(data):
-    whole = rl.ResponseReader(rl.PASS_HEADERS)
+    whole = ResponseReader(PASS_HEADERS)
     assert whole.feed(data)
     beyond = data.endswith(b"X")
     bytewise, complete = feed_bytewise(data[:-1] if beyond else data,
-                                       rl.ResponseReader(rl.PASS_HEADERS))
+                                       ResponseReader(PASS_HEADERS))
     assert complete and (not beyond or bytewise.feed(b"X"))
     assert (whole.status, bytes(whole.body), whole.keep_open, whole.headers) == (
         bytewise.status, bytes(bytewise.body), bytewise.keep_open, bytewise.headers)
@@ -326,13 +334,13 @@ def test_a_chunked_answer_in_one_read_is_read_as_when_fed_byte_by_byte(data):
     CHUNKED + b"1\r\n{}\r\n0\r\n\r\n",  # longer
     CHUNKED + b"0x2\r\n{}\r\n0\r\n\r\n",  # int() would take 0x2
     CHUNKED + b"-2\r\n{}\r\n0\r\n\r\n",
-    CHUNKED + b"%x\r\n" % (rl.MAX_BODY_BYTES + 1),
+    CHUNKED + b"%x\r\n" % (MAX_BODY_BYTES + 1),
 ])
 def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_byte_by_byte(data):
-    with pytest.raises(rl.RequestFailed) as bytewise:
+    with pytest.raises(RequestFailed) as bytewise:
         feed_bytewise(data)
-    with pytest.raises(rl.RequestFailed) as whole:
-        rl.ResponseReader().feed(data)
+    with pytest.raises(RequestFailed) as whole:
+        ResponseReader().feed(data)
     assert (whole.value.kind, whole.value.status) == (bytewise.value.kind, bytewise.value.status)
     assert whole.value.kind in ("malformed", "reset", "too_large")
 
@@ -340,9 +348,9 @@ def test_a_chunked_answer_in_one_read_is_refused_as_when_fed_byte_by_byte(data):
 def outcome(feed, data, wanted):
     """What a reader made of an answer fed whole (feed: ResponseReader.feed) or bytewise."""
     try:
-        reader = rl.ResponseReader(wanted)
+        reader = ResponseReader(wanted)
         complete = feed(reader, data)
-    except rl.RequestFailed as failure:
+    except RequestFailed as failure:
         return failure.kind, failure.status
     return complete, reader.status, reader.keep_open, reader.headers, bytes(reader.body)
 
@@ -363,7 +371,7 @@ HEADS = [b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: 2",
          b"HTTP/1.1 204 No Content\r\nDate: %s"]
 
 
-@pytest.mark.parametrize("wanted", [rl.PASS_HEADERS, (b"date", b"x-request-id"), ()])
+@pytest.mark.parametrize("wanted", [PASS_HEADERS, (b"date", b"x-request-id"), ()])
 def test_heads_seen_before_are_read_as_when_parsed_anew(wanted):
     """The heads of answers are remembered less their Date and X-Request-Id values: every head
     fed whole, in two orders and with other values, reads as it does fed byte by byte."""
@@ -376,7 +384,7 @@ def test_heads_seen_before_are_read_as_when_parsed_anew(wanted):
         for value in (b"Mon, 01 Dec 2026 20:04:41 GMT", b"a", b"", b"x: close", b"Mon\tb"):
             for head in order:
                 data = head.replace(b"%s", value) + b"\r\n\r\n{}"
-                assert outcome(rl.ResponseReader.feed, data, wanted) == \
+                assert outcome(ResponseReader.feed, data, wanted) == \
                     outcome(bytewise, data, wanted), data
 
 
@@ -392,19 +400,19 @@ def preview_answer(text="What is the derivative of x squared?", **changes):
               "config_hash": "0" * 64}
     answer.update(changes)
     body = json.dumps(answer, separators=(",", ":")).encode()
-    assert len(body) > rl.WHOLE_JSON_BYTES
+    assert len(body) > WHOLE_JSON_BYTES
     return body
 
 
 def test_the_decision_is_read_without_decoding_the_metrics_unless_asked():
     body = preview_answer()
-    paths = rl.DEFAULT_DECISION_PATHS
-    assert rl.answer_document(body, paths) == {
+    paths = DEFAULT_DECISION_PATHS
+    assert answer_document(body, paths) == {
         "decision_result": {"decision_name": "math", "used_signals": {"keywords": ["m"]}},
         "selected_model": "qwen3"}
-    with_metrics = rl.answer_document(body, paths + ("metrics?",))
+    with_metrics = answer_document(body, paths + ("metrics?",))
     assert with_metrics["metrics"]["pii"] == {"execution_time_ms": 1.25, "confidence": 0.5}
-    assert rl.classify(200, body, paths) == ("math|qwen3", None, None)
+    assert classify(200, body, paths) == ("math|qwen3", None, None)
 
 
 TRICKY = [
@@ -432,16 +440,16 @@ SMALL = [OK, b' \n{"decision_result" : {"decision_name": "ok"}, "selected_model"
 
 @pytest.mark.parametrize("body", TRICKY + SMALL)
 @pytest.mark.parametrize("paths", [
-    rl.DEFAULT_DECISION_PATHS, ("routing_decision", "selected_model"),
+    DEFAULT_DECISION_PATHS, ("routing_decision", "selected_model"),
     ("decision_result.used_signals.keywords", "metrics.pii.confidence?"), ("missing?",),
     ("selected_model.name|selected_model",), ("routing_decision", "config_hash?")])
 def test_decisions_read_member_by_member_are_those_of_the_whole_document(body, paths):
     try:
         document = json.loads(body)
-        expected = rl.decision_of(document, paths) or rl.default_route(document, paths)
+        expected = decision_of(document, paths) or default_route(document, paths)
     except ValueError:
         expected = None if not body.strip() else "bad_json"  # empty: not ready, no decision
-    decision, error, _ = rl.classify(200, body, paths)
+    decision, error, _ = classify(200, body, paths)
     assert (decision if error != "bad_json" else "bad_json") == expected
 
 
@@ -449,7 +457,7 @@ def test_a_member_sent_twice_counts_once_read_the_first_time():
     """The one way reading member by member differs from a whole decode (which takes the last):
     no JSON encoder writes a member twice; Go's, from the router's structs, cannot."""
     body = preview_answer()[:-1] + b',"selected_model":"other"}'
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+    assert classify(200, body, DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
 
 
 def test_a_name_spelled_by_escapes_is_read_where_it_stands():
@@ -459,9 +467,9 @@ def test_a_name_spelled_by_escapes_is_read_where_it_stands():
     body = (b'{"original_text":"x","decision\\u005fresult":{"decision_name":"first"},'
             b'"selected_model":"q","decision_result":{"decision_name":"last"},'
             b'"routing_decision":' + tail)
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == "first|q"
+    assert classify(200, body, DEFAULT_DECISION_PATHS)[0] == "first|q"
     spelled = preview_answer().replace(b'"selected_model"', b'"selected\\u005Fmodel"', 1)
-    assert rl.classify(200, spelled, rl.DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+    assert classify(200, spelled, DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
 
 
 @pytest.mark.parametrize("first", [
@@ -471,16 +479,16 @@ def test_an_answer_read_after_one_of_the_same_decision_is_judged_by_its_own_firs
     before still has its first member (original_text) read and judged."""
     good = preview_answer("case 1")
     paths = ("decision_result.decision_name", "selected_model?")
-    assert rl.classify(200, good, paths) == ("math|qwen3", None, None)
+    assert classify(200, good, paths) == ("math|qwen3", None, None)
     body = good.replace(b'"case 1"', first, 1)
     try:
         json.loads(body)
     except ValueError:
-        assert rl.classify(200, body, paths) == (None, "bad_json", None)
+        assert classify(200, body, paths) == (None, "bad_json", None)
     else:
-        assert rl.classify(200, body, paths) == ("math|qwen3", None, None)
+        assert classify(200, body, paths) == ("math|qwen3", None, None)
     for text in ("case 2", "ünïcödé \"quoted\" and\na newline"):
-        assert rl.classify(200, preview_answer(text), paths) == ("math|qwen3", None, None)
+        assert classify(200, preview_answer(text), paths) == ("math|qwen3", None, None)
 
 
 def test_answers_of_other_decisions_after_the_first_are_read_as_their_own():
@@ -490,7 +498,7 @@ def test_answers_of_other_decisions_after_the_first_are_read_as_their_own():
         for text in ("a", "b"):
             body = preview_answer(text, decision_result={"decision_name": name},
                                   selected_model=model)
-            assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[0] == expected
+            assert classify(200, body, DEFAULT_DECISION_PATHS)[0] == expected
 
 
 @pytest.mark.parametrize("body", [
@@ -498,7 +506,7 @@ def test_answers_of_other_decisions_after_the_first_are_read_as_their_own():
     preview_answer().replace(b'"MoM"', b"'MoM'"), b"{" + b" " * 600, preview_answer() + b"x",
     preview_answer().replace(b"qwen3", b"qw\xffen3")])
 def test_an_answer_malformed_before_its_decision_is_bad_json(body):
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[1] == "bad_json"
+    assert classify(200, body, DEFAULT_DECISION_PATHS)[1] == "bad_json"
 
 
 @pytest.mark.parametrize("nested", [
@@ -507,17 +515,17 @@ def test_an_answer_malformed_before_its_decision_is_bad_json(body):
     {"decision_result": {"decision_name": ""}, "routing_decision": "",  # read to the end
      "metrics": json.loads("[" * 64 + "]" * 64), "original_text": "x" * 400}])
 def test_an_answer_nested_too_deep_where_it_is_read_is_malformed(nested):
-    with pytest.raises(rl.RequestFailed) as failure:
-        rl.classify(200, preview_answer(**nested), rl.DEFAULT_DECISION_PATHS)
+    with pytest.raises(RequestFailed) as failure:
+        classify(200, preview_answer(**nested), DEFAULT_DECISION_PATHS)
     assert failure.value.kind == "malformed"
 
 
 def test_an_answer_nested_too_deep_only_past_its_decision_is_routed():
     """As the rest of what follows the decision, the depth there is not read."""
     body = preview_answer(signal_values=json.loads("[" * 70 + "]" * 70))
-    assert rl.classify(200, body, rl.DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
-    with pytest.raises(rl.RequestFailed):  # small: decoded whole, judged whole
-        rl.classify(200, b'{"decision": "a", "x": ' + b"[" * 70 + b"]" * 70 + b"}", ("decision",))
+    assert classify(200, body, DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
+    with pytest.raises(RequestFailed):  # small: decoded whole, judged whole
+        classify(200, b'{"decision": "a", "x": ' + b"[" * 70 + b"]" * 70 + b"}", ("decision",))
 
 
 def test_a_cached_small_answer_keeps_each_request_s_own_config_hash(scripted):
@@ -535,9 +543,9 @@ def test_a_cached_small_answer_keeps_each_request_s_own_config_hash(scripted):
         server = scripted(lambda prompt, number, order=order: [
             f"HTTP/1.1 200 OK\r\n{heads[order[number]]}Content-Length: {len(body)}\r\n\r\n"
             .encode() + body])
-        target = rl.Target(rl.parse_endpoint(server.url))
-        results = rl.PassLoop(target, rl.encode_prompts(target, ["a", "b", "c"]),
-                              threading.Event(), rl.PassPlan("x", 1)).run()
+        target = Target(parse_endpoint(server.url))
+        results = PassLoop(target, encode_prompts(target, ["a", "b", "c"]),
+                              threading.Event(), PassPlan("x", 1)).run()
         assert [r.config_hash for r in sorted(results, key=lambda r: r.number)] == expected
 
 
@@ -556,13 +564,13 @@ def test_the_garbage_collector_waits_while_a_pass_runs_and_nothing_it_leaves_is_
     collecting = []
     server = scripted(lambda prompt, number: collecting.append(gc.isenabled()) or
                       kinds[int(prompt) % len(kinds)])
-    target = rl.Target(rl.parse_endpoint(server.url), signals=rl.SignalTable())
-    payloads = rl.encode_prompts(target, [str(i) for i in range(120)])
+    target = Target(parse_endpoint(server.url), signals=SignalTable())
+    payloads = encode_prompts(target, [str(i) for i in range(120)])
     gc.collect()
     for enabled in (True, False):  # the collector's state is given back as it was
         (gc.enable if enabled else gc.disable)()
         try:
-            results = rl.PassLoop(target, payloads, threading.Event(), rl.PassPlan("x", 4)).run()
+            results = PassLoop(target, payloads, threading.Event(), PassPlan("x", 4)).run()
             assert gc.isenabled() is enabled
         finally:
             gc.enable()

@@ -1,0 +1,67 @@
+"""Latency gate for semantic LLM routers.
+
+Measures a router's /api/v1/routing/preview endpoint with a fixed prompt corpus, compares two
+runs, and judges interleaved rounds of two configurations with paired Student-t intervals.
+
+    router-latency corpus --repo ../semantic-router --out corpus.json
+    router-latency run --url http://127.0.0.1:8801 --corpus corpus.json --out r1.json --label cpu
+    router-latency compare r1-cpu.json r1-rocm.json
+    router-latency rounds --dir results --base cpu --new rocm
+    router-latency simulate --port 8801
+    router-latency demo
+
+Exit codes: 0 all good (rounds: every gated row shown within the tolerance); 1 the measured
+result failed the gate (a row shown worse, decision change, failed requests); 2 the input or
+the invocation was wrong; 3 inconclusive (a gated row decided neither way, too few usable
+rounds, a failed base side, an undecided --sequential look); 130, 143 and 129 when a command
+was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no file is left
+half-written).
+
+Standard library only, Python 3.9 or newer. Developed as the package src/router_latency/,
+whose modules read from the bottom floor up, each importing only those above it and naming
+in __all__ what later modules use; shipped as one file, router_latency.py, that
+tools/amalgamate.py joins from them in that order:
+
+    constants          what several modules use: paths, limits, exit codes
+    errors             the one error type and the checks of values read from files
+    words              how counts, figures and decisions are written
+    stats              t quantiles, intervals, percentiles
+    files              reading, JSON, atomic writes
+    corpus             prompts from a router repo's E2E data, the corpus file
+    runfile            the run file's records: their writer and reader side by side
+    wire               endpoints, request bytes, the incremental response parser
+    captures           probes, GPU tools, Prometheus, router CPU set, load
+    measuring          the pass loop, the floor, warm-up, passes, measure_run()
+    attribution        where the time goes: a pass's time by part
+    compare            compare_runs(): two runs as one report object
+    rounds             judge_rounds(): interleaved rounds as one report object
+    record             judged rounds folders as a record's sections
+    render_text        the reports as aligned text tables
+    render_markdown    the reports as Markdown for a pull request
+    render_json        the reports as JSON
+    render_junit       JUnit XML and CSV
+    page               one HTML file with SVG plots from a rounds report
+    formats            each command's output formats, one table per command
+    simulator          a routing-preview server, and the whole method on two of them
+    cli                argument parsing, cmd_* handlers, main()
+"""
+
+from __future__ import annotations
+
+from .constants import __version__
+from .errors import RouterLatencyError
+from .stats import Interval, paired_interval, percentile, ratio_interval, t_quantile
+from .corpus import build_corpus, extract_prompts
+from .runfile import dump_run, load_run, pass_summary
+from .measuring import LoadGuard, RunContext, RunPlan, Target, measure_run, plan_passes
+from .compare import compare_runs
+from .rounds import judge_rounds
+from .simulator import start_simulator
+from .cli import console_main, main
+
+__all__ = [
+    "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
+    "percentile", "extract_prompts", "build_corpus", "pass_summary", "load_run", "dump_run",
+    "Target", "LoadGuard", "RunPlan", "RunContext", "plan_passes", "measure_run", "compare_runs",
+    "judge_rounds", "start_simulator", "main",
+]

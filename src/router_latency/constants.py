@@ -1,0 +1,70 @@
+"""What several modules use: paths, the router's header names and defaults, limits, exit codes."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+__all__ = [
+    "__version__", "CACHE_ADVICE", "CACHE_SERIES", "CONFIG_HASH_HEADER", "CONFIG_HASH_NAME",
+    "CONFIG_HASH_PATTERN", "DEFAULT_DECISION_PATHS", "DEFAULT_GLOB", "DEFAULT_HISTOGRAMS",
+    "DEFAULT_MODEL", "ERROR_CODE_PATTERN", "EXIT_GATE", "EXIT_INCONCLUSIVE", "EXIT_OK",
+    "EXIT_SIGNAL", "EXIT_USAGE", "EXPECTED_HASH_HEADER", "LADDER_GATE_NAMES", "LADDER_MARGIN_PCT",
+    "LADDER_METRICS", "LADDER_PASS", "MAX_FILE_NUMBER", "MAX_LATENCY_MS", "MAX_REASON_CHARS",
+    "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH", "PROMPT_KEYS", "READY_PATH",
+    "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS", "SIGNAL_NAME_PATTERN",
+    "STOP_POLL_S", "TIME_WINDOWS",
+]
+
+__version__ = "0.1.0"
+
+PREVIEW_PATH = "/api/v1/routing/preview"
+READY_PATH = "/ready"  # the router's readiness: 503 until its start-up completes
+DEFAULT_MODEL = "MoM"  # the router's auto alias (config/canonical_defaults.go)
+PROMPT_KEYS = ("query", "question", "prompt", "original_question")
+DEFAULT_GLOB = "e2e/**/testdata/**/*.json"
+DEFAULT_DECISION_PATHS = (
+    "decision_result.decision_name|routing_decision|decision",  # first present wins
+    "selected_model?",  # appended when present
+)
+ERROR_CODE_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")  # the router's error.code
+CONFIG_HASH_HEADER = b"x-vsr-config-hash"  # the runtime configuration that answered
+CONFIG_HASH_NAME = CONFIG_HASH_HEADER.decode()
+CONFIG_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")  # the router sends exactly this, or nothing
+EXPECTED_HASH_HEADER = "x-sr-bench-expected-config-hash"  # 412 from a router serving another
+ROUTER_MAX_CONCURRENCY = 16  # global.services.api.routing_preview.max_concurrency default
+ROUTER_TIMEOUT_S = 120  # global.services.api.routing_preview.request_timeout_seconds default
+# the largest number a file may hold: counts and sums stay exact, nothing overflows to inf
+MAX_FILE_NUMBER = 2 ** 53
+MAX_LATENCY_MS = 86_400_000  # a latency in a file is at most a day
+MAX_REASON_CHARS = 160  # what a malformed answer's reason keeps
+# per-signal times: the run file keeps a table of at most MAX_SIGNALS names, each matching
+# SIGNAL_NAME_PATTERN; a request keeps one number per name (null: not reported), like the
+# decision bounded whatever an answer holds
+MAX_SIGNALS = 32
+SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+# the router's histograms scraped around each pass with --metrics-url (its
+# pkg/observability/metrics and pkg/modelservice, and its runtime's own /metrics)
+DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
+                      "llm_decision_evaluation_latency_seconds",
+                      "vsr_model_runtime_request_duration_seconds",
+                      "vsr_model_runtime_server_seconds", "vllm_srun_queue_duration_seconds")
+STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
+ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
+LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
+# rows of a ladder: the plateau's throughput, capacity within the SLO, USD per million requests
+LADDER_METRICS = ("plateau_req_per_s", "capacity_req_per_s", "usd_per_million")
+LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_per_s",
+                     "cost": "usd_per_million"}  # --gate's names of those rows
+LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
+# result caches: the router's per-model counter (result="hit") and the runtime's own
+# (outcome="hit")
+CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total)$")
+CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
+                "newer routers, and the runtime's --result-cache-entries 0) so that every "
+                "request computes")
+MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
+TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+# 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}

@@ -1,0 +1,70 @@
+"""The one error type, RouterLatencyError, and the checks of values read from files."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only, never imported when run: typing has it from 3.10 on
+    from typing_extensions import TypeGuard
+
+from .constants import MAX_FILE_NUMBER, MAX_LATENCY_MS
+
+__all__ = ["checked_number", "checked_object", "is_whole", "RouterLatencyError", "SignalInterrupt"]
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
+    so that every writer's cleanup runs as for Ctrl-C; main() exits 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class RouterLatencyError(ValueError):
+    """Bad input or invocation: main() prints it on one line and exits 2."""
+
+    def __init__(self, message: str, where: Optional[str] = None):
+        super().__init__(message)
+        self.where = where
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{message} ({self.where})" if self.where else message
+
+
+def is_whole(value: Any, minimum: int = 0) -> TypeGuard[int]:
+    """Return True for an int (not a bool) of at least minimum and at most MAX_FILE_NUMBER."""
+    return isinstance(value, int) and not isinstance(value, bool) \
+        and minimum <= value <= MAX_FILE_NUMBER
+
+
+def checked_number(value: Any, where: str, *, nullable: bool = False,
+                   positive: bool = False, maximum: float = MAX_FILE_NUMBER) -> Any:
+    """Return value when it is a finite number >= 0 (> 0 with positive) and at most maximum
+    (MAX_FILE_NUMBER, or MAX_LATENCY_MS for a latency); raise otherwise."""
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RouterLatencyError("expected a finite number", where)
+    if value < 0 or (positive and value == 0):
+        raise RouterLatencyError("expected a positive number" if positive
+                                 else "expected a number >= 0", where)
+    if value > maximum:  # finite, but its sums would overflow or lose every digit
+        raise RouterLatencyError(
+            f"expected at most {maximum:,.0f}" + (" ms (a day)" if maximum == MAX_LATENCY_MS
+                                                  else " (2^53)"), where)
+    return value
+
+
+def checked_object(raw: Any, key: str, where: str) -> dict:
+    """Return raw[key] when it is an object, {} when absent or null; raise otherwise."""
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        # a top-level field is named "file: key", a nested one "file: outer.key"
+        raise RouterLatencyError("expected an object",
+                                 f"{where}{key}" if where.endswith(" ") else f"{where}.{key}")
+    return value

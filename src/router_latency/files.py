@@ -1,0 +1,294 @@
+"""Files: reading with size limits, JSON without duplicate keys, atomic writes, output checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import RouterLatencyError
+
+__all__ = [
+    "check_distinct_files", "check_folder_accepts_a_file", "check_schema", "check_writable_target",
+    "drop_output", "dump_json", "parse_json", "read_bytes", "read_json", "rescue_copy",
+    "write_atomic", "write_output",
+]
+
+
+# the largest run file: 1,000,000 requests a pass (MAX_PASS_REQUESTS) are ~140 MB, and three
+# such passes fit; reading one takes about 5.6 times its size in memory (docs/failures.md)
+MAX_INPUT_BYTES = 512 * 1024 * 1024
+
+
+def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """Return a file's bytes, or raise a one-line error naming it; a file larger than limit
+    is refused before any of it is read."""
+    p = Path(path)
+    if p.is_dir():
+        raise RouterLatencyError("is a folder, not a file", str(path))
+    try:
+        with open(p, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise RouterLatencyError(f"{size:,} bytes, larger than the {limit // 2**20:,} "
+                                         f"MiB this tool reads", str(path))
+            data = handle.read(limit + 1)  # a file growing meanwhile is cut here, and refused
+    except FileNotFoundError:
+        raise RouterLatencyError("no such file", str(path)) from None
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot read: {exc.strerror or exc}", str(path)) from None
+    if len(data) > limit:
+        raise RouterLatencyError(f"larger than the {limit // 2**20:,} MiB this tool reads",
+                                 str(path))
+    if not data or data.isspace():  # no stripped copy of a large file
+        raise RouterLatencyError("the file is empty", str(path))
+    return data
+
+
+def parse_json(data: bytes, path: str) -> Any:
+    """Return the JSON value of data, or raise an error naming path and the position."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
+    try:
+        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as exc:
+        raise RouterLatencyError(
+            f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None
+    except ValueError as exc:
+        raise RouterLatencyError(f"invalid JSON: {exc}", str(path)) from None
+    except RecursionError:
+        raise RouterLatencyError("invalid JSON: nested deeper than Python's JSON reader goes "
+                                 "(about 900 levels)", str(path)) from None
+
+
+def no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def unique_keys(pairs: list) -> dict:
+    """Return a JSON object's dict; raise when a key comes twice (a hand-edited file saying
+    "complete" twice must not be read by whichever comes last)."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return document
+
+
+def read_json(path, limit: int = MAX_INPUT_BYTES) -> Any:
+    """Return the JSON value of a file of at most limit bytes."""
+    return parse_json(read_bytes(str(path), limit), str(path))
+
+
+def check_schema(document: Any, expected: str, path: str) -> None:
+    """Raise unless document is an object of the expected schema and version."""
+    if not isinstance(document, dict):
+        raise RouterLatencyError(f"expected a {expected} object", str(path))
+    schema = document.get("schema")
+    name, _, version = expected.rpartition("/")
+    if isinstance(schema, str) and schema.startswith(name + "/") and schema != expected:
+        found = schema.rpartition("/")[2]
+        if found.isdigit() and int(found) > int(version):
+            raise RouterLatencyError(
+                f"schema {schema} is newer than this tool reads ({expected}); upgrade "
+                f"router-latency", f"{path}: schema")
+    if schema is None:  # another kind of file: a --boundary list, a Go router's answer
+        raise RouterLatencyError(f"no schema member: not a {expected} file", f"{path}: schema")
+    if schema != expected:
+        raise RouterLatencyError(f"schema is {schema!r}, expected {expected!r}", f"{path}: schema")
+
+
+class DeferredSignals:
+    """Hold SIGINT, SIGTERM and SIGHUP back while a file is written and renamed: one that
+    comes meanwhile is delivered after, so that the temporary file is either renamed or
+    removed, never left behind between mkstemp and the rename."""
+
+    HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self) -> None:
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.HELD) \
+            if hasattr(signal, "pthread_sigmask") else None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
+def write_atomic(path: str, data) -> None:
+    """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
+    same folder, fsync and rename; a signal meanwhile waits until the rename is done."""
+    with DeferredSignals():
+        _write_atomic(path, data)
+
+
+def _write_atomic(path: str, data) -> None:
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    tmp_name = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), output_mode())  # mkstemp's 0600 hides it from a team
+            for chunk in ([data] if isinstance(data, bytes) else data):
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+        tmp_name = None
+        try:
+            dir_fd = os.open(folder, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass  # some filesystems refuse fsync on a folder; the rename itself is done
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise RouterLatencyError(
+            f"cannot write: {reason}; any previous file is untouched", str(path)) from None
+    finally:
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except OSError:
+                pass
+
+
+def output_mode() -> int:
+    """Return the mode of a new output file: read and write for all, less the umask."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # without /proc, reading the umask means setting it, and back
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
+    """Save measurements that could not be written where asked; return where they went. A
+    copy that cannot be written whole is removed, not left truncated."""
+    path = None
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), output_mode())
+            for chunk in chunks:
+                handle.write(chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return f"the measurements were saved to {path}"
+    except OSError as exc:
+        if path is not None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        return f"the measurements could not be saved anywhere ({exc.strerror or exc})"
+
+
+def drop_output(stream: Any) -> None:
+    """Send what is still to be written to a stream nobody reads any more (a pipe `| head`
+    closed, a full disk) to /dev/null, so that neither it nor Python's flush at exit fails."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def write_output(path: str, data) -> None:
+    """Write data (bytes, or an iterable of bytes) to path atomically, or to standard output
+    when path is '-'."""
+    if path != "-":
+        write_atomic(path, data)
+        return
+    try:
+        sys.stdout.flush()
+        for chunk in ([data] if isinstance(data, bytes) else data):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    except OSError as exc:
+        drop_output(sys.stdout)
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}",
+                                 "standard output") from None
+
+
+def check_writable_target(path: str, force: bool) -> None:
+    """Raise before any work when the output cannot or must not be written."""
+    if path == "-":
+        return  # standard output
+    target = Path(path)
+    if target.is_dir():
+        raise RouterLatencyError("is a folder, not a file", path)
+    if target.exists() and not force:
+        raise RouterLatencyError("exists; pass --force to overwrite it", path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise RouterLatencyError("the folder does not exist", path)
+    if not os.access(folder, os.W_OK):
+        raise RouterLatencyError("the folder is not writable", path)
+
+
+def check_folder_accepts_a_file(path: str) -> None:
+    """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
+    full disk): a file is made there and removed, before anything is measured."""
+    if path == "-":
+        return
+    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".router-latency-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RouterLatencyError(f"the folder does not accept a new file: "
+                                 f"{exc.strerror or exc}", path) from None
+
+
+def file_identity(path: str) -> tuple:
+    """Return what tells a file from another: its resolved path, and its device and inode
+    when it exists (a hard link or a bind mount has another path but the same inode)."""
+    try:
+        status = os.stat(path)
+        inode = (status.st_dev, status.st_ino)
+    except (OSError, ValueError):
+        inode = None
+    return os.path.realpath(path), inode
+
+
+def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> None:
+    """Raise before anything is written when an output (option, path) is an input or another
+    output: measured data must never be overwritten by a report of it."""
+    known: list = []  # (option, path, is an output, identity)
+    for option, path, output in [(o, p, False) for o, p in inputs if p] + \
+            [(o, p, True) for o, p in outputs if p]:
+        # '-' twice: two documents mixed on standard output (or in one file named '-')
+        real, inode = ("-", None) if output and path == "-" else file_identity(str(path))
+        for other, other_path, other_output, (other_real, other_inode) in known:
+            if (output or other_output) and (real == other_real or (
+                    inode is not None and inode == other_inode)):
+                raise RouterLatencyError(
+                    f"{option} {path} is the same file as {other} {other_path}; an output "
+                    f"never overwrites an input or another output", option)
+        known.append((option, path, output, (real, inode)))
+
+
+def dump_json(document: Any) -> bytes:
+    """Return the bytes a result document is written as."""
+    return (json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n") \
+        .encode("utf-8", "backslashreplace")  # a lone surrogate: its JSON escape, \udcff

@@ -1,0 +1,177 @@
+"""JSON: every figure of a report at full precision."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .constants import __version__
+from .compare import Capacity, CompareReport
+from .rounds import composite_text, InputSlowdowns, RoundsReport, Row, Slowdown
+from .record import RecordSection
+from .render_text import gate_rule, order_json, outcomes_json, row_change_text, verdict_line
+
+__all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUNDS_SCHEMA"]
+
+
+ROUNDS_SCHEMA = "router-latency/rounds/1"
+RECORD_SCHEMA = "router-latency/record/1"
+COMPARE_SCHEMA = "router-latency/compare/1"
+
+
+def breakdowns_json(report: RoundsReport) -> list:
+    """Return where each pass's time went as JSON."""
+    return [{"pass": b.pass_name, "sentence": b.sentence,
+             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
+             "base": dict(b.base), "new": dict(b.new),
+             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
+                       "new_median": r.new_median, "diff": r.diff._asdict(),
+                       "speedup": r.speedup, "speedup_low": r.speedup_low,
+                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
+                       "verdict": r.verdict, "base_values": list(r.base_values),
+                       "new_values": list(r.new_values)} for r in b.rows]}
+            for b in report.breakdowns]
+
+
+def row_json(row: Row) -> dict:
+    """Return a row of the rounds table as JSON: its figures at full precision."""
+    return {"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
+            "base_median": row.base_median, "new_median": row.new_median,
+            "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
+                     "df": row.diff.df, "confidence": 0.95},
+            "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
+            "speedup": row.speedup, "speedup_low": row.speedup_low,
+            "speedup_high": row.speedup_high, "change_text": row_change_text(row),
+            "worse_rounds": row.worse_rounds,
+            "rounds": row.rounds, "p_value": row.p_value,
+            "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
+            "verdict": row.verdict, "base_values": list(row.base_values),
+            "new_values": list(row.new_values)}
+
+
+def rounds_json(report: RoundsReport) -> dict:
+    """Return the rounds report as a JSON document: everything the text shows."""
+    rows = [row_json(row) for row in report.rows]
+    agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
+                  "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
+                             for d in a.differ]}
+                 for a in report.agreement]
+    test = report.test
+    settings = report.settings
+    return {"schema": ROUNDS_SCHEMA, "base": report.base, "new": report.new,
+            "settings": {**settings._asdict(), "gate": list(settings.gate),
+                         "allow_mismatch": list(settings.allow_mismatch),
+                         "target_pct": settings.target_pct},
+            "tolerance_pct": settings.tolerance_pct,
+            "corpus": {"sha256": report.corpus_sha256, "count": report.corpus_count},
+            "used": list(report.used),
+            "left_out": [item._asdict() for item in report.left_out], "files": report.files,
+            "rows": rows,
+            "gate_test": None if test is None else {
+                "rows": test.rows, "effective_rows": test.effective_rows,
+                "composite": None if test.composite is None else test.composite._asdict(),
+                "composite_text": None if test.composite is None
+                else composite_text(test.composite),
+                "composite_p": test.composite_p, "level": test.level,
+                "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
+            "agreement": agreement,
+            "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
+                                                        for n, b, w in e.counts]}
+                       for e in report.errors],
+            "warnings": list(report.warnings), "notes": list(report.notes),
+            "environment": [row.to_json() for row in report.environment],
+            "order": order_json(report.order),
+            "order_effect": None if report.order_effect is None
+            else report.order_effect._asdict(),
+            "outliers": list(report.outliers),
+            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
+                                for n, c, m in report.outlier_changes],
+            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
+            "insecure_files": list(report.insecure_files),
+            "look": None if report.look is None else {"rounds": report.look[0],
+                                                      "max_rounds": report.look[1]},
+            "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
+            "config_warnings": list(report.config_warnings),
+            "outcomes": [outcomes_json(o) for o in report.outcomes],
+            "status": report.status, "reasons": list(report.reasons),
+            "verdict": verdict_line(report), "exit_code": report.exit_code,
+            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
+            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
+            "breakdowns": breakdowns_json(report)}
+
+
+def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
+    """Return what one round's ladder of one side derives, as JSON."""
+    return {"round": number, "side": side, "open_loop": capacity.open_loop,
+            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
+            "steps": [s._asdict() for s in capacity.steps],
+            "plateau": capacity.plateau and capacity.plateau.name,
+            "plateau_req_per_s": capacity.plateau_req_per_s,
+            "knee": capacity.knee and capacity.knee[0].name,
+            "capacity_req_per_s": capacity.capacity_req_per_s,
+            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
+            "longest_gap_s": capacity.longest_gap_s}
+
+
+def slowdowns_json(found: InputSlowdowns) -> dict:
+    """Return which inputs got slower as JSON: every input, decision and length bucket."""
+    def item(s: Slowdown, key: str) -> dict:
+        fields = s._asdict()
+        fields[key] = fields.pop("key")
+        return fields
+
+    return {"pass": found.pass_name, "rounds": list(found.rounds), "fdr": found.fdr,
+            "tolerance_pct": found.tolerance_pct,
+            "inputs": [item(s, "id") for s in found.inputs],
+            "decisions": [item(s, "decision") for s in found.decisions],
+            "lengths": [item(s, "bucket") for s in found.lengths]}
+
+
+def compare_json(report: CompareReport) -> dict:
+    """Return the comparison as a JSON document: everything the text shows, and the status."""
+    passes = [{"pass": p.name, "discarded": p.discarded,
+               "metrics": {metric: {"a": va, "b": vb,
+                                    "diff": vb - va if va is not None and vb is not None
+                                    else None,
+                                    "ratio": vb / va if va and vb is not None else None}
+                           for metric, va, vb in p.figures},
+               "errors": {"a": p.errors[0], "b": p.errors[1]},
+               **({"parts": {metric: {"a": va, "b": vb, "diff": vb - va}
+                             for metric, va, vb in p.parts}} if p.parts else {})}
+              for p in report.passes]
+    return {"schema": COMPARE_SCHEMA,
+            "a": {"path": report.a_path, "label": report.a_label,
+                  "corpus_sha256": report.corpus_sha256[0]},
+            "b": {"path": report.b_path, "label": report.b_label,
+                  "corpus_sha256": report.corpus_sha256[1]},
+            "corpus_count": report.corpus_count, "passes": passes,
+            "warnings": list(report.warnings),
+            "decisions": {"pass": "sequential", "compared": report.compared,
+                          "agree": report.compared - len(report.changes),
+                          "unmeasured": report.unmeasured,
+                          "changes": [{"id": c.id, "a": c.base, "b": c.new, "text": c.text}
+                                      for c in report.changes]},
+            "consistency": {tag: list(ids) for tag, ids, _ in report.consistency},
+            "status": report.status, "reasons": list(report.reasons),
+            "exit_code": report.exit_code}
+
+
+def record_json(sections: Sequence[RecordSection]) -> dict:
+    """Return the record's JSON: per section the rounds report and every round's raw pass
+    summaries and surroundings, as the published record's data file holds them."""
+    document: dict = {"schema": RECORD_SCHEMA, "tool": {"name": "router-latency",
+                                                        "version": __version__},
+                      "sections": {}}
+    for section in sections:
+        rounds = {f"r{n}": {side: {
+            "file": run.path, "label": run.label, "complete": run.complete,
+            "started_utc": run.started_utc,
+            "host_settings": run.host_settings.to_json() if run.host_settings else {},
+            "config_hashes": list(run.config_hashes),
+            "passes": [{"name": p.name, "discarded": p.discarded,
+                        **{k: v for k, v in p.attempt.to_json(requests=[]).items()
+                           if k != "requests"}} for p in run.passes]}
+            for side, run in sides.items()} for n, sides in section.runs.items()}
+        document["sections"][section.name] = {"folder": section.folder,
+                                              "report": rounds_json(section.report),
+                                              "rounds": rounds}
+    return document

@@ -1,0 +1,1152 @@
+"""Text: the reports as aligned tables and lines; tables as data (Table) rendered for
+text and Markdown alike."""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import re
+import statistics
+from typing import Callable, List, NamedTuple, Optional, Sequence
+
+from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
+                        ROUTER_TIMEOUT_S)
+from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value,
+                    metric_label, metric_title, pct_text, plural, shown_decision, visible)
+from .stats import percentile
+from .runfile import (content_slow_windows, GPU_FIELDS, GPU_RANGED, GpuReading, HostSettings,
+                      pass_title, PassRecord, PhaseWindow, RunFile, RunSettings, Thresholds)
+from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
+                      usd_per_million, worse_sign)
+from .rounds import (composite_text, detectable_text, GateSettings, ladder_figure, Overload,
+                     part_title, PassBreakdown, RoundOrder, RoundsReport, Row, SideOutcomes,
+                     Slowdown)
+from .record import RecordSection, side_ranges
+
+__all__ = [
+    "compare_caveat", "decisions_note", "decomposition_text", "environment_tables",
+    "format_agreement", "format_breakdowns", "format_capacity", "format_capacity_rounds",
+    "format_closing", "format_compare", "format_compare_capacity", "format_environment",
+    "format_host", "format_order", "format_outcomes", "format_per_round", "format_plan",
+    "format_record", "format_rounds", "format_rounds_table", "format_run_header",
+    "format_run_summary", "format_slowdowns", "gate_rule", "md_text", "order_json",
+    "outcomes_json", "overload_note", "render_table", "row_change_text", "slowdown_tables",
+    "undecided_line", "verdict_line",
+]
+
+
+# Every renderer takes a report object (or a run's passes) and returns lines; the command
+# handlers print them.
+
+
+def pass_cell(row: Row, rows: Sequence[Row]) -> str:
+    """Return the pass column of a row: its pass's title on the pass's first row."""
+    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
+        r for r in rows if r.pass_name == LADDER_PASS) is row)
+    return pass_title(row.pass_name) if first else ""
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                 markdown: bool = False, right: Sequence[bool] = ()) -> list:
+    """Return the lines of an aligned text table, or a Markdown table."""
+    right = list(right) + [True] * (len(header) - len(right))
+    rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |",
+                 "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
+        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(cells, widths, right)).rstrip()
+
+    return [line(header)] + [line(row) for row in rows]
+
+
+def format_run_header(label: str, prompts: int, sha256: str, url: str,
+                      settings: RunSettings) -> str:
+    """Return the line `run` starts with: what it measures where, and how long a pass is."""
+    line = f"run {label}: {prompts} prompts, corpus {sha256[:12]}, {url}"
+    ladder = settings.ladder
+    if ladder:  # the steps it may climb, and what ends the climb
+        steps = [f"{c}" for c in settings.concurrency] or \
+            [f"{r:g}/s" for r in settings.rates]
+        slo = ladder.slo_p95_ms
+        line += (f"; a ladder of up to {', '.join(steps)}"
+                 f"{'' if settings.rates else ' callers'}, margin "
+                 f"{ladder.margin_pct:g}%" + (f", SLO p95 {slo:g} ms" if slo else ""))
+    repeat, duration = settings.repeat, settings.duration_s
+    if duration:
+        return f"{line}; each pass cycles the corpus for {duration:g} s"
+    return f"{line}; each pass sends the corpus {repeat} times" if repeat > 1 else line
+
+
+def format_run_summary(passes: Sequence[PassRecord],
+                       thresholds: Thresholds = Thresholds()) -> list:
+    """Return the lines of a run's per-pass table, its slow phases and GPU state."""
+    cpu = any(item.attempt.router_cpu is not None for item in passes)
+    rows = []
+    for item in passes:
+        if item.discarded:
+            rows.append([pass_title(item.name), "discarded: load above the limit"]
+                        + [""] * (10 if cpu else 8))
+            continue
+        s = item.measured
+        # a pass the stop flag cut short: its figures are of the requests it measured
+        title = pass_title(item.name) + (" (interrupted)" if item.interrupted else "")
+        rows.append([title, str(s.requests), str(s.ok),
+                     str(sum(s.errors.values())), fmt_value(s.p50_ms), fmt_value(s.p95_ms),
+                     fmt_value(s.p99_ms), fmt_value(s.mean_ms), fmt_value(s.req_per_s),
+                     f"{s.wall_s:.2f}"])
+        if cpu:
+            rows[-1] += [fmt_value(item.environment.router_cpu_ms),
+                         fmt_value(item.environment.foreign_vcpus)]
+    lines = render_table(["pass", "requests", "ok", "errors", "p50_ms", "p95_ms", "p99_ms",
+                          "mean_ms", "req/s", "wall_s"]
+                         + (["router cpu ms/req", "foreign vCPUs"] if cpu else []),
+                         rows, right=[False])
+    for item in passes:
+        if item.summary and item.summary.errors:
+            lines.append(f"errors in {pass_title(item.name)}: "
+                         f"{failure_text(item.summary.errors, item.summary.error_codes)}")
+            lines += malformed_lines(item)
+        if not item.discarded:
+            slow = content_slow_windows(item, passes, thresholds)
+            if slow:
+                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, slow))
+        notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())
+        lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
+    for item in passes:
+        lines += expectation_lines(item)
+    return lines + format_gpu_state(passes)
+
+
+def plateau_sentence(capacity: Capacity) -> str:
+    """Return where throughput stops growing, in a sentence, or that it did not."""
+    who = "requests" if capacity.open_loop else "callers"
+    counted = [s for s in capacity.steps if not s.shed]
+    shed = [s for s in capacity.steps if s.shed]
+    limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
+    if capacity.plateau is None or capacity.plateau_req_per_s is None:  # both, or neither
+        if not counted:
+            return "no step was measured without shedding: no plateau" + limit
+        return (f"throughput still grew at the last step counted ({counted[-1].title}, "
+                f"{fmt_hundredths(counted[-1].req_per_s)} req/s): no plateau within the ladder"
+                + limit)
+    more = "the rate" if capacity.open_loop else "callers"
+    return (f"throughput stops growing from {capacity.plateau.title} at "
+            f"{fmt_hundredths(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
+            f"with {more})")
+
+
+def knee_sentence(capacity: Capacity) -> str:
+    """Return the knee in a sentence: where latency starts to grow faster than throughput."""
+    if capacity.knee is None:
+        return "no knee: p50 never grew faster than throughput from one step to the next"
+    low, high = capacity.knee
+    return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
+            f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
+            f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
+
+
+def capacity_sentence(capacity: Capacity) -> str:
+    """Return capacity within the SLO in a sentence, saying how it was found."""
+    if capacity.slo_p95_ms is None:
+        return "capacity within an SLO: none given (--slo-p95-ms)"
+    what = "open loop, latency from the schedule" if capacity.open_loop else "closed loop"
+    if capacity.capacity_req_per_s is None:
+        return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
+    return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
+            f"{fmt_hundredths(capacity.capacity_req_per_s)} req/s ({what}), "
+            f"{capacity.capacity_how}")
+
+
+def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
+    """Return USD per million routed requests at capacity with its arithmetic, or None
+    without a cost."""
+    if not cost:
+        return None
+    usd, unit = cost
+    served = capacity.served_req_per_s
+    at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
+    if served is None:
+        return f"cost per million requests: no {at} to count it at"
+    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
+            f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
+
+
+def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
+    """Return a ladder's steps as a table and what they give, in sentences."""
+    knee = capacity.knee[0] if capacity.knee else None
+    rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
+             fmt_hundredths(s.p95_ms),
+             str(s.shed), " ".join(word for word, hit in (
+                 ("plateau", s is capacity.plateau), ("knee", s is knee),
+                 ("shed: not counted", s.shed > 0)) if hit)]
+            for s in capacity.steps]
+    lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
+             f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
+    lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
+                          right=[False, True, True, True, True, False])
+    lines += [plateau_sentence(capacity), knee_sentence(capacity), capacity_sentence(capacity)]
+    lines += [line for line in (cost_sentence(capacity, cost),) if line]
+    if capacity.longest_gap_s is not None:
+        lines.append(f"steps back to back: at most {capacity.longest_gap_s:g} s between two")
+    return lines
+
+
+def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
+                            costs: Sequence[tuple]) -> list:
+    """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
+    of their cost per million requests (B over A); nothing unless both are ladders."""
+    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
+    if len(found) < len(runs):
+        return []
+    lines = []
+    for run, capacity in zip(runs, found):
+        lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
+        lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
+    (a, b), labels = found, [run.label for run in runs]
+    served = [v for v in (a.served_req_per_s, b.served_req_per_s) if v is not None]
+    what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
+    if len(served) == 2:
+        lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
+        prices = [cost_for(costs, label) for label in labels]
+        if all(prices):
+            usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
+            lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
+                         f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
+    return lines
+
+
+def malformed_lines(item: PassRecord) -> list:
+    """Return the line saying what the malformed answers of a pass had wrong, or none."""
+    reasons = collections.Counter(r.reason for r in item.requests if r.reason)
+    if not reasons:
+        return []
+    (first, count), others = reasons.most_common(1)[0], len(reasons) - 1
+    return [f"malformed answers in {pass_title(item.name)}: {first} ({count})"
+            + (f" and {plural(others, 'other reason')}" if others else "")]
+
+
+def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
+    """Return one line naming the windows of a pass's slow phase against its median window."""
+    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
+    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
+    chosen = [windows[i] for i in slow]
+    worst_p95 = max((w.p95_ms for w in chosen if w.p95_ms is not None), default=None)
+    worst_rate = min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None)
+    return (f"slow phase in {title}: {'window' if len(slow) == 1 else 'windows'} "
+            f"{', '.join(str(i + 1) for i in slow)} of {len(windows)} (from "
+            f"{chosen[0].start_s:.1f} s): p95 up to {fmt_value(worst_p95)} ms, rate down to "
+            f"{fmt_value(worst_rate)} req/s; median window: p95 "
+            f"{fmt_value(statistics.median(p95s) if p95s else None)} ms, "
+            f"{fmt_value(statistics.median(rates) if rates else None)} req/s")
+
+
+def fmt_reading(value: Optional[float]) -> str:
+    """Return a GPU tool's figure as it read: whole numbers whole, else one decimal."""
+    return "n/a" if value is None else f"{value:,.1f}".rstrip("0").rstrip(".")
+
+
+def span_text(low: Optional[float], high: Optional[float],
+              fmt: Callable[[Optional[float]], str] = fmt_value) -> str:
+    """Return 'low-high' as figures, one figure when they read the same, n/a for none."""
+    if low is None:
+        return "n/a"
+    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
+
+
+def format_gpu_state(passes: Sequence[PassRecord]) -> list:
+    """Return the ranges of each pass's GPU readings (before and after it, over devices), and
+    why a reading is missing."""
+    gpu = [(item, record) for item in passes
+           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
+    if not gpu:
+        return []
+    rows, notes = [], []
+    for item, record in gpu:
+        state = item.environment.gpu_state
+        rows.append([pass_title(item.name)]
+                    + [span_text(min(state[f.key]), max(state[f.key]), fmt_reading)
+                       if state.get(f.key) else "n/a" for f in GPU_RANGED]
+                    + [span_text(min(item.environment.gpu_mib, default=None),
+                                 max(item.environment.gpu_mib, default=None), fmt_reading)])
+        for moment in ("before", "after"):
+            reading = GpuReading.from_json(record.get(moment), moment) or GpuReading()
+            notes += [f"gpu {moment} {pass_title(item.name)}: {text}"
+                      for text in (reading.error, reading.note) if text]
+    tool = gpu[0][1].get("tool") or "gpu"
+    return ([f"gpu ({tool}), before and after each pass:"]
+            + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
+                            *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows,
+                           right=[False]) + notes)
+
+
+def format_host(settings: Optional[HostSettings]) -> list:
+    """Return the run's host settings in one or two lines."""
+    if not settings:
+        return []
+    parts = []
+    for role, cpus in (("driver", settings.driver), ("router", settings.router)):
+        if cpus:
+            governors = ", ".join(f"{g} ({c})" for g, c in cpus.governors.items()) or "n/a"
+            boost = ", ".join(f"{b} ({c})" for b, c in cpus.boost.items()) or "n/a"
+            parts.append(f"{role} CPUs {cpus.cpus}: governor {governors}, boost {boost}")
+    return [f"host: {settings.cpu_model or 'CPU n/a'}; kernel {settings.kernel}; "
+            f"Python {settings.python}; router-latency {settings.tool_version}"] \
+        + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
+
+
+def expectation_lines(item: PassRecord) -> list:
+    """Return a pass's expected rejections (how many, the router's codes, how fast) and its
+    surprises: prompts that expected only a rejection and were routed."""
+    title, lines = pass_title(item.name), []
+    rejected = [r for r in item.requests if r.outcome == "expected_rejection"]
+    if rejected:
+        codes = collections.Counter(r.code or f"HTTP {r.status}" for r in rejected)
+        latency = percentile([r.latency_ms for r in rejected], 50)
+        lines.append(f"expected rejections in {title}: {len(rejected)} ("
+                     f"{', '.join(f'{c} {n}' for c, n in sorted(codes.items()))}), "
+                     f"p50 {fmt_value(latency)} ms; not in the figures above")
+    routed = [r for r in item.requests if r.outcome == "unexpected_routing"]
+    if routed:
+        listed = ", ".join(f"#{r.id} {shown_decision(r.decision)}" for r in routed[:10])
+        lines.append(f"surprise in {title}: {plural(len(routed), 'prompt')} expected a "
+                     f"rejection and got routed: {listed}{', ...' if len(routed) > 10 else ''}")
+    return lines
+
+
+def overload_note(overload: Optional[Overload]) -> list:
+    """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
+    if overload is None:
+        return []
+    return [f"{plural(overload.shed, 'request')} answered 429 OVERLOADED: the router admits at "
+            f"most global.services.api.routing_preview.max_concurrency previews at once "
+            f"(default {ROUTER_MAX_CONCURRENCY}, declared {overload.declared_limit} with "
+            f"--router-max-concurrency) and sheds the rest at once, without a queue",
+            f"a preview holds its slot until its inference ends, even after the router's "
+            f"request_timeout_seconds (default {ROUTER_TIMEOUT_S}) or the client's --timeout"
+            + (f" ({overload.timeout_s:g} s here)" if overload.timeout_s is not None else "")
+            + " gave up on it: keep the concurrency at or below the setting (or raise it and "
+              "restart the router) and --timeout above the router's timeout"]
+
+
+def compare_rows(report: CompareReport) -> list:
+    """Return the rows of compare's table: figures, errors, rejections and router CPU."""
+    rows = []
+    for item in report.passes:
+        if item.discarded:
+            rows.append([pass_title(item.name), "discarded", "", "", "", ""])
+            continue
+        for metric, va, vb in item.figures:
+            diff = fmt_signed(vb - va) if va is not None and vb is not None else "n/a"
+            # as rounds says it: above 1 is better, A/B for latency, B/A for req/s
+            speedup = (va / vb) ** worse_sign(metric) if va and vb else None
+            rows.append([pass_title(item.name) if metric == "p50_ms" else "",
+                         metric_label(metric), fmt_value(va), fmt_value(vb), diff,
+                         change_text(speedup)])
+        for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected)):
+            if metric == "errors" or ea or eb:  # expected rejections, where there are any
+                rows.append(["", metric, str(ea), str(eb),
+                             f"{eb - ea:+d}" if eb != ea else "0", ""])
+        for name, va, vb in item.router_cpu:
+            rows.append(["", {"router_cpu_ms": "router cpu ms/req",
+                              "foreign_vcpus": "foreign vCPUs"}[name], fmt_value(va),
+                         fmt_value(vb), "n/a" if va is None or vb is None else fmt_signed(vb - va),
+                         ""])
+        rows += [["", part_title(metric) + " ms", fmt_value(va), fmt_value(vb),
+                  fmt_signed(vb - va), change_text(va / vb if va > 0 and vb > 0 else None)]
+                 for metric, va, vb in item.parts]
+    return rows
+
+
+def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
+    """Return the lines of the side-by-side comparison of two runs."""
+    lines = [f"A: {report.a_path} ({report.a_label or 'no label'})",
+             f"B: {report.b_path} ({report.b_label or 'no label'})"]
+    sha_a, sha_b = report.corpus_sha256
+    if sha_a == sha_b:
+        lines.append(f"corpus: {sha_a[:12]} ({report.corpus_count} prompts)")
+    else:
+        lines.append(f"warning: different corpora: A {sha_a[:12]}, B {sha_b[:12]}")
+    if any(report.config_hashes):
+        lines.append("config (x-vsr-config-hash): " + ", ".join(
+            f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
+            for tag, hashes in zip("AB", report.config_hashes)))
+    lines.append("")
+    rows = compare_rows(report)
+    lines += render_table(["pass", "metric", "A", "B", "B - A", "change, + slower"], rows,
+                          markdown=markdown, right=[False, False])
+    for item in report.passes:
+        failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
+                  if counts[0]]
+        if failed:
+            lines.append(f"errors in {pass_title(item.name)}: {'; '.join(failed)}")
+    lines += [f"slow phase: {tag} {pass_title(item.name)} "
+              f"({'window' if len(slow) == 1 else 'windows'} "
+              f"{', '.join(str(i + 1) for i in slow)} of {count})"
+              for item in report.passes if not item.discarded
+              for tag, slow, count in zip("AB", item.slow, item.windows) if slow]
+    lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
+        tag, values, client) for item in report.passes
+        for tag, (client, values) in zip("AB", item.decompositions)]
+    lines += report.warnings
+    lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
+                  f"inputs agree (sequential pass)"
+              + (f"; {report.unmeasured} inputs measured on one side only"
+                 if report.unmeasured else "")]
+    for change in report.changes:
+        snippet = "" if change.text is None else \
+            " " + json.dumps(change.text[:60], ensure_ascii=False)
+        lines.append(f"  #{change.id}{snippet}: {shown_decision(change.base)} -> "
+                     f"{shown_decision(change.new)}")
+    for tag, changed, repeated in report.consistency:
+        lines.append(f"{tag} consistency: {len(changed)} inputs changed decision between passes"
+                     + (" or repetitions" if repeated else "")
+                     + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
+                        f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
+    # the Markdown starts with its verdict (format_compare_markdown); the text ends with it
+    return lines if markdown else lines + [compare_verdict_line(report)]
+
+
+def compare_verdict_line(report: CompareReport) -> str:
+    """Return the one-line verdict of a comparison, as verdict_line writes that of rounds."""
+    if report.reasons:
+        return f"verdict: {report.status.upper()}: " + "; ".join(report.reasons)
+    return f"verdict: {report.status.upper()}: {compare_caveat(report)}"
+
+
+def compare_caveat(report: CompareReport) -> str:
+    """Return what a comparison's verdict is not: one run each, no interval; and, where it
+    passed, the changed decisions it did not gate (a PASS that left them unsaid would read
+    as all is well)."""
+    return ("one run each, no interval (rounds judges with intervals)"
+            + (f"; decisions differ in {plural(len(report.changes), 'input')} (not gated: "
+               f"--fail-on-decision-change fails on them)"
+               if report.changes and not report.reasons else ""))
+
+
+def decisions_note(report: RoundsReport) -> list:
+    """Return the report's first line under --decisions report: decisions are reported in
+    full, and only the latency rows decide the exit code."""
+    if report.settings.decisions != "report":
+        return []
+    used = [a for a in report.agreement if a.used]
+    differ = [a for a in used if a.agree < a.total]
+    inputs = max((a.total - a.agree for a in differ), default=0)
+    return [f"decisions reported, not gated (--decisions report): they differ in "
+            f"{len(differ)} of {plural(len(used), 'used round')}"
+            + (f" (up to {plural(inputs, 'input')} a round)" if differ else "")
+            + "; the latency rows decide the exit code"]
+
+
+def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
+    """Return the lines of the rounds report as text."""
+    lines = decisions_note(report) + format_rounds_table(report)
+    if per_round and report.rows:
+        lines += [""] + format_per_round(report)
+    capacity = format_capacity_rounds(report)
+    lines += [""] + capacity if capacity else []
+    lines += [""] + format_agreement(report) + format_outcomes(report)
+    lines += report.warnings
+    slowdowns = format_slowdowns(report)
+    lines += [""] + slowdowns if slowdowns else []
+    breakdowns = format_breakdowns(report)
+    lines += [""] + breakdowns if breakdowns else []
+    lines += [""] + format_environment(report) + [""]
+    lines += format_order(report) + format_closing(report) + undecided_line(report)
+    lines.append(verdict_line(report))
+    return lines
+
+
+def format_closing(report: RoundsReport) -> list:
+    """Return the rounds left out, the allowed mismatches and the TLS warning."""
+    lines = [f"left out: r{item.round}: {item.why}" for item in report.left_out]
+    lines += report.notes
+    if report.insecure_files:
+        lines.append(f"warning: TLS certificates were not verified (--insecure) in "
+                     f"{', '.join(report.insecure_files)}")
+    lines += format_config_hashes(report)
+    return lines
+
+
+def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
+    """Return the heading, the table of rows and the gate's test of a rounds report."""
+    base, new, used, settings = report.base, report.new, report.used, report.settings
+    lines = [f"rule: {gate_rule(settings)}"] if settings.pass_unless_worse else []
+    lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
+              f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
+              f"({report.corpus_count} prompts)"]
+    test = report.test
+    if not report.rows or test is None:  # the gate tests wherever there are rows
+        return lines
+    lines += [
+        f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
+        f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
+        f"on their logs, df {len(used) - 1}; slower in: the rounds in which {new} was slower; "
+        f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
+        f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
+        f"80% of the time",
+        f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
+        f"{test.effective_rows:.1f} independent; worse: one-sided tests at "
+        f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
+        f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
+        f"tolerance (one-sided {100 * test.level:.3g}%)"
+        + (", boundaries of this look" if settings.sequential_max else ""), ""]
+    table = []
+    for row in report.rows:
+        interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
+                    f"{fmt_value(row.diff.high)}]")
+        table.append([pass_cell(row, report.rows),
+                      metric_label(row.metric) + ("*" if row.gated else ""),
+                      fmt_value(row.base_median), fmt_value(row.new_median), interval,
+                      row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
+                      detectable_text(row), row.verdict])
+    lines += render_table(
+        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
+         "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
+        right=[False, False, True, True, True, True, True, True, False])
+    if test.composite is not None:
+        together = "any change" if test.composite_detectable_pct is None \
+            else f">= {test.composite_detectable_pct:.0f}%"
+        lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
+                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                      f"detects {together}"]
+    return lines
+
+
+def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
+    """Return where each pass's time went: the sentence, the parts' rows (advisory unless
+    gated), and the decomposition beside the client's latency."""
+    if not report.breakdowns:
+        return []
+    base, new = report.base, report.new
+    lines = [f"where the time goes: each signal's time as the answers report it, the router's "
+             f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
+             f"latency outside the signals; rows as above, advisory unless --gate names them "
+             f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
+             f"the mean outside the signals; each side's last line subtracts medians over "
+             f"rounds (client mean less the signals'), where the outside row is the median of "
+             f"each round's own difference, so the two may differ a little"]
+    for breakdown in report.breakdowns:
+        lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
+        table = [[part_title(row.metric) + ("*" if row.gated else ""),
+                  fmt_value(row.base_median), fmt_value(row.new_median),
+                  f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
+                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
+                 for row in breakdown.rows]
+        lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                               "change [95% CI]", "verdict"], table,
+                              markdown=markdown,
+                              right=[False, True, True, True, True, False])
+        lines += [decomposition_text(side, dict(parts), client)
+                  for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
+                                              (new, breakdown.new, breakdown.client[1]))]
+    return lines
+
+
+def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> str:
+    """Return one side's decomposition of a pass's mean latency, medians over rounds: the
+    signals' mean times summed beside the client's mean, and what is left unexplained (or by
+    how much the signals overlap); the router's histograms, which may overlap the signals,
+    beside them."""
+    signals = {m.split(":")[1]: v for m, v in medians.items()
+               if m.startswith("signal:") and m.endswith(":mean")}
+    router = {m.split(":")[1]: v for m, v in medians.items()
+              if m.startswith("router:") and m.endswith(":mean")}
+    text = f"{side}: client mean {fmt_value(client_ms)} ms"
+    if signals and client_ms is not None:
+        total = math.fsum(signals.values())
+        listed = ", ".join(f"{name} {fmt_value(v)}" for name, v in signals.items())
+        left = client_ms - total
+        text += (f"; signals summed {fmt_value(total)} ms ({listed}); "
+                 + (f"unexplained {fmt_value(left)} ms (wire, HTTP, admission, the router's "
+                    f"other work)" if left >= 0 else
+                    f"the signals' sum exceeds it by {fmt_value(-left)} ms: they overlap "
+                    f"(evaluated in parallel), so no sum is forced"))
+    if router:
+        text += ("; router histograms, mean per observation (may overlap the signals): "
+                 + ", ".join(f"{name} {fmt_value(v)} ms" for name, v in router.items()))
+    if not signals and medians.get("outside:mean") is not None:
+        text += (f"; outside the router's signal and decision time, per pass from its "
+                 f"histograms: {fmt_value(medians['outside:mean'])} ms")
+    return text
+
+
+def row_change_text(row: Row) -> str:
+    """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
+    -9.7%], + worse (for a cost per million requests, the change of the cost)."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+
+
+def gate_text(settings: GateSettings) -> str:
+    """Return which rows the gate judges, in words."""
+    every = [metric_title(g) for g in settings.gate if ":" not in g and g not in LADDER_METRICS]
+    named = [f"{pass_title(g.split(':')[0])} {metric_title(g.split(':')[1])}"
+             for g in settings.gate if ":" in g]
+    named += [f"the ladder's {metric_title(g)}" for g in settings.gate if g in LADDER_METRICS]
+    return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
+
+
+def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
+    """Return the step most rounds name, with how many: 4 callers (3 of 3 rounds)."""
+    titles = collections.Counter(s.title if s else "none" for s in steps)
+    title, count = titles.most_common(1)[0]
+    return f"{title} ({count} of {plural(len(steps), 'round')})"
+
+
+def median_span(values: Sequence[Optional[float]], unit: str) -> str:
+    """Return the median of figures over rounds with their range: 387 req/s (380-391 over
+    3 rounds)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    return (f"{fmt_value(statistics.median(known))} {unit} "
+            f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
+
+
+def side_capacity_sentences(report: RoundsReport, side: str) -> list:
+    """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
+    the knee, capacity within the SLO and cost per million requests."""
+    found = [c for _, s, c in report.capacity if s == side]
+    if not found:
+        return []
+    who = "requests" if found[0].open_loop else "callers"
+    slo = found[0].slo_p95_ms
+    sentences = [
+        f"{side}: throughput stops growing from {most_common_title([c.plateau for c in found])}"
+        f" at {median_span([c.plateau_req_per_s for c in found], 'req/s')}; beyond, {who} queue "
+        f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
+        f"{side}: the knee (beyond it p50 grows faster than throughput) at "
+        f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
+    if slo is not None and all(c.capacity_req_per_s is None for c in found):
+        sentences.append(f"{side}: capacity within p95 <= {slo:g} ms: none in any round "
+                         f"({found[0].capacity_how} in r{report.used[0]})")
+    elif slo is not None:
+        interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
+        sentences.append(
+            f"{side}: capacity within p95 <= {slo:g} ms: "
+            f"{median_span([c.capacity_req_per_s for c in found], 'req/s')}"
+            + (f", interpolated between steps in {interpolated} of {len(found)}"
+               if interpolated else ", each a measured step") + (
+                   " (open loop)" if found[0].open_loop else ""))
+    cost = cost_for(report.settings.cost_per_hour, side)
+    if cost:
+        at = "capacity" if slo is not None else "the plateau"
+        sentences.append(
+            f"{side}: USD {cost[0]:g} per {cost[1]}-hour / (req/s at {at} x 3600) x 10^6 = USD "
+            + median_span([ladder_figure(c, 'usd_per_million', cost) for c in found],
+                          "per million routed requests"))
+    return sentences
+
+
+def format_capacity_rounds(report: RoundsReport) -> list:
+    """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
+    of fixed passes."""
+    lines = [line for side in (report.base, report.new)
+             for line in side_capacity_sentences(report, side)]
+    cost = next((r for r in report.rows if r.metric == "usd_per_million"), None)
+    if cost is not None:
+        lines.append(f"cost per million requests, {report.new}/{report.base}: "
+                     f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
+                     f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
+    stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
+    return ([f"ladders stopped: {'; '.join(stops)}"] + lines + missing_ladder_rows(report)) \
+        if lines else []
+
+
+def missing_ladder_rows(report: RoundsReport) -> list:
+    """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
+    shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
+    notes = []
+    for metric in (m for m in LADDER_METRICS if m not in shown):
+        costs = {side: cost_for(report.settings.cost_per_hour, side)
+                 for side in (report.base, report.new)}
+        lacking = [f"r{n} {side}" for n, side, c in report.capacity
+                   if ladder_figure(c, metric, costs[side]) is None]
+        why = ("no --cost-per-hour SIDE=USD for " + " and ".join(s for s, c in costs.items()
+                                                                 if not c)
+               if metric == "usd_per_million" and not all(costs.values())
+               else f"none in {', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''}")
+        notes.append(f"no {metric_title(metric)} row: {why}")
+    return notes
+
+
+def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
+    """Return each round's base / new values of every row."""
+    header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
+    per = [[pass_cell(r, report.rows), metric_label(r.metric)]
+           + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
+           for r in report.rows]
+    return render_table(header, per, markdown=markdown, right=[False, False])
+
+
+def format_agreement(report: RoundsReport) -> list:
+    """Return the decision agreement of each round and each pass's failed requests."""
+    lines = []
+    for item in report.agreement:
+        note = "" if item.used else " (round left out)"
+        listed = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
+                           for d in item.differ[:10])
+        more = ", ..." if len(item.differ) > 10 else ""
+        lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
+                     f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
+    for each in report.errors:
+        lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
+                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
+    return lines
+
+
+def format_outcomes(report: RoundsReport) -> list:
+    """Return the failures of each used round and side by the router's code, the expected
+    rejections, the surprises, and why the router shed requests when it did."""
+    lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
+             for o in report.outcomes if o.errors]
+    if any(o.rejected for o in report.outcomes):
+        counts = {(o.round, o.side): o.rejected for o in report.outcomes}
+        lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
+            f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
+    lines += [f"surprise r{o.round} {o.side}: "
+              f"{plural(len(o.unexpected_routing), 'prompt')} expected a rejection and got "
+              f"routed ({', '.join(f'#{i}' for i in o.unexpected_routing[:10])})"
+              for o in report.outcomes if o.unexpected_routing]
+    if any("OVERLOADED" in codes for o in report.outcomes
+           for codes in o.error_codes.values()):
+        lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
+                     f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
+                     f"once, and a preview holds its slot until its inference ends, even after "
+                     f"a timeout: lower the concurrency or raise the setting")
+    return lines
+
+
+def format_config_hashes(report: RoundsReport) -> list:
+    """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
+    if not any(report.config_hashes.values()):
+        return list(report.config_warnings)
+    shown = "; ".join(f"{side} {', '.join(h[:12] for h in hashes) or 'none recorded'}"
+                      for side, hashes in report.config_hashes.items())
+    return [f"configuration (x-vsr-config-hash): {shown}"] + list(report.config_warnings)
+
+
+def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
+    """Return the lines of the per-round environment tables, each its own block, and which
+    columns no run recorded."""
+    tables, empty = environment_tables(report)
+    lines: list = []
+    for table in tables:
+        lines += ([""] if lines else []) + render_table(table.header, table.rows,
+                                                         markdown=markdown, right=table.right)
+    if empty:
+        lines += ["", f"not recorded in any run: {', '.join(empty)}"]
+    return lines
+
+
+def environment_tables(report: RoundsReport) -> tuple:
+    """Return (the environment Tables, the names of the columns left out): the per-round
+    table, and that of router CPU and GPU state where the runs recorded any; a column no run
+    recorded (all n/a: GPU fields on a node without a GPU) is left out."""
+    span = span_text
+    table = []
+    for row in report.environment:
+        cpu = "n/a" if row.driver_cpu_s is None else (
+            f"{row.driver_cpu_s:.2f} s" + (f" ({row.driver_cpu_pct:.0f}%)"
+                                          if row.driver_cpu_pct is not None else ""))
+        table.append([f"r{row.round}", row.side, span(row.load_min, row.load_max),
+                      row.router_cpus or "n/a", span(row.gpu_mib_min, row.gpu_mib_max),
+                      "n/a" if row.faults is None else f"{row.faults:g}",
+                      str(row.discarded_attempts), cpu, ", ".join(row.flags) or "-"])
+    tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
+                         "discarded", "driver cpu", "flags"], table,
+                    [False, False, True, False, True, True, True, True, False])]
+    tables += router_and_gpu_tables(report)
+    kept, empty = [], []
+    for item in tables:
+        item, dropped = without_empty_columns(item)
+        kept.append(item)
+        empty += [name for name in dropped if name not in empty]
+    return kept, empty
+
+
+def without_empty_columns(table: Table) -> tuple:
+    """Return (the table without its columns of only n/a, the names of those columns); the
+    first two columns (round, side) always stay."""
+    keep = [i for i in range(len(table.header))
+            if i < 2 or any(row[i] != "n/a" for row in table.rows) or not table.rows]
+    dropped = [name for i, name in enumerate(table.header) if i not in keep]
+    return (Table(table.caption, [table.header[i] for i in keep],
+                  [[row[i] for i in keep] for row in table.rows],
+                  [table.right[i] for i in keep]), dropped)
+
+
+def router_and_gpu_tables(report: RoundsReport) -> list:
+    """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
+    and slow passes; none when no run recorded any."""
+    rows = report.environment
+    if not any(r.router_cpu_ms_min is not None or r.gpu_ranges
+               or r.foreign_vcpus_max is not None or r.slow_passes for r in rows):
+        return []
+    table = [[f"r{r.round}", r.side, span_text(r.router_cpu_ms_min, r.router_cpu_ms_max),
+              fmt_value(r.foreign_vcpus_max)]
+             + [span_text(*r.gpu_range(f.key), fmt_reading) for f in GPU_RANGED]
+             + [", ".join(pass_title(n) for n in r.slow_passes) or "-"]
+             for r in rows]
+    return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
+                       *(f.column for f in GPU_RANGED), "slow phases"], table,
+                  [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
+
+
+def format_order(report: RoundsReport) -> list:
+    """Return the lines on start order balance, its effect, and outlier rounds."""
+    order, base, new = report.order, report.base, report.new
+
+    def names(group: list) -> str:
+        return ", ".join(f"r{n}" for n in group) or "none"
+
+    lines = [f"order: {base} first in {names(order.base_first)}; {new} first in "
+             f"{names(order.new_first)}" + (f"; unknown in {names(order.unknown)}"
+                                            if order.unknown else "")
+             + ("; balanced" if order.balanced else "")]
+    if not order.balanced:
+        lines.append("warning: start order unbalanced: rounds should alternate which side "
+                     "starts first")
+    effects = [f"{pass_title(e.pass_name)} {fmt_value(e.base_first)} / "
+               f"{fmt_value(e.new_first)}" for e in order.p50_difference_by_order]
+    if order.base_first and order.new_first and effects:
+        lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
+                     + "; ".join(effects))
+    effect = report.order_effect
+    if effect is not None:
+        lines.append(f"order effect (crossover, gated rows): running second costs "
+                     f"{100 * math.expm1(effect.estimate):+.1f}% "
+                     f"[{100 * math.expm1(effect.low):+.1f}%, "
+                     f"{100 * math.expm1(effect.high):+.1f}%]")
+    if report.outliers:
+        lines.append("outlier rounds (median/MAD of the gated rows' mean; described only, the "
+                     "verdict stands on every round): " + ", ".join(
+                         f"r{n} {change:+.1f}% against the median {centre:+.1f}%"
+                         for n, change, centre in report.outlier_changes))
+    return lines
+
+
+def verdict_line(report: RoundsReport) -> str:
+    """Return the one-line gate verdict of a rounds report."""
+    look = f" (round {report.look[0]} of at most {report.look[1]})" if report.look else ""
+    old = " (--pass-unless-worse)" if report.settings.pass_unless_worse else ""
+    if report.status != "pass":
+        return f"verdict: {report.status.upper()}{look}{old}: " + "; ".join(report.reasons)
+    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
+    return f"verdict: PASS{look}{old}" + (f" ({unsure} inconclusive gated rows)"
+                                          if unsure else "")
+
+
+def undecided_line(report: RoundsReport) -> list:
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    if report.status != "inconclusive" or not report.rows:
+        return []
+    if report.more_rounds is None:
+        return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
+            if any(r.gated and r.verdict == "inconclusive" for r in report.rows) else []
+    return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
+            f"(at the spread seen)"]
+
+
+def gate_rule(settings: GateSettings) -> str:
+    """Return the gate's rule in one line."""
+    if settings.pass_unless_worse:
+        return ("--pass-unless-worse: PASS unless a gated row is shown worse than the "
+                "tolerance; a PASS does not show that the rows lie within it")
+    return ("PASS when every gated row is shown within the tolerance, FAIL when one is shown "
+            "worse, INCONCLUSIVE otherwise")
+
+
+def outcomes_json(outcomes: SideOutcomes) -> dict:
+    """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
+    error_codes only where there are any."""
+    document = {key: value for key, value in outcomes._asdict().items()
+                if key not in ("unexpected_routing", "rejected", "error_codes")}
+    document.update({key: getattr(outcomes, key) for key in ("rejected", "error_codes")
+                     if getattr(outcomes, key)})
+    return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
+
+
+def order_json(order: RoundOrder) -> dict:
+    """Return the start order as the rounds JSON holds it."""
+    return {**order._asdict(), "p50_difference_by_order": [
+        {"pass": e.pass_name, "base_first": e.base_first, "new_first": e.new_first}
+        for e in order.p50_difference_by_order]}
+
+
+def format_plan(report: RoundsReport) -> list:
+    """Return, per row, the spread over rounds, what the rounds could detect and how many
+    rounds a target needs: for planning from A/A rounds."""
+    settings = report.settings
+    lines = [f"plan from {plural(len(report.used), 'round')} "
+             f"({', '.join(f'r{n}' for n in report.used)}); target: detect a "
+             f"{settings.target_pct:g}% slowdown beyond the {settings.tolerance_pct:g}% "
+             f"tolerance 80% of the time, one-sided {100 * settings.alpha / 2:.3g}% (a gated "
+             f"row at Holm's first level, that divided by the gated rows, as the gate tests it "
+             f"when only that row slows)", ""]
+    table = []
+    for row in report.rows:
+        table.append([pass_cell(row, report.rows),
+                      metric_label(row.metric) + ("*" if row.gated else ""),
+                      f"{100 * math.expm1(row.spread):.1f}%", detectable_text(row),
+                      "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
+    lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
+                           f"rounds for {settings.target_pct:g}%"], table,
+                          right=[False, False, True, True, True])
+    if report.test is not None:
+        lines += ["", f"the {plural(report.test.rows, 'gated row')} (*) are worth "
+                      f"{report.test.effective_rows:.1f} independent ones: rows of a round "
+                      f"move together"]
+    return lines
+
+
+def format_record(sections: Sequence[RecordSection]) -> list:
+    """Return the record as Markdown: per section the table in the published record's form and
+    sentences generated from the data, none typed by hand."""
+    lines = ["# Latency record", "",
+             f"Made by router-latency {__version__} from {plural(len(sections), 'rounds folder')}; "
+             f"every figure below comes from the run files.", ""]
+    for section in sections:
+        report = section.report
+        lines += [f"## {section.name}", "",
+                  f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
+                  f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
+                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
+                  f"**{verdict_line(report)}**", ""]
+        rows = [[pass_cell(r, report.rows), metric_title(r.metric),
+                 fmt_value(r.base_median), fmt_value(r.new_median),
+                 f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
+                 row_change_text(r),
+                 f"{r.speedup:.2f}x [{r.speedup_low:.2f}, {r.speedup_high:.2f}]"]
+                for r in report.rows]
+        if rows:
+            # the published records' speedup column stays, labelled, beside the change
+            lines += render_table(["pass", "metric", report.base, report.new,
+                                   f"{report.new} - {report.base} [95% CI]",
+                                   "change [95% CI], + slower",
+                                   "published speedup, above 1 faster [95% CI]"],
+                                  rows, markdown=True, right=[False, False]) + [""]
+        lines += [f"- {sentence}" for sentence in record_sentences(section)] + [""]
+    return lines
+
+
+def record_sentences(section: RecordSection) -> list:
+    """Return the record's sentences of one section: per-round ranges, decisions, failures,
+    restarts and faults, GPU memory, load, foreign CPU and router CPU."""
+    report = section.report
+    ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
+    return (range_sentences(report, ranges) + [agreement_sentence(report),
+                                               failed_sentence(report), faults_sentence(report)]
+            + surroundings_sentences(report, ranges) + [cache_sentence(section)]
+            + format_capacity_rounds(report) + [
+                most_changed_sentence(b) for b in report.breakdowns
+                if any(r.metric.endswith(":mean") for r in b.rows)])
+
+
+def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
+    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
+    'not captured'."""
+    low, high = ranges[side].get(key, (None, None))
+    return "not captured" if low is None else \
+        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
+
+
+def range_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return, per pass, the range over rounds of each side's p50 and p95."""
+    names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
+    return [f"{pass_title(name)} {metric_title(metric)} per round: "
+            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
+            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
+            for name in names for metric in ("p50_ms", "p95_ms")]
+
+
+def agreement_sentence(report: RoundsReport) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
+    used = [a for a in report.agreement if a.used]
+    agreed = [a for a in used if a.agree == a.total]
+    totals = sorted({a.total for a in used})
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(report: RoundsReport) -> str:
+    """Return each side's failed requests over the used rounds."""
+    failed = {side: sum(b if side == report.base else w for e in report.errors
+                        for n, b, w in e.counts if n in report.used)
+              for side in (report.base, report.new)}
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+
+
+def faults_sentence(report: RoundsReport) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
+    faults = [row for row in report.environment if row.faults]
+    if faults:
+        return "restarts and device faults: " + ", ".join(
+            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
+    read = sum(row.faults is not None for row in report.environment)
+    if not read:  # no run read the restart and fault series: nothing is known of them
+        return "restarts and device faults: not captured"
+    return "restarts and device faults: none" + (
+        "" if read == len(report.environment) else
+        f" in the {read} of {len(report.environment)} runs that captured them")
+
+
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
+    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
+    sentences = []
+    for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
+                             ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
+                             ("router_cpu_ms", "router CPU time per request", " ms")):
+        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
+        shown = [s for s in shown if s != "not captured"]
+        sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    return sentences
+
+
+def cache_sentence(section: RecordSection) -> str:
+    """Return the rounds and sides a result cache answered, or that none did."""
+    cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
+              for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
+    return ("result caches: none detected (by timing, and by the router's metrics "
+            "where they were scraped)" if not cached else
+            f"**a result cache answered {', '.join(cached)}**: those figures measure "
+            f"cache hits, not the router's work")
+
+
+def most_changed_sentence(breakdown: PassBreakdown) -> str:
+    """Return which part of a pass's time changed most, on means (which add up)."""
+    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
+              key=lambda r: abs(r.diff.mean))
+    name = part_title(row.metric).rsplit(" ", 1)[0]
+    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
+            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]")
+
+
+def shown_text(text: str, width: int) -> str:
+    """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
+    quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
+    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
+    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
+def ratio_text(item: Slowdown) -> str:
+    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
+    if item.low is None or item.high is None:
+        return pct_text(item.ratio - 1)
+    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
+
+
+class Table(NamedTuple):
+    caption: str
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
+
+
+def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
+                    limit: int) -> Optional[tuple]:
+    """Return (what the figures are, the inputs with the largest slowdown, those called slower
+    beyond them, the table per decision and prompt-length bucket), cells passed through
+    cell; None without per-input figures."""
+    found = report.slowdowns
+    if found is None or not found.inputs:
+        return None
+    slower = [s for s in found.inputs if s.call == "slower"]
+    # those called slower first, then the largest noise, then the rest: the table's first rows
+    # are the ones its header counts
+    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
+    intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
+             f"pass; change in latency of each input, {report.new} against {report.base}: "
+             f"median over "
+             f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
+             f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
+             f"tolerance, false discovery rate {100 * found.fdr:g}% over the inputs and again "
+             f"over the groups (one input may be noise among many and its group of one slower); "
+             f"a call is a one-sided test, so it may stand where the interval reaches inside "
+             f"the tolerance; noise: beyond the tolerance but not carried)")
+    texts = any(s.text is not None for s in found.inputs)
+    ratio = "change [95% CI]"
+    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
+    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
+                   + (["chars", "text"] if texts else []),
+                   [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
+                     cell(shown_decision(s.decision))]
+                    + ([str(s.length) if s.length is not None else "n/a",
+                        cell(shown_text(s.text, 40)) if s.text is not None else ""]
+                       if texts else []) for s in shown],
+                   [False, True, True, False, False, True, False][:7 if texts else 5])
+    beyond = [f"#{s.key}" for s in slower if s not in shown]
+    more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
+        f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
+        if beyond else ""
+    groups = Table("By decision and prompt length",
+                   ["group", "inputs", ratio, "slower in", "call"],
+                   [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
+                     f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
+                    for kind, items in (("decision", found.decisions), ("length", found.lengths))
+                    for s in items], [False, True, True, True, False])
+    return intro, inputs, more, groups
+
+
+def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
+    """Return the inputs with the largest slowdown, then the slowdown per decision and per
+    prompt-length bucket."""
+    tables = slowdown_tables(report, md_text if markdown else str, limit)
+    if tables is None:
+        return []
+    intro, inputs, more, groups = tables
+    lines = [intro]
+    for table in (inputs, groups):
+        lines += [f"**{table.caption}**" if markdown else ""]
+        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
+        lines += [more] if more and table is inputs else []
+    return lines
+
+
+UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
+# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
+# address, a@b, never notifies and is left alone)
+MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+
+
+def unlinked(text: str) -> str:
+    """Return Markdown text whose @name and #123 neither notify nor link."""
+    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
+
+
+def md_cell(text: str) -> str:
+    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
+    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
+
+
+# Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
+# apart, and the details are list items: lines of plain text would run together into one
+# paragraph.
+
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
+
+
+def md_text(text: str) -> str:
+    """Return text with every character Markdown could read as markup escaped, on one line,
+    with nothing that notifies a person or links an issue."""
+    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
+
+
+def md_code(text: str) -> str:
+    """Return text as a Markdown code span on one line: control characters escaped, fenced by
+    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
+    text = visible(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

@@ -1,0 +1,1360 @@
+"""judge_rounds(): interleaved rounds as one complete report object (RoundsReport)."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+import re
+import signal
+import statistics
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from .constants import (EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES,
+                        LADDER_METRICS, LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
+from .errors import RouterLatencyError
+from .words import change_text, fmt_signed, metric_title, plural
+from .stats import (_mean_ss, benjamini_hochberg, composite_log_ratios, effective_rows, Interval,
+                    mean_interval, normal_ppf, order_effect, OrderEffect, outlier_rounds,
+                    paired_interval, percentiles, power_shift, rounds_needed, sample_spread,
+                    sequential_t_criticals, t_cdf, t_ppf, t_test_p)
+from .runfile import (count_outcomes, EnvironmentRow, GPU_RANGED, pass_name, pass_title,
+                      PassEnvironment, Request, RunFile)
+from .attribution import part_values, pass_attribution, PassAttribution
+from .compare import (cache_warnings, Capacity, cost_for, decision_agreement, DecisionChange,
+                      floor_warnings, run_capacity, usd_per_million, worse_sign)
+
+__all__ = [
+    "composite_text", "detectable_text", "find_round_files", "GateSettings", "InputSlowdowns",
+    "judge_rounds", "ladder_figure", "not_found_only", "Overload", "part_title", "PassBreakdown",
+    "RoundOrder", "RoundsReport", "Row", "run_outcome", "run_overload", "SideOutcomes", "Slowdown",
+    "start_order", "undecided_text",
+]
+
+
+ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
+DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
+GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
+SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
+LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
+
+
+def find_round_files(folder: str, base: str, new: str) -> dict:
+    """Return {round: {side: path}} for r<N>-<side>.json files of the two sides."""
+    top = Path(folder)
+    if not top.exists():
+        raise RouterLatencyError("no such folder", folder)
+    if not top.is_dir():
+        raise RouterLatencyError("not a folder", folder)
+    rounds: dict = {}
+    found: set = set()  # every side with a round file, to name them when one is missing
+    for entry in sorted(top.iterdir()):
+        match = ROUND_FILE_PATTERN.match(entry.name)
+        if match:
+            found.add(match.group(2))
+        if not match or match.group(2) not in (base, new):
+            continue
+        number, side = int(match.group(1)), match.group(2)
+        other = rounds.setdefault(number, {}).get(side)
+        if other is not None:
+            raise RouterLatencyError(f"round {number} of side {side} twice: {other} and {entry}",
+                                     folder)
+        rounds[number][side] = str(entry)
+    missing = [side for side in (base, new) if side not in found]
+    if missing:
+        raise RouterLatencyError(
+            f"no r<N>-{'.json or r<N>-'.join(missing)}.json files; "
+            + (f"the folder holds side{'s' if len(found) > 1 else ''} {', '.join(sorted(found))}"
+               if found else "the folder holds no r<N>-<side>.json files"), folder)
+    for number, sides in sorted(rounds.items()):
+        for side, other_side in ((base, new), (new, base)):
+            if side in sides and other_side not in sides:
+                raise RouterLatencyError(f"round {number} has no {other_side} side "
+                                         f"(r{number}-{other_side}.json)", sides[side])
+    return dict(sorted(rounds.items()))
+
+
+def start_order(round_number: int, sides: Sequence[str]) -> list:
+    """Return the order the sides start in a round: round 1 as given, then rotated by one
+    each round, so that every side starts first equally often (rounds/run_rounds.sh and the
+    demo both follow it)."""
+    shift = (round_number - 1) % len(sides)
+    return list(sides[shift:]) + list(sides[:shift])
+
+
+class GateSettings(NamedTuple):
+    """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
+    tolerance_pct: float = 5.0  # a change within this percentage is 'same'
+    gate: Tuple[str, ...] = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
+    strict: bool = False  # an underpowered inconclusive gated row makes the result inconclusive
+    max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
+    allow_incomplete: bool = False
+    allow_mismatch: Tuple[str, ...] = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
+    sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
+    alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    # the old rule: PASS unless a gated row is shown worse (a PASS then shows nothing within
+    # the tolerance); by default PASS needs every gated row shown within it
+    pass_unless_worse: bool = False
+    slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
+    # ladders: (side or None, USD an hour, per what) entries
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
+    decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
+
+    @property
+    def tolerance_log(self) -> float:
+        return math.log1p(self.tolerance_pct / 100)
+
+    @property
+    def target_pct(self) -> float:
+        """The change a gated row should be able to detect (--max-mde)."""
+        if self.max_mde_pct is not None:
+            return self.max_mde_pct
+        return 2 * self.tolerance_pct if self.tolerance_pct > 0 else 10.0
+
+    def gates(self, pass_name_: str, metric: str) -> bool:
+        return metric in self.gate or f"{pass_name_}:{metric}" in self.gate
+
+
+def run_signature(run: RunFile) -> dict:
+    """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
+
+    "passes" names the passes and how long each was: a pass of the corpus sent three times,
+    or cycled for 30 s, has other percentiles than one sending it once.
+    """
+    settings = run.settings
+    version = str(run.tool.get("version", ""))
+    repeat, duration = settings.repeat, settings.duration_s
+    length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
+    names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    ladder = run.ladder
+    if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
+        names = (f"ladder of {' '.join(pass_name(c) for c in settings.concurrency)}"
+                 f"{' '.join(pass_name(64, r) for r in settings.rates)}, margin "
+                 f"{ladder.margin_pct:g}%, SLO {ladder.slo_p95_ms or 'none'}")
+    return {"corpus": run.corpus_sha256[:12], "warmup": settings.warmup,
+            "passes": names + length,
+            "model": run.model, "decision_paths": " ".join(settings.decision_paths),
+            "timeout": settings.timeout_s, "tool": version.split(".")[0],
+            "cache": "detected" if run.cache_finding["detected"] else "not detected"}
+
+
+def label_names_side(label: str, side: str, number: int) -> bool:
+    """Return True when a run's label names its file's side and round: the side itself, or
+    the side and its round as the published records write it ('rocm-r1', 'rocm_r1',
+    'rocm r1', 'rocm-1'). Another side, or another round's number, does not."""
+    if label == side:
+        return True
+    found = re.fullmatch(re.escape(side) + r"[-_ ](?:r|round)?(\d+)", label, re.IGNORECASE)
+    return found is not None and label[:len(side)] == side and int(found.group(1)) == number
+
+
+def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
+    """Raise unless every file's label is its side and the runs were measured alike; return
+    notes on the differences allowed with --allow-mismatch."""
+    for number, sides in runs.items():
+        for side, run in sides.items():
+            if not label_names_side(run.label, side, number):
+                raise RouterLatencyError(
+                    f"the run's label is {run.label!r}, but the file name says side {side!r} "
+                    f"of round {number}: a copied or renamed file?", f"{run.path}: label")
+    reference = runs[min(runs)][base]
+    expected = run_signature(reference)
+    differences: dict = {}
+    for sides in runs.values():
+        for run in sides.values():
+            for field, value in run_signature(run).items():
+                if value != expected[field]:
+                    differences.setdefault(field, []).append(
+                        f"{Path(run.path).name} {value!r}")
+    refused = [f"{field}: {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} "
+               f"(r{min(runs)}-{base}.json {expected[field]!r})"
+               for field, found in differences.items() if field not in allow_mismatch]
+    if refused:
+        raise RouterLatencyError(
+            "the runs were not measured alike: " + "; ".join(refused)
+            + " (--allow-mismatch FIELD accepts a difference on purpose)",
+            str(Path(reference.path).parent))
+    return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
+            f"(r{min(runs)}-{base}.json {expected[field]!r})"
+            for field, found in differences.items()]
+
+
+COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
+
+
+def measured_keys(run: RunFile) -> tuple:
+    """Return what a copy of a run's measurements repeats, each None where it proves nothing:
+    its start time with every record, and the timings of its requests in send order."""
+    records = tuple((p.name, p.requests) for p in run.passes)
+    started = None if run.started_unix is None else (run.started_unix, records)
+    timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
+    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+
+
+def measured_span(run: RunFile) -> tuple:
+    """Return (when the run started, when its last measured pass ended), unix seconds, each
+    None when the file does not say."""
+    ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
+            if p.attempt.started_unix is not None and p.summary is not None]
+    return run.started_unix, max(ends, default=None)
+
+
+def check_measured_once(runs: dict) -> None:
+    """Raise unless every round was measured once, one side at a time: no two files hold
+    the same measurements (a copied round narrows the interval on data measured once), and
+    no run started before the run before it ended (the rounds were not interleaved)."""
+    seen: dict = {}
+    files = [run for sides in runs.values() for run in sides.values()]
+    for run in files:
+        for what, key in zip(("the same start time and records", "the same requests' timings"),
+                             measured_keys(run)):
+            if key is None:
+                continue
+            other = seen.setdefault((what, key), run)
+            if other is not run:
+                raise RouterLatencyError(
+                    f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
+                    f"measurement counted twice would narrow the interval on data measured "
+                    f"once; remove the copy", str(Path(run.path).parent))
+    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
+                    if span[0] is not None), key=lambda item: item[0][0])
+    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
+    for (start, end), path in spans:
+        if latest[0] is not None and start < latest[0] or start == latest[1]:
+            raise RouterLatencyError(
+                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"were not measured one at a time, as interleaved rounds are",
+                str(Path(path).parent))
+        if latest[0] is None or (end is not None and end > latest[0]):
+            latest = (end, start, path)
+
+
+def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
+    """Return (why the side failed, why its round is suspect): each None when it did not."""
+    if not run.complete and not allow_incomplete:
+        return "incomplete run, interrupted (--allow-incomplete uses it)", None
+    if not run.passes:
+        return "no passes", None
+    for item in run.passes:
+        if not item.discarded and item.measured.ok == 0:
+            return f"{pass_title(item.name)} pass had no successful request", None
+    for item in run.passes:
+        environment = item.environment
+        if item.discarded:
+            return None, f"{pass_title(item.name)} pass discarded (load above the limit)"
+        if run.max_load is not None and environment.load_max is not None \
+                and environment.load_max > run.max_load:
+            return None, (f"load reached {environment.load_max:g} during the "
+                          f"{pass_title(item.name)} pass (limit {run.max_load:g})")
+        if environment.faults:
+            return None, (f"restarts or device faults ({environment.faults:g}) during the "
+                          f"{pass_title(item.name)} pass")
+    return None, None
+
+
+class Row(NamedTuple):
+    """One pass and metric of the rounds table."""
+    pass_name: str
+    metric: str
+    gated: bool
+    base_median: float  # descriptive
+    new_median: float  # descriptive
+    diff: Interval  # mean paired difference new - base, in the metric's unit
+    log_ratio: Interval  # mean of ln(new / base) over rounds, 95% t interval
+    speedup: float  # geometric mean: base/new for latency, new/base for req/s
+    speedup_low: float
+    speedup_high: float
+    worse_rounds: int
+    rounds: int
+    p_value: float  # one-sided: worse than the tolerance
+    detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
+    rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
+    verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
+    base_values: Tuple[float, ...]
+    new_values: Tuple[float, ...]
+    worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
+    more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
+
+    @property
+    def change_pct(self) -> float:
+        """The geometric-mean change in the worse direction, in percent."""
+        return 100 * (math.exp(worse_sign(self.metric) * self.log_ratio.mean) - 1)
+
+    @property
+    def worse_series(self) -> list:
+        sign = worse_sign(self.metric)
+        return [sign * math.log(n / b) for b, n in zip(self.base_values, self.new_values)]
+
+
+def row_of(name: str, metric: str, base_values: list, new_values: list,
+           settings: GateSettings) -> Row:
+    """Return one row of the rounds table: one estimator, the geometric mean of the
+    per-round ratios, with its t interval on the log ratios; its verdict before the gate."""
+    if any(v is None or v <= 0 for v in (*base_values, *new_values)):
+        raise RouterLatencyError(f"{pass_title(name)} {metric_title(metric)}: a round has no "
+                                 f"positive value")
+    logs = [math.log(n / b) for b, n in zip(base_values, new_values)]
+    log_ratio = mean_interval(logs)
+    sign = worse_sign(metric)
+    worse = [sign * v for v in logs]
+    faster = -sign  # speedup: base/new for latency, new/base for req/s
+    bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
+    row = Row(name, metric, settings.gates(name, metric),
+              statistics.median(base_values), statistics.median(new_values),
+              paired_interval(base_values, new_values), log_ratio,
+              math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
+              sum(v > 0 for v in worse), len(logs),
+              t_test_p(worse, mu=settings.tolerance_log, alternative="greater"),
+              None, None, "inconclusive", tuple(base_values), tuple(new_values))
+    # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
+    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
+    return row_judged(row, settings, critical, critical,
+                      row.p_value < settings.alpha / 2)
+
+
+ROW_WORDS = ("better", "same", "worse", "inconclusive")
+
+
+def t_statistic(values: Sequence[float], mu: float) -> float:
+    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
+    side of the mean, 0 at mu (as t_test_p judges equal values)."""
+    mean, ss = _mean_ss(values)
+    if min(values) == max(values) or ss == 0.0:
+        diff = values[0] - mu
+        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
+    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
+
+
+def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
+               shown_worse: bool) -> Row:
+    """Return the row with its word, worse end, "detects" and rounds to a decision.
+
+    within: the critical t of the test that it lies within the tolerance (and of "better"),
+    fail: that of the test that finds it worse when only it slows (Holm's first step for a
+    gated row); shown_worse: that test, as the gate applied it, rejected.
+    """
+    worse = row.worse_series
+    n, tolerance = len(worse), settings.tolerance_log
+    mean, ss = _mean_ss(worse)
+    se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
+    end = mean + within * se
+    verdict = ("worse" if shown_worse else "better" if end < 0
+               else "same" if end <= tolerance else "inconclusive")
+    spread = sample_spread(worse)
+    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    room = math.log1p(settings.target_pct / 100) - tolerance
+    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
+    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
+                           alpha=level, sided=1)
+    more = None if verdict != "inconclusive" else \
+        rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    return row._replace(
+        verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
+        detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread)
+
+
+@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
+def nominal_level(critical: float, df: int) -> float:
+    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
+    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
+
+
+DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+
+
+def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
+                     fail_level: float, rounds: int) -> Optional[int]:
+    """Return how many more rounds would decide a row if its mean and spread stayed as seen:
+    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
+    gap = abs(tolerance - mean)
+    if gap == 0.0 or spread == 0.0:
+        return None if gap == 0.0 else 1
+    level = within_level if mean < tolerance else fail_level
+    # the normal quantile is below t's: its n is a lower bound to scan up from
+    start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
+    for n in range(start, DECIDE_LIMIT + 1):
+        if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
+            return n - rounds
+    return None
+
+
+class GateTest(NamedTuple):
+    """The family-wise test of the gated rows: their per-round mean and Holm across them."""
+    rows: int  # gated rows
+    effective_rows: float  # independent rows their correlation is worth
+    composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
+    composite_p: Optional[float]
+    level: float  # one-sided level of each of the two tests
+    regressions: Tuple[Tuple[str, str], ...]  # (pass, metric) Holm rejects
+    composite_worse: bool = False  # the composite test rejects
+    within_critical: float = math.inf  # critical t of each row's test within the tolerance
+    holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
+    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+
+
+def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
+    """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
+    quantile, or with --sequential the calibrated boundary of this look."""
+    if settings.sequential_max is None:
+        return -t_ppf(level, rounds - 1)
+    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+
+
+def crosses(statistic: float, critical: float) -> bool:
+    """Return True when a t statistic reaches a critical value a look can reject at."""
+    return math.isfinite(critical) and statistic >= critical
+
+
+def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
+    """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
+    the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
+    rows at `level` (family-wise 2 level), with the critical t of each.
+
+    The rows of a round move together (a slow round is slow everywhere), so a correction
+    made for independent tests alone would throw away the power the shared signal gives;
+    the composite test is one test, so it needs no correction, and Holm names the rows.
+    """
+    gated = [r for r in rows if r.gated]
+    if not gated:
+        return GateTest(0, 0.0, None, None, level, ())
+    n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
+    series = [r.worse_series for r in gated]
+    statistics_ = [t_statistic(x, tolerance) for x in series]
+    steps: list = []  # each step's boundary only once reached: a sequential one costs time
+    rejected = set()
+    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
+    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
+        steps.append(gate_critical(settings, n, level / (m - step)))
+        if not crosses(statistics_[index], steps[step]):
+            break
+        rejected.add(index)
+    composite = composite_log_ratios(series)
+    critical = gate_critical(settings, n, level)
+    spread = sample_spread(composite)
+    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
+    return GateTest(
+        m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
+        t_test_p(composite, mu=tolerance, alternative="greater"), level,
+        tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
+        crosses(t_statistic(composite, tolerance), critical), critical, tuple(steps),
+        100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable) else None)
+
+
+class RoundAgreement(NamedTuple):
+    round: int
+    agree: int  # inputs with the same decision on both sides in every pass
+    total: int  # inputs measured on both sides
+    used: bool  # the round is among those judged
+    differ: Tuple[DecisionChange, ...]  # DecisionChange, the first pass where each differs
+
+
+def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
+                    used: bool) -> RoundAgreement:
+    """Return how the decisions of one round's two sides agree, pass by pass."""
+    differ: dict = {}
+    measured: set = set()
+    for item in base_run.passes:
+        other = new_run.pass_named(item.name)
+        if other is None or item.discarded or other.discarded:
+            continue
+        base_decisions, new_decisions = item.decisions, other.decisions
+        agreement = decision_agreement(base_decisions, new_decisions)
+        measured.update(set(base_decisions) & set(new_decisions))
+        for i in agreement.differ:
+            differ.setdefault(i, DecisionChange(i, base_decisions[i], new_decisions[i],
+                                                pass_name=item.name))
+    return RoundAgreement(number, len(measured) - len(differ), len(measured), used,
+                          tuple(differ[i] for i in sorted(differ)))
+
+
+class PassErrors(NamedTuple):
+    pass_name: str
+    # (round, base's failed requests, new's), every round measuring the pass
+    counts: Tuple[Tuple[int, int, int], ...]
+
+
+def pass_errors(runs: dict, base: str, new: str) -> list:
+    """Return the failed requests of each side, pass by pass and round by round."""
+    found: dict = {}
+    for number, sides in runs.items():
+        for item in sides[base].passes:
+            other = sides[new].pass_named(item.name)
+            if other is None or item.discarded or other.discarded:
+                continue
+            found.setdefault(item.name, []).append(
+                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
+    order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
+    return [PassErrors(name, tuple(counts))
+            for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
+
+
+class Slowdown(NamedTuple):
+    """How much slower new ran than base for one input, decision or prompt-length bucket."""
+    key: Union[int, str]  # prompt id, decision or bucket label
+    ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
+    low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
+    high: Optional[float]
+    slower_rounds: int  # rounds in which new was slower
+    rounds: int  # rounds with a successful request on both sides
+    p_value: float  # one-sided t test on the per-round log ratios: slower than the tolerance
+    call: str = ""  # slower: Benjamini-Hochberg rejects; noise: beyond the tolerance, unproven
+    inputs: int = 1
+    text: Optional[str] = None  # with the corpus
+    length: Optional[int] = None  # characters, with the corpus
+    decision: Optional[str] = None  # base's, in the first round it answered
+
+
+class InputSlowdowns(NamedTuple):
+    """Which inputs, decisions and prompt lengths got slower, request by request."""
+    pass_name: str
+    rounds: Tuple[int, ...]  # the rounds compared
+    inputs: Tuple[Slowdown, ...]  # Slowdown per input, the largest ratio first
+    decisions: Tuple[Slowdown, ...]  # Slowdown per decision
+    lengths: Tuple[Slowdown, ...]  # Slowdown per prompt-length bucket; empty without the corpus
+    fdr: float
+    tolerance_pct: float
+
+
+def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: Any) -> Slowdown:
+    """Return the slowdown shown by per-round log ratios ln(new/base), not yet called."""
+    ratio = math.exp(statistics.median(logs))
+    slower = sum(v > 0 for v in logs)
+    if len(logs) < 2:
+        return Slowdown(key, ratio, None, None, slower, len(logs), 1.0, **known)
+    interval = mean_interval(logs)
+    return Slowdown(key, ratio, math.exp(interval.low), math.exp(interval.high), slower,
+                    len(logs), t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
+
+
+def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
+    """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
+    noise where the ratio lies beyond the tolerance but its spread over rounds does not
+    carry it."""
+    rejected = benjamini_hochberg([s.p_value for s in items], fdr)
+    return [s._replace(call="slower" if hit else "noise" if s.ratio > math.exp(tolerance_log)
+                       else "") for s, hit in zip(items, rejected)]
+
+
+def length_bucket(length: int) -> str:
+    """Return the LENGTH_BUCKETS label of a prompt length in characters."""
+    low = 0
+    for edge in LENGTH_BUCKETS:
+        if length <= edge:
+            return f"{low + 1}-{edge} chars" if low else f"<= {edge} chars"
+        low = edge
+    return f"> {low} chars"
+
+
+def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolerance_pct: float,
+                    prompts_text: Optional[dict] = None) -> Optional[InputSlowdowns]:
+    """Return which inputs got slower, then the same per decision and prompt-length bucket.
+
+    Per input, the log ratio ln(new/base) of its latency in each round's sequential pass,
+    where requests do not queue behind each other, so an input's time is its own; an input
+    is called slower only when its own spread over rounds carries it (a one-sided t test
+    against the tolerance, Benjamini-Hochberg over all inputs). A group's per-round value is
+    the mean log ratio of its inputs. None without a sequential pass on both sides of every
+    used round.
+    """
+    pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
+             for n in used]
+    if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
+        return None
+    tolerance, texts = math.log1p(tolerance_pct / 100), prompts_text or {}
+    logs: dict = {}  # prompt id -> {round: ln(new/base)}
+    decisions: dict = {}
+    for number, (b, w) in zip(used, pairs):
+        new_ms = {r.id: r.latency_ms for r in w.requests if r.error is None and r.latency_ms}
+        for r in b.requests:
+            if r.error is None and r.latency_ms and r.id in new_ms:
+                logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
+                decisions.setdefault(r.id, r.decision)
+    inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),
+                                 length=len(texts[i]) if i in texts else None,
+                                 decision=decisions[i]) for i in sorted(logs)],
+                    tolerance, SLOWDOWN_FDR)
+    by_decision = collections.defaultdict(list)
+    by_length = collections.defaultdict(list)
+    for item in inputs:
+        by_decision[item.decision or "(no decision)"].append(item.key)
+        if item.length is not None:
+            by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
+                       length_bucket(item.length))].append(item.key)
+
+    def group(key: str, members: list) -> Slowdown:
+        per_round = [[logs[i][n] for i in members if n in logs[i]] for n in used]
+        return slowdown_of(key, [math.fsum(v) / len(v) for v in per_round if v], tolerance,
+                           inputs=len(members))
+
+    groups = called([group(k, v) for k, v in sorted(by_decision.items())]
+                    + [group(k[1], v) for k, v in sorted(by_length.items())],
+                    tolerance, SLOWDOWN_FDR)
+    return InputSlowdowns("sequential", tuple(used),
+                          tuple(sorted(inputs, key=lambda s: -s.ratio)),
+                          tuple(groups[:len(by_decision)]), tuple(groups[len(by_decision):]),
+                          SLOWDOWN_FDR, tolerance_pct)
+
+
+class PassLatencies(NamedTuple):
+    """What the report page draws of one pass of one side in one round."""
+    pass_name: str
+    round: int
+    side: str
+    used: bool  # the round is among those judged
+    quantiles: Tuple[float, ...]  # latency at 0, 1, ..., 100% of the successful requests (R7)
+    # (middle of the window in s from the first send, median latency)
+    windows: Tuple[Tuple[float, float], ...]
+
+
+def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
+    """Return (middle in seconds, median latency) of each of count equal windows of send
+    time that holds a request."""
+    timed = [(r.start_ms, r.latency_ms) for r in requests
+             if r.start_ms is not None and r.latency_ms is not None]
+    span = max((start for start, _ in timed), default=0.0) or 1.0
+    found = collections.defaultdict(list)
+    for start, latency in timed:
+        found[min(int(start / span * count), count - 1)].append(latency)
+    return [((k + 0.5) * span / count / 1000, statistics.median(v))
+            for k, v in sorted(found.items())]
+
+
+def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list:
+    """Return the latency distribution and latency over time of every measured pass."""
+    views = []
+    for number, sides in runs.items():
+        for side in (base, new):
+            for item in sorted(sides[side].passes, key=lambda p: p.order):
+                # routed answers only, as the percentiles: an expected rejection answered in
+                # 0.1 ms would start the plot far left of the latencies it shows
+                ok = [r for r in item.requests if r.routed and r.latency_ms is not None]
+                if item.discarded or not ok:
+                    continue
+                quantiles = percentiles([r.latency_ms for r in ok], range(101))
+                views.append(PassLatencies(item.name, number, side, number in used,
+                                           tuple(quantiles), tuple(time_windows(ok))))
+    return views
+
+
+class RoundsReport(NamedTuple):
+    """The judged rounds: everything any renderer shows, and the gate's outcome."""
+    base: str
+    new: str
+    settings: GateSettings
+    corpus_sha256: str
+    corpus_count: int
+    files: Dict[str, Dict[str, str]]  # "r<N>" -> {side: path}
+    used: Tuple[int, ...]  # round numbers judged
+    left_out: Tuple[LeftOut, ...]  # rounds not judged
+    rows: Tuple[Row, ...]  # Row, empty when fewer than MIN_ROUNDS rounds could be used
+    test: Optional[GateTest]
+    agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
+    errors: Tuple[PassErrors, ...]  # PassErrors
+    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
+    environment: Tuple[EnvironmentRow, ...]  # one per round and side
+    order: RoundOrder
+    order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
+    outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
+    # (round, its gated mean change %, the median's %): descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+    insecure_files: Tuple[str, ...]  # files measured without TLS verification
+    look: Optional[Tuple[int, int]]  # group-sequential: (rounds now, the most rounds)
+    status: str  # pass, fail or inconclusive
+    reasons: Tuple[str, ...]  # why it failed or is inconclusive
+    exit_code: int
+    # side -> its x-vsr-config-hash values over the rounds
+    config_hashes: Dict[str, Tuple[str, ...]] = {}
+    # the same configuration on both sides, or one that changed
+    config_warnings: Tuple[str, ...] = ()
+    outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
+    slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
+    latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
+    more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
+    # (round, side, Capacity) of ladder runs, used rounds
+    capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
+    # PassBreakdown: where each pass's time went, and what changed
+    breakdowns: Tuple[PassBreakdown, ...] = ()
+
+
+def config_hash_findings(runs: dict, base: str, new: str,
+                         allow_change: bool = False) -> tuple:
+    """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
+
+    runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
+    rounds or within a run measured a configuration that changed under it: refused with
+    RouterLatencyError unless allow_change (then a warning). Base and new answering with the
+    same hash is a gate comparing a configuration with itself, which would pass as 'same': a
+    loud warning. Runs of routers that send no hash add nothing.
+    """
+    hashes, warnings = {}, []
+    for side in (base, new):
+        rounds_of: dict = {}  # hash -> rounds it answered in, in first-seen order
+        first_file: dict = {}
+        for number, sides in runs.items():
+            for value in sides[side].config_hashes:
+                rounds_of.setdefault(value, []).append(number)
+                first_file.setdefault(value, sides[side].path)
+        hashes[side] = tuple(rounds_of)
+        if len(rounds_of) < 2:
+            continue
+        listed = "; ".join(f"{value[:12]} in {', '.join(f'r{n}' for n in numbers)}"
+                           for value, numbers in rounds_of.items())
+        message = (f"side {side} answered with {len(rounds_of)} configurations "
+                   f"(x-vsr-config-hash {listed})")
+        if not allow_change:
+            raise RouterLatencyError(f"{message}: its configuration changed between or within "
+                                     f"rounds; --allow-config-change judges it anyway",
+                                     first_file[hashes[side][1]])
+        warnings.append(f"warning: {message}")
+    same = [value for value in hashes[base] if value in hashes[new]]
+    if same:
+        warnings.append(f"WARNING: base {base} and new {new} answered with the same "
+                        f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
+                        f"configuration with itself; check which configuration each side runs")
+    return hashes, tuple(warnings)
+
+
+def run_outcomes(run: RunFile) -> dict:
+    """Return count_outcomes() over every measured request of a run, and the ids of prompts
+    routed although they expected only a rejection ("unexpected_routing")."""
+    requests = [r for item in run.passes if not item.discarded for r in item.requests]
+    counts = count_outcomes(requests)
+    counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
+                                                 if r.outcome == "unexpected_routing"}))
+    return counts
+
+
+class SideOutcomes(NamedTuple):
+    """What one side's measured requests of one used round came to: run_outcomes()."""
+    round: int
+    side: str
+    requests: int
+    ok: int
+    errors: Dict[str, int]  # error kind -> count
+    unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
+    rejected: int = 0  # expected rejections
+    error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
+
+
+def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
+                 doubts: Sequence[str], settings: GateSettings, look: Optional[tuple]) -> tuple:
+    """Return (status, reasons, exit code): the gate's one rule, three-way.
+
+    fail: a new side failed, erred beyond the base or changed a decision, or a gated row is
+    shown worse than the tolerance (the composite test or Holm, family-wise 5%); pass: every
+    gated row is shown within the tolerance (its worse end inside it: two one-sided tests at
+    2.5%, intersection-union), with no doubt; inconclusive: anything else (a failing base
+    side, too few usable rounds, a gated row not decided either way). --pass-unless-worse
+    keeps the old rule: pass unless it fails (see old_rule_outcome).
+    """
+    reasons = list(failures)
+    if test is not None:
+        reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
+                    for p, m in test.regressions]
+        if test.composite_worse and test.composite is not None:
+            reasons.append(f"the {test.rows} gated rows together are "
+                           f"{composite_text(test.composite)}, worse than the tolerance")
+    if reasons:
+        return "fail", tuple(reasons), EXIT_GATE
+    if settings.pass_unless_worse:
+        return old_rule_outcome(rows, doubts, settings, look)
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    doubts = list(doubts) + [undecided_text(r, settings) for r in undecided]
+    if undecided and look is not None and look[0] == look[1]:
+        doubts.append(f"the last look of the plan ({look[1]} rounds) left "
+                      f"{plural(len(undecided), 'gated row')} undecided")
+    if doubts:
+        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
+    return "pass", (), EXIT_OK
+
+
+class Overload(NamedTuple):
+    """The requests a run's router shed with 429 OVERLOADED, and the run's settings that
+    bear on it."""
+    shed: int
+    # --router-max-concurrency, the router's max_concurrency declared (None: not recorded)
+    declared_limit: Optional[int]
+    timeout_s: Optional[float]  # the client's --timeout; None where the file has none
+
+
+def run_overload(run: RunFile) -> Optional[Overload]:
+    """Return what a run's router shed with 429 OVERLOADED; None when it shed nothing."""
+    shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
+    if not shed:
+        return None
+    return Overload(shed, run.settings.router_max_concurrency, run.settings.timeout_s)
+
+
+def not_found_only(run: RunFile) -> int:
+    """Return the requests of a run answered 404 Not Found when none answered 2xx (a wrong
+    path, not a missing route); 0 otherwise."""
+    statuses = [r.status for p in run.passes for r in p.requests]
+    routed = any(s is not None and 200 <= s < 300 for s in statuses)
+    return 0 if routed else statuses.count(404)
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+    """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
+    code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
+    else 1 when more requests failed in the measured passes than max_errors allows."""
+    if not run.complete:
+        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+    failed = sum(sum(p.measured.errors.values()) for p in run.passes if not p.discarded)
+    if failed > max_errors:
+        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
+    return EXIT_OK, ""
+
+
+def undecided_text(row: Row, settings: GateSettings) -> str:
+    """Return why a gated row is undecided: how far its worse end reaches, and about how many
+    more rounds would decide it at the spread seen."""
+    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
+            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
+            f"spread seen")
+
+
+def more_rounds(rows: Sequence[Row]) -> Optional[int]:
+    """Return the rounds that would decide every undecided gated row, None past 1,000 or
+    when none is undecided."""
+    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
+    counts = [r.more_rounds for r in undecided if r.more_rounds is not None]
+    if not undecided or len(counts) < len(undecided):
+        return None
+    return max(counts)
+
+
+def old_rule_outcome(rows: Sequence[Row], doubts: Sequence[str], settings: GateSettings,
+                     look: Optional[tuple]) -> tuple:
+    """Return the outcome of --pass-unless-worse, the rule before the three-way gate: pass
+    unless it failed, inconclusive for doubts, --strict with an underpowered undecided gated
+    row, or a --sequential look before the last with an undecided gated row."""
+    doubts = list(doubts)
+    undecided = [r for r in rows if r.gated and r.verdict not in ("better", "same")]
+    if look is not None and look[0] < look[1] and undecided:
+        doubts.append(f"not decided after {look[0]} of at most {look[1]} rounds: "
+                      f"{plural(len(undecided), 'gated row')} open")
+    if settings.strict:
+        doubts += [f"{pass_title(r.pass_name)} {metric_title(r.metric)} inconclusive and could "
+                   f"only detect {detectable_text(r)} (--max-mde {settings.target_pct:g})"
+                   for r in undecided if r.verdict == "inconclusive"
+                   and (r.detectable_pct is None or r.detectable_pct > settings.target_pct)]
+    if doubts:
+        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
+    return "pass", (), EXIT_OK
+
+
+def composite_text(composite: Interval) -> str:
+    """Return the gated rows' mean change in words, as the rows say theirs."""
+    # the composite is a mean of worse-direction logs: its speedup is exp(-mean)
+    return change_text(math.exp(-composite.mean), math.exp(-composite.high),
+                       math.exp(-composite.low))
+
+
+def detectable_text(row: Row) -> str:
+    """Return what the row's test, as the gate applies it, finds 80% of the time."""
+    if row.detectable_pct is not None:
+        return f">= {row.detectable_pct:.0f}%"
+    # no spread finds any change; a look whose boundary cannot reject finds none
+    return "any change" if row.spread == 0 else "none yet"
+
+
+def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                settings: GateSettings) -> list:
+    """Return the rows of the passes every used round measured on both sides."""
+    first = runs[used[0]][base]
+    names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
+             if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
+    rows = []
+    for name in names:
+        for metric in ROW_METRICS:
+            base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
+            new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
+            rows.append(row_of(name, metric, base_values, new_values, settings))
+    return rows + ladder_rows(runs, base, new, used, settings)
+
+
+def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[float]:
+    """Return one of LADDER_METRICS of a ladder run, None where it has none."""
+    if metric == "plateau_req_per_s":
+        return capacity.plateau_req_per_s
+    if metric == "capacity_req_per_s":
+        return capacity.capacity_req_per_s
+    served = capacity.served_req_per_s
+    return usd_per_million(cost[0], served) if cost and served else None
+
+
+def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
+                      settings: GateSettings) -> tuple:
+    """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
+    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+                  for n in used for side in (base, new))
+    return found if found and all(c is not None for _, _, c in found) else ()
+
+
+def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                settings: GateSettings) -> list:
+    """Return the rows of what ladders derive, each where every used round has it on both
+    sides; raise for a gated one that some round lacks."""
+    capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
+                                                                   settings)}
+    rows = []
+    for metric in LADDER_METRICS:
+        values = {side: [None if (n, side) not in capacities else ladder_figure(
+            capacities[(n, side)], metric, cost_for(settings.cost_per_hour, side))
+            for n in used] for side in (base, new)}
+        if all(v is not None for side in values.values() for v in side):
+            rows.append(row_of(LADDER_PASS, metric, values[base], values[new], settings))
+        elif settings.gates(LADDER_PASS, metric):
+            gate = next(k for k, v in LADDER_GATE_NAMES.items() if v == metric)
+            missing = [f"r{n} {side}" for side in values for n, v in zip(used, values[side])
+                       if v is None]
+            why = ("the runs are not ladders (run --ladder)" if not capacities else
+                   f"{', '.join(missing)} has none" + (
+                       "" if metric != "usd_per_million" else " (--cost-per-hour SIDE=USD)")
+                   + ("" if metric == "plateau_req_per_s" or settings.slo_p95_ms
+                      or any(c.slo_p95_ms for c in capacities.values())
+                      else "; no SLO (--slo-p95-ms)"))
+            raise RouterLatencyError(f"no {metric_title(metric)} row to gate: {why}",
+                                     "--gate " + gate)
+    return rows
+
+
+def part_title(metric: str) -> str:
+    """Return how a part's row is named: 'pii p95', 'router forward mean', 'outside p50'."""
+    kind, _, rest = metric.partition(":")
+    name, _, stat = rest.rpartition(":")
+    return {"signal": f"{name} {stat}", "router": f"router {name} {stat}"}.get(
+        kind, f"outside the signals {rest}")
+
+
+class PassBreakdown(NamedTuple):
+    """Where one pass's time went on each side, and what of it changed."""
+    pass_name: str
+    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
+    # (metric, median over the used rounds) of the base side's parts
+    base: Tuple[Tuple[str, float], ...]
+    new: Tuple[Tuple[str, float], ...]
+    client: Tuple[float, float]  # (base, new) median client mean latency
+    sentence: str
+
+
+def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
+                     settings: GateSettings) -> list:
+    """Return PassBreakdowns of the passes whose answers or histograms reported parts:
+    a row per part and statistic measured in every used round on both sides, with the
+    latency rows' estimator and interval; advisory unless --gate names them."""
+    first = runs[used[0]][base]
+    found = []
+    for item in sorted(first.passes, key=lambda p: p.order):
+        figures = {}
+        for side in (base, new):
+            sides = [runs[r][side] for r in used]
+            passes = [run.pass_named(item.name) for run in sides]
+            if any(p is None or p.discarded or p.summary is None for p in passes):
+                break
+            figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
+        else:
+            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings,
+                                       (base, new))
+            if breakdown.rows:
+                found.append(breakdown)
+    return found
+
+
+def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[PassAttribution],
+                   settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
+    """Return one pass's breakdown from its attributions, round by round on each side; a
+    signal only one side reported is said in the sentence, not left out in silence."""
+    base_values = [part_values(a) for a in base]
+    new_values = [part_values(a) for a in new]
+    metrics = [m for m in base_values[0]
+               if all(v.get(m) is not None and v[m] > 0 for v in (*base_values, *new_values))]
+    rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
+            for m in metrics]
+    rows.sort(key=lambda r: -abs(r.diff.mean))
+    medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
+               for side in (base_values, new_values)]
+    # a round's passes all answered (side_problems): each has its client mean
+    client_base, client_new = (
+        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+        for side in (base, new))
+    reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
+                for side in (base, new)]
+    one_sided = [f"{part} reported by {side} only" for side, mine, other in (
+        (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
+        for part in sorted(mine - other)]
+    sentence = breakdown_sentence(name, rows, base, new, settings)
+    return PassBreakdown(name, tuple(rows), medians[0], medians[1], (client_base, client_new),
+                         "; ".join(filter(None, [sentence, *one_sided])))
+
+
+def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
+                       new: Sequence[PassAttribution], settings: GateSettings) -> str:
+    """Return the change of a pass's client p95 and what moved with it, in words: each
+    signal's p95 change and the latency outside the signals, the part that moved most first,
+    then the router's parts in ms.
+
+    They are ordered, and "most of the change" is said, on means, which add up where
+    percentiles do not: the part whose time per request shifted most, when its shift is at
+    least half the client's shift in mean latency (medians over rounds)."""
+    values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
+    if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
+        return ""
+    client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
+    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
+        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
+    moved = []  # (shift of the mean per request, words)
+    for row in rows:
+        kind, _, rest = row.metric.partition(":")
+        if kind == "signal" and row.metric.endswith(":p95"):
+            part = rest.split(":")[0]
+            moved.append((signal_shift(part, base, new), f"{part} {row_change_words(row)}"))
+        elif row.metric == "outside:mean":
+            moved.append((row.new_median - row.base_median,  # its p95 is not measured
+                          f"outside the signals (mean) {row_change_words(row)}"))
+    moved.sort(key=lambda m: -abs(m[0]))
+    said = [words + (" (most of the change)" if i == 0 and whole and shift / whole >= 0.5
+                     else "") for i, (shift, words) in enumerate(moved)]
+    said += [f"{r.metric.split(':')[1]} {fmt_signed(r.diff.mean)} ms" for r in rows
+             if r.metric.startswith("router:") and r.metric.endswith(":mean")][:3]
+    return (f"{pass_title(name)} p95 {row_change_words(client)}"
+            + (": " + ", ".join(said) if said else ""))
+
+
+def signal_shift(name: str, base: Sequence[PassAttribution],
+                 new: Sequence[PassAttribution]) -> float:
+    """Return the shift of a signal's time per request, new - base, medians over rounds."""
+    def per_request(side: Sequence[PassAttribution]) -> float:
+        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
+                                       and p.name == name and (ms := p.per_request_ms)
+                                       is not None), 0.0)
+                                 for a in side)
+    return per_request(new) - per_request(base)
+
+
+def row_change_words(row: Row) -> str:
+    """Return a row's change in the words compare and rounds use: '1.41x slower [1.33,
+    1.49]' (the interval in the direction of the words)."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+
+
+def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> list:
+    """Return the parts' rows --gate names: the others are advisory, outside the gate."""
+    return [r for b in breakdowns for r in b.rows if r.gated]
+
+
+def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]) -> tuple:
+    """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
+    (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
+    parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
+    return ([r for r in judged if ":" not in r.metric],
+            [b._replace(rows=tuple(parts.get((r.pass_name, r.metric), r) for r in b.rows))
+             for b in breakdowns])
+
+
+def look_level(settings: GateSettings, rounds: int) -> tuple:
+    """Return (one-sided level of each of the gate's two tests, the look or None); the
+    look's boundaries come from gate_critical."""
+    half = settings.alpha / 2
+    if settings.sequential_max is None:
+        return half, None
+    return half, (rounds, settings.sequential_max)
+
+
+def check_look(runs: dict, settings: GateSettings) -> None:
+    """Raise when the rounds go past the sequential plan's last look: more rounds than it
+    allows is a new plan, whose error rates no boundary holds."""
+    last = settings.sequential_max
+    if last is not None and len(runs) > last:
+        raise RouterLatencyError(
+            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"the plan keeps no error rate; judge them as a fixed design (without "
+            f"--sequential) or plan more rounds from the start")
+
+
+def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
+              doubts: Sequence[str] = ()) -> tuple:
+    """Return (the rows with the gate's words, its test, the look, (status, reasons, exit
+    code)): the whole rule applied to the rows of the used rounds (none: too few rounds).
+    bench/gate_simulation.py applies it to synthetic rows through this same function."""
+    if not rows:
+        return [], None, None, gate_outcome([], None, failures, doubts, settings, None)
+    level, look = look_level(settings, rows[0].rounds)
+    test = gate_test(rows, settings, level)
+    rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
+                       (r.pass_name, r.metric) in test.regressions) if r.gated else r
+            for r in rows]
+    return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
+
+
+class LeftOut(NamedTuple):
+    """A round not judged, and why."""
+    round: int
+    why: str
+
+
+def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
+    """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
+    failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
+    suspect round (load, restarts) is only left out."""
+    used, left_out, failures, doubts = [], [], [], []
+    for number, sides in runs.items():
+        (base_failed, base_flag), (new_failed, new_flag) = (
+            side_problems(sides[s], settings.allow_incomplete) for s in (base, new))
+        why = [f"{Path(sides[s].path).name}: {w}" for s, w in
+               ((base, base_failed), (new, new_failed), (base, base_flag), (new, new_flag)) if w]
+        if new_failed:
+            failures.append(f"the {new} side failed in r{number} ({new_failed})")
+        if base_failed:
+            doubts.append(f"the {base} side failed in r{number} ({base_failed})")
+        if why:
+            left_out.append(LeftOut(number, "; ".join(why)))
+        else:
+            used.append(number)
+    return used, left_out, failures, doubts
+
+
+def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
+                 prompts_text: Optional[dict] = None) -> RoundsReport:
+    """Return the rounds report: input checks, rows with their one estimator and power, the
+    gate's family-wise test, decisions and errors of every pass, order and outliers, which
+    inputs got slower (named with prompts_text, {prompt id: text}), the page's latencies.
+
+    runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
+    be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
+    """
+    if len(runs) < MIN_ROUNDS:
+        raise RouterLatencyError(
+            f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
+            f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
+            f"gating on")
+    notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    check_measured_once(runs)
+    check_look(runs, settings)
+    used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
+    errors = pass_errors(runs, base, new)
+    failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
+                 f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
+                 for e in errors if any(w > b for _, b, w in e.counts)]
+    agreement = [round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs]
+    if settings.decisions == "gate":
+        failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
+                     for a in agreement if a.used and a.agree < a.total]
+    rows: list = []
+    breakdowns: list = []
+    if len(used) < MIN_ROUNDS:
+        doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
+    else:
+        rows = judged_rows(runs, base, new, used, settings)
+        breakdowns = attribution_rows(runs, base, new, used, settings)
+    # the parts' rows are advisory: only those --gate names are judged with the latency rows
+    judged, test, look, (status, reasons, code) = gate_rows(
+        rows + gated_part_rows(breakdowns), settings, failures, doubts)
+    rows, breakdowns = split_part_rows(judged, breakdowns)
+    first = runs[min(runs)][base]
+    order = order_balance(runs, base, new, rows, used)
+    effect, outliers, changes = order_and_outliers(used, rows, order)
+    insecure = sorted({Path(run.path).name for sides in runs.values()
+                       for run in sides.values() if run.insecure})
+    hashes, hash_warnings = config_hash_findings(runs, base, new,
+                                                 settings.allow_config_change)
+    return RoundsReport(
+        base, new, settings, first.corpus_sha256, first.corpus_count,
+        {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
+        tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
+        tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+                              for side, run in sorted(runs[n].items())])
+              + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
+        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes,
+        tuple(insecure), look, status, reasons, code,
+        hashes, hash_warnings,
+        tuple(SideOutcomes(n, s, **run_outcomes(runs[n][s])) for n in used
+              for s in (base, new)),
+        input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
+        tuple(pass_latencies(runs, base, new, used)),
+        more_rounds(judged) if status == "inconclusive" else None,
+        ladder_capacities(runs, base, new, used, settings) if rows else (), tuple(breakdowns))
+
+
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
+    """Return (the crossover order effect, outlier rounds, (round, its change %, the median
+    change %) of each), all on the per-round mean of the gated rows' worse-direction log
+    ratios; first: which side started each round (order_balance).
+
+    Outliers are described, never judged again without them: a verdict recomputed after
+    choosing what to drop is a second test, and the two together fail more often than
+    either. The gate's answer to a noisy round is the wider interval it gives.
+    """
+    gated = [r.worse_series for r in rows if r.gated]
+    if not gated:
+        return None, [], ()
+    composite = dict(zip(used, composite_log_ratios(gated)))
+    effect = order_effect([composite[n] for n in first.base_first],
+                          [composite[n] for n in first.new_first]) \
+        if first.base_first and first.new_first and len(used) > 2 else None
+    outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
+        if len(used) >= OUTLIER_MIN_ROUNDS else []
+    centre = 100 * math.expm1(statistics.median(composite.values()))
+    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
+                                   for n in outliers)
+
+
+def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
+                    test: Optional[GateTest], effect: Optional[OrderEffect],
+                    settings: GateSettings) -> list:
+    """Return what the reader must know before trusting the verdict."""
+    warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
+                               for r in rows if r.metric == "p50_ms"],
+                              [run for n in used for run in runs[n].values()])
+    for row in rows if settings.pass_unless_worse else ():  # else the reasons say it
+        title = f"{pass_title(row.pass_name)} {metric_title(row.metric)}"
+        if row.gated and row.verdict == "inconclusive":
+            needed = "more than 1,000" if row.rounds_needed is None else \
+                f"about {row.rounds_needed}"
+            warnings.append(f"warning: {title} inconclusive: could only detect "
+                            f"{detectable_text(row)}; {needed} rounds would be needed for "
+                            f"{settings.target_pct:g}%")
+    if effect is not None and effect.p_value < 0.05:
+        warnings.append(
+            f"warning: order effect: the side started second ran "
+            f"{100 * math.expm1(effect.estimate):+.1f}% [{100 * math.expm1(effect.low):+.1f}%, "
+            f"{100 * math.expm1(effect.high):+.1f}%] slower (crossover estimate on the gated "
+            f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
+            f"order")
+    return warnings
+
+
+def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
+    """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
+    passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
+    def span(values: Iterable[Optional[float]]) -> tuple:
+        known = [v for v in values if v is not None]
+        return (min(known), max(known)) if known else (None, None)
+
+    foreign = [e.foreign_vcpus for e in envs if e.foreign_vcpus is not None]
+    limit = run.thresholds.max_foreign_cpus
+    router_low, router_high = span(e.router_cpu_ms for e in envs)
+    # memory used is not here: the gpu_mib range of all devices together
+    gpu = {field.key: span(v for e in envs for v in e.gpu_state.get(field.key, ()))
+           for field in GPU_RANGED}
+    return {"router_cpu_ms_min": router_low, "router_cpu_ms_max": router_high,
+            "foreign_vcpus_max": max(foreign) if foreign else None,
+            "max_foreign_cpus": limit,
+            "above_foreign_limit": bool(foreign) and max(foreign) > limit,
+            "gpu_ranges": {key: found for key, found in gpu.items() if found != (None, None)},
+            "slow_passes": tuple(p.name for p in run.passes
+                                 if not p.discarded and run.slow_windows(p)),
+            "governors": tuple(run.host_settings.governors if run.host_settings else ())}
+
+
+def suspect_flags(row: EnvironmentRow) -> list:
+    """Return the flags of an environment row's suspect figures."""
+    flags = []
+    if row.above_foreign_limit:
+        flags.append(f"foreign cpus above {row.max_foreign_cpus:g}")
+    if row.slow_passes:
+        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row.slow_passes))
+    slow_governors = [g for g in row.governors if g != "performance"]
+    if slow_governors:
+        flags.append(f"governor {'/'.join(slow_governors)}")
+    return flags
+
+
+def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
+    """Return a round's side's environment row, without its flags: load, CPU set, GPU
+    memory, faults and driver CPU over its passes, and the suspect fields."""
+    envs = [p.environment for p in run.passes]
+    lows = [e.load_min for e in envs if e.load_min is not None]
+    highs = [e.load_max for e in envs if e.load_max is not None]
+    peaks = [e.peak_load for e in envs if e.peak_load is not None]
+    cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
+    gpu = [v for e in envs for v in e.gpu_mib]
+    faults = [e.faults for e in envs if e.faults is not None]
+    cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
+    walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
+    return EnvironmentRow(
+        number, side, min(lows) if lows else None, max(highs) if highs else None,
+        " ".join(cpus) if cpus else None, min(gpu) if gpu else None, max(gpu) if gpu else None,
+        math.fsum(faults) if faults else None, sum(e.discarded_attempts for e in envs),
+        round(math.fsum(cpu_s), 3) if cpu_s else None,
+        round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
+        if walls and math.fsum(walls) > 0 else None,
+        bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
+        run.max_load, **suspect_fields(run, envs))
+
+
+def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
+    """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
+    load above the limit, discarded attempts, then its suspect figures."""
+    flags = [f"cpuset differs (usually {usual_cpus})"] \
+        if row.router_cpus and row.router_cpus != usual_cpus else []
+    if row.faults:
+        flags.append("restart/fault")
+    if row.above_load_limit:
+        flags.append(f"load above {row.max_load:g}")
+    if row.discarded_attempts:
+        flags.append("discarded attempts")
+    return tuple(flags + suspect_flags(row))
+
+
+def environment_rows(runs: dict, base: str, new: str) -> list:
+    """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
+    driver CPU, and flags."""
+    rows = [side_environment(number, side, sides[side])
+            for number, sides in runs.items() for side in (base, new)]
+    usual = {}
+    for side in (base, new):  # the CPU set most rounds of a side ran on
+        seen = [r.router_cpus for r in rows if r.side == side and r.router_cpus]
+        usual[side] = max(set(seen), key=seen.count) if seen else None
+    return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
+
+
+class OrderDifference(NamedTuple):
+    """A pass's mean p50 difference, new - base, over the rounds each side started first."""
+    pass_name: str
+    base_first: Optional[float]  # None: no used round that side started
+    new_first: Optional[float]
+
+
+class RoundOrder(NamedTuple):
+    """Which side started each round, and the paired p50 difference by that order."""
+    first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
+    base_first: List[int]  # used rounds the base side started
+    new_first: List[int]
+    unknown: List[int]  # used rounds whose start order the files do not tell
+    balanced: bool  # each side started about half the used rounds
+    p50_difference_by_order: List[OrderDifference]  # per pass
+
+
+def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
+    """Return which side started first in each round and the paired p50 difference by order."""
+    first = {}
+    for number, sides in runs.items():
+        b, n = sides[base], sides[new]
+        if b.started_unix is not None and n.started_unix is not None:
+            keys = (b.started_unix, n.started_unix)
+        else:
+            keys = (b.started_utc, n.started_utc) if b.started_utc and n.started_utc else (0, 0)
+        first[number] = None if keys[0] == keys[1] else base if keys[0] < keys[1] else new
+    base_first = [r for r in used if first[r] == base]
+    new_first = [r for r in used if first[r] == new]
+    effects = []
+    for row in rows:
+        if row.metric != "p50_ms":
+            continue
+        diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
+        mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
+                for key, group in (("base_first", base_first), ("new_first", new_first))}
+        effects.append(OrderDifference(row.pass_name, **mean))
+    unknown = [r for r in used if first[r] is None]
+    return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
+                      not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)

@@ -1,0 +1,1325 @@
+"""The HTTP wire: endpoints, request bytes, the incremental HTTP/1.1 parser, classify and
+the decision paths."""
+
+from __future__ import annotations
+
+import base64
+import errno
+import functools
+import http
+import itertools
+import json
+import math
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+from typing import Any, Callable, cast, NamedTuple, Optional, Sequence, Tuple, Union
+
+from .constants import (__version__, ERROR_CODE_PATTERN, MAX_REASON_CHARS, MAX_SIGNALS,
+                        PREVIEW_PATH, SIGNAL_NAME_PATTERN, STOP_POLL_S)
+from .errors import RouterLatencyError
+
+__all__ = [
+    "accept_connections", "body_config_hash", "bracketed", "classify", "Connection",
+    "decision_path_hint", "encode_request", "Endpoint", "error_code", "HeldAnswer",
+    "http_response", "open_socket", "parse_endpoint", "RequestFailed", "ResponseReader",
+    "secret_values", "SignalTable", "stop_accepting", "tls_context",
+]
+
+
+BODY_CONFIG_HASH = re.compile(rb'"config_hash"\s*:\s*"([0-9a-f]{64})"')  # the body's own copy
+BODY_CONFIG_HASH_KEY = b'"config_hash"'  # where every match of it starts
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_HEAD_BYTES = 65536  # no server sends a response head this long; a chunk line neither
+MAX_LENGTH_DIGITS = 19  # a Content-Length longer than this is none an 8 MB body can have
+MAX_ANSWER_DEPTH = 64  # a decoded answer nested deeper is malformed (the router's: 4 levels)
+MIN_SECRET_CHARS = 4  # a --header value or token this long or longer is scrubbed from texts
+HEX_DIGITS = b"0123456789abcdefABCDEF"
+CHUNK_SIZE_PATTERN = re.compile(rb"[0-9A-Fa-f]{1,16}")  # hex digits only, as Go's client reads
+OBS_FOLD = re.compile(rb"\r\n[ \t]+")  # a header line continued on the next (RFC 9112 5.2)
+# the empty line ending a head whose lines end in a bare LF, which RFC 9112 section 2.2 lets a
+# client take and Go's client takes; looked for only where no CRLF CRLF is found
+BARE_LF_HEAD_END = re.compile(rb"\n\r?\n")
+BARE_LF = re.compile(rb"(?<!\r)\n")
+DECISION_CHARS = 256  # a decision longer than this (an object, say) is stored cut, marked so
+DECISION_CUT = "...[cut]"
+NO_DECISION = "(none)"  # the decision of an answer routed by the default route
+CONNECT_TIMEOUT_S = 5.0  # readiness checks and scrapes: connect and TLS handshake
+
+
+class Endpoint(NamedTuple):
+    scheme: str
+    host: str
+    port: int
+    path: str
+    shown: str  # the URL as it may be printed and stored: no credentials
+    authorization: Optional[str]
+
+
+class RequestFailed(Exception):
+    """A request that got no usable answer: its error kind ('interrupted' when the stop flag
+    ended a wait), the status when one came, and what a person should read about it.
+    `unanswered` is True when the connection ended before any byte of the answer arrived."""
+
+    def __init__(self, kind: str, status: Optional[int] = None, detail: str = "", *,
+                 unanswered: bool = False):
+        super().__init__(kind)
+        self.kind = kind
+        self.status = status
+        self.detail = detail
+        self.unanswered = unanswered
+
+
+def malformed(reason: str, status: Optional[int] = None) -> RequestFailed:
+    """Return the failure of an answer this client cannot read, saying what was wrong."""
+    return RequestFailed("malformed", status, reason[:MAX_REASON_CHARS])
+
+
+def shown_bytes(value: bytes, limit: int = 16) -> str:
+    """Return bytes from an answer as a message may quote them: escaped when short, else only
+    their count (a cut value could show part of a secret the scrubbing cannot recognise)."""
+    return repr(value)[1:] if len(value) <= limit else f"of {len(value):,} bytes"
+
+
+def bracketed(host: str) -> str:
+    """Return a host as it stands in a URL or a Host header: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
+                   option: str = "--url") -> Endpoint:
+    """Return the endpoint of a router URL; a base URL gets the preview path appended. No
+    message about a URL quotes any of it: a password cut at '#', '/' or '?' would show."""
+    rest = url.partition("://")[2]
+    host_end = min([rest.find(c) for c in "/?#" if c in rest] or [len(rest)])
+    if "@" in rest[host_end:]:  # user:pa#ss@host reads as host 'user', port 'pa'
+        raise RouterLatencyError(
+            "the URL has an '@' after a '/', '?' or '#': a password holding those must be "
+            "percent-encoded (%2F, %3F, %23), an '@' elsewhere written %40", option)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise RouterLatencyError(
+            "not a valid URL: the port is not a number from 0 to 65535" if "ort" in str(exc)
+            else "not a valid URL: an IPv6 address goes in brackets, http://[::1]:8801",
+            option) from None
+    if parts.scheme not in ("http", "https"):
+        # 'router:8801' parses as scheme 'router': without '://' there is no scheme at all
+        raise RouterLatencyError(
+            "the URL must start with http:// or https://" if "://" not in url
+            else f"scheme {parts.scheme}:// is not supported, use http:// or https://", option)
+    if not parts.hostname:
+        raise RouterLatencyError("the URL has no host", option)
+    port = port or (443 if parts.scheme == "https" else 80)
+    path = parts.path if parts.path not in ("", "/") else default_path
+    if parts.query:
+        path += "?" + parts.query
+    authorization = None
+    if parts.username is not None or parts.password is not None:
+        user = urllib.parse.unquote(parts.username or "")
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        authorization = f"Basic {token}"
+    host = parts.hostname
+    netloc = bracketed(host)
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, path.split("?")[0],
+                                     parts.query, ""))
+    return Endpoint(parts.scheme, host, port, path, shown, authorization)
+
+
+def secret_values(endpoint: Endpoint, headers: Sequence) -> tuple:
+    """Return what must never be recorded or printed, longest first: every header value (the
+    token of --token-env is one), the credential it carries and the URL's user and password.
+    A value of fewer than MIN_SECRET_CHARS characters is left alone: it cannot be told from
+    ordinary text (a `1` would hide every 1)."""
+    values = {value for _, value in headers}
+    if endpoint.authorization:
+        values.add(endpoint.authorization)
+        user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
+            "utf-8", "replace").partition(":")
+        values |= {user, password, urllib.parse.quote(password, safe="")}
+    values |= {value.split(None, 1)[1] for value in list(values)
+               if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
+    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
+                        reverse=True))
+
+
+def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
+    """Return the bytes of one HTTP/1.1 request, ready to send again and again."""
+    host = bracketed(endpoint.host)
+    default_port = 443 if endpoint.scheme == "https" else 80
+    if endpoint.port != default_port:
+        host += f":{endpoint.port}"
+    lines = [f"{method} {endpoint.path} HTTP/1.1", f"Host: {host}",
+             f"User-Agent: router-latency/{__version__}", "Accept: application/json"]
+    if endpoint.authorization:
+        lines.append(f"Authorization: {endpoint.authorization}")
+    if method == "POST":
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace") + body
+
+
+def whole_chunked(data: bytes, pos: int) -> Optional[bytes]:
+    """Return the body of a chunked answer that lies whole in data from pos, its chunks in the
+    plainest form: sizes of 1 to 8 hex digits without extensions, each chunk's data followed by
+    CRLF, the last chunk without trailers, nothing after it. None for anything else, which the
+    incremental parser then reads (and judges) from the start: one scan of the read, no copy
+    of the body but its one slice."""
+    end = data.find(b"\r\n", pos, pos + 10)
+    line = data[pos:end]
+    if end > pos and not line.strip(HEX_DIGITS):  # one chunk, then the last: Go's, at once
+        stop = end + 2 + int(line, 16)
+        if end + 2 < stop <= end + 2 + MAX_BODY_BYTES and data[stop:] == b"\r\n0\r\n\r\n":
+            return data[end + 2:stop]
+    pieces = []
+    size = 1
+    while size:
+        end = data.find(b"\r\n", pos, pos + 10)
+        line = data[pos:end]
+        if end < 0 or not line or line.strip(HEX_DIGITS):
+            return None
+        size = int(line, 16)
+        pos = end + 2 + size
+        if data[pos:pos + 2] != b"\r\n":
+            return None
+        pieces.append(data[end + 2:pos])
+        pos += 2
+    if pos != len(data) or sum(map(len, pieces)) > MAX_BODY_BYTES:
+        return None
+    return pieces[0] if len(pieces) == 2 else b"".join(pieces)
+
+
+class ResponseReader:
+    """Incremental parser of one HTTP/1.x response: feed it bytes until it says complete.
+
+    Shared by the blocking Connection and the event loop of a pass, so that both read every
+    framing the same way: Content-Length, chunked, or to the close of the connection. Interim
+    answers (100 Continue, 103 Early Hints: RFC 9110 section 15.2) are skipped; the response is
+    the final one after them. The body is counted as it arrives and refused past MAX_BODY_BYTES
+    whatever its framing. `keep_open` is False when the connection must not carry another
+    request: the server said so, the body ran to the close, or bytes came beyond the response's
+    end (one request at a time: no byte can belong to another, so the framing is in doubt).
+    `headers` holds the final response's headers whose lowercase names were asked for.
+    """
+
+    __slots__ = ("status", "keep_open", "body", "headers", "received", "_buffer", "_wanted",
+                 "_left", "_mode")
+
+    def __init__(self, headers: Sequence[bytes] = ()) -> None:
+        self.status: Optional[int] = None
+        self.keep_open = True
+        self.body: bytes | bytearray = bytearray()  # bytes: the whole answer came in one piece
+        self.headers: dict = {}  # str name -> str value
+        self.received = 0  # bytes of the answer so far, interim answers included
+        self._buffer = bytearray()
+        self._wanted = headers
+        self._left = 0  # Content-Length: body bytes still to come; chunked: of this chunk
+        self._mode = "head"  # head, length, close; chunked: size, data, crlf, trailer; done
+
+    def feed(self, data: bytes) -> bool:
+        """Take received bytes; return True once the response is complete."""
+        self.received += len(data)
+        if self._mode == "done":
+            self.keep_open = False  # bytes after the end: the framing is in doubt
+            return True
+        buffer = self._buffer
+        if self._mode == "head" and not buffer:  # the common case: a whole answer at once
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                self._parse_known_head(data[:end])
+                if self._mode == "length" and len(data) - end - 4 == self._left:
+                    self.body, self._mode = data[end + 4:], "done"
+                    return True
+                if self._mode == "size":  # chunked, as Go sends a body over 2 KB
+                    body = whole_chunked(data, end + 4)
+                    if body is not None:
+                        self.body, self._mode = body, "done"
+                        return True
+                data = data[end + 4:]
+        buffer += data
+        used = self._advance(buffer)
+        if self._mode == "done":
+            if used < len(buffer):
+                self.keep_open = False
+            buffer.clear()
+            return True
+        del buffer[:used]
+        return False
+
+    def eof(self) -> bool:
+        """The server closed the connection; return True when that ends the response."""
+        self.keep_open = False
+        if self._mode == "close":
+            self._mode = "done"
+        if self._mode == "done":
+            return True
+        raise RequestFailed("reset", unanswered=not self.received)  # closed before the end
+
+    def _advance(self, buffer: bytearray) -> int:
+        """Parse the buffer from its start as far as it goes; return how many bytes it used."""
+        pos = 0
+        while self._mode != "done":
+            mode = self._mode
+            if mode == "head":
+                end = buffer.find(b"\r\n\r\n", pos)
+                if end >= 0:
+                    self._parse_head(bytes(buffer[pos:end]))  # an interim answer: head again
+                    pos = end + 4
+                    continue
+                bare = BARE_LF_HEAD_END.search(buffer, pos, pos + MAX_HEAD_BYTES + 3)
+                if bare is None:
+                    if len(buffer) - pos - 3 > MAX_HEAD_BYTES:  # the head would be longer
+                        raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes")
+                    return pos
+                self._parse_head(BARE_LF.sub(b"\r\n", buffer[pos:bare.start()]))
+                pos = bare.end()
+            elif mode == "close":
+                self._take(buffer, pos, len(buffer) - pos)
+                return len(buffer)
+            elif mode in ("length", "data"):
+                count = min(self._left, len(buffer) - pos)
+                self._take(buffer, pos, count)
+                pos += count
+                self._left -= count
+                if self._left:
+                    return pos
+                self._mode = "done" if mode == "length" else "crlf"
+            else:  # a line: a bare LF ends it too, as Go's client reads it (not after data)
+                end = buffer.find(b"\n", pos)
+                if end < 0:
+                    if len(buffer) - pos - 1 > MAX_HEAD_BYTES:
+                        raise malformed(f"a chunk size or trailer line is over "
+                                        f"{MAX_HEAD_BYTES:,} bytes", self.status)
+                    return pos
+                crlf = end > pos and buffer[end - 1] == 13
+                if mode == "crlf" and not crlf:
+                    raise malformed("a chunk's data is not followed by CRLF", self.status)
+                self._chunk_line(bytes(buffer[pos:end - crlf]))
+                pos = end + 1
+        return pos
+
+    def _take(self, buffer: bytearray, pos: int, count: int) -> None:
+        if len(self.body) + count > MAX_BODY_BYTES:
+            raise RequestFailed("too_large", self.status)
+        self.body += buffer[pos:pos + count]
+
+    def _chunk_line(self, line: bytes) -> None:
+        """Take a chunk's size line, the empty line after its data, or a trailer line."""
+        if len(line) > MAX_HEAD_BYTES:
+            raise malformed(f"a chunk size or trailer line is over {MAX_HEAD_BYTES:,} bytes",
+                            self.status)
+        if self._mode == "crlf":
+            if line:
+                raise malformed("a chunk's data is longer than its size", self.status)
+            self._mode = "size"
+        elif self._mode == "trailer":
+            if not line:
+                self._mode = "done"
+        else:
+            # hex digits only, then optional whitespace and ;extensions (RFC 9112 7.1): int()
+            # would also take 0x41, 4_1, +41 or a leading space, which Go's client refuses
+            digits = line.split(b";", 1)[0].rstrip(b" \t")
+            if CHUNK_SIZE_PATTERN.fullmatch(digits) is None:
+                raise malformed(f"chunk size {shown_bytes(digits)} is not 1 to 16 hex digits",
+                                self.status)
+            size = int(digits, 16)
+            if len(self.body) + size > MAX_BODY_BYTES:  # refused before its bytes arrive
+                raise RequestFailed("too_large", self.status)
+            self._left, self._mode = size, ("data" if size else "trailer")
+
+    HEADS: dict = {}  # (names asked for, a final head less values below) -> what it set
+    HEAD_ENTRIES = 256
+    # lines a server writes anew in every head, as Go's net/http and nginx spell them (the
+    # router's X-Request-Id as Go writes it); _parse_head checks them only for their colon
+    PER_ANSWER_LINES = ((b"\r\nDate: ", b"date"), (b"\r\nX-Request-Id: ", b"x-request-id"))
+
+    def _parse_known_head(self, whole: bytes) -> None:
+        """_parse_head, remembered for the heads of final answers: a server sends the same
+        head every time but for the values of its PER_ANSWER_LINES (the first of each, left
+        out of the key unless asked for): values without a line break, which no other line
+        and no obs-fold reads."""
+        if len(whole) > MAX_HEAD_BYTES:
+            self._parse_head(whole)  # raises
+            return
+        head = whole
+        for start, name in self.PER_ANSWER_LINES:
+            at = head.find(start)
+            if at >= 0 and name not in self._wanted:
+                end = head.find(b"\r\n", at + 2)  # the line's value left out of the key
+                head = head[:at + len(start)] + (head[end:] if end >= 0 else b"")
+        key = (self._wanted, head)
+        known = self.HEADS.get(key)
+        if known is None:
+            self._parse_head(whole)
+            if self.status is None:
+                return  # an interim answer: the final head follows
+            if len(self.HEADS) >= self.HEAD_ENTRIES:
+                self.HEADS.clear()
+            known = self.HEADS[key] = (self.status, self.keep_open, self._mode, self._left,
+                                       dict(self.headers))
+        self.status, self.keep_open, self._mode, self._left, headers = known
+        if headers:
+            self.headers.update(headers)
+
+    def _parse_head(self, head: bytes) -> None:
+        if len(head) > MAX_HEAD_BYTES:  # the same limit however the head arrived
+            raise malformed(f"the response head is over {MAX_HEAD_BYTES:,} bytes "
+                            f"({len(head):,})")
+        if OBS_FOLD.search(head) is not None:  # obs-fold: a client MUST unfold it
+            head = OBS_FOLD.sub(b" ", head)
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise malformed(f"not an HTTP/1.x status line: {shown_bytes(lines[0])}")
+        if len(parts[1]) != 3 or not parts[1].isdigit():  # as Go's client: three digits
+            raise malformed(f"status code {shown_bytes(parts[1])} is not three digits")
+        status = int(parts[1])
+        if status == 101:
+            raise RequestFailed("reset", status, "101 Switching Protocols")
+        if status < 200:
+            return  # interim: the final answer follows on the same connection
+        self.status = status
+        length = codings = None
+        connection = b""
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon:  # as Go's client: no field without a name and a colon
+                raise malformed(f"a header line without a colon: {shown_bytes(line)}", status)
+            name = name.strip().lower()
+            if name == b"content-length":
+                if length is not None and value.strip() != length:  # no way to tell the end
+                    raise malformed("two different Content-Length values", status)
+                length = value.strip()
+            elif name == b"transfer-encoding":
+                codings = (codings or b"") + b"," + value.lower()
+            elif name == b"connection":
+                connection += value.lower()
+            elif name in self._wanted:
+                self.headers[name.decode("latin-1")] = value.strip().decode("latin-1")
+        self.keep_open = b"close" not in connection and (
+            parts[0] == b"HTTP/1.1" or b"keep-alive" in connection)
+        self._framing(status, length, codings)
+
+    def _framing(self, status: int, length: Optional[bytes], codings: Optional[bytes]) -> None:
+        """Choose how the body ends (RFC 9112 section 6.3)."""
+        if status in (204, 304):
+            self._mode = "done"
+        elif codings is not None:
+            chunked = codings.rsplit(b",", 1)[-1].strip() == b"chunked"
+            self._mode = "size" if chunked else "close"
+            if length is not None or not chunked:  # both framings, or to the close
+                self.keep_open = False
+        elif length is not None:
+            # leading zeros are no digits of the length, as Go's client reads it
+            if not length.isdigit() or (len(length) > MAX_LENGTH_DIGITS
+                                        and len(length.lstrip(b"0")) > MAX_LENGTH_DIGITS):
+                raise malformed(f"Content-Length {shown_bytes(length)} is not a length of at "
+                                f"most {MAX_LENGTH_DIGITS} digits", status)
+            self._left, self._mode = int(length), "length"
+            if self._left > MAX_BODY_BYTES:
+                raise RequestFailed("too_large", status)
+        else:
+            self._mode, self.keep_open = "close", False
+
+
+NOT_TLS = "the server did not speak TLS (a plain-HTTP port? http:// reaches it)"
+NOT_TLS_REASONS = ("WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+                   "HTTP_REQUEST", "UNKNOWN_PROTOCOL")
+
+
+def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.SSLContext]:
+    """Return a TLS context verifying certificates (unless insecure); None for plain http."""
+    if endpoint.scheme != "https":
+        return None
+    context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def wait_socket(sock: socket.socket, writable: bool, deadline: float,
+                stop: Optional[threading.Event]) -> None:
+    """Wait until sock can be written (or read); raise RequestFailed 'timeout' at the
+    deadline (time.monotonic) and 'interrupted' once stop is set, looked at every STOP_POLL_S."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT if writable else select.POLLIN)
+    while True:
+        if stop is not None and stop.is_set():
+            raise RequestFailed("interrupted")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RequestFailed("timeout")
+        if poller.poll(math.ceil(min(left, STOP_POLL_S) * 1000)):
+            return
+
+
+def connect_socket(endpoint: Endpoint, deadline: float,
+                   stop: Optional[threading.Event]) -> socket.socket:
+    """Return a non-blocking socket connected to the endpoint; raise RequestFailed."""
+    try:
+        addresses = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+    except OSError:
+        raise RequestFailed("connect") from None
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            code = sock.connect_ex(address)
+            if code in (errno.EINPROGRESS, errno.EAGAIN):
+                wait_socket(sock, True, deadline, stop)
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except RequestFailed:
+            sock.close()
+            raise
+        except OSError:
+            code = -1
+        if code == 0:
+            return sock
+        sock.close()
+    raise RequestFailed("connect")
+
+
+def tls_handshake(sock: ssl.SSLSocket, deadline: float,
+                  stop: Optional[threading.Event]) -> None:
+    """Complete the TLS handshake of a non-blocking socket; raise RequestFailed."""
+    while True:
+        try:
+            sock.do_handshake()
+            return
+        except ssl.SSLWantReadError:
+            writable = False
+        except ssl.SSLWantWriteError:
+            writable = True
+        except ssl.SSLCertVerificationError as exc:
+            raise RequestFailed("tls", detail=f"{exc.verify_message or exc.reason} (--insecure "
+                                              f"skips the certificate check)") from None
+        except ssl.SSLError as exc:
+            raise RequestFailed("tls", detail=NOT_TLS if exc.reason in NOT_TLS_REASONS
+                                else exc.reason or str(exc)) from None
+        except OSError:
+            raise RequestFailed("tls", detail="the server closed the connection during the "
+                                              "TLS handshake: does it speak TLS?") from None
+        try:
+            wait_socket(sock, writable, deadline, stop)
+        except RequestFailed as failure:
+            if failure.kind == "timeout":  # a TLS server answers a hello at once
+                raise RequestFailed("timeout", detail=f"no answer to the TLS handshake in time: "
+                                                      f"{NOT_TLS}") from None
+            raise
+
+
+def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SSLContext],
+                stop: Optional[threading.Event] = None) -> socket.socket:
+    """Return a connected non-blocking socket (TLS-wrapped and past the handshake for https);
+    raise RequestFailed. Its waits look at `stop` every STOP_POLL_S and end when it is set."""
+    deadline = time.monotonic() + timeout
+    sock = connect_socket(endpoint, deadline, stop)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname=endpoint.host,
+                                           do_handshake_on_connect=False)
+            tls_handshake(sock, deadline, stop)
+    except RequestFailed:
+        sock.close()
+        raise
+    except OSError:
+        sock.close()
+        raise RequestFailed("connect") from None
+    return sock
+
+
+class Connection:
+    """One persistent blocking HTTP/1.1 connection, reopened after an error or a close.
+
+    A request written to the reused connection that ends before any byte of its answer came
+    (the server closed it while idle) is sent once more on a new connection, as Go's Transport
+    and urllib3 do. Every wait looks at `stop` every STOP_POLL_S and ends when it is set.
+    """
+
+    def __init__(self, endpoint: Endpoint, timeout: float,
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 stop: Optional[threading.Event] = None):
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self.stop = stop
+        self.sock: Optional[socket.socket] = None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock = None
+
+    def exchange(self, payload: bytes) -> tuple:
+        """Return (status, body) of one request; raise RequestFailed with its kind."""
+        if self.sock is not None and self._stale(self.sock):
+            self.close()
+        reused = self.sock is not None
+        try:
+            reader = self._exchange(payload)
+        except RequestFailed as failure:
+            if not (reused and failure.kind == "reset" and failure.unanswered):
+                raise
+            reader = self._exchange(payload)
+        if not reader.keep_open:
+            self.close()
+        return reader.status, bytes(reader.body)
+
+    def _stale(self, sock: socket.socket) -> bool:
+        """Return True when the idle connection was closed or holds bytes nobody asked for."""
+        try:
+            sock.setblocking(False)
+            sock.recv(1)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return False  # nothing there (a TLS session ticket is not application data)
+        except OSError:
+            pass
+        return True
+
+    def _exchange(self, payload: bytes) -> ResponseReader:
+        if self.sock is None:
+            self.sock = open_socket(self.endpoint, min(self.timeout, CONNECT_TIMEOUT_S),
+                                    self.ssl_context, self.stop)
+        deadline = time.monotonic() + self.timeout
+        reader = ResponseReader()
+        try:
+            self.sock.settimeout(STOP_POLL_S)
+            view = memoryview(payload)
+            while view:
+                try:
+                    view = view[self.sock.send(view):]
+                except socket.timeout:
+                    self._waited(deadline)
+            while True:
+                try:
+                    data = self.sock.recv(262144)
+                except socket.timeout:
+                    self._waited(deadline)
+                    continue
+                if reader.feed(data) if data else reader.eof():
+                    return reader
+        except RequestFailed:
+            self.close()
+            raise
+        except (OSError, ValueError):
+            self.close()
+            raise RequestFailed("reset", unanswered=not reader.received) from None
+        except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
+            self.close()
+            raise malformed(f"{type(exc).__name__}: {exc}", reader.status) from None
+
+    def _waited(self, deadline: float) -> None:
+        """A slice of waiting ended: raise when the request is out of time or stopped."""
+        if self.stop is not None and self.stop.is_set():
+            raise RequestFailed("interrupted")
+        if time.monotonic() >= deadline:
+            raise RequestFailed("timeout")
+
+
+def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
+                       stopping: threading.Event) -> None:
+    """Accept connections until the listener closes; each gets TCP_NODELAY and serve()."""
+    while not stopping.is_set():
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        serve(connection)
+
+
+def stop_accepting(listeners: Sequence[socket.socket],
+                   threads: Sequence[threading.Thread]) -> None:
+    """Shut the listeners down, wait for the threads that accept on them, then close them. A
+    listener closed under a thread blocked in accept() keeps listening on Linux (the call
+    holds it), and a descriptor number freed while a thread is between two calls on it is the
+    next socket's: that thread would take another server's connections."""
+    for listener in listeners:
+        try:
+            listener.shutdown(socket.SHUT_RDWR)  # wakes accept() with an error
+        except OSError:
+            pass
+    for thread in threads:
+        thread.join(5)
+    for listener in listeners:
+        listener.close()
+
+
+def http_response(status: int, body: bytes, content_type: str = "application/json",
+                  headers: Sequence = ()) -> bytes:
+    """Return a whole HTTP/1.1 response with a Content-Length, head and body in one buffer."""
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+            f"Content-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+            ).encode("latin-1") + body
+
+
+def nested_deeper(document: Any, limit: int) -> bool:
+    """Return True when a decoded JSON value nests lists and objects more than limit deep."""
+    level, depth = [document], 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [child for value in level if isinstance(value, (dict, list))
+                 for child in (value.values() if isinstance(value, dict) else value)
+                 if isinstance(child, (dict, list))]
+    return False
+
+
+def decoded_answer(body: bytes | bytearray) -> Any:
+    """Return the JSON value of an answer's body; raise ValueError when it is no JSON, and
+    RequestFailed 'malformed' when it nests deeper than MAX_ANSWER_DEPTH."""
+    try:
+        document = json.loads(body)
+    except RecursionError:
+        raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels") from None
+    # fewer brackets than the limit cannot nest deeper: most answers skip the walk
+    if body.count(b"{") + body.count(b"[") > MAX_ANSWER_DEPTH \
+            and nested_deeper(document, MAX_ANSWER_DEPTH):
+        raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels")
+    return document
+
+
+@functools.lru_cache(maxsize=32)
+def decision_members(paths: tuple) -> tuple:
+    """Return, of decision paths, the names of the top-level members they read, and per path
+    (optional, its alternatives as key tuples)."""
+    plan = tuple((path.endswith("?"), tuple(tuple(alternative.split("."))
+                                            for alternative in path.rstrip("?").split("|")))
+                 for path in paths)
+    return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
+
+
+def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
+    """Return the routing decision of a response by decision paths, or None when absent.
+
+    A path is dotted; alternatives joined with '|' take the first present; a path ending in
+    '?' is optional. The found parts are joined with '|'.
+    """
+    found = []
+    for optional, alternatives in decision_members(tuple(paths))[1]:
+        value = None
+        for keys in alternatives:
+            value = document
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None and value != "":
+                break
+        if value is None or value == "":
+            if optional:
+                continue
+            return None
+        found.append(value if type(value) is str and len(value) <= DECISION_CHARS
+                     else decision_text(value))
+    return "|".join(found) if found else None
+
+
+def decision_settled(found: dict, plan: tuple) -> bool:
+    """Return whether the members found so far settle every path as the whole document would:
+    each path has a present value whose preceding alternatives were all found (empty), or all
+    its alternatives were found."""
+    for _, alternatives in plan:
+        for keys in alternatives:
+            if keys[0] not in found:
+                return False
+            value: Any = found  # then whatever JSON value the keys lead to
+            for key in keys:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None and value != "":
+                break
+    return True
+
+
+# the C scanner: one value from an index, and a key from just past its quote; both are in
+# CPython's json but not in typeshed's stubs, hence getattr and the type spelled out
+_scan_json: Callable[[str, int], tuple[Any, int]] = getattr(json.JSONDecoder(), "scan_once")
+_scan_json_key: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")
+JSON_SPACE = " \t\n\r"
+WHOLE_JSON_BYTES = 512  # answers up to this long are decoded whole
+# a run of spaces, maybe empty: it matches at any index, so never None
+_json_space = cast("Callable[..., re.Match[str]]", re.compile(r"[ \t\n\r]*").match)
+
+
+DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
+
+
+def answer_document(body: bytes | bytearray, paths: Sequence[str],
+                    signals: Optional[SignalTable] = None) -> Any:
+    """Return as much of a JSON answer as decision paths read: a dict of the top-level members
+    they name, each decoded, read from the start until the paths are settled (the router puts
+    decision_result and selected_model before its ~2 KB of metrics, which are then never
+    decoded). Anything but a UTF-8 object of that plain form is decoded whole by
+    decoded_answer, raising as it does; each member read is held to MAX_ANSWER_DEPTH as it
+    would be. Past the decision only the end is looked at (an answer cut short is bad_json,
+    one nested too deep there is not seen); a member sent twice counts as first read, where
+    json.loads keeps the last.
+
+    A small body is decoded whole by the C scanner, faster than this reads its members.
+    With `signals`, the answer's per-signal times are read too (scanned_members) and kept in
+    signals.last, or, while the table may hold answers (SignalTable.hold), the answer is held
+    there as a HeldAnswer, its decision read, to be read after its pass as it would be now
+    (one with no times past its decision: found to have none then, by the read that finds
+    no metrics); a body that is no JSON leaves it None. The hold is taken here, not in a
+    call: it is the pass loop's path for every answer."""
+    if signals is not None:
+        signals.last = None
+    try:
+        text = body.decode()
+        if len(body) <= WHOLE_JSON_BYTES:
+            index = _json_space(text).end()
+            document, index = _scan_json(text, index)
+            # more brackets than the limit: it might nest too deep, decoded_answer judges it
+            members: Any = document if not text[index:].strip(JSON_SPACE) and (
+                body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
+        elif signals is None:
+            # decision_result too, read wherever it stands: default_route looks at it
+            members = read_members(text, decision_reading(tuple(paths)))[0]
+        else:  # the decision read as without the times; metrics before it: read as below
+            members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
+            if members is not None and "metrics" not in members:
+                # held while it fits the hold, counted at the most its str may take (4 bytes
+                # a character), its times read after its pass; else read now
+                size = len(text) if text.isascii() else 4 * len(text)
+                if size <= signals.hold:
+                    signals.hold -= size
+                    signals.last = [text, at]  # a HeldAnswer
+                else:
+                    members = scanned_members(text, at, members, tuple(paths), signals)
+    except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
+        members = None
+    # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
+    document = decoded_answer(body) if members is None else members
+    if signals is not None and signals.last is None:
+        signals.last = signals.times(document)
+    return document
+
+
+def scanned_members(text: str, index: int, members: dict, paths: tuple,
+                    signals: SignalTable) -> Optional[dict]:
+    """Return the members of an answer whose decision members were read up to index, its
+    per-signal times read now into signals.last (answer_document: it did not fit the hold).
+
+    'metrics' past index is found and its times read by SignalTable.scan, without decoding
+    anything, where the members between are plain JSON and metrics has the router's compact
+    form (Go's, every signal's {"execution_time_ms":N,"confidence":N}). Anything else is
+    decoded member by member up to metrics, so that what is malformed there is bad_json or
+    malformed as it always was; signals.last is then left None for the caller to read the
+    decoded metrics. No answer after this one is held."""
+    signals.hold = 0  # the answers held are those before the first that did not fit
+    times = signals.scan(text, index)
+    if times is not None:
+        signals.last = times
+        return members
+    return top_members(text, *decision_members(paths + ("metrics?",) + DEFAULT_ROUTE_PATHS))[0]
+
+
+def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
+    """Return (the named members of the JSON object in text, where the read stopped), reading
+    from its start until the plan's paths are settled (the index is then just past the last
+    value read); None for the members when text is not a plain object (a BOM, another value,
+    an odd token). Raise ValueError, IndexError or StopIteration on malformed JSON,
+    RequestFailed 'malformed' for a member read that nests deeper than MAX_ANSWER_DEPTH."""
+    index = _json_space(text).end()
+    if text[index] != "{" or not text.rstrip(JSON_SPACE).endswith("}"):
+        return None, index  # not an object, or one cut short: decoded whole, to say why
+    found: dict = {}
+    index = _json_space(text, index + 1).end()
+    if text[index] == "}":
+        return (found if not text[index + 1:].strip(JSON_SPACE) else None), index
+    while text[index] == '"':
+        name, index = _scan_json_key(text, index + 1)
+        if text[index] != ":":  # a compact answer (Go's, Python's) has no spaces to skip
+            index = _json_space(text, index).end()
+            if text[index] != ":":
+                return None, index
+        index += 1
+        if text[index] in JSON_SPACE:
+            index = _json_space(text, index).end()
+        start = index
+        value, index = _scan_json(text, index)
+        # a value with fewer brackets than the depth limit cannot nest that deep
+        if index - start >= 2 * MAX_ANSWER_DEPTH and isinstance(value, (dict, list)) \
+                and text.count("[", start, index) + text.count("{", start, index) \
+                >= MAX_ANSWER_DEPTH and nested_deeper(value, MAX_ANSWER_DEPTH - 1):
+            raise malformed(f"JSON nested deeper than {MAX_ANSWER_DEPTH} levels")
+        if name in names:
+            found[name] = value
+            if decision_settled(found, plan):
+                return found, index
+        if text[index] != ",":
+            index = _json_space(text, index).end()
+            if text[index] == "}":
+                return (found if not text[index + 1:].strip(JSON_SPACE) else None), index
+            if text[index] != ",":
+                return None, index
+        index += 1
+        if text[index] in JSON_SPACE:
+            index = _json_space(text, index).end()
+    return None, index
+
+
+@functools.lru_cache(maxsize=32)
+def decision_reading(paths: tuple, also: tuple = ()) -> tuple:
+    """Return how leading_members reads answers by decision paths (with DEFAULT_ROUTE_PATHS):
+    decision_members' names (and the names `also` kept where they come before the decision)
+    and plan, each path's first alternative's top-level name as it stands before its value
+    ('"name":'), a pattern finding a \\u escape that may spell a character of a name (a
+    member named by escapes), and the cache of prefixes read."""
+    names, plan = decision_members(paths + DEFAULT_ROUTE_PATHS)
+    names = names | frozenset(also)
+    firsts = tuple(f'"{alternatives[0][0]}":' for _, alternatives in plan)
+    spelled = {char for name in names for char in name}
+    if all(" " <= char < "\x7f" and char not in '"\\/' for char in spelled):
+        escape = re.compile(r"\\u00(?:%s)" % "|".join(f"{ord(c):02x}" for c in sorted(spelled)),
+                            re.IGNORECASE)
+    else:  # a name spelled otherwise: any escape may spell it
+        escape = re.compile(r"\\")
+    return names, plan, firsts, escape, {}
+
+
+LEADING_CACHE_ENTRIES = 512  # prefixes of answers remembered per decision paths
+
+
+def leading_members(text: str, reading: tuple) -> tuple:
+    """Return (top_members' named members of a compact answer (Go's) read in one call of the C
+    scanner, or None for top_members to read it; where the read stopped, just past the last
+    value read). The prefix read runs from the object's first
+    member (a string under a name not read: the router's original_text, the one member that
+    differs with every prompt) to the value of the last of the paths' first alternatives
+    (found by a search of each name); the prefix past the first member is the key of a cache,
+    so an answer whose decision and model were seen before costs the searches and a lookup.
+
+    top_members stops at the first member that settles the paths, and none settles them
+    before every first alternative's name was read: so when the prefix, decoded whole (its
+    first member checked on its own), settles them, top_members would have read that same
+    prefix, member by member, and kept the same values (the last of a name sent twice in it,
+    as json does). Where a name may be spelled by escapes (found earlier than its search
+    says), where the prefix holds MAX_ANSWER_DEPTH brackets or does not settle the paths, or
+    anything is malformed, top_members reads the answer and judges it as it always has. The
+    dict may be shared by answers: read it only."""
+    names, plan, firsts, escape, cache = reading
+    if text[:2] != '{"' or not text.endswith(("}", "}\n")):  # else top_members says why
+        return None, 0
+    try:
+        name, index = _scan_json_key(text, 2)
+        if name in names or text[index:index + 2] != ':"':
+            return None, 0
+        start = _scan_json_key(text, index + 2)[1]  # the first member's string, checked
+        cut = start
+        for first in firsts:
+            at = text.find(first, start)
+            if at < 0:
+                return None, 0
+            cut = max(cut, at + len(first))
+        end = _scan_json(text, cut)[1]
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return None, 0  # top_members reads it, raising where it does
+    rest = text[start:end]
+    members = cache.get(rest)
+    if members is None:
+        if len(cache) >= LEADING_CACHE_ENTRIES:
+            cache.clear()
+        members = cache[rest] = prefix_members(rest, names, plan, escape)
+    return members or None, end
+
+
+def read_members(text: str, reading: tuple) -> tuple:
+    """Return (the members of an answer by a decision_reading, where the read stopped):
+    leading_members' one read of a compact answer, else top_members' member by member."""
+    members, index = leading_members(text, reading)
+    return (members, index) if members is not None else top_members(text, *reading[:2])
+
+
+def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
+    """Return the named members of the object '{' + rest[1:] + '}' (rest: the members after
+    the first, from its comma) when they settle the plan and nothing in rest may spell a
+    name by escapes or nest MAX_ANSWER_DEPTH deep; else False (leading_members)."""
+    if rest[:1] != "," or escape.search(rest) is not None \
+            or rest.count("{") + rest.count("[") >= MAX_ANSWER_DEPTH - 1:
+        return False
+    prefix = "{" + rest[1:] + "}"
+    try:
+        document, end = _scan_json(prefix, 0)
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return False
+    members = {name: document[name] for name in names if name in document}
+    return members if end == len(prefix) and decision_settled(members, plan) else False
+
+
+DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
+
+
+def decision_path_hint(body: bytes) -> str:
+    """Return which --decision-path would read a decision from a 2xx answer that had none at
+    the paths given: the dotted paths to its string leaves whose key looks like a decision
+    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    leaves: list = []
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if isinstance(value, dict) and depth < 6:
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
+        elif isinstance(value, str) and value and path:
+            leaves.append((path, value))
+    walk(document, "", 0)
+    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
+                    for p, v in leaves
+                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
+    if ranked:
+        _, path, value = ranked[0]
+        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
+    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
+    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
+
+
+def error_code(body: bytes | bytearray) -> Optional[str]:
+    """Return the router's code of a failed answer: error.code of its error envelope
+    {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
+    preview answer with a decision_error instead; else None."""
+    try:
+        document = decoded_answer(body)
+    except (ValueError, RequestFailed):  # the status already says the request failed
+        return None
+    if not isinstance(document, dict):
+        return None
+    envelope = document.get("error")
+    code = envelope.get("code") if isinstance(envelope, dict) else None
+    if code is None and isinstance(document.get("decision_error"), str) \
+            and document["decision_error"]:
+        code = "decision_error"
+    return code if isinstance(code, str) and ERROR_CODE_PATTERN.fullmatch(code) else None
+
+
+def body_config_hash(body: bytes | bytearray) -> Optional[str]:
+    """Return the config_hash a preview answer's body carries, or None: read when the
+    x-vsr-config-hash header is missing (a proxy that drops it), by a byte search, since the
+    pass loop must not parse an answer twice: the first place BODY_CONFIG_HASH matches, each
+    place its key stands tried in turn (bytes.find skips through a body many times faster
+    than the pattern's own search, which costs a 1.5 KB answer 11,000 instructions)."""
+    at = body.find(BODY_CONFIG_HASH_KEY)
+    while at >= 0:
+        found = BODY_CONFIG_HASH.match(body, at)
+        if found is not None:
+            return found.group(1).decode("ascii")
+        at = body.find(BODY_CONFIG_HASH_KEY, at + 1)
+    return None
+
+
+def decision_text(value: Any) -> str:
+    """Return a decision as stored: a string as it is, anything else as compact JSON; either
+    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
+                                                          separators=(",", ":"))
+    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
+
+
+# SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
+# it, {"<signal>":{"execution_time_ms":N,"confidence":N},...}, without decoding it: a pattern
+# made once for each sequence of signal names (a SignalForm) matches the object, its names
+# and marks exactly and its numbers by their characters, and gives the numbers' texts; one
+# call of the C scanner reads those of many answers, and so finds whether each is a JSON
+# number. An object of names not seen is found by its skeleton (the object less the numbers'
+# characters), decoded once to make its pattern. (A pattern that told JSON numbers apart
+# itself costs the regular expression engine twice as much: each optional part nests the
+# rest of the match a level deeper. One text of a signal's two numbers and the mark between
+# would need the mark replaced, and str.replace searches a long text anew for each mark.)
+METRICS_KEY = ',"metrics":'
+NUMBER_BYTES = b"0123456789.-+"
+SIGNAL_NUMBERS = r'([0-9.]+),"confidence":([-0-9.]+)'  # a time is not negative
+MAX_SIGNAL_MS = 1e11  # a time this long or longer is decoded (see _signal_times)
+_MANY_DECIMALS = re.compile(r"\.[0-9]{5}")  # a time that round(ms, 4) changes
+_NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
+
+
+# An answer whose per-signal times are read once its pass is over (SignalTable.hold): [the
+# whole answer decoded, where the read of its decision stopped, as SignalTable.scan takes
+# it]. A list where a NamedTuple would read better: the pass loop makes one for each answer,
+# and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
+# always a tuple, never a list: PassLoop._settle tells the two apart by type
+HeldAnswer = list
+
+
+class SignalForm:
+    """A metrics object's sequence of signal names: the pattern that matches such an object
+    in the router's compact form, and where each of a SignalTable's names stands in it (as
+    the table was when `size` names long: names are only ever added)."""
+
+    __slots__ = ("names", "match", "positions", "new", "size")
+
+    def __init__(self, names: tuple) -> None:
+        self.names = names
+        entries = (f'"{re.escape(name)}":\\{{"execution_time_ms":{SIGNAL_NUMBERS}\\}}'
+                   for name in names)
+        self.match = cast("Callable[[str, int], Optional[re.Match[str]]]",
+                          re.compile("\\{%s\\}" % ",".join(entries)).match)
+        self.positions: tuple = ()  # per table name: its entry here (len(names): none)
+        self.new: tuple = ()  # the entries whose names the table lacks while it has room
+        self.size = -1  # the table's length when positions and new were found
+
+    def place(self, table: SignalTable) -> None:
+        """Find where the table's names stand in this object, and which of its are new."""
+        where = {name: i for i, name in enumerate(self.names)}
+        self.positions = tuple(where.get(name, len(self.names)) for name in table.names)
+        self.new = () if len(table.names) >= MAX_SIGNALS else tuple(
+            i for name, i in where.items() if name not in table.index)
+        self.size = len(table.names)
+
+
+class SignalTable:
+    """The signal names of a run in the order first reported, and each answer's times in
+    that order: names are added as answers report them, up to MAX_SIGNALS."""
+
+    FORMS = 64  # the distinct name sequences of metrics objects remembered
+
+    def __init__(self) -> None:
+        self.names: list = []
+        self.index: dict = {}
+        # the times found in the answer read last, or the answer held to read them later
+        self.last: Union[tuple, HeldAnswer, None] = ()
+        # bytes of answers that may still be held, their times read after the pass
+        # (answer_document); 0: every answer's times are read as it is read
+        self.hold = 0
+        self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
+        self.form: Optional[SignalForm] = None  # the form of the object read last
+
+    def times(self, document: Any) -> tuple:
+        """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
+        for a signal it did not report; a time of 0 is a signal the router did not evaluate
+        (its metrics object lists every signal it knows, 0 for the rest)."""
+        metrics = document.get("metrics") if type(document) is dict else None
+        if type(metrics) is not dict:
+            return ()
+        found: list = []
+        index = self.index
+        # compress keeps the entries that are not 0 (or empty) without a line of Python each
+        for name, entry in itertools.compress(metrics.items(), metrics.values()):
+            ms = entry.get("execution_time_ms") if type(entry) is dict else None
+            if ms is None or type(ms) not in (float, int) or not 0 < ms < math.inf:
+                continue
+            i = index.get(name)
+            if i is None:
+                i = self._add(name)
+                if i is None:
+                    continue
+            if i >= len(found):
+                found += [None] * (i + 1 - len(found))
+            found[i] = round(ms, 4)
+        return tuple(found)
+
+    def _add(self, name: Any) -> Optional[int]:
+        """Add a name first reported; return its place, None where it is not a signal name
+        or the table is full."""
+        if len(self.names) >= MAX_SIGNALS or type(name) is not str \
+                or not SIGNAL_NAME_PATTERN.fullmatch(name):
+            return None
+        i = self.index[name] = len(self.names)
+        self.names.append(name)
+        return i
+
+    def scan(self, text: str, index: int) -> Optional[tuple]:
+        """Return what times() returns of the answer in text, reading its top-level metrics
+        member that follows index (where a read of its decision stopped, just past a value
+        at the top level) without decoding the answer; None where this cannot tell, and the
+        answer is to be decoded up to metrics instead.
+
+        Between index and metrics only members without an escape may stand, their quotes
+        paired and, outside their strings, as many brackets closed as opened (metrics is then
+        a top-level key: the router's recommended_models list stands there), not checked
+        further, as no member past the decision is. The metrics object must be the router's
+        compact form exactly, matched by its names' SignalForm, its numbers JSON numbers
+        without an exponent, every time under MAX_SIGNAL_MS."""
+        return self.scan_many([[text, index]])[0]
+
+    def scan_many(self, answers: Sequence[HeldAnswer],
+                  again: Optional[Callable[[int], None]] = None) -> list:
+        """Return scan() of each answer, as if scanned one after another (PassLoop._settle
+        reads a pass's held answers so): the times of all of them read in one step of the
+        C scanner, and rounded in one step. `again(i)`, where given, is called in turn for
+        each answer the scan cannot read (it is decoded instead), so that the names it
+        reports take their place among the others'."""
+        read = [self._number_texts(text, index) for text, index in answers]
+        times = _signal_times([one[1] for one in read if one])
+        found: list = []
+        offset = 0
+        for i, one in enumerate(read):
+            result = () if one == () else None  # (): metrics {}; None: not read
+            if one:
+                form, texts = one
+                if times is not None:
+                    mine: Optional[list] = times[offset:offset + len(form.names)]
+                    offset += len(form.names)
+                else:  # one of them is not numbers as the form takes them: which?
+                    mine = _signal_times([texts])
+                if mine is not None:
+                    result = self._found(mine, form)
+            if result is None and again is not None:
+                again(i)
+            found.append(result)
+        return found
+
+    def _number_texts(self, text: str, index: int) -> Union[tuple, Tuple[()], None]:
+        """Return (the SignalForm of the metrics object past index (see scan), the texts of
+        its numbers, a time and a confidence per signal), () for an empty object, None where
+        it is not of the compact form."""
+        at = text.find(METRICS_KEY, index)
+        if at < 0:
+            return None
+        between = text[index:at]
+        if "\\" in between or between.count('"') % 2 or (
+                ("{" in between or "[" in between) and not _balanced(between)):
+            return None
+        start = at + len(METRICS_KEY)
+        if text.startswith("{}", start):
+            return ()
+        form = self.form  # most answers have the form of the one before
+        found = form.match(text, start) if form is not None else None
+        if found is None:
+            end = text.find("}}", start) + 2
+            if end < 2:
+                return None
+            body = text[start:end].encode()
+            skeleton = body.translate(None, NUMBER_BYTES)
+            form = self.forms.get(skeleton) or self._form(body, skeleton)
+            found = form.match(text, start) if form is not None else None
+            if found is None:
+                return None
+            self.form = form
+        return form, found.groups()
+
+    def _found(self, times: list, form: SignalForm) -> tuple:
+        """Return scan()'s tuple of one answer's execution_time_ms values (None for 0),
+        read in its metrics object's order, by its form."""
+        if form.size != len(self.names):
+            form.place(self)
+        first = list(map(times.__getitem__, form.new))  # the times of names not in the table
+        if first.count(None) != len(first):  # signals reported for the first time
+            for i in form.new:  # in the object's order, as times() adds them
+                if times[i] is not None:
+                    self._add(form.names[i])
+            form.place(self)
+        times.append(None)  # the time of a signal the answer does not list
+        found = tuple(map(times.__getitem__, form.positions))
+        end = len(found)
+        while end and found[end - 1] is None:
+            end -= 1
+        return found if end == len(found) else found[:end]
+
+    def _form(self, body: bytes, skeleton: bytes) -> Optional[SignalForm]:
+        """Return, and remember by its skeleton, the SignalForm of a metrics object whose
+        skeleton is not among those seen; None for an object that is not the router's
+        compact form of distinct signal names free of the numbers' characters (it is then
+        decoded)."""
+        names = form_names(body)
+        if names is None:
+            return None
+        if len(self.forms) >= self.FORMS:
+            self.forms.clear()
+        self.forms[skeleton] = form = SignalForm(names)
+        return form
+
+
+def _signal_times(answers: Sequence[tuple]) -> Optional[list]:
+    """Return the times of the metrics objects whose numbers' texts these are (SignalTable's
+    _number_texts: per signal a time and a confidence), one object after another, read in one call
+    of the C scanner (an int where a text has no decimals, as json reads it), rounded as
+    SignalTable.times rounds them, None for 0; None where one of the texts is not a JSON
+    number, or a time is MAX_SIGNAL_MS or longer (such an object is decoded)."""
+    texts = list(itertools.chain.from_iterable(answers))
+    if not texts:
+        return []
+    text = ",".join(texts)
+    try:
+        values, stop = _scan_json(f"[{text}]", 0)
+    except (ValueError, StopIteration):  # a text that is not a JSON number
+        return None
+    times = values[0::2]  # every signal's numbers are a time and a confidence
+    if stop != len(text) + 2 or len(values) != len(texts) or max(times) >= MAX_SIGNAL_MS:
+        return None
+    times = list(map(_NONE_FOR_ZERO, times, times))  # before rounding: 0.00001 was evaluated
+    # round(ms, 4) is the identity for a time of 4 decimals or fewer under 1e11 (an ulp
+    # there is far below 0.00005; the router's times have 3: microseconds / 1000), so all
+    # are rounded only where one has more
+    if _MANY_DECIMALS.search(",".join(texts[0::2])) is not None:
+        times = [ms if ms is None else round(ms, 4) for ms in times]
+    return times
+
+
+def _balanced(between: str) -> bool:
+    """Return whether a JSON text free of escapes closes, outside its strings, as many
+    objects and arrays as it opens (its quotes paired, its strings are every other part)."""
+    outside = "".join(between.split('"')[0::2])
+    return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
+
+
+def form_names(body: bytes) -> Optional[tuple]:
+    """Return the signal names of a metrics object in the router's compact form, in order;
+    None for any other object, or names that are not distinct signal names free of the
+    characters of numbers and of the form's marks."""
+    try:
+        metrics = json.loads(body)
+    except ValueError:
+        return None
+    if type(metrics) is not dict:
+        return None
+    names = tuple(metrics)
+    if any(not SIGNAL_NAME_PATTERN.fullmatch(name) or set(name.encode()) & set(
+            NUMBER_BYTES + b'":,}') for name in names):
+        return None
+    form = b",".join(b'"%s":{"execution_time_ms":,"confidence":}' % name.encode()
+                     for name in names)
+    # the skeleton of these names: numbers alone may differ from it
+    return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
+
+
+def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+    """Return the decision of an answer routed by the default route: the router's 200 with
+    decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
+    paths' parts such as selected_model when present); None for any other answer."""
+    result = document.get("decision_result") if isinstance(document, dict) else None
+    if not isinstance(result, dict) or result.get("decision_name") != "":
+        return None
+    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    return NO_DECISION + (f"|{extra}" if extra else "")
+
+
+def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
+             signals: Optional[SignalTable] = None) -> tuple:
+    """Return (decision, error kind, the router's error code) for one answered request; raise
+    RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
+
+    A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
+    one with no decision_result at all, or an empty body, is no_decision: the router answers
+    so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
+    read in the same read (answer_document) and left in signals.last (None: not read)."""
+    if status >= 300:
+        kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
+        return None, kind, error_code(body)
+    if not body or body.isspace():  # as `not body.strip()`, without copying the body
+        return None, "no_decision", None
+    try:
+        document = answer_document(body, paths, signals)
+    except ValueError:  # UnicodeDecodeError is one
+        return None, "bad_json", None
+    decision = decision_of(document, paths)
+    if decision is None:
+        decision = default_route(document, paths)
+    return (decision, None, None) if decision is not None else (None, "no_decision",
+                                                                 error_code(body))
