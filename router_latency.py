@@ -368,12 +368,18 @@ def t_quantile(df: int) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
 
 
-def _mean_ss(values: Sequence[float]) -> tuple:
+class Deviations(NamedTuple):
+    """A sample's mean and the sum of its values' squared deviations about it."""
+    mean: float
+    squares: float
+
+
+def _mean_ss(values: Sequence[float]) -> Deviations:
     """Return the mean and the sum of squared deviations about it."""
     mean = math.fsum(values) / len(values)
     # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads of
     # log ratios near 0, and statistics.stdev of Python 3.9 fails an internal assertion there
-    return mean, math.fsum((v - mean) ** 2 for v in values)
+    return Deviations(mean, math.fsum((v - mean) ** 2 for v in values))
 
 
 def sample_spread(values: Sequence[float]) -> float:
@@ -578,7 +584,7 @@ _CF_TINY = 1e-300
 _CF_MAXIT = 10000
 
 
-def _lentz_step(aa: float, c: float, d: float) -> tuple:
+def _lentz_step(aa: float, c: float, d: float) -> tuple[float, float, float]:
     """Return (c, d, the factor for h) of one step of Lentz's method with numerator aa; a zero
     denominator is replaced by a tiny one, not divided by."""
     d = 1.0 + aa * d
@@ -1075,7 +1081,7 @@ class Boundary(NamedTuple):
 _SPENDING_KINDS = ("obrien-fleming", "pocock")
 
 
-def _looks(looks, max_rounds) -> tuple:
+def _looks(looks, max_rounds) -> tuple[list[int], int]:
     """Return looks as a list of strictly increasing round counts >= 2, and max_rounds.
 
     max_rounds None means the last look; a look beyond max_rounds is refused.
@@ -1313,7 +1319,7 @@ MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simu
 
 
 @functools.lru_cache(maxsize=2)
-def _null_t_paths(first: int, max_rounds: int) -> tuple:
+def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]:
     """Return, per look n = first..max_rounds, the one-sample t statistics of
     SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
     rng = random.Random(SEQUENTIAL_SEED)
@@ -1332,7 +1338,8 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_ROUNDS) -> tuple:
+def sequential_t_criticals(max_rounds: int, alpha: float, *,
+                           first: int = MIN_ROUNDS) -> tuple[float, ...]:
     """Return the critical one-sided t values of a group-sequential t test, one per look
     n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
 
@@ -1614,7 +1621,7 @@ def check_folder_accepts_a_file(path: str) -> None:
                                  f"{exc.strerror or exc}", path) from None
 
 
-def file_identity(path: str) -> tuple:
+def file_identity(path: str) -> Tuple[str, Optional[Tuple[int, int]]]:
     """Return what tells a file from another: its resolved path, and its device and inode
     when it exists (a hard link or a bind mount has another path but the same inode)."""
     try:
@@ -1625,7 +1632,8 @@ def file_identity(path: str) -> tuple:
     return os.path.realpath(path), inode
 
 
-def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> None:
+def check_distinct_files(inputs: Iterable[Tuple[str, Optional[Union[str, Path]]]],
+                         outputs: Iterable[Tuple[str, Optional[Union[str, Path]]]]) -> None:
     """Raise before anything is written when an output (option, path) is an input or another
     output: measured data must never be overwritten by a report of it."""
     known: list = []  # (option, path, is an output, identity)
@@ -1706,10 +1714,10 @@ DEFAULT_BOUNDARY_CASES = (
 class Prompt(NamedTuple):
     id: int
     text: str
-    expect: tuple = ()  # outcomes of EXPECT_OUTCOMES the prompt accepts; () = routed only
+    expect: tuple[str, ...] = ()  # outcomes of EXPECT_OUTCOMES the prompt accepts; () = routed only
 
 
-def checked_expect(value: Any, where: str) -> tuple:
+def checked_expect(value: Any, where: str) -> tuple[str, ...]:
     """Return a declared expectation ("http_4xx", or a list of outcomes) as a tuple in the
     order of EXPECT_OUTCOMES; raise when it names anything else."""
     outcomes = [value] if isinstance(value, str) else value
@@ -1721,7 +1729,7 @@ def checked_expect(value: Any, where: str) -> tuple:
     return tuple(o for o in EXPECT_OUTCOMES if o in outcomes)
 
 
-def expect_json(expect: tuple) -> Any:
+def expect_json(expect: Sequence[str]) -> Union[str, list[str]]:
     """Return how an expectation is written in a corpus: one outcome as a string, else a list."""
     return expect[0] if len(expect) == 1 else list(expect)
 
@@ -1851,10 +1859,10 @@ def git_commit(repo: Path) -> Optional[str]:
 class BoundaryCase(NamedTuple):
     name: str
     text: str  # repeated as the case asks
-    expect: tuple = ()  # as Prompt.expect
+    expect: tuple[str, ...] = ()  # as Prompt.expect
 
 
-def boundary_cases(cases: Any, where: str) -> list:
+def boundary_cases(cases: Any, where: str) -> list[BoundaryCase]:
     """Return the BoundaryCases of a "cases" list, checked, each text repeated `repeat` times
     and its `expect` read."""
     if not isinstance(cases, list):
@@ -1880,7 +1888,7 @@ def boundary_cases(cases: Any, where: str) -> list:
     return found
 
 
-def load_boundary_cases(path: Path) -> list:
+def load_boundary_cases(path: Path) -> list[BoundaryCase]:
     """Return the BoundaryCases of a boundary-case file (see boundary_cases)."""
     document = read_json(path, MAX_CORPUS_FILE_BYTES)
     if not isinstance(document, dict):
@@ -1888,13 +1896,13 @@ def load_boundary_cases(path: Path) -> list:
     return boundary_cases(document.get("cases"), str(path))
 
 
-def default_boundary_cases() -> list:
+def default_boundary_cases() -> list[BoundaryCase]:
     """Return the built-in boundary cases (see boundary_cases)."""
     return boundary_cases(list(DEFAULT_BOUNDARY_CASES), "built-in boundary cases")
 
 
 def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str] = PROMPT_KEYS,
-                 boundary: Sequence[dict] = (),
+                 boundary: Sequence[Union[BoundaryCase, tuple[str, str]]] = (),
                  warn: Callable[[str], None] = lambda message: None) -> dict:
     """Return the corpus document for the E2E data of repo plus the boundary cases.
 
@@ -1945,7 +1953,7 @@ def corpus_bytes(corpus: dict) -> bytes:
 
 class Corpus(NamedTuple):
     """A loaded corpus file: its prompts, where it was read and the sha256 of its bytes."""
-    prompts: tuple
+    prompts: tuple[Prompt, ...]
     path: str
     sha256: str
 
@@ -2195,7 +2203,7 @@ class Request(NamedTuple):
                    _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"))
 
 
-def _checked_signal_ms(raw: Any, where: str) -> tuple:
+def _checked_signal_ms(raw: Any, where: str) -> tuple[Optional[float], ...]:
     """Return a request's per-signal times; raise unless a list of numbers >= 0 or nulls."""
     if not isinstance(raw, list) or len(raw) > MAX_SIGNALS:
         raise RouterLatencyError(f"expected a list of at most {MAX_SIGNALS} numbers or nulls",
@@ -2346,7 +2354,7 @@ class PhaseWindow(NamedTuple):
         return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
 
 
-def phase_windows(requests: Sequence[Request], size: int) -> tuple:
+def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, ...]:
     """Return a pass's time series: windows of `size` requests in send order.
 
     A remainder under half a window joins the last window, so that no window's p95 rests on a
@@ -2377,7 +2385,7 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple:
     return tuple(windows)
 
 
-def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tuple:
+def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tuple[int, ...]:
     """Return the indexes of the windows of a slow phase: p95 above slow_p95_factor times the
     median window p95, or rate below slow_rate_factor times the median window rate.
 
@@ -2417,7 +2425,8 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     return None if sum(x is None for x in found) * 10 > len(found) else found
 
 
-def content_slow_windows(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> tuple:
+def content_slow_windows(item: Any, passes: Sequence[Any],
+                         thresholds: Thresholds) -> tuple[int, ...]:
     """Return the indexes of a pass's slow windows, each judged against what its own prompts
     take elsewhere in the run (prompt_references): a window is slow when its requests' p95
     of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
@@ -2817,7 +2826,7 @@ def _gpu_values(environment: CapturedEnvironment) -> dict[str, tuple[float, ...]
     return {key: found for key, found in values.items() if found}
 
 
-def _load_range(attempt: Attempt) -> tuple:
+def _load_range(attempt: Attempt) -> tuple[Optional[float], Optional[float]]:
     load = attempt.load
     known = [v for v in (load.get("min"), load.get("max"), load.get("start"), load.get("end"))
              if v is not None]
@@ -2843,7 +2852,7 @@ class PassRecord(NamedTuple):
         return self.attempt.measured
 
     @property
-    def requests(self) -> tuple:
+    def requests(self) -> tuple[Request, ...]:
         return self.attempt.requests
 
     @property
@@ -2851,25 +2860,25 @@ class PassRecord(NamedTuple):
         return self.attempt.rate
 
     @property
-    def order(self) -> tuple:
+    def order(self) -> tuple[bool, float]:
         """Closed-loop passes by concurrency, then open-loop passes by rate."""
         return (self.rate is not None, self.rate or self.concurrency)
 
     @property
-    def decisions(self) -> dict:
+    def decisions(self) -> dict[int, Optional[str]]:
         """Return prompt id -> the decision of its first answered repetition, or None when
         every repetition failed; a rejection its prompt expected has no decision to agree on
         and is left out."""
-        found: dict = {}
+        found: dict[int, Optional[str]] = {}
         for r in sorted(self.requests, key=operator.attrgetter("rep")):
             if r.outcome != "expected_rejection" and found.get(r.id) is None:
                 found[r.id] = r.decision if r.error is None else None
         return found
 
     @property
-    def decision_sets(self) -> dict:
+    def decision_sets(self) -> dict[int, set[str]]:
         """Return prompt id -> the set of decisions its answered repetitions got."""
-        found: dict = {}
+        found: dict[int, set[str]] = {}
         for r in self.requests:
             answered = {r.decision} if r.error is None and r.decision is not None else set()
             found.setdefault(r.id, set()).update(answered)
@@ -2878,8 +2887,8 @@ class PassRecord(NamedTuple):
     @property
     def environment(self) -> PassEnvironment:
         load_min, load_max = _load_range(self.attempt)
-        peaks = [_load_range(a)[1] for a in self.discarded_attempts]
-        peaks = [p for p in (load_max, *peaks) if p is not None]
+        peaks = [p for p in (load_max, *(_load_range(a)[1] for a in self.discarded_attempts))
+                 if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
         gpu_mib = [total for reading in gpu_readings(environment)
@@ -2963,8 +2972,10 @@ class Ladder(NamedTuple):
                                   nullable=True, positive=True))
 
 
-def _checked_list(raw: Any, key: str, where: str, item: Callable[[Any], bool]) -> tuple:
+def _checked_list(raw: Any, key: str, where: str,
+                  item: Callable[[Any], bool]) -> tuple[Any, ...]:
     """Return raw[key] (a list, [] when absent) as a tuple; raise unless each item passes."""
+    # Any: raw JSON items, of the kind that `item` checked (the caller's field says which)
     value = raw.get(key, [])
     if not isinstance(value, list) or not all(item(v) for v in value):
         raise RouterLatencyError("expected a list of the right kind", f"{where}.{key}")
@@ -3267,7 +3278,7 @@ class RunFile(NamedTuple):
         """What makes a pass suspect, as the run recorded it (the defaults for older files)."""
         return self.settings.thresholds
 
-    def slow_windows(self, item: PassRecord) -> tuple:
+    def slow_windows(self, item: PassRecord) -> tuple[int, ...]:
         """Return the indexes of a pass's windows in a slow phase, each judged against what
         its prompts take elsewhere in the run."""
         return content_slow_windows(item, self.passes, self.thresholds)
@@ -3281,7 +3292,7 @@ class RunFile(NamedTuple):
         return next((p for p in self.passes if p.name == name), None)
 
     @property
-    def config_hashes(self) -> tuple:
+    def config_hashes(self) -> tuple[str, ...]:
         """The x-vsr-config-hash values the router answered with, distinct, in the order
         first seen over every attempt; more than one: the configuration changed mid-run."""
         seen: list = []
@@ -3364,7 +3375,8 @@ class RunFile(NamedTuple):
             _checked_signal_names(document, passes, path), str(path))
 
 
-def _checked_signal_names(document: dict, passes: Sequence[PassRecord], path: str) -> tuple:
+def _checked_signal_names(document: dict, passes: Sequence[PassRecord],
+                          path: str) -> tuple[str, ...]:
     """Return a run's signal names; raise unless distinct names, at least as many as any
     request has times."""
     names = document.get("signals", [])
@@ -4729,7 +4741,7 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
 PROMETHEUS_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
-def parse_prometheus(text: str) -> dict:
+def parse_prometheus(text: str) -> dict[str, float]:
     """Return {series: value} of a Prometheus text exposition (format 0.0.4).
 
     The series is the metric name with its labels as they stand, sorted by label name, so the
@@ -4779,7 +4791,8 @@ def _label_block_end(text: str) -> int:
     return -1
 
 
-def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> dict:
+def metric_deltas(before: dict[str, float], after: dict[str, float],
+                  patterns: Sequence[re.Pattern[str]]) -> dict[str, float]:
     """Return after - before of the series whose name matches a pattern (a new series from 0)."""
     deltas = {}
     for series, value in sorted(after.items()):
@@ -4791,7 +4804,8 @@ def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> 
     return deltas
 
 
-def histogram_deltas(before: dict, after: dict, names: Sequence[str]) -> dict:
+def histogram_deltas(before: dict[str, float], after: dict[str, float],
+                     names: Sequence[str]) -> dict[str, float]:
     """Return after - before of every bucket, sum and count series of the named histograms,
     as the router's bench/cpu-vs-gpu scripts take them (a series new since before from 0; a
     counter that went down, a restart, is left out rather than read as negative)."""
@@ -4808,10 +4822,10 @@ def histogram_deltas(before: dict, after: dict, names: Sequence[str]) -> dict:
 class Histogram(NamedTuple):
     """One histogram series over a pass: the differences of its count, sum and buckets."""
     name: str
-    labels: tuple  # (label, value) pairs but le, sorted
+    labels: tuple[tuple[str, str], ...]  # (label, value) pairs but le, sorted
     observations: float  # the _count series (a field named count would hide tuple.count)
     sum: float  # in the histogram's unit (seconds for the router's)
-    buckets: tuple  # (upper bound, cumulative count), by bound, +Inf last
+    buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), by bound, +Inf last
 
     @property
     def mean(self) -> Optional[float]:
@@ -4840,7 +4854,7 @@ class Histogram(NamedTuple):
         return lower
 
 
-def histograms_of(deltas: dict) -> list:
+def histograms_of(deltas: dict[str, float]) -> list[Histogram]:
     """Return the Histograms of a pass's histogram differences, by name and labels."""
     found: dict = {}
     for series, value in deltas.items():
@@ -5046,22 +5060,28 @@ PROBE_OUTPUT_BYTES = 4096
 DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
 
 
+class Probe(NamedTuple):
+    """A probe of --probe NAME=COMMAND: a shell line run before and after each pass."""
+    name: str
+    command: str
+
+
 class CaptureSettings(NamedTuple):
-    probes: tuple = ()  # (name, shell command) pairs
+    probes: tuple[Probe, ...] = ()
     probe_timeout: float = 10.0
     gpu: Optional[str] = None  # the choice of one of GPU_TOOLS, or None
     metrics: Optional[Endpoint] = None
-    metric_patterns: tuple = ()
-    histograms: tuple = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
+    metric_patterns: tuple[re.Pattern[str], ...] = ()
+    histograms: tuple[str, ...] = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
     router_pid: Optional[int] = None
     router_cgroup: Optional[str] = None
     router_container: Optional[str] = None  # its name; router_cgroup holds its cgroup
     router_cpu_list: Optional[str] = None  # --router-cpus: instead of the cgroup's CPU set
-    gpu_indexes: tuple = ()  # the GPU tool's own device indexes; all when empty
+    gpu_indexes: tuple[int, ...] = ()  # the GPU tool's own device indexes; all when empty
     proc_root: str = "/proc"  # where the kernel's files are read: tests give a fake one
     sys_root: str = "/sys"
-    hidden_variables: tuple = ()  # not passed to probes and GPU tools: --token-env's
-    secrets: tuple = ()  # scrubbed from every text recorded (see secret_values)
+    hidden_variables: tuple[str, ...] = ()  # not passed to probes and GPU tools: --token-env's
+    secrets: tuple[str, ...] = ()  # scrubbed from every text recorded (see secret_values)
 
 
 def resolve_gpu(choice: str) -> Optional[str]:
@@ -5074,7 +5094,7 @@ def resolve_gpu(choice: str) -> Optional[str]:
 
 
 def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
-                hidden: Sequence[str] = ()) -> tuple:
+                hidden: Sequence[str] = ()) -> tuple[Optional[int], bytes, str]:
     """Return (exit code or None, stdout bytes, how it ended: "", "timed out" or "interrupted")
     of a command (a shell line when a str) run in its own session, so that a timeout or the
     stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell. The
@@ -5241,7 +5261,8 @@ def process_tree_cpu_seconds(pid: int, proc_root: str = "/proc") -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_busy_seconds(cpus: frozenset, proc_root: str = "/proc") -> tuple:
+def cpu_busy_seconds(cpus: frozenset[int],
+                     proc_root: str = "/proc") -> tuple[float, frozenset[int]]:
     """Return (seconds, CPUs not listed) the CPUs spent on processes, ever, from /proc/stat:
     user + nice + system. Idle, iowait, interrupts and steal are not a process's time, and
     guest time is already inside user."""
@@ -5259,7 +5280,7 @@ class CpuReading(NamedTuple):
     at_s: float  # time.monotonic()
     router_s: Optional[float]
     busy_s: Optional[float]
-    notes: tuple
+    notes: tuple[str, ...]
 
 
 def read_cpu_use(capture: CaptureSettings, cpus: Optional[str]) -> CpuReading:
@@ -5397,7 +5418,7 @@ def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Option
                         cpufreq_settings(router, sys_root) if router else None)
 
 
-def host_warnings(settings: HostSettings) -> list:
+def host_warnings(settings: HostSettings) -> list[str]:
     """Return a warning for each side whose CPUs run a cpufreq governor other than
     performance (the clock then follows the load, and latency with it), and when the driver
     may run on the router's CPUs."""
@@ -5542,7 +5563,7 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def cpu_affinity() -> Optional[list]:
+def cpu_affinity() -> Optional[list[int]]:
     try:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -7116,7 +7137,7 @@ def worse_sign(metric: str) -> int:
     return -1 if metric.endswith("req_per_s") else 1
 
 
-def reference_decisions(run: RunFile) -> dict:
+def reference_decisions(run: RunFile) -> Dict[int, Optional[str]]:
     """Return the decision per prompt id from the sequential pass (else the first measured)."""
     measured = [p for p in run.passes if not p.discarded]
     if not measured:
@@ -7127,10 +7148,10 @@ def reference_decisions(run: RunFile) -> dict:
     return chosen.decisions
 
 
-def decision_changes(run: RunFile) -> list:
+def decision_changes(run: RunFile) -> List[int]:
     """Return the prompt ids whose answered decisions differ within a run: between its
     measured passes, or between the repetitions of one pass."""
-    seen: dict = {}
+    seen: Dict[int, set] = {}
     for item in run.passes:
         if not item.discarded:
             for prompt_id, decisions in item.decision_sets.items():
@@ -7163,7 +7184,8 @@ class DecisionChange(NamedTuple):
     pass_name: Optional[str] = None  # the first pass where it differs
 
 
-def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
+def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
+                   runs: Sequence[RunFile]) -> List[str]:
     """Return a warning for each p50 difference smaller than the driver's floor spread.
 
     p50s: (title, base p50, new p50); the spread is the largest any of the runs measured.
@@ -7179,7 +7201,7 @@ def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[tuple]) -> list:
+def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[str]:
     """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
     per side or file): what each saw, and a difference between the sides."""
     seen: dict = {}
@@ -7217,16 +7239,19 @@ class ComparePass(NamedTuple):
     decompositions: Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...] = ()
 
 
-def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
+def router_cpu_figures(a: PassRecord,
+                       b: PassRecord) -> Tuple[Tuple[str, Optional[float], Optional[float]], ...]:
     """Return (name, A's, B's) of the router CPU figures either side measured."""
-    envs = (a.environment, b.environment)
-    return tuple((name, *values) for name, values in (
-        ("router_cpu_ms", tuple(e.router_cpu_ms for e in envs)),
-        ("foreign_vcpus", tuple(e.foreign_vcpus for e in envs)))
-        if any(v is not None for v in values))
+    ea, eb = a.environment, b.environment
+    return tuple(figure for figure in (
+        ("router_cpu_ms", ea.router_cpu_ms, eb.router_cpu_ms),
+        ("foreign_vcpus", ea.foreign_vcpus, eb.foreign_vcpus))
+        if figure[1] is not None or figure[2] is not None)
 
 
-def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> tuple:
+def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> Tuple[
+        Tuple[Tuple[str, float, float], ...],
+        Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...]]:
     """Return (the parts of a pass's time both runs report as (part metric, A's, B's), the
     one that moved most first; each side's (client mean, part values) where either reports
     any); the signals' times are matched by name."""
@@ -7339,7 +7364,7 @@ class Capacity(NamedTuple):
             else self.plateau_req_per_s
 
 
-def ladder_steps(run: RunFile) -> tuple:
+def ladder_steps(run: RunFile) -> Tuple[LadderStep, ...]:
     """Return a ladder run's measured steps in the order climbed."""
     # a step that answered (req/s above 0) has its percentiles: the reader requires them
     return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
@@ -7348,7 +7373,8 @@ def ladder_steps(run: RunFile) -> tuple:
                  and s.p50_ms is not None and s.p95_ms is not None)
 
 
-def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
+def plateau_of(steps: Sequence[LadderStep],
+               margin_pct: float) -> Tuple[Optional[LadderStep], Optional[float]]:
     """Return (the step the plateau begins at, its height: the highest req/s from there), or
     (None, None) while throughput still grew: the plateau begins at the first step whose
     next step was flat (flat_step) and after which no step served more than the margin
@@ -7361,7 +7387,8 @@ def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
     return None, None
 
 
-def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
+def knee_of(steps: Sequence[LadderStep],
+            margin_pct: float) -> Optional[Tuple[LadderStep, LadderStep]]:
     """Return (the first step beyond which p50 grew by a larger factor than throughput, more
     than the margin larger, and the step after it): from there, more load buys waiting."""
     for low, high in zip(steps, steps[1:]):
@@ -7370,7 +7397,8 @@ def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
     return None
 
 
-def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[int]) -> tuple:
+def slo_capacity(steps: Sequence[LadderStep], slo_ms: float,
+                 plateau: Optional[LadderStep]) -> Tuple[Optional[float], str]:
     """Return (the most req/s with p95 within slo_ms, how it was found): the best step within
     it, or, where the first step beyond it served more, linear in p95 between the two."""
     beyond = next((i for i, s in enumerate(steps) if s.p95_ms > slo_ms), None)
@@ -7396,7 +7424,7 @@ def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[i
         f"{fmt_hundredths(high.req_per_s)} req/s), linear in p95")
 
 
-def step_gaps(run: RunFile) -> list:
+def step_gaps(run: RunFile) -> List[float]:
     """Return the seconds between the end of each measured pass and the start of the next,
     the captures between them included (an upper bound: the start is taken before the
     connections open)."""
@@ -7433,10 +7461,24 @@ def usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
     return usd_per_hour / (req_per_s * 3600) * 1e6
 
 
-def cost_for(costs: Sequence[tuple], side: str) -> tuple:
+class CostPerHour(NamedTuple):
+    """An entry of --cost-per-hour [SIDE=]USD[/UNIT]: what a node of a side costs an hour."""
+    side: Optional[str]  # None: every side
+    usd: float
+    unit: str  # per what: node, GPU
+
+
+class HourPrice(NamedTuple):
+    """What one side's node costs an hour: US dollars, per what."""
+    usd: float
+    unit: str
+
+
+def cost_for(costs: Sequence[Tuple[Optional[str], float, str]],
+             side: str) -> Union[HourPrice, Tuple[()]]:
     """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
     unit) entries, () when none is for it."""
-    return next(((usd, unit) for name, usd, unit in costs if name in (None, side)), ())
+    return next((HourPrice(usd, unit) for name, usd, unit in costs if name in (None, side)), ())
 
 
 # ==================== src/router_latency/rounds.py ====================
@@ -8999,8 +9041,8 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
     what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
     if len(served) == 2:
         lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
-        prices = [cost_for(costs, label) for label in labels]
-        if all(prices):
+        prices = [price for price in (cost_for(costs, label) for label in labels) if price]
+        if len(prices) == len(labels):
             usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
             lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
                          f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
@@ -9093,7 +9135,7 @@ def expectation_lines(item: PassRecord) -> list:
     rejected = [r for r in item.requests if r.outcome == "expected_rejection"]
     if rejected:
         codes = collections.Counter(r.code or f"HTTP {r.status}" for r in rejected)
-        latency = percentile([r.latency_ms for r in rejected], 50)
+        latency = percentile([r.latency_ms for r in rejected if r.latency_ms is not None], 50)
         lines.append(f"expected rejections in {title}: {len(rejected)} ("
                      f"{', '.join(f'{c} {n}' for c, n in sorted(codes.items()))}), "
                      f"p50 {fmt_value(latency)} ms; not in the figures above")
@@ -10715,7 +10757,7 @@ def page_breakdowns(report: RoundsReport) -> str:
             f'--gate names them.</p>{"".join(panels)}')
 
 
-def pareto_series(report: RoundsReport) -> tuple:
+def pareto_series(report: RoundsReport) -> Tuple[List[Series], List[Series], Dict[str, float]]:
     """Return (faint lines, bold lines, capacity per side) of the Pareto plot: each round's
     steps as (req/s, p95), per side the median over rounds of each step every round has, and
     the side's median capacity within the SLO."""
@@ -11003,7 +11045,8 @@ def simulated_error(status: int, code: str, message: str, request_id: str = "") 
 
 
 def simulated_signals(text: str, decision: str, elapsed_ms: float,
-                      names: Sequence[str] = SIGNAL_NAMES) -> tuple:
+                      names: Sequence[str] = SIGNAL_NAMES) -> Tuple[
+        Dict[str, Dict[str, float]], Dict[str, List[str]], Dict[str, List[str]]]:
     """Return (metrics, used_signals, matched_signals) of an answer: every signal's
     execution_time_ms and confidence (the timed ones share the preview's time), the signals
     the decision used and those the prompt matched. The one place the per-signal part of an
@@ -11069,7 +11112,7 @@ class SimulatedAnswers(NamedTuple):
     cache_entries: int = 0  # a result cache of this many prompts (0: none), as the router's
     per_kb_ms: float = 0.0  # more time per KB of prompt, as a transformer's forward takes
     metrics_port: Optional[int] = 0  # the Prometheus listener's port (0: a free one)
-    routing_models: tuple = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
+    routing_models: Tuple[str, ...] = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
 
 
 # The router's prometheus.DefBuckets, those of llm_signal_extraction_latency_seconds (seconds).
@@ -11077,30 +11120,36 @@ ROUTER_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 SIGNAL_JITTER = 0.1  # each simulated signal takes its time times uniform(0.9, 1.1)
 
 
+class SignalTime(NamedTuple):
+    """A simulated signal and its time: as --signals NAME:MS lists it, or as one request drew."""
+    name: str
+    ms: float
+
+
 class SignalModel(NamedTuple):
     """The simulator's signals: a time per signal, run one after another or in parallel."""
-    times_ms: tuple = ()  # (name, ms) pairs, as --signals lists them
+    times_ms: Tuple[SignalTime, ...] = ()  # as --signals lists them
     parallel: bool = False
 
-    def streams(self, seed: int) -> dict:
+    def streams(self, seed: int) -> Dict[str, random.Random]:
         """Return each signal's own random stream, seeded by the seed, its name and time:
         two simulators started with one seed give a signal set alike the same times (common
         random numbers), so that comparing them shows what was changed and nothing else."""
         return {name: random.Random(f"{seed}:{name}:{ms!r}") for name, ms in self.times_ms}
 
-    def draw(self, streams: dict) -> tuple:
+    def draw(self, streams: Dict[str, random.Random]) -> Tuple[SignalTime, ...]:
         """Return one request's (name, ms) per signal: its time with a uniform jitter."""
-        return tuple((name, round(ms * streams[name].uniform(1 - SIGNAL_JITTER,
-                                                             1 + SIGNAL_JITTER), 4))
+        return tuple(SignalTime(name, round(ms * streams[name].uniform(1 - SIGNAL_JITTER,
+                                                                       1 + SIGNAL_JITTER), 4))
                      for name, ms in self.times_ms)
 
-    def wait_s(self, drawn: Sequence[tuple]) -> float:
+    def wait_s(self, drawn: Sequence[SignalTime]) -> float:
         """Return how long the signals of one request take: the sum, or the longest."""
         times = [ms for _, ms in drawn]
         return (max(times, default=0.0) if self.parallel else math.fsum(times)) / 1000
 
 
-def signal_answer(drawn: Sequence[tuple]) -> dict:
+def signal_answer(drawn: Sequence[SignalTime]) -> dict:
     """Return the answer's fields for the signals a request ran, shaped as the router's
     (metrics.<signal>.execution_time_ms and confidence; used_signals and matched_signals
     of decision_result, by signal type)."""
@@ -11110,7 +11159,7 @@ def signal_answer(drawn: Sequence[tuple]) -> dict:
             "matched_signals": {name: [name] for name, _ in drawn}}
 
 
-def with_signals(answer: dict, drawn: Sequence[tuple]) -> dict:
+def with_signals(answer: dict, drawn: Sequence[SignalTime]) -> dict:
     """Return a simulated answer with the signals a request ran: their times in metrics,
     every other signal of the router's at 0 (not evaluated), and each under decision_result's
     used_signals and matched_signals."""
@@ -11136,7 +11185,7 @@ class SignalHistograms:
         self.counts = {name: [0] * (len(ROUTER_DEFAULT_BUCKETS) + 1) for name in names}
         self.sums = dict.fromkeys(names, 0.0)
 
-    def observe(self, drawn: Sequence[tuple]) -> None:
+    def observe(self, drawn: Sequence[SignalTime]) -> None:
         with self.lock:
             for name, ms in drawn:
                 seconds = ms / 1000
@@ -11161,6 +11210,14 @@ class SignalHistograms:
         return "\n".join(lines) + "\n"
 
 
+class Stall(NamedTuple):
+    """A slow phase now and then (--stall EVERY:LENGTH:MS): of every `every` previews, the
+    last `length` wait `extra_ms` more."""
+    every: int
+    length: int
+    extra_ms: float
+
+
 class SimulatorSettings(NamedTuple):
     """How a simulated router answers: its time per preview, how many it serves at once,
     its decisions, answers and signals; the simulator's config hash is made of these."""
@@ -11170,7 +11227,7 @@ class SimulatorSettings(NamedTuple):
     decisions: Sequence[str] = ("math", "code", "general", "pii_block")
     seed: int = 0
     max_concurrency: int = ROUTER_MAX_CONCURRENCY
-    stall: Optional[tuple] = None
+    stall: Optional[Stall] = None
     workers: Optional[int] = None
     answers: SimulatedAnswers = SimulatedAnswers()
     signals: SignalModel = SignalModel()
@@ -11204,7 +11261,7 @@ class SimulatedRouter:
         self.workers = 1 if serial else workers
         self.signals = signals
         self.signal_histograms = SignalHistograms([name for name, _ in signals.times_ms])
-        self.stall = stall
+        self.stall = Stall(*stall) if stall else None
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
@@ -11356,7 +11413,7 @@ class SimulatedRouter:
             return simulated_error(status, code, message, request_id)
         return self._preview(request, b"trace=true" in query.split(b"&"), tagged)
 
-    def _refusal(self, request: dict, headers: dict) -> Optional[tuple]:
+    def _refusal(self, request: dict, headers: dict) -> Optional[Tuple[int, str, str]]:
         """Return (status, code, message) of a preview refused before it runs, or None."""
         expected = headers.get(EXPECTED_HASH_HEADER)
         if expected is not None and not CONFIG_HASH_PATTERN.fullmatch(expected):
@@ -11428,8 +11485,9 @@ class SimulatedRouter:
         pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
         pause += self.answers.per_kb_ms / 1000 * len(text.encode("utf-8", "surrogatepass")) \
             / 1024
-        if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
-            pause += self.stall[2] / 1000
+        stall = self.stall
+        if stall and self.served % stall.every >= stall.every - stall.length:
+            pause += stall.extra_ms / 1000
         self.signal_seconds += pause
         return pause
 
@@ -11494,9 +11552,11 @@ class DemoSide(TypedDict):
 # must not leave that row undecided.
 DEMO_SIDES: Dict[str, DemoSide] = {
     "cpu": {"delay_ms": 6.0, "jitter_ms": 1.0,
-            "signals": SignalModel((("domain", 0.8), ("pii", 0.5), ("guard", 0.2)))},
+            "signals": SignalModel((SignalTime("domain", 0.8), SignalTime("pii", 0.5),
+                                    SignalTime("guard", 0.2)))},
     "gpu": {"delay_ms": 1.0, "jitter_ms": 0.5,
-            "signals": SignalModel((("domain", 0.8), ("pii", 0.7), ("guard", 0.2)))}}
+            "signals": SignalModel((SignalTime("domain", 0.8), SignalTime("pii", 0.7),
+                                    SignalTime("guard", 0.2)))}}
 
 
 # What the demo prints last: the same method on a real router (README.md, "Worked example").
@@ -11647,7 +11707,7 @@ class ConcurrencyLevels(argparse.Action):
         setattr(namespace, self.dest, tuple(levels))
 
 
-def concurrency_list(text: str) -> tuple:
+def concurrency_list(text: str) -> Tuple[int, ...]:
     levels = []
     for part in text.split(","):
         if not re.fullmatch(r"\s*\d+\s*", part) or int(part) < 1 or int(part) > 1024:
@@ -11663,7 +11723,7 @@ TIME_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 
 
-def rate_list(text: str) -> tuple:
+def rate_list(text: str) -> Tuple[float, ...]:
     """Return the requests per second of a --rate list: 50, 50/s, 50/1s, 3000/1m (vegeta's
     frequency/duration), separated by commas."""
     rates = []
@@ -11704,7 +11764,7 @@ def variable_name(text: str) -> str:
     return text
 
 
-def parse_header(text: str) -> tuple:
+def parse_header(text: str) -> Tuple[str, str]:
     """Return (name, value) of a 'Name: value' header argument."""
     name, sep, value = text.partition(":")
     name = name.strip()
@@ -11720,15 +11780,15 @@ def parse_header(text: str) -> tuple:
     return name, value.strip()
 
 
-def probe_spec(text: str) -> tuple:
+def probe_spec(text: str) -> Probe:
     name, sep, command = text.partition("=")
     if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not command.strip():
         raise argparse.ArgumentTypeError("expected NAME=COMMAND, NAME of letters, digits, "
                                          "'.', '_' or '-'")
-    return name, command
+    return Probe(name, command)
 
 
-def metric_pattern(text: str) -> re.Pattern:
+def metric_pattern(text: str) -> re.Pattern[str]:
     try:
         return re.compile(text)
     except re.error as exc:
@@ -11752,7 +11812,7 @@ PART_GATE = re.compile(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za
                        r":(?:p50|p95|mean))")
 
 
-def gate_list(text: str) -> tuple:
+def gate_list(text: str) -> Tuple[str, ...]:
     """Return the gated rows of a --gate list: metric names, or pass:metric; a part of the
     time, signal:NAME:STAT or router:PART:STAT (STAT p50, p95 or mean), likewise."""
     names = {metric_title(m): m for m in ROW_METRICS}
@@ -11777,7 +11837,7 @@ def gate_list(text: str) -> tuple:
     return tuple(found)
 
 
-def cost_spec(text: str) -> tuple:
+def cost_spec(text: str) -> CostPerHour:
     """Return (side or None, USD per hour, per what) of a --cost-per-hour [SIDE=]USD[/UNIT]:
     rocm=2.50, cpu=0.90/node, 3.20/GPU."""
     side, sep, rest = text.rpartition("=")
@@ -11787,17 +11847,17 @@ def cost_spec(text: str) -> tuple:
         raise argparse.ArgumentTypeError(
             f"expected [SIDE=]USD[/UNIT], US dollars an hour above 0 (rocm=2.50, cpu=0.90/node, "
             f"3.20/GPU), got {text!r}")
-    return (side if sep else None, usd, (found.group(2) or "node").strip())
+    return CostPerHour(side if sep else None, usd, (found.group(2) or "node").strip())
 
 
-def decision_names(text: str) -> tuple:
+def decision_names(text: str) -> Tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
         raise argparse.ArgumentTypeError("expected decision names separated by commas")
     return names
 
 
-def index_list(text: str) -> tuple:
+def index_list(text: str) -> Tuple[int, ...]:
     try:
         return tuple(sorted({int(part) for part in text.split(",")}))
     except ValueError:
@@ -11813,9 +11873,9 @@ def cpu_list_text(text: str) -> str:
             from None
 
 
-def signal_spec(text: str) -> tuple:
+def signal_spec(text: str) -> Tuple[SignalTime, ...]:
     """Return --signals domain:3,pii:5 as (name, ms) pairs."""
-    pairs: List[Tuple[str, float]] = []
+    pairs: List[SignalTime] = []
     for part in (p.strip() for p in text.split(",")):
         name, _, ms = part.partition(":")
         try:
@@ -11827,20 +11887,20 @@ def signal_spec(text: str) -> tuple:
             raise argparse.ArgumentTypeError(
                 f"expected NAME:MS pairs separated by commas (domain:3,pii:5,guard:2), each "
                 f"name once, got {part!r}")
-        pairs.append((name, value))
+        pairs.append(SignalTime(name, value))
     if len(pairs) > MAX_SIGNALS:
         raise argparse.ArgumentTypeError(f"at most {MAX_SIGNALS} signals")
     return tuple(pairs)
 
 
-def signals_text(pairs: Sequence[tuple], parallel: bool) -> str:
+def signals_text(pairs: Sequence[SignalTime], parallel: bool) -> str:
     if not pairs:
         return ""
     shown = ", ".join(f"{name} {ms:g} ms" for name, ms in pairs)
     return f", signals {shown} {'in parallel' if parallel else 'one after another'}"
 
 
-def stall_spec(text: str) -> tuple:
+def stall_spec(text: str) -> Stall:
     parts = text.split(":")
     try:
         every, length, extra = int(parts[0]), int(parts[1]), float(parts[2])
@@ -11851,7 +11911,7 @@ def stall_spec(text: str) -> tuple:
         raise argparse.ArgumentTypeError(
             f"expected EVERY:LENGTH:MS, LENGTH of every EVERY previews waiting MS more, "
             f"got {text!r}")
-    return every, length, extra
+    return Stall(every, length, extra)
 
 
 def config_hash_text(text: str) -> str:
@@ -12286,7 +12346,7 @@ def add_simulate_parser(commands: Any) -> None:
     p.set_defaults(func=cmd_simulate)
 
 
-def record_spec(text: str) -> tuple:
+def record_spec(text: str) -> Tuple[str, str, Optional[str], Optional[str]]:
     """Return (name, folder, base or None, new or None) of a --section NAME=DIR[:BASE:NEW]."""
     name, sep, rest = text.partition("=")
     parts = rest.split(":")
@@ -12295,7 +12355,7 @@ def record_spec(text: str) -> tuple:
         raise argparse.ArgumentTypeError(
             f"expected NAME=DIR or NAME=DIR:BASE:NEW (NAME of letters, digits, '.', '_' or "
             f"'-'), got {text!r}")
-    return (name, parts[0], *(parts[1:] if len(parts) == 3 else (None, None)))
+    return (name, parts[0], *((parts[1], parts[2]) if len(parts) == 3 else (None, None)))
 
 
 def add_record_parser(commands: Any) -> None:
@@ -12377,7 +12437,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence) -> tuple:
+def token_header(variable: Optional[str], endpoint: Endpoint,
+                 headers: Sequence[Tuple[str, str]]) -> Tuple[Tuple[str, str], ...]:
     """Return the Authorization header of --token-env VAR, () without it; raise when VAR is
     unset or empty, or Authorization is already set. The token itself is never shown."""
     if variable is None:
@@ -12398,7 +12459,7 @@ def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence)
     return (("Authorization", f"Bearer {token}"),)
 
 
-def ladder_or_levels(args: argparse.Namespace) -> tuple:
+def ladder_or_levels(args: argparse.Namespace) -> Tuple[int, ...]:
     """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
     raise for a ladder that does not climb or climbs both callers and rates."""
     if not args.ladder:
@@ -12419,7 +12480,17 @@ def ladder_or_levels(args: argparse.Namespace) -> tuple:
     return () if args.rate else tuple(steps)
 
 
-def run_arguments(args: argparse.Namespace) -> tuple:
+class RunArguments(NamedTuple):
+    """What `run`'s arguments ask for, checked: the router, the passes, the load guard, the
+    captures and what makes a pass suspect."""
+    target: Target
+    plan: RunPlan
+    guard: LoadGuard
+    capture: CaptureSettings
+    thresholds: Thresholds
+
+
+def run_arguments(args: argparse.Namespace) -> RunArguments:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
     checked."""
     endpoint = parse_endpoint(args.url)
@@ -12458,7 +12529,7 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
     thresholds = Thresholds(args.window, args.slow_p95, args.slow_rate, args.max_foreign_cpus)
-    return target, plan, guard, capture, thresholds
+    return RunArguments(target, plan, guard, capture, thresholds)
 
 
 class SignalRelay:
@@ -12506,7 +12577,7 @@ class SignalRelay:
         os.close(self.read_end)
 
 
-def run_outputs(args: argparse.Namespace) -> list:
+def run_outputs(args: argparse.Namespace) -> List[Tuple[str, str]]:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
     return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
 
@@ -12572,7 +12643,7 @@ def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
 
 
 def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: bool,
-                      written: bool) -> list:
+                      written: bool) -> List[str]:
     """Return what `run` prints of what it measured: its header (unless shown before the
     passes), the passes' table, the host, the ladder, the configuration and what it wrote."""
     lines = [] if header_shown else [format_run_header(
@@ -12591,7 +12662,7 @@ def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: b
     return lines
 
 
-def run_warnings(run: RunFile) -> list:
+def run_warnings(run: RunFile) -> List[str]:
     """Return what `run` says on stderr of what went wrong: a wrong path (every answer 404),
     requests shed for overload, a result cache that answered."""
     not_found = not_found_only(run)
@@ -12625,13 +12696,14 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     return code
 
 
-def compared_files(args: argparse.Namespace) -> tuple:
+def compared_files(args: argparse.Namespace) -> Tuple[str, str]:
     """Return the two run files of `compare`: given as A B, or as --base A --new B."""
     named = [path for path in (args.base_file, args.new_file) if path is not None]
     given = [path for path in (args.a, args.b) if path is not None]
     if named and given or len(named + given) != 2 or len(named) == 1:
         raise RouterLatencyError("give two run files: A B, or --base A --new B", "compare")
-    return tuple(named or given)
+    first, second = named or given
+    return first, second
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -12654,7 +12726,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def corpus_texts(path: str, sha256: str) -> dict:
+def corpus_texts(path: str, sha256: str) -> Dict[int, str]:
     """Return {prompt id: text} of the corpus the runs used; raise for any other file."""
     # a bad or different corpus must not put the wrong text beside an input
     corpus = load_corpus(path)
@@ -12664,7 +12736,7 @@ def corpus_texts(path: str, sha256: str) -> dict:
     return {p.id: p.text for p in corpus.prompts}
 
 
-def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
+def checked_costs(costs: Sequence[CostPerHour], sides: Sequence[str]) -> Tuple[CostPerHour, ...]:
     """Return --cost-per-hour's entries; raise for one naming no side measured or a side
     priced twice."""
     named = [side for side, _, _ in costs]

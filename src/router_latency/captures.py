@@ -29,7 +29,7 @@ __all__ = [
     "capture_snapshot", "CaptureSettings", "container_cgroup", "cpu_affinity",
     "DEFAULT_METRIC_PATTERN", "driver_cpu_seconds", "environment_record", "format_cpu_list",
     "gpu_tool", "GPU_TOOLS", "Histogram", "histograms_of", "host_settings", "host_warnings",
-    "LoadSampler", "parse_cpu_list", "read_cpu_use", "resolve_gpu", "router_cpu_use",
+    "LoadSampler", "parse_cpu_list", "Probe", "read_cpu_use", "resolve_gpu", "router_cpu_use",
     "router_cpus", "utc_now",
 ]
 
@@ -37,7 +37,7 @@ __all__ = [
 PROMETHEUS_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
-def parse_prometheus(text: str) -> dict:
+def parse_prometheus(text: str) -> dict[str, float]:
     """Return {series: value} of a Prometheus text exposition (format 0.0.4).
 
     The series is the metric name with its labels as they stand, sorted by label name, so the
@@ -87,7 +87,8 @@ def _label_block_end(text: str) -> int:
     return -1
 
 
-def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> dict:
+def metric_deltas(before: dict[str, float], after: dict[str, float],
+                  patterns: Sequence[re.Pattern[str]]) -> dict[str, float]:
     """Return after - before of the series whose name matches a pattern (a new series from 0)."""
     deltas = {}
     for series, value in sorted(after.items()):
@@ -99,7 +100,8 @@ def metric_deltas(before: dict, after: dict, patterns: Sequence[re.Pattern]) -> 
     return deltas
 
 
-def histogram_deltas(before: dict, after: dict, names: Sequence[str]) -> dict:
+def histogram_deltas(before: dict[str, float], after: dict[str, float],
+                     names: Sequence[str]) -> dict[str, float]:
     """Return after - before of every bucket, sum and count series of the named histograms,
     as the router's bench/cpu-vs-gpu scripts take them (a series new since before from 0; a
     counter that went down, a restart, is left out rather than read as negative)."""
@@ -116,10 +118,10 @@ def histogram_deltas(before: dict, after: dict, names: Sequence[str]) -> dict:
 class Histogram(NamedTuple):
     """One histogram series over a pass: the differences of its count, sum and buckets."""
     name: str
-    labels: tuple  # (label, value) pairs but le, sorted
+    labels: tuple[tuple[str, str], ...]  # (label, value) pairs but le, sorted
     observations: float  # the _count series (a field named count would hide tuple.count)
     sum: float  # in the histogram's unit (seconds for the router's)
-    buckets: tuple  # (upper bound, cumulative count), by bound, +Inf last
+    buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), by bound, +Inf last
 
     @property
     def mean(self) -> Optional[float]:
@@ -148,7 +150,7 @@ class Histogram(NamedTuple):
         return lower
 
 
-def histograms_of(deltas: dict) -> list:
+def histograms_of(deltas: dict[str, float]) -> list[Histogram]:
     """Return the Histograms of a pass's histogram differences, by name and labels."""
     found: dict = {}
     for series, value in deltas.items():
@@ -354,22 +356,28 @@ PROBE_OUTPUT_BYTES = 4096
 DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
 
 
+class Probe(NamedTuple):
+    """A probe of --probe NAME=COMMAND: a shell line run before and after each pass."""
+    name: str
+    command: str
+
+
 class CaptureSettings(NamedTuple):
-    probes: tuple = ()  # (name, shell command) pairs
+    probes: tuple[Probe, ...] = ()
     probe_timeout: float = 10.0
     gpu: Optional[str] = None  # the choice of one of GPU_TOOLS, or None
     metrics: Optional[Endpoint] = None
-    metric_patterns: tuple = ()
-    histograms: tuple = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
+    metric_patterns: tuple[re.Pattern[str], ...] = ()
+    histograms: tuple[str, ...] = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
     router_pid: Optional[int] = None
     router_cgroup: Optional[str] = None
     router_container: Optional[str] = None  # its name; router_cgroup holds its cgroup
     router_cpu_list: Optional[str] = None  # --router-cpus: instead of the cgroup's CPU set
-    gpu_indexes: tuple = ()  # the GPU tool's own device indexes; all when empty
+    gpu_indexes: tuple[int, ...] = ()  # the GPU tool's own device indexes; all when empty
     proc_root: str = "/proc"  # where the kernel's files are read: tests give a fake one
     sys_root: str = "/sys"
-    hidden_variables: tuple = ()  # not passed to probes and GPU tools: --token-env's
-    secrets: tuple = ()  # scrubbed from every text recorded (see secret_values)
+    hidden_variables: tuple[str, ...] = ()  # not passed to probes and GPU tools: --token-env's
+    secrets: tuple[str, ...] = ()  # scrubbed from every text recorded (see secret_values)
 
 
 def resolve_gpu(choice: str) -> Optional[str]:
@@ -382,7 +390,7 @@ def resolve_gpu(choice: str) -> Optional[str]:
 
 
 def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
-                hidden: Sequence[str] = ()) -> tuple:
+                hidden: Sequence[str] = ()) -> tuple[Optional[int], bytes, str]:
     """Return (exit code or None, stdout bytes, how it ended: "", "timed out" or "interrupted")
     of a command (a shell line when a str) run in its own session, so that a timeout or the
     stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell. The
@@ -549,7 +557,8 @@ def process_tree_cpu_seconds(pid: int, proc_root: str = "/proc") -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_busy_seconds(cpus: frozenset, proc_root: str = "/proc") -> tuple:
+def cpu_busy_seconds(cpus: frozenset[int],
+                     proc_root: str = "/proc") -> tuple[float, frozenset[int]]:
     """Return (seconds, CPUs not listed) the CPUs spent on processes, ever, from /proc/stat:
     user + nice + system. Idle, iowait, interrupts and steal are not a process's time, and
     guest time is already inside user."""
@@ -567,7 +576,7 @@ class CpuReading(NamedTuple):
     at_s: float  # time.monotonic()
     router_s: Optional[float]
     busy_s: Optional[float]
-    notes: tuple
+    notes: tuple[str, ...]
 
 
 def read_cpu_use(capture: CaptureSettings, cpus: Optional[str]) -> CpuReading:
@@ -705,7 +714,7 @@ def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Option
                         cpufreq_settings(router, sys_root) if router else None)
 
 
-def host_warnings(settings: HostSettings) -> list:
+def host_warnings(settings: HostSettings) -> list[str]:
     """Return a warning for each side whose CPUs run a cpufreq governor other than
     performance (the clock then follows the load, and latency with it), and when the driver
     may run on the router's CPUs."""
@@ -850,7 +859,7 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def cpu_affinity() -> Optional[list]:
+def cpu_affinity() -> Optional[list[int]]:
     try:
         return sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):

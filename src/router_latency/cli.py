@@ -15,7 +15,8 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, NamedTuple, NoReturn, Optional, Sequence,
+                    Tuple)
 
 from .constants import (__version__, CACHE_ADVICE, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
                         DEFAULT_GLOB, DEFAULT_HISTOGRAMS, DEFAULT_MODEL, EXIT_OK, EXIT_SIGNAL,
@@ -33,10 +34,10 @@ from .corpus import (build_corpus, corpus_bytes, default_boundary_cases, load_bo
 from .runfile import cache_text, dump_run, Ladder, load_run, RunFile, Thresholds
 from .wire import bracketed, Endpoint, parse_endpoint, secret_values, SignalTable
 from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
-                       GPU_TOOLS, parse_cpu_list, resolve_gpu)
+                       GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)
 from .measuring import (_quiet, check_plan, ladder_levels, LoadGuard, measure_run, PassPlan,
                         plan_passes, Progress, RunContext, RunPlan, settings_record, Target)
-from .compare import compare_runs, cost_for, run_capacity
+from .compare import compare_runs, cost_for, CostPerHour, run_capacity
 from .rounds import (find_round_files, GateSettings, judge_rounds, not_found_only, run_outcome,
                      run_overload)
 from .record import record_section
@@ -45,7 +46,7 @@ from .render_text import (format_capacity, format_host, format_plan, format_roun
 from .formats import (COMPARE_FORMATS, CompareView, formats_help, RECORD_FILES, ReportFile,
                       ROUNDS_FILES, ROUNDS_FORMATS, RoundsView, RUN_FILES)
 from .simulator import (corpus_lines, DEMO_NEXT_STEPS, DEMO_SIDES, run_demo, SignalModel,
-                        SimulatedAnswers, start_simulator)
+                        SignalTime, SimulatedAnswers, Stall, start_simulator)
 
 __all__: List[str] = []
 
@@ -123,7 +124,7 @@ class ConcurrencyLevels(argparse.Action):
         setattr(namespace, self.dest, tuple(levels))
 
 
-def concurrency_list(text: str) -> tuple:
+def concurrency_list(text: str) -> Tuple[int, ...]:
     levels = []
     for part in text.split(","):
         if not re.fullmatch(r"\s*\d+\s*", part) or int(part) < 1 or int(part) > 1024:
@@ -139,7 +140,7 @@ TIME_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 
 
-def rate_list(text: str) -> tuple:
+def rate_list(text: str) -> Tuple[float, ...]:
     """Return the requests per second of a --rate list: 50, 50/s, 50/1s, 3000/1m (vegeta's
     frequency/duration), separated by commas."""
     rates = []
@@ -180,7 +181,7 @@ def variable_name(text: str) -> str:
     return text
 
 
-def parse_header(text: str) -> tuple:
+def parse_header(text: str) -> Tuple[str, str]:
     """Return (name, value) of a 'Name: value' header argument."""
     name, sep, value = text.partition(":")
     name = name.strip()
@@ -196,15 +197,15 @@ def parse_header(text: str) -> tuple:
     return name, value.strip()
 
 
-def probe_spec(text: str) -> tuple:
+def probe_spec(text: str) -> Probe:
     name, sep, command = text.partition("=")
     if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not command.strip():
         raise argparse.ArgumentTypeError("expected NAME=COMMAND, NAME of letters, digits, "
                                          "'.', '_' or '-'")
-    return name, command
+    return Probe(name, command)
 
 
-def metric_pattern(text: str) -> re.Pattern:
+def metric_pattern(text: str) -> re.Pattern[str]:
     try:
         return re.compile(text)
     except re.error as exc:
@@ -228,7 +229,7 @@ PART_GATE = re.compile(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za
                        r":(?:p50|p95|mean))")
 
 
-def gate_list(text: str) -> tuple:
+def gate_list(text: str) -> Tuple[str, ...]:
     """Return the gated rows of a --gate list: metric names, or pass:metric; a part of the
     time, signal:NAME:STAT or router:PART:STAT (STAT p50, p95 or mean), likewise."""
     names = {metric_title(m): m for m in ROW_METRICS}
@@ -253,7 +254,7 @@ def gate_list(text: str) -> tuple:
     return tuple(found)
 
 
-def cost_spec(text: str) -> tuple:
+def cost_spec(text: str) -> CostPerHour:
     """Return (side or None, USD per hour, per what) of a --cost-per-hour [SIDE=]USD[/UNIT]:
     rocm=2.50, cpu=0.90/node, 3.20/GPU."""
     side, sep, rest = text.rpartition("=")
@@ -263,17 +264,17 @@ def cost_spec(text: str) -> tuple:
         raise argparse.ArgumentTypeError(
             f"expected [SIDE=]USD[/UNIT], US dollars an hour above 0 (rocm=2.50, cpu=0.90/node, "
             f"3.20/GPU), got {text!r}")
-    return (side if sep else None, usd, (found.group(2) or "node").strip())
+    return CostPerHour(side if sep else None, usd, (found.group(2) or "node").strip())
 
 
-def decision_names(text: str) -> tuple:
+def decision_names(text: str) -> Tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     if not names:
         raise argparse.ArgumentTypeError("expected decision names separated by commas")
     return names
 
 
-def index_list(text: str) -> tuple:
+def index_list(text: str) -> Tuple[int, ...]:
     try:
         return tuple(sorted({int(part) for part in text.split(",")}))
     except ValueError:
@@ -289,9 +290,9 @@ def cpu_list_text(text: str) -> str:
             from None
 
 
-def signal_spec(text: str) -> tuple:
+def signal_spec(text: str) -> Tuple[SignalTime, ...]:
     """Return --signals domain:3,pii:5 as (name, ms) pairs."""
-    pairs: List[Tuple[str, float]] = []
+    pairs: List[SignalTime] = []
     for part in (p.strip() for p in text.split(",")):
         name, _, ms = part.partition(":")
         try:
@@ -303,20 +304,20 @@ def signal_spec(text: str) -> tuple:
             raise argparse.ArgumentTypeError(
                 f"expected NAME:MS pairs separated by commas (domain:3,pii:5,guard:2), each "
                 f"name once, got {part!r}")
-        pairs.append((name, value))
+        pairs.append(SignalTime(name, value))
     if len(pairs) > MAX_SIGNALS:
         raise argparse.ArgumentTypeError(f"at most {MAX_SIGNALS} signals")
     return tuple(pairs)
 
 
-def signals_text(pairs: Sequence[tuple], parallel: bool) -> str:
+def signals_text(pairs: Sequence[SignalTime], parallel: bool) -> str:
     if not pairs:
         return ""
     shown = ", ".join(f"{name} {ms:g} ms" for name, ms in pairs)
     return f", signals {shown} {'in parallel' if parallel else 'one after another'}"
 
 
-def stall_spec(text: str) -> tuple:
+def stall_spec(text: str) -> Stall:
     parts = text.split(":")
     try:
         every, length, extra = int(parts[0]), int(parts[1]), float(parts[2])
@@ -327,7 +328,7 @@ def stall_spec(text: str) -> tuple:
         raise argparse.ArgumentTypeError(
             f"expected EVERY:LENGTH:MS, LENGTH of every EVERY previews waiting MS more, "
             f"got {text!r}")
-    return every, length, extra
+    return Stall(every, length, extra)
 
 
 def config_hash_text(text: str) -> str:
@@ -762,7 +763,7 @@ def add_simulate_parser(commands: Any) -> None:
     p.set_defaults(func=cmd_simulate)
 
 
-def record_spec(text: str) -> tuple:
+def record_spec(text: str) -> Tuple[str, str, Optional[str], Optional[str]]:
     """Return (name, folder, base or None, new or None) of a --section NAME=DIR[:BASE:NEW]."""
     name, sep, rest = text.partition("=")
     parts = rest.split(":")
@@ -771,7 +772,7 @@ def record_spec(text: str) -> tuple:
         raise argparse.ArgumentTypeError(
             f"expected NAME=DIR or NAME=DIR:BASE:NEW (NAME of letters, digits, '.', '_' or "
             f"'-'), got {text!r}")
-    return (name, parts[0], *(parts[1:] if len(parts) == 3 else (None, None)))
+    return (name, parts[0], *((parts[1], parts[2]) if len(parts) == 3 else (None, None)))
 
 
 def add_record_parser(commands: Any) -> None:
@@ -853,7 +854,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence) -> tuple:
+def token_header(variable: Optional[str], endpoint: Endpoint,
+                 headers: Sequence[Tuple[str, str]]) -> Tuple[Tuple[str, str], ...]:
     """Return the Authorization header of --token-env VAR, () without it; raise when VAR is
     unset or empty, or Authorization is already set. The token itself is never shown."""
     if variable is None:
@@ -874,7 +876,7 @@ def token_header(variable: Optional[str], endpoint: Endpoint, headers: Sequence)
     return (("Authorization", f"Bearer {token}"),)
 
 
-def ladder_or_levels(args: argparse.Namespace) -> tuple:
+def ladder_or_levels(args: argparse.Namespace) -> Tuple[int, ...]:
     """Return the closed-loop levels of `run`: a ladder's steps, climbing, or the passes;
     raise for a ladder that does not climb or climbs both callers and rates."""
     if not args.ladder:
@@ -895,7 +897,17 @@ def ladder_or_levels(args: argparse.Namespace) -> tuple:
     return () if args.rate else tuple(steps)
 
 
-def run_arguments(args: argparse.Namespace) -> tuple:
+class RunArguments(NamedTuple):
+    """What `run`'s arguments ask for, checked: the router, the passes, the load guard, the
+    captures and what makes a pass suspect."""
+    target: Target
+    plan: RunPlan
+    guard: LoadGuard
+    capture: CaptureSettings
+    thresholds: Thresholds
+
+
+def run_arguments(args: argparse.Namespace) -> RunArguments:
     """Return (Target, RunPlan, LoadGuard, CaptureSettings, Thresholds) of `run`'s arguments,
     checked."""
     endpoint = parse_endpoint(args.url)
@@ -934,7 +946,7 @@ def run_arguments(args: argparse.Namespace) -> tuple:
     guard = LoadGuard(max_load=args.max_load, retries=args.load_retries,
                       pause=args.load_pause, loadavg_file=args.loadavg_file)
     thresholds = Thresholds(args.window, args.slow_p95, args.slow_rate, args.max_foreign_cpus)
-    return target, plan, guard, capture, thresholds
+    return RunArguments(target, plan, guard, capture, thresholds)
 
 
 class SignalRelay:
@@ -982,7 +994,7 @@ class SignalRelay:
         os.close(self.read_end)
 
 
-def run_outputs(args: argparse.Namespace) -> list:
+def run_outputs(args: argparse.Namespace) -> List[Tuple[str, str]]:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
     return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
 
@@ -1048,7 +1060,7 @@ def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
 
 
 def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: bool,
-                      written: bool) -> list:
+                      written: bool) -> List[str]:
     """Return what `run` prints of what it measured: its header (unless shown before the
     passes), the passes' table, the host, the ladder, the configuration and what it wrote."""
     lines = [] if header_shown else [format_run_header(
@@ -1067,7 +1079,7 @@ def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: b
     return lines
 
 
-def run_warnings(run: RunFile) -> list:
+def run_warnings(run: RunFile) -> List[str]:
     """Return what `run` says on stderr of what went wrong: a wrong path (every answer 404),
     requests shed for overload, a result cache that answered."""
     not_found = not_found_only(run)
@@ -1101,13 +1113,14 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     return code
 
 
-def compared_files(args: argparse.Namespace) -> tuple:
+def compared_files(args: argparse.Namespace) -> Tuple[str, str]:
     """Return the two run files of `compare`: given as A B, or as --base A --new B."""
     named = [path for path in (args.base_file, args.new_file) if path is not None]
     given = [path for path in (args.a, args.b) if path is not None]
     if named and given or len(named + given) != 2 or len(named) == 1:
         raise RouterLatencyError("give two run files: A B, or --base A --new B", "compare")
-    return tuple(named or given)
+    first, second = named or given
+    return first, second
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -1130,7 +1143,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def corpus_texts(path: str, sha256: str) -> dict:
+def corpus_texts(path: str, sha256: str) -> Dict[int, str]:
     """Return {prompt id: text} of the corpus the runs used; raise for any other file."""
     # a bad or different corpus must not put the wrong text beside an input
     corpus = load_corpus(path)
@@ -1140,7 +1153,7 @@ def corpus_texts(path: str, sha256: str) -> dict:
     return {p.id: p.text for p in corpus.prompts}
 
 
-def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
+def checked_costs(costs: Sequence[CostPerHour], sides: Sequence[str]) -> Tuple[CostPerHour, ...]:
     """Return --cost-per-hour's entries; raise for one naming no side measured or a side
     priced twice."""
     named = [side for side, _, _ in costs]

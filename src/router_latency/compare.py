@@ -4,7 +4,7 @@ the decision, warning and part figures and one run's capacity that rounds reuses
 from __future__ import annotations
 
 import operator
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
 from .words import fmt_hundredths, fmt_value, plural
@@ -13,7 +13,7 @@ from .measuring import flat_step, ladder_stop, shed_requests, step_text
 from .attribution import part_values, pass_attribution
 
 __all__ = [
-    "cache_warnings", "Capacity", "compare_runs", "CompareReport", "cost_for",
+    "cache_warnings", "Capacity", "compare_runs", "CompareReport", "cost_for", "CostPerHour",
     "decision_agreement", "DecisionChange", "floor_warnings", "LadderStep", "run_capacity",
     "usd_per_million", "worse_sign",
 ]
@@ -32,7 +32,7 @@ def worse_sign(metric: str) -> int:
     return -1 if metric.endswith("req_per_s") else 1
 
 
-def reference_decisions(run: RunFile) -> dict:
+def reference_decisions(run: RunFile) -> Dict[int, Optional[str]]:
     """Return the decision per prompt id from the sequential pass (else the first measured)."""
     measured = [p for p in run.passes if not p.discarded]
     if not measured:
@@ -43,10 +43,10 @@ def reference_decisions(run: RunFile) -> dict:
     return chosen.decisions
 
 
-def decision_changes(run: RunFile) -> list:
+def decision_changes(run: RunFile) -> List[int]:
     """Return the prompt ids whose answered decisions differ within a run: between its
     measured passes, or between the repetitions of one pass."""
-    seen: dict = {}
+    seen: Dict[int, set] = {}
     for item in run.passes:
         if not item.discarded:
             for prompt_id, decisions in item.decision_sets.items():
@@ -79,7 +79,8 @@ class DecisionChange(NamedTuple):
     pass_name: Optional[str] = None  # the first pass where it differs
 
 
-def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
+def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
+                   runs: Sequence[RunFile]) -> List[str]:
     """Return a warning for each p50 difference smaller than the driver's floor spread.
 
     p50s: (title, base p50, new p50); the spread is the largest any of the runs measured.
@@ -95,7 +96,7 @@ def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[tuple]) -> list:
+def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[str]:
     """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
     per side or file): what each saw, and a difference between the sides."""
     seen: dict = {}
@@ -133,16 +134,19 @@ class ComparePass(NamedTuple):
     decompositions: Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...] = ()
 
 
-def router_cpu_figures(a: PassRecord, b: PassRecord) -> tuple:
+def router_cpu_figures(a: PassRecord,
+                       b: PassRecord) -> Tuple[Tuple[str, Optional[float], Optional[float]], ...]:
     """Return (name, A's, B's) of the router CPU figures either side measured."""
-    envs = (a.environment, b.environment)
-    return tuple((name, *values) for name, values in (
-        ("router_cpu_ms", tuple(e.router_cpu_ms for e in envs)),
-        ("foreign_vcpus", tuple(e.foreign_vcpus for e in envs)))
-        if any(v is not None for v in values))
+    ea, eb = a.environment, b.environment
+    return tuple(figure for figure in (
+        ("router_cpu_ms", ea.router_cpu_ms, eb.router_cpu_ms),
+        ("foreign_vcpus", ea.foreign_vcpus, eb.foreign_vcpus))
+        if figure[1] is not None or figure[2] is not None)
 
 
-def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> tuple:
+def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> Tuple[
+        Tuple[Tuple[str, float, float], ...],
+        Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...]]:
     """Return (the parts of a pass's time both runs report as (part metric, A's, B's), the
     one that moved most first; each side's (client mean, part values) where either reports
     any); the signals' times are matched by name."""
@@ -255,7 +259,7 @@ class Capacity(NamedTuple):
             else self.plateau_req_per_s
 
 
-def ladder_steps(run: RunFile) -> tuple:
+def ladder_steps(run: RunFile) -> Tuple[LadderStep, ...]:
     """Return a ladder run's measured steps in the order climbed."""
     # a step that answered (req/s above 0) has its percentiles: the reader requires them
     return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
@@ -264,7 +268,8 @@ def ladder_steps(run: RunFile) -> tuple:
                  and s.p50_ms is not None and s.p95_ms is not None)
 
 
-def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
+def plateau_of(steps: Sequence[LadderStep],
+               margin_pct: float) -> Tuple[Optional[LadderStep], Optional[float]]:
     """Return (the step the plateau begins at, its height: the highest req/s from there), or
     (None, None) while throughput still grew: the plateau begins at the first step whose
     next step was flat (flat_step) and after which no step served more than the margin
@@ -277,7 +282,8 @@ def plateau_of(steps: Sequence[LadderStep], margin_pct: float) -> tuple:
     return None, None
 
 
-def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
+def knee_of(steps: Sequence[LadderStep],
+            margin_pct: float) -> Optional[Tuple[LadderStep, LadderStep]]:
     """Return (the first step beyond which p50 grew by a larger factor than throughput, more
     than the margin larger, and the step after it): from there, more load buys waiting."""
     for low, high in zip(steps, steps[1:]):
@@ -286,7 +292,8 @@ def knee_of(steps: Sequence[LadderStep], margin_pct: float) -> Optional[tuple]:
     return None
 
 
-def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[int]) -> tuple:
+def slo_capacity(steps: Sequence[LadderStep], slo_ms: float,
+                 plateau: Optional[LadderStep]) -> Tuple[Optional[float], str]:
     """Return (the most req/s with p95 within slo_ms, how it was found): the best step within
     it, or, where the first step beyond it served more, linear in p95 between the two."""
     beyond = next((i for i, s in enumerate(steps) if s.p95_ms > slo_ms), None)
@@ -312,7 +319,7 @@ def slo_capacity(steps: Sequence[LadderStep], slo_ms: float, plateau: Optional[i
         f"{fmt_hundredths(high.req_per_s)} req/s), linear in p95")
 
 
-def step_gaps(run: RunFile) -> list:
+def step_gaps(run: RunFile) -> List[float]:
     """Return the seconds between the end of each measured pass and the start of the next,
     the captures between them included (an upper bound: the start is taken before the
     connections open)."""
@@ -349,7 +356,21 @@ def usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
     return usd_per_hour / (req_per_s * 3600) * 1e6
 
 
-def cost_for(costs: Sequence[tuple], side: str) -> tuple:
+class CostPerHour(NamedTuple):
+    """An entry of --cost-per-hour [SIDE=]USD[/UNIT]: what a node of a side costs an hour."""
+    side: Optional[str]  # None: every side
+    usd: float
+    unit: str  # per what: node, GPU
+
+
+class HourPrice(NamedTuple):
+    """What one side's node costs an hour: US dollars, per what."""
+    usd: float
+    unit: str
+
+
+def cost_for(costs: Sequence[Tuple[Optional[str], float, str]],
+             side: str) -> Union[HourPrice, Tuple[()]]:
     """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
     unit) entries, () when none is for it."""
-    return next(((usd, unit) for name, usd, unit in costs if name in (None, side)), ())
+    return next((HourPrice(usd, unit) for name, usd, unit in costs if name in (None, side)), ())

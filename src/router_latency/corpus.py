@@ -7,7 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from .constants import DEFAULT_GLOB, PROMPT_KEYS
 from .errors import is_whole, RouterLatencyError
@@ -74,10 +74,10 @@ DEFAULT_BOUNDARY_CASES = (
 class Prompt(NamedTuple):
     id: int
     text: str
-    expect: tuple = ()  # outcomes of EXPECT_OUTCOMES the prompt accepts; () = routed only
+    expect: tuple[str, ...] = ()  # outcomes of EXPECT_OUTCOMES the prompt accepts; () = routed only
 
 
-def checked_expect(value: Any, where: str) -> tuple:
+def checked_expect(value: Any, where: str) -> tuple[str, ...]:
     """Return a declared expectation ("http_4xx", or a list of outcomes) as a tuple in the
     order of EXPECT_OUTCOMES; raise when it names anything else."""
     outcomes = [value] if isinstance(value, str) else value
@@ -89,7 +89,7 @@ def checked_expect(value: Any, where: str) -> tuple:
     return tuple(o for o in EXPECT_OUTCOMES if o in outcomes)
 
 
-def expect_json(expect: tuple) -> Any:
+def expect_json(expect: Sequence[str]) -> Union[str, list[str]]:
     """Return how an expectation is written in a corpus: one outcome as a string, else a list."""
     return expect[0] if len(expect) == 1 else list(expect)
 
@@ -219,10 +219,10 @@ def git_commit(repo: Path) -> Optional[str]:
 class BoundaryCase(NamedTuple):
     name: str
     text: str  # repeated as the case asks
-    expect: tuple = ()  # as Prompt.expect
+    expect: tuple[str, ...] = ()  # as Prompt.expect
 
 
-def boundary_cases(cases: Any, where: str) -> list:
+def boundary_cases(cases: Any, where: str) -> list[BoundaryCase]:
     """Return the BoundaryCases of a "cases" list, checked, each text repeated `repeat` times
     and its `expect` read."""
     if not isinstance(cases, list):
@@ -248,7 +248,7 @@ def boundary_cases(cases: Any, where: str) -> list:
     return found
 
 
-def load_boundary_cases(path: Path) -> list:
+def load_boundary_cases(path: Path) -> list[BoundaryCase]:
     """Return the BoundaryCases of a boundary-case file (see boundary_cases)."""
     document = read_json(path, MAX_CORPUS_FILE_BYTES)
     if not isinstance(document, dict):
@@ -256,13 +256,13 @@ def load_boundary_cases(path: Path) -> list:
     return boundary_cases(document.get("cases"), str(path))
 
 
-def default_boundary_cases() -> list:
+def default_boundary_cases() -> list[BoundaryCase]:
     """Return the built-in boundary cases (see boundary_cases)."""
     return boundary_cases(list(DEFAULT_BOUNDARY_CASES), "built-in boundary cases")
 
 
 def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str] = PROMPT_KEYS,
-                 boundary: Sequence[dict] = (),
+                 boundary: Sequence[Union[BoundaryCase, tuple[str, str]]] = (),
                  warn: Callable[[str], None] = lambda message: None) -> dict:
     """Return the corpus document for the E2E data of repo plus the boundary cases.
 
@@ -313,7 +313,7 @@ def corpus_bytes(corpus: dict) -> bytes:
 
 class Corpus(NamedTuple):
     """A loaded corpus file: its prompts, where it was read and the sha256 of its bytes."""
-    prompts: tuple
+    prompts: tuple[Prompt, ...]
     path: str
     sha256: str
 

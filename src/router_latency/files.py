@@ -8,7 +8,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional, Tuple, Union
 
 from .errors import RouterLatencyError
 
@@ -260,7 +260,7 @@ def check_folder_accepts_a_file(path: str) -> None:
                                  f"{exc.strerror or exc}", path) from None
 
 
-def file_identity(path: str) -> tuple:
+def file_identity(path: str) -> Tuple[str, Optional[Tuple[int, int]]]:
     """Return what tells a file from another: its resolved path, and its device and inode
     when it exists (a hard link or a bind mount has another path but the same inode)."""
     try:
@@ -271,7 +271,8 @@ def file_identity(path: str) -> tuple:
     return os.path.realpath(path), inode
 
 
-def check_distinct_files(inputs: Iterable[tuple], outputs: Iterable[tuple]) -> None:
+def check_distinct_files(inputs: Iterable[Tuple[str, Optional[Union[str, Path]]]],
+                         outputs: Iterable[Tuple[str, Optional[Union[str, Path]]]]) -> None:
     """Raise before anything is written when an output (option, path) is an input or another
     output: measured data must never be overwritten by a report of it."""
     known: list = []  # (option, path, is an output, identity)

@@ -6,7 +6,7 @@ import html
 import math
 import statistics
 from pathlib import Path
-from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from .constants import __version__, TIME_WINDOWS
 from .words import fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
@@ -463,7 +463,7 @@ def page_breakdowns(report: RoundsReport) -> str:
             f'--gate names them.</p>{"".join(panels)}')
 
 
-def pareto_series(report: RoundsReport) -> tuple:
+def pareto_series(report: RoundsReport) -> Tuple[List[Series], List[Series], Dict[str, float]]:
     """Return (faint lines, bold lines, capacity per side) of the Pareto plot: each round's
     steps as (req/s, p95), per side the median over rounds of each step every round has, and
     the side's median capacity within the SLO."""

@@ -213,8 +213,8 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
     what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
     if len(served) == 2:
         lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
-        prices = [cost_for(costs, label) for label in labels]
-        if all(prices):
+        prices = [price for price in (cost_for(costs, label) for label in labels) if price]
+        if len(prices) == len(labels):
             usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
             lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
                          f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
@@ -307,7 +307,7 @@ def expectation_lines(item: PassRecord) -> list:
     rejected = [r for r in item.requests if r.outcome == "expected_rejection"]
     if rejected:
         codes = collections.Counter(r.code or f"HTTP {r.status}" for r in rejected)
-        latency = percentile([r.latency_ms for r in rejected], 50)
+        latency = percentile([r.latency_ms for r in rejected if r.latency_ms is not None], 50)
         lines.append(f"expected rejections in {title}: {len(rejected)} ("
                      f"{', '.join(f'{c} {n}' for c, n in sorted(codes.items()))}), "
                      f"p50 {fmt_value(latency)} ms; not in the figures above")

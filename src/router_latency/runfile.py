@@ -249,7 +249,7 @@ class Request(NamedTuple):
                    _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"))
 
 
-def _checked_signal_ms(raw: Any, where: str) -> tuple:
+def _checked_signal_ms(raw: Any, where: str) -> tuple[Optional[float], ...]:
     """Return a request's per-signal times; raise unless a list of numbers >= 0 or nulls."""
     if not isinstance(raw, list) or len(raw) > MAX_SIGNALS:
         raise RouterLatencyError(f"expected a list of at most {MAX_SIGNALS} numbers or nulls",
@@ -400,7 +400,7 @@ class PhaseWindow(NamedTuple):
         return cls(raw["first"], raw["requests"], raw["errors"], *numbers)
 
 
-def phase_windows(requests: Sequence[Request], size: int) -> tuple:
+def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, ...]:
     """Return a pass's time series: windows of `size` requests in send order.
 
     A remainder under half a window joins the last window, so that no window's p95 rests on a
@@ -431,7 +431,7 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple:
     return tuple(windows)
 
 
-def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tuple:
+def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tuple[int, ...]:
     """Return the indexes of the windows of a slow phase: p95 above slow_p95_factor times the
     median window p95, or rate below slow_rate_factor times the median window rate.
 
@@ -471,7 +471,8 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     return None if sum(x is None for x in found) * 10 > len(found) else found
 
 
-def content_slow_windows(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> tuple:
+def content_slow_windows(item: Any, passes: Sequence[Any],
+                         thresholds: Thresholds) -> tuple[int, ...]:
     """Return the indexes of a pass's slow windows, each judged against what its own prompts
     take elsewhere in the run (prompt_references): a window is slow when its requests' p95
     of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
@@ -871,7 +872,7 @@ def _gpu_values(environment: CapturedEnvironment) -> dict[str, tuple[float, ...]
     return {key: found for key, found in values.items() if found}
 
 
-def _load_range(attempt: Attempt) -> tuple:
+def _load_range(attempt: Attempt) -> tuple[Optional[float], Optional[float]]:
     load = attempt.load
     known = [v for v in (load.get("min"), load.get("max"), load.get("start"), load.get("end"))
              if v is not None]
@@ -897,7 +898,7 @@ class PassRecord(NamedTuple):
         return self.attempt.measured
 
     @property
-    def requests(self) -> tuple:
+    def requests(self) -> tuple[Request, ...]:
         return self.attempt.requests
 
     @property
@@ -905,25 +906,25 @@ class PassRecord(NamedTuple):
         return self.attempt.rate
 
     @property
-    def order(self) -> tuple:
+    def order(self) -> tuple[bool, float]:
         """Closed-loop passes by concurrency, then open-loop passes by rate."""
         return (self.rate is not None, self.rate or self.concurrency)
 
     @property
-    def decisions(self) -> dict:
+    def decisions(self) -> dict[int, Optional[str]]:
         """Return prompt id -> the decision of its first answered repetition, or None when
         every repetition failed; a rejection its prompt expected has no decision to agree on
         and is left out."""
-        found: dict = {}
+        found: dict[int, Optional[str]] = {}
         for r in sorted(self.requests, key=operator.attrgetter("rep")):
             if r.outcome != "expected_rejection" and found.get(r.id) is None:
                 found[r.id] = r.decision if r.error is None else None
         return found
 
     @property
-    def decision_sets(self) -> dict:
+    def decision_sets(self) -> dict[int, set[str]]:
         """Return prompt id -> the set of decisions its answered repetitions got."""
-        found: dict = {}
+        found: dict[int, set[str]] = {}
         for r in self.requests:
             answered = {r.decision} if r.error is None and r.decision is not None else set()
             found.setdefault(r.id, set()).update(answered)
@@ -932,8 +933,8 @@ class PassRecord(NamedTuple):
     @property
     def environment(self) -> PassEnvironment:
         load_min, load_max = _load_range(self.attempt)
-        peaks = [_load_range(a)[1] for a in self.discarded_attempts]
-        peaks = [p for p in (load_max, *peaks) if p is not None]
+        peaks = [p for p in (load_max, *(_load_range(a)[1] for a in self.discarded_attempts))
+                 if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
         gpu_mib = [total for reading in gpu_readings(environment)
@@ -1017,8 +1018,10 @@ class Ladder(NamedTuple):
                                   nullable=True, positive=True))
 
 
-def _checked_list(raw: Any, key: str, where: str, item: Callable[[Any], bool]) -> tuple:
+def _checked_list(raw: Any, key: str, where: str,
+                  item: Callable[[Any], bool]) -> tuple[Any, ...]:
     """Return raw[key] (a list, [] when absent) as a tuple; raise unless each item passes."""
+    # Any: raw JSON items, of the kind that `item` checked (the caller's field says which)
     value = raw.get(key, [])
     if not isinstance(value, list) or not all(item(v) for v in value):
         raise RouterLatencyError("expected a list of the right kind", f"{where}.{key}")
@@ -1321,7 +1324,7 @@ class RunFile(NamedTuple):
         """What makes a pass suspect, as the run recorded it (the defaults for older files)."""
         return self.settings.thresholds
 
-    def slow_windows(self, item: PassRecord) -> tuple:
+    def slow_windows(self, item: PassRecord) -> tuple[int, ...]:
         """Return the indexes of a pass's windows in a slow phase, each judged against what
         its prompts take elsewhere in the run."""
         return content_slow_windows(item, self.passes, self.thresholds)
@@ -1335,7 +1338,7 @@ class RunFile(NamedTuple):
         return next((p for p in self.passes if p.name == name), None)
 
     @property
-    def config_hashes(self) -> tuple:
+    def config_hashes(self) -> tuple[str, ...]:
         """The x-vsr-config-hash values the router answered with, distinct, in the order
         first seen over every attempt; more than one: the configuration changed mid-run."""
         seen: list = []
@@ -1418,7 +1421,8 @@ class RunFile(NamedTuple):
             _checked_signal_names(document, passes, path), str(path))
 
 
-def _checked_signal_names(document: dict, passes: Sequence[PassRecord], path: str) -> tuple:
+def _checked_signal_names(document: dict, passes: Sequence[PassRecord],
+                          path: str) -> tuple[str, ...]:
     """Return a run's signal names; raise unless distinct names, at least as many as any
     request has times."""
     names = document.get("signals", [])

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, TypedDict
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
 from .constants import (CONFIG_HASH_NAME, CONFIG_HASH_PATTERN, DEFAULT_MODEL,
                         EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH, ROUTER_MAX_CONCURRENCY)
@@ -30,8 +30,8 @@ from .rounds import judge_rounds, RoundsReport, start_order
 from .render_text import render_table
 
 __all__ = [
-    "corpus_lines", "DEMO_NEXT_STEPS", "DEMO_SIDES", "run_demo", "SignalModel", "SimulatedAnswers",
-    "start_simulator",
+    "corpus_lines", "DEMO_NEXT_STEPS", "DEMO_SIDES", "run_demo", "SignalModel", "SignalTime",
+    "SimulatedAnswers", "Stall", "start_simulator",
 ]
 
 
@@ -117,7 +117,8 @@ def simulated_error(status: int, code: str, message: str, request_id: str = "") 
 
 
 def simulated_signals(text: str, decision: str, elapsed_ms: float,
-                      names: Sequence[str] = SIGNAL_NAMES) -> tuple:
+                      names: Sequence[str] = SIGNAL_NAMES) -> Tuple[
+        Dict[str, Dict[str, float]], Dict[str, List[str]], Dict[str, List[str]]]:
     """Return (metrics, used_signals, matched_signals) of an answer: every signal's
     execution_time_ms and confidence (the timed ones share the preview's time), the signals
     the decision used and those the prompt matched. The one place the per-signal part of an
@@ -183,7 +184,7 @@ class SimulatedAnswers(NamedTuple):
     cache_entries: int = 0  # a result cache of this many prompts (0: none), as the router's
     per_kb_ms: float = 0.0  # more time per KB of prompt, as a transformer's forward takes
     metrics_port: Optional[int] = 0  # the Prometheus listener's port (0: a free one)
-    routing_models: tuple = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
+    routing_models: Tuple[str, ...] = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
 
 
 # The router's prometheus.DefBuckets, those of llm_signal_extraction_latency_seconds (seconds).
@@ -191,30 +192,36 @@ ROUTER_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 SIGNAL_JITTER = 0.1  # each simulated signal takes its time times uniform(0.9, 1.1)
 
 
+class SignalTime(NamedTuple):
+    """A simulated signal and its time: as --signals NAME:MS lists it, or as one request drew."""
+    name: str
+    ms: float
+
+
 class SignalModel(NamedTuple):
     """The simulator's signals: a time per signal, run one after another or in parallel."""
-    times_ms: tuple = ()  # (name, ms) pairs, as --signals lists them
+    times_ms: Tuple[SignalTime, ...] = ()  # as --signals lists them
     parallel: bool = False
 
-    def streams(self, seed: int) -> dict:
+    def streams(self, seed: int) -> Dict[str, random.Random]:
         """Return each signal's own random stream, seeded by the seed, its name and time:
         two simulators started with one seed give a signal set alike the same times (common
         random numbers), so that comparing them shows what was changed and nothing else."""
         return {name: random.Random(f"{seed}:{name}:{ms!r}") for name, ms in self.times_ms}
 
-    def draw(self, streams: dict) -> tuple:
+    def draw(self, streams: Dict[str, random.Random]) -> Tuple[SignalTime, ...]:
         """Return one request's (name, ms) per signal: its time with a uniform jitter."""
-        return tuple((name, round(ms * streams[name].uniform(1 - SIGNAL_JITTER,
-                                                             1 + SIGNAL_JITTER), 4))
+        return tuple(SignalTime(name, round(ms * streams[name].uniform(1 - SIGNAL_JITTER,
+                                                                       1 + SIGNAL_JITTER), 4))
                      for name, ms in self.times_ms)
 
-    def wait_s(self, drawn: Sequence[tuple]) -> float:
+    def wait_s(self, drawn: Sequence[SignalTime]) -> float:
         """Return how long the signals of one request take: the sum, or the longest."""
         times = [ms for _, ms in drawn]
         return (max(times, default=0.0) if self.parallel else math.fsum(times)) / 1000
 
 
-def signal_answer(drawn: Sequence[tuple]) -> dict:
+def signal_answer(drawn: Sequence[SignalTime]) -> dict:
     """Return the answer's fields for the signals a request ran, shaped as the router's
     (metrics.<signal>.execution_time_ms and confidence; used_signals and matched_signals
     of decision_result, by signal type)."""
@@ -224,7 +231,7 @@ def signal_answer(drawn: Sequence[tuple]) -> dict:
             "matched_signals": {name: [name] for name, _ in drawn}}
 
 
-def with_signals(answer: dict, drawn: Sequence[tuple]) -> dict:
+def with_signals(answer: dict, drawn: Sequence[SignalTime]) -> dict:
     """Return a simulated answer with the signals a request ran: their times in metrics,
     every other signal of the router's at 0 (not evaluated), and each under decision_result's
     used_signals and matched_signals."""
@@ -250,7 +257,7 @@ class SignalHistograms:
         self.counts = {name: [0] * (len(ROUTER_DEFAULT_BUCKETS) + 1) for name in names}
         self.sums = dict.fromkeys(names, 0.0)
 
-    def observe(self, drawn: Sequence[tuple]) -> None:
+    def observe(self, drawn: Sequence[SignalTime]) -> None:
         with self.lock:
             for name, ms in drawn:
                 seconds = ms / 1000
@@ -275,6 +282,14 @@ class SignalHistograms:
         return "\n".join(lines) + "\n"
 
 
+class Stall(NamedTuple):
+    """A slow phase now and then (--stall EVERY:LENGTH:MS): of every `every` previews, the
+    last `length` wait `extra_ms` more."""
+    every: int
+    length: int
+    extra_ms: float
+
+
 class SimulatorSettings(NamedTuple):
     """How a simulated router answers: its time per preview, how many it serves at once,
     its decisions, answers and signals; the simulator's config hash is made of these."""
@@ -284,7 +299,7 @@ class SimulatorSettings(NamedTuple):
     decisions: Sequence[str] = ("math", "code", "general", "pii_block")
     seed: int = 0
     max_concurrency: int = ROUTER_MAX_CONCURRENCY
-    stall: Optional[tuple] = None
+    stall: Optional[Stall] = None
     workers: Optional[int] = None
     answers: SimulatedAnswers = SimulatedAnswers()
     signals: SignalModel = SignalModel()
@@ -318,7 +333,7 @@ class SimulatedRouter:
         self.workers = 1 if serial else workers
         self.signals = signals
         self.signal_histograms = SignalHistograms([name for name, _ in signals.times_ms])
-        self.stall = stall
+        self.stall = Stall(*stall) if stall else None
         self.serial = serial
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
@@ -470,7 +485,7 @@ class SimulatedRouter:
             return simulated_error(status, code, message, request_id)
         return self._preview(request, b"trace=true" in query.split(b"&"), tagged)
 
-    def _refusal(self, request: dict, headers: dict) -> Optional[tuple]:
+    def _refusal(self, request: dict, headers: dict) -> Optional[Tuple[int, str, str]]:
         """Return (status, code, message) of a preview refused before it runs, or None."""
         expected = headers.get(EXPECTED_HASH_HEADER)
         if expected is not None and not CONFIG_HASH_PATTERN.fullmatch(expected):
@@ -542,8 +557,9 @@ class SimulatedRouter:
         pause = self.delay_s + (self.rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
         pause += self.answers.per_kb_ms / 1000 * len(text.encode("utf-8", "surrogatepass")) \
             / 1024
-        if self.stall and self.served % self.stall[0] >= self.stall[0] - self.stall[1]:
-            pause += self.stall[2] / 1000
+        stall = self.stall
+        if stall and self.served % stall.every >= stall.every - stall.length:
+            pause += stall.extra_ms / 1000
         self.signal_seconds += pause
         return pause
 
@@ -608,9 +624,11 @@ class DemoSide(TypedDict):
 # must not leave that row undecided.
 DEMO_SIDES: Dict[str, DemoSide] = {
     "cpu": {"delay_ms": 6.0, "jitter_ms": 1.0,
-            "signals": SignalModel((("domain", 0.8), ("pii", 0.5), ("guard", 0.2)))},
+            "signals": SignalModel((SignalTime("domain", 0.8), SignalTime("pii", 0.5),
+                                    SignalTime("guard", 0.2)))},
     "gpu": {"delay_ms": 1.0, "jitter_ms": 0.5,
-            "signals": SignalModel((("domain", 0.8), ("pii", 0.7), ("guard", 0.2)))}}
+            "signals": SignalModel((SignalTime("domain", 0.8), SignalTime("pii", 0.7),
+                                    SignalTime("guard", 0.2)))}}
 
 
 # What the demo prints last: the same method on a real router (README.md, "Worked example").

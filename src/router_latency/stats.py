@@ -57,12 +57,18 @@ def t_quantile(df: int) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
 
 
-def _mean_ss(values: Sequence[float]) -> tuple:
+class Deviations(NamedTuple):
+    """A sample's mean and the sum of its values' squared deviations about it."""
+    mean: float
+    squares: float
+
+
+def _mean_ss(values: Sequence[float]) -> Deviations:
     """Return the mean and the sum of squared deviations about it."""
     mean = math.fsum(values) / len(values)
     # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads of
     # log ratios near 0, and statistics.stdev of Python 3.9 fails an internal assertion there
-    return mean, math.fsum((v - mean) ** 2 for v in values)
+    return Deviations(mean, math.fsum((v - mean) ** 2 for v in values))
 
 
 def sample_spread(values: Sequence[float]) -> float:
@@ -267,7 +273,7 @@ _CF_TINY = 1e-300
 _CF_MAXIT = 10000
 
 
-def _lentz_step(aa: float, c: float, d: float) -> tuple:
+def _lentz_step(aa: float, c: float, d: float) -> tuple[float, float, float]:
     """Return (c, d, the factor for h) of one step of Lentz's method with numerator aa; a zero
     denominator is replaced by a tiny one, not divided by."""
     d = 1.0 + aa * d
@@ -764,7 +770,7 @@ class Boundary(NamedTuple):
 _SPENDING_KINDS = ("obrien-fleming", "pocock")
 
 
-def _looks(looks, max_rounds) -> tuple:
+def _looks(looks, max_rounds) -> tuple[list[int], int]:
     """Return looks as a list of strictly increasing round counts >= 2, and max_rounds.
 
     max_rounds None means the last look; a look beyond max_rounds is refused.
@@ -1002,7 +1008,7 @@ MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simu
 
 
 @functools.lru_cache(maxsize=2)
-def _null_t_paths(first: int, max_rounds: int) -> tuple:
+def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]:
     """Return, per look n = first..max_rounds, the one-sample t statistics of
     SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
     rng = random.Random(SEQUENTIAL_SEED)
@@ -1021,7 +1027,8 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def sequential_t_criticals(max_rounds: int, alpha: float, *, first: int = MIN_ROUNDS) -> tuple:
+def sequential_t_criticals(max_rounds: int, alpha: float, *,
+                           first: int = MIN_ROUNDS) -> tuple[float, ...]:
     """Return the critical one-sided t values of a group-sequential t test, one per look
     n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
 
