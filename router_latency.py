@@ -415,7 +415,7 @@ def ratio_interval(base: Sequence[float], new: Sequence[float]) -> Interval:
     return Interval(math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.df)
 
 
-def percentiles(values: Sequence[float], qs: Sequence[float]) -> list:
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     """Return the qs-th percentiles (each 0 <= q <= 100) of values, sorting them once.
 
     Linear interpolation between closest ranks (R7): it is numpy's default, so figures can be
@@ -505,7 +505,7 @@ def _whole(value, name: str, minimum: int) -> int:
     return value
 
 
-def _listed(values: Any, what: str) -> list:
+def _listed(values: Any, what: str) -> list[Any]:  # Any: the caller's input, checked next
     """Return values as a list; raise when they are a string or not a sequence at all."""
     if isinstance(values, (str, bytes)):
         raise RouterLatencyError(f"{what} must be a sequence")
@@ -515,7 +515,7 @@ def _listed(values: Any, what: str) -> list:
         raise RouterLatencyError(f"{what} must be a sequence") from None
 
 
-def _series(values, name: str, minimum: int) -> list:
+def _series(values, name: str, minimum: int) -> list[float]:
     """Return values as a list of finite floats, at least minimum of them."""
     items = _listed(values, f"{name} (numbers)")
     if len(items) < minimum:
@@ -849,7 +849,7 @@ def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: f
 
 # tests:
 
-def holm(p_values: Sequence[float], alpha: float = 0.05) -> list:
+def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     """Return, in input order, whether Holm's step-down procedure rejects each hypothesis.
 
     The sorted p-values p_(1) <= ... <= p_(m) are compared with alpha / (m - j + 1); the first
@@ -872,7 +872,7 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list:
     return rejected
 
 
-def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list:
+def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list[bool]:
     """Return, in input order, whether the Benjamini-Hochberg step-up procedure rejects each
     hypothesis at false discovery rate q.
 
@@ -930,7 +930,7 @@ def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "gr
 
 # rows:
 
-def _rows(rows, minimum_length: int) -> list:
+def _rows(rows, minimum_length: int) -> list[list[float]]:
     """Return rows as a list of equal-length lists of finite floats."""
     rows = _listed(rows, "rows (of numbers)")
     if not rows:
@@ -942,7 +942,7 @@ def _rows(rows, minimum_length: int) -> list:
     return checked
 
 
-def composite_log_ratios(rows: Sequence[Sequence[float]]) -> list:
+def composite_log_ratios(rows: Sequence[Sequence[float]]) -> list[float]:
     """Return the composite series: for each round, the mean of the rows' log ratios.
 
     rows holds one list of per-round d_i per row, all of the same length n; the result has n
@@ -992,7 +992,7 @@ _MEANAD_SCALE = math.sqrt(math.pi / 2.0)  # 1.2533: mean absolute deviation * th
 _TIE_RELATIVE = 1e-9
 
 
-def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list:
+def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list[int]:
     """Return the indices of values whose modified z-score exceeds threshold.
 
     Iglewicz and Hoaglin's modified z-score, M_i = 0.6745 |x_i - median| / MAD, with MAD the
@@ -1144,7 +1144,7 @@ class _GsGrid(NamedTuple):
     weighted: Sequence[float] = ()
 
 
-def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
+def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list[float]:
     """Return the z boundaries c_k that spend exactly spent[k] - spent[k-1] at look k.
 
     times are increasing information fractions in (0, 1], spent the spending function at
@@ -1223,7 +1223,7 @@ def _gs_solve(grid: _GsGrid, target: float, low: float, high: float, root_t: flo
     return 0.5 * (low + high)
 
 
-def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list:
+def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list[float]:
     """Return the sub-density of the score at the points of the next grid, `new` (its
     weights are not read).
 
@@ -1261,7 +1261,7 @@ def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list:
 
 
 def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float, *,
-                            kind: str = "obrien-fleming") -> list:
+                            kind: str = "obrien-fleming") -> list[Boundary]:
     """Return a Boundary per look of an exact one-sided group-sequential design.
 
     The test rejects only for "worse" (a large positive t). Information fractions are
@@ -3179,7 +3179,7 @@ class HostSettings(NamedTuple):
     router: Optional[CpuSettings] = None  # where the router runs, when known
 
     @property
-    def governors(self) -> list:
+    def governors(self) -> list[str]:
         """Return the cpufreq governors either side's CPUs run, sorted."""
         return sorted({g for side in (self.driver, self.router) if side for g in side.governors})
 
@@ -7035,7 +7035,7 @@ class PassAttribution(NamedTuple):
         return self.client_mean_ms - self.signals_ms
 
 
-def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> list:
+def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> List[PartFigures]:
     """Return each signal's figures over the routed requests that reported it."""
     routed = [r for r in requests if r.routed]
     parts = []
@@ -7057,7 +7057,7 @@ def histogram_part(histogram: Histogram) -> str:
         histogram.name, histogram.name)
 
 
-def router_parts(environment: CapturedEnvironment, routed: int) -> list:
+def router_parts(environment: CapturedEnvironment, routed: int) -> List[PartFigures]:
     """Return the figures of each part of the router's histograms over a pass: the series of
     one part (deployments, surfaces) added together, bucket by bucket."""
     deltas = (environment.get("metrics") or {}).get("histograms")
@@ -7098,13 +7098,14 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
     router = [p for p in router_parts(item.attempt.environment, len(routed))
               if p.name not in reported]
     outside_mean = round(math.fsum(outside) / len(outside), 4) if outside else None
-    own = [p.per_request_ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS]
+    own = [ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS
+           and (ms := p.per_request_ms) is not None]
     if not outside and own and client_mean is not None:  # per pass, from the histograms
         outside_mean = round(client_mean - math.fsum(own), 4)
     return PassAttribution(
         item.name, len(routed), client_mean, summary.p95_ms if summary else None,
         tuple(signals + router),
-        round(math.fsum(p.per_request_ms for p in signals), 4) if signals else None,
+        round(math.fsum(p.per_request_ms or 0.0 for p in signals), 4) if signals else None,
         round(percentile(outside, 50), 4) if outside else None, outside_mean)
 
 
@@ -8834,10 +8835,10 @@ def record_section(name: str, folder: str, base: str, new: str,
     return RecordSection(name, folder, report, runs)
 
 
-def side_ranges(section: RecordSection, side: str) -> dict:
+def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, float]]:
     """Return (low, high) per figure over the used rounds' passes of one side: p50 and p95
     of each pass, load, GPU memory, foreign vCPUs and router CPU ms per request."""
-    found: dict = {}
+    found: Dict[str, Tuple[float, float]] = {}
 
     def add(key: str, value: Optional[float]) -> None:
         if value is not None:
@@ -11575,7 +11576,7 @@ DEMO_NEXT_STEPS = (
 )
 
 
-def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> list:
+def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> List[str]:
     """Return what `corpus` prints of the corpus it wrote."""
     source = corpus["source"]
     lines = [f"corpus: {len(corpus['prompts'])} prompts ({source['from_repo']} distinct from "

@@ -2,10 +2,7 @@
 --format choices, the help and the dispatch; every entry renders what the command prints."""
 
 import argparse
-import importlib
-import inspect
 import json
-import re
 
 import pytest
 
@@ -165,58 +162,6 @@ def test_every_run_file_holds_what_its_entry_renders(tmp_path, simulator, cli):
     for name, exporter in RUN_FILES.items():
         data = exporter.data(run)
         assert data and paths[name].read_bytes() == data
-
-
-# the modules whose records are reports (or what renders them)
-REPORT_MODULES = ("attribution", "compare", "rounds", "record", "render_text", "render_markdown",
-                  "render_json", "render_junit", "page", "formats")
-BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
-
-
-def report_records(modules=REPORT_MODULES):
-    """{record name: its fields' annotations} of the NamedTuples and TypedDicts in the
-    package's modules."""
-    found = {}
-    for name in modules:
-        module = importlib.import_module(f"router_latency.{name}")
-        for record in re.findall(r"^class (\w+)\((?:NamedTuple|TypedDict)\b",
-                                 inspect.getsource(module), re.M):
-            # a TypedDict keeps its annotations as ForwardRefs: their text is what was written
-            found[record] = {field: getattr(annotation, "__forward_arg__", annotation)
-                             for field, annotation in
-                             getattr(module, record).__annotations__.items()}
-    return found
-
-
-def test_no_run_file_record_has_a_field_typed_bare():
-    records = report_records(("runfile",))
-    assert {"Request", "PassRecord", "RunFile", "RunSettings", "Floor", "Warmup",
-            "HostSettings", "Captures", "GpuReading", "EnvironmentRow",
-            "CapturedEnvironment", "CacheFinding"} <= set(records)
-    bare = [(record, field, str(annotation)) for record, fields in records.items()
-            for field, annotation in fields.items()
-            if BARE.search(str(annotation))]
-    assert bare == []
-
-
-def test_no_report_record_has_a_field_typed_bare():
-    records = report_records()
-    assert {"CompareReport", "RoundsReport", "Row", "RecordSection", "Capacity",
-            "PassBreakdown", "InputSlowdowns", "ReportFormat"} <= set(records)
-    bare = [(record, field, annotation) for record, fields in records.items()
-            for field, annotation in fields.items()
-            if BARE.search(str(annotation))]
-    assert bare == []
-
-
-@pytest.mark.parametrize("annotation, bare", [
-    ("tuple", True), ("Optional[tuple]", True), ("Tuple[tuple, ...]", True), ("dict", True),
-    ("Any", True), ("Callable[[Any], bytes]", True), ("List[list]", True),
-    ("Tuple[Row, ...]", False), ("Dict[str, Dict[str, str]]", False),
-    ("Optional[Tuple[int, int]]", False), ("Callable[..., bytes]", False), ("GpuReading", False),
-])
-def test_the_check_tells_a_bare_annotation(annotation, bare):
-    assert bool(BARE.search(annotation)) == bare
 
 
 @pytest.mark.parametrize("name", sorted(COMPARE_FORMATS))

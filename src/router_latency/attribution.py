@@ -4,7 +4,7 @@ the latency outside the signals)."""
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from .stats import percentile, percentiles
 from .runfile import CapturedEnvironment, PassRecord, Request, RunFile
@@ -62,7 +62,7 @@ class PassAttribution(NamedTuple):
         return self.client_mean_ms - self.signals_ms
 
 
-def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> list:
+def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> List[PartFigures]:
     """Return each signal's figures over the routed requests that reported it."""
     routed = [r for r in requests if r.routed]
     parts = []
@@ -84,7 +84,7 @@ def histogram_part(histogram: Histogram) -> str:
         histogram.name, histogram.name)
 
 
-def router_parts(environment: CapturedEnvironment, routed: int) -> list:
+def router_parts(environment: CapturedEnvironment, routed: int) -> List[PartFigures]:
     """Return the figures of each part of the router's histograms over a pass: the series of
     one part (deployments, surfaces) added together, bucket by bucket."""
     deltas = (environment.get("metrics") or {}).get("histograms")
@@ -125,13 +125,14 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
     router = [p for p in router_parts(item.attempt.environment, len(routed))
               if p.name not in reported]
     outside_mean = round(math.fsum(outside) / len(outside), 4) if outside else None
-    own = [p.per_request_ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS]
+    own = [ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS
+           and (ms := p.per_request_ms) is not None]
     if not outside and own and client_mean is not None:  # per pass, from the histograms
         outside_mean = round(client_mean - math.fsum(own), 4)
     return PassAttribution(
         item.name, len(routed), client_mean, summary.p95_ms if summary else None,
         tuple(signals + router),
-        round(math.fsum(p.per_request_ms for p in signals), 4) if signals else None,
+        round(math.fsum(p.per_request_ms or 0.0 for p in signals), 4) if signals else None,
         round(percentile(outside, 50), 4) if outside else None, outside_mean)
 
 

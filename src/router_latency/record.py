@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from .errors import RouterLatencyError
 from .runfile import load_run, RunFile
@@ -31,10 +31,10 @@ def record_section(name: str, folder: str, base: str, new: str,
     return RecordSection(name, folder, report, runs)
 
 
-def side_ranges(section: RecordSection, side: str) -> dict:
+def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, float]]:
     """Return (low, high) per figure over the used rounds' passes of one side: p50 and p95
     of each pass, load, GPU memory, foreign vCPUs and router CPU ms per request."""
-    found: dict = {}
+    found: Dict[str, Tuple[float, float]] = {}
 
     def add(key: str, value: Optional[float]) -> None:
         if value is not None:

@@ -1225,7 +1225,7 @@ class HostSettings(NamedTuple):
     router: Optional[CpuSettings] = None  # where the router runs, when known
 
     @property
-    def governors(self) -> list:
+    def governors(self) -> list[str]:
         """Return the cpufreq governors either side's CPUs run, sorted."""
         return sorted({g for side in (self.driver, self.router) if side for g in side.governors})
 

@@ -647,7 +647,7 @@ DEMO_NEXT_STEPS = (
 )
 
 
-def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> list:
+def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> List[str]:
     """Return what `corpus` prints of the corpus it wrote."""
     source = corpus["source"]
     lines = [f"corpus: {len(corpus['prompts'])} prompts ({source['from_repo']} distinct from "

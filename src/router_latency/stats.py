@@ -104,7 +104,7 @@ def ratio_interval(base: Sequence[float], new: Sequence[float]) -> Interval:
     return Interval(math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.df)
 
 
-def percentiles(values: Sequence[float], qs: Sequence[float]) -> list:
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
     """Return the qs-th percentiles (each 0 <= q <= 100) of values, sorting them once.
 
     Linear interpolation between closest ranks (R7): it is numpy's default, so figures can be
@@ -194,7 +194,7 @@ def _whole(value, name: str, minimum: int) -> int:
     return value
 
 
-def _listed(values: Any, what: str) -> list:
+def _listed(values: Any, what: str) -> list[Any]:  # Any: the caller's input, checked next
     """Return values as a list; raise when they are a string or not a sequence at all."""
     if isinstance(values, (str, bytes)):
         raise RouterLatencyError(f"{what} must be a sequence")
@@ -204,7 +204,7 @@ def _listed(values: Any, what: str) -> list:
         raise RouterLatencyError(f"{what} must be a sequence") from None
 
 
-def _series(values, name: str, minimum: int) -> list:
+def _series(values, name: str, minimum: int) -> list[float]:
     """Return values as a list of finite floats, at least minimum of them."""
     items = _listed(values, f"{name} (numbers)")
     if len(items) < minimum:
@@ -538,7 +538,7 @@ def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: f
 
 # tests:
 
-def holm(p_values: Sequence[float], alpha: float = 0.05) -> list:
+def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     """Return, in input order, whether Holm's step-down procedure rejects each hypothesis.
 
     The sorted p-values p_(1) <= ... <= p_(m) are compared with alpha / (m - j + 1); the first
@@ -561,7 +561,7 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list:
     return rejected
 
 
-def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list:
+def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list[bool]:
     """Return, in input order, whether the Benjamini-Hochberg step-up procedure rejects each
     hypothesis at false discovery rate q.
 
@@ -619,7 +619,7 @@ def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "gr
 
 # rows:
 
-def _rows(rows, minimum_length: int) -> list:
+def _rows(rows, minimum_length: int) -> list[list[float]]:
     """Return rows as a list of equal-length lists of finite floats."""
     rows = _listed(rows, "rows (of numbers)")
     if not rows:
@@ -631,7 +631,7 @@ def _rows(rows, minimum_length: int) -> list:
     return checked
 
 
-def composite_log_ratios(rows: Sequence[Sequence[float]]) -> list:
+def composite_log_ratios(rows: Sequence[Sequence[float]]) -> list[float]:
     """Return the composite series: for each round, the mean of the rows' log ratios.
 
     rows holds one list of per-round d_i per row, all of the same length n; the result has n
@@ -681,7 +681,7 @@ _MEANAD_SCALE = math.sqrt(math.pi / 2.0)  # 1.2533: mean absolute deviation * th
 _TIE_RELATIVE = 1e-9
 
 
-def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list:
+def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list[int]:
     """Return the indices of values whose modified z-score exceeds threshold.
 
     Iglewicz and Hoaglin's modified z-score, M_i = 0.6745 |x_i - median| / MAD, with MAD the
@@ -833,7 +833,7 @@ class _GsGrid(NamedTuple):
     weighted: Sequence[float] = ()
 
 
-def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list:
+def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list[float]:
     """Return the z boundaries c_k that spend exactly spent[k] - spent[k-1] at look k.
 
     times are increasing information fractions in (0, 1], spent the spending function at
@@ -912,7 +912,7 @@ def _gs_solve(grid: _GsGrid, target: float, low: float, high: float, root_t: flo
     return 0.5 * (low + high)
 
 
-def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list:
+def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list[float]:
     """Return the sub-density of the score at the points of the next grid, `new` (its
     weights are not read).
 
@@ -950,7 +950,7 @@ def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list:
 
 
 def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float, *,
-                            kind: str = "obrien-fleming") -> list:
+                            kind: str = "obrien-fleming") -> list[Boundary]:
     """Return a Boundary per look of an exact one-sided group-sequential design.
 
     The test rejects only for "worse" (a large positive t). Information fractions are
