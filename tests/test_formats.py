@@ -12,7 +12,8 @@ import pytest
 from router_latency.files import write_atomic
 from router_latency.runfile import dump_run, load_run
 from router_latency.compare import compare_runs
-from router_latency.rounds import find_round_files, GateSettings, judge_rounds
+from router_latency.gate import GateSettings
+from router_latency.rounds import find_round_files, judge_rounds
 from router_latency.record import record_section
 from router_latency.render_json import COMPARE_SCHEMA, ROUNDS_SCHEMA
 from router_latency.formats import (COMPARE_FORMATS, CompareView, RECORD_FILES, ROUNDS_FILES,
@@ -168,8 +169,8 @@ def test_every_run_file_holds_what_its_entry_renders(tmp_path, simulator, cli):
 
 
 # the modules whose records are reports (or what renders them)
-REPORT_MODULES = ("attribution", "compare", "rounds", "record", "render_text", "render_markdown",
-                  "render_json", "render_junit", "page", "formats")
+REPORT_MODULES = ("attribution", "compare", "gate", "rounds", "record", "render_text",
+                  "render_markdown", "render_json", "render_junit", "page", "formats")
 BARE = re.compile(r"(?<![\w.])(dict|list|tuple|Any)(?![\w\[])")
 
 

@@ -14,7 +14,8 @@ from router_latency.stats import (composite_log_ratios, group_sequential_levels,
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, pass_summary, PassRecord, PassSummary,
                                     Request, RunFile, RunSettings)
-from router_latency.rounds import GateSettings, judge_rounds, rounds_to_decide, ROW_WORDS
+from router_latency.gate import GateSettings, rounds_to_decide, ROW_WORDS
+from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds_table
 from conftest import ROOT, make_run
 
@@ -301,4 +302,5 @@ def test_the_published_rows_reproduce_and_pass(tmp_path, cli, base, new, shown):
     assert result.code == 0 and result.out.splitlines()[-1] == "verdict: PASS"
     row = next(line for line in result.out.splitlines() if line.startswith("Sequential"))
     assert shown in row and row.endswith(" better")
+
 
