@@ -8088,8 +8088,9 @@ def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
         for i in agreement.differ:
             differ.setdefault(i, DecisionChange(i, base_decisions[i], new_decisions[i],
                                                 pass_name=item.name))
-    return RoundAgreement(number, len(measured) - len(differ), len(measured), used,
-                          tuple(differ[i] for i in sorted(differ)))
+    return RoundAgreement(round=number, agree=len(measured) - len(differ),
+                          total=len(measured), used=used,
+                          differ=tuple(differ[i] for i in sorted(differ)))
 
 
 class PassErrors(NamedTuple):
@@ -8145,10 +8146,12 @@ def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: 
     ratio = math.exp(statistics.median(logs))
     slower = sum(v > 0 for v in logs)
     if len(logs) < 2:
-        return Slowdown(key, ratio, None, None, slower, len(logs), 1.0, **known)
+        return Slowdown(key=key, ratio=ratio, low=None, high=None, slower_rounds=slower,
+                        rounds=len(logs), p_value=1.0, **known)
     interval = mean_interval(logs)
-    return Slowdown(key, ratio, math.exp(interval.low), math.exp(interval.high), slower,
-                    len(logs), t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
+    return Slowdown(key=key, ratio=ratio, low=math.exp(interval.low),
+                    high=math.exp(interval.high), slower_rounds=slower, rounds=len(logs),
+                    p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
 
 
 def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
@@ -8214,10 +8217,11 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     groups = called([group(k, v) for k, v in sorted(by_decision.items())]
                     + [group(k[1], v) for k, v in sorted(by_length.items())],
                     tolerance, SLOWDOWN_FDR)
-    return InputSlowdowns("sequential", tuple(used),
-                          tuple(sorted(inputs, key=lambda s: -s.ratio)),
-                          tuple(groups[:len(by_decision)]), tuple(groups[len(by_decision):]),
-                          SLOWDOWN_FDR, tolerance_pct)
+    return InputSlowdowns(pass_name="sequential", rounds=tuple(used),
+                          inputs=tuple(sorted(inputs, key=lambda s: -s.ratio)),
+                          decisions=tuple(groups[:len(by_decision)]),
+                          lengths=tuple(groups[len(by_decision):]), fdr=SLOWDOWN_FDR,
+                          tolerance_pct=tolerance_pct)
 
 
 class PassLatencies(NamedTuple):
@@ -8256,8 +8260,9 @@ def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list
                 if item.discarded or not ok:
                     continue
                 quantiles = percentiles([r.latency_ms for r in ok], range(101))
-                views.append(PassLatencies(item.name, number, side, number in used,
-                                           tuple(quantiles), tuple(time_windows(ok))))
+                views.append(PassLatencies(pass_name=item.name, round=number, side=side,
+                                           used=number in used, quantiles=tuple(quantiles),
+                                           windows=tuple(time_windows(ok))))
     return views
 
 
@@ -8389,7 +8394,8 @@ def run_overload(run: RunFile) -> Optional[Overload]:
     shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
     if not shed:
         return None
-    return Overload(shed, run.settings.router_max_concurrency, run.settings.timeout_s)
+    return Overload(shed=shed, declared_limit=run.settings.router_max_concurrency,
+                    timeout_s=run.settings.timeout_s)
 
 
 def not_found_only(run: RunFile) -> int:
@@ -8538,8 +8544,9 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
         (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
         for part in sorted(mine - other)]
     sentence = breakdown_sentence(name, rows, base, new, settings)
-    return PassBreakdown(name, tuple(rows), medians[0], medians[1], (client_base, client_new),
-                         "; ".join(filter(None, [sentence, *one_sided])))
+    return PassBreakdown(pass_name=name, rows=tuple(rows), base=medians[0], new=medians[1],
+                         client=(client_base, client_new),
+                         sentence="; ".join(filter(None, [sentence, *one_sided])))
 
 
 def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
@@ -8809,14 +8816,16 @@ def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
     cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
     walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
     return EnvironmentRow(
-        number, side, min(lows) if lows else None, max(highs) if highs else None,
-        " ".join(cpus) if cpus else None, min(gpu) if gpu else None, max(gpu) if gpu else None,
-        math.fsum(faults) if faults else None, sum(e.discarded_attempts for e in envs),
-        round(math.fsum(cpu_s), 3) if cpu_s else None,
-        round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
+        round=number, side=side, load_min=min(lows) if lows else None,
+        load_max=max(highs) if highs else None, router_cpus=" ".join(cpus) if cpus else None,
+        gpu_mib_min=min(gpu) if gpu else None, gpu_mib_max=max(gpu) if gpu else None,
+        faults=math.fsum(faults) if faults else None,
+        discarded_attempts=sum(e.discarded_attempts for e in envs),
+        driver_cpu_s=round(math.fsum(cpu_s), 3) if cpu_s else None,
+        driver_cpu_pct=round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
         if walls and math.fsum(walls) > 0 else None,
-        bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
-        run.max_load, **suspect_fields(run, envs))
+        above_load_limit=bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
+        max_load=run.max_load, **suspect_fields(run, envs))
 
 
 def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
@@ -8883,8 +8892,10 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> Ro
                 for key, group in (("base_first", base_first), ("new_first", new_first))}
         effects.append(OrderDifference(row.pass_name, **mean))
     unknown = [r for r in used if first[r] is None]
-    return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
-                      not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
+    return RoundOrder(first={f"r{k}": v for k, v in first.items()}, base_first=base_first,
+                      new_first=new_first, unknown=unknown,
+                      balanced=not unknown and abs(len(base_first) - len(new_first)) <= 1,
+                      p50_difference_by_order=effects)
 
 
 # ==================== src/router_latency/record.py ====================
