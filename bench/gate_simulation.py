@@ -38,7 +38,7 @@ from router_latency.stats import power_shift, t_ppf
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
                                     RunFile, RunSettings)
-from router_latency.rounds import gate_rows, GateSettings, row_of
+from router_latency.gate import gate_rows, GateSettings, row_of
 from router_latency.cli import main as tool_main
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
@@ -72,7 +72,7 @@ def judged(rounds: list, settings: GateSettings) -> str:
     rows = [row_of(name, metric, [r[(name, metric)][0] for r in rounds],
                       [r[(name, metric)][1] for r in rounds], settings)
             for name in PASSES for metric in BASE]
-    return gate_rows(rows, settings)[3][0]
+    return gate_rows(rows, settings).outcome.status
 
 
 def fixed_cell(rng, cell: tuple, trials: int, settings) -> dict:

@@ -20,7 +20,8 @@ from router_latency.measuring import (flat_step, ladder_stop, LoadGuard, plan_pa
                                       settings_record, Target)
 from router_latency.compare import (knee_of, LadderStep, plateau_of, run_capacity, slo_capacity,
                                     usd_per_million)
-from router_latency.rounds import GateSettings, judge_rounds
+from router_latency.gate import GateSettings
+from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds, gate_text, row_change_text
 from router_latency.page import report_page
 from router_latency.cli import gate_list

@@ -9,7 +9,8 @@ import pytest
 from router_latency.files import write_atomic
 from router_latency.runfile import dump_run, load_run
 from router_latency.compare import compare_runs
-from router_latency.rounds import find_round_files, GateSettings, judge_rounds
+from router_latency.gate import GateSettings
+from router_latency.rounds import find_round_files, judge_rounds
 from router_latency.record import record_section
 from router_latency.render_json import COMPARE_SCHEMA, ROUNDS_SCHEMA
 from router_latency.formats import (COMPARE_FORMATS, CompareView, RECORD_FILES, ROUNDS_FILES,

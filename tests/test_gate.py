@@ -1,7 +1,9 @@
 """the gate, three-way: PASS only when every gated row is shown within the tolerance, FAIL when
 one is shown worse, INCONCLUSIVE otherwise with the rounds that would decide it; sequential
 looks on boundaries for t; each round measured once; what "detects" promises; the published
-rows."""
+rows; and the rule itself (router_latency.gate) on rows made by hand: each status under the
+default rule, --pass-unless-worse and --strict, at a look before the last and at the last, and
+the outcome every renderer reads."""
 
 import math
 import shutil
@@ -14,8 +16,13 @@ from router_latency.stats import (composite_log_ratios, group_sequential_levels,
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, pass_summary, PassRecord, PassSummary,
                                     Request, RunFile, RunSettings)
-from router_latency.rounds import GateSettings, judge_rounds, rounds_to_decide, ROW_WORDS
-from router_latency.render_text import format_rounds_table
+from router_latency.gate import (gate_outcome, gate_rows, GateOutcome, GateSettings, GateTest,
+                                 Look, look_of, more_rounds, PASS_UNLESS_WORSE, row_of,
+                                 rounds_to_decide, ROW_WORDS, THREE_WAY)
+from router_latency.rounds import judge_rounds
+from router_latency.render_text import format_rounds_table, verdict_line
+from router_latency.render_markdown import format_rounds_markdown
+from router_latency.page import page_verdict
 from conftest import ROOT, make_run
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
@@ -302,3 +309,127 @@ def test_the_published_rows_reproduce_and_pass(tmp_path, cli, base, new, shown):
     row = next(line for line in result.out.splitlines() if line.startswith("Sequential"))
     assert shown in row and row.endswith(" better")
 
+
+
+# the rule itself, on rows made by hand: gate_outcome and gate_rows of router_latency.gate
+
+def made_row(verdict, *, gated=True, metric="p50_ms", detectable=None, more=None, end=7.5):
+    """Return a row of the sequential pass with the gate's word `verdict` already given."""
+    row = row_of("sequential", metric, [10.0, 10.1, 9.9], [10.0, 10.2, 9.8], GateSettings())
+    return row._replace(verdict=verdict, gated=gated, detectable_pct=detectable,
+                        more_rounds=more, worse_end_pct=end)
+
+
+UNDECIDED_P50 = ("Sequential p50 undecided: its worse end reaches +7.5% (tolerance 5%); about "
+                 "4 more rounds would decide it at the spread seen")
+
+
+def test_the_default_rule_passes_only_when_every_gated_row_is_shown_within():
+    settings = GateSettings()
+    decided = [made_row("same"), made_row("better", metric="p95_ms"),
+               made_row("inconclusive", gated=False, metric="p99_ms")]
+    assert settings.rule is THREE_WAY and THREE_WAY.option == ""
+    assert gate_outcome(decided, None, (), (), settings, None) == GateOutcome("pass", (), 0, ())
+    undecided = made_row("inconclusive", more=4)
+    outcome = gate_outcome(decided + [undecided], None, (), (), settings, None)
+    assert outcome == GateOutcome("inconclusive", (UNDECIDED_P50,), 3, (undecided,))
+    assert more_rounds(outcome) == 4
+    # a doubt of the inputs comes first, and alone it leaves the result open
+    outcome = gate_outcome(decided, None, (), ("1 usable round, fewer than 3",), settings, None)
+    assert (outcome.status, outcome.reasons, outcome.exit_code) == (
+        "inconclusive", ("1 usable round, fewer than 3",), 3)
+    assert more_rounds(outcome) is None
+
+
+def test_a_failure_or_a_row_shown_worse_fails_under_every_rule():
+    undecided = made_row("inconclusive", more=4)
+    test = GateTest(rows=2, effective_rows=2.0, composite=None, composite_p=None, level=0.025,
+                    regressions=(("sequential", "p95_ms"),))
+    for settings in (GateSettings(), GateSettings(pass_unless_worse=True, strict=True)):
+        outcome = gate_outcome([undecided, made_row("worse", metric="p95_ms")], test,
+                               ("the gpu side failed in r2 (no passes)",), ("a doubt",),
+                               settings, None)
+        assert outcome == GateOutcome(
+            "fail", ("the gpu side failed in r2 (no passes)",
+                     "Sequential p95 is worse than the tolerance"), 1, (undecided,))
+
+
+def test_pass_unless_worse_passes_an_undecided_row_and_warns_of_it():
+    settings = GateSettings(pass_unless_worse=True)
+    undecided = made_row("inconclusive", detectable=30.0)._replace(rounds_needed=None)
+    assert settings.rule is PASS_UNLESS_WORSE
+    assert PASS_UNLESS_WORSE.text.startswith("--pass-unless-worse: PASS unless a gated row ")
+    outcome = gate_outcome([made_row("same", metric="p95_ms"), undecided], None, (), (),
+                           settings, None)
+    assert outcome == GateOutcome("pass", (), 0, (undecided,))
+    assert settings.rule.warnings(outcome.undecided, settings) == [
+        "warning: Sequential p50 inconclusive: could only detect >= 30%; more than 1,000 "
+        "rounds would be needed for 10%"]
+    assert GateSettings().rule.warnings(outcome.undecided, GateSettings()) == []
+
+
+@pytest.mark.parametrize("detectable,status", [(30.0, "inconclusive"), (None, "inconclusive"),
+                                               (8.0, "pass"), (10.0, "pass")])
+def test_strict_leaves_open_an_undecided_row_that_cannot_detect_the_max_mde(detectable, status):
+    settings = GateSettings(pass_unless_worse=True, strict=True)  # --max-mde: 10%
+    outcome = gate_outcome([made_row("inconclusive", detectable=detectable)], None, (), (),
+                           settings, None)
+    assert (outcome.status, outcome.exit_code) == (status, {"pass": 0, "inconclusive": 3}[status])
+    shown = ">= 30%" if detectable else "none yet"  # a spread, and no power: not "any change"
+    assert outcome.reasons == (() if status == "pass" else (
+        f"Sequential p50 inconclusive and could only detect {shown} (--max-mde 10)",))
+    wider = settings._replace(max_mde_pct=40.0)
+    assert gate_outcome([made_row("inconclusive", detectable=30.0)], None, (), (), wider,
+                        None).status == "pass"
+
+
+def test_the_look_and_what_each_rule_makes_of_an_undecided_row_at_it():
+    assert look_of(GateSettings(), 5) is None
+    assert look_of(GateSettings(sequential_max=10), 9) == Look(9, 10) == (9, 10)
+    assert not Look(9, 10).last and Look(10, 10).last
+    undecided = made_row("inconclusive", more=4)
+    three_way, unless_worse = GateSettings(), GateSettings(pass_unless_worse=True)
+    # the default rule: open at every look, and the last look says it left the row undecided
+    assert gate_outcome([undecided], None, (), (), three_way, Look(9, 10)).reasons == (
+        UNDECIDED_P50,)
+    assert gate_outcome([undecided], None, (), (), three_way, Look(10, 10)).reasons == (
+        UNDECIDED_P50, "the last look of the plan (10 rounds) left 1 gated row undecided")
+    # --pass-unless-worse: open before the last look, a PASS at it
+    assert gate_outcome([undecided], None, (), (), unless_worse, Look(9, 10)) == GateOutcome(
+        "inconclusive", ("not decided after 9 of at most 10 rounds: 1 gated row open",), 3,
+        (undecided,))
+    assert gate_outcome([undecided], None, (), (), unless_worse, Look(10, 10)).status == "pass"
+    decided = gate_outcome([made_row("same")], None, (), (), unless_worse, Look(9, 10))
+    assert decided == GateOutcome("pass", (), 0, ())
+
+
+def test_gate_rows_applies_the_whole_rule_once():
+    empty = gate_rows([], GateSettings(sequential_max=10), doubts=("0 usable rounds, fewer "
+                                                                    "than 3",))
+    assert (empty.rows, empty.test, empty.look) == ((), None, None)
+    assert empty.outcome == GateOutcome("inconclusive", ("0 usable rounds, fewer than 3",), 3)
+    pattern = [0.2, -0.2, 0.0, 0.1, -0.1]
+    rows = [row_of(p, m, [10.0] * 5, [10.0 * math.exp(e) for e in pattern], GateSettings())
+            for p in PASSES for m in ("p50_ms", "p95_ms", "p99_ms")]
+    judged_ = gate_rows(rows, GateSettings(sequential_max=8))
+    assert judged_.look == Look(5, 8) and judged_.test.rows == 6
+    assert judged_.outcome.status == "inconclusive"
+    assert judged_.outcome.undecided == tuple(r for r in judged_.rows if r.gated)
+    assert {r.verdict for r in judged_.rows if not r.gated} == {"inconclusive"}
+    assert len(judged_.outcome.reasons) == 6
+
+
+def test_every_renderer_reads_the_undecided_rows_from_the_outcome(tmp_path):
+    ratios = exp_shift(math.log(1.10), [0.10, -0.08, 0.05, -0.12, 0.05])
+    report = judged([every_row(r) for r in ratios], pass_unless_worse=True)
+    assert report.status == "pass" and len(report.outcome.undecided) == 9
+    assert verdict_line(report) == "verdict: PASS (--pass-unless-worse) (9 inconclusive gated rows)"
+    # two of them, as another rule might decide: every renderer says two, none recounts
+    fewer = report._replace(outcome=report.outcome._replace(
+        undecided=report.outcome.undecided[:2]))
+    assert verdict_line(fewer) == "verdict: PASS (--pass-unless-worse) (2 inconclusive gated rows)"
+    assert "; 2 inconclusive gated rows" in format_rounds_markdown(fewer)[0]
+    assert "; 2 inconclusive gated rows" in page_verdict(fewer)
+    assert [w for w in fewer.warnings if "inconclusive: could only detect" in w] == [
+        w for w in report.warnings if "inconclusive: could only detect" in w]
+    assert (report.status, report.reasons, report.exit_code) == tuple(report.outcome[:3])

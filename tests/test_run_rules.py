@@ -9,8 +9,9 @@ import pytest
 from router_latency.constants import PREVIEW_PATH, ROUTER_MAX_CONCURRENCY
 from router_latency.stats import sample_spread
 from router_latency.runfile import load_run, RunSettings
-from router_latency.rounds import (find_round_files, GateSettings, judge_rounds, not_found_only,
-                                   Overload, run_outcome, run_overload)
+from router_latency.gate import GateSettings
+from router_latency.rounds import (find_round_files, judge_rounds, not_found_only, Overload,
+                                   run_outcome, run_overload)
 from router_latency.record import record_section, side_ranges
 from router_latency.render_text import (agreement_sentence, cache_sentence, failed_sentence,
                                         faults_sentence, format_plan, overload_note,

@@ -34,6 +34,7 @@ tools/amalgamate.py joins from them in that order:
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object
+    gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     render_text        the reports as aligned text tables

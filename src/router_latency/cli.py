@@ -38,8 +38,8 @@ from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN
 from .measuring import (_quiet, check_plan, ladder_levels, LoadGuard, measure_run, PassPlan,
                         plan_passes, Progress, RunContext, RunPlan, settings_record, Target)
 from .compare import compare_runs, cost_for, CostPerHour, run_capacity
-from .rounds import (find_round_files, GateSettings, judge_rounds, not_found_only, run_outcome,
-                     run_overload)
+from .gate import GateSettings
+from .rounds import (find_round_files, judge_rounds, not_found_only, run_outcome, run_overload)
 from .record import record_section
 from .render_text import (format_capacity, format_host, format_plan, format_rounds,
                           format_run_header, format_run_summary, overload_note, verdict_line)

@@ -20,7 +20,7 @@ __all__ = [
 
 
 # compare_runs() and judge_rounds() return complete report objects: every renderer below
-# works from a report alone, and the gate's rule is written once, in gate_outcome().
+# works from a report alone, and the rounds gate's rule is written once, in gate.py.
 
 
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side

@@ -12,7 +12,8 @@ from .constants import __version__, TIME_WINDOWS
 from .words import fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
 from .runfile import pass_title
 from .compare import worse_sign
-from .rounds import part_title, PassBreakdown, RoundsReport, Row
+from .gate import Row
+from .rounds import part_title, PassBreakdown, RoundsReport
 from .render_text import (decisions_note, decomposition_text, environment_tables,
                           format_capacity_rounds, format_closing, format_order,
                           format_rounds_table, row_change_text, slowdown_tables)
@@ -297,11 +298,12 @@ def markdown_table_html(lines: Sequence[str]) -> str:
 
 def page_verdict(report: RoundsReport) -> str:
     """Return the page's banner: the verdict at a glance, and its reasons."""
-    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
+    unsure = len(report.outcome.undecided)
     what = (f"{report.new} against {report.base}: {plural(len(report.used), 'round')} judged "
             f"({', '.join(f'r{n}' for n in report.used) or 'none'}), corpus "
             f"{report.corpus_sha256[:12]} ({report.corpus_count} prompts)"
-            + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
+            + (f", round {report.look.rounds} of at most {report.look.max_rounds}"
+               if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
     cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings

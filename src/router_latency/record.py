@@ -6,7 +6,8 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from .errors import RouterLatencyError
 from .runfile import load_run, RunFile
-from .rounds import find_round_files, GateSettings, judge_rounds, RoundsReport
+from .gate import GateSettings
+from .rounds import find_round_files, judge_rounds, RoundsReport
 
 __all__ = ["record_section", "RecordSection", "side_ranges"]
 

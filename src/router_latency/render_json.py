@@ -6,9 +6,10 @@ from typing import Sequence
 
 from .constants import __version__
 from .compare import Capacity, CompareReport
-from .rounds import composite_text, InputSlowdowns, RoundsReport, Row, Slowdown
+from .gate import composite_text, Row
+from .rounds import InputSlowdowns, RoundsReport, Slowdown
 from .record import RecordSection
-from .render_text import gate_rule, order_json, outcomes_json, row_change_text, verdict_line
+from .render_text import order_json, outcomes_json, row_change_text, verdict_line
 
 __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUNDS_SCHEMA"]
 
@@ -85,10 +86,9 @@ def rounds_json(report: RoundsReport) -> dict:
             "outliers": list(report.outliers),
             "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
                                 for n, c, m in report.outlier_changes],
-            "more_rounds": report.more_rounds, "rule": gate_rule(settings),
+            "more_rounds": report.more_rounds, "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
-            "look": None if report.look is None else {"rounds": report.look[0],
-                                                      "max_rounds": report.look[1]},
+            "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
             "config_warnings": list(report.config_warnings),
             "outcomes": [outcomes_json(o) for o in report.outcomes],

@@ -11,7 +11,8 @@ from typing import Sequence
 
 from .words import fmt_signed, fmt_value, metric_title, shown_decision
 from .runfile import pass_title, PassRecord
-from .rounds import RoundsReport, Row, undecided_text
+from .gate import Row, undecided_text
+from .rounds import RoundsReport
 from .render_text import row_change_text, verdict_line
 
 __all__ = ["junit_xml", "requests_csv", "xml_safe"]

@@ -10,8 +10,7 @@ from .rounds import RoundsReport
 from .render_text import (compare_caveat, decisions_note, format_agreement, format_breakdowns,
                           format_capacity_rounds, format_closing, format_compare,
                           format_environment, format_order, format_outcomes, format_per_round,
-                          format_rounds_table, format_slowdowns, gate_rule, md_text,
-                          undecided_line)
+                          format_rounds_table, format_slowdowns, md_text, undecided_line)
 
 __all__ = ["format_compare_markdown", "format_rounds_markdown"]
 
@@ -47,10 +46,11 @@ def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
 def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     head = format_rounds_table(report, markdown=True)
-    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    what = ((f"{gate_rule(report.settings)}; " if report.settings.pass_unless_worse else "")
+    rule, unsure = report.settings.rule, len(report.outcome.undecided)
+    what = ((f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
-            + (f" (round {report.look[0]} of at most {report.look[1]})" if report.look else "")
+            + (f" (round {report.look.rounds} of at most {report.look.max_rounds})"
+               if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]

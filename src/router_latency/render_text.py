@@ -19,9 +19,9 @@ from .runfile import (content_slow_windows, GPU_FIELDS, GPU_RANGED, GpuReading, 
                       pass_title, PassRecord, PhaseWindow, RunFile, RunSettings, Thresholds)
 from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
                       usd_per_million, worse_sign)
-from .rounds import (composite_text, detectable_text, GateSettings, ladder_figure, Overload,
-                     part_title, PassBreakdown, RoundOrder, RoundsReport, Row, SideOutcomes,
-                     Slowdown)
+from .gate import composite_text, detectable_text, GateSettings, Row
+from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
+                     SideOutcomes, Slowdown)
 from .record import RecordSection, side_ranges
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
     "format_closing", "format_compare", "format_compare_capacity", "format_environment",
     "format_host", "format_order", "format_outcomes", "format_per_round", "format_plan",
     "format_record", "format_rounds", "format_rounds_table", "format_run_header",
-    "format_run_summary", "format_slowdowns", "gate_rule", "md_text", "order_json",
+    "format_run_summary", "format_slowdowns", "md_text", "order_json",
     "outcomes_json", "overload_note", "render_table", "row_change_text", "slowdown_tables",
     "undecided_line", "verdict_line",
 ]
@@ -476,7 +476,7 @@ def format_closing(report: RoundsReport) -> list:
 def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
-    lines = [f"rule: {gate_rule(settings)}"] if settings.pass_unless_worse else []
+    lines = [f"rule: {settings.rule.text}"] if settings.rule.option else []
     lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
               f"base {base}, new {new}; corpus {report.corpus_sha256[:12]} "
               f"({report.corpus_count} prompts)"]
@@ -834,13 +834,16 @@ def format_order(report: RoundsReport) -> list:
 
 def verdict_line(report: RoundsReport) -> str:
     """Return the one-line gate verdict of a rounds report."""
-    look = f" (round {report.look[0]} of at most {report.look[1]})" if report.look else ""
-    old = " (--pass-unless-worse)" if report.settings.pass_unless_worse else ""
-    if report.status != "pass":
-        return f"verdict: {report.status.upper()}{look}{old}: " + "; ".join(report.reasons)
-    unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
-    return f"verdict: PASS{look}{old}" + (f" ({unsure} inconclusive gated rows)"
-                                          if unsure else "")
+    look = f" (round {report.look.rounds} of at most {report.look.max_rounds})" \
+        if report.look else ""
+    option = report.settings.rule.option
+    rule = f" ({option})" if option else ""
+    outcome = report.outcome
+    if outcome.status != "pass":
+        return f"verdict: {outcome.status.upper()}{look}{rule}: " + "; ".join(outcome.reasons)
+    unsure = len(outcome.undecided)
+    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows)"
+                                           if unsure else "")
 
 
 def undecided_line(report: RoundsReport) -> list:
@@ -849,18 +852,9 @@ def undecided_line(report: RoundsReport) -> list:
         return []
     if report.more_rounds is None:
         return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
-            if any(r.gated and r.verdict == "inconclusive" for r in report.rows) else []
+            if report.outcome.undecided else []
     return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
             f"(at the spread seen)"]
-
-
-def gate_rule(settings: GateSettings) -> str:
-    """Return the gate's rule in one line."""
-    if settings.pass_unless_worse:
-        return ("--pass-unless-worse: PASS unless a gated row is shown worse than the "
-                "tolerance; a PASS does not show that the rows lie within it")
-    return ("PASS when every gated row is shown within the tolerance, FAIL when one is shown "
-            "worse, INCONCLUSIVE otherwise")
 
 
 def outcomes_json(outcomes: SideOutcomes) -> dict:

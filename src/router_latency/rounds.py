@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import re
 import signal
@@ -11,32 +10,29 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from .constants import (EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES,
-                        LADDER_METRICS, LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
+from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
+                        LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
 from .errors import RouterLatencyError
 from .words import change_text, fmt_signed, metric_title, plural
-from .stats import (_mean_ss, benjamini_hochberg, composite_log_ratios, effective_rows, Interval,
-                    mean_interval, normal_ppf, order_effect, OrderEffect, outlier_rounds,
-                    paired_interval, percentiles, power_shift, rounds_needed, sample_spread,
-                    sequential_t_criticals, t_cdf, t_ppf, t_test_p)
+from .stats import (benjamini_hochberg, composite_log_ratios, mean_interval, order_effect,
+                    OrderEffect, outlier_rounds, percentiles, t_test_p)
 from .runfile import (count_outcomes, EnvironmentRow, GPU_RANGED, pass_name, pass_title,
                       PassEnvironment, Request, RunFile)
 from .attribution import part_values, pass_attribution, PassAttribution
 from .compare import (cache_warnings, Capacity, cost_for, decision_agreement, DecisionChange,
-                      floor_warnings, run_capacity, usd_per_million, worse_sign)
+                      floor_warnings, run_capacity, usd_per_million)
+from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
+                   Row, row_of)
 
 __all__ = [
-    "composite_text", "detectable_text", "find_round_files", "GateSettings", "InputSlowdowns",
-    "judge_rounds", "ladder_figure", "not_found_only", "Overload", "part_title", "PassBreakdown",
-    "RoundOrder", "RoundsReport", "Row", "run_outcome", "run_overload", "SideOutcomes", "Slowdown",
-    "start_order", "undecided_text",
+    "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure", "not_found_only",
+    "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport", "run_outcome",
+    "run_overload", "SideOutcomes", "Slowdown", "start_order",
 ]
 
 
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
-DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
-GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
 SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
@@ -82,40 +78,6 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
     demo both follow it)."""
     shift = (round_number - 1) % len(sides)
     return list(sides[shift:]) + list(sides[:shift])
-
-
-class GateSettings(NamedTuple):
-    """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
-    tolerance_pct: float = 5.0  # a change within this percentage is 'same'
-    gate: Tuple[str, ...] = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
-    strict: bool = False  # an underpowered inconclusive gated row makes the result inconclusive
-    max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
-    allow_incomplete: bool = False
-    allow_mismatch: Tuple[str, ...] = ()  # fields of CHECKED_FIELDS allowed to differ between runs
-    allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
-    sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
-    alpha: float = GATE_ALPHA  # family-wise false-fail rate
-    # the old rule: PASS unless a gated row is shown worse (a PASS then shows nothing within
-    # the tolerance); by default PASS needs every gated row shown within it
-    pass_unless_worse: bool = False
-    slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
-    # ladders: (side or None, USD an hour, per what) entries
-    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
-    decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
-
-    @property
-    def tolerance_log(self) -> float:
-        return math.log1p(self.tolerance_pct / 100)
-
-    @property
-    def target_pct(self) -> float:
-        """The change a gated row should be able to detect (--max-mde)."""
-        if self.max_mde_pct is not None:
-            return self.max_mde_pct
-        return 2 * self.tolerance_pct if self.tolerance_pct > 0 else 10.0
-
-    def gates(self, pass_name_: str, metric: str) -> bool:
-        return metric in self.gate or f"{pass_name_}:{metric}" in self.gate
 
 
 def run_signature(run: RunFile) -> dict:
@@ -255,196 +217,6 @@ def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
     return None, None
 
 
-class Row(NamedTuple):
-    """One pass and metric of the rounds table."""
-    pass_name: str
-    metric: str
-    gated: bool
-    base_median: float  # descriptive
-    new_median: float  # descriptive
-    diff: Interval  # mean paired difference new - base, in the metric's unit
-    log_ratio: Interval  # mean of ln(new / base) over rounds, 95% t interval
-    speedup: float  # geometric mean: base/new for latency, new/base for req/s
-    speedup_low: float
-    speedup_high: float
-    worse_rounds: int
-    rounds: int
-    p_value: float  # one-sided: worse than the tolerance
-    detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
-    rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
-    verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
-    base_values: Tuple[float, ...]
-    new_values: Tuple[float, ...]
-    worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
-    more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
-    spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
-
-    @property
-    def change_pct(self) -> float:
-        """The geometric-mean change in the worse direction, in percent."""
-        return 100 * (math.exp(worse_sign(self.metric) * self.log_ratio.mean) - 1)
-
-    @property
-    def worse_series(self) -> list:
-        sign = worse_sign(self.metric)
-        return [sign * math.log(n / b) for b, n in zip(self.base_values, self.new_values)]
-
-
-def row_of(name: str, metric: str, base_values: list, new_values: list,
-           settings: GateSettings) -> Row:
-    """Return one row of the rounds table: one estimator, the geometric mean of the
-    per-round ratios, with its t interval on the log ratios; its verdict before the gate."""
-    if any(v is None or v <= 0 for v in (*base_values, *new_values)):
-        raise RouterLatencyError(f"{pass_title(name)} {metric_title(metric)}: a round has no "
-                                 f"positive value")
-    logs = [math.log(n / b) for b, n in zip(base_values, new_values)]
-    log_ratio = mean_interval(logs)
-    sign = worse_sign(metric)
-    worse = [sign * v for v in logs]
-    faster = -sign  # speedup: base/new for latency, new/base for req/s
-    bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
-    row = Row(name, metric, settings.gates(name, metric),
-              statistics.median(base_values), statistics.median(new_values),
-              paired_interval(base_values, new_values), log_ratio,
-              math.exp(faster * log_ratio.mean), bounds[0], bounds[1],
-              sum(v > 0 for v in worse), len(logs),
-              t_test_p(worse, mu=settings.tolerance_log, alternative="greater"),
-              None, None, "inconclusive", tuple(base_values), tuple(new_values))
-    # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
-    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
-    return row_judged(row, settings, critical, critical,
-                      row.p_value < settings.alpha / 2)
-
-
-ROW_WORDS = ("better", "same", "worse", "inconclusive")
-
-
-def t_statistic(values: Sequence[float], mu: float) -> float:
-    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
-    side of the mean, 0 at mu (as t_test_p judges equal values)."""
-    mean, ss = _mean_ss(values)
-    if min(values) == max(values) or ss == 0.0:
-        diff = values[0] - mu
-        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
-    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
-
-
-def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
-               shown_worse: bool) -> Row:
-    """Return the row with its word, worse end, "detects" and rounds to a decision.
-
-    within: the critical t of the test that it lies within the tolerance (and of "better"),
-    fail: that of the test that finds it worse when only it slows (Holm's first step for a
-    gated row); shown_worse: that test, as the gate applied it, rejected.
-    """
-    worse = row.worse_series
-    n, tolerance = len(worse), settings.tolerance_log
-    mean, ss = _mean_ss(worse)
-    se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
-    end = mean + within * se
-    verdict = ("worse" if shown_worse else "better" if end < 0
-               else "same" if end <= tolerance else "inconclusive")
-    spread = sample_spread(worse)
-    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
-    room = math.log1p(settings.target_pct / 100) - tolerance
-    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
-    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
-                           alpha=level, sided=1)
-    more = None if verdict != "inconclusive" else \
-        rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
-    return row._replace(
-        verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
-        detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more, spread=spread)
-
-
-@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
-def nominal_level(critical: float, df: int) -> float:
-    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
-    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
-
-
-DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
-
-
-def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
-                     fail_level: float, rounds: int) -> Optional[int]:
-    """Return how many more rounds would decide a row if its mean and spread stayed as seen:
-    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
-    gap = abs(tolerance - mean)
-    if gap == 0.0 or spread == 0.0:
-        return None if gap == 0.0 else 1
-    level = within_level if mean < tolerance else fail_level
-    # the normal quantile is below t's: its n is a lower bound to scan up from
-    start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
-    for n in range(start, DECIDE_LIMIT + 1):
-        if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
-            return n - rounds
-    return None
-
-
-class GateTest(NamedTuple):
-    """The family-wise test of the gated rows: their per-round mean and Holm across them."""
-    rows: int  # gated rows
-    effective_rows: float  # independent rows their correlation is worth
-    composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
-    composite_p: Optional[float]
-    level: float  # one-sided level of each of the two tests
-    regressions: Tuple[Tuple[str, str], ...]  # (pass, metric) Holm rejects
-    composite_worse: bool = False  # the composite test rejects
-    within_critical: float = math.inf  # critical t of each row's test within the tolerance
-    holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
-    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
-
-
-def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
-    """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
-    quantile, or with --sequential the calibrated boundary of this look."""
-    if settings.sequential_max is None:
-        return -t_ppf(level, rounds - 1)
-    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
-
-
-def crosses(statistic: float, critical: float) -> bool:
-    """Return True when a t statistic reaches a critical value a look can reject at."""
-    return math.isfinite(critical) and statistic >= critical
-
-
-def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
-    """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
-    the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
-    rows at `level` (family-wise 2 level), with the critical t of each.
-
-    The rows of a round move together (a slow round is slow everywhere), so a correction
-    made for independent tests alone would throw away the power the shared signal gives;
-    the composite test is one test, so it needs no correction, and Holm names the rows.
-    """
-    gated = [r for r in rows if r.gated]
-    if not gated:
-        return GateTest(0, 0.0, None, None, level, ())
-    n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
-    series = [r.worse_series for r in gated]
-    statistics_ = [t_statistic(x, tolerance) for x in series]
-    steps: list = []  # each step's boundary only once reached: a sequential one costs time
-    rejected = set()
-    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
-    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
-        steps.append(gate_critical(settings, n, level / (m - step)))
-        if not crosses(statistics_[index], steps[step]):
-            break
-        rejected.add(index)
-    composite = composite_log_ratios(series)
-    critical = gate_critical(settings, n, level)
-    spread = sample_spread(composite)
-    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
-    return GateTest(
-        m, effective_rows(series) if m > 1 else 1.0, mean_interval(composite),
-        t_test_p(composite, mu=tolerance, alternative="greater"), level,
-        tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
-        crosses(t_statistic(composite, tolerance), critical), critical, tuple(steps),
-        100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable) else None)
-
-
 class RoundAgreement(NamedTuple):
     round: int
     agree: int  # inputs with the same decision on both sides in every pass
@@ -468,8 +240,9 @@ def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
         for i in agreement.differ:
             differ.setdefault(i, DecisionChange(i, base_decisions[i], new_decisions[i],
                                                 pass_name=item.name))
-    return RoundAgreement(number, len(measured) - len(differ), len(measured), used,
-                          tuple(differ[i] for i in sorted(differ)))
+    return RoundAgreement(round=number, agree=len(measured) - len(differ),
+                          total=len(measured), used=used,
+                          differ=tuple(differ[i] for i in sorted(differ)))
 
 
 class PassErrors(NamedTuple):
@@ -525,10 +298,12 @@ def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: 
     ratio = math.exp(statistics.median(logs))
     slower = sum(v > 0 for v in logs)
     if len(logs) < 2:
-        return Slowdown(key, ratio, None, None, slower, len(logs), 1.0, **known)
+        return Slowdown(key=key, ratio=ratio, low=None, high=None, slower_rounds=slower,
+                        rounds=len(logs), p_value=1.0, **known)
     interval = mean_interval(logs)
-    return Slowdown(key, ratio, math.exp(interval.low), math.exp(interval.high), slower,
-                    len(logs), t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
+    return Slowdown(key=key, ratio=ratio, low=math.exp(interval.low),
+                    high=math.exp(interval.high), slower_rounds=slower, rounds=len(logs),
+                    p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
 
 
 def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
@@ -594,10 +369,11 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     groups = called([group(k, v) for k, v in sorted(by_decision.items())]
                     + [group(k[1], v) for k, v in sorted(by_length.items())],
                     tolerance, SLOWDOWN_FDR)
-    return InputSlowdowns("sequential", tuple(used),
-                          tuple(sorted(inputs, key=lambda s: -s.ratio)),
-                          tuple(groups[:len(by_decision)]), tuple(groups[len(by_decision):]),
-                          SLOWDOWN_FDR, tolerance_pct)
+    return InputSlowdowns(pass_name="sequential", rounds=tuple(used),
+                          inputs=tuple(sorted(inputs, key=lambda s: -s.ratio)),
+                          decisions=tuple(groups[:len(by_decision)]),
+                          lengths=tuple(groups[len(by_decision):]), fdr=SLOWDOWN_FDR,
+                          tolerance_pct=tolerance_pct)
 
 
 class PassLatencies(NamedTuple):
@@ -636,8 +412,9 @@ def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list
                 if item.discarded or not ok:
                     continue
                 quantiles = percentiles([r.latency_ms for r in ok], range(101))
-                views.append(PassLatencies(item.name, number, side, number in used,
-                                           tuple(quantiles), tuple(time_windows(ok))))
+                views.append(PassLatencies(pass_name=item.name, round=number, side=side,
+                                           used=number in used, quantiles=tuple(quantiles),
+                                           windows=tuple(time_windows(ok))))
     return views
 
 
@@ -664,10 +441,8 @@ class RoundsReport(NamedTuple):
     # (round, its gated mean change %, the median's %): descriptive
     outlier_changes: Tuple[Tuple[int, float, float], ...]
     insecure_files: Tuple[str, ...]  # files measured without TLS verification
-    look: Optional[Tuple[int, int]]  # group-sequential: (rounds now, the most rounds)
-    status: str  # pass, fail or inconclusive
-    reasons: Tuple[str, ...]  # why it failed or is inconclusive
-    exit_code: int
+    look: Optional[Look]  # group-sequential: this look of the plan; None: a fixed design
+    outcome: GateOutcome  # what the gate decided: status, reasons, exit code, undecided rows
     # side -> its x-vsr-config-hash values over the rounds
     config_hashes: Dict[str, Tuple[str, ...]] = {}
     # the same configuration on both sides, or one that changed
@@ -680,6 +455,21 @@ class RoundsReport(NamedTuple):
     capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
     # PassBreakdown: where each pass's time went, and what changed
     breakdowns: Tuple[PassBreakdown, ...] = ()
+
+    # the outcome's, under the names CompareReport gives its own
+    @property
+    def status(self) -> str:
+        """pass, fail or inconclusive."""
+        return self.outcome.status
+
+    @property
+    def reasons(self) -> Tuple[str, ...]:
+        """Why it failed or is inconclusive."""
+        return self.outcome.reasons
+
+    @property
+    def exit_code(self) -> int:
+        return self.outcome.exit_code
 
 
 def config_hash_findings(runs: dict, base: str, new: str,
@@ -742,38 +532,6 @@ class SideOutcomes(NamedTuple):
     error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
 
 
-def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
-                 doubts: Sequence[str], settings: GateSettings, look: Optional[tuple]) -> tuple:
-    """Return (status, reasons, exit code): the gate's one rule, three-way.
-
-    fail: a new side failed, erred beyond the base or changed a decision, or a gated row is
-    shown worse than the tolerance (the composite test or Holm, family-wise 5%); pass: every
-    gated row is shown within the tolerance (its worse end inside it: two one-sided tests at
-    2.5%, intersection-union), with no doubt; inconclusive: anything else (a failing base
-    side, too few usable rounds, a gated row not decided either way). --pass-unless-worse
-    keeps the old rule: pass unless it fails (see old_rule_outcome).
-    """
-    reasons = list(failures)
-    if test is not None:
-        reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
-                    for p, m in test.regressions]
-        if test.composite_worse and test.composite is not None:
-            reasons.append(f"the {test.rows} gated rows together are "
-                           f"{composite_text(test.composite)}, worse than the tolerance")
-    if reasons:
-        return "fail", tuple(reasons), EXIT_GATE
-    if settings.pass_unless_worse:
-        return old_rule_outcome(rows, doubts, settings, look)
-    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
-    doubts = list(doubts) + [undecided_text(r, settings) for r in undecided]
-    if undecided and look is not None and look[0] == look[1]:
-        doubts.append(f"the last look of the plan ({look[1]} rounds) left "
-                      f"{plural(len(undecided), 'gated row')} undecided")
-    if doubts:
-        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
-    return "pass", (), EXIT_OK
-
-
 class Overload(NamedTuple):
     """The requests a run's router shed with 429 OVERLOADED, and the run's settings that
     bear on it."""
@@ -788,7 +546,8 @@ def run_overload(run: RunFile) -> Optional[Overload]:
     shed = sum(r.code == "OVERLOADED" for item in run.passes for r in item.requests)
     if not shed:
         return None
-    return Overload(shed, run.settings.router_max_concurrency, run.settings.timeout_s)
+    return Overload(shed=shed, declared_limit=run.settings.router_max_concurrency,
+                    timeout_s=run.settings.timeout_s)
 
 
 def not_found_only(run: RunFile) -> int:
@@ -809,62 +568,6 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> 
     if failed > max_errors:
         return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
     return EXIT_OK, ""
-
-
-def undecided_text(row: Row, settings: GateSettings) -> str:
-    """Return why a gated row is undecided: how far its worse end reaches, and about how many
-    more rounds would decide it at the spread seen."""
-    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
-    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
-            else f"about {plural(row.more_rounds, 'more round')} would decide it")
-    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
-            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
-            f"spread seen")
-
-
-def more_rounds(rows: Sequence[Row]) -> Optional[int]:
-    """Return the rounds that would decide every undecided gated row, None past 1,000 or
-    when none is undecided."""
-    undecided = [r for r in rows if r.gated and r.verdict == "inconclusive"]
-    counts = [r.more_rounds for r in undecided if r.more_rounds is not None]
-    if not undecided or len(counts) < len(undecided):
-        return None
-    return max(counts)
-
-
-def old_rule_outcome(rows: Sequence[Row], doubts: Sequence[str], settings: GateSettings,
-                     look: Optional[tuple]) -> tuple:
-    """Return the outcome of --pass-unless-worse, the rule before the three-way gate: pass
-    unless it failed, inconclusive for doubts, --strict with an underpowered undecided gated
-    row, or a --sequential look before the last with an undecided gated row."""
-    doubts = list(doubts)
-    undecided = [r for r in rows if r.gated and r.verdict not in ("better", "same")]
-    if look is not None and look[0] < look[1] and undecided:
-        doubts.append(f"not decided after {look[0]} of at most {look[1]} rounds: "
-                      f"{plural(len(undecided), 'gated row')} open")
-    if settings.strict:
-        doubts += [f"{pass_title(r.pass_name)} {metric_title(r.metric)} inconclusive and could "
-                   f"only detect {detectable_text(r)} (--max-mde {settings.target_pct:g})"
-                   for r in undecided if r.verdict == "inconclusive"
-                   and (r.detectable_pct is None or r.detectable_pct > settings.target_pct)]
-    if doubts:
-        return "inconclusive", tuple(doubts), EXIT_INCONCLUSIVE
-    return "pass", (), EXIT_OK
-
-
-def composite_text(composite: Interval) -> str:
-    """Return the gated rows' mean change in words, as the rows say theirs."""
-    # the composite is a mean of worse-direction logs: its speedup is exp(-mean)
-    return change_text(math.exp(-composite.mean), math.exp(-composite.high),
-                       math.exp(-composite.low))
-
-
-def detectable_text(row: Row) -> str:
-    """Return what the row's test, as the gate applies it, finds 80% of the time."""
-    if row.detectable_pct is not None:
-        return f">= {row.detectable_pct:.0f}%"
-    # no spread finds any change; a look whose boundary cannot reject finds none
-    return "any change" if row.spread == 0 else "none yet"
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -993,8 +696,9 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
         (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
         for part in sorted(mine - other)]
     sentence = breakdown_sentence(name, rows, base, new, settings)
-    return PassBreakdown(name, tuple(rows), medians[0], medians[1], (client_base, client_new),
-                         "; ".join(filter(None, [sentence, *one_sided])))
+    return PassBreakdown(pass_name=name, rows=tuple(rows), base=medians[0], new=medians[1],
+                         client=(client_base, client_new),
+                         sentence="; ".join(filter(None, [sentence, *one_sided])))
 
 
 def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
@@ -1061,41 +765,6 @@ def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]) 
              for b in breakdowns])
 
 
-def look_level(settings: GateSettings, rounds: int) -> tuple:
-    """Return (one-sided level of each of the gate's two tests, the look or None); the
-    look's boundaries come from gate_critical."""
-    half = settings.alpha / 2
-    if settings.sequential_max is None:
-        return half, None
-    return half, (rounds, settings.sequential_max)
-
-
-def check_look(runs: dict, settings: GateSettings) -> None:
-    """Raise when the rounds go past the sequential plan's last look: more rounds than it
-    allows is a new plan, whose error rates no boundary holds."""
-    last = settings.sequential_max
-    if last is not None and len(runs) > last:
-        raise RouterLatencyError(
-            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
-            f"the plan keeps no error rate; judge them as a fixed design (without "
-            f"--sequential) or plan more rounds from the start")
-
-
-def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
-              doubts: Sequence[str] = ()) -> tuple:
-    """Return (the rows with the gate's words, its test, the look, (status, reasons, exit
-    code)): the whole rule applied to the rows of the used rounds (none: too few rounds).
-    bench/gate_simulation.py applies it to synthetic rows through this same function."""
-    if not rows:
-        return [], None, None, gate_outcome([], None, failures, doubts, settings, None)
-    level, look = look_level(settings, rows[0].rounds)
-    test = gate_test(rows, settings, level)
-    rows = [row_judged(r, settings, test.within_critical, test.holm_criticals[0],
-                       (r.pass_name, r.metric) in test.regressions) if r.gated else r
-            for r in rows]
-    return rows, test, look, gate_outcome(rows, test, failures, doubts, settings, look)
-
-
 class LeftOut(NamedTuple):
     """A round not judged, and why."""
     round: int
@@ -1123,15 +792,10 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
     return used, left_out, failures, doubts
 
 
-def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
-                 prompts_text: Optional[dict] = None) -> RoundsReport:
-    """Return the rounds report: input checks, rows with their one estimator and power, the
-    gate's family-wise test, decisions and errors of every pass, order and outliers, which
-    inputs got slower (named with prompts_text, {prompt id: text}), the page's latencies.
-
-    runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
-    be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
-    """
+def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> list:
+    """Raise RouterLatencyError for rounds that cannot be judged (fewer than MIN_ROUNDS,
+    mislabelled files, runs not measured alike or measured twice, rounds past the plan's
+    last look); return the notes on the differences --allow-mismatch allowed."""
     if len(runs) < MIN_ROUNDS:
         raise RouterLatencyError(
             f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
@@ -1140,15 +804,43 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
     check_measured_once(runs)
     check_look(runs, settings)
-    used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
-    errors = pass_errors(runs, base, new)
-    failures += [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
-                 f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
-                 for e in errors if any(w > b for _, b, w in e.counts)]
-    agreement = [round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs]
+    return notes
+
+
+def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
+                      base: str, new: str, settings: GateSettings) -> list:
+    """Return how the new side failed besides a failed run: more failed requests than the
+    base in a pass, and (--decisions gate) changed decisions in a used round."""
+    failures = [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
+                f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
+                for e in errors if any(w > b for _, b, w in e.counts)]
     if settings.decisions == "gate":
         failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                      for a in agreement if a.used and a.agree < a.total]
+    return failures
+
+
+def insecure_files(runs: dict) -> Tuple[str, ...]:
+    """Return the names of the round files measured without TLS verification (--insecure)."""
+    return tuple(sorted({Path(run.path).name for sides in runs.values()
+                         for run in sides.values() if run.insecure}))
+
+
+def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
+                 prompts_text: Optional[dict] = None) -> RoundsReport:
+    """Return the rounds report: input checks, rows with their one estimator and power, the
+    gate's family-wise test and outcome, decisions and errors of every pass, order and
+    outliers, which inputs got slower (named with prompts_text, {prompt id: text}), the
+    page's latencies.
+
+    runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
+    be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
+    """
+    notes = check_rounds(runs, base, new, settings)
+    used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
+    errors = pass_errors(runs, base, new)
+    agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
+    failures += new_side_failures(errors, agreement, base, new, settings)
     rows: list = []
     breakdowns: list = []
     if len(used) < MIN_ROUNDS:
@@ -1157,32 +849,33 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         rows = judged_rows(runs, base, new, used, settings)
         breakdowns = attribution_rows(runs, base, new, used, settings)
     # the parts' rows are advisory: only those --gate names are judged with the latency rows
-    judged, test, look, (status, reasons, code) = gate_rows(
-        rows + gated_part_rows(breakdowns), settings, failures, doubts)
-    rows, breakdowns = split_part_rows(judged, breakdowns)
+    judged = gate_rows(rows + gated_part_rows(breakdowns), settings, failures, doubts)
+    rows, breakdowns = split_part_rows(judged.rows, breakdowns)
     first = runs[min(runs)][base]
     order = order_balance(runs, base, new, rows, used)
     effect, outliers, changes = order_and_outliers(used, rows, order)
-    insecure = sorted({Path(run.path).name for sides in runs.values()
-                       for run in sides.values() if run.insecure})
-    hashes, hash_warnings = config_hash_findings(runs, base, new,
-                                                 settings.allow_config_change)
+    hashes, hash_warnings = config_hash_findings(runs, base, new, settings.allow_config_change)
+    outcome = judged.outcome
     return RoundsReport(
-        base, new, settings, first.corpus_sha256, first.corpus_count,
-        {f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
-        tuple(used), tuple(left_out), tuple(rows), test, tuple(agreement), tuple(errors),
-        tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
-                              for side, run in sorted(runs[n].items())])
-              + rounds_warnings(runs, used, rows, test, effect, settings)), tuple(notes),
-        tuple(environment_rows(runs, base, new)), order, effect, tuple(outliers), changes,
-        tuple(insecure), look, status, reasons, code,
-        hashes, hash_warnings,
-        tuple(SideOutcomes(n, s, **run_outcomes(runs[n][s])) for n in used
-              for s in (base, new)),
-        input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        tuple(pass_latencies(runs, base, new, used)),
-        more_rounds(judged) if status == "inconclusive" else None,
-        ladder_capacities(runs, base, new, used, settings) if rows else (), tuple(breakdowns))
+        base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
+        corpus_count=first.corpus_count,
+        files={f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
+        used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
+        agreement=agreement, errors=tuple(errors),
+        warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+                                       for side, run in sorted(runs[n].items())])
+                       + rounds_warnings(runs, used, rows, outcome, effect, settings)),
+        notes=tuple(notes), environment=tuple(environment_rows(runs, base, new)), order=order,
+        order_effect=effect, outliers=tuple(outliers), outlier_changes=changes,
+        insecure_files=insecure_files(runs), look=judged.look, outcome=outcome,
+        config_hashes=hashes, config_warnings=hash_warnings,
+        outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
+                       for s in (base, new)),
+        slowdowns=input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
+        latencies=tuple(pass_latencies(runs, base, new, used)),
+        more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
+        capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),
+        breakdowns=tuple(breakdowns))
 
 
 def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
@@ -1209,20 +902,13 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
-                    test: Optional[GateTest], effect: Optional[OrderEffect],
+                    outcome: GateOutcome, effect: Optional[OrderEffect],
                     settings: GateSettings) -> list:
     """Return what the reader must know before trusting the verdict."""
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
-    for row in rows if settings.pass_unless_worse else ():  # else the reasons say it
-        title = f"{pass_title(row.pass_name)} {metric_title(row.metric)}"
-        if row.gated and row.verdict == "inconclusive":
-            needed = "more than 1,000" if row.rounds_needed is None else \
-                f"about {row.rounds_needed}"
-            warnings.append(f"warning: {title} inconclusive: could only detect "
-                            f"{detectable_text(row)}; {needed} rounds would be needed for "
-                            f"{settings.target_pct:g}%")
+    warnings += settings.rule.warnings(outcome.undecided, settings)
     if effect is not None and effect.p_value < 0.05:
         warnings.append(
             f"warning: order effect: the side started second ran "
@@ -1282,14 +968,16 @@ def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
     cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
     walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
     return EnvironmentRow(
-        number, side, min(lows) if lows else None, max(highs) if highs else None,
-        " ".join(cpus) if cpus else None, min(gpu) if gpu else None, max(gpu) if gpu else None,
-        math.fsum(faults) if faults else None, sum(e.discarded_attempts for e in envs),
-        round(math.fsum(cpu_s), 3) if cpu_s else None,
-        round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
+        round=number, side=side, load_min=min(lows) if lows else None,
+        load_max=max(highs) if highs else None, router_cpus=" ".join(cpus) if cpus else None,
+        gpu_mib_min=min(gpu) if gpu else None, gpu_mib_max=max(gpu) if gpu else None,
+        faults=math.fsum(faults) if faults else None,
+        discarded_attempts=sum(e.discarded_attempts for e in envs),
+        driver_cpu_s=round(math.fsum(cpu_s), 3) if cpu_s else None,
+        driver_cpu_pct=round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
         if walls and math.fsum(walls) > 0 else None,
-        bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
-        run.max_load, **suspect_fields(run, envs))
+        above_load_limit=bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
+        max_load=run.max_load, **suspect_fields(run, envs))
 
 
 def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
@@ -1356,5 +1044,7 @@ def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> Ro
                 for key, group in (("base_first", base_first), ("new_first", new_first))}
         effects.append(OrderDifference(row.pass_name, **mean))
     unknown = [r for r in used if first[r] is None]
-    return RoundOrder({f"r{k}": v for k, v in first.items()}, base_first, new_first, unknown,
-                      not unknown and abs(len(base_first) - len(new_first)) <= 1, effects)
+    return RoundOrder(first={f"r{k}": v for k, v in first.items()}, base_first=base_first,
+                      new_first=new_first, unknown=unknown,
+                      balanced=not unknown and abs(len(base_first) - len(new_first)) <= 1,
+                      p50_difference_by_order=effects)

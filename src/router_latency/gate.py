@@ -1,0 +1,455 @@
+"""The gate's rule, in one module: the rows' estimator and words, the family-wise test of the
+gated rows, the sequential look, and the outcome, three-way (PASS, FAIL, INCONCLUSIVE) or by
+--pass-unless-worse: one GateRule, chosen once from the settings (GateSettings.rule), decides a
+result that nothing failed; gate_rows() applies the whole rule and returns a typed GateOutcome
+that every renderer reads. A rule change is this module and tests/test_gate.py."""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
+from .errors import RouterLatencyError
+from .words import change_text, metric_title, plural
+from .stats import (_mean_ss, composite_log_ratios, effective_rows, Interval, mean_interval,
+                    normal_ppf, paired_interval, power_shift, rounds_needed, sample_spread,
+                    sequential_t_criticals, t_cdf, t_ppf, t_test_p)
+from .runfile import pass_title
+from .compare import worse_sign
+
+__all__ = [
+    "check_look", "composite_text", "detectable_text", "GateOutcome", "gate_rows",
+    "GateSettings", "GateTest", "Look", "more_rounds", "Row", "row_of", "undecided_text",
+]
+
+
+DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
+GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
+ROW_WORDS = ("better", "same", "worse", "inconclusive")  # a row's words
+DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+
+
+class GateSettings(NamedTuple):
+    """How `rounds` judges: what may change, which rows gate, and how sure it must be."""
+    tolerance_pct: float = 5.0  # a change within this percentage is 'same'
+    gate: Tuple[str, ...] = DEFAULT_GATE  # metrics of every pass, or 'pass:metric'
+    # --pass-unless-worse: an underpowered inconclusive gated row makes it inconclusive
+    strict: bool = False
+    max_mde_pct: Optional[float] = None  # default: twice the tolerance, 10% at tolerance 0
+    allow_incomplete: bool = False
+    allow_mismatch: Tuple[str, ...] = ()  # fields of CHECKED_FIELDS allowed to differ between runs
+    allow_config_change: bool = False  # judge a side whose x-vsr-config-hash changed
+    sequential_max: Optional[int] = None  # group-sequential: the most rounds that will be run
+    alpha: float = GATE_ALPHA  # family-wise false-fail rate
+    # the old rule, PASS_UNLESS_WORSE: PASS unless a gated row is shown worse (a PASS then
+    # shows nothing within the tolerance); by default, THREE_WAY, PASS needs every gated row
+    # shown within it (the rule property chooses)
+    pass_unless_worse: bool = False
+    slo_p95_ms: Optional[float] = None  # ladders: capacity within it (default: the runs')
+    # ladders: (side or None, USD an hour, per what) entries
+    cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
+    decisions: str = "gate"  # gate: a changed decision fails; report: reported, not gated
+
+    @property
+    def tolerance_log(self) -> float:
+        return math.log1p(self.tolerance_pct / 100)
+
+    @property
+    def target_pct(self) -> float:
+        """The change a gated row should be able to detect (--max-mde)."""
+        if self.max_mde_pct is not None:
+            return self.max_mde_pct
+        return 2 * self.tolerance_pct if self.tolerance_pct > 0 else 10.0
+
+    @property
+    def rule(self) -> GateRule:
+        """The rule that decides a result nothing failed: the one place it is chosen."""
+        return PASS_UNLESS_WORSE if self.pass_unless_worse else THREE_WAY
+
+    def gates(self, pass_name_: str, metric: str) -> bool:
+        return metric in self.gate or f"{pass_name_}:{metric}" in self.gate
+
+
+class Row(NamedTuple):
+    """One pass and metric of the rounds table."""
+    pass_name: str
+    metric: str
+    gated: bool
+    base_median: float  # descriptive
+    new_median: float  # descriptive
+    diff: Interval  # mean paired difference new - base, in the metric's unit
+    log_ratio: Interval  # mean of ln(new / base) over rounds, 95% t interval
+    speedup: float  # geometric mean: base/new for latency, new/base for req/s
+    speedup_low: float
+    speedup_high: float
+    worse_rounds: int
+    rounds: int
+    p_value: float  # one-sided: worse than the tolerance
+    detectable_pct: Optional[float]  # smallest slowdown found with 80% power; None: no spread
+    rounds_needed: Optional[int]  # for the target change; None: beyond 1,000
+    verdict: str  # better, same, worse or inconclusive (ROW_WORDS)
+    base_values: Tuple[float, ...]
+    new_values: Tuple[float, ...]
+    worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
+    more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
+
+    @property
+    def change_pct(self) -> float:
+        """The geometric-mean change in the worse direction, in percent."""
+        return 100 * (math.exp(worse_sign(self.metric) * self.log_ratio.mean) - 1)
+
+    @property
+    def worse_series(self) -> list:
+        sign = worse_sign(self.metric)
+        return [sign * math.log(n / b) for b, n in zip(self.base_values, self.new_values)]
+
+
+class Look(NamedTuple):
+    """A look of a group-sequential plan (--sequential): the rounds judged now, of the most."""
+    rounds: int
+    max_rounds: int
+
+    @property
+    def last(self) -> bool:
+        """The plan's last look: no round will follow to decide what it leaves open."""
+        return self.rounds == self.max_rounds
+
+
+class GateTest(NamedTuple):
+    """The family-wise test of the gated rows: their per-round mean and Holm across them."""
+    rows: int  # gated rows
+    effective_rows: float  # independent rows their correlation is worth
+    composite: Optional[Interval]  # mean over gated rows of the worse-direction log ratio
+    composite_p: Optional[float]
+    level: float  # one-sided level of each of the two tests
+    regressions: Tuple[Tuple[str, str], ...]  # (pass, metric) Holm rejects
+    composite_worse: bool = False  # the composite test rejects
+    within_critical: float = math.inf  # critical t of each row's test within the tolerance
+    holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
+    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+
+
+class GateOutcome(NamedTuple):
+    """What the gate decided, once: every renderer and the command line read it."""
+    status: str  # pass, fail or inconclusive
+    reasons: Tuple[str, ...]  # why it failed or is inconclusive
+    exit_code: int  # EXIT_OK, EXIT_GATE or EXIT_INCONCLUSIVE
+    undecided: Tuple[Row, ...] = ()  # the gated rows decided neither way (verdict inconclusive)
+
+
+class GateJudgement(NamedTuple):
+    """The whole rule applied to the rows of the used rounds (gate_rows)."""
+    rows: Tuple[Row, ...]  # with the gate's words on the gated ones
+    test: Optional[GateTest]  # None: no rows
+    look: Optional[Look]  # None: a fixed design
+    outcome: GateOutcome
+
+
+class GateRule(NamedTuple):
+    """How the gate decides a result that nothing failed (no failure, no row shown worse):
+    which undecided gated rows leave it open, and how the reports name the rule."""
+    option: str  # the option that selects it; "" for the default, which reports do not name
+    text: str  # the rule in one line
+    # the doubts the undecided gated rows raise at this look: any makes it inconclusive
+    doubts: Callable[[Sequence[Row], GateSettings, Optional[Look]], List[str]]
+    # what the reader must know of the undecided gated rows that no doubt names
+    warnings: Callable[[Sequence[Row], GateSettings], List[str]]
+
+
+def row_of(name: str, metric: str, base_values: list, new_values: list,
+           settings: GateSettings) -> Row:
+    """Return one row of the rounds table: one estimator, the geometric mean of the
+    per-round ratios, with its t interval on the log ratios; its verdict before the gate."""
+    if any(v is None or v <= 0 for v in (*base_values, *new_values)):
+        raise RouterLatencyError(f"{pass_title(name)} {metric_title(metric)}: a round has no "
+                                 f"positive value")
+    logs = [math.log(n / b) for b, n in zip(base_values, new_values)]
+    log_ratio = mean_interval(logs)
+    sign = worse_sign(metric)
+    worse = [sign * v for v in logs]
+    faster = -sign  # speedup: base/new for latency, new/base for req/s
+    bounds = sorted((math.exp(faster * log_ratio.low), math.exp(faster * log_ratio.high)))
+    row = Row(pass_name=name, metric=metric, gated=settings.gates(name, metric),
+              base_median=statistics.median(base_values),
+              new_median=statistics.median(new_values),
+              diff=paired_interval(base_values, new_values), log_ratio=log_ratio,
+              speedup=math.exp(faster * log_ratio.mean), speedup_low=bounds[0],
+              speedup_high=bounds[1], worse_rounds=sum(v > 0 for v in worse), rounds=len(logs),
+              p_value=t_test_p(worse, mu=settings.tolerance_log, alternative="greater"),
+              detectable_pct=None, rounds_needed=None, verdict="inconclusive",
+              base_values=tuple(base_values), new_values=tuple(new_values))
+    # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
+    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
+    return row_judged(row, settings, critical, critical,
+                      row.p_value < settings.alpha / 2)
+
+
+def t_statistic(values: Sequence[float], mu: float) -> float:
+    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
+    side of the mean, 0 at mu (as t_test_p judges equal values)."""
+    mean, ss = _mean_ss(values)
+    if min(values) == max(values) or ss == 0.0:
+        diff = values[0] - mu
+        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
+    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
+
+
+def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
+               shown_worse: bool) -> Row:
+    """Return the row with its word, worse end, "detects" and rounds to a decision.
+
+    within: the critical t of the test that it lies within the tolerance (and of "better"),
+    fail: that of the test that finds it worse when only it slows (Holm's first step for a
+    gated row); shown_worse: that test, as the gate applied it, rejected.
+    """
+    worse = row.worse_series
+    n, tolerance = len(worse), settings.tolerance_log
+    mean, ss = _mean_ss(worse)
+    se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
+    end = mean + within * se
+    verdict = ("worse" if shown_worse else "better" if end < 0
+               else "same" if end <= tolerance else "inconclusive")
+    spread = sample_spread(worse)
+    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    room = math.log1p(settings.target_pct / 100) - tolerance
+    level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
+    needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
+                           alpha=level, sided=1)
+    more = None if verdict != "inconclusive" else \
+        rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    return row._replace(
+        verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
+        detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread)
+
+
+@functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
+def nominal_level(critical: float, df: int) -> float:
+    """Return the one-sided level of a t test with this critical value, at least 1e-12."""
+    return max(t_cdf(-critical, df), 1e-12) if math.isfinite(critical) else 1e-12
+
+
+def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level: float,
+                     fail_level: float, rounds: int) -> Optional[int]:
+    """Return how many more rounds would decide a row if its mean and spread stayed as seen:
+    within the tolerance (its worse end inside it) or beyond it; None past DECIDE_LIMIT."""
+    gap = abs(tolerance - mean)
+    if gap == 0.0 or spread == 0.0:
+        return None if gap == 0.0 else 1
+    level = within_level if mean < tolerance else fail_level
+    # the normal quantile is below t's: its n is a lower bound to scan up from
+    start = max(rounds + 1, int((normal_ppf(1 - level) * spread / gap) ** 2))
+    for n in range(start, DECIDE_LIMIT + 1):
+        if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
+            return n - rounds
+    return None
+
+
+def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
+    """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
+    quantile, or with --sequential the calibrated boundary of this look."""
+    if settings.sequential_max is None:
+        return -t_ppf(level, rounds - 1)
+    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+
+
+def crosses(statistic: float, critical: float) -> bool:
+    """Return True when a t statistic reaches a critical value a look can reject at."""
+    return math.isfinite(critical) and statistic >= critical
+
+
+def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
+    """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
+    the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
+    rows at `level` (family-wise 2 level), with the critical t of each.
+
+    The rows of a round move together (a slow round is slow everywhere), so a correction
+    made for independent tests alone would throw away the power the shared signal gives;
+    the composite test is one test, so it needs no correction, and Holm names the rows.
+    """
+    gated = [r for r in rows if r.gated]
+    if not gated:
+        return GateTest(rows=0, effective_rows=0.0, composite=None, composite_p=None,
+                        level=level, regressions=())
+    n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
+    series = [r.worse_series for r in gated]
+    statistics_ = [t_statistic(x, tolerance) for x in series]
+    steps: list = []  # each step's boundary only once reached: a sequential one costs time
+    rejected = set()
+    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
+    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
+        steps.append(gate_critical(settings, n, level / (m - step)))
+        if not crosses(statistics_[index], steps[step]):
+            break
+        rejected.add(index)
+    composite = composite_log_ratios(series)
+    critical = gate_critical(settings, n, level)
+    spread = sample_spread(composite)
+    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
+    return GateTest(
+        rows=m, effective_rows=effective_rows(series) if m > 1 else 1.0,
+        composite=mean_interval(composite),
+        composite_p=t_test_p(composite, mu=tolerance, alternative="greater"), level=level,
+        regressions=tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
+        composite_worse=crosses(t_statistic(composite, tolerance), critical),
+        within_critical=critical, holm_criticals=tuple(steps),
+        composite_detectable_pct=100 * math.expm1(detectable)
+        if spread > 0 and math.isfinite(detectable) else None)
+
+
+def look_of(settings: GateSettings, rounds: int) -> Optional[Look]:
+    """Return the look that `rounds` rounds are of a --sequential plan; None without one. Its
+    boundaries come from gate_critical."""
+    if settings.sequential_max is None:
+        return None
+    return Look(rounds, settings.sequential_max)
+
+
+def check_look(runs: dict, settings: GateSettings) -> None:
+    """Raise when the rounds go past the sequential plan's last look: more rounds than it
+    allows is a new plan, whose error rates no boundary holds."""
+    last = settings.sequential_max
+    if last is not None and len(runs) > last:
+        raise RouterLatencyError(
+            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"the plan keeps no error rate; judge them as a fixed design (without "
+            f"--sequential) or plan more rounds from the start")
+
+
+def three_way_doubts(undecided: Sequence[Row], settings: GateSettings,
+                     look: Optional[Look]) -> List[str]:
+    """Return the default rule's doubts: every undecided gated row, and a last look that left
+    any undecided (PASS needs every gated row shown within the tolerance)."""
+    doubts = [undecided_text(r, settings) for r in undecided]
+    if undecided and look is not None and look.last:
+        doubts.append(f"the last look of the plan ({look.max_rounds} rounds) left "
+                      f"{plural(len(undecided), 'gated row')} undecided")
+    return doubts
+
+
+def unless_worse_doubts(undecided: Sequence[Row], settings: GateSettings,
+                        look: Optional[Look]) -> List[str]:
+    """Return the doubts of --pass-unless-worse, the rule before the three-way gate: an
+    undecided gated row at a --sequential look before the last, and with --strict one that
+    could not detect the --max-mde change; else it passes."""
+    doubts = []
+    if look is not None and not look.last and undecided:
+        doubts.append(f"not decided after {look.rounds} of at most {look.max_rounds} rounds: "
+                      f"{plural(len(undecided), 'gated row')} open")
+    if settings.strict:
+        doubts += [f"{pass_title(r.pass_name)} {metric_title(r.metric)} inconclusive and could "
+                   f"only detect {detectable_text(r)} (--max-mde {settings.target_pct:g})"
+                   for r in undecided
+                   if r.detectable_pct is None or r.detectable_pct > settings.target_pct]
+    return doubts
+
+
+def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[str]:
+    """Return a warning per undecided gated row that --pass-unless-worse passed: what it could
+    detect, and the rounds the --max-mde change would need."""
+    warnings = []
+    for row in undecided:
+        needed = "more than 1,000" if row.rounds_needed is None else \
+            f"about {row.rounds_needed}"
+        warnings.append(f"warning: {pass_title(row.pass_name)} {metric_title(row.metric)} "
+                        f"inconclusive: could only detect {detectable_text(row)}; {needed} "
+                        f"rounds would be needed for {settings.target_pct:g}%")
+    return warnings
+
+
+def no_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[str]:
+    """Return no warning: the default rule's reasons name every undecided gated row."""
+    return []
+
+
+THREE_WAY = GateRule("", "PASS when every gated row is shown within the tolerance, FAIL when one "
+                     "is shown worse, INCONCLUSIVE otherwise", three_way_doubts, no_warnings)
+PASS_UNLESS_WORSE = GateRule(
+    "--pass-unless-worse", "--pass-unless-worse: PASS unless a gated row is shown worse than "
+    "the tolerance; a PASS does not show that the rows lie within it", unless_worse_doubts,
+    unless_worse_warnings)
+
+
+def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequence[str],
+                 doubts: Sequence[str], settings: GateSettings,
+                 look: Optional[Look]) -> GateOutcome:
+    """Return the gate's outcome, three-way: its one rule.
+
+    fail: a new side failed, erred beyond the base or changed a decision, or a gated row is
+    shown worse than the tolerance (the composite test or Holm, family-wise 5%); else the
+    settings' rule decides: by default pass when every gated row is shown within the
+    tolerance (its worse end inside it: two one-sided tests at 2.5%, intersection-union),
+    with no doubt, inconclusive for anything else (a failing base side, too few usable
+    rounds, a gated row not decided either way); --pass-unless-worse passes unless it fails
+    or has a doubt (unless_worse_doubts).
+    """
+    undecided = tuple(r for r in rows if r.gated and r.verdict == "inconclusive")
+    reasons = list(failures)
+    if test is not None:
+        reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
+                    for p, m in test.regressions]
+        if test.composite_worse and test.composite is not None:
+            reasons.append(f"the {test.rows} gated rows together are "
+                           f"{composite_text(test.composite)}, worse than the tolerance")
+    if reasons:
+        return GateOutcome("fail", tuple(reasons), EXIT_GATE, undecided)
+    doubts = list(doubts) + settings.rule.doubts(undecided, settings, look)
+    if doubts:
+        return GateOutcome("inconclusive", tuple(doubts), EXIT_INCONCLUSIVE, undecided)
+    return GateOutcome("pass", (), EXIT_OK, undecided)
+
+
+def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
+              doubts: Sequence[str] = ()) -> GateJudgement:
+    """Return the rows with the gate's words, its test, the look and the outcome: the whole
+    rule applied to the rows of the used rounds (none: too few rounds).
+    bench/gate_simulation.py applies it to synthetic rows through this same function."""
+    if not rows:
+        return GateJudgement((), None, None, gate_outcome([], None, failures, doubts, settings,
+                                                          None))
+    level, look = settings.alpha / 2, look_of(settings, rows[0].rounds)
+    test = gate_test(rows, settings, level)
+    judged = tuple(row_judged(r, settings, test.within_critical, test.holm_criticals[0],
+                              (r.pass_name, r.metric) in test.regressions) if r.gated else r
+                   for r in rows)
+    return GateJudgement(judged, test, look,
+                         gate_outcome(judged, test, failures, doubts, settings, look))
+
+
+def more_rounds(outcome: GateOutcome) -> Optional[int]:
+    """Return the rounds that would decide every undecided gated row, None past 1,000 or
+    when none is undecided."""
+    counts = [r.more_rounds for r in outcome.undecided if r.more_rounds is not None]
+    if not outcome.undecided or len(counts) < len(outcome.undecided):
+        return None
+    return max(counts)
+
+
+def undecided_text(row: Row, settings: GateSettings) -> str:
+    """Return why a gated row is undecided: how far its worse end reaches, and about how many
+    more rounds would decide it at the spread seen."""
+    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
+            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
+            f"spread seen")
+
+
+def composite_text(composite: Interval) -> str:
+    """Return the gated rows' mean change in words, as the rows say theirs."""
+    # the composite is a mean of worse-direction logs: its speedup is exp(-mean)
+    return change_text(math.exp(-composite.mean), math.exp(-composite.high),
+                       math.exp(-composite.low))
+
+
+def detectable_text(row: Row) -> str:
+    """Return what the row's test, as the gate applies it, finds 80% of the time."""
+    if row.detectable_pct is not None:
+        return f">= {row.detectable_pct:.0f}%"
+    # no spread finds any change; a look whose boundary cannot reject finds none
+    return "any change" if row.spread == 0 else "none yet"
