@@ -92,8 +92,8 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import (Any, Callable, cast, Dict, Iterable, Iterator, List, NamedTuple, NoReturn,
-                    Optional, Sequence, Tuple, TYPE_CHECKING, TypedDict, Union)
+from typing import (Any, Callable, cast, Dict, Iterable, Iterator, List, Literal, NamedTuple,
+                    NoReturn, Optional, Sequence, Tuple, TYPE_CHECKING, TypedDict, Union)
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     from typing_extensions import TypeGuard
@@ -164,7 +164,8 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 # ==================== src/router_latency/errors.py ====================
-# The one error type, RouterLatencyError, and the checks of values read from files.
+# The one error type, RouterLatencyError, the warning record a report carries (Notice), and
+# the checks of values read from files.
 
 class SignalInterrupt(KeyboardInterrupt):
     """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
@@ -185,6 +186,24 @@ class RouterLatencyError(ValueError):
     def __str__(self) -> str:
         message = super().__str__()
         return f"{message} ({self.where})" if self.where else message
+
+
+# the kinds of warning a report carries, each named where it is found:
+# result_cache: a result cache answered a side: the figures measure cache hits (cache_warnings)
+# floor: a p50 difference below the driver's own spread on loopback (floor_warnings)
+# inconclusive: a gated row undecided under --pass-unless-worse, which passes it (rounds_warnings)
+# order_effect: the side started second ran slower (rounds_warnings)
+# config_changed: a side's configuration changed between or within rounds (config_hash_findings)
+# same_config: both sides answered with one configuration (config_hash_findings)
+NoticeKind = Literal["result_cache", "floor", "inconclusive", "order_effect", "config_changed",
+                     "same_config"]
+
+
+class Notice(NamedTuple):
+    """A warning a report carries, as data: what it is about (its kind, which the command line
+    reads to decide what it says loudly) and the line every renderer prints."""
+    kind: NoticeKind
+    text: str  # the whole line, "warning: ..." (against trusting a gate at all: "WARNING: ...")
 
 
 def is_whole(value: Any, minimum: int = 0) -> TypeGuard[int]:
@@ -7163,7 +7182,7 @@ class DecisionChange(NamedTuple):
     pass_name: Optional[str] = None  # the first pass where it differs
 
 
-def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
+def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> List[Notice]:
     """Return a warning for each p50 difference smaller than the driver's floor spread.
 
     p50s: (title, base p50, new p50); the spread is the largest any of the runs measured.
@@ -7172,14 +7191,14 @@ def floor_warnings(p50s: Sequence[tuple], runs: Sequence[RunFile]) -> list:
     if not spreads:
         return []
     spread = max(spreads)
-    return [f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, less than the "
-            f"driver's own spread on loopback ({fmt_value(spread)} ms, p90 - p10): below what "
-            f"this driver resolves"
+    return [Notice("floor", f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, "
+                   f"less than the driver's own spread on loopback ({fmt_value(spread)} ms, "
+                   f"p90 - p10): below what this driver resolves")
             for title, base, new in p50s
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[tuple]) -> list:
+def cache_warnings(named_runs: Sequence[tuple]) -> List[Notice]:
     """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
     per side or file): what each saw, and a difference between the sides."""
     seen: dict = {}
@@ -7187,14 +7206,16 @@ def cache_warnings(named_runs: Sequence[tuple]) -> list:
         finding = run.cache_finding
         if finding["detected"]:
             seen.setdefault(name.split(" ")[0], []).append((name, finding))
-    warnings = [f"warning: {', '.join(n for n, _ in found)}: {cache_text(found[0][1])}; the "
-                f"figures measure cache hits, not the router's work: {CACHE_ADVICE}"
+    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
+                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
+                       f"router's work: {CACHE_ADVICE}")
                 for found in seen.values()]
     sides = sorted({name.split(" ")[0] for name, _ in named_runs})
     if seen and len(seen) < len(sides):
-        warnings.append(f"warning: a result cache answered {', '.join(sorted(seen))} but not "
-                        f"{', '.join(s for s in sides if s not in seen)}: the comparison "
-                        f"measures the cache, not the change")
+        warnings.append(Notice(
+            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
+            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
+            f"cache, not the change"))
     return warnings
 
 
@@ -7249,7 +7270,7 @@ class CompareReport(NamedTuple):
     corpus_sha256: Tuple[str, str]  # A's and B's
     corpus_count: int
     passes: Tuple[ComparePass, ...]  # ComparePass
-    warnings: Tuple[str, ...]  # below the driver's floor
+    warnings: Tuple[Notice, ...]  # a result cache that answered, a p50 below the driver's floor
     compared: int  # inputs measured on both sides
     changes: Tuple[DecisionChange, ...]  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
@@ -8064,7 +8085,7 @@ class RoundsReport(NamedTuple):
     test: Optional[GateTest]
     agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
     errors: Tuple[PassErrors, ...]  # PassErrors
-    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    warnings: Tuple[Notice, ...]  # what the reader must know before trusting the verdict
     notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
     environment: Tuple[EnvironmentRow, ...]  # one per round and side
     order: RoundOrder
@@ -8080,7 +8101,7 @@ class RoundsReport(NamedTuple):
     # side -> its x-vsr-config-hash values over the rounds
     config_hashes: Dict[str, Tuple[str, ...]] = {}
     # the same configuration on both sides, or one that changed
-    config_warnings: Tuple[str, ...] = ()
+    config_warnings: Tuple[Notice, ...] = ()
     outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
@@ -8120,12 +8141,13 @@ def config_hash_findings(runs: dict, base: str, new: str,
             raise RouterLatencyError(f"{message}: its configuration changed between or within "
                                      f"rounds; --allow-config-change judges it anyway",
                                      first_file[hashes[side][1]])
-        warnings.append(f"warning: {message}")
+        warnings.append(Notice("config_changed", f"warning: {message}"))
     same = [value for value in hashes[base] if value in hashes[new]]
     if same:
-        warnings.append(f"WARNING: base {base} and new {new} answered with the same "
-                        f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
-                        f"configuration with itself; check which configuration each side runs")
+        warnings.append(Notice(
+            "same_config", f"WARNING: base {base} and new {new} answered with the same "
+            f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
+            f"configuration with itself; check which configuration each side runs"))
     return hashes, tuple(warnings)
 
 
@@ -8619,7 +8641,7 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
                     test: Optional[GateTest], effect: Optional[OrderEffect],
-                    settings: GateSettings) -> list:
+                    settings: GateSettings) -> List[Notice]:
     """Return what the reader must know before trusting the verdict."""
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
@@ -8629,16 +8651,16 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
         if row.gated and row.verdict == "inconclusive":
             needed = "more than 1,000" if row.rounds_needed is None else \
                 f"about {row.rounds_needed}"
-            warnings.append(f"warning: {title} inconclusive: could only detect "
-                            f"{detectable_text(row)}; {needed} rounds would be needed for "
-                            f"{settings.target_pct:g}%")
+            warnings.append(Notice("inconclusive", f"warning: {title} inconclusive: could only "
+                                   f"detect {detectable_text(row)}; {needed} rounds would be "
+                                   f"needed for {settings.target_pct:g}%"))
     if effect is not None and effect.p_value < 0.05:
-        warnings.append(
-            f"warning: order effect: the side started second ran "
+        warnings.append(Notice(
+            "order_effect", f"warning: order effect: the side started second ran "
             f"{100 * math.expm1(effect.estimate):+.1f}% [{100 * math.expm1(effect.low):+.1f}%, "
             f"{100 * math.expm1(effect.high):+.1f}%] slower (crossover estimate on the gated "
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
-            f"order")
+            f"order"))
     return warnings
 
 
@@ -9179,7 +9201,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
     lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
         tag, values, client) for item in report.passes
         for tag, (client, values) in zip("AB", item.decompositions)]
-    lines += report.warnings
+    lines += [warning.text for warning in report.warnings]
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"
               + (f"; {report.unmeasured} inputs measured on one side only"
@@ -9237,7 +9259,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     capacity = format_capacity_rounds(report)
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
-    lines += report.warnings
+    lines += [warning.text for warning in report.warnings]
     slowdowns = format_slowdowns(report)
     lines += [""] + slowdowns if slowdowns else []
     breakdowns = format_breakdowns(report)
@@ -9512,10 +9534,11 @@ def format_outcomes(report: RoundsReport) -> list:
 def format_config_hashes(report: RoundsReport) -> list:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
-        return list(report.config_warnings)
+        return [warning.text for warning in report.config_warnings]
     shown = "; ".join(f"{side} {', '.join(h[:12] for h in hashes) or 'none recorded'}"
                       for side, hashes in report.config_hashes.items())
-    return [f"configuration (x-vsr-config-hash): {shown}"] + list(report.config_warnings)
+    return [f"configuration (x-vsr-config-hash): {shown}"] + [
+        warning.text for warning in report.config_warnings]
 
 
 def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
@@ -9980,7 +10003,8 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]
     details += format_capacity_rounds(report)
-    details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
+    details += format_agreement(report) + format_outcomes(report)
+    details += [warning.text for warning in report.warnings]
     details += format_slowdowns(report, markdown=True)
     details += format_breakdowns(report, markdown=True)
     if per_round and report.rows:
@@ -10070,7 +10094,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
-            "warnings": list(report.warnings), "notes": list(report.notes),
+            "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
             "environment": [row.to_json() for row in report.environment],
             "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
@@ -10083,7 +10107,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings),
+            "config_warnings": [w.text for w in report.config_warnings],
             "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
@@ -10137,7 +10161,7 @@ def compare_json(report: CompareReport) -> dict:
             "b": {"path": report.b_path, "label": report.b_label,
                   "corpus_sha256": report.corpus_sha256[1]},
             "corpus_count": report.corpus_count, "passes": passes,
-            "warnings": list(report.warnings),
+            "warnings": [w.text for w in report.warnings],
             "decisions": {"pass": "sequential", "compared": report.compared,
                           "agree": report.compared - len(report.changes),
                           "unmeasured": report.unmeasured,
@@ -10556,7 +10580,7 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
-    cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings
+    cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
                    for line in decisions_note(report) + cached)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
@@ -10632,7 +10656,7 @@ def page_details(report: RoundsReport) -> str:
                   table_html(inputs.header, inputs.rows, inputs.right),
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
-    lines = list(report.warnings) + format_order(report) + format_closing(report)
+    lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
     tables, empty = environment_tables(report)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
@@ -12677,6 +12701,12 @@ def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
     return tuple(costs)
 
 
+# the warnings rounds also says on stderr, whatever its --format and wherever that goes: those
+# that make the verdict itself doubtful (a configuration that changed or is the same on both
+# sides, a result cache that answered)
+LOUD_WARNINGS = frozenset({"config_changed", "same_config", "result_cache"})
+
+
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
@@ -12703,11 +12733,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
-    for warning in report.config_warnings:  # loud: also where --format json goes to a file
-        stderr_line(warning)
-    for warning in report.warnings:
-        if "a result cache answered" in warning:  # cache_warnings: as loud
-            stderr_line(warning)
+    for warning in report.config_warnings + report.warnings:
+        if warning.kind in LOUD_WARNINGS:  # also where --format json goes to a file
+            stderr_line(warning.text)
     for name, exporter in ROUNDS_FILES.items():
         if getattr(args, name):
             write_atomic(getattr(args, name), exporter.data(report))

@@ -1153,6 +1153,12 @@ def checked_costs(costs: Sequence[tuple], sides: Sequence[str]) -> tuple:
     return tuple(costs)
 
 
+# the warnings rounds also says on stderr, whatever its --format and wherever that goes: those
+# that make the verdict itself doubtful (a configuration that changed or is the same on both
+# sides, a result cache that answered)
+LOUD_WARNINGS = frozenset({"config_changed", "same_config", "result_cache"})
+
+
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
@@ -1179,11 +1185,9 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
-    for warning in report.config_warnings:  # loud: also where --format json goes to a file
-        stderr_line(warning)
-    for warning in report.warnings:
-        if "a result cache answered" in warning:  # cache_warnings: as loud
-            stderr_line(warning)
+    for warning in report.config_warnings + report.warnings:
+        if warning.kind in LOUD_WARNINGS:  # also where --format json goes to a file
+            stderr_line(warning.text)
     for name, exporter in ROUNDS_FILES.items():
         if getattr(args, name):
             write_atomic(getattr(args, name), exporter.data(report))

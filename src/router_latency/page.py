@@ -304,7 +304,7 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look[0]} of at most {report.look[1]}" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
-    cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings
+    cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
                    for line in decisions_note(report) + cached)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
@@ -380,7 +380,7 @@ def page_details(report: RoundsReport) -> str:
                   table_html(inputs.header, inputs.rows, inputs.right),
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
-    lines = list(report.warnings) + format_order(report) + format_closing(report)
+    lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
     tables, empty = environment_tables(report)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")

@@ -77,7 +77,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
-            "warnings": list(report.warnings), "notes": list(report.notes),
+            "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
             "environment": [row.to_json() for row in report.environment],
             "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
@@ -90,7 +90,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "look": None if report.look is None else {"rounds": report.look[0],
                                                       "max_rounds": report.look[1]},
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings),
+            "config_warnings": [w.text for w in report.config_warnings],
             "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
@@ -144,7 +144,7 @@ def compare_json(report: CompareReport) -> dict:
             "b": {"path": report.b_path, "label": report.b_label,
                   "corpus_sha256": report.corpus_sha256[1]},
             "corpus_count": report.corpus_count, "passes": passes,
-            "warnings": list(report.warnings),
+            "warnings": [w.text for w in report.warnings],
             "decisions": {"pass": "sequential", "compared": report.compared,
                           "agree": report.compared - len(report.changes),
                           "unmeasured": report.unmeasured,

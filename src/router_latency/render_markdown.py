@@ -55,7 +55,8 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if unsure and report.status == "pass" else ""))
     details = [line for line in head if not line.startswith("|")]
     details += format_capacity_rounds(report)
-    details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
+    details += format_agreement(report) + format_outcomes(report)
+    details += [warning.text for warning in report.warnings]
     details += format_slowdowns(report, markdown=True)
     details += format_breakdowns(report, markdown=True)
     if per_round and report.rows:

@@ -393,7 +393,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
     lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
         tag, values, client) for item in report.passes
         for tag, (client, values) in zip("AB", item.decompositions)]
-    lines += report.warnings
+    lines += [warning.text for warning in report.warnings]
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"
               + (f"; {report.unmeasured} inputs measured on one side only"
@@ -451,7 +451,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     capacity = format_capacity_rounds(report)
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
-    lines += report.warnings
+    lines += [warning.text for warning in report.warnings]
     slowdowns = format_slowdowns(report)
     lines += [""] + slowdowns if slowdowns else []
     breakdowns = format_breakdowns(report)
@@ -726,10 +726,11 @@ def format_outcomes(report: RoundsReport) -> list:
 def format_config_hashes(report: RoundsReport) -> list:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
-        return list(report.config_warnings)
+        return [warning.text for warning in report.config_warnings]
     shown = "; ".join(f"{side} {', '.join(h[:12] for h in hashes) or 'none recorded'}"
                       for side, hashes in report.config_hashes.items())
-    return [f"configuration (x-vsr-config-hash): {shown}"] + list(report.config_warnings)
+    return [f"configuration (x-vsr-config-hash): {shown}"] + [
+        warning.text for warning in report.config_warnings]
 
 
 def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
