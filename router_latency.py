@@ -10851,12 +10851,14 @@ def report_page(report: RoundsReport) -> str:
 
 
 # ==================== src/router_latency/formats.py ====================
-# The output formats of each command, one table per command: the command line takes its
-# --format choices, their help and the options of its files from these tables.
+# What each command prints and writes, one registry entry per command (COMMAND_OUTPUTS): the
+# command line takes its --format choices, their help, its file options and the dispatch from
+# there.
 
-# The output formats of each command, one table per command: the command line takes its
-# --format choices, their help and the options of its files from these tables and renders
-# through them, so that a format is added, or named, in one place (hyperfine's exporters).
+# What each command prints and writes, one entry per command side by side in COMMAND_OUTPUTS:
+# the command line takes its --format choices, their help, its file options and the
+# dispatch from there, so that a format or a file is added, or named, in one place
+# (hyperfine's exporters).
 
 class ReportFormat(NamedTuple):
     """One format a command prints its report in: what it is, for --help, and its renderer,
@@ -10867,9 +10869,18 @@ class ReportFormat(NamedTuple):
 
 class ReportFile(NamedTuple):
     """One file a command writes (its option is --NAME FILE, NAME its key in the command's
-    table): what it holds, for --help, and its renderer, which returns the file's bytes."""
+    files): what it holds, for --help, its renderer, which returns the file's bytes, and the
+    names that, asked for as a --format, are this file (the error then names its option)."""
     about: str
     data: Callable[..., bytes]
+    asked_as: Tuple[str, ...] = ()
+
+
+class CommandOutputs(NamedTuple):
+    """Everything one command prints (its --format choices, text the default) and writes
+    beside it (its file options)."""
+    formats: Dict[str, ReportFormat]
+    files: Dict[str, ReportFile]
 
 
 def formats_help(formats: Dict[str, ReportFormat]) -> str:
@@ -10891,54 +10902,52 @@ def compare_text(report: CompareReport, view: CompareView) -> list:
                                                             view.cost_per_hour)
 
 
-def json_lines(document: Any) -> list:
-    """Return a report's JSON document as the one block a command prints."""
-    return [json.dumps(document, indent=1, allow_nan=False)]
-
-
-COMPARE_FORMATS: Dict[str, ReportFormat] = {
-    "text": ReportFormat("aligned tables", compare_text),
-    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
-                             lambda report, view: format_compare_markdown(report)),
-    "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
-                         lambda report, view: json_lines(compare_json(report))),
-}
-
-
 class RoundsView(NamedTuple):
     """What rounds shows beside its report: each round's values, with --per-round."""
     per_round: bool = False
 
 
-ROUNDS_FORMATS: Dict[str, ReportFormat] = {
-    "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
-        report, per_round=view.per_round)),
-    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
-                             lambda report, view: format_rounds_markdown(
-                                 report, per_round=view.per_round)),
-    "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
-                         lambda report, view: json_lines(rounds_json(report))),
-}
-
-RECORD_FILES: Dict[str, ReportFile] = {
-    "json": ReportFile("the record's data file to write",
-                       lambda sections: dump_json(record_json(sections))),
-    "markdown": ReportFile("the record's document to write", lambda sections: (
-        "\n".join(format_record(sections)) + "\n").encode("utf-8")),
-}
-
-RUN_FILES: Dict[str, ReportFile] = {
-    "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, latency_ms, "
-                      "status, decision, error", lambda run: requests_csv(run.passes)),
-}
+def json_lines(document: Any) -> list:
+    """Return a report's JSON document as the one block a command prints."""
+    return [json.dumps(document, indent=1, allow_nan=False)]
 
 
-# the files rounds writes beside what it prints (their table is here, beside the page's)
-ROUNDS_FILES: Dict[str, ReportFile] = {
-    "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
-                        "decisions, ...", lambda report: junit_xml(report)),
-    "html": ReportFile("also write the report page: one HTML file with plots, no network "
-                       "needed", lambda report: report_page(report).encode("utf-8")),
+PULL_REQUEST = "the verdict, the table and the details for a pull request"
+
+COMMAND_OUTPUTS: Dict[str, CommandOutputs] = {
+    "compare": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", compare_text),
+        "markdown": ReportFormat(PULL_REQUEST,
+                                 lambda report, view: format_compare_markdown(report)),
+        "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
+                             lambda report, view: json_lines(compare_json(report))),
+    }, files={}),
+    "rounds": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
+            report, per_round=view.per_round)),
+        "markdown": ReportFormat(PULL_REQUEST, lambda report, view: format_rounds_markdown(
+            report, per_round=view.per_round)),
+        "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
+                             lambda report, view: json_lines(rounds_json(report))),
+    }, files={
+        "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
+                            "decisions, ...", lambda report: junit_xml(report),
+                            asked_as=("junit", "xml")),
+        "html": ReportFile("also write the report page: one HTML file with plots, no network "
+                           "needed", lambda report: report_page(report).encode("utf-8"),
+                           asked_as=("html",)),
+    }),
+    "record": CommandOutputs(formats={}, files={
+        "json": ReportFile("the record's data file to write",
+                           lambda sections: dump_json(record_json(sections))),
+        "markdown": ReportFile("the record's document to write", lambda sections: (
+            "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+    }),
+    "run": CommandOutputs(formats={}, files={
+        "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, "
+                          "latency_ms, status, decision, error",
+                          lambda run: requests_csv(run.passes), asked_as=("csv",)),
+    }),
 }
 
 
@@ -11923,14 +11932,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 # a --format asked for that is a file of its own: the command and the option that write it
-FORMAT_FILES = {**{name: ("rounds", f"--{name} FILE") for name in ROUNDS_FILES},
-                "xml": ("rounds", "--junit FILE"),
-                **{name: ("run", f"--{name} FILE") for name in RUN_FILES}}
+FORMAT_FILES = {asked: (command, f"--{name} FILE")
+                for command, outputs in COMMAND_OUTPUTS.items()
+                for name, exporter in outputs.files.items() for asked in exporter.asked_as}
 
 
-def add_file_options(p: Any, files: Dict[str, ReportFile], *, required: bool = False) -> None:
-    """Add the --NAME FILE option of each file a command writes, from its table."""
-    for name, exporter in files.items():
+def add_format_option(p: Any, command: str, more_help: str = "") -> None:
+    """Add the command's --format option: its choices and their help from its registry entry,
+    text the default."""
+    formats = COMMAND_OUTPUTS[command].formats
+    p.add_argument("--format", choices=tuple(formats), default="text",
+                   help=formats_help(formats) + more_help)
+
+
+def add_file_options(p: Any, command: str, *, required: bool = False) -> None:
+    """Add the --NAME FILE option of each file the command writes, from its registry entry."""
+    for name, exporter in COMMAND_OUTPUTS[command].files.items():
         p.add_argument(f"--{name}", required=required,
                        **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
@@ -12022,7 +12039,7 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("-o", "--out", required=True, help="run file to write")
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
-    add_file_options(output, RUN_FILES)
+    add_file_options(output, "run")
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -12182,8 +12199,7 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="text",
-                   help=formats_help(COMPARE_FORMATS))
+    add_format_option(p, "compare")
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -12249,12 +12265,11 @@ def add_rounds_parser(commands: Any) -> None:
                    help="gate: a decision that differs between the sides fails; report: "
                         "agreement is reported in full and the latency rows alone decide the "
                         "exit code (two configurations whose decisions differ on purpose)")
-    p.add_argument("--format", choices=tuple(ROUNDS_FORMATS), default="text",
-                   help=formats_help(ROUNDS_FORMATS) + "; with GITHUB_STEP_SUMMARY set, the "
-                                                       "Markdown is also appended there")
+    add_format_option(p, "rounds", "; with GITHUB_STEP_SUMMARY set, the Markdown is also "
+                                   "appended there")
     p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
                                     "the inputs that got slower")
-    add_file_options(p, ROUNDS_FILES)
+    add_file_options(p, "rounds")
     p.set_defaults(func=cmd_rounds)
 
 
@@ -12337,7 +12352,7 @@ def add_record_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     add_ladder_options(p)
-    add_file_options(p, RECORD_FILES, required=True)
+    add_file_options(p, "record", required=True)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=cmd_record)
 
@@ -12532,7 +12547,8 @@ class SignalRelay:
 
 def run_outputs(args: argparse.Namespace) -> list:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
-    return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
+    return [(f"--{name}", getattr(args, name)) for name in COMMAND_OUTPUTS["run"].files
+            if getattr(args, name)]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -12589,7 +12605,7 @@ def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
         return f"{exc}; {rescue_copy(dump_run(run), args.out)}"
     for option, path in run_outputs(args):
         try:
-            write_atomic(path, RUN_FILES[option[2:]].data(run))
+            write_atomic(path, COMMAND_OUTPUTS["run"].files[option[2:]].data(run))
         except RouterLatencyError as exc:
             return f"{exc}; the run file {args.out} was written"
     return None
@@ -12674,7 +12690,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           fail_on_decision_change=args.fail_on_decision_change)
     view = CompareView((a, b), args.slo_p95_ms,
                        checked_costs(args.cost_per_hour, (a.label, b.label)))
-    emit(COMPARE_FORMATS[args.format].lines(report, view))
+    emit(COMMAND_OUTPUTS["compare"].formats[args.format].lines(report, view))
     return report.exit_code
 
 
@@ -12710,7 +12726,8 @@ LOUD_WARNINGS = frozenset({"config_changed", "same_config", "result_cache"})
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
-    outputs = [(f"--{name}", getattr(args, name)) for name in ROUNDS_FILES]
+    rounds_outputs = COMMAND_OUTPUTS["rounds"]
+    outputs = [(f"--{name}", getattr(args, name)) for name in rounds_outputs.files]
     for _, path in outputs:
         if path:
             check_writable_target(path, force=True)
@@ -12736,21 +12753,22 @@ def cmd_rounds(args: argparse.Namespace) -> int:
     for warning in report.config_warnings + report.warnings:
         if warning.kind in LOUD_WARNINGS:  # also where --format json goes to a file
             stderr_line(warning.text)
-    for name, exporter in ROUNDS_FILES.items():
+    for name, exporter in rounds_outputs.files.items():
         if getattr(args, name):
             write_atomic(getattr(args, name), exporter.data(report))
     view = RoundsView(per_round=args.per_round)
     if not args.plan:
-        append_step_summary(lambda: ROUNDS_FORMATS["markdown"].lines(report, view))
+        append_step_summary(lambda: rounds_outputs.formats["markdown"].lines(report, view))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
-    emit(ROUNDS_FORMATS[args.format].lines(report, view))
+    emit(rounds_outputs.formats[args.format].lines(report, view))
     return report.exit_code
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    outputs = [(f"--{name}", getattr(args, name)) for name in RECORD_FILES]
+    files = COMMAND_OUTPUTS["record"].files
+    outputs = [(f"--{name}", getattr(args, name)) for name in files]
     for _, path in outputs:
         check_writable_target(path, args.force)
     names = [name for name, *_ in args.section]
@@ -12769,7 +12787,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
                          outputs)
-    for (_, path), exporter in zip(outputs, RECORD_FILES.values()):
+    for (_, path), exporter in zip(outputs, files.values()):
         write_atomic(path, exporter.data(sections))
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])
