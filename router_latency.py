@@ -10036,21 +10036,17 @@ COMPARE_SCHEMA = "router-latency/compare/1"
 
 
 def breakdowns_json(report: RoundsReport) -> list:
-    """Return where each pass's time went as JSON."""
+    """Return where each pass's time went as JSON: its parts' rows as those of the table."""
     return [{"pass": b.pass_name, "sentence": b.sentence,
              "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
              "base": dict(b.base), "new": dict(b.new),
-             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
-                       "new_median": r.new_median, "diff": r.diff._asdict(),
-                       "speedup": r.speedup, "speedup_low": r.speedup_low,
-                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
-                       "verdict": r.verdict, "base_values": list(r.base_values),
-                       "new_values": list(r.new_values)} for r in b.rows]}
+             "rows": [row_json(r) for r in b.rows]}
             for b in report.breakdowns]
 
 
 def row_json(row: Row) -> dict:
-    """Return a row of the rounds table as JSON: its figures at full precision."""
+    """Return a row as JSON, the one shape of a judged row wherever it stands (the rounds
+    table, a pass's parts): its figures at full precision."""
     return {"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
             "base_median": row.base_median, "new_median": row.new_median,
             "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
