@@ -8855,6 +8855,28 @@ def pass_cell(row: Row, rows: Sequence[Row]) -> str:
     return pass_title(row.pass_name) if first else ""
 
 
+class Table(NamedTuple):
+    """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
+    caption: str  # Markdown's bold line above it; text leaves a blank line
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
+
+
+# a report's body as data: lines of text, and tables; text_lines() renders it as text, the
+# Markdown renderer (markdown_blocks) as list items and tables
+Block = Union[str, Table]
+
+
+def text_lines(blocks: Sequence[Block]) -> list:
+    """Return blocks as text: each line as it is, each table aligned."""
+    lines: list = []
+    for block in blocks:
+        lines += [block] if isinstance(block, str) else render_table(
+            block.header, block.rows, right=block.right)
+    return lines
+
+
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
                  markdown: bool = False, right: Sequence[bool] = ()) -> list:
     """Return the lines of an aligned text table, or a Markdown table."""
@@ -9171,8 +9193,24 @@ def compare_rows(report: CompareReport) -> list:
     return rows
 
 
-def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
-    """Return the lines of the side-by-side comparison of two runs."""
+class TabledReport(NamedTuple):
+    """A report around its main table, as data: the lines above the table, the table, the
+    lines below it; text keeps that order, Markdown puts the table first."""
+    above: List[str]
+    table: Optional[Table]  # None: nothing to tabulate
+    below: List[str]
+
+
+def format_compare(report: CompareReport) -> list:
+    """Return the lines of the side-by-side comparison of two runs, its verdict last."""
+    above, table, below = compare_parts(report)
+    return above + [""] + text_lines([table] if table else []) + below \
+        + [compare_verdict_line(report)]
+
+
+def compare_parts(report: CompareReport) -> TabledReport:
+    """Return the comparison of two runs around its table: which runs, then the table, then
+    errors, slow phases, where the time goes, warnings and the decisions."""
     lines = [f"A: {report.a_path} ({report.a_label or 'no label'})",
              f"B: {report.b_path} ({report.b_label or 'no label'})"]
     sha_a, sha_b = report.corpus_sha256
@@ -9184,10 +9222,15 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
         lines.append("config (x-vsr-config-hash): " + ", ".join(
             f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
             for tag, hashes in zip("AB", report.config_hashes)))
-    lines.append("")
-    rows = compare_rows(report)
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "change, + slower"], rows,
-                          markdown=markdown, right=[False, False])
+    table = Table("", ["pass", "metric", "A", "B", "B - A", "change, + slower"],
+                  compare_rows(report), [False, False, True, True, True, True])
+    return TabledReport(lines, table, compare_details(report))
+
+
+def compare_details(report: CompareReport) -> list:
+    """Return what a comparison says below its table: errors, slow phases, where the time
+    goes, warnings, and the decisions that differ."""
+    lines = []
     for item in report.passes:
         failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
                   if counts[0]]
@@ -9216,8 +9259,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    # the Markdown starts with its verdict (format_compare_markdown); the text ends with it
-    return lines if markdown else lines + [compare_verdict_line(report)]
+    return lines
 
 
 def compare_verdict_line(report: CompareReport) -> str:
@@ -9255,16 +9297,16 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the lines of the rounds report as text."""
     lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
-        lines += [""] + format_per_round(report)
+        lines += [""] + text_lines([per_round_table(report)])
     capacity = format_capacity_rounds(report)
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += [warning.text for warning in report.warnings]
-    slowdowns = format_slowdowns(report)
+    slowdowns = text_lines(slowdown_blocks(report))
     lines += [""] + slowdowns if slowdowns else []
-    breakdowns = format_breakdowns(report)
+    breakdowns = text_lines(breakdown_blocks(report))
     lines += [""] + breakdowns if breakdowns else []
-    lines += [""] + format_environment(report) + [""]
+    lines += [""] + text_lines(environment_blocks(report)) + [""]
     lines += format_order(report) + format_closing(report) + undecided_line(report)
     lines.append(verdict_line(report))
     return lines
@@ -9281,8 +9323,17 @@ def format_closing(report: RoundsReport) -> list:
     return lines
 
 
-def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
+def format_rounds_table(report: RoundsReport) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
+    above, table, below = rounds_table_parts(report)
+    if table is None:
+        return above
+    return above + [""] + text_lines([table]) + ([""] + below if below else [])
+
+
+def rounds_table_parts(report: RoundsReport) -> TabledReport:
+    """Return the rounds report's table of rows: above it the rounds used and how to read
+    it, below it the gated rows' test together; no table without rows."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
     lines = [f"rule: {gate_rule(settings)}"] if settings.pass_unless_worse else []
     lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
@@ -9290,7 +9341,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
               f"({report.corpus_count} prompts)"]
     test = report.test
     if not report.rows or test is None:  # the gate tests wherever there are rows
-        return lines
+        return TabledReport(lines, None, [])
     lines += [
         f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
         f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
@@ -9303,7 +9354,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
         f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
         f"tolerance (one-sided {100 * test.level:.3g}%)"
-        + (", boundaries of this look" if settings.sequential_max else ""), ""]
+        + (", boundaries of this look" if settings.sequential_max else "")]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
@@ -9313,32 +9364,33 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
                       detectable_text(row), row.verdict])
-    lines += render_table(
-        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-         "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
-        right=[False, False, True, True, True, True, True, True, False])
+    below = []
     if test.composite is not None:
         together = "any change" if test.composite_detectable_pct is None \
             else f">= {test.composite_detectable_pct:.0f}%"
-        lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
-                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
-                      f"detects {together}"]
-    return lines
+        below = [f"gated rows together: {composite_text(test.composite)} per round, "
+                 f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                 f"detects {together}"]
+    return TabledReport(lines, Table(
+        "", ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
+             "change [95% CI]", "slower in", "detects", "verdict"], table,
+        [False, False, True, True, True, True, True, True, False]), below)
 
 
-def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return where each pass's time went: the sentence, the parts' rows (advisory unless
-    gated), and the decomposition beside the client's latency."""
+def breakdown_blocks(report: RoundsReport) -> List[Block]:
+    """Return where each pass's time went: the sentence, the table of the parts' rows
+    (advisory unless gated), and the decomposition beside the client's latency."""
     if not report.breakdowns:
         return []
     base, new = report.base, report.new
-    lines = [f"where the time goes: each signal's time as the answers report it, the router's "
-             f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
-             f"latency outside the signals; rows as above, advisory unless --gate names them "
-             f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
-             f"the mean outside the signals; each side's last line subtracts medians over "
-             f"rounds (client mean less the signals'), where the outside row is the median of "
-             f"each round's own difference, so the two may differ a little"]
+    lines: List[Block] = [
+        f"where the time goes: each signal's time as the answers report it, the router's "
+        f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
+        f"latency outside the signals; rows as above, advisory unless --gate names them "
+        f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
+        f"the mean outside the signals; each side's last line subtracts medians over "
+        f"rounds (client mean less the signals'), where the outside row is the median of "
+        f"each round's own difference, so the two may differ a little"]
     for breakdown in report.breakdowns:
         lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
         table = [[part_title(row.metric) + ("*" if row.gated else ""),
@@ -9346,10 +9398,9 @@ def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
                   f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                   f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
                  for row in breakdown.rows]
-        lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                               "change [95% CI]", "verdict"], table,
-                              markdown=markdown,
-                              right=[False, True, True, True, True, False])
+        lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                                "change [95% CI]", "verdict"], table,
+                           [False, True, True, True, True, False]))
         lines += [decomposition_text(side, dict(parts), client)
                   for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
                                               (new, breakdown.new, breakdown.client[1]))]
@@ -9483,13 +9534,13 @@ def missing_ladder_rows(report: RoundsReport) -> list:
     return notes
 
 
-def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return each round's base / new values of every row."""
+def per_round_table(report: RoundsReport) -> Table:
+    """Return the table of each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
     per = [[pass_cell(r, report.rows), metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
-    return render_table(header, per, markdown=markdown, right=[False, False])
+    return Table("", header, per, [False, False] + [True] * len(report.used))
 
 
 def format_agreement(report: RoundsReport) -> list:
@@ -9541,17 +9592,16 @@ def format_config_hashes(report: RoundsReport) -> list:
         warning.text for warning in report.config_warnings]
 
 
-def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the lines of the per-round environment tables, each its own block, and which
-    columns no run recorded."""
+def environment_blocks(report: RoundsReport) -> List[Block]:
+    """Return the per-round environment tables, a blank line apart, and which columns no run
+    recorded."""
     tables, empty = environment_tables(report)
-    lines: list = []
+    blocks: List[Block] = []
     for table in tables:
-        lines += ([""] if lines else []) + render_table(table.header, table.rows,
-                                                         markdown=markdown, right=table.right)
+        blocks += ([""] if blocks else []) + [table]
     if empty:
-        lines += ["", f"not recorded in any run: {', '.join(empty)}"]
-    return lines
+        blocks += ["", f"not recorded in any run: {', '.join(empty)}"]
+    return blocks
 
 
 def environment_tables(report: RoundsReport) -> tuple:
@@ -9855,13 +9905,6 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
-class Table(NamedTuple):
-    caption: str
-    header: List[str]
-    rows: List[List[str]]
-    right: List[bool]  # right-aligned columns
-
-
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                     limit: int) -> Optional[tuple]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
@@ -9907,19 +9950,16 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
     return intro, inputs, more, groups
 
 
-def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
+def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
+                    limit: int = 10) -> List[Block]:
     """Return the inputs with the largest slowdown, then the slowdown per decision and per
-    prompt-length bucket."""
-    tables = slowdown_tables(report, md_text if markdown else str, limit)
+    prompt-length bucket, each table a blank line below what stands above it; cell:
+    slowdown_tables'."""
+    tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
     intro, inputs, more, groups = tables
-    lines = [intro]
-    for table in (inputs, groups):
-        lines += [f"**{table.caption}**" if markdown else ""]
-        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
-        lines += [more] if more and table is inputs else []
-    return lines
+    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
@@ -9964,25 +10004,36 @@ def md_code(text: str) -> str:
 # ==================== src/router_latency/render_markdown.py ====================
 # Markdown: the verdict in bold, the table, then the details, for a pull request.
 
-def markdown_blocks(lines: Sequence[str]) -> list:
-    """Return text lines as Markdown: table lines kept (tables a blank line apart stay apart),
-    a line starting with ** kept as a caption, every other line a list item (an indented line
-    nested), blocks apart."""
+def markdown_table(table: Optional[Table]) -> list:
+    """Return a table as Markdown; no lines for no table."""
+    return [] if table is None else render_table(table.header, table.rows, markdown=True,
+                                                 right=table.right)
+
+
+def markdown_blocks(blocks: Sequence[Block]) -> list:
+    """Return a report's details as Markdown: each table a Markdown table (its caption, if
+    any, in bold above it), a line starting with ** kept as a caption, every other line a
+    list item (an indented line nested), blocks apart; blank lines leave nothing."""
     out: list = []
-    previous, apart = None, False
-    for line in lines:
-        if not line.strip():
-            apart = True  # two tables a blank line apart stay two tables
+    previous = None
+    for block in blocks:
+        parts: List[Tuple[str, List[str]]]  # (kind, its lines)
+        if isinstance(block, Table):
+            parts = [("caption", [f"**{block.caption}**"])] if block.caption else []
+            parts.append(("table", markdown_table(block)))
+        elif not block.strip():
             continue
-        kind = "table" if line.startswith("|") else "caption" if line.startswith("**") \
-            else "list"
-        if previous is not None and (kind != previous or kind == "caption"
-                                     or (kind == "table" and apart)):
-            out.append("")
-        apart = False
-        out.append(("  - " if line.startswith("  ") else "- ") + md_text(line.strip())
-                   if kind == "list" else line)
-        previous = kind
+        elif block.startswith("**"):
+            parts = [("caption", [block])]
+        else:
+            parts = [("list", [("  - " if block.startswith("  ") else "- ")
+                               + md_text(block.strip())])]
+        for kind, lines in parts:
+            # a caption, and each table, stands apart; list items run on
+            if previous is not None and (kind != previous or kind != "list"):
+                out.append("")
+            out += lines
+            previous = kind
     return out
 
 
@@ -9994,37 +10045,34 @@ def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
 
 def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
     what = ((f"{gate_rule(report.settings)}; " if report.settings.pass_unless_worse else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look[0]} of at most {report.look[1]})" if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details = [line for line in head if not line.startswith("|")]
-    details += format_capacity_rounds(report)
+    details: list = above + below + format_capacity_rounds(report)
     details += format_agreement(report) + format_outcomes(report)
     details += [warning.text for warning in report.warnings]
-    details += format_slowdowns(report, markdown=True)
-    details += format_breakdowns(report, markdown=True)
+    details += slowdown_blocks(report, md_text)
+    details += breakdown_blocks(report)
     if per_round and report.rows:
-        details += ["**Each round**"] + format_per_round(report, markdown=True)
-    details += ["**Environment**"] + format_environment(report, markdown=True)
+        details += ["**Each round**", per_round_table(report)]
+    details += ["**Environment**"] + environment_blocks(report)
     details += format_order(report) + format_closing(report) + undecided_line(report)
-    table = [line for line in head if line.startswith("|")]
     note = decisions_note(report)
     return ([f"**{md_text(note[0])}**", ""] if note else []) \
         + (markdown_verdict(report.status, report.reasons, what) + [""]
-            + (table + [""] if table else []) + markdown_blocks(details))
+            + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 
 def format_compare_markdown(report: CompareReport) -> list:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
-    lines = format_compare(report, markdown=True)
+    above, table, below = compare_parts(report)
     what = f"{report.b_label or 'B'} against {report.a_label or 'A'}, {compare_caveat(report)}"
     return (markdown_verdict(report.status, report.reasons, what) + [""]
-            + [line for line in lines if line.startswith("|")] + [""]
-            + markdown_blocks([line for line in lines if not line.startswith("|")]))
+            + markdown_table(table) + [""] + markdown_blocks(above + below))
 
 
 # ==================== src/router_latency/render_json.py ====================
@@ -10558,15 +10606,6 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(lines + ["</table>"])
 
 
-def markdown_table_html(lines: Sequence[str]) -> str:
-    """Return the HTML table of a table that render_table wrote as Markdown."""
-    table = [line.strip() for line in lines if line.startswith("|")]
-    if len(table) < 2:
-        return ""
-    rows = [[c.strip() for c in line[1:-1].split(" | ")] for line in table]
-    return table_html(rows[0], rows[2:], [c.endswith(":") for c in table[1].strip("|").split("|")])
-
-
 def page_verdict(report: RoundsReport) -> str:
     """Return the page's banner: the verdict at a glance, and its reasons."""
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
@@ -10586,16 +10625,17 @@ def page_verdict(report: RoundsReport) -> str:
 
 def page_rows(report: RoundsReport) -> str:
     """Return the forest plot of every gated row, then the table of all rows."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in head if line and line[0] != "|")
+    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
-            f"<h2>All rows</h2>{markdown_table_html(head)}"
+            f"<h2>All rows</h2>"
+            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
             f'<ul class="note">{notes}</ul>')
 
 

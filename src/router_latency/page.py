@@ -15,7 +15,7 @@ from .compare import worse_sign
 from .rounds import part_title, PassBreakdown, RoundsReport, Row
 from .render_text import (decisions_note, decomposition_text, environment_tables,
                           format_capacity_rounds, format_closing, format_order,
-                          format_rounds_table, row_change_text, slowdown_tables)
+                          row_change_text, rounds_table_parts, slowdown_tables)
 from .render_junit import xml_safe
 
 __all__ = ["report_page"]
@@ -286,15 +286,6 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(lines + ["</table>"])
 
 
-def markdown_table_html(lines: Sequence[str]) -> str:
-    """Return the HTML table of a table that render_table wrote as Markdown."""
-    table = [line.strip() for line in lines if line.startswith("|")]
-    if len(table) < 2:
-        return ""
-    rows = [[c.strip() for c in line[1:-1].split(" | ")] for line in table]
-    return table_html(rows[0], rows[2:], [c.endswith(":") for c in table[1].strip("|").split("|")])
-
-
 def page_verdict(report: RoundsReport) -> str:
     """Return the page's banner: the verdict at a glance, and its reasons."""
     unsure = sum(r.gated and r.verdict == "inconclusive" for r in report.rows)
@@ -314,16 +305,17 @@ def page_verdict(report: RoundsReport) -> str:
 
 def page_rows(report: RoundsReport) -> str:
     """Return the forest plot of every gated row, then the table of all rows."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in head if line and line[0] != "|")
+    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
-            f"<h2>All rows</h2>{markdown_table_html(head)}"
+            f"<h2>All rows</h2>"
+            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
             f'<ul class="note">{notes}</ul>')
 
 
