@@ -93,8 +93,8 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import (Any, Callable, cast, Dict, Iterable, Iterator, List, NamedTuple, NoReturn,
-                    Optional, Sequence, Tuple, TYPE_CHECKING, TypedDict, Union)
+from typing import (Any, Callable, cast, Dict, Iterable, Iterator, List, Literal, NamedTuple,
+                    NoReturn, Optional, Sequence, Tuple, TYPE_CHECKING, TypedDict, Union)
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     from typing_extensions import TypeGuard
@@ -165,7 +165,8 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 
 # ==================== src/router_latency/errors.py ====================
-# The one error type, RouterLatencyError, and the checks of values read from files.
+# The one error type, RouterLatencyError, the warning record a report carries (Notice), and
+# the checks of values read from files.
 
 class SignalInterrupt(KeyboardInterrupt):
     """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
@@ -186,6 +187,24 @@ class RouterLatencyError(ValueError):
     def __str__(self) -> str:
         message = super().__str__()
         return f"{message} ({self.where})" if self.where else message
+
+
+# the kinds of warning a report carries, each named where it is found:
+# result_cache: a result cache answered a side: the figures measure cache hits (cache_warnings)
+# floor: a p50 difference below the driver's own spread on loopback (floor_warnings)
+# inconclusive: a gated row undecided under --pass-unless-worse, which passes it (rounds_warnings)
+# order_effect: the side started second ran slower (rounds_warnings)
+# config_changed: a side's configuration changed between or within rounds (config_hash_findings)
+# same_config: both sides answered with one configuration (config_hash_findings)
+NoticeKind = Literal["result_cache", "floor", "inconclusive", "order_effect", "config_changed",
+                     "same_config"]
+
+
+class Notice(NamedTuple):
+    """A warning a report carries, as data: what it is about (its kind, which the command line
+    reads to decide what it says loudly) and the line every renderer prints."""
+    kind: NoticeKind
+    text: str  # the whole line, "warning: ..." (against trusting a gate at all: "WARNING: ...")
 
 
 def is_whole(value: Any, minimum: int = 0) -> TypeGuard[int]:
@@ -7187,7 +7206,7 @@ class DecisionChange(NamedTuple):
 
 
 def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
-                   runs: Sequence[RunFile]) -> List[str]:
+                   runs: Sequence[RunFile]) -> List[Notice]:
     """Return a warning for each p50 difference smaller than the driver's floor spread.
 
     p50s: (title, base p50, new p50); the spread is the largest any of the runs measured.
@@ -7196,14 +7215,14 @@ def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
     if not spreads:
         return []
     spread = max(spreads)
-    return [f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, less than the "
-            f"driver's own spread on loopback ({fmt_value(spread)} ms, p90 - p10): below what "
-            f"this driver resolves"
+    return [Notice("floor", f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, "
+                   f"less than the driver's own spread on loopback ({fmt_value(spread)} ms, "
+                   f"p90 - p10): below what this driver resolves")
             for title, base, new in p50s
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[str]:
+def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[Notice]:
     """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
     per side or file): what each saw, and a difference between the sides."""
     seen: dict = {}
@@ -7211,14 +7230,16 @@ def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[str]:
         finding = run.cache_finding
         if finding["detected"]:
             seen.setdefault(name.split(" ")[0], []).append((name, finding))
-    warnings = [f"warning: {', '.join(n for n, _ in found)}: {cache_text(found[0][1])}; the "
-                f"figures measure cache hits, not the router's work: {CACHE_ADVICE}"
+    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
+                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
+                       f"router's work: {CACHE_ADVICE}")
                 for found in seen.values()]
     sides = sorted({name.split(" ")[0] for name, _ in named_runs})
     if seen and len(seen) < len(sides):
-        warnings.append(f"warning: a result cache answered {', '.join(sorted(seen))} but not "
-                        f"{', '.join(s for s in sides if s not in seen)}: the comparison "
-                        f"measures the cache, not the change")
+        warnings.append(Notice(
+            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
+            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
+            f"cache, not the change"))
     return warnings
 
 
@@ -7276,7 +7297,7 @@ class CompareReport(NamedTuple):
     corpus_sha256: Tuple[str, str]  # A's and B's
     corpus_count: int
     passes: Tuple[ComparePass, ...]  # ComparePass
-    warnings: Tuple[str, ...]  # below the driver's floor
+    warnings: Tuple[Notice, ...]  # a result cache that answered, a p50 below the driver's floor
     compared: int  # inputs measured on both sides
     changes: Tuple[DecisionChange, ...]  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only
@@ -7621,7 +7642,7 @@ class GateRule(NamedTuple):
     # the doubts the undecided gated rows raise at this look: any makes it inconclusive
     doubts: Callable[[Sequence[Row], GateSettings, Optional[Look]], List[str]]
     # what the reader must know of the undecided gated rows that no doubt names
-    warnings: Callable[[Sequence[Row], GateSettings], List[str]]
+    warnings: Callable[[Sequence[Row], GateSettings], List[Notice]]
 
 
 def row_of(name: str, metric: str, base_values: list, new_values: list,
@@ -7812,20 +7833,21 @@ def unless_worse_doubts(undecided: Sequence[Row], settings: GateSettings,
     return doubts
 
 
-def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[str]:
+def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[Notice]:
     """Return a warning per undecided gated row that --pass-unless-worse passed: what it could
     detect, and the rounds the --max-mde change would need."""
     warnings = []
     for row in undecided:
         needed = "more than 1,000" if row.rounds_needed is None else \
             f"about {row.rounds_needed}"
-        warnings.append(f"warning: {pass_title(row.pass_name)} {metric_title(row.metric)} "
-                        f"inconclusive: could only detect {detectable_text(row)}; {needed} "
-                        f"rounds would be needed for {settings.target_pct:g}%")
+        warnings.append(Notice("inconclusive", f"warning: {pass_title(row.pass_name)} "
+                               f"{metric_title(row.metric)} inconclusive: could only detect "
+                               f"{detectable_text(row)}; {needed} rounds would be needed for "
+                               f"{settings.target_pct:g}%"))
     return warnings
 
 
-def no_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[str]:
+def no_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[Notice]:
     """Return no warning: the default rule's reasons name every undecided gated row."""
     return []
 
@@ -8323,7 +8345,7 @@ class RoundsReport(NamedTuple):
     test: Optional[GateTest]
     agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
     errors: Tuple[PassErrors, ...]  # PassErrors
-    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    warnings: Tuple[Notice, ...]  # what the reader must know before trusting the verdict
     notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
     environment: Tuple[EnvironmentRow, ...]  # one per round and side
     order: RoundOrder
@@ -8337,7 +8359,7 @@ class RoundsReport(NamedTuple):
     # side -> its x-vsr-config-hash values over the rounds
     config_hashes: Dict[str, Tuple[str, ...]] = {}
     # the same configuration on both sides, or one that changed
-    config_warnings: Tuple[str, ...] = ()
+    config_warnings: Tuple[Notice, ...] = ()
     outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
@@ -8392,12 +8414,13 @@ def config_hash_findings(runs: dict, base: str, new: str,
             raise RouterLatencyError(f"{message}: its configuration changed between or within "
                                      f"rounds; --allow-config-change judges it anyway",
                                      first_file[hashes[side][1]])
-        warnings.append(f"warning: {message}")
+        warnings.append(Notice("config_changed", f"warning: {message}"))
     same = [value for value in hashes[base] if value in hashes[new]]
     if same:
-        warnings.append(f"WARNING: base {base} and new {new} answered with the same "
-                        f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
-                        f"configuration with itself; check which configuration each side runs")
+        warnings.append(Notice(
+            "same_config", f"WARNING: base {base} and new {new} answered with the same "
+            f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
+            f"configuration with itself; check which configuration each side runs"))
     return hashes, tuple(warnings)
 
 
@@ -8794,19 +8817,19 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
                     outcome: GateOutcome, effect: Optional[OrderEffect],
-                    settings: GateSettings) -> list:
+                    settings: GateSettings) -> List[Notice]:
     """Return what the reader must know before trusting the verdict."""
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
     warnings += settings.rule.warnings(outcome.undecided, settings)
     if effect is not None and effect.p_value < 0.05:
-        warnings.append(
-            f"warning: order effect: the side started second ran "
+        warnings.append(Notice(
+            "order_effect", f"warning: order effect: the side started second ran "
             f"{100 * math.expm1(effect.estimate):+.1f}% [{100 * math.expm1(effect.low):+.1f}%, "
             f"{100 * math.expm1(effect.high):+.1f}%] slower (crossover estimate on the gated "
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
-            f"order")
+            f"order"))
     return warnings
 
 
@@ -9003,6 +9026,28 @@ def pass_cell(row: Row, rows: Sequence[Row]) -> str:
     first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
         r for r in rows if r.pass_name == LADDER_PASS) is row)
     return pass_title(row.pass_name) if first else ""
+
+
+class Table(NamedTuple):
+    """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
+    caption: str  # Markdown's bold line above it; text leaves a blank line
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
+
+
+# a report's body as data: lines of text, and tables; text_lines() renders it as text, the
+# Markdown renderer (markdown_blocks) as list items and tables
+Block = Union[str, Table]
+
+
+def text_lines(blocks: Sequence[Block]) -> list:
+    """Return blocks as text: each line as it is, each table aligned."""
+    lines: list = []
+    for block in blocks:
+        lines += [block] if isinstance(block, str) else render_table(
+            block.header, block.rows, right=block.right)
+    return lines
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -9321,8 +9366,24 @@ def compare_rows(report: CompareReport) -> list:
     return rows
 
 
-def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
-    """Return the lines of the side-by-side comparison of two runs."""
+class TabledReport(NamedTuple):
+    """A report around its main table, as data: the lines above the table, the table, the
+    lines below it; text keeps that order, Markdown puts the table first."""
+    above: List[str]
+    table: Optional[Table]  # None: nothing to tabulate
+    below: List[str]
+
+
+def format_compare(report: CompareReport) -> list:
+    """Return the lines of the side-by-side comparison of two runs, its verdict last."""
+    above, table, below = compare_parts(report)
+    return above + [""] + text_lines([table] if table else []) + below \
+        + [compare_verdict_line(report)]
+
+
+def compare_parts(report: CompareReport) -> TabledReport:
+    """Return the comparison of two runs around its table: which runs, then the table, then
+    errors, slow phases, where the time goes, warnings and the decisions."""
     lines = [f"A: {report.a_path} ({report.a_label or 'no label'})",
              f"B: {report.b_path} ({report.b_label or 'no label'})"]
     sha_a, sha_b = report.corpus_sha256
@@ -9334,10 +9395,15 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
         lines.append("config (x-vsr-config-hash): " + ", ".join(
             f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
             for tag, hashes in zip("AB", report.config_hashes)))
-    lines.append("")
-    rows = compare_rows(report)
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "change, + slower"], rows,
-                          markdown=markdown, right=[False, False])
+    table = Table("", ["pass", "metric", "A", "B", "B - A", "change, + slower"],
+                  compare_rows(report), [False, False, True, True, True, True])
+    return TabledReport(lines, table, compare_details(report))
+
+
+def compare_details(report: CompareReport) -> list:
+    """Return what a comparison says below its table: errors, slow phases, where the time
+    goes, warnings, and the decisions that differ."""
+    lines = []
     for item in report.passes:
         failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
                   if counts[0]]
@@ -9351,7 +9417,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
     lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
         tag, values, client) for item in report.passes
         for tag, (client, values) in zip("AB", item.decompositions)]
-    lines += report.warnings
+    lines += [warning.text for warning in report.warnings]
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"
               + (f"; {report.unmeasured} inputs measured on one side only"
@@ -9366,8 +9432,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    # the Markdown starts with its verdict (format_compare_markdown); the text ends with it
-    return lines if markdown else lines + [compare_verdict_line(report)]
+    return lines
 
 
 def compare_verdict_line(report: CompareReport) -> str:
@@ -9405,16 +9470,16 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the lines of the rounds report as text."""
     lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
-        lines += [""] + format_per_round(report)
+        lines += [""] + text_lines([per_round_table(report)])
     capacity = format_capacity_rounds(report)
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
-    lines += report.warnings
-    slowdowns = format_slowdowns(report)
+    lines += [warning.text for warning in report.warnings]
+    slowdowns = text_lines(slowdown_blocks(report))
     lines += [""] + slowdowns if slowdowns else []
-    breakdowns = format_breakdowns(report)
+    breakdowns = text_lines(breakdown_blocks(report))
     lines += [""] + breakdowns if breakdowns else []
-    lines += [""] + format_environment(report) + [""]
+    lines += [""] + text_lines(environment_blocks(report)) + [""]
     lines += format_order(report) + format_closing(report) + undecided_line(report)
     lines.append(verdict_line(report))
     return lines
@@ -9431,8 +9496,17 @@ def format_closing(report: RoundsReport) -> list:
     return lines
 
 
-def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
+def format_rounds_table(report: RoundsReport) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
+    above, table, below = rounds_table_parts(report)
+    if table is None:
+        return above
+    return above + [""] + text_lines([table]) + ([""] + below if below else [])
+
+
+def rounds_table_parts(report: RoundsReport) -> TabledReport:
+    """Return the rounds report's table of rows: above it the rounds used and how to read
+    it, below it the gated rows' test together; no table without rows."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
     lines = [f"rule: {settings.rule.text}"] if settings.rule.option else []
     lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
@@ -9440,7 +9514,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
               f"({report.corpus_count} prompts)"]
     test = report.test
     if not report.rows or test is None:  # the gate tests wherever there are rows
-        return lines
+        return TabledReport(lines, None, [])
     lines += [
         f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
         f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
@@ -9453,7 +9527,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
         f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
         f"tolerance (one-sided {100 * test.level:.3g}%)"
-        + (", boundaries of this look" if settings.sequential_max else ""), ""]
+        + (", boundaries of this look" if settings.sequential_max else "")]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
@@ -9463,32 +9537,33 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
                       detectable_text(row), row.verdict])
-    lines += render_table(
-        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-         "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
-        right=[False, False, True, True, True, True, True, True, False])
+    below = []
     if test.composite is not None:
         together = "any change" if test.composite_detectable_pct is None \
             else f">= {test.composite_detectable_pct:.0f}%"
-        lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
-                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
-                      f"detects {together}"]
-    return lines
+        below = [f"gated rows together: {composite_text(test.composite)} per round, "
+                 f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                 f"detects {together}"]
+    return TabledReport(lines, Table(
+        "", ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
+             "change [95% CI]", "slower in", "detects", "verdict"], table,
+        [False, False, True, True, True, True, True, True, False]), below)
 
 
-def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return where each pass's time went: the sentence, the parts' rows (advisory unless
-    gated), and the decomposition beside the client's latency."""
+def breakdown_blocks(report: RoundsReport) -> List[Block]:
+    """Return where each pass's time went: the sentence, the table of the parts' rows
+    (advisory unless gated), and the decomposition beside the client's latency."""
     if not report.breakdowns:
         return []
     base, new = report.base, report.new
-    lines = [f"where the time goes: each signal's time as the answers report it, the router's "
-             f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
-             f"latency outside the signals; rows as above, advisory unless --gate names them "
-             f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
-             f"the mean outside the signals; each side's last line subtracts medians over "
-             f"rounds (client mean less the signals'), where the outside row is the median of "
-             f"each round's own difference, so the two may differ a little"]
+    lines: List[Block] = [
+        f"where the time goes: each signal's time as the answers report it, the router's "
+        f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
+        f"latency outside the signals; rows as above, advisory unless --gate names them "
+        f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
+        f"the mean outside the signals; each side's last line subtracts medians over "
+        f"rounds (client mean less the signals'), where the outside row is the median of "
+        f"each round's own difference, so the two may differ a little"]
     for breakdown in report.breakdowns:
         lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
         table = [[part_title(row.metric) + ("*" if row.gated else ""),
@@ -9496,10 +9571,9 @@ def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
                   f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                   f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
                  for row in breakdown.rows]
-        lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                               "change [95% CI]", "verdict"], table,
-                              markdown=markdown,
-                              right=[False, True, True, True, True, False])
+        lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                                "change [95% CI]", "verdict"], table,
+                           [False, True, True, True, True, False]))
         lines += [decomposition_text(side, dict(parts), client)
                   for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
                                               (new, breakdown.new, breakdown.client[1]))]
@@ -9633,13 +9707,13 @@ def missing_ladder_rows(report: RoundsReport) -> list:
     return notes
 
 
-def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return each round's base / new values of every row."""
+def per_round_table(report: RoundsReport) -> Table:
+    """Return the table of each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
     per = [[pass_cell(r, report.rows), metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
-    return render_table(header, per, markdown=markdown, right=[False, False])
+    return Table("", header, per, [False, False] + [True] * len(report.used))
 
 
 def format_agreement(report: RoundsReport) -> list:
@@ -9684,23 +9758,23 @@ def format_outcomes(report: RoundsReport) -> list:
 def format_config_hashes(report: RoundsReport) -> list:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
-        return list(report.config_warnings)
+        return [warning.text for warning in report.config_warnings]
     shown = "; ".join(f"{side} {', '.join(h[:12] for h in hashes) or 'none recorded'}"
                       for side, hashes in report.config_hashes.items())
-    return [f"configuration (x-vsr-config-hash): {shown}"] + list(report.config_warnings)
+    return [f"configuration (x-vsr-config-hash): {shown}"] + [
+        warning.text for warning in report.config_warnings]
 
 
-def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the lines of the per-round environment tables, each its own block, and which
-    columns no run recorded."""
+def environment_blocks(report: RoundsReport) -> List[Block]:
+    """Return the per-round environment tables, a blank line apart, and which columns no run
+    recorded."""
     tables, empty = environment_tables(report)
-    lines: list = []
+    blocks: List[Block] = []
     for table in tables:
-        lines += ([""] if lines else []) + render_table(table.header, table.rows,
-                                                         markdown=markdown, right=table.right)
+        blocks += ([""] if blocks else []) + [table]
     if empty:
-        lines += ["", f"not recorded in any run: {', '.join(empty)}"]
-    return lines
+        blocks += ["", f"not recorded in any run: {', '.join(empty)}"]
+    return blocks
 
 
 def environment_tables(report: RoundsReport) -> tuple:
@@ -9998,13 +10072,6 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
-class Table(NamedTuple):
-    caption: str
-    header: List[str]
-    rows: List[List[str]]
-    right: List[bool]  # right-aligned columns
-
-
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                     limit: int) -> Optional[tuple]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
@@ -10050,19 +10117,16 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
     return intro, inputs, more, groups
 
 
-def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
+def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
+                    limit: int = 10) -> List[Block]:
     """Return the inputs with the largest slowdown, then the slowdown per decision and per
-    prompt-length bucket."""
-    tables = slowdown_tables(report, md_text if markdown else str, limit)
+    prompt-length bucket, each table a blank line below what stands above it; cell:
+    slowdown_tables'."""
+    tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
     intro, inputs, more, groups = tables
-    lines = [intro]
-    for table in (inputs, groups):
-        lines += [f"**{table.caption}**" if markdown else ""]
-        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
-        lines += [more] if more and table is inputs else []
-    return lines
+    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
@@ -10107,25 +10171,36 @@ def md_code(text: str) -> str:
 # ==================== src/router_latency/render_markdown.py ====================
 # Markdown: the verdict in bold, the table, then the details, for a pull request.
 
-def markdown_blocks(lines: Sequence[str]) -> list:
-    """Return text lines as Markdown: table lines kept (tables a blank line apart stay apart),
-    a line starting with ** kept as a caption, every other line a list item (an indented line
-    nested), blocks apart."""
+def markdown_table(table: Optional[Table]) -> list:
+    """Return a table as Markdown; no lines for no table."""
+    return [] if table is None else render_table(table.header, table.rows, markdown=True,
+                                                 right=table.right)
+
+
+def markdown_blocks(blocks: Sequence[Block]) -> list:
+    """Return a report's details as Markdown: each table a Markdown table (its caption, if
+    any, in bold above it), a line starting with ** kept as a caption, every other line a
+    list item (an indented line nested), blocks apart; blank lines leave nothing."""
     out: list = []
-    previous, apart = None, False
-    for line in lines:
-        if not line.strip():
-            apart = True  # two tables a blank line apart stay two tables
+    previous = None
+    for block in blocks:
+        parts: List[Tuple[str, List[str]]]  # (kind, its lines)
+        if isinstance(block, Table):
+            parts = [("caption", [f"**{block.caption}**"])] if block.caption else []
+            parts.append(("table", markdown_table(block)))
+        elif not block.strip():
             continue
-        kind = "table" if line.startswith("|") else "caption" if line.startswith("**") \
-            else "list"
-        if previous is not None and (kind != previous or kind == "caption"
-                                     or (kind == "table" and apart)):
-            out.append("")
-        apart = False
-        out.append(("  - " if line.startswith("  ") else "- ") + md_text(line.strip())
-                   if kind == "list" else line)
-        previous = kind
+        elif block.startswith("**"):
+            parts = [("caption", [block])]
+        else:
+            parts = [("list", [("  - " if block.startswith("  ") else "- ")
+                               + md_text(block.strip())])]
+        for kind, lines in parts:
+            # a caption, and each table, stands apart; list items run on
+            if previous is not None and (kind != previous or kind != "list"):
+                out.append("")
+            out += lines
+            previous = kind
     return out
 
 
@@ -10137,7 +10212,7 @@ def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
 
 def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
     what = ((f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
@@ -10145,29 +10220,27 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details = [line for line in head if not line.startswith("|")]
-    details += format_capacity_rounds(report)
-    details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
-    details += format_slowdowns(report, markdown=True)
-    details += format_breakdowns(report, markdown=True)
+    details: list = above + below + format_capacity_rounds(report)
+    details += format_agreement(report) + format_outcomes(report)
+    details += [warning.text for warning in report.warnings]
+    details += slowdown_blocks(report, md_text)
+    details += breakdown_blocks(report)
     if per_round and report.rows:
-        details += ["**Each round**"] + format_per_round(report, markdown=True)
-    details += ["**Environment**"] + format_environment(report, markdown=True)
+        details += ["**Each round**", per_round_table(report)]
+    details += ["**Environment**"] + environment_blocks(report)
     details += format_order(report) + format_closing(report) + undecided_line(report)
-    table = [line for line in head if line.startswith("|")]
     note = decisions_note(report)
     return ([f"**{md_text(note[0])}**", ""] if note else []) \
         + (markdown_verdict(report.status, report.reasons, what) + [""]
-            + (table + [""] if table else []) + markdown_blocks(details))
+            + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 
 def format_compare_markdown(report: CompareReport) -> list:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
-    lines = format_compare(report, markdown=True)
+    above, table, below = compare_parts(report)
     what = f"{report.b_label or 'B'} against {report.a_label or 'A'}, {compare_caveat(report)}"
     return (markdown_verdict(report.status, report.reasons, what) + [""]
-            + [line for line in lines if line.startswith("|")] + [""]
-            + markdown_blocks([line for line in lines if not line.startswith("|")]))
+            + markdown_table(table) + [""] + markdown_blocks(above + below))
 
 
 # ==================== src/router_latency/render_json.py ====================
@@ -10179,21 +10252,17 @@ COMPARE_SCHEMA = "router-latency/compare/1"
 
 
 def breakdowns_json(report: RoundsReport) -> list:
-    """Return where each pass's time went as JSON."""
+    """Return where each pass's time went as JSON: its parts' rows as those of the table."""
     return [{"pass": b.pass_name, "sentence": b.sentence,
              "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
              "base": dict(b.base), "new": dict(b.new),
-             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
-                       "new_median": r.new_median, "diff": r.diff._asdict(),
-                       "speedup": r.speedup, "speedup_low": r.speedup_low,
-                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
-                       "verdict": r.verdict, "base_values": list(r.base_values),
-                       "new_values": list(r.new_values)} for r in b.rows]}
+             "rows": [row_json(r) for r in b.rows]}
             for b in report.breakdowns]
 
 
 def row_json(row: Row) -> dict:
-    """Return a row of the rounds table as JSON: its figures at full precision."""
+    """Return a row as JSON, the one shape of a judged row wherever it stands (the rounds
+    table, a pass's parts): its figures at full precision."""
     return {"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
             "base_median": row.base_median, "new_median": row.new_median,
             "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
@@ -10237,7 +10306,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
-            "warnings": list(report.warnings), "notes": list(report.notes),
+            "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
             "environment": [row.to_json() for row in report.environment],
             "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
@@ -10249,7 +10318,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings),
+            "config_warnings": [w.text for w in report.config_warnings],
             "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
@@ -10303,7 +10372,7 @@ def compare_json(report: CompareReport) -> dict:
             "b": {"path": report.b_path, "label": report.b_label,
                   "corpus_sha256": report.corpus_sha256[1]},
             "corpus_count": report.corpus_count, "passes": passes,
-            "warnings": list(report.warnings),
+            "warnings": [w.text for w in report.warnings],
             "decisions": {"pass": "sequential", "compared": report.compared,
                           "agree": report.compared - len(report.changes),
                           "unmeasured": report.unmeasured,
@@ -10704,15 +10773,6 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(lines + ["</table>"])
 
 
-def markdown_table_html(lines: Sequence[str]) -> str:
-    """Return the HTML table of a table that render_table wrote as Markdown."""
-    table = [line.strip() for line in lines if line.startswith("|")]
-    if len(table) < 2:
-        return ""
-    rows = [[c.strip() for c in line[1:-1].split(" | ")] for line in table]
-    return table_html(rows[0], rows[2:], [c.endswith(":") for c in table[1].strip("|").split("|")])
-
-
 def page_verdict(report: RoundsReport) -> str:
     """Return the page's banner: the verdict at a glance, and its reasons."""
     unsure = len(report.outcome.undecided)
@@ -10723,7 +10783,7 @@ def page_verdict(report: RoundsReport) -> str:
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
-    cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings
+    cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
                    for line in decisions_note(report) + cached)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
@@ -10733,16 +10793,17 @@ def page_verdict(report: RoundsReport) -> str:
 
 def page_rows(report: RoundsReport) -> str:
     """Return the forest plot of every gated row, then the table of all rows."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in head if line and line[0] != "|")
+    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
-            f"<h2>All rows</h2>{markdown_table_html(head)}"
+            f"<h2>All rows</h2>"
+            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
             f'<ul class="note">{notes}</ul>')
 
 
@@ -10799,7 +10860,7 @@ def page_details(report: RoundsReport) -> str:
                   table_html(inputs.header, inputs.rows, inputs.right),
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
-    lines = list(report.warnings) + format_order(report) + format_closing(report)
+    lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
     tables, empty = environment_tables(report)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
@@ -10994,12 +11055,14 @@ def report_page(report: RoundsReport) -> str:
 
 
 # ==================== src/router_latency/formats.py ====================
-# The output formats of each command, one table per command: the command line takes its
-# --format choices, their help and the options of its files from these tables.
+# What each command prints and writes, one registry entry per command (COMMAND_OUTPUTS): the
+# command line takes its --format choices, their help, its file options and the dispatch from
+# there.
 
-# The output formats of each command, one table per command: the command line takes its
-# --format choices, their help and the options of its files from these tables and renders
-# through them, so that a format is added, or named, in one place (hyperfine's exporters).
+# What each command prints and writes, one entry per command side by side in COMMAND_OUTPUTS:
+# the command line takes its --format choices, their help, its file options and the
+# dispatch from there, so that a format or a file is added, or named, in one place
+# (hyperfine's exporters).
 
 class ReportFormat(NamedTuple):
     """One format a command prints its report in: what it is, for --help, and its renderer,
@@ -11010,9 +11073,18 @@ class ReportFormat(NamedTuple):
 
 class ReportFile(NamedTuple):
     """One file a command writes (its option is --NAME FILE, NAME its key in the command's
-    table): what it holds, for --help, and its renderer, which returns the file's bytes."""
+    files): what it holds, for --help, its renderer, which returns the file's bytes, and the
+    names that, asked for as a --format, are this file (the error then names its option)."""
     about: str
     data: Callable[..., bytes]
+    asked_as: Tuple[str, ...] = ()
+
+
+class CommandOutputs(NamedTuple):
+    """Everything one command prints (its --format choices, text the default) and writes
+    beside it (its file options)."""
+    formats: Dict[str, ReportFormat]
+    files: Dict[str, ReportFile]
 
 
 def formats_help(formats: Dict[str, ReportFormat]) -> str:
@@ -11034,54 +11106,52 @@ def compare_text(report: CompareReport, view: CompareView) -> list:
                                                             view.cost_per_hour)
 
 
-def json_lines(document: Any) -> list:
-    """Return a report's JSON document as the one block a command prints."""
-    return [json.dumps(document, indent=1, allow_nan=False)]
-
-
-COMPARE_FORMATS: Dict[str, ReportFormat] = {
-    "text": ReportFormat("aligned tables", compare_text),
-    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
-                             lambda report, view: format_compare_markdown(report)),
-    "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
-                         lambda report, view: json_lines(compare_json(report))),
-}
-
-
 class RoundsView(NamedTuple):
     """What rounds shows beside its report: each round's values, with --per-round."""
     per_round: bool = False
 
 
-ROUNDS_FORMATS: Dict[str, ReportFormat] = {
-    "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
-        report, per_round=view.per_round)),
-    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
-                             lambda report, view: format_rounds_markdown(
-                                 report, per_round=view.per_round)),
-    "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
-                         lambda report, view: json_lines(rounds_json(report))),
-}
-
-RECORD_FILES: Dict[str, ReportFile] = {
-    "json": ReportFile("the record's data file to write",
-                       lambda sections: dump_json(record_json(sections))),
-    "markdown": ReportFile("the record's document to write", lambda sections: (
-        "\n".join(format_record(sections)) + "\n").encode("utf-8")),
-}
-
-RUN_FILES: Dict[str, ReportFile] = {
-    "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, latency_ms, "
-                      "status, decision, error", lambda run: requests_csv(run.passes)),
-}
+def json_lines(document: Any) -> list:
+    """Return a report's JSON document as the one block a command prints."""
+    return [json.dumps(document, indent=1, allow_nan=False)]
 
 
-# the files rounds writes beside what it prints (their table is here, beside the page's)
-ROUNDS_FILES: Dict[str, ReportFile] = {
-    "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
-                        "decisions, ...", lambda report: junit_xml(report)),
-    "html": ReportFile("also write the report page: one HTML file with plots, no network "
-                       "needed", lambda report: report_page(report).encode("utf-8")),
+PULL_REQUEST = "the verdict, the table and the details for a pull request"
+
+COMMAND_OUTPUTS: Dict[str, CommandOutputs] = {
+    "compare": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", compare_text),
+        "markdown": ReportFormat(PULL_REQUEST,
+                                 lambda report, view: format_compare_markdown(report)),
+        "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
+                             lambda report, view: json_lines(compare_json(report))),
+    }, files={}),
+    "rounds": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
+            report, per_round=view.per_round)),
+        "markdown": ReportFormat(PULL_REQUEST, lambda report, view: format_rounds_markdown(
+            report, per_round=view.per_round)),
+        "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
+                             lambda report, view: json_lines(rounds_json(report))),
+    }, files={
+        "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
+                            "decisions, ...", lambda report: junit_xml(report),
+                            asked_as=("junit", "xml")),
+        "html": ReportFile("also write the report page: one HTML file with plots, no network "
+                           "needed", lambda report: report_page(report).encode("utf-8"),
+                           asked_as=("html",)),
+    }),
+    "record": CommandOutputs(formats={}, files={
+        "json": ReportFile("the record's data file to write",
+                           lambda sections: dump_json(record_json(sections))),
+        "markdown": ReportFile("the record's document to write", lambda sections: (
+            "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+    }),
+    "run": CommandOutputs(formats={}, files={
+        "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, "
+                          "latency_ms, status, decision, error",
+                          lambda run: requests_csv(run.passes), asked_as=("csv",)),
+    }),
 }
 
 
@@ -12084,14 +12154,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 # a --format asked for that is a file of its own: the command and the option that write it
-FORMAT_FILES = {**{name: ("rounds", f"--{name} FILE") for name in ROUNDS_FILES},
-                "xml": ("rounds", "--junit FILE"),
-                **{name: ("run", f"--{name} FILE") for name in RUN_FILES}}
+FORMAT_FILES = {asked: (command, f"--{name} FILE")
+                for command, outputs in COMMAND_OUTPUTS.items()
+                for name, exporter in outputs.files.items() for asked in exporter.asked_as}
 
 
-def add_file_options(p: Any, files: Dict[str, ReportFile], *, required: bool = False) -> None:
-    """Add the --NAME FILE option of each file a command writes, from its table."""
-    for name, exporter in files.items():
+def add_format_option(p: Any, command: str, more_help: str = "") -> None:
+    """Add the command's --format option: its choices and their help from its registry entry,
+    text the default."""
+    formats = COMMAND_OUTPUTS[command].formats
+    p.add_argument("--format", choices=tuple(formats), default="text",
+                   help=formats_help(formats) + more_help)
+
+
+def add_file_options(p: Any, command: str, *, required: bool = False) -> None:
+    """Add the --NAME FILE option of each file the command writes, from its registry entry."""
+    for name, exporter in COMMAND_OUTPUTS[command].files.items():
         p.add_argument(f"--{name}", required=required,
                        **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
@@ -12183,7 +12261,7 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("-o", "--out", required=True, help="run file to write")
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
-    add_file_options(output, RUN_FILES)
+    add_file_options(output, "run")
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -12343,8 +12421,7 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="text",
-                   help=formats_help(COMPARE_FORMATS))
+    add_format_option(p, "compare")
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -12410,12 +12487,11 @@ def add_rounds_parser(commands: Any) -> None:
                    help="gate: a decision that differs between the sides fails; report: "
                         "agreement is reported in full and the latency rows alone decide the "
                         "exit code (two configurations whose decisions differ on purpose)")
-    p.add_argument("--format", choices=tuple(ROUNDS_FORMATS), default="text",
-                   help=formats_help(ROUNDS_FORMATS) + "; with GITHUB_STEP_SUMMARY set, the "
-                                                       "Markdown is also appended there")
+    add_format_option(p, "rounds", "; with GITHUB_STEP_SUMMARY set, the Markdown is also "
+                                   "appended there")
     p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
                                     "the inputs that got slower")
-    add_file_options(p, ROUNDS_FILES)
+    add_file_options(p, "rounds")
     p.set_defaults(func=cmd_rounds)
 
 
@@ -12498,7 +12574,7 @@ def add_record_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     add_ladder_options(p)
-    add_file_options(p, RECORD_FILES, required=True)
+    add_file_options(p, "record", required=True)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=cmd_record)
 
@@ -12704,7 +12780,8 @@ class SignalRelay:
 
 def run_outputs(args: argparse.Namespace) -> List[Tuple[str, str]]:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
-    return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
+    return [(f"--{name}", getattr(args, name)) for name in COMMAND_OUTPUTS["run"].files
+            if getattr(args, name)]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -12761,7 +12838,7 @@ def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
         return f"{exc}; {rescue_copy(dump_run(run), args.out)}"
     for option, path in run_outputs(args):
         try:
-            write_atomic(path, RUN_FILES[option[2:]].data(run))
+            write_atomic(path, COMMAND_OUTPUTS["run"].files[option[2:]].data(run))
         except RouterLatencyError as exc:
             return f"{exc}; the run file {args.out} was written"
     return None
@@ -12847,7 +12924,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           fail_on_decision_change=args.fail_on_decision_change)
     view = CompareView((a, b), args.slo_p95_ms,
                        checked_costs(args.cost_per_hour, (a.label, b.label)))
-    emit(COMPARE_FORMATS[args.format].lines(report, view))
+    emit(COMMAND_OUTPUTS["compare"].formats[args.format].lines(report, view))
     return report.exit_code
 
 
@@ -12874,10 +12951,17 @@ def checked_costs(costs: Sequence[CostPerHour], sides: Sequence[str]) -> Tuple[C
     return tuple(costs)
 
 
+# the warnings rounds also says on stderr, whatever its --format and wherever that goes: those
+# that make the verdict itself doubtful (a configuration that changed or is the same on both
+# sides, a result cache that answered)
+LOUD_WARNINGS = frozenset({"config_changed", "same_config", "result_cache"})
+
+
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
-    outputs = [(f"--{name}", getattr(args, name)) for name in ROUNDS_FILES]
+    rounds_outputs = COMMAND_OUTPUTS["rounds"]
+    outputs = [(f"--{name}", getattr(args, name)) for name in rounds_outputs.files]
     for _, path in outputs:
         if path:
             check_writable_target(path, force=True)
@@ -12900,26 +12984,25 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
-    for warning in report.config_warnings:  # loud: also where --format json goes to a file
-        stderr_line(warning)
-    for warning in report.warnings:
-        if "a result cache answered" in warning:  # cache_warnings: as loud
-            stderr_line(warning)
-    for name, exporter in ROUNDS_FILES.items():
+    for warning in report.config_warnings + report.warnings:
+        if warning.kind in LOUD_WARNINGS:  # also where --format json goes to a file
+            stderr_line(warning.text)
+    for name, exporter in rounds_outputs.files.items():
         if getattr(args, name):
             write_atomic(getattr(args, name), exporter.data(report))
     view = RoundsView(per_round=args.per_round)
     if not args.plan:
-        append_step_summary(lambda: ROUNDS_FORMATS["markdown"].lines(report, view))
+        append_step_summary(lambda: rounds_outputs.formats["markdown"].lines(report, view))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
-    emit(ROUNDS_FORMATS[args.format].lines(report, view))
+    emit(rounds_outputs.formats[args.format].lines(report, view))
     return report.exit_code
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    outputs = [(f"--{name}", getattr(args, name)) for name in RECORD_FILES]
+    files = COMMAND_OUTPUTS["record"].files
+    outputs = [(f"--{name}", getattr(args, name)) for name in files]
     for _, path in outputs:
         check_writable_target(path, args.force)
     names = [name for name, *_ in args.section]
@@ -12938,7 +13021,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
                          outputs)
-    for (_, path), exporter in zip(outputs, RECORD_FILES.values()):
+    for (_, path), exporter in zip(outputs, files.values()):
         write_atomic(path, exporter.data(sections))
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 
-from router_latency.errors import RouterLatencyError
+from router_latency.errors import Notice, RouterLatencyError
 from router_latency.stats import mean_interval, t_test_p
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
@@ -435,7 +435,8 @@ def test_an_order_effect_is_estimated_and_warned_about():
     report = judge_rounds(rounds_in_memory(6, second(True), base_factor=second(False)),
                              "base", "new")
     assert math.expm1(report.order_effect.estimate) == pytest.approx(0.10, abs=0.005)
-    assert any(w.startswith("warning: order effect: the side started second ran +10.")
+    assert any(w.kind == "order_effect"
+               and w.text.startswith("warning: order effect: the side started second ran +10.")
                for w in report.warnings)
     # the order, not the change: balanced rounds cancel it, never a FAIL; the noise it adds
     # leaves the rows undecided
@@ -521,9 +522,10 @@ def test_config_hash_findings_names_each_side_and_warns_when_they_are_the_same(t
     hashes, warnings = config_hash_findings(
         hashed_rounds(tmp_path, [(A,), (A,)], [(A,), (A,)]), "cpu", "gpu")
     assert hashes == {"cpu": (A,), "gpu": (A,)}
-    assert warnings == ("WARNING: base cpu and new gpu answered with the same configuration "
-                        "(x-vsr-config-hash aaaaaaaaaaaa): the gate compares a configuration "
-                        "with itself; check which configuration each side runs",)
+    assert warnings == (Notice("same_config", "WARNING: base cpu and new gpu answered with the "
+                               "same configuration (x-vsr-config-hash aaaaaaaaaaaa): the gate "
+                               "compares a configuration with itself; check which "
+                               "configuration each side runs"),)
 
 
 def test_config_hash_findings_without_hashes(tmp_path):
@@ -545,7 +547,8 @@ def test_config_hash_findings_refuses_a_side_whose_configuration_changed(
                                      f"rounds; --allow-config-change judges it anyway")
     assert refused.value.where == str(tmp_path / where)
     hashes, warnings = config_hash_findings(runs, "cpu", "gpu", allow_change=True)
-    assert hashes["cpu"] == (A, C) and warnings == (f"warning: {message}",)
+    assert hashes["cpu"] == (A, C)
+    assert warnings == (Notice("config_changed", f"warning: {message}"),)
 
 
 def test_rounds_shows_both_configurations_and_refuses_a_change(tmp_path, cli):

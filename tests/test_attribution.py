@@ -194,6 +194,9 @@ def test_rounds_names_the_one_signal_that_got_slower(simulator, tmp_path, cli):
     assert [b["pass"] for b in report["breakdowns"]] == ["sequential", "c4"]
     for breakdown in report["breakdowns"]:
         rows = {r["metric"]: r for r in breakdown["rows"]}
+        # one shape of a judged row: a part's row has every key of a latency row, and its pass
+        assert all(list(r) == list(report["rows"][0]) and r["pass"] == breakdown["pass"]
+                   and r["diff"]["confidence"] == 0.95 for r in rows.values())
         for stat in ("p50", "p95", "mean"):
             pii = rows[f"signal:pii:{stat}"]
             assert pii["diff"]["low"] > 0 and pii["speedup_high"] < 1  # excludes no change

@@ -13,19 +13,16 @@ from router_latency.gate import GateSettings
 from router_latency.rounds import find_round_files, judge_rounds
 from router_latency.record import record_section
 from router_latency.render_json import COMPARE_SCHEMA, ROUNDS_SCHEMA
-from router_latency.formats import (COMPARE_FORMATS, CompareView, RECORD_FILES, ROUNDS_FILES,
-                                    ROUNDS_FORMATS, RoundsView, RUN_FILES)
-from router_latency.cli import build_parser, cost_spec
+from router_latency.formats import COMMAND_OUTPUTS, CompareView, RoundsView
+from router_latency.cli import build_parser, cost_spec, FORMAT_FILES
 from conftest import three_rounds, two_runs, write_corpus
 from test_capacity import ladder_in_memory
 
 # command -> (its table of printed formats, its table of files)
-TABLES = {
-    "compare": (COMPARE_FORMATS, {}),
-    "rounds": (ROUNDS_FORMATS, ROUNDS_FILES),
-    "record": ({}, RECORD_FILES),
-    "run": ({}, RUN_FILES),
-}
+TABLES = {command: (outputs.formats, outputs.files)
+          for command, outputs in COMMAND_OUTPUTS.items()}
+COMPARE_FORMATS, ROUNDS_FORMATS = TABLES["compare"][0], TABLES["rounds"][0]
+ROUNDS_FILES, RECORD_FILES, RUN_FILES = (TABLES[c][1] for c in ("rounds", "record", "run"))
 
 
 def subparser(command):
@@ -63,12 +60,24 @@ def test_the_file_options_are_the_entries_of_the_commands_table(command):
     assert also == {f"--{name}" for name in files if files[name].about.startswith("also")}
 
 
+def test_every_command_with_a_format_or_a_report_file_has_its_registry_entry():
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command, sub in action.choices.items():
+        if option(sub, "--format") is not None or any(
+                (a.help or "").startswith("also write") for a in sub._actions):
+            assert command in COMMAND_OUTPUTS
+
+
 def test_a_format_asked_for_that_is_a_file_names_the_option_of_its_table(cli, tmp_path):
-    for name in list(ROUNDS_FILES) + list(RUN_FILES):
+    asked = {"junit": ("rounds", "junit"), "xml": ("rounds", "junit"),
+             "html": ("rounds", "html"), "csv": ("run", "csv")}
+    assert FORMAT_FILES == {name: (command, f"--{file} FILE")
+                            for name, (command, file) in asked.items()}
+    for name, (command, file) in asked.items():
         result = cli("compare", "a.json", "b.json", "--format", name)
-        command = "rounds" if name in ROUNDS_FILES else "run"
         assert result.code == 2 and result.out == ""
-        assert f"{name} is a file of its own: --{name} FILE of {command}" in result.err
+        assert f"{name} is a file of its own: --{file} FILE of {command}" in result.err
 
 
 def judged(folder):

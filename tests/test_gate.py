@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from router_latency.errors import Notice
 from router_latency.stats import (composite_log_ratios, group_sequential_levels, mean_interval,
                                   power_shift, sample_spread, sequential_t_criticals, t_ppf)
 from router_latency.files import write_atomic
@@ -362,9 +363,9 @@ def test_pass_unless_worse_passes_an_undecided_row_and_warns_of_it():
     outcome = gate_outcome([made_row("same", metric="p95_ms"), undecided], None, (), (),
                            settings, None)
     assert outcome == GateOutcome("pass", (), 0, (undecided,))
-    assert settings.rule.warnings(outcome.undecided, settings) == [
-        "warning: Sequential p50 inconclusive: could only detect >= 30%; more than 1,000 "
-        "rounds would be needed for 10%"]
+    assert settings.rule.warnings(outcome.undecided, settings) == [Notice(
+        "inconclusive", "warning: Sequential p50 inconclusive: could only detect >= 30%; more "
+        "than 1,000 rounds would be needed for 10%")]
     assert GateSettings().rule.warnings(outcome.undecided, GateSettings()) == []
 
 

@@ -21,7 +21,8 @@ from router_latency.runfile import (Attempt, GPU_RANGED, load_run, pass_summary,
                                     PhaseWindow, Request, RouterCpu, RunFile)
 from router_latency.rounds import (environment_rows, InputSlowdowns, judge_rounds, pass_latencies,
                                    Slowdown)
-from router_latency.render_text import slowdown_tables
+from router_latency.render_text import slowdown_tables, Table, text_lines
+from router_latency.render_markdown import markdown_blocks
 from router_latency.render_junit import requests_csv
 from router_latency.page import forest_axis, forest_ticks, line_plot, PlotScale, Series
 from conftest import make_run, three_rounds, two_runs, write_corpus
@@ -268,6 +269,20 @@ def test_rounds_markdown_leads_with_the_verdict_then_the_table_then_lists(tmp_pa
                     "**Environment**"):
         assert caption in lines
     assert "| #&#8203;96 | +36.7% [+28.6%, +45.2%] | 3/3 | slower | d |" in lines
+    assert_renders_as_blocks(lines)
+
+
+def test_markdown_renders_tables_from_their_data_and_every_line_as_a_list_item():
+    # the same blocks as text and as Markdown: a table is known by being one, not by a line
+    # that starts with |, which is a list item (escaped) like any other line
+    blocks = ["| a line, not a table", Table("Caption", ["a", "b"], [["1", "|x"]], [False, True]),
+              Table("", ["c"], [["2"]], [True]), "  nested", "**Bold**"]
+    assert text_lines(blocks) == ["| a line, not a table", "a   b", "1  |x", "c", "2",
+                                  "  nested", "**Bold**"]
+    lines = markdown_blocks(blocks)
+    assert lines == ["- \\| a line, not a table", "", "**Caption**", "",
+                     "| a | b |", "|:---|---:|", "| 1 | \\|x |", "",  # two tables stay two
+                     "| c |", "|---:|", "| 2 |", "", "  - nested", "", "**Bold**"]
     assert_renders_as_blocks(lines)
 
 

@@ -9,13 +9,15 @@ import pytest
 
 from router_latency.constants import DEFAULT_DECISION_PATHS, EXPECTED_HASH_HEADER, PREVIEW_PATH
 from router_latency.corpus import load_corpus
-from router_latency.runfile import (Attempt, content_slow_windows, load_run, pass_name,
-                                    pass_summary, PassRecord, phase_windows, Request,
+from router_latency.files import write_atomic
+from router_latency.runfile import (Attempt, content_slow_windows, dump_run, Floor, load_run,
+                                    pass_name, pass_summary, PassRecord, phase_windows, Request,
                                     result_cache_finding, slow_windows, Thresholds,
                                     timing_cache_test)
 from router_latency.wire import classify
 from router_latency.captures import parse_prometheus
 from router_latency.measuring import slow_phase_warnings
+from router_latency.rounds import GateSettings, judge_rounds
 from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers
 from conftest import final_answer, write_corpus
 
@@ -614,6 +616,26 @@ def test_rounds_refuses_sides_whose_cache_status_differs_unless_told(tmp_path, c
     assert record.code != 2, record.err
     assert "**a result cache answered cpu r1, rocm r1, cpu r2, rocm r2, cpu r3, rocm r3**" \
         in markdown.read_text()
+
+
+def test_rounds_says_loudly_the_warnings_of_the_result_cache_kind_and_no_other(tmp_path, cli):
+    folder = rounds_folder(tmp_path / "rounds", lambda n, side: side)
+    for n in (1, 2, 3):
+        mark_cached(folder / f"r{n}-rocm.json")
+        for side in ("cpu", "rocm"):  # the driver's spread above the change: a floor warning
+            run = load_run(str(folder / f"r{n}-{side}.json"))
+            write_atomic(run.path, dump_run(run._replace(floor=Floor(spread_ms=50.0))))
+    runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json")) for s in ("cpu", "rocm")}
+            for n in (1, 2, 3)}
+    report = judge_rounds(runs, "cpu", "rocm", GateSettings(allow_mismatch=("cache",)))
+    cached = [w.text for w in report.warnings if w.kind == "result_cache"]
+    assert len(cached) == 2 and all("a result cache answered" in text for text in cached)
+    assert [w.kind for w in report.warnings].count("floor") == 1
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
+                 "--allow-mismatch", "cache", "--format", "json")
+    # the command line chooses by kind: every result_cache warning, nothing else
+    assert result.err == "".join(f"router-latency: {text}\n" for text in cached)
+    assert json.loads(result.out)["warnings"] == [w.text for w in report.warnings]
 
 
 def test_compare_says_which_side_a_cache_answered(tmp_path, cli):

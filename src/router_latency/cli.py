@@ -43,8 +43,7 @@ from .rounds import (find_round_files, judge_rounds, not_found_only, run_outcome
 from .record import record_section
 from .render_text import (format_capacity, format_host, format_plan, format_rounds,
                           format_run_header, format_run_summary, overload_note, verdict_line)
-from .formats import (COMPARE_FORMATS, CompareView, formats_help, RECORD_FILES, ReportFile,
-                      ROUNDS_FILES, ROUNDS_FORMATS, RoundsView, RUN_FILES)
+from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
 from .simulator import (corpus_lines, DEMO_NEXT_STEPS, DEMO_SIDES, run_demo, SignalModel,
                         SignalTime, SimulatedAnswers, Stall, start_simulator)
 
@@ -376,14 +375,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 # a --format asked for that is a file of its own: the command and the option that write it
-FORMAT_FILES = {**{name: ("rounds", f"--{name} FILE") for name in ROUNDS_FILES},
-                "xml": ("rounds", "--junit FILE"),
-                **{name: ("run", f"--{name} FILE") for name in RUN_FILES}}
+FORMAT_FILES = {asked: (command, f"--{name} FILE")
+                for command, outputs in COMMAND_OUTPUTS.items()
+                for name, exporter in outputs.files.items() for asked in exporter.asked_as}
 
 
-def add_file_options(p: Any, files: Dict[str, ReportFile], *, required: bool = False) -> None:
-    """Add the --NAME FILE option of each file a command writes, from its table."""
-    for name, exporter in files.items():
+def add_format_option(p: Any, command: str, more_help: str = "") -> None:
+    """Add the command's --format option: its choices and their help from its registry entry,
+    text the default."""
+    formats = COMMAND_OUTPUTS[command].formats
+    p.add_argument("--format", choices=tuple(formats), default="text",
+                   help=formats_help(formats) + more_help)
+
+
+def add_file_options(p: Any, command: str, *, required: bool = False) -> None:
+    """Add the --NAME FILE option of each file the command writes, from its registry entry."""
+    for name, exporter in COMMAND_OUTPUTS[command].files.items():
         p.add_argument(f"--{name}", required=required,
                        **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
@@ -475,7 +482,7 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("-o", "--out", required=True, help="run file to write")
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
-    add_file_options(output, RUN_FILES)
+    add_file_options(output, "run")
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -635,8 +642,7 @@ def add_compare_parser(commands: Any) -> None:
     p.add_argument("--allow-incomplete", action="store_true", help="accept interrupted runs")
     p.add_argument("--fail-on-decision-change", action="store_true",
                    help="exit 1 when any decision differs")
-    p.add_argument("--format", choices=tuple(COMPARE_FORMATS), default="text",
-                   help=formats_help(COMPARE_FORMATS))
+    add_format_option(p, "compare")
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
 
@@ -702,12 +708,11 @@ def add_rounds_parser(commands: Any) -> None:
                    help="gate: a decision that differs between the sides fails; report: "
                         "agreement is reported in full and the latency rows alone decide the "
                         "exit code (two configurations whose decisions differ on purpose)")
-    p.add_argument("--format", choices=tuple(ROUNDS_FORMATS), default="text",
-                   help=formats_help(ROUNDS_FORMATS) + "; with GITHUB_STEP_SUMMARY set, the "
-                                                       "Markdown is also appended there")
+    add_format_option(p, "rounds", "; with GITHUB_STEP_SUMMARY set, the Markdown is also "
+                                   "appended there")
     p.add_argument("--corpus", help="corpus file of the runs, to show the text and length of "
                                     "the inputs that got slower")
-    add_file_options(p, ROUNDS_FILES)
+    add_file_options(p, "rounds")
     p.set_defaults(func=cmd_rounds)
 
 
@@ -790,7 +795,7 @@ def add_record_parser(commands: Any) -> None:
                    help="percent change within which a row is 'same'")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     add_ladder_options(p)
-    add_file_options(p, RECORD_FILES, required=True)
+    add_file_options(p, "record", required=True)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=cmd_record)
 
@@ -996,7 +1001,8 @@ class SignalRelay:
 
 def run_outputs(args: argparse.Namespace) -> List[Tuple[str, str]]:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
-    return [(f"--{name}", getattr(args, name)) for name in RUN_FILES if getattr(args, name)]
+    return [(f"--{name}", getattr(args, name)) for name in COMMAND_OUTPUTS["run"].files
+            if getattr(args, name)]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -1053,7 +1059,7 @@ def write_run_files(args: argparse.Namespace, run: RunFile) -> Optional[str]:
         return f"{exc}; {rescue_copy(dump_run(run), args.out)}"
     for option, path in run_outputs(args):
         try:
-            write_atomic(path, RUN_FILES[option[2:]].data(run))
+            write_atomic(path, COMMAND_OUTPUTS["run"].files[option[2:]].data(run))
         except RouterLatencyError as exc:
             return f"{exc}; the run file {args.out} was written"
     return None
@@ -1139,7 +1145,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           fail_on_decision_change=args.fail_on_decision_change)
     view = CompareView((a, b), args.slo_p95_ms,
                        checked_costs(args.cost_per_hour, (a.label, b.label)))
-    emit(COMPARE_FORMATS[args.format].lines(report, view))
+    emit(COMMAND_OUTPUTS["compare"].formats[args.format].lines(report, view))
     return report.exit_code
 
 
@@ -1166,10 +1172,17 @@ def checked_costs(costs: Sequence[CostPerHour], sides: Sequence[str]) -> Tuple[C
     return tuple(costs)
 
 
+# the warnings rounds also says on stderr, whatever its --format and wherever that goes: those
+# that make the verdict itself doubtful (a configuration that changed or is the same on both
+# sides, a result cache that answered)
+LOUD_WARNINGS = frozenset({"config_changed", "same_config", "result_cache"})
+
+
 def cmd_rounds(args: argparse.Namespace) -> int:
     if args.base == args.new:
         raise RouterLatencyError("--base and --new name the same side", "--new")
-    outputs = [(f"--{name}", getattr(args, name)) for name in ROUNDS_FILES]
+    rounds_outputs = COMMAND_OUTPUTS["rounds"]
+    outputs = [(f"--{name}", getattr(args, name)) for name in rounds_outputs.files]
     for _, path in outputs:
         if path:
             check_writable_target(path, force=True)
@@ -1192,26 +1205,25 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         report = judge_rounds(runs, args.base, args.new, settings, prompts_text=texts)
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or args.dir) from None
-    for warning in report.config_warnings:  # loud: also where --format json goes to a file
-        stderr_line(warning)
-    for warning in report.warnings:
-        if "a result cache answered" in warning:  # cache_warnings: as loud
-            stderr_line(warning)
-    for name, exporter in ROUNDS_FILES.items():
+    for warning in report.config_warnings + report.warnings:
+        if warning.kind in LOUD_WARNINGS:  # also where --format json goes to a file
+            stderr_line(warning.text)
+    for name, exporter in rounds_outputs.files.items():
         if getattr(args, name):
             write_atomic(getattr(args, name), exporter.data(report))
     view = RoundsView(per_round=args.per_round)
     if not args.plan:
-        append_step_summary(lambda: ROUNDS_FORMATS["markdown"].lines(report, view))
+        append_step_summary(lambda: rounds_outputs.formats["markdown"].lines(report, view))
     if args.plan:
         emit(format_plan(report))
         return EXIT_OK
-    emit(ROUNDS_FORMATS[args.format].lines(report, view))
+    emit(rounds_outputs.formats[args.format].lines(report, view))
     return report.exit_code
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    outputs = [(f"--{name}", getattr(args, name)) for name in RECORD_FILES]
+    files = COMMAND_OUTPUTS["record"].files
+    outputs = [(f"--{name}", getattr(args, name)) for name in files]
     for _, path in outputs:
         check_writable_target(path, args.force)
     names = [name for name, *_ in args.section]
@@ -1230,7 +1242,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     check_distinct_files([("round file", run.path) for section in sections
                           for sides in section.runs.values() for run in sides.values()],
                          outputs)
-    for (_, path), exporter in zip(outputs, RECORD_FILES.values()):
+    for (_, path), exporter in zip(outputs, files.values()):
         write_atomic(path, exporter.data(sections))
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])

@@ -7,6 +7,7 @@ import operator
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
+from .errors import Notice
 from .words import fmt_hundredths, fmt_value, plural
 from .runfile import cache_text, pass_title, PassRecord, RunFile
 from .measuring import flat_step, ladder_stop, shed_requests, step_text
@@ -80,7 +81,7 @@ class DecisionChange(NamedTuple):
 
 
 def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
-                   runs: Sequence[RunFile]) -> List[str]:
+                   runs: Sequence[RunFile]) -> List[Notice]:
     """Return a warning for each p50 difference smaller than the driver's floor spread.
 
     p50s: (title, base p50, new p50); the spread is the largest any of the runs measured.
@@ -89,14 +90,14 @@ def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
     if not spreads:
         return []
     spread = max(spreads)
-    return [f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, less than the "
-            f"driver's own spread on loopback ({fmt_value(spread)} ms, p90 - p10): below what "
-            f"this driver resolves"
+    return [Notice("floor", f"warning: {title} p50 differs by {fmt_value(abs(new - base))} ms, "
+                   f"less than the driver's own spread on loopback ({fmt_value(spread)} ms, "
+                   f"p90 - p10): below what this driver resolves")
             for title, base, new in p50s
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[str]:
+def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[Notice]:
     """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
     per side or file): what each saw, and a difference between the sides."""
     seen: dict = {}
@@ -104,14 +105,16 @@ def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[str]:
         finding = run.cache_finding
         if finding["detected"]:
             seen.setdefault(name.split(" ")[0], []).append((name, finding))
-    warnings = [f"warning: {', '.join(n for n, _ in found)}: {cache_text(found[0][1])}; the "
-                f"figures measure cache hits, not the router's work: {CACHE_ADVICE}"
+    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
+                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
+                       f"router's work: {CACHE_ADVICE}")
                 for found in seen.values()]
     sides = sorted({name.split(" ")[0] for name, _ in named_runs})
     if seen and len(seen) < len(sides):
-        warnings.append(f"warning: a result cache answered {', '.join(sorted(seen))} but not "
-                        f"{', '.join(s for s in sides if s not in seen)}: the comparison "
-                        f"measures the cache, not the change")
+        warnings.append(Notice(
+            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
+            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
+            f"cache, not the change"))
     return warnings
 
 
@@ -169,7 +172,7 @@ class CompareReport(NamedTuple):
     corpus_sha256: Tuple[str, str]  # A's and B's
     corpus_count: int
     passes: Tuple[ComparePass, ...]  # ComparePass
-    warnings: Tuple[str, ...]  # below the driver's floor
+    warnings: Tuple[Notice, ...]  # a result cache that answered, a p50 below the driver's floor
     compared: int  # inputs measured on both sides
     changes: Tuple[DecisionChange, ...]  # DecisionChange, sequential pass
     unmeasured: int  # inputs measured on one side only

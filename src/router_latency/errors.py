@@ -1,16 +1,20 @@
-"""The one error type, RouterLatencyError, and the checks of values read from files."""
+"""The one error type, RouterLatencyError, the warning record a report carries (Notice), and
+the checks of values read from files."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, TYPE_CHECKING
+from typing import Any, Literal, NamedTuple, Optional, TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only, never imported when run: typing has it from 3.10 on
     from typing_extensions import TypeGuard
 
 from .constants import MAX_FILE_NUMBER, MAX_LATENCY_MS
 
-__all__ = ["checked_number", "checked_object", "is_whole", "RouterLatencyError", "SignalInterrupt"]
+__all__ = [
+    "checked_number", "checked_object", "is_whole", "Notice", "RouterLatencyError",
+    "SignalInterrupt",
+]
 
 
 class SignalInterrupt(KeyboardInterrupt):
@@ -32,6 +36,24 @@ class RouterLatencyError(ValueError):
     def __str__(self) -> str:
         message = super().__str__()
         return f"{message} ({self.where})" if self.where else message
+
+
+# the kinds of warning a report carries, each named where it is found:
+# result_cache: a result cache answered a side: the figures measure cache hits (cache_warnings)
+# floor: a p50 difference below the driver's own spread on loopback (floor_warnings)
+# inconclusive: a gated row undecided under --pass-unless-worse, which passes it (rounds_warnings)
+# order_effect: the side started second ran slower (rounds_warnings)
+# config_changed: a side's configuration changed between or within rounds (config_hash_findings)
+# same_config: both sides answered with one configuration (config_hash_findings)
+NoticeKind = Literal["result_cache", "floor", "inconclusive", "order_effect", "config_changed",
+                     "same_config"]
+
+
+class Notice(NamedTuple):
+    """A warning a report carries, as data: what it is about (its kind, which the command line
+    reads to decide what it says loudly) and the line every renderer prints."""
+    kind: NoticeKind
+    text: str  # the whole line, "warning: ..." (against trusting a gate at all: "WARNING: ...")
 
 
 def is_whole(value: Any, minimum: int = 0) -> TypeGuard[int]:

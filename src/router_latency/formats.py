@@ -1,5 +1,6 @@
-"""The output formats of each command, one table per command: the command line takes its
---format choices, their help and the options of its files from these tables."""
+"""What each command prints and writes, one registry entry per command (COMMAND_OUTPUTS): the
+command line takes its --format choices, their help, its file options and the dispatch from
+there."""
 
 from __future__ import annotations
 
@@ -15,15 +16,13 @@ from .render_json import compare_json, COMPARE_SCHEMA, record_json, rounds_json,
 from .render_junit import junit_xml, requests_csv
 from .page import report_page
 
-__all__ = [
-    "COMPARE_FORMATS", "CompareView", "formats_help", "RECORD_FILES", "ReportFile", "ROUNDS_FILES",
-    "ROUNDS_FORMATS", "RoundsView", "RUN_FILES",
-]
+__all__ = ["COMMAND_OUTPUTS", "CompareView", "formats_help", "RoundsView"]
 
 
-# The output formats of each command, one table per command: the command line takes its
-# --format choices, their help and the options of its files from these tables and renders
-# through them, so that a format is added, or named, in one place (hyperfine's exporters).
+# What each command prints and writes, one entry per command side by side in COMMAND_OUTPUTS:
+# the command line takes its --format choices, their help, its file options and the
+# dispatch from there, so that a format or a file is added, or named, in one place
+# (hyperfine's exporters).
 
 class ReportFormat(NamedTuple):
     """One format a command prints its report in: what it is, for --help, and its renderer,
@@ -34,9 +33,18 @@ class ReportFormat(NamedTuple):
 
 class ReportFile(NamedTuple):
     """One file a command writes (its option is --NAME FILE, NAME its key in the command's
-    table): what it holds, for --help, and its renderer, which returns the file's bytes."""
+    files): what it holds, for --help, its renderer, which returns the file's bytes, and the
+    names that, asked for as a --format, are this file (the error then names its option)."""
     about: str
     data: Callable[..., bytes]
+    asked_as: Tuple[str, ...] = ()
+
+
+class CommandOutputs(NamedTuple):
+    """Everything one command prints (its --format choices, text the default) and writes
+    beside it (its file options)."""
+    formats: Dict[str, ReportFormat]
+    files: Dict[str, ReportFile]
 
 
 def formats_help(formats: Dict[str, ReportFormat]) -> str:
@@ -58,52 +66,50 @@ def compare_text(report: CompareReport, view: CompareView) -> list:
                                                             view.cost_per_hour)
 
 
-def json_lines(document: Any) -> list:
-    """Return a report's JSON document as the one block a command prints."""
-    return [json.dumps(document, indent=1, allow_nan=False)]
-
-
-COMPARE_FORMATS: Dict[str, ReportFormat] = {
-    "text": ReportFormat("aligned tables", compare_text),
-    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
-                             lambda report, view: format_compare_markdown(report)),
-    "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
-                         lambda report, view: json_lines(compare_json(report))),
-}
-
-
 class RoundsView(NamedTuple):
     """What rounds shows beside its report: each round's values, with --per-round."""
     per_round: bool = False
 
 
-ROUNDS_FORMATS: Dict[str, ReportFormat] = {
-    "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
-        report, per_round=view.per_round)),
-    "markdown": ReportFormat("the verdict, the table and the details for a pull request",
-                             lambda report, view: format_rounds_markdown(
-                                 report, per_round=view.per_round)),
-    "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
-                         lambda report, view: json_lines(rounds_json(report))),
-}
-
-RECORD_FILES: Dict[str, ReportFile] = {
-    "json": ReportFile("the record's data file to write",
-                       lambda sections: dump_json(record_json(sections))),
-    "markdown": ReportFile("the record's document to write", lambda sections: (
-        "\n".join(format_record(sections)) + "\n").encode("utf-8")),
-}
-
-RUN_FILES: Dict[str, ReportFile] = {
-    "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, latency_ms, "
-                      "status, decision, error", lambda run: requests_csv(run.passes)),
-}
+def json_lines(document: Any) -> list:
+    """Return a report's JSON document as the one block a command prints."""
+    return [json.dumps(document, indent=1, allow_nan=False)]
 
 
-# the files rounds writes beside what it prints (their table is here, beside the page's)
-ROUNDS_FILES: Dict[str, ReportFile] = {
-    "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
-                        "decisions, ...", lambda report: junit_xml(report)),
-    "html": ReportFile("also write the report page: one HTML file with plots, no network "
-                       "needed", lambda report: report_page(report).encode("utf-8")),
+PULL_REQUEST = "the verdict, the table and the details for a pull request"
+
+COMMAND_OUTPUTS: Dict[str, CommandOutputs] = {
+    "compare": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", compare_text),
+        "markdown": ReportFormat(PULL_REQUEST,
+                                 lambda report, view: format_compare_markdown(report)),
+        "json": ReportFormat(f"every figure at full precision, schema {COMPARE_SCHEMA}",
+                             lambda report, view: json_lines(compare_json(report))),
+    }, files={}),
+    "rounds": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", lambda report, view: format_rounds(
+            report, per_round=view.per_round)),
+        "markdown": ReportFormat(PULL_REQUEST, lambda report, view: format_rounds_markdown(
+            report, per_round=view.per_round)),
+        "json": ReportFormat(f"every figure at full precision, schema {ROUNDS_SCHEMA}",
+                             lambda report, view: json_lines(rounds_json(report))),
+    }, files={
+        "junit": ReportFile("also write JUnit XML: a test case per gated row, per round's "
+                            "decisions, ...", lambda report: junit_xml(report),
+                            asked_as=("junit", "xml")),
+        "html": ReportFile("also write the report page: one HTML file with plots, no network "
+                           "needed", lambda report: report_page(report).encode("utf-8"),
+                           asked_as=("html",)),
+    }),
+    "record": CommandOutputs(formats={}, files={
+        "json": ReportFile("the record's data file to write",
+                           lambda sections: dump_json(record_json(sections))),
+        "markdown": ReportFile("the record's document to write", lambda sections: (
+            "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+    }),
+    "run": CommandOutputs(formats={}, files={
+        "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, "
+                          "latency_ms, status, decision, error",
+                          lambda run: requests_csv(run.passes), asked_as=("csv",)),
+    }),
 }

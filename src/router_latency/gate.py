@@ -12,7 +12,7 @@ import statistics
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
-from .errors import RouterLatencyError
+from .errors import Notice, RouterLatencyError
 from .words import change_text, metric_title, plural
 from .stats import (_mean_ss, composite_log_ratios, effective_rows, Interval, mean_interval,
                     normal_ppf, paired_interval, power_shift, rounds_needed, sample_spread,
@@ -157,7 +157,7 @@ class GateRule(NamedTuple):
     # the doubts the undecided gated rows raise at this look: any makes it inconclusive
     doubts: Callable[[Sequence[Row], GateSettings, Optional[Look]], List[str]]
     # what the reader must know of the undecided gated rows that no doubt names
-    warnings: Callable[[Sequence[Row], GateSettings], List[str]]
+    warnings: Callable[[Sequence[Row], GateSettings], List[Notice]]
 
 
 def row_of(name: str, metric: str, base_values: list, new_values: list,
@@ -348,20 +348,21 @@ def unless_worse_doubts(undecided: Sequence[Row], settings: GateSettings,
     return doubts
 
 
-def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[str]:
+def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[Notice]:
     """Return a warning per undecided gated row that --pass-unless-worse passed: what it could
     detect, and the rounds the --max-mde change would need."""
     warnings = []
     for row in undecided:
         needed = "more than 1,000" if row.rounds_needed is None else \
             f"about {row.rounds_needed}"
-        warnings.append(f"warning: {pass_title(row.pass_name)} {metric_title(row.metric)} "
-                        f"inconclusive: could only detect {detectable_text(row)}; {needed} "
-                        f"rounds would be needed for {settings.target_pct:g}%")
+        warnings.append(Notice("inconclusive", f"warning: {pass_title(row.pass_name)} "
+                               f"{metric_title(row.metric)} inconclusive: could only detect "
+                               f"{detectable_text(row)}; {needed} rounds would be needed for "
+                               f"{settings.target_pct:g}%"))
     return warnings
 
 
-def no_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[str]:
+def no_warnings(undecided: Sequence[Row], settings: GateSettings) -> List[Notice]:
     """Return no warning: the default rule's reasons name every undecided gated row."""
     return []
 

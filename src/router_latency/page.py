@@ -16,7 +16,7 @@ from .gate import Row
 from .rounds import part_title, PassBreakdown, RoundsReport
 from .render_text import (decisions_note, decomposition_text, environment_tables,
                           format_capacity_rounds, format_closing, format_order,
-                          format_rounds_table, row_change_text, slowdown_tables)
+                          row_change_text, rounds_table_parts, slowdown_tables)
 from .render_junit import xml_safe
 
 __all__ = ["report_page"]
@@ -287,15 +287,6 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(lines + ["</table>"])
 
 
-def markdown_table_html(lines: Sequence[str]) -> str:
-    """Return the HTML table of a table that render_table wrote as Markdown."""
-    table = [line.strip() for line in lines if line.startswith("|")]
-    if len(table) < 2:
-        return ""
-    rows = [[c.strip() for c in line[1:-1].split(" | ")] for line in table]
-    return table_html(rows[0], rows[2:], [c.endswith(":") for c in table[1].strip("|").split("|")])
-
-
 def page_verdict(report: RoundsReport) -> str:
     """Return the page's banner: the verdict at a glance, and its reasons."""
     unsure = len(report.outcome.undecided)
@@ -306,7 +297,7 @@ def page_verdict(report: RoundsReport) -> str:
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
-    cached = [w for w in report.warnings if "a result cache answered" in w]  # cache_warnings
+    cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
                    for line in decisions_note(report) + cached)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
@@ -316,16 +307,17 @@ def page_verdict(report: RoundsReport) -> str:
 
 def page_rows(report: RoundsReport) -> str:
     """Return the forest plot of every gated row, then the table of all rows."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in head if line and line[0] != "|")
+    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
-            f"<h2>All rows</h2>{markdown_table_html(head)}"
+            f"<h2>All rows</h2>"
+            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
             f'<ul class="note">{notes}</ul>')
 
 
@@ -382,7 +374,7 @@ def page_details(report: RoundsReport) -> str:
                   table_html(inputs.header, inputs.rows, inputs.right),
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
-    lines = list(report.warnings) + format_order(report) + format_closing(report)
+    lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
     tables, empty = environment_tables(report)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")

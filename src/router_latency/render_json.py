@@ -20,21 +20,17 @@ COMPARE_SCHEMA = "router-latency/compare/1"
 
 
 def breakdowns_json(report: RoundsReport) -> list:
-    """Return where each pass's time went as JSON."""
+    """Return where each pass's time went as JSON: its parts' rows as those of the table."""
     return [{"pass": b.pass_name, "sentence": b.sentence,
              "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
              "base": dict(b.base), "new": dict(b.new),
-             "rows": [{"metric": r.metric, "gated": r.gated, "base_median": r.base_median,
-                       "new_median": r.new_median, "diff": r.diff._asdict(),
-                       "speedup": r.speedup, "speedup_low": r.speedup_low,
-                       "speedup_high": r.speedup_high, "change_text": row_change_text(r),
-                       "verdict": r.verdict, "base_values": list(r.base_values),
-                       "new_values": list(r.new_values)} for r in b.rows]}
+             "rows": [row_json(r) for r in b.rows]}
             for b in report.breakdowns]
 
 
 def row_json(row: Row) -> dict:
-    """Return a row of the rounds table as JSON: its figures at full precision."""
+    """Return a row as JSON, the one shape of a judged row wherever it stands (the rounds
+    table, a pass's parts): its figures at full precision."""
     return {"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
             "base_median": row.base_median, "new_median": row.new_median,
             "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
@@ -78,7 +74,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
-            "warnings": list(report.warnings), "notes": list(report.notes),
+            "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
             "environment": [row.to_json() for row in report.environment],
             "order": order_json(report.order),
             "order_effect": None if report.order_effect is None
@@ -90,7 +86,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
-            "config_warnings": list(report.config_warnings),
+            "config_warnings": [w.text for w in report.config_warnings],
             "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
@@ -144,7 +140,7 @@ def compare_json(report: CompareReport) -> dict:
             "b": {"path": report.b_path, "label": report.b_label,
                   "corpus_sha256": report.corpus_sha256[1]},
             "corpus_count": report.corpus_count, "passes": passes,
-            "warnings": list(report.warnings),
+            "warnings": [w.text for w in report.warnings],
             "decisions": {"pass": "sequential", "compared": report.compared,
                           "agree": report.compared - len(report.changes),
                           "unmeasured": report.unmeasured,

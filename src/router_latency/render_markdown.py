@@ -2,38 +2,50 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from .words import plural
 from .compare import CompareReport
 from .rounds import RoundsReport
-from .render_text import (compare_caveat, decisions_note, format_agreement, format_breakdowns,
-                          format_capacity_rounds, format_closing, format_compare,
-                          format_environment, format_order, format_outcomes, format_per_round,
-                          format_rounds_table, format_slowdowns, md_text, undecided_line)
+from .render_text import (Block, breakdown_blocks, compare_caveat, compare_parts, decisions_note,
+                          environment_blocks, format_agreement, format_capacity_rounds,
+                          format_closing, format_order, format_outcomes, md_text,
+                          per_round_table, render_table, rounds_table_parts, slowdown_blocks,
+                          Table, undecided_line)
 
 __all__ = ["format_compare_markdown", "format_rounds_markdown"]
 
 
-def markdown_blocks(lines: Sequence[str]) -> list:
-    """Return text lines as Markdown: table lines kept (tables a blank line apart stay apart),
-    a line starting with ** kept as a caption, every other line a list item (an indented line
-    nested), blocks apart."""
+def markdown_table(table: Optional[Table]) -> list:
+    """Return a table as Markdown; no lines for no table."""
+    return [] if table is None else render_table(table.header, table.rows, markdown=True,
+                                                 right=table.right)
+
+
+def markdown_blocks(blocks: Sequence[Block]) -> list:
+    """Return a report's details as Markdown: each table a Markdown table (its caption, if
+    any, in bold above it), a line starting with ** kept as a caption, every other line a
+    list item (an indented line nested), blocks apart; blank lines leave nothing."""
     out: list = []
-    previous, apart = None, False
-    for line in lines:
-        if not line.strip():
-            apart = True  # two tables a blank line apart stay two tables
+    previous = None
+    for block in blocks:
+        parts: List[Tuple[str, List[str]]]  # (kind, its lines)
+        if isinstance(block, Table):
+            parts = [("caption", [f"**{block.caption}**"])] if block.caption else []
+            parts.append(("table", markdown_table(block)))
+        elif not block.strip():
             continue
-        kind = "table" if line.startswith("|") else "caption" if line.startswith("**") \
-            else "list"
-        if previous is not None and (kind != previous or kind == "caption"
-                                     or (kind == "table" and apart)):
-            out.append("")
-        apart = False
-        out.append(("  - " if line.startswith("  ") else "- ") + md_text(line.strip())
-                   if kind == "list" else line)
-        previous = kind
+        elif block.startswith("**"):
+            parts = [("caption", [block])]
+        else:
+            parts = [("list", [("  - " if block.startswith("  ") else "- ")
+                               + md_text(block.strip())])]
+        for kind, lines in parts:
+            # a caption, and each table, stands apart; list items run on
+            if previous is not None and (kind != previous or kind != "list"):
+                out.append("")
+            out += lines
+            previous = kind
     return out
 
 
@@ -45,7 +57,7 @@ def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
 
 def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
-    head = format_rounds_table(report, markdown=True)
+    above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
     what = ((f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
@@ -53,26 +65,24 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details = [line for line in head if not line.startswith("|")]
-    details += format_capacity_rounds(report)
-    details += format_agreement(report) + format_outcomes(report) + list(report.warnings)
-    details += format_slowdowns(report, markdown=True)
-    details += format_breakdowns(report, markdown=True)
+    details: list = above + below + format_capacity_rounds(report)
+    details += format_agreement(report) + format_outcomes(report)
+    details += [warning.text for warning in report.warnings]
+    details += slowdown_blocks(report, md_text)
+    details += breakdown_blocks(report)
     if per_round and report.rows:
-        details += ["**Each round**"] + format_per_round(report, markdown=True)
-    details += ["**Environment**"] + format_environment(report, markdown=True)
+        details += ["**Each round**", per_round_table(report)]
+    details += ["**Environment**"] + environment_blocks(report)
     details += format_order(report) + format_closing(report) + undecided_line(report)
-    table = [line for line in head if line.startswith("|")]
     note = decisions_note(report)
     return ([f"**{md_text(note[0])}**", ""] if note else []) \
         + (markdown_verdict(report.status, report.reasons, what) + [""]
-            + (table + [""] if table else []) + markdown_blocks(details))
+            + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 
 def format_compare_markdown(report: CompareReport) -> list:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
-    lines = format_compare(report, markdown=True)
+    above, table, below = compare_parts(report)
     what = f"{report.b_label or 'B'} against {report.a_label or 'A'}, {compare_caveat(report)}"
     return (markdown_verdict(report.status, report.reasons, what) + [""]
-            + [line for line in lines if line.startswith("|")] + [""]
-            + markdown_blocks([line for line in lines if not line.startswith("|")]))
+            + markdown_table(table) + [""] + markdown_blocks(above + below))

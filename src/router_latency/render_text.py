@@ -8,7 +8,7 @@ import json
 import math
 import re
 import statistics
-from typing import Callable, List, NamedTuple, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
@@ -25,14 +25,14 @@ from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOr
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "compare_caveat", "decisions_note", "decomposition_text", "environment_tables",
-    "format_agreement", "format_breakdowns", "format_capacity", "format_capacity_rounds",
-    "format_closing", "format_compare", "format_compare_capacity", "format_environment",
-    "format_host", "format_order", "format_outcomes", "format_per_round", "format_plan",
-    "format_record", "format_rounds", "format_rounds_table", "format_run_header",
-    "format_run_summary", "format_slowdowns", "md_text", "order_json",
-    "outcomes_json", "overload_note", "render_table", "row_change_text", "slowdown_tables",
-    "undecided_line", "verdict_line",
+    "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
+    "decomposition_text", "environment_blocks", "environment_tables", "format_agreement",
+    "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
+    "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
+    "format_record", "format_rounds", "format_run_header", "format_run_summary",
+    "md_text", "order_json", "outcomes_json", "overload_note", "per_round_table",
+    "render_table", "row_change_text", "rounds_table_parts", "slowdown_blocks",
+    "slowdown_tables", "Table", "undecided_line", "verdict_line",
 ]
 
 
@@ -45,6 +45,28 @@ def pass_cell(row: Row, rows: Sequence[Row]) -> str:
     first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
         r for r in rows if r.pass_name == LADDER_PASS) is row)
     return pass_title(row.pass_name) if first else ""
+
+
+class Table(NamedTuple):
+    """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
+    caption: str  # Markdown's bold line above it; text leaves a blank line
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
+
+
+# a report's body as data: lines of text, and tables; text_lines() renders it as text, the
+# Markdown renderer (markdown_blocks) as list items and tables
+Block = Union[str, Table]
+
+
+def text_lines(blocks: Sequence[Block]) -> list:
+    """Return blocks as text: each line as it is, each table aligned."""
+    lines: list = []
+    for block in blocks:
+        lines += [block] if isinstance(block, str) else render_table(
+            block.header, block.rows, right=block.right)
+    return lines
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -363,8 +385,24 @@ def compare_rows(report: CompareReport) -> list:
     return rows
 
 
-def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
-    """Return the lines of the side-by-side comparison of two runs."""
+class TabledReport(NamedTuple):
+    """A report around its main table, as data: the lines above the table, the table, the
+    lines below it; text keeps that order, Markdown puts the table first."""
+    above: List[str]
+    table: Optional[Table]  # None: nothing to tabulate
+    below: List[str]
+
+
+def format_compare(report: CompareReport) -> list:
+    """Return the lines of the side-by-side comparison of two runs, its verdict last."""
+    above, table, below = compare_parts(report)
+    return above + [""] + text_lines([table] if table else []) + below \
+        + [compare_verdict_line(report)]
+
+
+def compare_parts(report: CompareReport) -> TabledReport:
+    """Return the comparison of two runs around its table: which runs, then the table, then
+    errors, slow phases, where the time goes, warnings and the decisions."""
     lines = [f"A: {report.a_path} ({report.a_label or 'no label'})",
              f"B: {report.b_path} ({report.b_label or 'no label'})"]
     sha_a, sha_b = report.corpus_sha256
@@ -376,10 +414,15 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
         lines.append("config (x-vsr-config-hash): " + ", ".join(
             f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
             for tag, hashes in zip("AB", report.config_hashes)))
-    lines.append("")
-    rows = compare_rows(report)
-    lines += render_table(["pass", "metric", "A", "B", "B - A", "change, + slower"], rows,
-                          markdown=markdown, right=[False, False])
+    table = Table("", ["pass", "metric", "A", "B", "B - A", "change, + slower"],
+                  compare_rows(report), [False, False, True, True, True, True])
+    return TabledReport(lines, table, compare_details(report))
+
+
+def compare_details(report: CompareReport) -> list:
+    """Return what a comparison says below its table: errors, slow phases, where the time
+    goes, warnings, and the decisions that differ."""
+    lines = []
     for item in report.passes:
         failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
                   if counts[0]]
@@ -393,7 +436,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
     lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
         tag, values, client) for item in report.passes
         for tag, (client, values) in zip("AB", item.decompositions)]
-    lines += report.warnings
+    lines += [warning.text for warning in report.warnings]
     lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
                   f"inputs agree (sequential pass)"
               + (f"; {report.unmeasured} inputs measured on one side only"
@@ -408,8 +451,7 @@ def format_compare(report: CompareReport, *, markdown: bool = False) -> list:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    # the Markdown starts with its verdict (format_compare_markdown); the text ends with it
-    return lines if markdown else lines + [compare_verdict_line(report)]
+    return lines
 
 
 def compare_verdict_line(report: CompareReport) -> str:
@@ -447,16 +489,16 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     """Return the lines of the rounds report as text."""
     lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
-        lines += [""] + format_per_round(report)
+        lines += [""] + text_lines([per_round_table(report)])
     capacity = format_capacity_rounds(report)
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
-    lines += report.warnings
-    slowdowns = format_slowdowns(report)
+    lines += [warning.text for warning in report.warnings]
+    slowdowns = text_lines(slowdown_blocks(report))
     lines += [""] + slowdowns if slowdowns else []
-    breakdowns = format_breakdowns(report)
+    breakdowns = text_lines(breakdown_blocks(report))
     lines += [""] + breakdowns if breakdowns else []
-    lines += [""] + format_environment(report) + [""]
+    lines += [""] + text_lines(environment_blocks(report)) + [""]
     lines += format_order(report) + format_closing(report) + undecided_line(report)
     lines.append(verdict_line(report))
     return lines
@@ -473,8 +515,17 @@ def format_closing(report: RoundsReport) -> list:
     return lines
 
 
-def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list:
+def format_rounds_table(report: RoundsReport) -> list:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
+    above, table, below = rounds_table_parts(report)
+    if table is None:
+        return above
+    return above + [""] + text_lines([table]) + ([""] + below if below else [])
+
+
+def rounds_table_parts(report: RoundsReport) -> TabledReport:
+    """Return the rounds report's table of rows: above it the rounds used and how to read
+    it, below it the gated rows' test together; no table without rows."""
     base, new, used, settings = report.base, report.new, report.used, report.settings
     lines = [f"rule: {settings.rule.text}"] if settings.rule.option else []
     lines += [f"rounds: {len(used)} used ({', '.join(f'r{n}' for n in used) or 'none'}); "
@@ -482,7 +533,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
               f"({report.corpus_count} prompts)"]
     test = report.test
     if not report.rows or test is None:  # the gate tests wherever there are rows
-        return lines
+        return TabledReport(lines, None, [])
     lines += [
         f"change: {new} against {base} in time per request (for req/s, its inverse), + slower, "
         f"- faster; the geometric mean of the per-round ratios with a 95% Student t interval "
@@ -495,7 +546,7 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
         f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
         f"(family-wise {100 * 2 * test.level:.3g}%); within: each row's worse end inside the "
         f"tolerance (one-sided {100 * test.level:.3g}%)"
-        + (", boundaries of this look" if settings.sequential_max else ""), ""]
+        + (", boundaries of this look" if settings.sequential_max else "")]
     table = []
     for row in report.rows:
         interval = (f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
@@ -505,32 +556,33 @@ def format_rounds_table(report: RoundsReport, *, markdown: bool = False) -> list
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
                       detectable_text(row), row.verdict])
-    lines += render_table(
-        ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-         "change [95% CI]", "slower in", "detects", "verdict"], table, markdown=markdown,
-        right=[False, False, True, True, True, True, True, True, False])
+    below = []
     if test.composite is not None:
         together = "any change" if test.composite_detectable_pct is None \
             else f">= {test.composite_detectable_pct:.0f}%"
-        lines += ["", f"gated rows together: {composite_text(test.composite)} per round, "
-                      f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
-                      f"detects {together}"]
-    return lines
+        below = [f"gated rows together: {composite_text(test.composite)} per round, "
+                 f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
+                 f"detects {together}"]
+    return TabledReport(lines, Table(
+        "", ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
+             "change [95% CI]", "slower in", "detects", "verdict"], table,
+        [False, False, True, True, True, True, True, True, False]), below)
 
 
-def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return where each pass's time went: the sentence, the parts' rows (advisory unless
-    gated), and the decomposition beside the client's latency."""
+def breakdown_blocks(report: RoundsReport) -> List[Block]:
+    """Return where each pass's time went: the sentence, the table of the parts' rows
+    (advisory unless gated), and the decomposition beside the client's latency."""
     if not report.breakdowns:
         return []
     base, new = report.base, report.new
-    lines = [f"where the time goes: each signal's time as the answers report it, the router's "
-             f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
-             f"latency outside the signals; rows as above, advisory unless --gate names them "
-             f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
-             f"the mean outside the signals; each side's last line subtracts medians over "
-             f"rounds (client mean less the signals'), where the outside row is the median of "
-             f"each round's own difference, so the two may differ a little"]
+    lines: List[Block] = [
+        f"where the time goes: each signal's time as the answers report it, the router's "
+        f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
+        f"latency outside the signals; rows as above, advisory unless --gate names them "
+        f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
+        f"the mean outside the signals; each side's last line subtracts medians over "
+        f"rounds (client mean less the signals'), where the outside row is the median of "
+        f"each round's own difference, so the two may differ a little"]
     for breakdown in report.breakdowns:
         lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
         table = [[part_title(row.metric) + ("*" if row.gated else ""),
@@ -538,10 +590,9 @@ def format_breakdowns(report: RoundsReport, *, markdown: bool = False) -> list:
                   f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
                   f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
                  for row in breakdown.rows]
-        lines += render_table(["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                               "change [95% CI]", "verdict"], table,
-                              markdown=markdown,
-                              right=[False, True, True, True, True, False])
+        lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                                "change [95% CI]", "verdict"], table,
+                           [False, True, True, True, True, False]))
         lines += [decomposition_text(side, dict(parts), client)
                   for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
                                               (new, breakdown.new, breakdown.client[1]))]
@@ -675,13 +726,13 @@ def missing_ladder_rows(report: RoundsReport) -> list:
     return notes
 
 
-def format_per_round(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return each round's base / new values of every row."""
+def per_round_table(report: RoundsReport) -> Table:
+    """Return the table of each round's base / new values of every row."""
     header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
     per = [[pass_cell(r, report.rows), metric_label(r.metric)]
            + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
            for r in report.rows]
-    return render_table(header, per, markdown=markdown, right=[False, False])
+    return Table("", header, per, [False, False] + [True] * len(report.used))
 
 
 def format_agreement(report: RoundsReport) -> list:
@@ -726,23 +777,23 @@ def format_outcomes(report: RoundsReport) -> list:
 def format_config_hashes(report: RoundsReport) -> list:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
-        return list(report.config_warnings)
+        return [warning.text for warning in report.config_warnings]
     shown = "; ".join(f"{side} {', '.join(h[:12] for h in hashes) or 'none recorded'}"
                       for side, hashes in report.config_hashes.items())
-    return [f"configuration (x-vsr-config-hash): {shown}"] + list(report.config_warnings)
+    return [f"configuration (x-vsr-config-hash): {shown}"] + [
+        warning.text for warning in report.config_warnings]
 
 
-def format_environment(report: RoundsReport, *, markdown: bool = False) -> list:
-    """Return the lines of the per-round environment tables, each its own block, and which
-    columns no run recorded."""
+def environment_blocks(report: RoundsReport) -> List[Block]:
+    """Return the per-round environment tables, a blank line apart, and which columns no run
+    recorded."""
     tables, empty = environment_tables(report)
-    lines: list = []
+    blocks: List[Block] = []
     for table in tables:
-        lines += ([""] if lines else []) + render_table(table.header, table.rows,
-                                                         markdown=markdown, right=table.right)
+        blocks += ([""] if blocks else []) + [table]
     if empty:
-        lines += ["", f"not recorded in any run: {', '.join(empty)}"]
-    return lines
+        blocks += ["", f"not recorded in any run: {', '.join(empty)}"]
+    return blocks
 
 
 def environment_tables(report: RoundsReport) -> tuple:
@@ -1040,13 +1091,6 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
-class Table(NamedTuple):
-    caption: str
-    header: List[str]
-    rows: List[List[str]]
-    right: List[bool]  # right-aligned columns
-
-
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                     limit: int) -> Optional[tuple]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
@@ -1092,19 +1136,16 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
     return intro, inputs, more, groups
 
 
-def format_slowdowns(report: RoundsReport, *, markdown: bool = False, limit: int = 10) -> list:
+def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
+                    limit: int = 10) -> List[Block]:
     """Return the inputs with the largest slowdown, then the slowdown per decision and per
-    prompt-length bucket."""
-    tables = slowdown_tables(report, md_text if markdown else str, limit)
+    prompt-length bucket, each table a blank line below what stands above it; cell:
+    slowdown_tables'."""
+    tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
     intro, inputs, more, groups = tables
-    lines = [intro]
-    for table in (inputs, groups):
-        lines += [f"**{table.caption}**" if markdown else ""]
-        lines += render_table(table.header, table.rows, markdown=markdown, right=table.right)
-        lines += [more] if more and table is inputs else []
-    return lines
+    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")

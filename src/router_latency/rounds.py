@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tu
 
 from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
                         LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
-from .errors import RouterLatencyError
+from .errors import Notice, RouterLatencyError
 from .words import change_text, fmt_signed, metric_title, plural
 from .stats import (benjamini_hochberg, composite_log_ratios, mean_interval, order_effect,
                     OrderEffect, outlier_rounds, percentiles, t_test_p)
@@ -432,7 +432,7 @@ class RoundsReport(NamedTuple):
     test: Optional[GateTest]
     agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
     errors: Tuple[PassErrors, ...]  # PassErrors
-    warnings: Tuple[str, ...]  # what the reader must know before trusting the verdict
+    warnings: Tuple[Notice, ...]  # what the reader must know before trusting the verdict
     notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
     environment: Tuple[EnvironmentRow, ...]  # one per round and side
     order: RoundOrder
@@ -446,7 +446,7 @@ class RoundsReport(NamedTuple):
     # side -> its x-vsr-config-hash values over the rounds
     config_hashes: Dict[str, Tuple[str, ...]] = {}
     # the same configuration on both sides, or one that changed
-    config_warnings: Tuple[str, ...] = ()
+    config_warnings: Tuple[Notice, ...] = ()
     outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
     slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
     latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
@@ -501,12 +501,13 @@ def config_hash_findings(runs: dict, base: str, new: str,
             raise RouterLatencyError(f"{message}: its configuration changed between or within "
                                      f"rounds; --allow-config-change judges it anyway",
                                      first_file[hashes[side][1]])
-        warnings.append(f"warning: {message}")
+        warnings.append(Notice("config_changed", f"warning: {message}"))
     same = [value for value in hashes[base] if value in hashes[new]]
     if same:
-        warnings.append(f"WARNING: base {base} and new {new} answered with the same "
-                        f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
-                        f"configuration with itself; check which configuration each side runs")
+        warnings.append(Notice(
+            "same_config", f"WARNING: base {base} and new {new} answered with the same "
+            f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
+            f"configuration with itself; check which configuration each side runs"))
     return hashes, tuple(warnings)
 
 
@@ -903,19 +904,19 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
                     outcome: GateOutcome, effect: Optional[OrderEffect],
-                    settings: GateSettings) -> list:
+                    settings: GateSettings) -> List[Notice]:
     """Return what the reader must know before trusting the verdict."""
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
     warnings += settings.rule.warnings(outcome.undecided, settings)
     if effect is not None and effect.p_value < 0.05:
-        warnings.append(
-            f"warning: order effect: the side started second ran "
+        warnings.append(Notice(
+            "order_effect", f"warning: order effect: the side started second ran "
             f"{100 * math.expm1(effect.estimate):+.1f}% [{100 * math.expm1(effect.low):+.1f}%, "
             f"{100 * math.expm1(effect.high):+.1f}%] slower (crossover estimate on the gated "
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
-            f"order")
+            f"order"))
     return warnings
 
 
