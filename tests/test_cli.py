@@ -27,7 +27,7 @@ from router_latency.constants import __version__, DEFAULT_GLOB, PREVIEW_PATH
 from router_latency.corpus import CORPUS_SCHEMA, load_corpus
 from router_latency.runfile import dump_run, load_run
 from router_latency.rounds import start_order
-from router_latency.simulator import DEMO_NEXT_STEPS
+from router_latency.simulator import demo_next_steps
 from router_latency.cli import main
 import router_latency as rl
 from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
@@ -462,7 +462,7 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
     assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
-    assert lines[verdict + 3:] == list(DEMO_NEXT_STEPS)
+    assert lines[verdict + 3:] == demo_next_steps(True)  # the package: the installed commands
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
     assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json",
                      "r3-cpu.json", "r3-gpu.json"]
@@ -500,6 +500,10 @@ def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
     assert "rounds: 3 used (r1, r2, r3)" in demo.stdout
     assert "deleted at the end; --keep DIR keeps them" in demo.stdout.splitlines()[0]
     assert "the corpus and run files were deleted with " in demo.stdout
+    # the one file names itself and the repository's rounds/run_rounds.sh
+    steps = demo_next_steps(False)
+    assert demo.stdout.splitlines()[-len(steps):] == steps
+    assert steps[2].startswith("  python3 router_latency.py corpus ")
     assert sorted(p.name for p in bare.iterdir()) == ["corpus.json", "repo",
                                                       "router_latency.py"]
 

@@ -44,7 +44,7 @@ from .render_text import (format_capacity, format_host, format_plan, format_roun
                           format_run_header, format_run_summary, overload_note, verdict_line)
 from .formats import (COMPARE_FORMATS, CompareView, formats_help, RECORD_FILES, ReportFile,
                       ROUNDS_FILES, ROUNDS_FORMATS, RoundsView, RUN_FILES)
-from .simulator import (corpus_lines, DEMO_NEXT_STEPS, DEMO_SIDES, run_demo, SignalModel,
+from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, SignalModel,
                         SimulatedAnswers, start_simulator)
 
 __all__: List[str] = []
@@ -1316,7 +1316,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
     emit(["", f"the corpus and run files are kept in {work}" if keep else
           f"the corpus and run files were deleted with {work}; --keep DIR keeps them",
-          *DEMO_NEXT_STEPS])
+          *demo_next_steps(bool(__package__))])  # the package, not the one file
     return report.exit_code
 
 
