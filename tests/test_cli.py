@@ -1224,7 +1224,10 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
     summary = tmp_path / "summary.md"
     summary.write_text("")
-    step = as_simulators(readme_workflow_step(), tmp_path, (8, 1))
+    # pr 30x faster: the looks decide sooner on a loaded machine, where 8x left a p95 of 6
+    # prompts undecided for 7 rounds and more (a round: two runs, two routers, 2-7 s); 30x
+    # costs the base side 0.2 s a run
+    step = as_simulators(readme_workflow_step(), tmp_path, (30, 1))
     env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
@@ -1330,7 +1333,7 @@ def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(t
 
 INTERRUPT_AT = """\
 import os, runpy, signal, sys
-tool, at, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+tool, compiled, at, argv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 
 
 def tracer(frame, event, arg):  # SIGINT once the tool's code reaches line `at`
@@ -1343,7 +1346,7 @@ def tracer(frame, event, arg):  # SIGINT once the tool's code reaches line `at`
 
 sys.argv = [tool, *argv]
 sys.settrace(tracer)
-runpy.run_path(tool, run_name="__main__")
+runpy.run_path(compiled, run_name="__main__")  # the tool's code, named for tool, compiled once
 """
 
 
@@ -1364,7 +1367,7 @@ def line_of(text):
 def test_an_interrupt_while_the_tool_loads_exits_130_without_a_traceback(tmp_path, where, argv):
     # the interrupt arrives while the module's imports and definitions run, or in main()
     # before a command starts: SIGINT's handler is the first thing the module installs
-    result = subprocess.run([sys.executable, "-c", INTERRUPT_AT, str(TOOL),
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_AT, str(TOOL), str(TOOL_PYC),
                              str(line_of(where)), *argv], capture_output=True, text=True,
                             timeout=60, cwd=tmp_path)
     assert result.returncode == 130, result.stderr
