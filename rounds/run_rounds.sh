@@ -23,7 +23,7 @@
 # command that returns leaving nothing in its session needs a stop command; one that exits
 # with an error, before or during the run, stops the script.
 #
-# The tool it runs: python3 (or $PYTHON) and the router_latency.py above rounds/, or --tool.
+# The tool it runs: python3 (or $PYTHON) and the router_latency.py beside rounds/, or --tool.
 # `pip install` puts the script into the bin/ folder of the router-latency command, as
 # run_rounds.sh, and it then runs that command.
 #
@@ -130,9 +130,9 @@ Options:
 EOT
 }
 
-# how the tool is run: python3 (or $PYTHON) and the router_latency.py above rounds/, or --tool;
-# where pip installed this script (into the bin/ of the router-latency command, no
-# router_latency.py above it), that command beside it
+# how the tool is run: python3 (or $PYTHON) and the router_latency.py beside rounds/, or --tool;
+# where pip installed this script (into the bin/ folder of the router-latency command, with no
+# router_latency.py in the folder above), that command beside it
 tool_command() {
   if [ "$tool_given" -eq 0 ] && [ ! -e "$tool" ] && [ -x "$here/router-latency" ]; then
     tool_run=("$here/router-latency")

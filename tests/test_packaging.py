@@ -87,7 +87,7 @@ def test_python_m_router_latency_runs_the_package(tmp_path):
 def installed_bin(tmp_path, with_command=True):
     """A bin/ folder as `pip install .` leaves it: run_rounds.sh (pyproject's script-files)
     and, unless told not, a router-latency command, here one that logs its arguments and runs
-    the tool; no router_latency.py above it."""
+    the tool; no router_latency.py in the folder above."""
     scripts = pyproject()["tool"]["setuptools"]["script-files"]
     assert scripts == ["rounds/run_rounds.sh"]
     folder = tmp_path / "venv" / "bin"
@@ -126,7 +126,7 @@ def test_the_installed_round_script_runs_the_command_beside_it(tmp_path):
 
 
 def test_the_round_script_without_a_tool_says_it_cannot_run_one(tmp_path):
-    # copied alone: no router_latency.py above it, no router-latency beside it
+    # copied alone: no router_latency.py in the folder above, no router-latency beside it
     folder = installed_bin(tmp_path, with_command=False)
     result = round_script(folder, tmp_path)
     assert result.returncode == 2
