@@ -11754,20 +11754,30 @@ DEMO_SIDES: Dict[str, DemoSide] = {
                                     SignalTime("guard", 0.2)))}}
 
 
-# What the demo prints last: the same method on a real router (README.md, "Worked example").
-DEMO_NEXT_STEPS = (
-    "next, on a real router (rounds/run_rounds.sh is in the router-latency repository; the",
-    "README's worked example does this with two simulated routers):",
-    "  python3 router_latency.py corpus --repo ../semantic-router --out corpus.json",
-    "  rounds/run_rounds.sh --rounds 5 --dir results --corpus corpus.json \\",
-    "    --base cpu --base-url http://127.0.0.1:8801 \\",
-    "    --base-start 'docker run -d --name router-cpu -p 8801:8080 ROUTER_IMAGE_CPU' \\",
-    "    --base-stop 'docker rm -f router-cpu' \\",
-    "    --new gpu --new-url http://127.0.0.1:8802 \\",
-    "    --new-start 'docker run -d --name router-gpu -p 8802:8080 ROUTER_IMAGE_GPU' \\",
-    "    --new-stop 'docker rm -f router-gpu'",
-    "  python3 router_latency.py rounds --dir results --base cpu --new gpu",
-)
+def demo_next_steps(packaged: bool) -> list[str]:
+    """Return what the demo prints last: the same method on a real router (README.md, "Worked
+    example"), in the commands of this copy of the tool. packaged: it runs as the package that
+    pip installed, with router-latency and run_rounds.sh in one bin/ folder; otherwise as the
+    one file, router_latency.py, whose repository has rounds/run_rounds.sh."""
+    if packaged:
+        tool, script = "router-latency", "run_rounds.sh"
+        intro = ["next, on a real router (pip installed run_rounds.sh beside router-latency; the "
+                 "README's", "worked example does this with two simulated routers):"]
+    else:
+        tool, script = "python3 router_latency.py", "rounds/run_rounds.sh"
+        intro = ["next, on a real router (rounds/run_rounds.sh is in the router-latency "
+                 "repository; the", "README's worked example does this with two simulated "
+                 "routers):"]
+    return [*intro,
+            f"  {tool} corpus --repo ../semantic-router --out corpus.json",
+            f"  {script} --rounds 5 --dir results --corpus corpus.json \\",
+            "    --base cpu --base-url http://127.0.0.1:8801 \\",
+            "    --base-start 'docker run -d --name router-cpu -p 8801:8080 ROUTER_IMAGE_CPU' \\",
+            "    --base-stop 'docker rm -f router-cpu' \\",
+            "    --new gpu --new-url http://127.0.0.1:8802 \\",
+            "    --new-start 'docker run -d --name router-gpu -p 8802:8080 ROUTER_IMAGE_GPU' \\",
+            "    --new-stop 'docker rm -f router-gpu'",
+            f"  {tool} rounds --dir results --base cpu --new gpu"]
 
 
 def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> List[str]:
@@ -13120,7 +13130,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
     emit(["", f"the corpus and run files are kept in {work}" if keep else
           f"the corpus and run files were deleted with {work}; --keep DIR keeps them",
-          *DEMO_NEXT_STEPS])
+          *demo_next_steps(bool(__package__))])  # the package, not the one file
     return report.exit_code
 
 

@@ -23,6 +23,10 @@
 # command that returns leaving nothing in its session needs a stop command; one that exits
 # with an error, before or during the run, stops the script.
 #
+# The tool it runs: python3 (or $PYTHON) and the router_latency.py beside rounds/, or --tool.
+# `pip install` puts the script into the bin/ folder of the router-latency command, as
+# run_rounds.sh, and it then runs that command.
+#
 # Two simulated routers, from the repository's top folder (the worked example of README.md):
 #
 #   python3 router_latency.py demo --keep demo   # or: corpus --repo ../semantic-router ...
@@ -61,6 +65,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
 tool="$here/../router_latency.py"
+tool_given=0
 rounds=5
 rounds_given=0
 until_decided=0
@@ -118,10 +123,22 @@ Options:
                           passed to `rounds`
   --junit FILE, --html FILE   passed to the final `rounds`: JUnit XML and the report page
                           (the corpus goes with them, for the texts of the slower inputs)
-  --tool PATH             router_latency.py to use (default: the one beside rounds/)
+  --tool PATH             router_latency.py to use (default: the one beside rounds/; where
+                          pip installed this script, the router-latency command beside it)
   --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
 EOT
+}
+
+# how the tool is run: python3 (or $PYTHON) and the router_latency.py beside rounds/, or --tool;
+# where pip installed this script (into the bin/ folder of the router-latency command, with no
+# router_latency.py in the folder above), that command beside it
+tool_command() {
+  if [ "$tool_given" -eq 0 ] && [ ! -e "$tool" ] && [ -x "$here/router-latency" ]; then
+    tool_run=("$here/router-latency")
+  else
+    tool_run=("$python" "$tool")
+  fi
 }
 
 made_dir=0  # the script made --dir: an error leaves no empty folder behind
@@ -134,7 +151,8 @@ say() { printf 'run_rounds.sh: %s\n' "$1" >&2; }
 unknown_option() {  # an option of `run` given before --, or one nobody knows
   local option=${1%%=*} shown=$1
   if [ "$option" = "$1" ] && [ -n "${2:-}" ] && [[ "$2" != -* ]]; then shown="$1 $2"; fi
-  if "$python" "$tool" run --help 2>/dev/null | grep -qE -- "(^|[ ,])$option([ ,=]|\$)"; then
+  tool_command
+  if "${tool_run[@]}" run --help 2>/dev/null | grep -qE -- "(^|[ ,])$option([ ,=]|\$)"; then
     die "$option is an option of \`router-latency run\`: run options come after --, $(
       )at the end (... -- $shown)"
   fi
@@ -168,7 +186,7 @@ while [ $# -gt 0 ]; do
     --pass-unless-worse) rounds_args+=(--pass-unless-worse); shift ;;
     --format) format_args=(--format "${2?}"); shift 2 ;;
     --junit|--html) final_args+=("$1" "${2?}"); shift 2 ;;
-    --tool) tool=${2?}; shift 2 ;;
+    --tool) tool=${2?}; tool_given=1; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; run_args=("$@"); break ;;
@@ -202,9 +220,10 @@ for role in base new; do
 done
 [ "${name[base]}" != "${name[new]}" ] || die "--base and --new must differ"
 
-driver=("$python" "$tool")
+tool_command
+driver=("${tool_run[@]}")
 if [ -n "${DRIVER_CPUS:-}" ]; then
-  driver=(taskset -c "$DRIVER_CPUS" "$python" "$tool")
+  driver=(taskset -c "$DRIVER_CPUS" "${tool_run[@]}")
 fi
 
 # round N starts with base when N is odd and with new when N is even (rl.start_order)

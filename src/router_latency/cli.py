@@ -44,7 +44,7 @@ from .record import record_section
 from .render_text import (format_capacity, format_host, format_plan, format_rounds,
                           format_run_header, format_run_summary, overload_note, verdict_line)
 from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
-from .simulator import (corpus_lines, DEMO_NEXT_STEPS, DEMO_SIDES, run_demo, SignalModel,
+from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, SignalModel,
                         SignalTime, SimulatedAnswers, Stall, start_simulator)
 
 __all__: List[str] = []
@@ -1341,7 +1341,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
     emit(["", f"the corpus and run files are kept in {work}" if keep else
           f"the corpus and run files were deleted with {work}; --keep DIR keeps them",
-          *DEMO_NEXT_STEPS])
+          *demo_next_steps(bool(__package__))])  # the package, not the one file
     return report.exit_code
 
 
