@@ -21,7 +21,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "router_latency"
@@ -170,8 +170,8 @@ def joined_imports(modules: List[Module]) -> str:
                    key=lambda line: line.split()[1])
     froms: Dict[str, Set[str]] = {}
     for module in modules:
-        for source, names in module.from_imports.items():
-            froms.setdefault(source, set()).update(names)
+        for source, imported in module.from_imports.items():
+            froms.setdefault(source, set()).update(imported)
     lines = list(plain)
     for source in sorted(froms):
         names = sorted(froms[source], key=lambda n: (n.lower(), n))
@@ -237,7 +237,7 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def main(argv: List[str] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when router_latency.py is not what the modules build")

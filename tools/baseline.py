@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parent / "shared" / "data" / "h200"
@@ -46,9 +47,12 @@ def prepare_inputs(data: Path, work: Path) -> None:
     (partial / "r3-b.json").write_text(json.dumps(run), encoding="utf-8")
 
 
-def cases() -> dict:
-    """Return {case name: (arguments, {option: file it writes})}."""
-    found = {}
+Case = Tuple[List[str], Dict[str, str]]
+
+
+def cases() -> Dict[str, Case]:
+    """Return {case name: (arguments, {option: extension of the file it writes})}."""
+    found: Dict[str, Case] = {}
     folders = {"cvg": ("cpu-vs-gpu", "cpu", "gpu"), "aa": ("aa-gpu", "a", "b"),
                "changed": ("changed", "cpu", "gpu"), "partial": ("partial", "a", "b")}
     for key, (folder, base, new) in folders.items():
