@@ -397,10 +397,10 @@ def pass_loop_cost(url: str, pairs: int, requests: int) -> dict:
                     payloads = encode_prompts(target, [PROMPT] * requests)
                     loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", level))
                     if arm == "at once":
-                        loop.HOLD_BYTES = 0
+                        loop.answers.HOLD_BYTES = 0
                     started = time.thread_time()
                     results = loop.run()
-                    settled = loop.settle_cpu_s
+                    settled = loop.answers.settle_cpu_s
                     found[level][arm].append(
                         (1e6 * (time.thread_time() - started - settled) / len(results),
                          1e6 * settled / len(results)))

@@ -29,6 +29,7 @@ from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, P
 from router_latency.wire import (classify, decision_reading, HeldAnswer, parse_endpoint,
                                  SignalTable, top_members)
 from router_latency.captures import Histogram, histogram_deltas, parse_prometheus
+from router_latency.answers import AnswerBook
 from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
 from router_latency.attribution import part_values, pass_attribution, router_parts
 from router_latency.rounds import start_order
@@ -330,9 +331,9 @@ def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whol
     table = SignalTable()
     target = Target(parse_endpoint("http://127.0.0.1:9"), signals=table)
     loop = PassLoop(target, [b""], __import__("threading").Event(), PassPlan("x", 1))
-    decision, error, code, times = loop._classified(200, bytearray(body))
-    assert (decision, error, code) == classify(200, body, DEFAULT_DECISION_PATHS)
-    assert (table.names, times) == (["domain", "pii"], (3.5, 5.25))
+    answer = loop.answers._classify(200, bytearray(body))
+    assert answer[:3] == classify(200, body, DEFAULT_DECISION_PATHS)
+    assert (table.names, answer.signal_ms) == (["domain", "pii"], (3.5, 5.25))
 
 
 def test_without_the_answers_times_the_router_histograms_name_the_part(simulator, tmp_path,
@@ -553,21 +554,21 @@ def test_answers_held_for_their_times_are_read_after_the_pass_as_they_would_be_a
         scripted, monkeypatch):
     answers = held_answers()
     held = []
-    real_settle = PassLoop._settle
+    real_settle = AnswerBook.settle
 
     def settle(self):
         held.append(sum(type(r.signal_ms) is HeldAnswer for r in self.results))
         real_settle(self)
 
-    monkeypatch.setattr(PassLoop, "_settle", settle)
-    monkeypatch.setattr(PassLoop, "SETTLE_ANSWERS", 7)  # in steps, new names amid them
+    monkeypatch.setattr(AnswerBook, "settle", settle)
+    monkeypatch.setattr(AnswerBook, "SETTLE_ANSWERS", 7)  # in steps, new names amid them
     results, names = pass_of_held_answers(scripted, answers)
     # everything past the decision is read after the pass: the scan and, for what it cannot
     # read, the classification again (bad_json, the times decoded), each in its turn
     assert held == [len(answers)]
     # nothing held; the first two, then (the third does not fit) every one at once
     for budget in (0, len(answers[0]) + len(answers[1])):
-        monkeypatch.setattr(PassLoop, "HOLD_BYTES", budget)
+        monkeypatch.setattr(AnswerBook, "HOLD_BYTES", budget)
         again, again_names = pass_of_held_answers(scripted, answers)
         assert again == results and held[-1] == (0 if budget == 0 else 2)
         if budget == 0:
@@ -593,19 +594,19 @@ def test_the_hold_counts_a_non_ascii_answer_at_four_bytes_a_character_and_skips_
     plain = compact_answer(kb)
     chars = len(wide.decode())
     held = []
-    real_settle = PassLoop._settle
+    real_settle = AnswerBook.settle
 
     def settle(self):
         held.append([type(r.signal_ms) is HeldAnswer for r in self.results])
         real_settle(self)
 
-    monkeypatch.setattr(PassLoop, "_settle", settle)
+    monkeypatch.setattr(AnswerBook, "settle", settle)
     read_at_once = None
     for budget, expected in ((0, [False] * 3), (4 * chars - 1, [False] * 3),
                              (4 * chars, [True, False, False]),
                              (4 * chars + len(plain), [True, False, True]),
                              (10 ** 6, [True, False, True])):  # where the second fits too
-        monkeypatch.setattr(PassLoop, "HOLD_BYTES", budget)
+        monkeypatch.setattr(AnswerBook, "HOLD_BYTES", budget)
         results, names = pass_of_held_answers(scripted, [wide, first, plain])
         assert held[-1] == expected, budget
         read_at_once = read_at_once or (results, names)

@@ -431,7 +431,7 @@ def test_run_records_driver_cpu_and_warns_when_the_driver_is_the_limit(
     assert result.code == 0
     item = json.loads(out.read_text())["passes"][0]
     # the fake clock's 5 s, less the real thread time of reading the two answers' signal
-    # times after the pass (PassLoop._settle: well under 50 ms)
+    # times after the pass (AnswerBook.settle: well under 50 ms)
     assert item["driver_cpu_s"] == pytest.approx(5.0, abs=0.05)
     assert re.search(r"Sequential: the driver kept a core \d+% busy; the driver, not the router, "
                      r"may be the limit", result.err)

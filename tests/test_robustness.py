@@ -184,7 +184,7 @@ def test_any_exception_while_classifying_is_that_requests_failure(scripted, tmp_
             raise ZeroDivisionError("a reader nobody foresaw")
         return classify(status, body, paths, **options)
 
-    monkeypatch.setattr("router_latency.measuring.classify", failing_classify)
+    monkeypatch.setattr("router_latency.answers.classify", failing_classify)
     server = scripted(lambda prompt, _: [final_answer(
         b'{"decision_result": {"decision_name": "%s"}}' % prompt.encode())])
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "boom", "c"])

@@ -5,6 +5,7 @@ import gc
 import json
 import socket
 import threading
+import types
 
 import pytest
 from hypothesis import given, strategies as st
@@ -13,8 +14,9 @@ from router_latency.constants import CONFIG_HASH_HEADER, DEFAULT_DECISION_PATHS
 from router_latency.runfile import load_run
 from router_latency.wire import (answer_document, BODY_CONFIG_HASH, body_config_hash, classify,
                                  DECISION_CHARS, DECISION_CUT, decision_of, default_route,
-                                 error_code, MAX_BODY_BYTES, parse_endpoint, RequestFailed,
-                                 ResponseReader, SignalTable, WHOLE_JSON_BYTES)
+                                 error_code, http_response, MAX_BODY_BYTES, parse_endpoint,
+                                 RequestFailed, ResponseReader, SignalTable, WHOLE_JSON_BYTES)
+from router_latency.answers import AnswerBook
 from router_latency.measuring import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
                                       PassPlan, Target)
 from router_latency.simulator import simulated_decision
@@ -268,6 +270,38 @@ def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(script
     assert [(r.number, r.error, r.retried) for r in results] == [(0, "reset", True),
                                                                 (1, "reset", False)]
     assert server.requests == 3
+
+
+@pytest.mark.parametrize("signals", [False, True], ids=["no-signals", "signals"])
+def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
+    # record classifies an answer over CACHED_BODY_BYTES itself, written out, and looks a
+    # small one up in its cache: either way it notes what _classify says of it, the secret
+    # it quotes hidden, its times read and its config_hash the body's (no header carried one)
+    secret = "tok3n"
+    times = ',"metrics":{"domain":{"execution_time_ms":3.5,"confidence":0.9}}'
+    answers = [(200, '{"decision_result":{"decision_name":"m-%s"}%s,"note":"%%s"}'
+                % (secret, times)),
+               (503, '{"error":{"code":"BAD_%s","message":"%%s"}}' % secret),
+               (200, '{"decision_result":{"decision_name":""}%s,"note":"%%s"}' % times),
+               (200, '{"decision_result":{"decision_name":"ok"},"config_hash":"%s"}'
+                % ("ab" * 32) + "%s")]
+    sent = types.SimpleNamespace(index=7, scheduled=1, started=2, retried=True)
+    for status, form in answers:
+        for padding in ("", " " * AnswerBook.CACHED_BODY_BYTES):
+            body = (form % padding).encode()
+            book, again = (AnswerBook(DEFAULT_DECISION_PATHS,
+                                      SignalTable() if signals else None, (secret,))
+                           for _ in range(2))
+            reader = ResponseReader(PASS_HEADERS)
+            assert reader.feed(http_response(status, body))
+            book.record(sent, reader, 3)
+            answer = again._classify(status, body, True)
+            assert book.results == [(7, 1, 2, 3, status, answer.decision, answer.error, True,
+                                     answer.code, body_config_hash(body), None,
+                                     answer.signal_ms)]
+            assert secret not in repr(book.results) and (answer.signal_ms != ()) == (
+                signals and b"metrics" in body), body
+    assert book.results[0].decision == "ok" and book.results[0].config_hash == "ab" * 32
 
 
 def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_path,

@@ -19,11 +19,10 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, cast, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, cast, NamedTuple, Optional, Sequence
 
-from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
-                        DEFAULT_DECISION_PATHS, DEFAULT_MODEL, ERROR_CODE_PATTERN,
-                        EXPECTED_HASH_HEADER, MAX_REASON_CHARS, PREVIEW_PATH, READY_PATH,
+from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
+                        DEFAULT_MODEL, EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH,
                         ROUTER_MAX_CONCURRENCY)
 from .errors import RouterLatencyError
 from .words import fmt_value, plural, scrubbed
@@ -32,13 +31,14 @@ from .corpus import Corpus
 from .runfile import (Attempt, Captures, content_slow_windows, count_outcomes, Floor, Ladder,
                       pass_name, pass_summary, pass_title, PassRecord, phase_windows, Request,
                       result_cache_finding, RunFile, RunSettings, Thresholds, Warmup)
-from .wire import (accept_connections, body_config_hash, classify, Connection, decision_path_hint,
-                   encode_request, Endpoint, error_code, HeldAnswer, http_response, open_socket,
-                   parse_endpoint, RequestFailed, ResponseReader, secret_values, SignalTable,
-                   stop_accepting, tls_context)
+from .wire import (accept_connections, classify, Connection, decision_path_hint, encode_request,
+                   Endpoint, error_code, http_response, open_socket, parse_endpoint,
+                   RequestFailed, ResponseReader, secret_values, SignalTable, stop_accepting,
+                   tls_context)
 from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_cpu_seconds,
                        environment_record, gpu_tool, host_settings, host_warnings, LoadSampler,
                        read_cpu_use, router_cpu_use, router_cpus, utc_now)
+from .answers import AnswerBook, failure_of, RawResult
 
 __all__ = [
     "_quiet", "check_plan", "flat_step", "ladder_levels", "ladder_stop", "LoadGuard",
@@ -297,43 +297,10 @@ class Progress:
             self.thread = None
 
 
-_new_tuple = tuple.__new__
 PASS_HEADERS = (CONFIG_HASH_HEADER,)  # the response headers a pass keeps
-
-
-class RawResult(NamedTuple):
-    """What the pass loop notes of one request; records_of turns it into a Request."""
-    # the payload's index, which is the prompt id (a field named index would hide tuple.index)
-    number: int
-    scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was first sent)
-    started: int  # when it was sent (a request sent again: the second send)
-    ended: int  # when the event loop woke with its answer complete, or gave up
-    status: Optional[int]
-    decision: Optional[str]
-    error: Optional[str]
-    retried: bool = False  # sent again on a new connection after its idle one closed
-    code: Optional[str] = None  # the router's error code of a failed answer
-    config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
-    reason: Optional[str] = None  # what was wrong with a malformed answer
-    # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
-    # the answer held to read them from (PassLoop._settle)
-    signal_ms: Union[tuple, HeldAnswer] = ()
-
-
 _scheduled_of = operator.attrgetter("scheduled")  # sort keys without a Python call per item
 _started_of = operator.attrgetter("started")
 _ended_of = operator.attrgetter("ended")
-
-
-def failure_of(exc: Exception, status: Optional[int]) -> tuple:
-    """Return (error kind, status, reason) of a request whose answer raised exc as it was read
-    or classified, `status` that of a head already read: a RequestFailed says its own (a
-    malformed one keeps the head's status where it has none); anything else is malformed."""
-    if isinstance(exc, RequestFailed):
-        if exc.kind == "malformed":
-            return "malformed", exc.status or status, exc.detail
-        return exc.kind, exc.status, None
-    return "malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
 
 
 class _Slot:
@@ -352,6 +319,22 @@ class _Slot:
         self.retried = False
 
 
+# The pass's measured speed-ups, each counted in instructions per request
+# (bench/driver_instructions.py, docs/benchmark.md) and kept for that, not for how it reads:
+# - epoll used directly, not selectors; a connection registered once and modified only while
+#   bytes wait (PassLoop._poll, _open, _transmit); the cyclic collector off during a pass (run)
+# - once a round, not a request: stop.is_set(); the nearest deadline by
+#   min(map(DEADLINE_OF, busy)), no generator frame (_send_all)
+# - written out where they run once an answer: _release (_complete), _more (_start_due),
+#   AnswerBook._classify (AnswerBook.record), which scrubs only where there are secrets
+# - a small answer classified once per distinct body (AnswerBook.CACHED_BODY_BYTES)
+# - RawResult made by its own __new__, by keyword, not through type()'s call (_raw_result); a
+#   held answer's times put in with tuple.__new__ (AnswerBook._settle_some)
+# - the per-signal times of answers held and read after the pass (AnswerBook.HOLD_BYTES), a
+#   step of them in one call of the C scanner (SignalTable.scan_many); the hold taken in
+#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (wire)
+# - records_of: RawResult's leading fields in one slice, the times a local typed Any rather
+#   than a cast (a call a request), sort keys by operator.attrgetter
 class PassLoop:
     """Sends one pass from a single thread: non-blocking sockets on one selector.
 
@@ -376,21 +359,10 @@ class PassLoop:
     per connection, and a connection whose framing is in doubt (bytes beyond an answer, or
     bytes while idle) is closed. An idle connection the server closes is closed here at once;
     a request written to an idle connection that closes before any byte of its answer is sent
-    once more on a new connection. Each answer is classified as it completes, so that no body
-    outlives its request, but for its per-signal times: recorded, they are read once the
-    pass is over, so that the pass does not spend its time on them while requests are in
-    flight. Up to HOLD_BYTES of answers are held for that (then the times are read as each
-    answer completes); `settle_cpu_s` is the CPU time the reading took.
+    once more on a new connection. What each request came to, its answer or its failure, goes
+    to the pass's AnswerBook (`answers`) in one call: there it is classified, scrubbed and its
+    per-signal times read, held until the pass is over.
     """
-
-    CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
-    CACHED_ANSWERS = 256  # ...and this many of them remembered
-    # of the answers held for their times, per pass: 5,800 of the router's 1.4 KB answers,
-    # 3,000 of its 2.7 KB ones, more than a corpus's pass sends; a longer pass's peak memory
-    # stays near that of the times read at once (bench/load_100k.py: 207 MiB, 263 with 64 MiB)
-    HOLD_BYTES = 8 * 2 ** 20
-    SETTLE_ANSWERS = 512  # held answers read after the pass in steps of this many answers,
-    SETTLE_CHARS = 2 * 2 ** 20  # or of this many characters: what a step needs stays small
 
     DEADLINE_OF = operator.attrgetter("deadline")
     READ = select.POLLIN | select.POLLERR | select.POLLHUP  # epoll's bits are poll's
@@ -399,7 +371,6 @@ class PassLoop:
     def __init__(self, target: Target, payloads: Sequence[bytes], stop: threading.Event,
                  plan: PassPlan, schedule: Optional[Sequence[int]] = None):
         self.target = target
-        self.signals = target.signals  # None: per-signal times are not recorded
         self.payloads = payloads
         self.stop = stop
         self.concurrency = plan.connections
@@ -413,14 +384,13 @@ class PassLoop:
         self.epoll = hasattr(select, "epoll")  # else poll, which waits in milliseconds
         self.poller = select.epoll() if self.epoll else select.poll()
         self.by_fd: dict = {}  # file descriptor -> _Slot
-        self.results: list = []  # RawResult
-        self.classified: dict = {}  # (status, small body) -> (decision, error kind, code)
         self.next_index = 0
         self.timeout_ns = int(target.timeout * 1e9)
         self.busy: set = set()
         self.idle: list = []
-        self.secrets = secret_values(target.endpoint, target.headers)  # kept from reasons
-        self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' times
+        # every secret of the request is kept from what the answers quote
+        self.answers = AnswerBook(target.decision_paths, target.signals,
+                                  secret_values(target.endpoint, target.headers))
 
     # connections
 
@@ -463,9 +433,7 @@ class PassLoop:
     def _fail(self, slot: _Slot, kind: str, now: int, status: Optional[int] = None,
               reason: Optional[str] = None) -> None:
         if kind != "interrupted":  # a connect the stop flag cut short was never sent
-            self.results.append(RawResult(
-                slot.index, slot.scheduled, slot.started, now, status, None, kind,
-                slot.retried, reason=scrubbed(reason, self.secrets) if reason else None))
+            self.answers.failed(slot, kind, now, status, reason)
         slot.reader = None
         self._close(slot)
         self._release(slot)
@@ -565,61 +533,13 @@ class PassLoop:
 
     def _complete(self, slot: _Slot, now: int) -> None:
         reader = slot.reader
-        # _read's reader, complete: feed or eof said so once the status line was read
-        assert reader is not None and reader.status is not None
-        config_hash = reader.headers.get(CONFIG_HASH_NAME)
-        decision, error, code, signal_ms, hashed = self._classify(reader.status, reader.body,
-                                                                  not config_hash)
-        # tuple.__new__ skips RawResult's Python-level __new__: a third of a microsecond per
-        # answer in the loop that stamps the next one
-        self.results.append(_new_tuple(RawResult, (
-            slot.index, slot.scheduled, slot.started, now, reader.status, decision, error,
-            slot.retried, code,
-            config_hash or (body_config_hash(reader.body) if hashed is False else hashed), None,
-            signal_ms)))
+        assert reader is not None  # _read's reader, complete: feed or eof said so
+        self.answers.record(slot, reader, now)
         slot.reader = None  # the body goes with it
         if not reader.keep_open:
             self._close(slot)
         self.busy.discard(slot)  # _release, written out: this runs once an answer
         self.idle.append(slot)
-
-    def _classify(self, status: int, body: bytes | bytearray,
-                  hash_wanted: bool) -> tuple:
-        """Return (decision, error kind, the router's error code, per-signal times, the
-        body's config_hash) of an answer; a small answer seen before is looked up rather than
-        parsed again, with its config_hash when one was wanted (no header carried it) as it
-        was cached. A config_hash not looked for is False."""
-        if len(body) > self.CACHED_BODY_BYTES:
-            return (*self._classified(status, body), False)
-        key = (status, bytes(body))
-        known = self.classified.get(key)
-        if known is None:
-            if len(self.classified) >= self.CACHED_ANSWERS:
-                self.classified.clear()
-            known = self.classified[key] = (*self._classified(status, body),
-                                            body_config_hash(body) if hash_wanted else False)
-        return known
-
-    def _classified(self, status: int, body: bytes | bytearray) -> tuple:
-        table = self.signals
-        if table is None:
-            return (*self._scrubbed(classify(status, body, self.target.decision_paths)),
-                    ())
-        outcome = classify(status, body, self.target.decision_paths, signals=table)
-        return (*self._scrubbed(outcome), table.last or ())
-
-    def _scrubbed(self, answer: tuple) -> tuple:
-        """Return (decision, error kind, code) with every secret hidden in the texts: a router
-        that quotes the request's token or a header value in its error code or decision
-        records neither. Once per distinct answer, since answers seen before are cached."""
-        if not self.secrets:
-            return answer
-        decision, error, code = answer
-        if isinstance(code, str):  # still a code the reader takes: 'BAD_hidden', or none
-            code = scrubbed(code, self.secrets).replace("[hidden]", "hidden")
-            code = code if ERROR_CODE_PATTERN.fullmatch(code) else None
-        return (scrubbed(decision, self.secrets) if isinstance(decision, str) else decision,
-                error, code)
 
     # the loop
 
@@ -632,15 +552,16 @@ class PassLoop:
         (nothing the loop makes per request forms a cycle: tests/test_wire.py)."""
         collecting = gc.isenabled()
         gc.disable()
+        answers = self.answers
+        answers.start_hold()
         try:
             self._send_all()
         finally:
             if collecting:
                 gc.enable()
-            if self.signals is not None:
-                self.signals.hold = 0  # whatever ended the loop, no answer is held after it
-        self._settle()
-        return self.results
+            answers.end_hold()  # whatever ended the loop, no answer is held after it
+        answers.settle()
+        return answers.results
 
     def _send_all(self) -> None:
         perf = time.perf_counter_ns
@@ -652,8 +573,6 @@ class PassLoop:
             except RequestFailed:
                 pass  # the first request on it reconnects and records why it failed
         self.idle = list(reversed(slots))
-        if self.signals is not None:
-            self.signals.hold = self.HOLD_BYTES
         origin = perf()
         if self.duration_ns is not None:
             self.end_ns = origin + self.duration_ns
@@ -688,66 +607,6 @@ class PassLoop:
             self._close(slot)
         if self.epoll and isinstance(self.poller, select.epoll):  # epoll: only where it is
             self.poller.close()
-
-    def _settle(self) -> None:
-        """Read the per-signal times of the answers held during the pass, in the order they
-        completed, and note its CPU time. An answer the scan cannot read is classified again,
-        in its turn, as it would have been when it came, which may make it bad_json or
-        malformed: what is wrong past its decision (its connection was kept all the same:
-        its framing was sound). The held answers are a prefix of the pass's, so the table's
-        names are in the order first reported, but that those read as they came once the
-        hold was spent come before the held answers' new names."""
-        table = self.signals
-        if table is None:
-            return
-        # (run's end set table.hold to 0: from here on, times are read as answers are)
-        # this thread's CPU, which driver_cpu_seconds counts in the process's (other
-        # threads' while it runs are the driver's as ever)
-        started = time.thread_time()
-        some: list = []  # places in the results: SETTLE_ANSWERS, or SETTLE_CHARS of text
-        size = 0
-        for i, raw in enumerate(self.results):
-            if type(raw.signal_ms) is HeldAnswer:
-                some.append(i)
-                size += len(raw.signal_ms[0])
-                if len(some) == self.SETTLE_ANSWERS or size >= self.SETTLE_CHARS:
-                    self._settle_some(some)
-                    some, size = [], 0
-        if some:
-            self._settle_some(some)
-        self.settle_cpu_s = time.thread_time() - started
-
-    def _settle_some(self, held: Sequence[int]) -> None:
-        """Read the times of the held answers at these places of the results, in order."""
-        results, table = self.results, cast(SignalTable, self.signals)
-
-        def again(k: int) -> None:
-            results[held[k]] = self._read_again(results[held[k]])
-
-        try:
-            found = table.scan_many([results[i].signal_ms for i in held], again)
-        except Exception:  # noqa: BLE001 - what the scan did not foresee: read one by one
-            found = [None] * len(held)
-        for k, times in enumerate(found):
-            raw = results[held[k]]
-            if type(raw.signal_ms) is not HeldAnswer:
-                continue  # read again in its turn
-            # tuple.__new__ as in _complete: signal_ms is the last field
-            results[held[k]] = _new_tuple(RawResult, (*raw[:-1], times)) \
-                if times is not None else self._read_again(raw)
-
-    def _read_again(self, raw: RawResult) -> RawResult:
-        """Return a held answer's result classified again, times and all, as _complete and
-        _read would have classified it at once."""
-        body = cast(HeldAnswer, raw.signal_ms)[0].encode()
-        try:
-            decision, error, code, signal_ms = self._classified(cast(int, raw.status), body)
-        except Exception as exc:  # noqa: BLE001 - as _read takes it
-            kind, status, reason = failure_of(exc, raw.status)
-            return raw._replace(status=status, decision=None, error=kind, code=None,
-                                config_hash=None, signal_ms=(),
-                                reason=scrubbed(reason, self.secrets) if reason else None)
-        return raw._replace(decision=decision, error=error, code=code, signal_ms=signal_ms)
 
     def _handle(self, events: list, now: int) -> None:
         for slot, mask in events:
@@ -845,7 +704,7 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
         # RawResult's leading fields in one step: a NamedTuple's fields, read one by one, are
         # a lookup each, the cost of a few answers' parsing over a pass
         index, scheduled, started, ended, status, decision, error, retried, code = raw[:9]
-        # settled (PassLoop._settle): times, no answer held; Any, as a cast is a call a request
+        # settled (AnswerBook.settle): times, no answer held; Any, as a cast is a call a request
         times: Any = raw.signal_ms
         origin = scheduled if open_loop else started
         rep, prompt_id = divmod(index, count) if count else (0, index)
@@ -933,18 +792,18 @@ def measure_pass(context: RunContext, plan: PassPlan, title: str,
     """Send one pass of the context's payloads: the corpus `repeat` times, or cycled for
     `duration` seconds (open loop: on `schedule`); return (Requests, wall seconds, the
     x-vsr-config-hash values its answers carried, in the order first seen, the CPU seconds of
-    reading the per-signal times after it: PassLoop._settle)."""
+    reading the per-signal times after it: AnswerBook.settle)."""
     target, payloads, stop, progress = \
         context.target, context.payloads, context.stop, context.progress
     loop = PassLoop(target, payloads, stop, plan, schedule)
     progress.start(title, None if plan.rate is None and plan.duration else loop.total,
-                   lambda: len(loop.results), plan.duration)
+                   lambda: len(loop.answers.results), plan.duration)
     try:
         results = loop.run()
     finally:
         progress.end()
     return (*records_of(results, open_loop=schedule is not None, count=len(payloads)),
-            config_hashes_of(results), loop.settle_cpu_s)
+            config_hashes_of(results), loop.answers.settle_cpu_s)
 
 
 class LoopbackResponder:

@@ -1053,7 +1053,7 @@ _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evalu
 # whole answer decoded, where the read of its decision stopped, as SignalTable.scan takes
 # it]. A list where a NamedTuple would read better: the pass loop makes one for each answer,
 # and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
-# always a tuple, never a list: PassLoop._settle tells the two apart by type
+# always a tuple, never a list: AnswerBook.settle tells the two apart by type
 HeldAnswer = list
 
 
@@ -1150,7 +1150,7 @@ class SignalTable:
 
     def scan_many(self, answers: Sequence[HeldAnswer],
                   again: Optional[Callable[[int], None]] = None) -> list:
-        """Return scan() of each answer, as if scanned one after another (PassLoop._settle
+        """Return scan() of each answer, as if scanned one after another (AnswerBook.settle
         reads a pass's held answers so): the times of all of them read in one step of the
         C scanner, and rounded in one step. `again(i)`, where given, is called in turn for
         each answer the scan cannot read (it is decoded instead), so that the names it

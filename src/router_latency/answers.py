@@ -1,0 +1,235 @@
+"""Answers: what a pass notes of each request, its answer classified, scrubbed of secrets and
+its per-signal times read (held while the pass runs, read after it): the AnswerBook that the
+pass loop calls once per completed answer."""
+
+from __future__ import annotations
+
+import time
+from typing import cast, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+
+from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
+from .words import scrubbed
+from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
+                   SignalTable)
+
+__all__ = ["AnswerBook", "failure_of", "RawResult"]
+
+
+_new_tuple = tuple.__new__
+
+
+class RawResult(NamedTuple):
+    """What the pass loop notes of one request; records_of turns it into a Request."""
+    # the payload's index, which is the prompt id (a field named index would hide tuple.index)
+    number: int
+    scheduled: int  # perf_counter_ns: when it was due (closed loop: when it was first sent)
+    started: int  # when it was sent (a request sent again: the second send)
+    ended: int  # when the event loop woke with its answer complete, or gave up
+    status: Optional[int]
+    decision: Optional[str]
+    error: Optional[str]
+    retried: bool = False  # sent again on a new connection after its idle one closed
+    code: Optional[str] = None  # the router's error code of a failed answer
+    config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
+    reason: Optional[str] = None  # what was wrong with a malformed answer
+    # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
+    # the answer held to read them from (AnswerBook.settle)
+    signal_ms: Union[tuple, HeldAnswer] = ()
+
+
+# RawResult's own __new__, called by keyword: through type()'s call, which gathers the
+# keywords into a dict, a result costs 5,400 instructions more than tuple.__new__ given the
+# fields in order; so, 1,600 more (CPython 3.11)
+_raw_result = RawResult.__new__
+
+
+class Answer(NamedTuple):
+    """One answer as the book classifies it (AnswerBook._classify)."""
+    decision: Optional[str]  # secrets hidden, as in code
+    error: Optional[str]  # the error kind; None: answered with a decision
+    code: Optional[str]  # the router's error code
+    # the per-signal times in the SignalTable's order, or the answer held to read them from
+    signal_ms: Union[tuple, HeldAnswer]
+    # the body's x-vsr-config-hash (None: it has none); False: not looked for
+    config_hash: Union[str, Literal[False], None] = False
+
+
+class Sent(Protocol):
+    """A request the pass loop sent, as the book notes it (the loop's connection slot)."""
+    index: int  # the payload's index: RawResult.number
+    scheduled: int
+    started: int
+    retried: bool
+
+
+def failure_of(exc: Exception, status: Optional[int]) -> tuple:
+    """Return (error kind, status, reason) of a request whose answer raised exc as it was read
+    or classified, `status` that of a head already read: a RequestFailed says its own (a
+    malformed one keeps the head's status where it has none); anything else is malformed."""
+    if isinstance(exc, RequestFailed):
+        if exc.kind == "malformed":
+            return "malformed", exc.status or status, exc.detail
+        return exc.kind, exc.status, None
+    return "malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
+
+
+class AnswerBook:
+    """The raw results of one pass, in the order the requests ended: each answer classified
+    as it completes, so that no body outlives its request, every secret of the request
+    (the endpoint's token, a header's value) hidden in what the answer quotes.
+
+    But for the per-signal times, with a SignalTable (None: not recorded): they are read
+    once the pass is over (settle), so that the pass does not spend its time on them while
+    requests are in flight. Up to HOLD_BYTES of answers are held for that (then the times
+    are read as each answer completes); `settle_cpu_s` is the CPU time the reading took.
+    """
+
+    CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
+    CACHED_ANSWERS = 256  # ...and this many of them remembered
+    # of the answers held for their times, per pass: 5,800 of the router's 1.4 KB answers,
+    # 3,000 of its 2.7 KB ones, more than a corpus's pass sends; a longer pass's peak memory
+    # stays near that of the times read at once (bench/load_100k.py: 207 MiB, 263 with 64 MiB)
+    HOLD_BYTES = 8 * 2 ** 20
+    SETTLE_ANSWERS = 512  # held answers read after the pass in steps of this many answers,
+    SETTLE_CHARS = 2 * 2 ** 20  # or of this many characters: what a step needs stays small
+
+    def __init__(self, paths: Sequence[str], signals: Optional[SignalTable],
+                 secrets: Sequence[str]) -> None:
+        self.paths = paths  # where an answer's decision is read
+        self.signals = signals
+        self.secrets = secrets
+        self.results: list = []  # RawResult
+        self.classified: dict = {}  # (status, small body) -> Answer
+        self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' times
+
+    def start_hold(self) -> None:
+        """Hold answers for their times from here on: the pass begins."""
+        if self.signals is not None:
+            self.signals.hold = self.HOLD_BYTES
+
+    def end_hold(self) -> None:
+        """Hold no answer from here on: the pass is over, however it ended."""
+        if self.signals is not None:
+            self.signals.hold = 0
+
+    def record(self, sent: Sent, reader: ResponseReader, ended: int) -> None:
+        """Note a request whose answer the reader holds, complete, classified: a small answer
+        seen before is looked up rather than parsed again, with its config_hash when one is
+        wanted (no header carried it) as it was cached."""
+        status, body = reader.status, reader.body
+        assert status is not None  # a complete answer: its status line was read
+        header_hash = reader.headers.get(CONFIG_HASH_NAME)
+        if len(body) > self.CACHED_BODY_BYTES:
+            # _classify written out, without its record: this runs once an answer
+            table = self.signals
+            decision, error, code = classify(status, body, self.paths, signals=table)
+            if self.secrets:
+                decision, code = self._scrubbed(decision, code)
+            signal_ms = (table.last or ()) if table is not None else ()
+            hashed: Union[str, Literal[False], None] = False
+        else:
+            key = (status, bytes(body))
+            known = self.classified.get(key)
+            if known is None:
+                if len(self.classified) >= self.CACHED_ANSWERS:
+                    self.classified.clear()
+                known = self.classified[key] = self._classify(status, body, not header_hash)
+            decision, error, code, signal_ms, hashed = known
+        self.results.append(_raw_result(
+            RawResult, number=sent.index, scheduled=sent.scheduled, started=sent.started,
+            ended=ended, status=status, decision=decision, error=error, retried=sent.retried,
+            code=code, reason=None, signal_ms=signal_ms,
+            config_hash=header_hash or (body_config_hash(body) if hashed is False else hashed)))
+
+    def failed(self, sent: Sent, kind: str, ended: int, status: Optional[int] = None,
+               reason: Optional[str] = None) -> None:
+        """Note a request that failed as `kind` (RequestFailed's kinds), its reason scrubbed."""
+        self.results.append(RawResult(
+            number=sent.index, scheduled=sent.scheduled, started=sent.started, ended=ended,
+            status=status, decision=None, error=kind, retried=sent.retried,
+            reason=scrubbed(reason, self.secrets) if reason else None))
+
+    def _classify(self, status: int, body: bytes | bytearray,
+                  hash_wanted: bool = False) -> Answer:
+        """Return what an answer says, its per-signal times read (or the answer held) when
+        the book has a SignalTable, and its config_hash when wanted."""
+        table = self.signals
+        decision, error, code = classify(status, body, self.paths, signals=table)
+        if self.secrets:
+            decision, code = self._scrubbed(decision, code)
+        return Answer(decision, error, code, (table.last or ()) if table is not None else (),
+                      body_config_hash(body) if hash_wanted else False)
+
+    def _scrubbed(self, decision: Optional[str],
+                  code: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+        """Return (decision, code) with every secret hidden: a router that quotes the
+        request's token or a header value in its error code or decision records neither.
+        Once per distinct answer, since answers seen before are cached."""
+        if isinstance(code, str):  # still a code the reader takes: 'BAD_hidden', or none
+            code = scrubbed(code, self.secrets).replace("[hidden]", "hidden")
+            code = code if ERROR_CODE_PATTERN.fullmatch(code) else None
+        return (scrubbed(decision, self.secrets) if isinstance(decision, str) else decision,
+                code)
+
+    # after the pass
+
+    def settle(self) -> None:
+        """Read the per-signal times of the answers held during the pass, in the order they
+        completed, and note its CPU time. An answer the scan cannot read is classified again,
+        in its turn, as it would have been when it came, which may make it bad_json or
+        malformed: what is wrong past its decision (its connection was kept all the same:
+        its framing was sound). The held answers are a prefix of the pass's, so the table's
+        names are in the order first reported, but that those read as they came once the
+        hold was spent come before the held answers' new names."""
+        if self.signals is None:
+            return
+        # (end_hold set table.hold to 0: from here on, times are read as answers are)
+        # this thread's CPU, which driver_cpu_seconds counts in the process's (other
+        # threads' while it runs are the driver's as ever)
+        started = time.thread_time()
+        some: list = []  # places in the results: SETTLE_ANSWERS, or SETTLE_CHARS of text
+        size = 0
+        for i, raw in enumerate(self.results):
+            if type(raw.signal_ms) is HeldAnswer:
+                some.append(i)
+                size += len(raw.signal_ms[0])
+                if len(some) == self.SETTLE_ANSWERS or size >= self.SETTLE_CHARS:
+                    self._settle_some(some)
+                    some, size = [], 0
+        if some:
+            self._settle_some(some)
+        self.settle_cpu_s = time.thread_time() - started
+
+    def _settle_some(self, held: Sequence[int]) -> None:
+        """Read the times of the held answers at these places of the results, in order."""
+        results, table = self.results, cast(SignalTable, self.signals)
+
+        def again(k: int) -> None:
+            results[held[k]] = self._read_again(results[held[k]])
+
+        try:
+            found = table.scan_many([results[i].signal_ms for i in held], again)
+        except Exception:  # noqa: BLE001 - what the scan did not foresee: read one by one
+            found = [None] * len(held)
+        for k, times in enumerate(found):
+            raw = results[held[k]]
+            if type(raw.signal_ms) is not HeldAnswer:
+                continue  # read again in its turn
+            # all of the result but its times, which are its last field: tuple.__new__, as
+            # _replace's keywords would cost thousands of instructions a held answer
+            results[held[k]] = _new_tuple(RawResult, (*raw[:-1], times)) \
+                if times is not None else self._read_again(raw)
+
+    def _read_again(self, raw: RawResult) -> RawResult:
+        """Return a held answer's result classified again, times and all, as record and the
+        pass loop's read would have classified it at once."""
+        body = cast(HeldAnswer, raw.signal_ms)[0].encode()
+        try:
+            answer = self._classify(cast(int, raw.status), body)
+        except Exception as exc:  # noqa: BLE001 - as the loop's read takes it
+            kind, status, reason = failure_of(exc, raw.status)
+            return raw._replace(status=status, decision=None, error=kind, code=None,
+                                config_hash=None, signal_ms=(),
+                                reason=scrubbed(reason, self.secrets) if reason else None)
+        return raw._replace(decision=answer.decision, error=answer.error, code=answer.code,
+                            signal_ms=answer.signal_ms)
