@@ -8060,16 +8060,24 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
 COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
 
 
-def measured_keys(run: RunFile) -> tuple:
+class MeasuredKeys(NamedTuple):
+    """What a copy of a run's measurements repeats, each None where it proves nothing."""
+    # its start time with every pass's records: (started_unix, ((pass name, requests), ...))
+    started: Optional[Tuple[float, Tuple[Tuple[str, Tuple[Request, ...]], ...]]]
+    timings: Optional[Tuple[Optional[float], ...]]  # its requests' latencies in send order
+
+
+def measured_keys(run: RunFile) -> MeasuredKeys:
     """Return what a copy of a run's measurements repeats, each None where it proves nothing:
     its start time with every record, and the timings of its requests in send order."""
     records = tuple((p.name, p.requests) for p in run.passes)
     started = None if run.started_unix is None else (run.started_unix, records)
     timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
-    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+    return MeasuredKeys(started=started,
+                        timings=timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
 
 
-def measured_span(run: RunFile) -> tuple:
+def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
     """Return (when the run started, when its last measured pass ended), unix seconds, each
     None when the file does not say."""
     ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
@@ -8094,20 +8102,24 @@ def check_measured_once(runs: dict) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
-                    if span[0] is not None), key=lambda item: item[0][0])
-    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
-    for (start, end), path in spans:
-        if latest[0] is not None and start < latest[0] or start == latest[1]:
+    spans = sorted(((start, end, run.path) for run in files
+                    for start, end in [measured_span(run)] if start is not None),
+                   key=lambda item: item[0])
+    # the latest end so far, and the start and file it belongs to
+    latest_end: Optional[float] = None
+    latest_start: Optional[float] = None
+    latest_path = ""
+    for start, end, path in spans:
+        if latest_end is not None and start < latest_end or start == latest_start:
             raise RouterLatencyError(
-                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"{Path(path).name} started before {Path(latest_path).name} ended: its sides "
                 f"were not measured one at a time, as interleaved rounds are",
                 str(Path(path).parent))
-        if latest[0] is None or (end is not None and end > latest[0]):
-            latest = (end, start, path)
+        if latest_end is None or (end is not None and end > latest_end):
+            latest_end, latest_start, latest_path = end, start, path
 
 
-def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
+def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], Optional[str]]:
     """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
         return "incomplete run, interrupted (--allow-incomplete uses it)", None
@@ -8385,8 +8397,14 @@ class RoundsReport(NamedTuple):
         return self.outcome.exit_code
 
 
+class ConfigHashFindings(NamedTuple):
+    """The configurations (x-vsr-config-hash) each side answered with, and the warnings."""
+    hashes: Dict[str, Tuple[str, ...]]  # side -> its values, distinct, in round order
+    warnings: Tuple[Notice, ...]  # a changed configuration allowed, or the same on both sides
+
+
 def config_hash_findings(runs: dict, base: str, new: str,
-                         allow_change: bool = False) -> tuple:
+                         allow_change: bool = False) -> ConfigHashFindings:
     """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
 
     runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
@@ -8421,7 +8439,7 @@ def config_hash_findings(runs: dict, base: str, new: str,
             "same_config", f"WARNING: base {base} and new {new} answered with the same "
             f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
             f"configuration with itself; check which configuration each side runs"))
-    return hashes, tuple(warnings)
+    return ConfigHashFindings(hashes=hashes, warnings=tuple(warnings))
 
 
 def run_outcomes(run: RunFile) -> dict:
@@ -8472,16 +8490,22 @@ def not_found_only(run: RunFile) -> int:
     return 0 if routed else statuses.count(404)
 
 
-def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+class RunVerdict(NamedTuple):
+    """`run`'s exit code and why it is not 0 ('' when it is, or a signal stopped the run)."""
+    exit_code: int
+    reason: str
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> RunVerdict:
     """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
     code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
     else 1 when more requests failed in the measured passes than max_errors allows."""
     if not run.complete:
-        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+        return RunVerdict(EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], "")
     failed = sum(sum(p.measured.errors.values()) for p in run.passes if not p.discarded)
     if failed > max_errors:
-        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
-    return EXIT_OK, ""
+        return RunVerdict(EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})")
+    return RunVerdict(EXIT_OK, "")
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -8510,11 +8534,12 @@ def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[floa
 
 
 def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
-                      settings: GateSettings) -> tuple:
+                      settings: GateSettings) -> Tuple[Tuple[int, str, Capacity], ...]:
     """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
-    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
-                  for n in used for side in (base, new))
-    return found if found and all(c is not None for _, _, c in found) else ()
+    found = [(n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+             for n in used for side in (base, new)]
+    known = tuple((n, side, c) for n, side, c in found if c is not None)
+    return known if found and len(known) == len(found) else ()
 
 
 def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
@@ -8670,7 +8695,8 @@ def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> list:
     return [r for b in breakdowns for r in b.rows if r.gated]
 
 
-def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]) -> tuple:
+def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]
+                    ) -> Tuple[List[Row], List[PassBreakdown]]:
     """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
     (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
     parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
@@ -8685,11 +8711,22 @@ class LeftOut(NamedTuple):
     why: str
 
 
-def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
+class UsableRounds(NamedTuple):
+    """Which rounds a rounds report judges, and what the sides' failures make of the gate."""
+    used: List[int]  # rounds to judge
+    left_out: List[LeftOut]
+    failures: List[str]  # the new side failed: the gate fails
+    doubts: List[str]  # the base side failed: the gate is inconclusive
+
+
+def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> UsableRounds:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
     suspect round (load, restarts) is only left out."""
-    used, left_out, failures, doubts = [], [], [], []
+    used: List[int] = []
+    left_out: List[LeftOut] = []
+    failures: List[str] = []
+    doubts: List[str] = []
     for number, sides in runs.items():
         (base_failed, base_flag), (new_failed, new_flag) = (
             side_problems(sides[s], settings.allow_incomplete) for s in (base, new))
@@ -8703,7 +8740,7 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
             left_out.append(LeftOut(number, "; ".join(why)))
         else:
             used.append(number)
-    return used, left_out, failures, doubts
+    return UsableRounds(used=used, left_out=left_out, failures=failures, doubts=doubts)
 
 
 def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> list:
@@ -8792,7 +8829,16 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         breakdowns=tuple(breakdowns))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
+class OrderAndOutliers(NamedTuple):
+    """The crossover order effect and the outlier rounds, on the gated rows' composite."""
+    order_effect: Optional[OrderEffect]  # None: no gated row, or no round of one start order
+    outliers: List[int]  # rounds whose composite is an outlier (median/MAD)
+    # (round, its composite change %, the median's %), descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+
+
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
+                       first: RoundOrder) -> OrderAndOutliers:
     """Return (the crossover order effect, outlier rounds, (round, its change %, the median
     change %) of each), all on the per-round mean of the gated rows' worse-direction log
     ratios; first: which side started each round (order_balance).
@@ -8803,7 +8849,7 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
     """
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
-        return None, [], ()
+        return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())
     composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first.base_first],
                           [composite[n] for n in first.new_first]) \
@@ -8811,8 +8857,8 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
     centre = 100 * math.expm1(statistics.median(composite.values()))
-    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
-                                   for n in outliers)
+    return OrderAndOutliers(order_effect=effect, outliers=outliers, outlier_changes=tuple(
+        (n, 100 * math.expm1(composite[n]), centre) for n in outliers))
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -8836,7 +8882,7 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
 def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
     """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
     passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
-    def span(values: Iterable[Optional[float]]) -> tuple:
+    def span(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
         known = [v for v in values if v is not None]
         return (min(known), max(known)) if known else (None, None)
 
@@ -8894,7 +8940,7 @@ def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
         max_load=run.max_load, **suspect_fields(run, envs))
 
 
-def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
+def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[str, ...]:
     """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
     load above the limit, discarded attempts, then its suspect figures."""
     flags = [f"cpuset differs (usually {usual_cpus})"] \
@@ -9777,7 +9823,13 @@ def environment_blocks(report: RoundsReport) -> List[Block]:
     return blocks
 
 
-def environment_tables(report: RoundsReport) -> tuple:
+class EnvironmentTables(NamedTuple):
+    """A rounds report's environment as Tables, and the columns no run recorded."""
+    tables: List[Table]  # per round; then router CPU and GPU state where any run recorded them
+    not_recorded: List[str]  # the names of the columns left out: all n/a in every run
+
+
+def environment_tables(report: RoundsReport) -> EnvironmentTables:
     """Return (the environment Tables, the names of the columns left out): the per-round
     table, and that of router CPU and GPU state where the runs recorded any; a column no run
     recorded (all n/a: GPU fields on a node without a GPU) is left out."""
@@ -9795,15 +9847,16 @@ def environment_tables(report: RoundsReport) -> tuple:
                          "discarded", "driver cpu", "flags"], table,
                     [False, False, True, False, True, True, True, True, False])]
     tables += router_and_gpu_tables(report)
-    kept, empty = [], []
+    kept: List[Table] = []
+    empty: List[str] = []
     for item in tables:
         item, dropped = without_empty_columns(item)
         kept.append(item)
         empty += [name for name in dropped if name not in empty]
-    return kept, empty
+    return EnvironmentTables(tables=kept, not_recorded=empty)
 
 
-def without_empty_columns(table: Table) -> tuple:
+def without_empty_columns(table: Table) -> Tuple[Table, List[str]]:
     """Return (the table without its columns of only n/a, the names of those columns); the
     first two columns (round, side) always stay."""
     keep = [i for i in range(len(table.header))
@@ -10072,8 +10125,16 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
+class SlowdownTables(NamedTuple):
+    """Which inputs got slower, as a rounds report shows it."""
+    intro: str  # what the figures are
+    inputs: Table  # the inputs called slower, then the largest noise: at most `limit`
+    more: str  # those called slower beyond them; '' when none
+    groups: Table  # per decision and prompt-length bucket
+
+
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[tuple]:
+                    limit: int) -> Optional[SlowdownTables]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
     beyond them, the table per decision and prompt-length bucket), cells passed through
     cell; None without per-input figures."""
@@ -10114,7 +10175,7 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                      f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
                     for kind, items in (("decision", found.decisions), ("length", found.lengths))
                     for s in items], [False, True, True, True, False])
-    return intro, inputs, more, groups
+    return SlowdownTables(intro=intro, inputs=inputs, more=more, groups=groups)
 
 
 def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
@@ -10125,8 +10186,8 @@ def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
     tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
-    intro, inputs, more, groups = tables
-    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
+    blocks: List[Block] = [tables.intro, "", tables.inputs]
+    return blocks + ([tables.more] if tables.more else []) + ["", tables.groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
@@ -10852,9 +10913,9 @@ def page_rounds(report: RoundsReport) -> str:
 def page_details(report: RoundsReport) -> str:
     """Return the slower inputs, the environment, warnings and notes."""
     parts = []
-    tables = slowdown_tables(report, str, 20)
-    if tables is not None:
-        intro, inputs, more, groups = tables
+    slowdowns = slowdown_tables(report, str, 20)
+    if slowdowns is not None:
+        intro, inputs, more, groups = slowdowns
         parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
                   f"<h3>{esc(inputs.caption)}</h3>",
                   table_html(inputs.header, inputs.rows, inputs.right),

@@ -366,9 +366,9 @@ def page_rounds(report: RoundsReport) -> str:
 def page_details(report: RoundsReport) -> str:
     """Return the slower inputs, the environment, warnings and notes."""
     parts = []
-    tables = slowdown_tables(report, str, 20)
-    if tables is not None:
-        intro, inputs, more, groups = tables
+    slowdowns = slowdown_tables(report, str, 20)
+    if slowdowns is not None:
+        intro, inputs, more, groups = slowdowns
         parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
                   f"<h3>{esc(inputs.caption)}</h3>",
                   table_html(inputs.header, inputs.rows, inputs.right),

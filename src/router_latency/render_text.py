@@ -8,7 +8,7 @@ import json
 import math
 import re
 import statistics
-from typing import Callable, List, NamedTuple, Optional, Sequence, Union
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
@@ -796,7 +796,13 @@ def environment_blocks(report: RoundsReport) -> List[Block]:
     return blocks
 
 
-def environment_tables(report: RoundsReport) -> tuple:
+class EnvironmentTables(NamedTuple):
+    """A rounds report's environment as Tables, and the columns no run recorded."""
+    tables: List[Table]  # per round; then router CPU and GPU state where any run recorded them
+    not_recorded: List[str]  # the names of the columns left out: all n/a in every run
+
+
+def environment_tables(report: RoundsReport) -> EnvironmentTables:
     """Return (the environment Tables, the names of the columns left out): the per-round
     table, and that of router CPU and GPU state where the runs recorded any; a column no run
     recorded (all n/a: GPU fields on a node without a GPU) is left out."""
@@ -814,15 +820,16 @@ def environment_tables(report: RoundsReport) -> tuple:
                          "discarded", "driver cpu", "flags"], table,
                     [False, False, True, False, True, True, True, True, False])]
     tables += router_and_gpu_tables(report)
-    kept, empty = [], []
+    kept: List[Table] = []
+    empty: List[str] = []
     for item in tables:
         item, dropped = without_empty_columns(item)
         kept.append(item)
         empty += [name for name in dropped if name not in empty]
-    return kept, empty
+    return EnvironmentTables(tables=kept, not_recorded=empty)
 
 
-def without_empty_columns(table: Table) -> tuple:
+def without_empty_columns(table: Table) -> Tuple[Table, List[str]]:
     """Return (the table without its columns of only n/a, the names of those columns); the
     first two columns (round, side) always stay."""
     keep = [i for i in range(len(table.header))
@@ -1091,8 +1098,16 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
+class SlowdownTables(NamedTuple):
+    """Which inputs got slower, as a rounds report shows it."""
+    intro: str  # what the figures are
+    inputs: Table  # the inputs called slower, then the largest noise: at most `limit`
+    more: str  # those called slower beyond them; '' when none
+    groups: Table  # per decision and prompt-length bucket
+
+
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[tuple]:
+                    limit: int) -> Optional[SlowdownTables]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
     beyond them, the table per decision and prompt-length bucket), cells passed through
     cell; None without per-input figures."""
@@ -1133,7 +1148,7 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                      f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
                     for kind, items in (("decision", found.decisions), ("length", found.lengths))
                     for s in items], [False, True, True, True, False])
-    return intro, inputs, more, groups
+    return SlowdownTables(intro=intro, inputs=inputs, more=more, groups=groups)
 
 
 def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
@@ -1144,8 +1159,8 @@ def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
     tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
-    intro, inputs, more, groups = tables
-    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
+    blocks: List[Block] = [tables.intro, "", tables.inputs]
+    return blocks + ([tables.more] if tables.more else []) + ["", tables.groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
