@@ -8,7 +8,8 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple,
+                    Union)
 
 from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
                         LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
@@ -37,15 +38,15 @@ SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones am
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
 
-def find_round_files(folder: str, base: str, new: str) -> dict:
+def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
     """Return {round: {side: path}} for r<N>-<side>.json files of the two sides."""
     top = Path(folder)
     if not top.exists():
         raise RouterLatencyError("no such folder", folder)
     if not top.is_dir():
         raise RouterLatencyError("not a folder", folder)
-    rounds: dict = {}
-    found: set = set()  # every side with a round file, to name them when one is missing
+    rounds: Dict[int, Dict[str, str]] = {}
+    found: Set[str] = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
         if match:
@@ -72,7 +73,7 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
     return dict(sorted(rounds.items()))
 
 
-def start_order(round_number: int, sides: Sequence[str]) -> list:
+def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
     """Return the order the sides start in a round: round 1 as given, then rotated by one
     each round, so that every side starts first equally often (rounds/run_rounds.sh and the
     demo both follow it)."""
@@ -80,7 +81,7 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
     return list(sides[shift:]) + list(sides[:shift])
 
 
-def run_signature(run: RunFile) -> dict:
+def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
@@ -113,7 +114,7 @@ def label_names_side(label: str, side: str, number: int) -> bool:
     return found is not None and label[:len(side)] == side and int(found.group(1)) == number
 
 
-def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
+def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> List[str]:
     """Raise unless every file's label is its side and the runs were measured alike; return
     notes on the differences allowed with --allow-mismatch."""
     for number, sides in runs.items():
@@ -263,7 +264,7 @@ class PassErrors(NamedTuple):
     counts: Tuple[Tuple[int, int, int], ...]
 
 
-def pass_errors(runs: dict, base: str, new: str) -> list:
+def pass_errors(runs: dict, base: str, new: str) -> List[PassErrors]:
     """Return the failed requests of each side, pass by pass and round by round."""
     found: dict = {}
     for number, sides in runs.items():
@@ -318,7 +319,7 @@ def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: 
                     p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
 
 
-def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
+def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> List[Slowdown]:
     """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
     noise where the ratio lies beyond the tolerance but its spread over rounds does not
     carry it."""
@@ -399,7 +400,8 @@ class PassLatencies(NamedTuple):
     windows: Tuple[Tuple[float, float], ...]
 
 
-def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
+def time_windows(requests: Sequence[Request],
+                 count: int = TIME_WINDOWS) -> List[Tuple[float, float]]:
     """Return (middle in seconds, median latency) of each of count equal windows of send
     time that holds a request."""
     timed = [(r.start_ms, r.latency_ms) for r in requests
@@ -412,7 +414,7 @@ def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list
             for k, v in sorted(found.items())]
 
 
-def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list:
+def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
     views = []
     for number, sides in runs.items():
@@ -596,7 +598,7 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> 
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> list:
+                settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
@@ -630,7 +632,7 @@ def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
 
 
 def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> list:
+                settings: GateSettings) -> List[Row]:
     """Return the rows of what ladders derive, each where every used round has it on both
     sides; raise for a gated one that some round lacks."""
     capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
@@ -677,7 +679,7 @@ class PassBreakdown(NamedTuple):
 
 
 def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                     settings: GateSettings) -> list:
+                     settings: GateSettings) -> List[PassBreakdown]:
     """Return PassBreakdowns of the passes whose answers or histograms reported parts:
     a row per part and statistic measured in every used round on both sides, with the
     latency rows' estimator and interval; advisory unless --gate names them."""
@@ -703,10 +705,11 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                    settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
     """Return one pass's breakdown from its attributions, round by round on each side; a
     signal only one side reported is said in the sentence, not left out in silence."""
-    base_values = [part_values(a) for a in base]
-    new_values = [part_values(a) for a in new]
+    # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
+    base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
+                                for a in side] for side in (base, new))
     metrics = [m for m in base_values[0]
-               if all(v.get(m) is not None and v[m] > 0 for v in (*base_values, *new_values))]
+               if all(v.get(m, 0.0) > 0 for v in (*base_values, *new_values))]
     rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
             for m in metrics]
     rows.sort(key=lambda r: -abs(r.diff.mean))
@@ -777,7 +780,7 @@ def row_change_words(row: Row) -> str:
     return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
-def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> list:
+def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> List[Row]:
     """Return the parts' rows --gate names: the others are advisory, outside the gate."""
     return [r for b in breakdowns for r in b.rows if r.gated]
 
@@ -830,7 +833,7 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> Us
     return UsableRounds(used=used, left_out=left_out, failures=failures, doubts=doubts)
 
 
-def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> list:
+def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> List[str]:
     """Raise RouterLatencyError for rounds that cannot be judged (fewer than MIN_ROUNDS,
     mislabelled files, runs not measured alike or measured twice, rounds past the plan's
     last look); return the notes on the differences --allow-mismatch allowed."""
@@ -846,7 +849,7 @@ def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> lis
 
 
 def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
-                      base: str, new: str, settings: GateSettings) -> list:
+                      base: str, new: str, settings: GateSettings) -> List[str]:
     """Return how the new side failed besides a failed run: more failed requests than the
     base in a pass, and (--decisions gate) changed decisions in a used round."""
     failures = [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
@@ -879,8 +882,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     errors = pass_errors(runs, base, new)
     agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
     failures += new_side_failures(errors, agreement, base, new, settings)
-    rows: list = []
-    breakdowns: list = []
+    rows: List[Row] = []
+    breakdowns: List[PassBreakdown] = []
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
@@ -989,7 +992,7 @@ def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
             "governors": tuple(run.host_settings.governors if run.host_settings else ())}
 
 
-def suspect_flags(row: EnvironmentRow) -> list:
+def suspect_flags(row: EnvironmentRow) -> List[str]:
     """Return the flags of an environment row's suspect figures."""
     flags = []
     if row.above_foreign_limit:
@@ -1041,7 +1044,7 @@ def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[s
     return tuple(flags + suspect_flags(row))
 
 
-def environment_rows(runs: dict, base: str, new: str) -> list:
+def environment_rows(runs: dict, base: str, new: str) -> List[EnvironmentRow]:
     """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
     driver CPU, and flags."""
     rows = [side_environment(number, side, sides[side])
