@@ -95,7 +95,8 @@ import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import (Any, Callable, cast, Dict, Iterable, Iterator, List, Literal, NamedTuple,
-                    NoReturn, Optional, Protocol, Sequence, Tuple, TYPE_CHECKING, TypedDict, Union)
+                    NoReturn, Optional, Protocol, Sequence, Set, Tuple, TYPE_CHECKING, TypedDict,
+                    Union)
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     from typing_extensions import TypeGuard
@@ -7214,7 +7215,7 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
         round(percentile(outside, 50), 4) if outside else None, outside_mean)
 
 
-def part_values(attribution: PassAttribution) -> dict:
+def part_values(attribution: PassAttribution) -> Dict[str, Optional[float]]:
     """Return {row metric: value} of a pass's parts: 'signal:pii:p95', 'router:forward:mean',
     and 'outside:p50' / 'outside:mean' (the latency outside the signals)."""
     values = {}
@@ -7365,8 +7366,8 @@ def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> Tu
     any); the signals' times are matched by name."""
     sides = [pass_attribution(a, pa), pass_attribution(b, pb)]
     found_a, found_b = (part_values(side) for side in sides)
-    both = [(m, found_a[m], found_b[m]) for m in found_a
-            if found_a[m] is not None and found_b.get(m) is not None]
+    both = [(m, a_ms, b_ms) for m, a_ms in found_a.items()
+            if a_ms is not None and (b_ms := found_b.get(m)) is not None]
     reported = any(side.parts for side in sides)
     return (tuple(sorted(both, key=lambda f: -abs(f[2] - f[1]))),
             tuple((side.client_mean_ms, part_values(side)) for side in sides) if reported
@@ -7673,7 +7674,7 @@ class Row(NamedTuple):
         return 100 * (math.exp(worse_sign(self.metric) * self.log_ratio.mean) - 1)
 
     @property
-    def worse_series(self) -> list:
+    def worse_series(self) -> List[float]:
         sign = worse_sign(self.metric)
         return [sign * math.log(n / b) for b, n in zip(self.base_values, self.new_values)]
 
@@ -8035,15 +8036,15 @@ SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones am
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
 
-def find_round_files(folder: str, base: str, new: str) -> dict:
+def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
     """Return {round: {side: path}} for r<N>-<side>.json files of the two sides."""
     top = Path(folder)
     if not top.exists():
         raise RouterLatencyError("no such folder", folder)
     if not top.is_dir():
         raise RouterLatencyError("not a folder", folder)
-    rounds: dict = {}
-    found: set = set()  # every side with a round file, to name them when one is missing
+    rounds: Dict[int, Dict[str, str]] = {}
+    found: Set[str] = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
         if match:
@@ -8070,7 +8071,7 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
     return dict(sorted(rounds.items()))
 
 
-def start_order(round_number: int, sides: Sequence[str]) -> list:
+def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
     """Return the order the sides start in a round: round 1 as given, then rotated by one
     each round, so that every side starts first equally often (rounds/run_rounds.sh and the
     demo both follow it)."""
@@ -8078,7 +8079,7 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
     return list(sides[shift:]) + list(sides[:shift])
 
 
-def run_signature(run: RunFile) -> dict:
+def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
@@ -8111,7 +8112,7 @@ def label_names_side(label: str, side: str, number: int) -> bool:
     return found is not None and label[:len(side)] == side and int(found.group(1)) == number
 
 
-def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
+def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> List[str]:
     """Raise unless every file's label is its side and the runs were measured alike; return
     notes on the differences allowed with --allow-mismatch."""
     for number, sides in runs.items():
@@ -8145,16 +8146,24 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
 COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
 
 
-def measured_keys(run: RunFile) -> tuple:
+class MeasuredKeys(NamedTuple):
+    """What a copy of a run's measurements repeats, each None where it proves nothing."""
+    # its start time with every pass's records: (started_unix, ((pass name, requests), ...))
+    started: Optional[Tuple[float, Tuple[Tuple[str, Tuple[Request, ...]], ...]]]
+    timings: Optional[Tuple[Optional[float], ...]]  # its requests' latencies in send order
+
+
+def measured_keys(run: RunFile) -> MeasuredKeys:
     """Return what a copy of a run's measurements repeats, each None where it proves nothing:
     its start time with every record, and the timings of its requests in send order."""
     records = tuple((p.name, p.requests) for p in run.passes)
     started = None if run.started_unix is None else (run.started_unix, records)
     timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
-    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+    return MeasuredKeys(started=started,
+                        timings=timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
 
 
-def measured_span(run: RunFile) -> tuple:
+def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
     """Return (when the run started, when its last measured pass ended), unix seconds, each
     None when the file does not say."""
     ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
@@ -8179,20 +8188,24 @@ def check_measured_once(runs: dict) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
-                    if span[0] is not None), key=lambda item: item[0][0])
-    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
-    for (start, end), path in spans:
-        if latest[0] is not None and start < latest[0] or start == latest[1]:
+    spans = sorted(((start, end, run.path) for run in files
+                    for start, end in [measured_span(run)] if start is not None),
+                   key=lambda item: item[0])
+    # the latest end so far, and the start and file it belongs to
+    latest_end: Optional[float] = None
+    latest_start: Optional[float] = None
+    latest_path = ""
+    for start, end, path in spans:
+        if latest_end is not None and start < latest_end or start == latest_start:
             raise RouterLatencyError(
-                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"{Path(path).name} started before {Path(latest_path).name} ended: its sides "
                 f"were not measured one at a time, as interleaved rounds are",
                 str(Path(path).parent))
-        if latest[0] is None or (end is not None and end > latest[0]):
-            latest = (end, start, path)
+        if latest_end is None or (end is not None and end > latest_end):
+            latest_end, latest_start, latest_path = end, start, path
 
 
-def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
+def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], Optional[str]]:
     """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
         return "incomplete run, interrupted (--allow-incomplete uses it)", None
@@ -8249,7 +8262,7 @@ class PassErrors(NamedTuple):
     counts: Tuple[Tuple[int, int, int], ...]
 
 
-def pass_errors(runs: dict, base: str, new: str) -> list:
+def pass_errors(runs: dict, base: str, new: str) -> List[PassErrors]:
     """Return the failed requests of each side, pass by pass and round by round."""
     found: dict = {}
     for number, sides in runs.items():
@@ -8304,7 +8317,7 @@ def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: 
                     p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
 
 
-def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
+def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> List[Slowdown]:
     """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
     noise where the ratio lies beyond the tolerance but its spread over rounds does not
     carry it."""
@@ -8385,7 +8398,8 @@ class PassLatencies(NamedTuple):
     windows: Tuple[Tuple[float, float], ...]
 
 
-def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
+def time_windows(requests: Sequence[Request],
+                 count: int = TIME_WINDOWS) -> List[Tuple[float, float]]:
     """Return (middle in seconds, median latency) of each of count equal windows of send
     time that holds a request."""
     timed = [(r.start_ms, r.latency_ms) for r in requests
@@ -8398,7 +8412,7 @@ def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list
             for k, v in sorted(found.items())]
 
 
-def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list:
+def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
     views = []
     for number, sides in runs.items():
@@ -8470,8 +8484,14 @@ class RoundsReport(NamedTuple):
         return self.outcome.exit_code
 
 
+class ConfigHashFindings(NamedTuple):
+    """The configurations (x-vsr-config-hash) each side answered with, and the warnings."""
+    hashes: Dict[str, Tuple[str, ...]]  # side -> its values, distinct, in round order
+    warnings: Tuple[Notice, ...]  # a changed configuration allowed, or the same on both sides
+
+
 def config_hash_findings(runs: dict, base: str, new: str,
-                         allow_change: bool = False) -> tuple:
+                         allow_change: bool = False) -> ConfigHashFindings:
     """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
 
     runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
@@ -8506,7 +8526,7 @@ def config_hash_findings(runs: dict, base: str, new: str,
             "same_config", f"WARNING: base {base} and new {new} answered with the same "
             f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
             f"configuration with itself; check which configuration each side runs"))
-    return hashes, tuple(warnings)
+    return ConfigHashFindings(hashes=hashes, warnings=tuple(warnings))
 
 
 def run_outcomes(run: RunFile) -> dict:
@@ -8557,20 +8577,26 @@ def not_found_only(run: RunFile) -> int:
     return 0 if routed else statuses.count(404)
 
 
-def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+class RunVerdict(NamedTuple):
+    """`run`'s exit code and why it is not 0 ('' when it is, or a signal stopped the run)."""
+    exit_code: int
+    reason: str
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> RunVerdict:
     """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
     code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
     else 1 when more requests failed in the measured passes than max_errors allows."""
     if not run.complete:
-        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+        return RunVerdict(EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], "")
     failed = sum(sum(p.measured.errors.values()) for p in run.passes if not p.discarded)
     if failed > max_errors:
-        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
-    return EXIT_OK, ""
+        return RunVerdict(EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})")
+    return RunVerdict(EXIT_OK, "")
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> list:
+                settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
@@ -8595,15 +8621,16 @@ def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[floa
 
 
 def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
-                      settings: GateSettings) -> tuple:
+                      settings: GateSettings) -> Tuple[Tuple[int, str, Capacity], ...]:
     """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
-    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
-                  for n in used for side in (base, new))
-    return found if found and all(c is not None for _, _, c in found) else ()
+    found = [(n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+             for n in used for side in (base, new)]
+    known = tuple((n, side, c) for n, side, c in found if c is not None)
+    return known if found and len(known) == len(found) else ()
 
 
 def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> list:
+                settings: GateSettings) -> List[Row]:
     """Return the rows of what ladders derive, each where every used round has it on both
     sides; raise for a gated one that some round lacks."""
     capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
@@ -8650,7 +8677,7 @@ class PassBreakdown(NamedTuple):
 
 
 def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                     settings: GateSettings) -> list:
+                     settings: GateSettings) -> List[PassBreakdown]:
     """Return PassBreakdowns of the passes whose answers or histograms reported parts:
     a row per part and statistic measured in every used round on both sides, with the
     latency rows' estimator and interval; advisory unless --gate names them."""
@@ -8676,10 +8703,11 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                    settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
     """Return one pass's breakdown from its attributions, round by round on each side; a
     signal only one side reported is said in the sentence, not left out in silence."""
-    base_values = [part_values(a) for a in base]
-    new_values = [part_values(a) for a in new]
+    # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
+    base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
+                                for a in side] for side in (base, new))
     metrics = [m for m in base_values[0]
-               if all(v.get(m) is not None and v[m] > 0 for v in (*base_values, *new_values))]
+               if all(v.get(m, 0.0) > 0 for v in (*base_values, *new_values))]
     rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
             for m in metrics]
     rows.sort(key=lambda r: -abs(r.diff.mean))
@@ -8750,12 +8778,13 @@ def row_change_words(row: Row) -> str:
     return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
-def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> list:
+def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> List[Row]:
     """Return the parts' rows --gate names: the others are advisory, outside the gate."""
     return [r for b in breakdowns for r in b.rows if r.gated]
 
 
-def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]) -> tuple:
+def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]
+                    ) -> Tuple[List[Row], List[PassBreakdown]]:
     """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
     (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
     parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
@@ -8770,11 +8799,22 @@ class LeftOut(NamedTuple):
     why: str
 
 
-def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
+class UsableRounds(NamedTuple):
+    """Which rounds a rounds report judges, and what the sides' failures make of the gate."""
+    used: List[int]  # rounds to judge
+    left_out: List[LeftOut]
+    failures: List[str]  # the new side failed: the gate fails
+    doubts: List[str]  # the base side failed: the gate is inconclusive
+
+
+def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> UsableRounds:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
     suspect round (load, restarts) is only left out."""
-    used, left_out, failures, doubts = [], [], [], []
+    used: List[int] = []
+    left_out: List[LeftOut] = []
+    failures: List[str] = []
+    doubts: List[str] = []
     for number, sides in runs.items():
         (base_failed, base_flag), (new_failed, new_flag) = (
             side_problems(sides[s], settings.allow_incomplete) for s in (base, new))
@@ -8788,10 +8828,10 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
             left_out.append(LeftOut(number, "; ".join(why)))
         else:
             used.append(number)
-    return used, left_out, failures, doubts
+    return UsableRounds(used=used, left_out=left_out, failures=failures, doubts=doubts)
 
 
-def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> list:
+def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> List[str]:
     """Raise RouterLatencyError for rounds that cannot be judged (fewer than MIN_ROUNDS,
     mislabelled files, runs not measured alike or measured twice, rounds past the plan's
     last look); return the notes on the differences --allow-mismatch allowed."""
@@ -8807,7 +8847,7 @@ def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> lis
 
 
 def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
-                      base: str, new: str, settings: GateSettings) -> list:
+                      base: str, new: str, settings: GateSettings) -> List[str]:
     """Return how the new side failed besides a failed run: more failed requests than the
     base in a pass, and (--decisions gate) changed decisions in a used round."""
     failures = [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
@@ -8840,8 +8880,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     errors = pass_errors(runs, base, new)
     agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
     failures += new_side_failures(errors, agreement, base, new, settings)
-    rows: list = []
-    breakdowns: list = []
+    rows: List[Row] = []
+    breakdowns: List[PassBreakdown] = []
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
@@ -8877,7 +8917,16 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         breakdowns=tuple(breakdowns))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
+class OrderAndOutliers(NamedTuple):
+    """The crossover order effect and the outlier rounds, on the gated rows' composite."""
+    order_effect: Optional[OrderEffect]  # None: no gated row, or no round of one start order
+    outliers: List[int]  # rounds whose composite is an outlier (median/MAD)
+    # (round, its composite change %, the median's %), descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+
+
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
+                       first: RoundOrder) -> OrderAndOutliers:
     """Return (the crossover order effect, outlier rounds, (round, its change %, the median
     change %) of each), all on the per-round mean of the gated rows' worse-direction log
     ratios; first: which side started each round (order_balance).
@@ -8888,7 +8937,7 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
     """
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
-        return None, [], ()
+        return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())
     composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first.base_first],
                           [composite[n] for n in first.new_first]) \
@@ -8896,8 +8945,8 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
     centre = 100 * math.expm1(statistics.median(composite.values()))
-    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
-                                   for n in outliers)
+    return OrderAndOutliers(order_effect=effect, outliers=outliers, outlier_changes=tuple(
+        (n, 100 * math.expm1(composite[n]), centre) for n in outliers))
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -8921,7 +8970,7 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
 def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
     """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
     passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
-    def span(values: Iterable[Optional[float]]) -> tuple:
+    def span(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
         known = [v for v in values if v is not None]
         return (min(known), max(known)) if known else (None, None)
 
@@ -8941,7 +8990,7 @@ def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
             "governors": tuple(run.host_settings.governors if run.host_settings else ())}
 
 
-def suspect_flags(row: EnvironmentRow) -> list:
+def suspect_flags(row: EnvironmentRow) -> List[str]:
     """Return the flags of an environment row's suspect figures."""
     flags = []
     if row.above_foreign_limit:
@@ -8979,7 +9028,7 @@ def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
         max_load=run.max_load, **suspect_fields(run, envs))
 
 
-def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
+def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[str, ...]:
     """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
     load above the limit, discarded attempts, then its suspect figures."""
     flags = [f"cpuset differs (usually {usual_cpus})"] \
@@ -8993,7 +9042,7 @@ def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
     return tuple(flags + suspect_flags(row))
 
 
-def environment_rows(runs: dict, base: str, new: str) -> list:
+def environment_rows(runs: dict, base: str, new: str) -> List[EnvironmentRow]:
     """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
     driver CPU, and flags."""
     rows = [side_environment(number, side, sides[side])
@@ -9126,9 +9175,9 @@ class Table(NamedTuple):
 Block = Union[str, Table]
 
 
-def text_lines(blocks: Sequence[Block]) -> list:
+def text_lines(blocks: Sequence[Block]) -> List[str]:
     """Return blocks as text: each line as it is, each table aligned."""
-    lines: list = []
+    lines: List[str] = []
     for block in blocks:
         lines += [block] if isinstance(block, str) else render_table(
             block.header, block.rows, right=block.right)
@@ -9136,7 +9185,7 @@ def text_lines(blocks: Sequence[Block]) -> list:
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
-                 markdown: bool = False, right: Sequence[bool] = ()) -> list:
+                 markdown: bool = False, right: Sequence[bool] = ()) -> List[str]:
     """Return the lines of an aligned text table, or a Markdown table."""
     right = list(right) + [True] * (len(header) - len(right))
     rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
@@ -9172,7 +9221,7 @@ def format_run_header(label: str, prompts: int, sha256: str, url: str,
 
 
 def format_run_summary(passes: Sequence[PassRecord],
-                       thresholds: Thresholds = Thresholds()) -> list:
+                       thresholds: Thresholds = Thresholds()) -> List[str]:
     """Return the lines of a run's per-pass table, its slow phases and GPU state."""
     cpu = any(item.attempt.router_cpu is not None for item in passes)
     rows = []
@@ -9265,7 +9314,7 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
 
 
-def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
+def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:
     """Return a ladder's steps as a table and what they give, in sentences."""
     knee = capacity.knee[0] if capacity.knee else None
     rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
@@ -9286,7 +9335,7 @@ def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
 
 
 def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
-                            costs: Sequence[tuple]) -> list:
+                            costs: Sequence[tuple]) -> List[str]:
     """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
     of their cost per million requests (B over A); nothing unless both are ladders."""
     found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
@@ -9309,7 +9358,7 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
     return lines
 
 
-def malformed_lines(item: PassRecord) -> list:
+def malformed_lines(item: PassRecord) -> List[str]:
     """Return the line saying what the malformed answers of a pass had wrong, or none."""
     reasons = collections.Counter(r.reason for r in item.requests if r.reason)
     if not reasons:
@@ -9347,7 +9396,7 @@ def span_text(low: Optional[float], high: Optional[float],
     return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
 
 
-def format_gpu_state(passes: Sequence[PassRecord]) -> list:
+def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
     """Return the ranges of each pass's GPU readings (before and after it, over devices), and
     why a reading is missing."""
     gpu = [(item, record) for item in passes
@@ -9373,7 +9422,7 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
                            right=[False]) + notes)
 
 
-def format_host(settings: Optional[HostSettings]) -> list:
+def format_host(settings: Optional[HostSettings]) -> List[str]:
     """Return the run's host settings in one or two lines."""
     if not settings:
         return []
@@ -9388,7 +9437,7 @@ def format_host(settings: Optional[HostSettings]) -> list:
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
-def expectation_lines(item: PassRecord) -> list:
+def expectation_lines(item: PassRecord) -> List[str]:
     """Return a pass's expected rejections (how many, the router's codes, how fast) and its
     surprises: prompts that expected only a rejection and were routed."""
     title, lines = pass_title(item.name), []
@@ -9407,7 +9456,7 @@ def expectation_lines(item: PassRecord) -> list:
     return lines
 
 
-def overload_note(overload: Optional[Overload]) -> list:
+def overload_note(overload: Optional[Overload]) -> List[str]:
     """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
     if overload is None:
         return []
@@ -9422,7 +9471,7 @@ def overload_note(overload: Optional[Overload]) -> list:
               "restart the router) and --timeout above the router's timeout"]
 
 
-def compare_rows(report: CompareReport) -> list:
+def compare_rows(report: CompareReport) -> List[List[str]]:
     """Return the rows of compare's table: figures, errors, rejections and router CPU."""
     rows = []
     for item in report.passes:
@@ -9459,7 +9508,7 @@ class TabledReport(NamedTuple):
     below: List[str]
 
 
-def format_compare(report: CompareReport) -> list:
+def format_compare(report: CompareReport) -> List[str]:
     """Return the lines of the side-by-side comparison of two runs, its verdict last."""
     above, table, below = compare_parts(report)
     return above + [""] + text_lines([table] if table else []) + below \
@@ -9485,7 +9534,7 @@ def compare_parts(report: CompareReport) -> TabledReport:
     return TabledReport(lines, table, compare_details(report))
 
 
-def compare_details(report: CompareReport) -> list:
+def compare_details(report: CompareReport) -> List[str]:
     """Return what a comparison says below its table: errors, slow phases, where the time
     goes, warnings, and the decisions that differ."""
     lines = []
@@ -9537,7 +9586,7 @@ def compare_caveat(report: CompareReport) -> str:
                if report.changes and not report.reasons else ""))
 
 
-def decisions_note(report: RoundsReport) -> list:
+def decisions_note(report: RoundsReport) -> List[str]:
     """Return the report's first line under --decisions report: decisions are reported in
     full, and only the latency rows decide the exit code."""
     if report.settings.decisions != "report":
@@ -9551,7 +9600,7 @@ def decisions_note(report: RoundsReport) -> list:
             + "; the latency rows decide the exit code"]
 
 
-def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
+def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]:
     """Return the lines of the rounds report as text."""
     lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
@@ -9570,7 +9619,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     return lines
 
 
-def format_closing(report: RoundsReport) -> list:
+def format_closing(report: RoundsReport) -> List[str]:
     """Return the rounds left out, the allowed mismatches and the TLS warning."""
     lines = [f"left out: r{item.round}: {item.why}" for item in report.left_out]
     lines += report.notes
@@ -9581,7 +9630,7 @@ def format_closing(report: RoundsReport) -> list:
     return lines
 
 
-def format_rounds_table(report: RoundsReport) -> list:
+def format_rounds_table(report: RoundsReport) -> List[str]:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
     above, table, below = rounds_table_parts(report)
     if table is None:
@@ -9725,7 +9774,7 @@ def median_span(values: Sequence[Optional[float]], unit: str) -> str:
             f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
 
 
-def side_capacity_sentences(report: RoundsReport, side: str) -> list:
+def side_capacity_sentences(report: RoundsReport, side: str) -> List[str]:
     """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
     the knee, capacity within the SLO and cost per million requests."""
     found = [c for _, s, c in report.capacity if s == side]
@@ -9760,7 +9809,7 @@ def side_capacity_sentences(report: RoundsReport, side: str) -> list:
     return sentences
 
 
-def format_capacity_rounds(report: RoundsReport) -> list:
+def format_capacity_rounds(report: RoundsReport) -> List[str]:
     """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
     of fixed passes."""
     lines = [line for side in (report.base, report.new)
@@ -9775,7 +9824,7 @@ def format_capacity_rounds(report: RoundsReport) -> list:
         if lines else []
 
 
-def missing_ladder_rows(report: RoundsReport) -> list:
+def missing_ladder_rows(report: RoundsReport) -> List[str]:
     """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
     shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
     notes = []
@@ -9801,7 +9850,7 @@ def per_round_table(report: RoundsReport) -> Table:
     return Table("", header, per, [False, False] + [True] * len(report.used))
 
 
-def format_agreement(report: RoundsReport) -> list:
+def format_agreement(report: RoundsReport) -> List[str]:
     """Return the decision agreement of each round and each pass's failed requests."""
     lines = []
     for item in report.agreement:
@@ -9818,7 +9867,7 @@ def format_agreement(report: RoundsReport) -> list:
     return lines
 
 
-def format_outcomes(report: RoundsReport) -> list:
+def format_outcomes(report: RoundsReport) -> List[str]:
     """Return the failures of each used round and side by the router's code, the expected
     rejections, the surprises, and why the router shed requests when it did."""
     lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
@@ -9840,7 +9889,7 @@ def format_outcomes(report: RoundsReport) -> list:
     return lines
 
 
-def format_config_hashes(report: RoundsReport) -> list:
+def format_config_hashes(report: RoundsReport) -> List[str]:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
         return [warning.text for warning in report.config_warnings]
@@ -9862,7 +9911,13 @@ def environment_blocks(report: RoundsReport) -> List[Block]:
     return blocks
 
 
-def environment_tables(report: RoundsReport) -> tuple:
+class EnvironmentTables(NamedTuple):
+    """A rounds report's environment as Tables, and the columns no run recorded."""
+    tables: List[Table]  # per round; then router CPU and GPU state where any run recorded them
+    not_recorded: List[str]  # the names of the columns left out: all n/a in every run
+
+
+def environment_tables(report: RoundsReport) -> EnvironmentTables:
     """Return (the environment Tables, the names of the columns left out): the per-round
     table, and that of router CPU and GPU state where the runs recorded any; a column no run
     recorded (all n/a: GPU fields on a node without a GPU) is left out."""
@@ -9880,15 +9935,16 @@ def environment_tables(report: RoundsReport) -> tuple:
                          "discarded", "driver cpu", "flags"], table,
                     [False, False, True, False, True, True, True, True, False])]
     tables += router_and_gpu_tables(report)
-    kept, empty = [], []
+    kept: List[Table] = []
+    empty: List[str] = []
     for item in tables:
         item, dropped = without_empty_columns(item)
         kept.append(item)
         empty += [name for name in dropped if name not in empty]
-    return kept, empty
+    return EnvironmentTables(tables=kept, not_recorded=empty)
 
 
-def without_empty_columns(table: Table) -> tuple:
+def without_empty_columns(table: Table) -> Tuple[Table, List[str]]:
     """Return (the table without its columns of only n/a, the names of those columns); the
     first two columns (round, side) always stay."""
     keep = [i for i in range(len(table.header))
@@ -9899,7 +9955,7 @@ def without_empty_columns(table: Table) -> tuple:
                   [table.right[i] for i in keep]), dropped)
 
 
-def router_and_gpu_tables(report: RoundsReport) -> list:
+def router_and_gpu_tables(report: RoundsReport) -> List[Table]:
     """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
     and slow passes; none when no run recorded any."""
     rows = report.environment
@@ -9916,7 +9972,7 @@ def router_and_gpu_tables(report: RoundsReport) -> list:
                   [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
 
 
-def format_order(report: RoundsReport) -> list:
+def format_order(report: RoundsReport) -> List[str]:
     """Return the lines on start order balance, its effect, and outlier rounds."""
     order, base, new = report.order, report.base, report.new
 
@@ -9963,7 +10019,7 @@ def verdict_line(report: RoundsReport) -> str:
                                            if unsure else "")
 
 
-def undecided_line(report: RoundsReport) -> list:
+def undecided_line(report: RoundsReport) -> List[str]:
     """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
     if report.status != "inconclusive" or not report.rows:
         return []
@@ -9991,7 +10047,7 @@ def order_json(order: RoundOrder) -> dict:
         for e in order.p50_difference_by_order]}
 
 
-def format_plan(report: RoundsReport) -> list:
+def format_plan(report: RoundsReport) -> List[str]:
     """Return, per row, the spread over rounds, what the rounds could detect and how many
     rounds a target needs: for planning from A/A rounds."""
     settings = report.settings
@@ -10017,7 +10073,7 @@ def format_plan(report: RoundsReport) -> list:
     return lines
 
 
-def format_record(sections: Sequence[RecordSection]) -> list:
+def format_record(sections: Sequence[RecordSection]) -> List[str]:
     """Return the record as Markdown: per section the table in the published record's form and
     sentences generated from the data, none typed by hand."""
     lines = ["# Latency record", "",
@@ -10047,7 +10103,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
     return lines
 
 
-def record_sentences(section: RecordSection) -> list:
+def record_sentences(section: RecordSection) -> List[str]:
     """Return the record's sentences of one section: per-round ranges, decisions, failures,
     restarts and faults, GPU memory, load, foreign CPU and router CPU."""
     report = section.report
@@ -10068,7 +10124,7 @@ def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
         f"{side} {span_text(low, high)}{unit}".replace("-", "–")
 
 
-def range_sentences(report: RoundsReport, ranges: dict) -> list:
+def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
     """Return, per pass, the range over rounds of each side's p50 and p95."""
     names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
     return [f"{pass_title(name)} {metric_title(metric)} per round: "
@@ -10111,7 +10167,7 @@ def faults_sentence(report: RoundsReport) -> str:
         f" in the {read} of {len(report.environment)} runs that captured them")
 
 
-def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
     """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
     sentences = []
     for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
@@ -10157,8 +10213,16 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
+class SlowdownTables(NamedTuple):
+    """Which inputs got slower, as a rounds report shows it."""
+    intro: str  # what the figures are
+    inputs: Table  # the inputs called slower, then the largest noise: at most `limit`
+    more: str  # those called slower beyond them; '' when none
+    groups: Table  # per decision and prompt-length bucket
+
+
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[tuple]:
+                    limit: int) -> Optional[SlowdownTables]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
     beyond them, the table per decision and prompt-length bucket), cells passed through
     cell; None without per-input figures."""
@@ -10199,7 +10263,7 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                      f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
                     for kind, items in (("decision", found.decisions), ("length", found.lengths))
                     for s in items], [False, True, True, True, False])
-    return intro, inputs, more, groups
+    return SlowdownTables(intro=intro, inputs=inputs, more=more, groups=groups)
 
 
 def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
@@ -10210,8 +10274,8 @@ def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
     tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
-    intro, inputs, more, groups = tables
-    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
+    blocks: List[Block] = [tables.intro, "", tables.inputs]
+    return blocks + ([tables.more] if tables.more else []) + ["", tables.groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
@@ -10256,17 +10320,17 @@ def md_code(text: str) -> str:
 # ==================== src/router_latency/render_markdown.py ====================
 # Markdown: the verdict in bold, the table, then the details, for a pull request.
 
-def markdown_table(table: Optional[Table]) -> list:
+def markdown_table(table: Optional[Table]) -> List[str]:
     """Return a table as Markdown; no lines for no table."""
     return [] if table is None else render_table(table.header, table.rows, markdown=True,
                                                  right=table.right)
 
 
-def markdown_blocks(blocks: Sequence[Block]) -> list:
+def markdown_blocks(blocks: Sequence[Block]) -> List[str]:
     """Return a report's details as Markdown: each table a Markdown table (its caption, if
     any, in bold above it), a line starting with ** kept as a caption, every other line a
     list item (an indented line nested), blocks apart; blank lines leave nothing."""
-    out: list = []
+    out: List[str] = []
     previous = None
     for block in blocks:
         parts: List[Tuple[str, List[str]]]  # (kind, its lines)
@@ -10289,13 +10353,13 @@ def markdown_blocks(blocks: Sequence[Block]) -> list:
     return out
 
 
-def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
+def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> List[str]:
     """Return a Markdown report's first lines: the verdict in bold, its reasons as a list."""
     lines = [f"**Verdict: {status.upper()}**: {md_text(what)}"]
     return lines + ([""] + [f"- {md_text(r)}" for r in reasons] if reasons else [])
 
 
-def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
+def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> List[str]:
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
@@ -10305,7 +10369,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details: list = above + below + format_capacity_rounds(report)
+    details: List[Block] = [*above, *below, *format_capacity_rounds(report)]
     details += format_agreement(report) + format_outcomes(report)
     details += [warning.text for warning in report.warnings]
     details += slowdown_blocks(report, md_text)
@@ -10320,7 +10384,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 
-def format_compare_markdown(report: CompareReport) -> list:
+def format_compare_markdown(report: CompareReport) -> List[str]:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
     above, table, below = compare_parts(report)
     what = f"{report.b_label or 'B'} against {report.a_label or 'A'}, {compare_caveat(report)}"
@@ -10506,48 +10570,65 @@ def row_interval_text(row: Row) -> str:
             f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
 
 
-def junit_cases(report: RoundsReport) -> list:
-    """Return (group, name, outcome, message, details) per test case: each gated row, the
-    gated rows together, each round's decisions, each pass's errors, each round left out,
-    and the verdict, which carries every reason of the gate."""
-    cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
+class JunitCase(NamedTuple):
+    """One JUnit test case of a rounds report."""
+    group: str  # rows, decisions, errors, rounds or gate: the case's class name
+    name: str
+    outcome: str  # passed, failure or skipped
+    message: str
+    details: str  # the failure's or skip's text; '' for the message again
+
+
+def junit_cases(report: RoundsReport) -> List[JunitCase]:
+    """Return a JunitCase per test case: each gated row, the gated rows together, each round's
+    decisions, each pass's errors, each round left out, and the verdict, which carries every
+    reason of the gate."""
+    cases: List[JunitCase] = []
+    tolerance = f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
         by_verdict = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
             text += f"; {undecided_text(row, report.settings)}"
-        cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
-                      by_verdict.get(row.verdict, "passed"), text, ""))
+        cases.append(JunitCase(group="rows",
+                               name=f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
+                               outcome=by_verdict.get(row.verdict, "passed"), message=text,
+                               details=""))
     test = report.test
     if test is not None and test.composite is not None:
-        cases.append(("rows", "gated rows together",
-                      "failure" if test.composite_worse else "passed",
-                      f"{100 * math.expm1(test.composite.mean):+.1f}% "
-                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-                      f"{test.composite_p:.3g} against the {tolerance} (level "
-                      f"{100 * test.level:.3g}%)", ""))
+        cases.append(JunitCase(
+            group="rows", name="gated rows together",
+            outcome="failure" if test.composite_worse else "passed",
+            message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
+            f"[{100 * math.expm1(test.composite.low):+.1f}%, "
+            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
+            f"{test.composite_p:.3g} against the {tolerance} (level {100 * test.level:.3g}%)",
+            details=""))
     for item in report.agreement:
         listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
                            + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
                            for d in item.differ)
         outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
-        cases.append(("decisions", f"r{item.round} decisions", outcome,
-                      f"{item.agree}/{item.total} inputs agree in every pass"
-                      + ("" if item.used else " (round left out)"), listed))
+        cases.append(JunitCase(group="decisions", name=f"r{item.round} decisions",
+                               outcome=outcome,
+                               message=f"{item.agree}/{item.total} inputs agree in every pass"
+                               + ("" if item.used else " (round left out)"), details=listed))
     for each in report.errors:
         worse = any(w > b for _, b, w in each.counts)
-        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
-                      "failure" if worse else "passed",
-                      f"failed requests {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
+        cases.append(JunitCase(group="errors", name=f"{pass_title(each.pass_name)} errors",
+                               outcome="failure" if worse else "passed",
+                               message=f"failed requests {report.base}/{report.new}: "
+                               + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
+                               details=""))
     for left in report.left_out:
         failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)
-        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
-                      left.why, ""))
+        cases.append(JunitCase(group="rounds", name=f"r{left.round} left out",
+                               outcome="failure" if failed else "skipped", message=left.why,
+                               details=""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
-    cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
+    cases.append(JunitCase(group="gate", name="verdict", outcome=outcome,
+                           message=verdict_line(report), details="\n".join(report.reasons)))
     return cases
 
 
@@ -10555,8 +10636,9 @@ def junit_xml(report: RoundsReport) -> bytes:
     """Return the rounds report as JUnit XML: one test case per gated row, per round's
     decisions, per pass's errors, per round left out, and the verdict."""
     cases = junit_cases(report)
-    counts = {"tests": str(len(cases)), "failures": str(sum(c[2] == "failure" for c in cases)),
-              "errors": "0", "skipped": str(sum(c[2] == "skipped" for c in cases))}
+    counts = {"tests": str(len(cases)),
+              "failures": str(sum(c.outcome == "failure" for c in cases)),
+              "errors": "0", "skipped": str(sum(c.outcome == "skipped" for c in cases))}
     name = xml_safe(f"router-latency rounds: {report.new} against {report.base}")
     top = ElementTree.Element("testsuites", {"name": name, **counts})
     suite = ElementTree.SubElement(top, "testsuite", {"name": name, **counts})
@@ -10640,7 +10722,7 @@ class Axis(NamedTuple):
         span = (scale(self.high) - scale(self.low)) or 1.0
         return self.start + (scale(value) - scale(self.low)) / span * (self.end - self.start)
 
-    def ticks(self, count: int = 5) -> list:
+    def ticks(self, count: int = 5) -> List[float]:
         """Return tick values: 1, 2, 5 times powers of ten on a log axis, else steps of them."""
         if self.log:
             found = [m * 10.0 ** e for e in range(math.floor(math.log10(self.low)),
@@ -10674,7 +10756,7 @@ class PlotBox(NamedTuple):
 
 
 def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
-               y_format: Callable = "{:g}".format) -> list:
+               y_format: Callable = "{:g}".format) -> List[str]:
     """Return a plot's grid lines across the box, each with its tick label outside it."""
     parts = []
     for value in x_axis.ticks():
@@ -10736,7 +10818,7 @@ def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, 
     return "\n".join(parts) + "\n</svg>"
 
 
-def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> list:
+def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> List[float]:
     """Return round percentages, steps times powers of ten either side of 0, above -100, and
     below -50% those of 4, 5, 10, 20, 50 and 100 times faster."""
     return sorted(t for t in {sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
@@ -10770,7 +10852,7 @@ def forest_axis(values: Sequence[float], start: float, end: float,
     return Axis(low, high, start, end)
 
 
-def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
+def forest_ticks(axis: Axis, span: Tuple[float, float], spacing: float = 44.0) -> List[float]:
     """Return round percentages for a log-ratio axis, at least spacing pixels apart: 1, 2
     and 5 times powers of ten where they give four ticks, else finer steps. 0 stays, and so
     do the ticks at or just beyond either end of span (the points drawn, as log ratios), so
@@ -10780,13 +10862,13 @@ def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
                   if axis.low <= math.log1p(t / 100) <= axis.high]
         zero = axis.at(0.0)
 
-        def apart(ticks: list) -> list:  # those a label's width from 0, else all
+        def apart(ticks: List[float]) -> List[float]:  # those a label's width from 0, else all
             return [t for t in ticks if abs(axis.at(math.log1p(t / 100)) - zero) >= spacing] \
                 or ticks
         below = apart([t for t in inside if math.log1p(t / 100) <= min(span[0], 0.0)])
         above = apart([t for t in inside if math.log1p(t / 100) >= max(span[1], 0.0)])
         required = {0.0, *below[-1:], *above[:1]}
-        kept: list = []
+        kept: List[float] = []
         for tick in inside:
             gap = axis.at(math.log1p(tick / 100)) - axis.at(math.log1p(kept[-1] / 100)) \
                 if kept else spacing
@@ -10937,9 +11019,9 @@ def page_rounds(report: RoundsReport) -> str:
 def page_details(report: RoundsReport) -> str:
     """Return the slower inputs, the environment, warnings and notes."""
     parts = []
-    tables = slowdown_tables(report, str, 20)
-    if tables is not None:
-        intro, inputs, more, groups = tables
+    slowdowns = slowdown_tables(report, str, 20)
+    if slowdowns is not None:
+        intro, inputs, more, groups = slowdowns
         parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
                   f"<h3>{esc(inputs.caption)}</h3>",
                   table_html(inputs.header, inputs.rows, inputs.right),
@@ -11104,7 +11186,7 @@ def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str
     return "\n".join(parts) + "\n</svg>"
 
 
-def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> list:
+def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> List[str]:
     """Return the grid lines and tick labels of the Pareto plot."""
     return grid_lines(x_axis, y_axis, PlotBox(62, 28, width - 16, height - 40))
 
@@ -11185,7 +11267,7 @@ class CompareView(NamedTuple):
     cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
 
 
-def compare_text(report: CompareReport, view: CompareView) -> list:
+def compare_text(report: CompareReport, view: CompareView) -> List[str]:
     """Return compare's text: the table, then the ladders of two ladder runs."""
     return format_compare(report) + format_compare_capacity(view.runs, view.slo_p95_ms,
                                                             view.cost_per_hour)
@@ -11196,7 +11278,7 @@ class RoundsView(NamedTuple):
     per_round: bool = False
 
 
-def json_lines(document: Any) -> list:
+def json_lines(document: Any) -> List[str]:
     """Return a report's JSON document as the one block a command prints."""
     return [json.dumps(document, indent=1, allow_nan=False)]
 

@@ -4,7 +4,7 @@ the latency outside the signals)."""
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .stats import percentile, percentiles
 from .runfile import CapturedEnvironment, PassRecord, Request, RunFile
@@ -136,7 +136,7 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
         round(percentile(outside, 50), 4) if outside else None, outside_mean)
 
 
-def part_values(attribution: PassAttribution) -> dict:
+def part_values(attribution: PassAttribution) -> Dict[str, Optional[float]]:
     """Return {row metric: value} of a pass's parts: 'signal:pii:p95', 'router:forward:mean',
     and 'outside:p50' / 'outside:mean' (the latency outside the signals)."""
     values = {}

@@ -5,7 +5,7 @@ there."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .files import dump_json
 from .runfile import RunFile
@@ -60,7 +60,7 @@ class CompareView(NamedTuple):
     cost_per_hour: Tuple[Tuple[Optional[str], float, str], ...] = ()
 
 
-def compare_text(report: CompareReport, view: CompareView) -> list:
+def compare_text(report: CompareReport, view: CompareView) -> List[str]:
     """Return compare's text: the table, then the ladders of two ladder runs."""
     return format_compare(report) + format_compare_capacity(view.runs, view.slo_p95_ms,
                                                             view.cost_per_hour)
@@ -71,7 +71,7 @@ class RoundsView(NamedTuple):
     per_round: bool = False
 
 
-def json_lines(document: Any) -> list:
+def json_lines(document: Any) -> List[str]:
     """Return a report's JSON document as the one block a command prints."""
     return [json.dumps(document, indent=1, allow_nan=False)]
 

@@ -103,7 +103,7 @@ class Row(NamedTuple):
         return 100 * (math.exp(worse_sign(self.metric) * self.log_ratio.mean) - 1)
 
     @property
-    def worse_series(self) -> list:
+    def worse_series(self) -> List[float]:
         sign = worse_sign(self.metric)
         return [sign * math.log(n / b) for b, n in zip(self.base_values, self.new_values)]
 

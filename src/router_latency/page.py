@@ -69,7 +69,7 @@ class Axis(NamedTuple):
         span = (scale(self.high) - scale(self.low)) or 1.0
         return self.start + (scale(value) - scale(self.low)) / span * (self.end - self.start)
 
-    def ticks(self, count: int = 5) -> list:
+    def ticks(self, count: int = 5) -> List[float]:
         """Return tick values: 1, 2, 5 times powers of ten on a log axis, else steps of them."""
         if self.log:
             found = [m * 10.0 ** e for e in range(math.floor(math.log10(self.low)),
@@ -103,7 +103,7 @@ class PlotBox(NamedTuple):
 
 
 def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
-               y_format: Callable = "{:g}".format) -> list:
+               y_format: Callable = "{:g}".format) -> List[str]:
     """Return a plot's grid lines across the box, each with its tick label outside it."""
     parts = []
     for value in x_axis.ticks():
@@ -165,7 +165,7 @@ def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, 
     return "\n".join(parts) + "\n</svg>"
 
 
-def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> list:
+def nice_percents(steps: Sequence[float] = (1, 2, 5)) -> List[float]:
     """Return round percentages, steps times powers of ten either side of 0, above -100, and
     below -50% those of 4, 5, 10, 20, 50 and 100 times faster."""
     return sorted(t for t in {sign * m * 10.0 ** e for e in range(-1, 4) for m in steps
@@ -199,7 +199,7 @@ def forest_axis(values: Sequence[float], start: float, end: float,
     return Axis(low, high, start, end)
 
 
-def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
+def forest_ticks(axis: Axis, span: Tuple[float, float], spacing: float = 44.0) -> List[float]:
     """Return round percentages for a log-ratio axis, at least spacing pixels apart: 1, 2
     and 5 times powers of ten where they give four ticks, else finer steps. 0 stays, and so
     do the ticks at or just beyond either end of span (the points drawn, as log ratios), so
@@ -209,13 +209,13 @@ def forest_ticks(axis: Axis, span: tuple, spacing: float = 44.0) -> list:
                   if axis.low <= math.log1p(t / 100) <= axis.high]
         zero = axis.at(0.0)
 
-        def apart(ticks: list) -> list:  # those a label's width from 0, else all
+        def apart(ticks: List[float]) -> List[float]:  # those a label's width from 0, else all
             return [t for t in ticks if abs(axis.at(math.log1p(t / 100)) - zero) >= spacing] \
                 or ticks
         below = apart([t for t in inside if math.log1p(t / 100) <= min(span[0], 0.0)])
         above = apart([t for t in inside if math.log1p(t / 100) >= max(span[1], 0.0)])
         required = {0.0, *below[-1:], *above[:1]}
-        kept: list = []
+        kept: List[float] = []
         for tick in inside:
             gap = axis.at(math.log1p(tick / 100)) - axis.at(math.log1p(kept[-1] / 100)) \
                 if kept else spacing
@@ -366,9 +366,9 @@ def page_rounds(report: RoundsReport) -> str:
 def page_details(report: RoundsReport) -> str:
     """Return the slower inputs, the environment, warnings and notes."""
     parts = []
-    tables = slowdown_tables(report, str, 20)
-    if tables is not None:
-        intro, inputs, more, groups = tables
+    slowdowns = slowdown_tables(report, str, 20)
+    if slowdowns is not None:
+        intro, inputs, more, groups = slowdowns
         parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
                   f"<h3>{esc(inputs.caption)}</h3>",
                   table_html(inputs.header, inputs.rows, inputs.right),
@@ -533,7 +533,7 @@ def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str
     return "\n".join(parts) + "\n</svg>"
 
 
-def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> list:
+def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> List[str]:
     """Return the grid lines and tick labels of the Pareto plot."""
     return grid_lines(x_axis, y_axis, PlotBox(62, 28, width - 16, height - 40))
 

@@ -7,7 +7,7 @@ import io
 import math
 import re
 import xml.etree.ElementTree as ElementTree
-from typing import Sequence
+from typing import List, NamedTuple, Sequence
 
 from .words import fmt_signed, fmt_value, metric_title, shown_decision
 from .runfile import pass_title, PassRecord
@@ -31,48 +31,65 @@ def row_interval_text(row: Row) -> str:
             f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
 
 
-def junit_cases(report: RoundsReport) -> list:
-    """Return (group, name, outcome, message, details) per test case: each gated row, the
-    gated rows together, each round's decisions, each pass's errors, each round left out,
-    and the verdict, which carries every reason of the gate."""
-    cases, tolerance = [], f"tolerance {report.settings.tolerance_pct:g}%"
+class JunitCase(NamedTuple):
+    """One JUnit test case of a rounds report."""
+    group: str  # rows, decisions, errors, rounds or gate: the case's class name
+    name: str
+    outcome: str  # passed, failure or skipped
+    message: str
+    details: str  # the failure's or skip's text; '' for the message again
+
+
+def junit_cases(report: RoundsReport) -> List[JunitCase]:
+    """Return a JunitCase per test case: each gated row, the gated rows together, each round's
+    decisions, each pass's errors, each round left out, and the verdict, which carries every
+    reason of the gate."""
+    cases: List[JunitCase] = []
+    tolerance = f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
         by_verdict = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
             text += f"; {undecided_text(row, report.settings)}"
-        cases.append(("rows", f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
-                      by_verdict.get(row.verdict, "passed"), text, ""))
+        cases.append(JunitCase(group="rows",
+                               name=f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
+                               outcome=by_verdict.get(row.verdict, "passed"), message=text,
+                               details=""))
     test = report.test
     if test is not None and test.composite is not None:
-        cases.append(("rows", "gated rows together",
-                      "failure" if test.composite_worse else "passed",
-                      f"{100 * math.expm1(test.composite.mean):+.1f}% "
-                      f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-                      f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-                      f"{test.composite_p:.3g} against the {tolerance} (level "
-                      f"{100 * test.level:.3g}%)", ""))
+        cases.append(JunitCase(
+            group="rows", name="gated rows together",
+            outcome="failure" if test.composite_worse else "passed",
+            message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
+            f"[{100 * math.expm1(test.composite.low):+.1f}%, "
+            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
+            f"{test.composite_p:.3g} against the {tolerance} (level {100 * test.level:.3g}%)",
+            details=""))
     for item in report.agreement:
         listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
                            + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
                            for d in item.differ)
         outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
-        cases.append(("decisions", f"r{item.round} decisions", outcome,
-                      f"{item.agree}/{item.total} inputs agree in every pass"
-                      + ("" if item.used else " (round left out)"), listed))
+        cases.append(JunitCase(group="decisions", name=f"r{item.round} decisions",
+                               outcome=outcome,
+                               message=f"{item.agree}/{item.total} inputs agree in every pass"
+                               + ("" if item.used else " (round left out)"), details=listed))
     for each in report.errors:
         worse = any(w > b for _, b, w in each.counts)
-        cases.append(("errors", f"{pass_title(each.pass_name)} errors",
-                      "failure" if worse else "passed",
-                      f"failed requests {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts), ""))
+        cases.append(JunitCase(group="errors", name=f"{pass_title(each.pass_name)} errors",
+                               outcome="failure" if worse else "passed",
+                               message=f"failed requests {report.base}/{report.new}: "
+                               + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
+                               details=""))
     for left in report.left_out:
         failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)
-        cases.append(("rounds", f"r{left.round} left out", "failure" if failed else "skipped",
-                      left.why, ""))
+        cases.append(JunitCase(group="rounds", name=f"r{left.round} left out",
+                               outcome="failure" if failed else "skipped", message=left.why,
+                               details=""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
-    cases.append(("gate", "verdict", outcome, verdict_line(report), "\n".join(report.reasons)))
+    cases.append(JunitCase(group="gate", name="verdict", outcome=outcome,
+                           message=verdict_line(report), details="\n".join(report.reasons)))
     return cases
 
 
@@ -80,8 +97,9 @@ def junit_xml(report: RoundsReport) -> bytes:
     """Return the rounds report as JUnit XML: one test case per gated row, per round's
     decisions, per pass's errors, per round left out, and the verdict."""
     cases = junit_cases(report)
-    counts = {"tests": str(len(cases)), "failures": str(sum(c[2] == "failure" for c in cases)),
-              "errors": "0", "skipped": str(sum(c[2] == "skipped" for c in cases))}
+    counts = {"tests": str(len(cases)),
+              "failures": str(sum(c.outcome == "failure" for c in cases)),
+              "errors": "0", "skipped": str(sum(c.outcome == "skipped" for c in cases))}
     name = xml_safe(f"router-latency rounds: {report.new} against {report.base}")
     top = ElementTree.Element("testsuites", {"name": name, **counts})
     suite = ElementTree.SubElement(top, "testsuite", {"name": name, **counts})

@@ -16,17 +16,17 @@ from .render_text import (Block, breakdown_blocks, compare_caveat, compare_parts
 __all__ = ["format_compare_markdown", "format_rounds_markdown"]
 
 
-def markdown_table(table: Optional[Table]) -> list:
+def markdown_table(table: Optional[Table]) -> List[str]:
     """Return a table as Markdown; no lines for no table."""
     return [] if table is None else render_table(table.header, table.rows, markdown=True,
                                                  right=table.right)
 
 
-def markdown_blocks(blocks: Sequence[Block]) -> list:
+def markdown_blocks(blocks: Sequence[Block]) -> List[str]:
     """Return a report's details as Markdown: each table a Markdown table (its caption, if
     any, in bold above it), a line starting with ** kept as a caption, every other line a
     list item (an indented line nested), blocks apart; blank lines leave nothing."""
-    out: list = []
+    out: List[str] = []
     previous = None
     for block in blocks:
         parts: List[Tuple[str, List[str]]]  # (kind, its lines)
@@ -49,13 +49,13 @@ def markdown_blocks(blocks: Sequence[Block]) -> list:
     return out
 
 
-def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> list:
+def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> List[str]:
     """Return a Markdown report's first lines: the verdict in bold, its reasons as a list."""
     lines = [f"**Verdict: {status.upper()}**: {md_text(what)}"]
     return lines + ([""] + [f"- {md_text(r)}" for r in reasons] if reasons else [])
 
 
-def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> list:
+def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> List[str]:
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
@@ -65,7 +65,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details: list = above + below + format_capacity_rounds(report)
+    details: List[Block] = [*above, *below, *format_capacity_rounds(report)]
     details += format_agreement(report) + format_outcomes(report)
     details += [warning.text for warning in report.warnings]
     details += slowdown_blocks(report, md_text)
@@ -80,7 +80,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 
-def format_compare_markdown(report: CompareReport) -> list:
+def format_compare_markdown(report: CompareReport) -> List[str]:
     """Return the comparison as Markdown: the verdict, the table, then the details."""
     above, table, below = compare_parts(report)
     what = f"{report.b_label or 'B'} against {report.a_label or 'A'}, {compare_caveat(report)}"

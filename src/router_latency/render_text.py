@@ -8,7 +8,7 @@ import json
 import math
 import re
 import statistics
-from typing import Callable, List, NamedTuple, Optional, Sequence, Union
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
@@ -60,9 +60,9 @@ class Table(NamedTuple):
 Block = Union[str, Table]
 
 
-def text_lines(blocks: Sequence[Block]) -> list:
+def text_lines(blocks: Sequence[Block]) -> List[str]:
     """Return blocks as text: each line as it is, each table aligned."""
-    lines: list = []
+    lines: List[str] = []
     for block in blocks:
         lines += [block] if isinstance(block, str) else render_table(
             block.header, block.rows, right=block.right)
@@ -70,7 +70,7 @@ def text_lines(blocks: Sequence[Block]) -> list:
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
-                 markdown: bool = False, right: Sequence[bool] = ()) -> list:
+                 markdown: bool = False, right: Sequence[bool] = ()) -> List[str]:
     """Return the lines of an aligned text table, or a Markdown table."""
     right = list(right) + [True] * (len(header) - len(right))
     rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
@@ -106,7 +106,7 @@ def format_run_header(label: str, prompts: int, sha256: str, url: str,
 
 
 def format_run_summary(passes: Sequence[PassRecord],
-                       thresholds: Thresholds = Thresholds()) -> list:
+                       thresholds: Thresholds = Thresholds()) -> List[str]:
     """Return the lines of a run's per-pass table, its slow phases and GPU state."""
     cpu = any(item.attempt.router_cpu is not None for item in passes)
     rows = []
@@ -199,7 +199,7 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
 
 
-def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
+def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:
     """Return a ladder's steps as a table and what they give, in sentences."""
     knee = capacity.knee[0] if capacity.knee else None
     rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
@@ -220,7 +220,7 @@ def format_capacity(capacity: Capacity, cost: tuple = ()) -> list:
 
 
 def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
-                            costs: Sequence[tuple]) -> list:
+                            costs: Sequence[tuple]) -> List[str]:
     """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
     of their cost per million requests (B over A); nothing unless both are ladders."""
     found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
@@ -243,7 +243,7 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
     return lines
 
 
-def malformed_lines(item: PassRecord) -> list:
+def malformed_lines(item: PassRecord) -> List[str]:
     """Return the line saying what the malformed answers of a pass had wrong, or none."""
     reasons = collections.Counter(r.reason for r in item.requests if r.reason)
     if not reasons:
@@ -281,7 +281,7 @@ def span_text(low: Optional[float], high: Optional[float],
     return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
 
 
-def format_gpu_state(passes: Sequence[PassRecord]) -> list:
+def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
     """Return the ranges of each pass's GPU readings (before and after it, over devices), and
     why a reading is missing."""
     gpu = [(item, record) for item in passes
@@ -307,7 +307,7 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> list:
                            right=[False]) + notes)
 
 
-def format_host(settings: Optional[HostSettings]) -> list:
+def format_host(settings: Optional[HostSettings]) -> List[str]:
     """Return the run's host settings in one or two lines."""
     if not settings:
         return []
@@ -322,7 +322,7 @@ def format_host(settings: Optional[HostSettings]) -> list:
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
-def expectation_lines(item: PassRecord) -> list:
+def expectation_lines(item: PassRecord) -> List[str]:
     """Return a pass's expected rejections (how many, the router's codes, how fast) and its
     surprises: prompts that expected only a rejection and were routed."""
     title, lines = pass_title(item.name), []
@@ -341,7 +341,7 @@ def expectation_lines(item: PassRecord) -> list:
     return lines
 
 
-def overload_note(overload: Optional[Overload]) -> list:
+def overload_note(overload: Optional[Overload]) -> List[str]:
     """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
     if overload is None:
         return []
@@ -356,7 +356,7 @@ def overload_note(overload: Optional[Overload]) -> list:
               "restart the router) and --timeout above the router's timeout"]
 
 
-def compare_rows(report: CompareReport) -> list:
+def compare_rows(report: CompareReport) -> List[List[str]]:
     """Return the rows of compare's table: figures, errors, rejections and router CPU."""
     rows = []
     for item in report.passes:
@@ -393,7 +393,7 @@ class TabledReport(NamedTuple):
     below: List[str]
 
 
-def format_compare(report: CompareReport) -> list:
+def format_compare(report: CompareReport) -> List[str]:
     """Return the lines of the side-by-side comparison of two runs, its verdict last."""
     above, table, below = compare_parts(report)
     return above + [""] + text_lines([table] if table else []) + below \
@@ -419,7 +419,7 @@ def compare_parts(report: CompareReport) -> TabledReport:
     return TabledReport(lines, table, compare_details(report))
 
 
-def compare_details(report: CompareReport) -> list:
+def compare_details(report: CompareReport) -> List[str]:
     """Return what a comparison says below its table: errors, slow phases, where the time
     goes, warnings, and the decisions that differ."""
     lines = []
@@ -471,7 +471,7 @@ def compare_caveat(report: CompareReport) -> str:
                if report.changes and not report.reasons else ""))
 
 
-def decisions_note(report: RoundsReport) -> list:
+def decisions_note(report: RoundsReport) -> List[str]:
     """Return the report's first line under --decisions report: decisions are reported in
     full, and only the latency rows decide the exit code."""
     if report.settings.decisions != "report":
@@ -485,7 +485,7 @@ def decisions_note(report: RoundsReport) -> list:
             + "; the latency rows decide the exit code"]
 
 
-def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
+def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]:
     """Return the lines of the rounds report as text."""
     lines = decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
@@ -504,7 +504,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> list:
     return lines
 
 
-def format_closing(report: RoundsReport) -> list:
+def format_closing(report: RoundsReport) -> List[str]:
     """Return the rounds left out, the allowed mismatches and the TLS warning."""
     lines = [f"left out: r{item.round}: {item.why}" for item in report.left_out]
     lines += report.notes
@@ -515,7 +515,7 @@ def format_closing(report: RoundsReport) -> list:
     return lines
 
 
-def format_rounds_table(report: RoundsReport) -> list:
+def format_rounds_table(report: RoundsReport) -> List[str]:
     """Return the heading, the table of rows and the gate's test of a rounds report."""
     above, table, below = rounds_table_parts(report)
     if table is None:
@@ -659,7 +659,7 @@ def median_span(values: Sequence[Optional[float]], unit: str) -> str:
             f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
 
 
-def side_capacity_sentences(report: RoundsReport, side: str) -> list:
+def side_capacity_sentences(report: RoundsReport, side: str) -> List[str]:
     """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
     the knee, capacity within the SLO and cost per million requests."""
     found = [c for _, s, c in report.capacity if s == side]
@@ -694,7 +694,7 @@ def side_capacity_sentences(report: RoundsReport, side: str) -> list:
     return sentences
 
 
-def format_capacity_rounds(report: RoundsReport) -> list:
+def format_capacity_rounds(report: RoundsReport) -> List[str]:
     """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
     of fixed passes."""
     lines = [line for side in (report.base, report.new)
@@ -709,7 +709,7 @@ def format_capacity_rounds(report: RoundsReport) -> list:
         if lines else []
 
 
-def missing_ladder_rows(report: RoundsReport) -> list:
+def missing_ladder_rows(report: RoundsReport) -> List[str]:
     """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
     shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
     notes = []
@@ -735,7 +735,7 @@ def per_round_table(report: RoundsReport) -> Table:
     return Table("", header, per, [False, False] + [True] * len(report.used))
 
 
-def format_agreement(report: RoundsReport) -> list:
+def format_agreement(report: RoundsReport) -> List[str]:
     """Return the decision agreement of each round and each pass's failed requests."""
     lines = []
     for item in report.agreement:
@@ -752,7 +752,7 @@ def format_agreement(report: RoundsReport) -> list:
     return lines
 
 
-def format_outcomes(report: RoundsReport) -> list:
+def format_outcomes(report: RoundsReport) -> List[str]:
     """Return the failures of each used round and side by the router's code, the expected
     rejections, the surprises, and why the router shed requests when it did."""
     lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
@@ -774,7 +774,7 @@ def format_outcomes(report: RoundsReport) -> list:
     return lines
 
 
-def format_config_hashes(report: RoundsReport) -> list:
+def format_config_hashes(report: RoundsReport) -> List[str]:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
         return [warning.text for warning in report.config_warnings]
@@ -796,7 +796,13 @@ def environment_blocks(report: RoundsReport) -> List[Block]:
     return blocks
 
 
-def environment_tables(report: RoundsReport) -> tuple:
+class EnvironmentTables(NamedTuple):
+    """A rounds report's environment as Tables, and the columns no run recorded."""
+    tables: List[Table]  # per round; then router CPU and GPU state where any run recorded them
+    not_recorded: List[str]  # the names of the columns left out: all n/a in every run
+
+
+def environment_tables(report: RoundsReport) -> EnvironmentTables:
     """Return (the environment Tables, the names of the columns left out): the per-round
     table, and that of router CPU and GPU state where the runs recorded any; a column no run
     recorded (all n/a: GPU fields on a node without a GPU) is left out."""
@@ -814,15 +820,16 @@ def environment_tables(report: RoundsReport) -> tuple:
                          "discarded", "driver cpu", "flags"], table,
                     [False, False, True, False, True, True, True, True, False])]
     tables += router_and_gpu_tables(report)
-    kept, empty = [], []
+    kept: List[Table] = []
+    empty: List[str] = []
     for item in tables:
         item, dropped = without_empty_columns(item)
         kept.append(item)
         empty += [name for name in dropped if name not in empty]
-    return kept, empty
+    return EnvironmentTables(tables=kept, not_recorded=empty)
 
 
-def without_empty_columns(table: Table) -> tuple:
+def without_empty_columns(table: Table) -> Tuple[Table, List[str]]:
     """Return (the table without its columns of only n/a, the names of those columns); the
     first two columns (round, side) always stay."""
     keep = [i for i in range(len(table.header))
@@ -833,7 +840,7 @@ def without_empty_columns(table: Table) -> tuple:
                   [table.right[i] for i in keep]), dropped)
 
 
-def router_and_gpu_tables(report: RoundsReport) -> list:
+def router_and_gpu_tables(report: RoundsReport) -> List[Table]:
     """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
     and slow passes; none when no run recorded any."""
     rows = report.environment
@@ -850,7 +857,7 @@ def router_and_gpu_tables(report: RoundsReport) -> list:
                   [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
 
 
-def format_order(report: RoundsReport) -> list:
+def format_order(report: RoundsReport) -> List[str]:
     """Return the lines on start order balance, its effect, and outlier rounds."""
     order, base, new = report.order, report.base, report.new
 
@@ -897,7 +904,7 @@ def verdict_line(report: RoundsReport) -> str:
                                            if unsure else "")
 
 
-def undecided_line(report: RoundsReport) -> list:
+def undecided_line(report: RoundsReport) -> List[str]:
     """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
     if report.status != "inconclusive" or not report.rows:
         return []
@@ -925,7 +932,7 @@ def order_json(order: RoundOrder) -> dict:
         for e in order.p50_difference_by_order]}
 
 
-def format_plan(report: RoundsReport) -> list:
+def format_plan(report: RoundsReport) -> List[str]:
     """Return, per row, the spread over rounds, what the rounds could detect and how many
     rounds a target needs: for planning from A/A rounds."""
     settings = report.settings
@@ -951,7 +958,7 @@ def format_plan(report: RoundsReport) -> list:
     return lines
 
 
-def format_record(sections: Sequence[RecordSection]) -> list:
+def format_record(sections: Sequence[RecordSection]) -> List[str]:
     """Return the record as Markdown: per section the table in the published record's form and
     sentences generated from the data, none typed by hand."""
     lines = ["# Latency record", "",
@@ -981,7 +988,7 @@ def format_record(sections: Sequence[RecordSection]) -> list:
     return lines
 
 
-def record_sentences(section: RecordSection) -> list:
+def record_sentences(section: RecordSection) -> List[str]:
     """Return the record's sentences of one section: per-round ranges, decisions, failures,
     restarts and faults, GPU memory, load, foreign CPU and router CPU."""
     report = section.report
@@ -1002,7 +1009,7 @@ def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
         f"{side} {span_text(low, high)}{unit}".replace("-", "–")
 
 
-def range_sentences(report: RoundsReport, ranges: dict) -> list:
+def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
     """Return, per pass, the range over rounds of each side's p50 and p95."""
     names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
     return [f"{pass_title(name)} {metric_title(metric)} per round: "
@@ -1045,7 +1052,7 @@ def faults_sentence(report: RoundsReport) -> str:
         f" in the {read} of {len(report.environment)} runs that captured them")
 
 
-def surroundings_sentences(report: RoundsReport, ranges: dict) -> list:
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
     """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
     sentences = []
     for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
@@ -1091,8 +1098,16 @@ def ratio_text(item: Slowdown) -> str:
     return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
 
 
+class SlowdownTables(NamedTuple):
+    """Which inputs got slower, as a rounds report shows it."""
+    intro: str  # what the figures are
+    inputs: Table  # the inputs called slower, then the largest noise: at most `limit`
+    more: str  # those called slower beyond them; '' when none
+    groups: Table  # per decision and prompt-length bucket
+
+
 def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[tuple]:
+                    limit: int) -> Optional[SlowdownTables]:
     """Return (what the figures are, the inputs with the largest slowdown, those called slower
     beyond them, the table per decision and prompt-length bucket), cells passed through
     cell; None without per-input figures."""
@@ -1133,7 +1148,7 @@ def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
                      f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
                     for kind, items in (("decision", found.decisions), ("length", found.lengths))
                     for s in items], [False, True, True, True, False])
-    return intro, inputs, more, groups
+    return SlowdownTables(intro=intro, inputs=inputs, more=more, groups=groups)
 
 
 def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
@@ -1144,8 +1159,8 @@ def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
     tables = slowdown_tables(report, cell, limit)
     if tables is None:
         return []
-    intro, inputs, more, groups = tables
-    return [intro, "", inputs] + ([more] if more else []) + ["", groups]
+    blocks: List[Block] = [tables.intro, "", tables.inputs]
+    return blocks + ([tables.more] if tables.more else []) + ["", tables.groups]
 
 
 UNESCAPED_BAR = re.compile(r"(?<!\\)\|")

@@ -8,7 +8,8 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple,
+                    Union)
 
 from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
                         LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
@@ -37,15 +38,15 @@ SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones am
 LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
 
-def find_round_files(folder: str, base: str, new: str) -> dict:
+def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
     """Return {round: {side: path}} for r<N>-<side>.json files of the two sides."""
     top = Path(folder)
     if not top.exists():
         raise RouterLatencyError("no such folder", folder)
     if not top.is_dir():
         raise RouterLatencyError("not a folder", folder)
-    rounds: dict = {}
-    found: set = set()  # every side with a round file, to name them when one is missing
+    rounds: Dict[int, Dict[str, str]] = {}
+    found: Set[str] = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
         if match:
@@ -72,7 +73,7 @@ def find_round_files(folder: str, base: str, new: str) -> dict:
     return dict(sorted(rounds.items()))
 
 
-def start_order(round_number: int, sides: Sequence[str]) -> list:
+def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
     """Return the order the sides start in a round: round 1 as given, then rotated by one
     each round, so that every side starts first equally often (rounds/run_rounds.sh and the
     demo both follow it)."""
@@ -80,7 +81,7 @@ def start_order(round_number: int, sides: Sequence[str]) -> list:
     return list(sides[shift:]) + list(sides[:shift])
 
 
-def run_signature(run: RunFile) -> dict:
+def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
@@ -113,7 +114,7 @@ def label_names_side(label: str, side: str, number: int) -> bool:
     return found is not None and label[:len(side)] == side and int(found.group(1)) == number
 
 
-def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> list:
+def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> List[str]:
     """Raise unless every file's label is its side and the runs were measured alike; return
     notes on the differences allowed with --allow-mismatch."""
     for number, sides in runs.items():
@@ -147,16 +148,24 @@ def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence
 COPY_MIN_DISTINCT = 20  # timings with fewer distinct values (made up, not measured) prove no copy
 
 
-def measured_keys(run: RunFile) -> tuple:
+class MeasuredKeys(NamedTuple):
+    """What a copy of a run's measurements repeats, each None where it proves nothing."""
+    # its start time with every pass's records: (started_unix, ((pass name, requests), ...))
+    started: Optional[Tuple[float, Tuple[Tuple[str, Tuple[Request, ...]], ...]]]
+    timings: Optional[Tuple[Optional[float], ...]]  # its requests' latencies in send order
+
+
+def measured_keys(run: RunFile) -> MeasuredKeys:
     """Return what a copy of a run's measurements repeats, each None where it proves nothing:
     its start time with every record, and the timings of its requests in send order."""
     records = tuple((p.name, p.requests) for p in run.passes)
     started = None if run.started_unix is None else (run.started_unix, records)
     timings = tuple(r.latency_ms for p in run.passes for r in p.requests)
-    return started, (timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
+    return MeasuredKeys(started=started,
+                        timings=timings if len(set(timings)) >= COPY_MIN_DISTINCT else None)
 
 
-def measured_span(run: RunFile) -> tuple:
+def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
     """Return (when the run started, when its last measured pass ended), unix seconds, each
     None when the file does not say."""
     ends = [p.attempt.started_unix + p.summary.wall_s for p in run.passes
@@ -181,20 +190,24 @@ def check_measured_once(runs: dict) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted(((span, run.path) for run in files for span in [measured_span(run)]
-                    if span[0] is not None), key=lambda item: item[0][0])
-    latest = (None, None, "")  # the latest end so far, and the start and file it belongs to
-    for (start, end), path in spans:
-        if latest[0] is not None and start < latest[0] or start == latest[1]:
+    spans = sorted(((start, end, run.path) for run in files
+                    for start, end in [measured_span(run)] if start is not None),
+                   key=lambda item: item[0])
+    # the latest end so far, and the start and file it belongs to
+    latest_end: Optional[float] = None
+    latest_start: Optional[float] = None
+    latest_path = ""
+    for start, end, path in spans:
+        if latest_end is not None and start < latest_end or start == latest_start:
             raise RouterLatencyError(
-                f"{Path(path).name} started before {Path(latest[2]).name} ended: its sides "
+                f"{Path(path).name} started before {Path(latest_path).name} ended: its sides "
                 f"were not measured one at a time, as interleaved rounds are",
                 str(Path(path).parent))
-        if latest[0] is None or (end is not None and end > latest[0]):
-            latest = (end, start, path)
+        if latest_end is None or (end is not None and end > latest_end):
+            latest_end, latest_start, latest_path = end, start, path
 
 
-def side_problems(run: RunFile, allow_incomplete: bool) -> tuple:
+def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], Optional[str]]:
     """Return (why the side failed, why its round is suspect): each None when it did not."""
     if not run.complete and not allow_incomplete:
         return "incomplete run, interrupted (--allow-incomplete uses it)", None
@@ -251,7 +264,7 @@ class PassErrors(NamedTuple):
     counts: Tuple[Tuple[int, int, int], ...]
 
 
-def pass_errors(runs: dict, base: str, new: str) -> list:
+def pass_errors(runs: dict, base: str, new: str) -> List[PassErrors]:
     """Return the failed requests of each side, pass by pass and round by round."""
     found: dict = {}
     for number, sides in runs.items():
@@ -306,7 +319,7 @@ def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: 
                     p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
 
 
-def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> list:
+def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> List[Slowdown]:
     """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
     noise where the ratio lies beyond the tolerance but its spread over rounds does not
     carry it."""
@@ -387,7 +400,8 @@ class PassLatencies(NamedTuple):
     windows: Tuple[Tuple[float, float], ...]
 
 
-def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list:
+def time_windows(requests: Sequence[Request],
+                 count: int = TIME_WINDOWS) -> List[Tuple[float, float]]:
     """Return (middle in seconds, median latency) of each of count equal windows of send
     time that holds a request."""
     timed = [(r.start_ms, r.latency_ms) for r in requests
@@ -400,7 +414,7 @@ def time_windows(requests: Sequence[Request], count: int = TIME_WINDOWS) -> list
             for k, v in sorted(found.items())]
 
 
-def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> list:
+def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
     views = []
     for number, sides in runs.items():
@@ -472,8 +486,14 @@ class RoundsReport(NamedTuple):
         return self.outcome.exit_code
 
 
+class ConfigHashFindings(NamedTuple):
+    """The configurations (x-vsr-config-hash) each side answered with, and the warnings."""
+    hashes: Dict[str, Tuple[str, ...]]  # side -> its values, distinct, in round order
+    warnings: Tuple[Notice, ...]  # a changed configuration allowed, or the same on both sides
+
+
 def config_hash_findings(runs: dict, base: str, new: str,
-                         allow_change: bool = False) -> tuple:
+                         allow_change: bool = False) -> ConfigHashFindings:
     """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
 
     runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
@@ -508,7 +528,7 @@ def config_hash_findings(runs: dict, base: str, new: str,
             "same_config", f"WARNING: base {base} and new {new} answered with the same "
             f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
             f"configuration with itself; check which configuration each side runs"))
-    return hashes, tuple(warnings)
+    return ConfigHashFindings(hashes=hashes, warnings=tuple(warnings))
 
 
 def run_outcomes(run: RunFile) -> dict:
@@ -559,20 +579,26 @@ def not_found_only(run: RunFile) -> int:
     return 0 if routed else statuses.count(404)
 
 
-def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> tuple:
+class RunVerdict(NamedTuple):
+    """`run`'s exit code and why it is not 0 ('' when it is, or a signal stopped the run)."""
+    exit_code: int
+    reason: str
+
+
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> RunVerdict:
     """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
     code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
     else 1 when more requests failed in the measured passes than max_errors allows."""
     if not run.complete:
-        return EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], ""
+        return RunVerdict(EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], "")
     failed = sum(sum(p.measured.errors.values()) for p in run.passes if not p.discarded)
     if failed > max_errors:
-        return EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})"
-    return EXIT_OK, ""
+        return RunVerdict(EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})")
+    return RunVerdict(EXIT_OK, "")
 
 
 def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> list:
+                settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
@@ -597,15 +623,16 @@ def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[floa
 
 
 def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
-                      settings: GateSettings) -> tuple:
+                      settings: GateSettings) -> Tuple[Tuple[int, str, Capacity], ...]:
     """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
-    found = tuple((n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
-                  for n in used for side in (base, new))
-    return found if found and all(c is not None for _, _, c in found) else ()
+    found = [(n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
+             for n in used for side in (base, new)]
+    known = tuple((n, side, c) for n, side, c in found if c is not None)
+    return known if found and len(known) == len(found) else ()
 
 
 def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> list:
+                settings: GateSettings) -> List[Row]:
     """Return the rows of what ladders derive, each where every used round has it on both
     sides; raise for a gated one that some round lacks."""
     capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
@@ -652,7 +679,7 @@ class PassBreakdown(NamedTuple):
 
 
 def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                     settings: GateSettings) -> list:
+                     settings: GateSettings) -> List[PassBreakdown]:
     """Return PassBreakdowns of the passes whose answers or histograms reported parts:
     a row per part and statistic measured in every used round on both sides, with the
     latency rows' estimator and interval; advisory unless --gate names them."""
@@ -678,10 +705,11 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                    settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
     """Return one pass's breakdown from its attributions, round by round on each side; a
     signal only one side reported is said in the sentence, not left out in silence."""
-    base_values = [part_values(a) for a in base]
-    new_values = [part_values(a) for a in new]
+    # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
+    base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
+                                for a in side] for side in (base, new))
     metrics = [m for m in base_values[0]
-               if all(v.get(m) is not None and v[m] > 0 for v in (*base_values, *new_values))]
+               if all(v.get(m, 0.0) > 0 for v in (*base_values, *new_values))]
     rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
             for m in metrics]
     rows.sort(key=lambda r: -abs(r.diff.mean))
@@ -752,12 +780,13 @@ def row_change_words(row: Row) -> str:
     return change_text(row.speedup, row.speedup_low, row.speedup_high)
 
 
-def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> list:
+def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> List[Row]:
     """Return the parts' rows --gate names: the others are advisory, outside the gate."""
     return [r for b in breakdowns for r in b.rows if r.gated]
 
 
-def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]) -> tuple:
+def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]
+                    ) -> Tuple[List[Row], List[PassBreakdown]]:
     """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
     (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
     parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
@@ -772,11 +801,22 @@ class LeftOut(NamedTuple):
     why: str
 
 
-def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tuple:
+class UsableRounds(NamedTuple):
+    """Which rounds a rounds report judges, and what the sides' failures make of the gate."""
+    used: List[int]  # rounds to judge
+    left_out: List[LeftOut]
+    failures: List[str]  # the new side failed: the gate fails
+    doubts: List[str]  # the base side failed: the gate is inconclusive
+
+
+def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> UsableRounds:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
     suspect round (load, restarts) is only left out."""
-    used, left_out, failures, doubts = [], [], [], []
+    used: List[int] = []
+    left_out: List[LeftOut] = []
+    failures: List[str] = []
+    doubts: List[str] = []
     for number, sides in runs.items():
         (base_failed, base_flag), (new_failed, new_flag) = (
             side_problems(sides[s], settings.allow_incomplete) for s in (base, new))
@@ -790,10 +830,10 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> tu
             left_out.append(LeftOut(number, "; ".join(why)))
         else:
             used.append(number)
-    return used, left_out, failures, doubts
+    return UsableRounds(used=used, left_out=left_out, failures=failures, doubts=doubts)
 
 
-def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> list:
+def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> List[str]:
     """Raise RouterLatencyError for rounds that cannot be judged (fewer than MIN_ROUNDS,
     mislabelled files, runs not measured alike or measured twice, rounds past the plan's
     last look); return the notes on the differences --allow-mismatch allowed."""
@@ -809,7 +849,7 @@ def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> lis
 
 
 def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
-                      base: str, new: str, settings: GateSettings) -> list:
+                      base: str, new: str, settings: GateSettings) -> List[str]:
     """Return how the new side failed besides a failed run: more failed requests than the
     base in a pass, and (--decisions gate) changed decisions in a used round."""
     failures = [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
@@ -842,8 +882,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     errors = pass_errors(runs, base, new)
     agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
     failures += new_side_failures(errors, agreement, base, new, settings)
-    rows: list = []
-    breakdowns: list = []
+    rows: List[Row] = []
+    breakdowns: List[PassBreakdown] = []
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
@@ -879,7 +919,16 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         breakdowns=tuple(breakdowns))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrder) -> tuple:
+class OrderAndOutliers(NamedTuple):
+    """The crossover order effect and the outlier rounds, on the gated rows' composite."""
+    order_effect: Optional[OrderEffect]  # None: no gated row, or no round of one start order
+    outliers: List[int]  # rounds whose composite is an outlier (median/MAD)
+    # (round, its composite change %, the median's %), descriptive
+    outlier_changes: Tuple[Tuple[int, float, float], ...]
+
+
+def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
+                       first: RoundOrder) -> OrderAndOutliers:
     """Return (the crossover order effect, outlier rounds, (round, its change %, the median
     change %) of each), all on the per-round mean of the gated rows' worse-direction log
     ratios; first: which side started each round (order_balance).
@@ -890,7 +939,7 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
     """
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
-        return None, [], ()
+        return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())
     composite = dict(zip(used, composite_log_ratios(gated)))
     effect = order_effect([composite[n] for n in first.base_first],
                           [composite[n] for n in first.new_first]) \
@@ -898,8 +947,8 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row], first: RoundOrd
     outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
         if len(used) >= OUTLIER_MIN_ROUNDS else []
     centre = 100 * math.expm1(statistics.median(composite.values()))
-    return effect, outliers, tuple((n, 100 * math.expm1(composite[n]), centre)
-                                   for n in outliers)
+    return OrderAndOutliers(order_effect=effect, outliers=outliers, outlier_changes=tuple(
+        (n, 100 * math.expm1(composite[n]), centre) for n in outliers))
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -923,7 +972,7 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
 def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
     """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
     passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
-    def span(values: Iterable[Optional[float]]) -> tuple:
+    def span(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
         known = [v for v in values if v is not None]
         return (min(known), max(known)) if known else (None, None)
 
@@ -943,7 +992,7 @@ def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
             "governors": tuple(run.host_settings.governors if run.host_settings else ())}
 
 
-def suspect_flags(row: EnvironmentRow) -> list:
+def suspect_flags(row: EnvironmentRow) -> List[str]:
     """Return the flags of an environment row's suspect figures."""
     flags = []
     if row.above_foreign_limit:
@@ -981,7 +1030,7 @@ def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
         max_load=run.max_load, **suspect_fields(run, envs))
 
 
-def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
+def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[str, ...]:
     """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
     load above the limit, discarded attempts, then its suspect figures."""
     flags = [f"cpuset differs (usually {usual_cpus})"] \
@@ -995,7 +1044,7 @@ def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> tuple:
     return tuple(flags + suspect_flags(row))
 
 
-def environment_rows(runs: dict, base: str, new: str) -> list:
+def environment_rows(runs: dict, base: str, new: str) -> List[EnvironmentRow]:
     """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
     driver CPU, and flags."""
     rows = [side_environment(number, side, sides[side])
