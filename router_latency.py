@@ -94,9 +94,9 @@ import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import (Any, Callable, cast, Dict, Iterable, Iterator, List, Literal, NamedTuple,
-                    NoReturn, Optional, Protocol, Sequence, Set, Tuple, TYPE_CHECKING, TypedDict,
-                    Union)
+from typing import (Any, Callable, cast, Dict, FrozenSet, Iterable, Iterator, List, Literal,
+                    NamedTuple, NoReturn, Optional, Protocol, Sequence, Set, Tuple, TYPE_CHECKING,
+                    TypedDict, Union)
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     from typing_extensions import TypeGuard
@@ -3565,7 +3565,7 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
 
 
-def secret_values(endpoint: Endpoint, headers: Sequence) -> tuple:
+def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
     """Return what must never be recorded or printed, longest first: every header value (the
     token of --token-env is one), the credential it carries and the URL's user and password.
     A value of fewer than MIN_SECRET_CHARS characters is left alone: it cannot be told from
@@ -3969,6 +3969,12 @@ def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SS
     return sock
 
 
+class Reply(NamedTuple):
+    """A whole answer to one request of a Connection."""
+    status: int
+    body: bytes
+
+
 class Connection:
     """One persistent blocking HTTP/1.1 connection, reopened after an error or a close.
 
@@ -3994,8 +4000,8 @@ class Connection:
                 pass
         self.sock = None
 
-    def exchange(self, payload: bytes) -> tuple:
-        """Return (status, body) of one request; raise RequestFailed with its kind."""
+    def exchange(self, payload: bytes) -> Reply:
+        """Return the Reply (status, body) of one request; raise RequestFailed with its kind."""
         if self.sock is not None and self._stale(self.sock):
             self.close()
         reused = self.sock is not None
@@ -4007,7 +4013,8 @@ class Connection:
             reader = self._exchange(payload)
         if not reader.keep_open:
             self.close()
-        return reader.status, bytes(reader.body)
+        # complete: its status line was read
+        return Reply(cast(int, reader.status), bytes(reader.body))
 
     def _stale(self, sock: socket.socket) -> bool:
         """Return True when the idle connection was closed or holds bytes nobody asked for."""
@@ -4125,8 +4132,13 @@ def decoded_answer(body: bytes | bytearray) -> Any:
     return document
 
 
+# per decision path: (optional, its alternatives as key tuples: ("decision_result",
+# "decision_name")), as decision_members plans them
+DecisionPlan = Tuple[Tuple[bool, Tuple[Tuple[str, ...], ...]], ...]
+
+
 @functools.lru_cache(maxsize=32)
-def decision_members(paths: tuple) -> tuple:
+def decision_members(paths: Tuple[str, ...]) -> Tuple[FrozenSet[str], DecisionPlan]:
     """Return, of decision paths, the names of the top-level members they read, and per path
     (optional, its alternatives as key tuples)."""
     plan = tuple((path.endswith("?"), tuple(tuple(alternative.split("."))
@@ -4159,7 +4171,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     return "|".join(found) if found else None
 
 
-def decision_settled(found: dict, plan: tuple) -> bool:
+def decision_settled(found: dict, plan: DecisionPlan) -> bool:
     """Return whether the members found so far settle every path as the whole document would:
     each path has a present value whose preceding alternatives were all found (empty), or all
     its alternatives were found."""
@@ -4186,6 +4198,9 @@ _json_space = cast("Callable[..., re.Match[str]]", re.compile(r"[ \t\n\r]*").mat
 
 
 DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
+# (the named members of an answer read, None where they are read otherwise; where the read
+# stopped): a plain tuple, as the readers run once an answer
+MembersRead = Tuple[Optional[Dict[str, Any]], int]
 
 
 def answer_document(body: bytes | bytearray, paths: Sequence[str],
@@ -4239,7 +4254,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     return document
 
 
-def scanned_members(text: str, index: int, members: dict, paths: tuple,
+def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...],
                     signals: SignalTable) -> Optional[dict]:
     """Return the members of an answer whose decision members were read up to index, its
     per-signal times read now into signals.last (answer_document: it did not fit the hold).
@@ -4258,7 +4273,7 @@ def scanned_members(text: str, index: int, members: dict, paths: tuple,
     return top_members(text, *decision_members(paths + ("metrics?",) + DEFAULT_ROUTE_PATHS))[0]
 
 
-def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
+def top_members(text: str, names: FrozenSet[str], plan: DecisionPlan) -> MembersRead:
     """Return (the named members of the JSON object in text, where the read stopped), reading
     from its start until the plan's paths are settled (the index is then just past the last
     value read); None for the members when text is not a plain object (a BOM, another value,
@@ -4303,8 +4318,15 @@ def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
     return None, index
 
 
+# decision_reading's (names, plan, each path's first name as '"name":', the pattern of an
+# escape that may spell a name, the cache of prefixes read): a plain tuple, as
+# leading_members unpacks it once an answer (a tuple subclass unpacks by the slow path)
+DecisionReading = Tuple[FrozenSet[str], DecisionPlan, Tuple[str, ...], "re.Pattern[str]",
+                        Dict[str, Any]]
+
+
 @functools.lru_cache(maxsize=32)
-def decision_reading(paths: tuple, also: tuple = ()) -> tuple:
+def decision_reading(paths: Tuple[str, ...], also: Tuple[str, ...] = ()) -> DecisionReading:
     """Return how leading_members reads answers by decision paths (with DEFAULT_ROUTE_PATHS):
     decision_members' names (and the names `also` kept where they come before the decision)
     and plan, each path's first alternative's top-level name as it stands before its value
@@ -4325,7 +4347,7 @@ def decision_reading(paths: tuple, also: tuple = ()) -> tuple:
 LEADING_CACHE_ENTRIES = 512  # prefixes of answers remembered per decision paths
 
 
-def leading_members(text: str, reading: tuple) -> tuple:
+def leading_members(text: str, reading: DecisionReading) -> MembersRead:
     """Return (top_members' named members of a compact answer (Go's) read in one call of the C
     scanner, or None for top_members to read it; where the read stopped, just past the last
     value read). The prefix read runs from the object's first
@@ -4368,14 +4390,15 @@ def leading_members(text: str, reading: tuple) -> tuple:
     return members or None, end
 
 
-def read_members(text: str, reading: tuple) -> tuple:
+def read_members(text: str, reading: DecisionReading) -> MembersRead:
     """Return (the members of an answer by a decision_reading, where the read stopped):
     leading_members' one read of a compact answer, else top_members' member by member."""
     members, index = leading_members(text, reading)
     return (members, index) if members is not None else top_members(text, *reading[:2])
 
 
-def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
+def prefix_members(rest: str, names: FrozenSet[str], plan: DecisionPlan,
+                   escape: re.Pattern[str]) -> Any:
     """Return the named members of the object '{' + rest[1:] + '}' (rest: the members after
     the first, from its comma) when they settle the plan and nothing in rest may spell a
     name by escapes or nest MAX_ANSWER_DEPTH deep; else False (leading_members)."""
@@ -4486,6 +4509,8 @@ _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evalu
 # and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
 # always a tuple, never a list: AnswerBook.settle tells the two apart by type
 HeldAnswer = list
+# an answer's per-signal times in its SignalTable's order, None for a signal not evaluated
+SignalTimes = Tuple[Optional[float], ...]
 
 
 class SignalForm:
@@ -4495,14 +4520,14 @@ class SignalForm:
 
     __slots__ = ("names", "match", "positions", "new", "size")
 
-    def __init__(self, names: tuple) -> None:
+    def __init__(self, names: Tuple[str, ...]) -> None:
         self.names = names
         entries = (f'"{re.escape(name)}":\\{{"execution_time_ms":{SIGNAL_NUMBERS}\\}}'
                    for name in names)
         self.match = cast("Callable[[str, int], Optional[re.Match[str]]]",
                           re.compile("\\{%s\\}" % ",".join(entries)).match)
-        self.positions: tuple = ()  # per table name: its entry here (len(names): none)
-        self.new: tuple = ()  # the entries whose names the table lacks while it has room
+        self.positions: Tuple[int, ...] = ()  # per table name: its entry (len(names): none)
+        self.new: Tuple[int, ...] = ()  # the entries whose names the table lacks, while room
         self.size = -1  # the table's length when positions and new were found
 
     def place(self, table: SignalTable) -> None:
@@ -4524,14 +4549,14 @@ class SignalTable:
         self.names: list = []
         self.index: dict = {}
         # the times found in the answer read last, or the answer held to read them later
-        self.last: Union[tuple, HeldAnswer, None] = ()
+        self.last: Union[SignalTimes, HeldAnswer, None] = ()
         # bytes of answers that may still be held, their times read after the pass
         # (answer_document); 0: every answer's times are read as it is read
         self.hold = 0
         self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
         self.form: Optional[SignalForm] = None  # the form of the object read last
 
-    def times(self, document: Any) -> tuple:
+    def times(self, document: Any) -> SignalTimes:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
         for a signal it did not report; a time of 0 is a signal the router did not evaluate
         (its metrics object lists every signal it knows, 0 for the rest)."""
@@ -4565,7 +4590,7 @@ class SignalTable:
         self.names.append(name)
         return i
 
-    def scan(self, text: str, index: int) -> Optional[tuple]:
+    def scan(self, text: str, index: int) -> Optional[SignalTimes]:
         """Return what times() returns of the answer in text, reading its top-level metrics
         member that follows index (where a read of its decision stopped, just past a value
         at the top level) without decoding the answer; None where this cannot tell, and the
@@ -4580,7 +4605,8 @@ class SignalTable:
         return self.scan_many([[text, index]])[0]
 
     def scan_many(self, answers: Sequence[HeldAnswer],
-                  again: Optional[Callable[[int], None]] = None) -> list:
+                  again: Optional[Callable[[int], None]] = None
+                  ) -> List[Optional[SignalTimes]]:
         """Return scan() of each answer, as if scanned one after another (AnswerBook.settle
         reads a pass's held answers so): the times of all of them read in one step of the
         C scanner, and rounded in one step. `again(i)`, where given, is called in turn for
@@ -4588,10 +4614,11 @@ class SignalTable:
         reports take their place among the others'."""
         read = [self._number_texts(text, index) for text, index in answers]
         times = _signal_times([one[1] for one in read if one])
-        found: list = []
+        found: List[Optional[SignalTimes]] = []
         offset = 0
         for i, one in enumerate(read):
-            result = () if one == () else None  # (): metrics {}; None: not read
+            # (): metrics {}; None: not read
+            result: Optional[SignalTimes] = () if one == () else None
             if one:
                 form, texts = one
                 if times is not None:
@@ -4606,7 +4633,8 @@ class SignalTable:
             found.append(result)
         return found
 
-    def _number_texts(self, text: str, index: int) -> Union[tuple, Tuple[()], None]:
+    def _number_texts(self, text: str,
+                      index: int) -> Union[Tuple[SignalForm, Tuple[str, ...]], Tuple[()], None]:
         """Return (the SignalForm of the metrics object past index (see scan), the texts of
         its numbers, a time and a confidence per signal), () for an empty object, None where
         it is not of the compact form."""
@@ -4633,9 +4661,10 @@ class SignalTable:
             if found is None:
                 return None
             self.form = form
+        assert form is not None  # found: matched by a form (a test, not a call, once an answer)
         return form, found.groups()
 
-    def _found(self, times: list, form: SignalForm) -> tuple:
+    def _found(self, times: List[Optional[float]], form: SignalForm) -> SignalTimes:
         """Return scan()'s tuple of one answer's execution_time_ms values (None for 0),
         read in its metrics object's order, by its form."""
         if form.size != len(self.names):
@@ -4667,7 +4696,7 @@ class SignalTable:
         return form
 
 
-def _signal_times(answers: Sequence[tuple]) -> Optional[list]:
+def _signal_times(answers: Sequence[Tuple[str, ...]]) -> Optional[List[Optional[float]]]:
     """Return the times of the metrics objects whose numbers' texts these are (SignalTable's
     _number_texts: per signal a time and a confidence), one object after another, read in one call
     of the C scanner (an int where a text has no decimals, as json reads it), rounded as
@@ -4700,7 +4729,7 @@ def _balanced(between: str) -> bool:
     return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
 
 
-def form_names(body: bytes) -> Optional[tuple]:
+def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     """Return the signal names of a metrics object in the router's compact form, in order;
     None for any other object, or names that are not distinct signal names free of the
     characters of numbers and of the form's marks."""
@@ -4732,8 +4761,10 @@ def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
 
 
 def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None) -> tuple:
-    """Return (decision, error kind, the router's error code) for one answered request; raise
+             signals: Optional[SignalTable] = None) -> Tuple[Optional[str], Optional[str],
+                                                              Optional[str]]:
+    """Return (decision, error kind, the router's error code) for one answered request (a plain
+    tuple: this runs once an answer, and a record costs thousands of instructions); raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
 
     A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
@@ -5616,7 +5647,7 @@ class RawResult(NamedTuple):
     reason: Optional[str] = None  # what was wrong with a malformed answer
     # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
     # the answer held to read them from (AnswerBook.settle)
-    signal_ms: Union[tuple, HeldAnswer] = ()
+    signal_ms: Union[SignalTimes, HeldAnswer] = ()
 
 
 # RawResult's own __new__, called by keyword: through type()'s call, which gathers the
@@ -5631,7 +5662,7 @@ class Answer(NamedTuple):
     error: Optional[str]  # the error kind; None: answered with a decision
     code: Optional[str]  # the router's error code
     # the per-signal times in the SignalTable's order, or the answer held to read them from
-    signal_ms: Union[tuple, HeldAnswer]
+    signal_ms: Union[SignalTimes, HeldAnswer]
     # the body's x-vsr-config-hash (None: it has none); False: not looked for
     config_hash: Union[str, Literal[False], None] = False
 
@@ -5644,15 +5675,23 @@ class Sent(Protocol):
     retried: bool
 
 
-def failure_of(exc: Exception, status: Optional[int]) -> tuple:
-    """Return (error kind, status, reason) of a request whose answer raised exc as it was read
-    or classified, `status` that of a head already read: a RequestFailed says its own (a
-    malformed one keeps the head's status where it has none); anything else is malformed."""
+class Failure(NamedTuple):
+    """Why a request failed, as the pass records it (failure_of)."""
+    kind: str  # RequestFailed's kinds: reset, timeout, malformed, ...
+    status: Optional[int]  # the answer's status, where its head was read
+    reason: Optional[str]  # what was wrong with a malformed answer
+
+
+def failure_of(exc: Exception, status: Optional[int]) -> Failure:
+    """Return the Failure (error kind, status, reason) of a request whose answer raised exc as
+    it was read or classified, `status` that of a head already read: a RequestFailed says its
+    own (a malformed one keeps the head's status where it has none); anything else is
+    malformed."""
     if isinstance(exc, RequestFailed):
         if exc.kind == "malformed":
-            return "malformed", exc.status or status, exc.detail
-        return exc.kind, exc.status, None
-    return "malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
+            return Failure("malformed", exc.status or status, exc.detail)
+        return Failure(exc.kind, exc.status, None)
+    return Failure("malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
 
 
 class AnswerBook:
@@ -5680,8 +5719,8 @@ class AnswerBook:
         self.paths = paths  # where an answer's decision is read
         self.signals = signals
         self.secrets = secrets
-        self.results: list = []  # RawResult
-        self.classified: dict = {}  # (status, small body) -> Answer
+        self.results: List[RawResult] = []
+        self.classified: Dict[Tuple[int, bytes], Answer] = {}  # (status, small body) -> Answer
         self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' times
 
     def start_hold(self) -> None:
@@ -5790,7 +5829,9 @@ class AnswerBook:
             results[held[k]] = self._read_again(results[held[k]])
 
         try:
-            found = table.scan_many([results[i].signal_ms for i in held], again)
+            # the places settle found held: one cast a step, not a call an answer
+            found = table.scan_many(cast(List[HeldAnswer], [results[i].signal_ms for i in held]),
+                                    again)
         except Exception:  # noqa: BLE001 - what the scan did not foresee: read one by one
             found = [None] * len(held)
         for k, times in enumerate(found):
@@ -5836,18 +5877,19 @@ MAX_PASS_REQUESTS = 1_000_000  # a pass keeps every record in memory, about 1.4 
 class Target(NamedTuple):
     """Where and how each preview request is sent, and how its decision is read."""
     endpoint: Endpoint
-    headers: tuple = ()  # (name, value) pairs; values are never stored or printed
+    # (name, value) pairs; values are never stored or printed
+    headers: Tuple[Tuple[str, str], ...] = ()
     model: str = DEFAULT_MODEL
     timeout: float = 30.0  # seconds per request
     insecure: bool = False  # skip TLS certificate checks
-    decision_paths: tuple = DEFAULT_DECISION_PATHS
+    decision_paths: Tuple[str, ...] = DEFAULT_DECISION_PATHS
     # preview_context.sampling_seed of every request: a model selection that samples draws
     # the same model each time (None: not sent)
     sampling_seed: Optional[int] = None
     signals: Optional[SignalTable] = None  # where per-signal times are recorded; None: not
 
     @property
-    def signal_names(self) -> tuple:
+    def signal_names(self) -> Tuple[str, ...]:
         return tuple(self.signals.names) if self.signals is not None else ()
 
 
@@ -5875,7 +5917,7 @@ class PassPlan(NamedTuple):
 class RunPlan(NamedTuple):
     """What one run measures: the warm-up, then each pass over the whole corpus (several
     times with repeat, cycled for a time with duration)."""
-    passes: tuple  # PassPlan
+    passes: Tuple[PassPlan, ...]
     warmup: int = 20
     wait_ready: Optional[float] = None  # seconds to wait for a starting router
     max_errors: int = 0  # failed requests the run allows before it fails
@@ -5886,7 +5928,7 @@ class RunPlan(NamedTuple):
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
-                model: PassPlan = PassPlan("", 64)) -> tuple:
+                model: PassPlan = PassPlan("", 64)) -> Tuple[PassPlan, ...]:
     """Return the passes of a run: the closed-loop levels, then the open-loop rates.
 
     `model` holds what the passes share (its name and rate are not read): the length of
@@ -5897,7 +5939,7 @@ def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] 
                  + [model._replace(name=pass_name(model.connections, r), rate=r) for r in rates])
 
 
-def ladder_levels(limit: int) -> tuple:
+def ladder_levels(limit: int) -> Tuple[int, ...]:
     """Return --ladder's callers without a list: 1, 2, 4, ... doubling up to `limit` (the
     router's admission limit), and the limit itself: beyond it every caller more is shed."""
     levels = [1]
@@ -5965,6 +6007,7 @@ def check_plan(plan: RunPlan, prompts: int) -> None:
         if item.repeat > 1 and item.duration is not None:
             raise RouterLatencyError("give a repeat count or a duration, not both",
                                      pass_title(item.name))
+        wanted: float
         if item.duration is None:
             wanted = prompts * item.repeat
         else:
@@ -6465,7 +6508,7 @@ class PassLoop:
 
 
 def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
-               count: Optional[int] = None) -> tuple:
+               count: Optional[int] = None) -> Tuple[List[Request], float]:
     """Return (Requests in send order, wall seconds) of a pass's raw results; request i is
     prompt i % count, repetition i // count (without count, prompt i)."""
     if not results:
@@ -6490,10 +6533,10 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
     return requests, (last - first) / 1e9
 
 
-def config_hashes_of(results: Sequence[RawResult]) -> tuple:
+def config_hashes_of(results: Sequence[RawResult]) -> Tuple[str, ...]:
     """Return the valid x-vsr-config-hash values of a pass's answers, distinct, in send order
     (the router sends 64 lowercase hex digits or no header at all)."""
-    seen: list = []
+    seen: List[str] = []
     for raw in sorted(results, key=_scheduled_of):
         if raw.config_hash and raw.config_hash not in seen \
                 and CONFIG_HASH_PATTERN.fullmatch(raw.config_hash):
@@ -6561,12 +6604,20 @@ class RunContext:
     expects: Sequence[Sequence[str]] = ()
 
 
+class MeasuredPass(NamedTuple):
+    """What one pass measured (measure_pass)."""
+    requests: List[Request]  # in send order
+    wall_s: float  # from the first request sent to the last answer
+    config_hashes: Tuple[str, ...]  # x-vsr-config-hash values its answers carried, first seen
+    settle_cpu_s: float  # CPU seconds of reading the per-signal times after it (settle)
+
+
 def measure_pass(context: RunContext, plan: PassPlan, title: str,
-                 schedule: Optional[Sequence[int]] = None) -> tuple:
+                 schedule: Optional[Sequence[int]] = None) -> MeasuredPass:
     """Send one pass of the context's payloads: the corpus `repeat` times, or cycled for
-    `duration` seconds (open loop: on `schedule`); return (Requests, wall seconds, the
-    x-vsr-config-hash values its answers carried, in the order first seen, the CPU seconds of
-    reading the per-signal times after it: AnswerBook.settle)."""
+    `duration` seconds (open loop: on `schedule`); return what it measured: its Requests,
+    wall seconds, the x-vsr-config-hash values its answers carried, in the order first seen,
+    the CPU seconds of reading the per-signal times after it (AnswerBook.settle)."""
     target, payloads, stop, progress = \
         context.target, context.payloads, context.stop, context.progress
     loop = PassLoop(target, payloads, stop, plan, schedule)
@@ -6576,8 +6627,9 @@ def measure_pass(context: RunContext, plan: PassPlan, title: str,
         results = loop.run()
     finally:
         progress.end()
-    return (*records_of(results, open_loop=schedule is not None, count=len(payloads)),
-            config_hashes_of(results), loop.answers.settle_cpu_s)
+    requests, wall_s = records_of(results, open_loop=schedule is not None, count=len(payloads))
+    return MeasuredPass(requests=requests, wall_s=wall_s, config_hashes=config_hashes_of(results),
+                        settle_cpu_s=loop.answers.settle_cpu_s)
 
 
 class LoopbackResponder:
@@ -6652,7 +6704,8 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
                                         PassPlan("floor", 1)).run())
     finally:
         responder.close()
-    latencies = [r.latency_ms for r in records if r.error is None]
+    # (a request without an error has its latency)
+    latencies = [r.latency_ms for r in records if r.error is None and r.latency_ms is not None]
     floor = Floor(requests, len(latencies), timer_resolution_ns(),
                   round(time.get_clock_info("perf_counter").resolution * 1e9))
     if not latencies:
@@ -6703,28 +6756,36 @@ def warn_of_warm_up(target: Target, payload: bytes, warmup: Warmup, stop: thread
            + (f": {hint}" if hint else ""))
 
 
+class ReadyAnswer(NamedTuple):
+    """The answer to one readiness request (ask_router)."""
+    status: Optional[int]  # None: no status came
+    body: Optional[bytes]  # None: an answer too large to keep, or one this client cannot read
+    problem: str  # what went wrong when no status came (or the answer was unreadable); ''
+
+
 def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
-               stop: Optional[threading.Event] = None) -> tuple:
-    """Return (HTTP status or None, body, what went wrong when no status came) of one
-    readiness request to `endpoint`; the body is None for an answer too large to keep."""
+               stop: Optional[threading.Event] = None) -> ReadyAnswer:
+    """Return the ReadyAnswer (HTTP status or None, body, what went wrong when no status came)
+    of one readiness request to `endpoint`; the body is None for an answer too large to keep."""
     connection = Connection(endpoint, target.timeout,
                             tls_context(endpoint, insecure=target.insecure), stop)
     try:
         status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return None, b"", f"TLS failed: {failure.detail}"
+            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}")
         if failure.kind == "malformed":  # the passes will say what was wrong with it
-            return failure.status, None, (f"sent an answer this client cannot read "
-                                          f"({failure.detail})")
+            return ReadyAnswer(failure.status, None, (f"sent an answer this client cannot read "
+                                                      f"({failure.detail})"))
         if failure.status is None or failure.status == 101:
-            return None, b"", failure.detail or {"connect": "connection refused",
-                                                 "timeout": "no answer in time"}.get(
-                failure.kind, f"connection {failure.kind}")
-        status, body = failure.status, None  # answered, with a body the passes will refuse
+            return ReadyAnswer(None, b"", failure.detail or {
+                "connect": "connection refused", "timeout": "no answer in time"}.get(
+                failure.kind, f"connection {failure.kind}"))
+        # answered, with a body the passes will refuse
+        return ReadyAnswer(failure.status, None, "")
     finally:
         connection.close()
-    return status, body, ""
+    return ReadyAnswer(status, body, "")
 
 
 def status_words(status: int) -> str:
@@ -6765,9 +6826,16 @@ def ready_endpoint(endpoint: Endpoint) -> Endpoint:
         (endpoint.scheme, endpoint.shown.split("/")[2], READY_PATH, "", "")))
 
 
+class Readiness(NamedTuple):
+    """What one readiness check found (probe_router)."""
+    status: Optional[int]  # the HTTP status, None where none came
+    what: str  # what happened, in words
+    ready: bool
+
+
 def probe_router(target: Target, payload: bytes,
-                 stop: Optional[threading.Event] = None) -> tuple:
-    """Return (HTTP status or None, what happened, ready) of one readiness check.
+                 stop: Optional[threading.Event] = None) -> Readiness:
+    """Return the Readiness (HTTP status or None, what happened, ready) of one check.
 
     The router's /ready first (503 until its start-up completes; any other answer there, a
     404 from a router or proxy without one, leaves it to the preview), then one preview,
@@ -6778,15 +6846,15 @@ def probe_router(target: Target, payload: bytes,
     status, _, what = ask_router(target, endpoint,
                                  encode_request(endpoint, "GET", b"", target.headers), stop)
     if status is None:
-        return None, what, False
+        return Readiness(None, what, False)
     if status == 503:
-        return status, f"answered {status_words(status)} to {READY_PATH}", False
+        return Readiness(status, f"answered {status_words(status)} to {READY_PATH}", False)
     status, body, what = ask_router(target, target.endpoint, payload, stop)
     if status is None:
-        return None, what, False
+        return Readiness(None, what, False)
     what = what or f"answered {status_words(status)} to a preview"
     if status in REFUSED_AT_ONCE:
-        return status, refusal_text(target, status, body), False
+        return Readiness(status, refusal_text(target, status, body or b""), False)
     if 200 <= status < 300 and body is not None:
         try:
             _, error, _ = classify(status, body, target.decision_paths)
@@ -6797,10 +6865,10 @@ def probe_router(target: Target, payload: bytes,
             hint = decision_path_hint(body) if body.strip() else ""
             why = f"{hint}; or classifiers not loaded yet?" if hint.startswith("--") else \
                 "classifiers not loaded yet?"
-            return status, (f"answered {status_words(status)} to a preview with "
-                            f"{'an empty body' if not body.strip() else 'no decision result'}"
-                            f" ({why})"), False
-    return status, what, 200 <= status < 300 or status == 429
+            return Readiness(status, f"answered {status_words(status)} to a preview with "
+                             f"{'an empty body' if not body.strip() else 'no decision result'}"
+                             f" ({why})", False)
+    return Readiness(status, what, 200 <= status < 300 or status == 429)
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,
@@ -7015,7 +7083,8 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
     model = open_loop[0] if open_loop else PassPlan("", 64)
     length = plan.passes[0] if plan.passes else PassPlan("", 1)
     return RunSettings(
-        plan.warmup, tuple(closed), tuple(p.rate for p in open_loop), length.repeat,
+        plan.warmup, tuple(closed), tuple(p.rate for p in open_loop if p.rate is not None),
+        length.repeat,
         length.duration, model.arrival, model.seed, model.connections, target.timeout,
         tuple(target.decision_paths), guard.max_load, guard.retries, guard.pause,
         plan.max_errors, plan.wait_ready, plan.router_max_concurrency, target.sampling_seed,

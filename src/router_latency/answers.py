@@ -5,12 +5,12 @@ pass loop calls once per completed answer."""
 from __future__ import annotations
 
 import time
-from typing import cast, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
 from .words import scrubbed
 from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
-                   SignalTable)
+                   SignalTable, SignalTimes)
 
 __all__ = ["AnswerBook", "failure_of", "RawResult"]
 
@@ -34,7 +34,7 @@ class RawResult(NamedTuple):
     reason: Optional[str] = None  # what was wrong with a malformed answer
     # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
     # the answer held to read them from (AnswerBook.settle)
-    signal_ms: Union[tuple, HeldAnswer] = ()
+    signal_ms: Union[SignalTimes, HeldAnswer] = ()
 
 
 # RawResult's own __new__, called by keyword: through type()'s call, which gathers the
@@ -49,7 +49,7 @@ class Answer(NamedTuple):
     error: Optional[str]  # the error kind; None: answered with a decision
     code: Optional[str]  # the router's error code
     # the per-signal times in the SignalTable's order, or the answer held to read them from
-    signal_ms: Union[tuple, HeldAnswer]
+    signal_ms: Union[SignalTimes, HeldAnswer]
     # the body's x-vsr-config-hash (None: it has none); False: not looked for
     config_hash: Union[str, Literal[False], None] = False
 
@@ -62,15 +62,23 @@ class Sent(Protocol):
     retried: bool
 
 
-def failure_of(exc: Exception, status: Optional[int]) -> tuple:
-    """Return (error kind, status, reason) of a request whose answer raised exc as it was read
-    or classified, `status` that of a head already read: a RequestFailed says its own (a
-    malformed one keeps the head's status where it has none); anything else is malformed."""
+class Failure(NamedTuple):
+    """Why a request failed, as the pass records it (failure_of)."""
+    kind: str  # RequestFailed's kinds: reset, timeout, malformed, ...
+    status: Optional[int]  # the answer's status, where its head was read
+    reason: Optional[str]  # what was wrong with a malformed answer
+
+
+def failure_of(exc: Exception, status: Optional[int]) -> Failure:
+    """Return the Failure (error kind, status, reason) of a request whose answer raised exc as
+    it was read or classified, `status` that of a head already read: a RequestFailed says its
+    own (a malformed one keeps the head's status where it has none); anything else is
+    malformed."""
     if isinstance(exc, RequestFailed):
         if exc.kind == "malformed":
-            return "malformed", exc.status or status, exc.detail
-        return exc.kind, exc.status, None
-    return "malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
+            return Failure("malformed", exc.status or status, exc.detail)
+        return Failure(exc.kind, exc.status, None)
+    return Failure("malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
 
 
 class AnswerBook:
@@ -98,8 +106,8 @@ class AnswerBook:
         self.paths = paths  # where an answer's decision is read
         self.signals = signals
         self.secrets = secrets
-        self.results: list = []  # RawResult
-        self.classified: dict = {}  # (status, small body) -> Answer
+        self.results: List[RawResult] = []
+        self.classified: Dict[Tuple[int, bytes], Answer] = {}  # (status, small body) -> Answer
         self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' times
 
     def start_hold(self) -> None:
@@ -208,7 +216,9 @@ class AnswerBook:
             results[held[k]] = self._read_again(results[held[k]])
 
         try:
-            found = table.scan_many([results[i].signal_ms for i in held], again)
+            # the places settle found held: one cast a step, not a call an answer
+            found = table.scan_many(cast(List[HeldAnswer], [results[i].signal_ms for i in held]),
+                                    again)
         except Exception:  # noqa: BLE001 - what the scan did not foresee: read one by one
             found = [None] * len(held)
         for k, times in enumerate(found):

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, cast, NamedTuple, Optional, Sequence
+from typing import Any, Callable, cast, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
                         DEFAULT_MODEL, EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH,
@@ -62,18 +62,19 @@ MAX_PASS_REQUESTS = 1_000_000  # a pass keeps every record in memory, about 1.4 
 class Target(NamedTuple):
     """Where and how each preview request is sent, and how its decision is read."""
     endpoint: Endpoint
-    headers: tuple = ()  # (name, value) pairs; values are never stored or printed
+    # (name, value) pairs; values are never stored or printed
+    headers: Tuple[Tuple[str, str], ...] = ()
     model: str = DEFAULT_MODEL
     timeout: float = 30.0  # seconds per request
     insecure: bool = False  # skip TLS certificate checks
-    decision_paths: tuple = DEFAULT_DECISION_PATHS
+    decision_paths: Tuple[str, ...] = DEFAULT_DECISION_PATHS
     # preview_context.sampling_seed of every request: a model selection that samples draws
     # the same model each time (None: not sent)
     sampling_seed: Optional[int] = None
     signals: Optional[SignalTable] = None  # where per-signal times are recorded; None: not
 
     @property
-    def signal_names(self) -> tuple:
+    def signal_names(self) -> Tuple[str, ...]:
         return tuple(self.signals.names) if self.signals is not None else ()
 
 
@@ -101,7 +102,7 @@ class PassPlan(NamedTuple):
 class RunPlan(NamedTuple):
     """What one run measures: the warm-up, then each pass over the whole corpus (several
     times with repeat, cycled for a time with duration)."""
-    passes: tuple  # PassPlan
+    passes: Tuple[PassPlan, ...]
     warmup: int = 20
     wait_ready: Optional[float] = None  # seconds to wait for a starting router
     max_errors: int = 0  # failed requests the run allows before it fails
@@ -112,7 +113,7 @@ class RunPlan(NamedTuple):
 
 
 def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] = (), *,
-                model: PassPlan = PassPlan("", 64)) -> tuple:
+                model: PassPlan = PassPlan("", 64)) -> Tuple[PassPlan, ...]:
     """Return the passes of a run: the closed-loop levels, then the open-loop rates.
 
     `model` holds what the passes share (its name and rate are not read): the length of
@@ -123,7 +124,7 @@ def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] 
                  + [model._replace(name=pass_name(model.connections, r), rate=r) for r in rates])
 
 
-def ladder_levels(limit: int) -> tuple:
+def ladder_levels(limit: int) -> Tuple[int, ...]:
     """Return --ladder's callers without a list: 1, 2, 4, ... doubling up to `limit` (the
     router's admission limit), and the limit itself: beyond it every caller more is shed."""
     levels = [1]
@@ -191,6 +192,7 @@ def check_plan(plan: RunPlan, prompts: int) -> None:
         if item.repeat > 1 and item.duration is not None:
             raise RouterLatencyError("give a repeat count or a duration, not both",
                                      pass_title(item.name))
+        wanted: float
         if item.duration is None:
             wanted = prompts * item.repeat
         else:
@@ -691,7 +693,7 @@ class PassLoop:
 
 
 def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
-               count: Optional[int] = None) -> tuple:
+               count: Optional[int] = None) -> Tuple[List[Request], float]:
     """Return (Requests in send order, wall seconds) of a pass's raw results; request i is
     prompt i % count, repetition i // count (without count, prompt i)."""
     if not results:
@@ -716,10 +718,10 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
     return requests, (last - first) / 1e9
 
 
-def config_hashes_of(results: Sequence[RawResult]) -> tuple:
+def config_hashes_of(results: Sequence[RawResult]) -> Tuple[str, ...]:
     """Return the valid x-vsr-config-hash values of a pass's answers, distinct, in send order
     (the router sends 64 lowercase hex digits or no header at all)."""
-    seen: list = []
+    seen: List[str] = []
     for raw in sorted(results, key=_scheduled_of):
         if raw.config_hash and raw.config_hash not in seen \
                 and CONFIG_HASH_PATTERN.fullmatch(raw.config_hash):
@@ -787,12 +789,20 @@ class RunContext:
     expects: Sequence[Sequence[str]] = ()
 
 
+class MeasuredPass(NamedTuple):
+    """What one pass measured (measure_pass)."""
+    requests: List[Request]  # in send order
+    wall_s: float  # from the first request sent to the last answer
+    config_hashes: Tuple[str, ...]  # x-vsr-config-hash values its answers carried, first seen
+    settle_cpu_s: float  # CPU seconds of reading the per-signal times after it (settle)
+
+
 def measure_pass(context: RunContext, plan: PassPlan, title: str,
-                 schedule: Optional[Sequence[int]] = None) -> tuple:
+                 schedule: Optional[Sequence[int]] = None) -> MeasuredPass:
     """Send one pass of the context's payloads: the corpus `repeat` times, or cycled for
-    `duration` seconds (open loop: on `schedule`); return (Requests, wall seconds, the
-    x-vsr-config-hash values its answers carried, in the order first seen, the CPU seconds of
-    reading the per-signal times after it: AnswerBook.settle)."""
+    `duration` seconds (open loop: on `schedule`); return what it measured: its Requests,
+    wall seconds, the x-vsr-config-hash values its answers carried, in the order first seen,
+    the CPU seconds of reading the per-signal times after it (AnswerBook.settle)."""
     target, payloads, stop, progress = \
         context.target, context.payloads, context.stop, context.progress
     loop = PassLoop(target, payloads, stop, plan, schedule)
@@ -802,8 +812,9 @@ def measure_pass(context: RunContext, plan: PassPlan, title: str,
         results = loop.run()
     finally:
         progress.end()
-    return (*records_of(results, open_loop=schedule is not None, count=len(payloads)),
-            config_hashes_of(results), loop.answers.settle_cpu_s)
+    requests, wall_s = records_of(results, open_loop=schedule is not None, count=len(payloads))
+    return MeasuredPass(requests=requests, wall_s=wall_s, config_hashes=config_hashes_of(results),
+                        settle_cpu_s=loop.answers.settle_cpu_s)
 
 
 class LoopbackResponder:
@@ -878,7 +889,8 @@ def measure_floor(target: Target, requests: int = FLOOR_REQUESTS) -> Floor:
                                         PassPlan("floor", 1)).run())
     finally:
         responder.close()
-    latencies = [r.latency_ms for r in records if r.error is None]
+    # (a request without an error has its latency)
+    latencies = [r.latency_ms for r in records if r.error is None and r.latency_ms is not None]
     floor = Floor(requests, len(latencies), timer_resolution_ns(),
                   round(time.get_clock_info("perf_counter").resolution * 1e9))
     if not latencies:
@@ -929,28 +941,36 @@ def warn_of_warm_up(target: Target, payload: bytes, warmup: Warmup, stop: thread
            + (f": {hint}" if hint else ""))
 
 
+class ReadyAnswer(NamedTuple):
+    """The answer to one readiness request (ask_router)."""
+    status: Optional[int]  # None: no status came
+    body: Optional[bytes]  # None: an answer too large to keep, or one this client cannot read
+    problem: str  # what went wrong when no status came (or the answer was unreadable); ''
+
+
 def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
-               stop: Optional[threading.Event] = None) -> tuple:
-    """Return (HTTP status or None, body, what went wrong when no status came) of one
-    readiness request to `endpoint`; the body is None for an answer too large to keep."""
+               stop: Optional[threading.Event] = None) -> ReadyAnswer:
+    """Return the ReadyAnswer (HTTP status or None, body, what went wrong when no status came)
+    of one readiness request to `endpoint`; the body is None for an answer too large to keep."""
     connection = Connection(endpoint, target.timeout,
                             tls_context(endpoint, insecure=target.insecure), stop)
     try:
         status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return None, b"", f"TLS failed: {failure.detail}"
+            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}")
         if failure.kind == "malformed":  # the passes will say what was wrong with it
-            return failure.status, None, (f"sent an answer this client cannot read "
-                                          f"({failure.detail})")
+            return ReadyAnswer(failure.status, None, (f"sent an answer this client cannot read "
+                                                      f"({failure.detail})"))
         if failure.status is None or failure.status == 101:
-            return None, b"", failure.detail or {"connect": "connection refused",
-                                                 "timeout": "no answer in time"}.get(
-                failure.kind, f"connection {failure.kind}")
-        status, body = failure.status, None  # answered, with a body the passes will refuse
+            return ReadyAnswer(None, b"", failure.detail or {
+                "connect": "connection refused", "timeout": "no answer in time"}.get(
+                failure.kind, f"connection {failure.kind}"))
+        # answered, with a body the passes will refuse
+        return ReadyAnswer(failure.status, None, "")
     finally:
         connection.close()
-    return status, body, ""
+    return ReadyAnswer(status, body, "")
 
 
 def status_words(status: int) -> str:
@@ -991,9 +1011,16 @@ def ready_endpoint(endpoint: Endpoint) -> Endpoint:
         (endpoint.scheme, endpoint.shown.split("/")[2], READY_PATH, "", "")))
 
 
+class Readiness(NamedTuple):
+    """What one readiness check found (probe_router)."""
+    status: Optional[int]  # the HTTP status, None where none came
+    what: str  # what happened, in words
+    ready: bool
+
+
 def probe_router(target: Target, payload: bytes,
-                 stop: Optional[threading.Event] = None) -> tuple:
-    """Return (HTTP status or None, what happened, ready) of one readiness check.
+                 stop: Optional[threading.Event] = None) -> Readiness:
+    """Return the Readiness (HTTP status or None, what happened, ready) of one check.
 
     The router's /ready first (503 until its start-up completes; any other answer there, a
     404 from a router or proxy without one, leaves it to the preview), then one preview,
@@ -1004,15 +1031,15 @@ def probe_router(target: Target, payload: bytes,
     status, _, what = ask_router(target, endpoint,
                                  encode_request(endpoint, "GET", b"", target.headers), stop)
     if status is None:
-        return None, what, False
+        return Readiness(None, what, False)
     if status == 503:
-        return status, f"answered {status_words(status)} to {READY_PATH}", False
+        return Readiness(status, f"answered {status_words(status)} to {READY_PATH}", False)
     status, body, what = ask_router(target, target.endpoint, payload, stop)
     if status is None:
-        return None, what, False
+        return Readiness(None, what, False)
     what = what or f"answered {status_words(status)} to a preview"
     if status in REFUSED_AT_ONCE:
-        return status, refusal_text(target, status, body), False
+        return Readiness(status, refusal_text(target, status, body or b""), False)
     if 200 <= status < 300 and body is not None:
         try:
             _, error, _ = classify(status, body, target.decision_paths)
@@ -1023,10 +1050,10 @@ def probe_router(target: Target, payload: bytes,
             hint = decision_path_hint(body) if body.strip() else ""
             why = f"{hint}; or classifiers not loaded yet?" if hint.startswith("--") else \
                 "classifiers not loaded yet?"
-            return status, (f"answered {status_words(status)} to a preview with "
-                            f"{'an empty body' if not body.strip() else 'no decision result'}"
-                            f" ({why})"), False
-    return status, what, 200 <= status < 300 or status == 429
+            return Readiness(status, f"answered {status_words(status)} to a preview with "
+                             f"{'an empty body' if not body.strip() else 'no decision result'}"
+                             f" ({why})", False)
+    return Readiness(status, what, 200 <= status < 300 or status == 429)
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,
@@ -1241,7 +1268,8 @@ def settings_record(target: Target, plan: RunPlan, guard: LoadGuard,
     model = open_loop[0] if open_loop else PassPlan("", 64)
     length = plan.passes[0] if plan.passes else PassPlan("", 1)
     return RunSettings(
-        plan.warmup, tuple(closed), tuple(p.rate for p in open_loop), length.repeat,
+        plan.warmup, tuple(closed), tuple(p.rate for p in open_loop if p.rate is not None),
+        length.repeat,
         length.duration, model.arrival, model.seed, model.connections, target.timeout,
         tuple(target.decision_paths), guard.max_load, guard.retries, guard.pause,
         plan.max_errors, plan.wait_ready, plan.router_max_concurrency, target.sampling_seed,

@@ -17,7 +17,8 @@ import ssl
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, cast, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, cast, Dict, FrozenSet, List, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 from .constants import (__version__, ERROR_CODE_PATTERN, MAX_REASON_CHARS, MAX_SIGNALS,
                         PREVIEW_PATH, SIGNAL_NAME_PATTERN, STOP_POLL_S)
@@ -27,7 +28,7 @@ __all__ = [
     "accept_connections", "body_config_hash", "bracketed", "classify", "Connection",
     "decision_path_hint", "encode_request", "Endpoint", "error_code", "HeldAnswer",
     "http_response", "open_socket", "parse_endpoint", "RequestFailed", "ResponseReader",
-    "secret_values", "SignalTable", "stop_accepting", "tls_context",
+    "secret_values", "SignalTable", "SignalTimes", "stop_accepting", "tls_context",
 ]
 
 
@@ -134,7 +135,7 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
 
 
-def secret_values(endpoint: Endpoint, headers: Sequence) -> tuple:
+def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
     """Return what must never be recorded or printed, longest first: every header value (the
     token of --token-env is one), the credential it carries and the URL's user and password.
     A value of fewer than MIN_SECRET_CHARS characters is left alone: it cannot be told from
@@ -538,6 +539,12 @@ def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SS
     return sock
 
 
+class Reply(NamedTuple):
+    """A whole answer to one request of a Connection."""
+    status: int
+    body: bytes
+
+
 class Connection:
     """One persistent blocking HTTP/1.1 connection, reopened after an error or a close.
 
@@ -563,8 +570,8 @@ class Connection:
                 pass
         self.sock = None
 
-    def exchange(self, payload: bytes) -> tuple:
-        """Return (status, body) of one request; raise RequestFailed with its kind."""
+    def exchange(self, payload: bytes) -> Reply:
+        """Return the Reply (status, body) of one request; raise RequestFailed with its kind."""
         if self.sock is not None and self._stale(self.sock):
             self.close()
         reused = self.sock is not None
@@ -576,7 +583,8 @@ class Connection:
             reader = self._exchange(payload)
         if not reader.keep_open:
             self.close()
-        return reader.status, bytes(reader.body)
+        # complete: its status line was read
+        return Reply(cast(int, reader.status), bytes(reader.body))
 
     def _stale(self, sock: socket.socket) -> bool:
         """Return True when the idle connection was closed or holds bytes nobody asked for."""
@@ -694,8 +702,13 @@ def decoded_answer(body: bytes | bytearray) -> Any:
     return document
 
 
+# per decision path: (optional, its alternatives as key tuples: ("decision_result",
+# "decision_name")), as decision_members plans them
+DecisionPlan = Tuple[Tuple[bool, Tuple[Tuple[str, ...], ...]], ...]
+
+
 @functools.lru_cache(maxsize=32)
-def decision_members(paths: tuple) -> tuple:
+def decision_members(paths: Tuple[str, ...]) -> Tuple[FrozenSet[str], DecisionPlan]:
     """Return, of decision paths, the names of the top-level members they read, and per path
     (optional, its alternatives as key tuples)."""
     plan = tuple((path.endswith("?"), tuple(tuple(alternative.split("."))
@@ -728,7 +741,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
     return "|".join(found) if found else None
 
 
-def decision_settled(found: dict, plan: tuple) -> bool:
+def decision_settled(found: dict, plan: DecisionPlan) -> bool:
     """Return whether the members found so far settle every path as the whole document would:
     each path has a present value whose preceding alternatives were all found (empty), or all
     its alternatives were found."""
@@ -755,6 +768,9 @@ _json_space = cast("Callable[..., re.Match[str]]", re.compile(r"[ \t\n\r]*").mat
 
 
 DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
+# (the named members of an answer read, None where they are read otherwise; where the read
+# stopped): a plain tuple, as the readers run once an answer
+MembersRead = Tuple[Optional[Dict[str, Any]], int]
 
 
 def answer_document(body: bytes | bytearray, paths: Sequence[str],
@@ -808,7 +824,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     return document
 
 
-def scanned_members(text: str, index: int, members: dict, paths: tuple,
+def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...],
                     signals: SignalTable) -> Optional[dict]:
     """Return the members of an answer whose decision members were read up to index, its
     per-signal times read now into signals.last (answer_document: it did not fit the hold).
@@ -827,7 +843,7 @@ def scanned_members(text: str, index: int, members: dict, paths: tuple,
     return top_members(text, *decision_members(paths + ("metrics?",) + DEFAULT_ROUTE_PATHS))[0]
 
 
-def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
+def top_members(text: str, names: FrozenSet[str], plan: DecisionPlan) -> MembersRead:
     """Return (the named members of the JSON object in text, where the read stopped), reading
     from its start until the plan's paths are settled (the index is then just past the last
     value read); None for the members when text is not a plain object (a BOM, another value,
@@ -872,8 +888,15 @@ def top_members(text: str, names: frozenset, plan: tuple) -> tuple:
     return None, index
 
 
+# decision_reading's (names, plan, each path's first name as '"name":', the pattern of an
+# escape that may spell a name, the cache of prefixes read): a plain tuple, as
+# leading_members unpacks it once an answer (a tuple subclass unpacks by the slow path)
+DecisionReading = Tuple[FrozenSet[str], DecisionPlan, Tuple[str, ...], "re.Pattern[str]",
+                        Dict[str, Any]]
+
+
 @functools.lru_cache(maxsize=32)
-def decision_reading(paths: tuple, also: tuple = ()) -> tuple:
+def decision_reading(paths: Tuple[str, ...], also: Tuple[str, ...] = ()) -> DecisionReading:
     """Return how leading_members reads answers by decision paths (with DEFAULT_ROUTE_PATHS):
     decision_members' names (and the names `also` kept where they come before the decision)
     and plan, each path's first alternative's top-level name as it stands before its value
@@ -894,7 +917,7 @@ def decision_reading(paths: tuple, also: tuple = ()) -> tuple:
 LEADING_CACHE_ENTRIES = 512  # prefixes of answers remembered per decision paths
 
 
-def leading_members(text: str, reading: tuple) -> tuple:
+def leading_members(text: str, reading: DecisionReading) -> MembersRead:
     """Return (top_members' named members of a compact answer (Go's) read in one call of the C
     scanner, or None for top_members to read it; where the read stopped, just past the last
     value read). The prefix read runs from the object's first
@@ -937,14 +960,15 @@ def leading_members(text: str, reading: tuple) -> tuple:
     return members or None, end
 
 
-def read_members(text: str, reading: tuple) -> tuple:
+def read_members(text: str, reading: DecisionReading) -> MembersRead:
     """Return (the members of an answer by a decision_reading, where the read stopped):
     leading_members' one read of a compact answer, else top_members' member by member."""
     members, index = leading_members(text, reading)
     return (members, index) if members is not None else top_members(text, *reading[:2])
 
 
-def prefix_members(rest: str, names: frozenset, plan: tuple, escape: re.Pattern) -> Any:
+def prefix_members(rest: str, names: FrozenSet[str], plan: DecisionPlan,
+                   escape: re.Pattern[str]) -> Any:
     """Return the named members of the object '{' + rest[1:] + '}' (rest: the members after
     the first, from its comma) when they settle the plan and nothing in rest may spell a
     name by escapes or nest MAX_ANSWER_DEPTH deep; else False (leading_members)."""
@@ -1055,6 +1079,8 @@ _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evalu
 # and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
 # always a tuple, never a list: AnswerBook.settle tells the two apart by type
 HeldAnswer = list
+# an answer's per-signal times in its SignalTable's order, None for a signal not evaluated
+SignalTimes = Tuple[Optional[float], ...]
 
 
 class SignalForm:
@@ -1064,14 +1090,14 @@ class SignalForm:
 
     __slots__ = ("names", "match", "positions", "new", "size")
 
-    def __init__(self, names: tuple) -> None:
+    def __init__(self, names: Tuple[str, ...]) -> None:
         self.names = names
         entries = (f'"{re.escape(name)}":\\{{"execution_time_ms":{SIGNAL_NUMBERS}\\}}'
                    for name in names)
         self.match = cast("Callable[[str, int], Optional[re.Match[str]]]",
                           re.compile("\\{%s\\}" % ",".join(entries)).match)
-        self.positions: tuple = ()  # per table name: its entry here (len(names): none)
-        self.new: tuple = ()  # the entries whose names the table lacks while it has room
+        self.positions: Tuple[int, ...] = ()  # per table name: its entry (len(names): none)
+        self.new: Tuple[int, ...] = ()  # the entries whose names the table lacks, while room
         self.size = -1  # the table's length when positions and new were found
 
     def place(self, table: SignalTable) -> None:
@@ -1093,14 +1119,14 @@ class SignalTable:
         self.names: list = []
         self.index: dict = {}
         # the times found in the answer read last, or the answer held to read them later
-        self.last: Union[tuple, HeldAnswer, None] = ()
+        self.last: Union[SignalTimes, HeldAnswer, None] = ()
         # bytes of answers that may still be held, their times read after the pass
         # (answer_document); 0: every answer's times are read as it is read
         self.hold = 0
         self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
         self.form: Optional[SignalForm] = None  # the form of the object read last
 
-    def times(self, document: Any) -> tuple:
+    def times(self, document: Any) -> SignalTimes:
         """Return an answer's metrics.<signal>.execution_time_ms in the table's order, None
         for a signal it did not report; a time of 0 is a signal the router did not evaluate
         (its metrics object lists every signal it knows, 0 for the rest)."""
@@ -1134,7 +1160,7 @@ class SignalTable:
         self.names.append(name)
         return i
 
-    def scan(self, text: str, index: int) -> Optional[tuple]:
+    def scan(self, text: str, index: int) -> Optional[SignalTimes]:
         """Return what times() returns of the answer in text, reading its top-level metrics
         member that follows index (where a read of its decision stopped, just past a value
         at the top level) without decoding the answer; None where this cannot tell, and the
@@ -1149,7 +1175,8 @@ class SignalTable:
         return self.scan_many([[text, index]])[0]
 
     def scan_many(self, answers: Sequence[HeldAnswer],
-                  again: Optional[Callable[[int], None]] = None) -> list:
+                  again: Optional[Callable[[int], None]] = None
+                  ) -> List[Optional[SignalTimes]]:
         """Return scan() of each answer, as if scanned one after another (AnswerBook.settle
         reads a pass's held answers so): the times of all of them read in one step of the
         C scanner, and rounded in one step. `again(i)`, where given, is called in turn for
@@ -1157,10 +1184,11 @@ class SignalTable:
         reports take their place among the others'."""
         read = [self._number_texts(text, index) for text, index in answers]
         times = _signal_times([one[1] for one in read if one])
-        found: list = []
+        found: List[Optional[SignalTimes]] = []
         offset = 0
         for i, one in enumerate(read):
-            result = () if one == () else None  # (): metrics {}; None: not read
+            # (): metrics {}; None: not read
+            result: Optional[SignalTimes] = () if one == () else None
             if one:
                 form, texts = one
                 if times is not None:
@@ -1175,7 +1203,8 @@ class SignalTable:
             found.append(result)
         return found
 
-    def _number_texts(self, text: str, index: int) -> Union[tuple, Tuple[()], None]:
+    def _number_texts(self, text: str,
+                      index: int) -> Union[Tuple[SignalForm, Tuple[str, ...]], Tuple[()], None]:
         """Return (the SignalForm of the metrics object past index (see scan), the texts of
         its numbers, a time and a confidence per signal), () for an empty object, None where
         it is not of the compact form."""
@@ -1202,9 +1231,10 @@ class SignalTable:
             if found is None:
                 return None
             self.form = form
+        assert form is not None  # found: matched by a form (a test, not a call, once an answer)
         return form, found.groups()
 
-    def _found(self, times: list, form: SignalForm) -> tuple:
+    def _found(self, times: List[Optional[float]], form: SignalForm) -> SignalTimes:
         """Return scan()'s tuple of one answer's execution_time_ms values (None for 0),
         read in its metrics object's order, by its form."""
         if form.size != len(self.names):
@@ -1236,7 +1266,7 @@ class SignalTable:
         return form
 
 
-def _signal_times(answers: Sequence[tuple]) -> Optional[list]:
+def _signal_times(answers: Sequence[Tuple[str, ...]]) -> Optional[List[Optional[float]]]:
     """Return the times of the metrics objects whose numbers' texts these are (SignalTable's
     _number_texts: per signal a time and a confidence), one object after another, read in one call
     of the C scanner (an int where a text has no decimals, as json reads it), rounded as
@@ -1269,7 +1299,7 @@ def _balanced(between: str) -> bool:
     return outside.count("{") == outside.count("}") and outside.count("[") == outside.count("]")
 
 
-def form_names(body: bytes) -> Optional[tuple]:
+def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     """Return the signal names of a metrics object in the router's compact form, in order;
     None for any other object, or names that are not distinct signal names free of the
     characters of numbers and of the form's marks."""
@@ -1301,8 +1331,10 @@ def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
 
 
 def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None) -> tuple:
-    """Return (decision, error kind, the router's error code) for one answered request; raise
+             signals: Optional[SignalTable] = None) -> Tuple[Optional[str], Optional[str],
+                                                              Optional[str]]:
+    """Return (decision, error kind, the router's error code) for one answered request (a plain
+    tuple: this runs once an answer, and a record costs thousands of instructions); raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
 
     A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
