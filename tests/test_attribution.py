@@ -683,3 +683,29 @@ def test_any_metrics_object_is_read_as_decoding_the_answer_reads_it(objects):
     assert all(found[i] is None for i in in_turn)
     assert [in_turn.get(i, one) for i, one in enumerate(found)] == expected
     assert together.names == decoded.names
+
+
+@pytest.mark.parametrize("hold", [True, False], ids=["held", "read-at-once"])
+def test_an_answer_that_carries_no_times_records_none_not_the_answer_before_it(
+        scripted, monkeypatch, hold):
+    # an error status and an empty body are classified without reading the body: their
+    # times are none, whatever the answer before them (held or read at once) carried
+    if not hold:
+        monkeypatch.setattr(AnswerBook, "HOLD_BYTES", 0)
+    timed = compact_answer(GOOD_METRICS)
+    small = b'{"decision_result":{"decision_name":"math"},"metrics":{"pii":' \
+            b'{"execution_time_ms":2,"confidence":1}}}'
+    error = b'{"error":{"code":"OVERLOADED","message":"busy","timestamp":"t"}}'
+    answers = [final_answer(timed), final_answer(error, b"503 Service Unavailable"),
+               final_answer(small), final_answer(b""), final_answer(timed),
+               final_answer(error, b"429 Too Many Requests")]
+    server = scripted(lambda prompt, number: [answers[int(prompt)]])
+    table = SignalTable()
+    target = Target(parse_endpoint(server.url), signals=table)
+    payloads = encode_prompts(target, [str(i) for i in range(len(answers))])
+    loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 1))
+    found = {r.number: (r.error, {n: ms for n, ms in zip(table.names, r.signal_ms)
+                                  if ms is not None}) for r in loop.run()}
+    assert found == {0: (None, {"domain": 3.5, "pii": 5}), 1: ("http_5xx", {}),
+                     2: (None, {"pii": 2}), 3: ("no_decision", {}),
+                     4: (None, {"domain": 3.5, "pii": 5}), 5: ("http_4xx", {})}

@@ -1340,11 +1340,17 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
     A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
     one with no decision_result at all, or an empty body, is no_decision: the router answers
     so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
-    read in the same read (answer_document) and left in signals.last (None: not read)."""
+    read in the same read (answer_document) and left in signals.last (None: not read); an
+    answer whose body is not read (an error status, an empty body) leaves none there, never
+    the times of the answer before it."""
     if status >= 300:
+        if signals is not None:
+            signals.last = ()
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     if not body or body.isspace():  # as `not body.strip()`, without copying the body
+        if signals is not None:
+            signals.last = ()
         return None, "no_decision", None
     try:
         document = answer_document(body, paths, signals)
