@@ -396,7 +396,7 @@ class Deviations(NamedTuple):
     squares: float
 
 
-def _mean_ss(values: Sequence[float]) -> Deviations:
+def mean_and_squares(values: Sequence[float]) -> Deviations:
     """Return the mean and the sum of squared deviations about it."""
     mean = math.fsum(values) / len(values)
     # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads of
@@ -408,7 +408,7 @@ def sample_spread(values: Sequence[float]) -> float:
     """Return the sample standard deviation of values (n - 1), 0 when they are all equal."""
     if len(set(values)) < 2:
         return 0.0
-    return math.sqrt(_mean_ss(values)[1] / (len(values) - 1))
+    return math.sqrt(mean_and_squares(values)[1] / (len(values) - 1))
 
 
 def mean_interval(values: Sequence[float]) -> Interval:
@@ -416,7 +416,7 @@ def mean_interval(values: Sequence[float]) -> Interval:
     n = len(values)
     if n < 2:
         raise RouterLatencyError(f"an interval needs at least 2 values, got {n}")
-    mean, ss = _mean_ss(values)
+    mean, ss = mean_and_squares(values)
     spread = math.sqrt(ss / (n - 1))
     half = t_quantile(n - 1) * spread / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n - 1)
@@ -940,7 +940,7 @@ def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "gr
         if alternative == "less":
             return 0.0 if diff < 0 else 1.0
         return 0.0 if diff != 0 else 1.0
-    mean, ss = _mean_ss(xs)
+    mean, ss = mean_and_squares(xs)
     t = (mean - mu) / math.sqrt(ss / (n - 1) / n)
     df = n - 1
     if alternative == "greater":
@@ -993,7 +993,7 @@ def effective_rows(rows: Sequence[Sequence[float]]) -> float:
     k = len(checked)
     centred, norms = [], []
     for row in checked:
-        mean, ss = _mean_ss(row)
+        mean, ss = mean_and_squares(row)
         centred.append([v - mean for v in row])
         norms.append(math.sqrt(ss))
     squares = [1.0] * k  # the diagonal, r_ii = 1 even for a constant row
@@ -1077,8 +1077,8 @@ def order_effect(d_base_first: Sequence[float], d_new_first: Sequence[float], *,
     df = n1 + n2 - 2
     if n1 == 0 or n2 == 0 or df < 1:
         return None
-    mean1, ss1 = _mean_ss(first)
-    mean2, ss2 = _mean_ss(second)
+    mean1, ss1 = mean_and_squares(first)
+    mean2, ss2 = mean_and_squares(second)
     estimate = (mean1 - mean2) / 2.0
     pooled_var = (ss1 + ss2) / df
     se = math.sqrt(pooled_var * (1.0 / n1 + 1.0 / n2)) / 2.0
@@ -6581,7 +6581,7 @@ def pass_schedule(plan: PassPlan, prompts: int) -> Optional[list]:
                             plan.arrival, plan.seed, duration=plan.duration)
 
 
-def _quiet(message: str) -> None:
+def say_nothing(message: str) -> None:
     """Say nothing: a run's default notify."""
 
 
@@ -6603,7 +6603,7 @@ class RunContext:
     thresholds: Thresholds = Thresholds()
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     progress: Progress = dataclasses.field(default_factory=lambda: Progress(enabled=False))
-    notify: Callable[[str], None] = _quiet  # a warning for the user, one line
+    notify: Callable[[str], None] = say_nothing  # a warning for the user, one line
     # the corpus's requests, encoded once before any timing, and what each prompt accepts
     # (see met_expectations), by prompt id; measure_run sets both from its corpus
     payloads: Sequence[bytes] = ()
@@ -7837,7 +7837,7 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
 def t_statistic(values: Sequence[float], mu: float) -> float:
     """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
     side of the mean, 0 at mu (as t_test_p judges equal values)."""
-    mean, ss = _mean_ss(values)
+    mean, ss = mean_and_squares(values)
     if min(values) == max(values) or ss == 0.0:
         diff = values[0] - mu
         return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
@@ -7854,7 +7854,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     """
     worse = row.worse_series
     n, tolerance = len(worse), settings.tolerance_log
-    mean, ss = _mean_ss(worse)
+    mean, ss = mean_and_squares(worse)
     se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
     end = mean + within * se
     verdict = ("worse" if shown_worse else "better" if end < 0
@@ -13067,7 +13067,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:  # what the router, a probe or the network said never shows a secret
             run = measure_run(RunContext(
                 target, plan, guard, capture, thresholds, stop=stop, progress=progress,
-                notify=_quiet if args.quiet else
+                notify=say_nothing if args.quiet else
                 (lambda m: stderr_line(scrubbed(m, capture.secrets)))),
                 corpus, label=args.label)
         except RouterLatencyError as exc:

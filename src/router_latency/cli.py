@@ -35,8 +35,8 @@ from .runfile import cache_text, dump_run, Ladder, load_run, RunFile, Thresholds
 from .wire import bracketed, Endpoint, parse_endpoint, secret_values, SignalTable
 from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
                        GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)
-from .measuring import (_quiet, check_plan, ladder_levels, LoadGuard, measure_run, PassPlan,
-                        plan_passes, Progress, RunContext, RunPlan, settings_record, Target)
+from .measuring import (check_plan, ladder_levels, LoadGuard, measure_run, PassPlan, plan_passes,
+                        Progress, RunContext, RunPlan, say_nothing, settings_record, Target)
 from .compare import compare_runs, cost_for, CostPerHour, run_capacity
 from .gate import GateSettings
 from .rounds import (find_round_files, judge_rounds, not_found_only, run_outcome, run_overload)
@@ -1036,7 +1036,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:  # what the router, a probe or the network said never shows a secret
             run = measure_run(RunContext(
                 target, plan, guard, capture, thresholds, stop=stop, progress=progress,
-                notify=_quiet if args.quiet else
+                notify=say_nothing if args.quiet else
                 (lambda m: stderr_line(scrubbed(m, capture.secrets)))),
                 corpus, label=args.label)
         except RouterLatencyError as exc:

@@ -14,9 +14,9 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
 from .errors import Notice, RouterLatencyError
 from .words import change_text, metric_title, plural
-from .stats import (_mean_ss, composite_log_ratios, effective_rows, Interval, mean_interval,
-                    normal_ppf, paired_interval, power_shift, rounds_needed, sample_spread,
-                    sequential_t_criticals, t_cdf, t_ppf, t_test_p)
+from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squares,
+                    mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
+                    sample_spread, sequential_t_criticals, t_cdf, t_ppf, t_test_p)
 from .runfile import pass_title
 from .compare import worse_sign
 
@@ -191,7 +191,7 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
 def t_statistic(values: Sequence[float], mu: float) -> float:
     """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
     side of the mean, 0 at mu (as t_test_p judges equal values)."""
-    mean, ss = _mean_ss(values)
+    mean, ss = mean_and_squares(values)
     if min(values) == max(values) or ss == 0.0:
         diff = values[0] - mu
         return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
@@ -208,7 +208,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     """
     worse = row.worse_series
     n, tolerance = len(worse), settings.tolerance_log
-    mean, ss = _mean_ss(worse)
+    mean, ss = mean_and_squares(worse)
     se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
     end = mean + within * se
     verdict = ("worse" if shown_worse else "better" if end < 0

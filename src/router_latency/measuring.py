@@ -41,8 +41,8 @@ from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_c
 from .answers import AnswerBook, failure_of, RawResult
 
 __all__ = [
-    "_quiet", "check_plan", "flat_step", "ladder_levels", "ladder_stop", "LoadGuard",
-    "measure_run", "PassPlan", "plan_passes", "Progress", "RunContext", "RunPlan",
+    "check_plan", "flat_step", "ladder_levels", "ladder_stop", "LoadGuard", "measure_run",
+    "PassPlan", "plan_passes", "Progress", "RunContext", "RunPlan", "say_nothing",
     "settings_record", "shed_requests", "step_text", "Target",
 ]
 
@@ -760,7 +760,7 @@ def pass_schedule(plan: PassPlan, prompts: int) -> Optional[list]:
                             plan.arrival, plan.seed, duration=plan.duration)
 
 
-def _quiet(message: str) -> None:
+def say_nothing(message: str) -> None:
     """Say nothing: a run's default notify."""
 
 
@@ -782,7 +782,7 @@ class RunContext:
     thresholds: Thresholds = Thresholds()
     stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     progress: Progress = dataclasses.field(default_factory=lambda: Progress(enabled=False))
-    notify: Callable[[str], None] = _quiet  # a warning for the user, one line
+    notify: Callable[[str], None] = say_nothing  # a warning for the user, one line
     # the corpus's requests, encoded once before any timing, and what each prompt accepts
     # (see met_expectations), by prompt id; measure_run sets both from its corpus
     payloads: Sequence[bytes] = ()

@@ -16,9 +16,9 @@ from .constants import MIN_ROUNDS
 from .errors import is_whole, RouterLatencyError
 
 __all__ = [
-    "_mean_ss", "benjamini_hochberg", "composite_log_ratios", "effective_rows", "Interval",
-    "MAX_SEQUENTIAL_ROUNDS", "mean_interval", "normal_ppf", "order_effect", "OrderEffect",
-    "outlier_rounds", "paired_interval", "percentile", "percentiles", "power_shift",
+    "benjamini_hochberg", "composite_log_ratios", "effective_rows", "Interval",
+    "MAX_SEQUENTIAL_ROUNDS", "mean_and_squares", "mean_interval", "normal_ppf", "order_effect",
+    "OrderEffect", "outlier_rounds", "paired_interval", "percentile", "percentiles", "power_shift",
     "rounded_percentiles", "rounds_needed", "sample_spread", "sequential_t_criticals", "t_cdf",
     "t_ppf", "t_test_p",
 ]
@@ -63,7 +63,7 @@ class Deviations(NamedTuple):
     squares: float
 
 
-def _mean_ss(values: Sequence[float]) -> Deviations:
+def mean_and_squares(values: Sequence[float]) -> Deviations:
     """Return the mean and the sum of squared deviations about it."""
     mean = math.fsum(values) / len(values)
     # two passes with compensated sums: one-pass formulas cancel badly on the tiny spreads of
@@ -75,7 +75,7 @@ def sample_spread(values: Sequence[float]) -> float:
     """Return the sample standard deviation of values (n - 1), 0 when they are all equal."""
     if len(set(values)) < 2:
         return 0.0
-    return math.sqrt(_mean_ss(values)[1] / (len(values) - 1))
+    return math.sqrt(mean_and_squares(values)[1] / (len(values) - 1))
 
 
 def mean_interval(values: Sequence[float]) -> Interval:
@@ -83,7 +83,7 @@ def mean_interval(values: Sequence[float]) -> Interval:
     n = len(values)
     if n < 2:
         raise RouterLatencyError(f"an interval needs at least 2 values, got {n}")
-    mean, ss = _mean_ss(values)
+    mean, ss = mean_and_squares(values)
     spread = math.sqrt(ss / (n - 1))
     half = t_quantile(n - 1) * spread / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n - 1)
@@ -607,7 +607,7 @@ def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "gr
         if alternative == "less":
             return 0.0 if diff < 0 else 1.0
         return 0.0 if diff != 0 else 1.0
-    mean, ss = _mean_ss(xs)
+    mean, ss = mean_and_squares(xs)
     t = (mean - mu) / math.sqrt(ss / (n - 1) / n)
     df = n - 1
     if alternative == "greater":
@@ -660,7 +660,7 @@ def effective_rows(rows: Sequence[Sequence[float]]) -> float:
     k = len(checked)
     centred, norms = [], []
     for row in checked:
-        mean, ss = _mean_ss(row)
+        mean, ss = mean_and_squares(row)
         centred.append([v - mean for v in row])
         norms.append(math.sqrt(ss))
     squares = [1.0] * k  # the diagonal, r_ii = 1 even for a constant row
@@ -744,8 +744,8 @@ def order_effect(d_base_first: Sequence[float], d_new_first: Sequence[float], *,
     df = n1 + n2 - 2
     if n1 == 0 or n2 == 0 or df < 1:
         return None
-    mean1, ss1 = _mean_ss(first)
-    mean2, ss2 = _mean_ss(second)
+    mean1, ss1 = mean_and_squares(first)
+    mean2, ss2 = mean_and_squares(second)
     estimate = (mean1 - mean2) / 2.0
     pooled_var = (ss1 + ss2) / df
     se = math.sqrt(pooled_var * (1.0 / n1 + 1.0 / n2)) / 2.0
