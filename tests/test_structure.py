@@ -82,6 +82,9 @@ def test_every_module_names_in_all_exactly_what_later_modules_import_from_it():
         if extra:
             problems.append(f"{name}: in __all__ but imported by no later module: "
                             f"{', '.join(extra)}")
+        private = sorted(n for n in listed if n.startswith("_") and n != "__version__")
+        if private:  # a name other modules use is no module's own: it has a public name
+            problems.append(f"{name}: private names in __all__: {', '.join(private)}")
     assert problems == []
 
 
