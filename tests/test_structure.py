@@ -49,18 +49,42 @@ def test_no_module_imports_one_below_it_and_no_name_is_defined_twice():
     amalgamate.check_modules(modules)  # raises, naming the module, where one does
 
 
-@pytest.mark.parametrize("source, problem", [
-    ("constants", "imports .cli, which is not above it"),
-    ("twice", "is defined in both"),
+def edited_words(added):
+    """Return words.py's source with lines added after its __all__, or, given a pair, with
+    the first text replaced by the second."""
+    source = SOURCES["words"]
+    if isinstance(added, tuple):
+        assert added[0] in source
+        return source.replace(added[0], added[1], 1)
+    end = source.index("]\n", source.index("__all__")) + 2
+    return source[:end] + added + source[end:]
+
+
+# what the one file cannot hold, each written into words.py as a maintainer might
+@pytest.mark.parametrize("added, problem", [
+    ("\nfrom .cli import main\n", "an import after __all__"),
+    ("\nimport json\n", "an import after __all__"),
+    ("\ndef late():\n    from .cli import main\n    return main\n",
+     "line .*: a package import after __all__"),
+    (("__all__ = [", "from . import constants\n__all__ = ["),
+     "import names from a module of the package"),
+    (("__all__ = [", "from .errors import checked_number as number\n__all__ = ["),
+     "under another name"),
+    ("\nre = None\n", "words.py defines re, which .*imports: one file has one namespace"),
+    ("\nEXIT_OK = 0\n", "EXIT_OK is defined in both constants.py and words.py"),
 ])
-def test_the_order_check_finds_an_import_from_below_and_a_name_defined_twice(source, problem):
+def test_the_amalgamation_refuses_what_one_file_cannot_hold(added, problem):
     modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
-    first = modules[0]
-    if source == "constants":
-        modules[0] = first._replace(package_imports={"cli": {"main"}})
-    else:
-        modules[1] = modules[1]._replace(defined=modules[1].defined | {"EXIT_OK"})
     with pytest.raises(amalgamate.AmalgamationError, match=problem):
+        modules[amalgamate.MODULES.index("words")] = amalgamate.read_module(
+            "words", edited_words(added))
+        amalgamate.check_modules(modules)
+
+
+def test_the_order_check_finds_an_import_from_below():
+    modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
+    modules[0] = modules[0]._replace(package_imports={"cli": {"main"}})
+    with pytest.raises(amalgamate.AmalgamationError, match="imports .cli, which is not above"):
         amalgamate.check_modules(modules)
 
 

@@ -93,7 +93,8 @@ def import_line(node: ast.Import) -> List[str]:
 
 def read_module(name: str, source: str) -> Module:
     """Return a module's parts; AmalgamationError where its preamble holds anything but its
-    docstring, imports, an `if TYPE_CHECKING:` block of imports and `__all__`."""
+    docstring, imports, an `if TYPE_CHECKING:` block of imports and `__all__`, or where an
+    import stands after it."""
     where = f"src/router_latency/{name}.py"
     tree = ast.parse(source, where)
     docstring = ast.get_docstring(tree, clean=True)
@@ -102,41 +103,66 @@ def read_module(name: str, source: str) -> Module:
     body_at = next((i for i, node in enumerate(tree.body) if is_all(node)), None)
     if body_at is None:
         raise AmalgamationError(f"{where}: no __all__ ending its preamble")
-    imports: Set[str] = set()
-    from_imports: Dict[str, Set[str]] = {}
-    package: Dict[str, Set[str]] = {}
-    type_checking: Set[str] = set()
+    module = Module(name, docstring, set(), {}, set(), {}, set(), "")
     for node in tree.body[1:body_at]:
-        if isinstance(node, ast.Import):
-            imports.update(import_line(node))
-        elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            package.setdefault(node.module, set()).update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module != "__future__":
-                from_imports.setdefault(node.module, set()).update(
-                    a.name if not a.asname else f"{a.name} as {a.asname}" for a in node.names)
-        elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            type_checking.update(ast.unparse(inner) for inner in node.body)
-        else:
-            raise AmalgamationError(f"{where}: line {node.lineno}: only imports stand before "
-                                    f"__all__")
+        read_preamble_statement(module, node, where)
     body = tree.body[body_at + 1:]
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            raise AmalgamationError(f"{where}: line {node.lineno}: an import after __all__ "
-                                    f"(imports stand in the preamble)")
+    for statement in body:
+        if isinstance(statement, (ast.Import, ast.ImportFrom)):
+            raise AmalgamationError(f"{where}: line {statement.lineno}: an import after "
+                                    f"__all__ (imports stand in the preamble)")
+        for inner in ast.walk(statement):  # a function's own import of the package too
+            if isinstance(inner, ast.ImportFrom) and inner.level:
+                raise AmalgamationError(f"{where}: line {inner.lineno}: a package import "
+                                        f"after __all__ (one file has no package: import in "
+                                        f"the preamble)")
     lines = source.splitlines()
     text = "\n".join(lines[tree.body[body_at].end_lineno:]).strip("\n")
     defined = {n for node in body for n in bound_names(node)}
-    return Module(name, docstring, imports, from_imports, type_checking, package, defined,
-                  text)
+    return module._replace(defined=defined, body=text)
+
+
+def read_preamble_statement(module: Module, node: ast.stmt, where: str) -> None:
+    """Note one statement of a module's preamble in module's sets; AmalgamationError for
+    anything but an import or an `if TYPE_CHECKING:` block of them."""
+    if isinstance(node, ast.Import):
+        module.imports.update(import_line(node))
+    elif isinstance(node, ast.ImportFrom) and node.level:
+        if node.level != 1 or not node.module:
+            raise AmalgamationError(f"{where}: line {node.lineno}: import names from a module "
+                                    f"of the package (from .stats import Interval)")
+        if any(alias.asname for alias in node.names):
+            raise AmalgamationError(f"{where}: line {node.lineno}: a package name imported "
+                                    f"under another name (in one file it has only its own)")
+        module.package_imports.setdefault(node.module, set()).update(
+            alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module:
+        if node.module != "__future__":
+            module.from_imports.setdefault(node.module, set()).update(
+                alias.name if not alias.asname else f"{alias.name} as {alias.asname}"
+                for alias in node.names)
+    elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+        module.type_checking.update(ast.unparse(inner) for inner in node.body)
+    else:
+        raise AmalgamationError(f"{where}: line {node.lineno}: only imports stand before "
+                                f"__all__")
+
+
+def imported_names(module: Module) -> Set[str]:
+    """Return the names a module's standard-library imports bind."""
+    bound = {line.split()[-1] if " as " in line else line.split()[1].split(".")[0]
+             for line in module.imports}
+    bound |= {name.split()[-1] for names in module.from_imports.values() for name in names}
+    return bound | {line.split()[-1] for line in module.type_checking}
 
 
 def check_modules(modules: List[Module]) -> None:
     """Raise AmalgamationError where a module imports one below it or a name its module does
-    not define, or where two modules define one name."""
+    not define, where two modules define one name, or where a module defines a name that an
+    import binds (in one file, every module's imports and definitions share one namespace)."""
     order = {m.name: i for i, m in enumerate(modules)}
     home: Dict[str, str] = {}
+    imported = {name: m.name for m in modules for name in imported_names(m)}
     for module in modules:
         for source, names in module.package_imports.items():
             if source not in order or order[source] >= order[module.name]:
@@ -148,9 +174,13 @@ def check_modules(modules: List[Module]) -> None:
                                         f"{', '.join(missing)} from .{source}, which does not "
                                         f"define it")
         for name in sorted(module.defined):
-            if name in home and name != "__all__":
+            if name in home:
                 raise AmalgamationError(f"{name} is defined in both {home[name]}.py and "
                                         f"{module.name}.py: one file has one namespace")
+            if name in imported:
+                raise AmalgamationError(f"{module.name}.py defines {name}, which "
+                                        f"{imported[name]}.py imports: one file has one "
+                                        f"namespace")
             home[name] = module.name
 
 
@@ -244,14 +274,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         text = amalgamation()
-    except (AmalgamationError, SyntaxError) as exc:
+    except (AmalgamationError, SyntaxError, OSError) as exc:
         print(f"amalgamate: error: {exc}", file=sys.stderr)
         return 2
     if args.check:
         current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
         if current != text:
-            print("amalgamate: router_latency.py is not current: run python3 "
-                  "tools/amalgamate.py and commit it", file=sys.stderr)
+            print("amalgamate: router_latency.py is not what src/router_latency/ builds: edit "
+                  "the modules, not the file (running python3 tools/amalgamate.py replaces "
+                  "it), and commit both", file=sys.stderr)
             return 1
         print(f"router_latency.py is current ({text.count(chr(10))} lines, "
               f"{len(MODULES)} modules)")
