@@ -4,10 +4,12 @@ console script and `python -m router_latency` start the command line, and the ro
 installed beside the router-latency command, runs that command."""
 
 import ast
+import importlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -62,18 +64,35 @@ def test_the_readme_test_command_installs_the_test_extra():
 
 def test_the_console_script_is_the_command_line(capsys):
     scripts = pyproject()["project"]["scripts"]
-    module, _, function = scripts["router-latency"].partition(":")
-    assert module == "router_latency" and getattr(router_latency, function) is \
-        router_latency.console_main
-    sys_argv = sys.argv
+    module, _, function = scripts["router-latency"].split()[0].partition(":")
+    assert (module, function) == ("router_latency.__main__", "run")
+    entry = getattr(importlib.import_module(module), function)
+    sys_argv, handler = sys.argv, signal.getsignal(signal.SIGINT)
     sys.argv = ["router-latency", "--version"]
     try:
         with pytest.raises(SystemExit) as exited:
-            router_latency.console_main()
+            entry()
     finally:
         sys.argv = sys_argv
+        signal.signal(signal.SIGINT, handler)
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"router-latency {__version__}\n"
+
+
+def test_the_package_face_loads_each_module_when_a_name_is_asked_for(tmp_path):
+    # importing the package runs its constants only, so the entry's handler comes first
+    code = ("import sys; import router_latency as rl; "
+            "print(sorted(m for m in sys.modules if m.startswith('router_latency.'))); "
+            "rl.judge_rounds; print('router_latency.rounds' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=60,
+                            cwd=tmp_path)  # not beside the one file
+    assert result.stdout == "['router_latency.constants']\nTrue\n", result.stderr
+    for name in router_latency.__all__:
+        assert getattr(router_latency, name) is getattr(
+            importlib.import_module(f"router_latency.{router_latency._HOMES[name]}"), name)
+    with pytest.raises(AttributeError, match="has no attribute 'judge'"):
+        router_latency.judge  # noqa: B018
 
 
 def test_python_m_router_latency_runs_the_package(tmp_path):

@@ -50,16 +50,24 @@ tools/amalgamate.py joins from them in that order:
 
 from __future__ import annotations
 
+import importlib
+from typing import Any, Dict, List
+
 from .constants import __version__
-from .errors import RouterLatencyError
-from .stats import Interval, paired_interval, percentile, ratio_interval, t_quantile
-from .corpus import build_corpus, extract_prompts
-from .runfile import dump_run, load_run, pass_summary
-from .measuring import LoadGuard, RunContext, RunPlan, Target, measure_run, plan_passes
-from .compare import compare_runs
-from .rounds import judge_rounds
-from .simulator import start_simulator
-from .cli import console_main, main
+
+# the package's face, each name's module: imported when the name is first asked for (PEP 562),
+# so that `python -m router_latency` and the console script install their interrupt handler
+# (__main__.run) before the rest of the package loads, as the one file does at its top
+_HOMES: Dict[str, str] = {
+    "RouterLatencyError": "errors", "Interval": "stats", "t_quantile": "stats",
+    "paired_interval": "stats", "ratio_interval": "stats", "percentile": "stats",
+    "extract_prompts": "corpus", "build_corpus": "corpus", "pass_summary": "runfile",
+    "load_run": "runfile", "dump_run": "runfile", "Target": "measuring",
+    "LoadGuard": "measuring", "RunPlan": "measuring", "RunContext": "measuring",
+    "plan_passes": "measuring", "measure_run": "measuring", "compare_runs": "compare",
+    "judge_rounds": "rounds", "start_simulator": "simulator", "main": "cli",
+    "console_main": "cli",
+}
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -67,3 +75,17 @@ __all__ = [
     "Target", "LoadGuard", "RunPlan", "RunContext", "plan_passes", "measure_run", "compare_runs",
     "judge_rounds", "start_simulator", "main",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Return a name of the package's face, its module imported the first time."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted({*globals(), *_HOMES})
