@@ -8154,6 +8154,12 @@ def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
     return list(sides[shift:]) + list(sides[:shift])
 
 
+# what must be the same in every run of a comparison (run_signature), each a name that
+# --allow-mismatch accepts
+CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
+                  "cache")
+
+
 def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
@@ -12085,8 +12091,6 @@ DESCRIPTION = ("Measures a router's /api/v1/routing/preview endpoint with a fixe
                "corpus, compares two\nruns, and judges interleaved rounds of two "
                "configurations with paired Student-t intervals.")
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
 
 
 def emit(lines: Iterable[str], stream: Any = None) -> None:

@@ -39,7 +39,8 @@ from .measuring import (check_plan, ladder_levels, LoadGuard, measure_run, PassP
                         Progress, RunContext, RunPlan, say_nothing, settings_record, Target)
 from .compare import compare_runs, cost_for, CostPerHour, run_capacity
 from .gate import GateSettings
-from .rounds import (find_round_files, judge_rounds, not_found_only, run_outcome, run_overload)
+from .rounds import (CHECKED_FIELDS, find_round_files, judge_rounds, not_found_only, run_outcome,
+                     run_overload)
 from .record import record_section
 from .render_text import (format_capacity, format_host, format_plan, format_rounds,
                           format_run_header, format_run_summary, overload_note, verdict_line)
@@ -54,8 +55,6 @@ DESCRIPTION = ("Measures a router's /api/v1/routing/preview endpoint with a fixe
                "corpus, compares two\nruns, and judges interleaved rounds of two "
                "configurations with paired Student-t intervals.")
 SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
 
 
 def emit(lines: Iterable[str], stream: Any = None) -> None:

@@ -26,9 +26,9 @@ from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, L
                    Row, row_of)
 
 __all__ = [
-    "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure", "not_found_only",
-    "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport", "run_outcome",
-    "run_overload", "SideOutcomes", "Slowdown", "start_order",
+    "CHECKED_FIELDS", "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure",
+    "not_found_only", "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport",
+    "run_outcome", "run_overload", "SideOutcomes", "Slowdown", "start_order",
 ]
 
 
@@ -79,6 +79,12 @@ def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
     demo both follow it)."""
     shift = (round_number - 1) % len(sides)
     return list(sides[shift:]) + list(sides[:shift])
+
+
+# what must be the same in every run of a comparison (run_signature), each a name that
+# --allow-mismatch accepts
+CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
+                  "cache")
 
 
 def run_signature(run: RunFile) -> Dict[str, object]:
