@@ -5656,9 +5656,9 @@ class RawResult(NamedTuple):
     signal_ms: Union[SignalTimes, HeldAnswer] = ()
 
 
-# RawResult's own __new__, called by keyword: through type()'s call, which gathers the
-# keywords into a dict, a result costs 5,400 instructions more than tuple.__new__ given the
-# fields in order; so, 1,600 more (CPython 3.11)
+# a result is built by keyword through RawResult's own __new__, called directly: 1,600
+# instructions more than tuple.__new__ given the fields in order, where RawResult(...) by
+# keyword, through type()'s call and its dict of keywords, costs 5,400 more (CPython 3.11)
 _raw_result = RawResult.__new__
 
 
@@ -7676,6 +7676,7 @@ DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are rep
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
 ROW_WORDS = ("better", "same", "worse", "inconclusive")  # a row's words
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
 
 class GateSettings(NamedTuple):
@@ -7999,7 +8000,7 @@ def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> L
     detect, and the rounds the --max-mde change would need."""
     warnings = []
     for row in undecided:
-        needed = "more than 1,000" if row.rounds_needed is None else \
+        needed = BEYOND_LIMIT if row.rounds_needed is None else \
             f"about {row.rounds_needed}"
         warnings.append(Notice("inconclusive", f"warning: {pass_title(row.pass_name)} "
                                f"{metric_title(row.metric)} inconclusive: could only detect "
@@ -8080,7 +8081,7 @@ def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
     more rounds would decide it at the spread seen."""
     reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
-    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
             else f"about {plural(row.more_rounds, 'more round')} would decide it")
     return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
             f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
@@ -10105,7 +10106,7 @@ def undecided_line(report: RoundsReport) -> List[str]:
     if report.status != "inconclusive" or not report.rows:
         return []
     if report.more_rounds is None:
-        return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
+        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"] \
             if report.outcome.undecided else []
     return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
             f"(at the spread seen)"]
@@ -11305,12 +11306,7 @@ def report_page(report: RoundsReport) -> str:
 # ==================== src/router_latency/formats.py ====================
 # What each command prints and writes, one registry entry per command (COMMAND_OUTPUTS): the
 # command line takes its --format choices, their help, its file options and the dispatch from
-# there.
-
-# What each command prints and writes, one entry per command side by side in COMMAND_OUTPUTS:
-# the command line takes its --format choices, their help, its file options and the
-# dispatch from there, so that a format or a file is added, or named, in one place
-# (hyperfine's exporters).
+# there, so that a format or a file is added, or named, in one place (hyperfine's exporters).
 
 class ReportFormat(NamedTuple):
     """One format a command prints its report in: what it is, for --help, and its renderer,

@@ -1,6 +1,6 @@
 """What each command prints and writes, one registry entry per command (COMMAND_OUTPUTS): the
 command line takes its --format choices, their help, its file options and the dispatch from
-there."""
+there, so that a format or a file is added, or named, in one place (hyperfine's exporters)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,6 @@ from .page import report_page
 
 __all__ = ["COMMAND_OUTPUTS", "CompareView", "formats_help", "RoundsView"]
 
-
-# What each command prints and writes, one entry per command side by side in COMMAND_OUTPUTS:
-# the command line takes its --format choices, their help, its file options and the
-# dispatch from there, so that a format or a file is added, or named, in one place
-# (hyperfine's exporters).
 
 class ReportFormat(NamedTuple):
     """One format a command prints its report in: what it is, for --help, and its renderer,

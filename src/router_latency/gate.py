@@ -21,7 +21,7 @@ from .runfile import pass_title
 from .compare import worse_sign
 
 __all__ = [
-    "check_look", "composite_text", "detectable_text", "GateOutcome", "gate_rows",
+    "BEYOND_LIMIT", "check_look", "composite_text", "detectable_text", "GateOutcome", "gate_rows",
     "GateSettings", "GateTest", "Look", "more_rounds", "Row", "row_of", "undecided_text",
 ]
 
@@ -30,6 +30,7 @@ DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are rep
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
 ROW_WORDS = ("better", "same", "worse", "inconclusive")  # a row's words
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
 
 class GateSettings(NamedTuple):
@@ -353,7 +354,7 @@ def unless_worse_warnings(undecided: Sequence[Row], settings: GateSettings) -> L
     detect, and the rounds the --max-mde change would need."""
     warnings = []
     for row in undecided:
-        needed = "more than 1,000" if row.rounds_needed is None else \
+        needed = BEYOND_LIMIT if row.rounds_needed is None else \
             f"about {row.rounds_needed}"
         warnings.append(Notice("inconclusive", f"warning: {pass_title(row.pass_name)} "
                                f"{metric_title(row.metric)} inconclusive: could only detect "
@@ -434,7 +435,7 @@ def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
     more rounds would decide it at the spread seen."""
     reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
-    more = ("more than 1,000 rounds would be needed" if row.more_rounds is None
+    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
             else f"about {plural(row.more_rounds, 'more round')} would decide it")
     return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
             f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "

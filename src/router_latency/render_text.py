@@ -19,7 +19,7 @@ from .runfile import (content_slow_windows, GPU_FIELDS, GPU_RANGED, GpuReading, 
                       pass_title, PassRecord, PhaseWindow, RunFile, RunSettings, Thresholds)
 from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
                       usd_per_million, worse_sign)
-from .gate import composite_text, detectable_text, GateSettings, Row
+from .gate import BEYOND_LIMIT, composite_text, detectable_text, GateSettings, Row
 from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
                      SideOutcomes, Slowdown)
 from .record import RecordSection, side_ranges
@@ -909,7 +909,7 @@ def undecided_line(report: RoundsReport) -> List[str]:
     if report.status != "inconclusive" or not report.rows:
         return []
     if report.more_rounds is None:
-        return ["undecided: more than 1,000 more rounds would be needed at the spread seen"] \
+        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"] \
             if report.outcome.undecided else []
     return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
             f"(at the spread seen)"]
