@@ -67,12 +67,11 @@ def test_the_console_script_is_the_command_line(capsys):
     module, _, function = scripts["router-latency"].split()[0].partition(":")
     assert (module, function) == ("router_latency.__main__", "run")
     entry = getattr(importlib.import_module(module), function)
-    sys_argv, handler = sys.argv, signal.getsignal(signal.SIGINT)
-    sys.argv = ["router-latency", "--version"]
     # console_main sets SIGINT aside before it exits: this worker's later tests, and the
     # processes they start, must still get Ctrl-C (a test sends SIGINT to a child, which
     # inherits an ignored SIGINT)
-    handler = signal.getsignal(signal.SIGINT)
+    sys_argv, handler = sys.argv, signal.getsignal(signal.SIGINT)
+    sys.argv = ["router-latency", "--version"]
     try:
         with pytest.raises(SystemExit) as exited:
             entry()
