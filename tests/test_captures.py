@@ -23,7 +23,6 @@ from router_latency.captures import (CaptureSettings, container_cgroup, cpu_busy
                                      parse_rocm_smi, process_tree_cpu_seconds, resolve_gpu,
                                      select_gpus)
 from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan, Target
-import router_latency as rl
 from conftest import write_corpus
 
 # Real output of the GPU tools, as excerpts: whole keys, devices or columns left out, no value

@@ -29,7 +29,6 @@ from router_latency.runfile import dump_run, load_run
 from router_latency.rounds import start_order
 from router_latency.simulator import demo_next_steps
 from router_latency.cli import main
-import router_latency as rl
 from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
                       final_answer, hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
 

@@ -14,7 +14,6 @@ from hypothesis import given, strategies as st
 from router_latency.corpus import (BoundaryCase, build_corpus, corpus_bytes, CORPUS_SCHEMA,
                                    DEFAULT_BOUNDARY_CASES, default_boundary_cases, extract_prompts,
                                    git_commit, load_boundary_cases, load_corpus)
-import router_latency as rl
 from conftest import ROOT, SETTINGS
 
 

@@ -33,7 +33,6 @@ from router_latency.measuring import (arrival_schedule, clock_text, FLOOR_REQUES
 from router_latency.rounds import CHECKED_FIELDS, run_signature
 from router_latency.simulator import simulated_decision
 from router_latency.cli import main, rate_list
-import router_latency as rl
 from conftest import TOOL, TOOL_PYC, final_answer, hold_a_slot, make_run, write_corpus
 
 TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]

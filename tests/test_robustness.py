@@ -20,13 +20,11 @@ import pytest
 
 from router_latency.constants import DEFAULT_DECISION_PATHS
 from router_latency.words import CONTROL_CHARS
-from router_latency.files import MAX_INPUT_BYTES, write_output
+from router_latency.files import MAX_INPUT_BYTES
 from router_latency.corpus import load_corpus, MAX_CORPUS_BYTES
 from router_latency.runfile import load_run
 from router_latency.wire import classify, error_code, RequestFailed, ResponseReader
 from router_latency.captures import parse_nvidia_smi
-from router_latency.cli import console_main, main
-import router_latency as rl
 from conftest import (TOOL, TOOL_PYC, assert_one_line_error, final_answer, make_run,
                       three_rounds, write_corpus)
 

@@ -17,7 +17,6 @@ from router_latency.render_text import (agreement_sentence, cache_sentence, fail
                                         faults_sentence, format_plan, overload_note,
                                         range_sentences, record_sentences, surroundings_sentences)
 from router_latency.cli import run_warnings
-import router_latency as rl
 from conftest import make_run, three_rounds
 
 
