@@ -4219,10 +4219,8 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     signals.last, or, while the table may hold answers (SignalTable.hold), the answer is held
     there as a HeldAnswer, its decision read, to be read after its pass as it would be now
     (one with no times past its decision: found to have none then, by the read that finds
-    no metrics); a body that is no JSON leaves it None. The hold is taken here, not in a
-    call: it is the pass loop's path for every answer."""
-    if signals is not None:
-        signals.last = None
+    no metrics); a body that is no JSON leaves it None, as classify set it before the call.
+    The hold is taken here, not in a call: it is the pass loop's path for every answer."""
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
@@ -4770,17 +4768,15 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
     A 200 whose decision_result names no decision is routed (the default route, NO_DECISION);
     one with no decision_result at all, or an empty body, is no_decision: the router answers
     so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
-    read in the same read (answer_document) and left in signals.last (None: not read); an
-    answer whose body is not read (an error status, an empty body) leaves none there, never
-    the times of the answer before it."""
+    read in the same read (answer_document) and left in signals.last (None: not read, as for
+    an answer whose body is not read: an error status, an empty body), never those of the
+    answer before it."""
+    if signals is not None:
+        signals.last = None
     if status >= 300:
-        if signals is not None:
-            signals.last = ()
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     if not body or body.isspace():  # as `not body.strip()`, without copying the body
-        if signals is not None:
-            signals.last = ()
         return None, "no_decision", None
     try:
         document = answer_document(body, paths, signals)
