@@ -1354,11 +1354,10 @@ def main(argv: Optional[Sequence[str]] = None, *, program: bool = False) -> int:
     console script, python -m), not called from Python."""
     previous: dict = {}
     try:
-        if program and threading.current_thread() is threading.main_thread() \
-                and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-            # the early handler at the top of the file exits at once; from here on an
-            # interrupt is a KeyboardInterrupt, which the commands and the end of main handle
-            # (a SIGINT ignored from the start, a background job's, stays ignored)
+        if program and threading.current_thread() is threading.main_thread():
+            # the early handler each entry installs (the top of the file, __main__.run) exits
+            # at once; from here on an interrupt is a KeyboardInterrupt, which the commands
+            # and the end of main handle
             signal.signal(signal.SIGINT, signal.default_int_handler)
         for stream in (sys.stdout, sys.stderr):
             try:  # a path or label of bytes that are not UTF-8 is shown escaped, never a crash
