@@ -62,8 +62,8 @@ class AmalgamationError(Exception):
 
 class Module(NamedTuple):
     """One module's parts: its docstring, its standard-library imports (`import x` lines and
-    {module: names} of `from` imports), what it takes from the package, the names it
-    defines, and its body's text."""
+    {module: names} of `from` imports) and the names they bind, what it takes from the
+    package, the names it defines, and its body's text."""
     name: str
     docstring: str
     imports: Set[str]
@@ -72,6 +72,7 @@ class Module(NamedTuple):
     package_imports: Dict[str, Set[str]]
     defined: Set[str]
     body: str
+    imported: Set[str]  # the names its standard-library imports bind
 
 
 def bound_names(node: ast.stmt) -> List[str]:
@@ -106,7 +107,7 @@ def read_module(name: str, source: str) -> Module:
     body_at = next((i for i, node in enumerate(tree.body) if is_all(node)), None)
     if body_at is None:
         raise AmalgamationError(f"{where}: no __all__ ending its preamble")
-    module = Module(name, docstring, set(), {}, set(), {}, set(), "")
+    module = Module(name, docstring, set(), {}, set(), {}, set(), "", set())
     for node in tree.body[1:body_at]:
         read_preamble_statement(module, node, where)
     body = tree.body[body_at + 1:]
@@ -130,6 +131,7 @@ def read_preamble_statement(module: Module, node: ast.stmt, where: str) -> None:
     anything but an import or an `if TYPE_CHECKING:` block of them."""
     if isinstance(node, ast.Import):
         module.imports.update(import_line(node))
+        module.imported.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
     elif isinstance(node, ast.ImportFrom) and node.level:
         if node.level != 1 or not node.module:
             raise AmalgamationError(f"{where}: line {node.lineno}: import names from a module "
@@ -144,19 +146,15 @@ def read_preamble_statement(module: Module, node: ast.stmt, where: str) -> None:
             module.from_imports.setdefault(node.module, set()).update(
                 alias.name if not alias.asname else f"{alias.name} as {alias.asname}"
                 for alias in node.names)
+            module.imported.update(alias.asname or alias.name for alias in node.names)
     elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
         module.type_checking.update(ast.unparse(inner) for inner in node.body)
+        module.imported.update(alias.asname or alias.name for inner in node.body
+                               if isinstance(inner, (ast.Import, ast.ImportFrom))
+                               for alias in inner.names)
     else:
         raise AmalgamationError(f"{where}: line {node.lineno}: only imports stand before "
                                 f"__all__")
-
-
-def imported_names(module: Module) -> Set[str]:
-    """Return the names a module's standard-library imports bind."""
-    bound = {line.split()[-1] if " as " in line else line.split()[1].split(".")[0]
-             for line in module.imports}
-    bound |= {name.split()[-1] for names in module.from_imports.values() for name in names}
-    return bound | {line.split()[-1] for line in module.type_checking}
 
 
 def check_modules(modules: List[Module]) -> None:
@@ -165,7 +163,7 @@ def check_modules(modules: List[Module]) -> None:
     import binds (in one file, every module's imports and definitions share one namespace)."""
     order = {m.name: i for i, m in enumerate(modules)}
     home: Dict[str, str] = {}
-    imported = {name: m.name for m in modules for name in imported_names(m)}
+    imported = {name: m.name for m in modules for name in m.imported}
     for module in modules:
         for source, names in module.package_imports.items():
             if source not in order or order[source] >= order[module.name]:
