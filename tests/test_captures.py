@@ -13,7 +13,8 @@ import pytest
 from router_latency.constants import PREVIEW_PATH
 from router_latency.errors import RouterLatencyError
 from router_latency.corpus import load_corpus
-from router_latency.runfile import CpuSettings, GPU_FIELDS, GpuReading, load_run
+from router_latency.gpu import GPU_FIELDS, GpuReading
+from router_latency.runfile import CpuSettings, load_run
 from router_latency.wire import parse_endpoint
 from router_latency.captures import (CaptureSettings, container_cgroup, cpu_busy_seconds,
                                      cpufreq_settings, DEFAULT_METRIC_PATTERN, format_cpu_list,

@@ -17,7 +17,8 @@ import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
 from router_latency.words import change_text, pct_text
-from router_latency.runfile import (Attempt, GPU_RANGED, load_run, pass_summary, PassRecord,
+from router_latency.gpu import GPU_RANGED
+from router_latency.runfile import (Attempt, load_run, pass_summary, PassRecord,
                                     PhaseWindow, Request, RouterCpu, RunFile)
 from router_latency.rounds import (environment_rows, InputSlowdowns, judge_rounds, pass_latencies,
                                    Slowdown)

@@ -10,10 +10,10 @@ import pytest
 from router_latency.constants import DEFAULT_DECISION_PATHS, EXPECTED_HASH_HEADER, PREVIEW_PATH
 from router_latency.corpus import load_corpus
 from router_latency.files import write_atomic
+from router_latency.cache import result_cache_finding, timing_cache_test
 from router_latency.runfile import (Attempt, content_slow_windows, dump_run, Floor, load_run,
                                     pass_name, pass_summary, PassRecord, phase_windows, Request,
-                                    result_cache_finding, slow_windows, Thresholds,
-                                    timing_cache_test)
+                                    slow_windows, Thresholds)
 from router_latency.wire import classify
 from router_latency.captures import parse_prometheus
 from router_latency.measuring import slow_phase_warnings

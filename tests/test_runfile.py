@@ -10,11 +10,12 @@ from hypothesis import given, settings, strategies as st
 from router_latency.constants import MAX_REASON_CHARS, ROUTER_MAX_CONCURRENCY
 from router_latency.words import failure_text
 from router_latency.files import write_atomic
+from router_latency.cache import result_cache_finding
 from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run,
                                     ERROR_KINDS, Floor, GpuReading, HostSettings, Ladder, load_run,
                                     pass_summary, PassRecord, phase_windows, PhaseWindow, Request,
-                                    REQUEST_OUTCOMES, result_cache_finding, RouterCpu, RunFile,
-                                    RunSettings, slow_windows, Thresholds, Warmup)
+                                    REQUEST_OUTCOMES, RouterCpu, RunFile, RunSettings, slow_windows,
+                                    Thresholds, Warmup)
 from conftest import BAD_FILES, assert_one_line_error, bad_file, make_run
 
 TEXT = st.text(min_size=0, max_size=20)

@@ -21,8 +21,9 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 from .constants import __version__, CACHE_SERIES, DEFAULT_HISTOGRAMS, MAX_FILE_NUMBER, STOP_POLL_S
 from .errors import is_whole, RouterLatencyError
 from .words import scrubbed
-from .runfile import (CapturedEnvironment, CpuSettings, GPU_FIELDS, GpuField, GpuReading,
-                      HostSettings, LoadRange, ProbeResult, RouterCpu)
+from .gpu import GPU_FIELDS, GpuField, GpuReading
+from .runfile import (CapturedEnvironment, CpuSettings, HostSettings, LoadRange, ProbeResult,
+                      RouterCpu)
 from .wire import Connection, encode_request, Endpoint, RequestFailed, tls_context
 
 __all__ = [

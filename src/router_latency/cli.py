@@ -31,7 +31,8 @@ from .files import (check_distinct_files, check_folder_accepts_a_file, check_wri
                     drop_output, rescue_copy, write_atomic, write_output)
 from .corpus import (build_corpus, corpus_bytes, default_boundary_cases, load_boundary_cases,
                      load_corpus)
-from .runfile import cache_text, dump_run, Ladder, load_run, RunFile, Thresholds
+from .cache import cache_text
+from .runfile import dump_run, Ladder, load_run, RunFile, Thresholds
 from .wire import bracketed, Endpoint, parse_endpoint, secret_values, SignalTable
 from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
                        GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)

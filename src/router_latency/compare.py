@@ -9,7 +9,8 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
 from .errors import Notice
 from .words import fmt_hundredths, fmt_value, plural
-from .runfile import cache_text, pass_title, PassRecord, RunFile
+from .cache import cache_text
+from .runfile import pass_title, PassRecord, RunFile
 from .measuring import flat_step, ladder_stop, shed_requests, step_text
 from .attribution import part_values, pass_attribution
 

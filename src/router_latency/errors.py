@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # annotations only, never imported when run: typing has it fr
 from .constants import MAX_FILE_NUMBER, MAX_LATENCY_MS
 
 __all__ = [
-    "checked_number", "checked_object", "is_whole", "Notice", "RouterLatencyError",
+    "checked_number", "checked_object", "checked_text", "is_whole", "Notice", "RouterLatencyError",
     "SignalInterrupt",
 ]
 
@@ -89,4 +89,12 @@ def checked_object(raw: Any, key: str, where: str) -> dict:
         # a top-level field is named "file: key", a nested one "file: outer.key"
         raise RouterLatencyError("expected an object",
                                  f"{where}{key}" if where.endswith(" ") else f"{where}.{key}")
+    return value
+
+
+def checked_text(raw: Any, key: str, where: str) -> Optional[str]:
+    """Return raw[key] when a string, None when absent or null; raise otherwise."""
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RouterLatencyError("expected a string or null", f"{where}.{key}")
     return value

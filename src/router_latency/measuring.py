@@ -28,9 +28,10 @@ from .errors import RouterLatencyError
 from .words import fmt_value, plural, scrubbed
 from .stats import rounded_percentiles
 from .corpus import Corpus
+from .cache import result_cache_finding
 from .runfile import (Attempt, Captures, content_slow_windows, count_outcomes, Floor, Ladder,
                       pass_name, pass_summary, pass_title, PassRecord, phase_windows, Request,
-                      result_cache_finding, RunFile, RunSettings, Thresholds, Warmup)
+                      RunFile, RunSettings, Thresholds, Warmup)
 from .wire import (accept_connections, classify, Connection, decision_path_hint, encode_request,
                    Endpoint, error_code, http_response, open_socket, parse_endpoint,
                    RequestFailed, ResponseReader, secret_values, SignalTable, stop_accepting,

@@ -15,8 +15,9 @@ from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CON
 from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value,
                     metric_label, metric_title, pct_text, plural, shown_decision, visible)
 from .stats import percentile
-from .runfile import (content_slow_windows, GPU_FIELDS, GPU_RANGED, GpuReading, HostSettings,
-                      pass_title, PassRecord, PhaseWindow, RunFile, RunSettings, Thresholds)
+from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
+from .runfile import (content_slow_windows, HostSettings, pass_title, PassRecord, PhaseWindow,
+                      RunFile, RunSettings, Thresholds)
 from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
                       usd_per_million, worse_sign)
 from .gate import BEYOND_LIMIT, composite_text, detectable_text, GateSettings, Row

@@ -17,8 +17,9 @@ from .errors import Notice, RouterLatencyError
 from .words import change_text, fmt_signed, metric_title, plural
 from .stats import (benjamini_hochberg, composite_log_ratios, mean_interval, order_effect,
                     OrderEffect, outlier_rounds, percentiles, t_test_p)
-from .runfile import (count_outcomes, EnvironmentRow, GPU_RANGED, pass_name, pass_title,
-                      PassEnvironment, Request, RunFile)
+from .gpu import GPU_RANGED
+from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
+                      Request, RunFile)
 from .attribution import part_values, pass_attribution, PassAttribution
 from .compare import (cache_warnings, Capacity, cost_for, decision_agreement, DecisionChange,
                       floor_warnings, run_capacity, usd_per_million)

@@ -9,22 +9,23 @@ import operator
 import os
 import re
 import statistics
-from typing import Any, Callable, cast, Iterator, NamedTuple, Optional, Sequence, TypedDict, Union
+from typing import Any, Callable, cast, Iterator, NamedTuple, Optional, Sequence, TypedDict
 
-from .constants import (__version__, CACHE_SERIES, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
+from .constants import (__version__, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
                         LADDER_MARGIN_PCT, LADDER_PASS, MAX_FILE_NUMBER, MAX_LATENCY_MS,
                         MAX_REASON_CHARS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
                         SIGNAL_NAME_PATTERN)
-from .errors import checked_number, checked_object, is_whole, RouterLatencyError
+from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
+from .gpu import GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings
+from .cache import CacheFinding, checked_cache, result_cache_finding
 from .stats import percentile, rounded_percentiles
 from .files import check_schema, read_json
 
 __all__ = [
-    "Attempt", "cache_text", "CapturedEnvironment", "Captures", "content_slow_windows",
-    "count_outcomes", "CpuSettings", "dump_run", "EnvironmentRow", "Floor", "GPU_FIELDS",
-    "GPU_RANGED", "GpuField", "GpuReading", "HostSettings", "Ladder", "load_run", "LoadRange",
-    "pass_name", "pass_summary", "pass_title", "PassEnvironment", "PassRecord", "phase_windows",
-    "PhaseWindow", "ProbeResult", "Request", "result_cache_finding", "RouterCpu", "RunFile",
+    "Attempt", "CapturedEnvironment", "Captures", "content_slow_windows", "count_outcomes",
+    "CpuSettings", "dump_run", "EnvironmentRow", "Floor", "HostSettings", "Ladder", "load_run",
+    "LoadRange", "pass_name", "pass_summary", "pass_title", "PassEnvironment", "PassRecord",
+    "phase_windows", "PhaseWindow", "ProbeResult", "Request", "RouterCpu", "RunFile",
     "RunSettings", "Thresholds", "Warmup",
 ]
 
@@ -41,11 +42,6 @@ ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "ht
 # a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
 # in the percentiles), or a routed answer to a prompt that expected only a rejection
 REQUEST_OUTCOMES = ("expected_rejection", "unexpected_routing")
-# a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
-# prompts it judges
-CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
-CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
-CACHE_MIN_PROMPTS = 10
 
 
 def pass_name(concurrency: int, rate: Optional[float] = None) -> str:
@@ -109,21 +105,6 @@ class ProbeResult(TypedDict, total=False):
     interrupted: bool  # only when true
 
 
-class GpuReadingJson(TypedDict, total=False):
-    """A GpuReading as the run file holds it (GpuReading.to_json): figures, or an error."""
-    used_mib: dict[str, float]
-    devices: dict[str, dict[str, Union[float, str, None]]]
-    error: str
-    note: str
-
-
-class GpuCapture(TypedDict, total=False):
-    """The GPU tool of a pass and its readings before and after."""
-    tool: str
-    before: GpuReadingJson
-    after: GpuReadingJson
-
-
 class MetricsCapture(TypedDict, total=False):
     """The router's metrics over a pass: the increase of each kept series and histogram
     series, or why the scrape failed."""
@@ -139,22 +120,6 @@ class CapturedEnvironment(TypedDict, total=False):
     probes: dict[str, dict[str, ProbeResult]]  # "before" and "after" -> probe name -> its run
     gpu: GpuCapture
     metrics: MetricsCapture
-
-
-class TimingCacheTest(TypedDict):
-    """The timing test of a result cache (timing_cache_test): how many prompts were compared,
-    how many answered faster when sent again, the median ratio, and the call."""
-    compared: int
-    faster: int
-    median_ratio: float
-    detected: bool
-
-
-class CacheFinding(TypedDict, total=False):
-    """Whether a result cache answered (result_cache_finding): by metrics, by timing."""
-    detected: bool
-    metrics: Optional[dict[str, float]]  # hits, lookups
-    timing: Optional[TimingCacheTest]
 
 
 class Request(NamedTuple):
@@ -505,147 +470,6 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
                          for w, p95, pace in zip(windows, p95s, paces)], thresholds)
 
 
-def timing_cache_test(passes: Sequence[Any]) -> Optional[TimingCacheTest]:
-    """Return the timing test for a result cache over a run's passes (PassRecords, in the
-    order measured), or None when too few prompts were sent twice to judge.
-
-    For each prompt answered more than once in the run (the passes after the first resend
-    every prompt; --repeat resends within a pass), ratio = the median latency of its later
-    answers / the latency of its first. A cache answers the later sendings from memory: most
-    ratios fall far below 1. A router without one answers them as before or slower (later
-    passes run more callers at once): it is called a cache when more than half of the prompts
-    compared have a ratio below CACHE_RATIO."""
-    answered: dict = {}
-    for item in passes:
-        if item.discarded:
-            continue
-        for r in sorted(item.requests, key=lambda r: (r.rep, r.start_ms or 0.0)):
-            if r.error is None and r.outcome is None and r.latency_ms:
-                answered.setdefault(r.id, []).append(r.latency_ms)
-    ratios = [statistics.median(later) / first for first, *later in answered.values() if later]
-    if len(ratios) < CACHE_MIN_PROMPTS:
-        return None
-    faster = sum(ratio < CACHE_RATIO for ratio in ratios)
-    return {"compared": len(ratios), "faster": faster,
-            "median_ratio": round(statistics.median(ratios), 4),
-            "detected": faster * 2 > len(ratios)}
-
-
-def metrics_cache_hits(passes: Sequence[Any]) -> Optional[dict]:
-    """Return the result cache's hits and lookups in the router's metrics over the passes, or
-    None when no pass captured a cache counter."""
-    hits = lookups = 0.0
-    seen = False
-    for item in passes:
-        deltas = (item.attempt.environment.get("metrics") or {}).get("deltas") or {}
-        for series, value in deltas.items():
-            if CACHE_SERIES.match(series.split("{", 1)[0]):
-                seen = True
-                lookups += value
-                hits += value if CACHE_HIT_LABEL.search(series) else 0.0
-    return {"hits": hits, "lookups": lookups} if seen else None
-
-
-def result_cache_finding(passes: Sequence[Any]) -> CacheFinding:
-    """Return whether a result cache answered a run, by the router's metrics and by timing:
-    {"detected", "metrics": {hits, lookups} or None, "timing": timing_cache_test() or None}."""
-    metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
-    detected = bool(metrics and metrics["hits"] > 0) or bool(timing and timing["detected"])
-    return {"detected": detected, "metrics": metrics, "timing": timing}
-
-
-def cache_text(finding: CacheFinding) -> str:
-    """Return a result cache finding in words: how it was seen, or why not."""
-    metrics, timing = finding.get("metrics"), finding.get("timing")
-    ways = []
-    if metrics and metrics["hits"] > 0:
-        ways.append(f"the router's metrics ({metrics['hits']:,.0f} hits of "
-                    f"{metrics['lookups']:,.0f} lookups during the passes)")
-    if timing and timing["detected"]:
-        ways.append(f"timing ({timing['faster']} of {timing['compared']} prompts sent again "
-                    f"answered in under half the time of their first sending)")
-    if ways:
-        return "a result cache answered: seen by " + " and by ".join(ways)
-    seen = [f"metrics: {metrics['hits']:,.0f} hits" if metrics else "metrics not scraped",
-            f"timing: {timing['faster']} of {timing['compared']} prompts faster when sent again"
-            if timing else "timing: too few prompts sent twice to judge"]
-    return f"no result cache detected ({'; '.join(seen)})"
-
-
-class GpuField(NamedTuple):
-    """One figure a GPU reading holds per device (a number or null): its key in the run file,
-    and how the GPU tables title it."""
-    key: str
-    title: str  # the per-pass GPU table's column, before the unit
-    unit: str
-    column: str  # the rounds report's router CPU and GPU table's column
-    summed: bool = False  # summed over devices (memory: gpu_mib), not ranged figure by figure
-
-
-# what a GPU reading holds per device, whichever tool read it (GPU_TOOLS)
-GPU_FIELDS = (GpuField("temp_c", "temp", "C", "gpu temp C"),
-              GpuField("sclk_mhz", "sclk", "MHz", "sclk MHz"),
-              GpuField("mclk_mhz", "mclk", "MHz", "mclk MHz"),
-              GpuField("power_w", "power", "W", "gpu W"),
-              GpuField("util_pct", "use", "%", "gpu use %"),
-              GpuField("used_mib", "used", "MiB", "gpu MiB", summed=True))
-GPU_RANGED = tuple(field for field in GPU_FIELDS if not field.summed)
-
-
-class GpuReading(NamedTuple):
-    """What a GPU tool read at one moment, before or after a pass: per device its GPU_FIELDS
-    figures and the temperature sensor they came from, or why there are none."""
-    used_mib: dict[str, float] = {}  # device -> memory used
-    # device -> GPU_FIELDS key -> its figure or None, and temp_sensor: which sensor it read
-    devices: dict[str, dict[str, Union[float, str, None]]] = {}
-    error: Optional[str] = None  # no reading: why (the tool missing, timed out, unreadable)
-    note: Optional[str] = None  # a reading, and what was odd: the tool's exit code, a device
-
-    def figures(self, key: str) -> list:
-        """Return a GPU_FIELDS figure's values over the devices, those read."""
-        return [state[key] for state in self.devices.values() if state.get(key) is not None]
-
-    @property
-    def total_mib(self) -> Optional[float]:
-        """The memory used over every device, None when no device told it."""
-        return math.fsum(self.used_mib.values()) if self.used_mib else None
-
-    def to_json(self) -> dict:
-        if self.error is not None:
-            return {"error": self.error}
-        document: dict = {"used_mib": self.used_mib, "devices": self.devices}
-        if self.note is not None:
-            document["note"] = self.note
-        return document
-
-    @classmethod
-    def from_json(cls, raw: Any, where: str) -> Optional["GpuReading"]:
-        if raw is None:
-            return None
-        if not isinstance(raw, dict):
-            raise RouterLatencyError("expected an object or null", where)
-        used = checked_object(raw, "used_mib", where)
-        for device, value in used.items():
-            checked_number(value, f"{where}.used_mib.{device}")
-        devices = checked_object(raw, "devices", where)
-        for device, state in devices.items():
-            if not isinstance(state, dict):
-                raise RouterLatencyError("expected an object", f"{where}.devices.{device}")
-            for field in GPU_FIELDS:
-                checked_number(state.get(field.key), f"{where}.devices.{device}.{field.key}",
-                               nullable=True)
-        return cls(used, devices, _checked_text(raw, "error", where),
-                   _checked_text(raw, "note", where))
-
-
-def gpu_readings(environment: CapturedEnvironment) -> tuple[GpuReading, ...]:
-    """Return a pass's GPU readings that were taken, before and after it."""
-    gpu = environment.get("gpu") or {}
-    readings = (GpuReading.from_json(gpu.get(moment), f"gpu.{moment}")
-                for moment in ("before", "after"))
-    return tuple(reading for reading in readings if reading is not None)
-
-
 class RouterCpu(NamedTuple):
     """The router's CPU time over a pass, and what other processes used of its CPUs."""
     router_s: Optional[float] = None  # user + system seconds of the router
@@ -980,18 +804,6 @@ class PassRecord(NamedTuple):
                          for i, a in enumerate(attempts)))
 
 
-def checked_cache(raw: Any, where: str) -> CacheFinding:
-    """Return a run file's result_cache as read, checked: {} or a finding with "detected"."""
-    if raw == {}:
-        return {}
-    if not isinstance(raw, dict) or not isinstance(raw.get("detected"), bool):
-        raise RouterLatencyError("expected an object with detected: true or false", where)
-    for key in ("metrics", "timing"):
-        if raw.get(key) is not None and not isinstance(raw[key], dict):
-            raise RouterLatencyError("expected an object or null", f"{where}.{key}")
-    return cast(CacheFinding, raw)  # detected and the type of both parts checked above
-
-
 def _not_an_object(where: str) -> Any:
     raise RouterLatencyError("expected an object", where)
 
@@ -1026,14 +838,6 @@ def _checked_list(raw: Any, key: str, where: str,
     if not isinstance(value, list) or not all(item(v) for v in value):
         raise RouterLatencyError("expected a list of the right kind", f"{where}.{key}")
     return tuple(value)
-
-
-def _checked_text(raw: Any, key: str, where: str) -> Optional[str]:
-    """Return raw[key] when a string, None when absent or null; raise otherwise."""
-    value = raw.get(key)
-    if value is not None and not isinstance(value, str):
-        raise RouterLatencyError("expected a string or null", f"{where}.{key}")
-    return value
 
 
 def _checked_whole(raw: Any, key: str, where: str, default: Optional[int] = None,
@@ -1107,7 +911,7 @@ class RunSettings(NamedTuple):
         values.update({key: _checked_whole(raw, key, where)
                        for key in ("warmup", "seed", "connections", "load_retries",
                                    "max_errors", "sampling_seed")})
-        values.update({key: _checked_text(raw, key, where) for key in (
+        values.update({key: checked_text(raw, key, where) for key in (
             "arrival", "expected_config_hash", "percentile_method", "latency")})
         return cls(
             concurrency=_checked_list(raw, "concurrency", where, lambda v: is_whole(v, 1)),
@@ -1239,7 +1043,7 @@ class HostSettings(NamedTuple):
         """Return the record; None for a file without host settings (written as {})."""
         if not raw:
             return None
-        texts: dict[str, Any] = {key: _checked_text(raw, key, where) for key in cls._fields[:4]}
+        texts: dict[str, Any] = {key: checked_text(raw, key, where) for key in cls._fields[:4]}
         return cls(**texts, driver=CpuSettings.from_json(raw.get("driver"), f"{where}.driver"),
                    router=CpuSettings.from_json(raw.get("router"), f"{where}.router"))
 
@@ -1264,9 +1068,9 @@ class Captures(NamedTuple):
             return None
         texts = {key: _checked_list(raw, key, where, lambda v: isinstance(v, str))
                  for key in ("probes", "histograms", "metric_patterns")}
-        return cls(gpu=_checked_text(raw, "gpu", where),
+        return cls(gpu=checked_text(raw, "gpu", where),
                    gpu_indexes=_checked_list(raw, "gpu_indexes", where, is_whole),
-                   metrics_url=_checked_text(raw, "metrics_url", where), **texts)
+                   metrics_url=checked_text(raw, "metrics_url", where), **texts)
 
 
 class RunFile(NamedTuple):

@@ -1,0 +1,113 @@
+"""Whether a result cache answered a run: by the router's metrics, by timing."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any, cast, Optional, Sequence, TypedDict
+
+from .constants import CACHE_SERIES
+from .errors import RouterLatencyError
+
+__all__ = ["cache_text", "CacheFinding", "checked_cache", "result_cache_finding"]
+
+# a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
+# prompts it judges
+CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
+CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
+CACHE_MIN_PROMPTS = 10
+
+
+class TimingCacheTest(TypedDict):
+    """The timing test of a result cache (timing_cache_test): how many prompts were compared,
+    how many answered faster when sent again, the median ratio, and the call."""
+    compared: int
+    faster: int
+    median_ratio: float
+    detected: bool
+
+
+class CacheFinding(TypedDict, total=False):
+    """Whether a result cache answered (result_cache_finding): by metrics, by timing."""
+    detected: bool
+    metrics: Optional[dict[str, float]]  # hits, lookups
+    timing: Optional[TimingCacheTest]
+
+
+def timing_cache_test(passes: Sequence[Any]) -> Optional[TimingCacheTest]:
+    """Return the timing test for a result cache over a run's passes (PassRecords, in the
+    order measured), or None when too few prompts were sent twice to judge.
+
+    For each prompt answered more than once in the run (the passes after the first resend
+    every prompt; --repeat resends within a pass), ratio = the median latency of its later
+    answers / the latency of its first. A cache answers the later sendings from memory: most
+    ratios fall far below 1. A router without one answers them as before or slower (later
+    passes run more callers at once): it is called a cache when more than half of the prompts
+    compared have a ratio below CACHE_RATIO."""
+    answered: dict = {}
+    for item in passes:
+        if item.discarded:
+            continue
+        for r in sorted(item.requests, key=lambda r: (r.rep, r.start_ms or 0.0)):
+            if r.error is None and r.outcome is None and r.latency_ms:
+                answered.setdefault(r.id, []).append(r.latency_ms)
+    ratios = [statistics.median(later) / first for first, *later in answered.values() if later]
+    if len(ratios) < CACHE_MIN_PROMPTS:
+        return None
+    faster = sum(ratio < CACHE_RATIO for ratio in ratios)
+    return {"compared": len(ratios), "faster": faster,
+            "median_ratio": round(statistics.median(ratios), 4),
+            "detected": faster * 2 > len(ratios)}
+
+
+def metrics_cache_hits(passes: Sequence[Any]) -> Optional[dict]:
+    """Return the result cache's hits and lookups in the router's metrics over the passes, or
+    None when no pass captured a cache counter."""
+    hits = lookups = 0.0
+    seen = False
+    for item in passes:
+        deltas = (item.attempt.environment.get("metrics") or {}).get("deltas") or {}
+        for series, value in deltas.items():
+            if CACHE_SERIES.match(series.split("{", 1)[0]):
+                seen = True
+                lookups += value
+                hits += value if CACHE_HIT_LABEL.search(series) else 0.0
+    return {"hits": hits, "lookups": lookups} if seen else None
+
+
+def result_cache_finding(passes: Sequence[Any]) -> CacheFinding:
+    """Return whether a result cache answered a run, by the router's metrics and by timing:
+    {"detected", "metrics": {hits, lookups} or None, "timing": timing_cache_test() or None}."""
+    metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
+    detected = bool(metrics and metrics["hits"] > 0) or bool(timing and timing["detected"])
+    return {"detected": detected, "metrics": metrics, "timing": timing}
+
+
+def cache_text(finding: CacheFinding) -> str:
+    """Return a result cache finding in words: how it was seen, or why not."""
+    metrics, timing = finding.get("metrics"), finding.get("timing")
+    ways = []
+    if metrics and metrics["hits"] > 0:
+        ways.append(f"the router's metrics ({metrics['hits']:,.0f} hits of "
+                    f"{metrics['lookups']:,.0f} lookups during the passes)")
+    if timing and timing["detected"]:
+        ways.append(f"timing ({timing['faster']} of {timing['compared']} prompts sent again "
+                    f"answered in under half the time of their first sending)")
+    if ways:
+        return "a result cache answered: seen by " + " and by ".join(ways)
+    seen = [f"metrics: {metrics['hits']:,.0f} hits" if metrics else "metrics not scraped",
+            f"timing: {timing['faster']} of {timing['compared']} prompts faster when sent again"
+            if timing else "timing: too few prompts sent twice to judge"]
+    return f"no result cache detected ({'; '.join(seen)})"
+
+
+def checked_cache(raw: Any, where: str) -> CacheFinding:
+    """Return a run file's result_cache as read, checked: {} or a finding with "detected"."""
+    if raw == {}:
+        return {}
+    if not isinstance(raw, dict) or not isinstance(raw.get("detected"), bool):
+        raise RouterLatencyError("expected an object with detected: true or false", where)
+    for key in ("metrics", "timing"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            raise RouterLatencyError("expected an object or null", f"{where}.{key}")
+    return cast(CacheFinding, raw)  # detected and the type of both parts checked above

@@ -1,0 +1,99 @@
+"""A GPU tool's readings as the run file holds them: the figures per device and their fields."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, NamedTuple, Optional, Union, TypedDict
+
+from .errors import checked_number, checked_object, checked_text, RouterLatencyError
+
+__all__ = ["GPU_FIELDS", "GPU_RANGED", "GpuCapture", "GpuField", "GpuReading", "gpu_readings"]
+
+
+class GpuReadingJson(TypedDict, total=False):
+    """A GpuReading as the run file holds it (GpuReading.to_json): figures, or an error."""
+    used_mib: dict[str, float]
+    devices: dict[str, dict[str, Union[float, str, None]]]
+    error: str
+    note: str
+
+
+class GpuCapture(TypedDict, total=False):
+    """The GPU tool of a pass and its readings before and after."""
+    tool: str
+    before: GpuReadingJson
+    after: GpuReadingJson
+
+
+class GpuField(NamedTuple):
+    """One figure a GPU reading holds per device (a number or null): its key in the run file,
+    and how the GPU tables title it."""
+    key: str
+    title: str  # the per-pass GPU table's column, before the unit
+    unit: str
+    column: str  # the rounds report's router CPU and GPU table's column
+    summed: bool = False  # summed over devices (memory: gpu_mib), not ranged figure by figure
+
+
+# what a GPU reading holds per device, whichever tool read it (GPU_TOOLS)
+GPU_FIELDS = (GpuField("temp_c", "temp", "C", "gpu temp C"),
+              GpuField("sclk_mhz", "sclk", "MHz", "sclk MHz"),
+              GpuField("mclk_mhz", "mclk", "MHz", "mclk MHz"),
+              GpuField("power_w", "power", "W", "gpu W"),
+              GpuField("util_pct", "use", "%", "gpu use %"),
+              GpuField("used_mib", "used", "MiB", "gpu MiB", summed=True))
+GPU_RANGED = tuple(field for field in GPU_FIELDS if not field.summed)
+
+
+class GpuReading(NamedTuple):
+    """What a GPU tool read at one moment, before or after a pass: per device its GPU_FIELDS
+    figures and the temperature sensor they came from, or why there are none."""
+    used_mib: dict[str, float] = {}  # device -> memory used
+    # device -> GPU_FIELDS key -> its figure or None, and temp_sensor: which sensor it read
+    devices: dict[str, dict[str, Union[float, str, None]]] = {}
+    error: Optional[str] = None  # no reading: why (the tool missing, timed out, unreadable)
+    note: Optional[str] = None  # a reading, and what was odd: the tool's exit code, a device
+
+    def figures(self, key: str) -> list:
+        """Return a GPU_FIELDS figure's values over the devices, those read."""
+        return [state[key] for state in self.devices.values() if state.get(key) is not None]
+
+    @property
+    def total_mib(self) -> Optional[float]:
+        """The memory used over every device, None when no device told it."""
+        return math.fsum(self.used_mib.values()) if self.used_mib else None
+
+    def to_json(self) -> dict:
+        if self.error is not None:
+            return {"error": self.error}
+        document: dict = {"used_mib": self.used_mib, "devices": self.devices}
+        if self.note is not None:
+            document["note"] = self.note
+        return document
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> Optional["GpuReading"]:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict):
+            raise RouterLatencyError("expected an object or null", where)
+        used = checked_object(raw, "used_mib", where)
+        for device, value in used.items():
+            checked_number(value, f"{where}.used_mib.{device}")
+        devices = checked_object(raw, "devices", where)
+        for device, state in devices.items():
+            if not isinstance(state, dict):
+                raise RouterLatencyError("expected an object", f"{where}.devices.{device}")
+            for field in GPU_FIELDS:
+                checked_number(state.get(field.key), f"{where}.devices.{device}.{field.key}",
+                               nullable=True)
+        return cls(used, devices, checked_text(raw, "error", where),
+                   checked_text(raw, "note", where))
+
+
+def gpu_readings(environment: Mapping[str, Any]) -> tuple[GpuReading, ...]:
+    """Return a pass's GPU readings that were taken, before and after it."""
+    gpu = environment.get("gpu") or {}
+    readings = (GpuReading.from_json(gpu.get(moment), f"gpu.{moment}")
+                for moment in ("before", "after"))
+    return tuple(reading for reading in readings if reading is not None)
