@@ -40,12 +40,15 @@ tools/amalgamate.py joins from them in that order:
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
+    history            the store across commits, the trend, the drift and its gate
     render_text        the reports as aligned text tables
     render_markdown    the reports as Markdown for a pull request
     render_json        the reports as JSON
     render_junit       JUnit XML and CSV
     page               one HTML file with SVG plots from a rounds report
+    history_render     the history report as text, Markdown, JSON and a page
     formats            each command's output formats, one table per command
+    history_cli        the history command's options and handler
     simulator          a routing-preview server, and the whole method on two of them
     cli                argument parsing, cmd_* handlers, main()
 """

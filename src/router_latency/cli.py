@@ -46,6 +46,7 @@ from .record import record_section
 from .render_text import (format_capacity, format_host, format_plan, format_rounds,
                           format_run_header, format_run_summary, overload_note, verdict_line)
 from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
+from .history_cli import add_history_parser
 from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, SignalModel,
                         SignalTime, SimulatedAnswers, Stall, start_simulator)
 
@@ -818,9 +819,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "(rounds), 130/143/129 interrupted")
     parser.add_argument("--version", action="version", version=f"router-latency {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser,
-                                     metavar="{corpus,run,compare,rounds,record,simulate,demo}")
+                                     metavar="{corpus,run,compare,rounds,record,history,"
+                                             "simulate,demo}")
     for add in (add_corpus_parser, add_run_parser, add_compare_parser, add_rounds_parser,
-                add_record_parser, add_simulate_parser, add_demo_parser):
+                add_record_parser):
+        add(commands)
+    add_history_parser(commands, HelpFormatter, emit)
+    for add in (add_simulate_parser, add_demo_parser):
         add(commands)
     return parser
 

@@ -15,6 +15,7 @@ from .render_markdown import format_compare_markdown, format_rounds_markdown
 from .render_json import compare_json, COMPARE_SCHEMA, record_json, rounds_json, ROUNDS_SCHEMA
 from .render_junit import junit_xml, requests_csv
 from .page import report_page
+from .history_render import format_history, format_history_markdown, history_json, history_page
 
 __all__ = ["COMMAND_OUTPUTS", "CompareView", "formats_help", "RoundsView"]
 
@@ -101,6 +102,17 @@ COMMAND_OUTPUTS: Dict[str, CommandOutputs] = {
                            lambda sections: dump_json(record_json(sections))),
         "markdown": ReportFile("the record's document to write", lambda sections: (
             "\n".join(format_record(sections)) + "\n").encode("utf-8")),
+    }),
+    "history": CommandOutputs(formats={
+        "text": ReportFormat("aligned tables", lambda report, view: format_history(report)),
+        "markdown": ReportFormat("the drift's verdict and a table per gated row, for a job "
+                                 "summary", lambda report, view: format_history_markdown(report)),
+        "json": ReportFormat("every figure at full precision",
+                             lambda report, view: json_lines(history_json(report))),
+    }, files={
+        "html": ReportFile("also write the history page: one HTML file plotting each gated "
+                           "row's series and cumulative change, no network needed",
+                           lambda report: history_page(report).encode("utf-8")),
     }),
     "run": CommandOutputs(formats={}, files={
         "csv": ReportFile("also write one CSV line per request: pass, id, start_ms, "

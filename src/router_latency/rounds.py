@@ -29,7 +29,7 @@ from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, L
 __all__ = [
     "CHECKED_FIELDS", "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure",
     "not_found_only", "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport",
-    "run_outcome", "run_overload", "SideOutcomes", "Slowdown", "start_order",
+    "run_outcome", "run_overload", "run_signature", "SideOutcomes", "Slowdown", "start_order",
 ]
 
 

@@ -1,0 +1,238 @@
+"""history: the store across commits, the trend, the drift gate and its page."""
+
+import json
+import math
+import random
+import shutil
+import xml.etree.ElementTree as ElementTree
+
+import cmarkgfm
+import pytest
+
+from conftest import make_run, ROOT
+from router_latency.history import (HISTORY_SCHEMA, history_report, read_history,
+                                    TrendSettings)
+
+BASE = (10.0, 20.0, 30.0, 100.0)  # p50, p95, p99 ms, req/s
+
+
+def rounds_folder(folder, ratio, *, seed, rounds=5, noise=0.01, sha="a" * 64, start=0.0,
+                  passes=(1,), scale=1.0):
+    """Write a rounds folder main/merge whose new side is `ratio` times slower than its base
+    (each round's ratio off by a normal error of sd `noise`), as `rounds` reads it; the base
+    side runs at `scale` times BASE's latencies."""
+    folder.mkdir(parents=True)
+    rng = random.Random(seed)
+    for number in range(1, rounds + 1):
+        level = scale * (1 + rng.gauss(0, 0.01))  # the node's level that round, both sides
+        base = tuple(v * level for v in BASE[:3]) + (BASE[3] / level,)
+        factor = ratio * math.exp(rng.gauss(0, noise))
+        new = tuple(v * factor for v in base[:3]) + (base[3] / factor,)
+        at = start + 100.0 * number
+        for side, figures, when in (("main", base, at), ("merge", new, at + 50)):
+            make_run(folder / f"r{number}-{side}.json", label=side, sha=sha,
+                     passes={c: figures for c in passes}, started_unix=when,
+                     started=f"2026-01-{1 + int(start // 10000):02d}T00:00:00Z")
+    return folder
+
+
+def chain(tmp_path, ratios, seed=1, **options):
+    """Return rounds folders c1, c2, ... in a parent folder, oldest first."""
+    parent = tmp_path / "old"
+    for index, ratio in enumerate(ratios):
+        rounds_folder(parent / f"c{index + 1}", ratio, seed=seed * 100 + index,
+                      start=10000.0 * index, scale=math.prod(ratios[:index]), **options)
+    return parent
+
+
+@pytest.fixture
+def drifted(tmp_path, cli):
+    """Six commits, each 2.5% slower than the one before, added one by one."""
+    store = tmp_path / "perf.jsonl"
+    parent = chain(tmp_path, [1.025] * 6)
+    for index in range(1, 7):
+        result = cli("history", "add", "--history", store, "--dir", parent / f"c{index}",
+                     "--base", "main", "--new", "merge", "--commit", f"c{index}",
+                     "--branch", "main", "--date", f"2026-01-0{index}")
+        assert result.code == 0, result.err
+        assert "PASS on its own" in result.out or "INCONCLUSIVE on its own" in result.out
+    return store
+
+
+def test_six_small_steps_drift_about_15_percent_and_the_gate_fails_naming_them(drifted, cli):
+    result = cli("history", "report", "--history", drifted, "--gate")
+    assert result.code == 1, result.out
+    first = result.out.splitlines()[0]
+    assert first.startswith("DRIFT FAIL: 6 commits like c6 since the base of c1")
+    reasons = result.out.splitlines()[1]
+    found = [float(v) for v in
+             __import__("re").findall(r"drifted ([+-][\d.]+)% \[([+-][\d.]+)%, ([+-][\d.]+)%\]",
+                                      reasons)[0]]
+    assert 13 < found[0] < 18 and 5 < found[1] < found[0] < found[2]
+    assert "worse than the 5% tolerance; most from c" in reasons
+    assert len(__import__("re").findall(r"c\d \(\+\d\.\d%\)", reasons)) == 3
+    # without --gate the same report exits 0
+    assert cli("history", "report", "--history", drifted).code == 0
+
+
+def test_the_drift_sums_the_steps_and_their_variances(drifted):
+    entries = read_history(str(drifted))
+    report = history_report(str(drifted), entries, TrendSettings())
+    row = next(r for r in report.rows if r.metric == "p50_ms")
+    steps = [p.step for p in row.points]
+    assert row.drift.mean == pytest.approx(math.fsum(s.mean for s in steps))
+    assert row.drift.variance == pytest.approx(math.fsum(s.variance for s in steps))
+    assert row.drift.low < row.drift.mean < row.drift.high
+    # from a pinned baseline: the steps after it only
+    pinned = history_report(str(drifted), entries, TrendSettings(baseline="c3"))
+    row3 = next(r for r in pinned.rows if r.metric == "p50_ms")
+    assert row3.drift.mean == pytest.approx(math.fsum(s.mean for s in steps[3:]))
+    assert [p.cumulative is None for p in row3.points] == [True, True, False, False, False,
+                                                           False]
+    assert row3.points[2].cumulative.mean == 0.0
+
+
+def test_a_a_series_does_not_fail_the_drift_gate(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 6),
+               "--base", "main", "--new", "merge").code == 0
+    result = cli("history", "report", "--history", store, "--gate")
+    assert result.code in (0, 3), result.out
+    assert "change points (Holm over 6 steps, family-wise 5%): none" in result.out
+
+
+def test_each_adds_the_folders_oldest_first_under_their_names(tmp_path, cli):
+    parent = chain(tmp_path, [1.0, 1.02, 1.0])
+    (parent / "c1").rename(parent / "zz-oldest")  # the name sorts last, the runs first
+    store = tmp_path / "perf.jsonl"
+    result = cli("history", "add", "--history", store, "--each", parent, "--base", "main",
+                 "--new", "merge", "--branch", "main")
+    assert result.code == 0, result.err
+    assert [e.commit for e in read_history(str(store))] == ["zz-oldest", "c2", "c3"]
+    assert [line.split(":")[0] for line in result.out.splitlines()] == \
+        ["added zz-oldest", "added c2", "added c3"]
+
+
+def test_entries_of_another_corpus_or_configuration_are_left_out_and_named(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    rounds_folder(tmp_path / "a", 1.0, seed=1)
+    rounds_folder(tmp_path / "b", 1.2, seed=2, sha="b" * 64, start=10000.0)
+    rounds_folder(tmp_path / "c", 1.2, seed=3, passes=(1, 4), start=20000.0)
+    rounds_folder(tmp_path / "d", 1.0, seed=4, start=30000.0)
+    for name in "abcd":
+        assert cli("history", "add", "--history", store, "--dir", tmp_path / name, "--base",
+                   "main", "--new", "merge", "--commit", name).code == 0
+    result = cli("history", "report", "--history", store)
+    assert "left out: b: corpus bbbbbbbbbbbb, not aaaaaaaaaaaa" in result.out
+    assert "left out: c: configuration differs (passes 'sequential c4', not 'sequential')" \
+        in result.out
+    assert "2 commits like d" in result.out
+    kept = cli("history", "report", "--history", store, "--allow-mismatch", "corpus",
+               "--format", "json")
+    document = json.loads(kept.out)
+    assert [entry["commit"] for entry in document["left_out"]] == ["c"]
+    assert [p["commit"] for p in document["rows"][0]["points"]] == ["a", "b", "d"]
+
+
+def test_the_markdown_renders_in_githubs_parser(drifted, cli):
+    result = cli("history", "report", "--history", drifted, "--format", "markdown")
+    html = cmarkgfm.github_flavored_markdown_to_html(result.out)
+    assert "<strong>Drift: FAIL</strong>" in html
+    assert html.count("<table>") == 3  # p50, p95, req/s of the one pass
+    assert "<th align=\"right\">cumulative [95%]</th>" in html
+    assert "<li>Sequential p50 drifted +" in html
+
+
+def test_the_page_plots_the_series_and_the_cumulative_change(drifted, cli, tmp_path):
+    page = tmp_path / "drift.html"
+    assert cli("history", "report", "--history", drifted, "--html", page).code == 0
+    text = page.read_text(encoding="utf-8")
+    root = ElementTree.fromstring(text.split("\n", 1)[1])  # polyglot: XML reads it
+    svg = "{http://www.w3.org/2000/svg}"
+    plots = [s.get("aria-label") for s in root.iter(f"{svg}svg")]
+    assert plots[:2] == ["Sequential p50: the series", "Sequential p50: cumulative change"]
+    assert len(list(root.iter(f"{svg}polygon"))) == 3  # the band of each drift
+    assert "<script" not in text and "http://" not in text.replace(
+        "http://www.w3.org/", "")
+
+
+OLD_LINE = ROOT / "tests" / "data" / "history-v1.jsonl"
+
+
+def test_a_history_written_by_version_1_is_read(tmp_path, cli):
+    """tests/data/history-v1.jsonl was written by history add of schema 1: every later
+    version must read it (a new field is added, never renamed; a line may carry fields this
+    version does not know)."""
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    lines = store.read_text().splitlines()
+    assert all(json.loads(line)["schema"] == "router-latency-history/1" for line in lines)
+    entries = read_history(str(store))
+    assert [e.commit for e in entries] == ["c1", "c2", "c3"]
+    newer = json.loads(lines[0])
+    newer["a_field_of_a_later_version"] = {"x": 1}
+    store.write_text(json.dumps(newer) + "\n" + "\n".join(lines[1:]) + "\n")
+    assert [e.commit for e in read_history(str(store))] == ["c1", "c2", "c3"]
+    result = cli("history", "report", "--history", store)
+    assert result.code == 0 and "3 commits like c3" in result.out
+    # and what this version writes today is what the file holds: schema 1
+    rounds_folder(tmp_path / "c4", 1.0, seed=9, start=90000.0)
+    assert cli("history", "add", "--history", store, "--dir", tmp_path / "c4", "--base",
+               "main", "--new", "merge", "--commit", "c4").code == 0
+    assert json.loads(store.read_text().splitlines()[-1])["schema"] == HISTORY_SCHEMA
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"schema": "router-latency-history/2", "commit": "x"}', "written by another major"),
+    ('{"schema": "router-latency-history/1", "commit": "x"}', "base_commit is missing"),
+    ("{not json", "line 4"),
+])
+def test_a_bad_line_is_a_one_line_error_naming_it(tmp_path, cli, line, message):
+    store = tmp_path / "perf.jsonl"
+    store.write_text(OLD_LINE.read_text() + line + "\n")
+    result = cli("history", "report", "--history", store)
+    assert result.code == 2 and result.out == ""
+    assert len(result.err.splitlines()) == 1 and message in result.err
+    assert "line 4" in result.err
+
+
+def test_a_single_run_is_marked_and_not_in_the_drift(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    result = cli("history", "add", "--history", store, "--run", run, "--commit", "c9")
+    assert result.code == 0 and result.out.startswith("added c9: run")
+    report = cli("history", "report", "--history", store, "--format", "json")
+    document = json.loads(report.out)
+    assert document["rows"][0]["points"][-1]["kind"] == "run"
+    assert document["rows"][0]["points"][-1]["step"] is None
+    assert any("c9: a single run" in note for note in document["notes"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["add"], "give one of --dir, --each or --run"),
+    (["add", "--dir", "x", "--base", "a", "--new", "b"], "--dir and --run need --commit"),
+    (["add", "--dir", "x", "--base", "a", "--new", "a", "--commit", "c"], "--base and --new"),
+    (["add", "--dir", "nowhere", "--base", "a", "--new", "b", "--commit", "c"],
+     "no such folder"),
+    (["report", "--commit", "c"], "--commit is an option of history add"),
+    (["add", "--gate"], "--gate is an option of history report"),
+    (["report", "--baseline", "nothing"], "no entry of commit or label nothing"),
+])
+def test_bad_input_is_a_one_line_error(tmp_path, cli, argv, message):
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    before = store.read_bytes()
+    result = cli("history", argv[0], "--history", store, *argv[1:])
+    assert result.code == 2, result
+    assert len(result.err.splitlines()) == 1 and message in result.err
+    assert store.read_bytes() == before
+
+
+def test_a_commit_is_added_once(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    rounds_folder(tmp_path / "again", 1.0, seed=5)
+    result = cli("history", "add", "--history", store, "--dir", tmp_path / "again", "--base",
+                 "main", "--new", "merge", "--commit", "c2")
+    assert result.code == 2 and "commit c2 is already in the history (line 2)" in result.err
