@@ -11873,7 +11873,9 @@ def row_table(row: RowTrend) -> Table:
     lines = []
     for p in row.points:
         step = "-" if p.step is None else history_change_text(p.step, row.metric)
-        total = "-" if p.cumulative is None else history_change_text(p.cumulative, row.metric)
+        total = "-" if p.cumulative is None else "0 (baseline)" \
+            if p.cumulative.variance == 0 and p.cumulative.mean == 0 else \
+            history_change_text(p.cumulative, row.metric)
         lines.append([p.commit + (f" ({p.label})" if p.label else ""), p.date[:10],
                       level_cell(p), step, total, "step" if p.change_point else "",
                       p.verdict or p.kind])
@@ -11974,9 +11976,33 @@ def svg_open(title: str, y_label: str, width: int, height: int) -> List[str]:
             f'<text x="{width / 2:.0f}" y="14" text-anchor="middle" font-weight="bold">'
             f'{esc(title)}</text>',
             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">commit, '
-            f'oldest first (hover a point for its name)</text>',
+            f'oldest first</text>',
             f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
             f'text-anchor="middle">{esc(y_label)}</text>']
+
+
+def commit_axis(first: int, count: int, box: PlotBox) -> Axis:
+    """Return the x axis of a plot of commits, indexes first to first + count - 1."""
+    return Axis(*padded([float(first), float(first + count - 1)], False), box.left, box.right)
+
+
+def commit_grid(names: Sequence[str], x_axis: Axis, first: int, y_axis: Axis,
+                box: PlotBox) -> List[str]:
+    """Return a plot's grid: a line per y tick, labelled, and the commits' names along x
+    (as many as fit, the last always), the first at index `first`."""
+    parts = []
+    for value in y_axis.ticks():
+        y = y_axis.at(value)
+        parts.append(f'<line x1="{box.left}" y1="{y:.1f}" x2="{box.right}" y2="{y:.1f}" '
+                     f'stroke="#e5e5e5"/><text x="{box.left - 4}" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{esc(f"{value:g}")}</text>')
+    every = max(1, math.ceil(len(names) * 70 / (box.right - box.left)))
+    for index, name in enumerate(names):
+        if index % every == 0 or index == len(names) - 1:
+            x = x_axis.at(first + index)
+            parts.append(f'<text x="{x:.1f}" y="{box.bottom + 14}" text-anchor="middle">'
+                         f"{esc(name[:10])}<title>{esc(name)}</title></text>")
+    return parts
 
 
 def interval_marks(x: float, y: Sequence[float], color: str, title: str,
@@ -11994,11 +12020,11 @@ def series_svg(row: RowTrend, width: int = 560, height: int = 270) -> str:
     drawn hollow and larger."""
     points = row.points
     values = [v for p in points for v in (p.level, p.level_low, p.level_high) if v is not None]
-    x_axis = Axis(*padded([0.0, float(len(points) - 1)], False), 58, width - 14)
-    y_axis = Axis(*padded(values, False), height - 38, 24)
     box = PlotBox(58, 24, width - 14, height - 38)
+    x_axis = commit_axis(0, len(points), box)
+    y_axis = Axis(*padded(values, False), height - 38, 24)
     parts = svg_open(f"{row.title}: the series", metric_label(row.metric), width, height)
-    parts += grid_lines(x_axis, y_axis, box)
+    parts += commit_grid([p.commit for p in points], x_axis, 0, y_axis, box)
     for i, p in enumerate(points):
         low = p.level if p.level_low is None else p.level_low
         high = p.level if p.level_high is None else p.level_high
@@ -12013,19 +12039,24 @@ def drift_svg(row: RowTrend, tolerance_pct: float, width: int = 560, height: int
     tolerance's line."""
     shown = [(i, metric_change(p.cumulative, row.metric)) for i, p in enumerate(row.points)
              if p.cumulative is not None]
+    # from the first entry's base (the default baseline): its origin, 0%, one place before it
+    first = -1 if shown and shown[0][0] == 0 and shown[0][1].variance > 0 else 0
+    names = (["base"] if first < 0 else []) + [p.commit for p in row.points]
+    if first < 0:
+        shown.insert(0, (-1, Change(0.0, 0.0, 0.0, 0.0, 1.0)))
     tolerance = math.log1p(tolerance_pct / 100) * (-1 if row.metric.endswith("req_per_s") else 1)
     values = [100 * math.expm1(v) for _, c in shown for v in (c.low, c.high)] + \
         [0.0, 100 * math.expm1(tolerance)]
-    x_axis = Axis(*padded([0.0, float(len(row.points) - 1)], False), 58, width - 14)
-    y_axis = Axis(*padded(values, False), height - 38, 24)
     box = PlotBox(58, 24, width - 14, height - 38)
+    x_axis = commit_axis(first, len(names), box)
+    y_axis = Axis(*padded(values, False), height - 38, 24)
 
     def y(log_value: float) -> float:
         return y_axis.at(100 * math.expm1(log_value))
 
     parts = svg_open(f"{row.title}: cumulative change", "change since the baseline, %",
                      width, height)
-    parts += grid_lines(x_axis, y_axis, box)
+    parts += commit_grid(names, x_axis, first, y_axis, box)
     limit = y(tolerance)
     parts.append(f'<line x1="{box.left}" y1="{limit:.1f}" x2="{box.right}" y2="{limit:.1f}" '
                  f'stroke="{LIMIT_COLOR}" stroke-dasharray="6 4"><title>tolerance '
@@ -12039,7 +12070,7 @@ def drift_svg(row: RowTrend, tolerance_pct: float, width: int = 560, height: int
         parts.append(f'<polyline points="{line}" fill="none" stroke="{DRIFT_COLOR}" '
                      f'stroke-width="1.6"/>')
         parts += [interval_marks(x_axis.at(i), [y(c.low), y(c.mean), y(c.high)], DRIFT_COLOR,
-                                 f"{row.points[i].commit}: {drift_words(row, i)}")
+                                 f"{names[i - first]}: {drift_words(row, i) if i >= 0 else '0'}")
                   for i, c in shown]
     return "\n".join(parts) + "\n</svg>"
 
@@ -12056,6 +12087,10 @@ def history_page(report: HistoryReport) -> str:
         body += [f"<h2>{esc(table.caption)}</h2>",
                  f'<div class="grid">{series_svg(row)}\n'
                  f"{drift_svg(row, report.tolerance_pct)}</div>",
+                 '<p class="note">Left: the new side\'s geometric mean over the rounds of each '
+                 "commit with its 95% interval; a hollow point is a change point. Right: the "
+                 "change since the baseline, the sum of the paired steps, with its 95% band; "
+                 "the dashed line is the tolerance.</p>",
                  table_html(table.header, table.rows, table.right)]
     body += ["<h2>Details</h2>", "<ul>" + "".join(f"<li>{esc(line)}</li>"
                                                  for line in detail_lines(report)) + "</ul>"]

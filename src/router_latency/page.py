@@ -19,8 +19,8 @@ from .render_text import (decisions_note, decomposition_text, environment_tables
                           row_change_text, rounds_table_parts, slowdown_tables)
 from .render_junit import xml_safe
 
-__all__ = ["Axis", "esc", "grid_lines", "padded", "PAGE_STYLE", "PlotBox", "report_page",
-           "table_html", "VERDICT_COLORS"]
+__all__ = ["Axis", "esc", "padded", "PAGE_STYLE", "PlotBox", "report_page", "table_html",
+           "VERDICT_COLORS"]
 
 
 # One self-contained HTML file, no network and no script, with SVG plots drawn here with the
