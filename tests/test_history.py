@@ -2,8 +2,10 @@
 
 import json
 import math
+import os
 import random
 import shutil
+import subprocess
 import xml.etree.ElementTree as ElementTree
 
 import cmarkgfm
@@ -17,7 +19,7 @@ BASE = (10.0, 20.0, 30.0, 100.0)  # p50, p95, p99 ms, req/s
 
 
 def rounds_folder(folder, ratio, *, seed, rounds=5, noise=0.01, sha="a" * 64, start=0.0,
-                  passes=(1,), scale=1.0):
+                  passes=(1,), scale=1.0, sides=("main", "merge")):
     """Write a rounds folder main/merge whose new side is `ratio` times slower than its base
     (each round's ratio off by a normal error of sd `noise`), as `rounds` reads it; the base
     side runs at `scale` times BASE's latencies."""
@@ -29,7 +31,7 @@ def rounds_folder(folder, ratio, *, seed, rounds=5, noise=0.01, sha="a" * 64, st
         factor = ratio * math.exp(rng.gauss(0, noise))
         new = tuple(v * factor for v in base[:3]) + (base[3] / factor,)
         at = start + 100.0 * number
-        for side, figures, when in (("main", base, at), ("merge", new, at + 50)):
+        for side, figures, when in ((sides[0], base, at), (sides[1], new, at + 50)):
             make_run(folder / f"r{number}-{side}.json", label=side, sha=sha,
                      passes={c: figures for c in passes}, started_unix=when,
                      started=f"2026-01-{1 + int(start // 10000):02d}T00:00:00Z")
@@ -236,3 +238,49 @@ def test_a_commit_is_added_once(tmp_path, cli):
     result = cli("history", "add", "--history", store, "--dir", tmp_path / "again", "--base",
                  "main", "--new", "merge", "--commit", "c2")
     assert result.code == 2 and "commit c2 is already in the history (line 2)" in result.err
+
+
+def readme_history_step():
+    """The shell lines of the README's history workflow step that adds and gates, dedented."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    step = readme.split("      - name: add the merge to the history and gate the drift\n"
+                        "        run: |\n", 1)[1]
+    step = step.split("      - uses: actions/upload-artifact", 1)[0]
+    return "\n".join(line[10:] for line in step.splitlines()) + "\n"
+
+
+def git(*argv, cwd):
+    subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("ratio, code, verdict", [(1.0, 0, "PASS"), (1.3, 1, "FAIL")])
+def test_the_readme_history_step_adds_pushes_and_gates(tmp_path, ratio, code, verdict):
+    """The README's step, run as GitHub runs it (bash -eo pipefail), with the tool at its
+    path, a perf-history branch in a local origin, and a rounds folder in results/: the line
+    is pushed (a failing drift too), the summary holds the drift's Markdown, and the step's
+    exit code is the gate's."""
+    origin = tmp_path / "origin.git"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    git("clone", "-q", str(origin), "history", cwd=tmp_path)
+    git("switch", "-q", "--orphan", "perf-history", cwd=tmp_path / "history")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m",
+        "latency history", cwd=tmp_path / "history")
+    git("push", "-q", "origin", "perf-history", cwd=tmp_path / "history")
+    (tmp_path / "router-latency").mkdir()
+    shutil.copy(ROOT / "router_latency.py", tmp_path / "router-latency" / "router_latency.py")
+    rounds_folder(tmp_path / "results", ratio, seed=3, sides=("previous", "merged"))
+    summary = tmp_path / "summary.md"
+    summary.write_text("")
+    step = readme_history_step().replace("${{ github.event.before }}", "0123abcd")
+    env = {**os.environ, "GITHUB_SHA": "4567ef01", "GITHUB_STEP_SUMMARY": str(summary)}
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", step], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert summary.read_text().startswith(f"**Drift: {verdict}**: 1 commit like 4567ef01")
+    assert (tmp_path / "results" / "drift.html").exists()
+    shown = subprocess.run(["git", "show", "perf-history:perf.jsonl"], cwd=origin,
+                           capture_output=True, text=True, timeout=60, check=True).stdout
+    line = json.loads(shown)
+    assert (line["commit"], line["base_commit"], line["node_class"]) == \
+        ("4567ef01", "0123abcd", "h200")
