@@ -284,3 +284,14 @@ def test_the_readme_history_step_adds_pushes_and_gates(tmp_path, ratio, code, ve
     line = json.loads(shown)
     assert (line["commit"], line["base_commit"], line["node_class"]) == \
         ("4567ef01", "0123abcd", "h200")
+
+
+def test_each_adds_all_its_folders_or_none(tmp_path, cli):
+    parent = chain(tmp_path, [1.0, 1.0])
+    rounds_folder(parent / "c3", 1.0, seed=8, rounds=2, start=50000.0)  # too few to judge
+    store = tmp_path / "perf.jsonl"
+    result = cli("history", "add", "--history", store, "--each", parent, "--base", "main",
+                 "--new", "merge")
+    assert result.code == 2 and "need at least 3 rounds" in result.err
+    assert len(result.err.splitlines()) == 1 and "c3" in result.err
+    assert not store.exists() and list(tmp_path.glob(".perf.jsonl*")) == []
