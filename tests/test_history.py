@@ -241,8 +241,8 @@ def test_a_commit_is_added_once(tmp_path, cli):
 
 
 def readme_history_step():
-    """The shell lines of the README's history workflow step that adds and gates, dedented."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The shell lines of docs/history.md's workflow step that adds and gates, dedented."""
+    readme = (ROOT / "docs" / "history.md").read_text(encoding="utf-8")
     step = readme.split("      - name: add the merge to the history and gate the drift\n"
                         "        run: |\n", 1)[1]
     step = step.split("      - uses: actions/upload-artifact", 1)[0]
@@ -256,7 +256,7 @@ def git(*argv, cwd):
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.mark.parametrize("ratio, code, verdict", [(1.0, 0, "PASS"), (1.3, 1, "FAIL")])
 def test_the_readme_history_step_adds_pushes_and_gates(tmp_path, ratio, code, verdict):
-    """The README's step, run as GitHub runs it (bash -eo pipefail), with the tool at its
+    """The workflow step of docs/history.md, run as GitHub runs it (bash -eo pipefail), with the tool at its
     path, a perf-history branch in a local origin, and a rounds folder in results/: the line
     is pushed (a failing drift too), the summary holds the drift's Markdown, and the step's
     exit code is the gate's."""
