@@ -87,10 +87,12 @@ def user_text(request):
 
 class RouterDouble:
     def __init__(self, *, startup_s=0.0, unmatched=(), loaded_after=0, config_hash=None,
-                 delay_s=0.0, newer=False, sampled=(), partial=()):
+                 delay_s=0.0, newer=False, sampled=(), partial=(), classifier_s=None):
         self.startup_s, self.unmatched, self.loaded_after = startup_s, set(unmatched), \
             loaded_after
         self.newer, self.sampled, self.partial = newer, set(sampled), set(partial)
+        # newer: previews answer 503 CLASSIFIER_UNAVAILABLE this long (/ready: startup_s)
+        self.classifier_s = startup_s if classifier_s is None else classifier_s
         self.delay_s = delay_s
         self.config_hash = config_hash or hashlib.sha256(b"double").hexdigest()
         self.started = time.monotonic()
@@ -202,7 +204,7 @@ class RouterDouble:
         if model and model not in AUTO_NAMES:
             return 400, error_body("INVALID_ROUTING_MODEL",
                                    f'unknown routing model "{model}"'), False
-        if self.newer and self.starting():
+        if self.newer and time.monotonic() - self.started < self.classifier_s:
             return 503, error_body("CLASSIFIER_UNAVAILABLE",
                                    "signal classifier is unavailable"), False
         with self.lock:

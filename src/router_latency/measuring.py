@@ -294,6 +294,12 @@ class Progress:
         self.stream.flush()
         self.width = 0 if finished else len(text)
 
+    def note(self, text: str) -> None:
+        """Draw a line between passes (waiting for a starting router), kept until the
+        next line covers it: on a terminal only, as the passes' lines."""
+        if self.enabled:
+            self.draw(text, False)
+
     def end(self) -> None:
         if self.thread is not None:
             self.stop.set()
@@ -1315,7 +1321,9 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
         notify(f"warning: {warning}")
     floor = measure_floor(target)
     ready_after = wait_until_ready(target, encode_prompts(target, ["hello"])[0],
-                                   plan.wait_ready, stop, show=notify)
+                                   plan.wait_ready, stop, show=context.progress.note)
+    if context.progress.enabled and context.progress.width:  # the waiting line, ended
+        context.progress.draw(f"router ready after {ready_after or 0:.1f} s", True)
     if stop.is_set():
         return None
     payloads = encode_prompts(target, [p.text for p in corpus.prompts])
