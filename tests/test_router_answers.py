@@ -497,8 +497,11 @@ def vllm_sr():
 @pytest.mark.skipif(vllm_sr() is None, reason="the vllm-sr package is not installed")
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
                                    ["--sampling-seed", "7"]])
-def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra):
-    router = simulator(delay_ms=0, answers=SimulatedAnswers(no_decision_share=0.5))
+@pytest.mark.parametrize("answers", [SimulatedAnswers(no_decision_share=0.5),
+                                     SimulatedAnswers(no_decision_share=0.3, sampled_share=0.5,
+                                                      runtime="vllm-sr-runtime")])
+def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra, answers):
+    router = simulator(delay_ms=0, answers=answers)
     for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
                 ["--messages", '[{"role": "user", "content": " "}]']):
         done = subprocess.run([vllm_sr(), "route", "preview", "--endpoint", router.url, *ask,
