@@ -286,3 +286,34 @@ def test_no_model_is_sent_by_default_so_any_auto_name_configuration_routes(simul
     assert cli(*args).code == 0
     result = cli(*args, "--force", "--model", "MoM")
     assert result.code == 2 and "does not route model 'MoM'" in result.err
+
+
+# --- rounds/run_rounds.sh: a newer router is measured once ready ---
+
+def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
+    import shlex
+    import subprocess
+    import sys
+    from conftest import ROOT, TOOL_PYC
+    corpus = write_corpus(tmp_path / "corpus.json", PROMPTS[:4])
+
+    def start(side, delay):  # detached, a newer router loading its models for 1 s
+        return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
+                f"--port 0 --delay-ms {delay} --startup-s 1 --phased-startup --url-file "
+                f"{shlex.quote(str(tmp_path / (side + '.url')))} >/dev/null 2>&1 & "
+                f"echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
+    stop = f'kill "$(cat {shlex.quote(str(tmp_path))}/$SIDE.pid)"'
+    command = ["bash", str(ROOT / "rounds" / "run_rounds.sh"), "--rounds", "3", "--dir",
+               str(tmp_path / "results"), "--corpus", corpus, "--wait-ready", "20", "--tool",
+               str(TOOL_PYC), "--base", "cpu", "--base-start", start("cpu", 10), "--base-stop",
+               stop, "--base-url-file", str(tmp_path / "cpu.url"), "--new", "gpu",
+               "--new-start", start("gpu", 0.5), "--new-stop", stop, "--new-url-file",
+               str(tmp_path / "gpu.url"), "--tolerance", "1000", "--gate", "sequential:p50",
+               "--", "--concurrency", "1", "--warmup", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert result.returncode == 0, result.stderr
+    for path in sorted((tmp_path / "results").glob("r*.json")):
+        document = json.loads(path.read_text())
+        assert document["ready_after_s"] is not None
+        assert {r["status"] for r in document["passes"][0]["requests"]} == {200}, path.name
