@@ -115,7 +115,8 @@ Options:
                           each pass (run --metrics-url)
   --base-container NAME, --new-container NAME  the side's Docker container: its CPU time per
                           request and the foreign vCPUs on its CPUs (run --router-container)
-  --wait-ready SECONDS    how long a started router may take to answer (default 300)
+  --wait-ready SECONDS    how long a started router may take to answer (default 300); its
+                          /ready 503 and a preview's 503 CLASSIFIER_UNAVAILABLE are not yet
   --stop-wait SECONDS     how long a side's router, and an interrupted run, may take to end
                           after SIGTERM before SIGKILL (default 30)
   --tolerance PCT         passed to `rounds` (default 5)

@@ -11,7 +11,8 @@ What it does as the router does:
   {"status":"starting","ready":false} until `startup_s` is over, then 200;
 - strict JSON (an unknown field: 400 INVALID_INPUT), a 10 MiB body limit (413
   REQUEST_BODY_TOO_LARGE), empty input 400 INVALID_INPUT "text cannot be empty" while
-  whitespace-only text is routed, model "" or MoM (else 400 INVALID_ROUTING_MODEL),
+  whitespace-only text is routed, model "" or an auto name (vllm-sr/auto, auto, MoM; else
+  400 INVALID_ROUTING_MODEL), requested_model the model sent, trimmed ("" when none),
   x-sr-bench-expected-config-hash (malformed 400, mismatch 412);
 - the 200 body of EvalResponse with every signal's metrics, a trailing newline, sent with a
   Content-Length when it fits Go's 2,048-byte response buffer and chunked when it does not;
@@ -19,6 +20,11 @@ What it does as the router does:
 - no decision matched (`unmatched`): decision_result.decision_name "" and no routing_decision
   or selected_model; before `loaded_after` previews, the classifier is not loaded: a 200 with
   original_text, requested_model and all-zero metrics but no decision_result.
+Newer routers (`newer=True`): while starting, /ready 503 with phase, pending_models,
+ready_models and total_models, and previews 503 CLASSIFIER_UNAVAILABLE; prompts in
+`sampled` get a selected model drawn anew with selection_provenance {mode, state_dependent,
+sampled, sampling_seed}; prompts in `partial` a 503 with the answer (x-vsr-config-hash too),
+its decision_error and no selection.
 """
 
 import hashlib
@@ -32,8 +38,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PREVIEW = "/api/v1/routing/preview"
 LIMIT = 10 * 1024 * 1024
 GO_BUFFER = 2048  # net/http's bufferBeforeChunkingSize
-REQUEST_FIELDS = {"text", "messages", "tools", "model", "metadata", "options",
-                  "preview_context"}
+# services.IntentRequest's fields (the client's envelope: max_tokens, tool_choice, ...)
+REQUEST_FIELDS = {"text", "messages", "tools", "functions", "tool_choice", "function_call",
+                  "response_format", "max_tokens", "max_completion_tokens", "model",
+                  "metadata", "options", "preview_context"}
+# a default configuration's auto names (config: DefaultVSRAutoModelName, LegacyAutoModelAlias,
+# DefaultAutoModelName); an empty model resolves to the first
+AUTO_NAMES = ("vllm-sr/auto", "auto", "MoM")
+MODELS = ("domain-classifier", "jailbreak-guard", "pii-detector")  # loaded while starting
 MESSAGE_FIELDS = {"role", "name", "content", "tool_calls", "tool_call_id", "function_call",
                   "refusal", "reasoning_content"}
 # classification.SignalMetricsCollection: every signal, always present
@@ -75,9 +87,12 @@ def user_text(request):
 
 class RouterDouble:
     def __init__(self, *, startup_s=0.0, unmatched=(), loaded_after=0, config_hash=None,
-                 delay_s=0.0):
+                 delay_s=0.0, newer=False, sampled=(), partial=(), classifier_s=None):
         self.startup_s, self.unmatched, self.loaded_after = startup_s, set(unmatched), \
             loaded_after
+        self.newer, self.sampled, self.partial = newer, set(sampled), set(partial)
+        # newer: previews answer 503 CLASSIFIER_UNAVAILABLE this long (/ready: startup_s)
+        self.classifier_s = startup_s if classifier_s is None else classifier_s
         self.delay_s = delay_s
         self.config_hash = config_hash or hashlib.sha256(b"double").hexdigest()
         self.started = time.monotonic()
@@ -132,9 +147,8 @@ class RouterDouble:
         if path == "/health" and method == "GET":
             return self.send(handler, 200, b'{"status":"healthy"}\n', request_id)
         if path == "/ready" and method == "GET":
-            if time.monotonic() - self.started < self.startup_s:
-                return self.send(handler, 503, b'{"status":"starting","ready":false}\n',
-                                 request_id)
+            if self.starting():
+                return self.send(handler, 503, self.starting_body(), request_id)
             return self.send(handler, 200, b'{"status":"ready","ready":true}\n', request_id)
         if path != PREVIEW:
             return self.send(handler, 404, b"404 page not found\n", request_id,
@@ -145,6 +159,20 @@ class RouterDouble:
         status, answer, with_hash = self.preview(handler.headers, body, query)
         extra = (("x-vsr-config-hash", self.config_hash),) if with_hash else ()
         self.send(handler, status, answer, request_id, headers=extra)
+
+    def starting(self):
+        return time.monotonic() - self.started < self.startup_s
+
+    def starting_body(self):
+        """/ready's 503 while starting: the older form, or the newer readinessDetails."""
+        if not self.newer:
+            return b'{"status":"starting","ready":false}\n'
+        loaded = min(len(MODELS) - 1, int((time.monotonic() - self.started) / self.startup_s
+                                          * len(MODELS)))
+        return json.dumps({"status": "starting", "service": "classification-api",
+                           "ready": False, "phase": "loading_models", "message": "",
+                           "downloading_model": "", "pending_models": list(MODELS[loaded:]),
+                           "ready_models": loaded, "total_models": len(MODELS)}).encode() + b"\n"
 
     def preview(self, headers, body, query):
         if len(body) > LIMIT:
@@ -172,16 +200,20 @@ class RouterDouble:
         text = user_text(request)
         if not text and not request.get("metadata"):
             return 400, error_body("INVALID_INPUT", "text cannot be empty"), False
-        model = (request.get("model") or "").strip() or "MoM"
-        if model != "MoM":
+        model = (request.get("model") or "").strip()
+        if model and model not in AUTO_NAMES:
             return 400, error_body("INVALID_ROUTING_MODEL",
                                    f'unknown routing model "{model}"'), False
+        if self.newer and time.monotonic() - self.started < self.classifier_s:
+            return 503, error_body("CLASSIFIER_UNAVAILABLE",
+                                   "signal classifier is unavailable"), False
         with self.lock:
             self.previews += 1
             loaded = self.previews > self.loaded_after
         if self.delay_s:
             time.sleep(self.delay_s)
-        return 200, self.eval_response(text, model, loaded, "trace=true" in query), True
+        answer = self.eval_response(text, model, loaded, "trace=true" in query)
+        return (503 if text in self.partial else 200), answer, True
 
     def eval_response(self, text, model, loaded, trace):
         """EvalResponse's fields in its struct order (encoding/json keeps it)."""
@@ -202,12 +234,23 @@ class RouterDouble:
                     "unmatched_signals": UNMATCHED}
                 if trace:
                     answer["eval_trace"] = [{"decision": "general", "matched": True}]
-                answer.update({"recommended_models": ["qwen3-8b"], "selected_model": "qwen3-8b",
-                               "selection_status": "selected", "selection_method": "static",
-                               "routing_decision": "general"})
+                if text not in self.partial:
+                    answer.update({"recommended_models": ["qwen3-8b"],
+                                   "selected_model": "qwen3-8b", "selection_status":
+                                   "selected", "selection_method": "static",
+                                   "routing_decision": "general"})
+                if text in self.sampled:
+                    seed = uuid.uuid4().int % 1000
+                    answer.update({"selected_model": ("qwen3-8b", "llama-8b")[seed % 2],
+                                   "selection_method": "weighted_random",
+                                   "selection_provenance": {
+                                       "mode": "sampled", "state_dependent": False,
+                                       "sampled": True, "sampling_seed": seed}})
         answer["metrics"] = metrics
         if loaded:
             answer["signal_confidences"] = {"domain:general": 0.5}
+        if loaded and text in self.partial:
+            answer["decision_error"] = "decision evaluation failed"
         answer["config_hash"] = self.config_hash
         return json.dumps(answer).encode() + b"\n"
 

@@ -413,14 +413,16 @@ def test_a_loading_router_is_not_ready(scripted, tmp_path, cli):
     out = tmp_path / "run.json"
     args = ["run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x"]
     result = cli(*args)
+    # LOADING is the router's 503 CLASSIFIER_UNAVAILABLE: said, as the code says it
     assert result.err == (f"router-latency: error: router at {router.url}{PREVIEW_PATH} is not "
-                          f"ready: it answered HTTP 503 Service Unavailable to a preview; "
-                          f"--wait-ready SECONDS waits for a starting router (--url)\n")
+                          f"ready: it answered HTTP 503 Service Unavailable to a preview "
+                          f"(CLASSIFIER_UNAVAILABLE: classifiers loading); --wait-ready "
+                          f"SECONDS waits for a starting router (--url)\n")
     assert result.code == 2 and not out.exists()
     result = cli(*args, "--wait-ready", "0.3")
     assert result.code == 2 and result.err == (
         "router-latency: error: router not ready after 0.3 s: it answered HTTP 503 Service "
-        "Unavailable to a preview (--url)\n")
+        "Unavailable to a preview (CLASSIFIER_UNAVAILABLE: classifiers loading) (--url)\n")
 
 
 def test_an_answer_that_is_not_a_preview_is_named(scripted, tmp_path, cli):

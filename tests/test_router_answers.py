@@ -265,7 +265,7 @@ def test_a_real_shaped_router_gives_a_clean_first_run(double, tmp_path, cli):
     assert document["settings"]["sampling_seed"] == 0
     previews = [json.loads(body) for method, path, _, body in router.seen if method == "POST"]
     assert {json.dumps(p["preview_context"]) for p in previews} == {'{"sampling_seed": 0}'}
-    assert {p["model"] for p in previews} == {"MoM"}
+    assert not any("model" in p for p in previews)  # none: the router uses its default
 
 
 def test_an_expected_config_hash_that_differs_stops_the_run_before_any_pass(double, tmp_path,
@@ -298,14 +298,14 @@ def test_a_malformed_expected_config_hash_is_refused_before_sending(tmp_path, cl
     assert result.code == 2 and "64 lowercase hex digits" in result.err
 
 
-@pytest.mark.parametrize("model", ["auto", "MoM-renamed", "gpt-4o"])
+@pytest.mark.parametrize("model", ["MoM-renamed", "gpt-4o"])
 def test_a_model_the_router_does_not_route_is_explained(double, tmp_path, cli, model):
     router = double()
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "o.json",
                  "--label", "x", "--model", model, "--wait-ready", "30")
     assert_one_line_error(result, f"does not route model {model!r} (HTTP 400 Bad Request "
-                          "INVALID_ROUTING_MODEL", "MoM is the router's default auto alias",
+                          "INVALID_ROUTING_MODEL", "without --model the tool sends none",
                           "--model NAME")
 
 
@@ -392,7 +392,8 @@ def test_the_simulators_answer_has_the_routers_shape_and_framing(simulator, doub
     ("POST", PREVIEW_PATH, b'{"model": "MoM", "text": ""}', 400, "INVALID_INPUT"),
     ("POST", PREVIEW_PATH, b'{"messages": []}', 400, "INVALID_INPUT"),
     ("POST", PREVIEW_PATH, b'[1]', 400, "INVALID_INPUT"),
-    ("POST", PREVIEW_PATH, b'{"model": "auto", "text": "hi"}', 400, "INVALID_ROUTING_MODEL"),
+    ("POST", PREVIEW_PATH, b'{"model": "MoM-renamed", "text": "hi"}', 400,
+     "INVALID_ROUTING_MODEL"),
 ])
 def test_the_simulator_refuses_as_the_router_does(simulator, double, method, path, body,
                                                   status, code):
@@ -496,8 +497,11 @@ def vllm_sr():
 @pytest.mark.skipif(vllm_sr() is None, reason="the vllm-sr package is not installed")
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
                                    ["--sampling-seed", "7"]])
-def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra):
-    router = simulator(delay_ms=0, answers=SimulatedAnswers(no_decision_share=0.5))
+@pytest.mark.parametrize("answers", [SimulatedAnswers(no_decision_share=0.5),
+                                     SimulatedAnswers(no_decision_share=0.3, sampled_share=0.5,
+                                                      runtime="vllm-sr-runtime")])
+def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra, answers):
+    router = simulator(delay_ms=0, answers=answers)
     for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
                 ["--messages", '[{"role": "user", "content": " "}]']):
         done = subprocess.run([vllm_sr(), "route", "preview", "--endpoint", router.url, *ask,

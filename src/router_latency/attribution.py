@@ -27,6 +27,7 @@ HISTOGRAM_PARTS = {  # a histogram without a phase or signal_type label, as its 
     "vsr_model_runtime_request_duration_seconds": "runtime",
     "vsr_model_runtime_transport_seconds": "transport",
     "vllm_srun_queue_duration_seconds": "runtime_queue",
+    "vllm_sr_runtime_queue_duration_seconds": "runtime_queue",  # the runtime's other name
 }
 
 

@@ -32,6 +32,7 @@ from .files import (check_distinct_files, check_folder_accepts_a_file, check_wri
 from .corpus import (build_corpus, corpus_bytes, default_boundary_cases, load_boundary_cases,
                      load_corpus)
 from .cache import cache_text
+from .versions import runtime_name_warning
 from .runfile import dump_run, Ladder, load_run, RunFile, Thresholds
 from .wire import bracketed, Endpoint, parse_endpoint, secret_values, SignalTable
 from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
@@ -500,8 +501,9 @@ def add_send_options(send: Any) -> None:
                                                    f"{PREVIEW_PATH} appended")
     send.add_argument("--corpus", required=True, help="corpus file from the corpus command")
     send.add_argument("--model", default=DEFAULT_MODEL,
-                      help="model field of each request: the router's auto alias, or one of its "
-                           "routing models or entrypoints")
+                      help="model field of each request: one of the router's auto names "
+                           "(vllm-sr/auto, auto, MoM unless configured) or entrypoints; "
+                           "default none: the router uses its default")
     send.add_argument("--expect-config-hash", type=config_hash_text, metavar="HASH",
                       help="the configuration the router must serve (its x-vsr-config-hash), "
                            f"sent as {EXPECTED_HASH_HEADER}: a router serving another answers "
@@ -765,6 +767,7 @@ def add_simulate_parser(commands: Any) -> None:
                         "user_feedback report equal shares of the preview's time")
     p.add_argument("--parallel-signals", action="store_true",
                    help="run the signals at once: a preview takes the longest, not the sum")
+    add_today_options(p)
     p.add_argument("--url-file", help="write the server's URL here once it listens")
     p.set_defaults(func=cmd_simulate)
 
@@ -1100,7 +1103,12 @@ def run_warnings(run: RunFile) -> List[str]:
     if run.cache_finding["detected"]:
         lines.append(f"warning: {cache_text(run.cache_finding)}; the figures measure cache "
                      f"hits, not the router's work: {CACHE_ADVICE}")
-    return lines
+    series: List[str] = []
+    for item in run.passes:
+        metrics = item.attempt.environment.get("metrics") or {}
+        series += [*(metrics.get("deltas") or {}), *(metrics.get("histograms") or {})]
+    renamed = runtime_name_warning(series, os.environ)
+    return lines + ([renamed] if renamed else [])
 
 
 def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
@@ -1280,6 +1288,24 @@ def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
                     f"GITHUB_STEP_SUMMARY ({path})")
 
 
+def add_today_options(p: argparse.ArgumentParser) -> None:
+    """Add simulate's options for what newer routers answer (simulator.simulated_today)."""
+    p.add_argument("--runtime", choices=("vllm-srun", "vllm-sr-runtime"),
+                   help="also serve the model runtime's own metrics under this name "
+                        "(vllm_srun_* or vllm_sr_runtime_*); with --cache, its result cache "
+                        "counter replaces the router's")
+    p.add_argument("--phased-startup", action="store_true",
+                   help="start as newer routers do: previews answer 503 "
+                        "CLASSIFIER_UNAVAILABLE and /ready says its phase and pending "
+                        "models during --startup-s")
+    p.add_argument("--sampled-share", type=share_value, default=0.0, metavar="FRACTION",
+                   help="share of prompts whose selected model the router samples "
+                        "(selection_provenance.sampled), drawn anew each time")
+    p.add_argument("--partial-share", type=share_value, default=0.0, metavar="FRACTION",
+                   help="share of prompts answered 503 with the answer and a decision_error "
+                        "(the decision failed after the signals ran)")
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
@@ -1288,7 +1314,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                  max_concurrency=args.max_concurrency, stall=args.stall,
                                  workers=args.workers, answers=SimulatedAnswers(
                                      args.startup_s, args.no_decision_share, args.cache,
-                                     args.per_kb_ms, args.metrics_port),
+                                     args.per_kb_ms, args.metrics_port,
+                                     runtime=args.runtime, phased_startup=args.phased_startup,
+                                     sampled_share=args.sampled_share,
+                                     partial_share=args.partial_share),
                                  signals=SignalModel(args.signals or (),
                                                      args.parallel_signals))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown

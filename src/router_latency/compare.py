@@ -10,6 +10,7 @@ from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
 from .errors import Notice
 from .words import fmt_hundredths, fmt_value, plural
 from .cache import cache_text
+from .versions import sampled_models
 from .runfile import pass_title, PassRecord, RunFile
 from .measuring import flat_step, ladder_stop, shed_requests, step_text
 from .attribution import part_values, pass_attribution
@@ -34,15 +35,33 @@ def worse_sign(metric: str) -> int:
     return -1 if metric.endswith("req_per_s") else 1
 
 
-def reference_decisions(run: RunFile) -> Dict[int, Optional[str]]:
-    """Return the decision per prompt id from the sequential pass (else the first measured)."""
+def reference_pass(run: RunFile) -> Optional[PassRecord]:
+    """Return the pass decisions are compared in: the sequential (else the first measured)."""
     measured = [p for p in run.passes if not p.discarded]
     if not measured:
-        return {}
+        return None
     chosen = run.pass_named("sequential")
-    if chosen is None or chosen.discarded:
-        chosen = measured[0]
-    return chosen.decisions
+    return measured[0] if chosen is None or chosen.discarded else chosen
+
+
+def reference_decisions(run: RunFile) -> Dict[int, Optional[str]]:
+    """Return the decision per prompt id from the sequential pass (else the first measured)."""
+    chosen = reference_pass(run)
+    return {} if chosen is None else chosen.decisions
+
+
+def sampled_selections(run: RunFile) -> Tuple[int, Tuple[str, ...]]:
+    """Return how many inputs of the reference pass got a selected model the router sampled
+    or chose by its state, and which models: left out of decision agreement, which compares
+    what the router decided (versions.without_sampled)."""
+    chosen = reference_pass(run)
+    ids, models = set(), set()
+    for r in chosen.requests if chosen is not None else ():
+        found = sampled_models(r.decision) if r.error is None else []
+        if found:
+            ids.add(r.id)
+            models.update(found)
+    return len(ids), tuple(sorted(models))
 
 
 def decision_changes(run: RunFile) -> List[int]:
@@ -184,6 +203,8 @@ class CompareReport(NamedTuple):
     # A's and B's x-vsr-config-hash values, in order seen
     config_hashes: Tuple[Tuple[str, ...], Tuple[str, ...]] = ((), ())
     reasons: Tuple[str, ...] = ()  # why it failed
+    # A's and B's sampled selections (sampled_selections): inputs, models; not in agreement
+    sampled: Tuple[Tuple[int, Tuple[str, ...]], ...] = ()
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -225,7 +246,8 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         "fail" if failed else "pass", EXIT_GATE if failed else EXIT_OK,
         (a.config_hashes, b.config_hashes),
         (f"decisions differ in {plural(len(changes), 'input')} (sequential pass, "
-         f"--fail-on-decision-change)",) if failed else ())
+         f"--fail-on-decision-change)",) if failed else (),
+        (sampled_selections(a), sampled_selections(b)))
 
 
 class LadderStep(NamedTuple):

@@ -6,7 +6,8 @@ import re
 import signal
 
 __all__ = [
-    "__version__", "CACHE_ADVICE", "CACHE_SERIES", "CONFIG_HASH_HEADER", "CONFIG_HASH_NAME",
+    "__version__", "AUTO_MODEL_NAMES", "CACHE_ADVICE", "CACHE_SERIES", "CONFIG_HASH_HEADER",
+    "CONFIG_HASH_NAME",
     "CONFIG_HASH_PATTERN", "DEFAULT_DECISION_PATHS", "DEFAULT_GLOB", "DEFAULT_HISTOGRAMS",
     "DEFAULT_MODEL", "ERROR_CODE_PATTERN", "EXIT_GATE", "EXIT_INCONCLUSIVE", "EXIT_OK",
     "EXIT_SIGNAL", "EXIT_USAGE", "EXPECTED_HASH_HEADER", "LADDER_GATE_NAMES", "LADDER_MARGIN_PCT",
@@ -20,7 +21,12 @@ __version__ = "0.1.0"
 
 PREVIEW_PATH = "/api/v1/routing/preview"
 READY_PATH = "/ready"  # the router's readiness: 503 until its start-up completes
-DEFAULT_MODEL = "MoM"  # the router's auto alias (config/canonical_defaults.go)
+# the model a preview names by default: none, so the router uses its default (an empty model
+# resolves to its auto routing on any configuration); MoM, the default auto model name, is
+# refused by a configuration that names its own (config: DefaultAutoModelName "MoM",
+# LegacyAutoModelAlias "auto", DefaultVSRAutoModelName "vllm-sr/auto", auto_model_name(s))
+DEFAULT_MODEL = ""
+AUTO_MODEL_NAMES = ("vllm-sr/auto", "auto", "MoM")  # the auto names of a default configuration
 PROMPT_KEYS = ("query", "question", "prompt", "original_question")
 DEFAULT_GLOB = "e2e/**/testdata/**/*.json"
 DEFAULT_DECISION_PATHS = (
@@ -48,7 +54,8 @@ SIGNAL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
                       "llm_decision_evaluation_latency_seconds",
                       "vsr_model_runtime_request_duration_seconds",
-                      "vsr_model_runtime_server_seconds", "vllm_srun_queue_duration_seconds")
+                      "vsr_model_runtime_server_seconds", "vllm_srun_queue_duration_seconds",
+                      "vllm_sr_runtime_queue_duration_seconds")  # the runtime's two names
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
@@ -58,8 +65,9 @@ LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_p
                      "cost": "usd_per_million"}  # --gate's names of those rows
 LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 # result caches: the router's per-model counter (result="hit") and the runtime's own
-# (outcome="hit")
-CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total)$")
+# (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
+CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
+                          r"|vllm_sr_runtime_result_cache_total)$")
 CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
                 "newer routers, and the runtime's --result-cache-entries 0) so that every "
                 "request computes")

@@ -29,6 +29,7 @@ from .words import fmt_value, plural, scrubbed
 from .stats import rounded_percentiles
 from .corpus import Corpus
 from .cache import result_cache_finding
+from .versions import ready_words
 from .runfile import (Attempt, Captures, content_slow_windows, count_outcomes, Floor, Ladder,
                       pass_name, pass_summary, pass_title, PassRecord, phase_windows, Request,
                       RunFile, RunSettings, Thresholds, Warmup)
@@ -292,6 +293,12 @@ class Progress:
         self.stream.write("\r" + text.ljust(self.width) + ("\n" if finished else ""))
         self.stream.flush()
         self.width = 0 if finished else len(text)
+
+    def note(self, text: str) -> None:
+        """Draw a line between passes (waiting for a starting router), kept until the
+        next line covers it: on a terminal only, as the passes' lines."""
+        if self.enabled:
+            self.draw(text, False)
 
     def end(self) -> None:
         if self.thread is not None:
@@ -994,10 +1001,13 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
     if status == 412 and expected:
         return (f"serves another configuration than --expect-config-hash {expected[:12]}... "
                 f"({answer}); nothing was measured")
+    if code == "INVALID_ROUTING_MODEL" and not target.model:
+        return (f"does not route a preview without a model ({answer}): its configuration "
+                f"serves entrypoints only; --model NAME sends one of its routing models")
     if code == "INVALID_ROUTING_MODEL":
-        return (f"does not route model {target.model!r} ({answer}): {DEFAULT_MODEL} is the "
-                f"router's default auto alias; a configuration that renames it, or serves "
-                f"entrypoints only, needs --model NAME with one of its routing models")
+        return (f"does not route model {target.model!r} ({answer}): without --model the "
+                f"tool sends none and the router uses its default auto model; else --model "
+                f"NAME with one of its auto names or entrypoints")
     if status in (401, 403):
         return f"refused the preview ({answer}): --token-env VAR sends a bearer token"
     if "preview_context" in str(message) and target.sampling_seed is not None:
@@ -1029,16 +1039,23 @@ def probe_router(target: Target, payload: bytes,
     its models load, and a preview before its classifiers load answers 200 with no decision
     result. A 429 is a router that routes but has no free slot this moment."""
     endpoint = ready_endpoint(target.endpoint)
-    status, _, what = ask_router(target, endpoint,
-                                 encode_request(endpoint, "GET", b"", target.headers), stop)
+    status, body, what = ask_router(target, endpoint,
+                                    encode_request(endpoint, "GET", b"", target.headers), stop)
     if status is None:
         return Readiness(None, what, False)
-    if status == 503:
-        return Readiness(status, f"answered {status_words(status)} to {READY_PATH}", False)
+    if status == 503:  # newer routers say their phase and the models still pending
+        said = ready_words(body)
+        return Readiness(status, f"answered {status_words(status)} to {READY_PATH}"
+                         + (f" ({said})" if said else ""), False)
     status, body, what = ask_router(target, target.endpoint, payload, stop)
     if status is None:
         return Readiness(None, what, False)
-    what = what or f"answered {status_words(status)} to a preview"
+    # a partial 503 (decision_error: the signals ran, the decision failed) is a router
+    # that routes; CLASSIFIER_UNAVAILABLE one whose classifiers still load
+    code = error_code(body or b"") if status == 503 else None
+    what = what or f"answered {status_words(status)} to a preview" + (
+        " (CLASSIFIER_UNAVAILABLE: classifiers loading)" if code == "CLASSIFIER_UNAVAILABLE"
+        else "")
     if status in REFUSED_AT_ONCE:
         return Readiness(status, refusal_text(target, status, body or b""), False)
     if 200 <= status < 300 and body is not None:
@@ -1054,7 +1071,8 @@ def probe_router(target: Target, payload: bytes,
             return Readiness(status, f"answered {status_words(status)} to a preview with "
                              f"{'an empty body' if not body.strip() else 'no decision result'}"
                              f" ({why})", False)
-    return Readiness(status, what, 200 <= status < 300 or status == 429)
+    return Readiness(status, what, 200 <= status < 300 or status == 429
+                     or code == "decision_error")
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,
@@ -1080,18 +1098,21 @@ def not_ready_message(target: Target, status: Optional[int], what: str,
 
 def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float],
                      stop: threading.Event,
-                     clock: Callable[[], float] = time.monotonic) -> Optional[float]:
+                     clock: Callable[[], float] = time.monotonic,
+                     show: Callable[[str], None] = lambda text: None) -> Optional[float]:
     """Return the seconds until the router was ready as probe_router says (None without
-    wait_ready), or raise when it was not: /ready answering 503, a preview answering 503 or
-    200 without a decision result are not ready yet. A 429 is a router that routes but has
-    no free slot this moment: ready, and the passes will record what it sheds."""
+    wait_ready), or raise when it was not: /ready answering 503 (with what it says of its
+    phase and pending models, shown), a preview answering 503 (CLASSIFIER_UNAVAILABLE
+    while the classifiers load) or 200 without a decision result are not ready yet. A 429
+    is a router that routes but has no free slot this moment: ready, and the passes will
+    record what it sheds. While waiting, `show` gets each new state in words."""
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:
         raise RouterLatencyError(f"cannot resolve host {target.endpoint.host!r}",
                                  "--url") from None
     started = clock()
-    limit = wait_ready or 0.0
+    limit, shown = wait_ready or 0.0, ""
     while True:
         status, what, ready = probe_router(target, payload, stop)
         if ready:
@@ -1102,6 +1123,9 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
         if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")
+        if what != shown:
+            show(f"waiting for the router ({waited:.0f} of {limit:g} s): it {what}")
+            shown = what
         stop.wait(min(0.25, max(limit - waited, 0.01)))
 
 
@@ -1109,8 +1133,9 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
     """Return the request bytes for each prompt, encoded once before any timing."""
     context = {} if target.sampling_seed is None else {
         "preview_context": {"sampling_seed": target.sampling_seed}}
+    model = {"model": target.model} if target.model else {}  # none: the router's default
     return [encode_request(target.endpoint, "POST", json.dumps(
-        {"model": target.model, "messages": [{"role": "user", "content": text}], **context}
+        {**model, "messages": [{"role": "user", "content": text}], **context}
     ).encode("ascii"), target.headers) for text in texts]
 
 
@@ -1296,7 +1321,9 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
         notify(f"warning: {warning}")
     floor = measure_floor(target)
     ready_after = wait_until_ready(target, encode_prompts(target, ["hello"])[0],
-                                   plan.wait_ready, stop)
+                                   plan.wait_ready, stop, show=context.progress.note)
+    if context.progress.enabled and context.progress.width:  # the waiting line, ended
+        context.progress.draw(f"router ready after {ready_after or 0:.1f} s", True)
     if stop.is_set():
         return None
     payloads = encode_prompts(target, [p.text for p in corpus.prompts])

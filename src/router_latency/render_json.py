@@ -145,7 +145,10 @@ def compare_json(report: CompareReport) -> dict:
                           "agree": report.compared - len(report.changes),
                           "unmeasured": report.unmeasured,
                           "changes": [{"id": c.id, "a": c.base, "b": c.new, "text": c.text}
-                                      for c in report.changes]},
+                                      for c in report.changes],
+                          **({"sampled": {tag: {"inputs": n, "models": list(models)}
+                                          for tag, (n, models) in zip("ab", report.sampled)}}
+                             if any(n for n, _ in report.sampled) else {})},
             "consistency": {tag: list(ids) for tag, ids, _ in report.consistency},
             "status": report.status, "reasons": list(report.reasons),
             "exit_code": report.exit_code}

@@ -442,6 +442,7 @@ def compare_details(report: CompareReport) -> List[str]:
                   f"inputs agree (sequential pass)"
               + (f"; {report.unmeasured} inputs measured on one side only"
                  if report.unmeasured else "")]
+    lines += sampled_lines(report)
     for change in report.changes:
         snippet = "" if change.text is None else \
             " " + json.dumps(change.text[:60], ensure_ascii=False)
@@ -453,6 +454,15 @@ def compare_details(report: CompareReport) -> List[str]:
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
     return lines
+
+
+def sampled_lines(report: CompareReport) -> List[str]:
+    """Return the selections each side's router sampled or chose by its state, apart from
+    decision agreement, which leaves them out: how many inputs, which models."""
+    return [f"{tag} sampled selections: {plural(count, 'input')} got a model the router "
+            f"sampled or chose by its state ({', '.join(models[:8])}"
+            f"{', ...' if len(models) > 8 else ''}); not counted as changed decisions"
+            for tag, (count, models) in zip("AB", report.sampled) if count]
 
 
 def compare_verdict_line(report: CompareReport) -> str:

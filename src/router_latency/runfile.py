@@ -18,6 +18,7 @@ from .constants import (__version__, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
 from .gpu import GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings
 from .cache import CacheFinding, checked_cache, result_cache_finding
+from .versions import without_sampled
 from .stats import percentile, rounded_percentiles
 from .files import check_schema, read_json
 
@@ -742,7 +743,7 @@ class PassRecord(NamedTuple):
         found: dict[int, Optional[str]] = {}
         for r in sorted(self.requests, key=operator.attrgetter("rep")):
             if r.outcome != "expected_rejection" and found.get(r.id) is None:
-                found[r.id] = r.decision if r.error is None else None
+                found[r.id] = without_sampled(r.decision) if r.error is None else None
         return found
 
     @property
@@ -750,7 +751,8 @@ class PassRecord(NamedTuple):
         """Return prompt id -> the set of decisions its answered repetitions got."""
         found: dict[int, set[str]] = {}
         for r in self.requests:
-            answered = {r.decision} if r.error is None and r.decision is not None else set()
+            decision = without_sampled(r.decision) if r.error is None else None
+            answered = {decision} if decision is not None else set()
             found.setdefault(r.id, set()).update(answered)
         return found
 

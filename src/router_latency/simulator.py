@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypedDict
 
-from .constants import (CONFIG_HASH_NAME, CONFIG_HASH_PATTERN, DEFAULT_MODEL,
+from .constants import (AUTO_MODEL_NAMES, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
                         EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH, ROUTER_MAX_CONCURRENCY)
 from .files import dump_json, write_atomic
 from .corpus import build_corpus, corpus_bytes, default_boundary_cases, load_corpus
@@ -166,6 +166,36 @@ def simulated_answer(text: str, request: dict, decision: str, elapsed_ms: float,
     return answer
 
 
+# the router-managed models a phased start-up loads, one after another
+STARTUP_MODELS = ("domain-classifier", "jailbreak-guard", "pii-detector")
+SAMPLED_MODELS = ("model-a", "model-b", "model-c")  # what a sampled selection draws from
+
+
+def simulated_today(answer: dict, text: str, answers: "SimulatedAnswers") -> Tuple[dict, int]:
+    """Return (answer, status) as a newer router sends it: for a stable share of prompts a
+    selected model it sampled (selection_provenance, a model drawn anew each time), for
+    another a partial 503: the signals ran, the decision failed (decision_error)."""
+    if answers.partial_share and share_of("partial:" + text, answers.partial_share):
+        partial = {key: value for key, value in answer.items() if key not in (
+            "recommended_models", "selected_model", "selection_status", "selection_method",
+            "routing_decision")}
+        partial["decision_error"] = "decision evaluation failed: rule engine timeout"
+        return partial, 503
+    if answers.sampled_share and "selected_model" in answer \
+            and share_of("sampled:" + text, answers.sampled_share):
+        seed = random.getrandbits(31)
+        answer = dict(answer, selected_model=SAMPLED_MODELS[seed % len(SAMPLED_MODELS)],
+                      selection_method="weighted_random")
+        answer["selection_provenance"] = {"mode": "sampled", "state_dependent": False,
+                                          "sampled": True, "sampling_seed": seed}
+    return answer, 200
+
+
+def share_of(key: str, share: float) -> bool:
+    """Return True for a stable share of keys (the same in every process)."""
+    return text_number(key) % 10_000 < share * 10_000
+
+
 def go_response(status: int, body: bytes, headers: Sequence = ()) -> bytes:
     """Return a whole response as Go's net/http writes a JSON answer: with a Content-Length
     when the body fits its 2,048-byte buffer, chunked (one chunk) when it does not."""
@@ -184,7 +214,15 @@ class SimulatedAnswers(NamedTuple):
     cache_entries: int = 0  # a result cache of this many prompts (0: none), as the router's
     per_kb_ms: float = 0.0  # more time per KB of prompt, as a transformer's forward takes
     metrics_port: Optional[int] = 0  # the Prometheus listener's port (0: a free one)
-    routing_models: Tuple[str, ...] = (DEFAULT_MODEL,)  # model values it routes ("" is the default)
+    routing_models: Tuple[str, ...] = AUTO_MODEL_NAMES  # model values it routes (and "")
+    # newer routers (simulated_today): the runtime's own metrics under this name (vllm-srun,
+    # vllm-sr-runtime; "": none); while starting, 503 CLASSIFIER_UNAVAILABLE and a /ready
+    # with phase and pending models; shares of answers whose model was sampled, and of
+    # partial 503s (the decision failed after the signals ran)
+    runtime: str = ""
+    phased_startup: bool = False
+    sampled_share: float = 0.0
+    partial_share: float = 0.0
 
 
 # The router's prometheus.DefBuckets, those of llm_signal_extraction_latency_seconds (seconds).
@@ -467,8 +505,7 @@ class SimulatedRouter:
                 return http_response(200, b'{"status":"healthy"}\n', headers=tagged)
             ready = time.monotonic() - self.started >= self.answers.startup_s
             return http_response(200, b'{"status":"ready","ready":true}\n', headers=tagged) \
-                if ready else http_response(503, b'{"status":"starting","ready":false}\n',
-                                            headers=tagged)
+                if ready else http_response(503, self._starting_body(), headers=tagged)
         if path != PREVIEW_PATH.encode():
             return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
         if method != b"POST":
@@ -520,9 +557,12 @@ class SimulatedRouter:
         finally:
             with self.lock:
                 self.in_flight -= 1
+        if loading and self.answers.phased_startup:  # a newer router: 503 at once
+            return simulated_error(503, "CLASSIFIER_UNAVAILABLE",
+                                   "signal classifier is unavailable", tagged[0][1])
         if loading:  # the classifier not loaded yet: a body, no decision result
             return http_response(200, json.dumps(
-                {"original_text": text, "requested_model": str(request.get("model") or ""),
+                {"original_text": text, "requested_model": str(request.get("model") or "").strip(),
                  "metrics": {name: {"execution_time_ms": 0, "confidence": 0}
                              for name in SIGNAL_NAMES}}, separators=(",", ":")).encode() + b"\n",
                 headers=tagged)
@@ -533,8 +573,22 @@ class SimulatedRouter:
         if drawn:
             self.signal_histograms.observe(drawn)
             answer = with_signals(answer, drawn)
-        return go_response(200, json.dumps(answer, separators=(",", ":")).encode() + b"\n",
+        answer, status = simulated_today(answer, text, self.answers)
+        return go_response(status, json.dumps(answer, separators=(",", ":")).encode() + b"\n",
                            headers=((CONFIG_HASH_NAME, self.config_hash),) + tagged)
+
+    def _starting_body(self) -> bytes:
+        """Return /ready's 503 body while starting: the older form, or with phased_startup
+        the newer one (apiserver readinessDetails): phase and the models still pending."""
+        if not self.answers.phased_startup:
+            return b'{"status":"starting","ready":false}\n'
+        share = (time.monotonic() - self.started) / max(self.answers.startup_s, 1e-9)
+        loaded = min(len(STARTUP_MODELS) - 1, int(share * len(STARTUP_MODELS)))
+        return json.dumps({
+            "status": "starting", "service": "classification-api", "ready": False,
+            "phase": "loading_models", "message": "loading router-managed models",
+            "downloading_model": "", "pending_models": list(STARTUP_MODELS[loaded:]),
+            "ready_models": loaded, "total_models": len(STARTUP_MODELS)}).encode() + b"\n"
 
     def _unmatched(self, text: str) -> bool:
         """Return True for the prompts no decision matches: a stable share of them."""
@@ -578,11 +632,30 @@ def simulated_metrics(router: SimulatedRouter) -> str:
              f'vsr_model_runtime_requests_total{{deployment="simulated",outcome="ok"}} {served}',
              "# TYPE vsr_model_runtime_restarts_total counter",
              'vsr_model_runtime_restarts_total{deployment="simulated"} 0']
-    if router.answers.cache_entries:
+    if router.answers.cache_entries and not router.answers.runtime:
         lines += ["# TYPE vsr_model_runtime_result_cache_total counter"] + [
             f'vsr_model_runtime_result_cache_total{{deployment="simulated",result="{kind}"}} '
             f'{counts.get("cache_" + kind, 0)}' for kind in ("hit", "miss")]
-    return "\n".join(lines) + "\n" + signals
+    return "\n".join(lines + runtime_metrics(router.answers, served, counts)) + "\n" + signals
+
+
+def runtime_metrics(answers: SimulatedAnswers, served: int, counts: dict) -> List[str]:
+    """Return the runtime's own metrics under its name (answers.runtime: vllm-srun, or
+    vllm-sr-runtime as builds between the router's #4481 and #4618 name it): its queue
+    histogram (no wait) and, with a cache, its result cache counter in place of the
+    router's."""
+    if not answers.runtime:
+        return []
+    prefix = answers.runtime.replace("-", "_")
+    lines = [f"# TYPE {prefix}_queue_duration_seconds histogram",
+             f'{prefix}_queue_duration_seconds_bucket{{le="+Inf"}} {served}',
+             f"{prefix}_queue_duration_seconds_sum 0.0",
+             f"{prefix}_queue_duration_seconds_count {served}"]
+    if answers.cache_entries:
+        lines += [f"# TYPE {prefix}_result_cache_total counter"] + [
+            f'{prefix}_result_cache_total{{model="simulated",outcome="{kind}"}} '
+            f'{counts.get("cache_" + kind, 0)}' for kind in ("hit", "miss")]
+    return lines
 
 
 def start_simulator(host: str = "127.0.0.1", port: int = 0, **settings: Any) -> SimulatedRouter:

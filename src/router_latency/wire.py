@@ -23,6 +23,7 @@ from typing import (Any, Callable, cast, Dict, FrozenSet, List, NamedTuple, Opti
 from .constants import (__version__, ERROR_CODE_PATTERN, MAX_REASON_CHARS, MAX_SIGNALS,
                         PREVIEW_PATH, SIGNAL_NAME_PATTERN, STOP_POLL_S)
 from .errors import RouterLatencyError
+from .versions import marked_sampled
 
 __all__ = [
     "accept_connections", "body_config_hash", "bracketed", "classify", "Connection",
@@ -1355,5 +1356,6 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
     decision = decision_of(document, paths)
     if decision is None:
         decision = default_route(document, paths)
-    return (decision, None, None) if decision is not None else (None, "no_decision",
-                                                                 error_code(body))
+    if decision is None:
+        return None, "no_decision", error_code(body)
+    return marked_sampled(decision, document, body), None, None

@@ -1,0 +1,114 @@
+"""What routers of different versions say differently: the runtime's two names, /ready's
+start-up phases, and selections the router sampled rather than decided."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+__all__ = [
+    "marked_sampled", "ready_words", "runtime_name_warning", "sampled_models",
+    "without_sampled",
+]
+
+# The model runtime's two names (the router's pkg/modelservice/manager.go): builds of main
+# between #4481 and #4618 start `vllm-sr-runtime` (command variable VLLM_SR_RUNTIME_COMMAND,
+# metrics vllm_sr_runtime_*); earlier and later routers start `vllm-srun` (VLLM_SRUN_COMMAND,
+# metrics vllm_srun_*). Each name: its metrics' prefix and the variables that select it.
+RUNTIME_NAMES = {
+    "vllm-srun": ("vllm_srun_", ("VLLM_SRUN_COMMAND", "VLLM_SRUN_RESULT_CACHE")),
+    "vllm-sr-runtime": ("vllm_sr_runtime_", ("VLLM_SR_RUNTIME_COMMAND",
+                                             "VLLM_SR_RUNTIME_RESULT_CACHE")),
+}
+# a selected model the router sampled or chose by its state: marked so in the decision key,
+# kept apart from the decision that agreement compares
+SAMPLED_MARK = "~"
+PROVENANCE_KEY = b'"selection_provenance"'
+PROVENANCE = re.compile(rb'"selection_provenance"\s*:\s*(\{[^{}]*\})')
+PENDING_SHOWN = 4  # pending models named on the progress line, the rest counted
+
+
+def runtime_name_warning(series: Sequence[str], environ: Mapping[str, str]) -> Optional[str]:
+    """Return a warning when the scraped metrics (series names) show the runtime under one
+    name and the environment set only the other name's variables, or None."""
+    shown = {name for name, (prefix, _) in RUNTIME_NAMES.items()
+             if any(s.startswith(prefix) for s in series)}
+    set_by = {name for name, (_, variables) in RUNTIME_NAMES.items()
+              if any(v in environ for v in variables)}
+    if len(shown) != 1 or not set_by or shown & set_by:
+        return None
+    runtime, other = shown.pop(), set_by.pop()
+    return (f"warning: the router's metrics show the runtime as {runtime} "
+            f"({RUNTIME_NAMES[runtime][0]}*), but this environment sets "
+            f"{', '.join(v for v in RUNTIME_NAMES[other][1] if v in environ)}, which only "
+            f"{other} reads: set {' and '.join(RUNTIME_NAMES[runtime][1])} where the router "
+            f"starts")
+
+
+def ready_words(body: Optional[bytes]) -> str:
+    """Return what a /ready answer says of a starting router, in words: its phase, how many
+    models are ready of how many, and which are pending ('' when it says none of these)."""
+    try:
+        document = json.loads(body or b"")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    if not isinstance(document, dict):
+        return ""
+    parts = []
+    phase = document.get("phase")
+    if isinstance(phase, str) and phase:
+        parts.append(f"phase {phase[:40]}")
+    ready, total = document.get("ready_models"), document.get("total_models")
+    if type(ready) is int and type(total) is int and total > 0:
+        parts.append(f"{ready} of {total} models ready")
+    pending = [p[:60] for p in document.get("pending_models") or () if isinstance(p, str)]
+    if pending:
+        more = len(pending) - PENDING_SHOWN
+        parts.append("pending: " + ", ".join(pending[:PENDING_SHOWN])
+                     + (f" and {more} more" if more > 0 else ""))
+    return re.sub(r"[\x00-\x1f\x7f]", "?", "; ".join(parts))
+
+
+def is_sampled_selection(document: Any) -> bool:
+    """Return whether an answer's selected model was sampled or depends on the router's
+    state (selection_provenance.sampled or .state_dependent true): another sending of the
+    same prompt may select another model with the same decision."""
+    provenance = document.get("selection_provenance") if isinstance(document, dict) else None
+    return isinstance(provenance, dict) and (provenance.get("sampled") is True
+                                             or provenance.get("state_dependent") is True)
+
+
+def marked_sampled(decision: str, document: Any, body: bytes | bytearray) -> str:
+    """Return a decision key with its selected model marked SAMPLED_MARK where the answer
+    says the router sampled it or chose it by its state (is_sampled_selection): the model is
+    the key's last part, read from the answer's selected_model. A byte search first: most
+    answers carry no selection_provenance, and the pass loop reads each answer once."""
+    if body.find(PROVENANCE_KEY) < 0:
+        return decision
+    found = PROVENANCE.search(body)
+    try:
+        provenance = json.loads(found.group(1)) if found is not None else None
+    except (ValueError, UnicodeDecodeError):
+        return decision
+    model = document.get("selected_model") if isinstance(document, dict) else None
+    head, _, last = decision.rpartition("|")
+    if not is_sampled_selection({"selection_provenance": provenance}) or not head \
+            or not isinstance(model, str) or last != model:
+        return decision
+    return f"{head}|{SAMPLED_MARK}{model}"
+
+
+def without_sampled(decision: Optional[str]) -> Optional[str]:
+    """Return a decision key without its sampled selections (the parts SAMPLED_MARK opens):
+    what decision agreement compares."""
+    if decision is None or SAMPLED_MARK not in decision:
+        return decision
+    return "|".join(part for part in decision.split("|") if not part.startswith(SAMPLED_MARK))
+
+
+def sampled_models(decision: Optional[str]) -> list:
+    """Return the sampled selections of a decision key (the models, unmarked)."""
+    if decision is None or SAMPLED_MARK not in decision:
+        return []
+    return [part[1:] for part in decision.split("|") if part.startswith(SAMPLED_MARK)]
