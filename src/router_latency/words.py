@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import unicodedata
 from typing import Optional, Sequence
 
 __all__ = [
@@ -39,21 +39,35 @@ def scrubbed(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-# C0, DEL, C1, the line and paragraph separators, and the marks that reorder what follows
-# them on screen (bidirectional overrides, "Trojan Source")
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
-                           "\u2066-\u2069]")
+# what is escaped for a terminal, by Unicode category: controls (C0, DEL, C1), format
+# characters (every bidirectional mark, override and isolate, U+061C the Arabic letter mark
+# among them, "Trojan Source"; zero-width characters; the tag characters that hide ASCII),
+# lone surrogates, and the line and paragraph separators
+ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def visible(text: str) -> str:
-    """Return text on one line, every control character written as its escape (\\n, \\u001b):
-    a decision or prompt from a router must not move a terminal's cursor or break a table.
-    The escapes are JSON's, so that a JSON document printed through it stays valid."""
-    if CONTROL_CHARS.search(text) is None:
+    """Return text on one line, every character of ESCAPED_CATEGORIES written as its escape
+    (\\n, \\u001b; one beyond U+FFFF as its UTF-16 pair, \\udb40\\udc41): a decision or
+    prompt from a router must not move a terminal's cursor, reorder what it shows or break a
+    table. The escapes are JSON's, so that a JSON document printed through it stays valid."""
+    if text.isprintable():  # none of those categories (nor any space but ' ')
         return text
-    return CONTROL_CHARS.sub(
-        lambda m: CONTROL_NAMES.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+    return "".join(escaped_char(char) if unicodedata.category(char) in ESCAPED_CATEGORIES
+                   else char for char in text)
+
+
+def escaped_char(char: str) -> str:
+    """Return a character as JSON escapes it: \\n, \\u001b, a pair of \\u beyond U+FFFF."""
+    named = CONTROL_NAMES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def shown_decision(decision: Optional[str]) -> str:
