@@ -3,6 +3,7 @@ failed request each, hostile input files are one line naming the file or field, 
 overwrite inputs, signals leave no temporary file, secrets stay out of files and messages,
 and every Markdown cell is one line that notifies nobody."""
 
+import errno
 import hashlib
 import json
 import os
@@ -10,8 +11,11 @@ import pty
 import re
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
 import unicodedata
 import xml.etree.ElementTree as ElementTree
@@ -867,3 +871,113 @@ def test_a_header_that_frames_the_body_is_refused(tmp_path, cli, header):
     # today sent beside the tool's own Content-Length: the router reads another body's end
     assert result.code == 2 and "is set from each request's body" in result.err, result
     assert HEADER_VALUE not in result.err
+
+
+# --- outputs onto devices, pipes and links; appended outputs whole or not at all ---
+
+def rounds_with(tmp_path, cli, *options):
+    (tmp_path / "r").mkdir(exist_ok=True)
+    three_rounds(tmp_path / "r")
+    return cli("rounds", "--dir", tmp_path / "r", "--base", "cpu", "--new", "gpu", *options)
+
+
+def test_an_output_through_a_link_replaces_the_file_it_names_and_keeps_the_link(tmp_path, cli):
+    (tmp_path / "real").mkdir()
+    old = tmp_path / "real" / "old.xml"
+    old.write_text("old")
+    (tmp_path / "junit.xml").symlink_to(old)
+    (tmp_path / "page.html").symlink_to(tmp_path / "real" / "new.html")  # dangling: made
+    result = rounds_with(tmp_path, cli, "--junit", tmp_path / "junit.xml", "--html",
+                         tmp_path / "page.html")
+    assert result.code == 3, result.err
+    assert (tmp_path / "junit.xml").is_symlink() and (tmp_path / "page.html").is_symlink()
+    assert old.read_text().startswith("<?xml")
+    assert (tmp_path / "real" / "new.html").read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["new.html", "old.xml"]
+
+
+def test_an_output_onto_a_fifo_is_written_through_or_refused_never_replaced(tmp_path, cli):
+    fifo = tmp_path / "junit.fifo"
+    os.mkfifo(fifo)
+    result = rounds_with(tmp_path, cli, "--junit", fifo)  # nobody reads it: refused, at once
+    assert_one_line_error(result, str(fifo), "a FIFO that nobody reads")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the reader's open is what lets the write start
+            result = rounds_with(tmp_path, cli, "--junit", fifo)
+            if "nobody reads" not in result.err:
+                break
+            time.sleep(0.01)
+    finally:
+        reader.join(10)
+    assert result.code == 3 and result.err == "", result.err
+    assert got and got[0].startswith(b"<?xml") and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_an_output_onto_a_character_device_is_written_through(tmp_path, cli, simulator):
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+        os.open(null, os.O_WRONLY)
+    except OSError:
+        pytest.skip("this user cannot make or open a device file")
+    for options in (["--junit", null], ["--html", null]):
+        result = rounds_with(tmp_path, cli, *options)
+        assert result.code == 3 and result.err == "", result.err
+        assert stat.S_ISCHR(os.lstat(null).st_mode)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    for force in ((), ("--force",)):
+        ran = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", null,
+                  "--label", "x", "--warmup", "0", "--concurrency", "1", *force)
+        assert ran.code == 0 and ran.err == "", ran.err
+        assert stat.S_ISCHR(os.lstat(null).st_mode)
+
+
+def test_a_socket_is_refused_as_an_output(tmp_path, cli):
+    where = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(where))
+    try:
+        result = rounds_with(tmp_path, cli, "--junit", where)
+    finally:
+        server.close()
+    assert_one_line_error(result, str(where), "is a socket")
+    assert stat.S_ISSOCK(os.lstat(where).st_mode)
+
+
+def test_html_to_dev_fd_1_reaches_the_pipe(tmp_path):
+    three_rounds(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "rounds", "--dir", str(tmp_path), "--base", "cpu", "--new",
+         "gpu", "--html", "/dev/fd/1", "--format", "json"],
+        capture_output=True, timeout=60, check=False)
+    assert done.returncode == 3, done.stderr
+    assert b"<!DOCTYPE html>" in done.stdout and b"</html>" in done.stdout, done.stdout[-200:]
+
+
+@pytest.mark.parametrize("allowed", [0, 1000])
+def test_the_step_summary_is_appended_whole_or_not_at_all(tmp_path, cli, monkeypatch, allowed):
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    real_write = os.write
+
+    def full_disk(fd, data):  # the disk takes `allowed` bytes of the summary, then is full
+        if os.path.realpath(f"/proc/self/fd/{fd}") != str(summary):
+            return real_write(fd, data)
+        if not allowed:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, bytes(data[:allowed]))
+
+    monkeypatch.setattr(os, "write", full_disk)
+    result = rounds_with(tmp_path, cli)
+    monkeypatch.setattr(os, "write", real_write)
+    assert result.code == 3
+    assert result.err.startswith("router-latency: warning: cannot append to "
+                                 "GITHUB_STEP_SUMMARY: ") and result.err.count("\n") == 1
+    assert "nothing of it was left in the file" in result.err, result.err
+    assert summary.read_text() == "# earlier step\n"
