@@ -282,11 +282,43 @@ def fmt_hundredths(value: float) -> str:
 
 
 def scrubbed(text: str, secrets: Sequence[str]) -> str:
-    """Return text with every secret value (a token, a --header value) replaced by [hidden]."""
+    """Return text with every secret value (a token, a --header value, in each of the forms
+    secret_forms gives it) replaced by [hidden]; secrets longest first, as secret_values
+    orders them, so that no shorter one hides a part of a longer one and leaves the rest."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "[hidden]")
     return text
+
+
+def scrubbed_cut(text: str, limit: int, secrets: Sequence[str], mark: str = "") -> str:
+    """Return text scrubbed, then cut to `limit` characters and marked: a secret that the cut
+    would split is hidden whole first, never stored in part."""
+    text = scrubbed(text, secrets) if secrets else text
+    return text if len(text) <= limit else text[:limit] + mark
+
+
+def secret_forms(value: str) -> Set[str]:
+    """Return the forms a secret's text can take in what a router answers or this tool
+    records: as it is; JSON-escaped (ASCII-only as Python writes it, UTF-8 as Go does, Go's
+    escapes of <, > and &, and escaped twice: a JSON document inside a JSON string); and
+    percent-encoded (every reserved character, or '/' kept, or a space as '+', with upper- or
+    lower-case hex digits)."""
+    forms = {value}
+    for ascii_only in (True, False):
+        once = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms |= {once, json.dumps(once, ensure_ascii=ascii_only)[1:-1],
+                  once.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
+    for encoded in (urllib.parse.quote(value, safe=""), urllib.parse.quote(value),
+                    urllib.parse.quote_plus(value)):
+        forms |= {encoded, percent_lower(encoded)}
+    return forms
+
+
+def percent_lower(text: str) -> str:
+    """Return percent-encoded text with its hex digits in lower case: %c3%84."""
+    parts = text.split("%")
+    return parts[0] + "".join("%" + part[:2].lower() + part[2:] for part in parts[1:])
 
 
 # what is escaped for a terminal, by Unicode category: controls (C0, DEL, C1), format
@@ -3696,11 +3728,13 @@ def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
         values.add(endpoint.authorization)
         user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
             "utf-8", "replace").partition(":")
-        values |= {user, password, urllib.parse.quote(password, safe="")}
+        values |= {user, password}
     values |= {value.split(None, 1)[1] for value in list(values)
                if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
-    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
-                        reverse=True))
+    # each in every form it can take in an answer or a record: JSON-escaped, percent-encoded
+    forms = {form for value in values if len(value) >= MIN_SECRET_CHARS
+             for form in secret_forms(value)}
+    return tuple(sorted(forms, key=lambda v: (-len(v), v)))
 
 
 def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
@@ -4268,11 +4302,13 @@ def decision_members(paths: Tuple[str, ...]) -> Tuple[FrozenSet[str], DecisionPl
     return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
 
 
-def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
+def decision_of(document: Any, paths: Sequence[str],
+                secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the routing decision of a response by decision paths, or None when absent.
 
     A path is dotted; alternatives joined with '|' take the first present; a path ending in
-    '?' is optional. The found parts are joined with '|'.
+    '?' is optional. The found parts are joined with '|'. A part to be cut (decision_text)
+    is scrubbed of the secrets first; one that is not is scrubbed by the caller.
     """
     found = []
     for optional, alternatives in decision_members(tuple(paths))[1]:
@@ -4288,7 +4324,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
                 continue
             return None
         found.append(value if type(value) is str and len(value) <= DECISION_CHARS
-                     else decision_text(value))
+                     else decision_text(value, secrets))
     return "|".join(found) if found else None
 
 
@@ -4596,12 +4632,13 @@ def body_config_hash(body: bytes | bytearray) -> Optional[str]:
     return None
 
 
-def decision_text(value: Any) -> str:
+def decision_text(value: Any, secrets: Sequence[str] = ()) -> str:
     """Return a decision as stored: a string as it is, anything else as compact JSON; either
-    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    scrubbed of the secrets, then cut to DECISION_CHARS characters and marked, so that no
+    record holds a whole document, nor a part of a secret the cut split."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
                                                           separators=(",", ":"))
-    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
+    return scrubbed_cut(text, DECISION_CHARS, secrets, DECISION_CUT)
 
 
 # SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
@@ -4868,20 +4905,22 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
 
 
-def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+def default_route(document: Any, paths: Sequence[str],
+                  secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the decision of an answer routed by the default route: the router's 200 with
     decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
     paths' parts such as selected_model when present); None for any other answer."""
     result = document.get("decision_result") if isinstance(document, dict) else None
     if not isinstance(result, dict) or result.get("decision_name") != "":
         return None
-    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    extra = decision_of(document, [path for path in paths if path.endswith("?")], secrets)
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
 def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None) -> Tuple[Optional[str], Optional[str],
-                                                              Optional[str]]:
+             signals: Optional[SignalTable] = None,
+             secrets: Sequence[str] = ()) -> Tuple[Optional[str], Optional[str],
+                                                   Optional[str]]:
     """Return (decision, error kind, the router's error code) for one answered request (a plain
     tuple: this runs once an answer, and a record costs thousands of instructions); raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
@@ -4903,9 +4942,9 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
         document = answer_document(body, paths, signals)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    decision = decision_of(document, paths)
+    decision = decision_of(document, paths, secrets)
     if decision is None:
-        decision = default_route(document, paths)
+        decision = default_route(document, paths, secrets)
     return (decision, None, None) if decision is not None else (None, "no_decision",
                                                                  error_code(body))
 
@@ -5344,13 +5383,15 @@ def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
 
 
 def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None,
-              hidden: Sequence[str] = ()) -> ProbeResult:
+              hidden: Sequence[str] = (), secrets: Sequence[str] = ()) -> ProbeResult:
     """Return exit code, the first 4 KB of stdout and the seconds of one probe command, run
-    without the environment variables named in `hidden`."""
+    without the environment variables named in `hidden`; the output scrubbed of `secrets`
+    before it is cut, so that no part of one is kept."""
     started = time.monotonic()
     code, output, ended = run_command(command, timeout, stop, hidden)
+    text = scrubbed_cut(output.decode("utf-8", "replace"), PROBE_OUTPUT_BYTES, secrets)
     record: ProbeResult = {"exit": code, "timed_out": ended == "timed out",
-              "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
+              "stdout": text.encode()[:PROBE_OUTPUT_BYTES].decode("utf-8", "ignore"),
               "seconds": round(time.monotonic() - started, 3)}
     if ended == "interrupted":
         record["interrupted"] = True
@@ -5639,7 +5680,7 @@ def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] =
     set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
         "probes": {name: run_probe(command, capture.probe_timeout, stop,
-                                   capture.hidden_variables)
+                                   capture.hidden_variables, capture.secrets)
                    for name, command in capture.probes},
         "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop,
                                        capture.hidden_variables),
@@ -5814,7 +5855,7 @@ def failure_of(exc: Exception, status: Optional[int]) -> Failure:
         if exc.kind == "malformed":
             return Failure("malformed", exc.status or status, exc.detail)
         return Failure(exc.kind, exc.status, None)
-    return Failure("malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
+    return Failure("malformed", status, f"{type(exc).__name__}: {exc}")  # cut once scrubbed
 
 
 class AnswerBook:
@@ -5866,7 +5907,8 @@ class AnswerBook:
         if len(body) > self.CACHED_BODY_BYTES:
             # _classify written out, without its record: this runs once an answer
             table = self.signals
-            decision, error, code = classify(status, body, self.paths, signals=table)
+            decision, error, code = classify(status, body, self.paths, signals=table,
+                                             secrets=self.secrets)
             if self.secrets:
                 decision, code = self._scrubbed(decision, code)
             signal_ms = (table.last or ()) if table is not None else ()
@@ -5891,18 +5933,23 @@ class AnswerBook:
         self.results.append(RawResult(
             number=sent.index, scheduled=sent.scheduled, started=sent.started, ended=ended,
             status=status, decision=None, error=kind, retried=sent.retried,
-            reason=scrubbed(reason, self.secrets) if reason else None))
+            reason=self._reason(reason)))
 
     def _classify(self, status: int, body: bytes | bytearray,
                   hash_wanted: bool = False) -> Answer:
         """Return what an answer says, its per-signal times read (or the answer held) when
         the book has a SignalTable, and its config_hash when wanted."""
         table = self.signals
-        decision, error, code = classify(status, body, self.paths, signals=table)
+        decision, error, code = classify(status, body, self.paths, signals=table,
+                                         secrets=self.secrets)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
         return Answer(decision, error, code, (table.last or ()) if table is not None else (),
                       body_config_hash(body) if hash_wanted else False)
+
+    def _reason(self, reason: Optional[str]) -> Optional[str]:
+        """Return a failure's reason as recorded: scrubbed, then cut to MAX_REASON_CHARS."""
+        return scrubbed_cut(reason, MAX_REASON_CHARS, self.secrets) if reason else None
 
     def _scrubbed(self, decision: Optional[str],
                   code: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -5976,7 +6023,7 @@ class AnswerBook:
             kind, status, reason = failure_of(exc, raw.status)
             return raw._replace(status=status, decision=None, error=kind, code=None,
                                 config_hash=None, signal_ms=(),
-                                reason=scrubbed(reason, self.secrets) if reason else None)
+                                reason=self._reason(reason))
         return raw._replace(decision=answer.decision, error=answer.error, code=answer.code,
                             signal_ms=answer.signal_ms)
 
@@ -6925,8 +6972,10 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
         message = json.loads(body)["error"]["message"]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         message = ""
+    # scrubbed before it is cut: a message quoting the token is never stored in part
+    message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
     answer = f"{status_words(status)}{f' {code}' if code else ''}" \
-             f"{f': {str(message)[:160]}' if message else ''}"
+             f"{f': {message}' if message else ''}"
     expected = dict(target.headers).get(EXPECTED_HASH_HEADER)
     if status == 412 and expected:
         return (f"serves another configuration than --expect-config-hash {expected[:12]}... "

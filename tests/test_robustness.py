@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import unicodedata
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -701,6 +702,85 @@ def test_error_codes_and_decisions_quoting_a_secret_are_scrubbed(scripted, tmp_p
     assert load_run(str(out)).passes[0].requests[1].code == "BAD_hidden"  # read back
 
 
+QUOTED_TOKEN = 'tok_7c1e9a4b2d8f"q\\z<&>'  # a " and a \ in it, and Go's HTML escapes
+PASSWORD = "p\\\u00c4-secret"  # p\Ä-secret: \ and a non-ASCII letter
+
+
+def forms_of(secret):
+    """The texts a secret may be stored as: itself, JSON-escaped once and twice (Python's ASCII
+    escapes, UTF-8, Go's \\u003c), percent-encoded (upper and lower hex), and its first 8
+    characters (a cut)."""
+    once = [json.dumps(secret, ensure_ascii=a)[1:-1] for a in (True, False)]
+    twice = [json.dumps(o, ensure_ascii=a)[1:-1] for o in once for a in (True, False)]
+    go = [o.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+          for o in once]
+    percent = urllib.parse.quote(secret, safe="")
+    return {secret, secret[:8], *once, *twice, *go, percent, percent.lower()} - {""}
+
+
+def test_secrets_are_scrubbed_in_every_form_and_before_a_cut(scripted, tmp_path, cli,
+                                                             monkeypatch):
+    decisions = {
+        # a long decision whose end is the token: cut at 256 characters, inside the token
+        "cut": "x" * 240 + QUOTED_TOKEN,
+        # an object holding the token: stored as compact JSON, the token JSON-escaped
+        "object": {"key": QUOTED_TOKEN, "pad": "y" * 300},
+        "object-short": {"key": QUOTED_TOKEN},
+        # a JSON document inside a string: the token escaped twice
+        "nested": json.dumps({"inner": QUOTED_TOKEN}),
+        # the URL's password as the router echoes it: JSON-escaped, percent-encoded
+        "password": {"who": PASSWORD},
+        "percent": "pw=" + urllib.parse.quote(PASSWORD, safe=""),
+        "percent-lower": "pw=" + urllib.parse.quote(PASSWORD, safe="").lower(),
+        "go-escaped": json.dumps(QUOTED_TOKEN)[1:-1].replace("<", "\\u003c")
+        .replace(">", "\\u003e").replace("&", "\\u0026"),
+    }
+    answers = {prompt: final_answer(json.dumps(
+        {"decision_result": {"decision_name": decision}}).encode())
+        for prompt, decision in decisions.items()}
+    server = scripted(lambda prompt, _: [answers.get(prompt, final_answer())])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", *answers])
+    out, csv = tmp_path / "run.json", tmp_path / "run.csv"
+    url = server.url.replace("://", "://someuser:%s@" % urllib.parse.quote(PASSWORD, safe=""))
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--csv", csv,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--header",
+                 f"X-Api-Key: {QUOTED_TOKEN}")
+    assert result.code == 0, result.err
+    stored = [r["decision"] for r in json.loads(out.read_text())["passes"][0]["requests"]]
+    for text in (out.read_text(), csv.read_text(), result.out + result.err, *stored):
+        for secret in (QUOTED_TOKEN, PASSWORD, "someuser"):
+            assert not [form for form in forms_of(secret) if form in text], (secret, text)
+    assert stored[1] == "x" * 240 + "[hidden]"  # hidden whole before the cut, not cut
+    assert stored[2].startswith('{"key":"[hidden]","pad":"yyy') and stored[2].endswith("[cut]")
+    assert stored[5] == '{"who":"[hidden]"}' and stored[6] == stored[7] == "pw=[hidden]"
+
+
+def test_probe_output_is_scrubbed_before_it_is_cut_to_4_kb(simulator, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", out,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--header",
+                 f"X-Api-Key: {HEADER_VALUE}", "--probe",
+                 f"big=printf '%4085s%s' '' '{HEADER_VALUE}'")  # the 4 KB cut splits it
+    assert result.code == 0, result.err
+    stdout = json.loads(out.read_text())["passes"][0]["environment"]["probes"]["before"][
+        "big"]["stdout"]
+    assert stdout == " " * 4085 + "[hidden]" and HEADER_VALUE[:4] not in out.read_text()
+
+
+def test_a_refusal_message_quoting_the_token_is_scrubbed_before_it_is_cut(scripted, tmp_path,
+                                                                         cli, monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    body = json.dumps({"error": {"code": "UNAUTHORIZED",
+                                 "message": "z" * 140 + " bad token " + TOKEN}}).encode()
+    server = scripted(lambda prompt, _: [final_answer(body, b"401 Unauthorized")])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--token-env", "RL_TEST_TOKEN")
+    assert result.code == 2 and "HTTP 401" in result.err, result.err
+    assert TOKEN[:4] not in result.err and "bad token [hidden]" in result.err, result.err
+
+
 @pytest.mark.parametrize("load", ["inf", "nan", "-5", "1e308", "9" * 400])
 def test_a_load_the_reader_would_refuse_is_no_load_and_the_run_is_kept(simulator, tmp_path,
                                                                         cli, load):
@@ -759,7 +839,7 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
                  "--html", page)
     assert result.code in (0, 1, 3), result.err
     html = page.read_text()
-    assert not CONTROL_CHARS.search(html.replace("\n", "")), "a raw control in the page"
+    assert not shown_raw(html.replace("\n", "")), "a raw control in the page"
     for line in html.splitlines():  # a cell is one line: no row continues on the next
         assert line.count("<td") == line.count("</td>"), repr(line)
     record = tmp_path / "record.md"
@@ -767,7 +847,7 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
                  "--markdown", record)
     assert result.code in (0, 1, 3), result.err
     text = record.read_text()
-    assert not CONTROL_CHARS.search(text.replace("\n", ""))
+    assert not shown_raw(text.replace("\n", ""))
     assert "``" in text and "\\u001b[31m" in text  # a code span with the backticks inside
 
 

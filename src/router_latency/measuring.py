@@ -25,7 +25,7 @@ from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISIO
                         DEFAULT_MODEL, EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH,
                         ROUTER_MAX_CONCURRENCY)
 from .errors import RouterLatencyError
-from .words import fmt_value, plural, scrubbed
+from .words import fmt_value, plural, scrubbed, scrubbed_cut
 from .stats import rounded_percentiles
 from .corpus import Corpus
 from .cache import result_cache_finding
@@ -988,8 +988,10 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
         message = json.loads(body)["error"]["message"]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         message = ""
+    # scrubbed before it is cut: a message quoting the token is never stored in part
+    message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
     answer = f"{status_words(status)}{f' {code}' if code else ''}" \
-             f"{f': {str(message)[:160]}' if message else ''}"
+             f"{f': {message}' if message else ''}"
     expected = dict(target.headers).get(EXPECTED_HASH_HEADER)
     if status == 412 and expected:
         return (f"serves another configuration than --expect-config-hash {expected[:12]}... "

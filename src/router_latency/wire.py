@@ -23,6 +23,7 @@ from typing import (Any, Callable, cast, Dict, FrozenSet, List, NamedTuple, Opti
 from .constants import (__version__, ERROR_CODE_PATTERN, MAX_REASON_CHARS, MAX_SIGNALS,
                         PREVIEW_PATH, SIGNAL_NAME_PATTERN, STOP_POLL_S)
 from .errors import RouterLatencyError
+from .words import scrubbed_cut, secret_forms
 
 __all__ = [
     "accept_connections", "body_config_hash", "bracketed", "classify", "Connection",
@@ -145,11 +146,13 @@ def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
         values.add(endpoint.authorization)
         user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
             "utf-8", "replace").partition(":")
-        values |= {user, password, urllib.parse.quote(password, safe="")}
+        values |= {user, password}
     values |= {value.split(None, 1)[1] for value in list(values)
                if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
-    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
-                        reverse=True))
+    # each in every form it can take in an answer or a record: JSON-escaped, percent-encoded
+    forms = {form for value in values if len(value) >= MIN_SECRET_CHARS
+             for form in secret_forms(value)}
+    return tuple(sorted(forms, key=lambda v: (-len(v), v)))
 
 
 def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
@@ -717,11 +720,13 @@ def decision_members(paths: Tuple[str, ...]) -> Tuple[FrozenSet[str], DecisionPl
     return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
 
 
-def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
+def decision_of(document: Any, paths: Sequence[str],
+                secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the routing decision of a response by decision paths, or None when absent.
 
     A path is dotted; alternatives joined with '|' take the first present; a path ending in
-    '?' is optional. The found parts are joined with '|'.
+    '?' is optional. The found parts are joined with '|'. A part to be cut (decision_text)
+    is scrubbed of the secrets first; one that is not is scrubbed by the caller.
     """
     found = []
     for optional, alternatives in decision_members(tuple(paths))[1]:
@@ -737,7 +742,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
                 continue
             return None
         found.append(value if type(value) is str and len(value) <= DECISION_CHARS
-                     else decision_text(value))
+                     else decision_text(value, secrets))
     return "|".join(found) if found else None
 
 
@@ -1045,12 +1050,13 @@ def body_config_hash(body: bytes | bytearray) -> Optional[str]:
     return None
 
 
-def decision_text(value: Any) -> str:
+def decision_text(value: Any, secrets: Sequence[str] = ()) -> str:
     """Return a decision as stored: a string as it is, anything else as compact JSON; either
-    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    scrubbed of the secrets, then cut to DECISION_CHARS characters and marked, so that no
+    record holds a whole document, nor a part of a secret the cut split."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
                                                           separators=(",", ":"))
-    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
+    return scrubbed_cut(text, DECISION_CHARS, secrets, DECISION_CUT)
 
 
 # SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
@@ -1317,20 +1323,22 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
 
 
-def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+def default_route(document: Any, paths: Sequence[str],
+                  secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the decision of an answer routed by the default route: the router's 200 with
     decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
     paths' parts such as selected_model when present); None for any other answer."""
     result = document.get("decision_result") if isinstance(document, dict) else None
     if not isinstance(result, dict) or result.get("decision_name") != "":
         return None
-    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    extra = decision_of(document, [path for path in paths if path.endswith("?")], secrets)
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
 def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None) -> Tuple[Optional[str], Optional[str],
-                                                              Optional[str]]:
+             signals: Optional[SignalTable] = None,
+             secrets: Sequence[str] = ()) -> Tuple[Optional[str], Optional[str],
+                                                   Optional[str]]:
     """Return (decision, error kind, the router's error code) for one answered request (a plain
     tuple: this runs once an answer, and a record costs thousands of instructions); raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
@@ -1352,8 +1360,8 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
         document = answer_document(body, paths, signals)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    decision = decision_of(document, paths)
+    decision = decision_of(document, paths, secrets)
     if decision is None:
-        decision = default_route(document, paths)
+        decision = default_route(document, paths, secrets)
     return (decision, None, None) if decision is not None else (None, "no_decision",
                                                                  error_code(body))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import unicodedata
-from typing import Optional, Sequence
+import urllib.parse
+from typing import Optional, Sequence, Set
 
 __all__ = [
     "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value", "metric_label",
-    "metric_title", "pct_text", "plural", "scrubbed", "shown_decision", "visible",
+    "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut", "secret_forms", "shown_decision",
+    "visible",
 ]
 
 
@@ -32,11 +35,43 @@ def fmt_hundredths(value: float) -> str:
 
 
 def scrubbed(text: str, secrets: Sequence[str]) -> str:
-    """Return text with every secret value (a token, a --header value) replaced by [hidden]."""
+    """Return text with every secret value (a token, a --header value, in each of the forms
+    secret_forms gives it) replaced by [hidden]; secrets longest first, as secret_values
+    orders them, so that no shorter one hides a part of a longer one and leaves the rest."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "[hidden]")
     return text
+
+
+def scrubbed_cut(text: str, limit: int, secrets: Sequence[str], mark: str = "") -> str:
+    """Return text scrubbed, then cut to `limit` characters and marked: a secret that the cut
+    would split is hidden whole first, never stored in part."""
+    text = scrubbed(text, secrets) if secrets else text
+    return text if len(text) <= limit else text[:limit] + mark
+
+
+def secret_forms(value: str) -> Set[str]:
+    """Return the forms a secret's text can take in what a router answers or this tool
+    records: as it is; JSON-escaped (ASCII-only as Python writes it, UTF-8 as Go does, Go's
+    escapes of <, > and &, and escaped twice: a JSON document inside a JSON string); and
+    percent-encoded (every reserved character, or '/' kept, or a space as '+', with upper- or
+    lower-case hex digits)."""
+    forms = {value}
+    for ascii_only in (True, False):
+        once = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms |= {once, json.dumps(once, ensure_ascii=ascii_only)[1:-1],
+                  once.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
+    for encoded in (urllib.parse.quote(value, safe=""), urllib.parse.quote(value),
+                    urllib.parse.quote_plus(value)):
+        forms |= {encoded, percent_lower(encoded)}
+    return forms
+
+
+def percent_lower(text: str) -> str:
+    """Return percent-encoded text with its hex digits in lower case: %c3%84."""
+    parts = text.split("%")
+    return parts[0] + "".join("%" + part[:2].lower() + part[2:] for part in parts[1:])
 
 
 # what is escaped for a terminal, by Unicode category: controls (C0, DEL, C1), format
