@@ -304,28 +304,60 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
     assert book.results[0].decision == "ok" and book.results[0].config_hash == "ab" * 32
 
 
-def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_path,
-                                                                  monkeypatch):
+class CountingPoller:
+    """A PassLoop's epoll or poll object that notes every event it returns."""
+
+    def __init__(self, poller):
+        self.poller = poller
+        self.events = []
+
+    def poll(self, *wait):
+        events = self.poller.poll(*wait)
+        self.events += events
+        return events
+
+    def __getattr__(self, name):
+        return getattr(self.poller, name)
+
+
+class ClosingServer(ScriptedServer):
+    """Answers one request a connection, then closes it without saying so."""
+
+    def answer_requests(self, connection):
+        with connection, connection.makefile("rb") as reader:
+            length = 0
+            for header in iter(lambda: reader.readline(65537), b"\r\n"):
+                if not header:
+                    return
+                if header.lower().startswith(b"content-length:"):
+                    length = int(header.split(b":")[1])
+            prompt = json.loads(reader.read(length))["messages"][0]["content"]
+            with self.lock:
+                self.requests += 1
+            connection.sendall(decision_answer(prompt))
+
+
+def test_idle_connections_the_server_closes_do_not_wake_the_loop():
     # the server closes every connection after answering, without saying so; an open-loop
-    # pass at 4 requests per second waits 250 ms between sends
-    server = scripted(lambda prompt, number: [decision_answer(prompt)] if number == 0 else None)
+    # pass at 4 requests per second waits 250 ms between sends, its connections idle
+    server = ClosingServer(None)
     target = Target(parse_endpoint(server.url))
-    polls = []
-    real_poll = PassLoop._poll
-
-    def counted(self, wait):
-        polls.append(wait)
-        return real_poll(self, wait)
-
-    monkeypatch.setattr(PassLoop, "_poll", counted)
     payloads = encode_prompts(target, ["a", "b", "c"])
     loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 4),
-                       arrival_schedule(3, 4.0, "constant", 0))
-    results = loop.run()
-    assert [r.error for r in results] == [None, None, None]
-    # waking for each 0.1 s slice, and a few times around each send, is all: an idle socket at
-    # end-of-file left registered made the selector return at once, thousands of times
-    assert len(polls) < 100, len(polls)
+                    arrival_schedule(3, 4.0, "constant", 0))
+    loop.poller = counting = CountingPoller(loop.poller)
+    try:
+        results = loop.run()
+    finally:
+        counting.poller.close()
+        server.close()
+    assert [r.error for r in results] == [None, None, None] and server.requests == 3
+    # the events the sockets raised, not the loop's wake-ups (it also wakes every 0.1 s to see
+    # whether the user asked to stop, however long the pass takes on a loaded machine): per
+    # request its answer (in one or two reads), and the close of its connection once idle,
+    # which closes it here; an idle socket at end-of-file left registered raises an event at
+    # every wait: 78,139 in this pass where _idle_event left it open
+    assert len(counting.events) <= 3 * len(payloads), counting.events
 
 
 def test_a_decision_that_is_not_a_string_is_stored_as_compact_json_cut_to_size():
