@@ -30,7 +30,8 @@ from router_latency.corpus import load_corpus, MAX_CORPUS_BYTES
 from router_latency.runfile import load_run
 from router_latency.wire import classify, error_code, RequestFailed, ResponseReader
 from router_latency.captures import parse_nvidia_smi
-from conftest import (TOOL, TOOL_PYC, assert_one_line_error, final_answer, make_run,
+from conftest import (TOOL, TOOL_PYC, ScriptedServer, assert_one_line_error, final_answer,
+                      make_run,
                       three_rounds, write_corpus)
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
@@ -1061,3 +1062,61 @@ def test_the_step_summary_is_appended_whole_or_not_at_all(tmp_path, cli, monkeyp
                                  "GITHUB_STEP_SUMMARY: ") and result.err.count("\n") == 1
     assert "nothing of it was left in the file" in result.err, result.err
     assert summary.read_text() == "# earlier step\n"
+
+
+# --- request targets ---
+
+class LineServer(ScriptedServer):
+    """Answers every request ok on its connection, keeping each request line it read."""
+
+    def answer_requests(self, connection):
+        self.lines = getattr(self, "lines", [])
+        with connection, connection.makefile("rb") as reader:
+            while line := reader.readline(65537):
+                length = 0
+                while (header := reader.readline(65537)) not in (b"\r\n", b""):
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                reader.read(length)
+                with self.lock:
+                    self.lines.append(line)
+                    self.requests += 1
+                connection.sendall(final_answer())
+
+
+@pytest.mark.parametrize("given,sent", [
+    ("/\u8def\u7531/preview", "/%E8%B7%AF%E7%94%B1/preview"),  # not ASCII: its UTF-8, encoded
+    ("/a b/preview", "/a%20b/preview"),  # a space
+    ("/a%20b/preview", "/a%20b/preview"),  # already encoded: as given
+    ("/p?q=a b&r=\u00e4", "/p?q=a%20b&r=%C3%A4"),  # the query too
+    ("/a|b{c}^`\"<>/preview", "/a%7Cb%7Bc%7D%5E%60%22%3C%3E/preview"),
+    ("/!$&'()*+,;=:[]~/preview", "/!$&'()*+,;=:[]~/preview"),  # what Go leaves as it is
+])
+def test_request_targets_are_percent_encoded_as_go_sends_them(tmp_path, cli, given, sent):
+    server = LineServer(None)
+    try:
+        corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+        out = tmp_path / "run.json"
+        result = cli("run", "--url", server.url + given, "--corpus", corpus, "--out", out,
+                     "--label", "x", "--concurrency", "1", "--warmup", "0")
+    finally:
+        server.close()
+    assert result.code == 0, result.err
+    posts = [line for line in server.lines if line.startswith(b"POST ")]  # not GET /ready
+    assert posts and {line.split(b" ")[1].decode() for line in posts} == {sent}
+    assert all(len(line.split(b" ")) == 3 for line in server.lines)  # one target, no space
+    assert json.loads(out.read_text())["url"] == server.url + sent  # what was sent
+
+
+@pytest.mark.parametrize("url,message", [
+    ("http://127.0.0.1:9/a%zzb", "has a '%' that starts no percent-encoding"),
+    ("http://127.0.0.1:9/a%", "has a '%' that starts no percent-encoding"),
+    ("http://127.0.0.1:9/a\tb", "holds a control character"),  # urlsplit drops a tab
+    ("http://127.0.0.1:9/a\nb", "holds a control character"),
+    ("http://127.0.0.1:9/a\x01", "holds a control character"),
+])
+def test_a_url_that_cannot_be_sent_as_given_is_refused(tmp_path, cli, url, message):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--check")
+    assert_one_line_error(result, message, "--url")

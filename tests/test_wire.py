@@ -575,6 +575,61 @@ def test_an_answer_malformed_before_its_decision_is_bad_json(body):
     assert classify(200, body, DEFAULT_DECISION_PATHS)[1] == "bad_json"
 
 
+def not_one_document():
+    """Answers over WHOLE_JSON_BYTES whose decision reads well but which are not one JSON
+    document past it: what Go's decoder refuses."""
+    good = preview_answer()
+    at = good.index(b',"metrics"')
+    return {
+        "two documents": good + b"\n" + good + b"\n",  # a handler that encodes twice
+        "broken past the decision": good[:-1] + b',"x":tru}',
+        "a brace too many": good + b"}",
+        "a trailing comma": good[:-1] + b",}",
+        "a missing comma": good[:at] + b' "y":1' + good[at:],
+        "an unterminated string": good[:-1] + b',"x":"unterminated}',
+        "a leading zero": good[:-1] + b',"x":01}',
+        "a NUL after it": good + b"\x00",
+        "a bracket left open": good[:-1] + b',"x":[1,2}',
+        "a key without quotes": good[:-1] + b",x:1}",
+        "a raw control in a string": good[:-1] + b',"x":"a\tb"}',
+        "metrics broken inside": good.replace(b'"confidence":0.5}', b'"confidence":0.5', 1),
+    }
+
+
+@pytest.mark.parametrize("name", list(not_one_document()))
+@pytest.mark.parametrize("paths", [
+    DEFAULT_DECISION_PATHS, ("routing_decision",), ("decision_result.decision_name",),
+    ("routing_decision", "metrics.pii.confidence?")])
+@pytest.mark.parametrize("signals", [False, True], ids=["no-signals", "signals"])
+def test_an_answer_that_is_not_one_json_document_past_its_decision_is_bad_json(name, paths,
+                                                                              signals):
+    body = not_one_document()[name]
+    with pytest.raises(ValueError):
+        json.loads(body)
+    table = SignalTable() if signals else None
+    assert classify(200, body, paths, signals=table) == (None, "bad_json", None)
+    assert table is None or table.last is None  # no times of an answer refused
+
+
+@pytest.mark.parametrize("name", list(not_one_document()))
+def test_a_held_answer_that_is_not_one_json_document_is_bad_json_once_settled(name):
+    # while the pass runs an answer is held, its decision read; after it, its rest is read
+    book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable(), ())
+    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False)
+    book.start_hold()
+    for number, body in enumerate((preview_answer("a"), not_one_document()[name],
+                                   preview_answer("b"))):
+        reader = ResponseReader(PASS_HEADERS)
+        assert reader.feed(http_response(200, body))
+        sent.index = number
+        book.record(sent, reader, 3)
+    book.end_hold()
+    book.settle()
+    assert [(r.decision, r.error) for r in book.results] == [
+        ("math|qwen3", None), (None, "bad_json"), ("math|qwen3", None)]
+    assert book.results[1].signal_ms == () and len(book.results[2].signal_ms) == 9
+
+
 @pytest.mark.parametrize("nested", [
     {"decision_result": {"decision_name": "math", "deep": json.loads("[" * 70 + "]" * 70)}},
     {"original_text": json.loads("[" * 64 + "]" * 64)},  # read on the way to the decision

@@ -10,7 +10,7 @@ from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Se
 from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
 from .words import scrubbed, scrubbed_cut
 from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
-                   SignalTable, SignalTimes)
+                   rest_of_object, SignalTable, SignalTimes)
 
 __all__ = ["AnswerBook", "failure_of", "RawResult"]
 
@@ -220,6 +220,15 @@ class AnswerBook:
 
         def again(k: int) -> None:
             results[held[k]] = self._read_again(results[held[k]])
+
+        # an answer whose rest past its decision is not the rest of one JSON document is
+        # read again (bad_json, or malformed), reporting no names: before the others
+        for i in held:
+            if not rest_of_object(*cast(HeldAnswer, results[i].signal_ms)):
+                results[i] = self._read_again(results[i])
+        held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
+        if not held:
+            return
 
         try:
             # the places settle found held: one cast a step, not a call an answer

@@ -29,7 +29,8 @@ __all__ = [
     "accept_connections", "body_config_hash", "bracketed", "classify", "Connection",
     "decision_path_hint", "encode_request", "Endpoint", "error_code", "HeldAnswer",
     "http_response", "open_socket", "parse_endpoint", "RequestFailed", "ResponseReader",
-    "secret_values", "SignalTable", "SignalTimes", "stop_accepting", "tls_context",
+    "rest_of_object", "secret_values", "SignalTable", "SignalTimes", "stop_accepting",
+    "tls_context",
 ]
 
 
@@ -96,6 +97,9 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                    option: str = "--url") -> Endpoint:
     """Return the endpoint of a router URL; a base URL gets the preview path appended. No
     message about a URL quotes any of it: a password cut at '#', '/' or '?' would show."""
+    if CONTROL_BYTES.search(url):
+        raise RouterLatencyError("the URL holds a control character (a tab, a line break); "
+                                 "percent-encode it", option)
     rest = url.partition("://")[2]
     host_end = min([rest.find(c) for c in "/?#" if c in rest] or [len(rest)])
     if "@" in rest[host_end:]:  # user:pa#ss@host reads as host 'user', port 'pa'
@@ -118,9 +122,8 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     if not parts.hostname:
         raise RouterLatencyError("the URL has no host", option)
     port = port or (443 if parts.scheme == "https" else 80)
-    path = parts.path if parts.path not in ("", "/") else default_path
-    if parts.query:
-        path += "?" + parts.query
+    path = request_target(parts.path if parts.path not in ("", "/") else default_path,
+                          parts.query, option)
     authorization = None
     if parts.username is not None or parts.password is not None:
         user = urllib.parse.unquote(parts.username or "")
@@ -131,9 +134,30 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     netloc = bracketed(host)
     if parts.port is not None:
         netloc += f":{parts.port}"
-    shown = urllib.parse.urlunsplit((parts.scheme, netloc, path.split("?")[0],
-                                     parts.query, ""))
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, *path.partition("?")[::2], ""))
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
+
+
+# what Go's net/url leaves as given in a path (validEncoded): the unreserved characters
+# (letters, digits and -._~, which quote never encodes), the sub-delimiters, ':', '@', the
+# brackets and '%' of an escape; in a query '?' as well. Anything else (a space, a letter
+# beyond ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}') is percent-encoded from its UTF-8
+# bytes, upper-case hex, as Go's client sends it: POST /%E8%B7%AF%E7%94%B1/preview
+PATH_SAFE = "!$&'()*+,;=:@[]/%"
+BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+CONTROL_BYTES = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def request_target(path: str, query: str, option: str) -> str:
+    """Return the request target of a URL's path and query, percent-encoded where a request
+    line cannot carry a character as it is (see PATH_SAFE); raise a one-line error, quoting
+    nothing of the URL, for a '%' that starts no escape in the path (Go's url.Parse refuses
+    it) or a control character anywhere (Python's urlsplit drops a tab or line break)."""
+    if BAD_ESCAPE.search(path):
+        raise RouterLatencyError("the URL's path has a '%' that starts no percent-encoding "
+                                 "(write '%' itself as %25)", option)
+    target = urllib.parse.quote(path, safe=PATH_SAFE)
+    return target + "?" + urllib.parse.quote(query, safe=PATH_SAFE + "?") if query else target
 
 
 def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
@@ -806,18 +830,23 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = read_members(text, decision_reading(tuple(paths)))[0]
+            members, at = read_members(text, decision_reading(tuple(paths)))
+            if members is not None and not rest_of_object(text, at):
+                members = None  # not one JSON document: decoded whole, to say why
         else:  # the decision read as without the times; metrics before it: read as below
             members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
             if members is not None and "metrics" not in members:
                 # held while it fits the hold, counted at the most its str may take (4 bytes
-                # a character), its times read after its pass; else read now
+                # a character), its times read after its pass (and the rest of it checked
+                # then: AnswerBook.settle); else read now
                 size = len(text) if text.isascii() else 4 * len(text)
                 if size <= signals.hold:
                     signals.hold -= size
                     signals.last = [text, at]  # a HeldAnswer
-                else:
-                    members = scanned_members(text, at, members, tuple(paths), signals)
+                    return members
+                members = scanned_members(text, at, members, tuple(paths), signals)
+            if members is not None and not rest_of_object(text, at):
+                members = signals.last = None  # as above; no times of an answer refused
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -825,6 +854,32 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     if signals is not None and signals.last is None:
         signals.last = signals.times(document)
     return document
+
+
+def rest_of_object(text: str, index: int) -> bool:
+    """Return whether text from index, just past a value of its top-level object (where a
+    read of the decision stopped), is the rest of that object and nothing more: members,
+    each value read by the C scanner, the closing brace, then only spaces. Go's decoder
+    refuses the rest otherwise (a second document after the first, a value broken past the
+    decision: "x":tru), and so does this reader: the answer is then decoded whole, and
+    bad_json. A value nested too deep for the scanner is decoded whole as well (malformed)."""
+    try:
+        while True:
+            if text[index] in JSON_SPACE:
+                index = _json_space(text, index).end()
+            if text[index] == "}":
+                return not text[index + 1:].strip(JSON_SPACE)
+            if text[index] != ",":
+                return False
+            index = _json_space(text, index + 1).end()
+            if text[index] != '"':
+                return False
+            index = _json_space(text, _scan_json_key(text, index + 1)[1]).end()
+            if text[index] != ":":
+                return False
+            index = _scan_json(text, _json_space(text, index + 1).end())[1]
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return False
 
 
 def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...],
