@@ -14,7 +14,8 @@ from router_latency.constants import CONFIG_HASH_HEADER, DEFAULT_DECISION_PATHS
 from router_latency.runfile import load_run
 from router_latency.wire import (answer_document, BODY_CONFIG_HASH, body_config_hash, classify,
                                  DECISION_CHARS, DECISION_CUT, decision_of, default_route,
-                                 error_code, http_response, MAX_BODY_BYTES, parse_endpoint,
+                                 Connection, encode_request, error_code, http_response,
+                                 MAX_BODY_BYTES, parse_endpoint,
                                  RequestFailed, ResponseReader, SignalTable, WHOLE_JSON_BYTES)
 from router_latency.answers import AnswerBook
 from router_latency.measuring import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
@@ -358,6 +359,80 @@ def test_idle_connections_the_server_closes_do_not_wake_the_loop():
     # which closes it here; an idle socket at end-of-file left registered raises an event at
     # every wait: 78,139 in this pass where _idle_event left it open
     assert len(counting.events) <= 3 * len(payloads), counting.events
+
+
+class EarlyServer(ScriptedServer):
+    """Answers each request as soon as its head is read and keeps the connection: then reads
+    its body, Content-Length bytes, before the next request (a body the client left unsent
+    is made up of the next request's bytes; what is left of them is a bad request: 400, and
+    the connection closed, or a body still waited for: a timeout). With `stop_reading`
+    it reads nothing more of the connection after its first answer (until `done` is set)."""
+
+    def __init__(self, stop_reading=False):
+        super().__init__(None)
+        self.stop_reading = stop_reading
+        self.done = threading.Event()
+
+    def answer_requests(self, connection):
+        with connection, connection.makefile("rb") as reader:
+            while line := reader.readline(65537):
+                if not line.startswith(b"POST /"):  # as Go's server: 400, and the end
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                                       b"Content-Length: 0\r\n\r\n")
+                    return
+                length = 0
+                while (header := reader.readline(65537)) not in (b"\r\n", b""):
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                with self.lock:
+                    self.requests += 1
+                connection.sendall(decision_answer("early"))
+                if self.stop_reading:
+                    self.done.wait(10)
+                    return
+                while length > 0:
+                    data = reader.read(min(length, 2 ** 20))
+                    if not data:
+                        return
+                    length -= len(data)
+
+
+BIG = 16 * 2 ** 20  # more than the loopback's socket buffers take: the body is still unsent
+
+
+@pytest.mark.parametrize("schedule", [None, "open"], ids=["closed-loop", "open-loop"])
+def test_an_answer_that_comes_before_the_body_is_sent_ends_the_connection(schedule):
+    server = EarlyServer()
+    target = Target(parse_endpoint(server.url), timeout=5.0)
+    payloads = encode_prompts(target, ["x" * BIG, "y" * BIG])
+    loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 1, repeat=2),
+                    arrival_schedule(4, 50.0, "constant", 0) if schedule else None)
+    try:
+        results = loop.run()
+    finally:
+        server.close()
+    # every request answered, each on a connection of its own: none was read as the body of
+    # the one before (and timed out)
+    assert [(r.error, r.decision) for r in results] == [(None, "early")] * 4, results
+    assert server.requests == 4
+
+
+def test_a_blocking_exchange_takes_an_early_answer_and_closes_the_connection():
+    server = EarlyServer(stop_reading=True)
+    endpoint = parse_endpoint(server.url)
+    connection = Connection(endpoint, 5.0)
+    body = b'{"messages": [{"content": "%s"}]}' % (b"x" * BIG)
+    request = encode_request(endpoint, "POST", body, ())
+    try:
+        for _ in range(2):
+            reply = connection.exchange(request)  # the server reads no more of the body
+            assert reply.status == 200 and b"early" in reply.body
+            assert connection.sock is None  # closed: the rest of the body was never sent
+    finally:
+        connection.close()
+        server.done.set()
+        server.close()
+    assert server.requests == 2
 
 
 def test_a_decision_that_is_not_a_string_is_stored_as_compact_json_cut_to_size():

@@ -539,7 +539,11 @@ class PassLoop:
         assert reader is not None  # _read's reader, complete: feed or eof said so
         self.answers.record(slot, reader, now)
         slot.reader = None  # the body goes with it
-        if not reader.keep_open:
+        if not reader.keep_open or slot.pending is not None:
+            # pending: the answer came before the whole request was sent (a server answering
+            # a body too large after its head): the rest, sent on, would be read as the next
+            # request, so the connection ends here, as Go's client ends it
+            slot.pending = None
             self._close(slot)
         self.busy.discard(slot)  # _release, written out: this runs once an answer
         self.idle.append(slot)

@@ -636,8 +636,11 @@ class Connection:
             while view:
                 try:
                     view = view[self.sock.send(view):]
-                except socket.timeout:
+                except socket.timeout:  # the server reads no more of it: has it answered?
                     self._waited(deadline)
+                    if self._answered_early(reader):
+                        reader.keep_open = False  # the rest would be read as a request
+                        return reader
             while True:
                 try:
                     data = self.sock.recv(262144)
@@ -655,6 +658,23 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
             self.close()
             raise malformed(f"{type(exc).__name__}: {exc}", reader.status) from None
+
+    def _answered_early(self, reader: ResponseReader) -> bool:
+        """Read what the server sent while the request was still being written (it stopped
+        reading it: a body too large, say); return whether that is a whole answer. Go's
+        client takes such an answer and closes the connection, as exchange does then."""
+        sock = cast(socket.socket, self.sock)
+        sock.settimeout(0.0)
+        try:
+            while True:
+                try:
+                    data = sock.recv(262144)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return False
+                if reader.feed(data) if data else reader.eof():
+                    return True
+        finally:
+            sock.settimeout(STOP_POLL_S)
 
     def _waited(self, deadline: float) -> None:
         """A slice of waiting ended: raise when the request is out of time or stopped."""
