@@ -4446,7 +4446,7 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                     signals.last = [text, at]  # a HeldAnswer
                     return members
                 members = scanned_members(text, at, members, tuple(paths), signals)
-            if members is not None and not rest_of_object(text, at):
+            if members is not None and not rest_of_object(text, at, signals):
                 members = signals.last = None  # as above; no times of an answer refused
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
@@ -4457,13 +4457,18 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     return document
 
 
-def rest_of_object(text: str, index: int) -> bool:
+def rest_of_object(text: str, index: int, signals: Optional[SignalTable] = None) -> bool:
     """Return whether text from index, just past a value of its top-level object (where a
     read of the decision stopped), is the rest of that object and nothing more: members,
     each value read by the C scanner, the closing brace, then only spaces. Go's decoder
     refuses the rest otherwise (a second document after the first, a value broken past the
     decision: "x":tru), and so does this reader: the answer is then decoded whole, and
-    bad_json. A value nested too deep for the scanner is decoded whole as well (malformed)."""
+    bad_json. A value nested too deep for the scanner is decoded whole as well (malformed).
+    With `signals`, a metrics member of the form its table read last is matched by that
+    form's pattern rather than decoded (the router's ~1 KB of times: most of the cost);
+    whether its numbers are JSON numbers is found where its times are read (SignalTable.scan:
+    an answer whose are not is decoded, and bad_json there)."""
+    form = signals.form if signals is not None else None
     try:
         while True:
             if text[index] in JSON_SPACE:
@@ -4475,10 +4480,13 @@ def rest_of_object(text: str, index: int) -> bool:
             index = _json_space(text, index + 1).end()
             if text[index] != '"':
                 return False
-            index = _json_space(text, _scan_json_key(text, index + 1)[1]).end()
+            name, index = _scan_json_key(text, index + 1)
+            index = _json_space(text, index).end()
             if text[index] != ":":
                 return False
-            index = _scan_json(text, _json_space(text, index + 1).end())[1]
+            index = _json_space(text, index + 1).end()
+            found = form.match(text, index) if form is not None and name == "metrics" else None
+            index = found.end() if found is not None else _scan_json(text, index)[1]
     except (ValueError, IndexError, StopIteration, RecursionError):
         return False
 
@@ -6073,9 +6081,14 @@ class AnswerBook:
             results[held[k]] = self._read_again(results[held[k]])
 
         # an answer whose rest past its decision is not the rest of one JSON document is
-        # read again (bad_json, or malformed), reporting no names: before the others
+        # read again (bad_json, or malformed), reporting no names: before the others. Its
+        # metrics are matched by the form of the table's last (rest_of_object): the first
+        # held answer is scanned first when the table has read none yet (scanned again below)
+        if table.form is None:
+            table.scan(*cast(HeldAnswer, results[held[0]].signal_ms))
         for i in held:
-            if not rest_of_object(*cast(HeldAnswer, results[i].signal_ms)):
+            text, at = cast(HeldAnswer, results[i].signal_ms)
+            if not rest_of_object(text, at, table):
                 results[i] = self._read_again(results[i])
         held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
         if not held:

@@ -222,9 +222,14 @@ class AnswerBook:
             results[held[k]] = self._read_again(results[held[k]])
 
         # an answer whose rest past its decision is not the rest of one JSON document is
-        # read again (bad_json, or malformed), reporting no names: before the others
+        # read again (bad_json, or malformed), reporting no names: before the others. Its
+        # metrics are matched by the form of the table's last (rest_of_object): the first
+        # held answer is scanned first when the table has read none yet (scanned again below)
+        if table.form is None:
+            table.scan(*cast(HeldAnswer, results[held[0]].signal_ms))
         for i in held:
-            if not rest_of_object(*cast(HeldAnswer, results[i].signal_ms)):
+            text, at = cast(HeldAnswer, results[i].signal_ms)
+            if not rest_of_object(text, at, table):
                 results[i] = self._read_again(results[i])
         held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
         if not held:

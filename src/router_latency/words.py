@@ -9,8 +9,8 @@ from typing import Optional, Sequence, Set
 
 __all__ = [
     "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value", "metric_label",
-    "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut", "secret_forms", "shown_decision",
-    "visible",
+    "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut", "secret_forms",
+    "shown_decision", "visible",
 ]
 
 
