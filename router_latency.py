@@ -74,6 +74,7 @@ import dataclasses
 import datetime
 import difflib
 import errno
+import fcntl
 import functools
 import gc
 import hashlib
@@ -93,11 +94,13 @@ import select
 import shutil
 import socket
 import ssl
+import stat
 import statistics
 import subprocess
 import tempfile
 import threading
 import time
+import unicodedata
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -291,28 +294,74 @@ def fmt_hundredths(value: float) -> str:
 
 
 def scrubbed(text: str, secrets: Sequence[str]) -> str:
-    """Return text with every secret value (a token, a --header value) replaced by [hidden]."""
+    """Return text with every secret value (a token, a --header value, in each of the forms
+    secret_forms gives it) replaced by [hidden]; secrets longest first, as secret_values
+    orders them, so that no shorter one hides a part of a longer one and leaves the rest."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "[hidden]")
     return text
 
 
-# C0, DEL, C1, the line and paragraph separators, and the marks that reorder what follows
-# them on screen (bidirectional overrides, "Trojan Source")
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
-                           "\u2066-\u2069]")
+def scrubbed_cut(text: str, limit: int, secrets: Sequence[str], mark: str = "") -> str:
+    """Return text scrubbed, then cut to `limit` characters and marked: a secret that the cut
+    would split is hidden whole first, never stored in part."""
+    text = scrubbed(text, secrets) if secrets else text
+    return text if len(text) <= limit else text[:limit] + mark
+
+
+def secret_forms(value: str) -> Set[str]:
+    """Return the forms a secret's text can take in what a router answers or this tool
+    records: as it is; JSON-escaped (ASCII-only as Python writes it, UTF-8 as Go does, Go's
+    escapes of <, > and &, and escaped twice: a JSON document inside a JSON string); and
+    percent-encoded (every reserved character, or '/' kept, or a space as '+', with upper- or
+    lower-case hex digits)."""
+    forms = {value}
+    for ascii_only in (True, False):
+        once = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms |= {once, json.dumps(once, ensure_ascii=ascii_only)[1:-1],
+                  once.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
+    for encoded in (urllib.parse.quote(value, safe=""), urllib.parse.quote(value),
+                    urllib.parse.quote_plus(value)):
+        forms |= {encoded, percent_lower(encoded)}
+    return forms
+
+
+def percent_lower(text: str) -> str:
+    """Return percent-encoded text with its hex digits in lower case: %c3%84."""
+    parts = text.split("%")
+    return parts[0] + "".join("%" + part[:2].lower() + part[2:] for part in parts[1:])
+
+
+# what is escaped for a terminal, by Unicode category: controls (C0, DEL, C1), format
+# characters (every bidirectional mark, override and isolate, U+061C the Arabic letter mark
+# among them, "Trojan Source"; zero-width characters; the tag characters that hide ASCII),
+# lone surrogates, and the line and paragraph separators
+ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def visible(text: str) -> str:
-    """Return text on one line, every control character written as its escape (\\n, \\u001b):
-    a decision or prompt from a router must not move a terminal's cursor or break a table.
-    The escapes are JSON's, so that a JSON document printed through it stays valid."""
-    if CONTROL_CHARS.search(text) is None:
+    """Return text on one line, every character of ESCAPED_CATEGORIES written as its escape
+    (\\n, \\u001b; one beyond U+FFFF as its UTF-16 pair, \\udb40\\udc41): a decision or
+    prompt from a router must not move a terminal's cursor, reorder what it shows or break a
+    table. The escapes are JSON's, so that a JSON document printed through it stays valid."""
+    if text.isprintable():  # none of those categories (nor any space but ' ')
         return text
-    return CONTROL_CHARS.sub(
-        lambda m: CONTROL_NAMES.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+    return "".join(escaped_char(char) if unicodedata.category(char) in ESCAPED_CATEGORIES
+                   else char for char in text)
+
+
+def escaped_char(char: str) -> str:
+    """Return a character as JSON escapes it: \\n, \\u001b, a pair of \\u beyond U+FFFF."""
+    named = CONTROL_NAMES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def shown_decision(decision: Optional[str]) -> str:
@@ -1530,12 +1579,97 @@ class DeferredSignals:
 
 def write_atomic(path: str, data) -> None:
     """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
-    same folder, fsync and rename; a signal meanwhile waits until the rename is done."""
+    same folder, fsync and rename; a signal meanwhile waits until the rename is done. Only a
+    regular file (or a new path) is replaced so: a link is followed and the file it names
+    replaced, the link kept; a character device or a pipe (/dev/null, /dev/stdout, a FIFO)
+    is written through; anything else is refused (special_target)."""
+    if special_target(path) is not None:
+        write_through(path, data)
+        return
     with DeferredSignals():
-        _write_atomic(path, data)
+        _write_atomic(os.path.realpath(path) if os.path.islink(path) else path, data, path)
 
 
-def _write_atomic(path: str, data) -> None:
+# the names of a process's own open files: written through whatever they lead to, appended
+# to (a `> out.txt` of the shell holds what the tool printed before)
+OWN_FD_PATH = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+WRITTEN_THROUGH = {stat.S_IFCHR: "a character device", stat.S_IFIFO: "a pipe"}
+REFUSED_KINDS = {stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket",
+                 stat.S_IFDIR: "a folder"}
+
+
+def special_target(path: str) -> Optional[str]:
+    """Return what an output path names when it is no regular file to replace: 'a character
+    device' or 'a pipe' (written through), 'an open file' (one of the process's own, through
+    /dev/stdout or /proc/self/fd: written through); None for a regular file or a new path.
+    Raise a one-line error for what is never written (a block device, a socket)."""
+    if OWN_FD_PATH.fullmatch(os.path.abspath(path)):
+        return "an open file"
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+    except OSError:
+        return None  # a new path (or a link to one): made as a regular file
+    if kind in REFUSED_KINDS:
+        raise RouterLatencyError(f"is {REFUSED_KINDS[kind]}; outputs go to regular files, "
+                                 f"character devices (/dev/null) and pipes", str(path))
+    return WRITTEN_THROUGH.get(kind)
+
+
+def write_through(path: str, data) -> None:
+    """Write data to a character device, a pipe or an open file of the process, as it is
+    (nothing to rename over it): a FIFO nobody reads is refused rather than waited on."""
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK  # non-blocking: a FIFO without a reader
+    if OWN_FD_PATH.fullmatch(os.path.abspath(path)):
+        flags |= os.O_APPEND
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise RouterLatencyError("a FIFO that nobody reads; start its reader first",
+                                     str(path)) from None
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        for chunk in ([data] if isinstance(data, bytes) else data):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def append_whole(path: str, data: bytes) -> Optional[str]:
+    """Append data to an existing file in one write (steps side by side do not interleave),
+    whole or not at all: what a full disk let through of it is cut off again. Return None,
+    or why nothing was appended."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+        except OSError as exc:
+            written, reason = 0, exc.strerror or str(exc)
+        else:
+            reason = f"only {written:,} of its {len(data):,} bytes could be written" \
+                if written < len(data) else ""
+        if not reason:
+            return None
+        if written and stat.S_ISREG(os.fstat(fd).st_mode):
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # where this write ended: its start is before
+            os.ftruncate(fd, max(end - written, start))
+        return f"{reason}; nothing of it was left in the file"
+    except OSError as exc:
+        return f"{exc.strerror or exc}; the file may hold a part of it"
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: str, data, shown: str) -> None:
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
@@ -1562,7 +1696,7 @@ def _write_atomic(path: str, data) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise RouterLatencyError(
-            f"cannot write: {reason}; any previous file is untouched", str(path)) from None
+            f"cannot write: {reason}; any previous file is untouched", str(shown)) from None
     finally:
         if tmp_name is not None:
             try:
@@ -1635,27 +1769,36 @@ def write_output(path: str, data) -> None:
 
 
 def check_writable_target(path: str, force: bool) -> None:
-    """Raise before any work when the output cannot or must not be written."""
-    if path == "-":
-        return  # standard output
+    """Raise before any work when the output cannot or must not be written. A character
+    device or a pipe is written through (no --force: nothing is replaced); a link is
+    followed, and the file it names is what is replaced."""
+    if path == "-" or special_target(path) is not None:
+        return  # standard output, or written through
     target = Path(path)
     if target.is_dir():
         raise RouterLatencyError("is a folder, not a file", path)
     if target.exists() and not force:
         raise RouterLatencyError("exists; pass --force to overwrite it", path)
-    folder = target.parent if str(target.parent) else Path(".")
+    folder = output_folder(path)
     if not folder.is_dir():
         raise RouterLatencyError("the folder does not exist", path)
     if not os.access(folder, os.W_OK):
         raise RouterLatencyError("the folder is not writable", path)
 
 
+def output_folder(path: str) -> Path:
+    """Return the folder an output's temporary file is made in: that of the file a link
+    names, else the path's own."""
+    real = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    return real.parent if str(real.parent) else Path(".")
+
+
 def check_folder_accepts_a_file(path: str) -> None:
     """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
     full disk): a file is made there and removed, before anything is measured."""
-    if path == "-":
+    if path == "-" or special_target(path) is not None:
         return
-    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    folder = output_folder(path)
     try:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".router-latency-check-")
         os.close(fd)
@@ -3654,6 +3797,9 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                    option: str = "--url") -> Endpoint:
     """Return the endpoint of a router URL; a base URL gets the preview path appended. No
     message about a URL quotes any of it: a password cut at '#', '/' or '?' would show."""
+    if CONTROL_BYTES.search(url):
+        raise RouterLatencyError("the URL holds a control character (a tab, a line break); "
+                                 "percent-encode it", option)
     rest = url.partition("://")[2]
     host_end = min([rest.find(c) for c in "/?#" if c in rest] or [len(rest)])
     if "@" in rest[host_end:]:  # user:pa#ss@host reads as host 'user', port 'pa'
@@ -3676,9 +3822,8 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     if not parts.hostname:
         raise RouterLatencyError("the URL has no host", option)
     port = port or (443 if parts.scheme == "https" else 80)
-    path = parts.path if parts.path not in ("", "/") else default_path
-    if parts.query:
-        path += "?" + parts.query
+    path = request_target(parts.path if parts.path not in ("", "/") else default_path,
+                          parts.query, option)
     authorization = None
     if parts.username is not None or parts.password is not None:
         user = urllib.parse.unquote(parts.username or "")
@@ -3689,9 +3834,30 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     netloc = bracketed(host)
     if parts.port is not None:
         netloc += f":{parts.port}"
-    shown = urllib.parse.urlunsplit((parts.scheme, netloc, path.split("?")[0],
-                                     parts.query, ""))
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, *path.partition("?")[::2], ""))
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
+
+
+# what Go's net/url leaves as given in a path (validEncoded): the unreserved characters
+# (letters, digits and -._~, which quote never encodes), the sub-delimiters, ':', '@', the
+# brackets and '%' of an escape; in a query '?' as well. Anything else (a space, a letter
+# beyond ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}') is percent-encoded from its UTF-8
+# bytes, upper-case hex, as Go's client sends it: POST /%E8%B7%AF%E7%94%B1/preview
+PATH_SAFE = "!$&'()*+,;=:@[]/%"
+BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+CONTROL_BYTES = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def request_target(path: str, query: str, option: str) -> str:
+    """Return the request target of a URL's path and query, percent-encoded where a request
+    line cannot carry a character as it is (see PATH_SAFE); raise a one-line error, quoting
+    nothing of the URL, for a '%' that starts no escape in the path (Go's url.Parse refuses
+    it) or a control character anywhere (Python's urlsplit drops a tab or line break)."""
+    if BAD_ESCAPE.search(path):
+        raise RouterLatencyError("the URL's path has a '%' that starts no percent-encoding "
+                                 "(write '%' itself as %25)", option)
+    target = urllib.parse.quote(path, safe=PATH_SAFE)
+    return target + "?" + urllib.parse.quote(query, safe=PATH_SAFE + "?") if query else target
 
 
 def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
@@ -3704,11 +3870,13 @@ def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
         values.add(endpoint.authorization)
         user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
             "utf-8", "replace").partition(":")
-        values |= {user, password, urllib.parse.quote(password, safe="")}
+        values |= {user, password}
     values |= {value.split(None, 1)[1] for value in list(values)
                if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
-    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
-                        reverse=True))
+    # each in every form it can take in an answer or a record: JSON-escaped, percent-encoded
+    forms = {form for value in values if len(value) >= MIN_SECRET_CHARS
+             for form in secret_forms(value)}
+    return tuple(sorted(forms, key=lambda v: (-len(v), v)))
 
 
 def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
@@ -4168,8 +4336,11 @@ class Connection:
             while view:
                 try:
                     view = view[self.sock.send(view):]
-                except socket.timeout:
+                except socket.timeout:  # the server reads no more of it: has it answered?
                     self._waited(deadline)
+                    if self._answered_early(reader):
+                        reader.keep_open = False  # the rest would be read as a request
+                        return reader
             while True:
                 try:
                     data = self.sock.recv(262144)
@@ -4187,6 +4358,23 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
             self.close()
             raise malformed(f"{type(exc).__name__}: {exc}", reader.status) from None
+
+    def _answered_early(self, reader: ResponseReader) -> bool:
+        """Read what the server sent while the request was still being written (it stopped
+        reading it: a body too large, say); return whether that is a whole answer. Go's
+        client takes such an answer and closes the connection, as exchange does then."""
+        sock = cast(socket.socket, self.sock)
+        sock.settimeout(0.0)
+        try:
+            while True:
+                try:
+                    data = sock.recv(262144)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return False
+                if reader.feed(data) if data else reader.eof():
+                    return True
+        finally:
+            sock.settimeout(STOP_POLL_S)
 
     def _waited(self, deadline: float) -> None:
         """A slice of waiting ended: raise when the request is out of time or stopped."""
@@ -4276,11 +4464,13 @@ def decision_members(paths: Tuple[str, ...]) -> Tuple[FrozenSet[str], DecisionPl
     return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
 
 
-def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
+def decision_of(document: Any, paths: Sequence[str],
+                secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the routing decision of a response by decision paths, or None when absent.
 
     A path is dotted; alternatives joined with '|' take the first present; a path ending in
-    '?' is optional. The found parts are joined with '|'.
+    '?' is optional. The found parts are joined with '|'. A part to be cut (decision_text)
+    is scrubbed of the secrets first; one that is not is scrubbed by the caller.
     """
     found = []
     for optional, alternatives in decision_members(tuple(paths))[1]:
@@ -4296,7 +4486,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
                 continue
             return None
         found.append(value if type(value) is str and len(value) <= DECISION_CHARS
-                     else decision_text(value))
+                     else decision_text(value, secrets))
     return "|".join(found) if found else None
 
 
@@ -4360,18 +4550,23 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = read_members(text, decision_reading(tuple(paths)))[0]
+            members, at = read_members(text, decision_reading(tuple(paths)))
+            if members is not None and not rest_of_object(text, at):
+                members = None  # not one JSON document: decoded whole, to say why
         else:  # the decision read as without the times; metrics before it: read as below
             members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
             if members is not None and "metrics" not in members:
                 # held while it fits the hold, counted at the most its str may take (4 bytes
-                # a character), its times read after its pass; else read now
+                # a character), its times read after its pass (and the rest of it checked
+                # then: AnswerBook.settle); else read now
                 size = len(text) if text.isascii() else 4 * len(text)
                 if size <= signals.hold:
                     signals.hold -= size
                     signals.last = [text, at]  # a HeldAnswer
-                else:
-                    members = scanned_members(text, at, members, tuple(paths), signals)
+                    return members
+                members = scanned_members(text, at, members, tuple(paths), signals)
+            if members is not None and not rest_of_object(text, at, signals):
+                members = signals.last = None  # as above; no times of an answer refused
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -4379,6 +4574,40 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     if signals is not None and signals.last is None:
         signals.last = signals.times(document)
     return document
+
+
+def rest_of_object(text: str, index: int, signals: Optional[SignalTable] = None) -> bool:
+    """Return whether text from index, just past a value of its top-level object (where a
+    read of the decision stopped), is the rest of that object and nothing more: members,
+    each value read by the C scanner, the closing brace, then only spaces. Go's decoder
+    refuses the rest otherwise (a second document after the first, a value broken past the
+    decision: "x":tru), and so does this reader: the answer is then decoded whole, and
+    bad_json. A value nested too deep for the scanner is decoded whole as well (malformed).
+    With `signals`, a metrics member of the form its table read last is matched by that
+    form's pattern rather than decoded (the router's ~1 KB of times: most of the cost);
+    whether its numbers are JSON numbers is found where its times are read (SignalTable.scan:
+    an answer whose are not is decoded, and bad_json there)."""
+    form = signals.form if signals is not None else None
+    try:
+        while True:
+            if text[index] in JSON_SPACE:
+                index = _json_space(text, index).end()
+            if text[index] == "}":
+                return not text[index + 1:].strip(JSON_SPACE)
+            if text[index] != ",":
+                return False
+            index = _json_space(text, index + 1).end()
+            if text[index] != '"':
+                return False
+            name, index = _scan_json_key(text, index + 1)
+            index = _json_space(text, index).end()
+            if text[index] != ":":
+                return False
+            index = _json_space(text, index + 1).end()
+            found = form.match(text, index) if form is not None and name == "metrics" else None
+            index = found.end() if found is not None else _scan_json(text, index)[1]
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return False
 
 
 def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...],
@@ -4604,12 +4833,13 @@ def body_config_hash(body: bytes | bytearray) -> Optional[str]:
     return None
 
 
-def decision_text(value: Any) -> str:
+def decision_text(value: Any, secrets: Sequence[str] = ()) -> str:
     """Return a decision as stored: a string as it is, anything else as compact JSON; either
-    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    scrubbed of the secrets, then cut to DECISION_CHARS characters and marked, so that no
+    record holds a whole document, nor a part of a secret the cut split."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
                                                           separators=(",", ":"))
-    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
+    return scrubbed_cut(text, DECISION_CHARS, secrets, DECISION_CUT)
 
 
 # SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
@@ -4876,20 +5106,22 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
 
 
-def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+def default_route(document: Any, paths: Sequence[str],
+                  secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the decision of an answer routed by the default route: the router's 200 with
     decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
     paths' parts such as selected_model when present); None for any other answer."""
     result = document.get("decision_result") if isinstance(document, dict) else None
     if not isinstance(result, dict) or result.get("decision_name") != "":
         return None
-    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    extra = decision_of(document, [path for path in paths if path.endswith("?")], secrets)
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
 def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None) -> Tuple[Optional[str], Optional[str],
-                                                              Optional[str]]:
+             signals: Optional[SignalTable] = None,
+             secrets: Sequence[str] = ()) -> Tuple[Optional[str], Optional[str],
+                                                   Optional[str]]:
     """Return (decision, error kind, the router's error code) for one answered request (a plain
     tuple: this runs once an answer, and a record costs thousands of instructions); raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
@@ -4911,9 +5143,9 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
         document = answer_document(body, paths, signals)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    decision = decision_of(document, paths)
+    decision = decision_of(document, paths, secrets)
     if decision is None:
-        decision = default_route(document, paths)
+        decision = default_route(document, paths, secrets)
     if decision is None:
         return None, "no_decision", error_code(body)
     return marked_sampled(decision, document, body), None, None
@@ -5353,13 +5585,15 @@ def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
 
 
 def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None,
-              hidden: Sequence[str] = ()) -> ProbeResult:
+              hidden: Sequence[str] = (), secrets: Sequence[str] = ()) -> ProbeResult:
     """Return exit code, the first 4 KB of stdout and the seconds of one probe command, run
-    without the environment variables named in `hidden`."""
+    without the environment variables named in `hidden`; the output scrubbed of `secrets`
+    before it is cut, so that no part of one is kept."""
     started = time.monotonic()
     code, output, ended = run_command(command, timeout, stop, hidden)
+    text = scrubbed_cut(output.decode("utf-8", "replace"), PROBE_OUTPUT_BYTES, secrets)
     record: ProbeResult = {"exit": code, "timed_out": ended == "timed out",
-              "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
+              "stdout": text.encode()[:PROBE_OUTPUT_BYTES].decode("utf-8", "ignore"),
               "seconds": round(time.monotonic() - started, 3)}
     if ended == "interrupted":
         record["interrupted"] = True
@@ -5648,7 +5882,7 @@ def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] =
     set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
         "probes": {name: run_probe(command, capture.probe_timeout, stop,
-                                   capture.hidden_variables)
+                                   capture.hidden_variables, capture.secrets)
                    for name, command in capture.probes},
         "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop,
                                        capture.hidden_variables),
@@ -5823,7 +6057,7 @@ def failure_of(exc: Exception, status: Optional[int]) -> Failure:
         if exc.kind == "malformed":
             return Failure("malformed", exc.status or status, exc.detail)
         return Failure(exc.kind, exc.status, None)
-    return Failure("malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
+    return Failure("malformed", status, f"{type(exc).__name__}: {exc}")  # cut once scrubbed
 
 
 class AnswerBook:
@@ -5875,7 +6109,8 @@ class AnswerBook:
         if len(body) > self.CACHED_BODY_BYTES:
             # _classify written out, without its record: this runs once an answer
             table = self.signals
-            decision, error, code = classify(status, body, self.paths, signals=table)
+            decision, error, code = classify(status, body, self.paths, signals=table,
+                                             secrets=self.secrets)
             if self.secrets:
                 decision, code = self._scrubbed(decision, code)
             signal_ms = (table.last or ()) if table is not None else ()
@@ -5900,18 +6135,23 @@ class AnswerBook:
         self.results.append(RawResult(
             number=sent.index, scheduled=sent.scheduled, started=sent.started, ended=ended,
             status=status, decision=None, error=kind, retried=sent.retried,
-            reason=scrubbed(reason, self.secrets) if reason else None))
+            reason=self._reason(reason)))
 
     def _classify(self, status: int, body: bytes | bytearray,
                   hash_wanted: bool = False) -> Answer:
         """Return what an answer says, its per-signal times read (or the answer held) when
         the book has a SignalTable, and its config_hash when wanted."""
         table = self.signals
-        decision, error, code = classify(status, body, self.paths, signals=table)
+        decision, error, code = classify(status, body, self.paths, signals=table,
+                                         secrets=self.secrets)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
         return Answer(decision, error, code, (table.last or ()) if table is not None else (),
                       body_config_hash(body) if hash_wanted else False)
+
+    def _reason(self, reason: Optional[str]) -> Optional[str]:
+        """Return a failure's reason as recorded: scrubbed, then cut to MAX_REASON_CHARS."""
+        return scrubbed_cut(reason, MAX_REASON_CHARS, self.secrets) if reason else None
 
     def _scrubbed(self, decision: Optional[str],
                   code: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -5960,6 +6200,20 @@ class AnswerBook:
         def again(k: int) -> None:
             results[held[k]] = self._read_again(results[held[k]])
 
+        # an answer whose rest past its decision is not the rest of one JSON document is
+        # read again (bad_json, or malformed), reporting no names: before the others. Its
+        # metrics are matched by the form of the table's last (rest_of_object): the first
+        # held answer is scanned first when the table has read none yet (scanned again below)
+        if table.form is None:
+            table.scan(*cast(HeldAnswer, results[held[0]].signal_ms))
+        for i in held:
+            text, at = cast(HeldAnswer, results[i].signal_ms)
+            if not rest_of_object(text, at, table):
+                results[i] = self._read_again(results[i])
+        held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
+        if not held:
+            return
+
         try:
             # the places settle found held: one cast a step, not a call an answer
             found = table.scan_many(cast(List[HeldAnswer], [results[i].signal_ms for i in held]),
@@ -5985,7 +6239,7 @@ class AnswerBook:
             kind, status, reason = failure_of(exc, raw.status)
             return raw._replace(status=status, decision=None, error=kind, code=None,
                                 config_hash=None, signal_ms=(),
-                                reason=scrubbed(reason, self.secrets) if reason else None)
+                                reason=self._reason(reason))
         return raw._replace(decision=answer.decision, error=answer.error, code=answer.code,
                             signal_ms=answer.signal_ms)
 
@@ -6491,7 +6745,11 @@ class PassLoop:
         assert reader is not None  # _read's reader, complete: feed or eof said so
         self.answers.record(slot, reader, now)
         slot.reader = None  # the body goes with it
-        if not reader.keep_open:
+        if not reader.keep_open or slot.pending is not None:
+            # pending: the answer came before the whole request was sent (a server answering
+            # a body too large after its head): the rest, sent on, would be read as the next
+            # request, so the connection ends here, as Go's client ends it
+            slot.pending = None
             self._close(slot)
         self.busy.discard(slot)  # _release, written out: this runs once an answer
         self.idle.append(slot)
@@ -6940,8 +7198,10 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
         message = json.loads(body)["error"]["message"]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         message = ""
+    # scrubbed before it is cut: a message quoting the token is never stored in part
+    message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
     answer = f"{status_words(status)}{f' {code}' if code else ''}" \
-             f"{f': {str(message)[:160]}' if message else ''}"
+             f"{f': {message}' if message else ''}"
     expected = dict(target.headers).get(EXPECTED_HASH_HEADER)
     if status == 412 and expected:
         return (f"serves another configuration than --expect-config-hash {expected[:12]}... "
@@ -14522,26 +14782,16 @@ def cmd_record(args: argparse.Namespace) -> int:
 def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
     """Append the Markdown report lines() renders to GitHub's job summary when
     GITHUB_STEP_SUMMARY names it, in one write, so that steps running side by side do not
-    interleave; a missing or unwritable file is a warning, never a failure of the gate's
-    result."""
+    interleave, whole or not at all (append_whole); a missing or unwritable file is a
+    warning, never a failure of the gate's result."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
     # the report is rendered only where GitHub asks for it
     data = ("\n".join(visible(line) for line in lines()) + "\n\n").encode("utf-8", "replace")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
-        try:
-            written = os.write(fd, data)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        stderr_line(f"warning: cannot append to GITHUB_STEP_SUMMARY: {exc.strerror or exc} "
-                    f"({path})")
-        return
-    if written < len(data):
-        stderr_line(f"warning: only {written} of {len(data)} bytes appended to "
-                    f"GITHUB_STEP_SUMMARY ({path})")
+    failed = append_whole(path, data)
+    if failed is not None:
+        stderr_line(f"warning: cannot append to GITHUB_STEP_SUMMARY: {failed} ({path})")
 
 
 def add_today_options(p: argparse.ArgumentParser) -> None:

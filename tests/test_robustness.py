@@ -3,6 +3,7 @@ failed request each, hostile input files are one line naming the file or field, 
 overwrite inputs, signals leave no temporary file, secrets stay out of files and messages,
 and every Markdown cell is one line that notifies nobody."""
 
+import errno
 import hashlib
 import json
 import os
@@ -10,22 +11,27 @@ import pty
 import re
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
+import unicodedata
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
 from router_latency.constants import DEFAULT_DECISION_PATHS
-from router_latency.words import CONTROL_CHARS
 from router_latency.files import MAX_INPUT_BYTES
 from router_latency.corpus import load_corpus, MAX_CORPUS_BYTES
 from router_latency.runfile import load_run
 from router_latency.wire import classify, error_code, RequestFailed, ResponseReader
 from router_latency.captures import parse_nvidia_smi
-from conftest import (TOOL, TOOL_PYC, assert_one_line_error, final_answer, make_run,
+from conftest import (TOOL, TOOL_PYC, ScriptedServer, assert_one_line_error, final_answer,
+                      make_run,
                       three_rounds, write_corpus)
 
 OK = b'{"decision_result": {"decision_name": "ok"}}'
@@ -513,7 +519,14 @@ def test_url_messages_quote_nothing_from_the_userinfo(tmp_path, cli, url, hidden
 
 HOSTILE = ["line\nbreak", "carriage\rreturn", "nul\x00byte", "esc\x1b[31mred", "c1\x85next",
            "sep\u2028line", "tab\there", "@octocat", "fixes #123", "del\x7fchar",
-           "rtl\u202eevil"]
+           "rtl\u202eevil", "alm\u061cmark", "isolate\u2067x", "tag\U000e0041hidden",
+           "zero\u200bwidth", "bom\ufeffhere", "soft\u00adhyphen", "mongolian\u180evs"]
+
+
+def shown_raw(text: str) -> list:
+    """The characters of text a terminal would act on or hide, by Unicode category: controls,
+    format characters (bidi marks, zero-width, tags), surrogates, line/paragraph separators."""
+    return [c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")]
 
 
 def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatch):
@@ -525,14 +538,15 @@ def test_markdown_cells_are_one_line_and_notify_nobody(tmp_path, cli, monkeypatc
                  "markdown", "--per-round")
     for text in (result.out, summary.read_text()):
         for line in text.splitlines():
-            assert not CONTROL_CHARS.search(line), repr(line)
+            assert not shown_raw(line), repr(line)
             if line.startswith("|"):
                 assert line.endswith("|"), repr(line)
         assert "@octocat" not in text and "#123" not in text
         assert "@&#8203;octocat" in text and "#&#8203;123" in text
         assert "esc\\u001b[31mred" in text or "esc\\\\u001b\\[31mred" in text
     plain = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--per-round")
-    assert not CONTROL_CHARS.search(plain.out.replace("\n", ""))
+    assert not shown_raw(plain.out.replace("\n", ""))
+    assert "alm\\u061cmark" in plain.out and "tag\\udb40\\udc41hidden" in plain.out
     as_json = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--format",
                   "json")
     json.loads(as_json.out)  # still JSON, with the decision as the router sent it
@@ -689,6 +703,85 @@ def test_error_codes_and_decisions_quoting_a_secret_are_scrubbed(scripted, tmp_p
     assert load_run(str(out)).passes[0].requests[1].code == "BAD_hidden"  # read back
 
 
+QUOTED_TOKEN = 'tok_7c1e9a4b2d8f"q\\z<&>'  # a " and a \ in it, and Go's HTML escapes
+PASSWORD = "p\\\u00c4-secret"  # p\Ä-secret: \ and a non-ASCII letter
+
+
+def forms_of(secret):
+    """The texts a secret may be stored as: itself, JSON-escaped once and twice (Python's ASCII
+    escapes, UTF-8, Go's \\u003c), percent-encoded (upper and lower hex), and its first 8
+    characters (a cut)."""
+    once = [json.dumps(secret, ensure_ascii=a)[1:-1] for a in (True, False)]
+    twice = [json.dumps(o, ensure_ascii=a)[1:-1] for o in once for a in (True, False)]
+    go = [o.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+          for o in once]
+    percent = urllib.parse.quote(secret, safe="")
+    return {secret, secret[:8], *once, *twice, *go, percent, percent.lower()} - {""}
+
+
+def test_secrets_are_scrubbed_in_every_form_and_before_a_cut(scripted, tmp_path, cli,
+                                                             monkeypatch):
+    decisions = {
+        # a long decision whose end is the token: cut at 256 characters, inside the token
+        "cut": "x" * 240 + QUOTED_TOKEN,
+        # an object holding the token: stored as compact JSON, the token JSON-escaped
+        "object": {"key": QUOTED_TOKEN, "pad": "y" * 300},
+        "object-short": {"key": QUOTED_TOKEN},
+        # a JSON document inside a string: the token escaped twice
+        "nested": json.dumps({"inner": QUOTED_TOKEN}),
+        # the URL's password as the router echoes it: JSON-escaped, percent-encoded
+        "password": {"who": PASSWORD},
+        "percent": "pw=" + urllib.parse.quote(PASSWORD, safe=""),
+        "percent-lower": "pw=" + urllib.parse.quote(PASSWORD, safe="").lower(),
+        "go-escaped": json.dumps(QUOTED_TOKEN)[1:-1].replace("<", "\\u003c")
+        .replace(">", "\\u003e").replace("&", "\\u0026"),
+    }
+    answers = {prompt: final_answer(json.dumps(
+        {"decision_result": {"decision_name": decision}}).encode())
+        for prompt, decision in decisions.items()}
+    server = scripted(lambda prompt, _: [answers.get(prompt, final_answer())])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", *answers])
+    out, csv = tmp_path / "run.json", tmp_path / "run.csv"
+    url = server.url.replace("://", "://someuser:%s@" % urllib.parse.quote(PASSWORD, safe=""))
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--csv", csv,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--header",
+                 f"X-Api-Key: {QUOTED_TOKEN}")
+    assert result.code == 0, result.err
+    stored = [r["decision"] for r in json.loads(out.read_text())["passes"][0]["requests"]]
+    for text in (out.read_text(), csv.read_text(), result.out + result.err, *stored):
+        for secret in (QUOTED_TOKEN, PASSWORD, "someuser"):
+            assert not [form for form in forms_of(secret) if form in text], (secret, text)
+    assert stored[1] == "x" * 240 + "[hidden]"  # hidden whole before the cut, not cut
+    assert stored[2].startswith('{"key":"[hidden]","pad":"yyy') and stored[2].endswith("[cut]")
+    assert stored[5] == '{"who":"[hidden]"}' and stored[6] == stored[7] == "pw=[hidden]"
+
+
+def test_probe_output_is_scrubbed_before_it_is_cut_to_4_kb(simulator, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", out,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--header",
+                 f"X-Api-Key: {HEADER_VALUE}", "--probe",
+                 f"big=printf '%4085s%s' '' '{HEADER_VALUE}'")  # the 4 KB cut splits it
+    assert result.code == 0, result.err
+    stdout = json.loads(out.read_text())["passes"][0]["environment"]["probes"]["before"][
+        "big"]["stdout"]
+    assert stdout == " " * 4085 + "[hidden]" and HEADER_VALUE[:4] not in out.read_text()
+
+
+def test_a_refusal_message_quoting_the_token_is_scrubbed_before_it_is_cut(scripted, tmp_path,
+                                                                         cli, monkeypatch):
+    monkeypatch.setenv("RL_TEST_TOKEN", TOKEN)
+    body = json.dumps({"error": {"code": "UNAUTHORIZED",
+                                 "message": "z" * 140 + " bad token " + TOKEN}}).encode()
+    server = scripted(lambda prompt, _: [final_answer(body, b"401 Unauthorized")])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", server.url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--token-env", "RL_TEST_TOKEN")
+    assert result.code == 2 and "HTTP 401" in result.err, result.err
+    assert TOKEN[:4] not in result.err and "bad token [hidden]" in result.err, result.err
+
+
 @pytest.mark.parametrize("load", ["inf", "nan", "-5", "1e308", "9" * 400])
 def test_a_load_the_reader_would_refuse_is_no_load_and_the_run_is_kept(simulator, tmp_path,
                                                                         cli, load):
@@ -747,7 +840,7 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
                  "--html", page)
     assert result.code in (0, 1, 3), result.err
     html = page.read_text()
-    assert not CONTROL_CHARS.search(html.replace("\n", "")), "a raw control in the page"
+    assert not shown_raw(html.replace("\n", "")), "a raw control in the page"
     for line in html.splitlines():  # a cell is one line: no row continues on the next
         assert line.count("<td") == line.count("</td>"), repr(line)
     record = tmp_path / "record.md"
@@ -755,7 +848,7 @@ def test_html_cells_and_record_folders_are_one_line(tmp_path, cli):
                  "--markdown", record)
     assert result.code in (0, 1, 3), result.err
     text = record.read_text()
-    assert not CONTROL_CHARS.search(text.replace("\n", ""))
+    assert not shown_raw(text.replace("\n", ""))
     assert "``" in text and "\\u001b[31m" in text  # a code span with the backticks inside
 
 
@@ -859,3 +952,171 @@ def test_a_header_that_frames_the_body_is_refused(tmp_path, cli, header):
     # today sent beside the tool's own Content-Length: the router reads another body's end
     assert result.code == 2 and "is set from each request's body" in result.err, result
     assert HEADER_VALUE not in result.err
+
+
+# --- outputs onto devices, pipes and links; appended outputs whole or not at all ---
+
+def rounds_with(tmp_path, cli, *options):
+    (tmp_path / "r").mkdir(exist_ok=True)
+    three_rounds(tmp_path / "r")
+    return cli("rounds", "--dir", tmp_path / "r", "--base", "cpu", "--new", "gpu", *options)
+
+
+def test_an_output_through_a_link_replaces_the_file_it_names_and_keeps_the_link(tmp_path, cli):
+    (tmp_path / "real").mkdir()
+    old = tmp_path / "real" / "old.xml"
+    old.write_text("old")
+    (tmp_path / "junit.xml").symlink_to(old)
+    (tmp_path / "page.html").symlink_to(tmp_path / "real" / "new.html")  # dangling: made
+    result = rounds_with(tmp_path, cli, "--junit", tmp_path / "junit.xml", "--html",
+                         tmp_path / "page.html")
+    assert result.code == 3, result.err
+    assert (tmp_path / "junit.xml").is_symlink() and (tmp_path / "page.html").is_symlink()
+    assert old.read_text().startswith("<?xml")
+    assert (tmp_path / "real" / "new.html").read_text().startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["new.html", "old.xml"]
+
+
+def test_an_output_onto_a_fifo_is_written_through_or_refused_never_replaced(tmp_path, cli):
+    fifo = tmp_path / "junit.fifo"
+    os.mkfifo(fifo)
+    result = rounds_with(tmp_path, cli, "--junit", fifo)  # nobody reads it: refused, at once
+    assert_one_line_error(result, str(fifo), "a FIFO that nobody reads")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the reader's open is what lets the write start
+            result = rounds_with(tmp_path, cli, "--junit", fifo)
+            if "nobody reads" not in result.err:
+                break
+            time.sleep(0.01)
+    finally:
+        reader.join(10)
+    assert result.code == 3 and result.err == "", result.err
+    assert got and got[0].startswith(b"<?xml") and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_an_output_onto_a_character_device_is_written_through(tmp_path, cli, simulator):
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+        os.open(null, os.O_WRONLY)
+    except OSError:
+        pytest.skip("this user cannot make or open a device file")
+    for options in (["--junit", null], ["--html", null]):
+        result = rounds_with(tmp_path, cli, *options)
+        assert result.code == 3 and result.err == "", result.err
+        assert stat.S_ISCHR(os.lstat(null).st_mode)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    for force in ((), ("--force",)):
+        ran = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", null,
+                  "--label", "x", "--warmup", "0", "--concurrency", "1", *force)
+        assert ran.code == 0 and ran.err == "", ran.err
+        assert stat.S_ISCHR(os.lstat(null).st_mode)
+
+
+def test_a_socket_is_refused_as_an_output(tmp_path, cli):
+    where = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(where))
+    try:
+        result = rounds_with(tmp_path, cli, "--junit", where)
+    finally:
+        server.close()
+    assert_one_line_error(result, str(where), "is a socket")
+    assert stat.S_ISSOCK(os.lstat(where).st_mode)
+
+
+def test_html_to_dev_fd_1_reaches_the_pipe(tmp_path):
+    three_rounds(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "rounds", "--dir", str(tmp_path), "--base", "cpu", "--new",
+         "gpu", "--html", "/dev/fd/1", "--format", "json"],
+        capture_output=True, timeout=60, check=False)
+    assert done.returncode == 3, done.stderr
+    assert b"<!DOCTYPE html>" in done.stdout and b"</html>" in done.stdout, done.stdout[-200:]
+
+
+@pytest.mark.parametrize("allowed", [0, 1000])
+def test_the_step_summary_is_appended_whole_or_not_at_all(tmp_path, cli, monkeypatch, allowed):
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    real_write = os.write
+
+    def full_disk(fd, data):  # the disk takes `allowed` bytes of the summary, then is full
+        if os.path.realpath(f"/proc/self/fd/{fd}") != str(summary):
+            return real_write(fd, data)
+        if not allowed:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, bytes(data[:allowed]))
+
+    monkeypatch.setattr(os, "write", full_disk)
+    result = rounds_with(tmp_path, cli)
+    monkeypatch.setattr(os, "write", real_write)
+    assert result.code == 3
+    assert result.err.startswith("router-latency: warning: cannot append to "
+                                 "GITHUB_STEP_SUMMARY: ") and result.err.count("\n") == 1
+    assert "nothing of it was left in the file" in result.err, result.err
+    assert summary.read_text() == "# earlier step\n"
+
+
+# --- request targets ---
+
+class LineServer(ScriptedServer):
+    """Answers every request ok on its connection, keeping each request line it read."""
+
+    def answer_requests(self, connection):
+        self.lines = getattr(self, "lines", [])
+        with connection, connection.makefile("rb") as reader:
+            while line := reader.readline(65537):
+                length = 0
+                while (header := reader.readline(65537)) not in (b"\r\n", b""):
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                reader.read(length)
+                with self.lock:
+                    self.lines.append(line)
+                    self.requests += 1
+                connection.sendall(final_answer())
+
+
+@pytest.mark.parametrize("given,sent", [
+    ("/\u8def\u7531/preview", "/%E8%B7%AF%E7%94%B1/preview"),  # not ASCII: its UTF-8, encoded
+    ("/a b/preview", "/a%20b/preview"),  # a space
+    ("/a%20b/preview", "/a%20b/preview"),  # already encoded: as given
+    ("/p?q=a b&r=\u00e4", "/p?q=a%20b&r=%C3%A4"),  # the query too
+    ("/a|b{c}^`\"<>/preview", "/a%7Cb%7Bc%7D%5E%60%22%3C%3E/preview"),
+    ("/!$&'()*+,;=:[]~/preview", "/!$&'()*+,;=:[]~/preview"),  # what Go leaves as it is
+])
+def test_request_targets_are_percent_encoded_as_go_sends_them(tmp_path, cli, given, sent):
+    server = LineServer(None)
+    try:
+        corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+        out = tmp_path / "run.json"
+        result = cli("run", "--url", server.url + given, "--corpus", corpus, "--out", out,
+                     "--label", "x", "--concurrency", "1", "--warmup", "0")
+    finally:
+        server.close()
+    assert result.code == 0, result.err
+    posts = [line for line in server.lines if line.startswith(b"POST ")]  # not GET /ready
+    assert posts and {line.split(b" ")[1].decode() for line in posts} == {sent}
+    assert all(len(line.split(b" ")) == 3 for line in server.lines)  # one target, no space
+    assert json.loads(out.read_text())["url"] == server.url + sent  # what was sent
+
+
+@pytest.mark.parametrize("url,message", [
+    ("http://127.0.0.1:9/a%zzb", "has a '%' that starts no percent-encoding"),
+    ("http://127.0.0.1:9/a%", "has a '%' that starts no percent-encoding"),
+    ("http://127.0.0.1:9/a\tb", "holds a control character"),  # urlsplit drops a tab
+    ("http://127.0.0.1:9/a\nb", "holds a control character"),
+    ("http://127.0.0.1:9/a\x01", "holds a control character"),
+])
+def test_a_url_that_cannot_be_sent_as_given_is_refused(tmp_path, cli, url, message):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "r.json",
+                 "--label", "x", "--check")
+    assert_one_line_error(result, message, "--url")

@@ -14,7 +14,8 @@ from router_latency.constants import CONFIG_HASH_HEADER, DEFAULT_DECISION_PATHS
 from router_latency.runfile import load_run
 from router_latency.wire import (answer_document, BODY_CONFIG_HASH, body_config_hash, classify,
                                  DECISION_CHARS, DECISION_CUT, decision_of, default_route,
-                                 error_code, http_response, MAX_BODY_BYTES, parse_endpoint,
+                                 Connection, encode_request, error_code, http_response,
+                                 MAX_BODY_BYTES, parse_endpoint,
                                  RequestFailed, ResponseReader, SignalTable, WHOLE_JSON_BYTES)
 from router_latency.answers import AnswerBook
 from router_latency.measuring import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
@@ -304,28 +305,134 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
     assert book.results[0].decision == "ok" and book.results[0].config_hash == "ab" * 32
 
 
-def test_idle_connections_the_server_closes_do_not_wake_the_loop(scripted, tmp_path,
-                                                                  monkeypatch):
+class CountingPoller:
+    """A PassLoop's epoll or poll object that notes every event it returns."""
+
+    def __init__(self, poller):
+        self.poller = poller
+        self.events = []
+
+    def poll(self, *wait):
+        events = self.poller.poll(*wait)
+        self.events += events
+        return events
+
+    def __getattr__(self, name):
+        return getattr(self.poller, name)
+
+
+class ClosingServer(ScriptedServer):
+    """Answers one request a connection, then closes it without saying so."""
+
+    def answer_requests(self, connection):
+        with connection, connection.makefile("rb") as reader:
+            length = 0
+            for header in iter(lambda: reader.readline(65537), b"\r\n"):
+                if not header:
+                    return
+                if header.lower().startswith(b"content-length:"):
+                    length = int(header.split(b":")[1])
+            prompt = json.loads(reader.read(length))["messages"][0]["content"]
+            with self.lock:
+                self.requests += 1
+            connection.sendall(decision_answer(prompt))
+
+
+def test_idle_connections_the_server_closes_do_not_wake_the_loop():
     # the server closes every connection after answering, without saying so; an open-loop
-    # pass at 4 requests per second waits 250 ms between sends
-    server = scripted(lambda prompt, number: [decision_answer(prompt)] if number == 0 else None)
+    # pass at 4 requests per second waits 250 ms between sends, its connections idle
+    server = ClosingServer(None)
     target = Target(parse_endpoint(server.url))
-    polls = []
-    real_poll = PassLoop._poll
-
-    def counted(self, wait):
-        polls.append(wait)
-        return real_poll(self, wait)
-
-    monkeypatch.setattr(PassLoop, "_poll", counted)
     payloads = encode_prompts(target, ["a", "b", "c"])
     loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 4),
-                       arrival_schedule(3, 4.0, "constant", 0))
-    results = loop.run()
-    assert [r.error for r in results] == [None, None, None]
-    # waking for each 0.1 s slice, and a few times around each send, is all: an idle socket at
-    # end-of-file left registered made the selector return at once, thousands of times
-    assert len(polls) < 100, len(polls)
+                    arrival_schedule(3, 4.0, "constant", 0))
+    loop.poller = counting = CountingPoller(loop.poller)
+    try:
+        results = loop.run()
+    finally:
+        counting.poller.close()
+        server.close()
+    assert [r.error for r in results] == [None, None, None] and server.requests == 3
+    # the events the sockets raised, not the loop's wake-ups (it also wakes every 0.1 s to see
+    # whether the user asked to stop, however long the pass takes on a loaded machine): per
+    # request its answer (in one or two reads), and the close of its connection once idle,
+    # which closes it here; an idle socket at end-of-file left registered raises an event at
+    # every wait: 78,139 in this pass where _idle_event left it open
+    assert len(counting.events) <= 3 * len(payloads), counting.events
+
+
+class EarlyServer(ScriptedServer):
+    """Answers each request as soon as its head is read and keeps the connection: then reads
+    its body, Content-Length bytes, before the next request (a body the client left unsent
+    is made up of the next request's bytes; what is left of them is a bad request: 400, and
+    the connection closed, or a body still waited for: a timeout). With `stop_reading`
+    it reads nothing more of the connection after its first answer (until `done` is set)."""
+
+    def __init__(self, stop_reading=False):
+        super().__init__(None)
+        self.stop_reading = stop_reading
+        self.done = threading.Event()
+
+    def answer_requests(self, connection):
+        with connection, connection.makefile("rb") as reader:
+            while line := reader.readline(65537):
+                if not line.startswith(b"POST /"):  # as Go's server: 400, and the end
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"
+                                       b"Content-Length: 0\r\n\r\n")
+                    return
+                length = 0
+                while (header := reader.readline(65537)) not in (b"\r\n", b""):
+                    if header.lower().startswith(b"content-length:"):
+                        length = int(header.split(b":")[1])
+                with self.lock:
+                    self.requests += 1
+                connection.sendall(decision_answer("early"))
+                if self.stop_reading:
+                    self.done.wait(10)
+                    return
+                while length > 0:
+                    data = reader.read(min(length, 2 ** 20))
+                    if not data:
+                        return
+                    length -= len(data)
+
+
+BIG = 16 * 2 ** 20  # more than the loopback's socket buffers take: the body is still unsent
+
+
+@pytest.mark.parametrize("schedule", [None, "open"], ids=["closed-loop", "open-loop"])
+def test_an_answer_that_comes_before_the_body_is_sent_ends_the_connection(schedule):
+    server = EarlyServer()
+    target = Target(parse_endpoint(server.url), timeout=5.0)
+    payloads = encode_prompts(target, ["x" * BIG, "y" * BIG])
+    loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 1, repeat=2),
+                    arrival_schedule(4, 50.0, "constant", 0) if schedule else None)
+    try:
+        results = loop.run()
+    finally:
+        server.close()
+    # every request answered, each on a connection of its own: none was read as the body of
+    # the one before (and timed out)
+    assert [(r.error, r.decision) for r in results] == [(None, "early")] * 4, results
+    assert server.requests == 4
+
+
+def test_a_blocking_exchange_takes_an_early_answer_and_closes_the_connection():
+    server = EarlyServer(stop_reading=True)
+    endpoint = parse_endpoint(server.url)
+    connection = Connection(endpoint, 5.0)
+    body = b'{"messages": [{"content": "%s"}]}' % (b"x" * BIG)
+    request = encode_request(endpoint, "POST", body, ())
+    try:
+        for _ in range(2):
+            reply = connection.exchange(request)  # the server reads no more of the body
+            assert reply.status == 200 and b"early" in reply.body
+            assert connection.sock is None  # closed: the rest of the body was never sent
+    finally:
+        connection.close()
+        server.done.set()
+        server.close()
+    assert server.requests == 2
 
 
 def test_a_decision_that_is_not_a_string_is_stored_as_compact_json_cut_to_size():
@@ -541,6 +648,61 @@ def test_answers_of_other_decisions_after_the_first_are_read_as_their_own():
     preview_answer().replace(b"qwen3", b"qw\xffen3")])
 def test_an_answer_malformed_before_its_decision_is_bad_json(body):
     assert classify(200, body, DEFAULT_DECISION_PATHS)[1] == "bad_json"
+
+
+def not_one_document():
+    """Answers over WHOLE_JSON_BYTES whose decision reads well but which are not one JSON
+    document past it: what Go's decoder refuses."""
+    good = preview_answer()
+    at = good.index(b',"metrics"')
+    return {
+        "two documents": good + b"\n" + good + b"\n",  # a handler that encodes twice
+        "broken past the decision": good[:-1] + b',"x":tru}',
+        "a brace too many": good + b"}",
+        "a trailing comma": good[:-1] + b",}",
+        "a missing comma": good[:at] + b' "y":1' + good[at:],
+        "an unterminated string": good[:-1] + b',"x":"unterminated}',
+        "a leading zero": good[:-1] + b',"x":01}',
+        "a NUL after it": good + b"\x00",
+        "a bracket left open": good[:-1] + b',"x":[1,2}',
+        "a key without quotes": good[:-1] + b",x:1}",
+        "a raw control in a string": good[:-1] + b',"x":"a\tb"}',
+        "metrics broken inside": good.replace(b'"confidence":0.5}', b'"confidence":0.5', 1),
+    }
+
+
+@pytest.mark.parametrize("name", list(not_one_document()))
+@pytest.mark.parametrize("paths", [
+    DEFAULT_DECISION_PATHS, ("routing_decision",), ("decision_result.decision_name",),
+    ("routing_decision", "metrics.pii.confidence?")])
+@pytest.mark.parametrize("signals", [False, True], ids=["no-signals", "signals"])
+def test_an_answer_that_is_not_one_json_document_past_its_decision_is_bad_json(name, paths,
+                                                                              signals):
+    body = not_one_document()[name]
+    with pytest.raises(ValueError):
+        json.loads(body)
+    table = SignalTable() if signals else None
+    assert classify(200, body, paths, signals=table) == (None, "bad_json", None)
+    assert table is None or table.last is None  # no times of an answer refused
+
+
+@pytest.mark.parametrize("name", list(not_one_document()))
+def test_a_held_answer_that_is_not_one_json_document_is_bad_json_once_settled(name):
+    # while the pass runs an answer is held, its decision read; after it, its rest is read
+    book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable(), ())
+    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False)
+    book.start_hold()
+    for number, body in enumerate((preview_answer("a"), not_one_document()[name],
+                                   preview_answer("b"))):
+        reader = ResponseReader(PASS_HEADERS)
+        assert reader.feed(http_response(200, body))
+        sent.index = number
+        book.record(sent, reader, 3)
+    book.end_hold()
+    book.settle()
+    assert [(r.decision, r.error) for r in book.results] == [
+        ("math|qwen3", None), (None, "bad_json"), ("math|qwen3", None)]
+    assert book.results[1].signal_ms == () and len(book.results[2].signal_ms) == 9
 
 
 @pytest.mark.parametrize("nested", [

@@ -8,9 +8,9 @@ import time
 from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
-from .words import scrubbed
+from .words import scrubbed, scrubbed_cut
 from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
-                   SignalTable, SignalTimes)
+                   rest_of_object, SignalTable, SignalTimes)
 
 __all__ = ["AnswerBook", "failure_of", "RawResult"]
 
@@ -78,7 +78,7 @@ def failure_of(exc: Exception, status: Optional[int]) -> Failure:
         if exc.kind == "malformed":
             return Failure("malformed", exc.status or status, exc.detail)
         return Failure(exc.kind, exc.status, None)
-    return Failure("malformed", status, f"{type(exc).__name__}: {exc}"[:MAX_REASON_CHARS])
+    return Failure("malformed", status, f"{type(exc).__name__}: {exc}")  # cut once scrubbed
 
 
 class AnswerBook:
@@ -130,7 +130,8 @@ class AnswerBook:
         if len(body) > self.CACHED_BODY_BYTES:
             # _classify written out, without its record: this runs once an answer
             table = self.signals
-            decision, error, code = classify(status, body, self.paths, signals=table)
+            decision, error, code = classify(status, body, self.paths, signals=table,
+                                             secrets=self.secrets)
             if self.secrets:
                 decision, code = self._scrubbed(decision, code)
             signal_ms = (table.last or ()) if table is not None else ()
@@ -155,18 +156,23 @@ class AnswerBook:
         self.results.append(RawResult(
             number=sent.index, scheduled=sent.scheduled, started=sent.started, ended=ended,
             status=status, decision=None, error=kind, retried=sent.retried,
-            reason=scrubbed(reason, self.secrets) if reason else None))
+            reason=self._reason(reason)))
 
     def _classify(self, status: int, body: bytes | bytearray,
                   hash_wanted: bool = False) -> Answer:
         """Return what an answer says, its per-signal times read (or the answer held) when
         the book has a SignalTable, and its config_hash when wanted."""
         table = self.signals
-        decision, error, code = classify(status, body, self.paths, signals=table)
+        decision, error, code = classify(status, body, self.paths, signals=table,
+                                         secrets=self.secrets)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
         return Answer(decision, error, code, (table.last or ()) if table is not None else (),
                       body_config_hash(body) if hash_wanted else False)
+
+    def _reason(self, reason: Optional[str]) -> Optional[str]:
+        """Return a failure's reason as recorded: scrubbed, then cut to MAX_REASON_CHARS."""
+        return scrubbed_cut(reason, MAX_REASON_CHARS, self.secrets) if reason else None
 
     def _scrubbed(self, decision: Optional[str],
                   code: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -215,6 +221,20 @@ class AnswerBook:
         def again(k: int) -> None:
             results[held[k]] = self._read_again(results[held[k]])
 
+        # an answer whose rest past its decision is not the rest of one JSON document is
+        # read again (bad_json, or malformed), reporting no names: before the others. Its
+        # metrics are matched by the form of the table's last (rest_of_object): the first
+        # held answer is scanned first when the table has read none yet (scanned again below)
+        if table.form is None:
+            table.scan(*cast(HeldAnswer, results[held[0]].signal_ms))
+        for i in held:
+            text, at = cast(HeldAnswer, results[i].signal_ms)
+            if not rest_of_object(text, at, table):
+                results[i] = self._read_again(results[i])
+        held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
+        if not held:
+            return
+
         try:
             # the places settle found held: one cast a step, not a call an answer
             found = table.scan_many(cast(List[HeldAnswer], [results[i].signal_ms for i in held]),
@@ -240,6 +260,6 @@ class AnswerBook:
             kind, status, reason = failure_of(exc, raw.status)
             return raw._replace(status=status, decision=None, error=kind, code=None,
                                 config_hash=None, signal_ms=(),
-                                reason=scrubbed(reason, self.secrets) if reason else None)
+                                reason=self._reason(reason))
         return raw._replace(decision=answer.decision, error=answer.error, code=answer.code,
                             signal_ms=answer.signal_ms)

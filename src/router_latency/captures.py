@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
 
 from .constants import __version__, CACHE_SERIES, DEFAULT_HISTOGRAMS, MAX_FILE_NUMBER, STOP_POLL_S
 from .errors import is_whole, RouterLatencyError
-from .words import scrubbed
+from .words import scrubbed, scrubbed_cut
 from .gpu import GPU_FIELDS, GpuField, GpuReading
 from .runfile import (CapturedEnvironment, CpuSettings, HostSettings, LoadRange, ProbeResult,
                       RouterCpu)
@@ -465,13 +465,15 @@ def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
 
 
 def run_probe(command: str, timeout: float, stop: Optional[threading.Event] = None,
-              hidden: Sequence[str] = ()) -> ProbeResult:
+              hidden: Sequence[str] = (), secrets: Sequence[str] = ()) -> ProbeResult:
     """Return exit code, the first 4 KB of stdout and the seconds of one probe command, run
-    without the environment variables named in `hidden`."""
+    without the environment variables named in `hidden`; the output scrubbed of `secrets`
+    before it is cut, so that no part of one is kept."""
     started = time.monotonic()
     code, output, ended = run_command(command, timeout, stop, hidden)
+    text = scrubbed_cut(output.decode("utf-8", "replace"), PROBE_OUTPUT_BYTES, secrets)
     record: ProbeResult = {"exit": code, "timed_out": ended == "timed out",
-              "stdout": output[:PROBE_OUTPUT_BYTES].decode("utf-8", "replace"),
+              "stdout": text.encode()[:PROBE_OUTPUT_BYTES].decode("utf-8", "ignore"),
               "seconds": round(time.monotonic() - started, 3)}
     if ended == "interrupted":
         record["interrupted"] = True
@@ -760,7 +762,7 @@ def capture_snapshot(capture: CaptureSettings, stop: Optional[threading.Event] =
     set, what is under way ends and what is left is not started: recorded as interrupted."""
     return {
         "probes": {name: run_probe(command, capture.probe_timeout, stop,
-                                   capture.hidden_variables)
+                                   capture.hidden_variables, capture.secrets)
                    for name, command in capture.probes},
         "gpu": select_gpus(gpu_reading(capture.gpu, capture.probe_timeout, stop,
                                        capture.hidden_variables),

@@ -27,8 +27,8 @@ from .constants import (__version__, CACHE_ADVICE, CONFIG_HASH_PATTERN, DEFAULT_
 from .errors import RouterLatencyError, SignalInterrupt
 from .words import metric_title, scrubbed, visible
 from .stats import MAX_SEQUENTIAL_ROUNDS
-from .files import (check_distinct_files, check_folder_accepts_a_file, check_writable_target,
-                    drop_output, rescue_copy, write_atomic, write_output)
+from .files import (append_whole, check_distinct_files, check_folder_accepts_a_file,
+                    check_writable_target, drop_output, rescue_copy, write_atomic, write_output)
 from .corpus import (build_corpus, corpus_bytes, default_boundary_cases, load_boundary_cases,
                      load_corpus)
 from .cache import cache_text
@@ -1266,26 +1266,16 @@ def cmd_record(args: argparse.Namespace) -> int:
 def append_step_summary(lines: Callable[[], Sequence[str]]) -> None:
     """Append the Markdown report lines() renders to GitHub's job summary when
     GITHUB_STEP_SUMMARY names it, in one write, so that steps running side by side do not
-    interleave; a missing or unwritable file is a warning, never a failure of the gate's
-    result."""
+    interleave, whole or not at all (append_whole); a missing or unwritable file is a
+    warning, never a failure of the gate's result."""
     path = os.environ.get("GITHUB_STEP_SUMMARY")
     if not path:
         return
     # the report is rendered only where GitHub asks for it
     data = ("\n".join(visible(line) for line in lines()) + "\n\n").encode("utf-8", "replace")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
-        try:
-            written = os.write(fd, data)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        stderr_line(f"warning: cannot append to GITHUB_STEP_SUMMARY: {exc.strerror or exc} "
-                    f"({path})")
-        return
-    if written < len(data):
-        stderr_line(f"warning: only {written} of {len(data)} bytes appended to "
-                    f"GITHUB_STEP_SUMMARY ({path})")
+    failed = append_whole(path, data)
+    if failed is not None:
+        stderr_line(f"warning: cannot append to GITHUB_STEP_SUMMARY: {failed} ({path})")
 
 
 def add_today_options(p: argparse.ArgumentParser) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import re
 import signal
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -14,8 +18,8 @@ from .errors import RouterLatencyError
 
 __all__ = [
     "check_distinct_files", "check_folder_accepts_a_file", "check_schema", "check_writable_target",
-    "drop_output", "dump_json", "parse_json", "read_bytes", "read_json", "rescue_copy",
-    "write_atomic", "write_output",
+    "append_whole", "drop_output", "dump_json", "parse_json", "read_bytes", "read_json",
+    "rescue_copy", "write_atomic", "write_output",
 ]
 
 
@@ -125,12 +129,97 @@ class DeferredSignals:
 
 def write_atomic(path: str, data) -> None:
     """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
-    same folder, fsync and rename; a signal meanwhile waits until the rename is done."""
+    same folder, fsync and rename; a signal meanwhile waits until the rename is done. Only a
+    regular file (or a new path) is replaced so: a link is followed and the file it names
+    replaced, the link kept; a character device or a pipe (/dev/null, /dev/stdout, a FIFO)
+    is written through; anything else is refused (special_target)."""
+    if special_target(path) is not None:
+        write_through(path, data)
+        return
     with DeferredSignals():
-        _write_atomic(path, data)
+        _write_atomic(os.path.realpath(path) if os.path.islink(path) else path, data, path)
 
 
-def _write_atomic(path: str, data) -> None:
+# the names of a process's own open files: written through whatever they lead to, appended
+# to (a `> out.txt` of the shell holds what the tool printed before)
+OWN_FD_PATH = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+WRITTEN_THROUGH = {stat.S_IFCHR: "a character device", stat.S_IFIFO: "a pipe"}
+REFUSED_KINDS = {stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket",
+                 stat.S_IFDIR: "a folder"}
+
+
+def special_target(path: str) -> Optional[str]:
+    """Return what an output path names when it is no regular file to replace: 'a character
+    device' or 'a pipe' (written through), 'an open file' (one of the process's own, through
+    /dev/stdout or /proc/self/fd: written through); None for a regular file or a new path.
+    Raise a one-line error for what is never written (a block device, a socket)."""
+    if OWN_FD_PATH.fullmatch(os.path.abspath(path)):
+        return "an open file"
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+    except OSError:
+        return None  # a new path (or a link to one): made as a regular file
+    if kind in REFUSED_KINDS:
+        raise RouterLatencyError(f"is {REFUSED_KINDS[kind]}; outputs go to regular files, "
+                                 f"character devices (/dev/null) and pipes", str(path))
+    return WRITTEN_THROUGH.get(kind)
+
+
+def write_through(path: str, data) -> None:
+    """Write data to a character device, a pipe or an open file of the process, as it is
+    (nothing to rename over it): a FIFO nobody reads is refused rather than waited on."""
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK  # non-blocking: a FIFO without a reader
+    if OWN_FD_PATH.fullmatch(os.path.abspath(path)):
+        flags |= os.O_APPEND
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise RouterLatencyError("a FIFO that nobody reads; start its reader first",
+                                     str(path)) from None
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        for chunk in ([data] if isinstance(data, bytes) else data):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def append_whole(path: str, data: bytes) -> Optional[str]:
+    """Append data to an existing file in one write (steps side by side do not interleave),
+    whole or not at all: what a full disk let through of it is cut off again. Return None,
+    or why nothing was appended."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+        except OSError as exc:
+            written, reason = 0, exc.strerror or str(exc)
+        else:
+            reason = f"only {written:,} of its {len(data):,} bytes could be written" \
+                if written < len(data) else ""
+        if not reason:
+            return None
+        if written and stat.S_ISREG(os.fstat(fd).st_mode):
+            end = os.lseek(fd, 0, os.SEEK_CUR)  # where this write ended: its start is before
+            os.ftruncate(fd, max(end - written, start))
+        return f"{reason}; nothing of it was left in the file"
+    except OSError as exc:
+        return f"{exc.strerror or exc}; the file may hold a part of it"
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: str, data, shown: str) -> None:
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
@@ -157,7 +246,7 @@ def _write_atomic(path: str, data) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise RouterLatencyError(
-            f"cannot write: {reason}; any previous file is untouched", str(path)) from None
+            f"cannot write: {reason}; any previous file is untouched", str(shown)) from None
     finally:
         if tmp_name is not None:
             try:
@@ -230,27 +319,36 @@ def write_output(path: str, data) -> None:
 
 
 def check_writable_target(path: str, force: bool) -> None:
-    """Raise before any work when the output cannot or must not be written."""
-    if path == "-":
-        return  # standard output
+    """Raise before any work when the output cannot or must not be written. A character
+    device or a pipe is written through (no --force: nothing is replaced); a link is
+    followed, and the file it names is what is replaced."""
+    if path == "-" or special_target(path) is not None:
+        return  # standard output, or written through
     target = Path(path)
     if target.is_dir():
         raise RouterLatencyError("is a folder, not a file", path)
     if target.exists() and not force:
         raise RouterLatencyError("exists; pass --force to overwrite it", path)
-    folder = target.parent if str(target.parent) else Path(".")
+    folder = output_folder(path)
     if not folder.is_dir():
         raise RouterLatencyError("the folder does not exist", path)
     if not os.access(folder, os.W_OK):
         raise RouterLatencyError("the folder is not writable", path)
 
 
+def output_folder(path: str) -> Path:
+    """Return the folder an output's temporary file is made in: that of the file a link
+    names, else the path's own."""
+    real = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    return real.parent if str(real.parent) else Path(".")
+
+
 def check_folder_accepts_a_file(path: str) -> None:
     """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
     full disk): a file is made there and removed, before anything is measured."""
-    if path == "-":
+    if path == "-" or special_target(path) is not None:
         return
-    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    folder = output_folder(path)
     try:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".router-latency-check-")
         os.close(fd)

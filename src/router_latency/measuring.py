@@ -25,7 +25,7 @@ from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISIO
                         DEFAULT_MODEL, EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH,
                         ROUTER_MAX_CONCURRENCY)
 from .errors import RouterLatencyError
-from .words import fmt_value, plural, scrubbed
+from .words import fmt_value, plural, scrubbed, scrubbed_cut
 from .stats import rounded_percentiles
 from .corpus import Corpus
 from .cache import result_cache_finding
@@ -546,7 +546,11 @@ class PassLoop:
         assert reader is not None  # _read's reader, complete: feed or eof said so
         self.answers.record(slot, reader, now)
         slot.reader = None  # the body goes with it
-        if not reader.keep_open:
+        if not reader.keep_open or slot.pending is not None:
+            # pending: the answer came before the whole request was sent (a server answering
+            # a body too large after its head): the rest, sent on, would be read as the next
+            # request, so the connection ends here, as Go's client ends it
+            slot.pending = None
             self._close(slot)
         self.busy.discard(slot)  # _release, written out: this runs once an answer
         self.idle.append(slot)
@@ -995,8 +999,10 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
         message = json.loads(body)["error"]["message"]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError):
         message = ""
+    # scrubbed before it is cut: a message quoting the token is never stored in part
+    message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
     answer = f"{status_words(status)}{f' {code}' if code else ''}" \
-             f"{f': {str(message)[:160]}' if message else ''}"
+             f"{f': {message}' if message else ''}"
     expected = dict(target.headers).get(EXPECTED_HASH_HEADER)
     if status == 412 and expected:
         return (f"serves another configuration than --expect-config-hash {expected[:12]}... "

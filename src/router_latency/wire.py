@@ -23,13 +23,15 @@ from typing import (Any, Callable, cast, Dict, FrozenSet, List, NamedTuple, Opti
 from .constants import (__version__, ERROR_CODE_PATTERN, MAX_REASON_CHARS, MAX_SIGNALS,
                         PREVIEW_PATH, SIGNAL_NAME_PATTERN, STOP_POLL_S)
 from .errors import RouterLatencyError
+from .words import scrubbed_cut, secret_forms
 from .versions import marked_sampled
 
 __all__ = [
     "accept_connections", "body_config_hash", "bracketed", "classify", "Connection",
     "decision_path_hint", "encode_request", "Endpoint", "error_code", "HeldAnswer",
     "http_response", "open_socket", "parse_endpoint", "RequestFailed", "ResponseReader",
-    "secret_values", "SignalTable", "SignalTimes", "stop_accepting", "tls_context",
+    "rest_of_object", "secret_values", "SignalTable", "SignalTimes", "stop_accepting",
+    "tls_context",
 ]
 
 
@@ -96,6 +98,9 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                    option: str = "--url") -> Endpoint:
     """Return the endpoint of a router URL; a base URL gets the preview path appended. No
     message about a URL quotes any of it: a password cut at '#', '/' or '?' would show."""
+    if CONTROL_BYTES.search(url):
+        raise RouterLatencyError("the URL holds a control character (a tab, a line break); "
+                                 "percent-encode it", option)
     rest = url.partition("://")[2]
     host_end = min([rest.find(c) for c in "/?#" if c in rest] or [len(rest)])
     if "@" in rest[host_end:]:  # user:pa#ss@host reads as host 'user', port 'pa'
@@ -118,9 +123,8 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     if not parts.hostname:
         raise RouterLatencyError("the URL has no host", option)
     port = port or (443 if parts.scheme == "https" else 80)
-    path = parts.path if parts.path not in ("", "/") else default_path
-    if parts.query:
-        path += "?" + parts.query
+    path = request_target(parts.path if parts.path not in ("", "/") else default_path,
+                          parts.query, option)
     authorization = None
     if parts.username is not None or parts.password is not None:
         user = urllib.parse.unquote(parts.username or "")
@@ -131,9 +135,30 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
     netloc = bracketed(host)
     if parts.port is not None:
         netloc += f":{parts.port}"
-    shown = urllib.parse.urlunsplit((parts.scheme, netloc, path.split("?")[0],
-                                     parts.query, ""))
+    shown = urllib.parse.urlunsplit((parts.scheme, netloc, *path.partition("?")[::2], ""))
     return Endpoint(parts.scheme, host, port, path, shown, authorization)
+
+
+# what Go's net/url leaves as given in a path (validEncoded): the unreserved characters
+# (letters, digits and -._~, which quote never encodes), the sub-delimiters, ':', '@', the
+# brackets and '%' of an escape; in a query '?' as well. Anything else (a space, a letter
+# beyond ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}') is percent-encoded from its UTF-8
+# bytes, upper-case hex, as Go's client sends it: POST /%E8%B7%AF%E7%94%B1/preview
+PATH_SAFE = "!$&'()*+,;=:@[]/%"
+BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+CONTROL_BYTES = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def request_target(path: str, query: str, option: str) -> str:
+    """Return the request target of a URL's path and query, percent-encoded where a request
+    line cannot carry a character as it is (see PATH_SAFE); raise a one-line error, quoting
+    nothing of the URL, for a '%' that starts no escape in the path (Go's url.Parse refuses
+    it) or a control character anywhere (Python's urlsplit drops a tab or line break)."""
+    if BAD_ESCAPE.search(path):
+        raise RouterLatencyError("the URL's path has a '%' that starts no percent-encoding "
+                                 "(write '%' itself as %25)", option)
+    target = urllib.parse.quote(path, safe=PATH_SAFE)
+    return target + "?" + urllib.parse.quote(query, safe=PATH_SAFE + "?") if query else target
 
 
 def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
@@ -146,11 +171,13 @@ def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
         values.add(endpoint.authorization)
         user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
             "utf-8", "replace").partition(":")
-        values |= {user, password, urllib.parse.quote(password, safe="")}
+        values |= {user, password}
     values |= {value.split(None, 1)[1] for value in list(values)
                if len(value.split(None, 1)) == 2}  # Bearer TOKEN: the token alone too
-    return tuple(sorted((v for v in values if len(v) >= MIN_SECRET_CHARS), key=len,
-                        reverse=True))
+    # each in every form it can take in an answer or a record: JSON-escaped, percent-encoded
+    forms = {form for value in values if len(value) >= MIN_SECRET_CHARS
+             for form in secret_forms(value)}
+    return tuple(sorted(forms, key=lambda v: (-len(v), v)))
 
 
 def encode_request(endpoint: Endpoint, method: str, body: bytes, headers: Sequence) -> bytes:
@@ -610,8 +637,11 @@ class Connection:
             while view:
                 try:
                     view = view[self.sock.send(view):]
-                except socket.timeout:
+                except socket.timeout:  # the server reads no more of it: has it answered?
                     self._waited(deadline)
+                    if self._answered_early(reader):
+                        reader.keep_open = False  # the rest would be read as a request
+                        return reader
             while True:
                 try:
                     data = self.sock.recv(262144)
@@ -629,6 +659,23 @@ class Connection:
         except Exception as exc:  # noqa: BLE001 - an answer nothing above foresaw
             self.close()
             raise malformed(f"{type(exc).__name__}: {exc}", reader.status) from None
+
+    def _answered_early(self, reader: ResponseReader) -> bool:
+        """Read what the server sent while the request was still being written (it stopped
+        reading it: a body too large, say); return whether that is a whole answer. Go's
+        client takes such an answer and closes the connection, as exchange does then."""
+        sock = cast(socket.socket, self.sock)
+        sock.settimeout(0.0)
+        try:
+            while True:
+                try:
+                    data = sock.recv(262144)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return False
+                if reader.feed(data) if data else reader.eof():
+                    return True
+        finally:
+            sock.settimeout(STOP_POLL_S)
 
     def _waited(self, deadline: float) -> None:
         """A slice of waiting ended: raise when the request is out of time or stopped."""
@@ -718,11 +765,13 @@ def decision_members(paths: Tuple[str, ...]) -> Tuple[FrozenSet[str], DecisionPl
     return frozenset(keys[0] for _, alternatives in plan for keys in alternatives), plan
 
 
-def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
+def decision_of(document: Any, paths: Sequence[str],
+                secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the routing decision of a response by decision paths, or None when absent.
 
     A path is dotted; alternatives joined with '|' take the first present; a path ending in
-    '?' is optional. The found parts are joined with '|'.
+    '?' is optional. The found parts are joined with '|'. A part to be cut (decision_text)
+    is scrubbed of the secrets first; one that is not is scrubbed by the caller.
     """
     found = []
     for optional, alternatives in decision_members(tuple(paths))[1]:
@@ -738,7 +787,7 @@ def decision_of(document: Any, paths: Sequence[str]) -> Optional[str]:
                 continue
             return None
         found.append(value if type(value) is str and len(value) <= DECISION_CHARS
-                     else decision_text(value))
+                     else decision_text(value, secrets))
     return "|".join(found) if found else None
 
 
@@ -802,18 +851,23 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
         elif signals is None:
             # decision_result too, read wherever it stands: default_route looks at it
-            members = read_members(text, decision_reading(tuple(paths)))[0]
+            members, at = read_members(text, decision_reading(tuple(paths)))
+            if members is not None and not rest_of_object(text, at):
+                members = None  # not one JSON document: decoded whole, to say why
         else:  # the decision read as without the times; metrics before it: read as below
             members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
             if members is not None and "metrics" not in members:
                 # held while it fits the hold, counted at the most its str may take (4 bytes
-                # a character), its times read after its pass; else read now
+                # a character), its times read after its pass (and the rest of it checked
+                # then: AnswerBook.settle); else read now
                 size = len(text) if text.isascii() else 4 * len(text)
                 if size <= signals.hold:
                     signals.hold -= size
                     signals.last = [text, at]  # a HeldAnswer
-                else:
-                    members = scanned_members(text, at, members, tuple(paths), signals)
+                    return members
+                members = scanned_members(text, at, members, tuple(paths), signals)
+            if members is not None and not rest_of_object(text, at, signals):
+                members = signals.last = None  # as above; no times of an answer refused
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -821,6 +875,40 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
     if signals is not None and signals.last is None:
         signals.last = signals.times(document)
     return document
+
+
+def rest_of_object(text: str, index: int, signals: Optional[SignalTable] = None) -> bool:
+    """Return whether text from index, just past a value of its top-level object (where a
+    read of the decision stopped), is the rest of that object and nothing more: members,
+    each value read by the C scanner, the closing brace, then only spaces. Go's decoder
+    refuses the rest otherwise (a second document after the first, a value broken past the
+    decision: "x":tru), and so does this reader: the answer is then decoded whole, and
+    bad_json. A value nested too deep for the scanner is decoded whole as well (malformed).
+    With `signals`, a metrics member of the form its table read last is matched by that
+    form's pattern rather than decoded (the router's ~1 KB of times: most of the cost);
+    whether its numbers are JSON numbers is found where its times are read (SignalTable.scan:
+    an answer whose are not is decoded, and bad_json there)."""
+    form = signals.form if signals is not None else None
+    try:
+        while True:
+            if text[index] in JSON_SPACE:
+                index = _json_space(text, index).end()
+            if text[index] == "}":
+                return not text[index + 1:].strip(JSON_SPACE)
+            if text[index] != ",":
+                return False
+            index = _json_space(text, index + 1).end()
+            if text[index] != '"':
+                return False
+            name, index = _scan_json_key(text, index + 1)
+            index = _json_space(text, index).end()
+            if text[index] != ":":
+                return False
+            index = _json_space(text, index + 1).end()
+            found = form.match(text, index) if form is not None and name == "metrics" else None
+            index = found.end() if found is not None else _scan_json(text, index)[1]
+    except (ValueError, IndexError, StopIteration, RecursionError):
+        return False
 
 
 def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...],
@@ -1046,12 +1134,13 @@ def body_config_hash(body: bytes | bytearray) -> Optional[str]:
     return None
 
 
-def decision_text(value: Any) -> str:
+def decision_text(value: Any, secrets: Sequence[str] = ()) -> str:
     """Return a decision as stored: a string as it is, anything else as compact JSON; either
-    cut to DECISION_CHARS characters and marked, so that no record holds a whole document."""
+    scrubbed of the secrets, then cut to DECISION_CHARS characters and marked, so that no
+    record holds a whole document, nor a part of a secret the cut split."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True,
                                                           separators=(",", ":"))
-    return text if len(text) <= DECISION_CHARS else text[:DECISION_CHARS] + DECISION_CUT
+    return scrubbed_cut(text, DECISION_CHARS, secrets, DECISION_CUT)
 
 
 # SignalTable.scan reads the router's metrics object in the form Go's encoding/json writes
@@ -1318,20 +1407,22 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     return names if b"{%s}" % form == body.translate(None, NUMBER_BYTES) else None
 
 
-def default_route(document: Any, paths: Sequence[str]) -> Optional[str]:
+def default_route(document: Any, paths: Sequence[str],
+                  secrets: Sequence[str] = ()) -> Optional[str]:
     """Return the decision of an answer routed by the default route: the router's 200 with
     decision_result.decision_name "" when no decision matched (NO_DECISION, with the optional
     paths' parts such as selected_model when present); None for any other answer."""
     result = document.get("decision_result") if isinstance(document, dict) else None
     if not isinstance(result, dict) or result.get("decision_name") != "":
         return None
-    extra = decision_of(document, [path for path in paths if path.endswith("?")])
+    extra = decision_of(document, [path for path in paths if path.endswith("?")], secrets)
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
 def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None) -> Tuple[Optional[str], Optional[str],
-                                                              Optional[str]]:
+             signals: Optional[SignalTable] = None,
+             secrets: Sequence[str] = ()) -> Tuple[Optional[str], Optional[str],
+                                                   Optional[str]]:
     """Return (decision, error kind, the router's error code) for one answered request (a plain
     tuple: this runs once an answer, and a record costs thousands of instructions); raise
     RequestFailed 'malformed' for an answer nested deeper than MAX_ANSWER_DEPTH.
@@ -1353,9 +1444,9 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
         document = answer_document(body, paths, signals)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    decision = decision_of(document, paths)
+    decision = decision_of(document, paths, secrets)
     if decision is None:
-        decision = default_route(document, paths)
+        decision = default_route(document, paths, secrets)
     if decision is None:
         return None, "no_decision", error_code(body)
     return marked_sampled(decision, document, body), None, None

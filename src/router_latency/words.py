@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import re
-from typing import Optional, Sequence
+import json
+import unicodedata
+import urllib.parse
+from typing import Optional, Sequence, Set
 
 __all__ = [
     "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value", "metric_label",
-    "metric_title", "pct_text", "plural", "scrubbed", "shown_decision", "visible",
+    "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut", "secret_forms",
+    "shown_decision", "visible",
 ]
 
 
@@ -32,28 +35,74 @@ def fmt_hundredths(value: float) -> str:
 
 
 def scrubbed(text: str, secrets: Sequence[str]) -> str:
-    """Return text with every secret value (a token, a --header value) replaced by [hidden]."""
+    """Return text with every secret value (a token, a --header value, in each of the forms
+    secret_forms gives it) replaced by [hidden]; secrets longest first, as secret_values
+    orders them, so that no shorter one hides a part of a longer one and leaves the rest."""
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "[hidden]")
     return text
 
 
-# C0, DEL, C1, the line and paragraph separators, and the marks that reorder what follows
-# them on screen (bidirectional overrides, "Trojan Source")
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
-                           "\u2066-\u2069]")
+def scrubbed_cut(text: str, limit: int, secrets: Sequence[str], mark: str = "") -> str:
+    """Return text scrubbed, then cut to `limit` characters and marked: a secret that the cut
+    would split is hidden whole first, never stored in part."""
+    text = scrubbed(text, secrets) if secrets else text
+    return text if len(text) <= limit else text[:limit] + mark
+
+
+def secret_forms(value: str) -> Set[str]:
+    """Return the forms a secret's text can take in what a router answers or this tool
+    records: as it is; JSON-escaped (ASCII-only as Python writes it, UTF-8 as Go does, Go's
+    escapes of <, > and &, and escaped twice: a JSON document inside a JSON string); and
+    percent-encoded (every reserved character, or '/' kept, or a space as '+', with upper- or
+    lower-case hex digits)."""
+    forms = {value}
+    for ascii_only in (True, False):
+        once = json.dumps(value, ensure_ascii=ascii_only)[1:-1]
+        forms |= {once, json.dumps(once, ensure_ascii=ascii_only)[1:-1],
+                  once.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")}
+    for encoded in (urllib.parse.quote(value, safe=""), urllib.parse.quote(value),
+                    urllib.parse.quote_plus(value)):
+        forms |= {encoded, percent_lower(encoded)}
+    return forms
+
+
+def percent_lower(text: str) -> str:
+    """Return percent-encoded text with its hex digits in lower case: %c3%84."""
+    parts = text.split("%")
+    return parts[0] + "".join("%" + part[:2].lower() + part[2:] for part in parts[1:])
+
+
+# what is escaped for a terminal, by Unicode category: controls (C0, DEL, C1), format
+# characters (every bidirectional mark, override and isolate, U+061C the Arabic letter mark
+# among them, "Trojan Source"; zero-width characters; the tag characters that hide ASCII),
+# lone surrogates, and the line and paragraph separators
+ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 CONTROL_NAMES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def visible(text: str) -> str:
-    """Return text on one line, every control character written as its escape (\\n, \\u001b):
-    a decision or prompt from a router must not move a terminal's cursor or break a table.
-    The escapes are JSON's, so that a JSON document printed through it stays valid."""
-    if CONTROL_CHARS.search(text) is None:
+    """Return text on one line, every character of ESCAPED_CATEGORIES written as its escape
+    (\\n, \\u001b; one beyond U+FFFF as its UTF-16 pair, \\udb40\\udc41): a decision or
+    prompt from a router must not move a terminal's cursor, reorder what it shows or break a
+    table. The escapes are JSON's, so that a JSON document printed through it stays valid."""
+    if text.isprintable():  # none of those categories (nor any space but ' ')
         return text
-    return CONTROL_CHARS.sub(
-        lambda m: CONTROL_NAMES.get(m.group()) or f"\\u{ord(m.group()):04x}", text)
+    return "".join(escaped_char(char) if unicodedata.category(char) in ESCAPED_CATEGORIES
+                   else char for char in text)
+
+
+def escaped_char(char: str) -> str:
+    """Return a character as JSON escapes it: \\n, \\u001b, a pair of \\u beyond U+FFFF."""
+    named = CONTROL_NAMES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def shown_decision(decision: Optional[str]) -> str:
