@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from .words import plural
+from .gate import missed_text
 from .compare import CompareReport
 from .rounds import RoundsReport
 from .render_text import (Block, breakdown_blocks, compare_caveat, compare_parts, decisions_note,
@@ -59,7 +60,10 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
-    what = ((f"{rule.text}; " if rule.option else "")
+    missed = missed_text(report.outcome)  # a job summary's first line says what it may miss
+    what = ((f"not a pass: {missed}; " if report.status == "inconclusive"
+             else f"{missed}; " if missed else "")
+            + (f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look.rounds} of at most {report.look.max_rounds})"
                if report.look else "")
