@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from .constants import __version__, TIME_WINDOWS
-from .words import fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
+from .words import BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
 from .runfile import pass_title
 from .compare import worse_sign
 from .gate import missed_text, Row, row_word
@@ -30,6 +30,7 @@ __all__ = ["report_page"]
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
                   "no worse": "#455a64", "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
+BOUND_LOG = math.log1p(BOUND_PCT / 100)  # a forest plot's interval ends there at most
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
@@ -237,9 +238,9 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
     sign = worse_sign(row.metric)
     points = row.worse_series
     low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
-    if row.judged is not None and math.isfinite(row.judged.low) and math.isfinite(
-            row.judged.high):
-        low, high = row.judged.low, row.judged.high
+    if row.judged is not None:  # drawn to ten times either way at most, as written
+        low = max(row.judged.low, -BOUND_LOG) if math.isfinite(row.judged.low) else -BOUND_LOG
+        high = min(row.judged.high, BOUND_LOG) if math.isfinite(row.judged.high) else BOUND_LOG
     axis = forest_axis(points + [low, high, tolerance_log, -tolerance_log], 16, width - 16)
     color = VERDICT_COLORS.get(row.verdict, "#333")
     band = (axis.at(-tolerance_log), axis.at(tolerance_log))
