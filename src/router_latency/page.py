@@ -29,7 +29,8 @@ __all__ = ["report_page"]
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "no worse": "#455a64", "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
+                  "no worse": "#455a64", "fail": "#c62828", "worse": "#c62828",
+                  "inconclusive": "#9a6700"}
 BOUND_LOG = math.log1p(BOUND_PCT / 100)  # a forest plot's interval ends there at most
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;

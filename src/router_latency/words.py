@@ -6,8 +6,8 @@ import re
 from typing import Optional, Sequence
 
 __all__ = [
-    "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value", "metric_label",
-    "metric_title", "pct_text", "plural", "scrubbed", "shown_decision", "visible",
+    "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value",
+    "metric_label", "metric_title", "pct_text", "plural", "scrubbed", "shown_decision", "visible",
 ]
 
 
