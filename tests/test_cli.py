@@ -458,8 +458,10 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
                for line in lines)
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
-    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    # the report opens with its verdict and ends with it
+    verdict = max(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
+    assert lines[verdict] in lines[:verdict]
     assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
     assert lines[verdict + 3:] == demo_next_steps(True)  # the package: the installed commands
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
@@ -594,7 +596,8 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     assert len(said) == len(expected)
     for line, pattern in zip(said, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
-    assert result.stdout.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
+    assert result.stdout.startswith("verdict: ")  # the report opens with its verdict
+    assert "\nrounds: 3 used (r1, r2, r3); base cpu, new gpu" in result.stdout
     probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
     assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
     assert result.stdout.splitlines()[-1].startswith("verdict: ")

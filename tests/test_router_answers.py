@@ -735,7 +735,8 @@ def test_decisions_report_lets_the_latency_rows_decide(tmp_path, cli):
     reported = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
                    "--decisions", "report")
     lines = reported.out.splitlines()
-    assert lines[0] == ("decisions reported, not gated (--decisions report): they differ in 3 "
+    assert lines[0] == "verdict: PASS" and lines[1] == ""
+    assert lines[2] == ("decisions reported, not gated (--decisions report): they differ in 3 "
                         "of 3 used rounds (up to 2 inputs a round); the latency rows decide "
                         "the exit code")
     assert ("decisions r1: 38/40 agree in every pass; differ: #1 b -> x (Sequential), #3 d -> y "
