@@ -9831,8 +9831,8 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
         f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
         f"80% of the time, at the {100 * DETECTS_CONFIDENCE:g}% upper bound of its spread (so "
         f"it holds in about {100 * DETECTS_CONFIDENCE:g}% of runs)"
-        + (f"; at this look a gated row's interval is the look's (its boundary), the one its "
-           f"verdict and the gate judge" if settings.sequential_max else "")
+        + ("; at this look a gated row's interval is the look's (its boundary), the one its "
+           "verdict and the gate judge" if settings.sequential_max else "")
         + (f"; (Holm): the interval lies beyond the tolerance, but Holm's correction for the "
            f"{test.rows} gated rows does not show it worse"
            if any(r.held_by_holm for r in report.rows) else ""),
