@@ -10573,9 +10573,9 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
         details += ["**Each round**", per_round_table(report)]
     details += ["**Environment**"] + environment_blocks(report)
     details += format_order(report) + format_closing(report) + undecided_line(report)
-    note = decisions_note(report)
-    return ([f"**{md_text(note[0])}**", ""] if note else []) \
-        + (markdown_verdict(report.status, report.reasons, what) + [""]
+    note = decisions_note(report)  # after the verdict: a job summary's first line is it
+    return (markdown_verdict(report.status, report.reasons, what) + [""]
+            + ([f"**{md_text(note[0])}**", ""] if note else [])
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 

@@ -744,7 +744,9 @@ def test_decisions_report_lets_the_latency_rows_decide(tmp_path, cli):
     assert "decisions differ" not in reported.out and reported.code != 1
     markdown = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
                    "--decisions", "report", "--format", "markdown")
-    assert markdown.out.startswith("**decisions reported, not gated")
+    # the verdict first (a job summary's first line), the note right below it
+    assert markdown.out.startswith("**Verdict: PASS**")
+    assert markdown.out.splitlines()[2].startswith("**decisions reported, not gated")
     document = json.loads(cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
                               "--decisions", "report", "--format", "json").out)
     assert document["settings"]["decisions"] == "report"
