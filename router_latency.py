@@ -277,6 +277,11 @@ LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "ca
                  "usd_per_million": "USD/1M"}
 
 
+BOUND_PCT = 900.0  # a slowdown past this percent (ten times the time) is written as a bound,
+BOUND_TEXT = "more than 10x slower"  # as is a change to less than a tenth of the time: the
+FASTER_TEXT = "more than 10x faster"  # figures beyond say nothing the bound does not
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -419,7 +424,13 @@ def change_text(speedup: Optional[float], low: Optional[float] = None,
 
 
 def pct_text(fraction: float) -> str:
-    """Return a fraction as a signed percent with one decimal: +7.4%, -46.6%, +0.0%."""
+    """Return a fraction as a signed percent with one decimal: +7.4%, -46.6%, +0.0%; past
+    ten times the time (+900%) "more than 10x slower", below a tenth of it (-90%) "more than
+    10x faster": +6023.1% or -99.99% say nothing the bound does not."""
+    if 100 * fraction > BOUND_PCT:
+        return BOUND_TEXT
+    if fraction < -BOUND_PCT / (100 + BOUND_PCT):
+        return FASTER_TEXT
     # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
     return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
 
@@ -8108,7 +8119,12 @@ def cost_for(costs: Sequence[Tuple[Optional[str], float, str]],
 
 DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
-ROW_WORDS = ("better", "same", "worse", "inconclusive")  # a row's words
+# a row's words: "no worse" is shown within the tolerance on the worse side, but its interval
+# reaches past the tolerance on the better side too, so it is not shown the same
+ROW_WORDS = ("better", "same", "no worse", "worse", "inconclusive")
+# "detects" plugs in this upper confidence bound of the spread, not the spread seen, so that
+# the figure has its 80% power in about this share of runs (bench/gate_simulation.py --detects)
+DETECTS_CONFIDENCE = 0.9
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
@@ -8177,6 +8193,12 @@ class Row(NamedTuple):
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
     spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
+    # the interval the word and the gate judge, of the worse-direction log ratio: the 95% one
+    # in a fixed design, a --sequential look's (its boundary) for a gated row; None: unjudged
+    judged: Optional[Interval] = None
+    # gated, its judged interval wholly beyond the tolerance, yet not shown worse: Holm's
+    # correction for the gated rows (or a look's boundary) held it back
+    held_by_holm: bool = False
 
     @property
     def change_pct(self) -> float:
@@ -8291,11 +8313,13 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     n, tolerance = len(worse), settings.tolerance_log
     mean, ss = mean_and_squares(worse)
     se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
-    end = mean + within * se
+    end, start = mean + within * se, mean - within * se
     verdict = ("worse" if shown_worse else "better" if end < 0
-               else "same" if end <= tolerance else "inconclusive")
+               else "same" if end <= tolerance and start >= -tolerance
+               else "no worse" if end <= tolerance else "inconclusive")
     spread = sample_spread(worse)
-    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    detectable = tolerance + power_shift(fail, n - 1) * spread_bound(spread, n - 1) \
+        / math.sqrt(n)
     room = math.log1p(settings.target_pct / 100) - tolerance
     level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
     needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
@@ -8305,7 +8329,20 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more, spread=spread)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread,
+        judged=Interval(mean, start, end, n - 1),
+        held_by_holm=row.gated and verdict == "inconclusive" and start > tolerance)
+
+
+def spread_bound(spread: float, df: int, confidence: float = DETECTS_CONFIDENCE) -> float:
+    """Return the one-sided upper confidence bound of a normal standard deviation estimated
+    as `spread` on df degrees of freedom: spread * sqrt(df / chi2_{1 - confidence, df}), the
+    chi-square quantile by Wilson and Hilferty's cube (a little low at 2 df, so the bound errs
+    wide). The spread seen is below the true one about half the time, so a "detects" figure
+    made from it has its stated power in only about half of the runs."""
+    z = normal_ppf(1 - confidence)
+    cube = 1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))
+    return spread / math.sqrt(cube ** 3) if cube > 0 else math.inf
 
 
 @functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
@@ -8370,7 +8407,8 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     composite = composite_log_ratios(series)
     critical = gate_critical(settings, n, level)
     spread = sample_spread(composite)
-    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
+    detectable = tolerance + power_shift(critical, n - 1) * spread_bound(spread, n - 1) \
+        / math.sqrt(n)
     return GateTest(
         rows=m, effective_rows=effective_rows(series) if m > 1 else 1.0,
         composite=mean_interval(composite),
@@ -8514,7 +8552,7 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
     more rounds would decide it at the spread seen."""
-    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    reach = "no end" if row.worse_end_pct is None else pct_text(row.worse_end_pct / 100)
     more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
             else f"about {plural(row.more_rounds, 'more round')} would decide it")
     return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
@@ -8532,9 +8570,56 @@ def composite_text(composite: Interval) -> str:
 def detectable_text(row: Row) -> str:
     """Return what the row's test, as the gate applies it, finds 80% of the time."""
     if row.detectable_pct is not None:
-        return f">= {row.detectable_pct:.0f}%"
+        return detects_text(row.detectable_pct)
     # no spread finds any change; a look whose boundary cannot reject finds none
     return "any change" if row.spread == 0 else "none yet"
+
+
+def detects_text(pct: float) -> str:
+    """Return a "detects" figure as every output writes it: >= 24%, or past sense a bound."""
+    return f"more than {1 + BOUND_PCT / 100:g}x" if pct > BOUND_PCT else f">= {pct:.0f}%"
+
+
+def row_judged_interval(row: Row) -> Optional[Tuple[float, float, float]]:
+    """Return the change and interval a row's word judges, as speedups (change_text's
+    arguments: above 1 is better): the one interval every output shows; None: unjudged."""
+    if row.judged is None:
+        return None
+    judged = row.judged
+    return math.exp(-judged.mean), math.exp(-judged.high), math.exp(-judged.low)
+
+
+def row_word(row: Row) -> str:
+    """Return a row's word as every output shows it: its verdict, and "(Holm)" where the
+    gate's correction for the gated rows, not the interval shown, left it undecided."""
+    return f"{row.verdict} (Holm)" if row.held_by_holm else row.verdict
+
+
+def missed_pct(outcome: GateOutcome) -> Optional[float]:
+    """Return the largest slowdown, in percent, that a result which is not a FAIL could have
+    missed: the farthest worse end of an undecided gated row (inf: one has no end); None
+    where nothing was missed (a FAIL, or a PASS with every gated row decided)."""
+    if outcome.status == "fail":
+        return None
+    if outcome.undecided:
+        ends = [r.worse_end_pct for r in outcome.undecided]
+        return math.inf if any(e is None for e in ends) else max(e for e in ends
+                                                                   if e is not None)
+    return math.inf if outcome.status == "inconclusive" else None
+
+
+def missed_text(outcome: GateOutcome) -> str:
+    """Return what a result that is not a FAIL could have missed, in words ("" if nothing):
+    the first thing a CI summary of an undecided gate says."""
+    missed = missed_pct(outcome)
+    if missed is None:
+        return ""
+    if not math.isfinite(missed):
+        return "it could have missed a slowdown of any size"
+    farthest = max((r for r in outcome.undecided if r.worse_end_pct is not None),
+                   key=lambda r: r.worse_end_pct or 0.0)
+    return (f"it could have missed a slowdown of up to {pct_text(missed / 100)} "
+            f"({pass_title(farthest.pass_name)} {metric_title(farthest.metric)})")
 
 
 # ==================== src/router_latency/rounds.py ====================
@@ -10670,8 +10755,10 @@ def decisions_note(report: RoundsReport) -> List[str]:
 
 
 def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]:
-    """Return the lines of the rounds report as text."""
-    lines = decisions_note(report) + format_rounds_table(report)
+    """Return the lines of the rounds report as text: the verdict and what would decide it
+    first (so that the head of a log shows them), and again last (so that its tail does)."""
+    opening = [verdict_line(report)] + undecided_line(report)
+    lines = opening + [""] + decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + text_lines([per_round_table(report)])
     capacity = format_capacity_rounds(report)
@@ -10683,8 +10770,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     breakdowns = text_lines(breakdown_blocks(report))
     lines += [""] + breakdowns if breakdowns else []
     lines += [""] + text_lines(environment_blocks(report)) + [""]
-    lines += format_order(report) + format_closing(report) + undecided_line(report)
-    lines.append(verdict_line(report))
+    lines += format_order(report) + format_closing(report) + opening[1:] + opening[:1]
     return lines
 
 
@@ -10724,7 +10810,13 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
         f"on their logs, df {len(used) - 1}; slower in: the rounds in which {new} was slower; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
         f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
-        f"80% of the time",
+        f"80% of the time, at the {100 * DETECTS_CONFIDENCE:g}% upper bound of its spread (so "
+        f"it holds in about {100 * DETECTS_CONFIDENCE:g}% of runs)"
+        + ("; at this look a gated row's interval is the look's (its boundary), the one its "
+           "verdict and the gate judge" if settings.sequential_max else "")
+        + (f"; (Holm): the interval lies beyond the tolerance, but Holm's correction for the "
+           f"{test.rows} gated rows does not show it worse"
+           if any(r.held_by_holm for r in report.rows) else ""),
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
         f"{test.effective_rows:.1f} independent; worse: one-sided tests at "
         f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
@@ -10739,17 +10831,19 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
-                      detectable_text(row), row.verdict])
+                      detectable_text(row), row_word(row)])
     below = []
     if test.composite is not None:
         together = "any change" if test.composite_detectable_pct is None \
-            else f">= {test.composite_detectable_pct:.0f}%"
+            else detects_text(test.composite_detectable_pct)
         below = [f"gated rows together: {composite_text(test.composite)} per round, "
-                 f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
-                 f"detects {together}"]
+                 f"one-sided p {test.composite_p:.3g} of worse than the "
+                 f"{settings.tolerance_pct:g}% tolerance (not of any change); every gated row "
+                 f"slowing together: detects {together}"]
     return TabledReport(lines, Table(
         "", ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-             "change [95% CI]", "slower in", "detects", "verdict"], table,
+             "change [CI judged]" if settings.sequential_max else "change [95% CI]",
+             "slower in", "detects", "verdict"], table,
         [False, False, True, True, True, True, True, True, False]), below)
 
 
@@ -10772,7 +10866,7 @@ def breakdown_blocks(report: RoundsReport) -> List[Block]:
         table = [[part_title(row.metric) + ("*" if row.gated else ""),
                   fmt_value(row.base_median), fmt_value(row.new_median),
                   f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
+                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row_word(row)]
                  for row in breakdown.rows]
         lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
                                 "change [95% CI]", "verdict"], table,
@@ -10813,8 +10907,14 @@ def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> 
 
 def row_change_text(row: Row) -> str:
     """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
-    -9.7%], + worse (for a cost per million requests, the change of the cost)."""
-    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+    -9.7%], + worse (for a cost per million requests, the change of the cost): the interval
+    its word judges (at a --sequential look, a gated row's is the look's)."""
+    judged = row_judged_interval(row)
+    if judged is None:
+        return change_text(row.speedup, row.speedup_low, row.speedup_high)
+    if not all(math.isfinite(v) and v > 0 for v in judged):
+        return f"{change_text(row.speedup)} [no bound at this look]"
+    return change_text(*judged)
 
 
 def gate_text(settings: GateSettings) -> str:
@@ -11081,10 +11181,14 @@ def verdict_line(report: RoundsReport) -> str:
     option = report.settings.rule.option
     rule = f" ({option})" if option else ""
     outcome = report.outcome
+    missed = missed_text(outcome)
+    if outcome.status == "inconclusive":
+        return (f"verdict: INCONCLUSIVE{look}{rule}: not a pass: {missed}; "
+                + "; ".join(outcome.reasons))
     if outcome.status != "pass":
         return f"verdict: {outcome.status.upper()}{look}{rule}: " + "; ".join(outcome.reasons)
     unsure = len(outcome.undecided)
-    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows)"
+    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
                                            if unsure else "")
 
 
@@ -11432,7 +11536,10 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
-    what = ((f"{rule.text}; " if rule.option else "")
+    missed = missed_text(report.outcome)  # a job summary's first line says what it may miss
+    what = ((f"not a pass: {missed}; " if report.status == "inconclusive"
+             else f"{missed}; " if missed else "")
+            + (f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look.rounds} of at most {report.look.max_rounds})"
                if report.look else "")
@@ -11447,9 +11554,9 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
         details += ["**Each round**", per_round_table(report)]
     details += ["**Environment**"] + environment_blocks(report)
     details += format_order(report) + format_closing(report) + undecided_line(report)
-    note = decisions_note(report)
-    return ([f"**{md_text(note[0])}**", ""] if note else []) \
-        + (markdown_verdict(report.status, report.reasons, what) + [""]
+    note = decisions_note(report)  # after the verdict: a job summary's first line is it
+    return (markdown_verdict(report.status, report.reasons, what) + [""]
+            + ([f"**{md_text(note[0])}**", ""] if note else [])
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 
@@ -11491,8 +11598,23 @@ def row_json(row: Row) -> dict:
             "worse_rounds": row.worse_rounds,
             "rounds": row.rounds, "p_value": row.p_value,
             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
-            "verdict": row.verdict, "base_values": list(row.base_values),
+            "verdict": row.verdict, "word": row_word(row),
+            "held_by_holm": row.held_by_holm,
+            "judged_interval_pct": None if row.judged is None else [
+                100 * math.expm1(v) if math.isfinite(v) else None
+                for v in (row.judged.low, row.judged.high)],
+            "base_values": list(row.base_values),
             "new_values": list(row.new_values)}
+
+
+def could_miss_json(report: RoundsReport) -> Optional[dict]:
+    """Return the largest slowdown a result that is not a FAIL could have missed: its percent
+    (null: no bound) and the sentence; null where nothing was missed."""
+    missed = missed_pct(report.outcome)
+    if missed is None:
+        return None
+    return {"pct": missed if math.isfinite(missed) else None,
+            "text": missed_text(report.outcome)}
 
 
 def rounds_json(report: RoundsReport) -> dict:
@@ -11518,7 +11640,8 @@ def rounds_json(report: RoundsReport) -> dict:
                 "composite": None if test.composite is None else test.composite._asdict(),
                 "composite_text": None if test.composite is None
                 else composite_text(test.composite),
-                "composite_p": test.composite_p, "level": test.level,
+                "composite_p": test.composite_p, "p_tests": "worse than the tolerance",
+                "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
             "agreement": agreement,
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
@@ -11540,6 +11663,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
+            "could_miss": could_miss_json(report),
             "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
             "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
             "breakdowns": breakdowns_json(report)}
@@ -11639,7 +11763,8 @@ def row_interval_text(row: Row) -> str:
     """Return a row's change with its interval as every report writes it: + is slower."""
     return (f"change {row_change_text(row)}, + is slower (new - base "
             f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
+            f"{fmt_value(row.diff.high)}]; t interval over {row.rounds} rounds, the one its "
+            f"word judges)")
 
 
 class JunitCase(NamedTuple):
@@ -11658,7 +11783,7 @@ def junit_cases(report: RoundsReport) -> List[JunitCase]:
     cases: List[JunitCase] = []
     tolerance = f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
-        text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
+        text = f"{row_word(row)}: {row_interval_text(row)}; {tolerance}"
         by_verdict = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
             text += f"; {undecided_text(row, report.settings)}"
@@ -11674,7 +11799,8 @@ def junit_cases(report: RoundsReport) -> List[JunitCase]:
             message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
             f"[{100 * math.expm1(test.composite.low):+.1f}%, "
             f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-            f"{test.composite_p:.3g} against the {tolerance} (level {100 * test.level:.3g}%)",
+            f"{test.composite_p:.3g} of worse than the {tolerance} (not of any change; level "
+            f"{100 * test.level:.3g}%)",
             details=""))
     for item in report.agreement:
         listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
@@ -11754,7 +11880,9 @@ def requests_csv(passes: Sequence[PassRecord]) -> bytes:
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
+                  "no worse": "#455a64", "fail": "#c62828", "worse": "#c62828",
+                  "inconclusive": "#9a6700"}
+BOUND_LOG = math.log1p(BOUND_PCT / 100)  # a forest plot's interval ends there at most
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
@@ -11956,11 +12084,15 @@ def forest_ticks(axis: Axis, span: Tuple[float, float], spacing: float = 44.0) -
 
 def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int = 560,
                height: int = 96) -> str:
-    """Return a row's forest plot: each round's change in the worse direction, the 95%
-    interval of their mean, and the tolerance band, on a log-ratio axis labelled in %."""
+    """Return a row's forest plot: each round's change in the worse direction, the interval
+    of their mean its word judges (95%, or a --sequential look's), and the tolerance band, on
+    a log-ratio axis labelled in %."""
     sign = worse_sign(row.metric)
     points = row.worse_series
     low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
+    if row.judged is not None:  # drawn to ten times either way at most, as written
+        low = max(row.judged.low, -BOUND_LOG) if math.isfinite(row.judged.low) else -BOUND_LOG
+        high = min(row.judged.high, BOUND_LOG) if math.isfinite(row.judged.high) else BOUND_LOG
     axis = forest_axis(points + [low, high, tolerance_log, -tolerance_log], 16, width - 16)
     color = VERDICT_COLORS.get(row.verdict, "#333")
     band = (axis.at(-tolerance_log), axis.at(tolerance_log))
@@ -11968,10 +12100,9 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
              f'viewBox="0 0 {width} {height}" role="img" '
              f'aria-label="{esc(pass_title(row.pass_name))} {esc(metric_title(row.metric))}">',
              f'<text x="16" y="14" font-weight="bold">{esc(pass_title(row.pass_name))} '
-             f'{esc(metric_title(row.metric))}: <tspan fill="{color}">{esc(row.verdict)}'
+             f'{esc(metric_title(row.metric))}: <tspan fill="{color}">{esc(row_word(row))}'
              f'</tspan></text><text x="{width - 16}" y="14" text-anchor="end">'
-             f'{100 * math.expm1(sign * row.log_ratio.mean):+.1f}% '
-             f'[{100 * math.expm1(low):+.1f}%, {100 * math.expm1(high):+.1f}%]</text>',
+             f'{esc(row_change_text(row))}</text>',
              f'<rect x="{band[0]:.1f}" y="22" width="{band[1] - band[0]:.1f}" '
              f'height="{height - 46}" fill="#e3f1e5"><title>tolerance '
              f'{100 * math.expm1(tolerance_log):g}%</title></rect>',
@@ -12021,6 +12152,9 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look.rounds} of at most {report.look.max_rounds}"
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
+    missed = missed_text(report.outcome)
+    what = (f"not a pass: {missed}; " if report.status == "inconclusive"
+            else f"{missed}; " if missed else "") + what
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
     cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
@@ -12163,7 +12297,7 @@ def page_breakdowns(report: RoundsReport) -> str:
     for breakdown in report.breakdowns:
         rows = [[part_title(r.metric), fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
-                 row_change_text(r), r.verdict]
+                 row_change_text(r), row_word(r)]
                 for r in breakdown.rows if r.metric.endswith(":mean")]
         decomposition = [decomposition_text(side, dict(parts), client) for side, parts, client
                          in ((report.base, breakdown.base, breakdown.client[0]),

@@ -14,6 +14,11 @@ files with the tool's writer (dump_run of records whose percentiles are the valu
 `router-latency rounds` on them through main(), and counts where the two disagree.
 
     python3 bench/gate_simulation.py [--trials 400] [--seed 1] [--cli 20] [--budget-s 1500]
+        [--detects 1000] [--recipe 400]
+
+--detects also prints the realized power at the printed "detects" figure beside the 80% it
+states, and --recipe what the recommended CI recipe makes of each verdict (a passing check, a
+failing one, or a neutral one that says what it could have missed).
 
 Not a test: it prints figures and asserts nothing.
 """
@@ -38,7 +43,7 @@ from router_latency.stats import power_shift, t_ppf
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
                                     RunFile, RunSettings)
-from router_latency.gate import gate_rows, GateSettings, row_of
+from router_latency.gate import gate_rows, GateSettings, missed_pct, row_of
 from router_latency.cli import main as tool_main
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
@@ -67,12 +72,17 @@ def round_values(rng: random.Random, sigma: float, shared: bool, change: float,
     return values
 
 
-def judged(rounds: list, settings: GateSettings) -> str:
-    """Return the gate's status for these rounds, through row_of() and gate_rows()."""
+def judgement(rounds: list, settings: GateSettings):
+    """Return the gate's judgement of these rounds, through row_of() and gate_rows()."""
     rows = [row_of(name, metric, [r[(name, metric)][0] for r in rounds],
                       [r[(name, metric)][1] for r in rounds], settings)
             for name in PASSES for metric in BASE]
-    return gate_rows(rows, settings).outcome.status
+    return gate_rows(rows, settings)
+
+
+def judged(rounds: list, settings: GateSettings) -> str:
+    """Return the gate's status for these rounds."""
+    return judgement(rounds, settings).outcome.status
 
 
 def fixed_cell(rng, cell: tuple, trials: int, settings) -> dict:
@@ -110,26 +120,145 @@ def sequential_cell(rng, cell: tuple, trials: int, settings) -> tuple:
 
 
 def detects_table(args, settings) -> None:
-    """Print how often the gate finds the slowdown "detects" states for one row, when only
-    that row slows by it: the figure from the true spread of its per-round log ratios."""
+    """Print, for one row (Conc 16 p95), the realized power at the "detects" figure each run
+    prints, beside the 80% it states: the figure from each run's own rounds (A/A, independent
+    noise), its power the gate's true FAIL rate when only that row slows by it, read off a
+    power curve simulated through the gate at the same noise. Also the figure the tool
+    printed before (the spread seen, no upper bound), for comparison."""
     print()
-    print("| σ per side | n | slowdown of Conc 16 p95 alone | FAIL |")
-    print("|---:|---:|---:|---:|")
-    rows = sum(1 for _ in PASSES) * 3  # the default gate: p50, p95 and req/s of every pass
+    print(f"\"detects\" on Conc 16 p95: {args.detects} runs per cell for the printed figures, "
+          f"the power curve from {args.detects // 2} trials at each of {len(CURVE)} slowdowns; "
+          f"target: power >= 80% at the printed figure in >= 80% of runs")
+    print()
+    print("| σ per side | n | true 80% point | printed (median) | realized power (median) | "
+          "runs with >= 80% | runs under 50% | before: runs with >= 80% | before: median |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for sigma in (0.02, 0.05):
         for n in ROUNDS:
-            spread = sigma * math.sqrt(2)  # independent noise: each side's, per row
-            level = settings.alpha / 2 / rows
-            shift = (math.log1p(settings.tolerance_pct / 100)
-                     + power_shift(-t_ppf(level, n - 1), n - 1) * spread / math.sqrt(n))
-            rng = random.Random(f"detects-{args.seed}-{sigma}-{n}")
-            fails = 0
-            for _ in range(args.detects):
-                rounds = [round_values(rng, sigma, False, math.expm1(shift), ("c16", "p95_ms"))
-                          for _ in range(n)]
-                fails += judged(rounds, settings) == "fail"
-            print(f"| {100 * sigma:g}% | {n} | +{100 * math.expm1(shift):.1f}% | "
-                  f"{share(fails, args.detects)} |", flush=True)
+            detects_cell(args, settings, sigma, n)
+
+
+CURVE = (0.5, 0.7, 0.85, 1.0, 1.15, 1.35, 1.6, 2.0, 3.0, 5.0)  # times the analytic excess
+KEY = ("c16", "p95_ms")
+
+
+def detects_cell(args, settings, sigma: float, n: int) -> None:
+    """Print one row of the detects table."""
+    gated = sum(1 for _ in PASSES) * 3  # the default gate: p50, p95 and req/s of every pass
+    tolerance, df = math.log1p(settings.tolerance_pct / 100), n - 1
+    holm_first = -t_ppf(settings.alpha / 2 / gated, df)
+    excess = power_shift(holm_first, df) * sigma * math.sqrt(2) / math.sqrt(n)
+    rng = random.Random(f"detects-{args.seed}-{sigma}-{n}")
+    curve = []  # (log slowdown, FAIL rate) through the gate, only that row slowing
+    for factor in CURVE:
+        shift = tolerance + factor * excess
+        fails = sum(judged([round_values(rng, sigma, False, math.expm1(shift), KEY)
+                            for _ in range(n)], settings) == "fail"
+                    for _ in range(args.detects // 2))
+        curve.append((shift, fails / (args.detects // 2)))
+    for i in range(1, len(curve)):  # a power curve rises: smooth the simulation's noise
+        curve[i] = (curve[i][0], max(curve[i][1], curve[i - 1][1]))
+    printed, before = [], []
+    for _ in range(args.detects):
+        report = judgement([round_values(rng, sigma, False, 0.0) for _ in range(n)], settings)
+        row = next(r for r in report.rows if (r.pass_name, r.metric) == KEY)
+        figure = math.inf if row.detectable_pct is None else math.log1p(row.detectable_pct / 100)
+        printed.append(figure)
+        before.append(tolerance + power_shift(holm_first, df) * row.spread / math.sqrt(n))
+    powers = [power_at(curve, x) for x in printed]
+    old = [power_at(curve, x) for x in before]
+    crossing = power_inverse(curve, 0.8)
+    print(f"| {100 * sigma:g}% | {n} | +{100 * math.expm1(crossing):.1f}% | "
+          f"+{100 * math.expm1(sorted(printed)[len(printed) // 2]):.1f}% | "
+          f"{100 * sorted(powers)[len(powers) // 2]:.1f}% | "
+          f"{share(sum(p >= 0.8 for p in powers), len(powers))} | "
+          f"{share(sum(p < 0.5 for p in powers), len(powers))} | "
+          f"{share(sum(p >= 0.8 for p in old), len(old))} | "
+          f"{100 * sorted(old)[len(old) // 2]:.1f}% |", flush=True)
+
+
+def power_at(curve: list, shift: float) -> float:
+    """Return the FAIL rate at a log slowdown, linear between the curve's points, its ends
+    beyond them (the last point's power is a lower bound of the power past it)."""
+    if shift <= curve[0][0]:
+        return curve[0][1]
+    for (x0, p0), (x1, p1) in zip(curve, curve[1:]):
+        if shift <= x1:
+            return p0 + (p1 - p0) * (shift - x0) / (x1 - x0)
+    return curve[-1][1]
+
+
+def power_inverse(curve: list, power: float) -> float:
+    """Return the log slowdown at which the curve reaches a power, linear between points."""
+    for (x0, p0), (x1, p1) in zip(curve, curve[1:]):
+        if p1 >= power:
+            return x1 if p1 == p0 or p0 >= power else x0 + (x1 - x0) * (power - p0) / (p1 - p0)
+    return curve[-1][0]
+
+
+# --- the CI recipe: a passing check, a failing one, or a neutral one ---
+
+RECIPE_CHANGE = 0.10  # the true slowdown of every row the recipe must not pass
+
+
+def recipe_table(args, settings) -> None:
+    """Print what the recommended CI recipe makes of the gate's verdicts: exit 0 a passing
+    check, 1 a failing one, 3 a neutral one whose summary says the largest slowdown it could
+    have missed; and what the old recipe (3 a green step with a warning) passed."""
+    print()
+    print(f"the CI recipe, {args.recipe} trials per cell: A/A and a true +"
+          f"{100 * RECIPE_CHANGE:g}% on every row; fixed 5 rounds and --until-decided "
+          f"--max-rounds {MAX_ROUNDS} (--sequential {MAX_ROUNDS}); neutral: exit 3, its summary "
+          f"saying what it could have missed; covers: the share of neutral results whose "
+          f"stated figure reaches the true change")
+    print()
+    print("| σ per side | noise | design | change | passing check | failing check | neutral | "
+          "missed, median | covers | old recipe green |")
+    print("|---:|:---|:---|:---|---:|---:|---:|---:|---:|---:|")
+    for sigma in (0.05, 0.10):
+        for shared in (True, False):
+            for design in ("fixed 5", f"up to {MAX_ROUNDS}"):
+                for change in (0.0, RECIPE_CHANGE):
+                    rng = random.Random(f"recipe-{args.seed}-{sigma}-{shared}-{design}-{change}")
+                    recipe_cell(args, settings, rng, (sigma, shared, design, change))
+
+
+def recipe_cell(args, settings, rng, cell: tuple) -> None:
+    """Print one row of the recipe table; cell: (sigma, shared, design, change)."""
+    sigma, shared, design, change = cell
+    counts, missed = dict.fromkeys(OUTCOMES, 0), []
+    for _ in range(args.recipe):
+        if design == "fixed 5":
+            outcome = judgement([round_values(rng, sigma, shared, change) for _ in range(5)],
+                                settings).outcome
+        else:
+            outcome = sequential_outcome(rng, settings, sigma, shared, change)
+        counts[outcome.status] += 1
+        if outcome.status == "inconclusive":
+            missed.append(missed_pct(outcome))
+    neutral = len(missed)
+    median = sorted(missed)[neutral // 2] if missed else None
+    print(f"| {100 * sigma:g}% | {'shared' if shared else 'independent'} | {design} | "
+          f"{'A/A' if not change else f'+{100 * change:g}%'} | "
+          f"{share(counts['pass'], args.recipe)} | {share(counts['fail'], args.recipe)} | "
+          f"{share(neutral, args.recipe)} | "
+          + ("-" if median is None else "no bound" if not math.isfinite(median)
+             else f"+{median:.1f}%")
+          + f" | {share(sum(m >= 100 * change for m in missed), neutral) if neutral else '-'} | "
+          f"{share(counts['pass'] + neutral, args.recipe)} |", flush=True)
+
+
+def sequential_outcome(rng, settings, sigma: float, shared: bool, change: float):
+    """Return the outcome of the first decided look of a --sequential MAX_ROUNDS plan, or its
+    last look's."""
+    plan = settings._replace(sequential_max=MAX_ROUNDS)
+    rounds = [round_values(rng, sigma, shared, change) for _ in range(MIN_ROUNDS - 1)]
+    for _ in range(MIN_ROUNDS, MAX_ROUNDS + 1):
+        rounds.append(round_values(rng, sigma, shared, change))
+        outcome = judgement(rounds, plan).outcome
+        if outcome.status != "inconclusive":
+            break
+    return outcome
 
 
 # --- the command line on files made by the tool's writer ---
@@ -199,7 +328,9 @@ def main() -> None:
     parser.add_argument("--skip", action="append", default=[], choices=("fixed", "sequential"),
                         help="leave out a table")
     parser.add_argument("--detects", type=int, default=0, metavar="TRIALS",
-                        help="also check the 'detects' figure: this many trials per cell")
+                        help="also check the 'detects' figure: this many runs per cell")
+    parser.add_argument("--recipe", type=int, default=0, metavar="TRIALS",
+                        help="also count what the CI recipe makes of each verdict")
     args = parser.parse_args()
     settings = GateSettings()  # tolerance 5%, the default gate
     started = time.process_time()
@@ -217,6 +348,8 @@ def main() -> None:
         cli_table(args, settings)
     if args.detects:
         detects_table(args, settings)
+    if args.recipe:
+        recipe_table(args, settings)
     print(f"(cost: {time.process_time() - started:.0f} s of CPU, "
           f"{time.monotonic() - wall:.0f} s of wall time, one process)")
 

@@ -641,7 +641,7 @@ for ((r = 1; r <= rounds; r++)); do
     code=0
     look=$(look_at --sequential "$rounds" 2>&1) || code=$?
     if [ "$code" -eq 3 ]; then
-      verdict=$(printf '%s\n' "$look" | grep '^verdict: ' || true)
+      verdict=$(printf '%s\n' "$look" | grep -m1 '^verdict: ' || true)
       verdict=${verdict#verdict: }
       say "look after $r of at most $rounds rounds: undecided, going on${verdict:+ ($verdict)}"
       continue

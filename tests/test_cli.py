@@ -458,8 +458,10 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
                for line in lines)
     header = next(line for line in lines if line.startswith("pass "))
     assert header.split()[:4] == ["pass", "metric", "cpu", "gpu"]
-    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    # the report opens with its verdict and ends with it
+    verdict = max(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
+    assert lines[verdict] in lines[:verdict]
     assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
     assert lines[verdict + 3:] == demo_next_steps(True)  # the package: the installed commands
     files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
@@ -594,7 +596,8 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     assert len(said) == len(expected)
     for line, pattern in zip(said, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
-    assert result.stdout.startswith("rounds: 3 used (r1, r2, r3); base cpu, new gpu")
+    assert result.stdout.startswith("verdict: ")  # the report opens with its verdict
+    assert "\nrounds: 3 used (r1, r2, r3); base cpu, new gpu" in result.stdout
     probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
     assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
     assert result.stdout.splitlines()[-1].startswith("verdict: ")
@@ -1194,7 +1197,8 @@ def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
 def readme_workflow_step():
     """The shell lines of the README workflow's rounds step, dedented."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    step = readme.split("      - name: interleaved rounds until decided\n        run: |\n", 1)[1]
+    step = readme.split("      - name: interleaved rounds until decided\n        id: gate\n"
+                        "        run: |\n", 1)[1]
     step = step.split("      - uses: actions/upload-artifact", 1)[0]
     return "\n".join(line[10:] for line in step.splitlines()) + "\n"
 
@@ -1221,23 +1225,30 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     # and the JUnit file and the page from the same command
     (tmp_path / "router-latency").symlink_to(ROOT)
     write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
-    summary = tmp_path / "summary.md"
+    summary, output = tmp_path / "summary.md", tmp_path / "output"
     summary.write_text("")
+    output.write_text("")
     # pr 30x faster: the looks decide sooner on a loaded machine, where 8x left a p95 of 6
     # prompts undecided for 7 rounds and more (a round: two runs, two routers, 2-7 s); 30x
     # costs the base side 0.2 s a run
     step = as_simulators(readme_workflow_step(), tmp_path, (30, 1))
-    env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary)}
+    env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     text = summary.read_text()
     assert text.count("**Verdict: ") == 1, text
-    # exit 3 (undecided) is mapped to a warning annotation and a green step, never a red one
-    verdict = re.match(r"\*\*Verdict: (PASS|INCONCLUSIVE)\*\*", text.lstrip())
+    # exit 3 (undecided) is not a pass: the step ends (it measured), and the code it leaves
+    # for the verdict's check makes that check neutral; the warning and the summary's first
+    # line say the largest slowdown the rounds could have missed
+    verdict = re.match(r"\*\*Verdict: (PASS|INCONCLUSIVE)\*\*(.*)", text.lstrip())
     assert verdict, text[:200]
-    warned = "::warning title=routing latency::undecided (exit 3)" in result.stdout
-    assert warned == (verdict.group(1) == "INCONCLUSIVE")
+    undecided = verdict.group(1) == "INCONCLUSIVE"
+    assert output.read_text() == f"code={3 if undecided else 0}\n"
+    warned = re.search(r"::warning title=routing latency undecided::verdict: INCONCLUSIVE: not "
+                       r"a pass: it could have missed a slowdown of ", result.stdout)
+    assert bool(warned) == undecided
+    assert verdict.group(2).startswith(": not a pass: it could have missed ") == undecided
     # every look but the last is a line of progress on stderr, whether a look decided or the
     # tenth round ended the plan (a loaded machine can keep a row open)
     looks = [line for line in result.stderr.splitlines() if "look after" in line]
@@ -1249,7 +1260,8 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     assert suite.iter("testcase") and not list(suite.iter("failure"))
     page = (tmp_path / "results" / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page
-    assert result.stdout.count("verdict: ") == 1
+    # the report once: its verdict opens it and closes it
+    assert result.stdout.count("\nverdict: ") == 1 and result.stdout.startswith("verdict: ")
 
 
 @pytest.mark.parametrize("role", ["base", "new"])
@@ -1466,17 +1478,43 @@ def test_run_help_groups_its_options(capsys):
             assert f" {option}" in sections[title], (title, option)
 
 
-@pytest.mark.parametrize("code, step_code, warned", [(0, 0, False), (1, 1, False),
-                                                     (2, 2, False), (3, 0, True)])
-def test_readme_workflow_maps_exit_3_to_a_warning_not_a_red_step(tmp_path, code, step_code,
-                                                                  warned):
-    # the step's shell lines around run_rounds.sh, with a stand-in that exits with `code`
+def readme_check_step():
+    """The shell lines of the README workflow's step that posts the verdict as a check, with
+    `gh api` replaced by echo (no GitHub here): what it would post."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    step = readme.split("      - name: the verdict as a check", 1)[1]
+    step = step.split("        run: |\n", 1)[1]
+    step = step.split("```", 1)[0]
+    return "\n".join(line[10:] for line in step.splitlines()).replace("gh api ", "echo ") + "\n"
+
+
+@pytest.mark.parametrize("code, step_code, conclusion", [
+    (0, 0, "success"), (1, 1, "failure"), (2, 2, "failure"), (3, 0, "neutral")])
+def test_readme_workflow_makes_exit_3_a_neutral_check_not_a_green_one(
+        tmp_path, code, step_code, conclusion):
+    # the step's shell lines around run_rounds.sh, with a stand-in that exits with `code` and
+    # prints, as rounds does, its verdict first; then the step that posts the verdict's check
     driver = tmp_path / "router-latency" / "rounds" / "run_rounds.sh"
     driver.parent.mkdir(parents=True)
-    driver.write_text(f"#!/bin/sh\nexit {code}\n")
+    first = {3: "verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to "
+                "+15.0% (Sequential p50); Sequential p50 undecided: ..."}.get(code, "verdict: X")
+    driver.write_text(f"#!/bin/sh\necho '{first}'\necho report\nexit {code}\n")
     driver.chmod(0o755)
+    output = tmp_path / "output"
+    output.write_text("")
+    env = {**DRIVER_ENV, "GITHUB_OUTPUT": str(output)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
                              readme_workflow_step()], capture_output=True, text=True,
-                            timeout=30, cwd=tmp_path, env=DRIVER_ENV)
+                            timeout=30, cwd=tmp_path, env=env)
     assert result.returncode == step_code
-    assert ("::warning title=routing latency::undecided (exit 3)" in result.stdout) == warned
+    assert output.read_text() == f"code={code}\n"
+    warning = f"::warning title=routing latency undecided::{first}"
+    assert (warning in result.stdout.splitlines()) == (code == 3)
+    posted = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
+                             readme_check_step()], capture_output=True, text=True, timeout=30,
+                            cwd=tmp_path, env={**env, "CODE": str(code), "SHA": "f" * 40,
+                                               "UNDECIDED": "neutral",
+                                               "GITHUB_REPOSITORY": "o/r"})
+    assert posted.returncode == 0, posted.stderr
+    assert f" -f conclusion={conclusion} " in posted.stdout
+    assert f" -f output[title]={first} " in posted.stdout  # the check's title: what it missed

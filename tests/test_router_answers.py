@@ -739,7 +739,8 @@ def test_decisions_report_lets_the_latency_rows_decide(tmp_path, cli):
     reported = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
                    "--decisions", "report")
     lines = reported.out.splitlines()
-    assert lines[0] == ("decisions reported, not gated (--decisions report): they differ in 3 "
+    assert lines[0] == "verdict: PASS" and lines[1] == ""
+    assert lines[2] == ("decisions reported, not gated (--decisions report): they differ in 3 "
                         "of 3 used rounds (up to 2 inputs a round); the latency rows decide "
                         "the exit code")
     assert ("decisions r1: 38/40 agree in every pass; differ: #1 b -> x (Sequential), #3 d -> y "
@@ -747,7 +748,9 @@ def test_decisions_report_lets_the_latency_rows_decide(tmp_path, cli):
     assert "decisions differ" not in reported.out and reported.code != 1
     markdown = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
                    "--decisions", "report", "--format", "markdown")
-    assert markdown.out.startswith("**decisions reported, not gated")
+    # the verdict first (a job summary's first line), the note right below it
+    assert markdown.out.startswith("**Verdict: PASS**")
+    assert markdown.out.splitlines()[2].startswith("**decisions reported, not gated")
     document = json.loads(cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm",
                               "--decisions", "report", "--format", "json").out)
     assert document["settings"]["decisions"] == "report"

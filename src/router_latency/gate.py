@@ -13,7 +13,7 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
 from .errors import Notice, RouterLatencyError
-from .words import change_text, metric_title, plural
+from .words import BOUND_PCT, change_text, metric_title, pct_text, plural
 from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squares,
                     mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
                     sample_spread, sequential_t_criticals, t_cdf, t_ppf, t_test_p)
@@ -21,14 +21,21 @@ from .runfile import pass_title
 from .compare import worse_sign
 
 __all__ = [
-    "BEYOND_LIMIT", "check_look", "composite_text", "detectable_text", "GateOutcome", "gate_rows",
-    "GateSettings", "GateTest", "Look", "more_rounds", "Row", "row_of", "undecided_text",
+    "BEYOND_LIMIT", "check_look", "composite_text", "DETECTS_CONFIDENCE", "detectable_text",
+    "detects_text", "GateOutcome", "gate_rows", "GateSettings", "GateTest", "Look", "missed_pct",
+    "missed_text", "more_rounds", "Row", "row_judged_interval", "row_of", "row_word",
+    "undecided_text",
 ]
 
 
 DEFAULT_GATE = ("p50_ms", "p95_ms", "req_per_s")  # judged; p99 and mean are reported
 GATE_ALPHA = 0.05  # the gate's family-wise false-fail rate
-ROW_WORDS = ("better", "same", "worse", "inconclusive")  # a row's words
+# a row's words: "no worse" is shown within the tolerance on the worse side, but its interval
+# reaches past the tolerance on the better side too, so it is not shown the same
+ROW_WORDS = ("better", "same", "no worse", "worse", "inconclusive")
+# "detects" plugs in this upper confidence bound of the spread, not the spread seen, so that
+# the figure has its 80% power in about this share of runs (bench/gate_simulation.py --detects)
+DETECTS_CONFIDENCE = 0.9
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
@@ -97,6 +104,12 @@ class Row(NamedTuple):
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
     spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
+    # the interval the word and the gate judge, of the worse-direction log ratio: the 95% one
+    # in a fixed design, a --sequential look's (its boundary) for a gated row; None: unjudged
+    judged: Optional[Interval] = None
+    # gated, its judged interval wholly beyond the tolerance, yet not shown worse: Holm's
+    # correction for the gated rows (or a look's boundary) held it back
+    held_by_holm: bool = False
 
     @property
     def change_pct(self) -> float:
@@ -211,11 +224,13 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     n, tolerance = len(worse), settings.tolerance_log
     mean, ss = mean_and_squares(worse)
     se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
-    end = mean + within * se
+    end, start = mean + within * se, mean - within * se
     verdict = ("worse" if shown_worse else "better" if end < 0
-               else "same" if end <= tolerance else "inconclusive")
+               else "same" if end <= tolerance and start >= -tolerance
+               else "no worse" if end <= tolerance else "inconclusive")
     spread = sample_spread(worse)
-    detectable = tolerance + power_shift(fail, n - 1) * spread / math.sqrt(n)
+    detectable = tolerance + power_shift(fail, n - 1) * spread_bound(spread, n - 1) \
+        / math.sqrt(n)
     room = math.log1p(settings.target_pct / 100) - tolerance
     level = nominal_level(fail, n - 1)  # of the fail test at this look, to plan with
     needed = rounds_needed(spread, room if room > 0 else math.log1p(settings.target_pct / 100),
@@ -225,7 +240,20 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more, spread=spread)
+        else None, rounds_needed=needed, more_rounds=more, spread=spread,
+        judged=Interval(mean, start, end, n - 1),
+        held_by_holm=row.gated and verdict == "inconclusive" and start > tolerance)
+
+
+def spread_bound(spread: float, df: int, confidence: float = DETECTS_CONFIDENCE) -> float:
+    """Return the one-sided upper confidence bound of a normal standard deviation estimated
+    as `spread` on df degrees of freedom: spread * sqrt(df / chi2_{1 - confidence, df}), the
+    chi-square quantile by Wilson and Hilferty's cube (a little low at 2 df, so the bound errs
+    wide). The spread seen is below the true one about half the time, so a "detects" figure
+    made from it has its stated power in only about half of the runs."""
+    z = normal_ppf(1 - confidence)
+    cube = 1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))
+    return spread / math.sqrt(cube ** 3) if cube > 0 else math.inf
 
 
 @functools.lru_cache(maxsize=1024)  # a few critical values recur for every row
@@ -290,7 +318,8 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
     composite = composite_log_ratios(series)
     critical = gate_critical(settings, n, level)
     spread = sample_spread(composite)
-    detectable = tolerance + power_shift(critical, n - 1) * spread / math.sqrt(n)
+    detectable = tolerance + power_shift(critical, n - 1) * spread_bound(spread, n - 1) \
+        / math.sqrt(n)
     return GateTest(
         rows=m, effective_rows=effective_rows(series) if m > 1 else 1.0,
         composite=mean_interval(composite),
@@ -434,7 +463,7 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
     more rounds would decide it at the spread seen."""
-    reach = "no end" if row.worse_end_pct is None else f"{row.worse_end_pct:+.1f}%"
+    reach = "no end" if row.worse_end_pct is None else pct_text(row.worse_end_pct / 100)
     more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
             else f"about {plural(row.more_rounds, 'more round')} would decide it")
     return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
@@ -452,6 +481,53 @@ def composite_text(composite: Interval) -> str:
 def detectable_text(row: Row) -> str:
     """Return what the row's test, as the gate applies it, finds 80% of the time."""
     if row.detectable_pct is not None:
-        return f">= {row.detectable_pct:.0f}%"
+        return detects_text(row.detectable_pct)
     # no spread finds any change; a look whose boundary cannot reject finds none
     return "any change" if row.spread == 0 else "none yet"
+
+
+def detects_text(pct: float) -> str:
+    """Return a "detects" figure as every output writes it: >= 24%, or past sense a bound."""
+    return f"more than {1 + BOUND_PCT / 100:g}x" if pct > BOUND_PCT else f">= {pct:.0f}%"
+
+
+def row_judged_interval(row: Row) -> Optional[Tuple[float, float, float]]:
+    """Return the change and interval a row's word judges, as speedups (change_text's
+    arguments: above 1 is better): the one interval every output shows; None: unjudged."""
+    if row.judged is None:
+        return None
+    judged = row.judged
+    return math.exp(-judged.mean), math.exp(-judged.high), math.exp(-judged.low)
+
+
+def row_word(row: Row) -> str:
+    """Return a row's word as every output shows it: its verdict, and "(Holm)" where the
+    gate's correction for the gated rows, not the interval shown, left it undecided."""
+    return f"{row.verdict} (Holm)" if row.held_by_holm else row.verdict
+
+
+def missed_pct(outcome: GateOutcome) -> Optional[float]:
+    """Return the largest slowdown, in percent, that a result which is not a FAIL could have
+    missed: the farthest worse end of an undecided gated row (inf: one has no end); None
+    where nothing was missed (a FAIL, or a PASS with every gated row decided)."""
+    if outcome.status == "fail":
+        return None
+    if outcome.undecided:
+        ends = [r.worse_end_pct for r in outcome.undecided]
+        return math.inf if any(e is None for e in ends) else max(e for e in ends
+                                                                   if e is not None)
+    return math.inf if outcome.status == "inconclusive" else None
+
+
+def missed_text(outcome: GateOutcome) -> str:
+    """Return what a result that is not a FAIL could have missed, in words ("" if nothing):
+    the first thing a CI summary of an undecided gate says."""
+    missed = missed_pct(outcome)
+    if missed is None:
+        return ""
+    if not math.isfinite(missed):
+        return "it could have missed a slowdown of any size"
+    farthest = max((r for r in outcome.undecided if r.worse_end_pct is not None),
+                   key=lambda r: r.worse_end_pct or 0.0)
+    return (f"it could have missed a slowdown of up to {pct_text(missed / 100)} "
+            f"({pass_title(farthest.pass_name)} {metric_title(farthest.metric)})")

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from .constants import __version__, TIME_WINDOWS
-from .words import fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
+from .words import BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
 from .runfile import pass_title
 from .compare import worse_sign
-from .gate import Row
+from .gate import missed_text, Row, row_word
 from .rounds import part_title, PassBreakdown, RoundsReport
 from .render_text import (decisions_note, decomposition_text, environment_tables,
                           format_capacity_rounds, format_closing, format_order,
@@ -30,7 +30,9 @@ __all__ = ["Axis", "esc", "padded", "PAGE_STYLE", "PlotBox", "report_page", "tab
 
 SIDE_COLORS = ("#1f77b4", "#e6550d")  # base, new: blue and orange stay apart for most eyes
 VERDICT_COLORS = {"pass": "#1b7a34", "better": "#1b7a34", "same": "#455a64",
-                  "fail": "#c62828", "worse": "#c62828", "inconclusive": "#9a6700"}
+                  "no worse": "#455a64", "fail": "#c62828", "worse": "#c62828",
+                  "inconclusive": "#9a6700"}
+BOUND_LOG = math.log1p(BOUND_PCT / 100)  # a forest plot's interval ends there at most
 PAGE_STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #1d1d1f; margin: 24px auto;
   max-width: 1200px; padding: 0 16px; }
@@ -232,11 +234,15 @@ def forest_ticks(axis: Axis, span: Tuple[float, float], spacing: float = 44.0) -
 
 def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int = 560,
                height: int = 96) -> str:
-    """Return a row's forest plot: each round's change in the worse direction, the 95%
-    interval of their mean, and the tolerance band, on a log-ratio axis labelled in %."""
+    """Return a row's forest plot: each round's change in the worse direction, the interval
+    of their mean its word judges (95%, or a --sequential look's), and the tolerance band, on
+    a log-ratio axis labelled in %."""
     sign = worse_sign(row.metric)
     points = row.worse_series
     low, high = sorted(sign * v for v in (row.log_ratio.low, row.log_ratio.high))
+    if row.judged is not None:  # drawn to ten times either way at most, as written
+        low = max(row.judged.low, -BOUND_LOG) if math.isfinite(row.judged.low) else -BOUND_LOG
+        high = min(row.judged.high, BOUND_LOG) if math.isfinite(row.judged.high) else BOUND_LOG
     axis = forest_axis(points + [low, high, tolerance_log, -tolerance_log], 16, width - 16)
     color = VERDICT_COLORS.get(row.verdict, "#333")
     band = (axis.at(-tolerance_log), axis.at(tolerance_log))
@@ -244,10 +250,9 @@ def forest_svg(row: Row, rounds: Sequence[int], tolerance_log: float, width: int
              f'viewBox="0 0 {width} {height}" role="img" '
              f'aria-label="{esc(pass_title(row.pass_name))} {esc(metric_title(row.metric))}">',
              f'<text x="16" y="14" font-weight="bold">{esc(pass_title(row.pass_name))} '
-             f'{esc(metric_title(row.metric))}: <tspan fill="{color}">{esc(row.verdict)}'
+             f'{esc(metric_title(row.metric))}: <tspan fill="{color}">{esc(row_word(row))}'
              f'</tspan></text><text x="{width - 16}" y="14" text-anchor="end">'
-             f'{100 * math.expm1(sign * row.log_ratio.mean):+.1f}% '
-             f'[{100 * math.expm1(low):+.1f}%, {100 * math.expm1(high):+.1f}%]</text>',
+             f'{esc(row_change_text(row))}</text>',
              f'<rect x="{band[0]:.1f}" y="22" width="{band[1] - band[0]:.1f}" '
              f'height="{height - 46}" fill="#e3f1e5"><title>tolerance '
              f'{100 * math.expm1(tolerance_log):g}%</title></rect>',
@@ -297,6 +302,9 @@ def page_verdict(report: RoundsReport) -> str:
             + (f", round {report.look.rounds} of at most {report.look.max_rounds}"
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}" if unsure else ""))
+    missed = missed_text(report.outcome)
+    what = (f"not a pass: {missed}; " if report.status == "inconclusive"
+            else f"{missed}; " if missed else "") + what
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
     cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
@@ -439,7 +447,7 @@ def page_breakdowns(report: RoundsReport) -> str:
     for breakdown in report.breakdowns:
         rows = [[part_title(r.metric), fmt_value(r.base_median), fmt_value(r.new_median),
                  f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
-                 row_change_text(r), r.verdict]
+                 row_change_text(r), row_word(r)]
                 for r in breakdown.rows if r.metric.endswith(":mean")]
         decomposition = [decomposition_text(side, dict(parts), client) for side, parts, client
                          in ((report.base, breakdown.base, breakdown.client[0]),

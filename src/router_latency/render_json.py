@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Optional, Sequence
 
 from .constants import __version__
 from .compare import Capacity, CompareReport
-from .gate import composite_text, Row
+from .gate import composite_text, missed_pct, missed_text, Row, row_word
 from .rounds import InputSlowdowns, RoundsReport, Slowdown
 from .record import RecordSection
 from .render_text import order_json, outcomes_json, row_change_text, verdict_line
@@ -41,8 +42,23 @@ def row_json(row: Row) -> dict:
             "worse_rounds": row.worse_rounds,
             "rounds": row.rounds, "p_value": row.p_value,
             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
-            "verdict": row.verdict, "base_values": list(row.base_values),
+            "verdict": row.verdict, "word": row_word(row),
+            "held_by_holm": row.held_by_holm,
+            "judged_interval_pct": None if row.judged is None else [
+                100 * math.expm1(v) if math.isfinite(v) else None
+                for v in (row.judged.low, row.judged.high)],
+            "base_values": list(row.base_values),
             "new_values": list(row.new_values)}
+
+
+def could_miss_json(report: RoundsReport) -> Optional[dict]:
+    """Return the largest slowdown a result that is not a FAIL could have missed: its percent
+    (null: no bound) and the sentence; null where nothing was missed."""
+    missed = missed_pct(report.outcome)
+    if missed is None:
+        return None
+    return {"pct": missed if math.isfinite(missed) else None,
+            "text": missed_text(report.outcome)}
 
 
 def rounds_json(report: RoundsReport) -> dict:
@@ -68,7 +84,8 @@ def rounds_json(report: RoundsReport) -> dict:
                 "composite": None if test.composite is None else test.composite._asdict(),
                 "composite_text": None if test.composite is None
                 else composite_text(test.composite),
-                "composite_p": test.composite_p, "level": test.level,
+                "composite_p": test.composite_p, "p_tests": "worse than the tolerance",
+                "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
             "agreement": agreement,
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
@@ -90,6 +107,7 @@ def rounds_json(report: RoundsReport) -> dict:
             "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
+            "could_miss": could_miss_json(report),
             "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
             "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
             "breakdowns": breakdowns_json(report)}

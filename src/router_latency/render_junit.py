@@ -11,7 +11,7 @@ from typing import List, NamedTuple, Sequence
 
 from .words import fmt_signed, fmt_value, metric_title, shown_decision
 from .runfile import pass_title, PassRecord
-from .gate import Row, undecided_text
+from .gate import Row, row_word, undecided_text
 from .rounds import RoundsReport
 from .render_text import row_change_text, verdict_line
 
@@ -28,7 +28,8 @@ def row_interval_text(row: Row) -> str:
     """Return a row's change with its interval as every report writes it: + is slower."""
     return (f"change {row_change_text(row)}, + is slower (new - base "
             f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]; 95% t interval over {row.rounds} rounds)")
+            f"{fmt_value(row.diff.high)}]; t interval over {row.rounds} rounds, the one its "
+            f"word judges)")
 
 
 class JunitCase(NamedTuple):
@@ -47,7 +48,7 @@ def junit_cases(report: RoundsReport) -> List[JunitCase]:
     cases: List[JunitCase] = []
     tolerance = f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
-        text = f"{row.verdict}: {row_interval_text(row)}; {tolerance}"
+        text = f"{row_word(row)}: {row_interval_text(row)}; {tolerance}"
         by_verdict = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
             text += f"; {undecided_text(row, report.settings)}"
@@ -63,7 +64,8 @@ def junit_cases(report: RoundsReport) -> List[JunitCase]:
             message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
             f"[{100 * math.expm1(test.composite.low):+.1f}%, "
             f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-            f"{test.composite_p:.3g} against the {tolerance} (level {100 * test.level:.3g}%)",
+            f"{test.composite_p:.3g} of worse than the {tolerance} (not of any change; level "
+            f"{100 * test.level:.3g}%)",
             details=""))
     for item in report.agreement:
         listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from .words import plural
+from .gate import missed_text
 from .compare import CompareReport
 from .rounds import RoundsReport
 from .render_text import (Block, breakdown_blocks, compare_caveat, compare_parts, decisions_note,
@@ -59,7 +60,10 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     """Return the rounds report as Markdown: the verdict, the table, then the details."""
     above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
-    what = ((f"{rule.text}; " if rule.option else "")
+    missed = missed_text(report.outcome)  # a job summary's first line says what it may miss
+    what = ((f"not a pass: {missed}; " if report.status == "inconclusive"
+             else f"{missed}; " if missed else "")
+            + (f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look.rounds} of at most {report.look.max_rounds})"
                if report.look else "")
@@ -74,9 +78,9 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
         details += ["**Each round**", per_round_table(report)]
     details += ["**Environment**"] + environment_blocks(report)
     details += format_order(report) + format_closing(report) + undecided_line(report)
-    note = decisions_note(report)
-    return ([f"**{md_text(note[0])}**", ""] if note else []) \
-        + (markdown_verdict(report.status, report.reasons, what) + [""]
+    note = decisions_note(report)  # after the verdict: a job summary's first line is it
+    return (markdown_verdict(report.status, report.reasons, what) + [""]
+            + ([f"**{md_text(note[0])}**", ""] if note else [])
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 

@@ -20,7 +20,8 @@ from .runfile import (content_slow_windows, HostSettings, pass_title, PassRecord
                       RunFile, RunSettings, Thresholds)
 from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
                       usd_per_million, worse_sign)
-from .gate import BEYOND_LIMIT, composite_text, detectable_text, GateSettings, Row
+from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
+                   detects_text, GateSettings, missed_text, Row, row_judged_interval, row_word)
 from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
                      SideOutcomes, Slowdown)
 from .record import RecordSection, side_ranges
@@ -497,8 +498,10 @@ def decisions_note(report: RoundsReport) -> List[str]:
 
 
 def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]:
-    """Return the lines of the rounds report as text."""
-    lines = decisions_note(report) + format_rounds_table(report)
+    """Return the lines of the rounds report as text: the verdict and what would decide it
+    first (so that the head of a log shows them), and again last (so that its tail does)."""
+    opening = [verdict_line(report)] + undecided_line(report)
+    lines = opening + [""] + decisions_note(report) + format_rounds_table(report)
     if per_round and report.rows:
         lines += [""] + text_lines([per_round_table(report)])
     capacity = format_capacity_rounds(report)
@@ -510,8 +513,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     breakdowns = text_lines(breakdown_blocks(report))
     lines += [""] + breakdowns if breakdowns else []
     lines += [""] + text_lines(environment_blocks(report)) + [""]
-    lines += format_order(report) + format_closing(report) + undecided_line(report)
-    lines.append(verdict_line(report))
+    lines += format_order(report) + format_closing(report) + opening[1:] + opening[:1]
     return lines
 
 
@@ -551,7 +553,13 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
         f"on their logs, df {len(used) - 1}; slower in: the rounds in which {new} was slower; "
         f"{new} - {base}: mean paired difference; medians over rounds, descriptive; tolerance "
         f"{settings.tolerance_pct:g}%; detects: the slowdown of that row alone the gate finds "
-        f"80% of the time",
+        f"80% of the time, at the {100 * DETECTS_CONFIDENCE:g}% upper bound of its spread (so "
+        f"it holds in about {100 * DETECTS_CONFIDENCE:g}% of runs)"
+        + ("; at this look a gated row's interval is the look's (its boundary), the one its "
+           "verdict and the gate judge" if settings.sequential_max else "")
+        + (f"; (Holm): the interval lies beyond the tolerance, but Holm's correction for the "
+           f"{test.rows} gated rows does not show it worse"
+           if any(r.held_by_holm for r in report.rows) else ""),
         f"gate (*): {gate_text(settings)}, {plural(test.rows, 'row')} worth "
         f"{test.effective_rows:.1f} independent; worse: one-sided tests at "
         f"{100 * test.level:.3g}% each on their per-round mean and by Holm across them "
@@ -566,17 +574,19 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
                       metric_label(row.metric) + ("*" if row.gated else ""),
                       fmt_value(row.base_median), fmt_value(row.new_median), interval,
                       row_change_text(row), f"{row.worse_rounds}/{row.rounds}",
-                      detectable_text(row), row.verdict])
+                      detectable_text(row), row_word(row)])
     below = []
     if test.composite is not None:
         together = "any change" if test.composite_detectable_pct is None \
-            else f">= {test.composite_detectable_pct:.0f}%"
+            else detects_text(test.composite_detectable_pct)
         below = [f"gated rows together: {composite_text(test.composite)} per round, "
-                 f"one-sided p {test.composite_p:.3g}; every gated row slowing together: "
-                 f"detects {together}"]
+                 f"one-sided p {test.composite_p:.3g} of worse than the "
+                 f"{settings.tolerance_pct:g}% tolerance (not of any change); every gated row "
+                 f"slowing together: detects {together}"]
     return TabledReport(lines, Table(
         "", ["pass", "metric", f"{base}", f"{new}", f"{new} - {base} [95% CI]",
-             "change [95% CI]", "slower in", "detects", "verdict"], table,
+             "change [CI judged]" if settings.sequential_max else "change [95% CI]",
+             "slower in", "detects", "verdict"], table,
         [False, False, True, True, True, True, True, True, False]), below)
 
 
@@ -599,7 +609,7 @@ def breakdown_blocks(report: RoundsReport) -> List[Block]:
         table = [[part_title(row.metric) + ("*" if row.gated else ""),
                   fmt_value(row.base_median), fmt_value(row.new_median),
                   f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row.verdict]
+                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row_word(row)]
                  for row in breakdown.rows]
         lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
                                 "change [95% CI]", "verdict"], table,
@@ -640,8 +650,14 @@ def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> 
 
 def row_change_text(row: Row) -> str:
     """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
-    -9.7%], + worse (for a cost per million requests, the change of the cost)."""
-    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+    -9.7%], + worse (for a cost per million requests, the change of the cost): the interval
+    its word judges (at a --sequential look, a gated row's is the look's)."""
+    judged = row_judged_interval(row)
+    if judged is None:
+        return change_text(row.speedup, row.speedup_low, row.speedup_high)
+    if not all(math.isfinite(v) and v > 0 for v in judged):
+        return f"{change_text(row.speedup)} [no bound at this look]"
+    return change_text(*judged)
 
 
 def gate_text(settings: GateSettings) -> str:
@@ -908,10 +924,14 @@ def verdict_line(report: RoundsReport) -> str:
     option = report.settings.rule.option
     rule = f" ({option})" if option else ""
     outcome = report.outcome
+    missed = missed_text(outcome)
+    if outcome.status == "inconclusive":
+        return (f"verdict: INCONCLUSIVE{look}{rule}: not a pass: {missed}; "
+                + "; ".join(outcome.reasons))
     if outcome.status != "pass":
         return f"verdict: {outcome.status.upper()}{look}{rule}: " + "; ".join(outcome.reasons)
     unsure = len(outcome.undecided)
-    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows)"
+    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
                                            if unsure else "")
 
 

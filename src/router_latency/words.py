@@ -8,14 +8,19 @@ import urllib.parse
 from typing import Optional, Sequence, Set
 
 __all__ = [
-    "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value", "metric_label",
-    "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut", "secret_forms",
-    "shown_decision", "visible",
+    "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value",
+    "metric_label", "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut",
+    "secret_forms", "shown_decision", "visible",
 ]
 
 
 LADDER_TITLES = {"plateau_req_per_s": "plateau req/s", "capacity_req_per_s": "capacity req/s",
                  "usd_per_million": "USD/1M"}
+
+
+BOUND_PCT = 900.0  # a slowdown past this percent (ten times the time) is written as a bound,
+BOUND_TEXT = "more than 10x slower"  # as is a change to less than a tenth of the time: the
+FASTER_TEXT = "more than 10x faster"  # figures beyond say nothing the bound does not
 
 
 def plural(count: int, noun: str) -> str:
@@ -160,6 +165,12 @@ def change_text(speedup: Optional[float], low: Optional[float] = None,
 
 
 def pct_text(fraction: float) -> str:
-    """Return a fraction as a signed percent with one decimal: +7.4%, -46.6%, +0.0%."""
+    """Return a fraction as a signed percent with one decimal: +7.4%, -46.6%, +0.0%; past
+    ten times the time (+900%) "more than 10x slower", below a tenth of it (-90%) "more than
+    10x faster": +6023.1% or -99.99% say nothing the bound does not."""
+    if 100 * fraction > BOUND_PCT:
+        return BOUND_TEXT
+    if fraction < -BOUND_PCT / (100 + BOUND_PCT):
+        return FASTER_TEXT
     # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
     return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
