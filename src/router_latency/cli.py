@@ -773,8 +773,7 @@ def add_simulate_parser(commands: Any) -> None:
                         ", with their time in ms (each +-10%%): domain:3,pii:5,guard:2; "
                         "without it, none is modelled: domain, jailbreak, pii, fact_check and "
                         "user_feedback report equal shares of the preview's time")
-    p.add_argument("--signal-errors", type=signal_errors_spec, default=SkippedSignals(),
-                   metavar="SHARE[:FASTER]",
+    p.add_argument("--signal-errors", type=signal_errors_spec, metavar="SHARE[:FASTER]",
                    help="a share of prompts whose signal fails: answered 200 with "
                         "signal_errors and applied_unknown_policies (classifier:intent), "
                         "FASTER less of their time (0.2:0.3: 20%% of previews, 30%% faster)")
@@ -1301,7 +1300,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                  workers=args.workers, answers=SimulatedAnswers(
                                      args.startup_s, args.no_decision_share, args.cache,
                                      args.per_kb_ms, args.metrics_port,
-                                     signal_errors=args.signal_errors),
+                                     signal_errors=args.signal_errors or SkippedSignals()),
                                  signals=SignalModel(args.signals or (),
                                                      args.parallel_signals))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
@@ -1320,7 +1319,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"stops", f"metrics at {router.metrics_url}"
           + (f"; a result cache of {args.cache} prompts" if args.cache else "")
           + (f"; {args.signal_errors.share:.0%} of previews with signal_errors, "
-             f"{args.signal_errors.faster:.0%} faster" if args.signal_errors.share else "")])
+             f"{args.signal_errors.faster:.0%} faster" if args.signal_errors else "")])
     stopped = threading.Event()
     relay = SignalRelay(stopped, (signal.SIGTERM,))
     try:
