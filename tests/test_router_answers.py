@@ -18,7 +18,7 @@ from router_latency.wire import classify
 from router_latency.captures import parse_prometheus
 from router_latency.measuring import slow_phase_warnings
 from router_latency.rounds import GateSettings, judge_rounds
-from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers
+from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers, SkippedSignals
 from conftest import final_answer, write_corpus
 
 PATHS = DEFAULT_DECISION_PATHS
@@ -496,15 +496,19 @@ def vllm_sr():
 @pytest.mark.skipif(vllm_sr() is None, reason="the vllm-sr package is not installed")
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
                                    ["--sampling-seed", "7"]])
-def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra):
-    router = simulator(delay_ms=0, answers=SimulatedAnswers(no_decision_share=0.5))
+@pytest.mark.parametrize("skipped", [0.0, 1.0], ids=["plain", "signal-errors"])
+def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra, skipped):
+    router = simulator(delay_ms=0, answers=SimulatedAnswers(
+        no_decision_share=0.5, signal_errors=SkippedSignals(skipped, 0.3)))
     for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
                 ["--messages", '[{"role": "user", "content": " "}]']):
         done = subprocess.run([vllm_sr(), "route", "preview", "--endpoint", router.url, *ask,
                                *extra], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         if "--json" in extra:
-            assert json.loads(done.stdout)["config_hash"] == router.config_hash
+            answer = json.loads(done.stdout)
+            assert answer["config_hash"] == router.config_hash
+            assert ("signal_errors" in answer) == bool(skipped)
 
 
 # --- result caches: measured, never assumed ---
