@@ -2246,8 +2246,11 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
     plain answer costs a few byte searches and is never decoded again; one that names them
     is decoded whole, since the decision's fast reading (wire.answer_document) stops before
     them. At most MAX_SIGNALS entries a member are kept, secrets hidden."""
-    if not any(mark in body for mark in _MARKS) and (
-            b"\\u00" not in body or _SPELLED.search(body) is None):
+    # rfind: CPython's reverse search skips through a router's 2 KB answer three times
+    # faster than `in` (its forward search), 0.8 us a name here (bench/degraded_read.py)
+    first, second, third = _MARKS
+    if body.rfind(first) < 0 and body.rfind(second) < 0 and body.rfind(third) < 0 and (
+            body.rfind(b"\\u00") < 0 or _SPELLED.search(body) is None):
         return ()
     try:
         document = json.loads(body)
@@ -3556,8 +3559,13 @@ class RunFile(NamedTuple):
 
     @classmethod
     def from_json(cls, document: Any, path: str) -> "RunFile":
-        check_schema(document, RUN_SCHEMA if isinstance(document, dict) and document.get(
-            "schema") == RUN_SCHEMA else RUN_SCHEMA_DEGRADED, path)
+        # run/2 and later checked against run/2 (a later one: upgrade); anything else (run/1,
+        # another kind of file) against run/1, as before run/2
+        schema = document.get("schema") if isinstance(document, dict) else None
+        version = schema.rpartition("/")[2] if isinstance(schema, str) \
+            and schema.startswith("router-latency/run/") else ""
+        check_schema(document, RUN_SCHEMA_DEGRADED if version.isdigit() and int(version) >= 2
+                     else RUN_SCHEMA, path)
         corpus = document.get("corpus")
         if not isinstance(corpus, dict) or not isinstance(corpus.get("sha256"), str) \
                 or not re.fullmatch(r"[0-9a-f]{64}", corpus["sha256"]):

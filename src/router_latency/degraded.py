@@ -50,8 +50,11 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
     plain answer costs a few byte searches and is never decoded again; one that names them
     is decoded whole, since the decision's fast reading (wire.answer_document) stops before
     them. At most MAX_SIGNALS entries a member are kept, secrets hidden."""
-    if not any(mark in body for mark in _MARKS) and (
-            b"\\u00" not in body or _SPELLED.search(body) is None):
+    # rfind: CPython's reverse search skips through a router's 2 KB answer three times
+    # faster than `in` (its forward search), 0.8 us a name here (bench/degraded_read.py)
+    first, second, third = _MARKS
+    if body.rfind(first) < 0 and body.rfind(second) < 0 and body.rfind(third) < 0 and (
+            body.rfind(b"\\u00") < 0 or _SPELLED.search(body) is None):
         return ()
     try:
         document = json.loads(body)

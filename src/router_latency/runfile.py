@@ -1221,8 +1221,13 @@ class RunFile(NamedTuple):
 
     @classmethod
     def from_json(cls, document: Any, path: str) -> "RunFile":
-        check_schema(document, RUN_SCHEMA if isinstance(document, dict) and document.get(
-            "schema") == RUN_SCHEMA else RUN_SCHEMA_DEGRADED, path)
+        # run/2 and later checked against run/2 (a later one: upgrade); anything else (run/1,
+        # another kind of file) against run/1, as before run/2
+        schema = document.get("schema") if isinstance(document, dict) else None
+        version = schema.rpartition("/")[2] if isinstance(schema, str) \
+            and schema.startswith("router-latency/run/") else ""
+        check_schema(document, RUN_SCHEMA_DEGRADED if version.isdigit() and int(version) >= 2
+                     else RUN_SCHEMA, path)
         corpus = document.get("corpus")
         if not isinstance(corpus, dict) or not isinstance(corpus.get("sha256"), str) \
                 or not re.fullmatch(r"[0-9a-f]{64}", corpus["sha256"]):
