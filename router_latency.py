@@ -2146,7 +2146,8 @@ def timing_cache_test(passes: Sequence[Any]) -> Optional[TimingCacheTest]:
         if item.discarded:
             continue
         for r in sorted(item.requests, key=lambda r: (r.rep, r.start_ms or 0.0)):
-            if r.error is None and r.outcome is None and r.latency_ms:
+            # a degraded answer is faster for the signal it skipped, not for a cache
+            if r.error is None and r.outcome is None and not r.degraded and r.latency_ms:
                 answered.setdefault(r.id, []).append(r.latency_ms)
     ratios = [statistics.median(later) / first for first, *later in answered.values() if later]
     if len(ratios) < CACHE_MIN_PROMPTS:
@@ -2758,7 +2759,8 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, 
         part = requests[first:stop]
         end = starts[stop] if stop < len(requests) else max(ends, default=0.0)
         span_s = max(end - starts[first], 0.0) / 1000
-        latencies = [r.latency_ms for r in part if r.error is None and r.latency_ms is not None]
+        latencies = [r.latency_ms for r in part
+                     if r.error is None and not r.degraded and r.latency_ms is not None]
         figures = rounded_percentiles(latencies, (50, 95), "")
         windows.append(PhaseWindow(
             first, len(part), sum(r.error is not None for r in part),
@@ -2794,11 +2796,11 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     for other in passes:
         if other is not item and not other.discarded:
             for r in other.requests:
-                if r.error is None and r.latency_ms:
+                if r.error is None and not r.degraded and r.latency_ms:
                     elsewhere.setdefault(r.id, []).append(r.latency_ms)
     own: dict = {}
     for r in item.requests:
-        if r.error is None and r.latency_ms:
+        if r.error is None and not r.degraded and r.latency_ms:
             own.setdefault(r.id, []).append(r.latency_ms)
     found = []
     for r in item.requests:
@@ -2821,7 +2823,8 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
             or any(r.start_ms is None for r in requests):  # windows not of these requests
         return slow_windows(windows, thresholds)
-    ratios = [r.latency_ms / ref if r.error is None and r.latency_ms and ref else None
+    ratios = [r.latency_ms / ref
+              if r.error is None and not r.degraded and r.latency_ms and ref else None
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
     p95s, paces = [], []
@@ -8676,9 +8679,11 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     logs: dict = {}  # prompt id -> {round: ln(new/base)}
     decisions: dict = {}
     for number, (b, w) in zip(used, pairs):
-        new_ms = {r.id: r.latency_ms for r in w.requests if r.error is None and r.latency_ms}
+        # fully computed answers only: one that skipped a signal is faster for it
+        new_ms = {r.id: r.latency_ms for r in w.requests
+                  if r.error is None and not r.degraded and r.latency_ms}
         for r in b.requests:
-            if r.error is None and r.latency_ms and r.id in new_ms:
+            if r.error is None and not r.degraded and r.latency_ms and r.id in new_ms:
                 logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
                 decisions.setdefault(r.id, r.decision)
     inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),

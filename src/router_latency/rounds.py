@@ -368,9 +368,11 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     logs: dict = {}  # prompt id -> {round: ln(new/base)}
     decisions: dict = {}
     for number, (b, w) in zip(used, pairs):
-        new_ms = {r.id: r.latency_ms for r in w.requests if r.error is None and r.latency_ms}
+        # fully computed answers only: one that skipped a signal is faster for it
+        new_ms = {r.id: r.latency_ms for r in w.requests
+                  if r.error is None and not r.degraded and r.latency_ms}
         for r in b.requests:
-            if r.error is None and r.latency_ms and r.id in new_ms:
+            if r.error is None and not r.degraded and r.latency_ms and r.id in new_ms:
                 logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
                 decisions.setdefault(r.id, r.decision)
     inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),

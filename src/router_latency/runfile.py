@@ -420,7 +420,8 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, 
         part = requests[first:stop]
         end = starts[stop] if stop < len(requests) else max(ends, default=0.0)
         span_s = max(end - starts[first], 0.0) / 1000
-        latencies = [r.latency_ms for r in part if r.error is None and r.latency_ms is not None]
+        latencies = [r.latency_ms for r in part
+                     if r.error is None and not r.degraded and r.latency_ms is not None]
         figures = rounded_percentiles(latencies, (50, 95), "")
         windows.append(PhaseWindow(
             first, len(part), sum(r.error is not None for r in part),
@@ -456,11 +457,11 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     for other in passes:
         if other is not item and not other.discarded:
             for r in other.requests:
-                if r.error is None and r.latency_ms:
+                if r.error is None and not r.degraded and r.latency_ms:
                     elsewhere.setdefault(r.id, []).append(r.latency_ms)
     own: dict = {}
     for r in item.requests:
-        if r.error is None and r.latency_ms:
+        if r.error is None and not r.degraded and r.latency_ms:
             own.setdefault(r.id, []).append(r.latency_ms)
     found = []
     for r in item.requests:
@@ -483,7 +484,8 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
             or any(r.start_ms is None for r in requests):  # windows not of these requests
         return slow_windows(windows, thresholds)
-    ratios = [r.latency_ms / ref if r.error is None and r.latency_ms and ref else None
+    ratios = [r.latency_ms / ref
+              if r.error is None and not r.degraded and r.latency_ms and ref else None
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
     p95s, paces = [], []
