@@ -267,10 +267,10 @@ def test_a_new_side_that_degrades_a_fifth_of_its_answers_does_not_pass(tmp_path,
 def test_allowed_degraded_answers_still_fail_the_gate(tmp_path, cli, simulator):
     _, _, folder, codes = rounds_against_a_degrading_simulator(tmp_path, cli, simulator,
                                                                allow=True)
-    assert {code for _, code, _ in codes} == {0}
+    assert {code for _, code, _ in codes} == {0}, codes
     junit = tmp_path / "gate.xml"
     result = cli("rounds", "--dir", folder, "--base", "base", "--new", "new", "--junit", junit)
-    assert result.code == 1
+    assert result.code == 1, result.out + result.err
     xml = junit.read_text()
     assert 'name="Sequential degraded"' in xml and "classifier_evaluation_failed" in xml
 
