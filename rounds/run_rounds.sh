@@ -56,8 +56,9 @@
 # not use. Only the start and stop commands given are run; nothing else is evaluated.
 #
 # Exit code: that of the final `rounds` (0 pass, 1 regression, changed decision or failed
-# side, 2 bad input, 3 inconclusive), but 1 when a run had failed requests beyond its
-# --max-errors and `rounds` passed or was inconclusive; 2 when the script could not run a
+# side, 2 bad input, 3 inconclusive), but 1 when a run had failed requests (or degraded
+# answers, unless run's --allow-degraded) beyond its --max-errors and `rounds` passed or was
+# inconclusive; 2 when the script could not run a
 # round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
 # complete rounds). An interrupted run gets --stop-wait seconds to save what it measured.
 set -euo pipefail
@@ -294,7 +295,7 @@ if mode == "state":
     if run.get("complete") is not True:
         sys.exit(1)
     sys.exit(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
-figures, errors = [], {}
+figures, errors, degraded = [], {}, 0
 for item in run.get("passes", []):
     summary = item.get("summary")
     if not summary:
@@ -303,9 +304,11 @@ for item in run.get("passes", []):
     figures.append(f"{item.get('name')} {shown(summary.get('p50_ms'))}")
     for kind, count in (summary.get("errors") or {}).items():
         errors[kind] = errors.get(kind, 0) + count
+    degraded += summary.get("degraded") or 0  # answers that skipped a signal (run/2)
 failed = sum(errors.values())
 kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))
-print(f"p50 ms {', '.join(figures)}; {failed} errors{f' ({kinds})' if kinds else ''}")
+print(f"p50 ms {', '.join(figures)}; {failed} errors{f' ({kinds})' if kinds else ''}"
+      + (f"; {degraded} degraded" if degraded else ""))
 PY
 }
 
@@ -613,7 +616,7 @@ measure_side() {
     0) say "round $r/$rounds $side: $(run_file summary "$file")" ;;
     1) failed_runs+=("r$r $side")
        say "round $r/$rounds $side: $(run_file summary "$file"); $(
-         )more failed requests than --max-errors allows" ;;
+         )more failed requests (degraded answers included) than --max-errors allows" ;;
     *) die "round $r $side: run exited $code" ;;
   esac
 }
@@ -671,7 +674,8 @@ else
 fi
 if [ ${#failed_runs[@]} -gt 0 ]; then
   listed=$(printf '%s, ' "${failed_runs[@]}")
-  say "runs with more failed requests than --max-errors allows: ${listed%, }"
+  say "runs with more failed requests (degraded answers included) than --max-errors allows: $(
+    )${listed%, }"
   if [ "$code" -eq 0 ] || [ "$code" -eq 3 ]; then code=1; fi
 fi
 exit "$code"

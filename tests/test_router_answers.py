@@ -18,7 +18,7 @@ from router_latency.wire import classify
 from router_latency.captures import parse_prometheus
 from router_latency.measuring import slow_phase_warnings
 from router_latency.rounds import GateSettings, judge_rounds
-from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers
+from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers, SkippedSignals
 from conftest import final_answer, write_corpus
 
 PATHS = DEFAULT_DECISION_PATHS
@@ -497,9 +497,11 @@ def vllm_sr():
 @pytest.mark.skipif(vllm_sr() is None, reason="the vllm-sr package is not installed")
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
                                    ["--sampling-seed", "7"]])
-@pytest.mark.parametrize("answers", [SimulatedAnswers(no_decision_share=0.5),
-                                     SimulatedAnswers(no_decision_share=0.3, sampled_share=0.5,
-                                                      runtime="vllm-sr-runtime")])
+@pytest.mark.parametrize("answers", [
+    SimulatedAnswers(no_decision_share=0.5),
+    SimulatedAnswers(no_decision_share=0.3, sampled_share=0.5, runtime="vllm-sr-runtime"),
+    SimulatedAnswers(no_decision_share=0.5, signal_errors=SkippedSignals(1.0, 0.3))],
+    ids=["plain", "sampled-renamed-runtime", "signal-errors"])
 def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra, answers):
     router = simulator(delay_ms=0, answers=answers)
     for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
@@ -508,7 +510,9 @@ def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra,
                                *extra], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         if "--json" in extra:
-            assert json.loads(done.stdout)["config_hash"] == router.config_hash
+            answer = json.loads(done.stdout)
+            assert answer["config_hash"] == router.config_hash
+            assert ("signal_errors" in answer) == bool(skipped)
 
 
 # --- result caches: measured, never assumed ---

@@ -270,10 +270,10 @@ def test_compare_rejects_bad_run_files(tmp_path, cli, kind):
 def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     path = Path(make_run(tmp_path / "run.json"))
     document = json.loads(path.read_text())
-    document["schema"] = "router-latency/run/2"
+    document["schema"] = "router-latency/run/3"
     path.write_text(json.dumps(document))
     result = cli("compare", path, path)
-    assert_one_line_error(result, "schema router-latency/run/2 is newer than this tool reads")
+    assert_one_line_error(result, "schema router-latency/run/3 is newer than this tool reads")
 
 
 @pytest.mark.parametrize("edit,field,message", [

@@ -284,6 +284,9 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
                 % (secret, times)),
                (503, '{"error":{"code":"BAD_%s","message":"%%s"}}' % secret),
                (200, '{"decision_result":{"decision_name":""}%s,"note":"%%s"}' % times),
+               # degraded: its members after the metrics, where the decision's read stops
+               (200, '{"decision_result":{"decision_name":"d"}%s,"signal_errors":'
+                '{"classifier:%s":"boom"},"note":"%%s"}' % (times, secret)),
                (200, '{"decision_result":{"decision_name":"ok"},"config_hash":"%s"}'
                 % ("ab" * 32) + "%s")]
     sent = types.SimpleNamespace(index=7, scheduled=1, started=2, retried=True)
@@ -299,7 +302,9 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
             answer = again._classify(status, body, True)
             assert book.results == [(7, 1, 2, 3, status, answer.decision, answer.error, True,
                                      answer.code, body_config_hash(body), None,
-                                     answer.signal_ms)]
+                                     answer.degraded, answer.signal_ms)]
+            assert answer.degraded == ((("signal_errors", "classifier:[hidden]", "boom"),)
+                                       if b"signal_errors" in body else ())
             assert secret not in repr(book.results) and (answer.signal_ms != ()) == (
                 signals and b"metrics" in body), body
     assert book.results[0].decision == "ok" and book.results[0].config_hash == "ab" * 32

@@ -31,6 +31,7 @@ tools/amalgamate.py joins from them in that order:
     gpu                a GPU tool's readings as the run file holds them
     cache              whether a result cache answered a run: by metrics, by timing
     versions           what router versions say differently: runtime names, /ready, sampling
+    degraded           answers that skipped a signal: read, kept and counted
     runfile            the run file's records: their writer and reader side by side
     wire               endpoints, request bytes, the incremental response parser
     captures           probes, GPU tools, Prometheus, router CPU set, load

@@ -9,6 +9,7 @@ from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Se
 
 from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
 from .words import scrubbed, scrubbed_cut
+from .degraded import Degraded, degraded_of
 from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
                    rest_of_object, SignalTable, SignalTimes)
 
@@ -32,6 +33,7 @@ class RawResult(NamedTuple):
     code: Optional[str] = None  # the router's error code of a failed answer
     config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
     reason: Optional[str] = None  # what was wrong with a malformed answer
+    degraded: Degraded = ()  # a 200 that skipped a signal: its members (degraded.py)
     # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
     # the answer held to read them from (AnswerBook.settle)
     signal_ms: Union[SignalTimes, HeldAnswer] = ()
@@ -52,6 +54,7 @@ class Answer(NamedTuple):
     signal_ms: Union[SignalTimes, HeldAnswer]
     # the body's x-vsr-config-hash (None: it has none); False: not looked for
     config_hash: Union[str, Literal[False], None] = False
+    degraded: Degraded = ()  # its signal_errors, applied_unknown_policies, decision_error
 
 
 class Sent(Protocol):
@@ -136,6 +139,12 @@ class AnswerBook:
                 decision, code = self._scrubbed(decision, code)
             signal_ms = (table.last or ()) if table is not None else ()
             hashed: Union[str, Literal[False], None] = False
+            degraded: Degraded = ()
+            if error is None:  # a 2xx with a decision: did it skip a signal?
+                found = degraded_of(body, self.secrets)
+                if found is None:  # names the members, but is no JSON past its decision
+                    decision, error, signal_ms = None, "bad_json", ()
+                degraded = found or ()
         else:
             key = (status, bytes(body))
             known = self.classified.get(key)
@@ -143,11 +152,11 @@ class AnswerBook:
                 if len(self.classified) >= self.CACHED_ANSWERS:
                     self.classified.clear()
                 known = self.classified[key] = self._classify(status, body, not header_hash)
-            decision, error, code, signal_ms, hashed = known
+            decision, error, code, signal_ms, hashed, degraded = known
         self.results.append(_raw_result(
             RawResult, number=sent.index, scheduled=sent.scheduled, started=sent.started,
             ended=ended, status=status, decision=decision, error=error, retried=sent.retried,
-            code=code, reason=None, signal_ms=signal_ms,
+            code=code, reason=None, signal_ms=signal_ms, degraded=degraded,
             config_hash=header_hash or (body_config_hash(body) if hashed is False else hashed)))
 
     def failed(self, sent: Sent, kind: str, ended: int, status: Optional[int] = None,
@@ -161,14 +170,18 @@ class AnswerBook:
     def _classify(self, status: int, body: bytes | bytearray,
                   hash_wanted: bool = False) -> Answer:
         """Return what an answer says, its per-signal times read (or the answer held) when
-        the book has a SignalTable, and its config_hash when wanted."""
+        the book has a SignalTable, its config_hash when wanted, and the degraded members of
+        a 200 (one that names them but is no JSON is bad_json)."""
         table = self.signals
         decision, error, code = classify(status, body, self.paths, signals=table,
                                          secrets=self.secrets)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
+        degraded = degraded_of(body, self.secrets) if error is None else ()
+        if degraded is None:
+            return Answer(None, "bad_json", None, (), False)
         return Answer(decision, error, code, (table.last or ()) if table is not None else (),
-                      body_config_hash(body) if hash_wanted else False)
+                      body_config_hash(body) if hash_wanted else False, degraded)
 
     def _reason(self, reason: Optional[str]) -> Optional[str]:
         """Return a failure's reason as recorded: scrubbed, then cut to MAX_REASON_CHARS."""
@@ -262,4 +275,4 @@ class AnswerBook:
                                 config_hash=None, signal_ms=(),
                                 reason=self._reason(reason))
         return raw._replace(decision=answer.decision, error=answer.error, code=answer.code,
-                            signal_ms=answer.signal_ms)
+                            signal_ms=answer.signal_ms, degraded=answer.degraded)

@@ -354,7 +354,10 @@ def gpu_tool(choice: str) -> GpuTool:
     """Return the GPU tool of a --gpu choice (a key of GPU_TOOLS)."""
     return next(tool for tool in GPU_TOOLS if tool.choice == choice)
 PROBE_OUTPUT_BYTES = 4096
-DEFAULT_METRIC_PATTERN = "restart|fault|error|panic"
+# unknown_answers: the router's vsr_model_runtime_unknown_answers_total{reason}, the answers
+# it left unknown (a signal's model timed out, was unavailable or overloaded): kept, but not
+# a fault (PassRecord.environment)
+DEFAULT_METRIC_PATTERN = "restart|fault|error|panic|unknown_answers"
 
 
 class Probe(NamedTuple):

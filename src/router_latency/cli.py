@@ -48,8 +48,9 @@ from .render_text import (format_capacity, format_host, format_plan, format_roun
                           format_run_header, format_run_summary, overload_note, verdict_line)
 from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
 from .history_cli import add_history_parser
-from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, SignalModel,
-                        SignalTime, SimulatedAnswers, Stall, start_simulator)
+from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, signal_error_spec,
+                        SignalModel, SignalTime, SimulatedAnswers, SkippedSignals, Stall,
+                        start_simulator)
 
 __all__: List[str] = []
 
@@ -332,6 +333,13 @@ def stall_spec(text: str) -> Stall:
     return Stall(every, length, extra)
 
 
+def signal_errors_spec(text: str) -> SkippedSignals:
+    try:
+        return signal_error_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def config_hash_text(text: str) -> str:
     if not CONFIG_HASH_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError("expected the router's config hash: 64 lowercase hex "
@@ -467,7 +475,10 @@ def add_run_parser(commands: Any) -> None:
     add_pass_options(passes)
     passes.add_argument("--max-errors", type=non_negative_int, default=0,
                         help="failed requests allowed before exit 1 (rejections a boundary "
-                             "case expects are not failures)")
+                             "case expects are not failures; a degraded answer counts as one)")
+    passes.add_argument("--allow-degraded", action="store_true",
+                        help="do not count degraded answers (a 200 with signal_errors, "
+                             "applied_unknown_policies or decision_error) against --max-errors")
     passes.add_argument("--router-max-concurrency", type=positive_int,
                         default=ROUTER_MAX_CONCURRENCY, metavar="N",
                         help="previews the router admits at once (its global.services.api."
@@ -765,6 +776,10 @@ def add_simulate_parser(commands: Any) -> None:
                         ", with their time in ms (each +-10%%): domain:3,pii:5,guard:2; "
                         "without it, none is modelled: domain, jailbreak, pii, fact_check and "
                         "user_feedback report equal shares of the preview's time")
+    p.add_argument("--signal-errors", type=signal_errors_spec, metavar="SHARE[:FASTER]",
+                   help="a share of prompts whose signal fails: answered 200 with "
+                        "signal_errors and applied_unknown_policies (classifier:intent), "
+                        "FASTER less of their time (0.2:0.3: 20%% of previews, 30%% faster)")
     p.add_argument("--parallel-signals", action="store_true",
                    help="run the signals at once: a preview takes the longest, not the sum")
     add_today_options(p)
@@ -1126,7 +1141,8 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     if write_failure is not None:
         stderr_line(f"error: {write_failure}")
         return EXIT_USAGE
-    code, reason = run_outcome(run, args.max_errors, caught[0] if caught else None)
+    code, reason = run_outcome(run, args.max_errors, caught[0] if caught else None,
+                               allow_degraded=args.allow_degraded)
     if reason and not args.quiet:
         stderr_line(reason)
     return code
@@ -1307,7 +1323,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                      args.per_kb_ms, args.metrics_port,
                                      runtime=args.runtime, phased_startup=args.phased_startup,
                                      sampled_share=args.sampled_share,
-                                     partial_share=args.partial_share),
+                                     partial_share=args.partial_share,
+                                     signal_errors=args.signal_errors or SkippedSignals()),
                                  signals=SignalModel(args.signals or (),
                                                      args.parallel_signals))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
@@ -1324,7 +1341,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"{signals_text(args.signals or (), args.parallel_signals)}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops", f"metrics at {router.metrics_url}"
-          + (f"; a result cache of {args.cache} prompts" if args.cache else "")])
+          + (f"; a result cache of {args.cache} prompts" if args.cache else "")
+          + (f"; {args.signal_errors.share:.0%} of previews with signal_errors, "
+             f"{args.signal_errors.faster:.0%} faster" if args.signal_errors else "")])
     stopped = threading.Event()
     relay = SignalRelay(stopped, (signal.SIGTERM,))
     try:

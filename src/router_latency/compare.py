@@ -155,6 +155,9 @@ class ComparePass(NamedTuple):
     parts: Tuple[Tuple[str, float, float], ...] = ()
     # A's and B's (client mean ms, {part metric: value}) where either reports parts
     decompositions: Tuple[Tuple[Optional[float], Dict[str, Optional[float]]], ...] = ()
+    degraded: Tuple[int, int] = (0, 0)  # A's and B's answers that skipped a signal
+    # A's and B's degraded answers by signal and reason ({signal: {reason: count}})
+    degraded_signals: Tuple[Dict[str, Dict[str, int]], ...] = ({}, {})
 
 
 def router_cpu_figures(a: PassRecord,
@@ -228,7 +231,8 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   router_cpu_figures(pa, pb),
                                   (a.slow_windows(pa), b.slow_windows(pb)),
                                   (len(pa.attempt.windows), len(pb.attempt.windows)),
-                                  *compared_parts(a, pa, b, pb)))
+                                  *compared_parts(a, pa, b, pb), (sa.degraded, sb.degraded),
+                                  (sa.degraded_signals, sb.degraded_signals)))
     warnings = cache_warnings([("A", a), ("B", b)]) + floor_warnings(
         [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
          if not p.discarded], [a, b])

@@ -726,7 +726,7 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
             prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
             status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
             round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
-            retried, raw.reason, times))
+            retried, raw.reason, times, raw.degraded))
     return requests, (last - first) / 1e9
 
 
@@ -924,7 +924,7 @@ def warm_up(target: Target, payloads: Sequence[bytes], count: int,
     # more than one config hash: the router reloaded during the warm-up
     return Warmup(**counts, config_hashes=tuple(config_hashes_of(results)),
                   all_failed=bool(counts["requests"] and not counts["ok"]
-                                  and not counts.get("rejected")))
+                                  and not counts.get("rejected") and not counts.get("degraded")))
 
 
 def warn_of_warm_up(target: Target, payload: bytes, warmup: Warmup, stop: threading.Event,

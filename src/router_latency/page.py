@@ -14,9 +14,9 @@ from .runfile import pass_title
 from .compare import worse_sign
 from .gate import missed_text, Row, row_word
 from .rounds import part_title, PassBreakdown, RoundsReport
-from .render_text import (decisions_note, decomposition_text, environment_tables,
-                          format_capacity_rounds, format_closing, format_order,
-                          row_change_text, rounds_table_parts, slowdown_tables)
+from .render_text import (decisions_note, decomposition_text, degraded_line,
+                          environment_tables, format_capacity_rounds, format_closing,
+                          format_order, row_change_text, rounds_table_parts, slowdown_tables)
 from .render_junit import xml_safe
 
 __all__ = ["Axis", "esc", "padded", "PAGE_STYLE", "PlotBox", "report_page", "table_html",
@@ -357,7 +357,10 @@ def page_latencies(report: RoundsReport) -> str:
 
 def page_rounds(report: RoundsReport) -> str:
     """Return the table of decision agreement and failed requests per round."""
-    errors = {e.pass_name: {n: (b, w) for n, b, w in e.counts} for e in report.errors}
+    errors = {(e.pass_name, "errors"): {n: (b, w) for n, b, w in e.counts}
+              for e in report.errors}
+    errors.update({(e.pass_name, "degraded"): {n: (b, w) for n, b, w in e.counts}
+                   for e in report.degraded})
     rows = []
     for item in report.agreement:
         differ = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
@@ -367,7 +370,7 @@ def page_rounds(report: RoundsReport) -> str:
                      f"{item.agree}/{item.total}", differ or "-"]
                     + ["n/a" if c is None else f"{c[0]}/{c[1]}" for c in counts])
     header = ["round", "judged", "decisions agree", "differ"] + [
-        f"{pass_title(name)} errors {report.base}/{report.new}" for name in errors]
+        f"{pass_title(name)} {what} {report.base}/{report.new}" for name, what in errors]
     return (f"<h2>Decisions and errors per round</h2>"
             f"{table_html(header, rows, [False, False, True, False])}")
 
@@ -384,6 +387,8 @@ def page_details(report: RoundsReport) -> str:
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
     lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
+    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+              for o in report.outcomes if o.degraded]
     tables, empty = environment_tables(report)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")

@@ -91,6 +91,10 @@ def rounds_json(report: RoundsReport) -> dict:
             "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
                                                         for n, b, w in e.counts]}
                        for e in report.errors],
+            # answers that skipped a signal, per pass and round: where either side had any
+            **({"degraded": [{"pass": e.pass_name, "rounds": [
+                {"round": n, "base": b, "new": w} for n, b, w in e.counts]}
+                for e in report.degraded]} if report.degraded else {}),
             "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
             "environment": [row.to_json() for row in report.environment],
             "order": order_json(report.order),
@@ -149,6 +153,10 @@ def compare_json(report: CompareReport) -> dict:
                                     "ratio": vb / va if va and vb is not None else None}
                            for metric, va, vb in p.figures},
                "errors": {"a": p.errors[0], "b": p.errors[1]},
+               **({"degraded": {"a": p.degraded[0], "b": p.degraded[1],
+                                "signals": {"a": p.degraded_signals[0],
+                                            "b": p.degraded_signals[1]}}}
+                  if any(p.degraded) else {}),
                **({"parts": {metric: {"a": va, "b": vb, "diff": vb - va}
                              for metric, va, vb in p.parts}} if p.parts else {})}
               for p in report.passes]

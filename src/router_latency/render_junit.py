@@ -13,7 +13,7 @@ from .words import fmt_signed, fmt_value, metric_title, shown_decision
 from .runfile import pass_title, PassRecord
 from .gate import Row, row_word, undecided_text
 from .rounds import RoundsReport
-from .render_text import row_change_text, verdict_line
+from .render_text import degraded_line, row_change_text, verdict_line
 
 __all__ = ["junit_xml", "requests_csv", "xml_safe"]
 
@@ -39,6 +39,20 @@ class JunitCase(NamedTuple):
     outcome: str  # passed, failure or skipped
     message: str
     details: str  # the failure's or skip's text; '' for the message again
+
+
+def degraded_cases(report: RoundsReport) -> List[JunitCase]:
+    """Return a case per pass where either side had degraded answers: a failure where the
+    new side had more, as for failed requests; its details name the signals and reasons."""
+    details = "\n".join(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals,
+                                      percentiles=False)
+                        for o in report.outcomes if o.degraded)
+    return [JunitCase(group="errors", name=f"{pass_title(each.pass_name)} degraded",
+                      outcome="failure" if any(w > b for _, b, w in each.counts) else "passed",
+                      message=f"degraded answers {report.base}/{report.new}: "
+                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
+                      details=details)
+            for each in report.degraded]
 
 
 def junit_cases(report: RoundsReport) -> List[JunitCase]:
@@ -83,6 +97,7 @@ def junit_cases(report: RoundsReport) -> List[JunitCase]:
                                message=f"failed requests {report.base}/{report.new}: "
                                + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
                                details=""))
+    cases += degraded_cases(report)
     for left in report.left_out:
         failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)

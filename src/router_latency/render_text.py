@@ -8,7 +8,7 @@ import json
 import math
 import re
 import statistics
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
@@ -16,6 +16,7 @@ from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_v
                     metric_label, metric_title, pct_text, plural, shown_decision, visible)
 from .stats import percentile
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
+from .degraded import degraded_text, unknown_answers
 from .runfile import (content_slow_windows, HostSettings, pass_title, PassRecord, PhaseWindow,
                       RunFile, RunSettings, Thresholds)
 from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
@@ -28,7 +29,8 @@ from .record import RecordSection, side_ranges
 
 __all__ = [
     "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
-    "decomposition_text", "environment_blocks", "environment_tables", "format_agreement",
+    "decomposition_text", "degraded_line", "environment_blocks", "environment_tables",
+    "format_agreement",
     "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
     "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
     "format_record", "format_rounds", "format_run_header", "format_run_summary",
@@ -136,6 +138,14 @@ def format_run_summary(passes: Sequence[PassRecord],
             lines.append(f"errors in {pass_title(item.name)}: "
                          f"{failure_text(item.summary.errors, item.summary.error_codes)}")
             lines += malformed_lines(item)
+        if item.summary and item.summary.degraded:
+            lines.append(degraded_line(f"in {pass_title(item.name)}", item.summary.degraded,
+                                       item.summary.degraded_signals))
+        unknown = unknown_answers((item.attempt.environment.get("metrics") or {}).get("deltas"))
+        if unknown:
+            lines.append(f"unknown answers in {pass_title(item.name)} (the router's "
+                         f"vsr_model_runtime_unknown_answers_total): " + ", ".join(
+                             f"{reason} {count:g}" for reason, count in unknown.items()))
         if not item.discarded:
             slow = content_slow_windows(item, passes, thresholds)
             if slow:
@@ -324,6 +334,15 @@ def format_host(settings: Optional[HostSettings]) -> List[str]:
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
+def degraded_line(where: str, count: int, signals: Dict[str, Dict[str, int]],
+                  percentiles: bool = True) -> str:
+    """Return the line of degraded answers: how many, by signal and reason, and that the
+    percentiles leave them out."""
+    return (f"degraded {where}: {plural(count, 'answer')} skipped a signal or a decision "
+            f"({degraded_text(signals)})"
+            + ("; left out of the percentiles" if percentiles else ""))
+
+
 def expectation_lines(item: PassRecord) -> List[str]:
     """Return a pass's expected rejections (how many, the router's codes, how fast) and its
     surprises: prompts that expected only a rejection and were routed."""
@@ -372,8 +391,9 @@ def compare_rows(report: CompareReport) -> List[List[str]]:
             rows.append([pass_title(item.name) if metric == "p50_ms" else "",
                          metric_label(metric), fmt_value(va), fmt_value(vb), diff,
                          change_text(speedup)])
-        for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected)):
-            if metric == "errors" or ea or eb:  # expected rejections, where there are any
+        for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected),
+                                 ("degraded", item.degraded)):
+            if metric == "errors" or ea or eb:  # rejections and degraded, where there are any
                 rows.append(["", metric, str(ea), str(eb),
                              f"{eb - ea:+d}" if eb != ea else "0", ""])
         for name, va, vb in item.router_cpu:
@@ -430,6 +450,9 @@ def compare_details(report: CompareReport) -> List[str]:
                   if counts[0]]
         if failed:
             lines.append(f"errors in {pass_title(item.name)}: {'; '.join(failed)}")
+        lines += [degraded_line(f"{tag} {pass_title(item.name)}", count, signals)
+                  for tag, count, signals in zip("AB", item.degraded, item.degraded_signals)
+                  if count]
     lines += [f"slow phase: {tag} {pass_title(item.name)} "
               f"({'window' if len(slow) == 1 else 'windows'} "
               f"{', '.join(str(i + 1) for i in slow)} of {count})"
@@ -776,6 +799,9 @@ def format_agreement(report: RoundsReport) -> List[str]:
     for each in report.errors:
         lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
+    for each in report.degraded:
+        lines.append(f"degraded {pass_title(each.pass_name)} ({report.base}/{report.new}): "
+                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
     return lines
 
 
@@ -784,6 +810,8 @@ def format_outcomes(report: RoundsReport) -> List[str]:
     rejections, the surprises, and why the router shed requests when it did."""
     lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
              for o in report.outcomes if o.errors]
+    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+              for o in report.outcomes if o.degraded]
     if any(o.rejected for o in report.outcomes):
         counts = {(o.round, o.side): o.rejected for o in report.outcomes}
         lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
@@ -949,9 +977,10 @@ def undecided_line(report: RoundsReport) -> List[str]:
 def outcomes_json(outcomes: SideOutcomes) -> dict:
     """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
     error_codes only where there are any."""
+    optional = ("rejected", "error_codes", "degraded", "degraded_signals")
     document = {key: value for key, value in outcomes._asdict().items()
-                if key not in ("unexpected_routing", "rejected", "error_codes")}
-    document.update({key: getattr(outcomes, key) for key in ("rejected", "error_codes")
+                if key not in ("unexpected_routing", *optional)}
+    document.update({key: getattr(outcomes, key) for key in optional
                      if getattr(outcomes, key)})
     return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
 
@@ -1065,8 +1094,13 @@ def failed_sentence(report: RoundsReport) -> str:
     failed = {side: sum(b if side == report.base else w for e in report.errors
                         for n, b, w in e.counts if n in report.used)
               for side in (report.base, report.new)}
+    degraded = {side: sum(b if side == report.base else w for e in report.degraded
+                          for n, b, w in e.counts if n in report.used)
+                for side in (report.base, report.new)}
     return ("failed requests: none" if not any(failed.values()) else
-            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items()))
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
+        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
+        if any(degraded.values()) else "")
 
 
 def faults_sentence(report: RoundsReport) -> str:

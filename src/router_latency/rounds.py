@@ -18,6 +18,7 @@ from .words import change_text, fmt_signed, metric_title, plural
 from .stats import (benjamini_hochberg, composite_log_ratios, mean_interval, order_effect,
                     OrderEffect, outlier_rounds, percentiles, t_test_p)
 from .gpu import GPU_RANGED
+from .degraded import degraded_text
 from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
                       Request, RunFile)
 from .attribution import part_values, pass_attribution, PassAttribution
@@ -267,12 +268,14 @@ def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
 
 class PassErrors(NamedTuple):
     pass_name: str
-    # (round, base's failed requests, new's), every round measuring the pass
+    # (round, base's failed requests, new's), every round measuring the pass (pass_degraded:
+    # their degraded answers)
     counts: Tuple[Tuple[int, int, int], ...]
 
 
-def pass_errors(runs: dict, base: str, new: str) -> List[PassErrors]:
-    """Return the failed requests of each side, pass by pass and round by round."""
+def pass_errors(runs: dict, base: str, new: str, *, degraded: bool = False) -> List[PassErrors]:
+    """Return the failed requests of each side (with degraded: the degraded answers), pass
+    by pass and round by round."""
     found: dict = {}
     for number, sides in runs.items():
         for item in sides[base].passes:
@@ -280,6 +283,7 @@ def pass_errors(runs: dict, base: str, new: str) -> List[PassErrors]:
             if other is None or item.discarded or other.discarded:
                 continue
             found.setdefault(item.name, []).append(
+                (number, item.summary.degraded, other.summary.degraded) if degraded else
                 (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
     order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
     return [PassErrors(name, tuple(counts))
@@ -364,9 +368,11 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     logs: dict = {}  # prompt id -> {round: ln(new/base)}
     decisions: dict = {}
     for number, (b, w) in zip(used, pairs):
-        new_ms = {r.id: r.latency_ms for r in w.requests if r.error is None and r.latency_ms}
+        # fully computed answers only: one that skipped a signal is faster for it
+        new_ms = {r.id: r.latency_ms for r in w.requests
+                  if r.error is None and not r.degraded and r.latency_ms}
         for r in b.requests:
-            if r.error is None and r.latency_ms and r.id in new_ms:
+            if r.error is None and not r.degraded and r.latency_ms and r.id in new_ms:
                 logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
                 decisions.setdefault(r.id, r.decision)
     inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),
@@ -476,6 +482,8 @@ class RoundsReport(NamedTuple):
     capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
     # PassBreakdown: where each pass's time went, and what changed
     breakdowns: Tuple[PassBreakdown, ...] = ()
+    # the degraded answers of each side (PassErrors' shape), passes where either side had any
+    degraded: Tuple[PassErrors, ...] = ()
 
     # the outcome's, under the names CompareReport gives its own
     @property
@@ -558,6 +566,8 @@ class SideOutcomes(NamedTuple):
     unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
     rejected: int = 0  # expected rejections
     error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
+    degraded: int = 0  # answers that skipped a signal, and their counts by signal and reason
+    degraded_signals: Dict[str, Dict[str, int]] = {}
 
 
 class Overload(NamedTuple):
@@ -592,15 +602,22 @@ class RunVerdict(NamedTuple):
     reason: str
 
 
-def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None) -> RunVerdict:
+def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
+                allow_degraded: bool = False) -> RunVerdict:
     """Return (exit code, reason or ''): `run`'s one rule. An interrupted run exits with the
     code of the signal that stopped it (SIGINT's when none was caught: a KeyboardInterrupt);
-    else 1 when more requests failed in the measured passes than max_errors allows."""
+    else 1 when more requests failed in the measured passes than max_errors allows, a
+    degraded answer counted as a failed request unless allow_degraded (--allow-degraded)."""
     if not run.complete:
         return RunVerdict(EXIT_SIGNAL[signal.Signals(signum or signal.SIGINT)], "")
-    failed = sum(sum(p.measured.errors.values()) for p in run.passes if not p.discarded)
-    if failed > max_errors:
-        return RunVerdict(EXIT_GATE, f"{failed} requests failed (--max-errors {max_errors})")
+    measured = [p.measured for p in run.passes if not p.discarded]
+    failed = sum(sum(s.errors.values()) for s in measured)
+    degraded = 0 if allow_degraded else sum(s.degraded for s in measured)
+    if failed + degraded > max_errors:
+        what = [f"{failed} requests failed"] if failed else []
+        what += [f"{plural(degraded, 'answer')} degraded"] if degraded else []
+        return RunVerdict(EXIT_GATE, f"{' and '.join(what)} (--max-errors {max_errors}"
+                          + ("; --allow-degraded does not count them)" if degraded else ")"))
     return RunVerdict(EXIT_OK, "")
 
 
@@ -855,13 +872,31 @@ def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> Lis
     return notes
 
 
+def degraded_signals(runs: dict, side: str, pass_name: str) -> Dict[str, Dict[str, int]]:
+    """Return a side's degraded answers in a pass by signal and reason, summed over rounds."""
+    found: Dict[str, Dict[str, int]] = {}
+    for sides in runs.values():
+        item = sides[side].pass_named(pass_name)
+        for signal_name, by in (item.summary.degraded_signals if item and item.summary
+                                else {}).items():
+            for reason, count in by.items():
+                found.setdefault(signal_name, {})[reason] = \
+                    found.get(signal_name, {}).get(reason, 0) + count
+    return found
+
+
 def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
-                      base: str, new: str, settings: GateSettings) -> List[str]:
+                      base: str, new: str, settings: GateSettings,
+                      degraded: Sequence[Tuple[PassErrors, str]] = ()) -> List[str]:
     """Return how the new side failed besides a failed run: more failed requests than the
-    base in a pass, and (--decisions gate) changed decisions in a used round."""
+    base in a pass, more degraded answers (a signal skipped: as failed requests), and
+    (--decisions gate) changed decisions in a used round."""
     failures = [f"{new} failed more requests than {base} in {pass_title(e.pass_name)} "
                 f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)})"
                 for e in errors if any(w > b for _, b, w in e.counts)]
+    failures += [f"{new} degraded more answers than {base} in {pass_title(e.pass_name)} "
+                 f"({', '.join(f'r{n} {b}/{w}' for n, b, w in e.counts if w > b)}; {signals})"
+                 for e, signals in degraded if any(w > b for _, b, w in e.counts)]
     if settings.decisions == "gate":
         failures += [f"decisions differ in r{a.round} ({plural(a.total - a.agree, 'input')})"
                      for a in agreement if a.used and a.agree < a.total]
@@ -887,8 +922,11 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     notes = check_rounds(runs, base, new, settings)
     used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
     errors = pass_errors(runs, base, new)
+    degraded = pass_errors(runs, base, new, degraded=True)
     agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
-    failures += new_side_failures(errors, agreement, base, new, settings)
+    failures += new_side_failures(
+        errors, agreement, base, new, settings,
+        [(e, degraded_text(degraded_signals(runs, new, e.pass_name))) for e in degraded])
     rows: List[Row] = []
     breakdowns: List[PassBreakdown] = []
     if len(used) < MIN_ROUNDS:
@@ -910,6 +948,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         files={f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
         agreement=agreement, errors=tuple(errors),
+        degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
         warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
                                        for side, run in sorted(runs[n].items())])
                        + rounds_warnings(runs, used, rows, outcome, effect, settings)),

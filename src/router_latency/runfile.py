@@ -19,6 +19,8 @@ from .errors import checked_number, checked_object, checked_text, is_whole, Rout
 from .gpu import GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings
 from .cache import CacheFinding, checked_cache, result_cache_finding
 from .versions import without_sampled
+from .degraded import (Degraded, degraded_counts, degraded_from_json, degraded_summary_from_json,
+                       degraded_to_json, UNKNOWN_ANSWERS_METRIC)
 from .stats import percentile, rounded_percentiles
 from .files import check_schema, read_json
 
@@ -38,6 +40,9 @@ __all__ = [
 # rejects; what it reads, the writer writes back byte for byte.
 
 RUN_SCHEMA = "router-latency/run/1"
+# a run with degraded answers (Request.degraded): a tool that reads only run/1 would count
+# them as plain successes, so such a file says it needs a newer reader; run/1 still reads
+RUN_SCHEMA_DEGRADED = "router-latency/run/2"
 ERROR_KINDS = ("timeout", "connect", "tls", "reset", "http_3xx", "http_4xx", "http_5xx",
                "bad_json", "no_decision", "too_large", "malformed")
 # a request's outcome beside ok and failed: a rejection its prompt expected (not an error, not
@@ -141,11 +146,15 @@ class Request(NamedTuple):
     # the router's execution_time_ms per signal, in the order of the run's signal names
     # (RunFile.signal_names); None where the answer did not report that signal
     signal_ms: tuple[Optional[float], ...] = ()
+    # a 200 that skipped a signal or whose decision failed: (member, signal, reason) of its
+    # signal_errors, applied_unknown_policies and decision_error (degraded.py); () when plain
+    degraded: Degraded = ()
 
     @property
     def routed(self) -> bool:
-        """An answer with a decision: what the percentiles and decision agreement count."""
-        return self.error is None and self.outcome != "expected_rejection"
+        """A fully computed answer with a decision: what the percentiles count (a degraded
+        answer has its decision, but not every signal computed: not in the percentiles)."""
+        return self.error is None and self.outcome != "expected_rejection" and not self.degraded
 
     def to_json(self) -> dict:
         # rep is written only from the second sending on, so files without repeats keep
@@ -166,6 +175,8 @@ class Request(NamedTuple):
             record["reason"] = self.reason
         if self.signal_ms:  # likewise: files without signals keep their bytes
             record["signal_ms"] = list(self.signal_ms)
+        if self.degraded:
+            record["degraded"] = degraded_to_json(self.degraded)
         return record
 
     @classmethod
@@ -210,9 +221,16 @@ class Request(NamedTuple):
                                        and len(reason) <= MAX_REASON_CHARS):
             raise RouterLatencyError(f"expected a text of at most {MAX_REASON_CHARS} "
                                      f"characters or null", f"{where}.reason")
+        degraded = raw.get("degraded")
+        if degraded is not None and (error is not None or not is_whole(status)
+                                     or not 200 <= status < 300):
+            raise RouterLatencyError("expected only on a 2xx answered without error",
+                                     f"{where}.degraded")
         return cls(prompt_id, numbers[0], numbers[1], status, decision, error, numbers[2],
                    numbers[3], code, outcome, rep, retried, reason,
-                   _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"))
+                   _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"),
+                   degraded_from_json(degraded, f"{where}.degraded")
+                   if degraded is not None else ())
 
 
 def _checked_signal_ms(raw: Any, where: str) -> tuple[Optional[float], ...]:
@@ -226,14 +244,21 @@ def _checked_signal_ms(raw: Any, where: str) -> tuple[Optional[float], ...]:
 
 def count_outcomes(requests: Sequence[Request]) -> dict:
     """Return requests, ok, the count of each error kind, and where there are any, the
-    expected rejections and the failures by the router's code ({kind: {code: count}})."""
+    expected rejections, the degraded answers with their counts by signal and reason
+    ({signal: {reason: count}}), and the failures by the router's code ({kind: {code:
+    count}})."""
     failed = [r for r in requests if r.error is not None]
     errors = collections.Counter(r.error for r in failed)
     rejected = sum(r.outcome == "expected_rejection" for r in requests)
-    counts = {"requests": len(requests), "ok": len(requests) - len(failed) - rejected,
+    degraded = [r.degraded for r in requests if r.degraded and r.error is None]
+    counts = {"requests": len(requests),
+              "ok": len(requests) - len(failed) - rejected - len(degraded),
               "errors": dict(sorted(errors.items()))}
     if rejected:
         counts["rejected"] = rejected
+    if degraded:
+        counts["degraded"] = len(degraded)
+        counts["degraded_signals"] = degraded_counts(degraded)
     codes = collections.Counter((r.error, r.code) for r in failed if r.code is not None)
     if codes:
         by_kind: dict = {}
@@ -262,13 +287,17 @@ class PassSummary(NamedTuple):
     behind_p99_ms: Optional[float] = None
     rejected: int = 0  # expected rejections: neither ok nor errors, not in the percentiles
     error_codes: dict[str, dict[str, int]] = {}  # error kind -> {the router's code -> count}
+    # answered with a decision but not every signal computed: neither ok nor errors, not in
+    # the percentiles; and their counts, signal -> {reason -> answers}
+    degraded: int = 0
+    degraded_signals: dict[str, dict[str, int]] = {}
 
     def to_json(self) -> dict:
         document = self._asdict()
         if self.behind_p99_ms is None:
             for key in ("service_p50_ms", "service_p95_ms", "service_p99_ms", "behind_p99_ms"):
                 del document[key]
-        for key in ("rejected", "error_codes"):
+        for key in ("rejected", "error_codes", "degraded", "degraded_signals"):
             if not document[key]:
                 del document[key]
         return document
@@ -284,19 +313,23 @@ class PassSummary(NamedTuple):
         values = {key: checked_number(raw.get(key), f"{where}.{key}", nullable=True,
                                       maximum=MAX_LATENCY_MS if key.endswith("_ms")
                                       else MAX_FILE_NUMBER)
-                  for key in cls._fields[3:] if key not in ("rejected", "error_codes")}
+                  for key in cls._fields[3:]
+                  if key not in ("rejected", "error_codes", "degraded", "degraded_signals")}
         if raw["ok"] > 0 and values["p50_ms"] is None:
             raise RouterLatencyError("missing although requests succeeded", f"{where}.p50_ms")
         errors = raw.get("errors")
         if not isinstance(errors, dict) or not all(is_whole(v) for v in errors.values()):
             raise RouterLatencyError("expected an object of counts", f"{where}.errors")
         rejected = raw.get("rejected", 0)
-        if raw["ok"] + sum(errors.values()) + rejected != raw["requests"]:
-            raise RouterLatencyError(f"ok + errors{' + rejected' if rejected else ''} does not "
-                                     f"add up to requests", where)
+        degraded, by_signal = degraded_summary_from_json(raw, where)
+        if raw["ok"] + sum(errors.values()) + rejected + degraded != raw["requests"]:
+            raise RouterLatencyError(f"ok + errors{' + rejected' if rejected else ''}"
+                                     f"{' + degraded' if degraded else ''} does not add up "
+                                     f"to requests", where)
         values["wall_s"] = values["wall_s"] or 0.0
         return cls(raw["requests"], raw["ok"], dict(errors), **values, rejected=rejected,
-                   error_codes=_checked_error_codes(raw, errors, f"{where}.error_codes"))
+                   error_codes=_checked_error_codes(raw, errors, f"{where}.error_codes"),
+                   degraded=degraded, degraded_signals=by_signal)
 
 
 def _checked_error_codes(raw: dict, errors: dict, where: str) -> dict:
@@ -388,7 +421,8 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, 
         part = requests[first:stop]
         end = starts[stop] if stop < len(requests) else max(ends, default=0.0)
         span_s = max(end - starts[first], 0.0) / 1000
-        latencies = [r.latency_ms for r in part if r.error is None and r.latency_ms is not None]
+        latencies = [r.latency_ms for r in part
+                     if r.error is None and not r.degraded and r.latency_ms is not None]
         figures = rounded_percentiles(latencies, (50, 95), "")
         windows.append(PhaseWindow(
             first, len(part), sum(r.error is not None for r in part),
@@ -424,11 +458,11 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     for other in passes:
         if other is not item and not other.discarded:
             for r in other.requests:
-                if r.error is None and r.latency_ms:
+                if r.error is None and not r.degraded and r.latency_ms:
                     elsewhere.setdefault(r.id, []).append(r.latency_ms)
     own: dict = {}
     for r in item.requests:
-        if r.error is None and r.latency_ms:
+        if r.error is None and not r.degraded and r.latency_ms:
             own.setdefault(r.id, []).append(r.latency_ms)
     found = []
     for r in item.requests:
@@ -451,7 +485,8 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
             or any(r.start_ms is None for r in requests):  # windows not of these requests
         return slow_windows(windows, thresholds)
-    ratios = [r.latency_ms / ref if r.error is None and r.latency_ms and ref else None
+    ratios = [r.latency_ms / ref
+              if r.error is None and not r.degraded and r.latency_ms and ref else None
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
     p95s, paces = [], []
@@ -591,13 +626,15 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
         seen.add((request.id, request.rep))
     summary = attempt.measured
     expected = pass_summary(attempt.requests, summary.wall_s)
-    for field in ("requests", "ok", "errors", "rejected", "error_codes"):
+    counted = ("requests", "ok", "errors", "rejected", "error_codes", "degraded",
+               "degraded_signals")
+    for field in counted:
         if getattr(summary, field) != getattr(expected, field):
             raise RouterLatencyError(
                 f"the summary says {getattr(summary, field)!r}, its records give "
                 f"{getattr(expected, field)!r}", f"{where}.summary.{field}")
     for field in PassSummary._fields[3:]:
-        if field in ("rejected", "error_codes"):
+        if field in counted:
             continue
         found, wanted = getattr(summary, field), getattr(expected, field)
         if field == "wall_s" or (found is None and wanted is None):
@@ -766,7 +803,10 @@ class PassRecord(NamedTuple):
         gpu_mib = [total for reading in gpu_readings(environment)
                    if (total := reading.total_mib) is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
-        faults = math.fsum(max(d, 0.0) for d in deltas.values()) \
+        # the router's unknown answers are kept beside the faults, not counted as one: each
+        # degraded answer is counted as such (Request.degraded)
+        faults = math.fsum(max(d, 0.0) for series, d in deltas.items()
+                           if not series.startswith(UNKNOWN_ANSWERS_METRIC)) \
             if isinstance(deltas, dict) else None
         router_cpu = self.attempt.router_cpu or RouterCpu()
         return PassEnvironment(
@@ -967,6 +1007,8 @@ class Warmup(NamedTuple):
     all_failed: bool = False  # not one request succeeded
     # x-vsr-config-hash values, distinct, in the order first seen; more than one: a reload
     config_hashes: tuple[str, ...] = ()
+    degraded: int = 0  # answers that skipped a signal, and their counts (PassSummary's)
+    degraded_signals: dict[str, dict[str, int]] = {}
 
     def to_json(self) -> dict:
         # the counts always (errors even when {}), the rest only where it holds something
@@ -993,7 +1035,8 @@ class Warmup(NamedTuple):
         return cls(_checked_whole(raw, "requests", where), _checked_whole(raw, "ok", where),
                    errors, _checked_whole(raw, "rejected", where, 0) or 0,
                    _checked_error_codes(raw, errors or {}, f"{where}.error_codes"),
-                   raw.get("all_failed", False), tuple(hashes))
+                   raw.get("all_failed", False), tuple(hashes),
+                   *degraded_summary_from_json(raw, where))
 
 
 class CpuSettings(NamedTuple):
@@ -1156,8 +1199,16 @@ class RunFile(NamedTuple):
                 seen += [h for h in attempt.config_hashes if h not in seen]
         return tuple(seen)
 
+    @property
+    def degraded(self) -> bool:
+        """Whether any answer of the run, warm-up included, was degraded."""
+        return bool(self.warmup.degraded) or any(
+            r.degraded for p in self.passes for a in (*p.discarded_attempts, p.attempt)
+            for r in a.requests)
+
     def to_json(self, passes: Any = None) -> dict:
-        return {"schema": RUN_SCHEMA, "label": self.label, "complete": self.complete,
+        return {"schema": RUN_SCHEMA_DEGRADED if self.degraded else RUN_SCHEMA,
+                "label": self.label, "complete": self.complete,
                 "tool": self.tool, "python": self.python, "host": self.host,
                 "started_utc": self.started_utc, "started_unix": self.started_unix,
                 "ended_utc": self.ended_utc, "url": self.url, "model": self.model,
@@ -1174,7 +1225,13 @@ class RunFile(NamedTuple):
 
     @classmethod
     def from_json(cls, document: Any, path: str) -> "RunFile":
-        check_schema(document, RUN_SCHEMA, path)
+        # run/2 and later checked against run/2 (a later one: upgrade); anything else (run/1,
+        # another kind of file) against run/1, as before run/2
+        schema = document.get("schema") if isinstance(document, dict) else None
+        version = schema.rpartition("/")[2] if isinstance(schema, str) \
+            and schema.startswith("router-latency/run/") else ""
+        check_schema(document, RUN_SCHEMA_DEGRADED if version.isdigit() and int(version) >= 2
+                     else RUN_SCHEMA, path)
         corpus = document.get("corpus")
         if not isinstance(corpus, dict) or not isinstance(corpus.get("sha256"), str) \
                 or not re.fullmatch(r"[0-9a-f]{64}", corpus["sha256"]):

@@ -31,7 +31,7 @@ from .render_text import render_table
 
 __all__ = [
     "corpus_lines", "demo_next_steps", "DEMO_SIDES", "run_demo", "SignalModel", "SignalTime",
-    "SimulatedAnswers", "Stall", "start_simulator",
+    "signal_error_spec", "SimulatedAnswers", "SkippedSignals", "Stall", "start_simulator",
 ]
 
 
@@ -207,6 +207,53 @@ def go_response(status: int, body: bytes, headers: Sequence = ()) -> bytes:
             f"{len(body):x}\r\n").encode("latin-1") + body + b"\r\n0\r\n\r\n"
 
 
+class SkippedSignals(NamedTuple):
+    """A share of previews whose signal fails (--signal-errors SHARE[:FASTER]): the router
+    still answers 200, with signal_errors {signal: error} and the decision's on_unknown
+    policy in applied_unknown_policies (pkg/services EvalResponse), and takes less time, the
+    failed signal's model not having run to the end."""
+    share: float = 0.0  # of the prompts, a stable set of them (by a hash of the text)
+    faster: float = 0.0  # those previews take (1 - faster) of their time
+    signal: str = "classifier:intent"  # the signal that fails, as the router names it
+    reason: str = "classifier_evaluation_failed"  # its error (a generic classifier's code)
+    policy: str = "no_match"  # the on_unknown policy applied (the router's default)
+
+
+def signal_error_spec(text: str) -> SkippedSignals:
+    """Return the SkippedSignals of --signal-errors SHARE[:FASTER] (fractions from 0 to 1;
+    FASTER below 1)."""
+    share, _, faster = text.partition(":")
+    try:
+        values = (float(share), float(faster or 0))
+    except ValueError:
+        values = (-1.0, -1.0)
+    if not (0 <= values[0] <= 1 and 0 <= values[1] < 1):
+        raise ValueError(f"expected SHARE[:FASTER], a share from 0 to 1 and a fraction "
+                         f"from 0 to below 1, got {text!r}")
+    return SkippedSignals(*values)
+
+
+def with_signal_errors(answer: dict, skipped: SkippedSignals) -> dict:
+    """Return a 200 answer as the router writes one whose signal failed: signal_errors and
+    applied_unknown_policies in their place, after signal_values and before config_hash."""
+    tail = {key: answer.pop(key) for key in ("config_hash",) if key in answer}
+    answer["signal_errors"] = {skipped.signal: skipped.reason}
+    answer["applied_unknown_policies"] = {skipped.signal: skipped.policy}
+    answer.update(tail)
+    return answer
+
+
+def unknown_answer_lines(router: "SimulatedRouter") -> List[str]:
+    """Return vsr_model_runtime_unknown_answers_total of a simulator whose signals fail."""
+    if not router.answers.signal_errors.share:
+        return []
+    with router.lock:
+        count = router.counts.get("signal_errors", 0)
+    return ["# TYPE vsr_model_runtime_unknown_answers_total counter",
+            f'vsr_model_runtime_unknown_answers_total{{deployment="simulated",'
+            f'reason="timeout"}} {count}']
+
+
 class SimulatedAnswers(NamedTuple):
     """How the simulated router's answers differ from a plain, instantly ready one."""
     startup_s: float = 0.0  # /ready answers 503, previews carry no decision result, this long
@@ -223,6 +270,7 @@ class SimulatedAnswers(NamedTuple):
     phased_startup: bool = False
     sampled_share: float = 0.0
     partial_share: float = 0.0
+    signal_errors: SkippedSignals = SkippedSignals()  # previews whose signal fails
 
 
 # The router's prometheus.DefBuckets, those of llm_signal_extraction_latency_seconds (seconds).
@@ -551,6 +599,10 @@ class SimulatedRouter:
             drawn = () if hit else self.signals.draw(self.signal_streams)
             pause += self.signals.wait_s(drawn)
             self.served += 1
+            skipped = not loading and not hit and self._skipped(text)
+            if skipped:  # its failed signal did not run to the end
+                pause *= 1 - self.answers.signal_errors.faster
+                self.counts["signal_errors"] += 1
         started = time.perf_counter()
         try:
             self._work(pause)
@@ -573,6 +625,8 @@ class SimulatedRouter:
         if drawn:
             self.signal_histograms.observe(drawn)
             answer = with_signals(answer, drawn)
+        if skipped:
+            answer = with_signal_errors(answer, self.answers.signal_errors)
         answer, status = simulated_today(answer, text, self.answers)
         return go_response(status, json.dumps(answer, separators=(",", ":")).encode() + b"\n",
                            headers=((CONFIG_HASH_NAME, self.config_hash),) + tagged)
@@ -594,6 +648,11 @@ class SimulatedRouter:
         """Return True for the prompts no decision matches: a stable share of them."""
         share = self.answers.no_decision_share
         return share > 0 and (text_number("default:" + text) % 10_000) < share * 10_000
+
+    def _skipped(self, text: str) -> bool:
+        """Return True for the prompts whose signal fails: a stable share of them."""
+        share = self.answers.signal_errors.share
+        return share > 0 and (text_number("signal_errors:" + text) % 10_000) < share * 10_000
 
     def _pause(self, text: str) -> float:
         """Return how long an admitted preview takes (under self.lock): a cache hit at once;
@@ -636,6 +695,7 @@ def simulated_metrics(router: SimulatedRouter) -> str:
         lines += ["# TYPE vsr_model_runtime_result_cache_total counter"] + [
             f'vsr_model_runtime_result_cache_total{{deployment="simulated",result="{kind}"}} '
             f'{counts.get("cache_" + kind, 0)}' for kind in ("hit", "miss")]
+    lines += unknown_answer_lines(router)
     return "\n".join(lines + runtime_metrics(router.answers, served, counts)) + "\n" + signals
 
 

@@ -1,0 +1,171 @@
+"""Degraded answers: a 200 that names a signal it could not compute (signal_errors), an unknown
+policy it applied for one (applied_unknown_policies), or a decision that failed
+(decision_error). The router answers so when a signal fails under load or its model errs
+(pkg/services EvalResponse); such an answer is not a plain success. Read from the body here,
+kept in the run file as the router's members, and counted per signal and reason."""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+from .constants import MAX_REASON_CHARS, MAX_SIGNALS
+from .errors import RouterLatencyError
+from .words import scrubbed_cut
+
+__all__ = [
+    "Degraded", "degraded_counts", "degraded_from_json", "degraded_of",
+    "degraded_summary_from_json", "degraded_text", "degraded_to_json", "unknown_answers",
+    "UNKNOWN_ANSWERS_METRIC",
+]
+
+# the EvalResponse members that make an answer degraded, in the router's order (all omitempty:
+# a plain answer has none of them)
+DEGRADED_MEMBERS = ("signal_errors", "applied_unknown_policies", "decision_error")
+DEGRADED_SIGNAL_CHARS = 128  # a signal's name as kept (the router's "type:rule")
+# the router's count of the answers its model runtime left unknown, by reason
+# (pkg/modelservice: timeout, unavailable, overloaded): kept by --metric's default pattern
+UNKNOWN_ANSWERS_METRIC = "vsr_model_runtime_unknown_answers_total"
+# one answer's degraded members: (member, signal, reason), reason the error text or the
+# policy applied; decision_error has no signal ("")
+Degraded = Tuple[Tuple[str, str, str], ...]
+# the members' names as they stand before their value in any JSON: a body without any of
+# them (and without a \u escape that may spell a letter or '_' of one) has none
+_MARKS = tuple(f'"{name}"'.encode() for name in DEGRADED_MEMBERS)
+_SPELLED = re.compile(rb"\\u00(?:5[fF]|6[1-9a-fA-F]|7[0-9aA])")
+
+
+def _kept(text: Any, limit: int, secrets: Sequence[str]) -> str:
+    """Return a value as kept: text (anything else as JSON), secrets hidden, cut to limit."""
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    return scrubbed_cut(text, limit, secrets)
+
+
+def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optional[Degraded]:
+    """Return the degraded members of a 200 answer's body, () for a plain answer; None for a
+    body that names one of them but is no JSON object (bad_json: what it says past its
+    decision cannot be read). The body is searched for the members' names first, so that a
+    plain answer costs a few byte searches and is never decoded again; one that names them
+    is decoded whole, since the decision's fast reading (wire.answer_document) stops before
+    them. At most MAX_SIGNALS entries a member are kept, secrets hidden."""
+    # rfind: CPython's reverse search skips through a router's 2 KB answer three times
+    # faster than `in` (its forward search), 0.8 us a name here (bench/degraded_read.py)
+    first, second, third = _MARKS
+    if body.rfind(first) < 0 and body.rfind(second) < 0 and body.rfind(third) < 0 and (
+            body.rfind(b"\\u00") < 0 or _SPELLED.search(body) is None):
+        return ()
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    if not isinstance(document, dict):
+        return None
+    found = []
+    for member in DEGRADED_MEMBERS:
+        value = document.get(member)
+        if value is None or value == "" or value == {} or value == []:
+            continue
+        if member == "decision_error" or not isinstance(value, dict):
+            found.append((member, "", _kept(value, MAX_REASON_CHARS, secrets)))
+            continue
+        for signal in sorted(value)[:MAX_SIGNALS]:
+            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets),
+                          _kept(value[signal], MAX_REASON_CHARS, secrets)))
+    return tuple(found)
+
+
+def degraded_to_json(degraded: Degraded) -> dict:
+    """Return an answer's degraded members as the router sent them (decision_error a text,
+    the others {signal: reason})."""
+    document: Dict[str, Any] = {}
+    for member, signal, reason in degraded:
+        if member == "decision_error" or not signal:
+            document[member] = reason
+        else:
+            document.setdefault(member, {})[signal] = reason
+    return document
+
+
+def degraded_from_json(raw: Any, where: str) -> Degraded:
+    """Return a request's degraded members read from a run file; raise unless an object of
+    the members, each a text or an object of at most MAX_SIGNALS signals' texts."""
+    if not isinstance(raw, dict) or not set(raw) <= set(DEGRADED_MEMBERS):
+        raise RouterLatencyError(f"expected an object of {', '.join(DEGRADED_MEMBERS)}", where)
+    found = []
+    for member in DEGRADED_MEMBERS:
+        value = raw.get(member)
+        if value is None:
+            continue
+        if isinstance(value, str) and 0 < len(value) <= MAX_REASON_CHARS:
+            found.append((member, "", value))
+        elif isinstance(value, dict) and 0 < len(value) <= MAX_SIGNALS and all(
+                isinstance(s, str) and 0 < len(s) <= DEGRADED_SIGNAL_CHARS
+                and isinstance(r, str) and len(r) <= MAX_REASON_CHARS
+                for s, r in value.items()) and member != "decision_error":
+            found += [(member, s, value[s]) for s in sorted(value)]
+        else:
+            raise RouterLatencyError(f"expected a text of at most {MAX_REASON_CHARS} "
+                                     f"characters or an object of signals' texts",
+                                     f"{where}.{member}")
+    if not found:
+        raise RouterLatencyError("expected at least one member", where)
+    return tuple(found)
+
+
+def _label(member: str, signal: str, reason: str) -> Tuple[str, str]:
+    """Return (signal, reason) as the counts name them: an unknown policy applied reads
+    'on_unknown POLICY', the decision's error is the signal 'decision'."""
+    if member == "applied_unknown_policies":
+        return signal, f"on_unknown {reason}"
+    return signal or "decision", reason
+
+
+def degraded_counts(answers: Iterable[Degraded]) -> Dict[str, Dict[str, int]]:
+    """Return {signal: {reason: answers}} over answers' degraded members, sorted."""
+    counts: collections.Counter = collections.Counter(
+        _label(*entry) for degraded in answers for entry in set(degraded))
+    found: Dict[str, Dict[str, int]] = {}
+    for (signal, reason), count in sorted(counts.items()):
+        found.setdefault(signal, {})[reason] = count
+    return found
+
+
+def degraded_summary_from_json(raw: dict, where: str) -> Tuple[int, Dict[str, Dict[str, int]]]:
+    """Return (degraded answers, {signal: {reason: count}}) of a summary; raise unless
+    whole numbers, each count at most the answers, and counts only where answers are."""
+    degraded = raw.get("degraded", 0)
+    if not (isinstance(degraded, int) and not isinstance(degraded, bool) and degraded >= 0):
+        raise RouterLatencyError("expected a whole number >= 0", f"{where}.degraded")
+    signals = raw.get("degraded_signals", {})
+    if not isinstance(signals, dict) or not all(
+            isinstance(s, str) and isinstance(by, dict) and by and all(
+                isinstance(r, str) and isinstance(n, int) and not isinstance(n, bool)
+                and 0 < n <= degraded for r, n in by.items())
+            for s, by in signals.items()) or bool(signals) != bool(degraded):
+        raise RouterLatencyError(f"expected an object of counts by signal and reason, each "
+                                 f"at most the {degraded} degraded answers",
+                                 f"{where}.degraded_signals")
+    return degraded, signals
+
+
+def unknown_answers(deltas: Any) -> Dict[str, float]:
+    """Return {reason: increase} of the router's unknown answers in a pass's metric deltas
+    (summed over deployments); {} where it counted none or was not scraped."""
+    found: Dict[str, float] = {}
+    for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
+        if series.split("{", 1)[0] == UNKNOWN_ANSWERS_METRIC and delta > 0:
+            match = re.search(r'reason="([^"]*)"', series)
+            reason = match.group(1) if match else "unknown"
+            found[reason] = found.get(reason, 0.0) + delta
+    return dict(sorted(found.items()))
+
+
+def degraded_text(signals: Dict[str, Dict[str, int]], limit: int = 4) -> str:
+    """Return the counts by signal and reason as one line, the most first: 'classifier:intent
+    classifier_evaluation_failed 12, ...' (and how many more)."""
+    items = sorted(((n, s, r) for s, by in signals.items() for r, n in by.items()),
+                   key=lambda item: (-item[0], item[1], item[2]))
+    shown = ", ".join(f"{s} {r} {n}" for n, s, r in items[:limit])
+    return shown + (f", {len(items) - limit} more" if len(items) > limit else "")
