@@ -270,6 +270,8 @@ def plural(count: int, noun: str) -> str:
 def metric_title(metric: str) -> str:
     if metric in LADDER_TITLES:
         return LADDER_TITLES[metric]
+    if metric == "j_per_request":  # the router's GPUs' energy (telemetry)
+        return "J/request"
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 
@@ -9236,6 +9238,11 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
             base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
             new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
+        # the router's GPUs' joules per request (telemetry), where every used round has them
+        energy = [[runs[r][s].pass_named(name).environment.energy_j for r in used]
+                  for s in (base, new)]
+        if all(v for side in energy for v in side):
+            rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
     return rows + ladder_rows(runs, base, new, used, settings)
 
 
@@ -9886,7 +9893,7 @@ def format_run_summary(passes: Sequence[PassRecord],
         lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
     for item in passes:
         lines += expectation_lines(item)
-    return lines + format_gpu_state(passes)
+    return lines + format_gpu_state(passes) + format_sampled(passes)
 
 
 def plateau_sentence(capacity: Capacity) -> str:
@@ -10049,6 +10056,39 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
             + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
                             *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows,
                            right=[False]) + notes)
+
+
+def format_sampled(passes: Sequence[PassRecord]) -> List[str]:
+    """Return what the router's GPUs did through each pass, sampled (telemetry.py): lowest
+    SM clock, highest temperature, mean and peak power, mean use, clock events, joules per
+    request; and the sampler's notes."""
+    rows, notes, tool = [], [], None
+    for item in passes:
+        record = item.attempt.environment.get("telemetry") or {}
+        summary = record.get("summary") or {}
+        mine = [summary[d] for d in record.get("router_gpus") or () if d in summary]
+        tool = tool or record.get("tool")
+        notes += [f"sampled {pass_title(item.name)}: {note}" for note in record.get("notes", [])]
+        if not mine:
+            continue
+
+        def values(key: str) -> List[float]:
+            return [v for figures in mine if (v := figures.get(key)) is not None]
+
+        energy = (record.get("energy") or {}).get("per_request_j")
+        rows.append([pass_title(item.name), fmt_reading(min(values("sclk_min_mhz"), default=None)),
+                     fmt_reading(max(values("temp_max_c"), default=None)),
+                     fmt_reading(sum(values("power_mean_w")) if values("power_mean_w") else None),
+                     fmt_reading(max(values("power_peak_w"), default=None)),
+                     fmt_reading(max(values("util_mean_pct"), default=None)),
+                     "n/a" if energy is None else f"{energy:.4g}",
+                     ", ".join(sorted({r for f in mine for r in f.get("reasons", [])})) or "-"])
+    if not rows:
+        return notes
+    return ([f"gpu ({tool}), sampled through each pass (the router's GPUs):"]
+            + render_table(["pass", "sclk min MHz", "temp max C", "power W", "peak W", "use %",
+                            "J/request", "clock events"], rows, right=[False])
+            + notes)
 
 
 def format_host(settings: Optional[HostSettings]) -> List[str]:
