@@ -1095,7 +1095,23 @@ def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
         shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences
+    return sentences + energy_sentence(report, ranges)
+
+
+def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
+    """Return each side's range of the router's GPUs' joules per routed request and, beside
+    the cost per million requests, the energy of a million requests; [] where no pass
+    sampled it."""
+    shown = [(side, ranges[side].get("j_per_request")) for side in (report.base, report.new)]
+    shown = [(side, found) for side, found in shown if found]
+    if not shown:
+        return []
+    # J per request -> kWh per million requests: x 1e6 / 3.6e6
+    return [f"energy of the router's GPUs per routed request: "
+            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
+            + " (a million requests: " + ", ".join(
+                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
+            + ")"]
 
 
 def cache_sentence(section: RecordSection) -> str:

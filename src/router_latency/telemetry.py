@@ -227,9 +227,9 @@ def telemetry_record(sampler: PassSampler, requests: int, wall_s: float) -> Tele
 
 
 def in_span(samples: Sequence[tuple], span: tuple[float, float]) -> list:
-    """Return the samples within the pass's span, or all when none fall in it."""
+    """Return the samples within the pass's span, or all when fewer than two fall in it."""
     inside = [s for s in samples if span[0] <= s[0] <= span[1]]
-    return inside or list(samples)
+    return inside if len(inside) >= 2 else list(samples)
 
 
 def known(values: Sequence[Optional[float]]) -> list:
