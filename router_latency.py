@@ -2114,6 +2114,26 @@ TELEMETRY_VERSION = 1  # of a pass's "telemetry" record; a reader refuses a late
 MAX_SAMPLES = 1200  # per series and pass: more are thinned to every k-th (kept_every)
 
 
+class GpuPassFigures(TypedDict, total=False):
+    """One GPU's figures over every sample of a pass (telemetry.pass_figures)."""
+    sclk_min_mhz: Optional[float]
+    temp_max_c: Optional[float]
+    power_mean_w: Optional[float]
+    power_peak_w: Optional[float]
+    util_mean_pct: Optional[float]
+    reasons: list[str]  # the clock events seen, idle left out
+    samples: int
+
+
+class EnergyJson(TypedDict, total=False):
+    """The router's GPUs' energy over a pass (telemetry.energy_of)."""
+    joules: float
+    per_request_j: float
+    seconds: float  # the pass's wall time
+    source: str  # "energy counter", "sampled power", or both
+    devices: int
+
+
 class TelemetryJson(TypedDict, total=False):
     """What the sampler recorded through a pass (telemetry.py), compactly: per GPU its series
     of SAMPLED_FIELDS (t_s from the pass's first send), the CPU and load series (counters from
@@ -2126,8 +2146,8 @@ class TelemetryJson(TypedDict, total=False):
     kept_every: int
     gpus: dict[str, dict[str, list[Optional[float]]]]
     cpu: dict[str, list[Optional[float]]]
-    summary: dict[str, dict[str, Any]]
-    energy: Optional[dict[str, Any]]
+    summary: dict[str, GpuPassFigures]
+    energy: Optional[EnergyJson]
     notes: list[str]
 
 
@@ -5968,7 +5988,7 @@ def known(values: Sequence[Optional[float]]) -> list:
     return [v for v in values if v is not None]
 
 
-def pass_figures(samples: Sequence[tuple]) -> dict:
+def pass_figures(samples: Sequence[tuple]) -> GpuPassFigures:
     """Return one GPU's figures over a pass's samples: lowest SM clock, highest temperature,
     mean and peak power, mean use, the clock events seen."""
     def column(key: str) -> list:
@@ -5985,7 +6005,7 @@ def pass_figures(samples: Sequence[tuple]) -> dict:
 
 
 def energy_of(devices: Sequence[Sequence[tuple]], wall_s: float,
-              requests: int) -> Optional[dict]:
+              requests: int) -> Optional[EnergyJson]:
     """Return the joules of the router's GPUs over a pass and per request: per device from
     its energy counter's rate between its first and last sample where it has one, else its
     mean sampled power, times the pass's wall time. None without a figure for every device."""
@@ -10074,7 +10094,7 @@ def format_sampled(passes: Sequence[PassRecord]) -> List[str]:
             continue
 
         def values(key: str) -> List[float]:
-            return [v for figures in mine if (v := figures.get(key)) is not None]
+            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
 
         energy = (record.get("energy") or {}).get("per_request_j")
         rows.append([pass_title(item.name), fmt_reading(min(values("sclk_min_mhz"), default=None)),

@@ -7,7 +7,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Union, TypedDict
 
 from .errors import checked_number, checked_object, checked_text, RouterLatencyError
 
-__all__ = ["check_telemetry", "GPU_FIELDS", "GPU_RANGED", "GpuCapture", "GpuField", "GpuReading",
+__all__ = ["check_telemetry", "EnergyJson", "GPU_FIELDS", "GpuPassFigures", "GPU_RANGED", "GpuCapture", "GpuField", "GpuReading",
            "gpu_readings", "MAX_SAMPLES", "SAMPLED_FIELDS", "TELEMETRY_VERSION", "TelemetryJson"]
 
 
@@ -107,6 +107,26 @@ TELEMETRY_VERSION = 1  # of a pass's "telemetry" record; a reader refuses a late
 MAX_SAMPLES = 1200  # per series and pass: more are thinned to every k-th (kept_every)
 
 
+class GpuPassFigures(TypedDict, total=False):
+    """One GPU's figures over every sample of a pass (telemetry.pass_figures)."""
+    sclk_min_mhz: Optional[float]
+    temp_max_c: Optional[float]
+    power_mean_w: Optional[float]
+    power_peak_w: Optional[float]
+    util_mean_pct: Optional[float]
+    reasons: list[str]  # the clock events seen, idle left out
+    samples: int
+
+
+class EnergyJson(TypedDict, total=False):
+    """The router's GPUs' energy over a pass (telemetry.energy_of)."""
+    joules: float
+    per_request_j: float
+    seconds: float  # the pass's wall time
+    source: str  # "energy counter", "sampled power", or both
+    devices: int
+
+
 class TelemetryJson(TypedDict, total=False):
     """What the sampler recorded through a pass (telemetry.py), compactly: per GPU its series
     of SAMPLED_FIELDS (t_s from the pass's first send), the CPU and load series (counters from
@@ -119,8 +139,8 @@ class TelemetryJson(TypedDict, total=False):
     kept_every: int
     gpus: dict[str, dict[str, list[Optional[float]]]]
     cpu: dict[str, list[Optional[float]]]
-    summary: dict[str, dict[str, Any]]
-    energy: Optional[dict[str, Any]]
+    summary: dict[str, GpuPassFigures]
+    energy: Optional[EnergyJson]
     notes: list[str]
 
 

@@ -323,7 +323,7 @@ def format_sampled(passes: Sequence[PassRecord]) -> List[str]:
             continue
 
         def values(key: str) -> List[float]:
-            return [v for figures in mine if (v := figures.get(key)) is not None]
+            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
 
         energy = (record.get("energy") or {}).get("per_request_j")
         rows.append([pass_title(item.name), fmt_reading(min(values("sclk_min_mhz"), default=None)),

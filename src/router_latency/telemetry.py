@@ -15,14 +15,12 @@ import time
 from typing import Any, NamedTuple, Optional, Sequence
 
 from .words import plural
-from .gpu import MAX_SAMPLES, SAMPLED_FIELDS, TELEMETRY_VERSION, TelemetryJson
+from .gpu import (EnergyJson, GpuPassFigures, MAX_SAMPLES, SAMPLED_FIELDS, TELEMETRY_VERSION,
+                  TelemetryJson)
 from .runfile import Attempt, PhaseWindow
 from .captures import CaptureSettings, gpu_number, read_cpu_use, read_load
 
-__all__ = [
-    "clock_event_names", "coincided_text", "energy_of", "NVIDIA_LOOP_FIELDS", "NvidiaSamples",
-    "PassSampler", "sampled_tool", "sampling", "window_figures", "WindowFigures",
-]
+__all__ = ["coincided_text", "PassSampler", "sampling"]
 
 # nvidia-smi's looping query: the timestamp of each sample, the device, what a pass's figures
 # need, the clock-event (throttle) reasons and the energy counter (mJ since the driver loaded,
@@ -236,7 +234,7 @@ def known(values: Sequence[Optional[float]]) -> list:
     return [v for v in values if v is not None]
 
 
-def pass_figures(samples: Sequence[tuple]) -> dict:
+def pass_figures(samples: Sequence[tuple]) -> GpuPassFigures:
     """Return one GPU's figures over a pass's samples: lowest SM clock, highest temperature,
     mean and peak power, mean use, the clock events seen."""
     def column(key: str) -> list:
@@ -253,7 +251,7 @@ def pass_figures(samples: Sequence[tuple]) -> dict:
 
 
 def energy_of(devices: Sequence[Sequence[tuple]], wall_s: float,
-              requests: int) -> Optional[dict]:
+              requests: int) -> Optional[EnergyJson]:
     """Return the joules of the router's GPUs over a pass and per request: per device from
     its energy counter's rate between its first and last sample where it has one, else its
     mean sampled power, times the pass's wall time. None without a figure for every device."""
