@@ -7,8 +7,9 @@ from typing import Any, Mapping, NamedTuple, Optional, Union, TypedDict
 
 from .errors import checked_number, checked_object, checked_text, RouterLatencyError
 
-__all__ = ["check_telemetry", "EnergyJson", "GPU_FIELDS", "GpuPassFigures", "GPU_RANGED", "GpuCapture", "GpuField", "GpuReading",
-           "gpu_readings", "MAX_SAMPLES", "SAMPLED_FIELDS", "TELEMETRY_VERSION", "TelemetryJson"]
+__all__ = ["check_telemetry", "EnergyJson", "GPU_FIELDS", "GpuPassFigures", "GPU_RANGED",
+           "GpuCapture", "GpuField", "GpuReading", "gpu_readings", "MAX_SAMPLES",
+           "SAMPLED_FIELDS", "TELEMETRY_VERSION", "TelemetryJson"]
 
 
 class GpuReadingJson(TypedDict, total=False):
