@@ -5795,6 +5795,7 @@ CLOCK_EVENTS = ((0x2, "applications clocks"), (0x4, "power cap"), (0x8, "hardwar
                 (0x40, "hardware thermal slowdown"), (0x80, "power brake"),
                 (0x100, "display clocks"))
 STOP_WAIT_S = 2.0  # how long the sampler process may take to end after SIGTERM
+FIRST_SAMPLE_S = 5.0  # how long a pass waits for the GPU tool's first sample before it starts
 
 
 def sampled_tool(choice: Optional[str]) -> Optional[str]:
@@ -5865,6 +5866,7 @@ class PassSampler:
         self.loadavg_file = loadavg_file
         self.tool = sampled_tool(capture.gpu)
         self.done = threading.Event()
+        self.ready = threading.Event()  # the GPU tool's first sample came, or it gave up
         self.samples: list = []  # (Unix time, device, figures)
         self.cpu: list = []  # (Unix time, router_s, busy_s, load)
         self.notes: list = []
@@ -5876,9 +5878,13 @@ class PassSampler:
         self.started = self.first_send = time.time()
 
     def start(self) -> "PassSampler":
+        """Start sampling; return once the GPU tool gave its first sample (a short pass is
+        sampled too), it gave up, or FIRST_SAMPLE_S passed."""
         self.started = self.first_send = time.time()
         for thread in self.threads:
             thread.start()
+        if self.tool:
+            self.ready.wait(FIRST_SAMPLE_S)
         return self
 
     def origin(self) -> None:
@@ -5894,6 +5900,12 @@ class PassSampler:
                 return
 
     def _sample_gpu(self) -> None:
+        try:
+            self._run_gpu_tool()
+        finally:
+            self.ready.set()
+
+    def _run_gpu_tool(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in self.capture.hidden_variables}
         for fields in (NVIDIA_LOOP_FIELDS, NVIDIA_LOOP_PLAIN):
             command = ["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv",
@@ -5913,6 +5925,7 @@ class PassSampler:
                 sample = reader.feed(raw.decode("utf-8", "replace"), time.time())
                 if sample is not None:
                     self.samples.append(sample)
+                    self.ready.set()
             code = process.wait()
             if len(self.samples) > before or self.done.is_set():
                 if not self.done.is_set():
@@ -9971,6 +9984,24 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
 
 
+def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[str]:
+    """Return, with a cost per hour, the router's GPUs' energy per routed request at the step
+    nearest the throughput the cost is counted at, and a million requests' kWh; [] without
+    a cost or a sampled energy."""
+    served = capacity.served_req_per_s
+    if not cost or served is None:
+        return []
+    steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
+             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
+    known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
+    if not known:
+        return []
+    _, title, joules = known[0]
+    return [f"energy beside the cost: the router's GPUs {joules:.4g} J per routed request at "
+            f"{title} (the step nearest {fmt_hundredths(served)} req/s) = "
+            f"{joules / 3.6:.4g} kWh per million routed requests"]
+
+
 def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:
     """Return a ladder's steps as a table and what they give, in sentences."""
     knee = capacity.knee[0] if capacity.knee else None
@@ -13738,7 +13769,8 @@ def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: b
     lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
     capacity = run_capacity(run)
     if capacity is not None:
-        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
+        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label)) \
+            + energy_beside_cost(run, capacity, cost_for(args.cost_per_hour, run.label))
     if run.config_hashes:
         lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
     lines.append(f"result cache: {cache_text(run.cache_finding)}")

@@ -3,6 +3,7 @@ the router's CPU and the load; energy per routed request; what coincided with a 
 run_rounds.sh reading the router it started."""
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -216,3 +217,34 @@ def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
         for item in load_run(str(path)).passes:
             assert item.environment.router_cpu_ms is not None
             assert item.environment.foreign_vcpus is not None
+
+
+def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(60)])
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    router = simulator(delay_ms=1)
+    for number in (1, 2, 3):
+        for side, watts in (("a", 150), ("b", 120)):
+            standin(STANDIN_POWER=watts)
+            result = cli("run", "--url", router.url, "--corpus", corpus, "--out",
+                         folder / f"r{number}-{side}.json", "--label", f"{side}-r{number}",
+                         "--concurrency", "1", "--warmup", "0", "--gpu", "nvidia",
+                         "--gpu-index", "0", "--sample-ms", "20", "--quiet")
+            assert result.code == 0, result.err
+    rounds = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--format", "json")
+    rows = [r for r in json.loads(rounds.out)["rows"] if r["metric"] == "j_per_request"]
+    assert len(rows) == 1 and rows[0]["gated"] is False  # a row, not gated by default
+    assert rows[0]["new_median"] < rows[0]["base_median"]
+    record = cli("record", "--section", f"s={folder}:a:b", "--json", tmp_path / "r.json",
+                 "--markdown", tmp_path / "r.md")
+    assert record.code in (0, 1, 3), record.err  # the verdict is not what is tested here
+    assert "energy of the router's GPUs per routed request: a " in (tmp_path / "r.md").read_text()
+    standin(STANDIN_POWER=150)
+    ladder = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "l.json",
+                 "--label", "x", "--ladder", "--warmup", "0", "--gpu", "nvidia",
+                 "--cost-per-hour", "3.50/GPU", "--sample-ms", "20")
+    assert ladder.code == 0, ladder.err
+    assert re.search(r"^energy beside the cost: the router's GPUs [\d.]+ J per routed request "
+                     r"at \d+ callers? \(the step nearest [\d.]+ req/s\) = [\d.]+ kWh per "
+                     r"million routed requests$", ladder.out, re.M), ladder.out

@@ -43,7 +43,7 @@ from .gate import GateSettings
 from .rounds import (CHECKED_FIELDS, find_round_files, judge_rounds, not_found_only, run_outcome,
                      run_overload)
 from .record import record_section
-from .render_text import (format_capacity, format_host, format_plan, format_rounds,
+from .render_text import (energy_beside_cost, format_capacity, format_host, format_plan, format_rounds,
                           format_run_header, format_run_summary, overload_note, verdict_line)
 from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
 from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, SignalModel,
@@ -1083,7 +1083,8 @@ def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: b
     lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
     capacity = run_capacity(run)
     if capacity is not None:
-        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
+        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label)) \
+            + energy_beside_cost(run, capacity, cost_for(args.cost_per_hour, run.label))
     if run.config_hashes:
         lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
     lines.append(f"result cache: {cache_text(run.cache_finding)}")

@@ -27,7 +27,7 @@ from .record import RecordSection, side_ranges
 
 __all__ = [
     "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
-    "decomposition_text", "environment_blocks", "environment_tables", "format_agreement",
+    "decomposition_text", "energy_beside_cost", "environment_blocks", "environment_tables", "format_agreement",
     "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
     "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
     "format_record", "format_rounds", "format_run_header", "format_run_summary",
@@ -198,6 +198,24 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
         return f"cost per million requests: no {at} to count it at"
     return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
+
+
+def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[str]:
+    """Return, with a cost per hour, the router's GPUs' energy per routed request at the step
+    nearest the throughput the cost is counted at, and a million requests' kWh; [] without
+    a cost or a sampled energy."""
+    served = capacity.served_req_per_s
+    if not cost or served is None:
+        return []
+    steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
+             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
+    known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
+    if not known:
+        return []
+    _, title, joules = known[0]
+    return [f"energy beside the cost: the router's GPUs {joules:.4g} J per routed request at "
+            f"{title} (the step nearest {fmt_hundredths(served)} req/s) = "
+            f"{joules / 3.6:.4g} kWh per million routed requests"]
 
 
 def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:

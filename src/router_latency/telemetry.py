@@ -41,6 +41,7 @@ CLOCK_EVENTS = ((0x2, "applications clocks"), (0x4, "power cap"), (0x8, "hardwar
                 (0x40, "hardware thermal slowdown"), (0x80, "power brake"),
                 (0x100, "display clocks"))
 STOP_WAIT_S = 2.0  # how long the sampler process may take to end after SIGTERM
+FIRST_SAMPLE_S = 5.0  # how long a pass waits for the GPU tool's first sample before it starts
 
 
 def sampled_tool(choice: Optional[str]) -> Optional[str]:
@@ -111,6 +112,7 @@ class PassSampler:
         self.loadavg_file = loadavg_file
         self.tool = sampled_tool(capture.gpu)
         self.done = threading.Event()
+        self.ready = threading.Event()  # the GPU tool's first sample came, or it gave up
         self.samples: list = []  # (Unix time, device, figures)
         self.cpu: list = []  # (Unix time, router_s, busy_s, load)
         self.notes: list = []
@@ -122,9 +124,13 @@ class PassSampler:
         self.started = self.first_send = time.time()
 
     def start(self) -> "PassSampler":
+        """Start sampling; return once the GPU tool gave its first sample (a short pass is
+        sampled too), it gave up, or FIRST_SAMPLE_S passed."""
         self.started = self.first_send = time.time()
         for thread in self.threads:
             thread.start()
+        if self.tool:
+            self.ready.wait(FIRST_SAMPLE_S)
         return self
 
     def origin(self) -> None:
@@ -140,6 +146,12 @@ class PassSampler:
                 return
 
     def _sample_gpu(self) -> None:
+        try:
+            self._run_gpu_tool()
+        finally:
+            self.ready.set()
+
+    def _run_gpu_tool(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in self.capture.hidden_variables}
         for fields in (NVIDIA_LOOP_FIELDS, NVIDIA_LOOP_PLAIN):
             command = ["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv",
@@ -159,6 +171,7 @@ class PassSampler:
                 sample = reader.feed(raw.decode("utf-8", "replace"), time.time())
                 if sample is not None:
                     self.samples.append(sample)
+                    self.ready.set()
             code = process.wait()
             if len(self.samples) > before or self.done.is_set():
                 if not self.done.is_set():
