@@ -5800,8 +5800,48 @@ FIRST_SAMPLE_S = 5.0  # how long a pass waits for the GPU tool's first sample be
 
 def sampled_tool(choice: Optional[str]) -> Optional[str]:
     """Return the tool sampled through a pass for a --gpu choice: nvidia-smi, whose query
-    loops (-lms); rocm-smi and amd-smi are read before and after only (None)."""
-    return "nvidia-smi" if choice == "nvidia" else None
+    loops (-lms), and amd-smi's monitor (-w, whole seconds); rocm-smi has no loop and is read
+    before and after only (None)."""
+    return {"nvidia": "nvidia-smi", "amd": "amd-smi"}.get(choice or "")
+
+
+# amd-smi monitor's columns (-p power, -t temperatures, -u GFX use and clock), by header name
+AMD_MONITOR_COLUMNS = {"GPU": "index", "POWER": "power_w", "GPU_TEMP": "temp_c",
+                       "GFX_UTIL": "util_pct", "GFX_CLOCK": "sclk_mhz"}
+
+
+class AmdMonitorSamples:
+    """Reads `amd-smi monitor -p -t -u -w N`: a header of column names (printed again each
+    round), then one row per GPU whose values are separated by two or more spaces
+    ('  0  182 W     42 °C ...'). feed() returns a sample or None."""
+
+    def __init__(self) -> None:
+        self.columns: list = []
+
+    def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells and cells[0] == "GPU":
+            self.columns = [AMD_MONITOR_COLUMNS.get(name) for name in line.split()]
+            return None
+        if not self.columns or len(cells) != len(self.columns):
+            return None
+        fields = dict(zip(self.columns, cells))
+        index = (fields.get("index") or "").strip()
+        if not index.isdigit():
+            return None
+        figures: dict = {key: gpu_number(fields.get(key))
+                         for key in ("sclk_mhz", "temp_c", "power_w", "util_pct")}
+        return arrived, f"gpu{index}", {**figures, "energy_mj": None, "reasons": None}
+
+
+def sampler_commands(tool: str, interval_s: float) -> list:
+    """Return the (command, reader) to try in turn for a tool's looping query."""
+    if tool == "amd-smi":
+        return [(["amd-smi", "monitor", "-p", "-t", "-u", "-w",
+                  str(max(round(interval_s), 1))], AmdMonitorSamples())]
+    return [(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv", "-lms",
+              str(max(int(interval_s * 1000), 1))], NvidiaSamples(fields))
+            for fields in (NVIDIA_LOOP_FIELDS, NVIDIA_LOOP_PLAIN)]
 
 
 def clock_event_names(mask: Optional[float]) -> tuple[str, ...]:
@@ -5907,9 +5947,8 @@ class PassSampler:
 
     def _run_gpu_tool(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in self.capture.hidden_variables}
-        for fields in (NVIDIA_LOOP_FIELDS, NVIDIA_LOOP_PLAIN):
-            command = ["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv",
-                       "-lms", str(max(int(self.interval * 1000), 1))]
+        name = self.tool or ""
+        for command, reader in sampler_commands(name, self.interval):
             with self.lock:
                 if self.done.is_set():
                     return
@@ -5918,9 +5957,9 @@ class PassSampler:
                         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL, start_new_session=True, env=env)
                 except OSError as exc:
-                    self.notes.append(f"nvidia-smi not started: {exc.__class__.__name__}")
+                    self.notes.append(f"{name} not started: {exc.__class__.__name__}")
                     return
-            process, reader, before = self.process, NvidiaSamples(fields), len(self.samples)
+            process, before = self.process, len(self.samples)
             for raw in iter(process.stdout.readline if process.stdout else bytes, b""):
                 sample = reader.feed(raw.decode("utf-8", "replace"), time.time())
                 if sample is not None:
@@ -5929,9 +5968,9 @@ class PassSampler:
             code = process.wait()
             if len(self.samples) > before or self.done.is_set():
                 if not self.done.is_set():
-                    self.notes.append(f"nvidia-smi ended during the pass (exit {code})")
+                    self.notes.append(f"{name} ended during the pass (exit {code})")
                 return
-        self.notes.append("nvidia-smi's looping query gave no samples")
+        self.notes.append(f"{name}'s looping query gave no samples")
 
     def stop(self, requests: int, wall_s: float) -> TelemetryJson:
         """End the sampling; return the pass's telemetry record."""

@@ -15,7 +15,7 @@ import pytest
 from router_latency.errors import RouterLatencyError
 from router_latency.gpu import check_telemetry, MAX_SAMPLES
 from router_latency.runfile import load_run, PhaseWindow
-from router_latency.telemetry import (clock_event_names, coincided_text, energy_of,
+from router_latency.telemetry import (AmdMonitorSamples, clock_event_names, coincided_text, energy_of,
                                       NvidiaSamples, window_figures)
 from conftest import write_corpus
 from test_cli import DRIVER_ENV, driver_args, with_foreground_new_side
@@ -248,3 +248,38 @@ def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_pat
     assert re.search(r"^energy beside the cost: the router's GPUs [\d.]+ J per routed request "
                      r"at \d+ callers? \(the step nearest [\d.]+ req/s\) = [\d.]+ kWh per "
                      r"million routed requests$", ladder.out, re.M), ladder.out
+
+
+# `amd-smi monitor -putm` on an 8-GPU MI300X node, whole: the example of AMD's ROCm blog
+# "Getting to Know Your GPU: A Deep Dive into AMD SMI" (17 Sep 2024); monitor -p -t -u prints
+# these columns but the memory's, in the same layout
+AMD_MONITOR = (Path(__file__).parent / "data" / "amd-smi" / "monitor-putm.txt").read_text()
+
+
+def test_amd_smi_monitor_is_sampled_through_the_pass(simulator, tmp_path, cli, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "amd-smi"
+    script.write_text('#!/bin/sh\n[ "$1" = monitor ] || exit 1\n'
+                      f'for i in $(seq 1 2000); do cat "{tmp_path / "monitor.txt"}"; '
+                      'sleep 0.02; done\n')
+    script.chmod(0o755)
+    (tmp_path / "monitor.txt").write_text(AMD_MONITOR)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(100)])
+    result = cli("run", "--url", simulator(delay_ms=2).url, "--corpus", corpus, "--out",
+                 tmp_path / "run.json", "--label", "x", "--concurrency", "1", "--warmup", "0",
+                 "--gpu", "amd", "--gpu-index", "0")
+    assert result.code == 0, result.err
+    item = load_run(str(tmp_path / "run.json")).passes[0]
+    telemetry = item.attempt.environment["telemetry"]
+    assert telemetry["tool"] == "amd-smi" and len(telemetry["gpus"]) == 8
+    assert telemetry["summary"]["gpu0"]["sclk_min_mhz"] == 1613.0
+    assert telemetry["summary"]["gpu1"]["util_mean_pct"] == 13.0
+    assert item.environment.energy_j == pytest.approx(
+        182 * item.measured.wall_s / item.measured.requests, rel=1e-3)
+    reader = AmdMonitorSamples()
+    rows = [reader.feed(line, 1.0) for line in AMD_MONITOR.splitlines()]
+    assert rows[0] is None and rows[1] == (1.0, "gpu0", {
+        "sclk_mhz": 1613.0, "temp_c": 42.0, "power_w": 182.0, "util_pct": 83.0,
+        "energy_mj": None, "reasons": None})
