@@ -7,10 +7,11 @@
    loop, tests/data/nvidia-smi/standin.py) as the looping GPU tool: this process's CPU (the
    sampling thread) and its children's (the tool; the real nvidia-smi's own cost is not this).
 2. The driver's latency with it on: interleaved pairs of `run` (sequential and concurrency 4
-   passes) against one simulator with --sample-ms 0 and 250, --router-pid and --gpu nvidia;
+   passes) against one simulator with --sample-ms 0 and 250, --router-pid and --gpu nvidia
+   (--gpu none: no GPU tool, the router's CPU and the load only);
    the median over pairs of the p50 and mean ratios (on / off).
 
-    python3 bench/telemetry_cost.py [--seconds 20] [--pairs 8] [--prompts 300]
+    python3 bench/telemetry_cost.py [--seconds 20] [--pairs 8] [--prompts 300] [--gpu none]
 
 Not a test: it prints figures and asserts nothing.
 """
@@ -66,10 +67,10 @@ def sampler_cost(seconds: float, sample_ms: float, pid: int) -> None:
           f"({size / wall / 1000:.2f} kB per second of pass)")
 
 
-def run_once(url: str, corpus: str, out: Path, sample_ms: str, pid: int) -> dict:
+def run_once(url: str, corpus: str, out: Path, sample_ms: str, pid: int, gpu: str) -> dict:
     subprocess.run([sys.executable, str(ROOT / "router_latency.py"), "run", "--url", url,
                     "--corpus", corpus, "--out", str(out), "--label", "x", "--warmup", "20",
-                    "--concurrency", "1,4", "--gpu", "nvidia", "--router-pid", str(pid),
+                    "--concurrency", "1,4", "--gpu", gpu, "--router-pid", str(pid),
                     "--sample-ms", sample_ms, "--quiet"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     document = json.loads(out.read_text())
@@ -77,21 +78,21 @@ def run_once(url: str, corpus: str, out: Path, sample_ms: str, pid: int) -> dict
     return {p["name"]: p["summary"] for p in document["passes"]}
 
 
-def overhead(pairs: int, prompts: int, folder: Path) -> None:
+def overhead(pairs: int, prompts: int, folder: Path, gpu: str) -> None:
     router = start_simulator("127.0.0.1", 0, delay_ms=2.0)
     try:
         corpus = write_corpus(folder / "corpus.json", [f"prompt {i}" for i in range(prompts)])
         ratios: dict = {}
         for pair in range(pairs):
             arms = ("0", "250") if pair % 2 == 0 else ("250", "0")
-            got = {arm: run_once(router.url, corpus, folder / "run.json", arm, os.getpid())
+            got = {arm: run_once(router.url, corpus, folder / "run.json", arm, os.getpid(), gpu)
                    for arm in arms}
             for name in got["0"]:
                 for key in ("p50_ms", "mean_ms"):
                     ratios.setdefault((name, key), []).append(
                         got["250"][name][key] / got["0"][name][key])
         for (name, key), values in sorted(ratios.items()):
-            print(f"{name} {key}: on/off median {statistics.median(values):.4f} "
+            print(f"--gpu {gpu}: {name} {key}: on/off median {statistics.median(values):.4f} "
                   f"(pairs {', '.join(f'{v:.3f}' for v in values)})")
     finally:
         router.stop()
@@ -103,6 +104,8 @@ def main() -> None:
     parser.add_argument("--sample-ms", type=float, default=250.0)
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=300)
+    parser.add_argument("--gpu", choices=("nvidia", "none"), default="nvidia",
+                        help="none: the router's CPU and the load only, no GPU tool")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         standin_path(Path(folder))
@@ -111,7 +114,7 @@ def main() -> None:
             sampler_cost(args.seconds, args.sample_ms, os.getpid())
         finally:
             router.stop()
-        overhead(args.pairs, args.prompts, Path(folder))
+        overhead(args.pairs, args.prompts, Path(folder), args.gpu)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the router's CPU and the load; energy per routed request; what coincided with a 
 run_rounds.sh reading the router it started."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from router_latency.captures import CaptureSettings
 from router_latency.errors import RouterLatencyError
 from router_latency.gpu import check_telemetry, MAX_SAMPLES
 from router_latency.runfile import load_run, PhaseWindow
-from router_latency.telemetry import (AmdMonitorSamples, clock_event_names, coincided_text, energy_of,
-                                      NvidiaSamples, window_figures)
+from router_latency.telemetry import (AmdMonitorSamples, clock_event_names, coincided_text,
+                                      energy_of, NvidiaSamples, RouterTicks, window_figures)
 from conftest import write_corpus
 from test_cli import DRIVER_ENV, driver_args, with_foreground_new_side
 
@@ -283,3 +285,27 @@ def test_amd_smi_monitor_is_sampled_through_the_pass(simulator, tmp_path, cli, m
     assert rows[0] is None and rows[1] == (1.0, "gpu0", {
         "sclk_mhz": 1613.0, "temp_c": 42.0, "power_w": 182.0, "util_pct": 83.0,
         "energy_mj": None, "reasons": None})
+
+
+def fake_process(proc, pid, parent, session, ticks):
+    folder = proc / str(pid)
+    folder.mkdir(exist_ok=True)
+    (folder / "stat").write_text(f"{pid} (a ) b) S {parent} {pid} {session} 0 0 0 0 0 0 0 "
+                                 f"{ticks} 0 0 0 20 0 1 0\n")
+
+
+def test_the_sampler_reads_the_router_s_processes_without_scanning_every_time(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    for pid, parent, session, ticks in ((10, 1, 10, 100), (11, 10, 10, 50), (12, 1, 12, 999)):
+        fake_process(proc, pid, parent, session, ticks)
+    tick = os.sysconf("SC_CLK_TCK")
+    by_session = RouterTicks(CaptureSettings(router_session=10, proc_root=str(proc)))
+    by_tree = RouterTicks(CaptureSettings(router_pid=10, proc_root=str(proc)))
+    assert by_session.seconds() == by_tree.seconds() == 150 / tick
+    fake_process(proc, 13, 10, 10, 7)  # started after the scan: counted from the next
+    assert by_session.seconds() == 150 / tick
+    (proc / "11" / "stat").unlink()  # ended: a scan at once
+    (proc / "11").rmdir()
+    assert by_session.seconds() == by_tree.seconds() == 107 / tick
+    assert RouterTicks(CaptureSettings(router_session=99, proc_root=str(proc))).seconds() is None

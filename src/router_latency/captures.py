@@ -27,11 +27,12 @@ from .runfile import (CapturedEnvironment, CpuSettings, HostSettings, LoadRange,
 from .wire import Connection, encode_request, Endpoint, RequestFailed, tls_context
 
 __all__ = [
-    "capture_snapshot", "CaptureSettings", "container_cgroup", "cpu_affinity",
-    "DEFAULT_METRIC_PATTERN", "driver_cpu_seconds", "environment_record", "format_cpu_list",
-    "gpu_number", "gpu_tool", "GPU_TOOLS", "Histogram", "histograms_of", "host_settings",
-    "host_warnings", "LoadSampler", "parse_cpu_list", "Probe", "read_cpu_use", "read_load",
-    "resolve_gpu", "router_cpu_use", "router_cpus", "utc_now",
+    "capture_snapshot", "CaptureSettings", "cgroup_cpu_seconds", "container_cgroup",
+    "cpu_affinity", "cpu_busy_seconds", "DEFAULT_METRIC_PATTERN", "driver_cpu_seconds",
+    "environment_record", "format_cpu_list", "gpu_number", "gpu_tool", "GPU_TOOLS", "Histogram",
+    "histograms_of", "host_settings", "host_warnings", "LoadSampler", "parse_cpu_list", "Probe",
+    "process_table", "read_cpu_use", "read_load", "resolve_gpu", "router_cpu_use",
+    "router_cpus", "utc_now",
 ]
 
 

@@ -27,7 +27,8 @@ from .record import RecordSection, side_ranges
 
 __all__ = [
     "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
-    "decomposition_text", "energy_beside_cost", "environment_blocks", "environment_tables", "format_agreement",
+    "decomposition_text", "energy_beside_cost", "environment_blocks", "environment_tables",
+    "format_agreement",
     "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
     "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
     "format_record", "format_rounds", "format_run_header", "format_run_summary",
