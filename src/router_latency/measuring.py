@@ -1124,24 +1124,29 @@ def measure_attempt(context: RunContext, plan: PassPlan, title: str = "") -> Att
     before = capture_snapshot(capture, stop)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(context.guard.loadavg_file).start()
-    cpu_before = driver_cpu_seconds()
     cpus = capture.router_cpu_list or before["router_cpus"]
-    router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
+    # the pass's sampler, started (and its GPU tool's first sample come) before the CPU
+    # readings around the pass, so that they do not count its start
     telemetry = PassSampler(capture, cpus, capture.sample_ms, context.guard.loadavg_file) \
         if sampling(capture, cpus) else None
     measured = None
     try:
         if telemetry is not None:
-            telemetry.start().origin()
+            telemetry.start()
+        cpu_before = driver_cpu_seconds()
+        router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
+        if telemetry is not None:
+            telemetry.origin()
         measured = measure_pass(context, plan, title or pass_title(plan.name), schedule)
+        router_after = read_cpu_use(capture, cpus)
+        cpu_after = driver_cpu_seconds()
     finally:
         sampled = None if telemetry is None else telemetry.stop(
             len(measured.requests) if measured else 0, measured.wall_s if measured else 0.0)
     requests, wall_s, hashes, settle_cpu_s = measured
-    router_after = read_cpu_use(capture, cpus)
     # what the driver spent while its requests were in flight and on their records; not the
     # reading of the per-signal times after the pass, when nothing is measured
-    driver_cpu_s = driver_cpu_seconds() - cpu_before - settle_cpu_s
+    driver_cpu_s = cpu_after - cpu_before - settle_cpu_s
     load = sampler.stop()
     after = capture_snapshot(capture, stop)
     requests = met_expectations(requests, context.expects)
