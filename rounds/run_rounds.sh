@@ -17,7 +17,9 @@
 #
 # A start command may stay in the foreground (it is the router, as `simulate` is) or return
 # once the router runs detached (`docker run -d`). Either way it runs in a session of its own
-# with ROUND and SIDE in its environment. A side is stopped by its stop command, when given,
+# with ROUND and SIDE in its environment; without --base-container/--new-container, each run
+# reads that session's CPU time (run --router-session) for the router's CPU per request and
+# the foreign CPU on its cores. A side is stopped by its stop command, when given,
 # and then by SIGTERM to whatever still runs in that session (SIGKILL after --stop-wait
 # seconds, 30 by default). A start
 # command that returns leaving nothing in its session needs a stop command; one that exits
@@ -565,6 +567,17 @@ check_router() {  # the router that answered must be the one started: $1 role, $
   if [ -z "${first_hashes[$role]}" ]; then first_hashes[$role]=$hashes; fi
 }
 
+router_given() {  # whether the run arguments name the router's process or cgroup already
+  local arg
+  for arg in ${run_args[@]+"${run_args[@]}"}; do
+    case "$arg" in
+      --router-pid|--router-pid=*|--router-session|--router-session=*|--router-cgroup|\
+        --router-cgroup=*|--router-container|--router-container=*) return 0 ;;
+    esac
+  done
+  return 1
+}
+
 measure_side() {
   local role=$1 side=${name[$1]} target code=0
   local file="$dir/r$r-$side.json"
@@ -588,7 +601,13 @@ measure_side() {
   fi
   side_args=()
   if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
-  if [ -n "${container[$role]}" ]; then side_args+=(--router-container "${container[$role]}"); fi
+  if [ -n "${container[$role]}" ]; then
+    side_args+=(--router-container "${container[$role]}")
+  elif ! router_given; then
+    # the session the start command runs in: the router's CPU time per request and the
+    # foreign CPU on its cores, for a router that stays in the foreground
+    side_args+=(--router-session "$start_pid")
+  fi
   measuring=$file
   # ROUND and SIDE reach the probes (run --probe), which run through the shell
   ROUND=$r SIDE=$side "${driver[@]}" run --url "$target" --corpus "$corpus" --out "$file" \

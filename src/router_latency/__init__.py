@@ -35,6 +35,7 @@ tools/amalgamate.py joins from them in that order:
     runfile            the run file's records: their writer and reader side by side
     wire               endpoints, request bytes, the incremental response parser
     captures           probes, GPU tools, Prometheus, router CPU set, load
+    telemetry          GPU, CPU and load sampled through a pass; energy; what coincided
     answers            each answer of a pass classified, scrubbed, its signal times read
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
     attribution        where the time goes: a pass's time by part

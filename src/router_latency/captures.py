@@ -27,10 +27,11 @@ from .runfile import (CapturedEnvironment, CpuSettings, HostSettings, LoadRange,
 from .wire import Connection, encode_request, Endpoint, RequestFailed, tls_context
 
 __all__ = [
-    "capture_snapshot", "CaptureSettings", "container_cgroup", "cpu_affinity",
-    "DEFAULT_METRIC_PATTERN", "driver_cpu_seconds", "environment_record", "format_cpu_list",
-    "gpu_tool", "GPU_TOOLS", "Histogram", "histograms_of", "host_settings", "host_warnings",
-    "LoadSampler", "parse_cpu_list", "Probe", "read_cpu_use", "resolve_gpu", "router_cpu_use",
+    "capture_snapshot", "CaptureSettings", "cgroup_cpu_seconds", "container_cgroup",
+    "cpu_affinity", "cpu_busy_seconds", "DEFAULT_METRIC_PATTERN", "driver_cpu_seconds",
+    "environment_record", "format_cpu_list", "gpu_number", "gpu_tool", "GPU_TOOLS", "Histogram",
+    "histograms_of", "host_settings", "host_warnings", "LoadSampler", "parse_cpu_list", "Probe",
+    "process_table", "read_cpu_use", "read_load", "resolve_gpu", "router_cpu_use",
     "router_cpus", "utc_now",
 ]
 
@@ -374,6 +375,7 @@ class CaptureSettings(NamedTuple):
     metric_patterns: tuple[re.Pattern[str], ...] = ()
     histograms: tuple[str, ...] = DEFAULT_HISTOGRAMS  # kept whole: buckets, sum and count
     router_pid: Optional[int] = None
+    router_session: Optional[int] = None  # --router-session: every process of this session
     router_cgroup: Optional[str] = None
     router_container: Optional[str] = None  # its name; router_cgroup holds its cgroup
     router_cpu_list: Optional[str] = None  # --router-cpus: instead of the cgroup's CPU set
@@ -382,6 +384,7 @@ class CaptureSettings(NamedTuple):
     sys_root: str = "/sys"
     hidden_variables: tuple[str, ...] = ()  # not passed to probes and GPU tools: --token-env's
     secrets: tuple[str, ...] = ()  # scrubbed from every text recorded (see secret_values)
+    sample_ms: float = 0.0  # --sample-ms: the telemetry's interval through a pass; 0: none
 
 
 def resolve_gpu(choice: str) -> Optional[str]:
@@ -492,8 +495,9 @@ def router_cpus(capture: CaptureSettings) -> Optional[str]:
                 if (folder / name).is_file():
                     return (folder / name).read_text().strip()
             return None
-        if capture.router_pid:
-            status = Path(capture.proc_root, str(capture.router_pid), "status")
+        if capture.router_pid or capture.router_session:
+            status = Path(capture.proc_root, str(capture.router_pid or session_member(
+                capture.router_session or 0, capture.proc_root)), "status")
             for line in status.read_text().splitlines():
                 if line.startswith("Cpus_allowed_list:"):
                     return line.split(":", 1)[1].strip()
@@ -563,6 +567,40 @@ def process_tree_cpu_seconds(pid: int, proc_root: str = "/proc") -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def process_table(proc_root: str = "/proc") -> dict[int, tuple[int, int, int]]:
+    """Return pid -> (parent, session, CPU ticks: utime + stime + cutime + cstime) of every
+    process in /proc."""
+    table = {}
+    for entry in os.scandir(proc_root):
+        if entry.name.isdigit():
+            try:
+                text = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue  # ended while the table was read
+            fields = text[text.rindex(")") + 2:].split()  # the name may hold ') '
+            table[int(entry.name)] = (int(fields[1]), int(fields[3]),
+                                      sum(int(f) for f in fields[11:15]))
+    return table
+
+
+def session_member(session: int, proc_root: str = "/proc") -> int:
+    """Return a process of a session, its leader when alive; raise OSError when it is empty."""
+    members = sorted(pid for pid, (_, sid, _) in process_table(proc_root).items()
+                     if sid == session)
+    if not members:
+        raise OSError(f"no process in session {session}")
+    return session if session in members else members[0]
+
+
+def session_cpu_seconds(session: int, proc_root: str = "/proc") -> float:
+    """Return the CPU seconds of every process of a session (run_rounds.sh starts each router
+    in one: setsid), with the children they waited for. Raise OSError when it is empty."""
+    members = [ticks for _, sid, ticks in process_table(proc_root).values() if sid == session]
+    if not members:
+        raise OSError(f"no process in session {session}")
+    return sum(members) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_busy_seconds(cpus: frozenset[int],
                      proc_root: str = "/proc") -> tuple[float, frozenset[int]]:
     """Return (seconds, CPUs not listed) the CPUs spent on processes, ever, from /proc/stat:
@@ -594,6 +632,8 @@ def read_cpu_use(capture: CaptureSettings, cpus: Optional[str]) -> CpuReading:
             router_s = cgroup_cpu_seconds(capture.router_cgroup)
         elif capture.router_pid:
             router_s = process_tree_cpu_seconds(capture.router_pid, capture.proc_root)
+        elif capture.router_session:
+            router_s = session_cpu_seconds(capture.router_session, capture.proc_root)
     except (OSError, ValueError) as exc:
         notes.append(f"router CPU time not read: {exc}")
     try:

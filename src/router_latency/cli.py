@@ -44,8 +44,9 @@ from .gate import GateSettings
 from .rounds import (CHECKED_FIELDS, find_round_files, judge_rounds, not_found_only, run_outcome,
                      run_overload)
 from .record import record_section
-from .render_text import (format_capacity, format_host, format_plan, format_rounds,
-                          format_run_header, format_run_summary, overload_note, verdict_line)
+from .render_text import (energy_beside_cost, format_capacity, format_host, format_plan,
+                          format_rounds, format_run_header, format_run_summary, overload_note,
+                          verdict_line)
 from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
 from .history_cli import add_history_parser
 from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, signal_error_spec,
@@ -602,11 +603,19 @@ def add_capture_options(p: argparse.ArgumentParser) -> None:
                         f"each pass with {', '.join(names[:-1])} or {names[-1]} (auto: the "
                         f"first of them on PATH)")
     p.add_argument("--gpu-index", type=index_list, metavar="N[,N...]",
-                   help="only these GPUs, by the tool's own index (default: all visible)")
+                   help="the router's GPUs, by the tool's own index: only these are read "
+                        "before and after; every GPU is sampled, these marked (default: all)")
+    p.add_argument("--sample-ms", type=real_number(positive=False), default=250.0,
+                   metavar="MS",
+                   help="sample through each pass every MS ms: GPUs (nvidia-smi's looping "
+                        "query), the router's CPU, the load; 0: off (default 250)")
     router = p.add_mutually_exclusive_group()
     router.add_argument("--router-pid", type=positive_int,
                         help="the router's process: its CPU set, and the CPU time of it, its "
                              "threads and its children")
+    router.add_argument("--router-session", type=positive_int, metavar="SID",
+                        help="the router's process session (setsid; run_rounds.sh passes its "
+                             "start command's): the CPU time of every process in it")
     router.add_argument("--router-cgroup", metavar="PATH",
                         help="the router's cgroup v2 folder: cpuset.cpus.effective and "
                              "cpu.stat usage_usec")
@@ -957,7 +966,8 @@ def run_arguments(args: argparse.Namespace) -> RunArguments:
         probes=tuple(args.probe), probe_timeout=args.probe_timeout, gpu=resolve_gpu(args.gpu),
         metrics=metrics, metric_patterns=tuple(args.metric
                                                or [re.compile(DEFAULT_METRIC_PATTERN)]),
-        router_pid=args.router_pid, router_cgroup=cgroup,
+        router_pid=args.router_pid, router_session=args.router_session, router_cgroup=cgroup,
+        sample_ms=args.sample_ms,
         router_container=args.router_container, router_cpu_list=args.router_cpus,
         gpu_indexes=args.gpu_index or (),
         hidden_variables=(args.token_env,) if args.token_env else (),
@@ -1097,7 +1107,8 @@ def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: b
     lines += format_run_summary(run.passes, run.thresholds) + format_host(run.host_settings)
     capacity = run_capacity(run)
     if capacity is not None:
-        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label))
+        lines += [""] + format_capacity(capacity, cost_for(args.cost_per_hour, run.label)) \
+            + energy_beside_cost(run, capacity, cost_for(args.cost_per_hour, run.label))
     if run.config_hashes:
         lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
     lines.append(f"result cache: {cache_text(run.cache_finding)}")

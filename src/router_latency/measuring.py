@@ -40,6 +40,7 @@ from .wire import (accept_connections, classify, Connection, decision_path_hint,
 from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_cpu_seconds,
                        environment_record, gpu_tool, host_settings, host_warnings, LoadSampler,
                        read_cpu_use, router_cpu_use, router_cpus, utc_now)
+from .telemetry import coincided_text, PassSampler, sampling
 from .answers import AnswerBook, failure_of, RawResult
 
 __all__ = [
@@ -1154,21 +1155,38 @@ def measure_attempt(context: RunContext, plan: PassPlan, title: str = "") -> Att
     before = capture_snapshot(capture, stop)
     started_utc, started_unix = utc_now(), time.time()
     sampler = LoadSampler(context.guard.loadavg_file).start()
-    cpu_before = driver_cpu_seconds()
     cpus = capture.router_cpu_list or before["router_cpus"]
-    router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
-    requests, wall_s, hashes, settle_cpu_s = measure_pass(
-        context, plan, title or pass_title(plan.name), schedule)
-    router_after = read_cpu_use(capture, cpus)
+    # the pass's sampler, started (and its GPU tool's first sample come) before the CPU
+    # readings around the pass, so that they do not count its start
+    telemetry = PassSampler(capture, cpus, capture.sample_ms, context.guard.loadavg_file) \
+        if sampling(capture, cpus) else None
+    measured = None
+    try:
+        if telemetry is not None:
+            telemetry.start()
+        cpu_before = driver_cpu_seconds()
+        router_before = read_cpu_use(capture, cpus)  # right around the pass, not the captures
+        if telemetry is not None:
+            telemetry.origin()
+        measured = measure_pass(context, plan, title or pass_title(plan.name), schedule)
+        router_after = read_cpu_use(capture, cpus)
+        cpu_after = driver_cpu_seconds()
+    finally:
+        sampled = None if telemetry is None else telemetry.stop(
+            len(measured.requests) if measured else 0, measured.wall_s if measured else 0.0)
+    requests, wall_s, hashes, settle_cpu_s = measured
     # what the driver spent while its requests were in flight and on their records; not the
     # reading of the per-signal times after the pass, when nothing is measured
-    driver_cpu_s = driver_cpu_seconds() - cpu_before - settle_cpu_s
+    driver_cpu_s = cpu_after - cpu_before - settle_cpu_s
     load = sampler.stop()
     after = capture_snapshot(capture, stop)
     requests = met_expectations(requests, context.expects)
+    environment = environment_record(capture, before, after)
+    if sampled is not None:
+        environment["telemetry"] = sampled
     return Attempt(plan.rate, plan.arrival if plan.rate else None, started_utc,
                    round(started_unix, 3), load, round(driver_cpu_s, 3),
-                   environment_record(capture, before, after), pass_summary(requests, wall_s),
+                   environment, pass_summary(requests, wall_s),
                    tuple(requests), hashes,
                    router_cpu_use(router_before, router_after, cpus, len(requests)))
 
@@ -1230,8 +1248,16 @@ def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) ->
             worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
             warnings.append(f"{pass_title(item.name)}: slow phase in "
                             f"{plural(len(slow), 'window')} of {len(item.attempt.windows)}"
-                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)"))
+                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)")
+                            + neighbour_words(item.attempt, slow))
     return warnings
+
+
+def neighbour_words(attempt: Attempt, slow: Sequence[int]) -> str:
+    """Return what coincided with a pass's slow phase, after a semicolon: the other GPUs,
+    the foreign CPU on the router's cores, the load (coincided_text); '' when unsampled."""
+    words = coincided_text(attempt, slow)
+    return f"; {words}" if words else ""
 
 
 def run_passes(context: RunContext) -> list:
@@ -1350,7 +1376,9 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
         header_names=tuple(name for name, _ in target.headers), insecure=target.insecure,
         python=platform.python_version(), host=socket.gethostname(),
         driver={"pid": os.getpid(), "cpu_affinity": cpu_affinity()},
-        router={"pid": capture.router_pid, "cgroup": capture.router_cgroup,
+        router={"pid": capture.router_pid, **({"session": capture.router_session}
+                                               if capture.router_session else {}),
+                "cgroup": capture.router_cgroup,
                 "container": capture.router_container, "cpus": capture.router_cpu_list},
         captures=Captures(
             tuple(name for name, _ in capture.probes),

@@ -55,4 +55,5 @@ def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, flo
                 add("gpu_mib", used_mib)
             add("foreign_vcpus", environment.foreign_vcpus)
             add("router_cpu_ms", environment.router_cpu_ms)
+            add("j_per_request", environment.energy_j)
     return found

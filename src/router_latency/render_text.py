@@ -29,7 +29,8 @@ from .record import RecordSection, side_ranges
 
 __all__ = [
     "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
-    "decomposition_text", "degraded_line", "environment_blocks", "environment_tables",
+    "decomposition_text", "degraded_line", "energy_beside_cost", "environment_blocks",
+    "environment_tables",
     "format_agreement",
     "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
     "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
@@ -154,7 +155,7 @@ def format_run_summary(passes: Sequence[PassRecord],
         lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
     for item in passes:
         lines += expectation_lines(item)
-    return lines + format_gpu_state(passes)
+    return lines + format_gpu_state(passes) + format_sampled(passes)
 
 
 def plateau_sentence(capacity: Capacity) -> str:
@@ -209,6 +210,24 @@ def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
         return f"cost per million requests: no {at} to count it at"
     return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
             f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
+
+
+def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[str]:
+    """Return, with a cost per hour, the router's GPUs' energy per routed request at the step
+    nearest the throughput the cost is counted at, and a million requests' kWh; [] without
+    a cost or a sampled energy."""
+    served = capacity.served_req_per_s
+    if not cost or served is None:
+        return []
+    steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
+             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
+    known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
+    if not known:
+        return []
+    _, title, joules = known[0]
+    return [f"energy beside the cost: the router's GPUs {joules:.4g} J per routed request at "
+            f"{title} (the step nearest {fmt_hundredths(served)} req/s) = "
+            f"{joules / 3.6:.4g} kWh per million routed requests"]
 
 
 def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:
@@ -317,6 +336,39 @@ def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
             + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
                             *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows,
                            right=[False]) + notes)
+
+
+def format_sampled(passes: Sequence[PassRecord]) -> List[str]:
+    """Return what the router's GPUs did through each pass, sampled (telemetry.py): lowest
+    SM clock, highest temperature, mean and peak power, mean use, clock events, joules per
+    request; and the sampler's notes."""
+    rows, notes, tool = [], [], None
+    for item in passes:
+        record = item.attempt.environment.get("telemetry") or {}
+        summary = record.get("summary") or {}
+        mine = [summary[d] for d in record.get("router_gpus") or () if d in summary]
+        tool = tool or record.get("tool")
+        notes += [f"sampled {pass_title(item.name)}: {note}" for note in record.get("notes", [])]
+        if not mine:
+            continue
+
+        def values(key: str) -> List[float]:
+            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
+
+        energy = (record.get("energy") or {}).get("per_request_j")
+        rows.append([pass_title(item.name), fmt_reading(min(values("sclk_min_mhz"), default=None)),
+                     fmt_reading(max(values("temp_max_c"), default=None)),
+                     fmt_reading(sum(values("power_mean_w")) if values("power_mean_w") else None),
+                     fmt_reading(max(values("power_peak_w"), default=None)),
+                     fmt_reading(max(values("util_mean_pct"), default=None)),
+                     "n/a" if energy is None else f"{energy:.4g}",
+                     ", ".join(sorted({r for f in mine for r in f.get("reasons", [])})) or "-"])
+    if not rows:
+        return notes
+    return ([f"gpu ({tool}), sampled through each pass (the router's GPUs):"]
+            + render_table(["pass", "sclk min MHz", "temp max C", "power W", "peak W", "use %",
+                            "J/request", "clock events"], rows, right=[False])
+            + notes)
 
 
 def format_host(settings: Optional[HostSettings]) -> List[str]:
@@ -1126,7 +1178,23 @@ def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
         shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
         shown = [s for s in shown if s != "not captured"]
         sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences
+    return sentences + energy_sentence(report, ranges)
+
+
+def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
+    """Return each side's range of the router's GPUs' joules per routed request and, beside
+    the cost per million requests, the energy of a million requests; [] where no pass
+    sampled it."""
+    shown = [(side, ranges[side].get("j_per_request")) for side in (report.base, report.new)]
+    shown = [(side, found) for side, found in shown if found]
+    if not shown:
+        return []
+    # J per request -> kWh per million requests: x 1e6 / 3.6e6
+    return [f"energy of the router's GPUs per routed request: "
+            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
+            + " (a million requests: " + ", ".join(
+                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
+            + ")"]
 
 
 def cache_sentence(section: RecordSection) -> str:

@@ -633,6 +633,11 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
             base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
             new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
+        # the router's GPUs' joules per request (telemetry), where every used round has them
+        energy = [[runs[r][s].pass_named(name).environment.energy_j for r in used]
+                  for s in (base, new)]
+        if all(v for side in energy for v in side):
+            rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
     return rows + ladder_rows(runs, base, new, used, settings)
 
 

@@ -16,7 +16,8 @@ from .constants import (__version__, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
                         MAX_REASON_CHARS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
                         SIGNAL_NAME_PATTERN)
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
-from .gpu import GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings
+from .gpu import (check_telemetry, GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings,
+                  TelemetryJson)
 from .cache import CacheFinding, checked_cache, result_cache_finding
 from .versions import without_sampled
 from .degraded import (Degraded, degraded_counts, degraded_from_json, degraded_summary_from_json,
@@ -88,6 +89,7 @@ class DriverRef(TypedDict, total=False):
 class RouterRef(TypedDict, total=False):
     """The router as the run was told of it (--router-*); each None when not."""
     pid: Optional[int]
+    session: Optional[int]  # --router-session: run_rounds.sh's start command's session
     cgroup: Optional[str]
     container: Optional[str]
     cpus: Optional[str]
@@ -126,6 +128,7 @@ class CapturedEnvironment(TypedDict, total=False):
     probes: dict[str, dict[str, ProbeResult]]  # "before" and "after" -> probe name -> its run
     gpu: GpuCapture
     metrics: MetricsCapture
+    telemetry: TelemetryJson  # sampled through the pass (telemetry.py)
 
 
 class Request(NamedTuple):
@@ -653,6 +656,7 @@ def _check_environment(environment: dict, where: str) -> None:
     gpu = checked_object(environment, "gpu", where)
     for moment in ("before", "after"):
         GpuReading.from_json(gpu.get(moment), f"{where}.gpu.{moment}")
+    check_telemetry(environment.get("telemetry"), f"{where}.telemetry")
     deltas = checked_object(environment, "metrics", where).get("deltas")
     for series, delta in (deltas.items() if isinstance(deltas, dict) else ()):
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) \
@@ -679,6 +683,7 @@ class PassEnvironment(NamedTuple):
     foreign_vcpus: Optional[float] = None  # other processes on the router's CPUs
     # GPU_FIELDS key -> every value read, over devices, before and after
     gpu_state: dict[str, tuple[float, ...]] = {}
+    energy_j: Optional[float] = None  # the router's GPUs' joules per request (telemetry)
 
 
 class EnvironmentRow(NamedTuple):
@@ -813,7 +818,8 @@ class PassRecord(NamedTuple):
             load_min, load_max, max(peaks) if peaks else None, len(self.discarded_attempts),
             self.attempt.driver_cpu_s, self.summary.wall_s if self.summary else None,
             cpus if isinstance(cpus, str) else None, tuple(gpu_mib), faults,
-            router_cpu.per_request_ms, router_cpu.foreign_vcpus, _gpu_values(environment))
+            router_cpu.per_request_ms, router_cpu.foreign_vcpus, _gpu_values(environment),
+            ((environment.get("telemetry") or {}).get("energy") or {}).get("per_request_j"))
 
     def to_json(self, requests: Any = None, attempts: Any = None) -> dict:
         return {"name": self.name, "concurrency": self.concurrency,

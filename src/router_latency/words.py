@@ -30,6 +30,8 @@ def plural(count: int, noun: str) -> str:
 def metric_title(metric: str) -> str:
     if metric in LADDER_TITLES:
         return LADDER_TITLES[metric]
+    if metric == "j_per_request":  # the router's GPUs' energy (telemetry)
+        return "J/request"
     return "req/s" if metric == "req_per_s" else metric.replace("_ms", "")
 
 

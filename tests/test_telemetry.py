@@ -1,0 +1,311 @@
+"""What run samples through each pass (telemetry.py): the GPUs by nvidia-smi's looping query,
+the router's CPU and the load; energy per routed request; what coincided with a slow phase;
+run_rounds.sh reading the router it started."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from router_latency.captures import CaptureSettings
+from router_latency.errors import RouterLatencyError
+from router_latency.gpu import check_telemetry, MAX_SAMPLES
+from router_latency.runfile import load_run, PhaseWindow
+from router_latency.telemetry import (AmdMonitorSamples, clock_event_names, coincided_text,
+                                      energy_of, NvidiaSamples, RouterTicks, window_figures)
+from conftest import write_corpus
+from test_cli import DRIVER_ENV, driver_args, with_foreground_new_side
+
+DATA = Path(__file__).parent / "data" / "nvidia-smi"
+
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """Put the stand-in nvidia-smi first on PATH; return a function setting its variables."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    script.write_text(f"#!{sys.executable}\n" + (DATA / "standin.py").read_text())
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+
+    def setting(**variables):
+        for name, value in variables.items():
+            monkeypatch.setenv(name, str(value))
+    return setting
+
+
+def test_the_node_s_real_sample_stream_is_read():
+    # the H200's 250 ms stream (header and units), the router's GPU warming up into a pass
+    reader = NvidiaSamples()
+    lines = (DATA / "nvsmi-sampled.csv").read_text().splitlines()
+    samples = [s for line in lines if (s := reader.feed(line, 0.0)) is not None]
+    assert len(samples) == len(lines) - 1
+    first_at, device, figures = samples[0]
+    assert device == "gpu0" and figures["sclk_mhz"] == 345.0 and figures["power_w"] == 79.78
+    assert figures["reasons"] is None and figures["energy_mj"] is None
+    assert samples[6][2]["sclk_mhz"] == 1980.0 and samples[6][0] - first_at == pytest.approx(
+        1.502, abs=1e-3)  # the tool's own timestamps, not when the lines arrived
+    # the one-shot query's output, with and without its header, reads as samples too
+    shot = NvidiaSamples(("index", "temperature.gpu", "clocks.sm", "clocks.mem", "power.draw",
+                          "utilization.gpu", "memory.used"))
+    text = (DATA / "nvsmi-query-noheader.csv").read_text().strip()
+    assert shot.feed(text, 5.0) == (5.0, "gpu0", {
+        "sclk_mhz": 345.0, "temp_c": 37.0, "power_w": 79.81, "util_pct": 0.0,
+        "energy_mj": None, "reasons": None})
+    assert NvidiaSamples().feed("Failed to initialize NVML: Unknown Error", 0.0) is None
+    assert clock_event_names(float(0x1 | 0x4 | 0x40)) == ("power cap",
+                                                          "hardware thermal slowdown")
+
+
+def test_energy_from_the_counter_or_the_sampled_power():
+    constant = [(t / 4, {"power_w": 120.0}) for t in range(9)]
+    assert energy_of([constant], 2.0, 100)["per_request_j"] == pytest.approx(2.4)
+    counted = [(t, {"power_w": 1.0, "energy_mj": 1e6 + 300_000 * t}) for t in range(3)]
+    energy = energy_of([counted, constant], 2.0, 100)
+    assert energy["source"] == "energy counter and sampled power"
+    assert energy["joules"] == pytest.approx(600 + 240)
+    assert energy_of([[(0.0, {"power_w": None})]], 2.0, 100) is None
+    assert energy_of([constant], 2.0, 0) is None
+
+
+@pytest.mark.parametrize("counter", ["0", "1"])
+def test_joules_per_request_against_a_constant_power(simulator, standin, tmp_path, cli,
+                                                      counter):
+    # done when: within 5% of power x pass time / requests, per pass; by the sampled power
+    # (a driver refusing the energy counter: the plain query) and by the counter
+    standin(STANDIN_POWER=150, STANDIN_COUNTER=counter)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", simulator(delay_ms=3).url, "--corpus", corpus, "--out", out,
+                 "--label", "x", "--concurrency", "1,4", "--warmup", "0", "--gpu", "nvidia",
+                 "--gpu-index", "0", "--sample-ms", "20")
+    assert result.code == 0, result.err
+    run = load_run(str(out))
+    for item in run.passes:
+        telemetry = item.attempt.environment["telemetry"]
+        expected = 150 * item.measured.wall_s / item.measured.requests
+        assert telemetry["energy"]["source"] == ("energy counter" if counter == "1"
+                                                 else "sampled power")
+        assert item.environment.energy_j == pytest.approx(expected, rel=0.05)
+        assert telemetry["router_gpus"] == ["gpu0"] and set(telemetry["gpus"]) == {"gpu0",
+                                                                                   "gpu1"}
+        assert telemetry["summary"]["gpu1"]["power_mean_w"] == 60.0
+    assert "gpu (nvidia-smi), sampled through each pass (the router's GPUs):" in result.out
+    assert "J/request" in result.out
+
+
+class SlowWhileFlagged(BaseHTTPRequestHandler):
+    """A router whose previews 100 to 159 each take 20 ms, the flag file standing meanwhile:
+    the stand-in nvidia-smi reports GPU 1 at full load while it stands."""
+    served = 0
+    flag: Path = Path("/nonexistent")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        cls = type(self)
+        cls.served += 1
+        if cls.served == 100:
+            cls.flag.write_text("busy")
+        if 100 <= cls.served < 160:
+            threading.Event().wait(0.02)
+        if cls.served == 160:
+            cls.flag.unlink()
+        body = b'{"decision_result": {"decision_name": "d"}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_slow_phase_made_by_a_neighbouring_gpu_names_it(standin, tmp_path, cli):
+    flag = tmp_path / "busy"
+    standin(STANDIN_FLAG=flag)
+    SlowWhileFlagged.served, SlowWhileFlagged.flag = 0, flag
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowWhileFlagged)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(400)])
+        result = cli("run", "--url", f"http://127.0.0.1:{server.server_port}", "--corpus",
+                     corpus, "--out", tmp_path / "run.json", "--label", "x", "--concurrency",
+                     "1", "--warmup", "0", "--gpu", "nvidia", "--gpu-index", "0",
+                     "--sample-ms", "10")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.code == 0, result.err
+    slow = [line for line in result.err.splitlines() if "slow phase" in line]
+    assert len(slow) == 1, result.err
+    assert "window 3: GPU 1 at 100% and 400 W" in slow[0]
+
+
+def telemetry_of(gpu1_use, foreign_busy):
+    """A pass's telemetry of four 1-second windows: GPU 1's use per window, and the busy
+    seconds of the router's CPUs over the router's own per window."""
+    times = [i * 0.5 for i in range(9)]
+    busy, router, total, mine = [], [], 0.0, 0.0
+    for i in range(9):
+        busy.append(total)
+        router.append(mine)
+        total, mine = total + 0.5 + foreign_busy[min(i // 2, 3)] / 2, mine + 0.5
+    return {"version": 1, "interval_ms": 500, "origin_s": 0.0, "router_gpus": ["gpu0"],
+            "gpus": {"gpu0": {"t_s": times, "sclk_mhz": [1980] * 9, "power_w": [120] * 9,
+                              "util_pct": [5] * 9},
+                     "gpu1": {"t_s": times, "util_pct": [gpu1_use[min(i // 2, 3)]
+                                                         for i in range(9)],
+                              "power_w": [80] * 9}},
+            "cpu": {"t_s": times, "router_s": router, "busy_s": busy, "load": [1.0] * 9}}
+
+
+class PassLike:
+    def __init__(self, telemetry):
+        self.environment = {"telemetry": telemetry}
+        self.windows = tuple(PhaseWindow(50 * i, 50, 0, float(i), 1.0, 1.0, 2.0, 50.0)
+                             for i in range(4))
+
+
+def test_what_coincided_with_a_slow_window_is_named_or_nothing_is():
+    hog = telemetry_of([0, 0, 0, 0], [0.0, 0.0, 2.1, 0.0])  # a CPU hog on the router's cores
+    assert window_figures(hog, PassLike(hog).windows[2]).foreign_vcpus == pytest.approx(2.1)
+    assert coincided_text(PassLike(hog), (2,)) == (
+        "window 3: 2.1 foreign vCPUs on the router's cores")
+    quiet = telemetry_of([0, 0, 0, 0], [0.0, 0.0, 0.0, 0.0])
+    assert coincided_text(PassLike(quiet), (2,)) == (
+        "nothing measured coincided (other GPUs, the router's GPU, foreign CPU on the "
+        "router's cores, load)")
+    busy_always = telemetry_of([98, 98, 98, 98], [0.0] * 4)  # busy throughout: no cause
+    assert coincided_text(PassLike(busy_always), (1,)).startswith("nothing measured")
+    assert coincided_text(PassLike(None), (1,)) == ""  # nothing sampled: nothing said
+
+
+def test_the_telemetry_record_is_versioned_and_bounded():
+    check_telemetry({"version": 1, "gpus": {"gpu0": {"t_s": [0.0], "power_w": [None]}}}, "t")
+    with pytest.raises(RouterLatencyError, match="newer than this tool reads"):
+        check_telemetry({"version": 2}, "t")
+    with pytest.raises(RouterLatencyError, match="different lengths"):
+        check_telemetry({"version": 1, "gpus": {"gpu0": {"t_s": [0.0], "power_w": []}}}, "t")
+    with pytest.raises(RouterLatencyError, match=f"at most {MAX_SAMPLES}"):
+        check_telemetry({"version": 1, "cpu": {"t_s": [0.0] * (MAX_SAMPLES + 1)}}, "t")
+
+
+def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
+    # done when: router CPU per request and foreign CPU in every run file, the new side's
+    # start command staying in the foreground with no stop command
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=DRIVER_ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = sorted((tmp_path / "results").glob("r*.json"))
+    assert len(files) == 6
+    for path in files:
+        document = json.loads(path.read_text())
+        assert document["router"]["session"] > 1
+        for item in document["passes"]:
+            # a figure in every pass (0.0 where the router used less than a clock tick)
+            assert item["router_cpu"]["per_request_ms"] is not None, (path, item["router_cpu"])
+            assert item["router_cpu"]["foreign_vcpus"] is not None
+        # what record's ranges read: no longer "not captured"
+        for item in load_run(str(path)).passes:
+            assert item.environment.router_cpu_ms is not None
+            assert item.environment.foreign_vcpus is not None
+
+
+def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(60)])
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    router = simulator(delay_ms=1)
+    for number in (1, 2, 3):
+        for side, watts in (("a", 150), ("b", 120)):
+            standin(STANDIN_POWER=watts)
+            result = cli("run", "--url", router.url, "--corpus", corpus, "--out",
+                         folder / f"r{number}-{side}.json", "--label", f"{side}-r{number}",
+                         "--concurrency", "1", "--warmup", "0", "--gpu", "nvidia",
+                         "--gpu-index", "0", "--sample-ms", "20", "--quiet")
+            assert result.code == 0, result.err
+    rounds = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--format", "json")
+    rows = [r for r in json.loads(rounds.out)["rows"] if r["metric"] == "j_per_request"]
+    assert len(rows) == 1 and rows[0]["gated"] is False  # a row, not gated by default
+    assert rows[0]["new_median"] < rows[0]["base_median"]
+    record = cli("record", "--section", f"s={folder}:a:b", "--json", tmp_path / "r.json",
+                 "--markdown", tmp_path / "r.md")
+    assert record.code in (0, 1, 3), record.err  # the verdict is not what is tested here
+    assert "energy of the router's GPUs per routed request: a " in (tmp_path / "r.md").read_text()
+    standin(STANDIN_POWER=150)
+    ladder = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "l.json",
+                 "--label", "x", "--ladder", "--warmup", "0", "--gpu", "nvidia",
+                 "--cost-per-hour", "3.50/GPU", "--sample-ms", "20")
+    assert ladder.code == 0, ladder.err
+    assert re.search(r"^energy beside the cost: the router's GPUs [\d.]+ J per routed request "
+                     r"at \d+ callers? \(the step nearest [\d.]+ req/s\) = [\d.]+ kWh per "
+                     r"million routed requests$", ladder.out, re.M), ladder.out
+
+
+# `amd-smi monitor -putm` on an 8-GPU MI300X node, whole: the example of AMD's ROCm blog
+# "Getting to Know Your GPU: A Deep Dive into AMD SMI" (17 Sep 2024); monitor -p -t -u prints
+# these columns but the memory's, in the same layout
+AMD_MONITOR = (Path(__file__).parent / "data" / "amd-smi" / "monitor-putm.txt").read_text()
+
+
+def test_amd_smi_monitor_is_sampled_through_the_pass(simulator, tmp_path, cli, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "amd-smi"
+    script.write_text('#!/bin/sh\n[ "$1" = monitor ] || exit 1\n'
+                      f'for i in $(seq 1 2000); do cat "{tmp_path / "monitor.txt"}"; '
+                      'sleep 0.02; done\n')
+    script.chmod(0o755)
+    (tmp_path / "monitor.txt").write_text(AMD_MONITOR)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(100)])
+    result = cli("run", "--url", simulator(delay_ms=2).url, "--corpus", corpus, "--out",
+                 tmp_path / "run.json", "--label", "x", "--concurrency", "1", "--warmup", "0",
+                 "--gpu", "amd", "--gpu-index", "0")
+    assert result.code == 0, result.err
+    item = load_run(str(tmp_path / "run.json")).passes[0]
+    telemetry = item.attempt.environment["telemetry"]
+    assert telemetry["tool"] == "amd-smi" and len(telemetry["gpus"]) == 8
+    assert telemetry["summary"]["gpu0"]["sclk_min_mhz"] == 1613.0
+    assert telemetry["summary"]["gpu1"]["util_mean_pct"] == 13.0
+    assert item.environment.energy_j == pytest.approx(
+        182 * item.measured.wall_s / item.measured.requests, rel=1e-3)
+    reader = AmdMonitorSamples()
+    rows = [reader.feed(line, 1.0) for line in AMD_MONITOR.splitlines()]
+    assert rows[0] is None and rows[1] == (1.0, "gpu0", {
+        "sclk_mhz": 1613.0, "temp_c": 42.0, "power_w": 182.0, "util_pct": 83.0,
+        "energy_mj": None, "reasons": None})
+
+
+def fake_process(proc, pid, parent, session, ticks):
+    folder = proc / str(pid)
+    folder.mkdir(exist_ok=True)
+    (folder / "stat").write_text(f"{pid} (a ) b) S {parent} {pid} {session} 0 0 0 0 0 0 0 "
+                                 f"{ticks} 0 0 0 20 0 1 0\n")
+
+
+def test_the_sampler_reads_the_router_s_processes_without_scanning_every_time(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    for pid, parent, session, ticks in ((10, 1, 10, 100), (11, 10, 10, 50), (12, 1, 12, 999)):
+        fake_process(proc, pid, parent, session, ticks)
+    tick = os.sysconf("SC_CLK_TCK")
+    by_session = RouterTicks(CaptureSettings(router_session=10, proc_root=str(proc)))
+    by_tree = RouterTicks(CaptureSettings(router_pid=10, proc_root=str(proc)))
+    assert by_session.seconds() == by_tree.seconds() == 150 / tick
+    fake_process(proc, 13, 10, 10, 7)  # started after the scan: counted from the next
+    assert by_session.seconds() == 150 / tick
+    (proc / "11" / "stat").unlink()  # ended: a scan at once
+    (proc / "11").rmdir()
+    assert by_session.seconds() == by_tree.seconds() == 107 / tick
+    assert RouterTicks(CaptureSettings(router_session=99, proc_root=str(proc))).seconds() is None
