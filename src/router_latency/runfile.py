@@ -558,10 +558,12 @@ class Attempt(NamedTuple):
                 isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
             raise RouterLatencyError("expected a list of 64 lowercase hex digits",
                                      f"{where}.config_hashes")
-        arrival = raw.get("arrival")
+        if not is_whole(load.get("samples", 0)):
+            raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                     f"{where}.load.samples")
         attempt = cls(
             checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
-            arrival if isinstance(arrival, str) else None, str(raw.get("started_utc", "")),
+            checked_text(raw, "arrival", where), _checked_string(raw, "started_utc", where),
             checked_number(raw.get("started_unix"), f"{where}.started_unix", nullable=True),
             # as written by LoadSampler.stop and environment_record; the reader checked the
             # numbers the analysis computes with (above and in _check_environment)
@@ -612,6 +614,7 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
 
 def _check_environment(environment: dict, where: str) -> None:
     """Raise when the figures the analysis reads from a pass's environment are not numbers."""
+    checked_text(environment, "router_cpus", where)
     gpu = checked_object(environment, "gpu", where)
     for moment in ("before", "after"):
         GpuReading.from_json(gpu.get(moment), f"{where}.gpu.{moment}")
@@ -794,9 +797,11 @@ class PassRecord(NamedTuple):
         attempts = raw.get("discarded_attempts") or []
         if not isinstance(attempts, list):
             raise RouterLatencyError("expected a list", f"{where}.discarded_attempts")
+        if not isinstance(raw.get("interrupted", False), bool):
+            raise RouterLatencyError("expected true or false", f"{where}.interrupted")
         attempt = Attempt.from_json(raw, where, count, measured=not discarded)
         return cls(pass_name(concurrency, attempt.rate), concurrency, discarded,
-                   raw.get("interrupted") is True, attempt,
+                   raw.get("interrupted", False), attempt,
                    tuple(Attempt.from_json(a, f"{where}.discarded_attempts[{i}]", count,
                                            measured=True)
                          if isinstance(a, dict) else _not_an_object(
@@ -1193,36 +1198,80 @@ class RunFile(NamedTuple):
                 raise RouterLatencyError(f"a second {pass_title(item.name)} pass",
                                          f"{path}: passes[{i}]")
             passes.append(item)
-        settings = RunSettings.from_json(checked_object(document, "settings", f"{path}: "),
-                                         f"{path}: settings")
-        text = {key: document.get(key) if isinstance(document.get(key), str) else ""
-                for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
-                            "host")}
-        names = document.get("header_names")
+        objects = {key: _whole_object(document, key, path) for key in (
+            "tool", "driver", "router", "captures", "settings", "floor", "warmup",
+            "host_settings")}
+        settings = RunSettings.from_json(objects["settings"], f"{path}: settings")
+        text = {key: _checked_string(document, key, f"{path}: ") for key in (
+            "label", "started_utc", "ended_utc", "url", "model", "python", "host")}
+        names = document.get("header_names", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise RouterLatencyError("expected a list of header names", f"{path}: header_names")
+        if not isinstance(corpus.get("path", ""), str):
+            raise RouterLatencyError("expected a string", f"{path}: corpus.path")
+        insecure = document.get("insecure", False)
+        if not isinstance(insecure, bool):
+            raise RouterLatencyError("expected true or false", f"{path}: insecure")
         return cls(
             # sha256 and count checked above; its path is shown only
             text["label"], document["complete"], cast(CorpusRef, corpus), tuple(passes),
             text["started_utc"],
             checked_number(document.get("started_unix"), f"{path}: started_unix",
                            nullable=True),
-            text["ended_utc"], text["url"], text["model"],
-            tuple(names) if isinstance(names, list) else (), document.get("insecure") is True,
-            # tool, driver and router as the run wrote them: objects, shown only (as text)
-            cast(ToolRef, checked_object(document, "tool", f"{path}: ")
-                 or cls._field_defaults["tool"]),
+            text["ended_utc"], text["url"], text["model"], tuple(names), insecure,
+            # tool, driver and router as the run wrote them: shown only (as text)
+            _checked_tool(objects["tool"], f"{path}: tool") or cls._field_defaults["tool"],
             text["python"], text["host"],
-            cast(DriverRef, checked_object(document, "driver", f"{path}: ")),
-            cast(RouterRef, checked_object(document, "router", f"{path}: ")),
-            Captures.from_json(checked_object(document, "captures", f"{path}: "),
-                               f"{path}: captures"),
+            cast(DriverRef, _checked_ref(objects["driver"], f"{path}: driver")),
+            cast(RouterRef, _checked_ref(objects["router"], f"{path}: router")),
+            Captures.from_json(objects["captures"], f"{path}: captures"),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
-            Floor.from_json(checked_object(document, "floor", f"{path}: "), f"{path}: floor"),
-            Warmup.from_json(checked_object(document, "warmup", f"{path}: "), f"{path}: warmup"),
-            HostSettings.from_json(checked_object(document, "host_settings", f"{path}: "),
-                                   f"{path}: host_settings"),
+            Floor.from_json(objects["floor"], f"{path}: floor"),
+            Warmup.from_json(objects["warmup"], f"{path}: warmup"),
+            HostSettings.from_json(objects["host_settings"], f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
             _checked_signal_names(document, passes, path), str(path))
+
+
+def _whole_object(document: dict, key: str, path: str) -> dict:
+    """Return a top-level object of a run file, {} when absent; raise for anything else, null
+    included (the tool writes each of them as an object, {} when empty)."""
+    if key in document and not isinstance(document[key], dict):
+        raise RouterLatencyError("expected an object", f"{path}: {key}")
+    return document.get(key, {})
+
+
+def _checked_string(raw: dict, key: str, where: str) -> str:
+    """Return raw[key] when a string, "" when absent; raise for anything else, null included."""
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise RouterLatencyError("expected a string",
+                                 f"{where}{key}" if where.endswith(" ") else f"{where}.{key}")
+    return value
+
+
+def _checked_tool(raw: dict, where: str) -> ToolRef:
+    """Return the tool's name and version; raise unless both are strings (absent: {})."""
+    if raw and not all(isinstance(raw.get(key), str) for key in ("name", "version")):
+        raise RouterLatencyError("expected a string name and version", where)
+    return cast(ToolRef, raw)
+
+
+# the driver's and the router's reference: each field a whole number, a list of them or a text
+REF_KINDS: dict[str, Callable[[Any], bool]] = {
+    "pid": is_whole, "cgroup": lambda v: isinstance(v, str),
+    "container": lambda v: isinstance(v, str), "cpus": lambda v: isinstance(v, str),
+    "cpu_affinity": lambda v: isinstance(v, list) and all(is_whole(c) for c in v)}
+
+
+def _checked_ref(raw: dict, where: str) -> dict:
+    """Return a driver or router reference; raise where a field it names is of another kind
+    (each may be null)."""
+    for key, kind in REF_KINDS.items():
+        if raw.get(key) is not None and not kind(raw[key]):
+            raise RouterLatencyError("a value of the wrong kind", f"{where}.{key}")
+    return raw
 
 
 def _checked_signal_names(document: dict, passes: Sequence[PassRecord],
