@@ -5739,6 +5739,37 @@ def cpu_affinity() -> Optional[list[int]]:
 # its per-signal times read (held while the pass runs, read after it): the AnswerBook that the
 # pass loop calls once per completed answer.
 
+# the first bytes of the compressed bodies a router or a proxy may send unasked (the tool asks
+# for none): gzip, zlib (deflate), zstd
+COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x78\x01", "deflate"), (b"\x78\x5e", "deflate"),
+                    (b"\x78\x9c", "deflate"), (b"\x78\xda", "deflate"),
+                    (b"\x28\xb5\x2f\xfd", "zstd"))
+
+
+def body_fault(body: bytes) -> str:
+    """Return what keeps an answer's body from being read as JSON, in words: compressed,
+    not UTF-8, not JSON (and where), or more than one JSON document; "" when it reads.
+    Nothing of the body itself is quoted: it may hold what a secret became."""
+    for magic, name in COMPRESSED_MAGIC:
+        if body.startswith(magic):
+            return (f"a {name}-compressed body (Content-Encoding: {name}?), which the tool does "
+                    f"not decompress: the router or a proxy before it compresses unasked")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"a body that is not UTF-8 (byte {exc.start} of {len(body):,})"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":
+            return (f"a body that is more than one JSON document (more after character "
+                    f"{exc.pos:,} of {len(text):,})")
+        return f"a body that is not JSON ({exc.msg}: character {exc.pos:,} of {len(text):,})"
+    except (ValueError, RecursionError) as exc:
+        return f"a body that is not JSON ({exc.__class__.__name__})"
+    return ""
+
+
 _new_tuple = tuple.__new__
 
 
@@ -6942,6 +6973,7 @@ class Readiness(NamedTuple):
     status: Optional[int]  # the HTTP status, None where none came
     what: str  # what happened, in words
     ready: bool
+    final: bool = False  # an answer no wait changes (compressed, not UTF-8, not JSON)
 
 
 def probe_router(target: Target, payload: bytes,
@@ -6971,6 +7003,10 @@ def probe_router(target: Target, payload: bytes,
             _, error, _ = classify(status, body, target.decision_paths)
         except RequestFailed:  # malformed: the passes will say what was wrong with it
             error = None
+        fault = body_fault(bytes(body)) if error == "bad_json" else ""
+        if fault:  # compressed, not UTF-8, not JSON: no wait makes it read
+            return Readiness(status, f"answered {status_words(status)} to a preview with "
+                             f"{fault}", False, final=True)
         if error is not None:
             # a body whose decision lies elsewhere names the --decision-path that reads it
             hint = decision_path_hint(body) if body.strip() else ""
@@ -7018,12 +7054,14 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit = wait_ready or 0.0
     while True:
-        status, what, ready = probe_router(target, payload, stop)
+        status, what, ready, final = probe_router(target, payload, stop)
         if ready:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
+        if final:  # a body the tool cannot read: said as it is, with no hint to wait
+            raise RouterLatencyError(f"router at {target.endpoint.shown} {what}", "--url")
         if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")

@@ -2,6 +2,7 @@
 that restarts, a TLS router): every request recorded and classified, passes discarded under
 load, interrupts, open-loop passes, the driver's floor, faults of the router and of the disk."""
 
+import gzip
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -1401,6 +1403,39 @@ def test_a_2xx_answer_without_a_decision_names_the_decision_path_that_reads_it(
                           f"not ready: it answered HTTP 200 OK to a preview with no decision "
                           f"result ({said}); --wait-ready SECONDS waits for a starting router "
                           f"(--url)\n")
+
+
+GOOD_ANSWER = b'{"decision_result": {"decision_name": "math"}}'
+
+
+@pytest.mark.parametrize("body, said", [
+    # what the issue found: both read "no decision result (classifiers not loaded yet?)"
+    (gzip.compress(GOOD_ANSWER), "a gzip-compressed body (Content-Encoding: gzip?), which the "
+                                 "tool does not decompress"),
+    (b'{"decision_result": {"decision_name": "caf\xe9"}}',
+     "a body that is not UTF-8 (byte 42 of 46)"),
+    # of the same kind: other compressions, not JSON at all, two documents, a cut body
+    (zlib.compress(GOOD_ANSWER), "a deflate-compressed body"),
+    (b"\x28\xb5\x2f\xfd" + GOOD_ANSWER, "a zstd-compressed body"),
+    (b"<html>starting</html>", "a body that is not JSON (Expecting value: character 0 of 21)"),
+    (GOOD_ANSWER + b"\n" + GOOD_ANSWER, "a body that is more than one JSON document (more "
+                                         "after character 47 of 93)"),
+    (GOOD_ANSWER[:-3], "a body that is not JSON (Unterminated string starting at: character "
+                       "38 of 43)"),
+])
+def test_a_2xx_answer_the_tool_cannot_read_says_what_is_wrong_with_it(
+        scripted, tmp_path, cli, body, said):
+    router = scripted(lambda prompt, number: [final_answer(body)])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "o.json"
+    # no wait makes such an answer read: refused at the first look, even with --wait-ready
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--wait-ready", "60")
+    assert result.code == 2 and not out.exists()
+    assert result.err.startswith(f"router-latency: error: router at {router.url}{PREVIEW_PATH} "
+                                 f"answered HTTP 200 OK to a preview with {said}"), result.err
+    assert result.err.count("\n") == 1 and "classifiers" not in result.err
+    assert router.requests <= 2  # /ready and one preview: no waiting
 
 
 def test_warm_up_answers_without_a_decision_name_the_decision_path(scripted, tmp_path, cli):

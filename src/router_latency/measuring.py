@@ -39,7 +39,7 @@ from .wire import (accept_connections, classify, Connection, decision_path_hint,
 from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_cpu_seconds,
                        environment_record, gpu_tool, host_settings, host_warnings, LoadSampler,
                        read_cpu_use, router_cpu_use, router_cpus, utc_now)
-from .answers import AnswerBook, failure_of, RawResult
+from .answers import AnswerBook, body_fault, failure_of, RawResult
 
 __all__ = [
     "check_plan", "flat_step", "ladder_levels", "ladder_stop", "LoadGuard", "measure_run",
@@ -1017,6 +1017,7 @@ class Readiness(NamedTuple):
     status: Optional[int]  # the HTTP status, None where none came
     what: str  # what happened, in words
     ready: bool
+    final: bool = False  # an answer no wait changes (compressed, not UTF-8, not JSON)
 
 
 def probe_router(target: Target, payload: bytes,
@@ -1046,6 +1047,10 @@ def probe_router(target: Target, payload: bytes,
             _, error, _ = classify(status, body, target.decision_paths)
         except RequestFailed:  # malformed: the passes will say what was wrong with it
             error = None
+        fault = body_fault(bytes(body)) if error == "bad_json" else ""
+        if fault:  # compressed, not UTF-8, not JSON: no wait makes it read
+            return Readiness(status, f"answered {status_words(status)} to a preview with "
+                             f"{fault}", False, final=True)
         if error is not None:
             # a body whose decision lies elsewhere names the --decision-path that reads it
             hint = decision_path_hint(body) if body.strip() else ""
@@ -1093,12 +1098,14 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit = wait_ready or 0.0
     while True:
-        status, what, ready = probe_router(target, payload, stop)
+        status, what, ready, final = probe_router(target, payload, stop)
         if ready:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
+        if final:  # a body the tool cannot read: said as it is, with no hint to wait
+            raise RouterLatencyError(f"router at {target.endpoint.shown} {what}", "--url")
         if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")
