@@ -6005,6 +6005,7 @@ class AnswerBook:
 # passes, measure_run().
 
 REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
+STARTING_5XX = (502, 503, 504)  # a router starting, or a proxy before it: the only 5xx waited on
 PERCENTILE_METHOD = ("linear interpolation between closest ranks "
                      "(Hyndman-Fan R7, numpy's default)")
 LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request is sent "
@@ -6984,7 +6985,8 @@ def probe_router(target: Target, payload: bytes,
     404 from a router or proxy without one, leaves it to the preview), then one preview,
     which must answer 2xx with a decision result or 429: a router's /health answers 200 while
     its models load, and a preview before its classifiers load answers 200 with no decision
-    result. A 429 is a router that routes but has no free slot this moment."""
+    result. A 429 is a router that routes but has no free slot this moment; a 5xx but 502,
+    503 and 504 is a router that is up and fails (500 CLASSIFICATION_ERROR): ready too."""
     endpoint = ready_endpoint(target.endpoint)
     status, _, what = ask_router(target, endpoint,
                                  encode_request(endpoint, "GET", b"", target.headers), stop)
@@ -7015,7 +7017,10 @@ def probe_router(target: Target, payload: bytes,
             return Readiness(status, f"answered {status_words(status)} to a preview with "
                              f"{'an empty body' if not body.strip() else 'no decision result'}"
                              f" ({why})", False)
-    return Readiness(status, what, 200 <= status < 300 or status == 429)
+    # a 5xx but 502, 503, 504 (a proxy before its upstream, a router loading) is a router that
+    # is up and fails: the passes record its failures, and the gate fails it
+    return Readiness(status, what, 200 <= status < 300 or status == 429
+                     or (status >= 500 and status not in STARTING_5XX))
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,
@@ -8315,6 +8320,10 @@ def run_signature(run: RunFile) -> Dict[str, object]:
     repeat, duration = settings.repeat, settings.duration_s
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    if not run.complete and (settings.concurrency or settings.rates):
+        # interrupted (a router that ended mid-run): the passes it planned, not those it got to
+        names = " ".join([pass_name(c) for c in sorted(settings.concurrency)]
+                         + [pass_name(1, r) for r in sorted(settings.rates)])
     ladder = run.ladder
     if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
         names = (f"ladder of {' '.join(pass_name(c) for c in settings.concurrency)}"

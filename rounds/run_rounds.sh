@@ -17,7 +17,10 @@
 #
 # A start command may stay in the foreground (it is the router, as `simulate` is) or return
 # once the router runs detached (`docker run -d`). Either way it runs in a session of its own
-# with ROUND and SIDE in its environment. A side is stopped by its stop command, when given,
+# with ROUND and SIDE in its environment. A router known to have ended (every process the start
+# command left in its session gone, or its --*-container not running) is not waited for: one
+# that never answered stops the script (exit 2); one that ended while measured leaves an
+# incomplete run, a failed side. A side is stopped by its stop command, when given,
 # and then by SIGTERM to whatever still runs in that session (SIGKILL after --stop-wait
 # seconds, 30 by default). A start
 # command that returns leaving nothing in its session needs a stop command; one that exits
@@ -524,10 +527,34 @@ check_start() {  # sets start_why when the start command failed, or returned wit
   start_pid_done=1
   if [ "$code" -ne 0 ]; then
     start_why="exited $code"
-  elif [ -z "${stop_cmd[$active]}" ] && ! session_alive "$start_pid"; then
-    start_why="returned, leaving nothing running in its session (a detached router, such as $(
-      )docker run -d?), and there is no --${active}-stop to stop it: give one, and stop that $(
-      )router now"
+  elif ! session_alive "$start_pid"; then
+    if [ -z "${stop_cmd[$active]}" ]; then
+      start_why="returned, leaving nothing running in its session (a detached router, such $(
+        )as docker run -d?), and there is no --${active}-stop to stop it: give one, and stop $(
+        )that router now"
+    fi
+  else
+    left_behind=1  # it returned, leaving its router running in its session
+  fi
+}
+
+# sets gone_why, once a second, when the side's router is known to have ended: the processes
+# its start command left running in its session are all gone, or its --*-container is not
+# running (docker inspect); a start command that returned leaving nothing (docker run -d)
+# without a container named cannot tell
+check_gone() {
+  gone_why=""
+  [ "$start_pid_done" -eq 1 ] && [ "$SECONDS" -ge "$next_gone_check" ] || return 0
+  next_gone_check=$((SECONDS + 1))
+  if [ "$left_behind" -eq 1 ] && ! session_alive "$start_pid"; then
+    gone_why="every process its start command left running has ended"
+  elif [ -n "${container[$active]}" ] && command -v docker >/dev/null; then
+    local running
+    running=$(docker inspect --format '{{.State.Running}}' -- "${container[$active]}" \
+      2>/dev/null </dev/null) || running=absent
+    if [ "$running" != true ]; then
+      gone_why="its container ${container[$active]} is not running (docker inspect: $running)"
+    fi
   fi
 }
 
@@ -571,12 +598,17 @@ measure_side() {
   ROUND=$r SIDE=$side setsid bash -c -- "${start_cmd[$role]}" </dev/null >&2 &
   start_pid=$!
   start_pid_done=0
+  left_behind=0
+  next_gone_check=0
   target=${url[$role]}
   if [ -n "${url_file[$role]}" ]; then
     for ((i = 0; i < wait_ready * 10; i++)); do
       [ -s "${url_file[$role]}" ] && break
       check_start
       [ -z "$start_why" ] || die "start command of $side $start_why (round $r)"
+      check_gone
+      [ -z "$gone_why" ] || die "$side's router ended before it wrote ${url_file[$role]}: $(
+        )$gone_why (round $r)"
       sleep 0.1
     done
     [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
@@ -591,6 +623,7 @@ measure_side() {
     --label "$side" --wait-ready "$wait_ready" --quiet \
     ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
   run_pid=$!
+  local ended=""
   while kill -0 "$run_pid" 2>/dev/null; do
     check_start
     if [ -n "$start_why" ]; then
@@ -599,9 +632,24 @@ measure_side() {
       measuring=""
       die "start command of $side $start_why (round $r)"
     fi
+    check_gone
+    if [ -n "$gone_why" ]; then  # the run saves what it measured, if anything
+      ended=$gone_why
+      kill -TERM "$run_pid" 2>/dev/null || true
+      break
+    fi
     sleep 0.1
   done
   wait "$run_pid" || code=$?
+  if [ -n "$ended" ]; then
+    measuring=""
+    # before it answered: no round can be run; while it was measured: a side that failed
+    [ -e "$file" ] || die "$side's router ended before it answered: $ended (round $r)"
+    stop_side "$role"
+    say "round $r/$rounds $side: its router ended while it was measured: $ended; $(
+      )${file##*/} is incomplete, and rounds counts the side as failed"
+    return 0
+  fi
   case "$code" in
     130|143) interrupted=$code; exit "$code" ;;
   esac
