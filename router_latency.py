@@ -6005,7 +6005,6 @@ class AnswerBook:
 # passes, measure_run().
 
 REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
-STARTING_5XX = (502, 503, 504)  # a router starting, or a proxy before it: the only 5xx waited on
 PERCENTILE_METHOD = ("linear interpolation between closest ranks "
                      "(Hyndman-Fan R7, numpy's default)")
 LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request is sent "
@@ -6985,8 +6984,8 @@ def probe_router(target: Target, payload: bytes,
     404 from a router or proxy without one, leaves it to the preview), then one preview,
     which must answer 2xx with a decision result or 429: a router's /health answers 200 while
     its models load, and a preview before its classifiers load answers 200 with no decision
-    result. A 429 is a router that routes but has no free slot this moment; a 5xx but 502,
-    503 and 504 is a router that is up and fails (500 CLASSIFICATION_ERROR): ready too."""
+    result. A 429 is a router that routes but has no free slot this moment; a 500 is a router
+    that is up and fails (CLASSIFICATION_ERROR): ready too, for the passes to record."""
     endpoint = ready_endpoint(target.endpoint)
     status, _, what = ask_router(target, endpoint,
                                  encode_request(endpoint, "GET", b"", target.headers), stop)
@@ -7017,10 +7016,10 @@ def probe_router(target: Target, payload: bytes,
             return Readiness(status, f"answered {status_words(status)} to a preview with "
                              f"{'an empty body' if not body.strip() else 'no decision result'}"
                              f" ({why})", False)
-    # a 5xx but 502, 503, 504 (a proxy before its upstream, a router loading) is a router that
-    # is up and fails: the passes record its failures, and the gate fails it
-    return Readiness(status, what, 200 <= status < 300 or status == 429
-                     or (status >= 500 and status not in STARTING_5XX))
+    # a 500 (CLASSIFICATION_ERROR, RESPONSE_DEADLINE_ERROR) is a router that is up and fails:
+    # the passes record its failures, and the gate fails it; 502, 503 and 504 are a router
+    # loading or a proxy before it, 501 and 505 no preview at all
+    return Readiness(status, what, 200 <= status < 300 or status in (429, 500))
 
 
 def not_ready_message(target: Target, status: Optional[int], what: str,

@@ -435,6 +435,21 @@ def test_an_answer_that_is_not_a_preview_is_named(scripted, tmp_path, cli):
         f"Implemented to a preview (--url)\n")
 
 
+@pytest.mark.parametrize("body", [b'{"error":{"code":"CLASSIFICATION_ERROR","message":"x"}}',
+                                  b'{"error":{"code":"RESPONSE_DEADLINE_ERROR","message":"x"}}',
+                                  b"internal error"])
+def test_a_router_that_answers_500_is_up_and_failing_not_starting(scripted, tmp_path, cli, body):
+    # it was waited on for the whole --wait-ready, then bad input (exit 2) with no run file
+    router = scripted(lambda prompt, number: [final_answer(body, b"500 Internal Server Error")])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "o.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "1", "--wait-ready", "300", "--quiet")
+    assert result.code == 1, result.err
+    assert json.loads(out.read_text())["passes"][0]["summary"]["errors"] == {"http_5xx": 2}
+    assert "router-latency: 2 requests failed (--max-errors 0)" in result.err
+
+
 def test_a_preview_answered_2xx_with_a_body_over_the_limit_is_ready(scripted, tmp_path, cli):
     too_large = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY_BYTES + 1)
     router = scripted(lambda prompt, _: [too_large])
