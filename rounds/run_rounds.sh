@@ -64,6 +64,10 @@
 # round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
 # complete rounds). An interrupted run gets --stop-wait seconds to save what it measured.
 set -euo pipefail
+# a closed stdout or stderr (`run_rounds.sh ... 2>&1 | head -n 2`) must not end the script with
+# SIGPIPE after round 1: its own writes fail quietly instead, and it finishes with its real
+# code; the start and stop commands get the default back (default_pipe)
+trap '' PIPE
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
@@ -92,7 +96,8 @@ format_args=()
 final_args=()  # passed to the final `rounds` only: --junit, --html
 run_args=()
 
-usage() {
+usage() { ( trap - PIPE; help_text ) || true; }  # | head: no SIGPIPE status
+help_text() {
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
   cat <<'EOT'
 
@@ -146,11 +151,12 @@ tool_command() {
 
 made_dir=0  # the script made --dir: an error leaves no empty folder behind
 die() {
-  printf 'run_rounds.sh: error: %s\n' "$1" >&2
+  printf 'run_rounds.sh: error: %s\n' "$1" >&2 2>/dev/null || true
   if [ "$made_dir" -eq 1 ]; then rmdir -- "$dir" 2>/dev/null || true; fi
   exit 2
 }
-say() { printf 'run_rounds.sh: %s\n' "$1" >&2; }
+say() { printf 'run_rounds.sh: %s\n' "$1" >&2 2>/dev/null || true; }
+default_pipe() { trap - PIPE; exec "$@"; }  # run a command with SIGPIPE's default action
 unknown_option() {  # an option of `run` given before --, or one nobody knows
   local option=${1%%=*} shown=$1
   if [ "$option" = "$1" ] && [ -n "${2:-}" ] && [[ "$2" != -* ]]; then shown="$1 $2"; fi
@@ -232,7 +238,7 @@ fi
 # round N starts with base when N is odd and with new when N is even (rl.start_order)
 order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
 
-if [ "$dry_run" -eq 1 ]; then
+schedule() {  # what --dry-run prints
   shown_args=""
   if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
   for ((r = 1; r <= rounds; r++)); do
@@ -257,6 +263,9 @@ if [ "$dry_run" -eq 1 ]; then
     "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
     )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
     "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
+}
+if [ "$dry_run" -eq 1 ]; then
+  schedule 2>/dev/null || true  # a reader that stops early (| head) ends nothing but the print
   exit 0
 fi
 
@@ -465,7 +474,7 @@ session_alive() {  # whether a process other than a zombie is left in session $1
 stop_side() {
   local role=$1 deadline
   if [ -n "${stop_cmd[$role]}" ]; then
-    ROUND=$r SIDE=${name[$role]} bash -c -- "${stop_cmd[$role]}" </dev/null >&2 \
+    (ROUND=$r SIDE=${name[$role]} default_pipe bash -c -- "${stop_cmd[$role]}") </dev/null >&2 \
       || say "warning: stop command of ${name[$role]} failed"
   fi
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
@@ -595,7 +604,7 @@ measure_side() {
   say "round $r/$rounds $side: starting"
   if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
   active=$role
-  ROUND=$r SIDE=$side setsid bash -c -- "${start_cmd[$role]}" </dev/null >&2 &
+  (ROUND=$r SIDE=$side default_pipe setsid bash -c -- "${start_cmd[$role]}") </dev/null >&2 &
   start_pid=$!
   start_pid_done=0
   left_behind=0

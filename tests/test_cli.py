@@ -1546,3 +1546,29 @@ def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_pa
         "counts the side as failed" in result.stderr, result.stderr
     assert "the gpu side failed in r1 (incomplete run" in result.stdout
     assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
+
+
+@pytest.mark.parametrize("redirect", ["2>&1 | head -n 2", "2>&1 >/dev/null | head -n 1"])
+def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
+    # `run_rounds.sh ... 2>&1 | head -n 2` ended it with SIGPIPE (exit 141) after round 1's
+    # first side, with no message: it finishes every round and exits with its real code
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
+    command = shlex.join(with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path))
+    status = tmp_path / "status"
+    script = f"{command} {redirect}; echo ${{PIPESTATUS[0]}} > {shlex.quote(str(status))}"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                            timeout=180, env=DRIVER_ENV)
+    assert status.read_text() == "0\n", result.stdout
+    assert len(result.stdout.splitlines()) == int(redirect.split()[-1])
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")]
+    assert (tmp_path / "log").read_text().splitlines() == [
+        "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
+
+
+def test_driver_dry_run_and_help_stop_quietly_for_a_reader_that_stops_early(tmp_path):
+    command = shlex.join(driver_args(tmp_path, "corpus.json", "--dry-run"))
+    for args in (command, f"bash {shlex.quote(str(DRIVER))} --help"):
+        result = subprocess.run(["bash", "-c", f"{args} | head -n 1; echo ${{PIPESTATUS[0]}}"],
+                                capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+        assert result.stdout.splitlines()[-1] == "0" and result.stderr == "", result

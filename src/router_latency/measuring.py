@@ -29,9 +29,9 @@ from .words import fmt_value, plural, scrubbed
 from .stats import rounded_percentiles
 from .corpus import Corpus
 from .cache import result_cache_finding
-from .runfile import (Attempt, Captures, content_slow_windows, count_outcomes, Floor, Ladder,
-                      pass_name, pass_summary, pass_title, PassRecord, phase_windows, Request,
-                      RunFile, RunSettings, Thresholds, Warmup)
+from .runfile import (Attempt, Captures, count_outcomes, Floor, Ladder, pass_name, pass_summary,
+                      pass_title, PassRecord, phase_windows, Request, RunFile, RunSettings,
+                      slow_phase, Thresholds, Warmup)
 from .wire import (accept_connections, classify, Connection, decision_path_hint, encode_request,
                    Endpoint, error_code, http_response, open_socket, parse_endpoint,
                    RequestFailed, ResponseReader, secret_values, SignalTable, stop_accepting,
@@ -1204,13 +1204,12 @@ def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) ->
     judged against what its prompts take in the other passes (content_slow_windows)."""
     warnings = []
     for item in passes:
-        slow = () if item.discarded else content_slow_windows(item, passes, thresholds)
-        if slow:
-            windows = [item.attempt.windows[i] for i in slow]
-            worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
+        phase = None if item.discarded else slow_phase(item, passes, thresholds)
+        if phase and phase.windows:
             warnings.append(f"{pass_title(item.name)}: slow phase in "
-                            f"{plural(len(slow), 'window')} of {len(item.attempt.windows)}"
-                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)"))
+                            f"{plural(len(phase.windows), 'window')} of "
+                            f"{len(item.attempt.windows)}: "
+                            f"{phase.evidence(item.attempt.windows)}")
     return warnings
 
 

@@ -16,17 +16,18 @@ from .constants import (__version__, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
                         MAX_REASON_CHARS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
                         SIGNAL_NAME_PATTERN)
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
+from .words import fmt_value
 from .gpu import GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings
 from .cache import CacheFinding, checked_cache, result_cache_finding
 from .stats import percentile, rounded_percentiles
 from .files import check_schema, read_json
 
 __all__ = [
-    "Attempt", "CapturedEnvironment", "Captures", "content_slow_windows", "count_outcomes",
-    "CpuSettings", "dump_run", "EnvironmentRow", "Floor", "HostSettings", "Ladder", "load_run",
-    "LoadRange", "pass_name", "pass_summary", "pass_title", "PassEnvironment", "PassRecord",
-    "phase_windows", "PhaseWindow", "ProbeResult", "Request", "RouterCpu", "RunFile",
-    "RunSettings", "Thresholds", "Warmup",
+    "Attempt", "CapturedEnvironment", "Captures", "count_outcomes", "CpuSettings", "dump_run",
+    "EnvironmentRow", "Floor", "HostSettings", "Ladder", "load_run", "LoadRange", "pass_name",
+    "pass_summary", "pass_title", "PassEnvironment", "PassRecord", "phase_windows",
+    "PhaseWindow", "ProbeResult", "Request", "RouterCpu", "RunFile", "RunSettings",
+    "slow_phase", "SlowPhase", "Thresholds", "Warmup",
 ]
 
 
@@ -403,16 +404,68 @@ def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tupl
     The pass's own windows are the baseline, so a pass slow throughout is not a slow phase;
     fewer than 3 windows make no baseline.
     """
+    return tuple(i for i, by_p95, by_rate in slow_tests(windows, thresholds)
+                 if by_p95 or by_rate)
+
+
+def slow_tests(windows: Sequence[PhaseWindow],
+               thresholds: Thresholds) -> list[tuple[int, bool, bool]]:
+    """Return (index, its p95 is above the limit, its rate below it) of each window
+    (slow_windows); none for fewer than 3 windows."""
     if len(windows) < 3:
-        return ()
+        return []
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     p95_limit = thresholds.slow_p95_factor * statistics.median(p95s) if p95s else None
     rate_limit = thresholds.slow_rate_factor * statistics.median(rates) if rates else None
-    return tuple(i for i, w in enumerate(windows)
-                 if (p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit)
-                 or (rate_limit is not None and w.req_per_s is not None
-                     and w.req_per_s < rate_limit))
+    return [(i, p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit,
+             rate_limit is not None and w.req_per_s is not None and w.req_per_s < rate_limit)
+            for i, w in enumerate(windows)]
+
+
+class SlowPhase(NamedTuple):
+    """A pass's slow phase (slow_phase) and the evidence that made it."""
+    windows: tuple[int, ...]  # the indexes of its windows; () for none
+    # every window as judged: against what its prompts take elsewhere, p95_ms is its p95 over
+    # what its prompts' references give (1.0: as expected), req_per_s its pace (those
+    # references' time per ms of its span); else the windows' own figures
+    judged: tuple[PhaseWindow, ...] = ()
+    relative: bool = False  # judged against the prompts' references
+    by_p95: bool = False  # a window of it was slow by its p95
+    by_rate: bool = False  # ... by its rate or pace
+
+    def evidence(self, windows: Sequence[PhaseWindow]) -> str:
+        """Return the figures that made the phase, each against the median window's: judged
+        against the prompts' references, with the windows' own figures beside them."""
+        def median(values: Iterator[Optional[float]]) -> Optional[float]:
+            known = [v for v in values if v is not None]
+            return statistics.median(known) if known else None
+
+        chosen = [windows[i] for i in self.windows]
+        judged = [self.judged[i] for i in self.windows]
+        p95 = (max(w.p95_ms for w in chosen if w.p95_ms is not None),
+               median(w.p95_ms for w in windows))
+        rate = (min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None),
+                median(w.req_per_s for w in windows))
+        parts = []
+        if self.by_p95 and self.relative:
+            parts.append(f"p95 {max(w.p95_ms for w in judged if w.p95_ms is not None):.2f}x "
+                         f"what its prompts take elsewhere in the run, median window "
+                         f"{median(w.p95_ms for w in self.judged):.2f}x (p95 "
+                         f"{fmt_value(p95[0])} ms, median window {fmt_value(p95[1])} ms)")
+        elif self.by_p95:
+            parts.append(f"p95 up to {fmt_value(p95[0])} ms, median window "
+                         f"{fmt_value(p95[1])} ms")
+        if self.by_rate and self.relative:
+            pace = min(w.req_per_s for w in judged if w.req_per_s is not None)
+            parts.append(f"pace {pace / (median(w.req_per_s for w in self.judged) or pace):.0%} "
+                         f"of the median window's, by what its prompts take elsewhere "
+                         f"({fmt_value(rate[0])} req/s, median window {fmt_value(rate[1])} "
+                         f"req/s)")
+        elif self.by_rate:
+            parts.append(f"rate down to {fmt_value(rate[0])} req/s, median window "
+                         f"{fmt_value(rate[1])} req/s")
+        return "; ".join(parts)
 
 
 def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
@@ -438,26 +491,36 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
 
 def content_slow_windows(item: Any, passes: Sequence[Any],
                          thresholds: Thresholds) -> tuple[int, ...]:
-    """Return the indexes of a pass's slow windows, each judged against what its own prompts
-    take elsewhere in the run (prompt_references): a window is slow when its requests' p95
-    of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
-    the median window's, or its pace (the references' sum per second of its span) below
-    slow_rate_factor times the median window's. So a window of long prompts, slow by its
-    content, is not a slow phase; a node or router that slowed down is. Without references
-    (a single pass sent once), the pass's own windows are the baseline (slow_windows)."""
+    """Return the indexes of a pass's slow windows (slow_phase)."""
+    return slow_phase(item, passes, thresholds).windows
+
+
+def slow_phase(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> SlowPhase:
+    """Return a pass's slow phase, each window judged against what its own prompts take
+    elsewhere in the run (prompt_references): a window is slow when its p95 over the p95 its
+    prompts' references give (times the pass's scale) is above slow_p95_factor times the median
+    window's, or its pace (the references' sum per second of its span) below slow_rate_factor
+    times the median window's, and in that figure of its own it is worse than the median window
+    too (a window as fast as the median window is no slow phase, whatever the references say).
+    So a window of long prompts, slow by its content, is not a slow phase; a node or router that
+    slowed down is. The p95 of the references, not of each request over its own: a prompt whose
+    reference is small by where it stood in the other passes (the first request on each
+    connection) does not make a window slow. Without references (a single pass sent once),
+    the pass's own windows are the baseline (slow_windows)."""
     windows, requests = item.attempt.windows, item.requests
     references = prompt_references(item, passes) if len(windows) >= 3 else None
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
             or any(r.start_ms is None for r in requests):  # windows not of these requests
-        return slow_windows(windows, thresholds)
+        return _slow_phase(windows, windows, thresholds, False)
     ratios = [r.latency_ms / ref if r.error is None and r.latency_ms and ref else None
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
-    p95s, paces = [], []
+    judged = []
     for number, w in enumerate(windows):
         part = range(w.first, w.first + w.requests)
-        residuals = [ratios[i] / scale for i in part if ratios[i] is not None]
-        p95s.append(percentile(residuals, 95) if residuals else None)
+        expected_p95 = [references[i] for i in part if ratios[i] is not None]
+        p95 = w.p95_ms / (scale * percentile(expected_p95, 95)) \
+            if expected_p95 and w.p95_ms is not None else None
         # the pace between sends: the last window's span ends at its last send, since the
         # drain after it (fewer callers at the end of a pass) is no slow phase
         last = number == len(windows) - 1
@@ -465,9 +528,27 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
             else w.span_s * 1000
         expected = math.fsum(references[i] for i in (part[:-1] if last else part)
                              if references[i])
-        paces.append(expected / span_ms if span_ms > 0 else None)
-    return slow_windows([w._replace(p95_ms=p95, req_per_s=pace)
-                         for w, p95, pace in zip(windows, p95s, paces)], thresholds)
+        judged.append(w._replace(p95_ms=p95, req_per_s=expected / span_ms if span_ms > 0
+                                 else None))
+    return _slow_phase(windows, judged, thresholds, True)
+
+
+def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
+                thresholds: Thresholds, relative: bool) -> SlowPhase:
+    """Return the SlowPhase of windows judged as `judged` says, each slow window also worse
+    than the median window in its own figure of the test that found it."""
+    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
+    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
+    median_p95 = statistics.median(p95s) if p95s else None
+    median_rate = statistics.median(rates) if rates else None
+    found = [(i, by_p95 and median_p95 is not None and windows[i].p95_ms is not None
+              and windows[i].p95_ms > median_p95,
+              by_rate and median_rate is not None and windows[i].req_per_s is not None
+              and windows[i].req_per_s < median_rate)
+             for i, by_p95, by_rate in slow_tests(judged, thresholds)]
+    found = [f for f in found if f[1] or f[2]]
+    return SlowPhase(tuple(i for i, _, _ in found), tuple(judged), relative,
+                     any(f[1] for f in found), any(f[2] for f in found))
 
 
 class RouterCpu(NamedTuple):
