@@ -1442,14 +1442,19 @@ def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     return data
 
 
-def parse_json(data: bytes, path: str) -> Any:
-    """Return the JSON value of data, or raise an error naming path and the position."""
+def parse_json(data: Union[bytes, list], path: str,
+               pairs_hook: Optional[Callable[[list], Any]] = None) -> Any:
+    """Return the JSON value of data, or raise an error naming path and the position; each
+    object is made by pairs_hook (unique_keys: a dict, a key given twice refused). A list
+    holding the bytes is emptied once they are decoded, so that a large file's bytes and
+    its text are not both held while it is parsed."""
     try:
-        text = data.decode("utf-8")
+        text = (data.pop() if isinstance(data, list) else data).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
     try:
-        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
+        return json.loads(text, parse_constant=no_constant,
+                          object_pairs_hook=pairs_hook or unique_keys)
     except json.JSONDecodeError as exc:
         raise RouterLatencyError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None
@@ -2040,26 +2045,58 @@ class Corpus(NamedTuple):
     sha256: str
 
 
+# the keys of a corpus prompt; an object of these keys only, with a whole "id" and a string
+# "text", is made a Prompt while the file is parsed, not a dict
+PROMPT_FIELDS = frozenset(("id", "text", "source", "expect"))
+
+
+class DeclaredExpect(NamedTuple):
+    """A prompt's "expect" as parsed, not yet checked (load_corpus checks it)."""
+    value: object  # a JSON value
+
+
+def prompt_pairs(pairs: list) -> Any:
+    """Return a JSON object as parse_json's unique_keys does, but a prompt as its Prompt
+    (its "expect" a DeclaredExpect): its source and the dict's own memory are never kept (a
+    million tiny prompts took 350 bytes each as dicts)."""
+    if 2 <= len(pairs) <= 4 and pairs[0][0] == "id" and is_whole(pairs[0][1]) \
+            and pairs[1][0] == "text" and isinstance(pairs[1][1], str):
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) == len(keys) and PROMPT_FIELDS.issuperset(keys):
+            expect = [value for key, value in pairs if key == "expect"]
+            return Prompt(pairs[0][1], pairs[1][1],
+                          cast(Any, DeclaredExpect(expect[0])) if expect else ())
+    return unique_keys(pairs)
+
+
 def load_corpus(path: str) -> Corpus:
-    """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path, MAX_CORPUS_BYTES)
-    document = parse_json(data, path)
+    """Return the prompts and sha256 of a corpus file, validated. Its prompts are made as they
+    are parsed (prompt_pairs): at most about 4 times the file's size, a million prompts of a
+    few characters included (docs/failures.md)."""
+    held = [read_bytes(path, MAX_CORPUS_BYTES)]
+    sha256 = hashlib.sha256(held[0]).hexdigest()
+    document = parse_json(held, path, prompt_pairs)  # the bytes go once decoded
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
     if not isinstance(raw, list):
         raise RouterLatencyError("'prompts' must be a list", f"{path}: prompts")
     if not raw:
         raise RouterLatencyError("the corpus has no prompts", f"{path}: prompts")
-    prompts = []
     for i, item in enumerate(raw):
         where = f"{path}: prompts[{i}]"
-        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+        if isinstance(item, dict):  # not of a prompt's shape: say what is wrong with it
+            if not isinstance(item.get("text"), str):
+                raise RouterLatencyError("each prompt needs a string 'text'", where)
+            item = Prompt(cast(int, item.get("id")), item["text"],
+                          cast(Any, DeclaredExpect(item["expect"])) if "expect" in item else ())
+        elif not isinstance(item, Prompt):
             raise RouterLatencyError("each prompt needs a string 'text'", where)
-        if item.get("id") != i or isinstance(item.get("id"), bool):
+        if item.id != i or isinstance(item.id, bool):
             raise RouterLatencyError(f"'id' must be {i}", where)
-        prompts.append(Prompt(i, item["text"], checked_expect(item["expect"], f"{where}.expect")
-                              if "expect" in item else ()))
-    return Corpus(tuple(prompts), path, hashlib.sha256(data).hexdigest())
+        if isinstance(item.expect, DeclaredExpect):
+            item = item._replace(expect=checked_expect(item.expect.value, f"{where}.expect"))
+        raw[i] = item
+    return Corpus(tuple(raw), path, sha256)
 
 
 # ==================== src/router_latency/gpu.py ====================
@@ -2772,10 +2809,11 @@ def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     median_p95 = statistics.median(p95s) if p95s else None
     median_rate = statistics.median(rates) if rates else None
-    found = [(i, by_p95 and median_p95 is not None and windows[i].p95_ms is not None
-              and windows[i].p95_ms > median_p95,
-              by_rate and median_rate is not None and windows[i].req_per_s is not None
-              and windows[i].req_per_s < median_rate)
+    def worse(value: Optional[float], median: Optional[float], sign: int) -> bool:
+        return value is not None and median is not None and (value - median) * sign > 0
+
+    found = [(i, by_p95 and worse(windows[i].p95_ms, median_p95, 1),
+              by_rate and worse(windows[i].req_per_s, median_rate, -1))
              for i, by_p95, by_rate in slow_tests(judged, thresholds)]
     found = [f for f in found if f[1] or f[2]]
     return SlowPhase(tuple(i for i, _, _ in found), tuple(judged), relative,

@@ -7,11 +7,11 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, cast, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from .constants import DEFAULT_GLOB, PROMPT_KEYS
 from .errors import is_whole, RouterLatencyError
-from .files import check_schema, parse_json, read_bytes, read_json
+from .files import check_schema, parse_json, read_bytes, read_json, unique_keys
 
 __all__ = [
     "build_corpus", "Corpus", "corpus_bytes", "CORPUS_FORMATS", "default_boundary_cases",
@@ -368,23 +368,55 @@ class Corpus(NamedTuple):
     sha256: str
 
 
+# the keys of a corpus prompt; an object of these keys only, with a whole "id" and a string
+# "text", is made a Prompt while the file is parsed, not a dict
+PROMPT_FIELDS = frozenset(("id", "text", "source", "expect"))
+
+
+class DeclaredExpect(NamedTuple):
+    """A prompt's "expect" as parsed, not yet checked (load_corpus checks it)."""
+    value: object  # a JSON value
+
+
+def prompt_pairs(pairs: list) -> Any:
+    """Return a JSON object as parse_json's unique_keys does, but a prompt as its Prompt
+    (its "expect" a DeclaredExpect): its source and the dict's own memory are never kept (a
+    million tiny prompts took 350 bytes each as dicts)."""
+    if 2 <= len(pairs) <= 4 and pairs[0][0] == "id" and is_whole(pairs[0][1]) \
+            and pairs[1][0] == "text" and isinstance(pairs[1][1], str):
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) == len(keys) and PROMPT_FIELDS.issuperset(keys):
+            expect = [value for key, value in pairs if key == "expect"]
+            return Prompt(pairs[0][1], pairs[1][1],
+                          cast(Any, DeclaredExpect(expect[0])) if expect else ())
+    return unique_keys(pairs)
+
+
 def load_corpus(path: str) -> Corpus:
-    """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path, MAX_CORPUS_BYTES)
-    document = parse_json(data, path)
+    """Return the prompts and sha256 of a corpus file, validated. Its prompts are made as they
+    are parsed (prompt_pairs): at most about 4 times the file's size, a million prompts of a
+    few characters included (docs/failures.md)."""
+    held = [read_bytes(path, MAX_CORPUS_BYTES)]
+    sha256 = hashlib.sha256(held[0]).hexdigest()
+    document = parse_json(held, path, prompt_pairs)  # the bytes go once decoded
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
     if not isinstance(raw, list):
         raise RouterLatencyError("'prompts' must be a list", f"{path}: prompts")
     if not raw:
         raise RouterLatencyError("the corpus has no prompts", f"{path}: prompts")
-    prompts = []
     for i, item in enumerate(raw):
         where = f"{path}: prompts[{i}]"
-        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+        if isinstance(item, dict):  # not of a prompt's shape: say what is wrong with it
+            if not isinstance(item.get("text"), str):
+                raise RouterLatencyError("each prompt needs a string 'text'", where)
+            item = Prompt(cast(int, item.get("id")), item["text"],
+                          cast(Any, DeclaredExpect(item["expect"])) if "expect" in item else ())
+        elif not isinstance(item, Prompt):
             raise RouterLatencyError("each prompt needs a string 'text'", where)
-        if item.get("id") != i or isinstance(item.get("id"), bool):
+        if item.id != i or isinstance(item.id, bool):
             raise RouterLatencyError(f"'id' must be {i}", where)
-        prompts.append(Prompt(i, item["text"], checked_expect(item["expect"], f"{where}.expect")
-                              if "expect" in item else ()))
-    return Corpus(tuple(prompts), path, hashlib.sha256(data).hexdigest())
+        if isinstance(item.expect, DeclaredExpect):
+            item = item._replace(expect=checked_expect(item.expect.value, f"{where}.expect"))
+        raw[i] = item
+    return Corpus(tuple(raw), path, sha256)

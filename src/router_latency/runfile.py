@@ -541,10 +541,11 @@ def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     median_p95 = statistics.median(p95s) if p95s else None
     median_rate = statistics.median(rates) if rates else None
-    found = [(i, by_p95 and median_p95 is not None and windows[i].p95_ms is not None
-              and windows[i].p95_ms > median_p95,
-              by_rate and median_rate is not None and windows[i].req_per_s is not None
-              and windows[i].req_per_s < median_rate)
+    def worse(value: Optional[float], median: Optional[float], sign: int) -> bool:
+        return value is not None and median is not None and (value - median) * sign > 0
+
+    found = [(i, by_p95 and worse(windows[i].p95_ms, median_p95, 1),
+              by_rate and worse(windows[i].req_per_s, median_rate, -1))
              for i, by_p95, by_rate in slow_tests(judged, thresholds)]
     found = [f for f in found if f[1] or f[2]]
     return SlowPhase(tuple(i for i, _, _ in found), tuple(judged), relative,
