@@ -1701,7 +1701,7 @@ LIST_PROMPT_KEYS = ("similar_questions",)
 EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
 MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
-# how `corpus --format` reads each data file: json, a document whose prompts lie under the
+# how `corpus --data-format` reads each data file: json, a document whose prompts lie under the
 # keys; list, a JSON list of prompt strings; jsonl, one JSON value a line (a string is a
 # prompt, anything else is read as json); lines, UTF-8 text of one prompt a line
 CORPUS_FORMATS = ("json", "list", "jsonl", "lines")
@@ -1852,7 +1852,7 @@ def file_prompts(path: Path, form: str, keys: Sequence[str]) -> list[str]:
         document = parse_json(data, where)
         if form == "list" and not (isinstance(document, list)
                                    and all(isinstance(v, str) for v in document)):
-            raise RouterLatencyError("expected a JSON list of prompt strings (--format list)",
+            raise RouterLatencyError("expected a JSON list of prompt strings (--data-format list)",
                                      where)
         texts = document if form == "list" else _walk(document, keys, where)
     texts = [text for text in texts if text != ""]  # nothing to route; whitespace is kept
@@ -1877,8 +1877,8 @@ def no_prompts_text(form: str, keys: Sequence[str]) -> str:
                 else "no prompts: every line is empty")
     tried = ", ".join(list(keys) + [k for k in LIST_PROMPT_KEYS if k not in keys])
     return (f"no prompts: no non-empty string under the keys tried ({tried}, and the user "
-            f"messages of 'messages'); --key KEY reads another key, --format list a JSON "
-            f"list of prompts, --format jsonl or lines one prompt a line")
+            f"messages of 'messages'); --key KEY reads another key, --data-format list a JSON "
+            f"list of prompts, --data-format jsonl or lines one prompt a line")
 
 
 def find_data_files(repo: Path, pattern: str, warn: Callable[[str], None]) -> list[str]:
@@ -12738,7 +12738,7 @@ def add_corpus_parser(commands: Any) -> None:
     p.add_argument("-o", "--out", required=True, help="corpus file to write")
     p.add_argument("--glob", default=DEFAULT_GLOB, help="data files, relative to the repo")
     p.add_argument("--key", action="append", default=[], help="another prompt key (repeatable)")
-    p.add_argument("--format", choices=CORPUS_FORMATS, default="json", dest="data_format",
+    p.add_argument("--data-format", choices=CORPUS_FORMATS, default="json",
                    help="how each data file is read: json, prompts under the keys at any depth; "
                         "list, a JSON list of prompts; jsonl, a JSON value a line (a string is "
                         "a prompt); lines, one prompt a line of UTF-8 text")

@@ -1187,7 +1187,8 @@ def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
     document = json.loads(result.out)
     assert document["complete"] is True and document["passes"][0]["summary"]["ok"] == 2
     assert result.err.startswith("run x: 2 prompts") and "wrote" not in result.err
-    made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--out", "-")
+    made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--key", "text",
+               "--out", "-")
     assert made.code == 0 and json.loads(made.out)["schema"] == CORPUS_SCHEMA
 
 

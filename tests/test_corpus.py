@@ -317,7 +317,7 @@ def test_a_data_file_without_prompts_is_refused(tmp_path, cli, document, options
     assert result.err.count("\n") == 1 and "Traceback" not in result.err
     assert result.err.startswith("router-latency: error: no prompts: no non-empty string under "
                                  "the keys tried (query, question, prompt, original_question")
-    assert f"({data})\n" in result.err and "--format list" in result.err
+    assert f"({data})\n" in result.err and "--data-format list" in result.err
     if options:
         assert "original_question, txt, similar_questions" in result.err
 
@@ -331,7 +331,7 @@ def test_corpus_reads_a_list_of_prompts_jsonl_and_lines(tmp_path, cli):
     texts = {}
     for form, glob in (("list", "list.json"), ("jsonl", "p.jsonl"), ("lines", "p.txt")):
         out = tmp_path / f"{form}.json"
-        result = cli("corpus", "--repo", repo, "--out", out, "--glob", glob, "--format", form,
+        result = cli("corpus", "--repo", repo, "--out", out, "--glob", glob, "--data-format", form,
                      "--no-boundary")
         assert result.code == 0, result.err
         corpus = json.loads(out.read_text())
@@ -349,8 +349,8 @@ def test_corpus_reads_a_list_of_prompts_jsonl_and_lines(tmp_path, cli):
 
 
 @pytest.mark.parametrize("form, content, message", [
-    ("list", '[{"query": "x"}]', "expected a JSON list of prompt strings (--format list)"),
-    ("list", '{"prompts": ["x"]}', "expected a JSON list of prompt strings (--format list)"),
+    ("list", '[{"query": "x"}]', "expected a JSON list of prompt strings (--data-format list)"),
+    ("list", '{"prompts": ["x"]}', "expected a JSON list of prompt strings (--data-format list)"),
     ("list", '[]', "no prompts: the list holds no non-empty string"),
     ("jsonl", '"a"\n{"query": \n', "invalid JSON at line 1"),
     ("lines", "\n\n", "the file is empty"),
@@ -362,7 +362,7 @@ def test_corpus_formats_refuse_files_not_of_their_shape(tmp_path, cli, form, con
     data.write_bytes(content if isinstance(content, bytes) else content.encode())
     out = tmp_path / "corpus.json"
     result = cli("corpus", "--repo", tmp_path / "repo", "--out", out, "--glob", "data.in",
-                 "--format", form)
+                 "--data-format", form)
     assert result.code == 2 and not out.exists(), result
     assert message in result.err and str(data) in result.err and result.err.count("\n") == 1
     if form == "jsonl" and "invalid" in message:

@@ -446,7 +446,7 @@ def add_corpus_parser(commands: Any) -> None:
     p.add_argument("-o", "--out", required=True, help="corpus file to write")
     p.add_argument("--glob", default=DEFAULT_GLOB, help="data files, relative to the repo")
     p.add_argument("--key", action="append", default=[], help="another prompt key (repeatable)")
-    p.add_argument("--format", choices=CORPUS_FORMATS, default="json", dest="data_format",
+    p.add_argument("--data-format", choices=CORPUS_FORMATS, default="json",
                    help="how each data file is read: json, prompts under the keys at any depth; "
                         "list, a JSON list of prompts; jsonl, a JSON value a line (a string is "
                         "a prompt); lines, one prompt a line of UTF-8 text")
