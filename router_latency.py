@@ -1518,14 +1518,19 @@ def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     return data
 
 
-def parse_json(data: bytes, path: str) -> Any:
-    """Return the JSON value of data, or raise an error naming path and the position."""
+def parse_json(data: Union[bytes, list], path: str,
+               pairs_hook: Optional[Callable[[list], Any]] = None) -> Any:
+    """Return the JSON value of data, or raise an error naming path and the position; each
+    object is made by pairs_hook (unique_keys: a dict, a key given twice refused). A list
+    holding the bytes is emptied once they are decoded, so that a large file's bytes and
+    its text are not both held while it is parsed."""
     try:
-        text = data.decode("utf-8")
+        text = (data.pop() if isinstance(data, list) else data).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
     try:
-        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
+        return json.loads(text, parse_constant=no_constant,
+                          object_pairs_hook=pairs_hook or unique_keys)
     except json.JSONDecodeError as exc:
         raise RouterLatencyError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None
@@ -1866,6 +1871,10 @@ LIST_PROMPT_KEYS = ("similar_questions",)
 EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
 MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
+# how `corpus --data-format` reads each data file: json, a document whose prompts lie under the
+# keys; list, a JSON list of prompt strings; jsonl, one JSON value a line (a string is a
+# prompt, anything else is read as json); lines, UTF-8 text of one prompt a line
+CORPUS_FORMATS = ("json", "list", "jsonl", "lines")
 
 # The boundary cases `corpus` appends after the repo's prompts unless --boundary or
 # --no-boundary says otherwise. They live here so that the module alone, copied to a bare node,
@@ -1991,6 +2000,57 @@ def _user_texts(messages: list) -> Iterator[str]:
                     yield part["text"]
 
 
+def file_prompts(path: Path, form: str, keys: Sequence[str]) -> list[str]:
+    """Return the prompts of one data file read as `form` (CORPUS_FORMATS), empty ones left
+    out; raise naming the file (and the line) when it is not of that form or holds none."""
+    where = str(path)
+    data = read_bytes(where, MAX_CORPUS_FILE_BYTES)
+    if form in ("jsonl", "lines"):
+        try:
+            rows = data.decode("utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", where) from None
+        if form == "lines":
+            texts = rows
+        else:
+            texts = []
+            for number, row in enumerate(rows, 1):
+                if row.strip():
+                    value = parse_json(row.encode("utf-8"), f"{where}: line {number}")
+                    texts += [value] if isinstance(value, str) else _walk(value, keys, where)
+    else:
+        document = parse_json(data, where)
+        if form == "list" and not (isinstance(document, list)
+                                   and all(isinstance(v, str) for v in document)):
+            raise RouterLatencyError("expected a JSON list of prompt strings (--data-format list)",
+                                     where)
+        texts = document if form == "list" else _walk(document, keys, where)
+    texts = [text for text in texts if text != ""]  # nothing to route; whitespace is kept
+    if not texts:
+        raise RouterLatencyError(no_prompts_text(form, keys), where)
+    return texts
+
+
+def _walk(document: Any, keys: Sequence[str], where: str) -> list[str]:
+    """Return extract_prompts of a document; raise naming the file when it is too deep."""
+    try:
+        return list(extract_prompts(document, keys))
+    except RecursionError:  # decoded, but deeper than the walk's stack
+        raise RouterLatencyError("nested too deep to read its prompts", where) from None
+
+
+def no_prompts_text(form: str, keys: Sequence[str]) -> str:
+    """Return why a data file gave no prompt: the keys tried, and the options that read
+    other shapes."""
+    if form in ("list", "lines"):
+        return ("no prompts: the list holds no non-empty string" if form == "list"
+                else "no prompts: every line is empty")
+    tried = ", ".join(list(keys) + [k for k in LIST_PROMPT_KEYS if k not in keys])
+    return (f"no prompts: no non-empty string under the keys tried ({tried}, and the user "
+            f"messages of 'messages'); --key KEY reads another key, --data-format list a JSON "
+            f"list of prompts, --data-format jsonl or lines one prompt a line")
+
+
 def find_data_files(repo: Path, pattern: str, warn: Callable[[str], None]) -> list[str]:
     """Return the sorted relative paths below repo matching pattern, never leaving repo."""
     matcher = compile_glob(pattern)
@@ -2105,8 +2165,10 @@ def default_boundary_cases() -> list[BoundaryCase]:
 
 def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str] = PROMPT_KEYS,
                  boundary: Sequence[Union[BoundaryCase, tuple[str, str]]] = (),
-                 warn: Callable[[str], None] = lambda message: None) -> dict:
-    """Return the corpus document for the E2E data of repo plus the boundary cases.
+                 warn: Callable[[str], None] = lambda message: None,
+                 form: str = "json") -> dict:
+    """Return the corpus document for the E2E data of repo plus the boundary cases; each data
+    file is read as `form` (CORPUS_FORMATS) and must hold a prompt.
 
     Its bytes depend only on the data: paths are relative to repo and sorted, and where repo
     lies or how it was typed is not recorded, so the same data gives the same sha256.
@@ -2117,21 +2179,12 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
     seen: set = set()
     files: dict = {}
     for rel in find_data_files(repo, pattern, warn):
-        document = read_json(repo / rel, MAX_CORPUS_FILE_BYTES)
-        try:
-            texts = list(extract_prompts(document, keys))
-        except RecursionError:  # decoded, but deeper than the walk's stack
-            raise RouterLatencyError("nested too deep to read its prompts",
-                                     str(repo / rel)) from None
-        found = 0
+        texts = file_prompts(repo / rel, form, keys)
         for text in texts:
-            if text == "":
-                continue  # nothing to route; whitespace-only prompts are kept
-            found += 1
             if text not in seen:
                 seen.add(text)
                 prompts.append({"id": len(prompts), "text": text, "source": rel})
-        files[rel] = found
+        files[rel] = len(texts)
     from_repo = len(prompts)
     for name, text, *expect in boundary:  # (name, text) pairs or BoundaryCases
         if text not in seen:
@@ -2141,7 +2194,9 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
                 prompts[-1]["expect"] = expect_json(expect[0])
     return {
         "schema": CORPUS_SCHEMA,
-        "source": {"commit": git_commit(repo), "glob": pattern, "keys": list(keys),
+        "source": {"commit": git_commit(repo), "glob": pattern,
+                   # the format only where it is not the default: such corpora keep their bytes
+                   **({} if form == "json" else {"format": form}), "keys": list(keys),
                    "from_repo": from_repo, "boundary_cases": len(prompts) - from_repo},
         "files": files,
         "prompts": prompts,
@@ -2160,26 +2215,58 @@ class Corpus(NamedTuple):
     sha256: str
 
 
+# the keys of a corpus prompt; an object of these keys only, with a whole "id" and a string
+# "text", is made a Prompt while the file is parsed, not a dict
+PROMPT_FIELDS = frozenset(("id", "text", "source", "expect"))
+
+
+class DeclaredExpect(NamedTuple):
+    """A prompt's "expect" as parsed, not yet checked (load_corpus checks it)."""
+    value: object  # a JSON value
+
+
+def prompt_pairs(pairs: list) -> Any:
+    """Return a JSON object as parse_json's unique_keys does, but a prompt as its Prompt
+    (its "expect" a DeclaredExpect): its source and the dict's own memory are never kept (a
+    million tiny prompts took 350 bytes each as dicts)."""
+    if 2 <= len(pairs) <= 4 and pairs[0][0] == "id" and is_whole(pairs[0][1]) \
+            and pairs[1][0] == "text" and isinstance(pairs[1][1], str):
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) == len(keys) and PROMPT_FIELDS.issuperset(keys):
+            expect = [value for key, value in pairs if key == "expect"]
+            return Prompt(pairs[0][1], pairs[1][1],
+                          cast(Any, DeclaredExpect(expect[0])) if expect else ())
+    return unique_keys(pairs)
+
+
 def load_corpus(path: str) -> Corpus:
-    """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path, MAX_CORPUS_BYTES)
-    document = parse_json(data, path)
+    """Return the prompts and sha256 of a corpus file, validated. Its prompts are made as they
+    are parsed (prompt_pairs): at most about 4 times the file's size, a million prompts of a
+    few characters included (docs/failures.md)."""
+    held = [read_bytes(path, MAX_CORPUS_BYTES)]
+    sha256 = hashlib.sha256(held[0]).hexdigest()
+    document = parse_json(held, path, prompt_pairs)  # the bytes go once decoded
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
     if not isinstance(raw, list):
         raise RouterLatencyError("'prompts' must be a list", f"{path}: prompts")
     if not raw:
         raise RouterLatencyError("the corpus has no prompts", f"{path}: prompts")
-    prompts = []
     for i, item in enumerate(raw):
         where = f"{path}: prompts[{i}]"
-        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+        if isinstance(item, dict):  # not of a prompt's shape: say what is wrong with it
+            if not isinstance(item.get("text"), str):
+                raise RouterLatencyError("each prompt needs a string 'text'", where)
+            item = Prompt(cast(int, item.get("id")), item["text"],
+                          cast(Any, DeclaredExpect(item["expect"])) if "expect" in item else ())
+        elif not isinstance(item, Prompt):
             raise RouterLatencyError("each prompt needs a string 'text'", where)
-        if item.get("id") != i or isinstance(item.get("id"), bool):
+        if item.id != i or isinstance(item.id, bool):
             raise RouterLatencyError(f"'id' must be {i}", where)
-        prompts.append(Prompt(i, item["text"], checked_expect(item["expect"], f"{where}.expect")
-                              if "expect" in item else ()))
-    return Corpus(tuple(prompts), path, hashlib.sha256(data).hexdigest())
+        if isinstance(item.expect, DeclaredExpect):
+            item = item._replace(expect=checked_expect(item.expect.value, f"{where}.expect"))
+        raw[i] = item
+    return Corpus(tuple(raw), path, sha256)
 
 
 # ==================== src/router_latency/gpu.py ====================
@@ -3142,16 +3229,68 @@ def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tupl
     The pass's own windows are the baseline, so a pass slow throughout is not a slow phase;
     fewer than 3 windows make no baseline.
     """
+    return tuple(i for i, by_p95, by_rate in slow_tests(windows, thresholds)
+                 if by_p95 or by_rate)
+
+
+def slow_tests(windows: Sequence[PhaseWindow],
+               thresholds: Thresholds) -> list[tuple[int, bool, bool]]:
+    """Return (index, its p95 is above the limit, its rate below it) of each window
+    (slow_windows); none for fewer than 3 windows."""
     if len(windows) < 3:
-        return ()
+        return []
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     p95_limit = thresholds.slow_p95_factor * statistics.median(p95s) if p95s else None
     rate_limit = thresholds.slow_rate_factor * statistics.median(rates) if rates else None
-    return tuple(i for i, w in enumerate(windows)
-                 if (p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit)
-                 or (rate_limit is not None and w.req_per_s is not None
-                     and w.req_per_s < rate_limit))
+    return [(i, p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit,
+             rate_limit is not None and w.req_per_s is not None and w.req_per_s < rate_limit)
+            for i, w in enumerate(windows)]
+
+
+class SlowPhase(NamedTuple):
+    """A pass's slow phase (slow_phase) and the evidence that made it."""
+    windows: tuple[int, ...]  # the indexes of its windows; () for none
+    # every window as judged: against what its prompts take elsewhere, p95_ms is its p95 over
+    # what its prompts' references give (1.0: as expected), req_per_s its pace (those
+    # references' time per ms of its span); else the windows' own figures
+    judged: tuple[PhaseWindow, ...] = ()
+    relative: bool = False  # judged against the prompts' references
+    by_p95: bool = False  # a window of it was slow by its p95
+    by_rate: bool = False  # ... by its rate or pace
+
+    def evidence(self, windows: Sequence[PhaseWindow]) -> str:
+        """Return the figures that made the phase, each against the median window's: judged
+        against the prompts' references, with the windows' own figures beside them."""
+        def median(values: Iterator[Optional[float]]) -> Optional[float]:
+            known = [v for v in values if v is not None]
+            return statistics.median(known) if known else None
+
+        chosen = [windows[i] for i in self.windows]
+        judged = [self.judged[i] for i in self.windows]
+        p95 = (max(w.p95_ms for w in chosen if w.p95_ms is not None),
+               median(w.p95_ms for w in windows))
+        rate = (min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None),
+                median(w.req_per_s for w in windows))
+        parts = []
+        if self.by_p95 and self.relative:
+            parts.append(f"p95 {max(w.p95_ms for w in judged if w.p95_ms is not None):.2f}x "
+                         f"what its prompts take elsewhere in the run, median window "
+                         f"{median(w.p95_ms for w in self.judged):.2f}x (p95 "
+                         f"{fmt_value(p95[0])} ms, median window {fmt_value(p95[1])} ms)")
+        elif self.by_p95:
+            parts.append(f"p95 up to {fmt_value(p95[0])} ms, median window "
+                         f"{fmt_value(p95[1])} ms")
+        if self.by_rate and self.relative:
+            pace = min(w.req_per_s for w in judged if w.req_per_s is not None)
+            parts.append(f"pace {pace / (median(w.req_per_s for w in self.judged) or pace):.0%} "
+                         f"of the median window's, by what its prompts take elsewhere "
+                         f"({fmt_value(rate[0])} req/s, median window {fmt_value(rate[1])} "
+                         f"req/s)")
+        elif self.by_rate:
+            parts.append(f"rate down to {fmt_value(rate[0])} req/s, median window "
+                         f"{fmt_value(rate[1])} req/s")
+        return "; ".join(parts)
 
 
 def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
@@ -3177,27 +3316,37 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
 
 def content_slow_windows(item: Any, passes: Sequence[Any],
                          thresholds: Thresholds) -> tuple[int, ...]:
-    """Return the indexes of a pass's slow windows, each judged against what its own prompts
-    take elsewhere in the run (prompt_references): a window is slow when its requests' p95
-    of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
-    the median window's, or its pace (the references' sum per second of its span) below
-    slow_rate_factor times the median window's. So a window of long prompts, slow by its
-    content, is not a slow phase; a node or router that slowed down is. Without references
-    (a single pass sent once), the pass's own windows are the baseline (slow_windows)."""
+    """Return the indexes of a pass's slow windows (slow_phase)."""
+    return slow_phase(item, passes, thresholds).windows
+
+
+def slow_phase(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> SlowPhase:
+    """Return a pass's slow phase, each window judged against what its own prompts take
+    elsewhere in the run (prompt_references): a window is slow when its p95 over the p95 its
+    prompts' references give (times the pass's scale) is above slow_p95_factor times the median
+    window's, or its pace (the references' sum per second of its span) below slow_rate_factor
+    times the median window's, and in that figure of its own it is worse than the median window
+    too (a window as fast as the median window is no slow phase, whatever the references say).
+    So a window of long prompts, slow by its content, is not a slow phase; a node or router that
+    slowed down is. The p95 of the references, not of each request over its own: a prompt whose
+    reference is small by where it stood in the other passes (the first request on each
+    connection) does not make a window slow. Without references (a single pass sent once),
+    the pass's own windows are the baseline (slow_windows)."""
     windows, requests = item.attempt.windows, item.requests
     references = prompt_references(item, passes) if len(windows) >= 3 else None
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
             or any(r.start_ms is None for r in requests):  # windows not of these requests
-        return slow_windows(windows, thresholds)
+        return _slow_phase(windows, windows, thresholds, False)
     ratios = [r.latency_ms / ref
               if r.error is None and not r.degraded and r.latency_ms and ref else None
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
-    p95s, paces = [], []
+    judged = []
     for number, w in enumerate(windows):
         part = range(w.first, w.first + w.requests)
-        residuals = [ratios[i] / scale for i in part if ratios[i] is not None]
-        p95s.append(percentile(residuals, 95) if residuals else None)
+        expected_p95 = [references[i] for i in part if ratios[i] is not None]
+        p95 = w.p95_ms / (scale * percentile(expected_p95, 95)) \
+            if expected_p95 and w.p95_ms is not None else None
         # the pace between sends: the last window's span ends at its last send, since the
         # drain after it (fewer callers at the end of a pass) is no slow phase
         last = number == len(windows) - 1
@@ -3205,9 +3354,28 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
             else w.span_s * 1000
         expected = math.fsum(references[i] for i in (part[:-1] if last else part)
                              if references[i])
-        paces.append(expected / span_ms if span_ms > 0 else None)
-    return slow_windows([w._replace(p95_ms=p95, req_per_s=pace)
-                         for w, p95, pace in zip(windows, p95s, paces)], thresholds)
+        judged.append(w._replace(p95_ms=p95, req_per_s=expected / span_ms if span_ms > 0
+                                 else None))
+    return _slow_phase(windows, judged, thresholds, True)
+
+
+def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
+                thresholds: Thresholds, relative: bool) -> SlowPhase:
+    """Return the SlowPhase of windows judged as `judged` says, each slow window also worse
+    than the median window in its own figure of the test that found it."""
+    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
+    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
+    median_p95 = statistics.median(p95s) if p95s else None
+    median_rate = statistics.median(rates) if rates else None
+    def worse(value: Optional[float], median: Optional[float], sign: int) -> bool:
+        return value is not None and median is not None and (value - median) * sign > 0
+
+    found = [(i, by_p95 and worse(windows[i].p95_ms, median_p95, 1),
+              by_rate and worse(windows[i].req_per_s, median_rate, -1))
+             for i, by_p95, by_rate in slow_tests(judged, thresholds)]
+    found = [f for f in found if f[1] or f[2]]
+    return SlowPhase(tuple(i for i, _, _ in found), tuple(judged), relative,
+                     any(f[1] for f in found), any(f[2] for f in found))
 
 
 class RouterCpu(NamedTuple):
@@ -3298,10 +3466,12 @@ class Attempt(NamedTuple):
                 isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
             raise RouterLatencyError("expected a list of 64 lowercase hex digits",
                                      f"{where}.config_hashes")
-        arrival = raw.get("arrival")
+        if not is_whole(load.get("samples", 0)):
+            raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                     f"{where}.load.samples")
         attempt = cls(
             checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
-            arrival if isinstance(arrival, str) else None, str(raw.get("started_utc", "")),
+            checked_text(raw, "arrival", where), _checked_string(raw, "started_utc", where),
             checked_number(raw.get("started_unix"), f"{where}.started_unix", nullable=True),
             # as written by LoadSampler.stop and environment_record; the reader checked the
             # numbers the analysis computes with (above and in _check_environment)
@@ -3354,6 +3524,7 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
 
 def _check_environment(environment: dict, where: str) -> None:
     """Raise when the figures the analysis reads from a pass's environment are not numbers."""
+    checked_text(environment, "router_cpus", where)
     gpu = checked_object(environment, "gpu", where)
     for moment in ("before", "after"):
         GpuReading.from_json(gpu.get(moment), f"{where}.gpu.{moment}")
@@ -3543,9 +3714,11 @@ class PassRecord(NamedTuple):
         attempts = raw.get("discarded_attempts") or []
         if not isinstance(attempts, list):
             raise RouterLatencyError("expected a list", f"{where}.discarded_attempts")
+        if not isinstance(raw.get("interrupted", False), bool):
+            raise RouterLatencyError("expected true or false", f"{where}.interrupted")
         attempt = Attempt.from_json(raw, where, count, measured=not discarded)
         return cls(pass_name(concurrency, attempt.rate), concurrency, discarded,
-                   raw.get("interrupted") is True, attempt,
+                   raw.get("interrupted", False), attempt,
                    tuple(Attempt.from_json(a, f"{where}.discarded_attempts[{i}]", count,
                                            measured=True)
                          if isinstance(a, dict) else _not_an_object(
@@ -3959,36 +4132,80 @@ class RunFile(NamedTuple):
                 raise RouterLatencyError(f"a second {pass_title(item.name)} pass",
                                          f"{path}: passes[{i}]")
             passes.append(item)
-        settings = RunSettings.from_json(checked_object(document, "settings", f"{path}: "),
-                                         f"{path}: settings")
-        text = {key: document.get(key) if isinstance(document.get(key), str) else ""
-                for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
-                            "host")}
-        names = document.get("header_names")
+        objects = {key: _whole_object(document, key, path) for key in (
+            "tool", "driver", "router", "captures", "settings", "floor", "warmup",
+            "host_settings")}
+        settings = RunSettings.from_json(objects["settings"], f"{path}: settings")
+        text = {key: _checked_string(document, key, f"{path}: ") for key in (
+            "label", "started_utc", "ended_utc", "url", "model", "python", "host")}
+        names = document.get("header_names", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise RouterLatencyError("expected a list of header names", f"{path}: header_names")
+        if not isinstance(corpus.get("path", ""), str):
+            raise RouterLatencyError("expected a string", f"{path}: corpus.path")
+        insecure = document.get("insecure", False)
+        if not isinstance(insecure, bool):
+            raise RouterLatencyError("expected true or false", f"{path}: insecure")
         return cls(
             # sha256 and count checked above; its path is shown only
             text["label"], document["complete"], cast(CorpusRef, corpus), tuple(passes),
             text["started_utc"],
             checked_number(document.get("started_unix"), f"{path}: started_unix",
                            nullable=True),
-            text["ended_utc"], text["url"], text["model"],
-            tuple(names) if isinstance(names, list) else (), document.get("insecure") is True,
-            # tool, driver and router as the run wrote them: objects, shown only (as text)
-            cast(ToolRef, checked_object(document, "tool", f"{path}: ")
-                 or cls._field_defaults["tool"]),
+            text["ended_utc"], text["url"], text["model"], tuple(names), insecure,
+            # tool, driver and router as the run wrote them: shown only (as text)
+            _checked_tool(objects["tool"], f"{path}: tool") or cls._field_defaults["tool"],
             text["python"], text["host"],
-            cast(DriverRef, checked_object(document, "driver", f"{path}: ")),
-            cast(RouterRef, checked_object(document, "router", f"{path}: ")),
-            Captures.from_json(checked_object(document, "captures", f"{path}: "),
-                               f"{path}: captures"),
+            cast(DriverRef, _checked_ref(objects["driver"], f"{path}: driver")),
+            cast(RouterRef, _checked_ref(objects["router"], f"{path}: router")),
+            Captures.from_json(objects["captures"], f"{path}: captures"),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
-            Floor.from_json(checked_object(document, "floor", f"{path}: "), f"{path}: floor"),
-            Warmup.from_json(checked_object(document, "warmup", f"{path}: "), f"{path}: warmup"),
-            HostSettings.from_json(checked_object(document, "host_settings", f"{path}: "),
-                                   f"{path}: host_settings"),
+            Floor.from_json(objects["floor"], f"{path}: floor"),
+            Warmup.from_json(objects["warmup"], f"{path}: warmup"),
+            HostSettings.from_json(objects["host_settings"], f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
             _checked_signal_names(document, passes, path), str(path))
+
+
+def _whole_object(document: dict, key: str, path: str) -> dict:
+    """Return a top-level object of a run file, {} when absent; raise for anything else, null
+    included (the tool writes each of them as an object, {} when empty)."""
+    if key in document and not isinstance(document[key], dict):
+        raise RouterLatencyError("expected an object", f"{path}: {key}")
+    return document.get(key, {})
+
+
+def _checked_string(raw: dict, key: str, where: str) -> str:
+    """Return raw[key] when a string, "" when absent; raise for anything else, null included."""
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise RouterLatencyError("expected a string",
+                                 f"{where}{key}" if where.endswith(" ") else f"{where}.{key}")
+    return value
+
+
+def _checked_tool(raw: dict, where: str) -> ToolRef:
+    """Return the tool's name and version; raise unless both are strings (absent: {})."""
+    if raw and not all(isinstance(raw.get(key), str) for key in ("name", "version")):
+        raise RouterLatencyError("expected a string name and version", where)
+    return cast(ToolRef, raw)
+
+
+# the driver's and the router's reference: each field a whole number, a list of them or a text
+REF_KINDS: dict[str, Callable[[Any], bool]] = {
+    "pid": is_whole, "cgroup": lambda v: isinstance(v, str),
+    "container": lambda v: isinstance(v, str), "cpus": lambda v: isinstance(v, str),
+    "cpu_affinity": lambda v: isinstance(v, list) and all(is_whole(c) for c in v)}
+
+
+def _checked_ref(raw: dict, where: str) -> dict:
+    """Return a driver or router reference; raise where a field it names is of another kind
+    (each may be null)."""
+    for key, kind in REF_KINDS.items():
+        if raw.get(key) is not None and not kind(raw[key]):
+            raise RouterLatencyError("a value of the wrong kind", f"{where}.{key}")
+    return raw
 
 
 def _checked_signal_names(document: dict, passes: Sequence[PassRecord],
@@ -6878,6 +7095,37 @@ def sampling(capture: CaptureSettings, cpus: Optional[str]) -> bool:
 # its per-signal times read (held while the pass runs, read after it): the AnswerBook that the
 # pass loop calls once per completed answer.
 
+# the first bytes of the compressed bodies a router or a proxy may send unasked (the tool asks
+# for none): gzip, zlib (deflate), zstd
+COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x78\x01", "deflate"), (b"\x78\x5e", "deflate"),
+                    (b"\x78\x9c", "deflate"), (b"\x78\xda", "deflate"),
+                    (b"\x28\xb5\x2f\xfd", "zstd"))
+
+
+def body_fault(body: bytes) -> str:
+    """Return what keeps an answer's body from being read as JSON, in words: compressed,
+    not UTF-8, not JSON (and where), or more than one JSON document; "" when it reads.
+    Nothing of the body itself is quoted: it may hold what a secret became."""
+    for magic, name in COMPRESSED_MAGIC:
+        if body.startswith(magic):
+            return (f"a {name}-compressed body (Content-Encoding: {name}?), which the tool does "
+                    f"not decompress: the router or a proxy before it compresses unasked")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"a body that is not UTF-8 (byte {exc.start} of {len(body):,})"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":
+            return (f"a body that is more than one JSON document (more after character "
+                    f"{exc.pos:,} of {len(text):,})")
+        return f"a body that is not JSON ({exc.msg}: character {exc.pos:,} of {len(text):,})"
+    except (ValueError, RecursionError) as exc:
+        return f"a body that is not JSON ({exc.__class__.__name__})"
+    return ""
+
+
 _new_tuple = tuple.__new__
 
 
@@ -8128,6 +8376,7 @@ class Readiness(NamedTuple):
     status: Optional[int]  # the HTTP status, None where none came
     what: str  # what happened, in words
     ready: bool
+    final: bool = False  # an answer no wait changes (compressed, not UTF-8, not JSON)
 
 
 def probe_router(target: Target, payload: bytes,
@@ -8138,7 +8387,8 @@ def probe_router(target: Target, payload: bytes,
     404 from a router or proxy without one, leaves it to the preview), then one preview,
     which must answer 2xx with a decision result or 429: a router's /health answers 200 while
     its models load, and a preview before its classifiers load answers 200 with no decision
-    result. A 429 is a router that routes but has no free slot this moment."""
+    result. A 429 is a router that routes but has no free slot this moment; a 500 is a router
+    that is up and fails (CLASSIFICATION_ERROR): ready too, for the passes to record."""
     endpoint = ready_endpoint(target.endpoint)
     status, body, what = ask_router(target, endpoint,
                                     encode_request(endpoint, "GET", b"", target.headers), stop)
@@ -8164,6 +8414,10 @@ def probe_router(target: Target, payload: bytes,
             _, error, _ = classify(status, body, target.decision_paths)
         except RequestFailed:  # malformed: the passes will say what was wrong with it
             error = None
+        fault = body_fault(bytes(body)) if error == "bad_json" else ""
+        if fault:  # compressed, not UTF-8, not JSON: no wait makes it read
+            return Readiness(status, f"answered {status_words(status)} to a preview with "
+                             f"{fault}", False, final=True)
         if error is not None:
             # a body whose decision lies elsewhere names the --decision-path that reads it
             hint = decision_path_hint(body) if body.strip() else ""
@@ -8172,7 +8426,11 @@ def probe_router(target: Target, payload: bytes,
             return Readiness(status, f"answered {status_words(status)} to a preview with "
                              f"{'an empty body' if not body.strip() else 'no decision result'}"
                              f" ({why})", False)
-    return Readiness(status, what, 200 <= status < 300 or status == 429
+    # a 500 (CLASSIFICATION_ERROR, RESPONSE_DEADLINE_ERROR) is a router that is up and fails:
+    # the passes record its failures, and the gate fails it; 502, 503 and 504 are a router
+    # loading or a proxy before it, 501 and 505 no preview at all; a 503 carrying a
+    # decision_error (the partial 503) is a router that answered
+    return Readiness(status, what, 200 <= status < 300 or status in (429, 500)
                      or code == "decision_error")
 
 
@@ -8215,12 +8473,14 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit, shown = wait_ready or 0.0, ""
     while True:
-        status, what, ready = probe_router(target, payload, stop)
+        status, what, ready, final = probe_router(target, payload, stop)
         if ready:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
+        if final:  # a body the tool cannot read: said as it is, with no hint to wait
+            raise RouterLatencyError(f"router at {target.endpoint.shown} {what}", "--url")
         if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")
@@ -8336,14 +8596,13 @@ def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) ->
     judged against what its prompts take in the other passes (content_slow_windows)."""
     warnings = []
     for item in passes:
-        slow = () if item.discarded else content_slow_windows(item, passes, thresholds)
-        if slow:
-            windows = [item.attempt.windows[i] for i in slow]
-            worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
+        phase = None if item.discarded else slow_phase(item, passes, thresholds)
+        if phase and phase.windows:
             warnings.append(f"{pass_title(item.name)}: slow phase in "
-                            f"{plural(len(slow), 'window')} of {len(item.attempt.windows)}"
-                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)")
-                            + neighbour_words(item.attempt, slow))
+                            f"{plural(len(phase.windows), 'window')} of "
+                            f"{len(item.attempt.windows)}: "
+                            f"{phase.evidence(item.attempt.windows)}"
+                            + neighbour_words(item.attempt, phase.windows))
     return warnings
 
 
@@ -9607,6 +9866,10 @@ def run_signature(run: RunFile) -> Dict[str, object]:
     repeat, duration = settings.repeat, settings.duration_s
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    if not run.complete and (settings.concurrency or settings.rates):
+        # interrupted (a router that ended mid-run): the passes it planned, not those it got to
+        names = " ".join([pass_name(c) for c in sorted(settings.concurrency)]
+                         + [pass_name(1, r) for r in sorted(settings.rates)])
     ladder = run.ladder
     if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
         names = (f"ladder of {' '.join(pass_name(c) for c in settings.concurrency)}"
@@ -11362,9 +11625,9 @@ def format_run_summary(passes: Sequence[PassRecord],
                          f"vsr_model_runtime_unknown_answers_total): " + ", ".join(
                              f"{reason} {count:g}" for reason, count in unknown.items()))
         if not item.discarded:
-            slow = content_slow_windows(item, passes, thresholds)
-            if slow:
-                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, slow))
+            phase = slow_phase(item, passes, thresholds)
+            if phase.windows:
+                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, phase))
         notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())
         lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
     for item in passes:
@@ -11498,19 +11761,12 @@ def malformed_lines(item: PassRecord) -> List[str]:
             + (f" and {plural(others, 'other reason')}" if others else "")]
 
 
-def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
-    """Return one line naming the windows of a pass's slow phase against its median window."""
-    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
-    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
-    chosen = [windows[i] for i in slow]
-    worst_p95 = max((w.p95_ms for w in chosen if w.p95_ms is not None), default=None)
-    worst_rate = min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None)
-    return (f"slow phase in {title}: {'window' if len(slow) == 1 else 'windows'} "
-            f"{', '.join(str(i + 1) for i in slow)} of {len(windows)} (from "
-            f"{chosen[0].start_s:.1f} s): p95 up to {fmt_value(worst_p95)} ms, rate down to "
-            f"{fmt_value(worst_rate)} req/s; median window: p95 "
-            f"{fmt_value(statistics.median(p95s) if p95s else None)} ms, "
-            f"{fmt_value(statistics.median(rates) if rates else None)} req/s")
+def slow_phase_line(title: str, windows: Sequence[PhaseWindow], phase: SlowPhase) -> str:
+    """Return one line naming the windows of a pass's slow phase and the evidence that made
+    it, against its median window."""
+    return (f"slow phase in {title}: {'window' if len(phase.windows) == 1 else 'windows'} "
+            f"{', '.join(str(i + 1) for i in phase.windows)} of {len(windows)} (from "
+            f"{windows[phase.windows[0]].start_s:.1f} s): {phase.evidence(windows)}")
 
 
 def fmt_reading(value: Optional[float]) -> str:
@@ -12404,7 +12660,7 @@ def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
     if not shown:
         return []
     # J per request -> kWh per million requests: x 1e6 / 3.6e6
-    return [f"energy of the router's GPUs per routed request: "
+    return ["energy of the router's GPUs per routed request: "
             + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
             + " (a million requests: " + ", ".join(
                 f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
@@ -15252,6 +15508,10 @@ def add_corpus_parser(commands: Any) -> None:
     p.add_argument("-o", "--out", required=True, help="corpus file to write")
     p.add_argument("--glob", default=DEFAULT_GLOB, help="data files, relative to the repo")
     p.add_argument("--key", action="append", default=[], help="another prompt key (repeatable)")
+    p.add_argument("--data-format", choices=CORPUS_FORMATS, default="json",
+                   help="how each data file is read: json, prompts under the keys at any depth; "
+                        "list, a JSON list of prompts; jsonl, a JSON value a line (a string is "
+                        "a prompt); lines, one prompt a line of UTF-8 text")
     p.add_argument("--boundary", help="boundary-case file (default: the built-in cases, whose "
                                       "editable copy is corpus/boundary_cases.json)")
     p.add_argument("--no-boundary", action="store_true", help="append no boundary cases")
@@ -15674,7 +15934,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     keys = list(PROMPT_KEYS) + [k for k in args.key if k not in PROMPT_KEYS]
     check_distinct_files([("--boundary", args.boundary)], [("--out", args.out)])
     corpus = build_corpus(Path(args.repo), pattern=args.glob, keys=keys, boundary=boundary,
-                          warn=lambda m: stderr_line(f"warning: {m}"))
+                          warn=lambda m: stderr_line(f"warning: {m}"), form=args.data_format)
     if not corpus["files"]:
         raise RouterLatencyError(no_corpus_files_text(Path(args.repo), args.glob), args.repo)
     check_distinct_files([("data file", str(Path(args.repo) / rel)) for rel in corpus["files"]],

@@ -19,7 +19,10 @@
 # once the router runs detached (`docker run -d`). Either way it runs in a session of its own
 # with ROUND and SIDE in its environment; without --base-container/--new-container, each run
 # reads that session's CPU time (run --router-session) for the router's CPU per request and
-# the foreign CPU on its cores. A side is stopped by its stop command, when given,
+# the foreign CPU on its cores. A router known to have ended (every process the start command
+# left in its session gone, or its --*-container not running) is not waited for: one that
+# never answered stops the script (exit 2); one that ended while measured leaves an
+# incomplete run, a failed side. A side is stopped by its stop command, when given,
 # and then by SIGTERM to whatever still runs in that session (SIGKILL after --stop-wait
 # seconds, 30 by default). A start
 # command that returns leaving nothing in its session needs a stop command; one that exits
@@ -64,6 +67,10 @@
 # round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
 # complete rounds). An interrupted run gets --stop-wait seconds to save what it measured.
 set -euo pipefail
+# a closed stdout or stderr (`run_rounds.sh ... 2>&1 | head -n 2`) must not end the script with
+# SIGPIPE after round 1: its own writes fail quietly instead, and it finishes with its real
+# code; the start and stop commands get the default back (default_pipe)
+trap '' PIPE
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
@@ -92,7 +99,8 @@ format_args=()
 final_args=()  # passed to the final `rounds` only: --junit, --html
 run_args=()
 
-usage() {
+usage() { ( trap - PIPE; help_text ) || true; }  # | head: no SIGPIPE status
+help_text() {
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
   cat <<'EOT'
 
@@ -147,11 +155,12 @@ tool_command() {
 
 made_dir=0  # the script made --dir: an error leaves no empty folder behind
 die() {
-  printf 'run_rounds.sh: error: %s\n' "$1" >&2
+  printf 'run_rounds.sh: error: %s\n' "$1" >&2 2>/dev/null || true
   if [ "$made_dir" -eq 1 ]; then rmdir -- "$dir" 2>/dev/null || true; fi
   exit 2
 }
-say() { printf 'run_rounds.sh: %s\n' "$1" >&2; }
+say() { printf 'run_rounds.sh: %s\n' "$1" >&2 2>/dev/null || true; }
+default_pipe() { trap - PIPE; exec "$@"; }  # run a command with SIGPIPE's default action
 unknown_option() {  # an option of `run` given before --, or one nobody knows
   local option=${1%%=*} shown=$1
   if [ "$option" = "$1" ] && [ -n "${2:-}" ] && [[ "$2" != -* ]]; then shown="$1 $2"; fi
@@ -233,7 +242,7 @@ fi
 # round N starts with base when N is odd and with new when N is even (rl.start_order)
 order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
 
-if [ "$dry_run" -eq 1 ]; then
+schedule() {  # what --dry-run prints
   shown_args=""
   if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
   for ((r = 1; r <= rounds; r++)); do
@@ -258,6 +267,9 @@ if [ "$dry_run" -eq 1 ]; then
     "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
     )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
     "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
+}
+if [ "$dry_run" -eq 1 ]; then
+  schedule 2>/dev/null || true  # a reader that stops early (| head) ends nothing but the print
   exit 0
 fi
 
@@ -468,7 +480,7 @@ session_alive() {  # whether a process other than a zombie is left in session $1
 stop_side() {
   local role=$1 deadline
   if [ -n "${stop_cmd[$role]}" ]; then
-    ROUND=$r SIDE=${name[$role]} bash -c -- "${stop_cmd[$role]}" </dev/null >&2 \
+    (ROUND=$r SIDE=${name[$role]} default_pipe bash -c -- "${stop_cmd[$role]}") </dev/null >&2 \
       || say "warning: stop command of ${name[$role]} failed"
   fi
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
@@ -530,10 +542,34 @@ check_start() {  # sets start_why when the start command failed, or returned wit
   start_pid_done=1
   if [ "$code" -ne 0 ]; then
     start_why="exited $code"
-  elif [ -z "${stop_cmd[$active]}" ] && ! session_alive "$start_pid"; then
-    start_why="returned, leaving nothing running in its session (a detached router, such as $(
-      )docker run -d?), and there is no --${active}-stop to stop it: give one, and stop that $(
-      )router now"
+  elif ! session_alive "$start_pid"; then
+    if [ -z "${stop_cmd[$active]}" ]; then
+      start_why="returned, leaving nothing running in its session (a detached router, such $(
+        )as docker run -d?), and there is no --${active}-stop to stop it: give one, and stop $(
+        )that router now"
+    fi
+  else
+    left_behind=1  # it returned, leaving its router running in its session
+  fi
+}
+
+# sets gone_why, once a second, when the side's router is known to have ended: the processes
+# its start command left running in its session are all gone, or its --*-container is not
+# running (docker inspect); a start command that returned leaving nothing (docker run -d)
+# without a container named cannot tell
+check_gone() {
+  gone_why=""
+  [ "$start_pid_done" -eq 1 ] && [ "$SECONDS" -ge "$next_gone_check" ] || return 0
+  next_gone_check=$((SECONDS + 1))
+  if [ "$left_behind" -eq 1 ] && ! session_alive "$start_pid"; then
+    gone_why="every process its start command left running has ended"
+  elif [ -n "${container[$active]}" ] && command -v docker >/dev/null; then
+    local running
+    running=$(docker inspect --format '{{.State.Running}}' -- "${container[$active]}" \
+      2>/dev/null </dev/null) || running=absent
+    if [ "$running" != true ]; then
+      gone_why="its container ${container[$active]} is not running (docker inspect: $running)"
+    fi
   fi
 }
 
@@ -585,15 +621,20 @@ measure_side() {
   say "round $r/$rounds $side: starting"
   if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
   active=$role
-  ROUND=$r SIDE=$side setsid bash -c -- "${start_cmd[$role]}" </dev/null >&2 &
+  (ROUND=$r SIDE=$side default_pipe setsid bash -c -- "${start_cmd[$role]}") </dev/null >&2 &
   start_pid=$!
   start_pid_done=0
+  left_behind=0
+  next_gone_check=0
   target=${url[$role]}
   if [ -n "${url_file[$role]}" ]; then
     for ((i = 0; i < wait_ready * 10; i++)); do
       [ -s "${url_file[$role]}" ] && break
       check_start
       [ -z "$start_why" ] || die "start command of $side $start_why (round $r)"
+      check_gone
+      [ -z "$gone_why" ] || die "$side's router ended before it wrote ${url_file[$role]}: $(
+        )$gone_why (round $r)"
       sleep 0.1
     done
     [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
@@ -614,6 +655,7 @@ measure_side() {
     --label "$side" --wait-ready "$wait_ready" --quiet \
     ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
   run_pid=$!
+  local ended=""
   while kill -0 "$run_pid" 2>/dev/null; do
     check_start
     if [ -n "$start_why" ]; then
@@ -622,9 +664,24 @@ measure_side() {
       measuring=""
       die "start command of $side $start_why (round $r)"
     fi
+    check_gone
+    if [ -n "$gone_why" ]; then  # the run saves what it measured, if anything
+      ended=$gone_why
+      kill -TERM "$run_pid" 2>/dev/null || true
+      break
+    fi
     sleep 0.1
   done
   wait "$run_pid" || code=$?
+  if [ -n "$ended" ]; then
+    measuring=""
+    # before it answered: no round can be run; while it was measured: a side that failed
+    [ -e "$file" ] || die "$side's router ended before it answered: $ended (round $r)"
+    stop_side "$role"
+    say "round $r/$rounds $side: its router ended while it was measured: $ended; $(
+      )${file##*/} is incomplete, and rounds counts the side as failed"
+    return 0
+  fi
   case "$code" in
     130|143) interrupted=$code; exit "$code" ;;
   esac

@@ -1191,7 +1191,8 @@ def test_out_dash_writes_to_stdout(tmp_path, cli, simulator, monkeypatch):
     document = json.loads(result.out)
     assert document["complete"] is True and document["passes"][0]["summary"]["ok"] == 2
     assert result.err.startswith("run x: 2 prompts") and "wrote" not in result.err
-    made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--out", "-")
+    made = cli("corpus", "--repo", ROOT / "corpus", "--glob", "*.json", "--key", "text",
+               "--out", "-")
     assert made.code == 0 and json.loads(made.out)["schema"] == CORPUS_SCHEMA
 
 
@@ -1519,3 +1520,95 @@ def test_readme_workflow_makes_exit_3_a_neutral_check_not_a_green_one(
     assert posted.returncode == 0, posted.stderr
     assert f" -f conclusion={conclusion} " in posted.stdout
     assert f" -f output[title]={first} " in posted.stdout  # the check's title: what it missed
+
+
+def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
+    # a new side answering 500 to every preview made the script exit 2 after the whole
+    # --wait-ready, with no report, JUnit or summary; it is a failed new side: FAIL, exit 1
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
+    command = driver_args(tmp_path, corpus, "--junit", str(tmp_path / "junit.xml"))
+    script = ROOT / "tests" / "failing_router.py"
+    failing = (f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+               f"{shlex.quote(str(tmp_path / 'gpu.url'))}")
+    command[command.index("--new-start") + 1] = failing
+    del command[command.index("--new-stop"):command.index("--new-stop") + 2]
+    command[command.index("--wait-ready") + 1] = "300"
+    summary = tmp_path / "summary.md"
+    summary.write_text("")
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                            env={**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert time.monotonic() - started < 200  # not one --wait-ready of 300 s
+    assert result.returncode == 1, result.stderr
+    assert "the gpu side failed in r1 (Sequential pass had no successful request)" \
+        in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
+    assert "run_rounds.sh: round 1/3 gpu: p50 ms sequential -, c2 -; 8 errors (http_5xx 8)" \
+        "; more failed requests than --max-errors allows" in result.stderr, result.stderr
+    assert "FAIL" in summary.read_text()
+    assert ElementTree.parse(tmp_path / "junit.xml").getroot().find(".//failure") is not None
+
+
+@pytest.mark.parametrize("start", [
+    "sleep 1 &",  # a detached router that exits before it listens
+    "sleep 1 & sleep 2 & true",  # two processes left behind: gone when both are
+])
+def test_driver_reports_a_router_whose_processes_are_gone_at_once(tmp_path, start):
+    # the run waited out the whole --wait-ready (300 s) before "connection refused"
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = start
+    command[command.index("--base-url-file")] = "--base-url"
+    command[command.index("--base-url") + 1] = "http://127.0.0.1:1"
+    command[command.index("--wait-ready") + 1] = "300"
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
+    assert time.monotonic() - started < 60
+    assert result.returncode == 2
+    assert "run_rounds.sh: error: cpu's router ended before it answered: every process its " \
+        "start command left running has ended (round 1)\n" in result.stderr, result.stderr
+    assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]
+
+
+def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_path):
+    # the new side's router (detached, in its start command's session) is killed by a probe
+    # during round 1's run: the run saves what it measured, and rounds fails the side
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
+    command = driver_args(tmp_path, corpus)
+    pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
+    command = command[:command.index("--") + 1] + [
+        "--concurrency", "1,2", "--warmup", "0", "-d", "4s",
+        "--probe", f'end=[ "$SIDE $ROUND" != "gpu 1" ] || kill $(cat {pid_file})']
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=DRIVER_ENV)
+    assert result.returncode == 1, result.stderr
+    assert "run_rounds.sh: round 1/3 gpu: its router ended while it was measured: every process " \
+        "its start command left running has ended; r1-gpu.json is incomplete, and rounds " \
+        "counts the side as failed" in result.stderr, result.stderr
+    assert "the gpu side failed in r1 (incomplete run" in result.stdout
+    assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
+
+
+@pytest.mark.parametrize("redirect", ["2>&1 | head -n 2", "2>&1 >/dev/null | head -n 1"])
+def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
+    # `run_rounds.sh ... 2>&1 | head -n 2` ended it with SIGPIPE (exit 141) after round 1's
+    # first side, with no message: it finishes every round and exits with its real code
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
+    command = shlex.join(with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path))
+    status = tmp_path / "status"
+    script = f"{command} {redirect}; echo ${{PIPESTATUS[0]}} > {shlex.quote(str(status))}"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                            timeout=180, env=DRIVER_ENV)
+    assert status.read_text() == "0\n", result.stdout
+    assert len(result.stdout.splitlines()) == int(redirect.split()[-1])
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")]
+    assert (tmp_path / "log").read_text().splitlines() == [
+        "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
+
+
+def test_driver_dry_run_and_help_stop_quietly_for_a_reader_that_stops_early(tmp_path):
+    command = shlex.join(driver_args(tmp_path, "corpus.json", "--dry-run"))
+    for args in (command, f"bash {shlex.quote(str(DRIVER))} --help"):
+        result = subprocess.run(["bash", "-c", f"{args} | head -n 1; echo ${{PIPESTATUS[0]}}"],
+                                capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+        assert result.stdout.splitlines()[-1] == "0" and result.stderr == "", result

@@ -297,3 +297,118 @@ def test_bad_expectations_are_refused(repo, tmp_path, cli, expect):
     refused = cli("run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
                   tmp_path / "o.json", "--label", "x")
     assert refused.code == 2 and f"({corpus}: prompts[0].expect)" in refused.err
+
+
+@pytest.mark.parametrize("document, options", [
+    (["What is DNS?", "Explain TLS"], []),  # plain strings: no key holds them
+    ({"cases": [{"text": "What is DNS?"}]}, ["--key", "txt"]),  # a wrong --key
+    ({"cases": [{"query": ""}, {"query": ""}]}, []),  # only empty prompts
+    ({}, []),
+])
+def test_a_data_file_without_prompts_is_refused(tmp_path, cli, document, options):
+    # "12 prompts (0 distinct from 1 files, 12 boundary cases)" and exit 0 before: the team
+    # would have gated on the boundary cases alone
+    data = tmp_path / "repo" / "e2e" / "x" / "testdata" / "cases.json"
+    write(data, document)
+    write(data.parent / "good.json", [{"query": "a prompt"}])
+    out = tmp_path / "corpus.json"
+    result = cli("corpus", "--repo", tmp_path / "repo", "--out", out, *options)
+    assert result.code == 2 and not out.exists()
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert result.err.startswith("router-latency: error: no prompts: no non-empty string under "
+                                 "the keys tried (query, question, prompt, original_question")
+    assert f"({data})\n" in result.err and "--data-format list" in result.err
+    if options:
+        assert "original_question, txt, similar_questions" in result.err
+
+
+def test_corpus_reads_a_list_of_prompts_jsonl_and_lines(tmp_path, cli):
+    repo = tmp_path / "repo"
+    write(repo / "list.json", ["What is DNS?", "", "Explain TLS", "What is DNS?"])
+    (repo / "p.jsonl").write_text('"one"\n\n{"query": "two", "x": {"prompt": "three"}}\n'
+                                  '["four"]\n{"messages": [{"role": "user", "content": "five"}]}\n')
+    (repo / "p.txt").write_text("first line\n  indented \n\nthird\n", encoding="utf-8")
+    texts = {}
+    for form, glob in (("list", "list.json"), ("jsonl", "p.jsonl"), ("lines", "p.txt")):
+        out = tmp_path / f"{form}.json"
+        result = cli("corpus", "--repo", repo, "--out", out, "--glob", glob, "--data-format", form,
+                     "--no-boundary")
+        assert result.code == 0, result.err
+        corpus = json.loads(out.read_text())
+        assert corpus["source"]["format"] == form
+        texts[form] = [p.text for p in load_corpus(str(out)).prompts]
+    assert texts == {"list": ["What is DNS?", "Explain TLS"],
+                     # a string line is a prompt; an object or list is read with the keys
+                     "jsonl": ["one", "two", "three", "five"],
+                     "lines": ["first line", "  indented ", "third"]}
+    # the default format keeps its bytes: no "format" member
+    out = tmp_path / "json.json"
+    write(repo / "e2e" / "t" / "testdata" / "a.json", [{"query": "q"}])
+    assert cli("corpus", "--repo", repo, "--out", out, "--no-boundary").code == 0
+    assert "format" not in json.loads(out.read_text())["source"]
+
+
+@pytest.mark.parametrize("form, content, message", [
+    ("list", '[{"query": "x"}]', "expected a JSON list of prompt strings (--data-format list)"),
+    ("list", '{"prompts": ["x"]}', "expected a JSON list of prompt strings (--data-format list)"),
+    ("list", '[]', "no prompts: the list holds no non-empty string"),
+    ("jsonl", '"a"\n{"query": \n', "invalid JSON at line 1"),
+    ("lines", "\n\n", "the file is empty"),
+    ("lines", b"\xff\n", "not UTF-8 (byte 0)"),
+])
+def test_corpus_formats_refuse_files_not_of_their_shape(tmp_path, cli, form, content, message):
+    data = tmp_path / "repo" / "data.in"
+    data.parent.mkdir()
+    data.write_bytes(content if isinstance(content, bytes) else content.encode())
+    out = tmp_path / "corpus.json"
+    result = cli("corpus", "--repo", tmp_path / "repo", "--out", out, "--glob", "data.in",
+                 "--data-format", form)
+    assert result.code == 2 and not out.exists(), result
+    assert message in result.err and str(data) in result.err and result.err.count("\n") == 1
+    if form == "jsonl" and "invalid" in message:
+        assert f"({data}: line 2)" in result.err
+
+
+def test_reading_a_corpus_of_tiny_prompts_takes_under_4_times_its_size(tmp_path, monkeypatch):
+    # a million prompts of a few characters took 8.5 times the file (dicts of id, text and
+    # source, the file's bytes and text side by side); counted by tracemalloc from the bytes
+    # read on, which is exact and the same on any machine, not a timing or the RSS
+    import tracemalloc
+    import router_latency.corpus as corpus_module
+    path = tmp_path / "tiny.json"
+    path.write_bytes(corpus_bytes({"schema": CORPUS_SCHEMA, "source": {}, "files": {}, "prompts": [
+        {"id": i, "text": f"p{i}", "source": "b"} for i in range(20000)]}))
+    real = corpus_module.read_bytes
+
+    def read(*args):
+        data = bytes(real(*args))  # the bytes themselves, not read's larger buffer
+        tracemalloc.reset_peak()
+        return data
+
+    monkeypatch.setattr(corpus_module, "read_bytes", read)
+    tracemalloc.start()
+    try:
+        corpus = load_corpus(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert corpus.prompts[19999].text == "p19999" and corpus.prompts[19999].id == 19999
+    assert peak < 4 * path.stat().st_size, peak / path.stat().st_size
+
+
+def test_prompts_of_other_shapes_are_still_refused_by_their_field(tmp_path):
+    # prompts are made as the file is parsed; one not of a prompt's shape is still read as
+    # an object and refused by the field that is wrong
+    for prompt, message in (({"text": "x"}, "'id' must be 0"), ({"id": 0}, "a string 'text'"),
+                            ({"id": 0, "text": "x", "extra": 1, "source": "s"}, None),
+                            ({"text": "x", "id": 0}, None),
+                            ({"id": 0, "text": "x", "expect": None}, "'expect' must be"),
+                            ({"id": True, "text": "x"}, "'id' must be 0")):
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps({"schema": CORPUS_SCHEMA, "prompts": [prompt]}))
+        if message is None:
+            assert [p.text for p in load_corpus(str(path)).prompts] == ["x"]
+        else:
+            with pytest.raises(Exception) as caught:
+                load_corpus(str(path))
+            assert message in str(caught.value)

@@ -2,6 +2,7 @@
 that restarts, a TLS router): every request recorded and classified, passes discarded under
 load, interrupts, open-loop passes, the driver's floor, faults of the router and of the disk."""
 
+import gzip
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -433,6 +435,20 @@ def test_an_answer_that_is_not_a_preview_is_named(scripted, tmp_path, cli):
     assert result.code == 2 and result.err == (
         f"router-latency: error: router at {router.url}{PREVIEW_PATH} answered HTTP 501 Not "
         f"Implemented to a preview (--url)\n")
+
+
+@pytest.mark.parametrize("body", [b'{"error":{"code":"CLASSIFICATION_ERROR","message":"x"}}',
+                                  b'{"error":{"code":"RESPONSE_DEADLINE_ERROR","message":"x"}}',
+                                  b"internal error"])
+def test_a_router_that_answers_500_is_up_and_failing_not_starting(scripted, tmp_path, cli, body):
+    # it was waited on for the whole --wait-ready, then bad input (exit 2) with no run file
+    router = scripted(lambda prompt, number: [final_answer(body, b"500 Internal Server Error")])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "o.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--warmup", "1", "--wait-ready", "300", "--quiet")
+    assert result.code == 1, result.err
+    assert json.loads(out.read_text())["passes"][0]["summary"]["errors"] == {"http_5xx": 2}
 
 
 def test_a_preview_answered_2xx_with_a_body_over_the_limit_is_ready(scripted, tmp_path, cli):
@@ -1403,6 +1419,39 @@ def test_a_2xx_answer_without_a_decision_names_the_decision_path_that_reads_it(
                           f"not ready: it answered HTTP 200 OK to a preview with no decision "
                           f"result ({said}); --wait-ready SECONDS waits for a starting router "
                           f"(--url)\n")
+
+
+GOOD_ANSWER = b'{"decision_result": {"decision_name": "math"}}'
+
+
+@pytest.mark.parametrize("body, said", [
+    # what the issue found: both read "no decision result (classifiers not loaded yet?)"
+    (gzip.compress(GOOD_ANSWER, mtime=0),  # no time in it: the same test id on every worker
+     "a gzip-compressed body (Content-Encoding: gzip?), which the tool does not decompress"),
+    (b'{"decision_result": {"decision_name": "caf\xe9"}}',
+     "a body that is not UTF-8 (byte 42 of 46)"),
+    # of the same kind: other compressions, not JSON at all, two documents, a cut body
+    (zlib.compress(GOOD_ANSWER), "a deflate-compressed body"),
+    (b"\x28\xb5\x2f\xfd" + GOOD_ANSWER, "a zstd-compressed body"),
+    (b"<html>starting</html>", "a body that is not JSON (Expecting value: character 0 of 21)"),
+    (GOOD_ANSWER + b"\n" + GOOD_ANSWER, "a body that is more than one JSON document (more "
+                                         "after character 47 of 93)"),
+    (GOOD_ANSWER[:-3], "a body that is not JSON (Unterminated string starting at: character "
+                       "38 of 43)"),
+])
+def test_a_2xx_answer_the_tool_cannot_read_says_what_is_wrong_with_it(
+        scripted, tmp_path, cli, body, said):
+    router = scripted(lambda prompt, number: [final_answer(body)])
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "o.json"
+    # no wait makes such an answer read: refused at the first look, even with --wait-ready
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "--concurrency", "1", "--wait-ready", "60")
+    assert result.code == 2 and not out.exists()
+    assert result.err.startswith(f"router-latency: error: router at {router.url}{PREVIEW_PATH} "
+                                 f"answered HTTP 200 OK to a preview with {said}"), result.err
+    assert result.err.count("\n") == 1 and "classifiers" not in result.err
+    assert router.requests <= 2  # /ready and one preview: no waiting
 
 
 def test_warm_up_answers_without_a_decision_name_the_decision_path(scripted, tmp_path, cli):

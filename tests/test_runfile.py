@@ -382,6 +382,44 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
         "card0": 44}}}}), "passes[0].environment.gpu.after.devices.card0", "expected an object"),
     (lambda d: d["passes"][0].update(environment={"gpu": {"after": {"error": 2}}}),
      "passes[0].environment.gpu.after.error", "expected a string or null"),
+    # the top-level fields of the wrong kind, null included where the tool writes an object
+    # or a text (issue 33): each was read as its default and the file accepted
+    (lambda d: d.update(label=5), "label", "expected a string"),
+    (lambda d: d.update(model=5), "model", "expected a string"),
+    (lambda d: d.update(url=None), "url", "expected a string"),
+    (lambda d: d.update(started_utc=["x"]), "started_utc", "expected a string"),
+    (lambda d: d.update(ended_utc=1), "ended_utc", "expected a string"),
+    (lambda d: d.update(python=3.12), "python", "expected a string"),
+    (lambda d: d.update(host=False), "host", "expected a string"),
+    (lambda d: d.update(insecure="no"), "insecure", "expected true or false"),
+    (lambda d: d.update(insecure=None), "insecure", "expected true or false"),
+    (lambda d: d.update(header_names="Authorization"), "header_names",
+     "expected a list of header names"),
+    (lambda d: d.update(header_names=[1]), "header_names", "expected a list of header names"),
+    (lambda d: d.update(tool=None), "tool", "expected an object"),
+    (lambda d: d.update(tool={"name": "router-latency", "version": 1}), "tool",
+     "expected a string name and version"),
+    (lambda d: d.update(driver=None), "driver", "expected an object"),
+    (lambda d: d.update(driver={"pid": "12"}), "driver.pid", "a value of the wrong kind"),
+    (lambda d: d.update(driver={"cpu_affinity": "0-3"}), "driver.cpu_affinity",
+     "a value of the wrong kind"),
+    (lambda d: d.update(router={"container": 5}), "router.container", "a value of the wrong kind"),
+    (lambda d: d.update(router=[]), "router", "expected an object"),
+    (lambda d: d.update(captures=None), "captures", "expected an object"),
+    (lambda d: d.update(settings=None), "settings", "expected an object"),
+    (lambda d: d.update(floor=None), "floor", "expected an object"),
+    (lambda d: d.update(warmup=None), "warmup", "expected an object"),
+    (lambda d: d.update(host_settings=None), "host_settings", "expected an object"),
+    (lambda d: d["corpus"].update(path=7), "corpus.path", "expected a string"),
+    (lambda d: d["passes"][0].update(interrupted="no"), "passes[0].interrupted",
+     "expected true or false"),
+    (lambda d: d["passes"][0].update(arrival=5), "passes[0].arrival", "expected a string"),
+    (lambda d: d["passes"][0].update(started_utc=None), "passes[0].started_utc",
+     "expected a string"),
+    (lambda d: d["passes"][0]["load"].update(samples="3"), "passes[0].load.samples",
+     "expected a whole number"),
+    (lambda d: d["passes"][0]["environment"].update(router_cpus=3),
+     "passes[0].environment.router_cpus", "expected a string or null"),
 ])
 def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, message):
     good = make_run(tmp_path / "good.json")
@@ -390,6 +428,19 @@ def test_compare_rejects_wrong_types_in_run_files(tmp_path, cli, edit, field, me
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(document))
     assert_one_line_error(cli("compare", good, bad), f"{bad}: {field}", message)
+
+
+def test_rounds_refuses_a_model_of_the_wrong_kind(tmp_path, cli):
+    # rounds read "model": 5 as '' and judged the rounds; now the file and field are named
+    for n in (1, 2, 3):
+        for side in ("cpu", "gpu"):
+            make_run(tmp_path / f"r{n}-{side}.json", label=side)
+    path = tmp_path / "r2-gpu.json"
+    document = json.loads(path.read_text())
+    document["model"] = 5
+    path.write_text(json.dumps(document))
+    assert_one_line_error(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"),
+                          f"{path}: model", "expected a string")
 
 
 def test_truncated_run_file(tmp_path, cli):

@@ -29,8 +29,8 @@ from .words import metric_title, scrubbed, visible
 from .stats import MAX_SEQUENTIAL_ROUNDS
 from .files import (append_whole, check_distinct_files, check_folder_accepts_a_file,
                     check_writable_target, drop_output, rescue_copy, write_atomic, write_output)
-from .corpus import (build_corpus, corpus_bytes, default_boundary_cases, load_boundary_cases,
-                     load_corpus)
+from .corpus import (build_corpus, corpus_bytes, CORPUS_FORMATS, default_boundary_cases,
+                     load_boundary_cases, load_corpus)
 from .cache import cache_text
 from .versions import runtime_name_warning
 from .runfile import dump_run, Ladder, load_run, RunFile, Thresholds
@@ -457,6 +457,10 @@ def add_corpus_parser(commands: Any) -> None:
     p.add_argument("-o", "--out", required=True, help="corpus file to write")
     p.add_argument("--glob", default=DEFAULT_GLOB, help="data files, relative to the repo")
     p.add_argument("--key", action="append", default=[], help="another prompt key (repeatable)")
+    p.add_argument("--data-format", choices=CORPUS_FORMATS, default="json",
+                   help="how each data file is read: json, prompts under the keys at any depth; "
+                        "list, a JSON list of prompts; jsonl, a JSON value a line (a string is "
+                        "a prompt); lines, one prompt a line of UTF-8 text")
     p.add_argument("--boundary", help="boundary-case file (default: the built-in cases, whose "
                                       "editable copy is corpus/boundary_cases.json)")
     p.add_argument("--no-boundary", action="store_true", help="append no boundary cases")
@@ -879,7 +883,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     keys = list(PROMPT_KEYS) + [k for k in args.key if k not in PROMPT_KEYS]
     check_distinct_files([("--boundary", args.boundary)], [("--out", args.out)])
     corpus = build_corpus(Path(args.repo), pattern=args.glob, keys=keys, boundary=boundary,
-                          warn=lambda m: stderr_line(f"warning: {m}"))
+                          warn=lambda m: stderr_line(f"warning: {m}"), form=args.data_format)
     if not corpus["files"]:
         raise RouterLatencyError(no_corpus_files_text(Path(args.repo), args.glob), args.repo)
     check_distinct_files([("data file", str(Path(args.repo) / rel)) for rel in corpus["files"]],

@@ -7,15 +7,15 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, cast, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from .constants import DEFAULT_GLOB, PROMPT_KEYS
 from .errors import is_whole, RouterLatencyError
-from .files import check_schema, parse_json, read_bytes, read_json
+from .files import check_schema, parse_json, read_bytes, read_json, unique_keys
 
 __all__ = [
-    "build_corpus", "Corpus", "corpus_bytes", "default_boundary_cases", "load_boundary_cases",
-    "load_corpus",
+    "build_corpus", "Corpus", "corpus_bytes", "CORPUS_FORMATS", "default_boundary_cases",
+    "load_boundary_cases", "load_corpus",
 ]
 
 
@@ -24,6 +24,10 @@ LIST_PROMPT_KEYS = ("similar_questions",)
 EXPECT_OUTCOMES = ("routed", "http_4xx")  # what a corpus prompt may declare it expects
 MAX_CORPUS_FILE_BYTES = 16 * 1024 * 1024  # a repo's data file, a boundary-case file
 MAX_CORPUS_BYTES = 256 * 1024 * 1024  # a corpus file: far beyond any repo's prompts
+# how `corpus --data-format` reads each data file: json, a document whose prompts lie under the
+# keys; list, a JSON list of prompt strings; jsonl, one JSON value a line (a string is a
+# prompt, anything else is read as json); lines, UTF-8 text of one prompt a line
+CORPUS_FORMATS = ("json", "list", "jsonl", "lines")
 
 # The boundary cases `corpus` appends after the repo's prompts unless --boundary or
 # --no-boundary says otherwise. They live here so that the module alone, copied to a bare node,
@@ -149,6 +153,57 @@ def _user_texts(messages: list) -> Iterator[str]:
                     yield part["text"]
 
 
+def file_prompts(path: Path, form: str, keys: Sequence[str]) -> list[str]:
+    """Return the prompts of one data file read as `form` (CORPUS_FORMATS), empty ones left
+    out; raise naming the file (and the line) when it is not of that form or holds none."""
+    where = str(path)
+    data = read_bytes(where, MAX_CORPUS_FILE_BYTES)
+    if form in ("jsonl", "lines"):
+        try:
+            rows = data.decode("utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", where) from None
+        if form == "lines":
+            texts = rows
+        else:
+            texts = []
+            for number, row in enumerate(rows, 1):
+                if row.strip():
+                    value = parse_json(row.encode("utf-8"), f"{where}: line {number}")
+                    texts += [value] if isinstance(value, str) else _walk(value, keys, where)
+    else:
+        document = parse_json(data, where)
+        if form == "list" and not (isinstance(document, list)
+                                   and all(isinstance(v, str) for v in document)):
+            raise RouterLatencyError("expected a JSON list of prompt strings (--data-format list)",
+                                     where)
+        texts = document if form == "list" else _walk(document, keys, where)
+    texts = [text for text in texts if text != ""]  # nothing to route; whitespace is kept
+    if not texts:
+        raise RouterLatencyError(no_prompts_text(form, keys), where)
+    return texts
+
+
+def _walk(document: Any, keys: Sequence[str], where: str) -> list[str]:
+    """Return extract_prompts of a document; raise naming the file when it is too deep."""
+    try:
+        return list(extract_prompts(document, keys))
+    except RecursionError:  # decoded, but deeper than the walk's stack
+        raise RouterLatencyError("nested too deep to read its prompts", where) from None
+
+
+def no_prompts_text(form: str, keys: Sequence[str]) -> str:
+    """Return why a data file gave no prompt: the keys tried, and the options that read
+    other shapes."""
+    if form in ("list", "lines"):
+        return ("no prompts: the list holds no non-empty string" if form == "list"
+                else "no prompts: every line is empty")
+    tried = ", ".join(list(keys) + [k for k in LIST_PROMPT_KEYS if k not in keys])
+    return (f"no prompts: no non-empty string under the keys tried ({tried}, and the user "
+            f"messages of 'messages'); --key KEY reads another key, --data-format list a JSON "
+            f"list of prompts, --data-format jsonl or lines one prompt a line")
+
+
 def find_data_files(repo: Path, pattern: str, warn: Callable[[str], None]) -> list[str]:
     """Return the sorted relative paths below repo matching pattern, never leaving repo."""
     matcher = compile_glob(pattern)
@@ -263,8 +318,10 @@ def default_boundary_cases() -> list[BoundaryCase]:
 
 def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str] = PROMPT_KEYS,
                  boundary: Sequence[Union[BoundaryCase, tuple[str, str]]] = (),
-                 warn: Callable[[str], None] = lambda message: None) -> dict:
-    """Return the corpus document for the E2E data of repo plus the boundary cases.
+                 warn: Callable[[str], None] = lambda message: None,
+                 form: str = "json") -> dict:
+    """Return the corpus document for the E2E data of repo plus the boundary cases; each data
+    file is read as `form` (CORPUS_FORMATS) and must hold a prompt.
 
     Its bytes depend only on the data: paths are relative to repo and sorted, and where repo
     lies or how it was typed is not recorded, so the same data gives the same sha256.
@@ -275,21 +332,12 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
     seen: set = set()
     files: dict = {}
     for rel in find_data_files(repo, pattern, warn):
-        document = read_json(repo / rel, MAX_CORPUS_FILE_BYTES)
-        try:
-            texts = list(extract_prompts(document, keys))
-        except RecursionError:  # decoded, but deeper than the walk's stack
-            raise RouterLatencyError("nested too deep to read its prompts",
-                                     str(repo / rel)) from None
-        found = 0
+        texts = file_prompts(repo / rel, form, keys)
         for text in texts:
-            if text == "":
-                continue  # nothing to route; whitespace-only prompts are kept
-            found += 1
             if text not in seen:
                 seen.add(text)
                 prompts.append({"id": len(prompts), "text": text, "source": rel})
-        files[rel] = found
+        files[rel] = len(texts)
     from_repo = len(prompts)
     for name, text, *expect in boundary:  # (name, text) pairs or BoundaryCases
         if text not in seen:
@@ -299,7 +347,9 @@ def build_corpus(repo: Path, *, pattern: str = DEFAULT_GLOB, keys: Sequence[str]
                 prompts[-1]["expect"] = expect_json(expect[0])
     return {
         "schema": CORPUS_SCHEMA,
-        "source": {"commit": git_commit(repo), "glob": pattern, "keys": list(keys),
+        "source": {"commit": git_commit(repo), "glob": pattern,
+                   # the format only where it is not the default: such corpora keep their bytes
+                   **({} if form == "json" else {"format": form}), "keys": list(keys),
                    "from_repo": from_repo, "boundary_cases": len(prompts) - from_repo},
         "files": files,
         "prompts": prompts,
@@ -318,23 +368,55 @@ class Corpus(NamedTuple):
     sha256: str
 
 
+# the keys of a corpus prompt; an object of these keys only, with a whole "id" and a string
+# "text", is made a Prompt while the file is parsed, not a dict
+PROMPT_FIELDS = frozenset(("id", "text", "source", "expect"))
+
+
+class DeclaredExpect(NamedTuple):
+    """A prompt's "expect" as parsed, not yet checked (load_corpus checks it)."""
+    value: object  # a JSON value
+
+
+def prompt_pairs(pairs: list) -> Any:
+    """Return a JSON object as parse_json's unique_keys does, but a prompt as its Prompt
+    (its "expect" a DeclaredExpect): its source and the dict's own memory are never kept (a
+    million tiny prompts took 350 bytes each as dicts)."""
+    if 2 <= len(pairs) <= 4 and pairs[0][0] == "id" and is_whole(pairs[0][1]) \
+            and pairs[1][0] == "text" and isinstance(pairs[1][1], str):
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) == len(keys) and PROMPT_FIELDS.issuperset(keys):
+            expect = [value for key, value in pairs if key == "expect"]
+            return Prompt(pairs[0][1], pairs[1][1],
+                          cast(Any, DeclaredExpect(expect[0])) if expect else ())
+    return unique_keys(pairs)
+
+
 def load_corpus(path: str) -> Corpus:
-    """Return the prompts and sha256 of a corpus file, validated."""
-    data = read_bytes(path, MAX_CORPUS_BYTES)
-    document = parse_json(data, path)
+    """Return the prompts and sha256 of a corpus file, validated. Its prompts are made as they
+    are parsed (prompt_pairs): at most about 4 times the file's size, a million prompts of a
+    few characters included (docs/failures.md)."""
+    held = [read_bytes(path, MAX_CORPUS_BYTES)]
+    sha256 = hashlib.sha256(held[0]).hexdigest()
+    document = parse_json(held, path, prompt_pairs)  # the bytes go once decoded
     check_schema(document, CORPUS_SCHEMA, path)
     raw = document.get("prompts")
     if not isinstance(raw, list):
         raise RouterLatencyError("'prompts' must be a list", f"{path}: prompts")
     if not raw:
         raise RouterLatencyError("the corpus has no prompts", f"{path}: prompts")
-    prompts = []
     for i, item in enumerate(raw):
         where = f"{path}: prompts[{i}]"
-        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+        if isinstance(item, dict):  # not of a prompt's shape: say what is wrong with it
+            if not isinstance(item.get("text"), str):
+                raise RouterLatencyError("each prompt needs a string 'text'", where)
+            item = Prompt(cast(int, item.get("id")), item["text"],
+                          cast(Any, DeclaredExpect(item["expect"])) if "expect" in item else ())
+        elif not isinstance(item, Prompt):
             raise RouterLatencyError("each prompt needs a string 'text'", where)
-        if item.get("id") != i or isinstance(item.get("id"), bool):
+        if item.id != i or isinstance(item.id, bool):
             raise RouterLatencyError(f"'id' must be {i}", where)
-        prompts.append(Prompt(i, item["text"], checked_expect(item["expect"], f"{where}.expect")
-                              if "expect" in item else ()))
-    return Corpus(tuple(prompts), path, hashlib.sha256(data).hexdigest())
+        if isinstance(item.expect, DeclaredExpect):
+            item = item._replace(expect=checked_expect(item.expect.value, f"{where}.expect"))
+        raw[i] = item
+    return Corpus(tuple(raw), path, sha256)

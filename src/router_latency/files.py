@@ -12,14 +12,14 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Optional, Tuple, Union
 
 from .errors import RouterLatencyError
 
 __all__ = [
     "check_distinct_files", "check_folder_accepts_a_file", "check_schema", "check_writable_target",
     "append_whole", "drop_output", "dump_json", "parse_json", "read_bytes", "read_json",
-    "rescue_copy", "write_atomic", "write_output",
+    "rescue_copy", "unique_keys", "write_atomic", "write_output",
 ]
 
 
@@ -53,14 +53,19 @@ def read_bytes(path: str, limit: int = MAX_INPUT_BYTES) -> bytes:
     return data
 
 
-def parse_json(data: bytes, path: str) -> Any:
-    """Return the JSON value of data, or raise an error naming path and the position."""
+def parse_json(data: Union[bytes, list], path: str,
+               pairs_hook: Optional[Callable[[list], Any]] = None) -> Any:
+    """Return the JSON value of data, or raise an error naming path and the position; each
+    object is made by pairs_hook (unique_keys: a dict, a key given twice refused). A list
+    holding the bytes is emptied once they are decoded, so that a large file's bytes and
+    its text are not both held while it is parsed."""
     try:
-        text = data.decode("utf-8")
+        text = (data.pop() if isinstance(data, list) else data).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RouterLatencyError(f"not UTF-8 (byte {exc.start})", str(path)) from None
     try:
-        return json.loads(text, parse_constant=no_constant, object_pairs_hook=unique_keys)
+        return json.loads(text, parse_constant=no_constant,
+                          object_pairs_hook=pairs_hook or unique_keys)
     except json.JSONDecodeError as exc:
         raise RouterLatencyError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", str(path)) from None

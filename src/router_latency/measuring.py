@@ -30,9 +30,9 @@ from .stats import rounded_percentiles
 from .corpus import Corpus
 from .cache import result_cache_finding
 from .versions import ready_words
-from .runfile import (Attempt, Captures, content_slow_windows, count_outcomes, Floor, Ladder,
-                      pass_name, pass_summary, pass_title, PassRecord, phase_windows, Request,
-                      RunFile, RunSettings, Thresholds, Warmup)
+from .runfile import (Attempt, Captures, count_outcomes, Floor, Ladder, pass_name, pass_summary,
+                      pass_title, PassRecord, phase_windows, Request, RunFile, RunSettings,
+                      slow_phase, Thresholds, Warmup)
 from .wire import (accept_connections, classify, Connection, decision_path_hint, encode_request,
                    Endpoint, error_code, http_response, open_socket, parse_endpoint,
                    RequestFailed, ResponseReader, secret_values, SignalTable, stop_accepting,
@@ -41,7 +41,7 @@ from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_c
                        environment_record, gpu_tool, host_settings, host_warnings, LoadSampler,
                        read_cpu_use, router_cpu_use, router_cpus, utc_now)
 from .telemetry import coincided_text, PassSampler, sampling
-from .answers import AnswerBook, failure_of, RawResult
+from .answers import AnswerBook, body_fault, failure_of, RawResult
 
 __all__ = [
     "check_plan", "flat_step", "ladder_levels", "ladder_stop", "LoadGuard", "measure_run",
@@ -1034,6 +1034,7 @@ class Readiness(NamedTuple):
     status: Optional[int]  # the HTTP status, None where none came
     what: str  # what happened, in words
     ready: bool
+    final: bool = False  # an answer no wait changes (compressed, not UTF-8, not JSON)
 
 
 def probe_router(target: Target, payload: bytes,
@@ -1044,7 +1045,8 @@ def probe_router(target: Target, payload: bytes,
     404 from a router or proxy without one, leaves it to the preview), then one preview,
     which must answer 2xx with a decision result or 429: a router's /health answers 200 while
     its models load, and a preview before its classifiers load answers 200 with no decision
-    result. A 429 is a router that routes but has no free slot this moment."""
+    result. A 429 is a router that routes but has no free slot this moment; a 500 is a router
+    that is up and fails (CLASSIFICATION_ERROR): ready too, for the passes to record."""
     endpoint = ready_endpoint(target.endpoint)
     status, body, what = ask_router(target, endpoint,
                                     encode_request(endpoint, "GET", b"", target.headers), stop)
@@ -1070,6 +1072,10 @@ def probe_router(target: Target, payload: bytes,
             _, error, _ = classify(status, body, target.decision_paths)
         except RequestFailed:  # malformed: the passes will say what was wrong with it
             error = None
+        fault = body_fault(bytes(body)) if error == "bad_json" else ""
+        if fault:  # compressed, not UTF-8, not JSON: no wait makes it read
+            return Readiness(status, f"answered {status_words(status)} to a preview with "
+                             f"{fault}", False, final=True)
         if error is not None:
             # a body whose decision lies elsewhere names the --decision-path that reads it
             hint = decision_path_hint(body) if body.strip() else ""
@@ -1078,7 +1084,11 @@ def probe_router(target: Target, payload: bytes,
             return Readiness(status, f"answered {status_words(status)} to a preview with "
                              f"{'an empty body' if not body.strip() else 'no decision result'}"
                              f" ({why})", False)
-    return Readiness(status, what, 200 <= status < 300 or status == 429
+    # a 500 (CLASSIFICATION_ERROR, RESPONSE_DEADLINE_ERROR) is a router that is up and fails:
+    # the passes record its failures, and the gate fails it; 502, 503 and 504 are a router
+    # loading or a proxy before it, 501 and 505 no preview at all; a 503 carrying a
+    # decision_error (the partial 503) is a router that answered
+    return Readiness(status, what, 200 <= status < 300 or status in (429, 500)
                      or code == "decision_error")
 
 
@@ -1121,12 +1131,14 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     started = clock()
     limit, shown = wait_ready or 0.0, ""
     while True:
-        status, what, ready = probe_router(target, payload, stop)
+        status, what, ready, final = probe_router(target, payload, stop)
         if ready:
             return round(clock() - started, 3) if wait_ready is not None else None
         waited = clock() - started
         if stop.is_set():
             return None
+        if final:  # a body the tool cannot read: said as it is, with no hint to wait
+            raise RouterLatencyError(f"router at {target.endpoint.shown} {what}", "--url")
         if waited >= limit or status in REFUSED_AT_ONCE:  # no wait turns those into a route
             raise RouterLatencyError(not_ready_message(target, status, what, wait_ready),
                                      "--url")
@@ -1242,14 +1254,13 @@ def slow_phase_warnings(passes: Sequence[PassRecord], thresholds: Thresholds) ->
     judged against what its prompts take in the other passes (content_slow_windows)."""
     warnings = []
     for item in passes:
-        slow = () if item.discarded else content_slow_windows(item, passes, thresholds)
-        if slow:
-            windows = [item.attempt.windows[i] for i in slow]
-            worst = max((w.p95_ms for w in windows if w.p95_ms is not None), default=None)
+        phase = None if item.discarded else slow_phase(item, passes, thresholds)
+        if phase and phase.windows:
             warnings.append(f"{pass_title(item.name)}: slow phase in "
-                            f"{plural(len(slow), 'window')} of {len(item.attempt.windows)}"
-                            + ("" if worst is None else f" (p95 up to {fmt_value(worst)} ms)")
-                            + neighbour_words(item.attempt, slow))
+                            f"{plural(len(phase.windows), 'window')} of "
+                            f"{len(item.attempt.windows)}: "
+                            f"{phase.evidence(item.attempt.windows)}"
+                            + neighbour_words(item.attempt, phase.windows))
     return warnings
 
 

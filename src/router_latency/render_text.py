@@ -17,8 +17,8 @@ from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_v
 from .stats import percentile
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
 from .degraded import degraded_text, unknown_answers
-from .runfile import (content_slow_windows, HostSettings, pass_title, PassRecord, PhaseWindow,
-                      RunFile, RunSettings, Thresholds)
+from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
+                      slow_phase, SlowPhase, Thresholds)
 from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
                       usd_per_million, worse_sign)
 from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
@@ -148,9 +148,9 @@ def format_run_summary(passes: Sequence[PassRecord],
                          f"vsr_model_runtime_unknown_answers_total): " + ", ".join(
                              f"{reason} {count:g}" for reason, count in unknown.items()))
         if not item.discarded:
-            slow = content_slow_windows(item, passes, thresholds)
-            if slow:
-                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, slow))
+            phase = slow_phase(item, passes, thresholds)
+            if phase.windows:
+                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, phase))
         notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())
         lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
     for item in passes:
@@ -284,19 +284,12 @@ def malformed_lines(item: PassRecord) -> List[str]:
             + (f" and {plural(others, 'other reason')}" if others else "")]
 
 
-def slow_phase_line(title: str, windows: Sequence[PhaseWindow], slow: Sequence[int]) -> str:
-    """Return one line naming the windows of a pass's slow phase against its median window."""
-    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
-    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
-    chosen = [windows[i] for i in slow]
-    worst_p95 = max((w.p95_ms for w in chosen if w.p95_ms is not None), default=None)
-    worst_rate = min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None)
-    return (f"slow phase in {title}: {'window' if len(slow) == 1 else 'windows'} "
-            f"{', '.join(str(i + 1) for i in slow)} of {len(windows)} (from "
-            f"{chosen[0].start_s:.1f} s): p95 up to {fmt_value(worst_p95)} ms, rate down to "
-            f"{fmt_value(worst_rate)} req/s; median window: p95 "
-            f"{fmt_value(statistics.median(p95s) if p95s else None)} ms, "
-            f"{fmt_value(statistics.median(rates) if rates else None)} req/s")
+def slow_phase_line(title: str, windows: Sequence[PhaseWindow], phase: SlowPhase) -> str:
+    """Return one line naming the windows of a pass's slow phase and the evidence that made
+    it, against its median window."""
+    return (f"slow phase in {title}: {'window' if len(phase.windows) == 1 else 'windows'} "
+            f"{', '.join(str(i + 1) for i in phase.windows)} of {len(windows)} (from "
+            f"{windows[phase.windows[0]].start_s:.1f} s): {phase.evidence(windows)}")
 
 
 def fmt_reading(value: Optional[float]) -> str:
@@ -1190,7 +1183,7 @@ def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
     if not shown:
         return []
     # J per request -> kWh per million requests: x 1e6 / 3.6e6
-    return [f"energy of the router's GPUs per routed request: "
+    return ["energy of the router's GPUs per routed request: "
             + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
             + " (a million requests: " + ", ".join(
                 f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)

@@ -100,6 +100,10 @@ def run_signature(run: RunFile) -> Dict[str, object]:
     repeat, duration = settings.repeat, settings.duration_s
     length = f" for {duration:g} s" if duration else f" x{repeat}" if repeat > 1 else ""
     names = " ".join(p.name for p in sorted(run.passes, key=lambda p: p.order))
+    if not run.complete and (settings.concurrency or settings.rates):
+        # interrupted (a router that ended mid-run): the passes it planned, not those it got to
+        names = " ".join([pass_name(c) for c in sorted(settings.concurrency)]
+                         + [pass_name(1, r) for r in sorted(settings.rates)])
     ladder = run.ladder
     if ladder is not None:  # a ladder stops where its router saturates: its plan must agree
         names = (f"ladder of {' '.join(pass_name(c) for c in settings.concurrency)}"

@@ -16,6 +16,7 @@ from .constants import (__version__, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
                         MAX_REASON_CHARS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
                         SIGNAL_NAME_PATTERN)
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
+from .words import fmt_value
 from .gpu import (check_telemetry, GpuCapture, GpuReading, GPU_FIELDS, GPU_RANGED, gpu_readings,
                   TelemetryJson)
 from .cache import CacheFinding, checked_cache, result_cache_finding
@@ -26,11 +27,11 @@ from .stats import percentile, rounded_percentiles
 from .files import check_schema, read_json
 
 __all__ = [
-    "Attempt", "CapturedEnvironment", "Captures", "content_slow_windows", "count_outcomes",
-    "CpuSettings", "dump_run", "EnvironmentRow", "Floor", "HostSettings", "Ladder", "load_run",
-    "LoadRange", "pass_name", "pass_summary", "pass_title", "PassEnvironment", "PassRecord",
-    "phase_windows", "PhaseWindow", "ProbeResult", "Request", "RouterCpu", "RunFile",
-    "RunSettings", "Thresholds", "Warmup",
+    "Attempt", "CapturedEnvironment", "Captures", "count_outcomes", "CpuSettings", "dump_run",
+    "EnvironmentRow", "Floor", "HostSettings", "Ladder", "load_run", "LoadRange", "pass_name",
+    "pass_summary", "pass_title", "PassEnvironment", "PassRecord", "phase_windows",
+    "PhaseWindow", "ProbeResult", "Request", "RouterCpu", "RunFile", "RunSettings",
+    "slow_phase", "SlowPhase", "Thresholds", "Warmup",
 ]
 
 
@@ -441,16 +442,68 @@ def slow_windows(windows: Sequence[PhaseWindow], thresholds: Thresholds) -> tupl
     The pass's own windows are the baseline, so a pass slow throughout is not a slow phase;
     fewer than 3 windows make no baseline.
     """
+    return tuple(i for i, by_p95, by_rate in slow_tests(windows, thresholds)
+                 if by_p95 or by_rate)
+
+
+def slow_tests(windows: Sequence[PhaseWindow],
+               thresholds: Thresholds) -> list[tuple[int, bool, bool]]:
+    """Return (index, its p95 is above the limit, its rate below it) of each window
+    (slow_windows); none for fewer than 3 windows."""
     if len(windows) < 3:
-        return ()
+        return []
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     p95_limit = thresholds.slow_p95_factor * statistics.median(p95s) if p95s else None
     rate_limit = thresholds.slow_rate_factor * statistics.median(rates) if rates else None
-    return tuple(i for i, w in enumerate(windows)
-                 if (p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit)
-                 or (rate_limit is not None and w.req_per_s is not None
-                     and w.req_per_s < rate_limit))
+    return [(i, p95_limit is not None and w.p95_ms is not None and w.p95_ms > p95_limit,
+             rate_limit is not None and w.req_per_s is not None and w.req_per_s < rate_limit)
+            for i, w in enumerate(windows)]
+
+
+class SlowPhase(NamedTuple):
+    """A pass's slow phase (slow_phase) and the evidence that made it."""
+    windows: tuple[int, ...]  # the indexes of its windows; () for none
+    # every window as judged: against what its prompts take elsewhere, p95_ms is its p95 over
+    # what its prompts' references give (1.0: as expected), req_per_s its pace (those
+    # references' time per ms of its span); else the windows' own figures
+    judged: tuple[PhaseWindow, ...] = ()
+    relative: bool = False  # judged against the prompts' references
+    by_p95: bool = False  # a window of it was slow by its p95
+    by_rate: bool = False  # ... by its rate or pace
+
+    def evidence(self, windows: Sequence[PhaseWindow]) -> str:
+        """Return the figures that made the phase, each against the median window's: judged
+        against the prompts' references, with the windows' own figures beside them."""
+        def median(values: Iterator[Optional[float]]) -> Optional[float]:
+            known = [v for v in values if v is not None]
+            return statistics.median(known) if known else None
+
+        chosen = [windows[i] for i in self.windows]
+        judged = [self.judged[i] for i in self.windows]
+        p95 = (max(w.p95_ms for w in chosen if w.p95_ms is not None),
+               median(w.p95_ms for w in windows))
+        rate = (min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None),
+                median(w.req_per_s for w in windows))
+        parts = []
+        if self.by_p95 and self.relative:
+            parts.append(f"p95 {max(w.p95_ms for w in judged if w.p95_ms is not None):.2f}x "
+                         f"what its prompts take elsewhere in the run, median window "
+                         f"{median(w.p95_ms for w in self.judged):.2f}x (p95 "
+                         f"{fmt_value(p95[0])} ms, median window {fmt_value(p95[1])} ms)")
+        elif self.by_p95:
+            parts.append(f"p95 up to {fmt_value(p95[0])} ms, median window "
+                         f"{fmt_value(p95[1])} ms")
+        if self.by_rate and self.relative:
+            pace = min(w.req_per_s for w in judged if w.req_per_s is not None)
+            parts.append(f"pace {pace / (median(w.req_per_s for w in self.judged) or pace):.0%} "
+                         f"of the median window's, by what its prompts take elsewhere "
+                         f"({fmt_value(rate[0])} req/s, median window {fmt_value(rate[1])} "
+                         f"req/s)")
+        elif self.by_rate:
+            parts.append(f"rate down to {fmt_value(rate[0])} req/s, median window "
+                         f"{fmt_value(rate[1])} req/s")
+        return "; ".join(parts)
 
 
 def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
@@ -476,27 +529,37 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
 
 def content_slow_windows(item: Any, passes: Sequence[Any],
                          thresholds: Thresholds) -> tuple[int, ...]:
-    """Return the indexes of a pass's slow windows, each judged against what its own prompts
-    take elsewhere in the run (prompt_references): a window is slow when its requests' p95
-    of latency / (the pass's scale x their prompts' reference) is above slow_p95_factor times
-    the median window's, or its pace (the references' sum per second of its span) below
-    slow_rate_factor times the median window's. So a window of long prompts, slow by its
-    content, is not a slow phase; a node or router that slowed down is. Without references
-    (a single pass sent once), the pass's own windows are the baseline (slow_windows)."""
+    """Return the indexes of a pass's slow windows (slow_phase)."""
+    return slow_phase(item, passes, thresholds).windows
+
+
+def slow_phase(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> SlowPhase:
+    """Return a pass's slow phase, each window judged against what its own prompts take
+    elsewhere in the run (prompt_references): a window is slow when its p95 over the p95 its
+    prompts' references give (times the pass's scale) is above slow_p95_factor times the median
+    window's, or its pace (the references' sum per second of its span) below slow_rate_factor
+    times the median window's, and in that figure of its own it is worse than the median window
+    too (a window as fast as the median window is no slow phase, whatever the references say).
+    So a window of long prompts, slow by its content, is not a slow phase; a node or router that
+    slowed down is. The p95 of the references, not of each request over its own: a prompt whose
+    reference is small by where it stood in the other passes (the first request on each
+    connection) does not make a window slow. Without references (a single pass sent once),
+    the pass's own windows are the baseline (slow_windows)."""
     windows, requests = item.attempt.windows, item.requests
     references = prompt_references(item, passes) if len(windows) >= 3 else None
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
             or any(r.start_ms is None for r in requests):  # windows not of these requests
-        return slow_windows(windows, thresholds)
+        return _slow_phase(windows, windows, thresholds, False)
     ratios = [r.latency_ms / ref
               if r.error is None and not r.degraded and r.latency_ms and ref else None
               for r, ref in zip(requests, references)]
     scale = statistics.median([x for x in ratios if x is not None] or [1.0])
-    p95s, paces = [], []
+    judged = []
     for number, w in enumerate(windows):
         part = range(w.first, w.first + w.requests)
-        residuals = [ratios[i] / scale for i in part if ratios[i] is not None]
-        p95s.append(percentile(residuals, 95) if residuals else None)
+        expected_p95 = [references[i] for i in part if ratios[i] is not None]
+        p95 = w.p95_ms / (scale * percentile(expected_p95, 95)) \
+            if expected_p95 and w.p95_ms is not None else None
         # the pace between sends: the last window's span ends at its last send, since the
         # drain after it (fewer callers at the end of a pass) is no slow phase
         last = number == len(windows) - 1
@@ -504,9 +567,28 @@ def content_slow_windows(item: Any, passes: Sequence[Any],
             else w.span_s * 1000
         expected = math.fsum(references[i] for i in (part[:-1] if last else part)
                              if references[i])
-        paces.append(expected / span_ms if span_ms > 0 else None)
-    return slow_windows([w._replace(p95_ms=p95, req_per_s=pace)
-                         for w, p95, pace in zip(windows, p95s, paces)], thresholds)
+        judged.append(w._replace(p95_ms=p95, req_per_s=expected / span_ms if span_ms > 0
+                                 else None))
+    return _slow_phase(windows, judged, thresholds, True)
+
+
+def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
+                thresholds: Thresholds, relative: bool) -> SlowPhase:
+    """Return the SlowPhase of windows judged as `judged` says, each slow window also worse
+    than the median window in its own figure of the test that found it."""
+    p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
+    rates = [w.req_per_s for w in windows if w.req_per_s is not None]
+    median_p95 = statistics.median(p95s) if p95s else None
+    median_rate = statistics.median(rates) if rates else None
+    def worse(value: Optional[float], median: Optional[float], sign: int) -> bool:
+        return value is not None and median is not None and (value - median) * sign > 0
+
+    found = [(i, by_p95 and worse(windows[i].p95_ms, median_p95, 1),
+              by_rate and worse(windows[i].req_per_s, median_rate, -1))
+             for i, by_p95, by_rate in slow_tests(judged, thresholds)]
+    found = [f for f in found if f[1] or f[2]]
+    return SlowPhase(tuple(i for i, _, _ in found), tuple(judged), relative,
+                     any(f[1] for f in found), any(f[2] for f in found))
 
 
 class RouterCpu(NamedTuple):
@@ -597,10 +679,12 @@ class Attempt(NamedTuple):
                 isinstance(h, str) and CONFIG_HASH_PATTERN.fullmatch(h) for h in hashes):
             raise RouterLatencyError("expected a list of 64 lowercase hex digits",
                                      f"{where}.config_hashes")
-        arrival = raw.get("arrival")
+        if not is_whole(load.get("samples", 0)):
+            raise RouterLatencyError("expected a whole number >= 0 up to 2^53",
+                                     f"{where}.load.samples")
         attempt = cls(
             checked_number(raw.get("rate"), f"{where}.rate", nullable=True, positive=True),
-            arrival if isinstance(arrival, str) else None, str(raw.get("started_utc", "")),
+            checked_text(raw, "arrival", where), _checked_string(raw, "started_utc", where),
             checked_number(raw.get("started_unix"), f"{where}.started_unix", nullable=True),
             # as written by LoadSampler.stop and environment_record; the reader checked the
             # numbers the analysis computes with (above and in _check_environment)
@@ -653,6 +737,7 @@ def _check_agrees(attempt: Attempt, where: str) -> None:
 
 def _check_environment(environment: dict, where: str) -> None:
     """Raise when the figures the analysis reads from a pass's environment are not numbers."""
+    checked_text(environment, "router_cpus", where)
     gpu = checked_object(environment, "gpu", where)
     for moment in ("before", "after"):
         GpuReading.from_json(gpu.get(moment), f"{where}.gpu.{moment}")
@@ -842,9 +927,11 @@ class PassRecord(NamedTuple):
         attempts = raw.get("discarded_attempts") or []
         if not isinstance(attempts, list):
             raise RouterLatencyError("expected a list", f"{where}.discarded_attempts")
+        if not isinstance(raw.get("interrupted", False), bool):
+            raise RouterLatencyError("expected true or false", f"{where}.interrupted")
         attempt = Attempt.from_json(raw, where, count, measured=not discarded)
         return cls(pass_name(concurrency, attempt.rate), concurrency, discarded,
-                   raw.get("interrupted") is True, attempt,
+                   raw.get("interrupted", False), attempt,
                    tuple(Attempt.from_json(a, f"{where}.discarded_attempts[{i}]", count,
                                            measured=True)
                          if isinstance(a, dict) else _not_an_object(
@@ -1258,36 +1345,80 @@ class RunFile(NamedTuple):
                 raise RouterLatencyError(f"a second {pass_title(item.name)} pass",
                                          f"{path}: passes[{i}]")
             passes.append(item)
-        settings = RunSettings.from_json(checked_object(document, "settings", f"{path}: "),
-                                         f"{path}: settings")
-        text = {key: document.get(key) if isinstance(document.get(key), str) else ""
-                for key in ("label", "started_utc", "ended_utc", "url", "model", "python",
-                            "host")}
-        names = document.get("header_names")
+        objects = {key: _whole_object(document, key, path) for key in (
+            "tool", "driver", "router", "captures", "settings", "floor", "warmup",
+            "host_settings")}
+        settings = RunSettings.from_json(objects["settings"], f"{path}: settings")
+        text = {key: _checked_string(document, key, f"{path}: ") for key in (
+            "label", "started_utc", "ended_utc", "url", "model", "python", "host")}
+        names = document.get("header_names", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise RouterLatencyError("expected a list of header names", f"{path}: header_names")
+        if not isinstance(corpus.get("path", ""), str):
+            raise RouterLatencyError("expected a string", f"{path}: corpus.path")
+        insecure = document.get("insecure", False)
+        if not isinstance(insecure, bool):
+            raise RouterLatencyError("expected true or false", f"{path}: insecure")
         return cls(
             # sha256 and count checked above; its path is shown only
             text["label"], document["complete"], cast(CorpusRef, corpus), tuple(passes),
             text["started_utc"],
             checked_number(document.get("started_unix"), f"{path}: started_unix",
                            nullable=True),
-            text["ended_utc"], text["url"], text["model"],
-            tuple(names) if isinstance(names, list) else (), document.get("insecure") is True,
-            # tool, driver and router as the run wrote them: objects, shown only (as text)
-            cast(ToolRef, checked_object(document, "tool", f"{path}: ")
-                 or cls._field_defaults["tool"]),
+            text["ended_utc"], text["url"], text["model"], tuple(names), insecure,
+            # tool, driver and router as the run wrote them: shown only (as text)
+            _checked_tool(objects["tool"], f"{path}: tool") or cls._field_defaults["tool"],
             text["python"], text["host"],
-            cast(DriverRef, checked_object(document, "driver", f"{path}: ")),
-            cast(RouterRef, checked_object(document, "router", f"{path}: ")),
-            Captures.from_json(checked_object(document, "captures", f"{path}: "),
-                               f"{path}: captures"),
+            cast(DriverRef, _checked_ref(objects["driver"], f"{path}: driver")),
+            cast(RouterRef, _checked_ref(objects["router"], f"{path}: router")),
+            Captures.from_json(objects["captures"], f"{path}: captures"),
             settings, checked_number(document.get("ready_after_s"), f"{path}: ready_after_s",
                                      nullable=True),
-            Floor.from_json(checked_object(document, "floor", f"{path}: "), f"{path}: floor"),
-            Warmup.from_json(checked_object(document, "warmup", f"{path}: "), f"{path}: warmup"),
-            HostSettings.from_json(checked_object(document, "host_settings", f"{path}: "),
-                                   f"{path}: host_settings"),
+            Floor.from_json(objects["floor"], f"{path}: floor"),
+            Warmup.from_json(objects["warmup"], f"{path}: warmup"),
+            HostSettings.from_json(objects["host_settings"], f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
             _checked_signal_names(document, passes, path), str(path))
+
+
+def _whole_object(document: dict, key: str, path: str) -> dict:
+    """Return a top-level object of a run file, {} when absent; raise for anything else, null
+    included (the tool writes each of them as an object, {} when empty)."""
+    if key in document and not isinstance(document[key], dict):
+        raise RouterLatencyError("expected an object", f"{path}: {key}")
+    return document.get(key, {})
+
+
+def _checked_string(raw: dict, key: str, where: str) -> str:
+    """Return raw[key] when a string, "" when absent; raise for anything else, null included."""
+    value = raw.get(key, "")
+    if not isinstance(value, str):
+        raise RouterLatencyError("expected a string",
+                                 f"{where}{key}" if where.endswith(" ") else f"{where}.{key}")
+    return value
+
+
+def _checked_tool(raw: dict, where: str) -> ToolRef:
+    """Return the tool's name and version; raise unless both are strings (absent: {})."""
+    if raw and not all(isinstance(raw.get(key), str) for key in ("name", "version")):
+        raise RouterLatencyError("expected a string name and version", where)
+    return cast(ToolRef, raw)
+
+
+# the driver's and the router's reference: each field a whole number, a list of them or a text
+REF_KINDS: dict[str, Callable[[Any], bool]] = {
+    "pid": is_whole, "cgroup": lambda v: isinstance(v, str),
+    "container": lambda v: isinstance(v, str), "cpus": lambda v: isinstance(v, str),
+    "cpu_affinity": lambda v: isinstance(v, list) and all(is_whole(c) for c in v)}
+
+
+def _checked_ref(raw: dict, where: str) -> dict:
+    """Return a driver or router reference; raise where a field it names is of another kind
+    (each may be null)."""
+    for key, kind in REF_KINDS.items():
+        if raw.get(key) is not None and not kind(raw[key]):
+            raise RouterLatencyError("a value of the wrong kind", f"{where}.{key}")
+    return raw
 
 
 def _checked_signal_names(document: dict, passes: Sequence[PassRecord],
