@@ -1544,7 +1544,8 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
         in result.stdout, result.stdout
     assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
     assert "run_rounds.sh: round 1/3 gpu: p50 ms sequential -, c2 -; 8 errors (http_5xx 8)" \
-        "; more failed requests than --max-errors allows" in result.stderr, result.stderr
+        "; more failed requests (degraded answers included) than --max-errors allows" \
+        in result.stderr, result.stderr
     assert "FAIL" in summary.read_text()
     assert ElementTree.parse(tmp_path / "junit.xml").getroot().find(".//failure") is not None
 

@@ -1318,13 +1318,7 @@ class RunFile(NamedTuple):
 
     @classmethod
     def from_json(cls, document: Any, path: str) -> "RunFile":
-        # run/2 and later checked against run/2 (a later one: upgrade); anything else (run/1,
-        # another kind of file) against run/1, as before run/2
-        schema = document.get("schema") if isinstance(document, dict) else None
-        version = schema.rpartition("/")[2] if isinstance(schema, str) \
-            and schema.startswith("router-latency/run/") else ""
-        check_schema(document, RUN_SCHEMA_DEGRADED if version.isdigit() and int(version) >= 2
-                     else RUN_SCHEMA, path)
+        _check_run_schema(document, path)
         corpus = document.get("corpus")
         if not isinstance(corpus, dict) or not isinstance(corpus.get("sha256"), str) \
                 or not re.fullmatch(r"[0-9a-f]{64}", corpus["sha256"]):
@@ -1379,6 +1373,17 @@ class RunFile(NamedTuple):
             HostSettings.from_json(objects["host_settings"], f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
             _checked_signal_names(document, passes, path), str(path))
+
+
+def _check_run_schema(document: Any, path: str) -> None:
+    """Raise unless the document is a run file this version reads: run/2 and later checked
+    against run/2 (a later one: upgrade); anything else (run/1, another kind of file) against
+    run/1, as before run/2."""
+    schema = document.get("schema") if isinstance(document, dict) else None
+    version = schema.rpartition("/")[2] if isinstance(schema, str) \
+        and schema.startswith("router-latency/run/") else ""
+    check_schema(document, RUN_SCHEMA_DEGRADED if version.isdigit() and int(version) >= 2
+                 else RUN_SCHEMA, path)
 
 
 def _whole_object(document: dict, key: str, path: str) -> dict:
