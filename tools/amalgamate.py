@@ -30,8 +30,8 @@ TARGET = ROOT / "router_latency.py"
 # the import order: a module imports only modules above it (tests/test_structure.py checks it)
 MODULES = (
     "constants", "errors", "words", "stats", "files", "corpus", "gpu", "cache", "runfile", "wire",
-    "captures", "answers", "measuring", "attribution", "compare", "gate", "rounds", "record",
-    "render_text", "render_markdown", "render_json", "render_junit", "page", "formats",
+    "captures", "answers", "measuring", "attribution", "compare", "gate", "noise", "rounds",
+    "record", "render_text", "render_markdown", "render_json", "render_junit", "page", "formats",
     "simulator", "cli",
 )
 

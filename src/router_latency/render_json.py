@@ -7,6 +7,7 @@ from typing import Sequence
 from .constants import __version__
 from .compare import Capacity, CompareReport
 from .gate import composite_text, Row
+from .noise import noise_json, plan_json
 from .rounds import InputSlowdowns, RoundsReport, Slowdown
 from .record import RecordSection
 from .render_text import order_json, outcomes_json, row_change_text, verdict_line
@@ -47,7 +48,7 @@ def row_json(row: Row) -> dict:
 
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
-    rows = [row_json(row) for row in report.rows]
+    rows = [{**row_json(row), "noise": noise_json(report.noise, row)} for row in report.rows]
     agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
                   "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
                              for d in a.differ]}
@@ -82,7 +83,8 @@ def rounds_json(report: RoundsReport) -> dict:
             "outliers": list(report.outliers),
             "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
                                 for n, c, m in report.outlier_changes],
-            "more_rounds": report.more_rounds, "rule": settings.rule.text,
+            "more_rounds": report.more_rounds, "plan": plan_json(report.noise),
+            "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
