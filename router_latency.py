@@ -8404,8 +8404,10 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
     plan = None if findings is None else findings.plan
     if plan is None:
         return None
+    minutes = f"{plan.node_minutes:.1f}" if plan.node_minutes < 10 else \
+        f"{plan.node_minutes:,.0f}"
     return (f"about {plural(plan.rounds, 'round')} of {plan.requests_per_pass:,} requests per "
-            f"pass, about {plan.node_minutes:,.0f} minutes on this node")
+            f"pass, about {minutes} minutes on this node")
 
 
 def main_part(item: RowNoise) -> str:

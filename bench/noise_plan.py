@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Does `rounds --plan` plan well where the noise is within the pass?
+
+A simulated A/A pair whose noise is mostly within one instance: both sides `simulate
+--serial --delay-ms 10 --jitter-ms 10` (a uniform 10-20 ms per request, a fresh seed per
+start; no more jitter than delay, or a prompt sent again in under half its first time reads
+as a result cache; milliseconds, not fractions of one, so that the scheduling of a loaded
+machine moves them little), a small corpus (--prompts 16) sent once per pass: few requests,
+much jitter. The script
+
+1. runs a pilot, `run_rounds.sh --rounds 4 -- -c 1 -n 1`, and prints `rounds --plan` on it:
+   each gated row's spread taken apart (within, between) and the plan (rounds, requests per
+   pass, node minutes);
+2. runs the plan once as a fixed design, `run_rounds.sh --rounds N --requests-per-pass M`,
+   and prints the plan's node minutes beside what it took (the script's wall time, from its
+   start to its verdict; the plan counts from the first router's start);
+3. runs --runs A/A pairs through `run_rounds.sh --until-decided --max-rounds N
+   --requests-per-pass M --budget-minutes K` (K: the plan's minutes times --budget-factor),
+   --parallel at a time, and prints how many ended PASS, FAIL and INCONCLUSIVE, the rounds
+   each took, and its time.
+
+The gate's tolerance is --tolerance (10% by default: on a shared 2-core machine the tail of
+a few-ms latency moves by its scheduling, which no plan removes). Routers take their ports
+from the system (--port 0 --url-file). Not a test: it prints figures and asserts nothing;
+on a loaded machine they are only as good as it is quiet (the load is printed).
+
+    python3 bench/noise_plan.py [--runs 10] [--parallel 2] [--pilot-rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA  # noqa: E402
+
+TOOL = ROOT / "router_latency.py"
+DRIVER = ROOT / "rounds" / "run_rounds.sh"
+
+
+def side_args(folder: Path, role: str, args: argparse.Namespace) -> list:
+    """Return run_rounds.sh's options for one side: a simulator on a port of its own."""
+    url_file = folder / f"{role}.url"
+    start = (f"exec {sys.executable} {TOOL} simulate --port 0 --url-file {url_file} "
+             f"--delay-ms {args.delay_ms} --jitter-ms {args.jitter_ms} --serial "
+             f"--seed $RANDOM$RANDOM")
+    return [f"--{role}", "a" if role == "base" else "b", f"--{role}-start", start,
+            f"--{role}-url-file", str(url_file)]
+
+
+def drive(folder: Path, args: argparse.Namespace, options: list, run_options: list) -> tuple:
+    """Run run_rounds.sh on a fresh folder; return (exit code, seconds, rounds run)."""
+    folder.mkdir(parents=True)
+    command = ([str(DRIVER), "--dir", str(folder / "rounds"), "--corpus", str(args.corpus),
+                "--tolerance", f"{args.tolerance:g}", "--tool", str(TOOL)]
+               + side_args(folder, "base", args) + side_args(folder, "new", args) + options
+               + ["--", "-c", "1", "--warmup", "5"] + run_options)
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1800,
+                            env={**os.environ, "PYTHON": sys.executable})
+    took = time.monotonic() - started
+    if result.returncode not in (0, 1, 3):
+        print(f"run_rounds.sh exited {result.returncode}: {result.stderr[-600:]}")
+    rounds = len(list((folder / "rounds").glob("r*-a.json")))
+    return result.returncode, took, rounds
+
+
+def judged(folder: Path, args: argparse.Namespace, *extra: str) -> str:
+    """Return `rounds` on a folder of run files."""
+    return subprocess.run([sys.executable, str(TOOL), "rounds", "--dir", str(folder), "--base",
+                           "a", "--new", "b", "--tolerance", f"{args.tolerance:g}", *extra],
+                          capture_output=True, text=True, timeout=300).stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="A/A runs of the plan")
+    parser.add_argument("--parallel", type=int, default=2, help="A/A runs at a time")
+    parser.add_argument("--pilot-rounds", type=int, default=4)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--delay-ms", type=float, default=10.0)
+    parser.add_argument("--jitter-ms", type=float, default=10.0)
+    parser.add_argument("--tolerance", type=float, default=10.0)
+    parser.add_argument("--budget-factor", type=float, default=1.0,
+                        help="the A/A runs' budget: the plan's minutes times this")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="noise-plan-") as top_name:
+        top = Path(top_name)
+        args.corpus = top / "corpus.json"
+        args.corpus.write_bytes(corpus_bytes({
+            "schema": CORPUS_SCHEMA, "source": {"repo": "bench"}, "files": {},
+            "prompts": [{"id": i, "text": f"prompt {i}", "source": "bench"}
+                        for i in range(args.prompts)]}))
+        print(f"load before: {os.getloadavg()[0]:.2f}; pair: simulate --serial --delay-ms "
+              f"{args.delay_ms:g} --jitter-ms {args.jitter_ms:g}, {args.prompts} prompts, "
+              f"tolerance {args.tolerance:g}%")
+        _, took, _ = drive(top / "pilot", args, ["--rounds", str(args.pilot_rounds)], ["-n", "1"])
+        print(f"\n1. pilot: {args.pilot_rounds} rounds of {args.prompts} requests a pass "
+              f"({took:.0f} s); rounds --plan:")
+        print(judged(top / "pilot" / "rounds", args, "--plan"))
+        plan = json.loads(judged(top / "pilot" / "rounds", args, "--format", "json"))["plan"]
+        if plan["rounds"] is None:
+            sys.exit("no plan within 1,000 rounds")
+        rounds, requests, minutes = plan["rounds"], plan["requests_per_pass"], plan["node_minutes"]
+        code, took, ran = drive(top / "fixed", args, [
+            "--rounds", str(rounds), "--requests-per-pass", str(requests)], [])
+        print(f"2. the plan run once: {rounds} rounds of {requests} requests a pass: planned "
+              f"{minutes:.2f} node minutes, took {took / 60:.2f} minutes "
+              f"(ratio {took / 60 / minutes:.2f}; exit {code})")
+        budget = minutes * args.budget_factor
+        options = ["--until-decided", "--min-rounds", "3", "--max-rounds", str(max(rounds, 3)),
+                   "--requests-per-pass", str(requests), "--budget-minutes", f"{budget:.3f}"]
+        with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+            results = list(pool.map(lambda i: drive(top / f"aa{i}", args, options, []),
+                                    range(args.runs)))
+        words = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "INCONCLUSIVE"}
+        counts = {word: sum(words[c] == word for c, _, _ in results) for word in words.values()}
+        print(f"\n3. {args.runs} A/A runs of the plan, --until-decided --max-rounds "
+              f"{max(rounds, 3)} --requests-per-pass {requests} --budget-minutes {budget:.2f} "
+              f"({args.parallel} at a time): "
+              + ", ".join(f"{word} {n}" for word, n in counts.items())
+              + f"; PASS rate {counts['PASS'] / args.runs:.0%}")
+        print("   each: " + ", ".join(f"{words[c]} after {n} rounds in {t:.0f} s"
+                                      for c, t, n in results))
+        print(f"   time per run: median {sorted(t for _, t, _ in results)[len(results) // 2]:.0f}"
+              f" s, most {max(t for _, t, _ in results):.0f} s; budget {budget * 60:.0f} s")
+        print(f"load after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
