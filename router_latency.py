@@ -8220,13 +8220,13 @@ def pass_parts(record: PassRecord) -> Tuple[List[List[Request]], str]:
 
 def part_value(part: Sequence[Request], metric: str) -> Optional[float]:
     """Return a row's statistic of one part of a pass; None when it has none."""
-    latencies = [r.latency_ms for r in part if r.latency_ms is not None]
+    timed = [(r.start_ms, r.latency_ms) for r in part
+             if r.start_ms is not None and r.latency_ms is not None]
+    latencies = [latency for _, latency in timed]
     if len(latencies) < 2:
         return None
-    if metric == "req_per_s":
-        span = max(r.start_ms + r.latency_ms for r in part  # type: ignore[operator]
-                   if r.start_ms is not None and r.latency_ms is not None) \
-            - min(r.start_ms for r in part if r.start_ms is not None)
+    if metric == "req_per_s":  # its requests over the time from its first send to its last answer
+        span = max(start + latency for start, latency in timed) - min(s for s, _ in timed)
         return 1000 * len(latencies) / span if span > 0 else None
     if metric == "mean_ms":
         return math.fsum(latencies) / len(latencies)
@@ -8277,8 +8277,7 @@ def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
                 and p.attempt.started_unix is not None]
     if run.started_unix is None or not measured:
         return None
-    ends = [p.attempt.started_unix + p.measured.wall_s for p in measured  # type: ignore
-            ]
+    ends = [(p.attempt.started_unix or 0.0) + p.measured.wall_s for p in measured]
     return run.started_unix, max(ends), math.fsum(p.measured.wall_s for p in measured)
 
 

@@ -12,8 +12,10 @@ much jitter. The script
    each gated row's spread taken apart (within, between) and the plan (rounds, requests per
    pass, node minutes);
 2. runs the plan once as a fixed design, `run_rounds.sh --rounds N --requests-per-pass M`,
-   and prints the plan's node minutes beside what it took (the script's wall time, from its
-   start to its verdict; the plan counts from the first router's start);
+   and prints the plan's node minutes beside what it took: the script's wall time, from its
+   start to its verdict (with its checks before the first round and the verdict after the
+   last, which the plan does not count), and the span the run files record, from the first
+   run's start to the last run's end;
 3. runs --runs A/A pairs through `run_rounds.sh --until-decided --max-rounds N
    --requests-per-pass M --budget-minutes K` (K: the plan's minutes times --budget-factor),
    --parallel at a time, and prints how many ended PASS, FAIL and INCONCLUSIVE, the rounds
@@ -72,7 +74,19 @@ def drive(folder: Path, args: argparse.Namespace, options: list, run_options: li
     if result.returncode not in (0, 1, 3):
         print(f"run_rounds.sh exited {result.returncode}: {result.stderr[-600:]}")
     rounds = len(list((folder / "rounds").glob("r*-a.json")))
-    return result.returncode, took, rounds
+    return result.returncode, took, rounds, rounds_span(folder / "rounds")
+
+
+def rounds_span(folder: Path) -> float:
+    """Return the seconds from the first run's start to the last run's end, by the run files
+    (each run starts just after its router's start command; the script's checks before the
+    first round and its verdict after the last are outside)."""
+    starts, ends = [], []
+    for path in folder.glob("r*-*.json"):
+        run = json.loads(path.read_text())
+        starts.append(run["started_unix"])
+        ends += [p["started_unix"] + p["summary"]["wall_s"] for p in run["passes"]]
+    return max(ends) - min(starts) if starts else 0.0
 
 
 def judged(folder: Path, args: argparse.Namespace, *extra: str) -> str:
@@ -104,7 +118,8 @@ def main() -> None:
         print(f"load before: {os.getloadavg()[0]:.2f}; pair: simulate --serial --delay-ms "
               f"{args.delay_ms:g} --jitter-ms {args.jitter_ms:g}, {args.prompts} prompts, "
               f"tolerance {args.tolerance:g}%")
-        _, took, _ = drive(top / "pilot", args, ["--rounds", str(args.pilot_rounds)], ["-n", "1"])
+        _, took, _, _ = drive(top / "pilot", args, ["--rounds", str(args.pilot_rounds)],
+                              ["-n", "1"])
         print(f"\n1. pilot: {args.pilot_rounds} rounds of {args.prompts} requests a pass "
               f"({took:.0f} s); rounds --plan:")
         print(judged(top / "pilot" / "rounds", args, "--plan"))
@@ -112,11 +127,13 @@ def main() -> None:
         if plan["rounds"] is None:
             sys.exit("no plan within 1,000 rounds")
         rounds, requests, minutes = plan["rounds"], plan["requests_per_pass"], plan["node_minutes"]
-        code, took, ran = drive(top / "fixed", args, [
+        code, took, ran, span = drive(top / "fixed", args, [
             "--rounds", str(rounds), "--requests-per-pass", str(requests)], [])
         print(f"2. the plan run once: {rounds} rounds of {requests} requests a pass: planned "
-              f"{minutes:.2f} node minutes, took {took / 60:.2f} minutes "
-              f"(ratio {took / 60 / minutes:.2f}; exit {code})")
+              f"{minutes:.2f} node minutes; took {took / 60:.2f} minutes from the script's "
+              f"start to its verdict (ratio {took / 60 / minutes:.2f}), {span / 60:.2f} from "
+              f"the first run's start to the last run's end (ratio {span / 60 / minutes:.2f}; "
+              f"the plan also counts the last router's stop); exit {code}")
         budget = minutes * args.budget_factor
         options = ["--until-decided", "--min-rounds", "3", "--max-rounds", str(max(rounds, 3)),
                    "--requests-per-pass", str(requests), "--budget-minutes", f"{budget:.3f}"]
@@ -124,16 +141,17 @@ def main() -> None:
             results = list(pool.map(lambda i: drive(top / f"aa{i}", args, options, []),
                                     range(args.runs)))
         words = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "INCONCLUSIVE"}
-        counts = {word: sum(words[c] == word for c, _, _ in results) for word in words.values()}
+        counts = {word: sum(words[c] == word for c, *_ in results) for word in words.values()}
         print(f"\n3. {args.runs} A/A runs of the plan, --until-decided --max-rounds "
               f"{max(rounds, 3)} --requests-per-pass {requests} --budget-minutes {budget:.2f} "
               f"({args.parallel} at a time): "
               + ", ".join(f"{word} {n}" for word, n in counts.items())
               + f"; PASS rate {counts['PASS'] / args.runs:.0%}")
         print("   each: " + ", ".join(f"{words[c]} after {n} rounds in {t:.0f} s"
-                                      for c, t, n in results))
-        print(f"   time per run: median {sorted(t for _, t, _ in results)[len(results) // 2]:.0f}"
-              f" s, most {max(t for _, t, _ in results):.0f} s; budget {budget * 60:.0f} s")
+                                      for c, t, n, _ in results))
+        times = sorted(t for _, t, _, _ in results)
+        print(f"   time per run (script): median {times[len(times) // 2]:.0f} s, most "
+              f"{times[-1]:.0f} s; budget {budget * 60:.0f} s of node time")
         print(f"load after: {os.getloadavg()[0]:.2f}")
 
 

@@ -103,9 +103,10 @@ Options:
                           a last look still undecided exits 3
   --min-rounds N          the first look (default 3)
   --max-rounds M          the most rounds, the plan's last look (default 10)
-  --budget-minutes K      node time: start no round that the rounds so far say would end
-                          more than K minutes after the first router started (the rounds
-                          run are judged; `rounds --plan` says how many minutes a plan takes)
+  --budget-minutes K      node time: after the third round, start no round that the rounds
+                          so far say would end more than K minutes after the first router
+                          started (the rounds run are judged; `rounds --plan` says how many
+                          minutes a plan takes)
   --requests-per-pass M   each pass sends the corpus ceil(M / prompts) times (run -n), as
                           `rounds --plan` proposes; not with -n or -d after --
   --dir DIR               folder for r<N>-<side>.json (created; must hold no round files)
@@ -667,7 +668,7 @@ for ((r = 1; r <= rounds; r++)); do
   if [[ " ${done_rounds[*]} " == *" $r "* ]]; then
     say "round $r/$rounds: kept from before (--resume)"
   else
-    if [ -n "$budget_ms" ] && [ "$ran" -gt 0 ]; then
+    if [ -n "$budget_ms" ] && [ "$ran" -gt 0 ] && [ "$r" -gt 3 ]; then  # 3: the fewest judged
       spent=$(( $(now_ms) - budget_start ))
       if [ $(( spent + spent / ran )) -gt "$budget_ms" ]; then
         say "round $r would end past the budget ($budget_minutes minutes; $(( spent / 1000 )) s $(

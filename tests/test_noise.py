@@ -193,3 +193,46 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     found = noise_findings(runs, ("a", "b"), report.used, report.rows, GateSettings())
     assert found.cost is None and found.plan is None and plan_sentence(found) is None
     assert len(found.rows) == 5  # every client row of the one pass
+
+
+def test_driver_sends_the_planned_requests_per_pass(tmp_path):
+    from test_cli import driver_args
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
+    result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
+                                        "20"), capture_output=True, text=True, timeout=60)
+    runs = [line for line in result.stdout.splitlines() if ": run: " in line]
+    assert result.returncode == 0 and len(runs) == 6
+    assert all(line.endswith(" --repeat 3 ") for line in runs), runs  # ceil(20 / 8)
+    refused = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
+                                         "20") + ["-n", "2"], capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "run_rounds.sh: error: --requests-per-pass sets run -n: give no -n after --")
+    for value, message in (("0", "--requests-per-pass must be at least 1"),
+                           ("x", "--requests-per-pass must be a whole number, got 'x'")):
+        bad = subprocess.run(driver_args(tmp_path, corpus, "--requests-per-pass", value),
+                             capture_output=True, text=True, timeout=60)
+        assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
+
+
+def test_driver_stops_at_the_node_time_budget(tmp_path):
+    from test_cli import DRIVER_ENV, driver_args
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
+    command = driver_args(tmp_path, corpus, "--budget-minutes", "0.001")
+    command[command.index("--rounds") + 1] = "5"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=DRIVER_ENV)
+    # the three rounds `rounds` needs run whatever the budget; no fourth (a round takes more
+    # than 0.06 s)
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")], result.stderr
+    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
+    assert re.fullmatch(r"run_rounds\.sh: round 4 would end past the budget \(0\.001 minutes; "
+                        r"\d+ s spent, about \d+ s a round\): stopping", said[-2]), said
+    assert said[-1] == "run_rounds.sh: ran 3 rounds"
+    assert result.stdout.startswith("rounds: 3 used (r1, r2, r3)")
+    bad = subprocess.run(driver_args(tmp_path, corpus, "--budget-minutes", "soon"),
+                         capture_output=True, text=True, timeout=60)
+    assert (bad.returncode, bad.stderr.strip()) == (
+        2, "run_rounds.sh: error: --budget-minutes must be a number of minutes, got 'soon'")
