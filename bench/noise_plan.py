@@ -21,12 +21,14 @@ much jitter. The script
    --parallel at a time, and prints how many ended PASS, FAIL and INCONCLUSIVE, the rounds
    each took, and its time.
 
-The gate's tolerance is --tolerance (10% by default: on a shared 2-core machine the tail of
-a few-ms latency moves by its scheduling, which no plan removes). Routers take their ports
+The gate's tolerance is --tolerance (10% by default) and its rows --gate (p50 and req/s by
+default): on a shared 2-core machine the tail of a few-ms latency, its p95, moves with the
+machine's scheduling from round to round, and on a loaded one no plan of a few minutes
+decides it; --gate p50,p95,req/s judges it too. Routers take their ports
 from the system (--port 0 --url-file). Not a test: it prints figures and asserts nothing;
 on a loaded machine they are only as good as it is quiet (the load is printed).
 
-    python3 bench/noise_plan.py [--runs 10] [--parallel 2] [--pilot-rounds 4]
+    python3 bench/noise_plan.py [--runs 10] [--parallel 2] [--pilot-rounds 4] [--gate LIST]
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def drive(folder: Path, args: argparse.Namespace, options: list, run_options: li
     """Run run_rounds.sh on a fresh folder; return (exit code, seconds, rounds run)."""
     folder.mkdir(parents=True)
     command = ([str(DRIVER), "--dir", str(folder / "rounds"), "--corpus", str(args.corpus),
-                "--tolerance", f"{args.tolerance:g}", "--tool", str(TOOL)]
+                "--tolerance", f"{args.tolerance:g}", "--gate", args.gate, "--tool", str(TOOL)]
                + side_args(folder, "base", args) + side_args(folder, "new", args) + options
                + ["--", "-c", "1", "--warmup", "5"] + run_options)
     started = time.monotonic()
@@ -92,7 +94,8 @@ def rounds_span(folder: Path) -> float:
 def judged(folder: Path, args: argparse.Namespace, *extra: str) -> str:
     """Return `rounds` on a folder of run files."""
     return subprocess.run([sys.executable, str(TOOL), "rounds", "--dir", str(folder), "--base",
-                           "a", "--new", "b", "--tolerance", f"{args.tolerance:g}", *extra],
+                           "a", "--new", "b", "--tolerance", f"{args.tolerance:g}", "--gate",
+                           args.gate, *extra],
                           capture_output=True, text=True, timeout=300).stdout
 
 
@@ -105,6 +108,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=10.0)
     parser.add_argument("--jitter-ms", type=float, default=10.0)
     parser.add_argument("--tolerance", type=float, default=10.0)
+    parser.add_argument("--gate", default="p50,req/s", help="the gated rows (rounds --gate)")
     parser.add_argument("--budget-factor", type=float, default=1.0,
                         help="the A/A runs' budget: the plan's minutes times this")
     args = parser.parse_args()
@@ -117,7 +121,7 @@ def main() -> None:
                         for i in range(args.prompts)]}))
         print(f"load before: {os.getloadavg()[0]:.2f}; pair: simulate --serial --delay-ms "
               f"{args.delay_ms:g} --jitter-ms {args.jitter_ms:g}, {args.prompts} prompts, "
-              f"tolerance {args.tolerance:g}%")
+              f"tolerance {args.tolerance:g}%, gated: {args.gate}")
         _, took, _, _ = drive(top / "pilot", args, ["--rounds", str(args.pilot_rounds)],
                               ["-n", "1"])
         print(f"\n1. pilot: {args.pilot_rounds} rounds of {args.prompts} requests a pass "
