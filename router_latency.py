@@ -8311,15 +8311,16 @@ def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int
     gate's one-sided level, Bonferroni over the rows), and a row slowed by the target alone
     is found PLAN_DETECT_POWER of the time (at Holm's first level); None past 1,000."""
     m = len(spreads)
-    tolerance = settings.tolerance_log
-    room = math.log1p(settings.target_pct / 100) - tolerance
+    tolerance, target = settings.tolerance_log, math.log1p(settings.target_pct / 100)
+    room = target - tolerance  # as the rows plan theirs: the whole target past no room
     needed = []
     for spread in spreads:
-        needed.append(rounds_needed(spread, tolerance, alpha=settings.alpha / 2,
-                                    power=1 - (1 - PLAN_PASS_POWER) / m, sided=1))
-        if room > 0:
-            needed.append(rounds_needed(spread, room, alpha=settings.alpha / 2 / m,
-                                        power=PLAN_DETECT_POWER, sided=1))
+        if tolerance > 0:  # at tolerance 0 nothing passes: only the slowdown is planned for
+            needed.append(rounds_needed(spread, tolerance, alpha=settings.alpha / 2,
+                                        power=1 - (1 - PLAN_PASS_POWER) / m, sided=1))
+        needed.append(rounds_needed(spread, room if room > 0 else target,
+                                    alpha=settings.alpha / 2 / m, power=PLAN_DETECT_POWER,
+                                    sided=1))
     return None if any(n is None for n in needed) else max(n for n in needed if n)
 
 
@@ -8437,9 +8438,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
         how = ("" if findings.plan.repeat is None else
                f" (run -n {findings.plan.repeat}; run_rounds.sh --requests-per-pass "
                f"{findings.plan.requests_per_pass})")
-        lines.append(f"plan: {sentence}{how}: an unchanged pair passes "
-                     f"{PLAN_PASS_POWER:.0%} of the time and a {settings.target_pct:g}% "
-                     f"slowdown of one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
+        passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
+                  if settings.tolerance_pct > 0 else "")
+        lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
+                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
     elif cost is not None:
         lines.append("plan: more than 1,000 rounds at any requests per pass")
     for mode in findings.modes:

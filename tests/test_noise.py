@@ -236,3 +236,13 @@ def test_driver_stops_at_the_node_time_budget(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert (bad.returncode, bad.stderr.strip()) == (
         2, "run_rounds.sh: error: --budget-minutes must be a number of minutes, got 'soon'")
+
+
+def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--tolerance", "0",
+                 "--plan")
+    assert result.code == 0, result.err
+    plan = next(line for line in result.out.splitlines() if line.startswith("plan: "))
+    assert "passes" not in plan and plan.endswith(
+        ": a 10% slowdown of one gated row is found 80% of the time")
