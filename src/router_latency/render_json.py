@@ -25,7 +25,7 @@ def breakdowns_json(report: RoundsReport) -> list:
     return [{"pass": b.pass_name, "sentence": b.sentence,
              "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
              "base": dict(b.base), "new": dict(b.new),
-             "rows": [row_json(r) for r in b.rows]}
+             "rows": [{**row_json(r), "noise": noise_json(report.noise, r)} for r in b.rows]}
             for b in report.breakdowns]
 
 
