@@ -2,13 +2,13 @@
 """Does `rounds --plan` plan well where the noise is within the pass?
 
 A simulated A/A pair whose noise is mostly within one instance: both sides `simulate
---serial --delay-ms 10 --jitter-ms 10` (a uniform 10-20 ms per request, a fresh seed per
+--serial --delay-ms 5 --jitter-ms 5` (a uniform 5-10 ms per request, a fresh seed per
 start; no more jitter than delay, or a prompt sent again in under half its first time reads
 as a result cache; milliseconds, not fractions of one, so that the scheduling of a loaded
-machine moves them little), a small corpus (--prompts 16) sent once per pass: few requests,
+machine moves them little), a small corpus (--prompts 32) sent once per pass: few requests,
 much jitter. The script
 
-1. runs a pilot, `run_rounds.sh --rounds 4 -- -c 1 -n 1`, and prints `rounds --plan` on it:
+1. runs a pilot, `run_rounds.sh --rounds 5 -- -c 1 -n 1`, and prints `rounds --plan` on it:
    each gated row's spread taken apart (within, between) and the plan (rounds, requests per
    pass, node minutes);
 2. runs the plan once as a fixed design, `run_rounds.sh --rounds N --requests-per-pass M`,
@@ -18,17 +18,21 @@ much jitter. The script
    run's start to the last run's end;
 3. runs --runs A/A pairs through `run_rounds.sh --until-decided --max-rounds N
    --requests-per-pass M --budget-minutes K` (K: the plan's minutes times --budget-factor),
-   --parallel at a time, and prints how many ended PASS, FAIL and INCONCLUSIVE, the rounds
-   each took, and its time.
+   --parallel at a time (1: two at once on 2 cores each take twice the node time the plan
+   costed, and the budget stops them), and prints how many ended PASS, FAIL and
+   INCONCLUSIVE, the rounds each took, and its time.
 
 The gate's tolerance is --tolerance (10% by default) and its rows --gate (p50 and req/s by
 default): on a shared 2-core machine the tail of a few-ms latency, its p95, moves with the
 machine's scheduling from round to round, and on a loaded one no plan of a few minutes
-decides it; --gate p50,p95,req/s judges it too. Routers take their ports
-from the system (--port 0 --url-file). Not a test: it prints figures and asserts nothing;
+decides it; --gate p50,p95,req/s judges it too. Routers take their ports from the system
+(--port 0 --url-file). Not a test: it prints figures and asserts nothing;
 on a loaded machine they are only as good as it is quiet (the load is printed).
 
-    python3 bench/noise_plan.py [--runs 10] [--parallel 2] [--pilot-rounds 4] [--gate LIST]
+    python3 bench/noise_plan.py [--runs 10] [--parallel 1] [--pilot-rounds 5] [--gate LIST]
+
+About 5 minutes at a 1-minute load of 4 on 2 cores (a pilot of 20 s, a plan of about a minute,
+ten A/A runs of about 40 s).
 """
 
 from __future__ import annotations
@@ -102,15 +106,16 @@ def judged(folder: Path, args: argparse.Namespace, *extra: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="A/A runs of the plan")
-    parser.add_argument("--parallel", type=int, default=2, help="A/A runs at a time")
-    parser.add_argument("--pilot-rounds", type=int, default=4)
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--delay-ms", type=float, default=10.0)
-    parser.add_argument("--jitter-ms", type=float, default=10.0)
+    parser.add_argument("--parallel", type=int, default=1, help="A/A runs at a time")
+    parser.add_argument("--pilot-rounds", type=int, default=5)
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--delay-ms", type=float, default=5.0)
+    parser.add_argument("--jitter-ms", type=float, default=5.0)
     parser.add_argument("--tolerance", type=float, default=10.0)
     parser.add_argument("--gate", default="p50,req/s", help="the gated rows (rounds --gate)")
-    parser.add_argument("--budget-factor", type=float, default=1.0,
-                        help="the A/A runs' budget: the plan's minutes times this")
+    parser.add_argument("--budget-factor", type=float, default=1.3,
+                        help="the A/A runs' budget: the plan's minutes times this (the plan's "
+                             "minutes are an estimate, within 25% of the run's)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="noise-plan-") as top_name:
         top = Path(top_name)
