@@ -8479,7 +8479,7 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
             "requests_per_pass": None if plan is None else plan.requests_per_pass,
             "node_minutes": None if plan is None else plan.node_minutes,
             "repeat": None if plan is None else plan.repeat,
-            "side_run_s": None if cost is None else cost._asdict(),
+            "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}
 
