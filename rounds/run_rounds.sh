@@ -81,6 +81,8 @@ rounds_given=0
 until_decided=0
 min_rounds=3
 max_rounds=10
+budget_minutes=""   # --budget-minutes: no round starts that would end past it
+requests_per_pass=""  # --requests-per-pass: run -n, enough sendings of the corpus for it
 dir=""
 corpus=""
 wait_ready=300
@@ -112,6 +114,12 @@ Options:
                           a last look still undecided exits 3
   --min-rounds N          the first look (default 3)
   --max-rounds M          the most rounds, the plan's last look (default 10)
+  --budget-minutes K      node time: after the third round, start no round that the rounds
+                          so far say would end more than K minutes after the first router
+                          started (the rounds run are judged; `rounds --plan` says how many
+                          minutes a plan takes)
+  --requests-per-pass M   each pass sends the corpus ceil(M / prompts) times (run -n), as
+                          `rounds --plan` proposes; not with -n or -d after --
   --dir DIR               folder for r<N>-<side>.json (created; must hold no round files)
   --resume                keep the complete rounds already in DIR and redo the others (their
                           files are renamed to <file>.replaced)
@@ -179,6 +187,8 @@ while [ $# -gt 0 ]; do
     --until-decided) until_decided=1; shift ;;
     --min-rounds) min_rounds=${2?}; shift 2 ;;
     --max-rounds) max_rounds=${2?}; shift 2 ;;
+    --budget-minutes) budget_minutes=${2?}; shift 2 ;;
+    --requests-per-pass) requests_per_pass=${2?}; shift 2 ;;
     --dir) dir=${2?}; shift 2 ;;
     --resume) resume=1; shift ;;
     --corpus) corpus=${2?}; shift 2 ;;
@@ -222,6 +232,28 @@ else
 fi
 [ -n "$dir" ] || die "--dir is required"
 [ -n "$corpus" ] || die "--corpus is required"
+budget_ms=""
+if [ -n "$budget_minutes" ]; then
+  [[ "$budget_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] \
+    || die "--budget-minutes must be a number of minutes, got '$budget_minutes'"
+  budget_ms=$("$python" -c 'import sys; print(round(float(sys.argv[1]) * 60000))' "$budget_minutes")
+  [ "$budget_ms" -gt 0 ] || die "--budget-minutes must be more than 0"
+fi
+if [ -n "$requests_per_pass" ]; then
+  whole --requests-per-pass "$requests_per_pass"
+  [ "$requests_per_pass" -ge 1 ] || die "--requests-per-pass must be at least 1"
+  for arg in ${run_args[@]+"${run_args[@]}"}; do
+    case "$arg" in
+      -n*|--repeat|--repeat=*|-d*|--duration|--duration=*)
+        die "--requests-per-pass sets run -n: give no ${arg%%=*} after --" ;;
+    esac
+  done
+  [ -f "$corpus" ] && [ -r "$corpus" ] || die "cannot read the corpus file ($corpus)"
+  prompts=$("$python" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["prompts"]))' \
+    "$corpus" 2>/dev/null) || die "--requests-per-pass: cannot count the prompts of $corpus"
+  [ "$prompts" -ge 1 ] || die "--requests-per-pass: $corpus holds no prompts"
+  run_args+=(--repeat "$(( (requests_per_pass + prompts - 1) / prompts ))")
+fi
 for role in base new; do
   n=${name[$role]}
   [[ "$n" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ && "$n" != *..* ]] \
@@ -709,10 +741,22 @@ final_judge() { judge --corpus "$corpus" ${final_args[@]+"${final_args[@]}"} "$@
 
 ran=0
 final=""
+stopped=""  # the rounds run when the budget stopped the next
+now_ms() { local t=$EPOCHREALTIME; t=${t/[.,]/}; echo $(( 10#$t / 1000 )); }
+budget_start=$(now_ms)
 for ((r = 1; r <= rounds; r++)); do
   if [[ " ${done_rounds[*]} " == *" $r "* ]]; then
     say "round $r/$rounds: kept from before (--resume)"
   else
+    if [ -n "$budget_ms" ] && [ "$ran" -gt 0 ] && [ "$r" -gt 3 ]; then  # 3: the fewest judged
+      spent=$(( $(now_ms) - budget_start ))
+      if [ $(( spent + spent / ran )) -gt "$budget_ms" ]; then
+        say "round $r would end past the budget ($budget_minutes minutes; $(( spent / 1000 )) s $(
+          )spent, about $(( spent / ran / 1000 )) s a round): stopping"
+        stopped=$((r - 1))
+        break
+      fi
+    fi
     for role in $(order_of "$r"); do measure_side "$role"; done
     ran=$((ran + 1))
   fi
@@ -729,7 +773,7 @@ for ((r = 1; r <= rounds; r++)); do
     break
   fi
 done
-total=${final:-$rounds}
+total=${final:-${stopped:-$rounds}}
 kept_note=""
 if [ "$ran" -lt "$total" ]; then kept_note=" ($((total - ran)) kept from before)"; fi
 code=0
@@ -739,6 +783,8 @@ if [ "$until_decided" -eq 1 ]; then
     say "stopped after $total rounds: rounds could not judge them (above)"
   elif [ -n "$final" ]; then
     say "decided after $total of at most $rounds rounds$kept_note"
+  elif [ -n "$stopped" ]; then
+    say "stopped by the budget after $total of at most $rounds rounds, undecided$kept_note"
   elif [ "$code" -eq 3 ]; then
     say "ran $total rounds, the most allowed: the last look left it undecided$kept_note"
   else

@@ -31,7 +31,7 @@ TARGET = ROOT / "router_latency.py"
 MODULES = (
     "constants", "errors", "words", "stats", "files", "corpus", "gpu", "cache", "versions",
     "degraded", "runfile", "wire", "captures", "telemetry", "answers", "measuring",
-    "attribution", "compare", "gate", "rounds", "record", "history", "render_text",
+    "attribution", "compare", "gate", "noise", "rounds", "record", "history", "render_text",
     "render_markdown", "render_json", "render_junit", "page", "history_render", "formats",
     "history_cli", "simulator", "cli",
 )

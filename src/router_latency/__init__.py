@@ -41,6 +41,7 @@ tools/amalgamate.py joins from them in that order:
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
+    noise              the spread taken apart (within, between), a plan in node time, speed groups
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate

@@ -724,8 +724,9 @@ def add_rounds_parser(commands: Any) -> None:
                         "exit 3 while undecided (rounds/run_rounds.sh --until-decided); more "
                         "rounds than MAX_ROUNDS is an error")
     p.add_argument("--plan", action="store_true",
-                   help="print the spread of each row and the rounds a target needs "
-                        "(for planning from A/A rounds)")
+                   help="print each row's spread (taken apart: within one instance, "
+                        "between instances), the rounds a target needs and a plan in node "
+                        "time (for planning from A/A rounds)")
     p.add_argument("--per-round", action="store_true", help="add each round's values")
     p.add_argument("--allow-incomplete", action="store_true", help="use interrupted runs")
     p.add_argument("--allow-config-change", action="store_true",

@@ -13,6 +13,7 @@ from .words import BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, shown
 from .runfile import pass_title
 from .compare import worse_sign
 from .gate import missed_text, Row, row_word
+from .noise import noise_lines
 from .rounds import part_title, PassBreakdown, RoundsReport
 from .render_text import (decisions_note, decomposition_text, degraded_line,
                           environment_tables, format_capacity_rounds, format_closing,
@@ -330,6 +331,14 @@ def page_rows(report: RoundsReport) -> str:
             f'<ul class="note">{notes}</ul>')
 
 
+def page_noise(report: RoundsReport) -> str:
+    """Return the gated rows' noise taken apart, the plan and the speed groups."""
+    lines = [] if report.noise is None else noise_lines(report.noise, report.rows,
+                                                         report.settings)
+    return ("<h2>Noise and a plan</h2><ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines)
+            + "</ul>") if lines else ""
+
+
 def page_latencies(report: RoundsReport) -> str:
     """Return, per pass, each side's latency distribution and its latency over time."""
     names = list(dict.fromkeys(v.pass_name for v in report.latencies))
@@ -571,7 +580,8 @@ def page_capacity(report: RoundsReport) -> str:
 def report_page(report: RoundsReport) -> str:
     """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
     title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
-    body = "\n".join([page_verdict(report), page_rows(report), page_capacity(report),
+    body = "\n".join([page_verdict(report), page_rows(report), page_noise(report),
+                      page_capacity(report),
                       page_latencies(report), page_breakdowns(report), page_rounds(report),
                       page_details(report)])
     files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())

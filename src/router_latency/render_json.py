@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 from .constants import __version__
 from .compare import Capacity, CompareReport
 from .gate import composite_text, missed_pct, missed_text, Row, row_word
+from .noise import noise_json, plan_json
 from .rounds import InputSlowdowns, RoundsReport, Slowdown
 from .record import RecordSection
 from .render_text import order_json, outcomes_json, row_change_text, verdict_line
@@ -25,7 +26,7 @@ def breakdowns_json(report: RoundsReport) -> list:
     return [{"pass": b.pass_name, "sentence": b.sentence,
              "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
              "base": dict(b.base), "new": dict(b.new),
-             "rows": [row_json(r) for r in b.rows]}
+             "rows": [{**row_json(r), "noise": noise_json(report.noise, r)} for r in b.rows]}
             for b in report.breakdowns]
 
 
@@ -63,7 +64,7 @@ def could_miss_json(report: RoundsReport) -> Optional[dict]:
 
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
-    rows = [row_json(row) for row in report.rows]
+    rows = [{**row_json(row), "noise": noise_json(report.noise, row)} for row in report.rows]
     agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
                   "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
                              for d in a.differ]}
@@ -103,7 +104,8 @@ def rounds_json(report: RoundsReport) -> dict:
             "outliers": list(report.outliers),
             "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
                                 for n, c, m in report.outlier_changes],
-            "more_rounds": report.more_rounds, "rule": settings.rule.text,
+            "more_rounds": report.more_rounds, "plan": plan_json(report.noise),
+            "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},

@@ -23,6 +23,7 @@ from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacit
                       usd_per_million, worse_sign)
 from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, Row, row_judged_interval, row_word)
+from .noise import noise_lines, plan_sentence
 from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
                      SideOutcomes, Slowdown)
 from .record import RecordSection, side_ranges
@@ -1012,11 +1013,13 @@ def undecided_line(report: RoundsReport) -> List[str]:
     """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
     if report.status != "inconclusive" or not report.rows:
         return []
+    plan = plan_sentence(report.noise)
+    plan = f"; a plan that decides: {plan} (rounds --plan)" if plan else ""
     if report.more_rounds is None:
-        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"] \
-            if report.outcome.undecided else []
+        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
+                f"{plan}"] if report.outcome.undecided else []
     return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
-            f"(at the spread seen)"]
+            f"(at the spread seen){plan}"]
 
 
 def outcomes_json(outcomes: SideOutcomes) -> dict:
@@ -1060,6 +1063,8 @@ def format_plan(report: RoundsReport) -> List[str]:
         lines += ["", f"the {plural(report.test.rows, 'gated row')} (*) are worth "
                       f"{report.test.effective_rows:.1f} independent ones: rows of a round "
                       f"move together"]
+    if report.noise is not None:
+        lines += [""] + noise_lines(report.noise, report.rows, settings)
     return lines
 
 

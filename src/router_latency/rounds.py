@@ -26,6 +26,7 @@ from .compare import (cache_warnings, Capacity, cost_for, decision_agreement, De
                       floor_warnings, run_capacity, usd_per_million)
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
+from .noise import noise_findings, NoiseFindings
 
 __all__ = [
     "CHECKED_FIELDS", "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure",
@@ -488,6 +489,7 @@ class RoundsReport(NamedTuple):
     breakdowns: Tuple[PassBreakdown, ...] = ()
     # the degraded answers of each side (PassErrors' shape), passes where either side had any
     degraded: Tuple[PassErrors, ...] = ()
+    noise: Optional[NoiseFindings] = None  # the spread taken apart, the plan, speed groups
 
     # the outcome's, under the names CompareReport gives its own
     @property
@@ -971,7 +973,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         latencies=tuple(pass_latencies(runs, base, new, used)),
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
         capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),
-        breakdowns=tuple(breakdowns))
+        breakdowns=tuple(breakdowns),
+        noise=noise_findings(runs, (base, new), used, rows, settings) if rows else None)
 
 
 class OrderAndOutliers(NamedTuple):

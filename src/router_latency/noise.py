@@ -1,0 +1,387 @@
+"""The noise of the rounds taken apart, a plan in node time, and the instances' speed groups.
+
+Each row's round-to-round spread (the log standard deviation of one round's change) has two
+sources: the statistic's own sampling noise within one router instance, which more requests
+per pass narrow, and the instance-to-instance (round-to-round) part, which only more rounds
+(fresh instances) narrow. The within part comes from splitting each pass into its sendings
+(--repeat, --duration) or, for a pass that sends the corpus once, into its two halves in send
+order: the parts' spread, scaled to the whole pass, includes the drift within an instance,
+which resampling requests would miss. The between part is the rest of the spread. Their
+squares add up to the square of the spread.
+
+The plan: the requests per pass and rounds that would decide at the least node time, each
+round costed from what the run files measured (start-up to ready, warm-up, each pass's wall
+time, and the gap between runs: stopping one router and starting the next)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .constants import ROW_METRICS
+from .words import metric_title, plural
+from .stats import percentiles, rounds_needed
+from .runfile import pass_title, PassRecord, Request, RunFile
+from .gate import GateSettings, Row
+
+__all__ = ["noise_findings", "noise_json", "noise_lines", "NoiseFindings", "plan_json",
+           "plan_sentence"]
+
+
+PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
+PLAN_DETECT_POWER = 0.8  # a gated row slowed by the target alone is found this often
+MAX_REPEAT = 64  # the most sendings of the corpus per pass the plan proposes
+DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duration pass's length
+MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
+MIN_MODE_ROUNDS = 4  # fewer rounds of a side say nothing of groups
+QUANTILES = {"p50_ms": 50.0, "p95_ms": 95.0, "p99_ms": 99.0}
+
+
+class RowNoise(NamedTuple):
+    """A row's spread taken apart: log standard deviations of one round's change."""
+    pass_name: str
+    metric: str
+    within: float  # from the noise within one instance: more requests per pass narrow it
+    between: float  # from instance to instance: only more rounds narrow it
+    split: str  # how a pass was split: "sendings" or "halves"
+
+    @property
+    def within_pct(self) -> float:
+        return 100 * math.expm1(self.within)
+
+    @property
+    def between_pct(self) -> float:
+        return 100 * math.expm1(self.between)
+
+
+class NodeCost(NamedTuple):
+    """What one run of a side took on the node, medians over the used runs, in seconds."""
+    ready_s: float  # start-up to ready
+    other_s: float  # warm-up, the timer's floor, load pauses: the rest before and between passes
+    gap_s: float  # from one run's end to the next run's start: stop, start, looks
+    passes_s: float  # every pass's wall time
+    requests: int  # requests of a pass as measured (its median)
+    repeat: Optional[int]  # sendings of the corpus per pass; None: --duration passes
+
+    def side_run_s(self, scale: float) -> float:
+        """Seconds one side's run takes with `scale` times the requests per pass."""
+        return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
+
+
+class NodePlan(NamedTuple):
+    """The rounds and requests per pass that decide at the least node time."""
+    rounds: int
+    requests_per_pass: int
+    node_minutes: float
+    repeat: Optional[int]  # run -n that gives those requests; None: --duration passes
+    scale: float  # requests per pass against the runs'
+
+
+class SpeedGroup(NamedTuple):
+    """Rounds of a side whose instances ran at about one speed."""
+    rounds: Tuple[int, ...]
+    low: float
+    high: float
+
+
+class InstanceModes(NamedTuple):
+    """A side's rounds in speed groups (a pass's p50): instances that keep their own speed."""
+    side: str
+    pass_name: str
+    groups: Tuple[SpeedGroup, ...]
+
+
+class NoiseFindings(NamedTuple):
+    """The rows' noise, the plan (None: none within 1,000 rounds) and the speed groups."""
+    rows: Tuple[RowNoise, ...]
+    cost: Optional[NodeCost]
+    plan: Optional[NodePlan]
+    modes: Tuple[InstanceModes, ...]
+
+    def of(self, row: Row) -> Optional[RowNoise]:
+        for item in self.rows:
+            if (item.pass_name, item.metric) == (row.pass_name, row.metric):
+                return item
+        return None
+
+
+def pass_parts(record: PassRecord) -> Tuple[List[List[Request]], str]:
+    """Return a pass's routed requests split into its sendings, or its two halves in send
+    order when it sent the corpus once; parts under half the largest (a cut-off last sending
+    of a --duration pass) are left out."""
+    requests = [r for r in record.requests if r.routed and r.latency_ms is not None
+                and r.start_ms is not None]
+    sendings = sorted({r.rep for r in requests})
+    if len(sendings) >= 2:
+        parts = [[r for r in requests if r.rep == k] for k in sendings]
+        largest = max(len(p) for p in parts)
+        return [p for p in parts if 2 * len(p) >= largest], "sendings"
+    half = len(requests) // 2
+    return [requests[:half], requests[half:]], "halves"
+
+
+def part_value(part: Sequence[Request], metric: str) -> Optional[float]:
+    """Return a row's statistic of one part of a pass; None when it has none."""
+    timed = [(r.start_ms, r.latency_ms) for r in part
+             if r.start_ms is not None and r.latency_ms is not None]
+    latencies = [latency for _, latency in timed]
+    if len(latencies) < 2:
+        return None
+    if metric == "req_per_s":  # its requests over the time from its first send to its last answer
+        span = max(start + latency for start, latency in timed) - min(s for s, _ in timed)
+        return 1000 * len(latencies) / span if span > 0 else None
+    if metric == "mean_ms":
+        return math.fsum(latencies) / len(latencies)
+    return percentiles(latencies, [QUANTILES[metric]])[0]
+
+
+def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[float, str]]:
+    """Return the variance of a whole pass's log statistic from within its instance (the
+    parts' variance over their count) and how it was split; None when it cannot be split."""
+    if record is None or record.discarded or not record.requests:
+        return None
+    parts, split = pass_parts(record)
+    values = [part_value(p, metric) for p in parts]
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    if len(logs) < 2 or len(logs) < len(parts):
+        return None
+    return statistics.variance(logs) / len(logs), split
+
+
+def side_within(runs: dict, side: str, used: Sequence[int], name: str,
+                metric: str) -> Optional[Tuple[float, str]]:
+    """Return a side's within-instance variance of a pass's statistic, pooled over the used
+    rounds, and the split; None when a round's pass cannot be split."""
+    found = [pass_within(runs[n][side].pass_named(name), metric) for n in used]
+    if not found or any(f is None for f in found):
+        return None
+    return (statistics.fmean(f[0] for f in found if f is not None),
+            next(f[1] for f in found if f is not None))
+
+
+def row_noise(runs: dict, sides: Tuple[str, str], used: Sequence[int],
+              row: Row) -> Optional[RowNoise]:
+    """Return a client row's spread taken apart; None for a row no pass splits (ladder
+    rows, the router's parts)."""
+    if row.metric not in ROW_METRICS:
+        return None
+    found = [side_within(runs, side, used, row.pass_name, row.metric) for side in sides]
+    if found[0] is None or found[1] is None:
+        return None
+    within = math.sqrt(found[0][0] + found[1][0])  # the change is new over base: both add
+    return RowNoise(row.pass_name, row.metric, within,
+                    math.sqrt(max(0.0, row.spread ** 2 - within ** 2)), found[0][1])
+
+
+def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
+    """Return (start, end, seconds in passes) of a run from its recorded times."""
+    measured = [p for p in run.passes if not p.discarded and p.summary is not None
+                and p.attempt.started_unix is not None]
+    if run.started_unix is None or not measured:
+        return None
+    ends = [(p.attempt.started_unix or 0.0) + p.measured.wall_s for p in measured]
+    return run.started_unix, max(ends), math.fsum(p.measured.wall_s for p in measured)
+
+
+def node_cost(runs: dict, sides: Tuple[str, str], used: Sequence[int]) -> Optional[NodeCost]:
+    """Return what one side's run took on the node, medians over the used runs; None when
+    the files do not record it (no start time, no ready time)."""
+    chosen = [runs[n][s] for n in used for s in sides]
+    spans = [run_span(r) for r in chosen]
+    ready = [r.ready_after_s for r in chosen if r.ready_after_s is not None]
+    if any(s is None for s in spans) or not ready:
+        return None
+    timed = sorted(s for s in spans if s is not None)
+    gaps = [after[0] - before[1] for before, after in zip(timed, timed[1:])
+            if after[0] >= before[1]]
+    ready_s = statistics.median(ready)
+    first = chosen[0]
+    return NodeCost(
+        ready_s=ready_s,
+        other_s=max(0.0, statistics.median(end - start - inside for start, end, inside in timed)
+                    - ready_s),
+        gap_s=statistics.median(gaps) if gaps else 0.0,
+        passes_s=statistics.median(inside for _, _, inside in timed),
+        requests=int(statistics.median(p.measured.requests for r in chosen for p in r.passes
+                                       if not p.discarded and p.summary is not None)),
+        repeat=None if first.settings.duration_s else first.settings.repeat)
+
+
+def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int]:
+    """Return the rounds at which every gated row of these spreads is decided as planned: an
+    unchanged pair passes PLAN_PASS_POWER of the time (each row within the tolerance at the
+    gate's one-sided level, Bonferroni over the rows), and a row slowed by the target alone
+    is found PLAN_DETECT_POWER of the time (at Holm's first level); None past 1,000."""
+    m = len(spreads)
+    tolerance, target = settings.tolerance_log, math.log1p(settings.target_pct / 100)
+    room = target - tolerance  # as the rows plan theirs: the whole target past no room
+    needed = []
+    for spread in spreads:
+        if tolerance > 0:  # at tolerance 0 nothing passes: only the slowdown is planned for
+            needed.append(rounds_needed(spread, tolerance, alpha=settings.alpha / 2,
+                                        power=1 - (1 - PLAN_PASS_POWER) / m, sided=1))
+        needed.append(rounds_needed(spread, room if room > 0 else target,
+                                    alpha=settings.alpha / 2 / m, power=PLAN_DETECT_POWER,
+                                    sided=1))
+    return None if any(n is None for n in needed) else max(n for n in needed if n)
+
+
+def plan_scales(cost: NodeCost) -> List[Tuple[float, int, Optional[int]]]:
+    """Return the candidate (scale, requests per pass, repeat) of the plan."""
+    if cost.repeat is not None:
+        per_sending = cost.requests / cost.repeat
+        return [(k / cost.repeat, round(per_sending * k), k) for k in range(1, MAX_REPEAT + 1)]
+    return [(k, round(cost.requests * k), None) for k in DURATION_SCALES]
+
+
+def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
+              cost: NodeCost, settings: GateSettings) -> Optional[NodePlan]:
+    """Return the requests per pass and rounds that decide as rounds_for() plans at the least
+    node time (two side runs a round); None when none does within 1,000 rounds."""
+    best: Optional[NodePlan] = None
+    for scale, requests, repeat in plan_scales(cost):
+        spreads = []
+        for row in gated:
+            found = noise.get((row.pass_name, row.metric))
+            spreads.append(row.spread if found is None else
+                           math.sqrt(found.between ** 2 + found.within ** 2 / scale))
+        rounds = rounds_for(spreads, settings)
+        if rounds is None:
+            continue
+        minutes = rounds * 2 * cost.side_run_s(scale) / 60
+        if best is None or minutes < best.node_minutes * 0.999:
+            best = NodePlan(rounds, requests, minutes, repeat, scale)
+    return best
+
+
+def speed_groups(values: Sequence[Tuple[int, float]], gap: float) -> List[SpeedGroup]:
+    """Return the (round, value) pairs in groups split where two neighbouring speeds (in
+    order) lie more than `gap` apart on the log scale."""
+    ordered = sorted(values, key=lambda item: item[1])
+    groups: List[List[Tuple[int, float]]] = [[ordered[0]]]
+    for before, item in zip(ordered, ordered[1:]):
+        if math.log(item[1] / before[1]) > gap:
+            groups.append([])
+        groups[-1].append(item)
+    return [SpeedGroup(tuple(sorted(n for n, _ in g)), g[0][1], g[-1][1]) for g in groups]
+
+
+def instance_modes(runs: dict, sides: Tuple[str, str], used: Sequence[int],
+                   rows: Sequence[Row], settings: GateSettings) -> List[InstanceModes]:
+    """Return each side's speed groups per pass (its p50 over the rounds): neighbouring
+    instances farther apart than MODE_GAP_SDS times their within-instance noise and the
+    tolerance; only where a side has MIN_MODE_ROUNDS rounds."""
+    if len(used) < MIN_MODE_ROUNDS:
+        return []
+    found = []
+    for row in rows:
+        if row.metric != "p50_ms":
+            continue
+        for side, values in zip(sides, (row.base_values, row.new_values)):
+            within = side_within(runs, side, used, row.pass_name, row.metric)
+            if within is None:
+                continue
+            gap = max(MODE_GAP_SDS * math.sqrt(2 * within[0]), settings.tolerance_log)
+            groups = speed_groups(list(zip(used, values)), gap)
+            if len(groups) > 1:
+                found.append(InstanceModes(side, row.pass_name, tuple(groups)))
+    return found
+
+
+def noise_findings(runs: dict, sides: Tuple[str, str], used: Sequence[int],
+                   rows: Sequence[Row], settings: GateSettings) -> NoiseFindings:
+    """Return the rows' noise taken apart, the plan and the speed groups of the used rounds."""
+    noise = [n for n in (row_noise(runs, sides, used, r) for r in rows) if n is not None]
+    cost = node_cost(runs, sides, used)
+    gated = [r for r in rows if r.gated]
+    plan = None if cost is None or not gated else node_plan(
+        gated, {(n.pass_name, n.metric): n for n in noise}, cost, settings)
+    return NoiseFindings(tuple(noise), cost, plan, tuple(instance_modes(runs, sides, used, rows,
+                                                                        settings)))
+
+
+def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
+    """Return the plan in one sentence ("about N rounds of M requests per pass, about K
+    minutes on this node"); None without one."""
+    plan = None if findings is None else findings.plan
+    if plan is None:
+        return None
+    minutes = f"{plan.node_minutes:.1f}" if plan.node_minutes < 10 else \
+        f"{plan.node_minutes:,.0f}"
+    return (f"about {plural(plan.rounds, 'round')} of {plan.requests_per_pass:,} requests per "
+            f"pass, about {minutes} minutes on this node")
+
+
+def main_part(item: RowNoise) -> str:
+    """Return which part of a row's spread is the larger, and what narrows it."""
+    if item.between >= item.within:
+        return "mostly between instances: more rounds narrow it, more requests per pass do not"
+    return "mostly within the pass: more requests per pass narrow it"
+
+
+def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSettings) -> List[str]:
+    """Return the noise of each gated row, the plan and the speed groups, in sentences: what
+    --plan and the report page print."""
+    lines = []
+    for row in rows:
+        item = findings.of(row)
+        if row.gated and item is not None:
+            lines.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)}: spread "
+                         f"{100 * math.expm1(row.spread):.1f}% = within one instance "
+                         f"{item.within_pct:.1f}% (its {item.split}) and between instances "
+                         f"{item.between_pct:.1f}%: {main_part(item)}")
+    cost, sentence = findings.cost, plan_sentence(findings)
+    if cost is not None:
+        lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
+                     f"ready {cost.ready_s:.1f} s, warm-up and the rest {cost.other_s:.1f} s, "
+                     f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
+                     f"between runs {cost.gap_s:.1f} s")
+    if sentence is not None and findings.plan is not None:
+        how = ("" if findings.plan.repeat is None else
+               f" (run -n {findings.plan.repeat}; run_rounds.sh --requests-per-pass "
+               f"{findings.plan.requests_per_pass})")
+        passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
+                  if settings.tolerance_pct > 0 else "")
+        lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
+                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
+    elif cost is not None:
+        lines.append("plan: more than 1,000 rounds at any requests per pass")
+    for mode in findings.modes:
+        groups = "; ".join(f"{', '.join(f'r{n}' for n in g.rounds)} at {span(g)} ms"
+                           for g in mode.groups)
+        lines.append(f"speed groups: {mode.side}'s instances ran at "
+                     f"{plural(len(mode.groups), 'speed')} ({pass_title(mode.pass_name)} p50: "
+                     f"{groups}): a property of the node or the router's start (clocks, "
+                     f"placement, threads) worth pinning before a change is judged "
+                     f"(docs/gpu-node.md)")
+    return lines
+
+
+def span(group: SpeedGroup) -> str:
+    """Return a group's speeds, one figure or low-high."""
+    low, high = f"{group.low:.3g}", f"{group.high:.3g}"
+    return low if low == high else f"{low}-{high}"
+
+
+def noise_json(findings: Optional[NoiseFindings], row: Row) -> Optional[dict]:
+    """Return a row's noise as the rounds JSON holds it; None for a row without one."""
+    item = None if findings is None else findings.of(row)
+    if item is None:
+        return None
+    return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split}
+
+
+def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
+    """Return the plan, what it costs a round, and the speed groups as the rounds JSON holds
+    them; None without rows."""
+    if findings is None:
+        return None
+    plan, cost = findings.plan, findings.cost
+    return {"rounds": None if plan is None else plan.rounds,
+            "requests_per_pass": None if plan is None else plan.requests_per_pass,
+            "node_minutes": None if plan is None else plan.node_minutes,
+            "repeat": None if plan is None else plan.repeat,
+            "side_run": None if cost is None else cost._asdict(),
+            "speed_groups": [{"side": m.side, "pass": m.pass_name,
+                              "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}

@@ -1,0 +1,248 @@
+"""The noise taken apart (within one instance, between instances), the plan in node time and
+the instances' speed groups: noise.py, read through `rounds` as a user reads it."""
+
+import json
+import math
+import random
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from router_latency.files import write_atomic
+from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
+                                    Request, RunFile, RunSettings)
+from router_latency.gate import GateSettings
+from router_latency.noise import noise_findings, plan_sentence
+from router_latency.rounds import judge_rounds
+
+from conftest import write_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+DRIVER = ROOT / "rounds" / "run_rounds.sh"
+PROMPTS = 40
+
+
+def noise_run(path, label, sendings, started_unix, ready_s=10.0):
+    """Write a run file of one sequential pass whose sendings have these latencies (one list
+    per sending, PROMPTS each), sent back to back; its run took ready_s to answer."""
+    requests, clock = [], 0.0
+    for rep, latencies in enumerate(sendings):
+        for i, latency in enumerate(latencies):
+            requests.append(Request(i, round(clock, 4), round(latency, 4), 200, "d", None,
+                                    rep=rep))
+            clock += latency
+    summary = pass_summary(requests, round(clock / 1000, 6))
+    begun = started_unix + ready_s + 1.0  # ready, then a second of warm-up
+    attempt = Attempt(None, None, "2026-01-01T00:00:00Z", begun, {}, None, {}, summary,
+                      tuple(requests))
+    run = RunFile(label, True, {"path": "c.json", "sha256": "a" * 64, "count": PROMPTS},
+                  (PassRecord("sequential", 1, False, False, attempt),),
+                  started_utc="2026-01-01T00:00:00Z", started_unix=started_unix,
+                  settings=RunSettings(concurrency=(1,), repeat=len(sendings), max_load=120.0),
+                  ready_after_s=ready_s)
+    write_atomic(str(path), dump_run(run))
+
+
+def pair_folder(folder, speeds, jitter, sendings, seed=1):
+    """Write an A/A pair: round n's instances run at speeds[n][side] ms, each request that
+    times a uniform factor 1 +- jitter. Runs follow each other: a side's run takes its ready
+    time, a second of warm-up, its pass, and a second's gap to the next."""
+    rng = random.Random(seed)
+    clock = 1000.0
+    for number, pair in enumerate(speeds, 1):
+        for side, speed in zip("ab", pair):
+            latencies = [[speed * (1 + rng.uniform(-jitter, jitter)) for _ in range(PROMPTS)]
+                         for _ in range(sendings)]
+            noise_run(folder / f"r{number}-{side}.json", side, latencies, clock)
+            clock += 10.0 + 1.0 + sum(map(sum, latencies)) / 1000 + 1.0
+    return folder
+
+
+# instances that keep their own speed (as aa-gpu's): 10 ms or 14 ms, 3 ms apart within
+INSTANCES = [(10, 14), (10, 10), (14, 10), (10, 14), (14, 14)]
+
+
+def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
+    assert result.code == 0
+    p50 = next(line for line in result.out.splitlines() if line.startswith("Sequential p50:"))
+    found = re.search(r"within one instance ([\d.]+)% \(its sendings\) and between instances "
+                      r"([\d.]+)%: mostly between instances: more rounds narrow it", p50)
+    assert found, p50
+    within, between = map(float, found.groups())
+    assert within < 2 < 20 < between
+    plan = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--format",
+                          "json").out)["plan"]
+    # more rounds than the 5 run, at no more requests per pass than the 120 sent
+    assert plan["rounds"] > 5 and plan["requests_per_pass"] <= 3 * PROMPTS
+    assert f"plan: about {plan['rounds']} rounds of {plan['requests_per_pass']} requests " \
+           f"per pass" in result.out
+
+
+def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
+    folder = pair_folder(tmp_path, [(10, 10)] * 5, 0.9, 1)
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
+    p50 = next(line for line in result.out.splitlines() if line.startswith("Sequential p50:"))
+    assert "(its halves)" in p50 and "mostly within the pass: more requests per pass" in p50
+    document = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
+                              "--format", "json").out)
+    plan = document["plan"]
+    assert plan["requests_per_pass"] > PROMPTS and plan["repeat"] > 1
+    assert f"run -n {plan['repeat']}; run_rounds.sh --requests-per-pass " \
+           f"{plan['requests_per_pass']}" in result.out
+    row = next(r for r in document["rows"] if r["metric"] == "p50_ms")
+    assert row["noise"]["within_pct"] > row["noise"]["between_pct"]
+
+
+def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
+    folder = pair_folder(tmp_path, INSTANCES, 0.3, 2)
+    document = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
+                              "--format", "json").out)
+    for row in document["rows"]:
+        noise = row["noise"]
+        within, between = (math.log1p(noise[k] / 100) for k in ("within_pct", "between_pct"))
+        logs = [math.log(n / b) for b, n in zip(row["base_values"], row["new_values"])]
+        spread = statistics.stdev(logs)
+        assert noise["split"] == "sendings" and within > 0
+        if between > 0:  # the rest of the spread: their squares add up to its square
+            assert math.hypot(within, between) == pytest.approx(spread, rel=1e-9)
+        else:
+            assert within >= spread
+
+
+def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
+    # sendings of means 10, 12.1 and 10 ms on both sides: the pass's log mean varies within
+    # by var(ln 10, ln 12.1, ln 10) / 3 a side, twice that for the change
+    for number in (1, 2, 3):
+        for side in "ab":
+            noise_run(tmp_path / f"r{number}-{side}.json", side,
+                      [[10.0] * PROMPTS, [12.1] * PROMPTS, [10.0] * PROMPTS], 1000.0 * number
+                      + (50 if side == "b" else 0))
+    runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in "ab"} for n in (1, 2, 3)}
+    report = judge_rounds(runs, "a", "b")
+    mean_row = next(r for r in report.rows if r.metric == "mean_ms")
+    logs = [math.log(10), math.log(12.1), math.log(10)]
+    centre = sum(logs) / 3
+    variance = sum((v - centre) ** 2 for v in logs) / 2 / 3
+    item = report.noise.of(mean_row)
+    assert item.within == pytest.approx(math.sqrt(2 * variance), rel=1e-9)
+    assert item.between == 0.0  # every round alike: no spread left for instances
+
+
+def test_plan_costs_rounds_from_the_run_files(tmp_path):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json")) for s in "ab"} for n in range(1, 6)}
+    report = judge_rounds(runs, "a", "b")
+    cost, plan = report.noise.cost, report.noise.plan
+    assert cost.ready_s == pytest.approx(10.0)
+    assert cost.other_s == pytest.approx(1.0, abs=0.01)
+    assert cost.gap_s == pytest.approx(1.0, abs=0.01)
+    assert cost.requests == 3 * PROMPTS and cost.repeat == 3
+    # each round: two side runs of ready, warm-up, gap and passes scaled to the plan's requests
+    side_s = 10.0 + cost.other_s + cost.gap_s + cost.passes_s * plan.scale
+    assert plan.node_minutes == pytest.approx(plan.rounds * 2 * side_s / 60)
+    assert plan_sentence(report.noise) == (
+        f"about {plan.rounds} rounds of {plan.requests_per_pass} requests per pass, about "
+        f"{plan.node_minutes:,.0f} minutes on this node" if plan.node_minutes >= 10 else
+        f"about {plan.rounds} rounds of {plan.requests_per_pass} requests per pass, about "
+        f"{plan.node_minutes:.1f} minutes on this node")
+
+
+def test_speed_groups_are_named_with_their_rounds_and_speeds(tmp_path, cli):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
+    groups = [line for line in result.out.splitlines() if line.startswith("speed groups:")]
+    assert len(groups) == 2
+    assert re.match(r"speed groups: a's instances ran at 2 speeds \(Sequential p50: r1, r2, "
+                    r"r4 at [\d.-]+ ms; r3, r5 at [\d.-]+ ms\)", groups[0]), groups[0]
+    assert "docs/gpu-node.md" in groups[0]
+    document = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
+                              "--format", "json").out)
+    assert [g["rounds"] for g in document["plan"]["speed_groups"][1]["groups"]] == [
+        [2, 3], [1, 4, 5]]
+    # one speed, within noise alone: no groups
+    (tmp_path / "alike").mkdir()
+    alike = pair_folder(tmp_path / "alike", [(10, 10)] * 5, 0.02, 3)
+    result = cli("rounds", "--dir", alike, "--base", "a", "--new", "b", "--plan")
+    assert "speed groups" not in result.out
+
+
+def test_an_undecided_verdict_names_the_plan(tmp_path, cli):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b")
+    assert result.code == 3
+    line = next(x for x in result.out.splitlines() if x.startswith("undecided:"))
+    assert re.search(r"; a plan that decides: about \d+ rounds of \d+ requests per pass, "
+                     r"about [\d.,]+ minutes on this node \(rounds --plan\)$", line), line
+    page = tmp_path / "page.html"
+    cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--html", page)
+    text = page.read_text()
+    assert "<h2>Noise and a plan</h2>" in text and "between instances" in text
+
+
+def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json"))._replace(ready_after_s=None)
+                for s in "ab"} for n in range(1, 6)}
+    report = judge_rounds(runs, "a", "b")
+    found = noise_findings(runs, ("a", "b"), report.used, report.rows, GateSettings())
+    assert found.cost is None and found.plan is None and plan_sentence(found) is None
+    assert len(found.rows) == 5  # every client row of the one pass
+
+
+def test_driver_sends_the_planned_requests_per_pass(tmp_path):
+    from test_cli import driver_args
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
+    result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
+                                        "20"), capture_output=True, text=True, timeout=60)
+    runs = [line for line in result.stdout.splitlines() if ": run: " in line]
+    assert result.returncode == 0 and len(runs) == 6
+    assert all(line.endswith(" --repeat 3 ") for line in runs), runs  # ceil(20 / 8)
+    refused = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
+                                         "20") + ["-n", "2"], capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "run_rounds.sh: error: --requests-per-pass sets run -n: give no -n after --")
+    for value, message in (("0", "--requests-per-pass must be at least 1"),
+                           ("x", "--requests-per-pass must be a whole number, got 'x'")):
+        bad = subprocess.run(driver_args(tmp_path, corpus, "--requests-per-pass", value),
+                             capture_output=True, text=True, timeout=60)
+        assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
+
+
+def test_driver_stops_at_the_node_time_budget(tmp_path):
+    from test_cli import DRIVER_ENV, driver_args
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
+    command = driver_args(tmp_path, corpus, "--budget-minutes", "0.001")
+    command[command.index("--rounds") + 1] = "5"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=DRIVER_ENV)
+    # the three rounds `rounds` needs run whatever the budget; no fourth (a round takes more
+    # than 0.06 s)
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")], result.stderr
+    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
+    assert re.fullmatch(r"run_rounds\.sh: round 4 would end past the budget \(0\.001 minutes; "
+                        r"\d+ s spent, about \d+ s a round\): stopping", said[-2]), said
+    assert said[-1] == "run_rounds.sh: ran 3 rounds"
+    assert result.stdout.startswith("rounds: 3 used (r1, r2, r3)")
+    bad = subprocess.run(driver_args(tmp_path, corpus, "--budget-minutes", "soon"),
+                         capture_output=True, text=True, timeout=60)
+    assert (bad.returncode, bad.stderr.strip()) == (
+        2, "run_rounds.sh: error: --budget-minutes must be a number of minutes, got 'soon'")
+
+
+def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3)
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--tolerance", "0",
+                 "--plan")
+    assert result.code == 0, result.err
+    plan = next(line for line in result.out.splitlines() if line.startswith("plan: "))
+    assert "passes" not in plan and plan.endswith(
+        ": a 10% slowdown of one gated row is found 80% of the time")
