@@ -6209,24 +6209,16 @@ def process_tree_cpu_seconds(pid: int, proc_root: str = "/proc") -> float:
     Each process counts utime + stime + cutime + cstime: a child that ends and is reaped
     moves its time into its parent's cutime, so the sum never goes back.
     """
-    table = {}
-    for entry in os.scandir(proc_root):
-        if entry.name.isdigit():
-            try:
-                text = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue  # ended while the table was read
-            fields = text[text.rindex(")") + 2:].split()  # the name may hold ') '
-            table[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    table = process_table(proc_root)
     if pid not in table:
         raise OSError(f"no process {pid}")
     children: dict = {}
-    for child, (parent, _) in table.items():
+    for child, (parent, _, _) in table.items():
         children.setdefault(parent, []).append(child)
     ticks, pending = 0, [pid]
     while pending:
         current = pending.pop()
-        ticks += table[current][1]
+        ticks += table[current][2]
         pending.extend(children.get(current, ()))
     return ticks / os.sysconf("SC_CLK_TCK")
 
