@@ -10696,6 +10696,7 @@ def run_outcomes(run: RunFile) -> dict:
     counts = count_outcomes(requests)
     counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
                                                  if r.outcome == "unexpected_routing"}))
+    counts["sampled"], counts["sampled_models"] = sampled_selections(run)
     return counts
 
 
@@ -10711,6 +10712,10 @@ class SideOutcomes(NamedTuple):
     error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
     degraded: int = 0  # answers that skipped a signal, and their counts by signal and reason
     degraded_signals: Dict[str, Dict[str, int]] = {}
+    # inputs whose selected model the router sampled or chose by its state, and the models:
+    # apart from decision agreement (compare.sampled_selections)
+    sampled: int = 0
+    sampled_models: Tuple[str, ...] = ()
 
 
 class Overload(NamedTuple):
@@ -12708,6 +12713,10 @@ def format_outcomes(report: RoundsReport) -> List[str]:
              for o in report.outcomes if o.errors]
     lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
               for o in report.outcomes if o.degraded]
+    lines += [f"sampled selections r{o.round} {o.side}: {plural(o.sampled, 'input')} got a "
+              f"model the router sampled or chose by its state ({', '.join(o.sampled_models[:8])}"
+              f"{', ...' if len(o.sampled_models) > 8 else ''}): apart from decision agreement"
+              for o in report.outcomes if o.sampled]
     if any(o.rejected for o in report.outcomes):
         counts = {(o.round, o.side): o.rejected for o in report.outcomes}
         lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
@@ -12879,7 +12888,8 @@ def undecided_line(report: RoundsReport) -> List[str]:
 def outcomes_json(outcomes: SideOutcomes) -> dict:
     """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
     error_codes only where there are any."""
-    optional = ("rejected", "error_codes", "degraded", "degraded_signals")
+    optional = ("rejected", "error_codes", "degraded", "degraded_signals", "sampled",
+                "sampled_models")
     document = {key: value for key, value in outcomes._asdict().items()
                 if key not in ("unexpected_routing", *optional)}
     document.update({key: getattr(outcomes, key) for key in optional

@@ -215,6 +215,34 @@ def test_two_sides_identical_but_for_sampled_selections_agree_in_full(simulator,
                                                    "models": ["model-a", "model-b", "model-c"]}
 
 
+def test_rounds_of_sides_identical_but_for_sampled_selections_pass_in_full_agreement(
+        simulator, tmp_path, cli):
+    answers = SimulatedAnswers(no_decision_share=0.0, sampled_share=1.0)
+    router = simulator(delay_ms=0, answers=answers)
+    corpus = write_corpus(tmp_path / "corpus.json", PROMPTS)
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    for number in (1, 2, 3):
+        for side in ("a", "b"):
+            out = folder / f"r{number}-{side}.json"
+            result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out,
+                         "--label", f"{side}-r{number}", "-c", "1", "--repeat", "2",
+                         "--warmup", "0", "--quiet")
+            assert result.code == 0, result.err
+    # the decisions gate on; timing judged only against a slowdown no noise reaches
+    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--decisions", "gate",
+                 "--tolerance", "1000", "--pass-unless-worse")
+    lines = result.out.splitlines()
+    assert "decisions r1: 12/12 agree in every pass" in lines, result.out + result.err
+    assert "sampled selections r1 b: 12 inputs got a model the router sampled or chose by its " \
+           "state (model-a, model-b, model-c): apart from decision agreement" in lines
+    assert result.code == 0 and lines[0].startswith("verdict: PASS"), result.out
+    report = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
+                            "--format", "json", "--tolerance", "1000").out)
+    assert report["outcomes"][0]["sampled"] == 12
+    assert report["outcomes"][0]["sampled_models"] == ["model-a", "model-b", "model-c"]
+
+
 def test_the_double_marks_its_sampled_selections(double, tmp_path, cli):
     router = double(sampled=set(PROMPTS[:3]))
     out = run_sampled(cli, router, tmp_path, "x")

@@ -18,7 +18,7 @@ from .attribution import part_values, pass_attribution
 __all__ = [
     "cache_warnings", "Capacity", "compare_runs", "CompareReport", "cost_for", "CostPerHour",
     "decision_agreement", "DecisionChange", "floor_warnings", "LadderStep", "run_capacity",
-    "usd_per_million", "worse_sign",
+    "sampled_selections", "usd_per_million", "worse_sign",
 ]
 
 

@@ -23,7 +23,7 @@ from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, Pas
                       Request, RunFile)
 from .attribution import part_values, pass_attribution, PassAttribution
 from .compare import (cache_warnings, Capacity, cost_for, decision_agreement, DecisionChange,
-                      floor_warnings, run_capacity, usd_per_million)
+                      floor_warnings, run_capacity, sampled_selections, usd_per_million)
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings
@@ -559,6 +559,7 @@ def run_outcomes(run: RunFile) -> dict:
     counts = count_outcomes(requests)
     counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
                                                  if r.outcome == "unexpected_routing"}))
+    counts["sampled"], counts["sampled_models"] = sampled_selections(run)
     return counts
 
 
@@ -574,6 +575,10 @@ class SideOutcomes(NamedTuple):
     error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
     degraded: int = 0  # answers that skipped a signal, and their counts by signal and reason
     degraded_signals: Dict[str, Dict[str, int]] = {}
+    # inputs whose selected model the router sampled or chose by its state, and the models:
+    # apart from decision agreement (compare.sampled_selections)
+    sampled: int = 0
+    sampled_models: Tuple[str, ...] = ()
 
 
 class Overload(NamedTuple):
