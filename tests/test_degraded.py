@@ -207,6 +207,22 @@ def test_the_routers_unknown_answers_are_kept_by_default_and_are_no_fault(tmp_pa
     assert run.passes[0].environment.faults == 0.0
 
 
+@pytest.mark.parametrize("series", [
+    'vsr_model_runtime_result_cache_total{deployment="a",result="hit"}',
+    'vllm_srun_result_cache_total{model="m",outcome="miss"}',
+    'vllm_sr_runtime_result_cache_total{model="m",outcome="hit"}'])
+def test_a_result_caches_lookups_are_no_fault(tmp_path, series):
+    # the cache series are kept in every scrape (the cache finding reads them); a router with
+    # its cache on looked up in every pass, and each of its rounds was left out as one with
+    # "restarts or device faults"
+    deltas = {series: 40.0, "vsr_model_runtime_restarts_total": 0.0}
+    run = load_run(make_run(tmp_path / "r.json", environment={"metrics": {"deltas": deltas}}))
+    assert run.passes[0].environment.faults == 0.0
+    deltas["vsr_model_runtime_restarts_total"] = 1.0
+    run = load_run(make_run(tmp_path / "s.json", environment={"metrics": {"deltas": deltas}}))
+    assert run.passes[0].environment.faults == 1.0
+
+
 # --- the simulator, the run and the gate ---
 
 def test_the_simulator_answers_a_stable_share_with_signal_errors_and_faster(simulator):

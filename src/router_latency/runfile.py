@@ -11,7 +11,7 @@ import re
 import statistics
 from typing import Any, Callable, cast, Iterator, NamedTuple, Optional, Sequence, TypedDict
 
-from .constants import (__version__, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
+from .constants import (__version__, CACHE_SERIES, CONFIG_HASH_PATTERN, ERROR_CODE_PATTERN,
                         LADDER_MARGIN_PCT, LADDER_PASS, MAX_FILE_NUMBER, MAX_LATENCY_MS,
                         MAX_REASON_CHARS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
                         SIGNAL_NAME_PATTERN)
@@ -893,10 +893,12 @@ class PassRecord(NamedTuple):
         gpu_mib = [total for reading in gpu_readings(environment)
                    if (total := reading.total_mib) is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
-        # the router's unknown answers are kept beside the faults, not counted as one: each
-        # degraded answer is counted as such (Request.degraded)
+        # kept beside the faults, not counted as one: the router's unknown answers (each
+        # degraded answer is counted as such, Request.degraded) and the result caches'
+        # lookups (kept always, for the cache finding: CACHE_SERIES)
         faults = math.fsum(max(d, 0.0) for series, d in deltas.items()
-                           if not series.startswith(UNKNOWN_ANSWERS_METRIC)) \
+                           if not series.startswith(UNKNOWN_ANSWERS_METRIC)
+                           and not CACHE_SERIES.match(series.split("{", 1)[0])) \
             if isinstance(deltas, dict) else None
         router_cpu = self.attempt.router_cpu or RouterCpu()
         return PassEnvironment(
