@@ -72,7 +72,8 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     assert result.code == 0
     p50 = next(line for line in result.out.splitlines() if line.startswith("Sequential p50:"))
     found = re.search(r"within one instance ([\d.]+)% \(its sendings\) and between instances "
-                      r"([\d.]+)%: mostly between instances: more rounds narrow it", p50)
+                      r"([\d.]+)% \(log standard deviations x 100: their squares add\): mostly "
+                      r"between instances: more rounds narrow it", p50)
     assert found, p50
     within, between = map(float, found.groups())
     assert within < 2 < 20 < between
@@ -105,7 +106,8 @@ def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
                               "--format", "json").out)
     for row in document["rows"]:
         noise = row["noise"]
-        within, between = (math.log1p(noise[k] / 100) for k in ("within_pct", "between_pct"))
+        # 100 x the log standard deviations, as the plan table's spread column
+        within, between = (noise[k] / 100 for k in ("within_pct", "between_pct"))
         logs = [math.log(n / b) for b, n in zip(row["base_values"], row["new_values"])]
         spread = statistics.stdev(logs)
         assert noise["split"] == "sendings" and within > 0

@@ -46,13 +46,15 @@ class RowNoise(NamedTuple):
     between: float  # from instance to instance: only more rounds narrow it
     split: str  # how a pass was split: "sendings" or "halves"
 
+    # in percent of the log scale (100 x the log standard deviation), where the two parts add
+    # in squares to the spread as printed beside them (spread^2 = within^2 + between^2)
     @property
     def within_pct(self) -> float:
-        return 100 * math.expm1(self.within)
+        return 100 * self.within
 
     @property
     def between_pct(self) -> float:
-        return 100 * math.expm1(self.between)
+        return 100 * self.between
 
 
 class NodeCost(NamedTuple):
@@ -328,9 +330,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
         item = findings.of(row)
         if row.gated and item is not None:
             lines.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)}: spread "
-                         f"{100 * math.expm1(row.spread):.1f}% = within one instance "
+                         f"{100 * row.spread:.1f}% = within one instance "
                          f"{item.within_pct:.1f}% (its {item.split}) and between instances "
-                         f"{item.between_pct:.1f}%: {main_part(item)}")
+                         f"{item.between_pct:.1f}% (log standard deviations x 100: their "
+                         f"squares add): {main_part(item)}")
     cost, sentence = findings.cost, plan_sentence(findings)
     if cost is not None:
         lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "

@@ -1063,8 +1063,10 @@ def format_plan(report: RoundsReport) -> List[str]:
     for row in report.rows:
         table.append([pass_cell(row, report.rows),
                       metric_label(row.metric) + ("*" if row.gated else ""),
-                      f"{100 * math.expm1(row.spread):.1f}%", detectable_text(row),
+                      f"{100 * row.spread:.1f}%", detectable_text(row),
                       "> 1,000" if row.rounds_needed is None else str(row.rounds_needed)])
+    # spread: 100 x the log standard deviation of a round's change, as the noise lines below
+    # take it apart (within and between instances add to it in squares)
     lines += render_table(["pass", "metric", "spread", f"detects at {len(report.used)}",
                            f"rounds for {settings.target_pct:g}%"], table,
                           right=[False, False, True, True, True])
