@@ -74,7 +74,9 @@ trap '' PIPE
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
+# the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
+[ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
 tool_given=0
 rounds=5
 rounds_given=0
@@ -143,8 +145,9 @@ Options:
                           passed to `rounds`
   --junit FILE, --html FILE   passed to the final `rounds`: JUnit XML and the report page
                           (the corpus goes with them, for the texts of the slower inputs)
-  --tool PATH             router_latency.py to use (default: the one beside rounds/; where
-                          pip installed this script, the router-latency command beside it)
+  --tool PATH             router_latency.py to use (default: the one beside rounds/, else
+                          one in this script's folder; where pip installed this script, the
+                          router-latency command beside it)
   --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
 EOT
@@ -309,7 +312,8 @@ fi
 command -v setsid >/dev/null \
   || die "setsid not found (util-linux): it gives each start command a session"
 version=$("${driver[@]}" --version 2>&1) \
-  || die "cannot run the tool: ${driver[*]} --version said: ${version:-nothing}"
+  || die "cannot run the tool: ${driver[*]} --version said: ${version:-nothing}$(
+    [ "$tool_given" -eq 1 ] || printf '; --tool PATH names router_latency.py')"
 [ -f "$corpus" ] && [ -r "$corpus" ] || die "cannot read the corpus file ($corpus)"
 if [ ! -e "$dir" ]; then made_dir=1; fi
 mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($dir)"; }

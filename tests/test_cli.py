@@ -1607,6 +1607,25 @@ def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
         "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
 
 
+def test_driver_copied_beside_the_tool_runs_it_and_alone_names_tool(tmp_path):
+    # users copy router_latency.py and run_rounds.sh into one folder on a node: the script
+    # looked only in the folder above its own (the repository's layout)
+    shutil.copy(DRIVER, tmp_path / "run_rounds.sh")
+    shutil.copy(ROOT / "router_latency.py", tmp_path / "router_latency.py")
+    command = ["bash", str(tmp_path / "run_rounds.sh"), "--rounds", "3", "--dir",
+               str(tmp_path / "results"), "--corpus", "corpus.json", "--base", "a",
+               "--base-url", "http://127.0.0.1:1", "--base-start", "true", "--new", "b",
+               "--new-url", "http://127.0.0.1:2", "--new-start", "true"]
+    result = subprocess.run([*command, "--dry-run"], capture_output=True, text=True,
+                            timeout=60, env=DRIVER_ENV)
+    assert result.returncode == 0, result.stderr
+    assert f"then: {sys.executable} {tmp_path / 'router_latency.py'} rounds" in result.stdout
+    (tmp_path / "router_latency.py").unlink()
+    alone = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    assert alone.returncode == 2
+    assert alone.stderr.rstrip().endswith("; --tool PATH names router_latency.py")
+
+
 def test_driver_dry_run_and_help_stop_quietly_for_a_reader_that_stops_early(tmp_path):
     command = shlex.join(driver_args(tmp_path, "corpus.json", "--dry-run"))
     for args in (command, f"bash {shlex.quote(str(DRIVER))} --help"):
