@@ -129,6 +129,7 @@ def test_entries_of_another_corpus_or_configuration_are_left_out_and_named(tmp_p
     assert "left out: c: configuration differs (passes 'sequential c4', not 'sequential')" \
         in result.out
     assert "2 commits like d" in result.out
+    assert "(--allow-mismatch corpus|node|config compares them anyway" in result.out
     kept = cli("history", "report", "--history", store, "--allow-mismatch", "corpus",
                "--format", "json")
     document = json.loads(kept.out)

@@ -37,7 +37,7 @@ def row_table(row: RowTrend) -> Table:
                       p.verdict or p.kind])
     return Table(f"{row.title}: {row.status.upper()}, drift {drift_words(row)}",
                  ["commit", "date", f"{metric_label(row.metric)} [95%]", "step [95%]",
-                  "cumulative [95%]", "change point", "its gate"], lines,
+                  "cumulative [95%]", "change point", "its folder's verdict"], lines,
                  [False, False, True, True, True, False, False])
 
 
@@ -65,6 +65,9 @@ def detail_lines(report: HistoryReport) -> List[str]:
         lines.append(f"{row.title}: change points (Holm over {plural(steps, 'step')}, "
                       f"family-wise 5%): {', '.join(found) or 'none'}")
     lines += [f"left out: {commit}: {why}" for commit, why in report.left_out]
+    if report.left_out:
+        lines.append("(--allow-mismatch corpus|node|config compares them anyway, where a "
+                     "change of that kind is the change under test)")
     return lines + [f"note: {note}" for note in report.notes]
 
 
