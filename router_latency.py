@@ -11856,21 +11856,14 @@ def pct(log_value: float) -> str:
     return pct_text(math.expm1(log_value))
 
 
-def metric_change(change: Change, metric: str) -> Change:
-    """Return a worse-direction change as the metric's own: a req/s change turned round."""
-    if worse_sign(metric) > 0:
-        return change
-    return change._replace(mean=-change.mean, low=-change.high, high=-change.low)
-
-
 def history_change_text(change: Change, metric: str) -> str:
-    """Return a change of a metric with its interval: +15.2% [+9.8%, +20.9%]."""
-    shown = metric_change(change, metric)
-    return f"{pct(shown.mean)} [{pct(shown.low)}, {pct(shown.high)}]"
+    """Return a change with its interval, +15.2% [+9.8%, +20.9%], in the one form every change
+    is written in (+ slower; for req/s, of the time per request): its worse direction."""
+    return f"{pct(change.mean)} [{pct(change.low)}, {pct(change.high)}]"
 
 
 def drift_text(row: RowTrend) -> str:
-    """Return a row's drift with its interval, in the metric's own direction."""
+    """Return a row's drift with its interval, as every change is written (for req/s, of the time per request)."""
     return "no step" if row.drift is None else history_change_text(row.drift, row.metric)
 
 
@@ -11881,7 +11874,7 @@ def drift_outcome(rows: Sequence[RowTrend], baseline: str,
         return "inconclusive", ["the last entry has no gated row"]
     reasons = []
     for row in rows:
-        most = ", ".join(f"{c} ({pct(worse_sign(row.metric) * v)})" for c, v in row.most)
+        most = ", ".join(f"{c} ({pct(v)})" for c, v in row.most)
         if row.status == "fail":
             reasons.append(f"{row.title} drifted {drift_text(row)} since {baseline}, worse "
                            f"than the {tolerance_pct:g}% tolerance; most from {most}")
@@ -14219,8 +14212,8 @@ def drift_words(row: RowTrend, index: int = -1) -> str:
 def what_line(report: HistoryReport) -> str:
     counted = max((len(r.points) for r in report.rows), default=0)
     return (f"{plural(counted, 'commit')} like {report.reference} since {report.baseline}, "
-            f"tolerance {report.tolerance_pct:g}% (the worse direction: + for latency, - for "
-            f"req/s)")
+            f"tolerance {report.tolerance_pct:g}% (+ slower; for req/s, of the time per "
+            f"request)")
 
 
 def detail_lines(report: HistoryReport) -> List[str]:
@@ -14265,8 +14258,7 @@ def change_json(change: Optional[Change], metric: str) -> Optional[Dict[str, flo
     the worse-direction log ratio with its standard error and df."""
     if change is None:
         return None
-    worse = change
-    change = metric_change(change, metric)
+    worse = change  # every change in its worse direction (for req/s, of the time per request)
     return {"pct": 100 * math.expm1(change.mean), "low_pct": 100 * math.expm1(change.low),
             "high_pct": 100 * math.expm1(change.high), "worse_log": worse.mean,
             "se_log": math.sqrt(change.variance), "df": change.df}
@@ -14363,14 +14355,13 @@ def series_svg(row: RowTrend, width: int = 560, height: int = 270) -> str:
 def drift_svg(row: RowTrend, tolerance_pct: float, width: int = 560, height: int = 270) -> str:
     """Return the plot of the cumulative change from the baseline with its 95% band, and the
     tolerance's line."""
-    shown = [(i, metric_change(p.cumulative, row.metric)) for i, p in enumerate(row.points)
-             if p.cumulative is not None]
+    shown = [(i, p.cumulative) for i, p in enumerate(row.points) if p.cumulative is not None]
     # from the first entry's base (the default baseline): its origin, 0%, one place before it
     first = -1 if shown and shown[0][0] == 0 and shown[0][1].variance > 0 else 0
     names = (["base"] if first < 0 else []) + [p.commit for p in row.points]
     if first < 0:
         shown.insert(0, (-1, Change(0.0, 0.0, 0.0, 0.0, 1.0)))
-    tolerance = math.log1p(tolerance_pct / 100) * (-1 if row.metric.endswith("req_per_s") else 1)
+    tolerance = math.log1p(tolerance_pct / 100)
     values = [100 * math.expm1(v) for _, c in shown for v in (c.low, c.high)] + \
         [0.0, 100 * math.expm1(tolerance)]
     box = PlotBox(58, 24, width - 14, height - 38)

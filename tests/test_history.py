@@ -73,6 +73,10 @@ def test_six_small_steps_drift_about_15_percent_and_the_gate_fails_naming_them(d
     assert 13 < found[0] < 18 and 5 < found[1] < found[0] < found[2]
     assert "worse than the 5% tolerance; most from c" in reasons
     assert len(__import__("re").findall(r"c\d \(\+\d\.\d%\)", reasons)) == 3
+    # req/s written as every change is (of the time per request): a throughput drop reads +
+    rate = next(line for line in result.out.splitlines()
+                if line.startswith("  Sequential req/s drifted "))
+    assert rate.startswith("  Sequential req/s drifted +"), rate
     # without --gate the same report exits 0
     assert cli("history", "report", "--history", drifted).code == 0
 

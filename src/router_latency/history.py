@@ -24,7 +24,7 @@ from .record import record_section
 __all__ = [
     "add_entries", "Change", "EntryTags", "entry_of_folder", "entry_of_run",
     "folders_oldest_first", "HISTORY_SCHEMA", "history_report", "HistoryReport", "LIKE_FIELDS",
-    "history_change_text", "metric_change", "read_history", "RowTrend", "TrendPoint",
+    "history_change_text", "read_history", "RowTrend", "TrendPoint",
     "TrendSettings",
 ]
 
@@ -525,21 +525,14 @@ def pct(log_value: float) -> str:
     return pct_text(math.expm1(log_value))
 
 
-def metric_change(change: Change, metric: str) -> Change:
-    """Return a worse-direction change as the metric's own: a req/s change turned round."""
-    if worse_sign(metric) > 0:
-        return change
-    return change._replace(mean=-change.mean, low=-change.high, high=-change.low)
-
-
 def history_change_text(change: Change, metric: str) -> str:
-    """Return a change of a metric with its interval: +15.2% [+9.8%, +20.9%]."""
-    shown = metric_change(change, metric)
-    return f"{pct(shown.mean)} [{pct(shown.low)}, {pct(shown.high)}]"
+    """Return a change with its interval, +15.2% [+9.8%, +20.9%], in the one form every change
+    is written in (+ slower; for req/s, of the time per request): its worse direction."""
+    return f"{pct(change.mean)} [{pct(change.low)}, {pct(change.high)}]"
 
 
 def drift_text(row: RowTrend) -> str:
-    """Return a row's drift with its interval, in the metric's own direction."""
+    """Return a row's drift with its interval, as every change is written (for req/s, of the time per request)."""
     return "no step" if row.drift is None else history_change_text(row.drift, row.metric)
 
 
@@ -550,7 +543,7 @@ def drift_outcome(rows: Sequence[RowTrend], baseline: str,
         return "inconclusive", ["the last entry has no gated row"]
     reasons = []
     for row in rows:
-        most = ", ".join(f"{c} ({pct(worse_sign(row.metric) * v)})" for c, v in row.most)
+        most = ", ".join(f"{c} ({pct(v)})" for c, v in row.most)
         if row.status == "fail":
             reasons.append(f"{row.title} drifted {drift_text(row)} since {baseline}, worse "
                            f"than the {tolerance_pct:g}% tolerance; most from {most}")

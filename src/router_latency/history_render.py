@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .constants import __version__
 from .words import fmt_value, metric_label, plural
-from .history import (Change, history_change_text, HISTORY_SCHEMA, HistoryReport, metric_change,
+from .history import (Change, history_change_text, HISTORY_SCHEMA, HistoryReport,
                       RowTrend, TrendPoint)
 from .render_text import md_text, render_table, Table
 from .page import Axis, esc, padded, PAGE_STYLE, PlotBox, table_html, VERDICT_COLORS
@@ -52,8 +52,8 @@ def drift_words(row: RowTrend, index: int = -1) -> str:
 def what_line(report: HistoryReport) -> str:
     counted = max((len(r.points) for r in report.rows), default=0)
     return (f"{plural(counted, 'commit')} like {report.reference} since {report.baseline}, "
-            f"tolerance {report.tolerance_pct:g}% (the worse direction: + for latency, - for "
-            f"req/s)")
+            f"tolerance {report.tolerance_pct:g}% (+ slower; for req/s, of the time per "
+            f"request)")
 
 
 def detail_lines(report: HistoryReport) -> List[str]:
@@ -98,8 +98,7 @@ def change_json(change: Optional[Change], metric: str) -> Optional[Dict[str, flo
     the worse-direction log ratio with its standard error and df."""
     if change is None:
         return None
-    worse = change
-    change = metric_change(change, metric)
+    worse = change  # every change in its worse direction (for req/s, of the time per request)
     return {"pct": 100 * math.expm1(change.mean), "low_pct": 100 * math.expm1(change.low),
             "high_pct": 100 * math.expm1(change.high), "worse_log": worse.mean,
             "se_log": math.sqrt(change.variance), "df": change.df}
@@ -196,14 +195,13 @@ def series_svg(row: RowTrend, width: int = 560, height: int = 270) -> str:
 def drift_svg(row: RowTrend, tolerance_pct: float, width: int = 560, height: int = 270) -> str:
     """Return the plot of the cumulative change from the baseline with its 95% band, and the
     tolerance's line."""
-    shown = [(i, metric_change(p.cumulative, row.metric)) for i, p in enumerate(row.points)
-             if p.cumulative is not None]
+    shown = [(i, p.cumulative) for i, p in enumerate(row.points) if p.cumulative is not None]
     # from the first entry's base (the default baseline): its origin, 0%, one place before it
     first = -1 if shown and shown[0][0] == 0 and shown[0][1].variance > 0 else 0
     names = (["base"] if first < 0 else []) + [p.commit for p in row.points]
     if first < 0:
         shown.insert(0, (-1, Change(0.0, 0.0, 0.0, 0.0, 1.0)))
-    tolerance = math.log1p(tolerance_pct / 100) * (-1 if row.metric.endswith("req_per_s") else 1)
+    tolerance = math.log1p(tolerance_pct / 100)
     values = [100 * math.expm1(v) for _, c in shown for v in (c.low, c.high)] + \
         [0.0, 100 * math.expm1(tolerance)]
     box = PlotBox(58, 24, width - 14, height - 38)
