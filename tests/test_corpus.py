@@ -353,6 +353,8 @@ def test_corpus_reads_a_list_of_prompts_jsonl_and_lines(tmp_path, cli):
     ("list", '{"prompts": ["x"]}', "expected a JSON list of prompt strings (--data-format list)"),
     ("list", '[]', "no prompts: the list holds no non-empty string"),
     ("jsonl", '"a"\n{"query": \n', "invalid JSON at line 1"),
+    ("json", "hello there\nwhat is 2+2\n", "invalid JSON at line 1 column 1: Expecting value; "
+     "--data-format lines reads one prompt a line, --data-format jsonl one JSON value a line"),
     ("lines", "\n\n", "the file is empty"),
     ("lines", b"\xff\n", "not UTF-8 (byte 0)"),
 ])

@@ -172,7 +172,12 @@ def file_prompts(path: Path, form: str, keys: Sequence[str]) -> list[str]:
                     value = parse_json(row.encode("utf-8"), f"{where}: line {number}")
                     texts += [value] if isinstance(value, str) else _walk(value, keys, where)
     else:
-        document = parse_json(data, where)
+        try:
+            document = parse_json(data, where)
+        except RouterLatencyError as exc:  # plain lines or JSON lines: say how to read them
+            raise RouterLatencyError(f"{exc.args[0]}; --data-format lines reads one prompt a "
+                                     f"line, --data-format jsonl one JSON value a line",
+                                     where) from None
         if form == "list" and not (isinstance(document, list)
                                    and all(isinstance(v, str) for v in document)):
             raise RouterLatencyError("expected a JSON list of prompt strings (--data-format list)",
