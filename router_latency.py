@@ -9834,6 +9834,7 @@ class RowNoise(NamedTuple):
     within: float  # from the noise within one instance: more requests per pass narrow it
     between: float  # from instance to instance: only more rounds narrow it
     split: str  # how a pass was split: "sendings" or "halves"
+    capped: bool = False  # the within estimate came out above the spread, cut to it
 
     # in percent of the log scale (100 x the log standard deviation), where the two parts add
     # in squares to the spread as printed beside them (spread^2 = within^2 + between^2)
@@ -9961,8 +9962,13 @@ def row_noise(runs: dict, sides: Tuple[str, str], used: Sequence[int],
     if found[0] is None or found[1] is None:
         return None
     within = math.sqrt(found[0][0] + found[1][0])  # the change is new over base: both add
+    # a part of the spread is no larger than the spread: an estimate above it (sampling
+    # noise of few rounds, or halves of a pass that also differ in their prompts) is cut to
+    # it, and said so, so that the parts always add up as printed
+    capped = within > row.spread
+    within = min(within, row.spread)
     return RowNoise(row.pass_name, row.metric, within,
-                    math.sqrt(max(0.0, row.spread ** 2 - within ** 2)), found[0][1])
+                    math.sqrt(max(0.0, row.spread ** 2 - within ** 2)), found[0][1], capped)
 
 
 def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
@@ -10118,11 +10124,14 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
     for row in rows:
         item = findings.of(row)
         if row.gated and item is not None:
+            capped = "; at most: its parts differed by more, " + (
+                "as halves also differ in their prompts" if item.split == "halves"
+                else "by chance over few rounds") if item.capped else ""
             lines.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)}: spread "
                          f"{100 * row.spread:.1f}% = within one instance "
-                         f"{item.within_pct:.1f}% (its {item.split}) and between instances "
-                         f"{item.between_pct:.1f}% (log standard deviations x 100: their "
-                         f"squares add): {main_part(item)}")
+                         f"{item.within_pct:.1f}% (its {item.split}{capped}) and between "
+                         f"instances {item.between_pct:.1f}% (log standard deviations x 100: "
+                         f"their squares add): {main_part(item)}")
     cost, sentence = findings.cost, plan_sentence(findings)
     if cost is not None:
         lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
@@ -11868,7 +11877,8 @@ def history_change_text(change: Change, metric: str) -> str:
 
 
 def drift_text(row: RowTrend) -> str:
-    """Return a row's drift with its interval, as every change is written (for req/s, of the time per request)."""
+    """Return a row's drift with its interval, as every change is written (for req/s, of the
+    time per request)."""
     return "no step" if row.drift is None else history_change_text(row.drift, row.metric)
 
 

@@ -16,7 +16,7 @@ from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
                                     Request, RunFile, RunSettings)
 from router_latency.gate import GateSettings
-from router_latency.noise import noise_findings, plan_sentence
+from router_latency.noise import noise_findings, plan_sentence, side_within
 from router_latency.rounds import judge_rounds
 
 from conftest import write_corpus
@@ -131,9 +131,14 @@ def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
     logs = [math.log(10), math.log(12.1), math.log(10)]
     centre = sum(logs) / 3
     variance = sum((v - centre) ** 2 for v in logs) / 2 / 3
+    found = [side_within(runs, side, (1, 2, 3), mean_row.pass_name, "mean_ms") for side in "ab"]
+    assert [f[0] for f in found] == pytest.approx([variance, variance], rel=1e-9)
+    assert {f[1] for f in found} == {"sendings"}
+    # every round alike: the spread is no larger than that, and a part is no larger than the
+    # spread: within is cut to it (and says so), nothing is left for instances
     item = report.noise.of(mean_row)
-    assert item.within == pytest.approx(math.sqrt(2 * variance), rel=1e-9)
-    assert item.between == 0.0  # every round alike: no spread left for instances
+    assert math.sqrt(2 * variance) > mean_row.spread
+    assert item.capped and item.within == mean_row.spread and item.between == 0.0
 
 
 def test_plan_costs_rounds_from_the_run_files(tmp_path):

@@ -532,7 +532,8 @@ def history_change_text(change: Change, metric: str) -> str:
 
 
 def drift_text(row: RowTrend) -> str:
-    """Return a row's drift with its interval, as every change is written (for req/s, of the time per request)."""
+    """Return a row's drift with its interval, as every change is written (for req/s, of the
+    time per request)."""
     return "no step" if row.drift is None else history_change_text(row.drift, row.metric)
 
 
