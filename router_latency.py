@@ -2616,12 +2616,13 @@ def ready_words(body: Optional[bytes]) -> str:
     ready, total = document.get("ready_models"), document.get("total_models")
     if type(ready) is int and type(total) is int and total > 0:
         parts.append(f"{ready} of {total} models ready")
-    pending = [p[:60] for p in document.get("pending_models") or () if isinstance(p, str)]
+    listed = document.get("pending_models")
+    pending = [p[:60] for p in listed if isinstance(p, str)] if isinstance(listed, list) else []
     if pending:
         more = len(pending) - PENDING_SHOWN
         parts.append("pending: " + ", ".join(pending[:PENDING_SHOWN])
                      + (f" and {more} more" if more > 0 else ""))
-    return re.sub(r"[\x00-\x1f\x7f]", "?", "; ".join(parts))
+    return visible("; ".join(parts))
 
 
 def is_sampled_selection(document: Any) -> bool:
@@ -2642,8 +2643,12 @@ def marked_sampled(decision: str, document: Any, body: bytes | bytearray) -> str
         return decision
     found = PROVENANCE.search(body)
     try:
-        provenance = json.loads(found.group(1)) if found is not None else None
-    except (ValueError, UnicodeDecodeError):
+        if found is not None:
+            provenance = json.loads(found.group(1))
+        else:  # not a flat object (one nested in it): the answer decoded whole, rarely
+            whole = json.loads(body)
+            provenance = whole.get("selection_provenance") if isinstance(whole, dict) else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return decision
     model = document.get("selected_model") if isinstance(document, dict) else None
     head, _, last = decision.rpartition("|")
@@ -2697,6 +2702,11 @@ def _kept(text: Any, limit: int, secrets: Sequence[str]) -> str:
     return scrubbed_cut(text, limit, secrets)
 
 
+# the signal a member is kept under when the router named none: an empty key, or a member
+# that is not the router's object of signals
+UNNAMED_SIGNAL = "(unnamed)"
+
+
 def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optional[Degraded]:
     """Return the degraded members of a 200 answer's body, () for a plain answer; None for a
     body that names one of them but is no JSON object (bad_json: what it says past its
@@ -2721,11 +2731,13 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
         value = document.get(member)
         if value is None or value == "" or value == {} or value == []:
             continue
-        if member == "decision_error" or not isinstance(value, dict):
+        if member == "decision_error":
             found.append((member, "", _kept(value, MAX_REASON_CHARS, secrets)))
             continue
+        if not isinstance(value, dict):  # not the router's {signal: text}: kept under a name
+            value = {UNNAMED_SIGNAL: value}
         for signal in sorted(value)[:MAX_SIGNALS]:
-            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets),
+            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
                           _kept(value[signal], MAX_REASON_CHARS, secrets)))
     return tuple(found)
 
@@ -2778,8 +2790,9 @@ def _label(member: str, signal: str, reason: str) -> Tuple[str, str]:
 
 def degraded_counts(answers: Iterable[Degraded]) -> Dict[str, Dict[str, int]]:
     """Return {signal: {reason: answers}} over answers' degraded members, sorted."""
+    # each answer counts once under a label, whichever members name it
     counts: collections.Counter = collections.Counter(
-        _label(*entry) for degraded in answers for entry in set(degraded))
+        label for degraded in answers for label in {_label(*entry) for entry in degraded})
     found: Dict[str, Dict[str, int]] = {}
     for (signal, reason), count in sorted(counts.items()):
         found.setdefault(signal, {})[reason] = count
@@ -8531,8 +8544,10 @@ def measure_attempt(context: RunContext, plan: PassPlan, title: str = "") -> Att
         router_after = read_cpu_use(capture, cpus)
         cpu_after = driver_cpu_seconds()
     finally:
+        # energy per routed request: fully computed answers, not failures, 429s or degraded
         sampled = None if telemetry is None else telemetry.stop(
-            len(measured.requests) if measured else 0, measured.wall_s if measured else 0.0)
+            sum(r.routed for r in measured.requests) if measured else 0,
+            measured.wall_s if measured else 0.0)
     requests, wall_s, hashes, settle_cpu_s = measured
     # what the driver spent while its requests were in flight and on their records; not the
     # reading of the per-signal times after the pass, when nothing is measured
@@ -10041,7 +10056,9 @@ def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
         spreads = []
         for row in gated:
             found = noise.get((row.pass_name, row.metric))
-            spreads.append(row.spread if found is None else
+            # a row whose parts are not told apart (none, or within cut to the spread, an
+            # upper bound) is planned as if more requests per pass narrowed none of it
+            spreads.append(row.spread if found is None or found.capped else
                            math.sqrt(found.between ** 2 + found.within ** 2 / scale))
         rounds = rounds_for(spreads, settings)
         if rounds is None:
@@ -10112,6 +10129,9 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
 
 def main_part(item: RowNoise) -> str:
     """Return which part of a row's spread is the larger, and what narrows it."""
+    if item.capped:
+        return ("the two parts not told apart: the plan counts on more rounds alone for this "
+                "row")
     if item.between >= item.within:
         return "mostly between instances: more rounds narrow it, more requests per pass do not"
     return "mostly within the pass: more requests per pass narrow it"
@@ -10170,7 +10190,8 @@ def noise_json(findings: Optional[NoiseFindings], row: Row) -> Optional[dict]:
     item = None if findings is None else findings.of(row)
     if item is None:
         return None
-    return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split}
+    return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split,
+            "capped": item.capped}
 
 
 def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
@@ -11475,7 +11496,7 @@ def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
         commit=tags.commit, base_commit=tags.base_commit, branch=tags.branch,
         date=tags.date or run.started_utc or history_now(), label=tags.label, kind="run",
         source=path, verdict="", tolerance_pct=5.0, corpus_sha256=run.corpus_sha256,
-        config=config_of(run, ()), node=run.host, node_class=tags.node_class,
+        config=config_of(run, run.config_hashes), node=run.host, node_class=tags.node_class,
         environment=environment_of(run), rows=rows)
 
 
@@ -12886,10 +12907,11 @@ def undecided_line(report: RoundsReport) -> List[str]:
     if report.status != "inconclusive" or not report.rows:
         return []
     plan = plan_sentence(report.noise)
-    # the two answer different questions: the change seen decided, against any change the
-    # size of the tolerance decided with the plan's power (what a job planning its node time
-    # needs; it is often far more)
-    plan = f"; to decide any change of the tolerance's size (rounds --plan): {plan}" \
+    # the two answer different questions: the change seen decided, against the plan's own
+    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
+    # time needs; it is often far more)
+    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
+            f"{report.settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
         if plan else ""
     if report.more_rounds is None:
         return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"

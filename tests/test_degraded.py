@@ -308,3 +308,18 @@ def test_answers_faster_for_a_skipped_signal_are_not_a_caches_hits():
     skipped = (("signal_errors", "classifier:intent", "timeout"),)
     assert timing_cache_test(passes_answered((20.0, ()), (1.0, ())))["detected"] is True
     assert timing_cache_test(passes_answered((20.0, ()), (1.0, skipped))) is None
+
+
+@pytest.mark.parametrize("body, counts", [
+    # a member that is not the router's {signal: text}: kept under "(unnamed)", not "decision"
+    (b'{"signal_errors": ["x"]}', {"(unnamed)": {'["x"]': 1}}),
+    # an empty signal name beside others made degraded_to_json raise
+    (b'{"signal_errors": {"": "a", "k": "b"}}', {"(unnamed)": {"a": 1}, "k": {"b": 1}}),
+    # two members naming one label count the answer once (twice made a file the tool
+    # refused to read back: a count above the degraded answers)
+    (b'{"signal_errors": {"decision": "x"}, "decision_error": "x"}', {"decision": {"x": 1}}),
+])
+def test_degraded_members_of_odd_shapes_are_kept_and_counted_once(body, counts):
+    found = degraded_of(body)
+    assert degraded_counts([found]) == counts
+    assert degraded_from_json(degraded_to_json(found), "x") == found

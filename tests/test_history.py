@@ -1,6 +1,7 @@
 """history: the store across commits, the trend, the drift gate and its page."""
 
 import json
+from pathlib import Path
 import math
 import os
 import random
@@ -12,8 +13,8 @@ import cmarkgfm
 import pytest
 
 from conftest import make_run, ROOT
-from router_latency.history import (HISTORY_SCHEMA, history_report, read_history,
-                                    TrendSettings)
+from router_latency.history import (EntryTags, entry_of_run, HISTORY_SCHEMA, history_report,
+                                    read_history, TrendSettings)
 
 BASE = (10.0, 20.0, 30.0, 100.0)  # p50, p95, p99 ms, req/s
 
@@ -300,3 +301,13 @@ def test_each_adds_all_its_folders_or_none(tmp_path, cli):
     assert result.code == 2 and "need at least 3 rounds" in result.err
     assert len(result.err.splitlines()) == 1 and "c3" in result.err
     assert not store.exists() and list(tmp_path.glob(".perf.jsonl*")) == []
+
+
+def test_a_single_runs_entry_keeps_the_routers_config_hash(tmp_path):
+    # it was recorded with none, so a run of a router that sends one was never like the
+    # rounds entries of the same router (configuration differs) and was always left out
+    path = Path(make_run(tmp_path / "one.json", label="merge", passes={1: BASE}))
+    document = json.loads(path.read_text())
+    document["passes"][0]["config_hashes"] = ["c" * 64]
+    path.write_text(json.dumps(document))
+    assert entry_of_run(str(path), EntryTags(commit="c9")).config["config_hash"] == "c" * 64

@@ -345,3 +345,17 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
         document = json.loads(path.read_text())
         assert document["ready_after_s"] is not None
         assert {r["status"] for r in document["passes"][0]["requests"]} == {200}, path.name
+
+
+def test_ready_words_read_what_a_router_may_send_wrong_without_failing():
+    # a pending_models that is no list ended --wait-ready with a TypeError; a string was
+    # listed letter by letter; a bidi control reached the terminal
+    assert ready_words(b'{"phase": "loading", "pending_models": 3}') == "phase loading"
+    assert ready_words(b'{"phase": "loading", "pending_models": "abc"}') == "phase loading"
+    assert ready_words('{"phase": "lo\u202ead"}'.encode()) == "phase lo\\u202ead"
+
+
+def test_a_selection_provenance_with_a_nested_object_is_read():
+    body = (b'{"decision_result": {"decision_name": "math"}, "selected_model": "m", '
+            b'"selection_provenance": {"sampled": true, "weights": {"m": 0.5}}}')
+    assert marked_sampled("math|m", {"selected_model": "m"}, body) == "math|~m"

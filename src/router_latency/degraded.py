@@ -43,6 +43,11 @@ def _kept(text: Any, limit: int, secrets: Sequence[str]) -> str:
     return scrubbed_cut(text, limit, secrets)
 
 
+# the signal a member is kept under when the router named none: an empty key, or a member
+# that is not the router's object of signals
+UNNAMED_SIGNAL = "(unnamed)"
+
+
 def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optional[Degraded]:
     """Return the degraded members of a 200 answer's body, () for a plain answer; None for a
     body that names one of them but is no JSON object (bad_json: what it says past its
@@ -67,11 +72,13 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
         value = document.get(member)
         if value is None or value == "" or value == {} or value == []:
             continue
-        if member == "decision_error" or not isinstance(value, dict):
+        if member == "decision_error":
             found.append((member, "", _kept(value, MAX_REASON_CHARS, secrets)))
             continue
+        if not isinstance(value, dict):  # not the router's {signal: text}: kept under a name
+            value = {UNNAMED_SIGNAL: value}
         for signal in sorted(value)[:MAX_SIGNALS]:
-            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets),
+            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
                           _kept(value[signal], MAX_REASON_CHARS, secrets)))
     return tuple(found)
 
@@ -124,8 +131,9 @@ def _label(member: str, signal: str, reason: str) -> Tuple[str, str]:
 
 def degraded_counts(answers: Iterable[Degraded]) -> Dict[str, Dict[str, int]]:
     """Return {signal: {reason: answers}} over answers' degraded members, sorted."""
+    # each answer counts once under a label, whichever members name it
     counts: collections.Counter = collections.Counter(
-        _label(*entry) for degraded in answers for entry in set(degraded))
+        label for degraded in answers for label in {_label(*entry) for entry in degraded})
     found: Dict[str, Dict[str, int]] = {}
     for (signal, reason), count in sorted(counts.items()):
         found.setdefault(signal, {})[reason] = count

@@ -130,7 +130,7 @@ def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
         commit=tags.commit, base_commit=tags.base_commit, branch=tags.branch,
         date=tags.date or run.started_utc or history_now(), label=tags.label, kind="run",
         source=path, verdict="", tolerance_pct=5.0, corpus_sha256=run.corpus_sha256,
-        config=config_of(run, ()), node=run.host, node_class=tags.node_class,
+        config=config_of(run, run.config_hashes), node=run.host, node_class=tags.node_class,
         environment=environment_of(run), rows=rows)
 
 

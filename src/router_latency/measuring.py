@@ -1184,8 +1184,10 @@ def measure_attempt(context: RunContext, plan: PassPlan, title: str = "") -> Att
         router_after = read_cpu_use(capture, cpus)
         cpu_after = driver_cpu_seconds()
     finally:
+        # energy per routed request: fully computed answers, not failures, 429s or degraded
         sampled = None if telemetry is None else telemetry.stop(
-            len(measured.requests) if measured else 0, measured.wall_s if measured else 0.0)
+            sum(r.routed for r in measured.requests) if measured else 0,
+            measured.wall_s if measured else 0.0)
     requests, wall_s, hashes, settle_cpu_s = measured
     # what the driver spent while its requests were in flight and on their records; not the
     # reading of the per-signal times after the pass, when nothing is measured

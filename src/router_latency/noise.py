@@ -252,7 +252,9 @@ def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
         spreads = []
         for row in gated:
             found = noise.get((row.pass_name, row.metric))
-            spreads.append(row.spread if found is None else
+            # a row whose parts are not told apart (none, or within cut to the spread, an
+            # upper bound) is planned as if more requests per pass narrowed none of it
+            spreads.append(row.spread if found is None or found.capped else
                            math.sqrt(found.between ** 2 + found.within ** 2 / scale))
         rounds = rounds_for(spreads, settings)
         if rounds is None:
@@ -323,6 +325,9 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
 
 def main_part(item: RowNoise) -> str:
     """Return which part of a row's spread is the larger, and what narrows it."""
+    if item.capped:
+        return ("the two parts not told apart: the plan counts on more rounds alone for this "
+                "row")
     if item.between >= item.within:
         return "mostly between instances: more rounds narrow it, more requests per pass do not"
     return "mostly within the pass: more requests per pass narrow it"
@@ -381,7 +386,8 @@ def noise_json(findings: Optional[NoiseFindings], row: Row) -> Optional[dict]:
     item = None if findings is None else findings.of(row)
     if item is None:
         return None
-    return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split}
+    return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split,
+            "capped": item.capped}
 
 
 def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:

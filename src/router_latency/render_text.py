@@ -1018,10 +1018,11 @@ def undecided_line(report: RoundsReport) -> List[str]:
     if report.status != "inconclusive" or not report.rows:
         return []
     plan = plan_sentence(report.noise)
-    # the two answer different questions: the change seen decided, against any change the
-    # size of the tolerance decided with the plan's power (what a job planning its node time
-    # needs; it is often far more)
-    plan = f"; to decide any change of the tolerance's size (rounds --plan): {plan}" \
+    # the two answer different questions: the change seen decided, against the plan's own
+    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
+    # time needs; it is often far more)
+    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
+            f"{report.settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
         if plan else ""
     if report.more_rounds is None:
         return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"

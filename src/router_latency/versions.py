@@ -7,6 +7,8 @@ import json
 import re
 from typing import Any, Mapping, Optional, Sequence
 
+from .words import visible
+
 __all__ = [
     "marked_sampled", "ready_words", "runtime_name_warning", "sampled_models",
     "without_sampled",
@@ -62,12 +64,13 @@ def ready_words(body: Optional[bytes]) -> str:
     ready, total = document.get("ready_models"), document.get("total_models")
     if type(ready) is int and type(total) is int and total > 0:
         parts.append(f"{ready} of {total} models ready")
-    pending = [p[:60] for p in document.get("pending_models") or () if isinstance(p, str)]
+    listed = document.get("pending_models")
+    pending = [p[:60] for p in listed if isinstance(p, str)] if isinstance(listed, list) else []
     if pending:
         more = len(pending) - PENDING_SHOWN
         parts.append("pending: " + ", ".join(pending[:PENDING_SHOWN])
                      + (f" and {more} more" if more > 0 else ""))
-    return re.sub(r"[\x00-\x1f\x7f]", "?", "; ".join(parts))
+    return visible("; ".join(parts))
 
 
 def is_sampled_selection(document: Any) -> bool:
@@ -88,8 +91,12 @@ def marked_sampled(decision: str, document: Any, body: bytes | bytearray) -> str
         return decision
     found = PROVENANCE.search(body)
     try:
-        provenance = json.loads(found.group(1)) if found is not None else None
-    except (ValueError, UnicodeDecodeError):
+        if found is not None:
+            provenance = json.loads(found.group(1))
+        else:  # not a flat object (one nested in it): the answer decoded whole, rarely
+            whole = json.loads(body)
+            provenance = whole.get("selection_provenance") if isinstance(whole, dict) else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return decision
     model = document.get("selected_model") if isinstance(document, dict) else None
     head, _, last = decision.rpartition("|")
