@@ -11891,7 +11891,7 @@ def pct(log_value: float) -> str:
     return pct_text(math.expm1(log_value))
 
 
-def history_change_text(change: Change, metric: str) -> str:
+def history_change_text(change: Change) -> str:
     """Return a change with its interval, +15.2% [+9.8%, +20.9%], in the one form every change
     is written in (+ slower; for req/s, of the time per request): its worse direction."""
     return f"{pct(change.mean)} [{pct(change.low)}, {pct(change.high)}]"
@@ -11900,7 +11900,7 @@ def history_change_text(change: Change, metric: str) -> str:
 def drift_text(row: RowTrend) -> str:
     """Return a row's drift with its interval, as every change is written (for req/s, of the
     time per request)."""
-    return "no step" if row.drift is None else history_change_text(row.drift, row.metric)
+    return "no step" if row.drift is None else history_change_text(row.drift)
 
 
 def drift_outcome(rows: Sequence[RowTrend], baseline: str,
@@ -14225,10 +14225,10 @@ def row_table(row: RowTrend) -> Table:
     direction), each with its 95% interval, and whether its step is a change point."""
     lines = []
     for p in row.points:
-        step = "-" if p.step is None else history_change_text(p.step, row.metric)
+        step = "-" if p.step is None else history_change_text(p.step)
         total = "-" if p.cumulative is None else "0 (baseline)" \
             if p.cumulative.variance == 0 and p.cumulative.mean == 0 else \
-            history_change_text(p.cumulative, row.metric)
+            history_change_text(p.cumulative)
         lines.append([p.commit + (f" ({p.label})" if p.label else ""), p.date[:10],
                       level_cell(p), step, total, "step" if p.change_point else "",
                       p.verdict or p.kind])
@@ -14243,7 +14243,7 @@ def drift_words(row: RowTrend, index: int = -1) -> str:
     found = row.points[index].cumulative if row.points else None
     if found is None or index == -1 and row.drift is None:
         return "no paired step after the baseline"
-    return history_change_text(found, row.metric)
+    return history_change_text(found)
 
 
 def what_line(report: HistoryReport) -> str:
@@ -14290,14 +14290,14 @@ def format_history_markdown(report: HistoryReport) -> List[str]:
     return lines + [""] + [f"- {md_text(line)}" for line in detail_lines(report)]
 
 
-def change_json(change: Optional[Change], metric: str) -> Optional[Dict[str, float]]:
-    """Return a change as JSON: its percent change of the metric with the 95% interval, and
-    the worse-direction log ratio with its standard error and df."""
+def change_json(change: Optional[Change]) -> Optional[Dict[str, float]]:
+    """Return a change as JSON, in its worse direction as every change is written (for req/s,
+    of the time per request): its percent with the 95% interval, and its log ratio with its
+    standard error and df."""
     if change is None:
         return None
-    worse = change  # every change in its worse direction (for req/s, of the time per request)
     return {"pct": 100 * math.expm1(change.mean), "low_pct": 100 * math.expm1(change.low),
-            "high_pct": 100 * math.expm1(change.high), "worse_log": worse.mean,
+            "high_pct": 100 * math.expm1(change.high), "worse_log": change.mean,
             "se_log": math.sqrt(change.variance), "df": change.df}
 
 
@@ -14310,14 +14310,14 @@ def history_json(report: HistoryReport) -> Dict[str, object]:
             "left_out": [{"commit": c, "why": w} for c, w in report.left_out],
             "notes": list(report.notes),
             "rows": [{"pass": r.pass_name, "metric": r.metric, "status": r.status,
-                      "drift": change_json(r.drift, r.metric), "p_beyond": r.p_beyond,
+                      "drift": change_json(r.drift), "p_beyond": r.p_beyond,
                       "most": [{"commit": c, "worse_log": v}
                                for c, v in r.most],
                       "points": [{"commit": p.commit, "label": p.label, "date": p.date,
                                   "kind": p.kind, "verdict": p.verdict, "level": p.level,
                                   "level_low": p.level_low, "level_high": p.level_high,
-                                  "step": change_json(p.step, r.metric),
-                                  "cumulative": change_json(p.cumulative, r.metric),
+                                  "step": change_json(p.step),
+                                  "cumulative": change_json(p.cumulative),
                                   "change_point": p.change_point} for p in r.points]}
                      for r in report.rows]}
 

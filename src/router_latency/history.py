@@ -525,7 +525,7 @@ def pct(log_value: float) -> str:
     return pct_text(math.expm1(log_value))
 
 
-def history_change_text(change: Change, metric: str) -> str:
+def history_change_text(change: Change) -> str:
     """Return a change with its interval, +15.2% [+9.8%, +20.9%], in the one form every change
     is written in (+ slower; for req/s, of the time per request): its worse direction."""
     return f"{pct(change.mean)} [{pct(change.low)}, {pct(change.high)}]"
@@ -534,7 +534,7 @@ def history_change_text(change: Change, metric: str) -> str:
 def drift_text(row: RowTrend) -> str:
     """Return a row's drift with its interval, as every change is written (for req/s, of the
     time per request)."""
-    return "no step" if row.drift is None else history_change_text(row.drift, row.metric)
+    return "no step" if row.drift is None else history_change_text(row.drift)
 
 
 def drift_outcome(rows: Sequence[RowTrend], baseline: str,
