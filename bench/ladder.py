@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
 from router_latency.runfile import load_run
-from router_latency.compare import step_gaps
+from router_latency.ladder import step_gaps
 
 CASES = {
     "serial": (["--serial", "--delay-ms", "10"], []),

@@ -16,10 +16,9 @@ from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, Ladder, load_run, pass_name, pass_summary,
                                     PassRecord, Request, RunFile, RunSettings)
 from router_latency.wire import parse_endpoint
-from router_latency.measuring import (flat_step, ladder_stop, LoadGuard, plan_passes, RunPlan,
-                                      settings_record, Target)
-from router_latency.compare import (knee_of, LadderStep, plateau_of, run_capacity, slo_capacity,
-                                    usd_per_million)
+from router_latency.measuring import LoadGuard, plan_passes, RunPlan, settings_record, Target
+from router_latency.ladder import (flat_step, knee_of, ladder_stop, LadderStep, plateau_of,
+                                   run_capacity, slo_capacity, usd_per_million)
 from router_latency.gate import GateSettings
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds, gate_text, row_change_text

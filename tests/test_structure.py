@@ -44,6 +44,27 @@ def test_the_modules_are_listed_in_the_package_docstring_in_order():
         list(amalgamate.MODULES) + ["__init__", "__main__"])
 
 
+def test_the_package_docstring_names_the_layers_in_order():
+    docstring = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
+    headings = [line.strip().rstrip(":") for line in docstring.splitlines()
+                if line.startswith("  ") and not line.startswith("   ") and line.endswith(":")]
+    assert headings == [name for name, _ in amalgamate.LAYERS]
+
+
+def layer_imports():
+    """Yield (module, its layer's index, a module it imports, that module's layer's index)."""
+    for name in amalgamate.MODULES:
+        for source in amalgamate.read_module(name, SOURCES[name]).package_imports:
+            yield name, amalgamate.layer_of(name), source, amalgamate.layer_of(source)
+
+
+def test_a_module_imports_only_from_lower_layers_or_earlier_in_its_own():
+    order = {name: i for i, name in enumerate(amalgamate.MODULES)}
+    wrong = [f"{name} imports {source}" for name, layer, source, theirs in layer_imports()
+             if theirs > layer or (theirs == layer and order[source] > order[name])]
+    assert wrong == []
+
+
 def test_no_module_imports_one_below_it_and_no_name_is_defined_twice():
     modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
     amalgamate.check_modules(modules)  # raises, naming the module, where one does

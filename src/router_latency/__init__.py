@@ -18,14 +18,18 @@ was interrupted by SIGINT, SIGTERM or SIGHUP (what a run measured is saved; no f
 half-written).
 
 Standard library only, Python 3.9 or newer. Developed as the package src/router_latency/,
-whose modules read from the bottom floor up, each importing only those above it and naming
-in __all__ what later modules use; shipped as one file, router_latency.py, that
-tools/amalgamate.py joins from them in that order:
+whose modules stand in named layers read from the ground up, each importing only from lower
+layers or from modules earlier in its own, and naming in __all__ what later modules use;
+shipped as one file, router_latency.py, that tools/amalgamate.py joins from them in that
+order:
 
+  base facts and words:
     constants          what several modules use: paths, limits, exit codes
     errors             the one error type and the checks of values read from files
     words              how counts, figures and decisions are written
+  statistics:
     stats              t quantiles, intervals, percentiles
+  records and files:
     files              reading, JSON, atomic writes
     corpus             prompts from a router repo's E2E data, the corpus file
     gpu                a GPU tool's readings as the run file holds them
@@ -33,11 +37,14 @@ tools/amalgamate.py joins from them in that order:
     versions           what router versions say differently: runtime names, /ready, sampling
     degraded           answers that skipped a signal: read, kept and counted
     runfile            the run file's records: their writer and reader side by side
+    ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
+  the wire and the pass:
     wire               endpoints, request bytes, the incremental response parser
     captures           probes, GPU tools, Prometheus, router CPU set, load
     telemetry          GPU, CPU and load sampled through a pass; energy; what coincided
     answers            each answer of a pass classified, scrubbed, its signal times read
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
+  judging:
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
@@ -45,12 +52,15 @@ tools/amalgamate.py joins from them in that order:
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate
+  the report and its sections:
+  renderers:
     render_text        the reports as aligned text tables
     render_markdown    the reports as Markdown for a pull request
     render_json        the reports as JSON
     render_junit       JUnit XML and CSV
     page               one HTML file with SVG plots from a rounds report
     history_render     the history report as text, Markdown, JSON and a page
+  commands:
     formats            each command's output formats, one table per command
     history_cli        the history command's options and handler
     simulator          a routing-preview server, and the whole method on two of them

@@ -37,9 +37,10 @@ from .runfile import dump_run, Ladder, load_run, RunFile, Thresholds
 from .wire import bracketed, Endpoint, parse_endpoint, secret_values, SignalTable
 from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
                        GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)
-from .measuring import (check_plan, ladder_levels, LoadGuard, measure_run, PassPlan, plan_passes,
-                        Progress, RunContext, RunPlan, say_nothing, settings_record, Target)
-from .compare import compare_runs, cost_for, CostPerHour, run_capacity
+from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,
+                        RunContext, RunPlan, say_nothing, settings_record, Target)
+from .compare import compare_runs
+from .ladder import cost_for, CostPerHour, ladder_levels, run_capacity
 from .gate import GateSettings
 from .rounds import (CHECKED_FIELDS, find_round_files, judge_rounds, not_found_only, run_outcome,
                      run_overload)

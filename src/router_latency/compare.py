@@ -3,22 +3,19 @@ the decision, warning and part figures and one run's capacity that rounds reuses
 
 from __future__ import annotations
 
-import operator
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
 from .errors import Notice
-from .words import fmt_hundredths, fmt_value, plural
+from .words import fmt_value, plural
 from .cache import cache_text
 from .versions import sampled_models
 from .runfile import pass_title, PassRecord, RunFile
-from .measuring import flat_step, ladder_stop, shed_requests, step_text
 from .attribution import part_values, pass_attribution
 
 __all__ = [
-    "cache_warnings", "Capacity", "compare_runs", "CompareReport", "cost_for", "CostPerHour",
-    "decision_agreement", "DecisionChange", "floor_warnings", "LadderStep", "run_capacity",
-    "sampled_selections", "usd_per_million", "worse_sign",
+    "cache_warnings", "compare_runs", "CompareReport", "decision_agreement", "DecisionChange",
+    "floor_warnings", "sampled_selections",
 ]
 
 
@@ -27,12 +24,6 @@ __all__ = [
 
 
 METRICS = ("p50_ms", "p95_ms", "p99_ms", "req_per_s")  # compared side by side
-
-
-def worse_sign(metric: str) -> int:
-    """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
-    a ladder's plateau and capacity)."""
-    return -1 if metric.endswith("req_per_s") else 1
 
 
 def reference_pass(run: RunFile) -> Optional[PassRecord]:
@@ -252,155 +243,3 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         (f"decisions differ in {plural(len(changes), 'input')} (sequential pass, "
          f"--fail-on-decision-change)",) if failed else (),
         (sampled_selections(a), sampled_selections(b)))
-
-
-class LadderStep(NamedTuple):
-    """One measured step of a ladder: its load and what it gave."""
-    name: str
-    load: float  # callers, or the offered rate (open loop)
-    title: str  # 4 callers, 200/s offered
-    req_per_s: float
-    p50_ms: float
-    p95_ms: float
-    shed: int  # requests the router shed (429 OVERLOADED)
-
-
-class Capacity(NamedTuple):
-    """What a ladder run says of its node: where throughput saturates, where latency starts
-    to grow faster than throughput, and the most it serves within the SLO."""
-    # LadderStep, in the order climbed; those that shed count in no figure
-    steps: Tuple[LadderStep, ...]
-    open_loop: bool
-    margin_pct: float
-    slo_p95_ms: Optional[float]
-    plateau: Optional[LadderStep]  # where the plateau begins; None: throughput still grew
-    plateau_req_per_s: Optional[float]  # its height: the highest req/s of any step
-    # (step, next step): beyond it p50 grows faster than throughput
-    knee: Optional[Tuple[LadderStep, LadderStep]]
-    capacity_req_per_s: Optional[float]  # within the SLO; None without one or none within
-    capacity_how: str  # how capacity was found: measured, interpolated, a lower bound
-    stop: str  # why the ladder stopped climbing
-    longest_gap_s: Optional[float]  # the longest time between two steps, captures included
-
-    @property
-    def served_req_per_s(self) -> Optional[float]:
-        """The throughput cost is counted at: capacity within the SLO, else the plateau."""
-        return self.capacity_req_per_s if self.slo_p95_ms is not None \
-            else self.plateau_req_per_s
-
-
-def ladder_steps(run: RunFile) -> Tuple[LadderStep, ...]:
-    """Return a ladder run's measured steps in the order climbed."""
-    # a step that answered (req/s above 0) has its percentiles: the reader requires them
-    return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
-                            step_text(p), s.req_per_s, s.p50_ms, s.p95_ms, shed_requests(p))
-                 for p in run.passes if not p.discarded and (s := p.measured).req_per_s
-                 and s.p50_ms is not None and s.p95_ms is not None)
-
-
-def plateau_of(steps: Sequence[LadderStep],
-               margin_pct: float) -> Tuple[Optional[LadderStep], Optional[float]]:
-    """Return (the step the plateau begins at, its height: the highest req/s from there), or
-    (None, None) while throughput still grew: the plateau begins at the first step whose
-    next step was flat (flat_step) and after which no step served more than the margin
-    above it."""
-    for i, (low, high) in enumerate(zip(steps, steps[1:])):
-        top = max(s.req_per_s for s in steps[i:])
-        if flat_step((low.load, low.req_per_s), (high.load, high.req_per_s), margin_pct) \
-                and top <= low.req_per_s * (1 + margin_pct / 100):
-            return low, top
-    return None, None
-
-
-def knee_of(steps: Sequence[LadderStep],
-            margin_pct: float) -> Optional[Tuple[LadderStep, LadderStep]]:
-    """Return (the first step beyond which p50 grew by a larger factor than throughput, more
-    than the margin larger, and the step after it): from there, more load buys waiting."""
-    for low, high in zip(steps, steps[1:]):
-        if high.p50_ms / low.p50_ms > high.req_per_s / low.req_per_s * (1 + margin_pct / 100):
-            return low, high
-    return None
-
-
-def slo_capacity(steps: Sequence[LadderStep], slo_ms: float,
-                 plateau: Optional[LadderStep]) -> Tuple[Optional[float], str]:
-    """Return (the most req/s with p95 within slo_ms, how it was found): the best step within
-    it, or, where the first step beyond it served more, linear in p95 between the two."""
-    beyond = next((i for i, s in enumerate(steps) if s.p95_ms > slo_ms), None)
-    if beyond == 0:
-        return None, (f"the first step ({steps[0].title}) already had p95 "
-                      f"{fmt_value(steps[0].p95_ms)} ms, beyond the SLO")
-    within = steps[:beyond]
-    best = max(within, key=operator.attrgetter("req_per_s"))
-    if beyond is None:
-        return best.req_per_s, (f"measured at {best.title}: every step within the SLO, " + (
-            "and throughput had stopped growing" if plateau is not None else
-            "but throughput still grew at the last step: at least this much"))
-    low, high = steps[beyond - 1], steps[beyond]
-    if high.req_per_s <= best.req_per_s:
-        return best.req_per_s, (f"measured at {best.title}; {high.title} passed the SLO "
-                                f"without more throughput")
-    share = (slo_ms - low.p95_ms) / (high.p95_ms - low.p95_ms)
-    found = low.req_per_s + share * (high.req_per_s - low.req_per_s)
-    return round(max(found, best.req_per_s), 2), (
-        f"interpolated between {low.title} (p95 {fmt_hundredths(low.p95_ms)} ms, "
-        f"{fmt_hundredths(low.req_per_s)} req/s) and {high.title} (p95 "
-        f"{fmt_hundredths(high.p95_ms)} ms, "
-        f"{fmt_hundredths(high.req_per_s)} req/s), linear in p95")
-
-
-def step_gaps(run: RunFile) -> List[float]:
-    """Return the seconds between the end of each measured pass and the start of the next,
-    the captures between them included (an upper bound: the start is taken before the
-    connections open)."""
-    timed = [(start, p.measured.wall_s) for p in run.passes
-             if not p.discarded and (start := p.attempt.started_unix) is not None]
-    return [round(max(b - a - wall_s, 0.0), 3) for (a, wall_s), (b, _) in zip(timed, timed[1:])]
-
-
-def run_capacity(run: RunFile, slo_p95_ms: Optional[float] = None) -> Optional[Capacity]:
-    """Return what a ladder run derives (None for a run of fixed passes); slo_p95_ms, when
-    given, replaces the SLO the run climbed with."""
-    ladder = run.ladder
-    if ladder is None:
-        return None
-    slo = slo_p95_ms if slo_p95_ms is not None else ladder.slo_p95_ms
-    steps = ladder_steps(run)
-    counted = [s for s in steps if not s.shed]  # a step that shed measured the limit
-    plateau, level = plateau_of(counted, ladder.margin_pct)
-    capacity, how = slo_capacity(counted, slo, plateau) if slo is not None and counted else \
-        (None, "no SLO given (--slo-p95-ms)" if slo is None else "no step without shedding")
-    measured = [p for p in run.passes if not p.discarded]
-    stop = ladder_stop(run.passes, ladder) if measured else None
-    if stop is None:
-        stop = "interrupted" if not run.complete else "the ladder's last step was measured"
-    gaps = step_gaps(run)
-    return Capacity(steps, any(p.rate is not None for p in run.passes), ladder.margin_pct, slo,
-                    plateau, level, knee_of(counted, ladder.margin_pct), capacity, how, stop,
-                    max(gaps) if gaps else None)
-
-
-def usd_per_million(usd_per_hour: float, req_per_s: float) -> float:
-    """Return what a million requests cost at req_per_s on a node of usd_per_hour:
-    USD/h / (req/s x 3600) x 10^6."""
-    return usd_per_hour / (req_per_s * 3600) * 1e6
-
-
-class CostPerHour(NamedTuple):
-    """An entry of --cost-per-hour [SIDE=]USD[/UNIT]: what a node of a side costs an hour."""
-    side: Optional[str]  # None: every side
-    usd: float
-    unit: str  # per what: node, GPU
-
-
-class HourPrice(NamedTuple):
-    """What one side's node costs an hour: US dollars, per what."""
-    usd: float
-    unit: str
-
-
-def cost_for(costs: Sequence[Tuple[Optional[str], float, str]],
-             side: str) -> Union[HourPrice, Tuple[()]]:
-    """Return (USD an hour, per what) of `side` from --cost-per-hour's (side or None, USD,
-    unit) entries, () when none is for it."""
-    return next((HourPrice(usd, unit) for name, usd, unit in costs if name in (None, side)), ())

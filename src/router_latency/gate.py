@@ -13,12 +13,11 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
 from .errors import Notice, RouterLatencyError
-from .words import BOUND_PCT, change_text, metric_title, pct_text, plural
+from .words import BOUND_PCT, change_text, metric_title, pct_text, plural, worse_sign
 from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squares,
                     mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
                     sample_spread, sequential_t_criticals, t_cdf, t_ppf, t_test_p)
 from .runfile import pass_title
-from .compare import worse_sign
 
 __all__ = [
     "BEYOND_LIMIT", "check_look", "composite_text", "DETECTS_CONFIDENCE", "detectable_text",

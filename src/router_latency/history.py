@@ -12,11 +12,10 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import __version__, EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, ROW_METRICS
 from .errors import RouterLatencyError
-from .words import metric_title, pct_text, plural
+from .words import metric_title, pct_text, plural, worse_sign
 from .stats import holm, mean_interval, t_cdf, t_ppf
 from .files import parse_json, read_bytes, write_atomic
 from .runfile import load_run, pass_title, RunFile
-from .compare import worse_sign
 from .gate import GateSettings
 from .rounds import run_signature
 from .record import record_section

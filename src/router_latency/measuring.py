@@ -25,7 +25,7 @@ from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISIO
                         DEFAULT_MODEL, EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH,
                         ROUTER_MAX_CONCURRENCY)
 from .errors import RouterLatencyError
-from .words import fmt_value, plural, scrubbed, scrubbed_cut
+from .words import plural, scrubbed, scrubbed_cut
 from .stats import rounded_percentiles
 from .corpus import Corpus
 from .cache import result_cache_finding
@@ -33,6 +33,7 @@ from .versions import ready_words
 from .runfile import (Attempt, Captures, count_outcomes, Floor, Ladder, pass_name, pass_summary,
                       pass_title, PassRecord, phase_windows, Request, RunFile, RunSettings,
                       slow_phase, Thresholds, Warmup)
+from .ladder import ladder_stop
 from .wire import (accept_connections, classify, Connection, decision_path_hint, encode_request,
                    Endpoint, error_code, http_response, open_socket, parse_endpoint,
                    RequestFailed, ResponseReader, secret_values, SignalTable, stop_accepting,
@@ -44,9 +45,8 @@ from .telemetry import coincided_text, PassSampler, sampling
 from .answers import AnswerBook, body_fault, failure_of, RawResult
 
 __all__ = [
-    "check_plan", "flat_step", "ladder_levels", "ladder_stop", "LoadGuard", "measure_run",
-    "PassPlan", "plan_passes", "Progress", "RunContext", "RunPlan", "say_nothing",
-    "settings_record", "shed_requests", "step_text", "Target",
+    "check_plan", "LoadGuard", "measure_run", "PassPlan", "plan_passes", "Progress",
+    "RunContext", "RunPlan", "say_nothing", "settings_record", "Target",
 ]
 
 
@@ -125,65 +125,6 @@ def plan_passes(concurrency: Sequence[int] = (1, 4, 16), rates: Sequence[float] 
     return tuple([PassPlan(pass_name(c), c, repeat=model.repeat, duration=model.duration)
                   for c in concurrency]
                  + [model._replace(name=pass_name(model.connections, r), rate=r) for r in rates])
-
-
-def ladder_levels(limit: int) -> Tuple[int, ...]:
-    """Return --ladder's callers without a list: 1, 2, 4, ... doubling up to `limit` (the
-    router's admission limit), and the limit itself: beyond it every caller more is shed."""
-    levels = [1]
-    while levels[-1] * 2 <= limit:
-        levels.append(levels[-1] * 2)
-    return tuple(levels) + ((limit,) if levels[-1] != limit else ())
-
-
-def step_text(item: PassRecord) -> str:
-    """Return a ladder step's load in words: 4 callers, 200/s offered."""
-    if item.rate is not None:
-        return f"{item.rate:g}/s offered"
-    return plural(item.concurrency, "caller")
-
-
-def shed_requests(item: PassRecord) -> int:
-    """Return how many of a pass's requests the router shed: 429, OVERLOADED in its body."""
-    return sum(r.status == 429 for r in item.requests)
-
-
-def flat_step(before: tuple, after: tuple, margin_pct: float) -> bool:
-    """Return True when a step, (load, req/s) after (load, req/s) before, turned less than
-    margin_pct of the load it added into throughput: for callers doubled, throughput within
-    the margin of the step before; for a rate 10% up, less than a tenth of that 10%."""
-    added = after[0] / before[0] - 1
-    return after[1] < before[1] * (1 + margin_pct / 100 * added)
-
-
-def ladder_stop(passes: Sequence[PassRecord], ladder: Ladder) -> Optional[str]:
-    """Return why a ladder stops climbing after its last step, or None to climb on: the
-    router shed (its admission limit), answered nothing, p95 passed the SLO, or the step was
-    flat (flat_step) against the step measured before."""
-    if not passes or passes[-1].discarded:
-        return None  # a step discarded for load says nothing of the router
-    last = passes[-1]
-    shed = shed_requests(last)
-    if shed:
-        return (f"the router shed {plural(shed, 'request')} at {step_text(last)} (429 "
-                f"OVERLOADED): its admission limit (routing_preview.max_concurrency)")
-    if not last.measured.ok:
-        return f"no request at {step_text(last)} was answered with a decision"
-    measured = [p for p in passes if not p.discarded and p.measured.req_per_s]
-    p95 = last.measured.p95_ms
-    if ladder.slo_p95_ms is not None and p95 is not None and p95 > ladder.slo_p95_ms:
-        return (f"p95 {fmt_value(p95)} ms at {step_text(last)} passed the SLO "
-                f"(--slo-p95-ms {ladder.slo_p95_ms:g})")
-    if len(measured) > 1:
-        loads = [p.rate if p.rate is not None else p.concurrency for p in measured[-2:]]
-        before = measured[-2].measured.req_per_s
-        if flat_step((loads[0], before), (loads[1], last.measured.req_per_s),
-                     ladder.margin_pct):
-            return (f"throughput stopped growing: {fmt_value(last.measured.req_per_s)} req/s "
-                    f"at {step_text(last)} against {fmt_value(before)} req/s at "
-                    f"{step_text(measured[-2])}, less than {ladder.margin_pct:g}% of the load "
-                    f"added")
-    return None
 
 
 def check_plan(plan: RunPlan, prompts: int) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from .constants import __version__, TIME_WINDOWS
-from .words import BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, shown_decision, visible
+from .words import (BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, shown_decision,
+                    visible, worse_sign)
 from .runfile import pass_title
-from .compare import worse_sign
 from .gate import missed_text, Row, row_word
 from .noise import noise_lines
 from .rounds import part_title, PassBreakdown, RoundsReport

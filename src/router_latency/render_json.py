@@ -6,7 +6,8 @@ import math
 from typing import Optional, Sequence
 
 from .constants import __version__
-from .compare import Capacity, CompareReport
+from .compare import CompareReport
+from .ladder import Capacity
 from .gate import composite_text, missed_pct, missed_text, Row, row_word
 from .noise import noise_json, plan_json
 from .rounds import InputSlowdowns, RoundsReport, Slowdown

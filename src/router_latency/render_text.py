@@ -12,15 +12,15 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, 
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
-from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value,
-                    metric_label, metric_title, pct_text, plural, shown_decision, visible)
+from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
+                    metric_title, pct_text, plural, shown_decision, visible, worse_sign)
 from .stats import percentile
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
 from .degraded import degraded_text, unknown_answers
 from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
                       slow_phase, SlowPhase, Thresholds)
-from .compare import (Capacity, CompareReport, cost_for, LadderStep, run_capacity,
-                      usd_per_million, worse_sign)
+from .compare import CompareReport
+from .ladder import Capacity, cost_for, LadderStep, run_capacity, usd_per_million
 from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, Row, row_judged_interval, row_word)
 from .noise import noise_lines, plan_sentence

@@ -22,8 +22,9 @@ from .degraded import degraded_text
 from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
                       Request, RunFile)
 from .attribution import part_values, pass_attribution, PassAttribution
-from .compare import (cache_warnings, Capacity, cost_for, decision_agreement, DecisionChange,
-                      floor_warnings, run_capacity, sampled_selections, usd_per_million)
+from .compare import (cache_warnings, decision_agreement, DecisionChange, floor_warnings,
+                      sampled_selections)
+from .ladder import Capacity, cost_for, run_capacity, usd_per_million
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings

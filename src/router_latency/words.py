@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Set
 __all__ = [
     "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value",
     "metric_label", "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut",
-    "secret_forms", "shown_decision", "visible",
+    "secret_forms", "shown_decision", "visible", "worse_sign",
 ]
 
 
@@ -176,3 +176,9 @@ def pct_text(fraction: float) -> str:
         return FASTER_TEXT
     # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
     return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
+
+
+def worse_sign(metric: str) -> int:
+    """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
+    a ladder's plateau and capacity)."""
+    return -1 if metric.endswith("req_per_s") else 1
