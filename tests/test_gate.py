@@ -6,20 +6,24 @@ default rule, --pass-unless-worse and --strict, at a look before the last and at
 the outcome every renderer reads."""
 
 import math
+import random
 import shutil
 import sys
 
 import pytest
 
 from router_latency.errors import Notice
-from router_latency.stats import (composite_log_ratios, group_sequential_levels, mean_interval,
-                                  power_shift, sample_spread, sequential_t_criticals, t_ppf)
+from router_latency.stats import (composite_log_ratios, group_sequential_levels, holm,
+                                  mean_interval, power_shift, sample_spread,
+                                  sequential_t_criticals, t_cdf, t_ppf)
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, pass_summary, PassRecord, PassSummary,
                                     Request, RunFile, RunSettings)
-from router_latency.gate import (gate_outcome, gate_rows, GateOutcome, GateSettings, GateTest,
-                                 Look, look_of, more_rounds, PASS_UNLESS_WORSE, row_of,
-                                 rounds_to_decide, ROW_WORDS, THREE_WAY)
+from router_latency.gate import (gate_critical, gate_outcome, gate_rows, GateOutcome,
+                                 GateSettings, GateTest, holm_step_down, judged_word, Look,
+                                 look_of, more_rounds, one_sided, OneSided, outcome_of,
+                                 PASS_UNLESS_WORSE, row_of, rounds_to_decide, ROW_WORDS,
+                                 THREE_WAY, word_status)
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds_table, verdict_line
 from router_latency.render_markdown import format_rounds_markdown
@@ -443,3 +447,52 @@ def test_every_renderer_reads_the_undecided_rows_from_the_outcome(tmp_path):
     assert [w for w in fewer.warnings if "inconclusive: could only detect" in w] == [
         w for w in report.warnings if "inconclusive: could only detect" in w]
     assert (report.status, report.reasons, report.exit_code) == tuple(report.outcome[:3])
+
+
+# the pieces of the rule that history's drift gate shares (tests/test_history.py shows both
+# gates judge the same intervals alike)
+
+def test_holm_step_down_is_holms_procedure_on_the_tests_p_values():
+    rng = random.Random(7)
+    for trial in range(200):
+        m = rng.randint(1, 6)
+        dfs = [4] * m if trial % 2 else [rng.choice([2, 4.5, 9, 30]) for _ in range(m)]
+        tests = [OneSided(rng.uniform(-1.0, 6.0), df) for df in dfs]
+        found = holm_step_down(tests, 0.025)
+        assert list(found.rejected) == holm([t_cdf(-t.statistic, t.df) for t in tests], 0.025)
+        # a step for each rejection, and the one that stopped it (if any did)
+        assert len(found.criticals) == min(m, sum(found.rejected) + 1)
+    # one df: the steps' critical t at level / m, level / (m - 1), ...
+    assert holm_step_down([OneSided(9.0, 4), OneSided(1.0, 4)], 0.025).criticals == (
+        -t_ppf(0.0125, 4), -t_ppf(0.025, 4))
+    # no spread: +-inf on its side always or never rejects, at the bound never
+    assert one_sided(0.01, 0.0, 4) == OneSided(math.inf, 4)
+    assert one_sided(-0.01, 0.0, 4).statistic == -math.inf
+    assert one_sided(0.0, 0.0, 4).statistic == 0.0 and one_sided(0.03, 0.01, 4).statistic == 3.0
+    assert holm_step_down([OneSided(math.inf, 4), OneSided(0.0, 4)], 0.025).rejected == (
+        True, False)
+    assert holm_step_down([], 0.025) == ((), ())
+
+
+def test_a_sequential_look_steps_down_on_its_own_boundaries():
+    settings = GateSettings(sequential_max=10)
+    first, second = (sequential_t_criticals(10, level)[5 - 3] for level in (0.0125, 0.025))
+    tests = [OneSided(first + 0.01, 4), OneSided(second - 0.01, 4)]
+    found = holm_step_down(tests, 0.025, lambda level, df: gate_critical(settings, 5, level))
+    assert found == ((True, False), (first, second))
+
+
+@pytest.mark.parametrize("start,end,worse,word,status", [
+    (0.06, 0.09, True, "worse", "fail"), (-0.03, -0.01, False, "better", "pass"),
+    (-0.03, 0.03, False, "same", "pass"), (-0.09, 0.03, False, "no worse", "pass"),
+    (-0.01, 0.06, False, "inconclusive", "inconclusive"),
+    (0.06, 0.09, False, "inconclusive", "inconclusive")])  # beyond, but held back by Holm
+def test_a_judged_intervals_word_and_what_it_says_to_the_gate(start, end, worse, word, status):
+    assert judged_word(start, end, TOLERANCE, worse) == word and word in ROW_WORDS
+    assert word_status(word) == status
+
+
+def test_the_statuses_and_exit_codes_are_written_once():
+    assert outcome_of(("a failure",), ("a doubt",)) == GateOutcome("fail", ("a failure",), 1)
+    assert outcome_of((), ("a doubt",)) == GateOutcome("inconclusive", ("a doubt",), 3)
+    assert outcome_of((), ()) == GateOutcome("pass", (), 0)

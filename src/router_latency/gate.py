@@ -173,6 +173,20 @@ class GateRule(NamedTuple):
     warnings: Callable[[Sequence[Row], GateSettings], List[Notice]]
 
 
+class OneSided(NamedTuple):
+    """A one-sided t test that a worse-direction mean lies beyond a bound (the tolerance, or no
+    change): its t statistic and degrees of freedom. A gated row of rounds has the rounds'
+    n - 1; a drift of history, a sum of steps, its own (Welch and Satterthwaite)."""
+    statistic: float
+    df: float
+
+
+class StepDown(NamedTuple):
+    """Holm's step-down over a family of one-sided tests (holm_step_down)."""
+    rejected: Tuple[bool, ...]  # in the tests' order
+    criticals: Tuple[float, ...]  # critical t of each step reached: at level / m, ...
+
+
 def row_of(name: str, metric: str, base_values: list, new_values: list,
            settings: GateSettings) -> Row:
     """Return one row of the rounds table: one estimator, the geometric mean of the
@@ -201,14 +215,23 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
                       row.p_value < settings.alpha / 2)
 
 
+def one_sided(diff: float, se: float, df: float) -> OneSided:
+    """Return the one-sided t test of a mean `diff` beyond its bound with standard error se:
+    with no spread (se 0) its statistic is +-inf on the side of the mean, 0 at the bound (as
+    t_test_p judges equal values)."""
+    if se == 0.0:
+        return OneSided(math.inf if diff > 0 else -math.inf if diff < 0 else 0.0, df)
+    return OneSided(diff / se, df)
+
+
 def t_statistic(values: Sequence[float], mu: float) -> float:
-    """Return the one-sample t statistic of values against mu; with no spread, +-inf on the
-    side of the mean, 0 at mu (as t_test_p judges equal values)."""
+    """Return the one-sample t statistic of values against mu (one_sided's; no spread when
+    the values are equal, judged on the values themselves)."""
     mean, ss = mean_and_squares(values)
+    n = len(values)
     if min(values) == max(values) or ss == 0.0:
-        diff = values[0] - mu
-        return math.inf if diff > 0 else -math.inf if diff < 0 else 0.0
-    return (mean - mu) / math.sqrt(ss / (len(values) - 1) / len(values))
+        return one_sided(values[0] - mu, 0.0, n - 1).statistic
+    return one_sided(mean - mu, math.sqrt(ss / (n - 1) / n), n - 1).statistic
 
 
 def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
@@ -224,9 +247,7 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
     mean, ss = mean_and_squares(worse)
     se = math.sqrt(ss / (n - 1) / n) if min(worse) != max(worse) else 0.0
     end, start = mean + within * se, mean - within * se
-    verdict = ("worse" if shown_worse else "better" if end < 0
-               else "same" if end <= tolerance and start >= -tolerance
-               else "no worse" if end <= tolerance else "inconclusive")
+    verdict = judged_word(start, end, tolerance, shown_worse)
     spread = sample_spread(worse)
     detectable = tolerance + power_shift(fail, n - 1) * spread_bound(spread, n - 1) \
         / math.sqrt(n)
@@ -242,6 +263,21 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
         else None, rounds_needed=needed, more_rounds=more, spread=spread,
         judged=Interval(mean, start, end, n - 1),
         held_by_holm=row.gated and verdict == "inconclusive" and start > tolerance)
+
+
+def judged_word(start: float, end: float, tolerance: float, shown_worse: bool) -> str:
+    """Return a judged interval's word (ROW_WORDS) in the worse direction, start to end, at a
+    tolerance (a log ratio): worse when its test, as the gate applied it, rejected; better,
+    same or no worse by where it lies; inconclusive when it reaches past the tolerance."""
+    return ("worse" if shown_worse else "better" if end < 0
+            else "same" if end <= tolerance and start >= -tolerance
+            else "no worse" if end <= tolerance else "inconclusive")
+
+
+def word_status(word: str) -> str:
+    """Return what a gated row's word says to the gate: fail (shown worse), inconclusive
+    (undecided: GateOutcome.undecided) or pass (shown within the tolerance)."""
+    return {"worse": "fail", "inconclusive": "inconclusive"}.get(word, "pass")
 
 
 def spread_bound(spread: float, df: int, confidence: float = DETECTS_CONFIDENCE) -> float:
@@ -290,6 +326,38 @@ def crosses(statistic: float, critical: float) -> bool:
     return math.isfinite(critical) and statistic >= critical
 
 
+def upper_critical(level: float, df: float) -> float:
+    """Return the critical t of a one-sided test at `level` on df degrees of freedom."""
+    return -t_ppf(level, df)
+
+
+def upper_p(test: OneSided) -> float:
+    """Return the one-sided p-value of a test (0 at +inf, 1 at -inf)."""
+    if math.isinf(test.statistic):
+        return 0.0 if test.statistic > 0 else 1.0
+    return t_cdf(-test.statistic, test.df)
+
+
+def holm_step_down(tests: Sequence[OneSided], level: float,
+                   critical: Callable[[float, float], float] = upper_critical) -> StepDown:
+    """Return Holm's step-down over one-sided tests at family-wise `level`: the smallest
+    p-value first (on one df, the largest t; with a df each, by upper_p), step k rejects when
+    its test reaches critical(level / (m - k), df), and the first that does not stops it.
+    The gate's rows and history's drifts and change points are judged by it; critical is the
+    t quantile (upper_critical) or a --sequential look's boundary."""
+    m = len(tests)
+    one_df = len({t.df for t in tests}) <= 1
+    order = sorted(range(m), key=lambda i: -tests[i].statistic if one_df else upper_p(tests[i]))
+    rejected = [False] * m
+    steps: List[float] = []  # each step's boundary only once reached (a sequential one costs)
+    for step, index in enumerate(order):
+        steps.append(critical(level / (m - step), tests[index].df))
+        if not crosses(tests[index].statistic, steps[step]):
+            break
+        rejected[index] = True
+    return StepDown(tuple(rejected), tuple(steps))
+
+
 def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> GateTest:
     """Return the gate's test of "worse than the tolerance": a composite one-sided t test on
     the mean of the gated rows' per-round log ratios at `level`, and Holm across the gated
@@ -305,15 +373,8 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
                         level=level, regressions=())
     n, tolerance, m = gated[0].rounds, settings.tolerance_log, len(gated)
     series = [r.worse_series for r in gated]
-    statistics_ = [t_statistic(x, tolerance) for x in series]
-    steps: list = []  # each step's boundary only once reached: a sequential one costs time
-    rejected = set()
-    # Holm's step-down on t statistics of one df: the largest t is the smallest p-value
-    for step, index in enumerate(sorted(range(m), key=lambda i: -statistics_[i])):
-        steps.append(gate_critical(settings, n, level / (m - step)))
-        if not crosses(statistics_[index], steps[step]):
-            break
-        rejected.add(index)
+    tests = [OneSided(t_statistic(x, tolerance), n - 1) for x in series]
+    step_down = holm_step_down(tests, level, lambda level_, df: gate_critical(settings, n, level_))
     composite = composite_log_ratios(series)
     critical = gate_critical(settings, n, level)
     spread = sample_spread(composite)
@@ -323,9 +384,10 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
         rows=m, effective_rows=effective_rows(series) if m > 1 else 1.0,
         composite=mean_interval(composite),
         composite_p=t_test_p(composite, mu=tolerance, alternative="greater"), level=level,
-        regressions=tuple((r.pass_name, r.metric) for i, r in enumerate(gated) if i in rejected),
+        regressions=tuple((r.pass_name, r.metric) for r, worse in zip(gated, step_down.rejected)
+                          if worse),
         composite_worse=crosses(t_statistic(composite, tolerance), critical),
-        within_critical=critical, holm_criticals=tuple(steps),
+        within_critical=critical, holm_criticals=step_down.criticals,
         composite_detectable_pct=100 * math.expm1(detectable)
         if spread > 0 and math.isfinite(detectable) else None)
 
@@ -417,7 +479,8 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
     rounds, a gated row not decided either way); --pass-unless-worse passes unless it fails
     or has a doubt (unless_worse_doubts).
     """
-    undecided = tuple(r for r in rows if r.gated and r.verdict == "inconclusive")
+    undecided = tuple(r for r in rows
+                      if r.gated and word_status(r.verdict) == "inconclusive")
     reasons = list(failures)
     if test is not None:
         reasons += [f"{pass_title(p)} {metric_title(m)} is worse than the tolerance"
@@ -426,8 +489,18 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
             reasons.append(f"the {test.rows} gated rows together are "
                            f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
-        return GateOutcome("fail", tuple(reasons), EXIT_GATE, undecided)
-    doubts = list(doubts) + settings.rule.doubts(undecided, settings, look)
+        return outcome_of(reasons, (), undecided)
+    return outcome_of((), list(doubts) + settings.rule.doubts(undecided, settings, look),
+                      undecided)
+
+
+def outcome_of(failures: Sequence[str], doubts: Sequence[str],
+               undecided: Tuple[Row, ...] = ()) -> GateOutcome:
+    """Return the status and exit code, once: fail (EXIT_GATE) when anything failed, with the
+    failures as its reasons; else inconclusive (EXIT_INCONCLUSIVE) when anything leaves it
+    open, with the doubts; else pass (EXIT_OK)."""
+    if failures:
+        return GateOutcome("fail", tuple(failures), EXIT_GATE, undecided)
     if doubts:
         return GateOutcome("inconclusive", tuple(doubts), EXIT_INCONCLUSIVE, undecided)
     return GateOutcome("pass", (), EXIT_OK, undecided)
