@@ -11481,10 +11481,11 @@ def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, flo
 # ==================== src/router_latency/history.py ====================
 # The history across commits: a store of judged rounds folders (one JSON line each) and the
 # trend of every gated row, its cumulative change from a pinned baseline with a propagated
-# interval, the change points (Holm over the steps) and the drift gate (docs/history.md).
+# interval, the change points (Holm over the steps) and the drift gate (docs/history.md): both
+# decided by the gate's rule (gate.py: its one-sided tests, Holm's step-down, the words, the
+# status and exit code), on intervals that each have their own degrees of freedom.
 
 HISTORY_SCHEMA = "router-latency-history/1"  # a line of another major version is refused
-HISTORY_ALPHA = 0.05  # the drift gate's family-wise false-fail rate, and the change points'
 LIKE_FIELDS = ("corpus", "node", "config")  # what history report --allow-mismatch accepts
 MOST_NAMED = 3  # the commits a drift's report names, the largest steps first
 
@@ -11727,7 +11728,8 @@ def entry_from_json(document: object, where: str) -> HistoryEntry:
 # ----- the trend ---------------------------------------------------------------------------
 
 class Change(NamedTuple):
-    """A change in the worse direction, as a log ratio, with its 95% interval."""
+    """A change in the worse direction, as a log ratio, with its 95% interval: the one the
+    gate judges, each end at its one-sided level GATE_ALPHA / 2."""
     mean: float
     low: float
     high: float
@@ -11740,7 +11742,7 @@ class Change(NamedTuple):
 
 
 def change_of(mean: float, variance: float, df: float) -> Change:
-    half = -t_ppf(0.025, df) * math.sqrt(variance) if variance > 0 else 0.0
+    half = -t_ppf(GATE_ALPHA / 2, df) * math.sqrt(variance) if variance > 0 else 0.0
     return Change(mean, mean - half, mean + half, variance, df)
 
 
@@ -11752,7 +11754,7 @@ def step_of(row: HistoryRow) -> Optional[Change]:
     sign = worse_sign(row.metric)
     logs = [sign * math.log(n / b) for b, n in zip(row.base_values, row.new_values)]
     interval = mean_interval(logs)
-    variance = ((interval.high - interval.mean) / -t_ppf(0.025, interval.df)) ** 2
+    variance = ((interval.high - interval.mean) / -t_ppf(GATE_ALPHA / 2, interval.df)) ** 2
     return Change(interval.mean, interval.low, interval.high, variance, float(interval.df))
 
 
@@ -11764,15 +11766,36 @@ def sum_of(steps: Sequence[Change]) -> Change:
     return change_of(math.fsum(s.mean for s in steps), variance, max(df, 1.0))
 
 
-def step_p(step: Change) -> float:
-    """Return the two-sided p-value of a step against no change."""
-    if step.variance == 0:
-        return 0.0 if step.mean else 1.0
-    return min(1.0, 2 * t_cdf(-abs(step.mean) / math.sqrt(step.variance), step.df))
+def change_points(steps: Sequence[Change]) -> Tuple[bool, ...]:
+    """Return which steps are shown non-zero: each one's two-sided test against no change at
+    the gate's GATE_ALPHA, its |t| against the one-sided critical at half of it, with the
+    gate's Holm step-down over the series' steps."""
+    tests = [one_sided(abs(s.mean), math.sqrt(s.variance), s.df) for s in steps]
+    return holm_step_down(tests, GATE_ALPHA / 2).rejected
+
+
+def beyond_test(drift: Optional[Change], tolerance_log: float) -> OneSided:
+    """Return the gate's one-sided test of "the drift is worse than the tolerance" on the
+    drift's own df; no drift never rejects."""
+    if drift is None:
+        return OneSided(-math.inf, 1.0)
+    return one_sided(drift.mean - tolerance_log, math.sqrt(drift.variance), drift.df)
+
+
+def drift_statuses(drifts: Sequence[Optional[Change]], tolerance_log: float) -> List[str]:
+    """Return each row's status by the gate's rule: fail when Holm's step-down of the drifts'
+    one-sided tests (family-wise GATE_ALPHA / 2) shows it worse than the tolerance, pass when
+    its 95% interval lies within it (its word is better, same or no worse), inconclusive
+    otherwise or without a drift."""
+    worse = holm_step_down([beyond_test(d, tolerance_log) for d in drifts],
+                           GATE_ALPHA / 2).rejected
+    return [word_status(judged_word(d.low, d.high, tolerance_log, fail))
+            if d is not None else "inconclusive" for d, fail in zip(drifts, worse)]
 
 
 def beyond_p(drift: Change, tolerance_log: float) -> float:
-    """Return the one-sided p-value of 'the drift is worse than the tolerance'."""
+    """Return the one-sided p-value of 'the drift is worse than the tolerance', as reported
+    (the gate decides by beyond_test)."""
     if drift.variance == 0:
         return 0.0 if drift.mean > tolerance_log else 1.0
     return t_cdf(-(drift.mean - tolerance_log) / math.sqrt(drift.variance), drift.df)
@@ -11817,9 +11840,19 @@ class HistoryReport(NamedTuple):
     rows: Tuple[RowTrend, ...]
     left_out: Tuple[Tuple[str, str], ...]  # (commit, why)
     notes: Tuple[str, ...]
-    status: str  # pass, fail or inconclusive
-    reasons: Tuple[str, ...]
-    exit_code: int
+    outcome: GateOutcome  # the drift gate's, by the gate's rule
+
+    @property
+    def status(self) -> str:
+        return self.outcome.status
+
+    @property
+    def reasons(self) -> Tuple[str, ...]:
+        return self.outcome.reasons
+
+    @property
+    def exit_code(self) -> int:
+        return self.outcome.exit_code
 
 
 class TrendSettings(NamedTuple):
@@ -11924,8 +11957,7 @@ def row_points(entries: Sequence[HistoryEntry], key: Tuple[str, str],
             level_low=math.exp(level.low) if level else None,
             level_high=math.exp(level.high) if level else None, step=step,
             cumulative=cumulative))
-    found = holm([step_p(p.step) for p in points if p.step is not None], HISTORY_ALPHA)
-    marks = iter(found)
+    marks = iter(change_points([p.step for p in points if p.step is not None]))
     return [p._replace(change_point=next(marks)) if p.step is not None else p for p in points]
 
 
@@ -11942,9 +11974,9 @@ def most_added(points: Sequence[TrendPoint], start_commit: Optional[str]) -> \
 def history_report(store: str, entries: Sequence[HistoryEntry],
                    settings: TrendSettings) -> HistoryReport:
     """Return the trend of every gated row of the last entry over the entries like it, and
-    the drift gate: fail when a row's drift is shown worse than the tolerance (Holm over the
-    rows, family-wise 2.5% one-sided), pass when every row's 95% interval lies within it,
-    inconclusive otherwise."""
+    the drift gate, by the gate's rule (drift_statuses, drift_outcome): fail when a row's
+    drift is shown worse than the tolerance (Holm over the rows, family-wise 2.5% one-sided),
+    pass when every row's 95% interval lies within it, inconclusive otherwise."""
     selection = like_entries(entries, settings)
     kept = selection.entries
     start = baseline_index(kept, settings.baseline, selection.left_out)
@@ -11962,17 +11994,13 @@ def history_report(store: str, entries: Sequence[HistoryEntry],
         rows.append(RowTrend(key[0], key[1], tuple(points), drift,
                              beyond_p(drift, tolerance) if drift else 1.0, "inconclusive",
                              most_added(points, kept[start].commit if start >= 0 else None)))
-    rejected = holm([r.p_beyond for r in rows], HISTORY_ALPHA / 2) if rows else []
-    rows = [r._replace(status="fail" if fail else "pass"
-                       if r.drift is not None and r.drift.high <= tolerance else "inconclusive")
-            for r, fail in zip(rows, rejected)]
-    status, reasons = drift_outcome(rows, baseline, settings.tolerance_pct)
+    rows = [r._replace(status=status) for r, status in
+            zip(rows, drift_statuses([r.drift for r in rows], tolerance))]
     return HistoryReport(
         store=store, baseline=baseline, reference=kept[-1].commit,
         tolerance_pct=settings.tolerance_pct, rows=tuple(rows),
-        left_out=tuple(selection.left_out), notes=tuple(selection.notes), status=status,
-        reasons=tuple(reasons), exit_code={"pass": EXIT_OK, "fail": EXIT_GATE}.get(
-            status, EXIT_INCONCLUSIVE))
+        left_out=tuple(selection.left_out), notes=tuple(selection.notes),
+        outcome=drift_outcome(rows, baseline, settings.tolerance_pct))
 
 
 def pct(log_value: float) -> str:
@@ -11992,27 +12020,28 @@ def drift_text(row: RowTrend) -> str:
 
 
 def drift_outcome(rows: Sequence[RowTrend], baseline: str,
-                  tolerance_pct: float) -> Tuple[str, List[str]]:
-    """Return the drift gate's status and its reasons, the commits that added most named."""
+                  tolerance_pct: float) -> GateOutcome:
+    """Return the drift gate's outcome, its status and exit code the gate's (outcome_of): the
+    rows that failed, else those undecided, as its reasons, the commits that added most
+    named; a pass says what it showed."""
     if not rows:
-        return "inconclusive", ["the last entry has no gated row"]
-    reasons = []
+        return outcome_of((), ["the last entry has no gated row"])
+    failures, doubts = [], []
     for row in rows:
         most = ", ".join(f"{c} ({pct(v)})" for c, v in row.most)
         if row.status == "fail":
-            reasons.append(f"{row.title} drifted {drift_text(row)} since {baseline}, worse "
-                           f"than the {tolerance_pct:g}% tolerance; most from {most}")
+            failures.append(f"{row.title} drifted {drift_text(row)} since {baseline}, worse "
+                            f"than the {tolerance_pct:g}% tolerance; most from {most}")
         elif row.status == "inconclusive":
-            reasons.append(f"{row.title} " + (
+            doubts.append(f"{row.title} " + (
                 f"has no paired step after {baseline}" if row.drift is None else
                 f"drifted {drift_text(row)} since {baseline}: not shown within the "
                 f"{tolerance_pct:g}% tolerance" + (f"; most from {most}" if most else "")))
-    if any(r.status == "fail" for r in rows):
-        return "fail", [r for r in reasons if "worse than the" in r]
-    if reasons:
-        return "inconclusive", reasons
-    return "pass", [f"{plural(len(rows), 'gated row')} shown within the {tolerance_pct:g}% "
-                    f"tolerance since {baseline}"]
+    outcome = outcome_of(failures, doubts)
+    if outcome.status != "pass":
+        return outcome
+    return outcome._replace(reasons=(f"{plural(len(rows), 'gated row')} shown within the "
+                                     f"{tolerance_pct:g}% tolerance since {baseline}",))
 
 
 # ==================== src/router_latency/render_text.py ====================

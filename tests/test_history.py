@@ -13,8 +13,9 @@ import cmarkgfm
 import pytest
 
 from conftest import make_run, ROOT
-from router_latency.history import (EntryTags, entry_of_run, HISTORY_SCHEMA, history_report,
-                                    read_history, TrendSettings)
+from router_latency.gate import gate_rows, GateSettings, row_of, word_status
+from router_latency.history import (EntryTags, entry_of_run, HISTORY_SCHEMA, HistoryEntry,
+                                    history_report, HistoryRow, read_history, TrendSettings)
 
 BASE = (10.0, 20.0, 30.0, 100.0)  # p50, p95, p99 ms, req/s
 
@@ -311,3 +312,74 @@ def test_a_single_runs_entry_keeps_the_routers_config_hash(tmp_path):
     document["passes"][0]["config_hashes"] = ["c" * 64]
     path.write_text(json.dumps(document))
     assert entry_of_run(str(path), EntryTags(commit="c9")).config["config_hash"] == "c" * 64
+
+
+# one rule: the drift gate and the rounds gate judge the same intervals alike (gate.py)
+
+PATTERN = (0.01, -0.01, 0.0, 0.005, -0.005)  # each round's log ratio about the shift
+SE = math.sqrt(math.fsum(e * e for e in PATTERN) / 4 / 5)  # of the mean of 5 rounds
+TOLERANCE = math.log(1.05)
+
+
+def both_gates(shifts):
+    """Return the rounds gate's judgement of gated rows of 5 rounds whose log ratio new/base
+    is shifts[metric] plus PATTERN, and the history report of one entry of those rounds: its
+    drift from the first entry's base is that row's interval, on the same df."""
+    base = (10.0,) * 5
+    news = {m: tuple(10.0 * math.exp(shift + e) for e in PATTERN) for m, shift in shifts.items()}
+    rows = [row_of("sequential", m, list(base), list(new), GateSettings())
+            for m, new in news.items()]
+    entry = HistoryEntry(commit="c1", base_commit="", branch="main", date="", label="",
+                         kind="rounds", source="", verdict="", tolerance_pct=5.0,
+                         corpus_sha256="a" * 64, config={}, node="n", node_class="",
+                         environment={}, rows=tuple(HistoryRow("sequential", m, True, base, new)
+                                                    for m, new in news.items()))
+    return gate_rows(rows, GateSettings()), history_report("store", [entry], TrendSettings())
+
+
+@pytest.mark.parametrize("shifts,status,words,held", [
+    ({"p50_ms": 0.0, "p95_ms": 0.0}, "pass", ["same", "same"], False),
+    ({"p50_ms": 0.045, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"], False),
+    # both worse: Holm rejects both, at 2.5% / 2 and then 2.5%
+    ({"p50_ms": TOLERANCE + 10 * SE, "p95_ms": TOLERANCE + 5 * SE}, "fail", ["worse", "worse"],
+     False),
+    # t = 3 beyond the tolerance: past 2.5%'s 2.78, short of Holm's first step (3.50) for two
+    # rows, so held back; alone it is Holm's only step, and fails
+    ({"p50_ms": TOLERANCE + 3 * SE, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"],
+     True),
+    ({"p50_ms": TOLERANCE + 3 * SE}, "fail", ["worse"], False)])
+def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shifts, status,
+                                                                             words, held):
+    judged, report = both_gates(shifts)
+    assert [r.verdict for r in judged.rows] == words
+    assert (judged.outcome.status, judged.outcome.exit_code) == (report.status,
+                                                                 report.exit_code)
+    assert report.status == status and report.outcome.status == status
+    assert [word_status(r.verdict) for r in judged.rows] == [t.status for t in report.rows]
+    for row, trend in zip(judged.rows, report.rows):  # the same interval, on the same df
+        assert trend.drift is not None and row.judged is not None
+        # (mean_interval's tabled t quantile, which the step's variance is read back from)
+        assert math.isclose(trend.drift.high, row.judged.high, rel_tol=1e-7)
+        assert math.isclose(trend.drift.df, row.judged.df)
+    # held back by Holm, its interval wholly beyond the tolerance: "inconclusive (Holm)"
+    assert judged.rows[0].held_by_holm == held
+    assert (report.rows[0].drift.low > TOLERANCE) == (held or words[0] == "worse")
+
+
+def test_a_change_point_is_holms_step_down_over_the_steps():
+    """A step of +10% among five of none is a change point, the others are not; one step of
+    t 3 (past the one-step 2.78 of a two-sided 5%, short of Holm's 4.6 for five steps) is
+    alone, not among five."""
+    def trend(shifts):
+        entries = [HistoryEntry(commit=f"c{i}", base_commit="", branch="main", date="",
+                                label="", kind="rounds", source="", verdict="",
+                                tolerance_pct=5.0, corpus_sha256="a" * 64, config={},
+                                node="n", node_class="", environment={}, rows=(HistoryRow(
+                                    "sequential", "p50_ms", True, (10.0,) * 5,
+                                    tuple(10.0 * math.exp(shift + e) for e in PATTERN)),))
+                   for i, shift in enumerate(shifts)]
+        report = history_report("store", entries, TrendSettings())
+        return [p.change_point for p in report.rows[0].points]
+    assert trend([0.0, 0.0, 0.1, 0.0, 0.0]) == [False, False, True, False, False]
+    assert trend([3 * SE]) == [True]
+    assert trend([0.0, 0.0, 3 * SE, 0.0, 0.0]) == [False] * 5

@@ -21,9 +21,10 @@ from .runfile import pass_title
 
 __all__ = [
     "BEYOND_LIMIT", "check_look", "composite_text", "DETECTS_CONFIDENCE", "detectable_text",
-    "detects_text", "GateOutcome", "gate_rows", "GateSettings", "GateTest", "Look", "missed_pct",
-    "missed_text", "more_rounds", "Row", "row_judged_interval", "row_of", "row_word",
-    "undecided_text",
+    "detects_text", "GATE_ALPHA", "GateOutcome", "gate_rows", "GateSettings", "GateTest",
+    "holm_step_down", "judged_word", "Look", "missed_pct", "missed_text", "more_rounds",
+    "one_sided", "OneSided", "outcome_of", "Row", "row_judged_interval", "row_of", "row_word",
+    "undecided_text", "word_status",
 ]
 
 

@@ -16,7 +16,7 @@ from .constants import MIN_ROUNDS
 from .errors import is_whole, RouterLatencyError
 
 __all__ = [
-    "benjamini_hochberg", "composite_log_ratios", "effective_rows", "holm", "Interval",
+    "benjamini_hochberg", "composite_log_ratios", "effective_rows", "Interval",
     "MAX_SEQUENTIAL_ROUNDS", "mean_and_squares", "mean_interval", "normal_ppf", "order_effect",
     "OrderEffect", "outlier_rounds", "paired_interval", "percentile", "percentiles", "power_shift",
     "rounded_percentiles", "rounds_needed", "sample_spread", "sequential_t_criticals", "t_cdf",
