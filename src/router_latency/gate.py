@@ -211,7 +211,7 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
               detectable_pct=None, rounds_needed=None, verdict="inconclusive",
               base_values=tuple(base_values), new_values=tuple(new_values))
     # its own words: the plain 95% interval, and its own one-sided test at 2.5% for worse
-    critical = -t_ppf(settings.alpha / 2, len(logs) - 1)
+    critical = upper_critical(settings.alpha / 2, len(logs) - 1)
     return row_judged(row, settings, critical, critical,
                       row.p_value < settings.alpha / 2)
 
@@ -318,7 +318,7 @@ def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
     """Return the critical one-sided t of a test at `level` on `rounds` rounds: the t
     quantile, or with --sequential the calibrated boundary of this look."""
     if settings.sequential_max is None:
-        return -t_ppf(level, rounds - 1)
+        return upper_critical(level, rounds - 1)
     return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
 
 
