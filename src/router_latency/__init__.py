@@ -62,6 +62,8 @@ order:
     history_render     the history report as text, Markdown, JSON and a page
   commands:
     formats            each command's output formats, one table per command
+    console            what a command prints, on stdout and stderr, and the signals it hears
+    command_options    the argument types and option blocks several commands share
     history_cli        the history command's options and handler
     simulator          a routing-preview server, and the whole method on two of them
     cli                argument parsing, cmd_* handlers, main()

@@ -15,8 +15,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import (Any, Callable, Dict, Iterable, List, NamedTuple, NoReturn, Optional, Sequence,
-                    Tuple)
+from typing import Any, Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence, Tuple
 
 from .constants import (__version__, CACHE_ADVICE, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
                         DEFAULT_GLOB, DEFAULT_HISTOGRAMS, DEFAULT_MODEL, EXIT_OK, EXIT_SIGNAL,
@@ -28,7 +27,7 @@ from .errors import RouterLatencyError, SignalInterrupt
 from .words import metric_title, scrubbed, visible
 from .stats import MAX_SEQUENTIAL_ROUNDS
 from .files import (append_whole, check_distinct_files, check_folder_accepts_a_file,
-                    check_writable_target, drop_output, rescue_copy, write_atomic, write_output)
+                    check_writable_target, rescue_copy, write_atomic, write_output)
 from .corpus import (build_corpus, corpus_bytes, CORPUS_FORMATS, default_boundary_cases,
                      load_boundary_cases, load_corpus)
 from .cache import cache_text
@@ -40,7 +39,7 @@ from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN
 from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,
                         RunContext, RunPlan, say_nothing, settings_record, Target)
 from .compare import compare_runs
-from .ladder import cost_for, CostPerHour, ladder_levels, run_capacity
+from .ladder import cost_for, ladder_levels, run_capacity
 from .gate import GateSettings
 from .rounds import (CHECKED_FIELDS, find_round_files, judge_rounds, not_found_only, run_outcome,
                      run_overload)
@@ -48,8 +47,13 @@ from .record import record_section
 from .render_text import (energy_beside_cost, format_capacity, format_host, format_plan,
                           format_rounds, format_run_header, format_run_summary, overload_note,
                           verdict_line)
-from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
+from .formats import COMMAND_OUTPUTS, CompareView, RoundsView
 from .history_cli import add_history_parser
+from .console import emit, SignalRelay, stderr_line
+from .command_options import (add_file_options, add_format_option, add_ladder_options,
+                              checked_costs, corpus_texts, cost_spec, HelpFormatter,
+                              non_negative_float, non_negative_int, NUMBER, positive_float,
+                              positive_int, real_number, side_name, SIDE_PATTERN, whole_number)
 from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, signal_error_spec,
                         SignalModel, SignalTime, SimulatedAnswers, SkippedSignals, Stall,
                         start_simulator)
@@ -60,61 +64,6 @@ __all__: List[str] = []
 DESCRIPTION = ("Measures a router's /api/v1/routing/preview endpoint with a fixed prompt "
                "corpus, compares two\nruns, and judges interleaved rounds of two "
                "configurations with paired Student-t intervals.")
-SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def emit(lines: Iterable[str], stream: Any = None) -> None:
-    """Print lines to stdout (or stream). What nobody can take any more (a pipe `| head`
-    closed, a full disk) is dropped quietly: the exit code still carries the verdict."""
-    stream = stream or sys.stdout
-    if stream is None:  # started with the stream closed (>&-): nobody to show it to
-        return
-    try:
-        for line in lines:  # a line may hold line breaks (JSON), no other control character
-            stream.write("\n".join(visible(part) for part in line.split("\n")) + "\n")
-        stream.flush()
-    except OSError:
-        drop_output(stream)
-
-
-def stderr_line(message: str) -> None:
-    emit([f"router-latency: {message}"], sys.stderr)
-
-
-def real_number(*, positive: bool) -> Callable[[str], float]:
-    """Return an argparse type: a finite number > 0 (positive) or >= 0."""
-    bound = "> 0" if positive else ">= 0"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (positive and value == 0):
-            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}")
-        return value
-
-    return parse
-
-
-def whole_number(low: int, high: Optional[int] = None, *,
-                 noun: str = "a whole number") -> Callable[[str], int]:
-    """Return an argparse type: a whole number from low (up to high)."""
-    bound = f">= {low}" if high is None else f"from {low} to {high}"
-
-    def parse(text: str) -> int:
-        if not re.fullmatch(r"\s*\d+\s*", text) or int(text) < low \
-                or (high is not None and int(text) > high):
-            raise argparse.ArgumentTypeError(f"expected {noun} {bound}, got {text!r}")
-        return int(text)
-
-    return parse
-
-
-positive_float = real_number(positive=True)
-non_negative_float = real_number(positive=False)
-non_negative_int = whole_number(0)
-positive_int = whole_number(1)
 
 
 class ConcurrencyLevels(argparse.Action):
@@ -141,7 +90,6 @@ def concurrency_list(text: str) -> Tuple[int, ...]:
 
 
 TIME_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 
 
 def rate_list(text: str) -> Tuple[float, ...]:
@@ -216,13 +164,6 @@ def metric_pattern(text: str) -> re.Pattern[str]:
         raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
 
 
-def side_name(text: str) -> str:
-    if not SIDE_PATTERN.match(text) or ".." in text:
-        raise argparse.ArgumentTypeError(
-            f"a side is letters, digits, '.', '_' or '-' (no '/' or '..'), got {text!r}")
-    return text
-
-
 def histogram_name(text: str) -> str:
     if not re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
         raise argparse.ArgumentTypeError(f"expected a Prometheus metric name, got {text!r}")
@@ -256,19 +197,6 @@ def gate_list(text: str) -> Tuple[str, ...]:
                 f"signal:NAME:STAT or router:PART:STAT (signal:pii:p95), got {part!r}")
         found.append(f"{scope}:{names[metric]}" if scope else names[metric])
     return tuple(found)
-
-
-def cost_spec(text: str) -> CostPerHour:
-    """Return (side or None, USD per hour, per what) of a --cost-per-hour [SIDE=]USD[/UNIT]:
-    rocm=2.50, cpu=0.90/node, 3.20/GPU."""
-    side, sep, rest = text.rpartition("=")
-    found = re.fullmatch(rf"\s*\$?{NUMBER}\s*(?:/\s*([A-Za-z][A-Za-z0-9 _-]{{0,31}}))?\s*", rest)
-    usd = float(found.group(1)) if found else 0.0
-    if not found or not usd > 0 or (sep and not SIDE_PATTERN.match(side)):
-        raise argparse.ArgumentTypeError(
-            f"expected [SIDE=]USD[/UNIT], US dollars an hour above 0 (rocm=2.50, cpu=0.90/node, "
-            f"3.20/GPU), got {text!r}")
-    return CostPerHour(side if sep else None, usd, (found.group(2) or "node").strip())
 
 
 def decision_names(text: str) -> Tuple[str, ...]:
@@ -377,34 +305,10 @@ def label_text(text: str) -> str:
     return text
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows a default in the help only where there is one to show."""
-
-    def _get_help_string(self, action: argparse.Action) -> Optional[str]:
-        if action.default is None or action.default is False or action.default == []:
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
 # a --format asked for that is a file of its own: the command and the option that write it
 FORMAT_FILES = {asked: (command, f"--{name} FILE")
                 for command, outputs in COMMAND_OUTPUTS.items()
                 for name, exporter in outputs.files.items() for asked in exporter.asked_as}
-
-
-def add_format_option(p: Any, command: str, more_help: str = "") -> None:
-    """Add the command's --format option: its choices and their help from its registry entry,
-    text the default."""
-    formats = COMMAND_OUTPUTS[command].formats
-    p.add_argument("--format", choices=tuple(formats), default="text",
-                   help=formats_help(formats) + more_help)
-
-
-def add_file_options(p: Any, command: str, *, required: bool = False) -> None:
-    """Add the --NAME FILE option of each file the command writes, from its registry entry."""
-    for name, exporter in COMMAND_OUTPUTS[command].files.items():
-        p.add_argument(f"--{name}", required=required,
-                       **({} if required else {"metavar": "FILE"}), help=exporter.about)
 
 
 class Parser(argparse.ArgumentParser):
@@ -673,17 +577,6 @@ def add_compare_parser(commands: Any) -> None:
     add_format_option(p, "compare")
     add_ladder_options(p)
     p.set_defaults(func=cmd_compare)
-
-
-def add_ladder_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slo-p95-ms", type=positive_float, metavar="MS",
-                   help="ladder runs: capacity within this p95 (default: the SLO they climbed "
-                        "with)")
-    p.add_argument("--cost-per-hour", type=cost_spec, metavar="SIDE=USD[/UNIT]",
-                   action="append", default=[],
-                   help="ladder runs: what a side's node costs an hour (rocm=2.50/GPU; "
-                        "repeatable; USD alone: both sides), for a row of USD per million "
-                        "routed requests at capacity")
 
 
 def add_rounds_parser(commands: Any) -> None:
@@ -993,51 +886,6 @@ def run_arguments(args: argparse.Namespace) -> RunArguments:
     return RunArguments(target, plan, guard, capture, thresholds)
 
 
-class SignalRelay:
-    """Set an event when one of the signals comes: the handler only notes the signal and
-    writes a byte to a pipe, and a thread of its own sets the event.
-
-    A handler that calls Event.set() itself waits on the event's lock, which the main thread
-    (where Python runs handlers) may hold at that moment: inside the event's wait(), or in
-    the set() of a signal that came just before (Ctrl-C, then the driver's SIGTERM close
-    behind it). It then waits on itself, forever: the run never saves its file and its
-    driver waits for it. The handlers are installed at once, in the main thread only; with
-    keep_ignored, a signal ignored at the start stays ignored (SIGHUP under nohup)."""
-
-    def __init__(self, event: threading.Event, signums: Iterable[int], *,
-                 keep_ignored: bool = False) -> None:
-        self.event = event
-        self.caught: list = []  # the signals, in the order they came
-        self.previous: dict = {}
-        self.read_end, self.write_end = os.pipe()
-        os.set_blocking(self.write_end, False)  # a storm of signals never blocks a handler
-        self.thread = threading.Thread(target=self._relay, daemon=True)
-        if threading.current_thread() is threading.main_thread():
-            for signum in signums:
-                if not keep_ignored or signal.getsignal(signum) is not signal.SIG_IGN:
-                    self.previous[signum] = signal.signal(signum, self._on_signal)
-        self.thread.start()
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.caught.append(signum)
-        try:
-            os.write(self.write_end, b"!")
-        except OSError:  # the pipe is full: a byte is there already
-            pass
-
-    def _relay(self) -> None:
-        if os.read(self.read_end, 1):  # empty: restore() closed the pipe, no signal came
-            self.event.set()
-
-    def restore(self) -> None:
-        """Put the handlers back and end the relay's thread."""
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-        os.close(self.write_end)
-        self.thread.join()
-        os.close(self.read_end)
-
-
 def run_outputs(args: argparse.Namespace) -> List[Tuple[str, str]]:
     """Return (option, path) of each file `run` was asked to write beside the run file."""
     return [(f"--{name}", getattr(args, name)) for name in COMMAND_OUTPUTS["run"].files
@@ -1193,29 +1041,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
                        checked_costs(args.cost_per_hour, (a.label, b.label)))
     emit(COMMAND_OUTPUTS["compare"].formats[args.format].lines(report, view))
     return report.exit_code
-
-
-def corpus_texts(path: str, sha256: str) -> Dict[int, str]:
-    """Return {prompt id: text} of the corpus the runs used; raise for any other file."""
-    # a bad or different corpus must not put the wrong text beside an input
-    corpus = load_corpus(path)
-    if corpus.sha256 != sha256:
-        raise RouterLatencyError(f"not the corpus of the runs (sha256 {corpus.sha256[:12]}, "
-                                 f"the runs used {sha256[:12]})", path)
-    return {p.id: p.text for p in corpus.prompts}
-
-
-def checked_costs(costs: Sequence[CostPerHour], sides: Sequence[str]) -> Tuple[CostPerHour, ...]:
-    """Return --cost-per-hour's entries; raise for one naming no side measured or a side
-    priced twice."""
-    named = [side for side, _, _ in costs]
-    for side in named:
-        if side is not None and side not in sides:
-            raise RouterLatencyError(f"{side} is not a side measured ({', '.join(sides)})",
-                                     "--cost-per-hour")
-    if len(set(named)) < len(named) or (None in named and len(named) > 1):
-        raise RouterLatencyError("a side priced twice", "--cost-per-hour")
-    return tuple(costs)
 
 
 # the warnings rounds also says on stderr, whatever its --format and wherever that goes: those
