@@ -40,7 +40,9 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("the report and its sections", ()),
     ("renderers", ("render_text", "render_markdown", "render_json", "render_junit", "page",
                    "history_render")),
-    ("commands", ("formats", "console", "command_options", "history_cli", "simulator", "cli")),
+    ("commands", ("formats", "console", "command_options", "command_corpus", "command_run",
+                  "command_compare", "command_rounds", "command_record", "command_history",
+                  "simulator", "cli")),
 )
 # the import order: every layer's modules, the lowest layer first
 MODULES = tuple(name for _, names in LAYERS for name in names)

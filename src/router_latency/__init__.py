@@ -64,7 +64,12 @@ order:
     formats            each command's output formats, one table per command
     console            what a command prints, on stdout and stderr, and the signals it hears
     command_options    the argument types and option blocks several commands share
-    history_cli        the history command's options and handler
+    command_corpus     corpus: its parser and handler
+    command_run        run: its parser, its argument types, its arguments mapped, its handler
+    command_compare    compare: its parser and handler
+    command_rounds     rounds: its parser, the --gate list, its handler, the job summary
+    command_record     record: its parser, --section and its handler
+    command_history    history: its parser, its argument types and its handler (add, report)
     simulator          a routing-preview server, and the whole method on two of them
     cli                argument parsing, cmd_* handlers, main()
 """

@@ -15,10 +15,9 @@ from .ladder import CostPerHour
 from .formats import COMMAND_OUTPUTS, formats_help
 
 __all__ = [
-    "add_file_options", "add_format_option", "add_ladder_options", "checked_costs",
-    "corpus_texts", "cost_spec", "HelpFormatter", "non_negative_float", "non_negative_int",
-    "NUMBER", "positive_float", "positive_int", "real_number", "side_name", "SIDE_PATTERN",
-    "whole_number",
+    "add_file_options", "add_format_option", "add_ladder_options", "checked_costs", "corpus_texts",
+    "cost_spec", "HelpFormatter", "non_negative_float", "non_negative_int", "NUMBER",
+    "positive_float", "positive_int", "real_number", "side_name", "SIDE_PATTERN", "whole_number",
 ]
 
 

@@ -27,11 +27,11 @@ from .wire import (accept_connections, bracketed, http_response, parse_endpoint,
 from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, resolve_gpu, utc_now
 from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan, Target
 from .rounds import judge_rounds, RoundsReport, start_order
-from .render_text import render_table
+from .command_corpus import corpus_lines
 
 __all__ = [
-    "corpus_lines", "demo_next_steps", "DEMO_SIDES", "run_demo", "SignalModel", "SignalTime",
-    "signal_error_spec", "SimulatedAnswers", "SkippedSignals", "Stall", "start_simulator",
+    "demo_next_steps", "DEMO_SIDES", "run_demo", "signal_error_spec", "SignalModel", "SignalTime",
+    "SimulatedAnswers", "SkippedSignals", "Stall", "start_simulator",
 ]
 
 
@@ -788,20 +788,6 @@ def demo_next_steps(packaged: bool) -> list[str]:
             "    --new-start 'docker run -d --name router-gpu -p 8802:8080 ROUTER_IMAGE_GPU' \\",
             "    --new-stop 'docker rm -f router-gpu'",
             f"  {tool} rounds --dir results --base cpu --new gpu"]
-
-
-def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> List[str]:
-    """Return what `corpus` prints of the corpus it wrote."""
-    source = corpus["source"]
-    lines = [f"corpus: {len(corpus['prompts'])} prompts ({source['from_repo']} distinct from "
-             f"{len(corpus['files'])} files, {source['boundary_cases']} boundary cases)",
-             f"repo: {repo_text}" + (f" at {source['commit']}" if source["commit"] else "")]
-    new_per_file = collections.Counter(prompt["source"] for prompt in corpus["prompts"])
-    rows = [[path, str(found), str(new_per_file.get(path, 0))]
-            for path, found in corpus["files"].items()]
-    lines += [f"  {line}" for line in render_table(["file", "prompts", "new"], rows,
-                                                    right=[False])]
-    return lines + [f"{hashlib.sha256(data).hexdigest()}  {out}"]
 
 
 def run_demo(work: Path, rounds: int, write: Callable[[str], None]) -> RoundsReport:
