@@ -35,7 +35,7 @@ from router_latency.attribution import part_values, pass_attribution, router_par
 from router_latency.rounds import start_order
 from router_latency.render_text import decomposition_text
 from router_latency.simulator import SignalModel
-from router_latency.cli import gate_list
+from router_latency.command_rounds import gate_list
 from hypothesis import given, strategies as st
 
 from conftest import SETTINGS, final_answer, write_corpus

@@ -23,7 +23,7 @@ from router_latency.gate import GateSettings
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds, gate_text, row_change_text
 from router_latency.page import report_page
-from router_latency.cli import gate_list
+from router_latency.command_rounds import gate_list
 
 # long beside the driver's own time per request, on 2 shared cores: at one caller per worker
 # each request's turnaround (the answer's wake-up, the next send) leaves the worker idle, and

@@ -27,7 +27,7 @@ from router_latency.constants import __version__, DEFAULT_GLOB, PREVIEW_PATH
 from router_latency.corpus import CORPUS_SCHEMA, load_corpus
 from router_latency.runfile import dump_run, load_run
 from router_latency.rounds import start_order
-from router_latency.simulator import demo_next_steps
+from router_latency.command_demo import demo_next_steps
 from router_latency.cli import main
 from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
                       final_answer, hold_a_slot, make_run, three_rounds, two_runs, write_corpus)

@@ -14,7 +14,8 @@ from router_latency.rounds import find_round_files, judge_rounds
 from router_latency.record import record_section
 from router_latency.render_json import COMPARE_SCHEMA, ROUNDS_SCHEMA
 from router_latency.formats import COMMAND_OUTPUTS, CompareView, RoundsView
-from router_latency.cli import build_parser, cost_spec, FORMAT_FILES
+from router_latency.cli import build_parser, FORMAT_FILES
+from router_latency.command_options import cost_spec
 from conftest import three_rounds, two_runs, write_corpus
 from test_capacity import ladder_in_memory
 

@@ -34,7 +34,8 @@ from router_latency.measuring import (arrival_schedule, clock_text, FLOOR_REQUES
                                       Target)
 from router_latency.rounds import CHECKED_FIELDS, run_signature
 from router_latency.simulator import simulated_decision
-from router_latency.cli import main, rate_list
+from router_latency.cli import main
+from router_latency.command_run import rate_list
 from conftest import TOOL, TOOL_PYC, final_answer, hold_a_slot, make_run, write_corpus
 
 TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]
@@ -1379,7 +1380,7 @@ def test_a_signal_while_the_file_is_written_changes_neither_file_nor_exit_code(
         os.kill(os.getpid(), signal.SIGTERM)  # handled before the next line runs
         return real_write(path, data)
 
-    monkeypatch.setattr("router_latency.cli.write_atomic", signalled_write)
+    monkeypatch.setattr("router_latency.command_run.write_atomic", signalled_write)
     outside = []  # a signal the tool no longer handles would end the process: caught here
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: outside.append(signum))
     try:

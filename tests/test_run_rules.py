@@ -16,7 +16,7 @@ from router_latency.record import record_section, side_ranges
 from router_latency.render_text import (agreement_sentence, cache_sentence, failed_sentence,
                                         faults_sentence, format_plan, overload_note,
                                         range_sentences, record_sentences, surroundings_sentences)
-from router_latency.cli import run_warnings
+from router_latency.command_run import run_warnings
 from conftest import make_run, three_rounds
 
 

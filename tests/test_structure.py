@@ -227,7 +227,7 @@ def test_every_record_field_is_typed_precisely():
     # the check sees the records: NamedTuples, TypedDicts (total=False too), a dataclass
     records = {f"{module}:{record}" for module, found in fields.items() for record, _, _ in found}
     assert {"runfile:RunFile", "cache:CacheFinding", "rounds:RoundsReport", "corpus:Prompt",
-            "captures:CaptureSettings", "simulator:DemoSide", "measuring:RunContext",
+            "captures:CaptureSettings", "command_demo:DemoSide", "measuring:RunContext",
             "answers:RawResult", "measuring:Target"} <= records
     bare = [f"{module}:{record}.{field}: {annotation}" for module, found in fields.items()
             for record, field, annotation in found if BARE.search(annotation)]

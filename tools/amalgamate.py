@@ -35,12 +35,15 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("statistics", ("stats",)),
     ("records and files", ("files", "corpus", "gpu", "cache", "versions", "degraded", "runfile",
                            "ladder")),
-    ("the wire and the pass", ("wire", "captures", "telemetry", "answers", "measuring")),
+    ("the wire and the pass", ("wire", "captures", "telemetry", "answers", "measuring",
+                               "simulator")),
     ("judging", ("attribution", "compare", "gate", "noise", "rounds", "record", "history")),
     ("the report and its sections", ()),
     ("renderers", ("render_text", "render_markdown", "render_json", "render_junit", "page",
                    "history_render")),
-    ("commands", ("formats", "history_cli", "simulator", "cli")),
+    ("commands", ("formats", "console", "command_options", "command_corpus", "command_run",
+                  "command_compare", "command_rounds", "command_record", "command_history",
+                  "command_simulate", "command_demo", "cli")),
 )
 # the import order: every layer's modules, the lowest layer first
 MODULES = tuple(name for _, names in LAYERS for name in names)

@@ -44,6 +44,7 @@ order:
     telemetry          GPU, CPU and load sampled through a pass; energy; what coincided
     answers            each answer of a pass classified, scrubbed, its signal times read
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
+    simulator          a routing-preview server answering as the router does
   judging:
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object
@@ -62,9 +63,17 @@ order:
     history_render     the history report as text, Markdown, JSON and a page
   commands:
     formats            each command's output formats, one table per command
-    history_cli        the history command's options and handler
-    simulator          a routing-preview server, and the whole method on two of them
-    cli                argument parsing, cmd_* handlers, main()
+    console            what a command prints, on stdout and stderr, and the signals it hears
+    command_options    the argument types and option blocks several commands share
+    command_corpus     corpus: its parser and handler
+    command_run        run: its parser, its argument types, its arguments mapped, its handler
+    command_compare    compare: its parser and handler
+    command_rounds     rounds: its parser, the --gate list, its handler, the job summary
+    command_record     record: its parser, --section and its handler
+    command_history    history: its parser, its argument types and its handler (add, report)
+    command_simulate   simulate: its parser, its argument types and its handler
+    command_demo       demo: the whole method on two simulated routers, its parser and handler
+    cli                the parser built from the commands' registrations, main()
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The history command: its options and its handler (`history add`, `history report`), kept
-here so that the command line's module only registers it."""
+"""The history command: its parser, the argument types only it uses and its handler
+(`history add`, `history report`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import datetime
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Type
+from typing import Any, List
 
 from .constants import EXIT_OK
 from .errors import RouterLatencyError
@@ -17,6 +17,8 @@ from .history import (add_entries, EntryTags, entry_of_folder, entry_of_run,
                       folders_oldest_first, history_report, LIKE_FIELDS, read_history,
                       TrendSettings)
 from .formats import COMMAND_OUTPUTS, formats_help
+from .console import emit
+from .command_options import HelpFormatter
 
 __all__ = ["add_history_parser"]
 
@@ -58,12 +60,11 @@ def history_label(text: str) -> str:
     return text
 
 
-def add_history_parser(commands: Any, formatter: Type[argparse.HelpFormatter],
-                       emit: Callable[[Iterable[str]], None]) -> None:
-    """Add the history command; emit: how the command line prints lines."""
+def add_history_parser(commands: Any) -> None:
+    """Add the history command."""
     p = commands.add_parser(
         "history", help="keep judged rounds across commits; report and gate the drift",
-        formatter_class=formatter,
+        formatter_class=HelpFormatter,
         epilog="examples: history add --history perf.jsonl --dir results --base main --new "
                "merge --commit $SHA --branch main; history report --history perf.jsonl --gate "
                "--html drift.html. Exit codes of report --gate: 0 the drift of every gated "
@@ -110,7 +111,7 @@ def add_history_parser(commands: Any, formatter: Type[argparse.HelpFormatter],
                    help="add: the branch recorded; report: only entries of this branch")
     p.add_argument("--tolerance", type=history_percent, default=5.0, metavar="PCT",
                    help="percent: add: the folder's gate; report: the drift's tolerance")
-    p.set_defaults(func=cmd_history, emit_lines=emit)
+    p.set_defaults(func=cmd_history)
 
 
 ADD_ONLY = ("dir", "each", "run", "base", "new", "commit", "base_commit", "date", "label",
@@ -164,7 +165,7 @@ def history_add(args: argparse.Namespace) -> int:
     check_distinct_files([("source", e.source) for e in entries if e.kind == "run"],
                          [("--history", args.history)])
     add_entries(args.history, entries)
-    args.emit_lines([f"added {entry.commit}: {entry.kind}"
+    emit([f"added {entry.commit}: {entry.kind}"
                      + (f", {entry.verdict.upper()} on its own" if entry.verdict else "")
                      + f" ({entry.source})" for entry in entries])
     return EXIT_OK
@@ -181,6 +182,6 @@ def history_show(args: argparse.Namespace) -> int:
     history_outputs = COMMAND_OUTPUTS["history"]
     if args.html:
         write_atomic(args.html, history_outputs.files["html"].data(report))
-    args.emit_lines(history_outputs.formats[args.format].lines(report, None))
+    emit(history_outputs.formats[args.format].lines(report, None))
     return report.exit_code if args.gate else EXIT_OK
 
