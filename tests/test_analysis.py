@@ -18,8 +18,8 @@ from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
                                     PassSummary, Request, RunFile, RunSettings)
 from router_latency.gate import GateSettings, row_of, ROW_WORDS
-from router_latency.rounds import (config_hash_findings, input_slowdowns, judge_rounds,
-                                   time_windows)
+from router_latency.rounds import config_hash_findings, judge_rounds, time_windows
+from router_latency.slower import input_slowdowns
 from router_latency.render_text import format_order
 from conftest import NEW, SETTINGS, make_run, three_rounds, two_runs, write_corpus
 

@@ -20,9 +20,9 @@ from router_latency.words import change_text, pct_text
 from router_latency.gpu import GPU_RANGED
 from router_latency.runfile import (Attempt, load_run, pass_summary, PassRecord,
                                     PhaseWindow, Request, RouterCpu, RunFile)
-from router_latency.rounds import (environment_rows, InputSlowdowns, judge_rounds, pass_latencies,
-                                   Slowdown)
-from router_latency.render_text import slowdown_tables, Table, text_lines
+from router_latency.rounds import environment_rows, pass_latencies
+from router_latency.slower import InputSlowdowns, Slowdown, slowdown_tables
+from router_latency.report import Table, text_lines
 from router_latency.render_markdown import markdown_blocks
 from router_latency.render_junit import requests_csv
 from router_latency.page import forest_axis, forest_ticks, line_plot, PlotScale, Series
@@ -769,22 +769,19 @@ def test_environment_columns_no_run_recorded_are_left_out_and_named(tmp_path, cl
 def test_slower_inputs_lead_with_those_called_slower_then_the_largest_noise(tmp_path, cli):
     # 15 noisy inputs with the largest ratios, then 12 called slower: the table shows the 12
     # its header counts first, then the largest noise, and names none as "more"
-    three_rounds(tmp_path)
-    report = judge_rounds({n: {s: load_run(str(tmp_path / f"r{n}-{s}.json"))
-                                  for s in ("cpu", "gpu")} for n in (1, 2, 3)}, "cpu", "gpu")
     noise = [Slowdown(i, 2.0 - i / 100, 0.5, 4.0, 2, 3, 0.3, "noise") for i in range(15)]
     slower = [Slowdown(100 + i, 1.3, 1.2, 1.4, 3, 3, 0.001, "slower") for i in range(12)]
     rest = [Slowdown(200 + i, 1.0, 0.9, 1.1, 1, 3, 0.9, "") for i in range(5)]
     found = InputSlowdowns("sequential", (1, 2, 3), tuple(noise + slower + rest), (), (),
                               0.05, 5.0)
-    intro, inputs, more, _ = slowdown_tables(report._replace(slowdowns=found), str, 20)
+    intro, inputs, more, _ = slowdown_tables(found, "base", "new", 20)
     assert intro.startswith("slower inputs: 12 of 32 (")
     assert inputs.caption == "Called slower, then the largest noise"
     assert [row[0] for row in inputs.rows] == [f"#{100 + i}" for i in range(12)] + [
         f"#{i}" for i in range(8)]
     assert [row[3] for row in inputs.rows] == ["slower"] * 12 + ["noise"] * 8
     assert inputs.rows[0][1] == "+30.0% [+20.0%, +40.0%]" and more == ""
-    _, inputs, more, _ = slowdown_tables(report._replace(slowdowns=found), str, 10)
+    _, inputs, more, _ = slowdown_tables(found, "base", "new", 10)
     assert [row[3] for row in inputs.rows] == ["slower"] * 10
     assert more.startswith("2 more called slower: #110, #111")
 

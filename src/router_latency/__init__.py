@@ -27,6 +27,7 @@ order:
     constants          what several modules use: paths, limits, exit codes
     errors             the one error type and the checks of values read from files
     words              how counts, figures and decisions are written
+    report             the report model: tables, blocks, sections; outside text escaped once
   statistics:
     stats              t quantiles, intervals, percentiles
   records and files:
@@ -49,6 +50,7 @@ order:
     compare            compare_runs(): two runs as one report object
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     noise              the spread taken apart (within, between), a plan in node time, speed groups
+    slower             which inputs, decisions and prompt lengths got slower
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate

@@ -17,7 +17,8 @@ from .noise import noise_lines
 from .rounds import part_title, PassBreakdown, RoundsReport
 from .render_text import (decisions_note, decomposition_text, degraded_line,
                           environment_tables, format_capacity_rounds, format_closing,
-                          format_order, row_change_text, rounds_table_parts, slowdown_tables)
+                          format_order, row_change_text, rounds_table_parts)
+from .slower import slowdown_tables
 from .render_junit import xml_safe
 
 __all__ = ["Axis", "esc", "padded", "PAGE_STYLE", "PlotBox", "report_page", "table_html",
@@ -387,7 +388,7 @@ def page_rounds(report: RoundsReport) -> str:
 def page_details(report: RoundsReport) -> str:
     """Return the slower inputs, the environment, warnings and notes."""
     parts = []
-    slowdowns = slowdown_tables(report, str, 20)
+    slowdowns = slowdown_tables(report.slowdowns, report.base, report.new, 20)
     if slowdowns is not None:
         intro, inputs, more, groups = slowdowns
         parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',

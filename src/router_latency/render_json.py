@@ -10,7 +10,7 @@ from .compare import CompareReport
 from .ladder import Capacity
 from .gate import composite_text, missed_pct, missed_text, Row, row_word
 from .noise import noise_json, plan_json
-from .rounds import InputSlowdowns, RoundsReport, Slowdown
+from .rounds import RoundsReport
 from .record import RecordSection
 from .render_text import order_json, outcomes_json, row_change_text, verdict_line
 
@@ -115,9 +115,9 @@ def rounds_json(report: RoundsReport) -> dict:
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "could_miss": could_miss_json(report),
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
             "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
-            "breakdowns": breakdowns_json(report)}
+            "breakdowns": breakdowns_json(report),
+            **{key: value for section in report.sections for key, value in section.json.items()}}
 
 
 def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
@@ -131,20 +131,6 @@ def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
             "capacity_req_per_s": capacity.capacity_req_per_s,
             "capacity_how": capacity.capacity_how, "stop": capacity.stop,
             "longest_gap_s": capacity.longest_gap_s}
-
-
-def slowdowns_json(found: InputSlowdowns) -> dict:
-    """Return which inputs got slower as JSON: every input, decision and length bucket."""
-    def item(s: Slowdown, key: str) -> dict:
-        fields = s._asdict()
-        fields[key] = fields.pop("key")
-        return fields
-
-    return {"pass": found.pass_name, "rounds": list(found.rounds), "fdr": found.fdr,
-            "tolerance_pct": found.tolerance_pct,
-            "inputs": [item(s, "id") for s in found.inputs],
-            "decisions": [item(s, "decision") for s in found.decisions],
-            "lengths": [item(s, "bucket") for s in found.lengths]}
 
 
 def compare_json(report: CompareReport) -> dict:

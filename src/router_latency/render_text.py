@@ -6,15 +6,15 @@ from __future__ import annotations
 import collections
 import json
 import math
-import re
 import statistics
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
 from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
-                    metric_title, pct_text, plural, shown_decision, visible, worse_sign)
+                    metric_title, plural, shown_decision, worse_sign)
 from .stats import percentile
+from .report import Block, md_code, render_table, Section, Table, text_lines
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
 from .degraded import degraded_text, unknown_answers
 from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
@@ -25,20 +25,19 @@ from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_
                    detects_text, GateSettings, missed_text, Row, row_judged_interval, row_word)
 from .noise import noise_lines, plan_sentence
 from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
-                     SideOutcomes, Slowdown)
+                     SideOutcomes)
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
+    "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
     "decomposition_text", "degraded_line", "energy_beside_cost", "environment_blocks",
     "environment_tables",
     "format_agreement",
     "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
     "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
     "format_record", "format_rounds", "format_run_header", "format_run_summary",
-    "md_text", "order_json", "outcomes_json", "overload_note", "per_round_table",
-    "render_table", "row_change_text", "rounds_table_parts", "slowdown_blocks",
-    "slowdown_tables", "Table", "undecided_line", "verdict_line",
+    "order_json", "outcomes_json", "overload_note", "per_round_table",
+    "row_change_text", "rounds_table_parts", "undecided_line", "verdict_line",
 ]
 
 
@@ -51,46 +50,6 @@ def pass_cell(row: Row, rows: Sequence[Row]) -> str:
     first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
         r for r in rows if r.pass_name == LADDER_PASS) is row)
     return pass_title(row.pass_name) if first else ""
-
-
-class Table(NamedTuple):
-    """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
-    caption: str  # Markdown's bold line above it; text leaves a blank line
-    header: List[str]
-    rows: List[List[str]]
-    right: List[bool]  # right-aligned columns
-
-
-# a report's body as data: lines of text, and tables; text_lines() renders it as text, the
-# Markdown renderer (markdown_blocks) as list items and tables
-Block = Union[str, Table]
-
-
-def text_lines(blocks: Sequence[Block]) -> List[str]:
-    """Return blocks as text: each line as it is, each table aligned."""
-    lines: List[str] = []
-    for block in blocks:
-        lines += [block] if isinstance(block, str) else render_table(
-            block.header, block.rows, right=block.right)
-    return lines
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
-                 markdown: bool = False, right: Sequence[bool] = ()) -> List[str]:
-    """Return the lines of an aligned text table, or a Markdown table."""
-    right = list(right) + [True] * (len(header) - len(right))
-    rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |",
-                 "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
-        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if r else c.ljust(w)
-                         for c, w, r in zip(cells, widths, right)).rstrip()
-
-    return [line(header)] + [line(row) for row in rows]
 
 
 def format_run_header(label: str, prompts: int, sha256: str, url: str,
@@ -577,12 +536,22 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += [warning.text for warning in report.warnings]
-    slowdowns = text_lines(slowdown_blocks(report))
-    lines += [""] + slowdowns if slowdowns else []
+    lines += section_lines(report.sections, per_round=per_round)
     breakdowns = text_lines(breakdown_blocks(report))
     lines += [""] + breakdowns if breakdowns else []
     lines += [""] + text_lines(environment_blocks(report)) + [""]
     lines += format_order(report) + format_closing(report) + opening[1:] + opening[:1]
+    return lines
+
+
+def section_lines(sections: Sequence[Section], *, per_round: bool = False) -> List[str]:
+    """Return the sections as text, in order: each a blank line below what stands above it
+    (unless it runs on), those beside the table left out (format_rounds puts them there)."""
+    lines: List[str] = []
+    for section in sections:
+        if section.blocks and not section.beside_table and (per_round or not section.on_request):
+            lines += ([""] if section.apart else []) + text_lines(section.blocks)
+        lines += [notice.text for notice in section.notices]
     return lines
 
 
@@ -1225,121 +1194,3 @@ def most_changed_sentence(breakdown: PassBreakdown) -> str:
     return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
             f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
             f"{fmt_value(row.diff.high)}]")
-
-
-def shown_text(text: str, width: int) -> str:
-    """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
-    quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
-    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
-    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
-
-
-def ratio_text(item: Slowdown) -> str:
-    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
-    if item.low is None or item.high is None:
-        return pct_text(item.ratio - 1)
-    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
-
-
-class SlowdownTables(NamedTuple):
-    """Which inputs got slower, as a rounds report shows it."""
-    intro: str  # what the figures are
-    inputs: Table  # the inputs called slower, then the largest noise: at most `limit`
-    more: str  # those called slower beyond them; '' when none
-    groups: Table  # per decision and prompt-length bucket
-
-
-def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[SlowdownTables]:
-    """Return (what the figures are, the inputs with the largest slowdown, those called slower
-    beyond them, the table per decision and prompt-length bucket), cells passed through
-    cell; None without per-input figures."""
-    found = report.slowdowns
-    if found is None or not found.inputs:
-        return None
-    slower = [s for s in found.inputs if s.call == "slower"]
-    # those called slower first, then the largest noise, then the rest: the table's first rows
-    # are the ones its header counts
-    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
-    intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
-             f"pass; change in latency of each input, {report.new} against {report.base}: "
-             f"median over "
-             f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
-             f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
-             f"tolerance, false discovery rate {100 * found.fdr:g}% over the inputs and again "
-             f"over the groups (one input may be noise among many and its group of one slower); "
-             f"a call is a one-sided test, so it may stand where the interval reaches inside "
-             f"the tolerance; noise: beyond the tolerance but not carried)")
-    texts = any(s.text is not None for s in found.inputs)
-    ratio = "change [95% CI]"
-    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
-    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
-                   + (["chars", "text"] if texts else []),
-                   [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
-                     cell(shown_decision(s.decision))]
-                    + ([str(s.length) if s.length is not None else "n/a",
-                        cell(shown_text(s.text, 40)) if s.text is not None else ""]
-                       if texts else []) for s in shown],
-                   [False, True, True, False, False, True, False][:7 if texts else 5])
-    beyond = [f"#{s.key}" for s in slower if s not in shown]
-    more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
-        f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
-        if beyond else ""
-    groups = Table("By decision and prompt length",
-                   ["group", "inputs", ratio, "slower in", "call"],
-                   [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
-                     f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
-                    for kind, items in (("decision", found.decisions), ("length", found.lengths))
-                    for s in items], [False, True, True, True, False])
-    return SlowdownTables(intro=intro, inputs=inputs, more=more, groups=groups)
-
-
-def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
-                    limit: int = 10) -> List[Block]:
-    """Return the inputs with the largest slowdown, then the slowdown per decision and per
-    prompt-length bucket, each table a blank line below what stands above it; cell:
-    slowdown_tables'."""
-    tables = slowdown_tables(report, cell, limit)
-    if tables is None:
-        return []
-    blocks: List[Block] = [tables.intro, "", tables.inputs]
-    return blocks + ([tables.more] if tables.more else []) + ["", tables.groups]
-
-
-UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
-# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
-# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
-# address, a@b, never notifies and is left alone)
-MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
-
-
-def unlinked(text: str) -> str:
-    """Return Markdown text whose @name and #123 neither notify nor link."""
-    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
-
-
-def md_cell(text: str) -> str:
-    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
-    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
-
-
-# Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
-# apart, and the details are list items: lines of plain text would run together into one
-# paragraph.
-
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
-
-
-def md_text(text: str) -> str:
-    """Return text with every character Markdown could read as markup escaped, on one line,
-    with nothing that notifies a person or links an issue."""
-    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
-
-
-def md_code(text: str) -> str:
-    """Return text as a Markdown code span on one line: control characters escaped, fenced by
-    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
-    text = visible(text)
-    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"

@@ -8,15 +8,13 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import (Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple,
-                    Union)
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
                         LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
 from .errors import Notice, RouterLatencyError
 from .words import change_text, fmt_signed, metric_title, plural
-from .stats import (benjamini_hochberg, composite_log_ratios, mean_interval, order_effect,
-                    OrderEffect, outlier_rounds, percentiles, t_test_p)
+from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds, percentiles
 from .gpu import GPU_RANGED
 from .degraded import degraded_text
 from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
@@ -28,18 +26,18 @@ from .ladder import Capacity, cost_for, run_capacity, usd_per_million
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings
+from .report import Section
+from .slower import input_slowdowns, InputSlowdowns, slower_section
 
 __all__ = [
-    "CHECKED_FIELDS", "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure",
+    "CHECKED_FIELDS", "find_round_files", "judge_rounds", "ladder_figure",
     "not_found_only", "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport",
-    "run_outcome", "run_overload", "run_signature", "SideOutcomes", "Slowdown", "start_order",
+    "run_outcome", "run_overload", "run_signature", "SideOutcomes", "start_order",
 ]
 
 
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
-SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
-LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
 
 def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
@@ -296,118 +294,6 @@ def pass_errors(runs: dict, base: str, new: str, *, degraded: bool = False) -> L
             for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
 
 
-class Slowdown(NamedTuple):
-    """How much slower new ran than base for one input, decision or prompt-length bucket."""
-    key: Union[int, str]  # prompt id, decision or bucket label
-    ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
-    low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
-    high: Optional[float]
-    slower_rounds: int  # rounds in which new was slower
-    rounds: int  # rounds with a successful request on both sides
-    p_value: float  # one-sided t test on the per-round log ratios: slower than the tolerance
-    call: str = ""  # slower: Benjamini-Hochberg rejects; noise: beyond the tolerance, unproven
-    inputs: int = 1
-    text: Optional[str] = None  # with the corpus
-    length: Optional[int] = None  # characters, with the corpus
-    decision: Optional[str] = None  # base's, in the first round it answered
-
-
-class InputSlowdowns(NamedTuple):
-    """Which inputs, decisions and prompt lengths got slower, request by request."""
-    pass_name: str
-    rounds: Tuple[int, ...]  # the rounds compared
-    inputs: Tuple[Slowdown, ...]  # Slowdown per input, the largest ratio first
-    decisions: Tuple[Slowdown, ...]  # Slowdown per decision
-    lengths: Tuple[Slowdown, ...]  # Slowdown per prompt-length bucket; empty without the corpus
-    fdr: float
-    tolerance_pct: float
-
-
-def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: Any) -> Slowdown:
-    """Return the slowdown shown by per-round log ratios ln(new/base), not yet called."""
-    ratio = math.exp(statistics.median(logs))
-    slower = sum(v > 0 for v in logs)
-    if len(logs) < 2:
-        return Slowdown(key=key, ratio=ratio, low=None, high=None, slower_rounds=slower,
-                        rounds=len(logs), p_value=1.0, **known)
-    interval = mean_interval(logs)
-    return Slowdown(key=key, ratio=ratio, low=math.exp(interval.low),
-                    high=math.exp(interval.high), slower_rounds=slower, rounds=len(logs),
-                    p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
-
-
-def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> List[Slowdown]:
-    """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
-    noise where the ratio lies beyond the tolerance but its spread over rounds does not
-    carry it."""
-    rejected = benjamini_hochberg([s.p_value for s in items], fdr)
-    return [s._replace(call="slower" if hit else "noise" if s.ratio > math.exp(tolerance_log)
-                       else "") for s, hit in zip(items, rejected)]
-
-
-def length_bucket(length: int) -> str:
-    """Return the LENGTH_BUCKETS label of a prompt length in characters."""
-    low = 0
-    for edge in LENGTH_BUCKETS:
-        if length <= edge:
-            return f"{low + 1}-{edge} chars" if low else f"<= {edge} chars"
-        low = edge
-    return f"> {low} chars"
-
-
-def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolerance_pct: float,
-                    prompts_text: Optional[dict] = None) -> Optional[InputSlowdowns]:
-    """Return which inputs got slower, then the same per decision and prompt-length bucket.
-
-    Per input, the log ratio ln(new/base) of its latency in each round's sequential pass,
-    where requests do not queue behind each other, so an input's time is its own; an input
-    is called slower only when its own spread over rounds carries it (a one-sided t test
-    against the tolerance, Benjamini-Hochberg over all inputs). A group's per-round value is
-    the mean log ratio of its inputs. None without a sequential pass on both sides of every
-    used round.
-    """
-    pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
-             for n in used]
-    if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
-        return None
-    tolerance, texts = math.log1p(tolerance_pct / 100), prompts_text or {}
-    logs: dict = {}  # prompt id -> {round: ln(new/base)}
-    decisions: dict = {}
-    for number, (b, w) in zip(used, pairs):
-        # fully computed answers only: one that skipped a signal is faster for it
-        new_ms = {r.id: r.latency_ms for r in w.requests
-                  if r.error is None and not r.degraded and r.latency_ms}
-        for r in b.requests:
-            if r.error is None and not r.degraded and r.latency_ms and r.id in new_ms:
-                logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
-                decisions.setdefault(r.id, r.decision)
-    inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),
-                                 length=len(texts[i]) if i in texts else None,
-                                 decision=decisions[i]) for i in sorted(logs)],
-                    tolerance, SLOWDOWN_FDR)
-    by_decision = collections.defaultdict(list)
-    by_length = collections.defaultdict(list)
-    for item in inputs:
-        by_decision[item.decision or "(no decision)"].append(item.key)
-        if item.length is not None:
-            by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
-                       length_bucket(item.length))].append(item.key)
-
-    def group(key: str, members: list) -> Slowdown:
-        per_round = [[logs[i][n] for i in members if n in logs[i]] for n in used]
-        return slowdown_of(key, [math.fsum(v) / len(v) for v in per_round if v], tolerance,
-                           inputs=len(members))
-
-    groups = called([group(k, v) for k, v in sorted(by_decision.items())]
-                    + [group(k[1], v) for k, v in sorted(by_length.items())],
-                    tolerance, SLOWDOWN_FDR)
-    return InputSlowdowns(pass_name="sequential", rounds=tuple(used),
-                          inputs=tuple(sorted(inputs, key=lambda s: -s.ratio)),
-                          decisions=tuple(groups[:len(by_decision)]),
-                          lengths=tuple(groups[len(by_decision):]), fdr=SLOWDOWN_FDR,
-                          tolerance_pct=tolerance_pct)
-
-
 class PassLatencies(NamedTuple):
     """What the report page draws of one pass of one side in one round."""
     pass_name: str
@@ -491,6 +377,8 @@ class RoundsReport(NamedTuple):
     # the degraded answers of each side (PassErrors' shape), passes where either side had any
     degraded: Tuple[PassErrors, ...] = ()
     noise: Optional[NoiseFindings] = None  # the spread taken apart, the plan, speed groups
+    # each capability's finding as every renderer draws it, in the order they draw them
+    sections: Tuple[Section, ...] = ()
 
     # the outcome's, under the names CompareReport gives its own
     @property
@@ -959,6 +847,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     effect, outliers, changes = order_and_outliers(used, rows, order)
     hashes, hash_warnings = config_hash_findings(runs, base, new, settings.allow_config_change)
     outcome = judged.outcome
+    slowdowns = input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text)
+    sections = (slower_section(slowdowns, base, new),)
     return RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
         corpus_count=first.corpus_count,
@@ -975,7 +865,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         config_hashes=hashes, config_warnings=hash_warnings,
         outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
                        for s in (base, new)),
-        slowdowns=input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
+        slowdowns=slowdowns, sections=sections,
         latencies=tuple(pass_latencies(runs, base, new, used)),
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
         capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),

@@ -27,7 +27,7 @@ from .wire import (accept_connections, bracketed, http_response, parse_endpoint,
 from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, resolve_gpu, utc_now
 from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan, Target
 from .rounds import judge_rounds, RoundsReport, start_order
-from .render_text import render_table
+from .report import render_table
 
 __all__ = [
     "corpus_lines", "demo_next_steps", "DEMO_SIDES", "run_demo", "SignalModel", "SignalTime",
