@@ -46,10 +46,11 @@ order:
     answers            each answer of a pass classified, scrubbed, its signal times read
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
   judging:
-    attribution        where the time goes: a pass's time by part
-    compare            compare_runs(): two runs as one report object
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     noise              the spread taken apart (within, between), a plan in node time, speed groups
+    judged             a judged row as every output writes it: its change, its JSON
+    attribution        where the time goes: a pass's time by part
+    compare            compare_runs(): two runs as one report object
     slower             which inputs, decisions and prompt lengths got slower
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections

@@ -14,10 +14,11 @@ from .words import (BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, show
 from .runfile import pass_title
 from .gate import missed_text, Row, row_word
 from .noise import noise_lines
-from .rounds import part_title, PassBreakdown, RoundsReport
-from .render_text import (decisions_note, decomposition_text, degraded_line,
-                          environment_tables, format_capacity_rounds, format_closing,
-                          format_order, row_change_text, rounds_table_parts)
+from .rounds import RoundsReport
+from .render_text import (decisions_note, degraded_line, environment_tables,
+                          format_capacity_rounds, format_closing, format_order, rounds_table_parts)
+from .judged import row_change_text
+from .attribution import decomposition_text, part_title, PassBreakdown
 from .slower import slowdown_tables
 from .render_junit import xml_safe
 

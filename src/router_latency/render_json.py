@@ -8,11 +8,12 @@ from typing import Optional, Sequence
 from .constants import __version__
 from .compare import CompareReport
 from .ladder import Capacity
-from .gate import composite_text, missed_pct, missed_text, Row, row_word
+from .gate import composite_text, missed_pct, missed_text
 from .noise import noise_json, plan_json
 from .rounds import RoundsReport
 from .record import RecordSection
-from .render_text import order_json, outcomes_json, row_change_text, verdict_line
+from .render_text import order_json, outcomes_json, verdict_line
+from .judged import row_json
 
 __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUNDS_SCHEMA"]
 
@@ -20,37 +21,6 @@ __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUN
 ROUNDS_SCHEMA = "router-latency/rounds/1"
 RECORD_SCHEMA = "router-latency/record/1"
 COMPARE_SCHEMA = "router-latency/compare/1"
-
-
-def breakdowns_json(report: RoundsReport) -> list:
-    """Return where each pass's time went as JSON: its parts' rows as those of the table."""
-    return [{"pass": b.pass_name, "sentence": b.sentence,
-             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
-             "base": dict(b.base), "new": dict(b.new),
-             "rows": [{**row_json(r), "noise": noise_json(report.noise, r)} for r in b.rows]}
-            for b in report.breakdowns]
-
-
-def row_json(row: Row) -> dict:
-    """Return a row as JSON, the one shape of a judged row wherever it stands (the rounds
-    table, a pass's parts): its figures at full precision."""
-    return {"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
-            "base_median": row.base_median, "new_median": row.new_median,
-            "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
-                     "df": row.diff.df, "confidence": 0.95},
-            "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
-            "speedup": row.speedup, "speedup_low": row.speedup_low,
-            "speedup_high": row.speedup_high, "change_text": row_change_text(row),
-            "worse_rounds": row.worse_rounds,
-            "rounds": row.rounds, "p_value": row.p_value,
-            "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
-            "verdict": row.verdict, "word": row_word(row),
-            "held_by_holm": row.held_by_holm,
-            "judged_interval_pct": None if row.judged is None else [
-                100 * math.expm1(v) if math.isfinite(v) else None
-                for v in (row.judged.low, row.judged.high)],
-            "base_values": list(row.base_values),
-            "new_values": list(row.new_values)}
 
 
 def could_miss_json(report: RoundsReport) -> Optional[dict]:
@@ -116,7 +86,6 @@ def rounds_json(report: RoundsReport) -> dict:
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "could_miss": could_miss_json(report),
             "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
-            "breakdowns": breakdowns_json(report),
             **{key: value for section in report.sections for key, value in section.json.items()}}
 
 

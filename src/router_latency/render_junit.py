@@ -13,7 +13,8 @@ from .words import fmt_signed, fmt_value, metric_title, shown_decision
 from .runfile import pass_title, PassRecord
 from .gate import Row, row_word, undecided_text
 from .rounds import RoundsReport
-from .render_text import degraded_line, row_change_text, verdict_line
+from .render_text import degraded_line, verdict_line
+from .judged import row_change_text
 
 __all__ = ["junit_xml", "requests_csv", "xml_safe"]
 

@@ -8,7 +8,7 @@ from .words import plural
 from .gate import missed_text
 from .compare import CompareReport
 from .rounds import RoundsReport
-from .render_text import (breakdown_blocks, compare_caveat, compare_parts, decisions_note,
+from .render_text import (compare_caveat, compare_parts, decisions_note,
                           environment_blocks, format_agreement, format_capacity_rounds,
                           format_closing, format_order, format_outcomes, per_round_table,
                           rounds_table_parts, undecided_line)
@@ -84,7 +84,6 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     details += format_agreement(report) + format_outcomes(report)
     details += [warning.text for warning in report.warnings]
     details += section_blocks(report.sections, per_round=per_round)
-    details += breakdown_blocks(report)
     if per_round and report.rows:
         details += ["**Each round**", per_round_table(report)]
     details += ["**Environment**"] + environment_blocks(report)

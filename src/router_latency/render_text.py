@@ -22,22 +22,23 @@ from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile
 from .compare import CompareReport
 from .ladder import Capacity, cost_for, LadderStep, run_capacity, usd_per_million
 from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
-                   detects_text, GateSettings, missed_text, Row, row_judged_interval, row_word)
+                   detects_text, GateSettings, missed_text, Row, row_word)
 from .noise import noise_lines, plan_sentence
-from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
-                     SideOutcomes)
+from .rounds import ladder_figure, Overload, RoundOrder, RoundsReport, SideOutcomes
+from .judged import row_change_text
+from .attribution import decomposition_text, part_title, PassBreakdown
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
-    "decomposition_text", "degraded_line", "energy_beside_cost", "environment_blocks",
+    "compare_caveat", "compare_parts", "decisions_note",
+    "degraded_line", "energy_beside_cost", "environment_blocks",
     "environment_tables",
     "format_agreement",
     "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
     "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
     "format_record", "format_rounds", "format_run_header", "format_run_summary",
     "order_json", "outcomes_json", "overload_note", "per_round_table",
-    "row_change_text", "rounds_table_parts", "undecided_line", "verdict_line",
+    "rounds_table_parts", "undecided_line", "verdict_line",
 ]
 
 
@@ -537,8 +538,6 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += [warning.text for warning in report.warnings]
     lines += section_lines(report.sections, per_round=per_round)
-    breakdowns = text_lines(breakdown_blocks(report))
-    lines += [""] + breakdowns if breakdowns else []
     lines += [""] + text_lines(environment_blocks(report)) + [""]
     lines += format_order(report) + format_closing(report) + opening[1:] + opening[:1]
     return lines
@@ -626,76 +625,6 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
              "change [CI judged]" if settings.sequential_max else "change [95% CI]",
              "slower in", "detects", "verdict"], table,
         [False, False, True, True, True, True, True, True, False]), below)
-
-
-def breakdown_blocks(report: RoundsReport) -> List[Block]:
-    """Return where each pass's time went: the sentence, the table of the parts' rows
-    (advisory unless gated), and the decomposition beside the client's latency."""
-    if not report.breakdowns:
-        return []
-    base, new = report.base, report.new
-    lines: List[Block] = [
-        f"where the time goes: each signal's time as the answers report it, the router's "
-        f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
-        f"latency outside the signals; rows as above, advisory unless --gate names them "
-        f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
-        f"the mean outside the signals; each side's last line subtracts medians over "
-        f"rounds (client mean less the signals'), where the outside row is the median of "
-        f"each round's own difference, so the two may differ a little"]
-    for breakdown in report.breakdowns:
-        lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
-        table = [[part_title(row.metric) + ("*" if row.gated else ""),
-                  fmt_value(row.base_median), fmt_value(row.new_median),
-                  f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row_word(row)]
-                 for row in breakdown.rows]
-        lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                                "change [95% CI]", "verdict"], table,
-                           [False, True, True, True, True, False]))
-        lines += [decomposition_text(side, dict(parts), client)
-                  for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
-                                              (new, breakdown.new, breakdown.client[1]))]
-    return lines
-
-
-def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> str:
-    """Return one side's decomposition of a pass's mean latency, medians over rounds: the
-    signals' mean times summed beside the client's mean, and what is left unexplained (or by
-    how much the signals overlap); the router's histograms, which may overlap the signals,
-    beside them."""
-    signals = {m.split(":")[1]: v for m, v in medians.items()
-               if m.startswith("signal:") and m.endswith(":mean")}
-    router = {m.split(":")[1]: v for m, v in medians.items()
-              if m.startswith("router:") and m.endswith(":mean")}
-    text = f"{side}: client mean {fmt_value(client_ms)} ms"
-    if signals and client_ms is not None:
-        total = math.fsum(signals.values())
-        listed = ", ".join(f"{name} {fmt_value(v)}" for name, v in signals.items())
-        left = client_ms - total
-        text += (f"; signals summed {fmt_value(total)} ms ({listed}); "
-                 + (f"unexplained {fmt_value(left)} ms (wire, HTTP, admission, the router's "
-                    f"other work)" if left >= 0 else
-                    f"the signals' sum exceeds it by {fmt_value(-left)} ms: they overlap "
-                    f"(evaluated in parallel), so no sum is forced"))
-    if router:
-        text += ("; router histograms, mean per observation (may overlap the signals): "
-                 + ", ".join(f"{name} {fmt_value(v)} ms" for name, v in router.items()))
-    if not signals and medians.get("outside:mean") is not None:
-        text += (f"; outside the router's signal and decision time, per pass from its "
-                 f"histograms: {fmt_value(medians['outside:mean'])} ms")
-    return text
-
-
-def row_change_text(row: Row) -> str:
-    """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
-    -9.7%], + worse (for a cost per million requests, the change of the cost): the interval
-    its word judges (at a --sequential look, a gated row's is the look's)."""
-    judged = row_judged_interval(row)
-    if judged is None:
-        return change_text(row.speedup, row.speedup_low, row.speedup_high)
-    if not all(math.isfinite(v) and v > 0 for v in judged):
-        return f"{change_text(row.speedup)} [no bound at this look]"
-    return change_text(*judged)
 
 
 def gate_text(settings: GateSettings) -> str:

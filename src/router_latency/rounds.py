@@ -13,13 +13,12 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tu
 from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
                         LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
 from .errors import Notice, RouterLatencyError
-from .words import change_text, fmt_signed, metric_title, plural
+from .words import metric_title, plural
 from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds, percentiles
 from .gpu import GPU_RANGED
 from .degraded import degraded_text
 from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
                       Request, RunFile)
-from .attribution import part_values, pass_attribution, PassAttribution
 from .compare import (cache_warnings, decision_agreement, DecisionChange, floor_warnings,
                       sampled_selections)
 from .ladder import Capacity, cost_for, run_capacity, usd_per_million
@@ -27,11 +26,13 @@ from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, L
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings
 from .report import Section
+from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
+                          split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
 
 __all__ = [
     "CHECKED_FIELDS", "find_round_files", "judge_rounds", "ladder_figure",
-    "not_found_only", "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport",
+    "not_found_only", "Overload", "RoundOrder", "RoundsReport",
     "run_outcome", "run_overload", "run_signature", "SideOutcomes", "start_order",
 ]
 
@@ -588,142 +589,6 @@ def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
     return rows
 
 
-def part_title(metric: str) -> str:
-    """Return how a part's row is named: 'pii p95', 'router forward mean', 'outside p50'."""
-    kind, _, rest = metric.partition(":")
-    name, _, stat = rest.rpartition(":")
-    return {"signal": f"{name} {stat}", "router": f"router {name} {stat}"}.get(
-        kind, f"outside the signals {rest}")
-
-
-class PassBreakdown(NamedTuple):
-    """Where one pass's time went on each side, and what of it changed."""
-    pass_name: str
-    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
-    # (metric, median over the used rounds) of the base side's parts
-    base: Tuple[Tuple[str, float], ...]
-    new: Tuple[Tuple[str, float], ...]
-    client: Tuple[float, float]  # (base, new) median client mean latency
-    sentence: str
-
-
-def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                     settings: GateSettings) -> List[PassBreakdown]:
-    """Return PassBreakdowns of the passes whose answers or histograms reported parts:
-    a row per part and statistic measured in every used round on both sides, with the
-    latency rows' estimator and interval; advisory unless --gate names them."""
-    first = runs[used[0]][base]
-    found = []
-    for item in sorted(first.passes, key=lambda p: p.order):
-        figures = {}
-        for side in (base, new):
-            sides = [runs[r][side] for r in used]
-            passes = [run.pass_named(item.name) for run in sides]
-            if any(p is None or p.discarded or p.summary is None for p in passes):
-                break
-            figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
-        else:
-            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings,
-                                       (base, new))
-            if breakdown.rows:
-                found.append(breakdown)
-    return found
-
-
-def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[PassAttribution],
-                   settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
-    """Return one pass's breakdown from its attributions, round by round on each side; a
-    signal only one side reported is said in the sentence, not left out in silence."""
-    # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
-    base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
-                                for a in side] for side in (base, new))
-    metrics = [m for m in base_values[0]
-               if all(v.get(m, 0.0) > 0 for v in (*base_values, *new_values))]
-    rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
-            for m in metrics]
-    rows.sort(key=lambda r: -abs(r.diff.mean))
-    medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
-               for side in (base_values, new_values)]
-    # a round's passes all answered (side_problems): each has its client mean
-    client_base, client_new = (
-        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
-        for side in (base, new))
-    reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
-                for side in (base, new)]
-    one_sided = [f"{part} reported by {side} only" for side, mine, other in (
-        (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
-        for part in sorted(mine - other)]
-    sentence = breakdown_sentence(name, rows, base, new, settings)
-    return PassBreakdown(pass_name=name, rows=tuple(rows), base=medians[0], new=medians[1],
-                         client=(client_base, client_new),
-                         sentence="; ".join(filter(None, [sentence, *one_sided])))
-
-
-def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
-                       new: Sequence[PassAttribution], settings: GateSettings) -> str:
-    """Return the change of a pass's client p95 and what moved with it, in words: each
-    signal's p95 change and the latency outside the signals, the part that moved most first,
-    then the router's parts in ms.
-
-    They are ordered, and "most of the change" is said, on means, which add up where
-    percentiles do not: the part whose time per request shifted most, when its shift is at
-    least half the client's shift in mean latency (medians over rounds)."""
-    values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
-    if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
-        return ""
-    client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
-    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
-        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
-    moved = []  # (shift of the mean per request, words)
-    for row in rows:
-        kind, _, rest = row.metric.partition(":")
-        if kind == "signal" and row.metric.endswith(":p95"):
-            part = rest.split(":")[0]
-            moved.append((signal_shift(part, base, new), f"{part} {row_change_words(row)}"))
-        elif row.metric == "outside:mean":
-            moved.append((row.new_median - row.base_median,  # its p95 is not measured
-                          f"outside the signals (mean) {row_change_words(row)}"))
-    moved.sort(key=lambda m: -abs(m[0]))
-    said = [words + (" (most of the change)" if i == 0 and whole and shift / whole >= 0.5
-                     else "") for i, (shift, words) in enumerate(moved)]
-    said += [f"{r.metric.split(':')[1]} {fmt_signed(r.diff.mean)} ms" for r in rows
-             if r.metric.startswith("router:") and r.metric.endswith(":mean")][:3]
-    return (f"{pass_title(name)} p95 {row_change_words(client)}"
-            + (": " + ", ".join(said) if said else ""))
-
-
-def signal_shift(name: str, base: Sequence[PassAttribution],
-                 new: Sequence[PassAttribution]) -> float:
-    """Return the shift of a signal's time per request, new - base, medians over rounds."""
-    def per_request(side: Sequence[PassAttribution]) -> float:
-        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
-                                       and p.name == name and (ms := p.per_request_ms)
-                                       is not None), 0.0)
-                                 for a in side)
-    return per_request(new) - per_request(base)
-
-
-def row_change_words(row: Row) -> str:
-    """Return a row's change in the words compare and rounds use: '1.41x slower [1.33,
-    1.49]' (the interval in the direction of the words)."""
-    return change_text(row.speedup, row.speedup_low, row.speedup_high)
-
-
-def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> List[Row]:
-    """Return the parts' rows --gate names: the others are advisory, outside the gate."""
-    return [r for b in breakdowns for r in b.rows if r.gated]
-
-
-def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]
-                    ) -> Tuple[List[Row], List[PassBreakdown]]:
-    """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
-    (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
-    parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
-    return ([r for r in judged if ":" not in r.metric],
-            [b._replace(rows=tuple(parts.get((r.pass_name, r.metric), r) for r in b.rows))
-             for b in breakdowns])
-
-
 class LeftOut(NamedTuple):
     """A round not judged, and why."""
     round: int
@@ -848,7 +713,9 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     hashes, hash_warnings = config_hash_findings(runs, base, new, settings.allow_config_change)
     outcome = judged.outcome
     slowdowns = input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text)
-    sections = (slower_section(slowdowns, base, new),)
+    noise = noise_findings(runs, (base, new), used, rows, settings) if rows else None
+    sections = (slower_section(slowdowns, base, new),
+                breakdown_section(breakdowns, base, new, noise))
     return RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
         corpus_count=first.corpus_count,
@@ -870,7 +737,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
         capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),
         breakdowns=tuple(breakdowns),
-        noise=noise_findings(runs, (base, new), used, rows, settings) if rows else None)
+        noise=noise)
 
 
 class OrderAndOutliers(NamedTuple):
