@@ -20,7 +20,7 @@ from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, P
 from router_latency.gate import GateSettings, row_of, ROW_WORDS
 from router_latency.rounds import config_hash_findings, judge_rounds, time_windows
 from router_latency.slower import input_slowdowns
-from router_latency.render_text import format_order
+from router_latency.environment import format_order, OrderAndOutliers
 from conftest import NEW, SETTINGS, make_run, three_rounds, two_runs, write_corpus
 
 
@@ -427,7 +427,9 @@ def test_an_outlier_round_is_described_and_its_noise_makes_the_verdict_inconclus
         assert report.outliers == (3,)
         assert report.status == "inconclusive" and report.exit_code == 3
         assert not hasattr(report, "without_outliers")
-        line = format_order(report)[-1]
+        found = OrderAndOutliers(report.order_effect, list(report.outliers),
+                                 report.outlier_changes)
+        line = format_order(report.order, found, "base", "new")[-1]
         assert line.startswith("outlier rounds (median/MAD of the gated rows' mean; described "
                                "only, the verdict stands on every round): r3 ")
         assert "verdict would be" not in line

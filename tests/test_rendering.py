@@ -20,7 +20,8 @@ from router_latency.words import change_text, pct_text
 from router_latency.gpu import GPU_RANGED
 from router_latency.runfile import (Attempt, load_run, pass_summary, PassRecord,
                                     PhaseWindow, Request, RouterCpu, RunFile)
-from router_latency.rounds import environment_rows, pass_latencies
+from router_latency.rounds import pass_latencies
+from router_latency.environment import environment_rows
 from router_latency.slower import InputSlowdowns, Slowdown, slowdown_tables
 from router_latency.report import Table, text_lines
 from router_latency.render_markdown import markdown_blocks

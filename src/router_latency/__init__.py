@@ -52,6 +52,7 @@ order:
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object
     slower             which inputs, decisions and prompt lengths got slower
+    environment        each round's surroundings, the start order, outlier rounds
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate

@@ -4,11 +4,15 @@ its JSON (the one shape of a row wherever it stands: the rounds table, a pass's 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
-from .words import change_text
+from .constants import LADDER_PASS
+from .words import change_text, fmt_value, metric_label
+from .report import Section, Table
+from .runfile import pass_title
 from .gate import Row, row_judged_interval, row_word
 
-__all__ = ["row_change_text", "row_json"]
+__all__ = ["pass_cell", "per_round_section", "row_change_text", "row_json"]
 
 
 def row_change_text(row: Row) -> str:
@@ -43,3 +47,26 @@ def row_json(row: Row) -> dict:
                 for v in (row.judged.low, row.judged.high)],
             "base_values": list(row.base_values),
             "new_values": list(row.new_values)}
+
+
+def pass_cell(row: Row, rows: Sequence[Row]) -> str:
+    """Return the pass column of a row: its pass's title on the pass's first row."""
+    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
+        r for r in rows if r.pass_name == LADDER_PASS) is row)
+    return pass_title(row.pass_name) if first else ""
+
+
+def per_round_table(rows: Sequence[Row], used: Sequence[int], base: str, new: str) -> Table:
+    """Return the table of each round's base / new values of every row."""
+    header = ["pass", "metric"] + [f"r{n} {base} / {new}" for n in used]
+    per = [[pass_cell(r, rows), metric_label(r.metric)]
+           + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
+           for r in rows]
+    return Table("", header, per, [False, False] + [True] * len(used))
+
+
+def per_round_section(rows: Sequence[Row], used: Sequence[int], base: str, new: str) -> Section:
+    """Return each round's values of every row as the report's section, drawn on request
+    (--per-round): in text right below the gated table, in Markdown in its order."""
+    return Section(key="per_round", title="Each round", beside_table=True, on_request=True,
+                   blocks=(per_round_table(rows, used, base, new),) if rows else ())

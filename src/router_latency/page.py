@@ -15,8 +15,9 @@ from .runfile import pass_title
 from .gate import missed_text, Row, row_word
 from .noise import noise_lines
 from .rounds import RoundsReport
-from .render_text import (decisions_note, degraded_line, environment_tables,
-                          format_capacity_rounds, format_closing, format_order, rounds_table_parts)
+from .render_text import (decisions_note, degraded_line, format_capacity_rounds, format_closing,
+                          rounds_table_parts)
+from .environment import environment_tables, format_order, OrderAndOutliers
 from .judged import row_change_text
 from .attribution import decomposition_text, part_title, PassBreakdown
 from .slower import slowdown_tables
@@ -397,10 +398,12 @@ def page_details(report: RoundsReport) -> str:
                   table_html(inputs.header, inputs.rows, inputs.right),
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
-    lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
+    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
+    lines = [w.text for w in report.warnings]
+    lines += format_order(report.order, found, report.base, report.new) + format_closing(report)
     lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
               for o in report.outcomes if o.degraded]
-    tables, empty = environment_tables(report)
+    tables, empty = environment_tables(report.environment)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
     parts += ["<h2>Environment</h2>"] + [table_html(t.header, t.rows, t.right) for t in tables]

@@ -12,7 +12,7 @@ from .gate import composite_text, missed_pct, missed_text
 from .noise import noise_json, plan_json
 from .rounds import RoundsReport
 from .record import RecordSection
-from .render_text import order_json, outcomes_json, verdict_line
+from .render_text import outcomes_json, verdict_line
 from .judged import row_json
 
 __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUNDS_SCHEMA"]
@@ -68,13 +68,6 @@ def rounds_json(report: RoundsReport) -> dict:
                 {"round": n, "base": b, "new": w} for n, b, w in e.counts]}
                 for e in report.degraded]} if report.degraded else {}),
             "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
-            "environment": [row.to_json() for row in report.environment],
-            "order": order_json(report.order),
-            "order_effect": None if report.order_effect is None
-            else report.order_effect._asdict(),
-            "outliers": list(report.outliers),
-            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
-                                for n, c, m in report.outlier_changes],
             "more_rounds": report.more_rounds, "plan": plan_json(report.noise),
             "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),

@@ -8,9 +8,8 @@ from .words import plural
 from .gate import missed_text
 from .compare import CompareReport
 from .rounds import RoundsReport
-from .render_text import (compare_caveat, compare_parts, decisions_note,
-                          environment_blocks, format_agreement, format_capacity_rounds,
-                          format_closing, format_order, format_outcomes, per_round_table,
+from .render_text import (compare_caveat, compare_parts, decisions_note, format_agreement,
+                          format_capacity_rounds, format_closing, format_outcomes,
                           rounds_table_parts, undecided_line)
 from .report import Block, md_text, render_table, Section, Table
 
@@ -84,10 +83,7 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     details += format_agreement(report) + format_outcomes(report)
     details += [warning.text for warning in report.warnings]
     details += section_blocks(report.sections, per_round=per_round)
-    if per_round and report.rows:
-        details += ["**Each round**", per_round_table(report)]
-    details += ["**Environment**"] + environment_blocks(report)
-    details += format_order(report) + format_closing(report) + undecided_line(report)
+    details += format_closing(report) + undecided_line(report)
     note = decisions_note(report)  # after the verdict: a job summary's first line is it
     return (markdown_verdict(report.status, report.reasons, what) + [""]
             + ([f"**{md_text(note[0])}**", ""] if note else [])

@@ -7,14 +7,14 @@ import collections
 import json
 import math
 import statistics
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
                         ROUTER_TIMEOUT_S)
 from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
-                    metric_title, plural, shown_decision, worse_sign)
+                    metric_title, plural, shown_decision, span_text, fmt_reading, worse_sign)
 from .stats import percentile
-from .report import Block, md_code, render_table, Section, Table, text_lines
+from .report import md_code, render_table, Section, Table, text_lines
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
 from .degraded import degraded_text, unknown_answers
 from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
@@ -22,35 +22,24 @@ from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile
 from .compare import CompareReport
 from .ladder import Capacity, cost_for, LadderStep, run_capacity, usd_per_million
 from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
-                   detects_text, GateSettings, missed_text, Row, row_word)
+                   detects_text, GateSettings, missed_text, row_word)
 from .noise import noise_lines, plan_sentence
-from .rounds import ladder_figure, Overload, RoundOrder, RoundsReport, SideOutcomes
-from .judged import row_change_text
+from .rounds import ladder_figure, Overload, RoundsReport, SideOutcomes
+from .judged import pass_cell, row_change_text
 from .attribution import decomposition_text, part_title, PassBreakdown
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "compare_caveat", "compare_parts", "decisions_note",
-    "degraded_line", "energy_beside_cost", "environment_blocks",
-    "environment_tables",
-    "format_agreement",
-    "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
-    "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
-    "format_record", "format_rounds", "format_run_header", "format_run_summary",
-    "order_json", "outcomes_json", "overload_note", "per_round_table",
-    "rounds_table_parts", "undecided_line", "verdict_line",
+    "compare_caveat", "compare_parts", "decisions_note", "degraded_line", "energy_beside_cost",
+    "format_agreement", "format_capacity", "format_capacity_rounds", "format_closing",
+    "format_compare", "format_compare_capacity", "format_host", "format_outcomes",
+    "format_plan", "format_record", "format_rounds", "format_run_header", "format_run_summary",
+    "outcomes_json", "overload_note", "rounds_table_parts", "undecided_line", "verdict_line",
 ]
 
 
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
-
-
-def pass_cell(row: Row, rows: Sequence[Row]) -> str:
-    """Return the pass column of a row: its pass's title on the pass's first row."""
-    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
-        r for r in rows if r.pass_name == LADDER_PASS) is row)
-    return pass_title(row.pass_name) if first else ""
 
 
 def format_run_header(label: str, prompts: int, sha256: str, url: str,
@@ -251,19 +240,6 @@ def slow_phase_line(title: str, windows: Sequence[PhaseWindow], phase: SlowPhase
     return (f"slow phase in {title}: {'window' if len(phase.windows) == 1 else 'windows'} "
             f"{', '.join(str(i + 1) for i in phase.windows)} of {len(windows)} (from "
             f"{windows[phase.windows[0]].start_s:.1f} s): {phase.evidence(windows)}")
-
-
-def fmt_reading(value: Optional[float]) -> str:
-    """Return a GPU tool's figure as it read: whole numbers whole, else one decimal."""
-    return "n/a" if value is None else f"{value:,.1f}".rstrip("0").rstrip(".")
-
-
-def span_text(low: Optional[float], high: Optional[float],
-              fmt: Callable[[Optional[float]], str] = fmt_value) -> str:
-    """Return 'low-high' as figures, one figure when they read the same, n/a for none."""
-    if low is None:
-        return "n/a"
-    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
 
 
 def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
@@ -531,15 +507,14 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     first (so that the head of a log shows them), and again last (so that its tail does)."""
     opening = [verdict_line(report)] + undecided_line(report)
     lines = opening + [""] + decisions_note(report) + format_rounds_table(report)
-    if per_round and report.rows:
-        lines += [""] + text_lines([per_round_table(report)])
+    lines += [line for section in report.sections if section.beside_table and per_round
+              for line in [""] + text_lines(section.blocks) if section.blocks]
     capacity = format_capacity_rounds(report)
     lines += [""] + capacity if capacity else []
     lines += [""] + format_agreement(report) + format_outcomes(report)
     lines += [warning.text for warning in report.warnings]
     lines += section_lines(report.sections, per_round=per_round)
-    lines += [""] + text_lines(environment_blocks(report)) + [""]
-    lines += format_order(report) + format_closing(report) + opening[1:] + opening[:1]
+    lines += format_closing(report) + opening[1:] + opening[:1]
     return lines
 
 
@@ -720,15 +695,6 @@ def missing_ladder_rows(report: RoundsReport) -> List[str]:
     return notes
 
 
-def per_round_table(report: RoundsReport) -> Table:
-    """Return the table of each round's base / new values of every row."""
-    header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_cell(r, report.rows), metric_label(r.metric)]
-           + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
-           for r in report.rows]
-    return Table("", header, per, [False, False] + [True] * len(report.used))
-
-
 def format_agreement(report: RoundsReport) -> List[str]:
     """Return the decision agreement of each round and each pass's failed requests."""
     lines = []
@@ -787,112 +753,6 @@ def format_config_hashes(report: RoundsReport) -> List[str]:
         warning.text for warning in report.config_warnings]
 
 
-def environment_blocks(report: RoundsReport) -> List[Block]:
-    """Return the per-round environment tables, a blank line apart, and which columns no run
-    recorded."""
-    tables, empty = environment_tables(report)
-    blocks: List[Block] = []
-    for table in tables:
-        blocks += ([""] if blocks else []) + [table]
-    if empty:
-        blocks += ["", f"not recorded in any run: {', '.join(empty)}"]
-    return blocks
-
-
-class EnvironmentTables(NamedTuple):
-    """A rounds report's environment as Tables, and the columns no run recorded."""
-    tables: List[Table]  # per round; then router CPU and GPU state where any run recorded them
-    not_recorded: List[str]  # the names of the columns left out: all n/a in every run
-
-
-def environment_tables(report: RoundsReport) -> EnvironmentTables:
-    """Return (the environment Tables, the names of the columns left out): the per-round
-    table, and that of router CPU and GPU state where the runs recorded any; a column no run
-    recorded (all n/a: GPU fields on a node without a GPU) is left out."""
-    span = span_text
-    table = []
-    for row in report.environment:
-        cpu = "n/a" if row.driver_cpu_s is None else (
-            f"{row.driver_cpu_s:.2f} s" + (f" ({row.driver_cpu_pct:.0f}%)"
-                                          if row.driver_cpu_pct is not None else ""))
-        table.append([f"r{row.round}", row.side, span(row.load_min, row.load_max),
-                      row.router_cpus or "n/a", span(row.gpu_mib_min, row.gpu_mib_max),
-                      "n/a" if row.faults is None else f"{row.faults:g}",
-                      str(row.discarded_attempts), cpu, ", ".join(row.flags) or "-"])
-    tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
-                         "discarded", "driver cpu", "flags"], table,
-                    [False, False, True, False, True, True, True, True, False])]
-    tables += router_and_gpu_tables(report)
-    kept: List[Table] = []
-    empty: List[str] = []
-    for item in tables:
-        item, dropped = without_empty_columns(item)
-        kept.append(item)
-        empty += [name for name in dropped if name not in empty]
-    return EnvironmentTables(tables=kept, not_recorded=empty)
-
-
-def without_empty_columns(table: Table) -> Tuple[Table, List[str]]:
-    """Return (the table without its columns of only n/a, the names of those columns); the
-    first two columns (round, side) always stay."""
-    keep = [i for i in range(len(table.header))
-            if i < 2 or any(row[i] != "n/a" for row in table.rows) or not table.rows]
-    dropped = [name for i, name in enumerate(table.header) if i not in keep]
-    return (Table(table.caption, [table.header[i] for i in keep],
-                  [[row[i] for i in keep] for row in table.rows],
-                  [table.right[i] for i in keep]), dropped)
-
-
-def router_and_gpu_tables(report: RoundsReport) -> List[Table]:
-    """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
-    and slow passes; none when no run recorded any."""
-    rows = report.environment
-    if not any(r.router_cpu_ms_min is not None or r.gpu_ranges
-               or r.foreign_vcpus_max is not None or r.slow_passes for r in rows):
-        return []
-    table = [[f"r{r.round}", r.side, span_text(r.router_cpu_ms_min, r.router_cpu_ms_max),
-              fmt_value(r.foreign_vcpus_max)]
-             + [span_text(*r.gpu_range(f.key), fmt_reading) for f in GPU_RANGED]
-             + [", ".join(pass_title(n) for n in r.slow_passes) or "-"]
-             for r in rows]
-    return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
-                       *(f.column for f in GPU_RANGED), "slow phases"], table,
-                  [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
-
-
-def format_order(report: RoundsReport) -> List[str]:
-    """Return the lines on start order balance, its effect, and outlier rounds."""
-    order, base, new = report.order, report.base, report.new
-
-    def names(group: list) -> str:
-        return ", ".join(f"r{n}" for n in group) or "none"
-
-    lines = [f"order: {base} first in {names(order.base_first)}; {new} first in "
-             f"{names(order.new_first)}" + (f"; unknown in {names(order.unknown)}"
-                                            if order.unknown else "")
-             + ("; balanced" if order.balanced else "")]
-    if not order.balanced:
-        lines.append("warning: start order unbalanced: rounds should alternate which side "
-                     "starts first")
-    effects = [f"{pass_title(e.pass_name)} {fmt_value(e.base_first)} / "
-               f"{fmt_value(e.new_first)}" for e in order.p50_difference_by_order]
-    if order.base_first and order.new_first and effects:
-        lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
-                     + "; ".join(effects))
-    effect = report.order_effect
-    if effect is not None:
-        lines.append(f"order effect (crossover, gated rows): running second costs "
-                     f"{100 * math.expm1(effect.estimate):+.1f}% "
-                     f"[{100 * math.expm1(effect.low):+.1f}%, "
-                     f"{100 * math.expm1(effect.high):+.1f}%]")
-    if report.outliers:
-        lines.append("outlier rounds (median/MAD of the gated rows' mean; described only, the "
-                     "verdict stands on every round): " + ", ".join(
-                         f"r{n} {change:+.1f}% against the median {centre:+.1f}%"
-                         for n, change, centre in report.outlier_changes))
-    return lines
-
-
 def verdict_line(report: RoundsReport) -> str:
     """Return the one-line gate verdict of a rounds report."""
     look = f" (round {report.look.rounds} of at most {report.look.max_rounds})" \
@@ -939,13 +799,6 @@ def outcomes_json(outcomes: SideOutcomes) -> dict:
     document.update({key: getattr(outcomes, key) for key in optional
                      if getattr(outcomes, key)})
     return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
-
-
-def order_json(order: RoundOrder) -> dict:
-    """Return the start order as the rounds JSON holds it."""
-    return {**order._asdict(), "p50_difference_by_order": [
-        {"pass": e.pass_name, "base_first": e.base_first, "new_first": e.new_first}
-        for e in order.p50_difference_by_order]}
 
 
 def format_plan(report: RoundsReport) -> List[str]:

@@ -8,17 +8,16 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
                         LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
 from .errors import Notice, RouterLatencyError
 from .words import metric_title, plural
-from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds, percentiles
-from .gpu import GPU_RANGED
+from .stats import OrderEffect, percentiles
 from .degraded import degraded_text
-from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
-                      Request, RunFile)
+from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, Request,
+                      RunFile)
 from .compare import (cache_warnings, decision_agreement, DecisionChange, floor_warnings,
                       sampled_selections)
 from .ladder import Capacity, cost_for, run_capacity, usd_per_million
@@ -29,16 +28,18 @@ from .report import Section
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
+from .judged import per_round_section
+from .environment import (environment_rows, environment_section, order_and_outliers,
+                          order_balance, order_section, OrderAndOutliers, RoundOrder)
 
 __all__ = [
     "CHECKED_FIELDS", "find_round_files", "judge_rounds", "ladder_figure",
-    "not_found_only", "Overload", "RoundOrder", "RoundsReport",
+    "not_found_only", "Overload", "RoundsReport",
     "run_outcome", "run_overload", "run_signature", "SideOutcomes", "start_order",
 ]
 
 
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
-OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 
 
 def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
@@ -712,11 +713,7 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     effect, outliers, changes = order_and_outliers(used, rows, order)
     hashes, hash_warnings = config_hash_findings(runs, base, new, settings.allow_config_change)
     outcome = judged.outcome
-    slowdowns = input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text)
-    noise = noise_findings(runs, (base, new), used, rows, settings) if rows else None
-    sections = (slower_section(slowdowns, base, new),
-                breakdown_section(breakdowns, base, new, noise))
-    return RoundsReport(
+    return with_sections(RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
         corpus_count=first.corpus_count,
         files={f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
@@ -732,44 +729,25 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         config_hashes=hashes, config_warnings=hash_warnings,
         outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
                        for s in (base, new)),
-        slowdowns=slowdowns, sections=sections,
+        slowdowns=input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
         latencies=tuple(pass_latencies(runs, base, new, used)),
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
         capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),
         breakdowns=tuple(breakdowns),
-        noise=noise)
+        noise=noise_findings(runs, (base, new), used, rows, settings) if rows else None))
 
 
-class OrderAndOutliers(NamedTuple):
-    """The crossover order effect and the outlier rounds, on the gated rows' composite."""
-    order_effect: Optional[OrderEffect]  # None: no gated row, or no round of one start order
-    outliers: List[int]  # rounds whose composite is an outlier (median/MAD)
-    # (round, its composite change %, the median's %), descriptive
-    outlier_changes: Tuple[Tuple[int, float, float], ...]
-
-
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
-                       first: RoundOrder) -> OrderAndOutliers:
-    """Return (the crossover order effect, outlier rounds, (round, its change %, the median
-    change %) of each), all on the per-round mean of the gated rows' worse-direction log
-    ratios; first: which side started each round (order_balance).
-
-    Outliers are described, never judged again without them: a verdict recomputed after
-    choosing what to drop is a second test, and the two together fail more often than
-    either. The gate's answer to a noisy round is the wider interval it gives.
-    """
-    gated = [r.worse_series for r in rows if r.gated]
-    if not gated:
-        return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())
-    composite = dict(zip(used, composite_log_ratios(gated)))
-    effect = order_effect([composite[n] for n in first.base_first],
-                          [composite[n] for n in first.new_first]) \
-        if first.base_first and first.new_first and len(used) > 2 else None
-    outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
-        if len(used) >= OUTLIER_MIN_ROUNDS else []
-    centre = 100 * math.expm1(statistics.median(composite.values()))
-    return OrderAndOutliers(order_effect=effect, outliers=outliers, outlier_changes=tuple(
-        (n, 100 * math.expm1(composite[n]), centre) for n in outliers))
+def with_sections(report: RoundsReport) -> RoundsReport:
+    """Return the report with its sections, each from its capability, in the order every
+    renderer draws them."""
+    base, new = report.base, report.new
+    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
+    return report._replace(sections=(
+        slower_section(report.slowdowns, base, new),
+        breakdown_section(report.breakdowns, base, new, report.noise),
+        per_round_section(report.rows, report.used, base, new),
+        environment_section(report.environment),
+        order_section(report.order, found, base, new)))
 
 
 def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
@@ -788,134 +766,3 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
             f"order"))
     return warnings
-
-
-def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
-    """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
-    passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
-    def span(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
-        known = [v for v in values if v is not None]
-        return (min(known), max(known)) if known else (None, None)
-
-    foreign = [e.foreign_vcpus for e in envs if e.foreign_vcpus is not None]
-    limit = run.thresholds.max_foreign_cpus
-    router_low, router_high = span(e.router_cpu_ms for e in envs)
-    # memory used is not here: the gpu_mib range of all devices together
-    gpu = {field.key: span(v for e in envs for v in e.gpu_state.get(field.key, ()))
-           for field in GPU_RANGED}
-    return {"router_cpu_ms_min": router_low, "router_cpu_ms_max": router_high,
-            "foreign_vcpus_max": max(foreign) if foreign else None,
-            "max_foreign_cpus": limit,
-            "above_foreign_limit": bool(foreign) and max(foreign) > limit,
-            "gpu_ranges": {key: found for key, found in gpu.items() if found != (None, None)},
-            "slow_passes": tuple(p.name for p in run.passes
-                                 if not p.discarded and run.slow_windows(p)),
-            "governors": tuple(run.host_settings.governors if run.host_settings else ())}
-
-
-def suspect_flags(row: EnvironmentRow) -> List[str]:
-    """Return the flags of an environment row's suspect figures."""
-    flags = []
-    if row.above_foreign_limit:
-        flags.append(f"foreign cpus above {row.max_foreign_cpus:g}")
-    if row.slow_passes:
-        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row.slow_passes))
-    slow_governors = [g for g in row.governors if g != "performance"]
-    if slow_governors:
-        flags.append(f"governor {'/'.join(slow_governors)}")
-    return flags
-
-
-def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
-    """Return a round's side's environment row, without its flags: load, CPU set, GPU
-    memory, faults and driver CPU over its passes, and the suspect fields."""
-    envs = [p.environment for p in run.passes]
-    lows = [e.load_min for e in envs if e.load_min is not None]
-    highs = [e.load_max for e in envs if e.load_max is not None]
-    peaks = [e.peak_load for e in envs if e.peak_load is not None]
-    cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
-    gpu = [v for e in envs for v in e.gpu_mib]
-    faults = [e.faults for e in envs if e.faults is not None]
-    cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
-    walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
-    return EnvironmentRow(
-        round=number, side=side, load_min=min(lows) if lows else None,
-        load_max=max(highs) if highs else None, router_cpus=" ".join(cpus) if cpus else None,
-        gpu_mib_min=min(gpu) if gpu else None, gpu_mib_max=max(gpu) if gpu else None,
-        faults=math.fsum(faults) if faults else None,
-        discarded_attempts=sum(e.discarded_attempts for e in envs),
-        driver_cpu_s=round(math.fsum(cpu_s), 3) if cpu_s else None,
-        driver_cpu_pct=round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
-        if walls and math.fsum(walls) > 0 else None,
-        above_load_limit=bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
-        max_load=run.max_load, **suspect_fields(run, envs))
-
-
-def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[str, ...]:
-    """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
-    load above the limit, discarded attempts, then its suspect figures."""
-    flags = [f"cpuset differs (usually {usual_cpus})"] \
-        if row.router_cpus and row.router_cpus != usual_cpus else []
-    if row.faults:
-        flags.append("restart/fault")
-    if row.above_load_limit:
-        flags.append(f"load above {row.max_load:g}")
-    if row.discarded_attempts:
-        flags.append("discarded attempts")
-    return tuple(flags + suspect_flags(row))
-
-
-def environment_rows(runs: dict, base: str, new: str) -> List[EnvironmentRow]:
-    """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
-    driver CPU, and flags."""
-    rows = [side_environment(number, side, sides[side])
-            for number, sides in runs.items() for side in (base, new)]
-    usual = {}
-    for side in (base, new):  # the CPU set most rounds of a side ran on
-        seen = [r.router_cpus for r in rows if r.side == side and r.router_cpus]
-        usual[side] = max(set(seen), key=seen.count) if seen else None
-    return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
-
-
-class OrderDifference(NamedTuple):
-    """A pass's mean p50 difference, new - base, over the rounds each side started first."""
-    pass_name: str
-    base_first: Optional[float]  # None: no used round that side started
-    new_first: Optional[float]
-
-
-class RoundOrder(NamedTuple):
-    """Which side started each round, and the paired p50 difference by that order."""
-    first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
-    base_first: List[int]  # used rounds the base side started
-    new_first: List[int]
-    unknown: List[int]  # used rounds whose start order the files do not tell
-    balanced: bool  # each side started about half the used rounds
-    p50_difference_by_order: List[OrderDifference]  # per pass
-
-
-def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
-    """Return which side started first in each round and the paired p50 difference by order."""
-    first = {}
-    for number, sides in runs.items():
-        b, n = sides[base], sides[new]
-        if b.started_unix is not None and n.started_unix is not None:
-            keys = (b.started_unix, n.started_unix)
-        else:
-            keys = (b.started_utc, n.started_utc) if b.started_utc and n.started_utc else (0, 0)
-        first[number] = None if keys[0] == keys[1] else base if keys[0] < keys[1] else new
-    base_first = [r for r in used if first[r] == base]
-    new_first = [r for r in used if first[r] == new]
-    effects = []
-    for row in rows:
-        if row.metric != "p50_ms":
-            continue
-        diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
-        mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
-                for key, group in (("base_first", base_first), ("new_first", new_first))}
-        effects.append(OrderDifference(row.pass_name, **mean))
-    unknown = [r for r in used if first[r] is None]
-    return RoundOrder(first={f"r{k}": v for k, v in first.items()}, base_first=base_first,
-                      new_first=new_first, unknown=unknown,
-                      balanced=not unknown and abs(len(base_first) - len(new_first)) <= 1,
-                      p50_difference_by_order=effects)
