@@ -16,6 +16,7 @@ import html5lib
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
+from router_latency.roundset import Rounds
 from router_latency.words import change_text, pct_text
 from router_latency.gpu import GPU_RANGED
 from router_latency.runfile import (Attempt, load_run, pass_summary, PassRecord,
@@ -414,7 +415,7 @@ def test_an_environment_row_is_a_record_written_as_the_json_report_always_held_i
     suspect_rounds(tmp_path)
     runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in ("cpu", "gpu")}
             for n in (1, 2, 3)}
-    rows = environment_rows(runs, "cpu", "gpu")
+    rows = environment_rows(Rounds(runs, "cpu", "gpu"))
     assert [(r.round, r.side) for r in rows] == [(n, s) for n in (1, 2, 3) for s in ("cpu", "gpu")]
     odd = rows[3]  # r2 gpu: its driver's CPUs run powersave, its router's foreign vCPUs 1.4
     assert odd.flags == ("foreign cpus above 1", "slow phase: Conc 4", "governor powersave")
@@ -797,7 +798,7 @@ def test_page_axes_follow_the_data(tmp_path):
                          requests + rejected)
     run = RunFile("x", True, {"path": "c.json", "sha256": "a" * 64, "count": 101},
                      (PassRecord("sequential", 1, False, False, attempt),))
-    (view,) = pass_latencies({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", [1])[:1]
+    (view,) = pass_latencies(Rounds({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", (1,)))[:1]
     assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
     svg = line_plot([Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
                                   False, "r1")], "t", PlotScale("x", log=True),

@@ -38,6 +38,7 @@ order:
     versions           what router versions say differently: runtime names, /ready, sampling
     degraded           answers that skipped a signal: read, kept and counted
     runfile            the run file's records: their writer and reader side by side
+    roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:
     wire               endpoints, request bytes, the incremental response parser
@@ -53,6 +54,8 @@ order:
     compare            compare_runs(): two runs as one report object
     slower             which inputs, decisions and prompt lengths got slower
     environment        each round's surroundings, the start order, outlier rounds
+    capacity           the ladders over rounds: capacity per side, the rows they derive
+    outcomes           what requests came to: decisions agreeing, failed, degraded, sampled
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate

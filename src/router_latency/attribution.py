@@ -11,6 +11,7 @@ from .words import change_text, fmt_signed, fmt_value
 from .report import Block, Section, Table
 from .stats import percentile, percentiles
 from .runfile import CapturedEnvironment, pass_title, PassRecord, Request, RunFile
+from .roundset import Rounds
 from .captures import Histogram, histograms_of
 from .gate import GateSettings, Row, row_of, row_word
 from .noise import noise_json, NoiseFindings
@@ -176,11 +177,12 @@ class PassBreakdown(NamedTuple):
     sentence: str
 
 
-def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                     settings: GateSettings) -> List[PassBreakdown]:
+def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdown]:
     """Return PassBreakdowns of the passes whose answers or histograms reported parts:
     a row per part and statistic measured in every used round on both sides, with the
     latency rows' estimator and interval; advisory unless --gate names them."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     found = []
     for item in sorted(first.passes, key=lambda p: p.order):

@@ -13,6 +13,7 @@ from .report import Block, Section, Table
 from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds
 from .gpu import GPU_RANGED
 from .runfile import EnvironmentRow, pass_title, PassEnvironment, RunFile
+from .roundset import Rounds
 from .gate import Row
 
 __all__ = ["environment_rows", "environment_section", "environment_tables", "format_order",
@@ -129,9 +130,10 @@ def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[s
     return tuple(flags + suspect_flags(row))
 
 
-def environment_rows(runs: dict, base: str, new: str) -> List[EnvironmentRow]:
+def environment_rows(rounds: Rounds) -> List[EnvironmentRow]:
     """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
     driver CPU, and flags."""
+    runs, base, new, _ = rounds
     rows = [side_environment(number, side, sides[side])
             for number, sides in runs.items() for side in (base, new)]
     usual = {}
@@ -158,8 +160,10 @@ class RoundOrder(NamedTuple):
     p50_difference_by_order: List[OrderDifference]  # per pass
 
 
-def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
+def order_balance(rounds: Rounds, rows: Sequence[Row]) -> RoundOrder:
     """Return which side started first in each round and the paired p50 difference by order."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     first = {}
     for number, sides in runs.items():
         b, n = sides[base], sides[new]

@@ -4,15 +4,16 @@ its JSON (the one shape of a row wherever it stands: the rounds table, a pass's 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 from .constants import LADDER_PASS
 from .words import change_text, fmt_value, metric_label
 from .report import Section, Table
 from .runfile import pass_title
 from .gate import Row, row_judged_interval, row_word
+from .noise import noise_json, NoiseFindings
 
-__all__ = ["pass_cell", "per_round_section", "row_change_text", "row_json"]
+__all__ = ["pass_cell", "per_round_section", "row_change_text", "row_json", "rows_json"]
 
 
 def row_change_text(row: Row) -> str:
@@ -70,3 +71,8 @@ def per_round_section(rows: Sequence[Row], used: Sequence[int], base: str, new: 
     (--per-round): in text right below the gated table, in Markdown in its order."""
     return Section(key="per_round", title="Each round", beside_table=True, on_request=True,
                    blocks=(per_round_table(rows, used, base, new),) if rows else ())
+
+
+def rows_json(rows: Sequence[Row], noise: Optional[NoiseFindings]) -> List[dict]:
+    """Return judged rows as JSON, each with its spread taken apart (noise_json)."""
+    return [{**row_json(row), "noise": noise_json(noise, row)} for row in rows]

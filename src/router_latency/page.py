@@ -14,9 +14,10 @@ from .words import (BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, show
 from .runfile import pass_title
 from .gate import missed_text, Row, row_word
 from .noise import noise_lines
-from .rounds import RoundsReport
-from .render_text import (decisions_note, degraded_line, format_capacity_rounds, format_closing,
-                          rounds_table_parts)
+from .rounds import report_ladders, RoundsReport
+from .render_text import format_closing, rounds_table_parts
+from .capacity import format_capacity_rounds
+from .outcomes import degraded_line
 from .environment import environment_tables, format_order, OrderAndOutliers
 from .judged import row_change_text
 from .attribution import decomposition_text, part_title, PassBreakdown
@@ -311,8 +312,9 @@ def page_verdict(report: RoundsReport) -> str:
             else f"{missed}; " if missed else "") + what
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
     cached = [w.text for w in report.warnings if w.kind == "result_cache"]
+    leads = [line for section in report.sections for line in section.lead]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
-                   for line in decisions_note(report) + cached)
+                   for line in [*leads, *cached])
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
             f"{note}<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
             + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
@@ -575,7 +577,8 @@ def page_capacity(report: RoundsReport) -> str:
     colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
     legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)}'
                        for side, color in colors.items())
-    sentences = "".join(f"<li>{esc(line)}</li>" for line in format_capacity_rounds(report))
+    sentences = "".join(f"<li>{esc(line)}</li>"
+                        for line in format_capacity_rounds(report_ladders(report)))
     return ("<h2>Capacity: throughput against latency</h2>"
             f'<p class="note">{legend}: faint, each round\'s ladder; bold, the median over '
             f"rounds of each step; dashed red, the SLO; diamond, each side's median capacity "

@@ -7,13 +7,11 @@ from typing import Optional, Sequence
 
 from .constants import __version__
 from .compare import CompareReport
-from .ladder import Capacity
 from .gate import composite_text, missed_pct, missed_text
-from .noise import noise_json, plan_json
 from .rounds import RoundsReport
 from .record import RecordSection
-from .render_text import outcomes_json, verdict_line
-from .judged import row_json
+from .render_text import verdict_line
+from .judged import rows_json
 
 __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUNDS_SCHEMA"]
 
@@ -35,11 +33,7 @@ def could_miss_json(report: RoundsReport) -> Optional[dict]:
 
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
-    rows = [{**row_json(row), "noise": noise_json(report.noise, row)} for row in report.rows]
-    agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
-                  "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
-                             for d in a.differ]}
-                 for a in report.agreement]
+    rows = rows_json(report.rows, report.noise)
     test = report.test
     settings = report.settings
     return {"schema": ROUNDS_SCHEMA, "base": report.base, "new": report.new,
@@ -59,40 +53,17 @@ def rounds_json(report: RoundsReport) -> dict:
                 "composite_p": test.composite_p, "p_tests": "worse than the tolerance",
                 "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
-            "agreement": agreement,
-            "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
-                                                        for n, b, w in e.counts]}
-                       for e in report.errors],
-            # answers that skipped a signal, per pass and round: where either side had any
-            **({"degraded": [{"pass": e.pass_name, "rounds": [
-                {"round": n, "base": b, "new": w} for n, b, w in e.counts]}
-                for e in report.degraded]} if report.degraded else {}),
-            "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
-            "more_rounds": report.more_rounds, "plan": plan_json(report.noise),
+            "notes": list(report.notes),
+            "more_rounds": report.more_rounds,
             "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
             "config_warnings": [w.text for w in report.config_warnings],
-            "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "could_miss": could_miss_json(report),
-            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
             **{key: value for section in report.sections for key, value in section.json.items()}}
-
-
-def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
-    """Return what one round's ladder of one side derives, as JSON."""
-    return {"round": number, "side": side, "open_loop": capacity.open_loop,
-            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
-            "steps": [s._asdict() for s in capacity.steps],
-            "plateau": capacity.plateau and capacity.plateau.name,
-            "plateau_req_per_s": capacity.plateau_req_per_s,
-            "knee": capacity.knee and capacity.knee[0].name,
-            "capacity_req_per_s": capacity.capacity_req_per_s,
-            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
-            "longest_gap_s": capacity.longest_gap_s}
 
 
 def compare_json(report: CompareReport) -> dict:

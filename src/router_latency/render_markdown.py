@@ -8,9 +8,7 @@ from .words import plural
 from .gate import missed_text
 from .compare import CompareReport
 from .rounds import RoundsReport
-from .render_text import (compare_caveat, compare_parts, decisions_note, format_agreement,
-                          format_capacity_rounds, format_closing, format_outcomes,
-                          rounds_table_parts, undecided_line)
+from .render_text import compare_caveat, compare_parts, format_closing, rounds_table_parts
 from .report import Block, md_text, render_table, Section, Table
 
 __all__ = ["format_compare_markdown", "format_rounds_markdown"]
@@ -79,14 +77,14 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details: List[Block] = [*above, *below, *format_capacity_rounds(report)]
-    details += format_agreement(report) + format_outcomes(report)
-    details += [warning.text for warning in report.warnings]
+    details: List[Block] = [*above, *below]
     details += section_blocks(report.sections, per_round=per_round)
-    details += format_closing(report) + undecided_line(report)
-    note = decisions_note(report)  # after the verdict: a job summary's first line is it
+    details += format_closing(report)
+    details += [line for section in report.sections for line in section.headline]
+    # the sections' leads after the verdict: a job summary's first line is it
+    leads = [line for section in report.sections for line in section.lead]
     return (markdown_verdict(report.status, report.reasons, what) + [""]
-            + ([f"**{md_text(note[0])}**", ""] if note else [])
+            + [part for line in leads for part in (f"**{md_text(line)}**", "")]
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 

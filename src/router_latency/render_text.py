@@ -5,36 +5,34 @@ from __future__ import annotations
 
 import collections
 import json
-import math
-import statistics
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
-from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
-                        ROUTER_TIMEOUT_S)
+from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
 from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
                     metric_title, plural, shown_decision, span_text, fmt_reading, worse_sign)
 from .stats import percentile
 from .report import md_code, render_table, Section, Table, text_lines
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
-from .degraded import degraded_text, unknown_answers
+from .degraded import unknown_answers
 from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
                       slow_phase, SlowPhase, Thresholds)
 from .compare import CompareReport
-from .ladder import Capacity, cost_for, LadderStep, run_capacity, usd_per_million
-from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
+from .ladder import Capacity, cost_for, run_capacity, usd_per_million
+from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, row_word)
-from .noise import noise_lines, plan_sentence
-from .rounds import ladder_figure, Overload, RoundsReport, SideOutcomes
+from .noise import noise_lines
+from .rounds import Overload, report_ladders, RoundsReport
+from .capacity import format_capacity_rounds
+from .outcomes import degraded_line
 from .judged import pass_cell, row_change_text
 from .attribution import decomposition_text, part_title, PassBreakdown
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "compare_caveat", "compare_parts", "decisions_note", "degraded_line", "energy_beside_cost",
-    "format_agreement", "format_capacity", "format_capacity_rounds", "format_closing",
-    "format_compare", "format_compare_capacity", "format_host", "format_outcomes",
+    "compare_caveat", "compare_parts", "energy_beside_cost", "format_capacity",
+    "format_closing", "format_compare", "format_compare_capacity", "format_host",
     "format_plan", "format_record", "format_rounds", "format_run_header", "format_run_summary",
-    "outcomes_json", "overload_note", "rounds_table_parts", "undecided_line", "verdict_line",
+    "overload_note", "rounds_table_parts", "verdict_line",
 ]
 
 
@@ -316,15 +314,6 @@ def format_host(settings: Optional[HostSettings]) -> List[str]:
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
-def degraded_line(where: str, count: int, signals: Dict[str, Dict[str, int]],
-                  percentiles: bool = True) -> str:
-    """Return the line of degraded answers: how many, by signal and reason, and that the
-    percentiles leave them out."""
-    return (f"degraded {where}: {plural(count, 'answer')} skipped a signal or a decision "
-            f"({degraded_text(signals)})"
-            + ("; left out of the percentiles" if percentiles else ""))
-
-
 def expectation_lines(item: PassRecord) -> List[str]:
     """Return a pass's expected rejections (how many, the router's codes, how fast) and its
     surprises: prompts that expected only a rejection and were routed."""
@@ -488,31 +477,15 @@ def compare_caveat(report: CompareReport) -> str:
                if report.changes and not report.reasons else ""))
 
 
-def decisions_note(report: RoundsReport) -> List[str]:
-    """Return the report's first line under --decisions report: decisions are reported in
-    full, and only the latency rows decide the exit code."""
-    if report.settings.decisions != "report":
-        return []
-    used = [a for a in report.agreement if a.used]
-    differ = [a for a in used if a.agree < a.total]
-    inputs = max((a.total - a.agree for a in differ), default=0)
-    return [f"decisions reported, not gated (--decisions report): they differ in "
-            f"{len(differ)} of {plural(len(used), 'used round')}"
-            + (f" (up to {plural(inputs, 'input')} a round)" if differ else "")
-            + "; the latency rows decide the exit code"]
-
-
 def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]:
     """Return the lines of the rounds report as text: the verdict and what would decide it
     first (so that the head of a log shows them), and again last (so that its tail does)."""
-    opening = [verdict_line(report)] + undecided_line(report)
-    lines = opening + [""] + decisions_note(report) + format_rounds_table(report)
+    headlines = [line for section in report.sections for line in section.headline]
+    opening = [verdict_line(report)] + headlines
+    leads = [line for section in report.sections for line in section.lead]
+    lines = opening + [""] + leads + format_rounds_table(report)
     lines += [line for section in report.sections if section.beside_table and per_round
               for line in [""] + text_lines(section.blocks) if section.blocks]
-    capacity = format_capacity_rounds(report)
-    lines += [""] + capacity if capacity else []
-    lines += [""] + format_agreement(report) + format_outcomes(report)
-    lines += [warning.text for warning in report.warnings]
     lines += section_lines(report.sections, per_round=per_round)
     lines += format_closing(report) + opening[1:] + opening[:1]
     return lines
@@ -611,138 +584,6 @@ def gate_text(settings: GateSettings) -> str:
     return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
 
 
-def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
-    """Return the step most rounds name, with how many: 4 callers (3 of 3 rounds)."""
-    titles = collections.Counter(s.title if s else "none" for s in steps)
-    title, count = titles.most_common(1)[0]
-    return f"{title} ({count} of {plural(len(steps), 'round')})"
-
-
-def median_span(values: Sequence[Optional[float]], unit: str) -> str:
-    """Return the median of figures over rounds with their range: 387 req/s (380-391 over
-    3 rounds)."""
-    known = [v for v in values if v is not None]
-    if not known:
-        return "n/a"
-    return (f"{fmt_value(statistics.median(known))} {unit} "
-            f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
-
-
-def side_capacity_sentences(report: RoundsReport, side: str) -> List[str]:
-    """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
-    the knee, capacity within the SLO and cost per million requests."""
-    found = [c for _, s, c in report.capacity if s == side]
-    if not found:
-        return []
-    who = "requests" if found[0].open_loop else "callers"
-    slo = found[0].slo_p95_ms
-    sentences = [
-        f"{side}: throughput stops growing from {most_common_title([c.plateau for c in found])}"
-        f" at {median_span([c.plateau_req_per_s for c in found], 'req/s')}; beyond, {who} queue "
-        f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
-        f"{side}: the knee (beyond it p50 grows faster than throughput) at "
-        f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
-    if slo is not None and all(c.capacity_req_per_s is None for c in found):
-        sentences.append(f"{side}: capacity within p95 <= {slo:g} ms: none in any round "
-                         f"({found[0].capacity_how} in r{report.used[0]})")
-    elif slo is not None:
-        interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
-        sentences.append(
-            f"{side}: capacity within p95 <= {slo:g} ms: "
-            f"{median_span([c.capacity_req_per_s for c in found], 'req/s')}"
-            + (f", interpolated between steps in {interpolated} of {len(found)}"
-               if interpolated else ", each a measured step") + (
-                   " (open loop)" if found[0].open_loop else ""))
-    cost = cost_for(report.settings.cost_per_hour, side)
-    if cost:
-        at = "capacity" if slo is not None else "the plateau"
-        sentences.append(
-            f"{side}: USD {cost[0]:g} per {cost[1]}-hour / (req/s at {at} x 3600) x 10^6 = USD "
-            + median_span([ladder_figure(c, 'usd_per_million', cost) for c in found],
-                          "per million routed requests"))
-    return sentences
-
-
-def format_capacity_rounds(report: RoundsReport) -> List[str]:
-    """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
-    of fixed passes."""
-    lines = [line for side in (report.base, report.new)
-             for line in side_capacity_sentences(report, side)]
-    cost = next((r for r in report.rows if r.metric == "usd_per_million"), None)
-    if cost is not None:
-        lines.append(f"cost per million requests, {report.new}/{report.base}: "
-                     f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
-                     f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
-    stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
-    return ([f"ladders stopped: {'; '.join(stops)}"] + lines + missing_ladder_rows(report)) \
-        if lines else []
-
-
-def missing_ladder_rows(report: RoundsReport) -> List[str]:
-    """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
-    shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
-    notes = []
-    for metric in (m for m in LADDER_METRICS if m not in shown):
-        costs = {side: cost_for(report.settings.cost_per_hour, side)
-                 for side in (report.base, report.new)}
-        lacking = [f"r{n} {side}" for n, side, c in report.capacity
-                   if ladder_figure(c, metric, costs[side]) is None]
-        why = ("no --cost-per-hour SIDE=USD for " + " and ".join(s for s, c in costs.items()
-                                                                 if not c)
-               if metric == "usd_per_million" and not all(costs.values())
-               else f"none in {', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''}")
-        notes.append(f"no {metric_title(metric)} row: {why}")
-    return notes
-
-
-def format_agreement(report: RoundsReport) -> List[str]:
-    """Return the decision agreement of each round and each pass's failed requests."""
-    lines = []
-    for item in report.agreement:
-        note = "" if item.used else " (round left out)"
-        listed = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ[:10])
-        more = ", ..." if len(item.differ) > 10 else ""
-        lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
-                     f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
-    for each in report.errors:
-        lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
-    for each in report.degraded:
-        lines.append(f"degraded {pass_title(each.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
-    return lines
-
-
-def format_outcomes(report: RoundsReport) -> List[str]:
-    """Return the failures of each used round and side by the router's code, the expected
-    rejections, the surprises, and why the router shed requests when it did."""
-    lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
-             for o in report.outcomes if o.errors]
-    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
-              for o in report.outcomes if o.degraded]
-    lines += [f"sampled selections r{o.round} {o.side}: {plural(o.sampled, 'input')} got a "
-              f"model the router sampled or chose by its state ({', '.join(o.sampled_models[:8])}"
-              f"{', ...' if len(o.sampled_models) > 8 else ''}): apart from decision agreement"
-              for o in report.outcomes if o.sampled]
-    if any(o.rejected for o in report.outcomes):
-        counts = {(o.round, o.side): o.rejected for o in report.outcomes}
-        lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
-            f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
-    lines += [f"surprise r{o.round} {o.side}: "
-              f"{plural(len(o.unexpected_routing), 'prompt')} expected a rejection and got "
-              f"routed ({', '.join(f'#{i}' for i in o.unexpected_routing[:10])})"
-              for o in report.outcomes if o.unexpected_routing]
-    if any("OVERLOADED" in codes for o in report.outcomes
-           for codes in o.error_codes.values()):
-        lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
-                     f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
-                     f"once, and a preview holds its slot until its inference ends, even after "
-                     f"a timeout: lower the concurrency or raise the setting")
-    return lines
-
-
 def format_config_hashes(report: RoundsReport) -> List[str]:
     """Return each side's configuration (x-vsr-config-hash) and the warnings about them."""
     if not any(report.config_hashes.values()):
@@ -769,36 +610,6 @@ def verdict_line(report: RoundsReport) -> str:
     unsure = len(outcome.undecided)
     return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
                                            if unsure else "")
-
-
-def undecided_line(report: RoundsReport) -> List[str]:
-    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
-    if report.status != "inconclusive" or not report.rows:
-        return []
-    plan = plan_sentence(report.noise)
-    # the two answer different questions: the change seen decided, against the plan's own
-    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
-    # time needs; it is often far more)
-    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
-            f"{report.settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
-        if plan else ""
-    if report.more_rounds is None:
-        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
-                f"{plan}"] if report.outcome.undecided else []
-    return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
-            f"(at the spread seen){plan}"]
-
-
-def outcomes_json(outcomes: SideOutcomes) -> dict:
-    """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
-    error_codes only where there are any."""
-    optional = ("rejected", "error_codes", "degraded", "degraded_signals", "sampled",
-                "sampled_models")
-    document = {key: value for key, value in outcomes._asdict().items()
-                if key not in ("unexpected_routing", *optional)}
-    document.update({key: getattr(outcomes, key) for key in optional
-                     if getattr(outcomes, key)})
-    return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
 
 
 def format_plan(report: RoundsReport) -> List[str]:
@@ -869,7 +680,7 @@ def record_sentences(section: RecordSection) -> List[str]:
     return (range_sentences(report, ranges) + [agreement_sentence(report),
                                                failed_sentence(report), faults_sentence(report)]
             + surroundings_sentences(report, ranges) + [cache_sentence(section)]
-            + format_capacity_rounds(report) + [
+            + format_capacity_rounds(report_ladders(report)) + [
                 most_changed_sentence(b) for b in report.breakdowns
                 if any(r.metric.endswith(":mean") for r in b.rows)])
 

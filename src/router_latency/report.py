@@ -11,7 +11,8 @@ from .errors import Notice
 from .words import visible
 
 __all__ = [
-    "Block", "md_code", "md_text", "Outside", "render_table", "Section", "Table", "text_lines",
+    "Block", "Check", "md_code", "md_text", "Outside", "render_table", "Section", "Table",
+    "text_lines",
 ]
 
 

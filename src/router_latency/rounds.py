@@ -10,32 +10,33 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
-                        LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
+from .constants import EXIT_GATE, EXIT_OK, EXIT_SIGNAL, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS
 from .errors import Notice, RouterLatencyError
-from .words import metric_title, plural
+from .words import plural
 from .stats import OrderEffect, percentiles
 from .degraded import degraded_text
-from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, Request,
-                      RunFile)
-from .compare import (cache_warnings, decision_agreement, DecisionChange, floor_warnings,
-                      sampled_selections)
-from .ladder import Capacity, cost_for, run_capacity, usd_per_million
+from .runfile import EnvironmentRow, pass_name, pass_title, Request, RunFile
+from .roundset import Rounds
+from .compare import cache_warnings, floor_warnings
+from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
-from .noise import noise_findings, NoiseFindings
+from .noise import noise_findings, NoiseFindings, plan_section
 from .report import Section
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
 from .judged import per_round_section
+from .capacity import capacity_section, ladder_capacities, ladder_rows, Ladders
+from .outcomes import (degraded_signals, Outcomes, outcomes_section, pass_errors, PassErrors,
+                       round_agreement, RoundAgreement, run_outcomes, SideOutcomes)
 from .environment import (environment_rows, environment_section, order_and_outliers,
                           order_balance, order_section, OrderAndOutliers, RoundOrder)
 
 __all__ = [
-    "CHECKED_FIELDS", "find_round_files", "judge_rounds", "ladder_figure",
+    "CHECKED_FIELDS", "find_round_files", "judge_rounds", "report_ladders",
     "not_found_only", "Overload", "RoundsReport",
-    "run_outcome", "run_overload", "run_signature", "SideOutcomes", "start_order",
+    "run_outcome", "run_overload", "run_signature", "start_order",
 ]
 
 
@@ -128,9 +129,10 @@ def label_names_side(label: str, side: str, number: int) -> bool:
     return found is not None and label[:len(side)] == side and int(found.group(1)) == number
 
 
-def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> List[str]:
+def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[str]:
     """Raise unless every file's label is its side and the runs were measured alike; return
     notes on the differences allowed with --allow-mismatch."""
+    runs, base, new, _ = rounds
     for number, sides in runs.items():
         for side, run in sides.items():
             if not label_names_side(run.label, side, number):
@@ -244,58 +246,6 @@ def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], 
     return None, None
 
 
-class RoundAgreement(NamedTuple):
-    round: int
-    agree: int  # inputs with the same decision on both sides in every pass
-    total: int  # inputs measured on both sides
-    used: bool  # the round is among those judged
-    differ: Tuple[DecisionChange, ...]  # DecisionChange, the first pass where each differs
-
-
-def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
-                    used: bool) -> RoundAgreement:
-    """Return how the decisions of one round's two sides agree, pass by pass."""
-    differ: dict = {}
-    measured: set = set()
-    for item in base_run.passes:
-        other = new_run.pass_named(item.name)
-        if other is None or item.discarded or other.discarded:
-            continue
-        base_decisions, new_decisions = item.decisions, other.decisions
-        agreement = decision_agreement(base_decisions, new_decisions)
-        measured.update(set(base_decisions) & set(new_decisions))
-        for i in agreement.differ:
-            differ.setdefault(i, DecisionChange(i, base_decisions[i], new_decisions[i],
-                                                pass_name=item.name))
-    return RoundAgreement(round=number, agree=len(measured) - len(differ),
-                          total=len(measured), used=used,
-                          differ=tuple(differ[i] for i in sorted(differ)))
-
-
-class PassErrors(NamedTuple):
-    pass_name: str
-    # (round, base's failed requests, new's), every round measuring the pass (pass_degraded:
-    # their degraded answers)
-    counts: Tuple[Tuple[int, int, int], ...]
-
-
-def pass_errors(runs: dict, base: str, new: str, *, degraded: bool = False) -> List[PassErrors]:
-    """Return the failed requests of each side (with degraded: the degraded answers), pass
-    by pass and round by round."""
-    found: dict = {}
-    for number, sides in runs.items():
-        for item in sides[base].passes:
-            other = sides[new].pass_named(item.name)
-            if other is None or item.discarded or other.discarded:
-                continue
-            found.setdefault(item.name, []).append(
-                (number, item.summary.degraded, other.summary.degraded) if degraded else
-                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
-    order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
-    return [PassErrors(name, tuple(counts))
-            for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
-
-
 class PassLatencies(NamedTuple):
     """What the report page draws of one pass of one side in one round."""
     pass_name: str
@@ -321,8 +271,10 @@ def time_windows(requests: Sequence[Request],
             for k, v in sorted(found.items())]
 
 
-def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> List[PassLatencies]:
+def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     views = []
     for number, sides in runs.items():
         for side in (base, new):
@@ -404,8 +356,7 @@ class ConfigHashFindings(NamedTuple):
     warnings: Tuple[Notice, ...]  # a changed configuration allowed, or the same on both sides
 
 
-def config_hash_findings(runs: dict, base: str, new: str,
-                         allow_change: bool = False) -> ConfigHashFindings:
+def config_hash_findings(rounds: Rounds, allow_change: bool = False) -> ConfigHashFindings:
     """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
 
     runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
@@ -414,6 +365,7 @@ def config_hash_findings(runs: dict, base: str, new: str,
     same hash is a gate comparing a configuration with itself, which would pass as 'same': a
     loud warning. Runs of routers that send no hash add nothing.
     """
+    runs, base, new, _ = rounds
     hashes, warnings = {}, []
     for side in (base, new):
         rounds_of: dict = {}  # hash -> rounds it answered in, in first-seen order
@@ -441,35 +393,6 @@ def config_hash_findings(runs: dict, base: str, new: str,
             f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
             f"configuration with itself; check which configuration each side runs"))
     return ConfigHashFindings(hashes=hashes, warnings=tuple(warnings))
-
-
-def run_outcomes(run: RunFile) -> dict:
-    """Return count_outcomes() over every measured request of a run, and the ids of prompts
-    routed although they expected only a rejection ("unexpected_routing")."""
-    requests = [r for item in run.passes if not item.discarded for r in item.requests]
-    counts = count_outcomes(requests)
-    counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
-                                                 if r.outcome == "unexpected_routing"}))
-    counts["sampled"], counts["sampled_models"] = sampled_selections(run)
-    return counts
-
-
-class SideOutcomes(NamedTuple):
-    """What one side's measured requests of one used round came to: run_outcomes()."""
-    round: int
-    side: str
-    requests: int
-    ok: int
-    errors: Dict[str, int]  # error kind -> count
-    unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
-    rejected: int = 0  # expected rejections
-    error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
-    degraded: int = 0  # answers that skipped a signal, and their counts by signal and reason
-    degraded_signals: Dict[str, Dict[str, int]] = {}
-    # inputs whose selected model the router sampled or chose by its state, and the models:
-    # apart from decision agreement (compare.sampled_selections)
-    sampled: int = 0
-    sampled_models: Tuple[str, ...] = ()
 
 
 class Overload(NamedTuple):
@@ -523,9 +446,10 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
     return RunVerdict(EXIT_OK, "")
 
 
-def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> List[Row]:
+def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
              if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
@@ -540,54 +464,7 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
                   for s in (base, new)]
         if all(v for side in energy for v in side):
             rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
-    return rows + ladder_rows(runs, base, new, used, settings)
-
-
-def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[float]:
-    """Return one of LADDER_METRICS of a ladder run, None where it has none."""
-    if metric == "plateau_req_per_s":
-        return capacity.plateau_req_per_s
-    if metric == "capacity_req_per_s":
-        return capacity.capacity_req_per_s
-    served = capacity.served_req_per_s
-    return usd_per_million(cost[0], served) if cost and served else None
-
-
-def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
-                      settings: GateSettings) -> Tuple[Tuple[int, str, Capacity], ...]:
-    """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
-    found = [(n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
-             for n in used for side in (base, new)]
-    known = tuple((n, side, c) for n, side, c in found if c is not None)
-    return known if found and len(known) == len(found) else ()
-
-
-def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> List[Row]:
-    """Return the rows of what ladders derive, each where every used round has it on both
-    sides; raise for a gated one that some round lacks."""
-    capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
-                                                                   settings)}
-    rows = []
-    for metric in LADDER_METRICS:
-        values = {side: [None if (n, side) not in capacities else ladder_figure(
-            capacities[(n, side)], metric, cost_for(settings.cost_per_hour, side))
-            for n in used] for side in (base, new)}
-        if all(v is not None for side in values.values() for v in side):
-            rows.append(row_of(LADDER_PASS, metric, values[base], values[new], settings))
-        elif settings.gates(LADDER_PASS, metric):
-            gate = next(k for k, v in LADDER_GATE_NAMES.items() if v == metric)
-            missing = [f"r{n} {side}" for side in values for n, v in zip(used, values[side])
-                       if v is None]
-            why = ("the runs are not ladders (run --ladder)" if not capacities else
-                   f"{', '.join(missing)} has none" + (
-                       "" if metric != "usd_per_million" else " (--cost-per-hour SIDE=USD)")
-                   + ("" if metric == "plateau_req_per_s" or settings.slo_p95_ms
-                      or any(c.slo_p95_ms for c in capacities.values())
-                      else "; no SLO (--slo-p95-ms)"))
-            raise RouterLatencyError(f"no {metric_title(metric)} row to gate: {why}",
-                                     "--gate " + gate)
-    return rows
+    return rows + ladder_rows(rounds, settings)
 
 
 class LeftOut(NamedTuple):
@@ -604,10 +481,11 @@ class UsableRounds(NamedTuple):
     doubts: List[str]  # the base side failed: the gate is inconclusive
 
 
-def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> UsableRounds:
+def usable_rounds(rounds: Rounds, settings: GateSettings) -> UsableRounds:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
     suspect round (load, restarts) is only left out."""
+    runs, base, new, _ = rounds
     used: List[int] = []
     left_out: List[LeftOut] = []
     failures: List[str] = []
@@ -628,32 +506,20 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> Us
     return UsableRounds(used=used, left_out=left_out, failures=failures, doubts=doubts)
 
 
-def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> List[str]:
+def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
     """Raise RouterLatencyError for rounds that cannot be judged (fewer than MIN_ROUNDS,
     mislabelled files, runs not measured alike or measured twice, rounds past the plan's
     last look); return the notes on the differences --allow-mismatch allowed."""
+    runs = rounds.runs
     if len(runs) < MIN_ROUNDS:
         raise RouterLatencyError(
             f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
-    notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
     check_look(runs, settings)
     return notes
-
-
-def degraded_signals(runs: dict, side: str, pass_name: str) -> Dict[str, Dict[str, int]]:
-    """Return a side's degraded answers in a pass by signal and reason, summed over rounds."""
-    found: Dict[str, Dict[str, int]] = {}
-    for sides in runs.values():
-        item = sides[side].pass_named(pass_name)
-        for signal_name, by in (item.summary.degraded_signals if item and item.summary
-                                else {}).items():
-            for reason, count in by.items():
-                found.setdefault(signal_name, {})[reason] = \
-                    found.get(signal_name, {}).get(reason, 0) + count
-    return found
 
 
 def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
@@ -674,8 +540,9 @@ def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgr
     return failures
 
 
-def insecure_files(runs: dict) -> Tuple[str, ...]:
+def insecure_files(rounds: Rounds) -> Tuple[str, ...]:
     """Return the names of the round files measured without TLS verification (--insecure)."""
+    runs = rounds.runs
     return tuple(sorted({Path(run.path).name for sides in runs.values()
                          for run in sides.values() if run.insecure}))
 
@@ -690,28 +557,28 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
     be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
     """
-    notes = check_rounds(runs, base, new, settings)
-    used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
-    errors = pass_errors(runs, base, new)
-    degraded = pass_errors(runs, base, new, degraded=True)
+    notes = check_rounds(Rounds(runs, base, new), settings)
+    used, left_out, failures, doubts = usable_rounds(Rounds(runs, base, new), settings)
+    rounds = Rounds(runs, base, new, tuple(used))
+    errors, degraded = pass_errors(rounds), pass_errors(rounds, degraded=True)
     agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
     failures += new_side_failures(
         errors, agreement, base, new, settings,
-        [(e, degraded_text(degraded_signals(runs, new, e.pass_name))) for e in degraded])
+        [(e, degraded_text(degraded_signals(rounds, new, e.pass_name))) for e in degraded])
     rows: List[Row] = []
     breakdowns: List[PassBreakdown] = []
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
-        rows = judged_rows(runs, base, new, used, settings)
-        breakdowns = attribution_rows(runs, base, new, used, settings)
+        rows = judged_rows(rounds, settings)
+        breakdowns = attribution_rows(rounds, settings)
     # the parts' rows are advisory: only those --gate names are judged with the latency rows
     judged = gate_rows(rows + gated_part_rows(breakdowns), settings, failures, doubts)
     rows, breakdowns = split_part_rows(judged.rows, breakdowns)
     first = runs[min(runs)][base]
-    order = order_balance(runs, base, new, rows, used)
+    order = order_balance(rounds, rows)
     effect, outliers, changes = order_and_outliers(used, rows, order)
-    hashes, hash_warnings = config_hash_findings(runs, base, new, settings.allow_config_change)
+    hashes, hash_warnings = config_hash_findings(rounds, settings.allow_config_change)
     outcome = judged.outcome
     return with_sections(RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
@@ -722,19 +589,19 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
         warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
                                        for side, run in sorted(runs[n].items())])
-                       + rounds_warnings(runs, used, rows, outcome, effect, settings)),
-        notes=tuple(notes), environment=tuple(environment_rows(runs, base, new)), order=order,
+                       + rounds_warnings(rounds, rows, outcome, effect, settings)),
+        notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
         order_effect=effect, outliers=tuple(outliers), outlier_changes=changes,
-        insecure_files=insecure_files(runs), look=judged.look, outcome=outcome,
+        insecure_files=insecure_files(rounds), look=judged.look, outcome=outcome,
         config_hashes=hashes, config_warnings=hash_warnings,
         outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
                        for s in (base, new)),
-        slowdowns=input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        latencies=tuple(pass_latencies(runs, base, new, used)),
+        slowdowns=input_slowdowns(rounds, settings.tolerance_pct, prompts_text),
+        latencies=tuple(pass_latencies(rounds)),
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
-        capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),
+        capacity=ladder_capacities(rounds, settings) if rows else (),
         breakdowns=tuple(breakdowns),
-        noise=noise_findings(runs, (base, new), used, rows, settings) if rows else None))
+        noise=noise_findings(rounds, rows, settings) if rows else None))
 
 
 def with_sections(report: RoundsReport) -> RoundsReport:
@@ -743,17 +610,22 @@ def with_sections(report: RoundsReport) -> RoundsReport:
     base, new = report.base, report.new
     found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
     return report._replace(sections=(
+        capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
+        Section(key="warnings", apart=False, notices=report.warnings,
+                json={"warnings": [w.text for w in report.warnings]}),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
         per_round_section(report.rows, report.used, base, new),
         environment_section(report.environment),
-        order_section(report.order, found, base, new)))
+        order_section(report.order, found, base, new),
+        plan_section(report.noise, report.settings, report.outcome, report.more_rounds,
+                     report.rows)))
 
 
-def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
-                    outcome: GateOutcome, effect: Optional[OrderEffect],
-                    settings: GateSettings) -> List[Notice]:
+def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,
+                    effect: Optional[OrderEffect], settings: GateSettings) -> List[Notice]:
     """Return what the reader must know before trusting the verdict."""
+    runs, used = rounds.runs, rounds.used
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
@@ -766,3 +638,16 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
             f"order"))
     return warnings
+
+
+def report_ladders(report: RoundsReport) -> Ladders:
+    """Return what the report's ladders derive, as their section takes it."""
+    return Ladders(base=report.base, new=report.new, used=report.used, rows=report.rows,
+                   cost_per_hour=report.settings.cost_per_hour, capacity=report.capacity)
+
+
+def report_outcomes(report: RoundsReport) -> Outcomes:
+    """Return what the sides' requests came to, as their section takes it."""
+    return Outcomes(base=report.base, new=report.new, used=report.used,
+                    decisions=report.settings.decisions, agreement=report.agreement,
+                    errors=report.errors, degraded=report.degraded, outcomes=report.outcomes)

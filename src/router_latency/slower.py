@@ -13,6 +13,7 @@ from .words import pct_text, plural, shown_decision, visible
 from .report import Block, Outside, Section, Table
 from .stats import benjamini_hochberg, mean_interval, t_test_p
 from .runfile import pass_title
+from .roundset import Rounds
 
 __all__ = ["InputSlowdowns", "input_slowdowns", "slowdown_tables", "slower_section"]
 
@@ -82,7 +83,7 @@ def length_bucket(length: int) -> str:
     return f"> {low} chars"
 
 
-def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolerance_pct: float,
+def input_slowdowns(rounds: Rounds, tolerance_pct: float,
                     prompts_text: Optional[dict] = None) -> Optional[InputSlowdowns]:
     """Return which inputs got slower, then the same per decision and prompt-length bucket.
 
@@ -93,6 +94,8 @@ def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolera
     the mean log ratio of its inputs. None without a sequential pass on both sides of every
     used round.
     """
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
              for n in used]
     if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
