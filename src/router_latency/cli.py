@@ -45,9 +45,9 @@ from .gate import GateSettings
 from .rounds import (CHECKED_FIELDS, find_round_files, judge_rounds, not_found_only, run_outcome,
                      run_overload)
 from .record import record_section
-from .render_text import (energy_beside_cost, format_capacity, format_host, format_plan,
-                          format_rounds, format_run_header, format_run_summary, overload_note,
-                          verdict_line)
+from .render_text import (format_host, format_plan, format_rounds, format_run_header,
+                          format_run_summary, overload_note, verdict_line)
+from .capacity import energy_beside_cost, format_capacity
 from .formats import COMMAND_OUTPUTS, CompareView, formats_help, RoundsView
 from .history_cli import add_history_parser
 from .simulator import (corpus_lines, demo_next_steps, DEMO_SIDES, run_demo, signal_error_spec,

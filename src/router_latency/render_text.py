@@ -8,16 +8,15 @@ import json
 from typing import List, NamedTuple, Optional, Sequence
 
 from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
-from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
-                    metric_title, plural, shown_decision, span_text, fmt_reading, worse_sign)
+from .words import (change_text, failure_text, fmt_reading, fmt_signed, fmt_value, metric_label,
+                    metric_title, plural, shown_decision, span_text, worse_sign)
 from .stats import percentile
 from .report import md_code, render_table, Section, Table, text_lines
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
 from .degraded import unknown_answers
-from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
-                      slow_phase, SlowPhase, Thresholds)
+from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunSettings, slow_phase,
+                      SlowPhase, Thresholds)
 from .compare import CompareReport
-from .ladder import Capacity, cost_for, run_capacity, usd_per_million
 from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, row_word)
 from .noise import noise_lines
@@ -29,8 +28,7 @@ from .attribution import decomposition_text, part_title, PassBreakdown
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "compare_caveat", "compare_parts", "energy_beside_cost", "format_capacity",
-    "format_closing", "format_compare", "format_compare_capacity", "format_host",
+    "compare_caveat", "compare_parts", "format_closing", "format_compare", "format_host",
     "format_plan", "format_record", "format_rounds", "format_run_header", "format_run_summary",
     "overload_note", "rounds_table_parts", "verdict_line",
 ]
@@ -104,122 +102,6 @@ def format_run_summary(passes: Sequence[PassRecord],
     for item in passes:
         lines += expectation_lines(item)
     return lines + format_gpu_state(passes) + format_sampled(passes)
-
-
-def plateau_sentence(capacity: Capacity) -> str:
-    """Return where throughput stops growing, in a sentence, or that it did not."""
-    who = "requests" if capacity.open_loop else "callers"
-    counted = [s for s in capacity.steps if not s.shed]
-    shed = [s for s in capacity.steps if s.shed]
-    limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
-    if capacity.plateau is None or capacity.plateau_req_per_s is None:  # both, or neither
-        if not counted:
-            return "no step was measured without shedding: no plateau" + limit
-        return (f"throughput still grew at the last step counted ({counted[-1].title}, "
-                f"{fmt_hundredths(counted[-1].req_per_s)} req/s): no plateau within the ladder"
-                + limit)
-    more = "the rate" if capacity.open_loop else "callers"
-    return (f"throughput stops growing from {capacity.plateau.title} at "
-            f"{fmt_hundredths(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
-            f"with {more})")
-
-
-def knee_sentence(capacity: Capacity) -> str:
-    """Return the knee in a sentence: where latency starts to grow faster than throughput."""
-    if capacity.knee is None:
-        return "no knee: p50 never grew faster than throughput from one step to the next"
-    low, high = capacity.knee
-    return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
-            f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
-            f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
-
-
-def capacity_sentence(capacity: Capacity) -> str:
-    """Return capacity within the SLO in a sentence, saying how it was found."""
-    if capacity.slo_p95_ms is None:
-        return "capacity within an SLO: none given (--slo-p95-ms)"
-    what = "open loop, latency from the schedule" if capacity.open_loop else "closed loop"
-    if capacity.capacity_req_per_s is None:
-        return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
-    return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
-            f"{fmt_hundredths(capacity.capacity_req_per_s)} req/s ({what}), "
-            f"{capacity.capacity_how}")
-
-
-def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
-    """Return USD per million routed requests at capacity with its arithmetic, or None
-    without a cost."""
-    if not cost:
-        return None
-    usd, unit = cost
-    served = capacity.served_req_per_s
-    at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
-    if served is None:
-        return f"cost per million requests: no {at} to count it at"
-    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
-            f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
-
-
-def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[str]:
-    """Return, with a cost per hour, the router's GPUs' energy per routed request at the step
-    nearest the throughput the cost is counted at, and a million requests' kWh; [] without
-    a cost or a sampled energy."""
-    served = capacity.served_req_per_s
-    if not cost or served is None:
-        return []
-    steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
-             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
-    known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
-    if not known:
-        return []
-    _, title, joules = known[0]
-    return [f"energy beside the cost: the router's GPUs {joules:.4g} J per routed request at "
-            f"{title} (the step nearest {fmt_hundredths(served)} req/s) = "
-            f"{joules / 3.6:.4g} kWh per million routed requests"]
-
-
-def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:
-    """Return a ladder's steps as a table and what they give, in sentences."""
-    knee = capacity.knee[0] if capacity.knee else None
-    rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
-             fmt_hundredths(s.p95_ms),
-             str(s.shed), " ".join(word for word, hit in (
-                 ("plateau", s is capacity.plateau), ("knee", s is knee),
-                 ("shed: not counted", s.shed > 0)) if hit)]
-            for s in capacity.steps]
-    lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
-             f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
-    lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
-                          right=[False, True, True, True, True, False])
-    lines += [plateau_sentence(capacity), knee_sentence(capacity), capacity_sentence(capacity)]
-    lines += [line for line in (cost_sentence(capacity, cost),) if line]
-    if capacity.longest_gap_s is not None:
-        lines.append(f"steps back to back: at most {capacity.longest_gap_s:g} s between two")
-    return lines
-
-
-def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
-                            costs: Sequence[tuple]) -> List[str]:
-    """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
-    of their cost per million requests (B over A); nothing unless both are ladders."""
-    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
-    if len(found) < len(runs):
-        return []
-    lines = []
-    for run, capacity in zip(runs, found):
-        lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
-        lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
-    (a, b), labels = found, [run.label for run in runs]
-    served = [v for v in (a.served_req_per_s, b.served_req_per_s) if v is not None]
-    what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
-    if len(served) == 2:
-        lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
-        prices = [price for price in (cost_for(costs, label) for label in labels) if price]
-        if len(prices) == len(labels):
-            usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
-            lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
-                         f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
-    return lines
 
 
 def malformed_lines(item: PassRecord) -> List[str]:
