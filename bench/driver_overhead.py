@@ -61,7 +61,7 @@ from router_latency.stats import percentile, ratio_interval
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
 from router_latency.wire import parse_endpoint, SignalTable
 from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
-from router_latency.render_text import render_table
+from router_latency.report import render_table
 
 PROMPT = "What is the derivative of x squared?"
 BODY = json.dumps({"model": "MoM", "messages": [{"role": "user", "content": PROMPT}]})

@@ -12,15 +12,16 @@ import pytest
 from hypothesis import given, strategies as st
 
 
+from router_latency.roundset import Rounds
 from router_latency.errors import Notice, RouterLatencyError
 from router_latency.stats import mean_interval, t_test_p
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
                                     PassSummary, Request, RunFile, RunSettings)
 from router_latency.gate import GateSettings, row_of, ROW_WORDS
-from router_latency.rounds import (config_hash_findings, input_slowdowns, judge_rounds,
-                                   time_windows)
-from router_latency.render_text import format_order
+from router_latency.rounds import config_hash_findings, judge_rounds, time_windows
+from router_latency.slower import input_slowdowns
+from router_latency.environment import format_order, OrderAndOutliers
 from conftest import NEW, SETTINGS, make_run, three_rounds, two_runs, write_corpus
 
 
@@ -427,7 +428,9 @@ def test_an_outlier_round_is_described_and_its_noise_makes_the_verdict_inconclus
         assert report.outliers == (3,)
         assert report.status == "inconclusive" and report.exit_code == 3
         assert not hasattr(report, "without_outliers")
-        line = format_order(report)[-1]
+        found = OrderAndOutliers(report.order_effect, list(report.outliers),
+                                 report.outlier_changes)
+        line = format_order(report.order, found, "base", "new")[-1]
         assert line.startswith("outlier rounds (median/MAD of the gated rows' mean; described "
                                "only, the verdict stands on every round): r3 ")
         assert "verdict would be" not in line
@@ -523,10 +526,10 @@ def hashed_rounds(folder, base_hashes, new_hashes):
 
 def test_config_hash_findings_names_each_side_and_warns_when_they_are_the_same(tmp_path):
     hashes, warnings = config_hash_findings(
-        hashed_rounds(tmp_path, [(A,), (A,)], [(B,), (B,)]), "cpu", "gpu")
+        Rounds(hashed_rounds(tmp_path, [(A,), (A,)], [(B,), (B,)]), "cpu", "gpu"))
     assert hashes == {"cpu": (A,), "gpu": (B,)} and warnings == ()
     hashes, warnings = config_hash_findings(
-        hashed_rounds(tmp_path, [(A,), (A,)], [(A,), (A,)]), "cpu", "gpu")
+        Rounds(hashed_rounds(tmp_path, [(A,), (A,)], [(A,), (A,)]), "cpu", "gpu"))
     assert hashes == {"cpu": (A,), "gpu": (A,)}
     assert warnings == (Notice("same_config", "WARNING: base cpu and new gpu answered with the "
                                "same configuration (x-vsr-config-hash aaaaaaaaaaaa): the gate "
@@ -535,8 +538,8 @@ def test_config_hash_findings_names_each_side_and_warns_when_they_are_the_same(t
 
 
 def test_config_hash_findings_without_hashes(tmp_path):
-    assert config_hash_findings(hashed_rounds(tmp_path, [(), ()], [(), (B,)]), "cpu",
-                                   "gpu") == ({"cpu": (), "gpu": (B,)}, ())
+    assert config_hash_findings(Rounds(hashed_rounds(tmp_path, [(), ()], [(), (B,)]),
+                                          "cpu", "gpu")) == ({"cpu": (), "gpu": (B,)}, ())
 
 
 @pytest.mark.parametrize("base_hashes,where,listed", [
@@ -547,12 +550,12 @@ def test_config_hash_findings_refuses_a_side_whose_configuration_changed(
         tmp_path, base_hashes, where, listed):
     runs = hashed_rounds(tmp_path, base_hashes, [(B,), (B,)])
     with pytest.raises(RouterLatencyError) as refused:
-        config_hash_findings(runs, "cpu", "gpu")
+        config_hash_findings(Rounds(runs, "cpu", "gpu"))
     message = (f"side cpu answered with 2 configurations (x-vsr-config-hash {listed})")
     assert refused.value.args[0] == (f"{message}: its configuration changed between or within "
                                      f"rounds; --allow-config-change judges it anyway")
     assert refused.value.where == str(tmp_path / where)
-    hashes, warnings = config_hash_findings(runs, "cpu", "gpu", allow_change=True)
+    hashes, warnings = config_hash_findings(Rounds(runs, "cpu", "gpu"), allow_change=True)
     assert hashes["cpu"] == (A, C)
     assert warnings == (Notice("config_changed", f"warning: {message}"),)
 
@@ -671,7 +674,7 @@ def test_inputs_called_slower_only_when_their_own_rounds_carry_it():
     runs = {n: {"base": sequential_run("base", base[n - 1], decisions),
                 "new": sequential_run("new", new[n - 1], decisions)} for n in (1, 2, 3)}
     texts = {0: "x" * 10, 1: "y" * 100, 2: "z" * 600, 3: "w" * 3000, 4: "v" * 20}
-    found = input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0, texts)
+    found = input_slowdowns(Rounds(runs, "base", "new", (1, 2, 3)), 5.0, texts)
     assert [(s.key, s.call, s.rounds, s.slower_rounds) for s in found.inputs] == [
         (0, "slower", 3, 3), (1, "noise", 3, 2), (4, "noise", 1, 1), (3, "slower", 2, 2),
         (2, "", 3, 0)]
@@ -697,7 +700,7 @@ def test_input_slowdowns_need_a_sequential_pass_on_both_sides():
     runs = rounds_in_memory(3, lambda n, p, m: 1.0)
     for sides in runs.values():
         sides["new"] = sides["new"]._replace(passes=sides["new"].passes[1:])
-    assert input_slowdowns(runs, "base", "new", [1, 2, 3], 5.0) is None
+    assert input_slowdowns(Rounds(runs, "base", "new", (1, 2, 3)), 5.0) is None
 
 
 def test_time_windows_hold_the_median_latency_of_each_stretch_of_send_time():

@@ -31,9 +31,9 @@ from router_latency.wire import (classify, decision_reading, HeldAnswer, parse_e
 from router_latency.captures import Histogram, histogram_deltas, parse_prometheus
 from router_latency.answers import AnswerBook
 from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
-from router_latency.attribution import part_values, pass_attribution, router_parts
+from router_latency.attribution import (decomposition_text, part_values, pass_attribution,
+                                        router_parts)
 from router_latency.rounds import start_order
-from router_latency.render_text import decomposition_text
 from router_latency.simulator import SignalModel
 from router_latency.command_rounds import gate_list
 from hypothesis import given, strategies as st

@@ -21,7 +21,8 @@ from router_latency.ladder import (flat_step, knee_of, ladder_stop, LadderStep, 
                                    run_capacity, slo_capacity, usd_per_million)
 from router_latency.gate import GateSettings
 from router_latency.rounds import judge_rounds
-from router_latency.render_text import format_rounds, gate_text, row_change_text
+from router_latency.render_text import format_rounds, gate_text
+from router_latency.judged import row_change_text
 from router_latency.page import report_page
 from router_latency.command_rounds import gate_list
 

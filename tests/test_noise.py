@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from router_latency.roundset import Rounds
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
                                     Request, RunFile, RunSettings)
@@ -131,7 +132,8 @@ def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
     logs = [math.log(10), math.log(12.1), math.log(10)]
     centre = sum(logs) / 3
     variance = sum((v - centre) ** 2 for v in logs) / 2 / 3
-    found = [side_within(runs, side, (1, 2, 3), mean_row.pass_name, "mean_ms") for side in "ab"]
+    rounds = Rounds(runs, "a", "b", (1, 2, 3))
+    found = [side_within(rounds, side, mean_row.pass_name, "mean_ms") for side in "ab"]
     assert [f[0] for f in found] == pytest.approx([variance, variance], rel=1e-9)
     assert {f[1] for f in found} == {"sendings"}
     # every round alike: the spread is no larger than that, and a part is no larger than the
@@ -198,7 +200,7 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json"))._replace(ready_after_s=None)
                 for s in "ab"} for n in range(1, 6)}
     report = judge_rounds(runs, "a", "b")
-    found = noise_findings(runs, ("a", "b"), report.used, report.rows, GateSettings())
+    found = noise_findings(Rounds(runs, "a", "b", report.used), report.rows, GateSettings())
     assert found.cost is None and found.plan is None and plan_sentence(found) is None
     assert len(found.rows) == 5  # every client row of the one pass
 

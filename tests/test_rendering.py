@@ -16,13 +16,15 @@ import html5lib
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
+from router_latency.roundset import Rounds
 from router_latency.words import change_text, pct_text
 from router_latency.gpu import GPU_RANGED
 from router_latency.runfile import (Attempt, load_run, pass_summary, PassRecord,
                                     PhaseWindow, Request, RouterCpu, RunFile)
-from router_latency.rounds import (environment_rows, InputSlowdowns, judge_rounds, pass_latencies,
-                                   Slowdown)
-from router_latency.render_text import slowdown_tables, Table, text_lines
+from router_latency.rounds import pass_latencies
+from router_latency.environment import environment_rows
+from router_latency.slower import InputSlowdowns, Slowdown, slowdown_tables
+from router_latency.report import Table, text_lines
 from router_latency.render_markdown import markdown_blocks
 from router_latency.render_junit import requests_csv
 from router_latency.page import forest_axis, forest_ticks, line_plot, PlotScale, Series
@@ -413,7 +415,7 @@ def test_an_environment_row_is_a_record_written_as_the_json_report_always_held_i
     suspect_rounds(tmp_path)
     runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in ("cpu", "gpu")}
             for n in (1, 2, 3)}
-    rows = environment_rows(runs, "cpu", "gpu")
+    rows = environment_rows(Rounds(runs, "cpu", "gpu"))
     assert [(r.round, r.side) for r in rows] == [(n, s) for n in (1, 2, 3) for s in ("cpu", "gpu")]
     odd = rows[3]  # r2 gpu: its driver's CPUs run powersave, its router's foreign vCPUs 1.4
     assert odd.flags == ("foreign cpus above 1", "slow phase: Conc 4", "governor powersave")
@@ -769,22 +771,19 @@ def test_environment_columns_no_run_recorded_are_left_out_and_named(tmp_path, cl
 def test_slower_inputs_lead_with_those_called_slower_then_the_largest_noise(tmp_path, cli):
     # 15 noisy inputs with the largest ratios, then 12 called slower: the table shows the 12
     # its header counts first, then the largest noise, and names none as "more"
-    three_rounds(tmp_path)
-    report = judge_rounds({n: {s: load_run(str(tmp_path / f"r{n}-{s}.json"))
-                                  for s in ("cpu", "gpu")} for n in (1, 2, 3)}, "cpu", "gpu")
     noise = [Slowdown(i, 2.0 - i / 100, 0.5, 4.0, 2, 3, 0.3, "noise") for i in range(15)]
     slower = [Slowdown(100 + i, 1.3, 1.2, 1.4, 3, 3, 0.001, "slower") for i in range(12)]
     rest = [Slowdown(200 + i, 1.0, 0.9, 1.1, 1, 3, 0.9, "") for i in range(5)]
     found = InputSlowdowns("sequential", (1, 2, 3), tuple(noise + slower + rest), (), (),
                               0.05, 5.0)
-    intro, inputs, more, _ = slowdown_tables(report._replace(slowdowns=found), str, 20)
+    intro, inputs, more, _ = slowdown_tables(found, "base", "new", 20)
     assert intro.startswith("slower inputs: 12 of 32 (")
     assert inputs.caption == "Called slower, then the largest noise"
     assert [row[0] for row in inputs.rows] == [f"#{100 + i}" for i in range(12)] + [
         f"#{i}" for i in range(8)]
     assert [row[3] for row in inputs.rows] == ["slower"] * 12 + ["noise"] * 8
     assert inputs.rows[0][1] == "+30.0% [+20.0%, +40.0%]" and more == ""
-    _, inputs, more, _ = slowdown_tables(report._replace(slowdowns=found), str, 10)
+    _, inputs, more, _ = slowdown_tables(found, "base", "new", 10)
     assert [row[3] for row in inputs.rows] == ["slower"] * 10
     assert more.startswith("2 more called slower: #110, #111")
 
@@ -799,7 +798,7 @@ def test_page_axes_follow_the_data(tmp_path):
                          requests + rejected)
     run = RunFile("x", True, {"path": "c.json", "sha256": "a" * 64, "count": 101},
                      (PassRecord("sequential", 1, False, False, attempt),))
-    (view,) = pass_latencies({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", [1])[:1]
+    (view,) = pass_latencies(Rounds({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", (1,)))[:1]
     assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
     svg = line_plot([Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
                                   False, "r1")], "t", PlotScale("x", log=True),

@@ -18,7 +18,8 @@ from router_latency.runfile import (Attempt, content_slow_windows, dump_run, Flo
 from router_latency.wire import classify
 from router_latency.captures import parse_prometheus
 from router_latency.measuring import slow_phase_warnings
-from router_latency.rounds import GateSettings, judge_rounds
+from router_latency.rounds import judge_rounds
+from router_latency.gate import GateSettings
 from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers, SkippedSignals
 from conftest import final_answer, write_corpus
 

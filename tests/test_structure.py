@@ -284,3 +284,40 @@ def test_mypy_in_its_default_mode_finds_no_error(target, checked):
         "mypy is not installed: the README's test command installs mypy==2.4.1"
     assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), \
         f"mypy exit {result.returncode}:\n{result.stdout}{result.stderr}"
+
+
+# A capability computes a finding and returns its section (report.Section); the renderers
+# draw the verdict, the gated table and the sections in order, never naming a capability.
+# A capability is one of these modules, and a section builder any name ending in _section.
+CAPABILITIES = {"gpu", "cache", "versions", "degraded", "ladder", "captures", "telemetry",
+                "noise", "attribution", "slower", "environment", "capacity", "outcomes"}
+RENDERERS = {"render_text", "render_markdown", "render_json", "render_junit", "page"}
+# what the renderers still name, for the outputs not yet drawn from sections (one run's
+# summary, compare, the record, the --plan table, the page's plots): it may only shrink
+STILL_NAMED = {
+    "render_text": {"gpu", "degraded", "noise", "capacity", "outcomes", "attribution"},
+    "page": {"noise", "capacity", "outcomes", "environment", "attribution", "slower"},
+}
+
+
+def renderer_imports():
+    """Yield (renderer, module it imports from, names) of every renderer's package imports."""
+    for name in sorted(RENDERERS):
+        for source, names in amalgamate.read_module(name, SOURCES[name]).package_imports.items():
+            yield name, source, names
+
+
+def test_no_renderer_names_a_capability_or_a_section_builder():
+    named = {}
+    for name, source, names in renderer_imports():
+        if source in CAPABILITIES:
+            named.setdefault(name, set()).add(source)
+        assert not [n for n in names if n.endswith("_section")], (name, source)
+    assert named == STILL_NAMED
+
+
+def test_the_capability_check_sees_a_renderer_naming_one():
+    source = SOURCES["render_markdown"].replace(
+        "from .report import", "from .slower import slowdown_tables\nfrom .report import", 1)
+    found = amalgamate.read_module("render_markdown", source).package_imports
+    assert "slower" in found and "slower" in CAPABILITIES

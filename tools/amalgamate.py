@@ -31,13 +31,14 @@ TARGET = ROOT / "router_latency.py"
 # imports only from lower layers or from modules earlier in its own (tests/test_structure.py
 # checks it, and that the judging layer never imports the wire and the pass)
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("base facts and words", ("constants", "errors", "words")),
+    ("base facts and words", ("constants", "errors", "words", "report")),
     ("statistics", ("stats",)),
     ("records and files", ("files", "corpus", "gpu", "cache", "versions", "degraded", "runfile",
-                           "ladder")),
+                           "roundset", "ladder")),
     ("the wire and the pass", ("wire", "captures", "telemetry", "answers", "measuring",
                                "simulator")),
-    ("judging", ("attribution", "compare", "gate", "noise", "rounds", "record", "history")),
+    ("judging", ("gate", "noise", "judged", "attribution", "compare", "slower", "environment",
+                 "capacity", "outcomes", "rounds", "record", "history")),
     ("the report and its sections", ()),
     ("renderers", ("render_text", "render_markdown", "render_json", "render_junit", "page",
                    "history_render")),

@@ -27,6 +27,7 @@ order:
     constants          what several modules use: paths, limits, exit codes
     errors             the one error type and the checks of values read from files
     words              how counts, figures and decisions are written
+    report             the report model: tables, blocks, sections; outside text escaped once
   statistics:
     stats              t quantiles, intervals, percentiles
   records and files:
@@ -37,6 +38,7 @@ order:
     versions           what router versions say differently: runtime names, /ready, sampling
     degraded           answers that skipped a signal: read, kept and counted
     runfile            the run file's records: their writer and reader side by side
+    roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:
     wire               endpoints, request bytes, the incremental response parser
@@ -46,10 +48,15 @@ order:
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
     simulator          a routing-preview server answering as the router does
   judging:
-    attribution        where the time goes: a pass's time by part
-    compare            compare_runs(): two runs as one report object
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     noise              the spread taken apart (within, between), a plan in node time, speed groups
+    judged             a judged row as every output writes it: its change, its JSON
+    attribution        where the time goes: a pass's time by part
+    compare            compare_runs(): two runs as one report object
+    slower             which inputs, decisions and prompt lengths got slower
+    environment        each round's surroundings, the start order, outlier rounds
+    capacity           the ladders over rounds: capacity per side, the rows they derive
+    outcomes           what requests came to: decisions agreeing, failed, degraded, sampled
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate

@@ -4,13 +4,22 @@ the latency outside the signals)."""
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from .words import change_text, fmt_signed, fmt_value
+from .report import Block, Section, Table
 from .stats import percentile, percentiles
-from .runfile import CapturedEnvironment, PassRecord, Request, RunFile
+from .runfile import CapturedEnvironment, pass_title, PassRecord, Request, RunFile
+from .roundset import Rounds
 from .captures import Histogram, histograms_of
+from .gate import GateSettings, Row, row_of, row_word
+from .noise import noise_json, NoiseFindings
+from .judged import row_change_text, row_json
 
-__all__ = ["part_values", "pass_attribution", "PassAttribution"]
+__all__ = ["attribution_rows", "breakdown_section", "decomposition_text", "gated_part_rows",
+           "part_title", "part_values", "pass_attribution", "PassBreakdown",
+           "split_part_rows"]
 
 
 # Where the time goes: each signal's time from the answers, the router's histograms, and the
@@ -147,3 +156,214 @@ def part_values(attribution: PassAttribution) -> Dict[str, Optional[float]]:
     values["outside:p50"] = attribution.outside_p50_ms
     values["outside:mean"] = attribution.outside_mean_ms
     return values
+
+
+def part_title(metric: str) -> str:
+    """Return how a part's row is named: 'pii p95', 'router forward mean', 'outside p50'."""
+    kind, _, rest = metric.partition(":")
+    name, _, stat = rest.rpartition(":")
+    return {"signal": f"{name} {stat}", "router": f"router {name} {stat}"}.get(
+        kind, f"outside the signals {rest}")
+
+
+class PassBreakdown(NamedTuple):
+    """Where one pass's time went on each side, and what of it changed."""
+    pass_name: str
+    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
+    # (metric, median over the used rounds) of the base side's parts
+    base: Tuple[Tuple[str, float], ...]
+    new: Tuple[Tuple[str, float], ...]
+    client: Tuple[float, float]  # (base, new) median client mean latency
+    sentence: str
+
+
+def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdown]:
+    """Return PassBreakdowns of the passes whose answers or histograms reported parts:
+    a row per part and statistic measured in every used round on both sides, with the
+    latency rows' estimator and interval; advisory unless --gate names them."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
+    first = runs[used[0]][base]
+    found = []
+    for item in sorted(first.passes, key=lambda p: p.order):
+        figures = {}
+        for side in (base, new):
+            sides = [runs[r][side] for r in used]
+            passes = [run.pass_named(item.name) for run in sides]
+            if any(p is None or p.discarded or p.summary is None for p in passes):
+                break
+            figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
+        else:
+            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings,
+                                       (base, new))
+            if breakdown.rows:
+                found.append(breakdown)
+    return found
+
+
+def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[PassAttribution],
+                   settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
+    """Return one pass's breakdown from its attributions, round by round on each side; a
+    signal only one side reported is said in the sentence, not left out in silence."""
+    # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
+    base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
+                                for a in side] for side in (base, new))
+    metrics = [m for m in base_values[0]
+               if all(v.get(m, 0.0) > 0 for v in (*base_values, *new_values))]
+    rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
+            for m in metrics]
+    rows.sort(key=lambda r: -abs(r.diff.mean))
+    medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
+               for side in (base_values, new_values)]
+    # a round's passes all answered (side_problems): each has its client mean
+    client_base, client_new = (
+        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+        for side in (base, new))
+    reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
+                for side in (base, new)]
+    one_sided = [f"{part} reported by {side} only" for side, mine, other in (
+        (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
+        for part in sorted(mine - other)]
+    sentence = breakdown_sentence(name, rows, base, new, settings)
+    return PassBreakdown(pass_name=name, rows=tuple(rows), base=medians[0], new=medians[1],
+                         client=(client_base, client_new),
+                         sentence="; ".join(filter(None, [sentence, *one_sided])))
+
+
+def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
+                       new: Sequence[PassAttribution], settings: GateSettings) -> str:
+    """Return the change of a pass's client p95 and what moved with it, in words: each
+    signal's p95 change and the latency outside the signals, the part that moved most first,
+    then the router's parts in ms.
+
+    They are ordered, and "most of the change" is said, on means, which add up where
+    percentiles do not: the part whose time per request shifted most, when its shift is at
+    least half the client's shift in mean latency (medians over rounds)."""
+    values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
+    if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
+        return ""
+    client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
+    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
+        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
+    moved = []  # (shift of the mean per request, words)
+    for row in rows:
+        kind, _, rest = row.metric.partition(":")
+        if kind == "signal" and row.metric.endswith(":p95"):
+            part = rest.split(":")[0]
+            moved.append((signal_shift(part, base, new), f"{part} {row_change_words(row)}"))
+        elif row.metric == "outside:mean":
+            moved.append((row.new_median - row.base_median,  # its p95 is not measured
+                          f"outside the signals (mean) {row_change_words(row)}"))
+    moved.sort(key=lambda m: -abs(m[0]))
+    said = [words + (" (most of the change)" if i == 0 and whole and shift / whole >= 0.5
+                     else "") for i, (shift, words) in enumerate(moved)]
+    said += [f"{r.metric.split(':')[1]} {fmt_signed(r.diff.mean)} ms" for r in rows
+             if r.metric.startswith("router:") and r.metric.endswith(":mean")][:3]
+    return (f"{pass_title(name)} p95 {row_change_words(client)}"
+            + (": " + ", ".join(said) if said else ""))
+
+
+def signal_shift(name: str, base: Sequence[PassAttribution],
+                 new: Sequence[PassAttribution]) -> float:
+    """Return the shift of a signal's time per request, new - base, medians over rounds."""
+    def per_request(side: Sequence[PassAttribution]) -> float:
+        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
+                                       and p.name == name and (ms := p.per_request_ms)
+                                       is not None), 0.0)
+                                 for a in side)
+    return per_request(new) - per_request(base)
+
+
+def row_change_words(row: Row) -> str:
+    """Return a row's change in the words compare and rounds use: '1.41x slower [1.33,
+    1.49]' (the interval in the direction of the words)."""
+    return change_text(row.speedup, row.speedup_low, row.speedup_high)
+
+
+def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> List[Row]:
+    """Return the parts' rows --gate names: the others are advisory, outside the gate."""
+    return [r for b in breakdowns for r in b.rows if r.gated]
+
+
+def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]
+                    ) -> Tuple[List[Row], List[PassBreakdown]]:
+    """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
+    (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
+    parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
+    return ([r for r in judged if ":" not in r.metric],
+            [b._replace(rows=tuple(parts.get((r.pass_name, r.metric), r) for r in b.rows))
+             for b in breakdowns])
+
+
+def breakdown_blocks(breakdowns: Sequence[PassBreakdown], base: str, new: str) -> List[Block]:
+    """Return where each pass's time went: the sentence, the table of the parts' rows
+    (advisory unless gated), and the decomposition beside the client's latency."""
+    if not breakdowns:
+        return []
+    lines: List[Block] = [
+        f"where the time goes: each signal's time as the answers report it, the router's "
+        f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
+        f"latency outside the signals; rows as above, advisory unless --gate names them "
+        f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
+        f"the mean outside the signals; each side's last line subtracts medians over "
+        f"rounds (client mean less the signals'), where the outside row is the median of "
+        f"each round's own difference, so the two may differ a little"]
+    for breakdown in breakdowns:
+        lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
+        table = [[part_title(row.metric) + ("*" if row.gated else ""),
+                  fmt_value(row.base_median), fmt_value(row.new_median),
+                  f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
+                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row_word(row)]
+                 for row in breakdown.rows]
+        lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                                "change [95% CI]", "verdict"], table,
+                           [False, True, True, True, True, False]))
+        lines += [decomposition_text(side, dict(parts), client)
+                  for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
+                                              (new, breakdown.new, breakdown.client[1]))]
+    return lines
+
+
+def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> str:
+    """Return one side's decomposition of a pass's mean latency, medians over rounds: the
+    signals' mean times summed beside the client's mean, and what is left unexplained (or by
+    how much the signals overlap); the router's histograms, which may overlap the signals,
+    beside them."""
+    signals = {m.split(":")[1]: v for m, v in medians.items()
+               if m.startswith("signal:") and m.endswith(":mean")}
+    router = {m.split(":")[1]: v for m, v in medians.items()
+              if m.startswith("router:") and m.endswith(":mean")}
+    text = f"{side}: client mean {fmt_value(client_ms)} ms"
+    if signals and client_ms is not None:
+        total = math.fsum(signals.values())
+        listed = ", ".join(f"{name} {fmt_value(v)}" for name, v in signals.items())
+        left = client_ms - total
+        text += (f"; signals summed {fmt_value(total)} ms ({listed}); "
+                 + (f"unexplained {fmt_value(left)} ms (wire, HTTP, admission, the router's "
+                    f"other work)" if left >= 0 else
+                    f"the signals' sum exceeds it by {fmt_value(-left)} ms: they overlap "
+                    f"(evaluated in parallel), so no sum is forced"))
+    if router:
+        text += ("; router histograms, mean per observation (may overlap the signals): "
+                 + ", ".join(f"{name} {fmt_value(v)} ms" for name, v in router.items()))
+    if not signals and medians.get("outside:mean") is not None:
+        text += (f"; outside the router's signal and decision time, per pass from its "
+                 f"histograms: {fmt_value(medians['outside:mean'])} ms")
+    return text
+
+
+def breakdowns_json(breakdowns: Sequence[PassBreakdown],
+                    noise: Optional[NoiseFindings]) -> list:
+    """Return where each pass's time went as JSON: its parts' rows as those of the table."""
+    return [{"pass": b.pass_name, "sentence": b.sentence,
+             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
+             "base": dict(b.base), "new": dict(b.new),
+             "rows": [{**row_json(r), "noise": noise_json(noise, r)} for r in b.rows]}
+            for b in breakdowns]
+
+
+def breakdown_section(breakdowns: Sequence[PassBreakdown], base: str, new: str,
+                      noise: Optional[NoiseFindings]) -> Section:
+    """Return where the time goes as the report's section (JSON: breakdowns)."""
+    return Section(key="breakdowns", blocks=tuple(breakdown_blocks(breakdowns, base, new)),
+                   json={"breakdowns": breakdowns_json(breakdowns, noise)})

@@ -15,7 +15,7 @@ from .errors import RouterLatencyError
 from .files import check_distinct_files, check_writable_target, write_output
 from .corpus import (build_corpus, corpus_bytes, CORPUS_FORMATS, default_boundary_cases,
                      load_boundary_cases)
-from .render_text import render_table
+from .report import render_table
 from .console import emit, stderr_line
 from .command_options import HelpFormatter
 

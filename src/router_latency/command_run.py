@@ -33,8 +33,8 @@ from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN
 from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,
                         RunContext, RunPlan, say_nothing, settings_record, Target)
 from .rounds import not_found_only, run_outcome, run_overload
-from .render_text import (energy_beside_cost, format_capacity, format_host, format_run_header,
-                          format_run_summary, overload_note)
+from .render_text import format_host, format_run_header, format_run_summary, overload_note
+from .capacity import energy_beside_cost, format_capacity
 from .formats import COMMAND_OUTPUTS
 from .console import emit, SignalRelay, stderr_line
 from .command_options import (add_file_options, checked_costs, cost_spec, HelpFormatter,

@@ -10,7 +10,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from .files import dump_json
 from .runfile import RunFile
 from .compare import CompareReport
-from .render_text import format_compare, format_compare_capacity, format_record, format_rounds
+from .render_text import format_compare, format_record, format_rounds
+from .capacity import format_compare_capacity
 from .render_markdown import format_compare_markdown, format_rounds_markdown
 from .render_json import compare_json, COMPARE_SCHEMA, record_json, rounds_json, ROUNDS_SCHEMA
 from .render_junit import junit_xml, requests_csv

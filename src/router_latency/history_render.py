@@ -10,7 +10,7 @@ from .constants import __version__
 from .words import fmt_value, metric_label, plural
 from .history import (Change, history_change_text, HISTORY_SCHEMA, HistoryReport,
                       RowTrend, TrendPoint)
-from .render_text import md_text, render_table, Table
+from .report import md_text, render_table, Table
 from .page import Axis, esc, padded, PAGE_STYLE, PlotBox, table_html, VERDICT_COLORS
 
 __all__ = ["format_history", "format_history_markdown", "history_json", "history_page"]

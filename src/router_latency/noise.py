@@ -21,12 +21,13 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import ROW_METRICS
 from .words import metric_title, plural
+from .report import Section
 from .stats import percentiles, rounds_needed
 from .runfile import pass_title, PassRecord, Request, RunFile
-from .gate import GateSettings, Row
+from .roundset import Rounds
+from .gate import BEYOND_LIMIT, GateOutcome, GateSettings, Row
 
-__all__ = ["noise_findings", "noise_json", "noise_lines", "NoiseFindings", "plan_json",
-           "plan_sentence"]
+__all__ = ["noise_findings", "noise_json", "noise_lines", "NoiseFindings", "plan_section"]
 
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
@@ -152,10 +153,10 @@ def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[flo
     return statistics.variance(logs) / len(logs), split
 
 
-def side_within(runs: dict, side: str, used: Sequence[int], name: str,
-                metric: str) -> Optional[Tuple[float, str]]:
+def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[Tuple[float, str]]:
     """Return a side's within-instance variance of a pass's statistic, pooled over the used
     rounds, and the split; None when a round's pass cannot be split."""
+    runs, used = rounds.runs, rounds.used
     found = [pass_within(runs[n][side].pass_named(name), metric) for n in used]
     if not found or any(f is None for f in found):
         return None
@@ -163,13 +164,12 @@ def side_within(runs: dict, side: str, used: Sequence[int], name: str,
             next(f[1] for f in found if f is not None))
 
 
-def row_noise(runs: dict, sides: Tuple[str, str], used: Sequence[int],
-              row: Row) -> Optional[RowNoise]:
+def row_noise(rounds: Rounds, row: Row) -> Optional[RowNoise]:
     """Return a client row's spread taken apart; None for a row no pass splits (ladder
     rows, the router's parts)."""
     if row.metric not in ROW_METRICS:
         return None
-    found = [side_within(runs, side, used, row.pass_name, row.metric) for side in sides]
+    found = [side_within(rounds, side, row.pass_name, row.metric) for side in rounds.sides]
     if found[0] is None or found[1] is None:
         return None
     within = math.sqrt(found[0][0] + found[1][0])  # the change is new over base: both add
@@ -192,9 +192,10 @@ def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
     return run.started_unix, max(ends), math.fsum(p.measured.wall_s for p in measured)
 
 
-def node_cost(runs: dict, sides: Tuple[str, str], used: Sequence[int]) -> Optional[NodeCost]:
+def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     """Return what one side's run took on the node, medians over the used runs; None when
     the files do not record it (no start time, no ready time)."""
+    runs, sides, used = rounds.runs, rounds.sides, rounds.used
     chosen = [runs[n][s] for n in used for s in sides]
     spans = [run_span(r) for r in chosen]
     ready = [r.ready_after_s for r in chosen if r.ready_after_s is not None]
@@ -277,11 +278,12 @@ def speed_groups(values: Sequence[Tuple[int, float]], gap: float) -> List[SpeedG
     return [SpeedGroup(tuple(sorted(n for n, _ in g)), g[0][1], g[-1][1]) for g in groups]
 
 
-def instance_modes(runs: dict, sides: Tuple[str, str], used: Sequence[int],
-                   rows: Sequence[Row], settings: GateSettings) -> List[InstanceModes]:
+def instance_modes(rounds: Rounds, rows: Sequence[Row],
+                   settings: GateSettings) -> List[InstanceModes]:
     """Return each side's speed groups per pass (its p50 over the rounds): neighbouring
     instances farther apart than MODE_GAP_SDS times their within-instance noise and the
     tolerance; only where a side has MIN_MODE_ROUNDS rounds."""
+    sides, used = rounds.sides, rounds.used
     if len(used) < MIN_MODE_ROUNDS:
         return []
     found = []
@@ -289,7 +291,7 @@ def instance_modes(runs: dict, sides: Tuple[str, str], used: Sequence[int],
         if row.metric != "p50_ms":
             continue
         for side, values in zip(sides, (row.base_values, row.new_values)):
-            within = side_within(runs, side, used, row.pass_name, row.metric)
+            within = side_within(rounds, side, row.pass_name, row.metric)
             if within is None:
                 continue
             gap = max(MODE_GAP_SDS * math.sqrt(2 * within[0]), settings.tolerance_log)
@@ -299,16 +301,14 @@ def instance_modes(runs: dict, sides: Tuple[str, str], used: Sequence[int],
     return found
 
 
-def noise_findings(runs: dict, sides: Tuple[str, str], used: Sequence[int],
-                   rows: Sequence[Row], settings: GateSettings) -> NoiseFindings:
+def noise_findings(rounds: Rounds, rows: Sequence[Row], settings: GateSettings) -> NoiseFindings:
     """Return the rows' noise taken apart, the plan and the speed groups of the used rounds."""
-    noise = [n for n in (row_noise(runs, sides, used, r) for r in rows) if n is not None]
-    cost = node_cost(runs, sides, used)
+    noise = [n for n in (row_noise(rounds, r) for r in rows) if n is not None]
+    cost = node_cost(rounds)
     gated = [r for r in rows if r.gated]
     plan = None if cost is None or not gated else node_plan(
         gated, {(n.pass_name, n.metric): n for n in noise}, cost, settings)
-    return NoiseFindings(tuple(noise), cost, plan, tuple(instance_modes(runs, sides, used, rows,
-                                                                        settings)))
+    return NoiseFindings(tuple(noise), cost, plan, tuple(instance_modes(rounds, rows, settings)))
 
 
 def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
@@ -403,3 +403,30 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
             "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}
+
+
+def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
+                   more_rounds: Optional[int], rows: Sequence[Row]) -> List[str]:
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    if outcome.status != "inconclusive" or not rows:
+        return []
+    plan = plan_sentence(noise)
+    # the two answer different questions: the change seen decided, against the plan's own
+    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
+    # time needs; it is often far more)
+    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
+            f"{settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
+        if plan else ""
+    if more_rounds is None:
+        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
+                f"{plan}"] if outcome.undecided else []
+    return [f"undecided: {plural(more_rounds, 'more round')} would decide it "
+            f"(at the spread seen){plan}"]
+
+
+def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
+                 more_rounds: Optional[int], rows: Sequence[Row]) -> Section:
+    """Return the plan as the report's section (JSON: plan): its headline, under an
+    inconclusive verdict, says how many more rounds would decide it."""
+    line = undecided_line(noise, settings, outcome, more_rounds, rows)
+    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)})

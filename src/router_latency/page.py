@@ -14,10 +14,14 @@ from .words import (BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, show
 from .runfile import pass_title
 from .gate import missed_text, Row, row_word
 from .noise import noise_lines
-from .rounds import part_title, PassBreakdown, RoundsReport
-from .render_text import (decisions_note, decomposition_text, degraded_line,
-                          environment_tables, format_capacity_rounds, format_closing,
-                          format_order, row_change_text, rounds_table_parts, slowdown_tables)
+from .rounds import report_ladders, RoundsReport
+from .render_text import format_closing, rounds_table_parts
+from .capacity import format_capacity_rounds
+from .outcomes import degraded_line
+from .environment import environment_tables, format_order, OrderAndOutliers
+from .judged import row_change_text
+from .attribution import decomposition_text, part_title, PassBreakdown
+from .slower import slowdown_tables
 from .render_junit import xml_safe
 
 __all__ = ["Axis", "esc", "padded", "PAGE_STYLE", "PlotBox", "report_page", "table_html",
@@ -308,8 +312,9 @@ def page_verdict(report: RoundsReport) -> str:
             else f"{missed}; " if missed else "") + what
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
     cached = [w.text for w in report.warnings if w.kind == "result_cache"]
+    leads = [line for section in report.sections for line in section.lead]
     note = "".join(f"<p><strong>{esc(line)}</strong></p>"
-                   for line in decisions_note(report) + cached)
+                   for line in [*leads, *cached])
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
             f"{note}<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
             + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
@@ -387,7 +392,7 @@ def page_rounds(report: RoundsReport) -> str:
 def page_details(report: RoundsReport) -> str:
     """Return the slower inputs, the environment, warnings and notes."""
     parts = []
-    slowdowns = slowdown_tables(report, str, 20)
+    slowdowns = slowdown_tables(report.slowdowns, report.base, report.new, 20)
     if slowdowns is not None:
         intro, inputs, more, groups = slowdowns
         parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
@@ -395,10 +400,12 @@ def page_details(report: RoundsReport) -> str:
                   table_html(inputs.header, inputs.rows, inputs.right),
                   f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
                   table_html(groups.header, groups.rows, groups.right)]
-    lines = [w.text for w in report.warnings] + format_order(report) + format_closing(report)
+    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
+    lines = [w.text for w in report.warnings]
+    lines += format_order(report.order, found, report.base, report.new) + format_closing(report)
     lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
               for o in report.outcomes if o.degraded]
-    tables, empty = environment_tables(report)
+    tables, empty = environment_tables(report.environment)
     if empty:
         lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
     parts += ["<h2>Environment</h2>"] + [table_html(t.header, t.rows, t.right) for t in tables]
@@ -570,7 +577,8 @@ def page_capacity(report: RoundsReport) -> str:
     colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
     legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)}'
                        for side, color in colors.items())
-    sentences = "".join(f"<li>{esc(line)}</li>" for line in format_capacity_rounds(report))
+    sentences = "".join(f"<li>{esc(line)}</li>"
+                        for line in format_capacity_rounds(report_ladders(report)))
     return ("<h2>Capacity: throughput against latency</h2>"
             f'<p class="note">{legend}: faint, each round\'s ladder; bold, the median over '
             f"rounds of each step; dashed red, the SLO; diamond, each side's median capacity "

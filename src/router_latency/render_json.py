@@ -7,12 +7,11 @@ from typing import Optional, Sequence
 
 from .constants import __version__
 from .compare import CompareReport
-from .ladder import Capacity
-from .gate import composite_text, missed_pct, missed_text, Row, row_word
-from .noise import noise_json, plan_json
-from .rounds import InputSlowdowns, RoundsReport, Slowdown
+from .gate import composite_text, missed_pct, missed_text
+from .rounds import RoundsReport
 from .record import RecordSection
-from .render_text import order_json, outcomes_json, row_change_text, verdict_line
+from .render_text import verdict_line
+from .judged import rows_json
 
 __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUNDS_SCHEMA"]
 
@@ -20,37 +19,6 @@ __all__ = ["compare_json", "COMPARE_SCHEMA", "record_json", "rounds_json", "ROUN
 ROUNDS_SCHEMA = "router-latency/rounds/1"
 RECORD_SCHEMA = "router-latency/record/1"
 COMPARE_SCHEMA = "router-latency/compare/1"
-
-
-def breakdowns_json(report: RoundsReport) -> list:
-    """Return where each pass's time went as JSON: its parts' rows as those of the table."""
-    return [{"pass": b.pass_name, "sentence": b.sentence,
-             "client_mean_ms": {"base": b.client[0], "new": b.client[1]},
-             "base": dict(b.base), "new": dict(b.new),
-             "rows": [{**row_json(r), "noise": noise_json(report.noise, r)} for r in b.rows]}
-            for b in report.breakdowns]
-
-
-def row_json(row: Row) -> dict:
-    """Return a row as JSON, the one shape of a judged row wherever it stands (the rounds
-    table, a pass's parts): its figures at full precision."""
-    return {"pass": row.pass_name, "metric": row.metric, "gated": row.gated,
-            "base_median": row.base_median, "new_median": row.new_median,
-            "diff": {"mean": row.diff.mean, "low": row.diff.low, "high": row.diff.high,
-                     "df": row.diff.df, "confidence": 0.95},
-            "log_ratio": row.log_ratio._asdict(), "change_pct": row.change_pct,
-            "speedup": row.speedup, "speedup_low": row.speedup_low,
-            "speedup_high": row.speedup_high, "change_text": row_change_text(row),
-            "worse_rounds": row.worse_rounds,
-            "rounds": row.rounds, "p_value": row.p_value,
-            "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
-            "verdict": row.verdict, "word": row_word(row),
-            "held_by_holm": row.held_by_holm,
-            "judged_interval_pct": None if row.judged is None else [
-                100 * math.expm1(v) if math.isfinite(v) else None
-                for v in (row.judged.low, row.judged.high)],
-            "base_values": list(row.base_values),
-            "new_values": list(row.new_values)}
 
 
 def could_miss_json(report: RoundsReport) -> Optional[dict]:
@@ -65,11 +33,7 @@ def could_miss_json(report: RoundsReport) -> Optional[dict]:
 
 def rounds_json(report: RoundsReport) -> dict:
     """Return the rounds report as a JSON document: everything the text shows."""
-    rows = [{**row_json(row), "noise": noise_json(report.noise, row)} for row in report.rows]
-    agreement = [{"round": a.round, "agree": a.agree, "total": a.total, "used": a.used,
-                  "differ": [{"id": d.id, "pass": d.pass_name, "base": d.base, "new": d.new}
-                             for d in a.differ]}
-                 for a in report.agreement]
+    rows = rows_json(report.rows, report.noise)
     test = report.test
     settings = report.settings
     return {"schema": ROUNDS_SCHEMA, "base": report.base, "new": report.new,
@@ -89,62 +53,17 @@ def rounds_json(report: RoundsReport) -> dict:
                 "composite_p": test.composite_p, "p_tests": "worse than the tolerance",
                 "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
-            "agreement": agreement,
-            "errors": [{"pass": e.pass_name, "rounds": [{"round": n, "base": b, "new": w}
-                                                        for n, b, w in e.counts]}
-                       for e in report.errors],
-            # answers that skipped a signal, per pass and round: where either side had any
-            **({"degraded": [{"pass": e.pass_name, "rounds": [
-                {"round": n, "base": b, "new": w} for n, b, w in e.counts]}
-                for e in report.degraded]} if report.degraded else {}),
-            "warnings": [w.text for w in report.warnings], "notes": list(report.notes),
-            "environment": [row.to_json() for row in report.environment],
-            "order": order_json(report.order),
-            "order_effect": None if report.order_effect is None
-            else report.order_effect._asdict(),
-            "outliers": list(report.outliers),
-            "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
-                                for n, c, m in report.outlier_changes],
-            "more_rounds": report.more_rounds, "plan": plan_json(report.noise),
+            "notes": list(report.notes),
+            "more_rounds": report.more_rounds,
             "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),
             "config_hashes": {side: list(h) for side, h in report.config_hashes.items()},
             "config_warnings": [w.text for w in report.config_warnings],
-            "outcomes": [outcomes_json(o) for o in report.outcomes],
             "status": report.status, "reasons": list(report.reasons),
             "verdict": verdict_line(report), "exit_code": report.exit_code,
             "could_miss": could_miss_json(report),
-            "slowdowns": None if report.slowdowns is None else slowdowns_json(report.slowdowns),
-            "capacity": [capacity_json(c, n, side) for n, side, c in report.capacity],
-            "breakdowns": breakdowns_json(report)}
-
-
-def capacity_json(capacity: Capacity, number: int, side: str) -> dict:
-    """Return what one round's ladder of one side derives, as JSON."""
-    return {"round": number, "side": side, "open_loop": capacity.open_loop,
-            "margin_pct": capacity.margin_pct, "slo_p95_ms": capacity.slo_p95_ms,
-            "steps": [s._asdict() for s in capacity.steps],
-            "plateau": capacity.plateau and capacity.plateau.name,
-            "plateau_req_per_s": capacity.plateau_req_per_s,
-            "knee": capacity.knee and capacity.knee[0].name,
-            "capacity_req_per_s": capacity.capacity_req_per_s,
-            "capacity_how": capacity.capacity_how, "stop": capacity.stop,
-            "longest_gap_s": capacity.longest_gap_s}
-
-
-def slowdowns_json(found: InputSlowdowns) -> dict:
-    """Return which inputs got slower as JSON: every input, decision and length bucket."""
-    def item(s: Slowdown, key: str) -> dict:
-        fields = s._asdict()
-        fields[key] = fields.pop("key")
-        return fields
-
-    return {"pass": found.pass_name, "rounds": list(found.rounds), "fdr": found.fdr,
-            "tolerance_pct": found.tolerance_pct,
-            "inputs": [item(s, "id") for s in found.inputs],
-            "decisions": [item(s, "decision") for s in found.decisions],
-            "lengths": [item(s, "bucket") for s in found.lengths]}
+            **{key: value for section in report.sections for key, value in section.json.items()}}
 
 
 def compare_json(report: CompareReport) -> dict:

@@ -7,13 +7,15 @@ import io
 import math
 import re
 import xml.etree.ElementTree as ElementTree
-from typing import List, NamedTuple, Sequence
+from typing import List, Sequence
 
-from .words import fmt_signed, fmt_value, metric_title, shown_decision
+from .words import fmt_signed, fmt_value, metric_title
 from .runfile import pass_title, PassRecord
 from .gate import Row, row_word, undecided_text
 from .rounds import RoundsReport
-from .render_text import degraded_line, row_change_text, verdict_line
+from .render_text import verdict_line
+from .report import Check
+from .judged import row_change_text
 
 __all__ = ["junit_xml", "requests_csv", "xml_safe"]
 
@@ -32,47 +34,24 @@ def row_interval_text(row: Row) -> str:
             f"word judges)")
 
 
-class JunitCase(NamedTuple):
-    """One JUnit test case of a rounds report."""
-    group: str  # rows, decisions, errors, rounds or gate: the case's class name
-    name: str
-    outcome: str  # passed, failure or skipped
-    message: str
-    details: str  # the failure's or skip's text; '' for the message again
-
-
-def degraded_cases(report: RoundsReport) -> List[JunitCase]:
-    """Return a case per pass where either side had degraded answers: a failure where the
-    new side had more, as for failed requests; its details name the signals and reasons."""
-    details = "\n".join(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals,
-                                      percentiles=False)
-                        for o in report.outcomes if o.degraded)
-    return [JunitCase(group="errors", name=f"{pass_title(each.pass_name)} degraded",
-                      outcome="failure" if any(w > b for _, b, w in each.counts) else "passed",
-                      message=f"degraded answers {report.base}/{report.new}: "
-                      + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
-                      details=details)
-            for each in report.degraded]
-
-
-def junit_cases(report: RoundsReport) -> List[JunitCase]:
-    """Return a JunitCase per test case: each gated row, the gated rows together, each round's
-    decisions, each pass's errors, each round left out, and the verdict, which carries every
-    reason of the gate."""
-    cases: List[JunitCase] = []
+def junit_cases(report: RoundsReport) -> List[Check]:
+    """Return a Check per test case: each gated row, the gated rows together, each section's
+    checks (each round's decisions, each pass's errors), each round left out, and the verdict,
+    which carries every reason of the gate."""
+    cases: List[Check] = []
     tolerance = f"tolerance {report.settings.tolerance_pct:g}%"
     for row in (r for r in report.rows if r.gated):
         text = f"{row_word(row)}: {row_interval_text(row)}; {tolerance}"
         by_verdict = {"worse": "failure", "inconclusive": "skipped"}
         if row.verdict == "inconclusive":
             text += f"; {undecided_text(row, report.settings)}"
-        cases.append(JunitCase(group="rows",
-                               name=f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
-                               outcome=by_verdict.get(row.verdict, "passed"), message=text,
-                               details=""))
+        cases.append(Check(group="rows",
+                           name=f"{pass_title(row.pass_name)} {metric_title(row.metric)}",
+                           outcome=by_verdict.get(row.verdict, "passed"), message=text,
+                           details=""))
     test = report.test
     if test is not None and test.composite is not None:
-        cases.append(JunitCase(
+        cases.append(Check(
             group="rows", name="gated rows together",
             outcome="failure" if test.composite_worse else "passed",
             message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
@@ -81,32 +60,16 @@ def junit_cases(report: RoundsReport) -> List[JunitCase]:
             f"{test.composite_p:.3g} of worse than the {tolerance} (not of any change; level "
             f"{100 * test.level:.3g}%)",
             details=""))
-    for item in report.agreement:
-        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ)
-        outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
-        cases.append(JunitCase(group="decisions", name=f"r{item.round} decisions",
-                               outcome=outcome,
-                               message=f"{item.agree}/{item.total} inputs agree in every pass"
-                               + ("" if item.used else " (round left out)"), details=listed))
-    for each in report.errors:
-        worse = any(w > b for _, b, w in each.counts)
-        cases.append(JunitCase(group="errors", name=f"{pass_title(each.pass_name)} errors",
-                               outcome="failure" if worse else "passed",
-                               message=f"failed requests {report.base}/{report.new}: "
-                               + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
-                               details=""))
-    cases += degraded_cases(report)
+    cases += [check for section in report.sections for check in section.checks]
     for left in report.left_out:
         failed = any(r.startswith(f"the {report.new} side failed in r{left.round} (")
                      for r in report.reasons)
-        cases.append(JunitCase(group="rounds", name=f"r{left.round} left out",
-                               outcome="failure" if failed else "skipped", message=left.why,
-                               details=""))
+        cases.append(Check(group="rounds", name=f"r{left.round} left out",
+                           outcome="failure" if failed else "skipped", message=left.why,
+                           details=""))
     outcome = {"pass": "passed", "fail": "failure"}.get(report.status, "skipped")
-    cases.append(JunitCase(group="gate", name="verdict", outcome=outcome,
-                           message=verdict_line(report), details="\n".join(report.reasons)))
+    cases.append(Check(group="gate", name="verdict", outcome=outcome,
+                       message=verdict_line(report), details="\n".join(report.reasons)))
     return cases
 
 

@@ -8,11 +8,8 @@ from .words import plural
 from .gate import missed_text
 from .compare import CompareReport
 from .rounds import RoundsReport
-from .render_text import (Block, breakdown_blocks, compare_caveat, compare_parts, decisions_note,
-                          environment_blocks, format_agreement, format_capacity_rounds,
-                          format_closing, format_order, format_outcomes, md_text,
-                          per_round_table, render_table, rounds_table_parts, slowdown_blocks,
-                          Table, undecided_line)
+from .render_text import compare_caveat, compare_parts, format_closing, rounds_table_parts
+from .report import Block, md_text, render_table, Section, Table
 
 __all__ = ["format_compare_markdown", "format_rounds_markdown"]
 
@@ -50,6 +47,17 @@ def markdown_blocks(blocks: Sequence[Block]) -> List[str]:
     return out
 
 
+def section_blocks(sections: Sequence[Section], *, per_round: bool = False) -> List[Block]:
+    """Return the sections' blocks in order, each under its title as a caption, for
+    markdown_blocks: in Markdown a section stands in its order, beside the table or not."""
+    blocks: List[Block] = []
+    for section in sections:
+        if section.blocks and (per_round or not section.on_request):
+            blocks += ([f"**{section.title}**"] if section.title else []) + list(section.blocks)
+        blocks += [notice.text for notice in section.notices]
+    return blocks
+
+
 def markdown_verdict(status: str, reasons: Sequence[str], what: str) -> List[str]:
     """Return a Markdown report's first lines: the verdict in bold, its reasons as a list."""
     lines = [f"**Verdict: {status.upper()}**: {md_text(what)}"]
@@ -69,18 +77,14 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
                if report.look else "")
             + (f"; {plural(unsure, 'inconclusive gated row')}"
                if unsure and report.status == "pass" else ""))
-    details: List[Block] = [*above, *below, *format_capacity_rounds(report)]
-    details += format_agreement(report) + format_outcomes(report)
-    details += [warning.text for warning in report.warnings]
-    details += slowdown_blocks(report, md_text)
-    details += breakdown_blocks(report)
-    if per_round and report.rows:
-        details += ["**Each round**", per_round_table(report)]
-    details += ["**Environment**"] + environment_blocks(report)
-    details += format_order(report) + format_closing(report) + undecided_line(report)
-    note = decisions_note(report)  # after the verdict: a job summary's first line is it
+    details: List[Block] = [*above, *below]
+    details += section_blocks(report.sections, per_round=per_round)
+    details += format_closing(report)
+    details += [line for section in report.sections for line in section.headline]
+    # the sections' leads after the verdict: a job summary's first line is it
+    leads = [line for section in report.sections for line in section.lead]
     return (markdown_verdict(report.status, report.reasons, what) + [""]
-            + ([f"**{md_text(note[0])}**", ""] if note else [])
+            + [part for line in leads for part in (f"**{md_text(line)}**", "")]
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
 

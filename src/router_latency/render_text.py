@@ -5,92 +5,37 @@ from __future__ import annotations
 
 import collections
 import json
-import math
-import re
-import statistics
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence
 
-from .constants import (__version__, LADDER_METRICS, LADDER_PASS, ROUTER_MAX_CONCURRENCY,
-                        ROUTER_TIMEOUT_S)
-from .words import (change_text, failure_text, fmt_hundredths, fmt_signed, fmt_value, metric_label,
-                    metric_title, pct_text, plural, shown_decision, visible, worse_sign)
+from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
+from .words import (change_text, failure_text, fmt_reading, fmt_signed, fmt_value, metric_label,
+                    metric_title, plural, shown_decision, span_text, worse_sign)
 from .stats import percentile
+from .report import md_code, render_table, Section, Table, text_lines
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
-from .degraded import degraded_text, unknown_answers
-from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunFile, RunSettings,
-                      slow_phase, SlowPhase, Thresholds)
+from .degraded import unknown_answers
+from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunSettings, slow_phase,
+                      SlowPhase, Thresholds)
 from .compare import CompareReport
-from .ladder import Capacity, cost_for, LadderStep, run_capacity, usd_per_million
-from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
-                   detects_text, GateSettings, missed_text, Row, row_judged_interval, row_word)
-from .noise import noise_lines, plan_sentence
-from .rounds import (ladder_figure, Overload, part_title, PassBreakdown, RoundOrder, RoundsReport,
-                     SideOutcomes, Slowdown)
+from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
+                   detects_text, GateSettings, missed_text, row_word)
+from .noise import noise_lines
+from .rounds import Overload, report_ladders, RoundsReport
+from .capacity import format_capacity_rounds
+from .outcomes import degraded_line
+from .judged import pass_cell, row_change_text
+from .attribution import decomposition_text, part_title, PassBreakdown
 from .record import RecordSection, side_ranges
 
 __all__ = [
-    "Block", "breakdown_blocks", "compare_caveat", "compare_parts", "decisions_note",
-    "decomposition_text", "degraded_line", "energy_beside_cost", "environment_blocks",
-    "environment_tables",
-    "format_agreement",
-    "format_capacity", "format_capacity_rounds", "format_closing", "format_compare",
-    "format_compare_capacity", "format_host", "format_order", "format_outcomes", "format_plan",
-    "format_record", "format_rounds", "format_run_header", "format_run_summary",
-    "md_text", "order_json", "outcomes_json", "overload_note", "per_round_table",
-    "render_table", "row_change_text", "rounds_table_parts", "slowdown_blocks",
-    "slowdown_tables", "Table", "undecided_line", "verdict_line",
+    "compare_caveat", "compare_parts", "format_closing", "format_compare", "format_host",
+    "format_plan", "format_record", "format_rounds", "format_run_header", "format_run_summary",
+    "overload_note", "rounds_table_parts", "verdict_line",
 ]
 
 
 # Every renderer takes a report object (or a run's passes) and returns lines; the command
 # handlers print them.
-
-
-def pass_cell(row: Row, rows: Sequence[Row]) -> str:
-    """Return the pass column of a row: its pass's title on the pass's first row."""
-    first = row.metric == "p50_ms" or (row.pass_name == LADDER_PASS and next(
-        r for r in rows if r.pass_name == LADDER_PASS) is row)
-    return pass_title(row.pass_name) if first else ""
-
-
-class Table(NamedTuple):
-    """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
-    caption: str  # Markdown's bold line above it; text leaves a blank line
-    header: List[str]
-    rows: List[List[str]]
-    right: List[bool]  # right-aligned columns
-
-
-# a report's body as data: lines of text, and tables; text_lines() renders it as text, the
-# Markdown renderer (markdown_blocks) as list items and tables
-Block = Union[str, Table]
-
-
-def text_lines(blocks: Sequence[Block]) -> List[str]:
-    """Return blocks as text: each line as it is, each table aligned."""
-    lines: List[str] = []
-    for block in blocks:
-        lines += [block] if isinstance(block, str) else render_table(
-            block.header, block.rows, right=block.right)
-    return lines
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
-                 markdown: bool = False, right: Sequence[bool] = ()) -> List[str]:
-    """Return the lines of an aligned text table, or a Markdown table."""
-    right = list(right) + [True] * (len(header) - len(right))
-    rows = [[visible(str(c)) for c in row] for row in rows]  # every cell one line
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |",
-                 "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
-        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if r else c.ljust(w)
-                         for c, w, r in zip(cells, widths, right)).rstrip()
-
-    return [line(header)] + [line(row) for row in rows]
 
 
 def format_run_header(label: str, prompts: int, sha256: str, url: str,
@@ -159,122 +104,6 @@ def format_run_summary(passes: Sequence[PassRecord],
     return lines + format_gpu_state(passes) + format_sampled(passes)
 
 
-def plateau_sentence(capacity: Capacity) -> str:
-    """Return where throughput stops growing, in a sentence, or that it did not."""
-    who = "requests" if capacity.open_loop else "callers"
-    counted = [s for s in capacity.steps if not s.shed]
-    shed = [s for s in capacity.steps if s.shed]
-    limit = f"; the router shed from {shed[0].title} (its admission limit)" if shed else ""
-    if capacity.plateau is None or capacity.plateau_req_per_s is None:  # both, or neither
-        if not counted:
-            return "no step was measured without shedding: no plateau" + limit
-        return (f"throughput still grew at the last step counted ({counted[-1].title}, "
-                f"{fmt_hundredths(counted[-1].req_per_s)} req/s): no plateau within the ladder"
-                + limit)
-    more = "the rate" if capacity.open_loop else "callers"
-    return (f"throughput stops growing from {capacity.plateau.title} at "
-            f"{fmt_hundredths(capacity.plateau_req_per_s)} req/s; beyond, {who} queue (p50 grows "
-            f"with {more})")
-
-
-def knee_sentence(capacity: Capacity) -> str:
-    """Return the knee in a sentence: where latency starts to grow faster than throughput."""
-    if capacity.knee is None:
-        return "no knee: p50 never grew faster than throughput from one step to the next"
-    low, high = capacity.knee
-    return (f"the knee is at {low.title}: beyond, latency grows faster than throughput (to "
-            f"{high.title}: p50 x{high.p50_ms / low.p50_ms:.2f}, {fmt_value(low.p50_ms)} -> "
-            f"{fmt_value(high.p50_ms)} ms, for req/s x{high.req_per_s / low.req_per_s:.2f})")
-
-
-def capacity_sentence(capacity: Capacity) -> str:
-    """Return capacity within the SLO in a sentence, saying how it was found."""
-    if capacity.slo_p95_ms is None:
-        return "capacity within an SLO: none given (--slo-p95-ms)"
-    what = "open loop, latency from the schedule" if capacity.open_loop else "closed loop"
-    if capacity.capacity_req_per_s is None:
-        return f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: none ({capacity.capacity_how})"
-    return (f"capacity within p95 <= {capacity.slo_p95_ms:g} ms: "
-            f"{fmt_hundredths(capacity.capacity_req_per_s)} req/s ({what}), "
-            f"{capacity.capacity_how}")
-
-
-def cost_sentence(capacity: Capacity, cost: tuple) -> Optional[str]:
-    """Return USD per million routed requests at capacity with its arithmetic, or None
-    without a cost."""
-    if not cost:
-        return None
-    usd, unit = cost
-    served = capacity.served_req_per_s
-    at = "capacity within the SLO" if capacity.slo_p95_ms is not None else "the plateau"
-    if served is None:
-        return f"cost per million requests: no {at} to count it at"
-    return (f"cost at {at}: USD {usd:g} per {unit}-hour / ({fmt_hundredths(served)} req/s x 3600) "
-            f"x 10^6 = USD {usd_per_million(usd, served):.4g} per million routed requests")
-
-
-def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[str]:
-    """Return, with a cost per hour, the router's GPUs' energy per routed request at the step
-    nearest the throughput the cost is counted at, and a million requests' kWh; [] without
-    a cost or a sampled energy."""
-    served = capacity.served_req_per_s
-    if not cost or served is None:
-        return []
-    steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
-             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
-    known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
-    if not known:
-        return []
-    _, title, joules = known[0]
-    return [f"energy beside the cost: the router's GPUs {joules:.4g} J per routed request at "
-            f"{title} (the step nearest {fmt_hundredths(served)} req/s) = "
-            f"{joules / 3.6:.4g} kWh per million routed requests"]
-
-
-def format_capacity(capacity: Capacity, cost: tuple = ()) -> List[str]:
-    """Return a ladder's steps as a table and what they give, in sentences."""
-    knee = capacity.knee[0] if capacity.knee else None
-    rows = [[s.title, fmt_hundredths(s.req_per_s), fmt_hundredths(s.p50_ms),
-             fmt_hundredths(s.p95_ms),
-             str(s.shed), " ".join(word for word, hit in (
-                 ("plateau", s is capacity.plateau), ("knee", s is knee),
-                 ("shed: not counted", s.shed > 0)) if hit)]
-            for s in capacity.steps]
-    lines = [f"ladder: {plural(len(capacity.steps), 'step')}, margin "
-             f"{capacity.margin_pct:g}%; stopped: {capacity.stop}"]
-    lines += render_table(["step", "req/s", "p50 ms", "p95 ms", "shed", ""], rows,
-                          right=[False, True, True, True, True, False])
-    lines += [plateau_sentence(capacity), knee_sentence(capacity), capacity_sentence(capacity)]
-    lines += [line for line in (cost_sentence(capacity, cost),) if line]
-    if capacity.longest_gap_s is not None:
-        lines.append(f"steps back to back: at most {capacity.longest_gap_s:g} s between two")
-    return lines
-
-
-def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float],
-                            costs: Sequence[tuple]) -> List[str]:
-    """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
-    of their cost per million requests (B over A); nothing unless both are ladders."""
-    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
-    if len(found) < len(runs):
-        return []
-    lines = []
-    for run, capacity in zip(runs, found):
-        lines += ["", f"{run.label}: " + format_capacity(capacity, cost_for(costs, run.label))[0]]
-        lines += format_capacity(capacity, cost_for(costs, run.label))[1:]
-    (a, b), labels = found, [run.label for run in runs]
-    served = [v for v in (a.served_req_per_s, b.served_req_per_s) if v is not None]
-    what = "capacity within the SLO" if a.slo_p95_ms is not None else "plateau req/s"
-    if len(served) == 2:
-        lines += ["", f"{what}, {labels[1]}/{labels[0]}: {served[1] / served[0]:.3g}"]
-        prices = [price for price in (cost_for(costs, label) for label in labels) if price]
-        if len(prices) == len(labels):
-            usd = [usd_per_million(p[0], v) for p, v in zip(prices, served)]
-            lines.append(f"cost per million requests, {labels[1]}/{labels[0]}: "
-                         f"{usd[1] / usd[0]:.3g} (USD {usd[1]:.4g} against {usd[0]:.4g})")
-    return lines
-
-
 def malformed_lines(item: PassRecord) -> List[str]:
     """Return the line saying what the malformed answers of a pass had wrong, or none."""
     reasons = collections.Counter(r.reason for r in item.requests if r.reason)
@@ -291,19 +120,6 @@ def slow_phase_line(title: str, windows: Sequence[PhaseWindow], phase: SlowPhase
     return (f"slow phase in {title}: {'window' if len(phase.windows) == 1 else 'windows'} "
             f"{', '.join(str(i + 1) for i in phase.windows)} of {len(windows)} (from "
             f"{windows[phase.windows[0]].start_s:.1f} s): {phase.evidence(windows)}")
-
-
-def fmt_reading(value: Optional[float]) -> str:
-    """Return a GPU tool's figure as it read: whole numbers whole, else one decimal."""
-    return "n/a" if value is None else f"{value:,.1f}".rstrip("0").rstrip(".")
-
-
-def span_text(low: Optional[float], high: Optional[float],
-              fmt: Callable[[Optional[float]], str] = fmt_value) -> str:
-    """Return 'low-high' as figures, one figure when they read the same, n/a for none."""
-    if low is None:
-        return "n/a"
-    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"
 
 
 def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
@@ -378,15 +194,6 @@ def format_host(settings: Optional[HostSettings]) -> List[str]:
     return [f"host: {settings.cpu_model or 'CPU n/a'}; kernel {settings.kernel}; "
             f"Python {settings.python}; router-latency {settings.tool_version}"] \
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
-
-
-def degraded_line(where: str, count: int, signals: Dict[str, Dict[str, int]],
-                  percentiles: bool = True) -> str:
-    """Return the line of degraded answers: how many, by signal and reason, and that the
-    percentiles leave them out."""
-    return (f"degraded {where}: {plural(count, 'answer')} skipped a signal or a decision "
-            f"({degraded_text(signals)})"
-            + ("; left out of the percentiles" if percentiles else ""))
 
 
 def expectation_lines(item: PassRecord) -> List[str]:
@@ -552,37 +359,28 @@ def compare_caveat(report: CompareReport) -> str:
                if report.changes and not report.reasons else ""))
 
 
-def decisions_note(report: RoundsReport) -> List[str]:
-    """Return the report's first line under --decisions report: decisions are reported in
-    full, and only the latency rows decide the exit code."""
-    if report.settings.decisions != "report":
-        return []
-    used = [a for a in report.agreement if a.used]
-    differ = [a for a in used if a.agree < a.total]
-    inputs = max((a.total - a.agree for a in differ), default=0)
-    return [f"decisions reported, not gated (--decisions report): they differ in "
-            f"{len(differ)} of {plural(len(used), 'used round')}"
-            + (f" (up to {plural(inputs, 'input')} a round)" if differ else "")
-            + "; the latency rows decide the exit code"]
-
-
 def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]:
     """Return the lines of the rounds report as text: the verdict and what would decide it
     first (so that the head of a log shows them), and again last (so that its tail does)."""
-    opening = [verdict_line(report)] + undecided_line(report)
-    lines = opening + [""] + decisions_note(report) + format_rounds_table(report)
-    if per_round and report.rows:
-        lines += [""] + text_lines([per_round_table(report)])
-    capacity = format_capacity_rounds(report)
-    lines += [""] + capacity if capacity else []
-    lines += [""] + format_agreement(report) + format_outcomes(report)
-    lines += [warning.text for warning in report.warnings]
-    slowdowns = text_lines(slowdown_blocks(report))
-    lines += [""] + slowdowns if slowdowns else []
-    breakdowns = text_lines(breakdown_blocks(report))
-    lines += [""] + breakdowns if breakdowns else []
-    lines += [""] + text_lines(environment_blocks(report)) + [""]
-    lines += format_order(report) + format_closing(report) + opening[1:] + opening[:1]
+    headlines = [line for section in report.sections for line in section.headline]
+    opening = [verdict_line(report)] + headlines
+    leads = [line for section in report.sections for line in section.lead]
+    lines = opening + [""] + leads + format_rounds_table(report)
+    lines += [line for section in report.sections if section.beside_table and per_round
+              for line in [""] + text_lines(section.blocks) if section.blocks]
+    lines += section_lines(report.sections, per_round=per_round)
+    lines += format_closing(report) + opening[1:] + opening[:1]
+    return lines
+
+
+def section_lines(sections: Sequence[Section], *, per_round: bool = False) -> List[str]:
+    """Return the sections as text, in order: each a blank line below what stands above it
+    (unless it runs on), those beside the table left out (format_rounds puts them there)."""
+    lines: List[str] = []
+    for section in sections:
+        if section.blocks and not section.beside_table and (per_round or not section.on_request):
+            lines += ([""] if section.apart else []) + text_lines(section.blocks)
+        lines += [notice.text for notice in section.notices]
     return lines
 
 
@@ -659,76 +457,6 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
         [False, False, True, True, True, True, True, True, False]), below)
 
 
-def breakdown_blocks(report: RoundsReport) -> List[Block]:
-    """Return where each pass's time went: the sentence, the table of the parts' rows
-    (advisory unless gated), and the decomposition beside the client's latency."""
-    if not report.breakdowns:
-        return []
-    base, new = report.base, report.new
-    lines: List[Block] = [
-        f"where the time goes: each signal's time as the answers report it, the router's "
-        f"histograms (per observation; p50 and p95 interpolated within buckets), and the "
-        f"latency outside the signals; rows as above, advisory unless --gate names them "
-        f"(signal:NAME:STAT, router:PART:STAT); the sentence gives each signal's p95 and "
-        f"the mean outside the signals; each side's last line subtracts medians over "
-        f"rounds (client mean less the signals'), where the outside row is the median of "
-        f"each round's own difference, so the two may differ a little"]
-    for breakdown in report.breakdowns:
-        lines += ["", breakdown.sentence or pass_title(breakdown.pass_name)]
-        table = [[part_title(row.metric) + ("*" if row.gated else ""),
-                  fmt_value(row.base_median), fmt_value(row.new_median),
-                  f"{fmt_signed(row.diff.mean)} [{fmt_value(row.diff.low)}, "
-                  f"{fmt_value(row.diff.high)}]", row_change_text(row), row_word(row)]
-                 for row in breakdown.rows]
-        lines.append(Table("", ["part", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
-                                "change [95% CI]", "verdict"], table,
-                           [False, True, True, True, True, False]))
-        lines += [decomposition_text(side, dict(parts), client)
-                  for side, parts, client in ((base, breakdown.base, breakdown.client[0]),
-                                              (new, breakdown.new, breakdown.client[1]))]
-    return lines
-
-
-def decomposition_text(side: str, medians: dict, client_ms: Optional[float]) -> str:
-    """Return one side's decomposition of a pass's mean latency, medians over rounds: the
-    signals' mean times summed beside the client's mean, and what is left unexplained (or by
-    how much the signals overlap); the router's histograms, which may overlap the signals,
-    beside them."""
-    signals = {m.split(":")[1]: v for m, v in medians.items()
-               if m.startswith("signal:") and m.endswith(":mean")}
-    router = {m.split(":")[1]: v for m, v in medians.items()
-              if m.startswith("router:") and m.endswith(":mean")}
-    text = f"{side}: client mean {fmt_value(client_ms)} ms"
-    if signals and client_ms is not None:
-        total = math.fsum(signals.values())
-        listed = ", ".join(f"{name} {fmt_value(v)}" for name, v in signals.items())
-        left = client_ms - total
-        text += (f"; signals summed {fmt_value(total)} ms ({listed}); "
-                 + (f"unexplained {fmt_value(left)} ms (wire, HTTP, admission, the router's "
-                    f"other work)" if left >= 0 else
-                    f"the signals' sum exceeds it by {fmt_value(-left)} ms: they overlap "
-                    f"(evaluated in parallel), so no sum is forced"))
-    if router:
-        text += ("; router histograms, mean per observation (may overlap the signals): "
-                 + ", ".join(f"{name} {fmt_value(v)} ms" for name, v in router.items()))
-    if not signals and medians.get("outside:mean") is not None:
-        text += (f"; outside the router's signal and decision time, per pass from its "
-                 f"histograms: {fmt_value(medians['outside:mean'])} ms")
-    return text
-
-
-def row_change_text(row: Row) -> str:
-    """Return a row's change with its interval as every output writes it: -40.6% [-60.9%,
-    -9.7%], + worse (for a cost per million requests, the change of the cost): the interval
-    its word judges (at a --sequential look, a gated row's is the look's)."""
-    judged = row_judged_interval(row)
-    if judged is None:
-        return change_text(row.speedup, row.speedup_low, row.speedup_high)
-    if not all(math.isfinite(v) and v > 0 for v in judged):
-        return f"{change_text(row.speedup)} [no bound at this look]"
-    return change_text(*judged)
-
-
 def gate_text(settings: GateSettings) -> str:
     """Return which rows the gate judges, in words."""
     every = [metric_title(g) for g in settings.gate if ":" not in g and g not in LADDER_METRICS]
@@ -736,147 +464,6 @@ def gate_text(settings: GateSettings) -> str:
              for g in settings.gate if ":" in g]
     named += [f"the ladder's {metric_title(g)}" for g in settings.gate if g in LADDER_METRICS]
     return ", ".join(([f"{', '.join(every)} of every pass"] if every else []) + named)
-
-
-def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
-    """Return the step most rounds name, with how many: 4 callers (3 of 3 rounds)."""
-    titles = collections.Counter(s.title if s else "none" for s in steps)
-    title, count = titles.most_common(1)[0]
-    return f"{title} ({count} of {plural(len(steps), 'round')})"
-
-
-def median_span(values: Sequence[Optional[float]], unit: str) -> str:
-    """Return the median of figures over rounds with their range: 387 req/s (380-391 over
-    3 rounds)."""
-    known = [v for v in values if v is not None]
-    if not known:
-        return "n/a"
-    return (f"{fmt_value(statistics.median(known))} {unit} "
-            f"({span_text(min(known), max(known))} over {plural(len(known), 'round')})")
-
-
-def side_capacity_sentences(report: RoundsReport, side: str) -> List[str]:
-    """Return what a side's ladders derive over the used rounds, in sentences: the plateau,
-    the knee, capacity within the SLO and cost per million requests."""
-    found = [c for _, s, c in report.capacity if s == side]
-    if not found:
-        return []
-    who = "requests" if found[0].open_loop else "callers"
-    slo = found[0].slo_p95_ms
-    sentences = [
-        f"{side}: throughput stops growing from {most_common_title([c.plateau for c in found])}"
-        f" at {median_span([c.plateau_req_per_s for c in found], 'req/s')}; beyond, {who} queue "
-        f"(p50 grows with {'the rate' if found[0].open_loop else 'callers'})",
-        f"{side}: the knee (beyond it p50 grows faster than throughput) at "
-        f"{most_common_title([c.knee[0] if c.knee else None for c in found])}"]
-    if slo is not None and all(c.capacity_req_per_s is None for c in found):
-        sentences.append(f"{side}: capacity within p95 <= {slo:g} ms: none in any round "
-                         f"({found[0].capacity_how} in r{report.used[0]})")
-    elif slo is not None:
-        interpolated = sum(c.capacity_how.startswith("interpolated") for c in found)
-        sentences.append(
-            f"{side}: capacity within p95 <= {slo:g} ms: "
-            f"{median_span([c.capacity_req_per_s for c in found], 'req/s')}"
-            + (f", interpolated between steps in {interpolated} of {len(found)}"
-               if interpolated else ", each a measured step") + (
-                   " (open loop)" if found[0].open_loop else ""))
-    cost = cost_for(report.settings.cost_per_hour, side)
-    if cost:
-        at = "capacity" if slo is not None else "the plateau"
-        sentences.append(
-            f"{side}: USD {cost[0]:g} per {cost[1]}-hour / (req/s at {at} x 3600) x 10^6 = USD "
-            + median_span([ladder_figure(c, 'usd_per_million', cost) for c in found],
-                          "per million routed requests"))
-    return sentences
-
-
-def format_capacity_rounds(report: RoundsReport) -> List[str]:
-    """Return both sides' ladder sentences and the ratio of their costs, or nothing for runs
-    of fixed passes."""
-    lines = [line for side in (report.base, report.new)
-             for line in side_capacity_sentences(report, side)]
-    cost = next((r for r in report.rows if r.metric == "usd_per_million"), None)
-    if cost is not None:
-        lines.append(f"cost per million requests, {report.new}/{report.base}: "
-                     f"{math.exp(cost.log_ratio.mean):.3g} [{math.exp(cost.log_ratio.low):.3g}, "
-                     f"{math.exp(cost.log_ratio.high):.3g}] ({row_change_text(cost)})")
-    stops = sorted({c.stop.split(":")[0] for _, _, c in report.capacity})
-    return ([f"ladders stopped: {'; '.join(stops)}"] + lines + missing_ladder_rows(report)) \
-        if lines else []
-
-
-def missing_ladder_rows(report: RoundsReport) -> List[str]:
-    """Return why a ladder row is not in the table: which rounds and sides lack its figure."""
-    shown = {r.metric for r in report.rows if r.pass_name == LADDER_PASS}
-    notes = []
-    for metric in (m for m in LADDER_METRICS if m not in shown):
-        costs = {side: cost_for(report.settings.cost_per_hour, side)
-                 for side in (report.base, report.new)}
-        lacking = [f"r{n} {side}" for n, side, c in report.capacity
-                   if ladder_figure(c, metric, costs[side]) is None]
-        why = ("no --cost-per-hour SIDE=USD for " + " and ".join(s for s, c in costs.items()
-                                                                 if not c)
-               if metric == "usd_per_million" and not all(costs.values())
-               else f"none in {', '.join(lacking[:6])}{', ...' if len(lacking) > 6 else ''}")
-        notes.append(f"no {metric_title(metric)} row: {why}")
-    return notes
-
-
-def per_round_table(report: RoundsReport) -> Table:
-    """Return the table of each round's base / new values of every row."""
-    header = ["pass", "metric"] + [f"r{n} {report.base} / {report.new}" for n in report.used]
-    per = [[pass_cell(r, report.rows), metric_label(r.metric)]
-           + [f"{fmt_value(b)} / {fmt_value(n)}" for b, n in zip(r.base_values, r.new_values)]
-           for r in report.rows]
-    return Table("", header, per, [False, False] + [True] * len(report.used))
-
-
-def format_agreement(report: RoundsReport) -> List[str]:
-    """Return the decision agreement of each round and each pass's failed requests."""
-    lines = []
-    for item in report.agreement:
-        note = "" if item.used else " (round left out)"
-        listed = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ[:10])
-        more = ", ..." if len(item.differ) > 10 else ""
-        lines.append(f"decisions r{item.round}: {item.agree}/{item.total} agree in every "
-                     f"pass{note}" + (f"; differ: {listed}{more}" if item.differ else ""))
-    for each in report.errors:
-        lines.append(f"errors {pass_title(each.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
-    for each in report.degraded:
-        lines.append(f"degraded {pass_title(each.pass_name)} ({report.base}/{report.new}): "
-                     + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts))
-    return lines
-
-
-def format_outcomes(report: RoundsReport) -> List[str]:
-    """Return the failures of each used round and side by the router's code, the expected
-    rejections, the surprises, and why the router shed requests when it did."""
-    lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
-             for o in report.outcomes if o.errors]
-    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
-              for o in report.outcomes if o.degraded]
-    lines += [f"sampled selections r{o.round} {o.side}: {plural(o.sampled, 'input')} got a "
-              f"model the router sampled or chose by its state ({', '.join(o.sampled_models[:8])}"
-              f"{', ...' if len(o.sampled_models) > 8 else ''}): apart from decision agreement"
-              for o in report.outcomes if o.sampled]
-    if any(o.rejected for o in report.outcomes):
-        counts = {(o.round, o.side): o.rejected for o in report.outcomes}
-        lines.append(f"expected rejections ({report.base}/{report.new}): " + ", ".join(
-            f"r{n} {counts[n, report.base]}/{counts[n, report.new]}" for n in report.used))
-    lines += [f"surprise r{o.round} {o.side}: "
-              f"{plural(len(o.unexpected_routing), 'prompt')} expected a rejection and got "
-              f"routed ({', '.join(f'#{i}' for i in o.unexpected_routing[:10])})"
-              for o in report.outcomes if o.unexpected_routing]
-    if any("OVERLOADED" in codes for o in report.outcomes
-           for codes in o.error_codes.values()):
-        lines.append(f"429 OVERLOADED: the router sheds previews beyond global.services.api."
-                     f"routing_preview.max_concurrency (default {ROUTER_MAX_CONCURRENCY}) at "
-                     f"once, and a preview holds its slot until its inference ends, even after "
-                     f"a timeout: lower the concurrency or raise the setting")
-    return lines
 
 
 def format_config_hashes(report: RoundsReport) -> List[str]:
@@ -887,112 +474,6 @@ def format_config_hashes(report: RoundsReport) -> List[str]:
                       for side, hashes in report.config_hashes.items())
     return [f"configuration (x-vsr-config-hash): {shown}"] + [
         warning.text for warning in report.config_warnings]
-
-
-def environment_blocks(report: RoundsReport) -> List[Block]:
-    """Return the per-round environment tables, a blank line apart, and which columns no run
-    recorded."""
-    tables, empty = environment_tables(report)
-    blocks: List[Block] = []
-    for table in tables:
-        blocks += ([""] if blocks else []) + [table]
-    if empty:
-        blocks += ["", f"not recorded in any run: {', '.join(empty)}"]
-    return blocks
-
-
-class EnvironmentTables(NamedTuple):
-    """A rounds report's environment as Tables, and the columns no run recorded."""
-    tables: List[Table]  # per round; then router CPU and GPU state where any run recorded them
-    not_recorded: List[str]  # the names of the columns left out: all n/a in every run
-
-
-def environment_tables(report: RoundsReport) -> EnvironmentTables:
-    """Return (the environment Tables, the names of the columns left out): the per-round
-    table, and that of router CPU and GPU state where the runs recorded any; a column no run
-    recorded (all n/a: GPU fields on a node without a GPU) is left out."""
-    span = span_text
-    table = []
-    for row in report.environment:
-        cpu = "n/a" if row.driver_cpu_s is None else (
-            f"{row.driver_cpu_s:.2f} s" + (f" ({row.driver_cpu_pct:.0f}%)"
-                                          if row.driver_cpu_pct is not None else ""))
-        table.append([f"r{row.round}", row.side, span(row.load_min, row.load_max),
-                      row.router_cpus or "n/a", span(row.gpu_mib_min, row.gpu_mib_max),
-                      "n/a" if row.faults is None else f"{row.faults:g}",
-                      str(row.discarded_attempts), cpu, ", ".join(row.flags) or "-"])
-    tables = [Table("", ["round", "side", "load", "router cpus", "gpu MiB", "restarts/faults",
-                         "discarded", "driver cpu", "flags"], table,
-                    [False, False, True, False, True, True, True, True, False])]
-    tables += router_and_gpu_tables(report)
-    kept: List[Table] = []
-    empty: List[str] = []
-    for item in tables:
-        item, dropped = without_empty_columns(item)
-        kept.append(item)
-        empty += [name for name in dropped if name not in empty]
-    return EnvironmentTables(tables=kept, not_recorded=empty)
-
-
-def without_empty_columns(table: Table) -> Tuple[Table, List[str]]:
-    """Return (the table without its columns of only n/a, the names of those columns); the
-    first two columns (round, side) always stay."""
-    keep = [i for i in range(len(table.header))
-            if i < 2 or any(row[i] != "n/a" for row in table.rows) or not table.rows]
-    dropped = [name for i, name in enumerate(table.header) if i not in keep]
-    return (Table(table.caption, [table.header[i] for i in keep],
-                  [[row[i] for i in keep] for row in table.rows],
-                  [table.right[i] for i in keep]), dropped)
-
-
-def router_and_gpu_tables(report: RoundsReport) -> List[Table]:
-    """Return the per-round Table of router CPU per request, foreign vCPUs, GPU state ranges
-    and slow passes; none when no run recorded any."""
-    rows = report.environment
-    if not any(r.router_cpu_ms_min is not None or r.gpu_ranges
-               or r.foreign_vcpus_max is not None or r.slow_passes for r in rows):
-        return []
-    table = [[f"r{r.round}", r.side, span_text(r.router_cpu_ms_min, r.router_cpu_ms_max),
-              fmt_value(r.foreign_vcpus_max)]
-             + [span_text(*r.gpu_range(f.key), fmt_reading) for f in GPU_RANGED]
-             + [", ".join(pass_title(n) for n in r.slow_passes) or "-"]
-             for r in rows]
-    return [Table("", ["round", "side", "router cpu ms/req", "foreign vCPUs (max)",
-                       *(f.column for f in GPU_RANGED), "slow phases"], table,
-                  [False, False] + [True] * (2 + len(GPU_RANGED)) + [False])]
-
-
-def format_order(report: RoundsReport) -> List[str]:
-    """Return the lines on start order balance, its effect, and outlier rounds."""
-    order, base, new = report.order, report.base, report.new
-
-    def names(group: list) -> str:
-        return ", ".join(f"r{n}" for n in group) or "none"
-
-    lines = [f"order: {base} first in {names(order.base_first)}; {new} first in "
-             f"{names(order.new_first)}" + (f"; unknown in {names(order.unknown)}"
-                                            if order.unknown else "")
-             + ("; balanced" if order.balanced else "")]
-    if not order.balanced:
-        lines.append("warning: start order unbalanced: rounds should alternate which side "
-                     "starts first")
-    effects = [f"{pass_title(e.pass_name)} {fmt_value(e.base_first)} / "
-               f"{fmt_value(e.new_first)}" for e in order.p50_difference_by_order]
-    if order.base_first and order.new_first and effects:
-        lines.append(f"mean p50 {new} - {base} when {base} / {new} started first: "
-                     + "; ".join(effects))
-    effect = report.order_effect
-    if effect is not None:
-        lines.append(f"order effect (crossover, gated rows): running second costs "
-                     f"{100 * math.expm1(effect.estimate):+.1f}% "
-                     f"[{100 * math.expm1(effect.low):+.1f}%, "
-                     f"{100 * math.expm1(effect.high):+.1f}%]")
-    if report.outliers:
-        lines.append("outlier rounds (median/MAD of the gated rows' mean; described only, the "
-                     "verdict stands on every round): " + ", ".join(
-                         f"r{n} {change:+.1f}% against the median {centre:+.1f}%"
-                         for n, change, centre in report.outlier_changes))
-    return lines
 
 
 def verdict_line(report: RoundsReport) -> str:
@@ -1011,43 +492,6 @@ def verdict_line(report: RoundsReport) -> str:
     unsure = len(outcome.undecided)
     return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
                                            if unsure else "")
-
-
-def undecided_line(report: RoundsReport) -> List[str]:
-    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
-    if report.status != "inconclusive" or not report.rows:
-        return []
-    plan = plan_sentence(report.noise)
-    # the two answer different questions: the change seen decided, against the plan's own
-    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
-    # time needs; it is often far more)
-    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
-            f"{report.settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
-        if plan else ""
-    if report.more_rounds is None:
-        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
-                f"{plan}"] if report.outcome.undecided else []
-    return [f"undecided: {plural(report.more_rounds, 'more round')} would decide it "
-            f"(at the spread seen){plan}"]
-
-
-def outcomes_json(outcomes: SideOutcomes) -> dict:
-    """Return a side's outcomes in a round as the rounds JSON holds them: rejected and
-    error_codes only where there are any."""
-    optional = ("rejected", "error_codes", "degraded", "degraded_signals", "sampled",
-                "sampled_models")
-    document = {key: value for key, value in outcomes._asdict().items()
-                if key not in ("unexpected_routing", *optional)}
-    document.update({key: getattr(outcomes, key) for key in optional
-                     if getattr(outcomes, key)})
-    return {**document, "unexpected_routing": list(outcomes.unexpected_routing)}
-
-
-def order_json(order: RoundOrder) -> dict:
-    """Return the start order as the rounds JSON holds it."""
-    return {**order._asdict(), "p50_difference_by_order": [
-        {"pass": e.pass_name, "base_first": e.base_first, "new_first": e.new_first}
-        for e in order.p50_difference_by_order]}
 
 
 def format_plan(report: RoundsReport) -> List[str]:
@@ -1118,7 +562,7 @@ def record_sentences(section: RecordSection) -> List[str]:
     return (range_sentences(report, ranges) + [agreement_sentence(report),
                                                failed_sentence(report), faults_sentence(report)]
             + surroundings_sentences(report, ranges) + [cache_sentence(section)]
-            + format_capacity_rounds(report) + [
+            + format_capacity_rounds(report_ladders(report)) + [
                 most_changed_sentence(b) for b in report.breakdowns
                 if any(r.metric.endswith(":mean") for r in b.rows)])
 
@@ -1225,121 +669,3 @@ def most_changed_sentence(breakdown: PassBreakdown) -> str:
     return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
             f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
             f"{fmt_value(row.diff.high)}]")
-
-
-def shown_text(text: str, width: int) -> str:
-    """Return the start of a prompt quoted on one line, lone surrogates written as escapes."""
-    quoted = json.dumps(text[:width] + ("..." if len(text) > width else ""), ensure_ascii=False)
-    # JSON escapes C0 only: DEL, C1, U+2028 and the bidirectional marks are escaped here
-    return visible(quoted.encode("utf-8", "backslashreplace").decode("utf-8"))
-
-
-def ratio_text(item: Slowdown) -> str:
-    """Return an input's change in latency as every report writes a change: +7.4% [...]."""
-    if item.low is None or item.high is None:
-        return pct_text(item.ratio - 1)
-    return f"{pct_text(item.ratio - 1)} [{pct_text(item.low - 1)}, {pct_text(item.high - 1)}]"
-
-
-class SlowdownTables(NamedTuple):
-    """Which inputs got slower, as a rounds report shows it."""
-    intro: str  # what the figures are
-    inputs: Table  # the inputs called slower, then the largest noise: at most `limit`
-    more: str  # those called slower beyond them; '' when none
-    groups: Table  # per decision and prompt-length bucket
-
-
-def slowdown_tables(report: RoundsReport, cell: Callable[[str], str],
-                    limit: int) -> Optional[SlowdownTables]:
-    """Return (what the figures are, the inputs with the largest slowdown, those called slower
-    beyond them, the table per decision and prompt-length bucket), cells passed through
-    cell; None without per-input figures."""
-    found = report.slowdowns
-    if found is None or not found.inputs:
-        return None
-    slower = [s for s in found.inputs if s.call == "slower"]
-    # those called slower first, then the largest noise, then the rest: the table's first rows
-    # are the ones its header counts
-    shown = sorted(found.inputs, key=lambda s: {"slower": 0, "noise": 1}.get(s.call, 2))[:limit]
-    intro = (f"slower inputs: {len(slower)} of {len(found.inputs)} ({pass_title(found.pass_name)} "
-             f"pass; change in latency of each input, {report.new} against {report.base}: "
-             f"median over "
-             f"{plural(len(found.rounds), 'round')}, 95% t interval of the geometric mean; "
-             f"called slower when its own rounds carry it beyond the {found.tolerance_pct:g}% "
-             f"tolerance, false discovery rate {100 * found.fdr:g}% over the inputs and again "
-             f"over the groups (one input may be noise among many and its group of one slower); "
-             f"a call is a one-sided test, so it may stand where the interval reaches inside "
-             f"the tolerance; noise: beyond the tolerance but not carried)")
-    texts = any(s.text is not None for s in found.inputs)
-    ratio = "change [95% CI]"
-    caption = "Called slower, then the largest noise" if slower else "Largest slowdowns"
-    inputs = Table(caption, ["input", ratio, "slower in", "call", "decision"]
-                   + (["chars", "text"] if texts else []),
-                   [[f"#{s.key}", ratio_text(s), f"{s.slower_rounds}/{s.rounds}", s.call or "-",
-                     cell(shown_decision(s.decision))]
-                    + ([str(s.length) if s.length is not None else "n/a",
-                        cell(shown_text(s.text, 40)) if s.text is not None else ""]
-                       if texts else []) for s in shown],
-                   [False, True, True, False, False, True, False][:7 if texts else 5])
-    beyond = [f"#{s.key}" for s in slower if s not in shown]
-    more = f"{len(beyond)} more called slower: {', '.join(beyond[:20])}" \
-        f"{', ...' if len(beyond) > 20 else ''} (--format json lists every input)" \
-        if beyond else ""
-    groups = Table("By decision and prompt length",
-                   ["group", "inputs", ratio, "slower in", "call"],
-                   [[cell(f"{kind} {s.key}"), str(s.inputs), ratio_text(s),
-                     f"{s.slower_rounds}/{s.rounds}", s.call or "-"]
-                    for kind, items in (("decision", found.decisions), ("length", found.lengths))
-                    for s in items], [False, True, True, True, False])
-    return SlowdownTables(intro=intro, inputs=inputs, more=more, groups=groups)
-
-
-def slowdown_blocks(report: RoundsReport, cell: Callable[[str], str] = str,
-                    limit: int = 10) -> List[Block]:
-    """Return the inputs with the largest slowdown, then the slowdown per decision and per
-    prompt-length bucket, each table a blank line below what stands above it; cell:
-    slowdown_tables'."""
-    tables = slowdown_tables(report, cell, limit)
-    if tables is None:
-        return []
-    blocks: List[Block] = [tables.intro, "", tables.inputs]
-    return blocks + ([tables.more] if tables.more else []) + ["", tables.groups]
-
-
-UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
-# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
-# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
-# address, a@b, never notifies and is left alone)
-MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
-
-
-def unlinked(text: str) -> str:
-    """Return Markdown text whose @name and #123 neither notify nor link."""
-    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
-
-
-def md_cell(text: str) -> str:
-    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
-    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
-
-
-# Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
-# apart, and the details are list items: lines of plain text would run together into one
-# paragraph.
-
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
-
-
-def md_text(text: str) -> str:
-    """Return text with every character Markdown could read as markup escaped, on one line,
-    with nothing that notifies a person or links an issue."""
-    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
-
-
-def md_code(text: str) -> str:
-    """Return text as a Markdown code span on one line: control characters escaped, fenced by
-    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
-    text = visible(text)
-    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"

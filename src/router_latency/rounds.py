@@ -8,38 +8,39 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import (Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple,
-                    Union)
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_GATE_NAMES, LADDER_METRICS,
-                        LADDER_PASS, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS)
+from .constants import EXIT_GATE, EXIT_OK, EXIT_SIGNAL, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS
 from .errors import Notice, RouterLatencyError
-from .words import change_text, fmt_signed, metric_title, plural
-from .stats import (benjamini_hochberg, composite_log_ratios, mean_interval, order_effect,
-                    OrderEffect, outlier_rounds, percentiles, t_test_p)
-from .gpu import GPU_RANGED
+from .words import plural
+from .stats import OrderEffect, percentiles
 from .degraded import degraded_text
-from .runfile import (count_outcomes, EnvironmentRow, pass_name, pass_title, PassEnvironment,
-                      Request, RunFile)
-from .attribution import part_values, pass_attribution, PassAttribution
-from .compare import (cache_warnings, decision_agreement, DecisionChange, floor_warnings,
-                      sampled_selections)
-from .ladder import Capacity, cost_for, run_capacity, usd_per_million
+from .runfile import EnvironmentRow, pass_name, pass_title, Request, RunFile
+from .roundset import Rounds
+from .compare import cache_warnings, floor_warnings
+from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
-from .noise import noise_findings, NoiseFindings
+from .noise import noise_findings, NoiseFindings, plan_section
+from .report import Section
+from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
+                          split_part_rows)
+from .slower import input_slowdowns, InputSlowdowns, slower_section
+from .judged import per_round_section
+from .capacity import capacity_section, ladder_capacities, ladder_rows, Ladders
+from .outcomes import (degraded_signals, Outcomes, outcomes_section, pass_errors, PassErrors,
+                       round_agreement, RoundAgreement, run_outcomes, SideOutcomes)
+from .environment import (environment_rows, environment_section, order_and_outliers,
+                          order_balance, order_section, OrderAndOutliers, RoundOrder)
 
 __all__ = [
-    "CHECKED_FIELDS", "find_round_files", "InputSlowdowns", "judge_rounds", "ladder_figure",
-    "not_found_only", "Overload", "part_title", "PassBreakdown", "RoundOrder", "RoundsReport",
-    "run_outcome", "run_overload", "run_signature", "SideOutcomes", "Slowdown", "start_order",
+    "CHECKED_FIELDS", "find_round_files", "judge_rounds", "report_ladders",
+    "not_found_only", "Overload", "RoundsReport",
+    "run_outcome", "run_overload", "run_signature", "start_order",
 ]
 
 
 ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
-OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
-SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
-LENGTH_BUCKETS = (32, 128, 512, 2048)  # prompt characters; BERT's 512 tokens are ~2,000
 
 
 def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
@@ -128,9 +129,10 @@ def label_names_side(label: str, side: str, number: int) -> bool:
     return found is not None and label[:len(side)] == side and int(found.group(1)) == number
 
 
-def check_round_inputs(runs: dict, base: str, new: str, allow_mismatch: Sequence[str]) -> List[str]:
+def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[str]:
     """Raise unless every file's label is its side and the runs were measured alike; return
     notes on the differences allowed with --allow-mismatch."""
+    runs, base, new, _ = rounds
     for number, sides in runs.items():
         for side, run in sides.items():
             if not label_names_side(run.label, side, number):
@@ -244,170 +246,6 @@ def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], 
     return None, None
 
 
-class RoundAgreement(NamedTuple):
-    round: int
-    agree: int  # inputs with the same decision on both sides in every pass
-    total: int  # inputs measured on both sides
-    used: bool  # the round is among those judged
-    differ: Tuple[DecisionChange, ...]  # DecisionChange, the first pass where each differs
-
-
-def round_agreement(number: int, base_run: RunFile, new_run: RunFile,
-                    used: bool) -> RoundAgreement:
-    """Return how the decisions of one round's two sides agree, pass by pass."""
-    differ: dict = {}
-    measured: set = set()
-    for item in base_run.passes:
-        other = new_run.pass_named(item.name)
-        if other is None or item.discarded or other.discarded:
-            continue
-        base_decisions, new_decisions = item.decisions, other.decisions
-        agreement = decision_agreement(base_decisions, new_decisions)
-        measured.update(set(base_decisions) & set(new_decisions))
-        for i in agreement.differ:
-            differ.setdefault(i, DecisionChange(i, base_decisions[i], new_decisions[i],
-                                                pass_name=item.name))
-    return RoundAgreement(round=number, agree=len(measured) - len(differ),
-                          total=len(measured), used=used,
-                          differ=tuple(differ[i] for i in sorted(differ)))
-
-
-class PassErrors(NamedTuple):
-    pass_name: str
-    # (round, base's failed requests, new's), every round measuring the pass (pass_degraded:
-    # their degraded answers)
-    counts: Tuple[Tuple[int, int, int], ...]
-
-
-def pass_errors(runs: dict, base: str, new: str, *, degraded: bool = False) -> List[PassErrors]:
-    """Return the failed requests of each side (with degraded: the degraded answers), pass
-    by pass and round by round."""
-    found: dict = {}
-    for number, sides in runs.items():
-        for item in sides[base].passes:
-            other = sides[new].pass_named(item.name)
-            if other is None or item.discarded or other.discarded:
-                continue
-            found.setdefault(item.name, []).append(
-                (number, item.summary.degraded, other.summary.degraded) if degraded else
-                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
-    order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
-    return [PassErrors(name, tuple(counts))
-            for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
-
-
-class Slowdown(NamedTuple):
-    """How much slower new ran than base for one input, decision or prompt-length bucket."""
-    key: Union[int, str]  # prompt id, decision or bucket label
-    ratio: float  # median over rounds of new/base (a group's: of its per-round geometric mean)
-    low: Optional[float]  # 95% t interval of the geometric mean over rounds; None: one round
-    high: Optional[float]
-    slower_rounds: int  # rounds in which new was slower
-    rounds: int  # rounds with a successful request on both sides
-    p_value: float  # one-sided t test on the per-round log ratios: slower than the tolerance
-    call: str = ""  # slower: Benjamini-Hochberg rejects; noise: beyond the tolerance, unproven
-    inputs: int = 1
-    text: Optional[str] = None  # with the corpus
-    length: Optional[int] = None  # characters, with the corpus
-    decision: Optional[str] = None  # base's, in the first round it answered
-
-
-class InputSlowdowns(NamedTuple):
-    """Which inputs, decisions and prompt lengths got slower, request by request."""
-    pass_name: str
-    rounds: Tuple[int, ...]  # the rounds compared
-    inputs: Tuple[Slowdown, ...]  # Slowdown per input, the largest ratio first
-    decisions: Tuple[Slowdown, ...]  # Slowdown per decision
-    lengths: Tuple[Slowdown, ...]  # Slowdown per prompt-length bucket; empty without the corpus
-    fdr: float
-    tolerance_pct: float
-
-
-def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: Any) -> Slowdown:
-    """Return the slowdown shown by per-round log ratios ln(new/base), not yet called."""
-    ratio = math.exp(statistics.median(logs))
-    slower = sum(v > 0 for v in logs)
-    if len(logs) < 2:
-        return Slowdown(key=key, ratio=ratio, low=None, high=None, slower_rounds=slower,
-                        rounds=len(logs), p_value=1.0, **known)
-    interval = mean_interval(logs)
-    return Slowdown(key=key, ratio=ratio, low=math.exp(interval.low),
-                    high=math.exp(interval.high), slower_rounds=slower, rounds=len(logs),
-                    p_value=t_test_p(logs, mu=tolerance_log, alternative="greater"), **known)
-
-
-def called(items: Sequence[Slowdown], tolerance_log: float, fdr: float) -> List[Slowdown]:
-    """Return the items called: slower where Benjamini-Hochberg rejects at fdr over them all,
-    noise where the ratio lies beyond the tolerance but its spread over rounds does not
-    carry it."""
-    rejected = benjamini_hochberg([s.p_value for s in items], fdr)
-    return [s._replace(call="slower" if hit else "noise" if s.ratio > math.exp(tolerance_log)
-                       else "") for s, hit in zip(items, rejected)]
-
-
-def length_bucket(length: int) -> str:
-    """Return the LENGTH_BUCKETS label of a prompt length in characters."""
-    low = 0
-    for edge in LENGTH_BUCKETS:
-        if length <= edge:
-            return f"{low + 1}-{edge} chars" if low else f"<= {edge} chars"
-        low = edge
-    return f"> {low} chars"
-
-
-def input_slowdowns(runs: dict, base: str, new: str, used: Sequence[int], tolerance_pct: float,
-                    prompts_text: Optional[dict] = None) -> Optional[InputSlowdowns]:
-    """Return which inputs got slower, then the same per decision and prompt-length bucket.
-
-    Per input, the log ratio ln(new/base) of its latency in each round's sequential pass,
-    where requests do not queue behind each other, so an input's time is its own; an input
-    is called slower only when its own spread over rounds carries it (a one-sided t test
-    against the tolerance, Benjamini-Hochberg over all inputs). A group's per-round value is
-    the mean log ratio of its inputs. None without a sequential pass on both sides of every
-    used round.
-    """
-    pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
-             for n in used]
-    if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
-        return None
-    tolerance, texts = math.log1p(tolerance_pct / 100), prompts_text or {}
-    logs: dict = {}  # prompt id -> {round: ln(new/base)}
-    decisions: dict = {}
-    for number, (b, w) in zip(used, pairs):
-        # fully computed answers only: one that skipped a signal is faster for it
-        new_ms = {r.id: r.latency_ms for r in w.requests
-                  if r.error is None and not r.degraded and r.latency_ms}
-        for r in b.requests:
-            if r.error is None and not r.degraded and r.latency_ms and r.id in new_ms:
-                logs.setdefault(r.id, {})[number] = math.log(new_ms[r.id] / r.latency_ms)
-                decisions.setdefault(r.id, r.decision)
-    inputs = called([slowdown_of(i, list(logs[i].values()), tolerance, text=texts.get(i),
-                                 length=len(texts[i]) if i in texts else None,
-                                 decision=decisions[i]) for i in sorted(logs)],
-                    tolerance, SLOWDOWN_FDR)
-    by_decision = collections.defaultdict(list)
-    by_length = collections.defaultdict(list)
-    for item in inputs:
-        by_decision[item.decision or "(no decision)"].append(item.key)
-        if item.length is not None:
-            by_length[(min([e for e in LENGTH_BUCKETS if e >= item.length], default=math.inf),
-                       length_bucket(item.length))].append(item.key)
-
-    def group(key: str, members: list) -> Slowdown:
-        per_round = [[logs[i][n] for i in members if n in logs[i]] for n in used]
-        return slowdown_of(key, [math.fsum(v) / len(v) for v in per_round if v], tolerance,
-                           inputs=len(members))
-
-    groups = called([group(k, v) for k, v in sorted(by_decision.items())]
-                    + [group(k[1], v) for k, v in sorted(by_length.items())],
-                    tolerance, SLOWDOWN_FDR)
-    return InputSlowdowns(pass_name="sequential", rounds=tuple(used),
-                          inputs=tuple(sorted(inputs, key=lambda s: -s.ratio)),
-                          decisions=tuple(groups[:len(by_decision)]),
-                          lengths=tuple(groups[len(by_decision):]), fdr=SLOWDOWN_FDR,
-                          tolerance_pct=tolerance_pct)
-
-
 class PassLatencies(NamedTuple):
     """What the report page draws of one pass of one side in one round."""
     pass_name: str
@@ -433,8 +271,10 @@ def time_windows(requests: Sequence[Request],
             for k, v in sorted(found.items())]
 
 
-def pass_latencies(runs: dict, base: str, new: str, used: Sequence[int]) -> List[PassLatencies]:
+def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     views = []
     for number, sides in runs.items():
         for side in (base, new):
@@ -491,6 +331,8 @@ class RoundsReport(NamedTuple):
     # the degraded answers of each side (PassErrors' shape), passes where either side had any
     degraded: Tuple[PassErrors, ...] = ()
     noise: Optional[NoiseFindings] = None  # the spread taken apart, the plan, speed groups
+    # each capability's finding as every renderer draws it, in the order they draw them
+    sections: Tuple[Section, ...] = ()
 
     # the outcome's, under the names CompareReport gives its own
     @property
@@ -514,8 +356,7 @@ class ConfigHashFindings(NamedTuple):
     warnings: Tuple[Notice, ...]  # a changed configuration allowed, or the same on both sides
 
 
-def config_hash_findings(runs: dict, base: str, new: str,
-                         allow_change: bool = False) -> ConfigHashFindings:
+def config_hash_findings(rounds: Rounds, allow_change: bool = False) -> ConfigHashFindings:
     """Return ({side: its x-vsr-config-hash values, distinct, in round order}, warnings).
 
     runs: {round number: {side: RunFile}}, every round read. A side whose hash changed between
@@ -524,6 +365,7 @@ def config_hash_findings(runs: dict, base: str, new: str,
     same hash is a gate comparing a configuration with itself, which would pass as 'same': a
     loud warning. Runs of routers that send no hash add nothing.
     """
+    runs, base, new, _ = rounds
     hashes, warnings = {}, []
     for side in (base, new):
         rounds_of: dict = {}  # hash -> rounds it answered in, in first-seen order
@@ -551,35 +393,6 @@ def config_hash_findings(runs: dict, base: str, new: str,
             f"configuration (x-vsr-config-hash {same[0][:12]}): the gate compares a "
             f"configuration with itself; check which configuration each side runs"))
     return ConfigHashFindings(hashes=hashes, warnings=tuple(warnings))
-
-
-def run_outcomes(run: RunFile) -> dict:
-    """Return count_outcomes() over every measured request of a run, and the ids of prompts
-    routed although they expected only a rejection ("unexpected_routing")."""
-    requests = [r for item in run.passes if not item.discarded for r in item.requests]
-    counts = count_outcomes(requests)
-    counts["unexpected_routing"] = tuple(sorted({r.id for r in requests
-                                                 if r.outcome == "unexpected_routing"}))
-    counts["sampled"], counts["sampled_models"] = sampled_selections(run)
-    return counts
-
-
-class SideOutcomes(NamedTuple):
-    """What one side's measured requests of one used round came to: run_outcomes()."""
-    round: int
-    side: str
-    requests: int
-    ok: int
-    errors: Dict[str, int]  # error kind -> count
-    unexpected_routing: Tuple[int, ...]  # prompts routed although they expected a rejection
-    rejected: int = 0  # expected rejections
-    error_codes: Dict[str, Dict[str, int]] = {}  # error kind -> {the router's code: count}
-    degraded: int = 0  # answers that skipped a signal, and their counts by signal and reason
-    degraded_signals: Dict[str, Dict[str, int]] = {}
-    # inputs whose selected model the router sampled or chose by its state, and the models:
-    # apart from decision agreement (compare.sampled_selections)
-    sampled: int = 0
-    sampled_models: Tuple[str, ...] = ()
 
 
 class Overload(NamedTuple):
@@ -633,9 +446,10 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
     return RunVerdict(EXIT_OK, "")
 
 
-def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> List[Row]:
+def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
+    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
              if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
@@ -650,190 +464,7 @@ def judged_rows(runs: dict, base: str, new: str, used: Sequence[int],
                   for s in (base, new)]
         if all(v for side in energy for v in side):
             rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
-    return rows + ladder_rows(runs, base, new, used, settings)
-
-
-def ladder_figure(capacity: Capacity, metric: str, cost: tuple) -> Optional[float]:
-    """Return one of LADDER_METRICS of a ladder run, None where it has none."""
-    if metric == "plateau_req_per_s":
-        return capacity.plateau_req_per_s
-    if metric == "capacity_req_per_s":
-        return capacity.capacity_req_per_s
-    served = capacity.served_req_per_s
-    return usd_per_million(cost[0], served) if cost and served else None
-
-
-def ladder_capacities(runs: dict, base: str, new: str, used: Sequence[int],
-                      settings: GateSettings) -> Tuple[Tuple[int, str, Capacity], ...]:
-    """Return (round, side, Capacity) of every used round of ladder runs, () otherwise."""
-    found = [(n, side, run_capacity(runs[n][side], settings.slo_p95_ms))
-             for n in used for side in (base, new)]
-    known = tuple((n, side, c) for n, side, c in found if c is not None)
-    return known if found and len(known) == len(found) else ()
-
-
-def ladder_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                settings: GateSettings) -> List[Row]:
-    """Return the rows of what ladders derive, each where every used round has it on both
-    sides; raise for a gated one that some round lacks."""
-    capacities = {(n, side): c for n, side, c in ladder_capacities(runs, base, new, used,
-                                                                   settings)}
-    rows = []
-    for metric in LADDER_METRICS:
-        values = {side: [None if (n, side) not in capacities else ladder_figure(
-            capacities[(n, side)], metric, cost_for(settings.cost_per_hour, side))
-            for n in used] for side in (base, new)}
-        if all(v is not None for side in values.values() for v in side):
-            rows.append(row_of(LADDER_PASS, metric, values[base], values[new], settings))
-        elif settings.gates(LADDER_PASS, metric):
-            gate = next(k for k, v in LADDER_GATE_NAMES.items() if v == metric)
-            missing = [f"r{n} {side}" for side in values for n, v in zip(used, values[side])
-                       if v is None]
-            why = ("the runs are not ladders (run --ladder)" if not capacities else
-                   f"{', '.join(missing)} has none" + (
-                       "" if metric != "usd_per_million" else " (--cost-per-hour SIDE=USD)")
-                   + ("" if metric == "plateau_req_per_s" or settings.slo_p95_ms
-                      or any(c.slo_p95_ms for c in capacities.values())
-                      else "; no SLO (--slo-p95-ms)"))
-            raise RouterLatencyError(f"no {metric_title(metric)} row to gate: {why}",
-                                     "--gate " + gate)
-    return rows
-
-
-def part_title(metric: str) -> str:
-    """Return how a part's row is named: 'pii p95', 'router forward mean', 'outside p50'."""
-    kind, _, rest = metric.partition(":")
-    name, _, stat = rest.rpartition(":")
-    return {"signal": f"{name} {stat}", "router": f"router {name} {stat}"}.get(
-        kind, f"outside the signals {rest}")
-
-
-class PassBreakdown(NamedTuple):
-    """Where one pass's time went on each side, and what of it changed."""
-    pass_name: str
-    rows: Tuple[Row, ...]  # Row per part and statistic, the part that moved most first
-    # (metric, median over the used rounds) of the base side's parts
-    base: Tuple[Tuple[str, float], ...]
-    new: Tuple[Tuple[str, float], ...]
-    client: Tuple[float, float]  # (base, new) median client mean latency
-    sentence: str
-
-
-def attribution_rows(runs: dict, base: str, new: str, used: Sequence[int],
-                     settings: GateSettings) -> List[PassBreakdown]:
-    """Return PassBreakdowns of the passes whose answers or histograms reported parts:
-    a row per part and statistic measured in every used round on both sides, with the
-    latency rows' estimator and interval; advisory unless --gate names them."""
-    first = runs[used[0]][base]
-    found = []
-    for item in sorted(first.passes, key=lambda p: p.order):
-        figures = {}
-        for side in (base, new):
-            sides = [runs[r][side] for r in used]
-            passes = [run.pass_named(item.name) for run in sides]
-            if any(p is None or p.discarded or p.summary is None for p in passes):
-                break
-            figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
-        else:
-            breakdown = pass_breakdown(item.name, figures[base], figures[new], settings,
-                                       (base, new))
-            if breakdown.rows:
-                found.append(breakdown)
-    return found
-
-
-def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[PassAttribution],
-                   settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
-    """Return one pass's breakdown from its attributions, round by round on each side; a
-    signal only one side reported is said in the sentence, not left out in silence."""
-    # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
-    base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
-                                for a in side] for side in (base, new))
-    metrics = [m for m in base_values[0]
-               if all(v.get(m, 0.0) > 0 for v in (*base_values, *new_values))]
-    rows = [row_of(name, m, [v[m] for v in base_values], [v[m] for v in new_values], settings)
-            for m in metrics]
-    rows.sort(key=lambda r: -abs(r.diff.mean))
-    medians = [tuple((m, statistics.median(v[m] for v in side)) for m in metrics)
-               for side in (base_values, new_values)]
-    # a round's passes all answered (side_problems): each has its client mean
-    client_base, client_new = (
-        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
-        for side in (base, new))
-    reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
-                for side in (base, new)]
-    one_sided = [f"{part} reported by {side} only" for side, mine, other in (
-        (sides[0], reported[0], reported[1]), (sides[1], reported[1], reported[0]))
-        for part in sorted(mine - other)]
-    sentence = breakdown_sentence(name, rows, base, new, settings)
-    return PassBreakdown(pass_name=name, rows=tuple(rows), base=medians[0], new=medians[1],
-                         client=(client_base, client_new),
-                         sentence="; ".join(filter(None, [sentence, *one_sided])))
-
-
-def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttribution],
-                       new: Sequence[PassAttribution], settings: GateSettings) -> str:
-    """Return the change of a pass's client p95 and what moved with it, in words: each
-    signal's p95 change and the latency outside the signals, the part that moved most first,
-    then the router's parts in ms.
-
-    They are ordered, and "most of the change" is said, on means, which add up where
-    percentiles do not: the part whose time per request shifted most, when its shift is at
-    least half the client's shift in mean latency (medians over rounds)."""
-    values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
-    if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
-        return ""
-    client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
-    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
-        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
-    moved = []  # (shift of the mean per request, words)
-    for row in rows:
-        kind, _, rest = row.metric.partition(":")
-        if kind == "signal" and row.metric.endswith(":p95"):
-            part = rest.split(":")[0]
-            moved.append((signal_shift(part, base, new), f"{part} {row_change_words(row)}"))
-        elif row.metric == "outside:mean":
-            moved.append((row.new_median - row.base_median,  # its p95 is not measured
-                          f"outside the signals (mean) {row_change_words(row)}"))
-    moved.sort(key=lambda m: -abs(m[0]))
-    said = [words + (" (most of the change)" if i == 0 and whole and shift / whole >= 0.5
-                     else "") for i, (shift, words) in enumerate(moved)]
-    said += [f"{r.metric.split(':')[1]} {fmt_signed(r.diff.mean)} ms" for r in rows
-             if r.metric.startswith("router:") and r.metric.endswith(":mean")][:3]
-    return (f"{pass_title(name)} p95 {row_change_words(client)}"
-            + (": " + ", ".join(said) if said else ""))
-
-
-def signal_shift(name: str, base: Sequence[PassAttribution],
-                 new: Sequence[PassAttribution]) -> float:
-    """Return the shift of a signal's time per request, new - base, medians over rounds."""
-    def per_request(side: Sequence[PassAttribution]) -> float:
-        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
-                                       and p.name == name and (ms := p.per_request_ms)
-                                       is not None), 0.0)
-                                 for a in side)
-    return per_request(new) - per_request(base)
-
-
-def row_change_words(row: Row) -> str:
-    """Return a row's change in the words compare and rounds use: '1.41x slower [1.33,
-    1.49]' (the interval in the direction of the words)."""
-    return change_text(row.speedup, row.speedup_low, row.speedup_high)
-
-
-def gated_part_rows(breakdowns: Sequence[PassBreakdown]) -> List[Row]:
-    """Return the parts' rows --gate names: the others are advisory, outside the gate."""
-    return [r for b in breakdowns for r in b.rows if r.gated]
-
-
-def split_part_rows(judged: Sequence[Row], breakdowns: Sequence[PassBreakdown]
-                    ) -> Tuple[List[Row], List[PassBreakdown]]:
-    """Return (the latency rows, the breakdowns) of the rows the gate judged: a part's row
-    (its metric 'signal:pii:p95', never a latency metric's name) goes back to its pass."""
-    parts = {(r.pass_name, r.metric): r for r in judged if ":" in r.metric}
-    return ([r for r in judged if ":" not in r.metric],
-            [b._replace(rows=tuple(parts.get((r.pass_name, r.metric), r) for r in b.rows))
-             for b in breakdowns])
+    return rows + ladder_rows(rounds, settings)
 
 
 class LeftOut(NamedTuple):
@@ -850,10 +481,11 @@ class UsableRounds(NamedTuple):
     doubts: List[str]  # the base side failed: the gate is inconclusive
 
 
-def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> UsableRounds:
+def usable_rounds(rounds: Rounds, settings: GateSettings) -> UsableRounds:
     """Return (rounds to judge, rounds left out with why, failures, doubts): a side that
     failed leaves its round out and fails the gate (new) or makes it inconclusive (base); a
     suspect round (load, restarts) is only left out."""
+    runs, base, new, _ = rounds
     used: List[int] = []
     left_out: List[LeftOut] = []
     failures: List[str] = []
@@ -874,32 +506,20 @@ def usable_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> Us
     return UsableRounds(used=used, left_out=left_out, failures=failures, doubts=doubts)
 
 
-def check_rounds(runs: dict, base: str, new: str, settings: GateSettings) -> List[str]:
+def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
     """Raise RouterLatencyError for rounds that cannot be judged (fewer than MIN_ROUNDS,
     mislabelled files, runs not measured alike or measured twice, rounds past the plan's
     last look); return the notes on the differences --allow-mismatch allowed."""
+    runs = rounds.runs
     if len(runs) < MIN_ROUNDS:
         raise RouterLatencyError(
             f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
-    notes = check_round_inputs(runs, base, new, settings.allow_mismatch)
+    notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
     check_look(runs, settings)
     return notes
-
-
-def degraded_signals(runs: dict, side: str, pass_name: str) -> Dict[str, Dict[str, int]]:
-    """Return a side's degraded answers in a pass by signal and reason, summed over rounds."""
-    found: Dict[str, Dict[str, int]] = {}
-    for sides in runs.values():
-        item = sides[side].pass_named(pass_name)
-        for signal_name, by in (item.summary.degraded_signals if item and item.summary
-                                else {}).items():
-            for reason, count in by.items():
-                found.setdefault(signal_name, {})[reason] = \
-                    found.get(signal_name, {}).get(reason, 0) + count
-    return found
 
 
 def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgreement],
@@ -920,8 +540,9 @@ def new_side_failures(errors: Sequence[PassErrors], agreement: Sequence[RoundAgr
     return failures
 
 
-def insecure_files(runs: dict) -> Tuple[str, ...]:
+def insecure_files(rounds: Rounds) -> Tuple[str, ...]:
     """Return the names of the round files measured without TLS verification (--insecure)."""
+    runs = rounds.runs
     return tuple(sorted({Path(run.path).name for sides in runs.values()
                          for run in sides.values() if run.insecure}))
 
@@ -936,30 +557,30 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
     runs: {round number: {side: RunFile}}. Raises RouterLatencyError for inputs that cannot
     be judged (fewer than MIN_ROUNDS rounds, mislabelled files, runs not measured alike).
     """
-    notes = check_rounds(runs, base, new, settings)
-    used, left_out, failures, doubts = usable_rounds(runs, base, new, settings)
-    errors = pass_errors(runs, base, new)
-    degraded = pass_errors(runs, base, new, degraded=True)
+    notes = check_rounds(Rounds(runs, base, new), settings)
+    used, left_out, failures, doubts = usable_rounds(Rounds(runs, base, new), settings)
+    rounds = Rounds(runs, base, new, tuple(used))
+    errors, degraded = pass_errors(rounds), pass_errors(rounds, degraded=True)
     agreement = tuple(round_agreement(n, runs[n][base], runs[n][new], n in used) for n in runs)
     failures += new_side_failures(
         errors, agreement, base, new, settings,
-        [(e, degraded_text(degraded_signals(runs, new, e.pass_name))) for e in degraded])
+        [(e, degraded_text(degraded_signals(rounds, new, e.pass_name))) for e in degraded])
     rows: List[Row] = []
     breakdowns: List[PassBreakdown] = []
     if len(used) < MIN_ROUNDS:
         doubts.append(f"{plural(len(used), 'usable round')}, fewer than {MIN_ROUNDS}")
     else:
-        rows = judged_rows(runs, base, new, used, settings)
-        breakdowns = attribution_rows(runs, base, new, used, settings)
+        rows = judged_rows(rounds, settings)
+        breakdowns = attribution_rows(rounds, settings)
     # the parts' rows are advisory: only those --gate names are judged with the latency rows
     judged = gate_rows(rows + gated_part_rows(breakdowns), settings, failures, doubts)
     rows, breakdowns = split_part_rows(judged.rows, breakdowns)
     first = runs[min(runs)][base]
-    order = order_balance(runs, base, new, rows, used)
+    order = order_balance(rounds, rows)
     effect, outliers, changes = order_and_outliers(used, rows, order)
-    hashes, hash_warnings = config_hash_findings(runs, base, new, settings.allow_config_change)
+    hashes, hash_warnings = config_hash_findings(rounds, settings.allow_config_change)
     outcome = judged.outcome
-    return RoundsReport(
+    return with_sections(RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
         corpus_count=first.corpus_count,
         files={f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
@@ -968,57 +589,43 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
         warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
                                        for side, run in sorted(runs[n].items())])
-                       + rounds_warnings(runs, used, rows, outcome, effect, settings)),
-        notes=tuple(notes), environment=tuple(environment_rows(runs, base, new)), order=order,
+                       + rounds_warnings(rounds, rows, outcome, effect, settings)),
+        notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
         order_effect=effect, outliers=tuple(outliers), outlier_changes=changes,
-        insecure_files=insecure_files(runs), look=judged.look, outcome=outcome,
+        insecure_files=insecure_files(rounds), look=judged.look, outcome=outcome,
         config_hashes=hashes, config_warnings=hash_warnings,
         outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
                        for s in (base, new)),
-        slowdowns=input_slowdowns(runs, base, new, used, settings.tolerance_pct, prompts_text),
-        latencies=tuple(pass_latencies(runs, base, new, used)),
+        slowdowns=input_slowdowns(rounds, settings.tolerance_pct, prompts_text),
+        latencies=tuple(pass_latencies(rounds)),
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
-        capacity=ladder_capacities(runs, base, new, used, settings) if rows else (),
+        capacity=ladder_capacities(rounds, settings) if rows else (),
         breakdowns=tuple(breakdowns),
-        noise=noise_findings(runs, (base, new), used, rows, settings) if rows else None)
+        noise=noise_findings(rounds, rows, settings) if rows else None))
 
 
-class OrderAndOutliers(NamedTuple):
-    """The crossover order effect and the outlier rounds, on the gated rows' composite."""
-    order_effect: Optional[OrderEffect]  # None: no gated row, or no round of one start order
-    outliers: List[int]  # rounds whose composite is an outlier (median/MAD)
-    # (round, its composite change %, the median's %), descriptive
-    outlier_changes: Tuple[Tuple[int, float, float], ...]
+def with_sections(report: RoundsReport) -> RoundsReport:
+    """Return the report with its sections, each from its capability, in the order every
+    renderer draws them."""
+    base, new = report.base, report.new
+    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
+    return report._replace(sections=(
+        capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
+        Section(key="warnings", apart=False, notices=report.warnings,
+                json={"warnings": [w.text for w in report.warnings]}),
+        slower_section(report.slowdowns, base, new),
+        breakdown_section(report.breakdowns, base, new, report.noise),
+        per_round_section(report.rows, report.used, base, new),
+        environment_section(report.environment),
+        order_section(report.order, found, base, new),
+        plan_section(report.noise, report.settings, report.outcome, report.more_rounds,
+                     report.rows)))
 
 
-def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
-                       first: RoundOrder) -> OrderAndOutliers:
-    """Return (the crossover order effect, outlier rounds, (round, its change %, the median
-    change %) of each), all on the per-round mean of the gated rows' worse-direction log
-    ratios; first: which side started each round (order_balance).
-
-    Outliers are described, never judged again without them: a verdict recomputed after
-    choosing what to drop is a second test, and the two together fail more often than
-    either. The gate's answer to a noisy round is the wider interval it gives.
-    """
-    gated = [r.worse_series for r in rows if r.gated]
-    if not gated:
-        return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())
-    composite = dict(zip(used, composite_log_ratios(gated)))
-    effect = order_effect([composite[n] for n in first.base_first],
-                          [composite[n] for n in first.new_first]) \
-        if first.base_first and first.new_first and len(used) > 2 else None
-    outliers = [used[i] for i in outlier_rounds([composite[n] for n in used])] \
-        if len(used) >= OUTLIER_MIN_ROUNDS else []
-    centre = 100 * math.expm1(statistics.median(composite.values()))
-    return OrderAndOutliers(order_effect=effect, outliers=outliers, outlier_changes=tuple(
-        (n, 100 * math.expm1(composite[n]), centre) for n in outliers))
-
-
-def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
-                    outcome: GateOutcome, effect: Optional[OrderEffect],
-                    settings: GateSettings) -> List[Notice]:
+def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,
+                    effect: Optional[OrderEffect], settings: GateSettings) -> List[Notice]:
     """Return what the reader must know before trusting the verdict."""
+    runs, used = rounds.runs, rounds.used
     warnings = floor_warnings([(pass_title(r.pass_name), 0.0, r.diff.mean)
                                for r in rows if r.metric == "p50_ms"],
                               [run for n in used for run in runs[n].values()])
@@ -1033,132 +640,14 @@ def rounds_warnings(runs: dict, used: Sequence[int], rows: Sequence[Row],
     return warnings
 
 
-def suspect_fields(run: RunFile, envs: Sequence[PassEnvironment]) -> dict:
-    """Return one round's side's router CPU per request, foreign vCPUs, GPU state ranges, slow
-    passes and cpufreq governors: those fields of its EnvironmentRow, by name."""
-    def span(values: Iterable[Optional[float]]) -> Tuple[Optional[float], Optional[float]]:
-        known = [v for v in values if v is not None]
-        return (min(known), max(known)) if known else (None, None)
-
-    foreign = [e.foreign_vcpus for e in envs if e.foreign_vcpus is not None]
-    limit = run.thresholds.max_foreign_cpus
-    router_low, router_high = span(e.router_cpu_ms for e in envs)
-    # memory used is not here: the gpu_mib range of all devices together
-    gpu = {field.key: span(v for e in envs for v in e.gpu_state.get(field.key, ()))
-           for field in GPU_RANGED}
-    return {"router_cpu_ms_min": router_low, "router_cpu_ms_max": router_high,
-            "foreign_vcpus_max": max(foreign) if foreign else None,
-            "max_foreign_cpus": limit,
-            "above_foreign_limit": bool(foreign) and max(foreign) > limit,
-            "gpu_ranges": {key: found for key, found in gpu.items() if found != (None, None)},
-            "slow_passes": tuple(p.name for p in run.passes
-                                 if not p.discarded and run.slow_windows(p)),
-            "governors": tuple(run.host_settings.governors if run.host_settings else ())}
+def report_ladders(report: RoundsReport) -> Ladders:
+    """Return what the report's ladders derive, as their section takes it."""
+    return Ladders(base=report.base, new=report.new, used=report.used, rows=report.rows,
+                   cost_per_hour=report.settings.cost_per_hour, capacity=report.capacity)
 
 
-def suspect_flags(row: EnvironmentRow) -> List[str]:
-    """Return the flags of an environment row's suspect figures."""
-    flags = []
-    if row.above_foreign_limit:
-        flags.append(f"foreign cpus above {row.max_foreign_cpus:g}")
-    if row.slow_passes:
-        flags.append("slow phase: " + ", ".join(pass_title(n) for n in row.slow_passes))
-    slow_governors = [g for g in row.governors if g != "performance"]
-    if slow_governors:
-        flags.append(f"governor {'/'.join(slow_governors)}")
-    return flags
-
-
-def side_environment(number: int, side: str, run: RunFile) -> EnvironmentRow:
-    """Return a round's side's environment row, without its flags: load, CPU set, GPU
-    memory, faults and driver CPU over its passes, and the suspect fields."""
-    envs = [p.environment for p in run.passes]
-    lows = [e.load_min for e in envs if e.load_min is not None]
-    highs = [e.load_max for e in envs if e.load_max is not None]
-    peaks = [e.peak_load for e in envs if e.peak_load is not None]
-    cpus = sorted({e.router_cpus for e in envs if e.router_cpus is not None})
-    gpu = [v for e in envs for v in e.gpu_mib]
-    faults = [e.faults for e in envs if e.faults is not None]
-    cpu_s = [e.driver_cpu_s for e in envs if e.driver_cpu_s is not None]
-    walls = [e.wall_s for e in envs if e.driver_cpu_s is not None and e.wall_s]
-    return EnvironmentRow(
-        round=number, side=side, load_min=min(lows) if lows else None,
-        load_max=max(highs) if highs else None, router_cpus=" ".join(cpus) if cpus else None,
-        gpu_mib_min=min(gpu) if gpu else None, gpu_mib_max=max(gpu) if gpu else None,
-        faults=math.fsum(faults) if faults else None,
-        discarded_attempts=sum(e.discarded_attempts for e in envs),
-        driver_cpu_s=round(math.fsum(cpu_s), 3) if cpu_s else None,
-        driver_cpu_pct=round(100 * math.fsum(cpu_s) / math.fsum(walls), 1)
-        if walls and math.fsum(walls) > 0 else None,
-        above_load_limit=bool(peaks) and run.max_load is not None and max(peaks) > run.max_load,
-        max_load=run.max_load, **suspect_fields(run, envs))
-
-
-def environment_flags(row: EnvironmentRow, usual_cpus: Optional[str]) -> Tuple[str, ...]:
-    """Return a row's flags: a CPU set other than its side's usual one, restarts and faults,
-    load above the limit, discarded attempts, then its suspect figures."""
-    flags = [f"cpuset differs (usually {usual_cpus})"] \
-        if row.router_cpus and row.router_cpus != usual_cpus else []
-    if row.faults:
-        flags.append("restart/fault")
-    if row.above_load_limit:
-        flags.append(f"load above {row.max_load:g}")
-    if row.discarded_attempts:
-        flags.append("discarded attempts")
-    return tuple(flags + suspect_flags(row))
-
-
-def environment_rows(runs: dict, base: str, new: str) -> List[EnvironmentRow]:
-    """Return one EnvironmentRow per round and side: load, CPU set, GPU memory, faults,
-    driver CPU, and flags."""
-    rows = [side_environment(number, side, sides[side])
-            for number, sides in runs.items() for side in (base, new)]
-    usual = {}
-    for side in (base, new):  # the CPU set most rounds of a side ran on
-        seen = [r.router_cpus for r in rows if r.side == side and r.router_cpus]
-        usual[side] = max(set(seen), key=seen.count) if seen else None
-    return [row._replace(flags=environment_flags(row, usual[row.side])) for row in rows]
-
-
-class OrderDifference(NamedTuple):
-    """A pass's mean p50 difference, new - base, over the rounds each side started first."""
-    pass_name: str
-    base_first: Optional[float]  # None: no used round that side started
-    new_first: Optional[float]
-
-
-class RoundOrder(NamedTuple):
-    """Which side started each round, and the paired p50 difference by that order."""
-    first: Dict[str, Optional[str]]  # "r<N>" -> the side that started, None: unknown
-    base_first: List[int]  # used rounds the base side started
-    new_first: List[int]
-    unknown: List[int]  # used rounds whose start order the files do not tell
-    balanced: bool  # each side started about half the used rounds
-    p50_difference_by_order: List[OrderDifference]  # per pass
-
-
-def order_balance(runs: dict, base: str, new: str, rows: list, used: list) -> RoundOrder:
-    """Return which side started first in each round and the paired p50 difference by order."""
-    first = {}
-    for number, sides in runs.items():
-        b, n = sides[base], sides[new]
-        if b.started_unix is not None and n.started_unix is not None:
-            keys = (b.started_unix, n.started_unix)
-        else:
-            keys = (b.started_utc, n.started_utc) if b.started_utc and n.started_utc else (0, 0)
-        first[number] = None if keys[0] == keys[1] else base if keys[0] < keys[1] else new
-    base_first = [r for r in used if first[r] == base]
-    new_first = [r for r in used if first[r] == new]
-    effects = []
-    for row in rows:
-        if row.metric != "p50_ms":
-            continue
-        diffs = dict(zip(used, (n - b for b, n in zip(row.base_values, row.new_values))))
-        mean = {key: (math.fsum(diffs[r] for r in group) / len(group) if group else None)
-                for key, group in (("base_first", base_first), ("new_first", new_first))}
-        effects.append(OrderDifference(row.pass_name, **mean))
-    unknown = [r for r in used if first[r] is None]
-    return RoundOrder(first={f"r{k}": v for k, v in first.items()}, base_first=base_first,
-                      new_first=new_first, unknown=unknown,
-                      balanced=not unknown and abs(len(base_first) - len(new_first)) <= 1,
-                      p50_difference_by_order=effects)
+def report_outcomes(report: RoundsReport) -> Outcomes:
+    """Return what the sides' requests came to, as their section takes it."""
+    return Outcomes(base=report.base, new=report.new, used=report.used,
+                    decisions=report.settings.decisions, agreement=report.agreement,
+                    errors=report.errors, degraded=report.degraded, outcomes=report.outcomes)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import unicodedata
 import urllib.parse
-from typing import Optional, Sequence, Set
+from typing import Callable, Optional, Sequence, Set
 
 __all__ = [
-    "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_value",
-    "metric_label", "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut",
-    "secret_forms", "shown_decision", "visible", "worse_sign",
+    "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_reading",
+    "fmt_value", "metric_label", "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut",
+    "secret_forms", "shown_decision", "span_text", "visible", "worse_sign",
 ]
 
 
@@ -182,3 +182,16 @@ def worse_sign(metric: str) -> int:
     """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
     a ladder's plateau and capacity)."""
     return -1 if metric.endswith("req_per_s") else 1
+
+
+def fmt_reading(value: Optional[float]) -> str:
+    """Return a GPU tool's figure as it read: whole numbers whole, else one decimal."""
+    return "n/a" if value is None else f"{value:,.1f}".rstrip("0").rstrip(".")
+
+
+def span_text(low: Optional[float], high: Optional[float],
+              fmt: Callable[[Optional[float]], str] = fmt_value) -> str:
+    """Return 'low-high' as figures, one figure when they read the same, n/a for none."""
+    if low is None:
+        return "n/a"
+    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}-{fmt(high)}"

@@ -1,0 +1,129 @@
+"""The report model: what every renderer draws. Tables and lines (Block), a capability's
+Section (a key, a title, its blocks, its JSON, its notices, its checks, a headline), and the
+escaping of text from outside (router answers, labels, GPU names, decisions) done once here."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, NamedTuple, Sequence, Tuple, Union
+
+from .errors import Notice
+from .words import visible
+
+__all__ = [
+    "Block", "Check", "md_code", "md_text", "Outside", "render_table", "Section", "Table",
+    "text_lines",
+]
+
+
+class Table(NamedTuple):
+    """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
+    caption: str  # Markdown's bold line above it; text leaves a blank line
+    header: List[str]
+    rows: List[List[str]]
+    right: List[bool]  # right-aligned columns
+
+
+# a report's body as data: lines of text, and tables; text_lines() renders it as text, the
+# Markdown renderer (markdown_blocks) as list items and tables
+Block = Union[str, Table]
+
+
+def text_lines(blocks: Sequence[Block]) -> List[str]:
+    """Return blocks as text: each line as it is, each table aligned."""
+    lines: List[str] = []
+    for block in blocks:
+        lines += [block] if isinstance(block, str) else render_table(
+            block.header, block.rows, right=block.right)
+    return lines
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                 markdown: bool = False, right: Sequence[bool] = ()) -> List[str]:
+    """Return the lines of an aligned text table, or a Markdown table."""
+    right = list(right) + [True] * (len(header) - len(right))
+    if markdown:  # text from outside escaped as Markdown; every cell one line
+        rows = [[md_text(c) if isinstance(c, Outside) else visible(str(c)) for c in row]
+                for row in rows]
+        lines = ["| " + " | ".join(header) + " |",
+                 "|" + "|".join("---:" if r else ":---" for r in right) + "|"]
+        return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+    rows = [[visible(str(c)) for c in row] for row in rows]
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(cells, widths, right)).rstrip()
+
+    return [line(header)] + [line(row) for row in rows]
+
+
+UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+
+
+# @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
+# zero-width space after the sign keeps the text as it reads and does neither (an e-mail
+# address, a@b, never notifies and is left alone)
+MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+
+
+def unlinked(text: str) -> str:
+    """Return Markdown text whose @name and #123 neither notify nor link."""
+    return MENTION.sub(lambda m: m.group() + "&#8203;", text)
+
+
+def md_cell(text: str) -> str:
+    """Return a table cell for Markdown: its bars escaped (once), nothing notifying."""
+    return unlinked(UNESCAPED_BAR.sub(r"\|", text))
+
+
+# Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
+# apart, and the details are list items: lines of plain text would run together into one
+# paragraph.
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
+
+
+def md_text(text: str) -> str:
+    """Return text with every character Markdown could read as markup escaped, on one line,
+    with nothing that notifies a person or links an issue."""
+    return unlinked(MARKDOWN_SPECIAL.sub(r"\\\1", visible(text)))
+
+
+def md_code(text: str) -> str:
+    """Return text as a Markdown code span on one line: control characters escaped, fenced by
+    more backticks than any run of them inside (in a span, @ and # neither notify nor link)."""
+    text = visible(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+class Outside(str):
+    """Text from outside (a router's answer, a label, a decision, a GPU's name) in a table
+    cell or a line: each renderer escapes it for its format (Markdown's markup, HTML), once."""
+
+
+class Check(NamedTuple):
+    """One check a section holds: a JUnit test case."""
+    group: str  # rows, decisions, errors, rounds or gate: the case's class name
+    name: str
+    outcome: str  # passed, failure or skipped
+    message: str
+    details: str  # the failure's or skip's text; '' for the message again
+
+
+class Section(NamedTuple):
+    """What one capability found, as every renderer draws it: text and Markdown its blocks
+    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
+    Renderers read these fields only, never which capability made it."""
+    key: str  # what names it; its JSON keys stand in `json`
+    title: str = ""  # Markdown's caption above its blocks ('' none)
+    blocks: Tuple[Block, ...] = ()
+    json: Dict[str, object] = {}  # merged into the report's JSON document
+    notices: Tuple[Notice, ...] = ()  # warnings, drawn after its blocks
+    headline: Tuple[str, ...] = ()  # lines drawn before the gated table (and again last)
+    lead: Tuple[str, ...] = ()  # a line above the gated table (Markdown: in bold)
+    checks: Tuple[Check, ...] = ()
+    apart: bool = True  # text: a blank line above its blocks
+    beside_table: bool = False  # text: right below the gated table, not in order
+    on_request: bool = False  # drawn only when asked (--per-round)
