@@ -15,7 +15,7 @@ from router_latency.errors import RouterLatencyError
 from router_latency.corpus import load_corpus
 from router_latency.gpu import GPU_FIELDS, GpuReading
 from router_latency.runfile import CpuSettings, load_run
-from router_latency.wire import parse_endpoint
+from router_latency.client import parse_endpoint
 from router_latency.captures import (CaptureSettings, container_cgroup, cpu_busy_seconds,
                                      cpufreq_settings, DEFAULT_METRIC_PATTERN, format_cpu_list,
                                      gpu_reading_of, GPU_TOOLS, GpuTool, host_settings,

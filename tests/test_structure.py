@@ -238,9 +238,9 @@ def test_no_function_returns_a_bare_tuple():
     returns = {name: ast.unparse(node.returns) for name, node in all_functions()
                if not isinstance(node, ast.Lambda) and node.returns is not None}
     # the check sees functions, methods and properties that return tuples, typed precisely
-    assert {"wire:classify", "wire:SignalTable.scan", "measuring:Target.signal_names",
+    assert {"meaning:classify", "meaning:SignalTable.scan", "measuring:Target.signal_names",
             "measuring:records_of", "answers:failure_of"} <= set(returns)
-    assert "Tuple[" in returns["wire:classify"] and "Tuple[" in returns["measuring:records_of"]
+    assert "Tuple[" in returns["meaning:classify"] and "Tuple[" in returns["measuring:records_of"]
     bare = [f"{name}: -> {annotation}" for name, annotation in returns.items()
             if BARE_TUPLE.search(annotation)]
     assert bare == []

@@ -35,11 +35,12 @@ order:
     gpu                a GPU tool's readings as the run file holds them
     cache              whether a result cache answered a run: by metrics, by timing
     versions           what router versions say differently: runtime names, /ready, sampling
-    degraded           answers that skipped a signal: read, kept and counted
+    degraded           answers that skipped a signal: kept and counted
     runfile            the run file's records: their writer and reader side by side
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:
-    wire               endpoints, request bytes, the incremental response parser
+    client             the HTTP/1.1 client: endpoints, request bytes, the response parser
+    meaning            what an answer means: decision, error, signal times, sampled, degraded
     captures           probes, GPU tools, Prometheus, router CPU set, load
     telemetry          GPU, CPU and load sampled through a pass; energy; what coincided
     answers            each answer of a pass classified, scrubbed, its signal times read

@@ -10,9 +10,10 @@ from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Se
 
 from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
 from .words import scrubbed, scrubbed_cut
-from .degraded import Degraded, degraded_of
-from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
-                   rest_of_object, SignalTable, SignalTimes)
+from .degraded import Degraded
+from .client import RequestFailed, ResponseReader
+from .meaning import (body_config_hash, classify, degraded_of, HeldAnswer, rest_of_object,
+                      SignalTable, SignalTimes)
 
 __all__ = ["AnswerBook", "body_fault", "failure_of", "RawResult"]
 

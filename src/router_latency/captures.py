@@ -24,7 +24,7 @@ from .words import scrubbed, scrubbed_cut
 from .gpu import GPU_FIELDS, GpuField, GpuReading
 from .runfile import (CapturedEnvironment, CpuSettings, HostSettings, LoadRange, ProbeResult,
                       RouterCpu)
-from .wire import Connection, encode_request, Endpoint, RequestFailed, tls_context
+from .client import Connection, encode_request, Endpoint, RequestFailed, tls_context
 
 __all__ = [
     "capture_snapshot", "CaptureSettings", "cgroup_cpu_seconds", "container_cgroup",

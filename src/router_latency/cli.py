@@ -34,7 +34,8 @@ from .corpus import (build_corpus, corpus_bytes, CORPUS_FORMATS, default_boundar
 from .cache import cache_text
 from .versions import runtime_name_warning
 from .runfile import dump_run, Ladder, load_run, RunFile, Thresholds
-from .wire import bracketed, Endpoint, parse_endpoint, secret_values, SignalTable
+from .client import bracketed, Endpoint, parse_endpoint, secret_values
+from .meaning import SignalTable
 from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
                        GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)
 from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,

@@ -34,10 +34,10 @@ from .runfile import (Attempt, Captures, count_outcomes, Floor, Ladder, pass_nam
                       pass_title, PassRecord, phase_windows, Request, RunFile, RunSettings,
                       slow_phase, Thresholds, Warmup)
 from .ladder import ladder_stop
-from .wire import (accept_connections, classify, Connection, decision_path_hint, encode_request,
-                   Endpoint, error_code, http_response, open_socket, parse_endpoint,
-                   RequestFailed, ResponseReader, secret_values, SignalTable, stop_accepting,
-                   tls_context)
+from .client import (accept_connections, Connection, encode_request, Endpoint, http_response,
+                     open_socket, parse_endpoint, RequestFailed, ResponseReader, secret_values,
+                     stop_accepting, tls_context)
+from .meaning import classify, decision_path_hint, error_code, SignalTable
 from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_cpu_seconds,
                        environment_record, gpu_tool, host_settings, host_warnings, LoadSampler,
                        read_cpu_use, router_cpu_use, router_cpus, utc_now)
@@ -284,7 +284,7 @@ class _Slot:
 #   held answer's times put in with tuple.__new__ (AnswerBook._settle_some)
 # - the per-signal times of answers held and read after the pass (AnswerBook.HOLD_BYTES), a
 #   step of them in one call of the C scanner (SignalTable.scan_many); the hold taken in
-#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (wire)
+#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
 # - records_of: RawResult's leading fields in one slice, the times a local typed Any rather
 #   than a cast (a call a request), sort keys by operator.attrgetter
 class PassLoop:

@@ -22,8 +22,8 @@ from .constants import (AUTO_MODEL_NAMES, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
 from .files import dump_json, write_atomic
 from .corpus import build_corpus, corpus_bytes, default_boundary_cases, load_corpus
 from .runfile import dump_run
-from .wire import (accept_connections, bracketed, http_response, parse_endpoint, SignalTable,
-                   stop_accepting)
+from .client import accept_connections, bracketed, http_response, parse_endpoint, stop_accepting
+from .meaning import SignalTable
 from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, resolve_gpu, utc_now
 from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan, Target
 from .rounds import judge_rounds, RoundsReport, start_order
