@@ -28,7 +28,7 @@ from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, P
                                     RunFile)
 from router_latency.client import parse_endpoint
 from router_latency.meaning import classify, decision_reading, HeldAnswer, SignalTable, top_members
-from router_latency.captures import Histogram, histogram_deltas, parse_prometheus
+from router_latency.prometheus import Histogram, histogram_deltas, parse_prometheus
 from router_latency.answers import AnswerBook
 from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
 from router_latency.attribution import part_values, pass_attribution, router_parts

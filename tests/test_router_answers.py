@@ -16,7 +16,7 @@ from router_latency.runfile import (Attempt, content_slow_windows, dump_run, Flo
                                     pass_name, pass_summary, pass_title, PassRecord,
                                     phase_windows, Request, slow_phase, slow_windows, Thresholds)
 from router_latency.meaning import classify
-from router_latency.captures import parse_prometheus
+from router_latency.prometheus import parse_prometheus
 from router_latency.measuring import slow_phase_warnings
 from router_latency.rounds import GateSettings, judge_rounds
 from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers, SkippedSignals

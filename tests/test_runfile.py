@@ -13,10 +13,11 @@ from router_latency.files import write_atomic
 from router_latency.cache import result_cache_finding
 from router_latency.versions import without_sampled
 from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run,
-                                    ERROR_KINDS, Floor, GpuReading, HostSettings, Ladder, load_run,
+                                    ERROR_KINDS, Floor, HostSettings, Ladder, load_run,
                                     pass_summary, PassRecord, phase_windows, PhaseWindow, Request,
-                                    REQUEST_OUTCOMES, RouterCpu, RunFile, RunSettings, slow_windows,
-                                    Thresholds, Warmup)
+                                    REQUEST_OUTCOMES, RouterCpu, RunFile, RunSettings,
+                                    slow_windows, Thresholds, Warmup)
+from router_latency.gpu import GpuReading
 from conftest import BAD_FILES, assert_one_line_error, bad_file, make_run
 
 TEXT = st.text(min_size=0, max_size=20)

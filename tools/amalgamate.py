@@ -33,9 +33,9 @@ TARGET = ROOT / "router_latency.py"
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("base facts and words", ("constants", "errors", "words")),
     ("statistics", ("stats",)),
-    ("records and files", ("files", "corpus", "gpu", "cache", "versions", "degraded", "runfile",
-                           "ladder")),
-    ("the wire and the pass", ("client", "meaning", "captures", "telemetry", "answers",
+    ("records and files", ("files", "corpus", "gpu", "prometheus", "cache", "versions",
+                           "degraded", "runfile", "ladder")),
+    ("the wire and the pass", ("client", "meaning", "host", "captures", "telemetry", "answers",
                                "measuring")),
     ("judging", ("attribution", "compare", "gate", "noise", "rounds", "record", "history")),
     ("the report and its sections", ()),

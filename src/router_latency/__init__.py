@@ -32,7 +32,8 @@ order:
   records and files:
     files              reading, JSON, atomic writes
     corpus             prompts from a router repo's E2E data, the corpus file
-    gpu                a GPU tool's readings as the run file holds them
+    gpu                GPU reading: the run file's readings, the tools' parsers, the series
+    prometheus         the router's metrics: the text exposition, deltas, histograms
     cache              whether a result cache answered a run: by metrics, by timing
     versions           what router versions say differently: runtime names, /ready, sampling
     degraded           answers that skipped a signal: kept and counted
@@ -41,8 +42,9 @@ order:
   the wire and the pass:
     client             the HTTP/1.1 client: endpoints, request bytes, the response parser
     meaning            what an answer means: decision, error, signal times, sampled, degraded
-    captures           probes, GPU tools, Prometheus, router CPU set, load
-    telemetry          GPU, CPU and load sampled through a pass; energy; what coincided
+    host               /proc, cgroup CPU, cpufreq, load: the host as the kernel shows it
+    captures           before and after a pass: probes, the GPU tool, the scrape, router CPU
+    telemetry          the sampler through a pass (GPU tool, CPU, load); energy; coincided
     answers            each answer of a pass classified, scrubbed, its signal times read
     measuring          the pass loop, the floor, warm-up, passes, measure_run()
   judging:

@@ -8,7 +8,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .stats import percentile, percentiles
 from .runfile import CapturedEnvironment, PassRecord, Request, RunFile
-from .captures import Histogram, histograms_of
+from .prometheus import Histogram, histograms_of
 
 __all__ = ["part_values", "pass_attribution", "PassAttribution"]
 

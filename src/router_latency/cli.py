@@ -36,8 +36,9 @@ from .versions import runtime_name_warning
 from .runfile import dump_run, Ladder, load_run, RunFile, Thresholds
 from .client import bracketed, Endpoint, parse_endpoint, secret_values
 from .meaning import SignalTable
-from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
-                       GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)
+from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, Probe
+from .gpu import GPU_TOOLS, resolve_gpu
+from .host import container_cgroup, format_cpu_list, parse_cpu_list
 from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,
                         RunContext, RunPlan, say_nothing, settings_record, Target)
 from .compare import compare_runs

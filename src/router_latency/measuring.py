@@ -38,9 +38,10 @@ from .client import (accept_connections, Connection, encode_request, Endpoint, h
                      open_socket, parse_endpoint, RequestFailed, ResponseReader, secret_values,
                      stop_accepting, tls_context)
 from .meaning import classify, decision_path_hint, error_code, SignalTable
-from .captures import (capture_snapshot, CaptureSettings, cpu_affinity, driver_cpu_seconds,
-                       environment_record, gpu_tool, host_settings, host_warnings, LoadSampler,
-                       read_cpu_use, router_cpu_use, router_cpus, utc_now)
+from .captures import (capture_snapshot, CaptureSettings, environment_record, read_cpu_use,
+                       router_cpu_use, router_cpus, utc_now)
+from .gpu import gpu_tool
+from .host import cpu_affinity, driver_cpu_seconds, host_settings, host_warnings, LoadSampler
 from .telemetry import coincided_text, PassSampler, sampling
 from .answers import AnswerBook, body_fault, failure_of, RawResult
 

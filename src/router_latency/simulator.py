@@ -24,7 +24,8 @@ from .corpus import build_corpus, corpus_bytes, default_boundary_cases, load_cor
 from .runfile import dump_run
 from .client import accept_connections, bracketed, http_response, parse_endpoint, stop_accepting
 from .meaning import SignalTable
-from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, resolve_gpu, utc_now
+from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, utc_now
+from .gpu import resolve_gpu
 from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan, Target
 from .rounds import judge_rounds, RoundsReport, start_order
 from .render_text import render_table
