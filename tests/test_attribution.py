@@ -30,7 +30,7 @@ from router_latency.client import parse_endpoint
 from router_latency.meaning import classify, decision_reading, HeldAnswer, SignalTable, top_members
 from router_latency.prometheus import Histogram, histogram_deltas, parse_prometheus
 from router_latency.answers import AnswerBook
-from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
+from router_latency.passloop import encode_prompts, PassLoop, PassPlan, Target
 from router_latency.attribution import part_values, pass_attribution, router_parts
 from router_latency.rounds import start_order
 from router_latency.render_text import decomposition_text

@@ -23,7 +23,8 @@ from router_latency.host import (container_cgroup, cpu_busy_seconds, cpufreq_set
                                  format_cpu_list, host_settings, host_warnings, LoadSampler,
                                  parse_cpu_list, process_tree_cpu_seconds)
 from router_latency.prometheus import metric_deltas, parse_prometheus
-from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan, Target
+from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
+from router_latency.passloop import Target
 from conftest import write_corpus
 
 # Real output of the GPU tools, as excerpts: whole keys, devices or columns left out, no value

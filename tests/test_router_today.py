@@ -12,7 +12,9 @@ import pytest
 
 from router_latency.constants import CACHE_SERIES, DEFAULT_HISTOGRAMS
 from router_latency.attribution import HISTOGRAM_PARTS
-from router_latency.measuring import Progress, Target, wait_until_ready
+from router_latency.measuring import Progress
+from router_latency.readiness import wait_until_ready
+from router_latency.passloop import Target
 from router_latency.simulator import SimulatedAnswers
 from router_latency.versions import (ready_words, runtime_name_warning, sampled_models,
                                      without_sampled)

@@ -228,7 +228,7 @@ def test_every_record_field_is_typed_precisely():
     records = {f"{module}:{record}" for module, found in fields.items() for record, _, _ in found}
     assert {"runfile:RunFile", "cache:CacheFinding", "rounds:RoundsReport", "corpus:Prompt",
             "captures:CaptureSettings", "simulator:DemoSide", "measuring:RunContext",
-            "answers:RawResult", "measuring:Target"} <= records
+            "answers:RawResult", "passloop:Target"} <= records
     bare = [f"{module}:{record}.{field}: {annotation}" for module, found in fields.items()
             for record, field, annotation in found if BARE.search(annotation)]
     assert bare == []
@@ -238,9 +238,9 @@ def test_no_function_returns_a_bare_tuple():
     returns = {name: ast.unparse(node.returns) for name, node in all_functions()
                if not isinstance(node, ast.Lambda) and node.returns is not None}
     # the check sees functions, methods and properties that return tuples, typed precisely
-    assert {"meaning:classify", "meaning:SignalTable.scan", "measuring:Target.signal_names",
-            "measuring:records_of", "answers:failure_of"} <= set(returns)
-    assert "Tuple[" in returns["meaning:classify"] and "Tuple[" in returns["measuring:records_of"]
+    assert {"meaning:classify", "meaning:SignalTable.scan", "passloop:Target.signal_names",
+            "passloop:records_of", "answers:failure_of"} <= set(returns)
+    assert "Tuple[" in returns["meaning:classify"] and "Tuple[" in returns["passloop:records_of"]
     bare = [f"{name}: -> {annotation}" for name, annotation in returns.items()
             if BARE_TUPLE.search(annotation)]
     assert bare == []

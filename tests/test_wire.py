@@ -18,8 +18,8 @@ from router_latency.meaning import (answer_document, BODY_CONFIG_HASH, body_conf
                                     DECISION_CHARS, DECISION_CUT, decision_of, default_route,
                                     error_code, SignalTable, WHOLE_JSON_BYTES)
 from router_latency.answers import AnswerBook
-from router_latency.measuring import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
-                                      PassPlan, Target)
+from router_latency.passloop import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
+                                     PassPlan, Target)
 from router_latency.simulator import simulated_decision
 from conftest import SETTINGS, ScriptedServer, final_answer, write_corpus
 

@@ -36,7 +36,7 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("records and files", ("files", "corpus", "gpu", "prometheus", "cache", "versions",
                            "degraded", "runfile", "ladder")),
     ("the wire and the pass", ("client", "meaning", "host", "captures", "telemetry", "answers",
-                               "measuring")),
+                               "passloop", "readiness", "measuring")),
     ("judging", ("attribution", "compare", "gate", "noise", "rounds", "record", "history")),
     ("the report and its sections", ()),
     ("renderers", ("render_text", "render_markdown", "render_json", "render_junit", "page",

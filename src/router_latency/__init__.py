@@ -45,8 +45,10 @@ order:
     host               /proc, cgroup CPU, cpufreq, load: the host as the kernel shows it
     captures           before and after a pass: probes, the GPU tool, the scrape, router CPU
     telemetry          the sampler through a pass (GPU tool, CPU, load); energy; coincided
-    answers            each answer of a pass classified, scrubbed, its signal times read
-    measuring          the pass loop, the floor, warm-up, passes, measure_run()
+    answers            a pass's held answers: classified, scrubbed, read after the pass
+    passloop           the pass loop: targets, schedules, one selector, one thread, records
+    readiness          before measuring: the router's readiness, the floor, warm-up
+    measuring          the run's plan, progress, passes and warnings, measure_run()
   judging:
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object
@@ -84,7 +86,7 @@ _HOMES: Dict[str, str] = {
     "RouterLatencyError": "errors", "Interval": "stats", "t_quantile": "stats",
     "paired_interval": "stats", "ratio_interval": "stats", "percentile": "stats",
     "extract_prompts": "corpus", "build_corpus": "corpus", "pass_summary": "runfile",
-    "load_run": "runfile", "dump_run": "runfile", "Target": "measuring",
+    "load_run": "runfile", "dump_run": "runfile", "Target": "passloop",
     "LoadGuard": "measuring", "RunPlan": "measuring", "RunContext": "measuring",
     "plan_passes": "measuring", "measure_run": "measuring", "compare_runs": "compare",
     "judge_rounds": "rounds", "start_simulator": "simulator", "main": "cli",

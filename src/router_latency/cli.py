@@ -39,8 +39,9 @@ from .meaning import SignalTable
 from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, Probe
 from .gpu import GPU_TOOLS, resolve_gpu
 from .host import container_cgroup, format_cpu_list, parse_cpu_list
-from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,
-                        RunContext, RunPlan, say_nothing, settings_record, Target)
+from .measuring import (check_plan, LoadGuard, measure_run, plan_passes, Progress, RunContext,
+                        RunPlan, say_nothing, settings_record)
+from .passloop import PassPlan, Target
 from .compare import compare_runs
 from .ladder import cost_for, CostPerHour, ladder_levels, run_capacity
 from .gate import GateSettings

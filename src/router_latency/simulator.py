@@ -26,7 +26,8 @@ from .client import accept_connections, bracketed, http_response, parse_endpoint
 from .meaning import SignalTable
 from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, utc_now
 from .gpu import resolve_gpu
-from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan, Target
+from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan
+from .passloop import Target
 from .rounds import judge_rounds, RoundsReport, start_order
 from .render_text import render_table
 
