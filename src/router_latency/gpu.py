@@ -122,7 +122,7 @@ MAX_SAMPLES = 1200  # per series and pass: more are thinned to every k-th (kept_
 
 
 class GpuPassFigures(TypedDict, total=False):
-    """One GPU's figures over every sample of a pass (telemetry.pass_figures)."""
+    """One GPU's figures over every sample of a pass (pass_figures)."""
     sclk_min_mhz: Optional[float]
     temp_max_c: Optional[float]
     power_mean_w: Optional[float]

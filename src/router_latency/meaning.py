@@ -1,7 +1,8 @@
 """What a router's answer means, read once as the pass loop gets it: its decision (classify,
-the decision paths, the default route), its error kind and code, its one JSON value, its
-configuration hash, its per-signal times (SignalTable), a selection the router sampled, and
-its degraded members. Pure: it reads bytes and returns values; the client gets the bytes."""
+the decision paths, the default route), its error kind and code, its one JSON value and what
+keeps a body from being one (body_fault), its configuration hash, its per-signal times
+(SignalTable), a selection the router sampled, and its degraded members. Pure: it reads
+bytes and returns values; the client gets the bytes."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .degraded import Degraded, DEGRADED_MEMBERS, DEGRADED_SIGNAL_CHARS
 from .client import malformed, RequestFailed
 
 __all__ = [
-    "body_config_hash", "classify", "decision_path_hint", "degraded_of", "error_code",
+    "body_config_hash", "body_fault", "classify", "decision_path_hint", "degraded_of", "error_code",
     "HeldAnswer", "rest_of_object", "SignalTable", "SignalTimes",
 ]
 
@@ -853,3 +854,36 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
             found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
                           _kept(value[signal], MAX_REASON_CHARS, secrets)))
     return tuple(found)
+
+
+# ---- the one-JSON check: what keeps a body from being read, in words ----
+
+# the first bytes of the compressed bodies a router or a proxy may send unasked (the tool asks
+# for none): gzip, zlib (deflate), zstd
+COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x78\x01", "deflate"), (b"\x78\x5e", "deflate"),
+                    (b"\x78\x9c", "deflate"), (b"\x78\xda", "deflate"),
+                    (b"\x28\xb5\x2f\xfd", "zstd"))
+
+
+def body_fault(body: bytes) -> str:
+    """Return what keeps an answer's body from being read as JSON, in words: compressed,
+    not UTF-8, not JSON (and where), or more than one JSON document; "" when it reads.
+    Nothing of the body itself is quoted: it may hold what a secret became."""
+    for magic, name in COMPRESSED_MAGIC:
+        if body.startswith(magic):
+            return (f"a {name}-compressed body (Content-Encoding: {name}?), which the tool does "
+                    f"not decompress: the router or a proxy before it compresses unasked")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"a body that is not UTF-8 (byte {exc.start} of {len(body):,})"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":
+            return (f"a body that is more than one JSON document (more after character "
+                    f"{exc.pos:,} of {len(text):,})")
+        return f"a body that is not JSON ({exc.msg}: character {exc.pos:,} of {len(text):,})"
+    except (ValueError, RecursionError) as exc:
+        return f"a body that is not JSON ({exc.__class__.__name__})"
+    return ""

@@ -20,8 +20,7 @@ from .versions import ready_words
 from .runfile import count_outcomes, Floor, Warmup
 from .client import (accept_connections, Connection, encode_request, Endpoint, http_response,
                      parse_endpoint, RequestFailed, secret_values, stop_accepting, tls_context)
-from .meaning import classify, decision_path_hint, error_code
-from .answers import body_fault
+from .meaning import body_fault, classify, decision_path_hint, error_code
 from .passloop import (config_hashes_of, encode_prompts, met_expectations, PassLoop, PassPlan,
                        records_of, Target)
 
