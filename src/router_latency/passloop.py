@@ -92,14 +92,8 @@ def arrival_schedule(count: Optional[int], rate: float, arrival: str, seed: int,
 
 
 PASS_HEADERS = (CONFIG_HASH_HEADER,)  # the response headers a pass keeps
-
-
 _scheduled_of = operator.attrgetter("scheduled")  # sort keys without a Python call per item
-
-
 _started_of = operator.attrgetter("started")
-
-
 _ended_of = operator.attrgetter("ended")
 
 
