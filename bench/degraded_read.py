@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from router_latency.constants import DEFAULT_DECISION_PATHS
-from router_latency.degraded import degraded_of
-from router_latency.wire import classify
+from router_latency.meaning import classify, degraded_of
 from router_latency.simulator import simulated_answer, SkippedSignals, with_signal_errors
 
 

@@ -59,8 +59,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from router_latency.constants import __version__, PREVIEW_PATH
 from router_latency.stats import percentile, ratio_interval
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
-from router_latency.wire import parse_endpoint, SignalTable
-from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
+from router_latency.meaning import SignalTable
+from router_latency.client import parse_endpoint
+from router_latency.passloop import encode_prompts, PassLoop, PassPlan, Target
 from router_latency.report import render_table
 
 PROMPT = "What is the derivative of x squared?"

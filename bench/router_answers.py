@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from router_latency.corpus import Corpus, corpus_bytes, CORPUS_SCHEMA, load_corpus
 from router_latency.runfile import RunFile, slow_windows, Thresholds
-from router_latency.wire import parse_endpoint
-from router_latency.measuring import (LoadGuard, measure_run, plan_passes, RunContext, RunPlan,
-                                      Target)
+from router_latency.client import parse_endpoint
+from router_latency.measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan
+from router_latency.passloop import Target
 from router_latency.simulator import SimulatedAnswers, start_simulator
 
 

@@ -28,7 +28,7 @@ from router_latency.files import write_atomic
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
 from router_latency.runfile import (Attempt, dump_run, HostSettings, pass_name, pass_summary,
                                     PassRecord, Request, RunFile, RunSettings)
-from router_latency.wire import accept_connections, stop_accepting
+from router_latency.client import accept_connections, stop_accepting
 from router_latency.simulator import start_simulator
 from router_latency.cli import main
 

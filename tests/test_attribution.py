@@ -26,11 +26,11 @@ import pytest
 from router_latency.constants import DEFAULT_DECISION_PATHS, DEFAULT_HISTOGRAMS, MAX_SIGNALS
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
                                     RunFile)
-from router_latency.wire import (classify, decision_reading, HeldAnswer, parse_endpoint,
-                                 SignalTable, top_members)
-from router_latency.captures import Histogram, histogram_deltas, parse_prometheus
+from router_latency.client import parse_endpoint
+from router_latency.meaning import classify, decision_reading, HeldAnswer, SignalTable, top_members
+from router_latency.prometheus import Histogram, histogram_deltas, parse_prometheus
 from router_latency.answers import AnswerBook
-from router_latency.measuring import encode_prompts, PassLoop, PassPlan, Target
+from router_latency.passloop import encode_prompts, PassLoop, PassPlan, Target
 from router_latency.attribution import (decomposition_text, part_values, pass_attribution,
                                         router_parts)
 from router_latency.rounds import start_order

@@ -15,8 +15,9 @@ from router_latency.stats import mean_interval
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, Ladder, load_run, pass_name, pass_summary,
                                     PassRecord, Request, RunFile, RunSettings)
-from router_latency.wire import parse_endpoint
-from router_latency.measuring import LoadGuard, plan_passes, RunPlan, settings_record, Target
+from router_latency.client import parse_endpoint
+from router_latency.measuring import LoadGuard, plan_passes, RunPlan, settings_record
+from router_latency.passloop import Target
 from router_latency.ladder import (flat_step, knee_of, ladder_stop, LadderStep, plateau_of,
                                    run_capacity, slo_capacity, usd_per_million)
 from router_latency.gate import GateSettings

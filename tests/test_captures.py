@@ -13,17 +13,18 @@ import pytest
 from router_latency.constants import PREVIEW_PATH
 from router_latency.errors import RouterLatencyError
 from router_latency.corpus import load_corpus
-from router_latency.gpu import GPU_FIELDS, GpuReading
+from router_latency.gpu import (GPU_FIELDS, gpu_reading_of, GPU_TOOLS, GpuReading, GpuTool,
+                                parse_amd_smi, parse_nvidia_smi, parse_rocm_smi, resolve_gpu,
+                                select_gpus)
 from router_latency.runfile import CpuSettings, load_run
-from router_latency.wire import parse_endpoint
-from router_latency.captures import (CaptureSettings, container_cgroup, cpu_busy_seconds,
-                                     cpufreq_settings, DEFAULT_METRIC_PATTERN, format_cpu_list,
-                                     gpu_reading_of, GPU_TOOLS, GpuTool, host_settings,
-                                     host_warnings, LoadSampler, metric_deltas, parse_amd_smi,
-                                     parse_cpu_list, parse_nvidia_smi, parse_prometheus,
-                                     parse_rocm_smi, process_tree_cpu_seconds, resolve_gpu,
-                                     select_gpus)
-from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan, Target
+from router_latency.client import parse_endpoint
+from router_latency.captures import CaptureSettings, DEFAULT_METRIC_PATTERN
+from router_latency.host import (container_cgroup, cpu_busy_seconds, cpufreq_settings,
+                                 format_cpu_list, host_settings, host_warnings, LoadSampler,
+                                 parse_cpu_list, process_tree_cpu_seconds)
+from router_latency.prometheus import metric_deltas, parse_prometheus
+from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
+from router_latency.passloop import Target
 from conftest import write_corpus
 
 # Real output of the GPU tools, as excerpts: whole keys, devices or columns left out, no value
@@ -268,7 +269,7 @@ def test_a_gpu_tool_is_one_entry_of_the_table_of_tools(simulator, fake_tools, tm
             GPU_FIELDS)} | {"temp_sensor": "gpu"}}, "xpu-smi")
 
     tools = (GpuTool("xpu", ("xpu-smi", "dump"), parse_xpu), *GPU_TOOLS)
-    for module in ("captures", "cli"):  # the table, and the parser's choices read from it
+    for module in ("gpu", "cli"):  # the table, and the parser's choices read from it
         monkeypatch.setattr(f"router_latency.{module}.GPU_TOOLS", tools)
     fake_tools("xpu-smi", "anything\n")
     assert "{auto,xpu,rocm,amd,nvidia,none}" in cli("run", "--help").out

@@ -12,13 +12,14 @@ import pytest
 
 from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
-from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_of,
-                                     degraded_to_json, unknown_answers)
+from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_to_json,
+                                     unknown_answers)
 from router_latency.runfile import (Attempt, dump_run, load_run, pass_name, pass_summary,
                                     PassRecord, Request, RunFile, RunSettings)
 from router_latency.cache import timing_cache_test
 from router_latency.files import write_atomic
-from router_latency.wire import http_response, ResponseReader, SignalTable
+from router_latency.client import http_response, ResponseReader
+from router_latency.meaning import degraded_of, SignalTable
 from router_latency.answers import AnswerBook
 from router_latency.captures import DEFAULT_METRIC_PATTERN
 from router_latency.rounds import run_outcome

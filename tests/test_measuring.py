@@ -28,10 +28,11 @@ from router_latency.stats import percentile
 from router_latency.files import write_atomic
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA, load_corpus
 from router_latency.runfile import dump_run, Floor, load_run, pass_name
-from router_latency.wire import MAX_BODY_BYTES, parse_endpoint
-from router_latency.measuring import (arrival_schedule, clock_text, FLOOR_REQUESTS, PassPlan,
-                                      plan_passes, Progress, progress_text, RunContext, RunPlan,
-                                      Target)
+from router_latency.client import MAX_BODY_BYTES, parse_endpoint
+from router_latency.measuring import (clock_text, plan_passes, Progress, progress_text, RunContext,
+                                      RunPlan)
+from router_latency.readiness import FLOOR_REQUESTS
+from router_latency.passloop import arrival_schedule, PassPlan, Target
 from router_latency.rounds import CHECKED_FIELDS, run_signature
 from router_latency.simulator import simulated_decision
 from router_latency.cli import main

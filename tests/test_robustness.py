@@ -28,8 +28,9 @@ from router_latency.constants import DEFAULT_DECISION_PATHS
 from router_latency.files import MAX_INPUT_BYTES
 from router_latency.corpus import load_corpus, MAX_CORPUS_BYTES
 from router_latency.runfile import load_run
-from router_latency.wire import classify, error_code, RequestFailed, ResponseReader
-from router_latency.captures import parse_nvidia_smi
+from router_latency.client import RequestFailed, ResponseReader
+from router_latency.meaning import classify, error_code
+from router_latency.gpu import parse_nvidia_smi
 from conftest import (TOOL, TOOL_PYC, ScriptedServer, assert_one_line_error, final_answer,
                       make_run,
                       three_rounds, write_corpus)

@@ -15,8 +15,8 @@ from router_latency.cache import result_cache_finding, timing_cache_test
 from router_latency.runfile import (Attempt, content_slow_windows, dump_run, Floor, load_run,
                                     pass_name, pass_summary, pass_title, PassRecord,
                                     phase_windows, Request, slow_phase, slow_windows, Thresholds)
-from router_latency.wire import classify
-from router_latency.captures import parse_prometheus
+from router_latency.meaning import classify
+from router_latency.prometheus import parse_prometheus
 from router_latency.measuring import slow_phase_warnings
 from router_latency.rounds import judge_rounds
 from router_latency.gate import GateSettings

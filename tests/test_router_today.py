@@ -12,11 +12,14 @@ import pytest
 
 from router_latency.constants import CACHE_SERIES, DEFAULT_HISTOGRAMS
 from router_latency.attribution import HISTOGRAM_PARTS
-from router_latency.measuring import Progress, Target, wait_until_ready
+from router_latency.measuring import Progress
+from router_latency.readiness import wait_until_ready
+from router_latency.passloop import Target
 from router_latency.simulator import SimulatedAnswers
-from router_latency.versions import (marked_sampled, ready_words, runtime_name_warning,
-                                     sampled_models, without_sampled)
-from router_latency.wire import classify, parse_endpoint
+from router_latency.versions import (ready_words, runtime_name_warning, sampled_models,
+                                     without_sampled)
+from router_latency.client import parse_endpoint
+from router_latency.meaning import classify, marked_sampled
 from router_latency.constants import DEFAULT_DECISION_PATHS
 from conftest import write_corpus
 from router_double import RouterDouble
@@ -120,7 +123,7 @@ def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(doub
     router = double(newer=True, startup_s=0.6, classifier_s=1.2)
     shown = []
     payload = b'{"messages":[{"role":"user","content":"hello"}]}'
-    from router_latency.wire import encode_request
+    from router_latency.client import encode_request
     target = Target(parse_endpoint(router.url))
     waited = wait_until_ready(target, encode_request(target.endpoint, "POST", payload, ()),
                               20.0, threading.Event(), show=shown.append)
@@ -257,7 +260,7 @@ def test_a_partial_503_is_a_routing_router_with_a_failed_decision(simulator, dou
                                                                   cli):
     router = double(partial={"hello"})
     target = Target(parse_endpoint(router.url))
-    from router_latency.wire import encode_request
+    from router_latency.client import encode_request
     payload = encode_request(target.endpoint, "POST",
                              b'{"messages":[{"role":"user","content":"hello"}]}', ())
     # ready (not waited on until the limit, then refused): it ran the signals

@@ -65,6 +65,18 @@ def test_a_module_imports_only_from_lower_layers_or_earlier_in_its_own():
     assert wrong == []
 
 
+def test_judging_and_what_draws_it_never_import_the_wire_and_the_pass():
+    """The pure layers above the socket engine (judging, the report's sections, renderers)
+    work from run files alone: a verdict never depends on a socket, a thread or a clock."""
+    layers = [name for name, _ in amalgamate.LAYERS]
+    engine = layers.index("the wire and the pass")
+    pure = {layers.index(name) for name in ("judging", "the report and its sections",
+                                              "renderers")}
+    wrong = [f"{name} imports {source}" for name, layer, source, theirs in layer_imports()
+             if layer in pure and theirs == engine]
+    assert wrong == []
+
+
 def test_no_module_imports_one_below_it_and_no_name_is_defined_twice():
     modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
     amalgamate.check_modules(modules)  # raises, naming the module, where one does
@@ -228,7 +240,7 @@ def test_every_record_field_is_typed_precisely():
     records = {f"{module}:{record}" for module, found in fields.items() for record, _, _ in found}
     assert {"runfile:RunFile", "cache:CacheFinding", "rounds:RoundsReport", "corpus:Prompt",
             "captures:CaptureSettings", "command_demo:DemoSide", "measuring:RunContext",
-            "answers:RawResult", "measuring:Target"} <= records
+            "answers:RawResult", "passloop:Target"} <= records
     bare = [f"{module}:{record}.{field}: {annotation}" for module, found in fields.items()
             for record, field, annotation in found if BARE.search(annotation)]
     assert bare == []
@@ -238,9 +250,9 @@ def test_no_function_returns_a_bare_tuple():
     returns = {name: ast.unparse(node.returns) for name, node in all_functions()
                if not isinstance(node, ast.Lambda) and node.returns is not None}
     # the check sees functions, methods and properties that return tuples, typed precisely
-    assert {"wire:classify", "wire:SignalTable.scan", "measuring:Target.signal_names",
-            "measuring:records_of", "answers:failure_of"} <= set(returns)
-    assert "Tuple[" in returns["wire:classify"] and "Tuple[" in returns["measuring:records_of"]
+    assert {"meaning:classify", "meaning:SignalTable.scan", "passloop:Target.signal_names",
+            "passloop:records_of", "answers:failure_of"} <= set(returns)
+    assert "Tuple[" in returns["meaning:classify"] and "Tuple[" in returns["passloop:records_of"]
     bare = [f"{name}: -> {annotation}" for name, annotation in returns.items()
             if BARE_TUPLE.search(annotation)]
     assert bare == []

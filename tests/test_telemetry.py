@@ -15,10 +15,10 @@ import pytest
 
 from router_latency.captures import CaptureSettings
 from router_latency.errors import RouterLatencyError
-from router_latency.gpu import check_telemetry, MAX_SAMPLES
+from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_names, MAX_SAMPLES,
+                                NvidiaSamples)
 from router_latency.runfile import load_run, PhaseWindow
-from router_latency.telemetry import (AmdMonitorSamples, clock_event_names, coincided_text,
-                                      energy_of, NvidiaSamples, RouterTicks, window_figures)
+from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
 from conftest import write_corpus
 from test_cli import DRIVER_ENV, driver_args, with_foreground_new_side
 

@@ -12,14 +12,14 @@ from hypothesis import given, strategies as st
 
 from router_latency.constants import CONFIG_HASH_HEADER, DEFAULT_DECISION_PATHS
 from router_latency.runfile import load_run
-from router_latency.wire import (answer_document, BODY_CONFIG_HASH, body_config_hash, classify,
-                                 DECISION_CHARS, DECISION_CUT, decision_of, default_route,
-                                 Connection, encode_request, error_code, http_response,
-                                 MAX_BODY_BYTES, parse_endpoint,
-                                 RequestFailed, ResponseReader, SignalTable, WHOLE_JSON_BYTES)
+from router_latency.client import (Connection, encode_request, http_response, MAX_BODY_BYTES,
+                                   parse_endpoint, RequestFailed, ResponseReader)
+from router_latency.meaning import (answer_document, BODY_CONFIG_HASH, body_config_hash, classify,
+                                    DECISION_CHARS, DECISION_CUT, decision_of, default_route,
+                                    error_code, SignalTable, WHOLE_JSON_BYTES)
 from router_latency.answers import AnswerBook
-from router_latency.measuring import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
-                                      PassPlan, Target)
+from router_latency.passloop import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
+                                     PassPlan, Target)
 from router_latency.simulator import simulated_decision
 from conftest import SETTINGS, ScriptedServer, final_answer, write_corpus
 

@@ -33,19 +33,24 @@ order:
   records and files:
     files              reading, JSON, atomic writes
     corpus             prompts from a router repo's E2E data, the corpus file
-    gpu                a GPU tool's readings as the run file holds them
+    gpu                GPU reading: the run file's readings, the tools' parsers, the series
+    prometheus         the router's metrics: the text exposition, deltas, histograms
     cache              whether a result cache answered a run: by metrics, by timing
     versions           what router versions say differently: runtime names, /ready, sampling
-    degraded           answers that skipped a signal: read, kept and counted
+    degraded           answers that skipped a signal: kept and counted
     runfile            the run file's records: their writer and reader side by side
     roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:
-    wire               endpoints, request bytes, the incremental response parser
-    captures           probes, GPU tools, Prometheus, router CPU set, load
-    telemetry          GPU, CPU and load sampled through a pass; energy; what coincided
-    answers            each answer of a pass classified, scrubbed, its signal times read
-    measuring          the pass loop, the floor, warm-up, passes, measure_run()
+    client             the HTTP/1.1 client: endpoints, request bytes, the response parser
+    meaning            what an answer means: decision, error, signal times, sampled, degraded
+    host               /proc, cgroup CPU, cpufreq, load: the host as the kernel shows it
+    captures           before and after a pass: probes, the GPU tool, the scrape, router CPU
+    telemetry          the sampler through a pass (GPU tool, CPU, load); energy; coincided
+    answers            a pass's held answers: classified, scrubbed, read after the pass
+    passloop           the pass loop: targets, schedules, one selector, one thread, records
+    readiness          before measuring: the router's readiness, the floor, warm-up
+    measuring          the run's plan, progress, passes and warnings, measure_run()
     simulator          a routing-preview server answering as the router does
   judging:
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
@@ -97,7 +102,7 @@ _HOMES: Dict[str, str] = {
     "RouterLatencyError": "errors", "Interval": "stats", "t_quantile": "stats",
     "paired_interval": "stats", "ratio_interval": "stats", "percentile": "stats",
     "extract_prompts": "corpus", "build_corpus": "corpus", "pass_summary": "runfile",
-    "load_run": "runfile", "dump_run": "runfile", "Target": "measuring",
+    "load_run": "runfile", "dump_run": "runfile", "Target": "passloop",
     "LoadGuard": "measuring", "RunPlan": "measuring", "RunContext": "measuring",
     "plan_passes": "measuring", "measure_run": "measuring", "compare_runs": "compare",
     "judge_rounds": "rounds", "start_simulator": "simulator", "main": "cli",

@@ -1,50 +1,21 @@
-"""Answers: what a pass notes of each request, its answer classified, scrubbed of secrets and
-its per-signal times read (held while the pass runs, read after it): the AnswerBook that the
-pass loop calls once per completed answer."""
+"""Answers held by a pass: what a pass notes of each request (RawResult), its answer
+classified (meaning.py), scrubbed of secrets, and its per-signal times held while the pass
+runs and read after it: the AnswerBook that the pass loop calls once per completed answer."""
 
 from __future__ import annotations
 
 import time
-import json
 from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
 from .words import scrubbed, scrubbed_cut
-from .degraded import Degraded, degraded_of
-from .wire import (body_config_hash, classify, HeldAnswer, RequestFailed, ResponseReader,
-                   rest_of_object, SignalTable, SignalTimes)
+from .degraded import Degraded
+from .client import RequestFailed, ResponseReader
+from .meaning import (body_config_hash, classify, degraded_of, HeldAnswer, rest_of_object,
+                      SignalTable, SignalTimes)
 
-__all__ = ["AnswerBook", "body_fault", "failure_of", "RawResult"]
+__all__ = ["AnswerBook", "failure_of", "RawResult"]
 
-# the first bytes of the compressed bodies a router or a proxy may send unasked (the tool asks
-# for none): gzip, zlib (deflate), zstd
-COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x78\x01", "deflate"), (b"\x78\x5e", "deflate"),
-                    (b"\x78\x9c", "deflate"), (b"\x78\xda", "deflate"),
-                    (b"\x28\xb5\x2f\xfd", "zstd"))
-
-
-def body_fault(body: bytes) -> str:
-    """Return what keeps an answer's body from being read as JSON, in words: compressed,
-    not UTF-8, not JSON (and where), or more than one JSON document; "" when it reads.
-    Nothing of the body itself is quoted: it may hold what a secret became."""
-    for magic, name in COMPRESSED_MAGIC:
-        if body.startswith(magic):
-            return (f"a {name}-compressed body (Content-Encoding: {name}?), which the tool does "
-                    f"not decompress: the router or a proxy before it compresses unasked")
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return f"a body that is not UTF-8 (byte {exc.start} of {len(body):,})"
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        if exc.msg == "Extra data":
-            return (f"a body that is more than one JSON document (more after character "
-                    f"{exc.pos:,} of {len(text):,})")
-        return f"a body that is not JSON ({exc.msg}: character {exc.pos:,} of {len(text):,})"
-    except (ValueError, RecursionError) as exc:
-        return f"a body that is not JSON ({exc.__class__.__name__})"
-    return ""
 
 
 _new_tuple = tuple.__new__

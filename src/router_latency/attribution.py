@@ -12,7 +12,7 @@ from .report import Block, Section, Table
 from .stats import percentile, percentiles
 from .runfile import CapturedEnvironment, pass_title, PassRecord, Request, RunFile
 from .roundset import Rounds
-from .captures import Histogram, histograms_of
+from .prometheus import Histogram, histograms_of
 from .gate import GateSettings, Row, row_of, row_word
 from .noise import noise_json, NoiseFindings
 from .judged import row_change_text, row_json

@@ -17,9 +17,12 @@ from .errors import RouterLatencyError
 from .files import dump_json, write_atomic
 from .corpus import build_corpus, corpus_bytes, default_boundary_cases, load_corpus
 from .runfile import dump_run
-from .wire import parse_endpoint, SignalTable
-from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, resolve_gpu
-from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan, Target
+from .meaning import SignalTable
+from .client import parse_endpoint
+from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN
+from .gpu import resolve_gpu
+from .measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan
+from .passloop import Target
 from .simulator import SignalModel, SignalTime, start_simulator
 from .rounds import judge_rounds, RoundsReport, start_order
 from .render_text import format_rounds

@@ -27,11 +27,14 @@ from .cache import cache_text
 from .versions import runtime_name_warning
 from .runfile import dump_run, Ladder, RunFile, Thresholds
 from .ladder import cost_for, ladder_levels, run_capacity
-from .wire import Endpoint, parse_endpoint, secret_values, SignalTable
-from .captures import (CaptureSettings, container_cgroup, DEFAULT_METRIC_PATTERN, format_cpu_list,
-                       GPU_TOOLS, parse_cpu_list, Probe, resolve_gpu)
-from .measuring import (check_plan, LoadGuard, measure_run, PassPlan, plan_passes, Progress,
-                        RunContext, RunPlan, say_nothing, settings_record, Target)
+from .meaning import SignalTable
+from .client import Endpoint, parse_endpoint, secret_values
+from .captures import CaptureSettings, DEFAULT_METRIC_PATTERN, Probe
+from .host import container_cgroup, format_cpu_list, parse_cpu_list
+from .gpu import GPU_TOOLS, resolve_gpu
+from .measuring import (check_plan, LoadGuard, measure_run, plan_passes, Progress, RunContext,
+                        RunPlan, say_nothing, settings_record)
+from .passloop import PassPlan, Target
 from .rounds import not_found_only, run_outcome, run_overload
 from .render_text import format_host, format_run_header, format_run_summary, overload_note
 from .capacity import energy_beside_cost, format_capacity

@@ -13,7 +13,7 @@ from .constants import (EXIT_OK, MAX_SIGNALS, PREVIEW_PATH, ROUTER_MAX_CONCURREN
                         SIGNAL_NAME_PATTERN)
 from .errors import RouterLatencyError
 from .files import write_atomic
-from .wire import bracketed
+from .client import bracketed
 from .simulator import (signal_error_spec, SignalModel, SignalTime, SimulatedAnswers,
                         SkippedSignals, Stall, start_simulator)
 from .console import emit, SignalRelay

@@ -1,22 +1,21 @@
 """Degraded answers: a 200 that names a signal it could not compute (signal_errors), an unknown
 policy it applied for one (applied_unknown_policies), or a decision that failed
 (decision_error). The router answers so when a signal fails under load or its model errs
-(pkg/services EvalResponse); such an answer is not a plain success. Read from the body here,
-kept in the run file as the router's members, and counted per signal and reason."""
+(pkg/services EvalResponse); such an answer is not a plain success. Read from the body (in
+meaning.py), kept in the run file as the router's members, and counted per signal and reason."""
 
 from __future__ import annotations
 
 import collections
-import json
 import re
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Tuple
 
 from .constants import MAX_REASON_CHARS, MAX_SIGNALS
 from .errors import RouterLatencyError
-from .words import scrubbed_cut
 
 __all__ = [
-    "Degraded", "degraded_counts", "degraded_from_json", "degraded_of",
+    "Degraded", "degraded_counts", "degraded_from_json", "DEGRADED_MEMBERS",
+    "DEGRADED_SIGNAL_CHARS",
     "degraded_summary_from_json", "degraded_text", "degraded_to_json", "unknown_answers",
     "UNKNOWN_ANSWERS_METRIC",
 ]
@@ -31,56 +30,6 @@ UNKNOWN_ANSWERS_METRIC = "vsr_model_runtime_unknown_answers_total"
 # one answer's degraded members: (member, signal, reason), reason the error text or the
 # policy applied; decision_error has no signal ("")
 Degraded = Tuple[Tuple[str, str, str], ...]
-# the members' names as they stand before their value in any JSON: a body without any of
-# them (and without a \u escape that may spell a letter or '_' of one) has none
-_MARKS = tuple(f'"{name}"'.encode() for name in DEGRADED_MEMBERS)
-_SPELLED = re.compile(rb"\\u00(?:5[fF]|6[1-9a-fA-F]|7[0-9aA])")
-
-
-def _kept(text: Any, limit: int, secrets: Sequence[str]) -> str:
-    """Return a value as kept: text (anything else as JSON), secrets hidden, cut to limit."""
-    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-    return scrubbed_cut(text, limit, secrets)
-
-
-# the signal a member is kept under when the router named none: an empty key, or a member
-# that is not the router's object of signals
-UNNAMED_SIGNAL = "(unnamed)"
-
-
-def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optional[Degraded]:
-    """Return the degraded members of a 200 answer's body, () for a plain answer; None for a
-    body that names one of them but is no JSON object (bad_json: what it says past its
-    decision cannot be read). The body is searched for the members' names first, so that a
-    plain answer costs a few byte searches and is never decoded again; one that names them
-    is decoded whole, since the decision's fast reading (wire.answer_document) stops before
-    them. At most MAX_SIGNALS entries a member are kept, secrets hidden."""
-    # rfind: CPython's reverse search skips through a router's 2 KB answer three times
-    # faster than `in` (its forward search), 0.8 us a name here (bench/degraded_read.py)
-    first, second, third = _MARKS
-    if body.rfind(first) < 0 and body.rfind(second) < 0 and body.rfind(third) < 0 and (
-            body.rfind(b"\\u00") < 0 or _SPELLED.search(body) is None):
-        return ()
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-    if not isinstance(document, dict):
-        return None
-    found = []
-    for member in DEGRADED_MEMBERS:
-        value = document.get(member)
-        if value is None or value == "" or value == {} or value == []:
-            continue
-        if member == "decision_error":
-            found.append((member, "", _kept(value, MAX_REASON_CHARS, secrets)))
-            continue
-        if not isinstance(value, dict):  # not the router's {signal: text}: kept under a name
-            value = {UNNAMED_SIGNAL: value}
-        for signal in sorted(value)[:MAX_SIGNALS]:
-            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
-                          _kept(value[signal], MAX_REASON_CHARS, secrets)))
-    return tuple(found)
 
 
 def degraded_to_json(degraded: Degraded) -> dict:

@@ -1,15 +1,28 @@
-"""A GPU tool's readings as the run file holds them: the figures per device and their fields."""
+"""GPU reading in one place: a GPU tool's readings as the run file holds them (the figures per
+device and their fields), each tool's output parsed and the tools --gpu offers (GPU_TOOLS), the
+lines of the looping queries sampled through a pass, and a pass's figures per GPU. The tools
+are run where their readings are taken: once before and after a pass by captures.py, looping
+through a pass by telemetry.py's sampler."""
 
 from __future__ import annotations
 
+import csv
+import json
 import math
-from typing import Any, Mapping, NamedTuple, Optional, Union, TypedDict
+import re
+import shutil
+import statistics
+import time
+from typing import (Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union,
+                    TypedDict)
 
-from .errors import checked_number, checked_object, checked_text, RouterLatencyError
+from .constants import MAX_FILE_NUMBER
+from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
 
-__all__ = ["check_telemetry", "EnergyJson", "GPU_FIELDS", "GpuPassFigures", "GPU_RANGED",
-           "GpuCapture", "GpuField", "GpuReading", "gpu_readings", "MAX_SAMPLES",
-           "SAMPLED_FIELDS", "TELEMETRY_VERSION", "TelemetryJson"]
+__all__ = ["check_telemetry", "clock_event_names", "EnergyJson", "GPU_FIELDS", "GPU_RANGED",
+           "GpuCapture", "GpuReading", "gpu_readings", "gpu_tool", "GPU_TOOLS", "known",
+           "MAX_SAMPLES", "pass_figures", "resolve_gpu", "SAMPLED_FIELDS", "sampled_tool",
+           "sampler_commands", "select_gpus", "TELEMETRY_VERSION", "TelemetryJson"]
 
 
 class GpuReadingJson(TypedDict, total=False):
@@ -109,7 +122,7 @@ MAX_SAMPLES = 1200  # per series and pass: more are thinned to every k-th (kept_
 
 
 class GpuPassFigures(TypedDict, total=False):
-    """One GPU's figures over every sample of a pass (telemetry.pass_figures)."""
+    """One GPU's figures over every sample of a pass (pass_figures)."""
     sclk_min_mhz: Optional[float]
     temp_max_c: Optional[float]
     power_mean_w: Optional[float]
@@ -188,3 +201,352 @@ def check_telemetry(raw: Any, where: str) -> None:
             raise RouterLatencyError("expected an object or null", f"{where}.energy")
         for key in ("joules", "per_request_j", "seconds"):
             checked_number(energy.get(key), f"{where}.energy.{key}", nullable=True)
+
+
+# ---- the tools' readings: each tool's output parsed, the tools --gpu offers ----
+
+def gpu_number(value: Any) -> Optional[float]:
+    """Return the number a GPU tool wrote ('49.0', '(800Mhz)', '1980 MHz', 36), or None for
+    what it could not read ('N/A', '[N/A]', '[Not Supported]', 'N/A (Secondary die)')."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value) if abs(value) <= MAX_FILE_NUMBER else math.inf
+    else:
+        text = str(value).strip()
+        if text.startswith(("N/A", "[")):
+            return None
+        match = re.search(r"-?\d+(?:\.\d+)?", text[:64])
+        if not match:
+            return None
+        number = float(match.group())  # 400 digits make inf
+    # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
+    return number if 0 <= number <= MAX_FILE_NUMBER else None
+
+
+def first_json(text: str, tool: str) -> Any:
+    """Return the first JSON value in a tool's output: warnings may stand before it."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[\[{]", text):
+        try:
+            return decoder.raw_decode(text, match.start())[0]
+        except ValueError:
+            continue
+    raise ValueError(f"no JSON in {tool} output")
+
+
+def gpu_reading_of(devices: dict, tool: str) -> GpuReading:
+    """Return the GPU reading of these devices' figures (device -> GPU_FIELDS key -> figure)."""
+    if not any(v is not None for state in devices.values() for v in state.values()):
+        raise ValueError(f"no GPU figures in {tool} output")
+    return GpuReading({d: s["used_mib"] for d, s in devices.items()
+                       if s.get("used_mib") is not None}, devices)
+
+
+def parse_rocm_smi(text: str) -> GpuReading:
+    """Return the GPU reading of `rocm-smi --showtemp --showclocks --showpower --showuse
+    --showmeminfo vram --json`: one object per cardN, every value a string.
+
+    Temperature: the junction sensor where there is one (MI300 has no edge sensor), else
+    edge, else memory; the one taken is named. Power: the average, or the current socket
+    power that MI300 and APUs report instead; never 'Max Graphics Package Power', the cap.
+    """
+    document = first_json(text, "rocm-smi")
+    if not isinstance(document, dict):
+        raise ValueError("rocm-smi output is not a JSON object")
+    cards = sorted((k for k in document if re.fullmatch(r"card\d+", k)), key=lambda k: int(k[4:]))
+    devices = {}
+    for card in cards:
+        raw = document[card] if isinstance(document[card], dict) else {}
+        fields = {str(k).lower(): v for k, v in raw.items()}  # 2019 builds wrote '(c)'
+        temp = sensor = None
+        for name in ("junction", "edge", "memory", "mem"):  # 2019 builds: 'Sensor mem'
+            temp = gpu_number(fields.get(f"temperature (sensor {name}) (c)"))
+            if temp is not None:
+                sensor = "memory" if name == "mem" else name
+                break
+        power = gpu_number(fields.get("average graphics package power (w)"))
+        if power is None:
+            power = gpu_number(fields.get("current socket graphics package power (w)"))
+        used = gpu_number(fields.get("vram total used memory (b)"))
+        devices[card] = {"temp_c": temp, "temp_sensor": sensor,
+                         "sclk_mhz": gpu_number(fields.get("sclk clock speed:")),
+                         "mclk_mhz": gpu_number(fields.get("mclk clock speed:")),
+                         "power_w": power, "util_pct": gpu_number(fields.get("gpu use (%)")),
+                         "used_mib": None if used is None else round(used / 2 ** 20, 1)}
+    return gpu_reading_of(devices, "rocm-smi")
+
+
+def _amd_value(section: Any, *keys: str) -> Optional[float]:
+    """Return the first readable value of an amd-smi section: {"value": N, "unit": U} from
+    ROCm 6.1, a bare number in 6.0, the string 'N/A' where unsupported."""
+    for key in keys:
+        value = section.get(key) if isinstance(section, dict) else None
+        number = gpu_number(value.get("value") if isinstance(value, dict) else value)
+        if number is not None:
+            return number
+    return None
+
+
+def parse_amd_smi(text: str) -> GpuReading:
+    """Return the GPU reading of `amd-smi metric --json`: a list of GPUs (ROCm 6.0-6.2), or
+    an object with that list under "gpu_data" (ROCm 7).
+
+    The shader clock is the fastest of gfx_0..gfx_7 (MI300X reports one per XCD); the memory
+    used is "MB" by name and MiB in fact. Temperature: hotspot (the junction), else edge,
+    else memory.
+    """
+    document = first_json(text, "amd-smi")
+    gpus = document.get("gpu_data", []) if isinstance(document, dict) else document
+    if not isinstance(gpus, list):
+        raise ValueError("amd-smi output holds no list of GPUs")
+    devices = {}
+    for position, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
+        index = gpu.get("gpu") if is_whole(gpu.get("gpu")) else position
+        clock = raw_clock if isinstance(raw_clock := gpu.get("clock"), dict) else {}
+        per_xcd = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
+        shader = [v for v in per_xcd if v is not None] or \
+            [v for v in [_amd_value(clock.get("gfx"), "clk", "cur_clk")] if v is not None]
+        temp = sensor = None
+        for name in ("hotspot", "edge", "mem"):
+            temp = _amd_value(gpu.get("temperature"), name)
+            if temp is not None:
+                sensor = "memory" if name == "mem" else name
+                break
+        devices[f"gpu{index}"] = {
+            "temp_c": temp, "temp_sensor": sensor, "sclk_mhz": max(shader, default=None),
+            "mclk_mhz": _amd_value(clock.get("mem_0"), "clk")
+            if "mem_0" in clock else _amd_value(clock.get("mem"), "clk", "cur_clk"),
+            "power_w": _amd_value(gpu.get("power"), "socket_power", "current_power"),
+            "util_pct": _amd_value(gpu.get("usage"), "gfx_activity", "gfx_usage"),
+            "used_mib": _amd_value(gpu.get("mem_usage"), "used_vram")}
+    return gpu_reading_of(devices, "amd-smi")
+
+
+# --query-gpu fields in this order; a header (--format=csv) names them canonically
+NVIDIA_QUERY = ("index", "temperature.gpu", "clocks.sm", "clocks.mem", "power.draw",
+                "utilization.gpu", "memory.used")
+NVIDIA_COLUMNS = {"index": "index", "temperature.gpu": "temp_c", "clocks.current.sm": "sclk_mhz",
+                  "clocks.sm": "sclk_mhz", "clocks.current.memory": "mclk_mhz",
+                  "clocks.mem": "mclk_mhz", "power.draw": "power_w",
+                  "utilization.gpu": "util_pct", "memory.used": "used_mib"}
+
+
+def parse_nvidia_smi(text: str) -> GpuReading:
+    """Return the GPU reading of `nvidia-smi --query-gpu=index,temperature.gpu,clocks.sm,
+    clocks.mem,power.draw,utilization.gpu,memory.used --format=csv`.
+
+    Columns are found by the header's canonical names ('clocks.current.sm [MHz]'), or by the
+    query's order without a header; units ('1980 MHz') are dropped, and '[N/A]',
+    '[Not Supported]' and 'N/A' are no figure. Without an index column, rows count from 0.
+    """
+    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
+    names = None
+    if rows and any(cell.split(" [")[0].strip() in NVIDIA_COLUMNS for cell in rows[0]):
+        names = [NVIDIA_COLUMNS.get(cell.split(" [")[0].strip()) for cell in rows.pop(0)]
+    devices = {}
+    for position, row in enumerate(rows):
+        if len(row) != len(names or NVIDIA_QUERY):
+            continue  # a message such as 'Failed to initialize NVML'
+        fields = dict(zip(names or [NVIDIA_COLUMNS[q] for q in NVIDIA_QUERY], row))
+        index = fields.pop("index", str(position)).strip()
+        fields.pop(None, None)
+        if not index.isdigit():
+            continue
+        devices[f"gpu{index}"] = {**{f.key: gpu_number(fields.get(f.key)) for f in GPU_FIELDS},
+                                  "temp_sensor": "gpu"}
+    if not devices:
+        raise ValueError("unexpected nvidia-smi output")
+    return gpu_reading_of(devices, "nvidia-smi")
+
+
+class GpuTool(NamedTuple):
+    """A GPU tool that --gpu reads: its choice, its command line, the parser of its output,
+    and the fields its readings hold."""
+    choice: str  # --gpu's value
+    command: tuple[str, ...]  # its first word is the program looked for on PATH
+    parse: Callable[[str], GpuReading]  # its output -> its reading; ValueError if unreadable
+    fields: tuple[GpuField, ...] = GPU_FIELDS
+
+    @property
+    def name(self) -> str:
+        return self.command[0]
+
+
+# the tools --gpu offers, in the order auto looks for them on PATH
+GPU_TOOLS = (
+    GpuTool("rocm", ("rocm-smi", "--showtemp", "--showclocks", "--showpower", "--showuse",
+                     "--showmeminfo", "vram", "--json"), parse_rocm_smi),
+    GpuTool("amd", ("amd-smi", "metric", "--json"), parse_amd_smi),
+    GpuTool("nvidia", ("nvidia-smi", "--query-gpu=" + ",".join(NVIDIA_QUERY), "--format=csv"),
+            parse_nvidia_smi),
+)
+
+
+def gpu_tool(choice: str) -> GpuTool:
+    """Return the GPU tool of a --gpu choice (a key of GPU_TOOLS)."""
+    return next(tool for tool in GPU_TOOLS if tool.choice == choice)
+
+
+def select_gpus(reading: GpuReading, indexes: Sequence[int]) -> GpuReading:
+    """Return a GPU reading cut to the devices of the tool's own indexes (all when none)."""
+    if not indexes or reading.error is not None:
+        return reading
+    wanted = {d for d in reading.devices if int(re.sub(r"\D", "", d) or -1) in indexes}
+    chosen = reading._replace(
+        used_mib={d: v for d, v in reading.used_mib.items() if d in wanted},
+        devices={d: v for d, v in reading.devices.items() if d in wanted})
+    missing = sorted(set(indexes) - {int(re.sub(r"\D", "", d)) for d in wanted})
+    if missing:
+        return chosen._replace(note=f"no GPU {', '.join(map(str, missing))} in the tool's output")
+    return chosen
+
+
+# ---- the sampler's series: the looping queries' lines read, a pass's figures per GPU ----
+
+# nvidia-smi's looping query: the timestamp of each sample, the device, what a pass's figures
+# need, the clock-event (throttle) reasons and the energy counter (mJ since the driver loaded,
+# Volta and later); a driver that refuses the last two is asked NVIDIA_LOOP_PLAIN
+NVIDIA_LOOP_FIELDS = ("timestamp", "index", "temperature.gpu", "clocks.sm", "power.draw",
+                      "utilization.gpu", "clocks_event_reasons.active",
+                      "total_energy_consumption")
+NVIDIA_LOOP_PLAIN = NVIDIA_LOOP_FIELDS[:6]
+SAMPLE_COLUMNS = {"timestamp": "t", "index": "index", "temperature.gpu": "temp_c",
+                  "clocks.current.sm": "sclk_mhz", "clocks.sm": "sclk_mhz",
+                  "power.draw": "power_w", "utilization.gpu": "util_pct",
+                  "clocks_event_reasons.active": "reasons",
+                  "clocks_throttle_reasons.active": "reasons",
+                  "total_energy_consumption": "energy_mj"}
+# the bits of clocks_event_reasons.active (nvidia-smi --help-query-gpu); idle is no event
+CLOCK_EVENTS = ((0x2, "applications clocks"), (0x4, "power cap"), (0x8, "hardware slowdown"),
+                (0x10, "sync boost"), (0x20, "software thermal slowdown"),
+                (0x40, "hardware thermal slowdown"), (0x80, "power brake"),
+                (0x100, "display clocks"))
+
+
+def sampled_tool(choice: Optional[str]) -> Optional[str]:
+    """Return the tool sampled through a pass for a --gpu choice: nvidia-smi, whose query
+    loops (-lms), and amd-smi's monitor (-w, whole seconds); rocm-smi has no loop and is read
+    before and after only (None)."""
+    return {"nvidia": "nvidia-smi", "amd": "amd-smi"}.get(choice or "")
+
+
+# amd-smi monitor's columns (-p power, -t temperatures, -u GFX use and clock), by header name
+AMD_MONITOR_COLUMNS = {"GPU": "index", "POWER": "power_w", "GPU_TEMP": "temp_c",
+                       "GFX_UTIL": "util_pct", "GFX_CLOCK": "sclk_mhz"}
+
+
+class AmdMonitorSamples:
+    """Reads `amd-smi monitor -p -t -u -w N`: a header of column names (printed again each
+    round), then one row per GPU whose values are separated by two or more spaces
+    ('  0  182 W     42 °C ...'). feed() returns a sample or None."""
+
+    def __init__(self) -> None:
+        self.columns: list = []
+
+    def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
+        cells = re.split(r"\s{2,}", line.strip())
+        if cells and cells[0] == "GPU":
+            self.columns = [AMD_MONITOR_COLUMNS.get(name) for name in line.split()]
+            return None
+        if not self.columns or len(cells) != len(self.columns):
+            return None
+        fields = dict(zip(self.columns, cells))
+        index = (fields.get("index") or "").strip()
+        if not index.isdigit():
+            return None
+        figures: dict = {key: gpu_number(fields.get(key))
+                         for key in ("sclk_mhz", "temp_c", "power_w", "util_pct")}
+        return arrived, f"gpu{index}", {**figures, "energy_mj": None, "reasons": None}
+
+
+def sampler_commands(tool: str, interval_s: float) -> list:
+    """Return the (command, reader) to try in turn for a tool's looping query."""
+    if tool == "amd-smi":
+        return [(["amd-smi", "monitor", "-p", "-t", "-u", "-w",
+                  str(max(round(interval_s), 1))], AmdMonitorSamples())]
+    return [(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv", "-lms",
+              str(max(int(interval_s * 1000), 1))], NvidiaSamples(fields))
+            for fields in (NVIDIA_LOOP_FIELDS, NVIDIA_LOOP_PLAIN)]
+
+
+def clock_event_names(mask: Optional[float]) -> tuple[str, ...]:
+    """Return the clock-event reasons of a clocks_event_reasons.active mask, idle left out."""
+    if mask is None:
+        return ()
+    return tuple(name for bit, name in CLOCK_EVENTS if int(mask) & bit)
+
+
+def sample_time(text: Optional[str]) -> Optional[float]:
+    """Return the Unix time of nvidia-smi's timestamp ('2026/12/04 16:53:11.399', local)."""
+    if not text:
+        return None
+    text = text.strip()
+    try:
+        whole = time.mktime(time.strptime(text[:19], "%Y/%m/%d %H:%M:%S"))
+        return whole + (float("0" + text[19:]) if text[19:] else 0.0)
+    except (ValueError, OverflowError):
+        return None
+
+
+class NvidiaSamples:
+    """Reads the lines of nvidia-smi's looping query: a header (--format=csv) names the
+    columns; without one they are those asked, in order. feed() returns a sample or None."""
+
+    def __init__(self, fields: Sequence[str] = NVIDIA_LOOP_FIELDS):
+        self.columns = [SAMPLE_COLUMNS.get(field) for field in fields]
+
+    def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
+        """Return (Unix time, device, figures) of one line, None for a header or message.
+        The time is the tool's timestamp, or when the line arrived without one."""
+        row = next(csv.reader([line], skipinitialspace=True), [])
+        names = [cell.split(" [")[0].strip() for cell in row]
+        if row and any(name in SAMPLE_COLUMNS for name in names):
+            self.columns = [SAMPLE_COLUMNS.get(name) for name in names]
+            return None
+        if not row or len(row) != len(self.columns):
+            return None  # 'Failed to initialize NVML', a field refused
+        fields = dict(zip(self.columns, row))
+        index = (fields.get("index") or "").strip()
+        if not index.isdigit():
+            return None
+        figures = {key: gpu_number(fields.get(key))
+                   for key in ("sclk_mhz", "temp_c", "power_w", "util_pct", "energy_mj")}
+        reasons = (fields.get("reasons") or "").strip()
+        try:
+            figures["reasons"] = float(int(reasons, 16)) if reasons.startswith("0x") else None
+        except ValueError:
+            figures["reasons"] = None
+        stamp = sample_time(fields.get("t"))
+        return (arrived if stamp is None else stamp), f"gpu{index}", figures
+
+
+def known(values: Sequence[Optional[float]]) -> list:
+    return [v for v in values if v is not None]
+
+
+def pass_figures(samples: Sequence[tuple]) -> GpuPassFigures:
+    """Return one GPU's figures over a pass's samples: lowest SM clock, highest temperature,
+    mean and peak power, mean use, the clock events seen."""
+    def column(key: str) -> list:
+        return known([figures.get(key) for _, figures in samples])
+
+    power, use = column("power_w"), column("util_pct")
+    events = {name for mask in column("reasons") for name in clock_event_names(mask)}
+    return {"sclk_min_mhz": min(column("sclk_mhz"), default=None),
+            "temp_max_c": max(column("temp_c"), default=None),
+            "power_mean_w": round(statistics.fmean(power), 2) if power else None,
+            "power_peak_w": max(power, default=None),
+            "util_mean_pct": round(statistics.fmean(use), 1) if use else None,
+            "reasons": sorted(events), "samples": len(samples)}
+
+
+# ---- the I/O edge: PATH ----
+
+def resolve_gpu(choice: str) -> Optional[str]:
+    """Return the GPU tool to read: the one asked for, or the first found on PATH for auto."""
+    if choice == "none":
+        return None
+    if choice != "auto":
+        return choice
+    return next((tool.choice for tool in GPU_TOOLS if shutil.which(tool.name)), None)

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (AUTO_MODEL_NAMES, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
                         EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH, ROUTER_MAX_CONCURRENCY)
-from .wire import accept_connections, bracketed, http_response, stop_accepting
+from .client import accept_connections, bracketed, http_response, stop_accepting
 from .captures import utc_now
 
 __all__ = [

@@ -1,13 +1,12 @@
-"""Telemetry sampled through a pass: the GPU tool's looping query (one process per pass), the
-router's CPU time, its CPUs' busy time and the load; per pass and per window what they show,
-the energy per routed request, and what coincided with a slow phase."""
+"""Telemetry sampled through a pass: the GPU tool's looping query (one process per pass; its
+lines and a pass's figures per GPU are read by gpu.py), the router's CPU time, its CPUs' busy
+time and the load; per window what they show, the energy per routed request, and what
+coincided with a slow phase."""
 
 from __future__ import annotations
 
-import csv
 import math
 import os
-import re
 import signal
 import statistics
 import subprocess
@@ -17,131 +16,17 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
 from .words import plural
-from .gpu import (EnergyJson, GpuPassFigures, MAX_SAMPLES, SAMPLED_FIELDS, TELEMETRY_VERSION,
+from .gpu import (clock_event_names, EnergyJson, known, MAX_SAMPLES, pass_figures,
+                  SAMPLED_FIELDS, sampled_tool, sampler_commands, TELEMETRY_VERSION,
                   TelemetryJson)
 from .runfile import Attempt, PhaseWindow
-from .captures import (CaptureSettings, cgroup_cpu_seconds, cpu_busy_seconds, gpu_number,
-                       parse_cpu_list, process_table, read_load)
+from .host import cgroup_cpu_seconds, cpu_busy_seconds, parse_cpu_list, process_table, read_load
+from .captures import CaptureSettings
 
 __all__ = ["coincided_text", "PassSampler", "sampling"]
 
-# nvidia-smi's looping query: the timestamp of each sample, the device, what a pass's figures
-# need, the clock-event (throttle) reasons and the energy counter (mJ since the driver loaded,
-# Volta and later); a driver that refuses the last two is asked NVIDIA_LOOP_PLAIN
-NVIDIA_LOOP_FIELDS = ("timestamp", "index", "temperature.gpu", "clocks.sm", "power.draw",
-                      "utilization.gpu", "clocks_event_reasons.active",
-                      "total_energy_consumption")
-NVIDIA_LOOP_PLAIN = NVIDIA_LOOP_FIELDS[:6]
-SAMPLE_COLUMNS = {"timestamp": "t", "index": "index", "temperature.gpu": "temp_c",
-                  "clocks.current.sm": "sclk_mhz", "clocks.sm": "sclk_mhz",
-                  "power.draw": "power_w", "utilization.gpu": "util_pct",
-                  "clocks_event_reasons.active": "reasons",
-                  "clocks_throttle_reasons.active": "reasons",
-                  "total_energy_consumption": "energy_mj"}
-# the bits of clocks_event_reasons.active (nvidia-smi --help-query-gpu); idle is no event
-CLOCK_EVENTS = ((0x2, "applications clocks"), (0x4, "power cap"), (0x8, "hardware slowdown"),
-                (0x10, "sync boost"), (0x20, "software thermal slowdown"),
-                (0x40, "hardware thermal slowdown"), (0x80, "power brake"),
-                (0x100, "display clocks"))
 STOP_WAIT_S = 2.0  # how long the sampler process may take to end after SIGTERM
 FIRST_SAMPLE_S = 5.0  # how long a pass waits for the GPU tool's first sample before it starts
-
-
-def sampled_tool(choice: Optional[str]) -> Optional[str]:
-    """Return the tool sampled through a pass for a --gpu choice: nvidia-smi, whose query
-    loops (-lms), and amd-smi's monitor (-w, whole seconds); rocm-smi has no loop and is read
-    before and after only (None)."""
-    return {"nvidia": "nvidia-smi", "amd": "amd-smi"}.get(choice or "")
-
-
-# amd-smi monitor's columns (-p power, -t temperatures, -u GFX use and clock), by header name
-AMD_MONITOR_COLUMNS = {"GPU": "index", "POWER": "power_w", "GPU_TEMP": "temp_c",
-                       "GFX_UTIL": "util_pct", "GFX_CLOCK": "sclk_mhz"}
-
-
-class AmdMonitorSamples:
-    """Reads `amd-smi monitor -p -t -u -w N`: a header of column names (printed again each
-    round), then one row per GPU whose values are separated by two or more spaces
-    ('  0  182 W     42 °C ...'). feed() returns a sample or None."""
-
-    def __init__(self) -> None:
-        self.columns: list = []
-
-    def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
-        cells = re.split(r"\s{2,}", line.strip())
-        if cells and cells[0] == "GPU":
-            self.columns = [AMD_MONITOR_COLUMNS.get(name) for name in line.split()]
-            return None
-        if not self.columns or len(cells) != len(self.columns):
-            return None
-        fields = dict(zip(self.columns, cells))
-        index = (fields.get("index") or "").strip()
-        if not index.isdigit():
-            return None
-        figures: dict = {key: gpu_number(fields.get(key))
-                         for key in ("sclk_mhz", "temp_c", "power_w", "util_pct")}
-        return arrived, f"gpu{index}", {**figures, "energy_mj": None, "reasons": None}
-
-
-def sampler_commands(tool: str, interval_s: float) -> list:
-    """Return the (command, reader) to try in turn for a tool's looping query."""
-    if tool == "amd-smi":
-        return [(["amd-smi", "monitor", "-p", "-t", "-u", "-w",
-                  str(max(round(interval_s), 1))], AmdMonitorSamples())]
-    return [(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv", "-lms",
-              str(max(int(interval_s * 1000), 1))], NvidiaSamples(fields))
-            for fields in (NVIDIA_LOOP_FIELDS, NVIDIA_LOOP_PLAIN)]
-
-
-def clock_event_names(mask: Optional[float]) -> tuple[str, ...]:
-    """Return the clock-event reasons of a clocks_event_reasons.active mask, idle left out."""
-    if mask is None:
-        return ()
-    return tuple(name for bit, name in CLOCK_EVENTS if int(mask) & bit)
-
-
-def sample_time(text: Optional[str]) -> Optional[float]:
-    """Return the Unix time of nvidia-smi's timestamp ('2026/12/04 16:53:11.399', local)."""
-    if not text:
-        return None
-    text = text.strip()
-    try:
-        whole = time.mktime(time.strptime(text[:19], "%Y/%m/%d %H:%M:%S"))
-        return whole + (float("0" + text[19:]) if text[19:] else 0.0)
-    except (ValueError, OverflowError):
-        return None
-
-
-class NvidiaSamples:
-    """Reads the lines of nvidia-smi's looping query: a header (--format=csv) names the
-    columns; without one they are those asked, in order. feed() returns a sample or None."""
-
-    def __init__(self, fields: Sequence[str] = NVIDIA_LOOP_FIELDS):
-        self.columns = [SAMPLE_COLUMNS.get(field) for field in fields]
-
-    def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
-        """Return (Unix time, device, figures) of one line, None for a header or message.
-        The time is the tool's timestamp, or when the line arrived without one."""
-        row = next(csv.reader([line], skipinitialspace=True), [])
-        names = [cell.split(" [")[0].strip() for cell in row]
-        if row and any(name in SAMPLE_COLUMNS for name in names):
-            self.columns = [SAMPLE_COLUMNS.get(name) for name in names]
-            return None
-        if not row or len(row) != len(self.columns):
-            return None  # 'Failed to initialize NVML', a field refused
-        fields = dict(zip(self.columns, row))
-        index = (fields.get("index") or "").strip()
-        if not index.isdigit():
-            return None
-        figures = {key: gpu_number(fields.get(key))
-                   for key in ("sclk_mhz", "temp_c", "power_w", "util_pct", "energy_mj")}
-        reasons = (fields.get("reasons") or "").strip()
-        try:
-            figures["reasons"] = float(int(reasons, 16)) if reasons.startswith("0x") else None
-        except ValueError:
-            figures["reasons"] = None
-        stamp = sample_time(fields.get("t"))
-        return (arrived if stamp is None else stamp), f"gpu{index}", figures
 
 
 class PassSampler:
@@ -346,26 +231,6 @@ def in_span(samples: Sequence[tuple], span: tuple[float, float]) -> list:
     """Return the samples within the pass's span, or all when fewer than two fall in it."""
     inside = [s for s in samples if span[0] <= s[0] <= span[1]]
     return inside if len(inside) >= 2 else list(samples)
-
-
-def known(values: Sequence[Optional[float]]) -> list:
-    return [v for v in values if v is not None]
-
-
-def pass_figures(samples: Sequence[tuple]) -> GpuPassFigures:
-    """Return one GPU's figures over a pass's samples: lowest SM clock, highest temperature,
-    mean and peak power, mean use, the clock events seen."""
-    def column(key: str) -> list:
-        return known([figures.get(key) for _, figures in samples])
-
-    power, use = column("power_w"), column("util_pct")
-    events = {name for mask in column("reasons") for name in clock_event_names(mask)}
-    return {"sclk_min_mhz": min(column("sclk_mhz"), default=None),
-            "temp_max_c": max(column("temp_c"), default=None),
-            "power_mean_w": round(statistics.fmean(power), 2) if power else None,
-            "power_peak_w": max(power, default=None),
-            "util_mean_pct": round(statistics.fmean(use), 1) if use else None,
-            "reasons": sorted(events), "samples": len(samples)}
 
 
 def energy_of(devices: Sequence[Sequence[tuple]], wall_s: float,

@@ -1,16 +1,16 @@
 """What routers of different versions say differently: the runtime's two names, /ready's
-start-up phases, and selections the router sampled rather than decided."""
+start-up phases, and the decision keys of selections the router sampled (marked in meaning.py)
+rather than decided."""
 
 from __future__ import annotations
 
 import json
-import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from .words import visible
 
 __all__ = [
-    "marked_sampled", "ready_words", "runtime_name_warning", "sampled_models",
+    "ready_words", "runtime_name_warning", "SAMPLED_MARK", "sampled_models",
     "without_sampled",
 ]
 
@@ -26,8 +26,6 @@ RUNTIME_NAMES = {
 # a selected model the router sampled or chose by its state: marked so in the decision key,
 # kept apart from the decision that agreement compares
 SAMPLED_MARK = "~"
-PROVENANCE_KEY = b'"selection_provenance"'
-PROVENANCE = re.compile(rb'"selection_provenance"\s*:\s*(\{[^{}]*\})')
 PENDING_SHOWN = 4  # pending models named on the progress line, the rest counted
 
 
@@ -71,39 +69,6 @@ def ready_words(body: Optional[bytes]) -> str:
         parts.append("pending: " + ", ".join(pending[:PENDING_SHOWN])
                      + (f" and {more} more" if more > 0 else ""))
     return visible("; ".join(parts))
-
-
-def is_sampled_selection(document: Any) -> bool:
-    """Return whether an answer's selected model was sampled or depends on the router's
-    state (selection_provenance.sampled or .state_dependent true): another sending of the
-    same prompt may select another model with the same decision."""
-    provenance = document.get("selection_provenance") if isinstance(document, dict) else None
-    return isinstance(provenance, dict) and (provenance.get("sampled") is True
-                                             or provenance.get("state_dependent") is True)
-
-
-def marked_sampled(decision: str, document: Any, body: bytes | bytearray) -> str:
-    """Return a decision key with its selected model marked SAMPLED_MARK where the answer
-    says the router sampled it or chose it by its state (is_sampled_selection): the model is
-    the key's last part, read from the answer's selected_model. A byte search first: most
-    answers carry no selection_provenance, and the pass loop reads each answer once."""
-    if body.find(PROVENANCE_KEY) < 0:
-        return decision
-    found = PROVENANCE.search(body)
-    try:
-        if found is not None:
-            provenance = json.loads(found.group(1))
-        else:  # not a flat object (one nested in it): the answer decoded whole, rarely
-            whole = json.loads(body)
-            provenance = whole.get("selection_provenance") if isinstance(whole, dict) else None
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return decision
-    model = document.get("selected_model") if isinstance(document, dict) else None
-    head, _, last = decision.rpartition("|")
-    if not is_sampled_selection({"selection_provenance": provenance}) or not head \
-            or not isinstance(model, str) or last != model:
-        return decision
-    return f"{head}|{SAMPLED_MARK}{model}"
 
 
 def without_sampled(decision: Optional[str]) -> Optional[str]:
