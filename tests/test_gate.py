@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from router_latency.errors import Notice
-from router_latency.stats import (composite_log_ratios, group_sequential_levels, holm,
-                                  mean_interval, power_shift, sample_spread,
-                                  sequential_t_criticals, t_cdf, t_ppf)
+from router_latency.stats import (composite_log_ratios, holm, mean_interval, power_shift,
+                                  sample_spread, t_cdf, t_ppf)
+from router_latency.sequential import group_sequential_levels, sequential_t_criticals
 from router_latency.files import write_atomic
 from router_latency.runfile import (Attempt, dump_run, pass_summary, PassRecord, PassSummary,
                                     Request, RunFile, RunSettings)

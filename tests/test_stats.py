@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 from router_latency.errors import RouterLatencyError
-from router_latency.stats import (benjamini_hochberg, detectable_change, effective_rows,
-                                  group_sequential_levels, holm, Interval, normal_cdf, normal_ppf,
-                                  order_effect, OrderEffect, outlier_rounds, paired_interval,
-                                  percentile, ratio_interval, rounds_needed, spending_alpha, t_cdf,
-                                  t_ppf, t_quantile, t_test_p)
+from router_latency.stats import (benjamini_hochberg, detectable_change, effective_rows, holm,
+                                  Interval, normal_cdf, normal_ppf, order_effect, OrderEffect,
+                                  outlier_rounds, paired_interval, percentile, ratio_interval,
+                                  rounds_needed, t_cdf, t_ppf, t_quantile, t_test_p)
+from router_latency.sequential import group_sequential_levels, spending_alpha
 from conftest import SETTINGS
 
 # Two-sided 95% critical values of Student's t as printed in standard tables

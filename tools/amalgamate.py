@@ -32,7 +32,7 @@ TARGET = ROOT / "router_latency.py"
 # checks it, and that the judging layer never imports the wire and the pass)
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("base facts and words", ("constants", "errors", "words", "report")),
-    ("statistics", ("stats",)),
+    ("statistics", ("stats", "sequential")),
     ("records and files", ("files", "corpus", "gpu", "prometheus", "cache", "versions",
                            "degraded", "runfile", "roundset", "ladder")),
     ("the wire and the pass", ("client", "meaning", "host", "captures", "telemetry", "answers",

@@ -29,7 +29,8 @@ order:
     words              how counts, figures and decisions are written
     report             the report model: tables, blocks, sections; outside text escaped once
   statistics:
-    stats              t quantiles, intervals, percentiles
+    stats              t quantiles, intervals, percentiles, Holm and the false discoveries
+    sequential         group-sequential boundaries: alpha spent per look, t criticals
   records and files:
     files              reading, JSON, atomic writes
     corpus             prompts from a router repo's E2E data, the corpus file

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence, Tuple
 from .constants import EXIT_OK, LADDER_GATE_NAMES, LADDER_PASS, MIN_ROUNDS, ROW_METRICS
 from .errors import RouterLatencyError
 from .words import metric_title, visible
-from .stats import MAX_SEQUENTIAL_ROUNDS
+from .sequential import MAX_SEQUENTIAL_ROUNDS
 from .files import append_whole, check_distinct_files, check_writable_target, write_atomic
 from .runfile import load_run
 from .gate import GateSettings

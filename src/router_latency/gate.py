@@ -16,7 +16,8 @@ from .errors import Notice, RouterLatencyError
 from .words import BOUND_PCT, change_text, metric_title, pct_text, plural, worse_sign
 from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squares,
                     mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
-                    sample_spread, sequential_t_criticals, t_cdf, t_ppf, t_test_p)
+                    sample_spread, t_cdf, t_ppf, t_test_p)
+from .sequential import sequential_t_criticals
 from .runfile import pass_title
 
 __all__ = [

@@ -1,26 +1,22 @@
-"""Statistics: t quantiles, paired and ratio intervals, percentiles (R7), sequential
-boundaries, the false-discovery and Holm rules; pure functions, no I/O."""
+"""Statistics: t quantiles, paired and ratio intervals, percentiles (R7), the false-discovery
+and Holm rules, outliers and the order effect; pure functions, no I/O (the group-sequential
+boundaries stand in sequential.py)."""
 
 from __future__ import annotations
 
-import array
 import functools
-import heapq
 import math
-import operator
-import random
 import statistics
 from typing import Any, NamedTuple, Optional, Sequence
 
-from .constants import MIN_ROUNDS
 from .errors import is_whole, RouterLatencyError
 
 __all__ = [
-    "benjamini_hochberg", "composite_log_ratios", "effective_rows", "Interval",
-    "MAX_SEQUENTIAL_ROUNDS", "mean_and_squares", "mean_interval", "normal_ppf", "order_effect",
-    "OrderEffect", "outlier_rounds", "paired_interval", "percentile", "percentiles", "power_shift",
-    "rounded_percentiles", "rounds_needed", "sample_spread", "sequential_t_criticals", "t_cdf",
-    "t_ppf", "t_test_p",
+    "benjamini_hochberg", "checked_list", "checked_probability", "checked_whole",
+    "composite_log_ratios", "effective_rows", "Interval", "mean_and_squares", "mean_interval",
+    "normal_cdf", "normal_ppf", "order_effect", "OrderEffect", "outlier_rounds",
+    "paired_interval", "percentile", "percentiles", "power_shift", "rounded_percentiles",
+    "rounds_needed", "sample_spread", "SQRT_2", "SQRT_2PI", "t_cdf", "t_ppf", "t_test_p",
 ]
 
 
@@ -148,8 +144,8 @@ class OrderEffect(NamedTuple):
 
 # input checks:
 
-_SQRT2 = math.sqrt(2.0)
-_SQRT2PI = math.sqrt(2.0 * math.pi)
+SQRT_2 = math.sqrt(2.0)
+SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
 def _real(value, name: str) -> float:
@@ -170,7 +166,7 @@ def _finite(value, name: str) -> float:
     return value
 
 
-def _probability(value, name: str, *, closed: bool = False) -> float:
+def checked_probability(value, name: str, *, closed: bool = False) -> float:
     """Return value as a float in (0, 1), or in [0, 1] when closed."""
     value = _real(value, name)
     if not (0.0 <= value <= 1.0 if closed else 0.0 < value < 1.0):
@@ -187,14 +183,14 @@ def _df(value) -> float:
     return value
 
 
-def _whole(value, name: str, minimum: int) -> int:
+def checked_whole(value, name: str, minimum: int) -> int:
     """Return value as an int of at least minimum, refusing bools and floats."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise RouterLatencyError(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return value
 
 
-def _listed(values: Any, what: str) -> list[Any]:  # Any: the caller's input, checked next
+def checked_list(values: Any, what: str) -> list[Any]:  # Any: the caller's input, checked next
     """Return values as a list; raise when they are a string or not a sequence at all."""
     if isinstance(values, (str, bytes)):
         raise RouterLatencyError(f"{what} must be a sequence")
@@ -206,7 +202,7 @@ def _listed(values: Any, what: str) -> list[Any]:  # Any: the caller's input, ch
 
 def _series(values, name: str, minimum: int) -> list[float]:
     """Return values as a list of finite floats, at least minimum of them."""
-    items = _listed(values, f"{name} (numbers)")
+    items = checked_list(values, f"{name} (numbers)")
     if len(items) < minimum:
         raise RouterLatencyError(f"{name} needs at least {minimum} values, got {len(items)}")
     return [_finite(v, f"{name}[{i}]") for i, v in enumerate(items)]
@@ -219,7 +215,7 @@ def normal_cdf(x: float) -> float:
     x = _real(x, "x")
     # erfc rather than 1 + erf: in the lower tail 1 + erf(x) cancels to 0 long before Phi
     # underflows, while erfc keeps full relative accuracy there
-    return 0.5 * math.erfc(-x / _SQRT2)
+    return 0.5 * math.erfc(-x / SQRT_2)
 
 
 # Acklam's rational approximation of the normal quantile (relative error < 1.15e-9),
@@ -241,7 +237,7 @@ def normal_ppf(p: float) -> float:
     Acklam's rational approximation refined by one Halley step; the result agrees with
     scipy.stats.norm.ppf to about 1e-15 relative.
     """
-    p = _probability(p, "p")
+    p = checked_probability(p, "p")
     if p > 0.5:
         # by symmetry, from the lower tail: 1 - p is exact for p >= 0.5 (Sterbenz), while
         # refining in the upper tail would lose the small 1 - Phi(x) to cancellation
@@ -259,8 +255,8 @@ def normal_ppf(p: float) -> float:
              / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1.0))
     # exp(x*x/2) overflows below p ~ 1e-308; there the approximation stands unrefined
     if x * x / 2.0 < 700.0:
-        e = 0.5 * math.erfc(-x / _SQRT2) - p
-        u = e * _SQRT2PI * math.exp(x * x / 2.0)
+        e = 0.5 * math.erfc(-x / SQRT_2) - p
+        u = e * SQRT_2PI * math.exp(x * x / 2.0)
         x -= u / (1.0 + x * u / 2.0)
     return x
 
@@ -391,7 +387,7 @@ def t_ppf(p: float, df: float) -> float:
     bracket; a quantile beyond the float range (fractional df, tiny p) is -inf or inf. Agrees with
     scipy.stats.t.ppf to about 1e-12 relative for df 1..200 and p in [1e-6, 1 - 1e-6].
     """
-    p = _probability(p, "p")
+    p = checked_probability(p, "p")
     df = _df(df)
     if math.isinf(df):
         return normal_ppf(p)
@@ -479,9 +475,9 @@ def detectable_change(spread: float, n: int, *, alpha: float = 0.05, power: floa
     spread = _finite(spread, "spread")
     if spread < 0:
         raise RouterLatencyError(f"spread must be >= 0, got {spread!r}")
-    n = _whole(n, "n", 2)
-    alpha = _probability(alpha, "alpha")
-    power = _probability(power, "power")
+    n = checked_whole(n, "n", 2)
+    alpha = checked_probability(alpha, "alpha")
+    power = checked_probability(power, "power")
     if sided not in (1, 2):
         raise RouterLatencyError(f"sided must be 1 or 2, got {sided!r}")
     df = n - 1
@@ -516,11 +512,11 @@ def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: f
     target = _finite(target, "target")
     if target <= 0:
         raise RouterLatencyError(f"target must be > 0, got {target!r}")
-    alpha = _probability(alpha, "alpha")
-    power = _probability(power, "power")
+    alpha = checked_probability(alpha, "alpha")
+    power = checked_probability(power, "power")
     if sided not in (1, 2):
         raise RouterLatencyError(f"sided must be 1 or 2, got {sided!r}")
-    max_rounds = _whole(max_rounds, "max_rounds", 3)
+    max_rounds = checked_whole(max_rounds, "max_rounds", 3)
     start = 3
     if power >= 0.5:
         # t quantiles above 1/2 exceed the normal ones, so the normal-theory n is a lower
@@ -550,7 +546,7 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
     for i, p in enumerate(ps):
         if not 0.0 <= p <= 1.0:
             raise RouterLatencyError(f"p_values[{i}] must lie in [0, 1], got {p!r}")
-    alpha = _probability(alpha, "alpha")
+    alpha = checked_probability(alpha, "alpha")
     m = len(ps)
     rejected = [False] * m
     # stable sort: tied p-values keep their input order, which only matters for the report
@@ -571,7 +567,7 @@ def benjamini_hochberg(p_values: Sequence[float], q: float = 0.05) -> list[bool]
     thousand inputs, Holm would call none slower.
     """
     ps = _series(p_values, "p_values", 0)
-    q = _probability(q, "q")
+    q = checked_probability(q, "q")
     order = sorted(range(len(ps)), key=ps.__getitem__)
     passed = [rank for rank, index in enumerate(order, 1) if ps[index] <= rank * q / len(ps)]
     rejected = [False] * len(ps)
@@ -621,7 +617,7 @@ def t_test_p(values: Sequence[float], *, mu: float = 0.0, alternative: str = "gr
 
 def _rows(rows, minimum_length: int) -> list[list[float]]:
     """Return rows as a list of equal-length lists of finite floats."""
-    rows = _listed(rows, "rows (of numbers)")
+    rows = checked_list(rows, "rows (of numbers)")
     if not rows:
         raise RouterLatencyError("rows must hold at least one row")
     checked = [_series(row, f"rows[{i}]", minimum_length) for i, row in enumerate(rows)]
@@ -739,7 +735,7 @@ def order_effect(d_base_first: Sequence[float], d_new_first: Sequence[float], *,
     """
     first = _series(d_base_first, "d_base_first", 0)
     second = _series(d_new_first, "d_new_first", 0)
-    confidence = _probability(confidence, "confidence")
+    confidence = checked_probability(confidence, "confidence")
     n1, n2 = len(first), len(second)
     df = n1 + n2 - 2
     if n1 == 0 or n2 == 0 or df < 1:
@@ -756,311 +752,8 @@ def order_effect(d_base_first: Sequence[float], d_new_first: Sequence[float], *,
     return OrderEffect(estimate, estimate - half, estimate + half, df, p_value)
 
 
-class Boundary(NamedTuple):
-    """One look of a group-sequential design."""
-    n: int  # rounds at this look
-    information: float  # information fraction n / max_rounds
-    spent_alpha: float  # cumulative alpha spent up to and including this look
-    nominal_alpha: float  # level of the ordinary t test to use at this look
-    critical_t: float  # |t| above which that test rejects (sided as the design)
-
-
 # group-sequential design:
 
-_SPENDING_KINDS = ("obrien-fleming", "pocock")
-
-
-def _looks(looks, max_rounds) -> tuple[list[int], int]:
-    """Return looks as a list of strictly increasing round counts >= 2, and max_rounds.
-
-    max_rounds None means the last look; a look beyond max_rounds is refused.
-    """
-    looks = _listed(looks, "looks (whole numbers)")
-    if not looks:
-        raise RouterLatencyError("looks must hold at least one look")
-    for i, n in enumerate(looks):
-        _whole(n, f"looks[{i}]", 2)  # a t test needs 2 rounds
-        if i and n <= looks[i - 1]:
-            raise RouterLatencyError(f"looks must be strictly increasing, got {looks!r}")
-    if max_rounds is None:
-        max_rounds = looks[-1]
-    max_rounds = _whole(max_rounds, "max_rounds", 2)
-    if looks[-1] > max_rounds:
-        raise RouterLatencyError(f"the last look ({looks[-1]}) exceeds max_rounds ({max_rounds})")
-    return looks, max_rounds
-
-
-def spending_alpha(information_fraction: float, alpha: float = 0.05, *,
-                   kind: str = "obrien-fleming", sided: int = 2) -> float:
-    """Return the cumulative type-I error spent at the given information fraction.
-
-    Lan-DeMets spending functions on t in [0, 1], both 0 at t = 0 and alpha at t = 1:
-    'obrien-fleming' (O'Brien-Fleming-type) alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t))
-    for a two-sided design and 1 - Phi(z_{1-alpha} / sqrt(t)) for a one-sided one, spending
-    almost nothing early; 'pocock' (Pocock-type) alpha(t) = alpha ln(1 + (e - 1) t), spending
-    evenly on the log scale, for either sidedness.
-    """
-    t = _probability(information_fraction, "information_fraction", closed=True)
-    alpha = _probability(alpha, "alpha")
-    if kind not in _SPENDING_KINDS:
-        raise RouterLatencyError(f"kind must be one of {', '.join(_SPENDING_KINDS)}, got {kind!r}")
-    if sided not in (1, 2):
-        raise RouterLatencyError(f"sided must be 1 or 2, got {sided!r}")
-    if t == 0.0:
-        return 0.0
-    if kind == "pocock":
-        return alpha * math.log1p((math.e - 1.0) * t)
-    z = normal_ppf(1.0 - alpha / sided)
-    # Phi of the negated argument: 1 - Phi(z / sqrt(t)) would cancel for small t
-    return sided * normal_cdf(-z / math.sqrt(t))
-
-
-_GS_WIDTH = 8.0
-_GS_STEPS_PER_SD = 8
-_GS_BISECTIONS = 200  # a cap only: the bracket is narrow and halves to 1e-10 in ~35 steps
-# An increment below this is finer than the grid's truncation error can resolve; such a look
-# gets the conservative end of its bracket instead (it is a p level under 1e-12 either way)
-_GS_TINY_INCREMENT = 1e-12
-
-
-class _GsGrid(NamedTuple):
-    """The sub-density of the score at one look, on its Simpson grid: points
-    top - (m - i) * step for i = 0..m, weighted[i] the Simpson weight times the sub-density
-    at point i."""
-    top: float
-    m: int  # intervals, even
-    step: float
-    weighted: Sequence[float] = ()
-
-
-def _gs_z_boundaries(times: Sequence[float], spent: Sequence[float]) -> list[float]:
-    """Return the z boundaries c_k that spend exactly spent[k] - spent[k-1] at look k.
-
-    times are increasing information fractions in (0, 1], spent the spending function at
-    them. Under H0 with independent increments, P(Z_1 < c_1, ..., Z_{k-1} < c_{k-1},
-    Z_k >= c_k) equals the increment; math.inf marks a look whose increment is 0.
-    """
-    sds = [math.sqrt(times[0])] + [math.sqrt(b - a) for a, b in zip(times, times[1:])]
-    wanted = [min(a, b) / _GS_STEPS_PER_SD for a, b in zip(sds, sds[1:])]
-    # every step is the finest one times a power of 2: consecutive grids then share a lattice
-    # up to a shift, so the transition kernel between them is a function of the lag alone and
-    # takes O(m) exponentials instead of O(m^2); a step at most halves what accuracy needs,
-    # while one step for all would let a single close pair of looks refine every grid
-    finest = min(wanted, default=1.0)
-    steps = [finest * 2.0 ** math.floor(math.log2(w / finest) + 1e-9) for w in wanted]
-    bounds = []
-    grid = _GsGrid(0.0, 0, 1.0)  # the previous look's
-    spent_before = 0.0
-    for k, (t, sd) in enumerate(zip(times, sds)):
-        target = spent[k] - spent_before
-        spent_before = spent[k]
-        root_t = math.sqrt(t)
-        if target <= 0.0:
-            c = math.inf  # nothing to spend: the look cannot reject
-        elif k == 0 or target < _GS_TINY_INCREMENT:
-            # exact at the first look; for a tiny increment the conservative bracket end
-            c = -normal_ppf(target)
-        else:
-            c = _gs_solve(grid, target, -normal_ppf(spent[k]), -normal_ppf(target), root_t, sd)
-        bounds.append(c)
-        if k + 1 == len(times):
-            break
-        # the sub-density of W_k on its continuation region, for the next look
-        new_step = steps[k]
-        new_top = min(c, _GS_WIDTH) * root_t
-        # (at least one panel: only an alpha within 1e-15 of 1 puts c below the grid)
-        new_m = max(2, math.ceil((new_top + _GS_WIDTH * root_t) / new_step))
-        new_m += new_m % 2  # Simpson needs an even number of intervals
-        if k == 0:
-            density = [math.exp(-0.5 * ((new_top - (new_m - j) * new_step) / root_t) ** 2)
-                       / (_SQRT2PI * root_t) for j in range(new_m + 1)]
-        else:
-            density = _gs_propagate(grid, _GsGrid(new_top, new_m, new_step), sd)
-        third = new_step / 3.0
-        weights = [2.0 * third if j % 2 == 0 else 4.0 * third for j in range(new_m + 1)]
-        weights[0] = weights[-1] = third
-        grid = _GsGrid(new_top, new_m, new_step, [w * f for w, f in zip(weights, density)])
-    return bounds
-
-
-def _gs_solve(grid: _GsGrid, target: float, low: float, high: float, root_t: float,
-              sd: float) -> float:
-    """Return the c in [low, high] with P(continue so far, Z_k >= c) = target, by bisection.
-
-    The crossing probability is the previous look's weighted sub-density, on `grid`,
-    integrated against the upper tail of the increment, N(0, sd^2), beyond
-    c sqrt(t_k) = c root_t.
-    """
-    top, m, step, weighted = grid
-    # the bracket is exact: P(Z_k >= c) - P(rejected before) <= crossing <= P(Z_k >= c), so
-    # c lies between the quantiles of the cumulative and of the incremental alpha
-    scale = 1.0 / (sd * _SQRT2)
-    # points more than _GS_WIDTH sd of the increment below the bracket add nothing
-    first = max(0, math.ceil(m - (top - low * root_t + _GS_WIDTH * sd) / step))
-    points = [top - (m - i) * step for i in range(first, m + 1)]
-    masses = weighted[first:]
-    for _ in range(_GS_BISECTIONS):
-        mid = 0.5 * (low + high)
-        edge = mid * root_t
-        crossing = 0.5 * sum(g * math.erfc((edge - s) * scale) for g, s in zip(masses, points))
-        if crossing > target:
-            low = mid
-        else:
-            high = mid
-        if high - low <= 1e-10 * max(1.0, abs(mid)):
-            break
-    return 0.5 * (low + high)
-
-
-def _gs_propagate(grid: _GsGrid, new: _GsGrid, sd: float) -> list[float]:
-    """Return the sub-density of the score at the points of the next grid, `new` (its
-    weights are not read).
-
-    It is the previous grid's weighted sub-density pushed through the normal transition
-    kernel N(0, sd^2) of the increment. One step divides the other by a power of 2.
-    """
-    top, m, step, weighted = grid
-    new_top, new_m, new_step = new.top, new.m, new.step
-    fine = min(step, new_step)
-    ratio, new_ratio = round(step / fine), round(new_step / fine)
-    # x_j - s_i = shift + lag * fine with the whole-number lag
-    # (m - i) * ratio - (new_m - j) * new_ratio, so the kernel is tabulated once per lag
-    shift = new_top - top
-    reach = _GS_WIDTH * sd
-    lag_low = math.ceil((-reach - shift) / fine)
-    lag_high = math.floor((reach - shift) / fine)
-    half_precision = 0.5 / (sd * sd)
-    # from the highest lag down, so that increasing i, whose lag falls by ratio, walks
-    # forward through the table
-    kernel = [math.exp(-half_precision * (shift + lag * fine) ** 2)
-              for lag in range(lag_high, lag_low - 1, -1)]
-    norm = 1.0 / (_SQRT2PI * sd)
-    density = []
-    for j in range(new_m + 1):
-        base = m * ratio - (new_m - j) * new_ratio  # the lag at i = 0
-        low = max(0, -((lag_high - base) // ratio))  # ceil((base - lag_high) / ratio)
-        high = min(m, (base - lag_low) // ratio)
-        if low > high:
-            density.append(0.0)
-            continue
-        first = lag_high - base + low * ratio  # the table index of i = low
-        density.append(norm * sum(map(operator.mul, weighted[low:high + 1],
-                                      kernel[first:first + (high - low) * ratio + 1:ratio])))
-    return density
-
-
-def group_sequential_levels(looks: Sequence[int], max_rounds: int, alpha: float, *,
-                            kind: str = "obrien-fleming") -> list[Boundary]:
-    """Return a Boundary per look of an exact one-sided group-sequential design.
-
-    The test rejects only for "worse" (a large positive t). Information fractions are
-    t_k = n_k / max_rounds. The z boundaries c_k of the cumulative z statistic, a Brownian
-    motion with independent increments under H0, solve
-
-        P(Z_1 < c_1, ..., Z_{k-1} < c_{k-1}, Z_k >= c_k) = alpha(t_k) - alpha(t_{k-1}),
-
-    by the recursive numerical integration of Armitage, McPherson and Rowe (Jennison and
-    Turnbull, Group Sequential Methods, ch. 19): the sub-density of the score on a Simpson
-    grid cut at 8 sd, carried from look to look by the normal transition kernel, with each
-    c_k found by bisection. Spending functions (Lan-DeMets, one-sided level alpha):
-    'obrien-fleming' alpha(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)), as gsDesign's sfLDOF and
-    rpact's asOF, and 'pocock' alpha(t) = alpha ln(1 + (e - 1) t).
-
-    Each Boundary holds spent_alpha = alpha(t_k), nominal_alpha = p_k = 1 - Phi(c_k), the
-    exact level of a z test at look k, and critical_t = t_{1-p_k, n_k-1}: the t test at the
-    same nominal level, the usual approximation when the spread is estimated; reject at look
-    k when t > critical_t. A look whose increment is 0 gets p_k 0 and critical_t inf. Unlike
-    testing each look alone at its increment alpha(t_k) - alpha(t_{k-1}) (a union bound,
-    which spends at most alpha), this spends alpha(t_K) exactly for z tests; for t tests
-    it is an approximation, not a bound,
-    and with few rounds it runs over: for looks at n = 3..10 of 10 and normal data, the
-    false-rejection rate is about 0.029 for alpha 0.025 and 0.057 for 0.05 (O'Brien-Fleming
-    type; Pocock type slightly more), against 0.025 and 0.050 for the z boundaries.
-    """
-    max_rounds = _whole(max_rounds, "max_rounds", 2)  # required: no default to the last look
-    looks, max_rounds = _looks(looks, max_rounds)
-    alpha = _probability(alpha, "alpha")
-    if kind not in _SPENDING_KINDS:
-        raise RouterLatencyError(f"kind must be one of {', '.join(_SPENDING_KINDS)}, got {kind!r}")
-    times = [n / max_rounds for n in looks]
-    # spending_alpha's two-sided O'Brien-Fleming form at level alpha is the Lan-DeMets
-    # one-sided function of the group-sequential literature (its sided=1 form,
-    # 1 - Phi(z_{1-alpha} / sqrt(t)), is a different function that spends more early);
-    # Pocock-type spending does not depend on the sidedness
-    spent = [spending_alpha(t, alpha, kind=kind, sided=2) for t in times]
-    boundaries = []
-    for n, t, cumulative, c in zip(looks, times, spent, _gs_z_boundaries(times, spent)):
-        nominal = normal_cdf(-c)  # Phi(-c) rather than 1 - Phi(c): c is often 3 or more
-        # from the lower tail: 1 - nominal rounds away the small early levels
-        critical = -t_ppf(nominal, n - 1) if nominal > 0 else math.inf
-        boundaries.append(Boundary(n, t, cumulative, nominal, critical))
-    return boundaries
 
 
 # t boundaries of a group-sequential design:
-
-SEQUENTIAL_PATHS = 65536  # simulated null paths (and their mirror images)
-SEQUENTIAL_SEED = 17  # fixed, so every run on every machine gets the same boundaries
-# the calibration's own error on fresh paths is about +-4% of the level (+0.12 points at 2.5%
-# for 20 looks): the boundaries spend this much less, so that the rate stays at its level
-SEQUENTIAL_MARGIN = 0.04
-MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simulate
-
-
-@functools.lru_cache(maxsize=2)
-def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]:
-    """Return, per look n = first..max_rounds, the one-sample t statistics of
-    SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
-    rng = random.Random(SEQUENTIAL_SEED)
-    gauss = rng.gauss
-    columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
-    for _ in range(SEQUENTIAL_PATHS):
-        mean = m2 = 0.0
-        for i in range(1, max_rounds + 1):
-            x = gauss(0.0, 1.0)
-            delta = x - mean
-            mean += delta / i  # Welford: one stable pass, as the t statistic needs per look
-            m2 += delta * (x - mean)
-            if i >= first:
-                columns[i - first].append(mean * math.sqrt(i * (i - 1) / m2))
-    return columns
-
-
-@functools.lru_cache(maxsize=256)
-def sequential_t_criticals(max_rounds: int, alpha: float, *,
-                           first: int = MIN_ROUNDS) -> tuple[float, ...]:
-    """Return the critical one-sided t values of a group-sequential t test, one per look
-    n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
-
-    The z boundaries of group_sequential_levels, turned into t quantiles, run over their
-    level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
-    itself: the spending function (O'Brien-Fleming type, as there) says how much of alpha
-    the looks up to k may spend, less SEQUENTIAL_MARGIN of it, and c_k is set so that that
-    share of the simulated null paths (SEQUENTIAL_PATHS and their mirror images), counting
-    those that crossed an earlier look, has crossed by look k. The t statistic of normal
-    data does not depend on its scale, so one set of paths serves every spread. A look whose
-    share is under one path cannot reject (inf). docs/gate.md gives the rates achieved on
-    fresh paths.
-    """
-    max_rounds = _whole(max_rounds, "max_rounds", first)
-    if max_rounds > MAX_SEQUENTIAL_ROUNDS:
-        raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS} rounds, "
-                                 f"got {max_rounds}")
-    alpha = _probability(alpha, "alpha")
-    columns = _null_t_paths(first, max_rounds)
-    paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
-    alive = list(range(paths))
-    crossed, criticals = 0, []
-    for k, column in enumerate(columns):
-        spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
-        share = math.floor(spent * (1 - SEQUENTIAL_MARGIN) * paths) - crossed
-        if share <= 0:
-            criticals.append(math.inf)
-            continue
-        top = heapq.nlargest(share + 1, ((column[i] if i < SEQUENTIAL_PATHS
-                                          else -column[i - SEQUENTIAL_PATHS], i) for i in alive))
-        criticals.append(0.5 * (top[share - 1][0] + top[share][0]))
-        gone = {i for _, i in top[:share]}
-        alive = [i for i in alive if i not in gone]
-        crossed += share
-    return tuple(criticals)
