@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from router_latency.constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
 from router_latency.stats import power_shift, t_ppf
 from router_latency.files import write_atomic
-from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
-                                    RunFile, RunSettings)
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
+from router_latency.requests import pass_summary, Request
 from router_latency.gate import gate_rows, GateSettings, missed_pct, row_of
 from router_latency.cli import main as tool_main
 

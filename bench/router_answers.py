@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from router_latency.corpus import Corpus, corpus_bytes, CORPUS_SCHEMA, load_corpus
-from router_latency.runfile import RunFile, slow_windows, Thresholds
+from router_latency.runfile import RunFile
+from router_latency.phases import slow_windows, Thresholds
 from router_latency.client import parse_endpoint
 from router_latency.measuring import LoadGuard, measure_run, plan_passes, RunContext, RunPlan
 from router_latency.passloop import Target

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT / "src"))  # the package; the processes run the gene
 from router_latency.constants import PREVIEW_PATH
 from router_latency.files import write_atomic
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA
-from router_latency.runfile import (Attempt, dump_run, HostSettings, pass_name, pass_summary,
-                                    PassRecord, Request, RunFile, RunSettings)
+from router_latency.runfile import Attempt, dump_run, HostSettings, PassRecord, RunFile, RunSettings
+from router_latency.requests import pass_name, pass_summary, Request
 from router_latency.client import accept_connections, stop_accepting
 from router_latency.simulator import start_simulator
 from router_latency.cli import main

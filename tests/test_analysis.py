@@ -16,8 +16,8 @@ from router_latency.roundset import Rounds
 from router_latency.errors import Notice, RouterLatencyError
 from router_latency.stats import mean_interval, t_test_p
 from router_latency.files import write_atomic
-from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
-                                    PassSummary, Request, RunFile, RunSettings)
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
+from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.gate import GateSettings, row_of, ROW_WORDS
 from router_latency.rounds import config_hash_findings, judge_rounds, time_windows
 from router_latency.slower import input_slowdowns

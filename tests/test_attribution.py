@@ -24,8 +24,8 @@ import html5lib
 import pytest
 
 from router_latency.constants import DEFAULT_DECISION_PATHS, DEFAULT_HISTOGRAMS, MAX_SIGNALS
-from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord, Request,
-                                    RunFile)
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile
+from router_latency.requests import pass_summary, Request
 from router_latency.client import parse_endpoint
 from router_latency.meaning import classify, decision_reading, HeldAnswer, SignalTable, top_members
 from router_latency.prometheus import Histogram, histogram_deltas, parse_prometheus

@@ -13,8 +13,9 @@ from router_latency.constants import LADDER_METRICS, LADDER_PASS
 from router_latency.words import plural
 from router_latency.stats import mean_interval
 from router_latency.files import write_atomic
-from router_latency.runfile import (Attempt, dump_run, Ladder, load_run, pass_name, pass_summary,
-                                    PassRecord, Request, RunFile, RunSettings)
+from router_latency.runfile import (Attempt, dump_run, Ladder, load_run, PassRecord, RunFile,
+                                    RunSettings)
+from router_latency.requests import pass_name, pass_summary, Request
 from router_latency.client import parse_endpoint
 from router_latency.measuring import LoadGuard, plan_passes, RunPlan, settings_record
 from router_latency.passloop import Target

@@ -14,8 +14,8 @@ from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
 from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_to_json,
                                      unknown_answers)
-from router_latency.runfile import (Attempt, dump_run, load_run, pass_name, pass_summary,
-                                    PassRecord, Request, RunFile, RunSettings)
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
+from router_latency.requests import pass_name, pass_summary, Request
 from router_latency.cache import timing_cache_test
 from router_latency.files import write_atomic
 from router_latency.client import http_response, ResponseReader

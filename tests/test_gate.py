@@ -17,8 +17,8 @@ from router_latency.stats import (composite_log_ratios, holm, mean_interval, pow
                                   sample_spread, t_cdf, t_ppf)
 from router_latency.sequential import group_sequential_levels, sequential_t_criticals
 from router_latency.files import write_atomic
-from router_latency.runfile import (Attempt, dump_run, pass_summary, PassRecord, PassSummary,
-                                    Request, RunFile, RunSettings)
+from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
+from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.gate import (gate_critical, gate_outcome, gate_rows, GateOutcome,
                                  GateSettings, GateTest, holm_step_down, judged_word, Look,
                                  look_of, more_rounds, one_sided, OneSided, outcome_of,

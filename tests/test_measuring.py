@@ -27,7 +27,8 @@ from router_latency.errors import RouterLatencyError
 from router_latency.stats import percentile
 from router_latency.files import write_atomic
 from router_latency.corpus import corpus_bytes, CORPUS_SCHEMA, load_corpus
-from router_latency.runfile import dump_run, Floor, load_run, pass_name
+from router_latency.runfile import dump_run, Floor, load_run
+from router_latency.requests import pass_name
 from router_latency.client import MAX_BODY_BYTES, parse_endpoint
 from router_latency.measuring import (clock_text, plan_passes, Progress, progress_text, RunContext,
                                       RunPlan)

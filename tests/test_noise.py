@@ -14,8 +14,8 @@ import pytest
 
 from router_latency.roundset import Rounds
 from router_latency.files import write_atomic
-from router_latency.runfile import (Attempt, dump_run, load_run, pass_summary, PassRecord,
-                                    Request, RunFile, RunSettings)
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
+from router_latency.requests import pass_summary, Request
 from router_latency.gate import GateSettings
 from router_latency.noise import noise_findings, plan_sentence, side_within
 from router_latency.rounds import judge_rounds

@@ -19,8 +19,10 @@ from junitparser import Failure, JUnitXml, Skipped
 from router_latency.roundset import Rounds
 from router_latency.words import change_text, pct_text
 from router_latency.gpu import GPU_RANGED
-from router_latency.runfile import (Attempt, load_run, pass_summary, PassRecord,
-                                    PhaseWindow, Request, RouterCpu, RunFile)
+from router_latency.runfile import Attempt, load_run, PassRecord, RunFile
+from router_latency.captured import RouterCpu
+from router_latency.phases import PhaseWindow
+from router_latency.requests import pass_summary, Request
 from router_latency.rounds import pass_latencies
 from router_latency.environment import environment_rows
 from router_latency.slower import InputSlowdowns, Slowdown, slowdown_tables

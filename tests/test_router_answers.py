@@ -12,9 +12,10 @@ from router_latency.constants import DEFAULT_DECISION_PATHS, EXPECTED_HASH_HEADE
 from router_latency.corpus import load_corpus
 from router_latency.files import write_atomic
 from router_latency.cache import result_cache_finding, timing_cache_test
-from router_latency.runfile import (Attempt, content_slow_windows, dump_run, Floor, load_run,
-                                    pass_name, pass_summary, pass_title, PassRecord,
-                                    phase_windows, Request, slow_phase, slow_windows, Thresholds)
+from router_latency.runfile import Attempt, dump_run, Floor, load_run, PassRecord
+from router_latency.phases import (content_slow_windows, phase_windows, slow_phase, slow_windows,
+                                   Thresholds)
+from router_latency.requests import pass_name, pass_summary, pass_title, Request
 from router_latency.meaning import classify
 from router_latency.prometheus import parse_prometheus
 from router_latency.measuring import slow_phase_warnings

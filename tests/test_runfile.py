@@ -12,11 +12,12 @@ from router_latency.words import failure_text
 from router_latency.files import write_atomic
 from router_latency.cache import result_cache_finding
 from router_latency.versions import without_sampled
-from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run,
-                                    ERROR_KINDS, Floor, HostSettings, Ladder, load_run,
-                                    pass_summary, PassRecord, phase_windows, PhaseWindow, Request,
-                                    REQUEST_OUTCOMES, RouterCpu, RunFile, RunSettings,
-                                    slow_windows, Thresholds, Warmup)
+from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run, Floor,
+                                    HostSettings, Ladder, load_run, PassRecord, RunFile,
+                                    RunSettings, Warmup)
+from router_latency.captured import RouterCpu
+from router_latency.phases import phase_windows, PhaseWindow, slow_windows, Thresholds
+from router_latency.requests import ERROR_KINDS, pass_summary, Request, REQUEST_OUTCOMES
 from router_latency.gpu import GpuReading
 from conftest import BAD_FILES, assert_one_line_error, bad_file, make_run
 

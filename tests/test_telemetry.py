@@ -17,7 +17,8 @@ from router_latency.captures import CaptureSettings
 from router_latency.errors import RouterLatencyError
 from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_names, MAX_SAMPLES,
                                 NvidiaSamples)
-from router_latency.runfile import load_run, PhaseWindow
+from router_latency.runfile import load_run
+from router_latency.phases import PhaseWindow
 from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
 from conftest import write_corpus
 from test_cli import DRIVER_ENV, driver_args, with_foreground_new_side

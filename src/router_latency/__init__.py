@@ -39,6 +39,9 @@ order:
     cache              whether a result cache answered a run: by metrics, by timing
     versions           what router versions say differently: runtime names, /ready, sampling
     degraded           answers that skipped a signal: kept and counted
+    requests           a pass's requests: each one's record, outcomes counted, the summary
+    phases             slow phases within a pass: windows, which stand out, what they share
+    captured           what a pass captured around it: probes, load, metrics, router CPU
     runfile            the run file's records: their writer and reader side by side
     roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
@@ -63,10 +66,10 @@ order:
     environment        each round's surroundings, the start order, outlier rounds
     capacity           the ladders over rounds: capacity per side, the rows they derive
     outcomes           what requests came to: decisions agreeing, failed, degraded, sampled
+  the report and its sections:
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections
     history            the store across commits, the trend, the drift and its gate
-  the report and its sections:
   renderers:
     render_text        the reports as aligned text tables
     render_markdown    the reports as Markdown for a pull request

@@ -10,7 +10,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 from .words import change_text, fmt_signed, fmt_value
 from .report import Block, Section, Table
 from .stats import percentile, percentiles
-from .runfile import CapturedEnvironment, pass_title, PassRecord, Request, RunFile
+from .runfile import PassRecord, RunFile
+from .captured import CapturedEnvironment
+from .requests import pass_title, Request
 from .roundset import Rounds
 from .prometheus import Histogram, histograms_of
 from .gate import GateSettings, Row, row_of, row_word

@@ -18,7 +18,7 @@ from .constants import CACHE_SERIES, DEFAULT_HISTOGRAMS, STOP_POLL_S
 from .words import scrubbed, scrubbed_cut
 from .gpu import GpuReading, gpu_tool, select_gpus
 from .prometheus import histogram_deltas, metric_deltas, parse_prometheus
-from .runfile import CapturedEnvironment, ProbeResult, RouterCpu
+from .captured import CapturedEnvironment, ProbeResult, RouterCpu
 from .client import Connection, encode_request, Endpoint, RequestFailed, tls_context
 from .host import (cgroup_cpu_seconds, cpu_busy_seconds, format_cpu_list, parse_cpu_list,
                    process_tree_cpu_seconds, session_cpu_seconds, session_member)

@@ -25,7 +25,8 @@ from .files import (check_distinct_files, check_folder_accepts_a_file, check_wri
 from .corpus import load_corpus
 from .cache import cache_text
 from .versions import runtime_name_warning
-from .runfile import dump_run, Ladder, RunFile, Thresholds
+from .runfile import dump_run, Ladder, RunFile
+from .phases import Thresholds
 from .ladder import cost_for, ladder_levels, run_capacity
 from .meaning import SignalTable
 from .client import Endpoint, parse_endpoint, secret_values

@@ -10,7 +10,8 @@ from .errors import Notice
 from .words import fmt_value, plural
 from .cache import cache_text
 from .versions import sampled_models
-from .runfile import pass_title, PassRecord, RunFile
+from .runfile import PassRecord, RunFile
+from .requests import pass_title
 from .attribution import part_values, pass_attribution
 
 __all__ = [

@@ -12,11 +12,15 @@ from .words import fmt_value, span_text, fmt_reading
 from .report import Block, Section, Table
 from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds
 from .gpu import GPU_RANGED
-from .runfile import EnvironmentRow, pass_title, PassEnvironment, RunFile
+from .runfile import RunFile
+from .captured import PassEnvironment
+from .requests import pass_title
+from .phases import Thresholds
 from .roundset import Rounds
 from .gate import Row
 
-__all__ = ["environment_rows", "environment_section", "environment_tables", "format_order",
+__all__ = ["environment_rows", "environment_section", "environment_tables", "EnvironmentRow",
+           "format_order",
            "order_and_outliers", "order_balance", "order_section", "OrderAndOutliers",
            "RoundOrder"]
 
@@ -318,3 +322,48 @@ def order_section(order: RoundOrder, found: OrderAndOutliers, base: str, new: st
                          "outliers": list(found.outliers),
                          "outlier_changes": [{"round": n, "change_pct": c, "median_pct": m}
                                              for n, c, m in found.outlier_changes]})
+
+
+class EnvironmentRow(NamedTuple):
+    """One round's side of the rounds report's environment: its passes' surroundings over
+    the run (load, CPU set, GPU memory and state, faults, driver and router CPU), and the
+    flags of what was suspect."""
+    round: int
+    side: str
+    load_min: Optional[float] = None
+    load_max: Optional[float] = None
+    router_cpus: Optional[str] = None  # the CPU sets seen, space-separated
+    gpu_mib_min: Optional[float] = None  # memory used, summed over devices
+    gpu_mib_max: Optional[float] = None
+    faults: Optional[float] = None  # increases of restart/fault series; None: not read
+    discarded_attempts: int = 0
+    driver_cpu_s: Optional[float] = None
+    driver_cpu_pct: Optional[float] = None  # of the passes' wall time
+    above_load_limit: bool = False
+    max_load: Optional[float] = None
+    router_cpu_ms_min: Optional[float] = None  # the router's CPU time per request
+    router_cpu_ms_max: Optional[float] = None
+    foreign_vcpus_max: Optional[float] = None
+    max_foreign_cpus: float = Thresholds().max_foreign_cpus
+    above_foreign_limit: bool = False
+    # GPU_RANGED key -> (lowest, highest) over devices, before and after every pass
+    gpu_ranges: dict[str, tuple[Optional[float], Optional[float]]] = {}
+    slow_passes: tuple[str, ...] = ()  # the names of passes with a slow phase
+    governors: tuple[str, ...] = ()  # the cpufreq governors of the driver's and router's CPUs
+    flags: tuple[str, ...] = ()
+
+    def gpu_range(self, key: str) -> tuple[Optional[float], Optional[float]]:
+        """Return (lowest, highest) of a GPU_RANGED figure; (None, None) when not read."""
+        return self.gpu_ranges.get(key, (None, None))
+
+    def to_json(self) -> dict:
+        """Return the row as rounds --format json writes it: the GPU ranges flat, by key."""
+        document: dict = {}
+        for key, value in self._asdict().items():
+            if key == "gpu_ranges":
+                for field in GPU_RANGED:
+                    low, high = self.gpu_range(field.key)
+                    document.update({f"gpu_{field.key}_min": low, f"gpu_{field.key}_max": high})
+            else:
+                document[key] = list(value) if isinstance(value, tuple) else value
+        return document

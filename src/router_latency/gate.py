@@ -18,7 +18,7 @@ from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squ
                     mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
                     sample_spread, t_cdf, t_ppf, t_test_p)
 from .sequential import sequential_t_criticals
-from .runfile import pass_title
+from .requests import pass_title
 
 __all__ = [
     "BEYOND_LIMIT", "check_look", "composite_text", "DETECTS_CONFIDENCE", "detectable_text",

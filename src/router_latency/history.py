@@ -17,7 +17,8 @@ from .errors import RouterLatencyError
 from .words import metric_title, pct_text, plural, worse_sign
 from .stats import mean_interval, t_cdf, t_ppf
 from .files import parse_json, read_bytes, write_atomic
-from .runfile import load_run, pass_title, RunFile
+from .runfile import load_run, RunFile
+from .requests import pass_title
 from .gate import (GATE_ALPHA, GateOutcome, GateSettings, holm_step_down, judged_word,
                    one_sided, OneSided, outcome_of, word_status)
 from .rounds import run_signature

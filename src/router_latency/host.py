@@ -17,7 +17,8 @@ from typing import Iterable, Optional, Sequence
 
 from .constants import __version__, MAX_FILE_NUMBER
 from .errors import RouterLatencyError
-from .runfile import CpuSettings, HostSettings, LoadRange
+from .runfile import CpuSettings, HostSettings
+from .captured import LoadRange
 
 __all__ = [
     "cgroup_cpu_seconds", "container_cgroup", "cpu_affinity", "cpu_busy_seconds",

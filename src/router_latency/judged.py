@@ -9,7 +9,7 @@ from typing import List, Optional, Sequence
 from .constants import LADDER_PASS
 from .words import change_text, fmt_value, metric_label
 from .report import Section, Table
-from .runfile import pass_title
+from .requests import pass_title
 from .gate import Row, row_judged_interval, row_word
 from .noise import noise_json, NoiseFindings
 

@@ -20,8 +20,9 @@ from .errors import RouterLatencyError
 from .words import plural, scrubbed
 from .corpus import Corpus
 from .cache import result_cache_finding
-from .runfile import (Attempt, Captures, Ladder, pass_name, pass_summary, pass_title, PassRecord,
-                      phase_windows, Request, RunFile, RunSettings, slow_phase, Thresholds)
+from .runfile import Attempt, Captures, Ladder, PassRecord, RunFile, RunSettings
+from .phases import phase_windows, slow_phase, Thresholds
+from .requests import pass_name, pass_summary, pass_title, Request
 from .ladder import ladder_stop
 from .captures import (capture_snapshot, CaptureSettings, environment_record, read_cpu_use,
                        router_cpu_use, router_cpus, utc_now)

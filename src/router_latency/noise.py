@@ -23,7 +23,8 @@ from .constants import ROW_METRICS
 from .words import metric_title, plural
 from .report import Section
 from .stats import percentiles, rounds_needed
-from .runfile import pass_title, PassRecord, Request, RunFile
+from .runfile import PassRecord, RunFile
+from .requests import pass_title, Request
 from .roundset import Rounds
 from .gate import BEYOND_LIMIT, GateOutcome, GateSettings, Row
 

@@ -9,7 +9,8 @@ from .constants import ROUTER_MAX_CONCURRENCY
 from .words import failure_text, plural, shown_decision
 from .report import Check, Section
 from .degraded import degraded_text
-from .runfile import count_outcomes, pass_title, RunFile
+from .runfile import RunFile
+from .requests import count_outcomes, pass_title
 from .roundset import Rounds
 from .compare import decision_agreement, DecisionChange, sampled_selections
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 from .constants import __version__, TIME_WINDOWS
 from .words import (BOUND_PCT, fmt_signed, fmt_value, metric_title, plural, shown_decision,
                     visible, worse_sign)
-from .runfile import pass_title
+from .requests import pass_title
 from .gate import missed_text, Row, row_word
 from .noise import noise_lines
 from .rounds import report_ladders, RoundsReport

@@ -19,7 +19,7 @@ from typing import Any, cast, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
                         DEFAULT_MODEL)
-from .runfile import Request
+from .requests import Request
 from .client import (encode_request, Endpoint, open_socket, RequestFailed, ResponseReader,
                      secret_values, tls_context)
 from .meaning import SignalTable

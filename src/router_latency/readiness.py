@@ -17,7 +17,8 @@ from .errors import RouterLatencyError
 from .words import plural, scrubbed_cut
 from .stats import rounded_percentiles
 from .versions import ready_words
-from .runfile import count_outcomes, Floor, Warmup
+from .runfile import Floor, Warmup
+from .requests import count_outcomes
 from .client import (accept_connections, Connection, encode_request, Endpoint, http_response,
                      parse_endpoint, RequestFailed, secret_values, stop_accepting, tls_context)
 from .meaning import body_fault, classify, decision_path_hint, error_code

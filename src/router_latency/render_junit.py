@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ElementTree
 from typing import List, Sequence
 
 from .words import fmt_signed, fmt_value, metric_title
-from .runfile import pass_title, PassRecord
+from .runfile import PassRecord
+from .requests import pass_title
 from .gate import Row, row_word, undecided_text
 from .rounds import RoundsReport
 from .render_text import verdict_line

@@ -14,8 +14,9 @@ from .stats import percentile
 from .report import md_code, render_table, Section, Table, text_lines
 from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
 from .degraded import unknown_answers
-from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunSettings, slow_phase,
-                      SlowPhase, Thresholds)
+from .runfile import HostSettings, PassRecord, RunSettings
+from .phases import PhaseWindow, slow_phase, SlowPhase, Thresholds
+from .requests import pass_title
 from .compare import CompareReport
 from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, row_word)

@@ -15,7 +15,8 @@ from .errors import Notice, RouterLatencyError
 from .words import plural
 from .stats import OrderEffect, percentiles
 from .degraded import degraded_text
-from .runfile import EnvironmentRow, pass_name, pass_title, Request, RunFile
+from .runfile import RunFile
+from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
 from .compare import cache_warnings, floor_warnings
 from .ladder import Capacity
@@ -30,8 +31,9 @@ from .judged import per_round_section
 from .capacity import capacity_section, ladder_capacities, ladder_rows, Ladders
 from .outcomes import (degraded_signals, Outcomes, outcomes_section, pass_errors, PassErrors,
                        round_agreement, RoundAgreement, run_outcomes, SideOutcomes)
-from .environment import (environment_rows, environment_section, order_and_outliers,
-                          order_balance, order_section, OrderAndOutliers, RoundOrder)
+from .environment import (environment_rows, environment_section, EnvironmentRow,
+                          order_and_outliers, order_balance, order_section, OrderAndOutliers,
+                          RoundOrder)
 
 __all__ = [
     "CHECKED_FIELDS", "find_round_files", "judge_rounds", "report_ladders",

@@ -12,7 +12,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 from .words import pct_text, plural, shown_decision, visible
 from .report import Block, Outside, Section, Table
 from .stats import benjamini_hochberg, mean_interval, t_test_p
-from .runfile import pass_title
+from .requests import pass_title
 from .roundset import Rounds
 
 __all__ = ["InputSlowdowns", "input_slowdowns", "slowdown_tables", "slower_section"]

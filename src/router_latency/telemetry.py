@@ -19,7 +19,8 @@ from .words import plural
 from .gpu import (clock_event_names, EnergyJson, known, MAX_SAMPLES, pass_figures,
                   SAMPLED_FIELDS, sampled_tool, sampler_commands, TELEMETRY_VERSION,
                   TelemetryJson)
-from .runfile import Attempt, PhaseWindow
+from .runfile import Attempt
+from .phases import PhaseWindow
 from .host import cgroup_cpu_seconds, cpu_busy_seconds, parse_cpu_list, process_table, read_load
 from .captures import CaptureSettings
 
