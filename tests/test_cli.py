@@ -1573,13 +1573,18 @@ def test_driver_reports_a_router_whose_processes_are_gone_at_once(tmp_path, star
 
 def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_path):
     # the new side's router (detached, in its start command's session) is killed by a probe
-    # during round 1's run: the run saves what it measured, and rounds fails the side
+    # during round 1's run: the run saves what it measured, and rounds fails the side. The
+    # probe after the first pass kills it and waits (its second call in that run: before
+    # and after each pass), so the run is still measuring when the script sees the router
+    # gone, whatever the machine's speed: the script's TERM ends the wait
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     command = driver_args(tmp_path, corpus)
     pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
+    calls = shlex.quote(str(tmp_path / "gpu-1-probes"))
     command = command[:command.index("--") + 1] + [
-        "--concurrency", "1,2", "--warmup", "0", "-d", "4s",
-        "--probe", f'end=[ "$SIDE $ROUND" != "gpu 1" ] || kill $(cat {pid_file})']
+        "--concurrency", "1,2", "--warmup", "0", "--probe-timeout", "30",
+        "--probe", f'end=[ "$SIDE $ROUND" != "gpu 1" ] || {{ echo >> {calls}; '
+                   f'[ "$(wc -l < {calls})" -ne 2 ] || {{ kill $(cat {pid_file}); sleep 30; }}; }}']
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=DRIVER_ENV)
     assert result.returncode == 1, result.stderr
     assert "run_rounds.sh: round 1/3 gpu: its router ended while it was measured: every process " \
