@@ -1230,10 +1230,12 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     summary, output = tmp_path / "summary.md", tmp_path / "output"
     summary.write_text("")
     output.write_text("")
-    # pr 30x faster: the looks decide sooner on a loaded machine, where 8x left a p95 of 6
-    # prompts undecided for 7 rounds and more (a round: two runs, two routers, 2-7 s); 30x
-    # costs the base side 0.2 s a run
-    step = as_simulators(readme_workflow_step(), tmp_path, (30, 1))
+    # pr 10x faster in fixed simulated delays, each far above the loopback's own time, so
+    # that the first look that can decide (round 4: O'Brien-Fleming spends almost nothing at
+    # round 3) decides on a quiet machine: 30 ms against 1 ms left pr's p95 of 6 prompts
+    # at the mercy of sub-millisecond noise (a round: two runs, two routers, 2-7 s), and
+    # the looks went on to round 5-10; 60 ms costs the base side 0.5 s a run
+    step = as_simulators(readme_workflow_step(), tmp_path, (60, 6))
     env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
