@@ -85,6 +85,7 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
            f"per pass" in result.out
 
 
+@pytest.mark.process
 def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
     folder = pair_folder(tmp_path, [(10, 10)] * 5, 0.9, 1)
     result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
@@ -203,6 +204,7 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     assert len(found.rows) == 5  # every client row of the one pass
 
 
+@pytest.mark.process
 def test_driver_sends_the_planned_requests_per_pass(tmp_path):
     from test_cli import driver_args
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
@@ -224,6 +226,7 @@ def test_driver_sends_the_planned_requests_per_pass(tmp_path):
         assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
 
 
+@pytest.mark.process
 def test_driver_stops_at_the_node_time_budget(tmp_path):
     from test_cli import DRIVER_ENV, driver_args
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])

@@ -318,6 +318,7 @@ def test_no_model_is_sent_by_default_so_any_auto_name_configuration_routes(simul
 
 # --- rounds/run_rounds.sh: a newer router is measured once ready ---
 
+@pytest.mark.process
 def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
     import shlex
     import subprocess

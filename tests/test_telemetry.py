@@ -198,6 +198,7 @@ def test_the_telemetry_record_is_versioned_and_bounded():
         check_telemetry({"version": 1, "cpu": {"t_s": [0.0] * (MAX_SAMPLES + 1)}}, "t")
 
 
+@pytest.mark.process
 def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
     # done when: router CPU per request and foreign CPU in every run file, the new side's
     # start command staying in the foreground with no stop command
