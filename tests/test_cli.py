@@ -890,6 +890,17 @@ def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_w
     tool.write_text(DEAF_RUN_TOOL.format(root=str(ROOT)))
     marker = tmp_path / "deaf"
     command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
+    # the router's stop command returns once the router has ended (or is a zombie: this
+    # container's pid 1 may reap none). The script then waits up to --stop-wait for the
+    # router's session too, counted in whole seconds of $SECONDS, so 1 can be a moment: a
+    # router that took longer to exit, on a loaded machine, added the warning that it still
+    # ran and sent SIGKILL between the two lines below (the flake of stop_wait 1)
+    stop = command.index("--base-stop") + 1
+    command[stop] = (
+        f'pid=$(cat {shlex.quote(str(tmp_path))}/$SIDE.pid); kill "$pid"; '
+        f'for _ in $(seq 600); do {{ read -r stat < "/proc/$pid/stat"; }} 2>/dev/null || break; '
+        f'stat=${{stat##*) }}; [ "${{stat%% *}}" != Z ] || break; sleep 0.05; done; '
+        f'echo "stopped $SIDE $ROUND" >> {shlex.quote(str(tmp_path))}/log')
     with open(tmp_path / "err", "w") as err:
         script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
                                   env={**DRIVER_ENV, "DEAF_MARKER": str(marker)},
