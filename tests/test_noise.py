@@ -85,7 +85,6 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
            f"per pass" in result.out
 
 
-@pytest.mark.process
 def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
     folder = pair_folder(tmp_path, [(10, 10)] * 5, 0.9, 1)
     result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
