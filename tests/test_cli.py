@@ -1264,6 +1264,11 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     # at the mercy of sub-millisecond noise (a round: two runs, two routers, 2-7 s), and
     # the looks went on to round 5-10; 60 ms costs the base side 0.5 s a run
     step = as_simulators(readme_workflow_step(), tmp_path, (60, 6))
+    # at most 5 rounds, not the step's 10: a loaded machine that keeps a row open past round
+    # 4 shows the same lines at round 5 (the tenth round ended the plan alike), in half the
+    # time; the looks, the one report and the files are the same whatever the number
+    step, count = re.subn(r"--max-rounds 10 ", "--max-rounds 5 ", step)
+    assert count == 1
     env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
@@ -1282,11 +1287,11 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     assert bool(warned) == undecided
     assert verdict.group(2).startswith(": not a pass: it could have missed ") == undecided
     # every look but the last is a line of progress on stderr, whether a look decided or the
-    # tenth round ended the plan (a loaded machine can keep a row open)
+    # fifth round ended the plan (a loaded machine can keep a row open)
     looks = [line for line in result.stderr.splitlines() if "look after" in line]
-    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 10 rounds", result.stderr)
-    last = int(decided.group(1)) if decided else 10
-    assert decided or "run_rounds.sh: ran 10 rounds, the most allowed" in result.stderr
+    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 5 rounds", result.stderr)
+    last = int(decided.group(1)) if decided else 5
+    assert decided or "run_rounds.sh: ran 5 rounds, the most allowed" in result.stderr
     assert len(looks) == last - 3, result.stderr
     suite = ElementTree.parse(tmp_path / "results" / "junit.xml").getroot()
     assert suite.iter("testcase") and not list(suite.iter("failure"))
