@@ -226,9 +226,12 @@ def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_pat
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(60)])
     folder = tmp_path / "rounds"
     folder.mkdir()
-    router = simulator(delay_ms=1)
+    # joules a request are watts x the pass's time / its requests: b draws a tenth of a's
+    # power, so it stays below a unless its passes take ten times as long (150 W against
+    # 120 W flipped under -n 4 on a loaded machine: one pass 2.4x the other's time)
+    router = simulator(delay_ms=2)
     for number in (1, 2, 3):
-        for side, watts in (("a", 150), ("b", 120)):
+        for side, watts in (("a", 300), ("b", 30)):
             standin(STANDIN_POWER=watts)
             result = cli("run", "--url", router.url, "--corpus", corpus, "--out",
                          folder / f"r{number}-{side}.json", "--label", f"{side}-r{number}",
