@@ -83,9 +83,12 @@ def test_joules_per_request_against_a_constant_power(simulator, standin, tmp_pat
     standin(STANDIN_POWER=150, STANDIN_COUNTER=counter)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
     out = tmp_path / "run.json"
-    result = cli("run", "--url", simulator(delay_ms=3).url, "--corpus", corpus, "--out", out,
-                 "--label", "x", "--concurrency", "1,4", "--warmup", "0", "--gpu", "nvidia",
-                 "--gpu-index", "0", "--sample-ms", "20")
+    # one request at a time (serial): the c4 pass lasts as long as the sequential one, 0.45 s,
+    # so the sampler's 20 ms stream puts two counter readings in it however loaded the
+    # machine (at 4 requests at once, 0.11 s, a loaded machine left one: "sampled power")
+    result = cli("run", "--url", simulator(delay_ms=3, serial=True).url, "--corpus", corpus,
+                 "--out", out, "--label", "x", "--concurrency", "1,4", "--warmup", "0",
+                 "--gpu", "nvidia", "--gpu-index", "0", "--sample-ms", "20")
     assert result.code == 0, result.err
     run = load_run(str(out))
     for item in run.passes:
