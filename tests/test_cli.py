@@ -551,8 +551,11 @@ def driver_args(tmp_path, corpus, *extra):
             # concurrency 2 on a busy machine, is too noisy for any gate): these tests are
             # about the script, not the gate. A 4x gap and 50% were not enough: under two
             # copies of the suite one round's p50s came out 2.80 (new) and 2.58 ms (base),
-            # and three rounds' interval reached +670%, inconclusive (exit 3)
-            "--tolerance", "1000", "--gate", "sequential:p50",
+            # and three rounds' interval reached +670%, inconclusive (exit 3). Under -n 4 on
+            # a loaded machine one round's stall still left 20x undecided (exit 3): an
+            # undecided row passes (--pass-unless-worse), so the verdict is PASS by
+            # construction unless the new side is shown 11x slower
+            "--tolerance", "1000", "--gate", "sequential:p50", "--pass-unless-worse",
             *extra, "--", "--concurrency", "1,2", "--warmup", "2",
             "--probe", "side=echo $SIDE $ROUND"]
 
@@ -953,6 +956,7 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
                           "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
                           "--strict", "--max-mde", "12", "--format", "json")
     del command[command.index("--rounds"):command.index("--rounds") + 2]
+    command.remove("--pass-unless-worse")  # the looks' codes are scripted; the rule as given
     env = {**DRIVER_ENV, "TOOL_LOG": str(tmp_path / "tool.log"), "LOOK_CODES": "3,0,0",
            "FAIL_RUN": "r2-cpu"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
