@@ -479,6 +479,7 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     assert configuration[-12:] != configuration[-30:-18]
 
 
+@pytest.mark.process
 def test_the_module_alone_builds_a_corpus_and_runs_the_demo(tmp_path):
     # what a user does on a bare node: copy the one file, run it isolated (-I: no user site,
     # no PYTHONPATH, the script's folder not searched), nothing else beside it
@@ -550,8 +551,11 @@ def driver_args(tmp_path, corpus, *extra):
             # concurrency 2 on a busy machine, is too noisy for any gate): these tests are
             # about the script, not the gate. A 4x gap and 50% were not enough: under two
             # copies of the suite one round's p50s came out 2.80 (new) and 2.58 ms (base),
-            # and three rounds' interval reached +670%, inconclusive (exit 3)
-            "--tolerance", "1000", "--gate", "sequential:p50",
+            # and three rounds' interval reached +670%, inconclusive (exit 3). Under -n 4 on
+            # a loaded machine one round's stall still left 20x undecided (exit 3): an
+            # undecided row passes (--pass-unless-worse), so the verdict is PASS by
+            # construction unless the new side is shown 11x slower
+            "--tolerance", "1000", "--gate", "sequential:p50", "--pass-unless-worse",
             *extra, "--", "--concurrency", "1,2", "--warmup", "2",
             "--probe", "side=echo $SIDE $ROUND"]
 
@@ -575,6 +579,7 @@ def nothing_listens(url_file):
         return probe.connect_ex((host, int(port))) != 0
 
 
+@pytest.mark.process
 def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     # cpu starts detached (returns at once, stopped by its stop command); gpu stays in the
     # foreground with no stop command, and the script ends it
@@ -604,6 +609,7 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     assert nothing_listens(tmp_path / "gpu.url")  # the foreground router was ended
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("change, message", [
     ({"--corpus": "missing.json"}, "cannot read the corpus file (missing.json)"),
     ({"--corpus": "not-a-corpus.json"}, "the options of cpu's runs do not pass: schema is"),
@@ -638,6 +644,7 @@ def test_driver_checks_everything_before_a_router_starts(tmp_path, change, messa
     assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
 
 
+@pytest.mark.process
 def test_driver_stops_when_a_start_command_fails(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     command = driver_args(tmp_path, corpus)
@@ -650,6 +657,7 @@ def test_driver_stops_when_a_start_command_fails(tmp_path):
     assert not (tmp_path / "results").exists()  # the folder it made is empty: removed
 
 
+@pytest.mark.process
 def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     pid_file = tmp_path / "detached.pid"
@@ -674,6 +682,7 @@ def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
             time.sleep(0.05)
 
 
+@pytest.mark.process
 def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
     marker = tmp_path / "measuring"
@@ -792,6 +801,7 @@ def ended(process, timeout=30):
         return f"still running {timeout} s later (killed)"
 
 
+@pytest.mark.process
 def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
     # Ctrl-C reaches the run and the driver, and the driver's SIGTERM to the run lands while
     # the run handles the SIGINT: its handler once waited on the lock its own thread held
@@ -875,6 +885,7 @@ sys.exit(rl.main(argv))
 """
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stop_wait", ["1", "2"])
 def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_wait):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
@@ -882,6 +893,17 @@ def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_w
     tool.write_text(DEAF_RUN_TOOL.format(root=str(ROOT)))
     marker = tmp_path / "deaf"
     command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
+    # the router's stop command returns once the router has ended (or is a zombie: this
+    # container's pid 1 may reap none). The script then waits up to --stop-wait for the
+    # router's session too, counted in whole seconds of $SECONDS, so 1 can be a moment: a
+    # router that took longer to exit, on a loaded machine, added the warning that it still
+    # ran and sent SIGKILL between the two lines below (the flake of stop_wait 1)
+    stop = command.index("--base-stop") + 1
+    command[stop] = (
+        f'pid=$(cat {shlex.quote(str(tmp_path))}/$SIDE.pid); kill "$pid"; '
+        f'for _ in $(seq 600); do {{ read -r stat < "/proc/$pid/stat"; }} 2>/dev/null || break; '
+        f'stat=${{stat##*) }}; [ "${{stat%% *}}" != Z ] || break; sleep 0.05; done; '
+        f'echo "stopped $SIDE $ROUND" >> {shlex.quote(str(tmp_path))}/log')
     with open(tmp_path / "err", "w") as err:
         script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
                                   env={**DRIVER_ENV, "DEAF_MARKER": str(marker)},
@@ -925,6 +947,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.process
 def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
@@ -933,6 +956,7 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
                           "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
                           "--strict", "--max-mde", "12", "--format", "json")
     del command[command.index("--rounds"):command.index("--rounds") + 2]
+    command.remove("--pass-unless-worse")  # the looks' codes are scripted; the rule as given
     env = {**DRIVER_ENV, "TOOL_LOG": str(tmp_path / "tool.log"), "LOOK_CODES": "3,0,0",
            "FAIL_RUN": "r2-cpu"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
@@ -958,6 +982,7 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
         " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 --format json")
 
 
+@pytest.mark.process
 def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
     corpus = str(tmp_path / "corpus.json")
     result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run"), capture_output=True,
@@ -970,6 +995,7 @@ def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
     assert not (tmp_path / "results").exists() and not (tmp_path / "log").exists()
 
 
+@pytest.mark.process
 def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
     command = driver_args(tmp_path, str(tmp_path / "corpus.json"), "--dry-run")
     command[command.index("--rounds") + 1] = "4"
@@ -983,6 +1009,7 @@ def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
     assert printed == {n: start_order(n, ["cpu", "gpu"]) for n in range(1, 5)}
 
 
+@pytest.mark.process
 def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
     # the router never answers: its URL names a port where nothing listens
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
@@ -997,6 +1024,7 @@ def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
     assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]
 
 
+@pytest.mark.process
 def test_driver_rejects_bad_options(tmp_path):
     for args, message in ((["--rounds", "2"], "--rounds must be a whole number >= 3"),
                           (["--base", "../x"], "--base needs a side name")):
@@ -1007,6 +1035,7 @@ def test_driver_rejects_bad_options(tmp_path):
         assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.process
 def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
     result = subprocess.run(driver_args(tmp_path, "c.json", "--dry-run"), capture_output=True,
                             text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
@@ -1016,6 +1045,7 @@ def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
     assert "--probe side=echo\\ \\$SIDE\\ \\$ROUND" in runs[0]
 
 
+@pytest.mark.process
 def test_driver_reads_each_sides_container(tmp_path):
     result = subprocess.run(driver_args(tmp_path, "c.json", "--dry-run", "--base-container",
                                         "router-cpu", "--new-container", "router-rocm"),
@@ -1027,6 +1057,7 @@ def test_driver_reads_each_sides_container(tmp_path):
         == ["round 1 gpu", "round 2 gpu", "round 3 gpu"]
 
 
+@pytest.mark.process
 def test_driver_runs_nothing_but_the_commands_given(tmp_path):
     # a corpus path and a URL that a careless script would evaluate, in the folder it runs in
     corpus = str(tmp_path / "c$(touch evaluated).json")
@@ -1221,6 +1252,7 @@ def as_simulators(step, tmp_path, delays):
     return step.replace(" || code=$?", " -- --concurrency 1 --warmup 2 || code=$?", 1)
 
 
+@pytest.mark.process
 def test_readme_workflow_leaves_one_report(tmp_path):
     # the README's workflow step, run as GitHub runs it (bash -eo pipefail), with the job
     # summary file GitHub provides: one report in the summary, whatever the number of looks,
@@ -1230,10 +1262,17 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     summary, output = tmp_path / "summary.md", tmp_path / "output"
     summary.write_text("")
     output.write_text("")
-    # pr 30x faster: the looks decide sooner on a loaded machine, where 8x left a p95 of 6
-    # prompts undecided for 7 rounds and more (a round: two runs, two routers, 2-7 s); 30x
-    # costs the base side 0.2 s a run
-    step = as_simulators(readme_workflow_step(), tmp_path, (30, 1))
+    # pr 10x faster in fixed simulated delays, each far above the loopback's own time, so
+    # that the first look that can decide (round 4: O'Brien-Fleming spends almost nothing at
+    # round 3) decides on a quiet machine: 30 ms against 1 ms left pr's p95 of 6 prompts
+    # at the mercy of sub-millisecond noise (a round: two runs, two routers, 2-7 s), and
+    # the looks went on to round 5-10; 60 ms costs the base side 0.5 s a run
+    step = as_simulators(readme_workflow_step(), tmp_path, (60, 6))
+    # at most 5 rounds, not the step's 10: a loaded machine that keeps a row open past round
+    # 4 shows the same lines at round 5 (the tenth round ended the plan alike), in half the
+    # time; the looks, the one report and the files are the same whatever the number
+    step, count = re.subn(r"--max-rounds 10 ", "--max-rounds 5 ", step)
+    assert count == 1
     env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
@@ -1252,11 +1291,11 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     assert bool(warned) == undecided
     assert verdict.group(2).startswith(": not a pass: it could have missed ") == undecided
     # every look but the last is a line of progress on stderr, whether a look decided or the
-    # tenth round ended the plan (a loaded machine can keep a row open)
+    # fifth round ended the plan (a loaded machine can keep a row open)
     looks = [line for line in result.stderr.splitlines() if "look after" in line]
-    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 10 rounds", result.stderr)
-    last = int(decided.group(1)) if decided else 10
-    assert decided or "run_rounds.sh: ran 10 rounds, the most allowed" in result.stderr
+    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 5 rounds", result.stderr)
+    last = int(decided.group(1)) if decided else 5
+    assert decided or "run_rounds.sh: ran 5 rounds, the most allowed" in result.stderr
     assert len(looks) == last - 3, result.stderr
     suite = ElementTree.parse(tmp_path / "results" / "junit.xml").getroot()
     assert suite.iter("testcase") and not list(suite.iter("failure"))
@@ -1266,6 +1305,7 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     assert result.stdout.count("\nverdict: ") == 1 and result.stdout.startswith("verdict: ")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("role", ["base", "new"])
 def test_driver_refuses_a_url_that_answers_before_its_router_starts(tmp_path, simulator, role):
     # a router left from an earlier round (here: a simulator of the test) on a side's port
@@ -1285,6 +1325,7 @@ def test_driver_refuses_a_url_that_answers_before_its_router_starts(tmp_path, si
     assert not (tmp_path / "results").exists() and not (tmp_path / "log").exists()
 
 
+@pytest.mark.process
 def test_driver_refuses_a_router_its_start_command_did_not_start(tmp_path):
     # the start command runs, but the port is answered by a process outside its session (a
     # router started before, or by someone else)
@@ -1316,6 +1357,7 @@ def test_driver_refuses_a_router_its_start_command_did_not_start(tmp_path):
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["r1-cpu.json.rejected"]
 
 
+@pytest.mark.process
 def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(tmp_path):
     # round 1 measures both routers; in round 2 gpu's start command returns at once (as
     # `docker run -d` does) and points at a router with cpu's configuration (cpu's build,
@@ -1490,6 +1532,7 @@ def readme_check_step():
     return "\n".join(line[10:] for line in step.splitlines()).replace("gh api ", "echo ") + "\n"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("code, step_code, conclusion", [
     (0, 0, "success"), (1, 1, "failure"), (2, 2, "failure"), (3, 0, "neutral")])
 def test_readme_workflow_makes_exit_3_a_neutral_check_not_a_green_one(
@@ -1522,6 +1565,7 @@ def test_readme_workflow_makes_exit_3_a_neutral_check_not_a_green_one(
     assert f" -f output[title]={first} " in posted.stdout  # the check's title: what it missed
 
 
+@pytest.mark.process
 def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
     # a new side answering 500 to every preview made the script exit 2 after the whole
     # --wait-ready, with no report, JUnit or summary; it is a failed new side: FAIL, exit 1
@@ -1550,6 +1594,7 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
     assert ElementTree.parse(tmp_path / "junit.xml").getroot().find(".//failure") is not None
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("start", [
     "sleep 1 &",  # a detached router that exits before it listens
     "sleep 1 & sleep 2 & true",  # two processes left behind: gone when both are
@@ -1571,15 +1616,21 @@ def test_driver_reports_a_router_whose_processes_are_gone_at_once(tmp_path, star
     assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]
 
 
+@pytest.mark.process
 def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_path):
     # the new side's router (detached, in its start command's session) is killed by a probe
-    # during round 1's run: the run saves what it measured, and rounds fails the side
+    # during round 1's run: the run saves what it measured, and rounds fails the side. The
+    # probe after the first pass kills it and waits (its second call in that run: before
+    # and after each pass), so the run is still measuring when the script sees the router
+    # gone, whatever the machine's speed: the script's TERM ends the wait
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     command = driver_args(tmp_path, corpus)
     pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
+    calls = shlex.quote(str(tmp_path / "gpu-1-probes"))
     command = command[:command.index("--") + 1] + [
-        "--concurrency", "1,2", "--warmup", "0", "-d", "4s",
-        "--probe", f'end=[ "$SIDE $ROUND" != "gpu 1" ] || kill $(cat {pid_file})']
+        "--concurrency", "1,2", "--warmup", "0", "--probe-timeout", "30",
+        "--probe", f'end=[ "$SIDE $ROUND" != "gpu 1" ] || {{ echo >> {calls}; '
+                   f'[ "$(wc -l < {calls})" -ne 2 ] || {{ kill $(cat {pid_file}); sleep 30; }}; }}']
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=DRIVER_ENV)
     assert result.returncode == 1, result.stderr
     assert "run_rounds.sh: round 1/3 gpu: its router ended while it was measured: every process " \
@@ -1589,6 +1640,7 @@ def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_pa
     assert result.stdout.splitlines()[-1].startswith("verdict: FAIL")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("redirect", ["2>&1 | head -n 2", "2>&1 >/dev/null | head -n 1"])
 def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
     # `run_rounds.sh ... 2>&1 | head -n 2` ended it with SIGPIPE (exit 141) after round 1's
@@ -1607,6 +1659,7 @@ def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
         "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
 
 
+@pytest.mark.process
 def test_driver_copied_beside_the_tool_runs_it_and_alone_names_tool(tmp_path):
     # users copy router_latency.py and run_rounds.sh into one folder on a node: the script
     # looked only in the folder above its own (the repository's layout)
@@ -1626,6 +1679,7 @@ def test_driver_copied_beside_the_tool_runs_it_and_alone_names_tool(tmp_path):
     assert alone.stderr.rstrip().endswith("; --tool PATH names router_latency.py")
 
 
+@pytest.mark.process
 def test_driver_dry_run_and_help_stop_quietly_for_a_reader_that_stops_early(tmp_path):
     command = shlex.join(driver_args(tmp_path, "corpus.json", "--dry-run"))
     for args in (command, f"bash {shlex.quote(str(DRIVER))} --help"):

@@ -205,6 +205,7 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     assert len(found.rows) == 5  # every client row of the one pass
 
 
+@pytest.mark.process
 def test_driver_sends_the_planned_requests_per_pass(tmp_path):
     from test_cli import driver_args
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
@@ -226,6 +227,7 @@ def test_driver_sends_the_planned_requests_per_pass(tmp_path):
         assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
 
 
+@pytest.mark.process
 def test_driver_stops_at_the_node_time_budget(tmp_path):
     from test_cli import DRIVER_ENV, driver_args
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])

@@ -134,6 +134,7 @@ def round_script(folder, tmp_path, *extra):
         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.process
 def test_the_installed_round_script_runs_the_command_beside_it(tmp_path):
     folder = installed_bin(tmp_path)
     planned = round_script(folder, tmp_path, "--dry-run")
@@ -147,6 +148,7 @@ def test_the_installed_round_script_runs_the_command_beside_it(tmp_path):
     assert (tmp_path / "log").read_text() == "--version\n"
 
 
+@pytest.mark.process
 def test_the_round_script_without_a_tool_says_it_cannot_run_one(tmp_path):
     # copied alone: no router_latency.py in the folder above, no router-latency beside it
     folder = installed_bin(tmp_path, with_command=False)

@@ -447,22 +447,33 @@ def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
     assert not later.exists()  # nothing was written after the signal
 
 
-def test_run_under_nohup_goes_on_after_sighup(simulator, tmp_path):
-    router = simulator(delay_ms=1)
+def test_run_under_nohup_goes_on_after_sighup(scripted, tmp_path):
+    # the answer to p2 waits until the SIGHUP is sent: the run is measuring when it comes,
+    # by construction, and a count of requests (not a duration) sets its length
+    reached, sent = threading.Event(), threading.Event()
+
+    def answer(prompt, _):
+        if prompt == "p2":
+            reached.set()
+            sent.wait(30)
+        return [final_answer()]
+    router = scripted(answer)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(5)])
     out = tmp_path / "run.json"
     process = subprocess.Popen(
         [sys.executable, str(TOOL_PYC), "run", "--url", router.url, "--corpus", corpus, "--out",
-         str(out), "--label", "x", "--warmup", "0", "--concurrency", "1", "--duration", "2s"],
+         str(out), "--label", "x", "--warmup", "0", "--concurrency", "1", "--repeat", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))  # what nohup does
-    deadline = time.monotonic() + 20
-    while router.served < 5 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGHUP)
+    try:
+        assert reached.wait(30) and process.poll() is None
+        process.send_signal(signal.SIGHUP)
+    finally:
+        sent.set()
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
-    assert json.loads(out.read_text())["complete"] is True
+    document = json.loads(out.read_text())
+    assert document["complete"] is True and document["passes"][0]["summary"]["ok"] == 10
 
 
 # --- secrets ---

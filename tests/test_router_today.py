@@ -12,6 +12,7 @@ import pytest
 
 from router_latency.constants import CACHE_SERIES, DEFAULT_HISTOGRAMS
 from router_latency.attribution import HISTOGRAM_PARTS
+from router_latency.cache import CACHE_MIN_PROMPTS
 from router_latency.measuring import Progress
 from router_latency.readiness import wait_until_ready
 from router_latency.passloop import Target
@@ -25,6 +26,12 @@ from conftest import write_corpus
 from router_double import RouterDouble
 
 PROMPTS = [f"prompt number {i}" for i in range(12)]
+# the sampled-selection runs send each prompt twice (--repeat 2) at no simulated delay: from
+# CACHE_MIN_PROMPTS prompts sent twice on, timing judges a result cache, and the second
+# sendings of a loaded machine's quieter moment answered in under half the first's time on
+# one side: "not measured alike: cache". One prompt fewer, and no cache finding by construction
+SAMPLED = PROMPTS[:CACHE_MIN_PROMPTS - 1]
+N = len(SAMPLED)
 
 
 @pytest.fixture
@@ -190,8 +197,8 @@ def test_a_sampled_selection_is_marked_and_left_out_of_agreement():
     assert marked_sampled("model-b", {"selected_model": "model-b"}, sampled) == "model-b"
 
 
-def run_sampled(cli, router, tmp_path, name):
-    corpus = write_corpus(tmp_path / "corpus.json", PROMPTS)
+def run_sampled(cli, router, tmp_path, name, prompts=SAMPLED):
+    corpus = write_corpus(tmp_path / "corpus.json", prompts)
     out = tmp_path / f"{name}.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
                  name, "-c", "1", "--repeat", "2", "--warmup", "0", "--quiet")
@@ -209,12 +216,12 @@ def test_two_sides_identical_but_for_sampled_selections_agree_in_full(simulator,
     assert len(set(decisions)) > len({d.split("|")[0] for d in decisions})  # models vary
     result = cli("compare", "--base", a, "--new", b, "--fail-on-decision-change")
     assert result.code == 0, result.out
-    assert "decisions: 12/12 inputs agree (sequential pass)" in result.out
-    assert "A sampled selections: 12 inputs got a model the router sampled or chose by its " \
+    assert f"decisions: {N}/{N} inputs agree (sequential pass)" in result.out
+    assert f"A sampled selections: {N} inputs got a model the router sampled or chose by its " \
            "state (model-a, model-b, model-c); not counted as changed decisions" in result.out
     assert "consistency: 0 inputs changed decision" in result.out
     report = json.loads(cli("compare", "--base", a, "--new", b, "--format", "json").out)
-    assert report["decisions"]["sampled"]["b"] == {"inputs": 12,
+    assert report["decisions"]["sampled"]["b"] == {"inputs": N,
                                                    "models": ["model-a", "model-b", "model-c"]}
 
 
@@ -222,7 +229,7 @@ def test_rounds_of_sides_identical_but_for_sampled_selections_pass_in_full_agree
         simulator, tmp_path, cli):
     answers = SimulatedAnswers(no_decision_share=0.0, sampled_share=1.0)
     router = simulator(delay_ms=0, answers=answers)
-    corpus = write_corpus(tmp_path / "corpus.json", PROMPTS)
+    corpus = write_corpus(tmp_path / "corpus.json", SAMPLED)
     folder = tmp_path / "rounds"
     folder.mkdir()
     for number in (1, 2, 3):
@@ -236,19 +243,19 @@ def test_rounds_of_sides_identical_but_for_sampled_selections_pass_in_full_agree
     result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--decisions", "gate",
                  "--tolerance", "1000", "--pass-unless-worse")
     lines = result.out.splitlines()
-    assert "decisions r1: 12/12 agree in every pass" in lines, result.out + result.err
-    assert "sampled selections r1 b: 12 inputs got a model the router sampled or chose by its " \
+    assert f"decisions r1: {N}/{N} agree in every pass" in lines, result.out + result.err
+    assert f"sampled selections r1 b: {N} inputs got a model the router sampled or chose by its " \
            "state (model-a, model-b, model-c): apart from decision agreement" in lines
     assert result.code == 0 and lines[0].startswith("verdict: PASS"), result.out
     report = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
                             "--format", "json", "--tolerance", "1000").out)
-    assert report["outcomes"][0]["sampled"] == 12
+    assert report["outcomes"][0]["sampled"] == N
     assert report["outcomes"][0]["sampled_models"] == ["model-a", "model-b", "model-c"]
 
 
 def test_the_double_marks_its_sampled_selections(double, tmp_path, cli):
     router = double(sampled=set(PROMPTS[:3]))
-    out = run_sampled(cli, router, tmp_path, "x")
+    out = run_sampled(cli, router, tmp_path, "x", PROMPTS)  # one run: no sides to match
     decisions = [r["decision"] for r in json.loads(out.read_text())["passes"][0]["requests"]]
     assert {d.split("|")[1][0] for d in decisions[:3]} == {"~"}
     assert set(decisions[3:12]) == {"general|qwen3-8b"}
@@ -321,6 +328,7 @@ def test_no_model_is_sent_by_default_so_any_auto_name_configuration_routes(simul
 
 # --- rounds/run_rounds.sh: a newer router is measured once ready ---
 
+@pytest.mark.process
 def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
     import shlex
     import subprocess

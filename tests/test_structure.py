@@ -5,10 +5,16 @@ function, 100 characters a line), types every record field and every tuple a fun
 precisely; the one file users copy is the current amalgamation."""
 
 import ast
+import fcntl
 import importlib.util
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -279,23 +285,58 @@ def test_the_return_check_tells_a_bare_tuple(annotation, bare):
     assert bool(BARE_TUPLE.search(annotation)) == bare
 
 
-@pytest.mark.parametrize("target", [[], ["--python-version", "3.10"]],
-                         ids=["this-python", "python-3.10"])
+def mypy_both(version, shared):
+    """Return mypy's (exit code, stdout, stderr) for the package and the generated file
+    checked in one run for Python `version` (None: this Python), with the paths of the
+    generated file's copy read back as router_latency.py. Both define the module
+    router_latency, which mypy refuses twice in one run, so the file is checked as a copy
+    under another module name (it imports nothing of its own name): one run a Python
+    instead of two. The first test of a version runs it under a lock in `shared` (the
+    folder the session's workers share) and leaves the result there for the other."""
+    name = f"mypy-{version or 'this-python'}"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the one run
+        done = shared / f"{name}.json"
+        if done.exists():
+            return tuple(json.loads(done.read_text()))
+        with tempfile.TemporaryDirectory(prefix="router-latency-mypy-") as folder:
+            copy = Path(folder) / "router_latency_file.py"
+            shutil.copyfile(TOOL, copy)
+            target = [] if version is None else ["--python-version", version]
+            result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
+                                     "--no-color-output", "--no-incremental", *target,
+                                     "src/router_latency", str(copy)],
+                                    cwd=ROOT, capture_output=True, text=True, timeout=300)
+        found = (result.returncode, result.stdout.replace(str(copy), "router_latency.py"),
+                 result.stderr)
+        done.write_text(json.dumps(found))
+        return found
+
+
+@pytest.mark.parametrize("version", [
+    pytest.param(None, id="this-python"), pytest.param("3.10", id="python-3.10")])
 @pytest.mark.parametrize("checked", ["src/router_latency", "router_latency.py"])
-def test_mypy_in_its_default_mode_finds_no_error(target, checked):
+def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_factory):
     """The package and the generated file type-check clean in mypy's default mode (the
     README's test command installs mypy==2.4.1 from Python 3.10 on), for this Python and for
     3.10, the oldest that mypy 2.4.1 can target; the floor, 3.9, it cannot (the CI's one-file
-    runs under each python3.X cover 3.9)."""
+    runs under each python3.X cover 3.9). One mypy run a Python checks both (mypy_both)."""
     if sys.version_info < (3, 10) and importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy 2.4.1 needs Python 3.10 or newer")
-    result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
-                             "--no-color-output", "--no-incremental", *target, checked],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "No module named mypy" not in result.stderr, \
+    # the session's base folder; under xdist, the folder its workers' base folders share
+    base = tmp_path_factory.getbasetemp()
+    code, out, err = mypy_both(version, base.parent if os.environ.get(
+        "PYTEST_XDIST_WORKER") else base)
+    assert "No module named mypy" not in err, \
         "mypy is not installed: the README's test command installs mypy==2.4.1"
-    assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), \
-        f"mypy exit {result.returncode}:\n{result.stdout}{result.stderr}"
+    # every line mypy wrote names one of the two targets: nothing else may pass unread
+    lines = out.splitlines()
+    assert err == "" and all(line.startswith(("src/router_latency/", "router_latency.py:"))
+                             for line in lines), f"mypy exit {code}:\n{out}{err}"
+    assert code in (0, 1) and (code == 0) == (lines == []), f"mypy exit {code}:\n{out}{err}"
+    mine = [line for line in lines if line.startswith(checked.rstrip("/") + (
+        "/" if checked.startswith("src/") else ":"))]
+    assert mine == [], f"mypy exit {code}:\n{out}"
 
 
 # A capability computes a finding and returns its section (report.Section); the renderers

@@ -84,9 +84,12 @@ def test_joules_per_request_against_a_constant_power(simulator, standin, tmp_pat
     standin(STANDIN_POWER=150, STANDIN_COUNTER=counter)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
     out = tmp_path / "run.json"
-    result = cli("run", "--url", simulator(delay_ms=3).url, "--corpus", corpus, "--out", out,
-                 "--label", "x", "--concurrency", "1,4", "--warmup", "0", "--gpu", "nvidia",
-                 "--gpu-index", "0", "--sample-ms", "20")
+    # one request at a time (serial): the c4 pass lasts as long as the sequential one, 0.45 s,
+    # so the sampler's 20 ms stream puts two counter readings in it however loaded the
+    # machine (at 4 requests at once, 0.11 s, a loaded machine left one: "sampled power")
+    result = cli("run", "--url", simulator(delay_ms=3, serial=True).url, "--corpus", corpus,
+                 "--out", out, "--label", "x", "--concurrency", "1,4", "--warmup", "0",
+                 "--gpu", "nvidia", "--gpu-index", "0", "--sample-ms", "20")
     assert result.code == 0, result.err
     run = load_run(str(out))
     for item in run.passes:
@@ -199,6 +202,7 @@ def test_the_telemetry_record_is_versioned_and_bounded():
         check_telemetry({"version": 1, "cpu": {"t_s": [0.0] * (MAX_SAMPLES + 1)}}, "t")
 
 
+@pytest.mark.process
 def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
     # done when: router CPU per request and foreign CPU in every run file, the new side's
     # start command staying in the foreground with no stop command
@@ -226,9 +230,12 @@ def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_pat
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(60)])
     folder = tmp_path / "rounds"
     folder.mkdir()
-    router = simulator(delay_ms=1)
+    # joules a request are watts x the pass's time / its requests: b draws a tenth of a's
+    # power, so it stays below a unless its passes take ten times as long (150 W against
+    # 120 W flipped under -n 4 on a loaded machine: one pass 2.4x the other's time)
+    router = simulator(delay_ms=2)
     for number in (1, 2, 3):
-        for side, watts in (("a", 150), ("b", 120)):
+        for side, watts in (("a", 300), ("b", 30)):
             standin(STANDIN_POWER=watts)
             result = cli("run", "--url", router.url, "--corpus", corpus, "--out",
                          folder / f"r{number}-{side}.json", "--label", f"{side}-r{number}",
