@@ -27,7 +27,8 @@ from router_latency.slower import InputSlowdowns, Slowdown, slowdown_tables
 from router_latency.report import Table, text_lines
 from router_latency.render_markdown import markdown_blocks
 from router_latency.render_junit import requests_csv
-from router_latency.page import forest_axis, forest_ticks, line_plot, PlotScale, Series
+from router_latency.page import forest_axis, forest_ticks, line_plot
+from router_latency.report import LinePlot, Scale, Series
 from conftest import make_run, three_rounds, two_runs, write_corpus
 
 
@@ -800,9 +801,8 @@ def test_page_axes_follow_the_data(tmp_path):
                      (PassRecord("sequential", 1, False, False, attempt),))
     (view,) = pass_latencies(Rounds({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", (1,)))[:1]
     assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
-    svg = line_plot([Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
-                                  False, "r1")], "t", PlotScale("x", log=True),
-                       PlotScale("y"))
+    svg = line_plot(LinePlot("t", (Series(tuple((q, i) for i, q in enumerate(view.quantiles)),
+                                          0, False, "r1"),), Scale("x", log=True), Scale("y")))
     xs = [float(p.split(",")[0]) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
     assert max(xs) - min(xs) > 0.8 * (560 - 14 - 58)  # the line fills the plot's width
 
