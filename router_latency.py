@@ -693,7 +693,11 @@ BANNER = 0  # the place of panels whose lines the page's banner shows, in bold
 class Panel(NamedTuple):
     """A section's part of the report page. The page draws panels by place, after the
     verdict and the gated rows; a panel of lines alone, without a heading, continues the
-    list that ends the panel before it (the page's closing list gathers several sections')."""
+    list that ends the panel before it (the page's closing list gathers several sections').
+    Places in use: 0 the banner (BANNER), 20 the noise, 30 the ladders, 40 the latencies,
+    50 where the time goes, 60 decisions and errors, 70 slower inputs, 80 the environment,
+    then the closing list: 82 warnings, 83 the start order, 84 the rounds left out and the
+    notes (the page's own), 85 degraded answers."""
     place: int
     heading: str = ""
     note: str = ""  # under the heading, after the keys
@@ -15325,15 +15329,14 @@ def page_rows(report: RoundsReport) -> str:
     above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
             f"<h2>All rows</h2>"
-            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
-            f'<ul class="note">{notes}</ul>')
+            f"{'' if table is None else draw(table)}"
+            f"{draw(Lines(tuple(above + below), note=True))}")
 
 
 PART_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",

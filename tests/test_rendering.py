@@ -28,7 +28,11 @@ from router_latency.report import Table, text_lines
 from router_latency.render_markdown import markdown_blocks
 from router_latency.render_junit import requests_csv
 from router_latency.page import forest_axis, forest_ticks, line_plot
-from router_latency.report import LinePlot, Scale, Series
+from router_latency.report import Lines, LinePlot, Panel, Scale, Section, Series
+from router_latency.rounds import find_round_files, judge_rounds
+from router_latency.render_text import format_rounds
+from router_latency.render_markdown import format_rounds_markdown
+from router_latency.page import report_page
 from conftest import make_run, three_rounds, two_runs, write_corpus
 
 
@@ -648,6 +652,31 @@ def test_report_page_of_rounds_that_cannot_be_judged(tmp_path, cli):
     assert result.code == 3
     assert root.find(".//{http://www.w3.org/1999/xhtml}h1").text == "INCONCLUSIVE"
     assert "1 usable round, fewer than 3" in text
+
+
+def test_the_page_draws_a_section_it_has_never_seen_and_text_ignores_its_figures(tmp_path):
+    three_rounds(tmp_path)
+    runs = {n: {s: load_run(p) for s, p in sides.items()}
+            for n, sides in find_round_files(str(tmp_path), "cpu", "gpu").items()}
+    report = judge_rounds(runs, "cpu", "gpu")
+    plot = LinePlot("a new finding", (Series(((1.0, 2.0), (2.0, 3.0)), 1, False, "r1 gpu"),),
+                    Scale("x"), Scale("y", suffix="%"))
+    found = Section(key="new_finding", page=(
+        Panel(place=45, heading="A new finding", note="what it shows", keys=((1, "gpu"),),
+              items=(plot, Lines(("one line <b>",)))),
+        Panel(place=84, items=(Lines(("in the closing list",)),))))
+    more = report._replace(sections=report.sections + (found,))
+    assert format_rounds(more) == format_rounds(report)
+    assert format_rounds_markdown(more) == format_rounds_markdown(report)
+    page = report_page(more)
+    assert '<h2>A new finding</h2><p class="note"><span class="key" style="background: ' \
+        '#e6550d"></span>gpu: what it shows</p><svg' in page
+    assert "<li>one line &lt;b&gt;</li></ul>" in page
+    # between the latencies (40) and the decisions (60); the closing list runs on past 83
+    assert page.index("Latency per pass") < page.index("A new finding") \
+        < page.index("Decisions and errors per round")
+    closing = page[page.index("<h2>Environment</h2>"):]
+    assert closing.count("<ul>") == 1 and "<li>in the closing list</li>" in closing
 
 
 def test_requests_csv_has_a_line_per_request(tmp_path):

@@ -310,15 +310,14 @@ def page_rows(report: RoundsReport) -> str:
     above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
             f"<h2>All rows</h2>"
-            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
-            f'<ul class="note">{notes}</ul>')
+            f"{'' if table is None else draw(table)}"
+            f"{draw(Lines(tuple(above + below), note=True))}")
 
 
 PART_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",

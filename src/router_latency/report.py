@@ -215,7 +215,11 @@ BANNER = 0  # the place of panels whose lines the page's banner shows, in bold
 class Panel(NamedTuple):
     """A section's part of the report page. The page draws panels by place, after the
     verdict and the gated rows; a panel of lines alone, without a heading, continues the
-    list that ends the panel before it (the page's closing list gathers several sections')."""
+    list that ends the panel before it (the page's closing list gathers several sections').
+    Places in use: 0 the banner (BANNER), 20 the noise, 30 the ladders, 40 the latencies,
+    50 where the time goes, 60 decisions and errors, 70 slower inputs, 80 the environment,
+    then the closing list: 82 warnings, 83 the start order, 84 the rounds left out and the
+    notes (the page's own), 85 degraded answers."""
     place: int
     heading: str = ""
     note: str = ""  # under the heading, after the keys
