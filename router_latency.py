@@ -496,8 +496,9 @@ def span_text(low: Optional[float], high: Optional[float],
 
 # ==================== src/router_latency/report.py ====================
 # The report model: what every renderer draws. Tables and lines (Block), a capability's
-# Section (a key, a title, its blocks, its JSON, its notices, its checks, a headline), and the
-# escaping of text from outside (router answers, labels, GPU names, decisions) done once here.
+# Section (a key, a title, its blocks, its JSON, its notices, its checks, a headline, its
+# panels of the report page: figures as data), and the escaping of text from outside (router
+# answers, labels, GPU names, decisions) done once here.
 
 class Table(NamedTuple):
     """A table as data, rendered as aligned text, a Markdown table or HTML alike."""
@@ -595,6 +596,120 @@ class Check(NamedTuple):
     details: str  # the failure's or skip's text; '' for the message again
 
 
+# ---- the report page's figures and panels: data the page draws (as SVG and HTML) without
+# knowing whose they are; text and Markdown draw none of them
+
+class Series(NamedTuple):
+    """A line of a plot: its points (x, y), whose it is (0 base, 1 new: its colour), dashed
+    or not, and what it shows when the pointer rests on it."""
+    points: Tuple[Tuple[float, float], ...]
+    side: int
+    dashed: bool
+    label: str
+
+
+class Scale(NamedTuple):
+    """How a plot draws one axis: its label, linear or log10, and a unit after the y axis's
+    tick labels ("%")."""
+    label: str
+    log: bool = False
+    suffix: str = ""
+
+
+class LinePlot(NamedTuple):
+    """Lines over two axes, with ticks and grid lines."""
+    title: str
+    series: Tuple[Series, ...]
+    x: Scale
+    y: Scale
+
+
+class Bar(NamedTuple):
+    """One bar of stacked parts, (name, value) from the left, and a dark mark at a value."""
+    label: str
+    parts: Tuple[Tuple[str, float], ...]
+    mark: float
+    mark_label: str
+
+
+class StackedBars(NamedTuple):
+    """Horizontal bars of stacked parts: the named parts in colour order, the rest grey."""
+    title: str
+    names: Tuple[str, ...]  # the coloured parts, in order; any other part is the rest
+    rest: str  # the grey part's name, in the key
+    unit: str  # after each part's value
+    bars: Tuple[Bar, ...]
+    caption: str  # under the bars
+
+
+class ParetoPlot(NamedTuple):
+    """Throughput (x, from 0) against latency (y, log) of steps: each round a faint line,
+    the medians bold with their points, a limit a horizontal line and marks on it."""
+    title: str
+    label: str  # what a screen reader says
+    x: Scale
+    y: Scale
+    faint: Tuple[Series, ...]
+    bold: Tuple[Series, ...]
+    limit: Optional[float]  # the SLO on the y axis; None: none
+    limit_label: str
+    marks: Tuple[Tuple[int, float, str], ...]  # (side, x on the limit, label)
+
+
+Figure = Union[LinePlot, StackedBars, ParetoPlot]
+
+
+class Heading(NamedTuple):
+    text: str
+    level: int = 2
+
+
+class Note(NamedTuple):
+    """A paragraph, in small print unless not (a line, str, is a paragraph unless empty)."""
+    text: str
+    small: bool = True
+
+
+class Lines(NamedTuple):
+    """Lines as a list; a note's list in small print."""
+    lines: Tuple[str, ...]
+    note: bool = False
+
+
+class Grid(NamedTuple):
+    """Figures side by side, as many as the width holds."""
+    figures: Tuple[Figure, ...]
+
+
+class Group(NamedTuple):
+    """Items kept together (a panel within a panel)."""
+    items: Tuple["PageItem", ...]
+
+
+# a line as a paragraph ('' draws nothing), a table, a figure, and the items above
+PageItem = Union[str, Table, LinePlot, StackedBars, ParetoPlot, Heading, Note, Lines, Grid,
+                 Group]
+
+
+BANNER = 0  # the place of panels whose lines the page's banner shows, in bold
+
+
+class Panel(NamedTuple):
+    """A section's part of the report page. The page draws panels by place, after the
+    verdict and the gated rows; a panel of lines alone, without a heading, continues the
+    list that ends the panel before it (the page's closing list gathers several sections').
+    Places in use: 0 the banner (BANNER), 20 the noise, 30 the ladders, 40 the latencies,
+    50 where the time goes, 60 decisions and errors, 70 slower inputs, 80 the environment,
+    then the closing list: 82 warnings, 83 the start order, 84 the rounds left out and the
+    notes (the page's own), 85 degraded answers."""
+    place: int
+    heading: str = ""
+    note: str = ""  # under the heading, after the keys
+    keys: Tuple[Tuple[int, str], ...] = ()  # (side, label): the colours of the figures
+    items: Tuple[PageItem, ...] = ()
+    apart: bool = False  # each item on a line of its own, the note among them
+
+
 class Section(NamedTuple):
     """What one capability found, as every renderer draws it: text and Markdown its blocks
     in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
@@ -610,6 +725,7 @@ class Section(NamedTuple):
     apart: bool = True  # text: a blank line above its blocks
     beside_table: bool = False  # text: right below the gated table, not in order
     on_request: bool = False  # drawn only when asked (--per-round)
+    page: Tuple[Panel, ...] = ()  # what the report page draws of it
 
 
 # ==================== src/router_latency/stats.py ====================
@@ -10875,7 +10991,10 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     """Return the plan as the report's section (JSON: plan): its headline, under an
     inconclusive verdict, says how many more rounds would decide it."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
-    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)})
+    lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
+    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)},
+                   page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
+                         if lines else Panel(place=20),))
 
 
 # ==================== src/router_latency/judged.py ====================
@@ -11292,7 +11411,53 @@ def breakdown_section(breakdowns: Sequence[PassBreakdown], base: str, new: str,
                       noise: Optional[NoiseFindings]) -> Section:
     """Return where the time goes as the report's section (JSON: breakdowns)."""
     return Section(key="breakdowns", blocks=tuple(breakdown_blocks(breakdowns, base, new)),
-                   json={"breakdowns": breakdowns_json(breakdowns, noise)})
+                   json={"breakdowns": breakdowns_json(breakdowns, noise)},
+                   page=(breakdown_panel(breakdowns, base, new),))
+
+
+def breakdown_panel(breakdowns: Sequence[PassBreakdown], base: str, new: str) -> Panel:
+    """Return where the time goes on the report page, a group per pass: its sentence, its
+    time per request on each side as stacked bars, the interval of the change of each part
+    and each side's decomposition."""
+    if not breakdowns:
+        return Panel(place=50)
+    groups = []
+    for breakdown in breakdowns:
+        rows = [[part_title(r.metric), fmt_value(r.base_median), fmt_value(r.new_median),
+                 f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
+                 row_change_text(r), row_word(r)]
+                for r in breakdown.rows if r.metric.endswith(":mean")]
+        sides = ((base, breakdown.base, breakdown.client[0]),
+                 (new, breakdown.new, breakdown.client[1]))
+        groups.append(Group((
+            Heading(pass_title(breakdown.pass_name), 3), Note(breakdown.sentence, small=False),
+            time_bars(breakdown, base, new),
+            Table("", ["part (mean)", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                       "change [95% CI]", "verdict"], rows,
+                  [False, True, True, True, True, False]),
+            *(Note(decomposition_text(side, dict(parts), client))
+              for side, parts, client in sides))))
+    return Panel(place=50, heading="Where the time goes", items=tuple(groups),
+                 note="Each signal's time as the answers report it, and what is left of the "
+                      "client's mean latency; rows advisory unless --gate names them.")
+
+
+def time_bars(breakdown: PassBreakdown, base: str, new: str) -> StackedBars:
+    """Return a pass's time per request on each side as stacked bars: each signal's mean
+    time, then what is left of the client's mean latency; a mark at the client's mean, so
+    that signals that overlap (in parallel) show past it, not forced in."""
+    names = tuple(m.split(":")[1] for m, _ in breakdown.base if m.startswith("signal:")
+                  and m.endswith(":mean"))
+    bars = []
+    for side, parts, client in ((base, dict(breakdown.base), breakdown.client[0]),
+                                (new, dict(breakdown.new), breakdown.client[1])):
+        times = [(name, parts.get(f"signal:{name}:mean", 0.0)) for name in names]
+        rest = client - math.fsum(t for _, t in times)
+        bars.append(Bar(side, tuple(times + ([("rest", rest)] if rest > 0 else [])), client,
+                        f"client mean {fmt_value(client)} ms"))
+    return StackedBars(f"{pass_title(breakdown.pass_name)}: time per request", names, "rest",
+                       "ms", tuple(bars), "ms per request, medians over rounds; | the client's "
+                       "mean latency")
 
 
 # ==================== src/router_latency/compare.py ====================
@@ -11743,7 +11908,19 @@ def slowdowns_json(found: InputSlowdowns) -> dict:
 def slower_section(found: Optional[InputSlowdowns], base: str, new: str) -> Section:
     """Return which inputs got slower as the report's section (JSON: slowdowns)."""
     return Section(key="slowdowns", blocks=tuple(slowdown_blocks(found, base, new)),
-                   json={"slowdowns": None if found is None else slowdowns_json(found)})
+                   json={"slowdowns": None if found is None else slowdowns_json(found)},
+                   page=slower_panels(found, base, new))
+
+
+def slower_panels(found: Optional[InputSlowdowns], base: str, new: str) -> Tuple[Panel, ...]:
+    """Return which inputs got slower on the report page (twenty of them), nothing without
+    a finding."""
+    tables = slowdown_tables(found, base, new, 20)
+    if tables is None:
+        return ()
+    return (Panel(place=70, heading="Which inputs got slower", apart=True, items=(
+        Note(tables.intro), Heading(tables.inputs.caption, 3), tables.inputs, tables.more,
+        Heading(tables.groups.caption, 3), tables.groups)),)
 
 
 # ==================== src/router_latency/environment.py ====================
@@ -12036,13 +12213,24 @@ def environment_section(rows: Sequence[EnvironmentRow]) -> Section:
     environment); a blank line below it in text."""
     return Section(key="environment", title="Environment",
                    blocks=(*environment_blocks(rows), ""),
-                   json={"environment": [row.to_json() for row in rows]})
+                   json={"environment": [row.to_json() for row in rows]},
+                   page=(environment_panel(rows),))
+
+
+def environment_panel(rows: Sequence[EnvironmentRow]) -> Panel:
+    """Return the environment on the report page: its tables, then the closing list, which
+    starts with the columns no run recorded."""
+    tables, empty = environment_tables(rows)
+    lines = (f"not recorded in any run: {', '.join(empty)}",) if empty else ()
+    return Panel(place=80, heading="Environment", apart=True, items=(*tables, Lines(lines)))
 
 
 def order_section(order: RoundOrder, found: OrderAndOutliers, base: str, new: str) -> Section:
     """Return the start order, its effect and the outlier rounds as the report's section
     (JSON: order, order_effect, outliers, outlier_changes); it runs on in text."""
-    return Section(key="order", blocks=tuple(format_order(order, found, base, new)), apart=False,
+    lines = format_order(order, found, base, new)
+    return Section(key="order", blocks=tuple(lines), apart=False,
+                   page=(Panel(place=83, items=(Lines(tuple(lines)),)),),
                    json={"order": order_json(order),
                          "order_effect": None if found.order_effect is None
                          else found.order_effect._asdict(),
@@ -12259,7 +12447,52 @@ def capacity_section(found: Ladders) -> Section:
     nothing drawn for runs of fixed passes."""
     return Section(key="capacity", blocks=tuple(format_capacity_rounds(found)),
                    json={"capacity": [capacity_json(c, n, side)
-                                      for n, side, c in found.capacity]})
+                                      for n, side, c in found.capacity]},
+                   page=(capacity_panel(found),))
+
+
+def capacity_panel(found: Ladders) -> Panel:
+    """Return the ladders on the report page: the Pareto plot and the sentences under it;
+    nothing for runs of fixed passes."""
+    plot = pareto_plot(found)
+    if not any(item.points for item in plot.faint + plot.bold):
+        return Panel(place=30)
+    return Panel(place=30, heading="Capacity: throughput against latency",
+                 keys=tuple((index, side) for side, index in {found.base: 0, found.new: 1}.items()),
+                 note="faint, each round's ladder; bold, the median over rounds of each step; "
+                      "dashed red, the SLO; diamond, each side's median capacity within it "
+                      "(steps that shed are left out).",
+                 items=(plot, Lines(tuple(format_capacity_rounds(found)))))
+
+
+def pareto_plot(found: Ladders) -> ParetoPlot:
+    """Return the Pareto plot of the ladders: each round's steps as (req/s, p95) a faint
+    line, per side the median over rounds of each step every round has a bold one, the SLO,
+    and each side's median capacity within it marked on it."""
+    faint, bold, capacities = [], [], {}
+    for side, index in {found.base: 0, found.new: 1}.items():
+        ladders = [(n, c) for n, s, c in found.capacity if s == side]
+        rounds = [[st for st in c.steps if not st.shed] for _, c in ladders]
+        faint += [Series(tuple((st.req_per_s, st.p95_ms) for st in steps), index, False,
+                         f"r{n} {side}") for (n, _), steps in zip(ladders, rounds)]
+        names = [st.name for st in rounds[0]] if rounds else []
+        common = [name for name in names if all(any(st.name == name for st in steps)
+                                                for steps in rounds)]
+        medians = tuple((statistics.median(st.req_per_s for steps in rounds for st in steps
+                                           if st.name == name),
+                         statistics.median(st.p95_ms for steps in rounds for st in steps
+                                           if st.name == name)) for name in common)
+        bold.append(Series(medians, index, False, f"{side}: median over rounds"))
+        known = [c.capacity_req_per_s for _, c in ladders if c.capacity_req_per_s is not None]
+        if known:
+            capacities[side] = (index, statistics.median(known))
+    slo = next((c.slo_p95_ms for _, _, c in found.capacity), None)
+    return ParetoPlot(
+        title="Throughput against p95, per ladder step", label="throughput against p95",
+        x=Scale("throughput, req/s (routed)"), y=Scale("p95 latency, ms (log scale)", log=True),
+        faint=tuple(faint), bold=tuple(bold), limit=slo, limit_label=f"SLO: p95 {slo:g} ms"
+        if slo else "", marks=tuple((index, value, f"{side} capacity {fmt_value(value)} req/s")
+                                    for side, (index, value) in capacities.items()))
 
 
 def plateau_sentence(capacity: Capacity) -> str:
@@ -12594,7 +12827,31 @@ def outcomes_section(found: Outcomes) -> Section:
         "outcomes": [outcomes_json(o) for o in found.outcomes]}
     return Section(key="outcomes", blocks=(*format_agreement(found), *format_outcomes(found)),
                    lead=tuple(decisions_note(found)), json=document,
-                   checks=tuple(outcome_checks(found)))
+                   checks=tuple(outcome_checks(found)), page=outcomes_panels(found))
+
+
+def outcomes_panels(found: Outcomes) -> Tuple[Panel, ...]:
+    """Return, on the report page, the table of decision agreement and failed (and degraded)
+    requests per round, and each side's degraded answers in the closing list."""
+    errors = {(e.pass_name, "errors"): {n: (b, w) for n, b, w in e.counts}
+              for e in found.errors}
+    errors.update({(e.pass_name, "degraded"): {n: (b, w) for n, b, w in e.counts}
+                   for e in found.degraded})
+    rows = []
+    for item in found.agreement:
+        differ = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           for d in item.differ[:5]) + (", ..." if len(item.differ) > 5 else "")
+        counts = [errors[name].get(item.round) for name in errors]
+        rows.append([f"r{item.round}", "yes" if item.used else "left out",
+                     f"{item.agree}/{item.total}", differ or "-"]
+                    + ["n/a" if c is None else f"{c[0]}/{c[1]}" for c in counts])
+    header = ["round", "judged", "decisions agree", "differ"] + [
+        f"{pass_title(name)} {what} {found.base}/{found.new}" for name, what in errors]
+    degraded = tuple(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+                     for o in found.outcomes if o.degraded)
+    return (Panel(place=60, heading="Decisions and errors per round",
+                  items=(Table("", header, rows, [False, False, True, False]),)),
+            Panel(place=85, items=(Lines(degraded),)))
 
 
 def outcome_checks(found: Outcomes) -> List[Check]:
@@ -13205,14 +13462,42 @@ def with_sections(report: RoundsReport) -> RoundsReport:
     return report._replace(sections=(
         capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
         Section(key="warnings", apart=False, notices=report.warnings,
-                json={"warnings": [w.text for w in report.warnings]}),
+                json={"warnings": [w.text for w in report.warnings]},
+                page=(Panel(place=BANNER, items=(Lines(tuple(
+                    w.text for w in report.warnings if w.kind == "result_cache")),)),
+                      Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)))),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
         per_round_section(report.rows, report.used, base, new),
         environment_section(report.environment),
         order_section(report.order, found, base, new),
         plan_section(report.noise, report.settings, report.outcome, report.more_rounds,
-                     report.rows)))
+                     report.rows),
+        latency_section(report.latencies, base, new)))
+
+
+def latency_section(latencies: Sequence[PassLatencies], base: str, new: str) -> Section:
+    """Return, per pass, each side's latency distribution and its latency over time as the
+    report's section: drawn on the report page only."""
+    sides = {base: 0, new: 1}
+    plots: List[LinePlot] = []
+    for name in dict.fromkeys(v.pass_name for v in latencies):
+        views = [v for v in latencies if v.pass_name == name]
+        plots += [LinePlot(f"{pass_title(name)}: latency distribution", tuple(
+            Series(tuple((q, i) for i, q in enumerate(v.quantiles)), sides[v.side], not v.used,
+                   f"r{v.round} {v.side}") for v in views),
+            Scale("latency, ms (log scale)", log=True),
+            Scale("requests at or below, %", suffix="%")),
+            LinePlot(f"{pass_title(name)}: latency over the pass", tuple(
+                Series(tuple(v.windows), sides[v.side], not v.used, f"r{v.round} {v.side}")
+                for v in views),
+                Scale(f"seconds from the first send ({TIME_WINDOWS} windows)"),
+                Scale("median latency, ms (log scale)", log=True))]
+    return Section(key="latencies", page=(Panel(
+        place=40, heading="Latency per pass", items=(Grid(tuple(plots)),),
+        keys=tuple((index, f"{side} ({role})")
+                   for (side, index), role in zip(sides.items(), ("base", "new"))),
+        note="one line per round; dashed: a round left out of the verdict"),))
 
 
 def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,
@@ -14834,6 +15119,11 @@ def esc(text: Any) -> str:
     return html.escape(xml_safe(str(text)), quote=True)
 
 
+def plain(line: str) -> str:
+    """Return a line the program wrote as an element's text: quotes need no escaping there."""
+    return html.escape(xml_safe(line), quote=False)
+
+
 class Axis(NamedTuple):
     """A value range drawn over a pixel range, linear or log10."""
     low: float
@@ -14897,29 +15187,13 @@ def grid_lines(x_axis: Axis, y_axis: Axis, box: PlotBox,
     return parts
 
 
-class Series(NamedTuple):
-    points: List[Tuple[float, float]]  # (x, y)
-    color: str
-    dashed: bool
-    label: str  # shown when the pointer rests on the line
-
-
-class PlotScale(NamedTuple):
-    """How a line plot draws one axis: its label, and linear or log10. The y axis's tick
-    labels are `tick_format` of their values (the x axis's are always {:g})."""
-    label: str
-    log: bool = False
-    tick_format: Callable[[float], str] = "{:g}".format
-
-
-def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, *,
-              width: int = 560, height: int = 270) -> str:
+def line_plot(plot: LinePlot, *, width: int = 560, height: int = 270) -> str:
     """Return an SVG plot of lines with axes, ticks and grid lines; "" when no point is
     left to draw (a log axis drops values <= 0)."""
-    x_label, x_log, y_label, y_log, y_format = x.label, x.log, y.label, y.log, y.tick_format
-    series = [s._replace(points=[(x, y) for x, y in s.points
-                                 if (x > 0 or not x_log) and (y > 0 or not y_log)])
-              for s in series]
+    title, x_log, y_log, suffix = plot.title, plot.x.log, plot.y.log, plot.y.suffix
+    series = [s._replace(points=tuple((x, y) for x, y in s.points
+                                      if (x > 0 or not x_log) and (y > 0 or not y_log)))
+              for s in plot.series]
     points = [p for s in series for p in s.points]
     if not points:
         return ""
@@ -14930,13 +15204,14 @@ def line_plot(series: Sequence[Series], title: str, x: PlotScale, y: PlotScale, 
              f'<text x="{width / 2:.0f}" y="14" text-anchor="middle" font-weight="bold">'
              f'{esc(title)}</text>',
              f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">'
-             f'{esc(x_label)}</text>',
+             f'{esc(plot.x.label)}</text>',
              f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
-             f'text-anchor="middle">{esc(y_label)}</text>']
-    parts += grid_lines(x_axis, y_axis, PlotBox(58, 24, width - 14, height - 38), y_format)
+             f'text-anchor="middle">{esc(plot.y.label)}</text>']
+    parts += grid_lines(x_axis, y_axis, PlotBox(58, 24, width - 14, height - 38),
+                        lambda value: f"{value:g}{suffix}")
     for item in series:
         path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{SIDE_COLORS[item.side]}" '
                      f'stroke-width="1.4" stroke-opacity="0.85"'
                      + (' stroke-dasharray="5 3"' if item.dashed else "")
                      + f'><title>{esc(item.label)}</title></polyline>')
@@ -15081,10 +15356,11 @@ def page_verdict(report: RoundsReport) -> str:
     what = (f"not a pass: {missed}; " if report.status == "inconclusive"
             else f"{missed}; " if missed else "") + what
     reasons = "".join(f"<li>{esc(r)}</li>" for r in report.reasons)
-    cached = [w.text for w in report.warnings if w.kind == "result_cache"]
     leads = [line for section in report.sections for line in section.lead]
-    note = "".join(f"<p><strong>{esc(line)}</strong></p>"
-                   for line in [*leads, *cached])
+    leads += [line for section in report.sections for panel in section.page
+              if panel.place == BANNER for item in panel.items if isinstance(item, Lines)
+              for line in item.lines]
+    note = "".join(f"<p><strong>{esc(line)}</strong></p>" for line in leads)
     return (f'<header class="verdict" style="background: {VERDICT_COLORS[report.status]}">'
             f"{note}<h1>{esc(report.status.upper())}</h1><p>{esc(what)}</p>"
             + (f"<ul>{reasons}</ul>" if reasons else "") + "</header>")
@@ -15095,241 +15371,99 @@ def page_rows(report: RoundsReport) -> str:
     above, table, below = rounds_table_parts(report)
     forests = [forest_svg(r, report.used, report.settings.tolerance_log)
                for r in report.rows if r.gated]
-    notes = "".join(f"<li>{esc(line)}</li>" for line in above + below)
     return ("<h2>Gated rows: each round, and the interval the gate judges</h2>"
             '<p class="note">Right of 0 is worse for new (latency up, req/s down), on a log '
             "scale. Circles: each round's change; bar: the 95% t interval of their geometric "
             "mean, square: the mean; shaded: within the tolerance.</p>"
             f'<div class="grid">{"".join(forests)}</div>'
             f"<h2>All rows</h2>"
-            f"{'' if table is None else table_html(table.header, table.rows, table.right)}"
-            f'<ul class="note">{notes}</ul>')
-
-
-def page_noise(report: RoundsReport) -> str:
-    """Return the gated rows' noise taken apart, the plan and the speed groups."""
-    lines = [] if report.noise is None else noise_lines(report.noise, report.rows,
-                                                         report.settings)
-    return ("<h2>Noise and a plan</h2><ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines)
-            + "</ul>") if lines else ""
-
-
-def page_latencies(report: RoundsReport) -> str:
-    """Return, per pass, each side's latency distribution and its latency over time."""
-    names = list(dict.fromkeys(v.pass_name for v in report.latencies))
-    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
-    plots = []
-    for name in names:
-        views = [v for v in report.latencies if v.pass_name == name]
-        cdf = [Series([(q, i) for i, q in enumerate(v.quantiles)], colors[v.side],
-                      not v.used, f"r{v.round} {v.side}") for v in views]
-        over_time = [Series(list(v.windows), colors[v.side], not v.used,
-                            f"r{v.round} {v.side}") for v in views]
-        plots += [line_plot(cdf, f"{pass_title(name)}: latency distribution",
-                            PlotScale("latency, ms (log scale)", log=True),
-                            PlotScale("requests at or below, %",
-                                      tick_format=lambda value: f"{value:g}%")),
-                  line_plot(over_time, f"{pass_title(name)}: latency over the pass",
-                            PlotScale(f"seconds from the first send ({TIME_WINDOWS} windows)"),
-                            PlotScale("median latency, ms (log scale)", log=True))]
-    legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)} '
-                       f"({role})" for (side, color), role in zip(colors.items(),
-                                                                  ("base", "new")))
-    return (f'<h2>Latency per pass</h2><p class="note">{legend}: one line per round; dashed: '
-            f'a round left out of the verdict</p><div class="grid">{"".join(plots)}</div>')
-
-
-def page_rounds(report: RoundsReport) -> str:
-    """Return the table of decision agreement and failed requests per round."""
-    errors = {(e.pass_name, "errors"): {n: (b, w) for n, b, w in e.counts}
-              for e in report.errors}
-    errors.update({(e.pass_name, "degraded"): {n: (b, w) for n, b, w in e.counts}
-                   for e in report.degraded})
-    rows = []
-    for item in report.agreement:
-        differ = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           for d in item.differ[:5]) + (", ..." if len(item.differ) > 5 else "")
-        counts = [errors[name].get(item.round) for name in errors]
-        rows.append([f"r{item.round}", "yes" if item.used else "left out",
-                     f"{item.agree}/{item.total}", differ or "-"]
-                    + ["n/a" if c is None else f"{c[0]}/{c[1]}" for c in counts])
-    header = ["round", "judged", "decisions agree", "differ"] + [
-        f"{pass_title(name)} {what} {report.base}/{report.new}" for name, what in errors]
-    return (f"<h2>Decisions and errors per round</h2>"
-            f"{table_html(header, rows, [False, False, True, False])}")
-
-
-def page_details(report: RoundsReport) -> str:
-    """Return the slower inputs, the environment, warnings and notes."""
-    parts = []
-    slowdowns = slowdown_tables(report.slowdowns, report.base, report.new, 20)
-    if slowdowns is not None:
-        intro, inputs, more, groups = slowdowns
-        parts += ["<h2>Which inputs got slower</h2>", f'<p class="note">{esc(intro)}</p>',
-                  f"<h3>{esc(inputs.caption)}</h3>",
-                  table_html(inputs.header, inputs.rows, inputs.right),
-                  f"<p>{esc(more)}</p>" if more else "", f"<h3>{esc(groups.caption)}</h3>",
-                  table_html(groups.header, groups.rows, groups.right)]
-    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
-    lines = [w.text for w in report.warnings]
-    lines += format_order(report.order, found, report.base, report.new) + format_closing(report)
-    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
-              for o in report.outcomes if o.degraded]
-    tables, empty = environment_tables(report.environment)
-    if empty:
-        lines.insert(0, f"not recorded in any run: {', '.join(empty)}")
-    parts += ["<h2>Environment</h2>"] + [table_html(t.header, t.rows, t.right) for t in tables]
-    parts += ["<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"]
-    return "\n".join(parts)
+            f"{'' if table is None else draw(table)}"
+            f"{draw(Lines(tuple(above + below), note=True))}")
 
 
 PART_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
                "#ff9da7", "#9c755f")
 REST_COLOR = "#bab0ac"
+CLOSING = 84  # the place of the rounds left out and the notes, in the page's closing list
 
 
-def stacked_bar_svg(breakdown: PassBreakdown, sides: Sequence[str], width: int = 560) -> str:
-    """Return a pass's time per request on each side as horizontal stacked bars: each
-    signal's mean time, then what is left of the client's mean latency; a dark mark at the
-    client's mean, so that signals that overlap (in parallel) show past it, not forced in."""
-    names = [m.split(":")[1] for m, _ in breakdown.base if m.startswith("signal:")
-             and m.endswith(":mean")]
-    colors = {name: PART_COLORS[i % len(PART_COLORS)] for i, name in enumerate(names)}
-    stacks = []
-    for parts, client in ((dict(breakdown.base), breakdown.client[0]),
-                          (dict(breakdown.new), breakdown.client[1])):
-        times = [(name, parts.get(f"signal:{name}:mean", 0.0)) for name in names]
-        rest = client - math.fsum(t for _, t in times)
-        stacks.append((times + ([("rest", rest)] if rest > 0 else []), client))
-    longest = max(max(client, math.fsum(t for _, t in times)) for times, client in stacks)
-    left, right, bar = 70, 20, 22
+def stacked_bars_svg(figure: StackedBars, width: int = 560) -> str:
+    """Return stacked bars, horizontal, each part's value in its colour (the rest grey) and
+    a dark mark at the bar's mark, which parts that overlap may run past; a key under them."""
+    colors = {name: PART_COLORS[i % len(PART_COLORS)] for i, name in enumerate(figure.names)}
+    longest = max(max(bar.mark, math.fsum(v for _, v in bar.parts)) for bar in figure.bars)
+    left, right, bar_height, height = 70, 20, 22, 40 + 36 * len(figure.bars)
     scale = (width - left - right) / longest if longest > 0 else 0.0
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{40 + 36 * 2}" '
-           f'role="img"><title>{esc(pass_title(breakdown.pass_name))}: time per request'
-           f'</title>']
-    for row, ((times, client), side) in enumerate(zip(stacks, sides)):
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'role="img"><title>{esc(figure.title)}</title>']
+    for row, bar in enumerate(figure.bars):
         y, x = 20 + 36 * row, float(left)
-        svg.append(f'<text x="4" y="{y + 15}">{esc(side)}</text>')
-        for name, ms in times:
-            color = colors.get(name, REST_COLOR)
-            svg.append(f'<rect x="{x:.1f}" y="{y}" width="{ms * scale:.1f}" height="{bar}" '
-                       f'fill="{color}"><title>{esc(name)} {fmt_value(ms)} ms</title></rect>')
-            if ms * scale > 34:
+        svg.append(f'<text x="4" y="{y + 15}">{esc(bar.label)}</text>')
+        for name, value in bar.parts:
+            svg.append(f'<rect x="{x:.1f}" y="{y}" width="{value * scale:.1f}" '
+                       f'height="{bar_height}" fill="{colors.get(name, REST_COLOR)}"><title>'
+                       f'{esc(name)} {esc(fmt_value(value))} {esc(figure.unit)}</title></rect>')
+            if value * scale > 34:
                 svg.append(f'<text x="{x + 3:.1f}" y="{y + 15}" style="fill: #fff">'
                            f'{esc(name)}</text>')
-            x += ms * scale
-        mark = left + client * scale
-        svg.append(f'<line x1="{mark:.1f}" x2="{mark:.1f}" y1="{y - 3}" y2="{y + bar + 3}" '
-                   f'stroke="#111" stroke-width="2"><title>client mean {fmt_value(client)} ms'
-                   f'</title></line>')
-    svg.append(f'<text x="{left}" y="{40 + 36 * 2 - 6}">ms per request, medians over rounds; '
-               f'| the client\'s mean latency</text></svg>')
+            x += value * scale
+        mark = left + bar.mark * scale
+        svg.append(f'<line x1="{mark:.1f}" x2="{mark:.1f}" y1="{y - 3}" '
+                   f'y2="{y + bar_height + 3}" stroke="#111" stroke-width="2"><title>'
+                   f'{esc(bar.mark_label)}</title></line>')
+    svg.append(f'<text x="{left}" y="{height - 6}">{plain(figure.caption)}</text></svg>')
     keys = " ".join(f'<span class="key" style="background: {color}"></span>{esc(name)}'
-                     for name, color in (*colors.items(), ("rest", REST_COLOR)))
+                    for name, color in (*colors.items(), (figure.rest, REST_COLOR)))
     return "".join(svg) + f'<p class="note">{keys}</p>'
 
 
-def page_breakdowns(report: RoundsReport) -> str:
-    """Return a panel per pass: where its time went on each side, and the interval of the
-    change of each part."""
-    if not report.breakdowns:
-        return ""
-    panels = []
-    for breakdown in report.breakdowns:
-        rows = [[part_title(r.metric), fmt_value(r.base_median), fmt_value(r.new_median),
-                 f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
-                 row_change_text(r), row_word(r)]
-                for r in breakdown.rows if r.metric.endswith(":mean")]
-        decomposition = [decomposition_text(side, dict(parts), client) for side, parts, client
-                         in ((report.base, breakdown.base, breakdown.client[0]),
-                             (report.new, breakdown.new, breakdown.client[1]))]
-        panels.append(
-            f"<div><h3>{esc(pass_title(breakdown.pass_name))}</h3>"
-            f'<p>{esc(breakdown.sentence)}</p>'
-            f"{stacked_bar_svg(breakdown, (report.base, report.new))}"
-            + table_html(["part (mean)", f"{report.base} ms", f"{report.new} ms",
-                          f"{report.new} - {report.base} [95% CI]",
-                          "change [95% CI]", "verdict"], rows,
-                         [False, True, True, True, True, False])
-            + "".join(f'<p class="note">{esc(line)}</p>' for line in decomposition) + "</div>")
-    return ('<h2>Where the time goes</h2><p class="note">Each signal\'s time as the answers '
-            "report it, and what is left of the client's mean latency; rows advisory unless "
-            f'--gate names them.</p>{"".join(panels)}')
-
-
-def pareto_series(report: RoundsReport) -> Tuple[List[Series], List[Series], Dict[str, float]]:
-    """Return (faint lines, bold lines, capacity per side) of the Pareto plot: each round's
-    steps as (req/s, p95), per side the median over rounds of each step every round has, and
-    the side's median capacity within the SLO."""
-    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
-    faint, bold, capacities = [], [], {}
-    for side, color in colors.items():
-        found = [(n, c) for n, s, c in report.capacity if s == side]
-        rounds = [[st for st in c.steps if not st.shed] for _, c in found]
-        faint += [Series([(st.req_per_s, st.p95_ms) for st in steps], color, False,
-                         f"r{n} {side}") for (n, _), steps in zip(found, rounds)]
-        names = [st.name for st in rounds[0]] if rounds else []
-        common = [name for name in names if all(any(st.name == name for st in steps)
-                                                for steps in rounds)]
-        medians = [(statistics.median(st.req_per_s for steps in rounds for st in steps
-                                      if st.name == name),
-                    statistics.median(st.p95_ms for steps in rounds for st in steps
-                                      if st.name == name)) for name in common]
-        bold.append(Series(medians, color, False, f"{side}: median over rounds"))
-        known = [c.capacity_req_per_s for _, c in found if c.capacity_req_per_s is not None]
-        if known:
-            capacities[side] = statistics.median(known)
-    return faint, bold, capacities
-
-
-def pareto_svg(report: RoundsReport, width: int = 760, height: int = 380) -> str:
-    """Return the Pareto plot of the ladders: throughput (x) against p95 (y, log scale) per
-    step, each round a faint line, the medians bold, the SLO a horizontal line and each
-    side's capacity within it marked."""
-    faint, bold, capacities = pareto_series(report)
-    slo = next((c.slo_p95_ms for _, _, c in report.capacity), None)
-    points = [p for item in faint + bold for p in item.points]
+def pareto_svg(plot: ParetoPlot, width: int = 760, height: int = 380) -> str:
+    """Return a Pareto plot: throughput (x, from 0) against latency (y, log scale) per step,
+    each round a faint line, the medians bold, the limit a horizontal line and the marks on
+    it; "" without a point."""
+    points = [p for item in plot.faint + plot.bold for p in item.points]
     if not points:
         return ""
+    slo = plot.limit
     x_axis = Axis(0.0, max(x for x, _ in points) * 1.08, 62, width - 16)
     ys = [y for _, y in points] + ([slo] if slo else [])
     low, high = padded(ys, True)
     # down to the power of ten below: a narrow log range would otherwise show one tick or two
     y_axis = Axis(min(low, 10.0 ** math.floor(math.log10(min(ys)))), high, height - 40, 28, True)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="throughput against p95">',
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(plot.label)}">',
              f'<text x="{width / 2:.0f}" y="16" text-anchor="middle" font-weight="bold">'
-             f'Throughput against p95, per ladder step</text>',
-             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">throughput, '
-             f'req/s (routed)</text>',
+             f'{esc(plot.title)}</text>',
+             f'<text x="{width / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+             f'{esc(plot.x.label)}</text>',
              f'<text transform="translate(12 {height / 2:.0f}) rotate(-90)" '
-             f'text-anchor="middle">p95 latency, ms (log scale)</text>']
+             f'text-anchor="middle">{esc(plot.y.label)}</text>']
     parts += pareto_grid(x_axis, y_axis, width, height)
-    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
-    for item, weight, opacity in [(f, 1.2, 0.3) for f in faint] + [(b, 3.2, 1.0) for b in bold]:
+    for item, weight, opacity in ([(f, 1.2, 0.3) for f in plot.faint]
+                                  + [(b, 3.2, 1.0) for b in plot.bold]):
+        color = SIDE_COLORS[item.side]
         path = " ".join(f"{x_axis.at(x):.1f},{y_axis.at(y):.1f}" for x, y in item.points)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{item.color}" '
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
                      f'stroke-width="{weight}" stroke-opacity="{opacity}">'
                      f'<title>{esc(item.label)}</title></polyline>')
         if weight > 2:
             parts += [f'<circle cx="{x_axis.at(x):.1f}" cy="{y_axis.at(y):.1f}" r="3.5" '
-                      f'fill="{item.color}"/>' for x, y in item.points]
+                      f'fill="{color}"/>' for x, y in item.points]
     if slo:
         y = y_axis.at(slo)
         parts.append(f'<line x1="62" y1="{y:.1f}" x2="{width - 16}" y2="{y:.1f}" '
                      f'stroke="#c62828" stroke-width="1.5" stroke-dasharray="6 4"/>'
-                     f'<text x="66" y="{y - 5:.1f}" fill="#c62828">SLO: p95 {slo:g} ms'
+                     f'<text x="66" y="{y - 5:.1f}" fill="#c62828">{esc(plot.limit_label)}'
                      f'</text>')
-        for i, (side, value) in enumerate(capacities.items()):  # marked on the SLO line
-            x, y = x_axis.at(value), y_axis.at(slo)
+        for i, (side, value, label) in enumerate(plot.marks):  # marked on the limit's line
+            x, y, color = x_axis.at(value), y_axis.at(slo), SIDE_COLORS[side]
             left = x > width * 0.6  # a label near the right edge goes to the left of its mark
             parts.append(f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x:.1f}" y2="{height - 40}" '
-                         f'stroke="{colors[side]}" stroke-dasharray="2 3"/>'
+                         f'stroke="{color}" stroke-dasharray="2 3"/>'
                          f'<path d="M{x:.1f} {y - 7:.1f} l7 7 l-7 7 l-7 -7 z" '
-                         f'fill="{colors[side]}"/><text x="{x - 10 if left else x + 10:.1f}" '
+                         f'fill="{color}"/><text x="{x - 10 if left else x + 10:.1f}" '
                          f'y="{y + 20 + 14 * i:.1f}" text-anchor="{"end" if left else "start"}" '
-                         f'fill="{colors[side]}">{esc(side)} capacity {esc(fmt_value(value))} '
-                         f'req/s</text>')
+                         f'fill="{color}">{esc(label)}</text>')
     return "\n".join(parts) + "\n</svg>"
 
 
@@ -15338,30 +15472,67 @@ def pareto_grid(x_axis: Axis, y_axis: Axis, width: int, height: int) -> List[str
     return grid_lines(x_axis, y_axis, PlotBox(62, 28, width - 16, height - 40))
 
 
-def page_capacity(report: RoundsReport) -> str:
-    """Return the ladders' section: the Pareto plot and the sentences under it; nothing for
-    runs of fixed passes."""
-    plot = pareto_svg(report)
-    if not plot:
-        return ""
-    colors = {report.base: SIDE_COLORS[0], report.new: SIDE_COLORS[1]}
-    legend = ", ".join(f'<span class="key" style="background: {color}"></span>{esc(side)}'
-                       for side, color in colors.items())
-    sentences = "".join(f"<li>{esc(line)}</li>"
-                        for line in format_capacity_rounds(report_ladders(report)))
-    return ("<h2>Capacity: throughput against latency</h2>"
-            f'<p class="note">{legend}: faint, each round\'s ladder; bold, the median over '
-            f"rounds of each step; dashed red, the SLO; diamond, each side's median capacity "
-            f"within it (steps that shed are left out).</p>{plot}<ul>{sentences}</ul>")
+def draw(item: PageItem) -> str:
+    """Return one item of a panel as HTML: a line as a paragraph ('' as nothing), a table,
+    a figure, a heading, a note, a list, figures side by side, a group."""
+    if isinstance(item, str):
+        return f"<p>{esc(item)}</p>" if item else ""
+    if isinstance(item, Table):
+        return table_html(item.header, item.rows, item.right)
+    if isinstance(item, Heading):
+        return f"<h{item.level}>{esc(item.text)}</h{item.level}>"
+    if isinstance(item, Note):
+        return ('<p class="note">' if item.small else "<p>") + f"{esc(item.text)}</p>"
+    if isinstance(item, Lines):
+        return ('<ul class="note">' if item.note else "<ul>") + "".join(
+            f"<li>{esc(line)}</li>" for line in item.lines) + "</ul>"
+    if isinstance(item, Grid):
+        return f'<div class="grid">{"".join(draw(figure) for figure in item.figures)}</div>'
+    if isinstance(item, Group):
+        return f'<div>{"".join(draw(part) for part in item.items)}</div>'
+    if isinstance(item, LinePlot):
+        return line_plot(item)
+    if isinstance(item, StackedBars):
+        return stacked_bars_svg(item)
+    return pareto_svg(item)
+
+
+def panel_html(panel: Panel) -> List[str]:
+    """Return a panel as HTML: its heading, its note after the colours' keys, its items;
+    run on, or each on a line of its own."""
+    keys = ", ".join(f'<span class="key" style="background: {SIDE_COLORS[side]}"></span>'
+                     f"{esc(label)}" for side, label in panel.keys)
+    note = f"{keys}: {plain(panel.note)}" if keys else plain(panel.note)
+    parts = ([f"<h2>{esc(panel.heading)}</h2>"] if panel.heading else []) + (
+        [f'<p class="note">{note}</p>'] if panel.note else []) + [draw(i) for i in panel.items]
+    return parts if panel.apart else ["".join(parts)]
+
+
+def joined(panels: Sequence[Panel]) -> List[Panel]:
+    """Return the panels in place order, one of lines alone without a heading joined to the
+    list that ends the panel before it."""
+    found: List[Panel] = []
+    for panel in sorted(panels, key=lambda p: p.place):
+        last = found[-1].items[-1] if found and found[-1].items else None
+        if (not panel.heading and panel.items and isinstance(last, Lines)
+                and all(isinstance(item, Lines) for item in panel.items)):
+            lines = tuple(line for item in panel.items for line in cast(Lines, item).lines)
+            found[-1] = found[-1]._replace(items=found[-1].items[:-1]
+                                           + (last._replace(lines=last.lines + lines),))
+        else:
+            found.append(panel)
+    return found
 
 
 def report_page(report: RoundsReport) -> str:
-    """Return the report page: one self-contained HTML file (polyglot XHTML, no script)."""
+    """Return the report page: one self-contained HTML file (polyglot XHTML, no script): the
+    verdict, the gated rows, then every section's panels in place order."""
     title = f"router-latency: {report.new} against {report.base}: {report.status.upper()}"
-    body = "\n".join([page_verdict(report), page_rows(report), page_noise(report),
-                      page_capacity(report),
-                      page_latencies(report), page_breakdowns(report), page_rounds(report),
-                      page_details(report)])
+    panels = [panel for section in report.sections for panel in section.page
+              if panel.place != BANNER]
+    panels.append(Panel(place=CLOSING, items=(Lines(tuple(format_closing(report))),)))
+    body = "\n".join([page_verdict(report), page_rows(report)]
+                     + [part for panel in joined(panels) for part in panel_html(panel)])
     files = sorted(Path(path).name for sides in report.files.values() for path in sides.values())
     return ('<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n'
             f'<head><meta charset="utf-8"/><title>{esc(title)}</title>'

@@ -29,7 +29,12 @@ from router_latency.slower import InputSlowdowns, Slowdown, slowdown_tables
 from router_latency.report import Table, text_lines
 from router_latency.render_markdown import markdown_blocks
 from router_latency.render_junit import requests_csv
-from router_latency.page import forest_axis, forest_ticks, line_plot, PlotScale, Series
+from router_latency.page import forest_axis, forest_ticks, line_plot
+from router_latency.report import Lines, LinePlot, Panel, Scale, Section, Series
+from router_latency.rounds import find_round_files, judge_rounds
+from router_latency.render_text import format_rounds
+from router_latency.render_markdown import format_rounds_markdown
+from router_latency.page import report_page
 from conftest import make_run, three_rounds, two_runs, write_corpus
 
 
@@ -651,6 +656,31 @@ def test_report_page_of_rounds_that_cannot_be_judged(tmp_path, cli):
     assert "1 usable round, fewer than 3" in text
 
 
+def test_the_page_draws_a_section_it_has_never_seen_and_text_ignores_its_figures(tmp_path):
+    three_rounds(tmp_path)
+    runs = {n: {s: load_run(p) for s, p in sides.items()}
+            for n, sides in find_round_files(str(tmp_path), "cpu", "gpu").items()}
+    report = judge_rounds(runs, "cpu", "gpu")
+    plot = LinePlot("a new finding", (Series(((1.0, 2.0), (2.0, 3.0)), 1, False, "r1 gpu"),),
+                    Scale("x"), Scale("y", suffix="%"))
+    found = Section(key="new_finding", page=(
+        Panel(place=45, heading="A new finding", note="what it shows", keys=((1, "gpu"),),
+              items=(plot, Lines(("one line <b>",)))),
+        Panel(place=84, items=(Lines(("in the closing list",)),))))
+    more = report._replace(sections=report.sections + (found,))
+    assert format_rounds(more) == format_rounds(report)
+    assert format_rounds_markdown(more) == format_rounds_markdown(report)
+    page = report_page(more)
+    assert '<h2>A new finding</h2><p class="note"><span class="key" style="background: ' \
+        '#e6550d"></span>gpu: what it shows</p><svg' in page
+    assert "<li>one line &lt;b&gt;</li></ul>" in page
+    # between the latencies (40) and the decisions (60); the closing list runs on past 83
+    assert page.index("Latency per pass") < page.index("A new finding") \
+        < page.index("Decisions and errors per round")
+    closing = page[page.index("<h2>Environment</h2>"):]
+    assert closing.count("<ul>") == 1 and "<li>in the closing list</li>" in closing
+
+
 def test_requests_csv_has_a_line_per_request(tmp_path):
     path = make_run(tmp_path / "run.json", passes={1: (10, 20, 30, 100), 4: (12, 25, 40, 300)},
                     decisions=["a,b", 'say "x"'], errors={"timeout": 1})
@@ -802,9 +832,8 @@ def test_page_axes_follow_the_data(tmp_path):
                      (PassRecord("sequential", 1, False, False, attempt),))
     (view,) = pass_latencies(Rounds({1: {"cpu": run, "gpu": run}}, "cpu", "gpu", (1,)))[:1]
     assert view.quantiles[0] == 50.0 and view.quantiles[-1] == 70.0
-    svg = line_plot([Series([(q, i) for i, q in enumerate(view.quantiles)], "#000",
-                                  False, "r1")], "t", PlotScale("x", log=True),
-                       PlotScale("y"))
+    svg = line_plot(LinePlot("t", (Series(tuple((q, i) for i, q in enumerate(view.quantiles)),
+                                          0, False, "r1"),), Scale("x", log=True), Scale("y")))
     xs = [float(p.split(",")[0]) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
     assert max(xs) - min(xs) > 0.8 * (560 - 14 - 58)  # the line fills the plot's width
 

@@ -349,7 +349,6 @@ RENDERERS = {"render_text", "render_markdown", "render_json", "render_junit", "p
 # summary, compare, the record, the --plan table, the page's plots): it may only shrink
 STILL_NAMED = {
     "render_text": {"gpu", "degraded", "noise", "capacity", "outcomes", "attribution"},
-    "page": {"noise", "capacity", "outcomes", "environment", "attribution", "slower"},
 }
 
 

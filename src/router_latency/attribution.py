@@ -8,7 +8,7 @@ import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .words import change_text, fmt_signed, fmt_value
-from .report import Block, Section, Table
+from .report import Bar, Block, Group, Heading, Note, Panel, Section, StackedBars, Table
 from .stats import percentile, percentiles
 from .runfile import PassRecord, RunFile
 from .captured import CapturedEnvironment
@@ -368,4 +368,50 @@ def breakdown_section(breakdowns: Sequence[PassBreakdown], base: str, new: str,
                       noise: Optional[NoiseFindings]) -> Section:
     """Return where the time goes as the report's section (JSON: breakdowns)."""
     return Section(key="breakdowns", blocks=tuple(breakdown_blocks(breakdowns, base, new)),
-                   json={"breakdowns": breakdowns_json(breakdowns, noise)})
+                   json={"breakdowns": breakdowns_json(breakdowns, noise)},
+                   page=(breakdown_panel(breakdowns, base, new),))
+
+
+def breakdown_panel(breakdowns: Sequence[PassBreakdown], base: str, new: str) -> Panel:
+    """Return where the time goes on the report page, a group per pass: its sentence, its
+    time per request on each side as stacked bars, the interval of the change of each part
+    and each side's decomposition."""
+    if not breakdowns:
+        return Panel(place=50)
+    groups = []
+    for breakdown in breakdowns:
+        rows = [[part_title(r.metric), fmt_value(r.base_median), fmt_value(r.new_median),
+                 f"{fmt_signed(r.diff.mean)} [{fmt_value(r.diff.low)}, {fmt_value(r.diff.high)}]",
+                 row_change_text(r), row_word(r)]
+                for r in breakdown.rows if r.metric.endswith(":mean")]
+        sides = ((base, breakdown.base, breakdown.client[0]),
+                 (new, breakdown.new, breakdown.client[1]))
+        groups.append(Group((
+            Heading(pass_title(breakdown.pass_name), 3), Note(breakdown.sentence, small=False),
+            time_bars(breakdown, base, new),
+            Table("", ["part (mean)", f"{base} ms", f"{new} ms", f"{new} - {base} [95% CI]",
+                       "change [95% CI]", "verdict"], rows,
+                  [False, True, True, True, True, False]),
+            *(Note(decomposition_text(side, dict(parts), client))
+              for side, parts, client in sides))))
+    return Panel(place=50, heading="Where the time goes", items=tuple(groups),
+                 note="Each signal's time as the answers report it, and what is left of the "
+                      "client's mean latency; rows advisory unless --gate names them.")
+
+
+def time_bars(breakdown: PassBreakdown, base: str, new: str) -> StackedBars:
+    """Return a pass's time per request on each side as stacked bars: each signal's mean
+    time, then what is left of the client's mean latency; a mark at the client's mean, so
+    that signals that overlap (in parallel) show past it, not forced in."""
+    names = tuple(m.split(":")[1] for m, _ in breakdown.base if m.startswith("signal:")
+                  and m.endswith(":mean"))
+    bars = []
+    for side, parts, client in ((base, dict(breakdown.base), breakdown.client[0]),
+                                (new, dict(breakdown.new), breakdown.client[1])):
+        times = [(name, parts.get(f"signal:{name}:mean", 0.0)) for name in names]
+        rest = client - math.fsum(t for _, t in times)
+        bars.append(Bar(side, tuple(times + ([("rest", rest)] if rest > 0 else [])), client,
+                        f"client mean {fmt_value(client)} ms"))
+    return StackedBars(f"{pass_title(breakdown.pass_name)}: time per request", names, "rest",
+                       "ms", tuple(bars), "ms per request, medians over rounds; | the client's "
+                       "mean latency")

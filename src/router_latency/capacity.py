@@ -11,7 +11,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 from .constants import LADDER_GATE_NAMES, LADDER_METRICS, LADDER_PASS
 from .errors import RouterLatencyError
 from .words import fmt_hundredths, fmt_value, metric_title, plural, span_text
-from .report import render_table, Section
+from .report import Lines, Panel, ParetoPlot, render_table, Scale, Section, Series
 from .runfile import RunFile
 from .ladder import Capacity, cost_for, LadderStep, run_capacity, usd_per_million
 from .roundset import Rounds
@@ -181,7 +181,52 @@ def capacity_section(found: Ladders) -> Section:
     nothing drawn for runs of fixed passes."""
     return Section(key="capacity", blocks=tuple(format_capacity_rounds(found)),
                    json={"capacity": [capacity_json(c, n, side)
-                                      for n, side, c in found.capacity]})
+                                      for n, side, c in found.capacity]},
+                   page=(capacity_panel(found),))
+
+
+def capacity_panel(found: Ladders) -> Panel:
+    """Return the ladders on the report page: the Pareto plot and the sentences under it;
+    nothing for runs of fixed passes."""
+    plot = pareto_plot(found)
+    if not any(item.points for item in plot.faint + plot.bold):
+        return Panel(place=30)
+    return Panel(place=30, heading="Capacity: throughput against latency",
+                 keys=tuple((index, side) for side, index in {found.base: 0, found.new: 1}.items()),
+                 note="faint, each round's ladder; bold, the median over rounds of each step; "
+                      "dashed red, the SLO; diamond, each side's median capacity within it "
+                      "(steps that shed are left out).",
+                 items=(plot, Lines(tuple(format_capacity_rounds(found)))))
+
+
+def pareto_plot(found: Ladders) -> ParetoPlot:
+    """Return the Pareto plot of the ladders: each round's steps as (req/s, p95) a faint
+    line, per side the median over rounds of each step every round has a bold one, the SLO,
+    and each side's median capacity within it marked on it."""
+    faint, bold, capacities = [], [], {}
+    for side, index in {found.base: 0, found.new: 1}.items():
+        ladders = [(n, c) for n, s, c in found.capacity if s == side]
+        rounds = [[st for st in c.steps if not st.shed] for _, c in ladders]
+        faint += [Series(tuple((st.req_per_s, st.p95_ms) for st in steps), index, False,
+                         f"r{n} {side}") for (n, _), steps in zip(ladders, rounds)]
+        names = [st.name for st in rounds[0]] if rounds else []
+        common = [name for name in names if all(any(st.name == name for st in steps)
+                                                for steps in rounds)]
+        medians = tuple((statistics.median(st.req_per_s for steps in rounds for st in steps
+                                           if st.name == name),
+                         statistics.median(st.p95_ms for steps in rounds for st in steps
+                                           if st.name == name)) for name in common)
+        bold.append(Series(medians, index, False, f"{side}: median over rounds"))
+        known = [c.capacity_req_per_s for _, c in ladders if c.capacity_req_per_s is not None]
+        if known:
+            capacities[side] = (index, statistics.median(known))
+    slo = next((c.slo_p95_ms for _, _, c in found.capacity), None)
+    return ParetoPlot(
+        title="Throughput against p95, per ladder step", label="throughput against p95",
+        x=Scale("throughput, req/s (routed)"), y=Scale("p95 latency, ms (log scale)", log=True),
+        faint=tuple(faint), bold=tuple(bold), limit=slo, limit_label=f"SLO: p95 {slo:g} ms"
+        if slo else "", marks=tuple((index, value, f"{side} capacity {fmt_value(value)} req/s")
+                                    for side, (index, value) in capacities.items()))
 
 
 def plateau_sentence(capacity: Capacity) -> str:

@@ -9,7 +9,7 @@ import statistics
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .words import fmt_value, span_text, fmt_reading
-from .report import Block, Section, Table
+from .report import Block, Lines, Panel, Section, Table
 from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds
 from .gpu import GPU_RANGED
 from .runfile import RunFile
@@ -19,10 +19,8 @@ from .phases import Thresholds
 from .roundset import Rounds
 from .gate import Row
 
-__all__ = ["environment_rows", "environment_section", "environment_tables", "EnvironmentRow",
-           "format_order",
-           "order_and_outliers", "order_balance", "order_section", "OrderAndOutliers",
-           "RoundOrder"]
+__all__ = ["environment_rows", "environment_section", "EnvironmentRow", "order_and_outliers",
+           "order_balance", "order_section", "OrderAndOutliers", "RoundOrder"]
 
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
 
@@ -309,13 +307,24 @@ def environment_section(rows: Sequence[EnvironmentRow]) -> Section:
     environment); a blank line below it in text."""
     return Section(key="environment", title="Environment",
                    blocks=(*environment_blocks(rows), ""),
-                   json={"environment": [row.to_json() for row in rows]})
+                   json={"environment": [row.to_json() for row in rows]},
+                   page=(environment_panel(rows),))
+
+
+def environment_panel(rows: Sequence[EnvironmentRow]) -> Panel:
+    """Return the environment on the report page: its tables, then the closing list, which
+    starts with the columns no run recorded."""
+    tables, empty = environment_tables(rows)
+    lines = (f"not recorded in any run: {', '.join(empty)}",) if empty else ()
+    return Panel(place=80, heading="Environment", apart=True, items=(*tables, Lines(lines)))
 
 
 def order_section(order: RoundOrder, found: OrderAndOutliers, base: str, new: str) -> Section:
     """Return the start order, its effect and the outlier rounds as the report's section
     (JSON: order, order_effect, outliers, outlier_changes); it runs on in text."""
-    return Section(key="order", blocks=tuple(format_order(order, found, base, new)), apart=False,
+    lines = format_order(order, found, base, new)
+    return Section(key="order", blocks=tuple(lines), apart=False,
+                   page=(Panel(place=83, items=(Lines(tuple(lines)),)),),
                    json={"order": order_json(order),
                          "order_effect": None if found.order_effect is None
                          else found.order_effect._asdict(),

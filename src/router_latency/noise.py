@@ -21,7 +21,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import ROW_METRICS
 from .words import metric_title, plural
-from .report import Section
+from .report import Lines, Panel, Section
 from .stats import percentiles, rounds_needed
 from .runfile import PassRecord, RunFile
 from .requests import pass_title, Request
@@ -430,4 +430,7 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     """Return the plan as the report's section (JSON: plan): its headline, under an
     inconclusive verdict, says how many more rounds would decide it."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
-    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)})
+    lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
+    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)},
+                   page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
+                         if lines else Panel(place=20),))

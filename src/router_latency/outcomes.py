@@ -7,7 +7,7 @@ from typing import Dict, List, NamedTuple, Tuple
 
 from .constants import ROUTER_MAX_CONCURRENCY
 from .words import failure_text, plural, shown_decision
-from .report import Check, Section
+from .report import Check, Lines, Panel, Section, Table
 from .degraded import degraded_text
 from .runfile import RunFile
 from .requests import count_outcomes, pass_title
@@ -230,7 +230,31 @@ def outcomes_section(found: Outcomes) -> Section:
         "outcomes": [outcomes_json(o) for o in found.outcomes]}
     return Section(key="outcomes", blocks=(*format_agreement(found), *format_outcomes(found)),
                    lead=tuple(decisions_note(found)), json=document,
-                   checks=tuple(outcome_checks(found)))
+                   checks=tuple(outcome_checks(found)), page=outcomes_panels(found))
+
+
+def outcomes_panels(found: Outcomes) -> Tuple[Panel, ...]:
+    """Return, on the report page, the table of decision agreement and failed (and degraded)
+    requests per round, and each side's degraded answers in the closing list."""
+    errors = {(e.pass_name, "errors"): {n: (b, w) for n, b, w in e.counts}
+              for e in found.errors}
+    errors.update({(e.pass_name, "degraded"): {n: (b, w) for n, b, w in e.counts}
+                   for e in found.degraded})
+    rows = []
+    for item in found.agreement:
+        differ = ", ".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                           for d in item.differ[:5]) + (", ..." if len(item.differ) > 5 else "")
+        counts = [errors[name].get(item.round) for name in errors]
+        rows.append([f"r{item.round}", "yes" if item.used else "left out",
+                     f"{item.agree}/{item.total}", differ or "-"]
+                    + ["n/a" if c is None else f"{c[0]}/{c[1]}" for c in counts])
+    header = ["round", "judged", "decisions agree", "differ"] + [
+        f"{pass_title(name)} {what} {found.base}/{found.new}" for name, what in errors]
+    degraded = tuple(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+                     for o in found.outcomes if o.degraded)
+    return (Panel(place=60, heading="Decisions and errors per round",
+                  items=(Table("", header, rows, [False, False, True, False]),)),
+            Panel(place=85, items=(Lines(degraded),)))
 
 
 def outcome_checks(found: Outcomes) -> List[Check]:

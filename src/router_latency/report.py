@@ -1,18 +1,20 @@
 """The report model: what every renderer draws. Tables and lines (Block), a capability's
-Section (a key, a title, its blocks, its JSON, its notices, its checks, a headline), and the
-escaping of text from outside (router answers, labels, GPU names, decisions) done once here."""
+Section (a key, a title, its blocks, its JSON, its notices, its checks, a headline, its
+panels of the report page: figures as data), and the escaping of text from outside (router
+answers, labels, GPU names, decisions) done once here."""
 
 from __future__ import annotations
 
 import re
-from typing import Dict, List, NamedTuple, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .errors import Notice
 from .words import visible
 
 __all__ = [
-    "Block", "Check", "md_code", "md_text", "Outside", "render_table", "Section", "Table",
-    "text_lines",
+    "BANNER", "Bar", "Block", "Check", "Grid", "Group", "Heading", "LinePlot", "Lines",
+    "md_code", "md_text", "Note", "Outside", "PageItem", "Panel", "ParetoPlot", "render_table",
+    "Scale", "Section", "Series", "StackedBars", "Table", "text_lines",
 ]
 
 
@@ -112,6 +114,120 @@ class Check(NamedTuple):
     details: str  # the failure's or skip's text; '' for the message again
 
 
+# ---- the report page's figures and panels: data the page draws (as SVG and HTML) without
+# knowing whose they are; text and Markdown draw none of them
+
+class Series(NamedTuple):
+    """A line of a plot: its points (x, y), whose it is (0 base, 1 new: its colour), dashed
+    or not, and what it shows when the pointer rests on it."""
+    points: Tuple[Tuple[float, float], ...]
+    side: int
+    dashed: bool
+    label: str
+
+
+class Scale(NamedTuple):
+    """How a plot draws one axis: its label, linear or log10, and a unit after the y axis's
+    tick labels ("%")."""
+    label: str
+    log: bool = False
+    suffix: str = ""
+
+
+class LinePlot(NamedTuple):
+    """Lines over two axes, with ticks and grid lines."""
+    title: str
+    series: Tuple[Series, ...]
+    x: Scale
+    y: Scale
+
+
+class Bar(NamedTuple):
+    """One bar of stacked parts, (name, value) from the left, and a dark mark at a value."""
+    label: str
+    parts: Tuple[Tuple[str, float], ...]
+    mark: float
+    mark_label: str
+
+
+class StackedBars(NamedTuple):
+    """Horizontal bars of stacked parts: the named parts in colour order, the rest grey."""
+    title: str
+    names: Tuple[str, ...]  # the coloured parts, in order; any other part is the rest
+    rest: str  # the grey part's name, in the key
+    unit: str  # after each part's value
+    bars: Tuple[Bar, ...]
+    caption: str  # under the bars
+
+
+class ParetoPlot(NamedTuple):
+    """Throughput (x, from 0) against latency (y, log) of steps: each round a faint line,
+    the medians bold with their points, a limit a horizontal line and marks on it."""
+    title: str
+    label: str  # what a screen reader says
+    x: Scale
+    y: Scale
+    faint: Tuple[Series, ...]
+    bold: Tuple[Series, ...]
+    limit: Optional[float]  # the SLO on the y axis; None: none
+    limit_label: str
+    marks: Tuple[Tuple[int, float, str], ...]  # (side, x on the limit, label)
+
+
+Figure = Union[LinePlot, StackedBars, ParetoPlot]
+
+
+class Heading(NamedTuple):
+    text: str
+    level: int = 2
+
+
+class Note(NamedTuple):
+    """A paragraph, in small print unless not (a line, str, is a paragraph unless empty)."""
+    text: str
+    small: bool = True
+
+
+class Lines(NamedTuple):
+    """Lines as a list; a note's list in small print."""
+    lines: Tuple[str, ...]
+    note: bool = False
+
+
+class Grid(NamedTuple):
+    """Figures side by side, as many as the width holds."""
+    figures: Tuple[Figure, ...]
+
+
+class Group(NamedTuple):
+    """Items kept together (a panel within a panel)."""
+    items: Tuple["PageItem", ...]
+
+
+# a line as a paragraph ('' draws nothing), a table, a figure, and the items above
+PageItem = Union[str, Table, LinePlot, StackedBars, ParetoPlot, Heading, Note, Lines, Grid,
+                 Group]
+
+
+BANNER = 0  # the place of panels whose lines the page's banner shows, in bold
+
+
+class Panel(NamedTuple):
+    """A section's part of the report page. The page draws panels by place, after the
+    verdict and the gated rows; a panel of lines alone, without a heading, continues the
+    list that ends the panel before it (the page's closing list gathers several sections').
+    Places in use: 0 the banner (BANNER), 20 the noise, 30 the ladders, 40 the latencies,
+    50 where the time goes, 60 decisions and errors, 70 slower inputs, 80 the environment,
+    then the closing list: 82 warnings, 83 the start order, 84 the rounds left out and the
+    notes (the page's own), 85 degraded answers."""
+    place: int
+    heading: str = ""
+    note: str = ""  # under the heading, after the keys
+    keys: Tuple[Tuple[int, str], ...] = ()  # (side, label): the colours of the figures
+    items: Tuple[PageItem, ...] = ()
+    apart: bool = False  # each item on a line of its own, the note among them
+
+
 class Section(NamedTuple):
     """What one capability found, as every renderer draws it: text and Markdown its blocks
     in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
@@ -127,3 +243,4 @@ class Section(NamedTuple):
     apart: bool = True  # text: a blank line above its blocks
     beside_table: bool = False  # text: right below the gated table, not in order
     on_request: bool = False  # drawn only when asked (--per-round)
+    page: Tuple[Panel, ...] = ()  # what the report page draws of it

@@ -23,7 +23,7 @@ from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings, plan_section
-from .report import Section
+from .report import BANNER, Grid, LinePlot, Lines, Panel, Scale, Section, Series
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
@@ -614,14 +614,42 @@ def with_sections(report: RoundsReport) -> RoundsReport:
     return report._replace(sections=(
         capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
         Section(key="warnings", apart=False, notices=report.warnings,
-                json={"warnings": [w.text for w in report.warnings]}),
+                json={"warnings": [w.text for w in report.warnings]},
+                page=(Panel(place=BANNER, items=(Lines(tuple(
+                    w.text for w in report.warnings if w.kind == "result_cache")),)),
+                      Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)))),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
         per_round_section(report.rows, report.used, base, new),
         environment_section(report.environment),
         order_section(report.order, found, base, new),
         plan_section(report.noise, report.settings, report.outcome, report.more_rounds,
-                     report.rows)))
+                     report.rows),
+        latency_section(report.latencies, base, new)))
+
+
+def latency_section(latencies: Sequence[PassLatencies], base: str, new: str) -> Section:
+    """Return, per pass, each side's latency distribution and its latency over time as the
+    report's section: drawn on the report page only."""
+    sides = {base: 0, new: 1}
+    plots: List[LinePlot] = []
+    for name in dict.fromkeys(v.pass_name for v in latencies):
+        views = [v for v in latencies if v.pass_name == name]
+        plots += [LinePlot(f"{pass_title(name)}: latency distribution", tuple(
+            Series(tuple((q, i) for i, q in enumerate(v.quantiles)), sides[v.side], not v.used,
+                   f"r{v.round} {v.side}") for v in views),
+            Scale("latency, ms (log scale)", log=True),
+            Scale("requests at or below, %", suffix="%")),
+            LinePlot(f"{pass_title(name)}: latency over the pass", tuple(
+                Series(tuple(v.windows), sides[v.side], not v.used, f"r{v.round} {v.side}")
+                for v in views),
+                Scale(f"seconds from the first send ({TIME_WINDOWS} windows)"),
+                Scale("median latency, ms (log scale)", log=True))]
+    return Section(key="latencies", page=(Panel(
+        place=40, heading="Latency per pass", items=(Grid(tuple(plots)),),
+        keys=tuple((index, f"{side} ({role})")
+                   for (side, index), role in zip(sides.items(), ("base", "new"))),
+        note="one line per round; dashed: a round left out of the verdict"),))
 
 
 def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,

@@ -10,12 +10,12 @@ import statistics
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .words import pct_text, plural, shown_decision, visible
-from .report import Block, Outside, Section, Table
+from .report import Block, Heading, Note, Outside, Panel, Section, Table
 from .stats import benjamini_hochberg, mean_interval, t_test_p
 from .requests import pass_title
 from .roundset import Rounds
 
-__all__ = ["InputSlowdowns", "input_slowdowns", "slowdown_tables", "slower_section"]
+__all__ = ["InputSlowdowns", "input_slowdowns", "slower_section"]
 
 
 SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
@@ -232,4 +232,16 @@ def slowdowns_json(found: InputSlowdowns) -> dict:
 def slower_section(found: Optional[InputSlowdowns], base: str, new: str) -> Section:
     """Return which inputs got slower as the report's section (JSON: slowdowns)."""
     return Section(key="slowdowns", blocks=tuple(slowdown_blocks(found, base, new)),
-                   json={"slowdowns": None if found is None else slowdowns_json(found)})
+                   json={"slowdowns": None if found is None else slowdowns_json(found)},
+                   page=slower_panels(found, base, new))
+
+
+def slower_panels(found: Optional[InputSlowdowns], base: str, new: str) -> Tuple[Panel, ...]:
+    """Return which inputs got slower on the report page (twenty of them), nothing without
+    a finding."""
+    tables = slowdown_tables(found, base, new, 20)
+    if tables is None:
+        return ()
+    return (Panel(place=70, heading="Which inputs got slower", apart=True, items=(
+        Note(tables.intro), Heading(tables.inputs.caption, 3), tables.inputs, tables.more,
+        Heading(tables.groups.caption, 3), tables.groups)),)
