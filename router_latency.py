@@ -3120,7 +3120,8 @@ def histograms_of(deltas: dict[str, float]) -> list[Histogram]:
 
 
 # ==================== src/router_latency/cache.py ====================
-# Whether a result cache answered a run: by the router's metrics, by timing.
+# Whether a result cache answered a run: by the router's metrics, by timing; its warnings,
+# the rounds report's section of them and the record's sentence.
 
 # a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
 # prompts it judges
@@ -3223,6 +3224,43 @@ def checked_cache(raw: Any, where: str) -> CacheFinding:
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise RouterLatencyError("expected an object or null", f"{where}.{key}")
     return cast(CacheFinding, raw)  # detected and the type of both parts checked above
+
+
+def cache_warnings(named_runs: Sequence[Tuple[str, CacheFinding]]) -> List[Notice]:
+    """Return the warnings of runs a result cache answered ((name, a run's finding) pairs, one
+    name per side or file): what each saw, and a difference between the sides."""
+    seen: dict = {}
+    for name, finding in named_runs:
+        if finding["detected"]:
+            seen.setdefault(name.split(" ")[0], []).append((name, finding))
+    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
+                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
+                       f"router's work: {CACHE_ADVICE}")
+                for found in seen.values()]
+    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
+    if seen and len(seen) < len(sides):
+        warnings.append(Notice(
+            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
+            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
+            f"cache, not the change"))
+    return warnings
+
+
+def cache_section(warnings: Sequence[Notice]) -> Section:
+    """Return the rounds report's result caches section: the warnings of the runs a cache
+    answered (cache_warnings), right below the gated table's sections before the other
+    warnings; its texts stay in the JSON's "warnings" list, where the warnings section
+    lists every warning in order."""
+    return Section(key="result_caches", apart=False, notices=tuple(warnings))
+
+
+def cache_sentence(cached: Sequence[str]) -> str:
+    """Return the record's sentence of the runs a result cache answered ("side rN"), or that
+    none did."""
+    return ("result caches: none detected (by timing, and by the router's metrics "
+            "where they were scraped)" if not cached else
+            f"**a result cache answered {', '.join(cached)}**: those figures measure "
+            f"cache hits, not the router's work")
 
 
 # ==================== src/router_latency/versions.py ====================
@@ -11391,27 +11429,6 @@ def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[Notice]:
-    """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
-    per side or file): what each saw, and a difference between the sides."""
-    seen: dict = {}
-    for name, run in named_runs:
-        finding = run.cache_finding
-        if finding["detected"]:
-            seen.setdefault(name.split(" ")[0], []).append((name, finding))
-    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
-                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
-                       f"router's work: {CACHE_ADVICE}")
-                for found in seen.values()]
-    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
-    if seen and len(seen) < len(sides):
-        warnings.append(Notice(
-            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
-            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
-            f"cache, not the change"))
-    return warnings
-
-
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
@@ -11507,7 +11524,7 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   (len(pa.attempt.windows), len(pb.attempt.windows)),
                                   *compared_parts(a, pa, b, pb), (sa.degraded, sb.degraded),
                                   (sa.degraded_signals, sb.degraded_signals)))
-    warnings = cache_warnings([("A", a), ("B", b)]) + floor_warnings(
+    warnings = cache_warnings([("A", a.cache_finding), ("B", b.cache_finding)]) + floor_warnings(
         [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
          if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -13138,7 +13155,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
         agreement=agreement, errors=tuple(errors),
         degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
-        warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+        warnings=tuple(cache_warnings([(f"{side} r{n}", run.cache_finding)
+                                       for n in sorted(runs)
                                        for side, run in sorted(runs[n].items())])
                        + rounds_warnings(rounds, rows, outcome, effect, settings)),
         notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
@@ -13162,7 +13180,9 @@ def with_sections(report: RoundsReport) -> RoundsReport:
     found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
     return report._replace(sections=(
         capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
-        Section(key="warnings", apart=False, notices=report.warnings,
+        cache_section([w for w in report.warnings if w.kind == "result_cache"]),
+        Section(key="warnings", apart=False,
+                notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
                 json={"warnings": [w.text for w in report.warnings]}),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
@@ -13205,7 +13225,9 @@ def report_outcomes(report: RoundsReport) -> Outcomes:
 
 
 # ==================== src/router_latency/record.py ====================
-# The record: judged rounds folders as the sections of a published record.
+# The record: judged rounds folders as the sections of a published record, and each
+# section's sentences generated from the data (per-round ranges, decisions, failures, faults,
+# surroundings, energy, result caches, capacity, where the time changed most).
 
 class RecordSection(NamedTuple):
     """One judged rounds folder of a published record, and the runs behind it."""
@@ -13252,6 +13274,119 @@ def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, flo
             add("router_cpu_ms", environment.router_cpu_ms)
             add("j_per_request", environment.energy_j)
     return found
+
+
+def record_sentences(section: RecordSection) -> List[str]:
+    """Return the record's sentences of one section: per-round ranges, decisions, failures,
+    restarts and faults, GPU memory, load, foreign CPU and router CPU."""
+    report = section.report
+    ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
+    return (range_sentences(report, ranges) + [agreement_sentence(report),
+                                               failed_sentence(report), faults_sentence(report)]
+            + surroundings_sentences(report, ranges) + [cache_sentence(cached_runs(section))]
+            + format_capacity_rounds(report_ladders(report)) + [
+                most_changed_sentence(b) for b in report.breakdowns
+                if any(r.metric.endswith(":mean") for r in b.rows)])
+
+
+def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
+    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
+    'not captured'."""
+    low, high = ranges[side].get(key, (None, None))
+    return "not captured" if low is None else \
+        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
+
+
+def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
+    """Return, per pass, the range over rounds of each side's p50 and p95."""
+    names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
+    return [f"{pass_title(name)} {metric_title(metric)} per round: "
+            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
+            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
+            for name in names for metric in ("p50_ms", "p95_ms")]
+
+
+def agreement_sentence(report: RoundsReport) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
+    used = [a for a in report.agreement if a.used]
+    agreed = [a for a in used if a.agree == a.total]
+    totals = sorted({a.total for a in used})
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(report: RoundsReport) -> str:
+    """Return each side's failed requests over the used rounds."""
+    failed = {side: sum(b if side == report.base else w for e in report.errors
+                        for n, b, w in e.counts if n in report.used)
+              for side in (report.base, report.new)}
+    degraded = {side: sum(b if side == report.base else w for e in report.degraded
+                          for n, b, w in e.counts if n in report.used)
+                for side in (report.base, report.new)}
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
+        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
+        if any(degraded.values()) else "")
+
+
+def faults_sentence(report: RoundsReport) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
+    faults = [row for row in report.environment if row.faults]
+    if faults:
+        return "restarts and device faults: " + ", ".join(
+            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
+    read = sum(row.faults is not None for row in report.environment)
+    if not read:  # no run read the restart and fault series: nothing is known of them
+        return "restarts and device faults: not captured"
+    return "restarts and device faults: none" + (
+        "" if read == len(report.environment) else
+        f" in the {read} of {len(report.environment)} runs that captured them")
+
+
+def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
+    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
+    sentences = []
+    for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
+                             ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
+                             ("router_cpu_ms", "router CPU time per request", " ms")):
+        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
+        shown = [s for s in shown if s != "not captured"]
+        sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
+    return sentences + energy_sentence(report, ranges)
+
+
+def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
+    """Return each side's range of the router's GPUs' joules per routed request and, beside
+    the cost per million requests, the energy of a million requests; [] where no pass
+    sampled it."""
+    shown = [(side, ranges[side].get("j_per_request")) for side in (report.base, report.new)]
+    shown = [(side, found) for side, found in shown if found]
+    if not shown:
+        return []
+    # J per request -> kWh per million requests: x 1e6 / 3.6e6
+    return ["energy of the router's GPUs per routed request: "
+            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
+            + " (a million requests: " + ", ".join(
+                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
+            + ")"]
+
+
+def cached_runs(section: RecordSection) -> List[str]:
+    """Return the rounds and sides a result cache answered ("side rN"), for cache_sentence."""
+    return [f"{side} r{n}" for n, sides in sorted(section.runs.items())
+            for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
+
+
+def most_changed_sentence(breakdown: PassBreakdown) -> str:
+    """Return which part of a pass's time changed most, on means (which add up)."""
+    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
+              key=lambda r: abs(r.diff.mean))
+    name = part_title(row.metric).rsplit(" ", 1)[0]
+    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
+            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]")
 
 
 # ==================== src/router_latency/history.py ====================
@@ -14342,123 +14477,6 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
                                   rows, markdown=True, right=[False, False]) + [""]
         lines += [f"- {sentence}" for sentence in record_sentences(section)] + [""]
     return lines
-
-
-def record_sentences(section: RecordSection) -> List[str]:
-    """Return the record's sentences of one section: per-round ranges, decisions, failures,
-    restarts and faults, GPU memory, load, foreign CPU and router CPU."""
-    report = section.report
-    ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
-    return (range_sentences(report, ranges) + [agreement_sentence(report),
-                                               failed_sentence(report), faults_sentence(report)]
-            + surroundings_sentences(report, ranges) + [cache_sentence(section)]
-            + format_capacity_rounds(report_ladders(report)) + [
-                most_changed_sentence(b) for b in report.breakdowns
-                if any(r.metric.endswith(":mean") for r in b.rows)])
-
-
-def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
-    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
-    'not captured'."""
-    low, high = ranges[side].get(key, (None, None))
-    return "not captured" if low is None else \
-        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
-
-
-def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
-    """Return, per pass, the range over rounds of each side's p50 and p95."""
-    names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
-    return [f"{pass_title(name)} {metric_title(metric)} per round: "
-            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
-            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
-            for name in names for metric in ("p50_ms", "p95_ms")]
-
-
-def agreement_sentence(report: RoundsReport) -> str:
-    """Return how the two sides' decisions agreed over the used rounds."""
-    used = [a for a in report.agreement if a.used]
-    agreed = [a for a in used if a.agree == a.total]
-    totals = sorted({a.total for a in used})
-    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-            if used and len(agreed) == len(used) and len(totals) == 1 else
-            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
-
-
-def failed_sentence(report: RoundsReport) -> str:
-    """Return each side's failed requests over the used rounds."""
-    failed = {side: sum(b if side == report.base else w for e in report.errors
-                        for n, b, w in e.counts if n in report.used)
-              for side in (report.base, report.new)}
-    degraded = {side: sum(b if side == report.base else w for e in report.degraded
-                          for n, b, w in e.counts if n in report.used)
-                for side in (report.base, report.new)}
-    return ("failed requests: none" if not any(failed.values()) else
-            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
-        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
-        if any(degraded.values()) else "")
-
-
-def faults_sentence(report: RoundsReport) -> str:
-    """Return the rounds and sides whose router restarted or whose device faulted."""
-    faults = [row for row in report.environment if row.faults]
-    if faults:
-        return "restarts and device faults: " + ", ".join(
-            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
-    read = sum(row.faults is not None for row in report.environment)
-    if not read:  # no run read the restart and fault series: nothing is known of them
-        return "restarts and device faults: not captured"
-    return "restarts and device faults: none" + (
-        "" if read == len(report.environment) else
-        f" in the {read} of {len(report.environment)} runs that captured them")
-
-
-def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
-    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
-    sentences = []
-    for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
-                             ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
-                             ("router_cpu_ms", "router CPU time per request", " ms")):
-        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
-        shown = [s for s in shown if s != "not captured"]
-        sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences + energy_sentence(report, ranges)
-
-
-def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
-    """Return each side's range of the router's GPUs' joules per routed request and, beside
-    the cost per million requests, the energy of a million requests; [] where no pass
-    sampled it."""
-    shown = [(side, ranges[side].get("j_per_request")) for side in (report.base, report.new)]
-    shown = [(side, found) for side, found in shown if found]
-    if not shown:
-        return []
-    # J per request -> kWh per million requests: x 1e6 / 3.6e6
-    return ["energy of the router's GPUs per routed request: "
-            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
-            + " (a million requests: " + ", ".join(
-                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
-            + ")"]
-
-
-def cache_sentence(section: RecordSection) -> str:
-    """Return the rounds and sides a result cache answered, or that none did."""
-    cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
-              for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-    return ("result caches: none detected (by timing, and by the router's metrics "
-            "where they were scraped)" if not cached else
-            f"**a result cache answered {', '.join(cached)}**: those figures measure "
-            f"cache hits, not the router's work")
-
-
-def most_changed_sentence(breakdown: PassBreakdown) -> str:
-    """Return which part of a pass's time changed most, on means (which add up)."""
-    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
-              key=lambda r: abs(r.diff.mean))
-    name = part_title(row.metric).rsplit(" ", 1)[0]
-    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
-            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]")
 
 
 # ==================== src/router_latency/render_markdown.py ====================

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
+from .constants import EXIT_GATE, EXIT_OK
 from .errors import Notice
 from .words import fmt_value, plural
-from .cache import cache_text
+from .cache import cache_warnings
 from .versions import sampled_models
 from .runfile import pass_title, PassRecord, RunFile
 from .attribution import part_values, pass_attribution
 
 __all__ = [
-    "cache_warnings", "compare_runs", "CompareReport", "decision_agreement", "DecisionChange",
+    "compare_runs", "CompareReport", "decision_agreement", "DecisionChange",
     "floor_warnings", "sampled_selections",
 ]
 
@@ -106,27 +106,6 @@ def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
                    f"p90 - p10): below what this driver resolves")
             for title, base, new in p50s
             if base is not None and new is not None and abs(new - base) < spread]
-
-
-def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[Notice]:
-    """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
-    per side or file): what each saw, and a difference between the sides."""
-    seen: dict = {}
-    for name, run in named_runs:
-        finding = run.cache_finding
-        if finding["detected"]:
-            seen.setdefault(name.split(" ")[0], []).append((name, finding))
-    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
-                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
-                       f"router's work: {CACHE_ADVICE}")
-                for found in seen.values()]
-    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
-    if seen and len(seen) < len(sides):
-        warnings.append(Notice(
-            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
-            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
-            f"cache, not the change"))
-    return warnings
 
 
 class ComparePass(NamedTuple):
@@ -224,7 +203,7 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   (len(pa.attempt.windows), len(pb.attempt.windows)),
                                   *compared_parts(a, pa, b, pb), (sa.degraded, sb.degraded),
                                   (sa.degraded_signals, sb.degraded_signals)))
-    warnings = cache_warnings([("A", a), ("B", b)]) + floor_warnings(
+    warnings = cache_warnings([("A", a.cache_finding), ("B", b.cache_finding)]) + floor_warnings(
         [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
          if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)

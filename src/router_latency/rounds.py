@@ -14,10 +14,11 @@ from .constants import EXIT_GATE, EXIT_OK, EXIT_SIGNAL, MIN_ROUNDS, ROW_METRICS,
 from .errors import Notice, RouterLatencyError
 from .words import plural
 from .stats import OrderEffect, percentiles
+from .cache import cache_section, cache_warnings
 from .degraded import degraded_text
 from .runfile import EnvironmentRow, pass_name, pass_title, Request, RunFile
 from .roundset import Rounds
-from .compare import cache_warnings, floor_warnings
+from .compare import floor_warnings
 from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
@@ -587,7 +588,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
         agreement=agreement, errors=tuple(errors),
         degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
-        warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+        warnings=tuple(cache_warnings([(f"{side} r{n}", run.cache_finding)
+                                       for n in sorted(runs)
                                        for side, run in sorted(runs[n].items())])
                        + rounds_warnings(rounds, rows, outcome, effect, settings)),
         notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
@@ -611,7 +613,9 @@ def with_sections(report: RoundsReport) -> RoundsReport:
     found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
     return report._replace(sections=(
         capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
-        Section(key="warnings", apart=False, notices=report.warnings,
+        cache_section([w for w in report.warnings if w.kind == "result_cache"]),
+        Section(key="warnings", apart=False,
+                notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
                 json={"warnings": [w.text for w in report.warnings]}),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
