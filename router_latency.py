@@ -606,6 +606,7 @@ class Section(NamedTuple):
     apart: bool = True  # text: a blank line above its blocks
     beside_table: bool = False  # text: right below the gated table, not in order
     on_request: bool = False  # drawn only when asked (--per-round)
+    plan: Tuple[Block, ...] = ()  # --plan: drawn below its table (a blank line first), in order
 
 
 # ==================== src/router_latency/stats.py ====================
@@ -10296,13 +10297,13 @@ def look_of(settings: GateSettings, rounds: int) -> Optional[Look]:
     return Look(rounds, settings.sequential_max)
 
 
-def check_look(runs: dict, settings: GateSettings) -> None:
+def check_look(rounds: Rounds, settings: GateSettings) -> None:
     """Raise when the rounds go past the sequential plan's last look: more rounds than it
     allows is a new plan, whose error rates no boundary holds."""
     last = settings.sequential_max
-    if last is not None and len(runs) > last:
+    if last is not None and len(rounds.runs) > last:
         raise RouterLatencyError(
-            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"{len(rounds.runs)} rounds, past the last look of --sequential {last}: a look beyond "
             f"the plan keeps no error rate; judge them as a fixed design (without "
             f"--sequential) or plan more rounds from the start")
 
@@ -10914,9 +10915,11 @@ def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outco
 def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
                  more_rounds: Optional[int], rows: Sequence[Row]) -> Section:
     """Return the plan as the report's section (JSON: plan): its headline, under an
-    inconclusive verdict, says how many more rounds would decide it."""
+    inconclusive verdict, says how many more rounds would decide it; --plan draws the noise
+    of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
-    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)})
+    plan = () if noise is None else ("", *noise_lines(noise, rows, settings))
+    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)}, plan=plan)
 
 
 # ==================== src/router_latency/judged.py ====================
@@ -11148,7 +11151,7 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
     """Return PassBreakdowns of the passes whose answers or histograms reported parts:
     a row per part and statistic measured in every used round on both sides, with the
     latency rows' estimator and interval; advisory unless --gate names them."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     found = []
@@ -11156,8 +11159,9 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
         figures = {}
         for side in (base, new):
             sides = [runs[r][side] for r in used]
-            passes = [run.pass_named(item.name) for run in sides]
-            if any(p is None or p.discarded or p.summary is None for p in passes):
+            passes = [p for run in sides if (p := run.pass_named(item.name)) is not None
+                      and not p.discarded and p.summary is not None]
+            if len(passes) < len(sides):  # a used round without it measured
                 break
             figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
         else:
@@ -11625,11 +11629,13 @@ def input_slowdowns(rounds: Rounds, tolerance_pct: float,
     the mean log ratio of its inputs. None without a sequential pass on both sides of every
     used round.
     """
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
-    pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
+    found = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
              for n in used]
-    if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
+    pairs = [(b, w) for b, w in found
+             if b is not None and w is not None and not b.discarded and not w.discarded]
+    if not used or len(pairs) < len(found):  # a used round without both sequential passes
         return None
     tolerance, texts = math.log1p(tolerance_pct / 100), prompts_text or {}
     logs: dict = {}  # prompt id -> {round: ln(new/base)}
@@ -11913,16 +11919,19 @@ class RoundOrder(NamedTuple):
 
 def order_balance(rounds: Rounds, rows: Sequence[Row]) -> RoundOrder:
     """Return which side started first in each round and the paired p50 difference by order."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = {}
     for number, sides in runs.items():
         b, n = sides[base], sides[new]
+        # -1: base started first, 1: new did, 0: together or unknown
         if b.started_unix is not None and n.started_unix is not None:
-            keys = (b.started_unix, n.started_unix)
+            order = (b.started_unix > n.started_unix) - (b.started_unix < n.started_unix)
+        elif b.started_utc and n.started_utc:  # ISO times in UTC: their text sorts as time
+            order = (b.started_utc > n.started_utc) - (b.started_utc < n.started_utc)
         else:
-            keys = (b.started_utc, n.started_utc) if b.started_utc and n.started_utc else (0, 0)
-        first[number] = None if keys[0] == keys[1] else base if keys[0] < keys[1] else new
+            order = 0
+        first[number] = None if order == 0 else base if order < 0 else new
     base_first = [r for r in used if first[r] == base]
     new_first = [r for r in used if first[r] == new]
     effects = []
@@ -12395,7 +12404,7 @@ class PassErrors(NamedTuple):
 def pass_errors(rounds: Rounds, *, degraded: bool = False) -> List[PassErrors]:
     """Return the failed requests of each side (with degraded: the degraded answers), pass
     by pass and round by round."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new = rounds.base, rounds.new
     found: dict = {}
     for number, sides in runs.items():
@@ -12404,8 +12413,8 @@ def pass_errors(rounds: Rounds, *, degraded: bool = False) -> List[PassErrors]:
             if other is None or item.discarded or other.discarded:
                 continue
             found.setdefault(item.name, []).append(
-                (number, item.summary.degraded, other.summary.degraded) if degraded else
-                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
+                (number, item.measured.degraded, other.measured.degraded) if degraded else
+                (number, sum(item.measured.errors.values()), sum(other.measured.errors.values())))
     order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
     return [PassErrors(name, tuple(counts))
             for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
@@ -12757,7 +12766,7 @@ def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
     return run.started_unix, max(ends, default=None)
 
 
-def check_measured_once(runs: dict) -> None:
+def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     """Raise unless every round was measured once, one side at a time: no two files hold
     the same measurements (a copied round narrows the interval on data measured once), and
     no run started before the run before it ended (the rounds were not interleaved)."""
@@ -12841,7 +12850,7 @@ def time_windows(requests: Sequence[Request],
 
 def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     views = []
     for number, sides in runs.items():
@@ -12852,7 +12861,8 @@ def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
                 ok = [r for r in item.requests if r.routed and r.latency_ms is not None]
                 if item.discarded or not ok:
                     continue
-                quantiles = percentiles([r.latency_ms for r in ok], range(101))
+                quantiles = percentiles([r.latency_ms for r in ok if r.latency_ms is not None],
+                                        range(101))
                 views.append(PassLatencies(pass_name=item.name, round=number, side=side,
                                            used=number in used, quantiles=tuple(quantiles),
                                            windows=tuple(time_windows(ok))))
@@ -13016,20 +13026,24 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
 
 def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
              if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
+
+    def named(number: int, side: str, name: str) -> PassRecord:
+        # names holds only the passes every used round measured on both sides
+        return cast(PassRecord, runs[number][side].pass_named(name))
+
     rows = []
     for name in names:
         for metric in ROW_METRICS:
-            base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
-            new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
+            base_values = [getattr(named(r, base, name).summary, metric) for r in used]
+            new_values = [getattr(named(r, new, name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
         # the router's GPUs' joules per request (telemetry), where every used round has them
-        energy = [[runs[r][s].pass_named(name).environment.energy_j for r in used]
-                  for s in (base, new)]
+        energy = [[named(r, s, name).environment.energy_j for r in used] for s in (base, new)]
         if all(v for side in energy for v in side):
             rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
     return rows + ladder_rows(rounds, settings)
@@ -13086,7 +13100,7 @@ def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
             f"gating on")
     notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
-    check_look(runs, settings)
+    check_look(rounds, settings)
     return notes
 
 
@@ -13115,7 +13129,8 @@ def insecure_files(rounds: Rounds) -> Tuple[str, ...]:
                          for run in sides.values() if run.insecure}))
 
 
-def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
+def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
+                 settings: GateSettings = GateSettings(), *,
                  prompts_text: Optional[dict] = None) -> RoundsReport:
     """Return the rounds report: input checks, rows with their one estimator and power, the
     gate's family-wise test and outcome, decisions and errors of every pass, order and
@@ -14444,9 +14459,7 @@ def format_plan(report: RoundsReport) -> List[str]:
         lines += ["", f"the {plural(report.test.rows, 'gated row')} (*) are worth "
                       f"{report.test.effective_rows:.1f} independent ones: rows of a round "
                       f"move together"]
-    if report.noise is not None:
-        lines += [""] + noise_lines(report.noise, report.rows, settings)
-    return lines
+    return lines + text_lines([block for section in report.sections for block in section.plan])
 
 
 def format_record(sections: Sequence[RecordSection]) -> List[str]:

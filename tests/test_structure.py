@@ -307,7 +307,7 @@ RENDERERS = {"render_text", "render_markdown", "render_json", "render_junit", "p
 # what the renderers still name, for the outputs not yet drawn from sections (one run's
 # summary, compare, the record, the --plan table, the page's plots): it may only shrink
 STILL_NAMED = {
-    "render_text": {"gpu", "degraded", "noise", "outcomes", "attribution"},
+    "render_text": {"gpu", "degraded", "outcomes", "attribution"},
     "page": {"noise", "capacity", "outcomes", "environment", "attribution", "slower"},
 }
 

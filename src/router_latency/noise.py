@@ -427,6 +427,8 @@ def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outco
 def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
                  more_rounds: Optional[int], rows: Sequence[Row]) -> Section:
     """Return the plan as the report's section (JSON: plan): its headline, under an
-    inconclusive verdict, says how many more rounds would decide it."""
+    inconclusive verdict, says how many more rounds would decide it; --plan draws the noise
+    of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
-    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)})
+    plan = () if noise is None else ("", *noise_lines(noise, rows, settings))
+    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)}, plan=plan)

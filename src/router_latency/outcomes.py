@@ -55,7 +55,7 @@ class PassErrors(NamedTuple):
 def pass_errors(rounds: Rounds, *, degraded: bool = False) -> List[PassErrors]:
     """Return the failed requests of each side (with degraded: the degraded answers), pass
     by pass and round by round."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new = rounds.base, rounds.new
     found: dict = {}
     for number, sides in runs.items():
@@ -64,8 +64,8 @@ def pass_errors(rounds: Rounds, *, degraded: bool = False) -> List[PassErrors]:
             if other is None or item.discarded or other.discarded:
                 continue
             found.setdefault(item.name, []).append(
-                (number, item.summary.degraded, other.summary.degraded) if degraded else
-                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
+                (number, item.measured.degraded, other.measured.degraded) if degraded else
+                (number, sum(item.measured.errors.values()), sum(other.measured.errors.values())))
     order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
     return [PassErrors(name, tuple(counts))
             for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]

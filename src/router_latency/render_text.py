@@ -19,7 +19,6 @@ from .runfile import (HostSettings, pass_title, PassRecord, PhaseWindow, RunSett
 from .compare import CompareReport
 from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, row_word)
-from .noise import noise_lines
 from .rounds import Overload, RoundsReport
 from .outcomes import degraded_line
 from .judged import pass_cell, row_change_text
@@ -518,9 +517,7 @@ def format_plan(report: RoundsReport) -> List[str]:
         lines += ["", f"the {plural(report.test.rows, 'gated row')} (*) are worth "
                       f"{report.test.effective_rows:.1f} independent ones: rows of a round "
                       f"move together"]
-    if report.noise is not None:
-        lines += [""] + noise_lines(report.noise, report.rows, settings)
-    return lines
+    return lines + text_lines([block for section in report.sections for block in section.plan])
 
 
 def format_record(sections: Sequence[RecordSection]) -> List[str]:

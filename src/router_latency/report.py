@@ -127,3 +127,4 @@ class Section(NamedTuple):
     apart: bool = True  # text: a blank line above its blocks
     beside_table: bool = False  # text: right below the gated table, not in order
     on_request: bool = False  # drawn only when asked (--per-round)
+    plan: Tuple[Block, ...] = ()  # --plan: drawn below its table (a blank line first), in order

@@ -8,7 +8,7 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import cast, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .constants import EXIT_GATE, EXIT_OK, EXIT_SIGNAL, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS
 from .errors import Notice, RouterLatencyError
@@ -16,7 +16,7 @@ from .words import plural
 from .stats import OrderEffect, percentiles
 from .cache import cache_section, cache_warnings
 from .degraded import degraded_text
-from .runfile import EnvironmentRow, pass_name, pass_title, Request, RunFile
+from .runfile import EnvironmentRow, pass_name, pass_title, PassRecord, Request, RunFile
 from .roundset import Rounds
 from .compare import floor_warnings
 from .ladder import Capacity
@@ -190,7 +190,7 @@ def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
     return run.started_unix, max(ends, default=None)
 
 
-def check_measured_once(runs: dict) -> None:
+def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     """Raise unless every round was measured once, one side at a time: no two files hold
     the same measurements (a copied round narrows the interval on data measured once), and
     no run started before the run before it ended (the rounds were not interleaved)."""
@@ -274,7 +274,7 @@ def time_windows(requests: Sequence[Request],
 
 def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     views = []
     for number, sides in runs.items():
@@ -285,7 +285,8 @@ def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
                 ok = [r for r in item.requests if r.routed and r.latency_ms is not None]
                 if item.discarded or not ok:
                     continue
-                quantiles = percentiles([r.latency_ms for r in ok], range(101))
+                quantiles = percentiles([r.latency_ms for r in ok if r.latency_ms is not None],
+                                        range(101))
                 views.append(PassLatencies(pass_name=item.name, round=number, side=side,
                                            used=number in used, quantiles=tuple(quantiles),
                                            windows=tuple(time_windows(ok))))
@@ -449,20 +450,24 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
 
 def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
              if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
+
+    def named(number: int, side: str, name: str) -> PassRecord:
+        # names holds only the passes every used round measured on both sides
+        return cast(PassRecord, runs[number][side].pass_named(name))
+
     rows = []
     for name in names:
         for metric in ROW_METRICS:
-            base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
-            new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
+            base_values = [getattr(named(r, base, name).summary, metric) for r in used]
+            new_values = [getattr(named(r, new, name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
         # the router's GPUs' joules per request (telemetry), where every used round has them
-        energy = [[runs[r][s].pass_named(name).environment.energy_j for r in used]
-                  for s in (base, new)]
+        energy = [[named(r, s, name).environment.energy_j for r in used] for s in (base, new)]
         if all(v for side in energy for v in side):
             rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
     return rows + ladder_rows(rounds, settings)
@@ -519,7 +524,7 @@ def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
             f"gating on")
     notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
-    check_look(runs, settings)
+    check_look(rounds, settings)
     return notes
 
 
@@ -548,7 +553,8 @@ def insecure_files(rounds: Rounds) -> Tuple[str, ...]:
                          for run in sides.values() if run.insecure}))
 
 
-def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
+def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
+                 settings: GateSettings = GateSettings(), *,
                  prompts_text: Optional[dict] = None) -> RoundsReport:
     """Return the rounds report: input checks, rows with their one estimator and power, the
     gate's family-wise test and outcome, decisions and errors of every pass, order and
