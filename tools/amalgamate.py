@@ -38,7 +38,7 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("the wire and the pass", ("client", "meaning", "host", "captures", "telemetry", "answers",
                                "passloop", "readiness", "measuring", "simulator")),
     ("judging", ("gate", "noise", "judged", "attribution", "compare", "slower", "environment",
-                 "capacity", "outcomes", "rounds", "record", "history")),
+                 "capacity", "outcomes", "summary", "rounds", "record", "history")),
     ("the report and its sections", ()),
     ("renderers", ("render_text", "render_markdown", "render_json", "render_junit", "page",
                    "history_render")),

@@ -8,7 +8,7 @@ from typing import Dict, List, NamedTuple, Tuple
 from .constants import ROUTER_MAX_CONCURRENCY
 from .words import failure_text, plural, shown_decision
 from .report import Check, Section
-from .degraded import degraded_text
+from .degraded import degraded_answers_line
 from .runfile import count_outcomes, pass_title, RunFile
 from .roundset import Rounds
 from .compare import decision_agreement, DecisionChange, sampled_selections
@@ -114,13 +114,9 @@ def degraded_signals(rounds: Rounds, side: str, pass_name: str) -> Dict[str, Dic
     return found
 
 
-def degraded_line(where: str, count: int, signals: Dict[str, Dict[str, int]],
-                  percentiles: bool = True) -> str:
-    """Return the line of degraded answers: how many, by signal and reason, and that the
-    percentiles leave them out."""
-    return (f"degraded {where}: {plural(count, 'answer')} skipped a signal or a decision "
-            f"({degraded_text(signals)})"
-            + ("; left out of the percentiles" if percentiles else ""))
+# the page still imports the line under this name (until it draws the outcomes' section):
+# the merger drops it then
+degraded_line = degraded_answers_line
 
 
 def decisions_note(found: Outcomes) -> List[str]:
@@ -162,7 +158,7 @@ def format_outcomes(found: Outcomes) -> List[str]:
     rejections, the surprises, and why the router shed requests when it did."""
     lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
              for o in found.outcomes if o.errors]
-    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+    lines += [degraded_answers_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
               for o in found.outcomes if o.degraded]
     lines += [f"sampled selections r{o.round} {o.side}: {plural(o.sampled, 'input')} got a "
               f"model the router sampled or chose by its state ({', '.join(o.sampled_models[:8])}"
@@ -253,8 +249,8 @@ def outcome_checks(found: Outcomes) -> List[Check]:
                             message=f"failed requests {found.base}/{found.new}: "
                             + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
                             details=""))
-    details = "\n".join(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals,
-                                      percentiles=False)
+    details = "\n".join(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
+                                              o.degraded_signals, percentiles=False)
                         for o in found.outcomes if o.degraded)
     return checks + [Check(group="errors", name=f"{pass_title(each.pass_name)} degraded",
                            outcome="failure" if any(w > b for _, b, w in each.counts)

@@ -8,6 +8,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .errors import RouterLatencyError
 from .words import fmt_signed, fmt_value, metric_title, span_text
+from .gpu import energy_ranges_sentence
 from .cache import cache_sentence
 from .runfile import load_run, pass_title, RunFile
 from .gate import GateSettings
@@ -151,16 +152,8 @@ def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
     """Return each side's range of the router's GPUs' joules per routed request and, beside
     the cost per million requests, the energy of a million requests; [] where no pass
     sampled it."""
-    shown = [(side, ranges[side].get("j_per_request")) for side in (report.base, report.new)]
-    shown = [(side, found) for side, found in shown if found]
-    if not shown:
-        return []
-    # J per request -> kWh per million requests: x 1e6 / 3.6e6
-    return ["energy of the router's GPUs per routed request: "
-            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
-            + " (a million requests: " + ", ".join(
-                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
-            + ")"]
+    return energy_ranges_sentence([(side, found) for side in (report.base, report.new)
+                                   if (found := ranges[side].get("j_per_request"))])
 
 
 def cached_runs(section: RecordSection) -> List[str]:
