@@ -12,10 +12,11 @@ from router_latency.runfile import load_run, RunSettings
 from router_latency.gate import GateSettings
 from router_latency.rounds import (find_round_files, judge_rounds, not_found_only, Overload,
                                    run_outcome, run_overload)
-from router_latency.record import record_section, side_ranges
-from router_latency.render_text import (agreement_sentence, cache_sentence, failed_sentence,
-                                        faults_sentence, format_plan, overload_note,
-                                        range_sentences, record_sentences, surroundings_sentences)
+from router_latency.cache import cache_sentence
+from router_latency.record import (agreement_sentence, cached_runs, failed_sentence,
+                                   faults_sentence, range_sentences, record_section,
+                                   record_sentences, side_ranges, surroundings_sentences)
+from router_latency.render_text import format_plan, overload_note
 from router_latency.command_run import run_warnings
 from conftest import make_run, three_rounds
 
@@ -111,14 +112,14 @@ def test_the_records_sentences_are_one_function_per_kind(tmp_path, flagged):
     assert len(ranged) == (0 if flagged else 2)  # flagged: too few rounds for any row
     assert sentences == ranged + [agreement_sentence(report), failed_sentence(report),
                                   faults_sentence(report)] \
-        + surroundings_sentences(report, ranges) + [cache_sentence(section)]
+        + surroundings_sentences(report, ranges) + [cache_sentence(cached_runs(section))]
     assert sentences[0 if flagged else 1].startswith(
         "101/101 inputs agreed" if flagged else "Sequential p95 per round: cpu 20.0 ms, gpu ")
     surroundings = dict(s.split(": ", 1) for s in surroundings_sentences(report, ranges))
     assert surroundings["GPU memory"].startswith("gpu ") and "MiB" in surroundings["GPU memory"]
     assert surroundings["other processes on the router's CPUs"] == "not captured"
     assert failed_sentence(report) == "failed requests: none"
-    assert cache_sentence(section).startswith("result caches: none detected")
+    assert cache_sentence(cached_runs(section)).startswith("result caches: none detected")
 
 
 def test_each_sentence_says_what_its_data_holds(tmp_path):

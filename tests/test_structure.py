@@ -345,10 +345,9 @@ def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_fact
 CAPABILITIES = {"gpu", "cache", "versions", "degraded", "ladder", "captures", "telemetry",
                 "noise", "attribution", "slower", "environment", "capacity", "outcomes"}
 RENDERERS = {"render_text", "render_markdown", "render_json", "render_junit", "page"}
-# what the renderers still name, for the outputs not yet drawn from sections (one run's
-# summary, compare, the record, the --plan table, the page's plots): it may only shrink
+# what the renderers still name, for the outputs not yet drawn from sections (the page's
+# plots and lines): it may only shrink
 STILL_NAMED = {
-    "render_text": {"gpu", "degraded", "noise", "capacity", "outcomes", "attribution"},
 }
 
 

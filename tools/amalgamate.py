@@ -39,7 +39,7 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("the wire and the pass", ("client", "meaning", "host", "captures", "telemetry", "answers",
                                "passloop", "readiness", "measuring", "simulator")),
     ("judging", ("gate", "noise", "judged", "attribution", "compare", "slower", "environment",
-                 "capacity", "outcomes")),
+                 "capacity", "outcomes", "summary")),
     ("the report and its sections", ("rounds", "record", "history")),
     ("renderers", ("render_text", "render_markdown", "render_json", "render_junit", "page",
                    "history_render")),

@@ -66,6 +66,7 @@ order:
     environment        each round's surroundings, the start order, outlier rounds
     capacity           the ladders over rounds: capacity per side, the rows they derive
     outcomes           what requests came to: decisions agreeing, failed, degraded, sampled
+    summary            one run's summary below its table: pass notes, GPU state, sampled GPUs
   the report and its sections:
     rounds             judge_rounds(): interleaved rounds as one report object
     record             judged rounds folders as a record's sections

@@ -183,7 +183,7 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
     """Return PassBreakdowns of the passes whose answers or histograms reported parts:
     a row per part and statistic measured in every used round on both sides, with the
     latency rows' estimator and interval; advisory unless --gate names them."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     found = []
@@ -191,8 +191,9 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
         figures = {}
         for side in (base, new):
             sides = [runs[r][side] for r in used]
-            passes = [run.pass_named(item.name) for run in sides]
-            if any(p is None or p.discarded or p.summary is None for p in passes):
+            passes = [p for run in sides if (p := run.pass_named(item.name)) is not None
+                      and not p.discarded and p.summary is not None]
+            if len(passes) < len(sides):  # a used round without it measured
                 break
             figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
         else:

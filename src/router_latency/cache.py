@@ -1,15 +1,20 @@
-"""Whether a result cache answered a run: by the router's metrics, by timing."""
+"""Whether a result cache answered a run: by the router's metrics, by timing; its warnings,
+the rounds report's section of them and the record's sentence."""
 
 from __future__ import annotations
 
 import re
 import statistics
-from typing import Any, cast, Optional, Sequence, TypedDict
+from typing import Any, cast, List, Optional, Sequence, Tuple, TypedDict
 
-from .constants import CACHE_SERIES
-from .errors import RouterLatencyError
+from .constants import CACHE_ADVICE, CACHE_SERIES
+from .errors import Notice, RouterLatencyError
+from .report import Section
 
-__all__ = ["cache_text", "CacheFinding", "checked_cache", "result_cache_finding"]
+__all__ = [
+    "cache_section", "cache_sentence", "cache_text", "cache_warnings", "CacheFinding",
+    "checked_cache", "result_cache_finding",
+]
 
 # a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
 # prompts it judges
@@ -112,3 +117,40 @@ def checked_cache(raw: Any, where: str) -> CacheFinding:
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             raise RouterLatencyError("expected an object or null", f"{where}.{key}")
     return cast(CacheFinding, raw)  # detected and the type of both parts checked above
+
+
+def cache_warnings(named_runs: Sequence[Tuple[str, CacheFinding]]) -> List[Notice]:
+    """Return the warnings of runs a result cache answered ((name, a run's finding) pairs, one
+    name per side or file): what each saw, and a difference between the sides."""
+    seen: dict = {}
+    for name, finding in named_runs:
+        if finding["detected"]:
+            seen.setdefault(name.split(" ")[0], []).append((name, finding))
+    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
+                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
+                       f"router's work: {CACHE_ADVICE}")
+                for found in seen.values()]
+    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
+    if seen and len(seen) < len(sides):
+        warnings.append(Notice(
+            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
+            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
+            f"cache, not the change"))
+    return warnings
+
+
+def cache_section(warnings: Sequence[Notice]) -> Section:
+    """Return the rounds report's result caches section: the warnings of the runs a cache
+    answered (cache_warnings), right below the gated table's sections before the other
+    warnings; its texts stay in the JSON's "warnings" list, where the warnings section
+    lists every warning in order."""
+    return Section(key="result_caches", apart=False, notices=tuple(warnings))
+
+
+def cache_sentence(cached: Sequence[str]) -> str:
+    """Return the record's sentence of the runs a result cache answered ("side rN"), or that
+    none did."""
+    return ("result caches: none detected (by timing, and by the router's metrics "
+            "where they were scraped)" if not cached else
+            f"**a result cache answered {', '.join(cached)}**: those figures measure "
+            f"cache hits, not the router's work")

@@ -3,19 +3,23 @@ the decision, warning and part figures and one run's capacity that rounds reuses
 
 from __future__ import annotations
 
+import json
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import CACHE_ADVICE, EXIT_GATE, EXIT_OK
+from .constants import EXIT_GATE, EXIT_OK
 from .errors import Notice
-from .words import fmt_value, plural
-from .cache import cache_text
+from .words import (change_text, failure_text, fmt_signed, fmt_value, metric_label, plural,
+                    shown_decision, worse_sign)
+from .report import Section, Table
+from .cache import cache_warnings
 from .versions import sampled_models
+from .degraded import degraded_answers_line
 from .runfile import PassRecord, RunFile
 from .requests import pass_title
-from .attribution import part_values, pass_attribution
+from .attribution import decomposition_text, part_title, part_values, pass_attribution
 
 __all__ = [
-    "cache_warnings", "compare_runs", "CompareReport", "decision_agreement", "DecisionChange",
+    "compare_runs", "CompareReport", "decision_agreement", "DecisionChange",
     "floor_warnings", "sampled_selections",
 ]
 
@@ -109,27 +113,6 @@ def floor_warnings(p50s: Sequence[Tuple[str, Optional[float], Optional[float]]],
             if base is not None and new is not None and abs(new - base) < spread]
 
 
-def cache_warnings(named_runs: Sequence[Tuple[str, RunFile]]) -> List[Notice]:
-    """Return the warnings of runs a result cache answered ((name, RunFile) pairs, one name
-    per side or file): what each saw, and a difference between the sides."""
-    seen: dict = {}
-    for name, run in named_runs:
-        finding = run.cache_finding
-        if finding["detected"]:
-            seen.setdefault(name.split(" ")[0], []).append((name, finding))
-    warnings = [Notice("result_cache", f"warning: {', '.join(n for n, _ in found)}: "
-                       f"{cache_text(found[0][1])}; the figures measure cache hits, not the "
-                       f"router's work: {CACHE_ADVICE}")
-                for found in seen.values()]
-    sides = sorted({name.split(" ")[0] for name, _ in named_runs})
-    if seen and len(seen) < len(sides):
-        warnings.append(Notice(
-            "result_cache", f"warning: a result cache answered {', '.join(sorted(seen))} but "
-            f"not {', '.join(s for s in sides if s not in seen)}: the comparison measures the "
-            f"cache, not the change"))
-    return warnings
-
-
 class ComparePass(NamedTuple):
     name: str
     discarded: bool  # on either side: no figures
@@ -200,6 +183,8 @@ class CompareReport(NamedTuple):
     reasons: Tuple[str, ...] = ()  # why it failed
     # A's and B's sampled selections (sampled_selections): inputs, models; not in agreement
     sampled: Tuple[Tuple[int, Tuple[str, ...]], ...] = ()
+    # what every renderer draws (with_compare_sections): the table of passes, then the details
+    sections: Tuple[Section, ...] = ()
 
 
 def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
@@ -225,7 +210,7 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   (len(pa.attempt.windows), len(pb.attempt.windows)),
                                   *compared_parts(a, pa, b, pb), (sa.degraded, sb.degraded),
                                   (sa.degraded_signals, sb.degraded_signals)))
-    warnings = cache_warnings([("A", a), ("B", b)]) + floor_warnings(
+    warnings = cache_warnings([("A", a.cache_finding), ("B", b.cache_finding)]) + floor_warnings(
         [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
          if not p.discarded], [a, b])
     da, db = reference_decisions(a), reference_decisions(b)
@@ -233,7 +218,7 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
     texts = prompts_text or {}
     changes = tuple(DecisionChange(i, da[i], db[i], texts.get(i)) for i in agree.differ)
     failed = bool(changes) and fail_on_decision_change
-    return CompareReport(
+    return with_compare_sections(CompareReport(
         a.path, a.label, b.path, b.label, (a.corpus_sha256, b.corpus_sha256), a.corpus_count,
         tuple(passes), tuple(warnings), agree.compared, changes, len(set(da) ^ set(db)),
         tuple((tag, tuple(decision_changes(run)),
@@ -243,4 +228,91 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
         (a.config_hashes, b.config_hashes),
         (f"decisions differ in {plural(len(changes), 'input')} (sequential pass, "
          f"--fail-on-decision-change)",) if failed else (),
-        (sampled_selections(a), sampled_selections(b)))
+        (sampled_selections(a), sampled_selections(b))))
+
+
+def with_compare_sections(report: CompareReport) -> CompareReport:
+    """Return the comparison with its sections: its table of passes (figures, errors,
+    rejections, degraded answers, router CPU and the parts' times), then its details below."""
+    table = Table("", ["pass", "metric", "A", "B", "B - A", "change, + slower"],
+                  compare_rows(report), [False, False, True, True, True, True])
+    return report._replace(sections=(Section(key="passes", blocks=(table,)),
+                                     Section(key="details", blocks=tuple(compare_details(report)))))
+
+
+def compare_rows(report: CompareReport) -> List[List[str]]:
+    """Return the rows of compare's table: figures, errors, rejections and router CPU."""
+    rows = []
+    for item in report.passes:
+        if item.discarded:
+            rows.append([pass_title(item.name), "discarded", "", "", "", ""])
+            continue
+        for metric, va, vb in item.figures:
+            diff = fmt_signed(vb - va) if va is not None and vb is not None else "n/a"
+            # as rounds says it: above 1 is better, A/B for latency, B/A for req/s
+            speedup = (va / vb) ** worse_sign(metric) if va and vb else None
+            rows.append([pass_title(item.name) if metric == "p50_ms" else "",
+                         metric_label(metric), fmt_value(va), fmt_value(vb), diff,
+                         change_text(speedup)])
+        for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected),
+                                 ("degraded", item.degraded)):
+            if metric == "errors" or ea or eb:  # rejections and degraded, where there are any
+                rows.append(["", metric, str(ea), str(eb),
+                             f"{eb - ea:+d}" if eb != ea else "0", ""])
+        for name, va, vb in item.router_cpu:
+            rows.append(["", {"router_cpu_ms": "router cpu ms/req",
+                              "foreign_vcpus": "foreign vCPUs"}[name], fmt_value(va),
+                         fmt_value(vb), "n/a" if va is None or vb is None else fmt_signed(vb - va),
+                         ""])
+        rows += [["", part_title(metric) + " ms", fmt_value(va), fmt_value(vb),
+                  fmt_signed(vb - va), change_text(va / vb if va > 0 and vb > 0 else None)]
+                 for metric, va, vb in item.parts]
+    return rows
+
+
+def compare_details(report: CompareReport) -> List[str]:
+    """Return what a comparison says below its table: errors, slow phases, where the time
+    goes, warnings, and the decisions that differ."""
+    lines = []
+    for item in report.passes:
+        failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
+                  if counts[0]]
+        if failed:
+            lines.append(f"errors in {pass_title(item.name)}: {'; '.join(failed)}")
+        lines += [degraded_answers_line(f"{tag} {pass_title(item.name)}", count, signals)
+                  for tag, count, signals in zip("AB", item.degraded, item.degraded_signals)
+                  if count]
+    lines += [f"slow phase: {tag} {pass_title(item.name)} "
+              f"({'window' if len(slow) == 1 else 'windows'} "
+              f"{', '.join(str(i + 1) for i in slow)} of {count})"
+              for item in report.passes if not item.discarded
+              for tag, slow, count in zip("AB", item.slow, item.windows) if slow]
+    lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
+        tag, values, client) for item in report.passes
+        for tag, (client, values) in zip("AB", item.decompositions)]
+    lines += [warning.text for warning in report.warnings]
+    lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
+                  f"inputs agree (sequential pass)"
+              + (f"; {report.unmeasured} inputs measured on one side only"
+                 if report.unmeasured else "")]
+    lines += sampled_lines(report)
+    for change in report.changes:
+        snippet = "" if change.text is None else \
+            " " + json.dumps(change.text[:60], ensure_ascii=False)
+        lines.append(f"  #{change.id}{snippet}: {shown_decision(change.base)} -> "
+                     f"{shown_decision(change.new)}")
+    for tag, changed, repeated in report.consistency:
+        lines.append(f"{tag} consistency: {len(changed)} inputs changed decision between passes"
+                     + (" or repetitions" if repeated else "")
+                     + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
+                        f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
+    return lines
+
+
+def sampled_lines(report: CompareReport) -> List[str]:
+    """Return the selections each side's router sampled or chose by its state, apart from
+    decision agreement, which leaves them out: how many inputs, which models."""
+    return [f"{tag} sampled selections: {plural(count, 'input')} got a model the router "
+            f"sampled or chose by its state ({', '.join(models[:8])}"
+            f"{', ...' if len(models) > 8 else ''}); not counted as changed decisions"
+            for tag, (count, models) in zip("AB", report.sampled) if count]

@@ -12,10 +12,11 @@ from typing import Any, Dict, Iterable, Tuple
 
 from .constants import MAX_REASON_CHARS, MAX_SIGNALS
 from .errors import RouterLatencyError
+from .words import plural
 
 __all__ = [
-    "Degraded", "degraded_counts", "degraded_from_json", "DEGRADED_MEMBERS",
-    "DEGRADED_SIGNAL_CHARS",
+    "degraded_answers_line", "Degraded", "degraded_counts", "degraded_from_json",
+    "DEGRADED_MEMBERS", "DEGRADED_SIGNAL_CHARS",
     "degraded_summary_from_json", "degraded_text", "degraded_to_json", "unknown_answers",
     "UNKNOWN_ANSWERS_METRIC",
 ]
@@ -126,3 +127,12 @@ def degraded_text(signals: Dict[str, Dict[str, int]], limit: int = 4) -> str:
                    key=lambda item: (-item[0], item[1], item[2]))
     shown = ", ".join(f"{s} {r} {n}" for n, s, r in items[:limit])
     return shown + (f", {len(items) - limit} more" if len(items) > limit else "")
+
+
+def degraded_answers_line(where: str, count: int, signals: Dict[str, Dict[str, int]],
+                          percentiles: bool = True) -> str:
+    """Return the line of degraded answers: how many, by signal and reason, and that the
+    percentiles leave them out."""
+    return (f"degraded {where}: {plural(count, 'answer')} skipped a signal or a decision "
+            f"({degraded_text(signals)})"
+            + ("; left out of the percentiles" if percentiles else ""))

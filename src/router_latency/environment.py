@@ -164,16 +164,19 @@ class RoundOrder(NamedTuple):
 
 def order_balance(rounds: Rounds, rows: Sequence[Row]) -> RoundOrder:
     """Return which side started first in each round and the paired p50 difference by order."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = {}
     for number, sides in runs.items():
         b, n = sides[base], sides[new]
+        # -1: base started first, 1: new did, 0: together or unknown
         if b.started_unix is not None and n.started_unix is not None:
-            keys = (b.started_unix, n.started_unix)
+            order = (b.started_unix > n.started_unix) - (b.started_unix < n.started_unix)
+        elif b.started_utc and n.started_utc:  # ISO times in UTC: their text sorts as time
+            order = (b.started_utc > n.started_utc) - (b.started_utc < n.started_utc)
         else:
-            keys = (b.started_utc, n.started_utc) if b.started_utc and n.started_utc else (0, 0)
-        first[number] = None if keys[0] == keys[1] else base if keys[0] < keys[1] else new
+            order = 0
+        first[number] = None if order == 0 else base if order < 0 else new
     base_first = [r for r in used if first[r] == base]
     new_first = [r for r in used if first[r] == new]
     effects = []

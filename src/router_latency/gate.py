@@ -19,6 +19,7 @@ from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squ
                     sample_spread, t_cdf, t_ppf, t_test_p)
 from .sequential import sequential_t_criticals
 from .requests import pass_title
+from .roundset import Rounds
 
 __all__ = [
     "BEYOND_LIMIT", "check_look", "composite_text", "DETECTS_CONFIDENCE", "detectable_text",
@@ -402,13 +403,13 @@ def look_of(settings: GateSettings, rounds: int) -> Optional[Look]:
     return Look(rounds, settings.sequential_max)
 
 
-def check_look(runs: dict, settings: GateSettings) -> None:
+def check_look(rounds: Rounds, settings: GateSettings) -> None:
     """Raise when the rounds go past the sequential plan's last look: more rounds than it
     allows is a new plan, whose error rates no boundary holds."""
     last = settings.sequential_max
-    if last is not None and len(runs) > last:
+    if last is not None and len(rounds.runs) > last:
         raise RouterLatencyError(
-            f"{len(runs)} rounds, past the last look of --sequential {last}: a look beyond "
+            f"{len(rounds.runs)} rounds, past the last look of --sequential {last}: a look beyond "
             f"the plan keeps no error rate; judge them as a fixed design (without "
             f"--sequential) or plan more rounds from the start")
 

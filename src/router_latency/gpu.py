@@ -13,16 +13,19 @@ import re
 import shutil
 import statistics
 import time
-from typing import (Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union,
+from typing import (Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
                     TypedDict)
 
 from .constants import MAX_FILE_NUMBER
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
+from .words import fmt_reading, span_text
+from .report import Section, Table
 
-__all__ = ["check_telemetry", "clock_event_names", "EnergyJson", "GPU_FIELDS", "GPU_RANGED",
-           "GpuCapture", "GpuReading", "gpu_readings", "gpu_tool", "GPU_TOOLS", "known",
-           "MAX_SAMPLES", "pass_figures", "resolve_gpu", "SAMPLED_FIELDS", "sampled_tool",
-           "sampler_commands", "select_gpus", "TELEMETRY_VERSION", "TelemetryJson"]
+__all__ = ["check_telemetry", "clock_event_names", "energy_ranges_sentence", "EnergyJson",
+           "GPU_FIELDS", "GPU_RANGED", "GpuCapture", "GpuReading", "gpu_readings",
+           "gpu_state_section", "gpu_tool", "GPU_TOOLS", "known", "MAX_SAMPLES", "pass_figures",
+           "resolve_gpu", "SAMPLED_FIELDS", "sampled_section", "sampled_tool", "sampler_commands",
+           "select_gpus", "TELEMETRY_VERSION", "TelemetryJson"]
 
 
 class GpuReadingJson(TypedDict, total=False):
@@ -550,3 +553,83 @@ def resolve_gpu(choice: str) -> Optional[str]:
     if choice != "auto":
         return choice
     return next((tool.choice for tool in GPU_TOOLS if shutil.which(tool.name)), None)
+
+
+def gpu_state_section(passes: Sequence[Tuple[str, Any]]) -> Section:
+    """Return the ranges of each pass's GPU readings (before and after it, over devices), and
+    why a reading is missing, as a run summary's section; passes: (title, PassRecord) pairs."""
+    gpu = [(title, item, record) for title, item in passes
+           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
+    if not gpu:
+        return Section(key="gpu_state", apart=False)
+    rows: List[List[str]] = []
+    notes: List[str] = []
+    for title, item, record in gpu:
+        state = item.environment.gpu_state
+        rows.append([title]
+                    + [span_text(min(state[f.key]), max(state[f.key]), fmt_reading)
+                       if state.get(f.key) else "n/a" for f in GPU_RANGED]
+                    + [span_text(min(item.environment.gpu_mib, default=None),
+                                 max(item.environment.gpu_mib, default=None), fmt_reading)])
+        for moment in ("before", "after"):
+            reading = GpuReading.from_json(record.get(moment), moment) or GpuReading()
+            notes += [f"gpu {moment} {title}: {text}"
+                      for text in (reading.error, reading.note) if text]
+    tool = gpu[0][2].get("tool") or "gpu"
+    return Section(key="gpu_state", apart=False, blocks=(
+        f"gpu ({tool}), before and after each pass:",
+        Table("", ["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
+                   *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows, [False]),
+        *notes))
+
+
+def sampled_section(passes: Sequence[Tuple[str, Any]]) -> Section:
+    """Return what the router's GPUs did through each pass, sampled (telemetry.py): lowest
+    SM clock, highest temperature, mean and peak power, mean use, clock events, joules per
+    request (the energy finding); and the sampler's notes, as a run summary's section;
+    passes: (title, PassRecord) pairs."""
+    rows: List[List[str]] = []
+    notes: List[str] = []
+    tool = None
+    for title, item in passes:
+        record = item.attempt.environment.get("telemetry") or {}
+        summary = record.get("summary") or {}
+        mine = [summary[d] for d in record.get("router_gpus") or () if d in summary]
+        tool = tool or record.get("tool")
+        notes += [f"sampled {title}: {note}" for note in record.get("notes", [])]
+        if not mine:
+            continue
+
+        def values(key: str) -> List[float]:
+            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
+
+        energy = (record.get("energy") or {}).get("per_request_j")
+        rows.append([title, fmt_reading(min(values("sclk_min_mhz"), default=None)),
+                     fmt_reading(max(values("temp_max_c"), default=None)),
+                     fmt_reading(sum(values("power_mean_w")) if values("power_mean_w") else None),
+                     fmt_reading(max(values("power_peak_w"), default=None)),
+                     fmt_reading(max(values("util_mean_pct"), default=None)),
+                     "n/a" if energy is None else f"{energy:.4g}",
+                     ", ".join(sorted({r for f in mine for r in f.get("reasons", [])})) or "-"])
+    if not rows:
+        return Section(key="gpu_sampled", apart=False, blocks=tuple(notes))
+    return Section(key="gpu_sampled", apart=False, blocks=(
+        f"gpu ({tool}), sampled through each pass (the router's GPUs):",
+        Table("", ["pass", "sclk min MHz", "temp max C", "power W", "peak W", "use %",
+                   "J/request", "clock events"], rows, [False]),
+        *notes))
+
+
+def energy_ranges_sentence(shown: Sequence[Tuple[str, Tuple[float, float]]]) -> List[str]:
+    """Return each side's range over rounds of the router's GPUs' joules per routed request
+    ((side, (low, high)) pairs) and, beside the cost per million requests, the energy of a
+    million requests: the record's sentence of the energy finding; [] where no pass sampled
+    it."""
+    if not shown:
+        return []
+    # J per request -> kWh per million requests: x 1e6 / 3.6e6
+    return ["energy of the router's GPUs per routed request: "
+            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
+            + " (a million requests: " + ", ".join(
+                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
+            + ")"]

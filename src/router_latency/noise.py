@@ -28,7 +28,7 @@ from .requests import pass_title, Request
 from .roundset import Rounds
 from .gate import BEYOND_LIMIT, GateOutcome, GateSettings, Row
 
-__all__ = ["noise_findings", "noise_json", "noise_lines", "NoiseFindings", "plan_section"]
+__all__ = ["noise_findings", "noise_json", "NoiseFindings", "plan_section"]
 
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
@@ -428,9 +428,11 @@ def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outco
 def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
                  more_rounds: Optional[int], rows: Sequence[Row]) -> Section:
     """Return the plan as the report's section (JSON: plan): its headline, under an
-    inconclusive verdict, says how many more rounds would decide it."""
+    inconclusive verdict, says how many more rounds would decide it; --plan draws the noise
+    of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
     lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
     return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)},
+                   plan=() if noise is None else ("", *lines),
                    page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
                          if lines else Panel(place=20),))

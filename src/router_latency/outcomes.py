@@ -8,13 +8,13 @@ from typing import Dict, List, NamedTuple, Tuple
 from .constants import ROUTER_MAX_CONCURRENCY
 from .words import failure_text, plural, shown_decision
 from .report import Check, Lines, Panel, Section, Table
-from .degraded import degraded_text
+from .degraded import degraded_answers_line
 from .runfile import RunFile
 from .requests import count_outcomes, pass_title
 from .roundset import Rounds
 from .compare import decision_agreement, DecisionChange, sampled_selections
 
-__all__ = ["degraded_line", "degraded_signals", "outcomes_section", "pass_errors", "PassErrors",
+__all__ = ["degraded_signals", "outcomes_section", "pass_errors", "PassErrors",
            "round_agreement", "RoundAgreement", "run_outcomes", "Outcomes", "SideOutcomes"]
 
 
@@ -56,7 +56,7 @@ class PassErrors(NamedTuple):
 def pass_errors(rounds: Rounds, *, degraded: bool = False) -> List[PassErrors]:
     """Return the failed requests of each side (with degraded: the degraded answers), pass
     by pass and round by round."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new = rounds.base, rounds.new
     found: dict = {}
     for number, sides in runs.items():
@@ -65,8 +65,8 @@ def pass_errors(rounds: Rounds, *, degraded: bool = False) -> List[PassErrors]:
             if other is None or item.discarded or other.discarded:
                 continue
             found.setdefault(item.name, []).append(
-                (number, item.summary.degraded, other.summary.degraded) if degraded else
-                (number, sum(item.summary.errors.values()), sum(other.summary.errors.values())))
+                (number, item.measured.degraded, other.measured.degraded) if degraded else
+                (number, sum(item.measured.errors.values()), sum(other.measured.errors.values())))
     order = {p.name: p.order for sides in runs.values() for p in sides[base].passes}
     return [PassErrors(name, tuple(counts))
             for name, counts in sorted(found.items(), key=lambda kv: order[kv[0]])]
@@ -115,15 +115,6 @@ def degraded_signals(rounds: Rounds, side: str, pass_name: str) -> Dict[str, Dic
     return found
 
 
-def degraded_line(where: str, count: int, signals: Dict[str, Dict[str, int]],
-                  percentiles: bool = True) -> str:
-    """Return the line of degraded answers: how many, by signal and reason, and that the
-    percentiles leave them out."""
-    return (f"degraded {where}: {plural(count, 'answer')} skipped a signal or a decision "
-            f"({degraded_text(signals)})"
-            + ("; left out of the percentiles" if percentiles else ""))
-
-
 def decisions_note(found: Outcomes) -> List[str]:
     """Return the report's first line under --decisions report: decisions are reported in
     full, and only the latency rows decide the exit code."""
@@ -163,7 +154,7 @@ def format_outcomes(found: Outcomes) -> List[str]:
     rejections, the surprises, and why the router shed requests when it did."""
     lines = [f"errors r{o.round} {o.side}: {failure_text(o.errors, o.error_codes)}"
              for o in found.outcomes if o.errors]
-    lines += [degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+    lines += [degraded_answers_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
               for o in found.outcomes if o.degraded]
     lines += [f"sampled selections r{o.round} {o.side}: {plural(o.sampled, 'input')} got a "
               f"model the router sampled or chose by its state ({', '.join(o.sampled_models[:8])}"
@@ -250,7 +241,7 @@ def outcomes_panels(found: Outcomes) -> Tuple[Panel, ...]:
                     + ["n/a" if c is None else f"{c[0]}/{c[1]}" for c in counts])
     header = ["round", "judged", "decisions agree", "differ"] + [
         f"{pass_title(name)} {what} {found.base}/{found.new}" for name, what in errors]
-    degraded = tuple(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
+    degraded = tuple(degraded_answers_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals)
                      for o in found.outcomes if o.degraded)
     return (Panel(place=60, heading="Decisions and errors per round",
                   items=(Table("", header, rows, [False, False, True, False]),)),
@@ -278,8 +269,8 @@ def outcome_checks(found: Outcomes) -> List[Check]:
                             message=f"failed requests {found.base}/{found.new}: "
                             + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
                             details=""))
-    details = "\n".join(degraded_line(f"r{o.round} {o.side}", o.degraded, o.degraded_signals,
-                                      percentiles=False)
+    details = "\n".join(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
+                                              o.degraded_signals, percentiles=False)
                         for o in found.outcomes if o.degraded)
     return checks + [Check(group="errors", name=f"{pass_title(each.pass_name)} degraded",
                            outcome="failure" if any(w > b for _, b, w in each.counts)

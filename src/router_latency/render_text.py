@@ -3,30 +3,21 @@ text and Markdown alike."""
 
 from __future__ import annotations
 
-import collections
-import json
 from typing import List, NamedTuple, Optional, Sequence
 
 from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
-from .words import (change_text, failure_text, fmt_reading, fmt_signed, fmt_value, metric_label,
-                    metric_title, plural, shown_decision, span_text, worse_sign)
-from .stats import percentile
+from .words import fmt_signed, fmt_value, metric_label, metric_title, plural
 from .report import md_code, render_table, Section, Table, text_lines
-from .gpu import GPU_FIELDS, GPU_RANGED, GpuReading
-from .degraded import unknown_answers
 from .runfile import HostSettings, PassRecord, RunSettings
-from .phases import PhaseWindow, slow_phase, SlowPhase, Thresholds
+from .phases import Thresholds
 from .requests import pass_title
 from .compare import CompareReport
 from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
                    detects_text, GateSettings, missed_text, row_word)
-from .noise import noise_lines
-from .rounds import Overload, report_ladders, RoundsReport
-from .capacity import format_capacity_rounds
-from .outcomes import degraded_line
+from .rounds import Overload, RoundsReport
+from .summary import run_summary
 from .judged import pass_cell, row_change_text
-from .attribution import decomposition_text, part_title, PassBreakdown
-from .record import RecordSection, side_ranges
+from .record import RecordSection, record_sentences
 
 __all__ = [
     "compare_caveat", "compare_parts", "format_closing", "format_compare", "format_host",
@@ -81,105 +72,8 @@ def format_run_summary(passes: Sequence[PassRecord],
                           "mean_ms", "req/s", "wall_s"]
                          + (["router cpu ms/req", "foreign vCPUs"] if cpu else []),
                          rows, right=[False])
-    for item in passes:
-        if item.summary and item.summary.errors:
-            lines.append(f"errors in {pass_title(item.name)}: "
-                         f"{failure_text(item.summary.errors, item.summary.error_codes)}")
-            lines += malformed_lines(item)
-        if item.summary and item.summary.degraded:
-            lines.append(degraded_line(f"in {pass_title(item.name)}", item.summary.degraded,
-                                       item.summary.degraded_signals))
-        unknown = unknown_answers((item.attempt.environment.get("metrics") or {}).get("deltas"))
-        if unknown:
-            lines.append(f"unknown answers in {pass_title(item.name)} (the router's "
-                         f"vsr_model_runtime_unknown_answers_total): " + ", ".join(
-                             f"{reason} {count:g}" for reason, count in unknown.items()))
-        if not item.discarded:
-            phase = slow_phase(item, passes, thresholds)
-            if phase.windows:
-                lines.append(slow_phase_line(pass_title(item.name), item.attempt.windows, phase))
-        notes = (item.attempt.router_cpu.notes if item.attempt.router_cpu else ())
-        lines += [f"router cpu in {pass_title(item.name)}: {note}" for note in notes]
-    for item in passes:
-        lines += expectation_lines(item)
-    return lines + format_gpu_state(passes) + format_sampled(passes)
-
-
-def malformed_lines(item: PassRecord) -> List[str]:
-    """Return the line saying what the malformed answers of a pass had wrong, or none."""
-    reasons = collections.Counter(r.reason for r in item.requests if r.reason)
-    if not reasons:
-        return []
-    (first, count), others = reasons.most_common(1)[0], len(reasons) - 1
-    return [f"malformed answers in {pass_title(item.name)}: {first} ({count})"
-            + (f" and {plural(others, 'other reason')}" if others else "")]
-
-
-def slow_phase_line(title: str, windows: Sequence[PhaseWindow], phase: SlowPhase) -> str:
-    """Return one line naming the windows of a pass's slow phase and the evidence that made
-    it, against its median window."""
-    return (f"slow phase in {title}: {'window' if len(phase.windows) == 1 else 'windows'} "
-            f"{', '.join(str(i + 1) for i in phase.windows)} of {len(windows)} (from "
-            f"{windows[phase.windows[0]].start_s:.1f} s): {phase.evidence(windows)}")
-
-
-def format_gpu_state(passes: Sequence[PassRecord]) -> List[str]:
-    """Return the ranges of each pass's GPU readings (before and after it, over devices), and
-    why a reading is missing."""
-    gpu = [(item, record) for item in passes
-           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
-    if not gpu:
-        return []
-    rows, notes = [], []
-    for item, record in gpu:
-        state = item.environment.gpu_state
-        rows.append([pass_title(item.name)]
-                    + [span_text(min(state[f.key]), max(state[f.key]), fmt_reading)
-                       if state.get(f.key) else "n/a" for f in GPU_RANGED]
-                    + [span_text(min(item.environment.gpu_mib, default=None),
-                                 max(item.environment.gpu_mib, default=None), fmt_reading)])
-        for moment in ("before", "after"):
-            reading = GpuReading.from_json(record.get(moment), moment) or GpuReading()
-            notes += [f"gpu {moment} {pass_title(item.name)}: {text}"
-                      for text in (reading.error, reading.note) if text]
-    tool = gpu[0][1].get("tool") or "gpu"
-    return ([f"gpu ({tool}), before and after each pass:"]
-            + render_table(["pass", *(f"{f.title} {f.unit}" for f in GPU_RANGED),
-                            *(f"{f.title} {f.unit}" for f in GPU_FIELDS if f.summed)], rows,
-                           right=[False]) + notes)
-
-
-def format_sampled(passes: Sequence[PassRecord]) -> List[str]:
-    """Return what the router's GPUs did through each pass, sampled (telemetry.py): lowest
-    SM clock, highest temperature, mean and peak power, mean use, clock events, joules per
-    request; and the sampler's notes."""
-    rows, notes, tool = [], [], None
-    for item in passes:
-        record = item.attempt.environment.get("telemetry") or {}
-        summary = record.get("summary") or {}
-        mine = [summary[d] for d in record.get("router_gpus") or () if d in summary]
-        tool = tool or record.get("tool")
-        notes += [f"sampled {pass_title(item.name)}: {note}" for note in record.get("notes", [])]
-        if not mine:
-            continue
-
-        def values(key: str) -> List[float]:
-            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
-
-        energy = (record.get("energy") or {}).get("per_request_j")
-        rows.append([pass_title(item.name), fmt_reading(min(values("sclk_min_mhz"), default=None)),
-                     fmt_reading(max(values("temp_max_c"), default=None)),
-                     fmt_reading(sum(values("power_mean_w")) if values("power_mean_w") else None),
-                     fmt_reading(max(values("power_peak_w"), default=None)),
-                     fmt_reading(max(values("util_mean_pct"), default=None)),
-                     "n/a" if energy is None else f"{energy:.4g}",
-                     ", ".join(sorted({r for f in mine for r in f.get("reasons", [])})) or "-"])
-    if not rows:
-        return notes
-    return ([f"gpu ({tool}), sampled through each pass (the router's GPUs):"]
-            + render_table(["pass", "sclk min MHz", "temp max C", "power W", "peak W", "use %",
-                            "J/request", "clock events"], rows, right=[False])
-            + notes)
+    return lines + text_lines([block for section in run_summary(passes, thresholds)
+                                for block in section.blocks])
 
 
 def format_host(settings: Optional[HostSettings]) -> List[str]:
@@ -197,25 +91,6 @@ def format_host(settings: Optional[HostSettings]) -> List[str]:
         + ([f"cpufreq: {'; '.join(parts)}"] if parts else [])
 
 
-def expectation_lines(item: PassRecord) -> List[str]:
-    """Return a pass's expected rejections (how many, the router's codes, how fast) and its
-    surprises: prompts that expected only a rejection and were routed."""
-    title, lines = pass_title(item.name), []
-    rejected = [r for r in item.requests if r.outcome == "expected_rejection"]
-    if rejected:
-        codes = collections.Counter(r.code or f"HTTP {r.status}" for r in rejected)
-        latency = percentile([r.latency_ms for r in rejected if r.latency_ms is not None], 50)
-        lines.append(f"expected rejections in {title}: {len(rejected)} ("
-                     f"{', '.join(f'{c} {n}' for c, n in sorted(codes.items()))}), "
-                     f"p50 {fmt_value(latency)} ms; not in the figures above")
-    routed = [r for r in item.requests if r.outcome == "unexpected_routing"]
-    if routed:
-        listed = ", ".join(f"#{r.id} {shown_decision(r.decision)}" for r in routed[:10])
-        lines.append(f"surprise in {title}: {plural(len(routed), 'prompt')} expected a "
-                     f"rejection and got routed: {listed}{', ...' if len(routed) > 10 else ''}")
-    return lines
-
-
 def overload_note(overload: Optional[Overload]) -> List[str]:
     """Return why requests were shed with 429 OVERLOADED, when any were, naming the setting."""
     if overload is None:
@@ -229,36 +104,6 @@ def overload_note(overload: Optional[Overload]) -> List[str]:
             + (f" ({overload.timeout_s:g} s here)" if overload.timeout_s is not None else "")
             + " gave up on it: keep the concurrency at or below the setting (or raise it and "
               "restart the router) and --timeout above the router's timeout"]
-
-
-def compare_rows(report: CompareReport) -> List[List[str]]:
-    """Return the rows of compare's table: figures, errors, rejections and router CPU."""
-    rows = []
-    for item in report.passes:
-        if item.discarded:
-            rows.append([pass_title(item.name), "discarded", "", "", "", ""])
-            continue
-        for metric, va, vb in item.figures:
-            diff = fmt_signed(vb - va) if va is not None and vb is not None else "n/a"
-            # as rounds says it: above 1 is better, A/B for latency, B/A for req/s
-            speedup = (va / vb) ** worse_sign(metric) if va and vb else None
-            rows.append([pass_title(item.name) if metric == "p50_ms" else "",
-                         metric_label(metric), fmt_value(va), fmt_value(vb), diff,
-                         change_text(speedup)])
-        for metric, (ea, eb) in (("errors", item.errors), ("rejected", item.rejected),
-                                 ("degraded", item.degraded)):
-            if metric == "errors" or ea or eb:  # rejections and degraded, where there are any
-                rows.append(["", metric, str(ea), str(eb),
-                             f"{eb - ea:+d}" if eb != ea else "0", ""])
-        for name, va, vb in item.router_cpu:
-            rows.append(["", {"router_cpu_ms": "router cpu ms/req",
-                              "foreign_vcpus": "foreign vCPUs"}[name], fmt_value(va),
-                         fmt_value(vb), "n/a" if va is None or vb is None else fmt_signed(vb - va),
-                         ""])
-        rows += [["", part_title(metric) + " ms", fmt_value(va), fmt_value(vb),
-                  fmt_signed(vb - va), change_text(va / vb if va > 0 and vb > 0 else None)]
-                 for metric, va, vb in item.parts]
-    return rows
 
 
 class TabledReport(NamedTuple):
@@ -290,57 +135,10 @@ def compare_parts(report: CompareReport) -> TabledReport:
         lines.append("config (x-vsr-config-hash): " + ", ".join(
             f"{tag} {' then '.join(h[:12] for h in hashes) or 'none recorded'}"
             for tag, hashes in zip("AB", report.config_hashes)))
-    table = Table("", ["pass", "metric", "A", "B", "B - A", "change, + slower"],
-                  compare_rows(report), [False, False, True, True, True, True])
-    return TabledReport(lines, table, compare_details(report))
-
-
-def compare_details(report: CompareReport) -> List[str]:
-    """Return what a comparison says below its table: errors, slow phases, where the time
-    goes, warnings, and the decisions that differ."""
-    lines = []
-    for item in report.passes:
-        failed = [f"{tag} {failure_text(*counts)}" for tag, counts in zip("AB", item.failures)
-                  if counts[0]]
-        if failed:
-            lines.append(f"errors in {pass_title(item.name)}: {'; '.join(failed)}")
-        lines += [degraded_line(f"{tag} {pass_title(item.name)}", count, signals)
-                  for tag, count, signals in zip("AB", item.degraded, item.degraded_signals)
-                  if count]
-    lines += [f"slow phase: {tag} {pass_title(item.name)} "
-              f"({'window' if len(slow) == 1 else 'windows'} "
-              f"{', '.join(str(i + 1) for i in slow)} of {count})"
-              for item in report.passes if not item.discarded
-              for tag, slow, count in zip("AB", item.slow, item.windows) if slow]
-    lines += [f"{pass_title(item.name)}, where the time goes: " + decomposition_text(
-        tag, values, client) for item in report.passes
-        for tag, (client, values) in zip("AB", item.decompositions)]
-    lines += [warning.text for warning in report.warnings]
-    lines += ["", f"decisions: {report.compared - len(report.changes)}/{report.compared} "
-                  f"inputs agree (sequential pass)"
-              + (f"; {report.unmeasured} inputs measured on one side only"
-                 if report.unmeasured else "")]
-    lines += sampled_lines(report)
-    for change in report.changes:
-        snippet = "" if change.text is None else \
-            " " + json.dumps(change.text[:60], ensure_ascii=False)
-        lines.append(f"  #{change.id}{snippet}: {shown_decision(change.base)} -> "
-                     f"{shown_decision(change.new)}")
-    for tag, changed, repeated in report.consistency:
-        lines.append(f"{tag} consistency: {len(changed)} inputs changed decision between passes"
-                     + (" or repetitions" if repeated else "")
-                     + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
-                        f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    return lines
-
-
-def sampled_lines(report: CompareReport) -> List[str]:
-    """Return the selections each side's router sampled or chose by its state, apart from
-    decision agreement, which leaves them out: how many inputs, which models."""
-    return [f"{tag} sampled selections: {plural(count, 'input')} got a model the router "
-            f"sampled or chose by its state ({', '.join(models[:8])}"
-            f"{', ...' if len(models) > 8 else ''}); not counted as changed decisions"
-            for tag, (count, models) in zip("AB", report.sampled) if count]
+    # its sections: the table of passes, then the details below it
+    blocks = [block for section in report.sections for block in section.blocks]
+    table = next((block for block in blocks if isinstance(block, Table)), None)
+    return TabledReport(lines, table, [block for block in blocks if isinstance(block, str)])
 
 
 def compare_verdict_line(report: CompareReport) -> str:
@@ -520,9 +318,7 @@ def format_plan(report: RoundsReport) -> List[str]:
         lines += ["", f"the {plural(report.test.rows, 'gated row')} (*) are worth "
                       f"{report.test.effective_rows:.1f} independent ones: rows of a round "
                       f"move together"]
-    if report.noise is not None:
-        lines += [""] + noise_lines(report.noise, report.rows, settings)
-    return lines
+    return lines + text_lines([block for section in report.sections for block in section.plan])
 
 
 def format_record(sections: Sequence[RecordSection]) -> List[str]:
@@ -553,120 +349,3 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
                                   rows, markdown=True, right=[False, False]) + [""]
         lines += [f"- {sentence}" for sentence in record_sentences(section)] + [""]
     return lines
-
-
-def record_sentences(section: RecordSection) -> List[str]:
-    """Return the record's sentences of one section: per-round ranges, decisions, failures,
-    restarts and faults, GPU memory, load, foreign CPU and router CPU."""
-    report = section.report
-    ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
-    return (range_sentences(report, ranges) + [agreement_sentence(report),
-                                               failed_sentence(report), faults_sentence(report)]
-            + surroundings_sentences(report, ranges) + [cache_sentence(section)]
-            + format_capacity_rounds(report_ladders(report)) + [
-                most_changed_sentence(b) for b in report.breakdowns
-                if any(r.metric.endswith(":mean") for r in b.rows)])
-
-
-def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
-    """Return one side's range over the rounds of a figure (of side_ranges() per side), or
-    'not captured'."""
-    low, high = ranges[side].get(key, (None, None))
-    return "not captured" if low is None else \
-        f"{side} {span_text(low, high)}{unit}".replace("-", "–")
-
-
-def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
-    """Return, per pass, the range over rounds of each side's p50 and p95."""
-    names = [r.pass_name for r in report.rows if r.metric == "p50_ms"]
-    return [f"{pass_title(name)} {metric_title(metric)} per round: "
-            f"{side_span(ranges, report.base, f'{name}:{metric}', ' ms')}, "
-            f"{side_span(ranges, report.new, f'{name}:{metric}', ' ms')}"
-            for name in names for metric in ("p50_ms", "p95_ms")]
-
-
-def agreement_sentence(report: RoundsReport) -> str:
-    """Return how the two sides' decisions agreed over the used rounds."""
-    used = [a for a in report.agreement if a.used]
-    agreed = [a for a in used if a.agree == a.total]
-    totals = sorted({a.total for a in used})
-    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-            if used and len(agreed) == len(used) and len(totals) == 1 else
-            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
-
-
-def failed_sentence(report: RoundsReport) -> str:
-    """Return each side's failed requests over the used rounds."""
-    failed = {side: sum(b if side == report.base else w for e in report.errors
-                        for n, b, w in e.counts if n in report.used)
-              for side in (report.base, report.new)}
-    degraded = {side: sum(b if side == report.base else w for e in report.degraded
-                          for n, b, w in e.counts if n in report.used)
-                for side in (report.base, report.new)}
-    return ("failed requests: none" if not any(failed.values()) else
-            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
-        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
-        if any(degraded.values()) else "")
-
-
-def faults_sentence(report: RoundsReport) -> str:
-    """Return the rounds and sides whose router restarted or whose device faulted."""
-    faults = [row for row in report.environment if row.faults]
-    if faults:
-        return "restarts and device faults: " + ", ".join(
-            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
-    read = sum(row.faults is not None for row in report.environment)
-    if not read:  # no run read the restart and fault series: nothing is known of them
-        return "restarts and device faults: not captured"
-    return "restarts and device faults: none" + (
-        "" if read == len(report.environment) else
-        f" in the {read} of {len(report.environment)} runs that captured them")
-
-
-def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
-    """Return each side's range of GPU memory, load, foreign CPU and router CPU."""
-    sentences = []
-    for key, title, unit in (("gpu_mib", "GPU memory", " MiB"), ("load", "load (1-minute)", ""),
-                             ("foreign_vcpus", "other processes on the router's CPUs", " vCPUs"),
-                             ("router_cpu_ms", "router CPU time per request", " ms")):
-        shown = [side_span(ranges, side, key, unit) for side in (report.base, report.new)]
-        shown = [s for s in shown if s != "not captured"]
-        sentences.append(f"{title}: {', '.join(shown) if shown else 'not captured'}")
-    return sentences + energy_sentence(report, ranges)
-
-
-def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
-    """Return each side's range of the router's GPUs' joules per routed request and, beside
-    the cost per million requests, the energy of a million requests; [] where no pass
-    sampled it."""
-    shown = [(side, ranges[side].get("j_per_request")) for side in (report.base, report.new)]
-    shown = [(side, found) for side, found in shown if found]
-    if not shown:
-        return []
-    # J per request -> kWh per million requests: x 1e6 / 3.6e6
-    return ["energy of the router's GPUs per routed request: "
-            + ", ".join(f"{side} {span_text(low, high)} J" for side, (low, high) in shown)
-            + " (a million requests: " + ", ".join(
-                f"{side} {span_text(low / 3.6, high / 3.6)} kWh" for side, (low, high) in shown)
-            + ")"]
-
-
-def cache_sentence(section: RecordSection) -> str:
-    """Return the rounds and sides a result cache answered, or that none did."""
-    cached = [f"{side} r{n}" for n, sides in sorted(section.runs.items())
-              for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-    return ("result caches: none detected (by timing, and by the router's metrics "
-            "where they were scraped)" if not cached else
-            f"**a result cache answered {', '.join(cached)}**: those figures measure "
-            f"cache hits, not the router's work")
-
-
-def most_changed_sentence(breakdown: PassBreakdown) -> str:
-    """Return which part of a pass's time changed most, on means (which add up)."""
-    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
-              key=lambda r: abs(r.diff.mean))
-    name = part_title(row.metric).rsplit(" ", 1)[0]
-    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
-            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]")

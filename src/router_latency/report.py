@@ -244,3 +244,4 @@ class Section(NamedTuple):
     beside_table: bool = False  # text: right below the gated table, not in order
     on_request: bool = False  # drawn only when asked (--per-round)
     page: Tuple[Panel, ...] = ()  # what the report page draws of it
+    plan: Tuple[Block, ...] = ()  # --plan: drawn below its table (a blank line first), in order

@@ -8,17 +8,18 @@ import re
 import signal
 import statistics
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import cast, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from .constants import EXIT_GATE, EXIT_OK, EXIT_SIGNAL, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS
 from .errors import Notice, RouterLatencyError
 from .words import plural
 from .stats import OrderEffect, percentiles
+from .cache import cache_section, cache_warnings
 from .degraded import degraded_text
-from .runfile import RunFile
+from .runfile import PassRecord, RunFile
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
-from .compare import cache_warnings, floor_warnings
+from .compare import floor_warnings
 from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
@@ -191,7 +192,7 @@ def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
     return run.started_unix, max(ends, default=None)
 
 
-def check_measured_once(runs: dict) -> None:
+def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     """Raise unless every round was measured once, one side at a time: no two files hold
     the same measurements (a copied round narrows the interval on data measured once), and
     no run started before the run before it ended (the rounds were not interleaved)."""
@@ -275,7 +276,7 @@ def time_windows(requests: Sequence[Request],
 
 def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
     """Return the latency distribution and latency over time of every measured pass."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     views = []
     for number, sides in runs.items():
@@ -286,7 +287,8 @@ def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
                 ok = [r for r in item.requests if r.routed and r.latency_ms is not None]
                 if item.discarded or not ok:
                     continue
-                quantiles = percentiles([r.latency_ms for r in ok], range(101))
+                quantiles = percentiles([r.latency_ms for r in ok if r.latency_ms is not None],
+                                        range(101))
                 views.append(PassLatencies(pass_name=item.name, round=number, side=side,
                                            used=number in used, quantiles=tuple(quantiles),
                                            windows=tuple(time_windows(ok))))
@@ -450,20 +452,24 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
 
 def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
     first = runs[used[0]][base]
     names = [p.name for p in sorted(first.passes, key=lambda p: p.order)
              if all(runs[r][s].pass_named(p.name) for r in used for s in (base, new))]
+
+    def named(number: int, side: str, name: str) -> PassRecord:
+        # names holds only the passes every used round measured on both sides
+        return cast(PassRecord, runs[number][side].pass_named(name))
+
     rows = []
     for name in names:
         for metric in ROW_METRICS:
-            base_values = [getattr(runs[r][base].pass_named(name).summary, metric) for r in used]
-            new_values = [getattr(runs[r][new].pass_named(name).summary, metric) for r in used]
+            base_values = [getattr(named(r, base, name).summary, metric) for r in used]
+            new_values = [getattr(named(r, new, name).summary, metric) for r in used]
             rows.append(row_of(name, metric, base_values, new_values, settings))
         # the router's GPUs' joules per request (telemetry), where every used round has them
-        energy = [[runs[r][s].pass_named(name).environment.energy_j for r in used]
-                  for s in (base, new)]
+        energy = [[named(r, s, name).environment.energy_j for r in used] for s in (base, new)]
         if all(v for side in energy for v in side):
             rows.append(row_of(name, "j_per_request", energy[0], energy[1], settings))
     return rows + ladder_rows(rounds, settings)
@@ -520,7 +526,7 @@ def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
             f"gating on")
     notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
-    check_look(runs, settings)
+    check_look(rounds, settings)
     return notes
 
 
@@ -549,7 +555,8 @@ def insecure_files(rounds: Rounds) -> Tuple[str, ...]:
                          for run in sides.values() if run.insecure}))
 
 
-def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateSettings(), *,
+def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
+                 settings: GateSettings = GateSettings(), *,
                  prompts_text: Optional[dict] = None) -> RoundsReport:
     """Return the rounds report: input checks, rows with their one estimator and power, the
     gate's family-wise test and outcome, decisions and errors of every pass, order and
@@ -589,7 +596,8 @@ def judge_rounds(runs: dict, base: str, new: str, settings: GateSettings = GateS
         used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
         agreement=agreement, errors=tuple(errors),
         degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
-        warnings=tuple(cache_warnings([(f"{side} r{n}", run) for n in sorted(runs)
+        warnings=tuple(cache_warnings([(f"{side} r{n}", run.cache_finding)
+                                       for n in sorted(runs)
                                        for side, run in sorted(runs[n].items())])
                        + rounds_warnings(rounds, rows, outcome, effect, settings)),
         notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
@@ -613,7 +621,9 @@ def with_sections(report: RoundsReport) -> RoundsReport:
     found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
     return report._replace(sections=(
         capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
-        Section(key="warnings", apart=False, notices=report.warnings,
+        cache_section([w for w in report.warnings if w.kind == "result_cache"]),
+        Section(key="warnings", apart=False,
+                notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
                 json={"warnings": [w.text for w in report.warnings]},
                 page=(Panel(place=BANNER, items=(Lines(tuple(
                     w.text for w in report.warnings if w.kind == "result_cache")),)),

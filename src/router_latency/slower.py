@@ -94,11 +94,13 @@ def input_slowdowns(rounds: Rounds, tolerance_pct: float,
     the mean log ratio of its inputs. None without a sequential pass on both sides of every
     used round.
     """
-    runs: dict = rounds.runs  # {round: {side: RunFile}}, read as it always was
+    runs = rounds.runs
     base, new, used = rounds.base, rounds.new, rounds.used
-    pairs = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
+    found = [(runs[n][base].pass_named("sequential"), runs[n][new].pass_named("sequential"))
              for n in used]
-    if not used or any(b is None or w is None or b.discarded or w.discarded for b, w in pairs):
+    pairs = [(b, w) for b, w in found
+             if b is not None and w is not None and not b.discarded and not w.discarded]
+    if not used or len(pairs) < len(found):  # a used round without both sequential passes
         return None
     tolerance, texts = math.log1p(tolerance_pct / 100), prompts_text or {}
     logs: dict = {}  # prompt id -> {round: ln(new/base)}
