@@ -269,7 +269,7 @@ def test_a_gpu_tool_is_one_entry_of_the_table_of_tools(simulator, fake_tools, tm
             GPU_FIELDS)} | {"temp_sensor": "gpu"}}, "xpu-smi")
 
     tools = (GpuTool("xpu", ("xpu-smi", "dump"), parse_xpu), *GPU_TOOLS)
-    for module in ("gpu", "cli"):  # the table, and the parser's choices read from it
+    for module in ("gpu", "command_run"):  # the table, and the parser's choices read from it
         monkeypatch.setattr(f"router_latency.{module}.GPU_TOOLS", tools)
     fake_tools("xpu-smi", "anything\n")
     assert "{auto,xpu,rocm,amd,nvidia,none}" in cli("run", "--help").out
