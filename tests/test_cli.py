@@ -29,7 +29,7 @@ from router_latency.runfile import dump_run, load_run
 from router_latency.rounds import start_order
 from router_latency.command_demo import demo_next_steps
 from router_latency.cli import main
-from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
+from conftest import (BAD_FILES, POLL_ENV, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
                       final_answer, hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
@@ -568,7 +568,7 @@ def with_foreground_new_side(command, tmp_path, delay=0.5):
     return command
 
 
-DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **POLL_ENV}
 
 
 def nothing_listens(url_file):
