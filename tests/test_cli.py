@@ -871,6 +871,9 @@ def test_a_signal_while_the_stop_flag_is_held_ends_the_command(tmp_path, simulat
 
 # A stand-in for router_latency.py (--tool) whose measuring `run` ignores SIGINT and SIGTERM
 # (a tool that hangs, whatever the reason) until it is killed; every other call is the tool's.
+# The stand-ins import the tool from conftest's compiled copy (router_latency.pyc alone in its
+# folder, imported as the module): the script calls them a dozen times a test, and the module
+# imported from the repository's top folder compiles its lines again in each.
 DEAF_RUN_TOOL = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
@@ -890,7 +893,7 @@ sys.exit(rl.main(argv))
 def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_wait):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
-    tool.write_text(DEAF_RUN_TOOL.format(root=str(ROOT)))
+    tool.write_text(DEAF_RUN_TOOL.format(root=str(TOOL_PYC.parent)))
     marker = tmp_path / "deaf"
     command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
     # the router's stop command returns once the router has ended (or is a zombie: this
@@ -951,7 +954,7 @@ sys.exit(code)
 def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
-    tool.write_text(SCRIPTED_TOOL.format(root=str(ROOT)))
+    tool.write_text(SCRIPTED_TOOL.format(root=str(TOOL_PYC.parent)))
     command = driver_args(tmp_path, corpus, "--until-decided", "--min-rounds", "3",
                           "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
                           "--strict", "--max-mde", "12", "--format", "json")
