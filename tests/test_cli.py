@@ -645,6 +645,30 @@ def test_driver_checks_everything_before_a_router_starts(tmp_path, change, messa
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("poll_ms", ["20", "1000"])
+def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, poll_ms):
+    # RUN_ROUNDS_POLL_MS changes how often the script looks, not how long it waits: a router
+    # that never writes its URL file is given up on after --wait-ready seconds, not after
+    # that many looks of 100 ms
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = "sleep 30"  # runs, and writes no URL
+    command[command.index("--wait-ready") + 1] = "1"
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                            env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": poll_ms})
+    assert time.monotonic() - started >= 1  # the whole second of --wait-ready
+    assert result.returncode == 2
+    assert f"run_rounds.sh: error: no URL in {tmp_path / 'cpu.url'} after 1 s\n" \
+        in result.stderr, result.stderr
+    for wrong in ("0", "1001", "0.1", "x"):
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                 env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": wrong})
+        assert (refused.returncode, refused.stderr) == (2, (
+            f"run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '{wrong}'\n"))
+
+
+@pytest.mark.process
 def test_driver_stops_when_a_start_command_fails(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     command = driver_args(tmp_path, corpus)
