@@ -29,6 +29,9 @@
 # with an error, before or during the run, stops the script.
 #
 # The tool it runs: python3 (or $PYTHON) and the router_latency.py beside rounds/, or --tool.
+# It looks at the started router, the run and a stopping side every 100 ms;
+# RUN_ROUNDS_POLL_MS (a whole number of milliseconds, 1 to 1000) sets another interval
+# (the tests poll every 20 ms; a --wait-ready for the URL file stays that many seconds).
 # `pip install` puts the script into the bin/ folder of the router-latency command, as
 # run_rounds.sh, and it then runs that command.
 #
@@ -74,6 +77,11 @@ trap '' PIPE
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
+poll_ms=${RUN_ROUNDS_POLL_MS:-100}
+[[ "$poll_ms" =~ ^[1-9][0-9]*$ ]] && [ "$poll_ms" -le 1000 ] \
+  || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
+       exit 2; }
+printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # sleep's seconds: 0.100
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
 [ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
@@ -523,7 +531,7 @@ stop_side() {
     kill -TERM -- "-$start_pid" 2>/dev/null || true
     # by the clock: on a loaded machine each look through /proc takes a while
     deadline=$((SECONDS + stop_wait))
-    while session_alive "$start_pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    while session_alive "$start_pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep "$poll"; done
     if session_alive "$start_pid"; then
       say "warning: ${name[$role]} still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL -- "-$start_pid" 2>/dev/null || true
@@ -539,7 +547,7 @@ finish() {
   if [ -n "$measuring" ] && [ -n "${run_pid:-}" ]; then
     kill -TERM "$run_pid" 2>/dev/null || true  # it saves what it measured
     local deadline=$((SECONDS + stop_wait))
-    while kill -0 "$run_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+    while kill -0 "$run_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep "$poll"; done
     if kill -0 "$run_pid" 2>/dev/null; then
       say "warning: the run still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL "$run_pid" 2>/dev/null || true
@@ -664,14 +672,14 @@ measure_side() {
   next_gone_check=0
   target=${url[$role]}
   if [ -n "${url_file[$role]}" ]; then
-    for ((i = 0; i < wait_ready * 10; i++)); do
+    for ((i = 0; i < wait_ready * 1000 / poll_ms; i++)); do
       [ -s "${url_file[$role]}" ] && break
       check_start
       [ -z "$start_why" ] || die "start command of $side $start_why (round $r)"
       check_gone
       [ -z "$gone_why" ] || die "$side's router ended before it wrote ${url_file[$role]}: $(
         )$gone_why (round $r)"
-      sleep 0.1
+      sleep "$poll"
     done
     [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
     target=$(head -n 1 -- "${url_file[$role]}")
@@ -706,7 +714,7 @@ measure_side() {
       kill -TERM "$run_pid" 2>/dev/null || true
       break
     fi
-    sleep 0.1
+    sleep "$poll"
   done
   wait "$run_pid" || code=$?
   if [ -n "$ended" ]; then

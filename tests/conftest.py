@@ -6,6 +6,7 @@ test writes byte by byte."""
 import atexit
 import json
 import math
+import os
 import py_compile
 import shutil
 import signal
@@ -48,6 +49,13 @@ def compiled_tool():
 
 
 TOOL_PYC = compiled_tool()
+
+# run_rounds.sh looks at a started router, a run and a stopping side every 100 ms: a tenth of a
+# second lost at each of some thirty waits of a three-round run, most of a test's wall time on a
+# quiet machine. The tests' drivers look every 20 ms (processes started without an env of their
+# own inherit it; the tests' env dicts name POLL_ENV)
+POLL_ENV = {"RUN_ROUNDS_POLL_MS": "20"}
+os.environ.update(POLL_ENV)
 
 # A shell without job control starts a background job (`pytest &`, a CI step's `cmd &`) with
 # SIGINT ignored, and every process it starts inherits that: a tool process interrupted by a

@@ -29,7 +29,7 @@ from router_latency.runfile import dump_run, load_run
 from router_latency.rounds import start_order
 from router_latency.command_demo import demo_next_steps
 from router_latency.cli import main
-from conftest import (BAD_FILES, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
+from conftest import (BAD_FILES, POLL_ENV, ROOT, TOOL, TOOL_PYC, assert_one_line_error, bad_file,
                       final_answer, hold_a_slot, make_run, three_rounds, two_runs, write_corpus)
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
@@ -568,7 +568,7 @@ def with_foreground_new_side(command, tmp_path, delay=0.5):
     return command
 
 
-DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **POLL_ENV}
 
 
 def nothing_listens(url_file):
@@ -642,6 +642,30 @@ def test_driver_checks_everything_before_a_router_starts(tmp_path, change, messa
     assert result.stderr.startswith(f"run_rounds.sh: error: {message}"), result.stderr
     assert result.stderr.count("\n") == 1
     assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("poll_ms", ["20", "1000"])
+def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, poll_ms):
+    # RUN_ROUNDS_POLL_MS changes how often the script looks, not how long it waits: a router
+    # that never writes its URL file is given up on after --wait-ready seconds, not after
+    # that many looks of 100 ms
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--base-start") + 1] = "sleep 30"  # runs, and writes no URL
+    command[command.index("--wait-ready") + 1] = "1"
+    started = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                            env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": poll_ms})
+    assert time.monotonic() - started >= 1  # the whole second of --wait-ready
+    assert result.returncode == 2
+    assert f"run_rounds.sh: error: no URL in {tmp_path / 'cpu.url'} after 1 s\n" \
+        in result.stderr, result.stderr
+    for wrong in ("0", "1001", "0.1", "x"):
+        refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                 env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": wrong})
+        assert (refused.returncode, refused.stderr) == (2, (
+            f"run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '{wrong}'\n"))
 
 
 @pytest.mark.process
@@ -871,6 +895,9 @@ def test_a_signal_while_the_stop_flag_is_held_ends_the_command(tmp_path, simulat
 
 # A stand-in for router_latency.py (--tool) whose measuring `run` ignores SIGINT and SIGTERM
 # (a tool that hangs, whatever the reason) until it is killed; every other call is the tool's.
+# The stand-ins import the tool from conftest's compiled copy (router_latency.pyc alone in its
+# folder, imported as the module): the script calls them a dozen times a test, and the module
+# imported from the repository's top folder compiles its lines again in each.
 DEAF_RUN_TOOL = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
@@ -890,7 +917,7 @@ sys.exit(rl.main(argv))
 def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_wait):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
-    tool.write_text(DEAF_RUN_TOOL.format(root=str(ROOT)))
+    tool.write_text(DEAF_RUN_TOOL.format(root=str(TOOL_PYC.parent)))
     marker = tmp_path / "deaf"
     command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
     # the router's stop command returns once the router has ended (or is a zombie: this
@@ -951,7 +978,7 @@ sys.exit(code)
 def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
-    tool.write_text(SCRIPTED_TOOL.format(root=str(ROOT)))
+    tool.write_text(SCRIPTED_TOOL.format(root=str(TOOL_PYC.parent)))
     command = driver_args(tmp_path, corpus, "--until-decided", "--min-rounds", "3",
                           "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
                           "--strict", "--max-mde", "12", "--format", "json")
@@ -1272,6 +1299,12 @@ def test_readme_workflow_leaves_one_report(tmp_path):
     # 4 shows the same lines at round 5 (the tenth round ended the plan alike), in half the
     # time; the looks, the one report and the files are the same whatever the number
     step, count = re.subn(r"--max-rounds 10 ", "--max-rounds 5 ", step)
+    assert count == 1
+    # the tool byte-compiled once (conftest): the script runs it some twenty times, and the
+    # file beside rounds/ compiles its lines again in each (how a user starts the one file,
+    # and the script finding it there, have tests of their own)
+    step, count = re.subn(r"run_rounds\.sh ", f"run_rounds.sh --tool {shlex.quote(str(TOOL_PYC))} ",
+                          step)
     assert count == 1
     env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],

@@ -17,7 +17,7 @@ import pytest
 
 import router_latency
 from router_latency.constants import __version__
-from conftest import ROOT, TOOL_PYC
+from conftest import POLL_ENV, ROOT, TOOL_PYC
 
 # what a test imports -> the distribution that provides it; pytest-xdist and mypy are started
 # by name (addopts' -n, `python -m mypy`), not imported
@@ -131,7 +131,7 @@ def round_script(folder, tmp_path, *extra):
          "--corpus", str(tmp_path / "missing.json"),
          "--base", "cpu", "--base-start", "true", "--base-url", "http://127.0.0.1:9",
          "--new", "gpu", "--new-start", "true", "--new-url", "http://127.0.0.1:9", *extra],
-        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **POLL_ENV})
 
 
 @pytest.mark.process

@@ -424,7 +424,7 @@ def test_a_signal_while_a_report_is_written_leaves_no_temporary_file(
         data.parent.mkdir(parents=True)
         data.write_text('{"query": "' + "q" * 300 + '"}')
         argv = ["corpus", "--repo", str(folder), "--out", str(tmp_path / "out.json")]
-    script = SIGNAL_WHILE_WRITING.format(root=str(TOOL.parent), signal=signame,
+    script = SIGNAL_WHILE_WRITING.format(root=str(TOOL_PYC.parent), signal=signame,
                                          renderer=renderer, argv=argv)
     # what the child inherits: a signal ignored or blocked here is ignored or blocked there
     inherited = (signal.getsignal(getattr(signal, signame)),
@@ -946,7 +946,7 @@ def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
              "    threading.Thread(target=joined).start()\n"
              "    return 3\n"
              "rl.main = main\n"
-             "rl.console_main()\n") % str(TOOL.parent)
+             "rl.console_main()\n") % str(TOOL_PYC.parent)
     process = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "returned\n"
@@ -1045,7 +1045,7 @@ def test_a_socket_is_refused_as_an_output(tmp_path, cli):
 def test_html_to_dev_fd_1_reaches_the_pipe(tmp_path):
     three_rounds(tmp_path)
     done = subprocess.run(
-        [sys.executable, str(TOOL), "rounds", "--dir", str(tmp_path), "--base", "cpu", "--new",
+        [sys.executable, str(TOOL_PYC), "rounds", "--dir", str(tmp_path), "--base", "cpu", "--new",
          "gpu", "--html", "/dev/fd/1", "--format", "json"],
         capture_output=True, timeout=60, check=False)
     assert done.returncode == 3, done.stderr

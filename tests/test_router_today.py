@@ -22,7 +22,7 @@ from router_latency.versions import (ready_words, runtime_name_warning, sampled_
 from router_latency.client import parse_endpoint
 from router_latency.meaning import classify, marked_sampled
 from router_latency.constants import DEFAULT_DECISION_PATHS
-from conftest import write_corpus
+from conftest import POLL_ENV, write_corpus
 from router_double import RouterDouble
 
 PROMPTS = [f"prompt number {i}" for i in range(12)]
@@ -350,7 +350,7 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
                str(tmp_path / "gpu.url"), "--tolerance", "1000", "--gate", "sequential:p50",
                "--", "--concurrency", "1", "--warmup", "0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+                            env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **POLL_ENV})
     assert result.returncode == 0, result.stderr
     for path in sorted((tmp_path / "results").glob("r*.json")):
         document = json.loads(path.read_text())
