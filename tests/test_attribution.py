@@ -10,8 +10,7 @@ vsr_model_runtime_request_duration_seconds{deployment,surface} and
 vsr_model_runtime_server_seconds{deployment,surface,phase} with their buckets
 (pkg/modelservice's metrics). No stored exposition scraped from a running router was found in its
 source, tests or docs, so the text was produced by the same client library the router links,
-observing 40 calls (before) and 60 more (after).
-"""
+observing 40 calls (before) and 60 more (after)."""
 
 import json
 import re
@@ -20,25 +19,25 @@ import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import html5lib
-
 import pytest
-
-from router_latency.constants import DEFAULT_DECISION_PATHS, DEFAULT_HISTOGRAMS, MAX_SIGNALS
-from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile
-from router_latency.requests import pass_summary, Request
-from router_latency.client import parse_endpoint
-from router_latency.meaning import classify, decision_reading, HeldAnswer, SignalTable, top_members
-from router_latency.prometheus import Histogram, histogram_deltas, parse_prometheus
-from router_latency.answers import AnswerBook
-from router_latency.passloop import encode_prompts, PassLoop, PassPlan, Target
-from router_latency.attribution import (decomposition_text, part_values, pass_attribution,
-                                        router_parts)
-from router_latency.rounds import start_order
-from router_latency.simulator import SignalModel
-from router_latency.command_rounds import gate_list
 from hypothesis import given, strategies as st
 
-from conftest import SETTINGS, final_answer, write_corpus
+from router_latency.constants import (CACHE_SERIES, DEFAULT_DECISION_PATHS, DEFAULT_HISTOGRAMS,
+                                      MAX_SIGNALS)
+from router_latency.prometheus import Histogram, histogram_deltas, parse_prometheus
+from router_latency.requests import pass_summary, Request
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile
+from router_latency.client import parse_endpoint
+from router_latency.meaning import classify, decision_reading, HeldAnswer, SignalTable, top_members
+from router_latency.answers import AnswerBook
+from router_latency.passloop import encode_prompts, PassLoop, PassPlan, Target
+from router_latency.simulator import SignalModel
+from router_latency.attribution import (decomposition_text, HISTOGRAM_PARTS, part_values,
+                                        pass_attribution, router_parts)
+from router_latency.rounds import start_order
+from router_latency.command_rounds import gate_list
+from conftest import final_answer, SETTINGS, write_corpus
+
 
 DATA = Path(__file__).parent / "data"
 
@@ -642,6 +641,8 @@ NUMBER_TEXTS = ["0", "0.0", "0.000", "3", "2.11", "5.071", "0.9", "0.87654321193
                 "3.123456789", "0.00005", "0.000049", "12.34565", "99999999999.9999",
                 "99999999999", "100000000000", "123456789012.5", "-1.5", "-0", "1e-07", "2E3",
                 "1" + "0" * 400 + ".5", "3.", "03", "+1", "", ".5", "1.2.3", "--1"]
+
+
 SIGNAL_NAMES = ["keyword", "domain", "pii", "jailbreak", "kb", "fact_check", "p2ii"]
 
 
@@ -710,3 +711,12 @@ def test_an_answer_that_carries_no_times_records_none_not_the_answer_before_it(
     assert found == {0: (None, {"domain": 3.5, "pii": 5}), 1: ("http_5xx", {}),
                      2: (None, {"pii": 2}), 3: ("no_decision", {}),
                      4: (None, {"domain": 3.5, "pii": 5}), 5: ("http_4xx", {})}
+
+
+def test_both_runtime_names_are_read():
+    for name in ("vllm_srun_result_cache_total", "vllm_sr_runtime_result_cache_total",
+                 "vsr_model_runtime_result_cache_total"):
+        assert CACHE_SERIES.match(name)
+    assert {"vllm_srun_queue_duration_seconds",
+            "vllm_sr_runtime_queue_duration_seconds"} <= set(DEFAULT_HISTOGRAMS)
+    assert HISTOGRAM_PARTS["vllm_sr_runtime_queue_duration_seconds"] == "runtime_queue"

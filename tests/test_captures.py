@@ -11,147 +11,17 @@ from pathlib import Path
 import pytest
 
 from router_latency.constants import PREVIEW_PATH
-from router_latency.errors import RouterLatencyError
 from router_latency.corpus import load_corpus
-from router_latency.gpu import (GPU_FIELDS, gpu_reading_of, GPU_TOOLS, GpuReading, GpuTool,
-                                parse_amd_smi, parse_nvidia_smi, parse_rocm_smi, resolve_gpu,
-                                select_gpus)
+from router_latency.gpu import (GPU_FIELDS, gpu_reading_of, GPU_TOOLS, GpuTool, parse_rocm_smi,
+                                resolve_gpu)
+from router_latency.prometheus import metric_deltas, parse_prometheus
 from router_latency.runfile import CpuSettings, load_run
 from router_latency.client import parse_endpoint
+from router_latency.host import cpufreq_settings, host_settings, host_warnings
 from router_latency.captures import CaptureSettings, DEFAULT_METRIC_PATTERN
-from router_latency.host import (container_cgroup, cpu_busy_seconds, cpufreq_settings,
-                                 format_cpu_list, host_settings, host_warnings, LoadSampler,
-                                 parse_cpu_list, process_tree_cpu_seconds)
-from router_latency.prometheus import metric_deltas, parse_prometheus
-from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
 from router_latency.passloop import Target
-from conftest import write_corpus
-
-# Real output of the GPU tools, as excerpts: whole keys, devices or columns left out, no value
-# changed. rocm-smi prints one line of JSON, every value a string; a warning (wording from
-# rocm_smi.py) may stand before it.
-ROCM_WARNING = ("WARNING: AMD GPU device(s) is/are in a low-power state. Check power "
-                "control/runtime_status\n\n")
-# Radeon RX 7900 XTX, `rocm-smi --showtemp --showuse --showpower --showmeminfo vram --json`,
-# pasted whole in github.com/henrygd/beszel/issues/414
-ROCM_RX7900XTX = (
-    '{"card0": {"Temperature (Sensor edge) (C)": "49.0", "Temperature (Sensor junction) (C)": '
-    '"49.0", "Temperature (Sensor memory) (C)": "62.0", "Average Graphics Package Power (W)": '
-    '"19.0", "GPU use (%)": "0", "VRAM Total Memory (B)": "25753026560", "VRAM Total Used '
-    'Memory (B)": "794341376"}}\n')
-# MI250, `rocm-smi -a --json` under ROCm 6: excerpt of the mock in github.com/wandb/wandb
-# core/pkg/monitor/gpu_amd_test.go (PR 8493); the cap 'Max Graphics Package Power' is not power
-ROCM_MI250 = (
-    '{"card0": {"Temperature (Sensor edge) (C)": "43.0", "Temperature (Sensor junction) (C)": '
-    '"44.0", "Temperature (Sensor memory) (C)": "53.0", "fclk clock speed:": "(400Mhz)", '
-    '"mclk clock speed:": "(1600Mhz)", "sclk clock speed:": "(800Mhz)", "sclk clock level:": '
-    '"1", "Max Graphics Package Power (W)": "560.0", "Average Graphics Package Power (W)": '
-    '"91.0", "GPU use (%)": "0", "GFX Activity": "387664097"}, "system": {"Driver version": '
-    '"6.2.4"}}')
-# RX 6700 XT, ROCm 6.0.2 (the secondary-die string printed for a single die, rocm_smi_lib#149):
-# excerpt of influxdata/telegraf plugins/inputs/amd_rocm_smi/testdata/rx6700xt_rocm602.json
-ROCM_RX6700XT_602 = (
-    '{"card0": {"Temperature (Sensor edge) (C)": "45.0", "Temperature (Sensor junction) (C)": '
-    '"47.0", "mclk clock speed:": "(96Mhz)", "sclk clock speed:": "(500Mhz)", '
-    '"Average Graphics Package Power (W)": "N/A (Secondary die)", "GPU use (%)": "0", '
-    '"VRAM Total Used Memory (B)": "1572757504", "VIS_VRAM Total Used Memory (B)": '
-    '"70930432"}}')
-# ROCm of 2019 (lower-case '(c)', 'Sensor mem'), `rocm-smi -f -t -P --json`, pasted whole in
-# github.com/RainbowMiner/RainbowMiner/issues/749
-ROCM_2019 = (
-    '{"card0": {"Fan Speed (%)": "45", "Average Graphics Package Power (W)": "222.0", '
-    '"Temperature (Sensor mem) (c)": "79.0", "Fan Speed (level)": "117", "Temperature (Sensor '
-    'junction) (c)": "103.0", "Temperature (Sensor edge) (c)": "77.0"}}')
-# Radeon 780M APU, rocm-smi-lib 6.2.4: edge sensor only, current socket power; excerpt of the
-# output pasted in github.com/sebhildebrandt/systeminformation/pull/960
-ROCM_780M = (
-    '{"card0": {"Temperature (Sensor edge) (C)": "31.0", "mclk clock speed:": "(400Mhz)", '
-    '"sclk clock speed:": "(800Mhz)", "Current Socket Graphics Package Power (W)": "7.222", '
-    '"GPU use (%)": "19"}}')
-# amd-smi metric -p --json, ROCm 6.1: the example in the official amdsmi CHANGELOG (whole)
-AMD_SMI_61_POWER = """[
-    {
-        "gpu": 0,
-        "power": {
-            "socket_power": {"value": 10, "unit": "W"},
-            "gfx_voltage": {"value": 6, "unit": "mV"},
-            "soc_voltage": {"value": 918, "unit": "mV"},
-            "mem_voltage": {"value": 1250, "unit": "mV"},
-            "power_management": "ENABLED",
-            "throttle_status": "UNTHROTTLED"
-        }
-    }
-]
-"""
-# amd-smi metric --gpu 1 --json, AMD-SMI 26.2.1 / ROCm 7.2.0 (two Radeon AI PRO R9700): the
-# "gpu_data" wrapper, an excerpt of github.com/ROCm/ROCm/issues/5706 (jpeg_activity and the
-# sections after usage left out, braces closed)
-AMD_SMI_72_USAGE = """{
-    "gpu_data": [
-        {
-            "gpu": 1,
-            "usage": {
-                "gfx_activity": {"value": 100, "unit": "%"},
-                "umc_activity": {"value": 0, "unit": "%"},
-                "mm_activity": {"value": 0, "unit": "%"},
-                "vcn_activity": [{"value": 0, "unit": "%"}, "N/A", "N/A", "N/A"]
-            }
-        }
-    ]
-}
-"""
-# Not a capture: no real MI300X `amd-smi metric --json` was found. Keys as the amd-smi CLI
-# source (6.1+) writes them; the values are those of GPU 0 in AMD's blog "Getting to Know Your
-# GPU: A Deep Dive into AMD SMI" (`amd-smi metric` and `amd-smi monitor -putm` as text).
-AMD_SMI_MI300X_SHAPED = """[{"gpu": 0,
-  "usage": {"gfx_activity": {"value": 100, "unit": "%"}, "umc_activity": {"value": 0, "unit": "%"}},
-  "power": {"socket_power": {"value": 234, "unit": "W"}, "gfx_voltage": "N/A"},
-  "clock": {"gfx_0": {"clk": {"value": 2102, "unit": "MHz"}},
-            "gfx_1": {"clk": {"value": 2101, "unit": "MHz"}},
-            "gfx_2": {"clk": {"value": 2107, "unit": "MHz"}},
-            "mem_0": {"clk": {"value": 1230, "unit": "MHz"}}},
-  "temperature": {"edge": "N/A", "hotspot": {"value": 42, "unit": "C"},
-                  "mem": {"value": 41, "unit": "C"}}}]
-"""
-# `nvidia-smi --query-gpu=... --format=csv` (header and units), captured by
-# github.com/utkuozdemir/nvidia_gpu_exporter internal/captures (H100, driver 590.48), columns
-# cut to ours: under load, and with MIG on (utilization.gpu [N/A])
-NVIDIA_H100 = """name, index, memory.used [MiB], utilization.gpu [%], temperature.gpu, \
-power.draw [W], clocks.current.sm [MHz], clocks.current.memory [MHz]
-NVIDIA H100 80GB HBM3, 0, 19818 MiB, 100 %, 59, 631.95 W, 1980 MHz, 2619 MHz
-"""
-NVIDIA_H100_MIG = """name, index, memory.used [MiB], utilization.gpu [%], temperature.gpu, \
-power.draw [W], clocks.current.sm [MHz], clocks.current.memory [MHz]
-NVIDIA H100 80GB HBM3, 0, 11125 MiB, [N/A], 53, 433.78 W, 1980 MHz, 2619 MHz
-"""
-# two GPUs, no index column, the graphics clock asked instead of the SM clock: pasted in
-# github.com/aristocratos/bpytop/issues/26 (fan and memory.total columns left out)
-NVIDIA_TWO = """name, memory.used [MiB], utilization.gpu [%], temperature.gpu, power.draw [W], \
-clocks.current.graphics [MHz], clocks.current.memory [MHz]
-GeForce GTX 1080 Ti, 2856 MiB, 36 %, 60, 106.56 W, 1936 MHz, 5508 MHz
-GeForce GTX 1060 6GB, 4 MiB, 0 %, 49, 5.68 W, 139 MHz, 405 MHz
-"""
-PROMETHEUS_SAMPLE = r'''# HELP llm_model_routing_modifications_total Model routing changes.
-# TYPE llm_model_routing_modifications_total counter
-llm_model_routing_modifications_total{source_model="MoM",target_model="qwen3"} 12
-# HELP process_restarts_total Restarts.
-# TYPE process_restarts_total counter
-process_restarts_total 2
-classifier_errors_total{signal="pii",reason="say \"hi\", {x}"} 3 1712345678000
-go_goroutines 41
-request_duration_seconds_bucket{le="+Inf"} 7
-request_duration_seconds_sum NaN
-malformed line without value
-'''
-
-
-def test_parse_prometheus_sample():
-    samples = parse_prometheus(PROMETHEUS_SAMPLE)
-    assert samples['llm_model_routing_modifications_total{source_model="MoM",target_model="qwen3"}'] == 12
-    assert samples["process_restarts_total"] == 2
-    assert samples[r'classifier_errors_total{reason="say \"hi\", {x}",signal="pii"}'] == 3
-    assert samples['request_duration_seconds_bucket{le="+Inf"}'] == 7
-    assert "malformed" not in " ".join(samples)
+from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
+from conftest import AMD_SMI_MI300X_SHAPED, NVIDIA_TWO, PROMETHEUS_SAMPLE, ROCM_MI250, ROCM_RX7900XTX, ROCM_WARNING, state, write_corpus, write_proc_stat
 
 
 def test_metric_deltas_keep_matching_series_only():
@@ -162,63 +32,6 @@ def test_metric_deltas_keep_matching_series_only():
     assert metric_deltas(before, after, [pattern]) == {
         'classifier_errors_total{reason="say \\"hi\\", {x}",signal="pii"}': 0.0,
         'panic_total{where="x"}': 1.0, "process_restarts_total": 1.0}
-
-
-def state(temp=None, sensor=None, sclk=None, mclk=None, power=None, util=None, used=None):
-    return {"temp_c": temp, "temp_sensor": sensor, "sclk_mhz": sclk, "mclk_mhz": mclk,
-            "power_w": power, "util_pct": util, "used_mib": used}
-
-
-def test_parse_rocm_smi_real_samples():
-    reading = parse_rocm_smi(ROCM_WARNING + ROCM_RX7900XTX)
-    assert reading.to_json() == {"used_mib": {"card0": 757.5}, "devices": {"card0": state(
-        49.0, "junction", power=19.0, util=0.0, used=757.5)}}
-    assert parse_rocm_smi(ROCM_MI250).devices == {"card0": state(
-        44.0, "junction", 800.0, 1600.0, 91.0, 0.0)}
-    assert parse_rocm_smi(ROCM_RX6700XT_602).devices["card0"] == state(
-        47.0, "junction", 500.0, 96.0, None, 0.0, 1499.9)
-    assert parse_rocm_smi(ROCM_2019).devices["card0"] == state(
-        103.0, "junction", power=222.0)
-    assert parse_rocm_smi(ROCM_780M).devices["card0"] == state(
-        31.0, "edge", 800.0, 400.0, 7.222, 19.0)
-    for text in ('{"system": {}}', "WARNING: No JSON data to report\n", "[]"):
-        with pytest.raises(ValueError):
-            parse_rocm_smi(text)
-
-
-def test_parse_amd_smi_real_samples():
-    assert parse_amd_smi(AMD_SMI_61_POWER).to_json() == {"used_mib": {}, "devices": {
-        "gpu0": state(power=10.0)}}
-    assert parse_amd_smi(AMD_SMI_72_USAGE).devices == {"gpu1": state(util=100.0)}
-    assert parse_amd_smi(AMD_SMI_MI300X_SHAPED).devices == {"gpu0": state(
-        42.0, "hotspot", 2107.0, 1230.0, 234.0, 100.0)}
-    for text in ('{"gpu_data": []}', '{"gpu_data": {}}', "no json here"):
-        with pytest.raises(ValueError):
-            parse_amd_smi(text)
-
-
-def test_parse_nvidia_smi_real_samples():
-    h100 = state(59.0, "gpu", 1980.0, 2619.0, 631.95, 100.0, 19818.0)
-    assert parse_nvidia_smi(NVIDIA_H100).to_json() == {"used_mib": {"gpu0": 19818.0},
-                                                          "devices": {"gpu0": h100}}
-    assert parse_nvidia_smi(NVIDIA_H100_MIG).devices["gpu0"]["util_pct"] is None
-    assert parse_nvidia_smi(NVIDIA_TWO).devices == {
-        "gpu0": state(60.0, "gpu", None, 5508.0, 106.56, 36.0, 2856.0),
-        "gpu1": state(49.0, "gpu", None, 405.0, 5.68, 0.0, 4.0)}
-    # without a header the columns follow the query (the H100's figures, in that order)
-    assert parse_nvidia_smi("0, 59, 1980, 2619, 631.95, 100, 19818\n").devices == {
-        "gpu0": h100}
-    with pytest.raises(ValueError):
-        parse_nvidia_smi("Failed to initialize NVML: Driver/library version mismatch\n")
-
-
-def test_select_gpus_by_the_tools_index():
-    reading = parse_nvidia_smi(NVIDIA_TWO)
-    assert list(select_gpus(reading, (1,)).devices) == ["gpu1"]
-    assert select_gpus(reading, (1,)).used_mib == {"gpu1": 4.0}
-    assert select_gpus(reading, (1, 3)).note == "no GPU 3 in the tool's output"
-    assert select_gpus(reading, ()) == reading
-    assert select_gpus(GpuReading(error="x"), (0,)) == GpuReading(error="x")
 
 
 @pytest.fixture
@@ -412,14 +225,6 @@ def test_router_cpu_set_from_a_pid_and_from_a_cgroup(simulator, tmp_path, cli):
     assert document["driver"]["cpu_affinity"] == sorted(os.sched_getaffinity(0))
 
 
-def test_load_sampler_keeps_the_range_of_its_readings(tmp_path):
-    load = tmp_path / "loadavg"
-    load.write_text("5.0 1 1 1/1 1\n")
-    sampler = LoadSampler(str(load), interval=3600).start()
-    load.write_text("7.5 1 1 1/1 1\n")
-    assert sampler.stop() == {"start": 5.0, "end": 7.5, "min": 5.0, "max": 7.5, "samples": 2}
-
-
 def test_run_records_driver_cpu_and_warns_when_the_driver_is_the_limit(
         simulator, tmp_path, cli, monkeypatch):
     readings = iter([0.0, 5.0, 5.0, 5.0])
@@ -436,63 +241,6 @@ def test_run_records_driver_cpu_and_warns_when_the_driver_is_the_limit(
     assert item["driver_cpu_s"] == pytest.approx(5.0, abs=0.05)
     assert re.search(r"Sequential: the driver kept a core \d+% busy; the driver, not the router, "
                      r"may be the limit", result.err)
-
-
-def test_bad_capture_options(tmp_path, cli):
-    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
-    base = ["run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
-            tmp_path / "o.json", "--label", "x"]
-    for extra, message in ((["--probe", "no equals sign"], "--probe"),
-                           (["--metric", "("], "not a regular expression"),
-                           (["--metrics-url", "ftp://x"], "(--metrics-url)"),
-                           (["--router-cgroup", str(tmp_path / "none")], "not a cgroup folder"),
-                           (["--router-pid", "0"], "--router-pid"),
-                           (["--gpu", "intel"], "--gpu"),
-                           (["--gpu-index", "first"], "expected GPU indexes"),
-                           (["--router-cpus", "7-3"], "expected a CPU list such as 0-11,24"),
-                           (["--router-pid", "1", "--router-container", "r"],
-                            "not allowed with argument --router-pid"),
-                           (["--window", "0"], "--window"),
-                           (["--slow-p95", "0"], "--slow-p95"),
-                           (["--max-foreign-cpus", "-1"], "--max-foreign-cpus")):
-        result = cli(*base, *extra)
-        assert result.code == 2 and message in result.err and result.err.count("\n") == 1
-
-
-def test_cpu_lists_as_the_kernel_writes_them():
-    assert parse_cpu_list("0-3,8, 10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert format_cpu_list({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11"
-    for bad in ("", "3-1", "a", "1,,2"):
-        with pytest.raises(ValueError):
-            parse_cpu_list(bad)
-
-
-def write_proc_stat(proc, ticks):
-    """Write a /proc/stat of the given user ticks per CPU (nice 1, system 2, idle 500)."""
-    lines = ["cpu  0 0 0 0 0 0 0 0 0 0"]
-    lines += [f"cpu{cpu} {user} 1 2 500 7 3 4 9 0 0" for cpu, user in sorted(ticks.items())]
-    (proc / "stat").write_text("\n".join(lines + ["intr 12 0", "ctxt 99"]) + "\n")
-
-
-def test_process_tree_and_cpu_busy_seconds_from_a_fake_proc(tmp_path):
-    proc = tmp_path / "proc"
-    hz = os.sysconf("SC_CLK_TCK")
-    # pid, parent, name, utime, stime, cutime, cstime: 100 is the router, 101 its child,
-    # 102 a grandchild, 200 a stranger; a name may hold ') ' and spaces
-    for pid, parent, name, times in ((100, 1, "router) (x y", (50, 20, 5, 5)),
-                                     (101, 100, "worker", (30, 10, 0, 0)),
-                                     (102, 101, "helper", (7, 3, 0, 0)),
-                                     (200, 1, "other", (999, 999, 0, 0))):
-        (proc / str(pid)).mkdir(parents=True)
-        fields = ["S", str(parent)] + ["0"] * 9 + [str(t) for t in times] + ["20", "0"]
-        (proc / str(pid) / "stat").write_text(f"{pid} ({name}) {' '.join(fields)}\n")
-    (proc / "self").mkdir()
-    assert process_tree_cpu_seconds(100, str(proc)) == 130 / hz
-    assert process_tree_cpu_seconds(101, str(proc)) == 50 / hz
-    with pytest.raises(OSError):
-        process_tree_cpu_seconds(4242, str(proc))
-    write_proc_stat(proc, {0: 10, 1: 20, 2: 40})
-    assert cpu_busy_seconds(frozenset({1, 2, 5}), str(proc)) == ((23 + 43) / hz, {5})
 
 
 def cpu_burning_router(simulator, cgroup, proc, ticks):
@@ -553,55 +301,6 @@ def test_router_cpu_of_a_real_process_and_its_threads(simulator, tmp_path, cli):
         assert use["per_request_ms"] == round(1000 * use["router_s"] / 2, 4)
         assert use["cpus"] == item["environment"]["router_cpus"]
     assert result.out.splitlines()[1].split()[-4:] == ["cpu", "ms/req", "foreign", "vCPUs"]
-
-
-def fake_docker(folder, output, code=0):
-    script = folder / "docker"
-    script.write_text(f"#!/bin/sh\necho '{output}'\n[ {code} = 0 ] || echo 'Error: No such "
-                      f"object: x' >&2\nexit {code}\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-
-
-def test_container_cgroup_found_with_docker_inspect(tmp_path, monkeypatch):
-    bin_folder, proc, root = tmp_path / "bin", tmp_path / "proc", tmp_path / "cgroup"
-    bin_folder.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_folder}:/usr/bin:/bin")
-    (proc / "4321").mkdir(parents=True)
-    (proc / "4321" / "cgroup").write_text("0::/system.slice/docker-abc123.scope\n")
-    scope = root / "system.slice" / "docker-abc123.scope"
-    scope.mkdir(parents=True)
-    (scope / "cpu.stat").write_text("usage_usec 5\n")
-    fake_docker(bin_folder, "abc123 4321 true")
-    options = {"proc_root": str(proc), "cgroup_root": str(root)}
-    assert container_cgroup("router", **options) == str(scope)
-    # the cgroupfs driver's folder, when the process's own cgroup reads '/'
-    (proc / "4321" / "cgroup").write_text("0::/\n")
-    (root / "docker" / "abc123").mkdir(parents=True)
-    (root / "docker" / "abc123" / "cpu.stat").write_text("usage_usec 5\n")
-    (scope / "cpu.stat").unlink()
-    assert container_cgroup("router", **options) == str(root / "docker" / "abc123")
-    fake_docker(bin_folder, "abc123 0 false")
-    with pytest.raises(RouterLatencyError, match="container router is not running"):
-        container_cgroup("router", **options)
-
-
-def test_router_container_errors_are_one_line(tmp_path, cli, monkeypatch):
-    bin_folder = tmp_path / "bin"
-    bin_folder.mkdir()
-    monkeypatch.setenv("PATH", f"{bin_folder}:/usr/bin:/bin")
-    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
-    base = ["run", "--url", "http://127.0.0.1:9", "--corpus", corpus, "--out",
-            tmp_path / "o.json", "--label", "x", "--router-container", "semantic-router"]
-    result = cli(*base)
-    assert result.code == 2 and result.err == (
-        "router-latency: error: docker is not on PATH; --router-cgroup PATH or --router-pid PID "
-        "read the router without it (--router-container)\n")
-    fake_docker(bin_folder, "", code=1)
-    result = cli(*base)
-    assert result.code == 2 and result.err == (
-        "router-latency: error: docker inspect semantic-router failed: Error: No such object: "
-        "x (--router-container)\n")
-    assert not (tmp_path / "o.json").exists()
 
 
 def test_host_settings_and_a_governor_warning(simulator, tmp_path):

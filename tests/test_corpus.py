@@ -5,46 +5,14 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
 from router_latency.corpus import (BoundaryCase, build_corpus, corpus_bytes, CORPUS_SCHEMA,
                                    DEFAULT_BOUNDARY_CASES, default_boundary_cases, extract_prompts,
-                                   git_commit, load_boundary_cases, load_corpus)
-from conftest import ROOT, SETTINGS
-
-
-def write(path, document):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document), encoding="utf-8")
-
-
-@pytest.fixture
-def repo(tmp_path):
-    data = tmp_path / "repo" / "e2e" / "testcases" / "testdata"
-    write(data / "b_cases.json", [
-        {"description": "not a prompt", "query": "What is 2+2?"},
-        {"question": "Explain DNS", "expected": {"prompt": "nested prompt"}},
-        {"original_question": "What is X?", "similar_questions": ["Define X", 7, "What is X?"]},
-    ])
-    write(data / "a_cases.json", {"test_cases": [
-        {"input": {"query": "What is 2+2?"}},
-        {"messages": [{"role": "system", "content": "system text"},
-                      {"role": "user", "content": "plain user text"},
-                      {"role": "assistant", "content": "assistant text"},
-                      {"role": "user", "content": [{"type": "text", "text": "part one"},
-                                                   {"type": "image_url", "image_url": {}},
-                                                   {"type": "text", "text": "part two"}]}]},
-        {"query": ""},
-        {"custom": "custom key text"},
-    ]})
-    write(data / "sub" / "c_cases.json", [{"prompt": "deep file"}])
-    write(tmp_path / "repo" / "e2e" / "other" / "ignored.json", [{"query": "not testdata"}])
-    (data / "notes.txt").write_text("query: not json data")
-    return tmp_path / "repo"
+                                   load_boundary_cases, load_corpus)
+from conftest import ROOT, SETTINGS, write
 
 
 def test_extract_prompts_walks_every_key_in_document_order():
@@ -56,7 +24,11 @@ def test_extract_prompts_walks_every_key_in_document_order():
 
 NOISE_KEYS = st.sampled_from(["description", "expected", "category", "id", "setup", "items",
                               "name", "x"])
+
+
 TEXT = st.text(min_size=1, max_size=20)
+
+
 PROMPT_KEYS = st.sampled_from(["query", "question", "prompt", "original_question"])
 
 
@@ -207,31 +179,6 @@ def test_corpus_bytes_are_identical_across_runs_and_locations(repo, tmp_path, cl
     built = [corpus_bytes(build_corpus(folder, boundary=default_boundary_cases()))
              for folder in (repo, elsewhere)]
     assert built[0] == built[1] == data
-
-
-def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli, monkeypatch):
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "data"]):
-        subprocess.run(["git", "-C", str(repo), *command], check=True, env=env)
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-    def no_process(*args, **kwargs):
-        raise AssertionError(f"a process was started: {args[1:] or kwargs}")
-
-    def guarded(call):  # any child process (git included) fails the test
-        with monkeypatch.context() as patch:
-            patch.setattr(subprocess.Popen, "__init__", no_process)
-            patch.setattr(os, "posix_spawn", no_process, raising=False)
-            patch.setattr(os, "system", no_process)
-            return call()
-
-    out = tmp_path / "corpus.json"
-    assert guarded(lambda: cli("corpus", "--repo", repo, "--out", out)).code == 0
-    assert json.loads(out.read_text())["source"]["commit"] == head
-    subprocess.run(["git", "-C", str(repo), "pack-refs", "--all"], check=True)
-    assert guarded(lambda: git_commit(Path(repo))) == head
 
 
 def test_corpus_does_not_follow_links_out_of_the_repo(repo, tmp_path, cli):

@@ -12,22 +12,25 @@ import pytest
 
 from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
+from router_latency.files import write_atomic
+from router_latency.cache import timing_cache_test
 from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_to_json,
                                      unknown_answers)
-from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
 from router_latency.requests import pass_name, pass_summary, Request
-from router_latency.cache import timing_cache_test
-from router_latency.files import write_atomic
+from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
 from router_latency.client import http_response, ResponseReader
 from router_latency.meaning import degraded_of, SignalTable
-from router_latency.answers import AnswerBook
 from router_latency.captures import DEFAULT_METRIC_PATTERN
+from router_latency.answers import AnswerBook
+from router_latency.simulator import (simulated_answer, SimulatedAnswers, SkippedSignals,
+                                      with_signal_errors)
 from router_latency.rounds import run_outcome
-from router_latency.simulator import (SimulatedAnswers, SkippedSignals, with_signal_errors,
-                                      simulated_answer)
 from conftest import make_run, write_corpus
 
+
 PASS_HEADERS = ()
+
+
 FAILED = {"classifier:intent": "classifier_evaluation_failed"}
 
 
@@ -40,8 +43,6 @@ def go_answer(decision="math", **members):
     answer["config_hash"] = hashed
     return json.dumps(answer, separators=(",", ":")).encode() + b"\n"
 
-
-# --- reading them from the body ---
 
 def test_a_plain_answer_is_not_degraded_and_costs_no_second_decoding():
     assert degraded_of(go_answer()) == ()
@@ -109,8 +110,6 @@ def test_the_book_reads_them_past_the_decisions_fast_path(signals):
     book.record(sent, reader, 3)
     assert (book.results[-1].error, book.results[-1].degraded) == ("bad_json", ())
 
-
-# --- the run file ---
 
 def degraded_requests(count=40, every=5):
     """Requests 0..count-1, every `every`-th one degraded and faster (1 ms, the rest 10)."""
@@ -187,8 +186,6 @@ def test_the_members_are_written_as_the_router_sent_them():
         degraded_from_json({}, "r")
 
 
-# --- run's exit and the router's counter ---
-
 def test_degraded_answers_count_against_max_errors_unless_allowed(tmp_path):
     run = load_run(run_file(tmp_path / "new.json", degraded_requests()))
     assert run_outcome(run, 0) == (1, "8 answers degraded (--max-errors 0; --allow-degraded "
@@ -223,8 +220,6 @@ def test_a_result_caches_lookups_are_no_fault(tmp_path, series):
     run = load_run(make_run(tmp_path / "s.json", environment={"metrics": {"deltas": deltas}}))
     assert run.passes[0].environment.faults == 1.0
 
-
-# --- the simulator, the run and the gate ---
 
 def test_the_simulator_answers_a_stable_share_with_signal_errors_and_faster(simulator):
     router = simulator(delay_ms=10, answers=SimulatedAnswers(

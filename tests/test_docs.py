@@ -9,7 +9,19 @@ import pytest
 from router_latency.cli import build_parser
 from conftest import ROOT
 
+
+def test_ci_runs_the_readme_set_up_commands_word_for_word():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Set-up: two commands", 1)[1].split("```sh\n", 1)[1]
+    demo, tests = block.split("```", 1)[0].strip().splitlines()
+    assert demo == "python3 router_latency.py demo"
+    assert tests.startswith("python3 -m venv --clear .venv && ")
+    assert tests in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+
 DOCS = [ROOT / "README.md", ROOT / "docs" / "cli.md"]
+
+
 OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 
 
@@ -108,7 +120,7 @@ def assert_tables_match_the_parser(path):
 @pytest.mark.parametrize("path", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))],
                          ids=lambda p: p.name)
 def test_the_docs_tables_keep_their_columns_as_github_reads_them(path):
-    from test_rendering import assert_tables_as_github_reads_them
+    from conftest import assert_tables_as_github_reads_them
     assert_tables_as_github_reads_them(path.read_text(encoding="utf-8"))
 
 

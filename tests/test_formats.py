@@ -8,21 +8,26 @@ import pytest
 
 from router_latency.files import write_atomic
 from router_latency.runfile import dump_run, load_run
-from router_latency.compare import compare_runs
 from router_latency.gate import GateSettings
+from router_latency.compare import compare_runs
 from router_latency.rounds import find_round_files, judge_rounds
 from router_latency.record import record_section
 from router_latency.render_json import COMPARE_SCHEMA, ROUNDS_SCHEMA
 from router_latency.formats import COMMAND_OUTPUTS, CompareView, RoundsView
-from router_latency.cli import build_parser, FORMAT_FILES
 from router_latency.command_options import cost_spec
+from router_latency.cli import build_parser, FORMAT_FILES
 from conftest import three_rounds, two_runs, write_corpus
 from test_capacity import ladder_in_memory
+
 
 # command -> (its table of printed formats, its table of files)
 TABLES = {command: (outputs.formats, outputs.files)
           for command, outputs in COMMAND_OUTPUTS.items()}
+
+
 COMPARE_FORMATS, ROUNDS_FORMATS = TABLES["compare"][0], TABLES["rounds"][0]
+
+
 ROUNDS_FILES, RECORD_FILES, RUN_FILES = (TABLES[c][1] for c in ("rounds", "record", "run"))
 
 

@@ -11,27 +11,46 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import given, strategies as st
 
 from router_latency.errors import Notice
 from router_latency.stats import (composite_log_ratios, holm, mean_interval, power_shift,
                                   sample_spread, t_cdf, t_ppf)
 from router_latency.sequential import group_sequential_levels, sequential_t_criticals
 from router_latency.files import write_atomic
-from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
 from router_latency.requests import pass_summary, PassSummary, Request
-from router_latency.gate import (gate_critical, gate_outcome, gate_rows, GateOutcome,
-                                 GateSettings, GateTest, holm_step_down, judged_word, Look,
-                                 look_of, more_rounds, one_sided, OneSided, outcome_of,
-                                 PASS_UNLESS_WORSE, row_of, rounds_to_decide, ROW_WORDS,
-                                 THREE_WAY, word_status)
+from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
+from router_latency.gate import (gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
+                                 GateTest, holm_step_down, judged_word, Look, look_of, more_rounds,
+                                 one_sided, OneSided, outcome_of, PASS_UNLESS_WORSE,
+                                 rounds_to_decide, row_of, ROW_WORDS, THREE_WAY, word_status)
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds_table, verdict_line
 from router_latency.render_markdown import format_rounds_markdown
 from router_latency.page import page_verdict
-from conftest import ROOT, make_run
+from conftest import make_run, ROOT, SETTINGS
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.floats(0.1, 1000), st.floats(0.1, 1000)), min_size=3,
+                max_size=8))
+def test_a_rows_point_always_lies_inside_its_interval(pairs):
+    base, new = [b for b, _ in pairs], [n for _, n in pairs]
+    for metric in ("p50_ms", "req_per_s"):
+        row = row_of("sequential", metric, base, new, GateSettings())
+        assert row.speedup_low <= row.speedup <= row.speedup_high
+        assert row.log_ratio.low <= row.log_ratio.mean <= row.log_ratio.high
+
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+
 
 PASSES = {"sequential": 1, "c4": 4, "c16": 16}
+
+
 FIGURES = {"p50_ms": 10.0, "p95_ms": 15.0, "p99_ms": 20.0, "mean_ms": 11.0, "req_per_s": 100.0}
+
+
 TOLERANCE = math.log(1.05)
 
 
@@ -321,9 +340,6 @@ def test_the_published_rows_reproduce_and_pass(tmp_path, cli, base, new, shown):
     assert shown in row and row.endswith(" better")
 
 
-
-# the rule itself, on rows made by hand: gate_outcome and gate_rows of router_latency.gate
-
 def made_row(verdict, *, gated=True, metric="p50_ms", detectable=None, more=None, end=7.5):
     """Return a row of the sequential pass with the gate's word `verdict` already given."""
     row = row_of("sequential", metric, [10.0, 10.1, 9.9], [10.0, 10.2, 9.8], GateSettings())
@@ -448,9 +464,6 @@ def test_every_renderer_reads_the_undecided_rows_from_the_outcome(tmp_path):
         w for w in report.warnings if "inconclusive: could only detect" in w]
     assert (report.status, report.reasons, report.exit_code) == tuple(report.outcome[:3])
 
-
-# the pieces of the rule that history's drift gate shares (tests/test_history.py shows both
-# gates judge the same intervals alike)
 
 def test_holm_step_down_is_holms_procedure_on_the_tests_p_values():
     rng = random.Random(7)

@@ -1,50 +1,25 @@
 """history: the store across commits, the trend, the drift gate and its page."""
 
 import json
-from pathlib import Path
 import math
-import os
-import random
 import shutil
-import subprocess
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import cmarkgfm
 import pytest
 
-from conftest import make_run, ROOT
 from router_latency.gate import gate_rows, GateSettings, row_of, word_status
-from router_latency.history import (EntryTags, entry_of_run, HISTORY_SCHEMA, HistoryEntry,
-                                    history_report, HistoryRow, read_history, TrendSettings)
-
-BASE = (10.0, 20.0, 30.0, 100.0)  # p50, p95, p99 ms, req/s
-
-
-def rounds_folder(folder, ratio, *, seed, rounds=5, noise=0.01, sha="a" * 64, start=0.0,
-                  passes=(1,), scale=1.0, sides=("main", "merge")):
-    """Write a rounds folder main/merge whose new side is `ratio` times slower than its base
-    (each round's ratio off by a normal error of sd `noise`), as `rounds` reads it; the base
-    side runs at `scale` times BASE's latencies."""
-    folder.mkdir(parents=True)
-    rng = random.Random(seed)
-    for number in range(1, rounds + 1):
-        level = scale * (1 + rng.gauss(0, 0.01))  # the node's level that round, both sides
-        base = tuple(v * level for v in BASE[:3]) + (BASE[3] / level,)
-        factor = ratio * math.exp(rng.gauss(0, noise))
-        new = tuple(v * factor for v in base[:3]) + (base[3] / factor,)
-        at = start + 100.0 * number
-        for side, figures, when in ((sides[0], base, at), (sides[1], new, at + 50)):
-            make_run(folder / f"r{number}-{side}.json", label=side, sha=sha,
-                     passes={c: figures for c in passes}, started_unix=when,
-                     started=f"2026-01-{1 + int(start // 10000):02d}T00:00:00Z")
-    return folder
+from router_latency.history import (entry_of_run, EntryTags, history_report, HISTORY_SCHEMA,
+                                    HistoryEntry, HistoryRow, read_history, TrendSettings)
+from conftest import BASE, history_rounds_folder, make_run, ROOT
 
 
 def chain(tmp_path, ratios, seed=1, **options):
     """Return rounds folders c1, c2, ... in a parent folder, oldest first."""
     parent = tmp_path / "old"
     for index, ratio in enumerate(ratios):
-        rounds_folder(parent / f"c{index + 1}", ratio, seed=seed * 100 + index,
+        history_rounds_folder(parent / f"c{index + 1}", ratio, seed=seed * 100 + index,
                       start=10000.0 * index, scale=math.prod(ratios[:index]), **options)
     return parent
 
@@ -123,10 +98,10 @@ def test_each_adds_the_folders_oldest_first_under_their_names(tmp_path, cli):
 
 def test_entries_of_another_corpus_or_configuration_are_left_out_and_named(tmp_path, cli):
     store = tmp_path / "perf.jsonl"
-    rounds_folder(tmp_path / "a", 1.0, seed=1)
-    rounds_folder(tmp_path / "b", 1.2, seed=2, sha="b" * 64, start=10000.0)
-    rounds_folder(tmp_path / "c", 1.2, seed=3, passes=(1, 4), start=20000.0)
-    rounds_folder(tmp_path / "d", 1.0, seed=4, start=30000.0)
+    history_rounds_folder(tmp_path / "a", 1.0, seed=1)
+    history_rounds_folder(tmp_path / "b", 1.2, seed=2, sha="b" * 64, start=10000.0)
+    history_rounds_folder(tmp_path / "c", 1.2, seed=3, passes=(1, 4), start=20000.0)
+    history_rounds_folder(tmp_path / "d", 1.0, seed=4, start=30000.0)
     for name in "abcd":
         assert cli("history", "add", "--history", store, "--dir", tmp_path / name, "--base",
                    "main", "--new", "merge", "--commit", name).code == 0
@@ -185,7 +160,7 @@ def test_a_history_written_by_version_1_is_read(tmp_path, cli):
     result = cli("history", "report", "--history", store)
     assert result.code == 0 and "3 commits like c3" in result.out
     # and what this version writes today is what the file holds: schema 1
-    rounds_folder(tmp_path / "c4", 1.0, seed=9, start=90000.0)
+    history_rounds_folder(tmp_path / "c4", 1.0, seed=9, start=90000.0)
     assert cli("history", "add", "--history", store, "--dir", tmp_path / "c4", "--base",
                "main", "--new", "merge", "--commit", "c4").code == 0
     assert json.loads(store.read_text().splitlines()[-1])["schema"] == HISTORY_SCHEMA
@@ -241,61 +216,15 @@ def test_bad_input_is_a_one_line_error(tmp_path, cli, argv, message):
 def test_a_commit_is_added_once(tmp_path, cli):
     store = tmp_path / "perf.jsonl"
     shutil.copy(OLD_LINE, store)
-    rounds_folder(tmp_path / "again", 1.0, seed=5)
+    history_rounds_folder(tmp_path / "again", 1.0, seed=5)
     result = cli("history", "add", "--history", store, "--dir", tmp_path / "again", "--base",
                  "main", "--new", "merge", "--commit", "c2")
     assert result.code == 2 and "commit c2 is already in the history (line 2)" in result.err
 
 
-def readme_history_step():
-    """The shell lines of docs/history.md's workflow step that adds and gates, dedented."""
-    readme = (ROOT / "docs" / "history.md").read_text(encoding="utf-8")
-    step = readme.split("      - name: add the merge to the history and gate the drift\n"
-                        "        run: |\n", 1)[1]
-    step = step.split("      - uses: actions/upload-artifact", 1)[0]
-    return "\n".join(line[10:] for line in step.splitlines()) + "\n"
-
-
-def git(*argv, cwd):
-    subprocess.run(["git", *argv], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-@pytest.mark.parametrize("ratio, code, verdict", [(1.0, 0, "PASS"), (1.3, 1, "FAIL")])
-def test_the_readme_history_step_adds_pushes_and_gates(tmp_path, ratio, code, verdict):
-    """The workflow step of docs/history.md, run as GitHub runs it (bash -eo pipefail), with the tool at its
-    path, a perf-history branch in a local origin, and a rounds folder in results/: the line
-    is pushed (a failing drift too), the summary holds the drift's Markdown, and the step's
-    exit code is the gate's."""
-    origin = tmp_path / "origin.git"
-    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
-    git("clone", "-q", str(origin), "history", cwd=tmp_path)
-    git("switch", "-q", "--orphan", "perf-history", cwd=tmp_path / "history")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m",
-        "latency history", cwd=tmp_path / "history")
-    git("push", "-q", "origin", "perf-history", cwd=tmp_path / "history")
-    (tmp_path / "router-latency").mkdir()
-    shutil.copy(ROOT / "router_latency.py", tmp_path / "router-latency" / "router_latency.py")
-    rounds_folder(tmp_path / "results", ratio, seed=3, sides=("previous", "merged"))
-    summary = tmp_path / "summary.md"
-    summary.write_text("")
-    step = readme_history_step().replace("${{ github.event.before }}", "0123abcd")
-    env = {**os.environ, "GITHUB_SHA": "4567ef01", "GITHUB_STEP_SUMMARY": str(summary)}
-    done = subprocess.run(["bash", "-eo", "pipefail", "-c", step], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == code, done.stderr
-    assert summary.read_text().startswith(f"**Drift: {verdict}**: 1 commit like 4567ef01")
-    assert (tmp_path / "results" / "drift.html").exists()
-    shown = subprocess.run(["git", "show", "perf-history:perf.jsonl"], cwd=origin,
-                           capture_output=True, text=True, timeout=60, check=True).stdout
-    line = json.loads(shown)
-    assert (line["commit"], line["base_commit"], line["node_class"]) == \
-        ("4567ef01", "0123abcd", "h200")
-
-
 def test_each_adds_all_its_folders_or_none(tmp_path, cli):
     parent = chain(tmp_path, [1.0, 1.0])
-    rounds_folder(parent / "c3", 1.0, seed=8, rounds=2, start=50000.0)  # too few to judge
+    history_rounds_folder(parent / "c3", 1.0, seed=8, rounds=2, start=50000.0)  # too few to judge
     store = tmp_path / "perf.jsonl"
     result = cli("history", "add", "--history", store, "--each", parent, "--base", "main",
                  "--new", "merge")
@@ -314,10 +243,12 @@ def test_a_single_runs_entry_keeps_the_routers_config_hash(tmp_path):
     assert entry_of_run(str(path), EntryTags(commit="c9")).config["config_hash"] == "c" * 64
 
 
-# one rule: the drift gate and the rounds gate judge the same intervals alike (gate.py)
-
 PATTERN = (0.01, -0.01, 0.0, 0.005, -0.005)  # each round's log ratio about the shift
+
+
 SE = math.sqrt(math.fsum(e * e for e in PATTERN) / 4 / 5)  # of the mean of 5 rounds
+
+
 TOLERANCE = math.log(1.05)
 
 

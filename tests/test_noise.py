@@ -3,64 +3,17 @@ the instances' speed groups: noise.py, read through `rounds` as a user reads it.
 
 import json
 import math
-import random
 import re
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from router_latency.runfile import load_run
 from router_latency.roundset import Rounds
-from router_latency.files import write_atomic
-from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
-from router_latency.requests import pass_summary, Request
 from router_latency.gate import GateSettings
 from router_latency.noise import noise_findings, plan_sentence, side_within
 from router_latency.rounds import judge_rounds
-
-from conftest import write_corpus
-
-ROOT = Path(__file__).resolve().parent.parent
-DRIVER = ROOT / "rounds" / "run_rounds.sh"
-PROMPTS = 40
-
-
-def noise_run(path, label, sendings, started_unix, ready_s=10.0):
-    """Write a run file of one sequential pass whose sendings have these latencies (one list
-    per sending, PROMPTS each), sent back to back; its run took ready_s to answer."""
-    requests, clock = [], 0.0
-    for rep, latencies in enumerate(sendings):
-        for i, latency in enumerate(latencies):
-            requests.append(Request(i, round(clock, 4), round(latency, 4), 200, "d", None,
-                                    rep=rep))
-            clock += latency
-    summary = pass_summary(requests, round(clock / 1000, 6))
-    begun = started_unix + ready_s + 1.0  # ready, then a second of warm-up
-    attempt = Attempt(None, None, "2026-01-01T00:00:00Z", begun, {}, None, {}, summary,
-                      tuple(requests))
-    run = RunFile(label, True, {"path": "c.json", "sha256": "a" * 64, "count": PROMPTS},
-                  (PassRecord("sequential", 1, False, False, attempt),),
-                  started_utc="2026-01-01T00:00:00Z", started_unix=started_unix,
-                  settings=RunSettings(concurrency=(1,), repeat=len(sendings), max_load=120.0),
-                  ready_after_s=ready_s)
-    write_atomic(str(path), dump_run(run))
-
-
-def pair_folder(folder, speeds, jitter, sendings, seed=1):
-    """Write an A/A pair: round n's instances run at speeds[n][side] ms, each request that
-    times a uniform factor 1 +- jitter. Runs follow each other: a side's run takes its ready
-    time, a second of warm-up, its pass, and a second's gap to the next."""
-    rng = random.Random(seed)
-    clock = 1000.0
-    for number, pair in enumerate(speeds, 1):
-        for side, speed in zip("ab", pair):
-            latencies = [[speed * (1 + rng.uniform(-jitter, jitter)) for _ in range(PROMPTS)]
-                         for _ in range(sendings)]
-            noise_run(folder / f"r{number}-{side}.json", side, latencies, clock)
-            clock += 10.0 + 1.0 + sum(map(sum, latencies)) / 1000 + 1.0
-    return folder
+from conftest import NOISE_PROMPTS, noise_run, pair_folder
 
 
 # instances that keep their own speed (as aa-gpu's): 10 ms or 14 ms, 3 ms apart within
@@ -81,24 +34,9 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     plan = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--format",
                           "json").out)["plan"]
     # more rounds than the 5 run, at no more requests per pass than the 120 sent
-    assert plan["rounds"] > 5 and plan["requests_per_pass"] <= 3 * PROMPTS
+    assert plan["rounds"] > 5 and plan["requests_per_pass"] <= 3 * NOISE_PROMPTS
     assert f"plan: about {plan['rounds']} rounds of {plan['requests_per_pass']} requests " \
            f"per pass" in result.out
-
-
-def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
-    folder = pair_folder(tmp_path, [(10, 10)] * 5, 0.9, 1)
-    result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
-    p50 = next(line for line in result.out.splitlines() if line.startswith("Sequential p50:"))
-    assert "(its halves)" in p50 and "mostly within the pass: more requests per pass" in p50
-    document = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
-                              "--format", "json").out)
-    plan = document["plan"]
-    assert plan["requests_per_pass"] > PROMPTS and plan["repeat"] > 1
-    assert f"run -n {plan['repeat']}; run_rounds.sh --requests-per-pass " \
-           f"{plan['requests_per_pass']}" in result.out
-    row = next(r for r in document["rows"] if r["metric"] == "p50_ms")
-    assert row["noise"]["within_pct"] > row["noise"]["between_pct"]
 
 
 def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
@@ -124,7 +62,7 @@ def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
     for number in (1, 2, 3):
         for side in "ab":
             noise_run(tmp_path / f"r{number}-{side}.json", side,
-                      [[10.0] * PROMPTS, [12.1] * PROMPTS, [10.0] * PROMPTS], 1000.0 * number
+                      [[10.0] * NOISE_PROMPTS, [12.1] * NOISE_PROMPTS, [10.0] * NOISE_PROMPTS], 1000.0 * number
                       + (50 if side == "b" else 0))
     runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in "ab"} for n in (1, 2, 3)}
     report = judge_rounds(runs, "a", "b")
@@ -151,7 +89,7 @@ def test_plan_costs_rounds_from_the_run_files(tmp_path):
     assert cost.ready_s == pytest.approx(10.0)
     assert cost.other_s == pytest.approx(1.0, abs=0.01)
     assert cost.gap_s == pytest.approx(1.0, abs=0.01)
-    assert cost.requests == 3 * PROMPTS and cost.repeat == 3
+    assert cost.requests == 3 * NOISE_PROMPTS and cost.repeat == 3
     # each round: two side runs of ready, warm-up, gap and passes scaled to the plan's requests
     side_s = 10.0 + cost.other_s + cost.gap_s + cost.passes_s * plan.scale
     assert plan.node_minutes == pytest.approx(plan.rounds * 2 * side_s / 60)
@@ -203,51 +141,6 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     found = noise_findings(Rounds(runs, "a", "b", report.used), report.rows, GateSettings())
     assert found.cost is None and found.plan is None and plan_sentence(found) is None
     assert len(found.rows) == 5  # every client row of the one pass
-
-
-@pytest.mark.process
-def test_driver_sends_the_planned_requests_per_pass(tmp_path):
-    from test_cli import driver_args
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
-                                        "20"), capture_output=True, text=True, timeout=60)
-    runs = [line for line in result.stdout.splitlines() if ": run: " in line]
-    assert result.returncode == 0 and len(runs) == 6
-    assert all(line.endswith(" --repeat 3 ") for line in runs), runs  # ceil(20 / 8)
-    refused = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
-                                         "20") + ["-n", "2"], capture_output=True, text=True,
-                             timeout=60)
-    assert refused.returncode == 2
-    assert refused.stderr.strip() == (
-        "run_rounds.sh: error: --requests-per-pass sets run -n: give no -n after --")
-    for value, message in (("0", "--requests-per-pass must be at least 1"),
-                           ("x", "--requests-per-pass must be a whole number, got 'x'")):
-        bad = subprocess.run(driver_args(tmp_path, corpus, "--requests-per-pass", value),
-                             capture_output=True, text=True, timeout=60)
-        assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
-
-
-@pytest.mark.process
-def test_driver_stops_at_the_node_time_budget(tmp_path):
-    from test_cli import DRIVER_ENV, driver_args
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = driver_args(tmp_path, corpus, "--budget-minutes", "0.001")
-    command[command.index("--rounds") + 1] = "5"
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env=DRIVER_ENV)
-    # the three rounds `rounds` needs run whatever the budget; no fourth (a round takes more
-    # than 0.06 s)
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
-        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")], result.stderr
-    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
-    assert re.fullmatch(r"run_rounds\.sh: round 4 would end past the budget \(0\.001 minutes; "
-                        r"\d+ s spent, about \d+ s a round\): stopping", said[-2]), said
-    assert said[-1] == "run_rounds.sh: ran 3 rounds"
-    assert "\nrounds: 3 used (r1, r2, r3);" in result.stdout  # after the verdict's lines
-    bad = subprocess.run(driver_args(tmp_path, corpus, "--budget-minutes", "soon"),
-                         capture_output=True, text=True, timeout=60)
-    assert (bad.returncode, bad.stderr.strip()) == (
-        2, "run_rounds.sh: error: --budget-minutes must be a number of minutes, got 'soon'")
 
 
 def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):

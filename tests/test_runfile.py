@@ -8,20 +8,123 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from router_latency.constants import MAX_REASON_CHARS, ROUTER_MAX_CONCURRENCY
-from router_latency.words import failure_text
 from router_latency.files import write_atomic
-from router_latency.cache import result_cache_finding
+from router_latency.gpu import GpuReading, parse_nvidia_smi
+from router_latency.cache import result_cache_finding, timing_cache_test
 from router_latency.versions import without_sampled
+from router_latency.requests import ERROR_KINDS, pass_name, pass_summary, Request, REQUEST_OUTCOMES
+from router_latency.phases import content_slow_windows, phase_windows, Thresholds
+from router_latency.captured import RouterCpu
 from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run, Floor,
                                     HostSettings, Ladder, load_run, PassRecord, RunFile,
                                     RunSettings, Warmup)
-from router_latency.captured import RouterCpu
-from router_latency.phases import phase_windows, PhaseWindow, slow_windows, Thresholds
-from router_latency.requests import ERROR_KINDS, pass_summary, Request, REQUEST_OUTCOMES
-from router_latency.gpu import GpuReading
-from conftest import BAD_FILES, assert_one_line_error, bad_file, make_run
+from conftest import assert_one_line_error, bad_file, BAD_FILES, hashed_rounds, length_passes, LENGTHS, make_run, THRESHOLDS
+
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_rounds_shows_both_configurations_and_refuses_a_change(tmp_path, cli):
+    hashed_rounds(tmp_path, [(A,), (A,), (C,)], [(B,), (B,), (B,)])
+    args = ["rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"]
+    refused = cli(*args)
+    assert refused.code == 2 and refused.out == ""
+    assert refused.err == (
+        "router-latency: error: side cpu answered with 2 configurations (x-vsr-config-hash "
+        "aaaaaaaaaaaa in r1, r2; cccccccccccc in r3): its configuration changed between or "
+        f"within rounds; --allow-config-change judges it anyway ({tmp_path / 'r3-cpu.json'})\n")
+    allowed = cli(*args, "--allow-config-change")
+    assert allowed.code == 0
+    assert allowed.out.splitlines()[-3:] == [
+        "configuration (x-vsr-config-hash): cpu aaaaaaaaaaaa, cccccccccccc; gpu bbbbbbbbbbbb",
+        "warning: side cpu answered with 2 configurations (x-vsr-config-hash aaaaaaaaaaaa in "
+        "r1, r2; cccccccccccc in r3)", "verdict: PASS"]
+    report = json.loads(cli(*args, "--allow-config-change", "--format", "json").out)
+    assert report["config_hashes"] == {"cpu": [A, C], "gpu": [B]}
+
+
+HASH_A, HASH_B = "a" * 64, "b" * 64
+
+
+@pytest.mark.parametrize("cell,field", [
+    ("9" * 400, "sclk_mhz"), ("99999999999999999999", "used_mib"), ("-1", "power_w"),
+    ("1" * 30, "temp_c"),
+])
+def test_a_gpu_figure_the_reader_would_refuse_is_no_figure(tmp_path, cell, field):
+    row = {"temp_c": "40", "sclk_mhz": "1980 MHz", "mclk_mhz": "1593 MHz", "power_w": "70 W",
+           "util_pct": "3 %", "used_mib": "1024 MiB"}
+    row[field] = cell
+    columns = ["temp_c", "sclk_mhz", "mclk_mhz", "power_w", "util_pct", "used_mib"]
+    reading = parse_nvidia_smi("0, " + ", ".join(row[c] for c in columns) + "\n")
+    device = reading.devices["gpu0"]
+    assert device[field] is None  # today inf (a traceback at the write, the run lost) or
+    assert device["temp_c" if field != "temp_c" else "util_pct"] is not None  # a refused file
+    make_run(tmp_path / "r.json", environment={"gpu": {"tool": "nvidia-smi", "before": reading.to_json(),
+                                                        "after": reading.to_json()}})
+    load_run(str(tmp_path / "r.json"))
+
+
+def passes_of(*latencies_per_pass, errors=()):
+    """PassRecords whose request i has latencies_per_pass[k][i] in pass k."""
+    records = []
+    for k, latencies in enumerate(latencies_per_pass):
+        requests = tuple(Request(i, float(i), value, 200, "d", "timeout" if i in errors
+                                    else None) for i, value in enumerate(latencies))
+        attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, 1.0),
+                             requests)
+        records.append(PassRecord(pass_name(4 ** k), 4 ** k, False, False, attempt))
+    return records
+
+
+@pytest.mark.parametrize("first, later, detected", [
+    ([20.0] * 30, [1.0] * 30, True),  # every prompt a hit
+    ([20.0] * 30, [1.0] * 16 + [25.0] * 14, True),  # 16 of 30: more than half
+    ([20.0] * 30, [1.0] * 15 + [25.0] * 15, False),  # exactly half: not most
+    ([20.0] * 30, [30.0] * 30, False),  # later passes slower: more callers at once
+    ([20.0] * 30, [11.0] * 30, False),  # faster, but not under half
+    ([float(5 + i) for i in range(30)], [float(5 + i) for i in range(30)], False),
+])
+def test_the_timing_test_calls_a_cache_when_most_prompts_answer_in_under_half(first, later,
+                                                                              detected):
+    found = timing_cache_test(passes_of(first, later))
+    assert found["detected"] is detected and found["compared"] == 30
+
+
+def test_the_timing_test_needs_prompts_sent_twice():
+    assert timing_cache_test(passes_of([20.0] * 30)) is None  # one pass, no repeat
+    assert timing_cache_test(passes_of([20.0] * 9, [1.0] * 9)) is None  # too few
+    # failed answers are not compared
+    assert timing_cache_test(passes_of([20.0] * 12, [1.0] * 12, errors=(0, 1, 2))) is None
+
+
+@pytest.mark.parametrize("deltas, hits", [
+    ({'vsr_model_runtime_result_cache_total{deployment="domain",result="hit"}': 40.0,
+      'vsr_model_runtime_result_cache_total{deployment="domain",result="miss"}': 10.0}, 40.0),
+    ({'vllm_srun_result_cache_total{model="pii",outcome="hit"}': 3.0}, 3.0),
+    ({'vsr_model_runtime_result_cache_total{deployment="domain",result="miss"}': 50.0}, 0.0),
+])
+def test_the_routers_cache_counters_are_read(deltas, hits):
+    records = passes_of([20.0] * 3)
+    records = [r._replace(attempt=r.attempt._replace(environment={"metrics": {"deltas": deltas}}))
+               for r in records]
+    found = result_cache_finding(records)
+    assert found["metrics"]["hits"] == hits and found["detected"] is (hits > 0)
+
+
+@pytest.mark.parametrize("slow", [(0, 3, 4.0), (1, 0, 3.0), (2, 6, 5.0), (1, 11, 4.0)])
+def test_a_window_that_slowed_down_is_a_slow_phase(slow):
+    passes = length_passes(LENGTHS, slow)
+    pass_index, window, _ = slow
+    found = content_slow_windows(passes[pass_index], passes, THRESHOLDS)
+    assert window in found
+    others = [content_slow_windows(p, passes, THRESHOLDS) for i, p in enumerate(passes)
+              if i != pass_index]
+    assert others == [(), ()]
+
 
 TEXT = st.text(min_size=0, max_size=20)
+
+
 REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(st.none(), st.sampled_from(ERROR_KINDS)),
                     st.one_of(TEXT, st.sampled_from(["math|model-a", "code"])),
@@ -31,7 +134,11 @@ REQUEST = st.tuples(st.floats(min_value=0, max_value=1e5, allow_nan=False),
                     st.one_of(st.none(), st.text(min_size=1, max_size=MAX_REASON_CHARS)),
                     st.lists(st.one_of(st.none(), st.floats(min_value=0, max_value=1e4,
                                                             allow_nan=False)), max_size=3))
+
+
 SIGNALS = ("domain", "pii", "jailbreak")
+
+
 HASHES = st.lists(st.sampled_from(["0" * 64, "ab" * 32, "9f" * 32]), unique=True, max_size=2)
 
 
@@ -144,24 +251,6 @@ def test_files_without_the_new_fields_stay_as_they_were(tmp_path):
     assert b"".join(dump_run(load_run(str(path)))) == written
 
 
-def test_pass_summary_keeps_expected_rejections_apart_and_counts_codes():
-    requests = [Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0)]
-    requests.append(Request(1, 0.0, 0.2, 400, None, None, code="INVALID_INPUT",
-                               outcome="expected_rejection"))
-    requests += [Request(2, 0.0, 0.1, 429, None, "http_4xx", code="OVERLOADED")] * 2
-    requests.append(Request(3, 0.0, 0.1, 404, None, "http_4xx"))
-    requests.append(Request(4, 0.0, 5.0, 200, "e", None, outcome="unexpected_routing"))
-    summary = pass_summary(requests, wall_s=1.0)
-    assert (summary.requests, summary.ok, summary.rejected) == (8, 4, 1)
-    assert summary.errors == {"http_4xx": 3}
-    assert summary.error_codes == {"http_4xx": {"OVERLOADED": 2}}
-    assert (summary.p50_ms, summary.min_ms, summary.max_ms) == (2.5, 1.0, 5.0)
-    assert failure_text(summary.errors, summary.error_codes) == \
-        "http_4xx: OVERLOADED 2, http_4xx 1"
-    assert summary.to_json()["rejected"] == 1
-
-
-
 def test_an_older_run_file_loads_with_the_new_fields_empty(tmp_path):
     path = Path(make_run(tmp_path / "old.json"))
     document = json.loads(path.read_text())
@@ -173,47 +262,6 @@ def test_an_older_run_file_loads_with_the_new_fields_empty(tmp_path):
     assert run.host_settings is None and run.thresholds == Thresholds()
     assert run.passes[0].attempt.router_cpu is None and run.passes[0].attempt.windows == ()
     assert run.slow_windows(run.passes[0]) == ()
-
-
-def request_at(start_ms, latency_ms, error=None):
-    return Request(0, start_ms, latency_ms, None if error else 200, None if error else "d",
-                      error)
-
-
-def test_phase_windows_by_hand():
-    # 11 sequential requests 10 ms apart; windows of 4: 4, 4, and a remainder of 3 (>= 2)
-    requests = [request_at(10.0 * i, 5.0 + i, "timeout" if i == 5 else None) for i in range(11)]
-    windows = phase_windows(requests, 4)
-    assert [(w.first, w.requests, w.errors) for w in windows] == [(0, 4, 0), (4, 4, 1),
-                                                                 (8, 3, 0)]
-    # spans: to the next window's first send, the last to the last answer (100 + 15 ms)
-    assert [w.start_s for w in windows] == [0.0, 0.04, 0.08]
-    assert [w.span_s for w in windows] == [0.04, 0.04, 0.035]
-    assert [w.req_per_s for w in windows] == [100.0, 75.0, round(3 / 0.035, 2)]
-    assert windows[1].p50_ms == 11.0  # 9, 11 and 12 ms answered; the 10 ms one failed
-    assert windows[0].p95_ms == pytest.approx(7.85)
-    # a remainder under half a window joins the last window
-    assert [w.requests for w in phase_windows(requests, 5)] == [5, 6]
-    assert phase_windows(requests, 20)[0].requests == 11
-    assert phase_windows([request_at(None, 1.0)], 4) == ()
-
-
-def window(p95, rate):
-    return PhaseWindow(0, 10, 0, 0.0, 0.1, p95 / 2, p95, rate)
-
-
-def test_slow_windows_against_the_pass_median():
-    rule = Thresholds()
-    # median p95 15, median rate 100: 31 > 2 x 15 is slow, 30 is not; 49 < 50 is slow
-    windows = [window(15, 100), window(15, 100), window(31, 100), window(30, 100),
-               window(15, 49), window(15, 50)]
-    assert slow_windows(windows, rule) == (2, 4)
-    assert slow_windows(windows, Thresholds(slow_p95_factor=1.9, slow_rate_factor=0.4)) \
-        == (2, 3)
-    assert slow_windows(windows[:2], rule) == ()  # two windows make no baseline
-    # a window of failures only has no p95, and its rate 0 is slow
-    assert slow_windows([window(15, 100)] * 3 + [PhaseWindow(0, 10, 10, 0.0, 0.1, None,
-                                                                   None, 0.0)], rule) == (3,)
 
 
 def test_a_req_per_s_that_the_rounding_of_wall_s_moves_across_a_hundredth_still_loads(tmp_path):
@@ -248,21 +296,6 @@ def test_a_summary_from_the_exact_wall_time_agrees_with_the_rounded_one(tmp_path
     path = tmp_path / "run.json"
     write_atomic(str(path), dump_run(run))
     assert load_run(str(path)).passes[0].summary.req_per_s == 23.33
-
-
-def test_pass_summary_counts_failures_but_leaves_them_out_of_percentiles():
-    requests = [Request(0, 0.0, v, 200, "d", None) for v in (1.0, 2.0, 3.0, 4.0)]
-    requests.append(Request(0, 0.0, 900.0, None, None, "timeout"))
-    requests.append(Request(0, 0.0, 0.5, 500, None, "http_5xx"))
-    summary = pass_summary(requests, wall_s=2.0)
-    assert summary.to_json() == {"requests": 6, "ok": 4, "errors": {"http_5xx": 1, "timeout": 1},
-                                 "p50_ms": 2.5, "p95_ms": 3.85, "p99_ms": 3.97, "mean_ms": 2.5,
-                                 "min_ms": 1.0, "max_ms": 4.0, "req_per_s": 2.0, "wall_s": 2.0}
-
-
-def test_pass_summary_of_only_failures_has_no_percentiles():
-    summary = pass_summary([Request(0, 0.0, 1.0, None, None, "connect")], wall_s=0.5)
-    assert summary.ok == 0 and summary.p50_ms is None and summary.req_per_s == 0.0
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))

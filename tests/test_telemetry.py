@@ -5,7 +5,6 @@ run_rounds.sh reading the router it started."""
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from router_latency.captures import CaptureSettings
 from router_latency.errors import RouterLatencyError
 from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_names, MAX_SAMPLES,
                                 NvidiaSamples)
-from router_latency.runfile import load_run
 from router_latency.phases import PhaseWindow
+from router_latency.runfile import load_run
+from router_latency.captures import CaptureSettings
 from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
 from conftest import write_corpus
-from test_cli import DRIVER_ENV, driver_args, with_foreground_new_side
+
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 
@@ -200,30 +199,6 @@ def test_the_telemetry_record_is_versioned_and_bounded():
         check_telemetry({"version": 1, "gpus": {"gpu0": {"t_s": [0.0], "power_w": []}}}, "t")
     with pytest.raises(RouterLatencyError, match=f"at most {MAX_SAMPLES}"):
         check_telemetry({"version": 1, "cpu": {"t_s": [0.0] * (MAX_SAMPLES + 1)}}, "t")
-
-
-@pytest.mark.process
-def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
-    # done when: router CPU per request and foreign CPU in every run file, the new side's
-    # start command staying in the foreground with no stop command
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env=DRIVER_ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    files = sorted((tmp_path / "results").glob("r*.json"))
-    assert len(files) == 6
-    for path in files:
-        document = json.loads(path.read_text())
-        assert document["router"]["session"] > 1
-        for item in document["passes"]:
-            # a figure in every pass (0.0 where the router used less than a clock tick)
-            assert item["router_cpu"]["per_request_ms"] is not None, (path, item["router_cpu"])
-            assert item["router_cpu"]["foreign_vcpus"] is not None
-        # what record's ranges read: no longer "not captured"
-        for item in load_run(str(path)).passes:
-            assert item.environment.router_cpu_ms is not None
-            assert item.environment.foreign_vcpus is not None
 
 
 def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_path, cli):

@@ -1,0 +1,58 @@
+"""Tests of readiness.py: before measuring: the router's readiness, the floor, warm-up."""
+
+import json
+import threading
+
+import pytest
+
+from router_latency.client import parse_endpoint
+from router_latency.passloop import Target
+from router_latency.readiness import wait_until_ready
+from conftest import final_answer, write_corpus
+
+
+def not_ready_then_ready(scripted, not_ready, answers):
+    """A router whose first `not_ready` previews get the given not-ready answer."""
+    seen = []
+
+    def answer(prompt, number):
+        if not prompt:  # GET /ready
+            return [final_answer(b'{"status":"ready","ready":true}')]
+        seen.append(prompt)
+        return [answers if len(seen) <= not_ready else final_answer()]
+    return scripted(answer)
+
+
+@pytest.mark.parametrize("loading", [
+    final_answer(b""),
+    final_answer(b'{"original_text":"hello","metrics":{}}\n'),
+])
+def test_a_preview_without_a_decision_result_is_not_ready(scripted, tmp_path, cli, loading):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    args = ["run", "--url", None, "--corpus", corpus, "--out", tmp_path / "o.json", "--label",
+            "x", "-c", "1", "--warmup", "0", "--quiet"]
+    router = not_ready_then_ready(scripted, 1000, loading)
+    args[2] = router.url
+    result = cli(*args)
+    assert result.code == 2 and "is not ready: it answered HTTP 200 OK to a preview with " \
+        in result.err and "(classifiers not loaded yet?)" in result.err
+    router = not_ready_then_ready(scripted, 3, loading)
+    args[2] = router.url
+    assert cli(*args, "--wait-ready", "20").code == 0
+    document = json.loads((tmp_path / "o.json").read_text())
+    assert document["passes"][0]["summary"]["errors"] == {}
+
+
+def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(double):
+    router = double(newer=True, startup_s=0.6, classifier_s=1.2)
+    shown = []
+    payload = b'{"messages":[{"role":"user","content":"hello"}]}'
+    from router_latency.client import encode_request
+    target = Target(parse_endpoint(router.url))
+    waited = wait_until_ready(target, encode_request(target.endpoint, "POST", payload, ()),
+                              20.0, threading.Event(), show=shown.append)
+    assert waited is not None  # ready, and said what it waited through:
+    assert any("to /ready (phase loading_models; " in line and "pending: " in line
+               and "pii-detector" in line for line in shown), shown
+    assert any("(CLASSIFIER_UNAVAILABLE: classifiers loading)" in line for line in shown), shown
+    assert len(shown) == len(set(shown))  # each state once
