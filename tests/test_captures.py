@@ -21,7 +21,8 @@ from router_latency.host import cpufreq_settings, host_settings, host_warnings
 from router_latency.captures import CaptureSettings, DEFAULT_METRIC_PATTERN
 from router_latency.passloop import Target
 from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
-from conftest import AMD_SMI_MI300X_SHAPED, NVIDIA_TWO, PROMETHEUS_SAMPLE, ROCM_MI250, ROCM_RX7900XTX, ROCM_WARNING, state, write_corpus, write_proc_stat
+from conftest import (AMD_SMI_MI300X_SHAPED, NVIDIA_TWO, PROMETHEUS_SAMPLE, ROCM_MI250,
+                      ROCM_RX7900XTX, ROCM_WARNING, state, write_corpus, write_proc_stat)
 
 
 def test_metric_deltas_keep_matching_series_only():

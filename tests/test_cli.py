@@ -18,7 +18,8 @@ from router_latency.corpus import CORPUS_SCHEMA, load_corpus
 from router_latency.runfile import dump_run, load_run
 from router_latency.command_demo import demo_next_steps
 from router_latency.cli import main
-from conftest import assert_one_line_error, bad_file, BAD_FILES, final_answer, hold_a_slot, make_run, NOT_UTF8, ROOT, three_rounds, write_corpus
+from conftest import (assert_one_line_error, bad_file, BAD_FILES, final_answer, hold_a_slot,
+                      make_run, NOT_UTF8, ROOT, three_rounds, write_corpus)
 
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))

@@ -17,7 +17,8 @@ from router_latency.answers import AnswerBook
 from router_latency.passloop import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
                                      PassPlan, Target)
 from router_latency.simulator import simulated_decision
-from conftest import answer_with_head, final_answer, not_one_document, OK, preview_answer, ScriptedServer, write_corpus
+from conftest import (answer_with_head, final_answer, not_one_document, OK, preview_answer,
+                      ScriptedServer, write_corpus)
 
 
 HASH_A, HASH_B = "a" * 64, "b" * 64

@@ -13,7 +13,8 @@ from router_latency.corpus import MAX_CORPUS_BYTES
 from router_latency.requests import pass_summary, Request
 from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
 from router_latency.simulator import SimulatedAnswers
-from conftest import assert_one_line_error, assert_renders_as_blocks, default_route_server, make_run, mark_cached, N, run_sampled, suspect_rounds, two_runs, write_corpus
+from conftest import (assert_one_line_error, assert_renders_as_blocks, default_route_server,
+                      make_run, mark_cached, N, run_sampled, suspect_rounds, two_runs, write_corpus)
 
 
 def test_compare_fail_on_decision_change(tmp_path, cli):

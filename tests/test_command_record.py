@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, assert_renders_as_blocks, assert_tables_as_github_reads_them, HOSTILE, html_tables, make_run, mark_cached, rounds_folder, shown_raw, suspect_rounds, three_rounds, write_corpus
+from conftest import (assert_one_line_error, assert_renders_as_blocks,
+                      assert_tables_as_github_reads_them, HOSTILE, html_tables, make_run,
+                      mark_cached, rounds_folder, shown_raw, suspect_rounds, three_rounds,
+                      write_corpus)
 
 
 def assert_page_tables_keep_their_columns(page):

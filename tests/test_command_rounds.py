@@ -28,7 +28,10 @@ from router_latency.simulator import SimulatedAnswers
 from router_latency.gate import DETECTS_CONFIDENCE, GateSettings
 from router_latency.environment import environment_rows
 from router_latency.rounds import judge_rounds
-from conftest import assert_one_line_error, assert_renders_as_blocks, cpu_gpu_round, hashed_rounds, HOSTILE, make_run, mark_cached, MISSED, N, NEW, rounds, rounds_folder, SAMPLED, shown_raw, sides, suspect_rounds, three_rounds, undecided, write_corpus
+from conftest import (assert_one_line_error, assert_renders_as_blocks, cpu_gpu_round, hashed_rounds,
+                      HOSTILE, make_run, mark_cached, MISSED, N, NEW, rounds, rounds_folder,
+                      SAMPLED, shown_raw, sides, suspect_rounds, three_rounds, undecided,
+                      write_corpus)
 
 
 @pytest.mark.parametrize("settings,shown", [({"repeat": 3}, "sequential x3"),

@@ -20,7 +20,9 @@ from router_latency.readiness import wait_until_ready
 from router_latency.simulator import SimulatedAnswers
 from router_latency.rounds import not_found_only
 from router_latency.command_run import run_warnings
-from conftest import answer_with_head, assert_one_line_error, default_route_server, fake_docker, final_answer, HASH, OK, PROMPTS, run_sampled, run_with, ScriptedServer, write_corpus
+from conftest import (answer_with_head, assert_one_line_error, default_route_server, fake_docker,
+                      final_answer, HASH, OK, PROMPTS, run_sampled, run_with, ScriptedServer,
+                      write_corpus)
 
 
 def test_bad_capture_options(tmp_path, cli):

@@ -4,7 +4,8 @@ import pytest
 
 from router_latency.gpu import (GpuReading, parse_amd_smi, parse_nvidia_smi, parse_rocm_smi,
                                 select_gpus)
-from conftest import AMD_SMI_MI300X_SHAPED, NVIDIA_TWO, ROCM_MI250, ROCM_RX7900XTX, ROCM_WARNING, state
+from conftest import (AMD_SMI_MI300X_SHAPED, NVIDIA_TWO, ROCM_MI250, ROCM_RX7900XTX, ROCM_WARNING,
+                      state)
 
 
 # RX 6700 XT, ROCm 6.0.2 (the secondary-die string printed for a single die, rocm_smi_lib#149):

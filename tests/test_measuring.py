@@ -37,7 +37,8 @@ from router_latency.simulator import simulated_decision
 from router_latency.rounds import CHECKED_FIELDS, run_signature
 from router_latency.command_run import rate_list
 from router_latency.cli import main
-from conftest import FaultServer, final_answer, hold_a_slot, length_passes, LENGTHS, make_run, PROMPTS, THRESHOLDS, write_corpus
+from conftest import (FaultServer, final_answer, hold_a_slot, length_passes, LENGTHS, make_run,
+                      PROMPTS, THRESHOLDS, write_corpus)
 
 
 TEXTS = ["What is 2+2?", "Explain DNS", "Write a haiku", "¿Qué hora es?", "😀", "a\u0000b"]

@@ -17,7 +17,8 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 
 from router_latency.rounds import start_order
-from conftest import ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL_PYC, widened_tool, write_corpus
+from conftest import (ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL_PYC,
+                      widened_tool, write_corpus)
 
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"

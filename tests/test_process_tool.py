@@ -23,7 +23,8 @@ from router_latency.corpus import git_commit, load_corpus
 from router_latency.runfile import load_run
 from router_latency.simulator import SimulatedAnswers, SkippedSignals
 from router_latency.command_demo import demo_next_steps
-from conftest import ended, final_answer, history_rounds_folder, MISSED, NOT_UTF8, ROOT, three_rounds, TOOL, TOOL_PYC, two_runs, undecided, widened_tool, write_corpus
+from conftest import (ended, final_answer, history_rounds_folder, MISSED, NOT_UTF8, ROOT,
+                      three_rounds, TOOL, TOOL_PYC, two_runs, undecided, widened_tool, write_corpus)
 from test_process_round_script import driver_args, DRIVER_ENV, with_foreground_new_side
 
 

@@ -18,7 +18,8 @@ from router_latency.captured import RouterCpu
 from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run, Floor,
                                     HostSettings, Ladder, load_run, PassRecord, RunFile,
                                     RunSettings, Warmup)
-from conftest import assert_one_line_error, bad_file, BAD_FILES, hashed_rounds, length_passes, LENGTHS, make_run, THRESHOLDS
+from conftest import (assert_one_line_error, bad_file, BAD_FILES, hashed_rounds, length_passes,
+                      LENGTHS, make_run, THRESHOLDS)
 
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
