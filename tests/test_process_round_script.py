@@ -491,8 +491,8 @@ def test_driver_runs_nothing_but_the_commands_given(tmp_path):
 
 
 def readme_workflow_step():
-    """The shell lines of the README workflow's rounds step, dedented."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The shell lines of the README workflow's rounds step (docs/ci.md), dedented."""
+    readme = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     step = readme.split("      - name: interleaved rounds until decided\n        id: gate\n"
                         "        run: |\n", 1)[1]
     step = step.split("      - uses: actions/upload-artifact", 1)[0]
@@ -657,8 +657,8 @@ def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(t
 
 def readme_check_step():
     """The shell lines of the README workflow's step that posts the verdict as a check, with
-    `gh api` replaced by echo (no GitHub here): what it would post."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    `gh api` replaced by echo (no GitHub here): what it would post (docs/ci.md)."""
+    readme = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     step = readme.split("      - name: the verdict as a check", 1)[1]
     step = step.split("        run: |\n", 1)[1]
     step = step.split("```", 1)[0]
