@@ -3473,8 +3473,9 @@ def cache_section(warnings: Sequence[Notice]) -> Section:
     """Return the rounds report's result caches section: the warnings of the runs a cache
     answered (cache_warnings), right below the gated table's sections before the other
     warnings; its texts stay in the JSON's "warnings" list, where the warnings section
-    lists every warning in order."""
-    return Section(key="result_caches", apart=False, notices=tuple(warnings))
+    lists every warning in order. The page shows them in its banner."""
+    return Section(key="result_caches", apart=False, notices=tuple(warnings),
+                   page=(Panel(place=BANNER, items=(Lines(tuple(w.text for w in warnings)),)),))
 
 
 def cache_sentence(cached: Sequence[str]) -> str:
@@ -13748,9 +13749,7 @@ def with_sections(report: RoundsReport) -> RoundsReport:
         Section(key="warnings", apart=False,
                 notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
                 json={"warnings": [w.text for w in report.warnings]},
-                page=(Panel(place=BANNER, items=(Lines(tuple(
-                    w.text for w in report.warnings if w.kind == "result_cache")),)),
-                      Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)))),
+                page=(Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)),)),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
         per_round_section(report.rows, report.used, base, new),

@@ -9,7 +9,7 @@ from typing import Any, cast, List, Optional, Sequence, Tuple, TypedDict
 
 from .constants import CACHE_ADVICE, CACHE_SERIES
 from .errors import Notice, RouterLatencyError
-from .report import Section
+from .report import BANNER, Lines, Panel, Section
 
 __all__ = [
     "cache_section", "cache_sentence", "cache_text", "cache_warnings", "CacheFinding",
@@ -143,8 +143,9 @@ def cache_section(warnings: Sequence[Notice]) -> Section:
     """Return the rounds report's result caches section: the warnings of the runs a cache
     answered (cache_warnings), right below the gated table's sections before the other
     warnings; its texts stay in the JSON's "warnings" list, where the warnings section
-    lists every warning in order."""
-    return Section(key="result_caches", apart=False, notices=tuple(warnings))
+    lists every warning in order. The page shows them in its banner."""
+    return Section(key="result_caches", apart=False, notices=tuple(warnings),
+                   page=(Panel(place=BANNER, items=(Lines(tuple(w.text for w in warnings)),)),))
 
 
 def cache_sentence(cached: Sequence[str]) -> str:

@@ -24,7 +24,7 @@ from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings, plan_section
-from .report import BANNER, Grid, LinePlot, Lines, Panel, Scale, Section, Series
+from .report import Grid, LinePlot, Lines, Panel, Scale, Section, Series
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
@@ -625,9 +625,7 @@ def with_sections(report: RoundsReport) -> RoundsReport:
         Section(key="warnings", apart=False,
                 notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
                 json={"warnings": [w.text for w in report.warnings]},
-                page=(Panel(place=BANNER, items=(Lines(tuple(
-                    w.text for w in report.warnings if w.kind == "result_cache")),)),
-                      Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)))),
+                page=(Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)),)),
         slower_section(report.slowdowns, base, new),
         breakdown_section(report.breakdowns, base, new, report.noise),
         per_round_section(report.rows, report.used, base, new),
