@@ -728,6 +728,11 @@ class Section(NamedTuple):
     on_request: bool = False  # drawn only when asked (--per-round)
     page: Tuple[Panel, ...] = ()  # what the report page draws of it
     plan: Tuple[Block, ...] = ()  # --plan: drawn below its table (a blank line first), in order
+    # the sentences it gives a published record (`record`), each at its place there: 20 the
+    # decisions, 30 failed requests, 40 restarts and faults, 80 the ladders, 90 where the time
+    # changed most (the record's own: 10 the per-round ranges, 50 the surroundings, 70 the
+    # result caches)
+    record: Tuple[Tuple[int, str], ...] = ()
 
 
 # ==================== src/router_latency/stats.py ====================
@@ -11123,7 +11128,8 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
     lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
-    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)},
+    return Section(key="plan", headline=tuple(line),
+                   json={"plan": plan_json(noise), "more_rounds": more_rounds},
                    plan=() if noise is None else ("", *lines),
                    page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
                          if lines else Panel(place=20),))
@@ -11545,7 +11551,19 @@ def breakdown_section(breakdowns: Sequence[PassBreakdown], base: str, new: str,
     """Return where the time goes as the report's section (JSON: breakdowns)."""
     return Section(key="breakdowns", blocks=tuple(breakdown_blocks(breakdowns, base, new)),
                    json={"breakdowns": breakdowns_json(breakdowns, noise)},
-                   page=(breakdown_panel(breakdowns, base, new),))
+                   page=(breakdown_panel(breakdowns, base, new),),
+                   record=tuple((90, most_changed_sentence(b)) for b in breakdowns
+                                if any(r.metric.endswith(":mean") for r in b.rows)))
+
+
+def most_changed_sentence(breakdown: PassBreakdown) -> str:
+    """Return which part of a pass's time changed most, on means (which add up)."""
+    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
+              key=lambda r: abs(r.diff.mean))
+    name = part_title(row.metric).rsplit(" ", 1)[0]
+    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
+            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]")
 
 
 def breakdown_panel(breakdowns: Sequence[PassBreakdown], base: str, new: str) -> Panel:
@@ -12420,7 +12438,21 @@ def environment_section(rows: Sequence[EnvironmentRow]) -> Section:
     return Section(key="environment", title="Environment",
                    blocks=(*environment_blocks(rows), ""),
                    json={"environment": [row.to_json() for row in rows]},
-                   page=(environment_panel(rows),))
+                   page=(environment_panel(rows),), record=((40, faults_sentence(rows)),))
+
+
+def faults_sentence(rows: Sequence[EnvironmentRow]) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
+    faults = [row for row in rows if row.faults]
+    if faults:
+        return "restarts and device faults: " + ", ".join(
+            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
+    read = sum(row.faults is not None for row in rows)
+    if not read:  # no run read the restart and fault series: nothing is known of them
+        return "restarts and device faults: not captured"
+    return "restarts and device faults: none" + (
+        "" if read == len(rows) else
+        f" in the {read} of {len(rows)} runs that captured them")
 
 
 def environment_panel(rows: Sequence[EnvironmentRow]) -> Panel:
@@ -12651,7 +12683,8 @@ class Ladders(NamedTuple):
 def capacity_section(found: Ladders) -> Section:
     """Return both sides' ladders over the rounds as the report's section (JSON: capacity);
     nothing drawn for runs of fixed passes."""
-    return Section(key="capacity", blocks=tuple(format_capacity_rounds(found)),
+    lines = format_capacity_rounds(found)
+    return Section(key="capacity", blocks=tuple(lines), record=tuple((80, s) for s in lines),
                    json={"capacity": [capacity_json(c, n, side)
                                       for n, side, c in found.capacity]},
                    page=(capacity_panel(found),))
@@ -13024,7 +13057,33 @@ def outcomes_section(found: Outcomes) -> Section:
         "outcomes": [outcomes_json(o) for o in found.outcomes]}
     return Section(key="outcomes", blocks=(*format_agreement(found), *format_outcomes(found)),
                    lead=tuple(decisions_note(found)), json=document,
-                   checks=tuple(outcome_checks(found)), page=outcomes_panels(found))
+                   checks=tuple(outcome_checks(found)), page=outcomes_panels(found),
+                   record=((20, agreement_sentence(found)), (30, failed_sentence(found))))
+
+
+def agreement_sentence(found: Outcomes) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
+    used = [a for a in found.agreement if a.used]
+    agreed = [a for a in used if a.agree == a.total]
+    totals = sorted({a.total for a in used})
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(found: Outcomes) -> str:
+    """Return each side's failed requests over the used rounds."""
+    failed = {side: sum(b if side == found.base else w for e in found.errors
+                        for n, b, w in e.counts if n in found.used)
+              for side in (found.base, found.new)}
+    degraded = {side: sum(b if side == found.base else w for e in found.degraded
+                          for n, b, w in e.counts if n in found.used)
+                for side in (found.base, found.new)}
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
+        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
+        if any(degraded.values()) else "")
 
 
 def outcomes_panels(found: Outcomes) -> Tuple[Panel, ...]:
@@ -13420,7 +13479,8 @@ def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
 
 
 class RoundsReport(NamedTuple):
-    """The judged rounds: everything any renderer shows, and the gate's outcome."""
+    """The judged rounds: the core every renderer reads (the settings, the rounds used, the
+    gated rows, the overall test, the outcome, the look) and each capability's section."""
     base: str
     new: str
     settings: GateSettings
@@ -13431,16 +13491,8 @@ class RoundsReport(NamedTuple):
     left_out: Tuple[LeftOut, ...]  # rounds not judged
     rows: Tuple[Row, ...]  # Row, empty when fewer than MIN_ROUNDS rounds could be used
     test: Optional[GateTest]
-    agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
-    errors: Tuple[PassErrors, ...]  # PassErrors
     warnings: Tuple[Notice, ...]  # what the reader must know before trusting the verdict
     notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
-    environment: Tuple[EnvironmentRow, ...]  # one per round and side
-    order: RoundOrder
-    order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
-    outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
-    # (round, its gated mean change %, the median's %): descriptive
-    outlier_changes: Tuple[Tuple[int, float, float], ...]
     insecure_files: Tuple[str, ...]  # files measured without TLS verification
     look: Optional[Look]  # group-sequential: this look of the plan; None: a fixed design
     outcome: GateOutcome  # what the gate decided: status, reasons, exit code, undecided rows
@@ -13448,19 +13500,13 @@ class RoundsReport(NamedTuple):
     config_hashes: Dict[str, Tuple[str, ...]] = {}
     # the same configuration on both sides, or one that changed
     config_warnings: Tuple[Notice, ...] = ()
-    outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
-    slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
-    latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
-    more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
-    # (round, side, Capacity) of ladder runs, used rounds
-    capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
-    # PassBreakdown: where each pass's time went, and what changed
-    breakdowns: Tuple[PassBreakdown, ...] = ()
-    # the degraded answers of each side (PassErrors' shape), passes where either side had any
-    degraded: Tuple[PassErrors, ...] = ()
-    noise: Optional[NoiseFindings] = None  # the spread taken apart, the plan, speed groups
+    noise: Optional[NoiseFindings] = None  # each gated row's spread taken apart (its JSON)
     # each capability's finding as every renderer draws it, in the order they draw them
     sections: Tuple[Section, ...] = ()
+
+    def section(self, key: str) -> Section:
+        """Return the section of that key."""
+        return next(part for part in self.sections if part.key == key)
 
     # the outcome's, under the names CompareReport gives its own
     @property
@@ -13710,54 +13756,68 @@ def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
     rows, breakdowns = split_part_rows(judged.rows, breakdowns)
     first = runs[min(runs)][base]
     order = order_balance(rounds, rows)
-    effect, outliers, changes = order_and_outliers(used, rows, order)
+    found = order_and_outliers(used, rows, order)
     hashes, hash_warnings = config_hash_findings(rounds, settings.allow_config_change)
     outcome = judged.outcome
-    return with_sections(RoundsReport(
+    noise = noise_findings(rounds, rows, settings) if rows else None
+    warnings = tuple(cache_warnings([(f"{side} r{n}", run.cache_finding) for n in sorted(runs)
+                                     for side, run in sorted(runs[n].items())])
+                     + rounds_warnings(rounds, rows, outcome, found.order_effect, settings))
+    outcomes = Outcomes(
+        base=base, new=new, used=tuple(used), decisions=settings.decisions, agreement=agreement,
+        errors=tuple(errors), degraded=tuple(e for e in degraded
+                                             if any(b or w for _, b, w in e.counts)),
+        outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s]))
+                       for n in used for s in (base, new)))
+    sections = rounds_sections(rounds, Findings(rows, breakdowns, outcomes, order, found, outcome,
+                                                noise, warnings), settings, prompts_text)
+    return RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
         corpus_count=first.corpus_count,
         files={f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
-        agreement=agreement, errors=tuple(errors),
-        degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
-        warnings=tuple(cache_warnings([(f"{side} r{n}", run.cache_finding)
-                                       for n in sorted(runs)
-                                       for side, run in sorted(runs[n].items())])
-                       + rounds_warnings(rounds, rows, outcome, effect, settings)),
-        notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
-        order_effect=effect, outliers=tuple(outliers), outlier_changes=changes,
-        insecure_files=insecure_files(rounds), look=judged.look, outcome=outcome,
-        config_hashes=hashes, config_warnings=hash_warnings,
-        outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
-                       for s in (base, new)),
-        slowdowns=input_slowdowns(rounds, settings.tolerance_pct, prompts_text),
-        latencies=tuple(pass_latencies(rounds)),
-        more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
-        capacity=ladder_capacities(rounds, settings) if rows else (),
-        breakdowns=tuple(breakdowns),
-        noise=noise_findings(rounds, rows, settings) if rows else None))
+        warnings=warnings, notes=tuple(notes), insecure_files=insecure_files(rounds),
+        look=judged.look, outcome=outcome, config_hashes=hashes, config_warnings=hash_warnings,
+        noise=noise, sections=sections)
 
 
-def with_sections(report: RoundsReport) -> RoundsReport:
-    """Return the report with its sections, each from its capability, in the order every
-    renderer draws them."""
-    base, new = report.base, report.new
-    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
-    return report._replace(sections=(
-        capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
-        cache_section([w for w in report.warnings if w.kind == "result_cache"]),
+class Findings(NamedTuple):
+    """What judge_rounds found on the way to the outcome, that sections draw."""
+    rows: Sequence[Row]  # the gated table's rows
+    breakdowns: Sequence[PassBreakdown]  # where each pass's time went
+    outcomes: Outcomes  # what the sides' requests came to
+    order: RoundOrder  # which side started each round
+    order_effect: OrderAndOutliers  # the order effect and the outlier rounds
+    outcome: GateOutcome
+    noise: Optional[NoiseFindings]
+    warnings: Sequence[Notice]
+
+
+def rounds_sections(rounds: Rounds, found: Findings, settings: GateSettings,
+                    prompts_text: Optional[dict]) -> Tuple[Section, ...]:
+    """Return each capability's section of the judged rounds, in the order every renderer
+    draws them; what a section draws beyond the core is kept only in it. The ladders, the
+    slower inputs, the environment and the latencies are computed here, from the rounds."""
+    _, base, new, used = rounds
+    rows, noise, outcome, warnings = found.rows, found.noise, found.outcome, found.warnings
+    ladders = Ladders(base=base, new=new, used=used, rows=tuple(rows),
+                      cost_per_hour=settings.cost_per_hour,
+                      capacity=ladder_capacities(rounds, settings) if rows else ())
+    return (
+        capacity_section(ladders), outcomes_section(found.outcomes),
+        cache_section([w for w in warnings if w.kind == "result_cache"]),
         Section(key="warnings", apart=False,
-                notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
-                json={"warnings": [w.text for w in report.warnings]},
-                page=(Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)),)),
-        slower_section(report.slowdowns, base, new),
-        breakdown_section(report.breakdowns, base, new, report.noise),
-        per_round_section(report.rows, report.used, base, new),
-        environment_section(report.environment),
-        order_section(report.order, found, base, new),
-        plan_section(report.noise, report.settings, report.outcome, report.more_rounds,
-                     report.rows),
-        latency_section(report.latencies, base, new)))
+                notices=tuple(w for w in warnings if w.kind != "result_cache"),
+                json={"warnings": [w.text for w in warnings]},
+                page=(Panel(place=82, items=(Lines(tuple(w.text for w in warnings)),)),)),
+        slower_section(input_slowdowns(rounds, settings.tolerance_pct, prompts_text), base, new),
+        breakdown_section(found.breakdowns, base, new, noise),
+        per_round_section(rows, used, base, new),
+        environment_section(environment_rows(rounds)),
+        order_section(found.order, found.order_effect, base, new),
+        plan_section(noise, settings, outcome,
+                     more_rounds(outcome) if outcome.status == "inconclusive" else None, rows),
+        latency_section(pass_latencies(rounds), base, new))
 
 
 def latency_section(latencies: Sequence[PassLatencies], base: str, new: str) -> Section:
@@ -13800,19 +13860,6 @@ def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
             f"order"))
     return warnings
-
-
-def report_ladders(report: RoundsReport) -> Ladders:
-    """Return what the report's ladders derive, as their section takes it."""
-    return Ladders(base=report.base, new=report.new, used=report.used, rows=report.rows,
-                   cost_per_hour=report.settings.cost_per_hour, capacity=report.capacity)
-
-
-def report_outcomes(report: RoundsReport) -> Outcomes:
-    """Return what the sides' requests came to, as their section takes it."""
-    return Outcomes(base=report.base, new=report.new, used=report.used,
-                    decisions=report.settings.decisions, agreement=report.agreement,
-                    errors=report.errors, degraded=report.degraded, outcomes=report.outcomes)
 
 
 # ==================== src/router_latency/record.py ====================
@@ -13868,16 +13915,16 @@ def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, flo
 
 
 def record_sentences(section: RecordSection) -> List[str]:
-    """Return the record's sentences of one section: per-round ranges, decisions, failures,
-    restarts and faults, GPU memory, load, foreign CPU and router CPU."""
+    """Return the record's sentences of one section: per-round ranges, then what the report's
+    sections give the record (decisions, failed requests, restarts and faults, ladders, where
+    the time changed most), with the surroundings and result caches, each at its place."""
     report = section.report
     ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
-    return (range_sentences(report, ranges) + [agreement_sentence(report),
-                                               failed_sentence(report), faults_sentence(report)]
-            + surroundings_sentences(report, ranges) + [cache_sentence(cached_runs(section))]
-            + format_capacity_rounds(report_ladders(report)) + [
-                most_changed_sentence(b) for b in report.breakdowns
-                if any(r.metric.endswith(":mean") for r in b.rows)])
+    own = ([(10, s) for s in range_sentences(report, ranges)]
+           + [(50, s) for s in surroundings_sentences(report, ranges)]
+           + [(70, cache_sentence(cached_runs(section)))])
+    given = [item for part in report.sections for item in part.record]
+    return [sentence for _, sentence in sorted(own + given, key=lambda item: item[0])]
 
 
 def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
@@ -13897,43 +13944,7 @@ def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
             for name in names for metric in ("p50_ms", "p95_ms")]
 
 
-def agreement_sentence(report: RoundsReport) -> str:
-    """Return how the two sides' decisions agreed over the used rounds."""
-    used = [a for a in report.agreement if a.used]
-    agreed = [a for a in used if a.agree == a.total]
-    totals = sorted({a.total for a in used})
-    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-            if used and len(agreed) == len(used) and len(totals) == 1 else
-            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
 
-
-def failed_sentence(report: RoundsReport) -> str:
-    """Return each side's failed requests over the used rounds."""
-    failed = {side: sum(b if side == report.base else w for e in report.errors
-                        for n, b, w in e.counts if n in report.used)
-              for side in (report.base, report.new)}
-    degraded = {side: sum(b if side == report.base else w for e in report.degraded
-                          for n, b, w in e.counts if n in report.used)
-                for side in (report.base, report.new)}
-    return ("failed requests: none" if not any(failed.values()) else
-            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
-        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
-        if any(degraded.values()) else "")
-
-
-def faults_sentence(report: RoundsReport) -> str:
-    """Return the rounds and sides whose router restarted or whose device faulted."""
-    faults = [row for row in report.environment if row.faults]
-    if faults:
-        return "restarts and device faults: " + ", ".join(
-            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
-    read = sum(row.faults is not None for row in report.environment)
-    if not read:  # no run read the restart and fault series: nothing is known of them
-        return "restarts and device faults: not captured"
-    return "restarts and device faults: none" + (
-        "" if read == len(report.environment) else
-        f" in the {read} of {len(report.environment)} runs that captured them")
 
 
 def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
@@ -13960,16 +13971,6 @@ def cached_runs(section: RecordSection) -> List[str]:
     """Return the rounds and sides a result cache answered ("side rN"), for cache_sentence."""
     return [f"{side} r{n}" for n, sides in sorted(section.runs.items())
             for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-
-
-def most_changed_sentence(breakdown: PassBreakdown) -> str:
-    """Return which part of a pass's time changed most, on means (which add up)."""
-    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
-              key=lambda r: abs(r.diff.mean))
-    name = part_title(row.metric).rsplit(" ", 1)[0]
-    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
-            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]")
 
 
 # ==================== src/router_latency/history.py ====================
@@ -14993,7 +14994,6 @@ def rounds_json(report: RoundsReport) -> dict:
                 "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
             "notes": list(report.notes),
-            "more_rounds": report.more_rounds,
             "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),

@@ -10,7 +10,6 @@ from router_latency.errors import Notice, RouterLatencyError
 from router_latency.requests import Request
 from router_latency.roundset import Rounds
 from router_latency.gate import ROW_WORDS
-from router_latency.environment import format_order, OrderAndOutliers
 from router_latency.rounds import config_hash_findings, judge_rounds, run_outcome, time_windows
 from conftest import FIGURES, hashed_rounds, PASSES, rounds_in_memory, run_with
 
@@ -56,12 +55,11 @@ def test_an_outlier_round_is_described_and_its_noise_makes_the_verdict_inconclus
         hiccup = lambda n, p, m: hiccup_size if n == 3 else 1.0  # noqa: E731
         report = judge_rounds(rounds_in_memory(count, slower, base_factor=hiccup),
                                  "base", "new")
-        assert report.outliers == (3,)
+        order = report.section("order")
+        assert order.json["outliers"] == [3]
         assert report.status == "inconclusive" and report.exit_code == 3
         assert not hasattr(report, "without_outliers")
-        found = OrderAndOutliers(report.order_effect, list(report.outliers),
-                                 report.outlier_changes)
-        line = format_order(report.order, found, "base", "new")[-1]
+        line = order.blocks[-1]
         assert line.startswith("outlier rounds (median/MAD of the gated rows' mean; described "
                                "only, the verdict stands on every round): r3 ")
         assert "verdict would be" not in line
@@ -73,7 +71,8 @@ def test_an_order_effect_is_estimated_and_warned_about():
     second = lambda first: (lambda n, p, m: 1.10 if (n % 2 == 1) == first else 1.0)  # noqa
     report = judge_rounds(rounds_in_memory(6, second(True), base_factor=second(False)),
                              "base", "new")
-    assert math.expm1(report.order_effect.estimate) == pytest.approx(0.10, abs=0.005)
+    effect = report.section("order").json["order_effect"]
+    assert math.expm1(effect["estimate"]) == pytest.approx(0.10, abs=0.005)
     assert any(w.kind == "order_effect"
                and w.text.startswith("warning: order effect: the side started second ran +10.")
                for w in report.warnings)

@@ -370,7 +370,19 @@ def breakdown_section(breakdowns: Sequence[PassBreakdown], base: str, new: str,
     """Return where the time goes as the report's section (JSON: breakdowns)."""
     return Section(key="breakdowns", blocks=tuple(breakdown_blocks(breakdowns, base, new)),
                    json={"breakdowns": breakdowns_json(breakdowns, noise)},
-                   page=(breakdown_panel(breakdowns, base, new),))
+                   page=(breakdown_panel(breakdowns, base, new),),
+                   record=tuple((90, most_changed_sentence(b)) for b in breakdowns
+                                if any(r.metric.endswith(":mean") for r in b.rows)))
+
+
+def most_changed_sentence(breakdown: PassBreakdown) -> str:
+    """Return which part of a pass's time changed most, on means (which add up)."""
+    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
+              key=lambda r: abs(r.diff.mean))
+    name = part_title(row.metric).rsplit(" ", 1)[0]
+    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
+            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
+            f"{fmt_value(row.diff.high)}]")
 
 
 def breakdown_panel(breakdowns: Sequence[PassBreakdown], base: str, new: str) -> Panel:

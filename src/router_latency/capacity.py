@@ -18,7 +18,7 @@ from .roundset import Rounds
 from .gate import GateSettings, Row, row_of
 from .judged import row_change_text
 
-__all__ = ["capacity_section", "energy_beside_cost", "format_capacity", "format_capacity_rounds",
+__all__ = ["capacity_section", "energy_beside_cost", "format_capacity",
            "format_compare_capacity", "ladder_capacities", "ladder_rows", "Ladders"]
 
 
@@ -179,7 +179,8 @@ class Ladders(NamedTuple):
 def capacity_section(found: Ladders) -> Section:
     """Return both sides' ladders over the rounds as the report's section (JSON: capacity);
     nothing drawn for runs of fixed passes."""
-    return Section(key="capacity", blocks=tuple(format_capacity_rounds(found)),
+    lines = format_capacity_rounds(found)
+    return Section(key="capacity", blocks=tuple(lines), record=tuple((80, s) for s in lines),
                    json={"capacity": [capacity_json(c, n, side)
                                       for n, side, c in found.capacity]},
                    page=(capacity_panel(found),))

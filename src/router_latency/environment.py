@@ -19,7 +19,7 @@ from .phases import Thresholds
 from .roundset import Rounds
 from .gate import Row
 
-__all__ = ["environment_rows", "environment_section", "EnvironmentRow", "order_and_outliers",
+__all__ = ["environment_rows", "environment_section", "order_and_outliers",
            "order_balance", "order_section", "OrderAndOutliers", "RoundOrder"]
 
 OUTLIER_MIN_ROUNDS = 5  # below this, a median/MAD outlier is a guess
@@ -311,7 +311,21 @@ def environment_section(rows: Sequence[EnvironmentRow]) -> Section:
     return Section(key="environment", title="Environment",
                    blocks=(*environment_blocks(rows), ""),
                    json={"environment": [row.to_json() for row in rows]},
-                   page=(environment_panel(rows),))
+                   page=(environment_panel(rows),), record=((40, faults_sentence(rows)),))
+
+
+def faults_sentence(rows: Sequence[EnvironmentRow]) -> str:
+    """Return the rounds and sides whose router restarted or whose device faulted."""
+    faults = [row for row in rows if row.faults]
+    if faults:
+        return "restarts and device faults: " + ", ".join(
+            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
+    read = sum(row.faults is not None for row in rows)
+    if not read:  # no run read the restart and fault series: nothing is known of them
+        return "restarts and device faults: not captured"
+    return "restarts and device faults: none" + (
+        "" if read == len(rows) else
+        f" in the {read} of {len(rows)} runs that captured them")
 
 
 def environment_panel(rows: Sequence[EnvironmentRow]) -> Panel:

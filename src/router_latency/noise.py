@@ -432,7 +432,8 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
     lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
-    return Section(key="plan", headline=tuple(line), json={"plan": plan_json(noise)},
+    return Section(key="plan", headline=tuple(line),
+                   json={"plan": plan_json(noise), "more_rounds": more_rounds},
                    plan=() if noise is None else ("", *lines),
                    page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
                          if lines else Panel(place=20),))

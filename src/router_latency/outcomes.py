@@ -221,7 +221,33 @@ def outcomes_section(found: Outcomes) -> Section:
         "outcomes": [outcomes_json(o) for o in found.outcomes]}
     return Section(key="outcomes", blocks=(*format_agreement(found), *format_outcomes(found)),
                    lead=tuple(decisions_note(found)), json=document,
-                   checks=tuple(outcome_checks(found)), page=outcomes_panels(found))
+                   checks=tuple(outcome_checks(found)), page=outcomes_panels(found),
+                   record=((20, agreement_sentence(found)), (30, failed_sentence(found))))
+
+
+def agreement_sentence(found: Outcomes) -> str:
+    """Return how the two sides' decisions agreed over the used rounds."""
+    used = [a for a in found.agreement if a.used]
+    agreed = [a for a in used if a.agree == a.total]
+    totals = sorted({a.total for a in used})
+    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
+            if used and len(agreed) == len(used) and len(totals) == 1 else
+            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
+            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
+
+
+def failed_sentence(found: Outcomes) -> str:
+    """Return each side's failed requests over the used rounds."""
+    failed = {side: sum(b if side == found.base else w for e in found.errors
+                        for n, b, w in e.counts if n in found.used)
+              for side in (found.base, found.new)}
+    degraded = {side: sum(b if side == found.base else w for e in found.degraded
+                          for n, b, w in e.counts if n in found.used)
+                for side in (found.base, found.new)}
+    return ("failed requests: none" if not any(failed.values()) else
+            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
+        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
+        if any(degraded.values()) else "")
 
 
 def outcomes_panels(found: Outcomes) -> Tuple[Panel, ...]:

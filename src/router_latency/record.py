@@ -7,16 +7,13 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from .errors import RouterLatencyError
-from .words import fmt_signed, fmt_value, metric_title, span_text
+from .words import metric_title, span_text
 from .gpu import energy_ranges_sentence
 from .cache import cache_sentence
 from .runfile import load_run, RunFile
 from .requests import pass_title
 from .gate import GateSettings
-from .judged import row_change_text
-from .attribution import part_title, PassBreakdown
-from .capacity import format_capacity_rounds
-from .rounds import find_round_files, judge_rounds, report_ladders, RoundsReport
+from .rounds import find_round_files, judge_rounds, RoundsReport
 
 __all__ = ["record_section", "record_sentences", "RecordSection"]
 
@@ -69,16 +66,16 @@ def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, flo
 
 
 def record_sentences(section: RecordSection) -> List[str]:
-    """Return the record's sentences of one section: per-round ranges, decisions, failures,
-    restarts and faults, GPU memory, load, foreign CPU and router CPU."""
+    """Return the record's sentences of one section: per-round ranges, then what the report's
+    sections give the record (decisions, failed requests, restarts and faults, ladders, where
+    the time changed most), with the surroundings and result caches, each at its place."""
     report = section.report
     ranges = {side: side_ranges(section, side) for side in (report.base, report.new)}
-    return (range_sentences(report, ranges) + [agreement_sentence(report),
-                                               failed_sentence(report), faults_sentence(report)]
-            + surroundings_sentences(report, ranges) + [cache_sentence(cached_runs(section))]
-            + format_capacity_rounds(report_ladders(report)) + [
-                most_changed_sentence(b) for b in report.breakdowns
-                if any(r.metric.endswith(":mean") for r in b.rows)])
+    own = ([(10, s) for s in range_sentences(report, ranges)]
+           + [(50, s) for s in surroundings_sentences(report, ranges)]
+           + [(70, cache_sentence(cached_runs(section)))])
+    given = [item for part in report.sections for item in part.record]
+    return [sentence for _, sentence in sorted(own + given, key=lambda item: item[0])]
 
 
 def side_span(ranges: dict, side: str, key: str, unit: str = "") -> str:
@@ -98,43 +95,7 @@ def range_sentences(report: RoundsReport, ranges: dict) -> List[str]:
             for name in names for metric in ("p50_ms", "p95_ms")]
 
 
-def agreement_sentence(report: RoundsReport) -> str:
-    """Return how the two sides' decisions agreed over the used rounds."""
-    used = [a for a in report.agreement if a.used]
-    agreed = [a for a in used if a.agree == a.total]
-    totals = sorted({a.total for a in used})
-    return (f"{agreed[0].agree}/{agreed[0].total} inputs agreed in every pass of every round"
-            if used and len(agreed) == len(used) and len(totals) == 1 else
-            f"decisions agreed in {len(agreed)} of {len(used)} rounds; "
-            + "; ".join(f"r{a.round}: {a.agree}/{a.total}" for a in used if a.agree < a.total))
 
-
-def failed_sentence(report: RoundsReport) -> str:
-    """Return each side's failed requests over the used rounds."""
-    failed = {side: sum(b if side == report.base else w for e in report.errors
-                        for n, b, w in e.counts if n in report.used)
-              for side in (report.base, report.new)}
-    degraded = {side: sum(b if side == report.base else w for e in report.degraded
-                          for n, b, w in e.counts if n in report.used)
-                for side in (report.base, report.new)}
-    return ("failed requests: none" if not any(failed.values()) else
-            "failed requests: " + ", ".join(f"{s} {c}" for s, c in failed.items())) + (
-        "; degraded answers: " + ", ".join(f"{s} {c}" for s, c in degraded.items())
-        if any(degraded.values()) else "")
-
-
-def faults_sentence(report: RoundsReport) -> str:
-    """Return the rounds and sides whose router restarted or whose device faulted."""
-    faults = [row for row in report.environment if row.faults]
-    if faults:
-        return "restarts and device faults: " + ", ".join(
-            f"r{row.round} {row.side} {row.faults:g}" for row in faults)
-    read = sum(row.faults is not None for row in report.environment)
-    if not read:  # no run read the restart and fault series: nothing is known of them
-        return "restarts and device faults: not captured"
-    return "restarts and device faults: none" + (
-        "" if read == len(report.environment) else
-        f" in the {read} of {len(report.environment)} runs that captured them")
 
 
 def surroundings_sentences(report: RoundsReport, ranges: dict) -> List[str]:
@@ -161,13 +122,3 @@ def cached_runs(section: RecordSection) -> List[str]:
     """Return the rounds and sides a result cache answered ("side rN"), for cache_sentence."""
     return [f"{side} r{n}" for n, sides in sorted(section.runs.items())
             for side, run in sorted(sides.items()) if run.cache_finding["detected"]]
-
-
-def most_changed_sentence(breakdown: PassBreakdown) -> str:
-    """Return which part of a pass's time changed most, on means (which add up)."""
-    row = max((r for r in breakdown.rows if r.metric.endswith(":mean")),
-              key=lambda r: abs(r.diff.mean))
-    name = part_title(row.metric).rsplit(" ", 1)[0]
-    return (f"{pass_title(breakdown.pass_name)}: {name} changed most, {row_change_text(row)}, "
-            f"{fmt_signed(row.diff.mean)} ms per request [{fmt_value(row.diff.low)}, "
-            f"{fmt_value(row.diff.high)}]")

@@ -54,7 +54,6 @@ def rounds_json(report: RoundsReport) -> dict:
                 "level": test.level,
                 "regressions": [{"pass": p, "metric": m} for p, m in test.regressions]},
             "notes": list(report.notes),
-            "more_rounds": report.more_rounds,
             "rule": settings.rule.text,
             "insecure_files": list(report.insecure_files),
             "look": None if report.look is None else report.look._asdict(),

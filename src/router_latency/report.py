@@ -245,3 +245,8 @@ class Section(NamedTuple):
     on_request: bool = False  # drawn only when asked (--per-round)
     page: Tuple[Panel, ...] = ()  # what the report page draws of it
     plan: Tuple[Block, ...] = ()  # --plan: drawn below its table (a blank line first), in order
+    # the sentences it gives a published record (`record`), each at its place there: 20 the
+    # decisions, 30 failed requests, 40 restarts and faults, 80 the ladders, 90 where the time
+    # changed most (the record's own: 10 the per-round ranges, 50 the surroundings, 70 the
+    # result caches)
+    record: Tuple[Tuple[int, str], ...] = ()

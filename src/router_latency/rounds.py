@@ -20,24 +20,22 @@ from .runfile import PassRecord, RunFile
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
 from .compare import floor_warnings
-from .ladder import Capacity
 from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, Look, more_rounds,
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings, plan_section
 from .report import Grid, LinePlot, Lines, Panel, Scale, Section, Series
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
-from .slower import input_slowdowns, InputSlowdowns, slower_section
+from .slower import input_slowdowns, slower_section
 from .judged import per_round_section
 from .capacity import capacity_section, ladder_capacities, ladder_rows, Ladders
 from .outcomes import (degraded_signals, Outcomes, outcomes_section, pass_errors, PassErrors,
                        round_agreement, RoundAgreement, run_outcomes, SideOutcomes)
-from .environment import (environment_rows, environment_section, EnvironmentRow,
-                          order_and_outliers, order_balance, order_section, OrderAndOutliers,
-                          RoundOrder)
+from .environment import (environment_rows, environment_section, order_and_outliers,
+                          order_balance, order_section, OrderAndOutliers, RoundOrder)
 
 __all__ = [
-    "CHECKED_FIELDS", "find_round_files", "judge_rounds", "report_ladders",
+    "CHECKED_FIELDS", "find_round_files", "judge_rounds",
     "not_found_only", "Overload", "RoundsReport",
     "run_outcome", "run_overload", "run_signature", "start_order",
 ]
@@ -296,7 +294,8 @@ def pass_latencies(rounds: Rounds) -> List[PassLatencies]:
 
 
 class RoundsReport(NamedTuple):
-    """The judged rounds: everything any renderer shows, and the gate's outcome."""
+    """The judged rounds: the core every renderer reads (the settings, the rounds used, the
+    gated rows, the overall test, the outcome, the look) and each capability's section."""
     base: str
     new: str
     settings: GateSettings
@@ -307,16 +306,8 @@ class RoundsReport(NamedTuple):
     left_out: Tuple[LeftOut, ...]  # rounds not judged
     rows: Tuple[Row, ...]  # Row, empty when fewer than MIN_ROUNDS rounds could be used
     test: Optional[GateTest]
-    agreement: Tuple[RoundAgreement, ...]  # RoundAgreement, every round
-    errors: Tuple[PassErrors, ...]  # PassErrors
     warnings: Tuple[Notice, ...]  # what the reader must know before trusting the verdict
     notes: Tuple[str, ...]  # differences allowed with --allow-mismatch
-    environment: Tuple[EnvironmentRow, ...]  # one per round and side
-    order: RoundOrder
-    order_effect: Optional[OrderEffect]  # crossover estimate on the gated rows' mean
-    outliers: Tuple[int, ...]  # rounds whose gated mean is an outlier (median/MAD)
-    # (round, its gated mean change %, the median's %): descriptive
-    outlier_changes: Tuple[Tuple[int, float, float], ...]
     insecure_files: Tuple[str, ...]  # files measured without TLS verification
     look: Optional[Look]  # group-sequential: this look of the plan; None: a fixed design
     outcome: GateOutcome  # what the gate decided: status, reasons, exit code, undecided rows
@@ -324,19 +315,13 @@ class RoundsReport(NamedTuple):
     config_hashes: Dict[str, Tuple[str, ...]] = {}
     # the same configuration on both sides, or one that changed
     config_warnings: Tuple[Notice, ...] = ()
-    outcomes: Tuple[SideOutcomes, ...] = ()  # every used round's, per side
-    slowdowns: Optional[InputSlowdowns] = None  # which inputs got slower
-    latencies: Tuple[PassLatencies, ...] = ()  # PassLatencies, for the report page
-    more_rounds: Optional[int] = None  # inconclusive: the rounds that would decide every row
-    # (round, side, Capacity) of ladder runs, used rounds
-    capacity: Tuple[Tuple[int, str, Capacity], ...] = ()
-    # PassBreakdown: where each pass's time went, and what changed
-    breakdowns: Tuple[PassBreakdown, ...] = ()
-    # the degraded answers of each side (PassErrors' shape), passes where either side had any
-    degraded: Tuple[PassErrors, ...] = ()
-    noise: Optional[NoiseFindings] = None  # the spread taken apart, the plan, speed groups
+    noise: Optional[NoiseFindings] = None  # each gated row's spread taken apart (its JSON)
     # each capability's finding as every renderer draws it, in the order they draw them
     sections: Tuple[Section, ...] = ()
+
+    def section(self, key: str) -> Section:
+        """Return the section of that key."""
+        return next(part for part in self.sections if part.key == key)
 
     # the outcome's, under the names CompareReport gives its own
     @property
@@ -586,54 +571,68 @@ def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
     rows, breakdowns = split_part_rows(judged.rows, breakdowns)
     first = runs[min(runs)][base]
     order = order_balance(rounds, rows)
-    effect, outliers, changes = order_and_outliers(used, rows, order)
+    found = order_and_outliers(used, rows, order)
     hashes, hash_warnings = config_hash_findings(rounds, settings.allow_config_change)
     outcome = judged.outcome
-    return with_sections(RoundsReport(
+    noise = noise_findings(rounds, rows, settings) if rows else None
+    warnings = tuple(cache_warnings([(f"{side} r{n}", run.cache_finding) for n in sorted(runs)
+                                     for side, run in sorted(runs[n].items())])
+                     + rounds_warnings(rounds, rows, outcome, found.order_effect, settings))
+    outcomes = Outcomes(
+        base=base, new=new, used=tuple(used), decisions=settings.decisions, agreement=agreement,
+        errors=tuple(errors), degraded=tuple(e for e in degraded
+                                             if any(b or w for _, b, w in e.counts)),
+        outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s]))
+                       for n in used for s in (base, new)))
+    sections = rounds_sections(rounds, Findings(rows, breakdowns, outcomes, order, found, outcome,
+                                                noise, warnings), settings, prompts_text)
+    return RoundsReport(
         base=base, new=new, settings=settings, corpus_sha256=first.corpus_sha256,
         corpus_count=first.corpus_count,
         files={f"r{n}": {s: run.path for s, run in sides.items()} for n, sides in runs.items()},
         used=tuple(used), left_out=tuple(left_out), rows=tuple(rows), test=judged.test,
-        agreement=agreement, errors=tuple(errors),
-        degraded=tuple(e for e in degraded if any(b or w for _, b, w in e.counts)),
-        warnings=tuple(cache_warnings([(f"{side} r{n}", run.cache_finding)
-                                       for n in sorted(runs)
-                                       for side, run in sorted(runs[n].items())])
-                       + rounds_warnings(rounds, rows, outcome, effect, settings)),
-        notes=tuple(notes), environment=tuple(environment_rows(rounds)), order=order,
-        order_effect=effect, outliers=tuple(outliers), outlier_changes=changes,
-        insecure_files=insecure_files(rounds), look=judged.look, outcome=outcome,
-        config_hashes=hashes, config_warnings=hash_warnings,
-        outcomes=tuple(SideOutcomes(round=n, side=s, **run_outcomes(runs[n][s])) for n in used
-                       for s in (base, new)),
-        slowdowns=input_slowdowns(rounds, settings.tolerance_pct, prompts_text),
-        latencies=tuple(pass_latencies(rounds)),
-        more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
-        capacity=ladder_capacities(rounds, settings) if rows else (),
-        breakdowns=tuple(breakdowns),
-        noise=noise_findings(rounds, rows, settings) if rows else None))
+        warnings=warnings, notes=tuple(notes), insecure_files=insecure_files(rounds),
+        look=judged.look, outcome=outcome, config_hashes=hashes, config_warnings=hash_warnings,
+        noise=noise, sections=sections)
 
 
-def with_sections(report: RoundsReport) -> RoundsReport:
-    """Return the report with its sections, each from its capability, in the order every
-    renderer draws them."""
-    base, new = report.base, report.new
-    found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
-    return report._replace(sections=(
-        capacity_section(report_ladders(report)), outcomes_section(report_outcomes(report)),
-        cache_section([w for w in report.warnings if w.kind == "result_cache"]),
+class Findings(NamedTuple):
+    """What judge_rounds found on the way to the outcome, that sections draw."""
+    rows: Sequence[Row]  # the gated table's rows
+    breakdowns: Sequence[PassBreakdown]  # where each pass's time went
+    outcomes: Outcomes  # what the sides' requests came to
+    order: RoundOrder  # which side started each round
+    order_effect: OrderAndOutliers  # the order effect and the outlier rounds
+    outcome: GateOutcome
+    noise: Optional[NoiseFindings]
+    warnings: Sequence[Notice]
+
+
+def rounds_sections(rounds: Rounds, found: Findings, settings: GateSettings,
+                    prompts_text: Optional[dict]) -> Tuple[Section, ...]:
+    """Return each capability's section of the judged rounds, in the order every renderer
+    draws them; what a section draws beyond the core is kept only in it. The ladders, the
+    slower inputs, the environment and the latencies are computed here, from the rounds."""
+    _, base, new, used = rounds
+    rows, noise, outcome, warnings = found.rows, found.noise, found.outcome, found.warnings
+    ladders = Ladders(base=base, new=new, used=used, rows=tuple(rows),
+                      cost_per_hour=settings.cost_per_hour,
+                      capacity=ladder_capacities(rounds, settings) if rows else ())
+    return (
+        capacity_section(ladders), outcomes_section(found.outcomes),
+        cache_section([w for w in warnings if w.kind == "result_cache"]),
         Section(key="warnings", apart=False,
-                notices=tuple(w for w in report.warnings if w.kind != "result_cache"),
-                json={"warnings": [w.text for w in report.warnings]},
-                page=(Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)),)),
-        slower_section(report.slowdowns, base, new),
-        breakdown_section(report.breakdowns, base, new, report.noise),
-        per_round_section(report.rows, report.used, base, new),
-        environment_section(report.environment),
-        order_section(report.order, found, base, new),
-        plan_section(report.noise, report.settings, report.outcome, report.more_rounds,
-                     report.rows),
-        latency_section(report.latencies, base, new)))
+                notices=tuple(w for w in warnings if w.kind != "result_cache"),
+                json={"warnings": [w.text for w in warnings]},
+                page=(Panel(place=82, items=(Lines(tuple(w.text for w in warnings)),)),)),
+        slower_section(input_slowdowns(rounds, settings.tolerance_pct, prompts_text), base, new),
+        breakdown_section(found.breakdowns, base, new, noise),
+        per_round_section(rows, used, base, new),
+        environment_section(environment_rows(rounds)),
+        order_section(found.order, found.order_effect, base, new),
+        plan_section(noise, settings, outcome,
+                     more_rounds(outcome) if outcome.status == "inconclusive" else None, rows),
+        latency_section(pass_latencies(rounds), base, new))
 
 
 def latency_section(latencies: Sequence[PassLatencies], base: str, new: str) -> Section:
@@ -677,15 +676,3 @@ def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,
             f"order"))
     return warnings
 
-
-def report_ladders(report: RoundsReport) -> Ladders:
-    """Return what the report's ladders derive, as their section takes it."""
-    return Ladders(base=report.base, new=report.new, used=report.used, rows=report.rows,
-                   cost_per_hour=report.settings.cost_per_hour, capacity=report.capacity)
-
-
-def report_outcomes(report: RoundsReport) -> Outcomes:
-    """Return what the sides' requests came to, as their section takes it."""
-    return Outcomes(base=report.base, new=report.new, used=report.used,
-                    decisions=report.settings.decisions, agreement=report.agreement,
-                    errors=report.errors, degraded=report.degraded, outcomes=report.outcomes)

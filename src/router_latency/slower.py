@@ -15,7 +15,7 @@ from .stats import benjamini_hochberg, mean_interval, t_test_p
 from .requests import pass_title
 from .roundset import Rounds
 
-__all__ = ["InputSlowdowns", "input_slowdowns", "slower_section"]
+__all__ = ["input_slowdowns", "slower_section"]
 
 
 SLOWDOWN_FDR = 0.05  # inputs called slower: the expected share of false ones among them
