@@ -81,7 +81,12 @@ poll_ms=${RUN_ROUNDS_POLL_MS:-100}
 [[ "$poll_ms" =~ ^[1-9][0-9]*$ ]] && [ "$poll_ms" -le 1000 ] \
   || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
        exit 2; }
-printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # sleep's seconds: 0.100
+printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
+# a wait of one poll that starts no process (the script looks some ten times a second while
+# the router is measured): read times out on a pipe that nobody writes to; the start and
+# stop commands get it closed
+exec {nap_fd}<> <(:)
+nap() { read -r -t "$poll" -u "$nap_fd" _ || true; }
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
 [ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
@@ -524,14 +529,15 @@ session_alive() {  # whether a process other than a zombie is left in session $1
 stop_side() {
   local role=$1 deadline
   if [ -n "${stop_cmd[$role]}" ]; then
-    (ROUND=$r SIDE=${name[$role]} default_pipe bash -c -- "${stop_cmd[$role]}") </dev/null >&2 \
+    (ROUND=$r SIDE=${name[$role]} default_pipe bash -c -- "${stop_cmd[$role]}") \
+      </dev/null >&2 {nap_fd}<&- \
       || say "warning: stop command of ${name[$role]} failed"
   fi
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
     kill -TERM -- "-$start_pid" 2>/dev/null || true
     # by the clock: on a loaded machine each look through /proc takes a while
     deadline=$((SECONDS + stop_wait))
-    while session_alive "$start_pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep "$poll"; done
+    while session_alive "$start_pid" && [ "$SECONDS" -lt "$deadline" ]; do nap; done
     if session_alive "$start_pid"; then
       say "warning: ${name[$role]} still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL -- "-$start_pid" 2>/dev/null || true
@@ -547,7 +553,7 @@ finish() {
   if [ -n "$measuring" ] && [ -n "${run_pid:-}" ]; then
     kill -TERM "$run_pid" 2>/dev/null || true  # it saves what it measured
     local deadline=$((SECONDS + stop_wait))
-    while kill -0 "$run_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep "$poll"; done
+    while kill -0 "$run_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do nap; done
     if kill -0 "$run_pid" 2>/dev/null; then
       say "warning: the run still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL "$run_pid" 2>/dev/null || true
@@ -665,7 +671,8 @@ measure_side() {
   say "round $r/$rounds $side: starting"
   if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
   active=$role
-  (ROUND=$r SIDE=$side default_pipe setsid bash -c -- "${start_cmd[$role]}") </dev/null >&2 &
+  (ROUND=$r SIDE=$side default_pipe setsid bash -c -- "${start_cmd[$role]}") \
+    </dev/null >&2 {nap_fd}<&- &
   start_pid=$!
   start_pid_done=0
   left_behind=0
@@ -679,7 +686,7 @@ measure_side() {
       check_gone
       [ -z "$gone_why" ] || die "$side's router ended before it wrote ${url_file[$role]}: $(
         )$gone_why (round $r)"
-      sleep "$poll"
+      nap
     done
     [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
     target=$(head -n 1 -- "${url_file[$role]}")
@@ -714,7 +721,7 @@ measure_side() {
       kill -TERM "$run_pid" 2>/dev/null || true
       break
     fi
-    sleep "$poll"
+    nap
   done
   wait "$run_pid" || code=$?
   if [ -n "$ended" ]; then
