@@ -1,8 +1,11 @@
 """history: the store across commits, the trend, the drift gate and its page."""
 
+import fcntl
 import json
 import math
+import os
 import shutil
+import threading
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -10,7 +13,8 @@ import cmarkgfm
 import pytest
 
 from router_latency.gate import gate_rows, GateSettings, row_of, word_status
-from router_latency.history import (entry_of_run, EntryTags, history_report, HISTORY_SCHEMA,
+from router_latency.history import (add_entries, entry_of_run, EntryTags, history_report,
+                                    HISTORY_SCHEMA,
                                     HistoryEntry, HistoryRow, read_history, TrendSettings)
 from conftest import BASE, history_rounds_folder, make_run, ROOT
 
@@ -314,3 +318,61 @@ def test_a_change_point_is_holms_step_down_over_the_steps():
     assert trend([0.0, 0.0, 0.1, 0.0, 0.0]) == [False, False, True, False, False]
     assert trend([3 * SE]) == [True]
     assert trend([0.0, 0.0, 3 * SE, 0.0, 0.0]) == [False] * 5
+
+
+def test_an_add_waits_its_turn_for_the_stores_lock_and_loses_no_line(tmp_path):
+    # two `history add` at once: each read the store, then renamed its own copy over it, and
+    # 11 of 24 lines of 6 adds were lost; now an add waits for the store's lock, appends
+    # whole lines, and a writer holding the lock keeps what it wrote
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    add_entries(str(store), [entry_of_run(run, EntryTags(commit="c1"))])
+    holder = os.open(store, os.O_WRONLY | os.O_APPEND)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, in its turn
+    adding = threading.Thread(target=add_entries, args=(
+        str(store), [entry_of_run(run, EntryTags(commit="c3"))]))
+    adding.start()
+    adding.join(0.5)  # it waits for the lock (a thread done by now read the store too early)
+    os.write(holder, store.read_bytes().replace(b'"c1"', b'"c2"'))
+    os.close(holder)  # the lock with it
+    adding.join(30)
+    assert [entry.commit for entry in read_history(str(store))] == ["c1", "c2", "c3"]
+
+
+def test_an_add_that_cannot_have_the_lock_says_so_in_one_line_and_writes_nothing(
+        tmp_path, cli, monkeypatch):
+    import router_latency.files as files
+    monkeypatch.setattr(files, "LOCK_WAIT_S", 0.2)
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    before = store.read_bytes()
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    holder = os.open(store, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        result = cli("history", "add", "--history", store, "--run", run, "--commit", "c9")
+    finally:
+        os.close(holder)
+    assert result.code == 2 and result.out == ""
+    assert result.err == (f"router-latency: error: another process has held the file's lock "
+                          f"for 0.2 s (a history add still running, or a stuck one: fuser "
+                          f"names it); nothing was written ({store})\n")
+    assert store.read_bytes() == before
+
+
+def test_many_adds_at_once_keep_every_line(tmp_path):
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    entries = [entry_of_run(run, EntryTags(commit=f"c{index}")) for index in range(12)]
+    start = threading.Barrier(len(entries))
+
+    def add(entry):
+        start.wait(30)
+        add_entries(str(store), [entry])
+    threads = [threading.Thread(target=add, args=(entry,)) for entry in entries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(e.commit for e in read_history(str(store))) == sorted(
+        e.commit for e in entries)

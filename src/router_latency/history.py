@@ -16,7 +16,7 @@ from .constants import __version__, ROW_METRICS
 from .errors import RouterLatencyError
 from .words import metric_title, pct_text, plural, worse_sign
 from .stats import mean_interval, t_cdf, t_ppf
-from .files import parse_json, read_bytes, write_atomic
+from .files import locked_append, parse_json, read_bytes
 from .runfile import load_run, RunFile
 from .requests import pass_title
 from .gate import (GATE_ALPHA, GateOutcome, GateSettings, holm_step_down, judged_word,
@@ -170,19 +170,21 @@ def entry_line(entry: HistoryEntry) -> bytes:
                        separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def add_entries(store: str, entries: Sequence[HistoryEntry]) -> None:
-    """Append entries to the store, all or none: the file is rewritten whole through a
-    temporary file and a rename, its old lines byte for byte, so a crash leaves either."""
-    old = read_bytes(store) if Path(store).exists() else b""
-    known = {e.commit: e.line for e in parse_history(old, store)}
-    for entry in entries:
-        if entry.commit in known:
-            raise RouterLatencyError(f"commit {entry.commit} is already in the history "
-                                     f"(line {known[entry.commit]})", store)
-        known[entry.commit] = 0
-    if old and not old.endswith(b"\n"):
-        old += b"\n"
-    write_atomic(store, old + b"".join(entry_line(e) for e in entries))
+def add_entries(store: str, entries: Sequence[HistoryEntry],
+                wait_s: Optional[float] = None) -> None:
+    """Append entries to the store, all or none, as whole lines in one write under the
+    store's lock (files.locked_append: adds at once on one machine take turns, none lost);
+    the old lines are kept byte for byte. A commit already in the store is refused."""
+    def lines_of(old: bytes) -> bytes:
+        known = {e.commit: e.line for e in parse_history(old, store)}
+        for entry in entries:
+            if entry.commit in known:
+                raise RouterLatencyError(f"commit {entry.commit} is already in the history "
+                                         f"(line {known[entry.commit]})", store)
+            known[entry.commit] = 0
+        lines = b"".join(entry_line(e) for e in entries)
+        return b"\n" + lines if old and not old.endswith(b"\n") else lines
+    locked_append(store, lines_of, wait_s)
 
 
 def read_history(store: str) -> List[HistoryEntry]:
