@@ -5541,7 +5541,8 @@ class Endpoint(NamedTuple):
 class RequestFailed(Exception):
     """A request that got no usable answer: its error kind ('interrupted' when the stop flag
     ended a wait), the status when one came, and what a person should read about it.
-    `unanswered` is True when the connection ended before any byte of the answer arrived."""
+    `unanswered` is True when the connection ended, or the time ran out, before any byte of
+    the answer arrived."""
 
     def __init__(self, kind: str, status: Optional[int] = None, detail: str = "", *,
                  unanswered: bool = False):
@@ -6106,26 +6107,31 @@ class Connection:
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
-            self.sock.settimeout(STOP_POLL_S)
+            # the deadline and the stop flag are looked at before every send and recv, each
+            # of which waits at most STOP_POLL_S: a peer dripping a byte every 50 ms never let
+            # a recv time out, so neither was ever looked at (still running at 40 s of a 2 s
+            # --timeout, SIGTERM unheard)
             view = memoryview(payload)
             while view:
+                self.sock.settimeout(self._waited(deadline))
                 try:
                     view = view[self.sock.send(view):]
                 except socket.timeout:  # the server reads no more of it: has it answered?
-                    self._waited(deadline)
                     if self._answered_early(reader):
                         reader.keep_open = False  # the rest would be read as a request
                         return reader
             while True:
+                self.sock.settimeout(self._waited(deadline))
                 try:
                     data = self.sock.recv(262144)
                 except socket.timeout:
-                    self._waited(deadline)
                     continue
                 if reader.feed(data) if data else reader.eof():
                     return reader
-        except RequestFailed:
+        except RequestFailed as failure:
             self.close()
+            if failure.kind == "timeout" and not reader.received:
+                failure.unanswered = True  # no byte of an answer came (ask_router tells)
             raise
         except (OSError, ValueError):
             self.close()
@@ -6149,14 +6155,17 @@ class Connection:
                 if reader.feed(data) if data else reader.eof():
                     return True
         finally:
-            sock.settimeout(STOP_POLL_S)
+            sock.settimeout(STOP_POLL_S)  # set again before the next send or recv
 
-    def _waited(self, deadline: float) -> None:
-        """A slice of waiting ended: raise when the request is out of time or stopped."""
+    def _waited(self, deadline: float) -> float:
+        """Raise when the request is out of time or stopped; else return how long the next
+        send or recv may wait: STOP_POLL_S at most, and never past the deadline."""
         if self.stop is not None and self.stop.is_set():
             raise RequestFailed("interrupted")
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise RequestFailed("timeout")
+        return min(left, STOP_POLL_S)
 
 
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
@@ -8937,6 +8946,7 @@ class ReadyAnswer(NamedTuple):
     status: Optional[int]  # None: no status came
     body: Optional[bytes]  # None: an answer too large to keep, or one this client cannot read
     problem: str  # what went wrong when no status came (or the answer was unreadable); ''
+    answered: bool = True  # False: not one byte came back (refused, TLS, silence, a close)
 
 
 def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
@@ -8949,14 +8959,17 @@ def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
         status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}")
+            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}", False)
         if failure.kind == "malformed":  # the passes will say what was wrong with it
             return ReadyAnswer(failure.status, None, (f"sent an answer this client cannot read "
                                                       f"({failure.detail})"))
         if failure.status is None or failure.status == 101:
+            # bytes came (a 101, interim answers only, a head cut off): an answer all the same
+            answered = failure.status == 101 or (
+                failure.kind in ("reset", "timeout") and not failure.unanswered)
             return ReadyAnswer(None, b"", failure.detail or {
                 "connect": "connection refused", "timeout": "no answer in time"}.get(
-                failure.kind, f"connection {failure.kind}"))
+                failure.kind, f"connection {failure.kind}"), answered)
         # answered, with a body the passes will refuse
         return ReadyAnswer(failure.status, None, "")
     finally:
@@ -9026,15 +9039,17 @@ def probe_router(target: Target, payload: bytes,
     result. A 429 is a router that routes but has no free slot this moment; a 500 is a router
     that is up and fails (CLASSIFICATION_ERROR): ready too, for the passes to record."""
     endpoint = ready_endpoint(target.endpoint)
-    status, body, what = ask_router(target, endpoint,
-                                    encode_request(endpoint, "GET", b"", target.headers), stop)
-    if status is None:
+    status, body, what, answered = ask_router(
+        target, endpoint, encode_request(endpoint, "GET", b"", target.headers), stop)
+    if status is None and not answered:  # nothing came back: the preview would not either
         return Readiness(None, what, False)
     if status == 503:  # newer routers say their phase and the models still pending
         said = ready_words(body)
         return Readiness(status, f"answered {status_words(status)} to {READY_PATH}"
                          + (f" ({said})" if said else ""), False)
-    status, body, what = ask_router(target, target.endpoint, payload, stop)
+    # any other answer of /ready (a 404, a 101, interim answers only, one this client cannot
+    # read) leaves it to the preview
+    status, body, what, _ = ask_router(target, target.endpoint, payload, stop)
     if status is None:
         return Readiness(None, what, False)
     # a partial 503 (decision_error: the signals ran, the decision failed) is a router
