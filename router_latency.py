@@ -224,7 +224,8 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 # ==================== src/router_latency/errors.py ====================
 # The one error type, RouterLatencyError, the warning record a report carries (Notice), and
-# the checks of values read from files.
+# the checks of values in files: the reader's (checked_*) and, beside each, the writer's twin
+# (file_*, unique_names), so that what the tool writes its reader reads back.
 
 class SignalInterrupt(KeyboardInterrupt):
     """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
@@ -307,6 +308,42 @@ def checked_text(raw: Any, key: str, where: str) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise RouterLatencyError("expected a string or null", f"{where}.{key}")
     return value
+
+
+# ---- what a writer records: the twins of the reader's checks ----
+# Every value from outside that a file keeps (a GPU tool's figure or clock-event mask, a load
+# file, a name or text the router sent) is recorded through these, so that a file the tool
+# writes is one its reader takes: a run written with exit 0 that `compare` then refused, or a
+# history line every later `history add` refused, lost the measurement. A new field: its reader
+# checks it with checked_*, its writer records it with the twin here, and a round-trip test
+# writes a hostile value and reads the file back.
+
+def file_number(value: Any, *, positive: bool = False,
+                maximum: float = MAX_FILE_NUMBER) -> Optional[float]:
+    """Return value when checked_number accepts it (finite, >= 0 or > 0 with positive, at
+    most maximum: 2^53 unless said), else None: the reading is no figure."""
+    try:
+        return checked_number(value, "", positive=positive, maximum=maximum)
+    except RouterLatencyError:
+        return None
+
+
+def unique_names(names: Sequence[str], limit: int) -> List[str]:
+    """Return names (each already cut to at most limit characters) made unique in order: a
+    name equal to one before it ends in '~2', '~3', ..., cut shorter to keep the limit. Two
+    names equal once cut (or '' beside '(unnamed)') were counted apart but kept as one key,
+    and the reader found the counts short."""
+    taken: set = set()
+    kept = []
+    for name in names:
+        candidate, number = name, 1
+        while candidate in taken:
+            number += 1
+            suffix = f"~{number}"
+            candidate = name[:limit - len(suffix)] + suffix
+        taken.add(candidate)
+        kept.append(candidate)
+    return kept
 
 
 # ==================== src/router_latency/words.py ====================
@@ -2948,7 +2985,7 @@ def gpu_number(value: Any) -> Optional[float]:
             return None
         number = float(match.group())  # 400 digits make inf
     # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
-    return number if 0 <= number <= MAX_FILE_NUMBER else None
+    return file_number(number)
 
 
 def first_json(text: str, tool: str) -> Any:
@@ -3241,8 +3278,11 @@ class NvidiaSamples:
                    for key in ("sclk_mhz", "temp_c", "power_w", "util_pct", "energy_mj")}
         reasons = (fields.get("reasons") or "").strip()
         try:
-            figures["reasons"] = float(int(reasons, 16)) if reasons.startswith("0x") else None
-        except ValueError:
+            # a mask beyond 2^53 (a driver's new bits) would make a run `compare` refuses
+            mask = file_number(int(reasons, 16)) \
+                if reasons.startswith("0x") and len(reasons) <= 18 else None
+            figures["reasons"] = None if mask is None else float(mask)
+        except (ValueError, OverflowError):
             figures["reasons"] = None
         stamp = sample_time(fields.get("t"))
         return (arrived if stamp is None else stamp), f"gpu{index}", figures
@@ -7037,9 +7077,12 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
             continue
         if not isinstance(value, dict):  # not the router's {signal: text}: kept under a name
             value = {UNNAMED_SIGNAL: value}
-        for signal in sorted(value)[:MAX_SIGNALS]:
-            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
-                          _kept(value[signal], MAX_REASON_CHARS, secrets)))
+        signals = sorted(value)[:MAX_SIGNALS]
+        # unique once cut: the run file keeps them as keys of one object
+        names = unique_names([_kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL
+                              for signal in signals], DEGRADED_SIGNAL_CHARS)
+        found += [(member, name, _kept(value[signal], MAX_REASON_CHARS, secrets))
+                  for signal, name in zip(signals, names)]
     return tuple(found)
 
 
@@ -7306,7 +7349,7 @@ def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
         except (OSError, ValueError, IndexError):
             return None
         # inf, nan, -5 or 1e308 would make a run file its own reader refuses: not a load
-        return load if 0 <= load <= MAX_FILE_NUMBER else None
+        return file_number(load)
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
@@ -14244,11 +14287,14 @@ def entry_of_folder(folder: str, base: str, new: str, tags: EntryTags,
 def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
     """Return the entry of a single run: a level for the series, no paired step."""
     run = load_run(path)
+    # a figure the store's reader refuses (a req/s of 0.0: ok over wall seconds, rounded to
+    # 0.01) is no level: left out, not written for every later command to refuse
     rows = tuple(HistoryRow(p.name, metric, metric in ("p50_ms", "p95_ms", "req_per_s"), (),
                             (float(getattr(p.summary, metric)),))
                  for p in sorted(run.passes, key=lambda p: p.order)
                  if not p.discarded and p.summary is not None and p.measured.ok
-                 for metric in ROW_METRICS)
+                 for metric in ROW_METRICS
+                 if file_number(getattr(p.summary, metric), positive=True) is not None)
     return HistoryEntry(
         commit=tags.commit, base_commit=tags.base_commit, branch=tags.branch,
         date=tags.date or run.started_utc or history_now(), label=tags.label, kind="run",
@@ -14295,7 +14341,10 @@ def add_entries(store: str, entries: Sequence[HistoryEntry],
                 wait_s: Optional[float] = None) -> None:
     """Append entries to the store, all or none, as whole lines in one write under the
     store's lock (files.locked_append: adds at once on one machine take turns, none lost);
-    the old lines are kept byte for byte. A commit already in the store is refused."""
+    the old lines are kept byte for byte. A commit already in the store is refused, and so is
+    an entry whose line the store's reader would refuse (checked by that reader)."""
+    new_lines = b"".join(checked_line(entry) for entry in entries)
+
     def lines_of(old: bytes) -> bytes:
         known = {e.commit: e.line for e in parse_history(old, store)}
         for entry in entries:
@@ -14303,9 +14352,17 @@ def add_entries(store: str, entries: Sequence[HistoryEntry],
                 raise RouterLatencyError(f"commit {entry.commit} is already in the history "
                                          f"(line {known[entry.commit]})", store)
             known[entry.commit] = 0
-        lines = b"".join(entry_line(e) for e in entries)
-        return b"\n" + lines if old and not old.endswith(b"\n") else lines
+        return b"\n" + new_lines if old and not old.endswith(b"\n") else new_lines
     locked_append(store, lines_of, wait_s)
+
+
+def checked_line(entry: HistoryEntry) -> bytes:
+    """Return an entry's line once the store's reader takes it: what `history add` writes,
+    every later `history report` and `history add` reads."""
+    line = entry_line(entry)
+    where = f"{entry.source}: its history line"
+    entry_from_json(parse_json(line, where), where)
+    return line
 
 
 def read_history(store: str) -> List[HistoryEntry]:
@@ -14345,8 +14402,7 @@ def texts_of(document: Dict[str, object], key: str, where: str) -> Dict[str, str
 
 
 def positive_numbers(values: List[object], where: str) -> Tuple[float, ...]:
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-               and math.isfinite(v) for v in values):
+    if not all(file_number(v, positive=True) is not None for v in values):
         raise RouterLatencyError("a row's values are not all positive numbers", where)
     return tuple(float(v) for v in values if isinstance(v, (int, float)))
 

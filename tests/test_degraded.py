@@ -324,3 +324,24 @@ def test_degraded_members_of_odd_shapes_are_kept_and_counted_once(body, counts):
     found = degraded_of(body)
     assert degraded_counts([found]) == counts
     assert degraded_from_json(degraded_to_json(found), "x") == found
+
+
+@pytest.mark.parametrize("signals", [
+    {"a" * 128 + "x": "timeout", "a" * 128 + "y": "failed"},  # equal once cut to 128
+    {"a" * 128 + "x": "timeout", "a" * 128 + "y": "timeout", "a" * 128: "timeout"},
+    {"": "timeout", "(unnamed)": "failed"},  # '' is kept as '(unnamed)'
+    {"a" * 127 + "~": "x", "a" * 128 + "1": "y", "a" * 128 + "2": "z"},
+])
+def test_signal_names_equal_once_cut_are_kept_apart_and_read_back(tmp_path, signals):
+    # both were counted in degraded_counts, one kept in degraded_to_json: `run` wrote the
+    # file (exit 0) and `compare` refused it ("the summary says ..., its records give ...")
+    degraded = degraded_of(go_answer(signal_errors=signals))
+    names = [signal for _, signal, _ in degraded]
+    assert len(names) == len(set(names)) == len(signals)
+    assert all(0 < len(name) <= 128 for name in names)
+    requests = tuple(Request(i, float(i), 10.0, 200, "d", None, degraded=degraded)
+                     for i in range(40))
+    run = load_run(run_file(tmp_path / "new.json", requests))
+    assert sorted(run.passes[0].requests[0].degraded) == sorted(degraded)
+    assert sum(run.passes[0].summary.degraded_signals[n].get(r, 0) for _, n, r in degraded) \
+        == 40 * len(signals)

@@ -12,6 +12,7 @@ from pathlib import Path
 import cmarkgfm
 import pytest
 
+from router_latency.errors import RouterLatencyError
 from router_latency.gate import gate_rows, GateSettings, row_of, word_status
 from router_latency.history import (add_entries, entry_of_run, EntryTags, history_report,
                                     HISTORY_SCHEMA,
@@ -376,3 +377,31 @@ def test_many_adds_at_once_keep_every_line(tmp_path):
         thread.join(60)
     assert sorted(e.commit for e in read_history(str(store))) == sorted(
         e.commit for e in entries)
+
+
+def test_a_run_whose_req_per_s_rounds_to_zero_is_added_and_read_back(tmp_path, cli):
+    # entry_of_run stored a req/s of 0.0 (ok over wall seconds, rounded to 0.01) that the run
+    # reader took; `history report` and every later `history add` then refused the store
+    path = make_run(tmp_path / "slow.json", label="merge", passes={1: (10.0, 12.0, 13.0, 0.001)})
+    assert json.loads(Path(path).read_text())["passes"][0]["summary"]["req_per_s"] == 0.0
+    store = tmp_path / "perf.jsonl"
+    added = cli("history", "add", "--history", store, "--run", path, "--commit", "c1")
+    assert added.code == 0, added.err
+    entry = read_history(str(store))[0]
+    assert entry.rows and all(row.metric != "req_per_s" for row in entry.rows)
+    assert cli("history", "add", "--history", store, "--run", path, "--commit", "c2").code == 0
+    assert cli("history", "report", "--history", store).code == 0
+
+
+def test_an_entry_its_reader_would_refuse_is_never_written(tmp_path):
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    entry = entry_of_run(run, EntryTags(commit="c1"))
+    bad = entry._replace(commit="c2", rows=(HistoryRow("sequential", "p50_ms", True, (),
+                                                       (float(2 ** 60),)),))
+    add_entries(str(store), [entry])
+    before = store.read_bytes()
+    with pytest.raises(RouterLatencyError, match=r"^a row's values are not all positive numbers "
+                                                 r"\(.*one\.json: its history line: rows\)$"):
+        add_entries(str(store), [bad])
+    assert store.read_bytes() == before
