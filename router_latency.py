@@ -2996,6 +2996,9 @@ def first_json(text: str, tool: str) -> Any:
             return decoder.raw_decode(text, match.start())[0]
         except ValueError:
             continue
+        except RecursionError:  # 5,000 levels deep: no reading, not a traceback
+            raise ValueError(f"{tool} output nests deeper than Python's JSON reader goes") \
+                from None
     raise ValueError(f"no JSON in {tool} output")
 
 
@@ -3728,7 +3731,7 @@ def ready_words(body: Optional[bytes]) -> str:
     models are ready of how many, and which are pending ('' when it says none of these)."""
     try:
         document = json.loads(body or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     if not isinstance(document, dict):
         return ""
@@ -6618,7 +6621,7 @@ def decision_path_hint(body: bytes) -> str:
     (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     leaves: list = []
 
@@ -6931,7 +6934,7 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     characters of numbers and of the form's marks."""
     try:
         metrics = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if type(metrics) is not dict:
         return None
@@ -9032,7 +9035,7 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
     code = error_code(body or b"") or ""
     try:
         message = json.loads(body)["error"]["message"]
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         message = ""
     # scrubbed before it is cut: a message quoting the token is never stored in part
     message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
@@ -9691,7 +9694,10 @@ CACHE_HIT_MS = 0.05  # a result cache hit: no model runs
 def simulated_request(body: bytes) -> dict:
     """Return a preview request as the router's strict decoder reads it; raise ValueError as
     it refuses: not JSON, not an object, an unknown field, a message that is not an object."""
-    request = json.loads(body)
+    try:
+        request = json.loads(body)
+    except RecursionError:  # as Go's decoder refuses a body nested past its limit
+        raise ValueError("exceeded max depth") from None
     if not isinstance(request, dict):
         raise ValueError("cannot unmarshal into Go value of type services.IntentRequest")
     unknown = sorted(set(request) - PREVIEW_FIELDS)
@@ -17331,7 +17337,11 @@ def history_date(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an ISO 8601 date, got {text!r}") from None
     if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        try:  # 9999-12-31T23:59:59-01:00 is past the year 9999 in UTC
+            when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"expected an ISO 8601 date from the year 1 to "
+                                             f"9999 in UTC, got {text!r}") from None
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

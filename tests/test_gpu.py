@@ -154,3 +154,12 @@ def test_a_clock_event_mask_is_recorded_only_as_its_reader_reads_it(mask, kept):
     _, _, figures = reader.feed(f"2026/12/04 16:54:32.751, 2, {mask}", 1.0)
     assert figures["reasons"] == kept
     checked_number(figures["reasons"], "reasons[0]", nullable=True)  # the reader takes it
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "warning: x\n" + '{"a":' * 5000])
+def test_a_tools_output_nested_past_the_reader_is_no_reading(text):
+    # amd-smi metric --json nested 5,000 deep: RecursionError from first_json, exit 1, no run
+    # file; now the reading fails as any unreadable output does (ValueError: no figures)
+    for parse in (parse_amd_smi, parse_rocm_smi):
+        with pytest.raises(ValueError, match="nests deeper than Python's JSON reader goes"):
+            parse(text)

@@ -207,6 +207,10 @@ def test_a_single_run_is_marked_and_not_in_the_drift(tmp_path, cli):
     (["report", "--commit", "c"], "--commit is an option of history add"),
     (["add", "--gate"], "--gate is an option of history report"),
     (["report", "--baseline", "nothing"], "no entry of commit or label nothing"),
+    # past the year 9999 (or before the year 1) in UTC: OverflowError, exit 1, on main
+    (["add", "--date", "9999-12-31T23:59:59-01:00"], "expected an ISO 8601 date from the year "
+                                                     "1 to 9999 in UTC"),
+    (["add", "--date", "0001-01-01T00:00:00+01:00"], "from the year 1 to 9999 in UTC"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, cli, argv, message):
     store = tmp_path / "perf.jsonl"

@@ -85,3 +85,14 @@ def test_a_ready_that_closes_without_a_byte_is_no_answer(scripted):
                                                       b'"content":"hello"}]}', ())
     with pytest.raises(RouterLatencyError, match="router not reachable at .*: connection reset"):
         wait_until_ready(target, payload, None, threading.Event())
+
+
+def test_a_refusal_whose_body_nests_past_the_reader_is_one_line(scripted):
+    deep = b'{"error":' * 5000 + b"1" + b"}" * 5000
+    router = scripted(lambda prompt, number: [final_answer(b"{}")] if not prompt else
+                      [final_answer(deep, b"400 Bad Request")])
+    target = Target(parse_endpoint(router.url), timeout=5.0)
+    payload = encode_request(target.endpoint, "POST", b'{"messages":[{"role":"user",'
+                                                      b'"content":"hello"}]}', ())
+    with pytest.raises(RouterLatencyError, match=r"refused the preview \(HTTP 400 Bad Request\)"):
+        wait_until_ready(target, payload, None, threading.Event())

@@ -236,6 +236,9 @@ def first_json(text: str, tool: str) -> Any:
             return decoder.raw_decode(text, match.start())[0]
         except ValueError:
             continue
+        except RecursionError:  # 5,000 levels deep: no reading, not a traceback
+            raise ValueError(f"{tool} output nests deeper than Python's JSON reader goes") \
+                from None
     raise ValueError(f"no JSON in {tool} output")
 
 

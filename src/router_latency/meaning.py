@@ -392,7 +392,7 @@ def decision_path_hint(body: bytes) -> str:
     (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     leaves: list = []
 
@@ -705,7 +705,7 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     characters of numbers and of the form's marks."""
     try:
         metrics = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if type(metrics) is not dict:
         return None

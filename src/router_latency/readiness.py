@@ -204,7 +204,7 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
     code = error_code(body or b"") or ""
     try:
         message = json.loads(body)["error"]["message"]
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         message = ""
     # scrubbed before it is cut: a message quoting the token is never stored in part
     message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
