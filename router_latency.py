@@ -631,7 +631,15 @@ class Check(NamedTuple):
     name: str
     outcome: str  # passed, failure or skipped
     message: str
-    details: str  # the failure's or skip's text; '' for the message again
+    # the failure's or skip's text; '' for the message again; its lines as a tuple, each
+    # escaped onto one line by the Section (a text given whole is one line)
+    details: Union[str, Tuple[str, ...]]
+
+
+def one_line(text: str) -> str:
+    """Return a line of a report as every format draws it: on one line, each line break and
+    control character from outside (a degraded reason, a decision) as its escape (visible)."""
+    return visible(text)
 
 
 # ---- the report page's figures and panels: data the page draws (as SVG and HTML) without
@@ -748,10 +756,8 @@ class Panel(NamedTuple):
     apart: bool = False  # each item on a line of its own, the note among them
 
 
-class Section(NamedTuple):
-    """What one capability found, as every renderer draws it: text and Markdown its blocks
-    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
-    Renderers read these fields only, never which capability made it."""
+class SectionFields(NamedTuple):
+    """The fields of a Section, as its capability gives them (escaped by Section)."""
     key: str  # what names it; its JSON keys stand in `json`
     title: str = ""  # Markdown's caption above its blocks ('' none)
     blocks: Tuple[Block, ...] = ()
@@ -765,6 +771,64 @@ class Section(NamedTuple):
     on_request: bool = False  # drawn only when asked (--per-round)
     page: Tuple[Panel, ...] = ()  # what the report page draws of it
     plan: Tuple[Block, ...] = ()  # --plan: drawn below its table (a blank line first), in order
+
+
+class Section(SectionFields):
+    """What one capability found, as every renderer draws it: text and Markdown its blocks
+    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
+    Renderers read these fields only, never which capability made it.
+
+    Made (and _replace'd), it escapes every line it holds once, for every format: its title,
+    lines, headline, lead, notices, checks and the page's texts, each on one line (one_line),
+    so that text from outside embedded in a line (a degraded reason holding a line break)
+    cannot forge report lines in the terminal, Markdown, JUnit or the page; table cells are
+    escaped as they are drawn, JSON by its encoder."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Section":
+        given = SectionFields(*args, **kwargs)
+        return super().__new__(cls, *given._replace(
+            title=one_line(given.title), blocks=escaped_blocks(given.blocks),
+            notices=tuple(n._replace(text=one_line(n.text)) for n in given.notices),
+            headline=tuple(map(one_line, given.headline)),
+            lead=tuple(map(one_line, given.lead)),
+            checks=tuple(escaped_check(check) for check in given.checks),
+            page=tuple(p._replace(heading=one_line(p.heading), note=one_line(p.note),
+                                  items=escaped_items(p.items)) for p in given.page),
+            plan=escaped_blocks(given.plan)))
+
+    @classmethod
+    def _make(cls, iterable: Any) -> "Section":  # type: ignore[override]
+        # _replace goes through __new__ too
+        return cls(*iterable)
+
+
+def escaped_blocks(blocks: Sequence[Block]) -> Tuple[Block, ...]:
+    return tuple(one_line(b) if isinstance(b, str) else b for b in blocks)
+
+
+def escaped_check(check: Check) -> Check:
+    details = check.details
+    return check._replace(name=one_line(check.name), message=one_line(check.message),
+                          details=one_line(details) if isinstance(details, str)
+                          else "\n".join(map(one_line, details)))
+
+
+def escaped_items(items: Sequence[PageItem]) -> Tuple[PageItem, ...]:
+    """Return a panel's items with every text on one line; figures as they are."""
+    escaped: List[PageItem] = []
+    for item in items:
+        if isinstance(item, str):
+            item = one_line(item)
+        elif isinstance(item, (Heading, Note)):
+            item = item._replace(text=one_line(item.text))
+        elif isinstance(item, Lines):
+            item = item._replace(lines=tuple(map(one_line, item.lines)))
+        elif isinstance(item, Group):
+            item = item._replace(items=escaped_items(item.items))
+        escaped.append(item)
+    return tuple(escaped)
 
 
 # ==================== src/router_latency/stats.py ====================
@@ -1969,7 +2033,8 @@ def link_target(path: str) -> str:
     links (each read from its own folder), or the first of the process's own open files on
     the way (/dev/stdout). Raise a one-line error for a loop or a chain over MAX_LINK_HOPS:
     os.path.realpath returns a link of a loop, which os.replace then overwrote."""
-    current, chain, seen = path, [path], set()
+    current, chain = path, [path]
+    seen: Set[Tuple[int, int]] = set()
     while not OWN_FD_PATH.fullmatch(os.path.abspath(current)):
         try:
             status = os.lstat(current)
@@ -2185,7 +2250,8 @@ def read_held(fd: int, path: str, limit: int) -> bytes:
     if status.st_size > limit:
         raise RouterLatencyError(f"{status.st_size:,} bytes, larger than the "
                                  f"{limit // 2**20:,} MiB this tool reads", str(path))
-    chunks, offset = [], 0
+    chunks: List[bytes] = []
+    offset = 0
     while True:
         chunk = os.pread(fd, 1 << 20, offset)
         if not chunk:
@@ -3877,7 +3943,9 @@ def degraded_text(signals: Dict[str, Dict[str, int]], limit: int = 4) -> str:
     classifier_evaluation_failed 12, ...' (and how many more)."""
     items = sorted(((n, s, r) for s, by in signals.items() for r, n in by.items()),
                    key=lambda item: (-item[0], item[1], item[2]))
-    shown = ", ".join(f"{s} {r} {n}" for n, s, r in items[:limit])
+    # the router's names and reasons on one line: this text also enters the gate's reasons
+    # (the verdict line of every format), which are no Section's lines
+    shown = ", ".join(f"{visible(s)} {visible(r)} {n}" for n, s, r in items[:limit])
     return shown + (f", {len(items) - limit} more" if len(items) > limit else "")
 
 
@@ -12102,7 +12170,8 @@ def compare_details(report: CompareReport) -> List[str]:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    return lines
+    # each on one line, as a Section's lines are: a degraded reason holds what the router sent
+    return [one_line(line) for line in lines]
 
 
 def sampled_lines(report: CompareReport) -> List[str]:
@@ -13280,9 +13349,9 @@ def outcome_checks(found: Outcomes) -> List[Check]:
     requests; a degraded check's details name the signals and reasons."""
     checks: List[Check] = []
     for item in found.agreement:
-        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ)
+        listed = tuple(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                       + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
+                       for d in item.differ)  # lines: the Section escapes each
         outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
         checks.append(Check(group="decisions", name=f"r{item.round} decisions",
                             outcome=outcome,
@@ -13295,9 +13364,9 @@ def outcome_checks(found: Outcomes) -> List[Check]:
                             message=f"failed requests {found.base}/{found.new}: "
                             + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
                             details=""))
-    details = "\n".join(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
-                                              o.degraded_signals, percentiles=False)
-                        for o in found.outcomes if o.degraded)
+    details = tuple(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
+                                          o.degraded_signals, percentiles=False)
+                    for o in found.outcomes if o.degraded)  # lines: the Section escapes each
     return checks + [Check(group="errors", name=f"{pass_title(each.pass_name)} degraded",
                            outcome="failure" if any(w > b for _, b, w in each.counts)
                            else "passed",
@@ -15380,7 +15449,8 @@ def junit_xml(report: RoundsReport) -> bytes:
         result = ElementTree.SubElement(case, outcome, {"message": xml_safe(message)})
         if outcome == "failure":
             result.set("type", "regression" if group == "rows" else group)
-        result.text = xml_safe(details or message)
+        result.text = xml_safe((details if isinstance(details, str) else "\n".join(details))
+                               or message)
     ElementTree.indent(top)
     return ElementTree.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n"
 

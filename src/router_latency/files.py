@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Set, Tuple, Union
 
 from .errors import RouterLatencyError
 
@@ -157,7 +157,8 @@ def link_target(path: str) -> str:
     links (each read from its own folder), or the first of the process's own open files on
     the way (/dev/stdout). Raise a one-line error for a loop or a chain over MAX_LINK_HOPS:
     os.path.realpath returns a link of a loop, which os.replace then overwrote."""
-    current, chain, seen = path, [path], set()
+    current, chain = path, [path]
+    seen: Set[Tuple[int, int]] = set()
     while not OWN_FD_PATH.fullmatch(os.path.abspath(current)):
         try:
             status = os.lstat(current)
@@ -373,7 +374,8 @@ def read_held(fd: int, path: str, limit: int) -> bytes:
     if status.st_size > limit:
         raise RouterLatencyError(f"{status.st_size:,} bytes, larger than the "
                                  f"{limit // 2**20:,} MiB this tool reads", str(path))
-    chunks, offset = [], 0
+    chunks: List[bytes] = []
+    offset = 0
     while True:
         chunk = os.pread(fd, 1 << 20, offset)
         if not chunk:
