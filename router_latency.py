@@ -224,7 +224,8 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 
 # ==================== src/router_latency/errors.py ====================
 # The one error type, RouterLatencyError, the warning record a report carries (Notice), and
-# the checks of values read from files.
+# the checks of values in files: the reader's (checked_*) and, beside each, the writer's twin
+# (file_*, unique_names), so that what the tool writes its reader reads back.
 
 class SignalInterrupt(KeyboardInterrupt):
     """SIGTERM or SIGHUP in a command that writes reports: raised where the command stands,
@@ -307,6 +308,42 @@ def checked_text(raw: Any, key: str, where: str) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise RouterLatencyError("expected a string or null", f"{where}.{key}")
     return value
+
+
+# ---- what a writer records: the twins of the reader's checks ----
+# Every value from outside that a file keeps (a GPU tool's figure or clock-event mask, a load
+# file, a name or text the router sent) is recorded through these, so that a file the tool
+# writes is one its reader takes: a run written with exit 0 that `compare` then refused, or a
+# history line every later `history add` refused, lost the measurement. A new field: its reader
+# checks it with checked_*, its writer records it with the twin here, and a round-trip test
+# writes a hostile value and reads the file back.
+
+def file_number(value: Any, *, positive: bool = False,
+                maximum: float = MAX_FILE_NUMBER) -> Optional[float]:
+    """Return value when checked_number accepts it (finite, >= 0 or > 0 with positive, at
+    most maximum: 2^53 unless said), else None: the reading is no figure."""
+    try:
+        return checked_number(value, "", positive=positive, maximum=maximum)
+    except RouterLatencyError:
+        return None
+
+
+def unique_names(names: Sequence[str], limit: int) -> List[str]:
+    """Return names (each already cut to at most limit characters) made unique in order: a
+    name equal to one before it ends in '~2', '~3', ..., cut shorter to keep the limit. Two
+    names equal once cut (or '' beside '(unnamed)') were counted apart but kept as one key,
+    and the reader found the counts short."""
+    taken: set = set()
+    kept = []
+    for name in names:
+        candidate, number = name, 1
+        while candidate in taken:
+            number += 1
+            suffix = f"~{number}"
+            candidate = name[:limit - len(suffix)] + suffix
+        taken.add(candidate)
+        kept.append(candidate)
+    return kept
 
 
 # ==================== src/router_latency/words.py ====================
@@ -594,7 +631,15 @@ class Check(NamedTuple):
     name: str
     outcome: str  # passed, failure or skipped
     message: str
-    details: str  # the failure's or skip's text; '' for the message again
+    # the failure's or skip's text; '' for the message again; its lines as a tuple, each
+    # escaped onto one line by the Section (a text given whole is one line)
+    details: Union[str, Tuple[str, ...]]
+
+
+def one_line(text: str) -> str:
+    """Return a line of a report as every format draws it: on one line, each line break and
+    control character from outside (a degraded reason, a decision) as its escape (visible)."""
+    return visible(text)
 
 
 # ---- the report page's figures and panels: data the page draws (as SVG and HTML) without
@@ -711,10 +756,8 @@ class Panel(NamedTuple):
     apart: bool = False  # each item on a line of its own, the note among them
 
 
-class Section(NamedTuple):
-    """What one capability found, as every renderer draws it: text and Markdown its blocks
-    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
-    Renderers read these fields only, never which capability made it."""
+class SectionFields(NamedTuple):
+    """The fields of a Section, as its capability gives them (escaped by Section)."""
     key: str  # what names it; its JSON keys stand in `json`
     title: str = ""  # Markdown's caption above its blocks ('' none)
     blocks: Tuple[Block, ...] = ()
@@ -733,6 +776,65 @@ class Section(NamedTuple):
     # changed most (the record's own: 10 the per-round ranges, 50 the surroundings, 70 the
     # result caches)
     record: Tuple[Tuple[int, str], ...] = ()
+
+
+class Section(SectionFields):
+    """What one capability found, as every renderer draws it: text and Markdown its blocks
+    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
+    Renderers read these fields only, never which capability made it.
+
+    Made (and _replace'd), it escapes every line it holds once, for every format: its title,
+    lines, headline, lead, notices, checks, record sentences and the page's texts, each on one
+    line (one_line), so that text from outside embedded in a line (a degraded reason holding a
+    line break) cannot forge report lines in the terminal, Markdown, JUnit, the page or the
+    record; table cells are escaped as they are drawn, JSON by its encoder."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Section":
+        given = SectionFields(*args, **kwargs)
+        return super().__new__(cls, *given._replace(
+            title=one_line(given.title), blocks=escaped_blocks(given.blocks),
+            notices=tuple(n._replace(text=one_line(n.text)) for n in given.notices),
+            headline=tuple(map(one_line, given.headline)),
+            lead=tuple(map(one_line, given.lead)),
+            checks=tuple(escaped_check(check) for check in given.checks),
+            page=tuple(p._replace(heading=one_line(p.heading), note=one_line(p.note),
+                                  items=escaped_items(p.items)) for p in given.page),
+            plan=escaped_blocks(given.plan),
+            record=tuple((place, one_line(text)) for place, text in given.record)))
+
+    @classmethod
+    def _make(cls, iterable: Any) -> "Section":  # type: ignore[override]
+        # _replace goes through __new__ too
+        return cls(*iterable)
+
+
+def escaped_blocks(blocks: Sequence[Block]) -> Tuple[Block, ...]:
+    return tuple(one_line(b) if isinstance(b, str) else b for b in blocks)
+
+
+def escaped_check(check: Check) -> Check:
+    details = check.details
+    return check._replace(name=one_line(check.name), message=one_line(check.message),
+                          details=one_line(details) if isinstance(details, str)
+                          else "\n".join(map(one_line, details)))
+
+
+def escaped_items(items: Sequence[PageItem]) -> Tuple[PageItem, ...]:
+    """Return a panel's items with every text on one line; figures as they are."""
+    escaped: List[PageItem] = []
+    for item in items:
+        if isinstance(item, str):
+            item = one_line(item)
+        elif isinstance(item, (Heading, Note)):
+            item = item._replace(text=one_line(item.text))
+        elif isinstance(item, Lines):
+            item = item._replace(lines=tuple(map(one_line, item.lines)))
+        elif isinstance(item, Group):
+            item = item._replace(items=escaped_items(item.items))
+        escaped.append(item)
+    return tuple(escaped)
 
 
 # ==================== src/router_latency/stats.py ====================
@@ -1917,14 +2019,47 @@ class DeferredSignals:
 def write_atomic(path: str, data) -> None:
     """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
     same folder, fsync and rename; a signal meanwhile waits until the rename is done. Only a
-    regular file (or a new path) is replaced so: a link is followed and the file it names
-    replaced, the link kept; a character device or a pipe (/dev/null, /dev/stdout, a FIFO)
-    is written through; anything else is refused (special_target)."""
-    if special_target(path) is not None:
-        write_through(path, data)
+    regular file (or a new path) is replaced so: a link is followed (link_target) and the
+    file it names replaced, the link kept; a character device or a pipe (/dev/null,
+    /dev/stdout, a FIFO) is written through; anything else is refused (special_target)."""
+    target = link_target(path)
+    if special_target(target) is not None:
+        write_through(target, data, path)
         return
     with DeferredSignals():
-        _write_atomic(os.path.realpath(path) if os.path.islink(path) else path, data, path)
+        _write_atomic(target, data, path)
+
+
+# Linux's own bound on the symbolic links one lookup follows before it says ELOOP
+MAX_LINK_HOPS = 40
+
+
+def link_target(path: str) -> str:
+    """Return the path an output is written at: path, or the end of its chain of symbolic
+    links (each read from its own folder), or the first of the process's own open files on
+    the way (/dev/stdout). Raise a one-line error for a loop or a chain over MAX_LINK_HOPS:
+    os.path.realpath returns a link of a loop, which os.replace then overwrote."""
+    current, chain = path, [path]
+    seen: Set[Tuple[int, int]] = set()
+    while not OWN_FD_PATH.fullmatch(os.path.abspath(current)):
+        try:
+            status = os.lstat(current)
+        except OSError:
+            return current  # a new path, or one the write itself will name the fault of
+        if not stat.S_ISLNK(status.st_mode):
+            return current
+        if (status.st_dev, status.st_ino) in seen or len(seen) >= MAX_LINK_HOPS:
+            what = "a loop of symbolic links" if (status.st_dev, status.st_ino) in seen \
+                else f"more than {MAX_LINK_HOPS} symbolic links in a row"
+            shown = " -> ".join(chain[:4]) + (" -> ..." if len(chain) > 4 else "")
+            raise RouterLatencyError(f"{what} ({shown}); nothing was written", str(path))
+        seen.add((status.st_dev, status.st_ino))
+        try:
+            current = os.path.join(os.path.dirname(current), os.readlink(current))
+        except OSError:
+            return current
+        chain.append(current)
+    return current
 
 
 # the names of a process's own open files: written through whatever they lead to, appended
@@ -1952,9 +2087,41 @@ def special_target(path: str) -> Optional[str]:
     return WRITTEN_THROUGH.get(kind)
 
 
-def write_through(path: str, data) -> None:
+def own_descriptor(path: str) -> Optional[int]:
+    """Return the number of the process's own open file a path names (/dev/stdout: 1,
+    /dev/fd/N, /proc/self/fd/N, /proc/<this pid>/fd/N), or None."""
+    name = os.path.abspath(path)
+    if not OWN_FD_PATH.fullmatch(name):
+        return None
+    if name in ("/dev/stdout", "/dev/stderr"):
+        return 1 if name == "/dev/stdout" else 2
+    parts = name.split("/")  # ['', 'dev', 'fd', N] or ['', 'proc', PID, 'fd', N]
+    if parts[1] == "proc" and parts[2] not in ("self", str(os.getpid())):
+        return None  # another process's: opened, appended to
+    return int(parts[-1])
+
+
+def write_through(path: str, data, shown: Optional[str] = None) -> None:
     """Write data to a character device, a pipe or an open file of the process, as it is
-    (nothing to rename over it): a FIFO nobody reads is refused rather than waited on."""
+    (nothing to rename over it): a FIFO nobody reads is refused rather than waited on. One of
+    the process's own open files (/dev/stdout) is written through the descriptor already
+    open, after what Python holds for it: opened again, it began at offset 0 of the shell's
+    `> out.txt`, and the text printed after it landed over it."""
+    shown = shown or path
+    own = own_descriptor(path)
+    if own is not None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None and stream.fileno() == own:
+                    stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        try:
+            write_chunks(own, data)
+        except OSError as exc:
+            raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(shown)) \
+                from None
+        return
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK  # non-blocking: a FIFO without a reader
     if OWN_FD_PATH.fullmatch(os.path.abspath(path)):
         flags |= os.O_APPEND
@@ -1963,18 +2130,27 @@ def write_through(path: str, data) -> None:
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise RouterLatencyError("a FIFO that nobody reads; start its reader first",
-                                     str(path)) from None
-        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+                                     str(shown)) from None
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(shown)) from None
     try:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        for chunk in ([data] if isinstance(data, bytes) else data):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view):]
+        write_chunks(fd, data)
     except OSError as exc:
-        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(shown)) from None
     finally:
         os.close(fd)
+
+
+def write_chunks(fd: int, data) -> None:
+    """Write data (bytes, or an iterable of bytes) whole to a descriptor, waiting on one
+    left non-blocking."""
+    for chunk in ([data] if isinstance(data, bytes) else data):
+        view = memoryview(chunk)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                select.select([], [fd], [])
 
 
 def append_whole(path: str, data: bytes) -> Optional[str]:
@@ -1985,6 +2161,15 @@ def append_whole(path: str, data: bytes) -> Optional[str]:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
     except OSError as exc:
         return exc.strerror or str(exc)
+    try:
+        return append_to(fd, data)
+    finally:
+        os.close(fd)
+
+
+def append_to(fd: int, data: bytes) -> Optional[str]:
+    """Append data through a descriptor opened O_APPEND, in one write, whole or not at all;
+    return None, or why nothing was appended."""
     try:
         start = os.fstat(fd).st_size
         try:
@@ -2002,8 +2187,86 @@ def append_whole(path: str, data: bytes) -> Optional[str]:
         return f"{reason}; nothing of it was left in the file"
     except OSError as exc:
         return f"{exc.strerror or exc}; the file may hold a part of it"
+
+
+# how long a writer waits for another's lock on a file it appends to (locked_append): two
+# `history add` on one machine take turns; a stuck one is named, not waited on for ever
+LOCK_WAIT_S = 60.0
+
+
+def locked_append(path: str, lines_of: Callable[[bytes], bytes],
+                  wait_s: Optional[float] = None, limit: int = MAX_INPUT_BYTES) -> None:
+    """Append to path (made when missing) the bytes lines_of returns for what the file holds,
+    read and appended under an exclusive advisory lock on the file (flock), so that writers
+    on one machine take turns and none loses another's lines (a read, then a rename, lost 11
+    of 24 lines to 6 adds at once). The append is one write, whole or nothing; lines_of
+    raising leaves the file as it was. Raise a one-line error when the lock is not had
+    within wait_s seconds (LOCK_WAIT_S)."""
+    target = link_target(path)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOCTTY, 0o666)
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+    try:
+        take_lock(fd, path, LOCK_WAIT_S if wait_s is None else wait_s)
+        held = read_held(fd, path, limit)
+        data = lines_of(held)
+        if not data:
+            return
+        with DeferredSignals():
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                write_chunks(fd, data)  # a device or a pipe: written through
+                return
+            reason = append_to(fd, data)
+            if reason is not None:
+                raise RouterLatencyError(f"cannot write: {reason}", str(path))
+            os.fsync(fd)
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
     finally:
-        os.close(fd)
+        os.close(fd)  # and the lock with it
+
+
+def take_lock(fd: int, path: str, wait_s: float) -> None:
+    """Take an exclusive advisory lock on an open file, waiting at most wait_s seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError as exc:  # a file system without locks (some NFS mounts): ENOLCK
+            raise RouterLatencyError(f"cannot lock the file: {exc.strerror or exc}; it is "
+                                     f"written under a lock so that no writer's lines are "
+                                     f"lost", str(path)) from None
+        if time.monotonic() >= deadline:
+            raise RouterLatencyError(
+                f"another process has held the file's lock for {wait_s:g} s (a history add "
+                f"still running, or a stuck one: fuser names it); nothing was written",
+                str(path))
+        time.sleep(0.05)
+
+
+def read_held(fd: int, path: str, limit: int) -> bytes:
+    """Return what an open regular file holds (b"" for anything else), refused beyond limit."""
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        return b""
+    if status.st_size > limit:
+        raise RouterLatencyError(f"{status.st_size:,} bytes, larger than the "
+                                 f"{limit // 2**20:,} MiB this tool reads", str(path))
+    chunks: List[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+        if offset > limit:
+            raise RouterLatencyError(f"larger than the {limit // 2**20:,} MiB this tool "
+                                     f"reads", str(path))
 
 
 def _write_atomic(path: str, data, shown: str) -> None:
@@ -2126,7 +2389,7 @@ def check_writable_target(path: str, force: bool) -> None:
 def output_folder(path: str) -> Path:
     """Return the folder an output's temporary file is made in: that of the file a link
     names, else the path's own."""
-    real = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    real = Path(link_target(path))
     return real.parent if str(real.parent) else Path(".")
 
 
@@ -2794,7 +3057,7 @@ def gpu_number(value: Any) -> Optional[float]:
             return None
         number = float(match.group())  # 400 digits make inf
     # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
-    return number if 0 <= number <= MAX_FILE_NUMBER else None
+    return file_number(number)
 
 
 def first_json(text: str, tool: str) -> Any:
@@ -2805,6 +3068,9 @@ def first_json(text: str, tool: str) -> Any:
             return decoder.raw_decode(text, match.start())[0]
         except ValueError:
             continue
+        except RecursionError:  # 5,000 levels deep: no reading, not a traceback
+            raise ValueError(f"{tool} output nests deeper than Python's JSON reader goes") \
+                from None
     raise ValueError(f"no JSON in {tool} output")
 
 
@@ -3087,8 +3353,11 @@ class NvidiaSamples:
                    for key in ("sclk_mhz", "temp_c", "power_w", "util_pct", "energy_mj")}
         reasons = (fields.get("reasons") or "").strip()
         try:
-            figures["reasons"] = float(int(reasons, 16)) if reasons.startswith("0x") else None
-        except ValueError:
+            # a mask beyond 2^53 (a driver's new bits) would make a run `compare` refuses
+            mask = file_number(int(reasons, 16)) \
+                if reasons.startswith("0x") and len(reasons) <= 18 else None
+            figures["reasons"] = None if mask is None else float(mask)
+        except (ValueError, OverflowError):
             figures["reasons"] = None
         stamp = sample_time(fields.get("t"))
         return (arrived if stamp is None else stamp), f"gpu{index}", figures
@@ -3534,7 +3803,7 @@ def ready_words(body: Optional[bytes]) -> str:
     models are ready of how many, and which are pending ('' when it says none of these)."""
     try:
         document = json.loads(body or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     if not isinstance(document, dict):
         return ""
@@ -3680,7 +3949,9 @@ def degraded_text(signals: Dict[str, Dict[str, int]], limit: int = 4) -> str:
     classifier_evaluation_failed 12, ...' (and how many more)."""
     items = sorted(((n, s, r) for s, by in signals.items() for r, n in by.items()),
                    key=lambda item: (-item[0], item[1], item[2]))
-    shown = ", ".join(f"{s} {r} {n}" for n, s, r in items[:limit])
+    # the router's names and reasons on one line: this text also enters the gate's reasons
+    # (the verdict line of every format), which are no Section's lines
+    shown = ", ".join(f"{visible(s)} {visible(r)} {n}" for n, s, r in items[:limit])
     return shown + (f", {len(items) - limit} more" if len(items) > limit else "")
 
 
@@ -5387,7 +5658,8 @@ class Endpoint(NamedTuple):
 class RequestFailed(Exception):
     """A request that got no usable answer: its error kind ('interrupted' when the stop flag
     ended a wait), the status when one came, and what a person should read about it.
-    `unanswered` is True when the connection ended before any byte of the answer arrived."""
+    `unanswered` is True when the connection ended, or the time ran out, before any byte of
+    the answer arrived."""
 
     def __init__(self, kind: str, status: Optional[int] = None, detail: str = "", *,
                  unanswered: bool = False):
@@ -5952,26 +6224,31 @@ class Connection:
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
-            self.sock.settimeout(STOP_POLL_S)
+            # the deadline and the stop flag are looked at before every send and recv, each
+            # of which waits at most STOP_POLL_S: a peer dripping a byte every 50 ms never let
+            # a recv time out, so neither was ever looked at (still running at 40 s of a 2 s
+            # --timeout, SIGTERM unheard)
             view = memoryview(payload)
             while view:
+                self.sock.settimeout(self._waited(deadline))
                 try:
                     view = view[self.sock.send(view):]
                 except socket.timeout:  # the server reads no more of it: has it answered?
-                    self._waited(deadline)
                     if self._answered_early(reader):
                         reader.keep_open = False  # the rest would be read as a request
                         return reader
             while True:
+                self.sock.settimeout(self._waited(deadline))
                 try:
                     data = self.sock.recv(262144)
                 except socket.timeout:
-                    self._waited(deadline)
                     continue
                 if reader.feed(data) if data else reader.eof():
                     return reader
-        except RequestFailed:
+        except RequestFailed as failure:
             self.close()
+            if failure.kind == "timeout" and not reader.received:
+                failure.unanswered = True  # no byte of an answer came (ask_router tells)
             raise
         except (OSError, ValueError):
             self.close()
@@ -5995,14 +6272,17 @@ class Connection:
                 if reader.feed(data) if data else reader.eof():
                     return True
         finally:
-            sock.settimeout(STOP_POLL_S)
+            sock.settimeout(STOP_POLL_S)  # set again before the next send or recv
 
-    def _waited(self, deadline: float) -> None:
-        """A slice of waiting ended: raise when the request is out of time or stopped."""
+    def _waited(self, deadline: float) -> float:
+        """Raise when the request is out of time or stopped; else return how long the next
+        send or recv may wait: STOP_POLL_S at most, and never past the deadline."""
         if self.stop is not None and self.stop.is_set():
             raise RequestFailed("interrupted")
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise RequestFailed("timeout")
+        return min(left, STOP_POLL_S)
 
 
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
@@ -6415,7 +6695,7 @@ def decision_path_hint(body: bytes) -> str:
     (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     leaves: list = []
 
@@ -6728,7 +7008,7 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     characters of numbers and of the form's marks."""
     try:
         metrics = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if type(metrics) is not dict:
         return None
@@ -6874,9 +7154,12 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
             continue
         if not isinstance(value, dict):  # not the router's {signal: text}: kept under a name
             value = {UNNAMED_SIGNAL: value}
-        for signal in sorted(value)[:MAX_SIGNALS]:
-            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
-                          _kept(value[signal], MAX_REASON_CHARS, secrets)))
+        signals = sorted(value)[:MAX_SIGNALS]
+        # unique once cut: the run file keeps them as keys of one object
+        names = unique_names([_kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL
+                              for signal in signals], DEGRADED_SIGNAL_CHARS)
+        found += [(member, name, _kept(value[signal], MAX_REASON_CHARS, secrets))
+                  for signal, name in zip(signals, names)]
     return tuple(found)
 
 
@@ -7143,7 +7426,7 @@ def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
         except (OSError, ValueError, IndexError):
             return None
         # inf, nan, -5 or 1e308 would make a run file its own reader refuses: not a load
-        return load if 0 <= load <= MAX_FILE_NUMBER else None
+        return file_number(load)
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):
@@ -8783,6 +9066,7 @@ class ReadyAnswer(NamedTuple):
     status: Optional[int]  # None: no status came
     body: Optional[bytes]  # None: an answer too large to keep, or one this client cannot read
     problem: str  # what went wrong when no status came (or the answer was unreadable); ''
+    answered: bool = True  # False: not one byte came back (refused, TLS, silence, a close)
 
 
 def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
@@ -8795,14 +9079,17 @@ def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
         status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}")
+            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}", False)
         if failure.kind == "malformed":  # the passes will say what was wrong with it
             return ReadyAnswer(failure.status, None, (f"sent an answer this client cannot read "
                                                       f"({failure.detail})"))
         if failure.status is None or failure.status == 101:
+            # bytes came (a 101, interim answers only, a head cut off): an answer all the same
+            answered = failure.status == 101 or (
+                failure.kind in ("reset", "timeout") and not failure.unanswered)
             return ReadyAnswer(None, b"", failure.detail or {
                 "connect": "connection refused", "timeout": "no answer in time"}.get(
-                failure.kind, f"connection {failure.kind}"))
+                failure.kind, f"connection {failure.kind}"), answered)
         # answered, with a body the passes will refuse
         return ReadyAnswer(failure.status, None, "")
     finally:
@@ -8822,7 +9109,7 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
     code = error_code(body or b"") or ""
     try:
         message = json.loads(body)["error"]["message"]
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         message = ""
     # scrubbed before it is cut: a message quoting the token is never stored in part
     message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
@@ -8872,15 +9159,17 @@ def probe_router(target: Target, payload: bytes,
     result. A 429 is a router that routes but has no free slot this moment; a 500 is a router
     that is up and fails (CLASSIFICATION_ERROR): ready too, for the passes to record."""
     endpoint = ready_endpoint(target.endpoint)
-    status, body, what = ask_router(target, endpoint,
-                                    encode_request(endpoint, "GET", b"", target.headers), stop)
-    if status is None:
+    status, body, what, answered = ask_router(
+        target, endpoint, encode_request(endpoint, "GET", b"", target.headers), stop)
+    if status is None and not answered:  # nothing came back: the preview would not either
         return Readiness(None, what, False)
     if status == 503:  # newer routers say their phase and the models still pending
         said = ready_words(body)
         return Readiness(status, f"answered {status_words(status)} to {READY_PATH}"
                          + (f" ({said})" if said else ""), False)
-    status, body, what = ask_router(target, target.endpoint, payload, stop)
+    # any other answer of /ready (a 404, a 101, interim answers only, one this client cannot
+    # read) leaves it to the preview
+    status, body, what, _ = ask_router(target, target.endpoint, payload, stop)
     if status is None:
         return Readiness(None, what, False)
     # a partial 503 (decision_error: the signals ran, the decision failed) is a router
@@ -9479,7 +9768,10 @@ CACHE_HIT_MS = 0.05  # a result cache hit: no model runs
 def simulated_request(body: bytes) -> dict:
     """Return a preview request as the router's strict decoder reads it; raise ValueError as
     it refuses: not JSON, not an object, an unknown field, a message that is not an object."""
-    request = json.loads(body)
+    try:
+        request = json.loads(body)
+    except RecursionError:  # as Go's decoder refuses a body nested past its limit
+        raise ValueError("exceeded max depth") from None
     if not isinstance(request, dict):
         raise ValueError("cannot unmarshal into Go value of type services.IntentRequest")
     unknown = sorted(set(request) - PREVIEW_FIELDS)
@@ -11897,7 +12189,8 @@ def compare_details(report: CompareReport) -> List[str]:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    return lines
+    # each on one line, as a Section's lines are: a degraded reason holds what the router sent
+    return [one_line(line) for line in lines]
 
 
 def sampled_lines(report: CompareReport) -> List[str]:
@@ -13116,9 +13409,9 @@ def outcome_checks(found: Outcomes) -> List[Check]:
     requests; a degraded check's details name the signals and reasons."""
     checks: List[Check] = []
     for item in found.agreement:
-        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ)
+        listed = tuple(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                       + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
+                       for d in item.differ)  # lines: the Section escapes each
         outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
         checks.append(Check(group="decisions", name=f"r{item.round} decisions",
                             outcome=outcome,
@@ -13131,9 +13424,9 @@ def outcome_checks(found: Outcomes) -> List[Check]:
                             message=f"failed requests {found.base}/{found.new}: "
                             + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
                             details=""))
-    details = "\n".join(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
-                                              o.degraded_signals, percentiles=False)
-                        for o in found.outcomes if o.degraded)
+    details = tuple(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
+                                          o.degraded_signals, percentiles=False)
+                    for o in found.outcomes if o.degraded)  # lines: the Section escapes each
     return checks + [Check(group="errors", name=f"{pass_title(each.pass_name)} degraded",
                            outcome="failure" if any(w > b for _, b, w in each.counts)
                            else "passed",
@@ -14071,11 +14364,14 @@ def entry_of_folder(folder: str, base: str, new: str, tags: EntryTags,
 def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
     """Return the entry of a single run: a level for the series, no paired step."""
     run = load_run(path)
+    # a figure the store's reader refuses (a req/s of 0.0: ok over wall seconds, rounded to
+    # 0.01) is no level: left out, not written for every later command to refuse
     rows = tuple(HistoryRow(p.name, metric, metric in ("p50_ms", "p95_ms", "req_per_s"), (),
                             (float(getattr(p.summary, metric)),))
                  for p in sorted(run.passes, key=lambda p: p.order)
                  if not p.discarded and p.summary is not None and p.measured.ok
-                 for metric in ROW_METRICS)
+                 for metric in ROW_METRICS
+                 if file_number(getattr(p.summary, metric), positive=True) is not None)
     return HistoryEntry(
         commit=tags.commit, base_commit=tags.base_commit, branch=tags.branch,
         date=tags.date or run.started_utc or history_now(), label=tags.label, kind="run",
@@ -14118,19 +14414,32 @@ def entry_line(entry: HistoryEntry) -> bytes:
                        separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def add_entries(store: str, entries: Sequence[HistoryEntry]) -> None:
-    """Append entries to the store, all or none: the file is rewritten whole through a
-    temporary file and a rename, its old lines byte for byte, so a crash leaves either."""
-    old = read_bytes(store) if Path(store).exists() else b""
-    known = {e.commit: e.line for e in parse_history(old, store)}
-    for entry in entries:
-        if entry.commit in known:
-            raise RouterLatencyError(f"commit {entry.commit} is already in the history "
-                                     f"(line {known[entry.commit]})", store)
-        known[entry.commit] = 0
-    if old and not old.endswith(b"\n"):
-        old += b"\n"
-    write_atomic(store, old + b"".join(entry_line(e) for e in entries))
+def add_entries(store: str, entries: Sequence[HistoryEntry],
+                wait_s: Optional[float] = None) -> None:
+    """Append entries to the store, all or none, as whole lines in one write under the
+    store's lock (files.locked_append: adds at once on one machine take turns, none lost);
+    the old lines are kept byte for byte. A commit already in the store is refused, and so is
+    an entry whose line the store's reader would refuse (checked by that reader)."""
+    new_lines = b"".join(checked_line(entry) for entry in entries)
+
+    def lines_of(old: bytes) -> bytes:
+        known = {e.commit: e.line for e in parse_history(old, store)}
+        for entry in entries:
+            if entry.commit in known:
+                raise RouterLatencyError(f"commit {entry.commit} is already in the history "
+                                         f"(line {known[entry.commit]})", store)
+            known[entry.commit] = 0
+        return b"\n" + new_lines if old and not old.endswith(b"\n") else new_lines
+    locked_append(store, lines_of, wait_s)
+
+
+def checked_line(entry: HistoryEntry) -> bytes:
+    """Return an entry's line once the store's reader takes it: what `history add` writes,
+    every later `history report` and `history add` reads."""
+    line = entry_line(entry)
+    where = f"{entry.source}: its history line"
+    entry_from_json(parse_json(line, where), where)
+    return line
 
 
 def read_history(store: str) -> List[HistoryEntry]:
@@ -14170,8 +14479,7 @@ def texts_of(document: Dict[str, object], key: str, where: str) -> Dict[str, str
 
 
 def positive_numbers(values: List[object], where: str) -> Tuple[float, ...]:
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-               and math.isfinite(v) for v in values):
+    if not all(file_number(v, positive=True) is not None for v in values):
         raise RouterLatencyError("a row's values are not all positive numbers", where)
     return tuple(float(v) for v in values if isinstance(v, (int, float)))
 
@@ -15142,7 +15450,8 @@ def junit_xml(report: RoundsReport) -> bytes:
         result = ElementTree.SubElement(case, outcome, {"message": xml_safe(message)})
         if outcome == "failure":
             result.set("type", "regression" if group == "rows" else group)
-        result.text = xml_safe(details or message)
+        result.text = xml_safe((details if isinstance(details, str) else "\n".join(details))
+                               or message)
     ElementTree.indent(top)
     return ElementTree.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n"
 
@@ -17099,7 +17408,11 @@ def history_date(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an ISO 8601 date, got {text!r}") from None
     if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        try:  # 9999-12-31T23:59:59-01:00 is past the year 9999 in UTC
+            when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"expected an ISO 8601 date from the year 1 to "
+                                             f"9999 in UTC, got {text!r}") from None
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -21,12 +21,13 @@
 # reads that session's CPU time (run --router-session) for the router's CPU per request and
 # the foreign CPU on its cores. A router known to have ended (every process the start command
 # left in its session gone, or its --*-container not running) is not waited for: one that
-# never answered stops the script (exit 2); one that ended while measured leaves an
-# incomplete run, a failed side. A side is stopped by its stop command, when given,
-# and then by SIGTERM to whatever still runs in that session (SIGKILL after --stop-wait
-# seconds, 30 by default). A start
-# command that returns leaving nothing in its session needs a stop command; one that exits
-# with an error, before or during the run, stops the script.
+# never answered stops the script (exit 2); one that ended while measured, seen during the
+# run or once it ended, leaves an incomplete run, a failed side. A side is stopped by its stop
+# command, when given, and then by SIGTERM to whatever still runs in that session (SIGKILL
+# after --stop-wait seconds, 30 by default). A start command that returns leaving nothing in
+# its session needs a stop command; one that exits with an error, before or during the run,
+# stops the script, and that run's file is set aside as <file>.rejected. Every wait and the
+# budget run on a monotonic clock (/proc/uptime), never the wall clock.
 #
 # The tool it runs: python3 (or $PYTHON) and the router_latency.py beside rounds/, or --tool.
 # It looks at the started router, the run and a stopping side every 100 ms;
@@ -78,7 +79,7 @@ trap '' PIPE
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-python3}
 poll_ms=${RUN_ROUNDS_POLL_MS:-100}
-[[ "$poll_ms" =~ ^[1-9][0-9]*$ ]] && [ "$poll_ms" -le 1000 ] \
+[[ "$poll_ms" =~ ^[1-9][0-9]{0,3}$ ]] && [ "$poll_ms" -le 1000 ] \
   || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
        exit 2; }
 printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
@@ -183,6 +184,18 @@ die() {
   if [ "$made_dir" -eq 1 ]; then rmdir -- "$dir" 2>/dev/null || true; fi
   exit 2
 }
+# now_ms sets now to milliseconds on a monotonic clock, for every deadline and the budget: the
+# wall clock ($EPOCHREALTIME, $SECONDS) jumps when NTP steps it (on a fresh node, 2 h forward
+# after round 1 stopped a 30-minute budget after 5 s). /proc/uptime counts from boot
+# (CLOCK_BOOTTIME), which a step leaves alone; without it, Python's time.monotonic()
+now_ms() {
+  local up rest
+  if { read -r up rest < /proc/uptime; } 2>/dev/null && [[ "$up" =~ ^[0-9]+\.[0-9]{2}$ ]]; then
+    now=$(( 10#${up/./} * 10 ))
+  else
+    now=$("$python" -c 'import time; print(time.monotonic_ns() // 1000000)')
+  fi
+}
 say() { printf 'run_rounds.sh: %s\n' "$1" >&2 2>/dev/null || true; }
 default_pipe() { trap - PIPE; exec "$@"; }  # run a command with SIGPIPE's default action
 unknown_option() {  # an option of `run` given before --, or one nobody knows
@@ -195,7 +208,17 @@ unknown_option() {  # an option of `run` given before --, or one nobody knows
   fi
   die "unknown option $1 (see --help)"
 }
-whole() { [[ "$2" =~ ^[0-9]+$ ]] || die "$1 must be a whole number, got '$2'"; }
+# whole OPTION VAR: VAR holds a whole number of at most 9 digits (leading zeros aside), and is
+# set back in plain decimal: bash's tests and arithmetic fail or wrap past 2^63 (a 20-digit
+# --budget-minutes said "integer expression expected", then "must be more than 0"), and its
+# arithmetic reads 08 as octal
+whole() {
+  local value=${!2}
+  [[ "$value" =~ ^[0-9]+$ ]] || die "$1 must be a whole number, got '$value'"
+  value=${value#"${value%%[!0]*}"}
+  [ "${#value}" -le 9 ] || die "$1 must be at most 999999999, got '${!2}'"
+  printf -v "$2" '%d' "$((10#${value:-0}))"
+}
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -235,8 +258,8 @@ while [ $# -gt 0 ]; do
 done
 
 # --- the options, on their own ---
-whole --rounds "$rounds"; whole --min-rounds "$min_rounds"; whole --max-rounds "$max_rounds"
-whole --wait-ready "$wait_ready"; whole --stop-wait "$stop_wait"
+whole --rounds rounds; whole --min-rounds min_rounds; whole --max-rounds max_rounds
+whole --wait-ready wait_ready; whole --stop-wait stop_wait
 if [ "$until_decided" -eq 1 ]; then
   [ "$rounds_given" -eq 0 ] \
     || die "--until-decided takes --min-rounds and --max-rounds, not --rounds"
@@ -252,11 +275,17 @@ budget_ms=""
 if [ -n "$budget_minutes" ]; then
   [[ "$budget_minutes" =~ ^[0-9]*\.?[0-9]+$ ]] \
     || die "--budget-minutes must be a number of minutes, got '$budget_minutes'"
-  budget_ms=$("$python" -c 'import sys; print(round(float(sys.argv[1]) * 60000))' "$budget_minutes")
+  # in Python, as a number of any length: 10^7 minutes (19 years) and more is refused, so
+  # that the milliseconds stay far within bash's 64 bits
+  budget_ms=$("$python" -c 'import sys; minutes = float(sys.argv[1])
+print(round(minutes * 60000) if minutes < 1e7 else "large")' "$budget_minutes") \
+    || die "--budget-minutes: cannot read '$budget_minutes' as a number"
+  [ "$budget_ms" != large ] || die "--budget-minutes must be less than 10000000, $(
+    )got '$budget_minutes'"
   [ "$budget_ms" -gt 0 ] || die "--budget-minutes must be more than 0"
 fi
 if [ -n "$requests_per_pass" ]; then
-  whole --requests-per-pass "$requests_per_pass"
+  whole --requests-per-pass requests_per_pass
   [ "$requests_per_pass" -ge 1 ] || die "--requests-per-pass must be at least 1"
   for arg in ${run_args[@]+"${run_args[@]}"}; do
     case "$arg" in
@@ -333,10 +362,11 @@ mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($
 
 # run files: 'summary FILE' prints a run's p50 per pass and errors; 'state FILE CORPUS'
 # exits 0 for a complete run of that corpus, 1 for an incomplete or unreadable one and 3 for
-# one of another corpus. Plain JSON, so that it works with any version of the tool.
+# one of another corpus; 'incomplete FILE' marks a run "complete": false (its router ended
+# while it ran), atomically. Plain JSON, so that it works with any version of the tool.
 run_file() {
   "$python" - "$@" <<'PY'
-import hashlib, json, math, sys
+import hashlib, json, math, os, sys
 mode, path = sys.argv[1], sys.argv[2]
 
 
@@ -352,6 +382,15 @@ try:
         run = json.load(handle)
 except (OSError, ValueError):
     sys.exit(1)
+if mode == "incomplete":
+    if run.get("complete") is True:
+        run["complete"] = False
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(run, handle, indent=1)
+            handle.write("\n")
+        os.replace(temporary, path)
+    sys.exit(0)
 if mode == "state":
     with open(sys.argv[3], "rb") as handle:
         sha = hashlib.sha256(handle.read()).hexdigest()
@@ -455,7 +494,7 @@ if [ ${#existing[@]} -gt 0 ]; then
     )empty folder, or --resume to keep the complete rounds and redo the rest"
   for file in "${existing[@]}"; do
     number=${file##*/r}; number=${number%%-*}
-    [[ "$number" =~ ^[0-9]+$ ]] && [ "$((10#$number))" -le "$rounds" ] \
+    [[ "$number" =~ ^[0-9]{1,9}$ ]] && [ "$((10#$number))" -le "$rounds" ] \
       || die "$dir holds ${file##*/}, beyond the $rounds rounds asked for"
   done
   for ((r = 1; r <= rounds; r++)); do
@@ -536,8 +575,10 @@ stop_side() {
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
     kill -TERM -- "-$start_pid" 2>/dev/null || true
     # by the clock: on a loaded machine each look through /proc takes a while
-    deadline=$((SECONDS + stop_wait))
-    while session_alive "$start_pid" && [ "$SECONDS" -lt "$deadline" ]; do nap; done
+    now_ms; deadline=$((now + stop_wait * 1000))
+    while session_alive "$start_pid" && now_ms && [ "$now" -lt "$deadline" ]; do
+      nap
+    done
     if session_alive "$start_pid"; then
       say "warning: ${name[$role]} still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL -- "-$start_pid" 2>/dev/null || true
@@ -552,8 +593,11 @@ finish() {
   trap - INT TERM
   if [ -n "$measuring" ] && [ -n "${run_pid:-}" ]; then
     kill -TERM "$run_pid" 2>/dev/null || true  # it saves what it measured
-    local deadline=$((SECONDS + stop_wait))
-    while kill -0 "$run_pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do nap; done
+    local deadline
+    now_ms; deadline=$((now + stop_wait * 1000))
+    while kill -0 "$run_pid" 2>/dev/null && now_ms && [ "$now" -lt "$deadline" ]; do
+      nap
+    done
     if kill -0 "$run_pid" 2>/dev/null; then
       say "warning: the run still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL "$run_pid" 2>/dev/null || true
@@ -609,8 +653,12 @@ check_start() {  # sets start_why when the start command failed, or returned wit
 # without a container named cannot tell
 check_gone() {
   gone_why=""
-  [ "$start_pid_done" -eq 1 ] && [ "$SECONDS" -ge "$next_gone_check" ] || return 0
-  next_gone_check=$((SECONDS + 1))
+  [ "$start_pid_done" -eq 1 ] || return 0
+  if [ "${1:-}" != now ]; then
+    now_ms
+    [ "$now" -ge "$next_gone_check" ] || return 0
+    next_gone_check=$((now + 1000))
+  fi
   if [ "$left_behind" -eq 1 ] && ! session_alive "$start_pid"; then
     gone_why="every process its start command left running has ended"
   elif [ -n "${container[$active]}" ] && command -v docker >/dev/null; then
@@ -665,7 +713,7 @@ router_given() {  # whether the run arguments name the router's process or cgrou
 }
 
 measure_side() {
-  local role=$1 side=${name[$1]} target code=0
+  local role=$1 side=${name[$1]} target code=0 deadline
   local file="$dir/r$r-$side.json"
   if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "(round $r)"; fi
   say "round $r/$rounds $side: starting"
@@ -679,7 +727,8 @@ measure_side() {
   next_gone_check=0
   target=${url[$role]}
   if [ -n "${url_file[$role]}" ]; then
-    for ((i = 0; i < wait_ready * 1000 / poll_ms; i++)); do
+    now_ms; deadline=$((now + wait_ready * 1000))
+    while now_ms && [ "$now" -lt "$deadline" ]; do
       [ -s "${url_file[$role]}" ] && break
       check_start
       [ -z "$start_why" ] || die "start command of $side $start_why (round $r)"
@@ -706,37 +755,40 @@ measure_side() {
     --label "$side" --wait-ready "$wait_ready" --quiet \
     ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
   run_pid=$!
-  local ended=""
+  start_why=""; gone_why=""
   while kill -0 "$run_pid" 2>/dev/null; do
     check_start
-    if [ -n "$start_why" ]; then
-      kill -TERM "$run_pid" 2>/dev/null || true
-      wait "$run_pid" 2>/dev/null || true
-      measuring=""
-      die "start command of $side $start_why (round $r)"
-    fi
+    [ -z "$start_why" ] || break
     check_gone
-    if [ -n "$gone_why" ]; then  # the run saves what it measured, if anything
-      ended=$gone_why
-      kill -TERM "$run_pid" 2>/dev/null || true
-      break
-    fi
+    [ -z "$gone_why" ] || break
     nap
   done
+  # the run saves what it measured, if anything
+  if [ -n "$start_why$gone_why" ]; then kill -TERM "$run_pid" 2>/dev/null || true; fi
   wait "$run_pid" || code=$?
-  if [ -n "$ended" ]; then
-    measuring=""
+  if [ -z "$start_why$gone_why" ]; then
+    case "$code" in
+      130|143) interrupted=$code; exit "$code" ;;
+    esac
+    # a router killed under load fails the run's last requests on refused connections
+    # faster than a look every $poll s: one more look once the run ended, whatever its pace
+    check_start
+    if [ -z "$start_why" ]; then check_gone now; fi
+  fi
+  measuring=""
+  if [ -n "$start_why" ]; then  # set aside, so that --resume redoes it and rounds never reads it
+    if [ -e "$file" ]; then reject "$file" "start command of $side $start_why (round $r)"; fi
+    die "start command of $side $start_why (round $r)"
+  fi
+  if [ -n "$gone_why" ]; then
     # before it answered: no round can be run; while it was measured: a side that failed
-    [ -e "$file" ] || die "$side's router ended before it answered: $ended (round $r)"
+    [ -e "$file" ] || die "$side's router ended before it answered: $gone_why (round $r)"
+    run_file incomplete "$file"  # complete when the run ended before the look saw it
     stop_side "$role"
-    say "round $r/$rounds $side: its router ended while it was measured: $ended; $(
+    say "round $r/$rounds $side: its router ended while it was measured: $gone_why; $(
       )${file##*/} is incomplete, and rounds counts the side as failed"
     return 0
   fi
-  case "$code" in
-    130|143) interrupted=$code; exit "$code" ;;
-  esac
-  measuring=""
   check_router "$role" "$target" "$file"
   stop_side "$role"
   case "$code" in
@@ -761,14 +813,13 @@ final_judge() { judge --corpus "$corpus" ${final_args[@]+"${final_args[@]}"} "$@
 ran=0
 final=""
 stopped=""  # the rounds run when the budget stopped the next
-now_ms() { local t=$EPOCHREALTIME; t=${t/[.,]/}; echo $(( 10#$t / 1000 )); }
-budget_start=$(now_ms)
+now_ms; budget_start=$now
 for ((r = 1; r <= rounds; r++)); do
   if [[ " ${done_rounds[*]} " == *" $r "* ]]; then
     say "round $r/$rounds: kept from before (--resume)"
   else
     if [ -n "$budget_ms" ] && [ "$ran" -gt 0 ] && [ "$r" -gt 3 ]; then  # 3: the fewest judged
-      spent=$(( $(now_ms) - budget_start ))
+      now_ms; spent=$((now - budget_start))
       if [ $(( spent + spent / ran )) -gt "$budget_ms" ]; then
         say "round $r would end past the budget ($budget_minutes minutes; $(( spent / 1000 )) s $(
           )spent, about $(( spent / ran / 1000 )) s a round): stopping"

@@ -4,6 +4,7 @@ import gc
 import json
 import socket
 import threading
+import time
 import types
 
 import pytest
@@ -675,3 +676,47 @@ def test_a_scripted_server_once_closed_takes_no_connection_and_leaves_no_thread(
     assert len(server.threads) == 2 and not any(t.is_alive() for t in server.threads)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def dripped(data, pause_s, then=None, at=None):
+    """Return an answer for ScriptedServer: data a byte at a time, pause_s apart; `then` is
+    called once `at` bytes went."""
+    def pieces():
+        for index in range(len(data)):
+            if then is not None and index == at:
+                then()
+            time.sleep(pause_s)
+            yield data[index:index + 1]
+    return pieces()
+
+
+@pytest.mark.parametrize("answer", [final_answer(), final_answer()[:20]])
+def test_a_peer_that_drips_its_answer_cannot_outlast_the_deadline(scripted, answer):
+    # a byte every 20 ms (50 ms in the report) never let a recv wait out STOP_POLL_S, so the
+    # deadline was never looked at: a 0.3 s exchange took the whole dripped answer
+    router = scripted(lambda prompt, number: dripped(answer, 0.02))
+    endpoint = parse_endpoint(router.url)
+    connection = Connection(endpoint, 0.3)
+    with pytest.raises(RequestFailed) as failure:
+        connection.exchange(encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    assert failure.value.kind == "timeout" and not failure.value.unanswered
+    assert connection.sock is None
+
+
+def test_a_peer_that_drips_its_answer_cannot_hold_off_the_stop_flag(scripted):
+    stop = threading.Event()
+    router = scripted(lambda prompt, number: dripped(final_answer(), 0.02, stop.set, 5))
+    endpoint = parse_endpoint(router.url)
+    connection = Connection(endpoint, 60.0, stop=stop)
+    with pytest.raises(RequestFailed) as failure:
+        connection.exchange(encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    assert failure.value.kind == "interrupted"
+
+
+def test_a_silent_peer_times_out_unanswered(scripted):
+    router = scripted(lambda prompt, number: dripped(final_answer(), 5.0))  # nothing in time
+    endpoint = parse_endpoint(router.url)
+    with pytest.raises(RequestFailed) as failure:
+        Connection(endpoint, 0.2).exchange(
+            encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    assert failure.value.kind == "timeout" and failure.value.unanswered

@@ -324,3 +324,72 @@ def test_degraded_members_of_odd_shapes_are_kept_and_counted_once(body, counts):
     found = degraded_of(body)
     assert degraded_counts([found]) == counts
     assert degraded_from_json(degraded_to_json(found), "x") == found
+
+
+@pytest.mark.parametrize("signals", [
+    {"a" * 128 + "x": "timeout", "a" * 128 + "y": "failed"},  # equal once cut to 128
+    {"a" * 128 + "x": "timeout", "a" * 128 + "y": "timeout", "a" * 128: "timeout"},
+    {"": "timeout", "(unnamed)": "failed"},  # '' is kept as '(unnamed)'
+    {"a" * 127 + "~": "x", "a" * 128 + "1": "y", "a" * 128 + "2": "z"},
+])
+def test_signal_names_equal_once_cut_are_kept_apart_and_read_back(tmp_path, signals):
+    # both were counted in degraded_counts, one kept in degraded_to_json: `run` wrote the
+    # file (exit 0) and `compare` refused it ("the summary says ..., its records give ...")
+    degraded = degraded_of(go_answer(signal_errors=signals))
+    names = [signal for _, signal, _ in degraded]
+    assert len(names) == len(set(names)) == len(signals)
+    assert all(0 < len(name) <= 128 for name in names)
+    requests = tuple(Request(i, float(i), 10.0, 200, "d", None, degraded=degraded)
+                     for i in range(40))
+    run = load_run(run_file(tmp_path / "new.json", requests))
+    assert sorted(run.passes[0].requests[0].degraded) == sorted(degraded)
+    assert sum(run.passes[0].summary.degraded_signals[n].get(r, 0) for _, n, r in degraded) \
+        == 40 * len(signals)
+
+
+FORGED = "timeout\nverdict: PASS\r\n\x1b[2J\u2028- forged"  # a reason that writes report lines
+FORGED_SHOWN = "timeout\\nverdict: PASS\\r\\n\\u001b[2J\\u2028- forged"
+
+
+def forged_requests(count=40, shift=0.0, every=5):
+    return tuple(Request(i, float(i), 10.0 + i / 100 + shift, 200, "d", None,
+                         degraded=(("signal_errors", "x\ny", FORGED),) if i % every == 0 else ())
+                 for i in range(count))
+
+
+def test_text_from_the_router_forges_no_line_in_any_report_format(tmp_path, cli):
+    # a line break in a degraded reason went through degraded_answers_line unescaped: 4
+    # forged lines in run's output, 8 in compare's; the report model now escapes every line
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for number in (1, 2, 3):
+        run_file(folder / f"r{number}-cpu.json", forged_requests(shift=number / 7)[::-1],
+                 label="cpu")
+        run_file(folder / f"r{number}-gpu.json", forged_requests(shift=number / 5, every=4),
+                 label="gpu")  # more degraded answers: JUnit's failure names them
+    outputs = {"compare": cli("compare", folder / "r1-cpu.json", folder / "r1-gpu.json").out}
+    for form in ("text", "markdown"):
+        judged = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "gpu", "--format",
+                     form, "--junit", tmp_path / f"{form}.xml", "--html", tmp_path / "p.html")
+        assert judged.err == "", judged.err
+        outputs[form] = judged.out
+    outputs["junit"] = (tmp_path / "text.xml").read_text()
+    outputs["page"] = (tmp_path / "p.html").read_text()
+    for name, text in outputs.items():
+        assert "timeout" in text, name
+        assert "\x1b" not in text and "\u2028" not in text, name
+        lines = text.splitlines()
+        assert all("timeout" in line for line in lines if "forged" in line), name
+        assert not any(line.strip(" -*<>/li") in ("forged", "verdict: PASS\r")
+                       for line in lines), name
+    assert FORGED_SHOWN in outputs["compare"] and FORGED_SHOWN in outputs["text"]
+    assert "x\\ny" in outputs["compare"]
+
+
+def test_runs_summary_lines_hold_the_routers_text_on_one_line(tmp_path):
+    from router_latency.summary import run_summary
+    run = load_run(run_file(tmp_path / "new.json", forged_requests()))
+    lines = [block for section in run_summary(run.passes) for block in section.blocks
+             if isinstance(block, str)]
+    assert any(FORGED_SHOWN in line for line in lines)
+    assert all(line.isprintable() for line in lines)

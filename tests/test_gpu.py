@@ -135,3 +135,31 @@ def test_select_gpus_by_the_tools_index():
     assert select_gpus(reading, (1, 3)).note == "no GPU 3 in the tool's output"
     assert select_gpus(reading, ()) == reading
     assert select_gpus(GpuReading(error="x"), (0,)) == GpuReading(error="x")
+
+
+@pytest.mark.parametrize("mask, kept", [
+    ("0x0000000000000004", 4.0),
+    ("0x0000000000000040", 64.0),
+    ("0x0020000000000001", None),  # 2^53 + 1: `run` wrote it (exit 0), `compare` refused it
+    ("0xFFFFFFFFFFFFFFFF", None),
+    ("0x" + "F" * 400, None),
+    ("0x", None),
+    ("4", None),
+])
+def test_a_clock_event_mask_is_recorded_only_as_its_reader_reads_it(mask, kept):
+    from router_latency.errors import checked_number
+    from router_latency.gpu import NvidiaSamples
+    reader = NvidiaSamples()
+    reader.feed("timestamp, index, clocks_event_reasons.active", 0.0)
+    _, _, figures = reader.feed(f"2026/12/04 16:54:32.751, 2, {mask}", 1.0)
+    assert figures["reasons"] == kept
+    checked_number(figures["reasons"], "reasons[0]", nullable=True)  # the reader takes it
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "warning: x\n" + '{"a":' * 5000])
+def test_a_tools_output_nested_past_the_reader_is_no_reading(text):
+    # amd-smi metric --json nested 5,000 deep: RecursionError from first_json, exit 1, no run
+    # file; now the reading fails as any unreadable output does (ValueError: no figures)
+    for parse in (parse_amd_smi, parse_rocm_smi):
+        with pytest.raises(ValueError, match="nests deeper than Python's JSON reader goes"):
+            parse(text)

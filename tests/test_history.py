@@ -1,16 +1,21 @@
 """history: the store across commits, the trend, the drift gate and its page."""
 
+import fcntl
 import json
 import math
+import os
 import shutil
+import threading
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import cmarkgfm
 import pytest
 
+from router_latency.errors import RouterLatencyError
 from router_latency.gate import gate_rows, GateSettings, row_of, word_status
-from router_latency.history import (entry_of_run, EntryTags, history_report, HISTORY_SCHEMA,
+from router_latency.history import (add_entries, entry_of_run, EntryTags, history_report,
+                                    HISTORY_SCHEMA,
                                     HistoryEntry, HistoryRow, read_history, TrendSettings)
 from conftest import BASE, history_rounds_folder, make_run, ROOT
 
@@ -202,6 +207,10 @@ def test_a_single_run_is_marked_and_not_in_the_drift(tmp_path, cli):
     (["report", "--commit", "c"], "--commit is an option of history add"),
     (["add", "--gate"], "--gate is an option of history report"),
     (["report", "--baseline", "nothing"], "no entry of commit or label nothing"),
+    # past the year 9999 (or before the year 1) in UTC: OverflowError, exit 1, on main
+    (["add", "--date", "9999-12-31T23:59:59-01:00"], "expected an ISO 8601 date from the year "
+                                                     "1 to 9999 in UTC"),
+    (["add", "--date", "0001-01-01T00:00:00+01:00"], "from the year 1 to 9999 in UTC"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, cli, argv, message):
     store = tmp_path / "perf.jsonl"
@@ -314,3 +323,89 @@ def test_a_change_point_is_holms_step_down_over_the_steps():
     assert trend([0.0, 0.0, 0.1, 0.0, 0.0]) == [False, False, True, False, False]
     assert trend([3 * SE]) == [True]
     assert trend([0.0, 0.0, 3 * SE, 0.0, 0.0]) == [False] * 5
+
+
+def test_an_add_waits_its_turn_for_the_stores_lock_and_loses_no_line(tmp_path):
+    # two `history add` at once: each read the store, then renamed its own copy over it, and
+    # 11 of 24 lines of 6 adds were lost; now an add waits for the store's lock, appends
+    # whole lines, and a writer holding the lock keeps what it wrote
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    add_entries(str(store), [entry_of_run(run, EntryTags(commit="c1"))])
+    holder = os.open(store, os.O_WRONLY | os.O_APPEND)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, in its turn
+    adding = threading.Thread(target=add_entries, args=(
+        str(store), [entry_of_run(run, EntryTags(commit="c3"))]))
+    adding.start()
+    adding.join(0.5)  # it waits for the lock (a thread done by now read the store too early)
+    os.write(holder, store.read_bytes().replace(b'"c1"', b'"c2"'))
+    os.close(holder)  # the lock with it
+    adding.join(30)
+    assert [entry.commit for entry in read_history(str(store))] == ["c1", "c2", "c3"]
+
+
+def test_an_add_that_cannot_have_the_lock_says_so_in_one_line_and_writes_nothing(
+        tmp_path, cli, monkeypatch):
+    import router_latency.files as files
+    monkeypatch.setattr(files, "LOCK_WAIT_S", 0.2)
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    before = store.read_bytes()
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    holder = os.open(store, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        result = cli("history", "add", "--history", store, "--run", run, "--commit", "c9")
+    finally:
+        os.close(holder)
+    assert result.code == 2 and result.out == ""
+    assert result.err == (f"router-latency: error: another process has held the file's lock "
+                          f"for 0.2 s (a history add still running, or a stuck one: fuser "
+                          f"names it); nothing was written ({store})\n")
+    assert store.read_bytes() == before
+
+
+def test_many_adds_at_once_keep_every_line(tmp_path):
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    entries = [entry_of_run(run, EntryTags(commit=f"c{index}")) for index in range(12)]
+    start = threading.Barrier(len(entries))
+
+    def add(entry):
+        start.wait(30)
+        add_entries(str(store), [entry])
+    threads = [threading.Thread(target=add, args=(entry,)) for entry in entries]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(e.commit for e in read_history(str(store))) == sorted(
+        e.commit for e in entries)
+
+
+def test_a_run_whose_req_per_s_rounds_to_zero_is_added_and_read_back(tmp_path, cli):
+    # entry_of_run stored a req/s of 0.0 (ok over wall seconds, rounded to 0.01) that the run
+    # reader took; `history report` and every later `history add` then refused the store
+    path = make_run(tmp_path / "slow.json", label="merge", passes={1: (10.0, 12.0, 13.0, 0.001)})
+    assert json.loads(Path(path).read_text())["passes"][0]["summary"]["req_per_s"] == 0.0
+    store = tmp_path / "perf.jsonl"
+    added = cli("history", "add", "--history", store, "--run", path, "--commit", "c1")
+    assert added.code == 0, added.err
+    entry = read_history(str(store))[0]
+    assert entry.rows and all(row.metric != "req_per_s" for row in entry.rows)
+    assert cli("history", "add", "--history", store, "--run", path, "--commit", "c2").code == 0
+    assert cli("history", "report", "--history", store).code == 0
+
+
+def test_an_entry_its_reader_would_refuse_is_never_written(tmp_path):
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    entry = entry_of_run(run, EntryTags(commit="c1"))
+    bad = entry._replace(commit="c2", rows=(HistoryRow("sequential", "p50_ms", True, (),
+                                                       (float(2 ** 60),)),))
+    add_entries(str(store), [entry])
+    before = store.read_bytes()
+    with pytest.raises(RouterLatencyError, match=r"^a row's values are not all positive numbers "
+                                                 r"\(.*one\.json: its history line: rows\)$"):
+        add_entries(str(store), [bad])
+    assert store.read_bytes() == before

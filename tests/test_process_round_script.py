@@ -907,3 +907,142 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
         document = json.loads(path.read_text())
         assert document["ready_after_s"] is not None
         assert {r["status"] for r in document["passes"][0]["requests"]} == {200}, path.name
+
+
+# a library for LD_PRELOAD that steps the wall clock (gettimeofday, time, clock_gettime's
+# CLOCK_REALTIME) 2 h forward from the moment the file STEP_CLOCK_FILE names exists, as NTP
+# steps it on a fresh node; the monotonic clocks go on untouched
+STEP_CLOCK_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+static long stepped(void) {
+  const char *file = getenv("STEP_CLOCK_FILE");
+  return file && access(file, F_OK) == 0 ? 7200 : 0;
+}
+int gettimeofday(struct timeval *tv, void *tz) {
+  int (*real)(struct timeval *, void *) =
+      (int (*)(struct timeval *, void *))dlsym(RTLD_NEXT, "gettimeofday");
+  int result = real(tv, tz);
+  if (result == 0 && tv) tv->tv_sec += stepped();
+  return result;
+}
+int clock_gettime(clockid_t clock, struct timespec *ts) {
+  int (*real)(clockid_t, struct timespec *) =
+      (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+  int result = real(clock, ts);
+  if (result == 0 && (clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE))
+    ts->tv_sec += stepped();
+  return result;
+}
+time_t time(time_t *out) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  if (out) *out = tv.tv_sec;
+  return tv.tv_sec;
+}
+"""
+
+
+def step_clock_library(tmp_path):
+    """Return the LD_PRELOAD library that steps the wall clock, built by the C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the library that steps the wall clock")
+    source = tmp_path / "step_clock.c"
+    source.write_text(STEP_CLOCK_C)
+    library = tmp_path / "step_clock.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source), "-ldl"],
+                   check=True, capture_output=True, timeout=60)
+    return library
+
+
+@pytest.mark.process
+def test_driver_keeps_its_budget_on_a_monotonic_clock_when_the_wall_clock_steps(tmp_path):
+    # with the wall clock stepped 2 h forward after round 1 (the first stop command writes the
+    # log), --budget-minutes 30 stopped after 3 rounds "7209 s spent" (it read $EPOCHREALTIME)
+    library = step_clock_library(tmp_path)
+    probe = subprocess.run(["bash", "-c", "echo ${EPOCHREALTIME%.*}; touch step; "
+                            "echo ${EPOCHREALTIME%.*}"], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=30,
+                           env={**DRIVER_ENV, "LD_PRELOAD": str(library),
+                                "STEP_CLOCK_FILE": str(tmp_path / "step")})
+    before, after = map(int, probe.stdout.split())
+    assert after - before >= 7200  # the library steps bash's clock
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
+    command = driver_args(tmp_path, corpus, "--budget-minutes", "30")
+    command[command.index("--rounds") + 1] = "4"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                            env={**DRIVER_ENV, "LD_PRELOAD": str(library),
+                                 "STEP_CLOCK_FILE": str(tmp_path / "log")})
+    assert result.returncode == 0, result.stderr
+    assert "budget" not in result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3, 4) for side in ("cpu", "gpu")], result.stderr
+
+
+@pytest.mark.process
+def test_driver_compares_numbers_of_any_length_or_refuses_them_for_their_size(tmp_path):
+    # 20 digits gave bash's "integer expression expected", then a false "must be more than
+    # 0"; 08 is octal to bash's arithmetic; each is refused or read, in one line, before
+    # anything starts
+    huge = "99999999999999999999"
+    for option, value, message in (
+            ("--budget-minutes", huge, f"--budget-minutes must be less than 10000000, got '{huge}'"),
+            ("--budget-minutes", "9" * 400, "--budget-minutes must be less than 10000000, got "
+                                            f"'{'9' * 400}'"),
+            ("--requests-per-pass", huge, f"--requests-per-pass must be at most 999999999, got "
+                                          f"'{huge}'"),
+            ("--rounds", huge, f"--rounds must be at most 999999999, got '{huge}'"),
+            ("--stop-wait", "9223372036854775808", "--stop-wait must be at most 999999999, got "
+                                                   "'9223372036854775808'"),
+            ("--wait-ready", "10000000000", "--wait-ready must be at most 999999999, got "
+                                            "'10000000000'")):
+        command = driver_args(tmp_path, "corpus.json")
+        if option in command:
+            command[command.index(option) + 1] = value
+        else:
+            command[command.index("--"):command.index("--")] = [option, value]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                env=DRIVER_ENV)
+        assert (result.returncode, result.stderr) == (2, f"run_rounds.sh: error: {message}\n")
+    poll = subprocess.run(driver_args(tmp_path, "corpus.json", "--dry-run"), capture_output=True,
+                          text=True, timeout=60, env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": huge})
+    assert (poll.returncode, poll.stderr) == (2, "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must "
+                                                 f"be 1 to 1000, not '{huge}'\n")
+    command = driver_args(tmp_path, "corpus.json", "--dry-run")
+    command[command.index("--rounds") + 1] = "0008"
+    command[command.index("--wait-ready") + 1] = "09"
+    octal = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    assert (octal.returncode, octal.stderr) == (0, "")
+    assert octal.stdout.count(": run: ") == 16 and "--wait-ready 9 " in octal.stdout
+
+
+@pytest.mark.process
+def test_driver_sets_aside_a_run_whose_router_was_killed_however_fast_its_requests_failed(
+        tmp_path):
+    # the new side's router is its start command (the foreground); a probe after the first
+    # pass kills it with SIGKILL, and the run's second pass fails on refused connections
+    # faster than the script's look: the script stopped ("exited 137") but left the run
+    # "complete": true, which --resume kept and rounds read
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
+    pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
+    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
+    start = command.index("--new-start") + 1
+    command[start] = f"echo $$ > {pid_file}; exec {command[start]}"
+    calls = shlex.quote(str(tmp_path / "gpu-probes"))
+    command = command[:command.index("--") + 1] + [
+        "--concurrency", "1,2", "--warmup", "0",
+        "--probe", f'end=[ "$SIDE" != gpu ] || {{ echo >> {calls}; '
+                   f'[ "$(wc -l < {calls})" -ne 2 ] || kill -KILL $(cat {pid_file}); }}']
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180,
+                            env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": "1000"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "run_rounds.sh: error: start command of gpu exited 137 (round 1); r1-gpu.json moved to "
+        "r1-gpu.json.rejected"), result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "r1-cpu.json", "r1-gpu.json.rejected"]

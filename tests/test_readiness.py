@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from router_latency.client import parse_endpoint
+from router_latency.client import encode_request, parse_endpoint
+from router_latency.errors import RouterLatencyError
 from router_latency.passloop import Target
 from router_latency.readiness import wait_until_ready
 from conftest import final_answer, write_corpus
@@ -56,3 +57,42 @@ def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(doub
                and "pii-detector" in line for line in shown), shown
     assert any("(CLASSIFIER_UNAVAILABLE: classifiers loading)" in line for line in shown), shown
     assert len(shown) == len(set(shown))  # each state once
+
+
+@pytest.mark.parametrize("ready", [
+    [b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"],
+    [b"HTTP/1.1 102 Processing\r\n\r\n"],  # interim answers only, then nothing in time
+    [b"HTTP/2 200\r\n\r\n"],  # an answer this client cannot read
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{"],  # cut off, then nothing in time
+])
+def test_any_answer_of_ready_but_503_leaves_it_to_the_preview(scripted, ready):
+    # a /ready answering 101 was "router not reachable at .../api/v1/routing/preview",
+    # though the preview routed: the note says any answer but 503 leaves it to the preview
+    def answer(prompt, number):
+        return ready if not prompt else [final_answer()]
+    router = scripted(answer)
+    target = Target(parse_endpoint(router.url), timeout=0.5)
+    payload = encode_request(target.endpoint, "POST", b'{"messages":[{"role":"user",'
+                                                      b'"content":"hello"}]}', ())
+    assert wait_until_ready(target, payload, None, threading.Event()) is None
+    assert router.requests == 2  # /ready, then the preview
+
+
+def test_a_ready_that_closes_without_a_byte_is_no_answer(scripted):
+    router = scripted(lambda prompt, number: None if not prompt else [final_answer()])
+    target = Target(parse_endpoint(router.url), timeout=0.5)
+    payload = encode_request(target.endpoint, "POST", b'{"messages":[{"role":"user",'
+                                                      b'"content":"hello"}]}', ())
+    with pytest.raises(RouterLatencyError, match="router not reachable at .*: connection reset"):
+        wait_until_ready(target, payload, None, threading.Event())
+
+
+def test_a_refusal_whose_body_nests_past_the_reader_is_one_line(scripted):
+    deep = b'{"error":' * 5000 + b"1" + b"}" * 5000
+    router = scripted(lambda prompt, number: [final_answer(b"{}")] if not prompt else
+                      [final_answer(deep, b"400 Bad Request")])
+    target = Target(parse_endpoint(router.url), timeout=5.0)
+    payload = encode_request(target.endpoint, "POST", b'{"messages":[{"role":"user",'
+                                                      b'"content":"hello"}]}', ())
+    with pytest.raises(RouterLatencyError, match=r"refused the preview \(HTTP 400 Bad Request\)"):
+        wait_until_ready(target, payload, None, threading.Event())

@@ -372,3 +372,27 @@ def test_the_capability_check_sees_a_renderer_naming_one():
         "from .report import", "from .slower import slowdown_tables\nfrom .report import", 1)
     found = amalgamate.read_module("render_markdown", source).package_imports
     assert "slower" in found and "slower" in CAPABILITIES
+
+
+def test_every_json_decoding_is_guarded_against_a_recursion_error():
+    # json.loads of 5,000 nested brackets raises RecursionError, which is no ValueError: an
+    # amd-smi output (first_json), a /ready body or a refusal's body that deep ended the tool
+    # with a traceback. Each decoding sits in a try that names RecursionError (or Exception)
+    found, unguarded = 0, []
+    for path in sorted(PACKAGE.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        guarded = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(
+                    name in ast.dump(handler.type or ast.Name("BaseException"))
+                    for handler in node.handlers
+                    for name in ("RecursionError", "'Exception'", "BaseException")):
+                guarded |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    node.func.attr in ("loads", "load", "raw_decode")
+                    and ast.unparse(node.func.value) in ("json", "decoder")):
+                found += 1
+                if id(node) not in guarded:
+                    unguarded.append(f"{path.name}:{node.lineno}")
+    assert found >= 10 and unguarded == []

@@ -37,3 +37,8 @@ def test_ready_words_read_what_a_router_may_send_wrong_without_failing():
     assert ready_words(b'{"phase": "loading", "pending_models": 3}') == "phase loading"
     assert ready_words(b'{"phase": "loading", "pending_models": "abc"}') == "phase loading"
     assert ready_words('{"phase": "lo\u202ead"}'.encode()) == "phase lo\\u202ead"
+
+
+@pytest.mark.parametrize("body", [b"[" * 5000 + b"]" * 5000, b'{"phase":' * 3000])
+def test_a_ready_body_nested_past_the_reader_says_nothing(body):
+    assert ready_words(body) == ""  # a RecursionError, a traceback, on main

@@ -54,7 +54,8 @@ class Endpoint(NamedTuple):
 class RequestFailed(Exception):
     """A request that got no usable answer: its error kind ('interrupted' when the stop flag
     ended a wait), the status when one came, and what a person should read about it.
-    `unanswered` is True when the connection ended before any byte of the answer arrived."""
+    `unanswered` is True when the connection ended, or the time ran out, before any byte of
+    the answer arrived."""
 
     def __init__(self, kind: str, status: Optional[int] = None, detail: str = "", *,
                  unanswered: bool = False):
@@ -619,26 +620,31 @@ class Connection:
         deadline = time.monotonic() + self.timeout
         reader = ResponseReader()
         try:
-            self.sock.settimeout(STOP_POLL_S)
+            # the deadline and the stop flag are looked at before every send and recv, each
+            # of which waits at most STOP_POLL_S: a peer dripping a byte every 50 ms never let
+            # a recv time out, so neither was ever looked at (still running at 40 s of a 2 s
+            # --timeout, SIGTERM unheard)
             view = memoryview(payload)
             while view:
+                self.sock.settimeout(self._waited(deadline))
                 try:
                     view = view[self.sock.send(view):]
                 except socket.timeout:  # the server reads no more of it: has it answered?
-                    self._waited(deadline)
                     if self._answered_early(reader):
                         reader.keep_open = False  # the rest would be read as a request
                         return reader
             while True:
+                self.sock.settimeout(self._waited(deadline))
                 try:
                     data = self.sock.recv(262144)
                 except socket.timeout:
-                    self._waited(deadline)
                     continue
                 if reader.feed(data) if data else reader.eof():
                     return reader
-        except RequestFailed:
+        except RequestFailed as failure:
             self.close()
+            if failure.kind == "timeout" and not reader.received:
+                failure.unanswered = True  # no byte of an answer came (ask_router tells)
             raise
         except (OSError, ValueError):
             self.close()
@@ -662,14 +668,17 @@ class Connection:
                 if reader.feed(data) if data else reader.eof():
                     return True
         finally:
-            sock.settimeout(STOP_POLL_S)
+            sock.settimeout(STOP_POLL_S)  # set again before the next send or recv
 
-    def _waited(self, deadline: float) -> None:
-        """A slice of waiting ended: raise when the request is out of time or stopped."""
+    def _waited(self, deadline: float) -> float:
+        """Raise when the request is out of time or stopped; else return how long the next
+        send or recv may wait: STOP_POLL_S at most, and never past the deadline."""
         if self.stop is not None and self.stop.is_set():
             raise RequestFailed("interrupted")
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise RequestFailed("timeout")
+        return min(left, STOP_POLL_S)
 
 
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],

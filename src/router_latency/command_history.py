@@ -50,7 +50,11 @@ def history_date(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an ISO 8601 date, got {text!r}") from None
     if when.tzinfo is not None:
-        when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        try:  # 9999-12-31T23:59:59-01:00 is past the year 9999 in UTC
+            when = when.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"expected an ISO 8601 date from the year 1 to "
+                                             f"9999 in UTC, got {text!r}") from None
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -10,7 +10,7 @@ from .constants import EXIT_GATE, EXIT_OK
 from .errors import Notice
 from .words import (change_text, failure_text, fmt_signed, fmt_value, metric_label, plural,
                     shown_decision, worse_sign)
-from .report import Section, Table
+from .report import one_line, Section, Table
 from .cache import cache_warnings
 from .versions import sampled_models
 from .degraded import degraded_answers_line
@@ -306,7 +306,8 @@ def compare_details(report: CompareReport) -> List[str]:
                      + (" or repetitions" if repeated else "")
                      + (f" ({', '.join(f'#{i}' for i in changed[:20])}"
                         f"{', ...' if len(changed) > 20 else ''})" if changed else ""))
-    return lines
+    # each on one line, as a Section's lines are: a degraded reason holds what the router sent
+    return [one_line(line) for line in lines]
 
 
 def sampled_lines(report: CompareReport) -> List[str]:

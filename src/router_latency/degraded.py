@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterable, Tuple
 
 from .constants import MAX_REASON_CHARS, MAX_SIGNALS
 from .errors import RouterLatencyError
-from .words import plural
+from .words import plural, visible
 
 __all__ = [
     "degraded_answers_line", "Degraded", "degraded_counts", "degraded_from_json",
@@ -125,7 +125,9 @@ def degraded_text(signals: Dict[str, Dict[str, int]], limit: int = 4) -> str:
     classifier_evaluation_failed 12, ...' (and how many more)."""
     items = sorted(((n, s, r) for s, by in signals.items() for r, n in by.items()),
                    key=lambda item: (-item[0], item[1], item[2]))
-    shown = ", ".join(f"{s} {r} {n}" for n, s, r in items[:limit])
+    # the router's names and reasons on one line: this text also enters the gate's reasons
+    # (the verdict line of every format), which are no Section's lines
+    shown = ", ".join(f"{visible(s)} {visible(r)} {n}" for n, s, r in items[:limit])
     return shown + (f", {len(items) - limit} more" if len(items) > limit else "")
 
 

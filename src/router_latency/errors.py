@@ -1,10 +1,11 @@
 """The one error type, RouterLatencyError, the warning record a report carries (Notice), and
-the checks of values read from files."""
+the checks of values in files: the reader's (checked_*) and, beside each, the writer's twin
+(file_*, unique_names), so that what the tool writes its reader reads back."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, NamedTuple, Optional, TYPE_CHECKING
+from typing import Any, List, Literal, NamedTuple, Optional, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only, never imported when run: typing has it from 3.10 on
     from typing_extensions import TypeGuard
@@ -12,8 +13,8 @@ if TYPE_CHECKING:  # annotations only, never imported when run: typing has it fr
 from .constants import MAX_FILE_NUMBER, MAX_LATENCY_MS
 
 __all__ = [
-    "checked_number", "checked_object", "checked_text", "is_whole", "Notice", "RouterLatencyError",
-    "SignalInterrupt",
+    "checked_number", "checked_object", "checked_text", "file_number", "is_whole", "Notice",
+    "RouterLatencyError", "SignalInterrupt", "unique_names",
 ]
 
 
@@ -98,3 +99,39 @@ def checked_text(raw: Any, key: str, where: str) -> Optional[str]:
     if value is not None and not isinstance(value, str):
         raise RouterLatencyError("expected a string or null", f"{where}.{key}")
     return value
+
+
+# ---- what a writer records: the twins of the reader's checks ----
+# Every value from outside that a file keeps (a GPU tool's figure or clock-event mask, a load
+# file, a name or text the router sent) is recorded through these, so that a file the tool
+# writes is one its reader takes: a run written with exit 0 that `compare` then refused, or a
+# history line every later `history add` refused, lost the measurement. A new field: its reader
+# checks it with checked_*, its writer records it with the twin here, and a round-trip test
+# writes a hostile value and reads the file back.
+
+def file_number(value: Any, *, positive: bool = False,
+                maximum: float = MAX_FILE_NUMBER) -> Optional[float]:
+    """Return value when checked_number accepts it (finite, >= 0 or > 0 with positive, at
+    most maximum: 2^53 unless said), else None: the reading is no figure."""
+    try:
+        return checked_number(value, "", positive=positive, maximum=maximum)
+    except RouterLatencyError:
+        return None
+
+
+def unique_names(names: Sequence[str], limit: int) -> List[str]:
+    """Return names (each already cut to at most limit characters) made unique in order: a
+    name equal to one before it ends in '~2', '~3', ..., cut shorter to keep the limit. Two
+    names equal once cut (or '' beside '(unnamed)') were counted apart but kept as one key,
+    and the reader found the counts short."""
+    taken: set = set()
+    kept = []
+    for name in names:
+        candidate, number = name, 1
+        while candidate in taken:
+            number += 1
+            suffix = f"~{number}"
+            candidate = name[:limit - len(suffix)] + suffix
+        taken.add(candidate)
+        kept.append(candidate)
+    return kept

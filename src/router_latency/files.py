@@ -7,19 +7,21 @@ import fcntl
 import json
 import os
 import re
+import select
 import signal
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Set, Tuple, Union
 
 from .errors import RouterLatencyError
 
 __all__ = [
     "check_distinct_files", "check_folder_accepts_a_file", "check_schema", "check_writable_target",
-    "append_whole", "drop_output", "dump_json", "parse_json", "read_bytes", "read_json",
-    "rescue_copy", "unique_keys", "write_atomic", "write_output",
+    "append_whole", "drop_output", "dump_json", "locked_append", "parse_json", "read_bytes",
+    "read_json", "rescue_copy", "unique_keys", "write_atomic", "write_output",
 ]
 
 
@@ -135,14 +137,47 @@ class DeferredSignals:
 def write_atomic(path: str, data) -> None:
     """Write data (bytes, or an iterable of bytes) to path through a temporary file in the
     same folder, fsync and rename; a signal meanwhile waits until the rename is done. Only a
-    regular file (or a new path) is replaced so: a link is followed and the file it names
-    replaced, the link kept; a character device or a pipe (/dev/null, /dev/stdout, a FIFO)
-    is written through; anything else is refused (special_target)."""
-    if special_target(path) is not None:
-        write_through(path, data)
+    regular file (or a new path) is replaced so: a link is followed (link_target) and the
+    file it names replaced, the link kept; a character device or a pipe (/dev/null,
+    /dev/stdout, a FIFO) is written through; anything else is refused (special_target)."""
+    target = link_target(path)
+    if special_target(target) is not None:
+        write_through(target, data, path)
         return
     with DeferredSignals():
-        _write_atomic(os.path.realpath(path) if os.path.islink(path) else path, data, path)
+        _write_atomic(target, data, path)
+
+
+# Linux's own bound on the symbolic links one lookup follows before it says ELOOP
+MAX_LINK_HOPS = 40
+
+
+def link_target(path: str) -> str:
+    """Return the path an output is written at: path, or the end of its chain of symbolic
+    links (each read from its own folder), or the first of the process's own open files on
+    the way (/dev/stdout). Raise a one-line error for a loop or a chain over MAX_LINK_HOPS:
+    os.path.realpath returns a link of a loop, which os.replace then overwrote."""
+    current, chain = path, [path]
+    seen: Set[Tuple[int, int]] = set()
+    while not OWN_FD_PATH.fullmatch(os.path.abspath(current)):
+        try:
+            status = os.lstat(current)
+        except OSError:
+            return current  # a new path, or one the write itself will name the fault of
+        if not stat.S_ISLNK(status.st_mode):
+            return current
+        if (status.st_dev, status.st_ino) in seen or len(seen) >= MAX_LINK_HOPS:
+            what = "a loop of symbolic links" if (status.st_dev, status.st_ino) in seen \
+                else f"more than {MAX_LINK_HOPS} symbolic links in a row"
+            shown = " -> ".join(chain[:4]) + (" -> ..." if len(chain) > 4 else "")
+            raise RouterLatencyError(f"{what} ({shown}); nothing was written", str(path))
+        seen.add((status.st_dev, status.st_ino))
+        try:
+            current = os.path.join(os.path.dirname(current), os.readlink(current))
+        except OSError:
+            return current
+        chain.append(current)
+    return current
 
 
 # the names of a process's own open files: written through whatever they lead to, appended
@@ -170,9 +205,41 @@ def special_target(path: str) -> Optional[str]:
     return WRITTEN_THROUGH.get(kind)
 
 
-def write_through(path: str, data) -> None:
+def own_descriptor(path: str) -> Optional[int]:
+    """Return the number of the process's own open file a path names (/dev/stdout: 1,
+    /dev/fd/N, /proc/self/fd/N, /proc/<this pid>/fd/N), or None."""
+    name = os.path.abspath(path)
+    if not OWN_FD_PATH.fullmatch(name):
+        return None
+    if name in ("/dev/stdout", "/dev/stderr"):
+        return 1 if name == "/dev/stdout" else 2
+    parts = name.split("/")  # ['', 'dev', 'fd', N] or ['', 'proc', PID, 'fd', N]
+    if parts[1] == "proc" and parts[2] not in ("self", str(os.getpid())):
+        return None  # another process's: opened, appended to
+    return int(parts[-1])
+
+
+def write_through(path: str, data, shown: Optional[str] = None) -> None:
     """Write data to a character device, a pipe or an open file of the process, as it is
-    (nothing to rename over it): a FIFO nobody reads is refused rather than waited on."""
+    (nothing to rename over it): a FIFO nobody reads is refused rather than waited on. One of
+    the process's own open files (/dev/stdout) is written through the descriptor already
+    open, after what Python holds for it: opened again, it began at offset 0 of the shell's
+    `> out.txt`, and the text printed after it landed over it."""
+    shown = shown or path
+    own = own_descriptor(path)
+    if own is not None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None and stream.fileno() == own:
+                    stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        try:
+            write_chunks(own, data)
+        except OSError as exc:
+            raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(shown)) \
+                from None
+        return
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK  # non-blocking: a FIFO without a reader
     if OWN_FD_PATH.fullmatch(os.path.abspath(path)):
         flags |= os.O_APPEND
@@ -181,18 +248,27 @@ def write_through(path: str, data) -> None:
     except OSError as exc:
         if exc.errno == errno.ENXIO:
             raise RouterLatencyError("a FIFO that nobody reads; start its reader first",
-                                     str(path)) from None
-        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+                                     str(shown)) from None
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(shown)) from None
     try:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        for chunk in ([data] if isinstance(data, bytes) else data):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view):]
+        write_chunks(fd, data)
     except OSError as exc:
-        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(shown)) from None
     finally:
         os.close(fd)
+
+
+def write_chunks(fd: int, data) -> None:
+    """Write data (bytes, or an iterable of bytes) whole to a descriptor, waiting on one
+    left non-blocking."""
+    for chunk in ([data] if isinstance(data, bytes) else data):
+        view = memoryview(chunk)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                select.select([], [fd], [])
 
 
 def append_whole(path: str, data: bytes) -> Optional[str]:
@@ -203,6 +279,15 @@ def append_whole(path: str, data: bytes) -> Optional[str]:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # no O_CREAT: the runner creates it
     except OSError as exc:
         return exc.strerror or str(exc)
+    try:
+        return append_to(fd, data)
+    finally:
+        os.close(fd)
+
+
+def append_to(fd: int, data: bytes) -> Optional[str]:
+    """Append data through a descriptor opened O_APPEND, in one write, whole or not at all;
+    return None, or why nothing was appended."""
     try:
         start = os.fstat(fd).st_size
         try:
@@ -220,8 +305,86 @@ def append_whole(path: str, data: bytes) -> Optional[str]:
         return f"{reason}; nothing of it was left in the file"
     except OSError as exc:
         return f"{exc.strerror or exc}; the file may hold a part of it"
+
+
+# how long a writer waits for another's lock on a file it appends to (locked_append): two
+# `history add` on one machine take turns; a stuck one is named, not waited on for ever
+LOCK_WAIT_S = 60.0
+
+
+def locked_append(path: str, lines_of: Callable[[bytes], bytes],
+                  wait_s: Optional[float] = None, limit: int = MAX_INPUT_BYTES) -> None:
+    """Append to path (made when missing) the bytes lines_of returns for what the file holds,
+    read and appended under an exclusive advisory lock on the file (flock), so that writers
+    on one machine take turns and none loses another's lines (a read, then a rename, lost 11
+    of 24 lines to 6 adds at once). The append is one write, whole or nothing; lines_of
+    raising leaves the file as it was. Raise a one-line error when the lock is not had
+    within wait_s seconds (LOCK_WAIT_S)."""
+    target = link_target(path)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOCTTY, 0o666)
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
+    try:
+        take_lock(fd, path, LOCK_WAIT_S if wait_s is None else wait_s)
+        held = read_held(fd, path, limit)
+        data = lines_of(held)
+        if not data:
+            return
+        with DeferredSignals():
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                write_chunks(fd, data)  # a device or a pipe: written through
+                return
+            reason = append_to(fd, data)
+            if reason is not None:
+                raise RouterLatencyError(f"cannot write: {reason}", str(path))
+            os.fsync(fd)
+    except OSError as exc:
+        raise RouterLatencyError(f"cannot write: {exc.strerror or exc}", str(path)) from None
     finally:
-        os.close(fd)
+        os.close(fd)  # and the lock with it
+
+
+def take_lock(fd: int, path: str, wait_s: float) -> None:
+    """Take an exclusive advisory lock on an open file, waiting at most wait_s seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError as exc:  # a file system without locks (some NFS mounts): ENOLCK
+            raise RouterLatencyError(f"cannot lock the file: {exc.strerror or exc}; it is "
+                                     f"written under a lock so that no writer's lines are "
+                                     f"lost", str(path)) from None
+        if time.monotonic() >= deadline:
+            raise RouterLatencyError(
+                f"another process has held the file's lock for {wait_s:g} s (a history add "
+                f"still running, or a stuck one: fuser names it); nothing was written",
+                str(path))
+        time.sleep(0.05)
+
+
+def read_held(fd: int, path: str, limit: int) -> bytes:
+    """Return what an open regular file holds (b"" for anything else), refused beyond limit."""
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
+        return b""
+    if status.st_size > limit:
+        raise RouterLatencyError(f"{status.st_size:,} bytes, larger than the "
+                                 f"{limit // 2**20:,} MiB this tool reads", str(path))
+    chunks: List[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+        if offset > limit:
+            raise RouterLatencyError(f"larger than the {limit // 2**20:,} MiB this tool "
+                                     f"reads", str(path))
 
 
 def _write_atomic(path: str, data, shown: str) -> None:
@@ -344,7 +507,7 @@ def check_writable_target(path: str, force: bool) -> None:
 def output_folder(path: str) -> Path:
     """Return the folder an output's temporary file is made in: that of the file a link
     names, else the path's own."""
-    real = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    real = Path(link_target(path))
     return real.parent if str(real.parent) else Path(".")
 
 

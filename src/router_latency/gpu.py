@@ -17,7 +17,8 @@ from typing import (Any, Callable, List, Mapping, NamedTuple, Optional, Sequence
                     TypedDict)
 
 from .constants import MAX_FILE_NUMBER
-from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
+from .errors import (checked_number, checked_object, checked_text, file_number, is_whole,
+                     RouterLatencyError)
 from .words import fmt_reading, span_text
 from .report import Section, Table
 
@@ -224,7 +225,7 @@ def gpu_number(value: Any) -> Optional[float]:
             return None
         number = float(match.group())  # 400 digits make inf
     # a figure the run file's reader refuses (inf, 1e20, -1) would lose the run: no figure
-    return number if 0 <= number <= MAX_FILE_NUMBER else None
+    return file_number(number)
 
 
 def first_json(text: str, tool: str) -> Any:
@@ -235,6 +236,9 @@ def first_json(text: str, tool: str) -> Any:
             return decoder.raw_decode(text, match.start())[0]
         except ValueError:
             continue
+        except RecursionError:  # 5,000 levels deep: no reading, not a traceback
+            raise ValueError(f"{tool} output nests deeper than Python's JSON reader goes") \
+                from None
     raise ValueError(f"no JSON in {tool} output")
 
 
@@ -517,8 +521,11 @@ class NvidiaSamples:
                    for key in ("sclk_mhz", "temp_c", "power_w", "util_pct", "energy_mj")}
         reasons = (fields.get("reasons") or "").strip()
         try:
-            figures["reasons"] = float(int(reasons, 16)) if reasons.startswith("0x") else None
-        except ValueError:
+            # a mask beyond 2^53 (a driver's new bits) would make a run `compare` refuses
+            mask = file_number(int(reasons, 16)) \
+                if reasons.startswith("0x") and len(reasons) <= 18 else None
+            figures["reasons"] = None if mask is None else float(mask)
+        except (ValueError, OverflowError):
             figures["reasons"] = None
         stamp = sample_time(fields.get("t"))
         return (arrived if stamp is None else stamp), f"gpu{index}", figures

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import __version__, ROW_METRICS
-from .errors import RouterLatencyError
+from .errors import file_number, RouterLatencyError
 from .words import metric_title, pct_text, plural, worse_sign
 from .stats import mean_interval, t_cdf, t_ppf
-from .files import parse_json, read_bytes, write_atomic
+from .files import locked_append, parse_json, read_bytes
 from .runfile import load_run, RunFile
 from .requests import pass_title
 from .gate import (GATE_ALPHA, GateOutcome, GateSettings, holm_step_down, judged_word,
@@ -123,11 +123,14 @@ def entry_of_folder(folder: str, base: str, new: str, tags: EntryTags,
 def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
     """Return the entry of a single run: a level for the series, no paired step."""
     run = load_run(path)
+    # a figure the store's reader refuses (a req/s of 0.0: ok over wall seconds, rounded to
+    # 0.01) is no level: left out, not written for every later command to refuse
     rows = tuple(HistoryRow(p.name, metric, metric in ("p50_ms", "p95_ms", "req_per_s"), (),
                             (float(getattr(p.summary, metric)),))
                  for p in sorted(run.passes, key=lambda p: p.order)
                  if not p.discarded and p.summary is not None and p.measured.ok
-                 for metric in ROW_METRICS)
+                 for metric in ROW_METRICS
+                 if file_number(getattr(p.summary, metric), positive=True) is not None)
     return HistoryEntry(
         commit=tags.commit, base_commit=tags.base_commit, branch=tags.branch,
         date=tags.date or run.started_utc or history_now(), label=tags.label, kind="run",
@@ -170,19 +173,32 @@ def entry_line(entry: HistoryEntry) -> bytes:
                        separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def add_entries(store: str, entries: Sequence[HistoryEntry]) -> None:
-    """Append entries to the store, all or none: the file is rewritten whole through a
-    temporary file and a rename, its old lines byte for byte, so a crash leaves either."""
-    old = read_bytes(store) if Path(store).exists() else b""
-    known = {e.commit: e.line for e in parse_history(old, store)}
-    for entry in entries:
-        if entry.commit in known:
-            raise RouterLatencyError(f"commit {entry.commit} is already in the history "
-                                     f"(line {known[entry.commit]})", store)
-        known[entry.commit] = 0
-    if old and not old.endswith(b"\n"):
-        old += b"\n"
-    write_atomic(store, old + b"".join(entry_line(e) for e in entries))
+def add_entries(store: str, entries: Sequence[HistoryEntry],
+                wait_s: Optional[float] = None) -> None:
+    """Append entries to the store, all or none, as whole lines in one write under the
+    store's lock (files.locked_append: adds at once on one machine take turns, none lost);
+    the old lines are kept byte for byte. A commit already in the store is refused, and so is
+    an entry whose line the store's reader would refuse (checked by that reader)."""
+    new_lines = b"".join(checked_line(entry) for entry in entries)
+
+    def lines_of(old: bytes) -> bytes:
+        known = {e.commit: e.line for e in parse_history(old, store)}
+        for entry in entries:
+            if entry.commit in known:
+                raise RouterLatencyError(f"commit {entry.commit} is already in the history "
+                                         f"(line {known[entry.commit]})", store)
+            known[entry.commit] = 0
+        return b"\n" + new_lines if old and not old.endswith(b"\n") else new_lines
+    locked_append(store, lines_of, wait_s)
+
+
+def checked_line(entry: HistoryEntry) -> bytes:
+    """Return an entry's line once the store's reader takes it: what `history add` writes,
+    every later `history report` and `history add` reads."""
+    line = entry_line(entry)
+    where = f"{entry.source}: its history line"
+    entry_from_json(parse_json(line, where), where)
+    return line
 
 
 def read_history(store: str) -> List[HistoryEntry]:
@@ -222,8 +238,7 @@ def texts_of(document: Dict[str, object], key: str, where: str) -> Dict[str, str
 
 
 def positive_numbers(values: List[object], where: str) -> Tuple[float, ...]:
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-               and math.isfinite(v) for v in values):
+    if not all(file_number(v, positive=True) is not None for v in values):
         raise RouterLatencyError("a row's values are not all positive numbers", where)
     return tuple(float(v) for v in values if isinstance(v, (int, float)))
 

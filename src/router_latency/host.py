@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from .constants import __version__, MAX_FILE_NUMBER
-from .errors import RouterLatencyError
+from .constants import __version__
+from .errors import file_number, RouterLatencyError
 from .runfile import CpuSettings, HostSettings
 from .captured import LoadRange
 
@@ -252,7 +252,7 @@ def read_load(loadavg_file: Optional[str] = None) -> Optional[float]:
         except (OSError, ValueError, IndexError):
             return None
         # inf, nan, -5 or 1e308 would make a run file its own reader refuses: not a load
-        return load if 0 <= load <= MAX_FILE_NUMBER else None
+        return file_number(load)
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):

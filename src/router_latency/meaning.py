@@ -15,6 +15,7 @@ from typing import (Any, Callable, cast, Dict, FrozenSet, List, Optional, Sequen
                     Union)
 
 from .constants import ERROR_CODE_PATTERN, MAX_REASON_CHARS, MAX_SIGNALS, SIGNAL_NAME_PATTERN
+from .errors import unique_names
 from .words import scrubbed_cut
 from .versions import SAMPLED_MARK
 from .degraded import Degraded, DEGRADED_MEMBERS, DEGRADED_SIGNAL_CHARS
@@ -391,7 +392,7 @@ def decision_path_hint(body: bytes) -> str:
     (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     leaves: list = []
 
@@ -704,7 +705,7 @@ def form_names(body: bytes) -> Optional[Tuple[str, ...]]:
     characters of numbers and of the form's marks."""
     try:
         metrics = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if type(metrics) is not dict:
         return None
@@ -850,9 +851,12 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
             continue
         if not isinstance(value, dict):  # not the router's {signal: text}: kept under a name
             value = {UNNAMED_SIGNAL: value}
-        for signal in sorted(value)[:MAX_SIGNALS]:
-            found.append((member, _kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL,
-                          _kept(value[signal], MAX_REASON_CHARS, secrets)))
+        signals = sorted(value)[:MAX_SIGNALS]
+        # unique once cut: the run file keeps them as keys of one object
+        names = unique_names([_kept(signal, DEGRADED_SIGNAL_CHARS, secrets) or UNNAMED_SIGNAL
+                              for signal in signals], DEGRADED_SIGNAL_CHARS)
+        found += [(member, name, _kept(value[signal], MAX_REASON_CHARS, secrets))
+                  for signal, name in zip(signals, names)]
     return tuple(found)
 
 

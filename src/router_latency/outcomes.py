@@ -280,9 +280,9 @@ def outcome_checks(found: Outcomes) -> List[Check]:
     requests; a degraded check's details name the signals and reasons."""
     checks: List[Check] = []
     for item in found.agreement:
-        listed = "\n".join(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
-                           + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
-                           for d in item.differ)
+        listed = tuple(f"#{d.id} {shown_decision(d.base)} -> {shown_decision(d.new)}"
+                       + (f" ({pass_title(d.pass_name)})" if d.pass_name else "")
+                       for d in item.differ)  # lines: the Section escapes each
         outcome = "passed" if not item.differ else "failure" if item.used else "skipped"
         checks.append(Check(group="decisions", name=f"r{item.round} decisions",
                             outcome=outcome,
@@ -295,9 +295,9 @@ def outcome_checks(found: Outcomes) -> List[Check]:
                             message=f"failed requests {found.base}/{found.new}: "
                             + ", ".join(f"r{n} {b}/{w}" for n, b, w in each.counts),
                             details=""))
-    details = "\n".join(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
-                                              o.degraded_signals, percentiles=False)
-                        for o in found.outcomes if o.degraded)
+    details = tuple(degraded_answers_line(f"r{o.round} {o.side}", o.degraded,
+                                          o.degraded_signals, percentiles=False)
+                    for o in found.outcomes if o.degraded)  # lines: the Section escapes each
     return checks + [Check(group="errors", name=f"{pass_title(each.pass_name)} degraded",
                            outcome="failure" if any(w > b for _, b, w in each.counts)
                            else "passed",

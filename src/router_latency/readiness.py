@@ -161,6 +161,7 @@ class ReadyAnswer(NamedTuple):
     status: Optional[int]  # None: no status came
     body: Optional[bytes]  # None: an answer too large to keep, or one this client cannot read
     problem: str  # what went wrong when no status came (or the answer was unreadable); ''
+    answered: bool = True  # False: not one byte came back (refused, TLS, silence, a close)
 
 
 def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
@@ -173,14 +174,17 @@ def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
         status, body = connection.exchange(payload)
     except RequestFailed as failure:
         if failure.kind == "tls":
-            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}")
+            return ReadyAnswer(None, b"", f"TLS failed: {failure.detail}", False)
         if failure.kind == "malformed":  # the passes will say what was wrong with it
             return ReadyAnswer(failure.status, None, (f"sent an answer this client cannot read "
                                                       f"({failure.detail})"))
         if failure.status is None or failure.status == 101:
+            # bytes came (a 101, interim answers only, a head cut off): an answer all the same
+            answered = failure.status == 101 or (
+                failure.kind in ("reset", "timeout") and not failure.unanswered)
             return ReadyAnswer(None, b"", failure.detail or {
                 "connect": "connection refused", "timeout": "no answer in time"}.get(
-                failure.kind, f"connection {failure.kind}"))
+                failure.kind, f"connection {failure.kind}"), answered)
         # answered, with a body the passes will refuse
         return ReadyAnswer(failure.status, None, "")
     finally:
@@ -200,7 +204,7 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
     code = error_code(body or b"") or ""
     try:
         message = json.loads(body)["error"]["message"]
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         message = ""
     # scrubbed before it is cut: a message quoting the token is never stored in part
     message = scrubbed_cut(str(message), 160, secret_values(target.endpoint, target.headers))
@@ -250,15 +254,17 @@ def probe_router(target: Target, payload: bytes,
     result. A 429 is a router that routes but has no free slot this moment; a 500 is a router
     that is up and fails (CLASSIFICATION_ERROR): ready too, for the passes to record."""
     endpoint = ready_endpoint(target.endpoint)
-    status, body, what = ask_router(target, endpoint,
-                                    encode_request(endpoint, "GET", b"", target.headers), stop)
-    if status is None:
+    status, body, what, answered = ask_router(
+        target, endpoint, encode_request(endpoint, "GET", b"", target.headers), stop)
+    if status is None and not answered:  # nothing came back: the preview would not either
         return Readiness(None, what, False)
     if status == 503:  # newer routers say their phase and the models still pending
         said = ready_words(body)
         return Readiness(status, f"answered {status_words(status)} to {READY_PATH}"
                          + (f" ({said})" if said else ""), False)
-    status, body, what = ask_router(target, target.endpoint, payload, stop)
+    # any other answer of /ready (a 404, a 101, interim answers only, one this client cannot
+    # read) leaves it to the preview
+    status, body, what, _ = ask_router(target, target.endpoint, payload, stop)
     if status is None:
         return Readiness(None, what, False)
     # a partial 503 (decision_error: the signals ran, the decision failed) is a router

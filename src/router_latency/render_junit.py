@@ -97,7 +97,8 @@ def junit_xml(report: RoundsReport) -> bytes:
         result = ElementTree.SubElement(case, outcome, {"message": xml_safe(message)})
         if outcome == "failure":
             result.set("type", "regression" if group == "rows" else group)
-        result.text = xml_safe(details or message)
+        result.text = xml_safe((details if isinstance(details, str) else "\n".join(details))
+                               or message)
     ElementTree.indent(top)
     return ElementTree.tostring(top, encoding="utf-8", xml_declaration=True) + b"\n"
 

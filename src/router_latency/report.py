@@ -6,14 +6,15 @@ answers, labels, GPU names, decisions) done once here."""
 from __future__ import annotations
 
 import re
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .errors import Notice
 from .words import visible
 
 __all__ = [
     "BANNER", "Bar", "Block", "Check", "Grid", "Group", "Heading", "LinePlot", "Lines",
-    "md_code", "md_text", "Note", "Outside", "PageItem", "Panel", "ParetoPlot", "render_table",
+    "md_code", "md_text", "Note", "one_line", "Outside", "PageItem", "Panel", "ParetoPlot",
+    "render_table",
     "Scale", "Section", "Series", "StackedBars", "Table", "text_lines",
 ]
 
@@ -111,7 +112,15 @@ class Check(NamedTuple):
     name: str
     outcome: str  # passed, failure or skipped
     message: str
-    details: str  # the failure's or skip's text; '' for the message again
+    # the failure's or skip's text; '' for the message again; its lines as a tuple, each
+    # escaped onto one line by the Section (a text given whole is one line)
+    details: Union[str, Tuple[str, ...]]
+
+
+def one_line(text: str) -> str:
+    """Return a line of a report as every format draws it: on one line, each line break and
+    control character from outside (a degraded reason, a decision) as its escape (visible)."""
+    return visible(text)
 
 
 # ---- the report page's figures and panels: data the page draws (as SVG and HTML) without
@@ -228,10 +237,8 @@ class Panel(NamedTuple):
     apart: bool = False  # each item on a line of its own, the note among them
 
 
-class Section(NamedTuple):
-    """What one capability found, as every renderer draws it: text and Markdown its blocks
-    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
-    Renderers read these fields only, never which capability made it."""
+class SectionFields(NamedTuple):
+    """The fields of a Section, as its capability gives them (escaped by Section)."""
     key: str  # what names it; its JSON keys stand in `json`
     title: str = ""  # Markdown's caption above its blocks ('' none)
     blocks: Tuple[Block, ...] = ()
@@ -250,3 +257,62 @@ class Section(NamedTuple):
     # changed most (the record's own: 10 the per-round ranges, 50 the surroundings, 70 the
     # result caches)
     record: Tuple[Tuple[int, str], ...] = ()
+
+
+class Section(SectionFields):
+    """What one capability found, as every renderer draws it: text and Markdown its blocks
+    in order (Markdown its title as a caption above them), JSON its keys, JUnit its checks.
+    Renderers read these fields only, never which capability made it.
+
+    Made (and _replace'd), it escapes every line it holds once, for every format: its title,
+    lines, headline, lead, notices, checks, record sentences and the page's texts, each on one
+    line (one_line), so that text from outside embedded in a line (a degraded reason holding a
+    line break) cannot forge report lines in the terminal, Markdown, JUnit, the page or the
+    record; table cells are escaped as they are drawn, JSON by its encoder."""
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Section":
+        given = SectionFields(*args, **kwargs)
+        return super().__new__(cls, *given._replace(
+            title=one_line(given.title), blocks=escaped_blocks(given.blocks),
+            notices=tuple(n._replace(text=one_line(n.text)) for n in given.notices),
+            headline=tuple(map(one_line, given.headline)),
+            lead=tuple(map(one_line, given.lead)),
+            checks=tuple(escaped_check(check) for check in given.checks),
+            page=tuple(p._replace(heading=one_line(p.heading), note=one_line(p.note),
+                                  items=escaped_items(p.items)) for p in given.page),
+            plan=escaped_blocks(given.plan),
+            record=tuple((place, one_line(text)) for place, text in given.record)))
+
+    @classmethod
+    def _make(cls, iterable: Any) -> "Section":  # type: ignore[override]
+        # _replace goes through __new__ too
+        return cls(*iterable)
+
+
+def escaped_blocks(blocks: Sequence[Block]) -> Tuple[Block, ...]:
+    return tuple(one_line(b) if isinstance(b, str) else b for b in blocks)
+
+
+def escaped_check(check: Check) -> Check:
+    details = check.details
+    return check._replace(name=one_line(check.name), message=one_line(check.message),
+                          details=one_line(details) if isinstance(details, str)
+                          else "\n".join(map(one_line, details)))
+
+
+def escaped_items(items: Sequence[PageItem]) -> Tuple[PageItem, ...]:
+    """Return a panel's items with every text on one line; figures as they are."""
+    escaped: List[PageItem] = []
+    for item in items:
+        if isinstance(item, str):
+            item = one_line(item)
+        elif isinstance(item, (Heading, Note)):
+            item = item._replace(text=one_line(item.text))
+        elif isinstance(item, Lines):
+            item = item._replace(lines=tuple(map(one_line, item.lines)))
+        elif isinstance(item, Group):
+            item = item._replace(items=escaped_items(item.items))
+        escaped.append(item)
+    return tuple(escaped)

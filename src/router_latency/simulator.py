@@ -69,7 +69,10 @@ CACHE_HIT_MS = 0.05  # a result cache hit: no model runs
 def simulated_request(body: bytes) -> dict:
     """Return a preview request as the router's strict decoder reads it; raise ValueError as
     it refuses: not JSON, not an object, an unknown field, a message that is not an object."""
-    request = json.loads(body)
+    try:
+        request = json.loads(body)
+    except RecursionError:  # as Go's decoder refuses a body nested past its limit
+        raise ValueError("exceeded max depth") from None
     if not isinstance(request, dict):
         raise ValueError("cannot unmarshal into Go value of type services.IntentRequest")
     unknown = sorted(set(request) - PREVIEW_FIELDS)

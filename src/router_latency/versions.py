@@ -51,7 +51,7 @@ def ready_words(body: Optional[bytes]) -> str:
     models are ready of how many, and which are pending ('' when it says none of these)."""
     try:
         document = json.loads(body or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return ""
     if not isinstance(document, dict):
         return ""

@@ -1,0 +1,69 @@
+"""files.py: atomic writes, writes through the process's own open files, symbolic links and the
+locked appends of the history store."""
+
+import os
+
+import pytest
+
+from router_latency.errors import RouterLatencyError
+from router_latency.files import write_atomic
+
+MAX_LINK_HOPS = 40  # files.MAX_LINK_HOPS: Linux's own bound
+
+
+@pytest.mark.parametrize("name", ["/dev/fd/{fd}", "/proc/self/fd/{fd}", "/proc/{pid}/fd/{fd}",
+                                  "link"])
+def test_a_write_through_an_open_file_goes_on_where_its_descriptor_stands(tmp_path, name):
+    # `rounds --html /dev/stdout > out.txt`: the page was written through a second open at
+    # offset 0 of the shell's file, and what was printed after it landed over it
+    out = tmp_path / "out.txt"
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # the shell's `>`: no O_APPEND
+    try:
+        os.write(fd, b"before\n")
+        path = name.format(fd=fd, pid=os.getpid())
+        if name == "link":  # a link to the open file, not named as one
+            os.symlink(f"/dev/fd/{fd}", tmp_path / "link")
+            path = str(tmp_path / "link")
+        write_atomic(path, [b"<!doctype html>\n", b"page\n"])
+        os.write(fd, b"verdict: PASS\n")
+    finally:
+        os.close(fd)
+    assert out.read_bytes() == b"before\n<!doctype html>\npage\nverdict: PASS\n"
+    assert not (tmp_path / "link").exists() or (tmp_path / "link").is_symlink()
+
+
+def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):
+    # perf.jsonl -> mirror.jsonl -> perf.jsonl: realpath returned a link, and os.replace made
+    # perf.jsonl a regular file
+    (tmp_path / "perf.jsonl").symlink_to("mirror.jsonl")
+    (tmp_path / "mirror.jsonl").symlink_to("perf.jsonl")
+    (tmp_path / "self").symlink_to("self")
+    for name, shown in (("perf.jsonl", "perf.jsonl -> {d}/mirror.jsonl -> {d}/perf.jsonl"),
+                        ("self", "self -> {d}/self")):
+        path = str(tmp_path / name)
+        with pytest.raises(RouterLatencyError) as raised:
+            write_atomic(path, b"x\n")
+        assert str(raised.value) == (
+            f"a loop of symbolic links ({tmp_path}/{shown.format(d=tmp_path)}); nothing was "
+            f"written ({path})")
+    assert os.readlink(tmp_path / "perf.jsonl") == "mirror.jsonl"
+    assert os.readlink(tmp_path / "mirror.jsonl") == "perf.jsonl"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror.jsonl", "perf.jsonl", "self"]
+
+
+def test_a_chain_of_links_is_followed_to_its_bound_and_refused_beyond(tmp_path):
+    target = tmp_path / "file"
+    for count in (MAX_LINK_HOPS, MAX_LINK_HOPS + 1):
+        previous = "file"
+        for index in range(count):
+            link = tmp_path / f"l{count}-{index}"
+            link.symlink_to(previous)
+            previous = link.name
+        if count == MAX_LINK_HOPS:
+            write_atomic(str(tmp_path / previous), b"end\n")
+            assert target.read_bytes() == b"end\n" and (tmp_path / previous).is_symlink()
+        else:
+            with pytest.raises(RouterLatencyError, match=f"^more than {MAX_LINK_HOPS} symbolic "
+                                                         "links in a row"):
+                write_atomic(str(tmp_path / previous), b"beyond\n")
+            assert target.read_bytes() == b"end\n"
