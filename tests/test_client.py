@@ -5,21 +5,18 @@ import json
 import socket
 import threading
 import time
-import types
 
 import pytest
 
-from router_latency.constants import CONFIG_HASH_HEADER, DEFAULT_DECISION_PATHS
+from router_latency.constants import CONFIG_HASH_HEADER
 from router_latency.runfile import load_run
-from router_latency.client import (Connection, encode_request, http_response, MAX_BODY_BYTES,
-                                   parse_endpoint, RequestFailed, ResponseReader)
-from router_latency.meaning import body_config_hash, SignalTable
-from router_latency.answers import AnswerBook
+from router_latency.client import (Connection, encode_request, MAX_BODY_BYTES, parse_endpoint,
+                                   RequestFailed, ResponseReader)
+from router_latency.meaning import SignalTable
 from router_latency.passloop import (arrival_schedule, encode_prompts, PASS_HEADERS, PassLoop,
                                      PassPlan, Target)
 from router_latency.simulator import simulated_decision
-from conftest import (answer_with_head, final_answer, not_one_document, OK, preview_answer,
-                      ScriptedServer, write_corpus)
+from conftest import answer_with_head, final_answer, OK, ScriptedServer, write_corpus
 
 
 HASH_A, HASH_B = "a" * 64, "b" * 64
@@ -336,43 +333,6 @@ def test_a_request_is_sent_at_most_twice_and_a_fresh_connection_not_again(script
     assert server.requests == 3
 
 
-@pytest.mark.parametrize("signals", [False, True], ids=["no-signals", "signals"])
-def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
-    # record classifies an answer over CACHED_BODY_BYTES itself, written out, and looks a
-    # small one up in its cache: either way it notes what _classify says of it, the secret
-    # it quotes hidden, its times read and its config_hash the body's (no header carried one)
-    secret = "tok3n"
-    times = ',"metrics":{"domain":{"execution_time_ms":3.5,"confidence":0.9}}'
-    answers = [(200, '{"decision_result":{"decision_name":"m-%s"}%s,"note":"%%s"}'
-                % (secret, times)),
-               (503, '{"error":{"code":"BAD_%s","message":"%%s"}}' % secret),
-               (200, '{"decision_result":{"decision_name":""}%s,"note":"%%s"}' % times),
-               # degraded: its members after the metrics, where the decision's read stops
-               (200, '{"decision_result":{"decision_name":"d"}%s,"signal_errors":'
-                '{"classifier:%s":"boom"},"note":"%%s"}' % (times, secret)),
-               (200, '{"decision_result":{"decision_name":"ok"},"config_hash":"%s"}'
-                % ("ab" * 32) + "%s")]
-    sent = types.SimpleNamespace(index=7, scheduled=1, started=2, retried=True)
-    for status, form in answers:
-        for padding in ("", " " * AnswerBook.CACHED_BODY_BYTES):
-            body = (form % padding).encode()
-            book, again = (AnswerBook(DEFAULT_DECISION_PATHS,
-                                      SignalTable() if signals else None, (secret,))
-                           for _ in range(2))
-            reader = ResponseReader(PASS_HEADERS)
-            assert reader.feed(http_response(status, body))
-            book.record(sent, reader, 3)
-            answer = again._classify(status, body, True)
-            assert book.results == [(7, 1, 2, 3, status, answer.decision, answer.error, True,
-                                     answer.code, body_config_hash(body), None,
-                                     answer.degraded, answer.signal_ms)]
-            assert answer.degraded == ((("signal_errors", "classifier:[hidden]", "boom"),)
-                                       if b"signal_errors" in body else ())
-            assert secret not in repr(book.results) and (answer.signal_ms != ()) == (
-                signals and b"metrics" in body), body
-    assert book.results[0].decision == "ok" and book.results[0].config_hash == "ab" * 32
-
-
 class CountingPoller:
     """A PassLoop's epoll or poll object that notes every event it returns."""
 
@@ -587,25 +547,6 @@ def test_heads_seen_before_are_read_as_when_parsed_anew(wanted):
                 data = head.replace(b"%s", value) + b"\r\n\r\n{}"
                 assert outcome(ResponseReader.feed, data, wanted) == \
                     outcome(bytewise, data, wanted), data
-
-
-@pytest.mark.parametrize("name", list(not_one_document()))
-def test_a_held_answer_that_is_not_one_json_document_is_bad_json_once_settled(name):
-    # while the pass runs an answer is held, its decision read; after it, its rest is read
-    book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable(), ())
-    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False)
-    book.start_hold()
-    for number, body in enumerate((preview_answer("a"), not_one_document()[name],
-                                   preview_answer("b"))):
-        reader = ResponseReader(PASS_HEADERS)
-        assert reader.feed(http_response(200, body))
-        sent.index = number
-        book.record(sent, reader, 3)
-    book.end_hold()
-    book.settle()
-    assert [(r.decision, r.error) for r in book.results] == [
-        ("math|qwen3", None), (None, "bad_json"), ("math|qwen3", None)]
-    assert book.results[1].signal_ms == () and len(book.results[2].signal_ms) == 9
 
 
 def test_a_cached_small_answer_keeps_each_request_s_own_config_hash(scripted):

@@ -13,10 +13,9 @@ import pytest
 from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
 from router_latency.files import write_atomic
-from router_latency.cache import timing_cache_test
 from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_to_json,
                                      unknown_answers)
-from router_latency.requests import pass_name, pass_summary, Request
+from router_latency.requests import pass_summary, Request
 from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
 from router_latency.client import http_response, ResponseReader
 from router_latency.meaning import degraded_of, SignalTable
@@ -290,25 +289,6 @@ def test_allowed_degraded_answers_still_fail_the_gate(tmp_path, cli, simulator):
     assert result.code == 1, result.out + result.err
     xml = junit.read_text()
     assert 'name="Sequential degraded"' in xml and "classifier_evaluation_failed" in xml
-
-
-def passes_answered(*passes):
-    """PassRecords of 30 requests each, pass k's every answer (ms, degraded members)."""
-    records = []
-    for k, (ms, degraded) in enumerate(passes):
-        requests = tuple(Request(i, float(i), ms, 200, "d", None, degraded=degraded)
-                         for i in range(30))
-        attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, 1.0),
-                          requests)
-        records.append(PassRecord(pass_name(4 ** k), 4 ** k, False, False, attempt))
-    return records
-
-
-def test_answers_faster_for_a_skipped_signal_are_not_a_caches_hits():
-    # every prompt answered in 20 ms, then again in 1 ms: a cache, unless those skipped a signal
-    skipped = (("signal_errors", "classifier:intent", "timeout"),)
-    assert timing_cache_test(passes_answered((20.0, ()), (1.0, ())))["detected"] is True
-    assert timing_cache_test(passes_answered((20.0, ()), (1.0, skipped))) is None
 
 
 @pytest.mark.parametrize("body, counts", [

@@ -10,9 +10,9 @@ from hypothesis import given, settings, strategies as st
 from router_latency.constants import MAX_REASON_CHARS, ROUTER_MAX_CONCURRENCY
 from router_latency.files import write_atomic
 from router_latency.gpu import GpuReading, parse_nvidia_smi
-from router_latency.cache import result_cache_finding, timing_cache_test
+from router_latency.cache import result_cache_finding
 from router_latency.versions import without_sampled
-from router_latency.requests import ERROR_KINDS, pass_name, pass_summary, Request, REQUEST_OUTCOMES
+from router_latency.requests import ERROR_KINDS, pass_summary, Request, REQUEST_OUTCOMES
 from router_latency.phases import content_slow_windows, phase_windows, Thresholds
 from router_latency.captured import RouterCpu
 from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run, Floor,
@@ -63,53 +63,6 @@ def test_a_gpu_figure_the_reader_would_refuse_is_no_figure(tmp_path, cell, field
     make_run(tmp_path / "r.json", environment={"gpu": {"tool": "nvidia-smi", "before": reading.to_json(),
                                                         "after": reading.to_json()}})
     load_run(str(tmp_path / "r.json"))
-
-
-def passes_of(*latencies_per_pass, errors=()):
-    """PassRecords whose request i has latencies_per_pass[k][i] in pass k."""
-    records = []
-    for k, latencies in enumerate(latencies_per_pass):
-        requests = tuple(Request(i, float(i), value, 200, "d", "timeout" if i in errors
-                                    else None) for i, value in enumerate(latencies))
-        attempt = Attempt(None, None, "", None, {}, None, {}, pass_summary(requests, 1.0),
-                             requests)
-        records.append(PassRecord(pass_name(4 ** k), 4 ** k, False, False, attempt))
-    return records
-
-
-@pytest.mark.parametrize("first, later, detected", [
-    ([20.0] * 30, [1.0] * 30, True),  # every prompt a hit
-    ([20.0] * 30, [1.0] * 16 + [25.0] * 14, True),  # 16 of 30: more than half
-    ([20.0] * 30, [1.0] * 15 + [25.0] * 15, False),  # exactly half: not most
-    ([20.0] * 30, [30.0] * 30, False),  # later passes slower: more callers at once
-    ([20.0] * 30, [11.0] * 30, False),  # faster, but not under half
-    ([float(5 + i) for i in range(30)], [float(5 + i) for i in range(30)], False),
-])
-def test_the_timing_test_calls_a_cache_when_most_prompts_answer_in_under_half(first, later,
-                                                                              detected):
-    found = timing_cache_test(passes_of(first, later))
-    assert found["detected"] is detected and found["compared"] == 30
-
-
-def test_the_timing_test_needs_prompts_sent_twice():
-    assert timing_cache_test(passes_of([20.0] * 30)) is None  # one pass, no repeat
-    assert timing_cache_test(passes_of([20.0] * 9, [1.0] * 9)) is None  # too few
-    # failed answers are not compared
-    assert timing_cache_test(passes_of([20.0] * 12, [1.0] * 12, errors=(0, 1, 2))) is None
-
-
-@pytest.mark.parametrize("deltas, hits", [
-    ({'vsr_model_runtime_result_cache_total{deployment="domain",result="hit"}': 40.0,
-      'vsr_model_runtime_result_cache_total{deployment="domain",result="miss"}': 10.0}, 40.0),
-    ({'vllm_srun_result_cache_total{model="pii",outcome="hit"}': 3.0}, 3.0),
-    ({'vsr_model_runtime_result_cache_total{deployment="domain",result="miss"}': 50.0}, 0.0),
-])
-def test_the_routers_cache_counters_are_read(deltas, hits):
-    records = passes_of([20.0] * 3)
-    records = [r._replace(attempt=r.attempt._replace(environment={"metrics": {"deltas": deltas}}))
-               for r in records]
-    found = result_cache_finding(records)
-    assert found["metrics"]["hits"] == hits and found["detected"] is (hits > 0)
 
 
 @pytest.mark.parametrize("slow", [(0, 3, 4.0), (1, 0, 3.0), (2, 6, 5.0), (1, 11, 4.0)])
