@@ -63,6 +63,10 @@ def test_a_bad_value_is_refused_while_parsing(capsys, argv, message):
 @pytest.mark.parametrize("argv, message", [
     (["add", "--gate"], "--gate is an option of history report (history add)"),
     (["report", "--label", "x"], "--label is an option of history add (history report)"),
+    # every option of the other action names that action, --format too (it said 'add')
+    (["add", "--format", "json"], "--format is an option of history report (history add)"),
+    (["add", "--html", "p.html"], "--html is an option of history report (history add)"),
+    (["report", "--each", "p"], "--each is an option of history add (history report)"),
     (["add"], "give one of --dir, --each or --run (history add)"),
     (["add", "--dir", "d", "--run", "r"], "give one of --dir, --each or --run (history add)"),
     (["add", "--dir", "d"], "--each takes each commit from its folder's name; --dir and --run "

@@ -70,8 +70,17 @@ def test_the_markdown_neither_notifies_nor_links_and_lists_the_details():
                        "(+ slower; for req/s, of the time per request)"
     assert lines[2] == "- Sequential p50 drifted +10.0%"
     table = [line for line in lines if line.startswith("| aaaa111")]
-    assert table and "(v1 @&#8203;team #&#8203;12)" in table[0]
+    assert table and "(v1 @&#8203;team \\#&#8203;12)" in table[0]  # as every outside cell
     assert lines[-1] == "- note: a note"
+
+
+def test_a_label_is_text_from_outside_in_every_markdown_cell():
+    # a label (or a commit name) that Markdown would read as markup stays as typed: italics,
+    # code, a link and a cell break are escaped (it went into the table raw)
+    lines = format_history_markdown(report(label="*v1* `x` [a](b) <i> | c"))
+    (row,) = [line for line in lines if line.startswith("| aaaa111")]
+    assert "(\\*v1\\* \\`x\\` \\[a\\](b) \\<i\\> \\| c)" in row
+    assert row.count(" | ") == 6  # seven cells: the label's bar is no cell break
 
 
 def test_the_json_holds_each_change_as_a_percent_and_a_log_ratio_with_its_error():

@@ -123,20 +123,20 @@ ADD_ONLY = ("dir", "each", "run", "base", "new", "commit", "base_commit", "date"
 REPORT_ONLY = ("baseline", "gate", "allow_mismatch", "html")
 
 
-def refuse_others(args: argparse.Namespace, names: List[str]) -> None:
-    """Raise when an option of the other action was given."""
+def refuse_others(args: argparse.Namespace, names: List[str], owner: str) -> None:
+    """Raise when an option of the other action (owner: add or report) was given."""
     for name in names:
         if getattr(args, name) not in (None, False, []):
             raise RouterLatencyError(f"--{name.replace('_', '-')} is an option of history "
-                                     f"{'report' if name in REPORT_ONLY else 'add'}",
-                                     f"history {args.action}")
+                                     f"{owner}", f"history {args.action}")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     if args.action == "add":
-        refuse_others(args, list(REPORT_ONLY) + (["format"] if args.format != "text" else []))
+        refuse_others(args, list(REPORT_ONLY) + (["format"] if args.format != "text" else []),
+                      "report")
         return history_add(args)
-    refuse_others(args, list(ADD_ONLY))
+    refuse_others(args, list(ADD_ONLY), "add")
     return history_show(args)
 
 

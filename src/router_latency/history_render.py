@@ -10,7 +10,7 @@ from .constants import __version__
 from .words import fmt_value, metric_label, plural
 from .history import (Change, history_change_text, HISTORY_SCHEMA, HistoryReport,
                       RowTrend, TrendPoint)
-from .report import md_text, render_table, Table
+from .report import md_text, Outside, render_table, Table
 from .page import Axis, esc, padded, PAGE_STYLE, PlotBox, table_html, VERDICT_COLORS
 
 __all__ = ["format_history", "format_history_markdown", "history_json", "history_page"]
@@ -32,7 +32,8 @@ def row_table(row: RowTrend) -> Table:
         total = "-" if p.cumulative is None else "0 (baseline)" \
             if p.cumulative.variance == 0 and p.cumulative.mean == 0 else \
             history_change_text(p.cumulative)
-        lines.append([p.commit + (f" ({p.label})" if p.label else ""), p.date[:10],
+        # the commit and its label come from outside (git, --label): escaped by each format
+        lines.append([Outside(p.commit + (f" ({p.label})" if p.label else "")), p.date[:10],
                       level_cell(p), step, total, "step" if p.change_point else "",
                       p.verdict or p.kind])
     return Table(f"{row.title}: {row.status.upper()}, drift {drift_words(row)}",
