@@ -11,7 +11,7 @@ import pytest
 from router_latency.runfile import load_run
 from router_latency.roundset import Rounds
 from router_latency.gate import GateSettings
-from router_latency.noise import noise_findings, plan_sentence, side_within
+from router_latency.noise import LOOK_S, noise_findings, plan_sentence, side_within
 from router_latency.rounds import judge_rounds
 from conftest import NOISE_PROMPTS, noise_run, pair_folder
 
@@ -90,9 +90,10 @@ def test_plan_costs_rounds_from_the_run_files(tmp_path):
     assert cost.other_s == pytest.approx(1.0, abs=0.01)
     assert cost.gap_s == pytest.approx(1.0, abs=0.01)
     assert cost.requests == 3 * NOISE_PROMPTS and cost.repeat == 3
-    # each round: two side runs of ready, warm-up, gap and passes scaled to the plan's requests
+    # each round: two side runs of ready, warm-up, gap and passes scaled to the plan's requests,
+    # and a look
     side_s = 10.0 + cost.other_s + cost.gap_s + cost.passes_s * plan.scale
-    assert plan.node_minutes == pytest.approx(plan.rounds * 2 * side_s / 60)
+    assert plan.node_minutes == pytest.approx(plan.rounds * (2 * side_s + cost.look_s) / 60)
     assert plan_sentence(report.noise) == (
         f"about {plan.rounds} rounds of {plan.requests_per_pass} requests per pass, about "
         f"{plan.node_minutes:,.0f} minutes on this node" if plan.node_minutes >= 10 else
@@ -151,3 +152,21 @@ def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):
     plan = next(line for line in result.out.splitlines() if line.startswith("plan: "))
     assert "passes" not in plan and plan.endswith(
         ": a 10% slowdown of one gated row is found 80% of the time")
+
+
+def test_plan_costs_a_look_per_round_measured_from_the_gaps_between_rounds(tmp_path):
+    # rounds 3 s further apart than the runs of one round: the look --until-decided makes
+    folder = pair_folder(tmp_path, INSTANCES, 0.02, 3, look_s=3.0)
+    runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json")) for s in "ab"} for n in range(1, 6)}
+    report = judge_rounds(runs, "a", "b")
+    cost, plan = report.noise.cost, report.noise.plan
+    assert cost.look_measured and cost.look_s == pytest.approx(3.0, abs=0.01)
+    assert cost.gap_s == pytest.approx(1.0, abs=0.01)  # the gap within a round, without it
+    assert plan.node_minutes == pytest.approx(
+        plan.rounds * (2 * cost.side_run_s(plan.scale) + cost.look_s) / 60)
+    # files that ran no look (a fixed design): the plan still counts one a round, its usual cost
+    (tmp_path / "fixed").mkdir()
+    fixed = pair_folder(tmp_path / "fixed", INSTANCES, 0.02, 3)
+    runs = {n: {s: load_run(str(fixed / f"r{n}-{s}.json")) for s in "ab"} for n in range(1, 6)}
+    cost = judge_rounds(runs, "a", "b").noise.cost
+    assert not cost.look_measured and cost.look_s == LOOK_S

@@ -38,6 +38,10 @@ DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duratio
 MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
 MIN_MODE_ROUNDS = 4  # fewer rounds of a side say nothing of groups
 QUANTILES = {"p50_ms": 50.0, "p95_ms": 95.0, "p99_ms": 99.0}
+# one `rounds --sequential` look of run_rounds.sh --until-decided, in seconds, where the files
+# ran none (a fixed design): about 0.9 s a call on a small node (issue 41 measured it)
+LOOK_S = 0.9
+LOOK_SEEN = 0.3  # a gap between rounds this share of LOOK_S past the gap within: a look ran
 
 
 class RowNoise(NamedTuple):
@@ -68,10 +72,18 @@ class NodeCost(NamedTuple):
     passes_s: float  # every pass's wall time
     requests: int  # requests of a pass as measured (its median)
     repeat: Optional[int]  # sendings of the corpus per pass; None: --duration passes
+    # a round's sequential look (`rounds --sequential` between rounds, --until-decided): the
+    # gap between rounds past the gap within one, or LOOK_S where the files ran none
+    look_s: float = 0.0
+    look_measured: bool = False
 
     def side_run_s(self, scale: float) -> float:
         """Seconds one side's run takes with `scale` times the requests per pass."""
         return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
+
+    def round_s(self, scale: float) -> float:
+        """Seconds one round takes: both sides' runs and the look after it."""
+        return 2 * self.side_run_s(scale) + self.look_s
 
 
 class NodePlan(NamedTuple):
@@ -202,20 +214,31 @@ def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     ready = [r.ready_after_s for r in chosen if r.ready_after_s is not None]
     if any(s is None for s in spans) or not ready:
         return None
-    timed = sorted(s for s in spans if s is not None)
-    gaps = [after[0] - before[1] for before, after in zip(timed, timed[1:])
-            if after[0] >= before[1]]
+    rounds_of = [n for n in used for _ in sides]
+    timed = sorted((s, n) for s, n in zip(spans, rounds_of) if s is not None)
+    # a gap within a round (base to new) holds a stop and a start; one between rounds also
+    # holds the look --until-decided makes after each round: costed apart, so that a plan
+    # of many rounds counts its looks (about 0.9 s each on a small node)
+    within_gaps, between_gaps = [], []
+    for (before, n_before), (after, n_after) in zip(timed, timed[1:]):
+        if after[0] >= before[1]:
+            (within_gaps if n_before == n_after else between_gaps).append(after[0] - before[1])
+    gaps = within_gaps or between_gaps
+    gap_s = statistics.median(gaps) if gaps else 0.0
+    extra = statistics.median(between_gaps) - gap_s if between_gaps and within_gaps else 0.0
+    look_measured = extra >= LOOK_SEEN * LOOK_S
     ready_s = statistics.median(ready)
     first = chosen[0]
     return NodeCost(
         ready_s=ready_s,
-        other_s=max(0.0, statistics.median(end - start - inside for start, end, inside in timed)
-                    - ready_s),
-        gap_s=statistics.median(gaps) if gaps else 0.0,
-        passes_s=statistics.median(inside for _, _, inside in timed),
+        other_s=max(0.0, statistics.median(end - start - inside
+                                           for (start, end, inside), _ in timed) - ready_s),
+        gap_s=gap_s,
+        passes_s=statistics.median(inside for (_, _, inside), _ in timed),
         requests=int(statistics.median(p.measured.requests for r in chosen for p in r.passes
                                        if not p.discarded and p.summary is not None)),
-        repeat=None if first.settings.duration_s else first.settings.repeat)
+        repeat=None if first.settings.duration_s else first.settings.repeat,
+        look_s=extra if look_measured else LOOK_S, look_measured=look_measured)
 
 
 def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int]:
@@ -261,7 +284,7 @@ def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
         rounds = rounds_for(spreads, settings)
         if rounds is None:
             continue
-        minutes = rounds * 2 * cost.side_run_s(scale) / 60
+        minutes = rounds * cost.round_s(scale) / 60
         if best is None or minutes < best.node_minutes * 0.999:
             best = NodePlan(rounds, requests, minutes, repeat, scale)
     return best
@@ -354,7 +377,9 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
         lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
                      f"ready {cost.ready_s:.1f} s, warm-up and the rest {cost.other_s:.1f} s, "
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
-                     f"between runs {cost.gap_s:.1f} s")
+                     f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"
+                     f"decided) {cost.look_s:.1f} s"
+                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}")
     if sentence is not None and findings.plan is not None:
         how = ("" if findings.plan.repeat is None else
                f" (run -n {findings.plan.repeat}; run_rounds.sh --requests-per-pass "

@@ -501,7 +501,7 @@ def power_shift(critical: float, df: int, power: float = 0.8) -> float:
 
 def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: float = 0.8,
                   sided: int = 2, max_rounds: int = 1000) -> Optional[int]:
-    """Return the smallest n >= 3 whose detectable_change is at most target, or None.
+    """Return the smallest n >= 3 whose noncentral_detectable is at most target, or None.
 
     None when even max_rounds rounds are not enough. spread and target are in the same units
     (log ratios: ln(1 + tolerance) for a tolerance). Zero spread needs the minimum, 3.
@@ -519,17 +519,27 @@ def rounds_needed(spread: float, target: float, *, alpha: float = 0.05, power: f
     max_rounds = checked_whole(max_rounds, "max_rounds", 3)
     start = 3
     if power >= 0.5:
-        # t quantiles above 1/2 exceed the normal ones, so the normal-theory n is a lower
-        # bound: scanning up from it takes a few steps instead of hundreds
+        # the noncentral t needs more than the normal theory does, so the normal-theory n is
+        # a lower bound: scanning up from it takes a few steps instead of hundreds
         z = normal_ppf(1.0 - alpha / sided) + normal_ppf(power)
         bound = (z * spread / target) ** 2
         if bound > max_rounds:
             return None
         start = max(3, int(bound))
     for n in range(start, max_rounds + 1):
-        if detectable_change(spread, n, alpha=alpha, power=power, sided=sided) <= target:
+        if noncentral_detectable(spread, n, alpha=alpha, power=power, sided=sided) <= target:
             return n
     return None
+
+
+def noncentral_detectable(spread: float, n: int, *, alpha: float = 0.05, power: float = 0.8,
+                          sided: int = 2) -> float:
+    """Return the smallest true mean shift a t test on n rounds finds with the given power,
+    by the noncentral t (power_shift) rather than detectable_change's shifted central t: at
+    the small levels of Holm's steps over few rounds the shifted central t is optimistic (9
+    rows at a 2% spread: 6 rounds planned found the slowdown 76-77% of the time for 80%)."""
+    critical = t_ppf(1.0 - alpha / sided, n - 1)
+    return power_shift(critical, n - 1, power) * spread / math.sqrt(n)
 
 
 # tests:
