@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from router_latency.gate import gate_rows, GateSettings, row_of  # noqa: E402
-from router_latency.noise import rounds_for  # noqa: E402
+from router_latency.noise import main_part, pass_parts, part_value, rounds_for, RowNoise  # noqa: E402
+from router_latency.requests import Request  # noqa: E402
+from router_latency.variance import noise_parts  # noqa: E402
 
 PASSES = ("sequential", "c4", "c16")
 GATED = ("p50_ms", "p95_ms", "req_per_s")
@@ -77,6 +79,118 @@ def plan_part(args) -> None:
     print(f"  an unchanged pair passes:        {rate(passed, args.trials)} (target >= 90%)")
 
 
+# (name, within, between, first sending's slowdown on both sides), 100 x log sd of the change
+SPLIT_SCENARIOS = (("balanced", 4.55, 4.24, 0.0), ("within only", 4.55, 0.0, 0.0),
+                   ("between-heavy", 1.5, 8.0, 0.0), ("warm-up trend", 2.41, 4.24, 0.06))
+SENDINGS = 3
+
+
+class Tally:
+    """What the split printed over trials of one scenario."""
+
+    def __init__(self) -> None:
+        self.within, self.between, self.old_within, self.old_between = [], [], [], []
+        self.not_apart = self.said = self.wrong = 0
+
+
+def split_trial(rng: random.Random, rounds: int, within: float, between: float,
+                trend: float, tally: Tally) -> None:
+    """One pilot of `rounds` rounds at the sending level: each side's log statistic of a
+    sending is its instance's effect, a first-sending trend and noise; the pass's is their
+    mean. The new estimator pairs per sending; the old one (before this change) took each
+    side's sendings apart and capped within at the spread."""
+    table, changes, old = {}, [], []
+    per_side = within / 100 * math.sqrt(SENDINGS / 2)  # a sending's noise a side
+    for n in range(rounds):
+        effect = {side: rng.gauss(0, between / 100 / math.sqrt(2)) for side in "ab"}
+        logs = {side: [effect[side] + (math.log1p(trend) if k == 0 else 0.0)
+                       + rng.gauss(0, per_side) for k in range(SENDINGS)] for side in "ab"}
+        for k in range(SENDINGS):
+            table[(n, 0, k)] = logs["b"][k] - logs["a"][k]
+        changes.append(statistics.fmean(logs["b"]) - statistics.fmean(logs["a"]))
+        old.append(sum(statistics.variance(logs[s]) / SENDINGS for s in "ab"))
+    spread = statistics.stdev(changes)
+    parts = noise_parts(table, top=spread ** 2)
+    item = RowNoise("p", "mean_ms", parts, "sendings")
+    tally.within.append(100 * parts.within.value)
+    tally.between.append(100 * parts.rounds.value)
+    old_within = min(math.sqrt(statistics.fmean(old)), spread)
+    tally.old_within.append(100 * old_within)
+    tally.old_between.append(100 * math.sqrt(max(0.0, spread ** 2 - old_within ** 2)))
+    tally.not_apart += item.capped
+    words = main_part(item)
+    if words.startswith("mostly"):
+        tally.said += 1
+        tally.wrong += words.startswith("mostly between") != (between > within)
+
+
+def halves_trial(rng: random.Random, rounds: int, between: float, prompts: int,
+                 prompt_sd: float, request_sd: float) -> tuple:
+    """One pilot of single-sending passes, prompts in corpus order, each prompt its own
+    speed: return (the spread squared, the parts) of its p50, split in halves by prompt."""
+    speeds = [rng.gauss(0, prompt_sd) for _ in range(prompts)]
+    table, changes = {}, []
+    for n in range(rounds):
+        effect = {side: rng.gauss(0, between / 100 / math.sqrt(2)) for side in "ab"}
+        halves, whole = {}, {}
+        for side in "ab":
+            clock, requests = 0.0, []
+            for i in range(prompts):
+                latency = 10 * math.exp(effect[side] + speeds[i] + rng.gauss(0, request_sd))
+                requests.append(Request(i, clock, latency, 200, "d", None))
+                clock += latency
+            record = type("Pass", (), {"requests": requests})
+            parts, split = pass_parts(record)
+            halves[side] = [math.log(part_value(p, "p50_ms", split)) for p in parts]
+            whole[side] = math.log(part_value(requests, "p50_ms"))
+        for k in range(2):
+            table[(n, 0, k)] = halves["b"][k] - halves["a"][k]
+        changes.append(whole["b"] - whole["a"])
+    spread = statistics.stdev(changes)
+    return spread ** 2, noise_parts(table, top=spread ** 2)
+
+
+def split_part(args) -> None:
+    rng = random.Random(args.seed)
+    rounds = 5
+    print(f"noise split at {rounds} rounds, {SENDINGS} sendings a pass, {args.trials} pilots a "
+          f"scenario (x 100 log sd; mean +- its standard error):")
+    for name, within, between, trend in SPLIT_SCENARIOS:
+        tally = Tally()
+        for _ in range(args.trials):
+            split_trial(rng, rounds, within, between, trend, tally)
+        apart = max(within, between) >= 2 * min(within, between)
+        print(f"  {name} (within {within:g}, between {between:g}"
+              f"{f', first sending {trend:.0%} slower' if trend else ''}):")
+        for label, values, truth in (("within", tally.within, within),
+                                     ("between", tally.between, between)):
+            bound = "0.5 points" if truth < 1 else "15%"
+            print(f"    {label}: {mean_text(values)} (truth {truth:g}; target: within "
+                  f"{bound}); before: "
+                  f"{mean_text(tally.old_within if label == 'within' else tally.old_between)}")
+        print(f"    between held at 0, printed 'not told apart': "
+              f"{rate(tally.not_apart, args.trials)}"
+              + (" (target <= 10%: the parts differ by 2x or more)" if apart else ""))
+        if tally.said:
+            print(f"    'mostly ...' printed in {rate(tally.said, args.trials)}, wrong in "
+                  f"{rate(tally.wrong, tally.said)} of those (target <= 5%)")
+        else:
+            print("    'mostly ...' never printed")
+    trials = max(1, args.trials // 4)
+    found, spreads = [], []
+    for _ in range(trials):
+        spread2, parts = halves_trial(rng, rounds, 4.24, 64, 0.3, 0.1)
+        spreads.append(spread2)
+        found.append(parts)
+    within_truth = 100 * math.sqrt(max(0.0, statistics.fmean(spreads) - 0.0424 ** 2))
+    print(f"  one sending a pass, prompts in corpus order (64 prompts, each its own speed, sd "
+          f"30%), p50, halves by prompt, {trials} pilots:")
+    print(f"    within: {mean_text([100 * p.within.value for p in found])} (truth "
+          f"{within_truth:.2f}, from the spreads' mean); between: "
+          f"{mean_text([100 * p.rounds.value for p in found])} (truth 4.24); held at 0: "
+          f"{rate(sum(p.rounds.value == 0 for p in found), trials)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("plan", "split", "pilots"))
@@ -84,7 +198,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     begun = time.perf_counter()
-    {"plan": plan_part}[args.part](args)
+    {"plan": plan_part, "split": split_part}[args.part](args)
     print(f"({args.trials} trials a cell, {time.perf_counter() - begun:.0f} s)")
 
 

@@ -25,8 +25,9 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
     assert result.code == 0
     p50 = next(line for line in result.out.splitlines() if line.startswith("Sequential p50:"))
-    found = re.search(r"within one instance ([\d.]+)% \(its sendings\) and between instances "
-                      r"([\d.]+)% \(log standard deviations x 100: their squares add\): mostly "
+    found = re.search(r"within one instance ([\d.]+)% \[[\d.]+, [\d.]+\] \(its sendings, new "
+                      r"minus base\) and between instances ([\d.]+)% \[[\d.]+, [\d.]+\] \(log "
+                      r"standard deviations x 100, 90% intervals: their squares add\): mostly "
                       r"between instances: more rounds narrow it", p50)
     assert found, p50
     within, between = map(float, found.groups())
@@ -74,11 +75,11 @@ def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
     found = [side_within(rounds, side, mean_row.pass_name, "mean_ms") for side in "ab"]
     assert [f[0] for f in found] == pytest.approx([variance, variance], rel=1e-9)
     assert {f[1] for f in found} == {"sendings"}
-    # every round alike: the spread is no larger than that, and a part is no larger than the
-    # spread: within is cut to it (and says so), nothing is left for instances
+    # the change pairs new with base per sending: the sendings' trend, alike on both sides,
+    # cancels, and the noise split sees none within (every round alike: none between either)
     item = report.noise.of(mean_row)
-    assert math.sqrt(2 * variance) > mean_row.spread
-    assert item.capped and item.within == mean_row.spread and item.between == 0.0
+    assert item.within == pytest.approx(0.0, abs=1e-12)
+    assert item.parts.within.df == 3 * (3 - 1)
 
 
 def test_plan_costs_rounds_from_the_run_files(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from router_latency.errors import RouterLatencyError
-from router_latency.stats import (benjamini_hochberg, detectable_change, effective_rows, holm,
+from router_latency.stats import (benjamini_hochberg, chi2_ppf, detectable_change, effective_rows,
+                                  f_cdf, f_ppf, holm,
                                   Interval, normal_cdf, normal_ppf, order_effect, OrderEffect,
                                   outlier_rounds, paired_interval, percentile, ratio_interval,
                                   noncentral_detectable, power_shift, rounds_needed, t_cdf,
@@ -422,3 +423,15 @@ def test_order_effect_edge_cases():
     flat = order_effect([0.2, 0.2], [0.0, 0.0])
     assert flat == OrderEffect(0.1, 0.1, 0.1, 2, 0.0)
     assert order_effect([0.1, 0.1], [0.1, 0.1]).p_value == 1.0
+
+
+def test_f_and_chi_square_quantiles_match_the_tables():
+    # NIST/SEMATECH e-Handbook tables 1.3.6.7.3 (F, upper 5%) and 1.3.6.7.4 (chi-square)
+    assert f_ppf(0.95, 4, 10) == pytest.approx(3.478, abs=1e-3)
+    assert f_ppf(0.95, 10, 4) == pytest.approx(5.964, abs=1e-3)
+    assert f_ppf(0.05, 4, 10) == pytest.approx(1 / f_ppf(0.95, 10, 4), rel=1e-8)
+    assert chi2_ppf(0.95, 4) == pytest.approx(9.488, abs=1e-3)
+    assert chi2_ppf(0.05, 4) == pytest.approx(0.711, abs=1e-3)
+    assert chi2_ppf(0.05, 1) == pytest.approx(0.00393, abs=1e-5)
+    for p in (0.01, 0.3, 0.9):
+        assert f_cdf(f_ppf(p, 3, 7), 3, 7) == pytest.approx(p, abs=1e-9)

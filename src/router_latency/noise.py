@@ -3,11 +3,14 @@
 Each row's round-to-round spread (the log standard deviation of one round's change) has two
 sources: the statistic's own sampling noise within one router instance, which more requests
 per pass narrow, and the instance-to-instance (round-to-round) part, which only more rounds
-(fresh instances) narrow. The within part comes from splitting each pass into its sendings
-(--repeat, --duration) or, for a pass that sends the corpus once, into its two halves in send
-order: the parts' spread, scaled to the whole pass, includes the drift within an instance,
-which resampling requests would miss. The between part is the rest of the spread. Their
-squares add up to the square of the spread.
+(fresh instances) narrow. Each pass is split into its sendings (--repeat, --duration) or, for
+a pass that sends the corpus once, into two halves interleaved by prompt (even and odd ids);
+the parts are paired, new minus base per sending (the same prompts, the same place in the
+pass), so that a warm-up both sides share and the prompts' differences cancel, and
+variance.py takes them apart, each part with its interval: the within part (scaled to a whole
+pass; it includes the drift within an instance that resampling requests would miss), the
+between part the rest of the spread, held at 0, "not told apart", where the within part
+explains the whole spread.
 
 The plan: the requests per pass and rounds that would decide at the least node time, each
 round costed from what the run files measured (start-up to ready, warm-up, each pass's wall
@@ -23,6 +26,7 @@ from .constants import ROW_METRICS
 from .words import metric_title, plural
 from .report import Lines, Panel, Section
 from .stats import percentiles, rounds_needed
+from .variance import CONFIDENCE, NoiseParts, noise_parts, Part
 from .runfile import PassRecord, RunFile
 from .requests import pass_title, Request
 from .roundset import Rounds
@@ -48,10 +52,24 @@ class RowNoise(NamedTuple):
     """A row's spread taken apart: log standard deviations of one round's change."""
     pass_name: str
     metric: str
-    within: float  # from the noise within one instance: more requests per pass narrow it
-    between: float  # from instance to instance: only more rounds narrow it
-    split: str  # how a pass was split: "sendings" or "halves"
-    capped: bool = False  # the within estimate came out above the spread, cut to it
+    parts: NoiseParts  # within one instance, between instances and rounds, with intervals
+    split: str  # how a pass was split: "sendings" or "halves" (interleaved by prompt)
+
+    @property
+    def within(self) -> float:
+        """From the noise within one instance: more requests per pass narrow it."""
+        return self.parts.within.value
+
+    @property
+    def between(self) -> float:
+        """From instance to instance and round to round: only more rounds narrow it."""
+        return self.parts.between
+
+    @property
+    def capped(self) -> bool:
+        """The between part held at 0: the within part explains the whole spread, the two
+        are not told apart (what a cap to the spread said before the nested model)."""
+        return self.parts.rounds.value == 0.0
 
     # in percent of the log scale (100 x the log standard deviation), where the two parts add
     # in squares to the spread as printed beside them (spread^2 = within^2 + between^2)
@@ -124,9 +142,11 @@ class NoiseFindings(NamedTuple):
 
 
 def pass_parts(record: PassRecord) -> Tuple[List[List[Request]], str]:
-    """Return a pass's routed requests split into its sendings, or its two halves in send
-    order when it sent the corpus once; parts under half the largest (a cut-off last sending
-    of a --duration pass) are left out."""
+    """Return a pass's routed requests split into its sendings, or, when it sent the corpus
+    once, into two halves interleaved by prompt (even and odd ids: halves in send order
+    differ in their prompts and in their place in the pass, and both read as within noise);
+    parts under half the largest (a cut-off last sending of a --duration pass) are left
+    out."""
     requests = [r for r in record.requests if r.routed and r.latency_ms is not None
                 and r.start_ms is not None]
     sendings = sorted({r.rep for r in requests})
@@ -134,17 +154,21 @@ def pass_parts(record: PassRecord) -> Tuple[List[List[Request]], str]:
         parts = [[r for r in requests if r.rep == k] for k in sendings]
         largest = max(len(p) for p in parts)
         return [p for p in parts if 2 * len(p) >= largest], "sendings"
-    half = len(requests) // 2
-    return [requests[:half], requests[half:]], "halves"
+    return [[r for r in requests if r.id % 2 == k] for k in (0, 1)], "halves"
 
 
-def part_value(part: Sequence[Request], metric: str) -> Optional[float]:
+def part_value(part: Sequence[Request], metric: str, split: str = "sendings") -> Optional[float]:
     """Return a row's statistic of one part of a pass; None when it has none."""
     timed = [(r.start_ms, r.latency_ms) for r in part
              if r.start_ms is not None and r.latency_ms is not None]
     latencies = [latency for _, latency in timed]
     if len(latencies) < 2:
         return None
+    if metric == "req_per_s" and split == "halves":
+        # interleaved halves share one span: their requests over their summed latency move
+        # as a pass's req/s does at a fixed concurrency
+        total = math.fsum(latencies)
+        return 1000 * len(latencies) / total if total > 0 else None
     if metric == "req_per_s":  # its requests over the time from its first send to its last answer
         span = max(start + latency for start, latency in timed) - min(s for s, _ in timed)
         return 1000 * len(latencies) / span if span > 0 else None
@@ -159,7 +183,7 @@ def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[flo
     if record is None or record.discarded or not record.requests:
         return None
     parts, split = pass_parts(record)
-    values = [part_value(p, metric) for p in parts]
+    values = [part_value(p, metric, split) for p in parts]
     logs = [math.log(v) for v in values if v is not None and v > 0]
     if len(logs) < 2 or len(logs) < len(parts):
         return None
@@ -177,22 +201,49 @@ def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[T
             next(f[1] for f in found if f is not None))
 
 
+def part_logs(record: Optional[PassRecord], metric: str) -> Optional[Tuple[List[float], str]]:
+    """Return the log statistic of each part of a pass and how it was split; None when it
+    cannot be split."""
+    if record is None or record.discarded or not record.requests:
+        return None
+    parts, split = pass_parts(record)
+    values = [part_value(p, metric, split) for p in parts]
+    if len(values) < 2 or any(v is None or v <= 0 for v in values):
+        return None
+    return [math.log(v) for v in values if v is not None], split
+
+
+def paired_table(rounds: Rounds, row: Row) -> Optional[Tuple[Dict[Tuple[int, int, int], float],
+                                                           str]]:
+    """Return a row's paired differences, new minus base per sending (or half) of each used
+    round, keyed (round, instance 0, sending), and the split; None when a pass cannot be
+    split alike on both sides."""
+    table: Dict[Tuple[int, int, int], float] = {}
+    split = ""
+    for n in rounds.used:
+        found = [part_logs(rounds.runs[n][side].pass_named(row.pass_name), row.metric)
+                 for side in rounds.sides]
+        if found[0] is None or found[1] is None or found[0][1] != found[1][1]:
+            return None
+        (base, split), (new, _) = found[0], found[1]
+        for k, (b, v) in enumerate(zip(base, new)):
+            table[(n, 0, k)] = v - b
+        if min(len(base), len(new)) < 2:
+            return None
+    return table, split
+
+
 def row_noise(rounds: Rounds, row: Row) -> Optional[RowNoise]:
     """Return a client row's spread taken apart; None for a row no pass splits (ladder
-    rows, the router's parts)."""
-    if row.metric not in ROW_METRICS:
+    rows, the router's parts) or fewer than 2 rounds."""
+    if row.metric not in ROW_METRICS or len(rounds.used) < 2:
         return None
-    found = [side_within(rounds, side, row.pass_name, row.metric) for side in rounds.sides]
-    if found[0] is None or found[1] is None:
+    paired = paired_table(rounds, row)
+    if paired is None:
         return None
-    within = math.sqrt(found[0][0] + found[1][0])  # the change is new over base: both add
-    # a part of the spread is no larger than the spread: an estimate above it (sampling
-    # noise of few rounds, or halves of a pass that also differ in their prompts) is cut to
-    # it, and said so, so that the parts always add up as printed
-    capped = within > row.spread
-    within = min(within, row.spread)
-    return RowNoise(row.pass_name, row.metric, within,
-                    math.sqrt(max(0.0, row.spread ** 2 - within ** 2)), found[0][1], capped)
+    # the row's own spread tops the model, so that the parts add up to the spread judged
+    return RowNoise(row.pass_name, row.metric, noise_parts(paired[0], top=row.spread ** 2),
+                    paired[1])
 
 
 def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
@@ -277,10 +328,9 @@ def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
         spreads = []
         for row in gated:
             found = noise.get((row.pass_name, row.metric))
-            # a row whose parts are not told apart (none, or within cut to the spread, an
-            # upper bound) is planned as if more requests per pass narrowed none of it
-            spreads.append(row.spread if found is None or found.capped else
-                           math.sqrt(found.between ** 2 + found.within ** 2 / scale))
+            # a row no pass splits is planned as if more requests per pass narrowed none of
+            # it; one whose between part is held at 0 as all within, as estimated
+            spreads.append(row.spread if found is None else found.parts.spread(1, scale))
         rounds = rounds_for(spreads, settings)
         if rounds is None:
             continue
@@ -348,13 +398,22 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
 
 
 def main_part(item: RowNoise) -> str:
-    """Return which part of a row's spread is the larger, and what narrows it."""
+    """Return which part of a row's spread is the larger, and what narrows it: only where
+    the data show it (variance.larger_part)."""
+    if item.parts.larger == "between":
+        return "mostly between instances: more rounds narrow it, more requests per pass do not"
+    if item.parts.larger == "within":
+        return "mostly within the pass: more requests per pass narrow it"
     if item.capped:
         return ("the two parts not told apart: the plan counts on more rounds alone for this "
                 "row")
-    if item.between >= item.within:
-        return "mostly between instances: more rounds narrow it, more requests per pass do not"
-    return "mostly within the pass: more requests per pass narrow it"
+    return "which part is the larger is not told apart at these rounds"
+
+
+def part_text(part: Part) -> str:
+    """Return a part, x 100, with its interval: "4.2% [3.1, 6.4]"."""
+    high = "inf" if not math.isfinite(part.high) else f"{100 * part.high:.1f}"
+    return f"{100 * part.value:.1f}% [{100 * part.low:.1f}, {high}]"
 
 
 def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSettings) -> List[str]:
@@ -364,14 +423,16 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
     for row in rows:
         item = findings.of(row)
         if row.gated and item is not None:
-            capped = "; at most: its parts differed by more, " + (
-                "as halves also differ in their prompts" if item.split == "halves"
-                else "by chance over few rounds") if item.capped else ""
+            parts = item.parts
+            split = "halves by prompt" if item.split == "halves" else item.split
+            between = (f"between instances {part_text(parts.rounds)}" if not item.capped else
+                       f"between instances not told apart from it (at most "
+                       f"{100 * parts.rounds.high:.1f}%)")
             lines.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)}: spread "
                          f"{100 * row.spread:.1f}% = within one instance "
-                         f"{item.within_pct:.1f}% (its {item.split}{capped}) and between "
-                         f"instances {item.between_pct:.1f}% (log standard deviations x 100: "
-                         f"their squares add): {main_part(item)}")
+                         f"{part_text(parts.within)} (its {split}, new minus base) and "
+                         f"{between} (log standard deviations x 100, {CONFIDENCE:.0%} "
+                         f"intervals: their squares add): {main_part(item)}")
     cost, sentence = findings.cost, plan_sentence(findings)
     if cost is not None:
         lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
@@ -413,7 +474,17 @@ def noise_json(findings: Optional[NoiseFindings], row: Row) -> Optional[dict]:
     if item is None:
         return None
     return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split,
-            "capped": item.capped}
+            "capped": item.capped, "within": part_json(item.parts.within),
+            "between": part_json(item.parts.rounds),
+            "instances": None if item.parts.instances is None else
+            part_json(item.parts.instances), "rounds": part_json(item.parts.rounds)}
+
+
+def part_json(part: Part) -> dict:
+    """Return a part as the rounds JSON holds it, x 100 (null for an unbounded end)."""
+    return {"pct": 100 * part.value, "low_pct": 100 * part.low,
+            "high_pct": 100 * part.high if math.isfinite(part.high) else None, "df": part.df,
+            "told_apart": part.told_apart}
 
 
 def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:

@@ -15,7 +15,8 @@ __all__ = [
     "benjamini_hochberg", "checked_list", "checked_probability", "checked_whole",
     "composite_log_ratios", "effective_rows", "Interval", "mean_and_squares", "mean_interval",
     "normal_cdf", "normal_ppf", "order_effect", "OrderEffect", "outlier_rounds",
-    "paired_interval", "percentile", "percentiles", "power_shift", "rounded_percentiles",
+    "chi2_ppf", "f_ppf", "paired_interval", "percentile", "percentiles", "power_shift",
+    "rounded_percentiles",
     "rounds_needed", "sample_spread", "SQRT_2", "SQRT_2PI", "t_cdf", "t_ppf", "t_test_p",
 ]
 
@@ -454,6 +455,39 @@ def _t_lower_quantile(q: float, df: float) -> float:
             return candidate  # the quantile lies beyond the largest float
         t = candidate
     return t
+
+
+def f_cdf(f: float, df1: float, df2: float) -> float:
+    """Return P(F <= f) for Fisher's F on df1 and df2 degrees of freedom: I_x(df1/2, df2/2)
+    with x = df1 f / (df1 f + df2), its complement formed apart so that neither cancels."""
+    if f <= 0.0:
+        return 0.0
+    if math.isinf(f):
+        return 1.0
+    total = df1 * f + df2
+    x, y = df1 * f / total, df2 / total
+    return _betainc(df1 / 2.0, df2 / 2.0, x, y, math.log(df1 * f) - math.log(total),
+                    math.log(df2) - math.log(total))
+
+
+@functools.lru_cache(maxsize=1024)  # the noise split asks for the same few again
+def f_ppf(p: float, df1: float, df2: float) -> float:
+    """Return the F quantile f with P(F <= f) = p, by bisection on log f (to 1e-10)."""
+    p = checked_probability(p, "p")
+    low, high = -60.0, 60.0
+    while high - low > 1e-10:
+        mid = 0.5 * (low + high)
+        if f_cdf(math.exp(mid), df1, df2) < p:
+            low = mid
+        else:
+            high = mid
+    return math.exp(0.5 * (low + high))
+
+
+def chi2_ppf(p: float, df: float) -> float:
+    """Return the chi-square quantile on df degrees of freedom: the F quantile on (df, a
+    million) times df, within 1e-5 relative of the limit."""
+    return df * f_ppf(p, df, 1e6)
 
 
 # power:
