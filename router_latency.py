@@ -10359,6 +10359,9 @@ ROW_WORDS = ("better", "same", "no worse", "worse", "inconclusive")
 # "detects" plugs in this upper confidence bound of the spread, not the spread seen, so that
 # the figure has its 80% power in about this share of runs (bench/gate_simulation.py --detects)
 DETECTS_CONFIDENCE = 0.9
+# "more rounds": the further rounds that decide an undecided row this often, averaged over the
+# change and spread the rounds so far support (not their point values)
+DECIDE_PROBABILITY = 0.8
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
@@ -10426,6 +10429,9 @@ class Row(NamedTuple):
     new_values: Tuple[float, ...]
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    # inconclusive: the further rounds that decide it DECIDE_PROBABILITY of the time over what
+    # the rounds so far support (rounds_to_go); None: > 1,000
+    rounds_to_go: Optional[int] = None
     spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
     # the interval the word and the gate judge, of the worse-direction log ratio: the 95% one
     # in a fixed design, a --sequential look's (its boundary) for a gated row; None: unjudged
@@ -10581,10 +10587,12 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
                            alpha=level, sided=1)
     more = None if verdict != "inconclusive" else \
         rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    to_go = None if verdict != "inconclusive" else \
+        rounds_to_go(mean, spread, tolerance, settings.alpha / 2, level, n)
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more, spread=spread,
+        else None, rounds_needed=needed, more_rounds=more, rounds_to_go=to_go, spread=spread,
         judged=Interval(mean, start, end, n - 1),
         held_by_holm=row.gated and verdict == "inconclusive" and start > tolerance)
 
@@ -10635,6 +10643,56 @@ def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level:
         if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
             return n - rounds
     return None
+
+
+# the posterior of a row's (change, spread) after n rounds, on a fixed grid: the spread at
+# these quantiles of its chi-square, the change at these normal quantiles given the spread
+_SPREAD_QUANTILES = tuple((i + 0.5) / 8 for i in range(8))
+_CHANGE_Z = tuple(normal_ppf((j + 0.5) / 16) for j in range(16))
+
+
+def decide_probability(mean: float, spread: float, tolerance: float,
+                       levels: Tuple[float, float], rounds: int, more: int) -> float:
+    """Return the probability that `more` further rounds decide a row (its worse end inside
+    the tolerance, or its test beyond it), averaged over what the rounds so far support: the
+    true spread s^2 (n - 1) / chi2, the true change N(mean, spread^2 / n) (the reference
+    prior's posterior), the rounds to come normal about it. levels: the one-sided levels of
+    the tests within the tolerance and beyond it."""
+    within_level, fail_level = levels
+    n, total = rounds, rounds + more
+    within_c = upper_critical(within_level, total - 1)
+    fail_c = upper_critical(fail_level, total - 1)
+    found = 0.0
+    for q in _SPREAD_QUANTILES:
+        sigma = spread * math.sqrt((n - 1) / chi2_ppf(q, n - 1))
+        se, sd = sigma / math.sqrt(total), math.sqrt(more) * sigma / total
+        for z in _CHANGE_Z:
+            centre = (n * mean + more * (mean + z * sigma / math.sqrt(n))) / total
+            found += (normal_cdf((tolerance - within_c * se - centre) / sd)
+                      + normal_cdf((centre - tolerance - fail_c * se) / sd))
+    return found / (len(_SPREAD_QUANTILES) * len(_CHANGE_Z))
+
+
+def rounds_to_go(mean: float, spread: float, tolerance: float, within_level: float,
+                 fail_level: float, rounds: int) -> Optional[int]:
+    """Return the fewest further rounds that decide a row DECIDE_PROBABILITY of the time over
+    what its rounds so far support (decide_probability); None past DECIDE_LIMIT rounds."""
+    if spread == 0.0:
+        return None if mean == tolerance else 1
+
+    def decides(more: int) -> bool:
+        return decide_probability(mean, spread, tolerance, (within_level, fail_level), rounds,
+                                  more) >= DECIDE_PROBABILITY
+    most = DECIDE_LIMIT - rounds
+    if most < 1 or not decides(most):
+        return None
+    low, high = 0, 1  # decides(high); not decides(low) (0 rounds decide nothing more)
+    while not decides(high):
+        low, high = high, min(2 * high, most)
+    while high - low > 1:  # the probability grows with the rounds: bisect
+        middle = (low + high) // 2
+        low, high = (low, middle) if decides(middle) else (middle, high)
+    return high
 
 
 def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
@@ -10848,9 +10906,11 @@ def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[st
 
 
 def more_rounds(outcome: GateOutcome) -> Optional[int]:
-    """Return the rounds that would decide every undecided gated row, None past 1,000 or
-    when none is undecided."""
-    counts = [r.more_rounds for r in outcome.undecided if r.more_rounds is not None]
+    """Return the further rounds that decide each undecided gated row DECIDE_PROBABILITY of
+    the time over what the rounds so far support (the most any needs): the one "more rounds"
+    figure of the undecided line, --plan and the JSON; None past 1,000 or when none is
+    undecided."""
+    counts = [r.rounds_to_go for r in outcome.undecided if r.rounds_to_go is not None]
     if not outcome.undecided or len(counts) < len(outcome.undecided):
         return None
     return max(counts)
@@ -10950,6 +11010,9 @@ def missed_text(outcome: GateOutcome) -> str:
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
 PLAN_DETECT_POWER = 0.8  # a gated row slowed by the target alone is found this often
+# the plan is made at this one-sided upper confidence bound of each part (as "detects" plugs
+# in a bound of the spread), so that its two rates hold over about this share of pilots
+PLAN_CONFIDENCE = 0.8
 MAX_REPEAT = 64  # the most sendings of the corpus per pass the plan proposes
 DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duration pass's length
 MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
@@ -11024,6 +11087,9 @@ class NodePlan(NamedTuple):
     node_minutes: float
     repeat: Optional[int]  # run -n that gives those requests; None: --duration passes
     scale: float  # requests per pass against the runs'
+    # the rounds at that scale at the low and high ends of the parts' CONFIDENCE intervals
+    # (None: past 1,000): what the pilot supports
+    rounds_range: Optional[Tuple[int, Optional[int]]] = None
 
 
 class SpeedGroup(NamedTuple):
@@ -11155,8 +11221,8 @@ def row_noise(rounds: Rounds, row: Row) -> Optional[RowNoise]:
     if paired is None:
         return None
     # the row's own spread tops the model, so that the parts add up to the spread judged
-    return RowNoise(row.pass_name, row.metric, noise_parts(paired[0], top=row.spread ** 2),
-                    paired[1])
+    top = row.spread ** 2
+    return RowNoise(row.pass_name, row.metric, noise_parts(paired[0], top=top), paired[1])
 
 
 def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
@@ -11232,25 +11298,48 @@ def plan_scales(cost: NodeCost) -> List[Tuple[float, int, Optional[int]]]:
     return [(k, round(cost.requests * k), None) for k in DURATION_SCALES]
 
 
+def planned_spread(row: Row, found: Optional[RowNoise], scale: float, end: str) -> float:
+    """Return a row's spread at `scale` times the requests per pass, at one end of what the
+    pilot supports: "plan" (each part at its PLAN_CONFIDENCE upper bound on its degrees of
+    freedom, the between part on the rounds'),
+    "low" or "high" (the ends of the parts' CONFIDENCE intervals). A row no pass splits
+    keeps its spread (its bound), as if more requests per pass narrowed none of it."""
+    if found is None:
+        if end == "low":
+            return row.spread
+        return spread_bound(row.spread, row.rounds - 1,
+                            PLAN_CONFIDENCE if end == "plan" else (1 + CONFIDENCE) / 2)
+    parts = found.parts
+    if end == "plan":
+        between = spread_bound(parts.rounds.value, row.rounds - 1, PLAN_CONFIDENCE)
+        within = spread_bound(parts.within.value, max(1, int(parts.within.df)), PLAN_CONFIDENCE)
+        return math.sqrt(between ** 2 + within ** 2 / scale)
+    if end == "low":
+        return math.sqrt(parts.rounds.low ** 2 + parts.within.low ** 2 / scale)
+    return math.sqrt(parts.rounds.high ** 2 + parts.within.high ** 2 / scale)
+
+
 def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
               cost: NodeCost, settings: GateSettings) -> Optional[NodePlan]:
     """Return the requests per pass and rounds that decide as rounds_for() plans at the least
-    node time (two side runs a round); None when none does within 1,000 rounds."""
+    node time (two side runs a round), at each part's PLAN_CONFIDENCE upper bound, with the
+    range of rounds the pilot's intervals support; None when none does within 1,000 rounds."""
     best: Optional[NodePlan] = None
     for scale, requests, repeat in plan_scales(cost):
-        spreads = []
-        for row in gated:
-            found = noise.get((row.pass_name, row.metric))
-            # a row no pass splits is planned as if more requests per pass narrowed none of
-            # it; one whose between part is held at 0 as all within, as estimated
-            spreads.append(row.spread if found is None else found.parts.spread(1, scale))
+        spreads = [planned_spread(row, noise.get((row.pass_name, row.metric)), scale, "plan")
+                   for row in gated]
         rounds = rounds_for(spreads, settings)
         if rounds is None:
             continue
         minutes = rounds * cost.round_s(scale) / 60
         if best is None or minutes < best.node_minutes * 0.999:
             best = NodePlan(rounds, requests, minutes, repeat, scale)
-    return best
+    if best is None:
+        return None
+    low, high = (rounds_for([planned_spread(row, noise.get((row.pass_name, row.metric)),
+                                            best.scale, end) for row in gated], settings)
+                 for end in ("low", "high"))
+    return best._replace(rounds_range=(low or 3, high))
 
 
 def speed_groups(values: Sequence[Tuple[int, float]], gap: float) -> List[SpeedGroup]:
@@ -11361,7 +11450,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
         passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
                   if settings.tolerance_pct > 0 else "")
         lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
-                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
+                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time, planned at "
+                     f"an {PLAN_CONFIDENCE:.0%} upper bound of each part of the noise, so that "
+                     f"it keeps both in about {PLAN_CONFIDENCE:.0%} of pilots or more"
+                     f"{range_text(findings.plan)}")
     elif cost is not None:
         lines.append("plan: more than 1,000 rounds at any requests per pass")
     for mode in findings.modes:
@@ -11400,6 +11492,16 @@ def part_json(part: Part) -> dict:
             "told_apart": part.told_apart}
 
 
+def range_text(plan: NodePlan) -> str:
+    """Return the range of rounds the pilot supports, in words ("" without one)."""
+    if plan.rounds_range is None:
+        return ""
+    low, high = plan.rounds_range
+    top = BEYOND_LIMIT if high is None else f"{high:,}"
+    return (f"; the pilot's {CONFIDENCE:.0%} intervals of the parts support anywhere from "
+            f"{low:,} to {top} rounds")
+
+
 def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
     """Return the plan, what it costs a round, and the speed groups as the rounds JSON holds
     them; None without rows."""
@@ -11410,28 +11512,33 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
             "requests_per_pass": None if plan is None else plan.requests_per_pass,
             "node_minutes": None if plan is None else plan.node_minutes,
             "repeat": None if plan is None else plan.repeat,
+            "scale": None if plan is None else plan.scale,
+            "rounds_range": None if plan is None or plan.rounds_range is None
+            else list(plan.rounds_range),
             "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}
 
 
+def more_rounds_text(more_rounds: Optional[int]) -> str:
+    """Return the one "more rounds" figure in words, as the undecided line and --plan say it."""
+    what = (f"{BEYOND_LIMIT} more rounds would be needed" if more_rounds is None else
+            f"about {plural(more_rounds, 'more round')} would decide it")
+    return (f"{what} {DECIDE_PROBABILITY:.0%} of the time, over the change and spread these "
+            f"rounds support (not their point values)")
+
+
 def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
                    more_rounds: Optional[int], rows: Sequence[Row]) -> List[str]:
-    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it, one
+    figure (gate.more_rounds), the same --plan and the JSON give; a fresh run's own plan
+    (an unchanged pair passing, a --max-mde slowdown found) is --plan's."""
     if outcome.status != "inconclusive" or not rows:
         return []
-    plan = plan_sentence(noise)
-    # the two answer different questions: the change seen decided, against the plan's own
-    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
-    # time needs; it is often far more)
-    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
-            f"{settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
-        if plan else ""
-    if more_rounds is None:
-        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
-                f"{plan}"] if outcome.undecided else []
-    return [f"undecided: {plural(more_rounds, 'more round')} would decide it "
-            f"(at the spread seen){plan}"]
+    if more_rounds is None and not outcome.undecided:
+        return []
+    fresh = "; a fresh run's plan: rounds --plan" if plan_sentence(noise) else ""
+    return [f"undecided: {more_rounds_text(more_rounds)}{fresh}"]
 
 
 def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
@@ -11441,6 +11548,8 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
     lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
+    if outcome.status == "inconclusive" and outcome.undecided:
+        lines = (f"more rounds: {more_rounds_text(more_rounds)}", *lines)
     return Section(key="plan", headline=tuple(line),
                    json={"plan": plan_json(noise), "more_rounds": more_rounds},
                    plan=() if noise is None else ("", *lines),

@@ -10,6 +10,8 @@ PART:
               least 80%) and pass an unchanged pair (target: at least 90%)
   split       the noise split at 5 rounds on simulated passes with known parts (variance.py)
   pilots      plans from 5-round pilots: how often they meet both targets, and their rounds
+  more        the one "more rounds" figure: on 5-round pilots left undecided, how often the
+              printed number of further rounds decides
 
 The rule is the tool's own (row_of, gate_rows, rounds_for, noise_parts), without files: fast.
 Not a test: it prints figures and asserts nothing.
@@ -28,8 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from router_latency.gate import gate_rows, GateSettings, row_of  # noqa: E402
-from router_latency.noise import main_part, pass_parts, part_value, rounds_for, RowNoise  # noqa: E402
+from router_latency.gate import gate_rows, GateSettings, more_rounds, row_of  # noqa: E402
+from router_latency.noise import (main_part, pass_parts, part_value, planned_spread,  # noqa: E402
+                                  PLAN_CONFIDENCE, rounds_for, RowNoise)
 from router_latency.requests import Request  # noqa: E402
 from router_latency.variance import noise_parts  # noqa: E402
 
@@ -93,12 +96,10 @@ class Tally:
         self.not_apart = self.said = self.wrong = 0
 
 
-def split_trial(rng: random.Random, rounds: int, within: float, between: float,
-                trend: float, tally: Tally) -> None:
-    """One pilot of `rounds` rounds at the sending level: each side's log statistic of a
-    sending is its instance's effect, a first-sending trend and noise; the pass's is their
-    mean. The new estimator pairs per sending; the old one (before this change) took each
-    side's sendings apart and capped within at the spread."""
+def pilot_table(rng: random.Random, rounds: int, within: float, between: float,
+                trend: float) -> tuple:
+    """Return (paired table, the rounds' changes, each round's unpaired within variance)
+    of one pilot at the sending level (split_trial's model)."""
     table, changes, old = {}, [], []
     per_side = within / 100 * math.sqrt(SENDINGS / 2)  # a sending's noise a side
     for n in range(rounds):
@@ -109,6 +110,16 @@ def split_trial(rng: random.Random, rounds: int, within: float, between: float,
             table[(n, 0, k)] = logs["b"][k] - logs["a"][k]
         changes.append(statistics.fmean(logs["b"]) - statistics.fmean(logs["a"]))
         old.append(sum(statistics.variance(logs[s]) / SENDINGS for s in "ab"))
+    return table, changes, old
+
+
+def split_trial(rng: random.Random, rounds: int, within: float, between: float,
+                trend: float, tally: Tally) -> None:
+    """One pilot of `rounds` rounds at the sending level: each side's log statistic of a
+    sending is its instance's effect, a first-sending trend and noise; the pass's is their
+    mean. The new estimator pairs per sending; the old one (before this change) took each
+    side's sendings apart and capped within at the spread."""
+    table, changes, old = pilot_table(rng, rounds, within, between, trend)
     spread = statistics.stdev(changes)
     parts = noise_parts(table, top=spread ** 2)
     item = RowNoise("p", "mean_ms", parts, "sendings")
@@ -191,14 +202,100 @@ def split_part(args) -> None:
           f"{rate(sum(p.rounds.value == 0 for p in found), trials)}")
 
 
+# (name, within, between) of each of 3 gated rows, 100 x log sd
+PILOT_SCENARIOS = (("balanced", 4.55, 4.24), ("within only", 4.55, 0.0),
+                   ("between-heavy", 1.5, 8.0), ("small", 1.0, 1.5))
+
+
+def pilots_part(args) -> None:
+    """Plans from 5-round pilots at the runs' requests per pass (scale 1): a plan keeps both
+    its rates when its rounds are at least those the true noise needs (rounds_for, whose
+    rates the 'plan' part checks by simulation)."""
+    settings = GateSettings()
+    rng = random.Random(args.seed)
+    print(f"plans from 5-round pilots, 1 or 3 gated rows alike (independent), at the runs' "
+          f"requests per pass, {args.trials} pilots a scenario (planned at each part's "
+          f"{PLAN_CONFIDENCE:.0%} upper bound):")
+    for (name, within, between), count in [(c, k) for k in (1, 3) for c in PILOT_SCENARIOS]:
+        truth = rounds_for([math.hypot(within, between) / 100] * count, settings)
+        planned, point, kept = [], [], 0
+        for _ in range(args.trials):
+            spreads, points = [], []
+            for _ in range(count):
+                table, changes, _ = pilot_table(rng, 5, within, between, 0.0)
+                spread = statistics.stdev(changes)
+                row = type("PilotRow", (), {"spread": spread, "rounds": 5})
+                found = RowNoise("p", "p50_ms", noise_parts(table, top=spread ** 2), "sendings")
+                spreads.append(planned_spread(row, found, 1.0, "plan"))
+                points.append(spread)
+            rounds = rounds_for(spreads, settings) or 1001
+            planned.append(rounds)
+            point.append(rounds_for(points, settings) or 1001)
+            kept += rounds >= truth
+        print(f"  {count} row(s), {name} (within {within:g}, between {between:g}): the true "
+              f"noise needs "
+              f"{truth} rounds; plans keep both rates in {rate(kept, args.trials)} of pilots "
+              f"(target >= 80%); median planned {statistics.median(planned):g} rounds, "
+              f"{statistics.median(planned) / truth:.2f}x the truth's (target <= 1.5x); at the "
+              f"point values: kept in {rate(sum(p >= truth for p in point), args.trials)}, "
+              f"median {statistics.median(point) / truth:.2f}x")
+
+
+# (name, spread of each gated row's change, its true change), 3 gated rows, the first changed
+MORE_SCENARIOS = (("A/A, spread 3%", 0.03, 0.0), ("A/A, spread 6%", 0.06, 0.0),
+                  ("+3%, spread 3%", 0.03, 0.03), ("+10%, spread 6%", 0.06, 0.10))
+
+
+def more_part(args) -> None:
+    """Simulated 5-round pilots through the gate: where undecided, run the printed number of
+    further rounds and judge all of them."""
+    settings = GateSettings()
+    rng = random.Random(args.seed)
+    rows_of = [("sequential", m) for m in GATED]
+    print(f"'more rounds' on 5-round pilots, {len(rows_of)} gated rows, {args.trials} "
+          f"pilots a scenario:")
+    for name, spread, change in MORE_SCENARIOS:
+        undecided = decided = past = 0
+        figures = []
+
+        def judged(values):
+            rows = [row_of(p, m, [10.0] * len(values), [10.0 * math.exp(
+                (-1 if m == "req_per_s" else 1) * v[k]) for v in values], settings)
+                for k, (p, m) in enumerate(rows_of)]
+            return gate_rows(rows, settings).outcome
+
+        def draw():
+            return [(change if k == 0 else 0.0) + rng.gauss(0, spread)
+                    for k in range(len(rows_of))]
+        for _ in range(args.trials):
+            values = [draw() for _ in range(5)]
+            outcome = judged(values)
+            if outcome.status != "inconclusive":
+                continue
+            undecided += 1
+            more = more_rounds(outcome)
+            if more is None:
+                past += 1
+                continue
+            figures.append(more)
+            values += [draw() for _ in range(more)]
+            decided += judged(values).status != "inconclusive"
+        printed = undecided - past
+        print(f"  {name}: undecided after 5 in {rate(undecided, args.trials)}; of those with a "
+              f"figure ({printed}; past 1,000: {past}), the printed further rounds decided "
+              f"{rate(decided, printed) if printed else 'n/a'} (target >= 70%); median "
+              f"figure {statistics.median(figures) if figures else 'n/a'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("plan", "split", "pilots"))
+    parser.add_argument("part", choices=("plan", "split", "pilots", "more"))
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     begun = time.perf_counter()
-    {"plan": plan_part, "split": split_part}[args.part](args)
+    {"plan": plan_part, "split": split_part, "pilots": pilots_part,
+     "more": more_part}[args.part](args)
     print(f"({args.trials} trials a cell, {time.perf_counter() - begun:.0f} s)")
 
 

@@ -30,13 +30,16 @@ from .variance import CONFIDENCE, NoiseParts, noise_parts, Part
 from .runfile import PassRecord, RunFile
 from .requests import pass_title, Request
 from .roundset import Rounds
-from .gate import BEYOND_LIMIT, GateOutcome, GateSettings, Row
+from .gate import BEYOND_LIMIT, DECIDE_PROBABILITY, GateOutcome, GateSettings, Row, spread_bound
 
 __all__ = ["noise_findings", "noise_json", "NoiseFindings", "plan_section"]
 
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
 PLAN_DETECT_POWER = 0.8  # a gated row slowed by the target alone is found this often
+# the plan is made at this one-sided upper confidence bound of each part (as "detects" plugs
+# in a bound of the spread), so that its two rates hold over about this share of pilots
+PLAN_CONFIDENCE = 0.8
 MAX_REPEAT = 64  # the most sendings of the corpus per pass the plan proposes
 DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duration pass's length
 MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
@@ -111,6 +114,9 @@ class NodePlan(NamedTuple):
     node_minutes: float
     repeat: Optional[int]  # run -n that gives those requests; None: --duration passes
     scale: float  # requests per pass against the runs'
+    # the rounds at that scale at the low and high ends of the parts' CONFIDENCE intervals
+    # (None: past 1,000): what the pilot supports
+    rounds_range: Optional[Tuple[int, Optional[int]]] = None
 
 
 class SpeedGroup(NamedTuple):
@@ -242,8 +248,8 @@ def row_noise(rounds: Rounds, row: Row) -> Optional[RowNoise]:
     if paired is None:
         return None
     # the row's own spread tops the model, so that the parts add up to the spread judged
-    return RowNoise(row.pass_name, row.metric, noise_parts(paired[0], top=row.spread ** 2),
-                    paired[1])
+    top = row.spread ** 2
+    return RowNoise(row.pass_name, row.metric, noise_parts(paired[0], top=top), paired[1])
 
 
 def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
@@ -319,25 +325,48 @@ def plan_scales(cost: NodeCost) -> List[Tuple[float, int, Optional[int]]]:
     return [(k, round(cost.requests * k), None) for k in DURATION_SCALES]
 
 
+def planned_spread(row: Row, found: Optional[RowNoise], scale: float, end: str) -> float:
+    """Return a row's spread at `scale` times the requests per pass, at one end of what the
+    pilot supports: "plan" (each part at its PLAN_CONFIDENCE upper bound on its degrees of
+    freedom, the between part on the rounds'),
+    "low" or "high" (the ends of the parts' CONFIDENCE intervals). A row no pass splits
+    keeps its spread (its bound), as if more requests per pass narrowed none of it."""
+    if found is None:
+        if end == "low":
+            return row.spread
+        return spread_bound(row.spread, row.rounds - 1,
+                            PLAN_CONFIDENCE if end == "plan" else (1 + CONFIDENCE) / 2)
+    parts = found.parts
+    if end == "plan":
+        between = spread_bound(parts.rounds.value, row.rounds - 1, PLAN_CONFIDENCE)
+        within = spread_bound(parts.within.value, max(1, int(parts.within.df)), PLAN_CONFIDENCE)
+        return math.sqrt(between ** 2 + within ** 2 / scale)
+    if end == "low":
+        return math.sqrt(parts.rounds.low ** 2 + parts.within.low ** 2 / scale)
+    return math.sqrt(parts.rounds.high ** 2 + parts.within.high ** 2 / scale)
+
+
 def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
               cost: NodeCost, settings: GateSettings) -> Optional[NodePlan]:
     """Return the requests per pass and rounds that decide as rounds_for() plans at the least
-    node time (two side runs a round); None when none does within 1,000 rounds."""
+    node time (two side runs a round), at each part's PLAN_CONFIDENCE upper bound, with the
+    range of rounds the pilot's intervals support; None when none does within 1,000 rounds."""
     best: Optional[NodePlan] = None
     for scale, requests, repeat in plan_scales(cost):
-        spreads = []
-        for row in gated:
-            found = noise.get((row.pass_name, row.metric))
-            # a row no pass splits is planned as if more requests per pass narrowed none of
-            # it; one whose between part is held at 0 as all within, as estimated
-            spreads.append(row.spread if found is None else found.parts.spread(1, scale))
+        spreads = [planned_spread(row, noise.get((row.pass_name, row.metric)), scale, "plan")
+                   for row in gated]
         rounds = rounds_for(spreads, settings)
         if rounds is None:
             continue
         minutes = rounds * cost.round_s(scale) / 60
         if best is None or minutes < best.node_minutes * 0.999:
             best = NodePlan(rounds, requests, minutes, repeat, scale)
-    return best
+    if best is None:
+        return None
+    low, high = (rounds_for([planned_spread(row, noise.get((row.pass_name, row.metric)),
+                                            best.scale, end) for row in gated], settings)
+                 for end in ("low", "high"))
+    return best._replace(rounds_range=(low or 3, high))
 
 
 def speed_groups(values: Sequence[Tuple[int, float]], gap: float) -> List[SpeedGroup]:
@@ -448,7 +477,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
         passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
                   if settings.tolerance_pct > 0 else "")
         lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
-                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
+                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time, planned at "
+                     f"an {PLAN_CONFIDENCE:.0%} upper bound of each part of the noise, so that "
+                     f"it keeps both in about {PLAN_CONFIDENCE:.0%} of pilots or more"
+                     f"{range_text(findings.plan)}")
     elif cost is not None:
         lines.append("plan: more than 1,000 rounds at any requests per pass")
     for mode in findings.modes:
@@ -487,6 +519,16 @@ def part_json(part: Part) -> dict:
             "told_apart": part.told_apart}
 
 
+def range_text(plan: NodePlan) -> str:
+    """Return the range of rounds the pilot supports, in words ("" without one)."""
+    if plan.rounds_range is None:
+        return ""
+    low, high = plan.rounds_range
+    top = BEYOND_LIMIT if high is None else f"{high:,}"
+    return (f"; the pilot's {CONFIDENCE:.0%} intervals of the parts support anywhere from "
+            f"{low:,} to {top} rounds")
+
+
 def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
     """Return the plan, what it costs a round, and the speed groups as the rounds JSON holds
     them; None without rows."""
@@ -497,28 +539,33 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
             "requests_per_pass": None if plan is None else plan.requests_per_pass,
             "node_minutes": None if plan is None else plan.node_minutes,
             "repeat": None if plan is None else plan.repeat,
+            "scale": None if plan is None else plan.scale,
+            "rounds_range": None if plan is None or plan.rounds_range is None
+            else list(plan.rounds_range),
             "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}
 
 
+def more_rounds_text(more_rounds: Optional[int]) -> str:
+    """Return the one "more rounds" figure in words, as the undecided line and --plan say it."""
+    what = (f"{BEYOND_LIMIT} more rounds would be needed" if more_rounds is None else
+            f"about {plural(more_rounds, 'more round')} would decide it")
+    return (f"{what} {DECIDE_PROBABILITY:.0%} of the time, over the change and spread these "
+            f"rounds support (not their point values)")
+
+
 def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
                    more_rounds: Optional[int], rows: Sequence[Row]) -> List[str]:
-    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it, one
+    figure (gate.more_rounds), the same --plan and the JSON give; a fresh run's own plan
+    (an unchanged pair passing, a --max-mde slowdown found) is --plan's."""
     if outcome.status != "inconclusive" or not rows:
         return []
-    plan = plan_sentence(noise)
-    # the two answer different questions: the change seen decided, against the plan's own
-    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
-    # time needs; it is often far more)
-    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
-            f"{settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
-        if plan else ""
-    if more_rounds is None:
-        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
-                f"{plan}"] if outcome.undecided else []
-    return [f"undecided: {plural(more_rounds, 'more round')} would decide it "
-            f"(at the spread seen){plan}"]
+    if more_rounds is None and not outcome.undecided:
+        return []
+    fresh = "; a fresh run's plan: rounds --plan" if plan_sentence(noise) else ""
+    return [f"undecided: {more_rounds_text(more_rounds)}{fresh}"]
 
 
 def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
@@ -528,6 +575,8 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
     lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
+    if outcome.status == "inconclusive" and outcome.undecided:
+        lines = (f"more rounds: {more_rounds_text(more_rounds)}", *lines)
     return Section(key="plan", headline=tuple(line),
                    json={"plan": plan_json(noise), "more_rounds": more_rounds},
                    plan=() if noise is None else ("", *lines),
