@@ -1160,3 +1160,20 @@ def test_rounds_of_sides_identical_but_for_sampled_selections_pass_in_full_agree
                             "--format", "json", "--tolerance", "1000").out)
     assert report["outcomes"][0]["sampled"] == N
     assert report["outcomes"][0]["sampled_models"] == ["model-a", "model-b", "model-c"]
+
+
+def test_a_sequential_look_that_cannot_decide_stops_for_futility_in_its_words_and_json(
+        tmp_path, cli):
+    # every gated row about the tolerance, far apart round to round: 7 more rounds of a plan of
+    # 10 cannot decide them
+    for number, factor in enumerate((0.85, 1.30, 1.02), 1):
+        sides(tmp_path, number, new=(10 * factor, 20 * factor, 30 * factor, 100 / factor))
+    look = rounds(cli, tmp_path, "--sequential", "10")
+    assert look.code == 3
+    stop = [line for line in look.out.splitlines() if line.startswith("stop: futility: ")]
+    assert stop and "it could have missed a slowdown of up to" in stop[0]
+    document = json.loads(rounds(cli, tmp_path, "--sequential", "10", "--format", "json").out)
+    assert document["futility"] and stop[0].startswith(f"stop: {document['futility']}")
+    # as a fixed design (no looks) nothing stops for futility
+    fixed = rounds(cli, tmp_path)
+    assert fixed.code == 3 and "futility" not in fixed.out

@@ -449,7 +449,9 @@ def test_gate_rows_applies_the_whole_rule_once():
     assert judged_.outcome.status == "inconclusive"
     assert judged_.outcome.undecided == tuple(r for r in judged_.rows if r.gated)
     assert {r.verdict for r in judged_.rows if not r.gated} == {"inconclusive"}
-    assert len(judged_.outcome.reasons) == 6
+    # each undecided row, and the futility stop: 3 rounds left cannot decide a 16% spread
+    assert len(judged_.outcome.reasons) == 7
+    assert judged_.outcome.reasons[-1] == judged_.outcome.futility != ""
 
 
 def test_every_renderer_reads_the_undecided_rows_from_the_outcome(tmp_path):
@@ -530,3 +532,34 @@ def test_more_rounds_is_the_fewest_that_decide_as_often_as_stated_over_what_the_
     # more spread seen, more rounds
     figures = [rounds_to_go(0.0, s, TOLERANCE, 0.025, 0.025 / 3, 5) for s in (0.05, 0.2, 0.6)]
     assert figures[0] < figures[1] <= figures[2]
+
+
+def sequential_rows(changes, settings):
+    """Return the gated rows of rounds whose worse-direction log changes are `changes` (one
+    list per round: p50, p95, req/s)."""
+    metrics = ("p50_ms", "p95_ms", "req_per_s")
+    return [row_of("sequential", m, [10.0] * len(changes),
+                   [10.0 * math.exp((-1 if m == "req_per_s" else 1) * c[k]) for c in changes],
+                   settings) for k, m in enumerate(metrics)]
+
+
+def test_a_look_that_the_rounds_left_cannot_decide_stops_for_futility_and_says_so():
+    settings = GateSettings(sequential_max=10)
+    rng = random.Random(8)
+    # a change at the tolerance, 10% spread: 7 more rounds cannot tell it from the tolerance
+    noisy = [[TOLERANCE + rng.gauss(0, 0.10) for _ in range(3)] for _ in range(3)]
+    outcome = gate_rows(sequential_rows(noisy, settings), settings).outcome
+    assert outcome.status == "inconclusive" and outcome.exit_code == 3
+    assert outcome.futility.startswith("futility: the 7 rounds left of the plan (10) would "
+                                       "decide ")
+    assert outcome.futility in outcome.reasons
+    # the plan's last look has no rounds left to weigh: no futility, the last look's doubt
+    ten = noisy + [[TOLERANCE + rng.gauss(0, 0.10) for _ in range(3)] for _ in range(7)]
+    assert gate_rows(sequential_rows(ten, settings), settings).outcome.futility == ""
+    # a fixed design has no looks
+    fixed = GateSettings()
+    assert gate_rows(sequential_rows(noisy, fixed), fixed).outcome.futility == ""
+    # tight rounds near no change: the rounds left decide them, it goes on
+    tight = [[rng.gauss(0, 0.02) for _ in range(3)] for _ in range(3)]
+    outcome = gate_rows(sequential_rows(tight, settings), settings).outcome
+    assert outcome.futility == ""

@@ -43,6 +43,11 @@ DETECTS_CONFIDENCE = 0.9
 # "more rounds": the further rounds that decide an undecided row this often, averaged over the
 # change and spread the rounds so far support (not their point values)
 DECIDE_PROBABILITY = 0.8
+# a --sequential look stops for futility when an undecided gated row would be decided by the
+# plan's last look in under this share of what the rounds so far support: it ends
+# INCONCLUSIVE, never PASS or FAIL, so the design's false FAIL and false PASS rates stay (a
+# non-binding futility boundary; bench/gate_statistics.py futility simulates them)
+FUTILITY_PROBABILITY = 0.1
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
@@ -163,6 +168,9 @@ class GateOutcome(NamedTuple):
     reasons: Tuple[str, ...]  # why it failed or is inconclusive
     exit_code: int  # EXIT_OK, EXIT_GATE or EXIT_INCONCLUSIVE
     undecided: Tuple[Row, ...] = ()  # the gated rows decided neither way (verdict inconclusive)
+    # a --sequential look before the last at which the rounds left cannot decide (futility):
+    # the words that say so; "" where it goes on (or is no such look)
+    futility: str = ""
 
 
 class GateJudgement(NamedTuple):
@@ -553,8 +561,38 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
                            f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
         return outcome_of(reasons, (), undecided)
-    return outcome_of((), list(doubts) + settings.rule.doubts(undecided, settings, look),
-                      undecided)
+    futile = futility_text(undecided, sum(r.gated for r in rows), settings, look)
+    outcome = outcome_of((), list(doubts) + settings.rule.doubts(undecided, settings, look)
+                         + ([futile] if futile else []), undecided)
+    return outcome._replace(futility=futile) if futile else outcome
+
+
+def futility_text(undecided: Sequence[Row], gated: int, settings: GateSettings,
+                  look: Optional[Look]) -> str:
+    """Return why a --sequential look before the last stops for futility ("" where it goes
+    on): the undecided gated rows that the rounds left would decide by the last look in under
+    FUTILITY_PROBABILITY of what the rounds so far support (decide_probability at the last
+    look's boundaries: within the tolerance, and Holm's first step over the `gated` rows)."""
+    if look is None or look.last or not undecided:
+        return ""
+    last, level = look.max_rounds, settings.alpha / 2
+    gated = max(1, gated)
+    levels = (nominal_level(gate_critical(settings, last, level), last - 1),
+              nominal_level(gate_critical(settings, last, level / gated), last - 1))
+    futile = []
+    for row in undecided:
+        if row.judged is None:
+            continue
+        chance = decide_probability(row.judged.mean, row.spread, settings.tolerance_log, levels,
+                                    look.rounds, last - look.rounds)
+        if chance < FUTILITY_PROBABILITY:
+            futile.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)} "
+                          f"{chance:.0%}")
+    if not futile:
+        return ""
+    return (f"futility: the {plural(last - look.rounds, 'round')} left of the plan ({last}) "
+            f"would decide {', '.join(futile)} of the time, under "
+            f"{FUTILITY_PROBABILITY:.0%}: stop here, undecided")
 
 
 def outcome_of(failures: Sequence[str], doubts: Sequence[str],

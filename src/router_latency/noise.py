@@ -30,7 +30,8 @@ from .variance import CONFIDENCE, NoiseParts, noise_parts, Part
 from .runfile import PassRecord, RunFile
 from .requests import pass_title, Request
 from .roundset import Rounds
-from .gate import BEYOND_LIMIT, DECIDE_PROBABILITY, GateOutcome, GateSettings, Row, spread_bound
+from .gate import (BEYOND_LIMIT, DECIDE_PROBABILITY, GateOutcome, GateSettings, missed_text, Row,
+                   spread_bound)
 
 __all__ = ["noise_findings", "noise_json", "NoiseFindings", "plan_section"]
 
@@ -562,6 +563,8 @@ def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outco
     (an unchanged pair passing, a --max-mde slowdown found) is --plan's."""
     if outcome.status != "inconclusive" or not rows:
         return []
+    if outcome.futility:  # the look stops: no more rounds of this plan
+        return [f"stop: {outcome.futility}; {missed_text(outcome)}"]
     if more_rounds is None and not outcome.undecided:
         return []
     fresh = "; a fresh run's plan: rounds --plan" if plan_sentence(noise) else ""
@@ -578,7 +581,8 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     if outcome.status == "inconclusive" and outcome.undecided:
         lines = (f"more rounds: {more_rounds_text(more_rounds)}", *lines)
     return Section(key="plan", headline=tuple(line),
-                   json={"plan": plan_json(noise), "more_rounds": more_rounds},
+                   json={"plan": plan_json(noise), "more_rounds": more_rounds,
+                         "futility": outcome.futility or None},
                    plan=() if noise is None else ("", *lines),
                    page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
                          if lines else Panel(place=20),))
