@@ -10,6 +10,7 @@ PART:
               least 80%) and pass an unchanged pair (target: at least 90%)
   split       the noise split at 5 rounds on simulated passes with known parts (variance.py)
   pilots      plans from 5-round pilots: how often they meet both targets, and their rounds
+  history     A/A series of 30 commits with a 2% cost of running second: the drift's coverage
   futility    --until-decided's futility stop: how often it stops early, and the error rates
   more        the one "more rounds" figure: on 5-round pilots left undecided, how often the
               printed number of further rounds decides
@@ -337,15 +338,55 @@ def futility_part(args) -> None:
           "+10% PASS <= 2.5%, an undecidable change stopped early in >= 60%")
 
 
+def history_part(args) -> None:
+    """A/A series of 30 commits, 5 rounds each started as run_rounds.sh starts them (base
+    first in rounds 1, 3, 5), running second costing 2%: the drift's coverage and FAIL rate,
+    with the step balanced over the start order (today) and the plain mean (before)."""
+    from router_latency.history import HistoryEntry, history_report, HistoryRow, TrendSettings
+    rng = random.Random(args.seed)
+    commits, rounds, sigma, cost = 30, 5, 0.02, math.log(1.02)
+    new_first = tuple(n % 2 == 0 for n in range(1, rounds + 1))  # r2, r4: new first
+    series = max(1, args.trials // 4)
+    print(f"history: {series} A/A series of {commits} commits, {rounds} rounds each (base "
+          f"first in r1, r3, r5), round spread {sigma:.0%}, running second costs 2%:")
+    for label, order in (("balanced over the start order", new_first), ("plain mean", ())):
+        fails = covered = 0
+        drifts = []
+        for _ in range(series):
+            entries = []
+            for i in range(commits):
+                base, new = [], []
+                for first in new_first:
+                    level = 10.0 * math.exp(rng.gauss(0, 0.05))
+                    second = cost if not first else -cost  # the new side ran second: slower
+                    base.append(level)
+                    new.append(level * math.exp(second + rng.gauss(0, sigma)))
+                entries.append(HistoryEntry(
+                    commit=f"c{i}", base_commit="", branch="main", date="", label="",
+                    kind="rounds", source="", verdict="", tolerance_pct=5.0,
+                    corpus_sha256="a" * 64, config={}, node="n", node_class="", environment={},
+                    rows=(HistoryRow("sequential", "p50_ms", True, tuple(base), tuple(new)),),
+                    new_first=order))
+            report = history_report("bench", entries, TrendSettings())
+            fails += report.exit_code == 1
+            drift = report.rows[0].drift
+            covered += drift is not None and drift.low <= 0.0 <= drift.high
+            drifts.append(100 * drift.mean if drift is not None else 0.0)
+        print(f"  {label}: drift {mean_text(drifts)}% (truth 0), its interval covers 0 in "
+              f"{rate(covered, series)} (target >= 93%), FAIL {rate(fails, series)} "
+              f"(target <= 2.5%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("plan", "split", "pilots", "more", "futility"))
+    parser.add_argument("part", choices=("plan", "split", "pilots", "more", "futility",
+                                         "history"))
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     begun = time.perf_counter()
     {"plan": plan_part, "split": split_part, "pilots": pilots_part,
-     "more": more_part, "futility": futility_part}[args.part](args)
+     "more": more_part, "futility": futility_part, "history": history_part}[args.part](args)
     print(f"({args.trials} trials a cell, {time.perf_counter() - begun:.0f} s)")
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from router_latency.gate import gate_rows, GateSettings, row_of, word_status
 from router_latency.history import (entry_of_run, EntryTags, history_report, HISTORY_SCHEMA,
-                                    HistoryEntry, HistoryRow, read_history, TrendSettings)
+                                    HistoryEntry, HistoryRow, read_history, step_of,
+                                    TrendSettings)
 from conftest import BASE, history_rounds_folder, make_run, ROOT
 
 
@@ -314,3 +315,65 @@ def test_a_change_point_is_holms_step_down_over_the_steps():
     assert trend([0.0, 0.0, 0.1, 0.0, 0.0]) == [False, False, True, False, False]
     assert trend([3 * SE]) == [True]
     assert trend([0.0, 0.0, 3 * SE, 0.0, 0.0]) == [False] * 5
+
+
+def test_a_measurement_in_two_entries_is_refused(tmp_path, cli):
+    # the same folder under two commits: a +3% change counted twice read +7.47% and failed
+    store = tmp_path / "perf.jsonl"
+    history_rounds_folder(tmp_path / "once", 1.03, seed=3)
+    assert cli("history", "add", "--history", store, "--dir", tmp_path / "once", "--base",
+               "main", "--new", "merge", "--commit", "c1").code == 0
+    before = store.read_bytes()
+    again = cli("history", "add", "--history", store, "--dir", tmp_path / "once", "--base",
+                "main", "--new", "merge", "--commit", "c2")
+    assert again.code == 2 and len(again.err.splitlines()) == 1
+    assert "already in the history under commit c1 (line 1)" in again.err
+    assert store.read_bytes() == before
+    # a copy of one run file in another folder is the same measurement too
+    history_rounds_folder(tmp_path / "other", 1.0, seed=4)
+    shutil.copy(tmp_path / "once" / "r2-merge.json", tmp_path / "other" / "r2-merge.json")
+    copied = cli("history", "add", "--history", store, "--dir", tmp_path / "other", "--base",
+                 "main", "--new", "merge", "--commit", "c2")
+    assert copied.code == 2 and "under commit c1" in copied.err
+
+
+def test_a_step_that_overlaps_the_previous_ones_is_refused_with_the_reason(tmp_path, cli):
+    # c3 measured against c1 while c2 (against c1) is in: its step holds c2's again
+    store = tmp_path / "perf.jsonl"
+    parent = chain(tmp_path, [1.02, 1.02, 1.02])
+
+    def add(index, base_commit):
+        return cli("history", "add", "--history", store, "--dir", parent / f"c{index}",
+                   "--base", "main", "--new", "merge", "--commit", f"c{index}",
+                   "--base-commit", base_commit)
+    assert add(1, "c0").code == 0 and add(2, "c1").code == 0
+    overlapping = add(3, "c1")
+    assert overlapping.code == 2 and "its base ran commit c1, not the previous entry's c2" \
+        in overlapping.err
+    assert add(3, "c2").code == 0
+    # a base the series does not hold is a gap (a skipped merge), as before: not refused
+    history_rounds_folder(parent / "c5", 1.0, seed=9, start=90000.0)
+    assert add(5, "c4").code == 0
+
+
+def test_the_step_of_an_odd_number_of_rounds_is_balanced_over_the_start_order():
+    # running second costs 2%: with base first in 3 of 5 rounds the plain mean keeps 2%/5
+    cost, step = math.log(1.02), math.log(1.01)
+    new_first = (False, True, False, True, False)
+    logs = [step + (-cost if first else cost) for first in new_first]
+    row = HistoryRow("sequential", "p50_ms", True, (10.0,) * 5,
+                     tuple(10.0 * math.exp(v) for v in logs))
+    plain = step_of(row)
+    balanced = step_of(row, new_first)
+    assert plain.mean == pytest.approx(step + cost / 5)
+    assert balanced.mean == pytest.approx(step) and balanced.df == 3
+    # one order only, or unknown: the plain mean
+    assert step_of(row, (False,) * 5).mean == pytest.approx(plain.mean)
+    assert step_of(row, ()).mean == pytest.approx(plain.mean)
+
+
+def test_an_older_line_without_digests_or_order_still_reads(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    entries = read_history(str(store))
+    assert entries and all(e.runs == () and e.new_first == () for e in entries)

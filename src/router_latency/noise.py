@@ -277,7 +277,8 @@ def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     # a gap within a round (base to new) holds a stop and a start; one between rounds also
     # holds the look --until-decided makes after each round: costed apart, so that a plan
     # of many rounds counts its looks (about 0.9 s each on a small node)
-    within_gaps, between_gaps = [], []
+    within_gaps: List[float] = []
+    between_gaps: List[float] = []
     for (before, n_before), (after, n_after) in zip(timed, timed[1:]):
         if after[0] >= before[1]:
             (within_gaps if n_before == n_after else between_gaps).append(after[0] - before[1])
