@@ -843,10 +843,11 @@ def noise_run(path, label, sendings, started_unix, ready_s=10.0):
     write_atomic(str(path), dump_run(run))
 
 
-def pair_folder(folder, speeds, jitter, sendings, seed=1):
+def pair_folder(folder, speeds, jitter, sendings, seed=1, look_s=0.0):
     """Write an A/A pair: round n's instances run at speeds[n][side] ms, each request that
     times a uniform factor 1 +- jitter. Runs follow each other: a side's run takes its ready
-    time, a second of warm-up, its pass, and a second's gap to the next."""
+    time, a second of warm-up, its pass, and a second's gap to the next; look_s more after
+    each round (a sequential look)."""
     rng = random.Random(seed)
     clock = 1000.0
     for number, pair in enumerate(speeds, 1):
@@ -855,6 +856,7 @@ def pair_folder(folder, speeds, jitter, sendings, seed=1):
                          for _ in range(sendings)]
             noise_run(folder / f"r{number}-{side}.json", side, latencies, clock)
             clock += 10.0 + 1.0 + sum(map(sum, latencies)) / 1000 + 1.0
+        clock += look_s
     return folder
 
 

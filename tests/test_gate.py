@@ -20,10 +20,12 @@ from router_latency.sequential import group_sequential_levels, sequential_t_crit
 from router_latency.files import write_atomic
 from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
-from router_latency.gate import (gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
-                                 GateTest, holm_step_down, judged_word, Look, look_of, more_rounds,
+from router_latency.gate import (decide_probability, DECIDE_PROBABILITY, gate_critical,
+                                 gate_outcome, gate_rows, GateOutcome, GateSettings, GateTest,
+                                 holm_step_down, judged_word, Look, look_of, more_rounds,
                                  one_sided, OneSided, outcome_of, PASS_UNLESS_WORSE,
-                                 rounds_to_decide, row_of, ROW_WORDS, THREE_WAY, word_status)
+                                 rounds_to_decide, rounds_to_go, row_of, ROW_WORDS, THREE_WAY,
+                                 word_status)
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds_table, verdict_line
 from router_latency.render_markdown import format_rounds_markdown
@@ -304,9 +306,11 @@ def test_an_inconclusive_report_says_how_many_more_rounds_would_decide_it(tmp_pa
     undecided = [line for line in result.out.splitlines() if line.startswith("undecided: ")]
     assert undecided[0] == undecided[1] == result.out.splitlines()[1]  # after the verdict
     undecided = undecided[1:]
-    more = rounds_to_decide(mean_interval(pattern).mean, sample_spread(pattern),
-                               TOLERANCE, 0.025, 0.025 / 3, 5)
-    assert undecided == [f"undecided: {more} more rounds would decide it (at the spread seen)"]
+    more = rounds_to_go(mean_interval(pattern).mean, sample_spread(pattern), TOLERANCE, 0.025,
+                        0.025 / 3, 5)
+    assert undecided == [f"undecided: about {more} more rounds would decide it 80% of the time, "
+                         f"over the change and spread these rounds support (not their point "
+                         f"values)"]
     # that many more rounds like these decide it: a PASS
     for number in range(6, 6 + more):
         sides(tmp_path, number, new_p50=10.0 * math.exp(pattern[number % 5]))
@@ -345,7 +349,8 @@ def made_row(verdict, *, gated=True, metric="p50_ms", detectable=None, more=None
     """Return a row of the sequential pass with the gate's word `verdict` already given."""
     row = row_of("sequential", metric, [10.0, 10.1, 9.9], [10.0, 10.2, 9.8], GateSettings())
     return row._replace(verdict=verdict, gated=gated, detectable_pct=detectable,
-                        more_rounds=more, worse_end_pct=end)
+                        more_rounds=more, rounds_to_go=None if more is None else 2 * more,
+                        worse_end_pct=end)
 
 
 UNDECIDED_P50 = ("Sequential p50 undecided: its worse end reaches +7.5% (tolerance 5%); about "
@@ -361,7 +366,7 @@ def test_the_default_rule_passes_only_when_every_gated_row_is_shown_within():
     undecided = made_row("inconclusive", more=4)
     outcome = gate_outcome(decided + [undecided], None, (), (), settings, None)
     assert outcome == GateOutcome("inconclusive", (UNDECIDED_P50,), 3, (undecided,))
-    assert more_rounds(outcome) == 4
+    assert more_rounds(outcome) == 8  # its rounds to go: the one "more rounds" figure
     # a doubt of the inputs comes first, and alone it leaves the result open
     outcome = gate_outcome(decided, None, (), ("1 usable round, fewer than 3",), settings, None)
     assert (outcome.status, outcome.reasons, outcome.exit_code) == (
@@ -444,7 +449,9 @@ def test_gate_rows_applies_the_whole_rule_once():
     assert judged_.outcome.status == "inconclusive"
     assert judged_.outcome.undecided == tuple(r for r in judged_.rows if r.gated)
     assert {r.verdict for r in judged_.rows if not r.gated} == {"inconclusive"}
-    assert len(judged_.outcome.reasons) == 6
+    # each undecided row, and the futility stop: 3 rounds left cannot decide a 16% spread
+    assert len(judged_.outcome.reasons) == 7
+    assert judged_.outcome.reasons[-1] == judged_.outcome.futility != ""
 
 
 def test_every_renderer_reads_the_undecided_rows_from_the_outcome(tmp_path):
@@ -510,3 +517,49 @@ def test_the_statuses_and_exit_codes_are_written_once():
     assert outcome_of(("a failure",), ("a doubt",)) == GateOutcome("fail", ("a failure",), 1)
     assert outcome_of((), ("a doubt",)) == GateOutcome("inconclusive", ("a doubt",), 3)
     assert outcome_of((), ()) == GateOutcome("pass", (), 0)
+
+
+def test_more_rounds_is_the_fewest_that_decide_as_often_as_stated_over_what_the_rounds_support():
+    for mean, spread, rounds_ in [(0.0, 0.05, 5), (0.03, 0.04, 5), (0.08, 0.05, 4),
+                                  (-0.16, 0.216, 5)]:
+        more = rounds_to_go(mean, spread, TOLERANCE, 0.025, 0.025 / 3, rounds_)
+        chance = [decide_probability(mean, spread, TOLERANCE, (0.025, 0.025 / 3), rounds_, k)
+                  for k in (more - 1, more)]
+        assert chance[1] >= DECIDE_PROBABILITY and (more == 1 or chance[0] < DECIDE_PROBABILITY)
+        # the point values alone promise far fewer: they take the change seen as the truth
+        point = rounds_to_decide(mean, spread, TOLERANCE, 0.025, 0.025 / 3, rounds_)
+        assert point is None or point <= more
+    # more spread seen, more rounds
+    figures = [rounds_to_go(0.0, s, TOLERANCE, 0.025, 0.025 / 3, 5) for s in (0.05, 0.2, 0.6)]
+    assert figures[0] < figures[1] <= figures[2]
+
+
+def sequential_rows(changes, settings):
+    """Return the gated rows of rounds whose worse-direction log changes are `changes` (one
+    list per round: p50, p95, req/s)."""
+    metrics = ("p50_ms", "p95_ms", "req_per_s")
+    return [row_of("sequential", m, [10.0] * len(changes),
+                   [10.0 * math.exp((-1 if m == "req_per_s" else 1) * c[k]) for c in changes],
+                   settings) for k, m in enumerate(metrics)]
+
+
+def test_a_look_that_the_rounds_left_cannot_decide_stops_for_futility_and_says_so():
+    settings = GateSettings(sequential_max=10)
+    rng = random.Random(8)
+    # a change at the tolerance, 10% spread: 7 more rounds cannot tell it from the tolerance
+    noisy = [[TOLERANCE + rng.gauss(0, 0.10) for _ in range(3)] for _ in range(3)]
+    outcome = gate_rows(sequential_rows(noisy, settings), settings).outcome
+    assert outcome.status == "inconclusive" and outcome.exit_code == 3
+    assert outcome.futility.startswith("futility: the 7 rounds left of the plan (10) would "
+                                       "decide ")
+    assert outcome.futility in outcome.reasons
+    # the plan's last look has no rounds left to weigh: no futility, the last look's doubt
+    ten = noisy + [[TOLERANCE + rng.gauss(0, 0.10) for _ in range(3)] for _ in range(7)]
+    assert gate_rows(sequential_rows(ten, settings), settings).outcome.futility == ""
+    # a fixed design has no looks
+    fixed = GateSettings()
+    assert gate_rows(sequential_rows(noisy, fixed), fixed).outcome.futility == ""
+    # tight rounds near no change: the rounds left decide them, it goes on
+    tight = [[rng.gauss(0, 0.02) for _ in range(3)] for _ in range(3)]
+    outcome = gate_rows(sequential_rows(tight, settings), settings).outcome
+    assert outcome.futility == ""

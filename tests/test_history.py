@@ -15,8 +15,8 @@ import pytest
 from router_latency.errors import RouterLatencyError
 from router_latency.gate import gate_rows, GateSettings, row_of, word_status
 from router_latency.history import (add_entries, entry_of_run, EntryTags, history_report,
-                                    HISTORY_SCHEMA,
-                                    HistoryEntry, HistoryRow, read_history, TrendSettings)
+                                    HISTORY_SCHEMA, HistoryEntry, HistoryRow, read_history,
+                                    step_of, TrendSettings)
 from conftest import BASE, history_rounds_folder, make_run, ROOT
 
 
@@ -334,8 +334,10 @@ def test_an_add_waits_its_turn_for_the_stores_lock_and_loses_no_line(tmp_path):
     add_entries(str(store), [entry_of_run(run, EntryTags(commit="c1"))])
     holder = os.open(store, os.O_WRONLY | os.O_APPEND)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, in its turn
+    later = make_run(tmp_path / "two.json", label="merge", passes={1: BASE},
+                     started="2026-01-01T00:00:03Z")  # another measurement (each counts once)
     adding = threading.Thread(target=add_entries, args=(
-        str(store), [entry_of_run(run, EntryTags(commit="c3"))]))
+        str(store), [entry_of_run(later, EntryTags(commit="c3"))]))
     adding.start()
     adding.join(0.5)  # it waits for the lock (a thread done by now read the store too early)
     os.write(holder, store.read_bytes().replace(b'"c1"', b'"c2"'))
@@ -367,8 +369,10 @@ def test_an_add_that_cannot_have_the_lock_says_so_in_one_line_and_writes_nothing
 
 def test_many_adds_at_once_keep_every_line(tmp_path):
     store = tmp_path / "perf.jsonl"
-    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
-    entries = [entry_of_run(run, EntryTags(commit=f"c{index}")) for index in range(12)]
+    # twelve measurements (a run file counts once in the store)
+    entries = [entry_of_run(make_run(tmp_path / f"r{index}.json", label="merge",
+                                     passes={1: BASE}, started=f"2026-01-01T00:00:{index:02d}Z"),
+                            EntryTags(commit=f"c{index}")) for index in range(12)]
     start = threading.Barrier(len(entries))
 
     def add(entry):
@@ -393,7 +397,9 @@ def test_a_run_whose_req_per_s_rounds_to_zero_is_added_and_read_back(tmp_path, c
     assert added.code == 0, added.err
     entry = read_history(str(store))[0]
     assert entry.rows and all(row.metric != "req_per_s" for row in entry.rows)
-    assert cli("history", "add", "--history", store, "--run", path, "--commit", "c2").code == 0
+    later = make_run(tmp_path / "slow2.json", label="merge",
+                     passes={1: (10.0, 12.0, 13.0, 0.001)}, started="2026-01-02T00:00:00Z")
+    assert cli("history", "add", "--history", store, "--run", later, "--commit", "c2").code == 0
     assert cli("history", "report", "--history", store).code == 0
 
 
@@ -409,3 +415,65 @@ def test_an_entry_its_reader_would_refuse_is_never_written(tmp_path):
                                                  r"\(.*one\.json: its history line: rows\)$"):
         add_entries(str(store), [bad])
     assert store.read_bytes() == before
+
+
+def test_a_measurement_in_two_entries_is_refused(tmp_path, cli):
+    # the same folder under two commits: a +3% change counted twice read +7.47% and failed
+    store = tmp_path / "perf.jsonl"
+    history_rounds_folder(tmp_path / "once", 1.03, seed=3)
+    assert cli("history", "add", "--history", store, "--dir", tmp_path / "once", "--base",
+               "main", "--new", "merge", "--commit", "c1").code == 0
+    before = store.read_bytes()
+    again = cli("history", "add", "--history", store, "--dir", tmp_path / "once", "--base",
+                "main", "--new", "merge", "--commit", "c2")
+    assert again.code == 2 and len(again.err.splitlines()) == 1
+    assert "already in the history under commit c1 (line 1)" in again.err
+    assert store.read_bytes() == before
+    # a copy of one run file in another folder is the same measurement too
+    history_rounds_folder(tmp_path / "other", 1.0, seed=4)
+    shutil.copy(tmp_path / "once" / "r2-merge.json", tmp_path / "other" / "r2-merge.json")
+    copied = cli("history", "add", "--history", store, "--dir", tmp_path / "other", "--base",
+                 "main", "--new", "merge", "--commit", "c2")
+    assert copied.code == 2 and "under commit c1" in copied.err
+
+
+def test_a_step_that_overlaps_the_previous_ones_is_refused_with_the_reason(tmp_path, cli):
+    # c3 measured against c1 while c2 (against c1) is in: its step holds c2's again
+    store = tmp_path / "perf.jsonl"
+    parent = chain(tmp_path, [1.02, 1.02, 1.02])
+
+    def add(index, base_commit):
+        return cli("history", "add", "--history", store, "--dir", parent / f"c{index}",
+                   "--base", "main", "--new", "merge", "--commit", f"c{index}",
+                   "--base-commit", base_commit)
+    assert add(1, "c0").code == 0 and add(2, "c1").code == 0
+    overlapping = add(3, "c1")
+    assert overlapping.code == 2 and "its base ran commit c1, not the previous entry's c2" \
+        in overlapping.err
+    assert add(3, "c2").code == 0
+    # a base the series does not hold is a gap (a skipped merge), as before: not refused
+    history_rounds_folder(parent / "c5", 1.0, seed=9, start=90000.0)
+    assert add(5, "c4").code == 0
+
+
+def test_the_step_of_an_odd_number_of_rounds_is_balanced_over_the_start_order():
+    # running second costs 2%: with base first in 3 of 5 rounds the plain mean keeps 2%/5
+    cost, step = math.log(1.02), math.log(1.01)
+    new_first = (False, True, False, True, False)
+    logs = [step + (-cost if first else cost) for first in new_first]
+    row = HistoryRow("sequential", "p50_ms", True, (10.0,) * 5,
+                     tuple(10.0 * math.exp(v) for v in logs))
+    plain = step_of(row)
+    balanced = step_of(row, new_first)
+    assert plain.mean == pytest.approx(step + cost / 5)
+    assert balanced.mean == pytest.approx(step) and balanced.df == 3
+    # one order only, or unknown: the plain mean
+    assert step_of(row, (False,) * 5).mean == pytest.approx(plain.mean)
+    assert step_of(row, ()).mean == pytest.approx(plain.mean)
+
+
+def test_an_older_line_without_digests_or_order_still_reads(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    shutil.copy(OLD_LINE, store)
+    entries = read_history(str(store))
+    assert entries and all(e.runs == () and e.new_first == () for e in entries)

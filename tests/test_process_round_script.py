@@ -825,7 +825,7 @@ def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
     folder = pair_folder(tmp_path, [(10, 10)] * 5, 0.9, 1)
     result = cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--plan")
     p50 = next(line for line in result.out.splitlines() if line.startswith("Sequential p50:"))
-    assert "(its halves)" in p50 and "mostly within the pass: more requests per pass" in p50
+    assert "(its halves by prompt, new minus base)" in p50
     document = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b",
                               "--format", "json").out)
     plan = document["plan"]

@@ -32,7 +32,7 @@ TARGET = ROOT / "router_latency.py"
 # checks it, and that the judging layer never imports the wire and the pass)
 LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("base facts and words", ("constants", "errors", "words", "report")),
-    ("statistics", ("stats", "sequential")),
+    ("statistics", ("stats", "sequential", "variance")),
     ("records and files", ("files", "corpus", "gpu", "prometheus", "cache", "versions",
                            "degraded", "requests", "phases", "captured", "runfile", "roundset",
                            "ladder")),

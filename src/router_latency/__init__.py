@@ -31,6 +31,7 @@ order:
   statistics:
     stats              t quantiles, intervals, percentiles, Holm and the false discoveries
     sequential         group-sequential boundaries: alpha spent per look, t criticals
+    variance           a row's noise in one nested model: parts, intervals, df
   records and files:
     files              reading, JSON, atomic writes
     corpus             prompts from a router repo's E2E data, the corpus file

@@ -14,18 +14,20 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
 from .errors import Notice, RouterLatencyError
 from .words import BOUND_PCT, change_text, metric_title, pct_text, plural, worse_sign
-from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squares,
-                    mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
-                    sample_spread, t_cdf, t_ppf, t_test_p)
+from .stats import (chi2_ppf, composite_log_ratios, effective_rows, Interval,
+                    mean_and_squares, mean_interval, normal_cdf, normal_ppf, paired_interval,
+                    power_shift, rounds_needed, sample_spread, t_cdf, t_ppf, t_test_p)
 from .sequential import sequential_t_criticals
 from .requests import pass_title
 from .roundset import Rounds
 
 __all__ = [
-    "BEYOND_LIMIT", "check_look", "composite_text", "DETECTS_CONFIDENCE", "detectable_text",
+    "BEYOND_LIMIT", "check_look", "composite_text", "DECIDE_PROBABILITY", "DETECTS_CONFIDENCE",
+    "detectable_text",
     "detects_text", "GATE_ALPHA", "GateOutcome", "gate_rows", "GateSettings", "GateTest",
     "holm_step_down", "judged_word", "Look", "missed_pct", "missed_text", "more_rounds",
     "one_sided", "OneSided", "outcome_of", "Row", "row_judged_interval", "row_of", "row_word",
+    "spread_bound",
     "undecided_text", "word_status",
 ]
 
@@ -38,6 +40,14 @@ ROW_WORDS = ("better", "same", "no worse", "worse", "inconclusive")
 # "detects" plugs in this upper confidence bound of the spread, not the spread seen, so that
 # the figure has its 80% power in about this share of runs (bench/gate_simulation.py --detects)
 DETECTS_CONFIDENCE = 0.9
+# "more rounds": the further rounds that decide an undecided row this often, averaged over the
+# change and spread the rounds so far support (not their point values)
+DECIDE_PROBABILITY = 0.8
+# a --sequential look stops for futility when an undecided gated row would be decided by the
+# plan's last look in under this share of what the rounds so far support: it ends
+# INCONCLUSIVE, never PASS or FAIL, so the design's false FAIL and false PASS rates stay (a
+# non-binding futility boundary; bench/gate_statistics.py futility simulates them)
+FUTILITY_PROBABILITY = 0.1
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
@@ -105,6 +115,9 @@ class Row(NamedTuple):
     new_values: Tuple[float, ...]
     worse_end_pct: Optional[float] = None  # the worse end of the interval the gate uses
     more_rounds: Optional[int] = None  # inconclusive: rounds that would decide it; None: > 1,000
+    # inconclusive: the further rounds that decide it DECIDE_PROBABILITY of the time over what
+    # the rounds so far support (rounds_to_go); None: > 1,000
+    rounds_to_go: Optional[int] = None
     spread: float = 0.0  # sample standard deviation of ln(new / base) over the rounds
     # the interval the word and the gate judge, of the worse-direction log ratio: the 95% one
     # in a fixed design, a --sequential look's (its boundary) for a gated row; None: unjudged
@@ -155,6 +168,9 @@ class GateOutcome(NamedTuple):
     reasons: Tuple[str, ...]  # why it failed or is inconclusive
     exit_code: int  # EXIT_OK, EXIT_GATE or EXIT_INCONCLUSIVE
     undecided: Tuple[Row, ...] = ()  # the gated rows decided neither way (verdict inconclusive)
+    # a --sequential look before the last at which the rounds left cannot decide (futility):
+    # the words that say so; "" where it goes on (or is no such look)
+    futility: str = ""
 
 
 class GateJudgement(NamedTuple):
@@ -260,10 +276,12 @@ def row_judged(row: Row, settings: GateSettings, within: float, fail: float,
                            alpha=level, sided=1)
     more = None if verdict != "inconclusive" else \
         rounds_to_decide(mean, spread, tolerance, settings.alpha / 2, level, n)
+    to_go = None if verdict != "inconclusive" else \
+        rounds_to_go(mean, spread, tolerance, settings.alpha / 2, level, n)
     return row._replace(
         verdict=verdict, worse_end_pct=100 * math.expm1(end) if math.isfinite(end) else None,
         detectable_pct=100 * math.expm1(detectable) if spread > 0 and math.isfinite(detectable)
-        else None, rounds_needed=needed, more_rounds=more, spread=spread,
+        else None, rounds_needed=needed, more_rounds=more, rounds_to_go=to_go, spread=spread,
         judged=Interval(mean, start, end, n - 1),
         held_by_holm=row.gated and verdict == "inconclusive" and start > tolerance)
 
@@ -314,6 +332,56 @@ def rounds_to_decide(mean: float, spread: float, tolerance: float, within_level:
         if -t_ppf(level, n - 1) * spread / math.sqrt(n) <= gap:
             return n - rounds
     return None
+
+
+# the posterior of a row's (change, spread) after n rounds, on a fixed grid: the spread at
+# these quantiles of its chi-square, the change at these normal quantiles given the spread
+_SPREAD_QUANTILES = tuple((i + 0.5) / 8 for i in range(8))
+_CHANGE_Z = tuple(normal_ppf((j + 0.5) / 16) for j in range(16))
+
+
+def decide_probability(mean: float, spread: float, tolerance: float,
+                       levels: Tuple[float, float], rounds: int, more: int) -> float:
+    """Return the probability that `more` further rounds decide a row (its worse end inside
+    the tolerance, or its test beyond it), averaged over what the rounds so far support: the
+    true spread s^2 (n - 1) / chi2, the true change N(mean, spread^2 / n) (the reference
+    prior's posterior), the rounds to come normal about it. levels: the one-sided levels of
+    the tests within the tolerance and beyond it."""
+    within_level, fail_level = levels
+    n, total = rounds, rounds + more
+    within_c = upper_critical(within_level, total - 1)
+    fail_c = upper_critical(fail_level, total - 1)
+    found = 0.0
+    for q in _SPREAD_QUANTILES:
+        sigma = spread * math.sqrt((n - 1) / chi2_ppf(q, n - 1))
+        se, sd = sigma / math.sqrt(total), math.sqrt(more) * sigma / total
+        for z in _CHANGE_Z:
+            centre = (n * mean + more * (mean + z * sigma / math.sqrt(n))) / total
+            found += (normal_cdf((tolerance - within_c * se - centre) / sd)
+                      + normal_cdf((centre - tolerance - fail_c * se) / sd))
+    return found / (len(_SPREAD_QUANTILES) * len(_CHANGE_Z))
+
+
+def rounds_to_go(mean: float, spread: float, tolerance: float, within_level: float,
+                 fail_level: float, rounds: int) -> Optional[int]:
+    """Return the fewest further rounds that decide a row DECIDE_PROBABILITY of the time over
+    what its rounds so far support (decide_probability); None past DECIDE_LIMIT rounds."""
+    if spread == 0.0:
+        return None if mean == tolerance else 1
+
+    def decides(more: int) -> bool:
+        return decide_probability(mean, spread, tolerance, (within_level, fail_level), rounds,
+                                  more) >= DECIDE_PROBABILITY
+    most = DECIDE_LIMIT - rounds
+    if most < 1 or not decides(most):
+        return None
+    low, high = 0, 1  # decides(high); not decides(low) (0 rounds decide nothing more)
+    while not decides(high):
+        low, high = high, min(2 * high, most)
+    while high - low > 1:  # the probability grows with the rounds: bisect
+        middle = (low + high) // 2
+        low, high = (low, middle) if decides(middle) else (middle, high)
+    return high
 
 
 def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
@@ -493,8 +561,38 @@ def gate_outcome(rows: Sequence[Row], test: Optional[GateTest], failures: Sequen
                            f"{composite_text(test.composite)}, worse than the tolerance")
     if reasons:
         return outcome_of(reasons, (), undecided)
-    return outcome_of((), list(doubts) + settings.rule.doubts(undecided, settings, look),
-                      undecided)
+    futile = futility_text(undecided, sum(r.gated for r in rows), settings, look)
+    outcome = outcome_of((), list(doubts) + settings.rule.doubts(undecided, settings, look)
+                         + ([futile] if futile else []), undecided)
+    return outcome._replace(futility=futile) if futile else outcome
+
+
+def futility_text(undecided: Sequence[Row], gated: int, settings: GateSettings,
+                  look: Optional[Look]) -> str:
+    """Return why a --sequential look before the last stops for futility ("" where it goes
+    on): the undecided gated rows that the rounds left would decide by the last look in under
+    FUTILITY_PROBABILITY of what the rounds so far support (decide_probability at the last
+    look's boundaries: within the tolerance, and Holm's first step over the `gated` rows)."""
+    if look is None or look.last or not undecided:
+        return ""
+    last, level = look.max_rounds, settings.alpha / 2
+    gated = max(1, gated)
+    levels = (nominal_level(gate_critical(settings, last, level), last - 1),
+              nominal_level(gate_critical(settings, last, level / gated), last - 1))
+    futile = []
+    for row in undecided:
+        if row.judged is None:
+            continue
+        chance = decide_probability(row.judged.mean, row.spread, settings.tolerance_log, levels,
+                                    look.rounds, last - look.rounds)
+        if chance < FUTILITY_PROBABILITY:
+            futile.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)} "
+                          f"{chance:.0%}")
+    if not futile:
+        return ""
+    return (f"futility: the {plural(last - look.rounds, 'round')} left of the plan ({last}) "
+            f"would decide {', '.join(futile)} of the time, under "
+            f"{FUTILITY_PROBABILITY:.0%}: stop here, undecided")
 
 
 def outcome_of(failures: Sequence[str], doubts: Sequence[str],
@@ -527,9 +625,11 @@ def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[st
 
 
 def more_rounds(outcome: GateOutcome) -> Optional[int]:
-    """Return the rounds that would decide every undecided gated row, None past 1,000 or
-    when none is undecided."""
-    counts = [r.more_rounds for r in outcome.undecided if r.more_rounds is not None]
+    """Return the further rounds that decide each undecided gated row DECIDE_PROBABILITY of
+    the time over what the rounds so far support (the most any needs): the one "more rounds"
+    figure of the undecided line, --plan and the JSON; None past 1,000 or when none is
+    undecided."""
+    counts = [r.rounds_to_go for r in outcome.undecided if r.rounds_to_go is not None]
     if not outcome.undecided or len(counts) < len(outcome.undecided):
         return None
     return max(counts)

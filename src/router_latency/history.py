@@ -7,6 +7,7 @@ status and exit code), on intervals that each have their own degrees of freedom.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -65,6 +66,11 @@ class HistoryEntry(NamedTuple):
     environment: Dict[str, str]  # cpu model, kernel, python, tool of the first base run
     rows: Tuple[HistoryRow, ...]
     line: int = 0  # its line in the store; not written
+    # the sha256 of each run file it measured: a file in two entries is refused (add_entries)
+    runs: Tuple[str, ...] = ()
+    # per used round, in the rows' order: whether the new side ran first (the step is then
+    # corrected for the cost of running second); () where not known (a run, an old line)
+    new_first: Tuple[bool, ...] = ()
 
 
 def history_now() -> str:
@@ -111,13 +117,23 @@ def entry_of_folder(folder: str, base: str, new: str, tags: EntryTags,
     first = runs[min(runs)][base]
     rows = tuple(HistoryRow(r.pass_name, r.metric, r.gated, r.base_values, r.new_values)
                  for r in report.rows if r.metric in ROW_METRICS)
+    starts = [(runs[n][base].started_unix, runs[n][new].started_unix) for n in report.used]
+    new_first = () if any(b is None or n is None for b, n in starts) else \
+        tuple(n < b for b, n in starts if b is not None and n is not None)
     return HistoryEntry(
         commit=tags.commit, base_commit=tags.base_commit, branch=tags.branch,
         date=tags.date or first.started_utc or history_now(), label=tags.label, kind="rounds",
         source=folder, verdict=report.outcome.status, tolerance_pct=settings.tolerance_pct,
         corpus_sha256=report.corpus_sha256,
         config=config_of(first, report.config_hashes.get(new, ())), node=first.host,
-        node_class=tags.node_class, environment=environment_of(first), rows=rows)
+        node_class=tags.node_class, environment=environment_of(first), rows=rows,
+        runs=tuple(sorted(file_digest(r.path) for n in runs for r in runs[n].values())),
+        new_first=new_first)
+
+
+def file_digest(path: str) -> str:
+    """Return the sha256 of a file's bytes, in hex."""
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
@@ -136,7 +152,7 @@ def entry_of_run(path: str, tags: EntryTags) -> HistoryEntry:
         date=tags.date or run.started_utc or history_now(), label=tags.label, kind="run",
         source=path, verdict="", tolerance_pct=5.0, corpus_sha256=run.corpus_sha256,
         config=config_of(run, run.config_hashes), node=run.host, node_class=tags.node_class,
-        environment=environment_of(run), rows=rows)
+        environment=environment_of(run), rows=rows, runs=(file_digest(path),))
 
 
 def folders_oldest_first(parent: str, base: str) -> List[str]:
@@ -163,8 +179,11 @@ def entry_json(entry: HistoryEntry) -> Dict[str, object]:
     document: Dict[str, object] = {"schema": HISTORY_SCHEMA, "written_by": __version__,
                                    "added_utc": history_now()}
     document.update({key: value for key, value in entry._asdict().items()
-                     if key not in ("rows", "line")})
+                     if key not in ("rows", "line", "runs", "new_first")})
     document["rows"] = [row._asdict() for row in entry.rows]
+    # added within schema version 1: a line without them (an older store) still reads
+    document["runs"] = list(entry.runs)
+    document["new_first"] = list(entry.new_first)
     return document
 
 
@@ -177,17 +196,36 @@ def add_entries(store: str, entries: Sequence[HistoryEntry],
                 wait_s: Optional[float] = None) -> None:
     """Append entries to the store, all or none, as whole lines in one write under the
     store's lock (files.locked_append: adds at once on one machine take turns, none lost);
-    the old lines are kept byte for byte. A commit already in the store is refused, and so is
-    an entry whose line the store's reader would refuse (checked by that reader)."""
+    the old lines are kept byte for byte. Refused: a commit already in the store, a run file
+    already in it (a measurement counts once), a step that overlaps the series' steps
+    (overlap_text), and an entry whose line the store's reader would refuse (checked by that
+    reader)."""
     new_lines = b"".join(checked_line(entry) for entry in entries)
 
     def lines_of(old: bytes) -> bytes:
-        known = {e.commit: e.line for e in parse_history(old, store)}
+        present = parse_history(old, store)
+        known = {e.commit: e.line for e in present}
+        measured = {digest: e for e in present for digest in e.runs}
         for entry in entries:
+            series = [e for e in present if e.kind == "rounds"
+                      and (e.branch, e.label) == (entry.branch, entry.label)]
             if entry.commit in known:
                 raise RouterLatencyError(f"commit {entry.commit} is already in the history "
                                          f"(line {known[entry.commit]})", store)
+            for digest in entry.runs:
+                if digest in measured:
+                    other = measured[digest]
+                    where = f"line {other.line}" if other.line else "this addition"
+                    raise RouterLatencyError(
+                        f"{entry.source}: a run file of it (sha256 {digest[:12]}) is already "
+                        f"in the history under commit {other.commit} ({where}): a measurement "
+                        f"counts once", store)
+            overlap = overlap_text(entry, series)
+            if overlap:
+                raise RouterLatencyError(overlap, store)
             known[entry.commit] = 0
+            measured.update({digest: entry._replace(line=0) for digest in entry.runs})
+            present.append(entry._replace(line=0))
         return b"\n" + new_lines if old and not old.endswith(b"\n") else new_lines
     locked_append(store, lines_of, wait_s)
 
@@ -199,6 +237,25 @@ def checked_line(entry: HistoryEntry) -> bytes:
     where = f"{entry.source}: its history line"
     entry_from_json(parse_json(line, where), where)
     return line
+
+
+def overlap_text(entry: HistoryEntry, series: Sequence[HistoryEntry]) -> str:
+    """Return why an entry's step would overlap the store's ("" where it does not): a rounds
+    folder whose base ran an earlier commit of its series (its branch and label's rounds
+    entries) than the previous entry's, or the previous entry's own base, measures again
+    what the steps since its base measured, and the drift would count it twice. Refused, not
+    placed on a graph: measure it against the previous entry's commit. A base the series
+    does not hold is a gap (not counted), as before."""
+    if entry.kind != "rounds" or not series or not entry.base_commit:
+        return ""
+    previous = series[-1]
+    earlier = {e.commit for e in series[:-1]} | {previous.base_commit} - {""}
+    if entry.base_commit == previous.commit or entry.base_commit not in earlier:
+        return ""
+    return (f"{entry.source}: its base ran commit {entry.base_commit}, not the previous "
+            f"entry's {previous.commit}: its step overlaps the steps since "
+            f"{entry.base_commit} and the drift would count them twice; measure it against "
+            f"{previous.commit}")
 
 
 def read_history(store: str) -> List[HistoryEntry]:
@@ -284,7 +341,15 @@ def entry_from_json(document: object, where: str) -> HistoryEntry:
         config=texts_of(document, "config", where),
         environment=texts_of(document, "environment", where),
         rows=tuple(row_from_json(r, f"{where}: rows")
-                   for r in list_field(document, "rows", where)))
+                   for r in list_field(document, "rows", where)),
+        runs=tuple(str(d) for d in optional_list(document, "runs", where)),
+        new_first=tuple(bool(v) for v in optional_list(document, "new_first", where)))
+
+
+def optional_list(document: Dict[str, object], key: str, where: str) -> List[object]:
+    """Return a list field added within this schema version: [] where an older line has
+    none."""
+    return list_field(document, key, where) if key in document else []
 
 
 # ----- the trend ---------------------------------------------------------------------------
@@ -308,16 +373,37 @@ def change_of(mean: float, variance: float, df: float) -> Change:
     return Change(mean, mean - half, mean + half, variance, df)
 
 
-def step_of(row: HistoryRow) -> Optional[Change]:
+def step_of(row: HistoryRow, new_first: Sequence[bool] = ()) -> Optional[Change]:
     """Return an entry's paired step of a row: the mean over rounds of the worse-direction
-    log ratio new/base, with the variance of that mean (s^2 / n) and n - 1 df."""
+    log ratio new/base, with the variance of that mean (s^2 / n) and n - 1 df; where the
+    rounds' start order is known and both orders ran, the mean of the two orders' means
+    (balanced_step), so that a cost of running second, which an odd number of rounds leaves
+    in the plain mean with the same sign every commit, cancels."""
     if len(row.base_values) < 2:
         return None
     sign = worse_sign(row.metric)
     logs = [sign * math.log(n / b) for b, n in zip(row.base_values, row.new_values)]
+    if len(new_first) == len(logs):
+        balanced = balanced_step(logs, new_first)
+        if balanced is not None:
+            return balanced
     interval = mean_interval(logs)
     variance = ((interval.high - interval.mean) / -t_ppf(GATE_ALPHA / 2, interval.df)) ** 2
     return Change(interval.mean, interval.low, interval.high, variance, float(interval.df))
+
+
+def balanced_step(logs: Sequence[float], new_first: Sequence[bool]) -> Optional[Change]:
+    """Return the mean of the two start orders' mean log ratios, with its variance from the
+    pooled spread within the orders (n - 2 df): the crossover estimate of the step; None
+    where one order is missing or no df is left."""
+    groups = [[v for v, first in zip(logs, new_first) if first == side] for side in (False, True)]
+    if any(not g for g in groups) or len(logs) < 3:
+        return None
+    means = [math.fsum(g) / len(g) for g in groups]
+    squares = math.fsum((v - m) ** 2 for g, m in zip(groups, means) for v in g)
+    df = len(logs) - 2
+    variance = squares / df / 4 * (1 / len(groups[0]) + 1 / len(groups[1]))
+    return change_of((means[0] + means[1]) / 2, variance, float(df))
 
 
 def sum_of(steps: Sequence[Change]) -> Change:
@@ -506,7 +592,7 @@ def row_points(entries: Sequence[HistoryEntry], key: Tuple[str, str],
         row = next((r for r in entry.rows if (r.pass_name, r.metric) == key), None)
         if row is None:
             continue
-        step = step_of(row)
+        step = step_of(row, entry.new_first)
         if index > start and step is not None:
             steps.append(step)
         logs = [math.log(v) for v in row.new_values]

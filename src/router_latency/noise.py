@@ -3,11 +3,14 @@
 Each row's round-to-round spread (the log standard deviation of one round's change) has two
 sources: the statistic's own sampling noise within one router instance, which more requests
 per pass narrow, and the instance-to-instance (round-to-round) part, which only more rounds
-(fresh instances) narrow. The within part comes from splitting each pass into its sendings
-(--repeat, --duration) or, for a pass that sends the corpus once, into its two halves in send
-order: the parts' spread, scaled to the whole pass, includes the drift within an instance,
-which resampling requests would miss. The between part is the rest of the spread. Their
-squares add up to the square of the spread.
+(fresh instances) narrow. Each pass is split into its sendings (--repeat, --duration) or, for
+a pass that sends the corpus once, into two halves interleaved by prompt (even and odd ids);
+the parts are paired, new minus base per sending (the same prompts, the same place in the
+pass), so that a warm-up both sides share and the prompts' differences cancel, and
+variance.py takes them apart, each part with its interval: the within part (scaled to a whole
+pass; it includes the drift within an instance that resampling requests would miss), the
+between part the rest of the spread, held at 0, "not told apart", where the within part
+explains the whole spread.
 
 The plan: the requests per pass and rounds that would decide at the least node time, each
 round costed from what the run files measured (start-up to ready, warm-up, each pass's wall
@@ -23,31 +26,54 @@ from .constants import ROW_METRICS
 from .words import metric_title, plural
 from .report import Lines, Panel, Section
 from .stats import percentiles, rounds_needed
+from .variance import CONFIDENCE, NoiseParts, noise_parts, Part
 from .runfile import PassRecord, RunFile
 from .requests import pass_title, Request
 from .roundset import Rounds
-from .gate import BEYOND_LIMIT, GateOutcome, GateSettings, Row
+from .gate import (BEYOND_LIMIT, DECIDE_PROBABILITY, GateOutcome, GateSettings, missed_text, Row,
+                   spread_bound)
 
 __all__ = ["noise_findings", "noise_json", "NoiseFindings", "plan_section"]
 
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
 PLAN_DETECT_POWER = 0.8  # a gated row slowed by the target alone is found this often
+# the plan is made at this one-sided upper confidence bound of each part (as "detects" plugs
+# in a bound of the spread), so that its two rates hold over about this share of pilots
+PLAN_CONFIDENCE = 0.8
 MAX_REPEAT = 64  # the most sendings of the corpus per pass the plan proposes
 DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duration pass's length
 MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
 MIN_MODE_ROUNDS = 4  # fewer rounds of a side say nothing of groups
 QUANTILES = {"p50_ms": 50.0, "p95_ms": 95.0, "p99_ms": 99.0}
+# one `rounds --sequential` look of run_rounds.sh --until-decided, in seconds, where the files
+# ran none (a fixed design): about 0.9 s a call on a small node (issue 41 measured it)
+LOOK_S = 0.9
+LOOK_SEEN = 0.3  # a gap between rounds this share of LOOK_S past the gap within: a look ran
 
 
 class RowNoise(NamedTuple):
     """A row's spread taken apart: log standard deviations of one round's change."""
     pass_name: str
     metric: str
-    within: float  # from the noise within one instance: more requests per pass narrow it
-    between: float  # from instance to instance: only more rounds narrow it
-    split: str  # how a pass was split: "sendings" or "halves"
-    capped: bool = False  # the within estimate came out above the spread, cut to it
+    parts: NoiseParts  # within one instance, between instances and rounds, with intervals
+    split: str  # how a pass was split: "sendings" or "halves" (interleaved by prompt)
+
+    @property
+    def within(self) -> float:
+        """From the noise within one instance: more requests per pass narrow it."""
+        return self.parts.within.value
+
+    @property
+    def between(self) -> float:
+        """From instance to instance and round to round: only more rounds narrow it."""
+        return self.parts.between
+
+    @property
+    def capped(self) -> bool:
+        """The between part held at 0: the within part explains the whole spread, the two
+        are not told apart (what a cap to the spread said before the nested model)."""
+        return self.parts.rounds.value == 0.0
 
     # in percent of the log scale (100 x the log standard deviation), where the two parts add
     # in squares to the spread as printed beside them (spread^2 = within^2 + between^2)
@@ -68,10 +94,18 @@ class NodeCost(NamedTuple):
     passes_s: float  # every pass's wall time
     requests: int  # requests of a pass as measured (its median)
     repeat: Optional[int]  # sendings of the corpus per pass; None: --duration passes
+    # a round's sequential look (`rounds --sequential` between rounds, --until-decided): the
+    # gap between rounds past the gap within one, or LOOK_S where the files ran none
+    look_s: float = 0.0
+    look_measured: bool = False
 
     def side_run_s(self, scale: float) -> float:
         """Seconds one side's run takes with `scale` times the requests per pass."""
         return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
+
+    def round_s(self, scale: float) -> float:
+        """Seconds one round takes: both sides' runs and the look after it."""
+        return 2 * self.side_run_s(scale) + self.look_s
 
 
 class NodePlan(NamedTuple):
@@ -81,6 +115,9 @@ class NodePlan(NamedTuple):
     node_minutes: float
     repeat: Optional[int]  # run -n that gives those requests; None: --duration passes
     scale: float  # requests per pass against the runs'
+    # the rounds at that scale at the low and high ends of the parts' CONFIDENCE intervals
+    # (None: past 1,000): what the pilot supports
+    rounds_range: Optional[Tuple[int, Optional[int]]] = None
 
 
 class SpeedGroup(NamedTuple):
@@ -112,9 +149,11 @@ class NoiseFindings(NamedTuple):
 
 
 def pass_parts(record: PassRecord) -> Tuple[List[List[Request]], str]:
-    """Return a pass's routed requests split into its sendings, or its two halves in send
-    order when it sent the corpus once; parts under half the largest (a cut-off last sending
-    of a --duration pass) are left out."""
+    """Return a pass's routed requests split into its sendings, or, when it sent the corpus
+    once, into two halves interleaved by prompt (even and odd ids: halves in send order
+    differ in their prompts and in their place in the pass, and both read as within noise);
+    parts under half the largest (a cut-off last sending of a --duration pass) are left
+    out."""
     requests = [r for r in record.requests if r.routed and r.latency_ms is not None
                 and r.start_ms is not None]
     sendings = sorted({r.rep for r in requests})
@@ -122,17 +161,21 @@ def pass_parts(record: PassRecord) -> Tuple[List[List[Request]], str]:
         parts = [[r for r in requests if r.rep == k] for k in sendings]
         largest = max(len(p) for p in parts)
         return [p for p in parts if 2 * len(p) >= largest], "sendings"
-    half = len(requests) // 2
-    return [requests[:half], requests[half:]], "halves"
+    return [[r for r in requests if r.id % 2 == k] for k in (0, 1)], "halves"
 
 
-def part_value(part: Sequence[Request], metric: str) -> Optional[float]:
+def part_value(part: Sequence[Request], metric: str, split: str = "sendings") -> Optional[float]:
     """Return a row's statistic of one part of a pass; None when it has none."""
     timed = [(r.start_ms, r.latency_ms) for r in part
              if r.start_ms is not None and r.latency_ms is not None]
     latencies = [latency for _, latency in timed]
     if len(latencies) < 2:
         return None
+    if metric == "req_per_s" and split == "halves":
+        # interleaved halves share one span: their requests over their summed latency move
+        # as a pass's req/s does at a fixed concurrency
+        total = math.fsum(latencies)
+        return 1000 * len(latencies) / total if total > 0 else None
     if metric == "req_per_s":  # its requests over the time from its first send to its last answer
         span = max(start + latency for start, latency in timed) - min(s for s, _ in timed)
         return 1000 * len(latencies) / span if span > 0 else None
@@ -147,7 +190,7 @@ def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[flo
     if record is None or record.discarded or not record.requests:
         return None
     parts, split = pass_parts(record)
-    values = [part_value(p, metric) for p in parts]
+    values = [part_value(p, metric, split) for p in parts]
     logs = [math.log(v) for v in values if v is not None and v > 0]
     if len(logs) < 2 or len(logs) < len(parts):
         return None
@@ -165,22 +208,49 @@ def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[T
             next(f[1] for f in found if f is not None))
 
 
+def part_logs(record: Optional[PassRecord], metric: str) -> Optional[Tuple[List[float], str]]:
+    """Return the log statistic of each part of a pass and how it was split; None when it
+    cannot be split."""
+    if record is None or record.discarded or not record.requests:
+        return None
+    parts, split = pass_parts(record)
+    values = [part_value(p, metric, split) for p in parts]
+    if len(values) < 2 or any(v is None or v <= 0 for v in values):
+        return None
+    return [math.log(v) for v in values if v is not None], split
+
+
+def paired_table(rounds: Rounds, row: Row) -> Optional[Tuple[Dict[Tuple[int, int, int], float],
+                                                           str]]:
+    """Return a row's paired differences, new minus base per sending (or half) of each used
+    round, keyed (round, instance 0, sending), and the split; None when a pass cannot be
+    split alike on both sides."""
+    table: Dict[Tuple[int, int, int], float] = {}
+    split = ""
+    for n in rounds.used:
+        found = [part_logs(rounds.runs[n][side].pass_named(row.pass_name), row.metric)
+                 for side in rounds.sides]
+        if found[0] is None or found[1] is None or found[0][1] != found[1][1]:
+            return None
+        (base, split), (new, _) = found[0], found[1]
+        for k, (b, v) in enumerate(zip(base, new)):
+            table[(n, 0, k)] = v - b
+        if min(len(base), len(new)) < 2:
+            return None
+    return table, split
+
+
 def row_noise(rounds: Rounds, row: Row) -> Optional[RowNoise]:
     """Return a client row's spread taken apart; None for a row no pass splits (ladder
-    rows, the router's parts)."""
-    if row.metric not in ROW_METRICS:
+    rows, the router's parts) or fewer than 2 rounds."""
+    if row.metric not in ROW_METRICS or len(rounds.used) < 2:
         return None
-    found = [side_within(rounds, side, row.pass_name, row.metric) for side in rounds.sides]
-    if found[0] is None or found[1] is None:
+    paired = paired_table(rounds, row)
+    if paired is None:
         return None
-    within = math.sqrt(found[0][0] + found[1][0])  # the change is new over base: both add
-    # a part of the spread is no larger than the spread: an estimate above it (sampling
-    # noise of few rounds, or halves of a pass that also differ in their prompts) is cut to
-    # it, and said so, so that the parts always add up as printed
-    capped = within > row.spread
-    within = min(within, row.spread)
-    return RowNoise(row.pass_name, row.metric, within,
-                    math.sqrt(max(0.0, row.spread ** 2 - within ** 2)), found[0][1], capped)
+    # the row's own spread tops the model, so that the parts add up to the spread judged
+    top = row.spread ** 2
+    return RowNoise(row.pass_name, row.metric, noise_parts(paired[0], top=top), paired[1])
 
 
 def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
@@ -202,20 +272,32 @@ def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     ready = [r.ready_after_s for r in chosen if r.ready_after_s is not None]
     if any(s is None for s in spans) or not ready:
         return None
-    timed = sorted(s for s in spans if s is not None)
-    gaps = [after[0] - before[1] for before, after in zip(timed, timed[1:])
-            if after[0] >= before[1]]
+    rounds_of = [n for n in used for _ in sides]
+    timed = sorted((s, n) for s, n in zip(spans, rounds_of) if s is not None)
+    # a gap within a round (base to new) holds a stop and a start; one between rounds also
+    # holds the look --until-decided makes after each round: costed apart, so that a plan
+    # of many rounds counts its looks (about 0.9 s each on a small node)
+    within_gaps: List[float] = []
+    between_gaps: List[float] = []
+    for (before, n_before), (after, n_after) in zip(timed, timed[1:]):
+        if after[0] >= before[1]:
+            (within_gaps if n_before == n_after else between_gaps).append(after[0] - before[1])
+    gaps = within_gaps or between_gaps
+    gap_s = statistics.median(gaps) if gaps else 0.0
+    extra = statistics.median(between_gaps) - gap_s if between_gaps and within_gaps else 0.0
+    look_measured = extra >= LOOK_SEEN * LOOK_S
     ready_s = statistics.median(ready)
     first = chosen[0]
     return NodeCost(
         ready_s=ready_s,
-        other_s=max(0.0, statistics.median(end - start - inside for start, end, inside in timed)
-                    - ready_s),
-        gap_s=statistics.median(gaps) if gaps else 0.0,
-        passes_s=statistics.median(inside for _, _, inside in timed),
+        other_s=max(0.0, statistics.median(end - start - inside
+                                           for (start, end, inside), _ in timed) - ready_s),
+        gap_s=gap_s,
+        passes_s=statistics.median(inside for (_, _, inside), _ in timed),
         requests=int(statistics.median(p.measured.requests for r in chosen for p in r.passes
                                        if not p.discarded and p.summary is not None)),
-        repeat=None if first.settings.duration_s else first.settings.repeat)
+        repeat=None if first.settings.duration_s else first.settings.repeat,
+        look_s=extra if look_measured else LOOK_S, look_measured=look_measured)
 
 
 def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int]:
@@ -245,26 +327,48 @@ def plan_scales(cost: NodeCost) -> List[Tuple[float, int, Optional[int]]]:
     return [(k, round(cost.requests * k), None) for k in DURATION_SCALES]
 
 
+def planned_spread(row: Row, found: Optional[RowNoise], scale: float, end: str) -> float:
+    """Return a row's spread at `scale` times the requests per pass, at one end of what the
+    pilot supports: "plan" (each part at its PLAN_CONFIDENCE upper bound on its degrees of
+    freedom, the between part on the rounds'),
+    "low" or "high" (the ends of the parts' CONFIDENCE intervals). A row no pass splits
+    keeps its spread (its bound), as if more requests per pass narrowed none of it."""
+    if found is None:
+        if end == "low":
+            return row.spread
+        return spread_bound(row.spread, row.rounds - 1,
+                            PLAN_CONFIDENCE if end == "plan" else (1 + CONFIDENCE) / 2)
+    parts = found.parts
+    if end == "plan":
+        between = spread_bound(parts.rounds.value, row.rounds - 1, PLAN_CONFIDENCE)
+        within = spread_bound(parts.within.value, max(1, int(parts.within.df)), PLAN_CONFIDENCE)
+        return math.sqrt(between ** 2 + within ** 2 / scale)
+    if end == "low":
+        return math.sqrt(parts.rounds.low ** 2 + parts.within.low ** 2 / scale)
+    return math.sqrt(parts.rounds.high ** 2 + parts.within.high ** 2 / scale)
+
+
 def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
               cost: NodeCost, settings: GateSettings) -> Optional[NodePlan]:
     """Return the requests per pass and rounds that decide as rounds_for() plans at the least
-    node time (two side runs a round); None when none does within 1,000 rounds."""
+    node time (two side runs a round), at each part's PLAN_CONFIDENCE upper bound, with the
+    range of rounds the pilot's intervals support; None when none does within 1,000 rounds."""
     best: Optional[NodePlan] = None
     for scale, requests, repeat in plan_scales(cost):
-        spreads = []
-        for row in gated:
-            found = noise.get((row.pass_name, row.metric))
-            # a row whose parts are not told apart (none, or within cut to the spread, an
-            # upper bound) is planned as if more requests per pass narrowed none of it
-            spreads.append(row.spread if found is None or found.capped else
-                           math.sqrt(found.between ** 2 + found.within ** 2 / scale))
+        spreads = [planned_spread(row, noise.get((row.pass_name, row.metric)), scale, "plan")
+                   for row in gated]
         rounds = rounds_for(spreads, settings)
         if rounds is None:
             continue
-        minutes = rounds * 2 * cost.side_run_s(scale) / 60
+        minutes = rounds * cost.round_s(scale) / 60
         if best is None or minutes < best.node_minutes * 0.999:
             best = NodePlan(rounds, requests, minutes, repeat, scale)
-    return best
+    if best is None:
+        return None
+    low, high = (rounds_for([planned_spread(row, noise.get((row.pass_name, row.metric)),
+                                            best.scale, end) for row in gated], settings)
+                 for end in ("low", "high"))
+    return best._replace(rounds_range=(low or 3, high))
 
 
 def speed_groups(values: Sequence[Tuple[int, float]], gap: float) -> List[SpeedGroup]:
@@ -325,13 +429,22 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
 
 
 def main_part(item: RowNoise) -> str:
-    """Return which part of a row's spread is the larger, and what narrows it."""
+    """Return which part of a row's spread is the larger, and what narrows it: only where
+    the data show it (variance.larger_part)."""
+    if item.parts.larger == "between":
+        return "mostly between instances: more rounds narrow it, more requests per pass do not"
+    if item.parts.larger == "within":
+        return "mostly within the pass: more requests per pass narrow it"
     if item.capped:
         return ("the two parts not told apart: the plan counts on more rounds alone for this "
                 "row")
-    if item.between >= item.within:
-        return "mostly between instances: more rounds narrow it, more requests per pass do not"
-    return "mostly within the pass: more requests per pass narrow it"
+    return "which part is the larger is not told apart at these rounds"
+
+
+def part_text(part: Part) -> str:
+    """Return a part, x 100, with its interval: "4.2% [3.1, 6.4]"."""
+    high = "inf" if not math.isfinite(part.high) else f"{100 * part.high:.1f}"
+    return f"{100 * part.value:.1f}% [{100 * part.low:.1f}, {high}]"
 
 
 def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSettings) -> List[str]:
@@ -341,20 +454,24 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
     for row in rows:
         item = findings.of(row)
         if row.gated and item is not None:
-            capped = "; at most: its parts differed by more, " + (
-                "as halves also differ in their prompts" if item.split == "halves"
-                else "by chance over few rounds") if item.capped else ""
+            parts = item.parts
+            split = "halves by prompt" if item.split == "halves" else item.split
+            between = (f"between instances {part_text(parts.rounds)}" if not item.capped else
+                       f"between instances not told apart from it (at most "
+                       f"{100 * parts.rounds.high:.1f}%)")
             lines.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)}: spread "
                          f"{100 * row.spread:.1f}% = within one instance "
-                         f"{item.within_pct:.1f}% (its {item.split}{capped}) and between "
-                         f"instances {item.between_pct:.1f}% (log standard deviations x 100: "
-                         f"their squares add): {main_part(item)}")
+                         f"{part_text(parts.within)} (its {split}, new minus base) and "
+                         f"{between} (log standard deviations x 100, {CONFIDENCE:.0%} "
+                         f"intervals: their squares add): {main_part(item)}")
     cost, sentence = findings.cost, plan_sentence(findings)
     if cost is not None:
         lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
                      f"ready {cost.ready_s:.1f} s, warm-up and the rest {cost.other_s:.1f} s, "
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
-                     f"between runs {cost.gap_s:.1f} s")
+                     f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"
+                     f"decided) {cost.look_s:.1f} s"
+                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}")
     if sentence is not None and findings.plan is not None:
         how = ("" if findings.plan.repeat is None else
                f" (run -n {findings.plan.repeat}; run_rounds.sh --requests-per-pass "
@@ -362,7 +479,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
         passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
                   if settings.tolerance_pct > 0 else "")
         lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
-                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
+                     f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time, planned at "
+                     f"an {PLAN_CONFIDENCE:.0%} upper bound of each part of the noise, so that "
+                     f"it keeps both in about {PLAN_CONFIDENCE:.0%} of pilots or more"
+                     f"{range_text(findings.plan)}")
     elif cost is not None:
         lines.append("plan: more than 1,000 rounds at any requests per pass")
     for mode in findings.modes:
@@ -388,7 +508,27 @@ def noise_json(findings: Optional[NoiseFindings], row: Row) -> Optional[dict]:
     if item is None:
         return None
     return {"within_pct": item.within_pct, "between_pct": item.between_pct, "split": item.split,
-            "capped": item.capped}
+            "capped": item.capped, "within": part_json(item.parts.within),
+            "between": part_json(item.parts.rounds),
+            "instances": None if item.parts.instances is None else
+            part_json(item.parts.instances), "rounds": part_json(item.parts.rounds)}
+
+
+def part_json(part: Part) -> dict:
+    """Return a part as the rounds JSON holds it, x 100 (null for an unbounded end)."""
+    return {"pct": 100 * part.value, "low_pct": 100 * part.low,
+            "high_pct": 100 * part.high if math.isfinite(part.high) else None, "df": part.df,
+            "told_apart": part.told_apart}
+
+
+def range_text(plan: NodePlan) -> str:
+    """Return the range of rounds the pilot supports, in words ("" without one)."""
+    if plan.rounds_range is None:
+        return ""
+    low, high = plan.rounds_range
+    top = BEYOND_LIMIT if high is None else f"{high:,}"
+    return (f"; the pilot's {CONFIDENCE:.0%} intervals of the parts support anywhere from "
+            f"{low:,} to {top} rounds")
 
 
 def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
@@ -401,28 +541,35 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
             "requests_per_pass": None if plan is None else plan.requests_per_pass,
             "node_minutes": None if plan is None else plan.node_minutes,
             "repeat": None if plan is None else plan.repeat,
+            "scale": None if plan is None else plan.scale,
+            "rounds_range": None if plan is None or plan.rounds_range is None
+            else list(plan.rounds_range),
             "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}
 
 
+def more_rounds_text(more_rounds: Optional[int]) -> str:
+    """Return the one "more rounds" figure in words, as the undecided line and --plan say it."""
+    what = (f"{BEYOND_LIMIT} more rounds would be needed" if more_rounds is None else
+            f"about {plural(more_rounds, 'more round')} would decide it")
+    return (f"{what} {DECIDE_PROBABILITY:.0%} of the time, over the change and spread these "
+            f"rounds support (not their point values)")
+
+
 def undecided_line(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
                    more_rounds: Optional[int], rows: Sequence[Row]) -> List[str]:
-    """Return the line a CI job shows for exit 3: how many more rounds would decide it."""
+    """Return the line a CI job shows for exit 3: how many more rounds would decide it, one
+    figure (gate.more_rounds), the same --plan and the JSON give; a fresh run's own plan
+    (an unchanged pair passing, a --max-mde slowdown found) is --plan's."""
     if outcome.status != "inconclusive" or not rows:
         return []
-    plan = plan_sentence(noise)
-    # the two answer different questions: the change seen decided, against the plan's own
-    # (an unchanged pair passing, a --max-mde slowdown found: what a job planning its node
-    # time needs; it is often far more)
-    plan = (f"; a plan that passes an unchanged pair 90% of the time and finds a "
-            f"{settings.target_pct:g}% slowdown 80% (rounds --plan): {plan}") \
-        if plan else ""
-    if more_rounds is None:
-        return [f"undecided: {BEYOND_LIMIT} more rounds would be needed at the spread seen"
-                f"{plan}"] if outcome.undecided else []
-    return [f"undecided: {plural(more_rounds, 'more round')} would decide it "
-            f"(at the spread seen){plan}"]
+    if outcome.futility:  # the look stops: no more rounds of this plan
+        return [f"stop: {outcome.futility}; {missed_text(outcome)}"]
+    if more_rounds is None and not outcome.undecided:
+        return []
+    fresh = "; a fresh run's plan: rounds --plan" if plan_sentence(noise) else ""
+    return [f"undecided: {more_rounds_text(more_rounds)}{fresh}"]
 
 
 def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome: GateOutcome,
@@ -432,8 +579,11 @@ def plan_section(noise: Optional[NoiseFindings], settings: GateSettings, outcome
     of each gated row, the plan and the speed groups below its table."""
     line = undecided_line(noise, settings, outcome, more_rounds, rows)
     lines = () if noise is None else tuple(noise_lines(noise, rows, settings))
+    if outcome.status == "inconclusive" and outcome.undecided:
+        lines = (f"more rounds: {more_rounds_text(more_rounds)}", *lines)
     return Section(key="plan", headline=tuple(line),
-                   json={"plan": plan_json(noise), "more_rounds": more_rounds},
+                   json={"plan": plan_json(noise), "more_rounds": more_rounds,
+                         "futility": outcome.futility or None},
                    plan=() if noise is None else ("", *lines),
                    page=(Panel(place=20, heading="Noise and a plan", items=(Lines(lines),))
                          if lines else Panel(place=20),))

@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""The gate's statistics, part 3 (issue 41): each target's figure beside it, with its
+Monte-Carlo error (the binomial standard error of a rate, the standard error of a mean).
+
+    python3 bench/gate_statistics.py PART [--trials 2000] [--seed 1]
+
+PART:
+  plan        at 9 gated rows and a 2% spread, the rounds the plan asks (rounds_for, by the
+              noncentral t) and how often they find a 10% slowdown of one row (target: at
+              least 80%) and pass an unchanged pair (target: at least 90%)
+  split       the noise split at 5 rounds on simulated passes with known parts (variance.py)
+  pilots      plans from 5-round pilots: how often they meet both targets, and their rounds
+  history     A/A series of 30 commits with a 2% cost of running second: the drift's coverage
+  futility    --until-decided's futility stop: how often it stops early, and the error rates
+  more        the one "more rounds" figure: on 5-round pilots left undecided, how often the
+              printed number of further rounds decides
+
+The rule is the tool's own (row_of, gate_rows, rounds_for, noise_parts), without files: fast.
+Not a test: it prints figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from router_latency.gate import gate_rows, GateSettings, more_rounds, row_of  # noqa: E402
+from router_latency.noise import (main_part, pass_parts, part_value, planned_spread,  # noqa: E402
+                                  PLAN_CONFIDENCE, rounds_for, RowNoise)
+from router_latency.requests import Request  # noqa: E402
+from router_latency.variance import noise_parts  # noqa: E402
+
+PASSES = ("sequential", "c4", "c16")
+GATED = ("p50_ms", "p95_ms", "req_per_s")
+
+
+def rate(hits: int, trials: int) -> str:
+    """Return a rate with its Monte-Carlo (binomial) standard error."""
+    p = hits / trials
+    return f"{p:.1%} +- {math.sqrt(p * (1 - p) / trials):.1%}"
+
+
+def mean_text(values, scale: float = 1.0, digits: int = 2) -> str:
+    """Return a mean with its standard error."""
+    mean = statistics.fmean(values)
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    return f"{scale * mean:.{digits}f} +- {scale * se:.{digits}f}"
+
+
+def gate_status(rng: random.Random, spread: float, n: int, settings: GateSettings,
+                slowed: float) -> str:
+    """Return the gate's status over n rounds of 9 independent gated rows whose change has
+    this log spread; the first row slowed by `slowed` (a fraction)."""
+    rows = []
+    for k, (name, metric) in enumerate((p, m) for p in PASSES for m in GATED):
+        shift = math.log1p(slowed) if k == 0 else 0.0
+        base = [10.0] * n
+        # worse direction: latency up, req/s down
+        sign = -1 if metric == "req_per_s" else 1
+        new = [10.0 * math.exp(sign * (shift + rng.gauss(0, spread))) for _ in range(n)]
+        rows.append(row_of(name, metric, base, new, settings))
+    return gate_rows(rows, settings).outcome.status
+
+
+def plan_part(args) -> None:
+    settings = GateSettings()
+    spread = 0.02
+    n = rounds_for([spread] * 9, settings)
+    rng = random.Random(args.seed)
+    found = sum(gate_status(rng, spread, n, settings, 0.10) == "fail"
+                for _ in range(args.trials))
+    passed = sum(gate_status(rng, spread, n, settings, 0.0) == "pass"
+                 for _ in range(args.trials))
+    print(f"plan at 9 gated rows, a 2% spread (tolerance 5%, target 10%): {n} rounds")
+    print(f"  a 10% slowdown of one row found: {rate(found, args.trials)} (target >= 80%)")
+    print(f"  an unchanged pair passes:        {rate(passed, args.trials)} (target >= 90%)")
+
+
+# (name, within, between, first sending's slowdown on both sides), 100 x log sd of the change
+SPLIT_SCENARIOS = (("balanced", 4.55, 4.24, 0.0), ("within only", 4.55, 0.0, 0.0),
+                   ("between-heavy", 1.5, 8.0, 0.0), ("warm-up trend", 2.41, 4.24, 0.06))
+SENDINGS = 3
+
+
+class Tally:
+    """What the split printed over trials of one scenario."""
+
+    def __init__(self) -> None:
+        self.within, self.between, self.old_within, self.old_between = [], [], [], []
+        self.not_apart = self.said = self.wrong = 0
+
+
+def pilot_table(rng: random.Random, rounds: int, within: float, between: float,
+                trend: float) -> tuple:
+    """Return (paired table, the rounds' changes, each round's unpaired within variance)
+    of one pilot at the sending level (split_trial's model)."""
+    table, changes, old = {}, [], []
+    per_side = within / 100 * math.sqrt(SENDINGS / 2)  # a sending's noise a side
+    for n in range(rounds):
+        effect = {side: rng.gauss(0, between / 100 / math.sqrt(2)) for side in "ab"}
+        logs = {side: [effect[side] + (math.log1p(trend) if k == 0 else 0.0)
+                       + rng.gauss(0, per_side) for k in range(SENDINGS)] for side in "ab"}
+        for k in range(SENDINGS):
+            table[(n, 0, k)] = logs["b"][k] - logs["a"][k]
+        changes.append(statistics.fmean(logs["b"]) - statistics.fmean(logs["a"]))
+        old.append(sum(statistics.variance(logs[s]) / SENDINGS for s in "ab"))
+    return table, changes, old
+
+
+def split_trial(rng: random.Random, rounds: int, within: float, between: float,
+                trend: float, tally: Tally) -> None:
+    """One pilot of `rounds` rounds at the sending level: each side's log statistic of a
+    sending is its instance's effect, a first-sending trend and noise; the pass's is their
+    mean. The new estimator pairs per sending; the old one (before this change) took each
+    side's sendings apart and capped within at the spread."""
+    table, changes, old = pilot_table(rng, rounds, within, between, trend)
+    spread = statistics.stdev(changes)
+    parts = noise_parts(table, top=spread ** 2)
+    item = RowNoise("p", "mean_ms", parts, "sendings")
+    tally.within.append(100 * parts.within.value)
+    tally.between.append(100 * parts.rounds.value)
+    old_within = min(math.sqrt(statistics.fmean(old)), spread)
+    tally.old_within.append(100 * old_within)
+    tally.old_between.append(100 * math.sqrt(max(0.0, spread ** 2 - old_within ** 2)))
+    tally.not_apart += item.capped
+    words = main_part(item)
+    if words.startswith("mostly"):
+        tally.said += 1
+        tally.wrong += words.startswith("mostly between") != (between > within)
+
+
+def halves_trial(rng: random.Random, rounds: int, between: float, prompts: int,
+                 prompt_sd: float, request_sd: float) -> tuple:
+    """One pilot of single-sending passes, prompts in corpus order, each prompt its own
+    speed: return (the spread squared, the parts) of its p50, split in halves by prompt."""
+    speeds = [rng.gauss(0, prompt_sd) for _ in range(prompts)]
+    table, changes = {}, []
+    for n in range(rounds):
+        effect = {side: rng.gauss(0, between / 100 / math.sqrt(2)) for side in "ab"}
+        halves, whole = {}, {}
+        for side in "ab":
+            clock, requests = 0.0, []
+            for i in range(prompts):
+                latency = 10 * math.exp(effect[side] + speeds[i] + rng.gauss(0, request_sd))
+                requests.append(Request(i, clock, latency, 200, "d", None))
+                clock += latency
+            record = type("Pass", (), {"requests": requests})
+            parts, split = pass_parts(record)
+            halves[side] = [math.log(part_value(p, "p50_ms", split)) for p in parts]
+            whole[side] = math.log(part_value(requests, "p50_ms"))
+        for k in range(2):
+            table[(n, 0, k)] = halves["b"][k] - halves["a"][k]
+        changes.append(whole["b"] - whole["a"])
+    spread = statistics.stdev(changes)
+    return spread ** 2, noise_parts(table, top=spread ** 2)
+
+
+def split_part(args) -> None:
+    rng = random.Random(args.seed)
+    rounds = 5
+    print(f"noise split at {rounds} rounds, {SENDINGS} sendings a pass, {args.trials} pilots a "
+          f"scenario (x 100 log sd; mean +- its standard error):")
+    for name, within, between, trend in SPLIT_SCENARIOS:
+        tally = Tally()
+        for _ in range(args.trials):
+            split_trial(rng, rounds, within, between, trend, tally)
+        apart = max(within, between) >= 2 * min(within, between)
+        print(f"  {name} (within {within:g}, between {between:g}"
+              f"{f', first sending {trend:.0%} slower' if trend else ''}):")
+        for label, values, truth in (("within", tally.within, within),
+                                     ("between", tally.between, between)):
+            bound = "0.5 points" if truth < 1 else "15%"
+            print(f"    {label}: {mean_text(values)} (truth {truth:g}; target: within "
+                  f"{bound}); before: "
+                  f"{mean_text(tally.old_within if label == 'within' else tally.old_between)}")
+        print(f"    between held at 0, printed 'not told apart': "
+              f"{rate(tally.not_apart, args.trials)}"
+              + (" (target <= 10%: the parts differ by 2x or more)" if apart else ""))
+        if tally.said:
+            print(f"    'mostly ...' printed in {rate(tally.said, args.trials)}, wrong in "
+                  f"{rate(tally.wrong, tally.said)} of those (target <= 5%)")
+        else:
+            print("    'mostly ...' never printed")
+    trials = max(1, args.trials // 4)
+    found, spreads = [], []
+    for _ in range(trials):
+        spread2, parts = halves_trial(rng, rounds, 4.24, 64, 0.3, 0.1)
+        spreads.append(spread2)
+        found.append(parts)
+    within_truth = 100 * math.sqrt(max(0.0, statistics.fmean(spreads) - 0.0424 ** 2))
+    print(f"  one sending a pass, prompts in corpus order (64 prompts, each its own speed, sd "
+          f"30%), p50, halves by prompt, {trials} pilots:")
+    print(f"    within: {mean_text([100 * p.within.value for p in found])} (truth "
+          f"{within_truth:.2f}, from the spreads' mean); between: "
+          f"{mean_text([100 * p.rounds.value for p in found])} (truth 4.24); held at 0: "
+          f"{rate(sum(p.rounds.value == 0 for p in found), trials)}")
+
+
+# (name, within, between) of each of 3 gated rows, 100 x log sd
+PILOT_SCENARIOS = (("balanced", 4.55, 4.24), ("within only", 4.55, 0.0),
+                   ("between-heavy", 1.5, 8.0), ("small", 1.0, 1.5))
+
+
+def pilots_part(args) -> None:
+    """Plans from 5-round pilots at the runs' requests per pass (scale 1): a plan keeps both
+    its rates when its rounds are at least those the true noise needs (rounds_for, whose
+    rates the 'plan' part checks by simulation)."""
+    settings = GateSettings()
+    rng = random.Random(args.seed)
+    print(f"plans from 5-round pilots, 1 or 3 gated rows alike (independent), at the runs' "
+          f"requests per pass, {args.trials} pilots a scenario (planned at each part's "
+          f"{PLAN_CONFIDENCE:.0%} upper bound):")
+    for (name, within, between), count in [(c, k) for k in (1, 3) for c in PILOT_SCENARIOS]:
+        truth = rounds_for([math.hypot(within, between) / 100] * count, settings)
+        planned, point, kept = [], [], 0
+        for _ in range(args.trials):
+            spreads, points = [], []
+            for _ in range(count):
+                table, changes, _ = pilot_table(rng, 5, within, between, 0.0)
+                spread = statistics.stdev(changes)
+                row = type("PilotRow", (), {"spread": spread, "rounds": 5})
+                found = RowNoise("p", "p50_ms", noise_parts(table, top=spread ** 2), "sendings")
+                spreads.append(planned_spread(row, found, 1.0, "plan"))
+                points.append(spread)
+            rounds = rounds_for(spreads, settings) or 1001
+            planned.append(rounds)
+            point.append(rounds_for(points, settings) or 1001)
+            kept += rounds >= truth
+        print(f"  {count} row(s), {name} (within {within:g}, between {between:g}): the true "
+              f"noise needs "
+              f"{truth} rounds; plans keep both rates in {rate(kept, args.trials)} of pilots "
+              f"(target >= 80%); median planned {statistics.median(planned):g} rounds, "
+              f"{statistics.median(planned) / truth:.2f}x the truth's (target <= 1.5x); at the "
+              f"point values: kept in {rate(sum(p >= truth for p in point), args.trials)}, "
+              f"median {statistics.median(point) / truth:.2f}x")
+
+
+# (name, spread of each gated row's change, its true change), 3 gated rows, the first changed
+MORE_SCENARIOS = (("A/A, spread 3%", 0.03, 0.0), ("A/A, spread 6%", 0.06, 0.0),
+                  ("+3%, spread 3%", 0.03, 0.03), ("+10%, spread 6%", 0.06, 0.10))
+
+
+def more_part(args) -> None:
+    """Simulated 5-round pilots through the gate: where undecided, run the printed number of
+    further rounds and judge all of them."""
+    settings = GateSettings()
+    rng = random.Random(args.seed)
+    rows_of = [("sequential", m) for m in GATED]
+    print(f"'more rounds' on 5-round pilots, {len(rows_of)} gated rows, {args.trials} "
+          f"pilots a scenario:")
+    for name, spread, change in MORE_SCENARIOS:
+        undecided = decided = past = 0
+        figures = []
+
+        def judged(values):
+            rows = [row_of(p, m, [10.0] * len(values), [10.0 * math.exp(
+                (-1 if m == "req_per_s" else 1) * v[k]) for v in values], settings)
+                for k, (p, m) in enumerate(rows_of)]
+            return gate_rows(rows, settings).outcome
+
+        def draw():
+            return [(change if k == 0 else 0.0) + rng.gauss(0, spread)
+                    for k in range(len(rows_of))]
+        for _ in range(args.trials):
+            values = [draw() for _ in range(5)]
+            outcome = judged(values)
+            if outcome.status != "inconclusive":
+                continue
+            undecided += 1
+            more = more_rounds(outcome)
+            if more is None:
+                past += 1
+                continue
+            figures.append(more)
+            values += [draw() for _ in range(more)]
+            decided += judged(values).status != "inconclusive"
+        printed = undecided - past
+        print(f"  {name}: undecided after 5 in {rate(undecided, args.trials)}; of those with a "
+              f"figure ({printed}; past 1,000: {past}), the printed further rounds decided "
+              f"{rate(decided, printed) if printed else 'n/a'} (target >= 70%); median "
+              f"figure {statistics.median(figures) if figures else 'n/a'}")
+
+
+# (name, spread of each gated row's change, true change of every gated row)
+FUTILITY_SCENARIOS = (("A/A, spread 3%", 0.03, 0.0), ("+10%, spread 3%", 0.03, 0.10),
+                      ("at the tolerance (+5%), spread 6%", 0.06, 0.05),
+                      ("A/A, spread 10%", 0.10, 0.0))
+
+
+def futility_part(args) -> None:
+    """--until-decided --max-rounds 10 through the gate's looks (rounds --sequential 10 from
+    round 3): how often a run stops for futility before its last look, and the error rates.
+    The rounds' "more rounds" figure, which a look does not use, is left out (speed)."""
+    import router_latency.gate as gate
+    gate.rounds_to_go = lambda *_: None  # not needed at a look; 4 ms a row
+    most = 10
+    settings = GateSettings(sequential_max=most)
+    rows_of = [("sequential", m) for m in GATED]
+    print(f"--until-decided --max-rounds {most}, {len(rows_of)} independent gated rows, "
+          f"{args.trials} runs a scenario; 'without': the same seed with no futility stop:")
+    stop = gate.FUTILITY_PROBABILITY
+    for (name, spread, change), bound in [(c, b) for c in FUTILITY_SCENARIOS for b in (stop, 0)]:
+        gate.FUTILITY_PROBABILITY = bound
+        rng = random.Random(sum(map(ord, name)) + args.seed)
+        counts = {"pass": 0, "fail": 0, "inconclusive": 0}
+        futile, early, took = 0, 0, []
+        for _ in range(args.trials):
+            values = []
+            for n in range(1, most + 1):
+                values.append([change + rng.gauss(0, spread) for _ in rows_of])
+                if n < 3:
+                    continue
+                rows = [row_of(p, m, [10.0] * n, [10.0 * math.exp(
+                    (-1 if m == "req_per_s" else 1) * v[k]) for v in values], settings)
+                    for k, (p, m) in enumerate(rows_of)]
+                outcome = gate_rows(rows, settings).outcome
+                if outcome.status != "inconclusive" or outcome.futility or n == most:
+                    break
+            counts[outcome.status] += 1
+            futile += bool(outcome.futility)
+            early += n < most
+            took.append(n)
+        print(f"  {name}{'' if bound else ' (without)'}: PASS "
+              f"{rate(counts['pass'], args.trials)}, FAIL "
+              f"{rate(counts['fail'], args.trials)}, INCONCLUSIVE "
+              f"{rate(counts['inconclusive'], args.trials)}; stopped for futility "
+              f"{rate(futile, args.trials)}; before round {most}: {rate(early, args.trials)}; "
+              f"mean rounds {mean_text(took, digits=1)}")
+    print("  targets: A/A FAIL <= 5% (the design's 2.5% a side within Monte-Carlo error), "
+          "+10% PASS <= 2.5%, an undecidable change stopped early in >= 60%")
+
+
+def history_part(args) -> None:
+    """A/A series of 30 commits, 5 rounds each started as run_rounds.sh starts them (base
+    first in rounds 1, 3, 5), running second costing 2%: the drift's coverage and FAIL rate,
+    with the step balanced over the start order (today) and the plain mean (before)."""
+    from router_latency.history import HistoryEntry, history_report, HistoryRow, TrendSettings
+    rng = random.Random(args.seed)
+    commits, rounds, sigma, cost = 30, 5, 0.02, math.log(1.02)
+    new_first = tuple(n % 2 == 0 for n in range(1, rounds + 1))  # r2, r4: new first
+    series = max(1, args.trials // 4)
+    print(f"history: {series} A/A series of {commits} commits, {rounds} rounds each (base "
+          f"first in r1, r3, r5), round spread {sigma:.0%}, running second costs 2%:")
+    for label, order in (("balanced over the start order", new_first), ("plain mean", ())):
+        fails = covered = 0
+        drifts = []
+        for _ in range(series):
+            entries = []
+            for i in range(commits):
+                base, new = [], []
+                for first in new_first:
+                    level = 10.0 * math.exp(rng.gauss(0, 0.05))
+                    second = cost if not first else -cost  # the new side ran second: slower
+                    base.append(level)
+                    new.append(level * math.exp(second + rng.gauss(0, sigma)))
+                entries.append(HistoryEntry(
+                    commit=f"c{i}", base_commit="", branch="main", date="", label="",
+                    kind="rounds", source="", verdict="", tolerance_pct=5.0,
+                    corpus_sha256="a" * 64, config={}, node="n", node_class="", environment={},
+                    rows=(HistoryRow("sequential", "p50_ms", True, tuple(base), tuple(new)),),
+                    new_first=order))
+            report = history_report("bench", entries, TrendSettings())
+            fails += report.exit_code == 1
+            drift = report.rows[0].drift
+            covered += drift is not None and drift.low <= 0.0 <= drift.high
+            drifts.append(100 * drift.mean if drift is not None else 0.0)
+        print(f"  {label}: drift {mean_text(drifts)}% (truth 0), its interval covers 0 in "
+              f"{rate(covered, series)} (target >= 93%), FAIL {rate(fails, series)} "
+              f"(target <= 2.5%)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("part", choices=("plan", "split", "pilots", "more", "futility",
+                                         "history"))
+    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    begun = time.perf_counter()
+    {"plan": plan_part, "split": split_part, "pilots": pilots_part,
+     "more": more_part, "futility": futility_part, "history": history_part}[args.part](args)
+    print(f"({args.trials} trials a cell, {time.perf_counter() - begun:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
