@@ -104,6 +104,17 @@ import sys
 if __name__ == "__main__":  # before anything else: an interrupt while the rest loads exits
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # 130, no traceback
 
+# the floor, said in one line before a line that needs it runs: the file parses under 3.7 on
+# (a test says so), so a 3.7 or 3.8 reaches this instead of a SyntaxError or a traceback
+if sys.version_info < (3, 9):
+    PYTHON_FLOOR = ("router-latency: error: this is Python %d.%d (%s); the tool needs 3.9 or "
+                    "newer: run it with python3.9 or newer"
+                    % (sys.version_info[0], sys.version_info[1], sys.executable))
+    if __name__ != "__main__":
+        raise ImportError(PYTHON_FLOOR)
+    sys.stderr.write(PYTHON_FLOOR + "\n")
+    sys.exit(2)
+
 import argparse
 import array
 import base64
@@ -2871,7 +2882,8 @@ def parse_amd_smi(text: str) -> GpuReading:
     devices = {}
     for position, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
         index = gpu.get("gpu") if is_whole(gpu.get("gpu")) else position
-        clock = raw_clock if isinstance(raw_clock := gpu.get("clock"), dict) else {}
+        raw_clock = gpu.get("clock")
+        clock = raw_clock if isinstance(raw_clock, dict) else {}
         per_xcd = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
         shader = [v for v in per_xcd if v is not None] or \
             [v for v in [_amd_value(clock.get("gfx"), "clk", "cur_clk")] if v is not None]
@@ -3124,7 +3136,7 @@ def gpu_state_section(passes: Sequence[Tuple[str, Any]]) -> Section:
     """Return the ranges of each pass's GPU readings (before and after it, over devices), and
     why a reading is missing, as a run summary's section; passes: (title, PassRecord) pairs."""
     gpu = [(title, item, record) for title, item in passes
-           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
+           for record in (item.attempt.environment.get("gpu"),) if isinstance(record, dict)]
     if not gpu:
         return Section(key="gpu_state", apart=False)
     rows: List[List[str]] = []
@@ -3166,7 +3178,8 @@ def sampled_section(passes: Sequence[Tuple[str, Any]]) -> Section:
             continue
 
         def values(key: str) -> List[float]:
-            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
+            return [float(v) for figures in mine for v in (figures.get(key),)
+                    if isinstance(v, (int, float))]
 
         energy = (record.get("energy") or {}).get("per_request_j")
         rows.append([title, fmt_reading(min(values("sclk_min_mhz"), default=None)),
@@ -4007,7 +4020,8 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, 
         firsts.pop()
     # open loop: latency counts from the schedule, the answer came service_ms after the send
     ends = [start + taken for start, r in zip(starts, requests)
-            if (taken := r.service_ms if r.service_ms is not None else r.latency_ms) is not None]
+            for taken in (r.service_ms if r.service_ms is not None else r.latency_ms,)
+            if taken is not None]
     windows = []
     for i, first in enumerate(firsts):
         stop = firsts[i + 1] if i + 1 < len(firsts) else len(requests)
@@ -4518,8 +4532,8 @@ class PassRecord(NamedTuple):
                  if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
-        gpu_mib = [total for reading in gpu_readings(environment)
-                   if (total := reading.total_mib) is not None]
+        gpu_mib = [reading.total_mib for reading in gpu_readings(environment)
+                   if reading.total_mib is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
         # kept beside the faults, not counted as one: the router's unknown answers (each
         # degraded answer is counted as such, Request.degraded) and the result caches'
@@ -5239,8 +5253,8 @@ def ladder_steps(run: RunFile) -> Tuple[LadderStep, ...]:
     # a step that answered (req/s above 0) has its percentiles: the reader requires them
     return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
                             step_text(p), s.req_per_s, s.p50_ms, s.p95_ms, shed_requests(p))
-                 for p in run.passes if not p.discarded and (s := p.measured).req_per_s
-                 and s.p50_ms is not None and s.p95_ms is not None)
+                 for p in run.passes if not p.discarded for s in (p.measured,)
+                 if s.req_per_s and s.p50_ms is not None and s.p95_ms is not None)
 
 
 def plateau_of(steps: Sequence[LadderStep],
@@ -5298,8 +5312,8 @@ def step_gaps(run: RunFile) -> List[float]:
     """Return the seconds between the end of each measured pass and the start of the next,
     the captures between them included (an upper bound: the start is taken before the
     connections open)."""
-    timed = [(start, p.measured.wall_s) for p in run.passes
-             if not p.discarded and (start := p.attempt.started_unix) is not None]
+    timed = [(p.attempt.started_unix, p.measured.wall_s) for p in run.passes
+             if not p.discarded and p.attempt.started_unix is not None]
     return [round(max(b - a - wall_s, 0.0), 3) for (a, wall_s), (b, _) in zip(timed, timed[1:])]
 
 
@@ -11254,7 +11268,8 @@ def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> List[Part
     routed = [r for r in requests if r.routed]
     parts = []
     for i, name in enumerate(names):
-        times = [ms for r in routed if len(r.signal_ms) > i and (ms := r.signal_ms[i]) is not None]
+        times = [ms for r in routed if len(r.signal_ms) > i for ms in (r.signal_ms[i],)
+                 if ms is not None]
         if times:
             figures = percentiles(times, (50, 95))
             parts.append(PartFigures("signal", name, round(figures[0], 4), round(figures[1], 4),
@@ -11313,7 +11328,7 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
               if p.name not in reported]
     outside_mean = round(math.fsum(outside) / len(outside), 4) if outside else None
     own = [ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS
-           and (ms := p.per_request_ms) is not None]
+           for ms in (p.per_request_ms,) if ms is not None]
     if not outside and own and client_mean is not None:  # per pass, from the histograms
         outside_mean = round(client_mean - math.fsum(own), 4)
     return PassAttribution(
@@ -11366,8 +11381,8 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
         figures = {}
         for side in (base, new):
             sides = [runs[r][side] for r in used]
-            passes = [p for run in sides if (p := run.pass_named(item.name)) is not None
-                      and not p.discarded and p.summary is not None]
+            passes = [p for run in sides for p in (run.pass_named(item.name),)
+                      if p is not None and not p.discarded and p.summary is not None]
             if len(passes) < len(sides):  # a used round without it measured
                 break
             figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
@@ -11395,7 +11410,7 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                for side in (base_values, new_values)]
     # a round's passes all answered (side_problems): each has its client mean
     client_base, client_new = (
-        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+        statistics.median(a.client_mean_ms for a in side if a.client_mean_ms is not None)
         for side in (base, new))
     reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
                 for side in (base, new)]
@@ -11421,8 +11436,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
     if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
         return ""
     client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
-    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
-        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
+    whole = statistics.median(b.client_mean_ms for b in new if b.client_mean_ms is not None) \
+        - statistics.median(a.client_mean_ms for a in base if a.client_mean_ms is not None)
     moved = []  # (shift of the mean per request, words)
     for row in rows:
         kind, _, rest = row.metric.partition(":")
@@ -11445,9 +11460,9 @@ def signal_shift(name: str, base: Sequence[PassAttribution],
                  new: Sequence[PassAttribution]) -> float:
     """Return the shift of a signal's time per request, new - base, medians over rounds."""
     def per_request(side: Sequence[PassAttribution]) -> float:
-        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
-                                       and p.name == name and (ms := p.per_request_ms)
-                                       is not None), 0.0)
+        return statistics.median(next((p.per_request_ms for p in a.parts
+                                       if p.kind == "signal" and p.name == name
+                                       and p.per_request_ms is not None), 0.0)
                                  for a in side)
     return per_request(new) - per_request(base)
 
@@ -11727,7 +11742,7 @@ def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> Tu
     sides = [pass_attribution(a, pa), pass_attribution(b, pb)]
     found_a, found_b = (part_values(side) for side in sides)
     both = [(m, a_ms, b_ms) for m, a_ms in found_a.items()
-            if a_ms is not None and (b_ms := found_b.get(m)) is not None]
+            for b_ms in (found_b.get(m),) if a_ms is not None and b_ms is not None]
     reported = any(side.parts for side in sides)
     return (tuple(sorted(both, key=lambda f: -abs(f[2] - f[1]))),
             tuple((side.client_mean_ms, part_values(side)) for side in sides) if reported
@@ -12763,7 +12778,8 @@ def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[st
     if not cost or served is None:
         return []
     steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
-             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
+             for step in capacity.steps for item in (run.pass_named(step.name),)
+             if item is not None]
     known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
     if not known:
         return []
@@ -12797,7 +12813,7 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
                             costs: Sequence[tuple]) -> List[str]:
     """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
     of their cost per million requests (B over A); nothing unless both are ladders."""
-    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
+    found = [c for c in (run_capacity(run, slo_p95_ms) for run in runs) if c is not None]
     if len(found) < len(runs):
         return []
     lines = []
@@ -13952,8 +13968,9 @@ def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
     """Return each side's range of the router's GPUs' joules per routed request and, beside
     the cost per million requests, the energy of a million requests; [] where no pass
     sampled it."""
-    return energy_ranges_sentence([(side, found) for side in (report.base, report.new)
-                                   if (found := ranges[side].get("j_per_request"))])
+    return energy_ranges_sentence([(side, ranges[side]["j_per_request"])
+                                   for side in (report.base, report.new)
+                                   if ranges[side].get("j_per_request")])
 
 
 def cached_runs(section: RecordSection) -> List[str]:
@@ -17609,13 +17626,28 @@ class Parser(argparse.ArgumentParser):
         return known, extras
 
     def error(self, message: str) -> NoReturn:
-        message = self.mistyped_option() or message
+        message = self.unknown_command() or self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
             command, wanted = FORMAT_FILES[found.group(1).lower()]
             where = "" if wanted.split()[0] in self._option_string_actions else f" of {command}"
             message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def unknown_command(self) -> str:
+        """Return the error for a command word this parser does not have, naming the closest
+        one it has (a mistyped command is named before the options it was given); '' when
+        the command is known or this parser takes none."""
+        if self._subparsers is None:
+            return ""
+        commands = [name for action in self._subparsers._group_actions
+                    for name in getattr(action, "choices", None) or ()]
+        word = next((w for w in self.words if not w.startswith("-")), None)
+        if word is None or word in commands:
+            return ""
+        close = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+        return (f"unknown command {word!r}: " + (f"did you mean {close[0]}?" if close else
+                                                  f"the commands are {', '.join(commands)}"))
 
     def mistyped_option(self) -> str:
         """Return the error for the first option this parser does not know, naming the

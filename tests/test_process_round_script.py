@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,25 @@ def with_foreground_new_side(command, tmp_path, delay=0.5):
 
 
 DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **POLL_ENV}
+
+
+def older_python():
+    """The oldest Python 3.7 or 3.8 this machine runs (pyenv's versions, then PATH), or
+    None: the tool's floor is 3.9, and both name it in one line."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for minor in (7, 8):
+        found += sorted(pyenv.glob(f"3.{minor}.*/bin/python3.{minor}"))
+        found += [Path(p) for p in [shutil.which(f"python3.{minor}")] if p]
+    for python in found:
+        try:
+            said = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[1])"],
+                                  capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if said.returncode == 0 and said.stdout.strip() in ("7", "8"):  # not a pyenv shim
+            return python
+    return None
 
 
 def nothing_listens(url_file):
@@ -446,12 +466,91 @@ def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
 @pytest.mark.process
 def test_driver_rejects_bad_options(tmp_path):
     for args, message in ((["--rounds", "2"], "--rounds must be a whole number >= 3"),
-                          (["--base", "../x"], "--base needs a side name")):
+                          (["--base", "../x"], "--base needs a side name"),
+                          (["--new", ""], "--new NAME is required: the name of its side")):
         command = driver_args(tmp_path, "c.json")
         index = command.index(args[0])
         command[index + 1] = args[1]
         result = subprocess.run(command, capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr
+
+
+@pytest.mark.process
+def test_driver_without_a_side_name_or_on_an_old_python_names_the_fix(tmp_path):
+    command = driver_args(tmp_path, "c.json")
+    for role in ("--base", "--new"):
+        missing = command[:command.index(role)] + command[command.index(role) + 2:]
+        result = subprocess.run(missing, capture_output=True, text=True, timeout=30,
+                                env=DRIVER_ENV)
+        assert (result.returncode, result.stderr) == (2, (
+            f"run_rounds.sh: error: {role} NAME is required: the name of its side (cpu, rocm, "
+            f"main), in its round files' names r<N>-NAME.json\n"))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                            env={**DRIVER_ENV, "PYTHON": str(tmp_path / "python3.99")})
+    assert (result.returncode, result.stderr) == (2, (
+        f"run_rounds.sh: error: cannot run {tmp_path / 'python3.99'} (PYTHON): set PYTHON to a "
+        f"python3.9 or newer (PYTHON=python3.11 run_rounds.sh ...)\n"))
+    python = older_python()
+    if python is None:
+        pytest.skip("no Python 3.7 or 3.8 here")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                            env={**DRIVER_ENV, "PYTHON": str(python)})
+    assert result.returncode == 2
+    assert re.fullmatch(rf"run_rounds.sh: error: {re.escape(str(python))} is Python 3\.[78]\.\d+, "
+                        r"the tool needs 3\.9 or newer: set PYTHON to a python3\.9 or newer "
+                        r"\(PYTHON=python3\.11 run_rounds\.sh \.\.\.\)\n", result.stderr)
+
+
+def free_ports(count):
+    """Ports nothing listens on now (bound to port 0 and closed)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for each in sockets:
+            each.bind(("127.0.0.1", 0))
+        return [each.getsockname()[1] for each in sockets]
+    finally:
+        for each in sockets:
+            each.close()
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("how", ["foreground", "container"])
+def test_driver_names_the_port_a_router_listens_on_when_its_url_has_another(tmp_path, how):
+    # before: the run waited out all of --wait-ready in silence and ended "router not ready:
+    # connection refused", though the simulator's start line named its port
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    listens, wrong = free_ports(2)
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--wait-ready") + 1] = "2"
+    index = command.index("--base-url-file")
+    command[index:index + 2] = ["--base-url", f"http://127.0.0.1:{wrong}"]
+    env = dict(DRIVER_ENV)
+    if how == "foreground":  # the router is the start command's own process
+        command[command.index("--base-start") + 1] = (
+            f"exec {shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
+            f"--port {listens} --serial")
+    else:  # a detached container: what it publishes (docker port) is what it listens on
+        docker = tmp_path / "bin" / "docker"
+        docker.parent.mkdir()
+        # the run's own inspect (its CPU readings) takes 3 s and finds it stopped: it ends
+        # the run, after the script's look once a second
+        docker.write_text(f"#!/bin/sh\ncase $1$3 in port*) echo '8080/tcp -> 0.0.0.0:{listens}'; "
+                          f"echo '8080/tcp -> [::]:{listens}' ;; *.Id*) sleep 3; "
+                          f"echo 'c 0 false' ;; *) echo true ;; esac\n")
+        docker.chmod(0o755)
+        command[command.index("--base-start") + 1] = "true"
+        command[command.index("--base-stop") + 1] = "true"
+        command[command.index("--"):command.index("--")] = ["--base-container", "router-cpu"]
+        env["PATH"] = f"{docker.parent}:{env['PATH']}"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2
+    said = re.search(rf"run_rounds.sh: cpu's router listens on ports? ([\d, ]+), not on "
+                     rf"{wrong} of its URL http://127.0.0.1:{wrong} \(round 1\): give --base-url with "
+                     rf"the port it listens on, or start it on {wrong} \(the run waits up to "
+                     rf"--wait-ready 2 s\)\n", result.stderr)
+    assert said, result.stderr
+    assert str(listens) in said.group(1).split(", ")
+    assert result.stderr.index(said.group(0)) < result.stderr.index("run_rounds.sh: error:")
 
 
 @pytest.mark.process
