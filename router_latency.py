@@ -487,6 +487,20 @@ def pct_text(fraction: float) -> str:
     return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
 
 
+def slowdown_text(fraction: float) -> str:
+    """Return a slowdown as "up to" a bound takes it: "up to +9.5%", and past ten times the
+    time "more than 10x" (the sentence says slower: "up to more than 10x slower" read twice)."""
+    return "more than 10x" if 100 * fraction > BOUND_PCT else f"up to {pct_text(fraction)}"
+
+
+def p_text(p: float) -> str:
+    """Return a p-value as a line writes it: three significant digits, and beyond them a
+    bound ("p > 0.999", "p < 0.001": "p 1" claims a certainty no test gives)."""
+    if p > 0.999:
+        return "p > 0.999"
+    return "p < 0.001" if p < 0.001 else f"p {p:.3g}"
+
+
 def worse_sign(metric: str) -> int:
     """Return +1 where a larger value is worse (latency, cost), -1 where it is better (req/s,
     a ladder's plateau and capacity)."""
@@ -10258,7 +10272,9 @@ class GateTest(NamedTuple):
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
     holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
-    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+    # every gated row slowing together: None with no spread (any change), inf where the
+    # look's boundary cannot reject (none yet), as detectable_text says a row's
+    composite_detectable_pct: Optional[float] = None
 
 
 class GateOutcome(NamedTuple):
@@ -10503,8 +10519,9 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
                           if worse),
         composite_worse=crosses(t_statistic(composite, tolerance), critical),
         within_critical=critical, holm_criticals=step_down.criticals,
-        composite_detectable_pct=100 * math.expm1(detectable)
-        if spread > 0 and math.isfinite(detectable) else None)
+        # None: no spread, any change is found; inf: this look's boundary cannot reject
+        composite_detectable_pct=None if spread == 0 else
+        100 * math.expm1(detectable) if math.isfinite(detectable) else math.inf)
 
 
 def look_of(settings: GateSettings, rounds: int) -> Optional[Look]:
@@ -10650,12 +10667,12 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
     more rounds would decide it at the spread seen."""
-    reach = "no end" if row.worse_end_pct is None else pct_text(row.worse_end_pct / 100)
+    reach = ("its interval is unbounded on the worse side" if row.worse_end_pct is None
+             else f"its worse end reaches {pct_text(row.worse_end_pct / 100)}")
     more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
             else f"about {plural(row.more_rounds, 'more round')} would decide it")
-    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
-            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
-            f"spread seen")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: {reach} "
+            f"(tolerance {settings.tolerance_pct:g}%); {more} at the spread seen")
 
 
 def composite_text(composite: Interval) -> str:
@@ -10716,7 +10733,7 @@ def missed_text(outcome: GateOutcome) -> str:
         return "it could have missed a slowdown of any size"
     farthest = max((r for r in outcome.undecided if r.worse_end_pct is not None),
                    key=lambda r: r.worse_end_pct or 0.0)
-    return (f"it could have missed a slowdown of up to {pct_text(missed / 100)} "
+    return (f"it could have missed a slowdown of {slowdown_text(missed / 100)} "
             f"({pass_title(farthest.pass_name)} {metric_title(farthest.metric)})")
 
 
@@ -14336,6 +14353,9 @@ class RowTrend(NamedTuple):
     p_beyond: float  # one-sided: the drift is worse than the tolerance
     status: str  # fail, pass or inconclusive
     most: Tuple[Tuple[str, float], ...]  # (commit, its worse-direction step), largest first
+    # inconclusive with its interval wholly past the tolerance: Holm's correction for the
+    # rows, not the interval shown, held it back (the rounds table's "inconclusive (Holm)")
+    held_by_holm: bool = False
 
     @property
     def title(self) -> str:
@@ -14505,8 +14525,9 @@ def history_report(store: str, entries: Sequence[HistoryEntry],
         rows.append(RowTrend(key[0], key[1], tuple(points), drift,
                              beyond_p(drift, tolerance) if drift else 1.0, "inconclusive",
                              most_added(points, kept[start].commit if start >= 0 else None)))
-    rows = [r._replace(status=status) for r, status in
-            zip(rows, drift_statuses([r.drift for r in rows], tolerance))]
+    rows = [r._replace(status=status, held_by_holm=status == "inconclusive"
+                       and r.drift is not None and r.drift.low > tolerance)
+            for r, status in zip(rows, drift_statuses([r.drift for r in rows], tolerance))]
     return HistoryReport(
         store=store, baseline=baseline, reference=kept[-1].commit,
         tolerance_pct=settings.tolerance_pct, rows=tuple(rows),
@@ -14546,8 +14567,12 @@ def drift_outcome(rows: Sequence[RowTrend], baseline: str,
         elif row.status == "inconclusive":
             doubts.append(f"{row.title} " + (
                 f"has no paired step after {baseline}" if row.drift is None else
-                f"drifted {drift_text(row)} since {baseline}: not shown within the "
-                f"{tolerance_pct:g}% tolerance" + (f"; most from {most}" if most else "")))
+                f"drifted {drift_text(row)} since {baseline}: " + (
+                    f"its interval lies beyond the {tolerance_pct:g}% tolerance, but Holm's "
+                    f"correction for the {len(rows)} rows does not show it worse"
+                    if row.held_by_holm else
+                    f"not shown within the {tolerance_pct:g}% tolerance")
+                + (f"; most from {most}" if most else "")))
     outcome = outcome_of(failures, doubts)
     if outcome.status != "pass":
         return outcome
@@ -14695,7 +14720,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     """Return the lines of the rounds report as text: the verdict and what would decide it
     first (so that the head of a log shows them), and again last (so that its tail does)."""
     headlines = [line for section in report.sections for line in section.headline]
-    opening = [verdict_line(report)] + headlines
+    opening = [verdict_line(report)] + verdict_details(report) + headlines
     leads = [line for section in report.sections for line in section.lead]
     lines = opening + [""] + leads + format_rounds_table(report)
     lines += [line for section in report.sections if section.beside_table and per_round
@@ -14776,10 +14801,11 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
                       detectable_text(row), row_word(row)])
     below = []
     if test.composite is not None:
-        together = "any change" if test.composite_detectable_pct is None \
-            else detects_text(test.composite_detectable_pct)
+        detectable = test.composite_detectable_pct
+        together = "any change" if detectable is None else "none yet" \
+            if not math.isfinite(detectable) else detects_text(detectable)
         below = [f"gated rows together: {composite_text(test.composite)} per round, "
-                 f"one-sided p {test.composite_p:.3g} of worse than the "
+                 f"one-sided {p_text(test.composite_p)} of worse than the "
                  f"{settings.tolerance_pct:g}% tolerance (not of any change); every gated row "
                  f"slowing together: detects {together}"]
     return TabledReport(lines, Table(
@@ -14809,21 +14835,49 @@ def format_config_hashes(report: RoundsReport) -> List[str]:
 
 
 def verdict_line(report: RoundsReport) -> str:
-    """Return the one-line gate verdict of a rounds report."""
+    """Return the verdict's headline, about 200 characters at most: the verdict, the reason
+    that decided it (a FAIL's first, an INCONCLUSIVE's first that is not an undecided row),
+    what it could have missed and the rounds that would decide the undecided rows; every
+    reason in full is in verdict_details."""
     look = f" (round {report.look.rounds} of at most {report.look.max_rounds})" \
         if report.look else ""
     option = report.settings.rule.option
     rule = f" ({option})" if option else ""
     outcome = report.outcome
     missed = missed_text(outcome)
-    if outcome.status == "inconclusive":
-        return (f"verdict: INCONCLUSIVE{look}{rule}: not a pass: {missed}; "
-                + "; ".join(outcome.reasons))
-    if outcome.status != "pass":
-        return f"verdict: {outcome.status.upper()}{look}{rule}: " + "; ".join(outcome.reasons)
-    unsure = len(outcome.undecided)
-    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
-                                           if unsure else "")
+    head = f"verdict: {outcome.status.upper()}{look}{rule}"
+    if outcome.status == "pass":
+        unsure = len(outcome.undecided)
+        return head + (f" ({plural(unsure, 'inconclusive gated row')}; {missed})"
+                       if unsure else "")
+    parts = [f"not a pass: {missed}"] if outcome.status == "inconclusive" else []
+    parts += verdict_head_reasons(report)
+    if outcome.status == "fail" and len(outcome.reasons) > 1:
+        parts.append(f"{plural(len(outcome.reasons) - 1, 'more reason')} below")
+    if outcome.undecided and outcome.status == "inconclusive" and len(parts) == 1:
+        more = more_rounds(outcome)
+        parts.append(f"{plural(len(outcome.undecided), 'gated row')} undecided, "
+                     + (f"{BEYOND_LIMIT} rounds would be needed" if more is None else
+                        f"about {plural(more, 'more round')} would decide "
+                        f"{'it' if len(outcome.undecided) == 1 else 'them'}"))
+    return f"{head}: " + "; ".join(parts)
+
+
+def verdict_details(report: RoundsReport) -> List[str]:
+    """Return the verdict's reasons, one a line below its headline, where it has more than
+    its headline says."""
+    reasons, undecided = list(report.outcome.reasons), report.outcome.undecided
+    if reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
+            undecided_text(undecided[0], report.settings)]:  # the headline says it all
+        return []
+    return [f"  {reason}" for reason in reasons]
+
+
+def verdict_head_reasons(report: RoundsReport) -> List[str]:
+    """Return the reasons the headline shows in full: a FAIL's or INCONCLUSIVE's first that is
+    not an undecided row."""
+    rows = {undecided_text(r, report.settings) for r in report.outcome.undecided}
+    return [reason for reason in report.outcome.reasons if reason not in rows][:1]
 
 
 def format_plan(report: RoundsReport) -> List[str]:
@@ -15119,8 +15173,8 @@ def junit_cases(report: RoundsReport) -> List[Check]:
             outcome="failure" if test.composite_worse else "passed",
             message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
             f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-            f"{test.composite_p:.3g} of worse than the {tolerance} (not of any change; level "
+            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided "
+            f"{p_text(test.composite_p)} of worse than the {tolerance} (not of any change; level "
             f"{100 * test.level:.3g}%)",
             details=""))
     cases += [check for section in report.sections for check in section.checks]
@@ -15427,7 +15481,8 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     right = list(right) + [True] * (len(header) - len(right))
 
     def cell(tag: str, text: str, r: bool) -> str:
-        color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
+        # a word with its qualifier ("inconclusive (Holm)") takes the word's colour
+        color = VERDICT_COLORS.get(text.strip().split(" (")[0]) if tag == "td" else None
         attributes = (' class="r"' if r else "") + \
             (f' style="color: {color}; font-weight: bold"' if color else "")
         return f"<{tag}{attributes}>{esc(visible(text))}</{tag}>"  # one line, as every table
@@ -15660,7 +15715,8 @@ def row_table(row: RowTrend) -> Table:
         lines.append([p.commit + (f" ({p.label})" if p.label else ""), p.date[:10],
                       level_cell(p), step, total, "step" if p.change_point else "",
                       p.verdict or p.kind])
-    return Table(f"{row.title}: {row.status.upper()}, drift {drift_words(row)}",
+    held = " (Holm)" if row.held_by_holm else ""
+    return Table(f"{row.title}: {row.status.upper()}{held}, drift {drift_words(row)}",
                  ["commit", "date", f"{metric_label(row.metric)} [95%]", "step [95%]",
                   "cumulative [95%]", "change point", "its folder's verdict"], lines,
                  [False, False, True, True, True, False, False])
@@ -15738,6 +15794,7 @@ def history_json(report: HistoryReport) -> Dict[str, object]:
             "left_out": [{"commit": c, "why": w} for c, w in report.left_out],
             "notes": list(report.notes),
             "rows": [{"pass": r.pass_name, "metric": r.metric, "status": r.status,
+                      "held_by_holm": r.held_by_holm,
                       "drift": change_json(r.drift), "p_beyond": r.p_beyond,
                       "most": [{"commit": c, "worse_log": v}
                                for c, v in r.most],

@@ -842,7 +842,7 @@ for ((r = 1; r <= rounds; r++)); do
     if [ -n "$budget_ms" ] && [ "$ran" -gt 0 ] && [ "$r" -gt 3 ]; then  # 3: the fewest judged
       spent=$(( $(now_ms) - budget_start ))
       if [ $(( spent + spent / ran )) -gt "$budget_ms" ]; then
-        say "round $r would end past the budget ($budget_minutes minutes; $(( spent / 1000 )) s $(
+        say "round $r would end past the budget ($budget_minutes minute$([ "$budget_minutes" = 1 ] || echo s); $(( spent / 1000 )) s $(
           )spent, about $(( spent / ran / 1000 )) s a round): stopping"
         stopped=$((r - 1))
         break
@@ -857,6 +857,7 @@ for ((r = 1; r <= rounds; r++)); do
     if [ "$code" -eq 3 ]; then
       verdict=$(printf '%s\n' "$look" | grep -m1 '^verdict: ' || true)
       verdict=${verdict#verdict: }
+      verdict=${verdict#*not a pass: }  # the headline's what and why; the look is in the line
       say "look after $r of at most $rounds rounds: undecided, going on${verdict:+ ($verdict)}"
       continue
     fi
