@@ -493,9 +493,11 @@ def slowdown_text(fraction: float) -> str:
     return "more than 10x" if 100 * fraction > BOUND_PCT else f"up to {pct_text(fraction)}"
 
 
-def p_text(p: float) -> str:
+def p_text(p: Optional[float]) -> str:
     """Return a p-value as a line writes it: three significant digits, and beyond them a
-    bound ("p > 0.999", "p < 0.001": "p 1" claims a certainty no test gives)."""
+    bound ("p > 0.999", "p < 0.001": "p 1" claims a certainty no test gives); n/a for none."""
+    if p is None:
+        return "p n/a"
     if p > 0.999:
         return "p > 0.999"
     return "p < 0.001" if p < 0.001 else f"p {p:.3g}"
