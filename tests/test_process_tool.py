@@ -320,7 +320,8 @@ def test_the_text_report_opens_with_its_verdict_so_its_head_shows_it(tmp_path):
     head = subprocess.run(f"'{sys.executable}' '{TOOL}' rounds --dir '{tmp_path}' --base cpu "
                           f"--new gpu | head -3", shell=True, capture_output=True, text=True,
                           timeout=60, cwd=ROOT).stdout.splitlines()
-    assert head[0].startswith(f"verdict: INCONCLUSIVE: {MISSED}; Sequential p50 undecided: ")
+    assert head[0] == (f"verdict: INCONCLUSIVE: {MISSED}; 1 gated row undecided, about 42 more "
+                       f"rounds would decide it")
     assert head[1] == "undecided: 42 more rounds would decide it (at the spread seen)"
     assert head[2] == ""
 
