@@ -76,11 +76,26 @@ def test_an_undecided_row_is_inconclusive_and_says_how_many_rounds_would_decide_
     # the verdict's first line is another issue's: it keeps the figure at the spread seen
     assert lines[-1] == lines[0] == (
         "verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to +37.3% "
-        "(Sequential p50); Sequential p50 undecided: its worse end reaches +37.3% "
-        "(tolerance 5%); about 42 more rounds would decide it at the spread seen")
+        "(Sequential p50); 1 gated row undecided, about 42 more rounds would decide it")
     assert lines[1] == lines[-2]  # `rounds | head -2` shows the verdict and what decides it
     assert "Sequential  p50 ms*" in plain.out and " inconclusive" in lines[8]
     assert rounds(cli, tmp_path, "--format", "json").code == 3
+
+
+def test_the_verdict_is_a_headline_and_its_reasons_the_lines_below(tmp_path, cli):
+    # three gated rows undecided: before, the first line held every reason in full (an A/A
+    # pair's was 733 characters); now the verdict, the row it could have missed most in and
+    # the rounds that would decide, each reason on a line of its own below
+    for number, factor in enumerate((0.9, 1.15, 1.0), 1):
+        sides(tmp_path, number, new=(10 * factor, 20 * factor, 30, 100 / factor))
+    plain = rounds(cli, tmp_path)
+    lines = plain.out.splitlines()
+    assert plain.code == 3 and lines[0] == lines[-1] and len(lines[0]) <= 200
+    assert re.fullmatch(r"verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown "
+                        r"of up to \+\d+\.\d% \(Sequential [a-z0-9/]+\); 3 gated rows "
+                        r"undecided, about \d+ more rounds would decide them", lines[0])
+    reasons = json.loads(rounds(cli, tmp_path, "--format", "json").out)["reasons"]
+    assert len(reasons) == 3 and lines[1:4] == [f"  {reason}" for reason in reasons]
 
 
 def test_pass_unless_worse_keeps_the_old_rule_and_says_so_first(tmp_path, cli):
@@ -92,7 +107,7 @@ def test_pass_unless_worse_keeps_the_old_rule_and_says_so_first(tmp_path, cli):
         "rule: --pass-unless-worse: PASS unless a gated row is shown worse than the "
         "tolerance; a PASS does not show that the rows lie within it")
     assert plain.out.splitlines()[-1] == plain.out.splitlines()[0] == (
-        "verdict: PASS (--pass-unless-worse) (1 inconclusive gated rows; it could have missed "
+        "verdict: PASS (--pass-unless-worse) (1 inconclusive gated row; it could have missed "
         "a slowdown of up to +37.3% (Sequential p50))")
     assert re.search(r"warning: Sequential p50 inconclusive: could only detect more than 10x; "
                      r"about \d+ rounds would be needed for 10%", plain.out)
@@ -271,8 +286,7 @@ def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cl
     assert look.code == 3
     assert look.out.splitlines()[-1].startswith(
         "verdict: INCONCLUSIVE (round 3 of at most 10): not a pass: it could have missed a "
-        "slowdown of up to more than 10x slower (Sequential p50); Sequential p50 undecided: "
-        "its worse end reaches more than 10x slower")
+        "slowdown of more than 10x (Sequential p50); 1 gated row undecided")
     for number in (1, 2, 3):
         sides(tmp_path, number, new=(5.0 + number / 100, 20, 30, 100))
     decided = rounds(cli, tmp_path, "--sequential", "10")
@@ -505,7 +519,9 @@ def test_a_sequential_look_shows_the_interval_it_judges(tmp_path, cli):
     assert float(shown.group(3)) == round(p50["judged_interval_pct"][1], 1)
     assert p50["judged_interval_pct"][1] > 100 * math.expm1(p50["log_ratio"]["high"])
     if text.code == 3:
-        assert f"Sequential p50 undecided: its worse end reaches {shown.group(3)}%" in lines[0]
+        assert f"a slowdown of up to {shown.group(3)}% (Sequential p50)" in lines[0]
+        assert document["reasons"][0].startswith(
+            f"Sequential p50 undecided: its worse end reaches {shown.group(3)}%")
     assert f"{shown.group(1)}% [{shown.group(2)}%, {shown.group(3)}%]" in page
 
 
@@ -522,8 +538,11 @@ def test_figures_past_sense_are_written_as_bounds(tmp_path, cli):
         assert beyond.search(shown) is None
     row = next(line for line in text.out.splitlines() if line.startswith("Sequential  p50"))
     assert "more than 10x slower]" in row
-    assert "its worse end reaches more than 10x slower" in text.out.splitlines()[0]
-    assert "slowdown of up to more than 10x slower" in markdown.splitlines()[0]
+    assert "its worse end reaches more than 10x slower" in document["reasons"][0]
+    # "up to" a bound read "up to more than 10x slower"
+    assert "a slowdown of more than 10x (Sequential p50)" in text.out.splitlines()[0]
+    assert "a slowdown of more than 10x (Sequential p50)" in markdown.splitlines()[0]
+    assert all("up to more than" not in shown for shown in (text.out, markdown, page))
     assert re.search(r"Sequential p50: inconclusive +[+-]\d+\.\d% \[[^]]*more than 10x slower\]",
                      " ".join(page.split()))
 

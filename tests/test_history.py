@@ -17,6 +17,7 @@ from router_latency.gate import gate_rows, GateSettings, row_of, word_status
 from router_latency.history import (add_entries, entry_of_run, EntryTags, history_report,
                                     HISTORY_SCHEMA, HistoryEntry, HistoryRow, read_history,
                                     step_of, TrendSettings)
+from router_latency.history_render import format_history, history_json
 from conftest import BASE, history_rounds_folder, make_run, ROOT
 
 
@@ -301,8 +302,13 @@ def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shif
         # (mean_interval's tabled t quantile, which the step's variance is read back from)
         assert math.isclose(trend.drift.high, row.judged.high, rel_tol=1e-7)
         assert math.isclose(trend.drift.df, row.judged.df)
-    # held back by Holm, its interval wholly beyond the tolerance: "inconclusive (Holm)"
-    assert judged.rows[0].held_by_holm == held
+    # held back by Holm, its interval wholly beyond the tolerance: "inconclusive (Holm)", in
+    # the history report as in the rounds table (before: a bare INCONCLUSIVE)
+    assert judged.rows[0].held_by_holm == held == report.rows[0].held_by_holm
+    text = "\n".join(format_history(report))
+    assert (f"{report.rows[0].title}: INCONCLUSIVE (Holm), drift " in text) == held
+    assert ("but Holm's correction for the 2 rows does not show it worse" in text) == held
+    assert history_json(report)["rows"][0]["held_by_holm"] == held
     assert (report.rows[0].drift.low > TOLERANCE) == (held or words[0] == "worse")
 
 
