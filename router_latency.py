@@ -11283,13 +11283,15 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
-    more rounds would decide it at the spread seen."""
+    more rounds would decide it DECIDE_PROBABILITY of the time over what the rounds so far
+    support (rounds_to_go: the one "more rounds" figure, as the undecided line, the headline,
+    --plan and the JSON give it)."""
     reach = ("its interval is unbounded on the worse side" if row.worse_end_pct is None
              else f"its worse end reaches {pct_text(row.worse_end_pct / 100)}")
-    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
-            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.rounds_to_go is None
+            else f"about {plural(row.rounds_to_go, 'more round')} would decide it")
     return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: {reach} "
-            f"(tolerance {settings.tolerance_pct:g}%); {more} at the spread seen")
+            f"(tolerance {settings.tolerance_pct:g}%); {more}")
 
 
 def composite_text(composite: Interval) -> str:
@@ -11955,6 +11957,9 @@ def row_json(row: Row) -> dict:
             "worse_rounds": row.worse_rounds,
             "rounds": row.rounds, "p_value": row.p_value,
             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
+            # an undecided row's further rounds that decide it 80% of the time (the report's
+            # more_rounds is the most of these); null when decided, or past 1,000
+            "more_rounds": row.rounds_to_go, "worse_end_pct": row.worse_end_pct,
             "verdict": row.verdict, "word": row_word(row),
             "held_by_holm": row.held_by_holm,
             "judged_interval_pct": None if row.judged is None else [

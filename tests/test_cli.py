@@ -387,8 +387,7 @@ def test_an_unwritable_step_summary_is_a_warning(tmp_path, cli, monkeypatch, whe
     (tmp_path / "folder").mkdir()
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / where))
     result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu")
-    assert result.code == 3 and result.out.endswith(
-        "about 4 more rounds would decide it at the spread seen\n")
+    assert result.code == 3 and re.search(r"about \d+ more rounds? would decide it\n$", result.out)
     assert result.err.startswith("router-latency: warning: cannot append to "
                                  "GITHUB_STEP_SUMMARY: ")
     assert result.err.endswith(f"({tmp_path / where})\n") and result.err.count("\n") == 1

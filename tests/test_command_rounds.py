@@ -73,10 +73,10 @@ def test_an_undecided_row_is_inconclusive_and_says_how_many_rounds_would_decide_
     planned = rounds(cli, tmp_path, "--plan").out.splitlines()
     assert f"more rounds: about {more} more rounds would decide it 80% of the time" in \
         "\n".join(planned)
-    # the verdict's first line is another issue's: it keeps the figure at the spread seen
+    # and the verdict's headline, which gave the rounds at the spread seen (42) before
     assert lines[-1] == lines[0] == (
-        "verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to +37.3% "
-        "(Sequential p50); 1 gated row undecided, about 42 more rounds would decide it")
+        f"verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to +37.3% "
+        f"(Sequential p50); 1 gated row undecided, about {more} more rounds would decide it")
     assert lines[1] == lines[-2]  # `rounds | head -2` shows the verdict and what decides it
     assert "Sequential  p50 ms*" in plain.out and " inconclusive" in lines[8]
     assert rounds(cli, tmp_path, "--format", "json").code == 3
@@ -842,6 +842,10 @@ def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tm
 def test_junit_skips_an_inconclusive_row_with_the_reason(tmp_path, cli):
     three_rounds(tmp_path)
     out = tmp_path / "junit.xml"
+    rows = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                          "--format", "json").out)["rows"]
+    more = next(r for r in rows if (r["pass"], r["metric"]) == ("sequential", "p95_ms"))[
+        "more_rounds"]
     assert cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--junit",
                out).code == 3
     cases, suite = junit_cases(out)
@@ -850,7 +854,7 @@ def test_junit_skips_an_inconclusive_row_with_the_reason(tmp_path, cli):
     assert skipped.message.startswith("inconclusive: change +2.5% [-3.5%, +8.9%]")
     assert skipped.message.endswith(
         "tolerance 5%; Sequential p95 undecided: its worse end reaches +8.9% (tolerance 5%); "
-        "about 4 more rounds would decide it at the spread seen")
+        f"about {more} more rounds would decide it")
     assert (suite.tests, suite.failures, suite.skipped) == (9, 0, 2)
     assert isinstance(cases["verdict"].result[0], Skipped)
 
@@ -1190,7 +1194,7 @@ def test_a_sequential_look_that_cannot_decide_stops_for_futility_in_its_words_an
     look = rounds(cli, tmp_path, "--sequential", "10")
     assert look.code == 3
     stop = [line for line in look.out.splitlines() if line.startswith("stop: futility: ")]
-    assert stop and "it could have missed a slowdown of up to" in stop[0]
+    assert stop and "; it could have missed a slowdown of " in stop[0]
     document = json.loads(rounds(cli, tmp_path, "--sequential", "10", "--format", "json").out)
     assert document["futility"] and stop[0].startswith(f"stop: {document['futility']}")
     # as a fixed design (no looks) nothing stops for futility

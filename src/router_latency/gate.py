@@ -641,13 +641,15 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
-    more rounds would decide it at the spread seen."""
+    more rounds would decide it DECIDE_PROBABILITY of the time over what the rounds so far
+    support (rounds_to_go: the one "more rounds" figure, as the undecided line, the headline,
+    --plan and the JSON give it)."""
     reach = ("its interval is unbounded on the worse side" if row.worse_end_pct is None
              else f"its worse end reaches {pct_text(row.worse_end_pct / 100)}")
-    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
-            else f"about {plural(row.more_rounds, 'more round')} would decide it")
+    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.rounds_to_go is None
+            else f"about {plural(row.rounds_to_go, 'more round')} would decide it")
     return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: {reach} "
-            f"(tolerance {settings.tolerance_pct:g}%); {more} at the spread seen")
+            f"(tolerance {settings.tolerance_pct:g}%); {more}")
 
 
 def composite_text(composite: Interval) -> str:
