@@ -212,9 +212,11 @@ LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the 
 # (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
 CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
                           r"|vllm_sr_runtime_result_cache_total)$")
-CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
-                "newer routers, and the runtime's --result-cache-entries 0) so that every "
-                "request computes")
+# the router's per-model result cache under each runtime name (docs/gpu-node.md, "Which names a
+# router reads"; the router's pkg/modelservice/cache.go and its release note for the runtime)
+CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0 (routers from #4618 on, the newest), "
+                "or VLLM_SR_RUNTIME_RESULT_CACHE=0 (builds of main between #4481 and #4618), "
+                "and the runtime's --result-cache-entries 0) so that every request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -3492,14 +3494,23 @@ def cache_sentence(cached: Sequence[str]) -> str:
 # start-up phases, and the decision keys of selections the router sampled (marked in meaning.py)
 # rather than decided.
 
-# The model runtime's two names (the router's pkg/modelservice/manager.go): builds of main
-# between #4481 and #4618 start `vllm-sr-runtime` (command variable VLLM_SR_RUNTIME_COMMAND,
-# metrics vllm_sr_runtime_*); earlier and later routers start `vllm-srun` (VLLM_SRUN_COMMAND,
-# metrics vllm_srun_*). Each name: its metrics' prefix and the variables that select it.
+# The model runtime's two names (the router's pkg/modelservice/manager.go, its release note for
+# the built-in runtime; the table in docs/gpu-node.md): routers from #4618 on (the newest source)
+# start `vllm-srun` (command variable VLLM_SRUN_COMMAND, metrics vllm_srun_*); builds of main
+# between #4481 and #4618 start `vllm-sr-runtime` (VLLM_SR_RUNTIME_COMMAND, metrics
+# vllm_sr_runtime_*); routers before #4481 had no built-in runtime. Each name: the builds that
+# use it, its metrics' prefix and the variables that select it (command, result cache).
+class RuntimeName(NamedTuple):
+    builds: str
+    prefix: str
+    variables: Tuple[str, str]
+
+
 RUNTIME_NAMES = {
-    "vllm-srun": ("vllm_srun_", ("VLLM_SRUN_COMMAND", "VLLM_SRUN_RESULT_CACHE")),
-    "vllm-sr-runtime": ("vllm_sr_runtime_", ("VLLM_SR_RUNTIME_COMMAND",
-                                             "VLLM_SR_RUNTIME_RESULT_CACHE")),
+    "vllm-srun": RuntimeName("from #4618 on", "vllm_srun_",
+                             ("VLLM_SRUN_COMMAND", "VLLM_SRUN_RESULT_CACHE")),
+    "vllm-sr-runtime": RuntimeName("main between #4481 and #4618", "vllm_sr_runtime_",
+                                   ("VLLM_SR_RUNTIME_COMMAND", "VLLM_SR_RUNTIME_RESULT_CACHE")),
 }
 # a selected model the router sampled or chose by its state: marked so in the decision key,
 # kept apart from the decision that agreement compares
@@ -3510,17 +3521,17 @@ PENDING_SHOWN = 4  # pending models named on the progress line, the rest counted
 def runtime_name_warning(series: Sequence[str], environ: Mapping[str, str]) -> Optional[str]:
     """Return a warning when the scraped metrics (series names) show the runtime under one
     name and the environment set only the other name's variables, or None."""
-    shown = {name for name, (prefix, _) in RUNTIME_NAMES.items()
+    shown = {name for name, (_, prefix, _) in RUNTIME_NAMES.items()
              if any(s.startswith(prefix) for s in series)}
-    set_by = {name for name, (_, variables) in RUNTIME_NAMES.items()
+    set_by = {name for name, (_, _, variables) in RUNTIME_NAMES.items()
               if any(v in environ for v in variables)}
     if len(shown) != 1 or not set_by or shown & set_by:
         return None
     runtime, other = shown.pop(), set_by.pop()
     return (f"warning: the router's metrics show the runtime as {runtime} "
-            f"({RUNTIME_NAMES[runtime][0]}*), but this environment sets "
-            f"{', '.join(v for v in RUNTIME_NAMES[other][1] if v in environ)}, which only "
-            f"{other} reads: set {' and '.join(RUNTIME_NAMES[runtime][1])} where the router "
+            f"({RUNTIME_NAMES[runtime].prefix}*), but this environment sets "
+            f"{', '.join(v for v in RUNTIME_NAMES[other].variables if v in environ)}, which only "
+            f"{other} reads: set {' and '.join(RUNTIME_NAMES[runtime].variables)} where the router "
             f"starts")
 
 

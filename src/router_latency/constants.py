@@ -68,9 +68,11 @@ LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the 
 # (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
 CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
                           r"|vllm_sr_runtime_result_cache_total)$")
-CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
-                "newer routers, and the runtime's --result-cache-entries 0) so that every "
-                "request computes")
+# the router's per-model result cache under each runtime name (docs/gpu-node.md, "Which names a
+# router reads"; the router's pkg/modelservice/cache.go and its release note for the runtime)
+CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0 (routers from #4618 on, the newest), "
+                "or VLLM_SR_RUNTIME_RESULT_CACHE=0 (builds of main between #4481 and #4618), "
+                "and the runtime's --result-cache-entries 0) so that every request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
