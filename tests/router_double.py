@@ -170,7 +170,7 @@ class RouterDouble:
         loaded = min(len(MODELS) - 1, int((time.monotonic() - self.started) / self.startup_s
                                           * len(MODELS)))
         return json.dumps({"status": "starting", "service": "classification-api",
-                           "ready": False, "phase": "loading_models", "message": "",
+                           "ready": False, "phase": "downloading_models", "message": "",
                            "downloading_model": "", "pending_models": list(MODELS[loaded:]),
                            "ready_models": loaded, "total_models": len(MODELS)}).encode() + b"\n"
 

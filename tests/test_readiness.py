@@ -52,7 +52,7 @@ def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(doub
     waited = wait_until_ready(target, encode_request(target.endpoint, "POST", payload, ()),
                               20.0, threading.Event(), show=shown.append)
     assert waited is not None  # ready, and said what it waited through:
-    assert any("to /ready (phase loading_models; " in line and "pending: " in line
+    assert any("to /ready (phase downloading_models; " in line and "pending: " in line
                and "pii-detector" in line for line in shown), shown
     assert any("(CLASSIFIER_UNAVAILABLE: classifiers loading)" in line for line in shown), shown
     assert len(shown) == len(set(shown))  # each state once

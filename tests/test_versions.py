@@ -26,11 +26,11 @@ def test_the_runtime_name_warning(series, environ, warned):
 
 
 def test_ready_words_say_the_phase_and_the_pending_models():
-    body = json.dumps({"status": "starting", "ready": False, "phase": "loading_models",
+    body = json.dumps({"status": "starting", "ready": False, "phase": "downloading_models",
                        "pending_models": ["a", "b", "c", "d", "e", "f"], "ready_models": 2,
                        "total_models": 8}).encode()
-    assert ready_words(body) == ("phase loading_models; 2 of 8 models ready; pending: a, b, c, "
-                                 "d and 2 more")
+    assert ready_words(body) == ("phase downloading_models; 2 of 8 models ready; pending: a, b, "
+                                 "c, d and 2 more")
     assert ready_words(b'{"status":"starting","ready":false}') == ""
     assert ready_words(b"not json") == "" and ready_words(None) == ""
 
