@@ -753,3 +753,40 @@ def test_a_wrong_path_is_counted_only_where_nothing_was_routed(tmp_path, statuse
     assert said == ([f"{expected} requests answered 404 Not Found at {run.url}: is the path "
                      f"right? (a URL without a path gets {PREVIEW_PATH})"]
                     if expected else [])
+
+
+def test_a_run_records_the_runtimes_timing_and_load_by_default(simulator, tmp_path, cli):
+    # transport and bundling were known to the attribution but scraped only when asked; the
+    # replicas, the queue and the split stages not at all
+    router = simulator(delay_ms=0, workers=2, answers=SimulatedAnswers(
+        runtime="vllm-srun", split_share=1.0))
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "--warmup", "0", "--metrics-url", router.metrics_url)
+    assert result.code == 0, result.err
+    metrics = json.loads(out.read_text())["passes"][0]["environment"]["metrics"]
+    histograms, deltas, gauges = metrics["histograms"], metrics["deltas"], metrics["gauges"]
+    assert histograms['vsr_model_runtime_transport_seconds_count{deployment="simulated",'
+                      'surface="decisions"}'] == 12  # six first calls, six later ones
+    assert histograms["vsr_model_runtime_bundle_wait_seconds_count"] == 6
+    assert deltas['vsr_model_runtime_stage_decision_calls_total{deployment="simulated",'
+                  'round="later"}'] == 6
+    assert deltas["vllm_srun_deadline_dropped_questions_total"] == 0
+    assert gauges['vsr_model_runtime_replica_ready{deployment="simulated",replica="1"}'] == 1
+    assert gauges["vllm_srun_queue_depth"] == 0
+    # none of them is counted as a fault (the later calls would be six)
+    from router_latency.runfile import load_run
+    assert load_run(str(out)).passes[0].environment.faults == 0
+
+
+def test_a_run_says_the_router_settings_it_could_not_record(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "--warmup", "0")
+    assert "router settings: signal deadline not recorded; VLLM_SRUN_CPU_THREADS not " \
+           "recorded\n" in result.out
+    told = json.loads(out.read_text())["router"]["told"]
+    assert told["signal deadline"] == {"value": None, "source": "not recorded"}

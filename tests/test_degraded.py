@@ -59,6 +59,11 @@ def test_a_plain_answer_is_not_degraded_and_costs_no_second_decoding():
     ({"decision_error": "decision unresolved"},
      (("decision_error", "", "decision unresolved"),)),
     ({"signal_errors": {}, "applied_unknown_policies": {}, "decision_error": ""}, ()),
+    # newer routers: whether the failed signal's policy counted it as a match (was not read)
+    ({"signal_error_matches": {"jailbreak:guard": True, "classifier:zero": False}},
+     (("signal_error_matches", "classifier:zero", "false"),
+      ("signal_error_matches", "jailbreak:guard", "true"))),
+    ({"signal_error_matches": {}}, ()),
 ])
 def test_each_member_makes_an_answer_degraded_only_when_it_holds_something(members, expected):
     assert degraded_of(go_answer(**members)) == expected
@@ -323,4 +328,13 @@ def test_answers_faster_for_a_skipped_signal_are_not_a_caches_hits():
 def test_degraded_members_of_odd_shapes_are_kept_and_counted_once(body, counts):
     found = degraded_of(body)
     assert degraded_counts([found]) == counts
+    assert degraded_from_json(degraded_to_json(found), "x") == found
+
+
+def test_signal_error_matches_are_counted_as_the_policy_resolved_them():
+    body = go_answer(signal_errors={"jailbreak:guard": "timeout"},
+                     signal_error_matches={"jailbreak:guard": True})
+    found = degraded_of(body)
+    assert degraded_counts([found]) == {"jailbreak:guard": {"counted as a match": 1,
+                                                            "timeout": 1}}
     assert degraded_from_json(degraded_to_json(found), "x") == found

@@ -61,6 +61,7 @@ order:
     noise              the spread taken apart (within, between), a plan in node time, speed groups
     judged             a judged row as every output writes it: its change, its JSON
     attribution        where the time goes: a pass's time by part
+    runtime_load       the model runtime's load per pass: split stages, replicas, queue, drops
     compare            compare_runs(): two runs as one report object
     slower             which inputs, decisions and prompt lengths got slower
     environment        each round's surroundings, the start order, outlier rounds

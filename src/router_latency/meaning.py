@@ -830,8 +830,9 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
     them. At most MAX_SIGNALS entries a member are kept, secrets hidden."""
     # rfind: CPython's reverse search skips through a router's 2 KB answer three times
     # faster than `in` (its forward search), 0.8 us a name here (bench/degraded_read.py)
-    first, second, third = _MARKS
-    if body.rfind(first) < 0 and body.rfind(second) < 0 and body.rfind(third) < 0 and (
+    first, second, third, fourth = _MARKS
+    if body.rfind(first) < 0 and body.rfind(second) < 0 and body.rfind(third) < 0 \
+            and body.rfind(fourth) < 0 and (
             body.rfind(b"\\u00") < 0 or _SPELLED.search(body) is None):
         return ()
     try:

@@ -31,7 +31,7 @@ from .host import cpu_affinity, driver_cpu_seconds, host_settings, host_warnings
 from .telemetry import coincided_text, PassSampler, sampling
 from .passloop import (config_hashes_of, encode_prompts, MAX_PASS_REQUESTS, met_expectations,
                        PassLoop, PassPlan, pass_schedule, records_of, Target)
-from .readiness import measure_floor, wait_until_ready, warm_up, warn_of_warm_up
+from .readiness import measure_floor, router_told, wait_until_ready, warm_up, warn_of_warm_up
 
 __all__ = [
     "check_plan", "LoadGuard", "measure_run", "plan_passes", "Progress", "RunContext",
@@ -469,7 +469,8 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
         router={"pid": capture.router_pid, **({"session": capture.router_session}
                                                if capture.router_session else {}),
                 "cgroup": capture.router_cgroup,
-                "container": capture.router_container, "cpus": capture.router_cpu_list},
+                "container": capture.router_container, "cpus": capture.router_cpu_list,
+                "told": router_told(target, capture.router_pid, capture.proc_root, stop)},
         captures=Captures(
             tuple(name for name, _ in capture.probes),
             gpu_tool(capture.gpu).name if capture.gpu else None, tuple(capture.gpu_indexes),

@@ -25,6 +25,7 @@ from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, L
                    Row, row_of)
 from .noise import noise_findings, NoiseFindings, plan_section
 from .report import Grid, LinePlot, Lines, Panel, Scale, Section, Series
+from .runtime_load import runtime_load_section
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
@@ -631,12 +632,14 @@ def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
         more_rounds=more_rounds(outcome) if outcome.status == "inconclusive" else None,
         capacity=ladder_capacities(rounds, settings) if rows else (),
         breakdowns=tuple(breakdowns),
-        noise=noise_findings(rounds, rows, settings) if rows else None))
+        noise=noise_findings(rounds, rows, settings) if rows else None),
+        runtime_load_section(rounds, rows))
 
 
-def with_sections(report: RoundsReport) -> RoundsReport:
+def with_sections(report: RoundsReport,
+                  runtime_load: Section = Section(key="runtime_load")) -> RoundsReport:
     """Return the report with its sections, each from its capability, in the order every
-    renderer draws them."""
+    renderer draws them (the runtime's load, computed from the runs, after the breakdowns)."""
     base, new = report.base, report.new
     found = OrderAndOutliers(report.order_effect, list(report.outliers), report.outlier_changes)
     return report._replace(sections=(
@@ -647,7 +650,7 @@ def with_sections(report: RoundsReport) -> RoundsReport:
                 json={"warnings": [w.text for w in report.warnings]},
                 page=(Panel(place=82, items=(Lines(tuple(w.text for w in report.warnings)),)),)),
         slower_section(report.slowdowns, base, new),
-        breakdown_section(report.breakdowns, base, new, report.noise),
+        breakdown_section(report.breakdowns, base, new, report.noise), runtime_load,
         per_round_section(report.rows, report.used, base, new),
         environment_section(report.environment),
         order_section(report.order, found, base, new),
