@@ -103,6 +103,9 @@ class RouterDouble:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY, as Go's net/http sets it: http.server writes the head and the body
+            # apart, and with Nagle on each body would wait for the client's delayed ACK
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass

@@ -95,7 +95,7 @@ def test_the_book_reads_them_past_the_decisions_fast_path(signals):
     body = go_answer(signal_errors=FAILED, applied_unknown_policies={"classifier:intent":
                                                                      "no_match"})
     assert len(body) > AnswerBook.CACHED_BODY_BYTES
-    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False)
+    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False, head_at=0)
     book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable() if signals else None, ())
     book.start_hold()
     for payload in (body, body[:200] + b" " * 900 + body[200:]):  # large, then cached small

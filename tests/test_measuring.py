@@ -774,6 +774,7 @@ class TLSRouter(ThreadingHTTPServer):
 
 class PreviewHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as Go's net/http: no head-and-body stall
 
     def log_message(self, *args):
         pass

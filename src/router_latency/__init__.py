@@ -43,6 +43,7 @@ order:
     phases             slow phases within a pass: windows, which stand out, what they share
     captured           what a pass captured around it: probes, load, metrics, router CPU
     runfile            the run file's records: their writer and reader side by side
+    stall              the head-and-body stall: bodies late behind their heads (Nagle)
     roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:

@@ -31,6 +31,7 @@ from .host import cpu_affinity, driver_cpu_seconds, host_settings, host_warnings
 from .telemetry import coincided_text, PassSampler, sampling
 from .passloop import (config_hashes_of, encode_prompts, MAX_PASS_REQUESTS, met_expectations,
                        PassLoop, PassPlan, pass_schedule, records_of, Target)
+from .stall import stall_text
 from .readiness import measure_floor, router_told, wait_until_ready, warm_up, warn_of_warm_up
 
 __all__ = [
@@ -488,6 +489,8 @@ def finished_run(run: RunFile, thresholds: Thresholds,
     slow phases, judged against the other passes, and a configuration that changed."""
     for warning in slow_phase_warnings(run.passes, thresholds):
         notify(warning)
+    if stall_text(run.passes):
+        notify(f"warning: {stall_text(run.passes)}")
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "

@@ -26,6 +26,7 @@ from .gate import (check_look, GateOutcome, gate_rows, GateSettings, GateTest, L
 from .noise import noise_findings, NoiseFindings, plan_section
 from .report import Grid, LinePlot, Lines, Panel, Scale, Section, Series
 from .runtime_load import runtime_load_section
+from .stall import stall_notices
 from .attribution import (attribution_rows, breakdown_section, gated_part_rows, PassBreakdown,
                           split_part_rows)
 from .slower import input_slowdowns, InputSlowdowns, slower_section
@@ -698,6 +699,8 @@ def rounds_warnings(rounds: Rounds, rows: Sequence[Row], outcome: GateOutcome,
             f"{100 * math.expm1(effect.high):+.1f}%] slower (crossover estimate on the gated "
             f"rows, df {effect.df}): warm-up, heat or a neighbour's job follows the start "
             f"order"))
+    warnings += stall_notices([(f"{side} r{n}", runs[n][side].passes) for n in used
+                               for side in (rounds.base, rounds.new)])
     return warnings
 
 
