@@ -338,3 +338,10 @@ def test_signal_error_matches_are_counted_as_the_policy_resolved_them():
     assert degraded_counts([found]) == {"jailbreak:guard": {"counted as a match": 1,
                                                             "timeout": 1}}
     assert degraded_from_json(degraded_to_json(found), "x") == found
+
+
+def test_the_byte_search_finds_every_degraded_member():
+    from router_latency.degraded import DEGRADED_MEMBERS
+    from router_latency.meaning import _MARKS
+    assert all(any(f'"{name}"'.encode().startswith(mark) for mark in _MARKS)
+               for name in DEGRADED_MEMBERS)
