@@ -103,6 +103,9 @@ class RouterDouble:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY, as Go's net/http sets it: http.server writes the head and the body
+            # apart, and with Nagle on each body would wait for the client's delayed ACK
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
@@ -170,7 +173,7 @@ class RouterDouble:
         loaded = min(len(MODELS) - 1, int((time.monotonic() - self.started) / self.startup_s
                                           * len(MODELS)))
         return json.dumps({"status": "starting", "service": "classification-api",
-                           "ready": False, "phase": "loading_models", "message": "",
+                           "ready": False, "phase": "downloading_models", "message": "",
                            "downloading_model": "", "pending_models": list(MODELS[loaded:]),
                            "ready_models": loaded, "total_models": len(MODELS)}).encode() + b"\n"
 

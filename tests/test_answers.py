@@ -30,7 +30,7 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
                 '{"classifier:%s":"boom"},"note":"%%s"}' % (times, secret)),
                (200, '{"decision_result":{"decision_name":"ok"},"config_hash":"%s"}'
                 % ("ab" * 32) + "%s")]
-    sent = types.SimpleNamespace(index=7, scheduled=1, started=2, retried=True)
+    sent = types.SimpleNamespace(index=7, scheduled=1, started=2, retried=True, head_at=0)
     for status, form in answers:
         for padding in ("", " " * AnswerBook.CACHED_BODY_BYTES):
             body = (form % padding).encode()
@@ -43,7 +43,7 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
             answer = again._classify(status, body, True)
             assert book.results == [(7, 1, 2, 3, status, answer.decision, answer.error, True,
                                      answer.code, body_config_hash(body), None,
-                                     answer.degraded, answer.signal_ms)]
+                                     answer.degraded, False, answer.signal_ms)]
             assert answer.degraded == ((("signal_errors", "classifier:[hidden]", "boom"),)
                                        if b"signal_errors" in body else ())
             assert secret not in repr(book.results) and (answer.signal_ms != ()) == (
@@ -55,7 +55,7 @@ def test_the_book_notes_an_answer_small_or_large_as_its_classify_says(signals):
 def test_a_held_answer_that_is_not_one_json_document_is_bad_json_once_settled(name):
     # while the pass runs an answer is held, its decision read; after it, its rest is read
     book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable(), ())
-    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False)
+    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False, head_at=0)
     book.start_hold()
     for number, body in enumerate((preview_answer("a"), not_one_document()[name],
                                    preview_answer("b"))):

@@ -221,8 +221,10 @@ def test_router_cpu_set_from_a_pid_and_from_a_cgroup(simulator, tmp_path, cli):
     (tmp_path / "run.json").unlink()
     document, _ = run_once(cli, router, tmp_path, "--router-cgroup", str(cgroup))
     assert {p["environment"]["router_cpus"] for p in document["passes"]} == {"4-7,12"}
+    not_recorded = {"value": None, "source": "not recorded"}
     assert document["router"] == {"pid": None, "cgroup": str(cgroup), "container": None,
-                                  "cpus": None}
+                                  "cpus": None, "told": {"signal deadline": not_recorded,
+                                                         "VLLM_SRUN_CPU_THREADS": not_recorded}}
     assert document["driver"]["cpu_affinity"] == sorted(os.sched_getaffinity(0))
 
 

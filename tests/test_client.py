@@ -299,9 +299,9 @@ def test_every_answer_is_paired_with_its_own_prompt_after_interim_answers(
     for item in json.loads(out.read_text())["passes"]:
         assert {r["id"]: r["decision"] for r in item["requests"]} == dict(enumerate(PROMPTS))
         assert {r["status"] for r in item["requests"]} == {200}
-    # readiness (/ready, then a preview), warm-up and two passes: each request reached the
-    # server once
-    assert server.requests == 2 + 2 + 2 * len(PROMPTS)
+    # readiness (/ready, then a preview), warm-up, two passes and the configuration endpoint
+    # asked once (the signal deadline): each request reached the server once
+    assert server.requests == 2 + 2 + 2 * len(PROMPTS) + 1
 
 
 def test_a_request_on_an_idle_connection_closed_under_it_is_sent_once_more(

@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import html5lib
 import pytest
@@ -1200,3 +1201,52 @@ def test_a_sequential_look_that_cannot_decide_stops_for_futility_in_its_words_an
     # as a fixed design (no looks) nothing stops for futility
     fixed = rounds(cli, tmp_path)
     assert fixed.code == 3 and "futility" not in fixed.out
+
+
+def mark_timed(path, detected):
+    """Give a run file a result cache finding that rests on timing alone (no counters)."""
+    document = json.loads(Path(path).read_text())
+    document["result_cache"] = {"detected": detected, "metrics": None, "timing": {
+        "compared": 20, "faster": 15 if detected else 2,
+        "median_ratio": 0.3 if detected else 0.9, "detected": detected}}
+    Path(path).write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("timed", [
+    {("rocm", 1), ("rocm", 2), ("rocm", 3)},  # the sides differ
+    {("rocm", 2), ("cpu", 3)},  # an A/A pair under load: the finding flips round to round
+])
+def test_a_cache_finding_by_timing_alone_never_refuses_the_judgment(tmp_path, cli, timed):
+    # "the runs were not measured alike: cache: r1-rocm.json 'detected'" refused an A/A pair
+    folder = rounds_folder(tmp_path / "rounds", lambda n, side: side)
+    for n in (1, 2, 3):
+        for side in ("cpu", "rocm"):
+            mark_timed(folder / f"r{n}-{side}.json", (side, n) in timed)
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert result.code in (0, 1, 3) and "not measured alike" not in result.err, result.err
+    assert "note: the result cache finding differs between the runs (" in result.out
+    assert "rests on timing, which a loaded node flips: judged as measured" in result.out
+    if all(side == "rocm" for side, _ in timed):
+        assert "warning: a result cache answered rocm but not cpu: the comparison measures " \
+               "the cache, not the change" in result.out
+    compared = cli("compare", "--base", folder / "r1-cpu.json", "--new", folder / "r2-rocm.json")
+    assert compared.code != 2 and "a result cache answered" in compared.out
+
+
+def test_a_cache_finding_by_counters_on_both_sides_still_refuses(tmp_path, cli):
+    folder = rounds_folder(tmp_path / "rounds", lambda n, side: side)
+    for n in (1, 2, 3):
+        mark_cached(folder / f"r{n}-rocm.json")
+        document = json.loads((folder / f"r{n}-cpu.json").read_text())
+        document["result_cache"] = {"detected": True, "metrics": {"hits": 0.0, "lookups": 60.0},
+                                    "timing": {"compared": 20, "faster": 15,
+                                               "median_ratio": 0.3, "detected": True}}
+        (folder / f"r{n}-cpu.json").write_text(json.dumps(document))
+    # the counters decide where they exist: no hit on cpu, whatever its timing said
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert result.code == 2 and "not measured alike: cache: r1-rocm.json 'detected'" in \
+        result.err and "(r1-cpu.json 'not detected')" in result.err
+    for n in (1, 2, 3):  # a cache seen by timing alone beside none counted: judged, and said
+        mark_timed(folder / f"r{n}-rocm.json", True)
+    result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
+    assert result.code != 2 and "r1-rocm.json 'detected by timing'" in result.out

@@ -3,6 +3,7 @@ handler."""
 
 import json
 import re
+import socket
 import threading
 import urllib.parse
 import urllib.request
@@ -753,3 +754,115 @@ def test_a_wrong_path_is_counted_only_where_nothing_was_routed(tmp_path, statuse
     assert said == ([f"{expected} requests answered 404 Not Found at {run.url}: is the path "
                      f"right? (a URL without a path gets {PREVIEW_PATH})"]
                     if expected else [])
+
+
+def test_a_run_records_the_runtimes_timing_and_load_by_default(simulator, tmp_path, cli):
+    # transport and bundling were known to the attribution but scraped only when asked; the
+    # replicas, the queue and the split stages not at all
+    router = simulator(delay_ms=0, workers=2, answers=SimulatedAnswers(
+        runtime="vllm-srun", split_share=1.0))
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "--warmup", "0", "--metrics-url", router.metrics_url)
+    assert result.code == 0, result.err
+    metrics = json.loads(out.read_text())["passes"][0]["environment"]["metrics"]
+    histograms, deltas, gauges = metrics["histograms"], metrics["deltas"], metrics["gauges"]
+    assert histograms['vsr_model_runtime_transport_seconds_count{deployment="simulated",'
+                      'surface="decisions"}'] == 12  # six first calls, six later ones
+    assert histograms["vsr_model_runtime_bundle_wait_seconds_count"] == 6
+    assert deltas['vsr_model_runtime_stage_decision_calls_total{deployment="simulated",'
+                  'round="later"}'] == 6
+    assert deltas["vllm_srun_deadline_dropped_questions_total"] == 0
+    assert gauges['vsr_model_runtime_replica_ready{deployment="simulated",replica="1"}'] == 1
+    assert gauges["vllm_srun_queue_depth"] == 0
+    # none of them is counted as a fault (the later calls would be six)
+    from router_latency.runfile import load_run
+    assert load_run(str(out)).passes[0].environment.faults == 0
+
+
+def test_a_run_says_the_router_settings_it_could_not_record(simulator, tmp_path, cli):
+    router = simulator(delay_ms=0)
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
+                 "-c", "1", "--warmup", "0")
+    assert "router settings: signal deadline not recorded; VLLM_SRUN_CPU_THREADS not " \
+           "recorded\n" in result.out
+    told = json.loads(out.read_text())["router"]["told"]
+    assert told["signal deadline"] == {"value": None, "source": "not recorded"}
+
+
+class SplitWriter:
+    """A stand-in router on 127.0.0.1 that writes each answer's head and body in two writes,
+    as Python's http.server does, with Nagle's algorithm on or (nodelay) off."""
+
+    BODY = json.dumps({"decision_result": {"decision_name": "math"},
+                       "routing_decision": "math"}).encode() + b"\n"
+
+    def __init__(self, nodelay):
+        self.nodelay = nodelay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.closing = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closing.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection):
+        if self.nodelay:
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = connection.makefile("rb")
+        try:
+            for _ in range(10_000):  # bounded: one request a round
+                head = reader.readline(65537)
+                if not head:
+                    return
+                length = 0
+                while (line := reader.readline(65537)) not in (b"\r\n", b"\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                reader.read(length)
+                status = b"200 OK" if head.startswith(b"POST") else b"404 Not Found"
+                connection.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
+                                   b"Content-Length: %d\r\n\r\n" % (status, len(self.BODY)))
+                connection.sendall(self.BODY)  # apart from the head: Nagle holds it back
+        except OSError:
+            return
+        finally:
+            reader.close()
+            connection.close()
+
+    def close(self):
+        self.closing.set()
+        self.listener.close()
+
+
+@pytest.mark.parametrize("nodelay", [False, True], ids=["nagle", "tcp-nodelay"])
+def test_a_server_writing_head_and_body_apart_with_nagle_on_is_named(tmp_path, cli, nodelay):
+    router = SplitWriter(nodelay)
+    try:
+        corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(12)])
+        out = tmp_path / "run.json"
+        result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out,
+                     "--label", "x", "-c", "1", "--warmup", "0")
+    finally:
+        router.close()
+    assert result.code == 0, result.err
+    late = [r for r in json.loads(out.read_text())["passes"][0]["requests"]
+            if r.get("late_body")]
+    if nodelay:  # head and body apart too, but nothing holds the body back
+        assert "stall" not in result.out + result.err and len(late) <= 6
+        return
+    assert len(late) > 6
+    assert f"head-and-body stall: {len(late)} of 12 answers came with their body 30 ms or " \
+           "more after their head: the server writes an answer's head and body apart with " \
+           "Nagle's algorithm on" in result.out
+    assert "the fix is on the server: TCP_NODELAY on its sockets" in result.out
+    assert "warning: head-and-body stall: " in result.err

@@ -58,6 +58,11 @@ def test_a_plain_answer_is_not_degraded_and_costs_no_second_decoding():
     ({"decision_error": "decision unresolved"},
      (("decision_error", "", "decision unresolved"),)),
     ({"signal_errors": {}, "applied_unknown_policies": {}, "decision_error": ""}, ()),
+    # newer routers: whether the failed signal's policy counted it as a match (was not read)
+    ({"signal_error_matches": {"jailbreak:guard": True, "classifier:zero": False}},
+     (("signal_error_matches", "classifier:zero", "false"),
+      ("signal_error_matches", "jailbreak:guard", "true"))),
+    ({"signal_error_matches": {}}, ()),
 ])
 def test_each_member_makes_an_answer_degraded_only_when_it_holds_something(members, expected):
     assert degraded_of(go_answer(**members)) == expected
@@ -89,7 +94,7 @@ def test_the_book_reads_them_past_the_decisions_fast_path(signals):
     body = go_answer(signal_errors=FAILED, applied_unknown_policies={"classifier:intent":
                                                                      "no_match"})
     assert len(body) > AnswerBook.CACHED_BODY_BYTES
-    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False)
+    sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False, head_at=0)
     book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable() if signals else None, ())
     book.start_hold()
     for payload in (body, body[:200] + b" " * 900 + body[200:]):  # large, then cached small
@@ -373,3 +378,19 @@ def test_runs_summary_lines_hold_the_routers_text_on_one_line(tmp_path):
              if isinstance(block, str)]
     assert any(FORGED_SHOWN in line for line in lines)
     assert all(line.isprintable() for line in lines)
+
+
+def test_signal_error_matches_are_counted_as_the_policy_resolved_them():
+    body = go_answer(signal_errors={"jailbreak:guard": "timeout"},
+                     signal_error_matches={"jailbreak:guard": True})
+    found = degraded_of(body)
+    assert degraded_counts([found]) == {"jailbreak:guard": {"counted as a match": 1,
+                                                            "timeout": 1}}
+    assert degraded_from_json(degraded_to_json(found), "x") == found
+
+
+def test_the_byte_search_finds_every_degraded_member():
+    from router_latency.degraded import DEGRADED_MEMBERS
+    from router_latency.meaning import _MARKS
+    assert all(any(f'"{name}"'.encode().startswith(mark) for mark in _MARKS)
+               for name in DEGRADED_MEMBERS)

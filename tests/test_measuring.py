@@ -774,6 +774,7 @@ class TLSRouter(ThreadingHTTPServer):
 
 class PreviewHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as Go's net/http: no head-and-body stall
 
     def log_message(self, *args):
         pass
@@ -1239,6 +1240,6 @@ def test_the_progress_line_shows_what_the_router_waits_for(double, tmp_path):
     assert run is not None and run.ready_after_s is not None
     drawn = stream.getvalue()
     assert "\rwaiting for the router (0 of 20 s): it answered HTTP 503 Service Unavailable " \
-           "to /ready (phase loading_models; " in drawn
+           "to /ready (phase downloading_models; " in drawn
     assert " of 3 models ready; pending: " in drawn and "pii-detector)" in drawn
     assert "CLASSIFIER_UNAVAILABLE" in drawn and "\rrouter ready after " in drawn

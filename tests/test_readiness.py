@@ -53,7 +53,7 @@ def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(doub
     waited = wait_until_ready(target, encode_request(target.endpoint, "POST", payload, ()),
                               20.0, threading.Event(), show=shown.append)
     assert waited is not None  # ready, and said what it waited through:
-    assert any("to /ready (phase loading_models; " in line and "pending: " in line
+    assert any("to /ready (phase downloading_models; " in line and "pending: " in line
                and "pii-detector" in line for line in shown), shown
     assert any("(CLASSIFIER_UNAVAILABLE: classifiers loading)" in line for line in shown), shown
     assert len(shown) == len(set(shown))  # each state once
@@ -96,3 +96,62 @@ def test_a_refusal_whose_body_nests_past_the_reader_is_one_line(scripted):
                                                       b'"content":"hello"}]}', ())
     with pytest.raises(RouterLatencyError, match=r"refused the preview \(HTTP 400 Bad Request\)"):
         wait_until_ready(target, payload, None, threading.Event())
+
+
+class ConfigRouter:
+    """A loopback server whose GET /api/v1/config answers a given document."""
+
+    def __init__(self, document, status=200):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(document).encode()
+                self.send_response(status if self.path == "/api/v1/config" else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("document, said", [
+    ({"global": {"model_catalog": {"signal_timeout_ms": 900}}}, "900 ms"),
+    ({"global": {"model_catalog": {}}}, "the router's default (the request deadline less a "
+                                        "tenth)"),
+    ({"global": "x"}, None), (["not", "a", "config"], None),
+])
+def test_the_signal_deadline_is_what_the_configuration_endpoint_says(document, said, tmp_path):
+    from router_latency.readiness import router_told
+    router = ConfigRouter(document)
+    try:
+        told = router_told(Target(parse_endpoint(router.url)), None, str(tmp_path))
+    finally:
+        router.close()
+    assert told["signal deadline"]["value"] == said
+    assert told["VLLM_SRUN_CPU_THREADS"] == {"value": None, "source": "not recorded"}
+
+
+def test_the_runtimes_threads_are_read_from_the_routers_environment(simulator, tmp_path):
+    from router_latency.readiness import router_told
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "environ").write_bytes(b"PATH=/bin\0VLLM_SRUN_CPU_THREADS=8\0")
+    (tmp_path / "43").mkdir()
+    (tmp_path / "43" / "environ").write_bytes(b"PATH=/bin\0")
+    target = Target(parse_endpoint(simulator(delay_ms=0).url))  # no configuration endpoint
+    told = router_told(target, 42, str(tmp_path))
+    assert told["VLLM_SRUN_CPU_THREADS"] == {"value": "8",
+                                             "source": "the environment of process 42"}
+    assert told["signal deadline"] == {"value": None, "source": "not recorded"}
+    assert router_told(target, 43, str(tmp_path))["VLLM_SRUN_CPU_THREADS"]["value"] == \
+        "unset (half the router's CPU budget, 1 to 16)"
+    assert router_told(target, 44, str(tmp_path))["VLLM_SRUN_CPU_THREADS"]["value"] is None

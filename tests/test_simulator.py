@@ -9,7 +9,8 @@ import pytest
 
 from router_latency.constants import PREVIEW_PATH
 from router_latency.prometheus import parse_prometheus
-from router_latency.simulator import CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers
+from router_latency.simulator import (CACHE_HIT_MS, SIGNAL_NAMES, SimulatedAnswers,
+                                    SkippedSignals)
 from conftest import ASK, exchange, PROMPTS, write_corpus
 
 
@@ -133,3 +134,84 @@ def test_no_model_is_sent_by_default_so_any_auto_name_configuration_routes(simul
     assert cli(*args).code == 0
     result = cli(*args, "--force", "--model", "MoM")
     assert result.code == 2 and "does not route model 'MoM'" in result.err
+
+
+# ---- the points where the simulator answered unlike the router (issue 42) ----
+
+def test_a_sampled_selection_is_a_read_only_snapshot_echoing_the_requests_seed(simulator):
+    # mode was "sampled" (the vllm-sr client reads read_only_snapshot) and the request's
+    # seed was ignored: seed 7 sent, other seeds answered
+    router = simulator(delay_ms=0, answers=SimulatedAnswers(sampled_share=1.0))
+    chosen = {}
+    for seed in (7, 8, 9, 7, -5, 2 ** 63 - 1):
+        ask = json.dumps({"text": "a prompt", "preview_context": {"sampling_seed": seed}})
+        status, _, body = exchange(router.url, "POST", PREVIEW_PATH, ask.encode())
+        answer = json.loads(body)
+        provenance = answer["selection_provenance"]
+        assert status == 200 and provenance["mode"] == "read_only_snapshot"
+        assert provenance["sampled"] is True and provenance["sampling_seed"] == seed
+        assert chosen.setdefault(seed, answer["selected_model"]) == answer["selected_model"]
+    assert len(set(chosen.values())) > 1  # the choice is the seed's, not one for all
+    _, _, body = exchange(router.url, "POST", PREVIEW_PATH, ASK)  # no seed: one is drawn
+    assert type(json.loads(body)["selection_provenance"]["sampling_seed"]) is int
+
+
+@pytest.mark.parametrize("field, value", [
+    ("options", {"bogus": 1}), ("preview_context", {"bogus": 1}),
+    ("options", ["trace"]), ("preview_context", {"sampling_seed": "7"}),
+    ("preview_context", {"sampling_seed": 2 ** 63}), ("preview_context", {"sampling_seed": 1.5}),
+])
+def test_unknown_or_mistyped_nested_fields_are_refused_as_the_strict_decoder_does(
+        simulator, field, value):
+    router = simulator(delay_ms=0)
+    ask = json.dumps({"text": "a prompt", field: value}).encode()
+    status, _, body = exchange(router.url, "POST", PREVIEW_PATH, ask)
+    assert status == 400 and json.loads(body)["error"]["code"] == "INVALID_INPUT"
+    known = json.dumps({"text": "a prompt", "options": {"trace": True},
+                        "preview_context": {"session_id": "s", "conversation_id": "c",
+                                            "sampling_seed": 7}}).encode()
+    assert exchange(router.url, "POST", PREVIEW_PATH, known)[0] == 200
+
+
+def test_ready_says_the_routers_phases_and_its_service(simulator):
+    starting = simulator(delay_ms=0, answers=SimulatedAnswers(startup_s=600,
+                                                              phased_startup=True))
+    status, _, body = exchange(starting.url, "GET", "/ready", b"")
+    document = json.loads(body)
+    assert status == 503 and document["phase"] == "downloading_models"  # not loading_models
+    assert document["service"] == "classification-api" and document["downloading_model"]
+    older = simulator(delay_ms=0, answers=SimulatedAnswers(startup_s=600))
+    assert json.loads(exchange(older.url, "GET", "/ready", b"")[2]) == {
+        "status": "starting", "service": "classification-api", "ready": False}
+    status, _, body = exchange(simulator(delay_ms=0).url, "GET", "/ready", b"")
+    document = json.loads(body)
+    assert status == 200 and document["status"] == "ready" and document["ready"] is True
+    assert document["service"] == "classification-api" and document["phase"] == "ready"
+
+
+def test_signals_are_under_the_routers_matched_signals_keys(simulator):
+    from router_latency.simulator import SignalModel, SignalTime
+    router = simulator(delay_ms=0, signals=SignalModel((SignalTime("domain", 1.0),
+                                                        SignalTime("pii", 1.0))))
+    _, _, body = exchange(router.url, "POST", PREVIEW_PATH, ASK)
+    result = json.loads(body)["decision_result"]
+    assert result["used_signals"]["domains"] and "domain" not in result["used_signals"]
+    assert result["matched_signals"]["pii"] == ["pii"]
+
+
+def test_the_runtimes_timing_and_load_series_with_split_stages(simulator):
+    router = simulator(delay_ms=0, workers=2, answers=SimulatedAnswers(
+        runtime="vllm-srun", split_share=1.0, signal_errors=SkippedSignals(1.0)))
+    for i in range(6):
+        exchange(router.url, "POST", PREVIEW_PATH, json.dumps({"text": f"p{i}"}).encode())
+    status, _, body = exchange(router.metrics_url.rsplit("/", 1)[0], "GET", "/metrics", b"")
+    samples = parse_prometheus(body.decode())
+    calls = 'vsr_model_runtime_stage_decision_calls_total{deployment="simulated",round="%s"}'
+    assert samples[calls % "first"] == 6 and samples[calls % "later"] == 6
+    transport = ('vsr_model_runtime_transport_seconds_count{deployment="simulated",'
+                 'surface="decisions"}')
+    assert samples[transport] == 12 and samples["vsr_model_runtime_bundle_wait_seconds_count"]
+    assert sum(v for k, v in samples.items()
+               if k.startswith("vsr_model_runtime_replica_ready{")) == 2
+    assert samples["vllm_srun_queue_depth"] == 0
+    assert samples["vllm_srun_deadline_dropped_questions_total"] == 6

@@ -354,7 +354,8 @@ def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_fact
 # draw the verdict, the gated table and the sections in order, never naming a capability.
 # A capability is one of these modules, and a section builder any name ending in _section.
 CAPABILITIES = {"gpu", "cache", "versions", "degraded", "ladder", "captures", "telemetry",
-                "noise", "attribution", "slower", "environment", "capacity", "outcomes"}
+                "noise", "attribution", "slower", "environment", "capacity", "outcomes",
+                "runtime_load"}
 RENDERERS = {"render_text", "render_markdown", "render_json", "render_junit", "page"}
 # what the renderers still name, for the outputs not yet drawn from sections (the page's
 # plots and lines): it may only shrink

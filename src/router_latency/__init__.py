@@ -44,6 +44,7 @@ order:
     phases             slow phases within a pass: windows, which stand out, what they share
     captured           what a pass captured around it: probes, load, metrics, router CPU
     runfile            the run file's records: their writer and reader side by side
+    stall              the head-and-body stall: bodies late behind their heads (Nagle)
     roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:
@@ -62,6 +63,7 @@ order:
     noise              the spread taken apart (within, between), a plan in node time, speed groups
     judged             a judged row as every output writes it: its change, its JSON
     attribution        where the time goes: a pass's time by part
+    runtime_load       the model runtime's load per pass: split stages, replicas, queue, drops
     compare            compare_runs(): two runs as one report object
     slower             which inputs, decisions and prompt lengths got slower
     environment        each round's surroundings, the start order, outlier rounds

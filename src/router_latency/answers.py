@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
-from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, MAX_REASON_CHARS
+from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, LATE_BODY_MS, MAX_REASON_CHARS
 from .words import scrubbed, scrubbed_cut
 from .degraded import Degraded
 from .client import RequestFailed, ResponseReader
@@ -19,6 +19,7 @@ __all__ = ["AnswerBook", "failure_of", "RawResult"]
 
 
 _new_tuple = tuple.__new__
+LATE_BODY_NS = LATE_BODY_MS * 1_000_000
 
 
 class RawResult(NamedTuple):
@@ -36,8 +37,9 @@ class RawResult(NamedTuple):
     config_hash: Optional[str] = None  # the answer's x-vsr-config-hash header, as sent
     reason: Optional[str] = None  # what was wrong with a malformed answer
     degraded: Degraded = ()  # a 200 that skipped a signal: its members (degraded.py)
+    late_body: bool = False  # its body came LATE_BODY_MS or more after its first bytes
     # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
-    # the answer held to read them from (AnswerBook.settle)
+    # the answer held to read them from (AnswerBook.settle): the last field (settle)
     signal_ms: Union[SignalTimes, HeldAnswer] = ()
 
 
@@ -65,6 +67,7 @@ class Sent(Protocol):
     scheduled: int
     started: int
     retried: bool
+    head_at: int  # when an answer that came in parts began to come; 0: in one read
 
 
 class Failure(NamedTuple):
@@ -159,7 +162,8 @@ class AnswerBook:
             RawResult, number=sent.index, scheduled=sent.scheduled, started=sent.started,
             ended=ended, status=status, decision=decision, error=error, retried=sent.retried,
             code=code, reason=None, signal_ms=signal_ms, degraded=degraded,
-            config_hash=header_hash or (body_config_hash(body) if hashed is False else hashed)))
+            config_hash=header_hash or (body_config_hash(body) if hashed is False else hashed),
+            late_body=bool(sent.head_at) and ended - sent.head_at >= LATE_BODY_NS))
 
     def failed(self, sent: Sent, kind: str, ended: int, status: Optional[int] = None,
                reason: Optional[str] = None) -> None:

@@ -37,6 +37,8 @@ HISTOGRAM_PARTS = {  # a histogram without a phase or signal_type label, as its 
     "llm_decision_evaluation_latency_seconds": "decision",
     "vsr_model_runtime_request_duration_seconds": "runtime",
     "vsr_model_runtime_transport_seconds": "transport",
+    "vsr_model_runtime_bundle_wait_seconds": "bundle_wait",
+    "vsr_model_runtime_bundle_question_wait_seconds": "bundle_question_wait",
     "vllm_srun_queue_duration_seconds": "runtime_queue",
     "vllm_sr_runtime_queue_duration_seconds": "runtime_queue",  # the runtime's other name
 }

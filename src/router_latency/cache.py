@@ -12,8 +12,8 @@ from .errors import Notice, RouterLatencyError
 from .report import BANNER, Lines, Panel, Section
 
 __all__ = [
-    "cache_section", "cache_sentence", "cache_text", "cache_warnings", "CacheFinding",
-    "checked_cache", "result_cache_finding",
+    "cache_section", "cache_sentence", "cache_signature", "cache_text", "cache_warnings",
+    "CacheFinding", "checked_cache", "result_cache_finding", "TIMED",
 ]
 
 # a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
@@ -87,6 +87,20 @@ def result_cache_finding(passes: Sequence[Any]) -> CacheFinding:
     metrics, timing = metrics_cache_hits(passes), timing_cache_test(passes)
     detected = bool(metrics and metrics["hits"] > 0) or bool(timing and timing["detected"])
     return {"detected": detected, "metrics": metrics, "timing": timing}
+
+
+TIMED = " by timing"  # cache_signature's mark of a finding that rests on timing alone
+
+
+def cache_signature(finding: CacheFinding) -> str:
+    """Return how a run's result cache finding is compared between runs: decided by the
+    router's cache counters where the run scraped them ('detected' when they counted a hit,
+    'not detected'), else by timing, marked so ('detected by timing'): a finding inferred from
+    timing flips under load between identical sides, and never refuses a comparison alone."""
+    metrics = finding.get("metrics")
+    if metrics:
+        return "detected" if metrics.get("hits", 0) > 0 else "not detected"
+    return ("detected" if finding.get("detected") else "not detected") + TIMED
 
 
 def cache_text(finding: CacheFinding) -> str:

@@ -37,6 +37,7 @@ class MetricsCapture(TypedDict, total=False):
     series, or why the scrape failed."""
     deltas: dict[str, float]
     histograms: dict[str, float]
+    gauges: dict[str, float]  # the runtime's load gauges (RUNTIME_GAUGES), after the pass
     error: str
 
 

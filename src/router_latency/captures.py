@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Sequence
 
-from .constants import CACHE_SERIES, DEFAULT_HISTOGRAMS, STOP_POLL_S
+from .constants import (CACHE_SERIES, DEFAULT_HISTOGRAMS, RUNTIME_COUNTERS, RUNTIME_GAUGES,
+                        STOP_POLL_S)
 from .words import scrubbed, scrubbed_cut
 from .gpu import GpuReading, gpu_tool, select_gpus
 from .prometheus import histogram_deltas, metric_deltas, parse_prometheus
@@ -258,10 +259,15 @@ def environment_record(capture: CaptureSettings, before: dict,
         errors = [s["error"] for s in (before["metrics"], after["metrics"]) if "error" in s]
         record["metrics"] = {"error": errors[0]} if errors else {
             "deltas": metric_deltas(before["metrics"]["samples"], after["metrics"]["samples"],
-                                    (*capture.metric_patterns, CACHE_SERIES))}
+                                    (*capture.metric_patterns, CACHE_SERIES,
+                                     RUNTIME_COUNTERS))}
         if not errors:
             record["metrics"]["histograms"] = histogram_deltas(
                 before["metrics"]["samples"], after["metrics"]["samples"], capture.histograms)
+            gauges = {series: value for series, value in after["metrics"]["samples"].items()
+                      if RUNTIME_GAUGES.match(series.split("{", 1)[0])}
+            if gauges:
+                record["metrics"]["gauges"] = gauges
     return scrubbed_texts(record, capture.secrets)
 
 

@@ -25,7 +25,8 @@ from .files import (check_distinct_files, check_folder_accepts_a_file, check_wri
 from .corpus import load_corpus
 from .cache import cache_text
 from .versions import runtime_name_warning
-from .runfile import dump_run, Ladder, RunFile
+from .runfile import dump_run, Ladder, RunFile, told_text
+from .stall import stall_text
 from .phases import Thresholds
 from .ladder import cost_for, ladder_levels, run_capacity
 from .meaning import SignalTable
@@ -555,6 +556,10 @@ def run_summary_lines(args: argparse.Namespace, run: RunFile, *, header_shown: b
     if run.config_hashes:
         lines.append(f"config: x-vsr-config-hash {' then '.join(run.config_hashes)}")
     lines.append(f"result cache: {cache_text(run.cache_finding)}")
+    if stall_text(run.passes):
+        lines.append(stall_text(run.passes))
+    if told_text(run.router):
+        lines.append(f"router settings: {told_text(run.router)}")
     if written and args.out != "-":
         lines.append(f"wrote {args.out}" + ("" if run.complete
                                             else " (incomplete: interrupted)")

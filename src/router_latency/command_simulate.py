@@ -161,6 +161,10 @@ def add_today_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partial-share", type=share_value, default=0.0, metavar="FRACTION",
                    help="share of prompts answered 503 with the answer and a decision_error "
                         "(the decision failed after the signals ran)")
+    p.add_argument("--split-stages", type=share_value, default=0.0, metavar="FRACTION",
+                   help="share of prompts whose request stage an admission limit splits: a "
+                        "later decisions call (vsr_model_runtime_stage_decision_calls_total"
+                        "{round=\"later\"}) and one more delay")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -175,6 +179,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                      runtime=args.runtime, phased_startup=args.phased_startup,
                                      sampled_share=args.sampled_share,
                                      partial_share=args.partial_share,
+                                     split_share=args.split_stages,
                                      signal_errors=args.signal_errors or SkippedSignals()),
                                  signals=SignalModel(args.signals or (),
                                                      args.parallel_signals))

@@ -12,6 +12,7 @@ from .words import (change_text, failure_text, fmt_signed, fmt_value, metric_lab
                     shown_decision, worse_sign)
 from .report import one_line, Section, Table
 from .cache import cache_warnings
+from .stall import stall_notices
 from .versions import sampled_models
 from .degraded import degraded_answers_line
 from .runfile import PassRecord, RunFile
@@ -212,7 +213,7 @@ def compare_runs(a: RunFile, b: RunFile, *, prompts_text: Optional[dict] = None,
                                   (sa.degraded_signals, sb.degraded_signals)))
     warnings = cache_warnings([("A", a.cache_finding), ("B", b.cache_finding)]) + floor_warnings(
         [(pass_title(p.name), p.figures[0][1], p.figures[0][2]) for p in passes
-         if not p.discarded], [a, b])
+         if not p.discarded], [a, b]) + stall_notices([("A", a.passes), ("B", b.passes)])
     da, db = reference_decisions(a), reference_decisions(b)
     agree = decision_agreement(da, db)
     texts = prompts_text or {}

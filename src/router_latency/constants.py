@@ -11,9 +11,10 @@ __all__ = [
     "CONFIG_HASH_PATTERN", "DEFAULT_DECISION_PATHS", "DEFAULT_GLOB", "DEFAULT_HISTOGRAMS",
     "DEFAULT_MODEL", "ERROR_CODE_PATTERN", "EXIT_GATE", "EXIT_INCONCLUSIVE", "EXIT_OK",
     "EXIT_SIGNAL", "EXIT_USAGE", "EXPECTED_HASH_HEADER", "LADDER_GATE_NAMES", "LADDER_MARGIN_PCT",
-    "LADDER_METRICS", "LADDER_PASS", "MAX_FILE_NUMBER", "MAX_LATENCY_MS", "MAX_REASON_CHARS",
-    "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH", "PROMPT_KEYS", "READY_PATH",
-    "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS", "SIGNAL_NAME_PATTERN",
+    "LADDER_METRICS", "LADDER_PASS", "LATE_BODY_MS", "MAX_FILE_NUMBER", "MAX_LATENCY_MS",
+    "MAX_REASON_CHARS", "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH", "PROMPT_KEYS", "READY_PATH",
+    "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS", "RUNTIME_COUNTERS",
+    "RUNTIME_GAUGES", "SIGNAL_NAME_PATTERN",
     "STOP_POLL_S", "TIME_WINDOWS",
 ]
 
@@ -55,7 +56,22 @@ DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
                       "llm_decision_evaluation_latency_seconds",
                       "vsr_model_runtime_request_duration_seconds",
                       "vsr_model_runtime_server_seconds", "vllm_srun_queue_duration_seconds",
-                      "vllm_sr_runtime_queue_duration_seconds")  # the runtime's two names
+                      "vllm_sr_runtime_queue_duration_seconds",  # the runtime's two names
+                      # the exchange outside the runtime (its Server-Timing's rest), and the
+                      # waits of request bundling (a stage's first call for its others)
+                      "vsr_model_runtime_transport_seconds",
+                      "vsr_model_runtime_bundle_wait_seconds",
+                      "vsr_model_runtime_bundle_question_wait_seconds")
+# the runtime's load, read with --metrics-url whatever --metric keeps (the router's
+# pkg/modelservice metrics and the runtime's own, under either name): counters, their
+# increase over a pass (a stage's first and later decisions calls, dispatches per replica,
+# questions dropped at their deadline, rows per forward); gauges, as read after the pass
+RUNTIME_COUNTERS = re.compile(
+    r"^(vsr_model_runtime_stage_decision_calls_total|vsr_model_runtime_replica_requests_total"
+    r"|(vllm_srun|vllm_sr_runtime)_(deadline_dropped_questions_total|batch_rows_sum"
+    r"|batch_rows_count))$")
+RUNTIME_GAUGES = re.compile(r"^(vsr_model_runtime_replica_(ready|inflight|admitted_bytes)"
+                            r"|(vllm_srun|vllm_sr_runtime)_queue_depth)$")
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
@@ -68,10 +84,15 @@ LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the 
 # (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
 CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
                           r"|vllm_sr_runtime_result_cache_total)$")
-CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RESULT_CACHE=0 on "
-                "newer routers, and the runtime's --result-cache-entries 0) so that every "
-                "request computes")
+# the router's per-model result cache under each runtime name (docs/gpu-node.md, "Which names a
+# router reads"; the router's pkg/modelservice/cache.go and its release note for the runtime)
+CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0 (routers from #4618 on, the newest), "
+                "or VLLM_SR_RUNTIME_RESULT_CACHE=0 (builds of main between #4481 and #4618), "
+                "and the runtime's --result-cache-entries 0) so that every request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
+# an answer whose body came this long after its head (a server writing them apart with Nagle's
+# algorithm on waits for this host's delayed ACK, about 40 ms on Linux): a late body
+LATE_BODY_MS = 30
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing

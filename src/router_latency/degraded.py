@@ -22,8 +22,10 @@ __all__ = [
 ]
 
 # the EvalResponse members that make an answer degraded, in the router's order (all omitempty:
-# a plain answer has none of them)
-DEGRADED_MEMBERS = ("signal_errors", "applied_unknown_policies", "decision_error")
+# a plain answer has none of them); newer routers add signal_error_matches {signal: bool},
+# whether a failed signal's policy counted it as a match
+DEGRADED_MEMBERS = ("signal_errors", "applied_unknown_policies", "signal_error_matches",
+                    "decision_error")
 DEGRADED_SIGNAL_CHARS = 128  # a signal's name as kept (the router's "type:rule")
 # the router's count of the answers its model runtime left unknown, by reason
 # (pkg/modelservice: timeout, unavailable, overloaded): kept by --metric's default pattern
@@ -76,6 +78,8 @@ def _label(member: str, signal: str, reason: str) -> Tuple[str, str]:
     'on_unknown POLICY', the decision's error is the signal 'decision'."""
     if member == "applied_unknown_policies":
         return signal, f"on_unknown {reason}"
+    if member == "signal_error_matches":
+        return signal, "counted as a match" if reason == "true" else "counted as no match"
     return signal or "decision", reason
 
 

@@ -46,8 +46,9 @@ class RouterLatencyError(ValueError):
 # order_effect: the side started second ran slower (rounds_warnings)
 # config_changed: a side's configuration changed between or within rounds (config_hash_findings)
 # same_config: both sides answered with one configuration (config_hash_findings)
+# stall: most answers' bodies came late behind their heads (stall.stall_notices)
 NoticeKind = Literal["result_cache", "floor", "inconclusive", "order_effect", "config_changed",
-                     "same_config"]
+                     "same_config", "stall"]
 
 
 class Notice(NamedTuple):

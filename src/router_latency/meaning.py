@@ -806,8 +806,9 @@ def marked_sampled(decision: str, document: Any, body: bytes | bytearray) -> str
 # ---- degraded answers: the members that make a 200 no plain success ----
 
 # the members' names as they stand before their value in any JSON: a body without any of
-# them (and without a \u escape that may spell a letter or '_' of one) has none
-_MARKS = tuple(f'"{name}"'.encode() for name in DEGRADED_MEMBERS)
+# them (and without a \u escape that may spell a letter or '_' of one) has none; one search
+# for '"signal_error' finds both signal_errors and signal_error_matches (a search less)
+_MARKS = (b'"signal_error', b'"applied_unknown_policies"', b'"decision_error"')
 _SPELLED = re.compile(rb"\\u00(?:5[fF]|6[1-9a-fA-F]|7[0-9aA])")
 
 

@@ -31,7 +31,8 @@ from .host import cpu_affinity, driver_cpu_seconds, host_settings, host_warnings
 from .telemetry import coincided_text, PassSampler, sampling
 from .passloop import (config_hashes_of, encode_prompts, MAX_PASS_REQUESTS, met_expectations,
                        PassLoop, PassPlan, pass_schedule, records_of, Target)
-from .readiness import measure_floor, wait_until_ready, warm_up, warn_of_warm_up
+from .stall import stall_text
+from .readiness import measure_floor, router_told, wait_until_ready, warm_up, warn_of_warm_up
 
 __all__ = [
     "check_plan", "LoadGuard", "measure_run", "plan_passes", "Progress", "RunContext",
@@ -469,7 +470,8 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
         router={"pid": capture.router_pid, **({"session": capture.router_session}
                                                if capture.router_session else {}),
                 "cgroup": capture.router_cgroup,
-                "container": capture.router_container, "cpus": capture.router_cpu_list},
+                "container": capture.router_container, "cpus": capture.router_cpu_list,
+                "told": router_told(target, capture.router_pid, capture.proc_root, stop)},
         captures=Captures(
             tuple(name for name, _ in capture.probes),
             gpu_tool(capture.gpu).name if capture.gpu else None, tuple(capture.gpu_indexes),
@@ -487,6 +489,8 @@ def finished_run(run: RunFile, thresholds: Thresholds,
     slow phases, judged against the other passes, and a configuration that changed."""
     for warning in slow_phase_warnings(run.passes, thresholds):
         notify(warning)
+    if stall_text(run.passes):
+        notify(f"warning: {stall_text(run.passes)}")
     if len(run.config_hashes) > 1:
         notify(f"warning: the router's configuration changed during the run "
                f"(x-vsr-config-hash {' then '.join(h[:12] for h in run.config_hashes)}): a "

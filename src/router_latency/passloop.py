@@ -101,7 +101,7 @@ class _Slot:
     """One connection of a pass and the request it carries."""
 
     __slots__ = ("sock", "fd", "reader", "index", "scheduled", "started", "deadline",
-                 "pending", "fresh", "retried")
+                 "pending", "fresh", "retried", "head_at")
 
     def __init__(self) -> None:
         self.sock: Optional[socket.socket] = None
@@ -111,6 +111,7 @@ class _Slot:
         self.pending: Optional[memoryview] = None
         self.fresh = False  # the connection was opened for the request it carries
         self.retried = False
+        self.head_at = 0  # when the first bytes of an answer that came in parts were read
 
 
 # The pass's measured speed-ups, each counted in instructions per request
@@ -257,6 +258,7 @@ class PassLoop:
                 return
         slot.deadline = slot.started + self.timeout_ns
         slot.reader = ResponseReader(PASS_HEADERS)
+        slot.head_at = 0
         payload = self.payloads[slot.index % len(self.payloads)]
         try:
             sent = sock.send(payload)
@@ -313,6 +315,8 @@ class PassLoop:
                 if reader.feed(data) if data else reader.eof():
                     self._complete(slot, now)
                     return
+                if not slot.head_at:  # an answer in parts: when its first part came
+                    slot.head_at = now
                 # with a TLS context open_socket gave an SSLSocket: it may hold decrypted bytes
                 if self.context is None or not cast(ssl.SSLSocket, sock).pending():
                     return  # plain TCP: one recv took what there was
@@ -510,7 +514,7 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
             prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
             status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
             round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
-            retried, raw.reason, times, raw.degraded))
+            retried, raw.reason, times, raw.degraded, raw.late_body))
     return requests, (last - first) / 1e9
 
 

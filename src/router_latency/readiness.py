@@ -17,7 +17,7 @@ from .errors import RouterLatencyError
 from .words import plural, scrubbed_cut
 from .stats import rounded_percentiles
 from .versions import ready_words
-from .runfile import Floor, Warmup
+from .runfile import Floor, RouterSetting, Warmup
 from .requests import count_outcomes
 from .client import (accept_connections, Connection, encode_request, Endpoint, http_response,
                      parse_endpoint, RequestFailed, secret_values, stop_accepting, tls_context)
@@ -25,7 +25,7 @@ from .meaning import body_fault, classify, decision_path_hint, error_code
 from .passloop import (config_hashes_of, encode_prompts, met_expectations, PassLoop, PassPlan,
                        records_of, Target)
 
-__all__ = ["measure_floor", "wait_until_ready", "warm_up", "warn_of_warm_up"]
+__all__ = ["measure_floor", "router_told", "wait_until_ready", "warm_up", "warn_of_warm_up"]
 
 
 REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
@@ -229,10 +229,68 @@ def refusal_text(target: Target, status: int, body: bytes) -> str:
     return f"refused the preview ({answer})"
 
 
-def ready_endpoint(endpoint: Endpoint) -> Endpoint:
-    """Return the router's /ready beside the preview: same scheme, host and port."""
-    return endpoint._replace(path=READY_PATH, shown=urllib.parse.urlunsplit(
-        (endpoint.scheme, endpoint.shown.split("/")[2], READY_PATH, "", "")))
+def ready_endpoint(endpoint: Endpoint, path: str = READY_PATH) -> Endpoint:
+    """Return the router's /ready (or another path) beside the preview: same scheme, host and
+    port."""
+    return endpoint._replace(path=path, shown=urllib.parse.urlunsplit(
+        (endpoint.scheme, endpoint.shown.split("/")[2], path, "", "")))
+
+
+# what shapes the router's timing and only the router can tell: the deadline of its signals
+# (global.model_catalog.signal_timeout_ms: a slower signal ends as a signal_errors entry, so
+# slowness moves from the tail into the degraded share) from its configuration endpoint, and
+# its runtime's threads per CPU worker from its start command's environment (the runtime
+# reference's "Router configuration" and pkg/modelservice CPUThreadsEnv)
+CONFIG_PATH = "/api/v1/config"
+SIGNAL_DEADLINE = "signal_timeout_ms"
+THREADS_VARIABLE = "VLLM_SRUN_CPU_THREADS"
+NOT_RECORDED: RouterSetting = {"value": None, "source": "not recorded"}
+
+
+def signal_deadline(target: Target, stop: Optional[threading.Event] = None) -> RouterSetting:
+    """Return the signal deadline as the router's configuration endpoint says it."""
+    endpoint = ready_endpoint(target.endpoint, CONFIG_PATH)
+    status, body, _, _ = ask_router(target, endpoint,
+                                    encode_request(endpoint, "GET", b"", target.headers), stop)
+    try:
+        document = json.loads(body or b"") if status == 200 else None
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the reader
+        document = None
+    catalog = ((document.get("global") or {}).get("model_catalog") or {}) \
+        if isinstance(document, dict) and isinstance(document.get("global"), dict) else None
+    if not isinstance(catalog, dict):
+        return NOT_RECORDED
+    value = catalog.get(SIGNAL_DEADLINE)
+    if type(value) in (int, float):
+        return {"value": f"{value:g} ms", "source": f"{CONFIG_PATH}: global.model_catalog"}
+    return {"value": "the router's default (the request deadline less a tenth)",
+            "source": f"{CONFIG_PATH}: global.model_catalog sets none"}
+
+
+def runtime_threads(router_pid: Optional[int], proc_root: str = "/proc") -> RouterSetting:
+    """Return VLLM_SRUN_CPU_THREADS as the router's start command's environment set it."""
+    if router_pid is None:
+        return NOT_RECORDED
+    try:
+        with open(f"{proc_root}/{router_pid}/environ", "rb") as stream:
+            environment = stream.read(1 << 20).split(b"\0")
+    except OSError:
+        return NOT_RECORDED
+    prefix = f"{THREADS_VARIABLE}=".encode()
+    value = next((v[len(prefix):].decode("utf-8", "replace")[:32] for v in environment
+                  if v.startswith(prefix)), None)
+    if value is None:
+        return {"value": "unset (half the router's CPU budget, 1 to 16)",
+                "source": f"the environment of process {router_pid}"}
+    return {"value": value, "source": f"the environment of process {router_pid}"}
+
+
+def router_told(target: Target, router_pid: Optional[int], proc_root: str = "/proc",
+                stop: Optional[threading.Event] = None) -> dict[str, RouterSetting]:
+    """Return the settings the router tells that shape its timing: the signal deadline and
+    the runtime's threads, each 'not recorded' where it does not tell it."""
+    return {"signal deadline": signal_deadline(target, stop),
+            THREADS_VARIABLE: runtime_threads(router_pid, proc_root)}
 
 
 class Readiness(NamedTuple):

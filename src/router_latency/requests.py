@@ -66,6 +66,8 @@ class Request(NamedTuple):
     # a 200 that skipped a signal or whose decision failed: (member, signal, reason) of its
     # signal_errors, applied_unknown_policies and decision_error (degraded.py); () when plain
     degraded: Degraded = ()
+    # its body came LATE_BODY_MS or more after its head (a head-and-body stall: stall.py)
+    late_body: bool = False
 
     @property
     def routed(self) -> bool:
@@ -94,6 +96,8 @@ class Request(NamedTuple):
             record["signal_ms"] = list(self.signal_ms)
         if self.degraded:
             record["degraded"] = degraded_to_json(self.degraded)
+        if self.late_body:  # written only when true: files without it read as before
+            record["late_body"] = True
         return record
 
     @classmethod
@@ -130,9 +134,11 @@ class Request(NamedTuple):
         if numbers[2] is not None and numbers[3] is None:  # open loop: both, or neither
             raise RouterLatencyError("expected a number for a request with a service_ms",
                                      f"{where}.behind_ms")
-        retried = raw.get("retried", False)
+        retried, late_body = raw.get("retried", False), raw.get("late_body", False)
         if not isinstance(retried, bool):
             raise RouterLatencyError("expected true or false", f"{where}.retried")
+        if not isinstance(late_body, bool):
+            raise RouterLatencyError("expected true or false", f"{where}.late_body")
         reason = raw.get("reason")
         if reason is not None and not (isinstance(reason, str)
                                        and len(reason) <= MAX_REASON_CHARS):
@@ -147,7 +153,7 @@ class Request(NamedTuple):
                    numbers[3], code, outcome, rep, retried, reason,
                    _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"),
                    degraded_from_json(degraded, f"{where}.degraded")
-                   if degraded is not None else ())
+                   if degraded is not None else (), late_body)
 
 
 def _checked_signal_ms(raw: Any, where: str) -> tuple[Optional[float], ...]:

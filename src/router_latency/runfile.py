@@ -11,7 +11,7 @@ from typing import Any, Callable, cast, Iterator, NamedTuple, Optional, Sequence
 
 from .constants import (__version__, CACHE_SERIES, CONFIG_HASH_PATTERN, LADDER_MARGIN_PCT,
                         MAX_FILE_NUMBER, MAX_LATENCY_MS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
-                        SIGNAL_NAME_PATTERN)
+                        RUNTIME_COUNTERS, SIGNAL_NAME_PATTERN)
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
 from .gpu import check_telemetry, GpuReading, GPU_FIELDS, gpu_readings
 from .cache import CacheFinding, checked_cache, result_cache_finding
@@ -25,7 +25,7 @@ from .files import check_schema, read_json
 
 __all__ = [
     "Attempt", "Captures", "CpuSettings", "dump_run", "Floor", "HostSettings", "Ladder",
-    "load_run", "PassRecord", "RunFile", "RunSettings", "Warmup",
+    "load_run", "PassRecord", "RouterSetting", "RunFile", "RunSettings", "told_text", "Warmup",
 ]
 
 
@@ -60,6 +60,13 @@ class DriverRef(TypedDict, total=False):
     cpu_affinity: Optional[list[int]]
 
 
+class RouterSetting(TypedDict):
+    """A setting that shapes the router's timing, as it told it (readiness.router_told):
+    its value (None: not told) and where it was read, or why not."""
+    value: Optional[str]
+    source: str
+
+
 class RouterRef(TypedDict, total=False):
     """The router as the run was told of it (--router-*); each None when not."""
     pid: Optional[int]
@@ -67,6 +74,23 @@ class RouterRef(TypedDict, total=False):
     cgroup: Optional[str]
     container: Optional[str]
     cpus: Optional[str]
+    # the signal deadline and the runtime's threads: {name: RouterSetting}; absent in older
+    # files
+    told: dict[str, RouterSetting]
+
+
+def told_text(router: RouterRef) -> str:
+    """Return the settings the router told, in words ('' for an older file)."""
+    told = router.get("told")
+    if not isinstance(told, dict) or not told:
+        return ""
+    return "; ".join(
+        f"{name} {setting.get('value')} ({setting.get('source')})"
+        if isinstance(setting, dict) and setting.get("value") is not None
+        else f"{name} not recorded"
+        + (f" ({setting.get('source')})" if isinstance(setting, dict)
+           and setting.get("source") not in (None, "not recorded") else "")
+        for name, setting in told.items())
 
 
 class Attempt(NamedTuple):
@@ -280,10 +304,12 @@ class PassRecord(NamedTuple):
         deltas = (environment.get("metrics") or {}).get("deltas")
         # kept beside the faults, not counted as one: the router's unknown answers (each
         # degraded answer is counted as such, Request.degraded) and the result caches'
-        # lookups (kept always, for the cache finding: CACHE_SERIES)
+        # lookups (kept always, for the cache finding: CACHE_SERIES), and the runtime's load
+        # counters (RUNTIME_COUNTERS: its stage calls, dispatches and dropped questions)
         faults = math.fsum(max(d, 0.0) for series, d in deltas.items()
                            if not series.startswith(UNKNOWN_ANSWERS_METRIC)
-                           and not CACHE_SERIES.match(series.split("{", 1)[0])) \
+                           and not CACHE_SERIES.match(series.split("{", 1)[0])
+                           and not RUNTIME_COUNTERS.match(series.split("{", 1)[0])) \
             if isinstance(deltas, dict) else None
         router_cpu = self.attempt.router_cpu or RouterCpu()
         return PassEnvironment(

@@ -61,6 +61,13 @@ PREVIEW_FIELDS = frozenset(("text", "messages", "tools", "functions", "tool_choi
                             "preview_context", "max_tokens", "max_completion_tokens"))
 MESSAGE_FIELDS = frozenset(("role", "name", "content", "tool_calls", "tool_call_id",
                             "function_call", "refusal", "reasoning_content"))
+# the objects inside it, as strictly (the router's IntentOptions and PreviewContext; the
+# client's cli/routing_preview.py OPTION_FIELDS and CONTEXT_FIELDS)
+NESTED_FIELDS = {"options": frozenset(("return_probabilities", "confidence_threshold",
+                                       "include_explanation", "trace")),
+                 "preview_context": frozenset(("session_id", "conversation_id",
+                                               "sampling_seed"))}
+SEED_RANGE = range(-(2 ** 63), 2 ** 63)  # sampling_seed is a Go int64
 PREVIEW_BODY_LIMIT = 10 * 1024 * 1024  # json_request.go's defaultJSONRequestBodyLimit
 GO_CHUNKING_BYTES = 2048  # net/http sends a longer answer chunked (bufferBeforeChunkingSize)
 CACHE_HIT_MS = 0.05  # a result cache hit: no model runs
@@ -76,6 +83,14 @@ def simulated_request(body: bytes) -> dict:
     if not isinstance(request, dict):
         raise ValueError("cannot unmarshal into Go value of type services.IntentRequest")
     unknown = sorted(set(request) - PREVIEW_FIELDS)
+    for field, known in NESTED_FIELDS.items():
+        nested = request.get(field)
+        if nested is not None and not isinstance(nested, dict):
+            raise ValueError(f"cannot unmarshal into Go struct field of type {field}")
+        unknown += sorted(set(nested or ()) - known)
+    seed = (request.get("preview_context") or {}).get("sampling_seed")
+    if seed is not None and (type(seed) is not int or seed not in SEED_RANGE):
+        raise ValueError("cannot unmarshal into Go struct field sampling_seed of type int64")
     messages = request.get("messages")
     if not unknown and isinstance(messages, list):
         for message in messages:
@@ -163,13 +178,23 @@ def simulated_answer(text: str, request: dict, decision: str, elapsed_ms: float,
 
 # the router-managed models a phased start-up loads, one after another
 STARTUP_MODELS = ("domain-classifier", "jailbreak-guard", "pii-detector")
+# the router's start-up phases (pkg/startupstatus, apiserver handleReady): starting (before
+# the state exists), these two while loading, then ready (or error)
+READY_PHASES = ("downloading_models", "initializing_models")
+READY_BODY = json.dumps({
+    "status": "ready", "service": "classification-api", "ready": True, "phase": "ready",
+    "message": "Router is ready", "downloading_model": "", "pending_models": [],
+    "ready_models": len(STARTUP_MODELS), "total_models": len(STARTUP_MODELS)}).encode() + b"\n"
 SAMPLED_MODELS = ("model-a", "model-b", "model-c")  # what a sampled selection draws from
 
 
-def simulated_today(answer: dict, text: str, answers: "SimulatedAnswers") -> Tuple[dict, int]:
+def simulated_today(answer: dict, text: str, answers: "SimulatedAnswers",
+                    seed: Optional[int] = None) -> Tuple[dict, int]:
     """Return (answer, status) as a newer router sends it: for a stable share of prompts a
-    selected model it sampled (selection_provenance, a model drawn anew each time), for
-    another a partial 503: the signals ran, the decision failed (decision_error)."""
+    selected model it sampled (selection_provenance in the client's read_only_snapshot mode,
+    the seed the request's preview_context.sampling_seed or one drawn anew, the model a
+    function of the seed and the prompt), for another a partial 503: the signals ran, the
+    decision failed (decision_error)."""
     if answers.partial_share and share_of("partial:" + text, answers.partial_share):
         partial = {key: value for key, value in answer.items() if key not in (
             "recommended_models", "selected_model", "selection_status", "selection_method",
@@ -178,11 +203,13 @@ def simulated_today(answer: dict, text: str, answers: "SimulatedAnswers") -> Tup
         return partial, 503
     if answers.sampled_share and "selected_model" in answer \
             and share_of("sampled:" + text, answers.sampled_share):
-        seed = random.getrandbits(31)
-        answer = dict(answer, selected_model=SAMPLED_MODELS[seed % len(SAMPLED_MODELS)],
+        seed = random.getrandbits(31) if seed is None else seed
+        drawn = text_number(f"{seed}:{text}") % len(SAMPLED_MODELS)  # one seed, one choice
+        answer = dict(answer, selected_model=SAMPLED_MODELS[drawn],
                       selection_method="weighted_random")
-        answer["selection_provenance"] = {"mode": "sampled", "state_dependent": False,
-                                          "sampled": True, "sampling_seed": seed}
+        answer["selection_provenance"] = {"mode": "read_only_snapshot",
+                                          "state_dependent": False, "sampled": True,
+                                          "sampling_seed": seed}
     return answer, 200
 
 
@@ -266,6 +293,8 @@ class SimulatedAnswers(NamedTuple):
     sampled_share: float = 0.0
     partial_share: float = 0.0
     signal_errors: SkippedSignals = SkippedSignals()  # previews whose signal fails
+    # previews whose stage an admission limit split: a `later` decisions call, one more delay
+    split_share: float = 0.0
 
 
 # The router's prometheus.DefBuckets, those of llm_signal_extraction_latency_seconds (seconds).
@@ -302,14 +331,21 @@ class SignalModel(NamedTuple):
         return (max(times, default=0.0) if self.parallel else math.fsum(times)) / 1000
 
 
+# decision_result's MatchedSignals keys of the signal types whose key is not the type itself
+# (pkg/services: keywords, embeddings, domains, preferences; the others by their own name)
+MATCHED_SIGNALS_KEYS = {"keyword": "keywords", "embedding": "embeddings", "domain": "domains",
+                        "preference": "preferences"}
+
+
 def signal_answer(drawn: Sequence[SignalTime]) -> dict:
     """Return the answer's fields for the signals a request ran, shaped as the router's
     (metrics.<signal>.execution_time_ms and confidence; used_signals and matched_signals
-    of decision_result, by signal type)."""
+    of decision_result, under MatchedSignals' keys)."""
+    keys = {name: MATCHED_SIGNALS_KEYS.get(name, name) for name, _ in drawn}
     return {"metrics": {name: {"execution_time_ms": ms, "confidence": 0.9}
                         for name, ms in drawn},
-            "used_signals": {name: [name] for name, _ in drawn},
-            "matched_signals": {name: [name] for name, _ in drawn}}
+            "used_signals": {keys[name]: [name] for name, _ in drawn},
+            "matched_signals": {keys[name]: [name] for name, _ in drawn}}
 
 
 def with_signals(answer: dict, drawn: Sequence[SignalTime]) -> dict:
@@ -547,7 +583,7 @@ class SimulatedRouter:
             if path == b"/health":
                 return http_response(200, b'{"status":"healthy"}\n', headers=tagged)
             ready = time.monotonic() - self.started >= self.answers.startup_s
-            return http_response(200, b'{"status":"ready","ready":true}\n', headers=tagged) \
+            return http_response(200, READY_BODY, headers=tagged) \
                 if ready else http_response(503, self._starting_body(), headers=tagged)
         if path != PREVIEW_PATH.encode():
             return http_response(404, b"404 page not found\n", "text/plain; charset=utf-8")
@@ -598,6 +634,10 @@ class SimulatedRouter:
             if skipped:  # its failed signal did not run to the end
                 pause *= 1 - self.answers.signal_errors.faster
                 self.counts["signal_errors"] += 1
+            if not hit and share_of("split:" + text, self.answers.split_share):
+                pause += self.delay_s  # the stage's later call waits for the first
+                self.counts["split"] += 1
+            self.counts["computed"] += not hit
         started = time.perf_counter()
         try:
             self._work(pause)
@@ -622,21 +662,28 @@ class SimulatedRouter:
             answer = with_signals(answer, drawn)
         if skipped:
             answer = with_signal_errors(answer, self.answers.signal_errors)
-        answer, status = simulated_today(answer, text, self.answers)
+        answer, status = simulated_today(
+            answer, text, self.answers, (request.get("preview_context") or {}).get(
+                "sampling_seed"))
         return go_response(status, json.dumps(answer, separators=(",", ":")).encode() + b"\n",
                            headers=((CONFIG_HASH_NAME, self.config_hash),) + tagged)
 
     def _starting_body(self) -> bytes:
-        """Return /ready's 503 body while starting: the older form, or with phased_startup
-        the newer one (apiserver readinessDetails): phase and the models still pending."""
+        """Return /ready's 503 body while starting, as the router's handleReady writes it:
+        before its start-up state exists (without phased_startup: all along) status and
+        service only; then its phase (downloading_models, then initializing_models) and the
+        models still pending."""
         if not self.answers.phased_startup:
-            return b'{"status":"starting","ready":false}\n'
+            return b'{"status":"starting","service":"classification-api","ready":false}\n'
         share = (time.monotonic() - self.started) / max(self.answers.startup_s, 1e-9)
         loaded = min(len(STARTUP_MODELS) - 1, int(share * len(STARTUP_MODELS)))
+        downloading = share < 0.5
         return json.dumps({
             "status": "starting", "service": "classification-api", "ready": False,
-            "phase": "loading_models", "message": "loading router-managed models",
-            "downloading_model": "", "pending_models": list(STARTUP_MODELS[loaded:]),
+            "phase": READY_PHASES[0 if downloading else 1],
+            "message": "Downloading models..." if downloading else "Initializing models...",
+            "downloading_model": STARTUP_MODELS[loaded] if downloading else "",
+            "pending_models": list(STARTUP_MODELS[loaded:]),
             "ready_models": loaded, "total_models": len(STARTUP_MODELS)}).encode() + b"\n"
 
     def _unmatched(self, text: str) -> bool:
@@ -690,22 +737,77 @@ def simulated_metrics(router: SimulatedRouter) -> str:
         lines += ["# TYPE vsr_model_runtime_result_cache_total counter"] + [
             f'vsr_model_runtime_result_cache_total{{deployment="simulated",result="{kind}"}} '
             f'{counts.get("cache_" + kind, 0)}' for kind in ("hit", "miss")]
-    lines += unknown_answer_lines(router)
-    return "\n".join(lines + runtime_metrics(router.answers, served, counts)) + "\n" + signals
+    lines += unknown_answer_lines(router) + frontend_runtime_lines(router, counts, seconds)
+    return "\n".join(lines + runtime_metrics(router, served, counts)) + "\n" + signals
 
 
-def runtime_metrics(answers: SimulatedAnswers, served: int, counts: dict) -> List[str]:
+TRANSPORT_S = 0.0002  # a simulated call's exchange outside the runtime (Server-Timing's rest)
+BUNDLE_WAIT_S = 0.00005  # a stage's first call waiting for its others
+ADMITTED_BYTES = 1500  # a simulated exchange's bytes in flight
+
+
+def histogram_lines(name: str, labels: str, count: int, total: float) -> List[str]:
+    """Return a histogram's exposition with its +Inf bucket only (what the deltas read)."""
+    inner = f"{labels}," if labels else ""
+    return [f"# TYPE {name} histogram", f'{name}_bucket{{{inner}le="+Inf"}} {count}',
+            f"{name}_sum{{{labels}}} {total!r}" if labels else f"{name}_sum {total!r}",
+            f"{name}_count{{{labels}}} {count}" if labels else f"{name}_count {count}"]
+
+
+def frontend_runtime_lines(router: "SimulatedRouter", counts: dict,
+                           seconds: float) -> List[str]:
+    """Return the router's own series of its model runtime (port 9190, pkg/modelservice):
+    call time and transport (the part outside the runtime's Server-Timing), request
+    bundling (the stage's waits, its first and later decisions calls) and each replica's
+    readiness, exchanges in flight, admitted bytes and completed dispatches."""
+    computed, split = counts.get("computed", 0), counts.get("split", 0)
+    labels = 'deployment="simulated",surface="decisions"'
+    lines = histogram_lines("vsr_model_runtime_request_duration_seconds", labels,
+                            computed + split, seconds)
+    lines += histogram_lines("vsr_model_runtime_transport_seconds", labels, computed + split,
+                             (computed + split) * TRANSPORT_S)
+    lines += histogram_lines("vsr_model_runtime_bundle_wait_seconds", "", computed,
+                             computed * BUNDLE_WAIT_S)
+    lines += histogram_lines("vsr_model_runtime_bundle_question_wait_seconds", "", computed,
+                             computed * BUNDLE_WAIT_S)
+    lines += ["# TYPE vsr_model_runtime_stage_decision_calls_total counter"] + [
+        f'vsr_model_runtime_stage_decision_calls_total{{deployment="simulated",'
+        f'round="{round_}"}} {n}' for round_, n in (("first", computed), ("later", split))]
+    replicas = router.workers or 1
+    with router.lock:
+        in_flight = router.in_flight
+    done = computed + split
+    for name, kind in (("ready", "gauge"), ("inflight", "gauge"), ("admitted_bytes", "gauge"),
+                       ("requests_total", "counter")):
+        lines.append(f"# TYPE vsr_model_runtime_replica_{name} {kind}")
+        for replica in range(replicas):
+            share = in_flight // replicas + (replica < in_flight % replicas)
+            figure = {"ready": 1, "inflight": share, "admitted_bytes": share * ADMITTED_BYTES,
+                      "requests_total": done // replicas + (replica < done % replicas)}[name]
+            outcome = ',outcome="ok"' if name == "requests_total" else ""
+            lines.append(f'vsr_model_runtime_replica_{name}{{deployment="simulated",'
+                         f'replica="{replica}"{outcome}}} {figure}')
+    return lines
+
+
+def runtime_metrics(router: "SimulatedRouter", served: int, counts: dict) -> List[str]:
     """Return the runtime's own metrics under its name (answers.runtime: vllm-srun, or
     vllm-sr-runtime as builds between the router's #4481 and #4618 name it): its queue
-    histogram (no wait) and, with a cache, its result cache counter in place of the
-    router's."""
+    histogram (no wait), its load (the queue's depth: previews in flight beyond the workers;
+    rows per forward; questions dropped at their deadline, the failed signals') and, with a
+    cache, its result cache counter in place of the router's."""
+    answers = router.answers
     if not answers.runtime:
         return []
     prefix = answers.runtime.replace("-", "_")
-    lines = [f"# TYPE {prefix}_queue_duration_seconds histogram",
-             f'{prefix}_queue_duration_seconds_bucket{{le="+Inf"}} {served}',
-             f"{prefix}_queue_duration_seconds_sum 0.0",
-             f"{prefix}_queue_duration_seconds_count {served}"]
+    with router.lock:
+        waiting = max(0, router.in_flight - (router.workers or router.max_concurrency))
+    computed = counts.get("computed", 0)
+    lines = histogram_lines(f"{prefix}_queue_duration_seconds", "", served, 0.0)
+    lines += histogram_lines(f"{prefix}_batch_rows", "", computed, float(computed))
+    lines += [f"# TYPE {prefix}_queue_depth gauge", f"{prefix}_queue_depth {waiting}",
+              f"# TYPE {prefix}_deadline_dropped_questions_total counter",
+              f"{prefix}_deadline_dropped_questions_total {counts.get('signal_errors', 0)}"]
     if answers.cache_entries:
         lines += [f"# TYPE {prefix}_result_cache_total counter"] + [
             f'{prefix}_result_cache_total{{model="simulated",outcome="{kind}"}} '

@@ -5,7 +5,7 @@ rather than decided."""
 from __future__ import annotations
 
 import json
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .words import visible
 
@@ -14,14 +14,23 @@ __all__ = [
     "without_sampled",
 ]
 
-# The model runtime's two names (the router's pkg/modelservice/manager.go): builds of main
-# between #4481 and #4618 start `vllm-sr-runtime` (command variable VLLM_SR_RUNTIME_COMMAND,
-# metrics vllm_sr_runtime_*); earlier and later routers start `vllm-srun` (VLLM_SRUN_COMMAND,
-# metrics vllm_srun_*). Each name: its metrics' prefix and the variables that select it.
+# The model runtime's two names (the router's pkg/modelservice/manager.go, its release note for
+# the built-in runtime; the table in docs/gpu-node.md): routers from #4618 on (the newest source)
+# start `vllm-srun` (command variable VLLM_SRUN_COMMAND, metrics vllm_srun_*); builds of main
+# between #4481 and #4618 start `vllm-sr-runtime` (VLLM_SR_RUNTIME_COMMAND, metrics
+# vllm_sr_runtime_*); routers before #4481 had no built-in runtime. Each name: the builds that
+# use it, its metrics' prefix and the variables that select it (command, result cache).
+class RuntimeName(NamedTuple):
+    builds: str
+    prefix: str
+    variables: Tuple[str, str]
+
+
 RUNTIME_NAMES = {
-    "vllm-srun": ("vllm_srun_", ("VLLM_SRUN_COMMAND", "VLLM_SRUN_RESULT_CACHE")),
-    "vllm-sr-runtime": ("vllm_sr_runtime_", ("VLLM_SR_RUNTIME_COMMAND",
-                                             "VLLM_SR_RUNTIME_RESULT_CACHE")),
+    "vllm-srun": RuntimeName("from #4618 on", "vllm_srun_",
+                             ("VLLM_SRUN_COMMAND", "VLLM_SRUN_RESULT_CACHE")),
+    "vllm-sr-runtime": RuntimeName("main between #4481 and #4618", "vllm_sr_runtime_",
+                                   ("VLLM_SR_RUNTIME_COMMAND", "VLLM_SR_RUNTIME_RESULT_CACHE")),
 }
 # a selected model the router sampled or chose by its state: marked so in the decision key,
 # kept apart from the decision that agreement compares
@@ -32,17 +41,17 @@ PENDING_SHOWN = 4  # pending models named on the progress line, the rest counted
 def runtime_name_warning(series: Sequence[str], environ: Mapping[str, str]) -> Optional[str]:
     """Return a warning when the scraped metrics (series names) show the runtime under one
     name and the environment set only the other name's variables, or None."""
-    shown = {name for name, (prefix, _) in RUNTIME_NAMES.items()
+    shown = {name for name, (_, prefix, _) in RUNTIME_NAMES.items()
              if any(s.startswith(prefix) for s in series)}
-    set_by = {name for name, (_, variables) in RUNTIME_NAMES.items()
+    set_by = {name for name, (_, _, variables) in RUNTIME_NAMES.items()
               if any(v in environ for v in variables)}
     if len(shown) != 1 or not set_by or shown & set_by:
         return None
     runtime, other = shown.pop(), set_by.pop()
     return (f"warning: the router's metrics show the runtime as {runtime} "
-            f"({RUNTIME_NAMES[runtime][0]}*), but this environment sets "
-            f"{', '.join(v for v in RUNTIME_NAMES[other][1] if v in environ)}, which only "
-            f"{other} reads: set {' and '.join(RUNTIME_NAMES[runtime][1])} where the router "
+            f"({RUNTIME_NAMES[runtime].prefix}*), but this environment sets "
+            f"{', '.join(v for v in RUNTIME_NAMES[other].variables if v in environ)}, which only "
+            f"{other} reads: set {' and '.join(RUNTIME_NAMES[runtime].variables)} where the router "
             f"starts")
 
 
