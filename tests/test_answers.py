@@ -70,7 +70,7 @@ def test_a_held_answer_that_is_not_one_json_document_is_bad_json_once_settled(na
     assert book.results[1].signal_ms == () and len(book.results[2].signal_ms) == 9
 
 
-SENT = types.SimpleNamespace(index=4, scheduled=10, started=11, retried=False)
+SENT = types.SimpleNamespace(index=4, scheduled=10, started=11, retried=False, head_at=0)
 
 
 def recorded(book, status, body, headers=b""):
@@ -87,7 +87,7 @@ def recorded(book, status, body, headers=b""):
 def test_a_routed_answer_is_noted_with_its_decision_and_the_requests_times():
     book = AnswerBook(DEFAULT_DECISION_PATHS, None, ())
     result = recorded(book, 200, b'{"decision_result": {"decision_name": "math"}}')
-    assert result == RawResult(4, 10, 11, 20, 200, "math", None, False, None, None, None, (), ())
+    assert result == RawResult(4, 10, 11, 20, 200, "math", None, False, None, None, None, (), False, ())
 
 
 def test_a_small_answer_seen_before_is_looked_up_and_its_headers_hash_is_the_requests_own():

@@ -3,7 +3,8 @@
 import pytest
 
 from router_latency.requests import Request
-from router_latency.phases import phase_windows, PhaseWindow, slow_windows, Thresholds
+from router_latency.phases import (phase_windows, PhaseWindow, slow_windows, SlowPhase,
+                                   Thresholds)
 
 
 def request_at(start_ms, latency_ms, error=None):
@@ -45,3 +46,18 @@ def test_slow_windows_against_the_pass_median():
     # a window of failures only has no p95, and its rate 0 is slow
     assert slow_windows([window(15, 100)] * 3 + [PhaseWindow(0, 10, 10, 0.0, 0.1, None,
                                                                    None, 0.0)], rule) == (3,)
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_phase_slow_by_its_rate_whose_windows_failed_every_request_has_its_evidence(relative):
+    # every request of the slow window failed (a router shedding with 429s): it has no p95,
+    # and its evidence raised ValueError (max of nothing), a traceback out of `run`
+    windows = [PhaseWindow(i * 10, 10, 0, float(i), 1.0, 5.0, 6.0, 10.0) for i in range(4)]
+    windows[2] = windows[2]._replace(errors=10, p50_ms=None, p95_ms=None, req_per_s=0.0)
+    judged = [w._replace(p95_ms=None if w.p95_ms is None else 1.0,
+                         req_per_s=None if w.req_per_s is None else
+                         (0.0 if w.errors else 1.0)) for w in windows]
+    phase = SlowPhase((2,), tuple(judged), relative=relative, by_rate=True)
+    evidence = phase.evidence(windows)
+    assert ("pace 0%" if relative else "rate down to 0.000 req/s") in evidence
+    assert "p95" not in evidence

@@ -132,7 +132,8 @@ class SlowPhase(NamedTuple):
 
         chosen = [windows[i] for i in self.windows]
         judged = [self.judged[i] for i in self.windows]
-        p95 = (max(w.p95_ms for w in chosen if w.p95_ms is not None),
+        # a window whose requests all failed has no p95 (a phase slow by its rate alone)
+        p95 = (max((w.p95_ms for w in chosen if w.p95_ms is not None), default=None),
                median(w.p95_ms for w in windows))
         rate = (min((w.req_per_s for w in chosen if w.req_per_s is not None), default=None),
                 median(w.req_per_s for w in windows))
