@@ -278,7 +278,10 @@ def both_gates(shifts):
     # rows, so held back; alone it is Holm's only step, and fails
     ({"p50_ms": TOLERANCE + 3 * SE, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"],
      True),
-    ({"p50_ms": TOLERANCE + 3 * SE}, "fail", ["worse"], False)])
+    ({"p50_ms": TOLERANCE + 3 * SE}, "fail", ["worse"], False),
+    # one row worse beside one undecided: the FAIL, exit 1, not the larger 3
+    ({"p50_ms": TOLERANCE + 10 * SE, "p95_ms": 0.045}, "fail", ["worse", "inconclusive"],
+     False)])
 def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shifts, status,
                                                                              words, held):
     judged, report = both_gates(shifts)
@@ -286,6 +289,7 @@ def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shif
     assert (judged.outcome.status, judged.outcome.exit_code) == (report.status,
                                                                  report.exit_code)
     assert report.status == status and report.outcome.status == status
+    assert report.exit_code == {"pass": 0, "fail": 1, "inconclusive": 3}[status]
     assert [word_status(r.verdict) for r in judged.rows] == [t.status for t in report.rows]
     for row, trend in zip(judged.rows, report.rows):  # the same interval, on the same df
         assert trend.drift is not None and row.judged is not None
