@@ -23,8 +23,8 @@ from .roundset import Rounds
 
 __all__ = [
     "BEYOND_LIMIT", "check_look", "combined_exit", "composite_text", "DETECTS_CONFIDENCE",
-    "detectable_text", "detects_text", "GATE_ALPHA", "GateOutcome", "gate_rows", "GateSettings", "GateTest",
-    "holm_step_down", "judged_word", "Look", "missed_pct", "missed_text", "more_rounds",
+    "detectable_text", "detects_text", "GATE_ALPHA", "GateOutcome", "gate_rows", "GateSettings",
+    "GateTest", "holm_step_down", "judged_word", "Look", "missed_pct", "missed_text", "more_rounds",
     "one_sided", "OneSided", "outcome_of", "Row", "row_judged_interval", "row_of", "row_word",
     "undecided_text", "word_status",
 ]
