@@ -11,7 +11,9 @@ import pytest
 from router_latency.runfile import load_run
 from router_latency.roundset import Rounds
 from router_latency.gate import GateSettings
-from router_latency.noise import noise_findings, plan_sentence, side_within
+from router_latency.noise import (noise_findings, plan_sentence, PLAN_DETECT_POWER, rounds_for,
+                                  side_within)
+from router_latency.stats import detectable_change
 from router_latency.rounds import judge_rounds
 from conftest import NOISE_PROMPTS, noise_run, pair_folder
 
@@ -50,10 +52,30 @@ def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
         logs = [math.log(n / b) for b, n in zip(row["base_values"], row["new_values"])]
         spread = statistics.stdev(logs)
         assert noise["split"] == "sendings" and within > 0
-        if between > 0:  # the rest of the spread: their squares add up to its square
-            assert math.hypot(within, between) == pytest.approx(spread, rel=1e-9)
-        else:
-            assert within >= spread
+        # their squares add up to the spread's square, whether or not within was cut to it
+        assert math.hypot(within, between) == pytest.approx(spread, rel=1e-9)
+    # the mean row's within, worked from the files: each pass's sendings' log means, their
+    # variance over their count, pooled over the rounds, the two sides added
+    runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json")) for s in "ab"}
+            for n in range(1, len(INSTANCES) + 1)}
+    pooled = []
+    for side in "ab":
+        per_round = []
+        for sides in runs.values():
+            requests = sides[side].pass_named("sequential").requests
+            means = [statistics.fmean(r.latency_ms for r in requests if r.rep == rep)
+                     for rep in sorted({r.rep for r in requests})]
+            per_round.append(statistics.variance([math.log(m) for m in means]) / len(means))
+        pooled.append(statistics.fmean(per_round))
+    by_hand = math.sqrt(sum(pooled))
+    mean = next(r for r in document["rows"] if r["metric"] == "mean_ms")
+    spread = statistics.stdev(math.log(n / b) for b, n in zip(mean["base_values"],
+                                                               mean["new_values"]))
+    # the instances (10 or 14 ms) make most of the spread: within is the sendings' part, not
+    # cut, and the rest is between instances
+    assert by_hand < spread
+    assert mean["noise"]["within_pct"] / 100 == pytest.approx(by_hand, rel=1e-9)
+    assert mean["noise"]["capped"] is False and mean["noise"]["between_pct"] > 0
 
 
 def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
@@ -151,3 +173,20 @@ def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):
     plan = next(line for line in result.out.splitlines() if line.startswith("plan: "))
     assert "passes" not in plan and plan.endswith(
         ": a 10% slowdown of one gated row is found 80% of the time")
+
+
+@pytest.mark.parametrize("max_mde", [7.0, 10.0, 15.0])
+def test_the_plans_rounds_grow_with_the_gated_rows_and_keep_its_promise(max_mde):
+    # each gated row is tested at Holm's first level, 2.5% over the rows, so more gated rows
+    # need more rounds to find a row slowed by --max-mde alone 80% of the time; the plan's
+    # rounds must keep that promise at every count of rows, whichever term decides
+    settings = GateSettings(max_mde_pct=max_mde)
+    room = math.log1p(max_mde / 100) - settings.tolerance_log
+    found = []
+    for spread in (0.02, 0.05):
+        planned = [rounds_for([spread] * m, settings) for m in range(1, 7)]
+        assert planned == sorted(planned) and planned[-1] > planned[0], planned
+        for m, n in enumerate(planned, 1):
+            found.append(detectable_change(spread, n, alpha=settings.alpha / 2 / m,
+                                           power=PLAN_DETECT_POWER, sided=1) <= room)
+    assert all(found)

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from router_latency.phases import PhaseWindow
 from router_latency.runfile import load_run
 from router_latency.captures import CaptureSettings
 from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
-from conftest import write_corpus
+from conftest import final_answer, write_corpus
 
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
@@ -102,6 +103,45 @@ def test_joules_per_request_against_a_constant_power(simulator, standin, tmp_pat
         assert telemetry["summary"]["gpu1"]["power_mean_w"] == 60.0
     assert "gpu (nvidia-smi), sampled through each pass (the router's GPUs):" in result.out
     assert "J/request" in result.out
+
+
+def test_joules_are_per_routed_request_not_per_answer(scripted, standin, tmp_path, cli):
+    # a pass whose answers are routed, failed (500), shed (429) and degraded (a 200 whose
+    # signal failed), each by its prompt: the energy is the GPUs' joules over the fully
+    # computed answers only, what routed requests cost
+    standin(STANDIN_POWER=150, STANDIN_COUNTER="0")
+    degraded = json.dumps({"decision_result": {"decision_name": "ok"},
+                           "signal_errors": {"classifier:intent": "failed"},
+                           "applied_unknown_policies": {"classifier:intent": "no_match"}})
+
+    def answer(prompt, number):
+        time.sleep(0.003)  # a pass long enough for the 20 ms sampler's readings
+        kind = prompt[:1]
+        return [final_answer(b"{}", b"500 Internal Server Error") if kind == "f" else
+                final_answer(b'{"error": {"code": "OVERLOADED"}}', b"429 Too Many Requests")
+                if kind == "s" else final_answer(degraded.encode()) if kind == "d" else
+                final_answer()]
+
+    prompts = [f"{kind}{i}" for i in range(30) for kind in "rrfsd"]  # 60 of 150 routed
+    corpus = write_corpus(tmp_path / "corpus.json", prompts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", scripted(answer).url, "--corpus", corpus, "--out", out,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--gpu", "nvidia",
+                 "--gpu-index", "0", "--sample-ms", "20", "--max-errors", "1000",
+                 "--allow-degraded")
+    assert result.code == 0, result.err
+    item = load_run(str(out)).passes[0]
+    requests = item.attempt.requests
+    kinds = {"failed": [r for r in requests if r.error is not None and r.status != 429],
+             "shed": [r for r in requests if r.status == 429],
+             "degraded": [r for r in requests if r.degraded]}
+    assert all(kinds.values()), {k: len(v) for k, v in kinds.items()}
+    routed = sum(r.routed for r in requests)
+    assert 0 < routed < len(requests)
+    joules = 150 * item.measured.wall_s
+    assert item.environment.energy_j == pytest.approx(joules / routed, rel=0.05)
+    # not the same figure over every answer, nor over every 200
+    assert item.environment.energy_j > 1.05 * joules / sum(r.status == 200 for r in requests)
 
 
 class SlowWhileFlagged(BaseHTTPRequestHandler):
