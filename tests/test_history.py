@@ -342,3 +342,33 @@ def test_a_change_point_is_holms_step_down_over_the_steps():
     assert trend([0.0, 0.0, 0.1, 0.0, 0.0]) == [False, False, True, False, False]
     assert trend([3 * SE]) == [True]
     assert trend([0.0, 0.0, 3 * SE, 0.0, 0.0]) == [False] * 5
+
+
+def test_most_added_names_only_commits_after_a_pinned_baseline(tmp_path, cli):
+    # c1 slowed its merge by 20% against its own base; pinned at c1, the drift counts the
+    # steps after it, and so does "most from": c1's own step is before the baseline
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each",
+               chain(tmp_path, [1.2, 1.03, 1.03, 1.03]), "--base", "main", "--new",
+               "merge").code == 0
+    document = json.loads(cli("history", "report", "--history", store, "--baseline", "c1",
+                              "--format", "json").out)
+    for row in document["rows"]:
+        named = [m["commit"] for m in row["most"]]
+        assert named and set(named) <= {"c2", "c3", "c4"}, named
+    # from the first entry's base instead, c1's +20% is counted, and named first
+    whole = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
+    assert all(row["most"][0]["commit"] == "c1" for row in whole["rows"])
+
+
+def test_a_gap_in_the_chain_of_bases_is_noted_and_a_chained_entry_is_not(tmp_path, cli):
+    parent = chain(tmp_path, [1.0, 1.0, 1.0])
+    store = tmp_path / "perf.jsonl"
+    for name, base in (("c1", None), ("c2", "c1"), ("c3", "c9")):
+        assert cli("history", "add", "--history", store, "--dir", parent / name, "--base",
+                   "main", "--new", "merge", "--commit", name,
+                   *(("--base-commit", base) if base else ())).code == 0
+    notes = json.loads(cli("history", "report", "--history", store, "--format",
+                           "json").out)["notes"]
+    assert notes == ["c3 was measured against c9, not the entry before it (c2): a change "
+                     "between those is not counted"]

@@ -598,3 +598,17 @@ def test_an_older_file_without_the_settings_records_reads_their_defaults(tmp_pat
     again = json.loads(b"".join(dump_run(run)))
     assert (again["floor"], again["warmup"], again["host_settings"], again["captures"]) == (
         {}, {}, {}, {})
+
+
+@pytest.mark.parametrize("corpus", [{"sha256": "xyz", "count": 101}, {"count": 101}, "c.json"])
+def test_a_run_file_without_its_corpus_hash_is_refused_in_one_plain_line(tmp_path, cli,
+                                                                         corpus):
+    good = make_run(tmp_path / "good.json")
+    document = json.loads(Path(good).read_text())
+    document["corpus"] = corpus
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    result = cli("compare", good, bad)
+    assert result.code == 2
+    assert result.err == (f"router-latency: error: expected corpus.sha256, 64 hex digits "
+                          f"({bad}: corpus)\n")
