@@ -74,6 +74,7 @@ def test_energy_from_the_counter_or_the_sampled_power():
     assert energy["joules"] == pytest.approx(600 + 240)
     assert energy_of([[(0.0, {"power_w": None})]], 2.0, 100) is None
     assert energy_of([constant], 2.0, 0) is None
+    assert energy_of([constant], 0.0, 100) is None  # no time measured: no figure, not 0 J
 
 
 @pytest.mark.parametrize("counter", ["0", "1"])
