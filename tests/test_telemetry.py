@@ -145,6 +145,26 @@ def test_joules_are_per_routed_request_not_per_answer(scripted, standin, tmp_pat
     assert item.environment.energy_j > 1.05 * joules / sum(r.status == 200 for r in requests)
 
 
+def test_the_cpu_series_follows_the_routers_processes_through_the_pass(simulator, standin,
+                                                                        tmp_path, cli):
+    # the router here is this process (the simulator's threads): its CPU seconds through the
+    # pass are a series from 0 that never goes back, one reading per sample, at its time
+    standin(STANDIN_POWER=150)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", simulator(delay_ms=3, serial=True).url, "--corpus", corpus,
+                 "--out", out, "--label", "x", "--concurrency", "1", "--warmup", "0",
+                 "--gpu", "nvidia", "--gpu-index", "0", "--sample-ms", "20",
+                 "--router-pid", str(os.getpid()), "--router-cpus", "0")
+    assert result.code == 0, result.err
+    cpu = load_run(str(out)).passes[0].attempt.environment["telemetry"]["cpu"]
+    assert set(cpu) == {"t_s", "router_s", "busy_s", "load"}
+    assert len({len(series) for series in cpu.values()}) == 1 and len(cpu["t_s"]) >= 2
+    assert cpu["t_s"] == sorted(cpu["t_s"]) and cpu["t_s"][0] >= 0
+    assert None not in cpu["router_s"] and cpu["router_s"][0] == 0
+    assert cpu["router_s"] == sorted(cpu["router_s"]) and cpu["router_s"][-1] > 0
+
+
 class SlowWhileFlagged(BaseHTTPRequestHandler):
     """A router whose previews 100 to 159 each take 20 ms, the flag file standing meanwhile:
     the stand-in nvidia-smi reports GPU 1 at full load while it stands."""
