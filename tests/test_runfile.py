@@ -612,3 +612,19 @@ def test_a_run_file_without_its_corpus_hash_is_refused_in_one_plain_line(tmp_pat
     assert result.code == 2
     assert result.err == (f"router-latency: error: expected corpus.sha256, 64 hex digits "
                           f"({bad}: corpus)\n")
+
+
+def test_a_pass_without_the_interrupted_member_reads_and_writes_back_as_not_interrupted(
+        tmp_path):
+    # files from before the member: not interrupted, and written back with false, not null;
+    # an interrupted pass keeps its true through a read and a write
+    path = Path(make_run(tmp_path / "run.json"))
+    document = json.loads(path.read_text())
+    document["passes"][0].pop("interrupted")
+    path.write_text(json.dumps(document))
+    run = load_run(str(path))
+    assert run.passes[0].interrupted is False
+    assert json.loads(b"".join(dump_run(run)))["passes"][0]["interrupted"] is False
+    document["passes"][0]["interrupted"] = True
+    path.write_text(json.dumps(document))
+    assert load_run(str(path)).passes[0].interrupted is True
