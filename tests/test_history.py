@@ -372,3 +372,20 @@ def test_a_gap_in_the_chain_of_bases_is_noted_and_a_chained_entry_is_not(tmp_pat
                            "json").out)["notes"]
     assert notes == ["c3 was measured against c9, not the entry before it (c2): a change "
                      "between those is not counted"]
+
+
+def test_an_entry_of_another_node_is_left_out_unless_node_is_allowed(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 3),
+               "--base", "main", "--new", "merge").code == 0
+    lines = store.read_text().splitlines()
+    moved = json.loads(lines[1])
+    moved["node"] = "another-host"
+    store.write_text("\n".join([lines[0], json.dumps(moved), *lines[2:]]) + "\n")
+    left = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
+    assert [(e["commit"], e["why"].split(",")[0]) for e in left["left_out"]] == \
+        [("c2", "node another-host")]
+    kept = json.loads(cli("history", "report", "--history", store, "--allow-mismatch", "node",
+                          "--format", "json").out)
+    assert kept["left_out"] == []
+    assert [p["commit"] for p in kept["rows"][0]["points"]] == ["c1", "c2", "c3"]
