@@ -2,6 +2,7 @@
 published tables and worked examples, and properties (hypothesis) of intervals and percentiles."""
 
 import math
+import re
 import random
 import statistics
 
@@ -404,3 +405,11 @@ def test_order_effect_edge_cases():
     flat = order_effect([0.2, 0.2], [0.0, 0.0])
     assert flat == OrderEffect(0.1, 0.1, 0.1, 2, 0.0)
     assert order_effect([0.1, 0.1], [0.1, 0.1]).p_value == 1.0
+
+
+@pytest.mark.parametrize("first,second,named", [
+    ([0.1, math.nan], [0.2], "d_base_first[1]"), ([0.1], [math.inf], "d_new_first[0]"),
+    ("0.1", [0.2], "d_base_first (numbers)")])
+def test_order_effect_names_the_series_and_the_value_it_refuses(first, second, named):
+    with pytest.raises(RouterLatencyError, match=re.escape(named)):
+        order_effect(first, second)
