@@ -9,10 +9,11 @@ import shutil
 import pytest
 from hypothesis import given, strategies as st
 
-from router_latency.corpus import (BoundaryCase, build_corpus, corpus_bytes, CORPUS_SCHEMA,
+from router_latency.corpus import (BoundaryCase, boundary_cases, build_corpus, corpus_bytes, CORPUS_SCHEMA,
                                    git_commit,
                                    DEFAULT_BOUNDARY_CASES, default_boundary_cases, extract_prompts,
                                    load_boundary_cases, load_corpus)
+from router_latency.errors import RouterLatencyError
 from conftest import ROOT, SETTINGS, write
 
 
@@ -391,3 +392,12 @@ def test_the_commit_is_read_from_git_as_git_would_resolve_head(tmp_path):
     (folder / "HEAD").write_text("ref: refs/heads/gone\n")
     assert git_commit(worktree) is None
     assert git_commit(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize("repeat", [0, 100001, 2.5, "3", True])
+def test_a_boundary_case_repeated_out_of_range_is_refused_naming_it(repeat):
+    cases = [{"name": "ok", "text": "x"}, {"name": "long", "text": "y", "repeat": repeat}]
+    with pytest.raises(RouterLatencyError) as refused:
+        boundary_cases(cases, "cases.json")
+    assert str(refused.value) == ("'repeat' must be a whole number from 1 to 100000 "
+                                  "(cases.json: cases[1])")

@@ -389,3 +389,18 @@ def test_an_entry_of_another_node_is_left_out_unless_node_is_allowed(tmp_path, c
                           "--format", "json").out)
     assert kept["left_out"] == []
     assert [p["commit"] for p in kept["rows"][0]["points"]] == ["c1", "c2", "c3"]
+
+
+@pytest.mark.parametrize("shift,p_beyond", [(TOLERANCE * 1.5, 0.0), (TOLERANCE / 2, 1.0)])
+def test_a_drift_of_no_spread_is_beyond_the_tolerance_for_sure_or_not_at_all(shift, p_beyond):
+    # every round the same ratio: no spread, so the drift's p of "worse than the tolerance"
+    # is 0 past it and 1 within it, and the gate says so
+    base = (10.0,) * 5
+    entry = HistoryEntry(commit="c1", base_commit="", branch="main", date="", label="",
+                         kind="rounds", source="", verdict="", tolerance_pct=5.0,
+                         corpus_sha256="a" * 64, config={}, node="n", node_class="",
+                         environment={}, rows=(HistoryRow("sequential", "p50_ms", True, base,
+                                                          (10.0 * math.exp(shift),) * 5),))
+    report = history_report("store", [entry], TrendSettings())
+    assert report.rows[0].p_beyond == p_beyond
+    assert report.status == ("fail" if p_beyond == 0.0 else "pass")

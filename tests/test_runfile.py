@@ -628,3 +628,22 @@ def test_a_pass_without_the_interrupted_member_reads_and_writes_back_as_not_inte
     document["passes"][0]["interrupted"] = True
     path.write_text(json.dumps(document))
     assert load_run(str(path)).passes[0].interrupted is True
+
+
+def test_a_run_read_back_from_its_own_json_is_the_same_run(tmp_path):
+    # the writer beside the reader: to_json() alone (every pass whole) reads back as the run
+    run = load_run(make_run(tmp_path / "run.json", passes={1: (10, 20, 30, 100),
+                                                           4: (12, 25, 40, 300)},
+                            errors={"timeout": 1}))
+    again = RunFile.from_json(json.loads(json.dumps(run.to_json())), run.path)
+    assert again.passes == run.passes and again == run
+
+
+def test_a_histogram_delta_that_is_no_number_is_refused_naming_it(tmp_path, cli):
+    good = make_run(tmp_path / "good.json")
+    document = json.loads(Path(good).read_text())
+    document["passes"][0]["environment"]["metrics"] = {"histograms": {"latency_sum": "9"}}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", good, bad),
+                          f"{bad}: passes[0].environment.metrics.histograms.latency_sum")

@@ -252,6 +252,19 @@ def test_what_coincided_with_a_slow_window_is_named_or_nothing_is():
     assert coincided_text(PassLike(None), (1,)) == ""  # nothing sampled: nothing said
 
 
+def test_a_clock_event_of_the_routers_gpu_is_named_in_the_window_it_fell_in():
+    # the router's GPU capped by power in window 3 only: that window names the reason, the
+    # others none; another GPU's events are not the router's
+    telemetry = telemetry_of([0, 0, 0, 0], [0.0] * 4)
+    capped = float(0x4)
+    telemetry["gpus"]["gpu0"]["reasons"] = [None, 0.0, 0.0, 0.0, capped, capped, 0.0, 0.0, 0.0]
+    telemetry["gpus"]["gpu1"]["reasons"] = [capped] * 9
+    windows = PassLike(telemetry).windows
+    assert window_figures(telemetry, windows[2]).reasons == clock_event_names(capped)
+    assert clock_event_names(capped) != ()
+    assert window_figures(telemetry, windows[0]).reasons == ()
+
+
 def test_the_telemetry_record_is_versioned_and_bounded():
     check_telemetry({"version": 1, "gpus": {"gpu0": {"t_s": [0.0], "power_w": [None]}}}, "t")
     with pytest.raises(RouterLatencyError, match="newer than this tool reads"):
