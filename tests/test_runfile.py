@@ -647,3 +647,12 @@ def test_a_histogram_delta_that_is_no_number_is_refused_naming_it(tmp_path, cli)
     bad.write_text(json.dumps(document))
     assert_one_line_error(cli("compare", good, bad),
                           f"{bad}: passes[0].environment.metrics.histograms.latency_sum")
+
+
+def test_a_passs_load_range_is_its_lowest_and_highest_reading(tmp_path):
+    # the load average sampled through the pass peaked above where it started and ended
+    run = load_run(make_run(tmp_path / "run.json",
+                            load={"start": 1.0, "end": 1.5, "min": 0.5, "max": 7.0}))
+    environment = run.passes[0].environment
+    assert (environment.load_min, environment.load_max, environment.peak_load) == \
+        (0.5, 7.0, 7.0)

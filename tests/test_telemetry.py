@@ -265,6 +265,13 @@ def test_a_clock_event_of_the_routers_gpu_is_named_in_the_window_it_fell_in():
     assert window_figures(telemetry, windows[0]).reasons == ()
 
 
+def test_a_slow_window_of_a_pass_that_sampled_nothing_usable_says_so():
+    # telemetry recorded, but no series a window could read: not a blank in the sentence
+    empty = {"version": 1, "interval_ms": 500, "origin_s": 0.0, "router_gpus": [],
+             "gpus": {}, "cpu": {}}
+    assert coincided_text(PassLike(empty), (1,)) == "nothing measured coincided (no samples)"
+
+
 def test_the_telemetry_record_is_versioned_and_bounded():
     check_telemetry({"version": 1, "gpus": {"gpu0": {"t_s": [0.0], "power_w": [None]}}}, "t")
     with pytest.raises(RouterLatencyError, match="newer than this tool reads"):
