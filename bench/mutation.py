@@ -112,21 +112,35 @@ def scratch_copy() -> Path:
     return folder
 
 
-def run_tests(root: Path, module: str, timeout: float) -> tuple:
-    """Return (outcome, seconds, last line) of the module's tests in a scratch root."""
-    files = [f"tests/{name}.py" for name in MODULE_TESTS[module]]
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
-               "-m", "not process", "-o", "addopts=", *files]
+def run_tests(root: Path, module: str, timeout: float, tests=None) -> tuple:
+    """Return (outcome, seconds, last line, the failed test) of the module's tests (or the
+    given test ids) in a scratch root."""
+    files = tests or [f"tests/{name}.py" for name in MODULE_TESTS[module]]
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-rf", "-n", "0", "-p",
+               "no:cacheprovider", "-m", "not process", "-o", "addopts=", *files]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.monotonic()
     try:
         done = subprocess.run(command, cwd=root, capture_output=True, text=True,
                               timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - started, ""
+        return "timeout", time.monotonic() - started, "", ""
     lines = (done.stdout or done.stderr).strip().splitlines()
+    failed = next((line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))
+                   and len(line.split()) > 1), "")
     outcome = "survived" if done.returncode == 0 else "killed"
-    return outcome, time.monotonic() - started, lines[-1] if lines else ""
+    return outcome, time.monotonic() - started, lines[-1] if lines else "", failed
+
+
+def failing_unmutated(root: Path, tests: list) -> list:
+    """Return those of the tests that fail on the unmutated package, all run once."""
+    if not tests:
+        return []
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-n", "0", "-p",
+                           "no:cacheprovider", "-o", "addopts=", *tests], cwd=root,
+                          capture_output=True, text=True, timeout=1800)
+    return sorted({line.split()[1] for line in done.stdout.splitlines()
+                   if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1})
 
 
 def main(argv=None) -> int:
@@ -138,11 +152,18 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=3600.0,
                         help="stop starting mutants after this long")
     parser.add_argument("--out", default="mutation.json", help="the results, as JSON")
+    parser.add_argument("--only", metavar="FILE",
+                        help="run again only the survivors of this earlier results file "
+                             "(same seed and sample), without the baseline")
     args = parser.parse_args(argv)
     started = time.monotonic()
     by_module = {m: mutants_of(m) for m in args.modules.split(",")}
     sample = [m for m in map(rendered, stratified(by_module, args.sample, args.seed))
               if m["diff"]]  # a mutation that renders the same source is none
+    if args.only:
+        wanted = {(r["module"], r["number"])
+                  for r in json.loads(Path(args.only).read_text())["survivors"]}
+        sample = [m for m in sample if (m["module"], m["number"]) in wanted]
     print(f"mutants: {sum(len(m) for m in by_module.values()):,} in "
           f"{len(by_module)} modules ({', '.join(f'{k} {len(v)}' for k, v in by_module.items())})"
           f"; sample {len(sample)}, seed {args.seed}", flush=True)
@@ -153,7 +174,10 @@ def main(argv=None) -> int:
     def timed(module):
         root = free.pop()
         try:
-            outcome, seconds, last = run_tests(root, module, 1800)
+            for _ in range(3):  # a test that fails now and then under load: passes once
+                outcome, seconds, last, _ = run_tests(root, module, 1800)
+                if outcome == "survived":
+                    break
         finally:
             free.append(root)
         if outcome != "survived":
@@ -161,8 +185,11 @@ def main(argv=None) -> int:
         baseline[module] = seconds
 
     free = list(roots)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(timed, by_module))
+    if args.only:
+        baseline.update((m, 300.0) for m in by_module)  # each mutant bounded at 930 s
+    else:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(timed, by_module))
     print("baseline: " + ", ".join(f"{m} {s:.0f} s" for m, s in baseline.items()), flush=True)
     results = []
 
@@ -172,13 +199,13 @@ def main(argv=None) -> int:
         original = target.read_text()
         try:
             target.write_text(mutant["code"])
-            outcome, seconds, last = run_tests(root, mutant["module"],
-                                               3 * baseline[mutant["module"]] + 30)
+            outcome, seconds, last, failed = run_tests(root, mutant["module"],
+                                                       3 * baseline[mutant["module"]] + 30)
         finally:
             target.write_text(original)
             free.append(root)
         found = {k: v for k, v in mutant.items() if k != "code"}
-        found.update(outcome=outcome, seconds=round(seconds, 1), last=last)
+        found.update(outcome=outcome, seconds=round(seconds, 1), last=last, failed=failed)
         results.append(found)
         mark = {"killed": ".", "timeout": "T", "survived": "S"}[outcome]
         print(f"{mark} {len(results)}/{len(sample)} {mutant['module']}:{mutant['line']} "
@@ -193,6 +220,17 @@ def main(argv=None) -> int:
                 else judge(m)))
         for future in futures:
             future.result()
+    # a test that killed a mutant but fails unmutated too (under load) proves nothing: the
+    # mutants it killed are run again
+    killers = sorted({r["failed"] for r in results if r["outcome"] == "killed" and r["failed"]})
+    flaky = failing_unmutated(roots[0], killers)
+    again = [r for r in results if r["failed"] in flaky]
+    if flaky:
+        print(f"failed unmutated too: {', '.join(flaky)}; {len(again)} mutants again", flush=True)
+        drawn = {(m["module"], m["number"]): m for m in sample}
+        for r in again:
+            results.remove(r)
+            judge(drawn[(r["module"], r["number"])])
     for root in roots:
         shutil.rmtree(root.parent, ignore_errors=True)
     run = [r for r in results]
@@ -209,7 +247,8 @@ def main(argv=None) -> int:
                           "killed": sum(r["module"] == m and r["outcome"] != "survived"
                                         for r in run)} for m in by_module},
         "baseline_s": {m: round(s, 1) for m, s in baseline.items()},
-        "elapsed_s": round(elapsed), "jobs": args.jobs, "module_tests": MODULE_TESTS,
+        "elapsed_s": round(elapsed), "jobs": args.jobs, "flaky": flaky,
+        "module_tests": MODULE_TESTS,
         "survivors": survivors, "results": sorted(run, key=lambda r: (r["module"], r["line"]))}
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
     print(f"killed {killed} of {len(run)} ({100 * killed / max(len(run), 1):.1f}%), "
