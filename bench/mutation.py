@@ -155,6 +155,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", metavar="FILE",
                         help="run again only the survivors of this earlier results file "
                              "(same seed and sample), without the baseline")
+    parser.add_argument("--rest", metavar="FILE",
+                        help="run only the drawn mutants this earlier results file did not "
+                             "run (its time ran out), without the baseline")
     args = parser.parse_args(argv)
     started = time.monotonic()
     by_module = {m: mutants_of(m) for m in args.modules.split(",")}
@@ -164,6 +167,10 @@ def main(argv=None) -> int:
         wanted = {(r["module"], r["number"])
                   for r in json.loads(Path(args.only).read_text())["survivors"]}
         sample = [m for m in sample if (m["module"], m["number"]) in wanted]
+    if args.rest:
+        done = {(r["module"], r["number"])
+                for r in json.loads(Path(args.rest).read_text())["results"]}
+        sample = [m for m in sample if (m["module"], m["number"]) not in done]
     print(f"mutants: {sum(len(m) for m in by_module.values()):,} in "
           f"{len(by_module)} modules ({', '.join(f'{k} {len(v)}' for k, v in by_module.items())})"
           f"; sample {len(sample)}, seed {args.seed}", flush=True)
@@ -185,7 +192,7 @@ def main(argv=None) -> int:
         baseline[module] = seconds
 
     free = list(roots)
-    if args.only:
+    if args.only or args.rest:
         baseline.update((m, 300.0) for m in by_module)  # each mutant bounded at 930 s
     else:
         with ThreadPoolExecutor(args.jobs) as pool:

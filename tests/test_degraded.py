@@ -14,7 +14,7 @@ from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
 from router_latency.files import write_atomic
 from router_latency.cache import timing_cache_test
-from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_to_json,
+from router_latency.degraded import (degraded_answers_line, degraded_counts, degraded_from_json, degraded_to_json,
                                      unknown_answers)
 from router_latency.requests import pass_name, pass_summary, Request
 from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
@@ -324,3 +324,9 @@ def test_degraded_members_of_odd_shapes_are_kept_and_counted_once(body, counts):
     found = degraded_of(body)
     assert degraded_counts([found]) == counts
     assert degraded_from_json(degraded_to_json(found), "x") == found
+
+
+def test_the_degraded_line_says_the_percentiles_leave_them_out():
+    line = degraded_answers_line("in Sequential", 2, {"classifier:intent": {"failed": 2}})
+    assert line.startswith("degraded in Sequential: 2 answers skipped a signal or a decision (")
+    assert line.endswith("; left out of the percentiles")

@@ -404,3 +404,17 @@ def test_a_drift_of_no_spread_is_beyond_the_tolerance_for_sure_or_not_at_all(shi
     report = history_report("store", [entry], TrendSettings())
     assert report.rows[0].p_beyond == p_beyond
     assert report.status == ("fail" if p_beyond == 0.0 else "pass")
+
+
+def test_a_stored_row_that_is_no_object_is_refused_naming_its_line(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 2),
+               "--base", "main", "--new", "merge").code == 0
+    lines = store.read_text().splitlines()
+    broken = json.loads(lines[1])
+    broken["rows"] = [5]
+    store.write_text("\n".join([lines[0], json.dumps(broken)]) + "\n")
+    result = cli("history", "report", "--history", store)
+    assert result.code == 2
+    assert result.err == (f"router-latency: error: a row is not an object ({store}: line 2: "
+                          f"rows)\n")

@@ -939,6 +939,16 @@ def test_a_written_file_reaches_the_disk_before_it_replaces_the_old_one(tmp_path
     assert ("fsync", str(tmp_path), None) in events[renames[0] + 1:]
 
 
+def test_an_output_named_by_an_open_file_of_the_process_is_appended_to(tmp_path):
+    # `--json /dev/stdout` into a `> out.txt` of the shell: what was printed before is kept
+    path = tmp_path / "out.txt"
+    with open(path, "wb") as handle:
+        handle.write(b"printed before\n")
+        handle.flush()
+        write_atomic(f"/proc/self/fd/{handle.fileno()}", b"the report\n")
+    assert path.read_bytes() == b"printed before\nthe report\n"
+
+
 def write_expecting_corpus(path, prompts):
     """Write a corpus of (text, expect) prompts; expect None declares nothing."""
     document = {"schema": CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
