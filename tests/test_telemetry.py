@@ -157,7 +157,9 @@ def test_the_cpu_series_follows_the_routers_processes_through_the_pass(simulator
                  "--gpu", "nvidia", "--gpu-index", "0", "--sample-ms", "20",
                  "--router-pid", str(os.getpid()), "--router-cpus", "0")
     assert result.code == 0, result.err
-    cpu = load_run(str(out)).passes[0].attempt.environment["telemetry"]["cpu"]
+    telemetry = load_run(str(out)).passes[0].attempt.environment["telemetry"]
+    cpu = telemetry["cpu"]
+    assert telemetry["kept_every"] == 1  # under 1,200 samples: none thinned out
     assert set(cpu) == {"t_s", "router_s", "busy_s", "load"}
     assert len({len(series) for series in cpu.values()}) == 1 and len(cpu["t_s"]) >= 2
     assert cpu["t_s"] == sorted(cpu["t_s"]) and cpu["t_s"][0] >= 0
