@@ -11005,6 +11005,9 @@ DECIDE_PROBABILITY = 0.8
 FUTILITY_PROBABILITY = 0.1
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
+# the exit code of several verdicts combined is the first of these any of them has: an error,
+# then a FAIL, then undecided, then pass; not the largest code, since 3 would hide a FAIL's 1
+EXIT_PRECEDENCE = (EXIT_USAGE, EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK)
 
 
 class GateSettings(NamedTuple):
@@ -11563,6 +11566,15 @@ def outcome_of(failures: Sequence[str], doubts: Sequence[str],
     if doubts:
         return GateOutcome("inconclusive", tuple(doubts), EXIT_INCONCLUSIVE, undecided)
     return GateOutcome("pass", (), EXIT_OK, undecided)
+
+
+def combined_exit(codes: Iterable[int]) -> int:
+    """Return the exit code of several verdicts, by meaning (EXIT_PRECEDENCE): an error (2),
+    else a FAIL (1), else undecided (3), else pass (0, also for none); a code outside them (a
+    signal's) comes before all of them. outcome_of keeps the same order within one verdict:
+    a failure before a doubt."""
+    rank = {code: place for place, code in enumerate(EXIT_PRECEDENCE)}
+    return min(codes, key=lambda code: rank.get(code, -1), default=EXIT_OK)
 
 
 def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
@@ -18497,7 +18509,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])
     emit([f"wrote {' and '.join(path for _, path in outputs)}"])
-    return max(section.report.exit_code for section in sections)
+    return combined_exit(section.report.exit_code for section in sections)
 
 
 # ==================== src/router_latency/command_history.py ====================

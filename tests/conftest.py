@@ -77,11 +77,19 @@ POLL_ENV = {"RUN_ROUNDS_POLL_MS": "20"}
 os.environ.update(POLL_ENV)
 
 # A shell without job control starts a background job (`pytest &`, a CI step's `cmd &`) with
-# SIGINT ignored, and every process it starts inherits that: a tool process interrupted by a
-# test then never saw the SIGINT, or a driver could not trap it. The tests send SIGINT as a
-# terminal would, so they run as from one.
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+# SIGINT ignored, `nohup` (as some CI runners start jobs) with SIGHUP ignored, a `trap '' TERM`
+# with SIGTERM ignored, and every process it starts inherits that (an ignored signal stays
+# ignored across exec): a tool process a test interrupted then never saw the signal, or a
+# driver could not trap it. The tests send these as a terminal, a closed SSH connection and a
+# CI runner would, so they run with the default dispositions, in this process and (inherited)
+# in every child it starts. SIGPIPE needs nothing here: Python ignores it in its own process
+# and subprocess restores its default in every child (restore_signals). SIGKILL cannot be
+# ignored.
+SENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+for _signum in SENT_SIGNALS:
+    if signal.getsignal(_signum) is signal.SIG_IGN:
+        signal.signal(_signum, signal.default_int_handler if _signum == signal.SIGINT
+                      else signal.SIG_DFL)
 
 # the property tests (hypothesis) of test_stats.py and test_corpus.py; no deadline, since
 # a loaded machine is slow without the code being wrong

@@ -45,3 +45,11 @@ def test_a_boundary_case_repeated_beyond_the_corpus_bound_is_refused(tmp_path, c
                  "--boundary", boundary)  # today 20 MB made per case, 1 TB a MemoryError
     assert_one_line_error(result, "the text repeated makes", "boundary.json: cases[")
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_repo_that_is_no_folder_is_named_in_the_error(tmp_path, cli):
+    missing = tmp_path / "router"
+    result = cli("corpus", "--repo", missing, "--out", tmp_path / "corpus.json")
+    assert result.code == 2
+    assert result.err == f"router-latency: error: not a folder ({missing})\n"
+    assert not (tmp_path / "corpus.json").exists()

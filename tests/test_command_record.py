@@ -11,7 +11,7 @@ import pytest
 from conftest import (assert_one_line_error, assert_renders_as_blocks,
                       assert_tables_as_github_reads_them, HOSTILE, html_tables, make_run,
                       mark_cached, rounds_folder, shown_raw, suspect_rounds, three_rounds,
-                      write_corpus)
+                      write_corpus, cpu_gpu_round, undecided)
 
 
 def assert_page_tables_keep_their_columns(page):
@@ -209,3 +209,23 @@ def test_rounds_refuses_sides_whose_cache_status_differs_unless_told(tmp_path, c
     assert record.code != 2, record.err
     assert "**a result cache answered cpu r1, rocm r1, cpu r2, rocm r2, cpu r3, rocm r3**" \
         in markdown.read_text()
+
+
+@pytest.mark.parametrize("order", [("slower", "open"), ("open", "slower")])
+def test_record_with_a_failed_and_an_undecided_section_exits_as_failed(tmp_path, cli, order):
+    # the largest code would be 3, the neutral check of a CI job: the FAIL must not hide
+    folders = {"slower": tmp_path / "slower", "open": tmp_path / "open"}
+    for folder in folders.values():
+        folder.mkdir()
+    for number, new_p50 in enumerate((20.0, 21.0, 20.5), 1):
+        cpu_gpu_round(folders["slower"], number, (new_p50, 40, 60, 50))
+    undecided(folders["open"])
+    sections = [a for name in order for a in ("--section", f"{name}={folders[name]}:cpu:gpu")]
+    result = cli("record", *sections, "--json", tmp_path / "record.json", "--markdown",
+                 tmp_path / "record.md")
+    assert result.code == 1, result.out
+    lines = result.out.splitlines()
+    assert next(line for line in lines if line.startswith("slower: ")).startswith(
+        "slower: verdict: FAIL")
+    assert next(line for line in lines if line.startswith("open: ")).startswith(
+        "open: verdict: INCONCLUSIVE")

@@ -29,6 +29,7 @@ from router_latency.simulator import SimulatedAnswers
 from router_latency.gate import DETECTS_CONFIDENCE, GateSettings
 from router_latency.environment import environment_rows
 from router_latency.rounds import judge_rounds
+from router_latency.stats import t_ppf
 from conftest import (assert_one_line_error, assert_renders_as_blocks, cpu_gpu_round, hashed_rounds,
                       HOSTILE, make_run, mark_cached, MISSED, N, NEW, rounds, rounds_folder,
                       SAMPLED, shown_raw, sides, suspect_rounds, three_rounds, undecided,
@@ -1250,3 +1251,29 @@ def test_a_cache_finding_by_counters_on_both_sides_still_refuses(tmp_path, cli):
         mark_timed(folder / f"r{n}-rocm.json", True)
     result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "rocm")
     assert result.code != 2 and "r1-rocm.json 'detected by timing'" in result.out
+
+
+def test_two_rows_slowed_are_both_named_worse_where_holms_second_step_decides(tmp_path, cli):
+    # three gated rows (p50, p95, req/s) over 5 rounds: p50 far slower, p95 slower by a t that
+    # passes Holm's second step (2.5% / 2) but not its first (2.5% / 3), req/s unchanged. Holm
+    # names both slowed rows worse; a correction of every step by the 3 rows would not name p95
+    pattern = (0.01, -0.01, 0.0, 0.005, -0.005)
+    se = math.sqrt(math.fsum(e * e for e in pattern) / 4 / 5)
+    first, second = (-t_ppf(0.025 / m, 4) for m in (3, 2))
+    t = (first + second) / 2
+    assert second < t < first  # the premise: only Holm's second step decides p95
+    p95_shift = math.log(1.05) + t * se
+    for number, e in enumerate(pattern, 1):
+        make_run(tmp_path / f"r{number}-cpu.json", label="cpu", passes={1: (10, 20, 60, 100)},
+                 started_unix=10.0 * number)
+        make_run(tmp_path / f"r{number}-gpu.json", label="gpu",
+                 passes={1: (10 * math.exp(0.3 + e), 20 * math.exp(p95_shift + e), 60, 100)},
+                 started_unix=10.0 * number + (3 if number % 2 else -3))
+    result = rounds(cli, tmp_path, "--format", "json")
+    assert result.code == 1, result.out
+    document = json.loads(result.out)
+    words = {row["metric"]: row["verdict"] for row in document["rows"] if row["gated"]}
+    assert words == {"p50_ms": "worse", "p95_ms": "worse", "req_per_s": "same"}
+    assert document["status"] == "fail"
+    assert {"Sequential p50 is worse than the tolerance",
+            "Sequential p95 is worse than the tolerance"} <= set(document["reasons"])

@@ -9,9 +9,11 @@ import shutil
 import pytest
 from hypothesis import given, strategies as st
 
-from router_latency.corpus import (BoundaryCase, build_corpus, corpus_bytes, CORPUS_SCHEMA,
+from router_latency.corpus import (BoundaryCase, boundary_cases, build_corpus, corpus_bytes, CORPUS_SCHEMA,
+                                   git_commit,
                                    DEFAULT_BOUNDARY_CASES, default_boundary_cases, extract_prompts,
                                    load_boundary_cases, load_corpus)
+from router_latency.errors import RouterLatencyError
 from conftest import ROOT, SETTINGS, write
 
 
@@ -361,3 +363,41 @@ def test_prompts_of_other_shapes_are_still_refused_by_their_field(tmp_path):
             with pytest.raises(Exception) as caught:
                 load_corpus(str(path))
             assert message in str(caught.value)
+
+
+def test_the_commit_is_read_from_git_as_git_would_resolve_head(tmp_path):
+    # no git run: HEAD naming a branch (a loose ref, else packed-refs), a detached HEAD, and
+    # a worktree's .git file pointing at its folder, which shares its refs through commondir
+    sha, other = "1" * 40, "2" * 40
+    repo = tmp_path / "repo"
+    git = repo / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "refs" / "heads" / "main").write_text(sha + "\n")
+    assert git_commit(repo) == sha
+    (git / "refs" / "heads" / "main").unlink()
+    (git / "packed-refs").write_text(f"# pack-refs with: peeled\n{other} refs/heads/dev\n"
+                                     f"{sha} refs/heads/main\n")
+    assert git_commit(repo) == sha
+    (git / "HEAD").write_text(other + "\n")
+    assert git_commit(repo) == other
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    folder = git / "worktrees" / "wt"
+    folder.mkdir(parents=True)
+    (worktree / ".git").write_text(f"gitdir: {folder}\n")
+    (folder / "commondir").write_text("../..\n")
+    (folder / "HEAD").write_text("ref: refs/heads/main\n")
+    assert git_commit(worktree) == sha
+    (folder / "HEAD").write_text("ref: refs/heads/gone\n")
+    assert git_commit(worktree) is None
+    assert git_commit(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize("repeat", [0, 100001, 2.5, "3", True])
+def test_a_boundary_case_repeated_out_of_range_is_refused_naming_it(repeat):
+    cases = [{"name": "ok", "text": "x"}, {"name": "long", "text": "y", "repeat": repeat}]
+    with pytest.raises(RouterLatencyError) as refused:
+        boundary_cases(cases, "cases.json")
+    assert str(refused.value) == ("'repeat' must be a whole number from 1 to 100000 "
+                                  "(cases.json: cases[1])")

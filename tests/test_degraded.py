@@ -13,7 +13,8 @@ import pytest
 from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
 from router_latency.files import write_atomic
-from router_latency.degraded import (degraded_counts, degraded_from_json, degraded_to_json,
+from router_latency.degraded import (degraded_answers_line, degraded_counts, degraded_from_json,
+                                     degraded_to_json,
                                      unknown_answers)
 from router_latency.requests import pass_summary, Request
 from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
@@ -394,3 +395,9 @@ def test_the_byte_search_finds_every_degraded_member():
     from router_latency.meaning import _MARKS
     assert all(any(f'"{name}"'.encode().startswith(mark) for mark in _MARKS)
                for name in DEGRADED_MEMBERS)
+
+
+def test_the_degraded_line_says_the_percentiles_leave_them_out():
+    line = degraded_answers_line("in Sequential", 2, {"classifier:intent": {"failed": 2}})
+    assert line.startswith("degraded in Sequential: 2 answers skipped a signal or a decision (")
+    assert line.endswith("; left out of the percentiles")

@@ -20,17 +20,17 @@ from router_latency.sequential import group_sequential_levels, sequential_t_crit
 from router_latency.files import write_atomic
 from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
-from router_latency.gate import (decide_probability, DECIDE_PROBABILITY, gate_critical,
-                                 gate_outcome, gate_rows, GateOutcome, GateSettings, GateTest,
-                                 holm_step_down, judged_word, Look, look_of, missed_text,
-                                 more_rounds, one_sided, OneSided, outcome_of, PASS_UNLESS_WORSE,
-                                 rounds_to_decide, rounds_to_go, row_of, ROW_WORDS, THREE_WAY,
-                                 undecided_text,
-                                 word_status)
+from router_latency.gate import (combined_exit, decide_probability, DECIDE_PROBABILITY,
+                                 gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
+                                 GateTest, holm_step_down, judged_word, Look, look_of,
+                                 missed_text, more_rounds, one_sided, OneSided, outcome_of,
+                                 PASS_UNLESS_WORSE, rounds_to_decide, rounds_to_go, row_of,
+                                 ROW_WORDS, THREE_WAY, undecided_text, word_status)
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds_table, verdict_line
 from router_latency.render_markdown import format_rounds_markdown
 from router_latency.page import page_verdict
+from router_latency.constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
 from conftest import make_run, ROOT, SETTINGS
 
 
@@ -579,3 +579,32 @@ def test_a_look_that_the_rounds_left_cannot_decide_stops_for_futility_and_says_s
     tight = [[rng.gauss(0, 0.02) for _ in range(3)] for _ in range(3)]
     outcome = gate_rows(sequential_rows(tight, settings), settings).outcome
     assert outcome.futility == ""
+
+
+@given(st.lists(st.sampled_from([EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE])))
+def test_verdicts_combine_by_meaning_not_by_the_largest_code(codes):
+    # an error, then a FAIL, then undecided, then pass, whatever the order they come in
+    found = combined_exit(codes)
+    assert found == combined_exit(reversed(codes)) == combined_exit(sorted(codes))
+    for worse, better in ((EXIT_USAGE, EXIT_GATE), (EXIT_GATE, EXIT_INCONCLUSIVE),
+                          (EXIT_INCONCLUSIVE, EXIT_OK)):
+        assert combined_exit([*codes, worse, better]) == combined_exit([*codes, worse])
+    assert found in codes or (not codes and found == EXIT_OK)
+    # what one more pass changes: nothing, unless nothing was there
+    assert combined_exit([*codes, EXIT_OK]) == found
+
+
+def test_a_failed_row_beside_an_undecided_one_fails():
+    settings = GateSettings()
+    base = [10.0, 10.0, 10.0, 10.0, 10.0]
+    worse = row_of("sequential", "p50_ms", base, [20.0, 20.5, 21.0, 20.2, 20.8], settings)
+    open_ = row_of("sequential", "p95_ms", base, [9.0, 11.5, 10.0, 9.5, 11.0], settings)
+    judged = gate_rows([open_, worse], settings)
+    assert [r.verdict for r in judged.rows] == ["inconclusive", "worse"]
+    assert judged.outcome.exit_code == EXIT_GATE and judged.outcome.status == "fail"
+    # a doubt beside a failure: still the failure
+    with_doubt = gate_rows([open_, worse], settings, doubts=["a failed base side"])
+    assert with_doubt.outcome.exit_code == EXIT_GATE
+    assert with_doubt.outcome.exit_code == combined_exit(
+        [gate_rows([open_], settings).outcome.exit_code, gate_rows([worse], settings)
+         .outcome.exit_code])

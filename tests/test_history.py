@@ -86,8 +86,32 @@ def test_a_a_series_does_not_fail_the_drift_gate(tmp_path, cli):
     assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 6),
                "--base", "main", "--new", "merge").code == 0
     result = cli("history", "report", "--history", store, "--gate")
-    assert result.code in (0, 3), result.out
     assert "change points (Holm over 6 steps, family-wise 5%): none" in result.out
+    # six unchanged commits: every gated row's drift, worse end included, within the 5%
+    # tolerance, so the gate passes (exit 0), not merely "does not fail"
+    document = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
+    assert all(row["drift"]["high_pct"] < 5 for row in document["rows"]), document["rows"]
+    assert result.code == 0 and result.out.startswith("DRIFT PASS"), result.out
+
+
+def test_a_drift_whose_worse_end_passes_the_tolerance_is_inconclusive_and_exits_3(tmp_path,
+                                                                                  cli):
+    # one step of +3% over 5 noisy rounds: the drift's mean is within the 5% tolerance, its
+    # interval's worse end beyond it: not shown within, so undecided, exit 3, not a pass
+    parent = tmp_path / "old"
+    history_rounds_folder(parent / "c1", 1.0, seed=700, noise=0.025)
+    history_rounds_folder(parent / "c2", 1.03, seed=701, noise=0.025, start=10000.0)
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each", parent, "--base", "main",
+               "--new", "merge").code == 0
+    document = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
+    drifts = [row["drift"] for row in document["rows"]]
+    assert all(d["low_pct"] < d["pct"] < 5 < d["high_pct"] for d in drifts), drifts
+    result = cli("history", "report", "--history", store, "--gate")
+    assert result.code == 3, result.out
+    assert result.out.startswith("DRIFT INCONCLUSIVE"), result.out
+    assert "not shown within the 5% tolerance" in result.out
+    assert document["status"] == "inconclusive" and document["exit_code"] == 3
 
 
 def test_each_adds_the_folders_oldest_first_under_their_names(tmp_path, cli):
@@ -288,7 +312,10 @@ def both_gates(shifts):
     # rows, so held back; alone it is Holm's only step, and fails
     ({"p50_ms": TOLERANCE + 3 * SE, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"],
      True),
-    ({"p50_ms": TOLERANCE + 3 * SE}, "fail", ["worse"], False)])
+    ({"p50_ms": TOLERANCE + 3 * SE}, "fail", ["worse"], False),
+    # one row worse beside one undecided: the FAIL, exit 1, not the larger 3
+    ({"p50_ms": TOLERANCE + 10 * SE, "p95_ms": 0.045}, "fail", ["worse", "inconclusive"],
+     False)])
 def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shifts, status,
                                                                              words, held):
     judged, report = both_gates(shifts)
@@ -296,6 +323,7 @@ def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shif
     assert (judged.outcome.status, judged.outcome.exit_code) == (report.status,
                                                                  report.exit_code)
     assert report.status == status and report.outcome.status == status
+    assert report.exit_code == {"pass": 0, "fail": 1, "inconclusive": 3}[status]
     assert [word_status(r.verdict) for r in judged.rows] == [t.status for t in report.rows]
     for row, trend in zip(judged.rows, report.rows):  # the same interval, on the same df
         assert trend.drift is not None and row.judged is not None
@@ -483,3 +511,79 @@ def test_an_older_line_without_digests_or_order_still_reads(tmp_path, cli):
     shutil.copy(OLD_LINE, store)
     entries = read_history(str(store))
     assert entries and all(e.runs == () and e.new_first == () for e in entries)
+
+
+def test_most_added_names_only_commits_after_a_pinned_baseline(tmp_path, cli):
+    # c1 slowed its merge by 20% against its own base; pinned at c1, the drift counts the
+    # steps after it, and so does "most from": c1's own step is before the baseline
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each",
+               chain(tmp_path, [1.2, 1.03, 1.03, 1.03]), "--base", "main", "--new",
+               "merge").code == 0
+    document = json.loads(cli("history", "report", "--history", store, "--baseline", "c1",
+                              "--format", "json").out)
+    for row in document["rows"]:
+        named = [m["commit"] for m in row["most"]]
+        assert named and set(named) <= {"c2", "c3", "c4"}, named
+    # from the first entry's base instead, c1's +20% is counted, and named first
+    whole = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
+    assert all(row["most"][0]["commit"] == "c1" for row in whole["rows"])
+
+
+def test_a_gap_in_the_chain_of_bases_is_noted_and_a_chained_entry_is_not(tmp_path, cli):
+    parent = chain(tmp_path, [1.0, 1.0, 1.0])
+    store = tmp_path / "perf.jsonl"
+    for name, base in (("c1", None), ("c2", "c1"), ("c3", "c9")):
+        assert cli("history", "add", "--history", store, "--dir", parent / name, "--base",
+                   "main", "--new", "merge", "--commit", name,
+                   *(("--base-commit", base) if base else ())).code == 0
+    notes = json.loads(cli("history", "report", "--history", store, "--format",
+                           "json").out)["notes"]
+    assert notes == ["c3 was measured against c9, not the entry before it (c2): a change "
+                     "between those is not counted"]
+
+
+def test_an_entry_of_another_node_is_left_out_unless_node_is_allowed(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 3),
+               "--base", "main", "--new", "merge").code == 0
+    lines = store.read_text().splitlines()
+    moved = json.loads(lines[1])
+    moved["node"] = "another-host"
+    store.write_text("\n".join([lines[0], json.dumps(moved), *lines[2:]]) + "\n")
+    left = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
+    assert [(e["commit"], e["why"].split(",")[0]) for e in left["left_out"]] == \
+        [("c2", "node another-host")]
+    kept = json.loads(cli("history", "report", "--history", store, "--allow-mismatch", "node",
+                          "--format", "json").out)
+    assert kept["left_out"] == []
+    assert [p["commit"] for p in kept["rows"][0]["points"]] == ["c1", "c2", "c3"]
+
+
+@pytest.mark.parametrize("shift,p_beyond", [(TOLERANCE * 1.5, 0.0), (TOLERANCE / 2, 1.0)])
+def test_a_drift_of_no_spread_is_beyond_the_tolerance_for_sure_or_not_at_all(shift, p_beyond):
+    # every round the same ratio: no spread, so the drift's p of "worse than the tolerance"
+    # is 0 past it and 1 within it, and the gate says so
+    base = (10.0,) * 5
+    entry = HistoryEntry(commit="c1", base_commit="", branch="main", date="", label="",
+                         kind="rounds", source="", verdict="", tolerance_pct=5.0,
+                         corpus_sha256="a" * 64, config={}, node="n", node_class="",
+                         environment={}, rows=(HistoryRow("sequential", "p50_ms", True, base,
+                                                          (10.0 * math.exp(shift),) * 5),))
+    report = history_report("store", [entry], TrendSettings())
+    assert report.rows[0].p_beyond == p_beyond
+    assert report.status == ("fail" if p_beyond == 0.0 else "pass")
+
+
+def test_a_stored_row_that_is_no_object_is_refused_naming_its_line(tmp_path, cli):
+    store = tmp_path / "perf.jsonl"
+    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 2),
+               "--base", "main", "--new", "merge").code == 0
+    lines = store.read_text().splitlines()
+    broken = json.loads(lines[1])
+    broken["rows"] = [5]
+    store.write_text("\n".join([lines[0], json.dumps(broken)]) + "\n")
+    result = cli("history", "report", "--history", store)
+    assert result.code == 2
+    assert result.err == (f"router-latency: error: a row is not an object ({store}: line 2: "
+                          f"rows)\n")

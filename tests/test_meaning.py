@@ -191,6 +191,16 @@ def test_a_member_sent_twice_counts_once_read_the_first_time():
     assert classify(200, body, DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
 
 
+def test_an_answer_with_spaces_is_read_member_by_member_as_a_compact_one():
+    """Spaces before a comma or the closing brace (an encoder's indent) keep the answer read
+    member by member: a member sent twice still counts the first time, as in a compact one."""
+    body = preview_answer()[:-1] + b',"selected_model":"other"}'
+    spaced = json.dumps(json.loads(preview_answer()), indent=2)[:-2] \
+        + ' ,\n  "selected_model": "other"  \n}\n'
+    assert classify(200, body, DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+    assert classify(200, spaced.encode(), DEFAULT_DECISION_PATHS)[0] == "math|qwen3"
+
+
 def test_a_name_spelled_by_escapes_is_read_where_it_stands():
     """Decoded whole, a prefix would take the last decision_result; read member by member, the
     escaped one settles the decision with the selected_model after it, as always."""

@@ -907,6 +907,49 @@ def test_write_atomic_on_a_read_only_folder(tmp_path, monkeypatch):
     assert target.read_text() == "old"
 
 
+@pytest.mark.parametrize("data", [b'{"passes": []}\n', [b'{"passes": ', b"[]}", b"\n"]])
+def test_a_written_file_reaches_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch,
+                                                                       data):
+    # durability, not a full disk: the new file's whole bytes are synced before the rename
+    # that makes them the file, and the folder (the rename itself) after it; a crash between
+    # leaves the old file or the whole new one, never an empty or a cut one under the name
+    target = tmp_path / "run.json"
+    target.write_text("previous run")
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        events.append(("fsync", name, None if os.path.isdir(name) else Path(name).read_bytes()))
+        return real_fsync(fd)
+
+    def replace(source, destination, *args, **kwargs):
+        events.append(("replace", str(source), str(destination)))
+        return real_replace(source, destination, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    write_atomic(str(target), data)
+    whole = data if isinstance(data, bytes) else b"".join(data)
+    assert target.read_bytes() == whole
+    renames = [i for i, e in enumerate(events) if e[0] == "replace"]
+    assert len(renames) == 1
+    _, temporary, destination = events[renames[0]]
+    assert destination == str(target) and Path(temporary).parent == tmp_path
+    assert ("fsync", temporary, whole) in events[:renames[0]]
+    assert ("fsync", str(tmp_path), None) in events[renames[0] + 1:]
+
+
+def test_an_output_named_by_an_open_file_of_the_process_is_appended_to(tmp_path):
+    # `--json /dev/stdout` into a `> out.txt` of the shell: what was printed before is kept
+    path = tmp_path / "out.txt"
+    with open(path, "wb") as handle:
+        handle.write(b"printed before\n")
+        handle.flush()
+        write_atomic(f"/proc/self/fd/{handle.fileno()}", b"the report\n")
+    assert path.read_bytes() == b"printed before\nthe report\n"
+
+
 def write_expecting_corpus(path, prompts):
     """Write a corpus of (text, expect) prompts; expect None declares nothing."""
     document = {"schema": CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},

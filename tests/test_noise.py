@@ -11,7 +11,9 @@ import pytest
 from router_latency.runfile import load_run
 from router_latency.roundset import Rounds
 from router_latency.gate import GateSettings
-from router_latency.noise import LOOK_S, noise_findings, plan_sentence, rounds_for, side_within
+from router_latency.noise import (LOOK_S, noise_findings, plan_sentence, PLAN_DETECT_POWER,
+                                  rounds_for, side_within)
+from router_latency.stats import detectable_change
 from router_latency.rounds import judge_rounds
 from conftest import NOISE_PROMPTS, noise_run, pair_folder
 
@@ -53,10 +55,34 @@ def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
         logs = [math.log(n / b) for b, n in zip(row["base_values"], row["new_values"])]
         spread = statistics.stdev(logs)
         assert noise["split"] == "sendings" and within > 0
-        if between > 0:  # the rest of the spread: their squares add up to its square
-            assert math.hypot(within, between) == pytest.approx(spread, rel=1e-9)
-        else:
-            assert within >= spread
+        # their squares add up to the spread's square, whether or not within was cut to it
+        assert math.hypot(within, between) == pytest.approx(spread, rel=1e-9)
+    # the mean row's within, worked from the files: per round, each sending's log mean of new
+    # minus base (paired by sending); their squares about the round's mean pooled over the
+    # rounds, per sending, scaled to a whole pass (over the sendings of a pass)
+    runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json")) for s in "ab"}
+            for n in range(1, len(INSTANCES) + 1)}
+    squares, df, scale = 0.0, 0, []
+    for sides in runs.values():
+        means = {}
+        for side in "ab":
+            requests = sides[side].pass_named("sequential").requests
+            means[side] = [statistics.fmean(r.latency_ms for r in requests if r.rep == rep)
+                           for rep in sorted({r.rep for r in requests})]
+        differences = [math.log(b / a) for a, b in zip(means["a"], means["b"])]
+        centre = statistics.fmean(differences)
+        squares += sum((d - centre) ** 2 for d in differences)
+        df += len(differences) - 1
+        scale.append(1 / len(differences))
+    by_hand = math.sqrt(squares / df * statistics.fmean(scale))
+    mean = next(r for r in document["rows"] if r["metric"] == "mean_ms")
+    spread = statistics.stdev(math.log(n / b) for b, n in zip(mean["base_values"],
+                                                               mean["new_values"]))
+    # the instances (10 or 14 ms) make most of the spread: within is the sendings' part, not
+    # cut, and the rest is between instances
+    assert by_hand < spread
+    assert mean["noise"]["within_pct"] / 100 == pytest.approx(by_hand, rel=1e-9)
+    assert mean["noise"]["capped"] is False and mean["noise"]["between_pct"] > 0
 
 
 def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
@@ -197,3 +223,20 @@ def test_the_plan_holds_at_an_upper_bound_of_the_noise_and_gives_the_range_the_p
     top = "more than 1,000" if high is None else f"{high:,}"
     assert line.endswith(f"the pilot's 90% intervals of the parts support anywhere from "
                          f"{low:,} to {top} rounds")
+
+
+@pytest.mark.parametrize("max_mde", [7.0, 10.0, 15.0])
+def test_the_plans_rounds_grow_with_the_gated_rows_and_keep_its_promise(max_mde):
+    # each gated row is tested at Holm's first level, 2.5% over the rows, so more gated rows
+    # need more rounds to find a row slowed by --max-mde alone 80% of the time; the plan's
+    # rounds must keep that promise at every count of rows, whichever term decides
+    settings = GateSettings(max_mde_pct=max_mde)
+    room = math.log1p(max_mde / 100) - settings.tolerance_log
+    found = []
+    for spread in (0.02, 0.05):
+        planned = [rounds_for([spread] * m, settings) for m in range(1, 7)]
+        assert planned == sorted(planned) and planned[-1] > planned[0], planned
+        for m, n in enumerate(planned, 1):
+            found.append(detectable_change(spread, n, alpha=settings.alpha / 2 / m,
+                                           power=PLAN_DETECT_POWER, sided=1) <= room)
+    assert all(found)

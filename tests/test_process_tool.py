@@ -24,7 +24,8 @@ from router_latency.runfile import load_run
 from router_latency.simulator import SimulatedAnswers, SkippedSignals
 from router_latency.command_demo import demo_next_steps
 from conftest import (ended, final_answer, history_rounds_folder, MISSED, NOT_UTF8, ROOT,
-                      three_rounds, TOOL, TOOL_PYC, two_runs, undecided, widened_tool, write_corpus)
+                      SENT_SIGNALS, three_rounds, TOOL, TOOL_PYC, two_runs, undecided,
+                      widened_tool, write_corpus)
 from test_process_round_script import (driver_args, DRIVER_ENV, older_python,
                                        with_foreground_new_side)
 
@@ -835,3 +836,16 @@ def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
         for item in load_run(str(path)).passes:
             assert item.environment.router_cpu_ms is not None
             assert item.environment.foreign_vcpus is not None
+
+
+@pytest.mark.process
+def test_the_signals_the_tests_send_reach_the_tests_and_their_children_by_default():
+    # started under nohup (SIGHUP ignored), as a background job (SIGINT) or after a
+    # `trap '' TERM`, the suite still sees these signals as a terminal would: conftest.py
+    # restores their defaults, and a child inherits them (an ignored one would stay ignored)
+    for signum in SENT_SIGNALS:
+        assert signal.getsignal(signum) is not signal.SIG_IGN, signum
+    status = subprocess.run([sys.executable, "-c", "print(open('/proc/self/status').read())"],
+                            capture_output=True, text=True, timeout=30, check=True).stdout
+    ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
+    assert [signum for signum in SENT_SIGNALS if ignored >> (signum - 1) & 1] == []

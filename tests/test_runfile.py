@@ -551,3 +551,61 @@ def test_an_older_file_without_the_settings_records_reads_their_defaults(tmp_pat
     again = json.loads(b"".join(dump_run(run)))
     assert (again["floor"], again["warmup"], again["host_settings"], again["captures"]) == (
         {}, {}, {}, {})
+
+
+@pytest.mark.parametrize("corpus", [{"sha256": "xyz", "count": 101}, {"count": 101}, "c.json"])
+def test_a_run_file_without_its_corpus_hash_is_refused_in_one_plain_line(tmp_path, cli,
+                                                                         corpus):
+    good = make_run(tmp_path / "good.json")
+    document = json.loads(Path(good).read_text())
+    document["corpus"] = corpus
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    result = cli("compare", good, bad)
+    assert result.code == 2
+    assert result.err == (f"router-latency: error: expected corpus.sha256, 64 hex digits "
+                          f"({bad}: corpus)\n")
+
+
+def test_a_pass_without_the_interrupted_member_reads_and_writes_back_as_not_interrupted(
+        tmp_path):
+    # files from before the member: not interrupted, and written back with false, not null;
+    # an interrupted pass keeps its true through a read and a write
+    path = Path(make_run(tmp_path / "run.json"))
+    document = json.loads(path.read_text())
+    document["passes"][0].pop("interrupted")
+    path.write_text(json.dumps(document))
+    run = load_run(str(path))
+    assert run.passes[0].interrupted is False
+    assert json.loads(b"".join(dump_run(run)))["passes"][0]["interrupted"] is False
+    document["passes"][0]["interrupted"] = True
+    path.write_text(json.dumps(document))
+    assert load_run(str(path)).passes[0].interrupted is True
+
+
+def test_a_run_read_back_from_its_own_json_is_the_same_run(tmp_path):
+    # the writer beside the reader: to_json() alone (every pass whole) reads back as the run
+    run = load_run(make_run(tmp_path / "run.json", passes={1: (10, 20, 30, 100),
+                                                           4: (12, 25, 40, 300)},
+                            errors={"timeout": 1}))
+    again = RunFile.from_json(json.loads(json.dumps(run.to_json())), run.path)
+    assert again.passes == run.passes and again == run
+
+
+def test_a_histogram_delta_that_is_no_number_is_refused_naming_it(tmp_path, cli):
+    good = make_run(tmp_path / "good.json")
+    document = json.loads(Path(good).read_text())
+    document["passes"][0]["environment"]["metrics"] = {"histograms": {"latency_sum": "9"}}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", good, bad),
+                          f"{bad}: passes[0].environment.metrics.histograms.latency_sum")
+
+
+def test_a_passs_load_range_is_its_lowest_and_highest_reading(tmp_path):
+    # the load average sampled through the pass peaked above where it started and ended
+    run = load_run(make_run(tmp_path / "run.json",
+                            load={"start": 1.0, "end": 1.5, "min": 0.5, "max": 7.0}))
+    environment = run.passes[0].environment
+    assert (environment.load_min, environment.load_max, environment.peak_load) == \
+        (0.5, 7.0, 7.0)

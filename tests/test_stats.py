@@ -2,6 +2,7 @@
 published tables and worked examples, and properties (hypothesis) of intervals and percentiles."""
 
 import math
+import re
 import random
 import statistics
 
@@ -435,3 +436,11 @@ def test_f_and_chi_square_quantiles_match_the_tables():
     assert chi2_ppf(0.05, 1) == pytest.approx(0.00393, abs=1e-5)
     for p in (0.01, 0.3, 0.9):
         assert f_cdf(f_ppf(p, 3, 7), 3, 7) == pytest.approx(p, abs=1e-9)
+
+
+@pytest.mark.parametrize("first,second,named", [
+    ([0.1, math.nan], [0.2], "d_base_first[1]"), ([0.1], [math.inf], "d_new_first[0]"),
+    ("0.1", [0.2], "d_base_first (numbers)")])
+def test_order_effect_names_the_series_and_the_value_it_refuses(first, second, named):
+    with pytest.raises(RouterLatencyError, match=re.escape(named)):
+        order_effect(first, second)

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from router_latency.phases import PhaseWindow
 from router_latency.runfile import load_run
 from router_latency.captures import CaptureSettings
 from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
-from conftest import write_corpus
+from conftest import final_answer, write_corpus
 
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
@@ -73,6 +74,7 @@ def test_energy_from_the_counter_or_the_sampled_power():
     assert energy["joules"] == pytest.approx(600 + 240)
     assert energy_of([[(0.0, {"power_w": None})]], 2.0, 100) is None
     assert energy_of([constant], 2.0, 0) is None
+    assert energy_of([constant], 0.0, 100) is None  # no time measured: no figure, not 0 J
 
 
 @pytest.mark.parametrize("counter", ["0", "1"])
@@ -102,6 +104,67 @@ def test_joules_per_request_against_a_constant_power(simulator, standin, tmp_pat
         assert telemetry["summary"]["gpu1"]["power_mean_w"] == 60.0
     assert "gpu (nvidia-smi), sampled through each pass (the router's GPUs):" in result.out
     assert "J/request" in result.out
+
+
+def test_joules_are_per_routed_request_not_per_answer(scripted, standin, tmp_path, cli):
+    # a pass whose answers are routed, failed (500), shed (429) and degraded (a 200 whose
+    # signal failed), each by its prompt: the energy is the GPUs' joules over the fully
+    # computed answers only, what routed requests cost
+    standin(STANDIN_POWER=150, STANDIN_COUNTER="0")
+    degraded = json.dumps({"decision_result": {"decision_name": "ok"},
+                           "signal_errors": {"classifier:intent": "failed"},
+                           "applied_unknown_policies": {"classifier:intent": "no_match"}})
+
+    def answer(prompt, number):
+        time.sleep(0.003)  # a pass long enough for the 20 ms sampler's readings
+        kind = prompt[:1]
+        return [final_answer(b"{}", b"500 Internal Server Error") if kind == "f" else
+                final_answer(b'{"error": {"code": "OVERLOADED"}}', b"429 Too Many Requests")
+                if kind == "s" else final_answer(degraded.encode()) if kind == "d" else
+                final_answer()]
+
+    prompts = [f"{kind}{i}" for i in range(30) for kind in "rrfsd"]  # 60 of 150 routed
+    corpus = write_corpus(tmp_path / "corpus.json", prompts)
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", scripted(answer).url, "--corpus", corpus, "--out", out,
+                 "--label", "x", "--concurrency", "1", "--warmup", "0", "--gpu", "nvidia",
+                 "--gpu-index", "0", "--sample-ms", "20", "--max-errors", "1000",
+                 "--allow-degraded")
+    assert result.code == 0, result.err
+    item = load_run(str(out)).passes[0]
+    requests = item.attempt.requests
+    kinds = {"failed": [r for r in requests if r.error is not None and r.status != 429],
+             "shed": [r for r in requests if r.status == 429],
+             "degraded": [r for r in requests if r.degraded]}
+    assert all(kinds.values()), {k: len(v) for k, v in kinds.items()}
+    routed = sum(r.routed for r in requests)
+    assert 0 < routed < len(requests)
+    joules = 150 * item.measured.wall_s
+    assert item.environment.energy_j == pytest.approx(joules / routed, rel=0.05)
+    # not the same figure over every answer, nor over every 200
+    assert item.environment.energy_j > 1.05 * joules / sum(r.status == 200 for r in requests)
+
+
+def test_the_cpu_series_follows_the_routers_processes_through_the_pass(simulator, standin,
+                                                                        tmp_path, cli):
+    # the router here is this process (the simulator's threads): its CPU seconds through the
+    # pass are a series from 0 that never goes back, one reading per sample, at its time
+    standin(STANDIN_POWER=150)
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
+    out = tmp_path / "run.json"
+    result = cli("run", "--url", simulator(delay_ms=3, serial=True).url, "--corpus", corpus,
+                 "--out", out, "--label", "x", "--concurrency", "1", "--warmup", "0",
+                 "--gpu", "nvidia", "--gpu-index", "0", "--sample-ms", "20",
+                 "--router-pid", str(os.getpid()), "--router-cpus", "0")
+    assert result.code == 0, result.err
+    telemetry = load_run(str(out)).passes[0].attempt.environment["telemetry"]
+    cpu = telemetry["cpu"]
+    assert telemetry["kept_every"] == 1  # under 1,200 samples: none thinned out
+    assert set(cpu) == {"t_s", "router_s", "busy_s", "load"}
+    assert len({len(series) for series in cpu.values()}) == 1 and len(cpu["t_s"]) >= 2
+    assert cpu["t_s"] == sorted(cpu["t_s"]) and cpu["t_s"][0] >= 0
+    assert None not in cpu["router_s"] and cpu["router_s"][0] == 0
+    assert cpu["router_s"] == sorted(cpu["router_s"]) and cpu["router_s"][-1] > 0
 
 
 class SlowWhileFlagged(BaseHTTPRequestHandler):
@@ -189,6 +252,26 @@ def test_what_coincided_with_a_slow_window_is_named_or_nothing_is():
     busy_always = telemetry_of([98, 98, 98, 98], [0.0] * 4)  # busy throughout: no cause
     assert coincided_text(PassLike(busy_always), (1,)).startswith("nothing measured")
     assert coincided_text(PassLike(None), (1,)) == ""  # nothing sampled: nothing said
+
+
+def test_a_clock_event_of_the_routers_gpu_is_named_in_the_window_it_fell_in():
+    # the router's GPU capped by power in window 3 only: that window names the reason, the
+    # others none; another GPU's events are not the router's
+    telemetry = telemetry_of([0, 0, 0, 0], [0.0] * 4)
+    capped = float(0x4)
+    telemetry["gpus"]["gpu0"]["reasons"] = [None, 0.0, 0.0, 0.0, capped, capped, 0.0, 0.0, 0.0]
+    telemetry["gpus"]["gpu1"]["reasons"] = [capped] * 9
+    windows = PassLike(telemetry).windows
+    assert window_figures(telemetry, windows[2]).reasons == clock_event_names(capped)
+    assert clock_event_names(capped) != ()
+    assert window_figures(telemetry, windows[0]).reasons == ()
+
+
+def test_a_slow_window_of_a_pass_that_sampled_nothing_usable_says_so():
+    # telemetry recorded, but no series a window could read: not a blank in the sentence
+    empty = {"version": 1, "interval_ms": 500, "origin_s": 0.0, "router_gpus": [],
+             "gpus": {}, "cpu": {}}
+    assert coincided_text(PassLike(empty), (1,)) == "nothing measured coincided (no samples)"
 
 
 def test_the_telemetry_record_is_versioned_and_bounded():

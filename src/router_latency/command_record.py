@@ -8,7 +8,7 @@ from typing import Any, Optional, Tuple
 
 from .errors import RouterLatencyError
 from .files import check_distinct_files, check_writable_target, write_atomic
-from .gate import GateSettings
+from .gate import combined_exit, GateSettings
 from .record import record_section
 from .render_text import verdict_line
 from .formats import COMMAND_OUTPUTS
@@ -77,4 +77,4 @@ def cmd_record(args: argparse.Namespace) -> int:
     for section in sections:
         emit([f"{section.name}: {verdict_line(section.report)}"])
     emit([f"wrote {' and '.join(path for _, path in outputs)}"])
-    return max(section.report.exit_code for section in sections)
+    return combined_exit(section.report.exit_code for section in sections)

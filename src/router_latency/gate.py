@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
+from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, MIN_ROUNDS
 from .errors import Notice, RouterLatencyError
 from .words import (BOUND_PCT, change_text, metric_title, pct_text, plural, slowdown_text,
                     worse_sign)
@@ -23,10 +23,10 @@ from .requests import pass_title
 from .roundset import Rounds
 
 __all__ = [
-    "BEYOND_LIMIT", "check_look", "composite_text", "DECIDE_PROBABILITY", "DETECTS_CONFIDENCE",
-    "detectable_text",
-    "detects_text", "GATE_ALPHA", "GateOutcome", "gate_rows", "GateSettings", "GateTest",
-    "holm_step_down", "judged_word", "Look", "missed_pct", "missed_text", "more_rounds",
+    "BEYOND_LIMIT", "check_look", "combined_exit", "composite_text", "DECIDE_PROBABILITY",
+    "DETECTS_CONFIDENCE", "detectable_text", "detects_text", "GATE_ALPHA", "GateOutcome",
+    "gate_rows", "GateSettings", "GateTest", "holm_step_down", "judged_word", "Look",
+    "missed_pct", "missed_text", "more_rounds",
     "one_sided", "OneSided", "outcome_of", "Row", "row_judged_interval", "row_of", "row_word",
     "spread_bound",
     "undecided_text", "word_status",
@@ -51,6 +51,9 @@ DECIDE_PROBABILITY = 0.8
 FUTILITY_PROBABILITY = 0.1
 DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
+# the exit code of several verdicts combined is the first of these any of them has: an error,
+# then a FAIL, then undecided, then pass; not the largest code, since 3 would hide a FAIL's 1
+EXIT_PRECEDENCE = (EXIT_USAGE, EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK)
 
 
 class GateSettings(NamedTuple):
@@ -609,6 +612,15 @@ def outcome_of(failures: Sequence[str], doubts: Sequence[str],
     if doubts:
         return GateOutcome("inconclusive", tuple(doubts), EXIT_INCONCLUSIVE, undecided)
     return GateOutcome("pass", (), EXIT_OK, undecided)
+
+
+def combined_exit(codes: Iterable[int]) -> int:
+    """Return the exit code of several verdicts, by meaning (EXIT_PRECEDENCE): an error (2),
+    else a FAIL (1), else undecided (3), else pass (0, also for none); a code outside them (a
+    signal's) comes before all of them. outcome_of keeps the same order within one verdict:
+    a failure before a doubt."""
+    rank = {code: place for place, code in enumerate(EXIT_PRECEDENCE)}
+    return min(codes, key=lambda code: rank.get(code, -1), default=EXIT_OK)
 
 
 def gate_rows(rows: Sequence[Row], settings: GateSettings, failures: Sequence[str] = (),
