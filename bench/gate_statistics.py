@@ -11,6 +11,7 @@ PART:
   split       the noise split at 5 rounds on simulated passes with known parts (variance.py)
   pilots      plans from 5-round pilots: how often they meet both targets, and their rounds
   history     A/A series of 30 commits with a 2% cost of running second: the drift's coverage
+  reports     a report after every commit: FAIL at some report of a series at the tolerance
   futility    --until-decided's futility stop: how often it stops early, and the error rates
   more        the one "more rounds" figure: on 5-round pilots left undecided, how often the
               printed number of further rounds decides
@@ -377,16 +378,88 @@ def history_part(args) -> None:
               f"(target <= 2.5%)")
 
 
+def series_of(rng: random.Random, steps, sigma: float, rounds: int = 5) -> list:
+    """Return a series' entries, each round's log ratio new/base its step plus normal noise
+    (both sides share the round's level, which cancels)."""
+    from router_latency.history import HistoryEntry, HistoryRow
+    entries = []
+    for i, step in enumerate(steps):
+        base = [10.0 * math.exp(rng.gauss(0, 0.05)) for _ in range(rounds)]
+        new = [b * math.exp(step + rng.gauss(0, sigma)) for b in base]
+        entries.append(HistoryEntry(
+            commit=f"c{i}", base_commit="", branch="main", date="", label="", kind="rounds",
+            source="", verdict="", tolerance_pct=5.0, corpus_sha256="a" * 64, config={},
+            node="n", node_class="", environment={},
+            rows=(HistoryRow("sequential", "p50_ms", True, tuple(base), tuple(new)),)))
+    return entries
+
+
+def reports_part(args) -> None:
+    """Reports after every commit (the documented workflow): how often a series whose drift
+    is at most the tolerance at every report FAILs at some report, with each report's FAIL at
+    its share of the series' 2.5% (history.report_level, today) and at 2.5% each (before);
+    what that costs a drift of +2.5% a commit (FAIL at the last of 6 reports); and the A/A
+    coverage of the drift's interval over 30 commits."""
+    import router_latency.history as history
+    spent = history.report_level
+    rng = random.Random(args.seed)
+    tolerance = math.log1p(0.05)
+    series = args.trials
+    print(f"history reported after every commit, 5 rounds a commit, {series} series a cell; "
+          f"target: FAIL at some report <= 2.5% where the drift never passes the tolerance:")
+    cells = (("drift reaching the tolerance at commit 6 (+0.82% a commit)", 6, 0.01,
+              [tolerance / 6] * 6),
+             ("drift reaching the tolerance at commit 6 (+0.82% a commit)", 6, 0.03,
+              [tolerance / 6] * 6),
+             ("drift at the tolerance from the first commit on", 30, 0.02,
+              [tolerance] + [0.0] * 29),
+             ("drift reaching the tolerance at commit 30", 30, 0.02, [tolerance / 30] * 30))
+    for name, commits, sigma, steps in cells:
+        for label, level in (("spent over the reports", spent),
+                             ("2.5% each report (before)", lambda k: GATE_HALF)):
+            history.report_level = level
+            failed = 0
+            for _ in range(series):
+                entries = series_of(rng, steps, sigma)
+                failed += any(history.history_report("b", entries[:k], history.TrendSettings())
+                              .exit_code == 1 for k in range(1, commits + 1))
+            print(f"  {name}, {commits} reports, round spread {sigma:.0%}, {label}: FAIL at "
+                  f"some report {rate(failed, series)}")
+    history.report_level = spent
+    print("what it costs: +2.5% a commit, FAIL at the 6th report (drift +16%):")
+    for sigma in (0.01, 0.03):
+        for label, level in (("spent", spent), ("2.5% each (before)", lambda k: GATE_HALF)):
+            history.report_level = level
+            failed = sum(history.history_report("b", series_of(
+                rng, [math.log1p(0.025)] * 6, sigma), history.TrendSettings()).exit_code == 1
+                for _ in range(series))
+            print(f"  round spread {sigma:.0%}, {label}: {rate(failed, series)}")
+    history.report_level = spent
+    covered = fails = 0
+    for _ in range(series):
+        report = history.history_report("b", series_of(rng, [0.0] * 30, 0.02),
+                                        history.TrendSettings())
+        drift = report.rows[0].drift
+        covered += drift is not None and drift.low <= 0.0 <= drift.high
+        fails += report.exit_code == 1
+    print(f"A/A over 30 commits, round spread 2%: the drift's interval covers 0 in "
+          f"{rate(covered, series)} (target >= 93%), FAIL {rate(fails, series)}")
+
+
+GATE_HALF = 0.025  # the one-sided level of one report before the reports shared it
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("plan", "split", "pilots", "more", "futility",
-                                         "history"))
+                                         "history", "reports"))
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     begun = time.perf_counter()
     {"plan": plan_part, "split": split_part, "pilots": pilots_part,
-     "more": more_part, "futility": futility_part, "history": history_part}[args.part](args)
+     "more": more_part, "futility": futility_part, "history": history_part,
+     "reports": reports_part}[args.part](args)
     print(f"({args.trials} trials a cell, {time.perf_counter() - begun:.0f} s)")
 
 
