@@ -105,6 +105,17 @@ import sys
 if __name__ == "__main__":  # before anything else: an interrupt while the rest loads exits
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # 130, no traceback
 
+# the floor, said in one line before a line that needs it runs: the file parses under 3.7 on
+# (a test says so), so a 3.7 or 3.8 reaches this instead of a SyntaxError or a traceback
+if sys.version_info < (3, 9):
+    PYTHON_FLOOR = ("router-latency: error: this is Python %d.%d (%s); the tool needs 3.9 or "
+                    "newer: run it with python3.9 or newer"
+                    % (sys.version_info[0], sys.version_info[1], sys.executable))
+    if __name__ != "__main__":
+        raise ImportError(PYTHON_FLOOR)
+    sys.stderr.write(PYTHON_FLOOR + "\n")
+    sys.exit(2)
+
 import argparse
 import array
 import base64
@@ -512,6 +523,22 @@ def pct_text(fraction: float) -> str:
         return FASTER_TEXT
     # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
     return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
+
+
+def slowdown_text(fraction: float) -> str:
+    """Return a slowdown as "up to" a bound takes it: "up to +9.5%", and past ten times the
+    time "more than 10x" (the sentence says slower: "up to more than 10x slower" read twice)."""
+    return "more than 10x" if 100 * fraction > BOUND_PCT else f"up to {pct_text(fraction)}"
+
+
+def p_text(p: Optional[float]) -> str:
+    """Return a p-value as a line writes it: three significant digits, and beyond them a
+    bound ("p > 0.999", "p < 0.001": "p 1" claims a certainty no test gives); n/a for none."""
+    if p is None:
+        return "p n/a"
+    if p > 0.999:
+        return "p > 0.999"
+    return "p < 0.001" if p < 0.001 else f"p {p:.3g}"
 
 
 def worse_sign(metric: str) -> int:
@@ -3363,7 +3390,8 @@ def parse_amd_smi(text: str) -> GpuReading:
     devices = {}
     for position, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
         index = gpu.get("gpu") if is_whole(gpu.get("gpu")) else position
-        clock = raw_clock if isinstance(raw_clock := gpu.get("clock"), dict) else {}
+        raw_clock = gpu.get("clock")
+        clock = raw_clock if isinstance(raw_clock, dict) else {}
         per_xcd = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
         shader = [v for v in per_xcd if v is not None] or \
             [v for v in [_amd_value(clock.get("gfx"), "clk", "cur_clk")] if v is not None]
@@ -3619,7 +3647,7 @@ def gpu_state_section(passes: Sequence[Tuple[str, Any]]) -> Section:
     """Return the ranges of each pass's GPU readings (before and after it, over devices), and
     why a reading is missing, as a run summary's section; passes: (title, PassRecord) pairs."""
     gpu = [(title, item, record) for title, item in passes
-           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
+           for record in (item.attempt.environment.get("gpu"),) if isinstance(record, dict)]
     if not gpu:
         return Section(key="gpu_state", apart=False)
     rows: List[List[str]] = []
@@ -3661,7 +3689,8 @@ def sampled_section(passes: Sequence[Tuple[str, Any]]) -> Section:
             continue
 
         def values(key: str) -> List[float]:
-            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
+            return [float(v) for figures in mine for v in (figures.get(key),)
+                    if isinstance(v, (int, float))]
 
         energy = (record.get("energy") or {}).get("per_request_j")
         rows.append([title, fmt_reading(min(values("sclk_min_mhz"), default=None)),
@@ -4506,7 +4535,8 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, 
         firsts.pop()
     # open loop: latency counts from the schedule, the answer came service_ms after the send
     ends = [start + taken for start, r in zip(starts, requests)
-            if (taken := r.service_ms if r.service_ms is not None else r.latency_ms) is not None]
+            for taken in (r.service_ms if r.service_ms is not None else r.latency_ms,)
+            if taken is not None]
     windows = []
     for i, first in enumerate(firsts):
         stop = firsts[i + 1] if i + 1 < len(firsts) else len(requests)
@@ -5017,8 +5047,8 @@ class PassRecord(NamedTuple):
                  if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
-        gpu_mib = [total for reading in gpu_readings(environment)
-                   if (total := reading.total_mib) is not None]
+        gpu_mib = [reading.total_mib for reading in gpu_readings(environment)
+                   if reading.total_mib is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
         # kept beside the faults, not counted as one: the router's unknown answers (each
         # degraded answer is counted as such, Request.degraded) and the result caches'
@@ -5738,8 +5768,8 @@ def ladder_steps(run: RunFile) -> Tuple[LadderStep, ...]:
     # a step that answered (req/s above 0) has its percentiles: the reader requires them
     return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
                             step_text(p), s.req_per_s, s.p50_ms, s.p95_ms, shed_requests(p))
-                 for p in run.passes if not p.discarded and (s := p.measured).req_per_s
-                 and s.p50_ms is not None and s.p95_ms is not None)
+                 for p in run.passes if not p.discarded for s in (p.measured,)
+                 if s.req_per_s and s.p50_ms is not None and s.p95_ms is not None)
 
 
 def plateau_of(steps: Sequence[LadderStep],
@@ -5797,8 +5827,8 @@ def step_gaps(run: RunFile) -> List[float]:
     """Return the seconds between the end of each measured pass and the start of the next,
     the captures between them included (an upper bound: the start is taken before the
     connections open)."""
-    timed = [(start, p.measured.wall_s) for p in run.passes
-             if not p.discarded and (start := p.attempt.started_unix) is not None]
+    timed = [(p.attempt.started_unix, p.measured.wall_s) for p in run.passes
+             if not p.discarded and p.attempt.started_unix is not None]
     return [round(max(b - a - wall_s, 0.0), 3) for (a, wall_s), (b, _) in zip(timed, timed[1:])]
 
 
@@ -10775,7 +10805,9 @@ class GateTest(NamedTuple):
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
     holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
-    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+    # every gated row slowing together: None with no spread (any change), inf where the
+    # look's boundary cannot reject (none yet), as detectable_text says a row's
+    composite_detectable_pct: Optional[float] = None
 
 
 class GateOutcome(NamedTuple):
@@ -11075,8 +11107,9 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
                           if worse),
         composite_worse=crosses(t_statistic(composite, tolerance), critical),
         within_critical=critical, holm_criticals=step_down.criticals,
-        composite_detectable_pct=100 * math.expm1(detectable)
-        if spread > 0 and math.isfinite(detectable) else None)
+        # None: no spread, any change is found; inf: this look's boundary cannot reject
+        composite_detectable_pct=None if spread == 0 else
+        100 * math.expm1(detectable) if math.isfinite(detectable) else math.inf)
 
 
 def look_of(settings: GateSettings, rounds: int) -> Optional[Look]:
@@ -11253,13 +11286,15 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
-    more rounds would decide it at the spread seen."""
-    reach = "no end" if row.worse_end_pct is None else pct_text(row.worse_end_pct / 100)
-    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
-            else f"about {plural(row.more_rounds, 'more round')} would decide it")
-    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
-            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
-            f"spread seen")
+    more rounds would decide it DECIDE_PROBABILITY of the time over what the rounds so far
+    support (rounds_to_go: the one "more rounds" figure, as the undecided line, the headline,
+    --plan and the JSON give it)."""
+    reach = ("its interval is unbounded on the worse side" if row.worse_end_pct is None
+             else f"its worse end reaches {pct_text(row.worse_end_pct / 100)}")
+    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.rounds_to_go is None
+            else f"about {plural(row.rounds_to_go, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: {reach} "
+            f"(tolerance {settings.tolerance_pct:g}%); {more}")
 
 
 def composite_text(composite: Interval) -> str:
@@ -11320,7 +11355,7 @@ def missed_text(outcome: GateOutcome) -> str:
         return "it could have missed a slowdown of any size"
     farthest = max((r for r in outcome.undecided if r.worse_end_pct is not None),
                    key=lambda r: r.worse_end_pct or 0.0)
-    return (f"it could have missed a slowdown of up to {pct_text(missed / 100)} "
+    return (f"it could have missed a slowdown of {slowdown_text(missed / 100)} "
             f"({pass_title(farthest.pass_name)} {metric_title(farthest.metric)})")
 
 
@@ -11925,6 +11960,9 @@ def row_json(row: Row) -> dict:
             "worse_rounds": row.worse_rounds,
             "rounds": row.rounds, "p_value": row.p_value,
             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
+            # an undecided row's further rounds that decide it 80% of the time (the report's
+            # more_rounds is the most of these); null when decided, or past 1,000
+            "more_rounds": row.rounds_to_go, "worse_end_pct": row.worse_end_pct,
             "verdict": row.verdict, "word": row_word(row),
             "held_by_holm": row.held_by_holm,
             "judged_interval_pct": None if row.judged is None else [
@@ -12021,7 +12059,8 @@ def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> List[Part
     routed = [r for r in requests if r.routed]
     parts = []
     for i, name in enumerate(names):
-        times = [ms for r in routed if len(r.signal_ms) > i and (ms := r.signal_ms[i]) is not None]
+        times = [ms for r in routed if len(r.signal_ms) > i for ms in (r.signal_ms[i],)
+                 if ms is not None]
         if times:
             figures = percentiles(times, (50, 95))
             parts.append(PartFigures("signal", name, round(figures[0], 4), round(figures[1], 4),
@@ -12080,7 +12119,7 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
               if p.name not in reported]
     outside_mean = round(math.fsum(outside) / len(outside), 4) if outside else None
     own = [ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS
-           and (ms := p.per_request_ms) is not None]
+           for ms in (p.per_request_ms,) if ms is not None]
     if not outside and own and client_mean is not None:  # per pass, from the histograms
         outside_mean = round(client_mean - math.fsum(own), 4)
     return PassAttribution(
@@ -12133,8 +12172,8 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
         figures = {}
         for side in (base, new):
             sides = [runs[r][side] for r in used]
-            passes = [p for run in sides if (p := run.pass_named(item.name)) is not None
-                      and not p.discarded and p.summary is not None]
+            passes = [p for run in sides for p in (run.pass_named(item.name),)
+                      if p is not None and not p.discarded and p.summary is not None]
             if len(passes) < len(sides):  # a used round without it measured
                 break
             figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
@@ -12162,7 +12201,7 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                for side in (base_values, new_values)]
     # a round's passes all answered (side_problems): each has its client mean
     client_base, client_new = (
-        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+        statistics.median(a.client_mean_ms for a in side if a.client_mean_ms is not None)
         for side in (base, new))
     reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
                 for side in (base, new)]
@@ -12188,8 +12227,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
     if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
         return ""
     client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
-    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
-        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
+    whole = statistics.median(b.client_mean_ms for b in new if b.client_mean_ms is not None) \
+        - statistics.median(a.client_mean_ms for a in base if a.client_mean_ms is not None)
     moved = []  # (shift of the mean per request, words)
     for row in rows:
         kind, _, rest = row.metric.partition(":")
@@ -12212,9 +12251,9 @@ def signal_shift(name: str, base: Sequence[PassAttribution],
                  new: Sequence[PassAttribution]) -> float:
     """Return the shift of a signal's time per request, new - base, medians over rounds."""
     def per_request(side: Sequence[PassAttribution]) -> float:
-        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
-                                       and p.name == name and (ms := p.per_request_ms)
-                                       is not None), 0.0)
+        return statistics.median(next((p.per_request_ms for p in a.parts
+                                       if p.kind == "signal" and p.name == name
+                                       and p.per_request_ms is not None), 0.0)
                                  for a in side)
     return per_request(new) - per_request(base)
 
@@ -12506,7 +12545,7 @@ def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> Tu
     sides = [pass_attribution(a, pa), pass_attribution(b, pb)]
     found_a, found_b = (part_values(side) for side in sides)
     both = [(m, a_ms, b_ms) for m, a_ms in found_a.items()
-            if a_ms is not None and (b_ms := found_b.get(m)) is not None]
+            for b_ms in (found_b.get(m),) if a_ms is not None and b_ms is not None]
     reported = any(side.parts for side in sides)
     return (tuple(sorted(both, key=lambda f: -abs(f[2] - f[1]))),
             tuple((side.client_mean_ms, part_values(side)) for side in sides) if reported
@@ -13558,7 +13597,8 @@ def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[st
     if not cost or served is None:
         return []
     steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
-             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
+             for step in capacity.steps for item in (run.pass_named(step.name),)
+             if item is not None]
     known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
     if not known:
         return []
@@ -13592,7 +13632,7 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
                             costs: Sequence[tuple]) -> List[str]:
     """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
     of their cost per million requests (B over A); nothing unless both are ladders."""
-    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
+    found = [c for c in (run_capacity(run, slo_p95_ms) for run in runs) if c is not None]
     if len(found) < len(runs):
         return []
     lines = []
@@ -14725,8 +14765,9 @@ def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
     """Return each side's range of the router's GPUs' joules per routed request and, beside
     the cost per million requests, the energy of a million requests; [] where no pass
     sampled it."""
-    return energy_ranges_sentence([(side, found) for side in (report.base, report.new)
-                                   if (found := ranges[side].get("j_per_request"))])
+    return energy_ranges_sentence([(side, ranges[side]["j_per_request"])
+                                   for side in (report.base, report.new)
+                                   if ranges[side].get("j_per_request")])
 
 
 def cached_runs(section: RecordSection) -> List[str]:
@@ -15194,6 +15235,9 @@ class RowTrend(NamedTuple):
     p_beyond: float  # one-sided: the drift is worse than the tolerance
     status: str  # fail, pass or inconclusive
     most: Tuple[Tuple[str, float], ...]  # (commit, its worse-direction step), largest first
+    # inconclusive with its interval wholly past the tolerance: Holm's correction for the
+    # rows, not the interval shown, held it back (the rounds table's "inconclusive (Holm)")
+    held_by_holm: bool = False
     steps: int = 0  # paired steps the drift sums: this report is the steps-th since the baseline
 
     @property
@@ -15368,10 +15412,15 @@ def history_report(store: str, entries: Sequence[HistoryEntry],
         rows.append(RowTrend(key[0], key[1], tuple(points), drift,
                              beyond_p(drift, tolerance) if drift else 1.0, "inconclusive",
                              most_added(points, kept[start].commit if start >= 0 else None),
-                             len(counted)))
+                             steps=len(counted)))
     report = max([r.steps for r in rows] + [1])
-    rows = [r._replace(status=status) for r, status in
-            zip(rows, drift_statuses([r.drift for r in rows], tolerance, report))]
+    level = report_level(report)
+    rows = [r._replace(status=status, held_by_holm=status == "inconclusive"
+                       and r.drift is not None and r.drift.low > tolerance
+                       and crosses(beyond_test(r.drift, tolerance).statistic,
+                                   upper_critical(level, r.drift.df)))
+            for r, status in zip(rows, drift_statuses([r.drift for r in rows], tolerance,
+                                                      report))]
     return HistoryReport(
         store=store, baseline=baseline, reference=kept[-1].commit,
         tolerance_pct=settings.tolerance_pct, rows=tuple(rows),
@@ -15415,6 +15464,9 @@ def drift_outcome(rows: Sequence[RowTrend], baseline: str, tolerance_pct: float,
             doubts.append(f"{row.title} " + (
                 f"has no paired step after {baseline}" if row.drift is None else
                 f"drifted {drift_text(row)} since {baseline}: " + (
+                    f"its interval lies beyond the {tolerance_pct:g}% tolerance, but Holm's "
+                    f"correction for the {len(rows)} rows does not show it worse"
+                    if row.held_by_holm else
                     f"beyond the {tolerance_pct:g}% tolerance at one report's "
                     f"{GATE_ALPHA / 2:.1%}, not at report {report}'s share of the series' "
                     f"{GATE_ALPHA / 2:.1%} ({report_level(report):.2%} one-sided: "
@@ -15568,7 +15620,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     """Return the lines of the rounds report as text: the verdict and what would decide it
     first (so that the head of a log shows them), and again last (so that its tail does)."""
     headlines = [line for section in report.sections for line in section.headline]
-    opening = [verdict_line(report)] + headlines
+    opening = [verdict_line(report)] + verdict_details(report) + headlines
     leads = [line for section in report.sections for line in section.lead]
     lines = opening + [""] + leads + format_rounds_table(report)
     lines += [line for section in report.sections if section.beside_table and per_round
@@ -15649,10 +15701,11 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
                       detectable_text(row), row_word(row)])
     below = []
     if test.composite is not None:
-        together = "any change" if test.composite_detectable_pct is None \
-            else detects_text(test.composite_detectable_pct)
+        detectable = test.composite_detectable_pct
+        together = "any change" if detectable is None else "none yet" \
+            if not math.isfinite(detectable) else detects_text(detectable)
         below = [f"gated rows together: {composite_text(test.composite)} per round, "
-                 f"one-sided p {test.composite_p:.3g} of worse than the "
+                 f"one-sided {p_text(test.composite_p)} of worse than the "
                  f"{settings.tolerance_pct:g}% tolerance (not of any change); every gated row "
                  f"slowing together: detects {together}"]
     return TabledReport(lines, Table(
@@ -15682,21 +15735,49 @@ def format_config_hashes(report: RoundsReport) -> List[str]:
 
 
 def verdict_line(report: RoundsReport) -> str:
-    """Return the one-line gate verdict of a rounds report."""
+    """Return the verdict's headline, about 200 characters at most: the verdict, the reason
+    that decided it (a FAIL's first, an INCONCLUSIVE's first that is not an undecided row),
+    what it could have missed and the rounds that would decide the undecided rows; every
+    reason in full is in verdict_details."""
     look = f" (round {report.look.rounds} of at most {report.look.max_rounds})" \
         if report.look else ""
     option = report.settings.rule.option
     rule = f" ({option})" if option else ""
     outcome = report.outcome
     missed = missed_text(outcome)
-    if outcome.status == "inconclusive":
-        return (f"verdict: INCONCLUSIVE{look}{rule}: not a pass: {missed}; "
-                + "; ".join(outcome.reasons))
-    if outcome.status != "pass":
-        return f"verdict: {outcome.status.upper()}{look}{rule}: " + "; ".join(outcome.reasons)
-    unsure = len(outcome.undecided)
-    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
-                                           if unsure else "")
+    head = f"verdict: {outcome.status.upper()}{look}{rule}"
+    if outcome.status == "pass":
+        unsure = len(outcome.undecided)
+        return head + (f" ({plural(unsure, 'inconclusive gated row')}; {missed})"
+                       if unsure else "")
+    parts = [f"not a pass: {missed}"] if outcome.status == "inconclusive" else []
+    parts += verdict_head_reasons(report)
+    if outcome.status == "fail" and len(outcome.reasons) > 1:
+        parts.append(f"{plural(len(outcome.reasons) - 1, 'more reason')} below")
+    if outcome.undecided and outcome.status == "inconclusive" and len(parts) == 1:
+        more = more_rounds(outcome)
+        parts.append(f"{plural(len(outcome.undecided), 'gated row')} undecided, "
+                     + (f"{BEYOND_LIMIT} rounds would be needed" if more is None else
+                        f"about {plural(more, 'more round')} would decide "
+                        f"{'it' if len(outcome.undecided) == 1 else 'them'}"))
+    return f"{head}: " + "; ".join(parts)
+
+
+def verdict_details(report: RoundsReport) -> List[str]:
+    """Return the verdict's reasons, one a line below its headline, where it has more than
+    its headline says."""
+    reasons, undecided = list(report.outcome.reasons), report.outcome.undecided
+    if reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
+            undecided_text(undecided[0], report.settings)]:  # the headline says it all
+        return []
+    return [f"  {reason}" for reason in reasons]
+
+
+def verdict_head_reasons(report: RoundsReport) -> List[str]:
+    """Return the reasons the headline shows in full: a FAIL's or INCONCLUSIVE's first that is
+    not an undecided row."""
+    rows = {undecided_text(r, report.settings) for r in report.outcome.undecided}
+    return [reason for reason in report.outcome.reasons if reason not in rows][:1]
 
 
 def format_plan(report: RoundsReport) -> List[str]:
@@ -15991,8 +16072,8 @@ def junit_cases(report: RoundsReport) -> List[Check]:
             outcome="failure" if test.composite_worse else "passed",
             message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
             f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-            f"{test.composite_p:.3g} of worse than the {tolerance} (not of any change; level "
+            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided "
+            f"{p_text(test.composite_p)} of worse than the {tolerance} (not of any change; level "
             f"{100 * test.level:.3g}%)",
             details=""))
     cases += [check for section in report.sections for check in section.checks]
@@ -16300,7 +16381,8 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     right = list(right) + [True] * (len(header) - len(right))
 
     def cell(tag: str, text: str, r: bool) -> str:
-        color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
+        # a word with its qualifier ("inconclusive (Holm)") takes the word's colour
+        color = VERDICT_COLORS.get(text.strip().split(" (")[0]) if tag == "td" else None
         attributes = (' class="r"' if r else "") + \
             (f' style="color: {color}; font-weight: bold"' if color else "")
         return f"<{tag}{attributes}>{esc(visible(text))}</{tag}>"  # one line, as every table
@@ -16534,7 +16616,8 @@ def row_table(row: RowTrend) -> Table:
         lines.append([Outside(p.commit + (f" ({p.label})" if p.label else "")), p.date[:10],
                       level_cell(p), step, total, "step" if p.change_point else "",
                       p.verdict or p.kind])
-    return Table(f"{row.title}: {row.status.upper()}, drift {drift_words(row)}",
+    held = " (Holm)" if row.held_by_holm else ""
+    return Table(f"{row.title}: {row.status.upper()}{held}, drift {drift_words(row)}",
                  ["commit", "date", f"{metric_label(row.metric)} [95%]", "step [95%]",
                   "cumulative [95%]", "change point", "its folder's verdict"], lines,
                  [False, False, True, True, True, False, False])
@@ -16613,6 +16696,7 @@ def history_json(report: HistoryReport) -> Dict[str, object]:
             "left_out": [{"commit": c, "why": w} for c, w in report.left_out],
             "notes": list(report.notes),
             "rows": [{"pass": r.pass_name, "metric": r.metric, "status": r.status,
+                      "held_by_holm": r.held_by_holm,
                       "drift": change_json(r.drift), "p_beyond": r.p_beyond,
                       "most": [{"commit": c, "worse_log": v}
                                for c, v in r.most],
@@ -18505,13 +18589,28 @@ class Parser(argparse.ArgumentParser):
         return known, extras
 
     def error(self, message: str) -> NoReturn:
-        message = self.mistyped_option() or message
+        message = self.unknown_command() or self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
             command, wanted = FORMAT_FILES[found.group(1).lower()]
             where = "" if wanted.split()[0] in self._option_string_actions else f" of {command}"
             message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def unknown_command(self) -> str:
+        """Return the error for a command word this parser does not have, naming the closest
+        one it has (a mistyped command is named before the options it was given); '' when
+        the command is known or this parser takes none."""
+        if self._subparsers is None:
+            return ""
+        commands = [name for action in self._subparsers._group_actions
+                    for name in getattr(action, "choices", None) or ()]
+        word = next((w for w in self.words if not w.startswith("-")), None)
+        if word is None or word in commands:
+            return ""
+        close = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+        return (f"unknown command {word!r}: " + (f"did you mean {close[0]}?" if close else
+                                                  f"the commands are {', '.join(commands)}"))
 
     def mistyped_option(self) -> str:
         """Return the error for the first option this parser does not know, naming the

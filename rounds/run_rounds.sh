@@ -257,6 +257,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# the python that runs the tool and this script's helpers: 3.9 or newer, said in one line
+found=$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])
+sys.exit(sys.version_info < (3, 9))' 2>/dev/null) \
+  || die "$( [ -n "$found" ] && printf '%s is Python %s, the tool needs 3.9 or newer' \
+    "$python" "$found" || printf 'cannot run %s (PYTHON)' "$python"): set PYTHON to a $(
+    )python3.9 or newer (PYTHON=python3.11 run_rounds.sh ...)"
+
 # --- the options, on their own ---
 whole --rounds rounds; whole --min-rounds min_rounds; whole --max-rounds max_rounds
 whole --wait-ready wait_ready; whole --stop-wait stop_wait
@@ -301,6 +308,8 @@ if [ -n "$requests_per_pass" ]; then
 fi
 for role in base new; do
   n=${name[$role]}
+  [ -n "$n" ] || die "--$role NAME is required: the name of its side (cpu, $(
+    )rocm, main), in its round files' names r<N>-NAME.json"
   [[ "$n" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ && "$n" != *..* ]] \
     || die "--$role needs a side name of letters, digits, '.', '_' or '-'"
   [ -n "${start_cmd[$role]}" ] || die "--$role-start is required"
@@ -416,8 +425,9 @@ PY
 
 # the network: 'answers URL' exits 0 when something accepts a connection at the URL's host and
 # port; 'listeners URL' prints "pid session command" of each local process that listens on the
-# URL's port (Linux /proc; nothing where it cannot see them); 'hashes FILE' prints the run's
-# x-vsr-config-hash values.
+# URL's port (Linux /proc; nothing where it cannot see them); 'ports URL SESSION' prints
+# "answers" when the URL answers, else the TCP ports the processes of the session listen on;
+# 'hashes FILE' prints the run's x-vsr-config-hash values.
 net() {
   "$python" - "$@" <<'PY'
 import json, os, socket, sys, urllib.parse
@@ -443,6 +453,36 @@ if mode == "hashes":
     sys.exit(0)
 url = urllib.parse.urlsplit(target)
 port = url.port or (443 if url.scheme == "https" else 80)
+if mode == "ports":
+    try:
+        socket.create_connection((url.hostname, port), timeout=2).close()
+        print("answers")
+        sys.exit(0)
+    except OSError:
+        pass
+    listening = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                for row in handle.read().splitlines()[1:]:
+                    fields = row.split()
+                    if fields[3] == "0A":
+                        listening[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
+        except OSError:
+            continue
+    ports = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                stat = handle.read()
+            if stat[stat.rindex(")") + 2:].split()[3] != sys.argv[3]:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                ports.add(listening.get(os.readlink(f"/proc/{pid}/fd/{fd}")))
+        except (OSError, ValueError, IndexError):
+            continue
+    print(" ".join(map(str, sorted(ports - {None}))))
+    sys.exit(0)
 if mode == "answers":
     try:
         socket.create_connection((url.hostname, port), timeout=2).close()
@@ -701,6 +741,46 @@ check_router() {  # the router that answered must be the one started: $1 role, $
   if [ -z "${first_hashes[$role]}" ]; then first_hashes[$role]=$hashes; fi
 }
 
+url_port() {  # the port of a URL: its own, else its scheme's
+  local address=${1#*://} port
+  address=${address%%/*}; port=${address##*]}
+  if [[ "$port" == *:* ]]; then echo "${port##*:}"
+  elif [[ "$1" == https:* ]]; then echo 443; else echo 80; fi
+}
+# a router that listens on another port than its side's URL: said once a second is up and
+# the URL still refuses while the start command's processes listen elsewhere (or, once a start
+# command that detaches returned, its --*-container's published ports, docker port), naming
+# the ports it listens on; the run goes on waiting, as a router may open its metrics port
+# long before its API
+check_port() {  # $1: the URL the run waits on
+  [ "$port_said" -eq 0 ] || return 0
+  now_ms
+  [ "$now" -ge "$next_port_check" ] || return 0
+  next_port_check=$((now + 1000))
+  local host=${1#*://} port ports metrics=""
+  host=${host%%/*}; host=${host%:*}; host=${host#[}; host=${host%]}
+  [[ "$host" == 127.* || "$host" == localhost || "$host" == ::1 ]] || { port_said=1; return 0; }
+  port=$(url_port "$1")
+  if [ -n "${metrics_url[$active]}" ]; then metrics=$(url_port "${metrics_url[$active]}"); fi
+  ports=$(net ports "$1" "$start_pid") || return 0
+  if [ "$ports" = answers ]; then port_said=1; return 0; fi
+  if [ -z "$ports" ] && [ "$start_pid_done" -eq 1 ] && [ -n "${container[$active]}" ] \
+      && command -v docker >/dev/null; then
+    ports=$(docker port -- "${container[$active]}" 2>/dev/null </dev/null \
+      | sed -n 's/.*:\([0-9][0-9]*\)$/\1/p' | sort -nu | tr '\n' ' ') || ports=""
+    ports=${ports% }
+  fi
+  ports=" $ports "; ports=${ports// $metrics / }; ports=${ports# }; ports=${ports% }
+  [ -n "$ports" ] || return 0
+  port_said=1
+  [[ " $ports " != *" $port "* ]] || return 0
+  local plural=""
+  [[ "$ports" != *" "* ]] || plural=s
+  say "${name[$active]}'s router listens on port$plural ${ports// /, }, not on $port of its $(
+    )URL $1 (round $r): give --$active-url with the port it listens on, or start it on $(
+    )$port (the run waits up to --wait-ready $wait_ready s)"
+}
+
 router_given() {  # whether the run arguments name the router's process or cgroup already
   local arg
   for arg in ${run_args[@]+"${run_args[@]}"}; do
@@ -725,6 +805,8 @@ measure_side() {
   start_pid_done=0
   left_behind=0
   next_gone_check=0
+  port_said=0
+  now_ms; next_port_check=$((now + 1000))
   target=${url[$role]}
   if [ -n "${url_file[$role]}" ]; then
     now_ms; deadline=$((now + wait_ready * 1000))
@@ -759,6 +841,7 @@ measure_side() {
   while kill -0 "$run_pid" 2>/dev/null; do
     check_start
     [ -z "$start_why" ] || break
+    check_port "$target"
     check_gone
     [ -z "$gone_why" ] || break
     nap
@@ -821,8 +904,10 @@ for ((r = 1; r <= rounds; r++)); do
     if [ -n "$budget_ms" ] && [ "$ran" -gt 0 ] && [ "$r" -gt 3 ]; then  # 3: the fewest judged
       now_ms; spent=$((now - budget_start))
       if [ $(( spent + spent / ran )) -gt "$budget_ms" ]; then
-        say "round $r would end past the budget ($budget_minutes minutes; $(( spent / 1000 )) s $(
-          )spent, about $(( spent / ran / 1000 )) s a round): stopping"
+        minutes=minutes
+        [ "$budget_minutes" != 1 ] || minutes=minute
+        say "round $r would end past the budget ($budget_minutes $minutes; $(( spent / 1000 )) $(
+          )s spent, about $(( spent / ran / 1000 )) s a round): stopping"
         stopped=$((r - 1))
         break
       fi
@@ -836,6 +921,7 @@ for ((r = 1; r <= rounds; r++)); do
     if [ "$code" -eq 3 ]; then
       verdict=$(printf '%s\n' "$look" | grep -m1 '^verdict: ' || true)
       verdict=${verdict#verdict: }
+      verdict=${verdict#*not a pass: }  # the headline's what and why; the look is in the line
       say "look after $r of at most $rounds rounds: undecided, going on${verdict:+ ($verdict)}"
       continue
     fi

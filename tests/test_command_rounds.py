@@ -73,14 +73,29 @@ def test_an_undecided_row_is_inconclusive_and_says_how_many_rounds_would_decide_
     planned = rounds(cli, tmp_path, "--plan").out.splitlines()
     assert f"more rounds: about {more} more rounds would decide it 80% of the time" in \
         "\n".join(planned)
-    # the verdict's first line is another issue's: it keeps the figure at the spread seen
+    # and the verdict's headline, which gave the rounds at the spread seen (42) before
     assert lines[-1] == lines[0] == (
-        "verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to +37.3% "
-        "(Sequential p50); Sequential p50 undecided: its worse end reaches +37.3% "
-        "(tolerance 5%); about 42 more rounds would decide it at the spread seen")
+        f"verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to +37.3% "
+        f"(Sequential p50); 1 gated row undecided, about {more} more rounds would decide it")
     assert lines[1] == lines[-2]  # `rounds | head -2` shows the verdict and what decides it
     assert "Sequential  p50 ms*" in plain.out and " inconclusive" in lines[8]
     assert rounds(cli, tmp_path, "--format", "json").code == 3
+
+
+def test_the_verdict_is_a_headline_and_its_reasons_the_lines_below(tmp_path, cli):
+    # three gated rows undecided: before, the first line held every reason in full (an A/A
+    # pair's was 733 characters); now the verdict, the row it could have missed most in and
+    # the rounds that would decide, each reason on a line of its own below
+    for number, factor in enumerate((0.9, 1.15, 1.0), 1):
+        sides(tmp_path, number, new=(10 * factor, 20 * factor, 30, 100 / factor))
+    plain = rounds(cli, tmp_path)
+    lines = plain.out.splitlines()
+    assert plain.code == 3 and lines[0] == lines[-1] and len(lines[0]) <= 200
+    assert re.fullmatch(r"verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown "
+                        r"of up to \+\d+\.\d% \(Sequential [a-z0-9/]+\); 3 gated rows "
+                        r"undecided, about \d+ more rounds would decide them", lines[0])
+    reasons = json.loads(rounds(cli, tmp_path, "--format", "json").out)["reasons"]
+    assert len(reasons) == 3 and lines[1:4] == [f"  {reason}" for reason in reasons]
 
 
 def test_pass_unless_worse_keeps_the_old_rule_and_says_so_first(tmp_path, cli):
@@ -92,7 +107,7 @@ def test_pass_unless_worse_keeps_the_old_rule_and_says_so_first(tmp_path, cli):
         "rule: --pass-unless-worse: PASS unless a gated row is shown worse than the "
         "tolerance; a PASS does not show that the rows lie within it")
     assert plain.out.splitlines()[-1] == plain.out.splitlines()[0] == (
-        "verdict: PASS (--pass-unless-worse) (1 inconclusive gated rows; it could have missed "
+        "verdict: PASS (--pass-unless-worse) (1 inconclusive gated row; it could have missed "
         "a slowdown of up to +37.3% (Sequential p50))")
     assert re.search(r"warning: Sequential p50 inconclusive: could only detect more than 10x; "
                      r"about \d+ rounds would be needed for 10%", plain.out)
@@ -271,8 +286,7 @@ def test_a_group_sequential_look_stays_undecided_until_the_rows_are(tmp_path, cl
     assert look.code == 3
     assert look.out.splitlines()[-1].startswith(
         "verdict: INCONCLUSIVE (round 3 of at most 10): not a pass: it could have missed a "
-        "slowdown of up to more than 10x slower (Sequential p50); Sequential p50 undecided: "
-        "its worse end reaches more than 10x slower")
+        "slowdown of more than 10x (Sequential p50); 1 gated row undecided")
     for number in (1, 2, 3):
         sides(tmp_path, number, new=(5.0 + number / 100, 20, 30, 100))
     decided = rounds(cli, tmp_path, "--sequential", "10")
@@ -505,7 +519,9 @@ def test_a_sequential_look_shows_the_interval_it_judges(tmp_path, cli):
     assert float(shown.group(3)) == round(p50["judged_interval_pct"][1], 1)
     assert p50["judged_interval_pct"][1] > 100 * math.expm1(p50["log_ratio"]["high"])
     if text.code == 3:
-        assert f"Sequential p50 undecided: its worse end reaches {shown.group(3)}%" in lines[0]
+        assert f"a slowdown of up to {shown.group(3)}% (Sequential p50)" in lines[0]
+        assert document["reasons"][0].startswith(
+            f"Sequential p50 undecided: its worse end reaches {shown.group(3)}%")
     assert f"{shown.group(1)}% [{shown.group(2)}%, {shown.group(3)}%]" in page
 
 
@@ -522,8 +538,11 @@ def test_figures_past_sense_are_written_as_bounds(tmp_path, cli):
         assert beyond.search(shown) is None
     row = next(line for line in text.out.splitlines() if line.startswith("Sequential  p50"))
     assert "more than 10x slower]" in row
-    assert "its worse end reaches more than 10x slower" in text.out.splitlines()[0]
-    assert "slowdown of up to more than 10x slower" in markdown.splitlines()[0]
+    assert "its worse end reaches more than 10x slower" in document["reasons"][0]
+    # "up to" a bound read "up to more than 10x slower"
+    assert "a slowdown of more than 10x (Sequential p50)" in text.out.splitlines()[0]
+    assert "a slowdown of more than 10x (Sequential p50)" in markdown.splitlines()[0]
+    assert all("up to more than" not in shown for shown in (text.out, markdown, page))
     assert re.search(r"Sequential p50: inconclusive +[+-]\d+\.\d% \[[^]]*more than 10x slower\]",
                      " ".join(page.split()))
 
@@ -823,6 +842,10 @@ def test_junit_has_a_test_per_gated_row_and_round_and_fails_on_the_regression(tm
 def test_junit_skips_an_inconclusive_row_with_the_reason(tmp_path, cli):
     three_rounds(tmp_path)
     out = tmp_path / "junit.xml"
+    rows = json.loads(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu",
+                          "--format", "json").out)["rows"]
+    more = next(r for r in rows if (r["pass"], r["metric"]) == ("sequential", "p95_ms"))[
+        "more_rounds"]
     assert cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--junit",
                out).code == 3
     cases, suite = junit_cases(out)
@@ -831,7 +854,7 @@ def test_junit_skips_an_inconclusive_row_with_the_reason(tmp_path, cli):
     assert skipped.message.startswith("inconclusive: change +2.5% [-3.5%, +8.9%]")
     assert skipped.message.endswith(
         "tolerance 5%; Sequential p95 undecided: its worse end reaches +8.9% (tolerance 5%); "
-        "about 4 more rounds would decide it at the spread seen")
+        f"about {more} more rounds would decide it")
     assert (suite.tests, suite.failures, suite.skipped) == (9, 0, 2)
     assert isinstance(cases["verdict"].result[0], Skipped)
 
@@ -1171,7 +1194,7 @@ def test_a_sequential_look_that_cannot_decide_stops_for_futility_in_its_words_an
     look = rounds(cli, tmp_path, "--sequential", "10")
     assert look.code == 3
     stop = [line for line in look.out.splitlines() if line.startswith("stop: futility: ")]
-    assert stop and "it could have missed a slowdown of up to" in stop[0]
+    assert stop and "; it could have missed a slowdown of " in stop[0]
     document = json.loads(rounds(cli, tmp_path, "--sequential", "10", "--format", "json").out)
     assert document["futility"] and stop[0].startswith(f"stop: {document['futility']}")
     # as a fixed design (no looks) nothing stops for futility

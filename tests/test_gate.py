@@ -22,9 +22,10 @@ from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
 from router_latency.gate import (decide_probability, DECIDE_PROBABILITY, gate_critical,
                                  gate_outcome, gate_rows, GateOutcome, GateSettings, GateTest,
-                                 holm_step_down, judged_word, Look, look_of, more_rounds,
-                                 one_sided, OneSided, outcome_of, PASS_UNLESS_WORSE,
+                                 holm_step_down, judged_word, Look, look_of, missed_text,
+                                 more_rounds, one_sided, OneSided, outcome_of, PASS_UNLESS_WORSE,
                                  rounds_to_decide, rounds_to_go, row_of, ROW_WORDS, THREE_WAY,
+                                 undecided_text,
                                  word_status)
 from router_latency.rounds import judge_rounds
 from router_latency.render_text import format_rounds_table, verdict_line
@@ -103,7 +104,10 @@ def test_a_true_regression_the_rounds_cannot_show_is_inconclusive_not_pass(ratio
     more = report.section("plan").json["more_rounds"]
     assert more is not None and more >= 1
     assert report.reasons[0].startswith("Sequential p50 undecided: its worse end reaches +")
-    assert "more round" in report.reasons[0] and "at the spread seen" in report.reasons[0]
+    # the one "more rounds" figure, over what the rounds support (not "at the spread seen")
+    first = next(r for r in report.rows if r.gated)
+    assert report.reasons[0].endswith(
+        f"about {first.rounds_to_go} more round{'s' * (first.rounds_to_go != 1)} would decide it")
     # the old rule passed every one of them
     assert judged([every_row(r) for r in ratios], pass_unless_worse=True).status == "pass"
 
@@ -353,8 +357,20 @@ def made_row(verdict, *, gated=True, metric="p50_ms", detectable=None, more=None
                         worse_end_pct=end)
 
 
+# made_row's rounds to go are twice its rounds at the spread seen: the text gives the former
 UNDECIDED_P50 = ("Sequential p50 undecided: its worse end reaches +7.5% (tolerance 5%); about "
-                 "4 more rounds would decide it at the spread seen")
+                 "8 more rounds would decide it")
+
+
+def test_an_unbounded_worse_end_is_said_so_and_a_bound_is_not_reached_up_to():
+    # before: "its worse end reaches no end" and "a slowdown of up to more than 10x slower"
+    assert undecided_text(made_row("inconclusive", more=4, end=None), GateSettings()) == (
+        "Sequential p50 undecided: its interval is unbounded on the worse side (tolerance 5%); "
+        "about 8 more rounds would decide it")
+    far = GateOutcome("inconclusive", (), 3, (made_row("inconclusive", end=1500.0),))
+    assert missed_text(far) == "it could have missed a slowdown of more than 10x (Sequential p50)"
+    near = GateOutcome("inconclusive", (), 3, (made_row("inconclusive", end=7.5),))
+    assert missed_text(near) == "it could have missed a slowdown of up to +7.5% (Sequential p50)"
 
 
 def test_the_default_rule_passes_only_when_every_gated_row_is_shown_within():

@@ -17,6 +17,7 @@ from router_latency.gate import gate_rows, GateSettings, row_of, word_status
 from router_latency.history import (add_entries, entry_of_run, EntryTags, history_report,
                                     HISTORY_SCHEMA, HistoryEntry, HistoryRow, read_history,
                                     step_of, TrendSettings)
+from router_latency.history_render import format_history, history_json
 from conftest import BASE, history_rounds_folder, make_run, ROOT
 
 
@@ -277,20 +278,22 @@ def both_gates(shifts):
     return gate_rows(rows, GateSettings()), history_report("store", [entry], TrendSettings())
 
 
-@pytest.mark.parametrize("shifts,status,words,held", [
-    ({"p50_ms": 0.0, "p95_ms": 0.0}, "pass", ["same", "same"], False),
-    ({"p50_ms": 0.045, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"], False),
-    # both worse: Holm rejects both, at 2.5% / 2 and then 2.5%
+@pytest.mark.parametrize("shifts,status,words,held,share", [
+    ({"p50_ms": 0.0, "p95_ms": 0.0}, "pass", ["same", "same"], False, False),
+    ({"p50_ms": 0.045, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"], False, False),
+    # both worse: Holm rejects both, at 2.5% / 2 and then 2.5% (the drift's first report:
+    # 1.25% / 2, then 1.25%)
     ({"p50_ms": TOLERANCE + 10 * SE, "p95_ms": TOLERANCE + 5 * SE}, "fail", ["worse", "worse"],
-     False),
+     False, False),
     # t = 3 beyond the tolerance: past 2.5%'s 2.78, short of Holm's first step (3.50) for two
-    # rows, so held back
+    # rows, so held back; the drift's first report holds it at its share alone (1.25%: 3.50)
     ({"p50_ms": TOLERANCE + 3 * SE, "p95_ms": 0.0}, "inconclusive", ["inconclusive", "same"],
-     True),
+     True, True),
     # t = 4 alone: past 3.50, the first report's share of the series' 2.5% (1.25%)
-    ({"p50_ms": TOLERANCE + 4 * SE}, "fail", ["worse"], False)])
+    ({"p50_ms": TOLERANCE + 4 * SE}, "fail", ["worse"], False, False)])
 def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shifts, status,
-                                                                             words, held):
+                                                                             words, held,
+                                                                             share):
     judged, report = both_gates(shifts)
     assert [r.verdict for r in judged.rows] == words
     assert (judged.outcome.status, judged.outcome.exit_code) == (report.status,
@@ -302,9 +305,28 @@ def test_the_drift_gate_and_the_rounds_gate_decide_the_same_intervals_alike(shif
         # (mean_interval's tabled t quantile, which the step's variance is read back from)
         assert math.isclose(trend.drift.high, row.judged.high, rel_tol=1e-7)
         assert math.isclose(trend.drift.df, row.judged.df)
-    # held back by Holm, its interval wholly beyond the tolerance: "inconclusive (Holm)"
-    assert judged.rows[0].held_by_holm == held
+    # held back by Holm, its interval wholly beyond the tolerance: "inconclusive (Holm)", in
+    # the history report as in the rounds table (before: a bare INCONCLUSIVE); held by the
+    # report's share of the series' level alone, it says that instead
+    by_holm = held and not share
+    assert judged.rows[0].held_by_holm == held and report.rows[0].held_by_holm == by_holm
+    text = "\n".join(format_history(report))
+    assert (f"{report.rows[0].title}: INCONCLUSIVE (Holm), drift " in text) == by_holm
+    assert ("but Holm's correction for the 2 rows does not show it worse" in text) == by_holm
+    assert ("not at report 1's share of the series' 2.5%" in text) == share
+    assert history_json(report)["rows"][0]["held_by_holm"] == by_holm
     assert (report.rows[0].drift.low > TOLERANCE) == (held or words[0] == "worse")
+
+
+def test_a_drift_past_the_reports_share_but_not_holms_is_held_by_holm():
+    """t = 4 beyond the tolerance beside an unchanged row: past the first report's 1.25%
+    alone (3.50), short of Holm's first step for two rows (0.625%: 4.31): INCONCLUSIVE
+    (Holm), where the rounds gate (3.50 at its Holm first step) fails it."""
+    judged, report = both_gates({"p50_ms": TOLERANCE + 4 * SE, "p95_ms": 0.0})
+    assert judged.outcome.status == "fail"
+    assert report.status == "inconclusive" and report.rows[0].held_by_holm
+    assert "but Holm's correction for the 2 rows does not show it worse" in \
+        "\n".join(format_history(report))
 
 
 def test_the_first_report_spends_half_the_series_level_where_the_rounds_gate_spends_all():

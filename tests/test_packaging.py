@@ -19,10 +19,12 @@ import router_latency
 from router_latency.constants import __version__
 from conftest import POLL_ENV, ROOT, TOOL_PYC
 
-# what a test imports -> the distribution that provides it; pytest-xdist and mypy are started
-# by name (addopts' -n, `python -m mypy`), not imported
+# what a test imports -> the distribution that provides it; pytest-xdist, mypy,
+# check-jsonschema and zizmor are started by name (addopts' -n, `python -m mypy`, the two
+# commands test_docs.py runs), not imported
 DISTRIBUTIONS = {"pytest": "pytest", "hypothesis": "hypothesis", "junitparser": "junitparser",
-                 "html5lib": "html5lib", "cmarkgfm": "cmarkgfm"}
+                 "html5lib": "html5lib", "cmarkgfm": "cmarkgfm", "ruamel": "ruamel.yaml"}
+STARTED = {"pytest-xdist", "mypy", "check-jsonschema", "zizmor"}
 # the repository's own: the package, and the files of tests/, tools/ and bench/ the tests import
 LOCAL = {"router_latency"} | {path.stem for folder in ("tests", "tools", "bench")
                               for path in (ROOT / folder).glob("*.py")}
@@ -50,7 +52,7 @@ def test_the_test_extra_holds_every_distribution_the_tests_use():
     imported = set().union(*map(imported_top_names, sorted((ROOT / "tests").glob("*.py"))))
     foreign = imported - LOCAL - set(sys.stdlib_module_names)
     assert foreign == set(DISTRIBUTIONS), "a test imports a module the extra does not know"
-    assert named == {*DISTRIBUTIONS.values(), "pytest-xdist", "mypy"}
+    assert named == {*DISTRIBUTIONS.values(), *STARTED}
     assert "mypy==2.4.1; python_version >= '3.10'" in extra  # the version the tests pin
 
 

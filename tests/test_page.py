@@ -12,7 +12,8 @@ from router_latency.roundset import Rounds
 from router_latency.rounds import find_round_files, judge_rounds, pass_latencies
 from router_latency.render_text import format_rounds
 from router_latency.render_markdown import format_rounds_markdown
-from router_latency.page import forest_axis, forest_ticks, line_plot, report_page
+from router_latency.page import (forest_axis, forest_ticks, line_plot, report_page, table_html,
+                                 VERDICT_COLORS)
 from conftest import three_rounds
 
 
@@ -76,3 +77,11 @@ def test_forest_ticks_cover_every_point(points):
     assert 0.0 in ticks
     pixels = [axis.at(t) for t in ticks]
     assert all(b - a >= 30 for a, b in zip(pixels, pixels[1:])), pixels
+
+
+def test_a_verdict_cell_with_its_qualifier_takes_the_words_colour():
+    # before: "inconclusive" cells were coloured, "inconclusive (Holm)" ones not at all
+    page = table_html(["verdict"], [["inconclusive"], ["inconclusive (Holm)"], ["1.2 ms"]])
+    cells = re.findall(r"<td([^>]*)>", page)
+    colour = f'style="color: {VERDICT_COLORS["inconclusive"]}; font-weight: bold"'
+    assert colour in cells[0] and cells[1] == cells[0] and "style" not in cells[2]

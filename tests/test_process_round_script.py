@@ -10,9 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +76,25 @@ def with_foreground_new_side(command, tmp_path, delay=0.5):
 
 
 DRIVER_ENV = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **POLL_ENV}
+
+
+def older_python():
+    """The oldest Python 3.7 or 3.8 this machine runs (pyenv's versions, then PATH), or
+    None: the tool's floor is 3.9, and both name it in one line."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for minor in (7, 8):
+        found += sorted(pyenv.glob(f"3.{minor}.*/bin/python3.{minor}"))
+        found += [Path(p) for p in [shutil.which(f"python3.{minor}")] if p]
+    for python in found:
+        try:
+            said = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[1])"],
+                                  capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if said.returncode == 0 and said.stdout.strip() in ("7", "8"):  # not a pyenv shim
+            return python
+    return None
 
 
 def nothing_listens(url_file):
@@ -446,12 +467,91 @@ def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
 @pytest.mark.process
 def test_driver_rejects_bad_options(tmp_path):
     for args, message in ((["--rounds", "2"], "--rounds must be a whole number >= 3"),
-                          (["--base", "../x"], "--base needs a side name")):
+                          (["--base", "../x"], "--base needs a side name"),
+                          (["--new", ""], "--new NAME is required: the name of its side")):
         command = driver_args(tmp_path, "c.json")
         index = command.index(args[0])
         command[index + 1] = args[1]
         result = subprocess.run(command, capture_output=True, text=True, timeout=30)
         assert result.returncode == 2 and message in result.stderr
+
+
+@pytest.mark.process
+def test_driver_without_a_side_name_or_on_an_old_python_names_the_fix(tmp_path):
+    command = driver_args(tmp_path, "c.json")
+    for role in ("--base", "--new"):
+        missing = command[:command.index(role)] + command[command.index(role) + 2:]
+        result = subprocess.run(missing, capture_output=True, text=True, timeout=30,
+                                env=DRIVER_ENV)
+        assert (result.returncode, result.stderr) == (2, (
+            f"run_rounds.sh: error: {role} NAME is required: the name of its side (cpu, rocm, "
+            f"main), in its round files' names r<N>-NAME.json\n"))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                            env={**DRIVER_ENV, "PYTHON": str(tmp_path / "python3.99")})
+    assert (result.returncode, result.stderr) == (2, (
+        f"run_rounds.sh: error: cannot run {tmp_path / 'python3.99'} (PYTHON): set PYTHON to a "
+        f"python3.9 or newer (PYTHON=python3.11 run_rounds.sh ...)\n"))
+    python = older_python()
+    if python is None:
+        pytest.skip("no Python 3.7 or 3.8 here")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                            env={**DRIVER_ENV, "PYTHON": str(python)})
+    assert result.returncode == 2
+    assert re.fullmatch(rf"run_rounds.sh: error: {re.escape(str(python))} is Python 3\.[78]\.\d+, "
+                        r"the tool needs 3\.9 or newer: set PYTHON to a python3\.9 or newer "
+                        r"\(PYTHON=python3\.11 run_rounds\.sh \.\.\.\)\n", result.stderr)
+
+
+def free_ports(count):
+    """Ports nothing listens on now (bound to port 0 and closed)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for each in sockets:
+            each.bind(("127.0.0.1", 0))
+        return [each.getsockname()[1] for each in sockets]
+    finally:
+        for each in sockets:
+            each.close()
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("how", ["foreground", "container"])
+def test_driver_names_the_port_a_router_listens_on_when_its_url_has_another(tmp_path, how):
+    # before: the run waited out all of --wait-ready in silence and ended "router not ready:
+    # connection refused", though the simulator's start line named its port
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    listens, wrong = free_ports(2)
+    command = driver_args(tmp_path, corpus)
+    command[command.index("--wait-ready") + 1] = "2"
+    index = command.index("--base-url-file")
+    command[index:index + 2] = ["--base-url", f"http://127.0.0.1:{wrong}"]
+    env = dict(DRIVER_ENV)
+    if how == "foreground":  # the router is the start command's own process
+        command[command.index("--base-start") + 1] = (
+            f"exec {shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
+            f"--port {listens} --serial")
+    else:  # a detached container: what it publishes (docker port) is what it listens on
+        docker = tmp_path / "bin" / "docker"
+        docker.parent.mkdir()
+        # the run's own inspect (its CPU readings) takes 3 s and finds it stopped: it ends
+        # the run, after the script's look once a second
+        docker.write_text(f"#!/bin/sh\ncase $1$3 in port*) echo '8080/tcp -> 0.0.0.0:{listens}'; "
+                          f"echo '8080/tcp -> [::]:{listens}' ;; *.Id*) sleep 3; "
+                          f"echo 'c 0 false' ;; *) echo true ;; esac\n")
+        docker.chmod(0o755)
+        command[command.index("--base-start") + 1] = "true"
+        command[command.index("--base-stop") + 1] = "true"
+        command[command.index("--"):command.index("--")] = ["--base-container", "router-cpu"]
+        env["PATH"] = f"{docker.parent}:{env['PATH']}"
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2
+    said = re.search(rf"run_rounds.sh: cpu's router listens on ports? ([\d, ]+), not on "
+                     rf"{wrong} of its URL http://127.0.0.1:{wrong} \(round 1\): give --base-url with "
+                     rf"the port it listens on, or start it on {wrong} \(the run waits up to "
+                     rf"--wait-ready 2 s\)\n", result.stderr)
+    assert said, result.stderr
+    assert str(listens) in said.group(1).split(", ")
+    assert result.stderr.index(said.group(0)) < result.stderr.index("run_rounds.sh: error:")
 
 
 @pytest.mark.process
@@ -488,90 +588,6 @@ def test_driver_runs_nothing_but_the_commands_given(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 2
     assert not (tmp_path / "evaluated").exists()
-
-
-def readme_workflow_step():
-    """The shell lines of the README workflow's rounds step (docs/ci.md), dedented."""
-    readme = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
-    step = readme.split("      - name: interleaved rounds until decided\n        id: gate\n"
-                        "        run: |\n", 1)[1]
-    step = step.split("      - uses: actions/upload-artifact", 1)[0]
-    return "\n".join(line[10:] for line in step.splitlines()) + "\n"
-
-
-def as_simulators(step, tmp_path, delays):
-    """The step with `simulate` in the foreground in place of each side's container."""
-    for role, side, delay in zip(("base", "new"), ("main", "pr"), delays):
-        url_file = tmp_path / f"{side}.url"
-        step, count = re.subn(rf"--{role}-url \S+", f"--{role}-url-file {url_file}", step)
-        assert count == 1
-        start = foreground_command(tmp_path, side, delay)
-        step, count = re.subn(rf"--{role}-start '[^']*'", lambda _: f"--{role}-start "
-                              f"{shlex.quote(start)}", step)
-        assert count == 1
-        step, count = re.subn(rf"--{role}-stop '[^']*'", f"--{role}-stop true", step)
-        assert count == 1
-    # a short run per side (the README's passes, three concurrencies, take longer)
-    return step.replace(" || code=$?", " -- --concurrency 1 --warmup 2 || code=$?", 1)
-
-
-@pytest.mark.process
-def test_readme_workflow_leaves_one_report(tmp_path):
-    # the README's workflow step, run as GitHub runs it (bash -eo pipefail), with the job
-    # summary file GitHub provides: one report in the summary, whatever the number of looks,
-    # and the JUnit file and the page from the same command
-    (tmp_path / "router-latency").symlink_to(ROOT)
-    write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(6)])
-    summary, output = tmp_path / "summary.md", tmp_path / "output"
-    summary.write_text("")
-    output.write_text("")
-    # pr 10x faster in fixed simulated delays, each far above the loopback's own time, so
-    # that the first look that can decide (round 4: O'Brien-Fleming spends almost nothing at
-    # round 3) decides on a quiet machine: 30 ms against 1 ms left pr's p95 of 6 prompts
-    # at the mercy of sub-millisecond noise (a round: two runs, two routers, 2-7 s), and
-    # the looks went on to round 5-10; 60 ms costs the base side 0.5 s a run
-    step = as_simulators(readme_workflow_step(), tmp_path, (60, 6))
-    # at most 5 rounds, not the step's 10: a loaded machine that keeps a row open past round
-    # 4 shows the same lines at round 5 (the tenth round ended the plan alike), in half the
-    # time; the looks, the one report and the files are the same whatever the number
-    step, count = re.subn(r"--max-rounds 10 ", "--max-rounds 5 ", step)
-    assert count == 1
-    # the tool byte-compiled once (conftest): the script runs it some twenty times, and the
-    # file beside rounds/ compiles its lines again in each (how a user starts the one file,
-    # and the script finding it there, have tests of their own)
-    step, count = re.subn(r"run_rounds\.sh ", f"run_rounds.sh --tool {shlex.quote(str(TOOL_PYC))} ",
-                          step)
-    assert count == 1
-    env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)}
-    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step],
-                            capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    text = summary.read_text()
-    assert text.count("**Verdict: ") == 1, text
-    # exit 3 (undecided) is not a pass: the step ends (it measured), and the code it leaves
-    # for the verdict's check makes that check neutral; the warning and the summary's first
-    # line say the largest slowdown the rounds could have missed
-    verdict = re.match(r"\*\*Verdict: (PASS|INCONCLUSIVE)\*\*(.*)", text.lstrip())
-    assert verdict, text[:200]
-    undecided = verdict.group(1) == "INCONCLUSIVE"
-    assert output.read_text() == f"code={3 if undecided else 0}\n"
-    warned = re.search(r"::warning title=routing latency undecided::verdict: INCONCLUSIVE: not "
-                       r"a pass: it could have missed a slowdown of ", result.stdout)
-    assert bool(warned) == undecided
-    assert verdict.group(2).startswith(": not a pass: it could have missed ") == undecided
-    # every look but the last is a line of progress on stderr, whether a look decided or the
-    # fifth round ended the plan (a loaded machine can keep a row open)
-    looks = [line for line in result.stderr.splitlines() if "look after" in line]
-    decided = re.search(r"run_rounds.sh: decided after (\d+) of at most 5 rounds", result.stderr)
-    last = int(decided.group(1)) if decided else 5
-    assert decided or "run_rounds.sh: ran 5 rounds, the most allowed" in result.stderr
-    assert len(looks) == last - 3, result.stderr
-    suite = ElementTree.parse(tmp_path / "results" / "junit.xml").getroot()
-    assert suite.iter("testcase") and not list(suite.iter("failure"))
-    page = (tmp_path / "results" / "report.html").read_text()
-    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
-    # the report once: its verdict opens it and closes it
-    assert result.stdout.count("\nverdict: ") == 1 and result.stdout.startswith("verdict: ")
 
 
 @pytest.mark.process
@@ -653,49 +669,6 @@ def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(t
                      r"\(x-vsr-config-hash [0-9a-f]{12}\) in round 2: cpu's router still "
                      r"running\?; r2-gpu.json moved to r2-gpu.json.rejected\n$",
                      result.stderr), result.stderr
-
-
-def readme_check_step():
-    """The shell lines of the README workflow's step that posts the verdict as a check, with
-    `gh api` replaced by echo (no GitHub here): what it would post (docs/ci.md)."""
-    readme = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
-    step = readme.split("      - name: the verdict as a check", 1)[1]
-    step = step.split("        run: |\n", 1)[1]
-    step = step.split("```", 1)[0]
-    return "\n".join(line[10:] for line in step.splitlines()).replace("gh api ", "echo ") + "\n"
-
-
-@pytest.mark.process
-@pytest.mark.parametrize("code, step_code, conclusion", [
-    (0, 0, "success"), (1, 1, "failure"), (2, 2, "failure"), (3, 0, "neutral")])
-def test_readme_workflow_makes_exit_3_a_neutral_check_not_a_green_one(
-        tmp_path, code, step_code, conclusion):
-    # the step's shell lines around run_rounds.sh, with a stand-in that exits with `code` and
-    # prints, as rounds does, its verdict first; then the step that posts the verdict's check
-    driver = tmp_path / "router-latency" / "rounds" / "run_rounds.sh"
-    driver.parent.mkdir(parents=True)
-    first = {3: "verdict: INCONCLUSIVE: not a pass: it could have missed a slowdown of up to "
-                "+15.0% (Sequential p50); Sequential p50 undecided: ..."}.get(code, "verdict: X")
-    driver.write_text(f"#!/bin/sh\necho '{first}'\necho report\nexit {code}\n")
-    driver.chmod(0o755)
-    output = tmp_path / "output"
-    output.write_text("")
-    env = {**DRIVER_ENV, "GITHUB_OUTPUT": str(output)}
-    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
-                             readme_workflow_step()], capture_output=True, text=True,
-                            timeout=30, cwd=tmp_path, env=env)
-    assert result.returncode == step_code
-    assert output.read_text() == f"code={code}\n"
-    warning = f"::warning title=routing latency undecided::{first}"
-    assert (warning in result.stdout.splitlines()) == (code == 3)
-    posted = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c",
-                             readme_check_step()], capture_output=True, text=True, timeout=30,
-                            cwd=tmp_path, env={**env, "CODE": str(code), "SHA": "f" * 40,
-                                               "UNDECIDED": "neutral",
-                                               "GITHUB_REPOSITORY": "o/r"})
-    assert posted.returncode == 0, posted.stderr
-    assert f" -f conclusion={conclusion} " in posted.stdout
-    assert f" -f output[title]={first} " in posted.stdout  # the check's title: what it missed
 
 
 @pytest.mark.process
@@ -1046,3 +1019,178 @@ def test_driver_sets_aside_a_run_whose_router_was_killed_however_fast_its_reques
         "r1-gpu.json.rejected"), result.stderr
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
         "r1-cpu.json", "r1-gpu.json.rejected"]
+
+
+# ---- the composite action (action.yml), its steps run as the runner runs them ----
+
+EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
+
+
+def action_steps():
+    """The action's inputs {name: default} and its steps, read from action.yml."""
+    from ruamel.yaml import YAML  # check-jsonschema's YAML reader, in the [test] extra
+    action = YAML(typ="safe").load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    inputs = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
+    assert action["runs"]["using"] == "composite"
+    return inputs, action["runs"]["steps"]
+
+
+def evaluated(text, context):
+    """The text with each ${{ expression }} replaced as the runner does (a || b: the first
+    that is not empty); an expression the test does not know fails it."""
+    def value(expression):
+        for name in expression.split("||"):
+            found = context[name.strip()]  # KeyError: an expression not modelled here
+            if found:
+                return found
+        return ""
+    return EXPRESSION.sub(lambda match: value(match.group(1)), text)
+
+
+def run_action(tmp_path, given, env):
+    """Run the action's steps as a runner runs a composite action: each step's env with its
+    ${{ inputs.x }} substituted (composite actions get no INPUT_* variables), its script by
+    bash -eo pipefail, GITHUB_OUTPUT per step, one GITHUB_STEP_SUMMARY, a failed step
+    skipping the rest but those `if: always()`. Returns (the action failed, the gate step's
+    outputs, stdout of all steps)."""
+    defaults, steps = action_steps()
+    assert set(given) <= set(defaults)
+    context = {f"inputs.{name}": str(given.get(name, default)) for name, default in
+               defaults.items()}
+    context.update({"github.token": "t0ken", "github.sha": "f" * 40,
+                    "github.event.pull_request.head.sha": ""})
+    for name in defaults:
+        context[f"inputs.{name}"] = evaluated(context[f"inputs.{name}"], context)
+    failed, outputs, printed = False, {}, []
+    for number, step in enumerate(steps):
+        if failed and step.get("if") != "always()":
+            continue
+        assert step.get("if") in (None, "always()") and step["shell"] == "bash"
+        output = tmp_path / f"output-{number}"
+        output.write_text("")
+        step_env = {name: evaluated(str(value), context)
+                    for name, value in step.get("env", {}).items()}
+        script = tmp_path / f"step-{number}.sh"
+        script.write_text(step["run"])
+        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                              capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                              env={**env, **step_env, "GITHUB_OUTPUT": str(output),
+                                   "GITHUB_ACTION_PATH": str(ROOT)})
+        printed.append(done.stdout + done.stderr)
+        failed = failed or done.returncode != 0
+        if step.get("id"):
+            lines = output.read_text().splitlines()
+            outputs = dict(line.split("=", 1) for line in lines)
+            assert len(outputs) == len(lines)  # one line an output
+            context.update({f"steps.{step['id']}.outputs.{k}": v for k, v in outputs.items()})
+    return failed, outputs, "".join(printed)
+
+
+class FakeChecks(threading.Thread):
+    """GitHub's check-runs endpoint on 127.0.0.1 port 0: keeps what was posted to it."""
+
+    def __init__(self):
+        import http.server
+        posted = self.posted = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers["Content-Length"])
+                posted.append((self.path, self.headers["Authorization"],
+                               json.loads(self.rfile.read(length))))
+                self.send_response(201)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(daemon=True)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def run(self):
+        self.server.serve_forever(poll_interval=0.1)
+
+
+@pytest.mark.process
+def test_the_action_turns_a_fail_a_pass_and_an_undecided_pair_into_its_verdict(tmp_path):
+    # three pairs of simulators, run side by side (each its own folder and ports): new with
+    # other decisions (FAIL), new 12x faster within a 1000% tolerance (PASS), and an A/A pair
+    # at a 0% tolerance stopped by the budget after the third round, the first look of ten,
+    # whose boundary decides nothing (INCONCLUSIVE)
+    checks = FakeChecks()
+    checks.start()
+    # the FAIL is a changed decision, not a timing: three rounds of a 12x slowdown on a loaded
+    # 2-core machine (5 ms against 60 ms came out 9 ms against 64) stayed undecided
+    cases = {"fail": ((5, "5 --decisions other"), {"until-decided": "false", "rounds": "3"}),
+             "pass": ((60, 5), {"until-decided": "false", "rounds": "3", "tolerance": "1000"}),
+             "undecided": ((5, 5), {"budget-minutes": "0.01", "tolerance": "0"})}
+    results = {}
+    ports = dict(zip(cases, zip(*[iter(free_ports(2 * len(cases)))] * 2)))  # six, distinct
+
+    def drive(case):
+        (base_ms, new_ms), given = cases[case]
+        folder = tmp_path / case
+        folder.mkdir()
+        corpus = write_corpus(folder / "corpus.json", [f"prompt {i}" for i in range(4)])
+        summary = folder / "summary.md"
+        summary.write_text("")
+        start = (f"exec {shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
+                 f"--serial --port {{}} --delay-ms {{}}")
+        base_port, new_port = ports[case]
+        given = {"base-start": start.format(base_port, base_ms),
+                 "base-url": f"http://127.0.0.1:{base_port}",
+                 "new-start": start.format(new_port, new_ms),
+                 "new-url": f"http://127.0.0.1:{new_port}", "corpus": corpus,
+                 "gate": "sequential:p50", "check-name": f"verdict {case}",
+                 "args": f"--tool\n{TOOL_PYC}\n--wait-ready\n20\n--\n--concurrency\n1\n"
+                         f"--warmup\n2", **given}
+        env = {**DRIVER_ENV, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_REPOSITORY": "o/r",
+               "GITHUB_API_URL": checks.url}
+        results[case] = run_action(folder, given, env) + (summary.read_text(),)
+
+    threads = [threading.Thread(target=drive, args=(case,)) for case in cases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    checks.server.shutdown()
+    posted = {body["name"]: (path, token, body) for path, token, body in checks.posted}
+    for case, code, word, conclusion in (("fail", "1", "FAIL", "failure"),
+                                         ("pass", "0", "PASS", "success"),
+                                         ("undecided", "3", "INCONCLUSIVE", "neutral")):
+        failed, outputs, printed, summary = results[case]
+        assert outputs["exit-code"] == code, printed
+        assert failed == (case == "fail")  # undecided: neutral, the job goes on
+        assert outputs["verdict"].startswith(f"verdict: {word}")
+        folder = tmp_path / case  # the workspace: the outputs' paths are relative to it
+        assert (outputs["report"], outputs["junit"], outputs["html"]) == (
+            "results/report.txt", "results/junit.xml", "results/report.html")
+        assert (folder / "results" / "report.txt").read_text().splitlines()[0] == \
+            outputs["verdict"]
+        assert (folder / "results" / "junit.xml").is_file()
+        assert (folder / "results" / "report.html").is_file()
+        assert summary.count("**Verdict: ") == 1 and f"**Verdict: {word}**" in summary
+        assert (f"::warning title=routing latency undecided::{outputs['verdict']}"
+                in printed.splitlines()) == (case == "undecided")
+        # a look is a line of progress on stderr, a headline of about 200 characters at most
+        looks = [line for line in printed.splitlines() if "look after" in line]
+        assert len(looks) == (case == "undecided") and all(len(line) <= 210 for line in looks)
+        path, token, body = posted[f"verdict {case}"]
+        assert (path, token) == ("/repos/o/r/check-runs", "Bearer t0ken")
+        assert (body["conclusion"], body["head_sha"]) == (conclusion, "f" * 40)
+        assert body["output"]["title"] == outputs["verdict"]
+
+
+def test_the_action_writes_each_output_on_one_line(tmp_path):
+    # a line break in the router's text (the verdict's line, a path) forges no output
+    _, steps = action_steps()
+    script = steps[0]["run"]
+    helpers = script[:script.index("case ")]
+    output = tmp_path / "output"
+    subprocess.run(["bash", "-c", helpers + 'output verdict "$1"; output report "$2"', "-",
+                    "verdict: PASS\nexit-code=0", "a\rb\x1bc"], check=True, timeout=30,
+                   env={"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output)})
+    assert output.read_text() == "verdict=verdict: PASS\nreport=abc\n"

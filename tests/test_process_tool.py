@@ -25,7 +25,8 @@ from router_latency.simulator import SimulatedAnswers, SkippedSignals
 from router_latency.command_demo import demo_next_steps
 from conftest import (ended, final_answer, history_rounds_folder, MISSED, NOT_UTF8, ROOT,
                       three_rounds, TOOL, TOOL_PYC, two_runs, undecided, widened_tool, write_corpus)
-from test_process_round_script import driver_args, DRIVER_ENV, with_foreground_new_side
+from test_process_round_script import (driver_args, DRIVER_ENV, older_python,
+                                       with_foreground_new_side)
 
 
 def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
@@ -35,6 +36,20 @@ def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"router-latency: error: no such file ({tmp_path / 'a.json'})\n"
     assert result.stdout == ""
+
+
+@pytest.mark.process
+def test_an_older_python_gets_one_line_naming_its_version_and_the_floor(tmp_path):
+    # before: a 3.7 printed a 4-line SyntaxError and exited 1; a 3.8 ran on into the tool
+    python = older_python()
+    if python is None:
+        pytest.skip("no Python 3.7 or 3.8 here")
+    result = subprocess.run([str(python), str(TOOL), "demo"], capture_output=True, text=True,
+                            timeout=30, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert re.fullmatch(r"router-latency: error: this is Python 3\.[78] \(.+\); the tool needs "
+                        r"3\.9 or newer: run it with python3\.9 or newer\n", result.stderr)
+    assert list(tmp_path.iterdir()) == []
 
 
 def stderr_at_exit(process):
@@ -305,8 +320,12 @@ def test_the_text_report_opens_with_its_verdict_so_its_head_shows_it(tmp_path):
     head = subprocess.run(f"'{sys.executable}' '{TOOL}' rounds --dir '{tmp_path}' --base cpu "
                           f"--new gpu | head -3", shell=True, capture_output=True, text=True,
                           timeout=60, cwd=ROOT).stdout.splitlines()
-    assert head[0].startswith(f"verdict: INCONCLUSIVE: {MISSED}; Sequential p50 undecided: ")
-    assert head[1] == "undecided: 42 more rounds would decide it (at the spread seen)"
+    # the headline, then what would decide it: one figure in both
+    more = re.fullmatch(r"undecided: about (\d+) more rounds would decide it 80% of the time, "
+                        r"over the change and spread these rounds support \(not their point "
+                        r"values\)", head[1]).group(1)
+    assert head[0] == (f"verdict: INCONCLUSIVE: {MISSED}; 1 gated row undecided, about {more} "
+                       f"more rounds would decide it")
     assert head[2] == ""
 
 

@@ -9,7 +9,7 @@ from router_latency.stats import sample_spread
 from router_latency.runfile import load_run, RunSettings
 from router_latency.gate import GateSettings
 from router_latency.rounds import find_round_files, judge_rounds, Overload, run_overload
-from router_latency.render_text import format_plan, overload_note
+from router_latency.render_text import format_plan, overload_note, rounds_table_parts
 from conftest import assert_tables_as_github_reads_them, run_with, three_rounds
 
 
@@ -62,3 +62,18 @@ def test_each_row_carries_the_spread_the_plan_prints(tmp_path, base):
     changed = report._replace(rows=tuple(r._replace(spread=0.5) for r in report.rows))
     table = [line.split() for line in format_plan(changed)[3:3 + len(report.rows)]]
     assert all("50.0%" in cells for cells in table)
+
+
+@pytest.mark.parametrize("detectable, said", [
+    (None, "any change"), (math.inf, "none yet"), (24.0, ">= 24%"), (2000.0, "more than 10x")])
+def test_the_gated_rows_together_say_any_change_only_without_a_spread(tmp_path, detectable,
+                                                                     said):
+    # before: "detects any change" where a look's boundary could not reject (the figure
+    # infinite), below rows that each said "none yet"
+    three_rounds(tmp_path)
+    files = find_round_files(str(tmp_path), "cpu", "gpu")
+    runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    report = judge_rounds(runs, "cpu", "gpu", GateSettings())
+    test = report.test._replace(composite_detectable_pct=detectable)
+    below = rounds_table_parts(report._replace(test=test))[2]
+    assert below[0].endswith(f"every gated row slowing together: detects {said}")

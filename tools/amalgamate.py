@@ -69,6 +69,17 @@ import sys
 
 if __name__ == "__main__":  # before anything else: an interrupt while the rest loads exits
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # 130, no traceback
+
+# the floor, said in one line before a line that needs it runs: the file parses under 3.7 on
+# (a test says so), so a 3.7 or 3.8 reaches this instead of a SyntaxError or a traceback
+if sys.version_info < (3, 9):
+    PYTHON_FLOOR = ("router-latency: error: this is Python %d.%d (%s); the tool needs 3.9 or "
+                    "newer: run it with python3.9 or newer"
+                    % (sys.version_info[0], sys.version_info[1], sys.executable))
+    if __name__ != "__main__":
+        raise ImportError(PYTHON_FLOOR)
+    sys.stderr.write(PYTHON_FLOOR + "\\n")
+    sys.exit(2)
 '''
 
 FOOTER = '''

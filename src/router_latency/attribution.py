@@ -79,7 +79,8 @@ def signal_parts(requests: Sequence[Request], names: Sequence[str]) -> List[Part
     routed = [r for r in requests if r.routed]
     parts = []
     for i, name in enumerate(names):
-        times = [ms for r in routed if len(r.signal_ms) > i and (ms := r.signal_ms[i]) is not None]
+        times = [ms for r in routed if len(r.signal_ms) > i for ms in (r.signal_ms[i],)
+                 if ms is not None]
         if times:
             figures = percentiles(times, (50, 95))
             parts.append(PartFigures("signal", name, round(figures[0], 4), round(figures[1], 4),
@@ -138,7 +139,7 @@ def pass_attribution(run: RunFile, item: PassRecord) -> PassAttribution:
               if p.name not in reported]
     outside_mean = round(math.fsum(outside) / len(outside), 4) if outside else None
     own = [ms for p in router if p.source in ROUTER_OWN_HISTOGRAMS
-           and (ms := p.per_request_ms) is not None]
+           for ms in (p.per_request_ms,) if ms is not None]
     if not outside and own and client_mean is not None:  # per pass, from the histograms
         outside_mean = round(client_mean - math.fsum(own), 4)
     return PassAttribution(
@@ -191,8 +192,8 @@ def attribution_rows(rounds: Rounds, settings: GateSettings) -> List[PassBreakdo
         figures = {}
         for side in (base, new):
             sides = [runs[r][side] for r in used]
-            passes = [p for run in sides if (p := run.pass_named(item.name)) is not None
-                      and not p.discarded and p.summary is not None]
+            passes = [p for run in sides for p in (run.pass_named(item.name),)
+                      if p is not None and not p.discarded and p.summary is not None]
             if len(passes) < len(sides):  # a used round without it measured
                 break
             figures[side] = [pass_attribution(run, p) for run, p in zip(sides, passes)]
@@ -220,7 +221,7 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                for side in (base_values, new_values)]
     # a round's passes all answered (side_problems): each has its client mean
     client_base, client_new = (
-        statistics.median(m for a in side if (m := a.client_mean_ms) is not None)
+        statistics.median(a.client_mean_ms for a in side if a.client_mean_ms is not None)
         for side in (base, new))
     reported = [{p.name for a in side for p in a.parts if p.kind == "signal"}
                 for side in (base, new)]
@@ -246,8 +247,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
     if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
         return ""
     client = row_of(name, "p95_ms", [a for a, _ in values], [b for _, b in values], settings)
-    whole = statistics.median(m for b in new if (m := b.client_mean_ms) is not None) \
-        - statistics.median(m for a in base if (m := a.client_mean_ms) is not None)
+    whole = statistics.median(b.client_mean_ms for b in new if b.client_mean_ms is not None) \
+        - statistics.median(a.client_mean_ms for a in base if a.client_mean_ms is not None)
     moved = []  # (shift of the mean per request, words)
     for row in rows:
         kind, _, rest = row.metric.partition(":")
@@ -270,9 +271,9 @@ def signal_shift(name: str, base: Sequence[PassAttribution],
                  new: Sequence[PassAttribution]) -> float:
     """Return the shift of a signal's time per request, new - base, medians over rounds."""
     def per_request(side: Sequence[PassAttribution]) -> float:
-        return statistics.median(next((ms for p in a.parts if p.kind == "signal"
-                                       and p.name == name and (ms := p.per_request_ms)
-                                       is not None), 0.0)
+        return statistics.median(next((p.per_request_ms for p in a.parts
+                                       if p.kind == "signal" and p.name == name
+                                       and p.per_request_ms is not None), 0.0)
                                  for a in side)
     return per_request(new) - per_request(base)
 

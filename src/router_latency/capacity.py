@@ -292,7 +292,8 @@ def energy_beside_cost(run: RunFile, capacity: Capacity, cost: tuple) -> List[st
     if not cost or served is None:
         return []
     steps = [(abs(step.req_per_s - served), step, item.environment.energy_j)
-             for step in capacity.steps if (item := run.pass_named(step.name)) is not None]
+             for step in capacity.steps for item in (run.pass_named(step.name),)
+             if item is not None]
     known = sorted((gap, step.title, joules) for gap, step, joules in steps if joules)
     if not known:
         return []
@@ -326,7 +327,7 @@ def format_compare_capacity(runs: Sequence[RunFile], slo_p95_ms: Optional[float]
                             costs: Sequence[tuple]) -> List[str]:
     """Return, for two ladder runs, each one's ladder and the ratio of their capacity and
     of their cost per million requests (B over A); nothing unless both are ladders."""
-    found = [c for run in runs if (c := run_capacity(run, slo_p95_ms)) is not None]
+    found = [c for c in (run_capacity(run, slo_p95_ms) for run in runs) if c is not None]
     if len(found) < len(runs):
         return []
     lines = []

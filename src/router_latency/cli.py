@@ -53,13 +53,28 @@ class Parser(argparse.ArgumentParser):
         return known, extras
 
     def error(self, message: str) -> NoReturn:
-        message = self.mistyped_option() or message
+        message = self.unknown_command() or self.mistyped_option() or message
         found = re.match(r"argument --format: invalid choice: '([^']*)'", message)
         if found and found.group(1).lower() in FORMAT_FILES:
             command, wanted = FORMAT_FILES[found.group(1).lower()]
             where = "" if wanted.split()[0] in self._option_string_actions else f" of {command}"
             message += f"; {found.group(1)} is a file of its own: {wanted}{where}"
         self.exit(EXIT_USAGE, f"router-latency: error: {message} ({self.prog})\n")
+
+    def unknown_command(self) -> str:
+        """Return the error for a command word this parser does not have, naming the closest
+        one it has (a mistyped command is named before the options it was given); '' when
+        the command is known or this parser takes none."""
+        if self._subparsers is None:
+            return ""
+        commands = [name for action in self._subparsers._group_actions
+                    for name in getattr(action, "choices", None) or ()]
+        word = next((w for w in self.words if not w.startswith("-")), None)
+        if word is None or word in commands:
+            return ""
+        close = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+        return (f"unknown command {word!r}: " + (f"did you mean {close[0]}?" if close else
+                                                  f"the commands are {', '.join(commands)}"))
 
     def mistyped_option(self) -> str:
         """Return the error for the first option this parser does not know, naming the

@@ -154,7 +154,7 @@ def compared_parts(a: RunFile, pa: PassRecord, b: RunFile, pb: PassRecord) -> Tu
     sides = [pass_attribution(a, pa), pass_attribution(b, pb)]
     found_a, found_b = (part_values(side) for side in sides)
     both = [(m, a_ms, b_ms) for m, a_ms in found_a.items()
-            if a_ms is not None and (b_ms := found_b.get(m)) is not None]
+            for b_ms in (found_b.get(m),) if a_ms is not None and b_ms is not None]
     reported = any(side.parts for side in sides)
     return (tuple(sorted(both, key=lambda f: -abs(f[2] - f[1]))),
             tuple((side.client_mean_ms, part_values(side)) for side in sides) if reported

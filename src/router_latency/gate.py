@@ -13,7 +13,8 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
 from .errors import Notice, RouterLatencyError
-from .words import BOUND_PCT, change_text, metric_title, pct_text, plural, worse_sign
+from .words import (BOUND_PCT, change_text, metric_title, pct_text, plural, slowdown_text,
+                    worse_sign)
 from .stats import (chi2_ppf, composite_log_ratios, effective_rows, Interval,
                     mean_and_squares, mean_interval, normal_cdf, normal_ppf, paired_interval,
                     power_shift, rounds_needed, sample_spread, t_cdf, t_ppf, t_test_p)
@@ -22,13 +23,14 @@ from .requests import pass_title
 from .roundset import Rounds
 
 __all__ = [
-    "BEYOND_LIMIT", "check_look", "composite_text", "DECIDE_PROBABILITY", "DETECTS_CONFIDENCE",
+    "BEYOND_LIMIT", "check_look", "composite_text", "crosses", "DECIDE_PROBABILITY",
+    "DETECTS_CONFIDENCE",
     "detectable_text",
     "detects_text", "GATE_ALPHA", "GateOutcome", "gate_rows", "GateSettings", "GateTest",
     "holm_step_down", "judged_word", "Look", "missed_pct", "missed_text", "more_rounds",
     "one_sided", "OneSided", "outcome_of", "Row", "row_judged_interval", "row_of", "row_word",
     "spread_bound",
-    "undecided_text", "word_status",
+    "undecided_text", "upper_critical", "word_status",
 ]
 
 
@@ -159,7 +161,9 @@ class GateTest(NamedTuple):
     composite_worse: bool = False  # the composite test rejects
     within_critical: float = math.inf  # critical t of each row's test within the tolerance
     holm_criticals: Tuple[float, ...] = ()  # critical t of Holm's steps reached: level / m, ...
-    composite_detectable_pct: Optional[float] = None  # every gated row slowing together
+    # every gated row slowing together: None with no spread (any change), inf where the
+    # look's boundary cannot reject (none yet), as detectable_text says a row's
+    composite_detectable_pct: Optional[float] = None
 
 
 class GateOutcome(NamedTuple):
@@ -459,8 +463,9 @@ def gate_test(rows: Sequence[Row], settings: GateSettings, level: float) -> Gate
                           if worse),
         composite_worse=crosses(t_statistic(composite, tolerance), critical),
         within_critical=critical, holm_criticals=step_down.criticals,
-        composite_detectable_pct=100 * math.expm1(detectable)
-        if spread > 0 and math.isfinite(detectable) else None)
+        # None: no spread, any change is found; inf: this look's boundary cannot reject
+        composite_detectable_pct=None if spread == 0 else
+        100 * math.expm1(detectable) if math.isfinite(detectable) else math.inf)
 
 
 def look_of(settings: GateSettings, rounds: int) -> Optional[Look]:
@@ -637,13 +642,15 @@ def more_rounds(outcome: GateOutcome) -> Optional[int]:
 
 def undecided_text(row: Row, settings: GateSettings) -> str:
     """Return why a gated row is undecided: how far its worse end reaches, and about how many
-    more rounds would decide it at the spread seen."""
-    reach = "no end" if row.worse_end_pct is None else pct_text(row.worse_end_pct / 100)
-    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.more_rounds is None
-            else f"about {plural(row.more_rounds, 'more round')} would decide it")
-    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: its worse "
-            f"end reaches {reach} (tolerance {settings.tolerance_pct:g}%); {more} at the "
-            f"spread seen")
+    more rounds would decide it DECIDE_PROBABILITY of the time over what the rounds so far
+    support (rounds_to_go: the one "more rounds" figure, as the undecided line, the headline,
+    --plan and the JSON give it)."""
+    reach = ("its interval is unbounded on the worse side" if row.worse_end_pct is None
+             else f"its worse end reaches {pct_text(row.worse_end_pct / 100)}")
+    more = (f"{BEYOND_LIMIT} rounds would be needed" if row.rounds_to_go is None
+            else f"about {plural(row.rounds_to_go, 'more round')} would decide it")
+    return (f"{pass_title(row.pass_name)} {metric_title(row.metric)} undecided: {reach} "
+            f"(tolerance {settings.tolerance_pct:g}%); {more}")
 
 
 def composite_text(composite: Interval) -> str:
@@ -704,5 +711,5 @@ def missed_text(outcome: GateOutcome) -> str:
         return "it could have missed a slowdown of any size"
     farthest = max((r for r in outcome.undecided if r.worse_end_pct is not None),
                    key=lambda r: r.worse_end_pct or 0.0)
-    return (f"it could have missed a slowdown of up to {pct_text(missed / 100)} "
+    return (f"it could have missed a slowdown of {slowdown_text(missed / 100)} "
             f"({pass_title(farthest.pass_name)} {metric_title(farthest.metric)})")

@@ -310,7 +310,8 @@ def parse_amd_smi(text: str) -> GpuReading:
     devices = {}
     for position, gpu in enumerate(g for g in gpus if isinstance(g, dict)):
         index = gpu.get("gpu") if is_whole(gpu.get("gpu")) else position
-        clock = raw_clock if isinstance(raw_clock := gpu.get("clock"), dict) else {}
+        raw_clock = gpu.get("clock")
+        clock = raw_clock if isinstance(raw_clock, dict) else {}
         per_xcd = [_amd_value(v, "clk") for k, v in clock.items() if re.fullmatch(r"gfx_\d+", k)]
         shader = [v for v in per_xcd if v is not None] or \
             [v for v in [_amd_value(clock.get("gfx"), "clk", "cur_clk")] if v is not None]
@@ -566,7 +567,7 @@ def gpu_state_section(passes: Sequence[Tuple[str, Any]]) -> Section:
     """Return the ranges of each pass's GPU readings (before and after it, over devices), and
     why a reading is missing, as a run summary's section; passes: (title, PassRecord) pairs."""
     gpu = [(title, item, record) for title, item in passes
-           if isinstance(record := item.attempt.environment.get("gpu"), dict)]
+           for record in (item.attempt.environment.get("gpu"),) if isinstance(record, dict)]
     if not gpu:
         return Section(key="gpu_state", apart=False)
     rows: List[List[str]] = []
@@ -608,7 +609,8 @@ def sampled_section(passes: Sequence[Tuple[str, Any]]) -> Section:
             continue
 
         def values(key: str) -> List[float]:
-            return [float(v) for figures in mine if isinstance(v := figures.get(key), (int, float))]
+            return [float(v) for figures in mine for v in (figures.get(key),)
+                    if isinstance(v, (int, float))]
 
         energy = (record.get("energy") or {}).get("per_request_j")
         rows.append([title, fmt_reading(min(values("sclk_min_mhz"), default=None)),

@@ -36,7 +36,8 @@ def row_table(row: RowTrend) -> Table:
         lines.append([Outside(p.commit + (f" ({p.label})" if p.label else "")), p.date[:10],
                       level_cell(p), step, total, "step" if p.change_point else "",
                       p.verdict or p.kind])
-    return Table(f"{row.title}: {row.status.upper()}, drift {drift_words(row)}",
+    held = " (Holm)" if row.held_by_holm else ""
+    return Table(f"{row.title}: {row.status.upper()}{held}, drift {drift_words(row)}",
                  ["commit", "date", f"{metric_label(row.metric)} [95%]", "step [95%]",
                   "cumulative [95%]", "change point", "its folder's verdict"], lines,
                  [False, False, True, True, True, False, False])
@@ -115,6 +116,7 @@ def history_json(report: HistoryReport) -> Dict[str, object]:
             "left_out": [{"commit": c, "why": w} for c, w in report.left_out],
             "notes": list(report.notes),
             "rows": [{"pass": r.pass_name, "metric": r.metric, "status": r.status,
+                      "held_by_holm": r.held_by_holm,
                       "drift": change_json(r.drift), "p_beyond": r.p_beyond,
                       "most": [{"commit": c, "worse_log": v}
                                for c, v in r.most],

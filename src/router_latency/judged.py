@@ -41,6 +41,9 @@ def row_json(row: Row) -> dict:
             "worse_rounds": row.worse_rounds,
             "rounds": row.rounds, "p_value": row.p_value,
             "detectable_pct": row.detectable_pct, "rounds_needed": row.rounds_needed,
+            # an undecided row's further rounds that decide it 80% of the time (the report's
+            # more_rounds is the most of these); null when decided, or past 1,000
+            "more_rounds": row.rounds_to_go, "worse_end_pct": row.worse_end_pct,
             "verdict": row.verdict, "word": row_word(row),
             "held_by_holm": row.held_by_holm,
             "judged_interval_pct": None if row.judged is None else [

@@ -115,8 +115,8 @@ def ladder_steps(run: RunFile) -> Tuple[LadderStep, ...]:
     # a step that answered (req/s above 0) has its percentiles: the reader requires them
     return tuple(LadderStep(p.name, p.rate if p.rate is not None else p.concurrency,
                             step_text(p), s.req_per_s, s.p50_ms, s.p95_ms, shed_requests(p))
-                 for p in run.passes if not p.discarded and (s := p.measured).req_per_s
-                 and s.p50_ms is not None and s.p95_ms is not None)
+                 for p in run.passes if not p.discarded for s in (p.measured,)
+                 if s.req_per_s and s.p50_ms is not None and s.p95_ms is not None)
 
 
 def plateau_of(steps: Sequence[LadderStep],
@@ -174,8 +174,8 @@ def step_gaps(run: RunFile) -> List[float]:
     """Return the seconds between the end of each measured pass and the start of the next,
     the captures between them included (an upper bound: the start is taken before the
     connections open)."""
-    timed = [(start, p.measured.wall_s) for p in run.passes
-             if not p.discarded and (start := p.attempt.started_unix) is not None]
+    timed = [(p.attempt.started_unix, p.measured.wall_s) for p in run.passes
+             if not p.discarded and p.attempt.started_unix is not None]
     return [round(max(b - a - wall_s, 0.0), 3) for (a, wall_s), (b, _) in zip(timed, timed[1:])]
 
 

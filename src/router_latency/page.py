@@ -270,7 +270,8 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[str]],
     right = list(right) + [True] * (len(header) - len(right))
 
     def cell(tag: str, text: str, r: bool) -> str:
-        color = VERDICT_COLORS.get(text.strip()) if tag == "td" else None
+        # a word with its qualifier ("inconclusive (Holm)") takes the word's colour
+        color = VERDICT_COLORS.get(text.strip().split(" (")[0]) if tag == "td" else None
         attributes = (' class="r"' if r else "") + \
             (f' style="color: {color}; font-weight: bold"' if color else "")
         return f"<{tag}{attributes}>{esc(visible(text))}</{tag}>"  # one line, as every table

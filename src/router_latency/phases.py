@@ -68,7 +68,8 @@ def phase_windows(requests: Sequence[Request], size: int) -> tuple[PhaseWindow, 
         firsts.pop()
     # open loop: latency counts from the schedule, the answer came service_ms after the send
     ends = [start + taken for start, r in zip(starts, requests)
-            if (taken := r.service_ms if r.service_ms is not None else r.latency_ms) is not None]
+            for taken in (r.service_ms if r.service_ms is not None else r.latency_ms,)
+            if taken is not None]
     windows = []
     for i, first in enumerate(firsts):
         stop = firsts[i + 1] if i + 1 < len(firsts) else len(requests)

@@ -114,8 +114,9 @@ def energy_sentence(report: RoundsReport, ranges: dict) -> List[str]:
     """Return each side's range of the router's GPUs' joules per routed request and, beside
     the cost per million requests, the energy of a million requests; [] where no pass
     sampled it."""
-    return energy_ranges_sentence([(side, found) for side in (report.base, report.new)
-                                   if (found := ranges[side].get("j_per_request"))])
+    return energy_ranges_sentence([(side, ranges[side]["j_per_request"])
+                                   for side in (report.base, report.new)
+                                   if ranges[side].get("j_per_request")])
 
 
 def cached_runs(section: RecordSection) -> List[str]:

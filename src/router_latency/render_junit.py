@@ -9,7 +9,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from typing import List, Sequence
 
-from .words import fmt_signed, fmt_value, metric_title
+from .words import fmt_signed, fmt_value, metric_title, p_text
 from .runfile import PassRecord
 from .requests import pass_title
 from .gate import Row, row_word, undecided_text
@@ -57,8 +57,8 @@ def junit_cases(report: RoundsReport) -> List[Check]:
             outcome="failure" if test.composite_worse else "passed",
             message=f"{100 * math.expm1(test.composite.mean):+.1f}% "
             f"[{100 * math.expm1(test.composite.low):+.1f}%, "
-            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided p "
-            f"{test.composite_p:.3g} of worse than the {tolerance} (not of any change; level "
+            f"{100 * math.expm1(test.composite.high):+.1f}%] per round, one-sided "
+            f"{p_text(test.composite_p)} of worse than the {tolerance} (not of any change; level "
             f"{100 * test.level:.3g}%)",
             details=""))
     cases += [check for section in report.sections for check in section.checks]

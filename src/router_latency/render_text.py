@@ -3,17 +3,19 @@ text and Markdown alike."""
 
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Optional, Sequence
 
 from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
-from .words import fmt_signed, fmt_value, metric_label, metric_title, plural
+from .words import fmt_signed, fmt_value, metric_label, metric_title, p_text, plural
 from .report import md_code, render_table, Section, Table, text_lines
 from .runfile import HostSettings, PassRecord, RunSettings
 from .phases import Thresholds
 from .requests import pass_title
 from .compare import CompareReport
-from .gate import (composite_text, DETECTS_CONFIDENCE, detectable_text,
-                   detects_text, GateSettings, missed_text, row_word)
+from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_text,
+                   detects_text, GateSettings, missed_text, more_rounds, row_word,
+                   undecided_text)
 from .rounds import Overload, RoundsReport
 from .summary import run_summary
 from .judged import pass_cell, row_change_text
@@ -162,7 +164,7 @@ def format_rounds(report: RoundsReport, *, per_round: bool = False) -> List[str]
     """Return the lines of the rounds report as text: the verdict and what would decide it
     first (so that the head of a log shows them), and again last (so that its tail does)."""
     headlines = [line for section in report.sections for line in section.headline]
-    opening = [verdict_line(report)] + headlines
+    opening = [verdict_line(report)] + verdict_details(report) + headlines
     leads = [line for section in report.sections for line in section.lead]
     lines = opening + [""] + leads + format_rounds_table(report)
     lines += [line for section in report.sections if section.beside_table and per_round
@@ -243,10 +245,11 @@ def rounds_table_parts(report: RoundsReport) -> TabledReport:
                       detectable_text(row), row_word(row)])
     below = []
     if test.composite is not None:
-        together = "any change" if test.composite_detectable_pct is None \
-            else detects_text(test.composite_detectable_pct)
+        detectable = test.composite_detectable_pct
+        together = "any change" if detectable is None else "none yet" \
+            if not math.isfinite(detectable) else detects_text(detectable)
         below = [f"gated rows together: {composite_text(test.composite)} per round, "
-                 f"one-sided p {test.composite_p:.3g} of worse than the "
+                 f"one-sided {p_text(test.composite_p)} of worse than the "
                  f"{settings.tolerance_pct:g}% tolerance (not of any change); every gated row "
                  f"slowing together: detects {together}"]
     return TabledReport(lines, Table(
@@ -276,21 +279,49 @@ def format_config_hashes(report: RoundsReport) -> List[str]:
 
 
 def verdict_line(report: RoundsReport) -> str:
-    """Return the one-line gate verdict of a rounds report."""
+    """Return the verdict's headline, about 200 characters at most: the verdict, the reason
+    that decided it (a FAIL's first, an INCONCLUSIVE's first that is not an undecided row),
+    what it could have missed and the rounds that would decide the undecided rows; every
+    reason in full is in verdict_details."""
     look = f" (round {report.look.rounds} of at most {report.look.max_rounds})" \
         if report.look else ""
     option = report.settings.rule.option
     rule = f" ({option})" if option else ""
     outcome = report.outcome
     missed = missed_text(outcome)
-    if outcome.status == "inconclusive":
-        return (f"verdict: INCONCLUSIVE{look}{rule}: not a pass: {missed}; "
-                + "; ".join(outcome.reasons))
-    if outcome.status != "pass":
-        return f"verdict: {outcome.status.upper()}{look}{rule}: " + "; ".join(outcome.reasons)
-    unsure = len(outcome.undecided)
-    return f"verdict: PASS{look}{rule}" + (f" ({unsure} inconclusive gated rows; {missed})"
-                                           if unsure else "")
+    head = f"verdict: {outcome.status.upper()}{look}{rule}"
+    if outcome.status == "pass":
+        unsure = len(outcome.undecided)
+        return head + (f" ({plural(unsure, 'inconclusive gated row')}; {missed})"
+                       if unsure else "")
+    parts = [f"not a pass: {missed}"] if outcome.status == "inconclusive" else []
+    parts += verdict_head_reasons(report)
+    if outcome.status == "fail" and len(outcome.reasons) > 1:
+        parts.append(f"{plural(len(outcome.reasons) - 1, 'more reason')} below")
+    if outcome.undecided and outcome.status == "inconclusive" and len(parts) == 1:
+        more = more_rounds(outcome)
+        parts.append(f"{plural(len(outcome.undecided), 'gated row')} undecided, "
+                     + (f"{BEYOND_LIMIT} rounds would be needed" if more is None else
+                        f"about {plural(more, 'more round')} would decide "
+                        f"{'it' if len(outcome.undecided) == 1 else 'them'}"))
+    return f"{head}: " + "; ".join(parts)
+
+
+def verdict_details(report: RoundsReport) -> List[str]:
+    """Return the verdict's reasons, one a line below its headline, where it has more than
+    its headline says."""
+    reasons, undecided = list(report.outcome.reasons), report.outcome.undecided
+    if reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
+            undecided_text(undecided[0], report.settings)]:  # the headline says it all
+        return []
+    return [f"  {reason}" for reason in reasons]
+
+
+def verdict_head_reasons(report: RoundsReport) -> List[str]:
+    """Return the reasons the headline shows in full: a FAIL's or INCONCLUSIVE's first that is
+    not an undecided row."""
+    rows = {undecided_text(r, report.settings) for r in report.outcome.undecided}
+    return [reason for reason in report.outcome.reasons if reason not in rows][:1]
 
 
 def format_plan(report: RoundsReport) -> List[str]:

@@ -275,8 +275,8 @@ class PassRecord(NamedTuple):
                  if p is not None]
         environment = self.attempt.environment
         cpus = environment.get("router_cpus")
-        gpu_mib = [total for reading in gpu_readings(environment)
-                   if (total := reading.total_mib) is not None]
+        gpu_mib = [reading.total_mib for reading in gpu_readings(environment)
+                   if reading.total_mib is not None]
         deltas = (environment.get("metrics") or {}).get("deltas")
         # kept beside the faults, not counted as one: the router's unknown answers (each
         # degraded answer is counted as such, Request.degraded) and the result caches'

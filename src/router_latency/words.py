@@ -9,7 +9,8 @@ from typing import Callable, Optional, Sequence, Set
 
 __all__ = [
     "BOUND_PCT", "change_text", "failure_text", "fmt_hundredths", "fmt_signed", "fmt_reading",
-    "fmt_value", "metric_label", "metric_title", "pct_text", "plural", "scrubbed", "scrubbed_cut",
+    "fmt_value", "metric_label", "metric_title", "p_text", "pct_text", "plural", "scrubbed",
+    "scrubbed_cut", "slowdown_text",
     "secret_forms", "shown_decision", "span_text", "visible", "worse_sign",
 ]
 
@@ -176,6 +177,22 @@ def pct_text(fraction: float) -> str:
         return FASTER_TEXT
     # rounded before the sign is chosen, so that -1e-17 reads +0.0%, not -0.0%
     return f"{round(100 * fraction, 1) + 0.0:+.1f}%"
+
+
+def slowdown_text(fraction: float) -> str:
+    """Return a slowdown as "up to" a bound takes it: "up to +9.5%", and past ten times the
+    time "more than 10x" (the sentence says slower: "up to more than 10x slower" read twice)."""
+    return "more than 10x" if 100 * fraction > BOUND_PCT else f"up to {pct_text(fraction)}"
+
+
+def p_text(p: Optional[float]) -> str:
+    """Return a p-value as a line writes it: three significant digits, and beyond them a
+    bound ("p > 0.999", "p < 0.001": "p 1" claims a certainty no test gives); n/a for none."""
+    if p is None:
+        return "p n/a"
+    if p > 0.999:
+        return "p > 0.999"
+    return "p < 0.001" if p < 0.001 else f"p {p:.3g}"
 
 
 def worse_sign(metric: str) -> int:
