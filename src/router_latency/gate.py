@@ -23,13 +23,13 @@ from .requests import pass_title
 from .roundset import Rounds
 
 __all__ = [
-    "BEYOND_LIMIT", "check_look", "combined_exit", "composite_text", "DECIDE_PROBABILITY",
-    "DETECTS_CONFIDENCE", "detectable_text", "detects_text", "GATE_ALPHA", "GateOutcome",
-    "gate_rows", "GateSettings", "GateTest", "holm_step_down", "judged_word", "Look",
-    "missed_pct", "missed_text", "more_rounds",
+    "BEYOND_LIMIT", "check_look", "combined_exit", "composite_text", "crosses",
+    "DECIDE_PROBABILITY", "DETECTS_CONFIDENCE", "detectable_text", "detects_text", "GATE_ALPHA",
+    "GateOutcome", "gate_rows", "GateSettings", "GateTest", "holm_step_down", "judged_word",
+    "Look", "missed_pct", "missed_text", "more_rounds",
     "one_sided", "OneSided", "outcome_of", "Row", "row_judged_interval", "row_of", "row_word",
     "spread_bound",
-    "undecided_text", "word_status",
+    "undecided_text", "upper_critical", "word_status",
 ]
 
 

@@ -112,6 +112,7 @@ def history_json(report: HistoryReport) -> Dict[str, object]:
             "status": report.status, "exit_code": report.exit_code,
             "reasons": list(report.reasons), "baseline": report.baseline,
             "reference": report.reference, "tolerance_pct": report.tolerance_pct,
+            "report": report.report, "fail_level": report.fail_level,
             "left_out": [{"commit": c, "why": w} for c, w in report.left_out],
             "notes": list(report.notes),
             "rows": [{"pass": r.pass_name, "metric": r.metric, "status": r.status,
