@@ -91,6 +91,7 @@ rounds_given=0
 until_decided=0
 min_rounds=3
 max_rounds=10
+max_sequential=1000  # the most rounds of --until-decided (rl.MAX_SEQUENTIAL_ROUNDS)
 budget_minutes=""   # --budget-minutes: no round starts that would end past it
 requests_per_pass=""  # --requests-per-pass: run -n, enough sendings of the corpus for it
 dir=""
@@ -123,7 +124,8 @@ Options:
                           group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on);
                           a last look still undecided exits 3
   --min-rounds N          the first look (default 3)
-  --max-rounds M          the most rounds, the plan's last look (default 10)
+  --max-rounds M          the most rounds, the plan's last look (default 10, at most 1000;
+                          beyond 40, 40 looks spread evenly)
   --budget-minutes K      node time: after the third round, start no round that the rounds
                           so far say would end more than K minutes after the first router
                           started (the rounds run are judged; `rounds --plan` says how many
@@ -237,6 +239,8 @@ if [ "$until_decided" -eq 1 ]; then
     || die "--until-decided takes --min-rounds and --max-rounds, not --rounds"
   [ "$min_rounds" -ge 3 ] || die "--min-rounds must be at least 3"
   [ "$max_rounds" -ge "$min_rounds" ] || die "--max-rounds must be at least --min-rounds"
+  [ "$max_rounds" -le "$max_sequential" ] || die "--max-rounds must be at most $max_sequential $(
+    )(the most rounds a sequential plan runs, and rounds --plan proposes), got $max_rounds"
   rounds=$max_rounds
 else
   [ "$rounds" -ge 3 ] || die "--rounds must be a whole number >= 3"
@@ -285,6 +289,20 @@ fi
 # round N starts with base when N is odd and with new when N is even (rl.start_order)
 order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
 
+# whether --until-decided looks after round $1 (rl.sequential_looks): from --min-rounds on,
+# before the last round; up to 40 rounds after every round, beyond, look k of 40 after
+# ceil(rounds k / 40) rounds, where `rounds --sequential` has its boundaries
+looks_after() {
+  local k
+  [ "$until_decided" -eq 1 ] && [ "$1" -ge "$min_rounds" ] && [ "$1" -lt "$rounds" ] || return 1
+  [ "$rounds" -gt 40 ] || return 0
+  for ((k = 1; k <= 40; k++)); do
+    if [ $(( (rounds * k + 39) / 40 )) -eq "$1" ] || { [ "$1" -eq 3 ] \
+        && [ $(( (rounds * k + 39) / 40 )) -lt 3 ]; }; then return 0; fi
+  done
+  return 1
+}
+
 schedule() {  # what --dry-run prints
   shown_args=""
   if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
@@ -300,7 +318,7 @@ schedule() {  # what --dry-run prints
       printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]:+${stop_cmd[$role]}, then }$(
         )SIGTERM to what still runs of its start command"
     done
-    if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
+    if looks_after "$r"; then
       printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
         "$r" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
         "stop unless it exits 3"
@@ -484,9 +502,11 @@ for role in base new; do
   if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "before the first round"; fi
 done
 # the options for `rounds`, judged on an empty folder: the only error left is that it is empty
+# (with --until-decided, its --sequential too: the tool's own limit agrees with the script's)
 empty=$(mktemp -d)
 judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" rounds --dir "$empty" \
   --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}" \
+  $( [ "$until_decided" -eq 0 ] || echo "--sequential $rounds") \
   ${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"} 2>&1) || true
 rmdir -- "$empty"
 [[ "$judged" == *"no r<N>-"* ]] \
@@ -772,7 +792,7 @@ for ((r = 1; r <= rounds; r++)); do
     for role in $(order_of "$r"); do measure_side "$role"; done
     ran=$((ran + 1))
   fi
-  if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
+  if looks_after "$r"; then
     code=0
     look=$(look_at --sequential "$rounds" 2>&1) || code=$?
     if [ "$code" -eq 3 ]; then

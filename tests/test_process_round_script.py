@@ -352,9 +352,11 @@ import router_latency as rl
 argv = sys.argv[1:]
 with open(os.environ["TOOL_LOG"], "a") as log:
     log.write(" ".join(argv) + "\\n")
-if argv[0] == "rounds" and "--sequential" in argv:
-    with open(os.environ["TOOL_LOG"]) as log:
-        looks = sum(1 for line in log if line.startswith("rounds") and "--sequential" in line)
+if argv[0] == "rounds" and "--sequential" in argv and os.listdir(argv[argv.index("--dir") + 1]):
+    with open(os.environ["TOOL_LOG"] + ".looks", "a") as looks_log:
+        looks_log.write("look\\n")
+    with open(os.environ["TOOL_LOG"] + ".looks") as looks_log:
+        looks = len(looks_log.readlines())
     codes = os.environ["LOOK_CODES"].split(",")
     print("verdict: scripted look", looks)
     sys.exit(int(codes[min(looks, len(codes)) - 1]))
@@ -398,7 +400,8 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
                          f"{judged} --corpus {corpus} --sequential 5 --format json"]
     assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
-        " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 --format json")
+        " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 "
+        "--sequential 5 --format json")  # the options checked on an empty folder
 
 
 @pytest.mark.process
@@ -907,3 +910,111 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
         document = json.loads(path.read_text())
         assert document["ready_after_s"] is not None
         assert {r["status"] for r in document["passes"][0]["requests"]} == {200}, path.name
+
+
+# ../shared/data/h200's aa-gpu (A/A, 5 rounds) and cpu-vs-gpu (3 rounds), each request's
+# signal_ms left out (170 kB): the plan reads none of it, and gives the same figures as the
+# whole files (320 rounds of 120 requests, 718 of 578)
+H200_RUNS = ROOT / "tests" / "data" / "h200-runs.tar.xz"
+
+
+def h200_folder(tmp_path, name):
+    """Return a copy of one of H200_RUNS's folders under tmp_path."""
+    import tarfile
+    with tarfile.open(H200_RUNS) as archive:
+        members = [m for m in archive.getmembers() if m.name.startswith(name + "/")
+                   and m.isfile() and "/" not in m.name[len(name) + 1:]]
+        for member in members:
+            source = archive.extractfile(member)
+            assert source is not None
+            (tmp_path / name).mkdir(exist_ok=True)
+            (tmp_path / member.name).write_bytes(source.read())
+    return tmp_path / name
+
+
+def demo_aa_folder(tmp_path):
+    """Return a folder of 3 rounds of an A/A pair of the demo's cpu router (simulated, in
+    this process), as a new user's first A/A on the demo."""
+    from router_latency.client import parse_endpoint
+    from router_latency.command_demo import DEMO_SIDES
+    from router_latency.corpus import load_corpus
+    from router_latency.files import write_atomic
+    from router_latency.measuring import LoadGuard, measure_run, plan_passes, RunContext, \
+        RunPlan
+    from router_latency.meaning import SignalTable
+    from router_latency.passloop import Target
+    from router_latency.runfile import dump_run
+    from router_latency.simulator import start_simulator
+    folder = tmp_path / "demo-aa"
+    folder.mkdir()
+    corpus = load_corpus(write_corpus(folder / "corpus.json",
+                                      [f"demo prompt {i}" for i in range(20)]))
+    side = DEMO_SIDES["cpu"]
+    for number in range(1, 4):
+        for label in start_order(number, ["a", "b"]):
+            router = start_simulator(serial=True, seed=number, delay_ms=side["delay_ms"],
+                                     jitter_ms=side["jitter_ms"], signals=side["signals"])
+            try:
+                run = measure_run(RunContext(Target(parse_endpoint(router.url),
+                                                    signals=SignalTable()),
+                                             RunPlan(plan_passes()), guard=LoadGuard(pause=1.0)),
+                                  corpus, label=label)
+            finally:
+                router.stop()
+            assert run is not None
+            write_atomic(str(folder / f"r{number}-{label}.json"), dump_run(run))
+    return folder
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("name, base, new", [("aa-gpu", "a", "b"), ("cpu-vs-gpu", "cpu", "gpu"),
+                                             ("demo-aa", "a", "b")])
+def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new):
+    # the plan of `rounds` (JSON) run as printed by run_rounds.sh --dry-run, fixed and
+    # sequential: before, --until-decided ran at most 40 rounds and aa-gpu's plan asked 320
+    folder = demo_aa_folder(tmp_path) if name == "demo-aa" else h200_folder(tmp_path, name)
+    report = json.loads(cli("rounds", "--dir", folder, "--base", base, "--new", new,
+                            "--format", "json").out)
+    plan, more = report["plan"], report["more_rounds"]
+    if name != "demo-aa":  # the H200's folders plan within what the tool runs
+        assert plan["rounds"] is not None
+    corpus = str(folder / "corpus.json")
+    for rounds in {plan["rounds"], more and more + len(report["used"])} - {None}:
+        for how in (["--rounds", str(rounds)],
+                    ["--until-decided", "--max-rounds", str(rounds)]):
+            command = driver_args(tmp_path, corpus, "--dry-run",
+                                  "--requests-per-pass", str(plan["requests_per_pass"] or 1))
+            at = command.index("--rounds")
+            command[at:at + 2] = how
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.splitlines()[-1].startswith("then: ")
+            assert f"round {rounds} gpu: run: " in result.stdout
+        judged = cli("rounds", "--dir", tmp_path, "--base", base, "--new", new,
+                     "--sequential", rounds)
+        assert judged.code == 2 and "no r<N>-" in judged.err  # not the option refused
+
+
+@pytest.mark.process
+def test_driver_refuses_more_rounds_than_a_sequential_plan_runs_and_looks_as_it(tmp_path):
+    from router_latency.sequential import MAX_SEQUENTIAL_ROUNDS, sequential_looks
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+
+    def dry_run(most, first="3"):
+        command = driver_args(tmp_path, corpus, "--dry-run", "--until-decided",
+                              "--min-rounds", first, "--max-rounds", str(most))
+        del command[command.index("--rounds"):command.index("--rounds") + 2]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    refused = dry_run(MAX_SEQUENTIAL_ROUNDS + 1)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"run_rounds.sh: error: --max-rounds must be at most {MAX_SEQUENTIAL_ROUNDS} (the most "
+        f"rounds a sequential plan runs, and rounds --plan proposes), got "
+        f"{MAX_SEQUENTIAL_ROUNDS + 1}\n")
+    for most, first in ((10, "3"), (41, "3"), (100, "3"), (MAX_SEQUENTIAL_ROUNDS, "30")):
+        result = dry_run(most, first)
+        assert result.returncode == 0, result.stderr
+        looks = [int(line.split(":")[0].split()[1]) for line in result.stdout.splitlines()
+                 if line.startswith("look ")]
+        assert looks == [n for n in sequential_looks(most) if int(first) <= n < most]

@@ -91,8 +91,10 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--sequential", type=whole_number(MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS),
                    metavar="MAX_ROUNDS",
                    help="judge a look of a group-sequential plan of at most MAX_ROUNDS rounds: "
-                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided); more "
-                        "rounds than MAX_ROUNDS is an error")
+                        "a look after every round from the third (beyond 40 rounds, 40 looks "
+                        "spread evenly; between them it waits), exit 3 while undecided "
+                        "(rounds/run_rounds.sh --until-decided); more rounds than MAX_ROUNDS "
+                        "is an error")
     p.add_argument("--plan", action="store_true",
                    help="print each row's spread (taken apart: within one instance, "
                         "between instances), the rounds a target needs and a plan in node "

@@ -12,7 +12,7 @@ __all__ = [
     "DEFAULT_MODEL", "ERROR_CODE_PATTERN", "EXIT_GATE", "EXIT_INCONCLUSIVE", "EXIT_OK",
     "EXIT_SIGNAL", "EXIT_USAGE", "EXPECTED_HASH_HEADER", "LADDER_GATE_NAMES", "LADDER_MARGIN_PCT",
     "LADDER_METRICS", "LADDER_PASS", "MAX_FILE_NUMBER", "MAX_LATENCY_MS", "MAX_REASON_CHARS",
-    "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH", "PROMPT_KEYS", "READY_PATH",
+    "MAX_PLAN_ROUNDS", "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH", "PROMPT_KEYS", "READY_PATH",
     "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS", "SIGNAL_NAME_PATTERN",
     "STOP_POLL_S", "TIME_WINDOWS",
 ]
@@ -72,6 +72,8 @@ CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0, or VLLM_SR_RUNTIME_RES
                 "newer routers, and the runtime's --result-cache-entries 0) so that every "
                 "request computes")
 MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
+# the most rounds a plan proposes and a sequential plan (--sequential, --until-decided) runs
+MAX_PLAN_ROUNDS = 1000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing

@@ -11,13 +11,13 @@ import math
 import statistics
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MIN_ROUNDS
+from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, MAX_PLAN_ROUNDS
 from .errors import Notice, RouterLatencyError
 from .words import BOUND_PCT, change_text, metric_title, pct_text, plural, worse_sign
 from .stats import (composite_log_ratios, effective_rows, Interval, mean_and_squares,
                     mean_interval, normal_ppf, paired_interval, power_shift, rounds_needed,
                     sample_spread, t_cdf, t_ppf, t_test_p)
-from .sequential import sequential_t_criticals
+from .sequential import look_critical
 from .requests import pass_title
 from .roundset import Rounds
 
@@ -38,7 +38,7 @@ ROW_WORDS = ("better", "same", "no worse", "worse", "inconclusive")
 # "detects" plugs in this upper confidence bound of the spread, not the spread seen, so that
 # the figure has its 80% power in about this share of runs (bench/gate_simulation.py --detects)
 DETECTS_CONFIDENCE = 0.9
-DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+DECIDE_LIMIT = MAX_PLAN_ROUNDS  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 
 
@@ -321,7 +321,7 @@ def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
     quantile, or with --sequential the calibrated boundary of this look."""
     if settings.sequential_max is None:
         return upper_critical(level, rounds - 1)
-    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+    return look_critical(settings.sequential_max, level, rounds)
 
 
 def crosses(statistic: float, critical: float) -> bool:

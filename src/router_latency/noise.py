@@ -19,7 +19,7 @@ import math
 import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import ROW_METRICS
+from .constants import MAX_PLAN_ROUNDS, ROW_METRICS
 from .words import metric_title, plural
 from .report import Lines, Panel, Section
 from .stats import percentiles, rounds_needed
@@ -230,10 +230,11 @@ def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int
     for spread in spreads:
         if tolerance > 0:  # at tolerance 0 nothing passes: only the slowdown is planned for
             needed.append(rounds_needed(spread, tolerance, alpha=settings.alpha / 2,
-                                        power=1 - (1 - PLAN_PASS_POWER) / m, sided=1))
+                                        power=1 - (1 - PLAN_PASS_POWER) / m, sided=1,
+                                        max_rounds=MAX_PLAN_ROUNDS))
         needed.append(rounds_needed(spread, room if room > 0 else target,
                                     alpha=settings.alpha / 2 / m, power=PLAN_DETECT_POWER,
-                                    sided=1))
+                                    sided=1, max_rounds=MAX_PLAN_ROUNDS))
     return None if any(n is None for n in needed) else max(n for n in needed if n)
 
 
