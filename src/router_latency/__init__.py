@@ -42,7 +42,9 @@ order:
     requests           a pass's requests: each one's record, outcomes counted, the summary
     phases             slow phases within a pass: windows, which stand out, what they share
     captured           what a pass captured around it: probes, load, metrics, router CPU
+    instance           which instance of a pool a run measured, and what could set it apart
     runfile            the run file's records: their writer and reader side by side
+    pools              a side's round on several instances read as one, paired in the round
     roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:

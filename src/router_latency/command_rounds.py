@@ -13,7 +13,7 @@ from .errors import RouterLatencyError
 from .words import metric_title, visible
 from .sequential import MAX_SEQUENTIAL_ROUNDS
 from .files import append_whole, check_distinct_files, check_writable_target, write_atomic
-from .runfile import load_run
+from .pools import load_side
 from .gate import GateSettings
 from .rounds import CHECKED_FIELDS, find_round_files, judge_rounds
 from .render_text import format_plan
@@ -135,7 +135,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         [("round file", p) for sides in files.values() for p in sides.values()]
         + [("--corpus", args.corpus)],
         outputs + [("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
-    runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    runs = {n: {s: load_side(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
     settings = GateSettings(

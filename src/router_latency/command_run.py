@@ -25,6 +25,7 @@ from .files import (check_distinct_files, check_folder_accepts_a_file, check_wri
 from .corpus import load_corpus
 from .cache import cache_text
 from .versions import runtime_name_warning
+from .instance import Instance, INSTANCE_FACT
 from .runfile import dump_run, Ladder, RunFile
 from .phases import Thresholds
 from .ladder import cost_for, ladder_levels, run_capacity
@@ -168,6 +169,47 @@ def cpu_list_text(text: str) -> str:
             from None
 
 
+INSTANCE_WHOLE = ("round", "number", "count", "port")
+
+
+def instance_item(text: str) -> Tuple[str, Any]:
+    """Return one --instance KEY=VALUE: a whole number for round, number, count and port, a
+    text for side, gpu and cores, a fact's number where it reads as one, else its text."""
+    key, equals, value = text.partition("=")
+    if not equals or not INSTANCE_FACT.fullmatch(key):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with a lowercase key, got {text!r}")
+    if key in INSTANCE_WHOLE:
+        if not value.isdigit() or int(value) < 1:
+            raise argparse.ArgumentTypeError(f"{key} must be a whole number >= 1, got {value!r}")
+        return key, int(value)
+    if key in ("side", "gpu", "cores"):
+        return key, value
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        if math.isfinite(number):
+            return key, number
+    return key, value
+
+
+def instance_of(items: Sequence[Tuple[str, Any]]) -> Optional[Instance]:
+    """Return the run's Instance from its --instance items; None without any."""
+    if not items:
+        return None
+    given = dict(items)
+    missing = [k for k in ("round", "side", "number", "count") if k not in given]
+    if missing:
+        raise RouterLatencyError(f"--instance needs {', '.join(missing)} too")
+    if given["number"] > given["count"]:
+        raise RouterLatencyError(f"--instance number={given['number']} is past "
+                                 f"count={given['count']}")
+    return Instance(given["round"], given["side"], given["number"], given["count"],
+                    given.get("port"), given.get("gpu"), given.get("cores"),
+                    {k: v for k, v in given.items() if k not in Instance._fields})
+
+
 def config_hash_text(text: str) -> str:
     if not CONFIG_HASH_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError("expected the router's config hash: 64 lowercase hex "
@@ -226,6 +268,12 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
     add_file_options(output, "run")
+    output.add_argument("--instance", action="append", type=instance_item, default=[],
+                        metavar="KEY=VALUE",
+                        help="the run measured one instance of a pool (run_rounds.sh "
+                             "--instances): round, side, number, count, port, gpu, cores, and "
+                             "any other lowercase name as a fact that could make it differ "
+                             "(repeatable; written as the run file's instance, run/3)")
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -491,6 +539,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     target, plan, guard, capture, thresholds = run_arguments(args)
     checked_costs(args.cost_per_hour, (args.label,))
     check_plan(plan, len(corpus.prompts))
+    instance = instance_of(args.instance)
     if args.check:
         if not args.quiet:
             emit([f"run {args.label}: checked: corpus {corpus.sha256[:12]} "
@@ -521,7 +570,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if run is None:
             stderr_line("interrupted before anything was measured; nothing written")
             return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-        return report_run(args, run, caught, header_shown=progress.enabled)
+        return report_run(args, run._replace(instance=instance), caught,
+                          header_shown=progress.enabled)
     finally:
         relay.restore()
 

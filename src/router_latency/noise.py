@@ -154,11 +154,23 @@ def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[flo
     return statistics.variance(logs) / len(logs), split
 
 
+def run_within(run: RunFile, name: str, metric: str) -> Optional[Tuple[float, str]]:
+    """Return pass_within of a run's pass; for a pool, of the mean of its instances' log
+    statistics (their within variances added, over K^2)."""
+    if not run.pool:
+        return pass_within(run.pass_named(name), metric)
+    found = [pass_within(i.pass_named(name), metric) for i in run.pool]
+    if any(f is None for f in found):
+        return None
+    return (math.fsum(f[0] for f in found if f is not None) / len(found) ** 2,
+            next(f[1] for f in found if f is not None))
+
+
 def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[Tuple[float, str]]:
     """Return a side's within-instance variance of a pass's statistic, pooled over the used
     rounds, and the split; None when a round's pass cannot be split."""
     runs, used = rounds.runs, rounds.used
-    found = [pass_within(runs[n][side].pass_named(name), metric) for n in used]
+    found = [run_within(runs[n][side], name, metric) for n in used]
     if not found or any(f is None for f in found):
         return None
     return (statistics.fmean(f[0] for f in found if f is not None),

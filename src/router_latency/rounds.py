@@ -17,6 +17,7 @@ from .stats import OrderEffect, percentiles
 from .cache import cache_section, cache_warnings
 from .degraded import degraded_text
 from .runfile import PassRecord, RunFile
+from .pools import check_pools, instance_file_side
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
 from .compare import floor_warnings
@@ -55,11 +56,13 @@ def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, st
     found: Set[str] = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
+        # a pool's instances (r<N>-<side>@<i>.json) are found by their first (load_side)
+        side, instance = instance_file_side(match.group(2)) if match else ("", None)
         if match:
-            found.add(match.group(2))
-        if not match or match.group(2) not in (base, new):
+            found.add(side)
+        if not match or side not in (base, new) or (instance or 1) != 1:
             continue
-        number, side = int(match.group(1)), match.group(2)
+        number = int(match.group(1))
         other = rounds.setdefault(number, {}).get(side)
         if other is not None:
             raise RouterLatencyError(f"round {number} of side {side} twice: {other} and {entry}",
@@ -509,6 +512,7 @@ def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
             f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
+    check_pools(runs)
     notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
     check_look(rounds, settings)
