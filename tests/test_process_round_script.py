@@ -1018,3 +1018,116 @@ def test_driver_refuses_more_rounds_than_a_sequential_plan_runs_and_looks_as_it(
         looks = [int(line.split(":")[0].split()[1]) for line in result.stdout.splitlines()
                  if line.startswith("look ")]
         assert looks == [n for n in sequential_looks(most) if int(first) <= n < most]
+
+
+# a stand-in nvidia-smi for a node of 8 GPUs: the index query lists 0-7, a GPU's query names
+# its bus id, SM clock and memory used
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *query-gpu=index*) seq 0 7 ;;
+  *pci.bus_id*) i=$(echo "$*" | sed 's/.*-i \\([0-9]*\\).*/\\1/')
+                echo "00000000:1$i:00.0, 1980, 512" ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def pool_command(tmp_path, corpus, *extra):
+    """run_rounds.sh with pools of foreground simulated routers on port 0, each writing its
+    URL to <side>-<instance>.url and logging what its start command saw."""
+    log = shlex.quote(str(tmp_path / "starts.log"))
+
+    def start(side):
+        return (f'echo "$SIDE $ROUND $INSTANCE $INSTANCES ${{GPU:--}} '
+                f'${{CUDA_VISIBLE_DEVICES:--}} ${{HIP_VISIBLE_DEVICES:--}}" >> {log}; exec '
+                + foreground_command(tmp_path, f"{side}-$INSTANCE", 1).replace(
+                    shlex.quote(str(tmp_path / f"{side}-$INSTANCE.url")),
+                    f'"{tmp_path}/{side}-$INSTANCE.url"'))
+    return ["bash", str(DRIVER), "--rounds", "3", "--dir", str(tmp_path / "results"),
+            "--corpus", corpus, "--wait-ready", "20", "--tool", str(TOOL_PYC),
+            "--base", "cpu", "--base-start", start("cpu"),
+            "--base-url-file", str(tmp_path / "cpu-%i.url"),
+            "--new", "gpu", "--new-start", start("gpu"),
+            "--new-url-file", str(tmp_path / "gpu-%i.url"),
+            "--tolerance", "1000", "--gate", "sequential:p50", "--pass-unless-worse", *extra,
+            "--", "--concurrency", "1", "--warmup", "0"]
+
+
+@pytest.mark.process
+def test_driver_pools_started_together_one_instance_per_gpu(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(pool_command(tmp_path, corpus, "--instances", "2", "--together",
+                                         "--gpus", "all"),
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    # each start command saw its instance and its own GPU, as CUDA and ROCm read it
+    starts = sorted((tmp_path / "starts.log").read_text().splitlines())
+    assert starts == sorted(f"{side} {n} {i} 2 {i - 1} {i - 1} {i - 1}" for side in ("cpu", "gpu")
+                            for n in (1, 2, 3) for i in (1, 2))
+    for n in (1, 2, 3):
+        for side in ("cpu", "gpu"):
+            for i in (1, 2):
+                document = json.loads((tmp_path / "results" / f"r{n}-{side}@{i}.json")
+                                      .read_text())
+                instance = document["instance"]
+                assert document["schema"] == "router-latency/run/3"
+                assert (instance["round"], instance["side"], instance["number"],
+                        instance["count"], instance["gpu"]) == (n, side, i, 2, str(i - 1))
+                assert instance["facts"]["gpu_bus_id"] == f"00000000:1{i - 1}:00.0"
+                assert instance["facts"]["start_order"] in (1, 2, 3, 4)
+    # measured in balanced pairs: the round's first side first in odd pairs (a1 b1 b2 a2)
+    measured = [re.match(r"run_rounds.sh: round (\d)/3 (\w+@\d): p50", line)
+                for line in result.stderr.splitlines()]
+    order = [m.groups() for m in measured if m]
+    for n in (1, 2, 3):
+        first, second = start_order(n, ["cpu", "gpu"])
+        assert [side for number, side in order if number == str(n)] == [
+            f"{first}@1", f"{second}@1", f"{second}@2", f"{first}@2"]
+    assert "verdict: PASS" in result.stdout
+    assert not list(tmp_path.glob("results/r*-cpu.json"))  # only the instances' files
+
+
+@pytest.mark.process
+def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    command = pool_command(tmp_path, corpus)
+    head, tail = command[:command.index("--")], command[command.index("--"):]
+    cores = os.cpu_count()
+    for options, after, message in [
+            (["--instances", "2", "--concurrent"], [],
+             "--concurrent measures a side's 2 instances at once, each on its own GPU: --gpus "
+             "lists 0; give --gpus with 2 GPUs, or leave out --concurrent"),
+            (["--instances", "3", "--concurrent", "--gpus", "0,1"], [],
+             "--concurrent measures a side's 3 instances at once, each on its own GPU: --gpus "
+             "lists 2; give --gpus with 3 GPUs, or leave out --concurrent"),
+            (["--instances", "2", "--concurrent", "--gpus", "0,1"],
+             ["--router-cpus", f"0-{cores - 2}"],
+             "--concurrent runs 2 drivers at once, but only 1 cores are free of the routers "
+             "(--router-cpus): at most 1 instances fit"),
+            (["--instances", "0"], [], "--instances must be a whole number from 1 to 999, got '0'"),
+            (["--instances", "2", "--gpus", "0,x"], [],
+             "--gpus takes a comma-separated list of GPU indexes (0,1,2) or all, got '0,x'")]:
+        result = subprocess.run(head[:2] + ["--dry-run"] + head[2:] + options + tail + after,
+                                capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr == f"run_rounds.sh: error: {message}\n"
+    # a URL file per instance needs %i; URLs with a port, one more a port per instance
+    url_file = command.index("--base-url-file") + 1
+    no_mark = command[:url_file] + [str(tmp_path / "cpu.url")] + command[url_file + 1:]
+    result = subprocess.run(no_mark[:2] + ["--dry-run", "--instances", "2"] + no_mark[2:],
+                            capture_output=True, text=True, timeout=60)
+    assert result.stderr == ("run_rounds.sh: error: --base-url-file needs %i in its name with "
+                             "--instances (each instance's file)\n")
+    with_urls = command[:url_file - 1] + ["--base-url", "http://127.0.0.1:8801"] \
+        + command[url_file + 1:]
+    result = subprocess.run(with_urls[:2] + ["--dry-run", "--instances", "3"] + with_urls[2:],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [re.search(r" PORT=(\d+) ", line).group(1) for line in result.stdout.splitlines()
+            if line.startswith("round 1 cpu@") and ": start: " in line] == [
+        "8801", "8802", "8803"]
