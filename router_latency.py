@@ -10071,6 +10071,9 @@ class SimulatorSettings(NamedTuple):
     workers: Optional[int] = None
     answers: SimulatedAnswers = SimulatedAnswers()
     signals: SignalModel = SignalModel()
+    # this instance's own speed (simulate --instance-sd): its delay and jitter times it; not
+    # in the config hash, as instances of one configuration differ in speed alone
+    speed: float = 1.0
 
 
 class SimulatedRouter:
@@ -10096,8 +10099,8 @@ class SimulatedRouter:
 
     def __init__(self, host: str, port: int, settings: SimulatorSettings):
         delay_ms, jitter_ms, serial, decisions, seed, max_concurrency, stall, workers, \
-            answers, signals = settings
-        self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+            answers, signals, speed = settings
+        self.delay_s, self.jitter_s = delay_ms * speed / 1000, jitter_ms * speed / 1000
         self.workers = 1 if serial else workers
         self.signals = signals
         self.signal_histograms = SignalHistograms([name for name, _ in signals.times_ms])
@@ -10106,6 +10109,7 @@ class SimulatedRouter:
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
         self.answers = answers
+        self.speed = speed
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
              "serial": serial, "max_concurrency": max_concurrency,
@@ -11010,6 +11014,9 @@ def missed_text(outcome: GateOutcome) -> str:
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
 PLAN_DETECT_POWER = 0.8  # a gated row slowed by the target alone is found this often
 MAX_REPEAT = 64  # the most sendings of the corpus per pass the plan proposes
+# the instances a side's pool may have (run_rounds.sh --instances): ports and memory bound it
+INSTANCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PLAN_GPUS = (1, 8)  # the nodes --plan costs: one GPU, and one instance per GPU on eight
 DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duration pass's length
 MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
 MIN_MODE_ROUNDS = 4  # fewer rounds of a side say nothing of groups
@@ -11049,14 +11056,24 @@ class NodeCost(NamedTuple):
         """Seconds one side's run takes with `scale` times the requests per pass."""
         return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
 
+    def pool_run_s(self, scale: float, instances: int, gpus: int = 1) -> float:
+        """Seconds one side's pool of `instances` takes: its start-up (to ready, and the gap
+        to the next) once, each instance's warm-up and passes, up to `gpus` instances at
+        once (--concurrent, one GPU each). One instance is side_run_s."""
+        return self.ready_s + self.gap_s + -(-instances // gpus) * (
+            self.other_s + self.passes_s * scale)
+
 
 class NodePlan(NamedTuple):
-    """The rounds and requests per pass that decide at the least node time."""
+    """The rounds, instances a side and requests per pass that decide at the least node
+    time."""
     rounds: int
     requests_per_pass: int
     node_minutes: float
     repeat: Optional[int]  # run -n that gives those requests; None: --duration passes
     scale: float  # requests per pass against the runs'
+    instances: int = 1  # a side's pool each round (run_rounds.sh --instances)
+    gpus: int = 1  # the GPUs it assumes, one instance at a time on each
 
 
 class SpeedGroup(NamedTuple):
@@ -11077,8 +11094,10 @@ class NoiseFindings(NamedTuple):
     """The rows' noise, the plan (None: none within 1,000 rounds) and the speed groups."""
     rows: Tuple[RowNoise, ...]
     cost: Optional[NodeCost]
-    plan: Optional[NodePlan]
+    plan: Optional[NodePlan]  # on one GPU
     modes: Tuple[InstanceModes, ...]
+    single: Optional[NodePlan] = None  # the plan with one instance a side and round
+    on_gpus: Tuple[Tuple[int, Optional[NodePlan]], ...] = ()  # (GPUs, plan) per PLAN_GPUS
 
     def of(self, row: Row) -> Optional[RowNoise]:
         for item in self.rows:
@@ -11234,25 +11253,37 @@ def plan_scales(cost: NodeCost) -> List[Tuple[float, int, Optional[int]]]:
     return [(k, round(cost.requests * k), None) for k in DURATION_SCALES]
 
 
+def pool_spread(spread: float, found: Optional[RowNoise], scale: float,
+                instances: int) -> float:
+    """Return a row's spread with `instances` a side and `scale` times the requests per pass:
+    spread^2(K, s) = rounds^2 + (instances^2 + within^2 / s) / K. Runs of one instance a
+    round cannot tell what a round shares from what an instance adds; the between part is
+    counted as between instances (rounds^2 = 0), the best case for K, as the instances' own
+    speeds (speed groups) suggest. A row whose parts are not told apart (none, or within cut
+    to the spread) is planned as if more requests per pass narrowed none of it."""
+    if found is None or found.capped:
+        return spread / math.sqrt(instances)
+    return math.sqrt((found.between ** 2 + found.within ** 2 / scale) / instances)
+
+
 def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
-              cost: NodeCost, settings: GateSettings) -> Optional[NodePlan]:
-    """Return the requests per pass and rounds that decide as rounds_for() plans at the least
-    node time (two side runs a round); None when none does within 1,000 rounds."""
+              cost: NodeCost, settings: GateSettings, *, gpus: int = 1,
+              counts: Sequence[int] = INSTANCE_COUNTS) -> Optional[NodePlan]:
+    """Return the rounds, instances a side (of `counts`) and requests per pass that decide as
+    rounds_for() plans at the least node time: each round two pools, one side's after the
+    other's, each costed by NodeCost.pool_run_s on `gpus` GPUs; None when none decides
+    within MAX_PLAN_ROUNDS rounds."""
     best: Optional[NodePlan] = None
-    for scale, requests, repeat in plan_scales(cost):
-        spreads = []
-        for row in gated:
-            found = noise.get((row.pass_name, row.metric))
-            # a row whose parts are not told apart (none, or within cut to the spread, an
-            # upper bound) is planned as if more requests per pass narrowed none of it
-            spreads.append(row.spread if found is None or found.capped else
-                           math.sqrt(found.between ** 2 + found.within ** 2 / scale))
-        rounds = rounds_for(spreads, settings)
-        if rounds is None:
-            continue
-        minutes = rounds * 2 * cost.side_run_s(scale) / 60
-        if best is None or minutes < best.node_minutes * 0.999:
-            best = NodePlan(rounds, requests, minutes, repeat, scale)
+    for instances in counts:
+        for scale, requests, repeat in plan_scales(cost):
+            spreads = [pool_spread(row.spread, noise.get((row.pass_name, row.metric)), scale,
+                                   instances) for row in gated]
+            rounds = rounds_for(spreads, settings)
+            if rounds is None:
+                continue
+            minutes = rounds * 2 * cost.pool_run_s(scale, instances, gpus) / 60
+            if best is None or minutes < best.node_minutes * 0.999:
+                best = NodePlan(rounds, requests, minutes, repeat, scale, instances, gpus)
     return best
 
 
@@ -11296,9 +11327,17 @@ def noise_findings(rounds: Rounds, rows: Sequence[Row], settings: GateSettings) 
     noise = [n for n in (row_noise(rounds, r) for r in rows) if n is not None]
     cost = node_cost(rounds)
     gated = [r for r in rows if r.gated]
-    plan = None if cost is None or not gated else node_plan(
-        gated, {(n.pass_name, n.metric): n for n in noise}, cost, settings)
-    return NoiseFindings(tuple(noise), cost, plan, tuple(instance_modes(rounds, rows, settings)))
+    by_row = {(n.pass_name, n.metric): n for n in noise}
+    if cost is None or not gated:
+        return NoiseFindings(tuple(noise), cost, None,
+                             tuple(instance_modes(rounds, rows, settings)))
+    on_gpus = tuple((gpus, node_plan(gated, by_row, cost, settings, gpus=gpus,
+                                     counts=[k for k in INSTANCE_COUNTS if k % gpus == 0]
+                                     if gpus > 1 else INSTANCE_COUNTS))
+                    for gpus in PLAN_GPUS)
+    return NoiseFindings(tuple(noise), cost, on_gpus[0][1],
+                         tuple(instance_modes(rounds, rows, settings)),
+                         node_plan(gated, by_row, cost, settings, counts=(1,)), on_gpus)
 
 
 def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
@@ -11307,10 +11346,35 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
     plan = None if findings is None else findings.plan
     if plan is None:
         return None
-    minutes = f"{plan.node_minutes:.1f}" if plan.node_minutes < 10 else \
-        f"{plan.node_minutes:,.0f}"
-    return (f"about {plural(plan.rounds, 'round')} of {plan.requests_per_pass:,} requests per "
-            f"pass, about {minutes} minutes on this node")
+    pool = f" of {plan.instances} instances a side" if plan.instances > 1 else ""
+    return (f"about {plural(plan.rounds, 'round')}{pool} of {plan.requests_per_pass:,} requests "
+            f"per pass, about {minutes_text(plan.node_minutes)} minutes on this node")
+
+
+def minutes_text(minutes: float) -> str:
+    """Return node minutes as the plan prints them: one decimal under 10."""
+    return f"{minutes:.1f}" if minutes < 10 else f"{minutes:,.0f}"
+
+
+def pool_lines(findings: NoiseFindings) -> List[str]:
+    """Return what a pool of instances buys: one instance a round, the plan's K on one GPU,
+    and one instance per GPU on eight; nothing when the plan is one instance a round."""
+    plan, single = findings.plan, findings.single
+    if plan is None or plan.instances == 1:
+        return []
+    lines = ["what a pool buys (the between part counted as between instances, which runs "
+             "of one instance a round cannot tell from what a round shares: the best case "
+             "for pools): one instance a round: "
+             + (f"about {plural(single.rounds, 'round')}, {minutes_text(single.node_minutes)} "
+                f"minutes" if single is not None else "more than 1,000 rounds")]
+    for gpus, item in findings.on_gpus:
+        if item is None:
+            continue
+        where = ("on one GPU" if gpus == 1 else
+                 f"one per GPU on {gpus} GPUs (run_rounds.sh --gpus all --concurrent)")
+        lines.append(f"{item.instances} instances a round {where}: about "
+                     f"{plural(item.rounds, 'round')}, {minutes_text(item.node_minutes)} minutes")
+    return lines
 
 
 def main_part(item: RowNoise) -> str:
@@ -11345,15 +11409,20 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
                      f"between runs {cost.gap_s:.1f} s")
     if sentence is not None and findings.plan is not None:
-        how = ("" if findings.plan.repeat is None else
+        pool = (f" --instances {findings.plan.instances}" if findings.plan.instances > 1
+                else "")
+        how = (f" (run_rounds.sh{pool})" if findings.plan.repeat is None and pool else
+               "" if findings.plan.repeat is None else
                f" (run -n {findings.plan.repeat}; run_rounds.sh --requests-per-pass "
-               f"{findings.plan.requests_per_pass})")
+               f"{findings.plan.requests_per_pass}{pool})")
         passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
                   if settings.tolerance_pct > 0 else "")
         lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
                      f"one gated row is found {PLAN_DETECT_POWER:.0%} of the time")
+        lines += pool_lines(findings)
     elif cost is not None:
-        lines.append("plan: more than 1,000 rounds at any requests per pass")
+        lines.append(f"plan: more than 1,000 rounds at any requests per pass and pool of up to "
+                     f"{INSTANCE_COUNTS[-1]} instances")
     for mode in findings.modes:
         groups = "; ".join(f"{', '.join(f'r{n}' for n in g.rounds)} at {span(g)} ms"
                            for g in mode.groups)
@@ -11387,9 +11456,15 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
         return None
     plan, cost = findings.plan, findings.cost
     return {"rounds": None if plan is None else plan.rounds,
+            "instances": None if plan is None else plan.instances,
             "requests_per_pass": None if plan is None else plan.requests_per_pass,
             "node_minutes": None if plan is None else plan.node_minutes,
             "repeat": None if plan is None else plan.repeat,
+            "scale": None if plan is None else plan.scale,
+            "gpus": {str(gpus): None if item is None else {
+                "instances": item.instances, "rounds": item.rounds,
+                "requests_per_pass": item.requests_per_pass, "node_minutes": item.node_minutes}
+                for gpus, item in findings.on_gpus},
             "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}
@@ -17676,6 +17751,10 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
                    help="a slow phase now and then: of every EVERY previews, the last LENGTH "
                         "wait MS more")
+    p.add_argument("--instance-sd", type=non_negative_float, default=0.0, metavar="PCT",
+                   help="give this instance its own speed: its delay and jitter times a "
+                        "log-normal draw of this log standard deviation (in %%), seeded by "
+                        "--seed and the ROUND, SIDE and INSTANCE run_rounds.sh gives it")
     p.add_argument("--startup-s", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="start-up time: /ready answers 503 and previews carry no decision "
                         "result this long, as a router loading its classifiers")
@@ -17726,6 +17805,15 @@ def add_today_options(p: argparse.ArgumentParser) -> None:
                         "(the decision failed after the signals ran)")
 
 
+def instance_speed(sd_pct: float, seed: int, environ: Mapping[str, str]) -> float:
+    """Return an instance's time factor: exp of a normal draw of sd_pct / 100, seeded by the
+    seed and the instance run_rounds.sh names (ROUND, SIDE, INSTANCE); 1 without a spread."""
+    if not sd_pct:
+        return 1.0
+    key = ":".join([str(seed)] + [environ.get(n, "") for n in ("ROUND", "SIDE", "INSTANCE")])
+    return math.exp(random.Random(key).gauss(0.0, sd_pct / 100))
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
@@ -17740,7 +17828,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                      partial_share=args.partial_share,
                                      signal_errors=args.signal_errors or SkippedSignals()),
                                  signals=SignalModel(args.signals or (),
-                                                     args.parallel_signals))
+                                                     args.parallel_signals),
+                                 speed=instance_speed(args.instance_sd, args.seed, os.environ))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -17752,6 +17841,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
           f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
           f"{f', {args.workers} workers' if args.workers else ''}"
+          f"{f', this instance x{router.speed:.3f}' if args.instance_sd else ''}"
           f"{signals_text(args.signals or (), args.parallel_signals)}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops", f"metrics at {router.metrics_url}"

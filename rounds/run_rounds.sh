@@ -125,7 +125,8 @@ declare -A pool_pid=()    # "role:i" -> the session of instance i's start comman
 declare -A pool_url=()    # "role:i" -> the URL instance i answers at
 declare -A pool_ready=()  # "role:i" -> seconds from its start to ready (a fact it records)
 declare -A pool_started=()  # "role:i" -> its place in the start order of the round
-gpu_list=()               # --gpus: the GPU of instance i is gpu_list[i - 1]
+gpu_list=()               # --gpus: instance i on gpu_list[(i - 1) % its length]
+at_once=1                 # --concurrent: instances measured at once, one per GPU
 router_cpus=""            # --router-cpus after --: the cores split per instance
 
 gpu_indexes() {  # every GPU nvidia-smi (or rocm-smi) lists, by index, one a line
@@ -177,9 +178,9 @@ check_pool_options() {
     fi
   fi
   if [ "$concurrent" -eq 1 ]; then
-    [ ${#gpu_list[@]} -ge "$instances" ] || die "--concurrent measures a side's $instances $(
-      )instances at once, each on its own GPU: --gpus lists ${#gpu_list[@]}; give --gpus $(
-      )with $instances GPUs, or leave out --concurrent"
+    [ ${#gpu_list[@]} -gt 0 ] || die "--concurrent measures a side's instances at once, $(
+      )each on its own GPU: give --gpus LIST or all, or leave out --concurrent"
+    at_once=$(( instances < ${#gpu_list[@]} ? instances : ${#gpu_list[@]} ))
     local cores
     cores=$( { nproc 2>/dev/null || getconf _NPROCESSORS_ONLN; } )
     if [ -n "$router_cpus" ]; then
@@ -187,8 +188,9 @@ check_pool_options() {
 print(sum(int(b or a) - int(a) + 1 for a, _, b in (p.partition("-") for p in sys.argv[1].split(","))))' \
         "$router_cpus") ))
     fi
-    [ "$cores" -ge "$instances" ] || die "--concurrent runs $instances drivers at once, but $(
-      )only $cores cores are free of the routers (--router-cpus): at most $cores instances fit"
+    # (a dry run may print the schedule of a larger node)
+    [ "$cores" -ge "$at_once" ] || [ "$dry_run" -eq 1 ] || die "--concurrent runs $at_once drivers at once, but $(
+      )only $cores cores are free of the routers (--router-cpus): at most $cores fit"
   fi
   if [ "$instances" -gt 1 ]; then
     for role in base new; do
@@ -238,7 +240,8 @@ pool_schedule() {
         instance_url "$role" "$i"; side=${name[$role]}
         printf 'round %d %s@%d: start: INSTANCE=%d PORT=%s%s %s\n' "$r" "$side" "$i" "$i" \
           "$( [ -n "$target" ] && url_port "$target")" \
-          "${gpu_list[$((i - 1))]:+ GPU=${gpu_list[$((i - 1))]}}" "${start_cmd[$role]}"
+          "$( [ ${#gpu_list[@]} -eq 0 ] || echo " GPU=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}")" \
+          "${start_cmd[$role]}"
       done
       [ "$together" -eq 1 ] || pool_schedule_runs "$role"
     done
@@ -283,7 +286,8 @@ measure_order() {
 }
 
 start_instance() {  # start instance $2 of role $1 in a session of its own
-  local role=$1 i=$2 side=${name[$1]} gpu=${gpu_list[$(($2 - 1))]:-} port=""
+  local role=$1 i=$2 side=${name[$1]} gpu="" port=""
+  if [ ${#gpu_list[@]} -gt 0 ]; then gpu=${gpu_list[$(( ($2 - 1) % ${#gpu_list[@]} ))]}; fi
   instance_url "$role" "$i"
   if [ -n "$target" ]; then
     port=$(url_port "$target")
@@ -351,9 +355,10 @@ instance_args() {  # sets instance_args: run's --instance items of instance $2 o
                    $((pool_ready[$key] % 1000)))")
   local port; port=$(url_port "${pool_url[$key]}")
   instance_args+=(--instance "port=$port")
-  if [ -n "${gpu_list[$((i - 1))]:-}" ]; then
-    instance_args+=(--instance "gpu=${gpu_list[$((i - 1))]}")
-    instance_facts "${gpu_list[$((i - 1))]}"
+  if [ ${#gpu_list[@]} -gt 0 ]; then
+    local gpu=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}
+    instance_args+=(--instance "gpu=$gpu")
+    instance_facts "$gpu"
   fi
   if [ -n "$router_cpus" ]; then
     share=$(cpu_share "$router_cpus" "$instances" "$i")
@@ -401,7 +406,7 @@ measure_instance() {  # measure instance $2 of role $1 in the background; sets r
   local file="$dir/r$r-$side@$i.json"
   instance_args "$role" "$i"
   if [ "$concurrent" -eq 1 ] && [ -n "${DRIVER_CPUS:-}" ]; then
-    share=$(cpu_share "$DRIVER_CPUS" "$instances" "$i")
+    share=$(cpu_share "$DRIVER_CPUS" "$at_once" "$(( (i - 1) % at_once + 1 ))")
     if [ -n "$share" ]; then runner=(taskset -c "$share" "${tool_run[@]}"); fi
   fi
   side_args=()
@@ -460,9 +465,13 @@ measure_pools() {  # round $r of pools: start, wait until all are ready, measure
     say "round $r/$rounds ${name[$role]}: starting a pool of $instances"
     for ((i = 1; i <= instances; i++)); do start_instance "$role" "$i"; done
     wait_pool_ready
-    if [ "$concurrent" -eq 1 ]; then
-      for ((i = 1; i <= instances; i++)); do measure_instance "$role" "$i"; done
-      for ((i = 1; i <= instances; i++)); do finish_instance "$role" "$i"; done
+    if [ "$concurrent" -eq 1 ]; then  # in waves of one instance per GPU
+      local wave last
+      for ((wave = 1; wave <= instances; wave += at_once)); do
+        last=$(( wave + at_once - 1 < instances ? wave + at_once - 1 : instances ))
+        for ((i = wave; i <= last; i++)); do measure_instance "$role" "$i"; done
+        for ((i = wave; i <= last; i++)); do finish_instance "$role" "$i"; done
+      done
     else
       for ((i = 1; i <= instances; i++)); do
         measure_instance "$role" "$i"; finish_instance "$role" "$i"
@@ -528,12 +537,14 @@ Options:
   --together              both sides' pools up at once (where memory allows): one start-up
                           a round, instances measured interleaved (a1 b1 b2 a2 a3 b3 ...)
   --gpus LIST|all         place instance i on the i-th GPU of LIST (or of every GPU that
-                          nvidia-smi or rocm-smi lists): its start command sees GPU and
+                          nvidia-smi or rocm-smi lists; past its end, round again from the
+                          first): its start command sees GPU and
                           CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES;
                           with --router-cpus LIST after --, each instance gets its share
-  --concurrent            measure a side's instances at once, each by its own driver (on its
-                          share of DRIVER_CPUS): needs a GPU per instance (--gpus) and at
-                          least as many free cores as instances
+  --concurrent            measure a side's instances at once, one per GPU (in waves where
+                          there are more instances than GPUs), each by its own driver (on its
+                          share of DRIVER_CPUS): needs --gpus, and as many free cores as
+                          instances measured at once
   --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
 EOT

@@ -979,17 +979,29 @@ def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new
     if name != "demo-aa":  # the H200's folders plan within what the tool runs
         assert plan["rounds"] is not None
     corpus = str(folder / "corpus.json")
-    for rounds in {plan["rounds"], more and more + len(report["used"])} - {None}:
+    # the plan (its pool of instances a side, on one GPU and one per GPU on 8), and the rounds
+    # "more rounds would decide it" asks of the design run
+    plans = [(plan["rounds"], plan["instances"], [])] + [
+        (item["rounds"], item["instances"], ["--gpus", ",".join(map(str, range(int(gpus)))),
+                                             "--concurrent"] if gpus != "1" else [])
+        for gpus, item in plan["gpus"].items() if item] if plan["rounds"] else []
+    if more:
+        plans.append((more + len(report["used"]), 1, []))
+    if name != "demo-aa":
+        assert plan["instances"] > 1 and plan["gpus"]["8"]["instances"] > 1
+    for rounds, instances, placed in plans:
         for how in (["--rounds", str(rounds)],
                     ["--until-decided", "--max-rounds", str(rounds)]):
-            command = driver_args(tmp_path, corpus, "--dry-run",
-                                  "--requests-per-pass", str(plan["requests_per_pass"] or 1))
+            command = pool_command(tmp_path, corpus, "--dry-run", "--requests-per-pass",
+                                   str(plan["requests_per_pass"] or 1), "--instances",
+                                   str(instances), *placed)
             at = command.index("--rounds")
             command[at:at + 2] = how
             result = subprocess.run(command, capture_output=True, text=True, timeout=60)
             assert result.returncode == 0, result.stderr
             assert result.stdout.splitlines()[-1].startswith("then: ")
-            assert f"round {rounds} gpu: run: " in result.stdout
+            assert re.search(rf"^round {rounds} gpu(@{instances})?: run: ", result.stdout,
+                             re.MULTILINE)
         judged = cli("rounds", "--dir", tmp_path, "--base", base, "--new", new,
                      "--sequential", rounds)
         assert judged.code == 2 and "no r<N>-" in judged.err  # not the option refused
@@ -1100,19 +1112,18 @@ def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
     cores = os.cpu_count()
     for options, after, message in [
             (["--instances", "2", "--concurrent"], [],
-             "--concurrent measures a side's 2 instances at once, each on its own GPU: --gpus "
-             "lists 0; give --gpus with 2 GPUs, or leave out --concurrent"),
-            (["--instances", "3", "--concurrent", "--gpus", "0,1"], [],
-             "--concurrent measures a side's 3 instances at once, each on its own GPU: --gpus "
-             "lists 2; give --gpus with 3 GPUs, or leave out --concurrent"),
-            (["--instances", "2", "--concurrent", "--gpus", "0,1"],
+             "--concurrent measures a side's instances at once, each on its own GPU: give "
+             "--gpus LIST or all, or leave out --concurrent"),
+            (["--instances", "3", "--concurrent", "--gpus", "0,1"],
              ["--router-cpus", f"0-{cores - 2}"],
              "--concurrent runs 2 drivers at once, but only 1 cores are free of the routers "
-             "(--router-cpus): at most 1 instances fit"),
+             "(--router-cpus): at most 1 fit"),
             (["--instances", "0"], [], "--instances must be a whole number from 1 to 999, got '0'"),
             (["--instances", "2", "--gpus", "0,x"], [],
              "--gpus takes a comma-separated list of GPU indexes (0,1,2) or all, got '0,x'")]:
-        result = subprocess.run(head[:2] + ["--dry-run"] + head[2:] + options + tail + after,
+        # the cores are checked on the node that runs it, not in a dry run
+        dry = [] if "--router-cpus" in after else ["--dry-run"]
+        result = subprocess.run(head[:2] + dry + head[2:] + options + tail + after,
                                 capture_output=True, text=True, timeout=60)
         assert (result.returncode, result.stdout) == (2, ""), result.stderr
         assert result.stderr == f"run_rounds.sh: error: {message}\n"
