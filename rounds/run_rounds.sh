@@ -364,12 +364,16 @@ instance_args() {  # sets instance_args: run's --instance items of instance $2 o
     share=$(cpu_share "$router_cpus" "$instances" "$i")
     if [ -n "$share" ]; then instance_args+=(--instance "cores=$share"); fi
   fi
-  # where its threads ran: the CPUs of the threads of its start command's session
-  cpus=$(thread_cpus "${pool_pid[$key]}")
+  # where its threads ran: the CPUs of the threads of its start command's session, and
+  # their NUMA nodes
+  local nodes
+  read -r cpus nodes <<< "$(thread_cpus "${pool_pid[$key]}")"
   if [ -n "$cpus" ]; then instance_args+=(--instance "thread_cpus=$cpus"); fi
+  if [ -n "$nodes" ]; then instance_args+=(--instance "numa_nodes=$nodes"); fi
 }
 
-# the CPUs the threads of session $1 last ran on (/proc/*/task/*/stat field 39), as a list
+# the CPUs the threads of session $1 last ran on (/proc/*/task/*/stat field 39), and their
+# NUMA nodes (/sys/devices/system/node), as two lists
 thread_cpus() {
   "$python" - "$1" <<'PY'
 import os, sys
@@ -386,7 +390,20 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
             cpus.add(int(fields[fields.rindex(")") + 2:].split()[36]))
     except (OSError, ValueError, IndexError):
         continue
-print(",".join(map(str, sorted(cpus))))
+nodes = set()
+for node in os.listdir("/sys/devices/system/node") if os.path.isdir(
+        "/sys/devices/system/node") else ():
+    if node.startswith("node") and node[4:].isdigit():
+        try:
+            with open(f"/sys/devices/system/node/{node}/cpulist") as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        for item in filter(None, text.split(",")):
+            low, _, high = item.partition("-")
+            if cpus & set(range(int(low), int(high or low) + 1)):
+                nodes.add(int(node[4:]))
+print(",".join(map(str, sorted(cpus))), ",".join(map(str, sorted(nodes))))
 PY
 }
 

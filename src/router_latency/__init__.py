@@ -61,6 +61,7 @@ order:
   judging:
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     noise              the spread taken apart (within, between), a plan in node time, speed groups
+    speeds             what separates the instances' speed groups (a GPU, cores, ...)
     judged             a judged row as every output writes it: its change, its JSON
     attribution        where the time goes: a pass's time by part
     compare            compare_runs(): two runs as one report object

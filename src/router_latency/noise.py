@@ -28,7 +28,8 @@ from .requests import pass_title, Request
 from .roundset import Rounds
 from .gate import BEYOND_LIMIT, GateOutcome, GateSettings, Row
 
-__all__ = ["noise_findings", "noise_json", "NoiseFindings", "plan_section"]
+__all__ = ["MIN_MODE_ROUNDS", "MODE_GAP_SDS", "noise_findings", "noise_json", "NoiseFindings",
+           "pass_within", "plan_section", "speed_groups"]
 
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)

@@ -18,6 +18,7 @@ from .cache import cache_section, cache_warnings
 from .degraded import degraded_text
 from .runfile import PassRecord, RunFile
 from .pools import check_pools, instance_file_side
+from .speeds import speeds_section
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
 from .compare import floor_warnings
@@ -636,6 +637,8 @@ def rounds_sections(rounds: Rounds, found: Findings, settings: GateSettings,
         order_section(found.order, found.order_effect, base, new),
         plan_section(noise, settings, outcome,
                      more_rounds(outcome) if outcome.status == "inconclusive" else None, rows),
+        speeds_section(rounds, [r.pass_name for r in rows if r.metric == "p50_ms"],
+                       settings.tolerance_log),
         latency_section(pass_latencies(rounds), base, new))
 
 
