@@ -4355,7 +4355,7 @@ class Instance(NamedTuple):
     round: int
     side: str
     number: int
-    count: int  # the pool's instances
+    pool_size: int  # the pool's instances (JSON: count)
     port: Optional[int] = None
     gpu: Optional[str] = None  # the GPU it was placed on (its index, as --gpus lists it)
     cores: Optional[str] = None  # its share of the router's cores (a CPU list)
@@ -4363,7 +4363,7 @@ class Instance(NamedTuple):
 
     def to_json(self) -> dict:
         return {"round": self.round, "side": self.side, "number": self.number,
-                "count": self.count, "port": self.port, "gpu": self.gpu, "cores": self.cores,
+                "count": self.pool_size, "port": self.port, "gpu": self.gpu, "cores": self.cores,
                 "facts": self.facts}
 
     @classmethod
@@ -5383,10 +5383,10 @@ def load_side(path: str) -> RunFile:
         run = load_run(found[i])
         recorded = run.instance
         if recorded is not None and (recorded.round, recorded.side, recorded.number,
-                                     recorded.count) != (int(number), side, i, count):
+                                     recorded.pool_size) != (int(number), side, i, count):
             raise RouterLatencyError(
                 f"the file names instance {i} of {count} of {side} in round {number}, its "
-                f"run instance {recorded.number} of {recorded.count} of {recorded.side} in "
+                f"run instance {recorded.number} of {recorded.pool_size} of {recorded.side} in "
                 f"round {recorded.round}", found[i])
         runs.append(run)
     return pool_run(runs)
@@ -16907,7 +16907,8 @@ def instance_of(items: Sequence[Tuple[str, Any]]) -> Optional[Instance]:
                                  f"count={given['count']}")
     return Instance(given["round"], given["side"], given["number"], given["count"],
                     given.get("port"), given.get("gpu"), given.get("cores"),
-                    {k: v for k, v in given.items() if k not in Instance._fields})
+                    {k: v for k, v in given.items()
+                     if k not in ("round", "side", "number", "count", "port", "gpu", "cores")})
 
 
 def config_hash_text(text: str) -> str:

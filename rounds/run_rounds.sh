@@ -463,13 +463,47 @@ stop_pools() {  # stop every started instance (its stop command with INSTANCE an
   pool_url=(); pool_ready=(); pool_started=(); pool_since=(); pool_run=()
 }
 
+gpu_free_mib() {  # prints GPU $1's free memory in MiB (nvidia-smi); nothing where unknown
+  command -v nvidia-smi >/dev/null || return 0
+  { nvidia-smi -i "$1" --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null \
+    | head -n 1 | tr -d ' '; } || true
+}
+
+# before the first pool: start its first instance alone, and refuse the pool when its GPU's
+# free memory before the start cannot hold as many instances as the pool puts on one GPU
+pool_fits() {
+  local role=$1 gpu=${gpu_list[0]:-0} before after per_gpu fit
+  checked_fit=1
+  before=$(gpu_free_mib "$gpu")
+  start_instance "$role" 1
+  [[ "$before" =~ ^[0-9]+$ ]] || return 0
+  wait_pool_ready
+  after=$(gpu_free_mib "$gpu")
+  [[ "$after" =~ ^[0-9]+$ ]] && [ "$after" -lt "$before" ] || return 0
+  local gpus=$(( ${#gpu_list[@]} > 0 ? ${#gpu_list[@]} : 1 ))
+  per_gpu=$(( (instances + gpus - 1) / gpus ))
+  if [ "$together" -eq 1 ]; then per_gpu=$((per_gpu * 2)); fi
+  fit=$(( before / (before - after) ))
+  [ "$per_gpu" -le "$fit" ] || die "a pool of $instances does not fit: its first instance $(
+    )took $((before - after)) MiB of GPU $gpu, which had $before MiB free before it started: $(
+    )at most $fit instances a GPU, and the pool puts $per_gpu on one$(
+    [ "$together" -eq 1 ] && echo ' (both sides, --together)')"
+}
+checked_fit=0
+
 measure_pools() {  # round $r of pools: start, wait until all are ready, measure, stop
-  local role item
+  local role item first=1
   started_count=0
+  if [ "$checked_fit" -eq 0 ]; then
+    read -r role _ <<< "$(order_of "$r")"
+    pool_fits "$role"
+    first=2
+  fi
   if [ "$together" -eq 1 ]; then
     say "round $r/$rounds: starting both pools of $instances"
     for role in $(order_of "$r"); do
-      for ((i = 1; i <= instances; i++)); do start_instance "$role" "$i"; done
+      for ((i = first; i <= instances; i++)); do start_instance "$role" "$i"; done
+      first=1
     done
     wait_pool_ready
     for item in $(measure_order "$r"); do
@@ -480,7 +514,8 @@ measure_pools() {  # round $r of pools: start, wait until all are ready, measure
   fi
   for role in $(order_of "$r"); do
     say "round $r/$rounds ${name[$role]}: starting a pool of $instances"
-    for ((i = 1; i <= instances; i++)); do start_instance "$role" "$i"; done
+    for ((i = first; i <= instances; i++)); do start_instance "$role" "$i"; done
+    first=1
     wait_pool_ready
     if [ "$concurrent" -eq 1 ]; then  # in waves of one instance per GPU
       local wave last

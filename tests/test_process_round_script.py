@@ -1142,3 +1142,28 @@ def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
     assert [re.search(r" PORT=(\d+) ", line).group(1) for line in result.stdout.splitlines()
             if line.startswith("round 1 cpu@") and ": start: " in line] == [
         "8801", "8802", "8803"]
+
+
+@pytest.mark.process
+def test_driver_refuses_a_pool_its_gpu_memory_cannot_hold_before_measuring(tmp_path):
+    # the stand-in GPU had 10,000 MiB free; the first instance's start leaves 6,000: a pool
+    # of 3 on one GPU does not fit (at most 2), and nothing is measured
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    free = tmp_path / "free"
+    free.write_text("10000\n")
+    (fake / "nvidia-smi").write_text(f"#!/bin/sh\ncat {shlex.quote(str(free))}\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    command = pool_command(tmp_path, corpus, "--instances", "3")
+    at = command.index("--base-start") + 1
+    command[at] = f"echo 6000 > {shlex.quote(str(free))}; {command[at]}"
+    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "run_rounds.sh: error: a pool of 3 does not fit: its first instance took 4000 MiB of "
+        "GPU 0, which had 10000 MiB free before it started: at most 2 instances a GPU, and "
+        "the pool puts 3 on one")
+    assert not list((tmp_path / "results").glob("*.json"))
+    assert nothing_listens(tmp_path / "cpu-1.url")  # its first instance was stopped

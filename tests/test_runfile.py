@@ -316,7 +316,7 @@ def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     assert_one_line_error(result, "schema router-latency/run/4 is newer than this tool reads")
 
 
-INSTANCE = Instance(round=3, side="gpu", number=2, count=8, port=8803, gpu="1", cores="4-7",
+INSTANCE = Instance(round=3, side="gpu", number=2, pool_size=8, port=8803, gpu="1", cores="4-7",
                     facts={"thread_cpus": "4-7", "numa_node": 0, "gpu_bus_id": "00000000:19:00.0",
                            "ready_s": 13.4, "start_order": 4})
 
@@ -330,7 +330,9 @@ def test_an_instance_of_a_pool_reads_back_and_says_so_in_its_schema(tmp_path):
     written = b"".join(dump_run(run))
     document = json.loads(written)
     assert document["schema"] == "router-latency/run/3"
-    assert document["instance"] == {**INSTANCE._asdict()}
+    assert document["instance"] == {
+        "round": 3, "side": "gpu", "number": 2, "count": 8, "port": 8803, "gpu": "1",
+        "cores": "4-7", "facts": INSTANCE.facts}
     path = tmp_path / "instance.json"
     path.write_bytes(written)
     loaded = load_run(str(path))

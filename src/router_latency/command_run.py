@@ -207,7 +207,8 @@ def instance_of(items: Sequence[Tuple[str, Any]]) -> Optional[Instance]:
                                  f"count={given['count']}")
     return Instance(given["round"], given["side"], given["number"], given["count"],
                     given.get("port"), given.get("gpu"), given.get("cores"),
-                    {k: v for k, v in given.items() if k not in Instance._fields})
+                    {k: v for k, v in given.items()
+                     if k not in ("round", "side", "number", "count", "port", "gpu", "cores")})
 
 
 def config_hash_text(text: str) -> str:

@@ -25,7 +25,7 @@ class Instance(NamedTuple):
     round: int
     side: str
     number: int
-    count: int  # the pool's instances
+    pool_size: int  # the pool's instances (JSON: count)
     port: Optional[int] = None
     gpu: Optional[str] = None  # the GPU it was placed on (its index, as --gpus lists it)
     cores: Optional[str] = None  # its share of the router's cores (a CPU list)
@@ -33,7 +33,7 @@ class Instance(NamedTuple):
 
     def to_json(self) -> dict:
         return {"round": self.round, "side": self.side, "number": self.number,
-                "count": self.count, "port": self.port, "gpu": self.gpu, "cores": self.cores,
+                "count": self.pool_size, "port": self.port, "gpu": self.gpu, "cores": self.cores,
                 "facts": self.facts}
 
     @classmethod

@@ -140,10 +140,10 @@ def load_side(path: str) -> RunFile:
         run = load_run(found[i])
         recorded = run.instance
         if recorded is not None and (recorded.round, recorded.side, recorded.number,
-                                     recorded.count) != (int(number), side, i, count):
+                                     recorded.pool_size) != (int(number), side, i, count):
             raise RouterLatencyError(
                 f"the file names instance {i} of {count} of {side} in round {number}, its "
-                f"run instance {recorded.number} of {recorded.count} of {recorded.side} in "
+                f"run instance {recorded.number} of {recorded.pool_size} of {recorded.side} in "
                 f"round {recorded.round}", found[i])
         runs.append(run)
     return pool_run(runs)
