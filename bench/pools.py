@@ -156,9 +156,31 @@ def e2e(instances: int, rounds: int, args: argparse.Namespace) -> list:
                 command += ["--instances", str(instances)]
             command += ["--", "-c", "1", "--warmup", "0", "--repeat", str(SENDINGS)]
             began = time.monotonic()
-            subprocess.run(command, capture_output=True)
+            done = subprocess.run(command, capture_output=True, text=True)
             times.append(time.monotonic() - began)
+            if done.returncode not in (0, 1, 3):  # a verdict, or no run to time
+                print(f"  end-to-end run {run + 1} failed ({done.returncode}): "
+                      f"{done.stderr.strip().splitlines()[-1:]}")
     return times
+
+
+def judged_arm(instances: int, rounds: int, true_spread: float,
+           args: argparse.Namespace) -> None:
+    """Print an arm's judging: its power, its A/A false-fail rate, the noise split."""
+    found = judged(instances, rounds, args.change, args, 1)
+    null = judged(instances, rounds, 0.0, args, 2)
+    power = found["counts"]["fail"] / args.series
+    false = null["counts"]["fail"] / args.series
+    print(f"{instances} instance(s) a round, {rounds} rounds: +{100 * args.change:g}% FAIL "
+          f"{power:.1%} (+-{math.sqrt(power * (1 - power) / args.series):.1%}), A/A FAIL "
+          f"{false:.1%} (+-{math.sqrt(max(false, 1 / args.series) / args.series):.1%}); "
+          f"outcomes {found['counts']} / A/A {null['counts']}")
+    if found["split"]:
+        spread, within, between = found["split"]
+        print(f"  noise of the change, p50 (first series): spread {spread:.1f}% = within "
+              f"{within:.1f}% and between {between:.1f}%; truth: spread {true_spread:.1f}% "
+              f"= within {100 * args.within * math.sqrt(2 / instances):.1f}% and between "
+              f"{100 * args.between * math.sqrt(2 / instances):.1f}%")
 
 
 def main() -> None:
@@ -172,6 +194,9 @@ def main() -> None:
     parser.add_argument("--change", type=float, default=0.15)
     parser.add_argument("--tolerance", type=float, default=5.0)
     parser.add_argument("--e2e", type=int, default=0, help="end-to-end runs per design")
+    parser.add_argument("--e2e-rounds", type=int, default=0,
+                        help="rounds of each end-to-end run (default: the design's), its "
+                             "time per round then beside the model's")
     args = parser.parse_args()
     print(f"node: start-up {STARTUP_S * args.scale:.2f} s, pass {PASS_S * args.scale:.2f} s "
           f"(scale {args.scale:g}); between instances {100 * args.between:g}%, within "
@@ -180,26 +205,21 @@ def main() -> None:
     for instances in (1, args.instances):
         rounds = planned_rounds(instances, args)
         true_spread = 100 * math.sqrt(2 * (args.between ** 2 + args.within ** 2) / instances)
-        found = judged(instances, rounds, args.change, args, 1)
-        null = judged(instances, rounds, 0.0, args, 2)
-        power = found["counts"]["fail"] / args.series
-        false = null["counts"]["fail"] / args.series
-        print(f"{instances} instance(s) a round, {rounds} rounds: +{100 * args.change:g}% FAIL "
-              f"{power:.1%} (+-{math.sqrt(power * (1 - power) / args.series):.1%}), A/A FAIL "
-              f"{false:.1%} (+-{math.sqrt(max(false, 1 / args.series) / args.series):.1%}); "
-              f"outcomes {found['counts']} / A/A {null['counts']}")
-        if found["split"]:
-            spread, within, between = found["split"]
-            print(f"  noise of the change, p50 (first series): spread {spread:.1f}% = within "
-                  f"{within:.1f}% and between {between:.1f}%; truth: spread {true_spread:.1f}% "
-                  f"= within {100 * args.within * math.sqrt(2 / instances):.1f}% and between "
-                  f"{100 * args.between * math.sqrt(2 / instances):.1f}%")
         minutes = model_minutes(instances, rounds, args.scale)
-        print(f"  node time (model): {minutes:.1f} minutes")
+        if args.series == 0:
+            print(f"{instances} instance(s) a round, {rounds} rounds: node time (model) "
+                  f"{minutes:.1f} minutes")
+        else:
+            judged_arm(instances, rounds, true_spread, args)
+            print(f"  node time (model): {minutes:.1f} minutes")
         if args.e2e:
-            times = e2e(instances, rounds, args)
-            print(f"  node time (end to end, {len(times)} runs): median "
-                  f"{statistics.median(times) / 60:.1f} minutes ({', '.join(f'{t:.0f}' for t in times)} s)")
+            timed = args.e2e_rounds or rounds
+            times = e2e(instances, timed, args)
+            print(f"  end to end, {len(times)} runs of {timed} rounds: median "
+                  f"{statistics.median(times) / 60:.2f} minutes, "
+                  f"{statistics.median(times) / timed:.1f} s a round against the model's "
+                  f"{60 * model_minutes(instances, 1, args.scale):.1f} s "
+                  f"({', '.join(f'{t:.0f}' for t in times)} s)")
 
 
 if __name__ == "__main__":
