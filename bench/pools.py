@@ -140,17 +140,19 @@ def e2e(instances: int, rounds: int, args: argparse.Namespace) -> list:
                 "schema": CORPUS_SCHEMA, "source": {"repo": "bench"}, "files": {},
                 "prompts": [{"id": i, "text": f"prompt {i}", "source": "bench"}
                             for i in range(PROMPTS)]}))
+            # one instance a round: no INSTANCE, one URL file a side
+            mark, each = ("%i", "$INSTANCE") if instances > 1 else ("1", "1")
             start = {side: (f"exec {shlex.quote(sys.executable)} {tool} simulate --port 0 "
                             f"--serial --delay-ms {delay_ms:.3f} --instance-sd "
                             f"{100 * args.between:g} --seed {run} --startup-s "
                             f"{STARTUP_S * args.scale:.3f} --url-file "
-                            f"{folder}/{side}-$INSTANCE.url")
+                            f"{folder}/{side}-{each}.url")
                      for side in ("a", "b")}
             command = ["bash", str(ROOT / "rounds" / "run_rounds.sh"), "--rounds", str(rounds),
                        "--dir", str(folder / "results"), "--corpus",
                        str(folder / "corpus.json"), "--base", "a", "--base-start", start["a"],
-                       "--base-url-file", f"{folder}/a-%i.url", "--new", "b", "--new-start",
-                       start["b"], "--new-url-file", f"{folder}/b-%i.url",
+                       "--base-url-file", f"{folder}/a-{mark}.url", "--new", "b",
+                       "--new-start", start["b"], "--new-url-file", f"{folder}/b-{mark}.url",
                        "--tolerance", str(args.tolerance)]
             if instances > 1:
                 command += ["--instances", str(instances)]
