@@ -97,6 +97,7 @@ rounds_given=0
 until_decided=0
 min_rounds=3
 max_rounds=10
+max_sequential=1000  # the most rounds of --until-decided (rl.MAX_SEQUENTIAL_ROUNDS)
 budget_minutes=""   # --budget-minutes: no round starts that would end past it
 requests_per_pass=""  # --requests-per-pass: run -n, enough sendings of the corpus for it
 dir=""
@@ -105,6 +106,10 @@ wait_ready=300
 stop_wait=30
 dry_run=0
 resume=0
+instances=1   # --instances K: routers per side and round, started together (a pool)
+together=0    # --together: both sides' pools up at once, their instances interleaved
+gpus=""       # --gpus LIST|all: instance i on the i-th GPU of the list
+concurrent=0  # --concurrent: a side's instances measured at once, one GPU each
 declare -A name=([base]="" [new]="")
 declare -A start_cmd=([base]="" [new]="")
 declare -A stop_cmd=([base]="" [new]="")
@@ -116,6 +121,427 @@ rounds_args=(--tolerance 5)  # passed to `rounds`
 format_args=()
 final_args=()  # passed to the final `rounds` only: --junit, --html
 run_args=()
+
+# --- pools (--instances, --together, --gpus, --concurrent) ---
+# With --instances 1 and neither --together nor --gpus (pooled=0) a round runs as it always
+# did (measure_side); otherwise measure_pools runs it: each side's K routers started together,
+# all waited for, each measured into r<N>-<side>@<i>.json, then all stopped.
+pooled=0
+declare -A pool_pid=()    # "role:i" -> the session of instance i's start command
+declare -A pool_url=()    # "role:i" -> the URL instance i answers at
+declare -A pool_ready=()  # "role:i" -> seconds from its start to ready (a fact it records)
+declare -A pool_started=()  # "role:i" -> its place in the start order of the round
+gpu_list=()               # --gpus: instance i on gpu_list[(i - 1) % its length]
+at_once=1                 # --concurrent: instances measured at once, one per GPU
+router_cpus=""            # --router-cpus after --: the cores split per instance
+
+gpu_indexes() {  # every GPU nvidia-smi (or rocm-smi) lists, by index, one a line
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | tr -d ' '
+  elif command -v rocm-smi >/dev/null; then
+    rocm-smi --showid 2>/dev/null | sed -n 's/^GPU\[\([0-9]*\)\].*/\1/p' | sort -un
+  fi
+}
+
+# the i-th share of a CPU list split into $2 parts (cores 0-15 in 4: 0-3, 4-7, ...), or
+# nothing when the list has fewer CPUs than parts
+cpu_share() {
+  "$python" - "$@" <<'PY'
+import sys
+text, parts, i = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cpus = []
+for item in text.split(","):
+    low, _, high = item.partition("-")
+    cpus += range(int(low), int(high or low) + 1)
+if len(cpus) >= parts:
+    size = len(cpus) // parts
+    print(",".join(map(str, cpus[(i - 1) * size:i * size])))
+PY
+}
+
+check_pool_options() {
+  [[ "$instances" =~ ^[1-9][0-9]{0,2}$ ]] \
+    || die "--instances must be a whole number from 1 to 999, got '$instances'"
+  if [ "$instances" -gt 1 ] || [ "$together" -eq 1 ] || [ -n "$gpus" ]; then pooled=1; fi
+  [ "$resume" -eq 0 ] || [ "$pooled" -eq 0 ] \
+    || die "--resume does not keep pools yet: run the pool again in an empty folder"
+  local role arg i count
+  for ((i = 0; i < ${#run_args[@]}; i++)); do
+    arg=${run_args[$i]}
+    case "$arg" in
+      --router-cpus=*) router_cpus=${arg#*=} ;;
+      --router-cpus) router_cpus=${run_args[$((i + 1))]:-} ;;
+    esac
+  done
+  if [ -n "$gpus" ]; then
+    if [ "$gpus" = all ]; then
+      mapfile -t gpu_list < <(gpu_indexes)
+      [ ${#gpu_list[@]} -gt 0 ] || die "--gpus all: neither nvidia-smi nor rocm-smi lists a GPU"
+    else
+      [[ "$gpus" =~ ^[0-9]+(,[0-9]+)*$ ]] \
+        || die "--gpus takes a comma-separated list of GPU indexes (0,1,2) or all, got '$gpus'"
+      IFS=, read -r -a gpu_list <<< "$gpus"
+    fi
+  fi
+  if [ "$concurrent" -eq 1 ]; then
+    [ ${#gpu_list[@]} -gt 0 ] || die "--concurrent measures a side's instances at once, $(
+      )each on its own GPU: give --gpus LIST or all, or leave out --concurrent"
+    at_once=$(( instances < ${#gpu_list[@]} ? instances : ${#gpu_list[@]} ))
+    local cores
+    cores=$( { nproc 2>/dev/null || getconf _NPROCESSORS_ONLN; } )
+    if [ -n "$router_cpus" ]; then
+      cores=$(( cores - $("$python" -c 'import sys
+print(sum(int(b or a) - int(a) + 1 for a, _, b in (p.partition("-") for p in sys.argv[1].split(","))))' \
+        "$router_cpus") ))
+    fi
+    # (a dry run may print the schedule of a larger node)
+    [ "$cores" -ge "$at_once" ] || [ "$dry_run" -eq 1 ] || die "--concurrent runs $at_once $(
+      )drivers at once, but only $cores cores are free of the routers (--router-cpus): at $(
+      )most $cores fit"
+  fi
+  if [ "$instances" -gt 1 ]; then
+    for role in base new; do
+      if [[ "${url[$role]}" == *,* ]]; then
+        IFS=, read -r -a urls <<< "${url[$role]}"
+        count=${#urls[@]}
+        [ "$count" -eq "$instances" ] \
+          || die "--$role-url lists $count URLs for $instances instances"
+        url[$role]=${urls[0]}; url_list[$role]=${urls[*]}
+      elif [ -n "${url[$role]}" ]; then
+        [[ "${url[$role]}" =~ ^https?://([^/]*\]|[^/:]*):[0-9]+(/.*)?$ ]] || die "--$role-url $(
+          )needs a port with --instances (instance i answers at the port plus i - 1), or a $(
+          )comma-separated list of $instances URLs"
+      elif [[ "${url_file[$role]}" != *%i* ]]; then
+        die "--$role-url-file needs %i in its name with --instances (each instance's file)"
+      fi
+    done
+  fi
+}
+declare -A url_list=([base]="" [new]="")
+
+instance_url() {  # sets target: instance $2 of role $1's URL (empty: from its URL file)
+  local role=$1 i=$2 rest hostport path="" port
+  if [ -n "${url_list[$role]}" ]; then
+    read -r -a urls <<< "${url_list[$role]}"; target=${urls[$((i - 1))]}; return
+  fi
+  target=${url[$role]}
+  if [ -z "$target" ] || [ "$i" -eq 1 ]; then return; fi
+  rest=${target#*://}; hostport=${rest%%/*}
+  if [[ "$rest" == */* ]]; then path=/${rest#*/}; fi
+  port=${hostport##*:}
+  target="${target%%://*}://${hostport%:*}:$((10#$port + i - 1))$path"
+}
+
+url_port() {  # prints the port of URL $1 (80 or 443 by its scheme)
+  local address=${1#*://} port
+  address=${address%%/*}; port=${address##*]}
+  if [[ "$port" == *:* ]]; then echo "${port##*:}"
+  elif [[ "$1" == https:* ]]; then echo 443; else echo 80; fi
+}
+
+# what --dry-run prints for pools
+pool_schedule() {
+  local i role side
+  for ((r = 1; r <= rounds; r++)); do
+    for role in $(order_of "$r"); do
+      for ((i = 1; i <= instances; i++)); do
+        instance_url "$role" "$i"; side=${name[$role]}
+        printf 'round %d %s@%d: start: INSTANCE=%d PORT=%s%s %s\n' "$r" "$side" "$i" "$i" \
+          "$( [ -n "$target" ] && url_port "$target")" \
+          "$( [ ${#gpu_list[@]} -eq 0 ] || echo " GPU=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}")" \
+          "${start_cmd[$role]}"
+      done
+      [ "$together" -eq 1 ] || pool_schedule_runs "$role"
+    done
+    if [ "$together" -eq 1 ]; then pool_schedule_runs; fi
+    for role in $(order_of "$r"); do
+      printf 'round %d %s: stop its %d instances\n' "$r" "${name[$role]}" "$instances"
+    done
+    if looks_after "$r"; then
+      printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
+        "$r" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
+        "stop unless it exits 3"
+    fi
+  done
+  printf 'then: %s rounds --dir %s --base %s --new %s %s%s\n' "${driver[*]}" "$dir" \
+    "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
+    )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
+    "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
+}
+pool_schedule_runs() {  # $1: one role, or none for both sides interleaved
+  local item role i
+  for item in $(measure_order "$r" "${1:-}"); do
+    role=${item%:*}; i=${item#*:}
+    instance_url "$role" "$i"
+    printf 'round %d %s@%d: run: --url %s --out %s%s\n' "$r" "${name[$role]}" "$i" \
+      "${target:-<from ${url_file[$role]//%i/$i}>}" "$dir/r$r-${name[$role]}@$i.json" \
+      "$( [ "$concurrent" -eq 1 ] && echo ' (at once with the side'"'"'s others)')"
+  done
+}
+
+# the order instances are measured in, "role:i" words: one role's 1..K, or with --together
+# both sides balanced in pairs, the round's first side first in odd pairs (a1 b1 b2 a2 ...)
+measure_order() {
+  local first second i
+  if [ -n "${2:-}" ]; then
+    for ((i = 1; i <= instances; i++)); do printf '%s:%d ' "$2" "$i"; done; return
+  fi
+  read -r first second <<< "$(order_of "$1")"
+  for ((i = 1; i <= instances; i++)); do
+    if [ $((i % 2)) -eq 1 ]; then printf '%s:%d %s:%d ' "$first" "$i" "$second" "$i"
+    else printf '%s:%d %s:%d ' "$second" "$i" "$first" "$i"; fi
+  done
+}
+
+start_instance() {  # start instance $2 of role $1 in a session of its own
+  local role=$1 i=$2 side=${name[$1]} gpu="" port=""
+  if [ ${#gpu_list[@]} -gt 0 ]; then gpu=${gpu_list[$(( ($2 - 1) % ${#gpu_list[@]} ))]}; fi
+  instance_url "$role" "$i"
+  if [ -n "$target" ]; then
+    port=$(url_port "$target")
+    if net answers "$target"; then
+      die "a pool of $instances does not fit: port $port already answers ($target, $side's $(
+        )instance $i) before it starts (round $r); give ports that are free"
+    fi
+  else
+    rm -f -- "${url_file[$role]//%i/$i}"
+  fi
+  (
+    export ROUND=$r SIDE=$side INSTANCE=$i INSTANCES=$instances PORT=$port
+    if [ -n "$gpu" ]; then
+      export GPU=$gpu CUDA_VISIBLE_DEVICES=$gpu HIP_VISIBLE_DEVICES=$gpu ROCR_VISIBLE_DEVICES=$gpu
+    fi
+    default_pipe setsid bash -c -- "${start_cmd[$role]}"
+  ) </dev/null >&2 &
+  pool_pid[$role:$i]=$!
+  pool_url[$role:$i]=$target
+  started_count=$((started_count + 1))
+  pool_started[$role:$i]=$started_count
+  now_ms; pool_since[$role:$i]=$now  # the monotonic clock, as every wait
+}
+declare -A pool_since=()
+
+# wait until every started instance of the roles answers ready (GET /ready 200, or any
+# answer where the router has no /ready), at most --wait-ready seconds
+wait_pool_ready() {
+  local key role i waiting k code
+  local deadline
+  now_ms; deadline=$((now + wait_ready * 1000))
+  while now_ms && [ "$now" -le "$deadline" ]; do
+    waiting=0
+    for key in "${!pool_pid[@]}"; do
+      role=${key%:*}; i=${key#*:}
+      [ -z "${pool_ready[$key]:-}" ] || continue
+      if [ -z "${pool_url[$key]}" ]; then
+        local file=${url_file[$role]//%i/$i}
+        if [ -s "$file" ]; then pool_url[$key]=$(head -n 1 -- "$file"); fi
+      fi
+      if [ -n "${pool_url[$key]}" ] && net ready "${pool_url[$key]}"; then
+        now_ms; pool_ready[$key]=$((now - ${pool_since[$key]}))
+        continue
+      fi
+      if ! kill -0 "${pool_pid[$key]}" 2>/dev/null; then
+        code=0; wait "${pool_pid[$key]}" 2>/dev/null || code=$?
+        if [ "$code" -ne 0 ]; then
+          die "start command of ${name[$role]} instance $i exited $code (round $r)"
+        fi
+        session_alive "${pool_pid[$key]}" || [ -n "${stop_cmd[$role]}" ] \
+          || die "start command of ${name[$role]} instance $i returned, leaving nothing $(
+            )running, and there is no --$role-stop (round $r)"
+      fi
+      waiting=1
+    done
+    [ "$waiting" -eq 1 ] || return 0
+    nap
+  done
+  die "a pool of $instances: not every instance answered ready within $wait_ready s (round $r)"
+}
+
+instance_args() {  # sets instance_args: run's --instance items of instance $2 of role $1
+  local role=$1 i=$2 key=$1:$2 share="" cpus
+  instance_args=(--instance "round=$r" --instance "side=${name[$role]}" --instance "number=$i"
+                 --instance "count=$instances" --instance "start_order=${pool_started[$key]}"
+                 --instance "ready_s=$(printf '%d.%03d' $((pool_ready[$key] / 1000)) \
+                   $((pool_ready[$key] % 1000)))")
+  local port; port=$(url_port "${pool_url[$key]}")
+  instance_args+=(--instance "port=$port")
+  if [ ${#gpu_list[@]} -gt 0 ]; then
+    local gpu=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}
+    instance_args+=(--instance "gpu=$gpu")
+    instance_facts "$gpu"
+  fi
+  if [ -n "$router_cpus" ]; then
+    share=$(cpu_share "$router_cpus" "$instances" "$i")
+    if [ -n "$share" ]; then instance_args+=(--instance "cores=$share"); fi
+  fi
+  # where its threads ran: the CPUs of the threads of its start command's session, and
+  # their NUMA nodes
+  local nodes
+  read -r cpus nodes <<< "$(thread_cpus "${pool_pid[$key]}")"
+  if [ -n "$cpus" ]; then instance_args+=(--instance "thread_cpus=$cpus"); fi
+  if [ -n "$nodes" ]; then instance_args+=(--instance "numa_nodes=$nodes"); fi
+}
+
+# the CPUs the threads of session $1 last ran on (/proc/*/task/*/stat field 39), and their
+# NUMA nodes (/sys/devices/system/node), as two lists
+thread_cpus() {
+  "$python" - "$1" <<'PY'
+import os, sys
+session, cpus = sys.argv[1], set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+        if stat[stat.rindex(")") + 2:].split()[3] != session:
+            continue
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as handle:
+                fields = handle.read()
+            cpus.add(int(fields[fields.rindex(")") + 2:].split()[36]))
+    except (OSError, ValueError, IndexError):
+        continue
+nodes = set()
+for node in os.listdir("/sys/devices/system/node") if os.path.isdir(
+        "/sys/devices/system/node") else ():
+    if node.startswith("node") and node[4:].isdigit():
+        try:
+            with open(f"/sys/devices/system/node/{node}/cpulist") as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        for item in filter(None, text.split(",")):
+            low, _, high = item.partition("-")
+            if cpus & set(range(int(low), int(high or low) + 1)):
+                nodes.add(int(node[4:]))
+print(",".join(map(str, sorted(cpus))), ",".join(map(str, sorted(nodes))))
+PY
+}
+
+instance_facts() {  # adds the GPU's facts at start (nvidia-smi): bus id, SM clock, memory used
+  local line bus sm used
+  command -v nvidia-smi >/dev/null || return 0
+  line=$(nvidia-smi -i "$1" --query-gpu=pci.bus_id,clocks.sm,memory.used \
+    --format=csv,noheader,nounits 2>/dev/null | head -n 1) || return 0
+  IFS=', ' read -r bus sm used <<< "$line"
+  if [ -n "$bus" ]; then instance_args+=(--instance "gpu_bus_id=$bus"); fi
+  if [[ "$sm" =~ ^[0-9]+$ ]]; then instance_args+=(--instance "gpu_sm_clock_mhz=$sm"); fi
+  if [[ "$used" =~ ^[0-9]+$ ]]; then instance_args+=(--instance "gpu_used_mib=$used"); fi
+}
+
+measure_instance() {  # measure instance $2 of role $1 in the background; sets run_pid
+  local role=$1 i=$2 side=${name[$1]} key=$1:$2 share="" runner=("${driver[@]}")
+  local file="$dir/r$r-$side@$i.json"
+  instance_args "$role" "$i"
+  if [ "$concurrent" -eq 1 ] && [ -n "${DRIVER_CPUS:-}" ]; then
+    share=$(cpu_share "$DRIVER_CPUS" "$at_once" "$(( (i - 1) % at_once + 1 ))")
+    if [ -n "$share" ]; then runner=(taskset -c "$share" "${tool_run[@]}"); fi
+  fi
+  side_args=()
+  if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
+  if ! router_given; then side_args+=(--router-session "${pool_pid[$key]}"); fi
+  measuring=$file
+  ROUND=$r SIDE=$side INSTANCE=$i "${runner[@]}" run --url "${pool_url[$key]}" \
+    --corpus "$corpus" --out "$file" --label "$side" --wait-ready "$wait_ready" --quiet \
+    "${instance_args[@]}" ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
+  run_pid=$!
+  pool_run[$key]=$run_pid
+}
+declare -A pool_run=()
+
+finish_instance() {  # wait for instance $2 of role $1's run and say how it went
+  local role=$1 i=$2 side=${name[$1]} code=0 file="$dir/r$r-${name[$1]}@$2.json"
+  wait "${pool_run[$role:$i]}" || code=$?
+  measuring=""
+  case "$code" in
+    0) say "round $r/$rounds $side@$i: $(run_file summary "$file")" ;;
+    1) failed_runs+=("r$r $side@$i")
+       say "round $r/$rounds $side@$i: $(run_file summary "$file"); $(
+         )more failed requests (degraded answers included) than --max-errors allows" ;;
+    130|143) interrupted=$code; exit "$code" ;;
+    *) die "round $r $side@$i: run exited $code" ;;
+  esac
+}
+
+stop_pools() {  # stop every started instance (its stop command with INSTANCE and PORT too)
+  local key role
+  for key in "${!pool_pid[@]}"; do
+    role=${key%:*}
+    INSTANCE=${key#*:} PORT=$(url_port "${pool_url[$key]:-http://x/}") \
+      start_pid=${pool_pid[$key]} stop_side "$role"
+    unset "pool_pid[$key]"
+  done
+  pool_url=(); pool_ready=(); pool_started=(); pool_since=(); pool_run=()
+}
+
+gpu_free_mib() {  # prints GPU $1's free memory in MiB (nvidia-smi); nothing where unknown
+  command -v nvidia-smi >/dev/null || return 0
+  { nvidia-smi -i "$1" --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null \
+    | head -n 1 | tr -d ' '; } || true
+}
+
+# before the first pool: start its first instance alone, and refuse the pool when its GPU's
+# free memory before the start cannot hold as many instances as the pool puts on one GPU
+pool_fits() {
+  local role=$1 gpu=${gpu_list[0]:-0} before after per_gpu fit
+  checked_fit=1
+  before=$(gpu_free_mib "$gpu")
+  start_instance "$role" 1
+  [[ "$before" =~ ^[0-9]+$ ]] || return 0
+  wait_pool_ready
+  after=$(gpu_free_mib "$gpu")
+  [[ "$after" =~ ^[0-9]+$ ]] && [ "$after" -lt "$before" ] || return 0
+  local gpus=$(( ${#gpu_list[@]} > 0 ? ${#gpu_list[@]} : 1 ))
+  per_gpu=$(( (instances + gpus - 1) / gpus ))
+  if [ "$together" -eq 1 ]; then per_gpu=$((per_gpu * 2)); fi
+  fit=$(( before / (before - after) ))
+  [ "$per_gpu" -le "$fit" ] || die "a pool of $instances does not fit: its first instance $(
+    )took $((before - after)) MiB of GPU $gpu, which had $before MiB free before it started: $(
+    )at most $fit instances a GPU, and the pool puts $per_gpu on one$(
+    [ "$together" -eq 1 ] && echo ' (both sides, --together)')"
+}
+checked_fit=0
+
+measure_pools() {  # round $r of pools: start, wait until all are ready, measure, stop
+  local role item first=1
+  started_count=0
+  if [ "$checked_fit" -eq 0 ]; then
+    read -r role _ <<< "$(order_of "$r")"
+    pool_fits "$role"
+    first=2
+  fi
+  if [ "$together" -eq 1 ]; then
+    say "round $r/$rounds: starting both pools of $instances"
+    for role in $(order_of "$r"); do
+      for ((i = first; i <= instances; i++)); do start_instance "$role" "$i"; done
+      first=1
+    done
+    wait_pool_ready
+    for item in $(measure_order "$r"); do
+      measure_instance "${item%:*}" "${item#*:}"; finish_instance "${item%:*}" "${item#*:}"
+    done
+    stop_pools
+    return
+  fi
+  for role in $(order_of "$r"); do
+    say "round $r/$rounds ${name[$role]}: starting a pool of $instances"
+    for ((i = first; i <= instances; i++)); do start_instance "$role" "$i"; done
+    first=1
+    wait_pool_ready
+    if [ "$concurrent" -eq 1 ]; then  # in waves of one instance per GPU
+      local wave last
+      for ((wave = 1; wave <= instances; wave += at_once)); do
+        last=$(( wave + at_once - 1 < instances ? wave + at_once - 1 : instances ))
+        for ((i = wave; i <= last; i++)); do measure_instance "$role" "$i"; done
+        for ((i = wave; i <= last; i++)); do finish_instance "$role" "$i"; done
+      done
+    else
+      for ((i = 1; i <= instances; i++)); do
+        measure_instance "$role" "$i"; finish_instance "$role" "$i"
+      done
+    fi
+    stop_pools
+  done
+}
 
 usage() { ( trap - PIPE; help_text ) || true; }  # | head: no SIGPIPE status
 help_text() {
@@ -129,7 +555,8 @@ Options:
                           group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on);
                           a last look still undecided exits 3
   --min-rounds N          the first look (default 3)
-  --max-rounds M          the most rounds, the plan's last look (default 10)
+  --max-rounds M          the most rounds, the plan's last look (default 10, at most 1000;
+                          beyond 40, 40 looks spread evenly)
   --budget-minutes K      node time: after the third round, start no round that the rounds
                           so far say would end more than K minutes after the first router
                           started (the rounds run are judged; `rounds --plan` says how many
@@ -162,6 +589,24 @@ Options:
   --tool PATH             router_latency.py to use (default: the one beside rounds/, else
                           one in this script's folder; where pip installed this script, the
                           router-latency command beside it)
+  --instances K           start K routers per side and round together (a pool), wait until
+                          all answer ready, measure each (r<N>-<side>@<i>.json), then stop
+                          them; each start command gets INSTANCE (1 to K), INSTANCES and
+                          PORT (and GPU where placed) beside ROUND and SIDE. Instance i
+                          answers at the side's URL with its port plus i - 1, or at the
+                          i-th of a comma-separated list of K URLs; a --*-url-file names
+                          each instance's file with %i. Start-up is paid once per pool
+  --together              both sides' pools up at once (where memory allows): one start-up
+                          a round, instances measured interleaved (a1 b1 b2 a2 a3 b3 ...)
+  --gpus LIST|all         place instance i on the i-th GPU of LIST (or of every GPU that
+                          nvidia-smi or rocm-smi lists; past its end, round again from the
+                          first): its start command sees GPU and
+                          CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES;
+                          with --router-cpus LIST after --, each instance gets its share
+  --concurrent            measure a side's instances at once, one per GPU (in waves where
+                          there are more instances than GPUs), each by its own driver (on its
+                          share of DRIVER_CPUS): needs --gpus, and as many free cores as
+                          instances measured at once
   --dry-run               print the schedule, run and check nothing
   -- ARGS                 extra arguments for every `router-latency run`
 EOT
@@ -250,6 +695,10 @@ while [ $# -gt 0 ]; do
     --junit|--html) final_args+=("$1" "${2?}"); shift 2 ;;
     --tool) tool=${2?}; tool_given=1; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
+    --instances) instances=${2?}; shift 2 ;;
+    --together) together=1; shift ;;
+    --gpus) gpus=${2?}; shift 2 ;;
+    --concurrent) concurrent=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; run_args=("$@"); break ;;
     -*) unknown_option "$@" ;;
@@ -272,6 +721,8 @@ if [ "$until_decided" -eq 1 ]; then
     || die "--until-decided takes --min-rounds and --max-rounds, not --rounds"
   [ "$min_rounds" -ge 3 ] || die "--min-rounds must be at least 3"
   [ "$max_rounds" -ge "$min_rounds" ] || die "--max-rounds must be at least --min-rounds"
+  [ "$max_rounds" -le "$max_sequential" ] || die "--max-rounds must be at most $max_sequential $(
+    )(the most rounds a sequential plan runs, and rounds --plan proposes), got $max_rounds"
   rounds=$max_rounds
 else
   [ "$rounds" -ge 3 ] || die "--rounds must be a whole number >= 3"
@@ -318,6 +769,7 @@ for role in base new; do
     || die "--$role-url and --$role-url-file exclude each other"
 done
 [ "${name[base]}" != "${name[new]}" ] || die "--base and --new must differ"
+check_pool_options
 
 tool_command
 driver=("${tool_run[@]}")
@@ -327,6 +779,20 @@ fi
 
 # round N starts with base when N is odd and with new when N is even (rl.start_order)
 order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
+
+# whether --until-decided looks after round $1 (rl.sequential_looks): from --min-rounds on,
+# before the last round; up to 40 rounds after every round, beyond, look k of 40 after
+# ceil(rounds k / 40) rounds, where `rounds --sequential` has its boundaries
+looks_after() {
+  local k
+  [ "$until_decided" -eq 1 ] && [ "$1" -ge "$min_rounds" ] && [ "$1" -lt "$rounds" ] || return 1
+  [ "$rounds" -gt 40 ] || return 0
+  for ((k = 1; k <= 40; k++)); do
+    if [ $(( (rounds * k + 39) / 40 )) -eq "$1" ] || { [ "$1" -eq 3 ] \
+        && [ $(( (rounds * k + 39) / 40 )) -lt 3 ]; }; then return 0; fi
+  done
+  return 1
+}
 
 schedule() {  # what --dry-run prints
   shown_args=""
@@ -343,7 +809,7 @@ schedule() {  # what --dry-run prints
       printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]:+${stop_cmd[$role]}, then }$(
         )SIGTERM to what still runs of its start command"
     done
-    if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
+    if looks_after "$r"; then
       printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
         "$r" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
         "stop unless it exits 3"
@@ -354,6 +820,10 @@ schedule() {  # what --dry-run prints
     )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
     "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
 }
+if [ "$dry_run" -eq 1 ] && [ "$pooled" -eq 1 ]; then
+  pool_schedule 2>/dev/null || true
+  exit 0
+fi
 if [ "$dry_run" -eq 1 ]; then
   schedule 2>/dev/null || true  # a reader that stops early (| head) ends nothing but the print
   exit 0
@@ -483,6 +953,17 @@ if mode == "ports":
             continue
     print(" ".join(map(str, sorted(ports - {None}))))
     sys.exit(0)
+if mode == "ready":  # GET /ready answers 200, or 404 from a router without it
+    import http.client, ssl
+    connection = http.client.HTTPSConnection(url.hostname, port, timeout=2,
+                                             context=ssl._create_unverified_context()) \
+        if url.scheme == "https" else http.client.HTTPConnection(url.hostname, port, timeout=2)
+    try:
+        connection.request("GET", "/ready")
+        status = connection.getresponse().status
+    except (OSError, http.client.HTTPException):
+        sys.exit(1)
+    sys.exit(0 if status in (200, 404) else 1)
 if mode == "answers":
     try:
         socket.create_connection((url.hostname, port), timeout=2).close()
@@ -568,9 +1049,11 @@ for role in base new; do
   if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "before the first round"; fi
 done
 # the options for `rounds`, judged on an empty folder: the only error left is that it is empty
+# (with --until-decided, its --sequential too: the tool's own limit agrees with the script's)
 empty=$(mktemp -d)
 judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" rounds --dir "$empty" \
   --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}" \
+  $( [ "$until_decided" -eq 0 ] || echo "--sequential $rounds") \
   ${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"} 2>&1) || true
 rmdir -- "$empty"
 [[ "$judged" == *"no r<N>-"* ]] \
@@ -645,6 +1128,7 @@ finish() {
     wait "$run_pid" 2>/dev/null || true
   fi
   if [ -n "$active" ]; then stop_side "$active"; fi
+  if [ ${#pool_pid[@]} -gt 0 ]; then stop_pools; fi
   if [ "$interrupted" -ne 0 ]; then
     local kept=()
     for ((i = 1; i <= rounds; i++)); do
@@ -912,10 +1396,12 @@ for ((r = 1; r <= rounds; r++)); do
         break
       fi
     fi
+    if [ "$pooled" -eq 1 ]; then measure_pools; else
     for role in $(order_of "$r"); do measure_side "$role"; done
+    fi
     ran=$((ran + 1))
   fi
-  if [ "$until_decided" -eq 1 ] && [ "$r" -ge "$min_rounds" ] && [ "$r" -lt "$rounds" ]; then
+  if looks_after "$r"; then
     code=0
     look=$(look_at --sequential "$rounds" 2>&1) || code=$?
     if [ "$code" -eq 3 ]; then

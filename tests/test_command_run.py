@@ -866,3 +866,35 @@ def test_a_server_writing_head_and_body_apart_with_nagle_on_is_named(tmp_path, c
            "Nagle's algorithm on" in result.out
     assert "the fix is on the server: TCP_NODELAY on its sockets" in result.out
     assert "warning: head-and-body stall: " in result.err
+
+
+def test_a_run_of_one_instance_of_a_pool_records_it(simulator, tmp_path, cli):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    out = tmp_path / "r2-gpu@3.json"
+    result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", out,
+                 "--label", "gpu", "--concurrency", "1", "--warmup", "0", "--quiet",
+                 "--instance", "round=2", "--instance", "side=gpu", "--instance", "number=3",
+                 "--instance", "count=8", "--instance", "port=8803", "--instance", "gpu=2",
+                 "--instance", "cores=8-11", "--instance", "numa_node=0",
+                 "--instance", "gpu_bus_id=00000000:19:00.0", "--instance", "sm_clock_mhz=1980")
+    assert result.code == 0, result.err
+    document = json.loads(out.read_text())
+    assert document["schema"] == "router-latency/run/3"
+    assert document["instance"] == {
+        "round": 2, "side": "gpu", "number": 3, "count": 8, "port": 8803, "gpu": "2",
+        "cores": "8-11", "facts": {"numa_node": 0, "gpu_bus_id": "00000000:19:00.0",
+                                   "sm_clock_mhz": 1980}}
+
+
+@pytest.mark.parametrize("items, message", [
+    (["round=2", "side=gpu", "number=3"], "--instance needs count too"),
+    (["round=2", "side=gpu", "number=9", "count=8"], "--instance number=9 is past count=8"),
+    (["round=two"], "round must be a whole number >= 1, got 'two'"),
+    (["Round=2"], "expected KEY=VALUE with a lowercase key, got 'Round=2'"),
+])
+def test_a_bad_instance_is_refused_before_anything_is_sent(tmp_path, cli, items, message):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
+    result = cli("run", "--url", "http://127.0.0.1:9/", "--corpus", corpus, "--out",
+                 tmp_path / "r.json", "--label", "x", "--check",
+                 *[a for item in items for a in ("--instance", item)])
+    assert result.code == 2 and message in result.err and not (tmp_path / "r.json").exists()

@@ -4,9 +4,11 @@ handler, which serves the simulated router until SIGTERM (here in-process, on po
 import argparse
 import errno
 import json
+import math
 import os
 import signal
 import socket
+import statistics
 import threading
 
 import pytest
@@ -14,8 +16,9 @@ import pytest
 from router_latency.constants import PREVIEW_PATH
 from router_latency.errors import RouterLatencyError
 from router_latency.console import SignalRelay
-from router_latency.simulator import SignalTime, Stall
-from router_latency.command_simulate import add_simulate_parser, cmd_simulate, signals_text
+from router_latency.simulator import SignalTime, start_simulator, Stall
+from router_latency.command_simulate import (add_simulate_parser, cmd_simulate, instance_speed,
+                                             signals_text)
 from conftest import ASK, exchange
 
 
@@ -114,3 +117,21 @@ def test_it_serves_previews_until_sigterm_and_says_where(monkeypatch, tmp_path, 
     assert out[0].startswith(f"simulated router at {url}{PREVIEW_PATH} (delay 2 ms, jitter 0 "
                              f"ms, serial, signals domain 1 ms one after another, at most ")
     assert out[1].startswith("metrics at http://127.0.0.1:")
+
+
+def test_each_instance_draws_its_own_speed_and_keeps_its_configuration():
+    environ = {"ROUND": "3", "SIDE": "gpu", "INSTANCE": "2"}
+    assert instance_speed(0.0, 7, environ) == 1.0
+    assert instance_speed(20.0, 7, environ) == instance_speed(20.0, 7, dict(environ))
+    speeds = [instance_speed(20.0, 7, {**environ, "INSTANCE": str(i)}) for i in range(2000)]
+    assert len(set(speeds)) == len(speeds)
+    assert statistics.stdev(math.log(s) for s in speeds) == pytest.approx(0.2, rel=0.1)
+    assert instance_speed(20.0, 8, environ) != instance_speed(20.0, 7, environ)
+    plain, slow = start_simulator(delay_ms=2.0), start_simulator(delay_ms=2.0, speed=1.5)
+    try:
+        # the same configuration (its hash), 1.5 times the time per preview
+        assert slow.config_hash == plain.config_hash
+        assert slow.delay_s == pytest.approx(1.5 * plain.delay_s)
+    finally:
+        plain.stop()
+        slow.stop()

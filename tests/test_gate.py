@@ -13,10 +13,12 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from router_latency.errors import Notice
+from router_latency.errors import Notice, RouterLatencyError
 from router_latency.stats import (composite_log_ratios, holm, mean_interval, power_shift,
                                   sample_spread, t_cdf, t_ppf)
-from router_latency.sequential import group_sequential_levels, sequential_t_criticals
+from router_latency.sequential import (group_sequential_levels, look_critical, MAX_LOOKS,
+                                       MAX_SEQUENTIAL_ROUNDS, sequential_looks,
+                                       sequential_t_criticals)
 from router_latency.files import write_atomic
 from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
@@ -170,6 +172,34 @@ def test_sequential_boundaries_are_for_t_and_calibrated():
     # ran at 5.77% for 5%; the calibrated one lies above it and above the fixed t quantile
     assert criticals[-1] > z_based[-1] + 0.05 and criticals[-1] > -t_ppf(0.025, 9)
     assert sequential_t_criticals(10, 0.025 / 9)[-1] > criticals[-1]
+
+
+def test_sequential_looks_every_round_up_to_40_then_40_spread_evenly():
+    assert sequential_looks(40) == tuple(range(3, 41))
+    for most in (41, 60, 320, MAX_SEQUENTIAL_ROUNDS):
+        looks = sequential_looks(most)
+        assert len(looks) <= MAX_LOOKS and looks[0] >= 3 and looks[-1] == most
+        assert all(a < b for a, b in zip(looks, looks[1:]))
+        assert max(b - a for a, b in zip(looks, looks[1:])) <= -(-most // MAX_LOOKS)
+    with pytest.raises(RouterLatencyError, match="at most 1,000 rounds"):
+        sequential_t_criticals(MAX_SEQUENTIAL_ROUNDS + 1, 0.025)
+
+
+def test_a_long_sequential_plan_draws_its_rounds_between_looks_whole():
+    # beyond 40 rounds the paths are drawn a block of rounds at a time (mean and sum of
+    # squares of the block, exactly distributed): the boundaries agree with the exact z
+    # recursion at the same looks where t is close to z (30 rounds and more) and the level
+    # is not so small that few paths set it (a boundary under 3)
+    looks = sequential_looks(100)
+    criticals = sequential_t_criticals(100, 0.025)
+    z_based = [b.critical_t for b in group_sequential_levels(looks, 100, 0.025)]
+    assert len(criticals) == len(looks)
+    late = [(c, z) for n, c, z in zip(looks, criticals, z_based) if n >= 30 and z < 3]
+    assert late and all(abs(c - z) < 0.1 for c, z in late), late
+    assert criticals[-1] > -t_ppf(0.025, 99)  # a sequential plan pays for its looks
+    assert look_critical(100, 0.025, looks[-1]) == criticals[-1]
+    # between looks nothing can be decided
+    assert look_critical(100, 0.025, looks[-1] - 1) == math.inf
 
 
 def test_a_last_look_between_the_z_and_the_t_boundary_does_not_fail():

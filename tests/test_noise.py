@@ -38,10 +38,20 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     assert within < 0.5 < 2.5 < between
     plan = json.loads(cli("rounds", "--dir", folder, "--base", "a", "--new", "b", "--format",
                           "json").out)["plan"]
-    # more rounds than the 5 run, at no more requests per pass than the 120 sent
-    assert plan["rounds"] > 5 and plan["requests_per_pass"] <= 3 * NOISE_PROMPTS
-    assert f"plan: about {plan['rounds']} rounds of {plan['requests_per_pass']} requests " \
-           f"per pass" in result.out
+    # more instances than the 5 run, at no more requests per pass than the 120 sent: a pool
+    # of them a round, as the between part is all between instances
+    assert plan["rounds"] * plan["instances"] > 5 and plan["instances"] > 1
+    assert plan["requests_per_pass"] <= 3 * NOISE_PROMPTS
+    assert f"plan: about {plan['rounds']} rounds of {plan['instances']} instances a side of " \
+           f"{plan['requests_per_pass']} requests per pass" in result.out
+    assert f"--instances {plan['instances']})" in result.out
+    # what K buys: one instance a round costs more, one per GPU on 8 GPUs less
+    gpus = plan["gpus"]
+    assert set(gpus) == {"1", "8"} and gpus["1"]["instances"] == plan["instances"]
+    assert gpus["8"]["instances"] % 8 == 0
+    assert gpus["8"]["node_minutes"] < gpus["1"]["node_minutes"] == plan["node_minutes"]
+    one = re.search(r"one instance a round: about (\d+) rounds, ([\d.,]+) minutes", result.out)
+    assert one and float(one.group(2).replace(",", "")) > plan["node_minutes"]
 
 
 def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
@@ -121,13 +131,19 @@ def test_plan_costs_rounds_from_the_run_files(tmp_path):
     assert cost.requests == 3 * NOISE_PROMPTS and cost.repeat == 3
     # each round: two side runs of ready, warm-up, gap and passes scaled to the plan's requests,
     # and a look
-    side_s = 10.0 + cost.other_s + cost.gap_s + cost.passes_s * plan.scale
-    assert plan.node_minutes == pytest.approx(plan.rounds * (2 * side_s + cost.look_s) / 60)
+    single = report.noise.single
+    side_s = 10.0 + cost.other_s + cost.gap_s + cost.passes_s * single.scale
+    assert single.instances == 1
+    assert single.node_minutes == pytest.approx(single.rounds * (2 * side_s + cost.look_s) / 60)
+    # a pool: its start-up once, each instance's warm-up and passes
+    pool_s = 10.0 + cost.gap_s + plan.instances * (cost.other_s + cost.passes_s * plan.scale)
+    assert plan.node_minutes == pytest.approx(plan.rounds * (2 * pool_s + cost.look_s) / 60)
+    assert plan.node_minutes < single.node_minutes
+    minutes = f"{plan.node_minutes:,.0f}" if plan.node_minutes >= 10 else \
+        f"{plan.node_minutes:.1f}"
     assert plan_sentence(report.noise) == (
-        f"about {plan.rounds} rounds of {plan.requests_per_pass} requests per pass, about "
-        f"{plan.node_minutes:,.0f} minutes on this node" if plan.node_minutes >= 10 else
-        f"about {plan.rounds} rounds of {plan.requests_per_pass} requests per pass, about "
-        f"{plan.node_minutes:.1f} minutes on this node")
+        f"about {plan.rounds} rounds of {plan.instances} instances a side of "
+        f"{plan.requests_per_pass} requests per pass, about {minutes} minutes on this node")
 
 
 def test_speed_groups_are_named_with_their_rounds_and_speeds(tmp_path, cli):
@@ -193,8 +209,9 @@ def test_plan_costs_a_look_per_round_measured_from_the_gaps_between_rounds(tmp_p
     cost, plan = report.noise.cost, report.noise.plan
     assert cost.look_measured and cost.look_s == pytest.approx(3.0, abs=0.01)
     assert cost.gap_s == pytest.approx(1.0, abs=0.01)  # the gap within a round, without it
-    assert plan.node_minutes == pytest.approx(
-        plan.rounds * (2 * cost.side_run_s(plan.scale) + cost.look_s) / 60)
+    pool_s = cost.ready_s + cost.gap_s + plan.instances * (
+        cost.other_s + cost.passes_s * plan.scale)  # start-up once, each instance's passes
+    assert plan.node_minutes == pytest.approx(plan.rounds * (2 * pool_s + cost.look_s) / 60)
     # files that ran no look (a fixed design): the plan still counts one a round, its usual cost
     (tmp_path / "fixed").mkdir()
     fixed = pair_folder(tmp_path / "fixed", INSTANCES, 0.02, 3)
@@ -210,8 +227,11 @@ def test_the_plan_holds_at_an_upper_bound_of_the_noise_and_gives_the_range_the_p
     report = judge_rounds(runs, "a", "b")
     plan, settings = report.noise.plan, GateSettings()
     gated = [r for r in report.rows if r.gated]
-    # at the point values the plan would ask fewer rounds: it plans at an upper bound
-    point = rounds_for([report.noise.of(r).parts.spread(1, plan.scale) for r in gated], settings)
+    # at the point values the plan would ask fewer rounds: it plans at an upper bound (runs of
+    # one instance a round: the between part counted as between instances, over the pool)
+    parts = [report.noise.of(r).parts for r in gated]
+    point = rounds_for([math.sqrt((p.rounds.value ** 2 + p.within.value ** 2 / plan.scale)
+                                  / plan.instances) for p in parts], settings)
     assert point <= plan.rounds
     low, high = plan.rounds_range
     assert low <= point and (high is None or plan.rounds <= high)

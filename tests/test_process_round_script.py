@@ -373,9 +373,11 @@ import router_latency as rl
 argv = sys.argv[1:]
 with open(os.environ["TOOL_LOG"], "a") as log:
     log.write(" ".join(argv) + "\\n")
-if argv[0] == "rounds" and "--sequential" in argv:
-    with open(os.environ["TOOL_LOG"]) as log:
-        looks = sum(1 for line in log if line.startswith("rounds") and "--sequential" in line)
+if argv[0] == "rounds" and "--sequential" in argv and os.listdir(argv[argv.index("--dir") + 1]):
+    with open(os.environ["TOOL_LOG"] + ".looks", "a") as looks_log:
+        looks_log.write("look\\n")
+    with open(os.environ["TOOL_LOG"] + ".looks") as looks_log:
+        looks = len(looks_log.readlines())
     codes = os.environ["LOOK_CODES"].split(",")
     print("verdict: scripted look", looks)
     sys.exit(int(codes[min(looks, len(codes)) - 1]))
@@ -419,7 +421,8 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     assert calls[1:] == [f"{judged} --sequential 5", f"{judged} --sequential 5",
                          f"{judged} --corpus {corpus} --sequential 5 --format json"]
     assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
-        " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 --format json")
+        " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 "
+        "--sequential 5 --format json")  # the options checked on an empty folder
 
 
 @pytest.mark.process
@@ -1194,3 +1197,260 @@ def test_the_action_writes_each_output_on_one_line(tmp_path):
                     "verdict: PASS\nexit-code=0", "a\rb\x1bc"], check=True, timeout=30,
                    env={"PATH": "/usr/bin:/bin", "GITHUB_OUTPUT": str(output)})
     assert output.read_text() == "verdict=verdict: PASS\nreport=abc\n"
+
+
+# ../shared/data/h200's aa-gpu (A/A, 5 rounds) and cpu-vs-gpu (3 rounds), each request's
+# signal_ms left out (170 kB): the plan reads none of it, and gives the same figures as the
+# whole files (320 rounds of 120 requests, 718 of 578)
+H200_RUNS = ROOT / "tests" / "data" / "h200-runs.tar.xz"
+
+
+def h200_folder(tmp_path, name):
+    """Return a copy of one of H200_RUNS's folders under tmp_path."""
+    import tarfile
+    with tarfile.open(H200_RUNS) as archive:
+        members = [m for m in archive.getmembers() if m.name.startswith(name + "/")
+                   and m.isfile() and "/" not in m.name[len(name) + 1:]]
+        for member in members:
+            source = archive.extractfile(member)
+            assert source is not None
+            (tmp_path / name).mkdir(exist_ok=True)
+            (tmp_path / member.name).write_bytes(source.read())
+    return tmp_path / name
+
+
+def demo_aa_folder(tmp_path):
+    """Return a folder of 3 rounds of an A/A pair of the demo's cpu router (simulated, in
+    this process), as a new user's first A/A on the demo."""
+    from router_latency.client import parse_endpoint
+    from router_latency.command_demo import DEMO_SIDES
+    from router_latency.corpus import load_corpus
+    from router_latency.files import write_atomic
+    from router_latency.measuring import LoadGuard, measure_run, plan_passes, RunContext, \
+        RunPlan
+    from router_latency.meaning import SignalTable
+    from router_latency.passloop import Target
+    from router_latency.runfile import dump_run
+    from router_latency.simulator import start_simulator
+    folder = tmp_path / "demo-aa"
+    folder.mkdir()
+    corpus = load_corpus(write_corpus(folder / "corpus.json",
+                                      [f"demo prompt {i}" for i in range(20)]))
+    side = DEMO_SIDES["cpu"]
+    for number in range(1, 4):
+        for label in start_order(number, ["a", "b"]):
+            router = start_simulator(serial=True, seed=number, delay_ms=side["delay_ms"],
+                                     jitter_ms=side["jitter_ms"], signals=side["signals"])
+            try:
+                run = measure_run(RunContext(Target(parse_endpoint(router.url),
+                                                    signals=SignalTable()),
+                                             RunPlan(plan_passes()), guard=LoadGuard(pause=1.0)),
+                                  corpus, label=label)
+            finally:
+                router.stop()
+            assert run is not None
+            write_atomic(str(folder / f"r{number}-{label}.json"), dump_run(run))
+    return folder
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("name, base, new", [("aa-gpu", "a", "b"), ("cpu-vs-gpu", "cpu", "gpu"),
+                                             ("demo-aa", "a", "b")])
+def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new):
+    # the plan of `rounds` (JSON) run as printed by run_rounds.sh --dry-run, fixed and
+    # sequential: before, --until-decided ran at most 40 rounds and aa-gpu's plan asked 320
+    folder = demo_aa_folder(tmp_path) if name == "demo-aa" else h200_folder(tmp_path, name)
+    report = json.loads(cli("rounds", "--dir", folder, "--base", base, "--new", new,
+                            "--format", "json").out)
+    plan, more = report["plan"], report["more_rounds"]
+    if name != "demo-aa":  # the H200's folders plan within what the tool runs
+        assert plan["rounds"] is not None
+    corpus = str(folder / "corpus.json")
+    # the plan (its pool of instances a side, on one GPU and one per GPU on 8), and the rounds
+    # "more rounds would decide it" asks of the design run
+    plans = [(plan["rounds"], plan["instances"], [])] + [
+        (item["rounds"], item["instances"], ["--gpus", ",".join(map(str, range(int(gpus)))),
+                                             "--concurrent"] if gpus != "1" else [])
+        for gpus, item in plan["gpus"].items() if item] if plan["rounds"] else []
+    if more:
+        plans.append((more + len(report["used"]), 1, []))
+    if name != "demo-aa":
+        assert plan["instances"] > 1 and plan["gpus"]["8"]["instances"] > 1
+    for rounds, instances, placed in plans:
+        for how in (["--rounds", str(rounds)],
+                    ["--until-decided", "--max-rounds", str(rounds)]):
+            command = pool_command(tmp_path, corpus, "--dry-run", "--requests-per-pass",
+                                   str(plan["requests_per_pass"] or 1), "--instances",
+                                   str(instances), *placed)
+            at = command.index("--rounds")
+            command[at:at + 2] = how
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.splitlines()[-1].startswith("then: ")
+            assert re.search(rf"^round {rounds} gpu(@{instances})?: run: ", result.stdout,
+                             re.MULTILINE)
+        judged = cli("rounds", "--dir", tmp_path, "--base", base, "--new", new,
+                     "--sequential", rounds)
+        assert judged.code == 2 and "no r<N>-" in judged.err  # not the option refused
+
+
+@pytest.mark.process
+def test_driver_refuses_more_rounds_than_a_sequential_plan_runs_and_looks_as_it(tmp_path):
+    from router_latency.sequential import MAX_SEQUENTIAL_ROUNDS, sequential_looks
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+
+    def dry_run(most, first="3"):
+        command = driver_args(tmp_path, corpus, "--dry-run", "--until-decided",
+                              "--min-rounds", first, "--max-rounds", str(most))
+        del command[command.index("--rounds"):command.index("--rounds") + 2]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    refused = dry_run(MAX_SEQUENTIAL_ROUNDS + 1)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"run_rounds.sh: error: --max-rounds must be at most {MAX_SEQUENTIAL_ROUNDS} (the most "
+        f"rounds a sequential plan runs, and rounds --plan proposes), got "
+        f"{MAX_SEQUENTIAL_ROUNDS + 1}\n")
+    for most, first in ((10, "3"), (41, "3"), (100, "3"), (MAX_SEQUENTIAL_ROUNDS, "30")):
+        result = dry_run(most, first)
+        assert result.returncode == 0, result.stderr
+        looks = [int(line.split(":")[0].split()[1]) for line in result.stdout.splitlines()
+                 if line.startswith("look ")]
+        assert looks == [n for n in sequential_looks(most) if int(first) <= n < most]
+
+
+# a stand-in nvidia-smi for a node of 8 GPUs: the index query lists 0-7, a GPU's query names
+# its bus id, SM clock and memory used
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *query-gpu=index*) seq 0 7 ;;
+  *pci.bus_id*) i=$(echo "$*" | sed 's/.*-i \\([0-9]*\\).*/\\1/')
+                echo "00000000:1$i:00.0, 1980, 512" ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def pool_command(tmp_path, corpus, *extra):
+    """run_rounds.sh with pools of foreground simulated routers on port 0, each writing its
+    URL to <side>-<instance>.url and logging what its start command saw."""
+    log = shlex.quote(str(tmp_path / "starts.log"))
+
+    def start(side):
+        return (f'echo "$SIDE $ROUND $INSTANCE $INSTANCES ${{GPU:--}} '
+                f'${{CUDA_VISIBLE_DEVICES:--}} ${{HIP_VISIBLE_DEVICES:--}}" >> {log}; exec '
+                + foreground_command(tmp_path, f"{side}-$INSTANCE", 1).replace(
+                    shlex.quote(str(tmp_path / f"{side}-$INSTANCE.url")),
+                    f'"{tmp_path}/{side}-$INSTANCE.url"'))
+    return ["bash", str(DRIVER), "--rounds", "3", "--dir", str(tmp_path / "results"),
+            "--corpus", corpus, "--wait-ready", "20", "--tool", str(TOOL_PYC),
+            "--base", "cpu", "--base-start", start("cpu"),
+            "--base-url-file", str(tmp_path / "cpu-%i.url"),
+            "--new", "gpu", "--new-start", start("gpu"),
+            "--new-url-file", str(tmp_path / "gpu-%i.url"),
+            "--tolerance", "1000", "--gate", "sequential:p50", "--pass-unless-worse", *extra,
+            "--", "--concurrency", "1", "--warmup", "0"]
+
+
+@pytest.mark.process
+def test_driver_pools_started_together_one_instance_per_gpu(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(pool_command(tmp_path, corpus, "--instances", "2", "--together",
+                                         "--gpus", "all"),
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    # each start command saw its instance and its own GPU, as CUDA and ROCm read it
+    starts = sorted((tmp_path / "starts.log").read_text().splitlines())
+    assert starts == sorted(f"{side} {n} {i} 2 {i - 1} {i - 1} {i - 1}" for side in ("cpu", "gpu")
+                            for n in (1, 2, 3) for i in (1, 2))
+    for n in (1, 2, 3):
+        for side in ("cpu", "gpu"):
+            for i in (1, 2):
+                document = json.loads((tmp_path / "results" / f"r{n}-{side}@{i}.json")
+                                      .read_text())
+                instance = document["instance"]
+                assert document["schema"] == "router-latency/run/3"
+                assert (instance["round"], instance["side"], instance["number"],
+                        instance["count"], instance["gpu"]) == (n, side, i, 2, str(i - 1))
+                assert instance["facts"]["gpu_bus_id"] == f"00000000:1{i - 1}:00.0"
+                assert instance["facts"]["start_order"] in (1, 2, 3, 4)
+    # measured in balanced pairs: the round's first side first in odd pairs (a1 b1 b2 a2)
+    measured = [re.match(r"run_rounds.sh: round (\d)/3 (\w+@\d): p50", line)
+                for line in result.stderr.splitlines()]
+    order = [m.groups() for m in measured if m]
+    for n in (1, 2, 3):
+        first, second = start_order(n, ["cpu", "gpu"])
+        assert [side for number, side in order if number == str(n)] == [
+            f"{first}@1", f"{second}@1", f"{second}@2", f"{first}@2"]
+    assert "verdict: PASS" in result.stdout
+    assert not list(tmp_path.glob("results/r*-cpu.json"))  # only the instances' files
+
+
+@pytest.mark.process
+def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    command = pool_command(tmp_path, corpus)
+    head, tail = command[:command.index("--")], command[command.index("--"):]
+    cores = os.cpu_count()
+    for options, after, message in [
+            (["--instances", "2", "--concurrent"], [],
+             "--concurrent measures a side's instances at once, each on its own GPU: give "
+             "--gpus LIST or all, or leave out --concurrent"),
+            (["--instances", "3", "--concurrent", "--gpus", "0,1"],
+             ["--router-cpus", f"0-{cores - 2}"],
+             "--concurrent runs 2 drivers at once, but only 1 cores are free of the routers "
+             "(--router-cpus): at most 1 fit"),
+            (["--instances", "0"], [], "--instances must be a whole number from 1 to 999, got '0'"),
+            (["--instances", "2", "--gpus", "0,x"], [],
+             "--gpus takes a comma-separated list of GPU indexes (0,1,2) or all, got '0,x'")]:
+        # the cores are checked on the node that runs it, not in a dry run
+        dry = [] if "--router-cpus" in after else ["--dry-run"]
+        result = subprocess.run(head[:2] + dry + head[2:] + options + tail + after,
+                                capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr
+        assert result.stderr == f"run_rounds.sh: error: {message}\n"
+    # a URL file per instance needs %i; URLs with a port, one more a port per instance
+    url_file = command.index("--base-url-file") + 1
+    no_mark = command[:url_file] + [str(tmp_path / "cpu.url")] + command[url_file + 1:]
+    result = subprocess.run(no_mark[:2] + ["--dry-run", "--instances", "2"] + no_mark[2:],
+                            capture_output=True, text=True, timeout=60)
+    assert result.stderr == ("run_rounds.sh: error: --base-url-file needs %i in its name with "
+                             "--instances (each instance's file)\n")
+    with_urls = command[:url_file - 1] + ["--base-url", "http://127.0.0.1:8801"] \
+        + command[url_file + 1:]
+    result = subprocess.run(with_urls[:2] + ["--dry-run", "--instances", "3"] + with_urls[2:],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [re.search(r" PORT=(\d+) ", line).group(1) for line in result.stdout.splitlines()
+            if line.startswith("round 1 cpu@") and ": start: " in line] == [
+        "8801", "8802", "8803"]
+
+
+@pytest.mark.process
+def test_driver_refuses_a_pool_its_gpu_memory_cannot_hold_before_measuring(tmp_path):
+    # the stand-in GPU had 10,000 MiB free; the first instance's start leaves 6,000: a pool
+    # of 3 on one GPU does not fit (at most 2), and nothing is measured
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    free = tmp_path / "free"
+    free.write_text("10000\n")
+    (fake / "nvidia-smi").write_text(f"#!/bin/sh\ncat {shlex.quote(str(free))}\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    command = pool_command(tmp_path, corpus, "--instances", "3")
+    at = command.index("--base-start") + 1
+    command[at] = f"echo 6000 > {shlex.quote(str(free))}; {command[at]}"
+    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        "run_rounds.sh: error: a pool of 3 does not fit: its first instance took 4000 MiB of "
+        "GPU 0, which had 10000 MiB free before it started: at most 2 instances a GPU, and "
+        "the pool puts 3 on one")
+    assert not list((tmp_path / "results").glob("*.json"))
+    assert nothing_listens(tmp_path / "cpu-1.url")  # its first instance was stopped

@@ -15,6 +15,7 @@ from router_latency.versions import without_sampled
 from router_latency.requests import ERROR_KINDS, pass_summary, Request, REQUEST_OUTCOMES
 from router_latency.phases import content_slow_windows, phase_windows, Thresholds
 from router_latency.captured import RouterCpu
+from router_latency.instance import Instance
 from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSettings, dump_run, Floor,
                                     HostSettings, Ladder, load_run, PassRecord, RunFile,
                                     RunSettings, Warmup)
@@ -262,10 +263,51 @@ def test_compare_rejects_bad_run_files(tmp_path, cli, kind):
 def test_newer_schema_asks_for_an_upgrade(tmp_path, cli):
     path = Path(make_run(tmp_path / "run.json"))
     document = json.loads(path.read_text())
-    document["schema"] = "router-latency/run/3"
+    document["schema"] = "router-latency/run/4"
     path.write_text(json.dumps(document))
     result = cli("compare", path, path)
-    assert_one_line_error(result, "schema router-latency/run/3 is newer than this tool reads")
+    assert_one_line_error(result, "schema router-latency/run/4 is newer than this tool reads")
+
+
+INSTANCE = Instance(round=3, side="gpu", number=2, pool_size=8, port=8803, gpu="1", cores="4-7",
+                    facts={"thread_cpus": "4-7", "numa_node": 0, "gpu_bus_id": "00000000:19:00.0",
+                           "ready_s": 13.4, "start_order": 4})
+
+
+def test_an_instance_of_a_pool_reads_back_and_says_so_in_its_schema(tmp_path):
+    # one schema version (run/3) for the pool's fields: a run/2 reader would take an instance
+    # for its side's whole round; a run without them stays run/1, byte for byte
+    plain = load_run(make_run(tmp_path / "run.json"))
+    assert json.loads(b"".join(dump_run(plain)))["schema"] == "router-latency/run/1"
+    run = plain._replace(instance=INSTANCE)
+    written = b"".join(dump_run(run))
+    document = json.loads(written)
+    assert document["schema"] == "router-latency/run/3"
+    assert document["instance"] == {
+        "round": 3, "side": "gpu", "number": 2, "count": 8, "port": 8803, "gpu": "1",
+        "cores": "4-7", "facts": INSTANCE.facts}
+    path = tmp_path / "instance.json"
+    path.write_bytes(written)
+    loaded = load_run(str(path))
+    assert loaded.instance == INSTANCE and b"".join(dump_run(loaded)) == written
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda i: i.update(number=9), "instance.number"),
+    (lambda i: i.update(round=0), "instance.round"),
+    (lambda i: i.update(port="8803"), "instance.port"),
+    (lambda i: i.update(gpu=1), "instance.gpu"),
+    (lambda i: i.update(facts={"Bad Name": 1}), "instance.facts"),
+    (lambda i: i.update(facts={"numa_node": [0]}), "instance.facts"),
+    (lambda i: i.update(facts={"ready_s": True}), "instance.facts"),
+])
+def test_a_bad_instance_is_refused_naming_its_field(tmp_path, cli, edit, field):
+    path = tmp_path / "instance.json"
+    document = json.loads(b"".join(dump_run(load_run(make_run(tmp_path / "run.json"))._replace(
+        instance=INSTANCE))))
+    edit(document["instance"])
+    path.write_text(json.dumps(document))
+    assert_one_line_error(cli("compare", path, path), f"{path}: {field}")
 
 
 @pytest.mark.parametrize("edit,field,message", [

@@ -43,8 +43,10 @@ order:
     requests           a pass's requests: each one's record, outcomes counted, the summary
     phases             slow phases within a pass: windows, which stand out, what they share
     captured           what a pass captured around it: probes, load, metrics, router CPU
+    instance           which instance of a pool a run measured, and what could set it apart
     runfile            the run file's records: their writer and reader side by side
     stall              the head-and-body stall: bodies late behind their heads (Nagle)
+    pools              a side's round on several instances read as one, paired in the round
     roundset           Rounds: interleaved rounds' run files per side, the sides, the used
     ladder             the ladder: when to stop climbing, plateau, knee, capacity, cost
   the wire and the pass:
@@ -61,6 +63,7 @@ order:
   judging:
     gate               the gate's rule: rows' words, the family-wise test, the look, the outcome
     noise              the spread taken apart (within, between), a plan in node time, speed groups
+    speeds             what separates the instances' speed groups (a GPU, cores, ...)
     judged             a judged row as every output writes it: its change, its JSON
     attribution        where the time goes: a pass's time by part
     runtime_load       the model runtime's load per pass: split stages, replicas, queue, drops

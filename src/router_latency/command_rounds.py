@@ -13,7 +13,7 @@ from .errors import RouterLatencyError
 from .words import metric_title, visible
 from .sequential import MAX_SEQUENTIAL_ROUNDS
 from .files import append_whole, check_distinct_files, check_writable_target, write_atomic
-from .runfile import load_run
+from .pools import load_side
 from .gate import GateSettings
 from .rounds import CHECKED_FIELDS, find_round_files, judge_rounds
 from .render_text import format_plan
@@ -91,8 +91,10 @@ def add_rounds_parser(commands: Any) -> None:
     p.add_argument("--sequential", type=whole_number(MIN_ROUNDS, MAX_SEQUENTIAL_ROUNDS),
                    metavar="MAX_ROUNDS",
                    help="judge a look of a group-sequential plan of at most MAX_ROUNDS rounds: "
-                        "exit 3 while undecided (rounds/run_rounds.sh --until-decided); more "
-                        "rounds than MAX_ROUNDS is an error")
+                        "a look after every round from the third (beyond 40 rounds, 40 looks "
+                        "spread evenly; between them it waits), exit 3 while undecided "
+                        "(rounds/run_rounds.sh --until-decided); more rounds than MAX_ROUNDS "
+                        "is an error")
     p.add_argument("--plan", action="store_true",
                    help="print each row's spread (taken apart: within one instance, "
                         "between instances), the rounds a target needs and a plan in node "
@@ -133,7 +135,7 @@ def cmd_rounds(args: argparse.Namespace) -> int:
         [("round file", p) for sides in files.values() for p in sides.values()]
         + [("--corpus", args.corpus)],
         outputs + [("GITHUB_STEP_SUMMARY", os.environ.get("GITHUB_STEP_SUMMARY"))])
-    runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    runs = {n: {s: load_side(p) for s, p in sides.items()} for n, sides in files.items()}
     texts = corpus_texts(args.corpus, runs[min(runs)][args.base].corpus_sha256) \
         if args.corpus else None
     settings = GateSettings(

@@ -25,7 +25,8 @@ from .files import (check_distinct_files, check_folder_accepts_a_file, check_wri
 from .corpus import load_corpus
 from .cache import cache_text
 from .versions import runtime_name_warning
-from .runfile import dump_run, Ladder, RunFile, told_text
+from .instance import Instance, INSTANCE_FACT
+from .runfile import dump_run, Ladder, RouterRef, RunFile
 from .stall import stall_text
 from .phases import Thresholds
 from .ladder import cost_for, ladder_levels, run_capacity
@@ -169,6 +170,48 @@ def cpu_list_text(text: str) -> str:
             from None
 
 
+INSTANCE_WHOLE = ("round", "number", "count", "port")
+
+
+def instance_item(text: str) -> Tuple[str, Any]:
+    """Return one --instance KEY=VALUE: a whole number for round, number, count and port, a
+    text for side, gpu and cores, a fact's number where it reads as one, else its text."""
+    key, equals, value = text.partition("=")
+    if not equals or not INSTANCE_FACT.fullmatch(key):
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE with a lowercase key, got {text!r}")
+    if key in INSTANCE_WHOLE:
+        if not value.isdigit() or int(value) < 1:
+            raise argparse.ArgumentTypeError(f"{key} must be a whole number >= 1, got {value!r}")
+        return key, int(value)
+    if key in ("side", "gpu", "cores"):
+        return key, value
+    for kind in (int, float):
+        try:
+            number = kind(value)
+        except ValueError:
+            continue
+        if math.isfinite(number):
+            return key, number
+    return key, value
+
+
+def instance_of(items: Sequence[Tuple[str, Any]]) -> Optional[Instance]:
+    """Return the run's Instance from its --instance items; None without any."""
+    if not items:
+        return None
+    given = dict(items)
+    missing = [k for k in ("round", "side", "number", "count") if k not in given]
+    if missing:
+        raise RouterLatencyError(f"--instance needs {', '.join(missing)} too")
+    if given["number"] > given["count"]:
+        raise RouterLatencyError(f"--instance number={given['number']} is past "
+                                 f"count={given['count']}")
+    return Instance(given["round"], given["side"], given["number"], given["count"],
+                    given.get("port"), given.get("gpu"), given.get("cores"),
+                    {k: v for k, v in given.items()
+                     if k not in ("round", "side", "number", "count", "port", "gpu", "cores")})
+
+
 def config_hash_text(text: str) -> str:
     if not CONFIG_HASH_PATTERN.fullmatch(text):
         raise argparse.ArgumentTypeError("expected the router's config hash: 64 lowercase hex "
@@ -227,6 +270,12 @@ def add_run_parser(commands: Any) -> None:
     output.add_argument("--label", required=True, type=label_text,
                         help="name of this side or run")
     add_file_options(output, "run")
+    output.add_argument("--instance", action="append", type=instance_item, default=[],
+                        metavar="KEY=VALUE",
+                        help="the run measured one instance of a pool (run_rounds.sh "
+                             "--instances): round, side, number, count, port, gpu, cores, and "
+                             "any other lowercase name as a fact that could make it differ "
+                             "(repeatable; written as the run file's instance, run/3)")
     output.add_argument("--force", action="store_true",
                         help="overwrite an existing run or CSV file")
     output.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
@@ -492,6 +541,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     target, plan, guard, capture, thresholds = run_arguments(args)
     checked_costs(args.cost_per_hour, (args.label,))
     check_plan(plan, len(corpus.prompts))
+    instance = instance_of(args.instance)
     if args.check:
         if not args.quiet:
             emit([f"run {args.label}: checked: corpus {corpus.sha256[:12]} "
@@ -522,7 +572,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if run is None:
             stderr_line("interrupted before anything was measured; nothing written")
             return EXIT_SIGNAL[caught[0]] if caught else EXIT_SIGNAL[signal.SIGINT]
-        return report_run(args, run, caught, header_shown=progress.enabled)
+        return report_run(args, run._replace(instance=instance), caught,
+                          header_shown=progress.enabled)
     finally:
         relay.restore()
 
@@ -605,3 +656,17 @@ def report_run(args: argparse.Namespace, run: RunFile, caught: list, *,
     if reason and not args.quiet:
         stderr_line(reason)
     return code
+
+
+def told_text(router: RouterRef) -> str:
+    """Return the settings the router told, in words ('' for an older file)."""
+    told = router.get("told")
+    if not isinstance(told, dict) or not told:
+        return ""
+    return "; ".join(
+        f"{name} {setting.get('value')} ({setting.get('source')})"
+        if isinstance(setting, dict) and setting.get("value") is not None
+        else f"{name} not recorded"
+        + (f" ({setting.get('source')})" if isinstance(setting, dict)
+           and setting.get("source") not in (None, "not recorded") else "")
+        for name, setting in told.items())

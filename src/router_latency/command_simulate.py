@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
+import os
+import random
 import signal
 import threading
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Mapping, Sequence, Tuple
 
 from .constants import (EXIT_OK, MAX_SIGNALS, PREVIEW_PATH, ROUTER_MAX_CONCURRENCY,
                         SIGNAL_NAME_PATTERN)
@@ -113,6 +116,10 @@ def add_simulate_parser(commands: Any) -> None:
     p.add_argument("--stall", type=stall_spec, metavar="EVERY:LENGTH:MS",
                    help="a slow phase now and then: of every EVERY previews, the last LENGTH "
                         "wait MS more")
+    p.add_argument("--instance-sd", type=non_negative_float, default=0.0, metavar="PCT",
+                   help="give this instance its own speed: its delay and jitter times a "
+                        "log-normal draw of this log standard deviation (in %%), seeded by "
+                        "--seed and the ROUND, SIDE and INSTANCE run_rounds.sh gives it")
     p.add_argument("--startup-s", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="start-up time: /ready answers 503 and previews carry no decision "
                         "result this long, as a router loading its classifiers")
@@ -167,6 +174,15 @@ def add_today_options(p: argparse.ArgumentParser) -> None:
                         "{round=\"later\"}) and one more delay")
 
 
+def instance_speed(sd_pct: float, seed: int, environ: Mapping[str, str]) -> float:
+    """Return an instance's time factor: exp of a normal draw of sd_pct / 100, seeded by the
+    seed and the instance run_rounds.sh names (ROUND, SIDE, INSTANCE); 1 without a spread."""
+    if not sd_pct:
+        return 1.0
+    key = ":".join([str(seed)] + [environ.get(n, "") for n in ("ROUND", "SIDE", "INSTANCE")])
+    return math.exp(random.Random(key).gauss(0.0, sd_pct / 100))
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         router = start_simulator(args.host, args.port, delay_ms=args.delay_ms,
@@ -182,7 +198,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                      split_share=args.split_stages,
                                      signal_errors=args.signal_errors or SkippedSignals()),
                                  signals=SignalModel(args.signals or (),
-                                                     args.parallel_signals))
+                                                     args.parallel_signals),
+                                 speed=instance_speed(args.instance_sd, args.seed, os.environ))
     except OSError as exc:  # a port in use, an address not on this host, a name unknown
         option = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         # create_server adds "(while attempting to bind on address ...)": said already
@@ -194,6 +211,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     emit([f"simulated router at {router.url}{PREVIEW_PATH} (delay {args.delay_ms:g} ms, "
           f"jitter {args.jitter_ms:g} ms{', serial' if args.serial else ''}"
           f"{f', {args.workers} workers' if args.workers else ''}"
+          f"{f', this instance x{router.speed:.3f}' if args.instance_sd else ''}"
           f"{signals_text(args.signals or (), args.parallel_signals)}, at most "
           f"{args.max_concurrency} at once; x-vsr-config-hash {router.config_hash}); Ctrl-C "
           f"stops", f"metrics at {router.metrics_url}"

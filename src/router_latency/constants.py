@@ -12,9 +12,9 @@ __all__ = [
     "DEFAULT_MODEL", "ERROR_CODE_PATTERN", "EXIT_GATE", "EXIT_INCONCLUSIVE", "EXIT_OK",
     "EXIT_SIGNAL", "EXIT_USAGE", "EXPECTED_HASH_HEADER", "LADDER_GATE_NAMES", "LADDER_MARGIN_PCT",
     "LADDER_METRICS", "LADDER_PASS", "LATE_BODY_MS", "MAX_FILE_NUMBER", "MAX_LATENCY_MS",
-    "MAX_REASON_CHARS", "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH", "PROMPT_KEYS", "READY_PATH",
-    "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS", "RUNTIME_COUNTERS",
-    "RUNTIME_GAUGES", "SIGNAL_NAME_PATTERN",
+    "MAX_PLAN_ROUNDS", "MAX_REASON_CHARS", "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH",
+    "PROMPT_KEYS", "READY_PATH", "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS",
+    "RUNTIME_COUNTERS", "RUNTIME_GAUGES", "SIGNAL_NAME_PATTERN",
     "STOP_POLL_S", "TIME_WINDOWS",
 ]
 
@@ -93,6 +93,8 @@ MIN_ROUNDS = 3  # fewer rounds give intervals too wide to gate on
 # an answer whose body came this long after its head (a server writing them apart with Nagle's
 # algorithm on waits for this host's delayed ACK, about 40 ms on Linux): a late body
 LATE_BODY_MS = 30
+# the most rounds a plan proposes and a sequential plan (--sequential, --until-decided) runs
+MAX_PLAN_ROUNDS = 1000
 TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing

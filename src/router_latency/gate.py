@@ -11,14 +11,14 @@ import math
 import statistics
 from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, MIN_ROUNDS
+from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, MAX_PLAN_ROUNDS
 from .errors import Notice, RouterLatencyError
 from .words import (BOUND_PCT, change_text, metric_title, pct_text, plural, slowdown_text,
                     worse_sign)
 from .stats import (chi2_ppf, composite_log_ratios, effective_rows, Interval,
                     mean_and_squares, mean_interval, normal_cdf, normal_ppf, paired_interval,
                     power_shift, rounds_needed, sample_spread, t_cdf, t_ppf, t_test_p)
-from .sequential import sequential_t_criticals
+from .sequential import look_critical
 from .requests import pass_title
 from .roundset import Rounds
 
@@ -49,7 +49,7 @@ DECIDE_PROBABILITY = 0.8
 # INCONCLUSIVE, never PASS or FAIL, so the design's false FAIL and false PASS rates stay (a
 # non-binding futility boundary; bench/gate_statistics.py futility simulates them)
 FUTILITY_PROBABILITY = 0.1
-DECIDE_LIMIT = 1000  # rounds: beyond this, "more than 1,000 rounds would be needed"
+DECIDE_LIMIT = MAX_PLAN_ROUNDS  # rounds: beyond this, "more than 1,000 rounds would be needed"
 BEYOND_LIMIT = f"more than {DECIDE_LIMIT:,}"  # the rounds a row past DECIDE_LIMIT needs
 # the exit code of several verdicts combined is the first of these any of them has: an error,
 # then a FAIL, then undecided, then pass; not the largest code, since 3 would hide a FAIL's 1
@@ -395,7 +395,7 @@ def gate_critical(settings: GateSettings, rounds: int, level: float) -> float:
     quantile, or with --sequential the calibrated boundary of this look."""
     if settings.sequential_max is None:
         return upper_critical(level, rounds - 1)
-    return sequential_t_criticals(settings.sequential_max, level)[rounds - MIN_ROUNDS]
+    return look_critical(settings.sequential_max, level, rounds)
 
 
 def crosses(statistic: float, critical: float) -> bool:

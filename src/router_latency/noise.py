@@ -22,7 +22,7 @@ import math
 import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import ROW_METRICS
+from .constants import MAX_PLAN_ROUNDS, ROW_METRICS
 from .words import metric_title, plural
 from .report import Lines, Panel, Section
 from .stats import percentiles, rounds_needed
@@ -33,7 +33,8 @@ from .roundset import Rounds
 from .gate import (BEYOND_LIMIT, DECIDE_PROBABILITY, GateOutcome, GateSettings, missed_text, Row,
                    spread_bound)
 
-__all__ = ["noise_findings", "noise_json", "NoiseFindings", "plan_section"]
+__all__ = ["MIN_MODE_ROUNDS", "MODE_GAP_SDS", "noise_findings", "noise_json", "NoiseFindings",
+           "pass_within", "plan_section", "speed_groups"]
 
 
 PLAN_PASS_POWER = 0.9  # an unchanged pair passes this often under the plan (every gated row)
@@ -42,6 +43,9 @@ PLAN_DETECT_POWER = 0.8  # a gated row slowed by the target alone is found this 
 # in a bound of the spread), so that its two rates hold over about this share of pilots
 PLAN_CONFIDENCE = 0.8
 MAX_REPEAT = 64  # the most sendings of the corpus per pass the plan proposes
+# the instances a side's pool may have (run_rounds.sh --instances): ports and memory bound it
+INSTANCE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PLAN_GPUS = (1, 8)  # the nodes --plan costs: one GPU, and one instance per GPU on eight
 DURATION_SCALES = (0.5, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # of a --duration pass's length
 MODE_GAP_SDS = 3.0  # a gap between two instances' speeds this many within-noise SDs apart
 MIN_MODE_ROUNDS = 4  # fewer rounds of a side say nothing of groups
@@ -103,13 +107,22 @@ class NodeCost(NamedTuple):
         """Seconds one side's run takes with `scale` times the requests per pass."""
         return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
 
-    def round_s(self, scale: float) -> float:
-        """Seconds one round takes: both sides' runs and the look after it."""
-        return 2 * self.side_run_s(scale) + self.look_s
+    def pool_run_s(self, scale: float, instances: int, gpus: int = 1) -> float:
+        """Seconds one side's pool of `instances` takes: its start-up (to ready, and the gap
+        to the next) once, each instance's warm-up and passes, up to `gpus` instances at
+        once (--concurrent, one GPU each). One instance is side_run_s."""
+        return self.ready_s + self.gap_s + -(-instances // gpus) * (
+            self.other_s + self.passes_s * scale)
+
+    def round_s(self, scale: float, instances: int = 1, gpus: int = 1) -> float:
+        """Seconds one round takes: both sides' pools (one side's after the other's) and the
+        look after it."""
+        return 2 * self.pool_run_s(scale, instances, gpus) + self.look_s
 
 
 class NodePlan(NamedTuple):
-    """The rounds and requests per pass that decide at the least node time."""
+    """The rounds, instances a side and requests per pass that decide at the least node
+    time."""
     rounds: int
     requests_per_pass: int
     node_minutes: float
@@ -118,6 +131,8 @@ class NodePlan(NamedTuple):
     # the rounds at that scale at the low and high ends of the parts' CONFIDENCE intervals
     # (None: past 1,000): what the pilot supports
     rounds_range: Optional[Tuple[int, Optional[int]]] = None
+    instances: int = 1  # a side's pool each round (run_rounds.sh --instances)
+    gpus: int = 1  # the GPUs it assumes, one instance at a time on each
 
 
 class SpeedGroup(NamedTuple):
@@ -138,8 +153,10 @@ class NoiseFindings(NamedTuple):
     """The rows' noise, the plan (None: none within 1,000 rounds) and the speed groups."""
     rows: Tuple[RowNoise, ...]
     cost: Optional[NodeCost]
-    plan: Optional[NodePlan]
+    plan: Optional[NodePlan]  # on one GPU
     modes: Tuple[InstanceModes, ...]
+    single: Optional[NodePlan] = None  # the plan with one instance a side and round
+    on_gpus: Tuple[Tuple[int, Optional[NodePlan]], ...] = ()  # (GPUs, plan) per PLAN_GPUS
 
     def of(self, row: Row) -> Optional[RowNoise]:
         for item in self.rows:
@@ -197,11 +214,23 @@ def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[flo
     return statistics.variance(logs) / len(logs), split
 
 
+def run_within(run: RunFile, name: str, metric: str) -> Optional[Tuple[float, str]]:
+    """Return pass_within of a run's pass; for a pool, of the mean of its instances' log
+    statistics (their within variances added, over K^2)."""
+    if not run.pool:
+        return pass_within(run.pass_named(name), metric)
+    found = [pass_within(i.pass_named(name), metric) for i in run.pool]
+    if any(f is None for f in found):
+        return None
+    return (math.fsum(f[0] for f in found if f is not None) / len(found) ** 2,
+            next(f[1] for f in found if f is not None))
+
+
 def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[Tuple[float, str]]:
     """Return a side's within-instance variance of a pass's statistic, pooled over the used
     rounds, and the split; None when a round's pass cannot be split."""
     runs, used = rounds.runs, rounds.used
-    found = [pass_within(runs[n][side].pass_named(name), metric) for n in used]
+    found = [run_within(runs[n][side], name, metric) for n in used]
     if not found or any(f is None for f in found):
         return None
     return (statistics.fmean(f[0] for f in found if f is not None),
@@ -312,10 +341,11 @@ def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int
     for spread in spreads:
         if tolerance > 0:  # at tolerance 0 nothing passes: only the slowdown is planned for
             needed.append(rounds_needed(spread, tolerance, alpha=settings.alpha / 2,
-                                        power=1 - (1 - PLAN_PASS_POWER) / m, sided=1))
+                                        power=1 - (1 - PLAN_PASS_POWER) / m, sided=1,
+                                        max_rounds=MAX_PLAN_ROUNDS))
         needed.append(rounds_needed(spread, room if room > 0 else target,
                                     alpha=settings.alpha / 2 / m, power=PLAN_DETECT_POWER,
-                                    sided=1))
+                                    sided=1, max_rounds=MAX_PLAN_ROUNDS))
     return None if any(n is None for n in needed) else max(n for n in needed if n)
 
 
@@ -327,46 +357,56 @@ def plan_scales(cost: NodeCost) -> List[Tuple[float, int, Optional[int]]]:
     return [(k, round(cost.requests * k), None) for k in DURATION_SCALES]
 
 
-def planned_spread(row: Row, found: Optional[RowNoise], scale: float, end: str) -> float:
-    """Return a row's spread at `scale` times the requests per pass, at one end of what the
-    pilot supports: "plan" (each part at its PLAN_CONFIDENCE upper bound on its degrees of
-    freedom, the between part on the rounds'),
-    "low" or "high" (the ends of the parts' CONFIDENCE intervals). A row no pass splits
+def planned_spread(row: Row, found: Optional[RowNoise], scale: float, end: str,
+                   instances: int = 1) -> float:
+    """Return a row's spread with `instances` a side and `scale` times the requests per pass,
+    at one end of what the pilot supports: "plan" (each part at its PLAN_CONFIDENCE upper
+    bound on its degrees of freedom, the between part on the rounds'), "low" or "high" (the
+    ends of the parts' CONFIDENCE intervals): spread^2(K, s) = rounds^2 + (instances^2 +
+    within^2 / s) / K. Runs of one instance a round cannot tell what a round shares from what
+    an instance adds; the between part is counted as between instances (rounds^2 = 0), the
+    best case for K, as the instances' own speeds (speed groups) suggest. A row no pass splits
     keeps its spread (its bound), as if more requests per pass narrowed none of it."""
     if found is None:
-        if end == "low":
-            return row.spread
-        return spread_bound(row.spread, row.rounds - 1,
-                            PLAN_CONFIDENCE if end == "plan" else (1 + CONFIDENCE) / 2)
+        spread = row.spread if end == "low" else spread_bound(
+            row.spread, row.rounds - 1, PLAN_CONFIDENCE if end == "plan" else (1 + CONFIDENCE) / 2)
+        return spread / math.sqrt(instances)
     parts = found.parts
     if end == "plan":
         between = spread_bound(parts.rounds.value, row.rounds - 1, PLAN_CONFIDENCE)
         within = spread_bound(parts.within.value, max(1, int(parts.within.df)), PLAN_CONFIDENCE)
-        return math.sqrt(between ** 2 + within ** 2 / scale)
-    if end == "low":
-        return math.sqrt(parts.rounds.low ** 2 + parts.within.low ** 2 / scale)
-    return math.sqrt(parts.rounds.high ** 2 + parts.within.high ** 2 / scale)
+    elif end == "low":
+        between, within = parts.rounds.low, parts.within.low
+    else:
+        between, within = parts.rounds.high, parts.within.high
+    return math.sqrt((between ** 2 + within ** 2 / scale) / instances)
 
 
 def node_plan(gated: Sequence[Row], noise: Dict[Tuple[str, str], RowNoise],
-              cost: NodeCost, settings: GateSettings) -> Optional[NodePlan]:
-    """Return the requests per pass and rounds that decide as rounds_for() plans at the least
-    node time (two side runs a round), at each part's PLAN_CONFIDENCE upper bound, with the
-    range of rounds the pilot's intervals support; None when none does within 1,000 rounds."""
+              cost: NodeCost, settings: GateSettings, *, gpus: int = 1,
+              counts: Sequence[int] = INSTANCE_COUNTS) -> Optional[NodePlan]:
+    """Return the rounds, instances a side (of `counts`) and requests per pass that decide as
+    rounds_for() plans at the least node time, at each part's PLAN_CONFIDENCE upper bound:
+    each round two pools, one side's after the other's, each costed by NodeCost.pool_run_s on
+    `gpus` GPUs, and the look; with the range of rounds the pilot's intervals support; None
+    when none decides within MAX_PLAN_ROUNDS rounds."""
     best: Optional[NodePlan] = None
-    for scale, requests, repeat in plan_scales(cost):
-        spreads = [planned_spread(row, noise.get((row.pass_name, row.metric)), scale, "plan")
-                   for row in gated]
-        rounds = rounds_for(spreads, settings)
-        if rounds is None:
-            continue
-        minutes = rounds * cost.round_s(scale) / 60
-        if best is None or minutes < best.node_minutes * 0.999:
-            best = NodePlan(rounds, requests, minutes, repeat, scale)
+    for instances in counts:
+        for scale, requests, repeat in plan_scales(cost):
+            spreads = [planned_spread(row, noise.get((row.pass_name, row.metric)), scale,
+                                      "plan", instances) for row in gated]
+            rounds = rounds_for(spreads, settings)
+            if rounds is None:
+                continue
+            minutes = rounds * cost.round_s(scale, instances, gpus) / 60
+            if best is None or minutes < best.node_minutes * 0.999:
+                best = NodePlan(rounds, requests, minutes, repeat, scale, instances=instances,
+                                gpus=gpus)
     if best is None:
         return None
     low, high = (rounds_for([planned_spread(row, noise.get((row.pass_name, row.metric)),
-                                            best.scale, end) for row in gated], settings)
+                                            best.scale, end, best.instances) for row in gated],
+                            settings)
                  for end in ("low", "high"))
     return best._replace(rounds_range=(low or 3, high))
 
@@ -411,9 +451,17 @@ def noise_findings(rounds: Rounds, rows: Sequence[Row], settings: GateSettings) 
     noise = [n for n in (row_noise(rounds, r) for r in rows) if n is not None]
     cost = node_cost(rounds)
     gated = [r for r in rows if r.gated]
-    plan = None if cost is None or not gated else node_plan(
-        gated, {(n.pass_name, n.metric): n for n in noise}, cost, settings)
-    return NoiseFindings(tuple(noise), cost, plan, tuple(instance_modes(rounds, rows, settings)))
+    by_row = {(n.pass_name, n.metric): n for n in noise}
+    if cost is None or not gated:
+        return NoiseFindings(tuple(noise), cost, None,
+                             tuple(instance_modes(rounds, rows, settings)))
+    on_gpus = tuple((gpus, node_plan(gated, by_row, cost, settings, gpus=gpus,
+                                     counts=[k for k in INSTANCE_COUNTS if k % gpus == 0]
+                                     if gpus > 1 else INSTANCE_COUNTS))
+                    for gpus in PLAN_GPUS)
+    return NoiseFindings(tuple(noise), cost, on_gpus[0][1],
+                         tuple(instance_modes(rounds, rows, settings)),
+                         node_plan(gated, by_row, cost, settings, counts=(1,)), on_gpus)
 
 
 def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
@@ -422,10 +470,35 @@ def plan_sentence(findings: Optional[NoiseFindings]) -> Optional[str]:
     plan = None if findings is None else findings.plan
     if plan is None:
         return None
-    minutes = f"{plan.node_minutes:.1f}" if plan.node_minutes < 10 else \
-        f"{plan.node_minutes:,.0f}"
-    return (f"about {plural(plan.rounds, 'round')} of {plan.requests_per_pass:,} requests per "
-            f"pass, about {minutes} minutes on this node")
+    pool = f" of {plan.instances} instances a side" if plan.instances > 1 else ""
+    return (f"about {plural(plan.rounds, 'round')}{pool} of {plan.requests_per_pass:,} requests "
+            f"per pass, about {minutes_text(plan.node_minutes)} minutes on this node")
+
+
+def minutes_text(minutes: float) -> str:
+    """Return node minutes as the plan prints them: one decimal under 10."""
+    return f"{minutes:.1f}" if minutes < 10 else f"{minutes:,.0f}"
+
+
+def pool_lines(findings: NoiseFindings) -> List[str]:
+    """Return what a pool of instances buys: one instance a round, the plan's K on one GPU,
+    and one instance per GPU on eight; nothing when the plan is one instance a round."""
+    plan, single = findings.plan, findings.single
+    if plan is None or plan.instances == 1:
+        return []
+    lines = ["what a pool buys (the between part counted as between instances, which runs "
+             "of one instance a round cannot tell from what a round shares: the best case "
+             "for pools): one instance a round: "
+             + (f"about {plural(single.rounds, 'round')}, {minutes_text(single.node_minutes)} "
+                f"minutes" if single is not None else "more than 1,000 rounds")]
+    for gpus, item in findings.on_gpus:
+        if item is None:
+            continue
+        where = ("on one GPU" if gpus == 1 else
+                 f"one per GPU on {gpus} GPUs (run_rounds.sh --gpus all --concurrent)")
+        lines.append(f"{item.instances} instances a round {where}: about "
+                     f"{plural(item.rounds, 'round')}, {minutes_text(item.node_minutes)} minutes")
+    return lines
 
 
 def main_part(item: RowNoise) -> str:
@@ -473,9 +546,12 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                      f"decided) {cost.look_s:.1f} s"
                      f"{'' if cost.look_measured else ' (not run here: its usual cost)'}")
     if sentence is not None and findings.plan is not None:
-        how = ("" if findings.plan.repeat is None else
+        pool = (f" --instances {findings.plan.instances}" if findings.plan.instances > 1
+                else "")
+        how = (f" (run_rounds.sh{pool})" if findings.plan.repeat is None and pool else
+               "" if findings.plan.repeat is None else
                f" (run -n {findings.plan.repeat}; run_rounds.sh --requests-per-pass "
-               f"{findings.plan.requests_per_pass})")
+               f"{findings.plan.requests_per_pass}{pool})")
         passes = (f"an unchanged pair passes {PLAN_PASS_POWER:.0%} of the time and "
                   if settings.tolerance_pct > 0 else "")
         lines.append(f"plan: {sentence}{how}: {passes}a {settings.target_pct:g}% slowdown of "
@@ -483,8 +559,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                      f"an {PLAN_CONFIDENCE:.0%} upper bound of each part of the noise, so that "
                      f"it keeps both in about {PLAN_CONFIDENCE:.0%} of pilots or more"
                      f"{range_text(findings.plan)}")
+        lines += pool_lines(findings)
     elif cost is not None:
-        lines.append("plan: more than 1,000 rounds at any requests per pass")
+        lines.append(f"plan: more than 1,000 rounds at any requests per pass and pool of up to "
+                     f"{INSTANCE_COUNTS[-1]} instances")
     for mode in findings.modes:
         groups = "; ".join(f"{', '.join(f'r{n}' for n in g.rounds)} at {span(g)} ms"
                            for g in mode.groups)
@@ -538,12 +616,17 @@ def plan_json(findings: Optional[NoiseFindings]) -> Optional[dict]:
         return None
     plan, cost = findings.plan, findings.cost
     return {"rounds": None if plan is None else plan.rounds,
+            "instances": None if plan is None else plan.instances,
             "requests_per_pass": None if plan is None else plan.requests_per_pass,
             "node_minutes": None if plan is None else plan.node_minutes,
             "repeat": None if plan is None else plan.repeat,
             "scale": None if plan is None else plan.scale,
             "rounds_range": None if plan is None or plan.rounds_range is None
             else list(plan.rounds_range),
+            "gpus": {str(gpus): None if item is None else {
+                "instances": item.instances, "rounds": item.rounds,
+                "requests_per_pass": item.requests_per_pass, "node_minutes": item.node_minutes}
+                for gpus, item in findings.on_gpus},
             "side_run": None if cost is None else cost._asdict(),
             "speed_groups": [{"side": m.side, "pass": m.pass_name,
                               "groups": [g._asdict() for g in m.groups]} for m in findings.modes]}

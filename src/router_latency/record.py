@@ -10,7 +10,8 @@ from .errors import RouterLatencyError
 from .words import metric_title, span_text
 from .gpu import energy_ranges_sentence
 from .cache import cache_sentence
-from .runfile import load_run, RunFile
+from .runfile import RunFile
+from .pools import load_side
 from .requests import pass_title
 from .gate import GateSettings
 from .rounds import find_round_files, judge_rounds, RoundsReport
@@ -30,7 +31,7 @@ def record_section(name: str, folder: str, base: str, new: str,
                    settings: GateSettings = GateSettings()) -> RecordSection:
     """Return a section of a record: the rounds of `folder` read and judged."""
     files = find_round_files(folder, base, new)
-    runs = {n: {s: load_run(p) for s, p in sides.items()} for n, sides in files.items()}
+    runs = {n: {s: load_side(p) for s, p in sides.items()} for n, sides in files.items()}
     try:
         report = judge_rounds(runs, base, new, settings)
     except RouterLatencyError as exc:

@@ -17,6 +17,8 @@ from .stats import OrderEffect, percentiles
 from .cache import cache_section, cache_signature, cache_warnings, TIMED
 from .degraded import degraded_text
 from .runfile import PassRecord, RunFile
+from .pools import check_pools, instance_file_side
+from .speeds import speeds_section
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
 from .compare import floor_warnings
@@ -57,11 +59,13 @@ def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, st
     found: Set[str] = set()  # every side with a round file, to name them when one is missing
     for entry in sorted(top.iterdir()):
         match = ROUND_FILE_PATTERN.match(entry.name)
+        # a pool's instances (r<N>-<side>@<i>.json) are found by their first (load_side)
+        side, instance = instance_file_side(match.group(2)) if match else ("", None)
         if match:
-            found.add(match.group(2))
-        if not match or match.group(2) not in (base, new):
+            found.add(side)
+        if not match or side not in (base, new) or (instance or 1) != 1:
             continue
-        number, side = int(match.group(1)), match.group(2)
+        number = int(match.group(1))
         other = rounds.setdefault(number, {}).get(side)
         if other is not None:
             raise RouterLatencyError(f"round {number} of side {side} twice: {other} and {entry}",
@@ -531,6 +535,7 @@ def check_rounds(rounds: Rounds, settings: GateSettings) -> List[str]:
             f"need at least {MIN_ROUNDS} rounds, found {len(runs)} "
             f"({', '.join(f'r{n}' for n in runs)}): fewer cannot give an interval worth "
             f"gating on")
+    check_pools(runs)
     notes = check_round_inputs(rounds, settings.allow_mismatch)
     check_measured_once(runs)
     check_look(rounds, settings)
@@ -655,6 +660,8 @@ def rounds_sections(rounds: Rounds, found: Findings, settings: GateSettings,
         order_section(found.order, found.order_effect, base, new),
         plan_section(noise, settings, outcome,
                      more_rounds(outcome) if outcome.status == "inconclusive" else None, rows),
+        speeds_section(rounds, [r.pass_name for r in rows if r.metric == "p50_ms"],
+                       settings.tolerance_log),
         latency_section(pass_latencies(rounds), base, new))
 
 

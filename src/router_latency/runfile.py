@@ -22,10 +22,11 @@ from .requests import (checked_error_codes, ERROR_KINDS, pass_name, pass_summary
 from .phases import content_slow_windows, PhaseWindow, Thresholds
 from .captured import CapturedEnvironment, LoadRange, PassEnvironment, RouterCpu
 from .files import check_schema, read_json
+from .instance import Instance
 
 __all__ = [
     "Attempt", "Captures", "CpuSettings", "dump_run", "Floor", "HostSettings", "Ladder",
-    "load_run", "PassRecord", "RouterSetting", "RunFile", "RunSettings", "told_text", "Warmup",
+    "load_run", "PassRecord", "RouterRef", "RouterSetting", "RunFile", "RunSettings", "Warmup",
 ]
 
 
@@ -39,6 +40,10 @@ RUN_SCHEMA = "router-latency/run/1"
 # a run with degraded answers (Request.degraded): a tool that reads only run/1 would count
 # them as plain successes, so such a file says it needs a newer reader; run/1 still reads
 RUN_SCHEMA_DEGRADED = "router-latency/run/2"
+# a run of one instance of a pool (Instance: its round, side, number, port, GPU, cores and what
+# could make it differ): a run/2 reader would take it for a side's whole round; run/1 and
+# run/2 still read
+RUN_SCHEMA_INSTANCES = "router-latency/run/3"
 
 
 # The objects a run file keeps as JSON, as read and written whole: what each holds.
@@ -77,20 +82,6 @@ class RouterRef(TypedDict, total=False):
     # the signal deadline and the runtime's threads: {name: RouterSetting}; absent in older
     # files
     told: dict[str, RouterSetting]
-
-
-def told_text(router: RouterRef) -> str:
-    """Return the settings the router told, in words ('' for an older file)."""
-    told = router.get("told")
-    if not isinstance(told, dict) or not told:
-        return ""
-    return "; ".join(
-        f"{name} {setting.get('value')} ({setting.get('source')})"
-        if isinstance(setting, dict) and setting.get("value") is not None
-        else f"{name} not recorded"
-        + (f" ({setting.get('source')})" if isinstance(setting, dict)
-           and setting.get("source") not in (None, "not recorded") else "")
-        for name, setting in told.items())
 
 
 class Attempt(NamedTuple):
@@ -651,6 +642,8 @@ class RunFile(NamedTuple):
     result_cache: CacheFinding = {}  # result_cache_finding() as measured; {} in older files
     signal_names: tuple[str, ...] = ()  # the signals the requests' signal_ms are in the order of
     path: str = ""  # where it was read from; not written
+    instance: Optional[Instance] = None  # one instance of a pool; None: a side's whole round
+    pool: tuple["RunFile", ...] = ()  # a pool's instances' runs (pools.pool_run); not written
 
     @property
     def cache_finding(self) -> CacheFinding:
@@ -713,7 +706,8 @@ class RunFile(NamedTuple):
             for r in a.requests)
 
     def to_json(self, passes: Any = None) -> dict:
-        return {"schema": RUN_SCHEMA_DEGRADED if self.degraded else RUN_SCHEMA,
+        return {"schema": RUN_SCHEMA_INSTANCES if self.instance is not None else
+                RUN_SCHEMA_DEGRADED if self.degraded else RUN_SCHEMA,
                 "label": self.label, "complete": self.complete,
                 "tool": self.tool, "python": self.python, "host": self.host,
                 "started_utc": self.started_utc, "started_unix": self.started_unix,
@@ -727,6 +721,7 @@ class RunFile(NamedTuple):
                 "host_settings": self.host_settings.to_json() if self.host_settings else {},
                 **({"result_cache": self.result_cache} if self.result_cache else {}),
                 **({"signals": list(self.signal_names)} if self.signal_names else {}),
+                **({"instance": self.instance.to_json()} if self.instance else {}),
                 "passes": passes if passes is not None else [p.to_json() for p in self.passes]}
 
     @classmethod
@@ -785,18 +780,20 @@ class RunFile(NamedTuple):
             Warmup.from_json(objects["warmup"], f"{path}: warmup"),
             HostSettings.from_json(objects["host_settings"], f"{path}: host_settings"),
             checked_cache(document.get("result_cache", {}), f"{path}: result_cache"),
-            _checked_signal_names(document, passes, path), str(path))
+            _checked_signal_names(document, passes, path), str(path),
+            Instance.from_json(document.get("instance"), f"{path}: instance"))
 
 
 def _check_run_schema(document: Any, path: str) -> None:
-    """Raise unless the document is a run file this version reads: run/2 and later checked
-    against run/2 (a later one: upgrade); anything else (run/1, another kind of file) against
-    run/1, as before run/2."""
+    """Raise unless the document is a run file this version reads: run/3 and later checked
+    against run/3 (a later one: upgrade), run/2 against run/2; anything else (run/1, another
+    kind of file) against run/1, as before run/2."""
     schema = document.get("schema") if isinstance(document, dict) else None
     version = schema.rpartition("/")[2] if isinstance(schema, str) \
         and schema.startswith("router-latency/run/") else ""
-    check_schema(document, RUN_SCHEMA_DEGRADED if version.isdigit() and int(version) >= 2
-                 else RUN_SCHEMA, path)
+    number = int(version) if version.isdigit() else 1
+    check_schema(document, RUN_SCHEMA_INSTANCES if number >= 3 else RUN_SCHEMA_DEGRADED
+                 if number == 2 else RUN_SCHEMA, path)
 
 
 def _whole_object(document: dict, key: str, path: str) -> dict:

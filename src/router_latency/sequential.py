@@ -10,14 +10,14 @@ import heapq
 import math
 import operator
 import random
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Sequence, Tuple
 
-from .constants import MIN_ROUNDS
+from .constants import MAX_PLAN_ROUNDS, MIN_ROUNDS
 from .errors import RouterLatencyError
 from .stats import (checked_list, checked_probability, checked_whole, normal_cdf, normal_ppf,
                     SQRT_2, SQRT_2PI, t_ppf)
 
-__all__ = ["MAX_SEQUENTIAL_ROUNDS", "sequential_t_criticals"]
+__all__ = ["look_critical", "MAX_SEQUENTIAL_ROUNDS"]
 
 
 class Boundary(NamedTuple):
@@ -276,13 +276,36 @@ SEQUENTIAL_SEED = 17  # fixed, so every run on every machine gets the same bound
 SEQUENTIAL_MARGIN = 0.04
 
 
-MAX_SEQUENTIAL_ROUNDS = 40  # the paths cost about 0.1 s of CPU per look to simulate
+# the most rounds a sequential plan may run: as many as the plan proposes (rounds --plan plans
+# at most MAX_PLAN_ROUNDS), so that every plan printed can be run by --until-decided
+MAX_SEQUENTIAL_ROUNDS = MAX_PLAN_ROUNDS
+
+
+# a plan of at most this many rounds looks after every round from the third; a longer one
+# looks this many times, spread evenly (its paths cost about 0.2 s of CPU per look to simulate)
+MAX_LOOKS = 40
+
+
+def sequential_looks(max_rounds: int, *, first: int = MIN_ROUNDS) -> Tuple[int, ...]:
+    """Return the rounds after which a sequential plan of at most max_rounds rounds looks:
+    every round from `first` up to MAX_LOOKS rounds; beyond, look k of MAX_LOOKS after
+    ceil(max_rounds k / MAX_LOOKS) rounds (at least `first`). run_rounds.sh computes the same
+    rounds (its sequential_looks)."""
+    max_rounds = checked_whole(max_rounds, "max_rounds", first)
+    if max_rounds <= MAX_LOOKS:
+        return tuple(range(first, max_rounds + 1))
+    return tuple(sorted({max(first, -(-max_rounds * k // MAX_LOOKS))
+                         for k in range(1, MAX_LOOKS + 1)}))
 
 
 @functools.lru_cache(maxsize=2)
 def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]:
-    """Return, per look n = first..max_rounds, the one-sample t statistics of
-    SEQUENTIAL_PATHS standard normal sequences at n values (an array per look)."""
+    """Return, per look of sequential_looks(max_rounds, first=first), the one-sample t
+    statistics of SEQUENTIAL_PATHS standard normal sequences at that look's rounds (an array
+    per look)."""
+    looks = sequential_looks(max_rounds, first=first)
+    if max_rounds > MAX_LOOKS:
+        return _null_t_blocks(looks)
     rng = random.Random(SEQUENTIAL_SEED)
     gauss = rng.gauss
     columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
@@ -298,11 +321,38 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
     return columns
 
 
+def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
+    """Return _null_t_paths's columns for looks some rounds apart, drawing each block of
+    rounds between two looks whole: the mean of k standard normals is N(0, 1/k) and their
+    squared deviations from it sum to a chi-square on k - 1 degrees of freedom (twice a
+    gamma of shape (k - 1) / 2), independent of that mean, and Chan's merge adds a block to
+    the running mean and sum of squares exactly. Two draws a look, not one a round."""
+    rng = random.Random(SEQUENTIAL_SEED)
+    gauss, gamma = rng.gauss, rng.gammavariate
+    sizes = [looks[0]] + [b - a for a, b in zip(looks, looks[1:])]
+    spreads = [1.0 / math.sqrt(k) for k in sizes]
+    columns = tuple(array.array("d") for _ in looks)
+    for _ in range(SEQUENTIAL_PATHS):
+        n = 0
+        mean = m2 = 0.0
+        for size, spread, column in zip(sizes, spreads, columns):
+            block_mean = gauss(0.0, spread)
+            block_m2 = 2.0 * gamma(0.5 * (size - 1), 1.0) if size > 1 else 0.0
+            total = n + size
+            delta = block_mean - mean
+            mean += delta * size / total
+            m2 += block_m2 + delta * delta * n * size / total
+            n = total
+            column.append(mean * math.sqrt(n * (n - 1) / m2))
+    return columns
+
+
 @functools.lru_cache(maxsize=256)
 def sequential_t_criticals(max_rounds: int, alpha: float, *,
                            first: int = MIN_ROUNDS) -> tuple[float, ...]:
-    """Return the critical one-sided t values of a group-sequential t test, one per look
-    n = first..max_rounds: reject "mean <= 0" at the first look where t >= its value.
+    """Return the critical one-sided t values of a group-sequential t test, one per look of
+    sequential_looks(max_rounds, first=first): reject "mean <= 0" at the first look where
+    t >= its value.
 
     The z boundaries of group_sequential_levels, turned into t quantiles, run over their
     level at 2 to 9 degrees of freedom (about 2.9% for 2.5%). These are calibrated for t
@@ -316,15 +366,15 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *,
     """
     max_rounds = checked_whole(max_rounds, "max_rounds", first)
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
-        raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS} rounds, "
-                                 f"got {max_rounds}")
+        raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS:,} "
+                                 f"rounds, got {max_rounds:,}")
     alpha = checked_probability(alpha, "alpha")
     columns = _null_t_paths(first, max_rounds)
     paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
     alive = list(range(paths))
     crossed, criticals = 0, []
-    for k, column in enumerate(columns):
-        spent = spending_alpha((first + k) / max_rounds, alpha, kind="obrien-fleming", sided=2)
+    for n, column in zip(sequential_looks(max_rounds, first=first), columns):
+        spent = spending_alpha(n / max_rounds, alpha, kind="obrien-fleming", sided=2)
         share = math.floor(spent * (1 - SEQUENTIAL_MARGIN) * paths) - crossed
         if share <= 0:
             criticals.append(math.inf)
@@ -336,3 +386,12 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *,
         alive = [i for i in alive if i not in gone]
         crossed += share
     return tuple(criticals)
+
+
+def look_critical(max_rounds: int, alpha: float, rounds: int) -> float:
+    """Return the critical one-sided t of a sequential plan's look after `rounds` rounds;
+    inf (it cannot reject) where the plan takes no look."""
+    looks = sequential_looks(max_rounds)
+    if rounds not in looks:
+        return math.inf
+    return sequential_t_criticals(max_rounds, alpha)[looks.index(rounds)]

@@ -420,6 +420,9 @@ class SimulatorSettings(NamedTuple):
     workers: Optional[int] = None
     answers: SimulatedAnswers = SimulatedAnswers()
     signals: SignalModel = SignalModel()
+    # this instance's own speed (simulate --instance-sd): its delay and jitter times it; not
+    # in the config hash, as instances of one configuration differ in speed alone
+    speed: float = 1.0
 
 
 class SimulatedRouter:
@@ -445,8 +448,8 @@ class SimulatedRouter:
 
     def __init__(self, host: str, port: int, settings: SimulatorSettings):
         delay_ms, jitter_ms, serial, decisions, seed, max_concurrency, stall, workers, \
-            answers, signals = settings
-        self.delay_s, self.jitter_s = delay_ms / 1000, jitter_ms / 1000
+            answers, signals, speed = settings
+        self.delay_s, self.jitter_s = delay_ms * speed / 1000, jitter_ms * speed / 1000
         self.workers = 1 if serial else workers
         self.signals = signals
         self.signal_histograms = SignalHistograms([name for name, _ in signals.times_ms])
@@ -455,6 +458,7 @@ class SimulatedRouter:
         self.decisions = tuple(decisions)
         self.max_concurrency = max_concurrency
         self.answers = answers
+        self.speed = speed
         self.config_hash = hashlib.sha256(json.dumps(
             {"decisions": self.decisions, "delay_ms": delay_ms, "jitter_ms": jitter_ms,
              "serial": serial, "max_concurrency": max_concurrency,
