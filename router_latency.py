@@ -16725,11 +16725,26 @@ def format_config_hashes(report: RoundsReport) -> List[str]:
         warning.text for warning in report.config_warnings]
 
 
+HEADLINE_CHARS = 200  # the verdict's first line at most: a head of a log, a CI check's title
+
+
 def verdict_line(report: RoundsReport) -> str:
-    """Return the verdict's headline, about 200 characters at most: the verdict, the reason
-    that decided it (a FAIL's first, an INCONCLUSIVE's first that is not an undecided row),
-    what it could have missed and the rounds that would decide the undecided rows; every
-    reason in full is in verdict_details."""
+    """Return the verdict's headline, HEADLINE_CHARS at most where it can be: the verdict, the
+    reason that decided it (a FAIL's first, an INCONCLUSIVE's first that is not an undecided
+    row; cut to its name, "(below)", where whole it would not fit), what it could have missed
+    and the rounds that would decide the undecided rows; every reason in full is in
+    verdict_details."""
+    reasons = verdict_head_reasons(report)
+    whole = headline(report, reasons)
+    if len(whole) <= HEADLINE_CHARS:
+        return whole
+    # a reason of a name and its figures ("futility: the 7 rounds left ...") keeps its name
+    return headline(report, [reason.split(": ", 1)[0] + " (below)" if ": " in reason
+                             else reason for reason in reasons])
+
+
+def headline(report: RoundsReport, head_reasons: List[str]) -> str:
+    """Return the verdict's headline with these reasons in it."""
     look = f" (round {report.look.rounds} of at most {report.look.max_rounds})" \
         if report.look else ""
     option = report.settings.rule.option
@@ -16742,7 +16757,7 @@ def verdict_line(report: RoundsReport) -> str:
         return head + (f" ({plural(unsure, 'inconclusive gated row')}; {missed})"
                        if unsure else "")
     parts = [f"not a pass: {missed}"] if outcome.status == "inconclusive" else []
-    parts += verdict_head_reasons(report)
+    parts += head_reasons
     if outcome.status == "fail" and len(outcome.reasons) > 1:
         parts.append(f"{plural(len(outcome.reasons) - 1, 'more reason')} below")
     if outcome.undecided and outcome.status == "inconclusive" and len(parts) == 1:
@@ -16756,17 +16771,18 @@ def verdict_line(report: RoundsReport) -> str:
 
 def verdict_details(report: RoundsReport) -> List[str]:
     """Return the verdict's reasons, one a line below its headline, where it has more than
-    its headline says."""
+    its headline says (a reason the headline cut to its name among them)."""
     reasons, undecided = list(report.outcome.reasons), report.outcome.undecided
-    if reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
-            undecided_text(undecided[0], report.settings)]:  # the headline says it all
+    whole = verdict_line(report) == headline(report, verdict_head_reasons(report))
+    if whole and (reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
+            undecided_text(undecided[0], report.settings)]):  # the headline says it all
         return []
     return [f"  {reason}" for reason in reasons]
 
 
 def verdict_head_reasons(report: RoundsReport) -> List[str]:
-    """Return the reasons the headline shows in full: a FAIL's or INCONCLUSIVE's first that is
-    not an undecided row."""
+    """Return the reasons the headline shows: a FAIL's or INCONCLUSIVE's first that is not an
+    undecided row."""
     rows = {undecided_text(r, report.settings) for r in report.outcome.undecided}
     return [reason for reason in report.outcome.reasons if reason not in rows][:1]
 

@@ -1199,6 +1199,11 @@ def test_a_sequential_look_that_cannot_decide_stops_for_futility_in_its_words_an
     assert stop and "; it could have missed a slowdown of " in stop[0]
     document = json.loads(rounds(cli, tmp_path, "--sequential", "10", "--format", "json").out)
     assert document["futility"] and stop[0].startswith(f"stop: {document['futility']}")
+    # the headline names it and keeps to 200 characters (whole, it was 268); the reason in
+    # full on its line below
+    head = look.out.splitlines()[0]
+    assert len(head) <= 200 and head.endswith("; futility (below)"), head
+    assert f"  {document['futility']}" in look.out.splitlines()
     # as a fixed design (no looks) nothing stops for futility
     fixed = rounds(cli, tmp_path)
     assert fixed.code == 3 and "futility" not in fixed.out
