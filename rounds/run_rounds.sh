@@ -240,6 +240,20 @@ url_port() {  # prints the port of URL $1 (80 or 443 by its scheme)
 }
 
 # what --dry-run prints for pools
+schedule_look() {  # --dry-run: the sequential look after round $1, where the design takes one
+  if looks_after "$1"; then
+    printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
+      "$1" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
+      "stop unless it exits 3"
+  fi
+}
+schedule_then() {  # --dry-run: the final judgement
+  printf 'then: %s rounds --dir %s --base %s --new %s %s%s\n' "${driver[*]}" "$dir" \
+    "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
+    )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
+    "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
+}
+
 pool_schedule() {
   local i role side
   for ((r = 1; r <= rounds; r++)); do
@@ -257,16 +271,9 @@ pool_schedule() {
     for role in $(order_of "$r"); do
       printf 'round %d %s: stop its %d instances\n' "$r" "${name[$role]}" "$instances"
     done
-    if looks_after "$r"; then
-      printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
-        "$r" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
-        "stop unless it exits 3"
-    fi
+    schedule_look "$r"
   done
-  printf 'then: %s rounds --dir %s --base %s --new %s %s%s\n' "${driver[*]}" "$dir" \
-    "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
-    )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
-    "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
+  schedule_then
 }
 pool_schedule_runs() {  # $1: one role, or none for both sides interleaved
   local item role i
@@ -809,16 +816,9 @@ schedule() {  # what --dry-run prints
       printf 'round %d %s: stop: %s\n' "$r" "$side" "${stop_cmd[$role]:+${stop_cmd[$role]}, then }$(
         )SIGTERM to what still runs of its start command"
     done
-    if looks_after "$r"; then
-      printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
-        "$r" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
-        "stop unless it exits 3"
-    fi
+    schedule_look "$r"
   done
-  printf 'then: %s rounds --dir %s --base %s --new %s %s%s\n' "${driver[*]}" "$dir" \
-    "${name[base]}" "${name[new]}" "${rounds_args[*]} --corpus $corpus$(
-    )${final_args[*]:+ ${final_args[*]}}${format_args[*]:+ ${format_args[*]}}" \
-    "$( [ "$until_decided" -eq 1 ] && printf ' --sequential %d' "$rounds")"
+  schedule_then
 }
 if [ "$dry_run" -eq 1 ] && [ "$pooled" -eq 1 ]; then
   pool_schedule 2>/dev/null || true
