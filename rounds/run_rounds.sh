@@ -83,11 +83,9 @@ poll_ms=${RUN_ROUNDS_POLL_MS:-100}
   || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
        exit 2; }
 printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
-# a wait of one poll that starts no process (the script looks some ten times a second while
-# the router is measured): read times out on a pipe that nobody writes to; the start and
-# stop commands get it closed
-exec {nap_fd}<> <(:)
-nap() { read -r -t "$poll" -u "$nap_fd" _ || true; }
+# a wait of one poll (sleep, a process: a builtin read -t on a pipe held Ctrl-C's SIGTERM to the
+# run back until --stop-wait ran out)
+nap() { sleep "$poll"; }
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
 [ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
@@ -1092,7 +1090,7 @@ stop_side() {
   local role=$1 deadline
   if [ -n "${stop_cmd[$role]}" ]; then
     (ROUND=$r SIDE=${name[$role]} default_pipe bash -c -- "${stop_cmd[$role]}") \
-      </dev/null >&2 {nap_fd}<&- \
+      </dev/null >&2 \
       || say "warning: stop command of ${name[$role]} failed"
   fi
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
@@ -1284,7 +1282,7 @@ measure_side() {
   if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
   active=$role
   (ROUND=$r SIDE=$side default_pipe setsid bash -c -- "${start_cmd[$role]}") \
-    </dev/null >&2 {nap_fd}<&- &
+    </dev/null >&2 &
   start_pid=$!
   start_pid_done=0
   left_behind=0
