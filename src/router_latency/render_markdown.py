@@ -69,9 +69,9 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     above, table, below = rounds_table_parts(report)
     rule, unsure = report.settings.rule, len(report.outcome.undecided)
     missed = missed_text(report.outcome)  # a job summary's first line says what it may miss
+    # the verdict's line a headline (a check's title): a rule's caveat heads the list below it
     what = ((f"not a pass: {missed}; " if report.status == "inconclusive"
              else f"{missed}; " if missed else "")
-            + (f"{rule.text}; " if rule.option else "")
             + f"{report.new} against {report.base}, {plural(len(report.used), 'round')} used"
             + (f" (round {report.look.rounds} of at most {report.look.max_rounds})"
                if report.look else "")
@@ -83,7 +83,8 @@ def format_rounds_markdown(report: RoundsReport, *, per_round: bool = False) -> 
     details += [line for section in report.sections for line in section.headline]
     # the sections' leads after the verdict: a job summary's first line is it
     leads = [line for section in report.sections for line in section.lead]
-    return (markdown_verdict(report.status, report.reasons, what) + [""]
+    caveat = [rule.text] if rule.option else []
+    return (markdown_verdict(report.status, caveat + list(report.reasons), what) + [""]
             + [part for line in leads for part in (f"**{md_text(line)}**", "")]
             + (markdown_table(table) + [""] if table else []) + markdown_blocks(details))
 
