@@ -10425,9 +10425,7 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
                                                if capture.router_session else {}),
                 "cgroup": capture.router_cgroup,
                 "container": capture.router_container, "cpus": capture.router_cpu_list,
-                # an interrupted run asks the router nothing more: it saves what it measured
-                "told": {} if stop.is_set() else
-                router_told(target, capture.router_pid, capture.proc_root, stop)},
+                "told": router_told(target, capture.router_pid, capture.proc_root, stop)},
         captures=Captures(
             tuple(name for name, _ in capture.probes),
             gpu_tool(capture.gpu).name if capture.gpu else None, tuple(capture.gpu_indexes),

@@ -83,8 +83,8 @@ poll_ms=${RUN_ROUNDS_POLL_MS:-100}
   || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
        exit 2; }
 printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
-# a wait of one poll (sleep, a process: a builtin read -t on a pipe held Ctrl-C's SIGTERM to the
-# run back until --stop-wait ran out)
+# a wait of one poll; a sleep process, not a builtin read -t on a pipe, which held Ctrl-C's
+# SIGTERM to the run back until --stop-wait ran out
 nap() { sleep "$poll"; }
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
@@ -329,7 +329,7 @@ declare -A pool_since=()
 # wait until every started instance of the roles answers ready (GET /ready 200, or any
 # answer where the router has no /ready), at most --wait-ready seconds
 wait_pool_ready() {
-  local key role i waiting k code
+  local key role i waiting code
   local deadline
   now_ms; deadline=$((now + wait_ready * 1000))
   while now_ms && [ "$now" -le "$deadline" ]; do
