@@ -12039,14 +12039,10 @@ class NodeCost(NamedTuple):
     look_s: float = 0.0
     look_measured: bool = False
 
-    def side_run_s(self, scale: float) -> float:
-        """Seconds one side's run takes with `scale` times the requests per pass."""
-        return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
-
     def pool_run_s(self, scale: float, instances: int, gpus: int = 1) -> float:
         """Seconds one side's pool of `instances` takes: its start-up (to ready, and the gap
         to the next) once, each instance's warm-up and passes, up to `gpus` instances at
-        once (--concurrent, one GPU each). One instance is side_run_s."""
+        once (--concurrent, one GPU each); one instance: a side's run."""
         return self.ready_s + self.gap_s + -(-instances // gpus) * (
             self.other_s + self.passes_s * scale)
 
@@ -12475,7 +12471,7 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                          f"intervals: their squares add): {main_part(item)}")
     cost, sentence = findings.cost, plan_sentence(findings)
     if cost is not None:
-        lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
+        lines.append(f"a side's run took {cost.pool_run_s(1, 1):.1f} s on this node: start-up to "
                      f"ready {cost.ready_s:.1f} s, warm-up and the rest {cost.other_s:.1f} s, "
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
                      f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"
@@ -16734,13 +16730,19 @@ def verdict_line(report: RoundsReport) -> str:
     row; cut to its name, "(below)", where whole it would not fit), what it could have missed
     and the rounds that would decide the undecided rows; every reason in full is in
     verdict_details."""
+    return verdict_headline(report)[0]
+
+
+def verdict_headline(report: RoundsReport) -> Tuple[str, bool]:
+    """Return the headline and whether it holds its reason whole."""
     reasons = verdict_head_reasons(report)
     whole = headline(report, reasons)
     if len(whole) <= HEADLINE_CHARS:
-        return whole
+        return whole, True
     # a reason of a name and its figures ("futility: the 7 rounds left ...") keeps its name
-    return headline(report, [reason.split(": ", 1)[0] + " (below)" if ": " in reason
-                             else reason for reason in reasons])
+    cut = [reason.split(": ", 1)[0] + " (below)" if ": " in reason else reason
+           for reason in reasons]
+    return headline(report, cut), cut == reasons
 
 
 def headline(report: RoundsReport, head_reasons: List[str]) -> str:
@@ -16773,7 +16775,7 @@ def verdict_details(report: RoundsReport) -> List[str]:
     """Return the verdict's reasons, one a line below its headline, where it has more than
     its headline says (a reason the headline cut to its name among them)."""
     reasons, undecided = list(report.outcome.reasons), report.outcome.undecided
-    whole = verdict_line(report) == headline(report, verdict_head_reasons(report))
+    whole = verdict_headline(report)[1]
     if whole and (reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
             undecided_text(undecided[0], report.settings)]):  # the headline says it all
         return []

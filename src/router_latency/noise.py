@@ -103,14 +103,10 @@ class NodeCost(NamedTuple):
     look_s: float = 0.0
     look_measured: bool = False
 
-    def side_run_s(self, scale: float) -> float:
-        """Seconds one side's run takes with `scale` times the requests per pass."""
-        return self.ready_s + self.other_s + self.gap_s + self.passes_s * scale
-
     def pool_run_s(self, scale: float, instances: int, gpus: int = 1) -> float:
         """Seconds one side's pool of `instances` takes: its start-up (to ready, and the gap
         to the next) once, each instance's warm-up and passes, up to `gpus` instances at
-        once (--concurrent, one GPU each). One instance is side_run_s."""
+        once (--concurrent, one GPU each); one instance: a side's run."""
         return self.ready_s + self.gap_s + -(-instances // gpus) * (
             self.other_s + self.passes_s * scale)
 
@@ -539,7 +535,7 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                          f"intervals: their squares add): {main_part(item)}")
     cost, sentence = findings.cost, plan_sentence(findings)
     if cost is not None:
-        lines.append(f"a side's run took {cost.side_run_s(1):.1f} s on this node: start-up to "
+        lines.append(f"a side's run took {cost.pool_run_s(1, 1):.1f} s on this node: start-up to "
                      f"ready {cost.ready_s:.1f} s, warm-up and the rest {cost.other_s:.1f} s, "
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
                      f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"

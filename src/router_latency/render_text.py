@@ -4,7 +4,7 @@ text and Markdown alike."""
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
 from .words import fmt_signed, fmt_value, metric_label, metric_title, p_text, plural
@@ -287,13 +287,19 @@ def verdict_line(report: RoundsReport) -> str:
     row; cut to its name, "(below)", where whole it would not fit), what it could have missed
     and the rounds that would decide the undecided rows; every reason in full is in
     verdict_details."""
+    return verdict_headline(report)[0]
+
+
+def verdict_headline(report: RoundsReport) -> Tuple[str, bool]:
+    """Return the headline and whether it holds its reason whole."""
     reasons = verdict_head_reasons(report)
     whole = headline(report, reasons)
     if len(whole) <= HEADLINE_CHARS:
-        return whole
+        return whole, True
     # a reason of a name and its figures ("futility: the 7 rounds left ...") keeps its name
-    return headline(report, [reason.split(": ", 1)[0] + " (below)" if ": " in reason
-                             else reason for reason in reasons])
+    cut = [reason.split(": ", 1)[0] + " (below)" if ": " in reason else reason
+           for reason in reasons]
+    return headline(report, cut), cut == reasons
 
 
 def headline(report: RoundsReport, head_reasons: List[str]) -> str:
@@ -326,7 +332,7 @@ def verdict_details(report: RoundsReport) -> List[str]:
     """Return the verdict's reasons, one a line below its headline, where it has more than
     its headline says (a reason the headline cut to its name among them)."""
     reasons, undecided = list(report.outcome.reasons), report.outcome.undecided
-    whole = verdict_line(report) == headline(report, verdict_head_reasons(report))
+    whole = verdict_headline(report)[1]
     if whole and (reasons == verdict_head_reasons(report) or len(undecided) == 1 and reasons == [
             undecided_text(undecided[0], report.settings)]):  # the headline says it all
         return []
