@@ -230,12 +230,13 @@ instance_url() {  # sets target: instance $2 of role $1's URL (empty: from its U
   target="${target%%://*}://${hostport%:*}:$((10#$port + i - 1))$path"
 }
 
-url_port() {  # prints the port of URL $1 (80 or 443 by its scheme)
+port_of() {  # sets port_of: the port of URL $1, its own, else its scheme's (80 or 443)
   local address=${1#*://} port
   address=${address%%/*}; port=${address##*]}
-  if [[ "$port" == *:* ]]; then echo "${port##*:}"
-  elif [[ "$1" == https:* ]]; then echo 443; else echo 80; fi
+  if [[ "$port" == *:* ]]; then port_of=${port##*:}
+  elif [[ "$1" == https:* ]]; then port_of=443; else port_of=80; fi
 }
+url_port() { port_of "$1"; echo "$port_of"; }  # prints it
 
 # what --dry-run prints for pools
 schedule_look() {  # --dry-run: the sequential look after round $1, where the design takes one
@@ -253,15 +254,17 @@ schedule_then() {  # --dry-run: the final judgement
 }
 
 pool_schedule() {
-  local i role side
+  local i role side gpu
   for ((r = 1; r <= rounds; r++)); do
     for role in $(order_of "$r"); do
       for ((i = 1; i <= instances; i++)); do
-        instance_url "$role" "$i"; side=${name[$role]}
+        instance_url "$role" "$i"; side=${name[$role]}; port_of=""; gpu=""
+        if [ -n "$target" ]; then port_of "$target"; fi  # no subshell: K x rounds lines
+        if [ ${#gpu_list[@]} -gt 0 ]; then
+          gpu=" GPU=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}"
+        fi
         printf 'round %d %s@%d: start: INSTANCE=%d PORT=%s%s %s\n' "$r" "$side" "$i" "$i" \
-          "$( [ -n "$target" ] && url_port "$target")" \
-          "$( [ ${#gpu_list[@]} -eq 0 ] || echo " GPU=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}")" \
-          "${start_cmd[$role]}"
+          "$port_of" "$gpu" "${start_cmd[$role]}"
       done
       [ "$together" -eq 1 ] || pool_schedule_runs "$role"
     done
@@ -274,13 +277,14 @@ pool_schedule() {
   schedule_then
 }
 pool_schedule_runs() {  # $1: one role, or none for both sides interleaved
-  local item role i
+  local item role i at_once=""
+  if [ "$concurrent" -eq 1 ]; then at_once=" (at once with the side's others)"; fi
   for item in $(measure_order "$r" "${1:-}"); do
     role=${item%:*}; i=${item#*:}
     instance_url "$role" "$i"
     printf 'round %d %s@%d: run: --url %s --out %s%s\n' "$r" "${name[$role]}" "$i" \
       "${target:-<from ${url_file[$role]//%i/$i}>}" "$dir/r$r-${name[$role]}@$i.json" \
-      "$( [ "$concurrent" -eq 1 ] && echo ' (at once with the side'"'"'s others)')"
+      "$at_once"
   done
 }
 
@@ -1223,12 +1227,6 @@ check_router() {  # the router that answered must be the one started: $1 role, $
   if [ -z "${first_hashes[$role]}" ]; then first_hashes[$role]=$hashes; fi
 }
 
-url_port() {  # the port of a URL: its own, else its scheme's
-  local address=${1#*://} port
-  address=${address%%/*}; port=${address##*]}
-  if [[ "$port" == *:* ]]; then echo "${port##*:}"
-  elif [[ "$1" == https:* ]]; then echo 443; else echo 80; fi
-}
 # a router that listens on another port than its side's URL: said once a second is up and
 # the URL still refuses while the start command's processes listen elsewhere (or, once a start
 # command that detaches returned, its --*-container's published ports, docker port), naming
