@@ -8,7 +8,9 @@ simulator are both checked against it.
 What it does as the router does:
 - POST /api/v1/routing/preview only (Go's method pattern: another method 405 with an Allow
   header, another path Go's text/plain 404); GET /health 200 at once; GET /ready 503
-  {"status":"starting","ready":false} until `startup_s` is over, then 200;
+  {"status":"starting","ready":false} until `startup_s` is over, then 200 (or, by count, to
+  its first `unready` GETs: a test that must see the start-up gets it by construction, however
+  loaded the machine);
 - strict JSON (an unknown field: 400 INVALID_INPUT), a 10 MiB body limit (413
   REQUEST_BODY_TOO_LARGE), empty input 400 INVALID_INPUT "text cannot be empty" while
   whitespace-only text is routed, model "" or an auto name (vllm-sr/auto, auto, MoM; else
@@ -21,7 +23,8 @@ What it does as the router does:
   or selected_model; before `loaded_after` previews, the classifier is not loaded: a 200 with
   original_text, requested_model and all-zero metrics but no decision_result.
 Newer routers (`newer=True`): while starting, /ready 503 with phase, pending_models,
-ready_models and total_models, and previews 503 CLASSIFIER_UNAVAILABLE; prompts in
+ready_models and total_models, and previews 503 CLASSIFIER_UNAVAILABLE (for `classifier_s`,
+or to the first `unavailable` previews); prompts in
 `sampled` get a selected model drawn anew with selection_provenance {mode, state_dependent,
 sampled, sampling_seed}; prompts in `partial` a 503 with the answer (x-vsr-config-hash too),
 its decision_error and no selection.
@@ -87,12 +90,16 @@ def user_text(request):
 
 class RouterDouble:
     def __init__(self, *, startup_s=0.0, unmatched=(), loaded_after=0, config_hash=None,
-                 delay_s=0.0, newer=False, sampled=(), partial=(), classifier_s=None):
+                 delay_s=0.0, newer=False, sampled=(), partial=(), classifier_s=None,
+                 unready=0, unavailable=0):
         self.startup_s, self.unmatched, self.loaded_after = startup_s, set(unmatched), \
             loaded_after
         self.newer, self.sampled, self.partial = newer, set(sampled), set(partial)
         # newer: previews answer 503 CLASSIFIER_UNAVAILABLE this long (/ready: startup_s)
         self.classifier_s = startup_s if classifier_s is None else classifier_s
+        # by count: the first `unready` GETs of /ready answer 503, the first `unavailable`
+        # previews (newer) 503 CLASSIFIER_UNAVAILABLE
+        self.unready, self.unavailable, self.readies = unready, unavailable, 0
         self.delay_s = delay_s
         self.config_hash = config_hash or hashlib.sha256(b"double").hexdigest()
         self.started = time.monotonic()
@@ -150,6 +157,8 @@ class RouterDouble:
         if path == "/health" and method == "GET":
             return self.send(handler, 200, b'{"status":"healthy"}\n', request_id)
         if path == "/ready" and method == "GET":
+            with self.lock:
+                self.readies += 1
             if self.starting():
                 return self.send(handler, 503, self.starting_body(), request_id)
             return self.send(handler, 200, b'{"status":"ready","ready":true}\n', request_id)
@@ -164,14 +173,20 @@ class RouterDouble:
         self.send(handler, status, answer, request_id, headers=extra)
 
     def starting(self):
-        return time.monotonic() - self.started < self.startup_s
+        return (time.monotonic() - self.started < self.startup_s
+                or self.readies <= self.unready)
+
+    def share_started(self):
+        """The share of the start-up done, 0 to 1: by time, or by the /ready GETs counted."""
+        if self.unready:
+            return min(1.0, (self.readies - 1) / self.unready)
+        return (time.monotonic() - self.started) / self.startup_s
 
     def starting_body(self):
         """/ready's 503 while starting: the older form, or the newer readinessDetails."""
         if not self.newer:
             return b'{"status":"starting","ready":false}\n'
-        loaded = min(len(MODELS) - 1, int((time.monotonic() - self.started) / self.startup_s
-                                          * len(MODELS)))
+        loaded = min(len(MODELS) - 1, int(self.share_started() * len(MODELS)))
         return json.dumps({"status": "starting", "service": "classification-api",
                            "ready": False, "phase": "downloading_models", "message": "",
                            "downloading_model": "", "pending_models": list(MODELS[loaded:]),
@@ -207,7 +222,7 @@ class RouterDouble:
         if model and model not in AUTO_NAMES:
             return 400, error_body("INVALID_ROUTING_MODEL",
                                    f'unknown routing model "{model}"'), False
-        if self.newer and time.monotonic() - self.started < self.classifier_s:
+        if self.newer and self.classifier_unavailable():
             return 503, error_body("CLASSIFIER_UNAVAILABLE",
                                    "signal classifier is unavailable"), False
         with self.lock:
@@ -217,6 +232,13 @@ class RouterDouble:
             time.sleep(self.delay_s)
         answer = self.eval_response(text, model, loaded, "trace=true" in query)
         return (503 if text in self.partial else 200), answer, True
+
+    def classifier_unavailable(self):
+        if time.monotonic() - self.started < self.classifier_s:
+            return True
+        with self.lock:
+            self.unavailable -= 1
+            return self.unavailable >= 0
 
     def eval_response(self, text, model, loaded, trace):
         """EvalResponse's fields in its struct order (encoding/json keeps it)."""

@@ -687,7 +687,7 @@ def test_a_runtime_name_the_environment_did_not_set_is_warned_of(simulator, tmp_
 def test_a_run_measures_nothing_before_a_newer_router_is_ready(double, tmp_path, cli,
                                                                monkeypatch):
     monkeypatch.setenv("ROUTER_TOKEN", "s3cret")
-    router = double(newer=True, startup_s=0.5, classifier_s=1.0)
+    router = double(newer=True, unready=2, unavailable=2)
     corpus = write_corpus(tmp_path / "corpus.json", PROMPTS[:4])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",

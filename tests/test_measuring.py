@@ -1273,7 +1273,7 @@ def test_a_slow_phase_names_the_evidence_that_made_it(slow):
 def test_the_progress_line_shows_what_the_router_waits_for(double, tmp_path):
     from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
     from router_latency.corpus import load_corpus
-    router = double(newer=True, startup_s=0.5, classifier_s=0.8)
+    router = double(newer=True, unready=2, unavailable=2)
     stream = io.StringIO()
     corpus = load_corpus(write_corpus(tmp_path / "corpus.json", PROMPTS[:2]))
     run = measure_run(RunContext(Target(parse_endpoint(router.url)),

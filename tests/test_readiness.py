@@ -45,7 +45,7 @@ def test_a_preview_without_a_decision_result_is_not_ready(scripted, tmp_path, cl
 
 
 def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(double):
-    router = double(newer=True, startup_s=0.6, classifier_s=1.2)
+    router = double(newer=True, unready=2, unavailable=2)
     shown = []
     payload = b'{"messages":[{"role":"user","content":"hello"}]}'
     from router_latency.client import encode_request
