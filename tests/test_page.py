@@ -4,6 +4,7 @@ import math
 import re
 
 import pytest
+from hypothesis import given, strategies as st
 
 from router_latency.report import LinePlot, Lines, Panel, Scale, Section, Series
 from router_latency.requests import pass_summary, Request
@@ -14,7 +15,7 @@ from router_latency.render_text import format_rounds
 from router_latency.render_markdown import format_rounds_markdown
 from router_latency.page import (forest_axis, forest_ticks, line_plot, report_page, table_html,
                                  VERDICT_COLORS)
-from conftest import three_rounds
+from conftest import SETTINGS, three_rounds
 
 
 def test_the_page_draws_a_section_it_has_never_seen_and_text_ignores_its_figures(tmp_path):
@@ -85,3 +86,12 @@ def test_a_verdict_cell_with_its_qualifier_takes_the_words_colour():
     cells = re.findall(r"<td([^>]*)>", page)
     colour = f'style="color: {VERDICT_COLORS["inconclusive"]}; font-weight: bold"'
     assert colour in cells[0] and cells[1] == cells[0] and "style" not in cells[2]
+
+
+@given(st.text())
+@SETTINGS
+def test_markup_is_escaped_as_html_escape_writes_it(text):
+    import html
+    from router_latency.page import markup_escaped
+    assert markup_escaped(text, quote=True) == html.escape(text, quote=True)
+    assert markup_escaped(text, quote=False) == html.escape(text, quote=False)

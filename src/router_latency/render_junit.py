@@ -6,7 +6,6 @@ import csv
 import io
 import math
 import re
-import xml.etree.ElementTree as ElementTree
 from typing import List, Sequence
 
 from .words import fmt_signed, fmt_value, metric_title, p_text
@@ -77,6 +76,8 @@ def junit_cases(report: RoundsReport) -> List[Check]:
 def junit_xml(report: RoundsReport) -> bytes:
     """Return the rounds report as JUnit XML: one test case per gated row, per round's
     decisions, per pass's errors, per round left out, and the verdict."""
+    # imported here: 5-8 ms of every start of the tool, and only --junit writes XML
+    import xml.etree.ElementTree as ElementTree
     cases = junit_cases(report)
     counts = {"tests": str(len(cases)),
               "failures": str(sum(c.outcome == "failure" for c in cases)),
