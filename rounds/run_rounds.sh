@@ -802,6 +802,10 @@ looks_after() {
 }
 
 schedule() {  # what --dry-run prints
+  if [ "$resume" -eq 1 ]; then
+    printf 'resume: the complete rounds in %s are kept, not run again%s\n' "$dir" "$(
+      [ "$until_decided" -eq 0 ] || echo "; no look before the last of them")"
+  fi
   shown_args=""
   if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
   for ((r = 1; r <= rounds; r++)); do

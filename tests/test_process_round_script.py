@@ -480,6 +480,14 @@ def test_driver_until_decided_stops_at_a_futility_look_and_resumes_to_the_same_s
                 and "--check" not in line]  # no router measured
     assert len([line for line in log.read_text().splitlines()
                 if line.startswith("rounds") and "--sequential 5" in line]) == 3  # check, 1, final
+    # the dry run says both: where a look stops, and what --resume keeps
+    command.insert(command.index("--"), "--dry-run")
+    dry = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    lines = dry.stdout.splitlines()
+    assert lines[0] == (f"resume: the complete rounds in {tmp_path / 'results'} are kept, not "
+                        f"run again; no look before the last of them"), dry.stderr
+    assert [line.endswith(": stop unless it exits 3 (undecided) without a 'stop: futility:' "
+                          "line") for line in lines if line.startswith("look ")] == [True] * 2
 
 
 @pytest.mark.process
