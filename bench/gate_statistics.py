@@ -589,7 +589,8 @@ GATE_HALF = 0.025  # the one-sided level of one report before the reports shared
 
 def replan_part(args) -> None:
     """An internal pilot (Wittes and Brittain 1990), which the tool does not have: the
-    5-round A/A pilot plans N1 rounds at its point value (its spread, 4 df); the run's own
+    5-round A/A pilot plans N1 rounds at its point value (its spread, 4 df; --first-share of
+    that, at least 3); the run's own
     first N1 rounds plan again, at the REPLAN_CONFIDENCE upper bound of their spread on N1 - 1
     df (the spread of the changes, which does not look at their mean); the run goes on to
     N = max(N1, N2) rounds and is judged once, as a fixed design. --rows gated rows alike
@@ -624,7 +625,8 @@ def replan_part(args) -> None:
             row += [(change if k == 0 else 0.0) + rng.gauss(0, sigma) for _ in range(n - n1)]
         return n, status(values)
 
-    print(f"replan: 5-round pilots plan at the point value, the run's first N1 rounds plan "
+    print(f"replan: 5-round pilots plan at the point value (N1: {args.first_share:g} of it), "
+          f"the run's first N1 rounds plan "
           f"again at a {confidence:.0%} upper bound; {count} gated row(s), {args.trials} pilots a "
           f"scenario, {inner} runs for each N1 pilots gave:")
     for name, within, between in PILOT_SCENARIOS:
@@ -634,7 +636,8 @@ def replan_part(args) -> None:
         for _ in range(args.trials):
             seen = [statistics.stdev(pilot_table(rng, 5, within, between, 0.0)[1])
                     for _ in range(count)]
-            firsts.append(max(3, rounds_for(seen, settings) or 1000))
+            firsts.append(max(3, math.ceil(args.first_share
+                                           * (rounds_for(seen, settings) or 1000))))
         counts = {key: {"pass": 0, "fail": 0, "inconclusive": 0} for key in changes_of}
         took = []
         for n1 in firsts:  # one run of each pilot's plan per change
@@ -678,6 +681,8 @@ def main() -> None:
                         help="replan: the upper bound the run's first rounds plan again at")
     parser.add_argument("--rows", type=int, default=1, choices=(1, 3),
                         help="replan: gated rows alike (independent)")
+    parser.add_argument("--first-share", type=float, default=1.0,
+                        help="replan: the share of the pilot's plan run before planning again")
     parser.add_argument("--inner", type=int, default=400,
                         help="replan: runs of each first stage N1 for its rates")
     args = parser.parse_args()
