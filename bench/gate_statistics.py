@@ -11,11 +11,14 @@ PART:
   split       the noise split at 5 rounds on simulated passes with known parts (variance.py)
   pilots      plans from 5-round pilots: how often they meet both targets, and their rounds
   history     A/A series of 30 commits with a 2% cost of running second: the drift's coverage
-  limits      why the split's targets conflict at 5 rounds (an estimator family; 'mostly')
+  limits      why the split's targets conflict at 5 rounds: an estimator family, then the
+              bounds no estimator or rule passes (between's mean, told apart, 'mostly')
   reports     a report after every commit: FAIL at some report of a series at the tolerance
   futility    --until-decided's futility stop: how often it stops early, and the error rates
   more        the one "more rounds" figure: on 5-round pilots left undecided, how often the
               printed number of further rounds decides
+  replan      a design the tool does not have: plan from the pilot at its point value, then
+              plan again from the run's own first rounds (an internal pilot)
 
 The rule is the tool's own (row_of, gate_rows, rounds_for, noise_parts), without files: fast.
 Not a test: it prints figures and asserts nothing.
@@ -251,6 +254,76 @@ def limits_part(args) -> None:
         wrong = sum(w == "between" for w in words)
         print(f"    {level:g}: printed {rate(said, args.trials)}, wrong "
               f"{rate(wrong, said) if said else 'n/a'} of those (target <= 5%)")
+    limits_of_any_rule()
+
+
+def chi2_upper(df: float, x: float) -> float:
+    """Return P(chi2_df > x): the regularized upper incomplete gamma, by its series."""
+    if x <= 0:
+        return 1.0
+    a, half = df / 2, x / 2
+    term = total = 1.0 / a
+    for n in range(1, 10000):
+        term *= half / (a + n)
+        total += term
+        if term < total * 1e-16:
+            break
+    return max(0.0, 1.0 - total * math.exp(a * math.log(half) - half - math.lgamma(a)))
+
+
+def capped_mean(df: int, total: float, threshold: float, cap: float = 1.0) -> float:
+    """Return E[cap sqrt(T) 1{T > threshold}] for T = total chi2_df / df: the mean of an
+    estimate that prints cap x the spread where its square passes the threshold, else 0.
+    E[sqrt(X) 1{X > x}] = sqrt(2) Gamma((df + 1) / 2) / Gamma(df / 2) P(chi2_{df+1} > x)."""
+    moment = math.sqrt(2) * math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2))
+    return cap * math.sqrt(total / df) * moment * chi2_upper(df + 1, threshold * df / total)
+
+
+def limits_of_any_rule() -> None:
+    """The bounds behind the split's unmet targets, for any estimator or rule, not a family.
+    (1) Between's mean: within is 4.55 in both the balanced case and the one with no between
+    part, so the within estimate has one law in both and the likelihood ratio of the data is
+    a function of T, the spread's square (total chi2_df / df), increasing in it. Among
+    estimates between 0 and cap x the spread (never a between part above the spread it is a
+    part of, at cap 1), the largest balanced mean with a mean of at most 0.5 where between is
+    0 prints cap x the spread above a threshold and 0 below (Neyman-Pearson, as a fractional
+    knapsack: fill where the ratio is largest). (2) Told apart: an interval whose low end
+    passes 0 in at most 5% of pilots where between is 0 is a test at 5%; the F test is the
+    most powerful invariant one. (3) 'mostly ...': the balanced case and its mirror (within
+    4.24, between 4.55) give the spread one law; only the within estimate's differs, their
+    likelihood ratio at most (4.55 / 4.24)^10."""
+    from router_latency.stats import f_cdf, f_ppf
+    within, between = 4.55, 4.24
+    print("  what no estimator or rule passes at 5 rounds (exact, from the chi-square and F "
+          "laws):")
+    for df, what in ((4, "the paired rounds' spread"),
+                     (8, "both sides' instance means, were there no round effect")):
+        for cap in (1.0, 1.5):
+            low, high = 0.0, 100.0 * within ** 2
+            for _ in range(100):
+                mid = (low + high) / 2
+                low, high = ((mid, high) if capped_mean(df, within ** 2, mid, cap) > 0.5
+                             else (low, mid))
+            best = capped_mean(df, within ** 2 + between ** 2, low, cap)
+            print(f"    between's mean, {df} df ({what}), at most {cap:g} x the spread and at "
+                  f"most 0.5 where between is 0: balanced at most {best:.2f} (target 3.60-4.88;"
+                  f" it prints only above a spread of {math.sqrt(low):.2f})")
+    heavy = 1 + 2.0 ** 2 / within ** 2  # between 2.0 beside within 4.55: the spread's factor
+    for level in (0.05, 0.10):
+        power = 1 - f_cdf(f_ppf(1 - level, 4, 10) / heavy, 4, 10)
+        print(f"    between 2.0 beside within 4.55 told apart by the F test at {level:.0%} (the "
+              f"most powerful invariant test): {power:.1%} of pilots, so 'not told apart' in "
+              f"{1 - power:.1%} (target <= 10%)")
+    mirror = 1 / 4.24 ** 2 - 1 / 4.55 ** 2
+    ratio = (4.55 / 4.24) ** 10
+    edge = 2 * ratio / 19 ** 2  # 5% wrong where printed is 1 in 19 right: twice the mean bound
+    seen = math.log(ratio / edge) / (5 * mirror)  # the within estimate's square at that ratio
+    print(f"    'mostly ...' wrong in at most 5% of the pilots where printed in both the "
+          f"balanced case and its mirror: the likelihood ratio on the printed 'mostly within' "
+          f"averages at most {ratio:.2f} / 19^2 = {ratio / 19 ** 2:.4f}, so it is printed at "
+          f"most twice P(within estimate >= {math.sqrt(seen):.1f}, true 4.55) = "
+          f"{2 * chi2_upper(10, 10 * seen / 4.55 ** 2):.1e} of pilots, 'mostly between' 1/19 "
+          f"of that")
 
 
 # (name, within, between) of each of 3 gated rows, 100 x log sd
@@ -514,10 +587,88 @@ def reports_part(args) -> None:
 GATE_HALF = 0.025  # the one-sided level of one report before the reports shared it
 
 
+def replan_part(args) -> None:
+    """An internal pilot (Wittes and Brittain 1990), which the tool does not have: the
+    5-round A/A pilot plans N1 rounds at its point value (its spread, 4 df; --first-share of
+    that, at least 3); the run's own
+    first N1 rounds plan again, at the REPLAN_CONFIDENCE upper bound of their spread on N1 - 1
+    df (the spread of the changes, which does not look at their mean); the run goes on to
+    N = max(N1, N2) rounds and is judged once, as a fixed design. --rows gated rows alike
+    (independent; a change on the first), each scenario of 'pilots'. Printed: the run's rates through the gate (A/A PASS, +10% FAIL;
+    at +5%, the tolerance, FAIL and PASS: the design's 2.5% each, which a rounds count chosen
+    on the same rounds may bend), the share of runs with N at least the true noise's rounds
+    and N's median against them, and the share of pilots whose plan keeps both targets:
+    its rates given its N1 (each N1 that pilots gave, --inner runs of it)."""
+    from router_latency.gate import spread_bound
+    settings = GateSettings()
+    rng = random.Random(args.seed)
+    confidence = args.replan_confidence
+    inner = args.inner
+    changes_of = {"A/A": 0.0, "+10%": math.log1p(0.10), "+5%": math.log1p(0.05)}
+
+    count = args.rows
+    metrics = [(p, m) for p in PASSES for m in GATED][:count]
+
+    def status(values) -> str:  # values[k]: row k's log changes, worse positive
+        rows = [row_of(p, m, [10.0] * len(values[k]), [10.0 * math.exp(
+            (-1 if m == "req_per_s" else 1) * v) for v in values[k]], settings)
+            for k, (p, m) in enumerate(metrics)]
+        return gate_rows(rows, settings).outcome.status
+
+    def run(n1: int, sigma: float, change: float) -> tuple:
+        values = [[(change if k == 0 else 0.0) + rng.gauss(0, sigma) for _ in range(n1)]
+                  for k in range(count)]
+        again = rounds_for([spread_bound(statistics.stdev(v), n1 - 1, confidence)
+                            for v in values], settings) or 1000
+        n = max(n1, again)
+        for k, row in enumerate(values):
+            row += [(change if k == 0 else 0.0) + rng.gauss(0, sigma) for _ in range(n - n1)]
+        return n, status(values)
+
+    print(f"replan: 5-round pilots plan at the point value (N1: {args.first_share:g} of it), "
+          f"the run's first N1 rounds plan "
+          f"again at a {confidence:.0%} upper bound; {count} gated row(s), {args.trials} pilots a "
+          f"scenario, {inner} runs for each N1 pilots gave:")
+    for name, within, between in PILOT_SCENARIOS:
+        sigma = math.hypot(within, between) / 100
+        truth = rounds_for([sigma] * count, settings)
+        firsts = []
+        for _ in range(args.trials):
+            seen = [statistics.stdev(pilot_table(rng, 5, within, between, 0.0)[1])
+                    for _ in range(count)]
+            firsts.append(max(3, math.ceil(args.first_share
+                                           * (rounds_for(seen, settings) or 1000))))
+        counts = {key: {"pass": 0, "fail": 0, "inconclusive": 0} for key in changes_of}
+        took = []
+        for n1 in firsts:  # one run of each pilot's plan per change
+            for key, change in changes_of.items():
+                n, verdict = run(n1, sigma, change)
+                counts[key][verdict] += 1
+                took.append(n)
+        kept = 0
+        given = {}
+        for n1 in sorted(set(firsts)):
+            passed = sum(run(n1, sigma, 0.0)[1] == "pass" for _ in range(inner))
+            found = sum(run(n1, sigma, changes_of["+10%"])[1] == "fail" for _ in range(inner))
+            given[n1] = (passed / inner, found / inner)
+            kept += firsts.count(n1) * (passed / inner >= 0.9 and found / inner >= 0.8)
+        worst = min(given.items(), key=lambda item: min(item[1][0] - 0.9, item[1][1] - 0.8))
+        trials = args.trials
+        print(f"  {name} (within {within:g}, between {between:g}): the true noise needs {truth} "
+              f"rounds; A/A PASS {rate(counts['A/A']['pass'], trials)} (target >= 90%), +10% "
+              f"FAIL {rate(counts['+10%']['fail'], trials)} (target >= 80%); at +5%: FAIL "
+              f"{rate(counts['+5%']['fail'], trials)}, PASS {rate(counts['+5%']['pass'], trials)}"
+              f" (2.5% each); N >= the truth's in {rate(sum(n >= truth for n in took), len(took))}"
+              f", median N {statistics.median(took):g}, {statistics.median(took) / truth:.2f}x "
+              f"the truth's (target <= 1.5x); pilots whose plan keeps both targets given its N1: "
+              f"{kept / trials:.1%} (target >= 80%; the least: N1 {worst[0]}, PASS "
+              f"{worst[1][0]:.1%}, FAIL {worst[1][1]:.1%} of {inner})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("part", choices=("plan", "split", "pilots", "more", "futility",
-                                         "history", "reports", "limits"))
+                                         "history", "reports", "limits", "replan"))
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--larger-level", type=float, default=None,
@@ -526,6 +677,14 @@ def main() -> None:
     parser.add_argument("--plan-confidence", type=float, default=None,
                         help="pilots: plan at this upper bound (a trial of another trade-off; "
                              "default noise.PLAN_CONFIDENCE)")
+    parser.add_argument("--replan-confidence", type=float, default=0.6,
+                        help="replan: the upper bound the run's first rounds plan again at")
+    parser.add_argument("--rows", type=int, default=1, choices=(1, 3),
+                        help="replan: gated rows alike (independent)")
+    parser.add_argument("--first-share", type=float, default=1.0,
+                        help="replan: the share of the pilot's plan run before planning again")
+    parser.add_argument("--inner", type=int, default=400,
+                        help="replan: runs of each first stage N1 for its rates")
     args = parser.parse_args()
     if args.larger_level is not None:
         import router_latency.variance as variance
@@ -536,7 +695,7 @@ def main() -> None:
     begun = time.perf_counter()
     {"plan": plan_part, "split": split_part, "pilots": pilots_part,
      "more": more_part, "futility": futility_part, "history": history_part,
-     "reports": reports_part, "limits": limits_part}[args.part](args)
+     "reports": reports_part, "limits": limits_part, "replan": replan_part}[args.part](args)
     print(f"({args.trials} trials a cell, {time.perf_counter() - begun:.0f} s)")
 
 

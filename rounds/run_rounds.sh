@@ -65,7 +65,8 @@
 # not use. Only the start and stop commands given are run; nothing else is evaluated.
 #
 # Exit code: that of the final `rounds` (0 pass, 1 regression, changed decision or failed
-# side, 2 bad input, 3 inconclusive), but 1 when a run had failed requests (or degraded
+# side, 2 bad input, 3 inconclusive, also where --until-decided stopped for futility), but 1
+# when a run had failed requests (or degraded
 # answers, unless run's --allow-degraded) beyond its --max-errors and `rounds` passed or was
 # inconclusive; 2 when the script could not run a
 # round; 130 or 143 when interrupted (the incomplete file is named; --resume keeps the
@@ -243,7 +244,7 @@ schedule_look() {  # --dry-run: the sequential look after round $1, where the de
   if looks_after "$1"; then
     printf 'look %d: %s rounds --dir %s --base %s --new %s %s --sequential %d: %s\n' \
       "$1" "${driver[*]}" "$dir" "${name[base]}" "${name[new]}" "${rounds_args[*]}" "$rounds" \
-      "stop unless it exits 3"
+      "stop unless it exits 3 (undecided) without a 'stop: futility:' line"
   fi
 }
 schedule_then() {  # --dry-run: the final judgement
@@ -561,8 +562,9 @@ Options:
   --rounds N              rounds to run (default 5, at least 3)
   --until-decided         stop as soon as the result is decided: after each round from
                           --min-rounds on, `rounds --sequential MAX` judges a look of a
-                          group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on);
-                          a last look still undecided exits 3
+                          group-sequential plan (exit 0 pass, 1 fail: stop; 3: go on,
+                          unless the look stops for futility: the rounds left cannot
+                          decide it, exit 3); a last look still undecided exits 3
   --min-rounds N          the first look (default 3)
   --max-rounds M          the most rounds, the plan's last look (default 10, at most 1000;
                           beyond 40, 40 looks spread evenly)
@@ -804,6 +806,10 @@ looks_after() {
 }
 
 schedule() {  # what --dry-run prints
+  if [ "$resume" -eq 1 ]; then
+    printf 'resume: the complete rounds in %s are kept, not run again%s\n' "$dir" "$(
+      [ "$until_decided" -eq 0 ] || echo "; no look before the last of them")"
+  fi
   shown_args=""
   if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
   for ((r = 1; r <= rounds; r++)); do
@@ -1375,6 +1381,11 @@ final_judge() { judge --corpus "$corpus" ${final_args[@]+"${final_args[@]}"} "$@
 
 ran=0
 final=""
+futile=""   # the look that stopped for futility
+last_kept=0  # the last round kept from before (--resume)
+for kept in ${done_rounds[@]+"${done_rounds[@]}"}; do
+  if [ "$kept" -gt "$last_kept" ]; then last_kept=$kept; fi
+done
 stopped=""  # the rounds run when the budget stopped the next
 now_ms; budget_start=$now
 for ((r = 1; r <= rounds; r++)); do
@@ -1397,15 +1408,25 @@ for ((r = 1; r <= rounds; r++)); do
     fi
     ran=$((ran + 1))
   fi
-  if looks_after "$r"; then
+  # a look reads every round in the folder: none before the last round kept (--resume)
+  if looks_after "$r" && [ "$r" -ge "$last_kept" ]; then
     code=0
     look=$(look_at --sequential "$rounds" 2>&1) || code=$?
+    stop=""
     if [ "$code" -eq 3 ]; then
+      # the rounds left cannot decide it: the look's own line, with what it could have missed
+      stop=$(printf '%s\n' "$look" | grep -m1 '^stop: futility: ' || true)
+    fi
+    if [ "$code" -eq 3 ] && [ -z "$stop" ]; then
       verdict=$(printf '%s\n' "$look" | grep -m1 '^verdict: ' || true)
       verdict=${verdict#verdict: }
       verdict=${verdict#*not a pass: }  # the headline's what and why; the look is in the line
       say "look after $r of at most $rounds rounds: undecided, going on${verdict:+ ($verdict)}"
       continue
+    fi
+    if [ -n "$stop" ]; then
+      say "look after $r of at most $rounds rounds: ${stop#stop: }"
+      futile=$r
     fi
     final=$r
     break
@@ -1419,6 +1440,9 @@ if [ "$until_decided" -eq 1 ]; then
   final_judge --sequential "$rounds" ${format_args[@]+"${format_args[@]}"} || code=$?
   if [ "$code" -eq 2 ]; then
     say "stopped after $total rounds: rounds could not judge them (above)"
+  elif [ -n "$futile" ]; then
+    say "stopped for futility after $total of at most $rounds rounds: the rounds left $(
+      )could not decide it$kept_note"
   elif [ -n "$final" ]; then
     say "decided after $total of at most $rounds rounds$kept_note"
   elif [ -n "$stopped" ]; then

@@ -367,7 +367,8 @@ def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_w
 
 
 # A stand-in for router_latency.py (--tool): the real tool, except that `rounds --sequential`
-# answers with the exit codes of LOOK_CODES in turn, and `run` of the side named by FAIL_RUN
+# answers with the exit codes of LOOK_CODES in turn (the looks of FUTILE_LOOKS, counted from 1,
+# with a futility stop's line, as `rounds` prints it), and `run` of the side named by FAIL_RUN
 # (r<N>-<side>) exits 1 after measuring, as a run with failed requests does. It logs each call.
 SCRIPTED_TOOL = """
 import os, sys
@@ -383,6 +384,9 @@ if argv[0] == "rounds" and "--sequential" in argv and os.listdir(argv[argv.index
         looks = len(looks_log.readlines())
     codes = os.environ["LOOK_CODES"].split(",")
     print("verdict: scripted look", looks)
+    if str(looks) in os.environ.get("FUTILE_LOOKS", "").split(","):
+        print("stop: futility: scripted look {{}}: stop here, undecided; it could have missed "
+              "a slowdown of up to +9.0% (Sequential p50)".format(looks))
     sys.exit(int(codes[min(looks, len(codes)) - 1]))
 code = rl.main(argv)
 side = "r{{}}-{{}}".format(os.environ.get("ROUND"), os.environ.get("SIDE"))
@@ -426,6 +430,64 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
     assert calls[0].startswith("rounds --dir ") and calls[0].endswith(
         " --base cpu --new gpu --tolerance 7 --gate sequential:p50 --strict --max-mde 12 "
         "--sequential 5 --format json")  # the options checked on an empty folder
+
+
+@pytest.mark.process
+def test_driver_until_decided_stops_at_a_futility_look_and_resumes_to_the_same_stop(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
+    tool = tmp_path / "tool.py"
+    tool.write_text(SCRIPTED_TOOL.format(root=str(TOOL_PYC.parent)))
+    command = driver_args(tmp_path, corpus, "--until-decided", "--max-rounds", "5",
+                          "--tool", str(tool), "--format", "json")
+    del command[command.index("--rounds"):command.index("--rounds") + 2]
+    log = tmp_path / "tool.log"
+    # look 2 (after round 4) stops for futility; the final judgement says so again
+    env = {**DRIVER_ENV, "TOOL_LOG": str(log), "LOOK_CODES": "3,3,3", "FUTILE_LOOKS": "2,3"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    said = [line for line in result.stderr.splitlines() if "starting" not in line
+            and "p50 ms" not in line]
+    stop = ("futility: scripted look 2: stop here, undecided; it could have missed a slowdown "
+            "of up to +9.0% (Sequential p50)")
+    assert said == [
+        "run_rounds.sh: look after 3 of at most 5 rounds: undecided, going on "
+        "(scripted look 1)",
+        f"run_rounds.sh: look after 4 of at most 5 rounds: {stop}",
+        "run_rounds.sh: stopped for futility after 4 of at most 5 rounds: the rounds left "
+        "could not decide it"], result.stderr
+    assert result.returncode == 3  # the final judgement's: undecided
+    assert result.stdout.splitlines()[:2] == [
+        "verdict: scripted look 3", "stop: futility: scripted look 3: stop here, undecided; "
+        "it could have missed a slowdown of up to +9.0% (Sequential p50)"]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3, 4) for side in ("cpu", "gpu")]
+    calls = [line for line in log.read_text().splitlines() if line.startswith("rounds")]
+    assert [call.endswith("--sequential 5 --format json") for call in calls[1:]] == [
+        False, False, True]  # two looks, then the final judgement (with its format)
+    # --resume keeps the 4 rounds and looks where the first run stopped: a look reads every
+    # round in the folder, so none is taken before the last round kept
+    log.unlink()
+    Path(f"{log}.looks").unlink()
+    command.insert(command.index("--"), "--resume")
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                           env={**env, "LOOK_CODES": "3,3", "FUTILE_LOOKS": "1,2"})
+    assert again.returncode == 3, again.stderr
+    assert again.stderr.splitlines()[-2:] == [
+        "run_rounds.sh: look after 4 of at most 5 rounds: "
+        f"{stop.replace('look 2', 'look 1')}",
+        "run_rounds.sh: stopped for futility after 4 of at most 5 rounds: the rounds left "
+        "could not decide it (4 kept from before)"]
+    assert not [line for line in log.read_text().splitlines() if line.startswith("run ")
+                and "--check" not in line]  # no router measured
+    assert len([line for line in log.read_text().splitlines()
+                if line.startswith("rounds") and "--sequential 5" in line]) == 3  # check, 1, final
+    # the dry run says both: where a look stops, and what --resume keeps
+    command.insert(command.index("--"), "--dry-run")
+    dry = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    lines = dry.stdout.splitlines()
+    assert lines[0] == (f"resume: the complete rounds in {tmp_path / 'results'} are kept, not "
+                        f"run again; no look before the last of them"), dry.stderr
+    assert [line.endswith(": stop unless it exits 3 (undecided) without a 'stop: futility:' "
+                          "line") for line in lines if line.startswith("look ")] == [True] * 2
 
 
 @pytest.mark.process
