@@ -8789,8 +8789,9 @@ def sampling(capture: CaptureSettings, cpus: Optional[str]) -> bool:
 
 # ==================== src/router_latency/answers.py ====================
 # Answers held by a pass: what a pass notes of each request (RawResult), its answer
-# classified (meaning.py), scrubbed of secrets, and its per-signal times held while the pass
-# runs and read after it: the AnswerBook that the pass loop calls once per completed answer.
+# classified (meaning.py), scrubbed of secrets, its decision read at once and the rest of it
+# (its per-signal times, the one-JSON check, degraded members, a sampled selection) held while
+# the pass runs and read after it: the AnswerBook that the pass loop calls once per answer.
 
 _new_tuple = tuple.__new__
 LATE_BODY_NS = LATE_BODY_MS * 1_000_000
@@ -8963,7 +8964,7 @@ class AnswerBook:
         decision, error, code = classify(status, body, self.paths, table, self.secrets, hold)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
-        hashed = body_config_hash(body) if hash_wanted else False
+        hashed: Union[str, Literal[False], None] = body_config_hash(body) if hash_wanted else False
         if hold.last is not None:
             return Answer(decision, error, code, hold.last, hashed)
         degraded = degraded_of(body, self.secrets) if error is None else ()
@@ -9038,7 +9039,11 @@ class AnswerBook:
             if not rest_of_object(text, at, table):
                 results[i] = self._read_again(raw)
             elif raw.error is None:  # a decision: what the pass would have read past it
-                past = past_decision(text, self.paths, self.secrets)
+                try:
+                    past = past_decision(text, self.paths, self.secrets)
+                except Exception:  # noqa: BLE001 - what it did not foresee: read again
+                    results[i] = self._read_again(raw)
+                    continue
                 if past is None:  # names a degraded member, but is no JSON: no times read
                     results[i] = raw._replace(decision=None, error="bad_json", signal_ms=())
                 elif past[0] or past[1] is not None:
@@ -9190,9 +9195,10 @@ class _Slot:
 # - a small answer classified once per distinct body (AnswerBook.CACHED_BODY_BYTES)
 # - RawResult made by tuple.__new__ with its fields in order, not by keyword (AnswerBook.record);
 #   a held answer's times put in the same way (AnswerBook._settle_some)
-# - the per-signal times of answers held and read after the pass (AnswerBook.HOLD_BYTES), a
-#   step of them in one call of the C scanner (SignalTable.scan_many); the hold taken in
-#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
+# - answers held, their decision read, the rest of each (its times, the one-JSON check, its
+#   degraded members, a sampled selection) read after the pass (AnswerBook.HOLD_BYTES), the
+#   times of a step of them in one call of the C scanner (SignalTable.scan_many); the hold
+#   taken in answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
 # - records_of: RawResult's fields in one unpacking, the times a local typed Any rather
 #   than a cast (a call a request), a Request made by tuple.__new__, sort keys by
 #   operator.attrgetter
@@ -9221,8 +9227,8 @@ class PassLoop:
     bytes while idle) is closed. An idle connection the server closes is closed here at once;
     a request written to an idle connection that closes before any byte of its answer is sent
     once more on a new connection. What each request came to, its answer or its failure, goes
-    to the pass's AnswerBook (`answers`) in one call: there it is classified, scrubbed and its
-    per-signal times read, held until the pass is over.
+    to the pass's AnswerBook (`answers`) in one call: there it is classified and scrubbed, its
+    decision read at once and the rest of it held until the pass is over.
     """
 
     DEADLINE_OF = operator.attrgetter("deadline")

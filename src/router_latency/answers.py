@@ -1,6 +1,7 @@
 """Answers held by a pass: what a pass notes of each request (RawResult), its answer
-classified (meaning.py), scrubbed of secrets, and its per-signal times held while the pass
-runs and read after it: the AnswerBook that the pass loop calls once per completed answer."""
+classified (meaning.py), scrubbed of secrets, its decision read at once and the rest of it
+(its per-signal times, the one-JSON check, degraded members, a sampled selection) held while
+the pass runs and read after it: the AnswerBook that the pass loop calls once per answer."""
 
 from __future__ import annotations
 
@@ -189,7 +190,7 @@ class AnswerBook:
         decision, error, code = classify(status, body, self.paths, table, self.secrets, hold)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
-        hashed = body_config_hash(body) if hash_wanted else False
+        hashed: Union[str, Literal[False], None] = body_config_hash(body) if hash_wanted else False
         if hold.last is not None:
             return Answer(decision, error, code, hold.last, hashed)
         degraded = degraded_of(body, self.secrets) if error is None else ()
@@ -264,7 +265,11 @@ class AnswerBook:
             if not rest_of_object(text, at, table):
                 results[i] = self._read_again(raw)
             elif raw.error is None:  # a decision: what the pass would have read past it
-                past = past_decision(text, self.paths, self.secrets)
+                try:
+                    past = past_decision(text, self.paths, self.secrets)
+                except Exception:  # noqa: BLE001 - what it did not foresee: read again
+                    results[i] = self._read_again(raw)
+                    continue
                 if past is None:  # names a degraded member, but is no JSON: no times read
                     results[i] = raw._replace(decision=None, error="bad_json", signal_ms=())
                 elif past[0] or past[1] is not None:

@@ -129,9 +129,10 @@ class _Slot:
 # - a small answer classified once per distinct body (AnswerBook.CACHED_BODY_BYTES)
 # - RawResult made by tuple.__new__ with its fields in order, not by keyword (AnswerBook.record);
 #   a held answer's times put in the same way (AnswerBook._settle_some)
-# - the per-signal times of answers held and read after the pass (AnswerBook.HOLD_BYTES), a
-#   step of them in one call of the C scanner (SignalTable.scan_many); the hold taken in
-#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
+# - answers held, their decision read, the rest of each (its times, the one-JSON check, its
+#   degraded members, a sampled selection) read after the pass (AnswerBook.HOLD_BYTES), the
+#   times of a step of them in one call of the C scanner (SignalTable.scan_many); the hold
+#   taken in answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
 # - records_of: RawResult's fields in one unpacking, the times a local typed Any rather
 #   than a cast (a call a request), a Request made by tuple.__new__, sort keys by
 #   operator.attrgetter
@@ -160,8 +161,8 @@ class PassLoop:
     bytes while idle) is closed. An idle connection the server closes is closed here at once;
     a request written to an idle connection that closes before any byte of its answer is sent
     once more on a new connection. What each request came to, its answer or its failure, goes
-    to the pass's AnswerBook (`answers`) in one call: there it is classified, scrubbed and its
-    per-signal times read, held until the pass is over.
+    to the pass's AnswerBook (`answers`) in one call: there it is classified and scrubbed, its
+    decision read at once and the rest of it held until the pass is over.
     """
 
     DEADLINE_OF = operator.attrgetter("deadline")
