@@ -254,3 +254,17 @@ def test_the_book_builds_each_result_with_its_fields_in_order():
         decision="math|qwen3", error=None, retried=True, code=None, config_hash="0" * 64,
         reason=None, degraded=(("signal_errors", "pii:a", "slow"),), late_body=True,
         signal_ms=(1.25,) * 9)]
+
+
+def test_a_held_answer_whose_rest_raises_what_nothing_foresaw_is_read_again(monkeypatch):
+    # settle runs after the pass, outside the loop's guard: an exception there is the
+    # answer's, read again as the loop's read takes it, never the pass's
+    def broken(*_):
+        raise KeyError("unforeseen")
+    monkeypatch.setattr("router_latency.answers.past_decision", broken)
+    bodies = [preview_answer("a"), preview_answer("d", signal_errors={"pii:x": "t"})]
+    held, whole = held_and_read_whole(bodies, True)
+    held.settle()
+    whole.settle()
+    assert held.results == whole.results and held.results[1].degraded == (
+        ("signal_errors", "pii:x", "t"),)
