@@ -7091,24 +7091,34 @@ DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
 MembersRead = Tuple[Optional[Dict[str, Any]], int]
 
 
+class Hold:
+    """A pass's hold of answers: `room`, the bytes it may still hold; `last`, the one held last."""
+
+    __slots__ = ("room", "last")
+
+    def __init__(self) -> None:
+        self.room = 0
+        self.last: Optional[HeldAnswer] = None
+
+
 def answer_document(body: bytes | bytearray, paths: Sequence[str],
-                    signals: Optional[SignalTable] = None) -> Any:
+                    signals: Optional[SignalTable] = None, hold: Optional[Hold] = None) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
     decision_result and selected_model before its ~2 KB of metrics, which are then never
     decoded). Anything but a UTF-8 object of that plain form is decoded whole by
     decoded_answer, raising as it does; each member read is held to MAX_ANSWER_DEPTH as it
-    would be. Past the decision only the end is looked at (an answer cut short is bad_json,
-    one nested too deep there is not seen); a member sent twice counts as first read, where
-    json.loads keeps the last.
+    would be. Past the decision the rest must be the rest of one JSON object (rest_of_object;
+    else decoded whole, to say why); one nested too deep there is not seen. A member sent
+    twice counts as first read, where json.loads keeps the last. A small body is decoded whole
+    by the C scanner, faster than this reads its members.
 
-    A small body is decoded whole by the C scanner, faster than this reads its members.
     With `signals`, the answer's per-signal times are read too (scanned_members) and kept in
-    signals.last, or, while the table may hold answers (SignalTable.hold), the answer is held
-    there as a HeldAnswer, its decision read, to be read after its pass as it would be now
-    (one with no times past its decision: found to have none then, by the read that finds
-    no metrics); a body that is no JSON leaves it None, as classify set it before the call.
-    The hold is taken here, not in a call: it is the pass loop's path for every answer."""
+    signals.last; a body that is no JSON leaves it None, as classify set it before the call.
+    With `hold`, while it has room, an answer read by its decision alone (its metrics after
+    it) is held in hold.last: the rest (the one-JSON check, the times, what classify and
+    degraded_of read past the decision) is read after its pass as it would be now
+    (AnswerBook.settle). The hold is taken here, not in a call: the path of every answer."""
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
@@ -7117,25 +7127,27 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
             # more brackets than the limit: it might nest too deep, decoded_answer judges it
             members: Any = document if not text[index:].strip(JSON_SPACE) and (
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
-        elif signals is None:
-            # decision_result too, read wherever it stands: default_route looks at it
-            members, at = read_members(text, decision_reading(tuple(paths)))
-            if members is not None and not rest_of_object(text, at):
-                members = None  # not one JSON document: decoded whole, to say why
-        else:  # the decision read as without the times; metrics before it: read as below
-            members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
-            if members is not None and "metrics" not in members:
-                # held while it fits the hold, counted at the most its str may take (4 bytes
-                # a character), its times read after its pass (and the rest of it checked
-                # then: AnswerBook.settle); else read now
-                size = len(text) if text.isascii() else 4 * len(text)
-                if size <= signals.hold:
-                    signals.hold -= size
-                    signals.last = [text, at]  # a HeldAnswer
-                    return members
-                members = scanned_members(text, at, members, tuple(paths), signals)
+        else:
+            # decision_result too, read wherever it stands: default_route looks at it; with
+            # the times, metrics where it comes before the decision (then read as below)
+            members, at = read_members(text, decision_reading(tuple(paths)) if signals is None
+                                       else decision_reading(tuple(paths), ("metrics",)))
+            if members is not None and (signals is None or "metrics" not in members):
+                if hold is not None:
+                    # held while it fits, counted at the most its str may take (4 bytes a
+                    # character): the answers held are those before the first that does not
+                    size = len(text) if text.isascii() else 4 * len(text)
+                    if size <= hold.room:
+                        hold.room -= size
+                        hold.last = [text, at]  # a HeldAnswer
+                        return members
+                    hold.room = 0
+                if signals is not None:
+                    members = scanned_members(text, at, members, tuple(paths), signals)
             if members is not None and not rest_of_object(text, at, signals):
-                members = signals.last = None  # as above; no times of an answer refused
+                members = None  # not one JSON document: decoded whole, to say why
+                if signals is not None:
+                    signals.last = None  # no times of an answer refused
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -7185,12 +7197,10 @@ def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...]
     per-signal times read now into signals.last (answer_document: it did not fit the hold).
 
     'metrics' past index is found and its times read by SignalTable.scan, without decoding
-    anything, where the members between are plain JSON and metrics has the router's compact
-    form (Go's, every signal's {"execution_time_ms":N,"confidence":N}). Anything else is
-    decoded member by member up to metrics, so that what is malformed there is bad_json or
-    malformed as it always was; signals.last is then left None for the caller to read the
-    decoded metrics. No answer after this one is held."""
-    signals.hold = 0  # the answers held are those before the first that did not fit
+    anything, where the members between are plain JSON and metrics has the router's compact form
+    (Go's, every signal's {"execution_time_ms":N,"confidence":N}). Anything else is decoded
+    member by member up to metrics, so that what is malformed there is bad_json or malformed as
+    it always was; signals.last is then left None for the caller to read the decoded metrics."""
     times = signals.scan(text, index)
     if times is not None:
         signals.last = times
@@ -7339,36 +7349,6 @@ def prefix_members(rest: str, names: FrozenSet[str], plan: DecisionPlan,
     return members if end == len(prefix) and decision_settled(members, plan) else False
 
 
-DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
-
-
-def decision_path_hint(body: bytes) -> str:
-    """Return which --decision-path would read a decision from a 2xx answer that had none at
-    the paths given: the dotted paths to its string leaves whose key looks like a decision
-    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return ""
-    leaves: list = []
-
-    def walk(value: Any, path: str, depth: int) -> None:
-        if isinstance(value, dict) and depth < 6:
-            for key, item in value.items():
-                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
-        elif isinstance(value, str) and value and path:
-            leaves.append((path, value))
-    walk(document, "", 0)
-    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
-                    for p, v in leaves
-                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
-    if ranked:
-        _, path, value = ranked[0]
-        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
-    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
-    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
-
-
 def error_code(body: bytes | bytearray) -> Optional[str]:
     """Return the router's code of a failed answer: error.code of its error envelope
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
@@ -7429,11 +7409,9 @@ _MANY_DECIMALS = re.compile(r"\.[0-9]{5}")  # a time that round(ms, 4) changes
 _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
 
 
-# An answer whose per-signal times are read once its pass is over (SignalTable.hold): [the
-# whole answer decoded, where the read of its decision stopped, as SignalTable.scan takes
-# it]. A list where a NamedTuple would read better: the pass loop makes one for each answer,
-# and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
-# always a tuple, never a list: AnswerBook.settle tells the two apart by type
+# An answer held by its pass (Hold): [the whole answer decoded, where the read of its decision
+# stopped]. A list, as a list costs a tenth of the instructions of the cheapest tuple subclass;
+# times are always a tuple, never a list: AnswerBook.settle tells the two apart by type
 HeldAnswer = list
 # an answer's per-signal times in its SignalTable's order, None for a signal not evaluated
 SignalTimes = Tuple[Optional[float], ...]
@@ -7474,11 +7452,8 @@ class SignalTable:
     def __init__(self) -> None:
         self.names: list = []
         self.index: dict = {}
-        # the times found in the answer read last, or the answer held to read them later
-        self.last: Union[SignalTimes, HeldAnswer, None] = ()
-        # bytes of answers that may still be held, their times read after the pass
-        # (answer_document); 0: every answer's times are read as it is read
-        self.hold = 0
+        # the times found in the answer read last (None: not read, or held: Hold)
+        self.last: Optional[SignalTimes] = ()
         self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
         self.form: Optional[SignalForm] = None  # the form of the object read last
 
@@ -7687,9 +7662,9 @@ def default_route(document: Any, paths: Sequence[str],
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
-def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None,
-             secrets: Sequence[str] = ()) -> Tuple[Optional[str], Optional[str],
+def classify(status: int, body: bytes | bytearray, paths: Sequence[str],
+             signals: Optional[SignalTable] = None, secrets: Sequence[str] = (),
+             hold: Optional[Hold] = None) -> Tuple[Optional[str], Optional[str],
                                                    Optional[str]]:
     """Return (decision, error kind, the router's error code) for one answered request (a plain
     tuple: this runs once an answer, and a record costs thousands of instructions); raise
@@ -7700,24 +7675,36 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
     so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
     read in the same read (answer_document) and left in signals.last (None: not read, as for
     an answer whose body is not read: an error status, an empty body), never those of the
-    answer before it."""
+    answer before it. With `hold`, an answer held (hold.last) has its decision read, not yet
+    marked sampled (past_decision). The pass loop gives the arguments in order (keywords cost)."""
     if signals is not None:
         signals.last = None
+    if hold is not None:
+        hold.last = None
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     if not body or body.isspace():  # as `not body.strip()`, without copying the body
         return None, "no_decision", None
     try:
-        document = answer_document(body, paths, signals)
+        document = answer_document(body, paths, signals, hold)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    decision = decision_of(document, paths, secrets)
+    decision = decision_of(document, paths, secrets)  # routed_decision, written out
     if decision is None:
         decision = default_route(document, paths, secrets)
-    if decision is None:
-        return None, "no_decision", error_code(body)
+        if decision is None:
+            return None, "no_decision", error_code(body)
+    if hold is not None and hold.last is not None:
+        return decision, None, None  # held: marked sampled after the pass, where it is
     return marked_sampled(decision, document, body), None, None
+
+
+def routed_decision(document: Any, paths: Sequence[str],
+                    secrets: Sequence[str] = ()) -> Optional[str]:
+    """Return an answer's decision by its paths (decision_of), else by the default route."""
+    decision = decision_of(document, paths, secrets)
+    return decision if decision is not None else default_route(document, paths, secrets)
 
 
 # ---- sampled selections: a selected model the router sampled or chose by its state ----
@@ -7815,6 +7802,25 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
         found += [(member, name, _kept(value[signal], MAX_REASON_CHARS, secrets))
                   for signal, name in zip(signals, names)]
     return tuple(found)
+
+
+def past_decision(text: str, paths: Sequence[str], secrets: Sequence[str] = ()
+                  ) -> Optional[Tuple[Degraded, Optional[str]]]:
+    """Return what a held answer with a decision says past it (its rest one JSON document:
+    rest_of_object), read after its pass as classify and degraded_of would have in it: (its
+    degraded members, its decision marked as a sampled selection, secrets hidden where cut,
+    None where unmarked); None where it names a degraded member but is no JSON (bad_json)."""
+    body = text.encode()
+    degraded = degraded_of(body, secrets)
+    if degraded is None:
+        return None
+    if body.find(PROVENANCE_KEY) < 0:  # most answers: marked_sampled's own first search
+        return degraded, None
+    # the decision again, from the members the pass read (leading_members' cache)
+    document = read_members(text, decision_reading(tuple(paths)))[0]
+    decision = routed_decision(document, paths, secrets)
+    marked = marked_sampled(decision, document, body) if decision is not None else None
+    return degraded, (marked if marked != decision else None)
 
 
 # ---- the one-JSON check: what keeps a body from being read, in words ----
@@ -8781,8 +8787,9 @@ def sampling(capture: CaptureSettings, cpus: Optional[str]) -> bool:
 
 # ==================== src/router_latency/answers.py ====================
 # Answers held by a pass: what a pass notes of each request (RawResult), its answer
-# classified (meaning.py), scrubbed of secrets, and its per-signal times held while the pass
-# runs and read after it: the AnswerBook that the pass loop calls once per completed answer.
+# classified (meaning.py), scrubbed of secrets, its decision read at once and the rest of it
+# (its per-signal times, the one-JSON check, degraded members, a sampled selection) held while
+# the pass runs and read after it: the AnswerBook that the pass loop calls once per answer.
 
 _new_tuple = tuple.__new__
 LATE_BODY_NS = LATE_BODY_MS * 1_000_000
@@ -8805,14 +8812,15 @@ class RawResult(NamedTuple):
     degraded: Degraded = ()  # a 200 that skipped a signal: its members (degraded.py)
     late_body: bool = False  # its body came LATE_BODY_MS or more after its first bytes
     # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
-    # the answer held to read them from (AnswerBook.settle): the last field (settle)
+    # the answer held to read them and the rest of it from (AnswerBook.settle): the last
+    # field (settle)
     signal_ms: Union[SignalTimes, HeldAnswer] = ()
 
 
-# a result is built by keyword through RawResult's own __new__, called directly: 1,600
-# instructions more than tuple.__new__ given the fields in order, where RawResult(...) by
-# keyword, through type()'s call and its dict of keywords, costs 5,400 more (CPython 3.11)
-_raw_result = RawResult.__new__
+# a result is built by tuple.__new__ given the fields in order (record): by keyword through
+# RawResult's own __new__, called directly, costs 1,600 instructions more an answer, and
+# RawResult(...) by keyword, through type()'s call and its dict of keywords, 5,400 more
+# (CPython 3.11); tests/test_answers.py holds the order to the fields'
 
 
 class Answer(NamedTuple):
@@ -8820,7 +8828,7 @@ class Answer(NamedTuple):
     decision: Optional[str]  # secrets hidden, as in code
     error: Optional[str]  # the error kind; None: answered with a decision
     code: Optional[str]  # the router's error code
-    # the per-signal times in the SignalTable's order, or the answer held to read them from
+    # the per-signal times in the SignalTable's order, or the answer held to read its rest
     signal_ms: Union[SignalTimes, HeldAnswer]
     # the body's x-vsr-config-hash (None: it has none); False: not looked for
     config_hash: Union[str, Literal[False], None] = False
@@ -8860,10 +8868,12 @@ class AnswerBook:
     as it completes, so that no body outlives its request, every secret of the request
     (the endpoint's token, a header's value) hidden in what the answer quotes.
 
-    But for the per-signal times, with a SignalTable (None: not recorded): they are read
-    once the pass is over (settle), so that the pass does not spend its time on them while
-    requests are in flight. Up to HOLD_BYTES of answers are held for that (then the times
-    are read as each answer completes); `settle_cpu_s` is the CPU time the reading took.
+    But for what an answer says past its decision: its per-signal times, with a
+    SignalTable (None: not recorded), whether its rest is one JSON document, its degraded
+    members and a sampled selection are read once the pass is over (settle), so that the
+    pass does not spend its time on them while requests are in flight (its decision is read
+    at once). Up to HOLD_BYTES of answers are held for that (then each answer is read whole
+    as it completes); `settle_cpu_s` is the CPU time the reading took.
     """
 
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
@@ -8882,17 +8892,16 @@ class AnswerBook:
         self.secrets = secrets
         self.results: List[RawResult] = []
         self.classified: Dict[Tuple[int, bytes], Answer] = {}  # (status, small body) -> Answer
-        self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' times
+        self.hold = Hold()  # what the pass may still hold, the answer held last
+        self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' rest
 
     def start_hold(self) -> None:
-        """Hold answers for their times from here on: the pass begins."""
-        if self.signals is not None:
-            self.signals.hold = self.HOLD_BYTES
+        """Hold answers, their rest read after the pass, from here on: the pass begins."""
+        self.hold.room = self.HOLD_BYTES
 
     def end_hold(self) -> None:
         """Hold no answer from here on: the pass is over, however it ended."""
-        if self.signals is not None:
-            self.signals.hold = 0
+        self.hold.room = 0
 
     def record(self, sent: Sent, reader: ResponseReader, ended: int) -> None:
         """Note a request whose answer the reader holds, complete, classified: a small answer
@@ -8903,19 +8912,21 @@ class AnswerBook:
         header_hash = reader.headers.get(CONFIG_HASH_NAME)
         if len(body) > self.CACHED_BODY_BYTES:
             # _classify written out, without its record: this runs once an answer
-            table = self.signals
-            decision, error, code = classify(status, body, self.paths, signals=table,
-                                             secrets=self.secrets)
+            table, hold = self.signals, self.hold
+            decision, error, code = classify(status, body, self.paths, table, self.secrets,
+                                             hold)
             if self.secrets:
                 decision, code = self._scrubbed(decision, code)
-            signal_ms = (table.last or ()) if table is not None else ()
             hashed: Union[str, Literal[False], None] = False
             degraded: Degraded = ()
-            if error is None:  # a 2xx with a decision: did it skip a signal?
-                found = degraded_of(body, self.secrets)
-                if found is None:  # names the members, but is no JSON past its decision
-                    decision, error, signal_ms = None, "bad_json", ()
-                degraded = found or ()
+            signal_ms: Union[SignalTimes, HeldAnswer, None] = hold.last  # held: read in settle
+            if signal_ms is None:
+                signal_ms = (table.last or ()) if table is not None else ()
+                if error is None:  # a 2xx with a decision: did it skip a signal?
+                    found = degraded_of(body, self.secrets)
+                    if found is None:  # names the members, but is no JSON past its decision
+                        decision, error, signal_ms = None, "bad_json", ()
+                    degraded = found or ()
         else:
             key = (status, bytes(body))
             known = self.classified.get(key)
@@ -8924,12 +8935,14 @@ class AnswerBook:
                     self.classified.clear()
                 known = self.classified[key] = self._classify(status, body, not header_hash)
             decision, error, code, signal_ms, hashed, degraded = known
-        self.results.append(_raw_result(
-            RawResult, number=sent.index, scheduled=sent.scheduled, started=sent.started,
-            ended=ended, status=status, decision=decision, error=error, retried=sent.retried,
-            code=code, reason=None, signal_ms=signal_ms, degraded=degraded,
-            config_hash=header_hash or (body_config_hash(body) if hashed is False else hashed),
-            late_body=bool(sent.head_at) and ended - sent.head_at >= LATE_BODY_NS))
+        head_at = sent.head_at
+        self.results.append(_new_tuple(RawResult, (
+            sent.index, sent.scheduled, sent.started, ended, status, decision, error,
+            sent.retried, code,
+            header_hash or (body_config_hash(body) if hashed is False else hashed),  # config_hash
+            None, degraded,  # reason, degraded
+            head_at != 0 and ended - head_at >= LATE_BODY_NS,  # late_body
+            signal_ms)))
 
     def failed(self, sent: Sent, kind: str, ended: int, status: Optional[int] = None,
                reason: Optional[str] = None) -> None:
@@ -8941,19 +8954,22 @@ class AnswerBook:
 
     def _classify(self, status: int, body: bytes | bytearray,
                   hash_wanted: bool = False) -> Answer:
-        """Return what an answer says, its per-signal times read (or the answer held) when
-        the book has a SignalTable, its config_hash when wanted, and the degraded members of
-        a 200 (one that names them but is no JSON is bad_json)."""
-        table = self.signals
-        decision, error, code = classify(status, body, self.paths, signals=table,
-                                         secrets=self.secrets)
+        """Return what an answer says, its per-signal times read when the book has a
+        SignalTable, its config_hash when wanted, and the degraded members of a 200 (one that
+        names them but is no JSON is bad_json); or the answer held (its decision read, the
+        rest of it read by settle)."""
+        table, hold = self.signals, self.hold
+        decision, error, code = classify(status, body, self.paths, table, self.secrets, hold)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
+        hashed: Union[str, Literal[False], None] = body_config_hash(body) if hash_wanted else False
+        if hold.last is not None:
+            return Answer(decision, error, code, hold.last, hashed)
         degraded = degraded_of(body, self.secrets) if error is None else ()
         if degraded is None:
             return Answer(None, "bad_json", None, (), False)
         return Answer(decision, error, code, (table.last or ()) if table is not None else (),
-                      body_config_hash(body) if hash_wanted else False, degraded)
+                      hashed, degraded)
 
     def _reason(self, reason: Optional[str]) -> Optional[str]:
         """Return a failure's reason as recorded: scrubbed, then cut to MAX_REASON_CHARS."""
@@ -8973,35 +8989,38 @@ class AnswerBook:
     # after the pass
 
     def settle(self) -> None:
-        """Read the per-signal times of the answers held during the pass, in the order they
-        completed, and note its CPU time. An answer the scan cannot read is classified again,
-        in its turn, as it would have been when it came, which may make it bad_json or
-        malformed: what is wrong past its decision (its connection was kept all the same:
-        its framing was sound). The held answers are a prefix of the pass's, so the table's
-        names are in the order first reported, but that those read as they came once the
-        hold was spent come before the held answers' new names."""
-        if self.signals is None:
-            return
-        # (end_hold set table.hold to 0: from here on, times are read as answers are)
+        """Read the rest of the answers held during the pass, in the order they completed,
+        as the pass would have read them (past_decision, SignalTable.scan_many), and note its
+        CPU time (0: none held). An answer whose rest is not the rest of one JSON document,
+        or whose times the scan cannot read, is classified again, in its turn, as it would
+        have been when it came, which may make it bad_json or malformed: what is wrong past
+        its decision (its connection was kept all the same: its framing was sound). The held
+        answers are a prefix of the pass's, so the table's names are in the order first
+        reported, but that those read as they came once the hold was spent come before the
+        held answers' new names."""
+        # (end_hold left the hold no room: from here on, answers are read whole)
         # this thread's CPU, which driver_cpu_seconds counts in the process's (other
         # threads' while it runs are the driver's as ever)
         started = time.thread_time()
         some: list = []  # places in the results: SETTLE_ANSWERS, or SETTLE_CHARS of text
         size = 0
+        settled = False
         for i, raw in enumerate(self.results):
             if type(raw.signal_ms) is HeldAnswer:
                 some.append(i)
                 size += len(raw.signal_ms[0])
                 if len(some) == self.SETTLE_ANSWERS or size >= self.SETTLE_CHARS:
                     self._settle_some(some)
-                    some, size = [], 0
+                    some, size, settled = [], 0, True
         if some:
             self._settle_some(some)
-        self.settle_cpu_s = time.thread_time() - started
+            settled = True
+        if settled:
+            self.settle_cpu_s = time.thread_time() - started
 
     def _settle_some(self, held: Sequence[int]) -> None:
-        """Read the times of the held answers at these places of the results, in order."""
-        results, table = self.results, cast(SignalTable, self.signals)
+        """Read the rest of the held answers at these places of the results, in order."""
+        results, table = self.results, self.signals
 
         def again(k: int) -> None:
             results[held[k]] = self._read_again(results[held[k]])
@@ -9010,14 +9029,34 @@ class AnswerBook:
         # read again (bad_json, or malformed), reporting no names: before the others. Its
         # metrics are matched by the form of the table's last (rest_of_object): the first
         # held answer is scanned first when the table has read none yet (scanned again below)
-        if table.form is None:
+        if table is not None and table.form is None:
             table.scan(*cast(HeldAnswer, results[held[0]].signal_ms))
         for i in held:
-            text, at = cast(HeldAnswer, results[i].signal_ms)
+            raw = results[i]
+            text, at = cast(HeldAnswer, raw.signal_ms)
             if not rest_of_object(text, at, table):
-                results[i] = self._read_again(results[i])
+                results[i] = self._read_again(raw)
+            elif raw.error is None:  # a decision: what the pass would have read past it
+                try:
+                    past = past_decision(text, self.paths, self.secrets)
+                except Exception:  # noqa: BLE001 - what it did not foresee: read again
+                    results[i] = self._read_again(raw)
+                    continue
+                if past is None:  # names a degraded member, but is no JSON: no times read
+                    results[i] = raw._replace(decision=None, error="bad_json", signal_ms=())
+                elif past[0] or past[1] is not None:
+                    degraded, decision = past
+                    if decision is None:
+                        decision = raw.decision
+                    elif self.secrets:
+                        decision = self._scrubbed(decision, None)[0]
+                    results[i] = raw._replace(degraded=degraded, decision=decision)
         held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
         if not held:
+            return
+        if table is None:  # no times recorded: none to read
+            for i in held:
+                results[i] = _new_tuple(RawResult, (*results[i][:-1], ()))
             return
 
         try:
@@ -9120,6 +9159,10 @@ PASS_HEADERS = (CONFIG_HASH_HEADER,)  # the response headers a pass keeps
 _scheduled_of = operator.attrgetter("scheduled")  # sort keys without a Python call per item
 _started_of = operator.attrgetter("started")
 _ended_of = operator.attrgetter("ended")
+# a Request made by tuple.__new__ with its fields in order (records_of): through Request's
+# call, by position, its __new__ is a Python call a request more (tests/test_passloop.py
+# holds the order to the fields')
+_tuple_new = tuple.__new__
 
 
 class _Slot:
@@ -9148,13 +9191,15 @@ class _Slot:
 # - written out where they run once an answer: _release (_complete), _more (_start_due),
 #   AnswerBook._classify (AnswerBook.record), which scrubs only where there are secrets
 # - a small answer classified once per distinct body (AnswerBook.CACHED_BODY_BYTES)
-# - RawResult made by its own __new__, by keyword, not through type()'s call (_raw_result); a
-#   held answer's times put in with tuple.__new__ (AnswerBook._settle_some)
-# - the per-signal times of answers held and read after the pass (AnswerBook.HOLD_BYTES), a
-#   step of them in one call of the C scanner (SignalTable.scan_many); the hold taken in
-#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
-# - records_of: RawResult's leading fields in one slice, the times a local typed Any rather
-#   than a cast (a call a request), sort keys by operator.attrgetter
+# - RawResult made by tuple.__new__ with its fields in order, not by keyword (AnswerBook.record);
+#   a held answer's times put in the same way (AnswerBook._settle_some)
+# - answers held, their decision read, the rest of each (its times, the one-JSON check, its
+#   degraded members, a sampled selection) read after the pass (AnswerBook.HOLD_BYTES), the
+#   times of a step of them in one call of the C scanner (SignalTable.scan_many); the hold
+#   taken in answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
+# - records_of: RawResult's fields in one unpacking, the times a local typed Any rather
+#   than a cast (a call a request), a Request made by tuple.__new__, sort keys by
+#   operator.attrgetter
 class PassLoop:
     """Sends one pass from a single thread: non-blocking sockets on one selector.
 
@@ -9180,8 +9225,8 @@ class PassLoop:
     bytes while idle) is closed. An idle connection the server closes is closed here at once;
     a request written to an idle connection that closes before any byte of its answer is sent
     once more on a new connection. What each request came to, its answer or its failure, goes
-    to the pass's AnswerBook (`answers`) in one call: there it is classified, scrubbed and its
-    per-signal times read, held until the pass is over.
+    to the pass's AnswerBook (`answers`) in one call: there it is classified and scrubbed, its
+    decision read at once and the rest of it held until the pass is over.
     """
 
     DEADLINE_OF = operator.attrgetter("deadline")
@@ -9528,18 +9573,19 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
     last = max(map(_ended_of, ordered))
     requests = []
     for raw in ordered:
-        # RawResult's leading fields in one step: a NamedTuple's fields, read one by one, are
-        # a lookup each, the cost of a few answers' parsing over a pass
-        index, scheduled, started, ended, status, decision, error, retried, code = raw[:9]
+        # RawResult's fields in one step: a NamedTuple's fields, read one by one, are a lookup
+        # each, the cost of a few answers' parsing over a pass
         # settled (AnswerBook.settle): times, no answer held; Any, as a cast is a call a request
-        times: Any = raw.signal_ms
+        times: Any
+        (index, scheduled, started, ended, status, decision, error, retried, code, _, reason,
+         degraded, late_body, times) = raw
         origin = scheduled if open_loop else started
         rep, prompt_id = divmod(index, count) if count else (0, index)
-        requests.append(Request(
+        requests.append(_tuple_new(Request, (  # Request's fields in order: see _tuple_new
             prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
             status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
             round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
-            retried, raw.reason, times, raw.degraded, raw.late_body))
+            retried, reason, times, degraded, late_body)))
     return requests, (last - first) / 1e9
 
 
@@ -9602,6 +9648,34 @@ def encode_prompts(target: Target, texts: Sequence[str]) -> list:
 
 REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
+DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
+
+
+def decision_path_hint(body: bytes) -> str:
+    """Return which --decision-path would read a decision from a 2xx answer that had none at
+    the paths given: the dotted paths to its string leaves whose key looks like a decision
+    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return ""
+    leaves: list = []
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if isinstance(value, dict) and depth < 6:
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
+        elif isinstance(value, str) and value and path:
+            leaves.append((path, value))
+    walk(document, "", 0)
+    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
+                    for p, v in leaves
+                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
+    if ranked:
+        _, path, value = ranked[0]
+        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
+    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
+    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
 
 
 class LoopbackResponder:

@@ -23,7 +23,7 @@ difference of two passes, of --requests N1,N2 requests, divided by N2 - N1: what
 Python, importing the module and opening the connections cost drops out.
 
     python3 bench/driver_instructions.py [BUILD.py ...] [--streams cl100,ch3k]
-        [--concurrency 1,16] [--requests 100,600] [--signals [--no-settle]]
+        [--concurrency 1,16] [--requests 100,600] [--signals] [--no-settle]
         [--profile | --annotate]
 
 A build is a router_latency.py file (default: this checkout's; `git show REV:router_latency.py
@@ -259,7 +259,7 @@ def inner(build: str, url: str, requests: int, concurrency: int, encoded: int) -
         bare_pass(url, requests, concurrency)
         return
     module = load_build(build)
-    if os.environ.get("RL_BENCH_NO_SETTLE"):  # the held answers' times left unread
+    if os.environ.get("RL_BENCH_NO_SETTLE"):  # the rest of the held answers left unread
         if hasattr(module, "AnswerBook"):  # the pass loop's answers apart (issue 30)
             module.AnswerBook.settle = lambda self: None
         elif hasattr(module.PassLoop, "_settle"):
@@ -362,9 +362,10 @@ def main() -> int:
     parser.add_argument("--signals", action="store_true",
                         help="record the per-signal times, as run does unless --no-signals")
     parser.add_argument("--no-settle", action="store_true",
-                        help="with --signals: leave the times of the answers held during the "
-                             "pass unread (what the pass costs while its requests are in "
-                             "flight; the difference to a count without it is their reading)")
+                        help="leave the rest of the answers held during the pass unread (their "
+                             "times, the one-JSON check, degraded members, sampled selections:"
+                             " what the pass costs while its requests are in flight; the "
+                             "difference to a count without it is their reading)")
     parser.add_argument("--annotate", action="store_true",
                         help="print the instructions per request by C function instead")
     args = parser.parse_args()

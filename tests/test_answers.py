@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from router_latency.constants import DEFAULT_DECISION_PATHS
+from router_latency.constants import DEFAULT_DECISION_PATHS, LATE_BODY_MS
 from router_latency.client import http_response, RequestFailed, ResponseReader
 from router_latency.meaning import body_config_hash, SignalTable
 from router_latency.answers import AnswerBook, failure_of, RawResult
@@ -152,3 +152,119 @@ def test_without_a_signal_table_settling_reads_nothing():
 ])
 def test_a_failure_is_its_kind_its_status_and_a_malformed_answers_reason(exc, status, failure):
     assert failure_of(exc, status) == failure
+
+
+def held_and_read_whole(bodies, signals, secrets=()):
+    """Note each 200 body in a book that holds answers (the rest of each read after the pass,
+    settle) and in one that reads each whole as it comes (no hold); return both books."""
+    books = []
+    for hold in (True, False):
+        book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable() if signals else None, secrets)
+        sent = types.SimpleNamespace(index=0, scheduled=1, started=2, retried=False,
+                                     head_at=0)
+        if hold:
+            book.start_hold()
+        for number, body in enumerate(bodies):
+            reader = ResponseReader(PASS_HEADERS)
+            assert reader.feed(http_response(200, body))
+            sent.index = number
+            book.record(sent, reader, 3)
+        book.end_hold()
+        books.append(book)
+    return books
+
+
+def sampled_answer(model="qwen3"):
+    return preview_answer("s", selected_model=model, selection_provenance={
+        "mode": "read_only_snapshot", "sampled": True, "state_dependent": False,
+        "sampling_seed": 7})
+
+
+def answers_of_every_kind():
+    """Answers over the book's cache whose decision reads fast, of every kind the rest of
+    which the pass leaves to settle: plain, degraded, sampled, default route, no decision,
+    degraded but no JSON past the decision, and every way of not being one JSON document."""
+    degraded = preview_answer("d", signal_errors={"fact_check:t0k": "timeout t0k"},
+                              applied_unknown_policies={"pii:x": "no_match"})
+    return [preview_answer("a"), degraded, sampled_answer(), sampled_answer("t0k-model"),
+            preview_answer("r", decision_result={"decision_name": ""}, routing_decision=None),
+            preview_answer("n", decision_result={"x": 1}, routing_decision=None),
+            degraded.replace(b'"config_hash"', b'"config_hash":}'),
+            *not_one_document().values(), preview_answer("z")]
+
+
+@pytest.mark.parametrize("signals", [False, True], ids=["no-signals", "signals"])
+def test_an_answer_held_is_read_after_the_pass_as_the_pass_would_have_read_it(signals):
+    # the pass reads a held answer's decision alone; settle reads the rest (the one-JSON
+    # check, the degraded members, a sampled selection, the times): what each result then
+    # holds is what reading every answer whole as it came gives, secrets hidden alike
+    # each as it is (under the cache's limit, classified by _classify) and made larger (by
+    # record itself)
+    kinds = answers_of_every_kind()
+    bodies = kinds + [body + b" " * AnswerBook.CACHED_BODY_BYTES for body in kinds]
+    held, whole = held_and_read_whole(bodies, signals, ("t0k",))
+    # held in the pass: those whose decision is read before their metrics, at least
+    assert all(type(raw.signal_ms) is list
+               for raw in held.results[:4] + held.results[len(kinds):len(kinds) + 4])
+    assert held.results[1].degraded == () and held.results[2].decision == "math|qwen3"
+    held.settle()
+    whole.settle()
+    assert held.results == whole.results
+    assert held.settle_cpu_s > 0 and whole.settle_cpu_s == 0.0
+    assert held.signals is None or held.signals.names == whole.signals.names
+    for results in (held.results[:len(kinds)], held.results[len(kinds):]):
+        assert [(raw.decision, raw.error) for raw in results[:7]] == [
+            ("math|qwen3", None), ("math|qwen3", None), ("math|~qwen3", None),
+            ("math|~[hidden]-model", None), ("(none)|qwen3", None), (None, "no_decision"),
+            (None, "bad_json")]
+        assert results[1].degraded == (
+            ("signal_errors", "fact_check:[hidden]", "timeout [hidden]"),
+            ("applied_unknown_policies", "pii:x", "no_match"))
+        assert {raw.error for raw in results[7:-1]} == {"bad_json"}  # not one document
+        assert results[-1].error is None
+
+
+@pytest.mark.parametrize("signals", [False, True], ids=["no-signals", "signals"])
+def test_an_answer_of_two_json_documents_is_held_then_bad_json(signals):
+    # in the pass its decision reads well: it is held; after the pass its rest is read and
+    # found to be a second document, as Go's decoder finds it: bad_json, no times
+    two = not_one_document()["two documents"]
+    book, _ = held_and_read_whole([preview_answer("a"), two, preview_answer("b")], signals)
+    assert [(r.decision, r.error, type(r.signal_ms)) for r in book.results] == [
+        ("math|qwen3", None, list)] * 3
+    book.settle()
+    assert [(r.decision, r.error) for r in book.results] == [
+        ("math|qwen3", None), (None, "bad_json"), ("math|qwen3", None)]
+    assert book.results[1].signal_ms == () and book.results[0].signal_ms == (
+        (1.25,) * 9 if signals else ())
+
+
+def test_the_book_builds_each_result_with_its_fields_in_order():
+    # record builds a RawResult by tuple.__new__, its fields by position: each where its
+    # name says
+    book = AnswerBook(DEFAULT_DECISION_PATHS, SignalTable(), ("tok",))
+    sent = types.SimpleNamespace(index=9, scheduled=10, started=11, retried=True,
+                                 head_at=12)
+    body = preview_answer("x", signal_errors={"pii:a": "slow"})
+    reader = ResponseReader(PASS_HEADERS)
+    assert reader.feed(http_response(200, body))
+    book.record(sent, reader, 12 + LATE_BODY_MS * 1_000_000)
+    assert book.results == [RawResult(
+        number=9, scheduled=10, started=11, ended=12 + LATE_BODY_MS * 1_000_000, status=200,
+        decision="math|qwen3", error=None, retried=True, code=None, config_hash="0" * 64,
+        reason=None, degraded=(("signal_errors", "pii:a", "slow"),), late_body=True,
+        signal_ms=(1.25,) * 9)]
+
+
+def test_a_held_answer_whose_rest_raises_what_nothing_foresaw_is_read_again(monkeypatch):
+    # settle runs after the pass, outside the loop's guard: an exception there is the
+    # answer's, read again as the loop's read takes it, never the pass's
+    def broken(*_):
+        raise KeyError("unforeseen")
+    monkeypatch.setattr("router_latency.answers.past_decision", broken)
+    bodies = [preview_answer("a"), preview_answer("d", signal_errors={"pii:x": "t"})]
+    held, whole = held_and_read_whole(bodies, True)
+    held.settle()
+    whole.settle()
+    assert held.results == whole.results and held.results[1].degraded == (
+        ("signal_errors", "pii:x", "t"),)

@@ -11,7 +11,8 @@ from router_latency.versions import sampled_models, without_sampled
 from router_latency.client import RequestFailed
 from router_latency.meaning import (answer_document, body_config_hash, BODY_CONFIG_HASH, classify,
                                     DECISION_CHARS, DECISION_CUT, decision_of, default_route,
-                                    error_code, marked_sampled, SignalTable)
+                                    error_code, Hold, marked_sampled, past_decision,
+                                    SignalTable)
 from conftest import not_one_document, OK, preview_answer, SETTINGS
 
 
@@ -282,3 +283,29 @@ def test_an_answer_nested_too_deep_only_past_its_decision_is_routed():
     assert classify(200, body, DEFAULT_DECISION_PATHS)[:2] == ("math|qwen3", None)
     with pytest.raises(RequestFailed):  # small: decoded whole, judged whole
         classify(200, b'{"decision": "a", "x": ' + b"[" * 70 + b"]" * 70 + b"}", ("decision",))
+
+
+def test_what_a_held_answer_says_past_its_decision_is_read_after_the_pass():
+    # classify with a Hold that has room reads the decision alone, unmarked, and holds the
+    # answer; past_decision reads its degraded members and its sampled selection later
+    sampled = preview_answer(selection_provenance={"mode": "read_only_snapshot",
+                                                   "sampled": True, "sampling_seed": 7},
+                             signal_errors={"pii:default": "timeout"})
+    hold = Hold()
+    hold.room = 10 * len(sampled)
+    assert classify(200, sampled, DEFAULT_DECISION_PATHS, hold=hold) == ("math|qwen3", None,
+                                                                         None)
+    text, at = hold.last
+    assert text == sampled.decode() and hold.room == 9 * len(sampled)
+    assert past_decision(text, DEFAULT_DECISION_PATHS) == (
+        (("signal_errors", "pii:default", "timeout"),), "math|~qwen3")
+    # read whole at once, the same
+    assert classify(200, sampled, DEFAULT_DECISION_PATHS)[0] == "math|~qwen3"
+    assert past_decision(preview_answer().decode(), DEFAULT_DECISION_PATHS) == ((), None)
+    broken = preview_answer(signal_errors={"pii:x": "t"}).replace(b'"config_hash"',
+                                                                  b'"config_hash":}')
+    assert past_decision(broken.decode(), DEFAULT_DECISION_PATHS) is None  # bad_json
+    # no room: read whole, nothing held, and no answer after it held
+    hold.room = len(sampled) - 1
+    assert classify(200, sampled, DEFAULT_DECISION_PATHS, hold=hold)[0] == "math|~qwen3"
+    assert hold.last is None and hold.room == 0

@@ -1,6 +1,7 @@
 """Answers held by a pass: what a pass notes of each request (RawResult), its answer
-classified (meaning.py), scrubbed of secrets, and its per-signal times held while the pass
-runs and read after it: the AnswerBook that the pass loop calls once per completed answer."""
+classified (meaning.py), scrubbed of secrets, its decision read at once and the rest of it
+(its per-signal times, the one-JSON check, degraded members, a sampled selection) held while
+the pass runs and read after it: the AnswerBook that the pass loop calls once per answer."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, LATE_BODY_MS, MAX_R
 from .words import scrubbed, scrubbed_cut
 from .degraded import Degraded
 from .client import RequestFailed, ResponseReader
-from .meaning import (body_config_hash, classify, degraded_of, HeldAnswer, rest_of_object,
-                      SignalTable, SignalTimes)
+from .meaning import (body_config_hash, classify, degraded_of, HeldAnswer, Hold, past_decision,
+                      rest_of_object, SignalTable, SignalTimes)
 
 __all__ = ["AnswerBook", "failure_of", "RawResult"]
 
@@ -39,14 +40,15 @@ class RawResult(NamedTuple):
     degraded: Degraded = ()  # a 200 that skipped a signal: its members (degraded.py)
     late_body: bool = False  # its body came LATE_BODY_MS or more after its first bytes
     # the answer's per-signal times, in its SignalTable's order; while its pass runs, maybe
-    # the answer held to read them from (AnswerBook.settle): the last field (settle)
+    # the answer held to read them and the rest of it from (AnswerBook.settle): the last
+    # field (settle)
     signal_ms: Union[SignalTimes, HeldAnswer] = ()
 
 
-# a result is built by keyword through RawResult's own __new__, called directly: 1,600
-# instructions more than tuple.__new__ given the fields in order, where RawResult(...) by
-# keyword, through type()'s call and its dict of keywords, costs 5,400 more (CPython 3.11)
-_raw_result = RawResult.__new__
+# a result is built by tuple.__new__ given the fields in order (record): by keyword through
+# RawResult's own __new__, called directly, costs 1,600 instructions more an answer, and
+# RawResult(...) by keyword, through type()'s call and its dict of keywords, 5,400 more
+# (CPython 3.11); tests/test_answers.py holds the order to the fields'
 
 
 class Answer(NamedTuple):
@@ -54,7 +56,7 @@ class Answer(NamedTuple):
     decision: Optional[str]  # secrets hidden, as in code
     error: Optional[str]  # the error kind; None: answered with a decision
     code: Optional[str]  # the router's error code
-    # the per-signal times in the SignalTable's order, or the answer held to read them from
+    # the per-signal times in the SignalTable's order, or the answer held to read its rest
     signal_ms: Union[SignalTimes, HeldAnswer]
     # the body's x-vsr-config-hash (None: it has none); False: not looked for
     config_hash: Union[str, Literal[False], None] = False
@@ -94,10 +96,12 @@ class AnswerBook:
     as it completes, so that no body outlives its request, every secret of the request
     (the endpoint's token, a header's value) hidden in what the answer quotes.
 
-    But for the per-signal times, with a SignalTable (None: not recorded): they are read
-    once the pass is over (settle), so that the pass does not spend its time on them while
-    requests are in flight. Up to HOLD_BYTES of answers are held for that (then the times
-    are read as each answer completes); `settle_cpu_s` is the CPU time the reading took.
+    But for what an answer says past its decision: its per-signal times, with a
+    SignalTable (None: not recorded), whether its rest is one JSON document, its degraded
+    members and a sampled selection are read once the pass is over (settle), so that the
+    pass does not spend its time on them while requests are in flight (its decision is read
+    at once). Up to HOLD_BYTES of answers are held for that (then each answer is read whole
+    as it completes); `settle_cpu_s` is the CPU time the reading took.
     """
 
     CACHED_BODY_BYTES = 1024  # answers this small are classified once per distinct body...
@@ -116,17 +120,16 @@ class AnswerBook:
         self.secrets = secrets
         self.results: List[RawResult] = []
         self.classified: Dict[Tuple[int, bytes], Answer] = {}  # (status, small body) -> Answer
-        self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' times
+        self.hold = Hold()  # what the pass may still hold, the answer held last
+        self.settle_cpu_s = 0.0  # the CPU seconds of reading the held answers' rest
 
     def start_hold(self) -> None:
-        """Hold answers for their times from here on: the pass begins."""
-        if self.signals is not None:
-            self.signals.hold = self.HOLD_BYTES
+        """Hold answers, their rest read after the pass, from here on: the pass begins."""
+        self.hold.room = self.HOLD_BYTES
 
     def end_hold(self) -> None:
         """Hold no answer from here on: the pass is over, however it ended."""
-        if self.signals is not None:
-            self.signals.hold = 0
+        self.hold.room = 0
 
     def record(self, sent: Sent, reader: ResponseReader, ended: int) -> None:
         """Note a request whose answer the reader holds, complete, classified: a small answer
@@ -137,19 +140,21 @@ class AnswerBook:
         header_hash = reader.headers.get(CONFIG_HASH_NAME)
         if len(body) > self.CACHED_BODY_BYTES:
             # _classify written out, without its record: this runs once an answer
-            table = self.signals
-            decision, error, code = classify(status, body, self.paths, signals=table,
-                                             secrets=self.secrets)
+            table, hold = self.signals, self.hold
+            decision, error, code = classify(status, body, self.paths, table, self.secrets,
+                                             hold)
             if self.secrets:
                 decision, code = self._scrubbed(decision, code)
-            signal_ms = (table.last or ()) if table is not None else ()
             hashed: Union[str, Literal[False], None] = False
             degraded: Degraded = ()
-            if error is None:  # a 2xx with a decision: did it skip a signal?
-                found = degraded_of(body, self.secrets)
-                if found is None:  # names the members, but is no JSON past its decision
-                    decision, error, signal_ms = None, "bad_json", ()
-                degraded = found or ()
+            signal_ms: Union[SignalTimes, HeldAnswer, None] = hold.last  # held: read in settle
+            if signal_ms is None:
+                signal_ms = (table.last or ()) if table is not None else ()
+                if error is None:  # a 2xx with a decision: did it skip a signal?
+                    found = degraded_of(body, self.secrets)
+                    if found is None:  # names the members, but is no JSON past its decision
+                        decision, error, signal_ms = None, "bad_json", ()
+                    degraded = found or ()
         else:
             key = (status, bytes(body))
             known = self.classified.get(key)
@@ -158,12 +163,14 @@ class AnswerBook:
                     self.classified.clear()
                 known = self.classified[key] = self._classify(status, body, not header_hash)
             decision, error, code, signal_ms, hashed, degraded = known
-        self.results.append(_raw_result(
-            RawResult, number=sent.index, scheduled=sent.scheduled, started=sent.started,
-            ended=ended, status=status, decision=decision, error=error, retried=sent.retried,
-            code=code, reason=None, signal_ms=signal_ms, degraded=degraded,
-            config_hash=header_hash or (body_config_hash(body) if hashed is False else hashed),
-            late_body=bool(sent.head_at) and ended - sent.head_at >= LATE_BODY_NS))
+        head_at = sent.head_at
+        self.results.append(_new_tuple(RawResult, (
+            sent.index, sent.scheduled, sent.started, ended, status, decision, error,
+            sent.retried, code,
+            header_hash or (body_config_hash(body) if hashed is False else hashed),  # config_hash
+            None, degraded,  # reason, degraded
+            head_at != 0 and ended - head_at >= LATE_BODY_NS,  # late_body
+            signal_ms)))
 
     def failed(self, sent: Sent, kind: str, ended: int, status: Optional[int] = None,
                reason: Optional[str] = None) -> None:
@@ -175,19 +182,22 @@ class AnswerBook:
 
     def _classify(self, status: int, body: bytes | bytearray,
                   hash_wanted: bool = False) -> Answer:
-        """Return what an answer says, its per-signal times read (or the answer held) when
-        the book has a SignalTable, its config_hash when wanted, and the degraded members of
-        a 200 (one that names them but is no JSON is bad_json)."""
-        table = self.signals
-        decision, error, code = classify(status, body, self.paths, signals=table,
-                                         secrets=self.secrets)
+        """Return what an answer says, its per-signal times read when the book has a
+        SignalTable, its config_hash when wanted, and the degraded members of a 200 (one that
+        names them but is no JSON is bad_json); or the answer held (its decision read, the
+        rest of it read by settle)."""
+        table, hold = self.signals, self.hold
+        decision, error, code = classify(status, body, self.paths, table, self.secrets, hold)
         if self.secrets:
             decision, code = self._scrubbed(decision, code)
+        hashed: Union[str, Literal[False], None] = body_config_hash(body) if hash_wanted else False
+        if hold.last is not None:
+            return Answer(decision, error, code, hold.last, hashed)
         degraded = degraded_of(body, self.secrets) if error is None else ()
         if degraded is None:
             return Answer(None, "bad_json", None, (), False)
         return Answer(decision, error, code, (table.last or ()) if table is not None else (),
-                      body_config_hash(body) if hash_wanted else False, degraded)
+                      hashed, degraded)
 
     def _reason(self, reason: Optional[str]) -> Optional[str]:
         """Return a failure's reason as recorded: scrubbed, then cut to MAX_REASON_CHARS."""
@@ -207,35 +217,38 @@ class AnswerBook:
     # after the pass
 
     def settle(self) -> None:
-        """Read the per-signal times of the answers held during the pass, in the order they
-        completed, and note its CPU time. An answer the scan cannot read is classified again,
-        in its turn, as it would have been when it came, which may make it bad_json or
-        malformed: what is wrong past its decision (its connection was kept all the same:
-        its framing was sound). The held answers are a prefix of the pass's, so the table's
-        names are in the order first reported, but that those read as they came once the
-        hold was spent come before the held answers' new names."""
-        if self.signals is None:
-            return
-        # (end_hold set table.hold to 0: from here on, times are read as answers are)
+        """Read the rest of the answers held during the pass, in the order they completed,
+        as the pass would have read them (past_decision, SignalTable.scan_many), and note its
+        CPU time (0: none held). An answer whose rest is not the rest of one JSON document,
+        or whose times the scan cannot read, is classified again, in its turn, as it would
+        have been when it came, which may make it bad_json or malformed: what is wrong past
+        its decision (its connection was kept all the same: its framing was sound). The held
+        answers are a prefix of the pass's, so the table's names are in the order first
+        reported, but that those read as they came once the hold was spent come before the
+        held answers' new names."""
+        # (end_hold left the hold no room: from here on, answers are read whole)
         # this thread's CPU, which driver_cpu_seconds counts in the process's (other
         # threads' while it runs are the driver's as ever)
         started = time.thread_time()
         some: list = []  # places in the results: SETTLE_ANSWERS, or SETTLE_CHARS of text
         size = 0
+        settled = False
         for i, raw in enumerate(self.results):
             if type(raw.signal_ms) is HeldAnswer:
                 some.append(i)
                 size += len(raw.signal_ms[0])
                 if len(some) == self.SETTLE_ANSWERS or size >= self.SETTLE_CHARS:
                     self._settle_some(some)
-                    some, size = [], 0
+                    some, size, settled = [], 0, True
         if some:
             self._settle_some(some)
-        self.settle_cpu_s = time.thread_time() - started
+            settled = True
+        if settled:
+            self.settle_cpu_s = time.thread_time() - started
 
     def _settle_some(self, held: Sequence[int]) -> None:
-        """Read the times of the held answers at these places of the results, in order."""
-        results, table = self.results, cast(SignalTable, self.signals)
+        """Read the rest of the held answers at these places of the results, in order."""
+        results, table = self.results, self.signals
 
         def again(k: int) -> None:
             results[held[k]] = self._read_again(results[held[k]])
@@ -244,14 +257,34 @@ class AnswerBook:
         # read again (bad_json, or malformed), reporting no names: before the others. Its
         # metrics are matched by the form of the table's last (rest_of_object): the first
         # held answer is scanned first when the table has read none yet (scanned again below)
-        if table.form is None:
+        if table is not None and table.form is None:
             table.scan(*cast(HeldAnswer, results[held[0]].signal_ms))
         for i in held:
-            text, at = cast(HeldAnswer, results[i].signal_ms)
+            raw = results[i]
+            text, at = cast(HeldAnswer, raw.signal_ms)
             if not rest_of_object(text, at, table):
-                results[i] = self._read_again(results[i])
+                results[i] = self._read_again(raw)
+            elif raw.error is None:  # a decision: what the pass would have read past it
+                try:
+                    past = past_decision(text, self.paths, self.secrets)
+                except Exception:  # noqa: BLE001 - what it did not foresee: read again
+                    results[i] = self._read_again(raw)
+                    continue
+                if past is None:  # names a degraded member, but is no JSON: no times read
+                    results[i] = raw._replace(decision=None, error="bad_json", signal_ms=())
+                elif past[0] or past[1] is not None:
+                    degraded, decision = past
+                    if decision is None:
+                        decision = raw.decision
+                    elif self.secrets:
+                        decision = self._scrubbed(decision, None)[0]
+                    results[i] = raw._replace(degraded=degraded, decision=decision)
         held = [i for i in held if type(results[i].signal_ms) is HeldAnswer]
         if not held:
+            return
+        if table is None:  # no times recorded: none to read
+            for i in held:
+                results[i] = _new_tuple(RawResult, (*results[i][:-1], ()))
             return
 
         try:

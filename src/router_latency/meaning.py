@@ -22,8 +22,8 @@ from .degraded import Degraded, DEGRADED_MEMBERS, DEGRADED_SIGNAL_CHARS
 from .client import malformed, RequestFailed
 
 __all__ = [
-    "body_config_hash", "body_fault", "classify", "decision_path_hint", "degraded_of", "error_code",
-    "HeldAnswer", "rest_of_object", "SignalTable", "SignalTimes",
+    "body_config_hash", "body_fault", "classify", "degraded_of", "error_code", "HeldAnswer",
+    "Hold", "past_decision", "rest_of_object", "SignalTable", "SignalTimes",
 ]
 
 
@@ -135,24 +135,34 @@ DEFAULT_ROUTE_PATHS = ("decision_result.decision_name?",)
 MembersRead = Tuple[Optional[Dict[str, Any]], int]
 
 
+class Hold:
+    """A pass's hold of answers: `room`, the bytes it may still hold; `last`, the one held last."""
+
+    __slots__ = ("room", "last")
+
+    def __init__(self) -> None:
+        self.room = 0
+        self.last: Optional[HeldAnswer] = None
+
+
 def answer_document(body: bytes | bytearray, paths: Sequence[str],
-                    signals: Optional[SignalTable] = None) -> Any:
+                    signals: Optional[SignalTable] = None, hold: Optional[Hold] = None) -> Any:
     """Return as much of a JSON answer as decision paths read: a dict of the top-level members
     they name, each decoded, read from the start until the paths are settled (the router puts
     decision_result and selected_model before its ~2 KB of metrics, which are then never
     decoded). Anything but a UTF-8 object of that plain form is decoded whole by
     decoded_answer, raising as it does; each member read is held to MAX_ANSWER_DEPTH as it
-    would be. Past the decision only the end is looked at (an answer cut short is bad_json,
-    one nested too deep there is not seen); a member sent twice counts as first read, where
-    json.loads keeps the last.
+    would be. Past the decision the rest must be the rest of one JSON object (rest_of_object;
+    else decoded whole, to say why); one nested too deep there is not seen. A member sent
+    twice counts as first read, where json.loads keeps the last. A small body is decoded whole
+    by the C scanner, faster than this reads its members.
 
-    A small body is decoded whole by the C scanner, faster than this reads its members.
     With `signals`, the answer's per-signal times are read too (scanned_members) and kept in
-    signals.last, or, while the table may hold answers (SignalTable.hold), the answer is held
-    there as a HeldAnswer, its decision read, to be read after its pass as it would be now
-    (one with no times past its decision: found to have none then, by the read that finds
-    no metrics); a body that is no JSON leaves it None, as classify set it before the call.
-    The hold is taken here, not in a call: it is the pass loop's path for every answer."""
+    signals.last; a body that is no JSON leaves it None, as classify set it before the call.
+    With `hold`, while it has room, an answer read by its decision alone (its metrics after
+    it) is held in hold.last: the rest (the one-JSON check, the times, what classify and
+    degraded_of read past the decision) is read after its pass as it would be now
+    (AnswerBook.settle). The hold is taken here, not in a call: the path of every answer."""
     try:
         text = body.decode()
         if len(body) <= WHOLE_JSON_BYTES:
@@ -161,25 +171,27 @@ def answer_document(body: bytes | bytearray, paths: Sequence[str],
             # more brackets than the limit: it might nest too deep, decoded_answer judges it
             members: Any = document if not text[index:].strip(JSON_SPACE) and (
                 body.count(b"{") + body.count(b"[") <= MAX_ANSWER_DEPTH) else None
-        elif signals is None:
-            # decision_result too, read wherever it stands: default_route looks at it
-            members, at = read_members(text, decision_reading(tuple(paths)))
-            if members is not None and not rest_of_object(text, at):
-                members = None  # not one JSON document: decoded whole, to say why
-        else:  # the decision read as without the times; metrics before it: read as below
-            members, at = read_members(text, decision_reading(tuple(paths), ("metrics",)))
-            if members is not None and "metrics" not in members:
-                # held while it fits the hold, counted at the most its str may take (4 bytes
-                # a character), its times read after its pass (and the rest of it checked
-                # then: AnswerBook.settle); else read now
-                size = len(text) if text.isascii() else 4 * len(text)
-                if size <= signals.hold:
-                    signals.hold -= size
-                    signals.last = [text, at]  # a HeldAnswer
-                    return members
-                members = scanned_members(text, at, members, tuple(paths), signals)
+        else:
+            # decision_result too, read wherever it stands: default_route looks at it; with
+            # the times, metrics where it comes before the decision (then read as below)
+            members, at = read_members(text, decision_reading(tuple(paths)) if signals is None
+                                       else decision_reading(tuple(paths), ("metrics",)))
+            if members is not None and (signals is None or "metrics" not in members):
+                if hold is not None:
+                    # held while it fits, counted at the most its str may take (4 bytes a
+                    # character): the answers held are those before the first that does not
+                    size = len(text) if text.isascii() else 4 * len(text)
+                    if size <= hold.room:
+                        hold.room -= size
+                        hold.last = [text, at]  # a HeldAnswer
+                        return members
+                    hold.room = 0
+                if signals is not None:
+                    members = scanned_members(text, at, members, tuple(paths), signals)
             if members is not None and not rest_of_object(text, at, signals):
-                members = signals.last = None  # as above; no times of an answer refused
+                members = None  # not one JSON document: decoded whole, to say why
+                if signals is not None:
+                    signals.last = None  # no times of an answer refused
     except (ValueError, IndexError, StopIteration):  # UnicodeDecodeError is a ValueError
         members = None
     # json.loads says why, or reads what this does not: a BOM, UTF-16, encoded surrogates
@@ -229,12 +241,10 @@ def scanned_members(text: str, index: int, members: dict, paths: Tuple[str, ...]
     per-signal times read now into signals.last (answer_document: it did not fit the hold).
 
     'metrics' past index is found and its times read by SignalTable.scan, without decoding
-    anything, where the members between are plain JSON and metrics has the router's compact
-    form (Go's, every signal's {"execution_time_ms":N,"confidence":N}). Anything else is
-    decoded member by member up to metrics, so that what is malformed there is bad_json or
-    malformed as it always was; signals.last is then left None for the caller to read the
-    decoded metrics. No answer after this one is held."""
-    signals.hold = 0  # the answers held are those before the first that did not fit
+    anything, where the members between are plain JSON and metrics has the router's compact form
+    (Go's, every signal's {"execution_time_ms":N,"confidence":N}). Anything else is decoded
+    member by member up to metrics, so that what is malformed there is bad_json or malformed as
+    it always was; signals.last is then left None for the caller to read the decoded metrics."""
     times = signals.scan(text, index)
     if times is not None:
         signals.last = times
@@ -383,36 +393,6 @@ def prefix_members(rest: str, names: FrozenSet[str], plan: DecisionPlan,
     return members if end == len(prefix) and decision_settled(members, plan) else False
 
 
-DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
-
-
-def decision_path_hint(body: bytes) -> str:
-    """Return which --decision-path would read a decision from a 2xx answer that had none at
-    the paths given: the dotted paths to its string leaves whose key looks like a decision
-    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
-    try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return ""
-    leaves: list = []
-
-    def walk(value: Any, path: str, depth: int) -> None:
-        if isinstance(value, dict) and depth < 6:
-            for key, item in value.items():
-                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
-        elif isinstance(value, str) and value and path:
-            leaves.append((path, value))
-    walk(document, "", 0)
-    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
-                    for p, v in leaves
-                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
-    if ranked:
-        _, path, value = ranked[0]
-        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
-    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
-    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
-
-
 def error_code(body: bytes | bytearray) -> Optional[str]:
     """Return the router's code of a failed answer: error.code of its error envelope
     {"error": {"code", "message"}}; 'decision_error' for the 503 that carries a partial
@@ -473,11 +453,9 @@ _MANY_DECIMALS = re.compile(r"\.[0-9]{5}")  # a time that round(ms, 4) changes
 _NONE_FOR_ZERO = {0: None}.get  # a time of 0: a signal the router did not evaluate
 
 
-# An answer whose per-signal times are read once its pass is over (SignalTable.hold): [the
-# whole answer decoded, where the read of its decision stopped, as SignalTable.scan takes
-# it]. A list where a NamedTuple would read better: the pass loop makes one for each answer,
-# and a list costs a tenth of the instructions of the cheapest tuple subclass. Times are
-# always a tuple, never a list: AnswerBook.settle tells the two apart by type
+# An answer held by its pass (Hold): [the whole answer decoded, where the read of its decision
+# stopped]. A list, as a list costs a tenth of the instructions of the cheapest tuple subclass;
+# times are always a tuple, never a list: AnswerBook.settle tells the two apart by type
 HeldAnswer = list
 # an answer's per-signal times in its SignalTable's order, None for a signal not evaluated
 SignalTimes = Tuple[Optional[float], ...]
@@ -518,11 +496,8 @@ class SignalTable:
     def __init__(self) -> None:
         self.names: list = []
         self.index: dict = {}
-        # the times found in the answer read last, or the answer held to read them later
-        self.last: Union[SignalTimes, HeldAnswer, None] = ()
-        # bytes of answers that may still be held, their times read after the pass
-        # (answer_document); 0: every answer's times are read as it is read
-        self.hold = 0
+        # the times found in the answer read last (None: not read, or held: Hold)
+        self.last: Optional[SignalTimes] = ()
         self.forms: dict = {}  # a metrics object's skeleton -> its SignalForm
         self.form: Optional[SignalForm] = None  # the form of the object read last
 
@@ -731,9 +706,9 @@ def default_route(document: Any, paths: Sequence[str],
     return NO_DECISION + (f"|{extra}" if extra else "")
 
 
-def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
-             signals: Optional[SignalTable] = None,
-             secrets: Sequence[str] = ()) -> Tuple[Optional[str], Optional[str],
+def classify(status: int, body: bytes | bytearray, paths: Sequence[str],
+             signals: Optional[SignalTable] = None, secrets: Sequence[str] = (),
+             hold: Optional[Hold] = None) -> Tuple[Optional[str], Optional[str],
                                                    Optional[str]]:
     """Return (decision, error kind, the router's error code) for one answered request (a plain
     tuple: this runs once an answer, and a record costs thousands of instructions); raise
@@ -744,24 +719,36 @@ def classify(status: int, body: bytes | bytearray, paths: Sequence[str], *,
     so while its classifiers are not loaded. With `signals`, the answer's per-signal times are
     read in the same read (answer_document) and left in signals.last (None: not read, as for
     an answer whose body is not read: an error status, an empty body), never those of the
-    answer before it."""
+    answer before it. With `hold`, an answer held (hold.last) has its decision read, not yet
+    marked sampled (past_decision). The pass loop gives the arguments in order (keywords cost)."""
     if signals is not None:
         signals.last = None
+    if hold is not None:
+        hold.last = None
     if status >= 300:
         kind = "http_5xx" if status >= 500 else "http_4xx" if status >= 400 else "http_3xx"
         return None, kind, error_code(body)
     if not body or body.isspace():  # as `not body.strip()`, without copying the body
         return None, "no_decision", None
     try:
-        document = answer_document(body, paths, signals)
+        document = answer_document(body, paths, signals, hold)
     except ValueError:  # UnicodeDecodeError is one
         return None, "bad_json", None
-    decision = decision_of(document, paths, secrets)
+    decision = decision_of(document, paths, secrets)  # routed_decision, written out
     if decision is None:
         decision = default_route(document, paths, secrets)
-    if decision is None:
-        return None, "no_decision", error_code(body)
+        if decision is None:
+            return None, "no_decision", error_code(body)
+    if hold is not None and hold.last is not None:
+        return decision, None, None  # held: marked sampled after the pass, where it is
     return marked_sampled(decision, document, body), None, None
+
+
+def routed_decision(document: Any, paths: Sequence[str],
+                    secrets: Sequence[str] = ()) -> Optional[str]:
+    """Return an answer's decision by its paths (decision_of), else by the default route."""
+    decision = decision_of(document, paths, secrets)
+    return decision if decision is not None else default_route(document, paths, secrets)
 
 
 # ---- sampled selections: a selected model the router sampled or chose by its state ----
@@ -859,6 +846,25 @@ def degraded_of(body: bytes | bytearray, secrets: Sequence[str] = ()) -> Optiona
         found += [(member, name, _kept(value[signal], MAX_REASON_CHARS, secrets))
                   for signal, name in zip(signals, names)]
     return tuple(found)
+
+
+def past_decision(text: str, paths: Sequence[str], secrets: Sequence[str] = ()
+                  ) -> Optional[Tuple[Degraded, Optional[str]]]:
+    """Return what a held answer with a decision says past it (its rest one JSON document:
+    rest_of_object), read after its pass as classify and degraded_of would have in it: (its
+    degraded members, its decision marked as a sampled selection, secrets hidden where cut,
+    None where unmarked); None where it names a degraded member but is no JSON (bad_json)."""
+    body = text.encode()
+    degraded = degraded_of(body, secrets)
+    if degraded is None:
+        return None
+    if body.find(PROVENANCE_KEY) < 0:  # most answers: marked_sampled's own first search
+        return degraded, None
+    # the decision again, from the members the pass read (leading_members' cache)
+    document = read_members(text, decision_reading(tuple(paths)))[0]
+    decision = routed_decision(document, paths, secrets)
+    marked = marked_sampled(decision, document, body) if decision is not None else None
+    return degraded, (marked if marked != decision else None)
 
 
 # ---- the one-JSON check: what keeps a body from being read, in words ----

@@ -95,6 +95,10 @@ PASS_HEADERS = (CONFIG_HASH_HEADER,)  # the response headers a pass keeps
 _scheduled_of = operator.attrgetter("scheduled")  # sort keys without a Python call per item
 _started_of = operator.attrgetter("started")
 _ended_of = operator.attrgetter("ended")
+# a Request made by tuple.__new__ with its fields in order (records_of): through Request's
+# call, by position, its __new__ is a Python call a request more (tests/test_passloop.py
+# holds the order to the fields')
+_tuple_new = tuple.__new__
 
 
 class _Slot:
@@ -123,13 +127,15 @@ class _Slot:
 # - written out where they run once an answer: _release (_complete), _more (_start_due),
 #   AnswerBook._classify (AnswerBook.record), which scrubs only where there are secrets
 # - a small answer classified once per distinct body (AnswerBook.CACHED_BODY_BYTES)
-# - RawResult made by its own __new__, by keyword, not through type()'s call (_raw_result); a
-#   held answer's times put in with tuple.__new__ (AnswerBook._settle_some)
-# - the per-signal times of answers held and read after the pass (AnswerBook.HOLD_BYTES), a
-#   step of them in one call of the C scanner (SignalTable.scan_many); the hold taken in
-#   answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
-# - records_of: RawResult's leading fields in one slice, the times a local typed Any rather
-#   than a cast (a call a request), sort keys by operator.attrgetter
+# - RawResult made by tuple.__new__ with its fields in order, not by keyword (AnswerBook.record);
+#   a held answer's times put in the same way (AnswerBook._settle_some)
+# - answers held, their decision read, the rest of each (its times, the one-JSON check, its
+#   degraded members, a sampled selection) read after the pass (AnswerBook.HOLD_BYTES), the
+#   times of a step of them in one call of the C scanner (SignalTable.scan_many); the hold
+#   taken in answer_document, not in a call; a HeldAnswer a list, not a NamedTuple (meaning)
+# - records_of: RawResult's fields in one unpacking, the times a local typed Any rather
+#   than a cast (a call a request), a Request made by tuple.__new__, sort keys by
+#   operator.attrgetter
 class PassLoop:
     """Sends one pass from a single thread: non-blocking sockets on one selector.
 
@@ -155,8 +161,8 @@ class PassLoop:
     bytes while idle) is closed. An idle connection the server closes is closed here at once;
     a request written to an idle connection that closes before any byte of its answer is sent
     once more on a new connection. What each request came to, its answer or its failure, goes
-    to the pass's AnswerBook (`answers`) in one call: there it is classified, scrubbed and its
-    per-signal times read, held until the pass is over.
+    to the pass's AnswerBook (`answers`) in one call: there it is classified and scrubbed, its
+    decision read at once and the rest of it held until the pass is over.
     """
 
     DEADLINE_OF = operator.attrgetter("deadline")
@@ -503,18 +509,19 @@ def records_of(results: Sequence[RawResult], *, open_loop: bool = False,
     last = max(map(_ended_of, ordered))
     requests = []
     for raw in ordered:
-        # RawResult's leading fields in one step: a NamedTuple's fields, read one by one, are
-        # a lookup each, the cost of a few answers' parsing over a pass
-        index, scheduled, started, ended, status, decision, error, retried, code = raw[:9]
+        # RawResult's fields in one step: a NamedTuple's fields, read one by one, are a lookup
+        # each, the cost of a few answers' parsing over a pass
         # settled (AnswerBook.settle): times, no answer held; Any, as a cast is a call a request
-        times: Any = raw.signal_ms
+        times: Any
+        (index, scheduled, started, ended, status, decision, error, retried, code, _, reason,
+         degraded, late_body, times) = raw
         origin = scheduled if open_loop else started
         rep, prompt_id = divmod(index, count) if count else (0, index)
-        requests.append(Request(
+        requests.append(_tuple_new(Request, (  # Request's fields in order: see _tuple_new
             prompt_id, round((started - first) / 1e6, 4), round((ended - origin) / 1e6, 4),
             status, decision, error, round((ended - started) / 1e6, 4) if open_loop else None,
             round((started - scheduled) / 1e6, 4) if open_loop else None, code, None, rep,
-            retried, raw.reason, times, raw.degraded, raw.late_body))
+            retried, reason, times, degraded, late_body)))
     return requests, (last - first) / 1e9
 
 

@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from .constants import EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH
 from .errors import RouterLatencyError
@@ -21,7 +21,7 @@ from .runfile import Floor, RouterSetting, Warmup
 from .requests import count_outcomes
 from .client import (accept_connections, Connection, encode_request, Endpoint, http_response,
                      parse_endpoint, RequestFailed, secret_values, stop_accepting, tls_context)
-from .meaning import body_fault, classify, decision_path_hint, error_code
+from .meaning import body_fault, classify, error_code
 from .passloop import (config_hashes_of, encode_prompts, met_expectations, PassLoop, PassPlan,
                        records_of, Target)
 
@@ -30,6 +30,34 @@ __all__ = ["measure_floor", "router_told", "wait_until_ready", "warm_up", "warn_
 
 REFUSED_AT_ONCE = (400, 401, 403, 412)  # a preview refused so is no start-up: no wait helps
 FLOOR_REQUESTS = 300  # requests of the driver's own floor, measured before every run
+DECISION_WORDS = ("decision", "route", "routing", "category", "intent", "model", "name")
+
+
+def decision_path_hint(body: bytes) -> str:
+    """Return which --decision-path would read a decision from a 2xx answer that had none at
+    the paths given: the dotted paths to its string leaves whose key looks like a decision
+    (keys with "decision" first), or what keys the answer has; '' for a body not JSON."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return ""
+    leaves: list = []
+
+    def walk(value: Any, path: str, depth: int) -> None:
+        if isinstance(value, dict) and depth < 6:
+            for key, item in value.items():
+                walk(item, f"{path}.{key}" if path else str(key), depth + 1)
+        elif isinstance(value, str) and value and path:
+            leaves.append((path, value))
+    walk(document, "", 0)
+    ranked = sorted((next(i for i, w in enumerate(DECISION_WORDS) if w in p.lower()), p, v)
+                    for p, v in leaves
+                    if any(w in p.rsplit(".", 1)[-1].lower() for w in DECISION_WORDS))
+    if ranked:
+        _, path, value = ranked[0]
+        return f"--decision-path {path} would read it ({json.dumps(value[:40])})"
+    keys = ", ".join(list(document)[:8]) if isinstance(document, dict) else type(document).__name__
+    return f"the answer holds nothing that reads as a decision (its keys: {keys or 'none'})"
 
 
 class LoopbackResponder:
