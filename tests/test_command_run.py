@@ -113,10 +113,10 @@ def test_malformed_answers_are_failed_requests_and_the_pass_goes_on(scripted, tm
 
 def test_any_exception_while_classifying_is_that_requests_failure(scripted, tmp_path, cli,
                                                                   monkeypatch):
-    def failing_classify(status, body, paths, **options):
+    def failing_classify(status, body, *given, **options):
         if b"boom" in body:
             raise ZeroDivisionError("a reader nobody foresaw")
-        return classify(status, body, paths, **options)
+        return classify(status, body, *given, **options)
 
     monkeypatch.setattr("router_latency.answers.classify", failing_classify)
     server = scripted(lambda prompt, _: [final_answer(
