@@ -199,6 +199,8 @@ def test_a_history_written_by_version_1_is_read(tmp_path, cli):
 @pytest.mark.parametrize("line, message", [
     ('{"schema": "router-latency-history/2", "commit": "x"}', "written by another major"),
     ('{"schema": "router-latency-history/1", "commit": "x"}', "base_commit is missing"),
+    ('{"schema": "router-latency-run/1", "commit": "x"}',
+     "schema 'router-latency-run/1', not router-latency-history/1"),
     ("{not json", "line 4"),
 ])
 def test_a_bad_line_is_a_one_line_error_naming_it(tmp_path, cli, line, message):

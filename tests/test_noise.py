@@ -95,14 +95,16 @@ def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
     assert mean["noise"]["capped"] is False and mean["noise"]["between_pct"] > 0
 
 
-def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
+@pytest.mark.parametrize("second", [NOISE_PROMPTS, NOISE_PROMPTS - 5])
+def test_within_from_sendings_is_their_variance_over_their_count(tmp_path, second):
     # sendings of means 10, 12.1 and 10 ms on both sides: the pass's log mean varies within
-    # by var(ln 10, ln 12.1, ln 10) / 3 a side, twice that for the change
+    # by var(ln 10, ln 12.1, ln 10) / 3 a side, twice that for the change; a sending that
+    # kept fewer answers (second: 35 of 40) has the same mean, and the same share
     for number in (1, 2, 3):
         for side in "ab":
             noise_run(tmp_path / f"r{number}-{side}.json", side,
-                      [[10.0] * NOISE_PROMPTS, [12.1] * NOISE_PROMPTS, [10.0] * NOISE_PROMPTS], 1000.0 * number
-                      + (50 if side == "b" else 0))
+                      [[10.0] * NOISE_PROMPTS, [12.1] * second, [10.0] * NOISE_PROMPTS],
+                      1000.0 * number + (50 if side == "b" else 0))
     runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in "ab"} for n in (1, 2, 3)}
     report = judge_rounds(runs, "a", "b")
     mean_row = next(r for r in report.rows if r.metric == "mean_ms")
