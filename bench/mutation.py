@@ -44,11 +44,11 @@ MODULE_TESTS = {
     "stats": ["test_stats", "test_gate", "test_sequential", "test_noise", "test_rounds",
               "test_slower", "test_history", "test_command_rounds"],
     "noise": ["test_noise", "test_rounds", "test_command_rounds"],
-    "history": ["test_history"],
+    "history": ["test_history", "test_history_render", "test_command_history"],
     "degraded": ["test_degraded", "test_rounds", "test_command_rounds", "test_command_run"],
     "meaning": ["test_meaning", "test_degraded", "test_client", "test_versions",
                 "test_attribution", "test_command_run"],
-    "files": ["test_measuring", "test_runfile", "test_formats", "test_command_record",
+    "files": ["test_files", "test_measuring", "test_runfile", "test_formats", "test_command_record",
               "test_command_compare", "test_corpus", "test_history", "test_command_rounds"],
     "runfile": ["test_runfile", "test_rounds", "test_degraded", "test_gate", "test_noise",
                 "test_command_run", "test_command_rounds"],
@@ -159,6 +159,11 @@ def main(argv=None) -> int:
                         help="run only the drawn mutants this earlier results file did not "
                              "run (its time ran out), without the baseline")
     args = parser.parse_args(argv)
+    for module, names in MODULE_TESTS.items():  # a test file split off or renamed since
+        missing = [n for n in names if not (ROOT / "tests" / f"{n}.py").exists()]
+        if missing or names[0] != f"test_{module}":
+            parser.error(f"MODULE_TESTS[{module!r}]: {', '.join(missing) or 'its own file'} "
+                         f"{'missing' if missing else 'not first'}")
     started = time.monotonic()
     by_module = {m: mutants_of(m) for m in args.modules.split(",")}
     sample = [m for m in map(rendered, stratified(by_module, args.sample, args.seed))
