@@ -398,6 +398,10 @@ def test_the_byte_search_finds_every_degraded_member():
 
 
 def test_the_degraded_line_says_the_percentiles_leave_them_out():
-    line = degraded_answers_line("in Sequential", 2, {"classifier:intent": {"failed": 2}})
+    signals = {"classifier:intent": {"failed": 2}}
+    line = degraded_answers_line("in Sequential", 2, signals)
     assert line.startswith("degraded in Sequential: 2 answers skipped a signal or a decision (")
     assert line.endswith("; left out of the percentiles")
+    # a check's details (JUnit's degraded check) say the counts alone
+    assert degraded_answers_line("in Sequential", 2, signals, percentiles=False) \
+        + "; left out of the percentiles" == line

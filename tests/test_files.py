@@ -2,6 +2,7 @@
 locked appends of the history store."""
 
 import os
+import threading
 
 import pytest
 
@@ -30,6 +31,32 @@ def test_a_write_through_an_open_file_goes_on_where_its_descriptor_stands(tmp_pa
         os.close(fd)
     assert out.read_bytes() == b"before\n<!doctype html>\npage\nverdict: PASS\n"
     assert not (tmp_path / "link").exists() or (tmp_path / "link").is_symlink()
+
+
+def test_a_write_through_a_non_blocking_pipe_waits_for_its_reader_and_loses_nothing():
+    # `rounds --html /dev/stdout | reader`, the pipe left non-blocking by another program on
+    # it (the flag belongs to the open pipe, which they share): a page larger than the pipe
+    # holds waits for the reader to take each part
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    page = b"<p>row</p>\n" * 100_000  # 1.1 MB: 17 times what a pipe holds (64 KiB)
+    taken: list = []
+
+    def reader():
+        while sum(map(len, taken)) < len(page):
+            part = os.read(read_end, 65536)
+            if not part:  # the write end closed early
+                return
+            taken.append(part)
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        write_atomic(f"/dev/fd/{write_end}", [page[:1000], page[1000:]])
+    finally:
+        os.close(write_end)
+        thread.join(30)
+        os.close(read_end)
+    assert not thread.is_alive() and b"".join(taken) == page
 
 
 def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):

@@ -52,6 +52,11 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     assert gpus["8"]["node_minutes"] < gpus["1"]["node_minutes"] == plan["node_minutes"]
     one = re.search(r"one instance a round: about (\d+) rounds, ([\d.,]+) minutes", result.out)
     assert one and float(one.group(2).replace(",", "")) > plan["node_minutes"]
+    # a best case, and the line says so: runs of one instance a round cannot tell the
+    # between part from what a round shares
+    assert "what a pool buys (the between part counted as between instances, which runs of " \
+           "one instance a round cannot tell from what a round shares: the best case for " \
+           "pools): one instance a round: about" in result.out
 
 
 def test_within_and_between_add_up_to_the_spread(tmp_path, cli):

@@ -246,6 +246,14 @@ def test_rounds_needed_plans_by_the_noncentral_t_at_holms_small_levels():
     assert power_shift(-t_ppf(level, n - 2), n - 2) * 0.02 / math.sqrt(n - 1) > room
 
 
+def test_the_detectable_change_is_defined_from_two_rounds_and_shrinks_with_more():
+    # one difference of each round: a change to detect from two rounds on (df 1), the
+    # detectable change shrinking with every round added
+    found = [detectable_change(0.05, n) for n in range(2, 8)]
+    assert all(math.isfinite(f) and f > 0 for f in found)
+    assert found == sorted(found, reverse=True) and len(set(found)) == len(found)
+
+
 @pytest.mark.parametrize("call", [
     lambda: detectable_change(-0.1, 10), lambda: detectable_change(0.1, 1),
     lambda: detectable_change(0.1, 10.0), lambda: detectable_change(0.1, 10, alpha=0),
