@@ -2,6 +2,7 @@
 locked appends of the history store."""
 
 import os
+import subprocess
 import threading
 
 import pytest
@@ -57,6 +58,20 @@ def test_a_write_through_a_non_blocking_pipe_waits_for_its_reader_and_loses_noth
         thread.join(30)
         os.close(read_end)
     assert not thread.is_alive() and b"".join(taken) == page
+
+
+def test_an_open_file_another_process_does_not_have_is_one_line_naming_it():
+    # /proc/<pid>/fd/N of another process is opened and appended to; where it has no file N
+    # the error says why in words, as every write error does
+    other = subprocess.Popen(["sleep", "30"])
+    path = f"/proc/{other.pid}/fd/999"
+    try:
+        with pytest.raises(RouterLatencyError) as raised:
+            write_atomic(path, b"page\n")
+    finally:
+        other.kill()
+        other.wait(10)
+    assert str(raised.value) == f"cannot write: No such file or directory ({path})"
 
 
 def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):

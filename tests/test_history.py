@@ -201,6 +201,8 @@ def test_a_history_written_by_version_1_is_read(tmp_path, cli):
     ('{"schema": "router-latency-history/1", "commit": "x"}', "base_commit is missing"),
     ('{"schema": "router-latency-run/1", "commit": "x"}',
      "schema 'router-latency-run/1', not router-latency-history/1"),
+    (OLD_LINE.read_text().splitlines()[0].replace('"metric":"p50_ms"', '"metric":5', 1),
+     "metric is missing or not text"),  # a row's field
     ("{not json", "line 4"),
 ])
 def test_a_bad_line_is_a_one_line_error_naming_it(tmp_path, cli, line, message):
@@ -547,6 +549,15 @@ def test_a_measurement_in_two_entries_is_refused(tmp_path, cli):
     copied = cli("history", "add", "--history", store, "--dir", tmp_path / "other", "--base",
                  "main", "--new", "merge", "--commit", "c2")
     assert copied.code == 2 and "under commit c1" in copied.err
+    # and in two folders of one addition, the first not yet in the store
+    history_rounds_folder(tmp_path / "each" / "c3", 1.0, seed=5, start=20000.0)
+    history_rounds_folder(tmp_path / "each" / "c4", 1.0, seed=6, start=30000.0)
+    shutil.copy(tmp_path / "each" / "c3" / "r2-merge.json",
+                tmp_path / "each" / "c4" / "r2-merge.json")
+    both = cli("history", "add", "--history", store, "--each", tmp_path / "each", "--base",
+               "main", "--new", "merge")
+    assert both.code == 2 and "under commit c3 (this addition)" in both.err, both.err
+    assert store.read_bytes() == before
 
 
 def test_a_step_that_overlaps_the_previous_ones_is_refused_with_the_reason(tmp_path, cli):
