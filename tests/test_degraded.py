@@ -381,6 +381,11 @@ def test_runs_summary_lines_hold_the_routers_text_on_one_line(tmp_path):
     assert all(line.isprintable() for line in lines)
 
 
+def test_an_unknown_policy_applied_is_counted_as_the_policy_the_router_applied():
+    found = degraded_of(go_answer(applied_unknown_policies={"pii:tool": "no_match"}))
+    assert degraded_counts([found]) == {"pii:tool": {"on_unknown no_match": 1}}
+
+
 def test_signal_error_matches_are_counted_as_the_policy_resolved_them():
     body = go_answer(signal_errors={"jailbreak:guard": "timeout"},
                      signal_error_matches={"jailbreak:guard": True})

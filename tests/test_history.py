@@ -92,6 +92,9 @@ def test_a_a_series_does_not_fail_the_drift_gate(tmp_path, cli):
     document = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
     assert all(row["drift"]["high_pct"] < 5 for row in document["rows"]), document["rows"]
     assert result.code == 0 and result.out.startswith("DRIFT PASS"), result.out
+    # and says what it showed: each gated row (the report's rows) within the tolerance
+    assert f"\n  {len(document['rows'])} gated rows shown within the 5% tolerance since the " \
+           f"base of c1\n" in result.out
 
 
 def test_a_drift_whose_worse_end_passes_the_tolerance_is_inconclusive_and_exits_3(tmp_path,
@@ -146,6 +149,11 @@ def test_entries_of_another_corpus_or_configuration_are_left_out_and_named(tmp_p
     document = json.loads(kept.out)
     assert [entry["commit"] for entry in document["left_out"]] == ["c"]
     assert [p["commit"] for p in document["rows"][0]["points"]] == ["a", "b", "d"]
+    # the last entry measured on a named node, the others on none recorded
+    lines = store.read_text().splitlines(keepends=True)
+    store.write_text("".join(lines[:-1]) + lines[-1].replace('"node":""', '"node":"gpu-7"', 1))
+    result = cli("history", "report", "--history", store)
+    assert "left out: a: node (none), not gpu-7" in result.out, result.out
 
 
 def test_the_markdown_renders_in_githubs_parser(drifted, cli):

@@ -57,6 +57,9 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     assert "what a pool buys (the between part counted as between instances, which runs of " \
            "one instance a round cannot tell from what a round shares: the best case for " \
            "pools): one instance a round: about" in result.out
+    assert f"{gpus['1']['instances']} instances a round on one GPU: about " in result.out
+    assert f"{gpus['8']['instances']} instances a round one per GPU on 8 GPUs (run_rounds.sh " \
+           f"--gpus all --concurrent): about " in result.out
 
 
 def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
