@@ -578,6 +578,10 @@ def test_more_rounds_is_the_fewest_that_decide_as_often_as_stated_over_what_the_
     # more spread seen, more rounds
     figures = [rounds_to_go(0.0, s, TOLERANCE, 0.025, 0.025 / 3, 5) for s in (0.05, 0.2, 0.6)]
     assert figures[0] < figures[1] <= figures[2]
+    # rounds without spread: one more decides a change off the tolerance; none decides one
+    # that sits on it
+    assert rounds_to_go(0.01, 0.0, TOLERANCE, 0.025, 0.025 / 3, 5) == 1
+    assert rounds_to_go(TOLERANCE, 0.0, TOLERANCE, 0.025, 0.025 / 3, 5) is None
 
 
 def sequential_rows(changes, settings):

@@ -39,6 +39,13 @@ def test_t_quantile_tends_to_the_normal_quantile_and_decreases():
     assert abs(t_quantile(10 ** 7) - 1.959964) < 1e-5
 
 
+def test_t_quantile_beyond_the_table_is_the_exact_quantile_to_its_rounding():
+    # past df 30 the expansion stands in for the table: its error below 1e-7 (the table's
+    # six decimals), against the quantile solved from the t distribution itself
+    for df in list(range(31, 200)) + [250, 500, 1000, 10 ** 4, 10 ** 6]:
+        assert abs(t_quantile(df) - t_ppf(0.975, df)) < 1e-7, df
+
+
 @pytest.mark.parametrize("df", [0, -1, 1.5, True, "3"])
 def test_t_quantile_rejects_invalid_degrees_of_freedom(df):
     with pytest.raises(RouterLatencyError):
