@@ -19,7 +19,8 @@ from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_
 from router_latency.phases import PhaseWindow
 from router_latency.runfile import load_run
 from router_latency.captures import CaptureSettings
-from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
+from router_latency.telemetry import (coincided_text, energy_of, RESCAN_EVERY, RouterTicks,
+                                      window_figures)
 from conftest import final_answer, write_corpus
 
 
@@ -376,4 +377,7 @@ def test_the_sampler_reads_the_router_s_processes_without_scanning_every_time(tm
     (proc / "11" / "stat").unlink()  # ended: a scan at once
     (proc / "11").rmdir()
     assert by_session.seconds() == by_tree.seconds() == 107 / tick
+    fake_process(proc, 14, 10, 10, 3)  # started, nothing ended: counted from the next scan,
+    seen = [by_session.seconds() for _ in range(RESCAN_EVERY)]  # within RESCAN_EVERY reads
+    assert seen[0] == 107 / tick and seen[-1] == 110 / tick
     assert RouterTicks(CaptureSettings(router_session=99, proc_root=str(proc))).seconds() is None
