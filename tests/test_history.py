@@ -176,6 +176,7 @@ def test_the_page_plots_the_series_and_the_cumulative_change(drifted, cli, tmp_p
     assert len(list(root.iter(f"{svg}polygon"))) == 3  # the band of each drift
     assert "<script" not in text and "http://" not in text.replace(
         "http://www.w3.org/", "")
+    assert text.endswith(f"; history {drifted}</p>\n</body>\n</html>\n")  # which store
 
 
 OLD_LINE = ROOT / "tests" / "data" / "history-v1.jsonl"

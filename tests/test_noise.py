@@ -130,6 +130,41 @@ def test_within_from_sendings_is_their_variance_over_their_count(tmp_path, secon
     assert item.parts.within.df == 3 * (3 - 1)
 
 
+def test_halves_of_one_sending_time_req_per_s_by_their_latencies(tmp_path):
+    # one sending split into interleaved halves (by prompt), the new side's odd prompts 20%
+    # slower: the halves share one span, so each half's req/s is its requests over its
+    # summed latency, and it varies within as the mean latency does
+    for number in (1, 2, 3):
+        for side, odd in (("a", 10.0), ("b", 12.0)):
+            noise_run(tmp_path / f"r{number}-{side}.json", side,
+                      [[odd if i % 2 else 10.0 for i in range(NOISE_PROMPTS)]],
+                      1000.0 * number + (50 if side == "b" else 0))
+    runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in "ab"} for n in (1, 2, 3)}
+    report = judge_rounds(runs, "a", "b")
+    mean, rate = (report.noise.of(next(r for r in report.rows if r.metric == metric))
+                  for metric in ("mean_ms", "req_per_s"))
+    assert mean.split == rate.split == "halves"
+    assert mean.within > 0.05 and rate.within == pytest.approx(mean.within, rel=1e-9)
+
+
+def test_a_plan_from_sides_sent_differently_gives_its_rounds_and_their_range(tmp_path, cli):
+    # the base sent every prompt twice, the new side once (--allow-mismatch passes): no row
+    # splits alike on both sides, so each keeps its spread, the range's ends at its bounds
+    clock = 1000.0
+    for number, speeds in enumerate(MILD, 1):
+        for side, speed, sendings in (("a", speeds[0], 2), ("b", speeds[1], 1)):
+            latencies = [[speed * (1 + 0.02 * ((i * 7 + number) % 5 - 2) / 2)
+                          for i in range(NOISE_PROMPTS)] for _ in range(sendings)]
+            noise_run(tmp_path / f"r{number}-{side}.json", side, latencies, clock)
+            clock += 12.0 + sum(map(sum, latencies)) / 1000
+    result = cli("rounds", "--dir", tmp_path, "--base", "a", "--new", "b", "--format", "json",
+                 "--allow-mismatch", "passes")
+    assert result.code in (0, 3), result.err
+    plan = json.loads(result.out)["plan"]
+    low, high = plan["rounds_range"]
+    assert low <= plan["rounds"] <= high
+
+
 def test_plan_costs_rounds_from_the_run_files(tmp_path):
     folder = pair_folder(tmp_path, MILD, 0.02, 3)
     runs = {n: {s: load_run(str(folder / f"r{n}-{s}.json")) for s in "ab"} for n in range(1, 6)}
