@@ -19,8 +19,8 @@ from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_
 from router_latency.phases import PhaseWindow
 from router_latency.runfile import load_run
 from router_latency.captures import CaptureSettings
-from router_latency.telemetry import (coincided_text, energy_of, RESCAN_EVERY, RouterTicks,
-                                      window_figures)
+from router_latency.telemetry import (coincided_text, energy_of, PassSampler, RESCAN_EVERY,
+                                      RouterTicks, telemetry_record, window_figures)
 from conftest import final_answer, write_corpus
 
 
@@ -273,6 +273,18 @@ def test_a_slow_window_of_a_pass_that_sampled_nothing_usable_says_so():
     empty = {"version": 1, "interval_ms": 500, "origin_s": 0.0, "router_gpus": [],
              "gpus": {}, "cpu": {}}
     assert coincided_text(PassLike(empty), (1,)) == "nothing measured coincided (no samples)"
+
+
+def test_readings_of_one_gpu_stamped_alike_are_kept_in_the_order_they_came():
+    # nvidia-smi stamps its lines to the millisecond: sampled faster (--sample-ms 1), two
+    # lines of one GPU may carry one time; both are kept, in the order the tool gave them
+    sampler = PassSampler(CaptureSettings(), None, 1)
+    at = sampler.started + 0.5
+    sampler.samples = [(at, "gpu0", {"power_w": 100.0}), (at - 0.1, "gpu1", {"power_w": 60.0}),
+                       (at, "gpu0", {"power_w": 120.0}), (at + 0.001, "gpu0", {"power_w": 90.0})]
+    gpus = telemetry_record(sampler, 10, 1.0)["gpus"]
+    assert gpus["gpu0"]["power_w"] == [100.0, 120.0, 90.0] and gpus["gpu1"]["power_w"] == [60.0]
+    assert gpus["gpu0"]["t_s"] == [0.5, 0.5, 0.501]
 
 
 def test_the_telemetry_record_is_versioned_and_bounded():
