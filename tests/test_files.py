@@ -1,6 +1,8 @@
 """files.py: atomic writes, writes through the process's own open files, symbolic links and the
 locked appends of the history store."""
 
+import json
+import math
 import os
 import subprocess
 import threading
@@ -8,7 +10,7 @@ import threading
 import pytest
 
 from router_latency.errors import RouterLatencyError
-from router_latency.files import write_atomic
+from router_latency.files import dump_json, write_atomic
 
 MAX_LINK_HOPS = 40  # files.MAX_LINK_HOPS: Linux's own bound
 
@@ -72,6 +74,15 @@ def test_an_open_file_another_process_does_not_have_is_one_line_naming_it():
         other.kill()
         other.wait(10)
     assert str(raised.value) == f"cannot write: No such file or directory ({path})"
+
+
+def test_a_result_document_is_strict_json_or_not_written():
+    # NaN and Infinity are no JSON: a reader of the file (jq, a CI step) would refuse it
+    for figure in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ValueError):
+            dump_json({"p50_ms": figure})
+    document = {"p50_ms": 1.5, "label": "gpu \u00e9"}
+    assert json.loads(dump_json(document)) == document
 
 
 def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):
