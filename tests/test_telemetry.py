@@ -73,6 +73,9 @@ def test_energy_from_the_counter_or_the_sampled_power():
     energy = energy_of([counted, constant], 2.0, 100)
     assert energy["source"] == "energy counter and sampled power"
     assert energy["joules"] == pytest.approx(600 + 240)
+    # a counter that did not move in a short pass (updated less often): the sampled power
+    still = [(t, {"power_w": 120.0, "energy_mj": 5e6}) for t in range(3)]
+    assert energy_of([still], 2.0, 100) == energy_of([constant], 2.0, 100)
     assert energy_of([[(0.0, {"power_w": None})]], 2.0, 100) is None
     assert energy_of([constant], 2.0, 0) is None
     assert energy_of([constant], 0.0, 100) is None  # no time measured: no figure, not 0 J
@@ -273,6 +276,13 @@ def test_a_slow_window_of_a_pass_that_sampled_nothing_usable_says_so():
     empty = {"version": 1, "interval_ms": 500, "origin_s": 0.0, "router_gpus": [],
              "gpus": {}, "cpu": {}}
     assert coincided_text(PassLike(empty), (1,)) == "nothing measured coincided (no samples)"
+
+
+def test_the_samplers_threads_never_keep_the_run_from_exiting():
+    # a GPU tool that hangs past stop()'s wait leaves its reader thread blocked: the run
+    # still ends, with its file written
+    sampler = PassSampler(CaptureSettings(gpu="nvidia"), None, 20)
+    assert len(sampler.threads) == 2 and all(thread.daemon for thread in sampler.threads)
 
 
 def test_readings_of_one_gpu_stamped_alike_are_kept_in_the_order_they_came():
