@@ -253,6 +253,12 @@ def test_rounds_needed_plans_by_the_noncentral_t_at_holms_small_levels():
     assert power_shift(-t_ppf(level, n - 2), n - 2) * 0.02 / math.sqrt(n - 1) > room
 
 
+def test_an_unknown_alternative_is_named_with_those_there_are():
+    with pytest.raises(RouterLatencyError, match="^alternative must be one of greater, less, "
+                                                 "two-sided, got 'smaller'$"):
+        t_test_p([1.0, 2.0, 3.0], alternative="smaller")
+
+
 def test_the_detectable_change_is_defined_from_two_rounds_and_shrinks_with_more():
     # one difference of each round: a change to detect from two rounds on (df 1), the
     # detectable change shrinking with every round added
