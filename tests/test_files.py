@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from router_latency.errors import RouterLatencyError
-from router_latency.files import dump_json, write_atomic
+from router_latency.files import check_writable_target, dump_json, write_atomic
 
 MAX_LINK_HOPS = 40  # files.MAX_LINK_HOPS: Linux's own bound
 
@@ -83,6 +83,13 @@ def test_a_result_document_is_strict_json_or_not_written():
             dump_json({"p50_ms": figure})
     document = {"p50_ms": 1.5, "label": "gpu \u00e9"}
     assert json.loads(dump_json(document)) == document
+
+
+def test_an_output_in_a_folder_nobody_may_write_is_refused_before_any_work():
+    # /proc/1: no user may make a file there, root included
+    with pytest.raises(RouterLatencyError,
+                       match=r"^the folder is not writable \(/proc/1/report\.json\)$"):
+        check_writable_target("/proc/1/report.json", False)
 
 
 def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):

@@ -18,7 +18,7 @@ from router_latency.history import (add_entries, entry_of_run, EntryTags, histor
                                     HISTORY_SCHEMA, HistoryEntry, HistoryRow, read_history,
                                     step_of, TrendSettings)
 from router_latency.history_render import format_history, history_json
-from conftest import BASE, history_rounds_folder, make_run, ROOT
+from conftest import BASE, history_rounds_folder, make_run, ROOT, three_rounds
 
 
 def chain(tmp_path, ratios, seed=1, **options):
@@ -221,6 +221,35 @@ def test_a_bad_line_is_a_one_line_error_naming_it(tmp_path, cli, line, message):
     assert result.code == 2 and result.out == ""
     assert len(result.err.splitlines()) == 1 and message in result.err
     assert "line 4" in result.err
+
+
+def test_a_folder_whose_rounds_are_left_out_is_refused_saying_why(tmp_path, cli):
+    # two of three rounds left out (a load above the limit, a router restart): no row to add
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    three_rounds(folder, flagged=True)
+    result = cli("history", "add", "--history", tmp_path / "perf.jsonl", "--dir", folder,
+                 "--base", "cpu", "--new", "gpu", "--commit", "c1")
+    assert result.code == 2 and result.err.startswith(
+        "router-latency: error: no usable rows (1 usable round, fewer than "), result.err
+    assert result.err.endswith(f") ({folder})\n") and not (tmp_path / "perf.jsonl").exists()
+
+
+def test_a_line_keeps_its_text_as_written_and_names_the_runs_host(tmp_path, cli):
+    # a folder named in French, a run measured on host gpu-7: the line holds the path in
+    # UTF-8 (what grep and a reader of the file see), the host in its environment
+    store = tmp_path / "perf.jsonl"
+    (tmp_path / "mesures-été").mkdir()
+    run = Path(make_run(tmp_path / "mesures-été" / "one.json", label="merge",
+                        passes={1: BASE}))
+    document = json.loads(run.read_text())
+    document["host"] = "gpu-7"
+    run.write_text(json.dumps(document))
+    assert cli("history", "add", "--history", store, "--run", run, "--commit", "c9").code == 0
+    line = store.read_bytes()
+    assert "mesures-été/one.json".encode() in line
+    entry = json.loads(line)
+    assert entry["environment"]["host"] == entry["node"] == "gpu-7"
 
 
 def test_a_single_run_is_marked_and_not_in_the_drift(tmp_path, cli):
