@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from router_latency.errors import RouterLatencyError
-from router_latency.files import check_writable_target, dump_json, write_atomic
+from router_latency.files import check_schema, check_writable_target, dump_json, write_atomic
 
 MAX_LINK_HOPS = 40  # files.MAX_LINK_HOPS: Linux's own bound
 
@@ -90,6 +90,20 @@ def test_an_output_in_a_folder_nobody_may_write_is_refused_before_any_work():
     with pytest.raises(RouterLatencyError,
                        match=r"^the folder is not writable \(/proc/1/report\.json\)$"):
         check_writable_target("/proc/1/report.json", False)
+
+
+@pytest.mark.parametrize("schema, message", [
+    ("router-latency/run/3", "schema router-latency/run/3 is newer than this tool reads "
+                             "(router-latency/run/2); upgrade router-latency (r.json: schema)"),
+    # the version this tool reads, spelled otherwise by hand: not a newer one
+    ("router-latency/run/02", "schema is 'router-latency/run/02', expected "
+                              "'router-latency/run/2' (r.json: schema)"),
+    ("router-latency/run/1", "schema is 'router-latency/run/1', expected "
+                             "'router-latency/run/2' (r.json: schema)")])
+def test_a_schema_not_the_one_read_says_whether_it_is_newer(schema, message):
+    with pytest.raises(RouterLatencyError) as raised:
+        check_schema({"schema": schema}, "router-latency/run/2", "r.json")
+    assert str(raised.value) == message
 
 
 def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):
