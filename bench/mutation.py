@@ -3,7 +3,7 @@ of the modules that decide what a user sees, each run against the in-process tes
 reach its module; prints and writes the score and the surviving mutants.
 
     pip install -e '.[mutation]'
-    nice -n 19 python bench/mutation.py --sample 150 --seed 45 --out mutation.json
+    nice -n 19 python bench/mutation.py --sample 300 --seed 45 --jobs 1 --out mutation.json
 
 The mutants are mutmut's own (its generator, mutmut.mutation.file_mutation.create_mutations:
 operators, constants, comparisons, names, arguments, strings), those inside functions, as
@@ -145,7 +145,7 @@ def failing_unmutated(root: Path, tests: list) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sample", type=int, default=150, help="mutants in the sample")
+    parser.add_argument("--sample", type=int, default=300, help="mutants in the sample")
     parser.add_argument("--seed", type=int, default=45)
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once")
     parser.add_argument("--modules", default=",".join(MODULE_TESTS))
