@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from router_latency.errors import RouterLatencyError
-from router_latency.files import check_schema, check_writable_target, dump_json, write_atomic
+from router_latency.files import (check_schema, check_writable_target, dump_json, read_json,
+                                  write_atomic)
 
 MAX_LINK_HOPS = 40  # files.MAX_LINK_HOPS: Linux's own bound
 
@@ -104,6 +105,16 @@ def test_a_schema_not_the_one_read_says_whether_it_is_newer(schema, message):
     with pytest.raises(RouterLatencyError) as raised:
         check_schema({"schema": schema}, "router-latency/run/2", "r.json")
     assert str(raised.value) == message
+
+
+def test_json_nested_deeper_than_pythons_reader_goes_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(RouterLatencyError) as raised:
+        read_json(path)
+    assert str(raised.value).startswith("invalid JSON: nested deeper than Python's JSON "
+                                        "reader goes")
+    assert str(raised.value).endswith(f"({path})")
 
 
 def test_a_loop_of_links_is_refused_in_one_line_and_left_as_it_was(tmp_path):

@@ -23,8 +23,8 @@ from router_latency.files import write_atomic
 from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
 from router_latency.gate import (combined_exit, decide_probability, DECIDE_PROBABILITY,
-                                 gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
-                                 GateTest, holm_step_down, judged_word, Look, look_of,
+                                 detectable_text, gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
+                                 GateTest, gate_test, holm_step_down, judged_word, Look, look_of,
                                  missed_text, more_rounds, one_sided, OneSided, outcome_of,
                                  PASS_UNLESS_WORSE, rounds_to_decide, rounds_to_go, row_of,
                                  ROW_WORDS, THREE_WAY, undecided_text, word_status)
@@ -445,6 +445,19 @@ def test_pass_unless_worse_passes_an_undecided_row_and_warns_of_it():
         "inconclusive", "warning: Sequential p50 inconclusive: could only detect >= 30%; more "
         "than 1,000 rounds would be needed for 10%")]
     assert GateSettings().rule.warnings(outcome.undecided, GateSettings()) == []
+
+
+def test_a_row_without_a_detectable_figure_says_why_in_words():
+    # no spread: any change is found; a spread and no power: none yet
+    row = made_row("inconclusive")
+    assert detectable_text(row._replace(spread=0.0)) == "any change"
+    assert detectable_text(row) == "none yet"
+
+
+def test_a_gate_with_no_gated_row_still_states_its_level():
+    # --gate naming a pass the runs do not have: the gate line gives the level it tests at
+    test = gate_test([made_row("pass", gated=False)], GateSettings(), 0.025)
+    assert (test.rows, test.composite, test.regressions, test.level) == (0, None, (), 0.025)
 
 
 @pytest.mark.parametrize("detectable,status", [(30.0, "inconclusive"), (None, "inconclusive"),

@@ -208,6 +208,7 @@ def test_a_history_written_by_version_1_is_read(tmp_path, cli):
 @pytest.mark.parametrize("line, message", [
     ('{"schema": "router-latency-history/2", "commit": "x"}', "written by another major"),
     ('{"schema": "router-latency-history/1", "commit": "x"}', "base_commit is missing"),
+    ('{"commit": "x"}', "not a history line (no schema)"),
     ('{"schema": "router-latency-run/1", "commit": "x"}',
      "schema 'router-latency-run/1', not router-latency-history/1"),
     (OLD_LINE.read_text().splitlines()[0].replace('"metric":"p50_ms"', '"metric":5', 1),
