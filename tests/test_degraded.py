@@ -381,6 +381,12 @@ def test_runs_summary_lines_hold_the_routers_text_on_one_line(tmp_path):
     assert all(line.isprintable() for line in lines)
 
 
+def test_a_file_with_an_empty_degraded_member_beside_a_full_one_is_refused_naming_it():
+    # the writer leaves an empty member out: one in a file was written by hand
+    with pytest.raises(RouterLatencyError, match=r"\(r\.applied_unknown_policies\)$"):
+        degraded_from_json({"signal_errors": {"a:b": "x"}, "applied_unknown_policies": {}}, "r")
+
+
 def test_an_unknown_policy_applied_is_counted_as_the_policy_the_router_applied():
     found = degraded_of(go_answer(applied_unknown_policies={"pii:tool": "no_match"}))
     assert degraded_counts([found]) == {"pii:tool": {"on_unknown no_match": 1}}

@@ -645,6 +645,19 @@ def test_gpu_indexes_that_are_not_whole_numbers_are_refused_naming_the_field(tmp
     assert str(raised.value) == f"expected a list of the right kind ({path}: captures.gpu_indexes)"
 
 
+@pytest.mark.parametrize("rate, read", [(2 ** 53, True), (2 ** 53 + 2, False), (0, False)])
+def test_a_rate_is_read_up_to_the_largest_whole_number_a_file_holds(tmp_path, rate, read):
+    path = tmp_path / "r.json"
+    document = json.loads(Path(make_run(path)).read_text())
+    document["settings"]["rates"] = [rate]
+    path.write_text(json.dumps(document))
+    if read:
+        assert load_run(str(path)).settings.rates == (rate,)
+        return
+    with pytest.raises(RouterLatencyError, match=r"settings\.rates\)$"):
+        load_run(str(path))
+
+
 def test_a_histogram_delta_that_is_no_number_is_refused_naming_it(tmp_path, cli):
     good = make_run(tmp_path / "good.json")
     document = json.loads(Path(good).read_text())

@@ -253,6 +253,11 @@ def test_rounds_needed_plans_by_the_noncentral_t_at_holms_small_levels():
     assert power_shift(-t_ppf(level, n - 2), n - 2) * 0.02 / math.sqrt(n - 1) > room
 
 
+def test_holm_names_the_p_value_that_is_no_number():
+    with pytest.raises(RouterLatencyError, match=r"^p_values\[1\] must not be NaN$"):
+        holm([0.1, math.nan])
+
+
 def test_an_unknown_alternative_is_named_with_those_there_are():
     with pytest.raises(RouterLatencyError, match="^alternative must be one of greater, less, "
                                                  "two-sided, got 'smaller'$"):

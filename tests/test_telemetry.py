@@ -19,8 +19,9 @@ from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_
 from router_latency.phases import PhaseWindow
 from router_latency.runfile import load_run
 from router_latency.captures import CaptureSettings
-from router_latency.telemetry import (coincided_text, energy_of, PassSampler, RESCAN_EVERY,
-                                      RouterTicks, telemetry_record, window_figures)
+from router_latency.telemetry import (coincided, coincided_text, energy_of, PassSampler,
+                                      RESCAN_EVERY, RouterTicks, telemetry_record, WindowFigures,
+                                      window_figures)
 from conftest import final_answer, write_corpus
 
 
@@ -276,6 +277,19 @@ def test_a_slow_window_of_a_pass_that_sampled_nothing_usable_says_so():
     empty = {"version": 1, "interval_ms": 500, "origin_s": 0.0, "router_gpus": [],
              "gpus": {}, "cpu": {}}
     assert coincided_text(PassLike(empty), (1,)) == "nothing measured coincided (no samples)"
+
+
+def test_another_gpu_busy_in_a_slow_window_is_named_from_25_points_over_its_usual_use():
+    calm = [WindowFigures(others=(("gpu1", 50.0, 100.0),))] * 3
+    busy = WindowFigures(others=(("gpu1", 75.0, 300.0),))
+    assert "GPU 1 at 75% and 300 W" in coincided(busy, calm)
+    assert coincided(WindowFigures(others=(("gpu1", 74.0, 300.0),)), calm) == []
+
+
+def test_the_sampler_reads_the_router_cpus_busy_time_from_the_first_sample():
+    sampler = PassSampler(CaptureSettings(), "0", 20).start()
+    cpu = sampler.stop(10, 0.1)["cpu"]
+    assert cpu["busy_s"] and cpu["busy_s"][0] == 0.0  # each sample's since the first
 
 
 def test_the_samplers_threads_never_keep_the_run_from_exiting():
