@@ -79,17 +79,21 @@ os.environ.update(POLL_ENV)
 # A shell without job control starts a background job (`pytest &`, a CI step's `cmd &`) with
 # SIGINT ignored, `nohup` (as some CI runners start jobs) with SIGHUP ignored, a `trap '' TERM`
 # with SIGTERM ignored, and every process it starts inherits that (an ignored signal stays
-# ignored across exec): a tool process a test interrupted then never saw the signal, or a
-# driver could not trap it. The tests send these as a terminal, a closed SSH connection and a
-# CI runner would, so they run with the default dispositions, in this process and (inherited)
-# in every child it starts. SIGPIPE needs nothing here: Python ignores it in its own process
-# and subprocess restores its default in every child (restore_signals). SIGKILL cannot be
-# ignored.
+# ignored across exec, a blocked one blocked): a tool process a test interrupted then never
+# saw the signal, or a driver could not trap it. The tests send these as a terminal, a closed
+# SSH connection and a CI runner would, so they run with the default dispositions, unblocked,
+# in this process and (inherited) in every child it starts. A parent that ignores SIGCHLD (to
+# have its children reaped for it) passes that on too: the kernel then reaps every child the
+# tests start, and each exit status reads 0 (subprocess's wait finds no child), so it is
+# restored as well. SIGPIPE needs nothing here: Python ignores it in its own process and
+# subprocess restores its default in every child (restore_signals); SIGUSR1 and SIGUSR2 are
+# sent only to handlers a test installs itself. SIGKILL cannot be ignored.
 SENT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-for _signum in SENT_SIGNALS:
+for _signum in SENT_SIGNALS + (signal.SIGCHLD,):
     if signal.getsignal(_signum) is signal.SIG_IGN:
         signal.signal(_signum, signal.default_int_handler if _signum == signal.SIGINT
                       else signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, SENT_SIGNALS)
 
 # the property tests (hypothesis) of test_stats.py and test_corpus.py; no deadline, since
 # a loaded machine is slow without the code being wrong

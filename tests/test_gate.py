@@ -23,8 +23,8 @@ from router_latency.files import write_atomic
 from router_latency.requests import pass_summary, PassSummary, Request
 from router_latency.runfile import Attempt, dump_run, PassRecord, RunFile, RunSettings
 from router_latency.gate import (combined_exit, decide_probability, DECIDE_PROBABILITY,
-                                 gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
-                                 GateTest, holm_step_down, judged_word, Look, look_of,
+                                 detectable_text, gate_critical, gate_outcome, gate_rows, GateOutcome, GateSettings,
+                                 GateTest, gate_test, holm_step_down, judged_word, Look, look_of,
                                  missed_text, more_rounds, one_sided, OneSided, outcome_of,
                                  PASS_UNLESS_WORSE, rounds_to_decide, rounds_to_go, row_of,
                                  ROW_WORDS, THREE_WAY, undecided_text, word_status)
@@ -447,6 +447,19 @@ def test_pass_unless_worse_passes_an_undecided_row_and_warns_of_it():
     assert GateSettings().rule.warnings(outcome.undecided, GateSettings()) == []
 
 
+def test_a_row_without_a_detectable_figure_says_why_in_words():
+    # no spread: any change is found; a spread and no power: none yet
+    row = made_row("inconclusive")
+    assert detectable_text(row._replace(spread=0.0)) == "any change"
+    assert detectable_text(row) == "none yet"
+
+
+def test_a_gate_with_no_gated_row_still_states_its_level():
+    # --gate naming a pass the runs do not have: the gate line gives the level it tests at
+    test = gate_test([made_row("pass", gated=False)], GateSettings(), 0.025)
+    assert (test.rows, test.composite, test.regressions, test.level) == (0, None, (), 0.025)
+
+
 @pytest.mark.parametrize("detectable,status", [(30.0, "inconclusive"), (None, "inconclusive"),
                                                (8.0, "pass"), (10.0, "pass")])
 def test_strict_leaves_open_an_undecided_row_that_cannot_detect_the_max_mde(detectable, status):
@@ -578,6 +591,10 @@ def test_more_rounds_is_the_fewest_that_decide_as_often_as_stated_over_what_the_
     # more spread seen, more rounds
     figures = [rounds_to_go(0.0, s, TOLERANCE, 0.025, 0.025 / 3, 5) for s in (0.05, 0.2, 0.6)]
     assert figures[0] < figures[1] <= figures[2]
+    # rounds without spread: one more decides a change off the tolerance; none decides one
+    # that sits on it
+    assert rounds_to_go(0.01, 0.0, TOLERANCE, 0.025, 0.025 / 3, 5) == 1
+    assert rounds_to_go(TOLERANCE, 0.0, TOLERANCE, 0.025, 0.025 / 3, 5) is None
 
 
 def sequential_rows(changes, settings):

@@ -18,7 +18,7 @@ from router_latency.history import (add_entries, entry_of_run, EntryTags, histor
                                     HISTORY_SCHEMA, HistoryEntry, HistoryRow, read_history,
                                     step_of, TrendSettings)
 from router_latency.history_render import format_history, history_json
-from conftest import BASE, history_rounds_folder, make_run, ROOT
+from conftest import BASE, history_rounds_folder, make_run, ROOT, three_rounds
 
 
 def chain(tmp_path, ratios, seed=1, **options):
@@ -92,6 +92,9 @@ def test_a_a_series_does_not_fail_the_drift_gate(tmp_path, cli):
     document = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
     assert all(row["drift"]["high_pct"] < 5 for row in document["rows"]), document["rows"]
     assert result.code == 0 and result.out.startswith("DRIFT PASS"), result.out
+    # and says what it showed: each gated row (the report's rows) within the tolerance
+    assert f"\n  {len(document['rows'])} gated rows shown within the 5% tolerance since the " \
+           f"base of c1\n" in result.out
 
 
 def test_a_drift_whose_worse_end_passes_the_tolerance_is_inconclusive_and_exits_3(tmp_path,
@@ -146,6 +149,11 @@ def test_entries_of_another_corpus_or_configuration_are_left_out_and_named(tmp_p
     document = json.loads(kept.out)
     assert [entry["commit"] for entry in document["left_out"]] == ["c"]
     assert [p["commit"] for p in document["rows"][0]["points"]] == ["a", "b", "d"]
+    # the last entry measured on a named node, the others on none recorded
+    lines = store.read_text().splitlines(keepends=True)
+    store.write_text("".join(lines[:-1]) + lines[-1].replace('"node":""', '"node":"gpu-7"', 1))
+    result = cli("history", "report", "--history", store)
+    assert "left out: a: node (none), not gpu-7" in result.out, result.out
 
 
 def test_the_markdown_renders_in_githubs_parser(drifted, cli):
@@ -168,6 +176,7 @@ def test_the_page_plots_the_series_and_the_cumulative_change(drifted, cli, tmp_p
     assert len(list(root.iter(f"{svg}polygon"))) == 3  # the band of each drift
     assert "<script" not in text and "http://" not in text.replace(
         "http://www.w3.org/", "")
+    assert text.endswith(f"; history {drifted}</p>\n</body>\n</html>\n")  # which store
 
 
 OLD_LINE = ROOT / "tests" / "data" / "history-v1.jsonl"
@@ -199,6 +208,11 @@ def test_a_history_written_by_version_1_is_read(tmp_path, cli):
 @pytest.mark.parametrize("line, message", [
     ('{"schema": "router-latency-history/2", "commit": "x"}', "written by another major"),
     ('{"schema": "router-latency-history/1", "commit": "x"}', "base_commit is missing"),
+    ('{"commit": "x"}', "not a history line (no schema)"),
+    ('{"schema": "router-latency-run/1", "commit": "x"}',
+     "schema 'router-latency-run/1', not router-latency-history/1"),
+    (OLD_LINE.read_text().splitlines()[0].replace('"metric":"p50_ms"', '"metric":5', 1),
+     "metric is missing or not text"),  # a row's field
     ("{not json", "line 4"),
 ])
 def test_a_bad_line_is_a_one_line_error_naming_it(tmp_path, cli, line, message):
@@ -208,6 +222,35 @@ def test_a_bad_line_is_a_one_line_error_naming_it(tmp_path, cli, line, message):
     assert result.code == 2 and result.out == ""
     assert len(result.err.splitlines()) == 1 and message in result.err
     assert "line 4" in result.err
+
+
+def test_a_folder_whose_rounds_are_left_out_is_refused_saying_why(tmp_path, cli):
+    # two of three rounds left out (a load above the limit, a router restart): no row to add
+    folder = tmp_path / "rounds"
+    folder.mkdir()
+    three_rounds(folder, flagged=True)
+    result = cli("history", "add", "--history", tmp_path / "perf.jsonl", "--dir", folder,
+                 "--base", "cpu", "--new", "gpu", "--commit", "c1")
+    assert result.code == 2 and result.err.startswith(
+        "router-latency: error: no usable rows (1 usable round, fewer than "), result.err
+    assert result.err.endswith(f") ({folder})\n") and not (tmp_path / "perf.jsonl").exists()
+
+
+def test_a_line_keeps_its_text_as_written_and_names_the_runs_host(tmp_path, cli):
+    # a folder named in French, a run measured on host gpu-7: the line holds the path in
+    # UTF-8 (what grep and a reader of the file see), the host in its environment
+    store = tmp_path / "perf.jsonl"
+    (tmp_path / "mesures-été").mkdir()
+    run = Path(make_run(tmp_path / "mesures-été" / "one.json", label="merge",
+                        passes={1: BASE}))
+    document = json.loads(run.read_text())
+    document["host"] = "gpu-7"
+    run.write_text(json.dumps(document))
+    assert cli("history", "add", "--history", store, "--run", run, "--commit", "c9").code == 0
+    line = store.read_bytes()
+    assert "mesures-été/one.json".encode() in line
+    entry = json.loads(line)
+    assert entry["environment"]["host"] == entry["node"] == "gpu-7"
 
 
 def test_a_single_run_is_marked_and_not_in_the_drift(tmp_path, cli):
@@ -545,6 +588,15 @@ def test_a_measurement_in_two_entries_is_refused(tmp_path, cli):
     copied = cli("history", "add", "--history", store, "--dir", tmp_path / "other", "--base",
                  "main", "--new", "merge", "--commit", "c2")
     assert copied.code == 2 and "under commit c1" in copied.err
+    # and in two folders of one addition, the first not yet in the store
+    history_rounds_folder(tmp_path / "each" / "c3", 1.0, seed=5, start=20000.0)
+    history_rounds_folder(tmp_path / "each" / "c4", 1.0, seed=6, start=30000.0)
+    shutil.copy(tmp_path / "each" / "c3" / "r2-merge.json",
+                tmp_path / "each" / "c4" / "r2-merge.json")
+    both = cli("history", "add", "--history", store, "--each", tmp_path / "each", "--base",
+               "main", "--new", "merge")
+    assert both.code == 2 and "under commit c3 (this addition)" in both.err, both.err
+    assert store.read_bytes() == before
 
 
 def test_a_step_that_overlaps_the_previous_ones_is_refused_with_the_reason(tmp_path, cli):

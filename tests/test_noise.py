@@ -52,6 +52,14 @@ def test_instances_make_the_spread_and_the_plan_asks_rounds(tmp_path, cli):
     assert gpus["8"]["node_minutes"] < gpus["1"]["node_minutes"] == plan["node_minutes"]
     one = re.search(r"one instance a round: about (\d+) rounds, ([\d.,]+) minutes", result.out)
     assert one and float(one.group(2).replace(",", "")) > plan["node_minutes"]
+    # a best case, and the line says so: runs of one instance a round cannot tell the
+    # between part from what a round shares
+    assert "what a pool buys (the between part counted as between instances, which runs of " \
+           "one instance a round cannot tell from what a round shares: the best case for " \
+           "pools): one instance a round: about" in result.out
+    assert f"{gpus['1']['instances']} instances a round on one GPU: about " in result.out
+    assert f"{gpus['8']['instances']} instances a round one per GPU on 8 GPUs (run_rounds.sh " \
+           f"--gpus all --concurrent): about " in result.out
 
 
 def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
@@ -95,14 +103,16 @@ def test_within_and_between_add_up_to_the_spread(tmp_path, cli):
     assert mean["noise"]["capped"] is False and mean["noise"]["between_pct"] > 0
 
 
-def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
+@pytest.mark.parametrize("second", [NOISE_PROMPTS, NOISE_PROMPTS - 5])
+def test_within_from_sendings_is_their_variance_over_their_count(tmp_path, second):
     # sendings of means 10, 12.1 and 10 ms on both sides: the pass's log mean varies within
-    # by var(ln 10, ln 12.1, ln 10) / 3 a side, twice that for the change
+    # by var(ln 10, ln 12.1, ln 10) / 3 a side, twice that for the change; a sending that
+    # kept fewer answers (second: 35 of 40) has the same mean, and the same share
     for number in (1, 2, 3):
         for side in "ab":
             noise_run(tmp_path / f"r{number}-{side}.json", side,
-                      [[10.0] * NOISE_PROMPTS, [12.1] * NOISE_PROMPTS, [10.0] * NOISE_PROMPTS], 1000.0 * number
-                      + (50 if side == "b" else 0))
+                      [[10.0] * NOISE_PROMPTS, [12.1] * second, [10.0] * NOISE_PROMPTS],
+                      1000.0 * number + (50 if side == "b" else 0))
     runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in "ab"} for n in (1, 2, 3)}
     report = judge_rounds(runs, "a", "b")
     mean_row = next(r for r in report.rows if r.metric == "mean_ms")
@@ -118,6 +128,41 @@ def test_within_from_sendings_is_their_variance_over_their_count(tmp_path):
     item = report.noise.of(mean_row)
     assert item.within == pytest.approx(0.0, abs=1e-12)
     assert item.parts.within.df == 3 * (3 - 1)
+
+
+def test_halves_of_one_sending_time_req_per_s_by_their_latencies(tmp_path):
+    # one sending split into interleaved halves (by prompt), the new side's odd prompts 20%
+    # slower: the halves share one span, so each half's req/s is its requests over its
+    # summed latency, and it varies within as the mean latency does
+    for number in (1, 2, 3):
+        for side, odd in (("a", 10.0), ("b", 12.0)):
+            noise_run(tmp_path / f"r{number}-{side}.json", side,
+                      [[odd if i % 2 else 10.0 for i in range(NOISE_PROMPTS)]],
+                      1000.0 * number + (50 if side == "b" else 0))
+    runs = {n: {s: load_run(str(tmp_path / f"r{n}-{s}.json")) for s in "ab"} for n in (1, 2, 3)}
+    report = judge_rounds(runs, "a", "b")
+    mean, rate = (report.noise.of(next(r for r in report.rows if r.metric == metric))
+                  for metric in ("mean_ms", "req_per_s"))
+    assert mean.split == rate.split == "halves"
+    assert mean.within > 0.05 and rate.within == pytest.approx(mean.within, rel=1e-9)
+
+
+def test_a_plan_from_sides_sent_differently_gives_its_rounds_and_their_range(tmp_path, cli):
+    # the base sent every prompt twice, the new side once (--allow-mismatch passes): no row
+    # splits alike on both sides, so each keeps its spread, the range's ends at its bounds
+    clock = 1000.0
+    for number, speeds in enumerate(MILD, 1):
+        for side, speed, sendings in (("a", speeds[0], 2), ("b", speeds[1], 1)):
+            latencies = [[speed * (1 + 0.02 * ((i * 7 + number) % 5 - 2) / 2)
+                          for i in range(NOISE_PROMPTS)] for _ in range(sendings)]
+            noise_run(tmp_path / f"r{number}-{side}.json", side, latencies, clock)
+            clock += 12.0 + sum(map(sum, latencies)) / 1000
+    result = cli("rounds", "--dir", tmp_path, "--base", "a", "--new", "b", "--format", "json",
+                 "--allow-mismatch", "passes")
+    assert result.code in (0, 3), result.err
+    plan = json.loads(result.out)["plan"]
+    low, high = plan["rounds_range"]
+    assert low <= plan["rounds"] <= high
 
 
 def test_plan_costs_rounds_from_the_run_files(tmp_path):

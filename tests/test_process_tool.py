@@ -840,12 +840,16 @@ def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
 
 @pytest.mark.process
 def test_the_signals_the_tests_send_reach_the_tests_and_their_children_by_default():
-    # started under nohup (SIGHUP ignored), as a background job (SIGINT) or after a
-    # `trap '' TERM`, the suite still sees these signals as a terminal would: conftest.py
-    # restores their defaults, and a child inherits them (an ignored one would stay ignored)
-    for signum in SENT_SIGNALS:
+    # started under nohup (SIGHUP ignored), as a background job (SIGINT), after a
+    # `trap '' TERM`, with these signals blocked or SIGCHLD ignored, the suite still sees
+    # them as a terminal would: conftest.py restores their defaults and unblocks them, and a
+    # child inherits that (an ignored or blocked one would stay so), its exit status read
+    for signum in SENT_SIGNALS + (signal.SIGCHLD,):
         assert signal.getsignal(signum) is not signal.SIG_IGN, signum
-    status = subprocess.run([sys.executable, "-c", "print(open('/proc/self/status').read())"],
-                            capture_output=True, text=True, timeout=30, check=True).stdout
-    ignored = int(re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
-    assert [signum for signum in SENT_SIGNALS if ignored >> (signum - 1) & 1] == []
+    done = subprocess.run([sys.executable, "-c", "import sys; "
+                           "print(open('/proc/self/status').read()); sys.exit(3)"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3  # 0 where SIGCHLD is ignored: the kernel reaped the child
+    for field in ("SigIgn", "SigBlk"):
+        mask = int(re.search(rf"^{field}:\s*([0-9a-f]+)$", done.stdout, re.M).group(1), 16)
+        assert [signum for signum in SENT_SIGNALS if mask >> (signum - 1) & 1] == [], field

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from router_latency.constants import MAX_REASON_CHARS, ROUTER_MAX_CONCURRENCY
+from router_latency.errors import RouterLatencyError
 from router_latency.files import write_atomic
 from router_latency.gpu import GpuReading, parse_nvidia_smi
 from router_latency.cache import result_cache_finding
@@ -632,6 +633,29 @@ def test_a_run_read_back_from_its_own_json_is_the_same_run(tmp_path):
                             errors={"timeout": 1}))
     again = RunFile.from_json(json.loads(json.dumps(run.to_json())), run.path)
     assert again.passes == run.passes and again == run
+
+
+def test_gpu_indexes_that_are_not_whole_numbers_are_refused_naming_the_field(tmp_path):
+    path = tmp_path / "r.json"
+    document = json.loads(Path(make_run(path)).read_text())
+    document["captures"] = {"gpu": "nvidia", "gpu_indexes": ["0"]}
+    path.write_text(json.dumps(document))
+    with pytest.raises(RouterLatencyError) as raised:
+        load_run(str(path))
+    assert str(raised.value) == f"expected a list of the right kind ({path}: captures.gpu_indexes)"
+
+
+@pytest.mark.parametrize("rate, read", [(2 ** 53, True), (2 ** 53 + 2, False), (0, False)])
+def test_a_rate_is_read_up_to_the_largest_whole_number_a_file_holds(tmp_path, rate, read):
+    path = tmp_path / "r.json"
+    document = json.loads(Path(make_run(path)).read_text())
+    document["settings"]["rates"] = [rate]
+    path.write_text(json.dumps(document))
+    if read:
+        assert load_run(str(path)).settings.rates == (rate,)
+        return
+    with pytest.raises(RouterLatencyError, match=r"settings\.rates\)$"):
+        load_run(str(path))
 
 
 def test_a_histogram_delta_that_is_no_number_is_refused_naming_it(tmp_path, cli):

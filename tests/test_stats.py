@@ -39,6 +39,13 @@ def test_t_quantile_tends_to_the_normal_quantile_and_decreases():
     assert abs(t_quantile(10 ** 7) - 1.959964) < 1e-5
 
 
+def test_t_quantile_beyond_the_table_is_the_exact_quantile_to_its_rounding():
+    # past df 30 the expansion stands in for the table: its error below 1e-7 (the table's
+    # six decimals), against the quantile solved from the t distribution itself
+    for df in list(range(31, 200)) + [250, 500, 1000, 10 ** 4, 10 ** 6]:
+        assert abs(t_quantile(df) - t_ppf(0.975, df)) < 1e-7, df
+
+
 @pytest.mark.parametrize("df", [0, -1, 1.5, True, "3"])
 def test_t_quantile_rejects_invalid_degrees_of_freedom(df):
     with pytest.raises(RouterLatencyError):
@@ -244,6 +251,25 @@ def test_rounds_needed_plans_by_the_noncentral_t_at_holms_small_levels():
     assert n > central
     assert power_shift(-t_ppf(level, n - 1), n - 1) * 0.02 / math.sqrt(n) <= room
     assert power_shift(-t_ppf(level, n - 2), n - 2) * 0.02 / math.sqrt(n - 1) > room
+
+
+def test_holm_names_the_p_value_that_is_no_number():
+    with pytest.raises(RouterLatencyError, match=r"^p_values\[1\] must not be NaN$"):
+        holm([0.1, math.nan])
+
+
+def test_an_unknown_alternative_is_named_with_those_there_are():
+    with pytest.raises(RouterLatencyError, match="^alternative must be one of greater, less, "
+                                                 "two-sided, got 'smaller'$"):
+        t_test_p([1.0, 2.0, 3.0], alternative="smaller")
+
+
+def test_the_detectable_change_is_defined_from_two_rounds_and_shrinks_with_more():
+    # one difference of each round: a change to detect from two rounds on (df 1), the
+    # detectable change shrinking with every round added
+    found = [detectable_change(0.05, n) for n in range(2, 8)]
+    assert all(math.isfinite(f) and f > 0 for f in found)
+    assert found == sorted(found, reverse=True) and len(set(found)) == len(found)
 
 
 @pytest.mark.parametrize("call", [

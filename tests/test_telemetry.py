@@ -19,7 +19,9 @@ from router_latency.gpu import (AmdMonitorSamples, check_telemetry, clock_event_
 from router_latency.phases import PhaseWindow
 from router_latency.runfile import load_run
 from router_latency.captures import CaptureSettings
-from router_latency.telemetry import coincided_text, energy_of, RouterTicks, window_figures
+from router_latency.telemetry import (coincided, coincided_text, energy_of, PassSampler,
+                                      RESCAN_EVERY, RouterTicks, telemetry_record, WindowFigures,
+                                      window_figures)
 from conftest import final_answer, write_corpus
 
 
@@ -72,6 +74,9 @@ def test_energy_from_the_counter_or_the_sampled_power():
     energy = energy_of([counted, constant], 2.0, 100)
     assert energy["source"] == "energy counter and sampled power"
     assert energy["joules"] == pytest.approx(600 + 240)
+    # a counter that did not move in a short pass (updated less often): the sampled power
+    still = [(t, {"power_w": 120.0, "energy_mj": 5e6}) for t in range(3)]
+    assert energy_of([still], 2.0, 100) == energy_of([constant], 2.0, 100)
     assert energy_of([[(0.0, {"power_w": None})]], 2.0, 100) is None
     assert energy_of([constant], 2.0, 0) is None
     assert energy_of([constant], 0.0, 100) is None  # no time measured: no figure, not 0 J
@@ -274,6 +279,38 @@ def test_a_slow_window_of_a_pass_that_sampled_nothing_usable_says_so():
     assert coincided_text(PassLike(empty), (1,)) == "nothing measured coincided (no samples)"
 
 
+def test_another_gpu_busy_in_a_slow_window_is_named_from_25_points_over_its_usual_use():
+    calm = [WindowFigures(others=(("gpu1", 50.0, 100.0),))] * 3
+    busy = WindowFigures(others=(("gpu1", 75.0, 300.0),))
+    assert "GPU 1 at 75% and 300 W" in coincided(busy, calm)
+    assert coincided(WindowFigures(others=(("gpu1", 74.0, 300.0),)), calm) == []
+
+
+def test_the_sampler_reads_the_router_cpus_busy_time_from_the_first_sample():
+    sampler = PassSampler(CaptureSettings(), "0", 20).start()
+    cpu = sampler.stop(10, 0.1)["cpu"]
+    assert cpu["busy_s"] and cpu["busy_s"][0] == 0.0  # each sample's since the first
+
+
+def test_the_samplers_threads_never_keep_the_run_from_exiting():
+    # a GPU tool that hangs past stop()'s wait leaves its reader thread blocked: the run
+    # still ends, with its file written
+    sampler = PassSampler(CaptureSettings(gpu="nvidia"), None, 20)
+    assert len(sampler.threads) == 2 and all(thread.daemon for thread in sampler.threads)
+
+
+def test_readings_of_one_gpu_stamped_alike_are_kept_in_the_order_they_came():
+    # nvidia-smi stamps its lines to the millisecond: sampled faster (--sample-ms 1), two
+    # lines of one GPU may carry one time; both are kept, in the order the tool gave them
+    sampler = PassSampler(CaptureSettings(), None, 1)
+    at = sampler.started + 0.5
+    sampler.samples = [(at, "gpu0", {"power_w": 100.0}), (at - 0.1, "gpu1", {"power_w": 60.0}),
+                       (at, "gpu0", {"power_w": 120.0}), (at + 0.001, "gpu0", {"power_w": 90.0})]
+    gpus = telemetry_record(sampler, 10, 1.0)["gpus"]
+    assert gpus["gpu0"]["power_w"] == [100.0, 120.0, 90.0] and gpus["gpu1"]["power_w"] == [60.0]
+    assert gpus["gpu0"]["t_s"] == [0.5, 0.5, 0.501]
+
+
 def test_the_telemetry_record_is_versioned_and_bounded():
     check_telemetry({"version": 1, "gpus": {"gpu0": {"t_s": [0.0], "power_w": [None]}}}, "t")
     with pytest.raises(RouterLatencyError, match="newer than this tool reads"):
@@ -376,4 +413,7 @@ def test_the_sampler_reads_the_router_s_processes_without_scanning_every_time(tm
     (proc / "11" / "stat").unlink()  # ended: a scan at once
     (proc / "11").rmdir()
     assert by_session.seconds() == by_tree.seconds() == 107 / tick
+    fake_process(proc, 14, 10, 10, 3)  # started, nothing ended: counted from the next scan,
+    seen = [by_session.seconds() for _ in range(RESCAN_EVERY)]  # within RESCAN_EVERY reads
+    assert seen[0] == 107 / tick and seen[-1] == 110 / tick
     assert RouterTicks(CaptureSettings(router_session=99, proc_root=str(proc))).seconds() is None

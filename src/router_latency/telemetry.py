@@ -237,16 +237,19 @@ def in_span(samples: Sequence[tuple], span: tuple[float, float]) -> list:
 def energy_of(devices: Sequence[Sequence[tuple]], wall_s: float,
               requests: int) -> Optional[EnergyJson]:
     """Return the joules of the router's GPUs over a pass and per request: per device from
-    its energy counter's rate between its first and last sample where it has one, else its
-    mean sampled power, times the pass's wall time. None without a figure for every device."""
+    its energy counter's rate between its first and last sample where it has one that moved,
+    else its mean sampled power, times the pass's wall time. None without a figure for every
+    device."""
     if not devices or wall_s <= 0 or not requests:
         return None
     joules, sources = 0.0, set()
     for samples in devices:
         counted = [(t, f["energy_mj"]) for t, f in samples if f.get("energy_mj") is not None]
         power = known([f.get("power_w") for _, f in samples])
+        # a counter that went back was reset; one that did not move (it is updated less
+        # often than a short pass lasts) says nothing: a GPU never draws 0 W
         if len(counted) >= 2 and counted[-1][0] > counted[0][0] \
-                and counted[-1][1] >= counted[0][1]:
+                and counted[-1][1] > counted[0][1]:
             watts = (counted[-1][1] - counted[0][1]) / 1000 / (counted[-1][0] - counted[0][0])
             sources.add("energy counter")
         elif power:
