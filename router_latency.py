@@ -11399,6 +11399,13 @@ class GateSettings(NamedTuple):
     def gates(self, pass_name_: str, metric: str) -> bool:
         return metric in self.gate or f"{pass_name_}:{metric}" in self.gate
 
+    def gating_nothing(self, rows: Sequence[Row]) -> Tuple[str, ...]:
+        """Return the --gate entries no row answers to (a pass or a part the runs do not
+        have): a gate of no row would pass whatever the change. The ladder's own rows say
+        why they are missing where they are made (capacity.ladder_rows)."""
+        return tuple(g for g in self.gate if g not in LADDER_METRICS and not any(
+            g in (r.metric, f"{r.pass_name}:{r.metric}") for r in rows))
+
 
 class Row(NamedTuple):
     """One pass and metric of the rounds table."""
@@ -15478,6 +15485,23 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
     return RunVerdict(EXIT_OK, "")
 
 
+def refuse_a_gate_of_nothing(settings: GateSettings, rows: Sequence[Row]) -> None:
+    """Raise for a --gate entry that no row of these rounds answers to, naming what they
+    have: such a gate would pass any change (before, `--gate c4:p50` on runs without a
+    Conc 4 pass said PASS with no row gated)."""
+    for entry in settings.gating_nothing(rows):
+        scope, metric = entry.split(":", 1) if entry.count(":") in (1, 3) else ("", entry)
+        passes = dict.fromkeys(r.pass_name for r in rows if r.pass_name != LADDER_PASS)
+        parts = dict.fromkeys(r.metric for r in rows if ":" in r.metric)
+        what = f"{pass_title(scope)} {metric_title(metric)}" if scope else metric_title(metric)
+        raise RouterLatencyError(
+            f"no {what} row to gate: these rounds' passes are "
+            f"{', '.join(pass_title(p) for p in passes) or 'none'}" + (
+                "" if ":" not in metric else "; their parts of the time: "
+                + (", ".join(parts) or "none (no signal or router times recorded)")),
+            "--gate")
+
+
 def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
     runs = rounds.runs
@@ -15610,6 +15634,7 @@ def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
     else:
         rows = judged_rows(rounds, settings)
         breakdowns = attribution_rows(rounds, settings)
+        refuse_a_gate_of_nothing(settings, rows + [r for b in breakdowns for r in b.rows])
     # the parts' rows are advisory: only those --gate names are judged with the latency rows
     judged = gate_rows(rows + gated_part_rows(breakdowns), settings, failures, doubts)
     rows, breakdowns = split_part_rows(judged.rows, breakdowns)

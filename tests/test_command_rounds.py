@@ -1282,3 +1282,21 @@ def test_two_rows_slowed_are_both_named_worse_where_holms_second_step_decides(tm
     assert document["status"] == "fail"
     assert {"Sequential p50 is worse than the tolerance",
             "Sequential p95 is worse than the tolerance"} <= set(document["reasons"])
+
+
+@pytest.mark.parametrize("gate, said", [
+    ("c4:p50", "no Conc 4 p50 row to gate: these rounds' passes are Sequential"),
+    ("sequential:p50,c16:req/s", "no Conc 16 req/s row to gate"),
+    ("signal:pii:p95", "no signal:pii:p95 row to gate: these rounds' passes are Sequential; "
+                       "their parts of the time: none (no signal or router times recorded)"),
+    ("sequential:router:queue:mean", "no Sequential router:queue:mean row to gate")])
+def test_a_gate_that_no_row_answers_to_is_refused_not_passed(tmp_path, cli, gate, said):
+    # a pass or a part the runs do not have gated nothing, and the verdict was PASS with
+    # 0 rows: a misspelt --gate in CI would pass every change
+    three_rounds(tmp_path)
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--gate", gate)
+    assert_one_line_error(result, said, "(--gate)")
+    assert result.out == ""
+    passed = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--gate",
+                 "sequential:p50,p95", "--tolerance", "1000")
+    assert passed.code == 0 and "gate (*): p95 of every pass, Sequential p50, 2 rows" in passed.out

@@ -11,7 +11,8 @@ import math
 import statistics
 from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from .constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, MAX_PLAN_ROUNDS
+from .constants import (EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, LADDER_METRICS,
+                        MAX_PLAN_ROUNDS)
 from .errors import Notice, RouterLatencyError
 from .words import (BOUND_PCT, change_text, metric_title, pct_text, plural, slowdown_text,
                     worse_sign)
@@ -95,6 +96,13 @@ class GateSettings(NamedTuple):
 
     def gates(self, pass_name_: str, metric: str) -> bool:
         return metric in self.gate or f"{pass_name_}:{metric}" in self.gate
+
+    def gating_nothing(self, rows: Sequence[Row]) -> Tuple[str, ...]:
+        """Return the --gate entries no row answers to (a pass or a part the runs do not
+        have): a gate of no row would pass whatever the change. The ladder's own rows say
+        why they are missing where they are made (capacity.ladder_rows)."""
+        return tuple(g for g in self.gate if g not in LADDER_METRICS and not any(
+            g in (r.metric, f"{r.pass_name}:{r.metric}") for r in rows))
 
 
 class Row(NamedTuple):

@@ -10,9 +10,10 @@ import statistics
 from pathlib import Path
 from typing import cast, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from .constants import EXIT_GATE, EXIT_OK, EXIT_SIGNAL, MIN_ROUNDS, ROW_METRICS, TIME_WINDOWS
+from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_PASS, MIN_ROUNDS, ROW_METRICS,
+                        TIME_WINDOWS)
 from .errors import Notice, RouterLatencyError
-from .words import plural
+from .words import metric_title, plural
 from .stats import OrderEffect, percentiles
 from .cache import cache_section, cache_signature, cache_warnings, TIMED
 from .degraded import degraded_text
@@ -461,6 +462,23 @@ def run_outcome(run: RunFile, max_errors: int, signum: Optional[int] = None, *,
     return RunVerdict(EXIT_OK, "")
 
 
+def refuse_a_gate_of_nothing(settings: GateSettings, rows: Sequence[Row]) -> None:
+    """Raise for a --gate entry that no row of these rounds answers to, naming what they
+    have: such a gate would pass any change (before, `--gate c4:p50` on runs without a
+    Conc 4 pass said PASS with no row gated)."""
+    for entry in settings.gating_nothing(rows):
+        scope, metric = entry.split(":", 1) if entry.count(":") in (1, 3) else ("", entry)
+        passes = dict.fromkeys(r.pass_name for r in rows if r.pass_name != LADDER_PASS)
+        parts = dict.fromkeys(r.metric for r in rows if ":" in r.metric)
+        what = f"{pass_title(scope)} {metric_title(metric)}" if scope else metric_title(metric)
+        raise RouterLatencyError(
+            f"no {what} row to gate: these rounds' passes are "
+            f"{', '.join(pass_title(p) for p in passes) or 'none'}" + (
+                "" if ":" not in metric else "; their parts of the time: "
+                + (", ".join(parts) or "none (no signal or router times recorded)")),
+            "--gate")
+
+
 def judged_rows(rounds: Rounds, settings: GateSettings) -> List[Row]:
     """Return the rows of the passes every used round measured on both sides."""
     runs = rounds.runs
@@ -593,6 +611,7 @@ def judge_rounds(runs: Dict[int, Dict[str, RunFile]], base: str, new: str,
     else:
         rows = judged_rows(rounds, settings)
         breakdowns = attribution_rows(rounds, settings)
+        refuse_a_gate_of_nothing(settings, rows + [r for b in breakdowns for r in b.rows])
     # the parts' rows are advisory: only those --gate names are judged with the latency rows
     judged = gate_rows(rows + gated_part_rows(breakdowns), settings, failures, doubts)
     rows, breakdowns = split_part_rows(judged.rows, breakdowns)
