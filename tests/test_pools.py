@@ -109,3 +109,27 @@ def test_speed_groups_that_follow_nothing_recorded_say_so(tmp_path, cli):
         ": nothing the instances recorded (gpu, numa_nodes) separates them: a property not "
         "recorded (the router's start, a neighbour), worth pinning down") for line in lines), \
         result.out
+
+
+def test_pools_up_together_are_judged_their_instances_measured_one_at_a_time(tmp_path, cli):
+    # --together: a round's instances measured a1 b1 b2 a2, each after the one before ended;
+    # a side's pool spans the other's instances, and is still measured one run at a time
+    write_pools(tmp_path)
+    for number in BASE:
+        order = [("cpu", 1), ("gpu", 1), ("gpu", 2), ("cpu", 2)]
+        for k, (side, i) in enumerate(order if number % 2 else order[::-1]):
+            path = tmp_path / f"r{number}-{side}@{i}.json"
+            run = load_run(str(path))
+            start = 1000.0 * number + 10.0 * k
+            write_atomic(str(path), dump_run(run._replace(started_unix=start, passes=tuple(
+                p._replace(attempt=p.attempt._replace(started_unix=start + 1.0))
+                for p in run.passes))))
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--tolerance",
+                 "50")
+    assert result.code == 0, result.err
+    # an instance that did start before the one before it ended is still refused
+    path = tmp_path / "r2-gpu@1.json"
+    run = load_run(str(path))
+    write_atomic(str(path), dump_run(run._replace(started_unix=2000.5)))
+    assert_one_line_error(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"),
+                          "r2-gpu@1.json started before")

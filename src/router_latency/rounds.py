@@ -219,9 +219,12 @@ def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
 def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     """Raise unless every round was measured once, one side at a time: no two files hold
     the same measurements (a copied round narrows the interval on data measured once), and
-    no run started before the run before it ended (the rounds were not interleaved)."""
+    no run started before the run before it ended (the rounds were not interleaved); a
+    pool's instances are runs each."""
     seen: dict = {}
-    files = [run for sides in runs.values() for run in sides.values()]
+    # a pool's instances each (with --together both sides' instances alternate in a round)
+    files = [one for sides in runs.values() for run in sides.values()
+             for one in (run.pool or (run,))]
     for run in files:
         for what, key in zip(("the same start time and records", "the same requests' timings"),
                              measured_keys(run)):
