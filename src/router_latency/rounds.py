@@ -222,10 +222,11 @@ def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     no run started before the run before it ended (the rounds were not interleaved); a
     pool's instances are runs each."""
     seen: dict = {}
-    # a pool's instances each (with --together both sides' instances alternate in a round)
-    files = [one for sides in runs.values() for run in sides.values()
-             for one in (run.pool or (run,))]
-    for run in files:
+    # a pool's instances are runs each, of their round and side: a side's instances may be
+    # measured at once (--concurrent), never beside the other side's (--together alternates)
+    files = [(one, (number, side)) for number, sides in runs.items()
+             for side, run in sides.items() for one in (run.pool or (run,))]
+    for run, _ in files:
         for what, key in zip(("the same start time and records", "the same requests' timings"),
                              measured_keys(run)):
             if key is None:
@@ -236,21 +237,22 @@ def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted(((start, end, run.path) for run in files
+    spans = sorted(((start, end, run.path, group) for run, group in files
                     for start, end in [measured_span(run)] if start is not None),
                    key=lambda item: item[0])
-    # the latest end so far, and the start and file it belongs to
-    latest_end: Optional[float] = None
-    latest_start: Optional[float] = None
-    latest_path = ""
-    for start, end, path in spans:
-        if latest_end is not None and start < latest_end or start == latest_start:
-            raise RouterLatencyError(
-                f"{Path(path).name} started before {Path(latest_path).name} ended: its sides "
-                f"were not measured one at a time, as interleaved rounds are",
-                str(Path(path).parent))
-        if latest_end is None or (end is not None and end > latest_end):
-            latest_end, latest_start, latest_path = end, start, path
+    # the latest ends so far of two rounds' sides at most (the latest of any side but a run's
+    # own is one of them), each with its start and file
+    latest: Dict[Tuple[int, str], Tuple[float, float, str]] = {}
+    for start, end, path, group in spans:
+        for other, (other_end, other_start, other_path) in latest.items():
+            if other != group and (start < other_end or start == other_start):
+                raise RouterLatencyError(
+                    f"{Path(path).name} started before {Path(other_path).name} ended: its "
+                    f"sides were not measured one at a time, as interleaved rounds are",
+                    str(Path(path).parent))
+        if end is not None and (group not in latest or end > latest[group][0]):
+            latest[group] = (end, start, path)
+            latest = dict(sorted(latest.items(), key=lambda item: -item[1][0])[:2])
 
 
 def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], Optional[str]]:
