@@ -5928,6 +5928,18 @@ def instance_file_side(side_text: str) -> Tuple[str, Optional[int]]:
     return match.group(1), int(match.group(2))
 
 
+SINGLE_PLACEMENT = "1"  # pool_placement of one instance a round (today's files)
+
+
+def pool_placement(run: RunFile) -> str:
+    """Return what like with like compares of a side's round's instances: their count, and
+    the GPUs they were placed on where placed ("8 on GPUs 0,1,2,3,4,5,6,7"); "1" for one
+    instance a round."""
+    members = run.pool or (run,)
+    gpus = [m.instance.gpu for m in members if m.instance is not None and m.instance.gpu]
+    return f"{len(members)}" + (f" on GPUs {','.join(gpus)}" if gpus else "")
+
+
 def geometric_mean(values: Sequence[Optional[float]]) -> Optional[float]:
     """Return the geometric mean; None when any value is missing or not above 0."""
     if any(v is None or v <= 0 for v in values):
@@ -15110,14 +15122,16 @@ def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
 # what must be the same in every run of a comparison (run_signature), each a name that
 # --allow-mismatch accepts
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
+                  "cache", "instances")
 
 
 def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
-    or cycled for 30 s, has other percentiles than one sending it once.
+    or cycled for 30 s, has other percentiles than one sending it once. "instances" is a
+    side's pool a round and where it was placed (pools.pool_placement): a pool's mean of K
+    instances has less noise than one instance, and GPUs differ.
     """
     settings = run.settings
     version = str(run.tool.get("version", ""))
@@ -15137,7 +15151,7 @@ def run_signature(run: RunFile) -> Dict[str, object]:
             "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.decision_paths),
             "timeout": settings.timeout_s, "tool": version.split(".")[0],
-            "cache": cache_signature(run.cache_finding)}
+            "cache": cache_signature(run.cache_finding), "instances": pool_placement(run)}
 
 
 def label_names_side(label: str, side: str, number: int) -> bool:
@@ -15186,7 +15200,7 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
     else:
         timed = []
     refused = [f"{field}: {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} "
-               f"(r{min(runs)}-{base}.json {expected[field]!r})"
+               f"({Path(reference.path).name} {expected[field]!r})"
                for field, found in differences.items() if field not in allow_mismatch]
     if refused:
         raise RouterLatencyError(
@@ -15194,10 +15208,10 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
             + " (--allow-mismatch FIELD accepts a difference on purpose)",
             str(Path(reference.path).parent))
     return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
-            f"(r{min(runs)}-{base}.json {expected[field]!r})"
+            f"({Path(reference.path).name} {expected[field]!r})"
             for field, found in differences.items()] + ([
         f"note: the result cache finding differs between the runs ({', '.join(timed[:3])}"
-        f"{', ...' if len(timed) > 3 else ''}; r{min(runs)}-{base}.json {expected['cache']!r})"
+        f"{', ...' if len(timed) > 3 else ''}; {Path(reference.path).name} {expected['cache']!r})"
         f" and rests on timing, which a loaded node flips: judged as measured; --metrics-url "
         f"decides it from the router's cache counters"] if timed else [])
 
@@ -15753,6 +15767,41 @@ def record_section(name: str, folder: str, base: str, new: str,
     return RecordSection(name, folder, report, runs)
 
 
+def section_placement(section: RecordSection) -> str:
+    """Return a section's instances a side and round and their GPUs (pools.pool_placement,
+    what rounds and history compare like with like), of its first round's base run."""
+    return pool_placement(section.runs[min(section.runs)][section.report.base])
+
+
+def placement_text(placement: str) -> str:
+    """Return a placement in words: "one instance a round", "pools of 8 instances a side on
+    GPUs 0,1"."""
+    if placement == SINGLE_PLACEMENT:
+        return "one instance a round"
+    count, _, where = placement.partition(" ")
+    return f"pools of {count} instances a side{' ' + where if where else ''}"
+
+
+def pool_words(section: RecordSection) -> str:
+    """Return a section's pools in words for its heading; "" for one instance a round (as
+    every record before pools)."""
+    placement = section_placement(section)
+    return "" if placement == SINGLE_PLACEMENT else placement_text(placement)
+
+
+def unlike_sections(sections: Sequence[RecordSection]) -> List[str]:
+    """Return the line that says a record's sections were measured with other pools (their
+    count or placement), which their figures are not alike across; none when alike."""
+    placements = [(s.name, section_placement(s)) for s in sections]
+    if len({p for _, p in placements}) < 2:
+        return []
+    return ["The sections were not measured alike: " + "; ".join(
+        f"{name} with {placement_text(p)}" for name, p in placements)
+        + ". A pool's figures are its instances' geometric mean, narrower than one "
+          "instance's: compare a section's figures with another's only where both were "
+          "measured alike."]
+
+
 def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, float]]:
     """Return (low, high) per figure over the used rounds' passes of one side: p50 and p95
     of each pass, load, GPU memory, foreign vCPUs and router CPU ms per request."""
@@ -15907,7 +15956,16 @@ def config_of(run: RunFile, config_hashes: Sequence[str]) -> Dict[str, str]:
     signature = {key: str(value) for key, value in run_signature(run).items()
                  if key not in ("corpus", "tool")}
     signature["config_hash"] = " ".join(config_hashes)
+    # one instance a round is what every line before pools holds: written only for pools
+    if signature["instances"] == SINGLE_PLACEMENT:
+        del signature["instances"]
     return signature
+
+
+def config_value(config: Dict[str, str], key: str) -> Optional[str]:
+    """Return a configuration's value of `key`; a line without "instances" measured one
+    instance a round."""
+    return config.get(key, SINGLE_PLACEMENT if key == "instances" else None)
 
 
 class EntryTags(NamedTuple):
@@ -16355,12 +16413,12 @@ def unlike(entry: HistoryEntry, reference: HistoryEntry, allowed: Sequence[str])
                    else (entry.node, reference.node))
     if "node" not in allowed and node != other:
         why.append(f"node {node or '(none)'}, not {other or '(none)'}")
-    if "config" not in allowed and entry.config != reference.config:
-        keys = sorted(k for k in set(entry.config) | set(reference.config)
-                      if entry.config.get(k) != reference.config.get(k))
+    keys = sorted(k for k in set(entry.config) | set(reference.config)
+                  if config_value(entry.config, k) != config_value(reference.config, k))
+    if "config" not in allowed and keys:
         why.append("configuration differs (" + ", ".join(
-            f"{k} {entry.config.get(k)!r}, not {reference.config.get(k)!r}" for k in keys)
-            + ")")
+            f"{k} {config_value(entry.config, k)!r}, not {config_value(reference.config, k)!r}"
+            for k in keys) + ")")
     return "; ".join(why)
 
 
@@ -16900,12 +16958,14 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
     lines = ["# Latency record", "",
              f"Made by router-latency {__version__} from {plural(len(sections), 'rounds folder')}; "
              f"every figure below comes from the run files.", ""]
+    lines += [line for item in unlike_sections(sections) for line in (item, "")]
     for section in sections:
         report = section.report
+        pooled = f"; {pool_words(section)}" if pool_words(section) else ""
         lines += [f"## {section.name}", "",
                   f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
-                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
+                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts){pooled}.", "",
                   f"**{verdict_line(report)}**", ""]
         rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
@@ -17115,6 +17175,7 @@ def record_json(sections: Sequence[RecordSection]) -> dict:
                            if k != "requests"}} for p in run.passes]}
             for side, run in sides.items()} for n, sides in section.runs.items()}
         document["sections"][section.name] = {"folder": section.folder,
+                                              "instances": section_placement(section),
                                               "report": rounds_json(section.report),
                                               "rounds": rounds}
     return document

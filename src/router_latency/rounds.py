@@ -17,7 +17,7 @@ from .stats import OrderEffect, percentiles
 from .cache import cache_section, cache_signature, cache_warnings, TIMED
 from .degraded import degraded_text
 from .runfile import PassRecord, RunFile
-from .pools import check_pools, instance_file_side
+from .pools import check_pools, instance_file_side, pool_placement
 from .speeds import speeds_section
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
@@ -96,14 +96,16 @@ def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
 # what must be the same in every run of a comparison (run_signature), each a name that
 # --allow-mismatch accepts
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
+                  "cache", "instances")
 
 
 def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
-    or cycled for 30 s, has other percentiles than one sending it once.
+    or cycled for 30 s, has other percentiles than one sending it once. "instances" is a
+    side's pool a round and where it was placed (pools.pool_placement): a pool's mean of K
+    instances has less noise than one instance, and GPUs differ.
     """
     settings = run.settings
     version = str(run.tool.get("version", ""))
@@ -123,7 +125,7 @@ def run_signature(run: RunFile) -> Dict[str, object]:
             "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.decision_paths),
             "timeout": settings.timeout_s, "tool": version.split(".")[0],
-            "cache": cache_signature(run.cache_finding)}
+            "cache": cache_signature(run.cache_finding), "instances": pool_placement(run)}
 
 
 def label_names_side(label: str, side: str, number: int) -> bool:
@@ -172,7 +174,7 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
     else:
         timed = []
     refused = [f"{field}: {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} "
-               f"(r{min(runs)}-{base}.json {expected[field]!r})"
+               f"({Path(reference.path).name} {expected[field]!r})"
                for field, found in differences.items() if field not in allow_mismatch]
     if refused:
         raise RouterLatencyError(
@@ -180,10 +182,10 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
             + " (--allow-mismatch FIELD accepts a difference on purpose)",
             str(Path(reference.path).parent))
     return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
-            f"(r{min(runs)}-{base}.json {expected[field]!r})"
+            f"({Path(reference.path).name} {expected[field]!r})"
             for field, found in differences.items()] + ([
         f"note: the result cache finding differs between the runs ({', '.join(timed[:3])}"
-        f"{', ...' if len(timed) > 3 else ''}; r{min(runs)}-{base}.json {expected['cache']!r})"
+        f"{', ...' if len(timed) > 3 else ''}; {Path(reference.path).name} {expected['cache']!r})"
         f" and rests on timing, which a loaded node flips: judged as measured; --metrics-url "
         f"decides it from the router's cache counters"] if timed else [])
 
