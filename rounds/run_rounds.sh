@@ -161,8 +161,6 @@ check_pool_options() {
   [[ "$instances" =~ ^[1-9][0-9]{0,2}$ ]] \
     || die "--instances must be a whole number from 1 to 999, got '$instances'"
   if [ "$instances" -gt 1 ] || [ "$together" -eq 1 ] || [ -n "$gpus" ]; then pooled=1; fi
-  [ "$resume" -eq 0 ] || [ "$pooled" -eq 0 ] \
-    || die "--resume does not keep pools yet: run the pool again in an empty folder"
   local role arg i count
   for ((i = 0; i < ${#run_args[@]}; i++)); do
     arg=${run_args[$i]}
@@ -623,7 +621,9 @@ Options:
                           `rounds --plan` proposes; not with -n or -d after --
   --dir DIR               folder for r<N>-<side>.json (created; must hold no round files)
   --resume                keep the complete rounds already in DIR and redo the others (their
-                          files are renamed to <file>.replaced)
+                          files are renamed to <file>.replaced); with --instances, a round
+                          is kept only with every instance of both sides complete, else
+                          redone whole
   --corpus FILE           corpus file from `router-latency corpus`
   --base NAME, --new NAME side names (letters, digits, '.', '_', '-')
   --base-start CMD, --new-start CMD   start one side's router (foreground or detached)
@@ -1073,28 +1073,56 @@ refuse_if_answering() {  # before a side starts, nothing may answer at its URL
 
 done_rounds=()  # rounds kept from an earlier, interrupted invocation (--resume)
 set_aside=()    # files of the rounds it redoes
+# round_files N: the files round N writes, one a line: r<N>-<side>.json each side, or with pools
+# r<N>-<side>@<i>.json of each instance
+round_files() {
+  local role i
+  for role in base new; do
+    if [ "$pooled" -eq 0 ]; then echo "$dir/r$1-${name[$role]}.json"; continue; fi
+    for ((i = 1; i <= instances; i++)); do echo "$dir/r$1-${name[$role]}@$i.json"; done
+  done
+}
 shopt -s nullglob
 existing=("$dir"/r*-"${name[base]}".json "$dir"/r*-"${name[new]}".json)
+pooled_files=("$dir"/r*-"${name[base]}"@*.json "$dir"/r*-"${name[new]}"@*.json)
 shopt -u nullglob
-if [ ${#existing[@]} -gt 0 ]; then
-  [ "$resume" -eq 1 ] || die "$dir already holds round files (${existing[0]##*/}...); use an $(
+if [ $((${#existing[@]} + ${#pooled_files[@]})) -gt 0 ]; then
+  found=("${existing[@]}" "${pooled_files[@]}")
+  [ "$resume" -eq 1 ] || die "$dir already holds round files (${found[0]##*/}...); use an $(
     )empty folder, or --resume to keep the complete rounds and redo the rest"
-  for file in "${existing[@]}"; do
+  # --resume keeps rounds measured as this command measures them: a pool of another size, or
+  # one instance a round where pools are asked for (or the other way), is not one of them
+  if [ "$pooled" -eq 1 ] && [ ${#existing[@]} -gt 0 ]; then
+    die "$dir holds rounds of one instance (${existing[0]##*/}), not pools of $instances: $(
+      )--resume keeps rounds measured alike; use another folder"
+  elif [ "$pooled" -eq 0 ] && [ ${#pooled_files[@]} -gt 0 ]; then
+    die "$dir holds pools (${pooled_files[0]##*/}), not one instance a round: --resume $(
+      )keeps rounds measured alike; give their --instances, or use another folder"
+  fi
+  for file in "${found[@]}"; do
     number=${file##*/r}; number=${number%%-*}
     [[ "$number" =~ ^[0-9]{1,9}$ ]] && [ "$((10#$number))" -le "$rounds" ] \
       || die "$dir holds ${file##*/}, beyond the $rounds rounds asked for"
+    if [[ "$file" == *@*.json ]]; then
+      i=${file##*@}; i=${i%.json}
+      [[ "$i" =~ ^[0-9]{1,3}$ ]] && [ "$((10#$i))" -le "$instances" ] \
+        || die "$dir holds ${file##*/}, beyond the pools of $instances asked for"
+    fi
   done
+  # a round is kept whole or redone whole: a pool's instances are started together and
+  # measured in one round, so a round cut short is run again, every instance of both sides
   for ((r = 1; r <= rounds; r++)); do
     complete=1
-    for role in base new; do
+    mapfile -t wanted < <(round_files "$r")
+    for file in "${wanted[@]}"; do
       state=0
-      run_file state "$dir/r$r-${name[$role]}.json" "$corpus" || state=$?
-      [ "$state" -ne 3 ] || die "$dir/r$r-${name[$role]}.json measured another corpus than $corpus"
+      run_file state "$file" "$corpus" || state=$?
+      [ "$state" -ne 3 ] || die "$file measured another corpus than $corpus"
       [ "$state" -eq 0 ] || complete=0
     done
     if [ "$complete" -eq 1 ]; then done_rounds+=("$r"); continue; fi
-    for role in base new; do
-      if [ -e "$dir/r$r-${name[$role]}.json" ]; then set_aside+=("$dir/r$r-${name[$role]}.json"); fi
+    for file in "${wanted[@]}"; do
+      if [ -e "$file" ]; then set_aside+=("$file"); fi
     done
   done
 fi
@@ -1133,7 +1161,8 @@ if [ "$resume" -eq 1 ]; then
     round=${file##*/r}
     say "resume: round ${round%%-*} is redone; ${file##*/} moved to ${aside##*/}"
   done
-  kept_rounds=${done_rounds[*]:+r${done_rounds[*]// /, r}}
+  kept_rounds=${done_rounds[*]:-}  # joined first: ${list[*]// /...} replaces in each item
+  kept_rounds=${kept_rounds:+r${kept_rounds// /, r}}
   say "resume: complete rounds kept: ${kept_rounds:-none}"
 fi
 
@@ -1197,11 +1226,13 @@ finish() {
   if [ ${#pool_pid[@]} -gt 0 ]; then stop_pools; fi
   if [ -n "${compiled:-}" ]; then rm -rf -- "$compiled"; fi
   if [ "$interrupted" -ne 0 ]; then
-    local kept=()
+    local kept=() file whole
     for ((i = 1; i <= rounds; i++)); do
-      if [ -e "$dir/r$i-${name[base]}.json" ] && [ -e "$dir/r$i-${name[new]}.json" ] \
-          && [ "$dir/r$i-${name[base]}.json" != "$measuring" ] \
-          && [ "$dir/r$i-${name[new]}.json" != "$measuring" ]; then kept+=("r$i"); fi
+      whole=1
+      while read -r file; do
+        if [ ! -e "$file" ] || [ "$file" = "$measuring" ]; then whole=0; fi
+      done < <(round_files "$i")
+      if [ "$whole" -eq 1 ]; then kept+=("r$i"); fi
     done
     if [ -n "$measuring" ] && [ -e "$measuring" ]; then
       say "interrupted: $measuring is incomplete (\"complete\": false)"
