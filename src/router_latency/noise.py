@@ -59,6 +59,7 @@ LOOK_SEEN = 0.3  # a gap between rounds this share of LOOK_S past the gap within
 # of one instance a round starts its driver while its router starts. bench/pools.py measured
 # 0.6 s a gap on a loaded 2-core machine (the tool byte-compiled once, as run_rounds.sh runs it)
 INSTANCE_S = 0.6
+TOGETHER_WORDS = "; both sides' pools up at once (--together)"
 
 
 class RowNoise(NamedTuple):
@@ -612,7 +613,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
                      f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"
                      f"decided) {cost.look_s:.1f} s"
-                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}")
+                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}; in a "
+                     f"pool, from one instance's run to the next {cost.instance_s:.1f} s"
+                     f"{'' if cost.instance_measured else ' (no pool here: its usual cost)'}"
+                     f"{TOGETHER_WORDS if cost.together else ''}")
     if sentence is not None and findings.plan is not None:
         pool = (f" --instances {findings.plan.instances}" if findings.plan.instances > 1
                 else "")
