@@ -475,18 +475,34 @@ measure_instance() {  # measure instance $2 of role $1 in the background; sets r
 }
 declare -A pool_run=()
 
-finish_instance() {  # wait for instance $2 of role $1's run and say how it went
+finish_instance() {  # wait for instance $2 of role $1's run; its line waits for the pool's
   local role=$1 i=$2 side=${name[$1]} code=0 file="$dir/r$r-${name[$1]}@$2.json"
   wait "${pool_run[$role:$i]}" || code=$?
   measuring=""
   case "$code" in
-    0) say "round $r/$rounds $side@$i: $(run_file summary "$file")" ;;
-    1) failed_runs+=("r$r $side@$i")
-       say "round $r/$rounds $side@$i: $(run_file summary "$file"); $(
-         )more failed requests (degraded answers included) than --max-errors allows" ;;
+    0|1) pool_said+=("$side@$i:$code:$file") ;;
     130|143) interrupted=$code; exit "$code" ;;
-    *) die "round $r $side@$i: run exited $code" ;;
+    *) say_pool; die "round $r $side@$i: run exited $code" ;;
   esac
+}
+pool_said=()  # "side@i:code:file" of the instances measured, said by say_pool
+say_pool() {  # say how each instance measured went, read in one look (one process a pool)
+  local item files=() lines=() k=0 code
+  [ ${#pool_said[@]} -gt 0 ] || return 0
+  for item in "${pool_said[@]}"; do files+=("${item#*:*:}"); done
+  mapfile -t lines < <(run_file summary "${files[@]}" || true)
+  for item in "${pool_said[@]}"; do
+    code=${item#*:}; code=${code%%:*}
+    if [ "$code" -eq 1 ]; then
+      failed_runs+=("r$r ${item%%:*}")
+      say "round $r/$rounds ${item%%:*}: ${lines[$k]:-unreadable}; more failed requests $(
+        )(degraded answers included) than --max-errors allows"
+    else
+      say "round $r/$rounds ${item%%:*}: ${lines[$k]:-unreadable}"
+    fi
+    k=$((k + 1))
+  done
+  pool_said=()
 }
 
 # stop every started instance: each one's stop command (with INSTANCE and PORT too), then
@@ -575,7 +591,7 @@ measure_pools() {  # round $r of pools: start, wait until all are ready, measure
     for item in $(measure_order "$r"); do
       measure_instance "${item%:*}" "${item#*:}"; finish_instance "${item%:*}" "${item#*:}"
     done
-    stop_pools
+    say_pool; stop_pools
     return
   fi
   for role in $(order_of "$r"); do
@@ -595,7 +611,7 @@ measure_pools() {  # round $r of pools: start, wait until all are ready, measure
         measure_instance "$role" "$i"; finish_instance "$role" "$i"
       done
     fi
-    stop_pools
+    say_pool; stop_pools
   done
 }
 
@@ -927,20 +943,30 @@ if mode == "state":
     if run.get("complete") is not True:
         sys.exit(1)
     sys.exit(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
-figures, errors, degraded = [], {}, 0
-for item in run.get("passes", []):
-    summary = item.get("summary")
-    if not summary:
-        figures.append(f"{item.get('name')} discarded")
-        continue
-    figures.append(f"{item.get('name')} {shown(summary.get('p50_ms'))}")
-    for kind, count in (summary.get("errors") or {}).items():
-        errors[kind] = errors.get(kind, 0) + count
-    degraded += summary.get("degraded") or 0  # answers that skipped a signal (run/2)
-failed = sum(errors.values())
-kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))
-print(f"p50 ms {', '.join(figures)}; {failed} errors{f' ({kinds})' if kinds else ''}"
-      + (f"; {degraded} degraded" if degraded else ""))
+def summary(run):
+    figures, errors, degraded = [], {}, 0
+    for item in run.get("passes", []):
+        found = item.get("summary")
+        if not found:
+            figures.append(f"{item.get('name')} discarded")
+            continue
+        figures.append(f"{item.get('name')} {shown(found.get('p50_ms'))}")
+        for kind, count in (found.get("errors") or {}).items():
+            errors[kind] = errors.get(kind, 0) + count
+        degraded += found.get("degraded") or 0  # answers that skipped a signal (run/2)
+    failed = sum(errors.values())
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(errors.items()))
+    return (f"p50 ms {', '.join(figures)}; {failed} errors{f' ({kinds})' if kinds else ''}"
+            + (f"; {degraded} degraded" if degraded else ""))
+
+
+print(summary(run))
+for other in sys.argv[3:]:  # a pool's other instances, a line each
+    try:
+        with open(other, encoding="utf-8") as handle:
+            print(summary(json.load(handle)))
+    except (OSError, ValueError):
+        print("unreadable")
 PY
 }
 
