@@ -12005,8 +12005,9 @@ LOOK_SEEN = 0.3  # a gap between rounds this share of LOOK_S past the gap within
 # a pool's instance after its first, where the files hold no pool: from one instance's run to
 # the next's (the driver's own start, run_rounds.sh's steps between them), in seconds; a run
 # of one instance a round starts its driver while its router starts. bench/pools.py measured
-# 0.6 s a gap on a loaded 2-core machine (the tool byte-compiled once, as run_rounds.sh runs it)
-INSTANCE_S = 0.6
+# 0.36-0.41 s a step on a loaded 2-core machine (the tool byte-compiled once, as run_rounds.sh
+# runs it); a node with free cores for the driver takes less
+INSTANCE_S = 0.4
 TOGETHER_WORDS = "; both sides' pools up at once (--together)"
 
 
