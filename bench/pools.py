@@ -8,7 +8,8 @@ that node, every time scaled by one factor (--scale, printed), with two designs:
 
 - one instance a round (run_rounds.sh as before), and
 - a pool of --instances (8) a side a round, started together, measured one after another
-  (run_rounds.sh --instances 8): one start-up a pool.
+  (run_rounds.sh --instances 8 --together): both sides' pools up at once, one start-up a
+  round (--apart: one side's pool after the other's, a start-up each).
 
 1. Judging. For each design the rounds are those at which a fixed design finds the change
    80% of the time on the true spread of its judged change (stats.rounds_needed, the gate's
@@ -20,10 +21,12 @@ that node, every time scaled by one factor (--scale, printed), with two designs:
    pair how often it FAILs (its false-fail rate, at most the design's 2.5% one-sided within
    its Monte-Carlo error). The noise split the tool reads on the first series of each design
    is printed beside its truth.
-2. Node time. Each design's node minutes from the cost model (start-up once per pool, warm-up
-   and pass per instance), and with --e2e N, N end-to-end runs of run_rounds.sh per design on
-   simulated routers (simulate --startup-s, --delay-ms, --instance-sd) at that scale, their
-   wall time beside the model's.
+2. Node time. Each design's node minutes from the cost model (NodeCost.round_s: start-up once
+   per pool, warm-up and pass per instance, the step from one instance's run to the next), and
+   with --e2e N, N end-to-end runs of run_rounds.sh per design on simulated routers (simulate
+   --startup-s, --delay-ms, --instance-sd) at that scale: each run's stderr stamped (its
+   checks, its rounds, its final judgement), the design's node time at its rounds from the
+   measured time a round, and the cost the tool reads from the run files beside it.
 
 Not a test: it prints figures and asserts nothing.
 
