@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from router_latency.rounds import start_order
-from conftest import (ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL_PYC,
-                      widened_tool, write_corpus)
+from conftest import (ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL,
+                      TOOL_PYC, widened_tool, write_corpus)
 
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
@@ -1474,8 +1474,15 @@ def test_driver_refuses_a_pool_its_gpu_memory_cannot_hold_before_measuring(tmp_p
     command = pool_command(tmp_path, corpus, "--instances", "3")
     at = command.index("--base-start") + 1
     command[at] = f"echo 6000 > {shlex.quote(str(free))}; {command[at]}"
-    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    # the tool from its source: the script compiles it once into a folder of its own, which
+    # it removes however it ends (here: an error after the first start)
+    command[command.index("--tool") + 1] = str(TOOL)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+           "TMPDIR": str(temporary)}
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert not list(temporary.iterdir())
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
         "run_rounds.sh: error: a pool of 3 does not fit: its first instance took 4000 MiB of "
