@@ -5926,6 +5926,18 @@ def instance_file_side(side_text: str) -> Tuple[str, Optional[int]]:
     return match.group(1), int(match.group(2))
 
 
+SINGLE_PLACEMENT = "1"  # pool_placement of one instance a round (today's files)
+
+
+def pool_placement(run: RunFile) -> str:
+    """Return what like with like compares of a side's round's instances: their count, and
+    the GPUs they were placed on where placed ("8 on GPUs 0,1,2,3,4,5,6,7"); "1" for one
+    instance a round."""
+    members = run.pool or (run,)
+    gpus = [m.instance.gpu for m in members if m.instance is not None and m.instance.gpu]
+    return f"{len(members)}" + (f" on GPUs {','.join(gpus)}" if gpus else "")
+
+
 def geometric_mean(values: Sequence[Optional[float]]) -> Optional[float]:
     """Return the geometric mean; None when any value is missing or not above 0."""
     if any(v is None or v <= 0 for v in values):
@@ -12072,6 +12084,13 @@ QUANTILES = {"p50_ms": 50.0, "p95_ms": 95.0, "p99_ms": 99.0}
 # ran none (a fixed design): about 0.9 s a call on a small node (issue 41 measured it)
 LOOK_S = 0.9
 LOOK_SEEN = 0.3  # a gap between rounds this share of LOOK_S past the gap within: a look ran
+# a pool's instance after its first, where the files hold no pool: from one instance's run to
+# the next's (the driver's own start, run_rounds.sh's steps between them), in seconds; a run
+# of one instance a round starts its driver while its router starts. bench/pools.py measured
+# 0.36-0.41 s a step on a loaded 2-core machine (the tool byte-compiled once, as run_rounds.sh
+# runs it); a node with free cores for the driver takes less
+INSTANCE_S = 0.4
+TOGETHER_WORDS = "; both sides' pools up at once (--together)"
 
 
 class RowNoise(NamedTuple):
@@ -12110,7 +12129,7 @@ class RowNoise(NamedTuple):
 
 class NodeCost(NamedTuple):
     """What one run of a side took on the node, medians over the used runs, in seconds."""
-    ready_s: float  # start-up to ready
+    ready_s: float  # start-up to ready (a pool's: its slowest instance's)
     other_s: float  # warm-up, the timer's floor, load pauses: the rest before and between passes
     gap_s: float  # from one run's end to the next run's start: stop, start, looks
     passes_s: float  # every pass's wall time
@@ -12120,17 +12139,28 @@ class NodeCost(NamedTuple):
     # gap between rounds past the gap within one, or LOOK_S where the files ran none
     look_s: float = 0.0
     look_measured: bool = False
+    # in a pool, from one instance's run to the next's (the driver's start, the script's
+    # steps): measured where the files hold pools, else INSTANCE_S
+    instance_s: float = INSTANCE_S
+    instance_measured: bool = False
+    together: bool = False  # the files' pools of both sides were up at once (--together)
 
     def pool_run_s(self, scale: float, instances: int, gpus: int = 1) -> float:
         """Seconds one side's pool of `instances` takes: its start-up (to ready, and the gap
         to the next) once, each instance's warm-up and passes, up to `gpus` instances at
-        once (--concurrent, one GPU each); one instance: a side's run."""
-        return self.ready_s + self.gap_s + -(-instances // gpus) * (
-            self.other_s + self.passes_s * scale)
+        once (--concurrent, one GPU each), and the step from one to the next; one instance:
+        a side's run."""
+        waves = -(-instances // gpus)
+        return self.ready_s + self.gap_s + waves * (self.other_s + self.passes_s * scale) + (
+            waves - 1) * self.instance_s
 
-    def round_s(self, scale: float, instances: int = 1, gpus: int = 1) -> float:
-        """Seconds one round takes: both sides' pools (one side's after the other's) and the
-        look after it."""
+    def round_s(self, scale: float, instances: int = 1, gpus: int = 1,
+                together: bool = False) -> float:
+        """Seconds one round takes: both sides' pools (one side's after the other's, or with
+        `together` both up at once: one start-up, their 2K instances one after another) and
+        the look after it."""
+        if together:
+            return self.pool_run_s(scale, 2 * instances) + self.look_s
         return 2 * self.pool_run_s(scale, instances, gpus) + self.look_s
 
 
@@ -12306,41 +12336,97 @@ def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
     return run.started_unix, max(ends), math.fsum(p.measured.wall_s for p in measured)
 
 
+def side_ready_s(run: RunFile) -> Optional[float]:
+    """Return a side's start-up to ready in a round: its run's own wait, or a pool's slowest
+    instance's start to ready as run_rounds.sh recorded it (the fact ready_s); None where
+    not recorded."""
+    if not run.pool:
+        return run.ready_after_s
+    found = [i.instance.facts.get("ready_s") if i.instance is not None else None
+             for i in run.pool]
+    numbers = [float(v) for v in found if isinstance(v, (int, float))]
+    return max(numbers) if numbers and len(numbers) == len(found) else None
+
+
+class Timed(NamedTuple):
+    """One instance's run on the node's clock, for the cost of a round."""
+    start: float
+    end: float
+    inside: float  # seconds in passes
+    own_ready: float  # start-up to ready inside its span (a run of one instance a round)
+    ready_before: float  # its pool's start-up before its span (a pool's first run)
+    round: int
+    side: str
+    pooled: bool
+
+
+def timed_runs(rounds: Rounds) -> Optional[List[Timed]]:
+    """Return every used run (a pool's instances each) in start order; None when a run's
+    times or a side's start-up are not recorded."""
+    found: List[Timed] = []
+    for n in rounds.used:
+        for side in rounds.sides:
+            run = rounds.runs[n][side]
+            ready = side_ready_s(run)
+            spans = [run_span(i) for i in (run.pool or (run,))]
+            if ready is None or any(s is None for s in spans):
+                return None
+            first = min(s[0] for s in spans if s is not None)
+            for span in spans:
+                if span is not None:
+                    found.append(Timed(*span, 0.0 if run.pool else ready,
+                                       ready if run.pool and span[0] == first else 0.0, n,
+                                       side, bool(run.pool)))
+    return sorted(found)
+
+
 def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     """Return what one side's run took on the node, medians over the used runs; None when
-    the files do not record it (no start time, no ready time)."""
+    the files do not record it (no start time, no ready time). A pool's instances are timed
+    each: its start-up once (before its first run), the step from one instance's run to the
+    next apart (instance_s), and its side's gap with the start-up taken out."""
     runs, sides, used = rounds.runs, rounds.sides, rounds.used
-    chosen = [runs[n][s] for n in used for s in sides]
-    spans = [run_span(r) for r in chosen]
-    ready = [r.ready_after_s for r in chosen if r.ready_after_s is not None]
-    if any(s is None for s in spans) or not ready:
+    timed = timed_runs(rounds)
+    if not timed:
         return None
-    rounds_of = [n for n in used for _ in sides]
-    timed = sorted((s, n) for s, n in zip(spans, rounds_of) if s is not None)
+    ready = [side_ready_s(runs[n][s]) for n in used for s in sides]
+    # both sides' pools up at once (--together): in a round, the sides alternate more than once
+    together = any(sum(1 for a, b in zip(inround, inround[1:]) if a.side != b.side) > 1
+                   for inround in ([t for t in timed if t.round == n] for n in used))
     # a gap within a round (base to new) holds a stop and a start; one between rounds also
     # holds the look --until-decided makes after each round: costed apart, so that a plan
-    # of many rounds counts its looks (about 0.9 s each on a small node)
+    # of many rounds counts its looks (about 0.9 s each on a small node); a step within a
+    # pool (or --together's round) is an instance's
     within_gaps: List[float] = []
     between_gaps: List[float] = []
-    for (before, n_before), (after, n_after) in zip(timed, timed[1:]):
-        if after[0] >= before[1]:
-            (within_gaps if n_before == n_after else between_gaps).append(after[0] - before[1])
+    steps: List[float] = []
+    for before, after in zip(timed, timed[1:]):
+        if after.start < before.end:
+            continue
+        gap = after.start - before.end - after.ready_before
+        if after.round == before.round and after.pooled and (
+                after.side == before.side or together):
+            steps.append(gap)
+        else:
+            (within_gaps if after.round == before.round else between_gaps).append(gap)
     gaps = within_gaps or between_gaps
-    gap_s = statistics.median(gaps) if gaps else 0.0
+    gap_s = max(0.0, statistics.median(gaps)) if gaps else 0.0
     extra = statistics.median(between_gaps) - gap_s if between_gaps and within_gaps else 0.0
     look_measured = extra >= LOOK_SEEN * LOOK_S
-    ready_s = statistics.median(ready)
+    chosen = [i for n in used for s in sides for i in (runs[n][s].pool or (runs[n][s],))]
     first = chosen[0]
     return NodeCost(
-        ready_s=ready_s,
-        other_s=max(0.0, statistics.median(end - start - inside
-                                           for (start, end, inside), _ in timed) - ready_s),
+        ready_s=statistics.median(r for r in ready if r is not None),
+        other_s=max(0.0, statistics.median(t.end - t.start - t.inside for t in timed)
+                    - statistics.median(t.own_ready for t in timed)),
         gap_s=gap_s,
-        passes_s=statistics.median(inside for (_, _, inside), _ in timed),
+        passes_s=statistics.median(t.inside for t in timed),
         requests=int(statistics.median(p.measured.requests for r in chosen for p in r.passes
                                        if not p.discarded and p.summary is not None)),
         repeat=None if first.settings.duration_s else first.settings.repeat,
-        look_s=extra if look_measured else LOOK_S, look_measured=look_measured)
+        look_s=extra if look_measured else LOOK_S, look_measured=look_measured,
+        instance_s=max(0.0, statistics.median(steps)) if steps else INSTANCE_S,
+        instance_measured=bool(steps), together=together)
 
 
 def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int]:
@@ -12558,7 +12644,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
                      f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"
                      f"decided) {cost.look_s:.1f} s"
-                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}")
+                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}; in a "
+                     f"pool, from one instance's run to the next {cost.instance_s:.1f} s"
+                     f"{'' if cost.instance_measured else ' (no pool here: its usual cost)'}"
+                     f"{TOGETHER_WORDS if cost.together else ''}")
     if sentence is not None and findings.plan is not None:
         pool = (f" --instances {findings.plan.instances}" if findings.plan.instances > 1
                 else "")
@@ -15120,14 +15209,16 @@ def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
 # what must be the same in every run of a comparison (run_signature), each a name that
 # --allow-mismatch accepts
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
+                  "cache", "instances")
 
 
 def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
-    or cycled for 30 s, has other percentiles than one sending it once.
+    or cycled for 30 s, has other percentiles than one sending it once. "instances" is a
+    side's pool a round and where it was placed (pools.pool_placement): a pool's mean of K
+    instances has less noise than one instance, and GPUs differ.
     """
     settings = run.settings
     version = str(run.tool.get("version", ""))
@@ -15147,7 +15238,7 @@ def run_signature(run: RunFile) -> Dict[str, object]:
             "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.decision_paths),
             "timeout": settings.timeout_s, "tool": version.split(".")[0],
-            "cache": cache_signature(run.cache_finding)}
+            "cache": cache_signature(run.cache_finding), "instances": pool_placement(run)}
 
 
 def label_names_side(label: str, side: str, number: int) -> bool:
@@ -15196,7 +15287,7 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
     else:
         timed = []
     refused = [f"{field}: {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} "
-               f"(r{min(runs)}-{base}.json {expected[field]!r})"
+               f"({Path(reference.path).name} {expected[field]!r})"
                for field, found in differences.items() if field not in allow_mismatch]
     if refused:
         raise RouterLatencyError(
@@ -15204,10 +15295,10 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
             + " (--allow-mismatch FIELD accepts a difference on purpose)",
             str(Path(reference.path).parent))
     return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
-            f"(r{min(runs)}-{base}.json {expected[field]!r})"
+            f"({Path(reference.path).name} {expected[field]!r})"
             for field, found in differences.items()] + ([
         f"note: the result cache finding differs between the runs ({', '.join(timed[:3])}"
-        f"{', ...' if len(timed) > 3 else ''}; r{min(runs)}-{base}.json {expected['cache']!r})"
+        f"{', ...' if len(timed) > 3 else ''}; {Path(reference.path).name} {expected['cache']!r})"
         f" and rests on timing, which a loaded node flips: judged as measured; --metrics-url "
         f"decides it from the router's cache counters"] if timed else [])
 
@@ -15243,10 +15334,14 @@ def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
 def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     """Raise unless every round was measured once, one side at a time: no two files hold
     the same measurements (a copied round narrows the interval on data measured once), and
-    no run started before the run before it ended (the rounds were not interleaved)."""
+    no run started before the run before it ended (the rounds were not interleaved); a
+    pool's instances are runs each."""
     seen: dict = {}
-    files = [run for sides in runs.values() for run in sides.values()]
-    for run in files:
+    # a pool's instances are runs each, of their round and side: a side's instances may be
+    # measured at once (--concurrent), never beside the other side's (--together alternates)
+    files = [(one, (number, side)) for number, sides in runs.items()
+             for side, run in sides.items() for one in (run.pool or (run,))]
+    for run, _ in files:
         for what, key in zip(("the same start time and records", "the same requests' timings"),
                              measured_keys(run)):
             if key is None:
@@ -15257,21 +15352,22 @@ def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted(((start, end, run.path) for run in files
+    spans = sorted(((start, end, run.path, group) for run, group in files
                     for start, end in [measured_span(run)] if start is not None),
                    key=lambda item: item[0])
-    # the latest end so far, and the start and file it belongs to
-    latest_end: Optional[float] = None
-    latest_start: Optional[float] = None
-    latest_path = ""
-    for start, end, path in spans:
-        if latest_end is not None and start < latest_end or start == latest_start:
-            raise RouterLatencyError(
-                f"{Path(path).name} started before {Path(latest_path).name} ended: its sides "
-                f"were not measured one at a time, as interleaved rounds are",
-                str(Path(path).parent))
-        if latest_end is None or (end is not None and end > latest_end):
-            latest_end, latest_start, latest_path = end, start, path
+    # the latest ends so far of two rounds' sides at most (the latest of any side but a run's
+    # own is one of them), each with its start and file
+    latest: Dict[Tuple[int, str], Tuple[float, float, str]] = {}
+    for start, end, path, group in spans:
+        for other, (other_end, other_start, other_path) in latest.items():
+            if other != group and (start < other_end or start == other_start):
+                raise RouterLatencyError(
+                    f"{Path(path).name} started before {Path(other_path).name} ended: its "
+                    f"sides were not measured one at a time, as interleaved rounds are",
+                    str(Path(path).parent))
+        if end is not None and (group not in latest or end > latest[group][0]):
+            latest[group] = (end, start, path)
+            latest = dict(sorted(latest.items(), key=lambda item: -item[1][0])[:2])
 
 
 def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], Optional[str]]:
@@ -15776,6 +15872,41 @@ def record_section(name: str, folder: str, base: str, new: str,
     return RecordSection(name, folder, report, runs)
 
 
+def section_placement(section: RecordSection) -> str:
+    """Return a section's instances a side and round and their GPUs (pools.pool_placement,
+    what rounds and history compare like with like), of its first round's base run."""
+    return pool_placement(section.runs[min(section.runs)][section.report.base])
+
+
+def placement_text(placement: str) -> str:
+    """Return a placement in words: "one instance a round", "pools of 8 instances a side on
+    GPUs 0,1"."""
+    if placement == SINGLE_PLACEMENT:
+        return "one instance a round"
+    count, _, where = placement.partition(" ")
+    return f"pools of {count} instances a side{' ' + where if where else ''}"
+
+
+def pool_words(section: RecordSection) -> str:
+    """Return a section's pools in words for its heading; "" for one instance a round (as
+    every record before pools)."""
+    placement = section_placement(section)
+    return "" if placement == SINGLE_PLACEMENT else placement_text(placement)
+
+
+def unlike_sections(sections: Sequence[RecordSection]) -> List[str]:
+    """Return the line that says a record's sections were measured with other pools (their
+    count or placement), which their figures are not alike across; none when alike."""
+    placements = [(s.name, section_placement(s)) for s in sections]
+    if len({p for _, p in placements}) < 2:
+        return []
+    return ["The sections were not measured alike: " + "; ".join(
+        f"{name} with {placement_text(p)}" for name, p in placements)
+        + ". A pool's figures are its instances' geometric mean, narrower than one "
+          "instance's: compare a section's figures with another's only where both were "
+          "measured alike."]
+
+
 def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, float]]:
     """Return (low, high) per figure over the used rounds' passes of one side: p50 and p95
     of each pass, load, GPU memory, foreign vCPUs and router CPU ms per request."""
@@ -15930,7 +16061,16 @@ def config_of(run: RunFile, config_hashes: Sequence[str]) -> Dict[str, str]:
     signature = {key: str(value) for key, value in run_signature(run).items()
                  if key not in ("corpus", "tool")}
     signature["config_hash"] = " ".join(config_hashes)
+    # one instance a round is what every line before pools holds: written only for pools
+    if signature["instances"] == SINGLE_PLACEMENT:
+        del signature["instances"]
     return signature
+
+
+def config_value(config: Dict[str, str], key: str) -> Optional[str]:
+    """Return a configuration's value of `key`; a line without "instances" measured one
+    instance a round."""
+    return config.get(key, SINGLE_PLACEMENT if key == "instances" else None)
 
 
 class EntryTags(NamedTuple):
@@ -16378,12 +16518,12 @@ def unlike(entry: HistoryEntry, reference: HistoryEntry, allowed: Sequence[str])
                    else (entry.node, reference.node))
     if "node" not in allowed and node != other:
         why.append(f"node {node or '(none)'}, not {other or '(none)'}")
-    if "config" not in allowed and entry.config != reference.config:
-        keys = sorted(k for k in set(entry.config) | set(reference.config)
-                      if entry.config.get(k) != reference.config.get(k))
+    keys = sorted(k for k in set(entry.config) | set(reference.config)
+                  if config_value(entry.config, k) != config_value(reference.config, k))
+    if "config" not in allowed and keys:
         why.append("configuration differs (" + ", ".join(
-            f"{k} {entry.config.get(k)!r}, not {reference.config.get(k)!r}" for k in keys)
-            + ")")
+            f"{k} {config_value(entry.config, k)!r}, not {config_value(reference.config, k)!r}"
+            for k in keys) + ")")
     return "; ".join(why)
 
 
@@ -16923,12 +17063,14 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
     lines = ["# Latency record", "",
              f"Made by router-latency {__version__} from {plural(len(sections), 'rounds folder')}; "
              f"every figure below comes from the run files.", ""]
+    lines += [line for item in unlike_sections(sections) for line in (item, "")]
     for section in sections:
         report = section.report
+        pooled = f"; {pool_words(section)}" if pool_words(section) else ""
         lines += [f"## {section.name}", "",
                   f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
-                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
+                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts){pooled}.", "",
                   f"**{verdict_line(report)}**", ""]
         rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),
@@ -17138,6 +17280,7 @@ def record_json(sections: Sequence[RecordSection]) -> dict:
                            if k != "requests"}} for p in run.passes]}
             for side, run in sides.items()} for n, sides in section.runs.items()}
         document["sections"][section.name] = {"folder": section.folder,
+                                              "instances": section_placement(section),
                                               "report": rounds_json(section.report),
                                               "rounds": rounds}
     return document

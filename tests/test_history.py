@@ -19,6 +19,7 @@ from router_latency.history import (add_entries, entry_of_run, EntryTags, histor
                                     step_of, TrendSettings)
 from router_latency.history_render import format_history, history_json
 from conftest import BASE, history_rounds_folder, make_run, ROOT, three_rounds
+from test_pools import as_pools
 
 
 def chain(tmp_path, ratios, seed=1, **options):
@@ -715,3 +716,30 @@ def test_a_stored_row_that_is_no_object_is_refused_naming_its_line(tmp_path, cli
     assert result.code == 2
     assert result.err == (f"router-latency: error: a row is not an object ({store}: line 2: "
                           f"rows)\n")
+
+
+def test_an_entry_of_pools_is_left_out_of_single_instances_and_named(tmp_path, cli):
+    # a folder of pools of 2 a side between folders of one instance a round: unlike, as an
+    # entry of other passes is; the single ones compare as every line before pools did
+    store = tmp_path / "perf.jsonl"
+    history_rounds_folder(tmp_path / "a", 1.0, seed=1)
+    as_pools(history_rounds_folder(tmp_path / "b", 1.0, seed=2, start=10000.0), 2)
+    history_rounds_folder(tmp_path / "c", 1.0, seed=3, start=20000.0)
+    for name in "abc":
+        assert cli("history", "add", "--history", store, "--dir", tmp_path / name, "--base",
+                   "main", "--new", "merge", "--commit", name).code == 0
+    lines = [json.loads(line) for line in store.read_text().splitlines()]
+    assert [line["config"].get("instances") for line in lines] == [None, "2", None]
+    result = cli("history", "report", "--history", store)
+    assert "left out: b: configuration differs (instances '2', not '1')" in result.out
+    assert "2 commits like c" in result.out
+    # the last entry of pools: the single ones are the unlike
+    as_pools(history_rounds_folder(tmp_path / "d", 1.0, seed=4, start=30000.0), 2,
+             gpus=["0", "1"])
+    assert cli("history", "add", "--history", store, "--dir", tmp_path / "d", "--base",
+               "main", "--new", "merge", "--commit", "d").code == 0
+    result = cli("history", "report", "--history", store)
+    assert "left out: a: configuration differs (instances '1', not '2 on GPUs 0,1')" \
+        in result.out
+    assert "left out: b: configuration differs (instances '2', not '2 on GPUs 0,1')" \
+        in result.out

@@ -8,11 +8,14 @@ import statistics
 
 import pytest
 
-from router_latency.runfile import load_run
+from router_latency.files import write_atomic
+from router_latency.instance import Instance
+from router_latency.pools import load_side
+from router_latency.runfile import dump_run, load_run
 from router_latency.roundset import Rounds
 from router_latency.gate import GateSettings
-from router_latency.noise import (LOOK_S, noise_findings, plan_sentence, PLAN_DETECT_POWER,
-                                  rounds_for, side_within)
+from router_latency.noise import (INSTANCE_S, LOOK_S, node_cost, noise_findings,
+                                  plan_sentence, PLAN_DETECT_POWER, rounds_for, side_within)
 from router_latency.stats import detectable_change
 from router_latency.rounds import judge_rounds
 from conftest import NOISE_PROMPTS, noise_run, pair_folder
@@ -180,8 +183,11 @@ def test_plan_costs_rounds_from_the_run_files(tmp_path):
     side_s = 10.0 + cost.other_s + cost.gap_s + cost.passes_s * single.scale
     assert single.instances == 1
     assert single.node_minutes == pytest.approx(single.rounds * (2 * side_s + cost.look_s) / 60)
-    # a pool: its start-up once, each instance's warm-up and passes
-    pool_s = 10.0 + cost.gap_s + plan.instances * (cost.other_s + cost.passes_s * plan.scale)
+    # a pool: its start-up once, each instance's warm-up and passes, and the step from one
+    # instance's run to the next (no pool measured here: its usual cost)
+    assert not cost.instance_measured and cost.instance_s == INSTANCE_S
+    pool_s = 10.0 + cost.gap_s + plan.instances * (cost.other_s + cost.passes_s * plan.scale) \
+        + (plan.instances - 1) * INSTANCE_S
     assert plan.node_minutes == pytest.approx(plan.rounds * (2 * pool_s + cost.look_s) / 60)
     assert plan.node_minutes < single.node_minutes
     minutes = f"{plan.node_minutes:,.0f}" if plan.node_minutes >= 10 else \
@@ -255,7 +261,7 @@ def test_plan_costs_a_look_per_round_measured_from_the_gaps_between_rounds(tmp_p
     assert cost.look_measured and cost.look_s == pytest.approx(3.0, abs=0.01)
     assert cost.gap_s == pytest.approx(1.0, abs=0.01)  # the gap within a round, without it
     pool_s = cost.ready_s + cost.gap_s + plan.instances * (
-        cost.other_s + cost.passes_s * plan.scale)  # start-up once, each instance's passes
+        cost.other_s + cost.passes_s * plan.scale) + (plan.instances - 1) * cost.instance_s
     assert plan.node_minutes == pytest.approx(plan.rounds * (2 * pool_s + cost.look_s) / 60)
     # files that ran no look (a fixed design): the plan still counts one a round, its usual cost
     (tmp_path / "fixed").mkdir()
@@ -305,3 +311,48 @@ def test_the_plans_rounds_grow_with_the_gated_rows_and_keep_its_promise(max_mde)
             found.append(detectable_change(spread, n, alpha=settings.alpha / 2 / m,
                                            power=PLAN_DETECT_POWER, sided=1) <= room)
     assert all(found)
+
+
+def timed_pools(folder, together, *, count=3, rounds=3, ready=5.0, step=0.4, gap=0.7):
+    """Write pools of `count` a side whose runs follow each other as run_rounds.sh runs them:
+    a pool's start-up (`ready`, recorded as each instance's fact ready_s), each instance's
+    warm-up (1 s) and pass, `step` from one instance's run to the next, `gap` from a pool's
+    last run to the next pool's start (a stop); with `together` one pool a round of both
+    sides, measured a1 b1 b2 a2 ... Return the seconds from the first start to the last end."""
+    clock, began = 1000.0, 1000.0
+    for number in range(1, rounds + 1):
+        sides = [("a", "b")] if together else [("a",), ("b",)]
+        for pool in sides:
+            clock += ready
+            order = [(side, i) for i in range(1, count + 1)
+                     for side in (pool if i % 2 else pool[::-1])]
+            for k, (side, i) in enumerate(order):
+                latencies = [[10.0 * (1 + 0.01 * i)] * NOISE_PROMPTS for _ in range(3)]
+                path = folder / f"r{number}-{side}@{i}.json"
+                noise_run(path, side, latencies, clock)
+                run = load_run(str(path))
+                run = run._replace(ready_after_s=0.0, started_unix=clock, passes=tuple(
+                    p._replace(attempt=p.attempt._replace(started_unix=clock + 1.0))
+                    for p in run.passes), instance=Instance(
+                        number, side, i, count, facts={"ready_s": ready}))
+                write_atomic(str(path), dump_run(run))
+                clock += 1.0 + sum(map(sum, latencies)) / 1000
+                if k < len(order) - 1:
+                    clock += step
+            clock += gap
+    return clock - gap - began
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_a_pools_cost_is_its_start_up_once_and_a_step_an_instance_matching_the_files_span(
+        tmp_path, together):
+    span = timed_pools(tmp_path, together)
+    runs = {n: {s: load_side(str(tmp_path / f"r{n}-{s}@1.json")) for s in "ab"}
+            for n in (1, 2, 3)}
+    cost = node_cost(Rounds(runs, "a", "b", (1, 2, 3)))
+    assert cost.together is together and cost.instance_measured
+    assert cost.ready_s == pytest.approx(5.0) and cost.instance_s == pytest.approx(0.4)
+    assert cost.other_s == pytest.approx(1.0) and cost.gap_s == pytest.approx(0.7)
+    # the model over the files' rounds is their span, and the gap after the last pool
+    modelled = 3 * cost.round_s(1, 3, together=together) - 3 * cost.look_s
+    assert modelled == pytest.approx(span + 0.7)

@@ -109,3 +109,64 @@ def test_speed_groups_that_follow_nothing_recorded_say_so(tmp_path, cli):
         ": nothing the instances recorded (gpu, numa_nodes) separates them: a property not "
         "recorded (the router's start, a neighbour), worth pinning down") for line in lines), \
         result.out
+
+
+def test_pools_up_together_are_judged_their_instances_measured_one_at_a_time(tmp_path, cli):
+    # --together: a round's instances measured a1 b1 b2 a2, each after the one before ended;
+    # a side's pool spans the other's instances, and is still measured one run at a time
+    write_pools(tmp_path)
+    for number in BASE:
+        order = [("cpu", 1), ("gpu", 1), ("gpu", 2), ("cpu", 2)]
+        for k, (side, i) in enumerate(order if number % 2 else order[::-1]):
+            path = tmp_path / f"r{number}-{side}@{i}.json"
+            run = load_run(str(path))
+            start = 1000.0 * number + 10.0 * k
+            write_atomic(str(path), dump_run(run._replace(started_unix=start, passes=tuple(
+                p._replace(attempt=p.attempt._replace(started_unix=start + 1.0))
+                for p in run.passes))))
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--tolerance",
+                 "50")
+    assert result.code == 0, result.err
+    # an instance that did start before the one before it ended is still refused
+    path = tmp_path / "r2-gpu@1.json"
+    run = load_run(str(path))
+    write_atomic(str(path), dump_run(run._replace(started_unix=2000.5)))
+    assert_one_line_error(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"),
+                          "r2-gpu@1.json started before")
+
+
+def as_pools(folder, count, gpus=None):
+    """Turn a rounds folder's r<N>-<side>.json into pools of `count`: each instance its run
+    a little apart (its start, its timings), placed on gpus[i - 1] where given."""
+    for path in sorted(folder.glob("r*-*.json")):
+        number, side = INSTANCE_FILE_SIDE.match(path.name).groups()
+        run = load_run(str(path))
+        for i in range(1, count + 1):
+            passes = tuple(p._replace(attempt=p.attempt._replace(requests=tuple(
+                r._replace(latency_ms=r.latency_ms + 0.001 * (i - 1)) for r in p.requests)))
+                for p in run.passes)
+            write_atomic(str(folder / f"r{number}-{side}@{i}.json"), dump_run(run._replace(
+                started_unix=run.started_unix + 0.001 * (i - 1), passes=passes,
+                instance=Instance(int(number), side, i, count,
+                                  gpu=None if gpus is None else gpus[i - 1]))))
+        path.unlink()
+    return folder
+
+
+INSTANCE_FILE_SIDE = re.compile(r"^r(\d+)-([^@]+)\.json$")
+
+
+def test_rounds_placed_unlike_are_refused_unless_allowed(tmp_path, cli):
+    # a pool's placement is measured like the rest: round 3 on other GPUs than rounds 1 and 2
+    write_pools(tmp_path)
+    for path in tmp_path.glob("r*-*@*.json"):
+        run = load_run(str(path))
+        gpu = str(run.instance.number - 1 + (4 if run.instance.round == 3 else 0))
+        write_atomic(str(path), dump_run(run._replace(instance=run.instance._replace(gpu=gpu))))
+    assert_one_line_error(cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu"),
+                          "the runs were not measured alike: instances: r3-cpu@1.json "
+                          "'2 on GPUs 4,5', r3-gpu@1.json '2 on GPUs 4,5' (r1-cpu@1.json "
+                          "'2 on GPUs 0,1')")
+    result = cli("rounds", "--dir", tmp_path, "--base", "cpu", "--new", "gpu", "--tolerance",
+                 "50", "--allow-mismatch", "instances")
+    assert result.code == 0 and "note: --allow-mismatch instances" in result.out, result.err

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from router_latency.rounds import start_order
-from conftest import (ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL_PYC,
-                      widened_tool, write_corpus)
+from conftest import (ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL,
+                      TOOL_PYC, widened_tool, write_corpus)
 
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
@@ -1456,6 +1456,30 @@ def test_driver_pools_started_together_one_instance_per_gpu(tmp_path):
             f"{first}@1", f"{second}@1", f"{second}@2", f"{first}@2"]
     assert "verdict: PASS" in result.stdout
     assert not list(tmp_path.glob("results/r*-cpu.json"))  # only the instances' files
+    # --resume keeps a round of pools only whole: round 2's gpu@2 cut short (as an interrupt
+    # leaves it) has round 2 redone, all four of its instances; rounds 1 and 3 kept
+    results = tmp_path / "results"
+    cut = json.loads((results / "r2-gpu@2.json").read_text())
+    (results / "r2-gpu@2.json").write_text(json.dumps({**cut, "complete": False}))
+    command = pool_command(tmp_path, corpus, "--instances", "2", "--together", "--gpus", "all",
+                           "--resume")
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.splitlines()[:5] == [
+        f"run_rounds.sh: resume: round 2 is redone; r2-{side}@{i}.json moved to "
+        f"r2-{side}@{i}.json.replaced" for side in ("cpu", "gpu") for i in (1, 2)] + [
+        "run_rounds.sh: resume: complete rounds kept: r1, r3"]
+    assert sorted(p.name for p in results.glob("r2-*")) == sorted(
+        f"r2-{side}@{i}.json{end}" for side in ("cpu", "gpu") for i in (1, 2)
+        for end in ("", ".replaced"))
+    assert "verdict: PASS" in again.stdout
+    # a folder of pools is not resumed as one instance a round (nor the other way)
+    single = subprocess.run(pool_command(tmp_path, corpus, "--resume"),
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert single.returncode == 2 and single.stderr == (
+        f"run_rounds.sh: error: {results} holds pools (r1-cpu@1.json), not one instance a "
+        f"round: --resume keeps rounds measured alike; give their --instances, or use another "
+        f"folder\n"), single.stderr
 
 
 @pytest.mark.process
@@ -1512,8 +1536,15 @@ def test_driver_refuses_a_pool_its_gpu_memory_cannot_hold_before_measuring(tmp_p
     command = pool_command(tmp_path, corpus, "--instances", "3")
     at = command.index("--base-start") + 1
     command[at] = f"echo 6000 > {shlex.quote(str(free))}; {command[at]}"
-    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    # the tool from its source: the script compiles it once into a folder of its own, which
+    # it removes however it ends (here: an error after the first start)
+    command[command.index("--tool") + 1] = str(TOOL)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**DRIVER_ENV, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+           "TMPDIR": str(temporary)}
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert not list(temporary.iterdir())
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
         "run_rounds.sh: error: a pool of 3 does not fit: its first instance took 4000 MiB of "

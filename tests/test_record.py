@@ -1,5 +1,7 @@
 """Tests of record.py: judged rounds folders as a record's sections."""
 
+import json
+
 import pytest
 
 from router_latency.cache import cache_sentence
@@ -9,8 +11,10 @@ from router_latency.outcomes import (agreement_sentence, failed_sentence, Outcom
                                      round_agreement)
 from router_latency.environment import environment_rows, faults_sentence
 from router_latency.record import (cached_runs, range_sentences, record_section,
-                                   record_sentences, side_ranges, surroundings_sentences)
+                                   record_sentences, side_ranges, surroundings_sentences,
+                                   unlike_sections)
 from conftest import three_rounds
+from test_pools import as_pools
 
 
 def record_of(tmp_path, **options):
@@ -76,3 +80,27 @@ def test_each_sentence_says_what_its_data_holds(tmp_path):
     assert agreement_sentence(outcomes._replace(agreement=disagree)) == \
         f"decisions agreed in {len(report.used) - 1} of {len(report.used)} rounds; " \
         f"r{report.used[-1]}: {disagree[-1].agree}/{disagree[-1].total}"
+
+
+def test_sections_of_other_pools_are_said_to_be_measured_unlike(tmp_path, cli):
+    for name in ("single", "pooled"):
+        (tmp_path / name).mkdir()
+        three_rounds(tmp_path / name)
+    as_pools(tmp_path / "pooled", 2, gpus=["0", "1"])
+    result = cli("record", "--section", f"one={tmp_path / 'single'}", "--section",
+                 f"pool={tmp_path / 'pooled'}", "--base", "cpu", "--new", "gpu", "--json",
+                 tmp_path / "r.json", "--markdown", tmp_path / "r.md")
+    assert result.code in (0, 3), result.err
+    lines = (tmp_path / "r.md").read_text().splitlines()
+    assert lines[4] == ("The sections were not measured alike: one with one instance a round; "
+                        "pool with pools of 2 instances a side on GPUs 0,1. A pool's figures "
+                        "are its instances' geometric mean, narrower than one instance's: "
+                        "compare a section's figures with another's only where both were "
+                        "measured alike.")
+    headings = [x for x in lines if x.startswith("`")]
+    assert headings[0].endswith(" prompts).") and headings[1].endswith(
+        " prompts); pools of 2 instances a side on GPUs 0,1.")
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert [s["instances"] for s in document["sections"].values()] == ["1", "2 on GPUs 0,1"]
+    # alike sections: no such line
+    assert not unlike_sections([record_section("a", str(tmp_path / "single"), "cpu", "gpu")] * 2)

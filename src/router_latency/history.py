@@ -22,6 +22,7 @@ from .runfile import load_run, RunFile
 from .requests import pass_title
 from .gate import (crosses, GATE_ALPHA, GateOutcome, GateSettings, holm_step_down,
                    judged_word, one_sided, OneSided, outcome_of, upper_critical, word_status)
+from .pools import SINGLE_PLACEMENT
 from .rounds import run_signature
 from .record import record_section
 
@@ -93,7 +94,16 @@ def config_of(run: RunFile, config_hashes: Sequence[str]) -> Dict[str, str]:
     signature = {key: str(value) for key, value in run_signature(run).items()
                  if key not in ("corpus", "tool")}
     signature["config_hash"] = " ".join(config_hashes)
+    # one instance a round is what every line before pools holds: written only for pools
+    if signature["instances"] == SINGLE_PLACEMENT:
+        del signature["instances"]
     return signature
+
+
+def config_value(config: Dict[str, str], key: str) -> Optional[str]:
+    """Return a configuration's value of `key`; a line without "instances" measured one
+    instance a round."""
+    return config.get(key, SINGLE_PLACEMENT if key == "instances" else None)
 
 
 class EntryTags(NamedTuple):
@@ -541,12 +551,12 @@ def unlike(entry: HistoryEntry, reference: HistoryEntry, allowed: Sequence[str])
                    else (entry.node, reference.node))
     if "node" not in allowed and node != other:
         why.append(f"node {node or '(none)'}, not {other or '(none)'}")
-    if "config" not in allowed and entry.config != reference.config:
-        keys = sorted(k for k in set(entry.config) | set(reference.config)
-                      if entry.config.get(k) != reference.config.get(k))
+    keys = sorted(k for k in set(entry.config) | set(reference.config)
+                  if config_value(entry.config, k) != config_value(reference.config, k))
+    if "config" not in allowed and keys:
         why.append("configuration differs (" + ", ".join(
-            f"{k} {entry.config.get(k)!r}, not {reference.config.get(k)!r}" for k in keys)
-            + ")")
+            f"{k} {config_value(entry.config, k)!r}, not {config_value(reference.config, k)!r}"
+            for k in keys) + ")")
     return "; ".join(why)
 
 

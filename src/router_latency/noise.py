@@ -54,6 +54,13 @@ QUANTILES = {"p50_ms": 50.0, "p95_ms": 95.0, "p99_ms": 99.0}
 # ran none (a fixed design): about 0.9 s a call on a small node (issue 41 measured it)
 LOOK_S = 0.9
 LOOK_SEEN = 0.3  # a gap between rounds this share of LOOK_S past the gap within: a look ran
+# a pool's instance after its first, where the files hold no pool: from one instance's run to
+# the next's (the driver's own start, run_rounds.sh's steps between them), in seconds; a run
+# of one instance a round starts its driver while its router starts. bench/pools.py measured
+# 0.36-0.41 s a step on a loaded 2-core machine (the tool byte-compiled once, as run_rounds.sh
+# runs it); a node with free cores for the driver takes less
+INSTANCE_S = 0.4
+TOGETHER_WORDS = "; both sides' pools up at once (--together)"
 
 
 class RowNoise(NamedTuple):
@@ -92,7 +99,7 @@ class RowNoise(NamedTuple):
 
 class NodeCost(NamedTuple):
     """What one run of a side took on the node, medians over the used runs, in seconds."""
-    ready_s: float  # start-up to ready
+    ready_s: float  # start-up to ready (a pool's: its slowest instance's)
     other_s: float  # warm-up, the timer's floor, load pauses: the rest before and between passes
     gap_s: float  # from one run's end to the next run's start: stop, start, looks
     passes_s: float  # every pass's wall time
@@ -102,17 +109,28 @@ class NodeCost(NamedTuple):
     # gap between rounds past the gap within one, or LOOK_S where the files ran none
     look_s: float = 0.0
     look_measured: bool = False
+    # in a pool, from one instance's run to the next's (the driver's start, the script's
+    # steps): measured where the files hold pools, else INSTANCE_S
+    instance_s: float = INSTANCE_S
+    instance_measured: bool = False
+    together: bool = False  # the files' pools of both sides were up at once (--together)
 
     def pool_run_s(self, scale: float, instances: int, gpus: int = 1) -> float:
         """Seconds one side's pool of `instances` takes: its start-up (to ready, and the gap
         to the next) once, each instance's warm-up and passes, up to `gpus` instances at
-        once (--concurrent, one GPU each); one instance: a side's run."""
-        return self.ready_s + self.gap_s + -(-instances // gpus) * (
-            self.other_s + self.passes_s * scale)
+        once (--concurrent, one GPU each), and the step from one to the next; one instance:
+        a side's run."""
+        waves = -(-instances // gpus)
+        return self.ready_s + self.gap_s + waves * (self.other_s + self.passes_s * scale) + (
+            waves - 1) * self.instance_s
 
-    def round_s(self, scale: float, instances: int = 1, gpus: int = 1) -> float:
-        """Seconds one round takes: both sides' pools (one side's after the other's) and the
-        look after it."""
+    def round_s(self, scale: float, instances: int = 1, gpus: int = 1,
+                together: bool = False) -> float:
+        """Seconds one round takes: both sides' pools (one side's after the other's, or with
+        `together` both up at once: one start-up, their 2K instances one after another) and
+        the look after it."""
+        if together:
+            return self.pool_run_s(scale, 2 * instances) + self.look_s
         return 2 * self.pool_run_s(scale, instances, gpus) + self.look_s
 
 
@@ -288,41 +306,97 @@ def run_span(run: RunFile) -> Optional[Tuple[float, float, float]]:
     return run.started_unix, max(ends), math.fsum(p.measured.wall_s for p in measured)
 
 
+def side_ready_s(run: RunFile) -> Optional[float]:
+    """Return a side's start-up to ready in a round: its run's own wait, or a pool's slowest
+    instance's start to ready as run_rounds.sh recorded it (the fact ready_s); None where
+    not recorded."""
+    if not run.pool:
+        return run.ready_after_s
+    found = [i.instance.facts.get("ready_s") if i.instance is not None else None
+             for i in run.pool]
+    numbers = [float(v) for v in found if isinstance(v, (int, float))]
+    return max(numbers) if numbers and len(numbers) == len(found) else None
+
+
+class Timed(NamedTuple):
+    """One instance's run on the node's clock, for the cost of a round."""
+    start: float
+    end: float
+    inside: float  # seconds in passes
+    own_ready: float  # start-up to ready inside its span (a run of one instance a round)
+    ready_before: float  # its pool's start-up before its span (a pool's first run)
+    round: int
+    side: str
+    pooled: bool
+
+
+def timed_runs(rounds: Rounds) -> Optional[List[Timed]]:
+    """Return every used run (a pool's instances each) in start order; None when a run's
+    times or a side's start-up are not recorded."""
+    found: List[Timed] = []
+    for n in rounds.used:
+        for side in rounds.sides:
+            run = rounds.runs[n][side]
+            ready = side_ready_s(run)
+            spans = [run_span(i) for i in (run.pool or (run,))]
+            if ready is None or any(s is None for s in spans):
+                return None
+            first = min(s[0] for s in spans if s is not None)
+            for span in spans:
+                if span is not None:
+                    found.append(Timed(*span, 0.0 if run.pool else ready,
+                                       ready if run.pool and span[0] == first else 0.0, n,
+                                       side, bool(run.pool)))
+    return sorted(found)
+
+
 def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     """Return what one side's run took on the node, medians over the used runs; None when
-    the files do not record it (no start time, no ready time)."""
+    the files do not record it (no start time, no ready time). A pool's instances are timed
+    each: its start-up once (before its first run), the step from one instance's run to the
+    next apart (instance_s), and its side's gap with the start-up taken out."""
     runs, sides, used = rounds.runs, rounds.sides, rounds.used
-    chosen = [runs[n][s] for n in used for s in sides]
-    spans = [run_span(r) for r in chosen]
-    ready = [r.ready_after_s for r in chosen if r.ready_after_s is not None]
-    if any(s is None for s in spans) or not ready:
+    timed = timed_runs(rounds)
+    if not timed:
         return None
-    rounds_of = [n for n in used for _ in sides]
-    timed = sorted((s, n) for s, n in zip(spans, rounds_of) if s is not None)
+    ready = [side_ready_s(runs[n][s]) for n in used for s in sides]
+    # both sides' pools up at once (--together): in a round, the sides alternate more than once
+    together = any(sum(1 for a, b in zip(inround, inround[1:]) if a.side != b.side) > 1
+                   for inround in ([t for t in timed if t.round == n] for n in used))
     # a gap within a round (base to new) holds a stop and a start; one between rounds also
     # holds the look --until-decided makes after each round: costed apart, so that a plan
-    # of many rounds counts its looks (about 0.9 s each on a small node)
+    # of many rounds counts its looks (about 0.9 s each on a small node); a step within a
+    # pool (or --together's round) is an instance's
     within_gaps: List[float] = []
     between_gaps: List[float] = []
-    for (before, n_before), (after, n_after) in zip(timed, timed[1:]):
-        if after[0] >= before[1]:
-            (within_gaps if n_before == n_after else between_gaps).append(after[0] - before[1])
+    steps: List[float] = []
+    for before, after in zip(timed, timed[1:]):
+        if after.start < before.end:
+            continue
+        gap = after.start - before.end - after.ready_before
+        if after.round == before.round and after.pooled and (
+                after.side == before.side or together):
+            steps.append(gap)
+        else:
+            (within_gaps if after.round == before.round else between_gaps).append(gap)
     gaps = within_gaps or between_gaps
-    gap_s = statistics.median(gaps) if gaps else 0.0
+    gap_s = max(0.0, statistics.median(gaps)) if gaps else 0.0
     extra = statistics.median(between_gaps) - gap_s if between_gaps and within_gaps else 0.0
     look_measured = extra >= LOOK_SEEN * LOOK_S
-    ready_s = statistics.median(ready)
+    chosen = [i for n in used for s in sides for i in (runs[n][s].pool or (runs[n][s],))]
     first = chosen[0]
     return NodeCost(
-        ready_s=ready_s,
-        other_s=max(0.0, statistics.median(end - start - inside
-                                           for (start, end, inside), _ in timed) - ready_s),
+        ready_s=statistics.median(r for r in ready if r is not None),
+        other_s=max(0.0, statistics.median(t.end - t.start - t.inside for t in timed)
+                    - statistics.median(t.own_ready for t in timed)),
         gap_s=gap_s,
-        passes_s=statistics.median(inside for (_, _, inside), _ in timed),
+        passes_s=statistics.median(t.inside for t in timed),
         requests=int(statistics.median(p.measured.requests for r in chosen for p in r.passes
                                        if not p.discarded and p.summary is not None)),
         repeat=None if first.settings.duration_s else first.settings.repeat,
-        look_s=extra if look_measured else LOOK_S, look_measured=look_measured)
+        look_s=extra if look_measured else LOOK_S, look_measured=look_measured,
+        instance_s=max(0.0, statistics.median(steps)) if steps else INSTANCE_S,
+        instance_measured=bool(steps), together=together)
 
 
 def rounds_for(spreads: Sequence[float], settings: GateSettings) -> Optional[int]:
@@ -540,7 +614,10 @@ def noise_lines(findings: NoiseFindings, rows: Sequence[Row], settings: GateSett
                      f"passes {cost.passes_s:.1f} s ({cost.requests:,} requests a pass), "
                      f"between runs {cost.gap_s:.1f} s; a look after each round (--until-"
                      f"decided) {cost.look_s:.1f} s"
-                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}")
+                     f"{'' if cost.look_measured else ' (not run here: its usual cost)'}; in a "
+                     f"pool, from one instance's run to the next {cost.instance_s:.1f} s"
+                     f"{'' if cost.instance_measured else ' (no pool here: its usual cost)'}"
+                     f"{TOGETHER_WORDS if cost.together else ''}")
     if sentence is not None and findings.plan is not None:
         pool = (f" --instances {findings.plan.instances}" if findings.plan.instances > 1
                 else "")

@@ -19,7 +19,7 @@ from .errors import RouterLatencyError
 from .requests import PassSummary
 from .runfile import load_run, PassRecord, RunFile
 
-__all__ = ["check_pools", "instance_file_side", "load_side"]
+__all__ = ["check_pools", "instance_file_side", "load_side", "pool_placement", "SINGLE_PLACEMENT"]
 
 
 # an instance's file: r<N>-<side>@<i>.json; '@' is in no side name (letters, digits, '.',
@@ -38,6 +38,18 @@ def instance_file_side(side_text: str) -> Tuple[str, Optional[int]]:
     if match is None:
         return side_text, None
     return match.group(1), int(match.group(2))
+
+
+SINGLE_PLACEMENT = "1"  # pool_placement of one instance a round (today's files)
+
+
+def pool_placement(run: RunFile) -> str:
+    """Return what like with like compares of a side's round's instances: their count, and
+    the GPUs they were placed on where placed ("8 on GPUs 0,1,2,3,4,5,6,7"); "1" for one
+    instance a round."""
+    members = run.pool or (run,)
+    gpus = [m.instance.gpu for m in members if m.instance is not None and m.instance.gpu]
+    return f"{len(members)}" + (f" on GPUs {','.join(gpus)}" if gpus else "")
 
 
 def geometric_mean(values: Sequence[Optional[float]]) -> Optional[float]:

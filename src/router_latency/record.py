@@ -4,19 +4,20 @@ surroundings, energy, result caches, capacity, where the time changed most)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .errors import RouterLatencyError
 from .words import metric_title, span_text
 from .gpu import energy_ranges_sentence
 from .cache import cache_sentence
 from .runfile import RunFile
-from .pools import load_side
+from .pools import load_side, pool_placement, SINGLE_PLACEMENT
 from .requests import pass_title
 from .gate import GateSettings
 from .rounds import find_round_files, judge_rounds, RoundsReport
 
-__all__ = ["record_section", "record_sentences", "RecordSection"]
+__all__ = ["pool_words", "record_section", "record_sentences", "RecordSection",
+           "section_placement", "unlike_sections"]
 
 
 class RecordSection(NamedTuple):
@@ -37,6 +38,41 @@ def record_section(name: str, folder: str, base: str, new: str,
     except RouterLatencyError as exc:
         raise RouterLatencyError(exc.args[0], exc.where or folder) from None
     return RecordSection(name, folder, report, runs)
+
+
+def section_placement(section: RecordSection) -> str:
+    """Return a section's instances a side and round and their GPUs (pools.pool_placement,
+    what rounds and history compare like with like), of its first round's base run."""
+    return pool_placement(section.runs[min(section.runs)][section.report.base])
+
+
+def placement_text(placement: str) -> str:
+    """Return a placement in words: "one instance a round", "pools of 8 instances a side on
+    GPUs 0,1"."""
+    if placement == SINGLE_PLACEMENT:
+        return "one instance a round"
+    count, _, where = placement.partition(" ")
+    return f"pools of {count} instances a side{' ' + where if where else ''}"
+
+
+def pool_words(section: RecordSection) -> str:
+    """Return a section's pools in words for its heading; "" for one instance a round (as
+    every record before pools)."""
+    placement = section_placement(section)
+    return "" if placement == SINGLE_PLACEMENT else placement_text(placement)
+
+
+def unlike_sections(sections: Sequence[RecordSection]) -> List[str]:
+    """Return the line that says a record's sections were measured with other pools (their
+    count or placement), which their figures are not alike across; none when alike."""
+    placements = [(s.name, section_placement(s)) for s in sections]
+    if len({p for _, p in placements}) < 2:
+        return []
+    return ["The sections were not measured alike: " + "; ".join(
+        f"{name} with {placement_text(p)}" for name, p in placements)
+        + ". A pool's figures are its instances' geometric mean, narrower than one "
+          "instance's: compare a section's figures with another's only where both were "
+          "measured alike."]
 
 
 def side_ranges(section: RecordSection, side: str) -> Dict[str, Tuple[float, float]]:

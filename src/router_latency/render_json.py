@@ -9,7 +9,7 @@ from .constants import __version__
 from .compare import CompareReport
 from .gate import composite_text, missed_pct, missed_text
 from .rounds import RoundsReport
-from .record import RecordSection
+from .record import RecordSection, section_placement
 from .render_text import verdict_line
 from .judged import rows_json
 
@@ -118,6 +118,7 @@ def record_json(sections: Sequence[RecordSection]) -> dict:
                            if k != "requests"}} for p in run.passes]}
             for side, run in sides.items()} for n, sides in section.runs.items()}
         document["sections"][section.name] = {"folder": section.folder,
+                                              "instances": section_placement(section),
                                               "report": rounds_json(section.report),
                                               "rounds": rounds}
     return document

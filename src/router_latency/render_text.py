@@ -19,7 +19,7 @@ from .gate import (BEYOND_LIMIT, composite_text, DETECTS_CONFIDENCE, detectable_
 from .rounds import Overload, RoundsReport
 from .summary import run_summary
 from .judged import pass_cell, row_change_text
-from .record import RecordSection, record_sentences
+from .record import pool_words, RecordSection, record_sentences, unlike_sections
 
 __all__ = [
     "compare_caveat", "compare_parts", "format_closing", "format_compare", "format_host",
@@ -380,12 +380,14 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
     lines = ["# Latency record", "",
              f"Made by router-latency {__version__} from {plural(len(sections), 'rounds folder')}; "
              f"every figure below comes from the run files.", ""]
+    lines += [line for item in unlike_sections(sections) for line in (item, "")]
     for section in sections:
         report = section.report
+        pooled = f"; {pool_words(section)}" if pool_words(section) else ""
         lines += [f"## {section.name}", "",
                   f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
-                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts).", "",
+                  f"`{report.corpus_sha256[:12]}` ({report.corpus_count} prompts){pooled}.", "",
                   f"**{verdict_line(report)}**", ""]
         rows = [[pass_cell(r, report.rows), metric_title(r.metric),
                  fmt_value(r.base_median), fmt_value(r.new_median),

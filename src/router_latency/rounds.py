@@ -18,7 +18,7 @@ from .stats import OrderEffect, percentiles
 from .cache import cache_section, cache_signature, cache_warnings, TIMED
 from .degraded import degraded_text
 from .runfile import PassRecord, RunFile
-from .pools import check_pools, instance_file_side
+from .pools import check_pools, instance_file_side, pool_placement
 from .speeds import speeds_section
 from .requests import pass_name, pass_title, Request
 from .roundset import Rounds
@@ -97,14 +97,16 @@ def start_order(round_number: int, sides: Sequence[str]) -> List[str]:
 # what must be the same in every run of a comparison (run_signature), each a name that
 # --allow-mismatch accepts
 CHECKED_FIELDS = ("corpus", "warmup", "passes", "model", "decision_paths", "timeout", "tool",
-                  "cache")
+                  "cache", "instances")
 
 
 def run_signature(run: RunFile) -> Dict[str, object]:
     """Return what must be the same in every run of a comparison, by CHECKED_FIELDS name.
 
     "passes" names the passes and how long each was: a pass of the corpus sent three times,
-    or cycled for 30 s, has other percentiles than one sending it once.
+    or cycled for 30 s, has other percentiles than one sending it once. "instances" is a
+    side's pool a round and where it was placed (pools.pool_placement): a pool's mean of K
+    instances has less noise than one instance, and GPUs differ.
     """
     settings = run.settings
     version = str(run.tool.get("version", ""))
@@ -124,7 +126,7 @@ def run_signature(run: RunFile) -> Dict[str, object]:
             "passes": names + length,
             "model": run.model, "decision_paths": " ".join(settings.decision_paths),
             "timeout": settings.timeout_s, "tool": version.split(".")[0],
-            "cache": cache_signature(run.cache_finding)}
+            "cache": cache_signature(run.cache_finding), "instances": pool_placement(run)}
 
 
 def label_names_side(label: str, side: str, number: int) -> bool:
@@ -173,7 +175,7 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
     else:
         timed = []
     refused = [f"{field}: {', '.join(found[:3])}{', ...' if len(found) > 3 else ''} "
-               f"(r{min(runs)}-{base}.json {expected[field]!r})"
+               f"({Path(reference.path).name} {expected[field]!r})"
                for field, found in differences.items() if field not in allow_mismatch]
     if refused:
         raise RouterLatencyError(
@@ -181,10 +183,10 @@ def check_round_inputs(rounds: Rounds, allow_mismatch: Sequence[str]) -> List[st
             + " (--allow-mismatch FIELD accepts a difference on purpose)",
             str(Path(reference.path).parent))
     return [f"note: --allow-mismatch {field}: {', '.join(found[:3])} "
-            f"(r{min(runs)}-{base}.json {expected[field]!r})"
+            f"({Path(reference.path).name} {expected[field]!r})"
             for field, found in differences.items()] + ([
         f"note: the result cache finding differs between the runs ({', '.join(timed[:3])}"
-        f"{', ...' if len(timed) > 3 else ''}; r{min(runs)}-{base}.json {expected['cache']!r})"
+        f"{', ...' if len(timed) > 3 else ''}; {Path(reference.path).name} {expected['cache']!r})"
         f" and rests on timing, which a loaded node flips: judged as measured; --metrics-url "
         f"decides it from the router's cache counters"] if timed else [])
 
@@ -220,10 +222,14 @@ def measured_span(run: RunFile) -> Tuple[Optional[float], Optional[float]]:
 def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
     """Raise unless every round was measured once, one side at a time: no two files hold
     the same measurements (a copied round narrows the interval on data measured once), and
-    no run started before the run before it ended (the rounds were not interleaved)."""
+    no run started before the run before it ended (the rounds were not interleaved); a
+    pool's instances are runs each."""
     seen: dict = {}
-    files = [run for sides in runs.values() for run in sides.values()]
-    for run in files:
+    # a pool's instances are runs each, of their round and side: a side's instances may be
+    # measured at once (--concurrent), never beside the other side's (--together alternates)
+    files = [(one, (number, side)) for number, sides in runs.items()
+             for side, run in sides.items() for one in (run.pool or (run,))]
+    for run, _ in files:
         for what, key in zip(("the same start time and records", "the same requests' timings"),
                              measured_keys(run)):
             if key is None:
@@ -234,21 +240,22 @@ def check_measured_once(runs: Dict[int, Dict[str, RunFile]]) -> None:
                     f"{Path(other.path).name} and {Path(run.path).name} hold {what}: one "
                     f"measurement counted twice would narrow the interval on data measured "
                     f"once; remove the copy", str(Path(run.path).parent))
-    spans = sorted(((start, end, run.path) for run in files
+    spans = sorted(((start, end, run.path, group) for run, group in files
                     for start, end in [measured_span(run)] if start is not None),
                    key=lambda item: item[0])
-    # the latest end so far, and the start and file it belongs to
-    latest_end: Optional[float] = None
-    latest_start: Optional[float] = None
-    latest_path = ""
-    for start, end, path in spans:
-        if latest_end is not None and start < latest_end or start == latest_start:
-            raise RouterLatencyError(
-                f"{Path(path).name} started before {Path(latest_path).name} ended: its sides "
-                f"were not measured one at a time, as interleaved rounds are",
-                str(Path(path).parent))
-        if latest_end is None or (end is not None and end > latest_end):
-            latest_end, latest_start, latest_path = end, start, path
+    # the latest ends so far of two rounds' sides at most (the latest of any side but a run's
+    # own is one of them), each with its start and file
+    latest: Dict[Tuple[int, str], Tuple[float, float, str]] = {}
+    for start, end, path, group in spans:
+        for other, (other_end, other_start, other_path) in latest.items():
+            if other != group and (start < other_end or start == other_start):
+                raise RouterLatencyError(
+                    f"{Path(path).name} started before {Path(other_path).name} ended: its "
+                    f"sides were not measured one at a time, as interleaved rounds are",
+                    str(Path(path).parent))
+        if end is not None and (group not in latest or end > latest[group][0]):
+            latest[group] = (end, start, path)
+            latest = dict(sorted(latest.items(), key=lambda item: -item[1][0])[:2])
 
 
 def side_problems(run: RunFile, allow_incomplete: bool) -> Tuple[Optional[str], Optional[str]]:
