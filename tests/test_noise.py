@@ -265,6 +265,8 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     found = noise_findings(Rounds(runs, "a", "b", report.used), report.rows, GateSettings())
     assert found.cost is None and found.plan is None and plan_sentence(found) is None
     assert len(found.rows) == 5  # every client row of the one pass
+    # a report without rows holds no findings at all (RoundsReport.noise None): no plan either
+    assert plan_sentence(None) is None
 
 
 def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):
