@@ -14,8 +14,7 @@ from router_latency.constants import DEFAULT_DECISION_PATHS, MAX_SIGNALS
 from router_latency.errors import RouterLatencyError
 from router_latency.files import write_atomic
 from router_latency.degraded import (degraded_answers_line, degraded_counts, degraded_from_json,
-                                     degraded_to_json,
-                                     unknown_answers)
+                                     degraded_text, degraded_to_json, unknown_answers)
 from router_latency.requests import pass_summary, Request
 from router_latency.runfile import Attempt, dump_run, load_run, PassRecord, RunFile, RunSettings
 from router_latency.client import http_response, ResponseReader
@@ -416,3 +415,14 @@ def test_the_degraded_line_says_the_percentiles_leave_them_out():
     # a check's details (JUnit's degraded check) say the counts alone
     assert degraded_answers_line("in Sequential", 2, signals, percentiles=False) \
         + "; left out of the percentiles" == line
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 5, 7])
+def test_the_degraded_counts_line_names_the_first_four_and_counts_the_rest(count):
+    signals = {f"classifier:s{i}": {"failed": 10 + i} for i in range(count)}
+    named = [f"classifier:s{i} failed {10 + i}" for i in reversed(range(count))]  # most first
+    text = degraded_text(signals)
+    if count <= 4:
+        assert text == ", ".join(named)
+    else:
+        assert text == ", ".join(named[:4]) + f", {count - 4} more"

@@ -1,6 +1,7 @@
 """history: the store across commits, the trend, the drift gate and its page."""
 
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -598,6 +599,18 @@ def test_a_measurement_in_two_entries_is_refused(tmp_path, cli):
                "main", "--new", "merge")
     assert both.code == 2 and "under commit c3 (this addition)" in both.err, both.err
     assert store.read_bytes() == before
+
+
+def test_a_run_file_added_twice_is_named_by_the_first_12_digits_of_its_sha256(tmp_path):
+    # as `sha256sum` prints it, cut to the 12 digits every other message names a file by
+    store = tmp_path / "perf.jsonl"
+    run = make_run(tmp_path / "one.json", label="merge", passes={1: BASE})
+    add_entries(str(store), [entry_of_run(run, EntryTags(commit="c1"))])
+    digest = hashlib.sha256(Path(run).read_bytes()).hexdigest()
+    with pytest.raises(RouterLatencyError) as raised:
+        add_entries(str(store), [entry_of_run(run, EntryTags(commit="c2"))])
+    assert f"{run}: a run file of it (sha256 {digest[:12]}) is already in the history under " \
+           f"commit c1 (line 1)" in str(raised.value)
 
 
 def test_a_step_that_overlaps_the_previous_ones_is_refused_with_the_reason(tmp_path, cli):

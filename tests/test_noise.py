@@ -14,8 +14,10 @@ from router_latency.pools import load_side
 from router_latency.runfile import dump_run, load_run
 from router_latency.roundset import Rounds
 from router_latency.gate import GateSettings
-from router_latency.noise import (INSTANCE_S, LOOK_S, node_cost, noise_findings,
-                                  plan_sentence, PLAN_DETECT_POWER, rounds_for, side_within)
+from router_latency.noise import (INSTANCE_S, LOOK_S, node_cost, noise_findings, pass_within,
+                                  plan_sentence, PLAN_DETECT_POWER, rounds_for, run_within,
+                                  side_within)
+from router_latency.pools import pool_run
 from router_latency.stats import detectable_change
 from router_latency.rounds import judge_rounds
 from conftest import NOISE_PROMPTS, noise_run, pair_folder
@@ -150,6 +152,36 @@ def test_halves_of_one_sending_time_req_per_s_by_their_latencies(tmp_path):
     assert mean.within > 0.05 and rate.within == pytest.approx(mean.within, rel=1e-9)
 
 
+@pytest.mark.parametrize("sendings", [1, 2])
+def test_a_pass_in_two_parts_varies_within_as_its_two_parts_do(tmp_path, sendings):
+    # sent once: two halves interleaved by prompt (even ids at 10 ms, odd at 12 ms); sent
+    # twice: the two sendings (10 ms, then 12 ms); either way two parts, the fewest that split
+    latencies = ([[12.0 if i % 2 else 10.0 for i in range(NOISE_PROMPTS)]] if sendings == 1
+                 else [[10.0] * NOISE_PROMPTS, [12.0] * NOISE_PROMPTS])
+    noise_run(tmp_path / "r1-a.json", "a", latencies, 1000.0)
+    record = load_run(str(tmp_path / "r1-a.json")).pass_named("sequential")
+    within, split = pass_within(record, "mean_ms")
+    assert split == ("halves" if sendings == 1 else "sendings")
+    assert within == pytest.approx(statistics.variance([math.log(10), math.log(12)]) / 2,
+                                   rel=1e-9)
+
+
+def test_a_pools_within_is_that_of_its_instances_mean(tmp_path):
+    # a pool's statistic is the mean of its K instances' logs: their within variances added,
+    # over K^2 (the instances' requests are not one pass to split)
+    instances = []
+    for i, slow in enumerate((11.0, 13.0, 10.5), 1):
+        noise_run(tmp_path / f"r1-a@{i}.json", "a",
+                  [[10.0] * NOISE_PROMPTS, [slow] * NOISE_PROMPTS, [10.0] * NOISE_PROMPTS],
+                  1000.0 + 100 * i)
+        instances.append(load_run(str(tmp_path / f"r1-a@{i}.json")))
+    alone = [pass_within(run.pass_named("sequential"), "mean_ms") for run in instances]
+    within, split = run_within(pool_run(instances), "sequential", "mean_ms")
+    assert split == "sendings" and all(a[0] > 0 for a in alone)
+    assert within == pytest.approx(sum(a[0] for a in alone) / 3 ** 2, rel=1e-12)
+    assert run_within(instances[0], "sequential", "mean_ms") == alone[0]
+
+
 def test_a_plan_from_sides_sent_differently_gives_its_rounds_and_their_range(tmp_path, cli):
     # the base sent every prompt twice, the new side once (--allow-mismatch passes): no row
     # splits alike on both sides, so each keeps its spread, the range's ends at its bounds
@@ -240,6 +272,8 @@ def test_no_plan_without_the_times_still_takes_noise_apart(tmp_path):
     found = noise_findings(Rounds(runs, "a", "b", report.used), report.rows, GateSettings())
     assert found.cost is None and found.plan is None and plan_sentence(found) is None
     assert len(found.rows) == 5  # every client row of the one pass
+    # a report without rows holds no findings at all (RoundsReport.noise None): no plan either
+    assert plan_sentence(None) is None
 
 
 def test_at_tolerance_zero_the_plan_is_for_the_slowdown_alone(tmp_path, cli):
