@@ -396,15 +396,22 @@ sys.exit(code)
 """
 
 
-@pytest.mark.process
-def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
+def scripted_until_decided(tmp_path, *options):
+    """Return run_rounds.sh --until-decided with the scripted stand-in tool (SCRIPTED_TOOL)
+    and the corpus it measures."""
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
     tool.write_text(SCRIPTED_TOOL.format(root=str(TOOL_PYC.parent)))
-    command = driver_args(tmp_path, corpus, "--until-decided", "--min-rounds", "3",
-                          "--max-rounds", "5", "--tool", str(tool), "--tolerance", "7",
-                          "--strict", "--max-mde", "12", "--format", "json")
+    command = driver_args(tmp_path, corpus, "--until-decided", "--max-rounds", "5",
+                          "--tool", str(tool), *options)
     del command[command.index("--rounds"):command.index("--rounds") + 2]
+    return command, corpus
+
+
+@pytest.mark.process
+def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
+    command, corpus = scripted_until_decided(tmp_path, "--min-rounds", "3", "--tolerance", "7",
+                                             "--strict", "--max-mde", "12", "--format", "json")
     command.remove("--pass-unless-worse")  # the looks' codes are scripted; the rule as given
     env = {**DRIVER_ENV, "TOOL_LOG": str(tmp_path / "tool.log"), "LOOK_CODES": "3,0,0",
            "FAIL_RUN": "r2-cpu"}
@@ -434,12 +441,7 @@ def test_driver_until_decided_stops_at_the_first_decided_look(tmp_path):
 
 @pytest.mark.process
 def test_driver_until_decided_stops_at_a_futility_look_and_resumes_to_the_same_stop(tmp_path):
-    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
-    tool = tmp_path / "tool.py"
-    tool.write_text(SCRIPTED_TOOL.format(root=str(TOOL_PYC.parent)))
-    command = driver_args(tmp_path, corpus, "--until-decided", "--max-rounds", "5",
-                          "--tool", str(tool), "--format", "json")
-    del command[command.index("--rounds"):command.index("--rounds") + 2]
+    command, _ = scripted_until_decided(tmp_path, "--format", "json")
     log = tmp_path / "tool.log"
     # look 2 (after round 4) stops for futility; the final judgement says so again
     env = {**DRIVER_ENV, "TOOL_LOG": str(log), "LOOK_CODES": "3,3,3", "FUTILE_LOOKS": "2,3"}
