@@ -3,6 +3,7 @@ stops, what it refuses, signals, pipes and its exit codes (marked process)."""
 
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -573,15 +574,28 @@ def test_driver_without_a_side_name_or_on_an_old_python_names_the_fix(tmp_path):
 
 
 def free_ports(count):
-    """Ports nothing listens on now (bound to port 0 and closed)."""
-    sockets = [socket.socket() for _ in range(count)]
+    """Distinct ports nothing listens on now, below the kernel's range for port 0 (a port 0
+    gave out from that range while a test held it free for a router was taken by another
+    test's router on port 0: "port ... already answers", seen once in a fresh clone's run)."""
+    low = 32768
     try:
-        for each in sockets:
-            each.bind(("127.0.0.1", 0))
-        return [each.getsockname()[1] for each in sockets]
-    finally:
-        for each in sockets:
-            each.close()
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    found, rng = [], random.Random()
+    for _ in range(1000):  # bounded: a few tries are enough unless the range is full
+        port = rng.randrange(max(1024, low - 12000), low)
+        if port in found:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise AssertionError(f"no {count} free ports below {low}")
 
 
 @pytest.mark.process

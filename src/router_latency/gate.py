@@ -601,13 +601,13 @@ def futility_text(undecided: Sequence[Row], gated: int, settings: GateSettings,
         chance = decide_probability(row.judged.mean, row.spread, settings.tolerance_log, levels,
                                     look.rounds, last - look.rounds)
         if chance < FUTILITY_PROBABILITY:
-            futile.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)} "
+            futile.append(f"{pass_title(row.pass_name)} {metric_title(row.metric)} in "
                           f"{chance:.0%}")
     if not futile:
         return ""
-    return (f"futility: the {plural(last - look.rounds, 'round')} left of the plan ({last}) "
-            f"would decide {', '.join(futile)} of the time, under "
-            f"{FUTILITY_PROBABILITY:.0%}: stop here, undecided")
+    # short: the script repeats it in its look line, a headline of about 200 characters
+    return (f"futility: {plural(last - look.rounds, 'more round')} (of {last}) would decide "
+            f"{', '.join(futile)} of runs, under {FUTILITY_PROBABILITY:.0%}")
 
 
 def outcome_of(failures: Sequence[str], doubts: Sequence[str],
