@@ -1034,6 +1034,16 @@ def rounds_folder(folder, labels):
     return folder
 
 
+def plain_rounds(folder):
+    """Three rounds of cpu and gpu, alike, with nothing but the default pass; return the
+    folder (made here)."""
+    folder.mkdir()
+    for n in (1, 2, 3):
+        make_run(folder / f"r{n}-cpu.json", label="cpu", started_unix=10.0 * n)
+        make_run(folder / f"r{n}-gpu.json", label="gpu", started_unix=10.0 * n + 3)
+    return folder
+
+
 def exchange(url, method, path, body=b"", headers=None):
     """Return (status, headers with lower-case names, body) of one request."""
     host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)

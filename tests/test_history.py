@@ -685,14 +685,19 @@ def test_a_gap_in_the_chain_of_bases_is_noted_and_a_chained_entry_is_not(tmp_pat
                      "between those is not counted"]
 
 
-def test_an_entry_of_another_node_is_left_out_unless_node_is_allowed(tmp_path, cli):
+def second_entry_changed(tmp_path, cli, commits, **fields):
+    """Return a store of `commits` A/A entries whose second line has the given fields."""
     store = tmp_path / "perf.jsonl"
-    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 3),
+    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * commits),
                "--base", "main", "--new", "merge").code == 0
     lines = store.read_text().splitlines()
-    moved = json.loads(lines[1])
-    moved["node"] = "another-host"
-    store.write_text("\n".join([lines[0], json.dumps(moved), *lines[2:]]) + "\n")
+    lines[1] = json.dumps({**json.loads(lines[1]), **fields})
+    store.write_text("\n".join(lines) + "\n")
+    return store
+
+
+def test_an_entry_of_another_node_is_left_out_unless_node_is_allowed(tmp_path, cli):
+    store = second_entry_changed(tmp_path, cli, 3, node="another-host")
     left = json.loads(cli("history", "report", "--history", store, "--format", "json").out)
     assert [(e["commit"], e["why"].split(",")[0]) for e in left["left_out"]] == \
         [("c2", "node another-host")]
@@ -718,13 +723,7 @@ def test_a_drift_of_no_spread_is_beyond_the_tolerance_for_sure_or_not_at_all(shi
 
 
 def test_a_stored_row_that_is_no_object_is_refused_naming_its_line(tmp_path, cli):
-    store = tmp_path / "perf.jsonl"
-    assert cli("history", "add", "--history", store, "--each", chain(tmp_path, [1.0] * 2),
-               "--base", "main", "--new", "merge").code == 0
-    lines = store.read_text().splitlines()
-    broken = json.loads(lines[1])
-    broken["rows"] = [5]
-    store.write_text("\n".join([lines[0], json.dumps(broken)]) + "\n")
+    store = second_entry_changed(tmp_path, cli, 2, rows=[5])
     result = cli("history", "report", "--history", store)
     assert result.code == 2
     assert result.err == (f"router-latency: error: a row is not an object ({store}: line 2: "

@@ -4,7 +4,7 @@ change."""
 import json
 
 from router_latency.runtime_load import runtime_load_section
-from conftest import make_run, rounds
+from conftest import make_run, plain_rounds, rounds
 
 LATER = 'vsr_model_runtime_stage_decision_calls_total{deployment="d",round="later"}'
 FIRST = 'vsr_model_runtime_stage_decision_calls_total{deployment="d",round="first"}'
@@ -65,11 +65,6 @@ def test_dropped_questions_beside_a_slower_side_are_named(tmp_path, cli):
 
 
 def test_runs_without_the_runtimes_load_have_no_section(tmp_path, cli):
-    folder = tmp_path / "plain"
-    folder.mkdir()
-    for n in (1, 2, 3):
-        make_run(folder / f"r{n}-cpu.json", label="cpu", started_unix=10.0 * n)
-        make_run(folder / f"r{n}-gpu.json", label="gpu", started_unix=10.0 * n + 3)
-    result = rounds(cli, folder)
+    result = rounds(cli, plain_rounds(tmp_path / "plain"))
     assert "runtime" not in result.out
     assert runtime_load_section.__name__  # imported from its module

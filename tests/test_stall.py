@@ -4,7 +4,7 @@ compare and rounds when a side shows it."""
 from router_latency.files import write_atomic
 from router_latency.runfile import dump_run, load_run
 from router_latency.stall import late_bodies, stall_text
-from conftest import make_run
+from conftest import make_run, plain_rounds
 
 
 def stalled(path, share):
@@ -31,11 +31,8 @@ def test_most_answers_late_is_a_stall_and_a_few_are_not(tmp_path):
 
 
 def test_compare_and_rounds_name_the_side_that_stalls(tmp_path, cli):
-    folder = tmp_path / "rounds"
-    folder.mkdir()
+    folder = plain_rounds(tmp_path / "rounds")
     for n in (1, 2, 3):
-        make_run(folder / f"r{n}-cpu.json", label="cpu", started_unix=10.0 * n)
-        make_run(folder / f"r{n}-gpu.json", label="gpu", started_unix=10.0 * n + 3)
         stalled(folder / f"r{n}-gpu.json", 1.0)
     result = cli("rounds", "--dir", folder, "--base", "cpu", "--new", "gpu")
     assert result.code != 2, result.err
