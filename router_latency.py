@@ -123,47 +123,38 @@ if sys.version_info < (3, 9):
 
 import argparse
 import array
-import base64
 import collections
-import csv
 import dataclasses
-import datetime
-import difflib
 import errno
 import fcntl
 import functools
 import gc
-import hashlib
 import heapq
-import http
 import io
 import itertools
 import json
 import math
 import operator
-import platform
-import random
 import re
 import resource
 import select
 import shutil
-import socket
-import ssl
 import stat
-import statistics
-import subprocess
-import tempfile
 import threading
 import time
 import unicodedata
 import urllib.parse
 from pathlib import Path
 from typing import (Any, Callable, cast, Dict, FrozenSet, Iterable, Iterator, List, Literal,
-                    Mapping, NamedTuple, NoReturn, Optional, Protocol, Sequence, Set, Tuple,
+                    Mapping, NamedTuple, NoReturn, Optional, Protocol, Sequence, Set, Tuple, Type,
                     TYPE_CHECKING, TypedDict, Union)
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     from typing_extensions import TypeGuard
+    import random
+    import socket
+    import ssl
+    import subprocess
 
 __all__ = [
     "RouterLatencyError", "Interval", "t_quantile", "paired_interval", "ratio_interval",
@@ -1611,6 +1602,7 @@ def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list[i
     scores n / 1.2533, so it is flagged from n = 5 on: in a handful of rounds one odd value
     among identical ones is not evidence of anything. All values equal give [].
     """
+    import statistics
     xs = _series(values, "values", 0)
     threshold = _finite(threshold, "threshold")
     if threshold <= 0:
@@ -1966,6 +1958,7 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
     """Return, per look of sequential_looks(max_rounds, first=first), the one-sample t
     statistics of SEQUENTIAL_PATHS standard normal sequences at that look's rounds (an array
     per look)."""
+    import random
     looks = sequential_looks(max_rounds, first=first)
     if max_rounds > MAX_LOOKS:
         return _null_t_blocks(looks)
@@ -1990,6 +1983,7 @@ def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
     squared deviations from it sum to a chi-square on k - 1 degrees of freedom (twice a
     gamma of shape (k - 1) / 2), independent of that mean, and Chan's merge adds a block to
     the running mean and sum of squares exactly. Two draws a look, not one a round."""
+    import random
     rng = random.Random(SEQUENTIAL_SEED)
     gauss, gamma = rng.gauss, rng.gammavariate
     sizes = [looks[0]] + [b - a for a, b in zip(looks, looks[1:])]
@@ -2603,6 +2597,7 @@ def read_held(fd: int, path: str, limit: int) -> bytes:
 
 
 def _write_atomic(path: str, data, shown: str) -> None:
+    import tempfile
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
@@ -2654,6 +2649,7 @@ def output_mode() -> int:
 def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
     """Save measurements that could not be written where asked; return where they went. A
     copy that cannot be written whole is removed, not left truncated."""
+    import tempfile
     path = None
     try:
         fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
@@ -2729,6 +2725,7 @@ def output_folder(path: str) -> Path:
 def check_folder_accepts_a_file(path: str) -> None:
     """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
     full disk): a file is made there and removed, before anything is measured."""
+    import tempfile
     if path == "-" or special_target(path) is not None:
         return
     folder = output_folder(path)
@@ -3161,6 +3158,7 @@ def load_corpus(path: str) -> Corpus:
     """Return the prompts and sha256 of a corpus file, validated. Its prompts are made as they
     are parsed (prompt_pairs): at most about 4 times the file's size, a million prompts of a
     few characters included (docs/failures.md)."""
+    import hashlib
     held = [read_bytes(path, MAX_CORPUS_BYTES)]
     sha256 = hashlib.sha256(held[0]).hexdigest()
     document = parse_json(held, path, prompt_pairs)  # the bytes go once decoded
@@ -3513,6 +3511,7 @@ def parse_nvidia_smi(text: str) -> GpuReading:
     query's order without a header; units ('1980 MHz') are dropped, and '[N/A]',
     '[Not Supported]' and 'N/A' are no figure. Without an index column, rows count from 0.
     """
+    import csv
     rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
     names = None
     if rows and any(cell.split(" [")[0].strip() in NVIDIA_COLUMNS for cell in rows[0]):
@@ -3672,6 +3671,7 @@ class NvidiaSamples:
     def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
         """Return (Unix time, device, figures) of one line, None for a header or message.
         The time is the tool's timestamp, or when the line arrived without one."""
+        import csv
         row = next(csv.reader([line], skipinitialspace=True), [])
         names = [cell.split(" [")[0].strip() for cell in row]
         if row and any(name in SAMPLE_COLUMNS for name in names):
@@ -3704,6 +3704,8 @@ def known(values: Sequence[Optional[float]]) -> list:
 def pass_figures(samples: Sequence[tuple]) -> GpuPassFigures:
     """Return one GPU's figures over a pass's samples: lowest SM clock, highest temperature,
     mean and peak power, mean use, the clock events seen."""
+    import statistics
+
     def column(key: str) -> list:
         return known([figures.get(key) for _, figures in samples])
 
@@ -3990,6 +3992,7 @@ def timing_cache_test(passes: Sequence[Any]) -> Optional[TimingCacheTest]:
     ratios fall far below 1. A router without one answers them as before or slower (later
     passes run more callers at once): it is called a cache when more than half of the prompts
     compared have a ratio below CACHE_RATIO."""
+    import statistics
     answered: dict = {}
     for item in passes:
         if item.discarded:
@@ -4686,6 +4689,7 @@ def slow_tests(windows: Sequence[PhaseWindow],
                thresholds: Thresholds) -> list[tuple[int, bool, bool]]:
     """Return (index, its p95 is above the limit, its rate below it) of each window
     (slow_windows); none for fewer than 3 windows."""
+    import statistics
     if len(windows) < 3:
         return []
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
@@ -4711,6 +4715,8 @@ class SlowPhase(NamedTuple):
     def evidence(self, windows: Sequence[PhaseWindow]) -> str:
         """Return the figures that made the phase, each against the median window's: judged
         against the prompts' references, with the windows' own figures beside them."""
+        import statistics
+
         def median(values: Iterator[Optional[float]]) -> Optional[float]:
             known = [v for v in values if v is not None]
             return statistics.median(known) if known else None
@@ -4747,6 +4753,7 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     """Return, for each request of a pass in send order, what its prompt takes elsewhere in
     the run (the median latency of its answers in the other passes, else in its other
     repetitions), or None when a tenth of them have no such answer."""
+    import statistics
     elsewhere: dict = {}
     for other in passes:
         if other is not item and not other.discarded:
@@ -4782,6 +4789,7 @@ def slow_phase(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> Slow
     reference is small by where it stood in the other passes (the first request on each
     connection) does not make a window slow. Without references (a single pass sent once),
     the pass's own windows are the baseline (slow_windows)."""
+    import statistics
     windows, requests = item.attempt.windows, item.requests
     references = prompt_references(item, passes) if len(windows) >= 3 else None
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
@@ -4813,6 +4821,7 @@ def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
                 thresholds: Thresholds, relative: bool) -> SlowPhase:
     """Return the SlowPhase of windows judged as `judged` says, each slow window also worse
     than the median window in its own figure of the test that found it."""
+    import statistics
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     median_p95 = statistics.median(p95s) if p95s else None
@@ -6384,6 +6393,7 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                           parts.query, option)
     authorization = None
     if parts.username is not None or parts.password is not None:
+        import base64
         user = urllib.parse.unquote(parts.username or "")
         password = urllib.parse.unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
@@ -6425,6 +6435,7 @@ def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
     ordinary text (a `1` would hide every 1)."""
     values = {value for _, value in headers}
     if endpoint.authorization:
+        import base64
         values.add(endpoint.authorization)
         user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
             "utf-8", "replace").partition(":")
@@ -6725,11 +6736,25 @@ def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.S
     """Return a TLS context verifying certificates (unless insecure); None for plain http."""
     if endpoint.scheme != "https":
         return None
+    import ssl
     context = ssl.create_default_context()
     if insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def blocked_errors(context: Optional[ssl.SSLContext], *,
+                   writing: bool = False) -> Tuple[Type[OSError], ...]:
+    """Return what a non-blocking socket raises when it has nothing to read yet (writing: no
+    room to write): BlockingIOError, and on a socket of a TLS context also ssl's own (ssl is
+    imported only where a context is made: only https needs it)."""
+    if context is None:
+        return (BlockingIOError,)
+    import ssl
+    if writing:
+        return (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
+    return (BlockingIOError, ssl.SSLWantReadError)
 
 
 def wait_socket(sock: socket.socket, writable: bool, deadline: float,
@@ -6751,6 +6776,7 @@ def wait_socket(sock: socket.socket, writable: bool, deadline: float,
 def connect_socket(endpoint: Endpoint, deadline: float,
                    stop: Optional[threading.Event]) -> socket.socket:
     """Return a non-blocking socket connected to the endpoint; raise RequestFailed."""
+    import socket
     try:
         addresses = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except OSError:
@@ -6777,6 +6803,7 @@ def connect_socket(endpoint: Endpoint, deadline: float,
 def tls_handshake(sock: ssl.SSLSocket, deadline: float,
                   stop: Optional[threading.Event]) -> None:
     """Complete the TLS handshake of a non-blocking socket; raise RequestFailed."""
+    import ssl
     while True:
         try:
             sock.do_handshake()
@@ -6807,6 +6834,7 @@ def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SS
                 stop: Optional[threading.Event] = None) -> socket.socket:
     """Return a connected non-blocking socket (TLS-wrapped and past the handshake for https);
     raise RequestFailed. Its waits look at `stop` every STOP_POLL_S and end when it is set."""
+    import socket
     deadline = time.monotonic() + timeout
     sock = connect_socket(endpoint, deadline, stop)
     try:
@@ -6876,13 +6904,14 @@ class Connection:
         try:
             sock.setblocking(False)
             sock.recv(1)
-        except (BlockingIOError, ssl.SSLWantReadError):
+        except blocked_errors(self.ssl_context):
             return False  # nothing there (a TLS session ticket is not application data)
         except OSError:
             pass
         return True
 
     def _exchange(self, payload: bytes) -> ResponseReader:
+        import socket
         if self.sock is None:
             self.sock = open_socket(self.endpoint, min(self.timeout, CONNECT_TIMEOUT_S),
                                     self.ssl_context, self.stop)
@@ -6926,13 +6955,14 @@ class Connection:
         """Read what the server sent while the request was still being written (it stopped
         reading it: a body too large, say); return whether that is a whole answer. Go's
         client takes such an answer and closes the connection, as exchange does then."""
+        import socket
         sock = cast(socket.socket, self.sock)
         sock.settimeout(0.0)
         try:
             while True:
                 try:
                     data = sock.recv(262144)
-                except (BlockingIOError, ssl.SSLWantReadError):
+                except blocked_errors(self.ssl_context):
                     return False
                 if reader.feed(data) if data else reader.eof():
                     return True
@@ -6953,6 +6983,7 @@ class Connection:
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
                        stopping: threading.Event) -> None:
     """Accept connections until the listener closes; each gets TCP_NODELAY and serve()."""
+    import socket
     while not stopping.is_set():
         try:
             connection, _ = listener.accept()
@@ -6968,6 +6999,7 @@ def stop_accepting(listeners: Sequence[socket.socket],
     listener closed under a thread blocked in accept() keeps listening on Linux (the call
     holds it), and a descriptor number freed while a thread is between two calls on it is the
     next socket's: that thread would take another server's connections."""
+    import socket
     for listener in listeners:
         try:
             listener.shutdown(socket.SHUT_RDWR)  # wakes accept() with an error
@@ -6982,6 +7014,7 @@ def stop_accepting(listeners: Sequence[socket.socket],
 def http_response(status: int, body: bytes, content_type: str = "application/json",
                   headers: Sequence = ()) -> bytes:
     """Return a whole HTTP/1.1 response with a Content-Length, head and body in one buffer."""
+    import http
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
@@ -7979,6 +8012,7 @@ def container_cgroup(name: str, *, proc_root: str = "/proc",
                      cgroup_root: str = "/sys/fs/cgroup", timeout: float = 10.0) -> str:
     """Return the cgroup v2 folder of a running Docker container, found with `docker
     inspect`: its main process's cgroup, else where Docker's two cgroup drivers put it."""
+    import subprocess
     if not shutil.which("docker"):
         raise RouterLatencyError("docker is not on PATH; --router-cgroup PATH or --router-pid "
                                  "PID read the router without it", "--router-container")
@@ -8015,6 +8049,7 @@ def container_cgroup(name: str, *, proc_root: str = "/proc",
 
 def cpu_model(proc_root: str = "/proc") -> Optional[str]:
     """Return the CPU's model name from /proc/cpuinfo, or None."""
+    import platform
     try:
         for line in Path(proc_root, "cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -8056,6 +8091,7 @@ def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> CpuSettings
 def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Optional[str], *,
                   proc_root: str = "/proc", sys_root: str = "/sys") -> HostSettings:
     """Return the host's settings that move latency, read once per run."""
+    import platform
     try:
         router = parse_cpu_list(router_cpus_text) if router_cpus_text else None
     except ValueError:
@@ -8191,6 +8227,7 @@ def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
     of a command (a shell line when a str) run in its own session, so that a timeout or the
     stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell. The
     environment variables named in `hidden` (the token's) are not passed to it."""
+    import subprocess
     if stop is not None and stop.is_set():
         return None, b"", "interrupted"
     env = {k: v for k, v in os.environ.items() if k not in hidden} if hidden else None
@@ -8480,6 +8517,7 @@ class PassSampler:
             self.ready.set()
 
     def _run_gpu_tool(self) -> None:
+        import subprocess
         env = {k: v for k, v in os.environ.items() if k not in self.capture.hidden_variables}
         name = self.tool or ""
         for command, reader in sampler_commands(name, self.interval):
@@ -8508,6 +8546,7 @@ class PassSampler:
 
     def stop(self, requests: int, wall_s: float) -> TelemetryJson:
         """End the sampling; return the pass's telemetry record."""
+        import subprocess
         with self.lock:
             self.done.set()
             process = self.process
@@ -8631,6 +8670,7 @@ def energy_of(devices: Sequence[Sequence[tuple]], wall_s: float,
     its energy counter's rate between its first and last sample where it has one that moved,
     else its mean sampled power, times the pass's wall time. None without a figure for every
     device."""
+    import statistics
     if not devices or wall_s <= 0 or not requests:
         return None
     joules, sources = 0.0, set()
@@ -8680,6 +8720,7 @@ def series_within(series: dict, start: float, end: float, slack: float) -> list:
 
 
 def mean_of(values: Sequence[Optional[float]]) -> Optional[float]:
+    import statistics
     found = known(values)
     return statistics.fmean(found) if found else None
 
@@ -8740,6 +8781,8 @@ def coincided(figures: WindowFigures, calm: Sequence[WindowFigures]) -> list:
     """Return what stood out in a slow window against the pass's other windows: another GPU
     busy, foreign CPU on the router's cores, the router's GPU clocked down or throttled, the
     load up."""
+    import statistics
+
     def usual(values: Sequence[Optional[float]]) -> float:
         found = known(values)
         return statistics.median(found) if found else 0.0
@@ -9154,6 +9197,7 @@ def arrival_schedule(count: Optional[int], rate: float, arrival: str, seed: int,
     constant: evenly spaced at 1/rate; poisson: exponential gaps of mean 1/rate from a
     generator seeded with `seed`, so the same seed gives the same schedule on every run.
     """
+    import random
     if count is None and duration is None:
         raise ValueError("arrival_schedule needs a count or a duration")
     limit = math.inf if duration is None else duration * 1e9
@@ -9261,6 +9305,9 @@ class PassLoop:
         self.duration_ns = None if duration is None else round(duration * 1e9)
         self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
+        # what a socket raises with nothing to read yet, or no room to write (TLS has its own)
+        self.no_data = blocked_errors(self.context)
+        self.no_room = blocked_errors(self.context, writing=True)
         self.epoll = hasattr(select, "epoll")  # else poll, which waits in milliseconds
         self.poller = select.epoll() if self.epoll else select.poll()
         self.by_fd: dict = {}  # file descriptor -> _Slot
@@ -9302,7 +9349,7 @@ class PassLoop:
         assert sock is not None  # only a slot's open socket is registered for events
         try:
             sock.recv(65536)
-        except (BlockingIOError, ssl.SSLWantReadError):
+        except self.no_data:
             return  # a TLS session ticket: nothing for the application
         except OSError:
             pass
@@ -9347,7 +9394,7 @@ class PassLoop:
         payload = self.payloads[slot.index % len(self.payloads)]
         try:
             sent = sock.send(payload)
-        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+        except self.no_room:
             sent = 0
         except OSError:
             self._broken(slot, perf())
@@ -9377,7 +9424,7 @@ class PassLoop:
         assert sock is not None and pending is not None
         try:
             sent = sock.send(pending)
-        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+        except self.no_room:
             return
         except OSError:
             self._broken(slot, now)
@@ -9393,7 +9440,7 @@ class PassLoop:
             while True:
                 try:
                     data = sock.recv(262144)
-                except (BlockingIOError, ssl.SSLWantReadError):
+                except self.no_data:
                     return
                 if not data and not reader.received:
                     break  # closed before any answer: maybe sent again, below
@@ -9403,7 +9450,7 @@ class PassLoop:
                 if not slot.head_at:  # an answer in parts: when its first part came
                     slot.head_at = now
                 # with a TLS context open_socket gave an SSLSocket: it may hold decrypted bytes
-                if self.context is None or not cast(ssl.SSLSocket, sock).pending():
+                if self.context is None or not cast("ssl.SSLSocket", sock).pending():
                     return  # plain TCP: one recv took what there was
         except OSError:
             pass
@@ -9698,9 +9745,10 @@ class LoopbackResponder:
     left of a request's latency against it is the driver's own work and the loopback's."""
 
     BODY = b'{"decision_result": {"decision_name": "floor"}}'
-    ANSWER = http_response(200, BODY)
 
     def __init__(self) -> None:
+        import socket
+        self.answer = http_response(200, self.BODY)  # made here, not as the module loads
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.stopping = threading.Event()
@@ -9733,7 +9781,7 @@ class LoopbackResponder:
                     if len(buffer) < end + 4 + length:
                         break
                     buffer = buffer[end + 4 + length:]
-                    connection.sendall(self.ANSWER)
+                    connection.sendall(self.answer)
 
     def close(self) -> None:
         self.stopping.set()
@@ -9854,6 +9902,7 @@ def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
 
 
 def status_words(status: int) -> str:
+    import http
     try:
         return f"HTTP {status} {http.HTTPStatus(status).phrase}"
     except ValueError:
@@ -10050,6 +10099,7 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     while the classifiers load) or 200 without a decision result are not ready yet. A 429
     is a router that routes but has no free slot this moment: ready, and the passes will
     record what it sheds. While waiting, `show` gets each new state in words."""
+    import socket
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:
@@ -10475,6 +10525,8 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
     A run whose `stop` is set during its passes (see RunContext) is returned with
     complete=False and the passes measured so far.
     """
+    import platform
+    import socket
     target, plan, guard, capture = context.target, context.plan, context.guard, context.capture
     stop, notify, thresholds = context.stop, context.notify, context.thresholds
     check_plan(plan, len(corpus.prompts))
@@ -10545,6 +10597,7 @@ def finished_run(run: RunFile, thresholds: Thresholds,
 
 def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     """Return the simulated decision for a prompt: a stable hash of its text picks one."""
+    import hashlib
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     return decisions[int.from_bytes(digest[:4], "big") % len(decisions)]
 
@@ -10660,6 +10713,7 @@ def simulated_signals(text: str, decision: str, elapsed_ms: float,
 
 def text_number(text: str) -> int:
     """Return a stable 32-bit number of a text (the same in every process)."""
+    import hashlib
     return int.from_bytes(hashlib.blake2s(text.encode("utf-8", "surrogatepass"),
                                           digest_size=4).digest(), "big")
 
@@ -10711,6 +10765,7 @@ def simulated_today(answer: dict, text: str, answers: "SimulatedAnswers",
     the seed the request's preview_context.sampling_seed or one drawn anew, the model a
     function of the seed and the prompt), for another a partial 503: the signals ran, the
     decision failed (decision_error)."""
+    import random
     if answers.partial_share and share_of("partial:" + text, answers.partial_share):
         partial = {key: value for key, value in answer.items() if key not in (
             "recommended_models", "selected_model", "selection_status", "selection_method",
@@ -10737,6 +10792,7 @@ def share_of(key: str, share: float) -> bool:
 def go_response(status: int, body: bytes, headers: Sequence = ()) -> bytes:
     """Return a whole response as Go's net/http writes a JSON answer: with a Content-Length
     when the body fits its 2,048-byte buffer, chunked (one chunk) when it does not."""
+    import http
     if len(body) <= GO_CHUNKING_BYTES:
         return http_response(status, body, headers=headers)
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
@@ -10833,6 +10889,7 @@ class SignalModel(NamedTuple):
         """Return each signal's own random stream, seeded by the seed, its name and time:
         two simulators started with one seed give a signal set alike the same times (common
         random numbers), so that comparing them shows what was changed and nothing else."""
+        import random
         return {name: random.Random(f"{seed}:{name}:{ms!r}") for name, ms in self.times_ms}
 
     def draw(self, streams: Dict[str, random.Random]) -> Tuple[SignalTime, ...]:
@@ -10963,6 +11020,9 @@ class SimulatedRouter:
     """
 
     def __init__(self, host: str, port: int, settings: SimulatorSettings):
+        import hashlib
+        import random
+        import socket
         delay_ms, jitter_ms, serial, decisions, seed, max_concurrency, stall, workers, \
             answers, signals, speed = settings
         self.delay_s, self.jitter_s = delay_ms * speed / 1000, jitter_ms * speed / 1000
@@ -11016,6 +11076,7 @@ class SimulatedRouter:
             thread.start()
 
     def stop(self) -> None:
+        import socket
         self.stopping.set()
         stop_accepting([x for x in (self.listener, self.metrics_listener) if x is not None],
                        self.threads)
@@ -11538,6 +11599,7 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
            settings: GateSettings) -> Row:
     """Return one row of the rounds table: one estimator, the geometric mean of the
     per-round ratios, with its t interval on the log ratios; its verdict before the gate."""
+    import statistics
     if any(v is None or v <= 0 for v in (*base_values, *new_values)):
         raise RouterLatencyError(f"{pass_title(name)} {metric_title(metric)}: a round has no "
                                  f"positive value")
@@ -12248,6 +12310,7 @@ def part_value(part: Sequence[Request], metric: str, split: str = "sendings") ->
 def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[float, str]]:
     """Return the variance of a whole pass's log statistic from within its instance (the
     parts' variance over their count) and how it was split; None when it cannot be split."""
+    import statistics
     if record is None or record.discarded or not record.requests:
         return None
     parts, split = pass_parts(record)
@@ -12273,6 +12336,7 @@ def run_within(run: RunFile, name: str, metric: str) -> Optional[Tuple[float, st
 def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[Tuple[float, str]]:
     """Return a side's within-instance variance of a pass's statistic, pooled over the used
     rounds, and the split; None when a round's pass cannot be split."""
+    import statistics
     runs, used = rounds.runs, rounds.used
     found = [run_within(runs[n][side], name, metric) for n in used]
     if not found or any(f is None for f in found):
@@ -12385,6 +12449,7 @@ def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     the files do not record it (no start time, no ready time). A pool's instances are timed
     each: its start-up once (before its first run), the step from one instance's run to the
     next apart (instance_s), and its side's gap with the start-up taken out."""
+    import statistics
     runs, sides, used = rounds.runs, rounds.sides, rounds.used
     timed = timed_runs(rounds)
     if not timed:
@@ -13170,6 +13235,7 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                    settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
     """Return one pass's breakdown from its attributions, round by round on each side; a
     signal only one side reported is said in the sentence, not left out in silence."""
+    import statistics
     # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
     base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
                                 for a in side] for side in (base, new))
@@ -13204,6 +13270,7 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
     They are ordered, and "most of the change" is said, on means, which add up where
     percentiles do not: the part whose time per request shifted most, when its shift is at
     least half the client's shift in mean latency (medians over rounds)."""
+    import statistics
     values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
     if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
         return ""
@@ -13231,6 +13298,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
 def signal_shift(name: str, base: Sequence[PassAttribution],
                  new: Sequence[PassAttribution]) -> float:
     """Return the shift of a signal's time per request, new - base, medians over rounds."""
+    import statistics
+
     def per_request(side: Sequence[PassAttribution]) -> float:
         return statistics.median(next((p.per_request_ms for p in a.parts
                                        if p.kind == "signal" and p.name == name
@@ -13446,6 +13515,7 @@ def pass_load(item: PassRecord) -> Optional[PassLoad]:
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+    import statistics
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
 
@@ -13879,6 +13949,7 @@ class InputSlowdowns(NamedTuple):
 
 def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: Any) -> Slowdown:
     """Return the slowdown shown by per-round log ratios ln(new/base), not yet called."""
+    import statistics
     ratio = math.exp(statistics.median(logs))
     slower = sum(v > 0 for v in logs)
     if len(logs) < 2:
@@ -14101,6 +14172,7 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
     choosing what to drop is a second test, and the two together fail more often than
     either. The gate's answer to a noisy round is the wider interval it gives.
     """
+    import statistics
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
         return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())
@@ -14514,6 +14586,7 @@ def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
 def median_span(values: Sequence[Optional[float]], unit: str) -> str:
     """Return the median of figures over rounds with their range: 387 req/s (380-391 over
     3 rounds)."""
+    import statistics
     known = [v for v in values if v is not None]
     if not known:
         return "n/a"
@@ -14639,6 +14712,7 @@ def pareto_plot(found: Ladders) -> ParetoPlot:
     """Return the Pareto plot of the ladders: each round's steps as (req/s, p95) a faint
     line, per side the median over rounds of each step every round has a bold one, the SLO,
     and each side's median capacity within it marked on it."""
+    import statistics
     faint, bold, capacities = [], [], {}
     for side, index in {found.base: 0, found.new: 1}.items():
         ladders = [(n, c) for n, s, c in found.capacity if s == side]
@@ -15408,6 +15482,7 @@ def time_windows(requests: Sequence[Request],
                  count: int = TIME_WINDOWS) -> List[Tuple[float, float]]:
     """Return (middle in seconds, median latency) of each of count equal windows of send
     time that holds a request."""
+    import statistics
     timed = [(r.start_ms, r.latency_ms) for r in requests
              if r.start_ms is not None and r.latency_ms is not None]
     span = max((start for start, _ in timed), default=0.0) or 1.0
@@ -16042,6 +16117,7 @@ class HistoryEntry(NamedTuple):
 
 
 def history_now() -> str:
+    import datetime
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -16110,6 +16186,7 @@ def entry_of_folder(folder: str, base: str, new: str, tags: EntryTags,
 
 def file_digest(path: str) -> str:
     """Return the sha256 of a file's bytes, in hex."""
+    import hashlib
     return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
@@ -17375,6 +17452,7 @@ def junit_xml(report: RoundsReport) -> bytes:
 
 def requests_csv(passes: Sequence[PassRecord]) -> bytes:
     """Return one CSV line per request of the measured passes (the timings that count)."""
+    import csv
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"])
@@ -18462,6 +18540,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> List[str]:
     """Return what `corpus` prints of the corpus it wrote."""
+    import hashlib
     source = corpus["source"]
     lines = [f"corpus: {len(corpus['prompts'])} prompts ({source['from_repo']} distinct from "
              f"{len(corpus['files'])} files, {source['boundary_cases']} boundary cases)",
@@ -19403,6 +19482,7 @@ def history_percent(text: str) -> float:
 
 def history_date(text: str) -> str:
     """Return an ISO 8601 date or time as UTC text: 2026-01-31 or 2026-01-31T12:00:00Z."""
+    import datetime
     try:
         when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -19703,6 +19783,7 @@ def add_today_options(p: argparse.ArgumentParser) -> None:
 def instance_speed(sd_pct: float, seed: int, environ: Mapping[str, str]) -> float:
     """Return an instance's time factor: exp of a normal draw of sd_pct / 100, seeded by the
     seed and the instance run_rounds.sh names (ROUND, SIDE, INSTANCE); 1 without a spread."""
+    import random
     if not sd_pct:
         return 1.0
     key = ":".join([str(seed)] + [environ.get(n, "") for n in ("ROUND", "SIDE", "INSTANCE")])
@@ -19884,6 +19965,7 @@ def add_demo_parser(commands: Any) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the whole method on two simulated routers: corpus, interleaved rounds, rounds."""
+    import tempfile
     keep = args.keep is not None
     work = Path(args.keep) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
     if keep:
@@ -19954,6 +20036,7 @@ class Parser(argparse.ArgumentParser):
         """Return the error for a command word this parser does not have, naming the closest
         one it has (a mistyped command is named before the options it was given); '' when
         the command is known or this parser takes none."""
+        import difflib
         if self._subparsers is None:
             return ""
         commands = [name for action in self._subparsers._group_actions
@@ -19968,6 +20051,7 @@ class Parser(argparse.ArgumentParser):
     def mistyped_option(self) -> str:
         """Return the error for the first option this parser does not know, naming the
         closest one it does; '' when there is none."""
+        import difflib
         known = [o for o in self._option_string_actions if o.startswith("--")]
         for word in self.words:
             if word == "--":

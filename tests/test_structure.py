@@ -122,6 +122,8 @@ def edited_words(added):
      "under another name"),
     ("\nre = None\n", "words.py defines re, which .*imports: one file has one namespace"),
     ("\nEXIT_OK = 0\n", "EXIT_OK is defined in both constants.py and words.py"),
+    ("\ndef late():\n    import json\n    return json\n",
+     "line .*: imports json in a function, which words.py imports in its preamble"),
 ])
 def test_the_amalgamation_refuses_what_one_file_cannot_hold(added, problem):
     modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]

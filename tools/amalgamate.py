@@ -96,7 +96,8 @@ class AmalgamationError(Exception):
 class Module(NamedTuple):
     """One module's parts: its docstring, its standard-library imports (`import x` lines and
     {module: names} of `from` imports) and the names they bind, what it takes from the
-    package, the names it defines, and its body's text."""
+    package, the names it defines, its body's text, and the standard-library modules its
+    functions import where they need them ({module: line})."""
     name: str
     docstring: str
     imports: Set[str]
@@ -106,6 +107,7 @@ class Module(NamedTuple):
     defined: Set[str]
     body: str
     imported: Set[str]  # the names its standard-library imports bind
+    lazy: Dict[str, int]  # the modules imported inside its functions, each at its first line
 
 
 def bound_names(node: ast.stmt) -> List[str]:
@@ -128,6 +130,13 @@ def import_line(node: ast.Import) -> List[str]:
     return [f"import {a.name}" + (f" as {a.asname}" if a.asname else "") for a in node.names]
 
 
+def imported_modules(node: ast.AST) -> List[str]:
+    """Return the modules an import statement imports (none for any other node)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    return [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+
+
 def read_module(name: str, source: str) -> Module:
     """Return a module's parts; AmalgamationError where its preamble holds anything but its
     docstring, imports, an `if TYPE_CHECKING:` block of imports and `__all__`, or where an
@@ -140,7 +149,7 @@ def read_module(name: str, source: str) -> Module:
     body_at = next((i for i, node in enumerate(tree.body) if is_all(node)), None)
     if body_at is None:
         raise AmalgamationError(f"{where}: no __all__ ending its preamble")
-    module = Module(name, docstring, set(), {}, set(), {}, set(), "", set())
+    module = Module(name, docstring, set(), {}, set(), {}, set(), "", set(), {})
     for node in tree.body[1:body_at]:
         read_preamble_statement(module, node, where)
     body = tree.body[body_at + 1:]
@@ -153,6 +162,8 @@ def read_module(name: str, source: str) -> Module:
                 raise AmalgamationError(f"{where}: line {inner.lineno}: a package import "
                                         f"after __all__ (one file has no package: import in "
                                         f"the preamble)")
+            for imported in imported_modules(inner):
+                module.lazy.setdefault(imported, inner.lineno)
     lines = source.splitlines()
     text = "\n".join(lines[tree.body[body_at].end_lineno:]).strip("\n")
     defined = {n for node in body for n in bound_names(node)}
@@ -192,8 +203,10 @@ def read_preamble_statement(module: Module, node: ast.stmt, where: str) -> None:
 
 def check_modules(modules: List[Module]) -> None:
     """Raise AmalgamationError where a module imports one below it or a name its module does
-    not define, where two modules define one name, or where a module defines a name that an
-    import binds (in one file, every module's imports and definitions share one namespace)."""
+    not define, where two modules define one name, where a module defines a name that an
+    import binds (in one file, every module's imports and definitions share one namespace),
+    or where a module imported inside a function is imported in a preamble too."""
+    check_lazy_imports(modules)
     order = {m.name: i for i, m in enumerate(modules)}
     home: Dict[str, str] = {}
     imported = {name: m.name for m in modules for name in m.imported}
@@ -216,6 +229,25 @@ def check_modules(modules: List[Module]) -> None:
                                         f"{imported[name]}.py imports: one file has one "
                                         f"namespace")
             home[name] = module.name
+
+
+def check_lazy_imports(modules: List[Module]) -> None:
+    """Raise AmalgamationError where a standard-library module that a function imports where
+    it needs it (one that some commands never use: ssl, statistics, ...) is imported in a
+    module's preamble: the one file imports every preamble's modules as it loads, so that
+    import would load it at every start of the tool, and the package would differ."""
+    preambles: Dict[str, str] = {}  # a module imported in a preamble: the first that does
+    for module in modules:
+        for name in [line.split()[1] for line in module.imports] + list(module.from_imports):
+            preambles.setdefault(name, module.name)
+    for module in modules:
+        for name, line in sorted(module.lazy.items()):
+            if name in preambles:
+                raise AmalgamationError(
+                    f"src/router_latency/{module.name}.py: line {line}: imports {name} in a "
+                    f"function, which {preambles[name]}.py imports in its preamble: a module "
+                    f"imported where it is needed is imported in no preamble (the one file "
+                    f"loads every preamble's imports at every start)")
 
 
 def package_face() -> Tuple[str, str]:

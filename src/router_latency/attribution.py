@@ -4,7 +4,6 @@ the latency outside the signals)."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .words import change_text, fmt_signed, fmt_value
@@ -211,6 +210,7 @@ def pass_breakdown(name: str, base: Sequence[PassAttribution], new: Sequence[Pas
                    settings: GateSettings, sides: tuple = ("base", "new")) -> PassBreakdown:
     """Return one pass's breakdown from its attributions, round by round on each side; a
     signal only one side reported is said in the sentence, not left out in silence."""
+    import statistics
     # the parts each round measured: one that some round lacks, or at 0 ms, makes no row
     base_values, new_values = ([{m: ms for m, ms in part_values(a).items() if ms is not None}
                                 for a in side] for side in (base, new))
@@ -245,6 +245,7 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
     They are ordered, and "most of the change" is said, on means, which add up where
     percentiles do not: the part whose time per request shifted most, when its shift is at
     least half the client's shift in mean latency (medians over rounds)."""
+    import statistics
     values = [(a.client_p95_ms, b.client_p95_ms) for a, b in zip(base, new)]
     if any(a is None or b is None or a <= 0 or b <= 0 for a, b in values):
         return ""
@@ -272,6 +273,8 @@ def breakdown_sentence(name: str, rows: Sequence[Row], base: Sequence[PassAttrib
 def signal_shift(name: str, base: Sequence[PassAttribution],
                  new: Sequence[PassAttribution]) -> float:
     """Return the shift of a signal's time per request, new - base, medians over rounds."""
+    import statistics
+
     def per_request(side: Sequence[PassAttribution]) -> float:
         return statistics.median(next((p.per_request_ms for p in a.parts
                                        if p.kind == "signal" and p.name == name

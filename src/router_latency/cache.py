@@ -4,7 +4,6 @@ the rounds report's section of them and the record's sentence."""
 from __future__ import annotations
 
 import re
-import statistics
 from typing import Any, cast, List, Optional, Sequence, Tuple, TypedDict
 
 from .constants import CACHE_ADVICE, CACHE_SERIES
@@ -49,6 +48,7 @@ def timing_cache_test(passes: Sequence[Any]) -> Optional[TimingCacheTest]:
     ratios fall far below 1. A router without one answers them as before or slower (later
     passes run more callers at once): it is called a cache when more than half of the prompts
     compared have a ratio below CACHE_RATIO."""
+    import statistics
     answered: dict = {}
     for item in passes:
         if item.discarded:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import math
-import statistics
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import LADDER_GATE_NAMES, LADDER_METRICS, LADDER_PASS
@@ -79,6 +78,7 @@ def most_common_title(steps: Sequence[Optional[LadderStep]]) -> str:
 def median_span(values: Sequence[Optional[float]], unit: str) -> str:
     """Return the median of figures over rounds with their range: 387 req/s (380-391 over
     3 rounds)."""
+    import statistics
     known = [v for v in values if v is not None]
     if not known:
         return "n/a"
@@ -204,6 +204,7 @@ def pareto_plot(found: Ladders) -> ParetoPlot:
     """Return the Pareto plot of the ladders: each round's steps as (req/s, p95) a faint
     line, per side the median over rounds of each step every round has a bold one, the SLO,
     and each side's median capacity within it marked on it."""
+    import statistics
     faint, bold, capacities = [], [], {}
     for side, index in {found.base: 0, found.new: 1}.items():
         ladders = [(n, c) for n, s, c in found.capacity if s == side]

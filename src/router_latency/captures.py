@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -69,6 +68,7 @@ def run_command(command: Any, timeout: float, stop: Optional[threading.Event],
     of a command (a shell line when a str) run in its own session, so that a timeout or the
     stop flag, looked at every STOP_POLL_S, ends the whole pipeline, not just the shell. The
     environment variables named in `hidden` (the token's) are not passed to it."""
+    import subprocess
     if stop is not None and stop.is_set():
         return None, b"", "interrupted"
     env = {k: v for k, v in os.environ.items() if k not in hidden} if hidden else None

@@ -4,7 +4,6 @@ registration (add_<command>_parser, in command_<command>.py), main() and console
 from __future__ import annotations
 
 import argparse
-import difflib
 import io
 import re
 import signal
@@ -65,6 +64,7 @@ class Parser(argparse.ArgumentParser):
         """Return the error for a command word this parser does not have, naming the closest
         one it has (a mistyped command is named before the options it was given); '' when
         the command is known or this parser takes none."""
+        import difflib
         if self._subparsers is None:
             return ""
         commands = [name for action in self._subparsers._group_actions
@@ -79,6 +79,7 @@ class Parser(argparse.ArgumentParser):
     def mistyped_option(self) -> str:
         """Return the error for the first option this parser does not know, naming the
         closest one it does; '' when there is none."""
+        import difflib
         known = [o for o in self._option_string_actions if o.startswith("--")]
         for word in self.words:
             if word == "--":

@@ -4,26 +4,26 @@ What an answer means is meaning.py's."""
 
 from __future__ import annotations
 
-import base64
 import errno
-import http
 import math
 import re
 import select
-import socket
-import ssl
 import threading
 import time
 import urllib.parse
-from typing import Callable, cast, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, cast, NamedTuple, Optional, Sequence, Tuple, Type, TYPE_CHECKING
 
 from .constants import __version__, MAX_REASON_CHARS, PREVIEW_PATH, STOP_POLL_S
 from .errors import RouterLatencyError
 from .words import secret_forms
 
+if TYPE_CHECKING:
+    import socket
+    import ssl
+
 __all__ = [
-    "accept_connections", "bracketed", "Connection", "encode_request", "Endpoint",
-    "http_response", "malformed", "open_socket", "parse_endpoint", "RequestFailed",
+    "accept_connections", "blocked_errors", "bracketed", "Connection", "encode_request",
+    "Endpoint", "http_response", "malformed", "open_socket", "parse_endpoint", "RequestFailed",
     "ResponseReader", "secret_values", "stop_accepting", "tls_context",
 ]
 
@@ -115,6 +115,7 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
                           parts.query, option)
     authorization = None
     if parts.username is not None or parts.password is not None:
+        import base64
         user = urllib.parse.unquote(parts.username or "")
         password = urllib.parse.unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
@@ -156,6 +157,7 @@ def secret_values(endpoint: Endpoint, headers: Sequence) -> Tuple[str, ...]:
     ordinary text (a `1` would hide every 1)."""
     values = {value for _, value in headers}
     if endpoint.authorization:
+        import base64
         values.add(endpoint.authorization)
         user, _, password = base64.b64decode(endpoint.authorization.split()[1]).decode(
             "utf-8", "replace").partition(":")
@@ -456,11 +458,25 @@ def tls_context(endpoint: Endpoint, *, insecure: bool = False) -> Optional[ssl.S
     """Return a TLS context verifying certificates (unless insecure); None for plain http."""
     if endpoint.scheme != "https":
         return None
+    import ssl
     context = ssl.create_default_context()
     if insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
+
+
+def blocked_errors(context: Optional[ssl.SSLContext], *,
+                   writing: bool = False) -> Tuple[Type[OSError], ...]:
+    """Return what a non-blocking socket raises when it has nothing to read yet (writing: no
+    room to write): BlockingIOError, and on a socket of a TLS context also ssl's own (ssl is
+    imported only where a context is made: only https needs it)."""
+    if context is None:
+        return (BlockingIOError,)
+    import ssl
+    if writing:
+        return (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
+    return (BlockingIOError, ssl.SSLWantReadError)
 
 
 def wait_socket(sock: socket.socket, writable: bool, deadline: float,
@@ -482,6 +498,7 @@ def wait_socket(sock: socket.socket, writable: bool, deadline: float,
 def connect_socket(endpoint: Endpoint, deadline: float,
                    stop: Optional[threading.Event]) -> socket.socket:
     """Return a non-blocking socket connected to the endpoint; raise RequestFailed."""
+    import socket
     try:
         addresses = socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
     except OSError:
@@ -508,6 +525,7 @@ def connect_socket(endpoint: Endpoint, deadline: float,
 def tls_handshake(sock: ssl.SSLSocket, deadline: float,
                   stop: Optional[threading.Event]) -> None:
     """Complete the TLS handshake of a non-blocking socket; raise RequestFailed."""
+    import ssl
     while True:
         try:
             sock.do_handshake()
@@ -538,6 +556,7 @@ def open_socket(endpoint: Endpoint, timeout: float, ssl_context: Optional[ssl.SS
                 stop: Optional[threading.Event] = None) -> socket.socket:
     """Return a connected non-blocking socket (TLS-wrapped and past the handshake for https);
     raise RequestFailed. Its waits look at `stop` every STOP_POLL_S and end when it is set."""
+    import socket
     deadline = time.monotonic() + timeout
     sock = connect_socket(endpoint, deadline, stop)
     try:
@@ -607,13 +626,14 @@ class Connection:
         try:
             sock.setblocking(False)
             sock.recv(1)
-        except (BlockingIOError, ssl.SSLWantReadError):
+        except blocked_errors(self.ssl_context):
             return False  # nothing there (a TLS session ticket is not application data)
         except OSError:
             pass
         return True
 
     def _exchange(self, payload: bytes) -> ResponseReader:
+        import socket
         if self.sock is None:
             self.sock = open_socket(self.endpoint, min(self.timeout, CONNECT_TIMEOUT_S),
                                     self.ssl_context, self.stop)
@@ -657,13 +677,14 @@ class Connection:
         """Read what the server sent while the request was still being written (it stopped
         reading it: a body too large, say); return whether that is a whole answer. Go's
         client takes such an answer and closes the connection, as exchange does then."""
+        import socket
         sock = cast(socket.socket, self.sock)
         sock.settimeout(0.0)
         try:
             while True:
                 try:
                     data = sock.recv(262144)
-                except (BlockingIOError, ssl.SSLWantReadError):
+                except blocked_errors(self.ssl_context):
                     return False
                 if reader.feed(data) if data else reader.eof():
                     return True
@@ -684,6 +705,7 @@ class Connection:
 def accept_connections(listener: socket.socket, serve: Callable[[socket.socket], None],
                        stopping: threading.Event) -> None:
     """Accept connections until the listener closes; each gets TCP_NODELAY and serve()."""
+    import socket
     while not stopping.is_set():
         try:
             connection, _ = listener.accept()
@@ -699,6 +721,7 @@ def stop_accepting(listeners: Sequence[socket.socket],
     listener closed under a thread blocked in accept() keeps listening on Linux (the call
     holds it), and a descriptor number freed while a thread is between two calls on it is the
     next socket's: that thread would take another server's connections."""
+    import socket
     for listener in listeners:
         try:
             listener.shutdown(socket.SHUT_RDWR)  # wakes accept() with an error
@@ -713,6 +736,7 @@ def stop_accepting(listeners: Sequence[socket.socket],
 def http_response(status: int, body: bytes, content_type: str = "application/json",
                   headers: Sequence = ()) -> bytes:
     """Return a whole HTTP/1.1 response with a Content-Length, head and body in one buffer."""
+    import http
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
             f"Content-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"

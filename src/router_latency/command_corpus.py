@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any, List
@@ -77,6 +76,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 def corpus_lines(corpus: dict, data: bytes, repo_text: str, out: str) -> List[str]:
     """Return what `corpus` prints of the corpus it wrote."""
+    import hashlib
     source = corpus["source"]
     lines = [f"corpus: {len(corpus['prompts'])} prompts ({source['from_repo']} distinct from "
              f"{len(corpus['files'])} files, {source['boundary_cases']} boundary cases)",

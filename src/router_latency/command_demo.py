@@ -8,7 +8,6 @@ import argparse
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, TypedDict
 
@@ -156,6 +155,7 @@ def add_demo_parser(commands: Any) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the whole method on two simulated routers: corpus, interleaved rounds, rounds."""
+    import tempfile
     keep = args.keep is not None
     work = Path(args.keep) if keep else Path(tempfile.mkdtemp(prefix="router-latency-demo-"))
     if keep:

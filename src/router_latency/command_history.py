@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import re
 from pathlib import Path
 from typing import Any, List
@@ -45,6 +44,7 @@ def history_percent(text: str) -> float:
 
 def history_date(text: str) -> str:
     """Return an ISO 8601 date or time as UTC text: 2026-01-31 or 2026-01-31T12:00:00Z."""
+    import datetime
     try:
         when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

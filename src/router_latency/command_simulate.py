@@ -7,7 +7,6 @@ import argparse
 import errno
 import math
 import os
-import random
 import signal
 import threading
 from typing import Any, List, Mapping, Sequence, Tuple
@@ -177,6 +176,7 @@ def add_today_options(p: argparse.ArgumentParser) -> None:
 def instance_speed(sd_pct: float, seed: int, environ: Mapping[str, str]) -> float:
     """Return an instance's time factor: exp of a normal draw of sd_pct / 100, seeded by the
     seed and the instance run_rounds.sh names (ROUND, SIDE, INSTANCE); 1 without a spread."""
+    import random
     if not sd_pct:
         return 1.0
     key = ":".join([str(seed)] + [environ.get(n, "") for n in ("ROUND", "SIDE", "INSTANCE")])

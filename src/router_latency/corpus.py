@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -401,6 +400,7 @@ def load_corpus(path: str) -> Corpus:
     """Return the prompts and sha256 of a corpus file, validated. Its prompts are made as they
     are parsed (prompt_pairs): at most about 4 times the file's size, a million prompts of a
     few characters included (docs/failures.md)."""
+    import hashlib
     held = [read_bytes(path, MAX_CORPUS_BYTES)]
     sha256 = hashlib.sha256(held[0]).hexdigest()
     document = parse_json(held, path, prompt_pairs)  # the bytes go once decoded

@@ -5,7 +5,6 @@ sections."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .words import fmt_value, span_text, fmt_reading
@@ -43,6 +42,7 @@ def order_and_outliers(used: Sequence[int], rows: Sequence[Row],
     choosing what to drop is a second test, and the two together fail more often than
     either. The gate's answer to a noisy round is the wider interval it gives.
     """
+    import statistics
     gated = [r.worse_series for r in rows if r.gated]
     if not gated:
         return OrderAndOutliers(order_effect=None, outliers=[], outlier_changes=())

@@ -11,7 +11,6 @@ import select
 import signal
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Set, Tuple, Union
@@ -388,6 +387,7 @@ def read_held(fd: int, path: str, limit: int) -> bytes:
 
 
 def _write_atomic(path: str, data, shown: str) -> None:
+    import tempfile
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     tmp_name = None
@@ -439,6 +439,7 @@ def output_mode() -> int:
 def rescue_copy(chunks: Iterable[bytes], out: str) -> str:
     """Save measurements that could not be written where asked; return where they went. A
     copy that cannot be written whole is removed, not left truncated."""
+    import tempfile
     path = None
     try:
         fd, path = tempfile.mkstemp(prefix=f"router-latency-{Path(out).stem}-", suffix=".json")
@@ -514,6 +515,7 @@ def output_folder(path: str) -> Path:
 def check_folder_accepts_a_file(path: str) -> None:
     """Raise when the output's folder does not take a new file (a read-only mount, /proc, a
     full disk): a file is made there and removed, before anything is measured."""
+    import tempfile
     if path == "-" or special_target(path) is not None:
         return
     folder = output_folder(path)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import (EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, LADDER_METRICS,
@@ -224,6 +223,7 @@ def row_of(name: str, metric: str, base_values: list, new_values: list,
            settings: GateSettings) -> Row:
     """Return one row of the rounds table: one estimator, the geometric mean of the
     per-round ratios, with its t interval on the log ratios; its verdict before the gate."""
+    import statistics
     if any(v is None or v <= 0 for v in (*base_values, *new_values)):
         raise RouterLatencyError(f"{pass_title(name)} {metric_title(metric)}: a round has no "
                                  f"positive value")

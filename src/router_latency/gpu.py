@@ -6,12 +6,10 @@ through a pass by telemetry.py's sampler."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
 import shutil
-import statistics
 import time
 from typing import (Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
                     TypedDict)
@@ -348,6 +346,7 @@ def parse_nvidia_smi(text: str) -> GpuReading:
     query's order without a header; units ('1980 MHz') are dropped, and '[N/A]',
     '[Not Supported]' and 'N/A' are no figure. Without an index column, rows count from 0.
     """
+    import csv
     rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r]
     names = None
     if rows and any(cell.split(" [")[0].strip() in NVIDIA_COLUMNS for cell in rows[0]):
@@ -507,6 +506,7 @@ class NvidiaSamples:
     def feed(self, line: str, arrived: float) -> Optional[tuple[float, str, dict]]:
         """Return (Unix time, device, figures) of one line, None for a header or message.
         The time is the tool's timestamp, or when the line arrived without one."""
+        import csv
         row = next(csv.reader([line], skipinitialspace=True), [])
         names = [cell.split(" [")[0].strip() for cell in row]
         if row and any(name in SAMPLE_COLUMNS for name in names):
@@ -539,6 +539,8 @@ def known(values: Sequence[Optional[float]]) -> list:
 def pass_figures(samples: Sequence[tuple]) -> GpuPassFigures:
     """Return one GPU's figures over a pass's samples: lowest SM clock, highest temperature,
     mean and peak power, mean use, the clock events seen."""
+    import statistics
+
     def column(key: str) -> list:
         return known([figures.get(key) for _, figures in samples])
 

@@ -6,8 +6,6 @@ status and exit code), on intervals that each have their own degrees of freedom.
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -75,6 +73,7 @@ class HistoryEntry(NamedTuple):
 
 
 def history_now() -> str:
+    import datetime
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -143,6 +142,7 @@ def entry_of_folder(folder: str, base: str, new: str, tags: EntryTags,
 
 def file_digest(path: str) -> str:
     """Return the sha256 of a file's bytes, in hex."""
+    import hashlib
     return hashlib.sha256(read_bytes(path)).hexdigest()
 
 

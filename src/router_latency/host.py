@@ -6,11 +6,9 @@ affinity. proc_root and sys_root let tests give fake ones."""
 from __future__ import annotations
 
 import os
-import platform
 import re
 import resource
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -133,6 +131,7 @@ def container_cgroup(name: str, *, proc_root: str = "/proc",
                      cgroup_root: str = "/sys/fs/cgroup", timeout: float = 10.0) -> str:
     """Return the cgroup v2 folder of a running Docker container, found with `docker
     inspect`: its main process's cgroup, else where Docker's two cgroup drivers put it."""
+    import subprocess
     if not shutil.which("docker"):
         raise RouterLatencyError("docker is not on PATH; --router-cgroup PATH or --router-pid "
                                  "PID read the router without it", "--router-container")
@@ -169,6 +168,7 @@ def container_cgroup(name: str, *, proc_root: str = "/proc",
 
 def cpu_model(proc_root: str = "/proc") -> Optional[str]:
     """Return the CPU's model name from /proc/cpuinfo, or None."""
+    import platform
     try:
         for line in Path(proc_root, "cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -210,6 +210,7 @@ def cpufreq_settings(cpus: Iterable[int], sys_root: str = "/sys") -> CpuSettings
 def host_settings(driver_cpus: Optional[Sequence[int]], router_cpus_text: Optional[str], *,
                   proc_root: str = "/proc", sys_root: str = "/sys") -> HostSettings:
     """Return the host's settings that move latency, read once per run."""
+    import platform
     try:
         router = parse_cpu_list(router_cpus_text) if router_cpus_text else None
     except ValueError:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import platform
-import socket
 import sys
 import threading
 import time
@@ -434,6 +432,8 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
     A run whose `stop` is set during its passes (see RunContext) is returned with
     complete=False and the passes measured so far.
     """
+    import platform
+    import socket
     target, plan, guard, capture = context.target, context.plan, context.guard, context.capture
     stop, notify, thresholds = context.stop, context.notify, context.thresholds
     check_plan(plan, len(corpus.prompts))

@@ -19,7 +19,6 @@ time, and the gap between runs: stopping one router and starting the next)."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .constants import MAX_PLAN_ROUNDS, ROW_METRICS
@@ -218,6 +217,7 @@ def part_value(part: Sequence[Request], metric: str, split: str = "sendings") ->
 def pass_within(record: Optional[PassRecord], metric: str) -> Optional[Tuple[float, str]]:
     """Return the variance of a whole pass's log statistic from within its instance (the
     parts' variance over their count) and how it was split; None when it cannot be split."""
+    import statistics
     if record is None or record.discarded or not record.requests:
         return None
     parts, split = pass_parts(record)
@@ -243,6 +243,7 @@ def run_within(run: RunFile, name: str, metric: str) -> Optional[Tuple[float, st
 def side_within(rounds: Rounds, side: str, name: str, metric: str) -> Optional[Tuple[float, str]]:
     """Return a side's within-instance variance of a pass's statistic, pooled over the used
     rounds, and the split; None when a round's pass cannot be split."""
+    import statistics
     runs, used = rounds.runs, rounds.used
     found = [run_within(runs[n][side], name, metric) for n in used]
     if not found or any(f is None for f in found):
@@ -355,6 +356,7 @@ def node_cost(rounds: Rounds) -> Optional[NodeCost]:
     the files do not record it (no start time, no ready time). A pool's instances are timed
     each: its start-up once (before its first run), the step from one instance's run to the
     next apart (instance_s), and its side's gap with the start-up taken out."""
+    import statistics
     runs, sides, used = rounds.runs, rounds.sides, rounds.used
     timed = timed_runs(rounds)
     if not timed:

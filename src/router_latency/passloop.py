@@ -9,21 +9,22 @@ import gc
 import json
 import math
 import operator
-import random
 import select
-import socket
-import ssl
 import threading
 import time
-from typing import Any, cast, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, cast, List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING
 
 from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
                         DEFAULT_MODEL)
 from .requests import Request
-from .client import (encode_request, Endpoint, open_socket, RequestFailed, ResponseReader,
-                     secret_values, tls_context)
+from .client import (blocked_errors, encode_request, Endpoint, open_socket, RequestFailed,
+                     ResponseReader, secret_values, tls_context)
 from .meaning import SignalTable
 from .answers import AnswerBook, failure_of, RawResult
+
+if TYPE_CHECKING:
+    import socket
+    import ssl
 
 __all__ = [
     "config_hashes_of", "encode_prompts", "MAX_PASS_REQUESTS", "met_expectations", "PassLoop",
@@ -75,6 +76,7 @@ def arrival_schedule(count: Optional[int], rate: float, arrival: str, seed: int,
     constant: evenly spaced at 1/rate; poisson: exponential gaps of mean 1/rate from a
     generator seeded with `seed`, so the same seed gives the same schedule on every run.
     """
+    import random
     if count is None and duration is None:
         raise ValueError("arrival_schedule needs a count or a duration")
     limit = math.inf if duration is None else duration * 1e9
@@ -182,6 +184,9 @@ class PassLoop:
         self.duration_ns = None if duration is None else round(duration * 1e9)
         self.end_ns: Optional[int] = None  # no request starts from here on
         self.context = tls_context(target.endpoint, insecure=target.insecure)
+        # what a socket raises with nothing to read yet, or no room to write (TLS has its own)
+        self.no_data = blocked_errors(self.context)
+        self.no_room = blocked_errors(self.context, writing=True)
         self.epoll = hasattr(select, "epoll")  # else poll, which waits in milliseconds
         self.poller = select.epoll() if self.epoll else select.poll()
         self.by_fd: dict = {}  # file descriptor -> _Slot
@@ -223,7 +228,7 @@ class PassLoop:
         assert sock is not None  # only a slot's open socket is registered for events
         try:
             sock.recv(65536)
-        except (BlockingIOError, ssl.SSLWantReadError):
+        except self.no_data:
             return  # a TLS session ticket: nothing for the application
         except OSError:
             pass
@@ -268,7 +273,7 @@ class PassLoop:
         payload = self.payloads[slot.index % len(self.payloads)]
         try:
             sent = sock.send(payload)
-        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+        except self.no_room:
             sent = 0
         except OSError:
             self._broken(slot, perf())
@@ -298,7 +303,7 @@ class PassLoop:
         assert sock is not None and pending is not None
         try:
             sent = sock.send(pending)
-        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+        except self.no_room:
             return
         except OSError:
             self._broken(slot, now)
@@ -314,7 +319,7 @@ class PassLoop:
             while True:
                 try:
                     data = sock.recv(262144)
-                except (BlockingIOError, ssl.SSLWantReadError):
+                except self.no_data:
                     return
                 if not data and not reader.received:
                     break  # closed before any answer: maybe sent again, below
@@ -324,7 +329,7 @@ class PassLoop:
                 if not slot.head_at:  # an answer in parts: when its first part came
                     slot.head_at = now
                 # with a TLS context open_socket gave an SSLSocket: it may hold decrypted bytes
-                if self.context is None or not cast(ssl.SSLSocket, sock).pending():
+                if self.context is None or not cast("ssl.SSLSocket", sock).pending():
                     return  # plain TCP: one recv took what there was
         except OSError:
             pass

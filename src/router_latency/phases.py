@@ -4,7 +4,6 @@ against the pass's own median (and by how much), and what the slow windows' prom
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 from .errors import checked_number, is_whole, RouterLatencyError
@@ -101,6 +100,7 @@ def slow_tests(windows: Sequence[PhaseWindow],
                thresholds: Thresholds) -> list[tuple[int, bool, bool]]:
     """Return (index, its p95 is above the limit, its rate below it) of each window
     (slow_windows); none for fewer than 3 windows."""
+    import statistics
     if len(windows) < 3:
         return []
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
@@ -126,6 +126,8 @@ class SlowPhase(NamedTuple):
     def evidence(self, windows: Sequence[PhaseWindow]) -> str:
         """Return the figures that made the phase, each against the median window's: judged
         against the prompts' references, with the windows' own figures beside them."""
+        import statistics
+
         def median(values: Iterator[Optional[float]]) -> Optional[float]:
             known = [v for v in values if v is not None]
             return statistics.median(known) if known else None
@@ -162,6 +164,7 @@ def prompt_references(item: Any, passes: Sequence[Any]) -> Optional[list]:
     """Return, for each request of a pass in send order, what its prompt takes elsewhere in
     the run (the median latency of its answers in the other passes, else in its other
     repetitions), or None when a tenth of them have no such answer."""
+    import statistics
     elsewhere: dict = {}
     for other in passes:
         if other is not item and not other.discarded:
@@ -197,6 +200,7 @@ def slow_phase(item: Any, passes: Sequence[Any], thresholds: Thresholds) -> Slow
     reference is small by where it stood in the other passes (the first request on each
     connection) does not make a window slow. Without references (a single pass sent once),
     the pass's own windows are the baseline (slow_windows)."""
+    import statistics
     windows, requests = item.attempt.windows, item.requests
     references = prompt_references(item, passes) if len(windows) >= 3 else None
     if references is None or windows[-1].first + windows[-1].requests > len(requests) \
@@ -228,6 +232,7 @@ def _slow_phase(windows: Sequence[PhaseWindow], judged: Sequence[PhaseWindow],
                 thresholds: Thresholds, relative: bool) -> SlowPhase:
     """Return the SlowPhase of windows judged as `judged` says, each slow window also worse
     than the median window in its own figure of the test that found it."""
+    import statistics
     p95s = [w.p95_ms for w in windows if w.p95_ms is not None]
     rates = [w.req_per_s for w in windows if w.req_per_s is not None]
     median_p95 = statistics.median(p95s) if p95s else None

@@ -4,13 +4,11 @@ warm-up passes with what they warn of."""
 
 from __future__ import annotations
 
-import http
 import json
-import socket
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence, TYPE_CHECKING
 
 from .constants import EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH
 from .errors import RouterLatencyError
@@ -24,6 +22,9 @@ from .client import (accept_connections, Connection, encode_request, Endpoint, h
 from .meaning import body_fault, classify, error_code
 from .passloop import (config_hashes_of, encode_prompts, met_expectations, PassLoop, PassPlan,
                        records_of, Target)
+
+if TYPE_CHECKING:
+    import socket
 
 __all__ = ["measure_floor", "router_told", "wait_until_ready", "warm_up", "warn_of_warm_up"]
 
@@ -65,9 +66,10 @@ class LoopbackResponder:
     left of a request's latency against it is the driver's own work and the loopback's."""
 
     BODY = b'{"decision_result": {"decision_name": "floor"}}'
-    ANSWER = http_response(200, BODY)
 
     def __init__(self) -> None:
+        import socket
+        self.answer = http_response(200, self.BODY)  # made here, not as the module loads
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.stopping = threading.Event()
@@ -100,7 +102,7 @@ class LoopbackResponder:
                     if len(buffer) < end + 4 + length:
                         break
                     buffer = buffer[end + 4 + length:]
-                    connection.sendall(self.ANSWER)
+                    connection.sendall(self.answer)
 
     def close(self) -> None:
         self.stopping.set()
@@ -221,6 +223,7 @@ def ask_router(target: Target, endpoint: Endpoint, payload: bytes,
 
 
 def status_words(status: int) -> str:
+    import http
     try:
         return f"HTTP {status} {http.HTTPStatus(status).phrase}"
     except ValueError:
@@ -417,6 +420,7 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
     while the classifiers load) or 200 without a decision result are not ready yet. A 429
     is a router that routes but has no free slot this moment: ready, and the passes will
     record what it sheds. While waiting, `show` gets each new state in words."""
+    import socket
     try:
         socket.getaddrinfo(target.endpoint.host, target.endpoint.port)
     except socket.gaierror:

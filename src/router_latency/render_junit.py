@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import re
@@ -106,6 +105,7 @@ def junit_xml(report: RoundsReport) -> bytes:
 
 def requests_csv(passes: Sequence[PassRecord]) -> bytes:
     """Return one CSV line per request of the measured passes (the timings that count)."""
+    import csv
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["pass", "id", "start_ms", "latency_ms", "status", "decision", "error"])

@@ -6,7 +6,6 @@ import collections
 import math
 import re
 import signal
-import statistics
 from pathlib import Path
 from typing import cast, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
@@ -296,6 +295,7 @@ def time_windows(requests: Sequence[Request],
                  count: int = TIME_WINDOWS) -> List[Tuple[float, float]]:
     """Return (middle in seconds, median latency) of each of count equal windows of send
     time that holds a request."""
+    import statistics
     timed = [(r.start_ms, r.latency_ms) for r in requests
              if r.start_ms is not None and r.latency_ms is not None]
     span = max((start for start, _ in timed), default=0.0) or 1.0

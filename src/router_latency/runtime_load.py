@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from .constants import RUNTIME_COUNTERS, RUNTIME_GAUGES
@@ -68,6 +67,7 @@ def pass_load(item: PassRecord) -> Optional[PassLoad]:
 
 
 def _median(values: Sequence[Optional[float]]) -> Optional[float]:
+    import statistics
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
 

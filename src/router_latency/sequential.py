@@ -9,7 +9,6 @@ import functools
 import heapq
 import math
 import operator
-import random
 from typing import NamedTuple, Sequence, Tuple
 
 from .constants import MAX_PLAN_ROUNDS, MIN_ROUNDS
@@ -303,6 +302,7 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
     """Return, per look of sequential_looks(max_rounds, first=first), the one-sample t
     statistics of SEQUENTIAL_PATHS standard normal sequences at that look's rounds (an array
     per look)."""
+    import random
     looks = sequential_looks(max_rounds, first=first)
     if max_rounds > MAX_LOOKS:
         return _null_t_blocks(looks)
@@ -327,6 +327,7 @@ def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
     squared deviations from it sum to a chi-square on k - 1 degrees of freedom (twice a
     gamma of shape (k - 1) / 2), independent of that mean, and Chan's merge adds a block to
     the running mean and sum of squares exactly. Two draws a look, not one a round."""
+    import random
     rng = random.Random(SEQUENTIAL_SEED)
     gauss, gamma = rng.gauss, rng.gammavariate
     sizes = [looks[0]] + [b - a for a, b in zip(looks, looks[1:])]

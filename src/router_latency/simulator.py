@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
-import http
 import json
 import math
 import os
-import random
-import socket
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING
 
 from .constants import (AUTO_MODEL_NAMES, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
                         EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH, ROUTER_MAX_CONCURRENCY)
 from .client import accept_connections, bracketed, http_response, stop_accepting
 from .captures import utc_now
+
+if TYPE_CHECKING:
+    import random
+    import socket
 
 __all__ = [
     "signal_error_spec", "SignalModel", "SignalTime", "SimulatedAnswers", "SkippedSignals",
@@ -29,6 +29,7 @@ __all__ = [
 
 def simulated_decision(text: str, decisions: Sequence[str]) -> str:
     """Return the simulated decision for a prompt: a stable hash of its text picks one."""
+    import hashlib
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     return decisions[int.from_bytes(digest[:4], "big") % len(decisions)]
 
@@ -144,6 +145,7 @@ def simulated_signals(text: str, decision: str, elapsed_ms: float,
 
 def text_number(text: str) -> int:
     """Return a stable 32-bit number of a text (the same in every process)."""
+    import hashlib
     return int.from_bytes(hashlib.blake2s(text.encode("utf-8", "surrogatepass"),
                                           digest_size=4).digest(), "big")
 
@@ -195,6 +197,7 @@ def simulated_today(answer: dict, text: str, answers: "SimulatedAnswers",
     the seed the request's preview_context.sampling_seed or one drawn anew, the model a
     function of the seed and the prompt), for another a partial 503: the signals ran, the
     decision failed (decision_error)."""
+    import random
     if answers.partial_share and share_of("partial:" + text, answers.partial_share):
         partial = {key: value for key, value in answer.items() if key not in (
             "recommended_models", "selected_model", "selection_status", "selection_method",
@@ -221,6 +224,7 @@ def share_of(key: str, share: float) -> bool:
 def go_response(status: int, body: bytes, headers: Sequence = ()) -> bytes:
     """Return a whole response as Go's net/http writes a JSON answer: with a Content-Length
     when the body fits its 2,048-byte buffer, chunked (one chunk) when it does not."""
+    import http
     if len(body) <= GO_CHUNKING_BYTES:
         return http_response(status, body, headers=headers)
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
@@ -317,6 +321,7 @@ class SignalModel(NamedTuple):
         """Return each signal's own random stream, seeded by the seed, its name and time:
         two simulators started with one seed give a signal set alike the same times (common
         random numbers), so that comparing them shows what was changed and nothing else."""
+        import random
         return {name: random.Random(f"{seed}:{name}:{ms!r}") for name, ms in self.times_ms}
 
     def draw(self, streams: Dict[str, random.Random]) -> Tuple[SignalTime, ...]:
@@ -447,6 +452,9 @@ class SimulatedRouter:
     """
 
     def __init__(self, host: str, port: int, settings: SimulatorSettings):
+        import hashlib
+        import random
+        import socket
         delay_ms, jitter_ms, serial, decisions, seed, max_concurrency, stall, workers, \
             answers, signals, speed = settings
         self.delay_s, self.jitter_s = delay_ms * speed / 1000, jitter_ms * speed / 1000
@@ -500,6 +508,7 @@ class SimulatedRouter:
             thread.start()
 
     def stop(self) -> None:
+        import socket
         self.stopping.set()
         stop_accepting([x for x in (self.listener, self.metrics_listener) if x is not None],
                        self.threads)

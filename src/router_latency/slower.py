@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import json
 import math
-import statistics
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .words import pct_text, plural, shown_decision, visible
@@ -53,6 +52,7 @@ class InputSlowdowns(NamedTuple):
 
 def slowdown_of(key: Any, logs: Sequence[float], tolerance_log: float, **known: Any) -> Slowdown:
     """Return the slowdown shown by per-round log ratios ln(new/base), not yet called."""
+    import statistics
     ratio = math.exp(statistics.median(logs))
     slower = sum(v > 0 for v in logs)
     if len(logs) < 2:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import math
-import statistics
 from typing import Any, NamedTuple, Optional, Sequence
 
 from .errors import is_whole, RouterLatencyError
@@ -736,6 +735,7 @@ def outlier_rounds(values: Sequence[float], *, threshold: float = 3.5) -> list[i
     scores n / 1.2533, so it is flagged from n = 5 on: in a handful of rounds one odd value
     among identical ones is not evidence of anything. All values equal give [].
     """
+    import statistics
     xs = _series(values, "values", 0)
     threshold = _finite(threshold, "threshold")
     if threshold <= 0:

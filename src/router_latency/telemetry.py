@@ -8,12 +8,10 @@ from __future__ import annotations
 import math
 import os
 import signal
-import statistics
-import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, TYPE_CHECKING
 
 from .words import plural
 from .gpu import (clock_event_names, EnergyJson, known, MAX_SAMPLES, pass_figures,
@@ -23,6 +21,9 @@ from .runfile import Attempt
 from .phases import PhaseWindow
 from .host import cgroup_cpu_seconds, cpu_busy_seconds, parse_cpu_list, process_table, read_load
 from .captures import CaptureSettings
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["coincided_text", "PassSampler", "sampling"]
 
@@ -89,6 +90,7 @@ class PassSampler:
             self.ready.set()
 
     def _run_gpu_tool(self) -> None:
+        import subprocess
         env = {k: v for k, v in os.environ.items() if k not in self.capture.hidden_variables}
         name = self.tool or ""
         for command, reader in sampler_commands(name, self.interval):
@@ -117,6 +119,7 @@ class PassSampler:
 
     def stop(self, requests: int, wall_s: float) -> TelemetryJson:
         """End the sampling; return the pass's telemetry record."""
+        import subprocess
         with self.lock:
             self.done.set()
             process = self.process
@@ -240,6 +243,7 @@ def energy_of(devices: Sequence[Sequence[tuple]], wall_s: float,
     its energy counter's rate between its first and last sample where it has one that moved,
     else its mean sampled power, times the pass's wall time. None without a figure for every
     device."""
+    import statistics
     if not devices or wall_s <= 0 or not requests:
         return None
     joules, sources = 0.0, set()
@@ -289,6 +293,7 @@ def series_within(series: dict, start: float, end: float, slack: float) -> list:
 
 
 def mean_of(values: Sequence[Optional[float]]) -> Optional[float]:
+    import statistics
     found = known(values)
     return statistics.fmean(found) if found else None
 
@@ -349,6 +354,8 @@ def coincided(figures: WindowFigures, calm: Sequence[WindowFigures]) -> list:
     """Return what stood out in a slow window against the pass's other windows: another GPU
     busy, foreign CPU on the router's cores, the router's GPU clocked down or throttled, the
     load up."""
+    import statistics
+
     def usual(values: Sequence[Optional[float]]) -> float:
         found = known(values)
         return statistics.median(found) if found else 0.0
