@@ -124,7 +124,6 @@ if sys.version_info < (3, 9):
 import argparse
 import array
 import collections
-import dataclasses
 import errno
 import fcntl
 import functools
@@ -151,6 +150,7 @@ from typing import (Any, Callable, cast, Dict, FrozenSet, Iterable, Iterator, Li
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     from typing_extensions import TypeGuard
+    from typing_extensions import Unpack
     import random
     import socket
     import ssl
@@ -10274,29 +10274,50 @@ def say_nothing(message: str) -> None:
     """Say nothing: a run's default notify."""
 
 
-@dataclasses.dataclass(frozen=True)
+class RunOptions(TypedDict, total=False):
+    """What a RunContext is given by name: its stop flag and progress line (each context its
+    own unless given one), where its warnings go, and the corpus's requests, encoded once
+    before any timing, and what each prompt accepts (see met_expectations), by prompt id
+    (measure_run sets both from its corpus)."""
+    stop: threading.Event
+    progress: Progress
+    notify: Callable[[str], None]  # a warning for the user, one line
+    payloads: Sequence[bytes]
+    expects: Sequence[Sequence[str]]
+
+
 class RunContext:
     """What every step of measuring a run shares, from measure_run down to measure_pass:
     where and how requests go, what the run measures, its load guard, its captures and
     probes, the thresholds that judge an attempt, the flag that interrupts it, its progress
-    line and where its warnings go. A frozen dataclass rather than a NamedTuple: each context
-    gets its own stop flag and progress line unless given one.
+    line and where its warnings go (RunOptions). A class rather than a NamedTuple: each
+    context gets its own stop flag and progress line unless given one (and no dataclass:
+    importing dataclasses costs 8 ms of every start of the tool).
 
     Setting `stop` (a signal handler does) ends the pass under way within about 2 s, and a
     probe, scrape, connect, readiness wait or load pause within STOP_POLL_S.
     """
-    target: Target
-    plan: RunPlan
-    guard: LoadGuard = LoadGuard()
-    capture: CaptureSettings = CaptureSettings()
-    thresholds: Thresholds = Thresholds()
-    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    progress: Progress = dataclasses.field(default_factory=lambda: Progress(enabled=False))
-    notify: Callable[[str], None] = say_nothing  # a warning for the user, one line
-    # the corpus's requests, encoded once before any timing, and what each prompt accepts
-    # (see met_expectations), by prompt id; measure_run sets both from its corpus
-    payloads: Sequence[bytes] = ()
-    expects: Sequence[Sequence[str]] = ()
+    __slots__ = ("target", "plan", "guard", "capture", "thresholds", "stop", "progress",
+                 "notify", "payloads", "expects")
+
+    def __init__(self, target: Target, plan: RunPlan, guard: LoadGuard = LoadGuard(),
+                 capture: CaptureSettings = CaptureSettings(),
+                 thresholds: Thresholds = Thresholds(), **options: Unpack[RunOptions]) -> None:
+        self.target, self.plan, self.guard = target, plan, guard
+        self.capture, self.thresholds = capture, thresholds
+        stop, progress = options.get("stop"), options.get("progress")
+        self.stop = threading.Event() if stop is None else stop
+        self.progress = Progress(enabled=False) if progress is None else progress
+        self.notify = options.get("notify", say_nothing)
+        self.payloads = options.get("payloads", ())
+        self.expects = options.get("expects", ())
+
+    def with_prompts(self, payloads: Sequence[bytes],
+                     expects: Sequence[Sequence[str]]) -> RunContext:
+        """Return the context with the corpus's requests and expectations (measure_run's)."""
+        return RunContext(self.target, self.plan, self.guard, self.capture, self.thresholds,
+                          stop=self.stop, progress=self.progress, notify=self.notify,
+                          payloads=payloads, expects=expects)
 
 
 class MeasuredPass(NamedTuple):
@@ -10548,8 +10569,7 @@ def measure_run(context: RunContext, corpus: Corpus, *, label: str) -> Optional[
     if stop.is_set():
         return None
     warn_of_warm_up(target, payloads[0], warmup, stop, notify)
-    passes = run_passes(dataclasses.replace(context, payloads=tuple(payloads),
-                                            expects=tuple(expects)))
+    passes = run_passes(context.with_prompts(tuple(payloads), tuple(expects)))
     run = RunFile(
         label=label, complete=not stop.is_set() and (len(passes) == len(plan.passes)
                                                      or plan.ladder is not None),

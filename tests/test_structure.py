@@ -255,10 +255,10 @@ def record_fields(tree):
 def test_every_record_field_is_typed_precisely():
     fields = {path.stem: list(record_fields(ast.parse(path.read_text())))
               for path in package_files()}
-    # the check sees the records: NamedTuples, TypedDicts (total=False too), a dataclass
+    # the check sees the records: NamedTuples, TypedDicts (total=False too)
     records = {f"{module}:{record}" for module, found in fields.items() for record, _, _ in found}
     assert {"runfile:RunFile", "cache:CacheFinding", "rounds:RoundsReport", "corpus:Prompt",
-            "captures:CaptureSettings", "command_demo:DemoSide", "measuring:RunContext",
+            "captures:CaptureSettings", "command_demo:DemoSide", "measuring:RunOptions",
             "answers:RawResult", "passloop:Target"} <= records
     bare = [f"{module}:{record}.{field}: {annotation}" for module, found in fields.items()
             for record, field, annotation in found if BARE.search(annotation)]
