@@ -103,12 +103,14 @@ order:
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
 
 if __name__ == "__main__":  # before anything else: an interrupt while the rest loads exits
     signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))  # 130, no traceback
+    gc.disable()  # and no collection while it loads: what it makes lives as long as it runs
 
 # the floor, said in one line before a line that needs it runs: the file parses under 3.7 on
 # (a test says so), so a 3.7 or 3.8 reaches this instead of a SyntaxError or a traceback
@@ -127,7 +129,6 @@ import collections
 import errno
 import fcntl
 import functools
-import gc
 import heapq
 import io
 import itertools
@@ -20160,4 +20161,6 @@ def console_main() -> None:
 
 
 if __name__ == "__main__":
+    gc.freeze()  # what loading made: no later collection looks through it again
+    gc.enable()
     console_main()
