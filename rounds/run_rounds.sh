@@ -254,11 +254,20 @@ schedule_then() {  # --dry-run: the final judgement
 
 pool_schedule() {
   local i role side gpu
+  # each instance's URL and port, the same every round: looked up once, not K x rounds times
+  # (a dry run of a plan prints tens of thousands of lines)
+  local -A shown_url=() shown_port=()
+  for role in base new; do
+    for ((i = 1; i <= instances; i++)); do
+      instance_url "$role" "$i"; port_of=""
+      if [ -n "$target" ]; then port_of "$target"; fi  # no subshell
+      shown_url[$role:$i]=$target; shown_port[$role:$i]=$port_of
+    done
+  done
   for ((r = 1; r <= rounds; r++)); do
     order_of "$r"; for role in $order; do
       for ((i = 1; i <= instances; i++)); do
-        instance_url "$role" "$i"; side=${name[$role]}; port_of=""; gpu=""
-        if [ -n "$target" ]; then port_of "$target"; fi  # no subshell: K x rounds lines
+        side=${name[$role]}; port_of=${shown_port[$role:$i]}; gpu=""
         if [ ${#gpu_list[@]} -gt 0 ]; then
           gpu=" GPU=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}"
         fi
@@ -281,7 +290,7 @@ pool_schedule_runs() {  # $1: one role, or none for both sides interleaved
   measure_order "$r" "${1:-}"
   for item in $measured; do
     role=${item%:*}; i=${item#*:}
-    instance_url "$role" "$i"
+    target=${shown_url[$role:$i]}  # pool_schedule's
     printf 'round %d %s@%d: run: --url %s --out %s%s\n' "$r" "${name[$role]}" "$i" \
       "${target:-<from ${url_file[$role]//%i/$i}>}" "$dir/r$r-${name[$role]}@$i.json" \
       "$at_once"
