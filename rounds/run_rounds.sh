@@ -953,8 +953,8 @@ mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($
 # works with any version of the tool), a mode each:
 # run files: 'summary FILE' prints a run's p50 per pass and errors; 'state FILE CORPUS'
 # exits 0 for a complete run of that corpus, 1 for an incomplete or unreadable one and 3 for
-# one of another corpus; 'incomplete FILE' marks a run "complete": false (its router ended
-# while it ran), atomically.
+# one of another corpus, 'states CORPUS FILE...' prints that of each file, a line each;
+# 'incomplete FILE' marks a run "complete": false (its router ended while it ran), atomically.
 # the network: 'answers URL' exits 0 when something accepts a connection at the URL's host and
 # port; 'listeners URL' prints "pid session command" of each local process that listens on the
 # URL's port (Linux /proc; nothing where it cannot see them); 'ports URL SESSION' prints
@@ -1056,6 +1056,26 @@ if mode == "measured":
     except Exception:  # unreadable: 'summary FILE' says why, or nothing, where it did
         sys.exit(0)
     print("summary", said)
+    sys.exit(0)
+if mode == "states":
+    sha = None
+    for path in sys.argv[3:]:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                run = json.load(handle)
+            if sha is None:
+                with open(sys.argv[2], "rb") as handle:
+                    sha = hashlib.sha256(handle.read()).hexdigest()
+            if run.get("complete") is not True:
+                print(1)
+                continue
+            print(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
+        except (OSError, ValueError):  # unreadable: 1, as 'state' exits
+            print(1)
+        except Exception:  # not a run's document: 1 and Python's error, as 'state' says it
+            import traceback
+            traceback.print_exc()
+            print(1)
     sys.exit(0)
 if mode in ("summary", "state", "incomplete"):
     path = sys.argv[2]
@@ -1211,12 +1231,17 @@ if [ $((${#existing[@]} + ${#pooled_files[@]})) -gt 0 ]; then
   done
   # a round is kept whole or redone whole: a pool's instances are started together and
   # measured in one round, so a round cut short is run again, every instance of both sides
+  # the state of every round's files, in one process (helper states), not a process a file
+  # (and a fork a round): 2,000 files for --until-decided --max-rounds 1000
+  mapfile -t every < <(for ((r = 1; r <= rounds; r++)); do round_files "$r"; done)
+  mapfile -t states < <(helper states "$corpus" "${every[@]}")
+  each=$(( ${#every[@]} / rounds ))  # the files of a round
   for ((r = 1; r <= rounds; r++)); do
     complete=1
-    mapfile -t wanted < <(round_files "$r")
+    wanted=("${every[@]:$(( (r - 1) * each )):$each}")
+    k=$(( (r - 1) * each ))
     for file in "${wanted[@]}"; do
-      state=0
-      run_file state "$file" "$corpus" || state=$?
+      state=${states[$k]:-1}; k=$((k + 1))
       [ "$state" -ne 3 ] || die "$file measured another corpus than $corpus"
       [ "$state" -eq 0 ] || complete=0
     done
