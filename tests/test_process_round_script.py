@@ -947,9 +947,9 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
     from conftest import ROOT, TOOL_PYC
     corpus = write_corpus(tmp_path / "corpus.json", PROMPTS[:4])
 
-    def start(side, delay):  # detached, a newer router loading its models for 1 s
+    def start(side, delay):  # detached, a newer router loading its models for 0.5 s
         return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
-                f"--port 0 --delay-ms {delay} --startup-s 1 --phased-startup --url-file "
+                f"--port 0 --delay-ms {delay} --startup-s 0.5 --phased-startup --url-file "
                 f"{shlex.quote(str(tmp_path / (side + '.url')))} >/dev/null 2>&1 & "
                 f"echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
     stop = f'kill "$(cat {shlex.quote(str(tmp_path))}/$SIDE.pid)"'
