@@ -891,15 +891,20 @@ order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then order="base new"; else order="new 
 # before the last round; up to 40 rounds after every round, beyond, look k of 40 after
 # ceil(rounds k / 40) rounds, where `rounds --sequential` has its boundaries
 looks_after() {
-  local k
+  local k n
   [ "$until_decided" -eq 1 ] && [ "$1" -ge "$min_rounds" ] && [ "$1" -lt "$rounds" ] || return 1
   [ "$rounds" -gt 40 ] || return 0
-  for ((k = 1; k <= 40; k++)); do
-    if [ $(( (rounds * k + 39) / 40 )) -eq "$1" ] || { [ "$1" -eq 3 ] \
-        && [ $(( (rounds * k + 39) / 40 )) -lt 3 ]; }; then return 0; fi
-  done
-  return 1
+  if [ -z "$look_rounds" ]; then  # the 40 looks' rounds, worked out once, not each round
+    look_rounds=" "
+    for ((k = 1; k <= 40; k++)); do
+      n=$(( (rounds * k + 39) / 40 ))
+      if [ "$n" -lt 3 ]; then n=3; fi  # a look before round 3 is taken after round 3
+      look_rounds+="$n "
+    done
+  fi
+  [[ "$look_rounds" == *" $1 "* ]]
 }
+look_rounds=""
 
 schedule() {  # what --dry-run prints
   if [ "$resume" -eq 1 ]; then
