@@ -235,7 +235,6 @@ port_of() {  # sets port_of: the port of URL $1, its own, else its scheme's (80 
   if [[ "$port" == *:* ]]; then port_of=${port##*:}
   elif [[ "$1" == https:* ]]; then port_of=443; else port_of=80; fi
 }
-url_port() { port_of "$1"; echo "$port_of"; }  # prints it
 
 # what --dry-run prints for pools
 schedule_look() {  # --dry-run: the sequential look after round $1, where the design takes one
@@ -319,7 +318,7 @@ start_instance() {  # start instance $2 of role $1 in a session of its own
   if [ ${#gpu_list[@]} -gt 0 ]; then gpu=${gpu_list[$(( ($2 - 1) % ${#gpu_list[@]} ))]}; fi
   instance_url "$role" "$i"
   if [ -n "$target" ]; then
-    port=$(url_port "$target")
+    port_of "$target"; port=$port_of
     if net answers "$target"; then
       die "a pool of $instances does not fit: port $port already answers ($target, $side's $(
         )instance $i) before it starts (round $r); give ports that are free"
@@ -401,13 +400,13 @@ pool_threads() {  # sets pool_cpus: where each instance's threads ran, "CPUS NOD
 }
 
 instance_args() {  # sets instance_args: run's --instance items of instance $2 of role $1
-  local role=$1 i=$2 key=$1:$2 share="" cpus
+  local role=$1 i=$2 key=$1:$2 share="" cpus ready
+  printf -v ready '%d.%03d' $((pool_ready[$key] / 1000)) $((pool_ready[$key] % 1000))
   instance_args=(--instance "round=$r" --instance "side=${name[$role]}" --instance "number=$i"
                  --instance "count=$instances" --instance "start_order=${pool_started[$key]}"
-                 --instance "ready_s=$(printf '%d.%03d' $((pool_ready[$key] / 1000)) \
-                   $((pool_ready[$key] % 1000)))")
-  local port; port=$(url_port "${pool_url[$key]}")
-  instance_args+=(--instance "port=$port")
+                 --instance "ready_s=$ready")
+  port_of "${pool_url[$key]}"
+  instance_args+=(--instance "port=$port_of")
   if [ ${#gpu_list[@]} -gt 0 ]; then
     local gpu=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}
     instance_args+=(--instance "gpu=$gpu")
@@ -530,8 +529,9 @@ stop_pools() {
   for key in "${!pool_pid[@]}"; do
     role=${key%:*}
     if [ -n "${stop_cmd[$role]}" ]; then
-      (ROUND=$r SIDE=${name[$role]} INSTANCE=${key#*:} PORT=$(
-        url_port "${pool_url[$key]:-http://x/}") default_pipe bash -c -- "${stop_cmd[$role]}") \
+      (port_of "${pool_url[$key]:-http://x/}"
+       ROUND=$r SIDE=${name[$role]} INSTANCE=${key#*:} PORT=$port_of default_pipe bash -c -- \
+         "${stop_cmd[$role]}") \
         </dev/null >&2 || say "warning: stop command of ${name[$role]} instance ${key#*:} failed"
     fi
   done
@@ -1490,8 +1490,10 @@ check_port() {  # $1: the URL the run waits on
   local host=${1#*://} port ports metrics=""
   host=${host%%/*}; host=${host%:*}; host=${host#[}; host=${host%]}
   [[ "$host" == 127.* || "$host" == localhost || "$host" == ::1 ]] || { port_said=1; return 0; }
-  port=$(url_port "$1")
-  if [ -n "${metrics_url[$active]}" ]; then metrics=$(url_port "${metrics_url[$active]}"); fi
+  port_of "$1"; port=$port_of  # no subshell: once a second of each run
+  if [ -n "${metrics_url[$active]}" ]; then
+    port_of "${metrics_url[$active]}"; metrics=$port_of
+  fi
   ports=$(net ports "$1" "$start_pid") || return 0
   if [ "$ports" = answers ]; then port_said=1; return 0; fi
   if [ -z "$ports" ] && [ "$start_pid_done" -eq 1 ] && [ -n "${container[$active]}" ] \
