@@ -235,7 +235,6 @@ port_of() {  # sets port_of: the port of URL $1, its own, else its scheme's (80 
   if [[ "$port" == *:* ]]; then port_of=${port##*:}
   elif [[ "$1" == https:* ]]; then port_of=443; else port_of=80; fi
 }
-url_port() { port_of "$1"; echo "$port_of"; }  # prints it
 
 # what --dry-run prints for pools
 schedule_look() {  # --dry-run: the sequential look after round $1, where the design takes one
@@ -254,11 +253,20 @@ schedule_then() {  # --dry-run: the final judgement
 
 pool_schedule() {
   local i role side gpu
+  # each instance's URL and port, the same every round: looked up once, not K x rounds times
+  # (a dry run of a plan prints tens of thousands of lines)
+  local -A shown_url=() shown_port=()
+  for role in base new; do
+    for ((i = 1; i <= instances; i++)); do
+      instance_url "$role" "$i"; port_of=""
+      if [ -n "$target" ]; then port_of "$target"; fi  # no subshell
+      shown_url[$role:$i]=$target; shown_port[$role:$i]=$port_of
+    done
+  done
   for ((r = 1; r <= rounds; r++)); do
-    for role in $(order_of "$r"); do
+    order_of "$r"; for role in $order; do
       for ((i = 1; i <= instances; i++)); do
-        instance_url "$role" "$i"; side=${name[$role]}; port_of=""; gpu=""
-        if [ -n "$target" ]; then port_of "$target"; fi  # no subshell: K x rounds lines
+        side=${name[$role]}; port_of=${shown_port[$role:$i]}; gpu=""
         if [ ${#gpu_list[@]} -gt 0 ]; then
           gpu=" GPU=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}"
         fi
@@ -268,7 +276,7 @@ pool_schedule() {
       [ "$together" -eq 1 ] || pool_schedule_runs "$role"
     done
     if [ "$together" -eq 1 ]; then pool_schedule_runs; fi
-    for role in $(order_of "$r"); do
+    order_of "$r"; for role in $order; do
       printf 'round %d %s: stop its %d instances\n' "$r" "${name[$role]}" "$instances"
     done
     schedule_look "$r"
@@ -278,26 +286,30 @@ pool_schedule() {
 pool_schedule_runs() {  # $1: one role, or none for both sides interleaved
   local item role i at_once=""
   if [ "$concurrent" -eq 1 ]; then at_once=" (at once with the side's others)"; fi
-  for item in $(measure_order "$r" "${1:-}"); do
+  measure_order "$r" "${1:-}"
+  for item in $measured; do
     role=${item%:*}; i=${item#*:}
-    instance_url "$role" "$i"
+    target=${shown_url[$role:$i]}  # pool_schedule's
     printf 'round %d %s@%d: run: --url %s --out %s%s\n' "$r" "${name[$role]}" "$i" \
       "${target:-<from ${url_file[$role]//%i/$i}>}" "$dir/r$r-${name[$role]}@$i.json" \
       "$at_once"
   done
 }
 
-# the order instances are measured in, "role:i" words: one role's 1..K, or with --together
-# both sides balanced in pairs, the round's first side first in odd pairs (a1 b1 b2 a2 ...)
+# sets measured: the order instances are measured in, "role:i" words: one role's 1..K, or
+# with --together both sides balanced in pairs, the round's first side first in odd pairs
+# (a1 b1 b2 a2 ...); a variable, not printed into $( ): a fork a side and round costs more
+# than the round's lines of a dry run of thousands of rounds
 measure_order() {
   local first second i
+  measured=""
   if [ -n "${2:-}" ]; then
-    for ((i = 1; i <= instances; i++)); do printf '%s:%d ' "$2" "$i"; done; return
+    for ((i = 1; i <= instances; i++)); do measured+="$2:$i "; done; return
   fi
-  read -r first second <<< "$(order_of "$1")"
+  order_of "$1"; read -r first second <<< "$order"
   for ((i = 1; i <= instances; i++)); do
-    if [ $((i % 2)) -eq 1 ]; then printf '%s:%d %s:%d ' "$first" "$i" "$second" "$i"
-    else printf '%s:%d %s:%d ' "$second" "$i" "$first" "$i"; fi
+    if [ $((i % 2)) -eq 1 ]; then measured+="$first:$i $second:$i "
+    else measured+="$second:$i $first:$i "; fi
   done
 }
 
@@ -306,7 +318,7 @@ start_instance() {  # start instance $2 of role $1 in a session of its own
   if [ ${#gpu_list[@]} -gt 0 ]; then gpu=${gpu_list[$(( ($2 - 1) % ${#gpu_list[@]} ))]}; fi
   instance_url "$role" "$i"
   if [ -n "$target" ]; then
-    port=$(url_port "$target")
+    port_of "$target"; port=$port_of
     if net answers "$target"; then
       die "a pool of $instances does not fit: port $port already answers ($target, $side's $(
         )instance $i) before it starts (round $r); give ports that are free"
@@ -388,13 +400,13 @@ pool_threads() {  # sets pool_cpus: where each instance's threads ran, "CPUS NOD
 }
 
 instance_args() {  # sets instance_args: run's --instance items of instance $2 of role $1
-  local role=$1 i=$2 key=$1:$2 share="" cpus
+  local role=$1 i=$2 key=$1:$2 share="" cpus ready
+  printf -v ready '%d.%03d' $((pool_ready[$key] / 1000)) $((pool_ready[$key] % 1000))
   instance_args=(--instance "round=$r" --instance "side=${name[$role]}" --instance "number=$i"
                  --instance "count=$instances" --instance "start_order=${pool_started[$key]}"
-                 --instance "ready_s=$(printf '%d.%03d' $((pool_ready[$key] / 1000)) \
-                   $((pool_ready[$key] % 1000)))")
-  local port; port=$(url_port "${pool_url[$key]}")
-  instance_args+=(--instance "port=$port")
+                 --instance "ready_s=$ready")
+  port_of "${pool_url[$key]}"
+  instance_args+=(--instance "port=$port_of")
   if [ ${#gpu_list[@]} -gt 0 ]; then
     local gpu=${gpu_list[$(( (i - 1) % ${#gpu_list[@]} ))]}
     instance_args+=(--instance "gpu=$gpu")
@@ -517,14 +529,15 @@ stop_pools() {
   for key in "${!pool_pid[@]}"; do
     role=${key%:*}
     if [ -n "${stop_cmd[$role]}" ]; then
-      (ROUND=$r SIDE=${name[$role]} INSTANCE=${key#*:} PORT=$(
-        url_port "${pool_url[$key]:-http://x/}") default_pipe bash -c -- "${stop_cmd[$role]}") \
+      (port_of "${pool_url[$key]:-http://x/}"
+       ROUND=$r SIDE=${name[$role]} INSTANCE=${key#*:} PORT=$port_of default_pipe bash -c -- \
+         "${stop_cmd[$role]}") \
         </dev/null >&2 || say "warning: stop command of ${name[$role]} instance ${key#*:} failed"
     fi
   done
   for key in "${!pool_pid[@]}"; do kill -TERM -- "-${pool_pid[$key]}" 2>/dev/null || true; done
   now_ms; deadline=$((now + stop_wait * 1000))
-  while alive=$(sessions_alive "${pool_pid[@]}") && [ -n "$alive" ] && now_ms \
+  while sessions_alive "${pool_pid[@]}" && [ -n "$alive" ] && now_ms \
       && [ "$now" -lt "$deadline" ]; do
     nap
   done
@@ -539,15 +552,25 @@ stop_pools() {
   pool_pid=(); pool_url=(); pool_ready=(); pool_started=(); pool_since=(); pool_run=()
 }
 
-sessions_alive() {  # prints those of the sessions given in which a process other than a
-  local stat rest fields found=" "  # zombie is left, in one look through /proc
+sessions_alive() {  # sets alive: those of the sessions given in which a process other than
+  local stat rest state session found=" "  # a zombie is left, in one look through /proc
   for stat in /proc/[0-9]*/stat; do
     { read -r rest < "$stat"; } 2>/dev/null || continue
-    read -r -a fields <<< "${rest##*) }"  # state ppid pgrp session ...
-    if [ "${fields[0]}" != Z ] && [[ " $* " == *" ${fields[3]:-x} "* ]] \
-        && [[ "$found" != *" ${fields[3]} "* ]]; then found+="${fields[3]} "; fi
+    stat_fields
+    if [ "$state" != Z ] && [[ " $* " == *" ${session:-x} "* ]] \
+        && [[ "$found" != *" $session "* ]]; then found+="$session "; fi
   done
-  found=${found# }; printf '%s' "${found% }"
+  found=${found# }; alive=${found% }
+}
+
+# sets state and session from the /proc/PID/stat line in rest (which it shortens): its fields
+# after the command's name, which ends at the last ") " (a name may hold ") " itself), in
+# parameter expansions: ${rest##*) } and a here-string into an array took three times the
+# CPU of the read, a look through /proc every poll while a side stops
+stat_fields() {
+  rest=${rest#*) }
+  while [[ "$rest" == *") "* ]]; do rest=${rest#*) }; done
+  state=${rest%% *}; rest=${rest#* }; rest=${rest#* }; rest=${rest#* }; session=${rest%% *}
 }
 
 gpu_free_mib() {  # prints GPU $1's free memory in MiB (nvidia-smi); nothing where unknown
@@ -582,24 +605,25 @@ measure_pools() {  # round $r of pools: start, wait until all are ready, measure
   local role item first=1
   started_count=0
   if [ "$checked_fit" -eq 0 ]; then
-    read -r role _ <<< "$(order_of "$r")"
+    order_of "$r"; role=${order%% *}
     pool_fits "$role"
     first=2
   fi
   if [ "$together" -eq 1 ]; then
     say "round $r/$rounds: starting both pools of $instances"
-    for role in $(order_of "$r"); do
+    order_of "$r"; for role in $order; do
       for ((i = first; i <= instances; i++)); do start_instance "$role" "$i"; done
       first=1
     done
     wait_pool_ready
-    for item in $(measure_order "$r"); do
+    measure_order "$r"
+    for item in $measured; do
       measure_instance "${item%:*}" "${item#*:}"; finish_instance "${item%:*}" "${item#*:}"
     done
     say_pool; stop_pools
     return
   fi
-  for role in $(order_of "$r"); do
+  order_of "$r"; for role in $order; do
     say "round $r/$rounds ${name[$role]}: starting a pool of $instances"
     for ((i = first; i <= instances; i++)); do start_instance "$role" "$i"; done
     first=1
@@ -704,7 +728,9 @@ tool_command() {
 }
 
 made_dir=0  # the script made --dir: an error leaves no empty folder behind
+tool_unchecked=0  # 1 from the checks before the first router on, until a run --check passed
 die() {
+  if [ "$tool_unchecked" -eq 1 ]; then tool_unchecked=0; check_tool; fi
   printf 'run_rounds.sh: error: %s\n' "$1" >&2 2>/dev/null || true
   if [ "$made_dir" -eq 1 ]; then rmdir -- "$dir" 2>/dev/null || true; fi
   exit 2
@@ -857,22 +883,28 @@ if [ -n "${DRIVER_CPUS:-}" ]; then
   driver=(taskset -c "$DRIVER_CPUS" "${tool_run[@]}")
 fi
 
-# round N starts with base when N is odd and with new when N is even (rl.start_order)
-order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then echo "base new"; else echo "new base"; fi; }
+# sets order: round N starts with base when N is odd and with new when N is even
+# (rl.start_order)
+order_of() { if [ $(( $1 % 2 )) -eq 1 ]; then order="base new"; else order="new base"; fi; }
 
 # whether --until-decided looks after round $1 (rl.sequential_looks): from --min-rounds on,
 # before the last round; up to 40 rounds after every round, beyond, look k of 40 after
 # ceil(rounds k / 40) rounds, where `rounds --sequential` has its boundaries
 looks_after() {
-  local k
+  local k n
   [ "$until_decided" -eq 1 ] && [ "$1" -ge "$min_rounds" ] && [ "$1" -lt "$rounds" ] || return 1
   [ "$rounds" -gt 40 ] || return 0
-  for ((k = 1; k <= 40; k++)); do
-    if [ $(( (rounds * k + 39) / 40 )) -eq "$1" ] || { [ "$1" -eq 3 ] \
-        && [ $(( (rounds * k + 39) / 40 )) -lt 3 ]; }; then return 0; fi
-  done
-  return 1
+  if [ -z "$look_rounds" ]; then  # the 40 looks' rounds, worked out once, not each round
+    look_rounds=" "
+    for ((k = 1; k <= 40; k++)); do
+      n=$(( (rounds * k + 39) / 40 ))
+      if [ "$n" -lt 3 ]; then n=3; fi  # a look before round 3 is taken after round 3
+      look_rounds+="$n "
+    done
+  fi
+  [[ "$look_rounds" == *" $1 "* ]]
 }
+look_rounds=""
 
 schedule() {  # what --dry-run prints
   if [ "$resume" -eq 1 ]; then
@@ -882,7 +914,7 @@ schedule() {  # what --dry-run prints
   shown_args=""
   if [ ${#run_args[@]} -gt 0 ]; then printf -v shown_args '%q ' "${run_args[@]}"; fi
   for ((r = 1; r <= rounds; r++)); do
-    for role in $(order_of "$r"); do
+    order_of "$r"; for role in $order; do
       side=${name[$role]}
       printf 'round %d %s: start: %s\n' "$r" "$side" "${start_cmd[$role]}"
       printf 'round %d %s: run: ROUND=%d SIDE=%s %s run --url %s --corpus %s --out %s %s%s%s %s\n' \
@@ -909,21 +941,38 @@ fi
 # --- checks before the first router starts (a model load on a GPU node is not free) ---
 command -v setsid >/dev/null \
   || die "setsid not found (util-linux): it gives each start command a session"
-version=$("${driver[@]}" --version 2>&1) \
-  || die "cannot run the tool: ${driver[*]} --version said: ${version:-nothing}$(
-    [ "$tool_given" -eq 1 ] || printf '; --tool PATH names router_latency.py')"
+# whether the tool runs: checked by the first `run --check` below, which runs it; an error
+# before that one passes first says so where the tool cannot run (--version), as a check of
+# its own here did, one start of the tool more in each script
+check_tool() {
+  version=$("${driver[@]}" --version 2>&1) \
+    || die "cannot run the tool: ${driver[*]} --version said: ${version:-nothing}$(
+      [ "$tool_given" -eq 1 ] || printf '; --tool PATH names router_latency.py')"
+}
+tool_unchecked=1
 [ -f "$corpus" ] && [ -r "$corpus" ] || die "cannot read the corpus file ($corpus)"
 if [ ! -e "$dir" ]; then made_dir=1; fi
 mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($dir)"; }
 
+# the script's helpers, one Python program (plain JSON and the standard library, so that it
+# works with any version of the tool), a mode each:
 # run files: 'summary FILE' prints a run's p50 per pass and errors; 'state FILE CORPUS'
 # exits 0 for a complete run of that corpus, 1 for an incomplete or unreadable one and 3 for
-# one of another corpus; 'incomplete FILE' marks a run "complete": false (its router ended
-# while it ran), atomically. Plain JSON, so that it works with any version of the tool.
-run_file() {
+# one of another corpus, 'states CORPUS FILE...' prints that of each file, a line each;
+# 'incomplete FILE' marks a run "complete": false (its router ended while it ran), atomically.
+# the network: 'answers URL' exits 0 when something accepts a connection at the URL's host and
+# port; 'listeners URL' prints "pid session command" of each local process that listens on the
+# URL's port (Linux /proc; nothing where it cannot see them); 'ports URL SESSION' prints
+# "answers" when the URL answers, else the TCP ports the processes of the session listen on;
+# 'hashes FILE' prints the run's x-vsr-config-hash values; 'ready URL...' the places of the
+# URLs whose GET /ready answers.
+# after a run, in one process instead of three: 'measured FILE URL LOOK' prints "listener pid
+# session command" (where LOOK is 1), "hashes ..." (where FILE exists) and "summary ..." (where
+# it reads), a line each
+helper() {
   "$python" - "$@" <<'PY'
-import hashlib, json, math, os, sys
-mode, path = sys.argv[1], sys.argv[2]
+import hashlib, json, math, os, socket, sys, urllib.parse
+mode = sys.argv[1]
 
 
 def shown(value):  # three significant digits, as the tool's tables
@@ -933,26 +982,6 @@ def shown(value):  # three significant digits, as the tool's tables
     return f"{value:.{digits}f}"
 
 
-try:
-    with open(path, encoding="utf-8") as handle:
-        run = json.load(handle)
-except (OSError, ValueError):
-    sys.exit(1)
-if mode == "incomplete":
-    if run.get("complete") is True:
-        run["complete"] = False
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(run, handle, indent=1)
-            handle.write("\n")
-        os.replace(temporary, path)
-    sys.exit(0)
-if mode == "state":
-    with open(sys.argv[3], "rb") as handle:
-        sha = hashlib.sha256(handle.read()).hexdigest()
-    if run.get("complete") is not True:
-        sys.exit(1)
-    sys.exit(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
 def summary(run):
     figures, errors, degraded = [], {}, 0
     for item in run.get("passes", []):
@@ -970,26 +999,7 @@ def summary(run):
             + (f"; {degraded} degraded" if degraded else ""))
 
 
-print(summary(run))
-for other in sys.argv[3:]:  # a pool's other instances, a line each
-    try:
-        with open(other, encoding="utf-8") as handle:
-            print(summary(json.load(handle)))
-    except (OSError, ValueError):
-        print("unreadable")
-PY
-}
-
-# the network: 'answers URL' exits 0 when something accepts a connection at the URL's host and
-# port; 'listeners URL' prints "pid session command" of each local process that listens on the
-# URL's port (Linux /proc; nothing where it cannot see them); 'ports URL SESSION' prints
-# "answers" when the URL answers, else the TCP ports the processes of the session listen on;
-# 'hashes FILE' prints the run's x-vsr-config-hash values.
-net() {
-  "$python" - "$@" <<'PY'
-import json, os, socket, sys, urllib.parse
-mode, target = sys.argv[1], sys.argv[2]
-if mode == "hashes":
+def hashes(path):
     seen = []
     def walk(item):
         if isinstance(item, dict):
@@ -1002,14 +1012,110 @@ if mode == "hashes":
             for value in item:
                 walk(value)
     try:
-        with open(target, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             walk(json.load(handle))
     except (OSError, ValueError):
         pass
-    print(" ".join(seen))
+    return " ".join(seen)
+
+
+def port_of(target):
+    url = urllib.parse.urlsplit(target)
+    return url, url.port or (443 if url.scheme == "https" else 80)
+
+
+def listeners(port):
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            with open(f"/proc/{pid}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        if links & inodes:
+            comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+            yield pid, rest.split()[3], comm
+
+
+if mode == "measured":
+    path, target, look = sys.argv[2:5]
+    if look == "1":
+        for pid, session, comm in listeners(port_of(target)[1]):
+            print("listener", pid, session, comm)
+    if os.path.isfile(path):
+        print("hashes", hashes(path))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            said = summary(json.load(handle))
+    except Exception:  # unreadable: 'summary FILE' says why, or nothing, where it did
+        sys.exit(0)
+    print("summary", said)
     sys.exit(0)
-url = urllib.parse.urlsplit(target)
-port = url.port or (443 if url.scheme == "https" else 80)
+if mode == "states":
+    sha = None
+    for path in sys.argv[3:]:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                run = json.load(handle)
+            if sha is None:
+                with open(sys.argv[2], "rb") as handle:
+                    sha = hashlib.sha256(handle.read()).hexdigest()
+            if run.get("complete") is not True:
+                print(1)
+                continue
+            print(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
+        except (OSError, ValueError):  # unreadable: 1, as 'state' exits
+            print(1)
+        except Exception:  # not a run's document: 1 and Python's error, as 'state' says it
+            import traceback
+            traceback.print_exc()
+            print(1)
+    sys.exit(0)
+if mode in ("summary", "state", "incomplete"):
+    path = sys.argv[2]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            run = json.load(handle)
+    except (OSError, ValueError):
+        sys.exit(1)
+    if mode == "incomplete":
+        if run.get("complete") is True:
+            run["complete"] = False
+            temporary = f"{path}.{os.getpid()}.tmp"
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(run, handle, indent=1)
+                handle.write("\n")
+            os.replace(temporary, path)
+        sys.exit(0)
+    if mode == "state":
+        with open(sys.argv[3], "rb") as handle:
+            sha = hashlib.sha256(handle.read()).hexdigest()
+        if run.get("complete") is not True:
+            sys.exit(1)
+        sys.exit(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
+    print(summary(run))
+    for other in sys.argv[3:]:  # a pool's other instances, a line each
+        try:
+            with open(other, encoding="utf-8") as handle:
+                print(summary(json.load(handle)))
+        except (OSError, ValueError):
+            print("unreadable")
+    sys.exit(0)
+if mode == "hashes":
+    print(hashes(sys.argv[2]))
+    sys.exit(0)
+url, port = port_of(sys.argv[2])
 if mode == "ports":
     try:
         socket.create_connection((url.hostname, port), timeout=2).close()
@@ -1072,29 +1178,12 @@ if mode == "answers":
     except OSError:
         sys.exit(1)
     sys.exit(0)
-inodes = set()
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-        with open(table) as handle:
-            rows = handle.read().splitlines()[1:]
-    except OSError:
-        continue
-    for row in rows:
-        fields = row.split()
-        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-            inodes.add(f"socket:[{fields[9]}]")
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-    except OSError:
-        continue
-    if links & inodes:
-        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
-        print(pid, rest.split()[3], comm)
+for pid, session, comm in listeners(port):  # listeners
+    print(pid, session, comm)
 PY
 }
+run_file() { helper "$@"; }
+net() { helper "$@"; }
 
 refuse_if_answering() {  # before a side starts, nothing may answer at its URL
   local address=${url[$1]#*://} port
@@ -1147,12 +1236,17 @@ if [ $((${#existing[@]} + ${#pooled_files[@]})) -gt 0 ]; then
   done
   # a round is kept whole or redone whole: a pool's instances are started together and
   # measured in one round, so a round cut short is run again, every instance of both sides
+  # the state of every round's files, in one process (helper states), not a process a file
+  # (and a fork a round): 2,000 files for --until-decided --max-rounds 1000
+  mapfile -t every < <(for ((r = 1; r <= rounds; r++)); do round_files "$r"; done)
+  mapfile -t states < <(helper states "$corpus" "${every[@]}")
+  each=$(( ${#every[@]} / rounds ))  # the files of a round
   for ((r = 1; r <= rounds; r++)); do
     complete=1
-    mapfile -t wanted < <(round_files "$r")
+    wanted=("${every[@]:$(( (r - 1) * each )):$each}")
+    k=$(( (r - 1) * each ))
     for file in "${wanted[@]}"; do
-      state=0
-      run_file state "$file" "$corpus" || state=$?
+      state=${states[$k]:-1}; k=$((k + 1))
       [ "$state" -ne 3 ] || die "$file measured another corpus than $corpus"
       [ "$state" -eq 0 ] || complete=0
     done
@@ -1174,6 +1268,7 @@ for role in base new; do
       --out "$dir/.check-$side.json" --label "$side" --wait-ready "$wait_ready" \
       "${side_args[@]}" ${run_args[@]+"${run_args[@]}"} 2>&1) \
     || die "the options of $side's runs do not pass: ${checked#router-latency: error: }"
+  tool_unchecked=0  # it ran
 done
 for role in base new; do
   if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "before the first round"; fi
@@ -1209,12 +1304,12 @@ measuring=""   # the run file being written
 interrupted=0
 failed_runs=()
 
-session_alive() {  # whether a process other than a zombie is left in session $1
-  local stat rest fields
-  for stat in /proc/[0-9]*/stat; do
+session_alive() {  # whether a process other than a zombie is left in session $1: its leader
+  local stat rest state session  # first (one read), then every process
+  for stat in "/proc/$1/stat" /proc/[0-9]*/stat; do
     { read -r rest < "$stat"; } 2>/dev/null || continue
-    read -r -a fields <<< "${rest##*) }"  # state ppid pgrp session ...
-    if [ "${fields[3]:-}" = "$1" ] && [ "${fields[0]}" != Z ]; then return 0; fi
+    stat_fields
+    if [ "$session" = "$1" ] && [ "$state" != Z ]; then return 0; fi
   done
   return 1
 }
@@ -1347,22 +1442,32 @@ reject() {  # set a run of the wrong router aside, so that --resume does not kee
   mv -f -- "$1" "$1.rejected" 2>/dev/null || true
   die "$2; ${1##*/} moved to ${1##*/}.rejected"
 }
+# sets summary (and summarized=1) to the run's summary line where it read: the look at the
+# listeners, the hashes and the summary are one process (helper measured)
 check_router() {  # the router that answered must be the one started: $1 role, $2 URL, $3 file
-  local role=$1 other=base host pid session comm found=0 elsewhere="" hashes
+  local role=$1 other=base host pid session comm found=0 elsewhere="" hashes="" look=0 line
   [ "$role" = new ] || other=new
+  summary=""; summarized=0
   host=${2#*://}; host=${host%%/*}; host=${host%:*}; host=${host#[}; host=${host%]}
   if [[ "$host" == 127.* || "$host" == localhost || "$host" == ::1 ]] \
       && session_alive "$start_pid"; then
-    while read -r pid session comm; do
-      if [ "$session" = "$start_pid" ]; then found=1; else elsewhere="pid $pid ($comm)"; fi
-    done < <(net listeners "$2")
-    if [ "$found" -eq 0 ] && [ -n "$elsewhere" ]; then
-      reject "$3" "${name[$role]}'s URL $2 is answered by $elsewhere, not by its start $(
-        )command, which still runs (round $r): a router from an earlier round?"
-    fi
+    look=1
+  fi
+  [ "$look" -eq 1 ] || [ -f "$3" ] || return 0
+  while IFS= read -r line; do
+    case "$line" in
+      "listener "*)
+        read -r pid session comm <<< "${line#listener }"
+        if [ "$session" = "$start_pid" ]; then found=1; else elsewhere="pid $pid ($comm)"; fi ;;
+      "hashes "*) hashes=${line#hashes } ;;
+      "summary "*) summary=${line#summary }; summarized=1 ;;
+    esac
+  done < <(helper measured "$3" "$2" "$look")
+  if [ "$found" -eq 0 ] && [ -n "$elsewhere" ]; then
+    reject "$3" "${name[$role]}'s URL $2 is answered by $elsewhere, not by its start $(
+      )command, which still runs (round $r): a router from an earlier round?"
   fi
   [ -f "$3" ] || return 0
-  hashes=$(net hashes "$3")
   if [ -n "$hashes" ] && [ -n "${first_hashes[$other]}" ] && [ -n "${first_hashes[$role]}" ] \
       && [ "${first_hashes[$role]}" != "${first_hashes[$other]}" ] \
       && [ "$hashes" = "${first_hashes[$other]}" ]; then
@@ -1385,8 +1490,10 @@ check_port() {  # $1: the URL the run waits on
   local host=${1#*://} port ports metrics=""
   host=${host%%/*}; host=${host%:*}; host=${host#[}; host=${host%]}
   [[ "$host" == 127.* || "$host" == localhost || "$host" == ::1 ]] || { port_said=1; return 0; }
-  port=$(url_port "$1")
-  if [ -n "${metrics_url[$active]}" ]; then metrics=$(url_port "${metrics_url[$active]}"); fi
+  port_of "$1"; port=$port_of  # no subshell: once a second of each run
+  if [ -n "${metrics_url[$active]}" ]; then
+    port_of "${metrics_url[$active]}"; metrics=$port_of
+  fi
   ports=$(net ports "$1" "$start_pid") || return 0
   if [ "$ports" = answers ]; then port_said=1; return 0; fi
   if [ -z "$ports" ] && [ "$start_pid_done" -eq 1 ] && [ -n "${container[$active]}" ] \
@@ -1499,10 +1606,14 @@ measure_side() {
   fi
   check_router "$role" "$target" "$file"
   stop_side "$role"
+  # a summary the look could not make: 'summary FILE' says why (nothing, or Python's error)
+  if [ "$summarized" -eq 0 ] && [[ "$code" == [01] ]]; then
+    summary=$(run_file summary "$file") || true
+  fi
   case "$code" in
-    0) say "round $r/$rounds $side: $(run_file summary "$file")" ;;
+    0) say "round $r/$rounds $side: $summary" ;;
     1) failed_runs+=("r$r $side")
-       say "round $r/$rounds $side: $(run_file summary "$file"); $(
+       say "round $r/$rounds $side: $summary; $(
          )more failed requests (degraded answers included) than --max-errors allows" ;;
     *) die "round $r $side: run exited $code" ;;
   esac
@@ -1543,7 +1654,7 @@ for ((r = 1; r <= rounds; r++)); do
       fi
     fi
     if [ "$pooled" -eq 1 ]; then measure_pools; else
-    for role in $(order_of "$r"); do measure_side "$role"; done
+    order_of "$r"; for role in $order; do measure_side "$role"; done
     fi
     ran=$((ran + 1))
   fi
