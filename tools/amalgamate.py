@@ -128,12 +128,12 @@ def import_line(node: ast.Import) -> List[str]:
     return [f"import {a.name}" + (f" as {a.asname}" if a.asname else "") for a in node.names]
 
 
-def read_module(name: str, source: str) -> Module:
+def read_module(name: str, source: str, tree: Optional[ast.Module] = None) -> Module:
     """Return a module's parts; AmalgamationError where its preamble holds anything but its
     docstring, imports, an `if TYPE_CHECKING:` block of imports and `__all__`, or where an
-    import stands after it."""
+    import stands after it. tree: the source's syntax tree, where the caller parsed it."""
     where = f"src/router_latency/{name}.py"
-    tree = ast.parse(source, where)
+    tree = ast.parse(source, where) if tree is None else tree
     docstring = ast.get_docstring(tree, clean=True)
     if not docstring:
         raise AmalgamationError(f"{where}: no docstring")
