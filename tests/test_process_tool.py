@@ -433,8 +433,8 @@ def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path, scrip
 
 # The tool as a user starts it, but with a tenth of the grace that requests in flight get
 # after Ctrl-C or SIGTERM (passloop.STOP_GRACE_NS, 2 s): the tests whose requests never
-# answer waited it out, 2 s each. Against answers of 20 s and a bound of 15 s, a tool that
-# waited for them, or whose grace grew past 2 minutes, still fails
+# answer waited it out, 2 s each. Against answers of 20 s and bounds of 10 and 15 s, a tool
+# that waits for them still fails, as does a grace grown past 100 s (before: past 10 s)
 SHORT_GRACE = """
 import sys
 sys.path.insert(0, {root!r})
