@@ -121,12 +121,12 @@ SETTINGS = settings(max_examples=150, deadline=None)
 
 def pytest_collection_modifyitems(items):
     """Deal the tests that run real processes (marked `process`: seconds each, the rest
-    milliseconds) and the few others of seconds (marked `early`) out first, so that the
-    workers end together on short tests instead of one finishing a long one alone at the end
-    (xdist hands tests out in this order, one at a time: --maxschedchunk 1 in pyproject.toml;
-    in chunks, the first worker's first chunk held them all)."""
-    items.sort(key=lambda item: item.get_closest_marker("process") is None
-               and item.get_closest_marker("early") is None)
+    milliseconds) out first, so that the workers end together on short tests instead of one
+    finishing a long one alone at the end (xdist hands tests out in this order: with --dist
+    worksteal, pyproject.toml, the first worker gets the first half, and a worker that runs
+    out takes half of the rest of another's; with xdist's default chunks, the first worker's
+    first chunk held every process test)."""
+    items.sort(key=lambda item: item.get_closest_marker("process") is None)
 
 
 class Result(NamedTuple):

@@ -363,16 +363,12 @@ def mypy_both(version, shared):
 
 @pytest.mark.parametrize("version", [
     pytest.param(None, id="this-python"), pytest.param("3.10", id="python-3.10")])
-@pytest.mark.parametrize("checked", [
-    pytest.param("src/router_latency", marks=pytest.mark.early), "router_latency.py"])
+@pytest.mark.parametrize("checked", ["src/router_latency", "router_latency.py"])
 def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_factory):
     """The package and the generated file type-check clean in mypy's default mode (the
     README's test command installs mypy==2.4.1 from Python 3.10 on), for this Python and for
     3.10, the oldest that mypy 2.4.1 can target; the floor, 3.9, it cannot (the CI's one-file
-    runs under each python3.X cover 3.9). One mypy run a Python checks both (mypy_both).
-    The package's tests are marked early (5 s of CPU each): dealt out among the first
-    (conftest.py), they make the two runs on the workers side by side, and the generated
-    file's, dealt out later, find the results there instead of waiting on the lock."""
+    runs under each python3.X cover 3.9). One mypy run a Python checks both (mypy_both)."""
     if sys.version_info < (3, 10) and importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy 2.4.1 needs Python 3.10 or newer")
     # the session's base folder; under xdist, the folder its workers' base folders share
