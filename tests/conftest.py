@@ -4,6 +4,7 @@ table, two compared runs, a folder of three rounds, a scripted loopback server w
 test writes byte by byte."""
 
 import atexit
+import importlib.util
 import json
 import math
 import os
@@ -55,16 +56,34 @@ OK = b'{"decision_result": {"decision_name": "ok"}}'
 
 
 
+# where the session's compiled tool is, for the processes that load this file after the first
+SHARED_PYC = "ROUTER_LATENCY_TESTS_PYC"
+
+
 def compiled_tool():
     """Return the tool byte-compiled once for this test session, in a folder of its own.
     `python router_latency.pyc ARGS` runs the same code as `python router_latency.py ARGS`
     (tracebacks name the .py), without compiling 11,000 lines again: 0.2 s of CPU in each of
     the suite's few hundred processes of the tool, run as a script (never cached). Tests
-    of how a user starts the file (the README's commands, the module alone) use TOOL."""
+    of how a user starts the file (the README's commands, the module alone) use TOOL. The
+    session compiles it once: xdist's controller loads this file before it starts the workers,
+    which find the file in SHARED_PYC (their environment is its), made from TOOL as it is
+    now (the source's mtime and size in the header, as an import checks them)."""
+    shared, source = Path(os.environ.get(SHARED_PYC, "/nonexistent")), TOOL.stat()
+    current = importlib.util.MAGIC_NUMBER + bytes(4) + b"".join(  # magic, flags, mtime, size
+        (int(n) & 0xFFFFFFFF).to_bytes(4, "little") for n in (source.st_mtime, source.st_size))
+    try:
+        with open(shared, "rb") as compiled:
+            if compiled.read(16) == current:
+                return shared
+    except OSError:
+        pass
     folder = tempfile.mkdtemp(prefix="router-latency-tool-")
     atexit.register(shutil.rmtree, folder, True)
-    return Path(py_compile.compile(str(TOOL), cfile=str(Path(folder) / "router_latency.pyc"),
-                                   dfile=str(TOOL), doraise=True))
+    compiled = Path(py_compile.compile(str(TOOL), cfile=str(Path(folder) / "router_latency.pyc"),
+                                       dfile=str(TOOL), doraise=True))
+    os.environ[SHARED_PYC] = str(compiled)
+    return compiled
 
 
 TOOL_PYC = compiled_tool()
@@ -103,7 +122,10 @@ SETTINGS = settings(max_examples=150, deadline=None)
 def pytest_collection_modifyitems(items):
     """Deal the tests that run real processes (marked `process`: seconds each, the rest
     milliseconds) out first, so that the workers end together on short tests instead of one
-    finishing a long one alone at the end (xdist hands tests out in this order)."""
+    finishing a long one alone at the end (xdist hands tests out in this order: with --dist
+    worksteal, pyproject.toml, the first worker gets the first half, and a worker that runs
+    out takes half of the rest of another's; with xdist's default chunks, the first worker's
+    first chunk held every process test)."""
     items.sort(key=lambda item: item.get_closest_marker("process") is None)
 
 

@@ -253,7 +253,9 @@ tool, compiled, at, argv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[
 
 
 def tracer(frame, event, arg):  # SIGINT once the tool's code reaches line `at`
-    if frame.f_code.co_filename == tool and frame.f_lineno >= at:
+    if frame.f_code.co_filename != tool:
+        return None  # no line events in the standard library's frames: they never match
+    if frame.f_lineno >= at:
         sys.settrace(None)
         os.kill(os.getpid(), signal.SIGINT)
         return None
@@ -318,7 +320,7 @@ def test_corpus_records_the_git_commit_without_running_git(repo, tmp_path, cli, 
 
 def test_the_text_report_opens_with_its_verdict_so_its_head_shows_it(tmp_path):
     undecided(tmp_path)
-    head = subprocess.run(f"'{sys.executable}' '{TOOL}' rounds --dir '{tmp_path}' --base cpu "
+    head = subprocess.run(f"'{sys.executable}' '{TOOL_PYC}' rounds --dir '{tmp_path}' --base cpu "
                           f"--new gpu | head -3", shell=True, capture_output=True, text=True,
                           timeout=60, cwd=ROOT).stdout.splitlines()
     # the headline, then what would decide it: one figure in both
@@ -429,11 +431,31 @@ def test_interrupted_while_waiting_for_the_router_writes_nothing(tmp_path, scrip
     assert not out.exists()
 
 
+# The tool as a user starts it, but with a tenth of the grace that requests in flight get
+# after Ctrl-C or SIGTERM (passloop.STOP_GRACE_NS, 2 s): the tests whose requests never
+# answer waited it out, 2 s each. Against answers of 20 s and bounds of 10 and 15 s, a tool
+# that waits for them still fails, as does a grace grown past 100 s (before: past 10 s)
+SHORT_GRACE = """
+import sys
+sys.path.insert(0, {root!r})
+import router_latency as rl
+rl.STOP_GRACE_NS //= 10
+sys.argv[0] = {tool!r}
+rl.console_main()
+"""
+
+
+def short_grace():
+    """Return the command that starts the tool with a tenth of its grace (SHORT_GRACE)."""
+    return [sys.executable, "-c", SHORT_GRACE.format(root=str(TOOL_PYC.parent),
+                                                     tool=str(TOOL))]
+
+
 def test_interrupt_does_not_wait_for_a_slow_router(fault_server, tmp_path):
     # every answer would take 20 s; the readiness check's preview is answered at once
     corpus = write_corpus(tmp_path / "corpus.json", ["sleep:20", "sleep:20"])
     out = tmp_path / "run.json"
-    process = subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", fault_server.url,
+    process = subprocess.Popen([*short_grace(), "run", "--url", fault_server.url,
                                 "--corpus", corpus, "--out", str(out), "--label", "x",
                                 "--warmup", "0", "--concurrency", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -478,12 +500,13 @@ def test_interrupting_a_timed_pass_stops_it_long_before_its_time(scripted, tmp_p
     assert document["settings"]["duration_s"] == 600
 
 
-def start_run(url, corpus, out, *options):
-    """Start `run` as a user would, in its own process; return it."""
-    return subprocess.Popen([sys.executable, str(TOOL_PYC), "run", "--url", url, "--corpus",
-                             str(corpus), "--out", str(out), "--label", "x", "--gpu", "none",
-                             *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def start_run(url, corpus, out, *options, tool=None):
+    """Start `run` as a user would, in its own process (the command `tool`, by default the
+    tool); return it."""
+    return subprocess.Popen([*(tool or [sys.executable, str(TOOL_PYC)]), "run", "--url", url,
+                             "--corpus", str(corpus), "--out", str(out), "--label", "x",
+                             "--gpu", "none", *options], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def wait_until(condition, what, limit=20.0):
@@ -567,7 +590,7 @@ def test_a_signal_during_the_load_pause_ends_the_pause(simulator, tmp_path):
 def test_a_signal_during_the_warm_up_writes_nothing(fault_server, tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["sleep:20"])
     out = tmp_path / "run.json"
-    process = start_run(fault_server.url, corpus, out, "--warmup", "3")
+    process = start_run(fault_server.url, corpus, out, "--warmup", "3", tool=short_grace())
     wait_until(lambda: fault_server.requests >= 2, "the warm-up started")
     code, stderr = signal_and_wait(process, signal.SIGTERM)
     assert code == 143 and not out.exists()
@@ -755,7 +778,8 @@ def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
     # main() has returned (the file written, the code chosen) and a thread is still joined
     # at exit; a Ctrl-C pressed again then ended the process by SIGINT with a traceback. The
     # thread says when main() has returned and console_main() has set SIGINT aside (10 s at
-    # most), not a sleep that a loaded machine outlasts: the signal comes while it is joined
+    # most), then lives on until the test, having sent the signal, closes its stdin: the
+    # signal comes while it is joined, by construction (no sleep a loaded machine outlasts)
     child = ("import signal, sys, threading, time; sys.path.insert(0, %r)\n"
              "import router_latency as rl\n"
              "def joined():\n"
@@ -764,17 +788,17 @@ def test_a_ctrl_c_while_python_joins_the_last_threads_keeps_the_exit_code():
              "            break\n"
              "        time.sleep(0.005)\n"
              "    print('returned', flush=True)\n"
-             "    time.sleep(1.0)\n"
+             "    sys.stdin.read()\n"
              "def main(argv=None, program=False):\n"
              "    threading.Thread(target=joined).start()\n"
              "    return 3\n"
              "rl.main = main\n"
              "rl.console_main()\n") % str(TOOL_PYC.parent)
-    process = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "returned\n"
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=20)
+    _, stderr = process.communicate(timeout=20)  # closes stdin: the thread ends
     assert process.returncode == 3 and "Traceback" not in stderr, stderr
 
 

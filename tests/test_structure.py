@@ -6,6 +6,8 @@ precisely; the one file users copy is the current amalgamation."""
 
 import ast
 import fcntl
+import functools
+import gc
 import importlib.util
 import json
 import os
@@ -34,6 +36,38 @@ def package_files():
     return sorted(PACKAGE.glob("*.py"))
 
 
+# Each file of the package is parsed once a session (0.4 s of CPU), not once a test: the trees
+# and the modules' parts below are shared, so no test may change them (they only walk them; a
+# test that edits a module reads its own copy of the source). A file is parsed as Python 3.7
+# reads it: every file must parse under 3.7 (the test of the one file's floor check), and
+# what parses there is the same tree as under this Python
+def parsed(text, filename="<unknown>"):
+    """Return the syntax tree of Python source as 3.7 reads it (SyntaxError where it uses
+    what 3.7 lacks). The cyclic collector rests meanwhile: a tree holds no cycle, and the
+    package's 170,000 new nodes set off collections that walked every object of the test
+    process (the 3.7 test, which parses the one file and the package: 0.9 s of CPU, now 0.5)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(text, filename=filename, feature_version=(3, 7))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@functools.lru_cache(maxsize=None)
+def tree_of(path):
+    """Return the syntax tree of one file of the package, parsed once, as 3.7 reads it."""
+    return parsed(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def package_modules():
+    """Return amalgamate's parts of every module in MODULES, in order, read once."""
+    return tuple(amalgamate.read_module(name, SOURCES[name], tree_of(PACKAGE / f"{name}.py"))
+                 for name in amalgamate.MODULES)
+
+
 def test_the_generated_file_is_current():
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "amalgamate.py"), "--check"],
                             capture_output=True, text=True, timeout=120)
@@ -45,15 +79,15 @@ def test_the_one_file_parses_under_python_3_7_so_an_old_python_reaches_its_floor
     # Python compiles the whole file before its first line runs: one construct of 3.8 (an
     # assignment expression) and a 3.7 printed a SyntaxError instead of the line that names
     # the floor (tests/test_process_tool.py runs it under an older Python where there is one)
-    ast.parse(TOOL.read_text(encoding="utf-8"), feature_version=(3, 7))
-    for path in package_files():
-        ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 7))
+    parsed(TOOL.read_text(encoding="utf-8"), str(TOOL))
+    for path in package_files():  # the session's trees, parsed once, as 3.7 reads them
+        tree_of(path)
     with pytest.raises(SyntaxError):  # the check sees what 3.7 lacks
-        ast.parse("if (n := 1): pass", feature_version=(3, 7))
+        parsed("if (n := 1): pass")
 
 
 def test_the_modules_are_listed_in_the_package_docstring_in_order():
-    docstring = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
+    docstring = ast.get_docstring(tree_of(PACKAGE / "__init__.py"))
     listed = [line.split()[0] for line in docstring.splitlines()
               if line.startswith("    ") and "  " in line.strip()]
     assert listed == list(amalgamate.MODULES)
@@ -62,7 +96,7 @@ def test_the_modules_are_listed_in_the_package_docstring_in_order():
 
 
 def test_the_package_docstring_names_the_layers_in_order():
-    docstring = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
+    docstring = ast.get_docstring(tree_of(PACKAGE / "__init__.py"))
     headings = [line.strip().rstrip(":") for line in docstring.splitlines()
                 if line.startswith("  ") and not line.startswith("   ") and line.endswith(":")]
     assert headings == [name for name, _ in amalgamate.LAYERS]
@@ -70,9 +104,9 @@ def test_the_package_docstring_names_the_layers_in_order():
 
 def layer_imports():
     """Yield (module, its layer's index, a module it imports, that module's layer's index)."""
-    for name in amalgamate.MODULES:
-        for source in amalgamate.read_module(name, SOURCES[name]).package_imports:
-            yield name, amalgamate.layer_of(name), source, amalgamate.layer_of(source)
+    for module in package_modules():
+        for source in module.package_imports:
+            yield module.name, amalgamate.layer_of(module.name), source, amalgamate.layer_of(source)
 
 
 def test_a_module_imports_only_from_lower_layers_or_earlier_in_its_own():
@@ -95,7 +129,7 @@ def test_judging_and_what_draws_it_never_import_the_wire_and_the_pass():
 
 
 def test_no_module_imports_one_below_it_and_no_name_is_defined_twice():
-    modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
+    modules = list(package_modules())
     amalgamate.check_modules(modules)  # raises, naming the module, where one does
 
 
@@ -126,7 +160,7 @@ def edited_words(added):
      "line .*: imports json in a function, which words.py imports in its preamble"),
 ])
 def test_the_amalgamation_refuses_what_one_file_cannot_hold(added, problem):
-    modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
+    modules = list(package_modules())
     with pytest.raises(amalgamate.AmalgamationError, match=problem):
         modules[amalgamate.MODULES.index("words")] = amalgamate.read_module(
             "words", edited_words(added))
@@ -134,7 +168,7 @@ def test_the_amalgamation_refuses_what_one_file_cannot_hold(added, problem):
 
 
 def test_the_order_check_finds_an_import_from_below():
-    modules = [amalgamate.read_module(name, SOURCES[name]) for name in amalgamate.MODULES]
+    modules = list(package_modules())
     modules[0] = modules[0]._replace(package_imports={"cli": {"main"}})
     with pytest.raises(amalgamate.AmalgamationError, match="imports .cli, which is not above"):
         amalgamate.check_modules(modules)
@@ -142,12 +176,12 @@ def test_the_order_check_finds_an_import_from_below():
 
 def test_every_module_names_in_all_exactly_what_later_modules_import_from_it():
     taken = {name: set() for name in amalgamate.MODULES}
-    for name in amalgamate.MODULES:
-        for source, names in amalgamate.read_module(name, SOURCES[name]).package_imports.items():
+    for module in package_modules():
+        for source, names in module.package_imports.items():
             taken[source] |= names
     problems = []
     for name in amalgamate.MODULES:
-        tree = ast.parse(SOURCES[name])
+        tree = tree_of(PACKAGE / f"{name}.py")
         listed = next(ast.literal_eval(node.value) for node in tree.body
                       if isinstance(node, (ast.Assign, ast.AnnAssign))
                       and "__all__" in amalgamate.bound_names(node))
@@ -192,11 +226,11 @@ def functions_with_names(tree, prefix=""):
             yield from functions_with_names(node, prefix)
 
 
+@functools.lru_cache(maxsize=None)
 def all_functions():
-    """Yield (module:qualified name, node) of every function of the package."""
-    for path in package_files():
-        for name, node in functions_with_names(ast.parse(path.read_text())):
-            yield f"{path.stem}:{name}", node
+    """Return (module:qualified name, node) of every function of the package, found once."""
+    return tuple((f"{path.stem}:{name}", node) for path in package_files()
+                 for name, node in functions_with_names(tree_of(path)))
 
 
 def test_no_function_is_longer_than_60_lines():
@@ -253,7 +287,7 @@ def record_fields(tree):
 
 
 def test_every_record_field_is_typed_precisely():
-    fields = {path.stem: list(record_fields(ast.parse(path.read_text())))
+    fields = {path.stem: list(record_fields(tree_of(path)))
               for path in package_files()}
     # the check sees the records: NamedTuples, TypedDicts (total=False too)
     records = {f"{module}:{record}" for module, found in fields.items() for record, _, _ in found}
@@ -305,7 +339,9 @@ def mypy_both(version, shared):
     router_latency, which mypy refuses twice in one run, so the file is checked as a copy
     under another module name (it imports nothing of its own name): one run a Python
     instead of two. The first test of a version runs it under a lock in `shared` (the
-    folder the session's workers share) and leaves the result there for the other."""
+    folder the session's workers share) and leaves the result there for the other. mypy
+    writes no cache (/dev/null): each run reads none (--no-incremental), and writing one
+    cost about 0.3 s of CPU a run and left .mypy_cache in the checkout."""
     name = f"mypy-{version or 'this-python'}"
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the one run
@@ -317,7 +353,8 @@ def mypy_both(version, shared):
             shutil.copyfile(TOOL, copy)
             target = [] if version is None else ["--python-version", version]
             result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
-                                     "--no-color-output", "--no-incremental", *target,
+                                     "--no-color-output", "--no-incremental",
+                                     "--cache-dir", os.devnull, *target,
                                      "src/router_latency", str(copy)],
                                     cwd=ROOT, capture_output=True, text=True, timeout=300)
         found = (result.returncode, result.stdout.replace(str(copy), "router_latency.py"),
@@ -367,9 +404,10 @@ STILL_NAMED = {
 
 def renderer_imports():
     """Yield (renderer, module it imports from, names) of every renderer's package imports."""
-    for name in sorted(RENDERERS):
-        for source, names in amalgamate.read_module(name, SOURCES[name]).package_imports.items():
-            yield name, source, names
+    for module in package_modules():
+        if module.name in RENDERERS:
+            for source, names in module.package_imports.items():
+                yield module.name, source, names
 
 
 def test_no_renderer_names_a_capability_or_a_section_builder():
@@ -393,8 +431,8 @@ def test_every_json_decoding_is_guarded_against_a_recursion_error():
     # amd-smi output (first_json), a /ready body or a refusal's body that deep ended the tool
     # with a traceback. Each decoding sits in a try that names RecursionError (or Exception)
     found, unguarded = 0, []
-    for path in sorted(PACKAGE.glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for path in package_files():
+        tree = tree_of(path)
         guarded = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Try) and any(

@@ -143,12 +143,12 @@ def imported_modules(node: ast.AST) -> List[str]:
     return [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
 
 
-def read_module(name: str, source: str) -> Module:
+def read_module(name: str, source: str, tree: Optional[ast.Module] = None) -> Module:
     """Return a module's parts; AmalgamationError where its preamble holds anything but its
     docstring, imports, an `if TYPE_CHECKING:` block of imports and `__all__`, or where an
-    import stands after it."""
+    import stands after it. tree: the source's syntax tree, where the caller parsed it."""
     where = f"src/router_latency/{name}.py"
-    tree = ast.parse(source, where)
+    tree = ast.parse(source, where) if tree is None else tree
     docstring = ast.get_docstring(tree, clean=True)
     if not docstring:
         raise AmalgamationError(f"{where}: no docstring")
