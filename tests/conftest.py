@@ -144,6 +144,14 @@ def simulator():
         router.stop()
 
 
+@pytest.fixture
+def quick_ready_poll(monkeypatch):
+    """Look at a router that is not ready yet every 10 ms instead of every 250: for a test of
+    what readiness decides, whose router starts up by count (answers or GETs), not by time."""
+    import router_latency.readiness
+    monkeypatch.setattr(router_latency.readiness, "READY_POLL_S", 0.01)
+
+
 def write_corpus(path, texts):
     """Write a corpus file of the given prompts through the tool's own encoder."""
     document = {"schema": CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
@@ -384,6 +392,26 @@ def scripted():
     yield start
     for server in servers:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def demo_kept(tmp_path_factory):
+    """`demo --rounds 3 --keep FOLDER`, run once per session (each test worker): (its Result,
+    the folder). Two tests read what it printed and kept (test_cli, test_attribution); no test
+    writes there."""
+    folder = tmp_path_factory.mktemp("demo") / "demo"
+    return run_main("demo", "--rounds", "3", "--keep", folder), folder
+
+
+def run_main(*argv):
+    """Call main() as the cli fixture does, for a fixture wider than a test (no capsys):
+    return its exit code, stdout and stderr."""
+    import contextlib
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def rounds(cli, folder, *extra):

@@ -655,9 +655,20 @@ def test_a_peer_that_drips_its_answer_cannot_hold_off_the_stop_flag(scripted):
 
 
 def test_a_silent_peer_times_out_unanswered(scripted):
-    router = scripted(lambda prompt, number: dripped(final_answer(), 5.0))  # nothing in time
+    # nothing comes until the client gave up, by construction: the answer waits for the test
+    # (a pause of 5 s was waited out whole by the server's thread at the end of the test)
+    gave_up = threading.Event()
+
+    def silent_until_given_up():
+        gave_up.wait(10)
+        yield final_answer()
+
+    router = scripted(lambda prompt, number: silent_until_given_up())
     endpoint = parse_endpoint(router.url)
-    with pytest.raises(RequestFailed) as failure:
-        Connection(endpoint, 0.2).exchange(
-            encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    try:
+        with pytest.raises(RequestFailed) as failure:
+            Connection(endpoint, 0.2).exchange(
+                encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    finally:
+        gave_up.set()
     assert failure.value.kind == "timeout" and failure.value.unanswered

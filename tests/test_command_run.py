@@ -491,8 +491,9 @@ SMALL = ["What is the derivative of x squared?", "Write a haiku about routers.",
          "My SSN is 123-45-6789", "x" * 5000, "Bonjour, comment ça va?"]
 
 
-def test_a_real_shaped_router_gives_a_clean_first_run(double, tmp_path, cli):
-    router = double(startup_s=0.4, loaded_after=3, unmatched={SMALL[1], SMALL[5]})
+def test_a_real_shaped_router_gives_a_clean_first_run(double, tmp_path, cli, quick_ready_poll):
+    # starting by count: /ready answers 503 to its first two GETs however loaded the machine
+    router = double(unready=2, loaded_after=3, unmatched={SMALL[1], SMALL[5]})
     corpus = write_corpus(tmp_path / "corpus.json", SMALL)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
@@ -607,7 +608,7 @@ def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, 
 
 
 def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double, tmp_path,
-                                                                           cli):
+                                                                           cli, quick_ready_poll):
     repo = tmp_path / "repo"
     (repo / "e2e" / "testdata").mkdir(parents=True)
     (repo / "e2e" / "testdata" / "cases.json").write_text(json.dumps(
@@ -616,7 +617,7 @@ def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double
     corpus = tmp_path / "corpus.json"
     assert cli("corpus", "--repo", repo, "--out", corpus).code == 0
     texts = [p.text for p in load_corpus(str(corpus)).prompts]
-    router = double(startup_s=0.3, loaded_after=2, unmatched={texts[1]})
+    router = double(unready=2, loaded_after=2, unmatched={texts[1]})  # starting by count
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
                  "cpu-r1", "--wait-ready", "30", "--warmup", "5", "-c", "1", "4")
@@ -685,7 +686,7 @@ def test_a_runtime_name_the_environment_did_not_set_is_warned_of(simulator, tmp_
 
 
 def test_a_run_measures_nothing_before_a_newer_router_is_ready(double, tmp_path, cli,
-                                                               monkeypatch):
+                                                               monkeypatch, quick_ready_poll):
     monkeypatch.setenv("ROUTER_TOKEN", "s3cret")
     router = double(newer=True, unready=2, unavailable=2)
     corpus = write_corpus(tmp_path / "corpus.json", PROMPTS[:4])

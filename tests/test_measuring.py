@@ -284,7 +284,8 @@ def loading_router(scripted, loading_previews):
     return scripted(answer)
 
 
-def test_wait_ready_waits_for_the_preview_not_for_health(scripted, tmp_path, cli):
+def test_wait_ready_waits_for_the_preview_not_for_health(scripted, tmp_path, cli,
+                                                        quick_ready_poll):
     router = loading_router(scripted, 3)
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
@@ -363,10 +364,12 @@ def test_https_to_a_plain_http_port_says_the_server_did_not_speak_tls(simulator,
 
     threading.Thread(target=answer_in_plain_text, daemon=True).start()
     try:
-        for url in (f"https://127.0.0.1:{plain.getsockname()[1]}",
-                    simulator(delay_ms=0).url.replace("http://", "https://")):
+        # the plain-text answer comes at once; the simulator never answers the hello, so its
+        # handshake (of /ready, then of the preview) waits the whole timeout, kept short
+        for url, timeout in ((f"https://127.0.0.1:{plain.getsockname()[1]}", "5"),
+                             (simulator(delay_ms=0).url.replace("http://", "https://"), "0.2")):
             result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "o.json",
-                         "--label", "x", "--timeout", "1")
+                         "--label", "x", "--timeout", timeout)
             assert result.code == 2, result
             assert "the server did not speak TLS (a plain-HTTP port? http:// reaches it)" \
                 in result.err, result.err
@@ -1270,7 +1273,7 @@ def test_a_slow_phase_names_the_evidence_that_made_it(slow):
         f"{evidence}"]
 
 
-def test_the_progress_line_shows_what_the_router_waits_for(double, tmp_path):
+def test_the_progress_line_shows_what_the_router_waits_for(double, tmp_path, quick_ready_poll):
     from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
     from router_latency.corpus import load_corpus
     router = double(newer=True, unready=2, unavailable=2)
