@@ -263,8 +263,8 @@ def test_run_says_when_no_router_answers(tmp_path, cli):
                                  f"refused")
     assert not out.exists()
     result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out", out,
-                 "--label", "x", "--wait-ready", "0.3")
-    assert result.code == 2 and "router not ready after 0.3 s" in result.err
+                 "--label", "x", "--wait-ready", "0.1")
+    assert result.code == 2 and "router not ready after 0.1 s" in result.err
 
 
 LOADING = final_answer(b'{"error":{"code":"CLASSIFIER_UNAVAILABLE","message":"models loading"}}',
@@ -309,9 +309,9 @@ def test_a_loading_router_is_not_ready(scripted, tmp_path, cli):
                           f"(CLASSIFIER_UNAVAILABLE: classifiers loading); --wait-ready "
                           f"SECONDS waits for a starting router (--url)\n")
     assert result.code == 2 and not out.exists()
-    result = cli(*args, "--wait-ready", "0.3")
+    result = cli(*args, "--wait-ready", "0.1")
     assert result.code == 2 and result.err == (
-        "router-latency: error: router not ready after 0.3 s: it answered HTTP 503 Service "
+        "router-latency: error: router not ready after 0.1 s: it answered HTTP 503 Service "
         "Unavailable to a preview (CLASSIFIER_UNAVAILABLE: classifiers loading) (--url)\n")
 
 
