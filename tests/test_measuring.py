@@ -218,21 +218,26 @@ def test_run_keeps_a_pass_that_ran_under_the_limit(simulator, tmp_path, cli):
     assert item["discarded_attempts"] == []
 
 
-def test_run_waits_for_a_router_that_starts_late(tmp_path, cli):
+def test_run_waits_for_a_router_that_starts_late(tmp_path, cli, monkeypatch, quick_ready_poll):
+    import router_latency.readiness as readiness
     server = FaultServer()
     port = server.server_address[1]
     server.server_close()  # the port is free again until the "router" starts on it
     corpus = write_corpus(tmp_path / "corpus.json", ["fine"])
     out = tmp_path / "run.json"
-    started = []
+    started, looks, probe = [], [], readiness.probe_router
 
-    def start_later():
-        time.sleep(0.5)
-        late = FaultServer(port)
-        started.append(late)
-        late.serve_forever(poll_interval=0.05)
+    def start_after_the_first_look(*args):
+        # the router starts once the run's first look found none, by construction (it
+        # started 0.5 s after the run, waited out)
+        looks.append(probe(*args))
+        if not started:
+            started.append(FaultServer(port))
+            threading.Thread(target=started[0].serve_forever, kwargs={"poll_interval": 0.05},
+                             daemon=True).start()
+        return looks[-1]
 
-    threading.Thread(target=start_later, daemon=True).start()
+    monkeypatch.setattr(readiness, "probe_router", start_after_the_first_look)
     try:
         result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out",
                      out, "--label", "x", "--concurrency", "1", "--wait-ready", "10", "--quiet")
@@ -241,7 +246,8 @@ def test_run_waits_for_a_router_that_starts_late(tmp_path, cli):
             late.shutdown()
             late.server_close()
     assert result.code == 0
-    assert json.loads(out.read_text())["ready_after_s"] >= 0.3
+    assert not looks[0].ready and looks[0].what == "connection refused" and looks[-1].ready
+    assert json.loads(out.read_text())["ready_after_s"] > 0
 
 
 def closed_port():
