@@ -206,7 +206,8 @@ def test_a_slow_phase_made_by_a_neighbouring_gpu_names_it(standin, tmp_path, cli
     standin(STANDIN_FLAG=flag)
     SlowWhileFlagged.served, SlowWhileFlagged.flag = 0, flag
     server = ThreadingHTTPServer(("127.0.0.1", 0), SlowWhileFlagged)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()  # shutdown() waits for a look at its flag
     try:
         corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(400)])
         result = cli("run", "--url", f"http://127.0.0.1:{server.server_port}", "--corpus",
