@@ -339,8 +339,9 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
 
 
 def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path, cli):
-    # previews 40-49 and 90-99 of each pass wait 60 ms more: windows 5 and 10 of 10
-    router = simulator(delay_ms=0, stall=(50, 10, 60.0), serial=True)
+    # previews 45-49 and 95-99 of each pass wait 60 ms more: half of windows 5 and 10 of 10,
+    # whose p95 they make (a window's whole ten waited twice as long in all)
+    router = simulator(delay_ms=0, stall=(50, 5, 60.0), serial=True)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(100)])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
