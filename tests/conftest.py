@@ -396,11 +396,20 @@ def scripted():
 
 @pytest.fixture(scope="session")
 def demo_kept(tmp_path_factory):
-    """`demo --rounds 3 --keep FOLDER`, run once per session (each test worker): (its Result,
-    the folder). Two tests read what it printed and kept (test_cli, test_attribution); no test
-    writes there."""
-    folder = tmp_path_factory.mktemp("demo") / "demo"
-    return run_main("demo", "--rounds", "3", "--keep", folder), folder
+    """`demo --rounds 3 --keep FOLDER`, run once a session: (its Result, the folder). Two tests
+    read what it printed and kept (test_cli, test_attribution); no test writes there. Under
+    xdist the first worker to ask runs it in the session's own folder, under a lock, and
+    writes its Result beside it; another reads that (the pytest-xdist recipe)."""
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
+    folder, saved = root / "demo-kept" / "demo", root / "demo-kept.json"
+    with open(root / "demo-kept.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not saved.exists():
+            saved.write_text(json.dumps(run_main("demo", "--rounds", "3", "--keep",
+                                                 folder)._asdict()))
+        return Result(**json.loads(saved.read_text())), folder
 
 
 def run_main(*argv):
