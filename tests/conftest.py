@@ -394,22 +394,34 @@ def scripted():
         server.close()
 
 
-@pytest.fixture(scope="session")
-def demo_kept(tmp_path_factory):
-    """`demo --rounds 3 --keep FOLDER`, run once a session: (its Result, the folder). Two tests
-    read what it printed and kept (test_cli, test_attribution); no test writes there. Under
-    xdist the first worker to ask runs it in the session's own folder, under a lock, and
-    writes its Result beside it; another reads that (the pytest-xdist recipe)."""
+def once_a_session(tmp_path_factory, name, make):
+    """Return the folder `name` of this test session, made by make(folder) the first time a
+    test asks: under xdist in the session's own folder, under a lock, so that the workers
+    make it once between them (the pytest-xdist recipe). For set-ups that tests only read."""
     import fcntl
     base = tmp_path_factory.getbasetemp()
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
-    folder, saved = root / "demo-kept" / "demo", root / "demo-kept.json"
-    with open(root / "demo-kept.lock", "w") as lock:
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not saved.exists():
-            saved.write_text(json.dumps(run_main("demo", "--rounds", "3", "--keep",
-                                                 folder)._asdict()))
-        return Result(**json.loads(saved.read_text())), folder
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a make that failed left
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def demo_kept(tmp_path_factory):
+    """`demo --rounds 3 --keep FOLDER`, run once a session: (its Result, the folder). Two tests
+    read what it printed and kept (test_cli, test_attribution); no test writes there."""
+    def make(folder):
+        result = run_main("demo", "--rounds", "3", "--keep", folder / "demo")
+        (folder / "result.json").write_text(json.dumps(result._asdict()))
+
+    folder = once_a_session(tmp_path_factory, "demo-kept", make)
+    return Result(**json.loads((folder / "result.json").read_text())), folder / "demo"
 
 
 def run_main(*argv):
