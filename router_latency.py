@@ -10090,6 +10090,9 @@ def not_ready_message(target: Target, status: Optional[int], what: str,
     return f"router at {target.endpoint.shown} {what}"
 
 
+READY_POLL_S = 0.25  # seconds between two looks at a router that is not ready yet
+
+
 def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float],
                      stop: threading.Event,
                      clock: Callable[[], float] = time.monotonic,
@@ -10123,7 +10126,7 @@ def wait_until_ready(target: Target, payload: bytes, wait_ready: Optional[float]
         if what != shown:
             show(f"waiting for the router ({waited:.0f} of {limit:g} s): it {what}")
             shown = what
-        stop.wait(min(0.25, max(limit - waited, 0.01)))
+        stop.wait(min(READY_POLL_S, max(limit - waited, 0.01)))
 
 
 # ==================== src/router_latency/measuring.py ====================

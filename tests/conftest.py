@@ -166,6 +166,14 @@ def simulator():
         router.stop()
 
 
+@pytest.fixture
+def quick_ready_poll(monkeypatch):
+    """Look at a router that is not ready yet every 10 ms instead of every 250: for a test of
+    what readiness decides, whose router starts up by count (answers or GETs), not by time."""
+    import router_latency.readiness
+    monkeypatch.setattr(router_latency.readiness, "READY_POLL_S", 0.01)
+
+
 def write_corpus(path, texts):
     """Write a corpus file of the given prompts through the tool's own encoder."""
     document = {"schema": CORPUS_SCHEMA, "source": {"repo": "test"}, "files": {},
@@ -406,6 +414,47 @@ def scripted():
     yield start
     for server in servers:
         server.close()
+
+
+def once_a_session(tmp_path_factory, name, make):
+    """Return the folder `name` of this test session, made by make(folder) the first time a
+    test asks: under xdist in the session's own folder, under a lock, so that the workers
+    make it once between them (the pytest-xdist recipe). For set-ups that tests only read."""
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a make that failed left
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def demo_kept(tmp_path_factory):
+    """`demo --rounds 3 --keep FOLDER`, run once a session: (its Result, the folder). Two tests
+    read what it printed and kept (test_cli, test_attribution); no test writes there."""
+    def make(folder):
+        result = run_main("demo", "--rounds", "3", "--keep", folder / "demo")
+        (folder / "result.json").write_text(json.dumps(result._asdict()))
+
+    folder = once_a_session(tmp_path_factory, "demo-kept", make)
+    return Result(**json.loads((folder / "result.json").read_text())), folder / "demo"
+
+
+def run_main(*argv):
+    """Call main() as the cli fixture does, for a fixture wider than a test (no capsys):
+    return its exit code, stdout and stderr."""
+    import contextlib
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def rounds(cli, folder, *extra):

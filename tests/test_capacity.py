@@ -48,13 +48,16 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # N callers on; beyond them callers wait for a worker, so p50 doubles with callers
     router = simulator(delay_ms=DELAY_MS, workers=workers)
     # steps of equal time: a short step's fixed costs (the first send, the last answer) would
-    # weigh on its rate. A margin of 20%: the step of N callers may lose a sixth to the
-    # turnaround (above) or to a stall of the machine and still be flat against 2N, whose
-    # queue keeps every worker busy, while a doubling of workers (100% more) is never flat.
-    # A stall of S seconds costs a step S / duration of its rate: steps of 0.5 s lost 17% of
-    # 2 workers' step once in CI (85 ms), so 1 s steps, which tolerate 170 ms
-    result, out = ladder_run(cli, tmp_path, router.url, "--duration", "1s",
-                             "--ladder-margin", "20")
+    # weigh on its rate. The step of N callers loses a share L of its rate to the turnaround
+    # (above, up to 10%) and to a stall of the machine (S seconds cost S / duration), while
+    # 2N's queue keeps every worker busy. With a margin m it must stay flat against 2N
+    # (L < 1 - 1/(1 + m)) and its p50, some x ms above DELAY_MS, must still make the knee
+    # ((200 + x) / (100 + x) > (1 + m) / (1 - L)); a doubling of workers is never flat. At
+    # x = 30 ms, m = 20% allowed L up to 17% and m = 30% 23%: steps of 0.5 s at 30% tolerate
+    # a stall of 65 ms beside a 10% turnaround, as steps of 1 s at 20% did (67 ms; steps of
+    # 0.5 s at 20% lost 17% of 2 workers' step once in CI, 85 ms)
+    result, out = ladder_run(cli, tmp_path, router.url, "--duration", "0.5s",
+                             "--ladder-margin", "30")
     assert result.code == 0, result.err
     capacity = run_capacity(load_run(str(out)))
     expected = workers * 1000 / DELAY_MS
@@ -73,9 +76,13 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
 def test_the_serial_simulator_saturates_at_one_or_two_callers(tmp_path, cli, simulator):
     router = simulator(delay_ms=10.0, serial=True)
     # an SLO no step comes near (8 callers queue 80 ms at most here): one of 50 ms, between
-    # the 40 ms of 4 callers and the 80 of 8, was passed at 4 on a loaded machine (62.9 ms)
+    # the 40 ms of 4 callers and the 80 of 8, was passed at 4 on a loaded machine (62.9 ms).
+    # A margin of 30%: a step of 0.3 s loses a share of its rate to a stall of the machine,
+    # and at the default 10% a 2-caller step 10% below the next made the plateau 4 callers
+    # (-n 4, two copies of the suite: 76.1 req/s at 1 caller, 97.8 at 4, 99.7 at 8)
     result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "1000",
-                             "--cost-per-hour", "x=2.50/GPU", prompts=30)
+                             "--ladder-margin", "30", "--cost-per-hour", "x=2.50/GPU",
+                             prompts=30)
     assert result.code == 0, result.err
     capacity = run_capacity(load_run(str(out)))
     assert capacity.plateau.load in (1, 2)
@@ -109,9 +116,10 @@ def test_a_ladder_stops_where_the_router_sheds_and_names_its_admission_limit(
 def test_a_ladder_stops_where_p95_passes_the_slo(tmp_path, cli, simulator):
     # one caller's p95 is 100 ms and whatever the load adds (more than 30 ms seen under two
     # copies of the suite), two callers' twice that less a turnaround: an SLO of 150 ms
-    # lies 50 ms from both
+    # lies 50 ms from both. Four prompts: at two callers each but the first waits for the
+    # other's (p95 200 ms), as with eight
     router = simulator(delay_ms=100.0, serial=True)
-    result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "150", prompts=8)
+    result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "150", prompts=4)
     assert result.code == 0, result.err
     assert [p.name for p in load_run(str(out)).passes] == ["sequential", "c2"]
     assert "passed the SLO (--slo-p95-ms 150)" in result.out

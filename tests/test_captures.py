@@ -232,7 +232,8 @@ def test_run_records_driver_cpu_and_warns_when_the_driver_is_the_limit(
         simulator, tmp_path, cli, monkeypatch):
     readings = iter([0.0, 5.0, 5.0, 5.0])
     monkeypatch.setattr("router_latency.measuring.driver_cpu_seconds", lambda: next(readings))
-    router = simulator(delay_ms=600)
+    router = simulator(delay_ms=510)  # two answers: a pass of 1.02 s at least, over the 1 s
+    # below which no share of a core is warned about
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
@@ -338,8 +339,9 @@ def test_host_settings_and_a_governor_warning(simulator, tmp_path):
 
 
 def test_a_stalling_router_makes_a_slow_phase_that_run_names(simulator, tmp_path, cli):
-    # previews 40-49 and 90-99 of each pass wait 60 ms more: windows 5 and 10 of 10
-    router = simulator(delay_ms=0, stall=(50, 10, 60.0), serial=True)
+    # previews 45-49 and 95-99 of each pass wait 60 ms more: half of windows 5 and 10 of 10,
+    # whose p95 they make (a window's whole ten waited twice as long in all)
+    router = simulator(delay_ms=0, stall=(50, 5, 60.0), serial=True)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(100)])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",

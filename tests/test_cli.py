@@ -320,8 +320,8 @@ def test_version(cli, capsys):
     assert result.code == 0 and result.out == f"router-latency {__version__}\n"
 
 
-def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
-    result = cli("demo", "--keep", tmp_path / "demo", "--rounds", "3")
+def test_demo_runs_the_whole_method_and_keeps_files(demo_kept):
+    result, kept = demo_kept  # demo --rounds 3 --keep KEPT, run once (conftest)
     # gpu is about twice as fast: never a FAIL, though on a loaded machine three rounds may
     # leave a row undecided
     assert result.code in (0, 3), result.err
@@ -335,12 +335,12 @@ def test_demo_runs_the_whole_method_and_keeps_files(tmp_path, cli):
     verdict = max(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     assert lines[verdict].startswith(("verdict: PASS", "verdict: INCONCLUSIVE: "))
     assert lines[verdict] in lines[:verdict]
-    assert lines[verdict + 2] == f"the corpus and run files are kept in {tmp_path / 'demo'}"
+    assert lines[verdict + 2] == f"the corpus and run files are kept in {kept}"
     assert lines[verdict + 3:] == demo_next_steps(True)  # the package: the installed commands
-    files = sorted(p.name for p in (tmp_path / "demo").glob("r*.json"))
+    files = sorted(p.name for p in kept.glob("r*.json"))
     assert files == ["r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json",
                      "r3-cpu.json", "r3-gpu.json"]
-    run = json.loads((tmp_path / "demo" / "r2-gpu.json").read_text())
+    run = json.loads((kept / "r2-gpu.json").read_text())
     assert run["complete"] is True and run["label"] == "gpu"
     # the simulated routers route the whitespace-only case as the current router does (its
     # expectation allows that), and each side answers with its own configuration

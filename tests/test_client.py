@@ -368,12 +368,13 @@ class ClosingServer(ScriptedServer):
 
 def test_idle_connections_the_server_closes_do_not_wake_the_loop():
     # the server closes every connection after answering, without saying so; an open-loop
-    # pass at 4 requests per second waits 250 ms between sends, its connections idle
+    # pass at 10 requests per second waits 100 ms between sends, its connections idle (an
+    # idle socket left registered at end-of-file raises thousands of events in that time)
     server = ClosingServer(None)
     target = Target(parse_endpoint(server.url))
     payloads = encode_prompts(target, ["a", "b", "c"])
     loop = PassLoop(target, payloads, threading.Event(), PassPlan("x", 4),
-                    arrival_schedule(3, 4.0, "constant", 0))
+                    arrival_schedule(3, 10.0, "constant", 0))
     loop.poller = counting = CountingPoller(loop.poller)
     try:
         results = loop.run()
@@ -655,9 +656,20 @@ def test_a_peer_that_drips_its_answer_cannot_hold_off_the_stop_flag(scripted):
 
 
 def test_a_silent_peer_times_out_unanswered(scripted):
-    router = scripted(lambda prompt, number: dripped(final_answer(), 5.0))  # nothing in time
+    # nothing comes until the client gave up, by construction: the answer waits for the test
+    # (a pause of 5 s was waited out whole by the server's thread at the end of the test)
+    gave_up = threading.Event()
+
+    def silent_until_given_up():
+        gave_up.wait(10)
+        yield final_answer()
+
+    router = scripted(lambda prompt, number: silent_until_given_up())
     endpoint = parse_endpoint(router.url)
-    with pytest.raises(RequestFailed) as failure:
-        Connection(endpoint, 0.2).exchange(
-            encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    try:
+        with pytest.raises(RequestFailed) as failure:
+            Connection(endpoint, 0.2).exchange(
+                encode_request(endpoint, "POST", b'{"messages": [{"content": "hi"}]}', ()))
+    finally:
+        gave_up.set()
     assert failure.value.kind == "timeout" and failure.value.unanswered

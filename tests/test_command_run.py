@@ -491,8 +491,9 @@ SMALL = ["What is the derivative of x squared?", "Write a haiku about routers.",
          "My SSN is 123-45-6789", "x" * 5000, "Bonjour, comment ça va?"]
 
 
-def test_a_real_shaped_router_gives_a_clean_first_run(double, tmp_path, cli):
-    router = double(startup_s=0.4, loaded_after=3, unmatched={SMALL[1], SMALL[5]})
+def test_a_real_shaped_router_gives_a_clean_first_run(double, tmp_path, cli, quick_ready_poll):
+    # starting by count: /ready answers 503 to its first two GETs however loaded the machine
+    router = double(unready=2, loaded_after=3, unmatched={SMALL[1], SMALL[5]})
     corpus = write_corpus(tmp_path / "corpus.json", SMALL)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
@@ -591,9 +592,11 @@ def test_a_run_answered_by_a_cache_says_so_and_records_it(simulator, tmp_path, c
 def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, tmp_path,
                                                                      cli):
     # short prompts take 15 ms, long enough that a burst of load on the machine does not
-    # double a window of them (at 3 ms, one did: a slow phase, rightly flagged)
+    # double a window of them (at 3 ms, one did: a slow phase, rightly flagged); three
+    # windows of them, whose median p95 a burst doubling one of them moves to 1.5x, where
+    # the long prompts' window (105 ms) is 7x
     router = simulator(delay_ms=15, answers=SimulatedAnswers(per_kb_ms=15))
-    texts = [f"prompt {i} " + "w" * (i % 50) for i in range(60)] + ["x" * 6000] * 6
+    texts = [f"prompt {i} " + "w" * (i % 50) for i in range(30)] + ["x" * 6000] * 6
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
@@ -607,7 +610,7 @@ def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, 
 
 
 def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double, tmp_path,
-                                                                           cli):
+                                                                           cli, quick_ready_poll):
     repo = tmp_path / "repo"
     (repo / "e2e" / "testdata").mkdir(parents=True)
     (repo / "e2e" / "testdata" / "cases.json").write_text(json.dumps(
@@ -616,7 +619,7 @@ def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double
     corpus = tmp_path / "corpus.json"
     assert cli("corpus", "--repo", repo, "--out", corpus).code == 0
     texts = [p.text for p in load_corpus(str(corpus)).prompts]
-    router = double(startup_s=0.3, loaded_after=2, unmatched={texts[1]})
+    router = double(unready=2, loaded_after=2, unmatched={texts[1]})  # starting by count
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
                  "cpu-r1", "--wait-ready", "30", "--warmup", "5", "-c", "1", "4")
@@ -685,7 +688,7 @@ def test_a_runtime_name_the_environment_did_not_set_is_warned_of(simulator, tmp_
 
 
 def test_a_run_measures_nothing_before_a_newer_router_is_ready(double, tmp_path, cli,
-                                                               monkeypatch):
+                                                               monkeypatch, quick_ready_poll):
     monkeypatch.setenv("ROUTER_TOKEN", "s3cret")
     router = double(newer=True, unready=2, unavailable=2)
     corpus = write_corpus(tmp_path / "corpus.json", PROMPTS[:4])

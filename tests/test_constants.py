@@ -8,7 +8,7 @@ from router_latency.constants import EXPECTED_HASH_HEADER, PREVIEW_PATH
 from conftest import ASK, exchange, final_answer, write_corpus
 
 
-def test_wait_ready_asks_the_routers_ready_first(scripted, tmp_path, cli):
+def test_wait_ready_asks_the_routers_ready_first(scripted, tmp_path, cli, quick_ready_poll):
     asked = []
 
     def answer(prompt, number):

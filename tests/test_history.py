@@ -480,7 +480,7 @@ def test_a_change_point_is_holms_step_down_over_the_steps():
     assert trend([0.0, 0.0, 3 * SE, 0.0, 0.0]) == [False] * 5
 
 
-def test_an_add_waits_its_turn_for_the_stores_lock_and_loses_no_line(tmp_path):
+def test_an_add_waits_its_turn_for_the_stores_lock_and_loses_no_line(tmp_path, monkeypatch):
     # two `history add` at once: each read the store, then renamed its own copy over it, and
     # 11 of 24 lines of 6 adds were lost; now an add waits for the store's lock, appends
     # whole lines, and a writer holding the lock keeps what it wrote
@@ -491,10 +491,22 @@ def test_an_add_waits_its_turn_for_the_stores_lock_and_loses_no_line(tmp_path):
     fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, in its turn
     later = make_run(tmp_path / "two.json", label="merge", passes={1: BASE},
                      started="2026-01-01T00:00:03Z")  # another measurement (each counts once)
+    refused, flock = threading.Event(), fcntl.flock
+
+    def flock_seen(fd, operation):
+        try:
+            return flock(fd, operation)
+        except BlockingIOError:
+            refused.set()  # the add asked for the lock and waits for it
+            raise
+
+    monkeypatch.setattr(fcntl, "flock", flock_seen)
     adding = threading.Thread(target=add_entries, args=(
         str(store), [entry_of_run(later, EntryTags(commit="c3"))]))
     adding.start()
-    adding.join(0.5)  # it waits for the lock (a thread done by now read the store too early)
+    # it waits for the lock (a thread done by now read the store too early): the holder
+    # writes once the add was refused the lock, or after 5 s for an add that never asks
+    refused.wait(5)
     os.write(holder, store.read_bytes().replace(b'"c1"', b'"c2"'))
     os.close(holder)  # the lock with it
     adding.join(30)

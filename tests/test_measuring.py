@@ -218,21 +218,26 @@ def test_run_keeps_a_pass_that_ran_under_the_limit(simulator, tmp_path, cli):
     assert item["discarded_attempts"] == []
 
 
-def test_run_waits_for_a_router_that_starts_late(tmp_path, cli):
+def test_run_waits_for_a_router_that_starts_late(tmp_path, cli, monkeypatch, quick_ready_poll):
+    import router_latency.readiness as readiness
     server = FaultServer()
     port = server.server_address[1]
     server.server_close()  # the port is free again until the "router" starts on it
     corpus = write_corpus(tmp_path / "corpus.json", ["fine"])
     out = tmp_path / "run.json"
-    started = []
+    started, looks, probe = [], [], readiness.probe_router
 
-    def start_later():
-        time.sleep(0.5)
-        late = FaultServer(port)
-        started.append(late)
-        late.serve_forever(poll_interval=0.05)
+    def start_after_the_first_look(*args):
+        # the router starts once the run's first look found none, by construction (it
+        # started 0.5 s after the run, waited out)
+        looks.append(probe(*args))
+        if not started:
+            started.append(FaultServer(port))
+            threading.Thread(target=started[0].serve_forever, kwargs={"poll_interval": 0.05},
+                             daemon=True).start()
+        return looks[-1]
 
-    threading.Thread(target=start_later, daemon=True).start()
+    monkeypatch.setattr(readiness, "probe_router", start_after_the_first_look)
     try:
         result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out",
                      out, "--label", "x", "--concurrency", "1", "--wait-ready", "10", "--quiet")
@@ -241,7 +246,8 @@ def test_run_waits_for_a_router_that_starts_late(tmp_path, cli):
             late.shutdown()
             late.server_close()
     assert result.code == 0
-    assert json.loads(out.read_text())["ready_after_s"] >= 0.3
+    assert not looks[0].ready and looks[0].what == "connection refused" and looks[-1].ready
+    assert json.loads(out.read_text())["ready_after_s"] > 0
 
 
 def closed_port():
@@ -263,8 +269,8 @@ def test_run_says_when_no_router_answers(tmp_path, cli):
                                  f"refused")
     assert not out.exists()
     result = cli("run", "--url", f"http://127.0.0.1:{port}", "--corpus", corpus, "--out", out,
-                 "--label", "x", "--wait-ready", "0.3")
-    assert result.code == 2 and "router not ready after 0.3 s" in result.err
+                 "--label", "x", "--wait-ready", "0.1")
+    assert result.code == 2 and "router not ready after 0.1 s" in result.err
 
 
 LOADING = final_answer(b'{"error":{"code":"CLASSIFIER_UNAVAILABLE","message":"models loading"}}',
@@ -284,7 +290,8 @@ def loading_router(scripted, loading_previews):
     return scripted(answer)
 
 
-def test_wait_ready_waits_for_the_preview_not_for_health(scripted, tmp_path, cli):
+def test_wait_ready_waits_for_the_preview_not_for_health(scripted, tmp_path, cli,
+                                                        quick_ready_poll):
     router = loading_router(scripted, 3)
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
@@ -308,9 +315,9 @@ def test_a_loading_router_is_not_ready(scripted, tmp_path, cli):
                           f"(CLASSIFIER_UNAVAILABLE: classifiers loading); --wait-ready "
                           f"SECONDS waits for a starting router (--url)\n")
     assert result.code == 2 and not out.exists()
-    result = cli(*args, "--wait-ready", "0.3")
+    result = cli(*args, "--wait-ready", "0.1")
     assert result.code == 2 and result.err == (
-        "router-latency: error: router not ready after 0.3 s: it answered HTTP 503 Service "
+        "router-latency: error: router not ready after 0.1 s: it answered HTTP 503 Service "
         "Unavailable to a preview (CLASSIFIER_UNAVAILABLE: classifiers loading) (--url)\n")
 
 
@@ -363,10 +370,12 @@ def test_https_to_a_plain_http_port_says_the_server_did_not_speak_tls(simulator,
 
     threading.Thread(target=answer_in_plain_text, daemon=True).start()
     try:
-        for url in (f"https://127.0.0.1:{plain.getsockname()[1]}",
-                    simulator(delay_ms=0).url.replace("http://", "https://")):
+        # the plain-text answer comes at once; the simulator never answers the hello, so its
+        # handshake (of /ready, then of the preview) waits the whole timeout, kept short
+        for url, timeout in ((f"https://127.0.0.1:{plain.getsockname()[1]}", "5"),
+                             (simulator(delay_ms=0).url.replace("http://", "https://"), "0.2")):
             result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "o.json",
-                         "--label", "x", "--timeout", "1")
+                         "--label", "x", "--timeout", timeout)
             assert result.code == 2, result
             assert "the server did not speak TLS (a plain-HTTP port? http:// reaches it)" \
                 in result.err, result.err
@@ -1270,7 +1279,7 @@ def test_a_slow_phase_names_the_evidence_that_made_it(slow):
         f"{evidence}"]
 
 
-def test_the_progress_line_shows_what_the_router_waits_for(double, tmp_path):
+def test_the_progress_line_shows_what_the_router_waits_for(double, tmp_path, quick_ready_poll):
     from router_latency.measuring import measure_run, plan_passes, RunContext, RunPlan
     from router_latency.corpus import load_corpus
     router = double(newer=True, unready=2, unavailable=2)

@@ -28,7 +28,8 @@ def not_ready_then_ready(scripted, not_ready, answers):
     final_answer(b""),
     final_answer(b'{"original_text":"hello","metrics":{}}\n'),
 ])
-def test_a_preview_without_a_decision_result_is_not_ready(scripted, tmp_path, cli, loading):
+def test_a_preview_without_a_decision_result_is_not_ready(scripted, tmp_path, cli, loading,
+                                                          quick_ready_poll):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     args = ["run", "--url", None, "--corpus", corpus, "--out", tmp_path / "o.json", "--label",
             "x", "-c", "1", "--warmup", "0", "--quiet"]
@@ -44,7 +45,8 @@ def test_a_preview_without_a_decision_result_is_not_ready(scripted, tmp_path, cl
     assert document["passes"][0]["summary"]["errors"] == {}
 
 
-def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(double):
+def test_wait_ready_waits_through_a_phased_ready_and_classifier_unavailable(double,
+                                                                            quick_ready_poll):
     router = double(newer=True, unready=2, unavailable=2)
     shown = []
     payload = b'{"messages":[{"role":"user","content":"hello"}]}'
@@ -117,7 +119,9 @@ class ConfigRouter:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits for the loop to look at its flag: every 0.5 s by default
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.01},
+                         daemon=True).start()
 
     def close(self):
         self.server.shutdown()
