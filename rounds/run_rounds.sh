@@ -877,11 +877,13 @@ done
 [ "${name[base]}" != "${name[new]}" ] || die "--base and --new must differ"
 check_pool_options
 
+# the tool's command line for `run`: pinned with taskset to DRIVER_CPUS when that is set
+set_driver() {
+  driver=("${tool_run[@]}")
+  if [ -n "${DRIVER_CPUS:-}" ]; then driver=(taskset -c "$DRIVER_CPUS" "${tool_run[@]}"); fi
+}
 tool_command
-driver=("${tool_run[@]}")
-if [ -n "${DRIVER_CPUS:-}" ]; then
-  driver=(taskset -c "$DRIVER_CPUS" "${tool_run[@]}")
-fi
+set_driver
 
 # sets order: round N starts with base when N is odd and with new when N is even
 # (rl.start_order)
@@ -956,19 +958,18 @@ mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($
 
 # the script's helpers, one Python program (plain JSON and the standard library, so that it
 # works with any version of the tool), a mode each:
-# run files: 'summary FILE' prints a run's p50 per pass and errors; 'state FILE CORPUS'
-# exits 0 for a complete run of that corpus, 1 for an incomplete or unreadable one and 3 for
-# one of another corpus, 'states CORPUS FILE...' prints that of each file, a line each;
-# 'incomplete FILE' marks a run "complete": false (its router ended while it ran), atomically.
+# run files: 'summary FILE...' prints each run's p50 per pass and errors, a line each (an
+# empty line for one it cannot read); 'states CORPUS FILE...' prints, a line each, 0 for a
+# complete run of that corpus, 1 for an incomplete or unreadable one and 3 for one of another
+# corpus; 'incomplete FILE' marks a run "complete": false (its router ended while it ran),
+# atomically.
 # the network: 'answers URL' exits 0 when something accepts a connection at the URL's host and
-# port; 'listeners URL' prints "pid session command" of each local process that listens on the
-# URL's port (Linux /proc; nothing where it cannot see them); 'ports URL SESSION' prints
-# "answers" when the URL answers, else the TCP ports the processes of the session listen on;
-# 'hashes FILE' prints the run's x-vsr-config-hash values; 'ready URL...' the places of the
-# URLs whose GET /ready answers.
-# after a run, in one process instead of three: 'measured FILE URL LOOK' prints "listener pid
-# session command" (where LOOK is 1), "hashes ..." (where FILE exists) and "summary ..." (where
-# it reads), a line each
+# port; 'ports URL SESSION' prints "answers" when the URL answers, else the TCP ports the
+# processes of the session listen on (Linux /proc; nothing where it cannot see them); 'ready
+# URL...' the places of the URLs whose GET /ready answers.
+# after a run, in one process: 'measured FILE URL LOOK' prints "listener pid session command"
+# of each local process listening on the URL's port (where LOOK is 1), "hashes ..." (the run's
+# x-vsr-config-hash values, where FILE exists) and "summary ..." (where it reads), a line each
 helper() {
   "$python" - "$@" <<'PY'
 import hashlib, json, math, os, socket, sys, urllib.parse
@@ -1024,8 +1025,8 @@ def port_of(target):
     return url, url.port or (443 if url.scheme == "https" else 80)
 
 
-def listeners(port):
-    inodes = set()
+def listening():  # {"socket:[inode]": port} of every listening TCP socket of this host
+    found = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as handle:
@@ -1034,8 +1035,13 @@ def listeners(port):
             continue
         for row in rows:
             fields = row.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
+            if fields[3] == "0A":
+                found[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
+    return found
+
+
+def listeners(port):
+    inodes = {inode for inode, at in listening().items() if at == port}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
@@ -1075,45 +1081,37 @@ if mode == "states":
                 print(1)
                 continue
             print(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
-        except (OSError, ValueError):  # unreadable: 1, as 'state' exits
+        except (OSError, ValueError):  # unreadable: 1
             print(1)
-        except Exception:  # not a run's document: 1 and Python's error, as 'state' says it
+        except Exception:  # not a run's document: 1, and Python's error on stderr
             import traceback
             traceback.print_exc()
             print(1)
     sys.exit(0)
-if mode in ("summary", "state", "incomplete"):
+if mode == "summary":  # a pool's instances, or one run: a line each
+    for path in sys.argv[2:]:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                run = json.load(handle)
+        except (OSError, ValueError):
+            print()  # unreadable: the caller says so
+            continue
+        print(summary(run))
+    sys.exit(0)
+if mode == "incomplete":
     path = sys.argv[2]
     try:
         with open(path, encoding="utf-8") as handle:
             run = json.load(handle)
     except (OSError, ValueError):
         sys.exit(1)
-    if mode == "incomplete":
-        if run.get("complete") is True:
-            run["complete"] = False
-            temporary = f"{path}.{os.getpid()}.tmp"
-            with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(run, handle, indent=1)
-                handle.write("\n")
-            os.replace(temporary, path)
-        sys.exit(0)
-    if mode == "state":
-        with open(sys.argv[3], "rb") as handle:
-            sha = hashlib.sha256(handle.read()).hexdigest()
-        if run.get("complete") is not True:
-            sys.exit(1)
-        sys.exit(0 if (run.get("corpus") or {}).get("sha256") == sha else 3)
-    print(summary(run))
-    for other in sys.argv[3:]:  # a pool's other instances, a line each
-        try:
-            with open(other, encoding="utf-8") as handle:
-                print(summary(json.load(handle)))
-        except (OSError, ValueError):
-            print("unreadable")
-    sys.exit(0)
-if mode == "hashes":
-    print(hashes(sys.argv[2]))
+    if run.get("complete") is True:
+        run["complete"] = False
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(run, handle, indent=1)
+            handle.write("\n")
+        os.replace(temporary, path)
     sys.exit(0)
 url, port = port_of(sys.argv[2])
 if mode == "ports":
@@ -1123,16 +1121,7 @@ if mode == "ports":
         sys.exit(0)
     except OSError:
         pass
-    listening = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as handle:
-                for row in handle.read().splitlines()[1:]:
-                    fields = row.split()
-                    if fields[3] == "0A":
-                        listening[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
-        except OSError:
-            continue
+    sockets = listening()
     ports = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -1141,7 +1130,7 @@ if mode == "ports":
             if stat[stat.rindex(")") + 2:].split()[3] != sys.argv[3]:
                 continue
             for fd in os.listdir(f"/proc/{pid}/fd"):
-                ports.add(listening.get(os.readlink(f"/proc/{pid}/fd/{fd}")))
+                ports.add(sockets.get(os.readlink(f"/proc/{pid}/fd/{fd}")))
         except (OSError, ValueError, IndexError):
             continue
     print(" ".join(map(str, sorted(ports - {None}))))
@@ -1149,8 +1138,7 @@ if mode == "ports":
 if mode == "ready":  # GET /ready answers 200, or 404 from a router without it: of several
     import http.client, ssl, threading  # URLs at once, the places of those that do, a line each
     def ready(address):
-        where = urllib.parse.urlsplit(address)
-        at = where.port or (443 if where.scheme == "https" else 80)
+        where, at = port_of(address)
         connection = http.client.HTTPSConnection(where.hostname, at, timeout=2,
                                                  context=ssl._create_unverified_context()) \
             if where.scheme == "https" else http.client.HTTPConnection(where.hostname, at,
@@ -1178,8 +1166,6 @@ if mode == "answers":
     except OSError:
         sys.exit(1)
     sys.exit(0)
-for pid, session, comm in listeners(port):  # listeners
-    print(pid, session, comm)
 PY
 }
 run_file() { helper "$@"; }
@@ -1388,8 +1374,7 @@ if [ "${tool_run[*]}" = "$python $tool" ] && [[ "$tool" == *.py ]] \
 py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' "$tool" \
       "$compiled/router_latency.pyc" 2>/dev/null; then
   tool_run=("$python" "$compiled/router_latency.pyc")
-  driver=("${tool_run[@]}")
-  if [ -n "${DRIVER_CPUS:-}" ]; then driver=(taskset -c "$DRIVER_CPUS" "${tool_run[@]}"); fi
+  set_driver
 fi
 trap 'interrupted=130; exit 130' INT
 trap 'interrupted=143; exit 143' TERM
