@@ -6873,6 +6873,7 @@ class Connection:
         self.endpoint = endpoint
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.no_data = blocked_errors(ssl_context)  # a non-blocking read found nothing yet
         self.stop = stop
         self.sock: Optional[socket.socket] = None
 
@@ -6905,7 +6906,7 @@ class Connection:
         try:
             sock.setblocking(False)
             sock.recv(1)
-        except blocked_errors(self.ssl_context):
+        except self.no_data:
             return False  # nothing there (a TLS session ticket is not application data)
         except OSError:
             pass
@@ -6956,14 +6957,13 @@ class Connection:
         """Read what the server sent while the request was still being written (it stopped
         reading it: a body too large, say); return whether that is a whole answer. Go's
         client takes such an answer and closes the connection, as exchange does then."""
-        import socket
-        sock = cast(socket.socket, self.sock)
+        sock = cast("socket.socket", self.sock)
         sock.settimeout(0.0)
         try:
             while True:
                 try:
                     data = sock.recv(262144)
-                except blocked_errors(self.ssl_context):
+                except self.no_data:
                     return False
                 if reader.feed(data) if data else reader.eof():
                     return True
@@ -17167,7 +17167,8 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
     lines += [line for item in unlike_sections(sections) for line in (item, "")]
     for section in sections:
         report = section.report
-        pooled = f"; {pool_words(section)}" if pool_words(section) else ""
+        words = pool_words(section)
+        pooled = f"; {words}" if words else ""
         lines += [f"## {section.name}", "",
                   f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "

@@ -383,7 +383,8 @@ def format_record(sections: Sequence[RecordSection]) -> List[str]:
     lines += [line for item in unlike_sections(sections) for line in (item, "")]
     for section in sections:
         report = section.report
-        pooled = f"; {pool_words(section)}" if pool_words(section) else ""
+        words = pool_words(section)
+        pooled = f"; {words}" if words else ""
         lines += [f"## {section.name}", "",
                   f"{md_code(section.folder)}: base `{report.base}`, new `{report.new}`; "
                   f"{plural(len(report.used), 'round')} used of {len(section.runs)}; corpus "
