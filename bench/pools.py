@@ -60,8 +60,8 @@ from router_latency.gate import GateSettings  # noqa: E402
 from router_latency.noise import NodeCost  # noqa: E402
 from router_latency.pools import pool_run  # noqa: E402
 from router_latency.requests import pass_summary, Request  # noqa: E402
-from router_latency.pools import load_side  # noqa: E402
-from router_latency.rounds import find_round_files, judge_rounds  # noqa: E402
+from router_latency.record import record_section  # noqa: E402
+from router_latency.rounds import judge_rounds  # noqa: E402
 from router_latency.runfile import Attempt, PassRecord, RunFile, RunSettings  # noqa: E402
 from router_latency.stats import rounds_needed  # noqa: E402
 
@@ -214,9 +214,7 @@ def timed_run(command: List[str], rounds: int, results: Path) -> Timed:
                                                       r"\S+: p50", line)), default=wall)
     cost = None
     try:
-        files = find_round_files(str(results), "a", "b")
-        found = judge_rounds({n: {s: load_side(p) for s, p in sides.items()}
-                              for n, sides in files.items()}, "a", "b", GateSettings())
+        found = record_section("e2e", str(results), "a", "b").report
         cost = found.noise.cost if found.noise is not None else None
     except RouterLatencyError as error:
         print(f"  cannot judge the end-to-end run's files: {error}")

@@ -5,7 +5,6 @@ function, 100 characters a line), types every record field and every tuple a fun
 precisely; the one file users copy is the current amalgamation."""
 
 import ast
-import fcntl
 import functools
 import gc
 import importlib.util
@@ -15,20 +14,25 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TOOL
+from conftest import once_a_session, ROOT, TOOL
 
 sys.path.insert(0, str(ROOT / "tools"))
 
 import amalgamate  # noqa: E402
 
 PACKAGE = ROOT / "src" / "router_latency"
-SOURCES = {name: (PACKAGE / f"{name}.py").read_text(encoding="utf-8")
-           for name in amalgamate.MODULES}
+
+
+@functools.lru_cache(maxsize=None)
+def text_of(path):
+    """Return the text of one file of the package, read once a session."""
+    return path.read_text(encoding="utf-8")
+
+
+SOURCES = {name: text_of(PACKAGE / f"{name}.py") for name in amalgamate.MODULES}
 
 
 def package_files():
@@ -58,7 +62,7 @@ def parsed(text, filename="<unknown>"):
 @functools.lru_cache(maxsize=None)
 def tree_of(path):
     """Return the syntax tree of one file of the package, parsed once, as 3.7 reads it."""
-    return parsed(path.read_text(encoding="utf-8"), str(path))
+    return parsed(text_of(path), str(path))
 
 
 @functools.lru_cache(maxsize=None)
@@ -332,35 +336,30 @@ def test_the_return_check_tells_a_bare_tuple(annotation, bare):
     assert bool(BARE_TUPLE.search(annotation)) == bare
 
 
-def mypy_both(version, shared):
+def mypy_both(version, tmp_path_factory):
     """Return mypy's (exit code, stdout, stderr) for the package and the generated file
     checked in one run for Python `version` (None: this Python), with the paths of the
     generated file's copy read back as router_latency.py. Both define the module
     router_latency, which mypy refuses twice in one run, so the file is checked as a copy
     under another module name (it imports nothing of its own name): one run a Python
-    instead of two. The first test of a version runs it under a lock in `shared` (the
-    folder the session's workers share) and leaves the result there for the other. mypy
-    writes no cache (/dev/null): each run reads none (--no-incremental), and writing one
-    cost about 0.3 s of CPU a run and left .mypy_cache in the checkout."""
-    name = f"mypy-{version or 'this-python'}"
-    with open(shared / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits for the one run
-        done = shared / f"{name}.json"
-        if done.exists():
-            return tuple(json.loads(done.read_text()))
-        with tempfile.TemporaryDirectory(prefix="router-latency-mypy-") as folder:
-            copy = Path(folder) / "router_latency_file.py"
-            shutil.copyfile(TOOL, copy)
-            target = [] if version is None else ["--python-version", version]
-            result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
-                                     "--no-color-output", "--no-incremental",
-                                     "--cache-dir", os.devnull, *target,
-                                     "src/router_latency", str(copy)],
-                                    cwd=ROOT, capture_output=True, text=True, timeout=300)
-        found = (result.returncode, result.stdout.replace(str(copy), "router_latency.py"),
-                 result.stderr)
-        done.write_text(json.dumps(found))
-        return found
+    instead of two, made once a session (conftest.once_a_session) for the two tests of a
+    version. mypy writes no cache (/dev/null): each run reads none (--no-incremental), and
+    writing one cost about 0.3 s of CPU a run and left .mypy_cache in the checkout."""
+    def run(folder):
+        copy = folder / "router_latency_file.py"
+        shutil.copyfile(TOOL, copy)
+        target = [] if version is None else ["--python-version", version]
+        result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
+                                 "--no-color-output", "--no-incremental",
+                                 "--cache-dir", os.devnull, *target,
+                                 "src/router_latency", str(copy)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=300)
+        (folder / "found.json").write_text(json.dumps(
+            (result.returncode, result.stdout.replace(str(copy), "router_latency.py"),
+             result.stderr)))
+
+    folder = once_a_session(tmp_path_factory, f"mypy-{version or 'this-python'}", run)
+    return tuple(json.loads((folder / "found.json").read_text()))
 
 
 @pytest.mark.parametrize("version", [
@@ -373,10 +372,7 @@ def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_fact
     runs under each python3.X cover 3.9). One mypy run a Python checks both (mypy_both)."""
     if sys.version_info < (3, 10) and importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy 2.4.1 needs Python 3.10 or newer")
-    # the session's base folder; under xdist, the folder its workers' base folders share
-    base = tmp_path_factory.getbasetemp()
-    code, out, err = mypy_both(version, base.parent if os.environ.get(
-        "PYTEST_XDIST_WORKER") else base)
+    code, out, err = mypy_both(version, tmp_path_factory)
     assert "No module named mypy" not in err, \
         "mypy is not installed: the README's test command installs mypy==2.4.1"
     # every line mypy wrote names one of the two targets: nothing else may pass unread

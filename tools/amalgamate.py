@@ -267,7 +267,7 @@ def package_face() -> Tuple[str, str]:
 
 def joined_imports(modules: List[Module]) -> str:
     """Return every module's standard-library imports once: `import` lines, then `from`."""
-    early = {"import gc", "import os", "import signal", "import sys"}  # EARLY_HANDLER's
+    early = {line for line in EARLY_HANDLER.splitlines() if line.startswith("import ")}
     plain = sorted({line for m in modules for line in m.imports} - early,
                    key=lambda line: line.split()[1])
     froms: Dict[str, Set[str]] = {}
