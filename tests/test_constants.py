@@ -88,3 +88,116 @@ def test_trace_request_id_and_the_expected_config_hash(simulator):
         got, headers, _ = exchange(router.url, "POST", PREVIEW_PATH, ASK,
                                    {EXPECTED_HASH_HEADER: expected})
         assert got == status and ("x-vsr-config-hash" in headers) == (status == 200)
+
+
+# ==== records: the run's NamedTuple and typing's ====
+
+def both_records(body):
+    """Return the record a class body makes under typing.NamedTuple and under constants'."""
+    import typing
+    from router_latency import constants
+    made = []
+    for base in (typing.NamedTuple, constants.NamedTuple):
+        space = {"NamedTuple": base, "__name__": "router_latency.somewhere",
+                 "Optional": typing.Optional, "Tuple": typing.Tuple}
+        exec(compile("from __future__ import annotations\n" + body, "<record>", "exec"), space)
+        made.append(space["Pass"])
+    return made
+
+
+RECORD = '''
+class Pass(NamedTuple):
+    """One pass: its name, its figures and what it says."""
+    name: str
+    figures: Tuple[float, ...]
+    level: int = 1
+    note: Optional[str] = None
+
+    @property
+    def total(self) -> float:
+        return sum(self.figures)
+
+    def named(self, name: str) -> Pass:
+        return self._replace(name=name)
+
+    @classmethod
+    def empty(cls) -> Pass:
+        return cls("", ())
+
+    LIMIT = 3
+'''
+
+
+def test_a_record_is_what_typing_namedtuple_makes():
+    """The run's NamedTuple (constants.py, which skips typing's compiling of each annotation)
+    makes the class typing.NamedTuple makes, for everything the tool does with records: its
+    fields and defaults, methods, properties, class attributes, docstring, module, names,
+    repr, equality, _replace, _asdict, _make, json; the annotations alike as text."""
+    import typing
+    typed, ours = both_records(RECORD)
+    assert type(ours) is type(typed) is type and ours.__mro__[1:] == typed.__mro__[1:]
+    for name in ("_fields", "_field_defaults", "__doc__", "__module__", "__name__",
+                 "__qualname__", "__slots__", "LIMIT", "__match_args__"):
+        assert getattr(ours, name, None) == getattr(typed, name, None), name
+    # every attribute of the class: the same names, each of the same kind
+    left_out = {"__orig_bases__"}  # typing's record of the base it replaced
+    assert set(vars(ours)) == set(vars(typed)) - left_out
+    for name, value in vars(typed).items():
+        if name not in left_out:
+            assert type(vars(ours)[name]) is type(value), name
+    # annotations: typing's are ForwardRefs of the text, the run's the text itself
+    forward = {k: v.__forward_arg__ if isinstance(v, typing.ForwardRef) else v
+               for k, v in typed.__annotations__.items()}
+    assert ours.__annotations__ == forward == {"name": "str", "figures": "Tuple[float, ...]",
+                                               "level": "int", "note": "Optional[str]"}
+    assert ours.__new__.__annotations__ == forward
+    for make in (lambda c: c("a", (1.0, 2.0)), lambda c: c("b", (), 2, "x"),
+                 lambda c: c(name="c", figures=(3.0,), note="y"), lambda c: c.empty(),
+                 lambda c: c._make(["d", (4.0,), 5, None])):
+        mine, theirs = make(ours), make(typed)
+        assert repr(mine) == repr(theirs) and mine == theirs and hash(mine) == hash(theirs)
+        assert mine._asdict() == theirs._asdict() and mine.total == theirs.total
+        assert repr(mine.named("z")) == repr(theirs.named("z"))
+        assert json.dumps(mine) == json.dumps(theirs) and isinstance(mine, tuple)
+    with pytest.raises(TypeError) as typed_error:
+        typed("a")
+    with pytest.raises(TypeError) as our_error:
+        ours("a")
+    assert str(our_error.value) == str(typed_error.value)
+
+
+@pytest.mark.parametrize("body", [
+    "class Pass(NamedTuple):\n    a: int = 1\n    b: int\n",
+    "class Pass(NamedTuple):\n    a: int = 1\n    c: int = 2\n    b: int\n",
+    "class Pass(NamedTuple):\n    a: int\n    _replace: int = 1\n",
+    "class Pass(NamedTuple):\n    a: int\n    def _asdict(self): pass\n",
+])
+def test_a_record_refuses_what_typing_namedtuple_refuses(body):
+    """A field without a default after one with, and a name namedtuple keeps, are refused
+    by the run's NamedTuple with typing's error and words."""
+    import typing
+    from router_latency import constants
+    errors = []
+    for base in (typing.NamedTuple, constants.NamedTuple):
+        with pytest.raises((TypeError, ValueError, AttributeError)) as error:
+            exec(compile(body, "<record>", "exec"), {"NamedTuple": base, "__name__": "x"})
+        errors.append((type(error.value), str(error.value)))
+    assert errors[0] == errors[1]
+
+
+def test_every_record_of_the_package_is_made_by_the_runs_namedtuple():
+    """Every record class of the package is a namedtuple of the run's making: its annotations
+    are text, not typing's ForwardRefs (a module that imported typing's NamedTuple again
+    would load typing's check of every annotation at every start)."""
+    import importlib
+    import pkgutil
+    import typing
+    import router_latency
+    records = [value for module in pkgutil.iter_modules(router_latency.__path__)
+               for value in vars(importlib.import_module(f"router_latency.{module.name}")).values()
+               if isinstance(value, type) and issubclass(value, tuple)
+               and hasattr(value, "_fields") and value.__module__.startswith("router_latency")]
+    assert len(records) > 100
+    for record in records:
+        assert not any(isinstance(v, typing.ForwardRef)
+                       for v in record.__annotations__.values()), record

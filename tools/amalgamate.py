@@ -102,8 +102,9 @@ class AmalgamationError(Exception):
 class Module(NamedTuple):
     """One module's parts: its docstring, its standard-library imports (`import x` lines and
     {module: names} of `from` imports) and the names they bind, what it takes from the
-    package, the names it defines, its body's text, and the standard-library modules its
-    functions import where they need them ({module: line})."""
+    package, the names it defines, its body's text, the standard-library modules its
+    functions import where they need them ({module: line}), and the names that mypy reads
+    from an import and the run from the module's own body."""
     name: str
     docstring: str
     imports: Set[str]
@@ -114,6 +115,8 @@ class Module(NamedTuple):
     body: str
     imported: Set[str]  # the names its standard-library imports bind
     lazy: Dict[str, int]  # the modules imported inside its functions, each at its first line
+    checking: Set[str]  # the names its `if TYPE_CHECKING:` imports bind (mypy's alone)
+    twins: Set[str]  # the names its body binds under `if not TYPE_CHECKING:` (the run's alone)
 
 
 def bound_names(node: ast.stmt) -> List[str]:
@@ -124,6 +127,15 @@ def bound_names(node: ast.stmt) -> List[str]:
         [node.target] if isinstance(node, ast.AnnAssign) else []
     return [n.id for t in targets for n in ast.walk(t)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def run_twins(node: ast.stmt) -> List[str]:
+    """Return the names an `if not TYPE_CHECKING:` block binds: the run's own of what mypy
+    reads from an `if TYPE_CHECKING:` import (constants.NamedTuple); none for any other
+    statement."""
+    if not (isinstance(node, ast.If) and ast.unparse(node.test) == "not TYPE_CHECKING"):
+        return []
+    return [name for inner in node.body for name in bound_names(inner)]
 
 
 def is_all(node: ast.stmt) -> bool:
@@ -155,7 +167,7 @@ def read_module(name: str, source: str, tree: Optional[ast.Module] = None) -> Mo
     body_at = next((i for i, node in enumerate(tree.body) if is_all(node)), None)
     if body_at is None:
         raise AmalgamationError(f"{where}: no __all__ ending its preamble")
-    module = Module(name, docstring, set(), {}, set(), {}, set(), "", set(), {})
+    module = Module(name, docstring, set(), {}, set(), {}, set(), "", set(), {}, set(), set())
     for node in tree.body[1:body_at]:
         read_preamble_statement(module, node, where)
     body = tree.body[body_at + 1:]
@@ -172,8 +184,14 @@ def read_module(name: str, source: str, tree: Optional[ast.Module] = None) -> Mo
                 module.lazy.setdefault(imported, inner.lineno)
     lines = source.splitlines()
     text = "\n".join(lines[tree.body[body_at].end_lineno:]).strip("\n")
-    defined = {n for node in body for n in bound_names(node)}
-    return module._replace(defined=defined, body=text)
+    twins = {n for node in body for n in run_twins(node)}
+    strays = sorted(twins - module.checking)
+    if strays:
+        raise AmalgamationError(f"{where}: {strays[0]} is bound under `if not TYPE_CHECKING:` "
+                                f"and not imported under `if TYPE_CHECKING:` (the run's twin "
+                                f"of what mypy reads)")
+    defined = {n for node in body for n in bound_names(node)} | twins
+    return module._replace(defined=defined, body=text, twins=twins)
 
 
 def read_preamble_statement(module: Module, node: ast.stmt, where: str) -> None:
@@ -199,9 +217,10 @@ def read_preamble_statement(module: Module, node: ast.stmt, where: str) -> None:
             module.imported.update(alias.asname or alias.name for alias in node.names)
     elif isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
         module.type_checking.update(ast.unparse(inner) for inner in node.body)
-        module.imported.update(alias.asname or alias.name for inner in node.body
+        module.checking.update(alias.asname or alias.name for inner in node.body
                                if isinstance(inner, (ast.Import, ast.ImportFrom))
                                for alias in inner.names)
+        module.imported.update(module.checking)
     else:
         raise AmalgamationError(f"{where}: line {node.lineno}: only imports stand before "
                                 f"__all__")
@@ -215,7 +234,10 @@ def check_modules(modules: List[Module]) -> None:
     check_lazy_imports(modules)
     order = {m.name: i for i, m in enumerate(modules)}
     home: Dict[str, str] = {}
-    imported = {name: m.name for m in modules for name in m.imported}
+    imported: Dict[str, List[str]] = {}  # a name an import binds: the modules that import it
+    for m in modules:
+        for name in m.imported:
+            imported.setdefault(name, []).append(m.name)
     for module in modules:
         for source, names in module.package_imports.items():
             if source not in order or order[source] >= order[module.name]:
@@ -230,9 +252,12 @@ def check_modules(modules: List[Module]) -> None:
             if name in home:
                 raise AmalgamationError(f"{name} is defined in both {home[name]}.py and "
                                         f"{module.name}.py: one file has one namespace")
-            if name in imported:
+            # a twin is bound by its own module's `if TYPE_CHECKING:` import, for mypy only
+            importers = [m for m in imported.get(name, [])
+                         if not (m == module.name and name in module.twins)]
+            if importers:
                 raise AmalgamationError(f"{module.name}.py defines {name}, which "
-                                        f"{imported[name]}.py imports: one file has one "
+                                        f"{importers[0]}.py imports: one file has one "
                                         f"namespace")
             home[name] = module.name
 

@@ -6,9 +6,10 @@ the pass runs and read after it: the AnswerBook that the pass loop calls once pe
 from __future__ import annotations
 
 import time
-from typing import cast, Dict, List, Literal, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+from typing import cast, Dict, List, Literal, Optional, Protocol, Sequence, Tuple, Union
 
-from .constants import CONFIG_HASH_NAME, ERROR_CODE_PATTERN, LATE_BODY_MS, MAX_REASON_CHARS
+from .constants import (CONFIG_HASH_NAME, ERROR_CODE_PATTERN, LATE_BODY_MS, MAX_REASON_CHARS,
+                        NamedTuple)
 from .words import scrubbed, scrubbed_cut
 from .degraded import Degraded
 from .client import RequestFailed, ResponseReader

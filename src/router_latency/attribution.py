@@ -4,8 +4,9 @@ the latency outside the signals)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from .constants import NamedTuple
 from .words import change_text, fmt_signed, fmt_value
 from .report import Bar, Block, Group, Heading, Note, Panel, Section, StackedBars, Table
 from .stats import percentile, percentiles

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from .constants import LADDER_GATE_NAMES, LADDER_METRICS, LADDER_PASS
+from .constants import LADDER_GATE_NAMES, LADDER_METRICS, LADDER_PASS, NamedTuple
 from .errors import RouterLatencyError
 from .words import fmt_hundredths, fmt_value, metric_title, plural, span_text
 from .report import Lines, Panel, ParetoPlot, render_table, Scale, Section, Series

@@ -4,8 +4,9 @@ beside it where it has one."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, TypedDict
+from typing import Any, Optional, TypedDict
 
+from .constants import NamedTuple
 from .errors import checked_number, RouterLatencyError
 from .gpu import GpuCapture, TelemetryJson
 

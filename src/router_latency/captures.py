@@ -11,10 +11,10 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from .constants import (CACHE_SERIES, DEFAULT_HISTOGRAMS, RUNTIME_COUNTERS, RUNTIME_GAUGES,
-                        STOP_POLL_S)
+from .constants import (CACHE_SERIES, DEFAULT_HISTOGRAMS, NamedTuple, RUNTIME_COUNTERS,
+                        RUNTIME_GAUGES, STOP_POLL_S)
 from .words import scrubbed, scrubbed_cut
 from .gpu import GpuReading, gpu_tool, select_gpus
 from .prometheus import histogram_deltas, metric_deltas, parse_prometheus

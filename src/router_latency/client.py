@@ -11,9 +11,9 @@ import select
 import threading
 import time
 import urllib.parse
-from typing import Callable, cast, NamedTuple, Optional, Sequence, Tuple, Type, TYPE_CHECKING
+from typing import Callable, cast, Optional, Sequence, Tuple, Type, TYPE_CHECKING
 
-from .constants import __version__, MAX_REASON_CHARS, PREVIEW_PATH, STOP_POLL_S
+from .constants import __version__, MAX_REASON_CHARS, NamedTuple, PREVIEW_PATH, STOP_POLL_S
 from .errors import RouterLatencyError
 from .words import secret_forms
 

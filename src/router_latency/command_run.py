@@ -12,11 +12,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .constants import (CACHE_ADVICE, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
                         DEFAULT_HISTOGRAMS, DEFAULT_MODEL, EXIT_OK, EXIT_SIGNAL, EXIT_USAGE,
-                        EXPECTED_HASH_HEADER, LADDER_MARGIN_PCT, PREVIEW_PATH,
+                        EXPECTED_HASH_HEADER, LADDER_MARGIN_PCT, NamedTuple, PREVIEW_PATH,
                         ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S)
 from .errors import RouterLatencyError
 from .words import scrubbed

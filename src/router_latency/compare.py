@@ -4,9 +4,9 @@ the decision, warning and part figures and one run's capacity that rounds reuses
 from __future__ import annotations
 
 import json
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .constants import EXIT_GATE, EXIT_OK
+from .constants import EXIT_GATE, EXIT_OK, NamedTuple
 from .errors import Notice
 from .words import (change_text, failure_text, fmt_signed, fmt_value, metric_label, plural,
                     shown_decision, worse_sign)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import re
 import signal
+from typing import Any, Callable, Dict, List, Tuple, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import NamedTuple
 
 __all__ = [
     "__version__", "AUTO_MODEL_NAMES", "CACHE_ADVICE", "CACHE_SERIES", "CONFIG_HASH_HEADER",
@@ -12,7 +17,8 @@ __all__ = [
     "DEFAULT_MODEL", "ERROR_CODE_PATTERN", "EXIT_GATE", "EXIT_INCONCLUSIVE", "EXIT_OK",
     "EXIT_SIGNAL", "EXIT_USAGE", "EXPECTED_HASH_HEADER", "LADDER_GATE_NAMES", "LADDER_MARGIN_PCT",
     "LADDER_METRICS", "LADDER_PASS", "LATE_BODY_MS", "MAX_FILE_NUMBER", "MAX_LATENCY_MS",
-    "MAX_PLAN_ROUNDS", "MAX_REASON_CHARS", "MAX_SIGNALS", "MIN_ROUNDS", "PREVIEW_PATH",
+    "MAX_PLAN_ROUNDS", "MAX_REASON_CHARS", "MAX_SIGNALS", "MIN_ROUNDS", "NamedTuple",
+    "PREVIEW_PATH",
     "PROMPT_KEYS", "READY_PATH", "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS",
     "RUNTIME_COUNTERS", "RUNTIME_GAUGES", "SIGNAL_NAME_PATTERN",
     "STOP_POLL_S", "TIME_WINDOWS",
@@ -99,3 +105,54 @@ TIME_WINDOWS = 40  # the report page's latency-over-time windows per pass
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # 128 + the signal: Ctrl-C, a kill, and the terminal or SSH connection closing
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+# ==== records ====
+# Every record is a `class X(NamedTuple)` with `NamedTuple` imported from here: mypy reads
+# typing's (above), the run builds it with the class below, as typing does but without
+# typing's check of each field's annotation, which under `from __future__ import annotations`
+# compiles every annotation's text into a ForwardRef (a thousand compile() calls, a fifth of
+# every start of the tool). Nothing reads a record's annotations but mypy; everything else a
+# record has (fields, defaults, methods, docstring, module, repr, _replace, _asdict, pickling)
+# is collections.namedtuple's, as typing's is: test_constants.py holds the two alike.
+# what a record's class body may not define, and what it defines that is not copied
+RECORD_PROHIBITED = frozenset({"__new__", "__init__", "__slots__", "__getnewargs__", "_fields",
+                               "_field_defaults", "_make", "_replace", "_asdict", "_source"})
+RECORD_SPECIAL = frozenset({"__module__", "__name__", "__annotations__"})
+
+
+class RecordMaker(type):
+    """The run's typing.NamedTupleMeta: a class statement's fields, defaults and the rest of
+    its body made into a collections.namedtuple, its annotations kept as written."""
+
+    def __new__(cls, typename: str, bases: Tuple[type, ...], namespace: Dict[str, Any]) -> Any:
+        if not bases:  # NamedTuple itself
+            return super().__new__(cls, typename, bases, namespace)
+        if bases != (NamedTuple,):
+            raise TypeError("can only inherit from a NamedTuple type")
+        types = namespace.get("__annotations__", {})
+        default_names: List[str] = []
+        for field_name in types:
+            if field_name in namespace:
+                default_names.append(field_name)
+            elif default_names:
+                raise TypeError(f"Non-default namedtuple field {field_name} cannot follow "
+                                f"default field{'s' if len(default_names) > 1 else ''} "
+                                f"{', '.join(default_names)}")
+        # called through a name of its own: mypy reads a namedtuple() call as a record's
+        # definition and asks for literal fields and defaults, which a record's class has
+        namedtuple: Callable[..., Any] = collections.namedtuple
+        record = namedtuple(typename, list(types), defaults=[namespace[n] for n in default_names],
+                            module=namespace["__module__"])
+        record.__annotations__ = record.__new__.__annotations__ = dict(types)
+        for key, value in namespace.items():
+            if key in RECORD_PROHIBITED:
+                raise AttributeError("Cannot overwrite NamedTuple attribute " + key)
+            if key not in RECORD_SPECIAL and key not in record._fields:
+                setattr(record, key, value)
+        return record
+
+
+if not TYPE_CHECKING:
+    class NamedTuple(metaclass=RecordMaker):
+        """The base of every record when run: `class Interval(NamedTuple): ...`."""

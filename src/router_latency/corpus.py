@@ -6,9 +6,9 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, cast, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, cast, Iterable, Iterator, Optional, Sequence, Union
 
-from .constants import DEFAULT_GLOB, PROMPT_KEYS
+from .constants import DEFAULT_GLOB, NamedTuple, PROMPT_KEYS
 from .errors import is_whole, RouterLatencyError
 from .files import check_schema, parse_json, read_bytes, read_json, unique_keys
 

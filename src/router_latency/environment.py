@@ -5,8 +5,9 @@ sections."""
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .constants import NamedTuple
 from .words import fmt_value, span_text, fmt_reading
 from .report import Block, Lines, Panel, Section, Table
 from .stats import composite_log_ratios, order_effect, OrderEffect, outlier_rounds

@@ -5,12 +5,12 @@ the checks of values in files: the reader's (checked_*) and, beside each, the wr
 from __future__ import annotations
 
 import math
-from typing import Any, List, Literal, NamedTuple, Optional, Sequence, TYPE_CHECKING
+from typing import Any, List, Literal, Optional, Sequence, TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only, never imported when run: typing has it from 3.10 on
     from typing_extensions import TypeGuard
 
-from .constants import MAX_FILE_NUMBER, MAX_LATENCY_MS
+from .constants import MAX_FILE_NUMBER, MAX_LATENCY_MS, NamedTuple
 
 __all__ = [
     "checked_number", "checked_object", "checked_text", "file_number", "is_whole", "Notice",

@@ -5,8 +5,9 @@ there, so that a format or a file is added, or named, in one place (hyperfine's 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .constants import NamedTuple
 from .files import dump_json
 from .runfile import RunFile
 from .compare import CompareReport

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from .constants import (EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE, LADDER_METRICS,
-                        MAX_PLAN_ROUNDS)
+                        MAX_PLAN_ROUNDS, NamedTuple)
 from .errors import Notice, RouterLatencyError
 from .words import (BOUND_PCT, change_text, metric_title, pct_text, plural, slowdown_text,
                     worse_sign)

@@ -11,10 +11,9 @@ import math
 import re
 import shutil
 import time
-from typing import (Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
-                    TypedDict)
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union, TypedDict
 
-from .constants import MAX_FILE_NUMBER
+from .constants import MAX_FILE_NUMBER, NamedTuple
 from .errors import (checked_number, checked_object, checked_text, file_number, is_whole,
                      RouterLatencyError)
 from .words import fmt_reading, span_text

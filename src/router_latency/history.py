@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .constants import __version__, ROW_METRICS
+from .constants import __version__, NamedTuple, ROW_METRICS
 from .errors import file_number, RouterLatencyError
 from .words import metric_title, pct_text, plural, worse_sign
 from .stats import mean_interval, t_cdf, t_ppf

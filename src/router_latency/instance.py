@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional, Union
 
+from .constants import NamedTuple
 from .errors import is_whole, RouterLatencyError
 
 __all__ = ["Instance", "INSTANCE_FACT"]

@@ -5,8 +5,9 @@ SLO, cost per million requests). Pure: it reads run files, never a socket."""
 from __future__ import annotations
 
 import operator
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
+from .constants import NamedTuple
 from .words import fmt_hundredths, fmt_value, plural
 from .runfile import Ladder, PassRecord, RunFile
 

@@ -10,10 +10,9 @@ import os
 import sys
 import threading
 import time
-from typing import (Callable, List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING,
-                    TypedDict)
+from typing import Callable, List, Optional, Sequence, Tuple, TYPE_CHECKING, TypedDict
 
-from .constants import EXPECTED_HASH_HEADER, ROUTER_MAX_CONCURRENCY
+from .constants import EXPECTED_HASH_HEADER, NamedTuple, ROUTER_MAX_CONCURRENCY
 from .errors import RouterLatencyError
 from .words import plural, scrubbed
 from .corpus import Corpus

@@ -19,9 +19,9 @@ time, and the gap between runs: stopping one router and starting the next)."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .constants import MAX_PLAN_ROUNDS, ROW_METRICS
+from .constants import MAX_PLAN_ROUNDS, NamedTuple, ROW_METRICS
 from .words import metric_title, plural
 from .report import Lines, Panel, Section
 from .stats import percentiles, rounds_needed

@@ -3,9 +3,9 @@ requests per pass, expected rejections, surprises, sampled selections; and their
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, Tuple
 
-from .constants import ROUTER_MAX_CONCURRENCY
+from .constants import NamedTuple, ROUTER_MAX_CONCURRENCY
 from .words import failure_text, plural, shown_decision
 from .report import Check, Lines, Panel, Section, Table
 from .degraded import degraded_answers_line

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, List, NamedTuple, Sequence, Tuple, cast
+from typing import Any, Callable, List, Sequence, Tuple, cast
 
-from .constants import __version__
+from .constants import __version__, NamedTuple
 from .words import BOUND_PCT, fmt_value, metric_title, plural, visible, worse_sign
 from .report import (BANNER, Grid, Group, Heading, LinePlot, Lines, Note, PageItem, Panel,
                      ParetoPlot, StackedBars, Table)

@@ -12,10 +12,10 @@ import operator
 import select
 import threading
 import time
-from typing import Any, cast, List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING
+from typing import Any, cast, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 from .constants import (CONFIG_HASH_HEADER, CONFIG_HASH_PATTERN, DEFAULT_DECISION_PATHS,
-                        DEFAULT_MODEL)
+                        DEFAULT_MODEL, NamedTuple)
 from .requests import Request
 from .client import (blocked_errors, encode_request, Endpoint, open_socket, RequestFailed,
                      ResponseReader, secret_values, tls_context)

@@ -4,8 +4,9 @@ against the pass's own median (and by how much), and what the slow windows' prom
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
+from .constants import NamedTuple
 from .errors import checked_number, is_whole, RouterLatencyError
 from .words import fmt_value
 from .stats import percentile, rounded_percentiles

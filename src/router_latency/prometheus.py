@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple, Optional, Sequence
+from typing import Optional, Sequence
 
+from .constants import NamedTuple
 from .errors import file_number
 
 __all__ = ["histogram_deltas", "Histogram", "histograms_of", "metric_deltas", "parse_prometheus"]

@@ -8,9 +8,9 @@ import json
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, NamedTuple, Optional, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Optional, Sequence, TYPE_CHECKING
 
-from .constants import EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH
+from .constants import EXPECTED_HASH_HEADER, NamedTuple, PREVIEW_PATH, READY_PATH
 from .errors import RouterLatencyError
 from .words import plural, scrubbed_cut
 from .stats import rounded_percentiles

@@ -4,8 +4,9 @@ surroundings, energy, result caches, capacity, where the time changed most)."""
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from .constants import NamedTuple
 from .errors import RouterLatencyError
 from .words import metric_title, span_text
 from .gpu import energy_ranges_sentence

@@ -4,9 +4,10 @@ text and Markdown alike."""
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from .constants import __version__, LADDER_METRICS, ROUTER_MAX_CONCURRENCY, ROUTER_TIMEOUT_S
+from .constants import (__version__, LADDER_METRICS, NamedTuple, ROUTER_MAX_CONCURRENCY,
+                        ROUTER_TIMEOUT_S)
 from .words import fmt_signed, fmt_value, metric_label, metric_title, p_text, plural
 from .report import md_code, render_table, Section, Table, text_lines
 from .runfile import HostSettings, PassRecord, RunSettings

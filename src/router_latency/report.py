@@ -6,8 +6,9 @@ answers, labels, GPU names, decisions) done once here."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .constants import NamedTuple
 from .errors import Notice
 from .words import visible
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from .constants import (ERROR_CODE_PATTERN, LADDER_PASS, MAX_FILE_NUMBER, MAX_LATENCY_MS,
-                        MAX_REASON_CHARS, MAX_SIGNALS)
+                        MAX_REASON_CHARS, MAX_SIGNALS, NamedTuple)
 from .errors import checked_number, checked_object, is_whole, RouterLatencyError
 from .stats import percentile, rounded_percentiles
 from .degraded import (Degraded, degraded_counts, degraded_from_json, degraded_summary_from_json,

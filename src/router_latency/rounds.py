@@ -7,10 +7,10 @@ import math
 import re
 import signal
 from pathlib import Path
-from typing import cast, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import cast, Dict, List, Optional, Sequence, Set, Tuple
 
-from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_PASS, MIN_ROUNDS, ROW_METRICS,
-                        TIME_WINDOWS)
+from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_PASS, MIN_ROUNDS, NamedTuple,
+                        ROW_METRICS, TIME_WINDOWS)
 from .errors import Notice, RouterLatencyError
 from .words import metric_title, plural
 from .stats import OrderEffect, percentiles

@@ -3,8 +3,9 @@ run per side, which side is base and which new, and the rounds used."""
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, Tuple
 
+from .constants import NamedTuple
 from .runfile import RunFile
 
 __all__ = ["Rounds"]

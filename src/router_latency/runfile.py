@@ -7,11 +7,11 @@ import math
 import operator
 import os
 import re
-from typing import Any, Callable, cast, Iterator, NamedTuple, Optional, Sequence, TypedDict
+from typing import Any, Callable, cast, Iterator, Optional, Sequence, TypedDict
 
 from .constants import (__version__, CACHE_SERIES, CONFIG_HASH_PATTERN, LADDER_MARGIN_PCT,
-                        MAX_FILE_NUMBER, MAX_LATENCY_MS, MAX_SIGNALS, ROUTER_MAX_CONCURRENCY,
-                        RUNTIME_COUNTERS, SIGNAL_NAME_PATTERN)
+                        MAX_FILE_NUMBER, MAX_LATENCY_MS, MAX_SIGNALS, NamedTuple,
+                        ROUTER_MAX_CONCURRENCY, RUNTIME_COUNTERS, SIGNAL_NAME_PATTERN)
 from .errors import checked_number, checked_object, checked_text, is_whole, RouterLatencyError
 from .gpu import check_telemetry, GpuReading, GPU_FIELDS, gpu_readings
 from .cache import CacheFinding, checked_cache, result_cache_finding

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
-from .constants import RUNTIME_COUNTERS, RUNTIME_GAUGES
+from .constants import NamedTuple, RUNTIME_COUNTERS, RUNTIME_GAUGES
 from .report import Block, Section, Table
 from .runfile import PassRecord
 from .requests import pass_title

@@ -9,9 +9,9 @@ import functools
 import heapq
 import math
 import operator
-from typing import NamedTuple, Sequence, Tuple
+from typing import Sequence, Tuple
 
-from .constants import MAX_PLAN_ROUNDS, MIN_ROUNDS
+from .constants import MAX_PLAN_ROUNDS, MIN_ROUNDS, NamedTuple
 from .errors import RouterLatencyError
 from .stats import (checked_list, checked_probability, checked_whole, normal_cdf, normal_ppf,
                     SQRT_2, SQRT_2PI, t_ppf)

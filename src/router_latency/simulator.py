@@ -10,10 +10,11 @@ import math
 import os
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, TYPE_CHECKING
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TYPE_CHECKING
 
 from .constants import (AUTO_MODEL_NAMES, CONFIG_HASH_NAME, CONFIG_HASH_PATTERN,
-                        EXPECTED_HASH_HEADER, PREVIEW_PATH, READY_PATH, ROUTER_MAX_CONCURRENCY)
+                        EXPECTED_HASH_HEADER, NamedTuple, PREVIEW_PATH, READY_PATH,
+                        ROUTER_MAX_CONCURRENCY)
 from .client import accept_connections, bracketed, http_response, stop_accepting
 from .captures import utc_now
 

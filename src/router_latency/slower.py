@@ -6,8 +6,9 @@ from __future__ import annotations
 import collections
 import json
 import math
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
+from .constants import NamedTuple
 from .words import pct_text, plural, shown_decision, visible
 from .report import Block, Heading, Note, Outside, Panel, Section, Table
 from .stats import benjamini_hochberg, mean_interval, t_test_p

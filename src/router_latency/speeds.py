@@ -5,8 +5,9 @@ NUMA node, ...) whose every value lies in one group, or none."""
 from __future__ import annotations
 
 import math
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from .constants import NamedTuple
 from .report import Lines, Panel, Section
 from .requests import pass_title
 from .runfile import RunFile

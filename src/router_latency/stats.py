@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from .constants import NamedTuple
 from .errors import is_whole, RouterLatencyError
 
 __all__ = [

@@ -11,8 +11,9 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Sequence, TYPE_CHECKING
+from typing import Any, Optional, Sequence, TYPE_CHECKING
 
+from .constants import NamedTuple
 from .words import plural
 from .gpu import (clock_event_names, EnergyJson, known, MAX_SAMPLES, pass_figures,
                   SAMPLED_FIELDS, sampled_tool, sampler_commands, TELEMETRY_VERSION,

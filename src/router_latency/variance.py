@@ -24,8 +24,9 @@ freedom. A part whose interval reaches 0 is not told apart from the noise below 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
+from .constants import NamedTuple
 from .errors import RouterLatencyError
 from .stats import chi2_ppf, f_ppf
 

@@ -5,8 +5,9 @@ rather than decided."""
 from __future__ import annotations
 
 import json
-from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
+from .constants import NamedTuple
 from .words import visible
 
 __all__ = [
