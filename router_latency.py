@@ -124,12 +124,10 @@ if sys.version_info < (3, 9):
     sys.exit(2)
 
 import argparse
-import array
 import collections
 import errno
 import fcntl
 import functools
-import heapq
 import io
 import itertools
 import json
@@ -153,6 +151,7 @@ if TYPE_CHECKING:  # annotations only, never imported when run
     from typing import NamedTuple
     from typing_extensions import TypeGuard
     from typing_extensions import Unpack
+    import array
     import random
     import socket
     import ssl
@@ -2011,6 +2010,7 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
     """Return, per look of sequential_looks(max_rounds, first=first), the one-sample t
     statistics of SEQUENTIAL_PATHS standard normal sequences at that look's rounds (an array
     per look)."""
+    import array
     import random
     looks = sequential_looks(max_rounds, first=first)
     if max_rounds > MAX_LOOKS:
@@ -2036,6 +2036,7 @@ def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
     squared deviations from it sum to a chi-square on k - 1 degrees of freedom (twice a
     gamma of shape (k - 1) / 2), independent of that mean, and Chan's merge adds a block to
     the running mean and sum of squares exactly. Two draws a look, not one a round."""
+    import array
     import random
     rng = random.Random(SEQUENTIAL_SEED)
     gauss, gamma = rng.gauss, rng.gammavariate
@@ -2078,6 +2079,7 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *,
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
         raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS:,} "
                                  f"rounds, got {max_rounds:,}")
+    import heapq
     alpha = checked_probability(alpha, "alpha")
     columns = _null_t_paths(first, max_rounds)
     paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data

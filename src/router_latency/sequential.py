@@ -4,12 +4,13 @@ for looks at every round simulated once from fixed seeds; pure functions, no I/O
 
 from __future__ import annotations
 
-import array
 import functools
-import heapq
 import math
 import operator
-from typing import Sequence, Tuple
+from typing import Sequence, Tuple, TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only, never imported when run
+    import array
 
 from .constants import MAX_PLAN_ROUNDS, MIN_ROUNDS, NamedTuple
 from .errors import RouterLatencyError
@@ -302,6 +303,7 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
     """Return, per look of sequential_looks(max_rounds, first=first), the one-sample t
     statistics of SEQUENTIAL_PATHS standard normal sequences at that look's rounds (an array
     per look)."""
+    import array
     import random
     looks = sequential_looks(max_rounds, first=first)
     if max_rounds > MAX_LOOKS:
@@ -327,6 +329,7 @@ def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
     squared deviations from it sum to a chi-square on k - 1 degrees of freedom (twice a
     gamma of shape (k - 1) / 2), independent of that mean, and Chan's merge adds a block to
     the running mean and sum of squares exactly. Two draws a look, not one a round."""
+    import array
     import random
     rng = random.Random(SEQUENTIAL_SEED)
     gauss, gamma = rng.gauss, rng.gammavariate
@@ -369,6 +372,7 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *,
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
         raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS:,} "
                                  f"rounds, got {max_rounds:,}")
+    import heapq
     alpha = checked_probability(alpha, "alpha")
     columns = _null_t_paths(first, max_rounds)
     paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
