@@ -168,6 +168,35 @@ __all__ = [
 # ==================== src/router_latency/constants.py ====================
 # What several modules use: paths, the router's header names and defaults, limits, exit codes.
 
+# ==== patterns compiled where first used ====
+# A pattern that only some commands use is compiled on its first use, not as its module loads:
+# re's cache is empty in a new process, and compiling is about 0.1 ms a pattern. A pattern
+# matched in every request's answer stays re.compile()d: after its first use a LazyPattern's
+# methods are attributes of its own, which Python looks up more slowly than a method.
+PATTERN_FACE = ("match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer",
+                "scanner", "pattern", "flags", "groups", "groupindex")
+
+
+class LazyPattern:
+    """A regular expression compiled on its first use, then answering as the compiled one
+    (its methods and attributes copied onto this object)."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.source = (pattern, flags)
+
+    def __getattr__(self, name: str) -> Any:  # only for a name not copied yet: the first use
+        compiled = re.compile(*self.source)
+        for attribute in PATTERN_FACE:
+            setattr(self, attribute, getattr(compiled, attribute))
+        return getattr(compiled, name)
+
+
+def lazy_pattern(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    """Return re.compile(pattern, flags), compiled on its first use (LazyPattern)."""
+    # a Pattern to its callers: every attribute they read is the compiled pattern's own
+    return cast("re.Pattern[str]", LazyPattern(pattern, flags))
+
+
 __version__ = "0.1.0"
 
 PREVIEW_PATH = "/api/v1/routing/preview"
@@ -216,11 +245,11 @@ DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
 # pkg/modelservice metrics and the runtime's own, under either name): counters, their
 # increase over a pass (a stage's first and later decisions calls, dispatches per replica,
 # questions dropped at their deadline, rows per forward); gauges, as read after the pass
-RUNTIME_COUNTERS = re.compile(
+RUNTIME_COUNTERS = lazy_pattern(
     r"^(vsr_model_runtime_stage_decision_calls_total|vsr_model_runtime_replica_requests_total"
     r"|(vllm_srun|vllm_sr_runtime)_(deadline_dropped_questions_total|batch_rows_sum"
     r"|batch_rows_count))$")
-RUNTIME_GAUGES = re.compile(r"^(vsr_model_runtime_replica_(ready|inflight|admitted_bytes)"
+RUNTIME_GAUGES = lazy_pattern(r"^(vsr_model_runtime_replica_(ready|inflight|admitted_bytes)"
                             r"|(vllm_srun|vllm_sr_runtime)_queue_depth)$")
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
@@ -232,7 +261,7 @@ LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_p
 LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 # result caches: the router's per-model counter (result="hit") and the runtime's own
 # (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
-CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
+CACHE_SERIES = lazy_pattern(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
                           r"|vllm_sr_runtime_result_cache_total)$")
 # the router's per-model result cache under each runtime name (docs/gpu-node.md, "Which names a
 # router reads"; the router's pkg/modelservice/cache.go and its release note for the runtime)
@@ -677,13 +706,13 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
-UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+UNESCAPED_BAR = lazy_pattern(r"(?<!\\)\|")
 
 
 # @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
 # zero-width space after the sign keeps the text as it reads and does neither (an e-mail
 # address, a@b, never notifies and is left alone)
-MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+MENTION = lazy_pattern(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
 
 
 def unlinked(text: str) -> str:
@@ -699,7 +728,7 @@ def md_cell(text: str) -> str:
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
 # apart, and the details are list items: lines of plain text would run together into one
 # paragraph.
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
+MARKDOWN_SPECIAL = lazy_pattern(r"([\\`*_<>\[\]|#~])")
 
 
 def md_text(text: str) -> str:
@@ -2446,7 +2475,7 @@ def link_target(path: str) -> str:
 
 # the names of a process's own open files: written through whatever they lead to, appended
 # to (a `> out.txt` of the shell holds what the tool printed before)
-OWN_FD_PATH = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+OWN_FD_PATH = lazy_pattern(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
 WRITTEN_THROUGH = {stat.S_IFCHR: "a character device", stat.S_IFIFO: "a pipe"}
 REFUSED_KINDS = {stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket",
                  stat.S_IFDIR: "a folder"}
@@ -3871,7 +3900,7 @@ def energy_ranges_sentence(shown: Sequence[Tuple[str, Tuple[float, float]]]) -> 
 # change of the kept series over a pass, and its histograms (buckets, sum and count). Pure: the
 # scrape itself is captures.py's.
 
-PROMETHEUS_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+PROMETHEUS_NAME = lazy_pattern(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
@@ -4016,7 +4045,7 @@ def histograms_of(deltas: dict[str, float]) -> list[Histogram]:
 
 # a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
 # prompts it judges
-CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
+CACHE_HIT_LABEL = lazy_pattern(r'(?:result|outcome)="hit"')
 CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
 CACHE_MIN_PROMPTS = 10
 
@@ -4990,7 +5019,7 @@ class PassEnvironment(NamedTuple):
 # an instance's facts: what could make it differ from its pool's others, each a text or a
 # number (the CPUs its threads ran on, its NUMA node, its GPU's bus id and clocks at start,
 # its start-up time, its start order); read and shown, never judged
-INSTANCE_FACT = re.compile(r"[a-z][a-z0-9_]{0,39}")
+INSTANCE_FACT = lazy_pattern(r"[a-z][a-z0-9_]{0,39}")
 
 
 class Instance(NamedTuple):
@@ -5975,8 +6004,8 @@ def stall_notices(named_runs: Sequence[Tuple[str, Sequence[Any]]]) -> List[Notic
 # an instance's file: r<N>-<side>@<i>.json; '@' is in no side name (letters, digits, '.',
 # '_', '-'), so an older reader finds no r<N>-<side>.json and refuses the folder rather than
 # judging one instance as the round
-INSTANCE_FILE = re.compile(r"^r(\d+)-(.+)@(\d+)\.json$")
-INSTANCE_SIDE = re.compile(r"^(.+)@(\d+)$")
+INSTANCE_FILE = lazy_pattern(r"^r(\d+)-(.+)@(\d+)\.json$")
+INSTANCE_SIDE = lazy_pattern(r"^(.+)@(\d+)$")
 GEOMETRIC = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s", "service_p50_ms",
              "service_p95_ms", "service_p99_ms", "behind_p99_ms")
 
@@ -6467,8 +6496,8 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
 # beyond ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}') is percent-encoded from its UTF-8
 # bytes, upper-case hex, as Go's client sends it: POST /%E8%B7%AF%E7%94%B1/preview
 PATH_SAFE = "!$&'()*+,;=:@[]/%"
-BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-CONTROL_BYTES = re.compile(r"[\x00-\x1f\x7f]")
+BAD_ESCAPE = lazy_pattern(r"%(?![0-9A-Fa-f]{2})")
+CONTROL_BYTES = lazy_pattern(r"[\x00-\x1f\x7f]")
 
 
 def request_target(path: str, query: str, option: str) -> str:
@@ -13545,8 +13574,8 @@ def time_bars(breakdown: PassBreakdown, base: str, new: str) -> StackedBars:
 # questions it dropped at their deadline; and where it explains a change (a split stage or a
 # dropped question beside a slower or more degraded side): the rounds report's section.
 
-LATER_CALLS = re.compile(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="later"')
-FIRST_CALLS = re.compile(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="first"')
+LATER_CALLS = lazy_pattern(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="later"')
+FIRST_CALLS = lazy_pattern(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="first"')
 
 
 class PassLoad(NamedTuple):
@@ -15310,7 +15339,7 @@ def expectation_lines(item: PassRecord) -> List[str]:
 # ==================== src/router_latency/rounds.py ====================
 # judge_rounds(): interleaved rounds as one complete report object (RoundsReport).
 
-ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
+ROUND_FILE_PATTERN = lazy_pattern(r"^r(\d+)-(.+)\.json$")
 
 
 def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:
@@ -18442,7 +18471,7 @@ class SignalRelay:
 # argparse.ArgumentTypeError), the help formatter, the --format, file and ladder options read
 # from the registry of outputs, and the checks of --cost-per-hour and --corpus against the runs.
 
-SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+SIDE_PATTERN = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"  # a number as the options write it: 50, 2.5, .5
 
 
@@ -19317,7 +19346,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # The rounds command: its parser, the --gate list, its handler, the warnings it also says
 # on stderr (LOUD_WARNINGS), and the Markdown appended to GitHub's job summary.
 
-PART_GATE = re.compile(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
+PART_GATE = lazy_pattern(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
                        r":(?:p50|p95|mean))")
 
 
@@ -19539,7 +19568,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 # The history command: its parser, the argument types only it uses and its handler
 # (`history add`, `history report`).
 
-HISTORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./+-]{0,199}$")  # a commit, branch or side
+HISTORY_NAME = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_./+-]{0,199}$")  # a commit, branch or side
 
 
 def history_name(text: str) -> str:

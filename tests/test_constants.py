@@ -201,3 +201,33 @@ def test_every_record_of_the_package_is_made_by_the_runs_namedtuple():
     for record in records:
         assert not any(isinstance(v, typing.ForwardRef)
                        for v in record.__annotations__.values()), record
+
+
+# ==== patterns compiled where first used ====
+
+def test_a_lazy_pattern_is_compiled_on_its_first_use_and_answers_as_the_compiled_one():
+    """lazy_pattern compiles nothing until a use (a pattern that cannot compile is refused
+    then, with re's error), and then answers every public attribute of a compiled pattern as
+    it does (PATTERN_FACE names them all), as its own attributes from then on."""
+    import re
+    from router_latency.constants import lazy_pattern, PATTERN_FACE
+    broken = lazy_pattern("(")
+    with pytest.raises(re.error):
+        broken.match("x")
+    compiled = re.compile(r"(?P<word>[a-z]+)-(\d+)", re.IGNORECASE)
+    lazy = lazy_pattern(r"(?P<word>[a-z]+)-(\d+)", re.IGNORECASE)
+    assert "match" not in vars(lazy)
+    assert {n for n in dir(compiled) if not n.startswith("_")} == set(PATTERN_FACE)
+    for text in ("ab-12 cd-3", "none", "X-1"):
+        assert repr(lazy.match(text)) == repr(compiled.match(text))
+        assert repr(lazy.fullmatch(text)) == repr(compiled.fullmatch(text))
+        assert [m.span() for m in lazy.finditer(text)] == \
+            [m.span() for m in compiled.finditer(text)]
+        assert lazy.findall(text) == compiled.findall(text)
+        assert lazy.sub(r"\2", text) == compiled.sub(r"\2", text)
+        assert lazy.subn("", text) == compiled.subn("", text)
+        assert lazy.split(text) == compiled.split(text)
+        assert repr(lazy.search(text)) == repr(compiled.search(text))
+    assert (lazy.pattern, lazy.flags, lazy.groups, lazy.groupindex) == \
+        (compiled.pattern, compiled.flags, compiled.groups, compiled.groupindex)
+    assert set(PATTERN_FACE) <= set(vars(lazy))

@@ -3,10 +3,9 @@ the rounds report's section of them and the record's sentence."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, cast, List, Optional, Sequence, Tuple, TypedDict
 
-from .constants import CACHE_ADVICE, CACHE_SERIES
+from .constants import CACHE_ADVICE, CACHE_SERIES, lazy_pattern
 from .errors import Notice, RouterLatencyError
 from .report import BANNER, Lines, Panel, Section
 
@@ -17,7 +16,7 @@ __all__ = [
 
 # a hit of either result cache (CACHE_SERIES); the timing test's threshold and the least
 # prompts it judges
-CACHE_HIT_LABEL = re.compile(r'(?:result|outcome)="hit"')
+CACHE_HIT_LABEL = lazy_pattern(r'(?:result|outcome)="hit"')
 CACHE_RATIO = 0.5  # a prompt sent again answered in under half its first sending's time
 CACHE_MIN_PROMPTS = 10
 

@@ -13,7 +13,8 @@ import time
 import urllib.parse
 from typing import Callable, cast, Optional, Sequence, Tuple, Type, TYPE_CHECKING
 
-from .constants import __version__, MAX_REASON_CHARS, NamedTuple, PREVIEW_PATH, STOP_POLL_S
+from .constants import (__version__, lazy_pattern, MAX_REASON_CHARS, NamedTuple, PREVIEW_PATH,
+                        STOP_POLL_S)
 from .errors import RouterLatencyError
 from .words import secret_forms
 
@@ -134,8 +135,8 @@ def parse_endpoint(url: str, *, default_path: str = PREVIEW_PATH,
 # beyond ASCII, '"', '<', '>', '\\', '^', '`', '{', '|', '}') is percent-encoded from its UTF-8
 # bytes, upper-case hex, as Go's client sends it: POST /%E8%B7%AF%E7%94%B1/preview
 PATH_SAFE = "!$&'()*+,;=:@[]/%"
-BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-CONTROL_BYTES = re.compile(r"[\x00-\x1f\x7f]")
+BAD_ESCAPE = lazy_pattern(r"%(?![0-9A-Fa-f]{2})")
+CONTROL_BYTES = lazy_pattern(r"[\x00-\x1f\x7f]")
 
 
 def request_target(path: str, query: str, option: str) -> str:

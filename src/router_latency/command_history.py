@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any, List
 
-from .constants import EXIT_OK
+from .constants import EXIT_OK, lazy_pattern
 from .errors import RouterLatencyError
 from .files import check_distinct_files, check_writable_target, write_atomic
 from .gate import GateSettings
@@ -22,7 +21,7 @@ from .command_options import HelpFormatter
 __all__ = ["add_history_parser"]
 
 
-HISTORY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./+-]{0,199}$")  # a commit, branch or side
+HISTORY_NAME = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_./+-]{0,199}$")  # a commit, branch or side
 
 
 def history_name(text: str) -> str:

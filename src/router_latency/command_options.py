@@ -9,6 +9,7 @@ import math
 import re
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from .constants import lazy_pattern
 from .errors import RouterLatencyError
 from .corpus import load_corpus
 from .ladder import CostPerHour
@@ -21,7 +22,7 @@ __all__ = [
 ]
 
 
-SIDE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+SIDE_PATTERN = lazy_pattern(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"  # a number as the options write it: 50, 2.5, .5
 
 

@@ -8,7 +8,8 @@ import os
 import re
 from typing import Any, Callable, Sequence, Tuple
 
-from .constants import EXIT_OK, LADDER_GATE_NAMES, LADDER_PASS, MIN_ROUNDS, ROW_METRICS
+from .constants import (EXIT_OK, LADDER_GATE_NAMES, LADDER_PASS, lazy_pattern, MIN_ROUNDS,
+                        ROW_METRICS)
 from .errors import RouterLatencyError
 from .words import metric_title, visible
 from .sequential import MAX_SEQUENTIAL_ROUNDS
@@ -26,7 +27,7 @@ from .command_options import (add_file_options, add_format_option, add_ladder_op
 __all__ = ["add_rounds_parser"]
 
 
-PART_GATE = re.compile(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
+PART_GATE = lazy_pattern(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
                        r":(?:p50|p95|mean))")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import re
 import signal
-from typing import Any, Callable, Dict, List, Tuple, TYPE_CHECKING
+from typing import Any, Callable, cast, Dict, List, Tuple, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import NamedTuple
@@ -21,8 +21,38 @@ __all__ = [
     "PREVIEW_PATH",
     "PROMPT_KEYS", "READY_PATH", "ROUTER_MAX_CONCURRENCY", "ROUTER_TIMEOUT_S", "ROW_METRICS",
     "RUNTIME_COUNTERS", "RUNTIME_GAUGES", "SIGNAL_NAME_PATTERN",
-    "STOP_POLL_S", "TIME_WINDOWS",
+    "STOP_POLL_S", "TIME_WINDOWS", "lazy_pattern",
 ]
+
+
+# ==== patterns compiled where first used ====
+# A pattern that only some commands use is compiled on its first use, not as its module loads:
+# re's cache is empty in a new process, and compiling is about 0.1 ms a pattern. A pattern
+# matched in every request's answer stays re.compile()d: after its first use a LazyPattern's
+# methods are attributes of its own, which Python looks up more slowly than a method.
+PATTERN_FACE = ("match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer",
+                "scanner", "pattern", "flags", "groups", "groupindex")
+
+
+class LazyPattern:
+    """A regular expression compiled on its first use, then answering as the compiled one
+    (its methods and attributes copied onto this object)."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.source = (pattern, flags)
+
+    def __getattr__(self, name: str) -> Any:  # only for a name not copied yet: the first use
+        compiled = re.compile(*self.source)
+        for attribute in PATTERN_FACE:
+            setattr(self, attribute, getattr(compiled, attribute))
+        return getattr(compiled, name)
+
+
+def lazy_pattern(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    """Return re.compile(pattern, flags), compiled on its first use (LazyPattern)."""
+    # a Pattern to its callers: every attribute they read is the compiled pattern's own
+    return cast("re.Pattern[str]", LazyPattern(pattern, flags))
+
 
 __version__ = "0.1.0"
 
@@ -72,11 +102,11 @@ DEFAULT_HISTOGRAMS = ("llm_signal_extraction_latency_seconds",
 # pkg/modelservice metrics and the runtime's own, under either name): counters, their
 # increase over a pass (a stage's first and later decisions calls, dispatches per replica,
 # questions dropped at their deadline, rows per forward); gauges, as read after the pass
-RUNTIME_COUNTERS = re.compile(
+RUNTIME_COUNTERS = lazy_pattern(
     r"^(vsr_model_runtime_stage_decision_calls_total|vsr_model_runtime_replica_requests_total"
     r"|(vllm_srun|vllm_sr_runtime)_(deadline_dropped_questions_total|batch_rows_sum"
     r"|batch_rows_count))$")
-RUNTIME_GAUGES = re.compile(r"^(vsr_model_runtime_replica_(ready|inflight|admitted_bytes)"
+RUNTIME_GAUGES = lazy_pattern(r"^(vsr_model_runtime_replica_(ready|inflight|admitted_bytes)"
                             r"|(vllm_srun|vllm_sr_runtime)_queue_depth)$")
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
@@ -88,7 +118,7 @@ LADDER_GATE_NAMES = {"plateau": "plateau_req_per_s", "capacity": "capacity_req_p
 LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the one before
 # result caches: the router's per-model counter (result="hit") and the runtime's own
 # (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
-CACHE_SERIES = re.compile(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
+CACHE_SERIES = lazy_pattern(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
                           r"|vllm_sr_runtime_result_cache_total)$")
 # the router's per-model result cache under each runtime name (docs/gpu-node.md, "Which names a
 # router reads"; the router's pkg/modelservice/cache.go and its release note for the runtime)

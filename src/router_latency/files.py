@@ -6,7 +6,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import select
 import signal
 import stat
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Optional, Set, Tuple, Union
 
+from .constants import lazy_pattern
 from .errors import RouterLatencyError
 
 __all__ = [
@@ -181,7 +181,7 @@ def link_target(path: str) -> str:
 
 # the names of a process's own open files: written through whatever they lead to, appended
 # to (a `> out.txt` of the shell holds what the tool printed before)
-OWN_FD_PATH = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+OWN_FD_PATH = lazy_pattern(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
 WRITTEN_THROUGH = {stat.S_IFCHR: "a character device", stat.S_IFIFO: "a pipe"}
 REFUSED_KINDS = {stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket",
                  stat.S_IFDIR: "a folder"}

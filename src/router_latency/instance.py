@@ -5,10 +5,9 @@ the facts that could make it differ from the others; written and read by the run
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Optional, Union
 
-from .constants import NamedTuple
+from .constants import lazy_pattern, NamedTuple
 from .errors import is_whole, RouterLatencyError
 
 __all__ = ["Instance", "INSTANCE_FACT"]
@@ -17,7 +16,7 @@ __all__ = ["Instance", "INSTANCE_FACT"]
 # an instance's facts: what could make it differ from its pool's others, each a text or a
 # number (the CPUs its threads ran on, its NUMA node, its GPU's bus id and clocks at start,
 # its start-up time, its start order); read and shown, never judged
-INSTANCE_FACT = re.compile(r"[a-z][a-z0-9_]{0,39}")
+INSTANCE_FACT = lazy_pattern(r"[a-z][a-z0-9_]{0,39}")
 
 
 class Instance(NamedTuple):

@@ -11,10 +11,10 @@ beside it (RunFile.pool) for the noise between them and what could make them dif
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .constants import lazy_pattern
 from .errors import RouterLatencyError
 from .requests import PassSummary
 from .runfile import load_run, PassRecord, RunFile
@@ -25,8 +25,8 @@ __all__ = ["check_pools", "instance_file_side", "load_side", "pool_placement", "
 # an instance's file: r<N>-<side>@<i>.json; '@' is in no side name (letters, digits, '.',
 # '_', '-'), so an older reader finds no r<N>-<side>.json and refuses the folder rather than
 # judging one instance as the round
-INSTANCE_FILE = re.compile(r"^r(\d+)-(.+)@(\d+)\.json$")
-INSTANCE_SIDE = re.compile(r"^(.+)@(\d+)$")
+INSTANCE_FILE = lazy_pattern(r"^r(\d+)-(.+)@(\d+)\.json$")
+INSTANCE_SIDE = lazy_pattern(r"^(.+)@(\d+)$")
 GEOMETRIC = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s", "service_p50_ms",
              "service_p95_ms", "service_p99_ms", "behind_p99_ms")
 

@@ -8,13 +8,13 @@ import math
 import re
 from typing import Optional, Sequence
 
-from .constants import NamedTuple
+from .constants import lazy_pattern, NamedTuple
 from .errors import file_number
 
 __all__ = ["histogram_deltas", "Histogram", "histograms_of", "metric_deltas", "parse_prometheus"]
 
 
-PROMETHEUS_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+PROMETHEUS_NAME = lazy_pattern(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .constants import NamedTuple
+from .constants import lazy_pattern, NamedTuple
 from .errors import Notice
 from .words import visible
 
@@ -62,13 +62,13 @@ def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return [line(header)] + [line(row) for row in rows]
 
 
-UNESCAPED_BAR = re.compile(r"(?<!\\)\|")
+UNESCAPED_BAR = lazy_pattern(r"(?<!\\)\|")
 
 
 # @name notifies a person and #123 links an issue wherever GitHub renders Markdown: a
 # zero-width space after the sign keeps the text as it reads and does neither (an e-mail
 # address, a@b, never notifies and is left alone)
-MENTION = re.compile(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
+MENTION = lazy_pattern(r"(?<![\w&])@(?=[A-Za-z0-9])|(?<!&)#(?=[0-9])")
 
 
 def unlinked(text: str) -> str:
@@ -84,7 +84,7 @@ def md_cell(text: str) -> str:
 # Markdown renders as intended on GitHub when the verdict leads in bold, the table stands
 # apart, and the details are list items: lines of plain text would run together into one
 # paragraph.
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_<>\[\]|#~])")
+MARKDOWN_SPECIAL = lazy_pattern(r"([\\`*_<>\[\]|#~])")
 
 
 def md_text(text: str) -> str:

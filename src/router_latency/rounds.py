@@ -9,8 +9,8 @@ import signal
 from pathlib import Path
 from typing import cast, Dict, List, Optional, Sequence, Set, Tuple
 
-from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_PASS, MIN_ROUNDS, NamedTuple,
-                        ROW_METRICS, TIME_WINDOWS)
+from .constants import (EXIT_GATE, EXIT_OK, EXIT_SIGNAL, LADDER_PASS, lazy_pattern, MIN_ROUNDS,
+                        NamedTuple, ROW_METRICS, TIME_WINDOWS)
 from .errors import Notice, RouterLatencyError
 from .words import metric_title, plural
 from .stats import OrderEffect, percentiles
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-ROUND_FILE_PATTERN = re.compile(r"^r(\d+)-(.+)\.json$")
+ROUND_FILE_PATTERN = lazy_pattern(r"^r(\d+)-(.+)\.json$")
 
 
 def find_round_files(folder: str, base: str, new: str) -> Dict[int, Dict[str, str]]:

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Dict, List, Optional, Sequence
 
-from .constants import NamedTuple, RUNTIME_COUNTERS, RUNTIME_GAUGES
+from .constants import lazy_pattern, NamedTuple, RUNTIME_COUNTERS, RUNTIME_GAUGES
 from .report import Block, Section, Table
 from .runfile import PassRecord
 from .requests import pass_title
@@ -19,8 +19,8 @@ from .judged import row_change_text
 
 __all__ = ["runtime_load_section"]
 
-LATER_CALLS = re.compile(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="later"')
-FIRST_CALLS = re.compile(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="first"')
+LATER_CALLS = lazy_pattern(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="later"')
+FIRST_CALLS = lazy_pattern(r'^vsr_model_runtime_stage_decision_calls_total\{.*round="first"')
 
 
 class PassLoad(NamedTuple):
