@@ -232,8 +232,9 @@ def test_run_records_driver_cpu_and_warns_when_the_driver_is_the_limit(
         simulator, tmp_path, cli, monkeypatch):
     readings = iter([0.0, 5.0, 5.0, 5.0])
     monkeypatch.setattr("router_latency.measuring.driver_cpu_seconds", lambda: next(readings))
-    router = simulator(delay_ms=510)  # two answers: a pass of 1.02 s at least, over the 1 s
-    # below which no share of a core is warned about
+    # the shortest pass whose share of a core is warned about: 0.1 s here, not 1 s to wait
+    monkeypatch.setattr("router_latency.measuring.DRIVER_BUSY_MIN_S", 0.1)
+    router = simulator(delay_ms=51)  # two answers: a pass of 0.102 s at least, over it
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",

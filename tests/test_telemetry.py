@@ -175,7 +175,7 @@ def test_the_cpu_series_follows_the_routers_processes_through_the_pass(simulator
 
 
 class SlowWhileFlagged(BaseHTTPRequestHandler):
-    """A router whose previews 100 to 159 each take 20 ms, the flag file standing meanwhile:
+    """A router whose previews 40 to 65 each take 20 ms, the flag file standing meanwhile:
     the stand-in nvidia-smi reports GPU 1 at full load while it stands."""
     served = 0
     flag: Path = Path("/nonexistent")
@@ -184,11 +184,11 @@ class SlowWhileFlagged(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         cls = type(self)
         cls.served += 1
-        if cls.served == 100:
+        if cls.served == 40:
             cls.flag.write_text("busy")
-        if 100 <= cls.served < 160:
+        if 40 <= cls.served < 66:
             threading.Event().wait(0.02)
-        if cls.served == 160:
+        if cls.served == 66:
             cls.flag.unlink()
         body = b'{"decision_result": {"decision_name": "d"}}'
         self.send_response(200)
@@ -209,11 +209,14 @@ def test_a_slow_phase_made_by_a_neighbouring_gpu_names_it(standin, tmp_path, cli
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()  # shutdown() waits for a look at its flag
     try:
-        corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(400)])
+        # 8 windows of 20 requests (the pass's are previews 2 to 161, after the readiness
+        # look): the third slow throughout (0.4 s, 40 of the 10 ms samples), the GPU busy
+        # from 2 slow previews before it to 4 after, as 2 before and 8 after a window of 50
+        corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(160)])
         result = cli("run", "--url", f"http://127.0.0.1:{server.server_port}", "--corpus",
                      corpus, "--out", tmp_path / "run.json", "--label", "x", "--concurrency",
                      "1", "--warmup", "0", "--gpu", "nvidia", "--gpu-index", "0",
-                     "--sample-ms", "10")
+                     "--sample-ms", "10", "--window", "20")
     finally:
         server.shutdown()
         server.server_close()

@@ -309,6 +309,7 @@ def append_to(fd: int, data: bytes) -> Optional[str]:
 # how long a writer waits for another's lock on a file it appends to (locked_append): two
 # `history add` on one machine take turns; a stuck one is named, not waited on for ever
 LOCK_WAIT_S = 60.0
+LOCK_POLL_S = 0.05  # how often a writer waiting for the lock asks again
 
 
 def locked_append(path: str, lines_of: Callable[[bytes], bytes],
@@ -362,7 +363,7 @@ def take_lock(fd: int, path: str, wait_s: float) -> None:
                 f"another process has held the file's lock for {wait_s:g} s (a history add "
                 f"still running, or a stuck one: fuser names it); nothing was written",
                 str(path))
-        time.sleep(0.05)
+        time.sleep(LOCK_POLL_S)
 
 
 def read_held(fd: int, path: str, limit: int) -> bytes:

@@ -46,6 +46,8 @@ LATENCY_DEFINITION = ("client side, perf_counter_ns from just before the request
                       "(open loop: from its scheduled time) to the wake-up of the event loop "
                       "that completed the response, on a connection opened before the pass")
 DRIVER_BUSY = 0.8  # warn when the driver's CPU time exceeds this share of one core
+# below a pass of this many seconds, thread start-up dominates the share: no warning
+DRIVER_BUSY_MIN_S = 1.0
 
 
 class LoadGuard(NamedTuple):
@@ -327,8 +329,7 @@ def attempt_warnings(attempt: Attempt, plan: PassPlan) -> list:
                         f"too slow); latencies count from the schedule, as a user waiting would "
                         f"see them")
     wall_s, cpu_s = summary.wall_s, attempt.driver_cpu_s
-    # below a second, thread start-up dominates the share: no warning
-    if wall_s >= 1.0 and cpu_s is not None and cpu_s / wall_s > DRIVER_BUSY:
+    if wall_s >= DRIVER_BUSY_MIN_S and cpu_s is not None and cpu_s / wall_s > DRIVER_BUSY:
         warnings.append(f"{title}: the driver kept a core {100 * cpu_s / wall_s:.0f}% busy; the "
                         f"driver, not the router, may be the limit")
     if plan.duration is not None and plan.rate is None and summary.requests >= MAX_PASS_REQUESTS:
