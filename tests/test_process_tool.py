@@ -26,8 +26,7 @@ from router_latency.command_demo import demo_next_steps
 from conftest import (ended, final_answer, history_rounds_folder, MISSED, NOT_UTF8, ROOT,
                       SENT_SIGNALS, three_rounds, TOOL, TOOL_PYC, two_runs, undecided,
                       widened_tool, write_corpus)
-from test_process_round_script import (driver_args, DRIVER_ENV, older_python,
-                                       with_foreground_new_side)
+from test_process_round_script import foreground_rounds, older_python
 
 
 def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
@@ -839,15 +838,13 @@ def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra,
 
 
 @pytest.mark.process
-def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
+def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path_factory):
     # done when: router CPU per request and foreign CPU in every run file, the new side's
-    # start command staying in the foreground with no stop command
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env=DRIVER_ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    files = sorted((tmp_path / "results").glob("r*.json"))
+    # start command staying in the foreground with no stop command (the rounds that
+    # test_driver_runs_interleaved_rounds_with_simulate reads too, run once a session)
+    (code, _, stderr, _), folder = foreground_rounds(tmp_path_factory)
+    assert code == 0, stderr[-3000:]
+    files = sorted((folder / "results").glob("r*.json"))
     assert len(files) == 6
     for path in files:
         document = json.loads(path.read_text())
