@@ -20,26 +20,37 @@ from pathlib import Path
 import pytest
 
 from router_latency.rounds import start_order
-from conftest import (ended, NOISE_PROMPTS, pair_folder, POLL_ENV, PROMPTS, ROOT, TOOL,
-                      TOOL_PYC, widened_tool, write_corpus)
+from conftest import (ended, NOISE_PROMPTS, once_a_session, pair_folder, POLL_ENV, PROMPTS,
+                      ROOT, TOOL, TOOL_PYC, widened_tool, write_corpus)
 
 
 DRIVER = ROOT / "rounds" / "run_rounds.sh"
+PLAIN_ROUTER = ROOT / "tests" / "plain_router.py"
 
 
-def simulate_command(tmp_path, side, delay):
-    """A start command that runs `simulate` on port 0 in the background and returns, leaving
-    its pid and URL in files (the style of `docker run -d`)."""
-    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --port 0 "
-            f"--delay-ms {delay} --url-file {shlex.quote(str(tmp_path / (side + '.url')))} "
+def router_line(url_file, delay, *, plain=False, serial=False):
+    """The command line of a router on port 0 that writes its URL to url_file (a shell word,
+    quoted or not): the tool's `simulate`, or (plain) tests/plain_router.py, started on a
+    sixth of simulate's CPU, for a test whose claim is not the router's."""
+    python = shlex.quote(sys.executable)
+    if plain:
+        return f"{python} -S {shlex.quote(str(PLAIN_ROUTER))} {url_file} --delay-ms {delay}"
+    return (f"{python} {shlex.quote(str(TOOL_PYC))} simulate --port 0 --delay-ms {delay}"
+            f"{' --serial' if serial else ''} --url-file {url_file}")
+
+
+def simulate_command(tmp_path, side, delay, plain=False):
+    """A start command that runs `simulate` (or the plain router) on port 0 in the background
+    and returns, leaving its pid and URL in files (the style of `docker run -d`)."""
+    return (f"{router_line(shlex.quote(str(tmp_path / (side + '.url'))), delay, plain=plain)} "
             f">/dev/null 2>&1 & echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
 
 
-def foreground_command(tmp_path, side, delay):
-    """A start command that is the router: `simulate` in the foreground, as a user types it."""
-    url_file = shlex.quote(str(tmp_path / (side + ".url")))
-    return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --port 0 "
-            f"--delay-ms {delay} --serial --url-file {url_file}")
+def foreground_command(tmp_path, side, delay, plain=False):
+    """A start command that is the router: `simulate` (or the plain router) in the
+    foreground, as a user types it."""
+    return router_line(shlex.quote(str(tmp_path / (side + ".url"))), delay, plain=plain,
+                       serial=True)
 
 
 # the simulated delay of driver_args's base side (its configuration hash): 10x the new side's.
@@ -48,14 +59,17 @@ def foreground_command(tmp_path, side, delay):
 BASE_DELAY_MS = 5
 
 
-def driver_args(tmp_path, corpus, *extra):
+def driver_args(tmp_path, corpus, *extra, plain=False):
+    """run_rounds.sh's command line for three rounds of routers started in the background
+    (`simulate`, or the plain router) and stopped by a command that logs each stop."""
     stop = 'kill "$(cat {dir}/$SIDE.pid)"; echo "stopped $SIDE $ROUND" >> {dir}/log'.format(
         dir=shlex.quote(str(tmp_path)))
     return ["bash", str(DRIVER), "--rounds", "3", "--dir", str(tmp_path / "results"),
             "--corpus", corpus, "--wait-ready", "20", "--tool", str(TOOL_PYC),
-            "--base", "cpu", "--base-start", simulate_command(tmp_path, "cpu", BASE_DELAY_MS),
+            "--base", "cpu",
+            "--base-start", simulate_command(tmp_path, "cpu", BASE_DELAY_MS, plain),
             "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"),
-            "--new", "gpu", "--new-start", simulate_command(tmp_path, "gpu", 0.5),
+            "--new", "gpu", "--new-start", simulate_command(tmp_path, "gpu", 0.5, plain),
             "--new-stop", stop, "--new-url-file", str(tmp_path / "gpu.url"),
             # a new side 10x faster lies within a wide tolerance however loaded the machine
             # running the tests is, in its sequential p50 (a p95 of 8 prompts, or a pass at
@@ -71,10 +85,11 @@ def driver_args(tmp_path, corpus, *extra):
             "--probe", "side=echo $SIDE $ROUND"]
 
 
-def with_foreground_new_side(command, tmp_path, delay=0.5):
+def with_foreground_new_side(command, tmp_path, delay=0.5, plain=False):
     """The driver command with the new side started in the foreground and no stop command."""
     command = list(command)
-    command[command.index("--new-start") + 1] = foreground_command(tmp_path, "gpu", delay)
+    command[command.index("--new-start") + 1] = foreground_command(tmp_path, "gpu", delay,
+                                                                   plain)
     del command[command.index("--new-stop"):command.index("--new-stop") + 2]
     return command
 
@@ -109,20 +124,34 @@ def nothing_listens(url_file):
         return probe.connect_ex((host, int(port))) != 0
 
 
+def foreground_rounds(tmp_path_factory):
+    """Three rounds of `simulate`, cpu started detached (it returns at once, stopped by its
+    stop command) and gpu in the foreground with no stop command (the script ends it), run
+    once a session: (its exit code, stdout, stderr, and whether nothing listened at gpu's URL
+    once it ended), and its folder. Two tests read what it printed and wrote (this file's,
+    and test_process_tool's of the routers' CPU); none writes there."""
+    def make(folder):
+        corpus = write_corpus(folder / "corpus.json", [f"prompt {i}" for i in range(8)])
+        command = with_foreground_new_side(driver_args(folder, corpus), folder)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                                env=DRIVER_ENV)
+        (folder / "result.json").write_text(json.dumps([
+            result.returncode, result.stdout, result.stderr, nothing_listens(folder / "gpu.url")]))
+
+    folder = once_a_session(tmp_path_factory, "foreground-rounds", make)
+    return json.loads((folder / "result.json").read_text()), folder
+
+
 @pytest.mark.process
-def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
-    # cpu starts detached (returns at once, stopped by its stop command); gpu stays in the
-    # foreground with no stop command, and the script ends it
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
-    assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+def test_driver_runs_interleaved_rounds_with_simulate(tmp_path_factory):
+    (code, stdout, stderr, ended_router), folder = foreground_rounds(tmp_path_factory)
+    assert code == 0, stderr
+    assert sorted(p.name for p in (folder / "results").iterdir()) == [
         "r1-cpu.json", "r1-gpu.json", "r2-cpu.json", "r2-gpu.json", "r3-cpu.json",
         "r3-gpu.json"]
-    assert (tmp_path / "log").read_text().splitlines() == [
+    assert (folder / "log").read_text().splitlines() == [
         "stopped cpu 1", "stopped cpu 2", "stopped cpu 3"]
-    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
+    said = [line for line in stderr.splitlines() if line.startswith("run_rounds.sh:")]
     steps = [(n, side) for n in (1, 2, 3) for side in start_order(n, ["cpu", "gpu"])]
     summary = r"p50 ms sequential [\d.]+, c2 [\d.]+; 0 errors"
     expected = [line for n, side in steps for line in (
@@ -131,12 +160,12 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path):
     assert len(said) == len(expected)
     for line, pattern in zip(said, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
-    assert result.stdout.startswith("verdict: ")  # the report opens with its verdict
-    assert "\nrounds: 3 used (r1, r2, r3); base cpu, new gpu" in result.stdout
-    probe = json.loads((tmp_path / "results" / "r2-gpu.json").read_text())["passes"][0]
+    assert stdout.startswith("verdict: ")  # the report opens with its verdict
+    assert "\nrounds: 3 used (r1, r2, r3); base cpu, new gpu" in stdout
+    probe = json.loads((folder / "results" / "r2-gpu.json").read_text())["passes"][0]
     assert probe["environment"]["probes"]["before"]["side"]["stdout"] == "gpu 2\n"
-    assert result.stdout.splitlines()[-1].startswith("verdict: ")
-    assert nothing_listens(tmp_path / "gpu.url")  # the foreground router was ended
+    assert stdout.splitlines()[-1].startswith("verdict: ")
+    assert ended_router  # the foreground router was ended: nothing listened at its URL
 
 
 @pytest.mark.process
@@ -202,8 +231,8 @@ def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, 
 def test_driver_stops_when_a_start_command_fails(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     command = driver_args(tmp_path, corpus)
-    command[command.index("--base-start") + 1] = (
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --delay-ms nope")
+    command[command.index("--base-start") + 1] = router_line(
+        shlex.quote(str(tmp_path / "cpu.url")), "nope", plain=True)  # exits 2
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.returncode == 2
     assert "run_rounds.sh: error: start command of cpu exited 2 (round 1)\n" in result.stderr
@@ -215,10 +244,10 @@ def test_driver_stops_when_a_start_command_fails(tmp_path):
 def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     pid_file = tmp_path / "detached.pid"
-    detached = (f"setsid -f sh -c 'echo $$ > {shlex.quote(str(pid_file))}; exec "
-                f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate --port 0 "
-                f"--url-file {shlex.quote(str(tmp_path / 'cpu.url'))}' >/dev/null 2>&1")
-    command = driver_args(tmp_path, corpus)
+    router = router_line(shlex.quote(str(tmp_path / "cpu.url")), 0, plain=True)
+    in_its_session = f"echo $$ > {shlex.quote(str(pid_file))}; exec {router}"
+    detached = f"setsid -f sh -c {shlex.quote(in_its_session)} >/dev/null 2>&1"
+    command = driver_args(tmp_path, corpus, plain=True)
     command[command.index("--base-start") + 1] = detached
     del command[command.index("--base-stop"):command.index("--base-stop") + 2]
     try:
@@ -240,7 +269,8 @@ def test_driver_refuses_a_detached_router_it_cannot_stop(tmp_path):
 def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
     marker = tmp_path / "measuring"
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path, delay=300)
+    command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
+                                       delay=300, plain=True)
     command = command[:command.index("--") + 1] + [
         "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
     with open(tmp_path / "err", "w") as err:
@@ -265,8 +295,9 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
         "redoes the rest"]
     assert json.loads((results / "r1-gpu.json").read_text())["complete"] is False
     assert nothing_listens(tmp_path / "gpu.url")
-    again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume"),
-                                                    tmp_path),
+    again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume",
+                                                                plain=True),
+                                                    tmp_path, plain=True),
                            capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
     # the script's part, not the gate's: one round's p50 stalled 15x under two copies of the
     # suite, and three rounds' interval then spanned more than any tolerance (exit 3)
@@ -289,7 +320,8 @@ def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
     # the run handles the SIGINT: its handler once waited on the lock its own thread held
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
     marker = tmp_path / "measuring"
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path, delay=300)
+    command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
+                                       delay=300, plain=True)
     command[command.index("--tool") + 1] = str(widened_tool(tmp_path))
     command = command[:command.index("--") + 1] + [
         "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
@@ -339,7 +371,8 @@ def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_w
     tool = tmp_path / "tool.py"
     tool.write_text(DEAF_RUN_TOOL.format(root=str(TOOL_PYC.parent)))
     marker = tmp_path / "deaf"
-    command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait)
+    command = driver_args(tmp_path, corpus, "--tool", str(tool), "--stop-wait", stop_wait,
+                          plain=True)
     # the router's stop command returns once the router has ended (or is a zombie: this
     # container's pid 1 may reap none). The script then waits up to --stop-wait for the
     # router's session too, counted in whole seconds of $SECONDS, so 1 can be a moment: a
@@ -407,7 +440,7 @@ def scripted_until_decided(tmp_path, *options):
     tool = tmp_path / "tool.py"
     tool.write_text(SCRIPTED_TOOL.format(root=str(TOOL_PYC.parent)))
     command = driver_args(tmp_path, corpus, "--until-decided", "--max-rounds", "5",
-                          "--tool", str(tool), *options)
+                          "--tool", str(tool), *options, plain=True)
     del command[command.index("--rounds"):command.index("--rounds") + 2]
     return command, corpus
 
@@ -488,7 +521,7 @@ def test_driver_until_decided_stops_at_a_futility_look_and_resumes_to_the_same_s
                 if line.startswith("rounds") and "--sequential 5" in line]) == 3  # check, 1, final
     # the dry run says both: where a look stops, and what --resume keeps
     command.insert(command.index("--"), "--dry-run")
-    dry = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     lines = dry.stdout.splitlines()
     assert lines[0] == (f"resume: the complete rounds in {tmp_path / 'results'} are kept, not "
                         f"run again; no look before the last of them"), dry.stderr
@@ -500,7 +533,7 @@ def test_driver_until_decided_stops_at_a_futility_look_and_resumes_to_the_same_s
 def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
     corpus = str(tmp_path / "corpus.json")
     result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run"), capture_output=True,
-                            text=True, timeout=30)
+                            text=True, timeout=30, env=DRIVER_ENV)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines if ": start:" in line] == [
@@ -513,7 +546,7 @@ def test_driver_dry_run_prints_the_schedule_and_runs_nothing(tmp_path):
 def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
     command = driver_args(tmp_path, str(tmp_path / "corpus.json"), "--dry-run")
     command[command.index("--rounds") + 1] = "4"
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=DRIVER_ENV)
     assert result.returncode == 0, result.stderr
     printed = {}
     for line in result.stdout.splitlines():
@@ -546,7 +579,7 @@ def test_driver_rejects_bad_options(tmp_path):
         command = driver_args(tmp_path, "c.json")
         index = command.index(args[0])
         command[index + 1] = args[1]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=DRIVER_ENV)
         assert result.returncode == 2 and message in result.stderr
 
 
@@ -615,8 +648,8 @@ def test_driver_names_the_port_a_router_listens_on_when_its_url_has_another(tmp_
     env = dict(DRIVER_ENV)
     if how == "foreground":  # the router is the start command's own process
         command[command.index("--base-start") + 1] = (
-            f"exec {shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
-            f"--port {listens} --serial")
+            f"exec {shlex.quote(sys.executable)} -S {shlex.quote(str(PLAIN_ROUTER))} "
+            f"{shlex.quote(str(tmp_path / 'listens.url'))} --port {listens}")
     else:  # a detached container: what it publishes (docker port) is what it listens on
         docker = tmp_path / "bin" / "docker"
         docker.parent.mkdir()
@@ -643,6 +676,8 @@ def test_driver_names_the_port_a_router_listens_on_when_its_url_has_another(tmp_
 
 @pytest.mark.process
 def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
+    # the one run of the script with PYTHON unset: its python3 from PATH (/usr/bin's, not a
+    # version manager's shim); every other test names this Python (DRIVER_ENV)
     result = subprocess.run(driver_args(tmp_path, "c.json", "--dry-run"), capture_output=True,
                             text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
                                                         "DRIVER_CPUS": "1"})
@@ -655,7 +690,7 @@ def test_driver_pins_itself_with_taskset_when_asked(tmp_path):
 def test_driver_reads_each_sides_container(tmp_path):
     result = subprocess.run(driver_args(tmp_path, "c.json", "--dry-run", "--base-container",
                                         "router-cpu", "--new-container", "router-rocm"),
-                            capture_output=True, text=True, timeout=30)
+                            capture_output=True, text=True, timeout=30, env=DRIVER_ENV)
     runs = [line for line in result.stdout.splitlines() if ": run: " in line]
     assert [line.split(":")[0] for line in runs if " --router-container router-cpu " in line] \
         == ["round 1 cpu", "round 2 cpu", "round 3 cpu"]
@@ -668,11 +703,12 @@ def test_driver_runs_nothing_but_the_commands_given(tmp_path):
     # a corpus path and a URL that a careless script would evaluate, in the folder it runs in
     corpus = str(tmp_path / "c$(touch evaluated).json")
     write_corpus(corpus, ["a"])
-    command = driver_args(tmp_path, corpus)
+    command = driver_args(tmp_path, corpus, plain=True)
     command[command.index("--base-url-file")] = "--base-url"
     command[command.index("--base-url") + 1] = "http://127.0.0.1:1/`touch evaluated`"
     command[command.index("--wait-ready") + 1] = "1"  # nothing listens there: fail soon
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env=DRIVER_ENV)
     assert result.returncode == 2
     assert not (tmp_path / "evaluated").exists()
 
@@ -703,9 +739,8 @@ def test_driver_refuses_a_router_its_start_command_did_not_start(tmp_path):
     # router started before, or by someone else)
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     url_file = tmp_path / "other.url"
-    outsider = subprocess.Popen([sys.executable, str(TOOL_PYC), "simulate", "--port", "0",
-                                 "--url-file", str(url_file)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    outsider = subprocess.Popen([sys.executable, "-S", str(PLAIN_ROUTER), str(url_file)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while not url_file.exists() and time.monotonic() < deadline:
@@ -763,7 +798,7 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
     # a new side answering 500 to every preview made the script exit 2 after the whole
     # --wait-ready, with no report, JUnit or summary; it is a failed new side: FAIL, exit 1
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    command = driver_args(tmp_path, corpus, "--junit", str(tmp_path / "junit.xml"))
+    command = driver_args(tmp_path, corpus, "--junit", str(tmp_path / "junit.xml"), plain=True)
     script = ROOT / "tests" / "failing_router.py"
     failing = (f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} "
                f"{shlex.quote(str(tmp_path / 'gpu.url'))}")
@@ -817,7 +852,7 @@ def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_pa
     # and after each pass), so the run is still measuring when the script sees the router
     # gone, whatever the machine's speed: the script's TERM ends the wait
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    command = driver_args(tmp_path, corpus)
+    command = driver_args(tmp_path, corpus, plain=True)
     pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
     calls = shlex.quote(str(tmp_path / "gpu-1-probes"))
     command = command[:command.index("--") + 1] + [
@@ -839,7 +874,8 @@ def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
     # `run_rounds.sh ... 2>&1 | head -n 2` ended it with SIGPIPE (exit 141) after round 1's
     # first side, with no message: it finishes every round and exits with its real code
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    command = shlex.join(with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path))
+    command = shlex.join(with_foreground_new_side(driver_args(tmp_path, corpus, plain=True),
+                                                  tmp_path, plain=True))
     status = tmp_path / "status"
     script = f"{command} {redirect}; echo ${{PIPESTATUS[0]}} > {shlex.quote(str(status))}"
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
@@ -900,27 +936,28 @@ def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
 def test_driver_sends_the_planned_requests_per_pass(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
     result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
-                                        "20"), capture_output=True, text=True, timeout=60)
+                                        "20"), capture_output=True, text=True, timeout=60,
+                            env=DRIVER_ENV)
     runs = [line for line in result.stdout.splitlines() if ": run: " in line]
     assert result.returncode == 0 and len(runs) == 6
     assert all(line.endswith(" --repeat 3 ") for line in runs), runs  # ceil(20 / 8)
     refused = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
                                          "20") + ["-n", "2"], capture_output=True, text=True,
-                             timeout=60)
+                             timeout=60, env=DRIVER_ENV)
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
         "run_rounds.sh: error: --requests-per-pass sets run -n: give no -n after --")
     for value, message in (("0", "--requests-per-pass must be at least 1"),
                            ("x", "--requests-per-pass must be a whole number, got 'x'")):
         bad = subprocess.run(driver_args(tmp_path, corpus, "--requests-per-pass", value),
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
         assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
 
 
 @pytest.mark.process
 def test_driver_stops_at_the_node_time_budget(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = driver_args(tmp_path, corpus, "--budget-minutes", "0.001")
+    command = driver_args(tmp_path, corpus, "--budget-minutes", "0.001", plain=True)
     command[command.index("--rounds") + 1] = "5"
     result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                             env=DRIVER_ENV)
@@ -934,7 +971,7 @@ def test_driver_stops_at_the_node_time_budget(tmp_path):
     assert said[-1] == "run_rounds.sh: ran 3 rounds"
     assert "\nrounds: 3 used (r1, r2, r3);" in result.stdout  # after the verdict's lines
     bad = subprocess.run(driver_args(tmp_path, corpus, "--budget-minutes", "soon"),
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert (bad.returncode, bad.stderr.strip()) == (
         2, "run_rounds.sh: error: --budget-minutes must be a number of minutes, got 'soon'")
 
@@ -1033,7 +1070,7 @@ def test_driver_keeps_its_budget_on_a_monotonic_clock_when_the_wall_clock_steps(
     before, after = map(int, probe.stdout.split())
     assert after - before >= 7200  # the library steps bash's clock
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    command = driver_args(tmp_path, corpus, "--budget-minutes", "30")
+    command = driver_args(tmp_path, corpus, "--budget-minutes", "30", plain=True)
     command[command.index("--rounds") + 1] = "4"
     result = subprocess.run(command, capture_output=True, text=True, timeout=240,
                             env={**DRIVER_ENV, "LD_PRELOAD": str(library),
@@ -1090,7 +1127,8 @@ def test_driver_sets_aside_a_run_whose_router_was_killed_however_fast_its_reques
     # "complete": true, which --resume kept and rounds read
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
+    command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
+                                       plain=True)
     start = command.index("--new-start") + 1
     command[start] = f"echo $$ > {pid_file}; exec {command[start]}"
     calls = shlex.quote(str(tmp_path / "gpu-probes"))
@@ -1211,7 +1249,7 @@ def test_the_action_turns_a_fail_a_pass_and_an_undecided_pair_into_its_verdict(t
     checks.start()
     # the FAIL is a changed decision, not a timing: three rounds of a 12x slowdown on a loaded
     # 2-core machine (5 ms against 60 ms came out 9 ms against 64) stayed undecided
-    cases = {"fail": ((5, "5 --decisions other"), {"until-decided": "false", "rounds": "3"}),
+    cases = {"fail": ((5, "5 --decision other"), {"until-decided": "false", "rounds": "3"}),
              "pass": ((60, 5), {"until-decided": "false", "rounds": "3", "tolerance": "1000"}),
              "undecided": ((5, 5), {"budget-minutes": "0.01", "tolerance": "0"})}
     results = {}
@@ -1224,12 +1262,14 @@ def test_the_action_turns_a_fail_a_pass_and_an_undecided_pair_into_its_verdict(t
         corpus = write_corpus(folder / "corpus.json", [f"prompt {i}" for i in range(4)])
         summary = folder / "summary.md"
         summary.write_text("")
-        start = (f"exec {shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
-                 f"--serial --port {{}} --delay-ms {{}}")
+        # the plain router: what the action turns into a verdict is the script's (its
+        # decisions and delays are all this needs of a router)
+        start = (f"exec {shlex.quote(sys.executable)} -S {shlex.quote(str(PLAIN_ROUTER))} "
+                 f"{shlex.quote(str(folder))}/{{}}.url --port {{}} --delay-ms {{}}")
         base_port, new_port = ports[case]
-        given = {"base-start": start.format(base_port, base_ms),
+        given = {"base-start": start.format("base", base_port, base_ms),
                  "base-url": f"http://127.0.0.1:{base_port}",
-                 "new-start": start.format(new_port, new_ms),
+                 "new-start": start.format("new", new_port, new_ms),
                  "new-url": f"http://127.0.0.1:{new_port}", "corpus": corpus,
                  "gate": "sequential:p50", "check-name": f"verdict {case}",
                  "args": f"--tool\n{TOOL_PYC}\n--wait-ready\n20\n--\n--concurrency\n1\n"
@@ -1373,7 +1413,8 @@ def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new
                                    str(instances), *placed)
             at = command.index("--rounds")
             command[at:at + 2] = how
-            result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                    env=DRIVER_ENV)
             assert result.returncode == 0, result.stderr
             assert result.stdout.splitlines()[-1].startswith("then: ")
             assert re.search(rf"^round {rounds} gpu(@{instances})?: run: ", result.stdout,
@@ -1392,7 +1433,7 @@ def test_driver_refuses_more_rounds_than_a_sequential_plan_runs_and_looks_as_it(
         command = driver_args(tmp_path, corpus, "--dry-run", "--until-decided",
                               "--min-rounds", first, "--max-rounds", str(most))
         del command[command.index("--rounds"):command.index("--rounds") + 2]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
 
     refused = dry_run(MAX_SEQUENTIAL_ROUNDS + 1)
     assert (refused.returncode, refused.stdout) == (2, "")
@@ -1423,16 +1464,15 @@ esac
 
 
 def pool_command(tmp_path, corpus, *extra):
-    """run_rounds.sh with pools of foreground simulated routers on port 0, each writing its
-    URL to <side>-<instance>.url and logging what its start command saw."""
+    """run_rounds.sh with pools of plain routers in the foreground on port 0 (what the pools
+    are, not what answers in them, is what these tests are about), each writing its URL to
+    <side>-<instance>.url and logging what its start command saw."""
     log = shlex.quote(str(tmp_path / "starts.log"))
 
     def start(side):
         return (f'echo "$SIDE $ROUND $INSTANCE $INSTANCES ${{GPU:--}} '
                 f'${{CUDA_VISIBLE_DEVICES:--}} ${{HIP_VISIBLE_DEVICES:--}}" >> {log}; exec '
-                + foreground_command(tmp_path, f"{side}-$INSTANCE", 1).replace(
-                    shlex.quote(str(tmp_path / f"{side}-$INSTANCE.url")),
-                    f'"{tmp_path}/{side}-$INSTANCE.url"'))
+                + router_line(f'"{tmp_path}/{side}-$INSTANCE.url"', 1, plain=True))
     return ["bash", str(DRIVER), "--rounds", "3", "--dir", str(tmp_path / "results"),
             "--corpus", corpus, "--wait-ready", "20", "--tool", str(TOOL_PYC),
             "--base", "cpu", "--base-start", start("cpu"),
@@ -1526,20 +1566,20 @@ def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
         # the cores are checked on the node that runs it, not in a dry run
         dry = [] if "--router-cpus" in after else ["--dry-run"]
         result = subprocess.run(head[:2] + dry + head[2:] + options + tail + after,
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
         assert (result.returncode, result.stdout) == (2, ""), result.stderr
         assert result.stderr == f"run_rounds.sh: error: {message}\n"
     # a URL file per instance needs %i; URLs with a port, one more a port per instance
     url_file = command.index("--base-url-file") + 1
     no_mark = command[:url_file] + [str(tmp_path / "cpu.url")] + command[url_file + 1:]
     result = subprocess.run(no_mark[:2] + ["--dry-run", "--instances", "2"] + no_mark[2:],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.stderr == ("run_rounds.sh: error: --base-url-file needs %i in its name with "
                              "--instances (each instance's file)\n")
     with_urls = command[:url_file - 1] + ["--base-url", "http://127.0.0.1:8801"] \
         + command[url_file + 1:]
     result = subprocess.run(with_urls[:2] + ["--dry-run", "--instances", "3"] + with_urls[2:],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.returncode == 0, result.stderr
     assert [re.search(r" PORT=(\d+) ", line).group(1) for line in result.stdout.splitlines()
             if line.startswith("round 1 cpu@") and ": start: " in line] == [

@@ -26,8 +26,7 @@ from router_latency.command_demo import demo_next_steps
 from conftest import (ended, final_answer, history_rounds_folder, MISSED, NOT_UTF8, ROOT,
                       SENT_SIGNALS, three_rounds, TOOL, TOOL_PYC, two_runs, undecided,
                       widened_tool, write_corpus)
-from test_process_round_script import (driver_args, DRIVER_ENV, older_python,
-                                       with_foreground_new_side)
+from test_process_round_script import foreground_rounds, older_python
 
 
 def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
@@ -365,7 +364,12 @@ def test_the_readme_history_step_adds_pushes_and_gates(tmp_path, ratio, code, ve
     summary = tmp_path / "summary.md"
     summary.write_text("")
     step = readme_history_step().replace("${{ github.event.before }}", "0123abcd")
-    env = {**os.environ, "GITHUB_SHA": "4567ef01", "GITHUB_STEP_SUMMARY": str(summary)}
+    # the step's python3 is this Python, not a version manager's shim on PATH (pyenv's runs
+    # some 15 processes before the interpreter)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "GITHUB_SHA": "4567ef01", "GITHUB_STEP_SUMMARY": str(summary),
+           "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-eo", "pipefail", "-c", step], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == code, done.stderr
@@ -817,6 +821,61 @@ def vllm_sr():
     return os.environ.get("VLLM_SR") or shutil.which("vllm-sr")
 
 
+# vllm-sr's console script run again and again in one interpreter: each call runs the script
+# (runpy, as its own process would) with its arguments, and answers with its exit status,
+# stdout and stderr, as a line of JSON. Its CLI imports click, pydantic, requests and its
+# configuration models in some 0.45 s of CPU: once a worker, not once in each of 36 previews
+VLLM_SR_CALLS = """
+import contextlib, io, json, runpy, sys
+script, answers = sys.argv[1], sys.stdout
+for line in sys.stdin:
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        sys.argv = [script, *json.loads(line)]
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+            if exit.code is not None and not isinstance(exit.code, int):
+                print(exit.code, file=sys.stderr)  # as the interpreter does at its exit
+    answers.write(json.dumps([code, out.getvalue(), err.getvalue()]) + "\\n")
+    answers.flush()
+"""
+
+
+@pytest.fixture(scope="module")
+def vllm_sr_route():
+    """Return a function that runs `vllm-sr ARGS` and returns its (exit status, stdout,
+    stderr): in one interpreter a worker (VLLM_SR_CALLS) where the script is Python's, as
+    pip writes it, else a process each."""
+    script = vllm_sr()
+    with open(script, "rb") as head:
+        first = head.readline()
+    if not (first.startswith(b"#!") and b"python" in first):
+        def run_alone(*argv):
+            done = subprocess.run([script, *argv], capture_output=True, text=True, timeout=60)
+            return done.returncode, done.stdout, done.stderr
+        yield run_alone
+        return
+    calls = subprocess.Popen([*first[2:].decode().split(), "-c", VLLM_SR_CALLS, script],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(*argv):
+        calls.stdin.write(json.dumps(argv) + "\n")
+        calls.stdin.flush()
+        assert select.select([calls.stdout], [], [], 60)[0], "vllm-sr did not answer in 60 s"
+        return tuple(json.loads(calls.stdout.readline()))
+    try:
+        yield run
+    finally:
+        calls.stdin.close()  # its loop ends
+        try:
+            calls.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            calls.kill()
+            calls.wait()
+
+
 @pytest.mark.skipif(vllm_sr() is None, reason="the vllm-sr package is not installed")
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--trace", "--json"],
                                    ["--sampling-seed", "7"]])
@@ -825,29 +884,28 @@ def vllm_sr():
     SimulatedAnswers(no_decision_share=0.3, sampled_share=0.5, runtime="vllm-sr-runtime"),
     SimulatedAnswers(no_decision_share=0.5, signal_errors=SkippedSignals(1.0, 0.3))],
     ids=["plain", "sampled-renamed-runtime", "signal-errors"])
-def test_the_routers_own_client_accepts_the_simulators_answers(simulator, extra, answers):
+def test_the_routers_own_client_accepts_the_simulators_answers(simulator, vllm_sr_route, extra,
+                                                               answers):
     router = simulator(delay_ms=0, answers=answers)
     for ask in (["--prompt", "What is 2+2?"], ["--prompt", "hello there"],
                 ["--messages", '[{"role": "user", "content": " "}]']):
-        done = subprocess.run([vllm_sr(), "route", "preview", "--endpoint", router.url, *ask,
-                               *extra], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        code, stdout, stderr = vllm_sr_route("route", "preview", "--endpoint", router.url, *ask,
+                                             *extra)
+        assert code == 0, stderr
         if "--json" in extra:
-            answer = json.loads(done.stdout)
+            answer = json.loads(stdout)
             assert answer["config_hash"] == router.config_hash
             assert ("signal_errors" in answer) == bool(answers.signal_errors.share)
 
 
 @pytest.mark.process
-def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path):
+def test_run_rounds_reads_the_router_it_started_in_the_foreground(tmp_path_factory):
     # done when: router CPU per request and foreign CPU in every run file, the new side's
-    # start command staying in the foreground with no stop command
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = with_foreground_new_side(driver_args(tmp_path, corpus), tmp_path)
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env=DRIVER_ENV)
-    assert result.returncode == 0, result.stderr[-3000:]
-    files = sorted((tmp_path / "results").glob("r*.json"))
+    # start command staying in the foreground with no stop command (the rounds that
+    # test_driver_runs_interleaved_rounds_with_simulate reads too, run once a session)
+    (code, _, stderr, _), folder = foreground_rounds(tmp_path_factory)
+    assert code == 0, stderr[-3000:]
+    files = sorted((folder / "results").glob("r*.json"))
     assert len(files) == 6
     for path in files:
         document = json.loads(path.read_text())
