@@ -304,8 +304,8 @@ def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
         code = ended(script, 60)
     said = (tmp_path / "err").read_text()
     assert code == 130, said
-    # the run ended on the driver's SIGTERM: not killed after --stop-wait (a driver waiting in
-    # a builtin read -t held it back 30 s)
+    # the run ended on the driver's SIGTERM: not killed after --stop-wait (a driver that asked
+    # kill -0 whether it still ran, in its EXIT trap, found the zombie it had not reaped 30 s)
     assert "sent SIGKILL" not in said, said
     assert said.splitlines()[-2] == (f"run_rounds.sh: interrupted: {tmp_path}/results/r1-gpu.json "
                                      f'is incomplete ("complete": false)'), said
