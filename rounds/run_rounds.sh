@@ -1246,30 +1246,70 @@ if [ $((${#existing[@]} + ${#pooled_files[@]})) -gt 0 ]; then
   done
 fi
 
+# the command lines checked before the first router starts: each side's `run --check` and
+# `rounds` on an empty folder (with --until-decided, its --sequential too: the tool's own limit
+# agrees with the script's), all in one start of the tool (--check-lines: each line's exit
+# code and output, as it prints them run alone); one start a line where the tool does not
+# answer so (an older --tool)
+run_check() {  # sets words: the `run --check` of role $1
+  local side=${name[$1]}
+  # a side whose URL comes from a file is checked with a stand-in URL; its own is checked when
+  # the run starts; --router-container is left out: the container does not exist before its
+  # start
+  words=(run --check --corpus "$corpus" --out "$dir/.check-$side.json" --label "$side"
+         --wait-ready "$wait_ready" --url "${url[$1]:-http://127.0.0.1/}")
+  if [ -n "${metrics_url[$1]}" ]; then words+=(--metrics-url "${metrics_url[$1]}"); fi
+  words+=(${run_args[@]+"${run_args[@]}"})
+}
+rounds_check() {  # sets words: `rounds` on the empty folder $1
+  words=(rounds --dir "$1" --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}")
+  if [ "$until_decided" -eq 1 ]; then words+=(--sequential "$rounds"); fi
+  words+=(${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"})
+}
+answers=()  # each line's exit code and output, where --check-lines answered
+if empty=$(mktemp -d 2>/dev/null); then
+  lines=()
+  for role in base new; do run_check "$role"; lines+=("${#words[@]}" "${words[@]}"); done
+  rounds_check "$empty"; lines+=("${#words[@]}" "${words[@]}")
+  while IFS= read -r -d '' field; do answers+=("$field"); done < <(printf '%s\0' "${lines[@]}" \
+    | ROUND=1 env -u GITHUB_STEP_SUMMARY "${driver[@]}" --check-lines 2>/dev/null || true)
+  rmdir -- "$empty"
+  if [ ${#answers[@]} -eq 6 ] && [[ "${answers[0]}${answers[2]}${answers[4]}" =~ ^[0-9]+$ ]]
+  then
+    tool_unchecked=0  # it ran
+    for k in 1 3 5; do  # as $( ) has them: no line break at the end
+      while [[ "${answers[$k]}" == *$'\n' ]]; do answers[$k]=${answers[$k]%$'\n'}; done
+    done
+  else
+    answers=()
+  fi
+fi
+k=0
 for role in base new; do
   side=${name[$role]}
-  # a side whose URL comes from a file is checked with a stand-in URL; its own is checked when
-  # the run starts
-  side_args=(--url "${url[$role]:-http://127.0.0.1/}")
-  if [ -n "${metrics_url[$role]}" ]; then side_args+=(--metrics-url "${metrics_url[$role]}"); fi
-  # --router-container is left out here: the container does not exist before its start
-  checked=$(ROUND=1 SIDE=$side "${driver[@]}" run --check --corpus "$corpus" \
-      --out "$dir/.check-$side.json" --label "$side" --wait-ready "$wait_ready" \
-      "${side_args[@]}" ${run_args[@]+"${run_args[@]}"} 2>&1) \
-    || die "the options of $side's runs do not pass: ${checked#router-latency: error: }"
+  if [ ${#answers[@]} -eq 0 ]; then
+    run_check "$role"
+    code=0
+    checked=$(ROUND=1 SIDE=$side "${driver[@]}" "${words[@]}" 2>&1) || code=$?
+  else
+    code=${answers[$k]} checked=${answers[$((k + 1))]}
+  fi
+  k=$((k + 2))
+  [ "$code" -eq 0 ] || die "the options of $side's runs do not pass: $(
+    )${checked#router-latency: error: }"
   tool_unchecked=0  # it ran
 done
 for role in base new; do
   if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "before the first round"; fi
 done
-# the options for `rounds`, judged on an empty folder: the only error left is that it is empty
-# (with --until-decided, its --sequential too: the tool's own limit agrees with the script's)
-empty=$(mktemp -d)
-judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" rounds --dir "$empty" \
-  --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}" \
-  $( [ "$until_decided" -eq 0 ] || echo "--sequential $rounds") \
-  ${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"} 2>&1) || true
-rmdir -- "$empty"
+if [ ${#answers[@]} -eq 0 ]; then
+  empty=$(mktemp -d)
+  rounds_check "$empty"
+  judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" "${words[@]}" 2>&1) || true
+  rmdir -- "$empty"
+else
+  judged=${answers[5]}
+fi
 [[ "$judged" == *"no r<N>-"* ]] \
   || die "the options for rounds do not pass: ${judged#router-latency: error: }"
 
