@@ -20200,10 +20200,36 @@ def raise_interrupt(signum: int, frame: Any) -> None:
     raise SignalInterrupt(signum)
 
 
+# rounds/run_rounds.sh checks every command line it runs before a router starts (run --check
+# of each side, rounds on an empty folder) in one start of the tool, not one a line
+CHECK_LINES = "--check-lines"
+
+
+def check_lines(source: Any, answer: Any) -> int:
+    """Run each command line of source as main() runs it and write its exit code and its
+    output (stdout and stderr together, as 2>&1 has them) to answer; return 0. Each line is
+    its count of words, then its words; every field of both is ended by NUL (bytes, decoded
+    as the command line's arguments are)."""
+    import contextlib
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"  # as the line run alone
+    fields = [os.fsdecode(field) for field in source.read().split(b"\0")[:-1]]
+    while fields:
+        count = int(fields[0])
+        words, fields = fields[1:1 + count], fields[1 + count:]
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            code = main(words)
+        answer.write(f"{code}\0{output.getvalue()}\0".encode(encoding, "backslashreplace"))
+    answer.flush()
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None, *, program: bool = False) -> int:
     """Run the command line; return the exit code. program: run as the program (the file, the
     console script, python -m), not called from Python."""
     previous: dict = {}
+    if list(sys.argv[1:] if argv is None else argv) == [CHECK_LINES]:
+        return check_lines(sys.stdin.buffer, sys.stdout.buffer)
     try:
         if program and threading.current_thread() is threading.main_thread():
             # the early handler each entry installs (the top of the file, __main__.run) exits

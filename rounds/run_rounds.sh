@@ -77,16 +77,15 @@ set -euo pipefail
 # code; the start and stop commands get the default back (default_pipe)
 trap '' PIPE
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=${BASH_SOURCE[0]%/*}  # dirname's answer, without its process: . for a bare name, / at the top
+if [ "$here" = "${BASH_SOURCE[0]}" ]; then here=.; elif [ -z "$here" ]; then here=/; fi
+here=$(cd "$here" && pwd)
 python=${PYTHON:-python3}
 poll_ms=${RUN_ROUNDS_POLL_MS:-100}
 [[ "$poll_ms" =~ ^[1-9][0-9]{0,3}$ ]] && [ "$poll_ms" -le 1000 ] \
   || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
        exit 2; }
 printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
-# a wait of one poll; a sleep process, not a builtin read -t on a pipe, which held Ctrl-C's
-# SIGTERM to the run back until --stop-wait ran out
-nap() { sleep "$poll"; }
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
 [ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
@@ -332,7 +331,7 @@ start_instance() {  # start instance $2 of role $1 in a session of its own
       export GPU=$gpu CUDA_VISIBLE_DEVICES=$gpu HIP_VISIBLE_DEVICES=$gpu ROCR_VISIBLE_DEVICES=$gpu
     fi
     default_pipe setsid bash -c -- "${start_cmd[$role]}"
-  ) </dev/null >&2 &
+  ) </dev/null >&2 {nap_fd}<&- &
   pool_pid[$role:$i]=$!
   pool_url[$role:$i]=$target
   started_count=$((started_count + 1))
@@ -356,12 +355,13 @@ wait_pool_ready() {
       [ -z "${pool_ready[$key]:-}" ] || continue
       if [ -z "${pool_url[$key]}" ]; then
         local file=${url_file[$role]//%i/$i}
-        if [ -s "$file" ]; then pool_url[$key]=$(head -n 1 -- "$file"); fi
+        if [ -s "$file" ]; then first_line "pool_url[$key]" "$file"; fi
       fi
       if [ -n "${pool_url[$key]}" ]; then urls+=("${pool_url[$key]}"); keys+=("$key"); fi
     done
     answered=" "
-    if [ ${#urls[@]} -gt 0 ]; then answered=" $(net ready "${urls[@]}" | tr '\n' ' ')"; fi
+    if [ ${#urls[@]} -gt 0 ]; then answered=$(net ready "${urls[@]}"); fi
+    answered=" ${answered//$'\n'/ } "
     now_ms
     for ((i = 0; i < ${#keys[@]}; i++)); do
       if [[ "$answered" == *" $i "* ]]; then
@@ -372,7 +372,7 @@ wait_pool_ready() {
     for key in "${!pool_pid[@]}"; do
       [ -z "${pool_ready[$key]:-}" ] || continue
       role=${key%:*}; i=${key#*:}
-      if ! kill -0 "${pool_pid[$key]}" 2>/dev/null; then
+      if ! running "${pool_pid[$key]}"; then
         code=0; wait "${pool_pid[$key]}" 2>/dev/null || code=$?
         if [ "$code" -ne 0 ]; then
           die "start command of ${name[$role]} instance $i exited $code (round $r)"
@@ -486,7 +486,8 @@ measure_instance() {  # measure instance $2 of role $1 in the background; sets r
   measuring=$file
   ROUND=$r SIDE=$side INSTANCE=$i "${runner[@]}" run --url "${pool_url[$key]}" \
     --corpus "$corpus" --out "$file" --label "$side" --wait-ready "$wait_ready" --quiet \
-    "${instance_args[@]}" ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
+    "${instance_args[@]}" ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} \
+    {nap_fd}<&- &
   run_pid=$!
   pool_run[$key]=$run_pid
 }
@@ -532,7 +533,8 @@ stop_pools() {
       (port_of "${pool_url[$key]:-http://x/}"
        ROUND=$r SIDE=${name[$role]} INSTANCE=${key#*:} PORT=$port_of default_pipe bash -c -- \
          "${stop_cmd[$role]}") \
-        </dev/null >&2 || say "warning: stop command of ${name[$role]} instance ${key#*:} failed"
+        </dev/null >&2 {nap_fd}<&- \
+        || say "warning: stop command of ${name[$role]} instance ${key#*:} failed"
     fi
   done
   for key in "${!pool_pid[@]}"; do kill -TERM -- "-${pool_pid[$key]}" 2>/dev/null || true; done
@@ -747,6 +749,7 @@ now_ms() {
     now=$("$python" -c 'import time; print(time.monotonic_ns() // 1000000)')
   fi
 }
+first_line() { IFS= read -r "$1" < "$2" || true; }  # sets $1 to file $2's first line (head -n 1)
 say() { printf 'run_rounds.sh: %s\n' "$1" >&2 2>/dev/null || true; }
 default_pipe() { trap - PIPE; exec "$@"; }  # run a command with SIGPIPE's default action
 unknown_option() {  # an option of `run` given before --, or one nobody knows
@@ -1243,30 +1246,70 @@ if [ $((${#existing[@]} + ${#pooled_files[@]})) -gt 0 ]; then
   done
 fi
 
+# the command lines checked before the first router starts: each side's `run --check` and
+# `rounds` on an empty folder (with --until-decided, its --sequential too: the tool's own limit
+# agrees with the script's), all in one start of the tool (--check-lines: each line's exit
+# code and output, as it prints them run alone); one start a line where the tool does not
+# answer so (an older --tool)
+run_check() {  # sets words: the `run --check` of role $1
+  local side=${name[$1]}
+  # a side whose URL comes from a file is checked with a stand-in URL; its own is checked when
+  # the run starts; --router-container is left out: the container does not exist before its
+  # start
+  words=(run --check --corpus "$corpus" --out "$dir/.check-$side.json" --label "$side"
+         --wait-ready "$wait_ready" --url "${url[$1]:-http://127.0.0.1/}")
+  if [ -n "${metrics_url[$1]}" ]; then words+=(--metrics-url "${metrics_url[$1]}"); fi
+  words+=(${run_args[@]+"${run_args[@]}"})
+}
+rounds_check() {  # sets words: `rounds` on the empty folder $1
+  words=(rounds --dir "$1" --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}")
+  if [ "$until_decided" -eq 1 ]; then words+=(--sequential "$rounds"); fi
+  words+=(${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"})
+}
+answers=()  # each line's exit code and output, where --check-lines answered
+if empty=$(mktemp -d 2>/dev/null); then
+  lines=()
+  for role in base new; do run_check "$role"; lines+=("${#words[@]}" "${words[@]}"); done
+  rounds_check "$empty"; lines+=("${#words[@]}" "${words[@]}")
+  while IFS= read -r -d '' field; do answers+=("$field"); done < <(printf '%s\0' "${lines[@]}" \
+    | ROUND=1 env -u GITHUB_STEP_SUMMARY "${driver[@]}" --check-lines 2>/dev/null || true)
+  rmdir -- "$empty"
+  if [ ${#answers[@]} -eq 6 ] && [[ "${answers[0]}${answers[2]}${answers[4]}" =~ ^[0-9]+$ ]]
+  then
+    tool_unchecked=0  # it ran
+    for k in 1 3 5; do  # as $( ) has them: no line break at the end
+      while [[ "${answers[$k]}" == *$'\n' ]]; do answers[$k]=${answers[$k]%$'\n'}; done
+    done
+  else
+    answers=()
+  fi
+fi
+k=0
 for role in base new; do
   side=${name[$role]}
-  # a side whose URL comes from a file is checked with a stand-in URL; its own is checked when
-  # the run starts
-  side_args=(--url "${url[$role]:-http://127.0.0.1/}")
-  if [ -n "${metrics_url[$role]}" ]; then side_args+=(--metrics-url "${metrics_url[$role]}"); fi
-  # --router-container is left out here: the container does not exist before its start
-  checked=$(ROUND=1 SIDE=$side "${driver[@]}" run --check --corpus "$corpus" \
-      --out "$dir/.check-$side.json" --label "$side" --wait-ready "$wait_ready" \
-      "${side_args[@]}" ${run_args[@]+"${run_args[@]}"} 2>&1) \
-    || die "the options of $side's runs do not pass: ${checked#router-latency: error: }"
+  if [ ${#answers[@]} -eq 0 ]; then
+    run_check "$role"
+    code=0
+    checked=$(ROUND=1 SIDE=$side "${driver[@]}" "${words[@]}" 2>&1) || code=$?
+  else
+    code=${answers[$k]} checked=${answers[$((k + 1))]}
+  fi
+  k=$((k + 2))
+  [ "$code" -eq 0 ] || die "the options of $side's runs do not pass: $(
+    )${checked#router-latency: error: }"
   tool_unchecked=0  # it ran
 done
 for role in base new; do
   if [ -n "${url[$role]}" ]; then refuse_if_answering "$role" "before the first round"; fi
 done
-# the options for `rounds`, judged on an empty folder: the only error left is that it is empty
-# (with --until-decided, its --sequential too: the tool's own limit agrees with the script's)
-empty=$(mktemp -d)
-judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" rounds --dir "$empty" \
-  --base "${name[base]}" --new "${name[new]}" "${rounds_args[@]}" \
-  $( [ "$until_decided" -eq 0 ] || echo "--sequential $rounds") \
-  ${format_args[@]+"${format_args[@]}"} ${final_args[@]+"${final_args[@]}"} 2>&1) || true
-rmdir -- "$empty"
+if [ ${#answers[@]} -eq 0 ]; then
+  empty=$(mktemp -d)
+  rounds_check "$empty"
+  judged=$(env -u GITHUB_STEP_SUMMARY "${driver[@]}" "${words[@]}" 2>&1) || true
+  rmdir -- "$empty"
+else
+  judged=${answers[5]}
+fi
 [[ "$judged" == *"no r<N>-"* ]] \
   || die "the options for rounds do not pass: ${judged#router-latency: error: }"
 
@@ -1284,6 +1327,23 @@ if [ "$resume" -eq 1 ]; then
 fi
 
 # --- the rounds ---
+# a wait of one poll that starts no process (a sleep process a look, ~1.4 ms of CPU, while a
+# router starts, a run measures and a side stops): read times out on a pipe that nobody
+# writes to, opened once here; the start and stop commands and the runs get it closed.
+# Whether a child still runs is asked of /proc (running), never of kill -0, which answers for
+# a zombie: in the EXIT trap (Ctrl-C, an error) bash reaps no child while it only reads, so
+# a run that ended on the SIGTERM after Ctrl-C seemed to run on until --stop-wait ran out
+exec {nap_fd}<> <(:)
+nap() { read -r -t "$poll" -u "$nap_fd" _ || true; }
+running() {  # whether process $1 runs: it exists and is not a zombie (without /proc, kill -0)
+  local rest state session
+  if { read -r rest < "/proc/$1/stat"; } 2>/dev/null; then
+    stat_fields; [ "$state" != Z ]
+  else
+    [ ! -d /proc/self ] && kill -0 "$1" 2>/dev/null
+  fi
+}
+
 active=""      # the role whose router may be up
 start_pid=""   # its start command, leader of its own session
 measuring=""   # the run file being written
@@ -1304,7 +1364,7 @@ stop_side() {
   local role=$1 deadline
   if [ -n "${stop_cmd[$role]}" ]; then
     (ROUND=$r SIDE=${name[$role]} default_pipe bash -c -- "${stop_cmd[$role]}") \
-      </dev/null >&2 \
+      </dev/null >&2 {nap_fd}<&- \
       || say "warning: stop command of ${name[$role]} failed"
   fi
   if [ -n "$start_pid" ] && session_alive "$start_pid"; then
@@ -1330,10 +1390,10 @@ finish() {
     kill -TERM "$run_pid" 2>/dev/null || true  # it saves what it measured
     local deadline
     now_ms; deadline=$((now + stop_wait * 1000))
-    while kill -0 "$run_pid" 2>/dev/null && now_ms && [ "$now" -lt "$deadline" ]; do
+    while running "$run_pid" && now_ms && [ "$now" -lt "$deadline" ]; do
       nap
     done
-    if kill -0 "$run_pid" 2>/dev/null; then
+    if running "$run_pid"; then
       say "warning: the run still ran $stop_wait s after SIGTERM; sent SIGKILL"
       kill -KILL "$run_pid" 2>/dev/null || true
     fi
@@ -1381,7 +1441,7 @@ trap 'interrupted=143; exit 143' TERM
 
 check_start() {  # sets start_why when the start command failed, or returned with no way to stop
   start_why=""
-  if [ "$start_pid_done" -eq 1 ] || kill -0 "$start_pid" 2>/dev/null; then return 0; fi
+  if [ "$start_pid_done" -eq 1 ] || running "$start_pid"; then return 0; fi
   local code=0
   wait "$start_pid" 2>/dev/null || code=$?
   start_pid_done=1
@@ -1517,7 +1577,7 @@ measure_side() {
   if [ -n "${url_file[$role]}" ]; then rm -f -- "${url_file[$role]}"; fi
   active=$role
   (ROUND=$r SIDE=$side default_pipe setsid bash -c -- "${start_cmd[$role]}") \
-    </dev/null >&2 &
+    </dev/null >&2 {nap_fd}<&- &
   start_pid=$!
   start_pid_done=0
   left_behind=0
@@ -1537,7 +1597,7 @@ measure_side() {
       nap
     done
     [ -s "${url_file[$role]}" ] || die "no URL in ${url_file[$role]} after $wait_ready s"
-    target=$(head -n 1 -- "${url_file[$role]}")
+    first_line target "${url_file[$role]}"
   fi
   side_args=()
   if [ -n "${metrics_url[$role]}" ]; then side_args=(--metrics-url "${metrics_url[$role]}"); fi
@@ -1552,10 +1612,10 @@ measure_side() {
   # ROUND and SIDE reach the probes (run --probe), which run through the shell
   ROUND=$r SIDE=$side "${driver[@]}" run --url "$target" --corpus "$corpus" --out "$file" \
     --label "$side" --wait-ready "$wait_ready" --quiet \
-    ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} &
+    ${side_args[@]+"${side_args[@]}"} ${run_args[@]+"${run_args[@]}"} {nap_fd}<&- &
   run_pid=$!
   start_why=""; gone_why=""
-  while kill -0 "$run_pid" 2>/dev/null; do
+  while running "$run_pid"; do
     check_start
     [ -z "$start_why" ] || break
     check_port "$target"

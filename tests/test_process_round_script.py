@@ -203,6 +203,51 @@ def test_driver_checks_everything_before_a_router_starts(tmp_path, change, messa
     assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
 
 
+# A stand-in for an older router_latency.py (--tool) that lacks --check-lines: the script
+# then checks each command line in a start of its own, and says the same
+NO_CHECK_LINES_TOOL = """
+import sys
+sys.path.insert(0, {root!r})
+import router_latency as rl
+if sys.argv[1:] == ["--check-lines"]:
+    sys.exit(rl.main(["--check-lines", "--unknown"]))
+sys.exit(rl.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.process
+def test_driver_checks_every_line_in_one_start_or_with_an_older_tool_one_a_line(tmp_path,
+                                                                                capsys):
+    import io
+    from router_latency.cli import check_lines, main
+    answer = io.BytesIO()  # the tool's half: each line's code and output, as run alone
+    lines = [["--version"], ["rounds", "--dir" + os.fsdecode(b"\xff")]]
+    assert check_lines(io.BytesIO(b"".join(
+        b"%d\0" % len(line) + b"".join(os.fsencode(w) + b"\0" for w in line)
+        for line in lines)), answer) == 0
+    alone = []
+    for line in lines:
+        code = main(line)
+        said = capsys.readouterr()
+        alone += [str(code).encode(), (said.out + said.err).encode(errors="backslashreplace")]
+    assert answer.getvalue().split(b"\0")[:-1] == alone
+    assert alone[0] == b"0" and alone[2] == b"2" and b"\\udcff" in alone[3]
+    write_corpus(tmp_path / "corpus.json", ["a"])
+    tool = tmp_path / "tool.py"
+    tool.write_text(NO_CHECK_LINES_TOOL.format(root=str(TOOL_PYC.parent)))
+    command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
+               "--base-start", "touch started", "--new-start", "touch started",
+               "--base-stop", "true", "--new-stop", "true", "--dir", "results",
+               "--corpus", "corpus.json", "--base-url", "http://127.0.0.1:1",
+               "--new-url", "http://127.0.0.1:2", "--tool", str(tool), "--tolerance", "-1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                            env=DRIVER_ENV)
+    assert (result.returncode, result.stderr) == (2, (
+        "run_rounds.sh: error: the options for rounds do not pass: argument --tolerance: "
+        "expected a number >= 0, got '-1' (router-latency rounds)\n"))
+    assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("poll_ms", ["20", "1000"])
 def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, poll_ms):
@@ -336,8 +381,8 @@ def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
         code = ended(script, 60)
     said = (tmp_path / "err").read_text()
     assert code == 130, said
-    # the run ended on the driver's SIGTERM: not killed after --stop-wait (a driver waiting in
-    # a builtin read -t held it back 30 s)
+    # the run ended on the driver's SIGTERM: not killed after --stop-wait (a driver that asked
+    # kill -0 whether it still ran, in its EXIT trap, found the zombie it had not reaped 30 s)
     assert "sent SIGKILL" not in said, said
     assert said.splitlines()[-2] == (f"run_rounds.sh: interrupted: {tmp_path}/results/r1-gpu.json "
                                      f'is incomplete ("complete": false)'), said
@@ -412,6 +457,17 @@ import os, sys
 sys.path.insert(0, {root!r})
 import router_latency as rl
 argv = sys.argv[1:]
+if argv == ["--check-lines"]:  # the script's checks in one start: each line logged as run alone
+    import io
+    lines = sys.stdin.buffer.read()
+    words = lines.split(b"\\0")[:-1]
+    with open(os.environ["TOOL_LOG"], "a") as log:
+        while words:
+            count = int(words[0])
+            log.write(" ".join(map(os.fsdecode, words[1:1 + count])) + "\\n")
+            words = words[1 + count:]
+    sys.stdin = io.TextIOWrapper(io.BytesIO(lines))
+    sys.exit(rl.main(argv))
 with open(os.environ["TOOL_LOG"], "a") as log:
     log.write(" ".join(argv) + "\\n")
 if argv[0] == "rounds" and "--sequential" in argv and os.listdir(argv[argv.index("--dir") + 1]):
