@@ -1052,7 +1052,9 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
                stop, "--base-url-file", str(tmp_path / "cpu.url"), "--new", "gpu",
                "--new-start", start("gpu", 0.5), "--new-stop", stop, "--new-url-file",
                str(tmp_path / "gpu.url"), "--tolerance", "1000", "--gate", "sequential:p50",
-               "--", "--concurrency", "1", "--warmup", "0"]
+               # the claim is the wait, not the verdict: an undecided row passes, as in
+               # driver_args (three rounds of 4 prompts came out undecided, exit 3, at load 14)
+               "--pass-unless-worse", "--", "--concurrency", "1", "--warmup", "0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300,
                             env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **POLL_ENV})
     assert result.returncode == 0, result.stderr
