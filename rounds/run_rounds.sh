@@ -1334,7 +1334,9 @@ fi
 # a zombie: in the EXIT trap (Ctrl-C, an error) bash reaps no child while it only reads, so
 # a run that ended on the SIGTERM after Ctrl-C seemed to run on until --stop-wait ran out
 exec {nap_fd}<> <(:)
-nap() { read -r -t "$poll" -u "$nap_fd" _ || true; }
+# a read that ends before its time (the pipe at its end where /dev/fd only duplicates a
+# descriptor, as on BSDs) naps with a sleep instead of turning every wait into a busy loop
+nap() { read -r -t "$poll" -u "$nap_fd" _ || [ $? -gt 128 ] || sleep "$poll"; }
 running() {  # whether process $1 runs: it exists and is not a zombie (without /proc, kill -0)
   local rest state session
   if { read -r rest < "/proc/$1/stat"; } 2>/dev/null; then

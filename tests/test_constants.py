@@ -231,3 +231,21 @@ def test_a_lazy_pattern_is_compiled_on_its_first_use_and_answers_as_the_compiled
     assert (lazy.pattern, lazy.flags, lazy.groups, lazy.groupindex) == \
         (compiled.pattern, compiled.flags, compiled.groups, compiled.groupindex)
     assert set(PATTERN_FACE) <= set(vars(lazy))
+
+
+def test_a_lazy_pattern_copies_and_pickles_used_or_not_and_has_nothing_but_a_patterns_face():
+    """copy and pickle make a LazyPattern without __init__ and probe it (__setstate__,
+    __reduce_ex__'s): a name that is not a pattern's is missing, not a compile that reads the
+    source not yet set (a recursion); a copy answers as the original."""
+    import copy
+    import pickle
+    from router_latency.constants import lazy_pattern
+    for used in (False, True):
+        lazy = lazy_pattern(r"a(\d)")
+        if used:
+            assert lazy.search("xa1").group(1) == "1"
+        for twin in (copy.copy(lazy), pickle.loads(pickle.dumps(lazy))):
+            assert type(twin) is type(lazy)
+            assert twin.search("xa2").group(1) == "2"
+        with pytest.raises(AttributeError):
+            lazy.no_such_attribute

@@ -826,7 +826,7 @@ def vllm_sr():
 # stdout and stderr, as a line of JSON. Its CLI imports click, pydantic, requests and its
 # configuration models in some 0.45 s of CPU: once a worker, not once in each of 36 previews
 VLLM_SR_CALLS = """
-import contextlib, io, json, runpy, sys
+import contextlib, io, json, runpy, sys, traceback
 script, answers = sys.argv[1], sys.stdout
 for line in sys.stdin:
     out, err, code = io.StringIO(), io.StringIO(), 0
@@ -838,6 +838,9 @@ for line in sys.stdin:
             code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
             if exit.code is not None and not isinstance(exit.code, int):
                 print(exit.code, file=sys.stderr)  # as the interpreter does at its exit
+        except BaseException:  # its traceback and status 1, as its own process gives them
+            traceback.print_exc()
+            code = 1
     answers.write(json.dumps([code, out.getvalue(), err.getvalue()]) + "\\n")
     answers.flush()
 """

@@ -162,6 +162,10 @@ def edited_words(added):
     ("\nEXIT_OK = 0\n", "EXIT_OK is defined in both constants.py and words.py"),
     ("\ndef late():\n    import json\n    return json\n",
      "line .*: imports json in a function, which words.py imports in its preamble"),
+    (("__all__ = [", "from typing import NamedTuple\n__all__ = ["),
+     "constants.py defines NamedTuple, which words.py imports"),
+    ("\nif not TYPE_CHECKING:\n    LATE = 1\n",
+     "LATE is bound under `if not TYPE_CHECKING:` and not imported under `if TYPE_CHECKING:`"),
 ])
 def test_the_amalgamation_refuses_what_one_file_cannot_hold(added, problem):
     modules = list(package_modules())

@@ -42,6 +42,8 @@ class LazyPattern:
         self.source = (pattern, flags)
 
     def __getattr__(self, name: str) -> Any:  # only for a name not copied yet: the first use
+        if name not in PATTERN_FACE:  # copy's and pickle's probes of an object not yet made
+            raise AttributeError(name)
         compiled = re.compile(*self.source)
         for attribute in PATTERN_FACE:
             setattr(self, attribute, getattr(compiled, attribute))
@@ -144,7 +146,9 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 # compiles every annotation's text into a ForwardRef (a thousand compile() calls, a fifth of
 # every start of the tool). Nothing reads a record's annotations but mypy; everything else a
 # record has (fields, defaults, methods, docstring, module, repr, _replace, _asdict, pickling)
-# is collections.namedtuple's, as typing's is: test_constants.py holds the two alike.
+# is collections.namedtuple's, as typing's is: test_constants.py holds the two alike. What
+# typing has and this has not, used nowhere here: __orig_bases__, __set_name__ on the body's
+# attributes (3.13), a Generic record (3.11+), the call form NamedTuple("X", [...]).
 # what a record's class body may not define, and what it defines that is not copied
 RECORD_PROHIBITED = frozenset({"__new__", "__init__", "__slots__", "__getnewargs__", "_fields",
                                "_field_defaults", "_make", "_replace", "_asdict", "_source"})
