@@ -1271,7 +1271,7 @@ if empty=$(mktemp -d 2>/dev/null); then
   lines=()
   for role in base new; do run_check "$role"; lines+=("${#words[@]}" "${words[@]}"); done
   rounds_check "$empty"; lines+=("${#words[@]}" "${words[@]}")
-  while IFS= read -r -d '' field; do answers+=("$field"); done < <(printf '%s\0' "${lines[@]}" \
+  while IFS= read -r -d '' field; do answers+=("$field"); done < <(printf '%s\0' "${lines[@]}" 2>/dev/null \
     | ROUND=1 env -u GITHUB_STEP_SUMMARY "${driver[@]}" --check-lines 2>/dev/null || true)
   rmdir -- "$empty"
   if [ ${#answers[@]} -eq 6 ] && [[ "${answers[0]}${answers[2]}${answers[4]}" =~ ^[0-9]+$ ]]

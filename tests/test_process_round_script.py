@@ -216,23 +216,27 @@ sys.exit(rl.main(sys.argv[1:]))
 
 
 @pytest.mark.process
-def test_driver_checks_every_line_in_one_start_or_with_an_older_tool_one_a_line(tmp_path,
-                                                                                capsys):
+def test_driver_checks_every_line_in_one_start_or_with_an_older_tool_one_a_line(tmp_path):
     import io
-    from router_latency.cli import check_lines, main
+    from router_latency.cli import check_lines
     answer = io.BytesIO()  # the tool's half: each line's code and output, as run alone
-    lines = [["--version"], ["rounds", "--dir" + os.fsdecode(b"\xff")]]
+    write_corpus(tmp_path / "corpus.json", ["a"])
+    lines = [["--version"], ["rounds", "--dir" + os.fsdecode(b"\xff")],
+             ["run", "--check", "--corpus", str(tmp_path / "corpus.json"), "--out",
+              str(tmp_path / "r.json"), "--url", "http://127.0.0.1:1/", "--label", "cpu"],
+             ["run", "--check", "--corpus", str(tmp_path / "missing.json"), "--out",
+              str(tmp_path / "r.json"), "--url", "http://127.0.0.1:1/", "--label", "gpu"]]
     assert check_lines(io.BytesIO(b"".join(
         b"%d\0" % len(line) + b"".join(os.fsencode(w) + b"\0" for w in line)
         for line in lines)), answer) == 0
-    alone = []
+    alone = []  # each line run as a process of its own, its stderr where its stdout goes
     for line in lines:
-        code = main(line)
-        said = capsys.readouterr()
-        alone += [str(code).encode(), (said.out + said.err).encode(errors="backslashreplace")]
+        done = subprocess.run([sys.executable, str(TOOL_PYC), *map(os.fsencode, line)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        alone += [str(done.returncode).encode(), done.stdout]
     assert answer.getvalue().split(b"\0")[:-1] == alone
-    assert alone[0] == b"0" and alone[2] == b"2" and b"\\udcff" in alone[3]
-    write_corpus(tmp_path / "corpus.json", ["a"])
+    assert [alone[0], alone[2], alone[4], alone[6]] == [b"0", b"2", b"0", b"2"], alone
+    assert b"\\udcff" in alone[3] and alone[5] and b"missing.json" in alone[7]
     tool = tmp_path / "tool.py"
     tool.write_text(NO_CHECK_LINES_TOOL.format(root=str(TOOL_PYC.parent)))
     command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
