@@ -145,6 +145,8 @@ gpu_indexes() {  # every GPU nvidia-smi (or rocm-smi) lists, by index, one a lin
 # nothing when the list has fewer CPUs than parts
 cpu_share() {
   "$python" - "$@" <<'PY'
+import signal  # a Ctrl-C ends a helper quietly: the script's own trap says what happened
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 import sys
 text, parts, i = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cpus = []
@@ -428,6 +430,8 @@ instance_args() {  # sets instance_args: run's --instance items of instance $2 o
 # their NUMA nodes (/sys/devices/system/node): "SESSION CPUS NODES" a line, lists by commas
 thread_cpus() {
   "$python" - "$@" <<'PY'
+import signal  # a Ctrl-C ends a helper quietly: the script's own trap says what happened
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 import os, sys
 sessions = {session: set() for session in sys.argv[1:]}
 for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -975,6 +979,8 @@ mkdir -p -- "$dir" 2>/dev/null || { made_dir=0; die "cannot create the folder ($
 # x-vsr-config-hash values, where FILE exists) and "summary ..." (where it reads), a line each
 helper() {
   "$python" - "$@" <<'PY'
+import signal  # a Ctrl-C ends a helper quietly: the script's own trap says what happened
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 import hashlib, json, math, os, socket, sys, urllib.parse
 mode = sys.argv[1]
 
