@@ -252,7 +252,7 @@ RUNTIME_COUNTERS = lazy_pattern(
     r"|(vllm_srun|vllm_sr_runtime)_(deadline_dropped_questions_total|batch_rows_sum"
     r"|batch_rows_count))$")
 RUNTIME_GAUGES = lazy_pattern(r"^(vsr_model_runtime_replica_(ready|inflight|admitted_bytes)"
-                            r"|(vllm_srun|vllm_sr_runtime)_queue_depth)$")
+                              r"|(vllm_srun|vllm_sr_runtime)_queue_depth)$")
 STOP_POLL_S = 0.1  # blocking waits (connects, probes, pauses) look at the stop flag this often
 ROW_METRICS = ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "req_per_s")  # rows of `rounds`
 LADDER_PASS = "ladder"  # the rows of `rounds` that hold what a ladder derives
@@ -264,7 +264,7 @@ LADDER_MARGIN_PCT = 10.0  # a step that adds less throughput than this over the 
 # result caches: the router's per-model counter (result="hit") and the runtime's own
 # (outcome="hit"), under either of the runtime's names (vllm-srun, vllm-sr-runtime)
 CACHE_SERIES = lazy_pattern(r"^(vsr_model_runtime_result_cache_total|vllm_srun_result_cache_total"
-                          r"|vllm_sr_runtime_result_cache_total)$")
+                            r"|vllm_sr_runtime_result_cache_total)$")
 # the router's per-model result cache under each runtime name (docs/gpu-node.md, "Which names a
 # router reads"; the router's pkg/modelservice/cache.go and its release note for the runtime)
 CACHE_ADVICE = ("turn both off (VLLM_SRUN_RESULT_CACHE=0 (routers from #4618 on, the newest), "
@@ -286,8 +286,8 @@ EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
 # Every record is a `class X(NamedTuple)` with `NamedTuple` imported from here: mypy reads
 # typing's (above), the run builds it with the class below, as typing does but without
 # typing's check of each field's annotation, which under `from __future__ import annotations`
-# compiles every annotation's text into a ForwardRef (a thousand compile() calls, a fifth of
-# every start of the tool). Nothing reads a record's annotations but mypy; everything else a
+# compiles every annotation's text into a ForwardRef (a thousand compile() calls, a quarter
+# of every start's instructions). Nothing reads a record's annotations but mypy; everything else a
 # record has (fields, defaults, methods, docstring, module, repr, _replace, _asdict, pickling)
 # is collections.namedtuple's, as typing's is: test_constants.py holds the two alike. What
 # typing has and this has not, used nowhere here: __orig_bases__, __set_name__ on the body's
@@ -19353,7 +19353,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # on stderr (LOUD_WARNINGS), and the Markdown appended to GitHub's job summary.
 
 PART_GATE = lazy_pattern(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
-                       r":(?:p50|p95|mean))")
+                         r":(?:p50|p95|mean))")
 
 
 def gate_list(text: str) -> Tuple[str, ...]:

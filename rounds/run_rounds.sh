@@ -559,12 +559,18 @@ stop_pools() {
 }
 
 sessions_alive() {  # sets alive: those of the sessions given in which a process other than
-  local stat rest state session found=" "  # a zombie is left, in one look through /proc
-  for stat in /proc/[0-9]*/stat; do
+  # a zombie is left, in one look through /proc: each session's leader first (one read each),
+  # then every process, until each session is found
+  local stat rest state session found=" " left=$# leaders=()
+  for session; do leaders+=("/proc/$session/stat"); done
+  for stat in ${leaders[@]+"${leaders[@]}"} /proc/[0-9]*/stat; do
     { read -r rest < "$stat"; } 2>/dev/null || continue
     stat_fields
     if [ "$state" != Z ] && [[ " $* " == *" ${session:-x} "* ]] \
-        && [[ "$found" != *" $session "* ]]; then found+="$session "; fi
+        && [[ "$found" != *" $session "* ]]; then
+      found+="$session "; left=$((left - 1))
+      [ "$left" -gt 0 ] || break
+    fi
   done
   found=${found# }; alive=${found% }
 }
@@ -1358,14 +1364,9 @@ measuring=""   # the run file being written
 interrupted=0
 failed_runs=()
 
-session_alive() {  # whether a process other than a zombie is left in session $1: its leader
-  local stat rest state session  # first (one read), then every process
-  for stat in "/proc/$1/stat" /proc/[0-9]*/stat; do
-    { read -r rest < "$stat"; } 2>/dev/null || continue
-    stat_fields
-    if [ "$session" = "$1" ] && [ "$state" != Z ]; then return 0; fi
-  done
-  return 1
+session_alive() {  # whether a process other than a zombie is left in session $1
+  local alive
+  sessions_alive "$1"; [ -n "$alive" ]
 }
 
 stop_side() {

@@ -28,7 +28,7 @@ __all__ = ["add_rounds_parser"]
 
 
 PART_GATE = lazy_pattern(r"(?:(sequential|c\d+|r[\d.]+):)?((?:signal|router):[A-Za-z0-9_.-]{1,64}"
-                       r":(?:p50|p95|mean))")
+                         r":(?:p50|p95|mean))")
 
 
 def gate_list(text: str) -> Tuple[str, ...]:
