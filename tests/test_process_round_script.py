@@ -1044,17 +1044,22 @@ def test_the_driver_waits_for_newer_routers_that_start_with_503s(tmp_path):
     from conftest import ROOT, TOOL_PYC
     corpus = write_corpus(tmp_path / "corpus.json", PROMPTS[:4])
 
-    def start(side, delay):  # detached, a newer router loading its models for 0.5 s
+    def start(side, delay, startup):  # detached
         return (f"{shlex.quote(sys.executable)} {shlex.quote(str(TOOL_PYC))} simulate "
-                f"--port 0 --delay-ms {delay} --startup-s 0.5 --phased-startup --url-file "
+                f"--port 0 --delay-ms {delay} {startup} --url-file "
                 f"{shlex.quote(str(tmp_path / (side + '.url')))} >/dev/null 2>&1 & "
                 f"echo $! > {shlex.quote(str(tmp_path / (side + '.pid')))}")
     stop = f'kill "$(cat {shlex.quote(str(tmp_path))}/$SIDE.pid)"'
     command = ["bash", str(ROOT / "rounds" / "run_rounds.sh"), "--rounds", "3", "--dir",
                str(tmp_path / "results"), "--corpus", corpus, "--wait-ready", "20", "--tool",
-               str(TOOL_PYC), "--base", "cpu", "--base-start", start("cpu", 10), "--base-stop",
-               stop, "--base-url-file", str(tmp_path / "cpu.url"), "--new", "gpu",
-               "--new-start", start("gpu", 0.5), "--new-stop", stop, "--new-url-file",
+               # base: an older router, ready once it listens; new: a newer router loading
+               # its models for 0.5 s in every round, first or second in it, which its run
+               # waits out (a configuration of its own: the start-up is in its hash); each
+               # run that waits takes 0.5 s more, so one side does
+               str(TOOL_PYC), "--base", "cpu", "--base-start", start("cpu", 10, ""),
+               "--base-stop", stop, "--base-url-file", str(tmp_path / "cpu.url"), "--new", "gpu",
+               "--new-start", start("gpu", 0.5, "--startup-s 0.5 --phased-startup"),
+               "--new-stop", stop, "--new-url-file",
                str(tmp_path / "gpu.url"), "--tolerance", "1000", "--gate", "sequential:p50",
                # the claim is the wait, not the verdict: an undecided row passes, as in
                # driver_args (three rounds of 4 prompts came out undecided, exit 3, at load 14)
