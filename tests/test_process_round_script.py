@@ -1396,54 +1396,29 @@ def test_the_action_writes_each_output_on_one_line(tmp_path):
 # signal_ms left out (170 kB): the plan reads none of it, and gives the same figures as the
 # whole files (320 rounds of 120 requests, 718 of 578)
 H200_RUNS = ROOT / "tests" / "data" / "h200-runs.tar.xz"
+# demo-aa: a new user's first A/A on the demo, 3 rounds of the demo's cpu router (simulated
+# in-process, serial, 6 +- 1 ms; its plan: 20 warm-up requests, then c1, c4 and c16 over 20
+# prompts), one run after another in each round's start order, measured once by
+# demo_aa_folder (in this file up to d4c14d1) with its corpus path made relative, as in
+# H200_RUNS, and kept (8 kB): measured afresh it waited out 4.3 s of simulated delays each
+# session. Its plan proposes no rounds; more rounds would decide it (past the 40 rounds
+# that --until-decided looks after one by one)
+DEMO_AA_RUNS = ROOT / "tests" / "data" / "demo-aa-runs.tar.xz"
 
 
-def h200_folder(tmp_path, name):
-    """Return a copy of one of H200_RUNS's folders under tmp_path."""
+def kept_folder(tmp_path, archive, name):
+    """Return a copy of one of an archive's folders (H200_RUNS, DEMO_AA_RUNS) under
+    tmp_path."""
     import tarfile
-    with tarfile.open(H200_RUNS) as archive:
-        members = [m for m in archive.getmembers() if m.name.startswith(name + "/")
+    with tarfile.open(archive) as kept:
+        members = [m for m in kept.getmembers() if m.name.startswith(name + "/")
                    and m.isfile() and "/" not in m.name[len(name) + 1:]]
         for member in members:
-            source = archive.extractfile(member)
+            source = kept.extractfile(member)
             assert source is not None
             (tmp_path / name).mkdir(exist_ok=True)
             (tmp_path / member.name).write_bytes(source.read())
     return tmp_path / name
-
-
-def demo_aa_folder(tmp_path):
-    """Return a folder of 3 rounds of an A/A pair of the demo's cpu router (simulated, in
-    this process), as a new user's first A/A on the demo."""
-    from router_latency.client import parse_endpoint
-    from router_latency.command_demo import DEMO_SIDES
-    from router_latency.corpus import load_corpus
-    from router_latency.files import write_atomic
-    from router_latency.measuring import LoadGuard, measure_run, plan_passes, RunContext, \
-        RunPlan
-    from router_latency.meaning import SignalTable
-    from router_latency.passloop import Target
-    from router_latency.runfile import dump_run
-    from router_latency.simulator import start_simulator
-    folder = tmp_path / "demo-aa"
-    folder.mkdir()
-    corpus = load_corpus(write_corpus(folder / "corpus.json",
-                                      [f"demo prompt {i}" for i in range(20)]))
-    side = DEMO_SIDES["cpu"]
-    for number in range(1, 4):
-        for label in start_order(number, ["a", "b"]):
-            router = start_simulator(serial=True, seed=number, delay_ms=side["delay_ms"],
-                                     jitter_ms=side["jitter_ms"], signals=side["signals"])
-            try:
-                run = measure_run(RunContext(Target(parse_endpoint(router.url),
-                                                    signals=SignalTable()),
-                                             RunPlan(plan_passes()), guard=LoadGuard(pause=1.0)),
-                                  corpus, label=label)
-            finally:
-                router.stop()
-            assert run is not None
-            write_atomic(str(folder / f"r{number}-{label}.json"), dump_run(run))
-    return folder
 
 
 @pytest.mark.process
@@ -1452,7 +1427,7 @@ def demo_aa_folder(tmp_path):
 def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new):
     # the plan of `rounds` (JSON) run as printed by run_rounds.sh --dry-run, fixed and
     # sequential: before, --until-decided ran at most 40 rounds and aa-gpu's plan asked 320
-    folder = demo_aa_folder(tmp_path) if name == "demo-aa" else h200_folder(tmp_path, name)
+    folder = kept_folder(tmp_path, DEMO_AA_RUNS if name == "demo-aa" else H200_RUNS, name)
     report = json.loads(cli("rounds", "--dir", folder, "--base", base, "--new", new,
                             "--format", "json").out)
     plan, more = report["plan"], report["more_rounds"]
