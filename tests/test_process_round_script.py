@@ -1445,9 +1445,13 @@ def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new
     if name != "demo-aa":
         assert plan["instances"] > 1 and plan["gpus"]["8"]["instances"] > 1
     # each plan once: the plan on one GPU is the plan itself (the same dry run, of 134
-    # rounds of 24 instances in cpu-vs-gpu, 13,000 lines of bash's printing)
-    for rounds, instances, placed in dict.fromkeys(
-            (rounds, instances, tuple(placed)) for rounds, instances, placed in plans):
+    # rounds of 24 instances in cpu-vs-gpu, 13,000 lines of bash's printing). The dry runs
+    # are started together (each a second of bash's CPU at most, none waiting on another)
+    # and read once all have started
+    unique = list(dict.fromkeys(
+        (rounds, instances, tuple(placed)) for rounds, instances, placed in plans))
+    dry_runs = []
+    for rounds, instances, placed in unique:
         for how in (["--rounds", str(rounds)],
                     ["--until-decided", "--max-rounds", str(rounds)]):
             command = pool_command(tmp_path, corpus, "--dry-run", "--requests-per-pass",
@@ -1455,15 +1459,25 @@ def test_every_plan_rounds_prints_runs_as_printed(tmp_path, cli, name, base, new
                                    str(instances), *placed)
             at = command.index("--rounds")
             command[at:at + 2] = how
-            result = subprocess.run(command, capture_output=True, text=True, timeout=60,
-                                    env=DRIVER_ENV)
-            assert result.returncode == 0, result.stderr
-            assert result.stdout.splitlines()[-1].startswith("then: ")
-            assert re.search(rf"^round {rounds} gpu(@{instances})?: run: ", result.stdout,
-                             re.MULTILINE)
-        judged = cli("rounds", "--dir", tmp_path, "--base", base, "--new", new,
-                     "--sequential", rounds)
-        assert judged.code == 2 and "no r<N>-" in judged.err  # not the option refused
+            printed = tmp_path / f"dry-run-{len(dry_runs)}"  # a file: no pipe to fill
+            with open(printed, "w") as stdout, open(f"{printed}.err", "w") as stderr:
+                dry_runs.append((rounds, instances, printed, subprocess.Popen(
+                    command, stdout=stdout, stderr=stderr, env=DRIVER_ENV)))
+    try:
+        for rounds, _, _ in unique:
+            judged = cli("rounds", "--dir", tmp_path, "--base", base, "--new", new,
+                         "--sequential", rounds)
+            assert judged.code == 2 and "no r<N>-" in judged.err  # not the option refused
+        for rounds, instances, printed, process in dry_runs:
+            assert process.wait(timeout=60) == 0, Path(f"{printed}.err").read_text()
+            stdout = printed.read_text()
+            assert stdout.splitlines()[-1].startswith("then: ")
+            assert re.search(rf"^round {rounds} gpu(@{instances})?: run: ", stdout, re.MULTILINE)
+    finally:
+        for _, _, _, process in dry_runs:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 @pytest.mark.process
