@@ -125,14 +125,18 @@ def nothing_listens(url_file):
 
 
 def foreground_rounds(tmp_path_factory):
-    """Three rounds of `simulate`, cpu started detached (it returns at once, stopped by its
-    stop command) and gpu in the foreground with no stop command (the script ends it), run
-    once a session: (its exit code, stdout, stderr, and whether nothing listened at gpu's URL
-    once it ended), and its folder. Two tests read what it printed and wrote (this file's,
-    and test_process_tool's of the routers' CPU); none writes there."""
+    """Rounds of `simulate`, cpu started detached (it returns at once, stopped by its stop
+    command) and gpu in the foreground with no stop command (the script ends it), five asked
+    for with a node-time budget of 0.001 minutes, which stops them after the three that
+    `rounds` needs (each takes more than 60 ms), run once a session: (its exit code, stdout,
+    stderr, and whether nothing listened at gpu's URL once it ended), and its folder. Three
+    tests read what it printed and wrote (this file's of the rounds and of the budget, and
+    test_process_tool's of the routers' CPU); none writes there."""
     def make(folder):
         corpus = write_corpus(folder / "corpus.json", [f"prompt {i}" for i in range(8)])
-        command = with_foreground_new_side(driver_args(folder, corpus), folder)
+        command = with_foreground_new_side(driver_args(folder, corpus, "--budget-minutes",
+                                                       "0.001"), folder)
+        command[command.index("--rounds") + 1] = "5"
         result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                                 env=DRIVER_ENV)
         (folder / "result.json").write_text(json.dumps([
@@ -155,8 +159,10 @@ def test_driver_runs_interleaved_rounds_with_simulate(tmp_path_factory):
     steps = [(n, side) for n in (1, 2, 3) for side in start_order(n, ["cpu", "gpu"])]
     summary = r"p50 ms sequential [\d.]+, c2 [\d.]+; 0 errors"
     expected = [line for n, side in steps for line in (
-        rf"run_rounds\.sh: round {n}/3 {side}: starting",
-        rf"run_rounds\.sh: round {n}/3 {side}: {summary}")] + [r"run_rounds\.sh: ran 3 rounds"]
+        rf"run_rounds\.sh: round {n}/5 {side}: starting",
+        rf"run_rounds\.sh: round {n}/5 {side}: {summary}")] + [
+        r"run_rounds\.sh: round 4 would end past the budget .*: stopping",  # (its own test)
+        r"run_rounds\.sh: ran 3 rounds"]
     assert len(said) == len(expected)
     for line, pattern in zip(said, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
@@ -1015,21 +1021,19 @@ def test_driver_sends_the_planned_requests_per_pass(tmp_path):
 
 
 @pytest.mark.process
-def test_driver_stops_at_the_node_time_budget(tmp_path):
-    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    command = driver_args(tmp_path, corpus, "--budget-minutes", "0.001", plain=True)
-    command[command.index("--rounds") + 1] = "5"
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                            env=DRIVER_ENV)
-    # the three rounds `rounds` needs run whatever the budget; no fourth (a round takes more
-    # than 0.06 s)
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
-        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")], result.stderr
-    said = [line for line in result.stderr.splitlines() if line.startswith("run_rounds.sh:")]
+def test_driver_stops_at_the_node_time_budget(tmp_path, tmp_path_factory):
+    # five rounds asked for with --budget-minutes 0.001 (foreground_rounds, run once a
+    # session): the three rounds `rounds` needs run whatever the budget; no fourth (a round
+    # takes more than 0.06 s)
+    (_, stdout, stderr, _), folder = foreground_rounds(tmp_path_factory)
+    assert sorted(p.name for p in (folder / "results").iterdir()) == [
+        f"r{n}-{side}.json" for n in (1, 2, 3) for side in ("cpu", "gpu")], stderr
+    said = [line for line in stderr.splitlines() if line.startswith("run_rounds.sh:")]
     assert re.fullmatch(r"run_rounds\.sh: round 4 would end past the budget \(0\.001 minutes; "
                         r"\d+ s spent, about \d+ s a round\): stopping", said[-2]), said
     assert said[-1] == "run_rounds.sh: ran 3 rounds"
-    assert "\nrounds: 3 used (r1, r2, r3);" in result.stdout  # after the verdict's lines
+    assert "\nrounds: 3 used (r1, r2, r3);" in stdout  # after the verdict's lines
+    corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     bad = subprocess.run(driver_args(tmp_path, corpus, "--budget-minutes", "soon"),
                          capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert (bad.returncode, bad.stderr.strip()) == (
