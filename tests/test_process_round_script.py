@@ -508,6 +508,9 @@ def scripted_until_decided(tmp_path, *options):
     command = driver_args(tmp_path, corpus, "--until-decided", "--max-rounds", "5",
                           "--tool", str(tool), *options, plain=True)
     del command[command.index("--rounds"):command.index("--rounds") + 2]
+    # the looks are scripted: a run of one pass, no warm-up and no probe is all they need
+    # of a run (a file rounds reads; FAIL_RUN's exit after it)
+    command[command.index("--") + 1:] = ["--concurrency", "1", "--warmup", "0"]
     return command, corpus
 
 
@@ -842,6 +845,8 @@ def test_driver_refuses_a_side_that_answers_with_the_other_sides_configuration(t
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         command = driver_args(tmp_path, corpus)
+        # the configuration the answers carry is the claim: a run of one pass, no warm-up
+        command[command.index("--") + 1:] = ["--concurrency", "1", "--warmup", "0"]
         start = command.index("--new-start")
         pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
         command[start + 1] = (f'if [ "$ROUND" = 1 ]; then {command[start + 1]}; else cp '
@@ -1143,6 +1148,8 @@ def test_driver_keeps_its_budget_on_a_monotonic_clock_when_the_wall_clock_steps(
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     command = driver_args(tmp_path, corpus, "--budget-minutes", "30", plain=True)
     command[command.index("--rounds") + 1] = "4"
+    # the budget's clock is the claim: a run of one pass, no warm-up and no probe
+    command[command.index("--") + 1:] = ["--concurrency", "1", "--warmup", "0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240,
                             env={**DRIVER_ENV, "LD_PRELOAD": str(library),
                                  "STEP_CLOCK_FILE": str(tmp_path / "log")})
