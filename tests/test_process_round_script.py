@@ -124,6 +124,20 @@ def nothing_listens(url_file):
         return probe.connect_ex((host, int(port))) != 0
 
 
+def run_together(commands, env=DRIVER_ENV):
+    """Run the driver commands at once, each in a thread of its own (none waits on another):
+    return their CompletedProcess (text, output captured), in the commands' order. commands:
+    command lines, or (command line, env) pairs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(command):
+        line, given = command if isinstance(command, tuple) else (command, env)
+        return subprocess.run(line, capture_output=True, text=True, timeout=60, env=given)
+
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(run, commands))
+
+
 def foreground_rounds(tmp_path_factory):
     """Rounds of `simulate`, cpu started detached (it returns at once, stopped by its stop
     command) and gpu in the foreground with no stop command (the script ends it), five asked
@@ -235,14 +249,6 @@ def test_driver_checks_every_line_in_one_start_or_with_an_older_tool_one_a_line(
     assert check_lines(io.BytesIO(b"".join(
         b"%d\0" % len(line) + b"".join(os.fsencode(w) + b"\0" for w in line)
         for line in lines)), answer) == 0
-    alone = []  # each line run as a process of its own, its stderr where its stdout goes
-    for line in lines:
-        done = subprocess.run([sys.executable, str(TOOL_PYC), *map(os.fsencode, line)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
-        alone += [str(done.returncode).encode(), done.stdout]
-    assert answer.getvalue().split(b"\0")[:-1] == alone
-    assert [alone[0], alone[2], alone[4], alone[6]] == [b"0", b"2", b"0", b"2"], alone
-    assert b"\\udcff" in alone[3] and alone[5] and b"missing.json" in alone[7]
     tool = tmp_path / "tool.py"
     tool.write_text(NO_CHECK_LINES_TOOL.format(root=str(TOOL_PYC.parent)))
     command = ["bash", str(DRIVER), "--rounds", "3", "--base", "cpu", "--new", "gpu",
@@ -250,8 +256,21 @@ def test_driver_checks_every_line_in_one_start_or_with_an_older_tool_one_a_line(
                "--base-stop", "true", "--new-stop", "true", "--dir", "results",
                "--corpus", "corpus.json", "--base-url", "http://127.0.0.1:1",
                "--new-url", "http://127.0.0.1:2", "--tool", str(tool), "--tolerance", "-1"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                            env=DRIVER_ENV)
+
+    def run(line):  # a line run as a process of its own, its stderr where its stdout goes
+        return subprocess.run([sys.executable, str(TOOL_PYC), *map(os.fsencode, line)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(lines) + 1) as pool:  # each line and the script at once
+        script = pool.submit(subprocess.run, command, capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path, env=DRIVER_ENV)
+        alone = [said for done in pool.map(run, lines)
+                 for said in (str(done.returncode).encode(), done.stdout)]
+        result = script.result()
+    assert answer.getvalue().split(b"\0")[:-1] == alone
+    assert [alone[0], alone[2], alone[4], alone[6]] == [b"0", b"2", b"0", b"2"], alone
+    assert b"\\udcff" in alone[3] and alone[5] and b"missing.json" in alone[7]
     assert (result.returncode, result.stderr) == (2, (
         "run_rounds.sh: error: the options for rounds do not pass: argument --tolerance: "
         "expected a number >= 0, got '-1' (router-latency rounds)\n"))
@@ -1006,23 +1025,20 @@ def test_jitter_within_the_pass_makes_the_plan_ask_requests(tmp_path, cli):
 @pytest.mark.process
 def test_driver_sends_the_planned_requests_per_pass(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
-    result = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
-                                        "20"), capture_output=True, text=True, timeout=60,
-                            env=DRIVER_ENV)
+    wrong = (("0", "--requests-per-pass must be at least 1"),
+             ("x", "--requests-per-pass must be a whole number, got 'x'"))
+    result, refused, *bad = run_together([
+        driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass", "20"),
+        driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass", "20") + ["-n", "2"]]
+        + [driver_args(tmp_path, corpus, "--requests-per-pass", value) for value, _ in wrong])
     runs = [line for line in result.stdout.splitlines() if ": run: " in line]
     assert result.returncode == 0 and len(runs) == 6
     assert all(line.endswith(" --repeat 3 ") for line in runs), runs  # ceil(20 / 8)
-    refused = subprocess.run(driver_args(tmp_path, corpus, "--dry-run", "--requests-per-pass",
-                                         "20") + ["-n", "2"], capture_output=True, text=True,
-                             timeout=60, env=DRIVER_ENV)
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
         "run_rounds.sh: error: --requests-per-pass sets run -n: give no -n after --")
-    for value, message in (("0", "--requests-per-pass must be at least 1"),
-                           ("x", "--requests-per-pass must be a whole number, got 'x'")):
-        bad = subprocess.run(driver_args(tmp_path, corpus, "--requests-per-pass", value),
-                             capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
-        assert (bad.returncode, bad.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
+    for (_, message), done in zip(wrong, bad):
+        assert (done.returncode, done.stderr.strip()) == (2, f"run_rounds.sh: error: {message}")
 
 
 @pytest.mark.process
@@ -1165,7 +1181,7 @@ def test_driver_compares_numbers_of_any_length_or_refuses_them_for_their_size(tm
     # 0"; 08 is octal to bash's arithmetic; each is refused or read, in one line, before
     # anything starts
     huge = "99999999999999999999"
-    for option, value, message in (
+    cases = (
             ("--budget-minutes", huge, f"--budget-minutes must be less than 10000000, got '{huge}'"),
             ("--budget-minutes", "9" * 400, "--budget-minutes must be less than 10000000, got "
                                             f"'{'9' * 400}'"),
@@ -1175,23 +1191,25 @@ def test_driver_compares_numbers_of_any_length_or_refuses_them_for_their_size(tm
             ("--stop-wait", "9223372036854775808", "--stop-wait must be at most 999999999, got "
                                                    "'9223372036854775808'"),
             ("--wait-ready", "10000000000", "--wait-ready must be at most 999999999, got "
-                                            "'10000000000'")):
+                                            "'10000000000'"))
+    commands = []
+    for option, value, _ in cases:
         command = driver_args(tmp_path, "corpus.json")
         if option in command:
             command[command.index(option) + 1] = value
         else:
             command[command.index("--"):command.index("--")] = [option, value]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60,
-                                env=DRIVER_ENV)
+        commands.append(command)
+    octal = driver_args(tmp_path, "corpus.json", "--dry-run")
+    octal[octal.index("--rounds") + 1] = "0008"
+    octal[octal.index("--wait-ready") + 1] = "09"
+    *results, poll, octal = run_together(commands + [
+        (driver_args(tmp_path, "corpus.json", "--dry-run"),
+         {**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": huge}), octal])
+    for (_, _, message), result in zip(cases, results):
         assert (result.returncode, result.stderr) == (2, f"run_rounds.sh: error: {message}\n")
-    poll = subprocess.run(driver_args(tmp_path, "corpus.json", "--dry-run"), capture_output=True,
-                          text=True, timeout=60, env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": huge})
     assert (poll.returncode, poll.stderr) == (2, "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must "
                                                  f"be 1 to 1000, not '{huge}'\n")
-    command = driver_args(tmp_path, "corpus.json", "--dry-run")
-    command[command.index("--rounds") + 1] = "0008"
-    command[command.index("--wait-ready") + 1] = "09"
-    octal = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert (octal.returncode, octal.stderr) == (0, "")
     assert octal.stdout.count(": run: ") == 16 and "--wait-ready 9 " in octal.stdout
 
@@ -1500,18 +1518,18 @@ def test_driver_refuses_more_rounds_than_a_sequential_plan_runs_and_looks_as_it(
         command = driver_args(tmp_path, corpus, "--dry-run", "--until-decided",
                               "--min-rounds", first, "--max-rounds", str(most))
         del command[command.index("--rounds"):command.index("--rounds") + 2]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+        return command
 
-    refused = dry_run(MAX_SEQUENTIAL_ROUNDS + 1)
+    # 70: its first look of 40 falls before round 3 and is taken after it (no other is there)
+    plans = ((10, "3"), (41, "3"), (70, "3"), (100, "3"), (MAX_SEQUENTIAL_ROUNDS, "30"))
+    refused, *results = run_together([dry_run(MAX_SEQUENTIAL_ROUNDS + 1)]
+                                     + [dry_run(most, first) for most, first in plans])
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == (
         f"run_rounds.sh: error: --max-rounds must be at most {MAX_SEQUENTIAL_ROUNDS} (the most "
         f"rounds a sequential plan runs, and rounds --plan proposes), got "
         f"{MAX_SEQUENTIAL_ROUNDS + 1}\n")
-    # 70: its first look of 40 falls before round 3 and is taken after it (no other is there)
-    for most, first in ((10, "3"), (41, "3"), (70, "3"), (100, "3"),
-                        (MAX_SEQUENTIAL_ROUNDS, "30")):
-        result = dry_run(most, first)
+    for (most, first), result in zip(plans, results):
         assert result.returncode == 0, result.stderr
         looks = [int(line.split(":")[0].split()[1]) for line in result.stdout.splitlines()
                  if line.startswith("look ")]
@@ -1619,7 +1637,7 @@ def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
     command = pool_command(tmp_path, corpus)
     head, tail = command[:command.index("--")], command[command.index("--"):]
     cores = os.cpu_count()
-    for options, after, message in [
+    cases = [
             (["--instances", "2", "--concurrent"], [],
              "--concurrent measures a side's instances at once, each on its own GPU: give "
              "--gpus LIST or all, or leave out --concurrent"),
@@ -1629,24 +1647,23 @@ def test_driver_refuses_a_pool_it_cannot_place_before_anything_starts(tmp_path):
              "(--router-cpus): at most 1 fit"),
             (["--instances", "0"], [], "--instances must be a whole number from 1 to 999, got '0'"),
             (["--instances", "2", "--gpus", "0,x"], [],
-             "--gpus takes a comma-separated list of GPU indexes (0,1,2) or all, got '0,x'")]:
-        # the cores are checked on the node that runs it, not in a dry run
-        dry = [] if "--router-cpus" in after else ["--dry-run"]
-        result = subprocess.run(head[:2] + dry + head[2:] + options + tail + after,
-                                capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
-        assert (result.returncode, result.stdout) == (2, ""), result.stderr
-        assert result.stderr == f"run_rounds.sh: error: {message}\n"
+             "--gpus takes a comma-separated list of GPU indexes (0,1,2) or all, got '0,x'")]
+    # the cores are checked on the node that runs it, not in a dry run
+    commands = [head[:2] + ([] if "--router-cpus" in after else ["--dry-run"]) + head[2:]
+                + options + tail + after for options, after, _ in cases]
     # a URL file per instance needs %i; URLs with a port, one more a port per instance
     url_file = command.index("--base-url-file") + 1
     no_mark = command[:url_file] + [str(tmp_path / "cpu.url")] + command[url_file + 1:]
-    result = subprocess.run(no_mark[:2] + ["--dry-run", "--instances", "2"] + no_mark[2:],
-                            capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
-    assert result.stderr == ("run_rounds.sh: error: --base-url-file needs %i in its name with "
-                             "--instances (each instance's file)\n")
     with_urls = command[:url_file - 1] + ["--base-url", "http://127.0.0.1:8801"] \
         + command[url_file + 1:]
-    result = subprocess.run(with_urls[:2] + ["--dry-run", "--instances", "3"] + with_urls[2:],
-                            capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
+    *results, unmarked, result = run_together(commands + [
+        no_mark[:2] + ["--dry-run", "--instances", "2"] + no_mark[2:],
+        with_urls[:2] + ["--dry-run", "--instances", "3"] + with_urls[2:]])
+    for (_, _, message), refused in zip(cases, results):
+        assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+        assert refused.stderr == f"run_rounds.sh: error: {message}\n"
+    assert unmarked.stderr == ("run_rounds.sh: error: --base-url-file needs %i in its name with "
+                               "--instances (each instance's file)\n")
     assert result.returncode == 0, result.stderr
     assert [re.search(r" PORT=(\d+) ", line).group(1) for line in result.stdout.splitlines()
             if line.startswith("round 1 cpu@") and ": start: " in line] == [
