@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))  # the package; the processes run the generated file
@@ -116,7 +115,15 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, SENT_SIGNALS)
 
 # the property tests (hypothesis) of test_stats.py and test_corpus.py; no deadline, since
 # a loaded machine is slow without the code being wrong
-SETTINGS = settings(max_examples=150, deadline=None)
+def __getattr__(name):
+    """Return SETTINGS, the property tests' hypothesis settings (150 examples, no deadline),
+    made on first use: xdist's controller loads this file too, and importing hypothesis was a
+    quarter of a second of its start before any worker started."""
+    if name != "SETTINGS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from hypothesis import settings
+    globals()["SETTINGS"] = settings(max_examples=150, deadline=None)
+    return globals()["SETTINGS"]
 
 
 def pytest_collection_modifyitems(items):

@@ -5,10 +5,12 @@ rows; and the rule itself (router_latency.gate) on rows made by hand: each statu
 default rule, --pass-unless-worse and --strict, at a look before the last and at the last, and
 the outcome every renderer reads."""
 
+import heapq
 import math
 import random
 import re
 import shutil
+import struct
 import sys
 
 import pytest
@@ -17,8 +19,9 @@ from hypothesis import given, strategies as st
 from router_latency.errors import Notice, RouterLatencyError
 from router_latency.stats import (composite_log_ratios, holm, mean_interval, power_shift,
                                   sample_spread, t_cdf, t_ppf)
-from router_latency.sequential import (group_sequential_levels, look_critical, MAX_LOOKS,
-                                       MAX_SEQUENTIAL_ROUNDS, sequential_looks,
+from router_latency.sequential import (_highest, _null_t_blocks, _null_t_rounds,
+                                       group_sequential_levels, look_critical, MAX_LOOKS,
+                                       MAX_SEQUENTIAL_ROUNDS, SEQUENTIAL_SEED, sequential_looks,
                                        sequential_t_criticals)
 from router_latency.files import write_atomic
 from router_latency.requests import pass_summary, PassSummary, Request
@@ -201,6 +204,79 @@ def test_a_long_sequential_plan_draws_its_rounds_between_looks_whole():
     assert look_critical(100, 0.025, looks[-1]) == criticals[-1]
     # between looks nothing can be decided
     assert look_critical(100, 0.025, looks[-1] - 1) == math.inf
+
+
+def drawn_a_round_at_a_time(first, max_rounds, paths):
+    """_null_t_rounds as it was written with random's own gauss: the reference."""
+    rng = random.Random(SEQUENTIAL_SEED)
+    columns = [[] for _ in range(first, max_rounds + 1)]
+    for _ in range(paths):
+        mean = m2 = 0.0
+        for i in range(1, max_rounds + 1):
+            x = rng.gauss(0.0, 1.0)
+            delta = x - mean
+            mean += delta / i
+            m2 += delta * (x - mean)
+            if i >= first:
+                columns[i - first].append(mean * math.sqrt(i * (i - 1) / m2))
+    return columns
+
+
+def drawn_a_block_at_a_time(looks, paths):
+    """_null_t_blocks as it was written with random's own gauss and gammavariate."""
+    rng = random.Random(SEQUENTIAL_SEED)
+    sizes = [looks[0]] + [b - a for a, b in zip(looks, looks[1:])]
+    columns = [[] for _ in looks]
+    for _ in range(paths):
+        n = 0
+        mean = m2 = 0.0
+        for size, column in zip(sizes, columns):
+            block_mean = rng.gauss(0.0, 1.0 / math.sqrt(size))
+            block_m2 = 2.0 * rng.gammavariate(0.5 * (size - 1), 1.0) if size > 1 else 0.0
+            total = n + size
+            delta = block_mean - mean
+            mean += delta * size / total
+            m2 += block_m2 + delta * delta * n * size / total
+            n = total
+            column.append(mean * math.sqrt(n * (n - 1) / m2))
+    return columns
+
+
+def as_bytes(columns):
+    return [struct.pack(f"{len(c)}d", *c) for c in columns]
+
+
+def test_the_null_paths_are_randoms_own_gauss_and_gammavariate_draws():
+    # the simulations write random's two methods out in their loops: they draw and compute
+    # what the methods would, bit for bit, for an even and an odd number of normals a path
+    # (gauss keeps the second of its pair for the next call) and blocks of every size that
+    # takes its own method: 1 round (no gamma), 2 (shape 1/2: GS), 3 (1: the exponential),
+    # 4, 5 and 25 (1.5 and more: Cheng)
+    for first, most in ((3, 10), (2, 7)):
+        assert (as_bytes(_null_t_rounds(first, most, 500))
+                == as_bytes(drawn_a_round_at_a_time(first, most, 500)))
+    for looks in ((3, 4, 6, 9, 13, 18, 43, 44), (2, 4, 5, 8, 33, 37, 39)):
+        assert (as_bytes(_null_t_blocks(looks, 2000))
+                == as_bytes(drawn_a_block_at_a_time(looks, 2000)))
+
+
+def test_the_highest_paths_are_those_heapq_nlargest_finds():
+    # the boundaries' selection sorts only the paths above a cut found on every 8th path; it
+    # must pick what heapq.nlargest over every path not yet gone picks, ties by the higher path:
+    # with many equal |t|, many paths gone, a count beyond the sample, and a sample that set
+    # the cut too high (every 8th path far out: the cut leaves too few, so every path is sorted)
+    rng = random.Random(5)
+    column = [round(rng.gauss(0.0, 1.0), 1) for _ in range(4000)]
+    skewed = [10.0 + i / 1000 if i % 8 == 0 else t for i, t in enumerate(column)]
+    for values, count, gone in ((column, 1, set()), (column, 40, set()),
+                                (column, 40, {i for i, t in enumerate(column) if t > 1.5}),
+                                (column, 900, set(range(0, 8000, 3))), (column, 7000, set()),
+                                (skewed, 200, set()), (skewed, 40, {0, 8, 4016})):
+        half = len(values)
+        every = [(t, i) for i, t in enumerate(values)] + [(-t, i + half)
+                                                          for i, t in enumerate(values)]
+        expected = heapq.nlargest(count, [p for p in every if p[1] not in gone])
+        assert _highest(values, count, gone) == expected
 
 
 def test_a_last_look_between_the_z_and_the_t_boundary_does_not_fail():

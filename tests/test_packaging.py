@@ -62,9 +62,9 @@ def test_the_readme_test_command_installs_the_test_extra():
     tests = block.split("```", 1)[0].strip().splitlines()[1]
     assert ' .venv/bin/pip install -q ".[test]" && .venv/bin/python -m pytest -q' in tests
     # a worker per core; one that runs out of tests takes from another's (conftest.py deals
-    # the long ones out first)
+    # the long ones out first); anyio's plugin, which no test uses, not loaded
     assert pyproject()["tool"]["pytest"]["ini_options"]["addopts"] == [
-        "-n", "auto", "--dist", "worksteal"]
+        "-n", "auto", "--dist", "worksteal", "-p", "no:anyio"]
 
 
 def test_the_console_script_is_the_command_line(capsys):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from typing import Sequence, Tuple, TYPE_CHECKING
+from typing import Callable, Sequence, Tuple, TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     import array
@@ -282,7 +282,7 @@ MAX_SEQUENTIAL_ROUNDS = MAX_PLAN_ROUNDS
 
 
 # a plan of at most this many rounds looks after every round from the third; a longer one
-# looks this many times, spread evenly (its paths cost about 0.2 s of CPU per look to simulate)
+# looks this many times, spread evenly (its paths cost about 0.04 s of CPU per look to simulate)
 MAX_LOOKS = 40
 
 
@@ -303,27 +303,51 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
     """Return, per look of sequential_looks(max_rounds, first=first), the one-sample t
     statistics of SEQUENTIAL_PATHS standard normal sequences at that look's rounds (an array
     per look)."""
+    if max_rounds > MAX_LOOKS:
+        return _null_t_blocks(sequential_looks(max_rounds, first=first))
+    return _null_t_rounds(first, max_rounds)
+
+
+# The two simulations below draw from random.Random(SEQUENTIAL_SEED) as its gauss and
+# gammavariate would, written out in the loop (the same draws of random() in the same order,
+# the same arithmetic: Python 3.9 to 3.13 have the same two methods), since two calls a look
+# were half of a plan's CPU; tests/test_gate.py checks them against the methods themselves.
+
+
+def _null_t_rounds(first: int, max_rounds: int, paths: int = SEQUENTIAL_PATHS
+                   ) -> tuple[array.array[float], ...]:
+    """Return _null_t_paths's columns drawn a round at a time, for `paths` paths."""
     import array
     import random
-    looks = sequential_looks(max_rounds, first=first)
-    if max_rounds > MAX_LOOKS:
-        return _null_t_blocks(looks)
-    rng = random.Random(SEQUENTIAL_SEED)
-    gauss = rng.gauss
+    draw = random.Random(SEQUENTIAL_SEED).random
+    sqrt, log, cos, sin = math.sqrt, math.log, math.cos, math.sin
+    two_pi = 2.0 * math.pi
     columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
-    for _ in range(SEQUENTIAL_PATHS):
+    # per round: i, as a float, i (i - 1) for its t (a whole number: exact as a float), and
+    # where its t goes (None before the first look)
+    steps = [(float(i), float(i * (i - 1)), columns[i - first].append if i >= first else None)
+             for i in range(1, max_rounds + 1)]
+    spare = None  # the second normal of gauss's pair, kept for the next draw
+    for _ in range(paths):
         mean = m2 = 0.0
-        for i in range(1, max_rounds + 1):
-            x = gauss(0.0, 1.0)
+        for i, pairs, append in steps:
+            z, spare = spare, None
+            if z is None:
+                turn = draw() * two_pi
+                radius = sqrt(-2.0 * log(1.0 - draw()))
+                z = cos(turn) * radius
+                spare = sin(turn) * radius
+            x = 0.0 + z  # gauss(0.0, 1.0) returns 0.0 + z * 1.0
             delta = x - mean
             mean += delta / i  # Welford: one stable pass, as the t statistic needs per look
             m2 += delta * (x - mean)
-            if i >= first:
-                columns[i - first].append(mean * math.sqrt(i * (i - 1) / m2))
+            if append is not None:
+                append(mean * sqrt(pairs / m2))
     return columns
 
 
-def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
+def _null_t_blocks(looks: Sequence[int], paths: int = SEQUENTIAL_PATHS
+                   ) -> tuple[array.array[float], ...]:
     """Return _null_t_paths's columns for looks some rounds apart, drawing each block of
     rounds between two looks whole: the mean of k standard normals is N(0, 1/k) and their
     squared deviations from it sum to a chi-square on k - 1 degrees of freedom (twice a
@@ -331,24 +355,113 @@ def _null_t_blocks(looks: Sequence[int]) -> tuple[array.array[float], ...]:
     the running mean and sum of squares exactly. Two draws a look, not one a round."""
     import array
     import random
-    rng = random.Random(SEQUENTIAL_SEED)
-    gauss, gamma = rng.gauss, rng.gammavariate
-    sizes = [looks[0]] + [b - a for a, b in zip(looks, looks[1:])]
-    spreads = [1.0 / math.sqrt(k) for k in sizes]
+    draw = random.Random(SEQUENTIAL_SEED).random
+    sqrt, log, exp, cos, sin = math.sqrt, math.log, math.exp, math.cos, math.sin
+    two_pi, magic = 2.0 * math.pi, 1.0 + math.log(4.5)
     columns = tuple(array.array("d") for _ in looks)
-    for _ in range(SEQUENTIAL_PATHS):
-        n = 0
+    steps = _block_steps(looks, columns)
+    spare = None  # the second normal of gauss's pair, kept for the next draw
+    for _ in range(paths):
         mean = m2 = 0.0
-        for size, spread, column in zip(sizes, spreads, columns):
-            block_mean = gauss(0.0, spread)
-            block_m2 = 2.0 * gamma(0.5 * (size - 1), 1.0) if size > 1 else 0.0
-            total = n + size
+        for spread, method, shape, one, two, three, n, size, total, pairs, append in steps:
+            z, spare = spare, None
+            if z is None:
+                turn = draw() * two_pi
+                radius = sqrt(-2.0 * log(1.0 - draw()))
+                z = cos(turn) * radius
+                spare = sin(turn) * radius
+            block_mean = 0.0 + z * spread  # gauss(0.0, spread)
+            # block_m2 = 2.0 * gammavariate(shape, 1.0) (its x * 1.0 is x)
+            if method == 1:
+                block_m2 = 2.0 * -log(1.0 - draw())
+            elif method == 3:
+                while True:
+                    u1 = draw()
+                    if not 1e-7 < u1 < 0.9999999:
+                        continue
+                    u2 = 1.0 - draw()
+                    v = log(u1 / (1.0 - u1)) / one
+                    x = shape * exp(v)
+                    w = u1 * u1 * u2
+                    r = two + three * v - x
+                    if r + magic - 4.5 * w >= 0.0 or r >= log(w):
+                        break
+                block_m2 = 2.0 * x
+            elif method == 2:
+                while True:
+                    p = one * draw()
+                    if p <= 1.0:
+                        x = p ** two
+                        if draw() <= exp(-x):
+                            break
+                    else:
+                        x = -log((one - p) / shape)
+                        if draw() <= x ** three:
+                            break
+                block_m2 = 2.0 * x
+            else:
+                block_m2 = 0.0
             delta = block_mean - mean
             mean += delta * size / total
             m2 += block_m2 + delta * delta * n * size / total
-            n = total
-            column.append(mean * math.sqrt(n * (n - 1) / m2))
+            append(mean * sqrt(pairs / m2))
     return columns
+
+
+# a look's block for _null_t_blocks's loop (a plain tuple: the loop unpacks it 2.6 million times)
+_BlockStep = Tuple[float, int, float, float, float, float, float, float, float, float,
+                   Callable[[float], None]]
+
+
+def _block_steps(looks: Sequence[int], columns: Sequence[array.array[float]]
+                 ) -> list[_BlockStep]:
+    """Return, per look, what _null_t_blocks's loop needs of its block: the spread of its
+    mean, gammavariate(shape, 1.0)'s method for its sum of squares, shape and three
+    constants, Chan's merge's rounds before, in and after the block and n (n - 1) (whole
+    numbers, exact as floats), and where its t goes."""
+    steps: list[_BlockStep] = []
+    before = 0
+    for look, column in zip(looks, columns):
+        size = look - before
+        shape = 0.5 * (size - 1)
+        # none for a block of one round; the exponential at shape 1; below 1 Kennedy and
+        # Gentle's GS with b, 1 / shape and shape - 1; above, Cheng's with sqrt(2 shape - 1),
+        # shape - log 4 and shape + that root
+        if size == 1:
+            method, one, two, three = 0, 0.0, 0.0, 0.0
+        elif shape == 1.0:
+            method, one, two, three = 1, 0.0, 0.0, 0.0
+        elif shape < 1.0:
+            method, one, two, three = 2, (math.e + shape) / math.e, 1.0 / shape, shape - 1.0
+        else:
+            root = math.sqrt(2.0 * shape - 1.0)
+            method, one, two, three = 3, root, shape - math.log(4.0), shape + root
+        steps.append((1.0 / math.sqrt(size), method, shape, one, two, three, float(before),
+                      float(size), float(look), float(look * (look - 1)), column.append))
+        before = look
+    return steps
+
+
+def _highest(column: Sequence[float], count: int, gone: set[int]) -> list[tuple[float, int]]:
+    """Return the `count` highest (t, path) of the paths not in `gone`, highest first, as
+    heapq.nlargest would: path i < len(column) has t column[i], its mirror image i + len(column)
+    has -column[i]; equal t go by the higher path.
+
+    Only the paths at or above a cut are sorted: one well below the count + len(gone)-th
+    highest |t| of every 8th path, which leaves a few more than `count` paths above it; where
+    it leaves too few, every path."""
+    half = len(column)
+    sample = sorted(map(abs, column[::8]), reverse=True)
+    place = 2 * (count + len(gone)) // 8 + 16
+    cut = sample[place] if place < len(sample) else -math.inf
+    while True:
+        low = -cut
+        top = [(t, i) for i, t in enumerate(column) if t >= cut and i not in gone]
+        top += [(-t, i + half) for i, t in enumerate(column) if t <= low and i + half not in gone]
+        if len(top) >= count or cut == -math.inf:
+            top.sort(reverse=True)
+            return top[:count]
+        cut = -math.inf
 
 
 @functools.lru_cache(maxsize=256)
@@ -372,11 +485,10 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *,
     if max_rounds > MAX_SEQUENTIAL_ROUNDS:
         raise RouterLatencyError(f"a sequential plan of at most {MAX_SEQUENTIAL_ROUNDS:,} "
                                  f"rounds, got {max_rounds:,}")
-    import heapq
     alpha = checked_probability(alpha, "alpha")
     columns = _null_t_paths(first, max_rounds)
     paths = 2 * SEQUENTIAL_PATHS  # each path and its mirror image: t is odd in the data
-    alive = list(range(paths))
+    gone: set[int] = set()
     crossed, criticals = 0, []
     for n, column in zip(sequential_looks(max_rounds, first=first), columns):
         spent = spending_alpha(n / max_rounds, alpha, kind="obrien-fleming", sided=2)
@@ -384,11 +496,9 @@ def sequential_t_criticals(max_rounds: int, alpha: float, *,
         if share <= 0:
             criticals.append(math.inf)
             continue
-        top = heapq.nlargest(share + 1, ((column[i] if i < SEQUENTIAL_PATHS
-                                          else -column[i - SEQUENTIAL_PATHS], i) for i in alive))
+        top = _highest(column, share + 1, gone)
         criticals.append(0.5 * (top[share - 1][0] + top[share][0]))
-        gone = {i for _, i in top[:share]}
-        alive = [i for i in alive if i not in gone]
+        gone.update(i for _, i in top[:share])
         crossed += share
     return tuple(criticals)
 

@@ -232,6 +232,7 @@ _ACKLAM_D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00
 _ACKLAM_LOW = 0.02425
 
 
+@functools.lru_cache(maxsize=1024)  # the plans ask for the same few (power, levels) again
 def normal_ppf(p: float) -> float:
     """Return the standard normal quantile z with Phi(z) = p, for 0 < p < 1.
 
