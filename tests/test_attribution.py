@@ -158,11 +158,11 @@ def test_a_run_file_whose_signal_times_do_not_fit_its_names_is_refused(tmp_path,
     assert result.err.count("\n") == 1
 
 
-def measure_rounds(where, new_pii_ms, *options, base_pii_ms=2.0):
-    """Measure 3 rounds in where/rounds, base and new alternating who starts, on simulated
-    routers whose signals are domain 1 ms, pii base_pii_ms (new: new_pii_ms) and guard 0.5 ms
-    after a 2 ms delay."""
-    corpus = write_corpus(where / "c.json", [f"question number {i}" for i in range(30)])
+def measure_rounds(where, new_pii_ms, *options, base_pii_ms=2.0, prompts=30):
+    """Measure 3 rounds of `prompts` prompts a pass in where/rounds, base and new alternating
+    who starts, on simulated routers whose signals are domain 1 ms, pii base_pii_ms (new:
+    new_pii_ms) and guard 0.5 ms after a 2 ms delay."""
+    corpus = write_corpus(where / "c.json", [f"question number {i}" for i in range(prompts)])
     folder = where / "rounds"
     folder.mkdir()
     for number in (1, 2, 3):
@@ -184,23 +184,26 @@ def measure_rounds(where, new_pii_ms, *options, base_pii_ms=2.0):
 
 @pytest.fixture(scope="module")
 def pii_slower(tmp_path_factory):
-    """Three rounds in which pii alone got 42% slower (10 to 14.2 ms), measured once a session
-    for the two tests that read them (and write nothing there)."""
+    """Three rounds in which pii alone got 84% slower (5 to 9.2 ms), measured once a session
+    for the two tests that read them (and write nothing there). 4.2 ms a request, as pii at 10
+    and 14.2 ms (42%) was, well above what a loaded machine moves the client's mean by (see
+    below); 20 prompts of 8.5 and 12.7 ms a request take half the time of 30 of 13.5 and 17.7."""
     return once_a_session(tmp_path_factory, "pii-slower", lambda where: measure_rounds(
-        where, new_pii_ms=14.2, base_pii_ms=10.0)) / "rounds"
+        where, new_pii_ms=9.2, base_pii_ms=5.0, prompts=20)) / "rounds"
 
 
 def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
-    # pii alone 42% slower, by 4.2 ms a request: the signal times are the simulator's seeded
+    # pii alone 84% slower, by 4.2 ms a request: the signal times are the simulator's seeded
     # draws, but the time outside them is the client's, which a loaded machine moves by a
-    # millisecond or two in a mean of 30 requests (it overtook a change of 0.8 ms)
+    # millisecond or two in a mean of 20 or 30 requests (it overtook a change of 0.8 ms);
+    # "most of the change" holds while that stays below pii's 4.2 ms (a median of 3 rounds)
     folder = pii_slower
-    # pii's 4.2 ms are 31% of the client's 13.5 ms: a tolerance beyond it keeps the latency
-    # rows from failing, which this test is not about
-    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "50")
+    # pii's 4.2 ms are about half of the client's 8.5 ms: a tolerance beyond it keeps the
+    # latency rows from failing, which this test is not about
+    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "100")
     result = cli(*asked, "--format", "json")
     report = json.loads(result.out)
-    # the parts are advisory: pii, 42% slower, is no reason of the outcome, and the exit
+    # the parts are advisory: pii, 84% slower, is no reason of the outcome, and the exit
     # code is the latency rows' (pass, or inconclusive where their p95 is noisy)
     assert result.code in (0, 3) and not any("signal:" in r for r in report["reasons"])
     assert [b["pass"] for b in report["breakdowns"]] == ["sequential", "c4"]
@@ -217,11 +220,11 @@ def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
                 assert row["diff"]["low"] <= 0 <= row["diff"]["high"]
         signals = [r["metric"] for r in breakdown["rows"] if r["metric"].startswith("signal:")]
         assert signals[0].startswith("signal:pii:")  # the signal that moved most comes first
-        assert re.search(r"pii \+4\d\.\d%", breakdown["sentence"])  # 40% slower
+        assert re.search(r"pii \+8\d\.\d%", breakdown["sentence"])  # 84% slower
         # the sentence names each signal's p95 and, of the rest, the mean, saying so
         assert re.search(r"outside the signals \(mean\) [-+]\d", breakdown["sentence"])
     # sequential, the client's mean moved by about what pii's did: most of the change
-    assert re.search(r": pii \+4\d\.\d%", report["breakdowns"][0]["sentence"])
+    assert re.search(r": pii \+8\d\.\d%", report["breakdowns"][0]["sentence"])
     assert "(most of the change)" in report["breakdowns"][0]["sentence"]
     text = cli(*asked).out
     assert "where the time goes" in text and "unexplained" in text
@@ -248,7 +251,7 @@ def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
     parts = [line.split()[0] for line in table.splitlines() if " ms " in line and "p50 ms"
              not in line and "p95 ms" not in line and "p99 ms" not in line]
     # of the signals, seeded draws, pii moved most; the time outside them is one round's of
-    # the client, where one stall of 130 ms on a loaded machine moves a mean of 30 by 4 ms
+    # the client, where one stall of 130 ms on a loaded machine moves a mean of 20 by 6.5 ms
     assert [part for part in parts if part != "outside"][0] == "pii" and "outside" in parts
     assert "Sequential, where the time goes: A: client mean " in compared
     assert "Conc 4, where the time goes: B: client mean " in compared
@@ -257,12 +260,12 @@ def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
               "--markdown", tmp_path / "r.md")
     assert out.code in (0, 1, 3), out.err  # the latency rows decide it, not the parts
     sentences = (tmp_path / "r.md").read_text()
-    assert re.search(r"- Sequential: pii changed most, \+4\d\.\d%", sentences)
+    assert re.search(r"- Sequential: pii changed most, \+8\d\.\d%", sentences)
     assert "- Conc 4: " in sentences and "changed most" in sentences.split("- Conc 4: ")[1]
 
 
 def test_a_gated_signal_row_fails_the_gate(pii_slower, cli):
-    # the signal row alone is gated: the latency rows (31% slower here) decide nothing
+    # the signal row alone is gated: the latency rows (about 40% slower here) decide nothing
     result = cli("rounds", "--dir", pii_slower, "--base", "base", "--new", "new", "--tolerance",
                  "25", "--gate", "signal:pii:p95")
     assert result.code == 1
