@@ -139,8 +139,10 @@ def test_run_classifies_every_failure_and_accounts_for_it(fault_server, tmp_path
              "nodecision", "reset", "short", "chunked", "http10", "sleep:1.5", "huge", "fine 2"]
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     out = tmp_path / "run.json"
+    # sleep:1.5 is waited for the timeout in each pass; the others take 12 ms or less: 0.3 s
+    # leaves them a stall of the machine's 130 ms twice over
     result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out, "--label",
-                 "x", "--concurrency", "1,4", "--timeout", "0.5", "--warmup", "0")
+                 "x", "--concurrency", "1,4", "--timeout", "0.3", "--warmup", "0")
     assert result.code == 1
     document = json.loads(out.read_text())
     expected = {"fine": None, "status:500": "http_5xx", "status:503": "http_5xx",
