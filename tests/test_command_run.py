@@ -594,9 +594,10 @@ def test_a_run_against_a_length_dependent_router_flags_no_slow_phase(simulator, 
     # short prompts take 15 ms, long enough that a burst of load on the machine does not
     # double a window of them (at 3 ms, one did: a slow phase, rightly flagged); three
     # windows of them, whose median p95 a burst doubling one of them moves to 1.5x, where
-    # the long prompts' window (105 ms) is 7x
+    # the long prompts' window (105 ms) is 7x: five of them, half a window, the fewest that
+    # are a window of their own
     router = simulator(delay_ms=15, answers=SimulatedAnswers(per_kb_ms=15))
-    texts = [f"prompt {i} " + "w" * (i % 50) for i in range(30)] + ["x" * 6000] * 6
+    texts = [f"prompt {i} " + "w" * (i % 50) for i in range(30)] + ["x" * 6000] * 5
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label", "x",
