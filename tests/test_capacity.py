@@ -56,9 +56,13 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # x = 30 ms, m = 20% allowed L up to 17% and m = 30% 23%: steps of 0.5 s at 30% tolerate
     # a stall of 65 ms beside a 10% turnaround, as steps of 1 s at 20% did (67 ms; steps of
     # 0.5 s at 20% lost 17% of 2 workers' step once in CI, 85 ms). No warm-up: two requests
-    # of DELAY_MS before the first step, while a fresh connection's first costs a ms or less
+    # of DELAY_MS before the first step, while a fresh connection's first costs a ms or less.
+    # The ladder climbs from half the workers (1 for one): a doubling that grows, the
+    # plateau, and the step that finds it flat; 4 workers' step of 1 caller took 0.5 s more
+    steps = sorted({max(workers // 2, 1), workers, 2 * workers})
     result, out = ladder_run(cli, tmp_path, router.url, "--duration", "0.5s",
-                             "--ladder-margin", "30", warmup=0)
+                             "--ladder-margin", "30", "-c", ",".join(map(str, steps)),
+                             warmup=0)
     assert result.code == 0, result.err
     capacity = run_capacity(load_run(str(out)))
     expected = workers * 1000 / DELAY_MS
