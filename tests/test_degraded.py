@@ -239,9 +239,9 @@ def test_the_simulator_answers_a_stable_share_with_signal_errors_and_faster(simu
 
 
 def rounds_against_a_degrading_simulator(tmp_path, cli, simulator, allow):
-    # 20 prompts, 3 of which the new side degrades (chosen by prompt, alike in every round);
+    # 12 prompts, 2 of which the new side degrades (chosen by prompt, alike in every round);
     # the result cache's timing check reads 10 or more
-    texts = [f"question {i}: what does routing topic {i % 9} need?" for i in range(20)]
+    texts = [f"question {i}: what does routing topic {i % 9} need?" for i in range(12)]
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     # one request at a time (serial): the c4 pass's answers wait for three others, about 4x
     # a prompt's first (sequential) time, never under half of it, so timing finds no result
