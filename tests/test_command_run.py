@@ -852,7 +852,8 @@ class SplitWriter:
 def test_a_server_writing_head_and_body_apart_with_nagle_on_is_named(tmp_path, cli, nodelay):
     router = SplitWriter(nodelay)
     try:
-        corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(12)])
+        # 8 answers: Nagle held back the body of all but the first by 44 ms here
+        corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(8)])
         out = tmp_path / "run.json"
         result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out,
                      "--label", "x", "-c", "1", "--warmup", "0")
@@ -862,10 +863,10 @@ def test_a_server_writing_head_and_body_apart_with_nagle_on_is_named(tmp_path, c
     late = [r for r in json.loads(out.read_text())["passes"][0]["requests"]
             if r.get("late_body")]
     if nodelay:  # head and body apart too, but nothing holds the body back
-        assert "stall" not in result.out + result.err and len(late) <= 6
+        assert "stall" not in result.out + result.err and len(late) <= 4
         return
-    assert len(late) > 6
-    assert f"head-and-body stall: {len(late)} of 12 answers came with their body 30 ms or " \
+    assert len(late) > 4
+    assert f"head-and-body stall: {len(late)} of 8 answers came with their body 30 ms or " \
            "more after their head: the server writes an answer's head and body apart with " \
            "Nagle's algorithm on" in result.out
     assert "the fix is on the server: TCP_NODELAY on its sockets" in result.out
