@@ -390,7 +390,8 @@ def test_amd_smi_monitor_is_sampled_through_the_pass(simulator, tmp_path, cli, m
     script.chmod(0o755)
     (tmp_path / "monitor.txt").write_text(AMD_MONITOR)
     monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
-    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(100)])
+    # 30 prompts: the pass waits for the monitor's first sample, and every sample is alike
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(30)])
     result = cli("run", "--url", simulator(delay_ms=2).url, "--corpus", corpus, "--out",
                  tmp_path / "run.json", "--label", "x", "--concurrency", "1", "--warmup", "0",
                  "--gpu", "amd", "--gpu-index", "0")
