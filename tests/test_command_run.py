@@ -25,6 +25,10 @@ from conftest import (answer_with_head, assert_one_line_error, default_route_ser
                       final_answer, HASH, OK, PROMPTS, run_sampled, run_with, ScriptedServer,
                       write_corpus)
 
+# its runs write files only to read them back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def test_bad_capture_options(tmp_path, cli):
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])

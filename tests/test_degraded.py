@@ -26,6 +26,10 @@ from router_latency.simulator import (simulated_answer, SimulatedAnswers, Skippe
 from router_latency.rounds import run_outcome
 from conftest import make_run, write_corpus
 
+# its rounds write 6 run files a test, only to read them back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 PASS_HEADERS = ()
 
