@@ -404,7 +404,7 @@ class TerminalStream(io.StringIO):
 
 
 def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
-    router = simulator(delay_ms=0)
+    router = simulator(delay_ms=1)
     corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(40)])
     terminal = TerminalStream()  # stdout and stderr on one terminal, in the order written
     monkeypatch.setattr(sys, "stderr", terminal)
