@@ -55,8 +55,10 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # ((200 + x) / (100 + x) > (1 + m) / (1 - L)); a doubling of workers is never flat. At
     # x = 30 ms, m = 20% allowed L up to 17% and m = 30% 23%: steps of 0.5 s at 30% tolerate
     # a stall of 65 ms beside a 10% turnaround, as steps of 1 s at 20% did (67 ms; steps of
-    # 0.5 s at 20% lost 17% of 2 workers' step once in CI, 85 ms). No warm-up: two requests
-    # of DELAY_MS before the first step, while a fresh connection's first costs a ms or less.
+    # 0.5 s at 20% lost 17% of 2 workers' step once in CI, 85 ms). No warm-up (two requests
+    # of DELAY_MS): the readiness check's preview has been through the simulator, and a
+    # step's first request took what the others did (under load, 33 ladders each way: 107.5
+    # ms on average without a warm-up, 108.8 with one, the others 104.6 and 107.1).
     # The ladder climbs from half the workers (1 for one): a doubling that grows, the
     # plateau, and the step that finds it flat; 4 workers' step of 1 caller took 0.5 s more
     steps = sorted({max(workers // 2, 1), workers, 2 * workers})
