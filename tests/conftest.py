@@ -177,8 +177,8 @@ def quick_ready_poll(monkeypatch):
 @pytest.fixture
 def no_fsync(monkeypatch):
     """Let os.fsync return at once: for tests that write many files only to read them back
-    (pools of run files), which the disk's flush makes wait (2.7 ms a written file here, two
-    fsyncs, more on a disk other processes share). The files are the same; what fsync is for
+    (pools of run files), which the disk's flush makes wait (two fsyncs a written file, 0.4
+    to 2.7 ms here with the disk's other traffic). The files are the same; what fsync is for
     is tested in test_measuring.py (a written file reaches the disk before it replaces ...)."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)
 
