@@ -158,11 +158,11 @@ def test_a_run_file_whose_signal_times_do_not_fit_its_names_is_refused(tmp_path,
     assert result.err.count("\n") == 1
 
 
-def measure_rounds(where, new_pii_ms, *options, base_pii_ms=2.0):
-    """Measure 3 rounds in where/rounds, base and new alternating who starts, on simulated
-    routers whose signals are domain 1 ms, pii base_pii_ms (new: new_pii_ms) and guard 0.5 ms
-    after a 2 ms delay."""
-    corpus = write_corpus(where / "c.json", [f"question number {i}" for i in range(30)])
+def measure_rounds(where, new_pii_ms, *options, base_pii_ms=2.0, prompts=30):
+    """Measure 3 rounds of `prompts` prompts a pass in where/rounds, base and new alternating
+    who starts, on simulated routers whose signals are domain 1 ms, pii base_pii_ms (new:
+    new_pii_ms) and guard 0.5 ms after a 2 ms delay."""
+    corpus = write_corpus(where / "c.json", [f"question number {i}" for i in range(prompts)])
     folder = where / "rounds"
     folder.mkdir()
     for number in (1, 2, 3):
@@ -184,23 +184,29 @@ def measure_rounds(where, new_pii_ms, *options, base_pii_ms=2.0):
 
 @pytest.fixture(scope="module")
 def pii_slower(tmp_path_factory):
-    """Three rounds in which pii alone got 42% slower (10 to 14.2 ms), measured once a session
-    for the two tests that read them (and write nothing there)."""
+    """Three rounds in which pii alone got 65% slower (10 to 16.5 ms), measured once a session
+    for the two tests that read them (and write nothing there). 6.5 ms a request, well above
+    what a loaded machine moves the client's mean by (see below): a stall of S ms in a pass
+    moves its time outside the signals by S / 20 ms a request, so 390 ms in one round take
+    the mean of 3 rounds to pii's 6.5 ms (378 ms did with 30 prompts, pii 10 and 14.2 ms);
+    the base side's 13.5 ms a request are as before (a sequential pass twice as slow as the
+    next for most prompts reads as a result cache). 20 prompts: 0.7 s a round, 30 took 0.9."""
     return once_a_session(tmp_path_factory, "pii-slower", lambda where: measure_rounds(
-        where, new_pii_ms=14.2, base_pii_ms=10.0)) / "rounds"
+        where, new_pii_ms=16.5, base_pii_ms=10.0, prompts=20)) / "rounds"
 
 
 def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
-    # pii alone 42% slower, by 4.2 ms a request: the signal times are the simulator's seeded
+    # pii alone 65% slower, by 6.5 ms a request: the signal times are the simulator's seeded
     # draws, but the time outside them is the client's, which a loaded machine moves by a
-    # millisecond or two in a mean of 30 requests (it overtook a change of 0.8 ms)
+    # millisecond or two in a mean of 20 or 30 requests (it overtook a change of 0.8 ms);
+    # "most of the change" holds while that stays below pii's 6.5 ms (a median of 3 rounds)
     folder = pii_slower
-    # pii's 4.2 ms are 31% of the client's 13.5 ms: a tolerance beyond it keeps the latency
-    # rows from failing, which this test is not about
-    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "50")
+    # pii's 6.5 ms are about 45% of the client's 14.5 ms: a tolerance far beyond it keeps the
+    # latency rows from failing, which this test is not about
+    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "100")
     result = cli(*asked, "--format", "json")
     report = json.loads(result.out)
-    # the parts are advisory: pii, 42% slower, is no reason of the outcome, and the exit
+    # the parts are advisory: pii, 65% slower, is no reason of the outcome, and the exit
     # code is the latency rows' (pass, or inconclusive where their p95 is noisy)
     assert result.code in (0, 3) and not any("signal:" in r for r in report["reasons"])
     assert [b["pass"] for b in report["breakdowns"]] == ["sequential", "c4"]
@@ -217,11 +223,11 @@ def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
                 assert row["diff"]["low"] <= 0 <= row["diff"]["high"]
         signals = [r["metric"] for r in breakdown["rows"] if r["metric"].startswith("signal:")]
         assert signals[0].startswith("signal:pii:")  # the signal that moved most comes first
-        assert re.search(r"pii \+4\d\.\d%", breakdown["sentence"])  # 40% slower
+        assert re.search(r"pii \+6\d\.\d%", breakdown["sentence"])  # 65% slower
         # the sentence names each signal's p95 and, of the rest, the mean, saying so
         assert re.search(r"outside the signals \(mean\) [-+]\d", breakdown["sentence"])
     # sequential, the client's mean moved by about what pii's did: most of the change
-    assert re.search(r": pii \+4\d\.\d%", report["breakdowns"][0]["sentence"])
+    assert re.search(r": pii \+6\d\.\d%", report["breakdowns"][0]["sentence"])
     assert "(most of the change)" in report["breakdowns"][0]["sentence"]
     text = cli(*asked).out
     assert "where the time goes" in text and "unexplained" in text
@@ -248,21 +254,24 @@ def test_rounds_names_the_one_signal_that_got_slower(pii_slower, tmp_path, cli):
     parts = [line.split()[0] for line in table.splitlines() if " ms " in line and "p50 ms"
              not in line and "p95 ms" not in line and "p99 ms" not in line]
     # of the signals, seeded draws, pii moved most; the time outside them is one round's of
-    # the client, where one stall of 130 ms on a loaded machine moves a mean of 30 by 4 ms
+    # the client, where one stall of 130 ms on a loaded machine moves a mean of 20 by 6.5 ms
     assert [part for part in parts if part != "outside"][0] == "pii" and "outside" in parts
     assert "Sequential, where the time goes: A: client mean " in compared
     assert "Conc 4, where the time goes: B: client mean " in compared
-    # record: a sentence per pass naming the part that changed most
+    # record: a sentence per pass naming the part that changed most, by the mean of the
+    # rounds' differences, not their median: pii's 6.5 ms, which a stall of 390 ms in one pass
+    # would give the time outside the signals (20 prompts with pii 4.2 ms apart lost it once
+    # under -n 4 beside a second copy of these files)
     out = cli("record", "--section", f"x={folder}:base:new", "--json", tmp_path / "r.json",
               "--markdown", tmp_path / "r.md")
     assert out.code in (0, 1, 3), out.err  # the latency rows decide it, not the parts
     sentences = (tmp_path / "r.md").read_text()
-    assert re.search(r"- Sequential: pii changed most, \+4\d\.\d%", sentences)
+    assert re.search(r"- Sequential: pii changed most, \+6\d\.\d%", sentences)
     assert "- Conc 4: " in sentences and "changed most" in sentences.split("- Conc 4: ")[1]
 
 
 def test_a_gated_signal_row_fails_the_gate(pii_slower, cli):
-    # the signal row alone is gated: the latency rows (31% slower here) decide nothing
+    # the signal row alone is gated: the latency rows (about 45% slower here) decide nothing
     result = cli("rounds", "--dir", pii_slower, "--base", "base", "--new", "new", "--tolerance",
                  "25", "--gate", "signal:pii:p95")
     assert result.code == 1
@@ -348,8 +357,13 @@ def test_an_answer_read_for_its_signals_gives_the_decision_and_times_of_the_whol
 
 
 def test_without_the_answers_times_the_router_histograms_name_the_part(tmp_path, cli):
-    folder = measure_rounds(tmp_path, 2.8, "--no-signals")
-    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "25")
+    # pii 2 ms, new 4.5 ms (+125%; both in the router's lowest bucket), from the histograms:
+    # means of the simulator's seeded draws (10% jitter), 12 a pass, +120% at least in 3
+    # rounds, while the latency rows (2.5 ms on about 6.5) stay inside a tolerance of 100%:
+    # pii's row alone fails the gate. 2.8 ms (+40%) against 25% needed 30 prompts a pass (20
+    # left Sequential's row undecided)
+    folder = measure_rounds(tmp_path, 4.5, "--no-signals", prompts=12)
+    asked = ("rounds", "--dir", folder, "--base", "base", "--new", "new", "--tolerance", "100")
     report = json.loads(cli(*asked, "--format", "json").out)
     for breakdown in report["breakdowns"]:
         rows = {r["metric"]: r for r in breakdown["rows"]}

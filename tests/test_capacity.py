@@ -32,12 +32,12 @@ from conftest import assert_one_line_error, make_run, pass_of, write_corpus
 DELAY_MS = 100.0
 
 
-def ladder_run(cli, tmp_path, url, *extra, label="x", prompts=16):
+def ladder_run(cli, tmp_path, url, *extra, label="x", prompts=16, warmup=2):
     corpus = write_corpus(tmp_path / "corpus.json", [f"question {i}" for i in range(prompts)])
     out = tmp_path / f"{label}.json"
     result = cli("run", "--url", url, "--corpus", corpus, "--out", out, "--label", label,
-                 "--ladder", "--warmup", "2", "--timeout", "5", "--router-max-concurrency", "8",
-                 *extra)
+                 "--ladder", "--warmup", str(warmup), "--timeout", "5",
+                 "--router-max-concurrency", "8", *extra)
     return result, out
 
 
@@ -55,9 +55,16 @@ def test_the_ladder_finds_the_plateau_of_n_workers_and_the_knee_at_n_callers(
     # ((200 + x) / (100 + x) > (1 + m) / (1 - L)); a doubling of workers is never flat. At
     # x = 30 ms, m = 20% allowed L up to 17% and m = 30% 23%: steps of 0.5 s at 30% tolerate
     # a stall of 65 ms beside a 10% turnaround, as steps of 1 s at 20% did (67 ms; steps of
-    # 0.5 s at 20% lost 17% of 2 workers' step once in CI, 85 ms)
+    # 0.5 s at 20% lost 17% of 2 workers' step once in CI, 85 ms). No warm-up (two requests
+    # of DELAY_MS): the readiness check's preview has been through the simulator, and a
+    # step's first request took what the others did (under load, 33 ladders each way: 107.5
+    # ms on average without a warm-up, 108.8 with one, the others 104.6 and 107.1).
+    # The ladder climbs from half the workers (1 for one): a doubling that grows, the
+    # plateau, and the step that finds it flat; 4 workers' step of 1 caller took 0.5 s more
+    steps = sorted({max(workers // 2, 1), workers, 2 * workers})
     result, out = ladder_run(cli, tmp_path, router.url, "--duration", "0.5s",
-                             "--ladder-margin", "30")
+                             "--ladder-margin", "30", "-c", ",".join(map(str, steps)),
+                             warmup=0)
     assert result.code == 0, result.err
     capacity = run_capacity(load_run(str(out)))
     expected = workers * 1000 / DELAY_MS
@@ -116,10 +123,11 @@ def test_a_ladder_stops_where_the_router_sheds_and_names_its_admission_limit(
 def test_a_ladder_stops_where_p95_passes_the_slo(tmp_path, cli, simulator):
     # one caller's p95 is 100 ms and whatever the load adds (more than 30 ms seen under two
     # copies of the suite), two callers' twice that less a turnaround: an SLO of 150 ms
-    # lies 50 ms from both. Four prompts: at two callers each but the first waits for the
-    # other's (p95 200 ms), as with eight
+    # lies 50 ms from both. Three prompts: at two callers each but the first waits for the
+    # other's (p95 200 ms), as with eight; no warm-up (two requests of 100 ms)
     router = simulator(delay_ms=100.0, serial=True)
-    result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "150", prompts=4)
+    result, out = ladder_run(cli, tmp_path, router.url, "--slo-p95-ms", "150", prompts=3,
+                             warmup=0)
     assert result.code == 0, result.err
     assert [p.name for p in load_run(str(out)).passes] == ["sequential", "c2"]
     assert "passed the SLO (--slo-p95-ms 150)" in result.out

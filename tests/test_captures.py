@@ -140,9 +140,11 @@ def test_absent_or_failing_gpu_tools_are_not_an_error(simulator, fake_tools, tmp
 
 
 def test_probes_run_before_and_after_each_pass(simulator, tmp_path, cli):
+    # the slow probe is waited for its timeout at each of the 4 moments; the others take 15 ms
+    # or less (a shell, or three in a pipe): 0.2 s leaves them a stall of the machine's 130 ms
     document, _ = run_once(cli, simulator(delay_ms=0), tmp_path,
                            "--probe", "cpus=echo 0-15", "--probe", "fails=echo out; exit 3",
-                           "--probe", "slow=sleep 5; echo never", "--probe-timeout", "0.3",
+                           "--probe", "slow=sleep 5; echo never", "--probe-timeout", "0.2",
                            "--probe", "big=head -c 10000 /dev/zero | tr '\\0' x")
     assert document["captures"]["probes"] == ["cpus", "fails", "slow", "big"]
     for item in document["passes"]:

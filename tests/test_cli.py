@@ -21,6 +21,10 @@ from router_latency.cli import main
 from conftest import (assert_one_line_error, bad_file, BAD_FILES, final_answer, hold_a_slot,
                       make_run, NOT_UTF8, ROOT, three_rounds, write_corpus)
 
+# its runs and reports write files only to read them back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_run_rejects_bad_corpus_files(tmp_path, cli, kind):

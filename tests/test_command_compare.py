@@ -16,6 +16,10 @@ from router_latency.simulator import SimulatedAnswers
 from conftest import (assert_one_line_error, assert_renders_as_blocks, default_route_server,
                       make_run, mark_cached, N, run_sampled, suspect_rounds, two_runs, write_corpus)
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def test_compare_fail_on_decision_change(tmp_path, cli):
     a, b = two_runs(tmp_path)

@@ -10,6 +10,10 @@ from router_latency.errors import RouterLatencyError
 from router_latency.command_history import add_history_parser
 from conftest import history_rounds_folder
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def parser():
     top = argparse.ArgumentParser(prog="router-latency")

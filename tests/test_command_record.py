@@ -13,6 +13,10 @@ from conftest import (assert_one_line_error, assert_renders_as_blocks,
                       mark_cached, rounds_folder, shown_raw, suspect_rounds, three_rounds,
                       write_corpus, cpu_gpu_round, undecided)
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def assert_page_tables_keep_their_columns(page):
     """Assert that every table of the report page has a header row and rows as wide as it,

@@ -16,6 +16,10 @@ from router_latency.corpus import (BoundaryCase, boundary_cases, build_corpus, c
 from router_latency.errors import RouterLatencyError
 from conftest import ROOT, SETTINGS, write
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def test_extract_prompts_walks_every_key_in_document_order():
     document = {"a": [{"query": "q1", "x": {"question": "q2"}}],

@@ -26,6 +26,10 @@ from router_latency.simulator import (simulated_answer, SimulatedAnswers, Skippe
 from router_latency.rounds import run_outcome
 from conftest import make_run, write_corpus
 
+# its rounds write 6 run files a test, only to read them back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 PASS_HEADERS = ()
 
@@ -239,9 +243,9 @@ def test_the_simulator_answers_a_stable_share_with_signal_errors_and_faster(simu
 
 
 def rounds_against_a_degrading_simulator(tmp_path, cli, simulator, allow):
-    # 20 prompts, 3 of which the new side degrades (chosen by prompt, alike in every round);
+    # 12 prompts, 2 of which the new side degrades (chosen by prompt, alike in every round);
     # the result cache's timing check reads 10 or more
-    texts = [f"question {i}: what does routing topic {i % 9} need?" for i in range(20)]
+    texts = [f"question {i}: what does routing topic {i % 9} need?" for i in range(12)]
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     # one request at a time (serial): the c4 pass's answers wait for three others, about 4x
     # a prompt's first (sequential) time, never under half of it, so timing finds no result

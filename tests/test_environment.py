@@ -3,6 +3,8 @@ and effect, the outlier rounds, and their sections."""
 
 import math
 
+import pytest
+
 from router_latency.gate import Row
 from router_latency.report import text_lines
 from router_latency.roundset import Rounds
@@ -11,6 +13,10 @@ from router_latency.stats import Interval
 from router_latency.environment import (environment_rows, environment_section,
                                         order_and_outliers, order_balance, order_section)
 from conftest import make_run, three_rounds
+
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
 
 
 def loaded_rounds(folder, numbers=(1, 2, 3)):

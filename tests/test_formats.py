@@ -19,6 +19,10 @@ from router_latency.cli import build_parser, FORMAT_FILES
 from conftest import three_rounds, two_runs, write_corpus
 from test_capacity import ladder_in_memory
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 # command -> (its table of printed formats, its table of files)
 TABLES = {command: (outputs.formats, outputs.files)

@@ -139,8 +139,10 @@ def test_run_classifies_every_failure_and_accounts_for_it(fault_server, tmp_path
              "nodecision", "reset", "short", "chunked", "http10", "sleep:1.5", "huge", "fine 2"]
     corpus = write_corpus(tmp_path / "corpus.json", texts)
     out = tmp_path / "run.json"
+    # sleep:1.5 is waited for the timeout in each pass; the others take 12 ms or less: 0.3 s
+    # leaves them a stall of the machine's 130 ms twice over
     result = cli("run", "--url", fault_server.url, "--corpus", corpus, "--out", out, "--label",
-                 "x", "--concurrency", "1,4", "--timeout", "0.5", "--warmup", "0")
+                 "x", "--concurrency", "1,4", "--timeout", "0.3", "--warmup", "0")
     assert result.code == 1
     document = json.loads(out.read_text())
     expected = {"fine": None, "status:500": "http_5xx", "status:503": "http_5xx",
@@ -373,7 +375,7 @@ def test_https_to_a_plain_http_port_says_the_server_did_not_speak_tls(simulator,
         # the plain-text answer comes at once; the simulator never answers the hello, so its
         # handshake (of /ready, then of the preview) waits the whole timeout, kept short
         for url, timeout in ((f"https://127.0.0.1:{plain.getsockname()[1]}", "5"),
-                             (simulator(delay_ms=0).url.replace("http://", "https://"), "0.2")):
+                             (simulator(delay_ms=0).url.replace("http://", "https://"), "0.1")):
             result = cli("run", "--url", url, "--corpus", corpus, "--out", tmp_path / "o.json",
                          "--label", "x", "--timeout", timeout)
             assert result.code == 2, result
@@ -542,21 +544,21 @@ def test_duration_cycles_the_corpus_and_starts_nothing_after_it(simulator, tmp_p
     corpus = write_corpus(tmp_path / "corpus.json", TEXTS[:3])
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "-o", out, "--label", "x",
-                 "-c", "2", "-d", "300ms", "--rate", "100/s", "--warmup", "0")
+                 "-c", "2", "-d", "150ms", "--rate", "200/s", "--warmup", "0")
     assert result.code == 0, result.err
-    assert result.out.splitlines()[0].endswith("; each pass cycles the corpus for 0.3 s")
+    assert result.out.splitlines()[0].endswith("; each pass cycles the corpus for 0.15 s")
     document = json.loads(out.read_text())
-    assert document["settings"]["duration_s"] == 0.3 and document["settings"]["repeat"] == 1
+    assert document["settings"]["duration_s"] == 0.15 and document["settings"]["repeat"] == 1
     closed, open_loop = document["passes"]
     sent = [(r["id"], r.get("rep", 0)) for r in closed["requests"]]
-    # request i is prompt i % 3, sending i // 3; none leaves once the 300 ms are up
+    # request i is prompt i % 3, sending i // 3; none leaves once the 150 ms are up
     assert sorted(sent, key=lambda s: (s[1], s[0])) == [(i % 3, i // 3) for i in range(len(sent))]
-    assert all(r["start_ms"] <= 300 for r in closed["requests"])
+    assert all(r["start_ms"] <= 150 for r in closed["requests"])
     assert closed["interrupted"] is False and document["complete"] is True
-    # open loop: the schedule of 100/s for 0.3 s, 30 requests, cycling the 3 prompts
+    # open loop: the schedule of 200/s for 0.15 s, 30 requests, cycling the 3 prompts
     assert sorted((r["id"], r.get("rep", 0)) for r in open_loop["requests"]) == sorted(
         (i % 3, i // 3) for i in range(30))
-    assert run_signature(load_run(str(out)))["passes"] == "c2 r100 for 0.3 s"
+    assert run_signature(load_run(str(out)))["passes"] == "c2 r200 for 0.15 s"
 
 
 def test_rate_as_vegeta_writes_it(simulator, tmp_path, cli):

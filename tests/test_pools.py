@@ -13,6 +13,8 @@ from router_latency.runfile import dump_run, load_run
 
 from conftest import assert_one_line_error, make_run
 
+# each test writes its pools, up to 48 run files three times each, only to read them back
+pytestmark = pytest.mark.usefixtures("no_fsync")
 
 def pool_round(folder, number, side, p50s, *, instances=None, started=0.0):
     """Write round `number` of `side` as one file per instance, their sequential p50s given

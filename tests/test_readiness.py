@@ -74,7 +74,8 @@ def test_any_answer_of_ready_but_503_leaves_it_to_the_preview(scripted, ready):
         return ready if not prompt else [final_answer()]
     router = scripted(answer)
     # "nothing in time" is waited out: a short timeout, still long beside a loopback answer
-    target = Target(parse_endpoint(router.url), timeout=0.3)
+    # (the preview's, a ms, or a stall of the machine's 130 ms)
+    target = Target(parse_endpoint(router.url), timeout=0.2)
     payload = encode_request(target.endpoint, "POST", b'{"messages":[{"role":"user",'
                                                       b'"content":"hello"}]}', ())
     assert wait_until_ready(target, payload, None, threading.Event()) is None

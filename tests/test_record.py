@@ -16,6 +16,10 @@ from router_latency.record import (cached_runs, range_sentences, record_section,
 from conftest import three_rounds
 from test_pools import as_pools
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def record_of(tmp_path, **options):
     three_rounds(tmp_path, **options)

@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from router_latency.constants import __version__
 from router_latency.gate import GateSettings
 from router_latency.judged import rows_json
@@ -14,6 +16,10 @@ from router_latency.render_text import verdict_line
 from router_latency.render_json import (compare_json, COMPARE_SCHEMA, record_json, rounds_json,
                                         ROUNDS_SCHEMA)
 from conftest import rounds_in_memory, three_rounds, two_runs, undecided
+
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
 
 
 def test_a_comparison_as_json_holds_each_figure_its_difference_and_ratio(tmp_path):

@@ -12,6 +12,10 @@ from router_latency.rounds import find_round_files, judge_rounds, Overload, run_
 from router_latency.render_text import format_plan, overload_note, rounds_table_parts
 from conftest import assert_tables_as_github_reads_them, run_with, three_rounds
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def test_a_table_parser_finds_tables_run_together(tmp_path):
     # the check itself: two tables with no blank line between read as one

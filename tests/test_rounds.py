@@ -13,6 +13,10 @@ from router_latency.gate import ROW_WORDS
 from router_latency.rounds import config_hash_findings, judge_rounds, run_outcome, time_windows
 from conftest import FIGURES, hashed_rounds, PASSES, rounds_in_memory, run_with
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def test_the_composite_test_catches_a_slowdown_no_single_row_shows():
     # +10% everywhere; each row's noise is a shift of one pattern (spread 4.2%), so that no

@@ -23,6 +23,9 @@ from router_latency.runfile import (_check_agrees, Attempt, Captures, CpuSetting
 from conftest import (assert_one_line_error, bad_file, BAD_FILES, hashed_rounds, length_passes,
                       LENGTHS, make_run, THRESHOLDS)
 
+# its run files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
 

@@ -3,8 +3,14 @@ change."""
 
 import json
 
+import pytest
+
 from router_latency.runtime_load import runtime_load_section
 from conftest import make_run, plain_rounds, rounds
+
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
 
 LATER = 'vsr_model_runtime_stage_decision_calls_total{deployment="d",round="later"}'
 FIRST = 'vsr_model_runtime_stage_decision_calls_total{deployment="d",round="first"}'

@@ -90,11 +90,15 @@ def test_joules_per_request_against_a_constant_power(simulator, standin, tmp_pat
     # done when: within 5% of power x pass time / requests, per pass; by the sampled power
     # (a driver refusing the energy counter: the plain query) and by the counter
     standin(STANDIN_POWER=150, STANDIN_COUNTER=counter)
-    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
-    out = tmp_path / "run.json"
     # one request at a time (serial): the c4 pass lasts as long as the sequential one, 0.45 s,
     # so the sampler's 20 ms stream puts two counter readings in it however loaded the
-    # machine (at 4 requests at once, 0.11 s, a loaded machine left one: "sampled power")
+    # machine (at 4 requests at once, 0.11 s, a loaded machine left one: "sampled power"),
+    # and a reading's delay is a small share of the time between the first and the last. The
+    # sampled power is the mean of the readings, one at least (the pass waits for the first):
+    # 40 prompts, 0.12 s
+    prompts = 150 if counter == "1" else 40
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(prompts)])
+    out = tmp_path / "run.json"
     result = cli("run", "--url", simulator(delay_ms=3, serial=True).url, "--corpus", corpus,
                  "--out", out, "--label", "x", "--concurrency", "1,4", "--warmup", "0",
                  "--gpu", "nvidia", "--gpu-index", "0", "--sample-ms", "20")
@@ -123,14 +127,16 @@ def test_joules_are_per_routed_request_not_per_answer(scripted, standin, tmp_pat
                            "applied_unknown_policies": {"classifier:intent": "no_match"}})
 
     def answer(prompt, number):
-        time.sleep(0.003)  # a pass long enough for the 20 ms sampler's readings
+        time.sleep(0.003)  # a pass longer than the 20 ms sampler's interval
         kind = prompt[:1]
         return [final_answer(b"{}", b"500 Internal Server Error") if kind == "f" else
                 final_answer(b'{"error": {"code": "OVERLOADED"}}', b"429 Too Many Requests")
                 if kind == "s" else final_answer(degraded.encode()) if kind == "d" else
                 final_answer()]
 
-    prompts = [f"{kind}{i}" for i in range(30) for kind in "rrfsd"]  # 60 of 150 routed
+    # 24 of 60 routed; the sampled power (no counter) is the mean of the readings, one at
+    # least (the pass waits for the first)
+    prompts = [f"{kind}{i}" for i in range(12) for kind in "rrfsd"]
     corpus = write_corpus(tmp_path / "corpus.json", prompts)
     out = tmp_path / "run.json"
     result = cli("run", "--url", scripted(answer).url, "--corpus", corpus, "--out", out,
@@ -157,7 +163,9 @@ def test_the_cpu_series_follows_the_routers_processes_through_the_pass(simulator
     # the router here is this process (the simulator's threads): its CPU seconds through the
     # pass are a series from 0 that never goes back, one reading per sample, at its time
     standin(STANDIN_POWER=150)
-    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(150)])
+    # 60 prompts of 3 ms: a pass of 0.18 s, 9 samples 20 ms apart (2 needed), in which this
+    # process spends several of the kernel's 10 ms ticks
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(60)])
     out = tmp_path / "run.json"
     result = cli("run", "--url", simulator(delay_ms=3, serial=True).url, "--corpus", corpus,
                  "--out", out, "--label", "x", "--concurrency", "1", "--warmup", "0",
@@ -328,12 +336,13 @@ def test_the_telemetry_record_is_versioned_and_bounded():
 
 
 def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_path, cli):
-    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(60)])
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(30)])
     folder = tmp_path / "rounds"
     folder.mkdir()
     # joules a request are watts x the pass's time / its requests: b draws a tenth of a's
     # power, so it stays below a unless its passes take ten times as long (150 W against
-    # 120 W flipped under -n 4 on a loaded machine: one pass 2.4x the other's time)
+    # 120 W flipped under -n 4 on a loaded machine: one pass 2.4x the other's time), in two
+    # rounds of three: b's pass of 30 prompts, 60 ms, stalled by half a second twice
     router = simulator(delay_ms=2)
     for number in (1, 2, 3):
         for side, watts in (("a", 300), ("b", 30)):
@@ -352,9 +361,11 @@ def test_energy_in_rounds_record_and_beside_the_cost(simulator, standin, tmp_pat
     assert record.code in (0, 1, 3), record.err  # the verdict is not what is tested here
     assert "energy of the router's GPUs per routed request: a " in (tmp_path / "r.md").read_text()
     standin(STANDIN_POWER=150)
+    # two steps, not five: each starts the stand-in three times (before, through, after)
     ladder = cli("run", "--url", router.url, "--corpus", corpus, "--out", tmp_path / "l.json",
                  "--label", "x", "--ladder", "--warmup", "0", "--gpu", "nvidia",
-                 "--cost-per-hour", "3.50/GPU", "--sample-ms", "20", "--slo-p95-ms", "60000")
+                 "--cost-per-hour", "3.50/GPU", "--sample-ms", "20", "--slo-p95-ms", "60000",
+                 "--router-max-concurrency", "2")
     assert ladder.code == 0, ladder.err
     # an SLO no step misses: the cost is counted at capacity within it whatever the machine's
     # load (at the plateau, a ladder whose throughput still grew has no step to count it at)
@@ -379,7 +390,8 @@ def test_amd_smi_monitor_is_sampled_through_the_pass(simulator, tmp_path, cli, m
     script.chmod(0o755)
     (tmp_path / "monitor.txt").write_text(AMD_MONITOR)
     monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
-    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(100)])
+    # 30 prompts: the pass waits for the monitor's first sample, and every sample is alike
+    corpus = write_corpus(tmp_path / "corpus.json", [f"p{i}" for i in range(30)])
     result = cli("run", "--url", simulator(delay_ms=2).url, "--corpus", corpus, "--out",
                  tmp_path / "run.json", "--label", "x", "--concurrency", "1", "--warmup", "0",
                  "--gpu", "amd", "--gpu-index", "0")

@@ -13,6 +13,10 @@ from router_latency.rounds import judge_rounds
 from router_latency.variance import noise_parts
 from conftest import NOISE_PROMPTS, noise_run
 
+# its files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def table_of(rng, rounds, sendings, within, between, instances=1, shared=0.0):
     """Return paired differences: a round's shared effect (sd between), an instance's (sd
