@@ -35,6 +35,10 @@ from conftest import (assert_one_line_error, assert_renders_as_blocks, cpu_gpu_r
                       SAMPLED, shown_raw, sides, suspect_rounds, three_rounds, undecided,
                       write_corpus)
 
+# its run files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 @pytest.mark.parametrize("settings,shown", [({"repeat": 3}, "sequential x3"),
                                             ({"duration_s": 30.0}, "sequential for 30 s")])

@@ -39,6 +39,10 @@ from router_latency.page import page_verdict
 from router_latency.constants import EXIT_GATE, EXIT_INCONCLUSIVE, EXIT_OK, EXIT_USAGE
 from conftest import make_run, ROOT, SETTINGS
 
+# its run files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 @SETTINGS
 @given(st.lists(st.tuples(st.floats(0.1, 1000), st.floats(0.1, 1000)), min_size=3,

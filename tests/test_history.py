@@ -22,6 +22,10 @@ from router_latency.history_render import format_history, history_json
 from conftest import BASE, history_rounds_folder, make_run, ROOT, three_rounds
 from test_pools import as_pools
 
+# its run files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 def chain(tmp_path, ratios, seed=1, **options):
     """Return rounds folders c1, c2, ... in a parent folder, oldest first."""

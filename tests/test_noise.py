@@ -22,6 +22,10 @@ from router_latency.stats import detectable_change
 from router_latency.rounds import judge_rounds
 from conftest import NOISE_PROMPTS, noise_run, pair_folder
 
+# its run files are written only to be read back: no wait for the disk's flush
+# (conftest.no_fsync)
+pytestmark = pytest.mark.usefixtures("no_fsync")
+
 
 # instances that keep their own speed (as aa-gpu's): 10 ms or 14 ms, 3 ms apart within
 INSTANCES = [(10, 14), (10, 10), (14, 10), (10, 14), (14, 14)]
