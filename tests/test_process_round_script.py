@@ -284,11 +284,12 @@ def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, 
     assert result.returncode == 2
     assert f"run_rounds.sh: error: no URL in {tmp_path / 'cpu.url'} after 1 s\n" \
         in result.stderr, result.stderr
-    for wrong in ("0", "1001", "0.1", "x"):
-        refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
-                                 env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": wrong})
-        assert (refused.returncode, refused.stderr) == (2, (
-            f"run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '{wrong}'\n"))
+    for variable in ("RUN_ROUNDS_POLL_MS", "RUN_ROUNDS_LOOK_MS"):
+        for wrong in ("0", "1001", "0.1", "x"):
+            refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                     env={**DRIVER_ENV, variable: wrong})
+            assert (refused.returncode, refused.stderr) == (2, (
+                f"run_rounds.sh: error: {variable} must be 1 to 1000, not '{wrong}'\n"))
 
 
 @pytest.mark.process
@@ -712,15 +713,15 @@ def free_ports(count):
 def test_driver_names_the_port_a_router_listens_on_when_its_url_has_another(tmp_path, how):
     # before: the run waited out all of --wait-ready in silence and ended "router not ready:
     # connection refused", though the simulator's start line named its port. The script looks
-    # once a second is up; the router is ended once it said so (or the run ends after
-    # --wait-ready), not left until --wait-ready is out
+    # every RUN_ROUNDS_LOOK_MS (a second, 100 ms here); the router is ended once it said so
+    # (or the run ends after --wait-ready), not left until --wait-ready is out
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     listens, wrong = free_ports(2)
     command = driver_args(tmp_path, corpus)
     command[command.index("--wait-ready") + 1] = "2"
     index = command.index("--base-url-file")
     command[index:index + 2] = ["--base-url", f"http://127.0.0.1:{wrong}"]
-    env = dict(DRIVER_ENV)
+    env = {**DRIVER_ENV, "RUN_ROUNDS_LOOK_MS": "100"}
     pid_file = tmp_path / "router.pid"
     if how == "foreground":  # the router is the start command's own process
         command[command.index("--base-start") + 1] = (
