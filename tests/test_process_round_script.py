@@ -360,10 +360,10 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
         "redoes the rest"]
     assert json.loads((results / "r1-gpu.json").read_text())["complete"] is False
     assert nothing_listens(tmp_path / "gpu.url")
-    again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume",
-                                                                plain=True),
-                                                    tmp_path, plain=True),
-                           capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
+    resume = with_foreground_new_side(driver_args(tmp_path, corpus, "--resume", plain=True),
+                                      tmp_path, plain=True)
+    resume = resume[:resume.index("--") + 1] + ["--concurrency", "1", "--warmup", "0"]
+    again = subprocess.run(resume, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
     # the script's part, not the gate's: one round's p50 stalled 15x under two copies of the
     # suite, and three rounds' interval then spanned more than any tolerance (exit 3)
     assert again.returncode in (0, 3), again.stderr
@@ -903,11 +903,13 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     command = driver_args(tmp_path, corpus, "--junit", str(tmp_path / "junit.xml"), plain=True)
     script = ROOT / "tests" / "failing_router.py"
-    failing = (f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+    failing = (f"{shlex.quote(sys.executable)} -S {shlex.quote(str(script))} "
                f"{shlex.quote(str(tmp_path / 'gpu.url'))}")
     command[command.index("--new-start") + 1] = failing
     del command[command.index("--new-stop"):command.index("--new-stop") + 2]
     command[command.index("--wait-ready") + 1] = "300"
+    # both passes (8 failed requests a run), no warm-up or probe
+    command = command[:command.index("--") + 1] + ["--concurrency", "1,2", "--warmup", "0"]
     summary = tmp_path / "summary.md"
     summary.write_text("")
     started = time.monotonic()
@@ -979,8 +981,11 @@ def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
     # `run_rounds.sh ... 2>&1 | head -n 2` ended it with SIGPIPE (exit 141) after round 1's
     # first side, with no message: it finishes every round and exits with its real code
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    command = shlex.join(with_foreground_new_side(driver_args(tmp_path, corpus, plain=True),
-                                                  tmp_path, plain=True))
+    command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
+                                       plain=True)
+    # one pass a run, no warm-up or probe: what the script writes is the claim, not the runs
+    command = shlex.join(command[:command.index("--") + 1] + ["--concurrency", "1", "--warmup",
+                                                              "0"])
     status = tmp_path / "status"
     script = f"{command} {redirect}; echo ${{PIPESTATUS[0]}} > {shlex.quote(str(status))}"
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
