@@ -383,10 +383,12 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
 def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
     # Ctrl-C reaches the run and the driver, and the driver's SIGTERM to the run lands while
     # the run handles the SIGINT: its handler once waited on the lock its own thread held
-    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
+    # 16 prompts of 100 ms: the run still measures 1.6 s after its probe ran (4 of 300 ms left
+    # 1.2 s), and the request under way when Ctrl-C comes ends within 0.1 s
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(16)])
     marker = tmp_path / "measuring"
     command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
-                                       delay=300, plain=True)
+                                       delay=100, plain=True)
     command[command.index("--tool") + 1] = str(widened_tool(tmp_path))
     command = command[:command.index("--") + 1] + [
         "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
