@@ -86,6 +86,13 @@ poll_ms=${RUN_ROUNDS_POLL_MS:-100}
   || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
        exit 2; }
 printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
+# whether a side's router has ended, or listens on another port than its URL's, it looks
+# once a second (the first port look a second after the start); RUN_ROUNDS_LOOK_MS (1 to
+# 1000, docs/cli.md) sets another interval: the tests of the port look use 100
+look_ms=${RUN_ROUNDS_LOOK_MS:-1000}
+[[ "$look_ms" =~ ^[1-9][0-9]{0,3}$ ]] && [ "$look_ms" -le 1000 ] \
+  || { echo "run_rounds.sh: error: RUN_ROUNDS_LOOK_MS must be 1 to 1000, not '$look_ms'" >&2
+       exit 2; }
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
 [ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
@@ -1467,17 +1474,17 @@ check_start() {  # sets start_why when the start command failed, or returned wit
   fi
 }
 
-# sets gone_why, once a second, when the side's router is known to have ended: the processes
-# its start command left running in its session are all gone, or its --*-container is not
-# running (docker inspect); a start command that returned leaving nothing (docker run -d)
-# without a container named cannot tell
+# sets gone_why, once a second (RUN_ROUNDS_LOOK_MS), when the side's router is known to have
+# ended: the processes its start command left running in its session are all gone, or its
+# --*-container is not running (docker inspect); a start command that returned leaving
+# nothing (docker run -d) without a container named cannot tell
 check_gone() {
   gone_why=""
   [ "$start_pid_done" -eq 1 ] || return 0
   if [ "${1:-}" != now ]; then
     now_ms
     [ "$now" -ge "$next_gone_check" ] || return 0
-    next_gone_check=$((now + 1000))
+    next_gone_check=$((now + look_ms))
   fi
   if [ "$left_behind" -eq 1 ] && ! session_alive "$start_pid"; then
     gone_why="every process its start command left running has ended"
@@ -1531,16 +1538,16 @@ check_router() {  # the router that answered must be the one started: $1 role, $
   if [ -z "${first_hashes[$role]}" ]; then first_hashes[$role]=$hashes; fi
 }
 
-# a router that listens on another port than its side's URL: said once a second is up and
-# the URL still refuses while the start command's processes listen elsewhere (or, once a start
-# command that detaches returned, its --*-container's published ports, docker port), naming
-# the ports it listens on; the run goes on waiting, as a router may open its metrics port
-# long before its API
+# a router that listens on another port than its side's URL: said once a second
+# (RUN_ROUNDS_LOOK_MS) is up and the URL still refuses while the start command's processes
+# listen elsewhere (or, once a start command that detaches returned, its --*-container's
+# published ports, docker port), naming the ports it listens on; the run goes on waiting, as
+# a router may open its metrics port long before its API
 check_port() {  # $1: the URL the run waits on
   [ "$port_said" -eq 0 ] || return 0
   now_ms
   [ "$now" -ge "$next_port_check" ] || return 0
-  next_port_check=$((now + 1000))
+  next_port_check=$((now + look_ms))
   local host=${1#*://} port ports metrics=""
   host=${host%%/*}; host=${host%:*}; host=${host#[}; host=${host%]}
   [[ "$host" == 127.* || "$host" == localhost || "$host" == ::1 ]] || { port_said=1; return 0; }
@@ -1592,7 +1599,7 @@ measure_side() {
   left_behind=0
   next_gone_check=0
   port_said=0
-  now_ms; next_port_check=$((now + 1000))
+  now_ms; next_port_check=$((now + look_ms))
   target=${url[$role]}
   if [ -n "${url_file[$role]}" ]; then
     now_ms; deadline=$((now + wait_ready * 1000))

@@ -277,6 +277,17 @@ def test_driver_checks_every_line_in_one_start_or_with_an_older_tool_one_a_line(
     assert not (tmp_path / "started").exists() and not (tmp_path / "results").exists()
 
 
+def stop_and_wait_command(tmp_path):
+    """A stop command that ends the router whose pid its start command left in <side>.pid,
+    returns once it has ended (or is a zombie: this container's pid 1 may reap none), and
+    logs the stop as driver_args's does: the script then finds nothing left to wait for."""
+    folder = shlex.quote(str(tmp_path))
+    return (f'pid=$(cat {folder}/$SIDE.pid); kill "$pid"; for _ in $(seq 600); do '
+            f'{{ read -r stat < "/proc/$pid/stat"; }} 2>/dev/null || break; '
+            f'stat=${{stat##*) }}; [ "${{stat%% *}}" != Z ] || break; sleep 0.05; done; '
+            f'echo "stopped $SIDE $ROUND" >> {folder}/log')
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("poll_ms", ["20", "1000"])
 def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, poll_ms):
@@ -285,7 +296,11 @@ def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, 
     # that many looks of 100 ms
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     command = driver_args(tmp_path, corpus)
-    command[command.index("--base-start") + 1] = "sleep 30"  # runs, and writes no URL
+    # runs, and writes no URL; stopped by a command that waits for its end (a stop that
+    # returned first had the script wait one more look, a second at 1000)
+    command[command.index("--base-start") + 1] = \
+        f"echo $$ > {shlex.quote(str(tmp_path / 'cpu.pid'))}; exec sleep 30"
+    command[command.index("--base-stop") + 1] = stop_and_wait_command(tmp_path)
     command[command.index("--wait-ready") + 1] = "1"
     started = time.monotonic()
     result = subprocess.run(command, capture_output=True, text=True, timeout=60,
@@ -294,11 +309,12 @@ def test_driver_waits_its_wait_ready_for_a_url_file_whatever_its_poll(tmp_path, 
     assert result.returncode == 2
     assert f"run_rounds.sh: error: no URL in {tmp_path / 'cpu.url'} after 1 s\n" \
         in result.stderr, result.stderr
-    for wrong in ("0", "1001", "0.1", "x"):
-        refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
-                                 env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": wrong})
-        assert (refused.returncode, refused.stderr) == (2, (
-            f"run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '{wrong}'\n"))
+    for variable in ("RUN_ROUNDS_POLL_MS", "RUN_ROUNDS_LOOK_MS"):
+        for wrong in ("0", "1001", "0.1", "x"):
+            refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                                     env={**DRIVER_ENV, variable: wrong})
+            assert (refused.returncode, refused.stderr) == (2, (
+                f"run_rounds.sh: error: {variable} must be 1 to 1000, not '{wrong}'\n"))
 
 
 @pytest.mark.process
@@ -369,10 +385,10 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
         "redoes the rest"]
     assert json.loads((results / "r1-gpu.json").read_text())["complete"] is False
     assert nothing_listens(tmp_path / "gpu.url")
-    again = subprocess.run(with_foreground_new_side(driver_args(tmp_path, corpus, "--resume",
-                                                                plain=True),
-                                                    tmp_path, plain=True),
-                           capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
+    resume = with_foreground_new_side(driver_args(tmp_path, corpus, "--resume", plain=True),
+                                      tmp_path, plain=True)
+    resume = resume[:resume.index("--") + 1] + ["--concurrency", "1", "--warmup", "0"]
+    again = subprocess.run(resume, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
     # the script's part, not the gate's: one round's p50 stalled 15x under two copies of the
     # suite, and three rounds' interval then spanned more than any tolerance (exit 3)
     assert again.returncode in (0, 3), again.stderr
@@ -392,10 +408,12 @@ def test_driver_interrupted_names_the_incomplete_file_and_resumes(tmp_path):
 def test_driver_interrupted_while_the_run_handles_ctrl_c_ends_at_once(tmp_path):
     # Ctrl-C reaches the run and the driver, and the driver's SIGTERM to the run lands while
     # the run handles the SIGINT: its handler once waited on the lock its own thread held
-    corpus = write_corpus(tmp_path / "corpus.json", ["a", "b", "c", "d"])
+    # 16 prompts of 100 ms: the run still measures 1.6 s after its probe ran (4 of 300 ms left
+    # 1.2 s), and the request under way when Ctrl-C comes ends within 0.1 s
+    corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(16)])
     marker = tmp_path / "measuring"
     command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
-                                       delay=300, plain=True)
+                                       delay=100, plain=True)
     command[command.index("--tool") + 1] = str(widened_tool(tmp_path))
     command = command[:command.index("--") + 1] + [
         "--concurrency", "1", "--warmup", "0", "--probe", f"mark=touch {marker}-$SIDE-$ROUND"]
@@ -439,7 +457,9 @@ sys.exit(rl.main(argv))
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("stop_wait", ["1", "2"])
+# 1: the script waits a second for the deaf run, then kills it; 0: it kills it at once (a
+# second value, as 2 was, to show the warning names the value given, without waiting 2 s)
+@pytest.mark.parametrize("stop_wait", ["1", "0"])
 def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_wait):
     corpus = write_corpus(tmp_path / "corpus.json", ["a", "b"])
     tool = tmp_path / "tool.py"
@@ -449,15 +469,10 @@ def test_driver_interrupted_kills_a_run_that_outlives_stop_wait(tmp_path, stop_w
                           plain=True)
     # the router's stop command returns once the router has ended (or is a zombie: this
     # container's pid 1 may reap none). The script then waits up to --stop-wait for the
-    # router's session too, counted in whole seconds of $SECONDS, so 1 can be a moment: a
-    # router that took longer to exit, on a loaded machine, added the warning that it still
-    # ran and sent SIGKILL between the two lines below (the flake of stop_wait 1)
-    stop = command.index("--base-stop") + 1
-    command[stop] = (
-        f'pid=$(cat {shlex.quote(str(tmp_path))}/$SIDE.pid); kill "$pid"; '
-        f'for _ in $(seq 600); do {{ read -r stat < "/proc/$pid/stat"; }} 2>/dev/null || break; '
-        f'stat=${{stat##*) }}; [ "${{stat%% *}}" != Z ] || break; sleep 0.05; done; '
-        f'echo "stopped $SIDE $ROUND" >> {shlex.quote(str(tmp_path))}/log')
+    # router's session too (once counted in whole seconds of $SECONDS, so 1 could be a
+    # moment): a router that took longer to exit, on a loaded machine, added the warning that
+    # it still ran and sent SIGKILL between the two lines below (the flake of stop_wait 1)
+    command[command.index("--base-stop") + 1] = stop_and_wait_command(tmp_path)
     with open(tmp_path / "err", "w") as err:
         script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
                                   env={**DRIVER_ENV, "DEAF_MARKER": str(marker)},
@@ -646,15 +661,18 @@ def test_driver_rotates_the_start_order_as_start_order_does(tmp_path):
 
 @pytest.mark.process
 def test_driver_stops_the_router_when_a_run_fails_and_exits_2(tmp_path):
-    # the router never answers: its URL names a port where nothing listens
+    # the router never answers: its URL names a port where nothing listens. Given as a URL
+    # (no URL file, which --wait-ready 0 would not wait for), the run gives up at its first
+    # look instead of after a second of them
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     command = driver_args(tmp_path, corpus)
-    command[command.index("--base-start") + 1] = \
-        f"echo http://127.0.0.1:1 > {shlex.quote(str(tmp_path / 'cpu.url'))}"
-    command[command.index("--wait-ready") + 1] = "1"
+    command[command.index("--base-start") + 1] = "true"
+    command[command.index("--base-url-file"):command.index("--base-url-file") + 2] = [
+        "--base-url", "http://127.0.0.1:1"]
+    command[command.index("--wait-ready") + 1] = "0"
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=DRIVER_ENV)
     assert result.returncode == 2
-    assert "router-latency: error: router not ready after 1 s" in result.stderr
+    assert "router-latency: error: router not ready after 0 s" in result.stderr
     assert "run_rounds.sh: error: round 1 cpu: run exited 2" in result.stderr
     assert (tmp_path / "log").read_text().splitlines() == ["stopped cpu 1"]
 
@@ -726,40 +744,65 @@ def free_ports(count):
 @pytest.mark.parametrize("how", ["foreground", "container"])
 def test_driver_names_the_port_a_router_listens_on_when_its_url_has_another(tmp_path, how):
     # before: the run waited out all of --wait-ready in silence and ended "router not ready:
-    # connection refused", though the simulator's start line named its port
+    # connection refused", though the simulator's start line named its port. The script looks
+    # every RUN_ROUNDS_LOOK_MS (a second, 100 ms here); the router is ended once it said so
+    # (or the run ends after --wait-ready), not left until --wait-ready is out
     corpus = write_corpus(tmp_path / "corpus.json", ["a"])
     listens, wrong = free_ports(2)
     command = driver_args(tmp_path, corpus)
     command[command.index("--wait-ready") + 1] = "2"
     index = command.index("--base-url-file")
     command[index:index + 2] = ["--base-url", f"http://127.0.0.1:{wrong}"]
-    env = dict(DRIVER_ENV)
+    env = {**DRIVER_ENV, "RUN_ROUNDS_LOOK_MS": "100"}
+    pid_file = tmp_path / "router.pid"
     if how == "foreground":  # the router is the start command's own process
         command[command.index("--base-start") + 1] = (
+            f"echo $$ > {shlex.quote(str(pid_file))}; "
             f"exec {shlex.quote(sys.executable)} -S {shlex.quote(str(PLAIN_ROUTER))} "
             f"{shlex.quote(str(tmp_path / 'listens.url'))} --port {listens}")
     else:  # a detached container: what it publishes (docker port) is what it listens on
         docker = tmp_path / "bin" / "docker"
         docker.parent.mkdir()
-        # the run's own inspect (its CPU readings) takes 3 s and finds it stopped: it ends
-        # the run, after the script's look once a second
-        docker.write_text(f"#!/bin/sh\ncase $1$3 in port*) echo '8080/tcp -> 0.0.0.0:{listens}'; "
-                          f"echo '8080/tcp -> [::]:{listens}' ;; *.Id*) sleep 3; "
+        # the run's own inspect (its CPU readings) waits for the script's look (docker port)
+        # and finds it stopped: it ends the run (its inspect gives up after 10 s)
+        looked = shlex.quote(str(tmp_path / "looked"))
+        docker.write_text(f"#!/bin/sh\ncase $1$3 in port*) touch {looked}; "
+                          f"echo '8080/tcp -> 0.0.0.0:{listens}'; "
+                          f"echo '8080/tcp -> [::]:{listens}' ;; *.Id*) for _ in $(seq 160); "
+                          f"do [ -e {looked} ] && break; sleep 0.05; done; "
                           f"echo 'c 0 false' ;; *) echo true ;; esac\n")
         docker.chmod(0o755)
         command[command.index("--base-start") + 1] = "true"
         command[command.index("--base-stop") + 1] = "true"
         command[command.index("--"):command.index("--")] = ["--base-container", "router-cpu"]
         env["PATH"] = f"{docker.parent}:{env['PATH']}"
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
-    assert result.returncode == 2
+    with open(tmp_path / "err", "w") as err:
+        script = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                  start_new_session=True)
+        try:
+            for _ in range(1200):  # until the script said where it listens, or ended
+                if script.poll() is not None or "listens on port" in (tmp_path / "err") \
+                        .read_text():
+                    break
+                time.sleep(0.05)
+            if how == "foreground" and script.poll() is None:  # it said so: its router ends
+                try:
+                    os.kill(int(pid_file.read_text()), signal.SIGTERM)
+                except (OSError, ValueError):  # it ended already
+                    pass
+            code = ended(script, 60)
+        finally:
+            if script.poll() is None:
+                os.killpg(script.pid, signal.SIGKILL)
+    stderr = (tmp_path / "err").read_text()
+    assert code == 2, stderr
     said = re.search(rf"run_rounds.sh: cpu's router listens on ports? ([\d, ]+), not on "
-                     rf"{wrong} of its URL http://127.0.0.1:{wrong} \(round 1\): give --base-url with "
-                     rf"the port it listens on, or start it on {wrong} \(the run waits up to "
-                     rf"--wait-ready 2 s\)\n", result.stderr)
-    assert said, result.stderr
+                     rf"{wrong} of its URL http://127.0.0.1:{wrong} \(round 1\): give --base-url "
+                     rf"with the port it listens on, or start it on {wrong} \(the run waits up "
+                     rf"to --wait-ready 2 s\)\n", stderr)
+    assert said, stderr
     assert str(listens) in said.group(1).split(", ")
-    assert result.stderr.index(said.group(0)) < result.stderr.index("run_rounds.sh: error:")
+    assert stderr.index(said.group(0)) < stderr.index("run_rounds.sh: error:")
 
 
 @pytest.mark.process
@@ -794,7 +837,9 @@ def test_driver_runs_nothing_but_the_commands_given(tmp_path):
     command = driver_args(tmp_path, corpus, plain=True)
     command[command.index("--base-url-file")] = "--base-url"
     command[command.index("--base-url") + 1] = "http://127.0.0.1:1/`touch evaluated`"
-    command[command.index("--wait-ready") + 1] = "1"  # nothing listens there: fail soon
+    # nothing listens there: the run fails at its first look (a URL, not a URL file, which
+    # --wait-ready 0 would give up on before its start command wrote it)
+    command[command.index("--wait-ready") + 1] = "0"
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
                             env=DRIVER_ENV)
     assert result.returncode == 2
@@ -890,11 +935,13 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     command = driver_args(tmp_path, corpus, "--junit", str(tmp_path / "junit.xml"), plain=True)
     script = ROOT / "tests" / "failing_router.py"
-    failing = (f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+    failing = (f"{shlex.quote(sys.executable)} -S {shlex.quote(str(script))} "
                f"{shlex.quote(str(tmp_path / 'gpu.url'))}")
     command[command.index("--new-start") + 1] = failing
     del command[command.index("--new-stop"):command.index("--new-stop") + 2]
     command[command.index("--wait-ready") + 1] = "300"
+    # both passes (8 failed requests a run), no warm-up or probe
+    command = command[:command.index("--") + 1] + ["--concurrency", "1,2", "--warmup", "0"]
     summary = tmp_path / "summary.md"
     summary.write_text("")
     started = time.monotonic()
@@ -915,7 +962,9 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
 @pytest.mark.process
 @pytest.mark.parametrize("start", [
     "sleep 1 &",  # a detached router that exits before it listens
-    "sleep 1 & sleep 2 & true",  # two processes left behind: gone when both are
+    # two processes left behind: gone when both are (the script looks once a second, so
+    # both end before its second look)
+    "sleep 0.5 & sleep 0.8 & true",
 ])
 def test_driver_reports_a_router_whose_processes_are_gone_at_once(tmp_path, start):
     # the run waited out the whole --wait-ready (300 s) before "connection refused"
@@ -964,8 +1013,11 @@ def test_driver_survives_a_reader_that_stops_early(tmp_path, redirect):
     # `run_rounds.sh ... 2>&1 | head -n 2` ended it with SIGPIPE (exit 141) after round 1's
     # first side, with no message: it finishes every round and exits with its real code
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    command = shlex.join(with_foreground_new_side(driver_args(tmp_path, corpus, plain=True),
-                                                  tmp_path, plain=True))
+    command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
+                                       plain=True)
+    # one pass a run, no warm-up or probe: what the script writes is the claim, not the runs
+    command = shlex.join(command[:command.index("--") + 1] + ["--concurrency", "1", "--warmup",
+                                                              "0"])
     status = tmp_path / "status"
     script = f"{command} {redirect}; echo ${{PIPESTATUS[0]}} > {shlex.quote(str(status))}"
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
@@ -1217,29 +1269,35 @@ def test_driver_compares_numbers_of_any_length_or_refuses_them_for_their_size(tm
 @pytest.mark.process
 def test_driver_sets_aside_a_run_whose_router_was_killed_however_fast_its_requests_failed(
         tmp_path):
-    # the new side's router is its start command (the foreground); a probe after the first
+    # the base side's router is its start command (the foreground); a probe after the first
     # pass kills it with SIGKILL, and the run's second pass fails on refused connections
     # faster than the script's look: the script stopped ("exited 137") but left the run
-    # "complete": true, which --resume kept and rounds read
+    # "complete": true, which --resume kept and rounds read. The side is round 1's first, at
+    # its URL (no URL file): the script looks once a second (RUN_ROUNDS_POLL_MS 1000), and
+    # each look before the run (a side measured first, a URL file) waited one out
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
-    pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
-    command = with_foreground_new_side(driver_args(tmp_path, corpus, plain=True), tmp_path,
-                                       plain=True)
-    start = command.index("--new-start") + 1
-    command[start] = f"echo $$ > {pid_file}; exec {command[start]}"
-    calls = shlex.quote(str(tmp_path / "gpu-probes"))
+    pid_file = shlex.quote(str(tmp_path / "cpu.pid"))
+    port, = free_ports(1)
+    command = driver_args(tmp_path, corpus, plain=True)
+    start = command.index("--base-start") + 1
+    command[start] = (f"echo $$ > {pid_file}; exec {shlex.quote(sys.executable)} -S "
+                      f"{shlex.quote(str(PLAIN_ROUTER))} "
+                      f"{shlex.quote(str(tmp_path / 'cpu.url'))} --port {port}")
+    del command[command.index("--base-stop"):command.index("--base-stop") + 2]
+    url_file = command.index("--base-url-file")
+    command[url_file:url_file + 2] = ["--base-url", f"http://127.0.0.1:{port}"]
+    calls = shlex.quote(str(tmp_path / "cpu-probes"))
     command = command[:command.index("--") + 1] + [
         "--concurrency", "1,2", "--warmup", "0",
-        "--probe", f'end=[ "$SIDE" != gpu ] || {{ echo >> {calls}; '
+        "--probe", f'end=[ "$SIDE" != cpu ] || {{ echo >> {calls}; '
                    f'[ "$(wc -l < {calls})" -ne 2 ] || kill -KILL $(cat {pid_file}); }}']
     result = subprocess.run(command, capture_output=True, text=True, timeout=180,
                             env={**DRIVER_ENV, "RUN_ROUNDS_POLL_MS": "1000"})
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines()[-1] == (
-        "run_rounds.sh: error: start command of gpu exited 137 (round 1); r1-gpu.json moved to "
-        "r1-gpu.json.rejected"), result.stderr
-    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
-        "r1-cpu.json", "r1-gpu.json.rejected"]
+        "run_rounds.sh: error: start command of cpu exited 137 (round 1); r1-cpu.json moved to "
+        "r1-cpu.json.rejected"), result.stderr
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["r1-cpu.json.rejected"]
 
 
 # ---- the composite action (action.yml), its steps run as the runner runs them ----
