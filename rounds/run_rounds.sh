@@ -994,7 +994,7 @@ helper() {
   "$python" - "$@" <<'PY'
 import signal  # a Ctrl-C ends a helper quietly: the script's own trap says what happened
 signal.signal(signal.SIGINT, signal.SIG_DFL)
-import hashlib, json, math, os, socket, sys, urllib.parse
+import json, math, os, sys, urllib.parse  # hashlib and socket where a mode needs them
 mode = sys.argv[1]
 
 
@@ -1091,6 +1091,7 @@ if mode == "measured":
     print("summary", said)
     sys.exit(0)
 if mode == "states":
+    import hashlib
     sha = None
     for path in sys.argv[3:]:
         try:
@@ -1135,6 +1136,7 @@ if mode == "incomplete":
             handle.write("\n")
         os.replace(temporary, path)
     sys.exit(0)
+import socket  # the network's modes
 url, port = port_of(sys.argv[2])
 if mode == "ports":
     try:
