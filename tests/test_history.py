@@ -19,7 +19,7 @@ from router_latency.history import (add_entries, entry_of_run, EntryTags, histor
                                     HISTORY_SCHEMA, HistoryEntry, HistoryRow, read_history,
                                     step_of, TrendSettings)
 from router_latency.history_render import format_history, history_json
-from conftest import BASE, history_rounds_folder, make_run, ROOT, three_rounds
+from conftest import BASE, history_rounds_folder, make_run, ROOT, run_main, three_rounds
 from test_pools import as_pools
 
 # its run files are written only to be read back: no wait for the disk's flush
@@ -36,17 +36,22 @@ def chain(tmp_path, ratios, seed=1, **options):
     return parent
 
 
-@pytest.fixture
-def drifted(tmp_path, cli):
-    """Six commits, each 2.5% slower than the one before, added one by one."""
-    store = tmp_path / "perf.jsonl"
-    parent = chain(tmp_path, [1.025] * 6)
-    for index in range(1, 7):
-        result = cli("history", "add", "--history", store, "--dir", parent / f"c{index}",
-                     "--base", "main", "--new", "merge", "--commit", f"c{index}",
-                     "--branch", "main", "--date", f"2026-01-0{index}")
-        assert result.code == 0, result.err
-        assert "PASS on its own" in result.out or "INCONCLUSIVE on its own" in result.out
+@pytest.fixture(scope="module")
+def drifted(tmp_path_factory):
+    """Six commits, each 2.5% slower than the one before, added one by one: made once a
+    module for the four tests that read it (and write nothing there)."""
+    folder = tmp_path_factory.mktemp("drifted")
+    store = folder / "perf.jsonl"
+    with pytest.MonkeyPatch.context() as patch:  # as no_fsync, for a module's fixture
+        patch.setattr(os, "fsync", lambda fd: None)
+        parent = chain(folder, [1.025] * 6)
+        for index in range(1, 7):
+            result = run_main("history", "add", "--history", store, "--dir",
+                              parent / f"c{index}", "--base", "main", "--new", "merge",
+                              "--commit", f"c{index}", "--branch", "main", "--date",
+                              f"2026-01-0{index}")
+            assert result.code == 0, result.err
+            assert "PASS on its own" in result.out or "INCONCLUSIVE on its own" in result.out
     return store
 
 

@@ -2,6 +2,7 @@
 for byte, and the reader refusing bad files with one line naming the file and field."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from router_latency.files import write_atomic
 from router_latency.gpu import GpuReading, parse_nvidia_smi
 from router_latency.cache import result_cache_finding
 from router_latency.versions import without_sampled
-from router_latency.requests import ERROR_KINDS, pass_summary, Request, REQUEST_OUTCOMES
+from router_latency.requests import (_plain_request, ERROR_KINDS, pass_summary, Request,
+                                     REQUEST_OUTCOMES)
 from router_latency.phases import content_slow_windows, phase_windows, Thresholds
 from router_latency.captured import RouterCpu
 from router_latency.instance import Instance
@@ -194,6 +196,58 @@ def test_write_read_write_is_byte_identical(tmp_path_factory, requests, wall_s, 
     assert first.environment.gpu_state == {"temp_c": (44.0,), "sclk_mhz": (800.0,),
                                            "mclk_mhz": (1600.0,), "util_pct": (0.0,),
                                            "used_mib": (5.0,)}
+
+
+class _Int(int):
+    pass
+
+
+class _Text(str):
+    pass
+
+
+# what a record's fields may hold: each kind and bound the checks tell apart (NaN, infinity,
+# a bool, a subclass, a number past 2^53 or past a day, a text past MAX_REASON_CHARS)
+_ODD_VALUES = [None, 0, 1, -1, 0.0, -0.0, 1.5, -1.5, math.nan, math.inf, -math.inf, True,
+               False, "x", "", [], {}, 2 ** 53, 2 ** 53 + 1, 10 ** 400, 86_400_000, 86_400_000.5,
+               86_400_001, 1e300, _Int(3), _Text("s"), 200, 503, 199, 300, "timeout",
+               "expected_rejection", "E_BAD", "bad code!", "a" * MAX_REASON_CHARS,
+               "a" * (MAX_REASON_CHARS + 1), [1.0, None, 2], [True], [math.nan], [-1], [1] * 32,
+               [1] * 33, (1.0,), [["m", "s", "r"]]]
+
+
+def test_a_plain_record_is_read_as_the_checks_read_it():
+    # Request.from_json takes a fast path for a plain record: for every field set to every
+    # odd value (and left out), it must build the request the checks build, of the same
+    # types, and where the checks refuse the record, let them name the field
+    bases = [{"id": 0, "start_ms": 0.0, "latency_ms": 24.0, "status": 200, "decision": "d",
+              "error": None},
+             {"id": 3, "start_ms": 5, "latency_ms": None, "status": None, "decision": None,
+              "error": "timeout"},
+             {"id": 1, "rep": 2, "start_ms": 1.0, "latency_ms": 2.0, "status": 503,
+              "decision": None, "error": "http_5xx", "service_ms": 1.0, "behind_ms": 0.5,
+              "code": "E_X", "retried": True, "reason": "r", "signal_ms": [1.0, None, 2],
+              "late_body": True, "outcome": "unexpected_routing"}]
+    keys = ("id", "rep", "start_ms", "latency_ms", "status", "decision", "error", "service_ms",
+            "behind_ms", "code", "outcome", "retried", "reason", "signal_ms", "degraded",
+            "late_body")
+
+    def read(how, raw):
+        try:
+            request = how(raw, "f: passes[0].requests[7]", 5)
+        except (RouterLatencyError, OverflowError) as exc:
+            return type(exc), str(exc)
+        return request, [type(v) for v in request], [type(v) for v in request.signal_ms]
+
+    fast = 0
+    for base in bases:
+        records = [{k: v for k, v in base.items() if k != key} for key in keys]
+        records += [{**base, key: value} for key in keys for value in _ODD_VALUES]
+        for raw in [base, *records]:
+            read_fast = read(Request.from_json, raw)
+            assert read_fast == read(Request._checked_from_json, raw), raw
+            fast += type(raw) is dict and _plain_request(Request, raw, 5) is not None
+    assert fast > 100  # the fast path was taken, not only refused
 
 
 def test_files_without_the_new_fields_stay_as_they_were(tmp_path):

@@ -102,6 +102,19 @@ class Request(NamedTuple):
 
     @classmethod
     def from_json(cls, raw: Any, where: str, count: int) -> "Request":
+        """Return a request of a run file's record; raise, naming the field, where it is not
+        one. A run file holds up to hundreds of thousands: a plain record (the JSON reader's
+        own int, float, str and list values, no degraded answer) takes the fast path, which
+        accepts exactly what the checks below accept and builds the same request; anything
+        else, and every error, goes through the checks."""
+        if type(raw) is dict:
+            request = _plain_request(cls, raw, count)
+            if request is not None:
+                return request
+        return cls._checked_from_json(raw, where, count)
+
+    @classmethod
+    def _checked_from_json(cls, raw: Any, where: str, count: int) -> "Request":
         if not isinstance(raw, dict):
             raise RouterLatencyError("expected an object", where)
         prompt_id = raw.get("id")
@@ -154,6 +167,58 @@ class Request(NamedTuple):
                    _checked_signal_ms(raw.get("signal_ms", []), f"{where}.signal_ms"),
                    degraded_from_json(degraded, f"{where}.degraded")
                    if degraded is not None else (), late_body)
+
+
+def _plain_request(cls: Any, raw: dict, count: int) -> Optional[Request]:
+    """Return the Request of a plain record, as Request._checked_from_json builds it; None
+    where it is not plain or not valid (that path then raises the error naming the field)."""
+    get = raw.get
+    prompt_id, status, decision, error = get("id"), get("status"), get("decision"), get("error")
+    if type(prompt_id) is not int or not 0 <= prompt_id < count \
+            or prompt_id > MAX_FILE_NUMBER:
+        return None
+    if status is not None and (type(status) is not int or not 0 <= status <= MAX_FILE_NUMBER):
+        return None
+    if decision is not None and type(decision) is not str:
+        return None
+    if error is not None and error not in ERROR_KINDS:
+        return None
+    start_ms, latency_ms = get("start_ms"), get("latency_ms")
+    service_ms, behind_ms = get("service_ms"), get("behind_ms")
+    if (error is None and latency_ms is None) or get("degraded") is not None \
+            or (service_ms is not None and behind_ms is None):
+        return None
+    # each number None, or the JSON reader's int or float from 0 to its maximum (NaN fails
+    # both comparisons, infinity the second): what checked_number(nullable=True) returns as is
+    if start_ms is not None and not ((type(start_ms) is float or type(start_ms) is int)
+                                     and 0 <= start_ms <= MAX_FILE_NUMBER):
+        return None
+    for value in (latency_ms, service_ms, behind_ms):
+        if value is not None and not ((type(value) is float or type(value) is int)
+                                      and 0 <= value <= MAX_LATENCY_MS):
+            return None
+    code, outcome, rep = get("code"), get("outcome"), get("rep", 0)
+    if code is not None and (type(code) is not str or not ERROR_CODE_PATTERN.fullmatch(code)):
+        return None
+    if outcome is not None and outcome not in REQUEST_OUTCOMES:
+        return None
+    if type(rep) is not int or not 0 <= rep <= MAX_FILE_NUMBER:
+        return None
+    retried, late_body, reason = get("retried", False), get("late_body", False), get("reason")
+    if (retried is not True and retried is not False) \
+            or (late_body is not True and late_body is not False):
+        return None
+    if reason is not None and (type(reason) is not str or len(reason) > MAX_REASON_CHARS):
+        return None
+    signal_ms = get("signal_ms", [])
+    if type(signal_ms) is not list or len(signal_ms) > MAX_SIGNALS:
+        return None
+    for value in signal_ms:
+        if value is not None and not ((type(value) is float or type(value) is int)
+                                      and 0 <= value <= MAX_LATENCY_MS):
+            return None
+    return cls(prompt_id, start_ms, latency_ms, status, decision, error, service_ms, behind_ms,
+               code, outcome, rep, retried, reason, tuple(signal_ms), (), late_body)
 
 
 def _checked_signal_ms(raw: Any, where: str) -> tuple[Optional[float], ...]:
