@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from typing import Callable, Sequence, Tuple, TYPE_CHECKING
+from typing import Callable, Iterator, Sequence, Tuple, TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only, never imported when run
     import array
@@ -314,30 +314,34 @@ def _null_t_paths(first: int, max_rounds: int) -> tuple[array.array[float], ...]
 # were half of a plan's CPU; tests/test_gate.py checks them against the methods themselves.
 
 
+def _normals(draw: Callable[[], float]) -> Iterator[float]:
+    """Yield standard normals as random.gauss makes them from draw (random.random): a pair of
+    Box-Muller's from two draws, the second kept for the next call, so that the draws of
+    random() between two normals (gammavariate's) come in the same order as with gauss."""
+    sqrt, log, cos, sin, two_pi = math.sqrt, math.log, math.cos, math.sin, 2.0 * math.pi
+    while True:
+        turn = draw() * two_pi
+        radius = sqrt(-2.0 * log(1.0 - draw()))
+        yield cos(turn) * radius
+        yield sin(turn) * radius
+
+
 def _null_t_rounds(first: int, max_rounds: int, paths: int = SEQUENTIAL_PATHS
                    ) -> tuple[array.array[float], ...]:
     """Return _null_t_paths's columns drawn a round at a time, for `paths` paths."""
     import array
     import random
-    draw = random.Random(SEQUENTIAL_SEED).random
-    sqrt, log, cos, sin = math.sqrt, math.log, math.cos, math.sin
-    two_pi = 2.0 * math.pi
+    normal = _normals(random.Random(SEQUENTIAL_SEED).random).__next__
+    sqrt = math.sqrt
     columns = tuple(array.array("d") for _ in range(first, max_rounds + 1))
     # per round: i, as a float, i (i - 1) for its t (a whole number: exact as a float), and
     # where its t goes (None before the first look)
     steps = [(float(i), float(i * (i - 1)), columns[i - first].append if i >= first else None)
              for i in range(1, max_rounds + 1)]
-    spare = None  # the second normal of gauss's pair, kept for the next draw
     for _ in range(paths):
         mean = m2 = 0.0
         for i, pairs, append in steps:
-            z, spare = spare, None
-            if z is None:
-                turn = draw() * two_pi
-                radius = sqrt(-2.0 * log(1.0 - draw()))
-                z = cos(turn) * radius
-                spare = sin(turn) * radius
-            x = 0.0 + z  # gauss(0.0, 1.0) returns 0.0 + z * 1.0
+            x = 0.0 + normal()  # gauss(0.0, 1.0) returns 0.0 + z * 1.0
             delta = x - mean
             mean += delta / i  # Welford: one stable pass, as the t statistic needs per look
             m2 += delta * (x - mean)
@@ -356,21 +360,15 @@ def _null_t_blocks(looks: Sequence[int], paths: int = SEQUENTIAL_PATHS
     import array
     import random
     draw = random.Random(SEQUENTIAL_SEED).random
-    sqrt, log, exp, cos, sin = math.sqrt, math.log, math.exp, math.cos, math.sin
-    two_pi, magic = 2.0 * math.pi, 1.0 + math.log(4.5)
+    normal = _normals(draw).__next__
+    sqrt, log, exp = math.sqrt, math.log, math.exp
+    magic = 1.0 + math.log(4.5)
     columns = tuple(array.array("d") for _ in looks)
     steps = _block_steps(looks, columns)
-    spare = None  # the second normal of gauss's pair, kept for the next draw
     for _ in range(paths):
         mean = m2 = 0.0
         for spread, method, shape, one, two, three, n, size, total, pairs, append in steps:
-            z, spare = spare, None
-            if z is None:
-                turn = draw() * two_pi
-                radius = sqrt(-2.0 * log(1.0 - draw()))
-                z = cos(turn) * radius
-                spare = sin(turn) * radius
-            block_mean = 0.0 + z * spread  # gauss(0.0, spread)
+            block_mean = 0.0 + normal() * spread  # gauss(0.0, spread)
             # block_m2 = 2.0 * gammavariate(shape, 1.0) (its x * 1.0 is x)
             if method == 1:
                 block_m2 = 2.0 * -log(1.0 - draw())
@@ -453,15 +451,13 @@ def _highest(column: Sequence[float], count: int, gone: set[int]) -> list[tuple[
     half = len(column)
     sample = sorted(map(abs, column[::8]), reverse=True)
     place = 2 * (count + len(gone)) // 8 + 16
-    cut = sample[place] if place < len(sample) else -math.inf
-    while True:
-        low = -cut
+    for cut in (sample[place] if place < len(sample) else -math.inf, -math.inf):
         top = [(t, i) for i, t in enumerate(column) if t >= cut and i not in gone]
-        top += [(-t, i + half) for i, t in enumerate(column) if t <= low and i + half not in gone]
-        if len(top) >= count or cut == -math.inf:
-            top.sort(reverse=True)
-            return top[:count]
-        cut = -math.inf
+        top += [(-t, i + half) for i, t in enumerate(column) if -t >= cut and i + half not in gone]
+        if len(top) >= count:
+            break
+    top.sort(reverse=True)
+    return top[:count]
 
 
 @functools.lru_cache(maxsize=256)
