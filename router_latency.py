@@ -4704,10 +4704,6 @@ def _plain_request(cls: Any, raw: dict, count: int) -> Optional[Request]:
     if start_ms is not None and not ((type(start_ms) is float or type(start_ms) is int)
                                      and 0 <= start_ms <= MAX_FILE_NUMBER):
         return None
-    for value in (latency_ms, service_ms, behind_ms):
-        if value is not None and not ((type(value) is float or type(value) is int)
-                                      and 0 <= value <= MAX_LATENCY_MS):
-            return None
     code, outcome, rep = get("code"), get("outcome"), get("rep", 0)
     if code is not None and (type(code) is not str or not ERROR_CODE_PATTERN.fullmatch(code)):
         return None
@@ -4724,7 +4720,7 @@ def _plain_request(cls: Any, raw: dict, count: int) -> Optional[Request]:
     signal_ms = get("signal_ms", [])
     if type(signal_ms) is not list or len(signal_ms) > MAX_SIGNALS:
         return None
-    for value in signal_ms:
+    for value in (latency_ms, service_ms, behind_ms, *signal_ms):  # the times, at most a day
         if value is not None and not ((type(value) is float or type(value) is int)
                                       and 0 <= value <= MAX_LATENCY_MS):
             return None
