@@ -126,24 +126,14 @@ def __getattr__(name):
     return globals()["SETTINGS"]
 
 
-@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(items):
     """Deal the tests that run real processes (marked `process`: seconds each, the rest
     milliseconds) out first, so that the workers end together on short tests instead of one
     finishing a long one alone at the end (xdist hands tests out in this order: with --dist
     worksteal, pyproject.toml, the first worker gets the first half, and a worker that runs
     out takes half of the rest of another's; with xdist's default chunks, the first worker's
-    first chunk held every process test). Then start the commands that the selected tests'
-    modules ask to start early (their START_EARLY: {name: command(folder)}), once a session,
-    from the first worker (or the one process without xdist): see start_early."""
+    first chunk held every process test)."""
     items.sort(key=lambda item: item.get_closest_marker("process") is None)
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
-        return
-    wanted = {}
-    for item in items:
-        wanted.update(getattr(item.module, "START_EARLY", {}))
-    for name, command in wanted.items():
-        start_early(config._tmp_path_factory, name, command)
 
 
 class Result(NamedTuple):
@@ -442,95 +432,22 @@ def scripted():
         server.close()
 
 
-def session_root(tmp_path_factory):
-    """Return the folder of this test session that every worker shares (under xdist each
-    worker's base folder is one of its sub-folders)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def once_a_session(tmp_path_factory, name, make, timeout=600):
+def once_a_session(tmp_path_factory, name, make):
     """Return the folder `name` of this test session, made by make(folder) the first time a
     test asks: under xdist in the session's own folder, under a lock, so that the workers
-    make it once between them (the pytest-xdist recipe). For set-ups that tests only read.
-    A folder whose command was started early (start_early) is waited for instead, up to
-    `timeout` seconds."""
+    make it once between them (the pytest-xdist recipe). For set-ups that tests only read."""
     import fcntl
-    root = session_root(tmp_path_factory)
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's
     folder, done = root / name, root / f"{name}.done"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not done.exists() and not (root / f"{name}.started").exists():
+        if not done.exists():
             shutil.rmtree(folder, ignore_errors=True)  # what a make that failed left
             folder.mkdir()
             make(folder)
             done.touch()
-    deadline = time.monotonic() + timeout
-    while not done.exists():  # its command, started early, has not ended yet
-        assert time.monotonic() < deadline, f"{name}: its command started early never ended"
-        time.sleep(0.02)
     return folder
-
-
-# run a command with its output in a folder: its stdout, its stderr, its exit code, then the
-# done file (argv: the folder, the done file, the command)
-COMMAND_INTO_FOLDER = """import pathlib, subprocess, sys
-folder, done, command = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3:]
-try:
-    with open(folder / "stdout", "wb") as out, open(folder / "stderr", "wb") as err:
-        code = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err).returncode
-    (folder / "code").write_text(str(code))
-finally:
-    done.touch()
-"""
-
-
-def command_into_folder(command, folder, done):
-    """Return the argv that runs command(folder)'s argv with its output in folder, then
-    touches done (read back by command_output)."""
-    return [sys.executable, "-c", COMMAND_INTO_FOLDER, str(folder), str(done),
-            *command(folder)]
-
-
-def command_output(folder):
-    """Return (exit code, stdout, stderr) of a command run by command_into_folder."""
-    return (int((folder / "code").read_text()), (folder / "stdout").read_text(),
-            (folder / "stderr").read_text())
-
-
-_started = []  # the commands this worker started early: waited for at its session's end
-
-
-def start_early(tmp_path_factory, name, command):
-    """Start command(folder) (an argv) in the background, its output to the folder `name` of
-    this session, unless a test has made that folder already; once_a_session(name) waits
-    for it. A long command that only some tests read (mypy's runs) then runs while the
-    workers wait on their loopback servers and child processes, instead of holding a worker
-    for its whole time."""
-    import fcntl
-    root = session_root(tmp_path_factory)
-    folder, done = root / name, root / f"{name}.done"
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists() or (root / f"{name}.started").exists():
-            return
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        _started.append(subprocess.Popen(command_into_folder(command, folder, done), cwd=ROOT))
-        (root / f"{name}.started").touch()
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """End what this worker started early: a session cut short ends it, any other waits for
-    it (the tests that read it waited already)."""
-    for process in _started:
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            process.kill()
-        try:
-            process.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import ast
 import functools
 import gc
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ import sys
 
 import pytest
 
-from conftest import command_into_folder, command_output, once_a_session, ROOT, TOOL
+from conftest import once_a_session, ROOT, TOOL
 
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -339,46 +340,34 @@ def test_the_return_check_tells_a_bare_tuple(annotation, bare):
     assert bool(BARE_TUPLE.search(annotation)) == bare
 
 
-def mypy_command(version):
-    """Return the command(folder) that runs mypy once for Python `version` (None: this
-    Python) over the package and the generated file. Both define the module router_latency,
-    which mypy refuses twice in one run, so the file is checked as a copy in the folder under
-    another module name (it imports nothing of its own name): one run a Python instead of
-    two. mypy writes no cache (/dev/null): each run reads none (--no-incremental), and
+def mypy_both(version, tmp_path_factory):
+    """Return mypy's (exit code, stdout, stderr) for the package and the generated file
+    checked in one run for Python `version` (None: this Python), with the paths of the
+    generated file's copy read back as router_latency.py. Both define the module
+    router_latency, which mypy refuses twice in one run, so the file is checked as a copy
+    under another module name (it imports nothing of its own name): one run a Python
+    instead of two, made once a session (conftest.once_a_session) for the two tests of a
+    version. mypy writes no cache (/dev/null): each run reads none (--no-incremental), and
     writing one cost about 0.3 s of CPU a run and left .mypy_cache in the checkout."""
-    def command(folder):
+    def run(folder):
         copy = folder / "router_latency_file.py"
         shutil.copyfile(TOOL, copy)
         target = [] if version is None else ["--python-version", version]
-        return [sys.executable, "-m", "mypy", "--no-error-summary", "--no-color-output",
-                "--no-incremental", "--cache-dir", os.devnull, *target,
-                "src/router_latency", str(copy)]  # run in ROOT
-    return command
+        result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
+                                 "--no-color-output", "--no-incremental",
+                                 "--cache-dir", os.devnull, *target,
+                                 "src/router_latency", str(copy)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=300)
+        (folder / "found.json").write_text(json.dumps(
+            (result.returncode, result.stdout.replace(str(copy), "router_latency.py"),
+             result.stderr)))
+
+    folder = once_a_session(tmp_path_factory, f"mypy-{version or 'this-python'}", run)
+    return tuple(json.loads((folder / "found.json").read_text()))
 
 
-MYPY_VERSIONS = {None: "this-python", "3.10": "python-3.10"}
-# the two mypy runs (5 s of CPU each) start with the session (conftest.start_early) and run
-# while the workers wait on servers and processes; a test reads one when it is done
-START_EARLY = {f"mypy-{name}": mypy_command(version) for version, name in MYPY_VERSIONS.items()
-               if importlib.util.find_spec("mypy") is not None}
-
-
-def mypy_both(version, tmp_path_factory):
-    """Return mypy's (exit code, stdout, stderr) for the package and the generated file
-    checked in one run for Python `version` (mypy_command), with the copy's path read back
-    as router_latency.py; run once a session for the two tests of a version
-    (conftest.once_a_session), started early where the session's first worker collected
-    them (START_EARLY)."""
-    name = f"mypy-{MYPY_VERSIONS[version]}"
-    folder = once_a_session(tmp_path_factory, name, lambda where: subprocess.run(
-        command_into_folder(mypy_command(version), where, where / "ran"), cwd=ROOT,
-        check=True, timeout=600))
-    code, out, err = command_output(folder)
-    return code, out.replace(str(folder / "router_latency_file.py"), "router_latency.py"), err
-
-
-@pytest.mark.parametrize("version", [pytest.param(version, id=name)
-                                     for version, name in MYPY_VERSIONS.items()])
+@pytest.mark.parametrize("version", [
+    pytest.param(None, id="this-python"), pytest.param("3.10", id="python-3.10")])
 @pytest.mark.parametrize("checked", ["src/router_latency", "router_latency.py"])
 def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_factory):
     """The package and the generated file type-check clean in mypy's default mode (the
