@@ -81,18 +81,18 @@ here=${BASH_SOURCE[0]%/*}  # dirname's answer, without its process: . for a bare
 if [ "$here" = "${BASH_SOURCE[0]}" ]; then here=.; elif [ -z "$here" ]; then here=/; fi
 here=$(cd "$here" && pwd)
 python=${PYTHON:-python3}
-poll_ms=${RUN_ROUNDS_POLL_MS:-100}
-[[ "$poll_ms" =~ ^[1-9][0-9]{0,3}$ ]] && [ "$poll_ms" -le 1000 ] \
-  || { echo "run_rounds.sh: error: RUN_ROUNDS_POLL_MS must be 1 to 1000, not '$poll_ms'" >&2
-       exit 2; }
+interval_ms() {  # sets $1 to environment variable $2's milliseconds, 1 to 1000, else $3
+  local value=${!2:-$3}
+  [[ "$value" =~ ^[1-9][0-9]{0,3}$ ]] && [ "$value" -le 1000 ] \
+    || { echo "run_rounds.sh: error: $2 must be 1 to 1000, not '$value'" >&2; exit 2; }
+  printf -v "$1" '%s' "$value"
+}
+interval_ms poll_ms RUN_ROUNDS_POLL_MS 100
 printf -v poll '%d.%03d' $((poll_ms / 1000)) $((poll_ms % 1000))  # read -t's seconds: 0.100
 # whether a side's router has ended, or listens on another port than its URL's, it looks
 # once a second (the first port look a second after the start); RUN_ROUNDS_LOOK_MS (1 to
 # 1000, docs/cli.md) sets another interval: the tests of the port look use 100
-look_ms=${RUN_ROUNDS_LOOK_MS:-1000}
-[[ "$look_ms" =~ ^[1-9][0-9]{0,3}$ ]] && [ "$look_ms" -le 1000 ] \
-  || { echo "run_rounds.sh: error: RUN_ROUNDS_LOOK_MS must be 1 to 1000, not '$look_ms'" >&2
-       exit 2; }
+interval_ms look_ms RUN_ROUNDS_LOOK_MS 1000
 # the repository's layout (rounds/ beside the tool), else the tool copied into this folder
 tool="$here/../router_latency.py"
 [ -e "$tool" ] || [ ! -e "$here/router_latency.py" ] || tool="$here/router_latency.py"
