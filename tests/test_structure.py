@@ -340,43 +340,53 @@ def test_the_return_check_tells_a_bare_tuple(annotation, bare):
     assert bool(BARE_TUPLE.search(annotation)) == bare
 
 
-def mypy_both(version, tmp_path_factory):
+def mypy_both(version, tmp_path_factory, config):
     """Return mypy's (exit code, stdout, stderr) for the package and the generated file
     checked in one run for Python `version` (None: this Python), with the paths of the
     generated file's copy read back as router_latency.py. Both define the module
     router_latency, which mypy refuses twice in one run, so the file is checked as a copy
     under another module name (it imports nothing of its own name): one run a Python
     instead of two, made once a session (conftest.once_a_session) for the two tests of a
-    version. mypy writes no cache (/dev/null): each run reads none (--no-incremental), and
-    writing one cost about 0.3 s of CPU a run and left .mypy_cache in the checkout."""
+    version. mypy runs incrementally, as by default, with its cache and the copy kept in
+    pytest's cache folder (.pytest_cache/d/mypy-VERSION, beside pytest's own; none where
+    the cache plugin is off): a later session re-checks only what changed since, which mypy
+    tells by each file's size and hash, not by its time (a session with nothing changed
+    took 0.15 s of CPU a Python, a cold one about 5 s)."""
+    name = f"mypy-{version or 'this-python'}"
+
     def run(folder):
-        copy = folder / "router_latency_file.py"
+        cache = getattr(config, "cache", None)
+        kept = folder if cache is None else cache.mkdir(name)
+        copy = kept / "router_latency_file.py"
         shutil.copyfile(TOOL, copy)
         target = [] if version is None else ["--python-version", version]
+        stored = ["--no-incremental", "--cache-dir", os.devnull] if cache is None else [
+            "--cache-dir", str(kept / "cache")]
         result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
-                                 "--no-color-output", "--no-incremental",
-                                 "--cache-dir", os.devnull, *target,
+                                 "--no-color-output", *stored, *target,
                                  "src/router_latency", str(copy)],
                                 cwd=ROOT, capture_output=True, text=True, timeout=300)
-        (folder / "found.json").write_text(json.dumps(
-            (result.returncode, result.stdout.replace(str(copy), "router_latency.py"),
-             result.stderr)))
+        out = result.stdout  # mypy names a file under its working folder by a relative path
+        for shown in (str(copy), os.path.relpath(copy, ROOT)):
+            out = out.replace(shown, "router_latency.py")
+        (folder / "found.json").write_text(json.dumps((result.returncode, out, result.stderr)))
 
-    folder = once_a_session(tmp_path_factory, f"mypy-{version or 'this-python'}", run)
+    folder = once_a_session(tmp_path_factory, name, run)
     return tuple(json.loads((folder / "found.json").read_text()))
 
 
 @pytest.mark.parametrize("version", [
     pytest.param(None, id="this-python"), pytest.param("3.10", id="python-3.10")])
 @pytest.mark.parametrize("checked", ["src/router_latency", "router_latency.py"])
-def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_factory):
+def test_mypy_in_its_default_mode_finds_no_error(version, checked, tmp_path_factory,
+                                                 pytestconfig):
     """The package and the generated file type-check clean in mypy's default mode (the
     README's test command installs mypy==2.4.1 from Python 3.10 on), for this Python and for
     3.10, the oldest that mypy 2.4.1 can target; the floor, 3.9, it cannot (the CI's one-file
     runs under each python3.X cover 3.9). One mypy run a Python checks both (mypy_both)."""
     if sys.version_info < (3, 10) and importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy 2.4.1 needs Python 3.10 or newer")
-    code, out, err = mypy_both(version, tmp_path_factory)
+    code, out, err = mypy_both(version, tmp_path_factory, pytestconfig)
     assert "No module named mypy" not in err, \
         "mypy is not installed: the README's test command installs mypy==2.4.1"
     # every line mypy wrote names one of the two targets: nothing else may pass unread
