@@ -973,10 +973,10 @@ def test_driver_fails_a_new_side_that_answers_500_with_its_report(tmp_path):
 
 @pytest.mark.process
 @pytest.mark.parametrize("start", [
-    "sleep 1 &",  # a detached router that exits before it listens
-    # two processes left behind: gone when both are (the script looks once a second, so
-    # both end before its second look)
-    "sleep 0.5 & sleep 0.8 & true",
+    "sleep 0.3 &",  # a detached router that exits before it listens
+    # two processes left behind: gone when both are, not when the first is (the script
+    # looks every 100 ms here, so some looks find the second still running)
+    "sleep 0.2 & sleep 0.5 & true",
 ])
 def test_driver_reports_a_router_whose_processes_are_gone_at_once(tmp_path, start):
     # the run waited out the whole --wait-ready (300 s) before "connection refused"
@@ -987,7 +987,8 @@ def test_driver_reports_a_router_whose_processes_are_gone_at_once(tmp_path, star
     command[command.index("--base-url") + 1] = "http://127.0.0.1:1"
     command[command.index("--wait-ready") + 1] = "300"
     started = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=DRIVER_ENV)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env={**DRIVER_ENV, "RUN_ROUNDS_LOOK_MS": "100"})
     assert time.monotonic() - started < 60
     assert result.returncode == 2
     assert "run_rounds.sh: error: cpu's router ended before it answered: every process its " \
@@ -1001,7 +1002,8 @@ def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_pa
     # during round 1's run: the run saves what it measured, and rounds fails the side. The
     # probe after the first pass kills it and waits (its second call in that run: before
     # and after each pass), so the run is still measuring when the script sees the router
-    # gone, whatever the machine's speed: the script's TERM ends the wait
+    # gone (it looks every 100 ms here), whatever the machine's speed: the script's TERM
+    # ends the wait
     corpus = write_corpus(tmp_path / "corpus.json", [f"prompt {i}" for i in range(4)])
     command = driver_args(tmp_path, corpus, plain=True)
     pid_file = shlex.quote(str(tmp_path / "gpu.pid"))
@@ -1010,7 +1012,8 @@ def test_driver_counts_a_router_that_ends_while_measured_as_a_failed_side(tmp_pa
         "--concurrency", "1,2", "--warmup", "0", "--probe-timeout", "30",
         "--probe", f'end=[ "$SIDE $ROUND" != "gpu 1" ] || {{ echo >> {calls}; '
                    f'[ "$(wc -l < {calls})" -ne 2 ] || {{ kill $(cat {pid_file}); sleep 30; }}; }}']
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180, env=DRIVER_ENV)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180,
+                            env={**DRIVER_ENV, "RUN_ROUNDS_LOOK_MS": "100"})
     assert result.returncode == 1, result.stderr
     assert "run_rounds.sh: round 1/3 gpu: its router ended while it was measured: every process " \
         "its start command left running has ended; r1-gpu.json is incomplete, and rounds " \
