@@ -11,6 +11,12 @@ time and CPU, the CPU floor (all CPU over the workers: no schedule of the suite 
 cores ends sooner), each worker's sum, the files by wall time and the slowest tests. A test's
 wall time beyond its CPU is waiting: a timeout, a measured duration, a poll, or the other
 worker holding the cores. Figures only: nothing here passes or fails.
+
+Before and after the session it times a fixed loop of pure Python (the CPU it takes, median
+and range of 7): on a shared virtual machine the same work takes more CPU at some times than
+at others (seen here: one loop 80 to 134 ms within a minute), and so does the suite (the same
+tree 67 to 89 s within an hour), so figures taken at different times compare only beside
+the loop's.
 """
 
 import argparse
@@ -50,6 +56,18 @@ def pytest_sessionfinish(session):
         Path(folder, f"rows-{worker}.json").write_text(json.dumps(_rows))
 
 
+def reference_loop(samples=7):
+    """Return the CPU milliseconds of a fixed pure-Python loop: (median, lowest, highest)."""
+    taken = []
+    for _ in range(samples):
+        started, total = time.process_time(), 0
+        for number in range(3_000_000):
+            total += number
+        taken.append((time.process_time() - started) * 1000)
+    taken.sort()
+    return taken[len(taken) // 2], taken[0], taken[-1]
+
+
 def report(folder, wall, cpu, top):
     """Print the figures of one session from its workers' rows."""
     workers = {path.stem[5:]: json.loads(path.read_text())
@@ -84,6 +102,7 @@ def main():
     parser.add_argument("--top", type=int, default=25, help="files and tests listed (25)")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (-q)")
     args = parser.parse_args()
+    loops = [reference_loop()]
     with tempfile.TemporaryDirectory() as folder:
         env = {**os.environ, "SUITE_TIME_DIR": folder,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "bench"),
@@ -93,7 +112,11 @@ def main():
                                *(args.pytest_args or ["-q"])], cwd=ROOT, env=env).returncode
         after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - clock
         cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        loops.append(reference_loop())
         print(f"\npytest exited {code}")
+        print("reference loop (CPU ms, median and range of 7): " + "; ".join(
+            f"{when} {median:.0f} ({low:.0f}-{high:.0f})"
+            for when, (median, low, high) in zip(("before", "after"), loops)))
         report(folder, wall, cpu, args.top)
     return code
 
