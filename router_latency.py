@@ -20383,6 +20383,27 @@ def raise_interrupt(signum: int, frame: Any) -> None:
 CHECK_LINES = "--check-lines"
 
 
+def command_lines(read: bytes) -> List[List[str]]:
+    """Return the command lines of --check-lines' input (see check_lines), or raise
+    RouterLatencyError naming the line that is not one."""
+    fields = [os.fsdecode(field) for field in read.split(b"\0")]
+    if fields.pop():
+        raise RouterLatencyError(f"{CHECK_LINES}: the input does not end with a NUL")
+    lines: List[List[str]] = []
+    while fields:
+        said = fields[0]
+        if not (said.isascii() and said.isdigit()):
+            raise RouterLatencyError(f"{CHECK_LINES}: line {len(lines) + 1} begins with "
+                                     f"{said!r}, not its count of words")
+        count = int(said)
+        if count > len(fields) - 1:
+            raise RouterLatencyError(f"{CHECK_LINES}: line {len(lines) + 1} says {count} words; "
+                                     f"{len(fields) - 1} follow")
+        lines.append(fields[1:1 + count])
+        fields = fields[1 + count:]
+    return lines
+
+
 def check_lines(source: Any, answer: Any) -> int:
     """Run each command line of source as main() runs it and write its exit code and its
     output (stdout and stderr together, as 2>&1 has them) to answer; return 0. Each line is
@@ -20390,10 +20411,12 @@ def check_lines(source: Any, answer: Any) -> int:
     as the command line's arguments are)."""
     import contextlib
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"  # as the line run alone
-    fields = [os.fsdecode(field) for field in source.read().split(b"\0")[:-1]]
-    while fields:
-        count = int(fields[0])
-        words, fields = fields[1:1 + count], fields[1 + count:]
+    try:
+        lines = command_lines(source.read())
+    except RouterLatencyError as exc:  # all read before any runs: a bad input answers nothing
+        stderr_line(f"error: {exc}")
+        return EXIT_USAGE
+    for words in lines:
         output = io.StringIO()
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             code = main(words)

@@ -590,3 +590,25 @@ def test_run_help_groups_its_options(capsys):
                            "output:": ["--out", "--label", "--csv", "--check"]}.items():
         for option in options:
             assert f" {option}" in sections[title], (title, option)
+
+
+@pytest.mark.parametrize("sent, said", [
+    (b"x\0--version\0", "line 1 begins with 'x', not its count of words"),
+    (b"-1\0", "line 1 begins with '-1', not its count of words"),
+    (b"\xc2\xb2\0--version\0", "line 1 begins with '\xb2', not its count of words"),
+    (b"1\0--version\x003\0--version\0", "line 2 says 3 words; 1 follow"),
+    (b"1\0--version", "the input does not end with a NUL"),
+])
+def test_check_lines_refuses_input_that_is_not_lines_and_runs_none(sent, said, capsys):
+    # run_rounds.sh's own protocol (each line's count of words, then its words, each ended by
+    # NUL); read whole before a line runs, so a bad one answers nothing, not half
+    import io
+    from router_latency.cli import check_lines
+    answer = io.BytesIO()
+    code = check_lines(io.BytesIO(sent), answer)
+    result = capsys.readouterr()
+    assert (code, result.out, answer.getvalue()) == (2, "", b"")
+    assert result.err == f"router-latency: error: --check-lines: {said}\n"
+    good = io.BytesIO()
+    assert check_lines(io.BytesIO(b"1\0--version\0" b"0\0"), good) == 0  # an empty line too
+    assert good.getvalue().split(b"\0")[:2] == [b"0", f"router-latency {__version__}\n".encode()]
