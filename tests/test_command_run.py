@@ -624,7 +624,10 @@ def test_the_default_boundary_cases_run_clean_against_the_routers_answers(double
     corpus = tmp_path / "corpus.json"
     assert cli("corpus", "--repo", repo, "--out", corpus).code == 0
     texts = [p.text for p in load_corpus(str(corpus)).prompts]
-    router = double(unready=2, loaded_after=2, unmatched={texts[1]})  # starting by count
+    # starting by count; 10 ms an answer, so that no timing reads as a result cache's: an
+    # answer in no time (the double's default) was noise alone, and under -n 4 8 of its 15
+    # prompts came back in under half their first sending's time (cache.timing_cache_test)
+    router = double(unready=2, loaded_after=2, unmatched={texts[1]}, delay_s=0.01)
     out = tmp_path / "run.json"
     result = cli("run", "--url", router.url, "--corpus", corpus, "--out", out, "--label",
                  "cpu-r1", "--wait-ready", "30", "--warmup", "5", "-c", "1", "4")
