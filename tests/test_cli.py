@@ -593,11 +593,15 @@ def test_run_help_groups_its_options(capsys):
 
 
 @pytest.mark.parametrize("sent, said", [
-    (b"x\0--version\0", "line 1 begins with 'x', not its count of words"),
-    (b"-1\0", "line 1 begins with '-1', not its count of words"),
-    (b"\xc2\xb2\0--version\0", "line 1 begins with '\xb2', not its count of words"),
-    (b"1\0--version\x003\0--version\0", "line 2 says 3 words; 1 follow"),
-    (b"1\0--version", "the input does not end with a NUL"),
+    pytest.param(b"x\0--version\0", "line 1 begins with 'x', not its count of words",
+                 id="not-a-number"),
+    # a negative count ran the same empty line for ever
+    pytest.param(b"-1\0", "line 1 begins with '-1', not its count of words", id="negative"),
+    pytest.param(b"\xc2\xb2\0--version\0", "line 1 begins with '\xb2', not its count of words",
+                 id="superscript-two"),
+    pytest.param(b"1\0--version\x003\0--version\0", "line 2 says 3 words; 1 follow",
+                 id="fewer-words-than-said"),
+    pytest.param(b"1\0--version", "the input does not end with a NUL", id="no-last-nul"),
 ])
 def test_check_lines_refuses_input_that_is_not_lines_and_runs_none(sent, said, capsys):
     # run_rounds.sh's own protocol (each line's count of words, then its words, each ended by
