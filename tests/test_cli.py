@@ -592,6 +592,23 @@ def test_run_help_groups_its_options(capsys):
             assert f" {option}" in sections[title], (title, option)
 
 
+class Answers:
+    """--check-lines' answer stream, which fails the test at its 20th write: a check that ran
+    one line for ever (a count of -1 did) fails, not hangs."""
+
+    def __init__(self):
+        import io
+        self.kept, self.writes = io.BytesIO(), 0
+
+    def write(self, data):
+        self.writes += 1
+        assert self.writes < 20, "--check-lines answered 20 times: it runs a line for ever"
+        return self.kept.write(data)
+
+    def flush(self):
+        pass
+
+
 @pytest.mark.parametrize("sent, said", [
     pytest.param(b"x\0--version\0", "line 1 begins with 'x', not its count of words",
                  id="not-a-number"),
@@ -599,8 +616,16 @@ def test_run_help_groups_its_options(capsys):
     pytest.param(b"-1\0", "line 1 begins with '-1', not its count of words", id="negative"),
     pytest.param(b"\xc2\xb2\0--version\0", "line 1 begins with '\xb2', not its count of words",
                  id="superscript-two"),
-    pytest.param(b"1\0--version\x003\0--version\0", "line 2 says 3 words; 1 follow",
+    pytest.param(b"+1\0--version\0", "line 1 begins with '+1', not its count of words",
+                 id="plus-one"),
+    pytest.param(b"1\0--version\x003\0--version\0", "line 2 says 3 words; 1 follows",
                  id="fewer-words-than-said"),
+    pytest.param(b"0003\0a\0b\0", "line 1 says 3 words; 2 follow", id="leading-zeros"),
+    # int() refuses a string of over 4,300 digits (a ValueError of its own)
+    pytest.param(b"1" * 5000 + b"\0a\0", "line 1 says 11111111111111111111... words; 1 follows",
+                 id="5000-digits"),
+    pytest.param(b"x" * 5000 + b"\0", "line 1 begins with 'xxxxxxxxxxxxxxxxxxxx...', not its "
+                 "count of words", id="a-long-word"),
     pytest.param(b"1\0--version", "the input does not end with a NUL", id="no-last-nul"),
 ])
 def test_check_lines_refuses_input_that_is_not_lines_and_runs_none(sent, said, capsys):
@@ -608,11 +633,13 @@ def test_check_lines_refuses_input_that_is_not_lines_and_runs_none(sent, said, c
     # NUL); read whole before a line runs, so a bad one answers nothing, not half
     import io
     from router_latency.cli import check_lines
-    answer = io.BytesIO()
+    answer = Answers()
     code = check_lines(io.BytesIO(sent), answer)
     result = capsys.readouterr()
-    assert (code, result.out, answer.getvalue()) == (2, "", b"")
-    assert result.err == f"router-latency: error: --check-lines: {said}\n"
-    good = io.BytesIO()
-    assert check_lines(io.BytesIO(b"1\0--version\0" b"0\0"), good) == 0  # an empty line too
-    assert good.getvalue().split(b"\0")[:2] == [b"0", f"router-latency {__version__}\n".encode()]
+    assert (code, result.out, answer.kept.getvalue()) == (2, "", b"")
+    assert result.err == f"router-latency: error: {said} (--check-lines)\n"
+    good = Answers()  # leading zeros are a count; an empty line is run too (main's usage)
+    assert check_lines(io.BytesIO(b"001\0--version\0" b"0\0"), good) == 0
+    answered = good.kept.getvalue().split(b"\0")
+    assert answered[:2] == [b"0", f"router-latency {__version__}\n".encode()]
+    assert answered[2] == b"2" and len(answered) == 5

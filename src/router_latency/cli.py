@@ -126,20 +126,25 @@ CHECK_LINES = "--check-lines"
 
 def command_lines(read: bytes) -> List[List[str]]:
     """Return the command lines of --check-lines' input (see check_lines), or raise
-    RouterLatencyError naming the line that is not one."""
+    RouterLatencyError saying what is wrong, and on which line where it is one line's."""
     fields = [os.fsdecode(field) for field in read.split(b"\0")]
     if fields.pop():
-        raise RouterLatencyError(f"{CHECK_LINES}: the input does not end with a NUL")
+        raise RouterLatencyError("the input does not end with a NUL", CHECK_LINES)
     lines: List[List[str]] = []
     while fields:
-        said = fields[0]
+        said, follow = fields[0], len(fields) - 1
+        line = f"line {len(lines) + 1}"
         if not (said.isascii() and said.isdigit()):
-            raise RouterLatencyError(f"{CHECK_LINES}: line {len(lines) + 1} begins with "
-                                     f"{said!r}, not its count of words")
-        count = int(said)
-        if count > len(fields) - 1:
-            raise RouterLatencyError(f"{CHECK_LINES}: line {len(lines) + 1} says {count} words; "
-                                     f"{len(fields) - 1} follow")
+            shown = said if len(said) <= 20 else said[:20] + "..."
+            raise RouterLatencyError(f"{line} begins with {shown!r}, not its count of words",
+                                     CHECK_LINES)
+        # no more digits than the fields could count: int() refuses over 4,300 of them
+        digits = said.lstrip("0") or "0"
+        if len(digits) > len(str(follow)) or int(digits) > follow:
+            shown = digits if len(digits) <= 20 else digits[:20] + "..."
+            raise RouterLatencyError(f"{line} says {shown} words; {follow} "
+                                     f"follow{'s' if follow == 1 else ''}", CHECK_LINES)
+        count = int(digits)
         lines.append(fields[1:1 + count])
         fields = fields[1 + count:]
     return lines
