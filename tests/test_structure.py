@@ -340,35 +340,55 @@ def test_the_return_check_tells_a_bare_tuple(annotation, bare):
     assert bool(BARE_TUPLE.search(annotation)) == bare
 
 
+def mirrored(sources, folder):
+    """Make folder hold a copy of each file of sources ({name in folder: path}) and no other
+    .py file, writing one (a temporary file renamed) only where its bytes differ: a copy's
+    time moves exactly when its content does. mypy trusts a cached module whose file kept
+    its size and its whole-second time without reading it, which a file of the checkout can
+    keep through an edit (made within the second, or copied with its time); its copy cannot."""
+    for name, source in sources.items():
+        copy, data = folder / name, source.read_bytes()
+        if not copy.is_file() or copy.read_bytes() != data:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            fresh = copy.with_name(copy.name + ".new")
+            fresh.write_bytes(data)
+            os.replace(fresh, copy)
+    for left in [*folder.glob("*.py"), *(folder / "src").rglob("*.py")]:
+        if left.relative_to(folder).as_posix() not in sources:
+            left.unlink()
+
+
 def mypy_both(version, tmp_path_factory, config):
     """Return mypy's (exit code, stdout, stderr) for the package and the generated file
-    checked in one run for Python `version` (None: this Python), with the paths of the
-    generated file's copy read back as router_latency.py. Both define the module
-    router_latency, which mypy refuses twice in one run, so the file is checked as a copy
-    under another module name (it imports nothing of its own name): one run a Python
-    instead of two, made once a session (conftest.once_a_session) for the two tests of a
-    version. mypy runs incrementally, as by default, with its cache and the copy kept in
-    pytest's cache folder (.pytest_cache/d/mypy-VERSION, beside pytest's own; none where
-    the cache plugin is off): a later session re-checks only what changed since, which mypy
-    tells by each file's size and hash, not by its time (a session with nothing changed
-    took 0.15 s of CPU a Python, a cold one about 5 s)."""
+    checked in one run for Python `version` (None: this Python), with their copies' paths
+    read back as the checkout's. Both define the module router_latency, which mypy refuses
+    twice in one run, so the file is checked under another module name (it imports nothing
+    of its own name): one run a Python instead of two, made once a session
+    (conftest.once_a_session) for the two tests of a version. mypy runs incrementally, as by
+    default, on copies kept with its cache in pytest's cache folder
+    (.pytest_cache/d/mypy-VERSION; in the session's folder, with no cache, where the cache
+    plugin is off): a later session re-checks what changed since (mirrored), and one with
+    nothing changed took 0.15 s of CPU a Python, a cold one about 5 s."""
     name = f"mypy-{version or 'this-python'}"
 
     def run(folder):
         cache = getattr(config, "cache", None)
         kept = folder if cache is None else cache.mkdir(name)
-        copy = kept / "router_latency_file.py"
-        shutil.copyfile(TOOL, copy)
+        package = ROOT / "src" / "router_latency"
+        mirrored({**{f"src/router_latency/{path.name}": path for path in package.glob("*.py")},
+                  "router_latency_file.py": TOOL}, kept)
         target = [] if version is None else ["--python-version", version]
         stored = ["--no-incremental", "--cache-dir", os.devnull] if cache is None else [
             "--cache-dir", str(kept / "cache")]
         result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary",
                                  "--no-color-output", *stored, *target,
-                                 "src/router_latency", str(copy)],
+                                 str(kept / "src" / "router_latency"),
+                                 str(kept / "router_latency_file.py")],
                                 cwd=ROOT, capture_output=True, text=True, timeout=300)
         out = result.stdout  # mypy names a file under its working folder by a relative path
-        for shown in (str(copy), os.path.relpath(copy, ROOT)):
-            out = out.replace(shown, "router_latency.py")
+        for shown in (str(kept), os.path.relpath(kept, ROOT)):
+            out = out.replace(f"{shown}/router_latency_file.py", "router_latency.py")
+            out = out.replace(f"{shown}/src/", "src/")
         (folder / "found.json").write_text(json.dumps((result.returncode, out, result.stderr)))
 
     folder = once_a_session(tmp_path_factory, name, run)
