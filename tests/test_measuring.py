@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from router_latency.constants import PREVIEW_PATH
+from router_latency.cache import CACHE_MIN_PROMPTS
 from router_latency.errors import RouterLatencyError
 from router_latency.stats import percentile
 from router_latency.files import write_atomic
@@ -429,14 +430,21 @@ def test_progress_line_only_on_a_terminal(simulator, tmp_path, monkeypatch):
                     str(tmp_path / "b.json"), "--label", "x", "--concurrency", "1",
                     "--warmup", "0", "-q"]) == 0
     assert quiet.getvalue() == ""
-    piped, table_only = io.StringIO(), io.StringIO()  # not a terminal: only the final table
+    # not a terminal: only the final table. Each prompt is sent twice: from CACHE_MIN_PROMPTS
+    # prompts on timing judges a result cache, and a warning of one would be no noise of the
+    # progress line's; one prompt fewer, and no cache finding by construction
+    fewer = write_corpus(tmp_path / "fewer.json",
+                         [f"p{i}" for i in range(CACHE_MIN_PROMPTS - 1)])
+    piped, table_only = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stderr", piped)
     monkeypatch.setattr(sys, "stdout", table_only)
-    assert main(["run", "--url", router.url, "--corpus", corpus, "--out",
+    assert main(["run", "--url", router.url, "--corpus", fewer, "--out",
                     str(tmp_path / "c.json"), "--label", "x", "--concurrency", "1",
                     "--warmup", "0", "--repeat", "2"]) == 0
     assert piped.getvalue() == ""
-    assert table_only.getvalue().splitlines()[0] == header.strip()
+    assert table_only.getvalue().splitlines()[0] == (
+        f"run x: {CACHE_MIN_PROMPTS - 1} prompts, corpus {load_corpus(fewer).sha256[:12]}, "
+        f"{router.url}{PREVIEW_PATH}; each pass sends the corpus 2 times")
 
 
 def test_progress_text_shows_the_pass_requests_rate_and_time_left():
@@ -983,7 +991,9 @@ def test_default_corpus_runs_clean_against_a_router_enforcing_the_input_rules(
     texts = [p.text for p in load_corpus(str(corpus)).prompts]
     blank = next(i for i, text in enumerate(texts) if not text.strip())
     out = tmp_path / "run.json"
-    result = cli("run", "--url", simulator(delay_ms=0).url, "--corpus", corpus, "--out", out,
+    # 10 ms an answer: each prompt is sent once a pass, and in no time whether it came back
+    # faster later would be noise, which can read as a result cache (cache.timing_cache_test)
+    result = cli("run", "--url", simulator(delay_ms=10).url, "--corpus", corpus, "--out", out,
                  "--label", "x")
     assert result.code == 0 and result.err == ""
     document = json.loads(out.read_text())
