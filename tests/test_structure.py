@@ -11,12 +11,12 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from router_latency.files import write_atomic
 from conftest import once_a_session, ROOT, TOOL
 
 sys.path.insert(0, str(ROOT / "tools"))
@@ -350,9 +350,7 @@ def mirrored(sources, folder):
         copy, data = folder / name, source.read_bytes()
         if not copy.is_file() or copy.read_bytes() != data:
             copy.parent.mkdir(parents=True, exist_ok=True)
-            fresh = copy.with_name(copy.name + ".new")
-            fresh.write_bytes(data)
-            os.replace(fresh, copy)
+            write_atomic(str(copy), data)  # a temporary file of its own, renamed
     for left in [*folder.glob("*.py"), *(folder / "src").rglob("*.py")]:
         if left.relative_to(folder).as_posix() not in sources:
             left.unlink()
