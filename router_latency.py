@@ -20389,21 +20389,22 @@ def command_lines(read: bytes) -> List[List[str]]:
     fields = [os.fsdecode(field) for field in read.split(b"\0")]
     if fields.pop():
         raise RouterLatencyError("the input does not end with a NUL", CHECK_LINES)
+    def clipped(text: str) -> str:
+        return text if len(text) <= 20 else text[:20] + "..."
+
     lines: List[List[str]] = []
     while fields:
         said, follow = fields[0], len(fields) - 1
         line = f"line {len(lines) + 1}"
         if not (said.isascii() and said.isdigit()):
-            shown = said if len(said) <= 20 else said[:20] + "..."
-            raise RouterLatencyError(f"{line} begins with {shown!r}, not its count of words",
-                                     CHECK_LINES)
+            raise RouterLatencyError(f"{line} begins with {clipped(said)!r}, not its count of "
+                                     f"words", CHECK_LINES)
         # no more digits than the fields could count: int() refuses over 4,300 of them
         digits = said.lstrip("0") or "0"
-        if len(digits) > len(str(follow)) or int(digits) > follow:
-            shown = digits if len(digits) <= 20 else digits[:20] + "..."
-            raise RouterLatencyError(f"{line} says {shown} words; {follow} "
+        count = int(digits) if len(digits) <= len(str(follow)) else follow + 1
+        if count > follow:
+            raise RouterLatencyError(f"{line} says {clipped(digits)} words; {follow} "
                                      f"follow{'s' if follow == 1 else ''}", CHECK_LINES)
-        count = int(digits)
         lines.append(fields[1:1 + count])
         fields = fields[1 + count:]
     return lines
